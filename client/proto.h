@@ -1,0 +1,183 @@
+/*
+ * tern client wire protocol (prefix proto_), shared by libtern (client/)
+ * and ternd's client server (node/). Built as its own small library,
+ * tern_proto, that depends only on common/.
+ *
+ * Frame = 24-byte header + body. All integers little-endian.
+ *
+ *   offset size field
+ *   0      2    magic       0x6E74 ("tn")
+ *   2      1    version     TERN_PROTO_VERSION (1)
+ *   3      1    op          request op; responses set bit 0x80
+ *   4      4    body_len    bytes after the header (<= receiver's limit)
+ *   8      8    request_id  chosen by the client, echoed in the response;
+ *                           many requests may be in flight (pipelining),
+ *                           responses may come back in any order
+ *   16     4    status      int32: 0 in requests; 0 or a tern error code in
+ *                           responses
+ *   20     4    checksum    tern_checksum32 over header bytes 0..19, then
+ *                           the body
+ *
+ * Body primitives: u8/u16/u32/u64; str = u16 length + bytes (no NUL);
+ * blob = u32 length + bytes.
+ *
+ * Error responses (status != 0): body = str message, then for
+ * TERN_ENOTLEADER: u64 leader_id (0 unknown), str leader client address
+ * ("" unknown). A receiver that cannot parse a frame answers with an error
+ * frame (op = request op | 0x80, or PROTO_OP_ERROR when the header itself is
+ * bad) and closes the connection if it cannot find the next frame boundary
+ * (bad magic, bad version, oversized body, bad checksum).
+ *
+ * Request / response bodies:
+ *   QUEUE_CREATE  req: str queue                     resp: (empty)
+ *   QUEUE_DELETE  req: str queue                     resp: (empty)
+ *   QUEUE_LIST    req: (empty)
+ *                 resp: u32 n, n x {str name, u64 start_offset,
+ *                                   u64 next_offset}
+ *   PRODUCE       req: str queue, u64 producer_id (0 = none), u64 seq,
+ *                      u32 n, n x blob message
+ *                 resp: u64 base_offset, u32 count, u8 duplicate
+ *   FETCH         req: str queue, u64 offset, u32 max_msgs, u32 max_bytes,
+ *                      u32 wait_ms (long poll when nothing to read)
+ *                 resp: u64 next_offset, u64 end_offset, u32 n,
+ *                       n x {u64 offset, u64 timestamp_ms, blob message}
+ *   GROUP_FETCH   req: str queue, str group, u32 max_msgs, u32 max_bytes,
+ *                      u32 wait_ms
+ *                 resp: as FETCH, starting at the group's committed offset
+ *   GROUP_COMMIT  req: str queue, str group, u64 next_offset
+ *                 resp: (empty)
+ *   STATUS        req: (empty)
+ *                 resp: u64 node_id, u8 role (repl_role numbering),
+ *                       u64 leader_id, str leader_client_address, u64 term,
+ *                       u64 commit_index, u64 last_applied, u8 writable,
+ *                       str transport, str durability,
+ *                       u32 n, n x {u64 id, str raft_address,
+ *                                   str client_address}
+ */
+#ifndef TERN_PROTO_H
+#define TERN_PROTO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <tern_common.h>
+
+#define PROTO_MAGIC 0x6E74
+#define TERN_PROTO_VERSION 1
+#define PROTO_HEADER_SIZE 24
+#define PROTO_DEFAULT_MAX_BODY (16u * 1024u * 1024u)
+#define PROTO_MAX_NAME 200
+
+enum proto_op {
+    PROTO_OP_QUEUE_CREATE = 1,
+    PROTO_OP_QUEUE_DELETE = 2,
+    PROTO_OP_QUEUE_LIST = 3,
+    PROTO_OP_PRODUCE = 4,
+    PROTO_OP_FETCH = 5,
+    PROTO_OP_GROUP_FETCH = 6,
+    PROTO_OP_GROUP_COMMIT = 7,
+    PROTO_OP_STATUS = 8,
+    PROTO_OP_ERROR = 0x7f,
+    PROTO_OP_RESPONSE = 0x80,
+};
+
+struct proto_header {
+    uint8_t version;
+    uint8_t op;
+    uint32_t body_len;
+    uint64_t request_id;
+    int32_t status;
+    uint32_t checksum;
+};
+
+/* Decode and check a header (magic, version, body_len <= max_body).
+ * TERN_EMALFORMED / TERN_EVERSION / TERN_ETOOBIG. */
+int proto_header_decode(const void *buf, uint32_t max_body,
+                        struct proto_header *h);
+/* Verify a frame's checksum given its raw header bytes and body.
+ * TERN_ECORRUPT on mismatch. */
+int proto_frame_verify(const void *header_bytes, const void *body,
+                       size_t body_len);
+
+/* Encoding: proto_frame_begin writes a header placeholder into w,
+ * body primitives follow, proto_frame_end fills body_len and checksum. */
+void proto_frame_begin(struct tern_wbuf *w, uint8_t op, uint64_t request_id,
+                       int32_t status);
+int proto_frame_end(struct tern_wbuf *w, size_t frame_start);
+void proto_put_str(struct tern_wbuf *w, const char *s, size_t len);
+void proto_put_blob(struct tern_wbuf *w, const void *p, uint32_t len);
+/* Borrowed string/blob out of a cursor (not NUL-terminated). */
+const char *proto_get_str(struct tern_cursor *c, uint16_t *len);
+const void *proto_get_blob(struct tern_cursor *c, uint32_t *len);
+
+/* Error frame: message and, for TERN_ENOTLEADER, the leader hint. */
+int proto_encode_error(struct tern_wbuf *w, uint8_t op, uint64_t request_id,
+                       int32_t status, const char *message,
+                       uint64_t leader_id, const char *leader_address);
+struct proto_error {
+    const char *message; /* borrowed, message_len bytes */
+    uint16_t message_len;
+    uint64_t leader_id;
+    const char *leader_address; /* borrowed, leader_address_len bytes */
+    uint16_t leader_address_len;
+};
+int proto_decode_error(const void *body, size_t len, int32_t status,
+                       struct proto_error *out);
+
+/* Decoded requests; all pointers borrow from the frame body. */
+struct proto_msg {
+    const void *data;
+    uint32_t len;
+};
+struct proto_request {
+    uint8_t op;
+    const char *queue;
+    uint16_t queue_len;
+    const char *group;
+    uint16_t group_len;
+    uint64_t producer_id;
+    uint64_t seq;
+    uint64_t offset; /* FETCH offset, GROUP_COMMIT next_offset */
+    uint32_t max_msgs;
+    uint32_t max_bytes;
+    uint32_t wait_ms;
+    uint32_t n_msgs; /* PRODUCE */
+    const uint8_t *msgs; /* PRODUCE: n_msgs blobs, iterate with
+                            proto_next_msg */
+    size_t msgs_len;
+};
+/* Decode a request body for op; TERN_EMALFORMED (trailing bytes included),
+ * TERN_EBADNAME for an invalid queue/group name, TERN_EINVAL for an unknown
+ * op. */
+int proto_decode_request(uint8_t op, const void *body, size_t len,
+                         struct proto_request *out);
+/* Iterate PRODUCE messages: returns 1 and fills m, or 0 at the end. */
+int proto_next_msg(const struct proto_request *r, size_t *pos,
+                   struct proto_msg *m);
+
+/* Request encoders (client side). Each writes one whole frame to w. */
+int proto_encode_queue_op(struct tern_wbuf *w, uint8_t op,
+                          uint64_t request_id, const char *queue);
+int proto_encode_produce(struct tern_wbuf *w, uint64_t request_id,
+                         const char *queue, uint64_t producer_id,
+                         uint64_t seq, const struct proto_msg *msgs,
+                         uint32_t n);
+int proto_encode_fetch(struct tern_wbuf *w, uint64_t request_id,
+                       const char *queue, uint64_t offset, uint32_t max_msgs,
+                       uint32_t max_bytes, uint32_t wait_ms);
+int proto_encode_group_fetch(struct tern_wbuf *w, uint64_t request_id,
+                             const char *queue, const char *group,
+                             uint32_t max_msgs, uint32_t max_bytes,
+                             uint32_t wait_ms);
+int proto_encode_group_commit(struct tern_wbuf *w, uint64_t request_id,
+                              const char *queue, const char *group,
+                              uint64_t next_offset);
+int proto_encode_simple(struct tern_wbuf *w, uint8_t op,
+                        uint64_t request_id); /* QUEUE_LIST, STATUS */
+
+/* Response bodies are built by the server directly with the tern_wbuf_*
+ * and proto_put_* primitives between proto_frame_begin/end, and parsed by
+ * the client with a tern_cursor and proto_get_*, following the layouts
+ * above. */
+
+#endif /* TERN_PROTO_H */

@@ -1,0 +1,31 @@
+/* The one checksum of every tern format: XXH32, seed "tern". */
+#define XXH_STATIC_LINKING_ONLY
+#include <xxhash.h>
+
+#include "tern_common.h"
+
+#define TERN__CHECKSUM_SEED 0x7465726eU
+
+_Static_assert(sizeof(struct tern_checksum_state) >= sizeof(XXH32_state_t),
+               "checksum state too small");
+
+uint32_t tern_checksum32(const void *buf, size_t len)
+{
+    return XXH32(buf, len, TERN__CHECKSUM_SEED);
+}
+
+void tern_checksum32_begin(struct tern_checksum_state *st)
+{
+    XXH32_reset((XXH32_state_t *)(void *)st, TERN__CHECKSUM_SEED);
+}
+
+void tern_checksum32_update(struct tern_checksum_state *st, const void *buf,
+                            size_t len)
+{
+    XXH32_update((XXH32_state_t *)(void *)st, buf, len);
+}
+
+uint32_t tern_checksum32_end(struct tern_checksum_state *st)
+{
+    return XXH32_digest((XXH32_state_t *)(void *)st);
+}

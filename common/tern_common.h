@@ -1,0 +1,203 @@
+/*
+ * common/: shared primitives of the tern server modules: error strings and
+ * errmsg helpers, checksums, little-endian encoders, allocator hooks and
+ * asserts. No logic lives here. Prefix tern_.
+ *
+ * Error convention (see docs/ARCHITECTURE.md): 0 or a negative code; -errno
+ * passes through; project codes are in <tern/errors.h>. Detail travels in a
+ * caller-provided char errmsg[TERN_ERRMSG_SIZE] buffer.
+ */
+#ifndef TERN_COMMON_H
+#define TERN_COMMON_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <tern/errors.h>
+
+#define TERN_ERRMSG_SIZE 256
+
+/* Static message for a tern code or -errno. Never NULL. */
+const char *tern_strerror(int code);
+/* Symbolic name ("TERN_EFULL", "ENOENT") for a code. Never NULL. */
+const char *tern_err_name(int code);
+
+/* printf into errmsg (may be NULL: then nothing happens). */
+void tern_errmsg_printf(char *errmsg, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* Prefix the existing message: "ctx: <old message>". */
+void tern_errmsg_wrapf(char *errmsg, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* Checksums (xxhash). tern_checksum32 is the one used in every tern
+ * on-disk and on-wire format: XXH32 with seed 0x7465726e ("tern"). */
+uint32_t tern_checksum32(const void *buf, size_t len);
+/* Incremental form: state starts at tern_checksum32_begin(). */
+struct tern_checksum_state {
+    uint64_t opaque[6];
+};
+void tern_checksum32_begin(struct tern_checksum_state *st);
+void tern_checksum32_update(struct tern_checksum_state *st, const void *buf,
+                            size_t len);
+uint32_t tern_checksum32_end(struct tern_checksum_state *st);
+
+/* Allocator hooks. Everything our modules allocate goes through these, so
+ * tests can inject failures. tern_alloc_fail_after(n): the n-th next
+ * allocation and all after it fail until tern_alloc_fail_after(-1). */
+void *tern_malloc(size_t n);
+void *tern_calloc(size_t n, size_t size);
+void *tern_realloc(void *p, size_t n);
+void tern_free(void *p);
+char *tern_strdup(const char *s);
+void tern_alloc_fail_after(long n);
+
+/* Little-endian load/store; unaligned access is fine. */
+static inline void tern_put_u16(void *p, uint16_t v)
+{
+    uint8_t *b = p;
+    b[0] = (uint8_t)v;
+    b[1] = (uint8_t)(v >> 8);
+}
+static inline void tern_put_u32(void *p, uint32_t v)
+{
+    uint8_t *b = p;
+    for (int i = 0; i < 4; i++) {
+        b[i] = (uint8_t)(v >> (8 * i));
+    }
+}
+static inline void tern_put_u64(void *p, uint64_t v)
+{
+    uint8_t *b = p;
+    for (int i = 0; i < 8; i++) {
+        b[i] = (uint8_t)(v >> (8 * i));
+    }
+}
+static inline uint16_t tern_get_u16(const void *p)
+{
+    const uint8_t *b = p;
+    return (uint16_t)(b[0] | (b[1] << 8));
+}
+static inline uint32_t tern_get_u32(const void *p)
+{
+    const uint8_t *b = p;
+    uint32_t v = 0;
+    for (int i = 3; i >= 0; i--) {
+        v = (v << 8) | b[i];
+    }
+    return v;
+}
+static inline uint64_t tern_get_u64(const void *p)
+{
+    const uint8_t *b = p;
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--) {
+        v = (v << 8) | b[i];
+    }
+    return v;
+}
+
+/* Bounded cursor for decoding untrusted bytes: every get checks the bound
+ * and sets ->err (sticky) instead of reading past the end. */
+struct tern_cursor {
+    const uint8_t *p;
+    const uint8_t *end;
+    int err; /* 0 or TERN_EMALFORMED */
+};
+static inline void tern_cursor_init(struct tern_cursor *c, const void *buf,
+                                    size_t len)
+{
+    c->p = buf;
+    c->end = c->p + len;
+    c->err = 0;
+}
+static inline int tern_cursor_need(struct tern_cursor *c, size_t n)
+{
+    if (c->err != 0 || (size_t)(c->end - c->p) < n) {
+        c->err = TERN_EMALFORMED;
+        return 0;
+    }
+    return 1;
+}
+static inline size_t tern_cursor_left(const struct tern_cursor *c)
+{
+    return (size_t)(c->end - c->p);
+}
+static inline uint8_t tern_cursor_u8(struct tern_cursor *c)
+{
+    return tern_cursor_need(c, 1) ? *c->p++ : 0;
+}
+static inline uint16_t tern_cursor_u16(struct tern_cursor *c)
+{
+    uint16_t v = 0;
+    if (tern_cursor_need(c, 2)) {
+        v = tern_get_u16(c->p);
+        c->p += 2;
+    }
+    return v;
+}
+static inline uint32_t tern_cursor_u32(struct tern_cursor *c)
+{
+    uint32_t v = 0;
+    if (tern_cursor_need(c, 4)) {
+        v = tern_get_u32(c->p);
+        c->p += 4;
+    }
+    return v;
+}
+static inline uint64_t tern_cursor_u64(struct tern_cursor *c)
+{
+    uint64_t v = 0;
+    if (tern_cursor_need(c, 8)) {
+        v = tern_get_u64(c->p);
+        c->p += 8;
+    }
+    return v;
+}
+/* Borrow n bytes from the cursor (NULL on error); valid as long as the
+ * underlying buffer. */
+static inline const uint8_t *tern_cursor_bytes(struct tern_cursor *c, size_t n)
+{
+    const uint8_t *p = NULL;
+    if (tern_cursor_need(c, n)) {
+        p = c->p;
+        c->p += n;
+    }
+    return p;
+}
+
+/* Growable output buffer for encoders. Owned by the caller; free with
+ * tern_wbuf_free. On allocation failure ->err becomes -ENOMEM (sticky). */
+struct tern_wbuf {
+    uint8_t *base;
+    size_t len;
+    size_t cap;
+    int err;
+};
+void tern_wbuf_init(struct tern_wbuf *w);
+void tern_wbuf_free(struct tern_wbuf *w);
+/* Ensure room for n more bytes; returns a pointer to write at or NULL. */
+uint8_t *tern_wbuf_reserve(struct tern_wbuf *w, size_t n);
+void tern_wbuf_put(struct tern_wbuf *w, const void *p, size_t n);
+void tern_wbuf_u8(struct tern_wbuf *w, uint8_t v);
+void tern_wbuf_u16(struct tern_wbuf *w, uint16_t v);
+void tern_wbuf_u32(struct tern_wbuf *w, uint32_t v);
+void tern_wbuf_u64(struct tern_wbuf *w, uint64_t v);
+
+/* Asserts. TERN_ASSERT is debug-only; TERN_INVARIANT is always on and is
+ * reserved for durability-critical invariants (prints, then aborts). */
+void tern_invariant_failed(const char *expr, const char *file, int line);
+#define TERN_INVARIANT(x)                                                    \
+    ((x) ? (void)0 : tern_invariant_failed(#x, __FILE__, __LINE__))
+#ifdef NDEBUG
+#define TERN_ASSERT(x) ((void)0)
+#else
+#define TERN_ASSERT(x) TERN_INVARIANT(x)
+#endif
+
+#define TERN_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define TERN_MAX(a, b) ((a) > (b) ? (a) : (b))
+#define TERN_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+
+#endif /* TERN_COMMON_H */

@@ -1,0 +1,115 @@
+/*
+ * rdma/: tern's message transports between cluster nodes (prefix xport_).
+ *
+ * A transport moves opaque, self-contained messages (byte strings) between
+ * node ids. It knows nothing about Raft: raft/ encodes Raft messages with its
+ * own codec and hands the bytes here. Backends:
+ *   - tcp:  libuv TCP streams, one outbound connection per peer (rdma/tcp.c);
+ *   - mem:  in-process, manually stepped network for deterministic tests
+ *           (rdma/mem.c): delivery, drops, partitions and send completions
+ *           happen only when the test says so;
+ *   - shm, verbs: later (one-sided ring protocol, issue 3).
+ *
+ * Contract (every backend):
+ *   - xport_send() copies/encodes the message synchronously: the caller's
+ *     iov buffers are borrowed only for the duration of the call.
+ *   - If xport_send() returns non-zero, cb is never called. If it returns 0,
+ *     cb fires exactly once, later (never from inside xport_send), with 0
+ *     ("handed off": not a delivery guarantee) or a negative code
+ *     (TERN_ENOCONN, TERN_EBUSY when the per-peer queue is full,
+ *     TERN_ECANCELED at close).
+ *   - Messages from one sender to one receiver arrive in order or not at all
+ *     (a reconnect may drop messages; callers must tolerate loss).
+ *   - Per-peer queued bytes are bounded; the bound is the backend's option.
+ *   - All callbacks run on the loop thread that owns the transport.
+ */
+#ifndef TERN_XPORT_H
+#define TERN_XPORT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <uv.h>
+
+struct xport;
+struct xport_send;
+
+typedef void (*xport_send_cb)(struct xport_send *req, int status);
+/* msg is borrowed: valid only during the call. */
+typedef void (*xport_recv_cb)(void *arg, uint64_t from_id, const void *msg,
+                              size_t len);
+typedef void (*xport_close_cb)(void *arg);
+
+/* Caller-allocated send request; must stay valid until cb fires. */
+struct xport_send {
+    void *data;       /* free for the caller */
+    xport_send_cb cb; /* set by xport_send */
+    void *priv[4];    /* backend's private use */
+};
+
+struct xport_iov {
+    const void *base;
+    size_t len;
+};
+
+struct xport_tcp_options {
+    size_t max_message;         /* largest message accepted; 0 = 256 MiB */
+    size_t max_queued_bytes;    /* per peer; 0 = 64 MiB */
+    unsigned connect_retry_ms;  /* reconnect back-off; 0 = 100 */
+};
+
+/* Create a TCP transport listening on bind_address ("host:port").
+ * *out is owned by the caller, released by xport_close. */
+int xport_tcp_new(uv_loop_t *loop, uint64_t self_id, const char *bind_address,
+                  const struct xport_tcp_options *opts, struct xport **out,
+                  char *errmsg);
+
+/* Start delivering received messages to cb. */
+int xport_start(struct xport *x, xport_recv_cb cb, void *arg);
+
+/* Send the concatenation of iov[0..n) to peer_id at peer_address (the
+ * peer's listen address, as configured). See the contract above. */
+int xport_send(struct xport *x, struct xport_send *req, uint64_t peer_id,
+               const char *peer_address, const struct xport_iov *iov,
+               unsigned n, xport_send_cb cb);
+
+/* Largest message this transport carries in one xport_send. */
+size_t xport_max_message(const struct xport *x);
+
+/* Backend name: "tcp", "mem", "shm", "verbs". Static string. */
+const char *xport_name(const struct xport *x);
+
+/* Stop listening, cancel queued sends (their cb gets TERN_ECANCELED), then
+ * call cb(arg) once everything is closed; x is already freed when
+ * cb runs. */
+void xport_close(struct xport *x, xport_close_cb cb, void *arg);
+
+/*
+ * mem backend: a deterministic in-process network for tests. Nothing
+ * happens unless the test calls the stepping functions below; no loop is
+ * needed. Send callbacks are deferred until xport_mem_net_complete().
+ */
+struct xport_mem_net;
+int xport_mem_net_new(struct xport_mem_net **out);
+/* All transports of the net must have been closed first. */
+void xport_mem_net_free(struct xport_mem_net *net);
+int xport_mem_new(struct xport_mem_net *net, uint64_t self_id,
+                  struct xport **out);
+/* Link from->to up (1) or down (0). Sends on a down link complete with
+ * TERN_ENOCONN; messages already queued on it are dropped. */
+void xport_mem_net_set_link(struct xport_mem_net *net, uint64_t from,
+                            uint64_t to, int up);
+/* Number of messages queued from->to (0 = any id for from or to). */
+size_t xport_mem_net_pending(struct xport_mem_net *net, uint64_t from,
+                             uint64_t to);
+/* Deliver up to n queued messages from->to in order (0 = any id). Returns
+ * how many were delivered. Receivers' recv callbacks run inside. */
+size_t xport_mem_net_deliver(struct xport_mem_net *net, uint64_t from,
+                             uint64_t to, size_t n);
+/* Drop up to n queued messages from->to. Returns how many were dropped. */
+size_t xport_mem_net_drop(struct xport_mem_net *net, uint64_t from,
+                          uint64_t to, size_t n);
+/* Fire every deferred send callback. Returns how many fired. */
+size_t xport_mem_net_complete(struct xport_mem_net *net);
+
+#endif /* TERN_XPORT_H */
