@@ -1,0 +1,882 @@
+/*
+ * TCP backend of the transport interface (xport_tcp_new): libuv TCP streams
+ * on IPv4. Each node listens on its bind address; to send to a peer it opens
+ * ONE outbound connection (lazily, on the first send) and uses it only for
+ * sending; accepted (inbound) connections are used only for receiving.
+ *
+ * Wire format, version 1 (encoded/decoded in rdma/tcp_frame.c, be careful
+ * when adapting: nodes of different builds talk to each other). All
+ * integers little-endian. A connection carries a sequence of frames:
+ *
+ *   offset size field
+ *        0    2 magic     0x5854 (bytes 'T' 'X')
+ *        2    1 version   1
+ *        3    1 type      1 = HELLO, 2 = MSG
+ *        4    4 length    payload bytes (MSG: <= receiver's max_message;
+ *                         HELLO: exactly 16)
+ *        8    8 seq       position of the frame on this connection:
+ *                         HELLO is 0, then 1, 2, 3, ... with no gaps
+ *       16    4 checksum  tern_checksum32 (XXH32, seed "tern") over bytes
+ *                         0..15 of the header followed by the payload
+ *       20    - payload
+ *
+ *   HELLO payload: u64 sender node id, u64 receiver node id (the id the
+ *   sender believes it is connecting to).
+ *
+ * Protocol. The connecting side writes HELLO, then one MSG frame per
+ * xport_send, in order. The accepting side never writes. The receiver
+ * checks, frame by frame: magic, version, type, length (before buffering
+ * the payload, so an oversized length costs nothing), seq, checksum; the
+ * first frame must be a HELLO naming this node as receiver, every later one
+ * a MSG. Any violation closes that connection (transports do not log); the
+ * sender notices EOF, fails its in-flight sends with TERN_ENOCONN and
+ * reconnects on its next send. A new HELLO from a sender closes any older
+ * inbound connection from the same sender id, so frames from one sender are
+ * delivered from one connection at a time (in order, or lost).
+ *
+ * Send path, happy case: xport_send encodes header + payload into one owned
+ * buffer (the only copy), hands it to uv_write (libuv queues writes made
+ * while the connection is still being established), and the caller's cb
+ * fires from the write callback with 0.
+ * Failure modes:
+ *   - connect fails, or has not succeeded within TCP__CONNECT_TIMEOUT_MS:
+ *     libuv cancels the queued writes when we close the handle; each cb
+ *     gets TERN_ENOCONN; the peer enters a back-off of connect_retry_ms
+ *     during which sends complete with TERN_ENOCONN without touching the
+ *     network; the next send after it reconnects (lazily: nothing
+ *     reconnects without a send);
+ *   - an established connection breaks (EOF, reset, write error): same, but
+ *     the next send reconnects at once;
+ *   - per-peer bytes handed to libuv and not yet completed would exceed
+ *     max_queued_bytes: the send completes with TERN_EBUSY (a single message
+ *     is always accepted when nothing is queued);
+ *   - the peer's address changed: the old connection is closed (its sends
+ *     fail with TERN_ENOCONN) and the new address is used;
+ *   - a peer host dies silently: TCP_USER_TIMEOUT and keepalive (see the
+ *     constants below) reset the connection; then as above;
+ *   - xport_close: in-flight sends complete with TERN_ECANCELED (sends
+ *     whose outcome was already decided, e.g. TERN_EBUSY, keep it), then
+ *     the close callback runs once every handle is closed.
+ * Completions decided inside xport_send (EBUSY, ENOCONN during back-off)
+ * are queued on a list drained by a uv_idle handle, so no callback ever
+ * runs inside xport_send.
+ *
+ * SIGPIPE: libuv writes with write(2)/writev(2), not send(MSG_NOSIGNAL), and
+ * does not ignore SIGPIPE; the process (ternd, tests) must ignore it.
+ */
+#include "tcp_frame.h"
+#include "xport_int.h"
+
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <tern_common.h>
+
+#define TCP__DEFAULT_MAX_MESSAGE ((size_t)256 << 20)
+#define TCP__DEFAULT_MAX_QUEUED  ((size_t)64 << 20)
+#define TCP__DEFAULT_RETRY_MS    100u
+#define TCP__BACKLOG             128
+#define TCP__RBUF_CHUNK          ((size_t)64 << 10)
+#define TCP__RBUF_MIN_FREE       ((size_t)4 << 10)
+#define TCP__RBUF_KEEP           ((size_t)256 << 10)
+#define TCP__ADDR_MAX            64
+/* Dead-peer detection: an outbound connect gives up after
+ * TCP__CONNECT_TIMEOUT_MS (checked every TCP__SWEEP_MS); on established
+ * connections, unacknowledged data older than TCP__USER_TIMEOUT_MS
+ * (TCP_USER_TIMEOUT) or failed keepalive probes after TCP__KEEPALIVE_S of
+ * silence reset the connection. */
+#define TCP__CONNECT_TIMEOUT_MS 2000u
+#define TCP__SWEEP_MS           250u
+#define TCP__USER_TIMEOUT_MS    10000u
+#define TCP__KEEPALIVE_S        5u
+
+#define TCP__CONTAINER(ptr, type, member)                                      \
+    ((type *)(void *)((char *)(ptr)-offsetof(type, member)))
+
+enum conn_state {
+    CONN_CONNECTING, /* outbound, connect in progress */
+    CONN_UP,         /* reading (inbound) or writable (outbound) */
+    CONN_CLOSING,    /* uv_close called; freed in its close callback */
+};
+
+struct tcp_xport;
+struct peer;
+
+/* One TCP stream. Outbound: owned by its peer (peer->conn) until closing.
+ * Inbound: linked in tcp_xport.inbound. Freed in on_conn_closed. */
+struct conn
+{
+    uv_tcp_t tcp;
+    uv_connect_t connect_req;
+    uv_write_t hello_req;
+    uint8_t hello[XPORT_TCP_FRAME_HDR + XPORT_TCP_HELLO_LEN];
+    struct tcp_xport *x;
+    struct peer *peer;        /* outbound: the peer; inbound: NULL */
+    struct conn *prev, *next; /* inbound list */
+    enum conn_state state;
+    uint8_t *rbuf; /* receive buffer, rlen bytes used of rcap */
+    size_t rlen, rcap;
+    size_t rneed;           /* size of the frame being assembled, once known */
+    uint64_t seq;           /* outbound: next seq to send; inbound: expected */
+    uint64_t connect_start; /* outbound: uv_now() when connect began */
+    int hello_seen;         /* inbound: HELLO received */
+    uint64_t from_id;       /* inbound: sender id from HELLO */
+};
+
+/* A destination node. Lives until the transport is freed. */
+struct peer
+{
+    struct peer *next;
+    struct tcp_xport *x;
+    uint64_t id;
+    char address[TCP__ADDR_MAX];
+    struct sockaddr_in addr;
+    struct conn *conn;    /* outbound connection or NULL */
+    size_t queued_bytes;  /* frames handed to libuv, write cb not yet run */
+    uint64_t retry_after; /* uv_now() before which no connect is tried */
+};
+
+/* One message in flight: the owned copy of the frame and its write req. */
+struct out_msg
+{
+    uv_write_t wr;
+    struct xport_send *req;
+    struct peer *peer;
+    struct conn *conn;
+    size_t size;
+    uint8_t frame[];
+};
+
+struct tcp_xport
+{
+    struct xport base; /* first member: the interface's handle */
+    uv_loop_t *loop;
+    size_t max_message;
+    size_t max_queued;
+    unsigned retry_ms;
+    uv_tcp_t listener;
+    uv_idle_t idle;   /* drains the deferred-completion list */
+    uv_timer_t sweep; /* connect timeouts; runs while a connect is pending */
+    struct peer *peers;
+    struct conn *inbound; /* head of the inbound list */
+    struct xport_send *done_head, *done_tail;
+    unsigned handles; /* open handles besides idle: listener, sweep, conns */
+    int started;
+    int closing;
+    int idle_closing;
+};
+
+/* Parse "a.b.c.d:port" into *sa. Returns 0 or TERN_EINVAL. */
+static int parse_address(const char *address, struct sockaddr_in *sa)
+{
+    char host[TCP__ADDR_MAX];
+    const char *colon;
+    char *end;
+    unsigned long port;
+    size_t hlen;
+
+    if (address == NULL || strlen(address) >= TCP__ADDR_MAX) {
+        return TERN_EINVAL;
+    }
+    colon = strrchr(address, ':');
+    if (colon == NULL || colon == address || colon[1] < '0' || colon[1] > '9') {
+        return TERN_EINVAL;
+    }
+    hlen = (size_t)(colon - address);
+    memcpy(host, address, hlen);
+    host[hlen] = '\0';
+    errno = 0;
+    port = strtoul(colon + 1, &end, 10);
+    if (errno != 0 || *end != '\0' || port > 65535) {
+        return TERN_EINVAL;
+    }
+    if (uv_ip4_addr(host, (int)port, sa) != 0) {
+        return TERN_EINVAL;
+    }
+    return 0;
+}
+
+/* ---- deferred completions ---------------------------------------------- */
+
+static void maybe_finish(struct tcp_xport *x);
+
+static void on_idle(uv_idle_t *h)
+{
+    struct tcp_xport *x = h->data;
+    struct xport_send *list = x->done_head;
+
+    x->done_head = NULL;
+    x->done_tail = NULL;
+    while (list != NULL) {
+        struct xport_send *req = list;
+        int status = (int)(intptr_t)req->priv[1];
+        list = req->priv[0];
+        req->cb(req, status);
+    }
+    if (x->done_head == NULL) {
+        uv_idle_stop(&x->idle);
+        maybe_finish(x);
+    }
+}
+
+/* Complete req with status on a later loop iteration. */
+static void defer_completion(struct tcp_xport *x,
+                             struct xport_send *req,
+                             int status)
+{
+    req->priv[0] = NULL;
+    req->priv[1] = (void *)(intptr_t)status;
+    if (x->done_tail != NULL) {
+        x->done_tail->priv[0] = req;
+    } else {
+        x->done_head = req;
+    }
+    x->done_tail = req;
+    uv_idle_start(&x->idle, on_idle);
+}
+
+/* ---- connections ------------------------------------------------------- */
+
+static void tcp_free(struct xport *base)
+{
+    struct tcp_xport *x = (struct tcp_xport *)base;
+    while (x->peers != NULL) {
+        struct peer *p = x->peers;
+        x->peers = p->next;
+        tern_free(p);
+    }
+    tern_free(x);
+}
+
+static void on_idle_closed(uv_handle_t *h)
+{
+    struct tcp_xport *x = h->data;
+    xport__closed(&x->base, tcp_free);
+}
+
+/* Once closing and nothing is left open or pending, close the idle handle;
+ * its close callback frees the transport. */
+static void maybe_finish(struct tcp_xport *x)
+{
+    if (!x->closing || x->idle_closing || x->handles > 0 ||
+        x->done_head != NULL) {
+        return;
+    }
+    x->idle_closing = 1;
+    uv_close((uv_handle_t *)&x->idle, on_idle_closed);
+}
+
+static void on_handle_closed(uv_handle_t *h)
+{
+    struct tcp_xport *x = h->data;
+    x->handles--;
+    maybe_finish(x);
+}
+
+static void on_conn_closed(uv_handle_t *h)
+{
+    struct conn *c = h->data;
+    struct tcp_xport *x = c->x;
+
+    if (c->peer == NULL) {
+        if (c->prev != NULL) {
+            c->prev->next = c->next;
+        } else {
+            x->inbound = c->next;
+        }
+        if (c->next != NULL) {
+            c->next->prev = c->prev;
+        }
+    }
+    tern_free(c->rbuf);
+    tern_free(c);
+    x->handles--;
+    maybe_finish(x);
+}
+
+/* Close a connection (idempotent). Writes still queued on it complete with
+ * an error through on_write before on_conn_closed runs. */
+static void conn_close(struct conn *c)
+{
+    if (c->state == CONN_CLOSING) {
+        return;
+    }
+    c->state = CONN_CLOSING;
+    if (c->peer != NULL && c->peer->conn == c) {
+        c->peer->conn = NULL;
+    }
+    uv_close((uv_handle_t *)&c->tcp, on_conn_closed);
+}
+
+/* Allocate and init a conn and its handle. Returns NULL on ENOMEM. */
+static struct conn *conn_new(struct tcp_xport *x, struct peer *p)
+{
+    struct conn *c = tern_calloc(1, sizeof *c);
+    if (c == NULL) {
+        return NULL;
+    }
+    c->x = x;
+    c->peer = p;
+    c->rneed = XPORT_TCP_FRAME_HDR;
+    /* No socket is created yet (AF_UNSPEC), and a failed init leaves no
+     * trace in the loop, so the plain free is safe. */
+    if (uv_tcp_init(x->loop, &c->tcp) != 0) {
+        tern_free(c);
+        return NULL;
+    }
+    c->tcp.data = c;
+    x->handles++;
+    return c;
+}
+
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+    struct conn *c = h->data;
+
+    (void)suggested;
+    if (c->rcap - c->rlen < TCP__RBUF_MIN_FREE || c->rcap < c->rneed) {
+        /* rlen < rneed <= XPORT_TCP_FRAME_HDR + max_message here, so the
+         * buffer never exceeds one maximal frame plus one chunk. */
+        size_t cap = TERN_MAX(c->rlen + TCP__RBUF_CHUNK, c->rneed);
+        uint8_t *p = tern_realloc(c->rbuf, cap);
+        if (p == NULL) {
+            buf->base = NULL;
+            buf->len = 0; /* libuv reports UV_ENOBUFS: we close */
+            return;
+        }
+        c->rbuf = p;
+        c->rcap = cap;
+    }
+    buf->base = (char *)c->rbuf + c->rlen;
+    buf->len = c->rcap - c->rlen;
+}
+
+/* A HELLO from sender supersedes its older inbound connections. */
+static void close_older_inbound(struct tcp_xport *x, struct conn *keep)
+{
+    for (struct conn *c = x->inbound; c != NULL; c = c->next) {
+        if (c != keep && c->hello_seen && c->from_id == keep->from_id) {
+            conn_close(c);
+        }
+    }
+}
+
+/* Handle one validated frame on an inbound connection. Returns 0, or -1 if
+ * the frame breaks the protocol. */
+static int inbound_frame(struct conn *c, const struct xport_tcp_frame *f)
+{
+    struct tcp_xport *x = c->x;
+    uint64_t sender, receiver;
+
+    if (f->seq != c->seq) {
+        return -1;
+    }
+    c->seq++;
+    if (!c->hello_seen) {
+        if (f->type != XPORT_TCP_FRAME_HELLO) {
+            return -1;
+        }
+        xport_tcp_hello_decode(f->payload, &sender, &receiver);
+        if (receiver != x->base.self_id) {
+            return -1;
+        }
+        c->hello_seen = 1;
+        c->from_id = sender;
+        close_older_inbound(x, c);
+        return 0;
+    }
+    if (f->type != XPORT_TCP_FRAME_MSG) {
+        return -1;
+    }
+    if (x->base.recv_cb != NULL) {
+        x->base.recv_cb(x->base.recv_arg, c->from_id, f->payload, f->len);
+    }
+    return 0;
+}
+
+static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
+{
+    struct conn *c = s->data;
+    size_t off = 0;
+
+    (void)buf;
+    if (c->state == CONN_CLOSING || nread == 0) {
+        return;
+    }
+    if (nread < 0 || c->peer != NULL) {
+        /* EOF, reset, ENOBUFS; or bytes on an outbound connection, where
+         * the peer must never write. */
+        conn_close(c);
+        return;
+    }
+    c->rlen += (size_t)nread;
+    /* The recv callback may close the transport: re-check the state. */
+    while (c->state != CONN_CLOSING) {
+        struct xport_tcp_frame f;
+        int rc = xport_tcp_frame_decode(c->rbuf + off, c->rlen - off,
+                                        c->x->max_message, &f);
+        if (rc < 0) {
+            conn_close(c);
+            return;
+        }
+        if (rc == 0) {
+            c->rneed = f.size;
+            break;
+        }
+        if (inbound_frame(c, &f) != 0) {
+            conn_close(c);
+            return;
+        }
+        off += f.size;
+    }
+    if (c->state == CONN_CLOSING) {
+        return;
+    }
+    if (off > 0) {
+        memmove(c->rbuf, c->rbuf + off, c->rlen - off);
+        c->rlen -= off;
+    }
+    if (c->rlen == 0 && c->rcap > TCP__RBUF_KEEP) {
+        tern_free(c->rbuf);
+        c->rbuf = NULL;
+        c->rcap = 0;
+    }
+}
+
+/* Socket options of every connected stream: no Nagle delay (latency),
+ * keepalive and a user timeout (dead peers). */
+static int conn_tune(struct conn *c)
+{
+    unsigned timeout = TCP__USER_TIMEOUT_MS;
+    uv_os_fd_t fd;
+    int rc;
+
+    rc = uv_tcp_nodelay(&c->tcp, 1);
+    if (rc == 0) {
+        rc = uv_tcp_keepalive(&c->tcp, 1, TCP__KEEPALIVE_S);
+    }
+    if (rc == 0) {
+        rc = uv_fileno((uv_handle_t *)&c->tcp, &fd);
+    }
+    if (rc == 0 && setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &timeout,
+                              sizeof timeout) != 0) {
+        rc = -errno;
+    }
+    return rc;
+}
+
+static void on_connection(uv_stream_t *server, int status)
+{
+    struct tcp_xport *x = server->data;
+    struct conn *c;
+
+    if (status < 0 || x->closing) {
+        return;
+    }
+    c = conn_new(x, NULL);
+    if (c == NULL) {
+        /* Out of memory: drop this connection. libuv has already accepted
+         * its fd and stops watching the listener while it is not taken
+         * (uv/unix.h accepted_fd), so close it here to keep accepting. */
+        if (server->accepted_fd >= 0) {
+            close(server->accepted_fd);
+            server->accepted_fd = -1;
+        }
+        return;
+    }
+    c->state = CONN_UP;
+    c->next = x->inbound;
+    if (x->inbound != NULL) {
+        x->inbound->prev = c;
+    }
+    x->inbound = c;
+    if (uv_accept(server, (uv_stream_t *)&c->tcp) != 0 || conn_tune(c) != 0 ||
+        uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) != 0) {
+        conn_close(c);
+    }
+}
+
+/* ---- send path --------------------------------------------------------- */
+
+static void on_write(uv_write_t *wr, int status)
+{
+    struct out_msg *m = TCP__CONTAINER(wr, struct out_msg, wr);
+    struct xport_send *req = m->req;
+    struct conn *c = m->conn; /* valid: close callbacks run after writes' */
+    struct tcp_xport *x = c->x;
+
+    m->peer->queued_bytes -= m->size;
+    tern_free(m);
+    if (status < 0) {
+        conn_close(c);
+        status = x->closing ? TERN_ECANCELED : TERN_ENOCONN;
+    }
+    req->cb(req, status);
+}
+
+static void on_hello_written(uv_write_t *wr, int status)
+{
+    struct conn *c = TCP__CONTAINER(wr, struct conn, hello_req);
+    if (status < 0) {
+        conn_close(c);
+    }
+}
+
+static void on_connect(uv_connect_t *req, int status)
+{
+    struct conn *c = req->data;
+    struct peer *p = c->peer;
+
+    if (c->state == CONN_CLOSING) {
+        return; /* canceled by conn_close */
+    }
+    if (status < 0) {
+        p->retry_after = uv_now(c->x->loop) + c->x->retry_ms;
+        conn_close(c);
+        return;
+    }
+    c->state = CONN_UP;
+    /* Read only to notice EOF/reset promptly; see on_read. */
+    if (conn_tune(c) != 0 ||
+        uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) != 0) {
+        conn_close(c);
+    }
+}
+
+/* Close outbound connections stuck connecting (peer host down, SYNs
+ * unanswered); their queued sends complete with TERN_ENOCONN. */
+static void on_sweep(uv_timer_t *t)
+{
+    struct tcp_xport *x = t->data;
+    uint64_t now = uv_now(x->loop);
+    int pending = 0;
+
+    for (struct peer *p = x->peers; p != NULL; p = p->next) {
+        struct conn *c = p->conn;
+        if (c == NULL || c->state != CONN_CONNECTING) {
+            continue;
+        }
+        if (now - c->connect_start >= TCP__CONNECT_TIMEOUT_MS) {
+            p->retry_after = now + x->retry_ms;
+            conn_close(c);
+        } else {
+            pending = 1;
+        }
+    }
+    if (!pending) {
+        uv_timer_stop(&x->sweep);
+    }
+}
+
+/* Start an outbound connection to p and queue its HELLO. */
+static int peer_connect(struct peer *p)
+{
+    struct tcp_xport *x = p->x;
+    struct conn *c = conn_new(x, p);
+    uint8_t hello[XPORT_TCP_HELLO_LEN];
+    struct xport_iov iov = {hello, sizeof hello};
+    uv_buf_t b;
+    int rc;
+
+    if (c == NULL) {
+        return -ENOMEM;
+    }
+    c->state = CONN_CONNECTING;
+    c->connect_req.data = c;
+    c->connect_start = uv_now(x->loop);
+    /* Setting the flag before the socket exists applies it at creation. */
+    (void)uv_tcp_nodelay(&c->tcp, 1);
+    rc = uv_tcp_connect(&c->connect_req, &c->tcp,
+                        (const struct sockaddr *)&p->addr, on_connect);
+    if (rc != 0) {
+        conn_close(c);
+        return rc;
+    }
+    xport_tcp_hello_encode(hello, x->base.self_id, p->id);
+    xport_tcp_frame_encode(c->hello, XPORT_TCP_FRAME_HELLO, 0, &iov, 1,
+                           sizeof hello);
+    c->seq = 1;
+    b.base = (char *)c->hello;
+    b.len = sizeof c->hello;
+    rc = uv_write(&c->hello_req, (uv_stream_t *)&c->tcp, &b, 1,
+                  on_hello_written);
+    if (rc != 0) {
+        conn_close(c);
+        return rc;
+    }
+    p->conn = c;
+    if (!uv_is_active((uv_handle_t *)&x->sweep)) {
+        uv_timer_start(&x->sweep, on_sweep, TCP__SWEEP_MS, TCP__SWEEP_MS);
+    }
+    return 0;
+}
+
+/* Find or create the peer for id; follow an address change. */
+static int peer_get(struct tcp_xport *x,
+                    uint64_t id,
+                    const char *address,
+                    struct peer **out)
+{
+    struct sockaddr_in sa;
+    struct peer *p;
+    int rc;
+
+    for (p = x->peers; p != NULL; p = p->next) {
+        if (p->id == id) {
+            break;
+        }
+    }
+    if (p != NULL && strcmp(p->address, address) == 0) {
+        *out = p;
+        return 0;
+    }
+    rc = parse_address(address, &sa);
+    if (rc != 0) {
+        return rc;
+    }
+    if (p == NULL) {
+        p = tern_calloc(1, sizeof *p);
+        if (p == NULL) {
+            return -ENOMEM;
+        }
+        p->x = x;
+        p->id = id;
+        p->next = x->peers;
+        x->peers = p;
+    } else if (p->conn != NULL) {
+        conn_close(p->conn);
+    }
+    /* Length checked by parse_address. */
+    memcpy(p->address, address, strlen(address) + 1);
+    p->addr = sa;
+    p->retry_after = 0;
+    *out = p;
+    return 0;
+}
+
+static int tcp_send(struct xport *base,
+                    struct xport_send *req,
+                    uint64_t peer_id,
+                    const char *peer_address,
+                    const struct xport_iov *iov,
+                    unsigned n)
+{
+    struct tcp_xport *x = (struct tcp_xport *)base;
+    struct peer *p;
+    struct out_msg *m;
+    size_t total = 0;
+    uv_buf_t b;
+    int rc;
+
+    if (x->closing) {
+        return TERN_ESHUTDOWN;
+    }
+    if (peer_address == NULL || (n > 0 && iov == NULL)) {
+        return TERN_EINVAL;
+    }
+    for (unsigned i = 0; i < n; i++) {
+        total += iov[i].len;
+    }
+    rc = peer_get(x, peer_id, peer_address, &p);
+    if (rc != 0) {
+        return rc;
+    }
+    if (p->queued_bytes > 0 &&
+        p->queued_bytes + XPORT_TCP_FRAME_HDR + total > x->max_queued) {
+        defer_completion(x, req, TERN_EBUSY);
+        return 0;
+    }
+    if (p->conn == NULL && uv_now(x->loop) < p->retry_after) {
+        defer_completion(x, req, TERN_ENOCONN);
+        return 0;
+    }
+    m = tern_malloc(sizeof *m + XPORT_TCP_FRAME_HDR + total);
+    if (m == NULL) {
+        return -ENOMEM;
+    }
+    if (p->conn == NULL && peer_connect(p) != 0) {
+        tern_free(m);
+        p->retry_after = uv_now(x->loop) + x->retry_ms;
+        defer_completion(x, req, TERN_ENOCONN);
+        return 0;
+    }
+    m->req = req;
+    m->peer = p;
+    m->conn = p->conn;
+    m->size = XPORT_TCP_FRAME_HDR + total;
+    xport_tcp_frame_encode(m->frame, XPORT_TCP_FRAME_MSG, p->conn->seq++, iov,
+                           n, total);
+    b.base = (char *)m->frame;
+    b.len = m->size;
+    rc = uv_write(&m->wr, (uv_stream_t *)&p->conn->tcp, &b, 1, on_write);
+    if (rc != 0) {
+        tern_free(m);
+        conn_close(p->conn);
+        defer_completion(x, req, TERN_ENOCONN);
+        return 0;
+    }
+    p->queued_bytes += m->size;
+    return 0;
+}
+
+/* ---- lifecycle --------------------------------------------------------- */
+
+static int tcp_start(struct xport *base)
+{
+    struct tcp_xport *x = (struct tcp_xport *)base;
+    int rc;
+
+    if (x->closing) {
+        return TERN_ESHUTDOWN;
+    }
+    if (x->started) {
+        return 0;
+    }
+    rc = uv_listen((uv_stream_t *)&x->listener, TCP__BACKLOG, on_connection);
+    if (rc != 0) {
+        return rc;
+    }
+    x->started = 1;
+    return 0;
+}
+
+static size_t tcp_max_message(const struct xport *base)
+{
+    return ((const struct tcp_xport *)base)->max_message;
+}
+
+static void tcp_close(struct xport *base)
+{
+    struct tcp_xport *x = (struct tcp_xport *)base;
+
+    if (x->closing) {
+        return;
+    }
+    x->closing = 1;
+    uv_close((uv_handle_t *)&x->listener, on_handle_closed);
+    uv_close((uv_handle_t *)&x->sweep, on_handle_closed);
+    for (struct peer *p = x->peers; p != NULL; p = p->next) {
+        if (p->conn != NULL) {
+            conn_close(p->conn);
+        }
+    }
+    for (struct conn *c = x->inbound; c != NULL; c = c->next) {
+        conn_close(c);
+    }
+    maybe_finish(x);
+}
+
+static const struct xport_ops tcp_ops = {
+    .name = "tcp",
+    .start = tcp_start,
+    .send = tcp_send,
+    .max_message = tcp_max_message,
+    .close = tcp_close,
+};
+
+/* Create the listening socket with plain syscalls, so every failure before
+ * a uv handle exists unwinds synchronously. Returns an fd or -errno. */
+static int listen_socket(const struct sockaddr_in *sa)
+{
+    int one = 1;
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    int rc;
+
+    if (fd < 0) {
+        return -errno;
+    }
+    if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
+        bind(fd, (const struct sockaddr *)sa, sizeof *sa) != 0 ||
+        listen(fd, TCP__BACKLOG) != 0) {
+        rc = -errno;
+        close(fd);
+        return rc;
+    }
+    return fd;
+}
+
+int xport_tcp_new(uv_loop_t *loop,
+                  uint64_t self_id,
+                  const char *bind_address,
+                  const struct xport_tcp_options *opts,
+                  struct xport **out,
+                  char *errmsg)
+{
+    struct sockaddr_in sa;
+    struct tcp_xport *x;
+    size_t max_message = TCP__DEFAULT_MAX_MESSAGE;
+    size_t max_queued = TCP__DEFAULT_MAX_QUEUED;
+    unsigned retry_ms = TCP__DEFAULT_RETRY_MS;
+    int fd;
+    int rc;
+
+    if (opts != NULL) {
+        max_message = opts->max_message ? opts->max_message : max_message;
+        max_queued =
+            opts->max_queued_bytes ? opts->max_queued_bytes : max_queued;
+        retry_ms = opts->connect_retry_ms ? opts->connect_retry_ms : retry_ms;
+    }
+    if (max_message > UINT32_MAX - XPORT_TCP_FRAME_HDR) {
+        tern_errmsg_printf(errmsg, "tcp: max_message %zu exceeds %u",
+                           max_message,
+                           (unsigned)(UINT32_MAX - XPORT_TCP_FRAME_HDR));
+        return TERN_EINVAL;
+    }
+    if (loop == NULL || out == NULL || parse_address(bind_address, &sa) != 0) {
+        tern_errmsg_printf(errmsg, "tcp: bad bind address '%s'",
+                           bind_address ? bind_address : "(null)");
+        return TERN_EINVAL;
+    }
+    fd = listen_socket(&sa);
+    if (fd < 0) {
+        rc = fd;
+        tern_errmsg_printf(errmsg, "tcp: listen on %s: %s", bind_address,
+                           tern_strerror(rc));
+        goto err;
+    }
+    x = tern_calloc(1, sizeof *x);
+    if (x == NULL) {
+        rc = -ENOMEM;
+        tern_errmsg_printf(errmsg, "tcp: out of memory");
+        goto err_after_socket;
+    }
+    x->base.ops = &tcp_ops;
+    x->base.self_id = self_id;
+    x->loop = loop;
+    x->max_message = max_message;
+    x->max_queued = max_queued;
+    x->retry_ms = retry_ms;
+    rc = uv_tcp_init(loop, &x->listener); /* leaves no trace on failure */
+    if (rc != 0) {
+        tern_errmsg_printf(errmsg, "tcp: init: %s", tern_strerror(rc));
+        goto err_after_alloc;
+    }
+    x->listener.data = x;
+    /* Always 0: no syscall. */
+    (void)uv_idle_init(loop, &x->idle);
+    x->idle.data = x;
+    (void)uv_timer_init(loop, &x->sweep);
+    x->sweep.data = x;
+    x->handles = 2;
+    rc = uv_tcp_open(&x->listener, fd);
+    if (rc != 0) {
+        tern_errmsg_printf(errmsg, "tcp: adopt listen socket: %s",
+                           tern_strerror(rc));
+        /* The handles exist: free asynchronously (no user callback). */
+        tcp_close(&x->base);
+        goto err_after_socket;
+    }
+    *out = &x->base;
+    return 0;
+
+err_after_alloc:
+    tern_free(x);
+err_after_socket:
+    close(fd);
+err:
+    return rc;
+}
