@@ -33,7 +33,8 @@
 
 struct idx_env;
 
-struct idx_options {
+struct idx_options
+{
     const char *dir;        /* created if missing; holds log/ and lmdb/ */
     size_t map_size;        /* LMDB map size; 0 = 1 GiB */
     uint64_t segment_bytes; /* roll segments at this size; 0 = 64 MiB */
@@ -44,8 +45,7 @@ struct idx_options {
  * last valid record, then reconciles LMDB with the log (re-indexing records
  * LMDB lacks; rebuilding it from the log if it is ahead or damaged).
  * *out is released by idx_close. */
-int idx_open(const struct idx_options *o, struct idx_env **out,
-             char *errmsg);
+int idx_open(const struct idx_options *o, struct idx_env **out, char *errmsg);
 /* Flushes, syncs, closes, frees. */
 void idx_close(struct idx_env *e);
 
@@ -57,6 +57,9 @@ uint64_t idx_log_end(const struct idx_env *e);
 uint64_t idx_truncated_bytes(const struct idx_env *e);
 /* Last error detail. Borrowed, valid until the next call on e. */
 const char *idx_errmsg(const struct idx_env *e);
+/* Sticky failure: 0, or the code of the failed apply (TERN_EFULL, -EIO,
+ * ...) after which idx_apply refuses until the env is reopened. */
+int idx_status(const struct idx_env *e);
 
 /* ---- Command entries --------------------------------------------------- */
 
@@ -67,35 +70,54 @@ enum idx_cmd_type {
     IDX_CMD_GROUP_COMMIT = 4,
 };
 
-struct idx_msg {
+struct idx_msg
+{
     const void *data; /* borrowed */
     uint32_t len;
 };
 
 /* Build one entry into w (caller-owned). Call idx_cmd_begin, then any
  * number of idx_cmd_* adds, then idx_cmd_end, which seals the entry
- * (count and checksum). w->err reports allocation failure. */
+ * (count and checksum). idx_cmd_begin resets w->len to 0 (the entry is
+ * w->base[0..w->len), the allocation is reused). Errors are sticky in
+ * w->err and returned by idx_cmd_end: -ENOMEM, TERN_EBADNAME (invalid
+ * queue/group name), TERN_EINVAL (no commands, produce with n == 0 or
+ * with producer_id != 0 and seq == 0), TERN_ETOOBIG (over 65536 commands
+ * or an entry over 1 GiB). Format: index/cmd.c. */
 void idx_cmd_begin(struct tern_wbuf *w, uint64_t timestamp_ms);
+/* Result TERN_EQUEUEEXISTS if the queue exists. */
 void idx_cmd_queue_create(struct tern_wbuf *w, const char *queue);
+/* Result TERN_ENOQUEUE if it does not. Removes the queue, its messages'
+ * index entries, groups and producer state in the same txn; the name can
+ * be created again (a new, empty queue starting at offset 0). */
 void idx_cmd_queue_delete(struct tern_wbuf *w, const char *queue);
 /* producer_id 0 means no dedup. seq is per (producer, queue) and starts at
  * 1; each batch uses the next number. */
-void idx_cmd_produce(struct tern_wbuf *w, const char *queue,
-                     uint64_t producer_id, uint64_t seq,
-                     const struct idx_msg *msgs, uint32_t n);
-/* Commit a consumer group's next offset to read. */
-void idx_cmd_group_commit(struct tern_wbuf *w, const char *queue,
-                          const char *group, uint64_t next_offset);
+void idx_cmd_produce(struct tern_wbuf *w,
+                     const char *queue,
+                     uint64_t producer_id,
+                     uint64_t seq,
+                     const struct idx_msg *msgs,
+                     uint32_t n);
+/* Commit a consumer group's next offset to read. Result TERN_ENOQUEUE, or
+ * TERN_EOFFSET beyond the queue's next offset. */
+void idx_cmd_group_commit(struct tern_wbuf *w,
+                          const char *queue,
+                          const char *group,
+                          uint64_t next_offset);
 int idx_cmd_end(struct tern_wbuf *w);
 
 /* Check that an entry is well formed (version, checksum, every command's
- * bounds) without applying it. */
+ * bounds) without applying it. 0, TERN_EMALFORMED or TERN_EVERSION. The
+ * per-message size limit is not checked here (idx_apply does, from
+ * idx_options.max_message). */
 int idx_cmd_validate(const void *entry, size_t len);
 
 /* Valid queue and group names: 1..200 bytes of [A-Za-z0-9._-]. */
 int idx_name_valid(const char *name);
 
-struct idx_result {
+struct idx_result
+{
     int status;           /* 0 or a tern code (TERN_ENOQUEUE, ...) */
     uint64_t base_offset; /* produce: offset of the first message */
     uint32_t count;       /* produce: number of messages */
@@ -105,11 +127,28 @@ struct idx_result {
 /* Apply the entry at raft index: append it to the commit log and index it.
  * Entries at or below last_applied are skipped (*n_results = 0, returns
  * 0). Results for each command are written to results[0..max) and their
- * number to *n_results (OUT). Returns 0, or a negative code on I/O
- * failure (-ENOSPC -> TERN_EFULL), after which the env refuses further
- * applies until reopened. */
-int idx_apply(struct idx_env *e, uint64_t index, const void *entry,
-              size_t len, struct idx_result *results, unsigned max,
+ * number to *n_results (OUT); commands beyond max are applied but not
+ * reported. entry is borrowed for the call.
+ * A malformed entry is still recorded (the log stays identical on all
+ * nodes) and yields TERN_EMALFORMED results, one per command announced in
+ * its header (1 if unreadable). A produce with a message larger than
+ * max_message yields TERN_ETOOBIG and appends nothing (all nodes must use
+ * the same max_message). Producer dedup: a retried batch still remembered
+ * (last 8 per queue and producer) gives duplicate = 1 with its original
+ * base_offset/count; an older one gives duplicate = 1, status 0, count 0
+ * (applied before, offsets unknown); a gap gives TERN_ESEQUENCE.
+ * Returns 0, or a negative code on I/O or LMDB failure (-ENOSPC and
+ * MDB_MAP_FULL -> TERN_EFULL), after which the env refuses further
+ * applies (idx_status) until reopened; pending unflushed results may
+ * then be rolled back and are re-derived identically by idx_open.
+ * TERN_EINVAL (not sticky) if the log holds bulk-written bytes that
+ * idx_restore has not indexed yet. */
+int idx_apply(struct idx_env *e,
+              uint64_t index,
+              const void *entry,
+              size_t len,
+              struct idx_result *results,
+              unsigned max,
               unsigned *n_results);
 
 /* Commit the pending write transaction (no fsync: the Raft log is the
@@ -120,19 +159,22 @@ int idx_sync(struct idx_env *e);
 
 /* ---- Reads (flushed state only) ---------------------------------------- */
 
-struct idx_queue_info {
-    const char *name; /* borrowed for the callback */
-    uint64_t start_offset; /* first readable offset */
-    uint64_t next_offset;  /* offset the next message will get */
+struct idx_queue_info
+{
+    const char *name;       /* borrowed for the callback */
+    uint64_t start_offset;  /* first readable offset */
+    uint64_t next_offset;   /* offset the next message will get */
     uint64_t created_index; /* raft index of the create */
 };
 typedef int (*idx_queue_cb)(void *arg, const struct idx_queue_info *q);
 /* Calls cb for each queue in name order; a non-zero return stops. */
 int idx_queue_list(struct idx_env *e, idx_queue_cb cb, void *arg);
-int idx_queue_get(struct idx_env *e, const char *queue,
+int idx_queue_get(struct idx_env *e,
+                  const char *queue,
                   struct idx_queue_info *out);
 
-struct idx_fetched {
+struct idx_fetched
+{
     uint64_t offset;
     uint64_t timestamp_ms;
     uint64_t producer_id;
@@ -143,36 +185,60 @@ typedef int (*idx_fetch_cb)(void *arg, const struct idx_fetched *m);
 /* Read up to max_msgs messages (and about max_bytes: at least one message
  * is returned even if larger) from offset. *next_offset (OUT) is the offset
  * after the last message returned. TERN_ENOQUEUE, TERN_EOFFSET (offset
- * below the start), 0 with no calls at the end of the queue. Every record
- * read is verified by checksum (TERN_ECORRUPT, never garbage). */
-int idx_fetch(struct idx_env *e, const char *queue, uint64_t offset,
-              uint32_t max_msgs, uint32_t max_bytes, idx_fetch_cb cb,
-              void *arg, uint64_t *next_offset);
+ * below the start or beyond the end), 0 with no calls at the end of the
+ * queue. A non-zero return from cb stops after that message (still
+ * counted in *next_offset); the fetch returns 0. Every record read is
+ * verified by checksum (TERN_ECORRUPT, never garbage; messages already
+ * delivered before the bad record stay delivered, *next_offset says how
+ * far). m->data is borrowed until cb returns. */
+int idx_fetch(struct idx_env *e,
+              const char *queue,
+              uint64_t offset,
+              uint32_t max_msgs,
+              uint32_t max_bytes,
+              idx_fetch_cb cb,
+              void *arg,
+              uint64_t *next_offset);
 
 /* Committed offset of a group (0 if it never committed). */
-int idx_group_offset(struct idx_env *e, const char *queue, const char *group,
+int idx_group_offset(struct idx_env *e,
+                     const char *queue,
+                     const char *group,
                      uint64_t *offset);
 
 /* ---- Snapshots and bulk catch-up --------------------------------------- */
 
-/* Sync everything and write a manifest of the current state into w
- * (version, checksum, last_applied, log end, checksum of the last record).
- * Format in index/snapshot.c. */
+/* Sync everything and append a manifest of the current state to w
+ * (caller-owned; 40 bytes at the old w->len: version, checksum,
+ * last_applied, log end, checksum of the last record). Format in
+ * index/snapshot.c. */
 int idx_snapshot(struct idx_env *e, struct tern_wbuf *w);
 /* Adopt a manifest: if the local state already covers it, nothing to do;
  * otherwise the log must already hold [0, manifest end) (after bulk
- * writes): index it and set last_applied. TERN_ECORRUPT if the local log
- * disagrees with the manifest. */
+ * writes; TERN_EINVAL if not): index it, verifying every record, and set
+ * last_applied. Copied bytes beyond the manifest end are truncated.
+ * TERN_ECORRUPT if the local log disagrees with the manifest or a copied
+ * record is damaged (the log is then cut back to the last good record,
+ * so idx_bulk_range asks for the rest again). TERN_EMALFORMED for a bad
+ * manifest. */
 int idx_restore(struct idx_env *e, const void *manifest, size_t len);
-/* Which bytes [*from, *to) the local log lacks to reach the manifest. */
-int idx_bulk_range(struct idx_env *e, const void *manifest, size_t len,
-                   uint64_t *from, uint64_t *to);
-/* Read raw log bytes at pos (leader side). *n (OUT) may be < cap. */
-int idx_bulk_read(struct idx_env *e, uint64_t pos, void *buf, size_t cap,
+/* Which bytes [*from, *to) the local log lacks to reach the manifest
+ * (OUT; *from == *to when nothing is missing). */
+int idx_bulk_range(struct idx_env *e,
+                   const void *manifest,
+                   size_t len,
+                   uint64_t *from,
+                   uint64_t *to);
+/* Read raw log bytes at pos (leader side) into buf (caller-owned). *n
+ * (OUT) may be < cap; 0 at the log end. TERN_EINVAL beyond the end. */
+int idx_bulk_read(struct idx_env *e,
+                  uint64_t pos,
+                  void *buf,
+                  size_t cap,
                   size_t *n);
-/* Append raw log bytes at pos == idx_log_end (follower side). Records are
- * verified when idx_restore indexes them. */
-int idx_bulk_write(struct idx_env *e, uint64_t pos, const void *buf,
-                   size_t n);
+/* Append raw log bytes at pos == idx_log_end (follower side; TERN_EINVAL
+ * elsewhere). Records are verified when idx_restore indexes them; until
+ * then idx_apply refuses with TERN_EINVAL. */
+int idx_bulk_write(struct idx_env *e, uint64_t pos, const void *buf, size_t n);
 
 #endif /* TERN_IDX_H */

@@ -1,0 +1,452 @@
+/*
+ * Applying command entries: append the entry to the commit log, then index
+ * it into the pending LMDB write txn (opened lazily, committed by
+ * idx_flush), with meta "state" (last_applied, log_end, last record) in the
+ * same txn. Also used by idx_open and idx_restore to index records that
+ * are already in the log, so that a rebuild derives exactly what the live
+ * path did.
+ *
+ * Determinism: the outcome of a command depends only on the LMDB state
+ * derived from earlier records, the entry bytes and max_message (which
+ * must be equal on all nodes). Logical failures are results; only I/O and
+ * LMDB failures fail idx_apply.
+ *
+ * Failure modes: a failed log write is rolled back by log.c and the env
+ * turns "failed" (sticky, idx_status): further applies return the same
+ * code until idx_close/idx_open. A failed LMDB operation aborts the pending
+ * txn: the log then holds records LMDB lacks, which idx_open re-indexes.
+ *
+ * Producer dedup (per queue and producer id, producer 0 = none):
+ *   seq == last + 1            append, remember (seq, base, count)
+ *   seq <= last, remembered    duplicate = 1, original base_offset/count
+ *   seq <= last, forgotten     duplicate = 1, status 0, base_offset 0 and
+ *                              count 0 ("applied earlier, offsets unknown";
+ *                              like Kafka's DUPLICATE_SEQUENCE, not retried)
+ *   seq > last + 1             status TERN_ESEQUENCE
+ * An unknown producer has last = 0, so its first batch must be seq 1.
+ */
+#include <errno.h>
+
+#include "idx_int.h"
+
+int idx__txn_begin(struct idx_env *e)
+{
+    if (e->wtxn != NULL) {
+        return 0;
+    }
+    int rc = mdb_txn_begin(e->mdb, NULL, 0, &e->wtxn);
+    if (rc != 0) {
+        e->wtxn = NULL;
+        return idx__mdb_err(e, rc, "begin write txn");
+    }
+    return 0;
+}
+
+void idx__txn_abort(struct idx_env *e)
+{
+    if (e->wtxn != NULL) {
+        mdb_txn_abort(e->wtxn);
+        e->wtxn = NULL;
+    }
+    e->st = e->committed;
+}
+
+static int get_queue(struct idx_env *e,
+                     const char *name,
+                     size_t n,
+                     struct idx__queue_val *q)
+{
+    MDB_val k = {n, (void *)(uintptr_t)name}, v;
+    int rc = mdb_get(e->wtxn, e->dbi_queues, &k, &v);
+    if (rc == MDB_NOTFOUND) {
+        return 1;
+    }
+    if (rc != 0) {
+        return idx__mdb_err(e, rc, "get queue");
+    }
+    if (idx__queue_val_decode(v.mv_data, v.mv_size, q) != 0) {
+        return IDX__CORRUPT(e, "queue value of %.*s", (int)n, name);
+    }
+    return 0;
+}
+
+static int put_queue(struct idx_env *e,
+                     const char *name,
+                     size_t n,
+                     const struct idx__queue_val *q)
+{
+    uint8_t buf[IDX__QUEUE_VAL_SIZE];
+    idx__queue_val_encode(buf, q);
+    MDB_val k = {n, (void *)(uintptr_t)name}, v = {sizeof buf, buf};
+    int rc = mdb_put(e->wtxn, e->dbi_queues, &k, &v, 0);
+    return rc != 0 ? idx__mdb_err(e, rc, "put queue") : 0;
+}
+
+/* Delete every key of dbi starting with the 8-byte prefix. */
+static int del_prefix(struct idx_env *e, MDB_dbi dbi, const uint8_t *prefix)
+{
+    MDB_cursor *cur;
+    MDB_val k = {8, (void *)(uintptr_t)prefix}, v;
+    int rc = mdb_cursor_open(e->wtxn, dbi, &cur);
+    if (rc != 0) {
+        return idx__mdb_err(e, rc, "cursor open");
+    }
+    /* Re-seek after every delete: simple, and immune to the cursor
+     * position rules after mdb_cursor_del. */
+    for (;;) {
+        k.mv_size = 8;
+        k.mv_data = (void *)(uintptr_t)prefix;
+        rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
+        if (rc != 0 || k.mv_size < 8 || memcmp(k.mv_data, prefix, 8) != 0) {
+            break;
+        }
+        rc = mdb_cursor_del(cur, 0);
+        if (rc != 0) {
+            break;
+        }
+    }
+    mdb_cursor_close(cur);
+    if (rc != 0 && rc != MDB_NOTFOUND) {
+        return idx__mdb_err(e, rc, "delete range");
+    }
+    return 0;
+}
+
+static int apply_create(struct idx_env *e,
+                        uint64_t index,
+                        const struct idx__cmd *c,
+                        struct idx_result *r)
+{
+    struct idx__queue_val q = {0};
+    int rc = get_queue(e, c->queue, c->queue_len, &q);
+    if (rc < 0) {
+        return rc;
+    }
+    if (rc == 0) {
+        r->status = TERN_EQUEUEEXISTS;
+        return 0;
+    }
+    memset(&q, 0, sizeof q);
+    q.id = e->st.next_queue_id++;
+    q.created_index = index;
+    return put_queue(e, c->queue, c->queue_len, &q);
+}
+
+static int apply_delete(struct idx_env *e,
+                        const struct idx__cmd *c,
+                        struct idx_result *r)
+{
+    struct idx__queue_val q = {0};
+    uint8_t prefix[8];
+    int rc = get_queue(e, c->queue, c->queue_len, &q);
+    if (rc < 0) {
+        return rc;
+    }
+    if (rc == 1) {
+        r->status = TERN_ENOQUEUE;
+        return 0;
+    }
+    MDB_val k = {c->queue_len, (void *)(uintptr_t)c->queue};
+    rc = mdb_del(e->wtxn, e->dbi_queues, &k, NULL);
+    if (rc != 0) {
+        return idx__mdb_err(e, rc, "delete queue");
+    }
+    idx__put_be64(prefix, q.id);
+    if ((rc = del_prefix(e, e->dbi_msgs, prefix)) != 0 ||
+        (rc = del_prefix(e, e->dbi_groups, prefix)) != 0 ||
+        (rc = del_prefix(e, e->dbi_producers, prefix)) != 0) {
+        return rc;
+    }
+    return 0;
+}
+
+static int apply_produce(struct idx_env *e,
+                         uint64_t rec_pos,
+                         uint64_t timestamp_ms,
+                         const uint8_t *payload,
+                         const struct idx__cmd *c,
+                         struct idx_result *r)
+{
+    struct idx__queue_val q = {0};
+    struct idx__producer_val pv;
+    struct idx__msg_iter mi;
+    const uint8_t *data;
+    uint32_t len;
+    uint8_t pkey[16];
+    int rc = get_queue(e, c->queue, c->queue_len, &q);
+    if (rc < 0) {
+        return rc;
+    }
+    if (rc == 1) {
+        r->status = TERN_ENOQUEUE;
+        return 0;
+    }
+    idx__msg_iter_init(&mi, c);
+    while (idx__msg_iter_next(&mi, &data, &len) == 1) {
+        if (len > e->max_message) {
+            r->status = TERN_ETOOBIG;
+            return 0;
+        }
+    }
+    memset(&pv, 0, sizeof pv);
+    if (c->producer_id != 0) {
+        idx__producer_key(pkey, q.id, c->producer_id);
+        MDB_val k = {sizeof pkey, pkey}, v;
+        rc = mdb_get(e->wtxn, e->dbi_producers, &k, &v);
+        if (rc != 0 && rc != MDB_NOTFOUND) {
+            return idx__mdb_err(e, rc, "get producer");
+        }
+        if (rc == 0 && idx__producer_val_decode(v.mv_data, v.mv_size, &pv)) {
+            return IDX__CORRUPT(e, "producer value");
+        }
+        if (c->seq <= pv.last_seq) {
+            r->duplicate = 1;
+            for (uint32_t i = 0; i < pv.n; i++) {
+                if (pv.b[i].seq == c->seq) {
+                    r->base_offset = pv.b[i].base_offset;
+                    r->count = pv.b[i].count;
+                    break;
+                }
+            }
+            return 0;
+        }
+        if (c->seq != pv.last_seq + 1) {
+            r->status = TERN_ESEQUENCE;
+            return 0;
+        }
+    }
+    r->base_offset = q.next_offset;
+    r->count = c->n_msgs;
+    idx__msg_iter_init(&mi, c);
+    while (idx__msg_iter_next(&mi, &data, &len) == 1) {
+        uint8_t key[IDX__MSG_KEY_SIZE], val[IDX__MSG_VAL_SIZE];
+        struct idx__msg_val m = {
+            .rec_pos = rec_pos,
+            .data_off = (uint32_t)(data - payload),
+            .len = len,
+            .timestamp_ms = timestamp_ms,
+            .producer_id = c->producer_id,
+        };
+        idx__msg_key(key, q.id, q.next_offset);
+        idx__msg_val_encode(val, &m);
+        MDB_val k = {sizeof key, key}, v = {sizeof val, val};
+        rc = mdb_put(e->wtxn, e->dbi_msgs, &k, &v, 0);
+        if (rc != 0) {
+            return idx__mdb_err(e, rc, "put message");
+        }
+        q.next_offset++;
+    }
+    rc = put_queue(e, c->queue, c->queue_len, &q);
+    if (rc != 0) {
+        return rc;
+    }
+    if (c->producer_id != 0) {
+        uint8_t buf[IDX__PRODUCER_VAL_MAX];
+        uint32_t keep = TERN_MIN(pv.n, (uint32_t)IDX__DEDUP_WINDOW - 1);
+        memmove(&pv.b[1], &pv.b[0], keep * sizeof pv.b[0]);
+        pv.b[0].seq = c->seq;
+        pv.b[0].base_offset = r->base_offset;
+        pv.b[0].count = r->count;
+        pv.n = keep + 1;
+        pv.last_seq = c->seq;
+        MDB_val k = {sizeof pkey, pkey};
+        MDB_val v = {idx__producer_val_encode(buf, &pv), buf};
+        rc = mdb_put(e->wtxn, e->dbi_producers, &k, &v, 0);
+        if (rc != 0) {
+            return idx__mdb_err(e, rc, "put producer");
+        }
+    }
+    return 0;
+}
+
+static int apply_group(struct idx_env *e,
+                       const struct idx__cmd *c,
+                       struct idx_result *r)
+{
+    struct idx__queue_val q = {0};
+    uint8_t key[IDX__GROUP_KEY_MAX], val[8];
+    int rc = get_queue(e, c->queue, c->queue_len, &q);
+    if (rc < 0) {
+        return rc;
+    }
+    if (rc == 1) {
+        r->status = TERN_ENOQUEUE;
+        return 0;
+    }
+    if (c->next_offset > q.next_offset || c->next_offset < q.start_offset) {
+        r->status = TERN_EOFFSET;
+        return 0;
+    }
+    size_t kn = idx__group_key(key, q.id, c->group, c->group_len);
+    tern_put_u64(val, c->next_offset);
+    MDB_val k = {kn, key}, v = {sizeof val, val};
+    rc = mdb_put(e->wtxn, e->dbi_groups, &k, &v, 0);
+    return rc != 0 ? idx__mdb_err(e, rc, "put group") : 0;
+}
+
+static int put_state(struct idx_env *e)
+{
+    uint8_t buf[IDX__STATE_SIZE];
+    idx__state_encode(buf, &e->st);
+    MDB_val k = {sizeof IDX__META_KEY_STATE - 1, (void *)IDX__META_KEY_STATE};
+    MDB_val v = {sizeof buf, buf};
+    int rc = mdb_put(e->wtxn, e->dbi_meta, &k, &v, 0);
+    return rc != 0 ? idx__mdb_err(e, rc, "put meta") : 0;
+}
+
+int idx__index_record(struct idx_env *e,
+                      uint64_t pos,
+                      uint64_t index,
+                      const uint8_t *payload,
+                      uint32_t len,
+                      uint32_t checksum,
+                      struct idx_result *results,
+                      unsigned max,
+                      unsigned *n_results)
+{
+    struct idx__entry it;
+    struct idx__cmd cmd;
+    unsigned n = 0;
+    int rc = idx__txn_begin(e);
+    if (rc != 0) {
+        return rc;
+    }
+    if (idx_cmd_validate(payload, len) != 0) {
+        /* Recorded but not applied: one TERN_EMALFORMED result per
+         * announced command (1 if the header is unreadable). */
+        unsigned want = 1;
+        if (len >= IDX__CMD_HDR_SIZE) {
+            uint32_t hn = tern_get_u32(payload + 4);
+            if (hn >= 1 && hn <= IDX__CMD_MAX_COMMANDS) {
+                want = hn;
+            }
+        }
+        for (n = 0; n < want && n < max && results != NULL; n++) {
+            memset(&results[n], 0, sizeof results[n]);
+            results[n].status = TERN_EMALFORMED;
+        }
+    } else {
+        rc = idx__entry_open(&it, payload, len);
+        TERN_INVARIANT(rc == 0);
+        while (idx__entry_next(&it, &cmd) == 1) {
+            struct idx_result r = {0};
+            switch (cmd.type) {
+            case IDX_CMD_QUEUE_CREATE:
+                rc = apply_create(e, index, &cmd, &r);
+                break;
+            case IDX_CMD_QUEUE_DELETE:
+                rc = apply_delete(e, &cmd, &r);
+                break;
+            case IDX_CMD_PRODUCE:
+                rc = apply_produce(e, pos, it.timestamp_ms, payload, &cmd, &r);
+                break;
+            case IDX_CMD_GROUP_COMMIT:
+                rc = apply_group(e, &cmd, &r);
+                break;
+            default:
+                rc = IDX__CORRUPT(e, "validated entry has command type %u",
+                                  cmd.type);
+                break;
+            }
+            if (rc != 0) {
+                return rc;
+            }
+            if (results != NULL && n < max) {
+                results[n++] = r;
+            }
+        }
+    }
+    e->st.last_applied = index;
+    e->st.last_rec_pos = pos;
+    e->st.log_end = pos + IDX__REC_HDR_SIZE + len;
+    e->st.last_rec_checksum = checksum;
+    rc = put_state(e);
+    if (rc != 0) {
+        return rc;
+    }
+    if (n_results != NULL) {
+        *n_results = n;
+    }
+    return 0;
+}
+
+int idx_apply(struct idx_env *e,
+              uint64_t index,
+              const void *entry,
+              size_t len,
+              struct idx_result *results,
+              unsigned max,
+              unsigned *n_results)
+{
+    uint64_t pos;
+    uint32_t checksum;
+    int rc;
+    *n_results = 0;
+    if (e->failed != 0) {
+        return e->failed;
+    }
+    if (index <= e->st.last_applied) {
+        return 0;
+    }
+    if (e->st.log_end != e->log_end) {
+        return idx__fail(e, TERN_EINVAL, __LINE__,
+                         "log holds %llu bytes not indexed (bulk write "
+                         "without idx_restore)",
+                         (unsigned long long)(e->log_end - e->st.log_end));
+    }
+    if (len > IDX__RECORD_MAX_PAYLOAD) {
+        rc = idx__fail(e, TERN_ETOOBIG, __LINE__,
+                       "entry %llu of %zu bytes exceeds the record limit",
+                       (unsigned long long)index, len);
+        e->failed = rc;
+        return rc;
+    }
+    rc =
+        idx__log_append_record(e, index, entry, (uint32_t)len, &pos, &checksum);
+    if (rc != 0) {
+        tern_errmsg_wrapf(e->errmsg, "apply %llu", (unsigned long long)index);
+        e->failed = rc;
+        return rc;
+    }
+    rc = idx__index_record(e, pos, index, entry, (uint32_t)len, checksum,
+                           results, max, n_results);
+    if (rc != 0) {
+        tern_errmsg_wrapf(e->errmsg, "apply %llu", (unsigned long long)index);
+        idx__txn_abort(e);
+        *n_results = 0;
+        e->failed = rc;
+        return rc;
+    }
+    return 0;
+}
+
+int idx_flush(struct idx_env *e)
+{
+    if (e->wtxn == NULL) {
+        return 0;
+    }
+    int rc = mdb_txn_commit(e->wtxn);
+    e->wtxn = NULL;
+    if (rc != 0) {
+        rc = idx__mdb_err(e, rc, "commit");
+        e->st = e->committed;
+        e->failed = rc;
+        return rc;
+    }
+    e->committed = e->st;
+    return 0;
+}
+
+int idx_sync(struct idx_env *e)
+{
+    int rc = idx_flush(e);
+    if (rc != 0) {
+        return rc;
+    }
+    rc = idx__log_sync(e);
+    if (rc != 0) {
+        return rc;
+    }
+    rc = mdb_env_sync(e->mdb, 1);
+    return rc != 0 ? idx__mdb_err(e, rc, "env sync") : 0;
+}

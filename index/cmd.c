@@ -1,0 +1,344 @@
+/*
+ * Command entries: the payload of every Raft entry tern replicates. The
+ * builder (idx_cmd_*), the strict validator (idx_cmd_validate) and the
+ * iterator idx_apply uses. An entry is decoded from untrusted bytes
+ * (anything in the Raft log or the commit log), so every read goes
+ * through a bounded tern_cursor.
+ *
+ * Entry layout (version 1; all integers little-endian; encoded/decoded
+ * byte by byte, be careful when adapting):
+ *
+ *   offset size  field
+ *   0      2     version        = 1
+ *   2      2     flags          = 0 (anything else is rejected)
+ *   4      4     n_commands     1..65536
+ *   8      8     timestamp_ms   leader wall clock, stamped on every message
+ *   16     4     total_len      length of the whole entry, header included
+ *   20     4     checksum       tern_checksum32 over bytes [0,20) followed
+ *                               by bytes [24,total_len)
+ *   24     ...   n_commands commands, back to back, nothing after the last
+ *
+ * Command: u8 type, u32 body_len, body_len bytes of body. The body must be
+ * consumed exactly by its decoder:
+ *
+ *   QUEUE_CREATE (1), QUEUE_DELETE (2):
+ *     u8 name_len, name            (name: 1..200 bytes of [A-Za-z0-9._-])
+ *   PRODUCE (3):
+ *     u8 name_len, name, u64 producer_id, u64 seq, u32 n_msgs (>= 1),
+ *     n_msgs x (u32 len, len bytes)
+ *     producer_id != 0 requires seq >= 1; seq is ignored when it is 0.
+ *   GROUP_COMMIT (4):
+ *     u8 name_len, name, u8 group_len, group, u64 next_offset
+ *
+ * Message size: the validator checks structure only. The per-message limit
+ * (idx_options.max_message) is enforced by idx_apply as a TERN_ETOOBIG
+ * result for the whole produce command, so every node of a cluster must
+ * run with the same max_message or their indexes diverge.
+ */
+#include <errno.h>
+
+#include "idx_int.h"
+
+int idx__name_valid_n(const char *name, size_t n)
+{
+    if (n == 0 || n > IDX__NAME_MAX) {
+        return 0;
+    }
+    for (size_t i = 0; i < n; i++) {
+        char c = name[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+              (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-')) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+int idx_name_valid(const char *name)
+{
+    return name != NULL && idx__name_valid_n(name, strnlen(name, 256));
+}
+
+/* ---- Builder ------------------------------------------------------------- */
+
+static void set_err(struct tern_wbuf *w, int code)
+{
+    if (w->err == 0) {
+        w->err = code;
+    }
+}
+
+void idx_cmd_begin(struct tern_wbuf *w, uint64_t timestamp_ms)
+{
+    uint8_t hdr[IDX__CMD_HDR_SIZE] = {0};
+    w->len = 0;
+    tern_put_u16(hdr, IDX__CMD_VERSION);
+    tern_put_u64(hdr + 8, timestamp_ms);
+    tern_wbuf_put(w, hdr, sizeof hdr);
+}
+
+/* Start a command: writes type and a length placeholder, bumps the count.
+ * Returns the offset of the length field, or 0 on error. */
+static size_t cmd_start(struct tern_wbuf *w, uint8_t type)
+{
+    size_t at;
+    if (w->err != 0) {
+        return 0;
+    }
+    if (w->len < IDX__CMD_HDR_SIZE) {
+        set_err(w, TERN_EINVAL); /* idx_cmd_begin was not called */
+        return 0;
+    }
+    uint32_t n = tern_get_u32(w->base + 4);
+    if (n >= IDX__CMD_MAX_COMMANDS) {
+        set_err(w, TERN_ETOOBIG);
+        return 0;
+    }
+    tern_wbuf_u8(w, type);
+    at = w->len;
+    tern_wbuf_u32(w, 0);
+    if (w->err != 0) {
+        return 0;
+    }
+    tern_put_u32(w->base + 4, n + 1);
+    return at;
+}
+
+static void cmd_finish(struct tern_wbuf *w, size_t at)
+{
+    if (w->err != 0 || at == 0) {
+        return;
+    }
+    size_t body = w->len - at - 4;
+    if (body > UINT32_MAX) {
+        set_err(w, TERN_ETOOBIG);
+        return;
+    }
+    tern_put_u32(w->base + at, (uint32_t)body);
+}
+
+static void put_name(struct tern_wbuf *w, const char *name)
+{
+    if (!idx_name_valid(name)) {
+        set_err(w, TERN_EBADNAME);
+        return;
+    }
+    size_t n = strlen(name);
+    tern_wbuf_u8(w, (uint8_t)n);
+    tern_wbuf_put(w, name, n);
+}
+
+void idx_cmd_queue_create(struct tern_wbuf *w, const char *queue)
+{
+    size_t at = cmd_start(w, IDX_CMD_QUEUE_CREATE);
+    put_name(w, queue);
+    cmd_finish(w, at);
+}
+
+void idx_cmd_queue_delete(struct tern_wbuf *w, const char *queue)
+{
+    size_t at = cmd_start(w, IDX_CMD_QUEUE_DELETE);
+    put_name(w, queue);
+    cmd_finish(w, at);
+}
+
+void idx_cmd_produce(struct tern_wbuf *w,
+                     const char *queue,
+                     uint64_t producer_id,
+                     uint64_t seq,
+                     const struct idx_msg *msgs,
+                     uint32_t n)
+{
+    if (n == 0 || (msgs == NULL) || (producer_id != 0 && seq == 0)) {
+        set_err(w, TERN_EINVAL);
+        return;
+    }
+    size_t at = cmd_start(w, IDX_CMD_PRODUCE);
+    put_name(w, queue);
+    tern_wbuf_u64(w, producer_id);
+    tern_wbuf_u64(w, seq);
+    tern_wbuf_u32(w, n);
+    for (uint32_t i = 0; i < n && w->err == 0; i++) {
+        tern_wbuf_u32(w, msgs[i].len);
+        tern_wbuf_put(w, msgs[i].data, msgs[i].len);
+    }
+    cmd_finish(w, at);
+}
+
+void idx_cmd_group_commit(struct tern_wbuf *w,
+                          const char *queue,
+                          const char *group,
+                          uint64_t next_offset)
+{
+    size_t at = cmd_start(w, IDX_CMD_GROUP_COMMIT);
+    put_name(w, queue);
+    put_name(w, group);
+    tern_wbuf_u64(w, next_offset);
+    cmd_finish(w, at);
+}
+
+static uint32_t entry_checksum(const uint8_t *base, size_t len)
+{
+    struct tern_checksum_state st;
+    tern_checksum32_begin(&st);
+    tern_checksum32_update(&st, base, 20);
+    tern_checksum32_update(&st, base + IDX__CMD_HDR_SIZE,
+                           len - IDX__CMD_HDR_SIZE);
+    return tern_checksum32_end(&st);
+}
+
+int idx_cmd_end(struct tern_wbuf *w)
+{
+    if (w->err != 0) {
+        return w->err;
+    }
+    if (w->len < IDX__CMD_HDR_SIZE) {
+        return TERN_EINVAL;
+    }
+    if (tern_get_u32(w->base + 4) == 0) {
+        return TERN_EINVAL; /* an entry carries at least one command */
+    }
+    if (w->len > UINT32_MAX || w->len > IDX__RECORD_MAX_PAYLOAD) {
+        return TERN_ETOOBIG;
+    }
+    tern_put_u32(w->base + 16, (uint32_t)w->len);
+    tern_put_u32(w->base + 20, entry_checksum(w->base, w->len));
+    return 0;
+}
+
+/* ---- Decoder ------------------------------------------------------------- */
+
+int idx__entry_open(struct idx__entry *it, const void *entry, size_t len)
+{
+    const uint8_t *b = entry;
+    memset(it, 0, sizeof *it);
+    if (entry == NULL || len < IDX__CMD_HDR_SIZE) {
+        return TERN_EMALFORMED;
+    }
+    if (tern_get_u16(b) != IDX__CMD_VERSION) {
+        return TERN_EVERSION;
+    }
+    if (tern_get_u16(b + 2) != 0 || tern_get_u32(b + 16) != len) {
+        return TERN_EMALFORMED;
+    }
+    it->n = tern_get_u32(b + 4);
+    if (it->n == 0 || it->n > IDX__CMD_MAX_COMMANDS) {
+        return TERN_EMALFORMED;
+    }
+    if (!IDX__CHECKSUM_OK(tern_get_u32(b + 20), entry_checksum(b, len))) {
+        return TERN_EMALFORMED;
+    }
+    it->base = b;
+    it->len = len;
+    it->timestamp_ms = tern_get_u64(b + 8);
+    tern_cursor_init(&it->c, b + IDX__CMD_HDR_SIZE, len - IDX__CMD_HDR_SIZE);
+    return 0;
+}
+
+static const char *get_name(struct tern_cursor *c, uint8_t *n)
+{
+    *n = tern_cursor_u8(c);
+    const char *p = (const char *)tern_cursor_bytes(c, *n);
+    if (p == NULL || !idx__name_valid_n(p, *n)) {
+        c->err = TERN_EMALFORMED;
+        return NULL;
+    }
+    return p;
+}
+
+static int decode_body(struct tern_cursor *c, struct idx__cmd *cmd)
+{
+    switch (cmd->type) {
+    case IDX_CMD_QUEUE_CREATE:
+    case IDX_CMD_QUEUE_DELETE:
+        cmd->queue = get_name(c, &cmd->queue_len);
+        break;
+    case IDX_CMD_PRODUCE: {
+        cmd->queue = get_name(c, &cmd->queue_len);
+        cmd->producer_id = tern_cursor_u64(c);
+        cmd->seq = tern_cursor_u64(c);
+        cmd->n_msgs = tern_cursor_u32(c);
+        if (c->err != 0) {
+            break;
+        }
+        if (cmd->n_msgs == 0 || (cmd->producer_id != 0 && cmd->seq == 0) ||
+            tern_cursor_left(c) / 4 < cmd->n_msgs) {
+            return TERN_EMALFORMED;
+        }
+        cmd->msgs = c->p;
+        for (uint32_t i = 0; i < cmd->n_msgs && c->err == 0; i++) {
+            uint32_t len = tern_cursor_u32(c);
+            (void)tern_cursor_bytes(c, len);
+        }
+        cmd->msgs_len = (size_t)(c->p - cmd->msgs);
+        break;
+    }
+    case IDX_CMD_GROUP_COMMIT:
+        cmd->queue = get_name(c, &cmd->queue_len);
+        cmd->group = get_name(c, &cmd->group_len);
+        cmd->next_offset = tern_cursor_u64(c);
+        break;
+    default:
+        return TERN_EMALFORMED;
+    }
+    if (c->err != 0 || tern_cursor_left(c) != 0) {
+        return TERN_EMALFORMED;
+    }
+    return 0;
+}
+
+int idx__entry_next(struct idx__entry *it, struct idx__cmd *cmd)
+{
+    struct tern_cursor body;
+    memset(cmd, 0, sizeof *cmd);
+    if (it->c.err != 0) {
+        return TERN_EMALFORMED;
+    }
+    if (it->i == it->n) {
+        return tern_cursor_left(&it->c) == 0 ? 0 : TERN_EMALFORMED;
+    }
+    cmd->type = tern_cursor_u8(&it->c);
+    uint32_t body_len = tern_cursor_u32(&it->c);
+    const uint8_t *p = tern_cursor_bytes(&it->c, body_len);
+    if (p == NULL) {
+        return TERN_EMALFORMED;
+    }
+    tern_cursor_init(&body, p, body_len);
+    int rc = decode_body(&body, cmd);
+    if (rc != 0) {
+        it->c.err = TERN_EMALFORMED;
+        return rc;
+    }
+    it->i++;
+    return 1;
+}
+
+void idx__msg_iter_init(struct idx__msg_iter *mi, const struct idx__cmd *cmd)
+{
+    tern_cursor_init(&mi->c, cmd->msgs, cmd->msgs_len);
+}
+
+int idx__msg_iter_next(struct idx__msg_iter *mi,
+                       const uint8_t **data,
+                       uint32_t *len)
+{
+    if (tern_cursor_left(&mi->c) == 0) {
+        return 0;
+    }
+    *len = tern_cursor_u32(&mi->c);
+    *data = tern_cursor_bytes(&mi->c, *len);
+    return mi->c.err == 0 ? 1 : 0;
+}
+
+int idx_cmd_validate(const void *entry, size_t len)
+{
+    struct idx__entry it;
+    struct idx__cmd cmd;
+    int rc = idx__entry_open(&it, entry, len);
+    if (rc != 0) {
+        return rc;
+    }
+    while ((rc = idx__entry_next(&it, &cmd)) == 1) {
+    }
+    return rc;
+}

@@ -1,0 +1,423 @@
+/*
+ * The env: opening (recovery and reconciliation of the commit log with
+ * LMDB), closing, accessors and the error helpers of index/.
+ *
+ * Recovery at idx_open, happy path:
+ *   1. log.c checks the segment headers and their contiguity.
+ *   2. LMDB meta "state" names the last record it indexed (position, raft
+ *      index, checksum) and the log end it covers; that record is read
+ *      back and must match exactly.
+ *   3. Records after that point are scanned, verified and indexed (LMDB is
+ *      behind the log when the process stopped before idx_flush, or after
+ *      bulk writes without idx_restore).
+ * Failure modes:
+ *   - a torn or corrupt tail (short record, bad header, checksum mismatch,
+ *     raft index not increasing): the log is truncated to the last valid
+ *     record and the cut bytes are reported by idx_truncated_bytes. The
+ *     Raft log re-supplies those entries (idx_apply).
+ *   - LMDB ahead of the log, its meta missing/damaged, its last record not
+ *     matching the log, or its files unreadable: LMDB is emptied and every
+ *     record is re-indexed from position 0, scanning (and verifying) the
+ *     whole log. A bad record in the middle of the log then ends the log
+ *     there; nothing after it can be trusted to be indexed consistently.
+ *   - I/O errors and MDB_MAP_FULL fail idx_open with the code.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "idx_int.h"
+
+/* Records indexed per write txn during recovery. */
+#define IDX__RECOVERY_BATCH 1024
+
+int idx__fail(struct idx_env *e, int code, int line, const char *fmt, ...)
+{
+    char msg[TERN_ERRMSG_SIZE];
+    va_list ap;
+    va_start(ap, fmt);
+    (void)vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (code == TERN_ECORRUPT) {
+        tern_errmsg_printf(e->errmsg, "%s (index:%d)", msg, line);
+    } else {
+        tern_errmsg_printf(e->errmsg, "%s", msg);
+    }
+    return code;
+}
+
+int idx__mdb_err(struct idx_env *e, int rc, const char *what)
+{
+    int code;
+    switch (rc) {
+    case MDB_MAP_FULL:
+        tern_errmsg_printf(e->errmsg,
+                           "lmdb %s: MDB_MAP_FULL (map_size %zu bytes): "
+                           "raise idx_options.map_size",
+                           what, e->map_size);
+        return TERN_EFULL;
+    case MDB_CORRUPTED:
+    case MDB_PAGE_NOTFOUND:
+    case MDB_INVALID:
+        code = TERN_ECORRUPT;
+        break;
+    case MDB_VERSION_MISMATCH:
+        code = TERN_EVERSION;
+        break;
+    case ENOSPC:
+    case EDQUOT:
+        code = TERN_EFULL;
+        break;
+    default:
+        code = rc > 0 ? -rc : TERN_EINTERNAL;
+        break;
+    }
+    tern_errmsg_printf(e->errmsg, "lmdb %s: %s", what, mdb_strerror(rc));
+    return code;
+}
+
+int idx__rbuf_reserve(struct idx_env *e, size_t n)
+{
+    if (n <= e->rbuf_cap) {
+        return 0;
+    }
+    size_t cap = e->rbuf_cap != 0 ? e->rbuf_cap : 4096;
+    while (cap < n) {
+        cap *= 2;
+    }
+    uint8_t *p = tern_realloc(e->rbuf, cap);
+    if (p == NULL) {
+        return idx__fail(e, -ENOMEM, __LINE__, "read buffer of %zu bytes", cap);
+    }
+    e->rbuf = p;
+    e->rbuf_cap = cap;
+    return 0;
+}
+
+int idx__dbi_open_all(struct idx_env *e, MDB_txn *txn)
+{
+    int rc;
+    if ((rc = mdb_dbi_open(txn, "meta", MDB_CREATE, &e->dbi_meta)) != 0 ||
+        (rc = mdb_dbi_open(txn, "queues", MDB_CREATE, &e->dbi_queues)) != 0 ||
+        (rc = mdb_dbi_open(txn, "msgs", MDB_CREATE, &e->dbi_msgs)) != 0 ||
+        (rc = mdb_dbi_open(txn, "groups", MDB_CREATE, &e->dbi_groups)) != 0 ||
+        (rc = mdb_dbi_open(txn, "producers", MDB_CREATE, &e->dbi_producers)) !=
+            0) {
+        return idx__mdb_err(e, rc, "open dbi");
+    }
+    return 0;
+}
+
+static char *path_join(const char *a, const char *b)
+{
+    size_t n = strlen(a) + strlen(b) + 2;
+    char *p = tern_malloc(n);
+    if (p != NULL) {
+        (void)snprintf(p, n, "%s/%s", a, b);
+    }
+    return p;
+}
+
+static int lmdb_open(struct idx_env *e)
+{
+    int rc;
+    for (int attempt = 0; attempt < 2; attempt++) {
+        rc = mdb_env_create(&e->mdb);
+        if (rc != 0) {
+            return idx__mdb_err(e, rc, "env create");
+        }
+        if ((rc = mdb_env_set_mapsize(e->mdb, e->map_size)) != 0 ||
+            (rc = mdb_env_set_maxdbs(e->mdb, 8)) != 0) {
+            mdb_env_close(e->mdb);
+            e->mdb = NULL;
+            return idx__mdb_err(e, rc, "env setup");
+        }
+        rc = mdb_env_open(e->mdb, e->lmdb_dir,
+                          MDB_NOSYNC | MDB_NOMETASYNC | MDB_NOTLS, 0644);
+        if (rc == 0) {
+            return 0;
+        }
+        mdb_env_close(e->mdb);
+        e->mdb = NULL;
+        if (rc != MDB_INVALID && rc != MDB_CORRUPTED &&
+            rc != MDB_VERSION_MISMATCH) {
+            break;
+        }
+        /* Unreadable LMDB: it is derived data, start over from the log. */
+        char *f = path_join(e->lmdb_dir, "data.mdb");
+        char *l = path_join(e->lmdb_dir, "lock.mdb");
+        if (f != NULL) {
+            unlink(f);
+        }
+        if (l != NULL) {
+            unlink(l);
+        }
+        tern_free(f);
+        tern_free(l);
+    }
+    return idx__mdb_err(e, rc, "env open");
+}
+
+/* Does LMDB's state describe a prefix of the log exactly? */
+static int state_matches_log(struct idx_env *e, const struct idx__state *s)
+{
+    struct idx__record rec;
+    if (s->next_queue_id == 0 || s->log_end > e->log_end) {
+        return 0;
+    }
+    if (s->last_applied == 0) {
+        return s->log_end == 0 && s->last_rec_pos == 0;
+    }
+    if (idx__log_read_record(e, s->last_rec_pos, s->log_end, &rec) != 0) {
+        return 0;
+    }
+    return rec.index == s->last_applied &&
+           rec.checksum == s->last_rec_checksum &&
+           s->last_rec_pos + IDX__REC_HDR_SIZE + rec.payload_len == s->log_end;
+}
+
+static int reconcile(struct idx_env *e)
+{
+    MDB_val k = {sizeof IDX__META_KEY_STATE - 1, (void *)IDX__META_KEY_STATE};
+    MDB_val v;
+    struct idx__state s;
+    int rebuild = 0;
+    int rc = idx__txn_begin(e);
+    if (rc != 0) {
+        return rc;
+    }
+    rc = idx__dbi_open_all(e, e->wtxn);
+    if (rc != 0) {
+        goto err_after_txn;
+    }
+    rc = mdb_get(e->wtxn, e->dbi_meta, &k, &v);
+    if (rc == MDB_NOTFOUND) {
+        rebuild = 1;
+    } else if (rc != 0) {
+        rc = idx__mdb_err(e, rc, "get meta");
+        goto err_after_txn;
+    } else if (idx__state_decode(v.mv_data, v.mv_size, &s) != 0 ||
+               !state_matches_log(e, &s)) {
+        rebuild = 1;
+    }
+    if (rebuild) {
+        MDB_dbi all[] = {e->dbi_meta, e->dbi_queues, e->dbi_msgs, e->dbi_groups,
+                         e->dbi_producers};
+        for (size_t i = 0; i < TERN_ARRAY_SIZE(all); i++) {
+            rc = mdb_drop(e->wtxn, all[i], 0);
+            if (rc != 0) {
+                rc = idx__mdb_err(e, rc, "drop");
+                goto err_after_txn;
+            }
+        }
+        memset(&s, 0, sizeof s);
+        s.next_queue_id = 1;
+    }
+    e->st = s;
+    e->committed = s;
+    if (rebuild) {
+        /* Record the empty state so a fresh env has meta too. */
+        uint8_t buf[IDX__STATE_SIZE];
+        idx__state_encode(buf, &s);
+        v.mv_size = sizeof buf;
+        v.mv_data = buf;
+        rc = mdb_put(e->wtxn, e->dbi_meta, &k, &v, 0);
+        if (rc != 0) {
+            rc = idx__mdb_err(e, rc, "put meta");
+            goto err_after_txn;
+        }
+    }
+    rc = idx_flush(e);
+    if (rc != 0) {
+        return rc;
+    }
+
+    /* Scan and index what LMDB lacks; the first bad record ends the log. */
+    uint64_t pos = e->st.log_end;
+    unsigned batch = 0;
+    while (pos < e->log_end) {
+        struct idx__record rec;
+        rc = idx__log_read_record(e, pos, e->log_end, &rec);
+        if (rc == TERN_EMALFORMED || rc == TERN_ECORRUPT) {
+            break;
+        }
+        if (rc != 0) {
+            return rc;
+        }
+        if (rec.index <= e->st.last_applied) {
+            break;
+        }
+        rc = idx__index_record(e, pos, rec.index, rec.payload, rec.payload_len,
+                               rec.checksum, NULL, 0, NULL);
+        if (rc != 0) {
+            tern_errmsg_wrapf(e->errmsg, "re-index record at %llu",
+                              (unsigned long long)pos);
+            idx__txn_abort(e);
+            return rc;
+        }
+        pos += IDX__REC_HDR_SIZE + (uint64_t)rec.payload_len;
+        if (++batch == IDX__RECOVERY_BATCH) {
+            batch = 0;
+            rc = idx_flush(e);
+            if (rc != 0) {
+                return rc;
+            }
+        }
+    }
+    rc = idx_flush(e);
+    if (rc != 0) {
+        return rc;
+    }
+    if (pos < e->log_end) {
+        e->truncated += e->log_end - pos;
+        rc = idx__log_truncate(e, pos);
+        if (rc != 0) {
+            return rc;
+        }
+    }
+    return 0;
+
+err_after_txn:
+    idx__txn_abort(e);
+    return rc;
+}
+
+int idx_open(const struct idx_options *o, struct idx_env **out, char *errmsg)
+{
+    struct idx_env *e;
+    int rc;
+    *out = NULL;
+    if (o == NULL || o->dir == NULL || o->dir[0] == '\0') {
+        tern_errmsg_printf(errmsg, "idx_open: no directory");
+        return TERN_EINVAL;
+    }
+    e = tern_calloc(1, sizeof *e);
+    if (e == NULL) {
+        tern_errmsg_printf(errmsg, "idx_open: out of memory");
+        return -ENOMEM;
+    }
+    e->lock_fd = -1;
+    e->map_size = o->map_size != 0 ? o->map_size : IDX__DEFAULT_MAP_SIZE;
+    e->segment_bytes =
+        o->segment_bytes != 0 ? o->segment_bytes : IDX__DEFAULT_SEGMENT_BYTES;
+    e->max_message =
+        o->max_message != 0 ? o->max_message : IDX__DEFAULT_MAX_MESSAGE;
+    e->dir = tern_strdup(o->dir);
+    e->log_dir = path_join(o->dir, "log");
+    e->lmdb_dir = path_join(o->dir, "lmdb");
+    if (e->dir == NULL || e->log_dir == NULL || e->lmdb_dir == NULL) {
+        rc = idx__fail(e, -ENOMEM, __LINE__, "out of memory");
+        goto err_after_alloc;
+    }
+    if (mkdir(e->dir, 0755) != 0 && errno != EEXIST) {
+        rc = idx__fail(e, -errno, __LINE__, "mkdir %s: %s", e->dir,
+                       strerror(errno));
+        goto err_after_alloc;
+    }
+    /* One writer per directory: a second env on the same log (in this
+     * process or another) would interleave records. */
+    {
+        char *lock = path_join(e->dir, "LOCK");
+        if (lock == NULL) {
+            rc = idx__fail(e, -ENOMEM, __LINE__, "out of memory");
+            goto err_after_alloc;
+        }
+        e->lock_fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+        tern_free(lock);
+        if (e->lock_fd < 0) {
+            rc = idx__fail(e, -errno, __LINE__, "open LOCK: %s",
+                           strerror(errno));
+            goto err_after_alloc;
+        }
+        if (flock(e->lock_fd, LOCK_EX | LOCK_NB) != 0) {
+            rc = errno == EWOULDBLOCK
+                     ? idx__fail(e, TERN_EBUSY, __LINE__,
+                                 "directory in use by another env")
+                     : idx__fail(e, -errno, __LINE__, "flock: %s",
+                                 strerror(errno));
+            goto err_after_lock;
+        }
+    }
+    rc = idx__log_open(e);
+    if (rc != 0) {
+        goto err_after_log;
+    }
+    if (mkdir(e->lmdb_dir, 0755) != 0 && errno != EEXIST) {
+        rc = idx__fail(e, -errno, __LINE__, "mkdir %s: %s", e->lmdb_dir,
+                       strerror(errno));
+        goto err_after_log;
+    }
+    rc = lmdb_open(e);
+    if (rc != 0) {
+        goto err_after_log;
+    }
+    rc = reconcile(e);
+    if (rc != 0) {
+        goto err_after_lmdb;
+    }
+    *out = e;
+    return 0;
+
+err_after_lmdb:
+    mdb_env_close(e->mdb);
+err_after_log:
+    idx__log_close(e);
+err_after_lock:
+    close(e->lock_fd);
+err_after_alloc:
+    tern_errmsg_printf(errmsg, "idx_open %s: %s", o->dir, e->errmsg);
+    tern_free(e->dir);
+    tern_free(e->log_dir);
+    tern_free(e->lmdb_dir);
+    tern_free(e->rbuf);
+    tern_free(e);
+    return rc;
+}
+
+void idx_close(struct idx_env *e)
+{
+    if (e == NULL) {
+        return;
+    }
+    /* After a failed apply the pending txn (if any) still describes a
+     * prefix of the log, so committing it is safe. */
+    (void)idx_sync(e);
+    idx__txn_abort(e);
+    mdb_env_close(e->mdb);
+    idx__log_close(e);
+    close(e->lock_fd); /* releases the flock */
+    tern_free(e->dir);
+    tern_free(e->log_dir);
+    tern_free(e->lmdb_dir);
+    tern_free(e->rbuf);
+    tern_free(e);
+}
+
+uint64_t idx_last_applied(const struct idx_env *e)
+{
+    return e->st.last_applied;
+}
+
+uint64_t idx_log_end(const struct idx_env *e)
+{
+    return e->log_end;
+}
+
+uint64_t idx_truncated_bytes(const struct idx_env *e)
+{
+    return e->truncated;
+}
+
+const char *idx_errmsg(const struct idx_env *e)
+{
+    return e->errmsg;
+}
+
+int idx_status(const struct idx_env *e)
+{
+    return e->failed;
+}

@@ -1,0 +1,313 @@
+/*
+ * index/ private header: the env struct, the commit-log segment table, the
+ * record and command-entry decoders, the LMDB key/value codecs and the
+ * helpers shared by env.c, log.c, cmd.c, apply.c, read.c and snapshot.c.
+ * Reachable only from index/ (PRIVATE include path) and from the index
+ * unit tests and fuzz targets, which compile against it on purpose.
+ */
+#ifndef TERN_IDX_INT_H
+#define TERN_IDX_INT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <lmdb.h>
+
+#include "idx.h"
+
+/* ---- Limits -------------------------------------------------------------- */
+
+#define IDX__NAME_MAX              200
+#define IDX__DEFAULT_MAP_SIZE      ((size_t)1 << 30)
+#define IDX__DEFAULT_SEGMENT_BYTES ((uint64_t)64 << 20)
+#define IDX__DEFAULT_MAX_MESSAGE   ((uint32_t)4 << 20)
+/* Largest record payload (one Raft entry) the log accepts or decodes. */
+#define IDX__RECORD_MAX_PAYLOAD ((uint32_t)1 << 30)
+/* Remembered batch results per (queue, producer) for idempotent retries. */
+#define IDX__DEDUP_WINDOW 8
+/* Segment files kept open for reading before the cache is dropped. */
+#define IDX__MAX_OPEN_SEGS 32
+
+/* Checksum comparisons of the decoders. Fuzz builds (the libFuzzer
+ * convention FUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION) accept any checksum
+ * so that mutated inputs reach the structural checks behind it. */
+#ifdef FUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION
+#define IDX__CHECKSUM_OK(stored, computed) ((void)(stored), (void)(computed), 1)
+#else
+#define IDX__CHECKSUM_OK(stored, computed) ((stored) == (computed))
+#endif
+
+/* ---- Commit log records (format: log.c) ---------------------------------- */
+
+#define IDX__SEG_MAGIC    "TERNSEG\0"
+#define IDX__SEG_VERSION  1
+#define IDX__SEG_HDR_SIZE 32
+#define IDX__REC_MAGIC    0x52435254U /* "TRCR" little-endian */
+#define IDX__REC_VERSION  1
+#define IDX__REC_HDR_SIZE 24
+
+struct idx__record
+{
+    uint64_t index;         /* raft index */
+    uint32_t payload_len;   /* bytes after the header */
+    uint32_t checksum;      /* over header[0..20) + payload */
+    const uint8_t *payload; /* set by idx__record_decode only */
+};
+
+/* Decode and check a record header (IDX__REC_HDR_SIZE bytes at hdr): magic,
+ * version, flags, length bound. Does not check the checksum. 0 or
+ * TERN_EMALFORMED. */
+int idx__record_header_decode(const void *hdr, struct idx__record *out);
+/* Checksum of a record given its header bytes and payload. */
+uint32_t idx__record_checksum(const void *hdr,
+                              const void *payload,
+                              size_t payload_len);
+/* Pure decoder of one whole record at buf[0..len): header checks, payload
+ * bound, checksum. On success fills *out (payload borrowed from buf) and
+ * *size (OUT: header + payload bytes). TERN_EMALFORMED if short or
+ * malformed, TERN_ECORRUPT on checksum mismatch. */
+int idx__record_decode(const void *buf,
+                       size_t len,
+                       struct idx__record *out,
+                       size_t *size);
+/* Encode a record header for (index, payload) into hdr. */
+void idx__record_header_encode(void *hdr,
+                               uint64_t index,
+                               const void *payload,
+                               uint32_t payload_len);
+
+/* ---- Command entries (format: cmd.c) ------------------------------------- */
+
+#define IDX__CMD_VERSION      1
+#define IDX__CMD_HDR_SIZE     24
+#define IDX__CMD_MAX_COMMANDS 65536u
+
+struct idx__cmd
+{
+    uint8_t type;
+    const char *queue; /* not NUL-terminated */
+    uint8_t queue_len;
+    const char *group; /* not NUL-terminated */
+    uint8_t group_len;
+    uint64_t producer_id;
+    uint64_t seq;
+    uint64_t next_offset;
+    uint32_t n_msgs;
+    const uint8_t *msgs; /* n_msgs x (u32 len, bytes) */
+    size_t msgs_len;
+};
+
+struct idx__entry
+{
+    const uint8_t *base;
+    size_t len;
+    uint32_t n; /* commands announced in the header */
+    uint32_t i; /* commands decoded so far */
+    uint64_t timestamp_ms;
+    struct tern_cursor c;
+};
+
+/* Check the entry header (version, flags, length, checksum, count) and
+ * position the iterator on the first command. 0 or TERN_EMALFORMED /
+ * TERN_EVERSION. */
+int idx__entry_open(struct idx__entry *it, const void *entry, size_t len);
+/* Decode the next command. 1 with *cmd filled, 0 at the end (all n
+ * commands seen and no bytes left), TERN_EMALFORMED. */
+int idx__entry_next(struct idx__entry *it, struct idx__cmd *cmd);
+/* Iterate the messages of a produce command. */
+struct idx__msg_iter
+{
+    struct tern_cursor c;
+};
+void idx__msg_iter_init(struct idx__msg_iter *mi, const struct idx__cmd *cmd);
+/* 1 with data/len, 0 at the end. Only valid on validated commands. */
+int idx__msg_iter_next(struct idx__msg_iter *mi,
+                       const uint8_t **data,
+                       uint32_t *len);
+/* Valid name of n bytes (not NUL-terminated). */
+int idx__name_valid_n(const char *name, size_t n);
+
+/* ---- LMDB key/value codecs (format: keys.c) ------------------------------ */
+
+/* meta "state": what the index covers. */
+struct idx__state
+{
+    uint64_t last_applied; /* raft index of the last indexed record */
+    uint64_t log_end;      /* log position just after it */
+    uint64_t last_rec_pos; /* its position (0 with last_applied 0) */
+    uint32_t last_rec_checksum;
+    uint64_t next_queue_id; /* next id handed to a created queue */
+};
+#define IDX__STATE_SIZE     48
+#define IDX__META_KEY_STATE "state"
+void idx__state_encode(uint8_t *buf, const struct idx__state *s);
+int idx__state_decode(const void *buf, size_t len, struct idx__state *s);
+
+struct idx__queue_val
+{
+    uint64_t id;
+    uint64_t created_index;
+    uint64_t start_offset;
+    uint64_t next_offset;
+};
+#define IDX__QUEUE_VAL_SIZE 40
+void idx__queue_val_encode(uint8_t *buf, const struct idx__queue_val *q);
+int idx__queue_val_decode(const void *buf,
+                          size_t len,
+                          struct idx__queue_val *q);
+
+struct idx__msg_val
+{
+    uint64_t rec_pos;  /* log position of the record holding the message */
+    uint32_t data_off; /* byte offset of the message in the record payload */
+    uint32_t len;
+    uint64_t timestamp_ms;
+    uint64_t producer_id;
+};
+#define IDX__MSG_VAL_SIZE 32
+#define IDX__MSG_KEY_SIZE 16
+void idx__msg_key(uint8_t *key, uint64_t queue_id, uint64_t offset);
+void idx__msg_val_encode(uint8_t *buf, const struct idx__msg_val *m);
+int idx__msg_val_decode(const void *buf, size_t len, struct idx__msg_val *m);
+
+/* groups: (queue id BE, name) -> u64 next offset. */
+size_t idx__group_key(uint8_t *key,
+                      uint64_t queue_id,
+                      const char *group,
+                      size_t group_len);
+#define IDX__GROUP_KEY_MAX (8 + IDX__NAME_MAX)
+
+struct idx__batch
+{
+    uint64_t seq;
+    uint64_t base_offset;
+    uint32_t count;
+};
+struct idx__producer_val
+{
+    uint64_t last_seq;
+    uint32_t n; /* remembered batches, newest first */
+    struct idx__batch b[IDX__DEDUP_WINDOW];
+};
+#define IDX__PRODUCER_VAL_MAX (16 + IDX__DEDUP_WINDOW * 20)
+void idx__producer_key(uint8_t *key, uint64_t queue_id, uint64_t producer_id);
+size_t idx__producer_val_encode(uint8_t *buf,
+                                const struct idx__producer_val *p);
+int idx__producer_val_decode(const void *buf,
+                             size_t len,
+                             struct idx__producer_val *p);
+
+/* Big-endian u64 for sortable key prefixes. */
+void idx__put_be64(uint8_t *p, uint64_t v);
+uint64_t idx__get_be64(const uint8_t *p);
+
+/* ---- Snapshot manifest (format: snapshot.c) ------------------------------ */
+
+struct idx__manifest
+{
+    uint64_t last_applied;
+    uint64_t log_end;
+    uint64_t last_rec_pos;
+    uint32_t last_rec_checksum;
+};
+#define IDX__MANIFEST_SIZE 40
+int idx__manifest_decode(const void *buf, size_t len, struct idx__manifest *m);
+
+/* ---- The env ------------------------------------------------------------- */
+
+struct idx__seg
+{
+    uint64_t start; /* global position of the first stream byte */
+    uint64_t size;  /* stream bytes held (file size - header) */
+    int fd;         /* -1 when not open */
+    int dirty;      /* written since the last sync */
+};
+
+struct idx_env
+{
+    int lock_fd; /* <dir>/LOCK, flock'ed exclusively while open */
+    char *dir;
+    char *log_dir;
+    char *lmdb_dir;
+    size_t map_size;
+    uint64_t segment_bytes;
+    uint32_t max_message;
+
+    struct idx__seg *segs; /* sorted by start, contiguous */
+    size_t n_segs;
+    size_t cap_segs;
+    unsigned open_fds;
+    uint64_t log_end; /* end of the bytes in the segment files */
+    int dir_dirty;    /* a segment was created or removed since sync */
+
+    MDB_env *mdb;
+    MDB_dbi dbi_meta;
+    MDB_dbi dbi_queues;
+    MDB_dbi dbi_msgs;
+    MDB_dbi dbi_groups;
+    MDB_dbi dbi_producers;
+    MDB_txn *wtxn;               /* pending write txn or NULL */
+    struct idx__state st;        /* applied state, including pending */
+    struct idx__state committed; /* state of the last commit */
+
+    int failed;         /* sticky error of a failed apply, 0 if none */
+    uint64_t truncated; /* bytes cut from the tail by idx_open */
+    char errmsg[TERN_ERRMSG_SIZE];
+
+    uint8_t *rbuf; /* scratch for record reads */
+    size_t rbuf_cap;
+};
+
+/* Line-stamped error return for corruption/misuse sites (SQLite _BKPT). */
+#define IDX__CORRUPT(e, ...)                                                   \
+    idx__fail((e), TERN_ECORRUPT, __LINE__, __VA_ARGS__)
+int idx__fail(struct idx_env *e, int code, int line, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* Translate an LMDB return code into a tern code and errmsg. */
+int idx__mdb_err(struct idx_env *e, int rc, const char *what);
+/* Grow e->rbuf to n bytes. 0 or -ENOMEM. */
+int idx__rbuf_reserve(struct idx_env *e, size_t n);
+
+/* log.c */
+int idx__log_open(struct idx_env *e);
+void idx__log_close(struct idx_env *e);
+int idx__log_pread(struct idx_env *e, uint64_t pos, void *buf, size_t n);
+int idx__log_append_record(struct idx_env *e,
+                           uint64_t index,
+                           const void *payload,
+                           uint32_t len,
+                           uint64_t *pos,
+                           uint32_t *checksum);
+int idx__log_write_raw(struct idx_env *e,
+                       uint64_t pos,
+                       const void *buf,
+                       size_t n);
+int idx__log_truncate(struct idx_env *e, uint64_t pos);
+int idx__log_sync(struct idx_env *e);
+/* Read and verify the record at pos, bounded by limit. On success the
+ * payload is in e->rbuf[IDX__REC_HDR_SIZE..]. Status TERN_ECORRUPT /
+ * TERN_EMALFORMED for a bad record, -errno for I/O errors. */
+int idx__log_read_record(struct idx_env *e,
+                         uint64_t pos,
+                         uint64_t limit,
+                         struct idx__record *rec);
+
+/* apply.c */
+int idx__txn_begin(struct idx_env *e);
+void idx__txn_abort(struct idx_env *e);
+/* Index one record (already in the log) into the pending txn; results
+ * optional. 0 or a tern code for an LMDB failure. */
+int idx__index_record(struct idx_env *e,
+                      uint64_t pos,
+                      uint64_t index,
+                      const uint8_t *payload,
+                      uint32_t len,
+                      uint32_t checksum,
+                      struct idx_result *results,
+                      unsigned max,
+                      unsigned *n_results);
+
+/* env.c */
+int idx__dbi_open_all(struct idx_env *e, MDB_txn *txn);
+
+#endif /* TERN_IDX_INT_H */

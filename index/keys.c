@@ -1,0 +1,195 @@
+/*
+ * LMDB key and value encoding of the index. Everything in LMDB is derived
+ * from the commit log (index/log.c) and can be rebuilt from it, so these
+ * formats carry one schema version (in meta "state") rather than one per
+ * value; a version mismatch makes idx_open rebuild LMDB from the log.
+ * Encoded/decoded byte by byte, be careful when adapting.
+ *
+ * Keys sort with LMDB's default memcmp order; numeric key parts are
+ * big-endian so that one queue's entries are contiguous and in offset
+ * order. Values are little-endian.
+ *
+ * DBI "meta":
+ *   key "state" -> 48 bytes:
+ *     u32 schema version (1), u32 last_rec_checksum, u64 last_applied,
+ *     u64 log_end, u64 last_rec_pos, u64 next_queue_id, u32 reserved (0),
+ *     u32 tern_checksum32 over the preceding 44 bytes.
+ *   It is written in the same write txn as every change it describes.
+ * DBI "queues":
+ *   key queue name (1..200 bytes, no NUL) -> 40 bytes:
+ *     u32 version (1), u32 flags (0), u64 queue id, u64 created_index,
+ *     u64 start_offset, u64 next_offset.
+ *   Deleting a queue removes the key (freeing the name) and, in the same
+ *   txn, every msgs/groups/producers entry of its id. Ids are never
+ *   reused (meta next_queue_id), so a re-created queue starts empty.
+ * DBI "msgs":
+ *   key u64 BE queue id, u64 BE offset (16 bytes) -> 32 bytes:
+ *     u64 log position of the record, u32 byte offset of the message data
+ *     inside the record payload, u32 length, u64 timestamp_ms,
+ *     u64 producer_id.
+ * DBI "groups":
+ *   key u64 BE queue id, group name -> u64 next offset.
+ * DBI "producers":
+ *   key u64 BE queue id, u64 BE producer id (queue first, so a queue's
+ *   producers are deleted with one range walk) -> 16 + 20 * n bytes:
+ *     u64 last_seq, u32 n (0..8), u32 reserved (0),
+ *     n x (u64 seq, u64 base_offset, u32 count), newest first.
+ */
+#include "idx_int.h"
+
+void idx__put_be64(uint8_t *p, uint64_t v)
+{
+    for (int i = 7; i >= 0; i--) {
+        p[i] = (uint8_t)v;
+        v >>= 8;
+    }
+}
+
+uint64_t idx__get_be64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++) {
+        v = (v << 8) | p[i];
+    }
+    return v;
+}
+
+void idx__state_encode(uint8_t *buf, const struct idx__state *s)
+{
+    tern_put_u32(buf, 1);
+    tern_put_u32(buf + 4, s->last_rec_checksum);
+    tern_put_u64(buf + 8, s->last_applied);
+    tern_put_u64(buf + 16, s->log_end);
+    tern_put_u64(buf + 24, s->last_rec_pos);
+    tern_put_u64(buf + 32, s->next_queue_id);
+    tern_put_u32(buf + 40, 0);
+    tern_put_u32(buf + 44, tern_checksum32(buf, 44));
+}
+
+int idx__state_decode(const void *buf, size_t len, struct idx__state *s)
+{
+    const uint8_t *b = buf;
+    if (len != IDX__STATE_SIZE ||
+        !IDX__CHECKSUM_OK(tern_get_u32(b + 44), tern_checksum32(b, 44))) {
+        return TERN_ECORRUPT;
+    }
+    if (tern_get_u32(b) != 1) {
+        return TERN_EVERSION;
+    }
+    if (tern_get_u32(b + 40) != 0) {
+        return TERN_ECORRUPT;
+    }
+    s->last_rec_checksum = tern_get_u32(b + 4);
+    s->last_applied = tern_get_u64(b + 8);
+    s->log_end = tern_get_u64(b + 16);
+    s->last_rec_pos = tern_get_u64(b + 24);
+    s->next_queue_id = tern_get_u64(b + 32);
+    return 0;
+}
+
+void idx__queue_val_encode(uint8_t *buf, const struct idx__queue_val *q)
+{
+    tern_put_u32(buf, 1);
+    tern_put_u32(buf + 4, 0);
+    tern_put_u64(buf + 8, q->id);
+    tern_put_u64(buf + 16, q->created_index);
+    tern_put_u64(buf + 24, q->start_offset);
+    tern_put_u64(buf + 32, q->next_offset);
+}
+
+int idx__queue_val_decode(const void *buf, size_t len, struct idx__queue_val *q)
+{
+    const uint8_t *b = buf;
+    if (len != IDX__QUEUE_VAL_SIZE || tern_get_u32(b) != 1) {
+        return TERN_ECORRUPT;
+    }
+    q->id = tern_get_u64(b + 8);
+    q->created_index = tern_get_u64(b + 16);
+    q->start_offset = tern_get_u64(b + 24);
+    q->next_offset = tern_get_u64(b + 32);
+    return 0;
+}
+
+void idx__msg_key(uint8_t *key, uint64_t queue_id, uint64_t offset)
+{
+    idx__put_be64(key, queue_id);
+    idx__put_be64(key + 8, offset);
+}
+
+void idx__msg_val_encode(uint8_t *buf, const struct idx__msg_val *m)
+{
+    tern_put_u64(buf, m->rec_pos);
+    tern_put_u32(buf + 8, m->data_off);
+    tern_put_u32(buf + 12, m->len);
+    tern_put_u64(buf + 16, m->timestamp_ms);
+    tern_put_u64(buf + 24, m->producer_id);
+}
+
+int idx__msg_val_decode(const void *buf, size_t len, struct idx__msg_val *m)
+{
+    const uint8_t *b = buf;
+    if (len != IDX__MSG_VAL_SIZE) {
+        return TERN_ECORRUPT;
+    }
+    m->rec_pos = tern_get_u64(b);
+    m->data_off = tern_get_u32(b + 8);
+    m->len = tern_get_u32(b + 12);
+    m->timestamp_ms = tern_get_u64(b + 16);
+    m->producer_id = tern_get_u64(b + 24);
+    return 0;
+}
+
+size_t idx__group_key(uint8_t *key,
+                      uint64_t queue_id,
+                      const char *group,
+                      size_t group_len)
+{
+    idx__put_be64(key, queue_id);
+    memcpy(key + 8, group, group_len);
+    return 8 + group_len;
+}
+
+void idx__producer_key(uint8_t *key, uint64_t queue_id, uint64_t producer_id)
+{
+    idx__put_be64(key, queue_id);
+    idx__put_be64(key + 8, producer_id);
+}
+
+size_t idx__producer_val_encode(uint8_t *buf, const struct idx__producer_val *p)
+{
+    uint8_t *q = buf + 16;
+    tern_put_u64(buf, p->last_seq);
+    tern_put_u32(buf + 8, p->n);
+    tern_put_u32(buf + 12, 0);
+    for (uint32_t i = 0; i < p->n; i++) {
+        tern_put_u64(q, p->b[i].seq);
+        tern_put_u64(q + 8, p->b[i].base_offset);
+        tern_put_u32(q + 16, p->b[i].count);
+        q += 20;
+    }
+    return (size_t)(q - buf);
+}
+
+int idx__producer_val_decode(const void *buf,
+                             size_t len,
+                             struct idx__producer_val *p)
+{
+    const uint8_t *b = buf;
+    if (len < 16) {
+        return TERN_ECORRUPT;
+    }
+    p->last_seq = tern_get_u64(b);
+    p->n = tern_get_u32(b + 8);
+    if (p->n > IDX__DEDUP_WINDOW || len != 16 + (size_t)p->n * 20 ||
+        tern_get_u32(b + 12) != 0) {
+        return TERN_ECORRUPT;
+    }
+    b += 16;
+    for (uint32_t i = 0; i < p->n; i++) {
+        p->b[i].seq = tern_get_u64(b);
+        p->b[i].base_offset = tern_get_u64(b + 8);
+        p->b[i].count = tern_get_u32(b + 16);
+        b += 20;
+    }
+    return 0;
+}

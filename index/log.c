@@ -1,0 +1,703 @@
+/*
+ * The commit log: append-only segment files holding one record per applied
+ * Raft command entry. This file owns the on-disk format of the log.
+ *
+ * POSITIONS. The log is one byte stream: the concatenation of all records.
+ * A position is an offset in that stream ("global position"); segment
+ * headers are not part of it. LMDB stores positions, and bulk catch-up
+ * (idx_bulk_*) copies stream bytes, so two nodes holding the same records
+ * have the same stream even if they cut it into segments differently.
+ *
+ * SEGMENTS. <dir>/log/%020llu.seg, named by the position of its first
+ * stream byte. Segment i+1 starts where segment i ends; the first starts at
+ * 0. A segment file is a 32-byte header followed by stream bytes:
+ *
+ *   offset size  field
+ *   0      8     magic "TERNSEG\0"
+ *   8      4     version = 1
+ *   12     4     header size = 32
+ *   16     8     start position (must match the file name)
+ *   24     4     reserved = 0
+ *   28     4     tern_checksum32 over bytes [0,28)
+ *
+ * Appends roll to a new segment before a record when the active segment
+ * already holds >= segment_bytes stream bytes (deterministic for a given
+ * segment_bytes). Bulk writes roll at any byte once the active segment is
+ * full, so a record may span two segments; every reader goes through
+ * idx__log_pread, which crosses segment boundaries.
+ *
+ * RECORDS (all integers little-endian; encoded/decoded byte by byte, be
+ * careful when adapting):
+ *
+ *   offset size  field
+ *   0      4     magic 0x52435254 ("TRCR")
+ *   4      2     version = 1
+ *   6      2     flags = 0
+ *   8      8     raft index of the entry (strictly increasing in the log)
+ *   16     4     payload length (<= 1 GiB)
+ *   20     4     tern_checksum32 over bytes [0,20) followed by the payload
+ *   24     ...   payload: the Raft entry bytes exactly as applied
+ *
+ * No padding. Every entry idx_apply receives is recorded, malformed ones
+ * included: the log stays byte-identical on all nodes and the indexer
+ * derives the same (TERN_EMALFORMED) results from it on every replay.
+ *
+ * DURABILITY. Records are written with plain pwrite, no fsync per record:
+ * the Raft log is the durable source of truth and replays what a crash
+ * loses (idx_apply skips what is already applied). idx_sync fdatasyncs
+ * every segment written since the last sync and fsyncs log/ when segments
+ * were created or removed. A failed write is rolled back with ftruncate so
+ * the log never keeps a partial record while the env is open.
+ *
+ * RECOVERY (idx_open, see env.c). Segment headers are checked here; a bad
+ * or missing segment cuts the log at its start. Records are then scanned
+ * from the last point LMDB vouches for; the first record that is short,
+ * malformed, fails its checksum or does not increase the raft index ends
+ * the log, and everything after it is truncated (ftruncate + fsync).
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "idx_int.h"
+
+/* ---- Records ------------------------------------------------------------- */
+
+uint32_t idx__record_checksum(const void *hdr,
+                              const void *payload,
+                              size_t payload_len)
+{
+    struct tern_checksum_state st;
+    tern_checksum32_begin(&st);
+    tern_checksum32_update(&st, hdr, 20);
+    if (payload_len > 0) {
+        tern_checksum32_update(&st, payload, payload_len);
+    }
+    return tern_checksum32_end(&st);
+}
+
+void idx__record_header_encode(void *hdr,
+                               uint64_t index,
+                               const void *payload,
+                               uint32_t payload_len)
+{
+    uint8_t *h = hdr;
+    tern_put_u32(h, IDX__REC_MAGIC);
+    tern_put_u16(h + 4, IDX__REC_VERSION);
+    tern_put_u16(h + 6, 0);
+    tern_put_u64(h + 8, index);
+    tern_put_u32(h + 16, payload_len);
+    tern_put_u32(h + 20, idx__record_checksum(h, payload, payload_len));
+}
+
+int idx__record_header_decode(const void *hdr, struct idx__record *out)
+{
+    const uint8_t *h = hdr;
+    if (tern_get_u32(h) != IDX__REC_MAGIC ||
+        tern_get_u16(h + 4) != IDX__REC_VERSION || tern_get_u16(h + 6) != 0) {
+        return TERN_EMALFORMED;
+    }
+    out->index = tern_get_u64(h + 8);
+    out->payload_len = tern_get_u32(h + 16);
+    out->checksum = tern_get_u32(h + 20);
+    out->payload = NULL;
+    if (out->index == 0 || out->payload_len > IDX__RECORD_MAX_PAYLOAD) {
+        return TERN_EMALFORMED;
+    }
+    return 0;
+}
+
+int idx__record_decode(const void *buf,
+                       size_t len,
+                       struct idx__record *out,
+                       size_t *size)
+{
+    const uint8_t *b = buf;
+    if (len < IDX__REC_HDR_SIZE) {
+        return TERN_EMALFORMED;
+    }
+    int rc = idx__record_header_decode(b, out);
+    if (rc != 0) {
+        return rc;
+    }
+    if (len - IDX__REC_HDR_SIZE < out->payload_len) {
+        return TERN_EMALFORMED;
+    }
+    if (!IDX__CHECKSUM_OK(
+            out->checksum,
+            idx__record_checksum(b, b + IDX__REC_HDR_SIZE, out->payload_len))) {
+        return TERN_ECORRUPT;
+    }
+    out->payload = b + IDX__REC_HDR_SIZE;
+    *size = IDX__REC_HDR_SIZE + (size_t)out->payload_len;
+    return 0;
+}
+
+/* ---- Segment table ------------------------------------------------------- */
+
+static void seg_path(const struct idx_env *e,
+                     uint64_t start,
+                     char *buf,
+                     size_t cap)
+{
+    (void)snprintf(buf, cap, "%s/%020llu.seg", e->log_dir,
+                   (unsigned long long)start);
+}
+
+static void seg_header_encode(uint8_t *h, uint64_t start)
+{
+    memset(h, 0, IDX__SEG_HDR_SIZE);
+    memcpy(h, IDX__SEG_MAGIC, 8);
+    tern_put_u32(h + 8, IDX__SEG_VERSION);
+    tern_put_u32(h + 12, IDX__SEG_HDR_SIZE);
+    tern_put_u64(h + 16, start);
+    tern_put_u32(h + 28, tern_checksum32(h, 28));
+}
+
+static int seg_header_ok(const uint8_t *h, uint64_t start)
+{
+    return memcmp(h, IDX__SEG_MAGIC, 8) == 0 &&
+           tern_get_u32(h + 8) == IDX__SEG_VERSION &&
+           tern_get_u32(h + 12) == IDX__SEG_HDR_SIZE &&
+           tern_get_u64(h + 16) == start &&
+           tern_get_u32(h + 28) == tern_checksum32(h, 28);
+}
+
+static void close_read_fds(struct idx_env *e)
+{
+    /* Keep the active (last) segment open: it is written constantly. */
+    for (size_t i = 0; i + 1 < e->n_segs; i++) {
+        if (e->segs[i].fd >= 0 && !e->segs[i].dirty) {
+            close(e->segs[i].fd);
+            e->segs[i].fd = -1;
+            e->open_fds--;
+        }
+    }
+}
+
+/* fd of segment i, opening it on demand. 0 or -errno. */
+static int seg_fd(struct idx_env *e, size_t i, int *fd)
+{
+    char path[4096];
+    if (e->segs[i].fd < 0) {
+        if (e->open_fds >= IDX__MAX_OPEN_SEGS) {
+            close_read_fds(e);
+        }
+        seg_path(e, e->segs[i].start, path, sizeof path);
+        int f = open(path, O_RDWR | O_CLOEXEC);
+        if (f < 0) {
+            return idx__fail(e, -errno, __LINE__, "open %s: %s", path,
+                             strerror(errno));
+        }
+        e->segs[i].fd = f;
+        e->open_fds++;
+    }
+    *fd = e->segs[i].fd;
+    return 0;
+}
+
+static int segs_push(struct idx_env *e, uint64_t start, uint64_t size, int fd)
+{
+    if (e->n_segs == e->cap_segs) {
+        size_t cap = e->cap_segs != 0 ? e->cap_segs * 2 : 16;
+        struct idx__seg *s = tern_realloc(e->segs, cap * sizeof *s);
+        if (s == NULL) {
+            return idx__fail(e, -ENOMEM, __LINE__, "segment table: %s",
+                             strerror(ENOMEM));
+        }
+        e->segs = s;
+        e->cap_segs = cap;
+    }
+    e->segs[e->n_segs].start = start;
+    e->segs[e->n_segs].size = size;
+    e->segs[e->n_segs].fd = fd;
+    e->segs[e->n_segs].dirty = 0;
+    e->n_segs++;
+    if (fd >= 0) {
+        e->open_fds++;
+    }
+    return 0;
+}
+
+static int io_err(struct idx_env *e, int err, const char *what)
+{
+    int code = err == ENOSPC || err == EDQUOT ? TERN_EFULL : -err;
+    return idx__fail(e, code, __LINE__, "commit log %s: %s", what,
+                     strerror(err));
+}
+
+/* Create a new, empty segment starting at the current log end. */
+static int seg_create(struct idx_env *e)
+{
+    char path[4096];
+    uint8_t h[IDX__SEG_HDR_SIZE];
+    seg_path(e, e->log_end, path, sizeof path);
+    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        return io_err(e, errno, "create segment");
+    }
+    seg_header_encode(h, e->log_end);
+    ssize_t n = pwrite(fd, h, sizeof h, 0);
+    if (n != (ssize_t)sizeof h) {
+        int err = n < 0 ? errno : ENOSPC;
+        close(fd);
+        unlink(path);
+        return io_err(e, err, "write segment header");
+    }
+    int rc = segs_push(e, e->log_end, 0, fd);
+    if (rc != 0) {
+        close(fd);
+        unlink(path);
+        return rc;
+    }
+    e->segs[e->n_segs - 1].dirty = 1;
+    e->dir_dirty = 1;
+    return 0;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a;
+    uint64_t y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Remove segment files starting at or after index i from disk and table.
+ * Adds their stream bytes to *lost. */
+static void drop_segs_from(struct idx_env *e, size_t i, uint64_t *lost)
+{
+    char path[4096];
+    for (size_t j = i; j < e->n_segs; j++) {
+        if (e->segs[j].fd >= 0) {
+            close(e->segs[j].fd);
+            e->open_fds--;
+        }
+        seg_path(e, e->segs[j].start, path, sizeof path);
+        unlink(path);
+        *lost += e->segs[j].size;
+    }
+    if (i < e->n_segs) {
+        e->dir_dirty = 1;
+    }
+    e->n_segs = i;
+}
+
+int idx__log_open(struct idx_env *e)
+{
+    uint64_t *starts = NULL;
+    size_t n = 0, cap = 0;
+    int rc = 0;
+    DIR *d;
+    struct dirent *de;
+
+    if (mkdir(e->log_dir, 0755) != 0 && errno != EEXIST) {
+        return io_err(e, errno, "mkdir");
+    }
+    d = opendir(e->log_dir);
+    if (d == NULL) {
+        return io_err(e, errno, "opendir");
+    }
+    while ((de = readdir(d)) != NULL) {
+        const char *s = de->d_name;
+        char *endp;
+        if (strlen(s) != 24 || strcmp(s + 20, ".seg") != 0 || s[0] == '-' ||
+            s[0] == '+') {
+            continue;
+        }
+        unsigned long long v = strtoull(s, &endp, 10);
+        if (endp != s + 20) {
+            continue;
+        }
+        if (n == cap) {
+            cap = cap != 0 ? cap * 2 : 16;
+            uint64_t *p = tern_realloc(starts, cap * sizeof *p);
+            if (p == NULL) {
+                rc = idx__fail(e, -ENOMEM, __LINE__, "log dir: %s",
+                               strerror(ENOMEM));
+                goto err_after_opendir;
+            }
+            starts = p;
+        }
+        starts[n++] = v;
+    }
+    closedir(d);
+    d = NULL;
+    if (n > 0) {
+        qsort(starts, n, sizeof *starts, cmp_u64);
+    }
+
+    /* Add segments while they are well formed and contiguous; the first
+     * bad one cuts the log (it and everything after it are removed). */
+    uint64_t expect = 0;
+    size_t good = 0;
+    for (size_t i = 0; i < n; i++) {
+        char path[4096];
+        uint8_t h[IDX__SEG_HDR_SIZE];
+        struct stat stt;
+        if (starts[i] != expect) {
+            break;
+        }
+        seg_path(e, starts[i], path, sizeof path);
+        int fd = open(path, O_RDWR | O_CLOEXEC);
+        if (fd < 0) {
+            rc = io_err(e, errno, "open segment");
+            goto err_after_list;
+        }
+        if (fstat(fd, &stt) != 0) {
+            rc = io_err(e, errno, "stat segment");
+            close(fd);
+            goto err_after_list;
+        }
+        if (stt.st_size < IDX__SEG_HDR_SIZE ||
+            pread(fd, h, sizeof h, 0) != (ssize_t)sizeof h ||
+            !seg_header_ok(h, starts[i])) {
+            close(fd);
+            break;
+        }
+        uint64_t size = (uint64_t)stt.st_size - IDX__SEG_HDR_SIZE;
+        rc = segs_push(e, starts[i], size, fd);
+        if (rc != 0) {
+            close(fd);
+            goto err_after_list;
+        }
+        if (e->open_fds > IDX__MAX_OPEN_SEGS) {
+            close_read_fds(e);
+        }
+        expect = starts[i] + size;
+        good++;
+    }
+    for (size_t i = good; i < n; i++) {
+        /* Unusable segments: count what they held as truncated. */
+        char path[4096];
+        struct stat stt;
+        seg_path(e, starts[i], path, sizeof path);
+        if (stat(path, &stt) == 0 && stt.st_size > IDX__SEG_HDR_SIZE) {
+            e->truncated += (uint64_t)stt.st_size - IDX__SEG_HDR_SIZE;
+        }
+        unlink(path);
+        e->dir_dirty = 1;
+    }
+    /* An empty trailing segment other than the first is harmless; keep. */
+    if (e->n_segs == 0) {
+        e->log_end = 0;
+        rc = seg_create(e);
+        if (rc != 0) {
+            goto err_after_list;
+        }
+    }
+    e->log_end = e->segs[e->n_segs - 1].start + e->segs[e->n_segs - 1].size;
+    tern_free(starts);
+    return 0;
+
+err_after_opendir:
+    closedir(d);
+err_after_list:
+    tern_free(starts);
+    return rc;
+}
+
+void idx__log_close(struct idx_env *e)
+{
+    for (size_t i = 0; i < e->n_segs; i++) {
+        if (e->segs[i].fd >= 0) {
+            close(e->segs[i].fd);
+        }
+    }
+    tern_free(e->segs);
+    e->segs = NULL;
+    e->n_segs = 0;
+    e->cap_segs = 0;
+    e->open_fds = 0;
+}
+
+/* Index of the segment holding pos (the last one whose start <= pos). */
+static size_t seg_find(const struct idx_env *e, uint64_t pos)
+{
+    size_t lo = 0, hi = e->n_segs;
+    while (hi - lo > 1) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (e->segs[mid].start <= pos) {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    return lo;
+}
+
+int idx__log_pread(struct idx_env *e, uint64_t pos, void *buf, size_t n)
+{
+    uint8_t *out = buf;
+    if (pos > e->log_end || n > e->log_end - pos) {
+        return idx__fail(
+            e, TERN_EINVAL, __LINE__, "log read [%llu,+%zu) beyond end %llu",
+            (unsigned long long)pos, n, (unsigned long long)e->log_end);
+    }
+    size_t i = seg_find(e, pos);
+    while (n > 0) {
+        int fd = -1;
+        struct idx__seg *s = &e->segs[i];
+        uint64_t in_seg = s->start + s->size - pos;
+        if (pos < s->start || in_seg == 0) {
+            i++;
+            if (i >= e->n_segs) {
+                return IDX__CORRUPT(e, "log segment table hole at %llu",
+                                    (unsigned long long)pos);
+            }
+            continue;
+        }
+        int rc = seg_fd(e, i, &fd);
+        if (rc != 0) {
+            return rc;
+        }
+        size_t want = (size_t)TERN_MIN((uint64_t)n, in_seg);
+        ssize_t got =
+            pread(fd, out, want, (off_t)(IDX__SEG_HDR_SIZE + (pos - s->start)));
+        if (got < 0) {
+            if (errno == EINTR) {
+                continue;
+            }
+            return idx__fail(e, -errno, __LINE__, "log read: %s",
+                             strerror(errno));
+        }
+        if (got == 0) {
+            return IDX__CORRUPT(e, "log segment %llu shorter than expected",
+                                (unsigned long long)s->start);
+        }
+        out += got;
+        pos += (uint64_t)got;
+        n -= (size_t)got;
+    }
+    return 0;
+}
+
+/* Write all of buf at file offset off of the active segment; on failure
+ * truncate the segment back to its old size. */
+static int active_write(struct idx_env *e,
+                        const struct iovec *iov,
+                        int iovcnt,
+                        size_t total)
+{
+    struct idx__seg *s = &e->segs[e->n_segs - 1];
+    int fd = -1;
+    int rc = seg_fd(e, e->n_segs - 1, &fd);
+    if (rc != 0) {
+        return rc;
+    }
+    off_t base = (off_t)(IDX__SEG_HDR_SIZE + s->size);
+    size_t done = 0;
+    struct iovec v[4];
+    TERN_ASSERT(iovcnt <= 4);
+    while (done < total) {
+        /* Build the remaining iovec. */
+        int k = 0;
+        size_t skip = done;
+        for (int j = 0; j < iovcnt; j++) {
+            if (skip >= iov[j].iov_len) {
+                skip -= iov[j].iov_len;
+                continue;
+            }
+            v[k].iov_base = (uint8_t *)iov[j].iov_base + skip;
+            v[k].iov_len = iov[j].iov_len - skip;
+            skip = 0;
+            k++;
+        }
+        ssize_t w = pwritev(fd, v, k, base + (off_t)done);
+        if (w < 0 && errno == EINTR) {
+            continue;
+        }
+        if (w <= 0) {
+            int err = w < 0 ? errno : ENOSPC;
+            /* Roll back the partial write: the log must end on a record
+             * boundary while the env is open. */
+            if (ftruncate(fd, base) != 0) {
+                return idx__fail(e, -errno, __LINE__,
+                                 "commit log rollback failed: %s",
+                                 strerror(errno));
+            }
+            return io_err(e, err, "write");
+        }
+        done += (size_t)w;
+    }
+    s->size += total;
+    s->dirty = 1;
+    e->log_end += total;
+    return 0;
+}
+
+int idx__log_append_record(struct idx_env *e,
+                           uint64_t index,
+                           const void *payload,
+                           uint32_t len,
+                           uint64_t *pos,
+                           uint32_t *checksum)
+{
+    uint8_t h[IDX__REC_HDR_SIZE];
+    struct iovec iov[2];
+    int rc;
+    if (len > IDX__RECORD_MAX_PAYLOAD) {
+        return idx__fail(e, TERN_ETOOBIG, __LINE__,
+                         "entry of %u bytes exceeds the record limit", len);
+    }
+    if (e->segs[e->n_segs - 1].size >= e->segment_bytes) {
+        rc = seg_create(e);
+        if (rc != 0) {
+            return rc;
+        }
+    }
+    idx__record_header_encode(h, index, payload, len);
+    iov[0].iov_base = h;
+    iov[0].iov_len = sizeof h;
+    iov[1].iov_base = (void *)(uintptr_t)payload;
+    iov[1].iov_len = len;
+    *pos = e->log_end;
+    rc = active_write(e, iov, 2, sizeof h + len);
+    if (rc != 0) {
+        return rc;
+    }
+    *checksum = tern_get_u32(h + 20);
+    return 0;
+}
+
+int idx__log_write_raw(struct idx_env *e,
+                       uint64_t pos,
+                       const void *buf,
+                       size_t n)
+{
+    const uint8_t *p = buf;
+    if (pos != e->log_end) {
+        return idx__fail(
+            e, TERN_EINVAL, __LINE__, "bulk write at %llu, log ends at %llu",
+            (unsigned long long)pos, (unsigned long long)e->log_end);
+    }
+    while (n > 0) {
+        struct idx__seg *s = &e->segs[e->n_segs - 1];
+        if (s->size >= e->segment_bytes) {
+            int rc = seg_create(e);
+            if (rc != 0) {
+                return rc;
+            }
+            s = &e->segs[e->n_segs - 1];
+        }
+        size_t chunk =
+            (size_t)TERN_MIN((uint64_t)n, e->segment_bytes - s->size);
+        struct iovec iov = {.iov_base = (void *)(uintptr_t)p, .iov_len = chunk};
+        int rc = active_write(e, &iov, 1, chunk);
+        if (rc != 0) {
+            return rc;
+        }
+        p += chunk;
+        n -= chunk;
+    }
+    return 0;
+}
+
+int idx__log_truncate(struct idx_env *e, uint64_t pos)
+{
+    uint64_t lost = 0;
+    int fd = -1;
+    TERN_INVARIANT(pos <= e->log_end);
+    size_t i = seg_find(e, pos);
+    /* Segments entirely after pos go away (the first one always stays). */
+    if (i + 1 < e->n_segs) {
+        drop_segs_from(e, i + 1, &lost);
+    }
+    struct idx__seg *s = &e->segs[i];
+    int rc = seg_fd(e, i, &fd);
+    if (rc != 0) {
+        return rc;
+    }
+    if (ftruncate(fd, (off_t)(IDX__SEG_HDR_SIZE + (pos - s->start))) != 0 ||
+        fsync(fd) != 0) {
+        return io_err(e, errno, "truncate");
+    }
+    s->size = pos - s->start;
+    e->log_end = pos;
+    if (e->dir_dirty) {
+        int dfd = open(e->log_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (dfd >= 0) {
+            (void)fsync(dfd);
+            close(dfd);
+        }
+    }
+    return 0;
+}
+
+int idx__log_sync(struct idx_env *e)
+{
+    for (size_t i = 0; i < e->n_segs; i++) {
+        if (e->segs[i].dirty && e->segs[i].fd >= 0) {
+            if (fdatasync(e->segs[i].fd) != 0) {
+                return io_err(e, errno, "fdatasync");
+            }
+            e->segs[i].dirty = 0;
+        }
+    }
+    if (e->dir_dirty) {
+        int dfd = open(e->log_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (dfd < 0) {
+            return io_err(e, errno, "open log dir");
+        }
+        int rc = fsync(dfd);
+        int err = errno;
+        close(dfd);
+        if (rc != 0) {
+            return io_err(e, err, "fsync log dir");
+        }
+        e->dir_dirty = 0;
+    }
+    return 0;
+}
+
+int idx__log_read_record(struct idx_env *e,
+                         uint64_t pos,
+                         uint64_t limit,
+                         struct idx__record *rec)
+{
+    int rc;
+    if (limit > e->log_end) {
+        limit = e->log_end;
+    }
+    if (pos > limit || limit - pos < IDX__REC_HDR_SIZE) {
+        return idx__fail(e, TERN_EMALFORMED, __LINE__, "short record at %llu",
+                         (unsigned long long)pos);
+    }
+    rc = idx__rbuf_reserve(e, IDX__REC_HDR_SIZE);
+    if (rc != 0) {
+        return rc;
+    }
+    rc = idx__log_pread(e, pos, e->rbuf, IDX__REC_HDR_SIZE);
+    if (rc != 0) {
+        return rc;
+    }
+    if (idx__record_header_decode(e->rbuf, rec) != 0) {
+        return idx__fail(e, TERN_EMALFORMED, __LINE__,
+                         "bad record header at %llu", (unsigned long long)pos);
+    }
+    if (limit - pos - IDX__REC_HDR_SIZE < rec->payload_len) {
+        return idx__fail(e, TERN_EMALFORMED, __LINE__,
+                         "record at %llu runs past the log end",
+                         (unsigned long long)pos);
+    }
+    rc = idx__rbuf_reserve(e, IDX__REC_HDR_SIZE + (size_t)rec->payload_len);
+    if (rc != 0) {
+        return rc;
+    }
+    rc = idx__log_pread(e, pos + IDX__REC_HDR_SIZE, e->rbuf + IDX__REC_HDR_SIZE,
+                        rec->payload_len);
+    if (rc != 0) {
+        return rc;
+    }
+    if (idx__record_checksum(e->rbuf, e->rbuf + IDX__REC_HDR_SIZE,
+                             rec->payload_len) != rec->checksum) {
+        return IDX__CORRUPT(e, "record checksum mismatch at %llu",
+                            (unsigned long long)pos);
+    }
+    rec->payload = e->rbuf + IDX__REC_HDR_SIZE;
+    return 0;
+}

@@ -1,0 +1,88 @@
+/* libFuzzer target: the command entry decoder (index/cmd.c). Every input
+ * goes through idx_cmd_validate; an accepted entry is decoded and rebuilt
+ * with the idx_cmd_* builder, which must reproduce it byte for byte (the
+ * format has one encoding per entry, so anything else is a decoder bug).
+ * Build with -DFUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION so that checksums
+ * do not stop mutated inputs (see IDX__CHECKSUM_OK). */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "idx_int.h"
+
+static void copy_name(char *dst, const char *src, uint8_t n)
+{
+    memcpy(dst, src, n);
+    dst[n] = '\0';
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    struct idx__entry it;
+    struct idx__cmd c;
+    struct tern_wbuf w;
+    char q[IDX__NAME_MAX + 1], g[IDX__NAME_MAX + 1];
+    int rc = idx_cmd_validate(data, size);
+    if (rc != 0) {
+        if (rc != TERN_EMALFORMED && rc != TERN_EVERSION) {
+            abort();
+        }
+        return 0;
+    }
+    if (idx__entry_open(&it, data, size) != 0) {
+        abort();
+    }
+    tern_wbuf_init(&w);
+    idx_cmd_begin(&w, it.timestamp_ms);
+    while ((rc = idx__entry_next(&it, &c)) == 1) {
+        copy_name(q, c.queue, c.queue_len);
+        switch (c.type) {
+        case IDX_CMD_QUEUE_CREATE:
+            idx_cmd_queue_create(&w, q);
+            break;
+        case IDX_CMD_QUEUE_DELETE:
+            idx_cmd_queue_delete(&w, q);
+            break;
+        case IDX_CMD_GROUP_COMMIT:
+            copy_name(g, c.group, c.group_len);
+            idx_cmd_group_commit(&w, q, g, c.next_offset);
+            break;
+        case IDX_CMD_PRODUCE: {
+            struct idx__msg_iter mi;
+            struct idx_msg *m = malloc(sizeof *m * c.n_msgs);
+            const uint8_t *d;
+            uint32_t len, k = 0;
+            if (m == NULL) {
+                abort();
+            }
+            idx__msg_iter_init(&mi, &c);
+            while (idx__msg_iter_next(&mi, &d, &len) == 1) {
+                if (k >= c.n_msgs || d < data || d + len > data + size) {
+                    abort();
+                }
+                m[k].data = d;
+                m[k].len = len;
+                k++;
+            }
+            if (k != c.n_msgs) {
+                abort();
+            }
+            idx_cmd_produce(&w, q, c.producer_id, c.seq, m, c.n_msgs);
+            free(m);
+            break;
+        }
+        default:
+            abort();
+        }
+    }
+    /* Bytes [20,24) are the checksum, which fuzz builds do not check. */
+    if (rc != 0 || idx_cmd_end(&w) != 0 || w.len != size ||
+        memcmp(w.base, data, 20) != 0 ||
+        memcmp(w.base + 24, data + 24, size - 24) != 0) {
+        abort();
+    }
+    tern_wbuf_free(&w);
+    return 0;
+}

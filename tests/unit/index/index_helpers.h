@@ -1,0 +1,81 @@
+/* Shared helpers of the index unit tests: temp dirs under /tmp, entry
+ * builders, applying with assertions, fetching a whole queue into memory,
+ * and raw file manipulation for corruption tests. */
+#ifndef TERN_TEST_INDEX_HELPERS_H
+#define TERN_TEST_INDEX_HELPERS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include <idx.h>
+
+/* mkdtemp under /tmp; returns a malloc'd path. */
+char *th_tmpdir(void);
+/* rm -rf path and free it. */
+void th_rmdir(char *path);
+
+struct idx_env *th_open(const char *dir, uint64_t segment_bytes);
+struct idx_env *th_open_opts(const struct idx_options *o);
+
+/* Apply one entry at index, asserting success; returns n_results. */
+unsigned th_apply(struct idx_env *e,
+                  uint64_t index,
+                  struct tern_wbuf *w,
+                  struct idx_result *res,
+                  unsigned max);
+/* Build + apply: create queue. */
+void th_create(struct idx_env *e, uint64_t index, const char *queue);
+/* Build + apply a produce of n messages "q:<seq>:<i>" with producer pid. */
+struct idx_result th_produce(struct idx_env *e,
+                             uint64_t index,
+                             const char *queue,
+                             uint64_t pid,
+                             uint64_t seq,
+                             uint32_t n);
+/* The deterministic message text th_produce uses. */
+void th_msg_text(char *buf,
+                 size_t cap,
+                 const char *queue,
+                 uint64_t seq,
+                 uint32_t i);
+
+/* A fetched message copy. */
+struct th_msg
+{
+    uint64_t offset;
+    uint64_t timestamp_ms;
+    uint64_t producer_id;
+    char *data;
+    uint32_t len;
+};
+struct th_msgs
+{
+    struct th_msg *v;
+    size_t n;
+    size_t cap;
+};
+/* Fetch the whole queue with the given chunk limits; returns idx_fetch's
+ * first non-zero code or 0. */
+int th_fetch_all(struct idx_env *e,
+                 const char *queue,
+                 uint32_t max_msgs,
+                 uint32_t max_bytes,
+                 struct th_msgs *out);
+void th_msgs_free(struct th_msgs *m);
+/* Assert two message lists are identical. */
+void th_msgs_expect_eq(const struct th_msgs *a, const struct th_msgs *b);
+
+/* Path of the last (highest) segment file of dir/log; malloc'd. */
+char *th_last_segment(const char *dir);
+/* Number of segment files in dir/log. */
+int th_count_segments(const char *dir);
+off_t th_file_size(const char *path);
+void th_flip_byte(const char *path, off_t at);
+void th_truncate(const char *path, off_t size);
+void th_append(const char *path, const void *buf, size_t n);
+void th_copy_file(const char *from, const char *to);
+/* Read all log bytes [0, log_end) through idx_bulk_read; malloc'd. */
+uint8_t *th_log_bytes(struct idx_env *e, uint64_t *len);
+
+#endif

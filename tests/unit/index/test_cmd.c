@@ -1,0 +1,350 @@
+/* Unit tests of the command entry codec (index/cmd.c): builder round trip
+ * through the decoder, and rejection of every malformation class. */
+#include <criterion/criterion.h>
+
+#include <idx.h>
+
+#include "idx_int.h"
+
+/* Recompute the entry checksum after a test edits the bytes, so that the
+ * edit itself (not the checksum) is what the validator must catch. */
+static void reseal(uint8_t *b, size_t len)
+{
+    struct tern_checksum_state st;
+    tern_put_u32(b + 16, (uint32_t)len);
+    tern_checksum32_begin(&st);
+    tern_checksum32_update(&st, b, 20);
+    tern_checksum32_update(&st, b + 24, len - 24);
+    tern_put_u32(b + 20, tern_checksum32_end(&st));
+}
+
+static void build_sample(struct tern_wbuf *w)
+{
+    struct idx_msg m[3] = {{"alpha", 5}, {"", 0}, {"gamma-gamma", 11}};
+    tern_wbuf_init(w);
+    idx_cmd_begin(w, 123456789);
+    idx_cmd_queue_create(w, "orders");
+    idx_cmd_produce(w, "orders", 42, 7, m, 3);
+    idx_cmd_group_commit(w, "orders", "billing.v2", 3);
+    idx_cmd_queue_delete(w, "old_queue-1");
+    cr_assert_eq(idx_cmd_end(w), 0);
+}
+
+Test(index_cmd, round_trip)
+{
+    struct tern_wbuf w;
+    struct idx__entry it;
+    struct idx__cmd c;
+    struct idx__msg_iter mi;
+    const uint8_t *d;
+    uint32_t len;
+    build_sample(&w);
+    cr_assert_eq(idx_cmd_validate(w.base, w.len), 0);
+    cr_assert_eq(idx__entry_open(&it, w.base, w.len), 0);
+    cr_expect_eq(it.timestamp_ms, 123456789);
+    cr_expect_eq(it.n, 4);
+
+    cr_assert_eq(idx__entry_next(&it, &c), 1);
+    cr_expect_eq(c.type, IDX_CMD_QUEUE_CREATE);
+    cr_expect_eq(c.queue_len, 6);
+    cr_expect_eq(memcmp(c.queue, "orders", 6), 0);
+
+    cr_assert_eq(idx__entry_next(&it, &c), 1);
+    cr_expect_eq(c.type, IDX_CMD_PRODUCE);
+    cr_expect_eq(c.producer_id, 42);
+    cr_expect_eq(c.seq, 7);
+    cr_expect_eq(c.n_msgs, 3);
+    idx__msg_iter_init(&mi, &c);
+    cr_assert_eq(idx__msg_iter_next(&mi, &d, &len), 1);
+    cr_expect_eq(len, 5);
+    cr_expect_eq(memcmp(d, "alpha", 5), 0);
+    cr_assert_eq(idx__msg_iter_next(&mi, &d, &len), 1);
+    cr_expect_eq(len, 0);
+    cr_assert_eq(idx__msg_iter_next(&mi, &d, &len), 1);
+    cr_expect_eq(len, 11);
+    cr_expect_eq(memcmp(d, "gamma-gamma", 11), 0);
+    cr_expect_eq(idx__msg_iter_next(&mi, &d, &len), 0);
+
+    cr_assert_eq(idx__entry_next(&it, &c), 1);
+    cr_expect_eq(c.type, IDX_CMD_GROUP_COMMIT);
+    cr_expect_eq(c.group_len, 10);
+    cr_expect_eq(memcmp(c.group, "billing.v2", 10), 0);
+    cr_expect_eq(c.next_offset, 3);
+
+    cr_assert_eq(idx__entry_next(&it, &c), 1);
+    cr_expect_eq(c.type, IDX_CMD_QUEUE_DELETE);
+    cr_expect_eq(idx__entry_next(&it, &c), 0);
+    tern_wbuf_free(&w);
+}
+
+Test(index_cmd, builder_reuses_buffer)
+{
+    struct tern_wbuf w;
+    build_sample(&w);
+    idx_cmd_begin(&w, 1);
+    idx_cmd_queue_create(&w, "x");
+    cr_assert_eq(idx_cmd_end(&w), 0);
+    cr_expect_eq(idx_cmd_validate(w.base, w.len), 0);
+    cr_expect_eq(w.len, 24 + 5 + 2);
+    tern_wbuf_free(&w);
+}
+
+Test(index_cmd, builder_errors)
+{
+    struct tern_wbuf w;
+    char big[300];
+    memset(big, 'a', sizeof big - 1);
+    big[sizeof big - 1] = '\0';
+    tern_wbuf_init(&w);
+
+    idx_cmd_begin(&w, 1);
+    cr_expect_eq(idx_cmd_end(&w), TERN_EINVAL, "empty entry");
+    w.err = 0;
+    idx_cmd_begin(&w, 1);
+    idx_cmd_queue_create(&w, "bad name");
+    cr_expect_eq(idx_cmd_end(&w), TERN_EBADNAME);
+    w.err = 0;
+    idx_cmd_begin(&w, 1);
+    idx_cmd_queue_create(&w, big);
+    cr_expect_eq(idx_cmd_end(&w), TERN_EBADNAME);
+    w.err = 0;
+    idx_cmd_begin(&w, 1);
+    idx_cmd_group_commit(&w, "q", "", 0);
+    cr_expect_eq(idx_cmd_end(&w), TERN_EBADNAME);
+    w.err = 0;
+    struct idx_msg m = {"x", 1};
+    idx_cmd_begin(&w, 1);
+    idx_cmd_produce(&w, "q", 5, 0, &m, 1);
+    cr_expect_eq(idx_cmd_end(&w), TERN_EINVAL, "seq 0 with a producer");
+    w.err = 0;
+    idx_cmd_begin(&w, 1);
+    idx_cmd_produce(&w, "q", 0, 0, &m, 0);
+    cr_expect_eq(idx_cmd_end(&w), TERN_EINVAL, "no messages");
+    tern_wbuf_free(&w);
+}
+
+Test(index_cmd, name_valid)
+{
+    char n200[201], n201[202];
+    memset(n200, 'z', 200);
+    n200[200] = '\0';
+    memset(n201, 'z', 201);
+    n201[201] = '\0';
+    cr_expect(idx_name_valid("a"));
+    cr_expect(idx_name_valid("A-z_0.9"));
+    cr_expect(idx_name_valid(n200));
+    cr_expect_not(idx_name_valid(n201));
+    cr_expect_not(idx_name_valid(""));
+    cr_expect_not(idx_name_valid(NULL));
+    cr_expect_not(idx_name_valid("a/b"));
+    cr_expect_not(idx_name_valid("a b"));
+    cr_expect_not(idx_name_valid("\xc3\xa9"));
+}
+
+/* Encode a single-command entry with a hand-made body. */
+static size_t raw_entry(uint8_t *buf,
+                        uint32_t n_cmds,
+                        uint8_t type,
+                        const uint8_t *body,
+                        uint32_t body_len)
+{
+    memset(buf, 0, 24);
+    tern_put_u16(buf, 1);
+    tern_put_u32(buf + 4, n_cmds);
+    buf[24] = type;
+    tern_put_u32(buf + 25, body_len);
+    memcpy(buf + 29, body, body_len);
+    size_t len = 29 + body_len;
+    reseal(buf, len);
+    return len;
+}
+
+Test(index_cmd, rejects_header_malformations)
+{
+    struct tern_wbuf w;
+    uint8_t *b;
+    build_sample(&w);
+    b = w.base;
+    size_t len = w.len;
+
+    cr_expect_eq(idx_cmd_validate(NULL, 0), TERN_EMALFORMED);
+    cr_expect_eq(idx_cmd_validate(b, 23), TERN_EMALFORMED, "short header");
+    /* Checksum: any flipped byte anywhere. */
+    for (size_t i = 0; i < len; i++) {
+        b[i] ^= 0x01;
+        cr_expect_neq(idx_cmd_validate(b, len), 0, "flip at %zu", i);
+        b[i] ^= 0x01;
+    }
+    cr_assert_eq(idx_cmd_validate(b, len), 0);
+    /* Truncation at every length. */
+    for (size_t l = 0; l < len; l++) {
+        cr_expect_neq(idx_cmd_validate(b, l), 0, "truncated to %zu", l);
+    }
+    /* Version. */
+    tern_put_u16(b, 2);
+    reseal(b, len);
+    cr_expect_eq(idx_cmd_validate(b, len), TERN_EVERSION);
+    tern_put_u16(b, 1);
+    /* Flags. */
+    tern_put_u16(b + 2, 1);
+    reseal(b, len);
+    cr_expect_eq(idx_cmd_validate(b, len), TERN_EMALFORMED);
+    tern_put_u16(b + 2, 0);
+    /* Count: zero, too many, too few. */
+    tern_put_u32(b + 4, 0);
+    reseal(b, len);
+    cr_expect_eq(idx_cmd_validate(b, len), TERN_EMALFORMED);
+    tern_put_u32(b + 4, 5);
+    reseal(b, len);
+    cr_expect_eq(idx_cmd_validate(b, len), TERN_EMALFORMED);
+    tern_put_u32(b + 4, 3);
+    reseal(b, len);
+    cr_expect_eq(idx_cmd_validate(b, len), TERN_EMALFORMED, "trailing cmd");
+    tern_put_u32(b + 4, 4);
+    reseal(b, len);
+    cr_expect_eq(idx_cmd_validate(b, len), 0);
+    /* total_len disagreeing with the buffer. */
+    tern_put_u32(b + 16, (uint32_t)len + 1);
+    tern_put_u32(b + 20, 0);
+    cr_expect_eq(idx_cmd_validate(b, len), TERN_EMALFORMED);
+    /* Trailing bytes after the last command. */
+    uint8_t *big = malloc(len + 3);
+    memcpy(big, b, len);
+    memset(big + len, 0, 3);
+    reseal(big, len + 3);
+    cr_expect_eq(idx_cmd_validate(big, len + 3), TERN_EMALFORMED);
+    free(big);
+    tern_wbuf_free(&w);
+}
+
+Test(index_cmd, rejects_body_malformations)
+{
+    uint8_t buf[1024], body[512];
+    size_t len;
+
+    /* Valid single create, as a baseline. */
+    body[0] = 1;
+    body[1] = 'q';
+    len = raw_entry(buf, 1, IDX_CMD_QUEUE_CREATE, body, 2);
+    cr_expect_eq(idx_cmd_validate(buf, len), 0);
+    /* Unknown command types. */
+    len = raw_entry(buf, 1, 0, body, 2);
+    cr_expect_eq(idx_cmd_validate(buf, len), TERN_EMALFORMED);
+    len = raw_entry(buf, 1, 5, body, 2);
+    cr_expect_eq(idx_cmd_validate(buf, len), TERN_EMALFORMED);
+    /* Body length beyond the entry. */
+    len = raw_entry(buf, 1, IDX_CMD_QUEUE_CREATE, body, 2);
+    tern_put_u32(buf + 25, 3);
+    reseal(buf, len);
+    cr_expect_eq(idx_cmd_validate(buf, len), TERN_EMALFORMED);
+    tern_put_u32(buf + 25, UINT32_MAX);
+    reseal(buf, len);
+    cr_expect_eq(idx_cmd_validate(buf, len), TERN_EMALFORMED);
+    /* Body with trailing bytes. */
+    body[2] = 'x';
+    len = raw_entry(buf, 1, IDX_CMD_QUEUE_DELETE, body, 3);
+    cr_expect_eq(idx_cmd_validate(buf, len), TERN_EMALFORMED);
+    /* Name length 0, past the body, invalid characters, 201 bytes. */
+    body[0] = 0;
+    len = raw_entry(buf, 1, IDX_CMD_QUEUE_CREATE, body, 1);
+    cr_expect_eq(idx_cmd_validate(buf, len), TERN_EMALFORMED);
+    body[0] = 5;
+    len = raw_entry(buf, 1, IDX_CMD_QUEUE_CREATE, body, 3);
+    cr_expect_eq(idx_cmd_validate(buf, len), TERN_EMALFORMED);
+    body[0] = 1;
+    body[1] = '/';
+    len = raw_entry(buf, 1, IDX_CMD_QUEUE_CREATE, body, 2);
+    cr_expect_eq(idx_cmd_validate(buf, len), TERN_EMALFORMED);
+    body[0] = 201;
+    memset(body + 1, 'a', 201);
+    len = raw_entry(buf, 1, IDX_CMD_QUEUE_CREATE, body, 202);
+    cr_expect_eq(idx_cmd_validate(buf, len), TERN_EMALFORMED);
+    body[0] = 200;
+    len = raw_entry(buf, 1, IDX_CMD_QUEUE_CREATE, body, 201);
+    cr_expect_eq(idx_cmd_validate(buf, len), 0, "200 bytes is fine");
+
+    /* Produce: q, pid, seq, n, msgs. */
+    uint8_t *p = body;
+    *p++ = 1;
+    *p++ = 'q';
+    tern_put_u64(p, 9);
+    tern_put_u64(p + 8, 1);
+    tern_put_u32(p + 16, 1);
+    tern_put_u32(p + 20, 2);
+    p[24] = 'h';
+    p[25] = 'i';
+    uint32_t plen = 2 + 26;
+    len = raw_entry(buf, 1, IDX_CMD_PRODUCE, body, plen);
+    cr_expect_eq(idx_cmd_validate(buf, len), 0);
+    /* zero messages */
+    tern_put_u32(p + 16, 0);
+    len = raw_entry(buf, 1, IDX_CMD_PRODUCE, body, plen - 6);
+    cr_expect_eq(idx_cmd_validate(buf, len), TERN_EMALFORMED);
+    /* message count larger than the body can hold */
+    tern_put_u32(p + 16, 1000000);
+    len = raw_entry(buf, 1, IDX_CMD_PRODUCE, body, plen);
+    cr_expect_eq(idx_cmd_validate(buf, len), TERN_EMALFORMED);
+    tern_put_u32(p + 16, 2);
+    len = raw_entry(buf, 1, IDX_CMD_PRODUCE, body, plen);
+    cr_expect_eq(idx_cmd_validate(buf, len), TERN_EMALFORMED);
+    tern_put_u32(p + 16, 1);
+    /* message length past the body */
+    tern_put_u32(p + 20, 3);
+    len = raw_entry(buf, 1, IDX_CMD_PRODUCE, body, plen);
+    cr_expect_eq(idx_cmd_validate(buf, len), TERN_EMALFORMED);
+    tern_put_u32(p + 20, UINT32_MAX);
+    len = raw_entry(buf, 1, IDX_CMD_PRODUCE, body, plen);
+    cr_expect_eq(idx_cmd_validate(buf, len), TERN_EMALFORMED);
+    tern_put_u32(p + 20, 2);
+    /* producer with seq 0 */
+    tern_put_u64(p + 8, 0);
+    len = raw_entry(buf, 1, IDX_CMD_PRODUCE, body, plen);
+    cr_expect_eq(idx_cmd_validate(buf, len), TERN_EMALFORMED);
+    /* no producer, seq 0: fine */
+    tern_put_u64(p, 0);
+    len = raw_entry(buf, 1, IDX_CMD_PRODUCE, body, plen);
+    cr_expect_eq(idx_cmd_validate(buf, len), 0);
+    /* truncated produce header */
+    len = raw_entry(buf, 1, IDX_CMD_PRODUCE, body, 2 + 10);
+    cr_expect_eq(idx_cmd_validate(buf, len), TERN_EMALFORMED);
+
+    /* Group commit: q, g, offset. */
+    p = body;
+    *p++ = 1;
+    *p++ = 'q';
+    *p++ = 1;
+    *p++ = 'g';
+    tern_put_u64(p, 5);
+    len = raw_entry(buf, 1, IDX_CMD_GROUP_COMMIT, body, 12);
+    cr_expect_eq(idx_cmd_validate(buf, len), 0);
+    len = raw_entry(buf, 1, IDX_CMD_GROUP_COMMIT, body, 11);
+    cr_expect_eq(idx_cmd_validate(buf, len), TERN_EMALFORMED);
+    body[3] = ' ';
+    len = raw_entry(buf, 1, IDX_CMD_GROUP_COMMIT, body, 12);
+    cr_expect_eq(idx_cmd_validate(buf, len), TERN_EMALFORMED, "bad group");
+}
+
+Test(index_cmd, record_decode)
+{
+    uint8_t buf[128];
+    struct idx__record r;
+    size_t size = 0;
+    idx__record_header_encode(buf, 77, "payload!", 8);
+    memcpy(buf + 24, "payload!", 8);
+    cr_assert_eq(idx__record_decode(buf, 32, &r, &size), 0);
+    cr_expect_eq(size, 32);
+    cr_expect_eq(r.index, 77);
+    cr_expect_eq(r.payload_len, 8);
+    cr_expect_eq(memcmp(r.payload, "payload!", 8), 0);
+    cr_expect_eq(idx__record_decode(buf, 31, &r, &size), TERN_EMALFORMED);
+    cr_expect_eq(idx__record_decode(buf, 23, &r, &size), TERN_EMALFORMED);
+    buf[30] ^= 1;
+    cr_expect_eq(idx__record_decode(buf, 32, &r, &size), TERN_ECORRUPT);
+    buf[30] ^= 1;
+    buf[0] ^= 1;
+    cr_expect_eq(idx__record_decode(buf, 32, &r, &size), TERN_EMALFORMED);
+    buf[0] ^= 1;
+    tern_put_u64(buf + 8, 0);
+    cr_expect_eq(idx__record_decode(buf, 32, &r, &size), TERN_EMALFORMED,
+                 "raft index 0");
+}

@@ -1,0 +1,529 @@
+/* Unit tests of recovery at idx_open (index/env.c, index/log.c): torn and
+ * corrupt tails, LMDB lost, behind or ahead of the log, bad segments,
+ * corruption in the middle detected by fetch, and disk full (ENOSPC) on a
+ * small tmpfs. */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <idx.h>
+
+#include "index_helpers.h"
+
+static char *dir;
+
+static void setup(void)
+{
+    dir = th_tmpdir();
+}
+
+static void teardown(void)
+{
+    char mnt[4096];
+    /* The ENOSPC test mounts a tmpfs here; never leave it behind, even
+     * when an assertion aborted the test before its own umount. */
+    snprintf(mnt, sizeof mnt, "%s/mnt", dir);
+    (void)umount2(mnt, MNT_DETACH);
+    th_rmdir(dir);
+    dir = NULL;
+}
+
+TestSuite(index_recovery, .init = setup, .fini = teardown);
+
+#define N 11
+/* Log end after applying index i (ends[0] = 0). */
+static uint64_t ends[N + 1];
+
+/* Index 1 creates "q" (and "r"), 2..N produce 3 messages each into "q";
+ * group g commits at 4; producer 9 dedups on "r". */
+static void populate(struct idx_env *e)
+{
+    struct tern_wbuf w;
+    struct idx_result r[2];
+    tern_wbuf_init(&w);
+    idx_cmd_begin(&w, 1000);
+    idx_cmd_queue_create(&w, "q");
+    idx_cmd_queue_create(&w, "r");
+    th_apply(e, 1, &w, r, 2);
+    ends[1] = idx_log_end(e);
+    for (uint64_t i = 2; i <= N; i++) {
+        if (i == 4) {
+            struct idx_msg m = {"dedup", 5};
+            idx_cmd_begin(&w, 2000);
+            idx_cmd_group_commit(&w, "q", "g", 3);
+            idx_cmd_produce(&w, "r", 9, 1, &m, 1);
+            th_apply(e, i, &w, r, 2);
+        } else {
+            th_produce(e, i, "q", 0, i, 3);
+        }
+        ends[i] = idx_log_end(e);
+    }
+    tern_wbuf_free(&w);
+}
+
+static char *segment0(void)
+{
+    char *p = malloc(4096);
+    snprintf(p, 4096, "%s/log/%020llu.seg", dir, 0ULL);
+    return p;
+}
+
+/* Messages "q" must hold after applying indexes 1..last. */
+static void expect_q_upto(struct idx_env *e, uint64_t last)
+{
+    struct th_msgs m = {0};
+    size_t k = 0;
+    cr_assert_eq(th_fetch_all(e, "q", 5, 1 << 20, &m), 0);
+    for (uint64_t i = 2; i <= last; i++) {
+        if (i == 4) {
+            continue;
+        }
+        for (uint32_t j = 0; j < 3; j++, k++) {
+            char text[96];
+            th_msg_text(text, sizeof text, "q", i, j);
+            cr_assert_lt(k, m.n);
+            cr_assert_str_eq(m.v[k].data, text);
+        }
+    }
+    cr_assert_eq(m.n, k);
+    th_msgs_free(&m);
+}
+
+Test(index_recovery, clean_reopen)
+{
+    struct idx_env *e = th_open(dir, 0);
+    populate(e);
+    idx_close(e);
+    e = th_open(dir, 0);
+    cr_expect_eq(idx_truncated_bytes(e), 0);
+    cr_expect_eq(idx_last_applied(e), N);
+    cr_expect_eq(idx_log_end(e), ends[N]);
+    expect_q_upto(e, N);
+    idx_close(e);
+}
+
+Test(index_recovery, torn_record_truncated)
+{
+    struct idx_env *e = th_open(dir, 0);
+    populate(e);
+    idx_close(e);
+    char *seg = segment0();
+    th_truncate(seg, (off_t)(32 + ends[N - 1] + 10));
+    e = th_open(dir, 0);
+    cr_expect_eq(idx_truncated_bytes(e), 10);
+    cr_expect_eq(idx_last_applied(e), N - 1);
+    cr_expect_eq(idx_log_end(e), ends[N - 1]);
+    cr_expect_eq(th_file_size(seg), (off_t)(32 + ends[N - 1]));
+    expect_q_upto(e, N - 1);
+    /* The lost entry is re-applied by Raft and lands where it was. */
+    th_produce(e, N, "q", 0, N, 3);
+    cr_expect_eq(idx_log_end(e), ends[N]);
+    cr_assert_eq(idx_flush(e), 0);
+    expect_q_upto(e, N);
+    idx_close(e);
+    /* Torn inside the record header. */
+    th_truncate(seg, (off_t)(32 + ends[N - 1] + 5));
+    e = th_open(dir, 0);
+    cr_expect_eq(idx_truncated_bytes(e), 5);
+    cr_expect_eq(idx_last_applied(e), N - 1);
+    idx_close(e);
+    free(seg);
+}
+
+Test(index_recovery, garbage_tail_truncated)
+{
+    struct idx_env *e = th_open(dir, 0);
+    populate(e);
+    idx_close(e);
+    char *seg = segment0();
+    char junk[100];
+    memset(junk, 0xab, sizeof junk);
+    th_append(seg, junk, sizeof junk);
+    e = th_open(dir, 0);
+    cr_expect_eq(idx_truncated_bytes(e), 100);
+    cr_expect_eq(idx_last_applied(e), N);
+    cr_expect_eq(idx_log_end(e), ends[N]);
+    expect_q_upto(e, N);
+    idx_close(e);
+    /* A valid but stale record (raft index not increasing) ends the log. */
+    uint8_t *rec = malloc(ends[3] - ends[2]);
+    FILE *f = fopen(seg, "rb");
+    cr_assert_not_null(f);
+    cr_assert_eq(fseek(f, (long)(32 + ends[2]), SEEK_SET), 0);
+    cr_assert_eq(fread(rec, 1, ends[3] - ends[2], f), ends[3] - ends[2]);
+    fclose(f);
+    th_append(seg, rec, ends[3] - ends[2]);
+    e = th_open(dir, 0);
+    cr_expect_eq(idx_truncated_bytes(e), ends[3] - ends[2]);
+    cr_expect_eq(idx_last_applied(e), N);
+    idx_close(e);
+    free(rec);
+    free(seg);
+}
+
+Test(index_recovery, flipped_byte_in_last_record)
+{
+    struct idx_env *e = th_open(dir, 0);
+    populate(e);
+    idx_close(e);
+    char *seg = segment0();
+    th_flip_byte(seg, (off_t)(32 + ends[N - 1] + 24 + 7));
+    e = th_open(dir, 0);
+    cr_expect_eq(idx_truncated_bytes(e), ends[N] - ends[N - 1]);
+    cr_expect_eq(idx_last_applied(e), N - 1);
+    expect_q_upto(e, N - 1);
+    idx_close(e);
+    /* Flipped byte in the last record's header. */
+    e = th_open(dir, 0);
+    th_produce(e, N, "q", 0, N, 3);
+    idx_close(e);
+    th_flip_byte(seg, (off_t)(32 + ends[N - 1] + 9));
+    e = th_open(dir, 0);
+    cr_expect_eq(idx_truncated_bytes(e), ends[N] - ends[N - 1]);
+    cr_expect_eq(idx_last_applied(e), N - 1);
+    idx_close(e);
+    free(seg);
+}
+
+static void rm_lmdb(void)
+{
+    char p[4096];
+    snprintf(p, sizeof p, "%s/lmdb/data.mdb", dir);
+    cr_assert_eq(unlink(p), 0);
+    snprintf(p, sizeof p, "%s/lmdb/lock.mdb", dir);
+    unlink(p);
+}
+
+Test(index_recovery, lmdb_lost_is_rebuilt)
+{
+    struct idx_env *e = th_open(dir, 300);
+    populate(e);
+    cr_assert_eq(idx_flush(e), 0);
+    struct th_msgs before = {0}, after = {0};
+    cr_assert_eq(th_fetch_all(e, "q", 4, 1000, &before), 0);
+    idx_close(e);
+    rm_lmdb();
+    e = th_open(dir, 300);
+    cr_expect_eq(idx_truncated_bytes(e), 0);
+    cr_expect_eq(idx_last_applied(e), N);
+    cr_assert_eq(th_fetch_all(e, "q", 4, 1000, &after), 0);
+    th_msgs_expect_eq(&before, &after);
+    uint64_t off;
+    cr_assert_eq(idx_group_offset(e, "q", "g", &off), 0);
+    cr_expect_eq(off, 3);
+    /* Producer state rebuilt too: a retry is still a duplicate. */
+    struct tern_wbuf w;
+    struct idx_result r[1];
+    struct idx_msg m = {"dedup", 5};
+    tern_wbuf_init(&w);
+    idx_cmd_begin(&w, 1);
+    idx_cmd_produce(&w, "r", 9, 1, &m, 1);
+    th_apply(e, N + 1, &w, r, 1);
+    cr_expect_eq(r[0].duplicate, 1);
+    cr_expect_eq(r[0].base_offset, 0);
+    cr_expect_eq(r[0].count, 1);
+    tern_wbuf_free(&w);
+    th_msgs_free(&before);
+    th_msgs_free(&after);
+    idx_close(e);
+
+    /* An unreadable LMDB file is treated the same way. */
+    char p[4096];
+    snprintf(p, sizeof p, "%s/lmdb/data.mdb", dir);
+    th_truncate(p, 0);
+    th_append(p, "this is not an lmdb file, not at all........", 44);
+    e = th_open(dir, 300);
+    cr_expect_eq(idx_last_applied(e), N + 1);
+    expect_q_upto(e, N);
+    idx_close(e);
+}
+
+Test(index_recovery, lmdb_behind_is_reindexed)
+{
+    char p[4096], save[4096];
+    snprintf(p, sizeof p, "%s/lmdb/data.mdb", dir);
+    snprintf(save, sizeof save, "%s/old.mdb", dir);
+    struct idx_env *e = th_open(dir, 200);
+    populate(e);
+    idx_close(e);
+    th_rmdir(dir);
+    dir = th_tmpdir();
+    snprintf(p, sizeof p, "%s/lmdb/data.mdb", dir);
+    snprintf(save, sizeof save, "%s/old.mdb", dir);
+
+    e = th_open(dir, 200);
+    struct tern_wbuf w;
+    struct idx_result r[2];
+    tern_wbuf_init(&w);
+    idx_cmd_begin(&w, 1000);
+    idx_cmd_queue_create(&w, "q");
+    idx_cmd_queue_create(&w, "r");
+    th_apply(e, 1, &w, r, 2);
+    for (uint64_t i = 2; i <= 6; i++) {
+        if (i == 4) {
+            struct idx_msg m = {"dedup", 5};
+            idx_cmd_begin(&w, 2000);
+            idx_cmd_group_commit(&w, "q", "g", 3);
+            idx_cmd_produce(&w, "r", 9, 1, &m, 1);
+            th_apply(e, i, &w, r, 2);
+        } else {
+            th_produce(e, i, "q", 0, i, 3);
+        }
+    }
+    cr_assert_eq(idx_sync(e), 0);
+    th_copy_file(p, save);
+    for (uint64_t i = 7; i <= N; i++) {
+        th_produce(e, i, "q", 0, i, 3);
+    }
+    idx_close(e);
+    th_copy_file(save, p);
+    e = th_open(dir, 200);
+    cr_expect_eq(idx_truncated_bytes(e), 0);
+    cr_expect_eq(idx_last_applied(e), N);
+    expect_q_upto(e, N);
+    struct idx_queue_info qi;
+    cr_assert_eq(idx_queue_get(e, "q", &qi), 0);
+    cr_expect_eq(qi.next_offset, (N - 2) * 3);
+    tern_wbuf_free(&w);
+    idx_close(e);
+}
+
+Test(index_recovery, lmdb_ahead_is_rebuilt)
+{
+    struct idx_env *e = th_open(dir, 0);
+    populate(e);
+    idx_close(e);
+    char *seg = segment0();
+    /* The log lost its last entries at a clean record boundary. */
+    th_truncate(seg, (off_t)(32 + ends[8]));
+    e = th_open(dir, 0);
+    cr_expect_eq(idx_truncated_bytes(e), 0);
+    cr_expect_eq(idx_last_applied(e), 8);
+    cr_expect_eq(idx_log_end(e), ends[8]);
+    expect_q_upto(e, 8);
+    struct idx_queue_info qi;
+    cr_assert_eq(idx_queue_get(e, "q", &qi), 0);
+    cr_expect_eq(qi.next_offset, 6 * 3);
+    idx_close(e);
+    free(seg);
+}
+
+Test(index_recovery, bad_segment_header_cuts_log)
+{
+    struct idx_env *e = th_open(dir, 100);
+    populate(e);
+    idx_close(e);
+    int nseg = th_count_segments(dir);
+    cr_assert_gt(nseg, 4);
+    /* Damage the header of the segment holding the start of record 8. */
+    char p[4096];
+    uint64_t start = 0;
+    for (uint64_t i = 1; i <= N; i++) {
+        snprintf(p, sizeof p, "%s/log/%020llu.seg", dir,
+                 (unsigned long long)ends[i]);
+        if (i >= 7 && access(p, F_OK) == 0) {
+            start = ends[i];
+            break;
+        }
+    }
+    cr_assert_gt(start, 0, "a segment starts on a record boundary");
+    th_flip_byte(p, 3);
+    e = th_open(dir, 100);
+    cr_expect_eq(idx_log_end(e), start);
+    cr_expect_gt(idx_truncated_bytes(e), 0);
+    cr_expect_lt(idx_last_applied(e), N);
+    cr_expect_geq(idx_last_applied(e), 7);
+    expect_q_upto(e, idx_last_applied(e));
+    cr_expect_lt(th_count_segments(dir), nseg);
+    idx_close(e);
+}
+
+static int count_cb(void *arg, const struct idx_fetched *f)
+{
+    (void)f;
+    (*(unsigned *)arg)++;
+    return 0;
+}
+
+Test(index_recovery, corrupt_middle_record_detected_by_fetch)
+{
+    struct idx_env *e = th_open(dir, 0);
+    populate(e);
+    cr_assert_eq(idx_sync(e), 0);
+    char *seg = segment0();
+    /* Record 5 holds offsets 6..8 of q (2 and 3 hold 0..5). */
+    th_flip_byte(seg, (off_t)(32 + ends[4] + 24 + 40));
+    unsigned cnt = 0;
+    uint64_t next = 0;
+    cr_expect_eq(idx_fetch(e, "q", 0, 100, 1 << 20, count_cb, &cnt, &next),
+                 TERN_ECORRUPT);
+    cr_expect_eq(cnt, 6, "messages before the bad record were served");
+    cr_expect_eq(next, 6);
+    cr_expect_neq(strstr(idx_errmsg(e), "checksum"), NULL, "%s", idx_errmsg(e));
+    cnt = 0;
+    cr_expect_eq(idx_fetch(e, "q", 7, 1, 1 << 20, count_cb, &cnt, &next),
+                 TERN_ECORRUPT);
+    cr_expect_eq(cnt, 0);
+    cnt = 0;
+    cr_expect_eq(idx_fetch(e, "q", 9, 100, 1 << 20, count_cb, &cnt, &next), 0);
+    cr_expect_eq(cnt, (N - 5) * 3);
+    idx_close(e);
+    /* Reopen trusts LMDB (its last record is fine): still detected. */
+    e = th_open(dir, 0);
+    cr_expect_eq(idx_last_applied(e), N);
+    cr_expect_eq(idx_fetch(e, "q", 6, 100, 1 << 20, count_cb, &cnt, &next),
+                 TERN_ECORRUPT);
+    idx_close(e);
+    free(seg);
+}
+
+Test(index_recovery, enospc_on_small_tmpfs)
+{
+    char mnt[2048], sub[4096], filler[4096];
+    snprintf(mnt, sizeof mnt, "%s/mnt", dir);
+    cr_assert_eq(mkdir(mnt, 0755), 0);
+    if (mount("tmpfs", mnt, "tmpfs", 0, "size=1m") != 0) {
+        cr_skip_test("cannot mount a 1 MiB tmpfs (%s): ENOSPC not tested",
+                     strerror(errno));
+    }
+    snprintf(sub, sizeof sub, "%s/env", mnt);
+    snprintf(filler, sizeof filler, "%s/filler", mnt);
+    {
+        /* Space to give back after the failure so that reopen can work. */
+        static char zero[128 * 1024];
+        FILE *f = fopen(filler, "wb");
+        cr_assert_not_null(f);
+        cr_assert_eq(fwrite(zero, 1, sizeof zero, f), sizeof zero);
+        fclose(f);
+    }
+    struct idx_options o = {
+        .dir = sub, .map_size = 8 << 20, .segment_bytes = 64 << 10};
+    struct idx_env *e = th_open_opts(&o);
+    th_create(e, 1, "q");
+    struct tern_wbuf w;
+    static char big[3000];
+    memset(big, 'z', sizeof big);
+    struct idx_msg m = {big, sizeof big};
+    tern_wbuf_init(&w);
+    int rc = 0;
+    uint64_t idx = 2, last_ok = 1;
+    for (int i = 0; i < 2000 && rc == 0; i++) {
+        struct idx_result r[1];
+        unsigned n;
+        idx_cmd_begin(&w, 1);
+        idx_cmd_produce(&w, "q", 0, 0, &m, 1);
+        cr_assert_eq(idx_cmd_end(&w), 0);
+        rc = idx_apply(e, idx, w.base, w.len, r, 1, &n);
+        if (rc == 0) {
+            last_ok = idx++;
+            rc = idx_flush(e);
+        }
+    }
+    cr_expect_eq(rc, TERN_EFULL, "got %s (%s)", tern_strerror(rc),
+                 idx_errmsg(e));
+    cr_expect_eq(idx_status(e), TERN_EFULL);
+    uint64_t end = idx_log_end(e);
+    idx_close(e);
+    cr_assert_eq(unlink(filler), 0);
+    e = th_open_opts(&o);
+    cr_expect_eq(idx_truncated_bytes(e), 0, "no partial record left");
+    cr_expect_eq(idx_log_end(e), end);
+    cr_expect_eq(idx_status(e), 0);
+    cr_expect_geq(idx_last_applied(e), last_ok);
+    cr_expect_leq(idx_last_applied(e), last_ok + 1);
+    struct th_msgs all = {0};
+    cr_expect_eq(th_fetch_all(e, "q", 10, 1 << 20, &all), 0);
+    cr_expect_geq(all.n, last_ok - 1);
+    th_msgs_free(&all);
+    idx_close(e);
+    tern_wbuf_free(&w);
+    cr_expect_eq(umount(mnt), 0, "umount: %s", strerror(errno));
+}
+
+Test(index_recovery, second_open_of_a_dir_is_refused)
+{
+    struct idx_env *e = th_open(dir, 0);
+    struct idx_env *e2 = NULL;
+    struct idx_options o = {.dir = dir};
+    char err[TERN_ERRMSG_SIZE] = "";
+    cr_expect_eq(idx_open(&o, &e2, err), TERN_EBUSY, "%s", err);
+    cr_expect_null(e2);
+    idx_close(e);
+    e = th_open(dir, 0);
+    idx_close(e);
+}
+
+int fetch_probe(struct idx_env *e, unsigned *cnt, uint64_t *next);
+
+Test(index_recovery, allocation_failures_fail_cleanly)
+{
+    struct idx_env *e = th_open(dir, 64);
+    populate(e);
+    idx_close(e);
+    rm_lmdb(); /* make open rebuild: the longest path */
+    int opened = 0;
+    for (long n = 0; n < 200 && !opened; n++) {
+        struct idx_options o = {.dir = dir, .segment_bytes = 64};
+        char err[TERN_ERRMSG_SIZE] = "";
+        struct idx_env *x = NULL;
+        tern_alloc_fail_after(n);
+        int rc = idx_open(&o, &x, err);
+        tern_alloc_fail_after(-1);
+        if (rc == 0) {
+            opened = 1;
+            cr_expect_eq(idx_last_applied(x), N);
+            /* Fetch under allocation failure: an error, never a crash. */
+            unsigned cnt = 0;
+            uint64_t next;
+            tern_alloc_fail_after(0);
+            rc = fetch_probe(x, &cnt, &next);
+            tern_alloc_fail_after(-1);
+            cr_expect(rc == 0 || rc == -ENOMEM, "got %s", tern_strerror(rc));
+            expect_q_upto(x, N);
+            idx_close(x);
+        } else {
+            cr_expect_eq(rc, -ENOMEM, "n=%ld: %s (%s)", n, tern_strerror(rc),
+                         err);
+            cr_expect_null(x);
+        }
+    }
+    cr_expect(opened);
+}
+
+int fetch_probe(struct idx_env *e, unsigned *cnt, uint64_t *next)
+{
+    return idx_fetch(e, "q", 0, 100, 1 << 20, count_cb, cnt, next);
+}
+
+Test(index_recovery, torn_tail_at_every_byte)
+{
+    char full[4096];
+    struct idx_env *e = th_open(dir, 0);
+    populate(e);
+    idx_close(e);
+    char *seg = segment0();
+    snprintf(full, sizeof full, "%s/full.seg", dir);
+    th_copy_file(seg, full);
+    for (uint64_t cut = ends[N - 2]; cut <= ends[N]; cut++) {
+        uint64_t last = N;
+        while (ends[last] > cut) {
+            last--;
+        }
+        th_copy_file(full, seg);
+        th_truncate(seg, (off_t)(32 + cut));
+        e = th_open(dir, 0);
+        cr_assert_eq(idx_last_applied(e), last, "cut %llu",
+                     (unsigned long long)cut);
+        cr_assert_eq(idx_truncated_bytes(e), cut - ends[last]);
+        cr_assert_eq(idx_log_end(e), ends[last]);
+        idx_close(e);
+    }
+    e = th_open(dir, 0);
+    expect_q_upto(e, N);
+    idx_close(e);
+    free(seg);
+}
