@@ -1,0 +1,801 @@
+/*
+ * ternd configuration: defaults, then `--dev`, then an INI file
+ * (`--config FILE`, parsed with libinih), then command-line flags; later
+ * sources override earlier ones. A `--peer` flag replaces the whole
+ * [peers] table of the file.
+ *
+ * INI format (every key optional unless noted; sizes accept K/M/G suffixes
+ * meaning KiB/MiB/GiB):
+ *
+ *   [node]
+ *   id          = 1                 ; required, > 0
+ *   data_dir    = /var/lib/tern     ; required; raft/ and index/ inside
+ *   client_addr = 127.0.0.1:7401    ; client protocol listen address
+ *   raft_addr   = 127.0.0.1:7501    ; raft transport listen address
+ *   transport   = tcp               ; only tcp for now
+ *   log_level   = info              ; error | warn | info | debug
+ *
+ *   [raft]
+ *   election_timeout_ms      = 150
+ *   heartbeat_ms             = 15  ; < election_timeout_ms
+ *   snapshot_threshold_bytes = 64M
+ *   snapshot_trailing        = 256
+ *
+ *   [limits]
+ *   max_message_bytes   = 4M       ; largest message payload
+ *   max_frame_bytes     = 16M      ; largest client frame body
+ *   min_free_disk_bytes = 64M      ; writes fail with TERN_EFULL below
+ *
+ *   [peers]                        ; every voter, this node included
+ *   1 = 127.0.0.1:7501,127.0.0.1:7401   ; <id> = <raft_addr>,<client_addr>
+ *   2 = 127.0.0.1:7502,127.0.0.1:7402
+ *   3 = 127.0.0.1:7503,127.0.0.1:7403
+ *
+ * If client_addr/raft_addr are missing they are taken from this node's
+ * [peers] line; if [peers] is empty the node is a single-node cluster made
+ * of itself. Addresses are IPv4 "host:port".
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <ini.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "node.h"
+
+static const char usage_text[] =
+    "usage: ternd [--config FILE] [options]\n"
+    "       ternd --dev            single node: id 1, data ./tern-data,\n"
+    "                              client 127.0.0.1:7400, raft "
+    "127.0.0.1:7500\n"
+    "options (override the file):\n"
+    "  --id N                     node id (> 0)\n"
+    "  --data-dir DIR             DIR/raft (raft log), DIR/index (queues)\n"
+    "  --client-addr H:P          client protocol listen address\n"
+    "  --raft-addr H:P            raft transport listen address\n"
+    "  --peer ID=RAFTADDR,CLIENTADDR   a voter (repeat; include self)\n"
+    "  --election-timeout-ms N    default 150\n"
+    "  --heartbeat-ms N           default 15\n"
+    "  --snapshot-bytes N         applied bytes between snapshots "
+    "(default 64M)\n"
+    "  --snapshot-trailing N      entries kept after a snapshot (default "
+    "256)\n"
+    "  --max-message-bytes N      default 4M\n"
+    "  --max-frame-bytes N        default 16M\n"
+    "  --min-free-disk-bytes N    default 64M\n"
+    "  --log-level L              error|warn|info|debug (default info)\n"
+    "  --transport tcp            raft transport (only tcp)\n"
+    "  --pid-file F               write the pid to F\n"
+    "  --help                     this text\n"
+    "exit codes: 0 clean stop, 1 runtime failure, 2 bad configuration\n"
+    "\n"
+    "INI file format:\n"
+    "  [node]\n"
+    "  id = 1\n"
+    "  data_dir = /tmp/tern1\n"
+    "  client_addr = 127.0.0.1:7401\n"
+    "  raft_addr = 127.0.0.1:7501\n"
+    "  transport = tcp\n"
+    "  log_level = info\n"
+    "  [raft]\n"
+    "  election_timeout_ms = 150\n"
+    "  heartbeat_ms = 15\n"
+    "  snapshot_threshold_bytes = 64M\n"
+    "  snapshot_trailing = 256\n"
+    "  [limits]\n"
+    "  max_message_bytes = 4M\n"
+    "  max_frame_bytes = 16M\n"
+    "  min_free_disk_bytes = 64M\n"
+    "  [peers]\n"
+    "  1 = 127.0.0.1:7501,127.0.0.1:7401\n"
+    "  2 = 127.0.0.1:7502,127.0.0.1:7402\n"
+    "  3 = 127.0.0.1:7503,127.0.0.1:7403\n";
+
+const char *node_config_usage(void)
+{
+    return usage_text;
+}
+
+void node_config_init(struct node_config *c)
+{
+    memset(c, 0, sizeof(*c));
+    c->log_level = NODE_LOG_INFO;
+    c->election_timeout_ms = NODE_DEFAULT_ELECTION_TIMEOUT_MS;
+    c->heartbeat_ms = NODE_DEFAULT_HEARTBEAT_MS;
+    c->snapshot_bytes = NODE_DEFAULT_SNAPSHOT_BYTES;
+    c->snapshot_trailing = NODE_DEFAULT_SNAPSHOT_TRAILING;
+    c->max_message_bytes = NODE_DEFAULT_MAX_MESSAGE;
+    c->max_frame_bytes = NODE_DEFAULT_MAX_FRAME;
+    c->min_free_disk_bytes = NODE_DEFAULT_MIN_FREE_DISK;
+}
+
+static void peers_free(struct node_peer *p, unsigned n)
+{
+    for (unsigned i = 0; i < n; i++) {
+        tern_free(p[i].raft_addr);
+        tern_free(p[i].client_addr);
+    }
+    tern_free(p);
+}
+
+void node_config_free(struct node_config *c)
+{
+    tern_free(c->data_dir);
+    tern_free(c->client_addr);
+    tern_free(c->raft_addr);
+    tern_free(c->transport);
+    tern_free(c->pid_file);
+    peers_free(c->peers, c->n_peers);
+    memset(c, 0, sizeof(*c));
+}
+
+const struct node_peer *node_config_peer(const struct node_config *c,
+                                         uint64_t id)
+{
+    for (unsigned i = 0; i < c->n_peers; i++) {
+        if (c->peers[i].id == id) {
+            return &c->peers[i];
+        }
+    }
+    return NULL;
+}
+
+/* ---- Value parsers ------------------------------------------------------ */
+
+static int set_str(char **dst, const char *v, const char *what, char *errmsg)
+{
+    char *s;
+    if (v[0] == '\0') {
+        tern_errmsg_printf(errmsg, "%s: empty value", what);
+        return TERN_EINVAL;
+    }
+    s = tern_strdup(v);
+    if (s == NULL) {
+        tern_errmsg_printf(errmsg, "%s: out of memory", what);
+        return -ENOMEM;
+    }
+    tern_free(*dst);
+    *dst = s;
+    return 0;
+}
+
+/* Unsigned integer with an optional K/M/G (KiB/MiB/GiB) suffix. */
+static int parse_u64(const char *v,
+                     uint64_t max,
+                     uint64_t *out,
+                     const char *what,
+                     char *errmsg)
+{
+    char *end;
+    unsigned long long x;
+    unsigned shift = 0;
+
+    if (v[0] < '0' || v[0] > '9') {
+        goto bad;
+    }
+    errno = 0;
+    x = strtoull(v, &end, 10);
+    if (errno != 0) {
+        goto bad;
+    }
+    switch (*end) {
+    case '\0':
+        break;
+    case 'k':
+    case 'K':
+        shift = 10;
+        end++;
+        break;
+    case 'm':
+    case 'M':
+        shift = 20;
+        end++;
+        break;
+    case 'g':
+    case 'G':
+        shift = 30;
+        end++;
+        break;
+    default:
+        goto bad;
+    }
+    if (*end != '\0' || (shift != 0 && x > (UINT64_MAX >> shift))) {
+        goto bad;
+    }
+    x <<= shift;
+    if (x > max) {
+        tern_errmsg_printf(errmsg, "%s: %s is larger than %llu", what, v,
+                           (unsigned long long)max);
+        return TERN_EINVAL;
+    }
+    *out = x;
+    return 0;
+bad:
+    tern_errmsg_printf(errmsg, "%s: '%s' is not a non-negative integer", what,
+                       v);
+    return TERN_EINVAL;
+}
+
+static int parse_uint(const char *v,
+                      unsigned *out,
+                      const char *what,
+                      char *errmsg)
+{
+    uint64_t x;
+    int rv = parse_u64(v, UINT32_MAX, &x, what, errmsg);
+    if (rv == 0) {
+        *out = (unsigned)x;
+    }
+    return rv;
+}
+
+/* "host:port" with an IPv4 host and a port in 1..65535. */
+static int check_addr(const char *a, const char *what, char *errmsg)
+{
+    char host[64];
+    const char *colon = strrchr(a, ':');
+    struct in_addr in;
+    uint64_t port;
+    size_t hl;
+
+    if (colon == NULL) {
+        goto bad;
+    }
+    hl = (size_t)(colon - a);
+    if (hl == 0 || hl >= sizeof(host)) {
+        goto bad;
+    }
+    memcpy(host, a, hl);
+    host[hl] = '\0';
+    if (inet_pton(AF_INET, host, &in) != 1) {
+        goto bad;
+    }
+    if (parse_u64(colon + 1, 65535, &port, what, NULL) != 0 || port == 0) {
+        goto bad;
+    }
+    return 0;
+bad:
+    tern_errmsg_printf(errmsg,
+                       "%s: '%s' is not an IPv4 address host:port "
+                       "(e.g. 127.0.0.1:7401)",
+                       what, a);
+    return TERN_EINVAL;
+}
+
+/* Add or replace the peer id with "raft_addr,client_addr". */
+static int peer_set(struct node_peer **peers,
+                    unsigned *n,
+                    uint64_t id,
+                    const char *v,
+                    const char *what,
+                    char *errmsg)
+{
+    const char *comma = strchr(v, ',');
+    char *raft = NULL;
+    char *client = NULL;
+    struct node_peer *p = NULL;
+    int rv;
+
+    if (id == 0) {
+        tern_errmsg_printf(errmsg, "%s: peer id must be > 0", what);
+        return TERN_EINVAL;
+    }
+    if (comma == NULL) {
+        tern_errmsg_printf(errmsg,
+                           "%s: peer %llu: expected RAFTADDR,CLIENTADDR, "
+                           "got '%s'",
+                           what, (unsigned long long)id, v);
+        return TERN_EINVAL;
+    }
+    raft = tern_malloc((size_t)(comma - v) + 1);
+    client = tern_strdup(comma + 1);
+    if (raft == NULL || client == NULL) {
+        tern_errmsg_printf(errmsg, "%s: out of memory", what);
+        rv = -ENOMEM;
+        goto err_after_alloc;
+    }
+    memcpy(raft, v, (size_t)(comma - v));
+    raft[comma - v] = '\0';
+    rv = check_addr(raft, what, errmsg);
+    if (rv == 0) {
+        rv = check_addr(client, what, errmsg);
+    }
+    if (rv != 0) {
+        goto err_after_alloc;
+    }
+    for (unsigned i = 0; i < *n; i++) {
+        if ((*peers)[i].id == id) {
+            p = &(*peers)[i];
+            tern_free(p->raft_addr);
+            tern_free(p->client_addr);
+            break;
+        }
+    }
+    if (p == NULL) {
+        struct node_peer *np = tern_realloc(*peers, (*n + 1) * sizeof(**peers));
+        if (np == NULL) {
+            tern_errmsg_printf(errmsg, "%s: out of memory", what);
+            rv = -ENOMEM;
+            goto err_after_alloc;
+        }
+        *peers = np;
+        p = &np[(*n)++];
+        p->id = id;
+    }
+    p->raft_addr = raft;
+    p->client_addr = client;
+    return 0;
+
+err_after_alloc:
+    tern_free(raft);
+    tern_free(client);
+    return rv;
+}
+
+/* ---- Keys shared by the file and the flags ------------------------------ */
+
+struct key
+{
+    const char *section; /* INI section */
+    const char *name;    /* INI key */
+    const char *flag;    /* command-line flag */
+};
+
+static const struct key keys[] = {
+    {"node", "id", "--id"},
+    {"node", "data_dir", "--data-dir"},
+    {"node", "client_addr", "--client-addr"},
+    {"node", "raft_addr", "--raft-addr"},
+    {"node", "transport", "--transport"},
+    {"node", "log_level", "--log-level"},
+    {"node", "pid_file", "--pid-file"},
+    {"raft", "election_timeout_ms", "--election-timeout-ms"},
+    {"raft", "heartbeat_ms", "--heartbeat-ms"},
+    {"raft", "snapshot_threshold_bytes", "--snapshot-bytes"},
+    {"raft", "snapshot_trailing", "--snapshot-trailing"},
+    {"limits", "max_message_bytes", "--max-message-bytes"},
+    {"limits", "max_frame_bytes", "--max-frame-bytes"},
+    {"limits", "min_free_disk_bytes", "--min-free-disk-bytes"},
+};
+
+/* Set key k (index into keys) to v. what names the source in messages. */
+static int set_key(struct node_config *c,
+                   unsigned k,
+                   const char *v,
+                   const char *what,
+                   char *errmsg)
+{
+    uint64_t x;
+    int rv;
+
+    switch (k) {
+    case 0:
+        rv = parse_u64(v, UINT64_MAX, &x, what, errmsg);
+        if (rv == 0 && x == 0) {
+            tern_errmsg_printf(errmsg, "%s: node id must be > 0", what);
+            rv = TERN_EINVAL;
+        }
+        if (rv == 0) {
+            c->id = x;
+        }
+        return rv;
+    case 1:
+        return set_str(&c->data_dir, v, what, errmsg);
+    case 2:
+        rv = check_addr(v, what, errmsg);
+        return rv != 0 ? rv : set_str(&c->client_addr, v, what, errmsg);
+    case 3:
+        rv = check_addr(v, what, errmsg);
+        return rv != 0 ? rv : set_str(&c->raft_addr, v, what, errmsg);
+    case 4:
+        if (strcmp(v, "tcp") != 0) {
+            tern_errmsg_printf(errmsg,
+                               "%s: transport '%s' is not supported "
+                               "(only tcp)",
+                               what, v);
+            return TERN_EINVAL;
+        }
+        return set_str(&c->transport, v, what, errmsg);
+    case 5:
+        rv = node_log_level_parse(v);
+        if (rv < 0) {
+            tern_errmsg_printf(errmsg,
+                               "%s: log level '%s' is not one of "
+                               "error|warn|info|debug",
+                               what, v);
+            return TERN_EINVAL;
+        }
+        c->log_level = rv;
+        return 0;
+    case 6:
+        return set_str(&c->pid_file, v, what, errmsg);
+    case 7:
+        return parse_uint(v, &c->election_timeout_ms, what, errmsg);
+    case 8:
+        return parse_uint(v, &c->heartbeat_ms, what, errmsg);
+    case 9:
+        return parse_u64(v, UINT64_MAX, &c->snapshot_bytes, what, errmsg);
+    case 10:
+        return parse_uint(v, &c->snapshot_trailing, what, errmsg);
+    case 11:
+        return parse_u64(v, UINT32_MAX, &c->max_message_bytes, what, errmsg);
+    case 12:
+        return parse_u64(v, UINT32_MAX, &c->max_frame_bytes, what, errmsg);
+    case 13:
+        return parse_u64(v, UINT64_MAX, &c->min_free_disk_bytes, what, errmsg);
+    default:
+        break;
+    }
+    tern_errmsg_printf(errmsg, "%s: unknown key", what);
+    return TERN_EINVAL;
+}
+
+/* ---- INI --------------------------------------------------------------- */
+
+struct ini_ctx
+{
+    struct node_config *c;
+    const char *path;
+    char *errmsg;
+    int rv;
+};
+
+static int on_ini_line(void *user,
+                       const char *section,
+                       const char *name,
+                       const char *value)
+{
+    struct ini_ctx *x = user;
+    char what[160];
+
+    snprintf(what, sizeof(what), "%s: [%s] %s", x->path, section, name);
+    if (strcmp(section, "peers") == 0) {
+        uint64_t id;
+        x->rv = parse_u64(name, UINT64_MAX, &id, what, x->errmsg);
+        if (x->rv == 0) {
+            x->rv = peer_set(&x->c->peers, &x->c->n_peers, id, value, what,
+                             x->errmsg);
+        }
+        return x->rv == 0;
+    }
+    for (unsigned k = 0; k < TERN_ARRAY_SIZE(keys); k++) {
+        if (strcmp(section, keys[k].section) == 0 &&
+            strcmp(name, keys[k].name) == 0) {
+            x->rv = set_key(x->c, k, value, what, x->errmsg);
+            return x->rv == 0;
+        }
+    }
+    tern_errmsg_printf(
+        x->errmsg, "%s: unknown %s", what,
+        (strcmp(section, "node") == 0 || strcmp(section, "raft") == 0 ||
+         strcmp(section, "limits") == 0)
+            ? "key"
+            : "section");
+    x->rv = TERN_EINVAL;
+    return 0;
+}
+
+static int ini_result(struct ini_ctx *x, int line)
+{
+    if (line == 0) {
+        return 0;
+    }
+    if (x->rv != 0) {
+        return TERN_EINVAL;
+    }
+    if (line < 0) {
+        tern_errmsg_printf(x->errmsg, "%s: cannot read the file", x->path);
+    } else {
+        tern_errmsg_printf(x->errmsg, "%s:%d: syntax error", x->path, line);
+    }
+    return TERN_EINVAL;
+}
+
+int node_config_load_string(struct node_config *c,
+                            const char *text,
+                            const char *path,
+                            char *errmsg)
+{
+    struct ini_ctx x = {c, path, errmsg, 0};
+    return ini_result(&x, ini_parse_string(text, on_ini_line, &x));
+}
+
+int node_config_load_file(struct node_config *c, const char *path, char *errmsg)
+{
+    struct ini_ctx x = {c, path, errmsg, 0};
+    FILE *f = fopen(path, "r");
+    int rv;
+    if (f == NULL) {
+        tern_errmsg_printf(errmsg, "%s: %s", path, strerror(errno));
+        return TERN_EINVAL;
+    }
+    rv = ini_result(&x, ini_parse_file(f, on_ini_line, &x));
+    fclose(f);
+    return rv;
+}
+
+/* ---- Flags -------------------------------------------------------------- */
+
+static int apply_dev(struct node_config *c, char *errmsg)
+{
+    int rv = 0;
+    c->id = 1;
+    rv = rv != 0 ? rv : set_str(&c->data_dir, "./tern-data", "--dev", errmsg);
+    rv = rv != 0 ? rv
+                 : set_str(&c->client_addr, "127.0.0.1:7400", "--dev", errmsg);
+    rv = rv != 0 ? rv
+                 : set_str(&c->raft_addr, "127.0.0.1:7500", "--dev", errmsg);
+    rv = rv != 0 ? rv
+                 : peer_set(&c->peers, &c->n_peers, 1,
+                            "127.0.0.1:7500,127.0.0.1:7400", "--dev", errmsg);
+    return rv;
+}
+
+/* Split "--flag=value" or take the next argument. *i is advanced past the
+ * value. */
+static int flag_value(int argc,
+                      char **argv,
+                      int *i,
+                      const char *flag,
+                      const char **value,
+                      char *errmsg)
+{
+    const char *a = argv[*i];
+    size_t fl = strlen(flag);
+    if (a[fl] == '=') {
+        *value = a + fl + 1;
+        return 0;
+    }
+    if (*i + 1 >= argc) {
+        tern_errmsg_printf(errmsg, "%s needs a value", flag);
+        return TERN_EINVAL;
+    }
+    *value = argv[++*i];
+    return 0;
+}
+
+static bool flag_is(const char *a, const char *flag)
+{
+    size_t fl = strlen(flag);
+    return strncmp(a, flag, fl) == 0 && (a[fl] == '\0' || a[fl] == '=');
+}
+
+int node_config_parse_args(struct node_config *c,
+                           int argc,
+                           char **argv,
+                           char *errmsg)
+{
+    const char *config_file = NULL;
+    bool dev = false;
+    struct node_peer *flag_peers = NULL;
+    unsigned n_flag_peers = 0;
+    int rv = 0;
+
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            c->help = true;
+            return 0;
+        }
+    }
+    /* Pass 1: --dev and --config, which order the sources. */
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--dev") == 0) {
+            dev = true;
+        } else if (flag_is(a, "--config")) {
+            rv = flag_value(argc, argv, &i, "--config", &config_file, errmsg);
+            if (rv != 0) {
+                return rv;
+            }
+        } else if (strncmp(a, "--", 2) == 0 && strchr(a, '=') == NULL &&
+                   i + 1 < argc) {
+            i++; /* skip the value of a flag in pass 2 */
+        }
+    }
+    if (dev) {
+        rv = apply_dev(c, errmsg);
+        if (rv != 0) {
+            return rv;
+        }
+    }
+    if (config_file != NULL) {
+        rv = node_config_load_file(c, config_file, errmsg);
+        if (rv != 0) {
+            return rv;
+        }
+    }
+
+    /* Pass 2: every other flag, in order. */
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v;
+        bool known = false;
+
+        if (strcmp(a, "--dev") == 0) {
+            continue;
+        }
+        if (flag_is(a, "--config")) {
+            rv = flag_value(argc, argv, &i, "--config", &v, errmsg);
+            if (rv != 0) {
+                goto out;
+            }
+            continue;
+        }
+        if (flag_is(a, "--peer")) {
+            const char *eq;
+            uint64_t id;
+            char idbuf[32];
+            rv = flag_value(argc, argv, &i, "--peer", &v, errmsg);
+            if (rv != 0) {
+                goto out;
+            }
+            eq = strchr(v, '=');
+            if (eq == NULL || (size_t)(eq - v) >= sizeof(idbuf)) {
+                tern_errmsg_printf(errmsg,
+                                   "--peer: expected "
+                                   "ID=RAFTADDR,CLIENTADDR, got '%s'",
+                                   v);
+                rv = TERN_EINVAL;
+                goto out;
+            }
+            memcpy(idbuf, v, (size_t)(eq - v));
+            idbuf[eq - v] = '\0';
+            rv = parse_u64(idbuf, UINT64_MAX, &id, "--peer", errmsg);
+            if (rv == 0) {
+                rv = peer_set(&flag_peers, &n_flag_peers, id, eq + 1, "--peer",
+                              errmsg);
+            }
+            if (rv != 0) {
+                goto out;
+            }
+            continue;
+        }
+        for (unsigned k = 0; k < TERN_ARRAY_SIZE(keys); k++) {
+            if (flag_is(a, keys[k].flag)) {
+                rv = flag_value(argc, argv, &i, keys[k].flag, &v, errmsg);
+                if (rv == 0) {
+                    rv = set_key(c, k, v, keys[k].flag, errmsg);
+                }
+                if (rv != 0) {
+                    goto out;
+                }
+                known = true;
+                break;
+            }
+        }
+        if (!known) {
+            tern_errmsg_printf(errmsg, "unknown argument '%s' (see --help)", a);
+            rv = TERN_EINVAL;
+            goto out;
+        }
+    }
+    if (n_flag_peers > 0) {
+        peers_free(c->peers, c->n_peers);
+        c->peers = flag_peers;
+        c->n_peers = n_flag_peers;
+        flag_peers = NULL;
+        n_flag_peers = 0;
+    }
+    rv = node_config_validate(c, errmsg);
+out:
+    peers_free(flag_peers, n_flag_peers);
+    return rv;
+}
+
+/* ---- Validation --------------------------------------------------------- */
+
+int node_config_validate(struct node_config *c, char *errmsg)
+{
+    const struct node_peer *self;
+    int rv;
+
+    if (c->id == 0) {
+        tern_errmsg_printf(errmsg, "node id is missing (--id N or [node] id)");
+        return TERN_EINVAL;
+    }
+    if (c->data_dir == NULL) {
+        tern_errmsg_printf(errmsg,
+                           "data directory is missing (--data-dir "
+                           "DIR or [node] data_dir)");
+        return TERN_EINVAL;
+    }
+    if (c->transport == NULL) {
+        rv = set_str(&c->transport, "tcp", "transport", errmsg);
+        if (rv != 0) {
+            return rv;
+        }
+    }
+    self = node_config_peer(c, c->id);
+    if (c->n_peers == 0) {
+        /* Single-node cluster made of this node. */
+        char v[256];
+        if (c->raft_addr == NULL || c->client_addr == NULL) {
+            tern_errmsg_printf(errmsg,
+                               "node %llu: no peers and no --raft-addr/"
+                               "--client-addr",
+                               (unsigned long long)c->id);
+            return TERN_EINVAL;
+        }
+        snprintf(v, sizeof(v), "%s,%s", c->raft_addr, c->client_addr);
+        rv = peer_set(&c->peers, &c->n_peers, c->id, v, "peers", errmsg);
+        if (rv != 0) {
+            return rv;
+        }
+        self = node_config_peer(c, c->id);
+    }
+    if (self == NULL) {
+        tern_errmsg_printf(errmsg,
+                           "node %llu is not in its own peer list (add "
+                           "--peer %llu=RAFTADDR,CLIENTADDR)",
+                           (unsigned long long)c->id,
+                           (unsigned long long)c->id);
+        return TERN_EINVAL;
+    }
+    if (c->raft_addr == NULL) {
+        rv = set_str(&c->raft_addr, self->raft_addr, "raft_addr", errmsg);
+        if (rv != 0) {
+            return rv;
+        }
+    } else if (strcmp(c->raft_addr, self->raft_addr) != 0) {
+        tern_errmsg_printf(
+            errmsg, "raft address %s differs from peer %llu's %s", c->raft_addr,
+            (unsigned long long)c->id, self->raft_addr);
+        return TERN_EINVAL;
+    }
+    if (c->client_addr == NULL) {
+        rv = set_str(&c->client_addr, self->client_addr, "client_addr", errmsg);
+        if (rv != 0) {
+            return rv;
+        }
+    } else if (strcmp(c->client_addr, self->client_addr) != 0) {
+        tern_errmsg_printf(
+            errmsg, "client address %s differs from peer %llu's %s",
+            c->client_addr, (unsigned long long)c->id, self->client_addr);
+        return TERN_EINVAL;
+    }
+    for (unsigned i = 0; i < c->n_peers; i++) {
+        for (unsigned j = i + 1; j < c->n_peers; j++) {
+            if (strcmp(c->peers[i].raft_addr, c->peers[j].raft_addr) == 0 ||
+                strcmp(c->peers[i].client_addr, c->peers[j].client_addr) == 0) {
+                tern_errmsg_printf(errmsg,
+                                   "peers %llu and %llu share an address",
+                                   (unsigned long long)c->peers[i].id,
+                                   (unsigned long long)c->peers[j].id);
+                return TERN_EINVAL;
+            }
+        }
+        if (strcmp(c->peers[i].raft_addr, c->peers[i].client_addr) == 0) {
+            tern_errmsg_printf(errmsg,
+                               "peer %llu: raft and client address are the "
+                               "same (%s)",
+                               (unsigned long long)c->peers[i].id,
+                               c->peers[i].raft_addr);
+            return TERN_EINVAL;
+        }
+    }
+    if (c->election_timeout_ms == 0 || c->heartbeat_ms == 0 ||
+        c->heartbeat_ms >= c->election_timeout_ms) {
+        tern_errmsg_printf(errmsg,
+                           "heartbeat_ms (%u) must be > 0 and smaller than "
+                           "election_timeout_ms (%u)",
+                           c->heartbeat_ms, c->election_timeout_ms);
+        return TERN_EINVAL;
+    }
+    if (c->max_message_bytes == 0 || c->max_frame_bytes == 0 ||
+        c->max_message_bytes + NODE_FRAME_OVERHEAD > c->max_frame_bytes) {
+        tern_errmsg_printf(errmsg,
+                           "max_message_bytes (%llu) + %u must not exceed "
+                           "max_frame_bytes (%llu)",
+                           (unsigned long long)c->max_message_bytes,
+                           NODE_FRAME_OVERHEAD,
+                           (unsigned long long)c->max_frame_bytes);
+        return TERN_EINVAL;
+    }
+    if (c->max_frame_bytes > (1ull << 30)) {
+        tern_errmsg_printf(errmsg, "max_frame_bytes (%llu) above 1 GiB",
+                           (unsigned long long)c->max_frame_bytes);
+        return TERN_EINVAL;
+    }
+    return 0;
+}

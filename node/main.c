@@ -1,0 +1,32 @@
+/*
+ * ternd: the tern server process. Parses the configuration (config.c),
+ * then runs the node (node.c) until SIGTERM/SIGINT.
+ * Exit codes: 0 clean stop, 1 runtime failure, 2 bad configuration.
+ */
+#include <stdio.h>
+
+#include "node.h"
+
+int main(int argc, char **argv)
+{
+    struct node_config c;
+    char errmsg[TERN_ERRMSG_SIZE] = "";
+    int rv;
+
+    node_config_init(&c);
+    rv = node_config_parse_args(&c, argc, argv, errmsg);
+    if (rv != 0) {
+        fprintf(stderr, "ternd: %s\n", errmsg);
+        fprintf(stderr, "ternd: run 'ternd --help' for usage\n");
+        node_config_free(&c);
+        return 2;
+    }
+    if (c.help) {
+        fputs(node_config_usage(), stdout);
+        node_config_free(&c);
+        return 0;
+    }
+    rv = node_run(&c);
+    node_config_free(&c);
+    return rv;
+}

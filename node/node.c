@@ -1,0 +1,868 @@
+/*
+ * The wiring of one ternd process: xport (rdma/), repl (raft/) and the
+ * index (index/) on ONE libuv loop, plus the client server (server.c).
+ *
+ * Data directory layout: DIR/raft (raft_uv's files, owned by repl),
+ * DIR/index (commit log + LMDB, owned by idx).
+ *
+ * The FSM given to repl is the index: apply -> idx_apply (then the
+ * per-command results are routed to waiting client requests through the
+ * batcher; on followers and during replay there is no pending batch and
+ * the results are dropped), snapshot -> idx_snapshot manifest,
+ * restore -> idx_restore, bulk_* -> idx_bulk_*.
+ *
+ * Group commit: idx_apply leaves its changes in one pending LMDB write
+ * transaction; a uv_check handle (end of every loop iteration) first
+ * proposes the write batch collected during the iteration, then calls
+ * idx_flush once if anything was applied, then releases the answers of
+ * the batches whose apply that flush covered, then wakes parked FETCHes.
+ * So an acknowledged message is immediately fetchable, on this node.
+ * A uv_idle handle is started whenever work is pending so the loop never
+ * blocks in poll with an unflushed apply.
+ *
+ * Shutdown (SIGTERM/SIGINT): close the client server, answer unproposed
+ * writes with TERN_ESHUTDOWN, repl_close (in-flight proposals fail with
+ * TERN_ESHUTDOWN), then idx_close, then xport_close, then our own handles;
+ * uv_run returns and main exits 0.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "node.h"
+
+struct node
+{
+    const struct node_config *cfg;
+    uv_loop_t loop;
+    struct xport *xport;
+    struct idx_env *idx;
+    struct repl *repl;
+    struct node_server *server;
+    struct node_batcher batcher;
+    uv_check_t check;
+    uv_idle_t idle;
+    uv_signal_t sig_term;
+    uv_signal_t sig_int;
+    uv_timer_t watchdog;
+    bool handles_init;
+    int last_fsm_error;
+    uint64_t idx_reopened_at; /* uv_now of the last reopen */
+    int apply_err;
+    uint64_t apply_err_logged_at;
+    bool idle_on;
+    bool dirty; /* applied since the last idx_flush */
+    bool stopping;
+    bool fatal; /* stop at the end of this loop iteration */
+    int exit_code;
+    /* Latest state reported by repl. */
+    enum repl_role role;
+    uint64_t leader_id;
+    uint64_t term;
+    bool writable;
+    /* Disk space cache. */
+    uint64_t disk_checked_at;
+    bool disk_checked;
+    bool disk_full;
+    uint64_t disk_free;
+    char raft_dir[PATH_MAX];
+    char index_dir[PATH_MAX];
+    struct idx_result results[NODE_MAX_CMDS_PER_ENTRY];
+};
+
+static const char *role_name(enum repl_role r)
+{
+    switch (r) {
+    case REPL_FOLLOWER:
+        return "follower";
+    case REPL_CANDIDATE:
+        return "candidate";
+    case REPL_LEADER:
+        return "leader";
+    default:
+        return "unavailable";
+    }
+}
+
+/* ---- Accessors for server.c -------------------------------------------- */
+
+struct idx_env *node_idx(struct node *n)
+{
+    return n->idx;
+}
+
+struct node_batcher *node_batcher(struct node *n)
+{
+    return &n->batcher;
+}
+
+const struct node_config *node_config(struct node *n)
+{
+    return n->cfg;
+}
+
+void node_status(struct node *n, struct repl_status *out)
+{
+    memset(out, 0, sizeof(*out));
+    out->id = n->cfg->id;
+    if (n->repl != NULL && !n->stopping) {
+        repl_get_status(n->repl, out);
+    }
+}
+
+static void on_idle(uv_idle_t *h)
+{
+    (void)h;
+}
+
+void node_kick(struct node *n)
+{
+    if (n->handles_init && !n->idle_on && !n->stopping) {
+        uv_idle_start(&n->idle, on_idle);
+        n->idle_on = true;
+    }
+}
+
+int node_disk_check(struct node *n, char *errmsg)
+{
+    uint64_t now = uv_now(&n->loop);
+    if (!n->disk_checked || now - n->disk_checked_at >= 100) {
+        struct statvfs sv;
+        n->disk_checked = true;
+        n->disk_checked_at = now;
+        if (statvfs(n->cfg->data_dir, &sv) == 0) {
+            bool full;
+            n->disk_free = (uint64_t)sv.f_bavail * (uint64_t)sv.f_frsize;
+            full = n->disk_free < n->cfg->min_free_disk_bytes;
+            if (full != n->disk_full) {
+                node_log(full ? NODE_LOG_WARN : NODE_LOG_INFO,
+                         full ? "disk full: rejecting writes"
+                              : "disk space back: accepting writes",
+                         "free_bytes=%llu min_free_disk_bytes=%llu",
+                         (unsigned long long)n->disk_free,
+                         (unsigned long long)n->cfg->min_free_disk_bytes);
+            }
+            n->disk_full = full;
+        }
+    }
+    if (n->disk_full) {
+        tern_errmsg_printf(errmsg,
+                           "disk full: %llu bytes free < "
+                           "min_free_disk_bytes %llu",
+                           (unsigned long long)n->disk_free,
+                           (unsigned long long)n->cfg->min_free_disk_bytes);
+        return TERN_EFULL;
+    }
+    return 0;
+}
+
+/* ---- FSM ---------------------------------------------------------------- */
+
+static void node_stop(struct node *n);
+
+static int idx_reopen(struct node *n)
+{
+    char errmsg[TERN_ERRMSG_SIZE] = "";
+    struct idx_options io;
+    uint64_t now = uv_now(&n->loop);
+    int status = idx_status(n->idx);
+    int rv;
+
+    if (n->idx_reopened_at != 0 && now - n->idx_reopened_at < 1000) {
+        return status;
+    }
+    n->idx_reopened_at = now;
+    node_log(NODE_LOG_WARN, "reopening the index after a failed apply",
+             "err=%s", tern_err_name(status));
+    idx_close(n->idx);
+    n->idx = NULL;
+    n->dirty = false;
+    memset(&io, 0, sizeof(io));
+    io.dir = n->index_dir;
+    io.max_message = (uint32_t)n->cfg->max_message_bytes;
+    rv = idx_open(&io, &n->idx, errmsg);
+    if (rv != 0) {
+        node_log(NODE_LOG_ERROR, "cannot reopen the index, exiting",
+                 "err=%s detail=\"%s\"", tern_err_name(rv), errmsg);
+        n->idx = NULL;
+        n->exit_code = 1;
+        n->fatal = true; /* stopped from on_check, not inside repl */
+        node_kick(n);
+        return rv;
+    }
+    node_log(NODE_LOG_INFO, "index reopened",
+             "last_applied=%llu log_end=%llu truncated_bytes=%llu",
+             (unsigned long long)idx_last_applied(n->idx),
+             (unsigned long long)idx_log_end(n->idx),
+             (unsigned long long)idx_truncated_bytes(n->idx));
+    return 0;
+}
+
+static int fsm_apply(void *arg, uint64_t index, const void *buf, size_t len)
+{
+    struct node *n = arg;
+    unsigned nr = 0;
+    int rv;
+
+    if (n->idx == NULL) {
+        return TERN_ESHUTDOWN;
+    }
+    if (idx_status(n->idx) != 0) {
+        /* A failed apply (disk full, I/O error) is sticky until the env is
+         * reopened; repl retries the entry, so reopen (at most once a
+         * second) and try again: this is how the node recovers once space
+         * returns. */
+        rv = idx_reopen(n);
+        if (rv != 0) {
+            return rv;
+        }
+    }
+    len = node_entry_len(buf, len);
+    rv = idx_apply(n->idx, index, buf, len, n->results, NODE_MAX_CMDS_PER_ENTRY,
+                   &nr);
+    if (rv != 0) {
+        uint64_t now = uv_now(&n->loop);
+        /* repl retries the entry: log a repeated failure once a second. */
+        if (rv != n->apply_err || now - n->apply_err_logged_at >= 1000) {
+            node_log(NODE_LOG_ERROR, "apply failed",
+                     "index=%llu err=%s detail=\"%s\"",
+                     (unsigned long long)index, tern_err_name(rv),
+                     idx_errmsg(n->idx));
+            n->apply_err = rv;
+            n->apply_err_logged_at = now;
+        }
+        return rv == -ENOSPC ? TERN_EFULL : rv;
+    }
+    n->apply_err = 0;
+    n->dirty = true;
+    node_kick(n);
+    node_batcher_on_apply(&n->batcher, index, buf, len, n->results, nr);
+    return 0;
+}
+
+static int fsm_snapshot(void *arg,
+                        uint64_t last_applied,
+                        void **manifest,
+                        size_t *manifest_len)
+{
+    struct node *n = arg;
+    struct tern_wbuf w;
+    int rv;
+
+    if (n->idx == NULL) {
+        return TERN_ESHUTDOWN;
+    }
+    tern_wbuf_init(&w);
+    rv = idx_snapshot(n->idx, &w);
+    if (rv == 0 && w.err != 0) {
+        rv = w.err;
+    }
+    if (rv != 0) {
+        node_log(NODE_LOG_ERROR, "snapshot failed",
+                 "last_applied=%llu err=%s detail=\"%s\"",
+                 (unsigned long long)last_applied, tern_err_name(rv),
+                 idx_errmsg(n->idx));
+        tern_wbuf_free(&w);
+        return rv;
+    }
+    n->dirty = false; /* idx_snapshot flushed */
+    node_log(NODE_LOG_INFO, "snapshot taken",
+             "last_applied=%llu idx_last_applied=%llu log_end=%llu "
+             "manifest_bytes=%zu",
+             (unsigned long long)last_applied,
+             (unsigned long long)idx_last_applied(n->idx),
+             (unsigned long long)idx_log_end(n->idx), w.len);
+    *manifest = w.base;
+    *manifest_len = w.len;
+    return 0;
+}
+
+static int fsm_restore(void *arg, const void *manifest, size_t manifest_len)
+{
+    struct node *n = arg;
+    int rv;
+    if (n->idx == NULL) {
+        return TERN_ESHUTDOWN;
+    }
+    rv = idx_restore(n->idx, manifest, manifest_len);
+    if (rv != 0) {
+        node_log(NODE_LOG_ERROR, "restore failed", "err=%s detail=\"%s\"",
+                 tern_err_name(rv), idx_errmsg(n->idx));
+        return rv;
+    }
+    n->dirty = true;
+    node_kick(n);
+    node_log(NODE_LOG_INFO, "restored snapshot",
+             "last_applied=%llu log_end=%llu",
+             (unsigned long long)idx_last_applied(n->idx),
+             (unsigned long long)idx_log_end(n->idx));
+    return 0;
+}
+
+static int fsm_bulk_range(void *arg,
+                          const void *manifest,
+                          size_t len,
+                          uint64_t *from,
+                          uint64_t *to)
+{
+    struct node *n = arg;
+    int rv;
+    if (n->idx == NULL) {
+        return TERN_ESHUTDOWN;
+    }
+    rv = idx_bulk_range(n->idx, manifest, len, from, to);
+    if (rv != 0) {
+        node_log(NODE_LOG_ERROR, "bulk range failed", "err=%s detail=\"%s\"",
+                 tern_err_name(rv), idx_errmsg(n->idx));
+    } else {
+        node_log(NODE_LOG_INFO, "snapshot catch-up",
+                 "from=%llu to=%llu bytes=%llu", (unsigned long long)*from,
+                 (unsigned long long)*to, (unsigned long long)(*to - *from));
+    }
+    return rv;
+}
+
+static int fsm_bulk_read(void *arg,
+                         uint64_t pos,
+                         void *buf,
+                         size_t cap,
+                         size_t *nread)
+{
+    struct node *n = arg;
+    int rv;
+    if (n->idx == NULL) {
+        return TERN_ESHUTDOWN;
+    }
+    rv = idx_bulk_read(n->idx, pos, buf, cap, nread);
+    if (rv != 0) {
+        node_log(NODE_LOG_ERROR, "bulk read failed",
+                 "pos=%llu err=%s detail=\"%s\"", (unsigned long long)pos,
+                 tern_err_name(rv), idx_errmsg(n->idx));
+    }
+    return rv;
+}
+
+static int fsm_bulk_write(void *arg, uint64_t pos, const void *buf, size_t len)
+{
+    struct node *n = arg;
+    int rv;
+    if (n->idx == NULL) {
+        return TERN_ESHUTDOWN;
+    }
+    rv = idx_bulk_write(n->idx, pos, buf, len);
+    if (rv != 0) {
+        node_log(NODE_LOG_ERROR, "bulk write failed",
+                 "pos=%llu bytes=%zu err=%s detail=\"%s\"",
+                 (unsigned long long)pos, len, tern_err_name(rv),
+                 idx_errmsg(n->idx));
+    }
+    return rv;
+}
+
+static void on_state(void *arg,
+                     enum repl_role role,
+                     uint64_t leader_id,
+                     uint64_t term,
+                     bool writable)
+{
+    struct node *n = arg;
+    const struct node_peer *lp = node_config_peer(n->cfg, leader_id);
+    node_log(NODE_LOG_INFO, "raft state changed",
+             "role=%s leader=%llu leader_client_addr=%s term=%llu "
+             "writable=%s prev_role=%s prev_leader=%llu prev_term=%llu",
+             role_name(role), (unsigned long long)leader_id,
+             lp != NULL ? lp->client_addr : "-", (unsigned long long)term,
+             writable ? "true" : "false", role_name(n->role),
+             (unsigned long long)n->leader_id, (unsigned long long)n->term);
+    n->role = role;
+    n->leader_id = leader_id;
+    n->term = term;
+    n->writable = writable;
+}
+
+/* ---- Batcher ops -------------------------------------------------------- */
+
+static void on_proposed(void *data, int status, uint64_t index)
+{
+    struct node_batch *batch = data;
+    struct node *n = batch->batcher->arg;
+    if (status != 0) {
+        node_log(NODE_LOG_DEBUG, "proposal failed",
+                 "index=%llu err=%s commands=%u", (unsigned long long)index,
+                 tern_err_name(status), batch->n_cmds);
+    }
+    node_batcher_proposed(batch, status, index);
+    node_kick(n);
+}
+
+static int batch_propose(void *arg,
+                         struct node_batch *batch,
+                         void *buf,
+                         size_t len,
+                         uint64_t *index)
+{
+    struct node *n = arg;
+    if (n->repl == NULL || n->stopping) {
+        return TERN_ESHUTDOWN;
+    }
+    return repl_propose(n->repl, buf, len, on_proposed, batch, index);
+}
+
+static uint64_t batch_timestamp(void *arg)
+{
+    struct timespec ts;
+    (void)arg;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static void batch_respond(void *arg, struct node_wreq *w)
+{
+    (void)arg;
+    node_server_respond(NULL, w);
+}
+
+/* ---- Loop hooks --------------------------------------------------------- */
+
+static void on_check(uv_check_t *h)
+{
+    struct node *n = h->data;
+    bool flushed = false;
+
+    if (n->fatal && !n->stopping) {
+        node_stop(n);
+    }
+    if (!n->stopping) {
+        node_batcher_propose(&n->batcher);
+    }
+    if (n->dirty && n->idx != NULL) {
+        int rv = idx_flush(n->idx);
+        if (rv != 0) {
+            node_log(NODE_LOG_ERROR, "index flush failed",
+                     "err=%s detail=\"%s\"", tern_err_name(rv),
+                     idx_errmsg(n->idx));
+        }
+        n->dirty = false;
+        flushed = true;
+    }
+    node_batcher_flushed(&n->batcher);
+    if (n->server != NULL) {
+        if (flushed) {
+            node_server_wake(n->server);
+        }
+        node_server_update_reading(n->server);
+    }
+    if (n->idle_on) {
+        uv_idle_stop(&n->idle);
+        n->idle_on = false;
+    }
+}
+
+/* ---- Start and stop ----------------------------------------------------- */
+
+static void handle_closed(uv_handle_t *h)
+{
+    (void)h;
+}
+
+static void close_own_handles(struct node *n)
+{
+    if (!n->handles_init) {
+        return;
+    }
+    n->handles_init = false;
+    uv_close((uv_handle_t *)&n->check, handle_closed);
+    uv_close((uv_handle_t *)&n->idle, handle_closed);
+    uv_close((uv_handle_t *)&n->sig_term, handle_closed);
+    uv_close((uv_handle_t *)&n->sig_int, handle_closed);
+    uv_close((uv_handle_t *)&n->watchdog, handle_closed);
+}
+
+static void on_xport_closed(void *arg)
+{
+    struct node *n = arg;
+    node_log(NODE_LOG_DEBUG, "transport closed", NULL);
+    close_own_handles(n);
+}
+
+static void after_repl(struct node *n)
+{
+    /* Answers of applied batches: their connections are gone already. */
+    node_batcher_flushed(&n->batcher);
+    node_batcher_fail_pending(&n->batcher, TERN_ESHUTDOWN);
+    if (n->idx != NULL) {
+        idx_close(n->idx);
+        n->idx = NULL;
+        node_log(NODE_LOG_DEBUG, "index closed", NULL);
+    }
+    if (n->xport != NULL) {
+        struct xport *x = n->xport;
+        n->xport = NULL;
+        xport_close(x, on_xport_closed, n);
+    } else {
+        close_own_handles(n);
+    }
+}
+
+static void on_repl_closed(void *arg)
+{
+    struct node *n = arg;
+    node_log(NODE_LOG_DEBUG, "raft closed", NULL);
+    after_repl(n);
+}
+
+static void on_server_closed(void *arg)
+{
+    (void)arg;
+    node_log(NODE_LOG_DEBUG, "client server closed", NULL);
+}
+
+static void node_stop(struct node *n)
+{
+    if (n->stopping) {
+        return;
+    }
+    n->stopping = true;
+    if (n->server != NULL) {
+        struct node_server *s = n->server;
+        n->server = NULL;
+        node_server_close(s, on_server_closed, n);
+    }
+    node_batcher_fail_pending(&n->batcher, TERN_ESHUTDOWN);
+    if (n->repl != NULL) {
+        struct repl *r = n->repl;
+        n->repl = NULL;
+        repl_close(r, on_repl_closed, n);
+    } else {
+        after_repl(n);
+    }
+}
+
+/* repl reports FSM errors (retried in order) and fail-stop after a raft
+ * log write error; the latter needs a restart, so the node exits 1 and
+ * leaves that to its supervisor. */
+static void on_watchdog(uv_timer_t *t)
+{
+    struct node *n = t->data;
+    struct repl_status st;
+    if (n->stopping || n->repl == NULL) {
+        return;
+    }
+    repl_get_status(n->repl, &st);
+    if (st.fsm_error != n->last_fsm_error) {
+        node_log(st.fsm_error != 0 ? NODE_LOG_ERROR : NODE_LOG_INFO,
+                 st.fsm_error != 0 ? "state machine apply failing, retrying"
+                                   : "state machine apply recovered",
+                 "err=%s last_applied=%llu commit_index=%llu",
+                 tern_err_name(st.fsm_error),
+                 (unsigned long long)st.last_applied,
+                 (unsigned long long)st.commit_index);
+        n->last_fsm_error = st.fsm_error;
+    }
+    if (st.failed != 0) {
+        node_log(NODE_LOG_ERROR, "raft replica fail-stopped, exiting", "err=%s",
+                 tern_err_name(st.failed));
+        n->exit_code = 1;
+        node_stop(n);
+    }
+}
+
+static void on_signal(uv_signal_t *h, int signum)
+{
+    struct node *n = h->data;
+    if (n->stopping) {
+        node_log(NODE_LOG_WARN, "signal during shutdown ignored", "signal=%s",
+                 signum == SIGINT ? "INT" : "TERM");
+        return;
+    }
+    node_log(NODE_LOG_INFO, "stopping", "signal=%s",
+             signum == SIGINT ? "INT" : "TERM");
+    node_stop(n);
+}
+
+static int mkdir_p(const char *path, char *errmsg)
+{
+    char tmp[PATH_MAX];
+    size_t len = strlen(path);
+    if (len == 0 || len >= sizeof(tmp)) {
+        tern_errmsg_printf(errmsg, "bad directory path '%s'", path);
+        return TERN_EINVAL;
+    }
+    memcpy(tmp, path, len + 1);
+    for (char *p = tmp + 1; *p != '\0'; p++) {
+        if (*p == '/') {
+            *p = '\0';
+            if (mkdir(tmp, 0755) != 0 && errno != EEXIST) {
+                tern_errmsg_printf(errmsg, "mkdir %s: %s", tmp,
+                                   strerror(errno));
+                return -errno;
+            }
+            *p = '/';
+        }
+    }
+    if (mkdir(tmp, 0755) != 0 && errno != EEXIST) {
+        tern_errmsg_printf(errmsg, "mkdir %s: %s", tmp, strerror(errno));
+        return -errno;
+    }
+    return 0;
+}
+
+static int write_pid_file(const char *path, char *errmsg)
+{
+    char buf[32];
+    int len = snprintf(buf, sizeof(buf), "%ld\n", (long)getpid());
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        tern_errmsg_printf(errmsg, "pid file %s: %s", path, strerror(errno));
+        return -errno;
+    }
+    if (write(fd, buf, (size_t)len) != len) {
+        tern_errmsg_printf(errmsg, "pid file %s: short write", path);
+        close(fd);
+        return -EIO;
+    }
+    close(fd);
+    return 0;
+}
+
+static void log_config(const struct node_config *c)
+{
+    char peers[1024];
+    size_t off = 0;
+    peers[0] = '\0';
+    for (unsigned i = 0; i < c->n_peers && off < sizeof(peers); i++) {
+        int k = snprintf(peers + off, sizeof(peers) - off, "%s%llu=%s/%s",
+                         i == 0 ? "" : ",", (unsigned long long)c->peers[i].id,
+                         c->peers[i].raft_addr, c->peers[i].client_addr);
+        if (k < 0) {
+            break;
+        }
+        off += (size_t)k;
+    }
+    node_log(NODE_LOG_INFO, "config",
+             "data_dir=%s client_addr=%s raft_addr=%s transport=%s "
+             "election_timeout_ms=%u heartbeat_ms=%u snapshot_bytes=%llu "
+             "snapshot_trailing=%u max_message_bytes=%llu "
+             "max_frame_bytes=%llu min_free_disk_bytes=%llu log_level=%s "
+             "peers=%s",
+             c->data_dir, c->client_addr, c->raft_addr, c->transport,
+             c->election_timeout_ms, c->heartbeat_ms,
+             (unsigned long long)c->snapshot_bytes, c->snapshot_trailing,
+             (unsigned long long)c->max_message_bytes,
+             (unsigned long long)c->max_frame_bytes,
+             (unsigned long long)c->min_free_disk_bytes,
+             node_log_level_name((enum node_log_level)c->log_level), peers);
+}
+
+/* Everything up to uv_run. On failure the node is left for node_stop to
+ * unwind (whatever was created is closed in order). */
+static int node_start(struct node *n, char *errmsg)
+{
+    const struct node_config *c = n->cfg;
+    struct idx_options io;
+    struct xport_tcp_options xo;
+    struct repl_config rc;
+    struct repl_peer *rpeers = NULL;
+    struct node_batcher_ops bops = {batch_propose, batch_respond,
+                                    batch_timestamp};
+    static const struct repl_fsm fsm_template = {
+        NULL,           fsm_apply,     fsm_snapshot,   fsm_restore,
+        fsm_bulk_range, fsm_bulk_read, fsm_bulk_write,
+    };
+    struct repl_fsm fsm = fsm_template;
+    int rv;
+
+    node_batcher_init(&n->batcher, &bops, n);
+
+    uv_check_init(&n->loop, &n->check);
+    uv_idle_init(&n->loop, &n->idle);
+    uv_signal_init(&n->loop, &n->sig_term);
+    uv_signal_init(&n->loop, &n->sig_int);
+    uv_timer_init(&n->loop, &n->watchdog);
+    n->watchdog.data = n;
+    n->check.data = n;
+    n->sig_term.data = n;
+    n->sig_int.data = n;
+    n->handles_init = true;
+    uv_check_start(&n->check, on_check);
+    uv_signal_start(&n->sig_term, on_signal, SIGTERM);
+    uv_signal_start(&n->sig_int, on_signal, SIGINT);
+    uv_timer_start(&n->watchdog, on_watchdog, 500, 500);
+
+    if (snprintf(n->raft_dir, sizeof(n->raft_dir), "%s/raft", c->data_dir) >=
+            (int)sizeof(n->raft_dir) ||
+        snprintf(n->index_dir, sizeof(n->index_dir), "%s/index", c->data_dir) >=
+            (int)sizeof(n->index_dir)) {
+        tern_errmsg_printf(errmsg, "data dir path too long");
+        return TERN_EINVAL;
+    }
+    rv = mkdir_p(c->data_dir, errmsg);
+    if (rv != 0) {
+        return rv;
+    }
+
+    memset(&io, 0, sizeof(io));
+    io.dir = n->index_dir;
+    io.max_message = (uint32_t)c->max_message_bytes;
+    rv = idx_open(&io, &n->idx, errmsg);
+    if (rv != 0) {
+        tern_errmsg_wrapf(errmsg, "index %s", n->index_dir);
+        return rv;
+    }
+    node_log(idx_truncated_bytes(n->idx) > 0 ? NODE_LOG_WARN : NODE_LOG_INFO,
+             "index opened",
+             "dir=%s last_applied=%llu log_end=%llu truncated_bytes=%llu",
+             n->index_dir, (unsigned long long)idx_last_applied(n->idx),
+             (unsigned long long)idx_log_end(n->idx),
+             (unsigned long long)idx_truncated_bytes(n->idx));
+
+    memset(&xo, 0, sizeof(xo));
+    rv = xport_tcp_new(&n->loop, c->id, c->raft_addr, &xo, &n->xport, errmsg);
+    if (rv != 0) {
+        tern_errmsg_wrapf(errmsg, "raft transport on %s", c->raft_addr);
+        return rv;
+    }
+
+    rpeers = tern_calloc(c->n_peers, sizeof(*rpeers));
+    if (rpeers == NULL) {
+        tern_errmsg_printf(errmsg, "out of memory");
+        return -ENOMEM;
+    }
+    for (unsigned i = 0; i < c->n_peers; i++) {
+        rpeers[i].id = c->peers[i].id;
+        rpeers[i].address = c->peers[i].raft_addr;
+    }
+    memset(&rc, 0, sizeof(rc));
+    rc.id = c->id;
+    rc.address = c->raft_addr;
+    rc.data_dir = n->raft_dir;
+    rc.peers = rpeers;
+    rc.n_peers = c->n_peers;
+    rc.election_timeout_ms = c->election_timeout_ms;
+    rc.heartbeat_ms = c->heartbeat_ms;
+    rc.snapshot_threshold_bytes = c->snapshot_bytes;
+    rc.snapshot_trailing = c->snapshot_trailing;
+    rv = repl_config_validate(&rc, errmsg);
+    if (rv == 0) {
+        fsm.arg = n;
+        rv = repl_new(&n->loop, n->xport, &rc, &fsm, on_state, n, &n->repl,
+                      errmsg);
+    }
+    tern_free(rpeers);
+    if (rv != 0) {
+        tern_errmsg_wrapf(errmsg, "raft");
+        return rv;
+    }
+    rv = repl_start(n->repl, errmsg);
+    if (rv != 0) {
+        tern_errmsg_wrapf(errmsg, "raft start");
+        return rv;
+    }
+    {
+        /* The index only holds committed entries, so when it is ahead of
+         * the local raft log (libraft 0.15 may apply entries a follower
+         * has not stored yet, #423; a kill -9 then loses them locally)
+         * the missing entries come back from the leader with the same
+         * contents. A single-node cluster has no one to get them from: a
+         * new entry would reuse an index the index already holds, be
+         * skipped by idx_apply and be acknowledged without being stored.
+         * Refuse to start then. */
+        struct repl_status st;
+        uint64_t applied = idx_last_applied(n->idx);
+        repl_get_status(n->repl, &st);
+        node_log(NODE_LOG_INFO, "raft loaded",
+                 "last_index=%llu last_applied=%llu commit_index=%llu "
+                 "term=%llu",
+                 (unsigned long long)st.last_index,
+                 (unsigned long long)st.last_applied,
+                 (unsigned long long)st.commit_index,
+                 (unsigned long long)st.term);
+        if (applied > st.last_index && c->n_peers == 1) {
+            tern_errmsg_printf(errmsg,
+                               "index last_applied %llu is ahead of the "
+                               "raft log (last index %llu): the raft log "
+                               "lost committed entries; refusing to start",
+                               (unsigned long long)applied,
+                               (unsigned long long)st.last_index);
+            return TERN_ECORRUPT;
+        }
+        if (applied > st.last_index) {
+            node_log(NODE_LOG_WARN, "index ahead of the raft log",
+                     "idx_last_applied=%llu raft_last_index=%llu "
+                     "missing=%llu (expected back from the leader)",
+                     (unsigned long long)applied,
+                     (unsigned long long)st.last_index,
+                     (unsigned long long)(applied - st.last_index));
+        }
+    }
+    rv = node_server_new(n, &n->loop, c->client_addr, &n->server, errmsg);
+    if (rv != 0) {
+        tern_errmsg_wrapf(errmsg, "client server on %s", c->client_addr);
+        return rv;
+    }
+    if (c->pid_file != NULL) {
+        rv = write_pid_file(c->pid_file, errmsg);
+        if (rv != 0) {
+            return rv;
+        }
+    }
+    return 0;
+}
+
+int node_run(const struct node_config *c)
+{
+    char errmsg[TERN_ERRMSG_SIZE] = "";
+    struct node *n;
+    int rv;
+
+    node_log_setup(c->id, (enum node_log_level)c->log_level);
+    signal(SIGPIPE, SIG_IGN);
+    n = tern_calloc(1, sizeof(*n));
+    if (n == NULL) {
+        node_log(NODE_LOG_ERROR, "out of memory", NULL);
+        return 1;
+    }
+    n->cfg = c;
+    rv = uv_loop_init(&n->loop);
+    if (rv != 0) {
+        node_log(NODE_LOG_ERROR, "uv_loop_init failed", "err=%s",
+                 uv_strerror(rv));
+        tern_free(n);
+        return 1;
+    }
+    node_log(NODE_LOG_INFO, "starting", "pid=%ld version=%s", (long)getpid(),
+             "0.1.0");
+    log_config(c);
+    rv = node_start(n, errmsg);
+    if (rv != 0) {
+        node_log(NODE_LOG_ERROR, "start failed", "err=%s detail=\"%s\"",
+                 tern_err_name(rv), errmsg);
+        n->exit_code = 1;
+        node_stop(n);
+    } else {
+        node_log(NODE_LOG_INFO, "started",
+                 "client_addr=%s raft_addr=%s data_dir=%s", c->client_addr,
+                 c->raft_addr, c->data_dir);
+    }
+    uv_run(&n->loop, UV_RUN_DEFAULT);
+    rv = uv_loop_close(&n->loop);
+    if (rv != 0) {
+        node_log(NODE_LOG_WARN, "loop closed with open handles", "err=%s",
+                 uv_strerror(rv));
+    }
+    if (c->pid_file != NULL && n->exit_code == 0) {
+        unlink(c->pid_file);
+    }
+    rv = n->exit_code;
+    node_log(NODE_LOG_INFO, "stopped", "exit_code=%d", rv);
+    tern_free(n);
+    return rv;
+}

@@ -1,0 +1,435 @@
+/* Write batching and result routing (node/batch.c) against a fake
+ * propose, plus one round trip through a real index (idx_apply). */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "node.h"
+
+struct proposal
+{
+    struct node_batch *batch;
+    void *buf;
+    size_t len;
+    uint64_t index;
+};
+
+struct answer
+{
+    void *owner;
+    uint64_t request_id;
+    uint8_t op;
+    int status;
+    struct idx_result result;
+};
+
+static struct
+{
+    struct node_batcher b;
+    struct proposal props[64];
+    unsigned n_props;
+    struct answer answers[256];
+    unsigned n_answers;
+    uint64_t next_index;
+    int propose_rv; /* make propose fail synchronously */
+} t;
+
+static int fake_propose(void *arg,
+                        struct node_batch *batch,
+                        void *buf,
+                        size_t len,
+                        uint64_t *index)
+{
+    (void)arg;
+    if (t.propose_rv != 0) {
+        return t.propose_rv;
+    }
+    cr_assert_lt(t.n_props, TERN_ARRAY_SIZE(t.props));
+    cr_assert_eq(len % 8, 0, "raft_uv needs 8-byte multiples");
+    cr_assert_eq(idx_cmd_validate(buf, node_entry_len(buf, len)), 0,
+                 "proposed a bad entry");
+    *index = ++t.next_index;
+    t.props[t.n_props++] = (struct proposal){batch, buf, len, *index};
+    return 0;
+}
+
+static void fake_respond(void *arg, struct node_wreq *w)
+{
+    (void)arg;
+    cr_assert_lt(t.n_answers, TERN_ARRAY_SIZE(t.answers));
+    t.answers[t.n_answers++] =
+        (struct answer){w->owner, w->request_id, w->op, w->status, w->result};
+}
+
+static uint64_t fake_time(void *arg)
+{
+    (void)arg;
+    return 1700000000000ull;
+}
+
+static void setup(void)
+{
+    static const struct node_batcher_ops ops = {fake_propose, fake_respond,
+                                                fake_time};
+    memset(&t, 0, sizeof(t));
+    t.next_index = 100;
+    node_batcher_init(&t.b, &ops, NULL);
+}
+
+static void teardown(void)
+{
+    for (unsigned i = 0; i < t.n_props; i++) {
+        tern_free(t.props[i].buf);
+    }
+}
+
+TestSuite(batch, .init = setup, .fini = teardown);
+
+static struct proto_request produce_req(const char *queue, const char *payload)
+{
+    static uint8_t blobs[8][256];
+    static unsigned next;
+    uint8_t *b = blobs[next++ % 8];
+    size_t n = strlen(payload);
+    struct proto_request r;
+    memset(&r, 0, sizeof(r));
+    r.op = PROTO_OP_PRODUCE;
+    r.queue = queue;
+    r.queue_len = (uint16_t)strlen(queue);
+    tern_put_u32(b, (uint32_t)n);
+    memcpy(b + 4, payload, n);
+    r.n_msgs = 1;
+    r.msgs = b;
+    r.msgs_len = 4 + n;
+    return r;
+}
+
+static struct proto_request queue_req(uint8_t op, const char *queue)
+{
+    struct proto_request r;
+    memset(&r, 0, sizeof(r));
+    r.op = op;
+    r.queue = queue;
+    r.queue_len = (uint16_t)strlen(queue);
+    return r;
+}
+
+/* Apply proposal p with results {status i, base_offset 10*i}. */
+static void apply_fake(const struct proposal *p, unsigned n)
+{
+    struct idx_result res[16];
+    memset(res, 0, sizeof(res));
+    for (unsigned i = 0; i < n; i++) {
+        res[i].base_offset = 10 * i;
+        res[i].count = 1;
+    }
+    node_batcher_on_apply(&t.b, p->index, p->buf, p->len, res, n);
+}
+
+Test(batch, one_entry_per_iteration_answers_after_flush)
+{
+    struct proto_request r1 = queue_req(PROTO_OP_QUEUE_CREATE, "q");
+    struct proto_request r2 = produce_req("q", "hello");
+    struct proto_request r3 = produce_req("q", "world");
+    int owner;
+
+    cr_assert_eq(node_batcher_add(&t.b, &owner, 1, &r1), 0);
+    cr_assert_eq(node_batcher_add(&t.b, &owner, 2, &r2), 0);
+    cr_assert_eq(node_batcher_add(&t.b, &owner, 3, &r3), 0);
+    cr_expect_eq(t.n_props, 0);
+    node_batcher_propose(&t.b);
+    cr_assert_eq(t.n_props, 1, "three requests, one entry");
+    cr_expect_eq(t.props[0].batch->n_cmds, 3);
+
+    apply_fake(&t.props[0], 3);
+    cr_expect_eq(t.n_answers, 0);
+    node_batcher_proposed(t.props[0].batch, 0, t.props[0].index);
+    cr_expect_eq(t.n_answers, 0, "no answer before the flush");
+    node_batcher_flushed(&t.b);
+    cr_assert_eq(t.n_answers, 3);
+    for (unsigned i = 0; i < 3; i++) {
+        cr_expect_eq(t.answers[i].request_id, i + 1);
+        cr_expect_eq(t.answers[i].status, 0);
+        cr_expect_eq(t.answers[i].result.base_offset, 10 * i);
+        cr_expect_eq(t.answers[i].owner, &owner);
+    }
+    cr_expect(node_batcher_idle(&t.b));
+}
+
+Test(batch, non_write_rejected)
+{
+    struct proto_request r = queue_req(PROTO_OP_FETCH, "q");
+    cr_expect_eq(node_batcher_add(&t.b, NULL, 1, &r), TERN_EINVAL);
+    node_batcher_propose(&t.b);
+    cr_expect_eq(t.n_props, 0);
+}
+
+Test(batch, entry_size_bound_splits)
+{
+    char big[200];
+    memset(big, 'x', sizeof(big) - 1);
+    big[sizeof(big) - 1] = '\0';
+    t.b.max_entry_bytes = 600;
+    for (unsigned i = 0; i < 6; i++) {
+        struct proto_request r = produce_req("q", big);
+        cr_assert_eq(node_batcher_add(&t.b, NULL, i, &r), 0);
+    }
+    node_batcher_propose(&t.b);
+    cr_assert_gt(t.n_props, 1);
+    unsigned total = 0;
+    for (unsigned i = 0; i < t.n_props; i++) {
+        cr_expect_leq(t.props[i].len, 600 + 300);
+        total += t.props[i].batch->n_cmds;
+    }
+    cr_expect_eq(total, 6);
+}
+
+Test(batch, inflight_bound_queues_and_congests)
+{
+    t.b.max_inflight = 1;
+    t.b.max_queued = 2;
+    t.b.max_cmds = 1;
+    for (unsigned i = 0; i < 3; i++) {
+        struct proto_request r = queue_req(PROTO_OP_QUEUE_CREATE, "q");
+        cr_assert_eq(node_batcher_add(&t.b, NULL, i, &r), 0);
+    }
+    /* max_cmds 1: the first two adds sealed entries already. */
+    cr_expect(node_batcher_congested(&t.b));
+    node_batcher_propose(&t.b);
+    cr_assert_eq(t.n_props, 1);
+    cr_expect(node_batcher_congested(&t.b), "two still queued");
+    apply_fake(&t.props[0], 1);
+    node_batcher_proposed(t.props[0].batch, 0, t.props[0].index);
+    node_batcher_propose(&t.b);
+    cr_assert_eq(t.n_props, 2);
+    cr_expect_not(node_batcher_congested(&t.b));
+}
+
+Test(batch, sync_propose_failure_answers_all)
+{
+    struct proto_request r1 = produce_req("q", "a");
+    struct proto_request r2 = produce_req("q", "b");
+    cr_assert_eq(node_batcher_add(&t.b, NULL, 1, &r1), 0);
+    cr_assert_eq(node_batcher_add(&t.b, NULL, 2, &r2), 0);
+    t.propose_rv = TERN_ENOTLEADER;
+    node_batcher_propose(&t.b);
+    cr_assert_eq(t.n_answers, 2);
+    cr_expect_eq(t.answers[0].status, TERN_ENOTLEADER);
+    cr_expect_eq(t.answers[1].status, TERN_ENOTLEADER);
+    cr_expect(node_batcher_idle(&t.b));
+}
+
+Test(batch, callback_failure_answers_now)
+{
+    struct proto_request r = produce_req("q", "a");
+    cr_assert_eq(node_batcher_add(&t.b, NULL, 1, &r), 0);
+    node_batcher_propose(&t.b);
+    cr_assert_eq(t.n_props, 1);
+    node_batcher_proposed(t.props[0].batch, TERN_ELEADERSHIPLOST, 0);
+    cr_assert_eq(t.n_answers, 1);
+    cr_expect_eq(t.answers[0].status, TERN_ELEADERSHIPLOST);
+}
+
+Test(batch, enospc_maps_to_efull)
+{
+    struct proto_request r = produce_req("q", "a");
+    cr_assert_eq(node_batcher_add(&t.b, NULL, 1, &r), 0);
+    node_batcher_propose(&t.b);
+    node_batcher_proposed(t.props[0].batch, -ENOSPC, 0);
+    cr_assert_eq(t.n_answers, 1);
+    cr_expect_eq(t.answers[0].status, TERN_EFULL);
+}
+
+Test(batch, other_leaders_entry_at_our_index_is_not_routed)
+{
+    struct proto_request r = produce_req("q", "ours");
+    struct idx_result res = {0, 77, 1, 0};
+    struct tern_wbuf other;
+    struct idx_msg m = {"theirs", 6};
+
+    cr_assert_eq(node_batcher_add(&t.b, NULL, 1, &r), 0);
+    node_batcher_propose(&t.b);
+    tern_wbuf_init(&other);
+    idx_cmd_begin(&other, 1);
+    idx_cmd_produce(&other, "q", 0, 0, &m, 1);
+    cr_assert_eq(idx_cmd_end(&other), 0);
+    node_batcher_on_apply(&t.b, t.props[0].index, other.base, other.len, &res,
+                          1);
+    tern_wbuf_free(&other);
+    node_batcher_proposed(t.props[0].batch, 0, t.props[0].index);
+    node_batcher_flushed(&t.b);
+    cr_assert_eq(t.n_answers, 1);
+    cr_expect_neq(t.answers[0].status, 0, "must not claim success");
+}
+
+Test(batch, results_with_logical_errors)
+{
+    struct proto_request r1 = queue_req(PROTO_OP_QUEUE_CREATE, "q");
+    struct proto_request r2 = queue_req(PROTO_OP_QUEUE_CREATE, "q");
+    struct idx_result res[2] = {{0, 0, 0, 0}, {TERN_EQUEUEEXISTS, 0, 0, 0}};
+    cr_assert_eq(node_batcher_add(&t.b, NULL, 1, &r1), 0);
+    cr_assert_eq(node_batcher_add(&t.b, NULL, 2, &r2), 0);
+    node_batcher_propose(&t.b);
+    node_batcher_on_apply(&t.b, t.props[0].index, t.props[0].buf,
+                          t.props[0].len, res, 2);
+    node_batcher_proposed(t.props[0].batch, 0, t.props[0].index);
+    node_batcher_flushed(&t.b);
+    cr_assert_eq(t.n_answers, 2);
+    cr_expect_eq(t.answers[0].status, 0);
+    cr_expect_eq(t.answers[1].status, TERN_EQUEUEEXISTS);
+}
+
+Test(batch, fail_pending_on_shutdown)
+{
+    struct proto_request r = produce_req("q", "a");
+    t.b.max_cmds = 1;
+    t.b.max_inflight = 0;
+    cr_assert_eq(node_batcher_add(&t.b, NULL, 1, &r), 0);
+    cr_assert_eq(node_batcher_add(&t.b, NULL, 2, &r), 0);
+    node_batcher_propose(&t.b);
+    cr_expect_eq(t.n_props, 0);
+    node_batcher_fail_pending(&t.b, TERN_ESHUTDOWN);
+    cr_assert_eq(t.n_answers, 2);
+    cr_expect_eq(t.answers[0].status, TERN_ESHUTDOWN);
+    cr_expect(node_batcher_idle(&t.b));
+}
+
+Test(batch, oom_answers_instead_of_leaking)
+{
+    struct proto_request r = produce_req("q", "a");
+    int rv;
+    tern_alloc_fail_after(0);
+    rv = node_batcher_add(&t.b, NULL, 1, &r);
+    tern_alloc_fail_after(-1);
+    cr_expect_eq(rv, -ENOMEM);
+    node_batcher_propose(&t.b);
+    cr_expect_eq(t.n_props, 0);
+    cr_expect(node_batcher_idle(&t.b));
+}
+
+/* The real index applies the entry we built and the results come back in
+ * request order. */
+Test(batch, round_trip_through_index)
+{
+    char dir[] = "/tmp/ternd-batch-XXXXXX";
+    char errmsg[TERN_ERRMSG_SIZE] = "";
+    struct idx_options o;
+    struct idx_env *e;
+    struct idx_result res[8];
+    unsigned nr = 0;
+    char cmd[128];
+    struct proto_request r1 = queue_req(PROTO_OP_QUEUE_CREATE, "rt");
+    struct proto_request r2 = produce_req("rt", "one");
+    struct proto_request r3 = produce_req("missing", "two");
+    struct proto_request r4 = produce_req("rt", "three");
+
+    cr_assert_not_null(mkdtemp(dir));
+    memset(&o, 0, sizeof(o));
+    o.dir = dir;
+    cr_assert_eq(idx_open(&o, &e, errmsg), 0, "%s", errmsg);
+    cr_assert_eq(node_batcher_add(&t.b, NULL, 1, &r1), 0);
+    cr_assert_eq(node_batcher_add(&t.b, NULL, 2, &r2), 0);
+    cr_assert_eq(node_batcher_add(&t.b, NULL, 3, &r3), 0);
+    cr_assert_eq(node_batcher_add(&t.b, NULL, 4, &r4), 0);
+    node_batcher_propose(&t.b);
+    cr_assert_eq(t.n_props, 1);
+    cr_assert_eq(
+        idx_apply(e, t.props[0].index, t.props[0].buf,
+                  node_entry_len(t.props[0].buf, t.props[0].len), res, 8, &nr),
+        0, "%s", idx_errmsg(e));
+    cr_assert_eq(nr, 4);
+    node_batcher_on_apply(&t.b, t.props[0].index, t.props[0].buf,
+                          t.props[0].len, res, nr);
+    node_batcher_proposed(t.props[0].batch, 0, t.props[0].index);
+    cr_assert_eq(idx_flush(e), 0);
+    node_batcher_flushed(&t.b);
+    cr_assert_eq(t.n_answers, 4);
+    cr_expect_eq(t.answers[0].status, 0);
+    cr_expect_eq(t.answers[1].status, 0);
+    cr_expect_eq(t.answers[1].result.count, 1);
+    cr_expect_eq(t.answers[2].status, TERN_ENOQUEUE);
+    cr_expect_eq(t.answers[3].status, 0);
+    cr_expect_eq(t.answers[3].result.base_offset,
+                 t.answers[1].result.base_offset + 1);
+    idx_close(e);
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    cr_expect_eq(system(cmd), 0);
+}
+
+Test(batch, entry_len_strips_only_padding)
+{
+    struct tern_wbuf e;
+    struct idx_msg m = {"abc", 3};
+    size_t real;
+    tern_wbuf_init(&e);
+    idx_cmd_begin(&e, 5);
+    idx_cmd_produce(&e, "q", 0, 0, &m, 1);
+    cr_assert_eq(idx_cmd_end(&e), 0);
+    real = e.len;
+    cr_expect_eq(node_entry_len(e.base, e.len), real);
+    while (e.len % 8 != 0) {
+        tern_wbuf_u8(&e, 0);
+    }
+    if (real % 8 != 0) {
+        cr_expect_eq(node_entry_len(e.base, e.len), real);
+        e.base[e.len - 1] = 1; /* not padding: leave it to the validator */
+        cr_expect_eq(node_entry_len(e.base, e.len), e.len);
+    }
+    cr_expect_eq(node_entry_len(e.base, 10), 10);
+    tern_wbuf_free(&e);
+}
+
+Test(batch, inflight_bytes_bound_keeps_one_going)
+{
+    char big[200];
+    memset(big, 'y', sizeof(big) - 1);
+    big[sizeof(big) - 1] = '\0';
+    t.b.max_cmds = 1;
+    t.b.max_inflight_bytes = 100; /* smaller than one entry */
+    for (unsigned i = 0; i < 3; i++) {
+        struct proto_request r = produce_req("q", big);
+        cr_assert_eq(node_batcher_add(&t.b, NULL, i, &r), 0);
+    }
+    node_batcher_propose(&t.b);
+    cr_assert_eq(t.n_props, 1, "only one entry above the byte bound");
+    node_batcher_proposed(t.props[0].batch, TERN_ELEADERSHIPLOST, 0);
+    node_batcher_propose(&t.b);
+    cr_expect_eq(t.n_props, 2);
+}
+
+Test(batch, oversized_request_gets_its_own_entry)
+{
+    char big[300];
+    memset(big, 'z', sizeof(big) - 1);
+    big[sizeof(big) - 1] = '\0';
+    t.b.max_entry_bytes = 100;
+    struct proto_request r1 = queue_req(PROTO_OP_QUEUE_CREATE, "q");
+    struct proto_request r2 = produce_req("q", big);
+    struct proto_request r3 = queue_req(PROTO_OP_QUEUE_CREATE, "q2");
+    cr_assert_eq(node_batcher_add(&t.b, NULL, 1, &r1), 0);
+    cr_assert_eq(node_batcher_add(&t.b, NULL, 2, &r2), 0);
+    cr_assert_eq(node_batcher_add(&t.b, NULL, 3, &r3), 0);
+    node_batcher_propose(&t.b);
+    cr_assert_eq(t.n_props, 3);
+    cr_expect_eq(t.props[1].batch->n_cmds, 1);
+    cr_expect_gt(t.props[1].len, 300);
+}
+
+Test(batch, invalid_write_does_not_poison_the_entry)
+{
+    struct proto_request ok = queue_req(PROTO_OP_QUEUE_CREATE, "q");
+    struct proto_request bad = produce_req("q", "x");
+    struct proto_request empty = produce_req("q", "x");
+    bad.producer_id = 5;
+    bad.seq = 0;
+    empty.n_msgs = 0;
+    empty.msgs_len = 0;
+    cr_assert_eq(node_batcher_add(&t.b, NULL, 1, &ok), 0);
+    cr_expect_eq(node_batcher_add(&t.b, NULL, 2, &bad), TERN_EINVAL);
+    cr_expect_eq(node_batcher_add(&t.b, NULL, 3, &empty), TERN_EINVAL);
+    node_batcher_propose(&t.b);
+    cr_assert_eq(t.n_props, 1);
+    cr_expect_eq(t.props[0].batch->n_cmds, 1);
+    cr_expect_eq(t.n_answers, 0);
+}

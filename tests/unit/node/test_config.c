@@ -1,0 +1,244 @@
+/* ternd configuration: INI file, flags overriding it, --dev, validation. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "node.h"
+
+static struct node_config cfg;
+static char errmsg[TERN_ERRMSG_SIZE];
+
+static void setup(void)
+{
+    node_config_init(&cfg);
+    errmsg[0] = '\0';
+}
+
+static void teardown(void)
+{
+    node_config_free(&cfg);
+}
+
+TestSuite(config, .init = setup, .fini = teardown);
+
+#define ARGS(...)                                                              \
+    char *argv_[] = {"ternd", __VA_ARGS__};                                    \
+    int argc_ = (int)(sizeof(argv_) / sizeof(argv_[0]))
+
+static const char three_nodes[] =
+    "[node]\n"
+    "id = 2\n"
+    "data_dir = /tmp/t2\n"
+    "log_level = debug\n"
+    "[raft]\n"
+    "election_timeout_ms = 300\n"
+    "heartbeat_ms = 30\n"
+    "snapshot_threshold_bytes = 8M\n"
+    "snapshot_trailing = 64\n"
+    "[limits]\n"
+    "max_message_bytes = 1M\n"
+    "max_frame_bytes = 2M\n"
+    "min_free_disk_bytes = 1024\n"
+    "[peers]\n"
+    "1 = 127.0.0.1:17501,127.0.0.1:17401\n"
+    "2 = 127.0.0.1:17502,127.0.0.1:17402\n"
+    "3 = 127.0.0.1:17503,127.0.0.1:17403\n";
+
+static char *write_tmp(const char *text)
+{
+    static char path[64];
+    int fd;
+    snprintf(path, sizeof(path), "/tmp/ternd-config-XXXXXX");
+    fd = mkstemp(path);
+    cr_assert(fd >= 0);
+    cr_assert_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+    close(fd);
+    return path;
+}
+
+Test(config, file_all_sections)
+{
+    cr_assert_eq(node_config_load_string(&cfg, three_nodes, "t", errmsg), 0,
+                 "%s", errmsg);
+    cr_assert_eq(node_config_validate(&cfg, errmsg), 0, "%s", errmsg);
+    cr_expect_eq(cfg.id, 2);
+    cr_expect_str_eq(cfg.data_dir, "/tmp/t2");
+    cr_expect_str_eq(cfg.raft_addr, "127.0.0.1:17502");
+    cr_expect_str_eq(cfg.client_addr, "127.0.0.1:17402");
+    cr_expect_str_eq(cfg.transport, "tcp");
+    cr_expect_eq(cfg.log_level, NODE_LOG_DEBUG);
+    cr_expect_eq(cfg.election_timeout_ms, 300);
+    cr_expect_eq(cfg.heartbeat_ms, 30);
+    cr_expect_eq(cfg.snapshot_bytes, 8ull << 20);
+    cr_expect_eq(cfg.snapshot_trailing, 64);
+    cr_expect_eq(cfg.max_message_bytes, 1u << 20);
+    cr_expect_eq(cfg.max_frame_bytes, 2u << 20);
+    cr_expect_eq(cfg.min_free_disk_bytes, 1024);
+    cr_assert_eq(cfg.n_peers, 3);
+    cr_expect_str_eq(node_config_peer(&cfg, 3)->client_addr, "127.0.0.1:17403");
+    cr_expect_null(node_config_peer(&cfg, 4));
+}
+
+Test(config, defaults)
+{
+    ARGS("--id", "1", "--data-dir", "/tmp/x", "--client-addr", "127.0.0.1:7401",
+         "--raft-addr", "127.0.0.1:7501");
+    cr_assert_eq(node_config_parse_args(&cfg, argc_, argv_, errmsg), 0, "%s",
+                 errmsg);
+    cr_expect_eq(cfg.election_timeout_ms, 150);
+    cr_expect_eq(cfg.heartbeat_ms, 15);
+    cr_expect_eq(cfg.max_message_bytes, 4u << 20);
+    cr_expect_eq(cfg.max_frame_bytes, 16u << 20);
+    cr_expect_eq(cfg.min_free_disk_bytes, 64u << 20);
+    /* No peers: a single-node cluster of itself. */
+    cr_assert_eq(cfg.n_peers, 1);
+    cr_expect_eq(cfg.peers[0].id, 1);
+    cr_expect_str_eq(cfg.peers[0].raft_addr, "127.0.0.1:7501");
+}
+
+Test(config, flags_override_file)
+{
+    char *path = write_tmp(three_nodes);
+    ARGS("--heartbeat-ms", "20", "--config", path, "--id=3", "--data-dir",
+         "/tmp/t3", "--log-level", "warn", "--max-message-bytes", "512K");
+    int rv = node_config_parse_args(&cfg, argc_, argv_, errmsg);
+    unlink(path);
+    cr_assert_eq(rv, 0, "%s", errmsg);
+    cr_expect_eq(cfg.id, 3);
+    cr_expect_eq(cfg.heartbeat_ms, 20);
+    cr_expect_eq(cfg.election_timeout_ms, 300); /* from the file */
+    cr_expect_str_eq(cfg.data_dir, "/tmp/t3");
+    cr_expect_str_eq(cfg.client_addr, "127.0.0.1:17403");
+    cr_expect_eq(cfg.log_level, NODE_LOG_WARN);
+    cr_expect_eq(cfg.max_message_bytes, 512u << 10);
+}
+
+Test(config, peer_flags_replace_file_peers)
+{
+    char *path = write_tmp(three_nodes);
+    ARGS("--config", path, "--peer", "2=127.0.0.1:27502,127.0.0.1:27402",
+         "--peer=5=127.0.0.1:27505,127.0.0.1:27405");
+    int rv = node_config_parse_args(&cfg, argc_, argv_, errmsg);
+    unlink(path);
+    cr_assert_eq(rv, 0, "%s", errmsg);
+    cr_assert_eq(cfg.n_peers, 2);
+    cr_expect_null(node_config_peer(&cfg, 1));
+    cr_expect_str_eq(cfg.raft_addr, "127.0.0.1:27502");
+    cr_expect_str_eq(node_config_peer(&cfg, 5)->client_addr, "127.0.0.1:27405");
+}
+
+Test(config, dev)
+{
+    ARGS("--dev");
+    cr_assert_eq(node_config_parse_args(&cfg, argc_, argv_, errmsg), 0, "%s",
+                 errmsg);
+    cr_expect_eq(cfg.id, 1);
+    cr_expect_str_eq(cfg.data_dir, "./tern-data");
+    cr_expect_str_eq(cfg.client_addr, "127.0.0.1:7400");
+    cr_expect_str_eq(cfg.raft_addr, "127.0.0.1:7500");
+    cr_expect_eq(cfg.n_peers, 1);
+}
+
+Test(config, dev_with_override)
+{
+    ARGS("--data-dir", "/tmp/devx", "--dev");
+    cr_assert_eq(node_config_parse_args(&cfg, argc_, argv_, errmsg), 0, "%s",
+                 errmsg);
+    cr_expect_str_eq(cfg.data_dir, "/tmp/devx");
+}
+
+Test(config, help)
+{
+    ARGS("--bogus", "--help");
+    cr_assert_eq(node_config_parse_args(&cfg, argc_, argv_, errmsg), 0);
+    cr_expect(cfg.help);
+    cr_expect_not_null(strstr(node_config_usage(), "[peers]"));
+}
+
+/* Each bad input fails with TERN_EINVAL and a message naming the cause. */
+struct bad
+{
+    const char *args[8];
+    const char *needle;
+};
+
+static void expect_bad(const struct bad *b)
+{
+    char *argv[10] = {"ternd"};
+    int argc = 1;
+    struct node_config c;
+    char m[TERN_ERRMSG_SIZE] = "";
+    for (int i = 0; b->args[i] != NULL; i++) {
+        argv[argc++] = (char *)b->args[i];
+    }
+    node_config_init(&c);
+    cr_expect_eq(node_config_parse_args(&c, argc, argv, m), TERN_EINVAL,
+                 "accepted: %s", b->args[0]);
+    cr_expect_not_null(strstr(m, b->needle), "message '%s' lacks '%s'", m,
+                       b->needle);
+    node_config_free(&c);
+}
+
+Test(config, validation_errors)
+{
+    static const struct bad cases[] = {
+        {{"--data-dir", "/tmp/x", NULL}, "node id is missing"},
+        {{"--id", "1", NULL}, "data directory is missing"},
+        {{"--id", "0", NULL}, "must be > 0"},
+        {{"--id", "x1", NULL}, "not a non-negative integer"},
+        {{"--id", "1", "--data-dir", "/d", NULL}, "no peers"},
+        {{"--dev", "--client-addr", "localhost:1", NULL}, "IPv4"},
+        {{"--dev", "--raft-addr", "127.0.0.1:0", NULL}, "IPv4"},
+        {{"--dev", "--raft-addr", "127.0.0.1:70000", NULL}, "IPv4"},
+        {{"--dev", "--heartbeat-ms", "150", NULL}, "heartbeat_ms"},
+        {{"--dev", "--transport", "verbs", NULL}, "only tcp"},
+        {{"--dev", "--log-level", "loud", NULL}, "log level"},
+        {{"--dev", "--max-message-bytes", "16M", NULL}, "max_frame_bytes"},
+        {{"--dev", "--frobnicate", NULL}, "unknown argument"},
+        {{"--dev", "--id", NULL}, "needs a value"},
+        {{"--dev", "--id", "2", NULL}, "not in its own peer list"},
+        {{"--dev", "--peer", "1=127.0.0.1:1", NULL}, "RAFTADDR,CLIENTADDR"},
+        {{"--dev", "--peer", "127.0.0.1:1,127.0.0.1:2", NULL}, "ID=RAFTADDR"},
+        {{"--dev", "--peer", "1=127.0.0.1:7500,127.0.0.1:7400", "--peer",
+          "2=127.0.0.1:7500,127.0.0.1:7402", NULL},
+         "share an address"},
+        {{"--dev", "--peer", "1=127.0.0.1:1,127.0.0.1:2", NULL},
+         "differs from peer"},
+        {{"--config", "/nonexistent/ternd.ini", NULL}, "No such file"},
+    };
+    for (unsigned i = 0; i < TERN_ARRAY_SIZE(cases); i++) {
+        expect_bad(&cases[i]);
+    }
+}
+
+Test(config, ini_errors)
+{
+    cr_expect_eq(
+        node_config_load_string(&cfg, "[node]\nbogus = 1\n", "f", errmsg),
+        TERN_EINVAL);
+    cr_expect_not_null(strstr(errmsg, "f: [node] bogus: unknown key"), "%s",
+                       errmsg);
+    cr_expect_eq(
+        node_config_load_string(&cfg, "[nodes]\nid = 1\n", "f", errmsg),
+        TERN_EINVAL);
+    cr_expect_not_null(strstr(errmsg, "unknown section"), "%s", errmsg);
+    cr_expect_eq(node_config_load_string(&cfg, "[node]\nid\n", "f", errmsg),
+                 TERN_EINVAL);
+    cr_expect_not_null(strstr(errmsg, "f:2: syntax error"), "%s", errmsg);
+    cr_expect_eq(
+        node_config_load_string(&cfg, "[peers]\nx = a,b\n", "f", errmsg),
+        TERN_EINVAL);
+    cr_expect_eq(node_config_load_string(&cfg, "[raft]\nheartbeat_ms = 5G\n",
+                                         "f", errmsg),
+                 TERN_EINVAL);
+    cr_expect_not_null(strstr(errmsg, "larger than"), "%s", errmsg);
+}
+
+Test(config, log_levels)
+{
+    cr_expect_eq(node_log_level_parse("ERROR"), NODE_LOG_ERROR);
+    cr_expect_eq(node_log_level_parse("debug"), NODE_LOG_DEBUG);
+    cr_expect_eq(node_log_level_parse("trace"), -1);
+    cr_expect_str_eq(node_log_level_name(NODE_LOG_WARN), "warn");
+}
