@@ -180,4 +180,151 @@ int proto_encode_simple(struct tern_wbuf *w, uint8_t op,
  * the client with a tern_cursor and proto_get_*, following the layouts
  * above. */
 
+/* ---- Additions (client/ owner): names, response codecs. ---- */
+
+/* Queue and group names: 1..PROTO_MAX_NAME bytes of [A-Za-z0-9._-]
+ * (the same rule as index/). Returns 1 if valid, 0 if not. */
+int proto_name_valid(const char *s, size_t len);
+
+/* Parse a whole frame that is already in memory: header checks as
+ * proto_header_decode, then the checksum (TERN_ECORRUPT), then body_len must
+ * fit in len (TERN_EMALFORMED if the buffer is shorter: the caller waits for
+ * more bytes when it has fewer than PROTO_HEADER_SIZE + h->body_len).
+ * OUT: h, *body borrowed from buf. */
+int proto_frame_parse(const void *buf,
+                      size_t len,
+                      uint32_t max_body,
+                      struct proto_header *h,
+                      const void **body);
+
+/* Response bodies. Encoders (server side) write one whole frame with
+ * op = request op | PROTO_OP_RESPONSE and status 0. Decoders (client side)
+ * validate the whole body, reject trailing bytes (TERN_EMALFORMED) and
+ * borrow pointers from the body. */
+int proto_encode_empty_resp(struct tern_wbuf *w,
+                            uint8_t op,
+                            uint64_t request_id); /* CREATE/DELETE/COMMIT */
+int proto_decode_empty_resp(const void *body, size_t len);
+
+int proto_encode_produce_resp(struct tern_wbuf *w,
+                              uint64_t request_id,
+                              uint64_t base_offset,
+                              uint32_t count,
+                              int duplicate);
+struct proto_produce_resp
+{
+    uint64_t base_offset;
+    uint32_t count;
+    uint8_t duplicate;
+};
+int proto_decode_produce_resp(const void *body,
+                              size_t len,
+                              struct proto_produce_resp *out);
+
+struct proto_fetched_msg
+{
+    uint64_t offset;
+    uint64_t timestamp_ms;
+    const void *data; /* borrowed */
+    uint32_t len;
+};
+/* op is PROTO_OP_FETCH or PROTO_OP_GROUP_FETCH. msgs borrowed. */
+int proto_encode_fetch_resp(struct tern_wbuf *w,
+                            uint8_t op,
+                            uint64_t request_id,
+                            uint64_t next_offset,
+                            uint64_t end_offset,
+                            const struct proto_fetched_msg *msgs,
+                            uint32_t n);
+struct proto_fetch_resp
+{
+    uint64_t next_offset;
+    uint64_t end_offset;
+    uint32_t n;
+    const uint8_t *msgs; /* n records, iterate with proto_next_fetched */
+    size_t msgs_len;
+};
+int proto_decode_fetch_resp(const void *body,
+                            size_t len,
+                            struct proto_fetch_resp *out);
+/* Returns 1 and fills m (borrowing from the body), or 0 at the end. */
+int proto_next_fetched(const struct proto_fetch_resp *r,
+                       size_t *pos,
+                       struct proto_fetched_msg *m);
+
+struct proto_queue_info
+{
+    const char *name; /* borrowed, name_len bytes */
+    uint16_t name_len;
+    uint64_t start_offset;
+    uint64_t next_offset;
+};
+int proto_encode_queue_list_resp(struct tern_wbuf *w,
+                                 uint64_t request_id,
+                                 const struct proto_queue_info *q,
+                                 uint32_t n);
+struct proto_queue_list_resp
+{
+    uint32_t n;
+    const uint8_t *entries;
+    size_t entries_len;
+};
+int proto_decode_queue_list_resp(const void *body,
+                                 size_t len,
+                                 struct proto_queue_list_resp *out);
+int proto_next_queue_info(const struct proto_queue_list_resp *r,
+                          size_t *pos,
+                          struct proto_queue_info *q);
+
+struct proto_member
+{
+    uint64_t id;
+    const char *raft_address; /* borrowed */
+    uint16_t raft_address_len;
+    const char *client_address; /* borrowed */
+    uint16_t client_address_len;
+};
+struct proto_status
+{
+    uint64_t node_id;
+    uint8_t role;
+    uint64_t leader_id;
+    const char *leader_address; /* borrowed, NUL-terminated when encoding */
+    uint16_t leader_address_len;
+    uint64_t term;
+    uint64_t commit_index;
+    uint64_t last_applied;
+    uint8_t writable;
+    const char *transport;
+    uint16_t transport_len;
+    const char *durability;
+    uint16_t durability_len;
+    uint32_t n_members;
+    /* Encoding: members points at n_members structs (borrowed). Decoding:
+     * raw records, iterate with proto_next_member. */
+    const struct proto_member *members;
+    const uint8_t *members_raw;
+    size_t members_raw_len;
+};
+/* The *_len fields of st are used for the strings when encoding. */
+int proto_encode_status_resp(struct tern_wbuf *w,
+                             uint64_t request_id,
+                             const struct proto_status *st);
+int proto_decode_status_resp(const void *body,
+                             size_t len,
+                             struct proto_status *out);
+int proto_next_member(const struct proto_status *st,
+                      size_t *pos,
+                      struct proto_member *m);
+
+/* Rewrite the request id of a whole encoded frame in place and recompute
+ * its checksum (libtern re-sends a frame under a new id). */
+int proto_frame_set_request_id(void *frame, size_t len, uint64_t request_id);
+/* Rewrite producer_id and seq of an encoded PRODUCE frame in place and
+ * recompute its checksum. TERN_EMALFORMED if frame is not a PRODUCE frame. */
+int proto_frame_set_producer(void *frame,
+                             size_t len,
+                             uint64_t producer_id,
+                             uint64_t seq);
+
 #endif /* TERN_PROTO_H */

@@ -1,0 +1,853 @@
+/*
+ * The `tern` command-line client (other engineers' scripts depend on this
+ * exact syntax and output; change it only together with them):
+ *
+ *   tern [-s ADDR[,ADDR...]] [--timeout-ms N] [--read-from any|leader|first]
+ *        COMMAND ...
+ *     servers default: $TERN_SERVERS, else 127.0.0.1:7400. Reads go to the
+ *     leader, except with exactly one server given (then to that server) or
+ *     as --read-from says.
+ *   tern queue create NAME | queue delete NAME | queue list [--json]
+ *   tern produce QUEUE [--count N] [--size S] [--batch B] [--window W]
+ *                      [--ack-log FILE] [--id-prefix P]
+ *   tern consume QUEUE [--offset N | --group G] [--max N] [--follow]
+ *                      [--idle-exit-ms MS] [--commit]
+ *   tern cluster status [--json]
+ *   tern bench QUEUE [--size 1024] [--count N] [--window W] [--batch B]
+ *                    [--json]
+ *
+ * Output formats: consume prints "<offset>\t<payload-id>\n" per message;
+ * the ack log has "<payload-id>\t<offset>\n" per acknowledged message
+ * (offset -1 when the server acknowledged a retried batch as an old
+ * duplicate whose offsets it no longer remembers); payload-id is the
+ * payload up to its first '.'. Errors: "tern: <what>: <strerror>" on
+ * stderr and a non-zero exit (1 failure, 2 usage).
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+#define CLI_DEFAULT_SERVERS "127.0.0.1:7400"
+#define CLI_FETCH_MAX_MSGS  1000
+#define CLI_FETCH_MAX_BYTES (4u << 20)
+#define CLI_FOLLOW_WAIT_MS  1000
+
+static void usage(FILE *f)
+{
+    (void)fprintf(
+        f,
+        "usage: tern [-s ADDR[,ADDR...]] [--timeout-ms N] "
+        "[--read-from any|leader|first] COMMAND ...\n"
+        "  queue create NAME | queue delete NAME | queue list [--json]\n"
+        "  produce QUEUE [--count N] [--size S] [--batch B] [--window W]\n"
+        "                [--ack-log FILE] [--id-prefix P]\n"
+        "  consume QUEUE [--offset N | --group G] [--max N] [--follow]\n"
+        "                [--idle-exit-ms MS] [--commit]\n"
+        "  cluster status [--json]\n"
+        "  bench QUEUE [--size 1024] [--count N] [--window W] "
+        "[--batch B] [--json]\n");
+}
+
+void cli_error(struct tern_client *c, int rv, const char *fmt, ...)
+{
+    va_list ap;
+    const char *detail = c != NULL ? tern_client_errmsg(c) : "";
+    /* Skip a detail that only repeats the error string. */
+    if (strcmp(detail, tern_strerror(rv)) == 0) {
+        detail = "";
+    }
+    (void)fputs("tern: ", stderr);
+    va_start(ap, fmt);
+    (void)vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    (void)fprintf(stderr, ": %s", tern_strerror(rv));
+    if (detail[0] != '\0') {
+        (void)fprintf(stderr, " (%s)", detail);
+    }
+    (void)fputc('\n', stderr);
+}
+
+int cli_parse_u64(const char *opt, const char *s, uint64_t *out)
+{
+    char *end;
+    unsigned long long v;
+    if (s == NULL || *s == '\0' || *s == '-') {
+        (void)fprintf(stderr, "tern: %s: expected a non-negative number\n",
+                      opt);
+        return -1;
+    }
+    errno = 0;
+    v = strtoull(s, &end, 10);
+    if (errno != 0 || *end != '\0') {
+        (void)fprintf(stderr, "tern: %s: bad number \"%s\"\n", opt, s);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+int64_t cli_now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+/* Length of the payload id: bytes up to the first '.'. */
+static size_t payload_id_len(const void *data, size_t len)
+{
+    const char *dot = memchr(data, '.', len);
+    return dot != NULL ? (size_t)(dot - (const char *)data) : len;
+}
+
+static void json_string(FILE *f, const char *s)
+{
+    (void)fputc('"', f);
+    for (; *s != '\0'; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (ch == '"' || ch == '\\') {
+            (void)fprintf(f, "\\%c", ch);
+        } else if (ch < 0x20) {
+            (void)fprintf(f, "\\u%04x", ch);
+        } else {
+            (void)fputc(ch, f);
+        }
+    }
+    (void)fputc('"', f);
+}
+
+/* ---- queue ---- */
+
+static int cmd_queue(struct tern_client *c, int argc, char **argv)
+{
+    int rv;
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    if (strcmp(argv[1], "create") == 0 || strcmp(argv[1], "delete") == 0) {
+        int create = argv[1][0] == 'c';
+        if (argc != 3) {
+            usage(stderr);
+            return 2;
+        }
+        rv = create ? tern_queue_create(c, argv[2])
+                    : tern_queue_delete(c, argv[2]);
+        if (rv != 0) {
+            cli_error(c, rv, "queue %s %s", argv[1], argv[2]);
+            return 1;
+        }
+        return 0;
+    }
+    if (strcmp(argv[1], "list") == 0) {
+        struct tern_queue_list *l;
+        int json = argc == 3 && strcmp(argv[2], "--json") == 0;
+        if (argc > 3 || (argc == 3 && !json)) {
+            usage(stderr);
+            return 2;
+        }
+        rv = tern_queue_list(c, &l);
+        if (rv != 0) {
+            cli_error(c, rv, "queue list");
+            return 1;
+        }
+        if (json) {
+            (void)printf("{\"queues\":[");
+        }
+        for (size_t i = 0; i < tern_queue_list_count(l); i++) {
+            if (json) {
+                (void)printf("%s{\"name\":", i > 0 ? "," : "");
+                json_string(stdout, tern_queue_list_name(l, i));
+                (void)printf(",\"start_offset\":%" PRIu64
+                             ",\"next_offset\":%" PRIu64 "}",
+                             tern_queue_list_start_offset(l, i),
+                             tern_queue_list_next_offset(l, i));
+            } else {
+                (void)printf("%s\t%" PRIu64 "\t%" PRIu64 "\n",
+                             tern_queue_list_name(l, i),
+                             tern_queue_list_start_offset(l, i),
+                             tern_queue_list_next_offset(l, i));
+            }
+        }
+        if (json) {
+            (void)printf("]}\n");
+        }
+        tern_queue_list_free(l);
+        return 0;
+    }
+    usage(stderr);
+    return 2;
+}
+
+/* ---- produce ---- */
+
+struct produce_batch;
+
+struct produce_state
+{
+    FILE *ack;
+    uint64_t acked;
+    uint64_t failed;
+    int first_error;
+    char first_errmsg[512];
+    int stop;
+    /* Batches in submission order, so the ack log is written in
+     * production order even when answers complete out of order. */
+    struct produce_batch *head;
+    struct produce_batch *tail;
+};
+
+/* One batch in flight: its payload ids (owned) and, once done, its
+ * outcome. */
+struct produce_batch
+{
+    struct produce_batch *next;
+    struct produce_state *ps;
+    struct tern_client *c;
+    size_t n;
+    char **ids;
+    int done;
+    int status;
+    uint64_t base_offset;
+    size_t count;
+};
+
+static void batch_free(struct produce_batch *b)
+{
+    for (size_t i = 0; i < b->n; i++) {
+        free(b->ids[i]);
+    }
+    free(b->ids);
+    free(b);
+}
+
+/* Write the ack lines of the completed prefix of the batch list. */
+static void ack_flush(struct produce_state *ps)
+{
+    int wrote = 0;
+    while (ps->head != NULL && ps->head->done) {
+        struct produce_batch *b = ps->head;
+        ps->head = b->next;
+        if (ps->head == NULL) {
+            ps->tail = NULL;
+        }
+        if (b->status == 0 && ps->ack != NULL) {
+            for (size_t i = 0; i < b->n; i++) {
+                if (b->count == 0) {
+                    /* A duplicate whose offsets the server forgot. */
+                    (void)fprintf(ps->ack, "%s\t-1\n", b->ids[i]);
+                } else {
+                    (void)fprintf(ps->ack, "%s\t%" PRIu64 "\n", b->ids[i],
+                                  b->base_offset + i);
+                }
+            }
+            wrote = 1;
+        }
+        batch_free(b);
+    }
+    if (wrote) {
+        (void)fflush(ps->ack);
+    }
+}
+
+static void produce_done(void *arg,
+                         int status,
+                         uint64_t base_offset,
+                         size_t count)
+{
+    struct produce_batch *b = arg;
+    struct produce_state *ps = b->ps;
+    b->done = 1;
+    b->status = status;
+    b->base_offset = base_offset;
+    b->count = count;
+    if (status == 0) {
+        ps->acked += b->n;
+    } else {
+        ps->failed += b->n;
+        if (ps->first_error == 0) {
+            ps->first_error = status;
+            (void)snprintf(ps->first_errmsg, sizeof ps->first_errmsg, "%s",
+                           tern_client_errmsg(b->c));
+        }
+        ps->stop = 1;
+    }
+    ack_flush(ps);
+}
+
+/* Send one batch of n payloads (ids[k] is the id of payloads[k]); takes
+ * ownership of ids. */
+static int produce_send(struct tern_client *c,
+                        struct produce_state *ps,
+                        const char *queue,
+                        char **payloads,
+                        size_t *lens,
+                        char **ids,
+                        size_t n)
+{
+    struct tern_msg *msgs = calloc(n, sizeof *msgs);
+    struct produce_batch *b = calloc(1, sizeof *b);
+    int rv;
+    if (msgs == NULL || b == NULL) {
+        free(msgs);
+        free(b);
+        for (size_t i = 0; i < n; i++) {
+            free(ids[i]);
+        }
+        free(ids);
+        return -ENOMEM;
+    }
+    for (size_t i = 0; i < n; i++) {
+        msgs[i].data = payloads[i];
+        msgs[i].len = lens[i];
+    }
+    b->ps = ps;
+    b->c = c;
+    b->n = n;
+    b->ids = ids;
+    rv = tern_produce_async(c, queue, msgs, n, produce_done, b);
+    free(msgs);
+    if (rv != 0) {
+        batch_free(b);
+        return rv;
+    }
+    if (ps->tail != NULL) {
+        ps->tail->next = b;
+    } else {
+        ps->head = b;
+    }
+    ps->tail = b;
+    return 0;
+}
+
+static int cmd_produce(struct tern_client *c, int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"count", required_argument, NULL, 'n'},
+        {"size", required_argument, NULL, 'z'},
+        {"batch", required_argument, NULL, 'b'},
+        {"window", required_argument, NULL, 'w'},
+        {"ack-log", required_argument, NULL, 'a'},
+        {"id-prefix", required_argument, NULL, 'p'},
+        {NULL, 0, NULL, 0},
+    };
+    uint64_t count = 0, size = 0, batch = 1, window = 1;
+    int have_count = 0;
+    const char *ack_path = NULL;
+    char prefix_buf[64];
+    const char *prefix = NULL;
+    const char *queue;
+    struct produce_state ps;
+    uint64_t produced = 0;
+    int64_t t0 = cli_now_us();
+    int rv = 0;
+    int ch;
+    char *line = NULL;
+    size_t line_cap = 0;
+    int eof = 0;
+
+    optind = 1;
+    int idx = 0;
+    while ((ch = getopt_long(argc, argv, "", opts, &idx)) != -1) {
+        uint64_t *dst = NULL;
+        switch (ch) {
+        case 'n':
+            dst = &count;
+            have_count = 1;
+            break;
+        case 'z':
+            dst = &size;
+            break;
+        case 'b':
+            dst = &batch;
+            break;
+        case 'w':
+            dst = &window;
+            break;
+        case 'a':
+            ack_path = optarg;
+            continue;
+        case 'p':
+            prefix = optarg;
+            continue;
+        default:
+            usage(stderr);
+            return 2;
+        }
+        if (cli_parse_u64(opts[idx].name, optarg, dst) != 0) {
+            return 2;
+        }
+    }
+    if (optind + 1 != argc || batch == 0 || window == 0 || batch > 100000 ||
+        window > 100000 || size > (64u << 20)) {
+        usage(stderr);
+        return 2;
+    }
+    queue = argv[optind];
+    if (prefix == NULL) {
+        (void)snprintf(prefix_buf, sizeof prefix_buf, "m%ld", (long)getpid());
+        prefix = prefix_buf;
+    }
+    memset(&ps, 0, sizeof ps);
+    if (ack_path != NULL) {
+        ps.ack = fopen(ack_path, "a");
+        if (ps.ack == NULL) {
+            cli_error(NULL, -errno, "open %s", ack_path);
+            return 1;
+        }
+    }
+
+    /* Main loop: keep at most `window` batches in the client, send the
+     * next batch when one completes. */
+    for (;;) {
+        char **payloads = NULL;
+        size_t *lens = NULL;
+        char **ids = NULL;
+        size_t n = 0;
+
+        while (!ps.stop && tern_client_pending(c) >= window) {
+            int prv = tern_client_poll(c, -1);
+            if (prv < 0) {
+                rv = prv;
+                ps.stop = 1;
+            }
+        }
+        if (ps.stop || eof || (have_count && produced >= count)) {
+            break;
+        }
+        payloads = calloc(batch, sizeof *payloads);
+        lens = calloc(batch, sizeof *lens);
+        ids = calloc(batch, sizeof *ids);
+        if (payloads == NULL || lens == NULL || ids == NULL) {
+            free(payloads);
+            free(lens);
+            free(ids);
+            rv = -ENOMEM;
+            break;
+        }
+        while (n < batch) {
+            if (have_count) {
+                char idbuf[128];
+                size_t idlen, plen;
+                if (produced + n >= count) {
+                    break;
+                }
+                (void)snprintf(idbuf, sizeof idbuf, "%s-%" PRIu64, prefix,
+                               produced + n);
+                idlen = strlen(idbuf);
+                plen = size > idlen ? size : idlen;
+                payloads[n] = malloc(plen + 1);
+                ids[n] = strdup(idbuf);
+                if (payloads[n] == NULL || ids[n] == NULL) {
+                    free(payloads[n]);
+                    free(ids[n]);
+                    rv = -ENOMEM;
+                    break;
+                }
+                memcpy(payloads[n], idbuf, idlen);
+                memset(payloads[n] + idlen, '.', plen - idlen);
+                payloads[n][plen] = '\0';
+                lens[n] = plen;
+            } else {
+                ssize_t got = getline(&line, &line_cap, stdin);
+                if (got < 0) {
+                    eof = 1;
+                    break;
+                }
+                if (got > 0 && line[got - 1] == '\n') {
+                    line[--got] = '\0';
+                }
+                payloads[n] = strdup(line);
+                ids[n] = strdup(line);
+                if (payloads[n] == NULL || ids[n] == NULL) {
+                    free(payloads[n]);
+                    free(ids[n]);
+                    rv = -ENOMEM;
+                    break;
+                }
+                lens[n] = (size_t)got;
+            }
+            n++;
+        }
+        if (n > 0 && rv == 0) {
+            rv = produce_send(c, &ps, queue, payloads, lens, ids, n);
+            if (rv != 0) {
+                cli_error(c, rv, "produce to %s", queue);
+            } else {
+                produced += n;
+            }
+            ids = NULL; /* owned by the batch (or freed) now */
+        }
+        for (size_t i = 0; i < n; i++) {
+            free(payloads[i]);
+            if (ids != NULL) {
+                free(ids[i]);
+            }
+        }
+        free(payloads);
+        free(lens);
+        free(ids);
+        if (rv != 0) {
+            break;
+        }
+    }
+    /* Drain what is in flight; their outcome decides the exit code too. */
+    while (tern_client_pending(c) > 0) {
+        int prv = tern_client_poll(c, -1);
+        if (prv < 0) {
+            rv = rv != 0 ? rv : prv;
+            break;
+        }
+    }
+    free(line);
+    if (ps.ack != NULL) {
+        (void)fclose(ps.ack);
+    }
+    if (ps.first_error != 0) {
+        (void)fprintf(stderr, "tern: produce %s: %s%s%s%s\n", queue,
+                      tern_strerror(ps.first_error),
+                      ps.first_errmsg[0] != '\0' ? " (" : "", ps.first_errmsg,
+                      ps.first_errmsg[0] != '\0' ? ")" : "");
+    } else if (rv != 0) {
+        cli_error(c, rv, "produce %s", queue);
+    }
+    (void)fprintf(stderr,
+                  "tern: produce %s: %" PRIu64 " acknowledged, %" PRIu64
+                  " failed, %" PRIu64 " not sent, %.3f s\n",
+                  queue, ps.acked, ps.failed, produced - ps.acked - ps.failed,
+                  (double)(cli_now_us() - t0) / 1e6);
+    return rv == 0 && ps.first_error == 0 && ps.acked == produced ? 0 : 1;
+}
+
+/* ---- consume ---- */
+
+static int consume_retryable(int rv)
+{
+    return rv != TERN_ENOQUEUE && rv != TERN_EBADNAME && rv != TERN_EOFFSET &&
+           rv != TERN_EINVAL && rv != -ENOMEM;
+}
+
+static int cmd_consume(struct tern_client *c, int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"offset", required_argument, NULL, 'o'},
+        {"group", required_argument, NULL, 'g'},
+        {"max", required_argument, NULL, 'm'},
+        {"follow", no_argument, NULL, 'f'},
+        {"idle-exit-ms", required_argument, NULL, 'i'},
+        {"commit", no_argument, NULL, 'c'},
+        {NULL, 0, NULL, 0},
+    };
+    uint64_t offset = 0, max = 0, idle_ms = 0;
+    int have_offset = 0, have_max = 0, have_idle = 0, follow = 0, commit = 0;
+    const char *group = NULL;
+    const char *queue;
+    uint64_t printed = 0;
+    int64_t last_msg_us;
+    int group_pending;
+    int ch;
+
+    optind = 1;
+    while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        switch (ch) {
+        case 'o':
+            if (cli_parse_u64("--offset", optarg, &offset) != 0) {
+                return 2;
+            }
+            have_offset = 1;
+            break;
+        case 'g':
+            group = optarg;
+            break;
+        case 'm':
+            if (cli_parse_u64("--max", optarg, &max) != 0) {
+                return 2;
+            }
+            have_max = 1;
+            break;
+        case 'f':
+            follow = 1;
+            break;
+        case 'i':
+            if (cli_parse_u64("--idle-exit-ms", optarg, &idle_ms) != 0) {
+                return 2;
+            }
+            have_idle = 1;
+            break;
+        case 'c':
+            commit = 1;
+            break;
+        default:
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (optind + 1 != argc || (have_offset && group != NULL) ||
+        (commit && group == NULL)) {
+        usage(stderr);
+        return 2;
+    }
+    queue = argv[optind];
+    group_pending = group != NULL;
+    last_msg_us = cli_now_us();
+
+    while (!have_max || printed < max) {
+        struct tern_fetch_result *r = NULL;
+        uint32_t want = CLI_FETCH_MAX_MSGS;
+        uint32_t wait_ms = 0;
+        int rv;
+        size_t n;
+        if (have_max && max - printed < want) {
+            want = (uint32_t)(max - printed);
+        }
+        if (follow) {
+            wait_ms = CLI_FOLLOW_WAIT_MS;
+            if (have_idle) {
+                int64_t idle_left =
+                    (int64_t)idle_ms - (cli_now_us() - last_msg_us) / 1000;
+                if (idle_left <= 0) {
+                    break;
+                }
+                if ((uint64_t)idle_left < wait_ms) {
+                    wait_ms = (uint32_t)idle_left;
+                }
+            }
+        }
+        if (group_pending) {
+            rv = tern_group_fetch(c, queue, group, want, CLI_FETCH_MAX_BYTES,
+                                  wait_ms, &r);
+        } else {
+            rv = tern_fetch(c, queue, offset, want, CLI_FETCH_MAX_BYTES,
+                            wait_ms, &r);
+        }
+        if (rv != 0) {
+            if (follow && consume_retryable(rv)) {
+                /* Keep following through elections and restarts; the
+                 * idle timer still bounds the run. */
+                struct timespec ts = {0, 100000000L};
+                (void)nanosleep(&ts, NULL);
+                continue;
+            }
+            cli_error(c, rv, "consume %s", queue);
+            return 1;
+        }
+        n = tern_fetch_result_count(r);
+        for (size_t i = 0; i < n; i++) {
+            uint64_t off;
+            const void *data;
+            size_t len;
+            (void)tern_fetch_result_get(r, i, &off, NULL, &data, &len);
+            (void)printf("%" PRIu64 "\t", off);
+            (void)fwrite(data, 1, payload_id_len(data, len), stdout);
+            (void)putchar('\n');
+            printed++;
+        }
+        (void)fflush(stdout);
+        if (n > 0) {
+            last_msg_us = cli_now_us();
+            offset = tern_fetch_result_next_offset(r);
+            if (group != NULL && commit) {
+                rv = tern_group_commit(c, queue, group, offset);
+                if (rv != 0) {
+                    cli_error(c, rv, "commit %s/%s", queue, group);
+                    tern_fetch_result_free(r);
+                    return 1;
+                }
+            }
+            /* Without --commit the group offset does not move: continue
+             * from where this fetch ended. */
+            group_pending = group != NULL && commit;
+        } else if (group_pending && !commit) {
+            offset = tern_fetch_result_next_offset(r);
+            group_pending = 0;
+        }
+        if (!follow && (n == 0 || tern_fetch_result_next_offset(r) >=
+                                      tern_fetch_result_end_offset(r))) {
+            tern_fetch_result_free(r);
+            break;
+        }
+        tern_fetch_result_free(r);
+    }
+    return 0;
+}
+
+/* ---- cluster status ---- */
+
+static int cmd_cluster(struct tern_client *c, int argc, char **argv)
+{
+    struct tern_status *s;
+    int json;
+    int rv;
+    if (argc < 2 || strcmp(argv[1], "status") != 0 || argc > 3 ||
+        (argc == 3 && strcmp(argv[2], "--json") != 0)) {
+        usage(stderr);
+        return 2;
+    }
+    json = argc == 3;
+    rv = tern_cluster_status(c, NULL, &s);
+    if (rv != 0) {
+        cli_error(c, rv, "cluster status");
+        return 1;
+    }
+    if (json) {
+        (void)printf("{\"server\":");
+        json_string(stdout, tern_status_server(s));
+        (void)printf(",\"node_id\":%" PRIu64 ",\"role\":",
+                     tern_status_node_id(s));
+        json_string(stdout, tern_role_name(tern_status_role(s)));
+        (void)printf(",\"leader_id\":%" PRIu64 ",\"leader_address\":",
+                     tern_status_leader_id(s));
+        json_string(stdout, tern_status_leader_address(s));
+        (void)printf(",\"term\":%" PRIu64 ",\"commit_index\":%" PRIu64
+                     ",\"last_applied\":%" PRIu64
+                     ",\"writable\":%s,\"transport\":",
+                     tern_status_term(s), tern_status_commit_index(s),
+                     tern_status_last_applied(s),
+                     tern_status_writable(s) ? "true" : "false");
+        json_string(stdout, tern_status_transport(s));
+        (void)printf(",\"durability\":");
+        json_string(stdout, tern_status_durability(s));
+        (void)printf(",\"members\":[");
+        for (size_t i = 0; i < tern_status_member_count(s); i++) {
+            (void)printf("%s{\"id\":%" PRIu64 ",\"raft_address\":",
+                         i ? "," : "", tern_status_member_id(s, i));
+            json_string(stdout, tern_status_member_raft_address(s, i));
+            (void)printf(",\"client_address\":");
+            json_string(stdout, tern_status_member_client_address(s, i));
+            (void)printf("}");
+        }
+        (void)printf("]}\n");
+    } else {
+        (void)printf("server:        %s\n", tern_status_server(s));
+        (void)printf("node id:       %" PRIu64 "\n", tern_status_node_id(s));
+        (void)printf("role:          %s\n",
+                     tern_role_name(tern_status_role(s)));
+        (void)printf("leader:        %" PRIu64 " %s\n",
+                     tern_status_leader_id(s),
+                     tern_status_leader_address(s)[0] != '\0'
+                         ? tern_status_leader_address(s)
+                         : "-");
+        (void)printf("term:          %" PRIu64 "\n", tern_status_term(s));
+        (void)printf("commit index:  %" PRIu64 "\n",
+                     tern_status_commit_index(s));
+        (void)printf("last applied:  %" PRIu64 "\n",
+                     tern_status_last_applied(s));
+        (void)printf("writable:      %s\n",
+                     tern_status_writable(s) ? "yes" : "no");
+        (void)printf("transport:     %s\n", tern_status_transport(s));
+        (void)printf("durability:    %s\n", tern_status_durability(s));
+        (void)printf("members:\n");
+        for (size_t i = 0; i < tern_status_member_count(s); i++) {
+            (void)printf("  %" PRIu64 "  raft %s  client %s\n",
+                         tern_status_member_id(s, i),
+                         tern_status_member_raft_address(s, i),
+                         tern_status_member_client_address(s, i));
+        }
+    }
+    tern_status_free(s);
+    return 0;
+}
+
+/* ---- main ---- */
+
+int main(int argc, char **argv)
+{
+    const char *servers = getenv("TERN_SERVERS");
+    struct tern_client_options o;
+    struct tern_client *c = NULL;
+    const char *read_from = NULL;
+    int i = 1;
+    int rv;
+    int code;
+
+    if (servers == NULL || servers[0] == '\0') {
+        servers = CLI_DEFAULT_SERVERS;
+    }
+    tern_client_options_init(&o);
+    /* Global options come before the command. */
+    while (i < argc && argv[i][0] == '-') {
+        const char *a = argv[i];
+        const char *val = i + 1 < argc ? argv[i + 1] : NULL;
+        uint64_t v;
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            usage(stdout);
+            return 0;
+        }
+        if (val == NULL) {
+            usage(stderr);
+            return 2;
+        }
+        if (strcmp(a, "-s") == 0 || strcmp(a, "--servers") == 0) {
+            servers = val;
+        } else if (strcmp(a, "--timeout-ms") == 0) {
+            if (cli_parse_u64(a, val, &v) != 0 || v == 0 || v > INT32_MAX) {
+                return 2;
+            }
+            o.request_timeout_ms = (int)v;
+        } else if (strcmp(a, "--read-from") == 0) {
+            read_from = val;
+        } else {
+            usage(stderr);
+            return 2;
+        }
+        i += 2;
+    }
+    if (i >= argc) {
+        usage(stderr);
+        return 2;
+    }
+    if (read_from == NULL) {
+        o.read_from =
+            strchr(servers, ',') == NULL ? TERN_READ_FIRST : TERN_READ_LEADER;
+    } else if (strcmp(read_from, "any") == 0) {
+        o.read_from = TERN_READ_ANY;
+    } else if (strcmp(read_from, "leader") == 0) {
+        o.read_from = TERN_READ_LEADER;
+    } else if (strcmp(read_from, "first") == 0) {
+        o.read_from = TERN_READ_FIRST;
+    } else {
+        usage(stderr);
+        return 2;
+    }
+    /* The window of produce/bench is set on the client below. */
+    for (int k = i + 1; k + 1 < argc; k++) {
+        if (strcmp(argv[k], "--window") == 0) {
+            uint64_t w;
+            if (cli_parse_u64("--window", argv[k + 1], &w) == 0 && w > 0 &&
+                w <= 100000) {
+                o.max_in_flight = (int)w;
+            }
+        }
+    }
+    rv = tern_client_new(servers, &o, &c);
+    if (rv != 0) {
+        cli_error(NULL, rv, "servers \"%s\"", servers);
+        return 2;
+    }
+    argc -= i;
+    argv += i;
+    if (strcmp(argv[0], "queue") == 0) {
+        code = cmd_queue(c, argc, argv);
+    } else if (strcmp(argv[0], "produce") == 0) {
+        code = cmd_produce(c, argc, argv);
+    } else if (strcmp(argv[0], "consume") == 0) {
+        code = cmd_consume(c, argc, argv);
+    } else if (strcmp(argv[0], "cluster") == 0) {
+        code = cmd_cluster(c, argc, argv);
+    } else if (strcmp(argv[0], "bench") == 0) {
+        code = cli_bench(c, argc, argv);
+    } else {
+        usage(stderr);
+        code = 2;
+    }
+    tern_client_free(c);
+    return code;
+}

@@ -1,0 +1,277 @@
+/*
+ * libtern: the tern client library (public API, prefix tern_).
+ *
+ * A struct tern_client talks to a tern cluster over TCP (the wire protocol
+ * of client/proto.h) using plain POSIX sockets and poll(2); it has no
+ * threads of its own and is not thread-safe: use one client per thread.
+ *
+ * Leader following: writes (queue create/delete, produce, group commit) go
+ * to the known leader. A "not the leader" answer redirects to the leader
+ * address it carries (or to the next server); connection errors and "no
+ * leader" answers retry the other servers with a small back-off, until the
+ * request's deadline (request_timeout_ms). A request whose deadline passes
+ * fails with TERN_ETIMEDOUT: its outcome is unknown.
+ *
+ * Idempotent producer: each client draws a random 64-bit producer id; each
+ * produce batch to a queue carries the next sequence number for
+ * (producer, queue), starting at 1, and a retried batch keeps its number, so
+ * the server appends it once and answers a retry with the original offsets.
+ *
+ * Errors: every call returns 0 or a negative code: a tern code from
+ * <tern/errors.h> or -errno. tern_client_errmsg() has the detail of the
+ * last failure on a client.
+ *
+ * Ownership words used below: "borrowed" (valid until the named event),
+ * "copied" (the library keeps its own copy), "caller-owned" (the caller
+ * frees it with the named function).
+ */
+#ifndef TERN_TERN_H
+#define TERN_TERN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <tern/errors.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TERN_VERSION_MAJOR 0
+#define TERN_VERSION_MINOR 1
+#define TERN_VERSION_PATCH 0
+#define TERN_VERSION_NUMBER                                                    \
+    (TERN_VERSION_MAJOR * 10000 + TERN_VERSION_MINOR * 100 + TERN_VERSION_PATCH)
+
+#if defined(__GNUC__) || defined(__clang__)
+#define TERN_API __attribute__((visibility("default")))
+#else
+#define TERN_API
+#endif
+
+/* Version of the library actually loaded (TERN_VERSION_NUMBER form). */
+TERN_API int tern_version_number(void);
+
+/* Static message / symbolic name for a tern code or -errno. Never NULL;
+ * the strings are static. */
+TERN_API const char *tern_strerror(int code);
+TERN_API const char *tern_err_name(int code);
+
+struct tern_client;
+struct tern_fetch_result;
+struct tern_queue_list;
+struct tern_status;
+
+/* Where reads (fetch, group fetch, queue list, cluster status) go. */
+enum tern_read_from {
+    TERN_READ_LEADER = 0, /* the leader (discovered with a status request
+                             if not known yet); read-your-writes */
+    TERN_READ_ANY = 1,    /* any connected server (the current one) */
+    TERN_READ_FIRST = 2,  /* the first server of the list only (e.g. to
+                             consume from a given follower) */
+};
+
+/* Client options. Initialise with tern_client_options_init, then change
+ * fields. A value of 0 means "the default". */
+struct tern_client_options
+{
+    int connect_timeout_ms; /* per connection attempt; default 1000 */
+    int request_timeout_ms; /* deadline of each request; default 5000.
+                               Long-poll fetches add their wait_ms; an
+                               async batch's clock starts when it enters
+                               the window (see tern_produce_async). */
+    int retry_backoff_ms;   /* first retry delay, doubled per attempt up to
+                               16x; default 25 */
+    int max_in_flight;      /* async produce window; default 64 */
+    int read_from;          /* enum tern_read_from; default LEADER */
+    uint32_t max_frame;     /* largest response body accepted;
+                               default 16 MiB */
+};
+TERN_API void tern_client_options_init(struct tern_client_options *o);
+
+/* Create a client for servers "host:port[,host:port...]" (IPv6 as
+ * "[addr]:port"). No connection is made until the first request. opts may
+ * be NULL (defaults); it is copied. *out (OUT) is caller-owned: free with
+ * tern_client_free. Fails with TERN_EINVAL for an unparsable list. */
+TERN_API int tern_client_new(const char *servers,
+                             const struct tern_client_options *opts,
+                             struct tern_client **out);
+/* Close connections and free the client. Pending async requests complete
+ * first with TERN_ECANCELED (their callbacks fire inside this call).
+ * NULL is a no-op. */
+TERN_API void tern_client_free(struct tern_client *c);
+/* Detail of the last failed call on c ("" if none). Borrowed: valid until
+ * the next call on c. */
+TERN_API const char *tern_client_errmsg(const struct tern_client *c);
+/* This client's producer id (random, non-zero). */
+TERN_API uint64_t tern_client_producer_id(const struct tern_client *c);
+/* Address ("host:port") of the server the client currently believes is
+ * the leader, or NULL. Borrowed: valid until the next call on c. */
+TERN_API const char *tern_client_leader(const struct tern_client *c);
+
+/* ---- Queues ---------------------------------------------------------- */
+
+/* Create / delete a queue (name: 1..200 bytes of [A-Za-z0-9._-]; borrowed
+ * for the call). TERN_EQUEUEEXISTS / TERN_ENOQUEUE are returned only when
+ * the first attempt got them: after a retry they mean our own earlier
+ * attempt succeeded, and the call returns 0. */
+TERN_API int tern_queue_create(struct tern_client *c, const char *queue);
+TERN_API int tern_queue_delete(struct tern_client *c, const char *queue);
+
+/* List queues. *out (OUT) is caller-owned: free with tern_queue_list_free.
+ * Strings returned by the accessors are borrowed until that free. */
+TERN_API int tern_queue_list(struct tern_client *c,
+                             struct tern_queue_list **out);
+TERN_API size_t tern_queue_list_count(const struct tern_queue_list *l);
+TERN_API const char *tern_queue_list_name(const struct tern_queue_list *l,
+                                          size_t i);
+TERN_API uint64_t tern_queue_list_start_offset(const struct tern_queue_list *l,
+                                               size_t i);
+TERN_API uint64_t tern_queue_list_next_offset(const struct tern_queue_list *l,
+                                              size_t i);
+TERN_API void tern_queue_list_free(struct tern_queue_list *l);
+
+/* ---- Produce ---------------------------------------------------------- */
+
+/* One message to produce. data is borrowed for the call. */
+struct tern_msg
+{
+    const void *data;
+    size_t len;
+};
+
+/* Append msgs[0..n) (n >= 1) to queue as one batch, atomically and in
+ * order, retrying (idempotently) until acknowledged or the deadline.
+ * *base_offset (OUT, may be NULL) is the offset of msgs[0]; the others
+ * follow consecutively. It is UINT64_MAX in one rare case: a retry was
+ * acknowledged as a duplicate of a batch the server appended earlier but
+ * whose offsets it no longer remembers (it keeps only the last batch per
+ * producer and queue). */
+TERN_API int tern_produce(struct tern_client *c,
+                          const char *queue,
+                          const struct tern_msg *msgs,
+                          size_t n,
+                          uint64_t *base_offset);
+
+/* Completion of an async produce: status 0 (base_offset/count valid; count
+ * 0 means "acknowledged as a duplicate, offsets unknown", see tern_produce)
+ * or a
+ * negative code (TERN_ETIMEDOUT: outcome unknown; TERN_ECANCELED: the client
+ * was freed first). Runs inside tern_client_poll (or another call that
+ * drives I/O, or tern_client_free); it may call tern_produce_async but not
+ * the synchronous calls or tern_client_poll. When status != 0,
+ * tern_client_errmsg() has the detail during the callback. */
+typedef void (*tern_produce_cb)(void *arg,
+                                int status,
+                                uint64_t base_offset,
+                                size_t count);
+
+/* Queue msgs[0..n) as one batch; messages are copied (the caller's buffers
+ * may be reused at once). At most max_in_flight batches are in the window
+ * (sent, or being retried) at a time; the others wait in the client, in
+ * order, and their deadline starts only when they enter the window.
+ * Batches to one queue are appended in the order of the calls, also across
+ * retries and leader changes. Returns 0 (cb will fire exactly once) or an
+ * error (cb never fires). */
+TERN_API int tern_produce_async(struct tern_client *c,
+                                const char *queue,
+                                const struct tern_msg *msgs,
+                                size_t n,
+                                tern_produce_cb cb,
+                                void *arg);
+/* Drive I/O for up to timeout_ms (0: do not block; <0: until at least one
+ * completion or nothing is pending) and fire completions. Returns the
+ * number of callbacks fired (>= 0) or a negative code. */
+TERN_API int tern_client_poll(struct tern_client *c, int timeout_ms);
+/* Number of async batches not yet completed. */
+TERN_API size_t tern_client_pending(const struct tern_client *c);
+
+/* ---- Fetch and consumer groups --------------------------------------- */
+
+/* Read up to max_msgs messages / about max_bytes (at least one message if
+ * any) from offset. With nothing to read, the server waits up to wait_ms
+ * for new messages (long poll). *out (OUT) is caller-owned: free with
+ * tern_fetch_result_free (also on an empty result). */
+TERN_API int tern_fetch(struct tern_client *c,
+                        const char *queue,
+                        uint64_t offset,
+                        uint32_t max_msgs,
+                        uint32_t max_bytes,
+                        uint32_t wait_ms,
+                        struct tern_fetch_result **out);
+/* As tern_fetch, from the group's committed offset (0 if none). */
+TERN_API int tern_group_fetch(struct tern_client *c,
+                              const char *queue,
+                              const char *group,
+                              uint32_t max_msgs,
+                              uint32_t max_bytes,
+                              uint32_t wait_ms,
+                              struct tern_fetch_result **out);
+/* Commit next_offset (the next offset the group will read) for group. */
+TERN_API int tern_group_commit(struct tern_client *c,
+                               const char *queue,
+                               const char *group,
+                               uint64_t next_offset);
+
+TERN_API size_t tern_fetch_result_count(const struct tern_fetch_result *r);
+/* Offset after the last returned message (where to fetch next). */
+TERN_API uint64_t
+tern_fetch_result_next_offset(const struct tern_fetch_result *r);
+/* The queue's end (next offset to be written) when the server answered. */
+TERN_API uint64_t
+tern_fetch_result_end_offset(const struct tern_fetch_result *r);
+/* Message i (< count): OUT pointers may be NULL; *data borrowed until
+ * tern_fetch_result_free. Returns 0 or TERN_EINVAL (i out of range). */
+TERN_API int tern_fetch_result_get(const struct tern_fetch_result *r,
+                                   size_t i,
+                                   uint64_t *offset,
+                                   uint64_t *timestamp_ms,
+                                   const void **data,
+                                   size_t *len);
+TERN_API void tern_fetch_result_free(struct tern_fetch_result *r);
+
+/* ---- Cluster status --------------------------------------------------- */
+
+enum tern_role {
+    TERN_ROLE_UNAVAILABLE = 0,
+    TERN_ROLE_FOLLOWER = 1,
+    TERN_ROLE_CANDIDATE = 2,
+    TERN_ROLE_LEADER = 3,
+};
+/* "unavailable", "follower", "candidate", "leader" or "unknown"; static. */
+TERN_API const char *tern_role_name(int role);
+
+/* Status of one server: the one reads go to (see read_from), or address
+ * when not NULL ("host:port", borrowed for the call). *out (OUT) is
+ * caller-owned: free with tern_status_free; strings from the accessors are
+ * borrowed until then. */
+TERN_API int tern_cluster_status(struct tern_client *c,
+                                 const char *address,
+                                 struct tern_status **out);
+TERN_API const char *tern_status_server(const struct tern_status *s);
+TERN_API uint64_t tern_status_node_id(const struct tern_status *s);
+TERN_API int tern_status_role(const struct tern_status *s);
+TERN_API uint64_t tern_status_leader_id(const struct tern_status *s);
+TERN_API const char *tern_status_leader_address(const struct tern_status *s);
+TERN_API uint64_t tern_status_term(const struct tern_status *s);
+TERN_API uint64_t tern_status_commit_index(const struct tern_status *s);
+TERN_API uint64_t tern_status_last_applied(const struct tern_status *s);
+TERN_API int tern_status_writable(const struct tern_status *s);
+TERN_API const char *tern_status_transport(const struct tern_status *s);
+TERN_API const char *tern_status_durability(const struct tern_status *s);
+TERN_API size_t tern_status_member_count(const struct tern_status *s);
+/* Member i (< count), or 0 / NULL when out of range. */
+TERN_API uint64_t tern_status_member_id(const struct tern_status *s, size_t i);
+TERN_API const char *tern_status_member_raft_address(
+    const struct tern_status *s,
+    size_t i);
+TERN_API const char *tern_status_member_client_address(
+    const struct tern_status *s,
+    size_t i);
+TERN_API void tern_status_free(struct tern_status *s);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TERN_TERN_H */

@@ -1,0 +1,785 @@
+/*
+ * tern client wire protocol: frame header codec, checksums, request and
+ * response body encoders and defensive decoders. The byte layout is
+ * documented at the top of proto.h (the file that owns the format); this
+ * file follows it exactly. Encoded/decoded, be careful when adapting: the
+ * layout is shared by libtern and ternd and versioned by TERN_PROTO_VERSION.
+ *
+ * Decoders treat every byte as untrusted: all reads go through a bounded
+ * tern_cursor, lengths are checked before anything is borrowed, and a body
+ * with bytes left over after its last field is TERN_EMALFORMED. Decoded
+ * structs borrow pointers into the caller's buffer and never allocate.
+ *
+ * Encoders append one whole frame to a tern_wbuf. Errors found while
+ * encoding (an oversized string, an invalid name, ENOMEM) leave w->len at
+ * the start of the frame, so a partially written frame is never sent.
+ */
+#include <errno.h>
+
+#include "proto.h"
+
+#define PROTO__OFF_MAGIC      0
+#define PROTO__OFF_VERSION    2
+#define PROTO__OFF_OP         3
+#define PROTO__OFF_BODY_LEN   4
+#define PROTO__OFF_REQUEST_ID 8
+#define PROTO__OFF_STATUS     16
+#define PROTO__OFF_CHECKSUM   20
+#define PROTO__CHECKED_HEADER 20
+/* Longest error message we put on the wire. */
+#define PROTO__MAX_ERROR_MESSAGE 1024
+
+int proto_name_valid(const char *s, size_t len)
+{
+    if (s == NULL || len == 0 || len > PROTO_MAX_NAME) {
+        return 0;
+    }
+    for (size_t i = 0; i < len; i++) {
+        char ch = s[i];
+        int ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+                 (ch >= '0' && ch <= '9') || ch == '.' || ch == '_' ||
+                 ch == '-';
+        if (!ok) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+int proto_header_decode(const void *buf,
+                        uint32_t max_body,
+                        struct proto_header *h)
+{
+    const uint8_t *b = buf;
+    if (tern_get_u16(b + PROTO__OFF_MAGIC) != PROTO_MAGIC) {
+        return TERN_EMALFORMED;
+    }
+    h->version = b[PROTO__OFF_VERSION];
+    h->op = b[PROTO__OFF_OP];
+    h->body_len = tern_get_u32(b + PROTO__OFF_BODY_LEN);
+    h->request_id = tern_get_u64(b + PROTO__OFF_REQUEST_ID);
+    h->status = (int32_t)tern_get_u32(b + PROTO__OFF_STATUS);
+    h->checksum = tern_get_u32(b + PROTO__OFF_CHECKSUM);
+    if (h->version != TERN_PROTO_VERSION) {
+        return TERN_EVERSION;
+    }
+    if (h->body_len > max_body) {
+        return TERN_ETOOBIG;
+    }
+    return 0;
+}
+
+int proto_frame_verify(const void *header_bytes,
+                       const void *body,
+                       size_t body_len)
+{
+    struct tern_checksum_state st;
+    uint32_t want =
+        tern_get_u32((const uint8_t *)header_bytes + PROTO__OFF_CHECKSUM);
+    tern_checksum32_begin(&st);
+    tern_checksum32_update(&st, header_bytes, PROTO__CHECKED_HEADER);
+    if (body_len > 0) {
+        tern_checksum32_update(&st, body, body_len);
+    }
+    return tern_checksum32_end(&st) == want ? 0 : TERN_ECORRUPT;
+}
+
+int proto_frame_parse(const void *buf,
+                      size_t len,
+                      uint32_t max_body,
+                      struct proto_header *h,
+                      const void **body)
+{
+    const uint8_t *b = buf;
+    int rv;
+    if (len < PROTO_HEADER_SIZE) {
+        return TERN_EMALFORMED;
+    }
+    rv = proto_header_decode(b, max_body, h);
+    if (rv != 0) {
+        return rv;
+    }
+    if (len - PROTO_HEADER_SIZE < h->body_len) {
+        return TERN_EMALFORMED;
+    }
+    rv = proto_frame_verify(b, b + PROTO_HEADER_SIZE, h->body_len);
+    if (rv != 0) {
+        return rv;
+    }
+    *body = b + PROTO_HEADER_SIZE;
+    return 0;
+}
+
+void proto_frame_begin(struct tern_wbuf *w,
+                       uint8_t op,
+                       uint64_t request_id,
+                       int32_t status)
+{
+    uint8_t hdr[PROTO_HEADER_SIZE];
+    tern_put_u16(hdr + PROTO__OFF_MAGIC, PROTO_MAGIC);
+    hdr[PROTO__OFF_VERSION] = TERN_PROTO_VERSION;
+    hdr[PROTO__OFF_OP] = op;
+    tern_put_u32(hdr + PROTO__OFF_BODY_LEN, 0);
+    tern_put_u64(hdr + PROTO__OFF_REQUEST_ID, request_id);
+    tern_put_u32(hdr + PROTO__OFF_STATUS, (uint32_t)status);
+    tern_put_u32(hdr + PROTO__OFF_CHECKSUM, 0);
+    tern_wbuf_put(w, hdr, sizeof hdr);
+}
+
+int proto_frame_end(struct tern_wbuf *w, size_t frame_start)
+{
+    uint8_t *hdr;
+    size_t body_len;
+    int rv = w->err;
+    if (rv == 0 &&
+        (w->len < frame_start || w->len - frame_start < PROTO_HEADER_SIZE)) {
+        rv = TERN_EINVAL;
+    }
+    if (rv == 0) {
+        body_len = w->len - frame_start - PROTO_HEADER_SIZE;
+        if (body_len > UINT32_MAX) {
+            rv = TERN_ETOOBIG;
+        }
+    }
+    if (rv != 0) {
+        /* Drop the partial frame; an encoding error (not ENOMEM) is not
+         * sticky for the next frame. */
+        if (w->len > frame_start) {
+            w->len = frame_start;
+        }
+        if (w->err != -ENOMEM) {
+            w->err = 0;
+        }
+        return rv;
+    }
+    hdr = w->base + frame_start;
+    tern_put_u32(hdr + PROTO__OFF_BODY_LEN, (uint32_t)body_len);
+    tern_put_u32(hdr + PROTO__OFF_CHECKSUM, 0);
+    {
+        struct tern_checksum_state st;
+        tern_checksum32_begin(&st);
+        tern_checksum32_update(&st, hdr, PROTO__CHECKED_HEADER);
+        if (body_len > 0) {
+            tern_checksum32_update(&st, hdr + PROTO_HEADER_SIZE, body_len);
+        }
+        tern_put_u32(hdr + PROTO__OFF_CHECKSUM, tern_checksum32_end(&st));
+    }
+    return 0;
+}
+
+void proto_put_str(struct tern_wbuf *w, const char *s, size_t len)
+{
+    if (w->err != 0) {
+        return;
+    }
+    if (len > UINT16_MAX) {
+        w->err = TERN_ETOOBIG;
+        return;
+    }
+    tern_wbuf_u16(w, (uint16_t)len);
+    tern_wbuf_put(w, s, len);
+}
+
+void proto_put_blob(struct tern_wbuf *w, const void *p, uint32_t len)
+{
+    tern_wbuf_u32(w, len);
+    tern_wbuf_put(w, p, len);
+}
+
+const char *proto_get_str(struct tern_cursor *c, uint16_t *len)
+{
+    uint16_t n = tern_cursor_u16(c);
+    const char *s = (const char *)tern_cursor_bytes(c, n);
+    *len = s != NULL ? n : 0;
+    return s;
+}
+
+const void *proto_get_blob(struct tern_cursor *c, uint32_t *len)
+{
+    uint32_t n = tern_cursor_u32(c);
+    const void *p = tern_cursor_bytes(c, n);
+    *len = p != NULL ? n : 0;
+    return p;
+}
+
+/* Body fully consumed without error? */
+static int cursor_finish(const struct tern_cursor *c)
+{
+    if (c->err != 0 || tern_cursor_left(c) != 0) {
+        return TERN_EMALFORMED;
+    }
+    return 0;
+}
+
+static void put_name(struct tern_wbuf *w, const char *name)
+{
+    size_t n = name != NULL ? strlen(name) : 0;
+    if (w->err == 0 && !proto_name_valid(name, n)) {
+        w->err = TERN_EBADNAME;
+        return;
+    }
+    proto_put_str(w, name, n);
+}
+
+static void put_cstr(struct tern_wbuf *w, const char *s)
+{
+    proto_put_str(w, s != NULL ? s : "", s != NULL ? strlen(s) : 0);
+}
+
+/* ---- Error frames ---- */
+
+int proto_encode_error(struct tern_wbuf *w,
+                       uint8_t op,
+                       uint64_t request_id,
+                       int32_t status,
+                       const char *message,
+                       uint64_t leader_id,
+                       const char *leader_address)
+{
+    size_t start = w->len;
+    size_t mlen = message != NULL ? strlen(message) : 0;
+    if (status == 0) {
+        return TERN_EINVAL;
+    }
+    if (mlen > PROTO__MAX_ERROR_MESSAGE) {
+        mlen = PROTO__MAX_ERROR_MESSAGE;
+    }
+    proto_frame_begin(w, (uint8_t)(op | PROTO_OP_RESPONSE), request_id, status);
+    proto_put_str(w, message != NULL ? message : "", mlen);
+    if (status == TERN_ENOTLEADER) {
+        tern_wbuf_u64(w, leader_id);
+        put_cstr(w, leader_address);
+    }
+    return proto_frame_end(w, start);
+}
+
+int proto_decode_error(const void *body,
+                       size_t len,
+                       int32_t status,
+                       struct proto_error *out)
+{
+    struct tern_cursor c;
+    memset(out, 0, sizeof *out);
+    if (status == 0) {
+        return TERN_EINVAL;
+    }
+    tern_cursor_init(&c, body, len);
+    out->message = proto_get_str(&c, &out->message_len);
+    if (status == TERN_ENOTLEADER) {
+        out->leader_id = tern_cursor_u64(&c);
+        out->leader_address = proto_get_str(&c, &out->leader_address_len);
+    }
+    if (cursor_finish(&c) != 0) {
+        memset(out, 0, sizeof *out);
+        return TERN_EMALFORMED;
+    }
+    return 0;
+}
+
+/* ---- Requests ---- */
+
+static int get_name(struct tern_cursor *c, const char **s, uint16_t *len)
+{
+    *s = proto_get_str(c, len);
+    if (*s == NULL) {
+        return TERN_EMALFORMED;
+    }
+    return proto_name_valid(*s, *len) ? 0 : TERN_EBADNAME;
+}
+
+int proto_decode_request(uint8_t op,
+                         const void *body,
+                         size_t len,
+                         struct proto_request *out)
+{
+    struct tern_cursor c;
+    int rv = 0;
+    memset(out, 0, sizeof *out);
+    out->op = op;
+    tern_cursor_init(&c, body, len);
+    switch (op) {
+    case PROTO_OP_QUEUE_CREATE:
+    case PROTO_OP_QUEUE_DELETE:
+        rv = get_name(&c, &out->queue, &out->queue_len);
+        break;
+    case PROTO_OP_QUEUE_LIST:
+    case PROTO_OP_STATUS:
+        break;
+    case PROTO_OP_PRODUCE: {
+        rv = get_name(&c, &out->queue, &out->queue_len);
+        if (rv != 0) {
+            break;
+        }
+        out->producer_id = tern_cursor_u64(&c);
+        out->seq = tern_cursor_u64(&c);
+        out->n_msgs = tern_cursor_u32(&c);
+        if (c.err != 0) {
+            break;
+        }
+        /* Validate every blob now so proto_next_msg can trust the bytes. */
+        out->msgs = c.p;
+        for (uint32_t i = 0; i < out->n_msgs && c.err == 0; i++) {
+            uint32_t mlen;
+            (void)proto_get_blob(&c, &mlen);
+        }
+        out->msgs_len = (size_t)(c.p - out->msgs);
+        if (c.err == 0 && out->n_msgs == 0) {
+            rv = TERN_EINVAL;
+        }
+        break;
+    }
+    case PROTO_OP_FETCH:
+        rv = get_name(&c, &out->queue, &out->queue_len);
+        out->offset = tern_cursor_u64(&c);
+        out->max_msgs = tern_cursor_u32(&c);
+        out->max_bytes = tern_cursor_u32(&c);
+        out->wait_ms = tern_cursor_u32(&c);
+        break;
+    case PROTO_OP_GROUP_FETCH:
+        rv = get_name(&c, &out->queue, &out->queue_len);
+        if (rv == 0) {
+            rv = get_name(&c, &out->group, &out->group_len);
+        }
+        out->max_msgs = tern_cursor_u32(&c);
+        out->max_bytes = tern_cursor_u32(&c);
+        out->wait_ms = tern_cursor_u32(&c);
+        break;
+    case PROTO_OP_GROUP_COMMIT:
+        rv = get_name(&c, &out->queue, &out->queue_len);
+        if (rv == 0) {
+            rv = get_name(&c, &out->group, &out->group_len);
+        }
+        out->offset = tern_cursor_u64(&c);
+        break;
+    default:
+        rv = TERN_EINVAL;
+        break;
+    }
+    if (rv == 0) {
+        rv = cursor_finish(&c);
+    }
+    if (rv != 0) {
+        memset(out, 0, sizeof *out);
+        out->op = op;
+    }
+    return rv;
+}
+
+int proto_next_msg(const struct proto_request *r,
+                   size_t *pos,
+                   struct proto_msg *m)
+{
+    struct tern_cursor c;
+    if (r->msgs == NULL || *pos >= r->msgs_len) {
+        return 0;
+    }
+    tern_cursor_init(&c, r->msgs + *pos, r->msgs_len - *pos);
+    m->data = proto_get_blob(&c, &m->len);
+    if (m->data == NULL) {
+        return 0;
+    }
+    *pos = r->msgs_len - tern_cursor_left(&c);
+    return 1;
+}
+
+int proto_encode_queue_op(struct tern_wbuf *w,
+                          uint8_t op,
+                          uint64_t request_id,
+                          const char *queue)
+{
+    size_t start = w->len;
+    if (op != PROTO_OP_QUEUE_CREATE && op != PROTO_OP_QUEUE_DELETE) {
+        return TERN_EINVAL;
+    }
+    proto_frame_begin(w, op, request_id, 0);
+    put_name(w, queue);
+    return proto_frame_end(w, start);
+}
+
+int proto_encode_produce(struct tern_wbuf *w,
+                         uint64_t request_id,
+                         const char *queue,
+                         uint64_t producer_id,
+                         uint64_t seq,
+                         const struct proto_msg *msgs,
+                         uint32_t n)
+{
+    size_t start = w->len;
+    if (n == 0 || msgs == NULL) {
+        return TERN_EINVAL;
+    }
+    proto_frame_begin(w, PROTO_OP_PRODUCE, request_id, 0);
+    put_name(w, queue);
+    tern_wbuf_u64(w, producer_id);
+    tern_wbuf_u64(w, seq);
+    tern_wbuf_u32(w, n);
+    for (uint32_t i = 0; i < n; i++) {
+        proto_put_blob(w, msgs[i].data, msgs[i].len);
+    }
+    return proto_frame_end(w, start);
+}
+
+int proto_encode_fetch(struct tern_wbuf *w,
+                       uint64_t request_id,
+                       const char *queue,
+                       uint64_t offset,
+                       uint32_t max_msgs,
+                       uint32_t max_bytes,
+                       uint32_t wait_ms)
+{
+    size_t start = w->len;
+    proto_frame_begin(w, PROTO_OP_FETCH, request_id, 0);
+    put_name(w, queue);
+    tern_wbuf_u64(w, offset);
+    tern_wbuf_u32(w, max_msgs);
+    tern_wbuf_u32(w, max_bytes);
+    tern_wbuf_u32(w, wait_ms);
+    return proto_frame_end(w, start);
+}
+
+int proto_encode_group_fetch(struct tern_wbuf *w,
+                             uint64_t request_id,
+                             const char *queue,
+                             const char *group,
+                             uint32_t max_msgs,
+                             uint32_t max_bytes,
+                             uint32_t wait_ms)
+{
+    size_t start = w->len;
+    proto_frame_begin(w, PROTO_OP_GROUP_FETCH, request_id, 0);
+    put_name(w, queue);
+    put_name(w, group);
+    tern_wbuf_u32(w, max_msgs);
+    tern_wbuf_u32(w, max_bytes);
+    tern_wbuf_u32(w, wait_ms);
+    return proto_frame_end(w, start);
+}
+
+int proto_encode_group_commit(struct tern_wbuf *w,
+                              uint64_t request_id,
+                              const char *queue,
+                              const char *group,
+                              uint64_t next_offset)
+{
+    size_t start = w->len;
+    proto_frame_begin(w, PROTO_OP_GROUP_COMMIT, request_id, 0);
+    put_name(w, queue);
+    put_name(w, group);
+    tern_wbuf_u64(w, next_offset);
+    return proto_frame_end(w, start);
+}
+
+int proto_encode_simple(struct tern_wbuf *w, uint8_t op, uint64_t request_id)
+{
+    size_t start = w->len;
+    if (op != PROTO_OP_QUEUE_LIST && op != PROTO_OP_STATUS) {
+        return TERN_EINVAL;
+    }
+    proto_frame_begin(w, op, request_id, 0);
+    return proto_frame_end(w, start);
+}
+
+/* ---- Responses ---- */
+
+int proto_encode_empty_resp(struct tern_wbuf *w,
+                            uint8_t op,
+                            uint64_t request_id)
+{
+    size_t start = w->len;
+    proto_frame_begin(w, (uint8_t)(op | PROTO_OP_RESPONSE), request_id, 0);
+    return proto_frame_end(w, start);
+}
+
+int proto_decode_empty_resp(const void *body, size_t len)
+{
+    (void)body;
+    return len == 0 ? 0 : TERN_EMALFORMED;
+}
+
+int proto_encode_produce_resp(struct tern_wbuf *w,
+                              uint64_t request_id,
+                              uint64_t base_offset,
+                              uint32_t count,
+                              int duplicate)
+{
+    size_t start = w->len;
+    proto_frame_begin(w, PROTO_OP_PRODUCE | PROTO_OP_RESPONSE, request_id, 0);
+    tern_wbuf_u64(w, base_offset);
+    tern_wbuf_u32(w, count);
+    tern_wbuf_u8(w, duplicate ? 1 : 0);
+    return proto_frame_end(w, start);
+}
+
+int proto_decode_produce_resp(const void *body,
+                              size_t len,
+                              struct proto_produce_resp *out)
+{
+    struct tern_cursor c;
+    tern_cursor_init(&c, body, len);
+    out->base_offset = tern_cursor_u64(&c);
+    out->count = tern_cursor_u32(&c);
+    out->duplicate = tern_cursor_u8(&c);
+    if (cursor_finish(&c) != 0 || out->duplicate > 1) {
+        memset(out, 0, sizeof *out);
+        return TERN_EMALFORMED;
+    }
+    return 0;
+}
+
+int proto_encode_fetch_resp(struct tern_wbuf *w,
+                            uint8_t op,
+                            uint64_t request_id,
+                            uint64_t next_offset,
+                            uint64_t end_offset,
+                            const struct proto_fetched_msg *msgs,
+                            uint32_t n)
+{
+    size_t start = w->len;
+    if (op != PROTO_OP_FETCH && op != PROTO_OP_GROUP_FETCH) {
+        return TERN_EINVAL;
+    }
+    proto_frame_begin(w, (uint8_t)(op | PROTO_OP_RESPONSE), request_id, 0);
+    tern_wbuf_u64(w, next_offset);
+    tern_wbuf_u64(w, end_offset);
+    tern_wbuf_u32(w, n);
+    for (uint32_t i = 0; i < n; i++) {
+        tern_wbuf_u64(w, msgs[i].offset);
+        tern_wbuf_u64(w, msgs[i].timestamp_ms);
+        proto_put_blob(w, msgs[i].data, msgs[i].len);
+    }
+    return proto_frame_end(w, start);
+}
+
+static void get_fetched(struct tern_cursor *c, struct proto_fetched_msg *m)
+{
+    m->offset = tern_cursor_u64(c);
+    m->timestamp_ms = tern_cursor_u64(c);
+    m->data = proto_get_blob(c, &m->len);
+}
+
+int proto_decode_fetch_resp(const void *body,
+                            size_t len,
+                            struct proto_fetch_resp *out)
+{
+    struct tern_cursor c;
+    struct proto_fetched_msg m;
+    tern_cursor_init(&c, body, len);
+    out->next_offset = tern_cursor_u64(&c);
+    out->end_offset = tern_cursor_u64(&c);
+    out->n = tern_cursor_u32(&c);
+    out->msgs = c.p;
+    for (uint32_t i = 0; i < out->n && c.err == 0; i++) {
+        get_fetched(&c, &m);
+    }
+    out->msgs_len = (size_t)(c.p - out->msgs);
+    if (cursor_finish(&c) != 0) {
+        memset(out, 0, sizeof *out);
+        return TERN_EMALFORMED;
+    }
+    return 0;
+}
+
+int proto_next_fetched(const struct proto_fetch_resp *r,
+                       size_t *pos,
+                       struct proto_fetched_msg *m)
+{
+    struct tern_cursor c;
+    if (r->msgs == NULL || *pos >= r->msgs_len) {
+        return 0;
+    }
+    tern_cursor_init(&c, r->msgs + *pos, r->msgs_len - *pos);
+    get_fetched(&c, m);
+    if (c.err != 0) {
+        return 0;
+    }
+    *pos = r->msgs_len - tern_cursor_left(&c);
+    return 1;
+}
+
+int proto_encode_queue_list_resp(struct tern_wbuf *w,
+                                 uint64_t request_id,
+                                 const struct proto_queue_info *q,
+                                 uint32_t n)
+{
+    size_t start = w->len;
+    proto_frame_begin(w, PROTO_OP_QUEUE_LIST | PROTO_OP_RESPONSE, request_id,
+                      0);
+    tern_wbuf_u32(w, n);
+    for (uint32_t i = 0; i < n; i++) {
+        proto_put_str(w, q[i].name, q[i].name_len);
+        tern_wbuf_u64(w, q[i].start_offset);
+        tern_wbuf_u64(w, q[i].next_offset);
+    }
+    return proto_frame_end(w, start);
+}
+
+static void get_queue_info(struct tern_cursor *c, struct proto_queue_info *q)
+{
+    q->name = proto_get_str(c, &q->name_len);
+    q->start_offset = tern_cursor_u64(c);
+    q->next_offset = tern_cursor_u64(c);
+}
+
+int proto_decode_queue_list_resp(const void *body,
+                                 size_t len,
+                                 struct proto_queue_list_resp *out)
+{
+    struct tern_cursor c;
+    struct proto_queue_info q;
+    tern_cursor_init(&c, body, len);
+    out->n = tern_cursor_u32(&c);
+    out->entries = c.p;
+    for (uint32_t i = 0; i < out->n && c.err == 0; i++) {
+        get_queue_info(&c, &q);
+    }
+    out->entries_len = (size_t)(c.p - out->entries);
+    if (cursor_finish(&c) != 0) {
+        memset(out, 0, sizeof *out);
+        return TERN_EMALFORMED;
+    }
+    return 0;
+}
+
+int proto_next_queue_info(const struct proto_queue_list_resp *r,
+                          size_t *pos,
+                          struct proto_queue_info *q)
+{
+    struct tern_cursor c;
+    if (r->entries == NULL || *pos >= r->entries_len) {
+        return 0;
+    }
+    tern_cursor_init(&c, r->entries + *pos, r->entries_len - *pos);
+    get_queue_info(&c, q);
+    if (c.err != 0) {
+        return 0;
+    }
+    *pos = r->entries_len - tern_cursor_left(&c);
+    return 1;
+}
+
+int proto_encode_status_resp(struct tern_wbuf *w,
+                             uint64_t request_id,
+                             const struct proto_status *st)
+{
+    size_t start = w->len;
+    proto_frame_begin(w, PROTO_OP_STATUS | PROTO_OP_RESPONSE, request_id, 0);
+    tern_wbuf_u64(w, st->node_id);
+    tern_wbuf_u8(w, st->role);
+    tern_wbuf_u64(w, st->leader_id);
+    proto_put_str(w, st->leader_address, st->leader_address_len);
+    tern_wbuf_u64(w, st->term);
+    tern_wbuf_u64(w, st->commit_index);
+    tern_wbuf_u64(w, st->last_applied);
+    tern_wbuf_u8(w, st->writable);
+    proto_put_str(w, st->transport, st->transport_len);
+    proto_put_str(w, st->durability, st->durability_len);
+    tern_wbuf_u32(w, st->n_members);
+    for (uint32_t i = 0; i < st->n_members; i++) {
+        const struct proto_member *m = &st->members[i];
+        tern_wbuf_u64(w, m->id);
+        proto_put_str(w, m->raft_address, m->raft_address_len);
+        proto_put_str(w, m->client_address, m->client_address_len);
+    }
+    return proto_frame_end(w, start);
+}
+
+static void get_member(struct tern_cursor *c, struct proto_member *m)
+{
+    m->id = tern_cursor_u64(c);
+    m->raft_address = proto_get_str(c, &m->raft_address_len);
+    m->client_address = proto_get_str(c, &m->client_address_len);
+}
+
+int proto_decode_status_resp(const void *body,
+                             size_t len,
+                             struct proto_status *out)
+{
+    struct tern_cursor c;
+    struct proto_member m;
+    memset(out, 0, sizeof *out);
+    tern_cursor_init(&c, body, len);
+    out->node_id = tern_cursor_u64(&c);
+    out->role = tern_cursor_u8(&c);
+    out->leader_id = tern_cursor_u64(&c);
+    out->leader_address = proto_get_str(&c, &out->leader_address_len);
+    out->term = tern_cursor_u64(&c);
+    out->commit_index = tern_cursor_u64(&c);
+    out->last_applied = tern_cursor_u64(&c);
+    out->writable = tern_cursor_u8(&c);
+    out->transport = proto_get_str(&c, &out->transport_len);
+    out->durability = proto_get_str(&c, &out->durability_len);
+    out->n_members = tern_cursor_u32(&c);
+    out->members_raw = c.p;
+    for (uint32_t i = 0; i < out->n_members && c.err == 0; i++) {
+        get_member(&c, &m);
+    }
+    out->members_raw_len = (size_t)(c.p - out->members_raw);
+    if (cursor_finish(&c) != 0) {
+        memset(out, 0, sizeof *out);
+        return TERN_EMALFORMED;
+    }
+    return 0;
+}
+
+int proto_next_member(const struct proto_status *st,
+                      size_t *pos,
+                      struct proto_member *m)
+{
+    struct tern_cursor c;
+    if (st->members_raw == NULL || *pos >= st->members_raw_len) {
+        return 0;
+    }
+    tern_cursor_init(&c, st->members_raw + *pos, st->members_raw_len - *pos);
+    get_member(&c, m);
+    if (c.err != 0) {
+        return 0;
+    }
+    *pos = st->members_raw_len - tern_cursor_left(&c);
+    return 1;
+}
+
+/* ---- In-place rewrites (libtern re-sends) ---- */
+
+static void reseal(uint8_t *frame, size_t body_len)
+{
+    struct tern_checksum_state st;
+    tern_checksum32_begin(&st);
+    tern_checksum32_update(&st, frame, PROTO__CHECKED_HEADER);
+    if (body_len > 0) {
+        tern_checksum32_update(&st, frame + PROTO_HEADER_SIZE, body_len);
+    }
+    tern_put_u32(frame + PROTO__OFF_CHECKSUM, tern_checksum32_end(&st));
+}
+
+int proto_frame_set_request_id(void *frame, size_t len, uint64_t request_id)
+{
+    uint8_t *f = frame;
+    if (len < PROTO_HEADER_SIZE ||
+        len - PROTO_HEADER_SIZE != tern_get_u32(f + PROTO__OFF_BODY_LEN)) {
+        return TERN_EMALFORMED;
+    }
+    tern_put_u64(f + PROTO__OFF_REQUEST_ID, request_id);
+    reseal(f, len - PROTO_HEADER_SIZE);
+    return 0;
+}
+
+int proto_frame_set_producer(void *frame,
+                             size_t len,
+                             uint64_t producer_id,
+                             uint64_t seq)
+{
+    uint8_t *f = frame;
+    size_t qlen;
+    if (len < PROTO_HEADER_SIZE + 2 || f[PROTO__OFF_OP] != PROTO_OP_PRODUCE ||
+        len - PROTO_HEADER_SIZE != tern_get_u32(f + PROTO__OFF_BODY_LEN)) {
+        return TERN_EMALFORMED;
+    }
+    qlen = tern_get_u16(f + PROTO_HEADER_SIZE);
+    if (len < PROTO_HEADER_SIZE + 2 + qlen + 16) {
+        return TERN_EMALFORMED;
+    }
+    tern_put_u64(f + PROTO_HEADER_SIZE + 2 + qlen, producer_id);
+    tern_put_u64(f + PROTO_HEADER_SIZE + 2 + qlen + 8, seq);
+    reseal(f, len - PROTO_HEADER_SIZE);
+    return 0;
+}

@@ -1,0 +1,388 @@
+/*
+ * libtern result objects: fetch results, queue lists and cluster status.
+ * Each is built from an already validated response body, owns one copy of
+ * the bytes it needs, and is freed by the caller with its _free function.
+ * Accessors return pointers borrowed from the object.
+ */
+#include <stdlib.h>
+
+#include "client_int.h"
+
+struct tern__fetched
+{
+    uint64_t offset;
+    uint64_t timestamp_ms;
+    const uint8_t *data; /* into body */
+    size_t len;
+};
+
+struct tern_fetch_result
+{
+    uint64_t next_offset;
+    uint64_t end_offset;
+    size_t n;
+    struct tern__fetched *msgs;
+    uint8_t *body; /* copy of the response body */
+};
+
+static void *dup_bytes(const void *p, size_t len)
+{
+    void *d = tern_malloc(len != 0 ? len : 1);
+    if (d != NULL && len != 0) {
+        memcpy(d, p, len);
+    }
+    return d;
+}
+
+struct tern_fetch_result *tern__fetch_result_new(const void *body, size_t len)
+{
+    struct proto_fetch_resp fr;
+    struct proto_fetched_msg m;
+    struct tern_fetch_result *r;
+    size_t pos = 0;
+    r = tern_calloc(1, sizeof *r);
+    if (r == NULL) {
+        return NULL;
+    }
+    r->body = dup_bytes(body, len);
+    if (r->body == NULL) {
+        goto err_after_alloc;
+    }
+    if (proto_decode_fetch_resp(r->body, len, &fr) != 0) {
+        goto err_after_body;
+    }
+    r->next_offset = fr.next_offset;
+    r->end_offset = fr.end_offset;
+    r->msgs = tern_calloc(fr.n != 0 ? fr.n : 1, sizeof *r->msgs);
+    if (r->msgs == NULL) {
+        goto err_after_body;
+    }
+    while (r->n < fr.n && proto_next_fetched(&fr, &pos, &m)) {
+        r->msgs[r->n].offset = m.offset;
+        r->msgs[r->n].timestamp_ms = m.timestamp_ms;
+        r->msgs[r->n].data = m.data;
+        r->msgs[r->n].len = m.len;
+        r->n++;
+    }
+    return r;
+
+err_after_body:
+    tern_free(r->body);
+err_after_alloc:
+    tern_free(r);
+    return NULL;
+}
+
+size_t tern_fetch_result_count(const struct tern_fetch_result *r)
+{
+    return r != NULL ? r->n : 0;
+}
+
+uint64_t tern_fetch_result_next_offset(const struct tern_fetch_result *r)
+{
+    return r != NULL ? r->next_offset : 0;
+}
+
+uint64_t tern_fetch_result_end_offset(const struct tern_fetch_result *r)
+{
+    return r != NULL ? r->end_offset : 0;
+}
+
+int tern_fetch_result_get(const struct tern_fetch_result *r,
+                          size_t i,
+                          uint64_t *offset,
+                          uint64_t *timestamp_ms,
+                          const void **data,
+                          size_t *len)
+{
+    if (r == NULL || i >= r->n) {
+        return TERN_EINVAL;
+    }
+    if (offset != NULL) {
+        *offset = r->msgs[i].offset;
+    }
+    if (timestamp_ms != NULL) {
+        *timestamp_ms = r->msgs[i].timestamp_ms;
+    }
+    if (data != NULL) {
+        *data = r->msgs[i].data;
+    }
+    if (len != NULL) {
+        *len = r->msgs[i].len;
+    }
+    return 0;
+}
+
+void tern_fetch_result_free(struct tern_fetch_result *r)
+{
+    if (r == NULL) {
+        return;
+    }
+    tern_free(r->msgs);
+    tern_free(r->body);
+    tern_free(r);
+}
+
+/* ---- Queue lists ---- */
+
+struct tern__queue
+{
+    char *name; /* owned */
+    uint64_t start_offset;
+    uint64_t next_offset;
+};
+
+struct tern_queue_list
+{
+    size_t n;
+    struct tern__queue *q;
+};
+
+struct tern_queue_list *tern__queue_list_new(const void *body, size_t len)
+{
+    struct proto_queue_list_resp ql;
+    struct proto_queue_info qi;
+    struct tern_queue_list *l;
+    size_t pos = 0;
+    if (proto_decode_queue_list_resp(body, len, &ql) != 0) {
+        return NULL;
+    }
+    l = tern_calloc(1, sizeof *l);
+    if (l == NULL) {
+        return NULL;
+    }
+    l->q = tern_calloc(ql.n != 0 ? ql.n : 1, sizeof *l->q);
+    if (l->q == NULL) {
+        tern_free(l);
+        return NULL;
+    }
+    while (l->n < ql.n && proto_next_queue_info(&ql, &pos, &qi)) {
+        struct tern__queue *q = &l->q[l->n];
+        q->name = tern_malloc((size_t)qi.name_len + 1);
+        if (q->name == NULL) {
+            tern_queue_list_free(l);
+            return NULL;
+        }
+        memcpy(q->name, qi.name, qi.name_len);
+        q->name[qi.name_len] = '\0';
+        q->start_offset = qi.start_offset;
+        q->next_offset = qi.next_offset;
+        l->n++;
+    }
+    return l;
+}
+
+size_t tern_queue_list_count(const struct tern_queue_list *l)
+{
+    return l != NULL ? l->n : 0;
+}
+
+const char *tern_queue_list_name(const struct tern_queue_list *l, size_t i)
+{
+    return l != NULL && i < l->n ? l->q[i].name : NULL;
+}
+
+uint64_t tern_queue_list_start_offset(const struct tern_queue_list *l, size_t i)
+{
+    return l != NULL && i < l->n ? l->q[i].start_offset : 0;
+}
+
+uint64_t tern_queue_list_next_offset(const struct tern_queue_list *l, size_t i)
+{
+    return l != NULL && i < l->n ? l->q[i].next_offset : 0;
+}
+
+void tern_queue_list_free(struct tern_queue_list *l)
+{
+    if (l == NULL) {
+        return;
+    }
+    for (size_t i = 0; i < l->n; i++) {
+        tern_free(l->q[i].name);
+    }
+    tern_free(l->q);
+    tern_free(l);
+}
+
+/* ---- Cluster status ---- */
+
+struct tern__member
+{
+    uint64_t id;
+    char *raft_address;   /* owned */
+    char *client_address; /* owned */
+};
+
+struct tern_status
+{
+    char *server; /* owned */
+    uint64_t node_id;
+    int role;
+    uint64_t leader_id;
+    char *leader_address; /* owned */
+    uint64_t term;
+    uint64_t commit_index;
+    uint64_t last_applied;
+    int writable;
+    char *transport;  /* owned */
+    char *durability; /* owned */
+    size_t n;
+    struct tern__member *members;
+};
+
+static char *dup_str(const char *s, size_t len)
+{
+    char *d = tern_malloc(len + 1);
+    if (d != NULL) {
+        if (len != 0) {
+            memcpy(d, s, len);
+        }
+        d[len] = '\0';
+    }
+    return d;
+}
+
+struct tern_status *tern__status_new(const char *server,
+                                     const void *body,
+                                     size_t len)
+{
+    struct proto_status ps;
+    struct proto_member pm;
+    struct tern_status *s;
+    size_t pos = 0;
+    if (proto_decode_status_resp(body, len, &ps) != 0) {
+        return NULL;
+    }
+    s = tern_calloc(1, sizeof *s);
+    if (s == NULL) {
+        return NULL;
+    }
+    s->node_id = ps.node_id;
+    s->role = ps.role;
+    s->leader_id = ps.leader_id;
+    s->term = ps.term;
+    s->commit_index = ps.commit_index;
+    s->last_applied = ps.last_applied;
+    s->writable = ps.writable;
+    s->server = dup_str(server, strlen(server));
+    s->leader_address = dup_str(ps.leader_address, ps.leader_address_len);
+    s->transport = dup_str(ps.transport, ps.transport_len);
+    s->durability = dup_str(ps.durability, ps.durability_len);
+    s->members =
+        tern_calloc(ps.n_members != 0 ? ps.n_members : 1, sizeof *s->members);
+    if (s->server == NULL || s->leader_address == NULL ||
+        s->transport == NULL || s->durability == NULL || s->members == NULL) {
+        goto err;
+    }
+    while (s->n < ps.n_members && proto_next_member(&ps, &pos, &pm)) {
+        struct tern__member *m = &s->members[s->n];
+        m->id = pm.id;
+        m->raft_address = dup_str(pm.raft_address, pm.raft_address_len);
+        m->client_address = dup_str(pm.client_address, pm.client_address_len);
+        s->n++;
+        if (m->raft_address == NULL || m->client_address == NULL) {
+            goto err;
+        }
+    }
+    return s;
+
+err:
+    tern_status_free(s);
+    return NULL;
+}
+
+const char *tern_role_name(int role)
+{
+    switch (role) {
+    case TERN_ROLE_UNAVAILABLE:
+        return "unavailable";
+    case TERN_ROLE_FOLLOWER:
+        return "follower";
+    case TERN_ROLE_CANDIDATE:
+        return "candidate";
+    case TERN_ROLE_LEADER:
+        return "leader";
+    default:
+        return "unknown";
+    }
+}
+
+const char *tern_status_server(const struct tern_status *s)
+{
+    return s->server;
+}
+uint64_t tern_status_node_id(const struct tern_status *s)
+{
+    return s->node_id;
+}
+int tern_status_role(const struct tern_status *s)
+{
+    return s->role;
+}
+uint64_t tern_status_leader_id(const struct tern_status *s)
+{
+    return s->leader_id;
+}
+const char *tern_status_leader_address(const struct tern_status *s)
+{
+    return s->leader_address;
+}
+uint64_t tern_status_term(const struct tern_status *s)
+{
+    return s->term;
+}
+uint64_t tern_status_commit_index(const struct tern_status *s)
+{
+    return s->commit_index;
+}
+uint64_t tern_status_last_applied(const struct tern_status *s)
+{
+    return s->last_applied;
+}
+int tern_status_writable(const struct tern_status *s)
+{
+    return s->writable;
+}
+const char *tern_status_transport(const struct tern_status *s)
+{
+    return s->transport;
+}
+const char *tern_status_durability(const struct tern_status *s)
+{
+    return s->durability;
+}
+size_t tern_status_member_count(const struct tern_status *s)
+{
+    return s->n;
+}
+uint64_t tern_status_member_id(const struct tern_status *s, size_t i)
+{
+    return i < s->n ? s->members[i].id : 0;
+}
+const char *tern_status_member_raft_address(const struct tern_status *s,
+                                            size_t i)
+{
+    return i < s->n ? s->members[i].raft_address : NULL;
+}
+const char *tern_status_member_client_address(const struct tern_status *s,
+                                              size_t i)
+{
+    return i < s->n ? s->members[i].client_address : NULL;
+}
+
+void tern_status_free(struct tern_status *s)
+{
+    if (s == NULL) {
+        return;
+    }
+    for (size_t i = 0; i < s->n; i++) {
+        tern_free(s->members[i].raft_address);
+        tern_free(s->members[i].client_address);
+    }
+    tern_free(s->members);
+    tern_free(s->server);
+    tern_free(s->leader_address);
+    tern_free(s->transport);
+    tern_free(s->durability);
+    tern_free(s);
+}

@@ -1,0 +1,545 @@
+/*
+ * Unit tests of client/proto.c: encode/decode round trips for every op and
+ * response, error frames with leader hints, and rejection of bad magic,
+ * version, oversized bodies, bad checksums, truncation, trailing bytes and
+ * bad names.
+ */
+#include <errno.h>
+
+#include <criterion/criterion.h>
+
+#include <proto.h>
+
+/* Parse the single frame in w; returns the body and fills h. */
+static const uint8_t *parse_one(const struct tern_wbuf *w,
+                                struct proto_header *h)
+{
+    const void *body = NULL;
+    cr_assert_eq(
+        proto_frame_parse(w->base, w->len, PROTO_DEFAULT_MAX_BODY, h, &body),
+        0);
+    cr_assert_eq(w->len, PROTO_HEADER_SIZE + (size_t)h->body_len);
+    return body;
+}
+
+static int streq(const char *p, size_t len, const char *want)
+{
+    return p != NULL && len == strlen(want) && memcmp(p, want, len) == 0;
+}
+
+Test(proto, names)
+{
+    cr_expect(proto_name_valid("orders", 6));
+    cr_expect(proto_name_valid("a.B_c-9", 7));
+    cr_expect(!proto_name_valid("", 0));
+    cr_expect(!proto_name_valid("a b", 3));
+    cr_expect(!proto_name_valid("a/b", 3));
+    cr_expect(!proto_name_valid("\xc3\xa9", 2));
+    char big[PROTO_MAX_NAME + 2];
+    memset(big, 'x', sizeof big);
+    cr_expect(proto_name_valid(big, PROTO_MAX_NAME));
+    cr_expect(!proto_name_valid(big, PROTO_MAX_NAME + 1));
+}
+
+Test(proto, header_fields_and_checksum)
+{
+    struct tern_wbuf w;
+    struct proto_header h;
+    tern_wbuf_init(&w);
+    cr_assert_eq(proto_encode_simple(&w, PROTO_OP_STATUS, 0x1122334455667788),
+                 0);
+    cr_assert_eq(w.len, PROTO_HEADER_SIZE);
+    cr_expect_eq(w.base[0], 0x74);
+    cr_expect_eq(w.base[1], 0x6E);
+    cr_assert_eq(proto_header_decode(w.base, PROTO_DEFAULT_MAX_BODY, &h), 0);
+    cr_expect_eq(h.version, TERN_PROTO_VERSION);
+    cr_expect_eq(h.op, PROTO_OP_STATUS);
+    cr_expect_eq(h.body_len, 0);
+    cr_expect_eq(h.request_id, 0x1122334455667788ULL);
+    cr_expect_eq(h.status, 0);
+    cr_expect_eq(proto_frame_verify(w.base, NULL, 0), 0);
+    tern_wbuf_free(&w);
+}
+
+Test(proto, queue_ops_round_trip)
+{
+    uint8_t ops[] = {PROTO_OP_QUEUE_CREATE, PROTO_OP_QUEUE_DELETE};
+    for (size_t i = 0; i < sizeof ops; i++) {
+        struct tern_wbuf w;
+        struct proto_header h;
+        struct proto_request r;
+        tern_wbuf_init(&w);
+        cr_assert_eq(proto_encode_queue_op(&w, ops[i], 7, "orders.v1"), 0);
+        const uint8_t *body = parse_one(&w, &h);
+        cr_expect_eq(h.op, ops[i]);
+        cr_expect_eq(h.request_id, 7);
+        cr_assert_eq(proto_decode_request(h.op, body, h.body_len, &r), 0);
+        cr_expect(streq(r.queue, r.queue_len, "orders.v1"));
+        tern_wbuf_free(&w);
+    }
+}
+
+Test(proto, simple_ops_round_trip)
+{
+    uint8_t ops[] = {PROTO_OP_QUEUE_LIST, PROTO_OP_STATUS};
+    for (size_t i = 0; i < sizeof ops; i++) {
+        struct tern_wbuf w;
+        struct proto_header h;
+        struct proto_request r;
+        tern_wbuf_init(&w);
+        cr_assert_eq(proto_encode_simple(&w, ops[i], 9), 0);
+        const uint8_t *body = parse_one(&w, &h);
+        cr_assert_eq(proto_decode_request(h.op, body, h.body_len, &r), 0);
+        cr_expect_eq(r.op, ops[i]);
+        tern_wbuf_free(&w);
+    }
+    struct tern_wbuf w;
+    tern_wbuf_init(&w);
+    cr_expect_eq(proto_encode_simple(&w, PROTO_OP_PRODUCE, 1), TERN_EINVAL);
+    cr_expect_eq(proto_encode_queue_op(&w, PROTO_OP_STATUS, 1, "q"),
+                 TERN_EINVAL);
+    tern_wbuf_free(&w);
+}
+
+Test(proto, produce_round_trip)
+{
+    struct tern_wbuf w;
+    struct proto_header h;
+    struct proto_request r;
+    struct proto_msg in[3] = {{"alpha", 5}, {"", 0}, {"gamma-long", 10}};
+    struct proto_msg m;
+    size_t pos = 0;
+    int n = 0;
+    tern_wbuf_init(&w);
+    cr_assert_eq(proto_encode_produce(&w, 42, "q1", 0xdeadbeefcafe, 17, in, 3),
+                 0);
+    const uint8_t *body = parse_one(&w, &h);
+    cr_expect_eq(h.op, PROTO_OP_PRODUCE);
+    cr_assert_eq(proto_decode_request(h.op, body, h.body_len, &r), 0);
+    cr_expect(streq(r.queue, r.queue_len, "q1"));
+    cr_expect_eq(r.producer_id, 0xdeadbeefcafeULL);
+    cr_expect_eq(r.seq, 17);
+    cr_expect_eq(r.n_msgs, 3);
+    while (proto_next_msg(&r, &pos, &m)) {
+        cr_assert_lt(n, 3);
+        cr_expect_eq(m.len, in[n].len);
+        cr_expect_eq(memcmp(m.data, in[n].data, m.len), 0);
+        n++;
+    }
+    cr_expect_eq(n, 3);
+    cr_expect_eq(proto_encode_produce(&w, 1, "q1", 1, 1, in, 0), TERN_EINVAL);
+    tern_wbuf_free(&w);
+}
+
+Test(proto, fetch_and_group_round_trip)
+{
+    struct tern_wbuf w;
+    struct proto_header h;
+    struct proto_request r;
+    tern_wbuf_init(&w);
+    cr_assert_eq(proto_encode_fetch(&w, 3, "q", 1000, 64, 1 << 20, 250), 0);
+    const uint8_t *body = parse_one(&w, &h);
+    cr_assert_eq(proto_decode_request(h.op, body, h.body_len, &r), 0);
+    cr_expect(streq(r.queue, r.queue_len, "q"));
+    cr_expect_eq(r.offset, 1000);
+    cr_expect_eq(r.max_msgs, 64);
+    cr_expect_eq(r.max_bytes, 1 << 20);
+    cr_expect_eq(r.wait_ms, 250);
+
+    w.len = 0;
+    cr_assert_eq(proto_encode_group_fetch(&w, 4, "q", "g-1", 5, 99, 7), 0);
+    body = parse_one(&w, &h);
+    cr_assert_eq(proto_decode_request(h.op, body, h.body_len, &r), 0);
+    cr_expect_eq(r.op, PROTO_OP_GROUP_FETCH);
+    cr_expect(streq(r.group, r.group_len, "g-1"));
+    cr_expect_eq(r.max_msgs, 5);
+    cr_expect_eq(r.max_bytes, 99);
+    cr_expect_eq(r.wait_ms, 7);
+
+    w.len = 0;
+    cr_assert_eq(proto_encode_group_commit(&w, 5, "q", "g", 123456789), 0);
+    body = parse_one(&w, &h);
+    cr_assert_eq(proto_decode_request(h.op, body, h.body_len, &r), 0);
+    cr_expect_eq(r.op, PROTO_OP_GROUP_COMMIT);
+    cr_expect(streq(r.group, r.group_len, "g"));
+    cr_expect_eq(r.offset, 123456789);
+    tern_wbuf_free(&w);
+}
+
+Test(proto, error_frames)
+{
+    struct tern_wbuf w;
+    struct proto_header h;
+    struct proto_error e;
+    tern_wbuf_init(&w);
+    cr_assert_eq(proto_encode_error(&w, PROTO_OP_PRODUCE, 11, TERN_ENOTLEADER,
+                                    "not the leader", 3, "127.0.0.1:7402"),
+                 0);
+    const uint8_t *body = parse_one(&w, &h);
+    cr_expect_eq(h.op, PROTO_OP_PRODUCE | PROTO_OP_RESPONSE);
+    cr_expect_eq(h.status, TERN_ENOTLEADER);
+    cr_expect_eq(h.request_id, 11);
+    cr_assert_eq(proto_decode_error(body, h.body_len, h.status, &e), 0);
+    cr_expect(streq(e.message, e.message_len, "not the leader"));
+    cr_expect_eq(e.leader_id, 3);
+    cr_expect(streq(e.leader_address, e.leader_address_len, "127.0.0.1:7402"));
+
+    /* Unknown leader. */
+    w.len = 0;
+    cr_assert_eq(proto_encode_error(&w, PROTO_OP_PRODUCE, 12, TERN_ENOTLEADER,
+                                    NULL, 0, NULL),
+                 0);
+    body = parse_one(&w, &h);
+    cr_assert_eq(proto_decode_error(body, h.body_len, h.status, &e), 0);
+    cr_expect_eq(e.message_len, 0);
+    cr_expect_eq(e.leader_id, 0);
+    cr_expect_eq(e.leader_address_len, 0);
+
+    /* Other codes carry only the message; a leader hint would be trailing. */
+    w.len = 0;
+    cr_assert_eq(proto_encode_error(&w, PROTO_OP_ERROR, 0, TERN_ECORRUPT,
+                                    "bad checksum", 0, NULL),
+                 0);
+    body = parse_one(&w, &h);
+    cr_expect_eq(h.op, PROTO_OP_ERROR | PROTO_OP_RESPONSE);
+    cr_assert_eq(proto_decode_error(body, h.body_len, h.status, &e), 0);
+    cr_expect(streq(e.message, e.message_len, "bad checksum"));
+    cr_expect_eq(proto_decode_error(body, h.body_len, TERN_ENOTLEADER, &e),
+                 TERN_EMALFORMED);
+    cr_expect_eq(proto_encode_error(&w, 1, 1, 0, "x", 0, NULL), TERN_EINVAL);
+    tern_wbuf_free(&w);
+}
+
+Test(proto, responses_round_trip)
+{
+    struct tern_wbuf w;
+    struct proto_header h;
+    const uint8_t *body;
+    tern_wbuf_init(&w);
+
+    cr_assert_eq(proto_encode_empty_resp(&w, PROTO_OP_QUEUE_CREATE, 1), 0);
+    body = parse_one(&w, &h);
+    cr_expect_eq(h.op, PROTO_OP_QUEUE_CREATE | PROTO_OP_RESPONSE);
+    cr_expect_eq(proto_decode_empty_resp(body, h.body_len), 0);
+    cr_expect_eq(proto_decode_empty_resp("x", 1), TERN_EMALFORMED);
+
+    struct proto_produce_resp pr;
+    w.len = 0;
+    cr_assert_eq(proto_encode_produce_resp(&w, 2, 500, 7, 1), 0);
+    body = parse_one(&w, &h);
+    cr_assert_eq(proto_decode_produce_resp(body, h.body_len, &pr), 0);
+    cr_expect_eq(pr.base_offset, 500);
+    cr_expect_eq(pr.count, 7);
+    cr_expect_eq(pr.duplicate, 1);
+
+    struct proto_fetched_msg fm[2] = {{10, 111, "hello", 5},
+                                      {11, 222, "world!", 6}};
+    struct proto_fetch_resp fr;
+    struct proto_fetched_msg got;
+    size_t pos = 0;
+    int n = 0;
+    w.len = 0;
+    cr_assert_eq(
+        proto_encode_fetch_resp(&w, PROTO_OP_GROUP_FETCH, 3, 12, 20, fm, 2), 0);
+    body = parse_one(&w, &h);
+    cr_expect_eq(h.op, PROTO_OP_GROUP_FETCH | PROTO_OP_RESPONSE);
+    cr_assert_eq(proto_decode_fetch_resp(body, h.body_len, &fr), 0);
+    cr_expect_eq(fr.next_offset, 12);
+    cr_expect_eq(fr.end_offset, 20);
+    cr_expect_eq(fr.n, 2);
+    while (proto_next_fetched(&fr, &pos, &got)) {
+        cr_assert_lt(n, 2);
+        cr_expect_eq(got.offset, fm[n].offset);
+        cr_expect_eq(got.timestamp_ms, fm[n].timestamp_ms);
+        cr_expect_eq(got.len, fm[n].len);
+        cr_expect_eq(memcmp(got.data, fm[n].data, got.len), 0);
+        n++;
+    }
+    cr_expect_eq(n, 2);
+
+    struct proto_queue_info qi[2] = {{"a", 1, 0, 5}, {"bb", 2, 3, 9}};
+    struct proto_queue_list_resp ql;
+    struct proto_queue_info q;
+    w.len = 0;
+    pos = 0;
+    n = 0;
+    cr_assert_eq(proto_encode_queue_list_resp(&w, 4, qi, 2), 0);
+    body = parse_one(&w, &h);
+    cr_assert_eq(proto_decode_queue_list_resp(body, h.body_len, &ql), 0);
+    cr_expect_eq(ql.n, 2);
+    while (proto_next_queue_info(&ql, &pos, &q)) {
+        cr_assert_lt(n, 2);
+        cr_expect_eq(q.name_len, qi[n].name_len);
+        cr_expect_eq(memcmp(q.name, qi[n].name, q.name_len), 0);
+        cr_expect_eq(q.start_offset, qi[n].start_offset);
+        cr_expect_eq(q.next_offset, qi[n].next_offset);
+        n++;
+    }
+    cr_expect_eq(n, 2);
+
+    struct proto_member mem[2] = {
+        {1, "127.0.0.1:7301", 14, "127.0.0.1:7401", 14},
+        {2, "127.0.0.1:7302", 14, "", 0}};
+    struct proto_status st = {
+        .node_id = 1,
+        .role = 2,
+        .leader_id = 1,
+        .leader_address = "127.0.0.1:7401",
+        .leader_address_len = 14,
+        .term = 5,
+        .commit_index = 77,
+        .last_applied = 76,
+        .writable = 1,
+        .transport = "tcp",
+        .transport_len = 3,
+        .durability = "fsync",
+        .durability_len = 5,
+        .n_members = 2,
+        .members = mem,
+    };
+    struct proto_status sd;
+    struct proto_member gm;
+    w.len = 0;
+    pos = 0;
+    n = 0;
+    cr_assert_eq(proto_encode_status_resp(&w, 5, &st), 0);
+    body = parse_one(&w, &h);
+    cr_assert_eq(proto_decode_status_resp(body, h.body_len, &sd), 0);
+    cr_expect_eq(sd.node_id, 1);
+    cr_expect_eq(sd.role, 2);
+    cr_expect_eq(sd.leader_id, 1);
+    cr_expect(
+        streq(sd.leader_address, sd.leader_address_len, "127.0.0.1:7401"));
+    cr_expect_eq(sd.term, 5);
+    cr_expect_eq(sd.commit_index, 77);
+    cr_expect_eq(sd.last_applied, 76);
+    cr_expect_eq(sd.writable, 1);
+    cr_expect(streq(sd.transport, sd.transport_len, "tcp"));
+    cr_expect(streq(sd.durability, sd.durability_len, "fsync"));
+    cr_expect_eq(sd.n_members, 2);
+    while (proto_next_member(&sd, &pos, &gm)) {
+        cr_assert_lt(n, 2);
+        cr_expect_eq(gm.id, mem[n].id);
+        cr_expect_eq(gm.raft_address_len, mem[n].raft_address_len);
+        cr_expect_eq(gm.client_address_len, mem[n].client_address_len);
+        n++;
+    }
+    cr_expect_eq(n, 2);
+    tern_wbuf_free(&w);
+}
+
+Test(proto, rejects_bad_headers)
+{
+    struct tern_wbuf w;
+    struct proto_header h;
+    const void *body;
+    tern_wbuf_init(&w);
+    cr_assert_eq(proto_encode_queue_op(&w, PROTO_OP_QUEUE_CREATE, 1, "q"), 0);
+
+    uint8_t buf[64];
+    cr_assert_leq(w.len, sizeof buf);
+    memcpy(buf, w.base, w.len);
+    buf[0] ^= 1;
+    cr_expect_eq(proto_header_decode(buf, PROTO_DEFAULT_MAX_BODY, &h),
+                 TERN_EMALFORMED);
+    memcpy(buf, w.base, w.len);
+    buf[2] = 2;
+    cr_expect_eq(proto_header_decode(buf, PROTO_DEFAULT_MAX_BODY, &h),
+                 TERN_EVERSION);
+    memcpy(buf, w.base, w.len);
+    cr_expect_eq(proto_header_decode(buf, 2, &h), TERN_ETOOBIG);
+    cr_expect_eq(proto_header_decode(buf, 3, &h), 0);
+    tern_put_u32(buf + 4, PROTO_DEFAULT_MAX_BODY + 1);
+    cr_expect_eq(proto_header_decode(buf, PROTO_DEFAULT_MAX_BODY, &h),
+                 TERN_ETOOBIG);
+
+    /* Any flipped bit in the checked header or body fails the checksum. */
+    for (size_t i = 0; i < w.len; i++) {
+        if (i < 4 || (i >= 20 && i < 24)) {
+            continue; /* magic/version/op checked elsewhere; checksum */
+        }
+        memcpy(buf, w.base, w.len);
+        buf[i] ^= 0x10;
+        int rv =
+            proto_frame_parse(buf, w.len, PROTO_DEFAULT_MAX_BODY, &h, &body);
+        cr_expect_neq(rv, 0, "byte %zu flipped was accepted", i);
+    }
+    memcpy(buf, w.base, w.len);
+    buf[3] ^= 0x01; /* op is covered by the checksum too */
+    cr_expect_eq(
+        proto_frame_parse(buf, w.len, PROTO_DEFAULT_MAX_BODY, &h, &body),
+        TERN_ECORRUPT);
+    memcpy(buf, w.base, w.len);
+    buf[21] ^= 0x01;
+    cr_expect_eq(
+        proto_frame_parse(buf, w.len, PROTO_DEFAULT_MAX_BODY, &h, &body),
+        TERN_ECORRUPT);
+
+    /* Truncated frames. */
+    for (size_t len = 0; len < w.len; len++) {
+        cr_expect_eq(
+            proto_frame_parse(w.base, len, PROTO_DEFAULT_MAX_BODY, &h, &body),
+            TERN_EMALFORMED);
+    }
+    tern_wbuf_free(&w);
+}
+
+/* Every strict prefix of a valid body is malformed, and so is the body with
+ * one extra byte. */
+static void check_truncation_and_trailing(uint8_t op,
+                                          const uint8_t *body,
+                                          size_t len)
+{
+    struct proto_request r;
+    uint8_t buf[512];
+    cr_assert_lt(len, sizeof buf);
+    for (size_t n = 0; n < len; n++) {
+        cr_expect_eq(proto_decode_request(op, body, n, &r), TERN_EMALFORMED,
+                     "op %d prefix %zu of %zu accepted", op, n, len);
+    }
+    memcpy(buf, body, len);
+    buf[len] = 0;
+    cr_expect_eq(proto_decode_request(op, buf, len + 1, &r), TERN_EMALFORMED,
+                 "op %d trailing byte accepted", op);
+    cr_expect_eq(proto_decode_request(op, body, len, &r), 0);
+}
+
+Test(proto, rejects_truncated_and_trailing_requests)
+{
+    struct tern_wbuf w;
+    struct proto_header h;
+    struct proto_msg msgs[2] = {{"abc", 3}, {"de", 2}};
+    const uint8_t *body;
+    tern_wbuf_init(&w);
+
+    cr_assert_eq(proto_encode_queue_op(&w, PROTO_OP_QUEUE_CREATE, 1, "q"), 0);
+    body = parse_one(&w, &h);
+    check_truncation_and_trailing(PROTO_OP_QUEUE_CREATE, body, h.body_len);
+    w.len = 0;
+    cr_assert_eq(proto_encode_produce(&w, 1, "q", 5, 6, msgs, 2), 0);
+    body = parse_one(&w, &h);
+    check_truncation_and_trailing(PROTO_OP_PRODUCE, body, h.body_len);
+    w.len = 0;
+    cr_assert_eq(proto_encode_fetch(&w, 1, "q", 5, 6, 7, 8), 0);
+    body = parse_one(&w, &h);
+    check_truncation_and_trailing(PROTO_OP_FETCH, body, h.body_len);
+    w.len = 0;
+    cr_assert_eq(proto_encode_group_fetch(&w, 1, "q", "g", 6, 7, 8), 0);
+    body = parse_one(&w, &h);
+    check_truncation_and_trailing(PROTO_OP_GROUP_FETCH, body, h.body_len);
+    w.len = 0;
+    cr_assert_eq(proto_encode_group_commit(&w, 1, "q", "g", 6), 0);
+    body = parse_one(&w, &h);
+    check_truncation_and_trailing(PROTO_OP_GROUP_COMMIT, body, h.body_len);
+
+    struct proto_request r;
+    cr_expect_eq(proto_decode_request(PROTO_OP_STATUS, "x", 1, &r),
+                 TERN_EMALFORMED);
+    cr_expect_eq(proto_decode_request(0x55, "", 0, &r), TERN_EINVAL);
+    cr_expect_eq(
+        proto_decode_request(PROTO_OP_PRODUCE | PROTO_OP_RESPONSE, "", 0, &r),
+        TERN_EINVAL);
+    tern_wbuf_free(&w);
+}
+
+Test(proto, rejects_bad_names)
+{
+    struct tern_wbuf w;
+    struct proto_request r;
+    struct proto_msg m = {"x", 1};
+    char big[PROTO_MAX_NAME + 2];
+    tern_wbuf_init(&w);
+    memset(big, 'a', sizeof big - 1);
+    big[sizeof big - 1] = '\0';
+
+    /* Encoders refuse, and leave nothing behind. */
+    cr_expect_eq(proto_encode_queue_op(&w, PROTO_OP_QUEUE_CREATE, 1, ""),
+                 TERN_EBADNAME);
+    cr_expect_eq(proto_encode_queue_op(&w, PROTO_OP_QUEUE_CREATE, 1, "a b"),
+                 TERN_EBADNAME);
+    cr_expect_eq(proto_encode_queue_op(&w, PROTO_OP_QUEUE_CREATE, 1, big),
+                 TERN_EBADNAME);
+    cr_expect_eq(proto_encode_produce(&w, 1, "q/x", 0, 0, &m, 1),
+                 TERN_EBADNAME);
+    cr_expect_eq(proto_encode_group_commit(&w, 1, "q", "g g", 0),
+                 TERN_EBADNAME);
+    cr_expect_eq(w.len, 0);
+    cr_expect_eq(w.err, 0);
+
+    /* Decoders refuse hand-made bodies. */
+    uint8_t body[300];
+    struct tern_wbuf b;
+    const char *bad[] = {"", "a b", "q\n", big, "caf\xc3\xa9"};
+    for (size_t i = 0; i < TERN_ARRAY_SIZE(bad); i++) {
+        tern_wbuf_init(&b);
+        proto_put_str(&b, bad[i], strlen(bad[i]));
+        cr_assert_leq(b.len, sizeof body);
+        memcpy(body, b.base, b.len);
+        cr_expect_eq(
+            proto_decode_request(PROTO_OP_QUEUE_DELETE, body, b.len, &r),
+            TERN_EBADNAME, "name %zu accepted", i);
+        tern_wbuf_free(&b);
+    }
+    /* A bad group name. */
+    tern_wbuf_init(&b);
+    proto_put_str(&b, "q", 1);
+    proto_put_str(&b, "g*", 2);
+    tern_wbuf_u64(&b, 1);
+    cr_expect_eq(proto_decode_request(PROTO_OP_GROUP_COMMIT, b.base, b.len, &r),
+                 TERN_EBADNAME);
+    tern_wbuf_free(&b);
+    tern_wbuf_free(&w);
+}
+
+Test(proto, rejects_bad_responses)
+{
+    struct proto_produce_resp pr;
+    struct proto_fetch_resp fr;
+    struct proto_queue_list_resp ql;
+    struct proto_status st;
+    struct tern_wbuf w;
+    struct proto_header h;
+    const uint8_t *body;
+    uint8_t buf[256];
+    tern_wbuf_init(&w);
+
+    cr_assert_eq(proto_encode_produce_resp(&w, 2, 500, 7, 0), 0);
+    body = parse_one(&w, &h);
+    for (size_t n = 0; n < h.body_len; n++) {
+        cr_expect_eq(proto_decode_produce_resp(body, n, &pr), TERN_EMALFORMED);
+    }
+    memcpy(buf, body, h.body_len);
+    buf[h.body_len] = 0;
+    cr_expect_eq(proto_decode_produce_resp(buf, h.body_len + 1u, &pr),
+                 TERN_EMALFORMED);
+
+    /* A fetch response claiming more messages than the body holds. */
+    struct proto_fetched_msg fm = {1, 2, "x", 1};
+    w.len = 0;
+    cr_assert_eq(proto_encode_fetch_resp(&w, PROTO_OP_FETCH, 1, 2, 2, &fm, 1),
+                 0);
+    body = parse_one(&w, &h);
+    memcpy(buf, body, h.body_len);
+    tern_put_u32(buf + 16, 0xffffffffu);
+    cr_expect_eq(proto_decode_fetch_resp(buf, h.body_len, &fr),
+                 TERN_EMALFORMED);
+    for (size_t n = 0; n < h.body_len; n++) {
+        cr_expect_eq(proto_decode_fetch_resp(body, n, &fr), TERN_EMALFORMED);
+    }
+    cr_expect_eq(proto_decode_queue_list_resp("\x01\x00\x00\x00", 4, &ql),
+                 TERN_EMALFORMED);
+    cr_expect_eq(proto_decode_status_resp("", 0, &st), TERN_EMALFORMED);
+    tern_wbuf_free(&w);
+}
+
+Test(proto, encoder_oom_leaves_sticky_error)
+{
+    struct tern_wbuf w;
+    struct proto_msg m = {"x", 1};
+    tern_wbuf_init(&w);
+    tern_alloc_fail_after(0);
+    cr_expect_eq(proto_encode_produce(&w, 1, "q", 1, 1, &m, 1), -ENOMEM);
+    tern_alloc_fail_after(-1);
+    cr_expect_eq(w.len, 0);
+    tern_wbuf_free(&w);
+}
