@@ -134,7 +134,7 @@ struct idx_result
  * its header (1 if unreadable). A produce with a message larger than
  * max_message yields TERN_ETOOBIG and appends nothing (all nodes must use
  * the same max_message). Producer dedup: a retried batch still remembered
- * (last 8 per queue and producer) gives duplicate = 1 with its original
+ * (last 32 per queue and producer) gives duplicate = 1 with its original
  * base_offset/count; an older one gives duplicate = 1, status 0, count 0
  * (applied before, offsets unknown); a gap gives TERN_ESEQUENCE.
  * Returns 0, or a negative code on I/O or LMDB failure (-ENOSPC and

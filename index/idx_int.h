@@ -24,7 +24,7 @@
 /* Largest record payload (one Raft entry) the log accepts or decodes. */
 #define IDX__RECORD_MAX_PAYLOAD ((uint32_t)1 << 30)
 /* Remembered batch results per (queue, producer) for idempotent retries. */
-#define IDX__DEDUP_WINDOW 8
+#define IDX__DEDUP_WINDOW 32
 /* Segment files kept open for reading before the cache is dropped. */
 #define IDX__MAX_OPEN_SEGS 32
 

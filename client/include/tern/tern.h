@@ -82,7 +82,9 @@ struct tern_client_options
                                the window (see tern_produce_async). */
     int retry_backoff_ms;   /* first retry delay, doubled per attempt up to
                                16x; default 25 */
-    int max_in_flight;      /* async produce window; default 64 */
+    int max_in_flight;      /* async produce window; default 32 (the
+                               server remembers 32 batches per producer
+                               and queue for idempotent retries) */
     int read_from;          /* enum tern_read_from; default LEADER */
     uint32_t max_frame;     /* largest response body accepted;
                                default 16 MiB */

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 
 #include <idx.h>
+#include <idx_int.h>
 
 #include "index_helpers.h"
 
@@ -189,8 +190,9 @@ Test(index_apply, producer_dedup)
     r = th_produce(e, idx++, "other", 77, 1, 1);
     cr_expect_eq(r.status, 0);
     cr_expect_eq(r.base_offset, 0);
-    /* Push batch 1 out of the window (8 remembered). */
-    for (uint64_t s = 4; s <= 12; s++) {
+    /* Push batch 1 out of the window (IDX__DEDUP_WINDOW remembered). */
+    const uint64_t last = 3 + IDX__DEDUP_WINDOW + 1;
+    for (uint64_t s = 4; s <= last; s++) {
         r = th_produce(e, idx++, "q", 77, s, 1);
         cr_assert_eq(r.status, 0);
         cr_assert_eq(r.duplicate, 0);
@@ -205,14 +207,14 @@ Test(index_apply, producer_dedup)
     /* Dedup state survives reopen. */
     idx_close(e);
     e = th_open(dir, 0);
-    r = th_produce(e, idx++, "q", 77, 12, 1);
+    r = th_produce(e, idx++, "q", 77, last, 1);
     cr_expect_eq(r.duplicate, 1);
-    r = th_produce(e, idx++, "q", 77, 13, 1);
+    r = th_produce(e, idx++, "q", 77, last + 1, 1);
     cr_expect_eq(r.duplicate, 0);
     cr_assert_eq(idx_flush(e), 0);
     struct th_msgs m = {0};
     cr_assert_eq(th_fetch_all(e, "q", 100, 1 << 20, &m), 0);
-    cr_expect_eq(m.n, 6 + 2 + 9 + 1);
+    cr_expect_eq(m.n, 6 + 2 + (last - 3) + 1);
     cr_expect_eq(m.v[0].producer_id, 77);
     th_msgs_free(&m);
     idx_close(e);
