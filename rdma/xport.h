@@ -112,4 +112,69 @@ size_t xport_mem_net_drop(struct xport_mem_net *net, uint64_t from,
 /* Fire every deferred send callback. Returns how many fired. */
 size_t xport_mem_net_complete(struct xport_mem_net *net);
 
+/*
+ * ---- shm backend (rdma/shm.c; issue 3) -----------------------------------
+ * Appended section: the one-sided ring transport over shared memory between
+ * processes on one host (protocol: rdma/ring.c; files and handshake:
+ * rdma/shm.c). A node listens on a unix socket path; that path is its
+ * address: peers pass it as peer_address to xport_send. Rings live in
+ * sealed memfds exchanged over the socket, so nothing is left in /dev/shm
+ * after a crash.
+ */
+struct xport_shm_options {
+    size_t ring_bytes;         /* each inbound ring (one per sending peer):
+                                * power of two, 4 KiB..1 GiB; 0 = 8 MiB.
+                                * max_message = ring_bytes / 2 - 40; all
+                                * nodes of a cluster should use one value */
+    size_t max_queued_bytes;   /* per peer, waiting for ring space or for
+                                * the connection; 0 = 64 MiB */
+    unsigned connect_retry_ms; /* reconnect back-off; 0 = 100 */
+};
+
+/* Create an shm transport listening on the unix socket listen_path (at
+ * most 107 bytes; a stale socket file left by a dead process is replaced,
+ * a live listener gives -EADDRINUSE). *out is owned by the caller,
+ * released by xport_close (which removes the socket file). */
+int xport_shm_new(uv_loop_t *loop, uint64_t self_id, const char *listen_path,
+                  const struct xport_shm_options *opts, struct xport **out,
+                  char *errmsg);
+
+/* Fencing (issue 3 item 3). Every record this node writes carries epoch
+ * (e.g. its current Raft term; default 0). Records arriving with an epoch
+ * below this node's fence (default 0) are consumed and dropped, never
+ * delivered. Both apply at once to existing and future connections.
+ * x must be an shm transport (else TERN_EINVAL). */
+int xport_shm_set_epoch(struct xport *x, uint64_t epoch);
+int xport_shm_set_fence(struct xport *x, uint64_t fence);
+
+struct xport_shm_stats {
+    uint64_t fenced;       /* inbound records dropped by the fence */
+    uint64_t credit_waits; /* sends that found the peer's ring full */
+    uint64_t corrupt;      /* inbound rings torn down: invalid record */
+    uint64_t doorbells;    /* doorbells rung (eventfd writes to peers) */
+    uint64_t wakeups;      /* own doorbell wake-ups handled */
+};
+/* Counters since creation. x must be an shm transport. */
+int xport_shm_stats(const struct xport *x, struct xport_shm_stats *out /* OUT */);
+
+/*
+ * ---- verbs backend (rdma/verbs.c; issue 3) ---------------------------------
+ * SKELETON, compile-only: declared only when tern_rdma was built with
+ * libibverbs and librdmacm (TERN_HAVE_VERBS, set by rdma/CMakeLists.txt).
+ * Same ring protocol as shm over RC QPs; address "ip:port" of an RDMA
+ * interface (rdma_cm needs a real bound source IP, not lo).
+ */
+#ifdef TERN_HAVE_VERBS
+struct xport_verbs_options {
+    size_t ring_bytes;       /* as for shm; 0 = 8 MiB */
+    size_t max_queued_bytes; /* per peer; 0 = 64 MiB */
+};
+int xport_verbs_new(uv_loop_t *loop, uint64_t self_id,
+                    const char *bind_address,
+                    const struct xport_verbs_options *opts, struct xport **out,
+                    char *errmsg);
+int xport_verbs_set_epoch(struct xport *x, uint64_t epoch);
+int xport_verbs_set_fence(struct xport *x, uint64_t fence);
+#endif
+
 #endif /* TERN_XPORT_H */

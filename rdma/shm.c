@@ -1,0 +1,1470 @@
+/*
+ * shm backend of the transport interface (xport_shm_new): the one-sided
+ * ring protocol of rdma/ring.c over shared memory between processes on one
+ * host. For development, CI and single-host clusters; the verbs backend
+ * runs the same protocol over RDMA.
+ *
+ * Topology. Each node listens on a unix SOCK_SEQPACKET socket; its path is
+ * the node's address. To send to a peer, a node connects once (lazily, on
+ * the first send) and keeps the socket open only as a liveness signal and
+ * for the handshake; messages never travel over it. For each connected
+ * sender, the receiver creates one ring (a sealed memfd) that the sender
+ * maps and writes directly; the sender creates one control file (a sealed
+ * memfd) holding the credit word that the receiver writes. Each node has
+ * ONE eventfd (its doorbell), watched by uv_poll on the node's loop: peers
+ * ring it for new records and for credit returned to a waiting sender.
+ * memfds instead of /dev/shm files: a killed process leaves nothing behind,
+ * and every connection gets fresh, zeroed memory, so a restarted peer can
+ * never see (or scribble on) the previous incarnation's ring. Trust: any
+ * process that can connect to the socket can map a ring and write into
+ * it; access control is the socket directory's permissions (one host, one
+ * cluster user). Records are still fully validated (rdma/ring.c).
+ *
+ * Handshake messages, version 1 (one SEQPACKET message each, 40 bytes,
+ * integers little-endian, fds passed with SCM_RIGHTS):
+ *
+ *   offset size field
+ *        0    4 magic     0x48534d54 (bytes "TMSH")
+ *        4    2 version   1
+ *        6    2 type      1 = HELLO (sender -> receiver; fds: control
+ *                         memfd, sender's eventfd), 2 = WELCOME (receiver
+ *                         -> sender; fds: ring memfd, receiver's eventfd)
+ *        8    8 sender    node id of the sending side of the ring
+ *       16    8 receiver  node id of the receiving side
+ *       24    8 capacity  WELCOME: ring data bytes; HELLO: 0
+ *       32    4 checksum  tern_checksum32 over bytes 0..31
+ *       36    4 zero
+ *
+ * Shared files, version 1 (the first 4096 bytes of each memfd):
+ *
+ *   offset size field
+ *        0    4 magic     0x46534d54 (bytes "TMSF")
+ *        4    2 version   1
+ *        6    2 kind      1 = ring (receiver's), 2 = control (sender's)
+ *        8    8 capacity  ring data bytes (control: 0)
+ *       16    8 sender    node ids, as in the handshake
+ *       24    8 receiver
+ *       32    4 checksum  tern_checksum32 over bytes 0..31
+ *       64    8 ring: armed (1 = the receiver may sleep: the sender clears
+ *                 it and writes the receiver's eventfd; 0 = awake, no
+ *                 doorbell needed). control: credit (the receiver's
+ *                 consumed ring position, see rdma/ring.c)
+ *      128    8 ring: fence (receiver's current fence, informational)
+ *     4096  cap ring: the ring data area (rdma/ring.c record format)
+ * Files are sealed (no shrink/grow) before they are passed, and the
+ * mapping side checks the seals and size, so a peer cannot make our
+ * mapping fault.
+ *
+ * Doorbell suppression (futex-style): after draining, the receiver stores
+ * armed = 1 (seq_cst) and re-checks every ring; the sender, after writing
+ * records, exchanges armed with 0 (seq_cst) and writes the eventfd only if
+ * it was 1. Either the sender sees armed, or the receiver sees the record.
+ *
+ * Send path, happy case: connected, nothing queued, ring space available:
+ * xport_send writes the record straight into the peer's ring (the only
+ * copy), rings the doorbell if needed, and the caller's cb fires with 0
+ * from a uv_idle handle (never inside xport_send). Otherwise the message
+ * is copied into the peer's bounded queue and written when space or the
+ * connection arrives.
+ * Failure modes:
+ *   - connect fails (no such socket, refused) or no WELCOME within
+ *     SHM__CONNECT_TIMEOUT_MS: queued sends complete with TERN_ENOCONN; a
+ *     back-off of connect_retry_ms follows during which sends complete with
+ *     TERN_ENOCONN at once; the next send after it reconnects;
+ *   - the peer dies or closes (EOF/HUP on the socket): queued sends
+ *     complete with TERN_ENOCONN; the next send reconnects to a fresh ring.
+ *     Records already written were "handed off" (cb 0) and are lost with
+ *     the peer's memory. On the receiving side, EOF from a sender first
+ *     drains what it wrote, then drops the ring;
+ *   - a sender reconnects (restart): the receiver drains and drops the old
+ *     ring before using the new one, so order per sender is kept;
+ *   - queued bytes for a peer would exceed max_queued_bytes: the send
+ *     completes with TERN_EBUSY (one message is always accepted when the
+ *     queue is empty);
+ *   - an invalid record (checksum, trailer, version) in an inbound ring:
+ *     the ring is torn down (its sender sees EOF and reconnects);
+ *   - the peer's ring is smaller than our max_message and a queued message
+ *     does not fit it: that send completes with TERN_ETOOBIG;
+ *   - xport_close: queued sends complete with TERN_ECANCELED (outcomes
+ *     already decided keep theirs), then the close callback runs once every
+ *     handle is closed.
+ */
+#include "ring.h"
+#include "xport_int.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <tern_common.h>
+
+#define SHM__DEFAULT_RING       ((size_t)8 << 20)
+#define SHM__DEFAULT_MAX_QUEUED ((size_t)64 << 20)
+#define SHM__DEFAULT_RETRY_MS   100u
+#define SHM__CONNECT_TIMEOUT_MS 2000u
+#define SHM__SWEEP_MS           250u
+#define SHM__BACKLOG            128
+#define SHM__PATH_MAX           108 /* sizeof(sun_path) */
+#define SHM__FILE_HDR           4096u
+#define SHM__MSG_MAGIC          0x48534d54u
+#define SHM__FILE_MAGIC         0x46534d54u
+#define SHM__VERSION            1u
+#define SHM__MSG_SIZE           40u
+#define SHM__MSG_HELLO          1u
+#define SHM__MSG_WELCOME        2u
+#define SHM__KIND_RING          1u
+#define SHM__KIND_CTRL          2u
+#define SHM__OFF_ARMED          64u
+#define SHM__OFF_CREDIT         64u
+#define SHM__OFF_FENCE          128u
+#define SHM__DRAIN_BUDGET       1024u /* messages per ring per wake-up */
+#define SHM__ACCEPT_BUDGET      64u
+
+enum conn_state {
+    CONN_CONNECTING, /* outbound: awaiting WELCOME; inbound: HELLO */
+    CONN_UP,
+    CONN_CLOSING, /* uv_close called; freed in its close callback */
+};
+
+struct shm_xport;
+struct peer;
+
+/* One unix-socket connection and the shared memory that goes with it.
+ * Outbound (peer != NULL): we send; ring_map is the peer's ring, ctrl_map
+ * our control file. Inbound: we receive; ring_map is our ring, ctrl_map
+ * the sender's control file. Freed (unmapped, fds closed) in
+ * on_conn_closed, never synchronously, so a recv callback that closes the
+ * transport cannot pull memory from under the drain loop. */
+struct conn
+{
+    uv_poll_t poll;
+    struct shm_xport *x;
+    struct peer *peer;
+    struct conn *prev, *next; /* inbound list */
+    enum conn_state state;
+    int sock;
+    int remote_efd; /* the other side's doorbell, or -1 */
+    uint64_t remote_id;
+    uint8_t *ring_map;
+    size_t ring_map_len;
+    uint8_t *ctrl_map;
+    size_t ctrl_map_len;
+    size_t cap;
+    uint64_t connect_start;
+    struct xport_ring_tx tx; /* outbound */
+    struct xport_ring_rx rx; /* inbound */
+};
+
+/* A message waiting for ring space or for the connection: owned copy. */
+struct qmsg
+{
+    struct qmsg *next;
+    struct xport_send *req;
+    size_t len;
+    uint8_t data[];
+};
+
+/* A destination node. Lives until the transport is freed. */
+struct peer
+{
+    struct peer *next;
+    struct shm_xport *x;
+    uint64_t id;
+    char path[SHM__PATH_MAX];
+    struct conn *conn;
+    struct qmsg *qhead, *qtail;
+    size_t queued_bytes;
+    uint64_t retry_after;
+};
+
+struct shm_xport
+{
+    struct xport base; /* first member: the interface's handle */
+    uv_loop_t *loop;
+    size_t ring_bytes;
+    size_t max_queued;
+    unsigned retry_ms;
+    char path[SHM__PATH_MAX];
+    int lsock;
+    int efd;
+    uv_poll_t lpoll;
+    uv_poll_t epoll;
+    uv_idle_t idle;
+    uv_timer_t sweep;
+    struct peer *peers;
+    struct conn *inbound;
+    struct xport_send *done_head, *done_tail;
+    unsigned handles; /* open handles besides idle */
+    uint64_t epoch;
+    uint64_t fence;
+    struct xport_shm_stats stats;
+    int lpoll_ok, epoll_ok;
+    int started;
+    int closing;
+    int idle_closing;
+};
+
+static const struct xport_ops shm_ops;
+
+/* ---- small helpers ----------------------------------------------------- */
+
+static void efd_ring(int fd)
+{
+    uint64_t one = 1;
+    /* EAGAIN means the counter is saturated: the wake-up is pending. */
+    (void)!write(fd, &one, sizeof one);
+}
+
+static void put_le64_atomic(uint8_t *p, uint64_t v, int order)
+{
+    uint8_t b[8];
+    uint64_t w;
+    tern_put_u64(b, v);
+    memcpy(&w, b, sizeof w);
+    __atomic_store_n((uint64_t *)(void *)p, w, order);
+}
+
+static void file_hdr_encode(uint8_t *p,
+                            unsigned kind,
+                            size_t cap,
+                            uint64_t sender,
+                            uint64_t receiver)
+{
+    tern_put_u32(p, SHM__FILE_MAGIC);
+    tern_put_u16(p + 4, SHM__VERSION);
+    tern_put_u16(p + 6, (uint16_t)kind);
+    tern_put_u64(p + 8, cap);
+    tern_put_u64(p + 16, sender);
+    tern_put_u64(p + 24, receiver);
+    tern_put_u32(p + 32, tern_checksum32(p, 32));
+}
+
+static int file_hdr_check(const uint8_t *p,
+                          unsigned kind,
+                          size_t cap,
+                          uint64_t sender,
+                          uint64_t receiver)
+{
+    if (tern_get_u32(p) != SHM__FILE_MAGIC ||
+        tern_get_u32(p + 32) != tern_checksum32(p, 32)) {
+        return TERN_ECORRUPT;
+    }
+    if (tern_get_u16(p + 4) != SHM__VERSION) {
+        return TERN_EVERSION;
+    }
+    if (tern_get_u16(p + 6) != kind || tern_get_u64(p + 8) != cap ||
+        tern_get_u64(p + 16) != sender || tern_get_u64(p + 24) != receiver) {
+        return TERN_EMALFORMED;
+    }
+    return 0;
+}
+
+/* Create a sealed memfd of size bytes, mapped shared. Returns the fd (the
+ * caller passes then closes it) or -errno; *map is the mapping. */
+static int memfd_new(const char *name, size_t size, uint8_t **map /* OUT */)
+{
+    int fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    void *m;
+    int rc;
+
+    if (fd < 0) {
+        return errno != 0 ? -errno : -EIO;
+    }
+    if (ftruncate(fd, (off_t)size) != 0 ||
+        fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) !=
+            0) {
+        rc = errno != 0 ? -errno : -EIO;
+        close(fd);
+        return rc;
+    }
+    m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (m == MAP_FAILED) {
+        rc = errno != 0 ? -errno : -EIO;
+        close(fd);
+        return rc;
+    }
+    *map = m;
+    return fd;
+}
+
+/* Map a memfd received from a peer, after checking it cannot shrink under
+ * us and holds at least size bytes. Returns 0 or a negative code. */
+static int memfd_map_peer(int fd, size_t size, uint8_t **map /* OUT */)
+{
+    struct stat st;
+    int seals = fcntl(fd, F_GET_SEALS);
+    void *m;
+
+    if (seals < 0 || !(seals & F_SEAL_SHRINK)) {
+        return TERN_EMALFORMED;
+    }
+    if (fstat(fd, &st) != 0 || st.st_size < 0 || (size_t)st.st_size < size) {
+        return TERN_EMALFORMED;
+    }
+    m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (m == MAP_FAILED) {
+        return -errno;
+    }
+    *map = m;
+    return 0;
+}
+
+static void msg_encode(uint8_t m[SHM__MSG_SIZE],
+                       unsigned type,
+                       uint64_t sender,
+                       uint64_t receiver,
+                       size_t cap)
+{
+    memset(m, 0, SHM__MSG_SIZE);
+    tern_put_u32(m, SHM__MSG_MAGIC);
+    tern_put_u16(m + 4, SHM__VERSION);
+    tern_put_u16(m + 6, (uint16_t)type);
+    tern_put_u64(m + 8, sender);
+    tern_put_u64(m + 16, receiver);
+    tern_put_u64(m + 24, cap);
+    tern_put_u32(m + 32, tern_checksum32(m, 32));
+}
+
+/* Decode and check a handshake message of the given type. */
+static int msg_decode(const uint8_t *m,
+                      size_t len,
+                      unsigned type,
+                      uint64_t *sender /* OUT */,
+                      uint64_t *receiver /* OUT */,
+                      size_t *cap /* OUT */)
+{
+    if (len != SHM__MSG_SIZE || tern_get_u32(m) != SHM__MSG_MAGIC ||
+        tern_get_u32(m + 32) != tern_checksum32(m, 32)) {
+        return TERN_EMALFORMED;
+    }
+    if (tern_get_u16(m + 4) != SHM__VERSION) {
+        return TERN_EVERSION;
+    }
+    if (tern_get_u16(m + 6) != type) {
+        return TERN_EMALFORMED;
+    }
+    *sender = tern_get_u64(m + 8);
+    *receiver = tern_get_u64(m + 16);
+    *cap = (size_t)tern_get_u64(m + 24);
+    return 0;
+}
+
+/* Send a handshake message with two fds. Returns 0 or -errno. */
+static int sock_send(int sock, const uint8_t m[SHM__MSG_SIZE], int fd0, int fd1)
+{
+    union
+    {
+        char buf[CMSG_SPACE(2 * sizeof(int))];
+        struct cmsghdr align;
+    } u;
+    struct iovec iov = {(void *)m, SHM__MSG_SIZE};
+    struct msghdr mh;
+    struct cmsghdr *cm;
+    int fds[2] = {fd0, fd1};
+
+    memset(&u, 0, sizeof u);
+    memset(&mh, 0, sizeof mh);
+    mh.msg_iov = &iov;
+    mh.msg_iovlen = 1;
+    mh.msg_control = u.buf;
+    mh.msg_controllen = sizeof u.buf;
+    cm = CMSG_FIRSTHDR(&mh);
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN(sizeof fds);
+    memcpy(CMSG_DATA(cm), fds, sizeof fds);
+    if (sendmsg(sock, &mh, MSG_NOSIGNAL) != (ssize_t)SHM__MSG_SIZE) {
+        return errno != 0 ? -errno : -EIO;
+    }
+    return 0;
+}
+
+/* Receive one message and up to two fds (fds[i] = -1 when absent; the
+ * caller owns and must close the ones received). Returns the message
+ * length, 0 at EOF, -EAGAIN when nothing is there, or -errno. */
+static ssize_t sock_recv(int sock, uint8_t *m, size_t cap, int fds[2])
+{
+    union
+    {
+        char buf[CMSG_SPACE(2 * sizeof(int))];
+        struct cmsghdr align;
+    } u;
+    struct iovec iov = {m, cap};
+    struct msghdr mh;
+    ssize_t n;
+
+    fds[0] = fds[1] = -1;
+    memset(&mh, 0, sizeof mh);
+    mh.msg_iov = &iov;
+    mh.msg_iovlen = 1;
+    mh.msg_control = u.buf;
+    mh.msg_controllen = sizeof u.buf;
+    n = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+    if (n < 0) {
+        return -errno;
+    }
+    for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm != NULL;
+         cm = CMSG_NXTHDR(&mh, cm)) {
+        if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS) {
+            size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+            int got[2];
+            memcpy(got, CMSG_DATA(cm), TERN_MIN(k, (size_t)2) * sizeof(int));
+            for (size_t i = 0; i < k && i < 2; i++) {
+                fds[i] = got[i];
+            }
+        }
+    }
+    if (mh.msg_flags & (MSG_CTRUNC | MSG_TRUNC)) {
+        return -EMSGSIZE;
+    }
+    return n;
+}
+
+static void close_fds(int fds[2])
+{
+    for (int i = 0; i < 2; i++) {
+        if (fds[i] >= 0) {
+            close(fds[i]);
+            fds[i] = -1;
+        }
+    }
+}
+
+/* ---- ring ops over shared memory ---------------------------------------- */
+
+static int op_write(void *ctx, size_t off, const void *src, size_t len)
+{
+    struct conn *c = ctx;
+    uint8_t *dst = c->ring_map + SHM__FILE_HDR + off;
+
+    if (len == 8 && off % 8 == 0) {
+        uint64_t w;
+        memcpy(&w, src, sizeof w);
+        /* Release: every earlier write of the record is visible first. */
+        __atomic_store_n((uint64_t *)(void *)dst, w, __ATOMIC_RELEASE);
+    } else {
+        memcpy(dst, src, len);
+        __atomic_thread_fence(__ATOMIC_RELEASE);
+    }
+    return 0;
+}
+
+static int op_doorbell(void *ctx)
+{
+    struct conn *c = ctx;
+    uint64_t *armed = (uint64_t *)(void *)(c->ring_map + SHM__OFF_ARMED);
+
+    if (__atomic_exchange_n(armed, 0, __ATOMIC_SEQ_CST) != 0) {
+        efd_ring(c->remote_efd);
+        c->x->stats.doorbells++;
+    }
+    return 0;
+}
+
+static int op_write_credit(void *ctx, uint64_t consumed, int wake)
+{
+    struct conn *c = ctx;
+
+    put_le64_atomic(c->ctrl_map + SHM__OFF_CREDIT, consumed, __ATOMIC_SEQ_CST);
+    if (wake) {
+        efd_ring(c->remote_efd);
+        c->x->stats.doorbells++;
+    }
+    return 0;
+}
+
+static const struct xport_ring_ops shm_ring_ops = {
+    .write = op_write,
+    .doorbell = op_doorbell,
+    .write_credit = op_write_credit,
+};
+
+/* ---- deferred completions ---------------------------------------------- */
+
+static void maybe_finish(struct shm_xport *x);
+
+static void on_idle(uv_idle_t *h)
+{
+    struct shm_xport *x = h->data;
+    struct xport_send *list = x->done_head;
+
+    x->done_head = NULL;
+    x->done_tail = NULL;
+    while (list != NULL) {
+        struct xport_send *req = list;
+        int status = (int)(intptr_t)req->priv[1];
+        list = req->priv[0];
+        req->cb(req, status);
+    }
+    if (x->done_head == NULL) {
+        uv_idle_stop(&x->idle);
+        maybe_finish(x);
+    }
+}
+
+/* Complete req with status on a later loop iteration. */
+static void defer_completion(struct shm_xport *x,
+                             struct xport_send *req,
+                             int status)
+{
+    req->priv[0] = NULL;
+    req->priv[1] = (void *)(intptr_t)status;
+    if (x->done_tail != NULL) {
+        x->done_tail->priv[0] = req;
+    } else {
+        x->done_head = req;
+    }
+    x->done_tail = req;
+    uv_idle_start(&x->idle, on_idle);
+}
+
+/* Complete every queued message of p with status. */
+static void queue_fail(struct peer *p, int status)
+{
+    while (p->qhead != NULL) {
+        struct qmsg *m = p->qhead;
+        p->qhead = m->next;
+        defer_completion(p->x, m->req, status);
+        tern_free(m);
+    }
+    p->qtail = NULL;
+    p->queued_bytes = 0;
+}
+
+/* ---- connections ------------------------------------------------------- */
+
+static void shm_free(struct xport *base)
+{
+    struct shm_xport *x = (struct shm_xport *)base;
+    while (x->peers != NULL) {
+        struct peer *p = x->peers;
+        x->peers = p->next;
+        tern_free(p);
+    }
+    tern_free(x);
+}
+
+static void on_idle_closed(uv_handle_t *h)
+{
+    struct shm_xport *x = h->data;
+    xport__closed(&x->base, shm_free);
+}
+
+static void maybe_finish(struct shm_xport *x)
+{
+    if (!x->closing || x->idle_closing || x->handles > 0 ||
+        x->done_head != NULL) {
+        return;
+    }
+    x->idle_closing = 1;
+    uv_close((uv_handle_t *)&x->idle, on_idle_closed);
+}
+
+static void on_handle_closed(uv_handle_t *h)
+{
+    struct shm_xport *x = h->data;
+    x->handles--;
+    maybe_finish(x);
+}
+
+static void on_lpoll_closed(uv_handle_t *h)
+{
+    struct shm_xport *x = h->data;
+    close(x->lsock);
+    x->lsock = -1;
+    on_handle_closed(h);
+}
+
+static void on_epoll_closed(uv_handle_t *h)
+{
+    struct shm_xport *x = h->data;
+    close(x->efd);
+    x->efd = -1;
+    on_handle_closed(h);
+}
+
+static void conn_release(struct conn *c)
+{
+    if (c->ring_map != NULL) {
+        munmap(c->ring_map, c->ring_map_len);
+    }
+    if (c->ctrl_map != NULL) {
+        munmap(c->ctrl_map, c->ctrl_map_len);
+    }
+    if (c->remote_efd >= 0) {
+        close(c->remote_efd);
+    }
+    if (c->sock >= 0) {
+        close(c->sock);
+    }
+    tern_free(c);
+}
+
+static void on_conn_closed(uv_handle_t *h)
+{
+    struct conn *c = h->data;
+    struct shm_xport *x = c->x;
+
+    if (c->peer == NULL) {
+        if (c->prev != NULL) {
+            c->prev->next = c->next;
+        } else {
+            x->inbound = c->next;
+        }
+        if (c->next != NULL) {
+            c->next->prev = c->prev;
+        }
+    }
+    conn_release(c);
+    x->handles--;
+    maybe_finish(x);
+}
+
+/* Close a connection (idempotent). Outbound: the peer's queued messages
+ * complete with status. */
+static void conn_close(struct conn *c, int status)
+{
+    if (c->state == CONN_CLOSING) {
+        return;
+    }
+    c->state = CONN_CLOSING;
+    if (c->peer != NULL && c->peer->conn == c) {
+        c->peer->conn = NULL;
+        queue_fail(c->peer, status);
+    }
+    uv_close((uv_handle_t *)&c->poll, on_conn_closed);
+}
+
+static void on_conn_poll(uv_poll_t *h, int status, int events);
+
+/* Allocate a conn around sock (taken over, also on failure) and start
+ * watching it. Returns NULL on failure. */
+static struct conn *conn_new(struct shm_xport *x, struct peer *p, int sock)
+{
+    struct conn *c = tern_calloc(1, sizeof *c);
+
+    if (c == NULL) {
+        close(sock);
+        return NULL;
+    }
+    c->x = x;
+    c->peer = p;
+    c->sock = sock;
+    c->remote_efd = -1;
+    c->state = CONN_CONNECTING;
+    c->connect_start = uv_now(x->loop);
+    if (uv_poll_init(x->loop, &c->poll, sock) != 0) {
+        conn_release(c); /* no handle was registered */
+        return NULL;
+    }
+    c->poll.data = c;
+    x->handles++;
+    if (uv_poll_start(&c->poll, UV_READABLE | UV_DISCONNECT, on_conn_poll) !=
+        0) {
+        conn_close(c, TERN_ENOCONN);
+        return NULL;
+    }
+    return c;
+}
+
+/* ---- receiving --------------------------------------------------------- */
+
+/* Deliver what c's ring holds, up to the budget. Returns 1 if the budget
+ * ran out with more to do, else 0. The recv callback may close the
+ * transport: stop as soon as it does. */
+static int drain(struct conn *c)
+{
+    struct shm_xport *x = c->x;
+    struct xport_ring_rec r;
+    int rc = 0;
+
+    for (unsigned i = 0; i < SHM__DRAIN_BUDGET; i++) {
+        rc = xport_ring_rx_peek(&c->rx, &r);
+        if (rc <= 0) {
+            break;
+        }
+        if (x->base.recv_cb != NULL) {
+            x->base.recv_cb(x->base.recv_arg, c->remote_id, r.payload, r.len);
+        }
+        if (c->state != CONN_UP) {
+            return 0;
+        }
+        xport_ring_rx_consume(&c->rx);
+        (void)xport_ring_rx_flush(&c->rx, 0);
+        rc = 0;
+        if (x->closing) {
+            break;
+        }
+    }
+    x->stats.fenced += c->rx.fenced;
+    c->rx.fenced = 0;
+    if (rc < 0) {
+        x->stats.corrupt++;
+        conn_close(c, TERN_ENOCONN);
+        return 0;
+    }
+    (void)xport_ring_rx_flush(&c->rx, 1);
+    return !x->closing && xport_ring_rx_ready(&c->rx);
+}
+
+static void flush_queue(struct peer *p);
+
+/* Our doorbell: new records in some inbound ring, or credit for a waiting
+ * sender. */
+static void on_efd(uv_poll_t *h, int status, int events)
+{
+    struct shm_xport *x = h->data;
+    uint64_t v;
+    int again = 0;
+
+    (void)status;
+    (void)events;
+    (void)!read(x->efd, &v, sizeof v);
+    x->stats.wakeups++;
+    for (struct conn *c = x->inbound; c != NULL && !x->closing; c = c->next) {
+        if (c->state == CONN_UP) {
+            again |= drain(c);
+        }
+    }
+    for (struct peer *p = x->peers; p != NULL && !x->closing; p = p->next) {
+        if (p->qhead != NULL) {
+            flush_queue(p);
+        }
+    }
+    if (x->closing) {
+        return;
+    }
+    /* About to sleep: ask senders for a doorbell, then re-check. */
+    for (struct conn *c = x->inbound; c != NULL; c = c->next) {
+        if (c->state == CONN_UP) {
+            put_le64_atomic(c->ring_map + SHM__OFF_ARMED, 1, __ATOMIC_SEQ_CST);
+        }
+    }
+    for (struct conn *c = x->inbound; c != NULL && !again; c = c->next) {
+        again = c->state == CONN_UP && xport_ring_rx_ready(&c->rx);
+    }
+    if (again) {
+        efd_ring(x->efd);
+    }
+}
+
+/* A newer connection from the same sender replaces older ones: deliver
+ * what they hold first, so the sender's order is kept. */
+static void supersede_inbound(struct shm_xport *x, struct conn *keep)
+{
+    for (struct conn *c = x->inbound; c != NULL; c = c->next) {
+        if (c != keep && c->remote_id == keep->remote_id &&
+            c->state != CONN_CLOSING) {
+            if (c->state == CONN_UP) {
+                while (drain(c)) {
+                }
+            }
+            conn_close(c, TERN_ENOCONN);
+        }
+    }
+}
+
+/* Inbound: HELLO arrived with fds. Set up the ring and answer WELCOME. */
+static int inbound_hello(struct conn *c,
+                         const uint8_t *m,
+                         ssize_t n,
+                         int fds[2])
+{
+    struct shm_xport *x = c->x;
+    uint8_t welcome[SHM__MSG_SIZE];
+    uint64_t sender, receiver;
+    size_t cap;
+    char name[64];
+    int ring_fd;
+    int rc;
+
+    rc = msg_decode(m, (size_t)n, SHM__MSG_HELLO, &sender, &receiver, &cap);
+    if (rc != 0 || receiver != x->base.self_id || fds[0] < 0 || fds[1] < 0) {
+        return rc != 0 ? rc : TERN_EMALFORMED;
+    }
+    rc = memfd_map_peer(fds[0], SHM__FILE_HDR, &c->ctrl_map);
+    if (rc != 0) {
+        return rc;
+    }
+    c->ctrl_map_len = SHM__FILE_HDR;
+    rc = file_hdr_check(c->ctrl_map, SHM__KIND_CTRL, 0, sender, receiver);
+    if (rc != 0) {
+        return rc;
+    }
+    c->remote_efd = fds[1];
+    fds[1] = -1;
+    c->remote_id = sender;
+    c->cap = x->ring_bytes;
+    (void)snprintf(name, sizeof name, "tern-ring-%llu-from-%llu",
+                   (unsigned long long)x->base.self_id,
+                   (unsigned long long)sender);
+    ring_fd = memfd_new(name, SHM__FILE_HDR + c->cap, &c->ring_map);
+    if (ring_fd < 0) {
+        return ring_fd;
+    }
+    c->ring_map_len = SHM__FILE_HDR + c->cap;
+    file_hdr_encode(c->ring_map, SHM__KIND_RING, c->cap, sender,
+                    x->base.self_id);
+    put_le64_atomic(c->ring_map + SHM__OFF_FENCE, x->fence, __ATOMIC_RELAXED);
+    put_le64_atomic(c->ring_map + SHM__OFF_ARMED, 1, __ATOMIC_SEQ_CST);
+    xport_ring_rx_init(&c->rx, &shm_ring_ops, c, c->ring_map + SHM__FILE_HDR,
+                       c->cap);
+    c->rx.fence = x->fence;
+    msg_encode(welcome, SHM__MSG_WELCOME, sender, x->base.self_id, c->cap);
+    rc = sock_send(c->sock, welcome, ring_fd, x->efd);
+    close(ring_fd);
+    if (rc != 0) {
+        return rc;
+    }
+    c->state = CONN_UP;
+    supersede_inbound(x, c);
+    return 0;
+}
+
+/* Outbound: WELCOME arrived with fds. Map the peer's ring; start sending. */
+static int outbound_welcome(struct conn *c,
+                            const uint8_t *m,
+                            ssize_t n,
+                            int fds[2])
+{
+    struct shm_xport *x = c->x;
+    uint64_t sender, receiver;
+    size_t cap;
+    int rc;
+
+    rc = msg_decode(m, (size_t)n, SHM__MSG_WELCOME, &sender, &receiver, &cap);
+    if (rc != 0) {
+        return rc;
+    }
+    if (sender != x->base.self_id || receiver != c->peer->id ||
+        !xport_ring_cap_valid(cap) || fds[0] < 0 || fds[1] < 0) {
+        return TERN_EMALFORMED;
+    }
+    rc = memfd_map_peer(fds[0], SHM__FILE_HDR + cap, &c->ring_map);
+    if (rc != 0) {
+        return rc;
+    }
+    c->ring_map_len = SHM__FILE_HDR + cap;
+    rc = file_hdr_check(c->ring_map, SHM__KIND_RING, cap, sender, receiver);
+    if (rc != 0) {
+        return rc;
+    }
+    c->remote_efd = fds[1];
+    fds[1] = -1;
+    c->remote_id = receiver;
+    c->cap = cap;
+    xport_ring_tx_init(
+        &c->tx, &shm_ring_ops, c, cap,
+        (const uint64_t *)(void *)(c->ctrl_map + SHM__OFF_CREDIT));
+    c->tx.epoch = x->epoch;
+    c->state = CONN_UP;
+    return 0;
+}
+
+static void on_conn_poll(uv_poll_t *h, int status, int events)
+{
+    struct conn *c = h->data;
+    uint8_t m[SHM__MSG_SIZE + 8];
+    int fds[2];
+    ssize_t n;
+    int rc;
+
+    if (c->state == CONN_CLOSING) {
+        return;
+    }
+    if (status < 0) {
+        goto fail;
+    }
+    n = sock_recv(c->sock, m, sizeof m, fds);
+    if (n == -EAGAIN && !(events & UV_DISCONNECT)) {
+        return;
+    }
+    if (n <= 0 || c->state == CONN_UP) {
+        /* EOF, error, or bytes after the handshake (never sent). */
+        close_fds(fds);
+        goto fail;
+    }
+    rc = c->peer == NULL ? inbound_hello(c, m, n, fds)
+                         : outbound_welcome(c, m, n, fds);
+    close_fds(fds);
+    if (rc != 0) {
+        goto fail;
+    }
+    if (c->peer != NULL) {
+        flush_queue(c->peer);
+    }
+    return;
+
+fail:
+    if (c->peer == NULL && c->state == CONN_UP) {
+        /* The sender is gone: deliver what it wrote, then drop the ring. */
+        while (drain(c)) {
+        }
+    } else if (c->peer != NULL && c->state == CONN_CONNECTING) {
+        c->peer->retry_after = uv_now(c->x->loop) + c->x->retry_ms;
+    }
+    conn_close(c, TERN_ENOCONN);
+}
+
+static void on_listen(uv_poll_t *h, int status, int events)
+{
+    struct shm_xport *x = h->data;
+
+    (void)events;
+    if (status < 0 || x->closing) {
+        return;
+    }
+    for (unsigned i = 0; i < SHM__ACCEPT_BUDGET; i++) {
+        struct conn *c;
+        int s = accept4(x->lsock, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (s < 0) {
+            return; /* EAGAIN, or an error on one pending connection */
+        }
+        c = conn_new(x, NULL, s);
+        if (c == NULL) {
+            continue; /* out of memory: that connection is dropped */
+        }
+        c->next = x->inbound;
+        if (x->inbound != NULL) {
+            x->inbound->prev = c;
+        }
+        x->inbound = c;
+    }
+}
+
+/* ---- sending ----------------------------------------------------------- */
+
+/* Write queued messages into the ring while space lasts. */
+static void flush_queue(struct peer *p)
+{
+    struct shm_xport *x = p->x;
+    struct conn *c = p->conn;
+    int wrote = 0;
+
+    if (c == NULL || c->state != CONN_UP) {
+        return;
+    }
+    if (xport_ring_tx_refresh(&c->tx) != 0) {
+        conn_close(c, TERN_ENOCONN);
+        return;
+    }
+    while (p->qhead != NULL) {
+        struct qmsg *m = p->qhead;
+        struct xport_iov iov = {m->data, m->len};
+        int rc = xport_ring_tx_write(&c->tx, &iov, 1, m->len);
+        if (rc == -EAGAIN) {
+            x->stats.credit_waits++;
+            break;
+        }
+        p->qhead = m->next;
+        if (p->qhead == NULL) {
+            p->qtail = NULL;
+        }
+        p->queued_bytes -= m->len;
+        defer_completion(x, m->req, rc);
+        tern_free(m);
+        if (rc != 0 && rc != TERN_ETOOBIG) {
+            conn_close(c, TERN_ENOCONN);
+            return;
+        }
+        wrote |= rc == 0;
+    }
+    if (wrote) {
+        (void)xport_ring_tx_doorbell(&c->tx);
+    }
+}
+
+static void on_sweep(uv_timer_t *t)
+{
+    struct shm_xport *x = t->data;
+    uint64_t now = uv_now(x->loop);
+    int pending = 0;
+
+    for (struct peer *p = x->peers; p != NULL; p = p->next) {
+        struct conn *c = p->conn;
+        if (c == NULL || c->state != CONN_CONNECTING) {
+            continue;
+        }
+        if (now - c->connect_start >= SHM__CONNECT_TIMEOUT_MS) {
+            p->retry_after = now + x->retry_ms;
+            conn_close(c, TERN_ENOCONN);
+        } else {
+            pending = 1;
+        }
+    }
+    if (!pending) {
+        uv_timer_stop(&x->sweep);
+    }
+}
+
+/* Connect to p and send HELLO. Returns 0 or a negative code. */
+static int peer_connect(struct peer *p)
+{
+    struct shm_xport *x = p->x;
+    struct sockaddr_un sa;
+    uint8_t hello[SHM__MSG_SIZE];
+    uint8_t *ctrl = NULL;
+    char name[64];
+    struct conn *c;
+    int ctrl_fd;
+    int sock;
+    int rc;
+
+    memset(&sa, 0, sizeof sa);
+    sa.sun_family = AF_UNIX;
+    memcpy(sa.sun_path, p->path, strlen(p->path) + 1);
+    sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (sock < 0) {
+        return -errno;
+    }
+    if (connect(sock, (struct sockaddr *)&sa, sizeof sa) != 0) {
+        rc = -errno;
+        close(sock);
+        return rc;
+    }
+    c = conn_new(x, p, sock);
+    if (c == NULL) {
+        return -ENOMEM;
+    }
+    (void)snprintf(name, sizeof name, "tern-ctrl-%llu-to-%llu",
+                   (unsigned long long)x->base.self_id,
+                   (unsigned long long)p->id);
+    ctrl_fd = memfd_new(name, SHM__FILE_HDR, &ctrl);
+    if (ctrl_fd < 0 || ctrl == NULL) {
+        if (ctrl_fd >= 0) {
+            close(ctrl_fd);
+        }
+        conn_close(c, TERN_ENOCONN);
+        return ctrl_fd < 0 ? ctrl_fd : -EIO;
+    }
+    c->ctrl_map = ctrl;
+    c->ctrl_map_len = SHM__FILE_HDR;
+    file_hdr_encode(ctrl, SHM__KIND_CTRL, 0, x->base.self_id, p->id);
+    msg_encode(hello, SHM__MSG_HELLO, x->base.self_id, p->id, 0);
+    rc = sock_send(sock, hello, ctrl_fd, x->efd);
+    close(ctrl_fd);
+    if (rc != 0) {
+        conn_close(c, TERN_ENOCONN);
+        return rc;
+    }
+    p->conn = c;
+    if (!uv_is_active((uv_handle_t *)&x->sweep)) {
+        uv_timer_start(&x->sweep, on_sweep, SHM__SWEEP_MS, SHM__SWEEP_MS);
+    }
+    return 0;
+}
+
+static int peer_get(struct shm_xport *x,
+                    uint64_t id,
+                    const char *path,
+                    struct peer **out)
+{
+    struct peer *p;
+    size_t len = strlen(path);
+
+    if (len == 0 || len >= SHM__PATH_MAX) {
+        return TERN_EINVAL;
+    }
+    for (p = x->peers; p != NULL; p = p->next) {
+        if (p->id == id) {
+            break;
+        }
+    }
+    if (p != NULL && strcmp(p->path, path) == 0) {
+        *out = p;
+        return 0;
+    }
+    if (p == NULL) {
+        p = tern_calloc(1, sizeof *p);
+        if (p == NULL) {
+            return -ENOMEM;
+        }
+        p->x = x;
+        p->id = id;
+        p->next = x->peers;
+        x->peers = p;
+    } else if (p->conn != NULL) {
+        conn_close(p->conn, TERN_ENOCONN);
+    }
+    memcpy(p->path, path, len + 1);
+    p->retry_after = 0;
+    *out = p;
+    return 0;
+}
+
+/* Copy the message into p's queue. Returns 0 or -ENOMEM. */
+static int enqueue(struct peer *p,
+                   struct xport_send *req,
+                   const struct xport_iov *iov,
+                   unsigned n,
+                   size_t total)
+{
+    struct qmsg *m = tern_malloc(sizeof *m + total);
+    size_t off = 0;
+
+    if (m == NULL) {
+        return -ENOMEM;
+    }
+    m->next = NULL;
+    m->req = req;
+    m->len = total;
+    for (unsigned i = 0; i < n; i++) {
+        if (iov[i].len > 0) {
+            memcpy(m->data + off, iov[i].base, iov[i].len);
+        }
+        off += iov[i].len;
+    }
+    if (p->qtail != NULL) {
+        p->qtail->next = m;
+    } else {
+        p->qhead = m;
+    }
+    p->qtail = m;
+    p->queued_bytes += total;
+    return 0;
+}
+
+static int shm_send(struct xport *base,
+                    struct xport_send *req,
+                    uint64_t peer_id,
+                    const char *peer_address,
+                    const struct xport_iov *iov,
+                    unsigned n)
+{
+    struct shm_xport *x = (struct shm_xport *)base;
+    struct peer *p;
+    struct conn *c;
+    size_t total = 0;
+    int rc;
+
+    if (x->closing) {
+        return TERN_ESHUTDOWN;
+    }
+    if (peer_address == NULL || (n > 0 && iov == NULL)) {
+        return TERN_EINVAL;
+    }
+    for (unsigned i = 0; i < n; i++) {
+        total += iov[i].len;
+    }
+    rc = peer_get(x, peer_id, peer_address, &p);
+    if (rc != 0) {
+        return rc;
+    }
+    c = p->conn;
+    if (c != NULL && c->state == CONN_UP && p->qhead == NULL) {
+        /* Fast path: straight into the peer's ring. */
+        rc = xport_ring_tx_refresh(&c->tx);
+        if (rc == 0) {
+            rc = xport_ring_tx_write(&c->tx, iov, n, total);
+        }
+        if (rc == 0) {
+            (void)xport_ring_tx_doorbell(&c->tx);
+            defer_completion(x, req, 0);
+            return 0;
+        }
+        if (rc == TERN_ETOOBIG) {
+            defer_completion(x, req, rc);
+            return 0;
+        }
+        if (rc != -EAGAIN) {
+            conn_close(c, TERN_ENOCONN);
+            defer_completion(x, req, TERN_ENOCONN);
+            return 0;
+        }
+        x->stats.credit_waits++;
+    }
+    if (p->qhead != NULL && p->queued_bytes + total > x->max_queued) {
+        defer_completion(x, req, TERN_EBUSY);
+        return 0;
+    }
+    if (p->conn == NULL) {
+        if (uv_now(x->loop) < p->retry_after) {
+            defer_completion(x, req, TERN_ENOCONN);
+            return 0;
+        }
+        rc = peer_connect(p);
+        if (rc != 0) {
+            if (rc == -ENOMEM) {
+                return rc;
+            }
+            p->retry_after = uv_now(x->loop) + x->retry_ms;
+            defer_completion(x, req, TERN_ENOCONN);
+            return 0;
+        }
+    }
+    return enqueue(p, req, iov, n, total);
+}
+
+/* ---- lifecycle --------------------------------------------------------- */
+
+static int shm_start(struct xport *base)
+{
+    struct shm_xport *x = (struct shm_xport *)base;
+    int rc;
+
+    if (x->closing) {
+        return TERN_ESHUTDOWN;
+    }
+    if (x->started) {
+        return 0;
+    }
+    rc = uv_poll_start(&x->lpoll, UV_READABLE, on_listen);
+    if (rc != 0) {
+        return rc;
+    }
+    x->started = 1;
+    return 0;
+}
+
+static size_t shm_max_message(const struct xport *base)
+{
+    return xport_ring_max_payload(((const struct shm_xport *)base)->ring_bytes);
+}
+
+static void shm_close(struct xport *base)
+{
+    struct shm_xport *x = (struct shm_xport *)base;
+
+    if (x->closing) {
+        return;
+    }
+    x->closing = 1;
+    if (x->path[0] != '\0') {
+        (void)unlink(x->path);
+    }
+    if (x->lpoll_ok) {
+        uv_close((uv_handle_t *)&x->lpoll, on_lpoll_closed);
+    } else {
+        close(x->lsock);
+    }
+    if (x->epoll_ok) {
+        uv_close((uv_handle_t *)&x->epoll, on_epoll_closed);
+    } else {
+        close(x->efd);
+    }
+    uv_close((uv_handle_t *)&x->sweep, on_handle_closed);
+    for (struct peer *p = x->peers; p != NULL; p = p->next) {
+        queue_fail(p, TERN_ECANCELED);
+        if (p->conn != NULL) {
+            conn_close(p->conn, TERN_ECANCELED);
+        }
+    }
+    for (struct conn *c = x->inbound; c != NULL; c = c->next) {
+        conn_close(c, TERN_ECANCELED);
+    }
+    maybe_finish(x);
+}
+
+static const struct xport_ops shm_ops = {
+    .name = "shm",
+    .start = shm_start,
+    .send = shm_send,
+    .max_message = shm_max_message,
+    .close = shm_close,
+};
+
+/* Bind and listen on path, replacing a stale socket file (one nobody
+ * accepts on). Returns the socket or a negative code. */
+static int listen_socket(const char *path)
+{
+    struct sockaddr_un sa;
+    int fd;
+    int rc;
+
+    memset(&sa, 0, sizeof sa);
+    sa.sun_family = AF_UNIX;
+    memcpy(sa.sun_path, path, strlen(path) + 1);
+    fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        return -errno;
+    }
+    if (bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
+        int probe;
+        if (errno != EADDRINUSE) {
+            rc = -errno;
+            goto err;
+        }
+        /* Someone accepting there? Then the address is taken. */
+        probe =
+            socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (probe < 0) {
+            rc = -errno;
+            goto err;
+        }
+        rc = connect(probe, (struct sockaddr *)&sa, sizeof sa) == 0 ||
+                     errno == EAGAIN
+                 ? -EADDRINUSE
+                 : 0;
+        close(probe);
+        if (rc != 0) {
+            goto err;
+        }
+        (void)unlink(path);
+        if (bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
+            rc = -errno;
+            goto err;
+        }
+    }
+    if (listen(fd, SHM__BACKLOG) != 0) {
+        rc = -errno;
+        (void)unlink(path);
+        goto err;
+    }
+    return fd;
+
+err:
+    close(fd);
+    return rc;
+}
+
+int xport_shm_new(uv_loop_t *loop,
+                  uint64_t self_id,
+                  const char *listen_path,
+                  const struct xport_shm_options *opts,
+                  struct xport **out,
+                  char *errmsg)
+{
+    struct shm_xport *x;
+    size_t ring = SHM__DEFAULT_RING;
+    size_t max_queued = SHM__DEFAULT_MAX_QUEUED;
+    unsigned retry_ms = SHM__DEFAULT_RETRY_MS;
+    int lsock, efd;
+    int rc;
+
+    if (opts != NULL) {
+        ring = opts->ring_bytes ? opts->ring_bytes : ring;
+        max_queued =
+            opts->max_queued_bytes ? opts->max_queued_bytes : max_queued;
+        retry_ms = opts->connect_retry_ms ? opts->connect_retry_ms : retry_ms;
+    }
+    if (!xport_ring_cap_valid(ring)) {
+        tern_errmsg_printf(errmsg,
+                           "shm: ring_bytes %zu is not a power of two in "
+                           "[%u, %zu]",
+                           ring, XPORT_RING_MIN_CAP, XPORT_RING_MAX_CAP);
+        return TERN_EINVAL;
+    }
+    if (loop == NULL || out == NULL || listen_path == NULL ||
+        listen_path[0] == '\0' || strlen(listen_path) >= SHM__PATH_MAX) {
+        tern_errmsg_printf(errmsg, "shm: bad listen path '%s'",
+                           listen_path ? listen_path : "(null)");
+        return TERN_EINVAL;
+    }
+    lsock = listen_socket(listen_path);
+    if (lsock < 0) {
+        rc = lsock;
+        tern_errmsg_printf(errmsg, "shm: listen on %s: %s", listen_path,
+                           tern_strerror(rc));
+        goto err;
+    }
+    efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (efd < 0) {
+        rc = -errno;
+        tern_errmsg_printf(errmsg, "shm: eventfd: %s", tern_strerror(rc));
+        goto err_after_socket;
+    }
+    x = tern_calloc(1, sizeof *x);
+    if (x == NULL) {
+        rc = -ENOMEM;
+        tern_errmsg_printf(errmsg, "shm: out of memory");
+        goto err_after_efd;
+    }
+    x->base.ops = &shm_ops;
+    x->base.self_id = self_id;
+    x->loop = loop;
+    x->ring_bytes = ring;
+    x->max_queued = max_queued;
+    x->retry_ms = retry_ms;
+    memcpy(x->path, listen_path, strlen(listen_path) + 1);
+    x->lsock = lsock;
+    x->efd = efd;
+    /* Always 0: no syscall. */
+    (void)uv_idle_init(loop, &x->idle);
+    x->idle.data = x;
+    (void)uv_timer_init(loop, &x->sweep);
+    x->sweep.data = x;
+    x->handles = 1;
+    /* A failed uv_poll_init leaves no trace in the loop; from here on
+     * failures unwind through shm_close (asynchronously, no callback). */
+    rc = uv_poll_init(loop, &x->lpoll, lsock);
+    if (rc == 0) {
+        x->lpoll.data = x;
+        x->lpoll_ok = 1;
+        x->handles++;
+        rc = uv_poll_init(loop, &x->epoll, efd);
+    }
+    if (rc == 0) {
+        x->epoll.data = x;
+        x->epoll_ok = 1;
+        x->handles++;
+        rc = uv_poll_start(&x->epoll, UV_READABLE, on_efd);
+    }
+    if (rc != 0) {
+        tern_errmsg_printf(errmsg, "shm: poll: %s", tern_strerror(rc));
+        shm_close(&x->base);
+        return rc;
+    }
+    *out = &x->base;
+    return 0;
+
+err_after_efd:
+    close(efd);
+err_after_socket:
+    close(lsock);
+    (void)unlink(listen_path);
+err:
+    return rc;
+}
+
+/* ---- shm-specific controls --------------------------------------------- */
+
+int xport_shm_set_epoch(struct xport *base, uint64_t epoch)
+{
+    struct shm_xport *x = (struct shm_xport *)base;
+
+    if (base == NULL || base->ops != &shm_ops) {
+        return TERN_EINVAL;
+    }
+    x->epoch = epoch;
+    for (struct peer *p = x->peers; p != NULL; p = p->next) {
+        if (p->conn != NULL && p->conn->state == CONN_UP) {
+            p->conn->tx.epoch = epoch;
+        }
+    }
+    return 0;
+}
+
+int xport_shm_set_fence(struct xport *base, uint64_t fence)
+{
+    struct shm_xport *x = (struct shm_xport *)base;
+
+    if (base == NULL || base->ops != &shm_ops) {
+        return TERN_EINVAL;
+    }
+    x->fence = fence;
+    for (struct conn *c = x->inbound; c != NULL; c = c->next) {
+        if (c->state == CONN_UP) {
+            c->rx.fence = fence;
+            put_le64_atomic(c->ring_map + SHM__OFF_FENCE, fence,
+                            __ATOMIC_RELEASE);
+        }
+    }
+    return 0;
+}
+
+int xport_shm_stats(const struct xport *base, struct xport_shm_stats *out)
+{
+    const struct shm_xport *x = (const struct shm_xport *)base;
+
+    if (base == NULL || base->ops != &shm_ops || out == NULL) {
+        return TERN_EINVAL;
+    }
+    *out = x->stats;
+    return 0;
+}

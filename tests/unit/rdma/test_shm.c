@@ -1,0 +1,485 @@
+/* Unit tests specific to the shm transport (rdma/shm.c); the contract
+ * itself is covered by test_conformance.c. Here: epoch fencing, a corrupt
+ * record tearing the ring down, hostile handshakes, listen-path handling
+ * bad arguments, and a real peer process killed with SIGKILL and
+ * restarted. One uv loop per test, bounded polling, no sleeps. */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <criterion/criterion.h>
+
+#include <tern_common.h>
+#include <xport.h>
+
+static uv_loop_t loop;
+static uint64_t deadline;
+static char dir[64];
+
+static void setup(void)
+{
+    cr_assert_eq(uv_loop_init(&loop), 0);
+    deadline = uv_hrtime() + 20ull * 1000 * 1000 * 1000;
+    (void)snprintf(dir, sizeof dir, "/tmp/tern-shm-XXXXXX");
+    cr_assert(mkdtemp(dir) != NULL);
+}
+
+static void teardown(void)
+{
+    char cmd[128];
+    for (int i = 0; i < 1000 && uv_run(&loop, UV_RUN_NOWAIT); i++) {
+    }
+    cr_expect_eq(uv_loop_close(&loop), 0, "every handle was closed");
+    (void)snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    (void)!system(cmd);
+}
+
+TestSuite(shm, .init = setup, .fini = teardown, .timeout = 60);
+
+static void run_until(const int *flag, int want)
+{
+    for (long i = 0; i < 50000000 && *flag < want && uv_hrtime() < deadline;
+         i++) {
+        uv_run(&loop, UV_RUN_NOWAIT);
+    }
+    cr_assert_geq(*flag, want, "timed out waiting for %d (now %d)", want,
+                  *flag);
+}
+
+static struct xport *make(uint64_t id,
+                          const struct xport_shm_options *o,
+                          char path[108])
+{
+    char errmsg[TERN_ERRMSG_SIZE];
+    struct xport *x = NULL;
+    int rc;
+    (void)snprintf(path, 108, "%s/n%llu.sock", dir, (unsigned long long)id);
+    rc = xport_shm_new(&loop, id, path, o, &x, errmsg);
+    cr_assert_eq(rc, 0, "xport_shm_new: %s", errmsg);
+    return x;
+}
+
+static void on_closed(void *arg)
+{
+    (*(int *)arg)++;
+}
+
+static void close_and_wait(struct xport *x)
+{
+    int closed = 0;
+    xport_close(x, on_closed, &closed);
+    run_until(&closed, 1);
+}
+
+struct sink
+{
+    int count;
+    uint32_t last;
+    uint64_t from;
+};
+
+static void on_recv(void *arg, uint64_t from, const void *msg, size_t len)
+{
+    struct sink *s = arg;
+    cr_assert_geq(len, 4);
+    s->last = tern_get_u32(msg);
+    s->from = from;
+    s->count++;
+}
+
+struct sreq
+{
+    struct xport_send req;
+    int status;
+    int done;
+};
+
+static void on_sent(struct xport_send *req, int status)
+{
+    struct sreq *r = (struct sreq *)req;
+    r->status = status;
+    r->done++;
+}
+
+/* Send a 64-byte message carrying v; wait for its completion. */
+static int send_wait(struct xport *x, uint64_t to, const char *path, uint32_t v)
+{
+    uint8_t buf[64] = {0};
+    struct xport_iov iov = {buf, sizeof buf};
+    struct sreq r = {0};
+    tern_put_u32(buf, v);
+    cr_assert_eq(xport_send(x, &r.req, to, path, &iov, 1, on_sent), 0);
+    run_until(&r.done, 1);
+    return r.status;
+}
+
+Test(shm, fence_drops_stale_epochs)
+{
+    char pa[108], pb[108];
+    struct xport *a = make(1, NULL, pa);
+    struct xport *b = make(2, NULL, pb);
+    struct xport_shm_stats st;
+    struct sink s = {0};
+
+    cr_assert_eq(xport_start(b, on_recv, &s), 0);
+    cr_assert_eq(xport_shm_set_epoch(a, 3), 0);
+    cr_assert_eq(send_wait(a, 2, pb, 1), 0);
+    run_until(&s.count, 1);
+    /* B moves to epoch 4: A's records (epoch 3) are dropped. */
+    cr_assert_eq(xport_shm_set_fence(b, 4), 0);
+    cr_assert_eq(send_wait(a, 2, pb, 2), 0);
+    cr_assert_eq(send_wait(a, 2, pb, 3), 0);
+    /* A learns the new term: delivered again. */
+    cr_assert_eq(xport_shm_set_epoch(a, 4), 0);
+    cr_assert_eq(send_wait(a, 2, pb, 4), 0);
+    run_until(&s.count, 2);
+    cr_expect_eq(s.last, 4, "the fenced messages never arrived");
+    cr_assert_eq(xport_shm_stats(b, &st), 0);
+    cr_expect_eq(st.fenced, 2);
+    /* A newer epoch than the fence is accepted too. */
+    cr_assert_eq(xport_shm_set_epoch(a, 9), 0);
+    cr_assert_eq(send_wait(a, 2, pb, 5), 0);
+    run_until(&s.count, 3);
+    close_and_wait(a);
+    close_and_wait(b);
+}
+
+/* The address of the shared mapping of memfd `name` in this process. */
+static uint8_t *find_mapping(const char *name)
+{
+    FILE *f = fopen("/proc/self/maps", "r");
+    char line[512];
+    uint8_t *found = NULL;
+    cr_assert(f != NULL);
+    while (fgets(line, sizeof line, f) != NULL) {
+        unsigned long start;
+        if (strstr(line, name) != NULL && sscanf(line, "%lx-", &start) == 1) {
+            found = (uint8_t *)start;
+            break;
+        }
+    }
+    (void)fclose(f);
+    return found;
+}
+
+Test(shm, corrupt_record_tears_ring_down)
+{
+    char pa[108], pb[108];
+    struct xport *a = make(1, NULL, pa);
+    struct xport *b = make(2, NULL, pb);
+    struct xport_shm_stats st;
+    struct sink s = {0};
+    uint8_t buf[64] = {0};
+    struct xport_iov iov = {buf, sizeof buf};
+    struct sreq r = {0};
+    uint8_t *ring;
+
+    cr_assert_eq(xport_start(b, on_recv, &s), 0);
+    cr_assert_eq(send_wait(a, 2, pb, 1), 0);
+    run_until(&s.count, 1);
+    ring = find_mapping("/memfd:tern-ring-2-from-1");
+    cr_assert(ring != NULL, "ring mapping found");
+    /* The next record lands at ring offset 128 (the first took 128 bytes)
+     * synchronously inside xport_send; flip one of its payload bytes
+     * before B's loop sees it. */
+    tern_put_u32(buf, 2);
+    cr_assert_eq(xport_send(a, &r.req, 2, pb, &iov, 1, on_sent), 0);
+    ring[4096 + 128 + 24 + 10] ^= 0x40;
+    run_until(&r.done, 1);
+    cr_expect_eq(r.status, 0, "handed off");
+    /* B tears the ring down; A sees EOF and reconnects on later sends. */
+    for (long i = 0; i < 100000000 && s.count < 2 && uv_hrtime() < deadline;
+         i++) {
+        (void)send_wait(a, 2, pb, 3);
+        uv_run(&loop, UV_RUN_NOWAIT);
+    }
+    cr_expect_geq(s.count, 2);
+    cr_expect_eq(s.last, 3, "the corrupt record was never delivered");
+    cr_assert_eq(xport_shm_stats(b, &st), 0);
+    cr_expect_eq(st.corrupt, 1);
+    close_and_wait(a);
+    close_and_wait(b);
+}
+
+/* A raw SEQPACKET client speaking nonsense is disconnected; it never
+ * disturbs a real peer. */
+static int raw_connect(const char *path)
+{
+    struct sockaddr_un sa;
+    int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    cr_assert_geq(fd, 0);
+    memset(&sa, 0, sizeof sa);
+    sa.sun_family = AF_UNIX;
+    memcpy(sa.sun_path, path, strlen(path) + 1);
+    cr_assert_eq(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    return fd;
+}
+
+static int raw_closed_by_peer(int fd)
+{
+    char c;
+    ssize_t n;
+    for (int i = 0; i < 100000 && uv_hrtime() < deadline; i++) {
+        uv_run(&loop, UV_RUN_NOWAIT);
+        n = recv(fd, &c, 1, MSG_DONTWAIT);
+        if (n == 0) {
+            return 1;
+        }
+        if (n > 0) {
+            return 0; /* it answered: not expected here */
+        }
+    }
+    return 0;
+}
+
+/* A well-formed HELLO (same layout as rdma/shm.c) without valid fds. */
+static void put_hello(uint8_t m[40], uint64_t sender, uint64_t receiver)
+{
+    memset(m, 0, 40);
+    tern_put_u32(m, 0x48534d54u);
+    tern_put_u16(m + 4, 1);
+    tern_put_u16(m + 6, 1);
+    tern_put_u64(m + 8, sender);
+    tern_put_u64(m + 16, receiver);
+    tern_put_u32(m + 32, tern_checksum32(m, 32));
+}
+
+Test(shm, hostile_handshakes_disconnected)
+{
+    char pa[108], pb[108];
+    struct xport *a = make(1, NULL, pa);
+    struct xport *b = make(2, NULL, pb);
+    struct sink s = {0};
+    uint8_t m[40];
+    int fd;
+
+    cr_assert_eq(xport_start(b, on_recv, &s), 0);
+    /* Garbage. */
+    fd = raw_connect(pb);
+    cr_assert_eq(send(fd, "GET / HTTP/1.0\r\n\r\n", 18, 0), 18);
+    cr_expect(raw_closed_by_peer(fd), "garbage");
+    close(fd);
+    /* A valid HELLO, but no fds. */
+    fd = raw_connect(pb);
+    put_hello(m, 9, 2);
+    cr_assert_eq(send(fd, m, sizeof m, 0), 40);
+    cr_expect(raw_closed_by_peer(fd), "no fds");
+    close(fd);
+    /* A HELLO for another receiver. */
+    fd = raw_connect(pb);
+    put_hello(m, 9, 3);
+    cr_assert_eq(send(fd, m, sizeof m, 0), 40);
+    cr_expect(raw_closed_by_peer(fd), "wrong receiver");
+    close(fd);
+    /* A flipped checksum bit. */
+    fd = raw_connect(pb);
+    put_hello(m, 9, 2);
+    m[33] ^= 1;
+    cr_assert_eq(send(fd, m, sizeof m, 0), 40);
+    cr_expect(raw_closed_by_peer(fd), "bad checksum");
+    close(fd);
+    /* Connect and hang up at once. */
+    close(raw_connect(pb));
+    /* A real peer is still served. */
+    cr_assert_eq(send_wait(a, 2, pb, 7), 0);
+    run_until(&s.count, 1);
+    cr_expect_eq(s.last, 7);
+    cr_expect_eq(s.from, 1);
+    close_and_wait(a);
+    close_and_wait(b);
+}
+
+Test(shm, listen_path_rules)
+{
+    char errmsg[TERN_ERRMSG_SIZE];
+    char p[108], stale[160];
+    struct xport *a = make(1, NULL, p);
+    struct xport *x = NULL;
+    struct sockaddr_un sa;
+    int fd;
+
+    cr_expect_eq(xport_shm_new(&loop, 5, p, NULL, &x, errmsg), -EADDRINUSE,
+                 "a live listener keeps its path");
+    /* A socket file nobody listens on (a killed node's) is replaced. */
+    (void)snprintf(stale, sizeof stale, "%s/stale.sock", dir);
+    fd = socket(AF_UNIX, SOCK_SEQPACKET, 0);
+    memset(&sa, 0, sizeof sa);
+    sa.sun_family = AF_UNIX;
+    memcpy(sa.sun_path, stale, strlen(stale) + 1);
+    cr_assert_eq(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    close(fd);
+    cr_assert_eq(access(stale, F_OK), 0);
+    cr_expect_eq(xport_shm_new(&loop, 6, stale, NULL, &x, errmsg), 0, "%s",
+                 errmsg);
+    close_and_wait(x);
+    cr_expect_neq(access(stale, F_OK), 0, "close removes the socket file");
+    close_and_wait(a);
+}
+
+Test(shm, bad_arguments)
+{
+    char errmsg[TERN_ERRMSG_SIZE];
+    char longpath[200];
+    struct xport_shm_options o = {.ring_bytes = 5000};
+    struct xport *x = NULL;
+    struct xport_shm_stats st;
+    char p[108];
+    struct sreq r = {0};
+    struct xport_iov iov = {"abcd", 4};
+    struct xport *a;
+
+    cr_expect_eq(xport_shm_new(&loop, 1, "/tmp/x.sock", &o, &x, errmsg),
+                 TERN_EINVAL);
+    o.ring_bytes = 2048;
+    cr_expect_eq(xport_shm_new(&loop, 1, "/tmp/x.sock", &o, &x, errmsg),
+                 TERN_EINVAL);
+    memset(longpath, 'a', sizeof longpath - 1);
+    longpath[sizeof longpath - 1] = '\0';
+    cr_expect_eq(xport_shm_new(&loop, 1, longpath, NULL, &x, errmsg),
+                 TERN_EINVAL);
+    cr_expect_eq(xport_shm_new(&loop, 1, "", NULL, &x, errmsg), TERN_EINVAL);
+    cr_expect_eq(
+        xport_shm_new(&loop, 1, "/nonexistent-dir/x.sock", NULL, &x, errmsg),
+        -ENOENT);
+    a = make(1, NULL, p);
+    cr_expect_eq(xport_max_message(a), ((size_t)8 << 20) / 2 - 40);
+    cr_expect_eq(xport_send(a, &r.req, 2, "", &iov, 1, on_sent), TERN_EINVAL);
+    cr_expect_eq(xport_send(a, &r.req, 2, longpath, &iov, 1, on_sent),
+                 TERN_EINVAL);
+    cr_expect_eq(r.done, 0);
+    cr_expect_eq(xport_shm_set_fence(NULL, 1), TERN_EINVAL);
+    cr_expect_eq(xport_shm_stats(a, &st), 0);
+    cr_expect_eq(st.fenced + st.corrupt, 0);
+    close_and_wait(a);
+}
+
+Test(shm, out_of_memory_fails_cleanly)
+{
+    char errmsg[TERN_ERRMSG_SIZE];
+    char pa[108], pb[108];
+    struct xport *x = NULL;
+    struct xport *a, *b;
+    struct sink s = {0};
+    uint8_t buf[64] = {0};
+    struct xport_iov iov = {buf, sizeof buf};
+    struct sreq r = {0};
+
+    (void)snprintf(pa, sizeof pa, "%s/oom.sock", dir);
+    tern_alloc_fail_after(0);
+    cr_expect_eq(xport_shm_new(&loop, 1, pa, NULL, &x, errmsg), -ENOMEM);
+    tern_alloc_fail_after(-1);
+    cr_expect_neq(access(pa, F_OK), 0, "no socket file left behind");
+
+    a = make(1, NULL, pa);
+    b = make(2, NULL, pb);
+    cr_assert_eq(xport_start(b, on_recv, &s), 0);
+    tern_alloc_fail_after(0); /* the peer record */
+    cr_expect_eq(xport_send(a, &r.req, 2, pb, &iov, 1, on_sent), -ENOMEM);
+    tern_alloc_fail_after(1); /* the connection */
+    cr_expect_eq(xport_send(a, &r.req, 2, pb, &iov, 1, on_sent), -ENOMEM);
+    tern_alloc_fail_after(-1);
+    cr_expect_eq(r.done, 0, "a failed send never calls back");
+    cr_assert_eq(send_wait(a, 2, pb, 1), 0);
+    run_until(&s.count, 1);
+    close_and_wait(a);
+    close_and_wait(b);
+}
+
+/* ---- a real peer process, killed with SIGKILL and restarted ------------ */
+
+static void child_echo(void *arg, uint64_t from, const void *msg, size_t len)
+{
+    static struct xport_send reqs[64];
+    static unsigned next;
+    struct xport *x = arg;
+    struct xport_iov iov = {msg, len};
+    (void)from;
+    /* The parent has at most one ping in flight. */
+    (void)xport_send(x, &reqs[next++ % 64], 1, getenv("TERN_TEST_PARENT"), &iov,
+                     1, on_sent);
+}
+
+/* Fork a child running an shm transport (id 2) at path that echoes to
+ * the parent. Returns its pid once it listens. */
+static pid_t spawn_echo(const char *path)
+{
+    int ready[2];
+    char c;
+    pid_t pid;
+
+    cr_assert_eq(pipe(ready), 0);
+    pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        uv_loop_t l;
+        struct xport *x = NULL;
+        char errmsg[TERN_ERRMSG_SIZE];
+        close(ready[0]);
+        uv_loop_init(&l);
+        if (xport_shm_new(&l, 2, path, NULL, &x, errmsg) != 0 ||
+            xport_start(x, child_echo, x) != 0) {
+            _exit(3);
+        }
+        (void)!write(ready[1], "r", 1);
+        uv_run(&l, UV_RUN_DEFAULT);
+        _exit(0);
+    }
+    close(ready[1]);
+    cr_assert_eq(read(ready[0], &c, 1), 1, "child listening");
+    close(ready[0]);
+    return pid;
+}
+
+Test(shm, killed_peer_process_restarts)
+{
+    char pa[108], pb[108];
+    struct xport *a = make(1, NULL, pa);
+    struct sink s = {0};
+    int st;
+    pid_t child;
+    uint32_t v = 1;
+
+    (void)snprintf(pb, sizeof pb, "%s/child.sock", dir);
+    cr_assert_eq(setenv("TERN_TEST_PARENT", pa, 1), 0);
+    cr_assert_eq(xport_start(a, on_recv, &s), 0);
+    child = spawn_echo(pb);
+    cr_assert_eq(send_wait(a, 2, pb, v++), 0);
+    run_until(&s.count, 1);
+    cr_expect_eq(s.from, 2);
+
+    /* SIGKILL: the socket file stays behind, the ring memory goes. */
+    cr_assert_eq(kill(child, SIGKILL), 0);
+    cr_assert_eq(waitpid(child, &st, 0), child);
+    cr_assert_eq(access(pb, F_OK), 0, "stale socket file left");
+    /* The sender notices (EOF on the socket): sends fail, never hang. */
+    for (int i = 0; i < 100000 && uv_hrtime() < deadline; i++) {
+        if (send_wait(a, 2, pb, v++) == TERN_ENOCONN) {
+            break;
+        }
+    }
+    cr_expect_eq(send_wait(a, 2, pb, v++), TERN_ENOCONN,
+                 "nobody listens: ENOCONN (back-off)");
+
+    /* A new incarnation at the same path: traffic resumes. */
+    child = spawn_echo(pb);
+    /* Sends complete with TERN_ENOCONN until the back-off (100 ms) ends. */
+    for (long i = 0; i < 100000000 && s.count < 2 && uv_hrtime() < deadline;
+         i++) {
+        if (send_wait(a, 2, pb, v++) == 0) {
+            for (int j = 0; j < 100000 && s.count < 2; j++) {
+                uv_run(&loop, UV_RUN_NOWAIT);
+            }
+        }
+    }
+    cr_expect_eq(s.count, 2, "echo from the restarted peer");
+    cr_expect_eq(s.from, 2);
+    cr_assert_eq(kill(child, SIGKILL), 0);
+    cr_assert_eq(waitpid(child, &st, 0), child);
+    close_and_wait(a);
+}
