@@ -39,7 +39,8 @@ struct repl_fsm {
     void *arg;
     /* Apply the command entry at raft index. Must be idempotent: on restart
      * entries after the last snapshot are applied again, and the FSM skips
-     * indexes it already holds. A non-zero return is an I/O failure. */
+     * indexes it already holds. Must be atomic. A non-zero return is an
+     * I/O failure: the replica fail-stops (status.failed), see fsm.c. */
     int (*apply)(void *arg, uint64_t index, const void *buf, size_t len);
     /* Make the state at last_applied durable and describe it in a small
      * manifest (tern_malloc'd, ownership passes to repl on 0). */
@@ -47,16 +48,25 @@ struct repl_fsm {
                     size_t *manifest_len);
     /* Adopt the state a manifest describes. Called at start-up with the
      * latest local snapshot and on a follower after an InstallSnapshot whose
-     * bulk data has been fetched. */
+     * bulk data has been fetched. If the FSM is already at or past the
+     * manifest's applied index (it is durable), keep the current state. A
+     * non-zero return leaves libraft's state unchanged (startup fails). */
     int (*restore)(void *arg, const void *manifest, size_t manifest_len);
     /* Bulk catch-up (follower side): which byte range [*from, *to) of the
-     * leader's state stream this node lacks to reach the manifest. */
+     * leader's state stream this node lacks to reach the manifest. Called
+     * again for every InstallSnapshot (also after an aborted fetch):
+     * bytes already fetched should not be asked for again. */
     int (*bulk_range)(void *arg, const void *manifest, size_t manifest_len,
                       uint64_t *from, uint64_t *to);
-    /* Leader side: read up to cap bytes of the state stream at pos. */
+    /* Leader side (the node that sent the snapshot): read up to cap bytes
+     * of the state stream at pos into buf; *n = 0 means no such bytes. */
     int (*bulk_read)(void *arg, uint64_t pos, void *buf, size_t cap,
                      size_t *n);
-    /* Follower side: write n bytes at pos (pos == current end). */
+    /* Follower side: write n bytes at pos (pos == current end of the
+     * fetched data). Write into STAGING: only restore() may adopt it.
+     * apply() can still run while a fetch is in progress, and the
+     * InstallSnapshot may end up not being installed (then restore is not
+     * called for it). */
     int (*bulk_write)(void *arg, uint64_t pos, const void *buf, size_t n);
 };
 
@@ -84,13 +94,18 @@ struct repl_config {
 int repl_config_validate(struct repl_config *c, char *errmsg);
 
 /* Leader/role changes and writability. writable is true only on a leader
- * whose post-election barrier has been applied. */
+ * whose post-election barrier has been applied (and no leadership transfer
+ * is under way). Runs on the loop thread, possibly from inside libraft's
+ * callbacks: it may call repl_propose/repl_get_status but not repl_close. */
 typedef void (*repl_state_cb)(void *arg, enum repl_role role,
                               uint64_t leader_id, uint64_t term,
                               bool writable);
 
-/* Create (not start). x is borrowed and must outlive the repl. The config
- * strings are copied. *out is released by repl_close. */
+/* Create (not start). loop must not be NULL (raft_uv runs on it). x is
+ * borrowed and must outlive the repl; the repl owns x's receive side:
+ * repl_start calls xport_start(x, ...) and repl_close re-points it to a
+ * no-op (x itself is not closed). The config strings are copied. *out is
+ * released by repl_close. */
 int repl_new(uv_loop_t *loop, struct xport *x, const struct repl_config *c,
              const struct repl_fsm *fsm, repl_state_cb state_cb,
              void *state_arg, struct repl **out, char *errmsg);
@@ -103,7 +118,8 @@ int repl_start(struct repl *r, char *errmsg);
  * apply for that index runs before cb. cb gets 0 once applied, or
  * TERN_ENOTLEADER / TERN_ELEADERSHIPLOST (outcome unknown: the entry may
  * still commit) / TERN_ESHUTDOWN / TERN_EFULL / -EIO. Fails with
- * TERN_ENOTLEADER when not writable. */
+ * TERN_ENOTLEADER when not writable, TERN_ETOOBIG when len exceeds the
+ * xport's largest message minus 1 KiB of framing. */
 typedef void (*repl_propose_cb)(void *data, int status, uint64_t index);
 int repl_propose(struct repl *r, void *buf, size_t len, repl_propose_cb cb,
                  void *data, uint64_t *index);
@@ -118,6 +134,10 @@ struct repl_status {
     uint64_t last_index;
     uint64_t last_stored; /* durably appended locally */
     bool writable;
+    int fsm_error; /* last repl_fsm.apply/restore error (0: none) */
+    int failed;    /* non-zero: fail-stopped after a log write or FSM apply
+                      error; the replica no longer takes part (role
+                      REPL_UNAVAILABLE): close and restart it */
 };
 void repl_get_status(struct repl *r, struct repl_status *out);
 
@@ -125,7 +145,8 @@ void repl_get_status(struct repl *r, struct repl_status *out);
 int repl_transfer(struct repl *r, uint64_t id);
 
 /* Stop raft; pending proposals fail with TERN_ESHUTDOWN; cb(arg) runs once
- * closed, r is freed before it runs. The xport is not closed. */
+ * closed (asynchronously: keep running the loop), r is freed before it
+ * runs. The xport is not closed: close it after cb. */
 void repl_close(struct repl *r, void (*cb)(void *arg), void *arg);
 
 #endif /* TERN_REPL_H */

@@ -1,0 +1,231 @@
+/*
+ * raft/bulk.c: bulk catch-up before an InstallSnapshot reaches libraft.
+ *
+ * libraft 0.15 sends a snapshot whole, in one message, from one in-RAM
+ * buffer. tern's snapshot data is only a small manifest of the FSM state
+ * (repl_fsm.snapshot); the state itself is a byte stream the follower
+ * fetches from the snapshot's sender over the same xport, with two extra
+ * frame types (layout in codec.c):
+ *
+ *   follower                                  leader (sender of the snapshot)
+ *   InstallSnapshot(manifest) arrives, held
+ *   bulk_range(manifest) -> [from, to)
+ *   BULK_REQ {snap, pos, len<=chunk} x window ->
+ *                                     <- BULK_DATA {snap, pos, bytes} (bulk_read)
+ *   bulk_write(pos, bytes); more BULK_REQs
+ *   ... pos == to: deliver the held InstallSnapshot to libraft, which
+ *   persists it (snapshot_put) and calls restore(manifest).
+ *
+ * Failure modes: a BULK_DATA out of order (a loss) is ignored and the stall
+ * timer (bulk_stall_ms without progress) re-requests from the write
+ * position, up to 3 times; then, or on an error status, a write error or a
+ * newer snapshot, the held message is dropped. libraft's leader then sends
+ * the snapshot again after install_snapshot_timeout (repl.c: a few
+ * seconds; the manifest is small, so resends are cheap), and bulk_range
+ * says what is still missing: bytes already written are kept. A resend of
+ * the snapshot being fetched is ignored. Only one fetch at a time, and no
+ * InstallSnapshot reaches libraft while it still persists a previous one
+ * (0.15 asserts, compiled out, that only one install is in flight).
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "repl_int.h"
+
+#define BULK__MAX_RETRIES 3
+
+static uint64_t now_ms(struct repl *r)
+{
+    return r->inner->time(r->inner);
+}
+
+void repl_bulk_abort(struct repl *r)
+{
+    if (r->fetch.active) {
+        repl_wire_release(&r->fetch.held);
+        r->fetch.active = false;
+    }
+}
+
+static void send_requests(struct repl *r)
+{
+    struct repl_bulk_fetch *f = &r->fetch;
+    while (f->in_flight < r->bulk_window && f->next_req < f->to) {
+        struct repl_bulk_msg b = {0};
+        struct repl_frame fr;
+        int rv;
+        b.snap_index = f->held.msg.install_snapshot.last_index;
+        b.pos = f->next_req;
+        b.len = TERN_MIN(r->bulk_chunk, f->to - f->next_req);
+        if (repl_codec_encode_bulk(r->id, r->address, REPL_WIRE_BULK_REQ, &b,
+                                   &fr) != 0) {
+            return;
+        }
+        rv = repl_io_send_frame(r, f->peer_id, f->peer_addr, &fr);
+        repl_frame_release(&fr);
+        if (rv != 0) {
+            return; /* the stall timer retries */
+        }
+        f->next_req += b.len;
+        f->in_flight++;
+    }
+}
+
+static void finish(struct repl *r)
+{
+    struct repl_wire held = r->fetch.held;
+    r->fetch.active = false;
+    r->bulk_completed++;
+    held.msg.server_address = held.sender_addr;
+    repl_io_deliver(r, &held);
+}
+
+void repl_bulk_on_install(struct repl *r, struct repl_wire *w)
+{
+    struct repl_bulk_fetch *f = &r->fetch;
+    const struct raft_install_snapshot *s = &w->msg.install_snapshot;
+    uint64_t from = 0, to = 0;
+    int rv;
+
+    if (r->install_index != 0) {
+        repl_wire_release(w); /* an install is still being persisted */
+        return;
+    }
+    if (r->fsm.bulk_range == NULL) {
+        repl_io_deliver(r, w);
+        return;
+    }
+    if (f->active) {
+        if (f->peer_id == w->sender_id &&
+            f->held.msg.install_snapshot.last_index == s->last_index) {
+            repl_wire_release(w); /* a resend of the one we fetch for */
+            return;
+        }
+        repl_bulk_abort(r);
+    }
+    rv = r->fsm.bulk_range(r->fsm.arg, s->data.base, s->data.len, &from, &to);
+    if (rv != 0) {
+        repl_wire_release(w);
+        return;
+    }
+    if (from >= to) {
+        repl_io_deliver(r, w);
+        return;
+    }
+    memset(f, 0, sizeof *f);
+    f->active = true;
+    f->held = *w;
+    f->held.msg.server_address = f->held.sender_addr;
+    f->peer_id = w->sender_id;
+    memcpy(f->peer_addr, w->sender_addr, sizeof f->peer_addr);
+    f->next_pos = from;
+    f->next_req = from;
+    f->to = to;
+    f->last_progress_ms = now_ms(r);
+    send_requests(r);
+}
+
+static void serve(struct repl *r, const struct repl_wire *w)
+{
+    struct repl_bulk_msg b = {0};
+    struct repl_frame fr;
+    uint8_t *buf = NULL;
+    size_t want = (size_t)TERN_MIN(w->bulk.len, r->bulk_chunk);
+    size_t got = 0;
+
+    b.snap_index = w->bulk.snap_index;
+    b.pos = w->bulk.pos;
+    b.status = REPL_BULK_STATUS_ERROR;
+    if (r->fsm.bulk_read != NULL && want > 0) {
+        buf = tern_malloc(want);
+    }
+    if (buf != NULL) {
+        b.status = REPL_BULK_STATUS_OK;
+        while (got < want) {
+            size_t n = 0;
+            if (r->fsm.bulk_read(r->fsm.arg, w->bulk.pos + got, buf + got,
+                                 want - got, &n) != 0) {
+                b.status = REPL_BULK_STATUS_ERROR;
+                break;
+            }
+            if (n == 0) {
+                break;
+            }
+            got += n;
+        }
+        if (got == 0) {
+            b.status = REPL_BULK_STATUS_ERROR;
+        }
+    }
+    b.len = b.status == REPL_BULK_STATUS_OK ? got : 0;
+    b.data = buf;
+    if (repl_codec_encode_bulk(r->id, r->address, REPL_WIRE_BULK_DATA, &b,
+                               &fr) == 0) {
+        (void)repl_io_send_frame(r, w->sender_id, w->sender_addr, &fr);
+        repl_frame_release(&fr);
+    }
+    tern_free(buf);
+}
+
+static void on_data(struct repl *r, const struct repl_wire *w)
+{
+    struct repl_bulk_fetch *f = &r->fetch;
+    if (!f->active || w->sender_id != f->peer_id ||
+        w->bulk.snap_index != f->held.msg.install_snapshot.last_index) {
+        return;
+    }
+    if (w->bulk.status != REPL_BULK_STATUS_OK || w->bulk.len == 0) {
+        repl_bulk_abort(r);
+        return;
+    }
+    if (w->bulk.pos != f->next_pos) {
+        return; /* after a loss; the stall timer re-requests */
+    }
+    if (w->bulk.len > f->to - f->next_pos ||
+        r->fsm.bulk_write(r->fsm.arg, w->bulk.pos, w->bulk.data,
+                          (size_t)w->bulk.len) != 0) {
+        repl_bulk_abort(r);
+        return;
+    }
+    f->next_pos += w->bulk.len;
+    if (f->in_flight > 0) {
+        f->in_flight--;
+    }
+    f->last_progress_ms = now_ms(r);
+    f->retries = 0;
+    if (f->next_pos >= f->to) {
+        finish(r);
+        return;
+    }
+    if (f->next_req < f->next_pos) {
+        f->next_req = f->next_pos;
+    }
+    send_requests(r);
+}
+
+void repl_bulk_on_frame(struct repl *r, struct repl_wire *w)
+{
+    if (w->type == REPL_WIRE_BULK_REQ) {
+        serve(r, w);
+    } else {
+        on_data(r, w);
+    }
+}
+
+void repl_bulk_tick(struct repl *r)
+{
+    struct repl_bulk_fetch *f = &r->fetch;
+    if (!f->active || now_ms(r) - f->last_progress_ms < r->bulk_stall_ms) {
+        return;
+    }
+    if (f->retries >= BULK__MAX_RETRIES) {
+        repl_bulk_abort(r);
+        return;
+    }
+    f->retries++;
+    r->bulk_rerequests++;
+    f->in_flight = 0;
+    f->next_req = f->next_pos;
+    f->last_progress_ms = now_ms(r);
+    send_requests(r);
+}

@@ -1,0 +1,337 @@
+/*
+ * raft/guard.c: leader barrier, role polling and the adapter-side
+ * mitigations of libraft 0.15.0 safety bugs. Everything here only DROPS
+ * (or neutralises) messages, LOWERS advertised/learned indexes, DELAYS
+ * timer ticks, or (item 6) rewrites a message into an equivalent one:
+ * raft tolerates message loss and late timers, so none of it can break
+ * safety; the cost is liveness while the condition holds.
+ *
+ * 1. Figure 8 / Raft 5.4.2 (#220, fixed upstream by #336 in 0.17.1). The
+ *    0.15 leader commits by counting replicas, with no "entry is from my
+ *    term" check: replicationQuorum(r, r->last_stored) (called after every
+ *    AppendEntries result and every leader append completion) commits
+ *    index = the leader's last_stored once a majority has
+ *    match_index >= last_stored. On winning an election we submit
+ *    raft_barrier(); its index b is the first entry of the new term (0.15
+ *    appends no no-op; repl_propose is refused until the barrier applied,
+ *    so nothing precedes it). On the leader a SUCCESSFUL AppendEntries
+ *    result reaches the core unchanged only once our own durable index
+ *    (io.c, from append completions) is >= b; before that it is
+ *    neutralised: its last_log_index is set to 0, so the core still counts
+ *    the contact (the leader does not step down for lack of quorum contact
+ *    while its barrier write is slow) but progressMaybeUpdate() finds
+ *    nothing new, so neither match_index nor the commit index moves
+ *    (equivalent to dropping it, for safety). Rejections always pass.
+ *    Why this suffices: results pass only when durable >= b, and then the
+ *    core's last_stored >= b too (we update durable_index right before the
+ *    append callback that advances last_stored; the leader's own appends
+ *    of this term start at b and complete in order after any older one),
+ *    so every quorum check evaluates an index >= b, i.e. a current-term
+ *    entry, and committing it commits older entries exactly as Raft
+ *    allows. Before that, no follower has match_index > 0 in this term, so
+ *    a quorum check at an old-term last_stored (an append of an earlier
+ *    term completing late) finds no majority.
+ *    Deviation from notes §8.1, which also asks result.last_log_index >= b:
+ *    under 0.15's quorum-at-last_stored rule that condition adds nothing
+ *    once durable >= b (a match_index < b never counts for an index >= b)
+ *    and it breaks liveness: a follower whose InstallSnapshot turns out to
+ *    be a no-op answers success with its own last index < b, and 0.15
+ *    keeps that follower's progress in SNAPSHOT state (ignoring its
+ *    rejections) until a success arrives: found by the chaos tests.
+ *    Reset on every role or term change. Tested: test_cluster.c
+ *    "figure8_*" (schedule of notes §8.1 item 4: committed, applied and
+ *    later overwritten without the guard, never committed with it) and the
+ *    chaos tests (no index ever applies two payloads, acknowledged writes
+ *    survive).
+ * 2. Writability: writable only after the barrier's callback with status 0
+ *    (index >= b by construction), so a new leader never acknowledges
+ *    writes on top of a log whose older tail it has not committed.
+ *    Tested: test_cluster.c "barrier_gates_writes".
+ * 3. #429 RequestVote advertises the unpersisted last index/term: outgoing
+ *    RequestVote (and pre-vote) is rewritten to the durable last index and
+ *    its term when those are lower. That only makes the candidate look less
+ *    up to date (never grants a vote the original would not get), and it
+ *    advertises what survives a crash. Not rewritten if the term of the
+ *    durable index is unknown. Tested: test_cluster.c "vote_rewrite".
+ * 4. #467 / 4fbd3c0: a follower converting to candidate (election timeout)
+ *    while entries or an installed snapshot are still being persisted.
+ *    While a non-leader has appends or an install in flight we withhold
+ *    raft's tick (only election timers run on non-leaders' ticks; the
+ *    conversion then happens on the first tick after the writes settle,
+ *    which is the upstream fix's behaviour; also while a bulk fetch runs,
+ *    bulk.c), and we drop incoming TimeoutNow while appends or an install
+ *    are in flight. Tested: test_cluster.c "tick_withheld".
+ * 5. #423 commit index ahead of what the follower stores/matches: when an
+ *    AppendEntries brings nothing new, 0.15's follower sets commit_index =
+ *    min(leader_commit, logLastIndex) at once: past the prefix this message
+ *    validated and past what is durable locally (so the FSM may apply an
+ *    entry the local log loses in a crash). We clamp leader_commit to
+ *    prev_log_index + n_entries (Raft's "index of last new entry") and, if
+ *    the message carries nothing beyond what we already submitted, to our
+ *    durable index. (With new entries 0.15 already waits for the append and
+ *    uses min(leader_commit, last_stored).) Lowering a learned commit index
+ *    is always safe; it delays the follower's apply by a heartbeat at most.
+ *    Note: the source we could read (a 0.1x-era replication.c) has that
+ *    synchronous path; Debian's 0.15.0 did not advance a frozen follower's
+ *    commit past its stored index in test_cluster.c
+ *    "follower_applies_only_durable_entries" even without the clamp, so
+ *    this is defence in depth and that test a regression test.
+ * 6. Follower ahead of the leader's snapshot (found by the chaos tests, no
+ *    upstream issue known): 0.15's checkLogMatchingProperty rejects an
+ *    AppendEntries whose prev_log_index lies below the follower's own
+ *    latest snapshot S (its term is unknown there), and the leader only
+ *    ever probes downwards, so a follower that snapshotted past the
+ *    leader's last snapshot is rejected all the way down and sent the
+ *    leader's older snapshot, which 0.15 treats as "already have it"
+ *    without moving the leader's progress: stuck forever. We rebase such
+ *    a message onto S: prev = S with our snapshot's term, entries <= S
+ *    dropped. Sound: S <= our last applied <= commit index, so entry S is
+ *    committed and the leader's log holds the same entry (Leader
+ *    Completeness), and we check the term when the message carries it.
+ *    Tested: test_cluster.c "chaos_*" seeds that got stuck before.
+ * 7. Append failure (#466, 0cac59c leader keeps leadership after a failed
+ *    disk write): fail-stop, see io.c. Same for a failed FSM apply (fsm.c).
+ * Not mitigated: #466's on-disk hole handling inside raft_uv itself; the
+ *    ambiguity of LEADERSHIPLOST (clients must dedupe).
+ */
+#include <string.h>
+
+#include "repl_int.h"
+
+struct repl_barrier_req {
+    struct raft_barrier req;
+    struct repl *r;
+    uint64_t term;
+    bool stale;
+};
+
+static enum repl_role role_from_raft(int state)
+{
+    switch (state) {
+        case RAFT_FOLLOWER:
+            return REPL_FOLLOWER;
+        case RAFT_CANDIDATE:
+            return REPL_CANDIDATE;
+        case RAFT_LEADER:
+            return REPL_LEADER;
+        default:
+            return REPL_UNAVAILABLE;
+    }
+}
+
+static void emit(struct repl *r)
+{
+    if (r->state_cb != NULL && !r->closing) {
+        r->state_cb(r->state_arg, role_from_raft(r->role), r->leader_id,
+                    r->role_term, r->writable);
+    }
+}
+
+void repl_update_writable(struct repl *r)
+{
+    bool w = r->barrier_applied && !r->transferring && r->failed == 0 &&
+             r->role == RAFT_LEADER;
+    if (w != r->writable) {
+        r->writable = w;
+        emit(r);
+    }
+}
+
+static void barrier_cb(struct raft_barrier *req, int status)
+{
+    struct repl_barrier_req *b = req->data;
+    struct repl *r = b->r;
+    bool stale = b->stale;
+    uint64_t term = b->term;
+    uint64_t index = req->index;
+    if (!stale && r->barrier == b) {
+        r->barrier = NULL;
+    }
+    tern_free(b);
+    if (stale || status != 0 || r->closing) {
+        return;
+    }
+    if (r->role == RAFT_LEADER && r->role_term == term &&
+        raft_state(&r->raft) == RAFT_LEADER &&
+        r->raft.current_term == term && index >= r->barrier_index &&
+        r->barrier_index != 0) {
+        r->barrier_applied = true;
+        repl_update_writable(r);
+    }
+}
+
+static void submit_barrier(struct repl *r)
+{
+    struct repl_barrier_req *b = tern_calloc(1, sizeof *b);
+    int rv;
+    if (b == NULL) {
+        return; /* retried on the next tick */
+    }
+    b->r = r;
+    b->term = r->role_term;
+    b->req.data = b;
+    rv = raft_barrier(&r->raft, &b->req, barrier_cb);
+    if (rv != 0) {
+        tern_free(b);
+        return;
+    }
+    r->barrier = b;
+    r->barrier_index = b->req.index;
+}
+
+void repl_poll(struct repl *r)
+{
+    int role;
+    uint64_t term;
+    raft_id lid = 0;
+    const char *laddr = NULL;
+    bool changed = false;
+
+    if (r->closing || !r->started) {
+        return;
+    }
+    role = r->failed != 0 ? RAFT_UNAVAILABLE : raft_state(&r->raft);
+    if (role == RAFT_UNAVAILABLE && r->failed == 0) {
+        /* 0.15 converts to UNAVAILABLE for good on some internal errors
+         * (e.g. out of memory while handling a message): report it as a
+         * fail-stop so node/ restarts the replica. */
+        repl_fail(r, TERN_EINTERNAL);
+        return;
+    }
+    /* 0.15 has no accessor for the current term; struct raft is public in
+     * 0.15 (hidden fields came in 0.17). */
+    term = r->raft.current_term;
+    if (r->failed == 0) {
+        raft_leader(&r->raft, &lid, &laddr);
+    }
+    if (role != r->role || term != r->role_term) {
+        if (r->barrier != NULL) {
+            r->barrier->stale = true;
+            r->barrier = NULL;
+        }
+        r->writable = false;
+        r->barrier_applied = false;
+        r->transferring = false;
+        r->barrier_index = 0;
+        r->role = role;
+        r->role_term = term;
+        changed = true;
+    }
+    if (lid != r->leader_id) {
+        r->leader_id = lid;
+        changed = true;
+    }
+    if (role == RAFT_LEADER && r->barrier == NULL && r->barrier_index == 0) {
+        submit_barrier(r);
+    }
+    if (changed) {
+        emit(r);
+    }
+}
+
+/* Item 6: rebase an AppendEntries whose prev_log_index lies below our
+ * latest snapshot S onto S (see the top of the file). */
+static void rebase_below_snapshot(struct repl *r, struct raft_append_entries *a)
+{
+    uint64_t s = r->snap_index;
+    uint64_t p = a->prev_log_index;
+    if (s == 0 || r->snap_term == 0 || p >= s) {
+        return;
+    }
+    if (p + a->n_entries <= s) {
+        /* Everything it carries is inside our snapshot. */
+        if (a->entries != NULL) {
+            raft_free(a->entries[0].batch);
+            raft_free(a->entries);
+        }
+        a->entries = NULL;
+        a->n_entries = 0;
+    } else {
+        uint64_t k = s - p; /* entries[k - 1] is index s */
+        if (a->entries[k - 1].term != r->snap_term) {
+            return; /* cannot happen for a committed s; leave it to raft */
+        }
+        memmove(a->entries, a->entries + k,
+                (size_t)(a->n_entries - k) * sizeof *a->entries);
+        a->n_entries -= (unsigned)k;
+    }
+    a->prev_log_index = s;
+    a->prev_log_term = r->snap_term;
+    r->ae_rebased++;
+}
+
+bool repl_guard_recv(struct repl *r, struct raft_message *m)
+{
+    switch (m->type) {
+        case RAFT_IO_APPEND_ENTRIES_RESULT: {
+            const struct raft_append_entries_result *res =
+                &m->append_entries_result;
+            uint64_t b;
+            if (!r->guard_enabled || res->rejected != 0) {
+                return true;
+            }
+            repl_poll(r);
+            if (raft_state(&r->raft) != RAFT_LEADER) {
+                return true; /* the core ignores it anyway */
+            }
+            b = r->barrier_index;
+            if (b == 0 || r->durable_index < b) {
+                /* Neutralise rather than drop: with last_log_index 0 the
+                 * core still records contact with the follower (so the
+                 * leader does not step down for lack of quorum contact
+                 * while its own barrier write is slow), but
+                 * progressMaybeUpdate() sees nothing new, so neither
+                 * match_index nor the commit index moves. */
+                m->append_entries_result.last_log_index = 0;
+                r->guard_dropped++;
+                return true;
+            }
+            return true;
+        }
+        case RAFT_IO_APPEND_ENTRIES: {
+            struct raft_append_entries *a = &m->append_entries;
+            uint64_t last_new;
+            rebase_below_snapshot(r, a);
+            last_new = a->prev_log_index + a->n_entries;
+            if (a->leader_commit > last_new) {
+                a->leader_commit = last_new;
+            }
+            /* Nothing new for our log: 0.15 takes its synchronous path and
+             * commits up to logLastIndex without waiting for the disk. */
+            if (last_new < r->next_index &&
+                a->leader_commit > r->durable_index) {
+                a->leader_commit = r->durable_index;
+            }
+            return true;
+        }
+        case RAFT_IO_TIMEOUT_NOW:
+            if (!repl_list_empty(&r->appends) || r->install_index != 0) {
+                r->timeout_now_dropped++;
+                return false;
+            }
+            return true;
+        default:
+            return true;
+    }
+}
+
+const struct raft_message *repl_guard_send(struct repl *r,
+                                           const struct raft_message *m,
+                                           struct raft_message *copy)
+{
+    uint64_t d = r->durable_index;
+    uint64_t t;
+    if (m->type != RAFT_IO_REQUEST_VOTE ||
+        m->request_vote.last_log_index <= d) {
+        return m;
+    }
+    t = repl_io_term_of(r, d);
+    if (d != 0 && t == 0) {
+        return m;
+    }
+    *copy = *m;
+    copy->request_vote.last_log_index = d;
+    copy->request_vote.last_log_term = t;
+    r->vote_rewrites++;
+    return copy;
+}

@@ -1,0 +1,697 @@
+/*
+ * raft/repl.c: the public repl_ API (repl.h): configuration checks, the
+ * replica's life cycle (new/start/close), proposals, status, leadership
+ * transfer, and the RAFT_* -> tern code translation.
+ *
+ * Production: repl_new creates an inner raft_uv over data_dir with a dummy
+ * raft_uv_transport (raft_uv_init requires one; ours never listens or
+ * connects, all traffic goes through the xport, io.c). Tests use
+ * repl_new_with_io with a fake inner io.
+ *
+ * Settings applied to libraft: pre-vote on, election timeout / heartbeat
+ * from the config (150/15 ms by default), tick every min(5, HB/3) ms,
+ * entry-count snapshot threshold 64 (the byte threshold in fsm.c governs),
+ * snapshot trailing from the config, install-snapshot timeout
+ * max(2 s, 20 x ET) (see bulk.c: the snapshot libraft sends is a small
+ * manifest, so a resend is cheap, while a long timeout would stall a
+ * follower whose InstallSnapshot was lost for that long; a resend of the
+ * snapshot being fetched is ignored, a newer one restarts the fetch from
+ * where the bytes already are).
+ *
+ * Status sources: term = the durable term tracked by io.c from load and
+ * set_term; commit_index = struct raft's commit_index field (0.15 has no
+ * accessor; the struct is public in 0.15); last_applied/last_index via
+ * raft_last_applied/raft_last_index; last_stored = io.c's durable index.
+ */
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <raft/uv.h>
+
+#include "repl_int.h"
+
+#define REPL__DEFAULT_ET 150
+#define REPL__DEFAULT_HB 15
+#define REPL__DEFAULT_SNAPSHOT_BYTES ((uint64_t)64 << 20)
+#define REPL__DEFAULT_TRAILING 256
+#define REPL__ENTRY_THRESHOLD 64
+#define REPL__INSTALL_TIMEOUT_MIN_MS 2000
+#define REPL__BULK_CHUNK ((uint64_t)1 << 20)
+#define REPL__BULK_WINDOW 4
+#define REPL__BULK_STALL_MS 5000
+#define REPL__FRAME_OVERHEAD 1024
+
+struct repl_proposal {
+    struct raft_apply req;
+    struct repl *r;
+    repl_propose_cb cb;
+    void *data;
+    struct repl_list link;
+};
+
+/* ---- libraft heap = tern allocator ------------------------------------ */
+
+static void *heap_malloc(void *data, size_t n)
+{
+    (void)data;
+    return tern_malloc(n);
+}
+static void heap_free(void *data, void *p)
+{
+    (void)data;
+    tern_free(p);
+}
+static void *heap_calloc(void *data, size_t n, size_t size)
+{
+    (void)data;
+    return tern_calloc(n, size);
+}
+static void *heap_realloc(void *data, void *p, size_t n)
+{
+    (void)data;
+    return tern_realloc(p, n);
+}
+static void *heap_aligned_alloc(void *data, size_t alignment, size_t size)
+{
+    (void)data;
+    /* raft_uv's O_DIRECT buffers; freed only through heap_aligned_free. */
+    return aligned_alloc(alignment, (size + alignment - 1) / alignment *
+                                        alignment);
+}
+static void heap_aligned_free(void *data, size_t alignment, void *p)
+{
+    (void)data;
+    (void)alignment;
+    free(p);
+}
+
+static struct raft_heap tern_raft_heap = {
+    .data = NULL,
+    .malloc = heap_malloc,
+    .free = heap_free,
+    .calloc = heap_calloc,
+    .realloc = heap_realloc,
+    .aligned_alloc = heap_aligned_alloc,
+    .aligned_free = heap_aligned_free,
+};
+static atomic_flag heap_installed = ATOMIC_FLAG_INIT;
+
+void repl_install_heap(void)
+{
+    if (!atomic_flag_test_and_set(&heap_installed)) {
+        raft_heap_set(&tern_raft_heap);
+    }
+}
+
+/* ---- codes ------------------------------------------------------------- */
+
+int repl_err_from_raft(int rv)
+{
+    switch (rv) {
+        case 0:
+            return 0;
+        case RAFT_NOMEM:
+            return -ENOMEM;
+        case RAFT_NOTLEADER:
+            return TERN_ENOTLEADER;
+        case RAFT_LEADERSHIPLOST:
+            return TERN_ELEADERSHIPLOST;
+        case RAFT_SHUTDOWN:
+        case RAFT_CANCELED:
+            return TERN_ESHUTDOWN;
+        case RAFT_NOSPACE:
+            return TERN_EFULL;
+        case RAFT_IOERR:
+            return -EIO;
+        case RAFT_CORRUPT:
+            return TERN_ECORRUPT;
+        case RAFT_MALFORMED:
+            return TERN_EMALFORMED;
+        case RAFT_TOOBIG:
+            return TERN_ETOOBIG;
+        case RAFT_NOCONNECTION:
+            return TERN_ENOCONN;
+        case RAFT_BUSY:
+        case RAFT_TOOMANY:
+            return TERN_EBUSY;
+        case RAFT_BADID:
+        case RAFT_DUPLICATEID:
+        case RAFT_DUPLICATEADDRESS:
+        case RAFT_BADROLE:
+        case RAFT_INVALID:
+        case RAFT_NAMETOOLONG:
+        case RAFT_CANTCHANGE:
+        case RAFT_CANTBOOTSTRAP:
+            return TERN_EINVAL;
+        case RAFT_NOTFOUND:
+            return -ENOENT;
+        case RAFT_UNAUTHORIZED:
+            return -EACCES;
+        default:
+            return TERN_EINTERNAL;
+    }
+}
+
+/* ---- config ------------------------------------------------------------ */
+
+int repl_config_validate(struct repl_config *c, char *errmsg)
+{
+    bool self = false;
+    if (c->election_timeout_ms == 0) {
+        c->election_timeout_ms = REPL__DEFAULT_ET;
+    }
+    if (c->heartbeat_ms == 0) {
+        c->heartbeat_ms = REPL__DEFAULT_HB;
+    }
+    if (c->snapshot_threshold_bytes == 0) {
+        c->snapshot_threshold_bytes = REPL__DEFAULT_SNAPSHOT_BYTES;
+    }
+    if (c->snapshot_trailing == 0) {
+        c->snapshot_trailing = REPL__DEFAULT_TRAILING;
+    }
+    if (c->id == 0) {
+        tern_errmsg_printf(errmsg, "repl: id must be > 0");
+        return TERN_EINVAL;
+    }
+    if (c->address == NULL || c->address[0] == '\0' ||
+        strlen(c->address) > REPL_WIRE_ADDR_MAX) {
+        tern_errmsg_printf(errmsg, "repl: address empty or too long");
+        return TERN_EINVAL;
+    }
+    if (c->heartbeat_ms >= c->election_timeout_ms) {
+        tern_errmsg_printf(errmsg,
+                           "repl: heartbeat %u ms must be < election "
+                           "timeout %u ms",
+                           c->heartbeat_ms, c->election_timeout_ms);
+        return TERN_EINVAL;
+    }
+    if (c->election_timeout_ms < 3 * c->heartbeat_ms) {
+        tern_errmsg_printf(errmsg,
+                           "repl: election timeout %u ms must be >= 3 x "
+                           "heartbeat %u ms",
+                           c->election_timeout_ms, c->heartbeat_ms);
+        return TERN_EINVAL;
+    }
+    if (c->peers == NULL || c->n_peers == 0) {
+        tern_errmsg_printf(errmsg, "repl: no peers");
+        return TERN_EINVAL;
+    }
+    for (unsigned i = 0; i < c->n_peers; i++) {
+        const struct repl_peer *p = &c->peers[i];
+        if (p->id == 0 || p->address == NULL || p->address[0] == '\0' ||
+            strlen(p->address) > REPL_WIRE_ADDR_MAX) {
+            tern_errmsg_printf(errmsg, "repl: peer %u: bad id or address",
+                               i);
+            return TERN_EINVAL;
+        }
+        for (unsigned j = 0; j < i; j++) {
+            if (c->peers[j].id == p->id) {
+                tern_errmsg_printf(errmsg, "repl: duplicate peer id %llu",
+                                   (unsigned long long)p->id);
+                return TERN_EINVAL;
+            }
+            if (strcmp(c->peers[j].address, p->address) == 0) {
+                tern_errmsg_printf(errmsg, "repl: duplicate address %s",
+                                   p->address);
+                return TERN_EINVAL;
+            }
+        }
+        if (p->id == c->id) {
+            if (strcmp(p->address, c->address) != 0) {
+                tern_errmsg_printf(errmsg,
+                                   "repl: own address %s differs from peer "
+                                   "entry %s",
+                                   c->address, p->address);
+                return TERN_EINVAL;
+            }
+            self = true;
+        }
+    }
+    if (!self) {
+        tern_errmsg_printf(errmsg, "repl: id %llu not among peers",
+                           (unsigned long long)c->id);
+        return TERN_EINVAL;
+    }
+    return 0;
+}
+
+/* ---- dummy raft_uv transport ------------------------------------------- */
+
+struct dummy_transport {
+    struct raft_uv_transport t;
+    uv_loop_t *loop;
+    uv_timer_t timer;
+    raft_uv_transport_close_cb cb;
+};
+
+static int dummy_init(struct raft_uv_transport *t, raft_id id,
+                      const char *address)
+{
+    (void)t;
+    (void)id;
+    (void)address;
+    return 0;
+}
+static int dummy_listen(struct raft_uv_transport *t, raft_uv_accept_cb cb)
+{
+    (void)t;
+    (void)cb;
+    return 0;
+}
+static int dummy_connect(struct raft_uv_transport *t,
+                         struct raft_uv_connect *req, raft_id id,
+                         const char *address, raft_uv_connect_cb cb)
+{
+    (void)t;
+    (void)req;
+    (void)id;
+    (void)address;
+    (void)cb;
+    return RAFT_NOCONNECTION;
+}
+static void dummy_closed(uv_handle_t *h)
+{
+    struct dummy_transport *d = h->data;
+    d->cb(&d->t);
+}
+static void dummy_close(struct raft_uv_transport *t,
+                        raft_uv_transport_close_cb cb)
+{
+    struct dummy_transport *d = (struct dummy_transport *)t;
+    /* Deferred to the loop: raft_uv must not see its close cb run inside
+     * its own close call. */
+    d->cb = cb;
+    uv_timer_init(d->loop, &d->timer);
+    d->timer.data = d;
+    uv_close((uv_handle_t *)&d->timer, dummy_closed);
+}
+
+/* ---- life cycle ------------------------------------------------------- */
+
+static void free_repl(struct repl *r)
+{
+    if (r->own_inner) {
+        raft_uv_close(r->inner);
+        tern_free(r->inner);
+        tern_free(r->dummy_transport);
+    }
+    for (unsigned i = 0; i < r->n_peers; i++) {
+        tern_free((void *)r->peers[i].address);
+    }
+    tern_free(r->peers);
+    tern_free(r->address);
+    tern_free(r->data_dir);
+    tern_free(r->runs);
+    tern_free(r);
+}
+
+static int create(uv_loop_t *loop, struct xport *x,
+                  const struct repl_config *cin, const struct repl_fsm *fsm,
+                  repl_state_cb state_cb, void *state_arg,
+                  struct raft_io *inner, bool own_inner,
+                  struct raft_uv_transport *dummy, struct repl **out,
+                  char *errmsg)
+{
+    struct repl_config c = *cin;
+    struct repl *r;
+    int rv;
+
+    rv = repl_config_validate(&c, errmsg);
+    if (rv != 0) {
+        return rv;
+    }
+    repl_install_heap();
+    r = tern_calloc(1, sizeof *r);
+    if (r == NULL) {
+        return -ENOMEM;
+    }
+    r->loop = loop;
+    r->xport = x;
+    r->inner = inner;
+    r->id = c.id;
+    r->election_timeout_ms = c.election_timeout_ms;
+    r->heartbeat_ms = c.heartbeat_ms;
+    r->tick_ms = TERN_MAX(1u, TERN_MIN(5u, c.heartbeat_ms / 3));
+    r->snapshot_threshold_bytes = c.snapshot_threshold_bytes;
+    r->snapshot_trailing = c.snapshot_trailing;
+    r->fsm = *fsm;
+    r->state_cb = state_cb;
+    r->state_arg = state_arg;
+    r->guard_enabled = true;
+    r->hold_ticks = true;
+    r->role = RAFT_UNAVAILABLE;
+    r->bulk_chunk = REPL__BULK_CHUNK;
+    r->bulk_window = REPL__BULK_WINDOW;
+    r->bulk_stall_ms = REPL__BULK_STALL_MS;
+    repl_list_init(&r->proposals);
+    r->address = tern_strdup(c.address);
+    r->data_dir = c.data_dir != NULL ? tern_strdup(c.data_dir) : NULL;
+    r->peers = tern_calloc(c.n_peers, sizeof *r->peers);
+    if (r->address == NULL || r->peers == NULL ||
+        (c.data_dir != NULL && r->data_dir == NULL)) {
+        goto err_nomem;
+    }
+    for (unsigned i = 0; i < c.n_peers; i++) {
+        r->peers[i].id = c.peers[i].id;
+        r->peers[i].address = tern_strdup(c.peers[i].address);
+        if (r->peers[i].address == NULL) {
+            goto err_nomem;
+        }
+        r->n_peers = i + 1;
+    }
+    repl_io_setup(r);
+    repl_fsm_setup(r);
+    rv = raft_init(&r->raft, &r->outer, &r->raft_fsm, c.id, c.address);
+    if (rv != 0) {
+        tern_errmsg_printf(errmsg, "repl: raft_init: %s", raft_errmsg(&r->raft));
+        rv = repl_err_from_raft(rv);
+        goto err;
+    }
+    r->raft.data = r;
+    raft_set_election_timeout(&r->raft, c.election_timeout_ms);
+    raft_set_heartbeat_timeout(&r->raft, c.heartbeat_ms);
+    raft_set_pre_vote(&r->raft, true);
+    raft_set_snapshot_threshold(&r->raft, REPL__ENTRY_THRESHOLD);
+    raft_set_snapshot_trailing(&r->raft, c.snapshot_trailing);
+    raft_set_install_snapshot_timeout(
+        &r->raft, TERN_MAX(REPL__INSTALL_TIMEOUT_MIN_MS,
+                           20 * c.election_timeout_ms));
+    r->own_inner = own_inner;
+    r->dummy_transport = dummy;
+    *out = r;
+    return 0;
+
+err_nomem:
+    rv = -ENOMEM;
+err:
+    r->own_inner = false; /* the caller still owns inner on failure */
+    free_repl(r);
+    return rv;
+}
+
+int repl_new_with_io(uv_loop_t *loop, struct xport *x,
+                     const struct repl_config *c, const struct repl_fsm *fsm,
+                     repl_state_cb state_cb, void *state_arg,
+                     struct raft_io *inner, struct repl **out, char *errmsg)
+{
+    return create(loop, x, c, fsm, state_cb, state_arg, inner, false, NULL,
+                  out, errmsg);
+}
+
+int repl_new(uv_loop_t *loop, struct xport *x, const struct repl_config *c,
+             const struct repl_fsm *fsm, repl_state_cb state_cb,
+             void *state_arg, struct repl **out, char *errmsg)
+{
+    struct dummy_transport *d;
+    struct raft_io *inner;
+    int rv;
+
+    if (loop == NULL) {
+        tern_errmsg_printf(errmsg, "repl: loop missing");
+        return TERN_EINVAL;
+    }
+    if (c->data_dir == NULL || c->data_dir[0] == '\0') {
+        tern_errmsg_printf(errmsg, "repl: data_dir missing");
+        return TERN_EINVAL;
+    }
+    if (mkdir(c->data_dir, 0755) != 0 && errno != EEXIST) {
+        rv = -errno;
+        tern_errmsg_printf(errmsg, "repl: mkdir %s: %s", c->data_dir,
+                           tern_strerror(rv));
+        return rv;
+    }
+    repl_install_heap();
+    d = tern_calloc(1, sizeof *d);
+    inner = tern_calloc(1, sizeof *inner);
+    if (d == NULL || inner == NULL) {
+        tern_free(d);
+        tern_free(inner);
+        return -ENOMEM;
+    }
+    d->loop = loop;
+    d->t.init = dummy_init;
+    d->t.listen = dummy_listen;
+    d->t.connect = dummy_connect;
+    d->t.close = dummy_close;
+    rv = raft_uv_init(inner, loop, c->data_dir, &d->t);
+    if (rv != 0) {
+        tern_errmsg_printf(errmsg, "repl: raft_uv_init %s: %s", c->data_dir,
+                           inner->errmsg);
+        tern_free(d);
+        tern_free(inner);
+        return repl_err_from_raft(rv);
+    }
+    rv = create(loop, x, c, fsm, state_cb, state_arg, inner, true, &d->t, out,
+                errmsg);
+    if (rv != 0) {
+        raft_uv_close(inner);
+        tern_free(inner);
+        tern_free(d);
+    }
+    return rv;
+}
+
+int repl_start(struct repl *r, char *errmsg)
+{
+    struct raft_configuration conf;
+    int rv;
+
+    raft_configuration_init(&conf);
+    for (unsigned i = 0; i < r->n_peers; i++) {
+        rv = raft_configuration_add(&conf, r->peers[i].id,
+                                    r->peers[i].address, RAFT_VOTER);
+        if (rv != 0) {
+            raft_configuration_close(&conf);
+            tern_errmsg_printf(errmsg, "repl: configuration: %s",
+                               raft_strerror(rv));
+            return repl_err_from_raft(rv);
+        }
+    }
+    rv = raft_bootstrap(&r->raft, &conf);
+    raft_configuration_close(&conf);
+    if (rv != 0 && rv != RAFT_CANTBOOTSTRAP) {
+        tern_errmsg_printf(errmsg, "repl: bootstrap: %s",
+                           raft_errmsg(&r->raft));
+        return repl_err_from_raft(rv);
+    }
+    rv = raft_start(&r->raft);
+    if (rv != 0) {
+        tern_errmsg_printf(errmsg, "repl: start: %s", raft_errmsg(&r->raft));
+        return repl_err_from_raft(rv);
+    }
+    repl_poll(r);
+    return 0;
+}
+
+static void apply_cb(struct raft_apply *req, int status, void *result)
+{
+    struct repl_proposal *p = req->data;
+    (void)result;
+    repl_list_remove(&p->link);
+    if (p->cb != NULL) {
+        int code = repl_err_from_raft(status);
+        if (status != 0 && p->r->closing) {
+            code = TERN_ESHUTDOWN;
+        }
+        p->cb(p->data, code, req->index);
+    }
+    tern_free(p);
+}
+
+int repl_propose(struct repl *r, void *buf, size_t len, repl_propose_cb cb,
+                 void *data, uint64_t *index)
+{
+    struct repl_proposal *p;
+    struct raft_buffer b;
+    int rv;
+
+    if (r->closing) {
+        return TERN_ESHUTDOWN;
+    }
+    repl_poll(r);
+    if (!r->writable || r->failed != 0) {
+        return TERN_ENOTLEADER;
+    }
+    /* An entry must fit one AppendEntries frame (codec.c: preamble,
+     * address, fixed fields, one entry header), or it could never be
+     * replicated and would wedge the log. */
+    if (len > xport_max_message(r->xport) - REPL__FRAME_OVERHEAD) {
+        return TERN_ETOOBIG;
+    }
+    p = tern_calloc(1, sizeof *p);
+    if (p == NULL) {
+        return -ENOMEM;
+    }
+    p->r = r;
+    p->cb = cb;
+    p->data = data;
+    p->req.data = p;
+    b.base = buf;
+    b.len = len;
+    repl_list_push(&r->proposals, &p->link);
+    rv = raft_apply(&r->raft, &p->req, &b, 1, apply_cb);
+    if (rv != 0) {
+        repl_list_remove(&p->link);
+        tern_free(p);
+        return repl_err_from_raft(rv);
+    }
+    if (index != NULL) {
+        *index = p->req.index;
+    }
+    return 0;
+}
+
+void repl_get_status(struct repl *r, struct repl_status *out)
+{
+    memset(out, 0, sizeof *out);
+    repl_poll(r);
+    out->id = r->id;
+    switch (r->role) {
+        case RAFT_FOLLOWER:
+            out->role = REPL_FOLLOWER;
+            break;
+        case RAFT_CANDIDATE:
+            out->role = REPL_CANDIDATE;
+            break;
+        case RAFT_LEADER:
+            out->role = REPL_LEADER;
+            break;
+        default:
+            out->role = REPL_UNAVAILABLE;
+            break;
+    }
+    out->leader_id = r->leader_id;
+    out->term = r->term;
+    out->commit_index = r->raft.commit_index;
+    out->last_applied = raft_last_applied(&r->raft);
+    out->last_index = raft_last_index(&r->raft);
+    out->last_stored = r->durable_index;
+    out->writable = r->writable;
+    out->fsm_error = r->fsm_error;
+    out->failed = r->failed;
+}
+
+struct transfer_req {
+    struct raft_transfer req;
+    struct repl *r;
+    uint64_t term;
+};
+
+static void transfer_cb(struct raft_transfer *req)
+{
+    struct transfer_req *t = req->data;
+    struct repl *r = t->r;
+    /* Done or given up (the core times a transfer out after an election
+     * timeout): if we still lead the same term, writes reopen. */
+    if (!r->closing && r->role_term == t->term) {
+        r->transferring = false;
+        repl_update_writable(r);
+    }
+    tern_free(t);
+}
+
+int repl_transfer(struct repl *r, uint64_t id)
+{
+    struct transfer_req *t;
+    int rv;
+    if (r->closing) {
+        return TERN_ESHUTDOWN;
+    }
+    if (raft_state(&r->raft) != RAFT_LEADER) {
+        return TERN_ENOTLEADER;
+    }
+    t = tern_calloc(1, sizeof *t);
+    if (t == NULL) {
+        return -ENOMEM;
+    }
+    t->req.data = t;
+    t->r = r;
+    t->term = r->role_term;
+    rv = raft_transfer(&r->raft, &t->req, id, transfer_cb);
+    if (rv != 0) {
+        tern_free(t);
+        return repl_err_from_raft(rv);
+    }
+    /* Writes stop at once (raft_apply refuses them during a transfer). */
+    r->transferring = true;
+    repl_update_writable(r);
+    return 0;
+}
+
+void repl_fail(struct repl *r, int code)
+{
+    if (r->failed != 0) {
+        return;
+    }
+    r->failed = code != 0 ? code : TERN_EINTERNAL;
+    repl_bulk_abort(r);
+    repl_poll(r);
+    repl_update_writable(r);
+}
+
+static void raft_closed(struct raft *raft)
+{
+    struct repl *r = raft->data;
+    void (*cb)(void *) = r->close_cb;
+    void *arg = r->close_arg;
+    /* Any proposal raft did not complete (it fails them with
+     * RAFT_SHUTDOWN/LEADERSHIPLOST on the way down) gets TERN_ESHUTDOWN. */
+    while (!repl_list_empty(&r->proposals)) {
+        struct repl_proposal *p =
+            REPL__CONTAINER(r->proposals.next, struct repl_proposal, link);
+        repl_list_remove(&p->link);
+        if (p->cb != NULL) {
+            p->cb(p->data, TERN_ESHUTDOWN, p->req.index);
+        }
+        /* raft may still hold req: leak-free because raft is closed and
+         * never touches it again. */
+        tern_free(p);
+    }
+    free_repl(r);
+    if (cb != NULL) {
+        cb(arg);
+    }
+}
+
+static void noop_recv(void *arg, uint64_t from, const void *buf, size_t len)
+{
+    (void)arg;
+    (void)from;
+    (void)buf;
+    (void)len;
+}
+
+void repl_close(struct repl *r, void (*cb)(void *arg), void *arg)
+{
+    r->close_cb = cb;
+    r->close_arg = arg;
+    if (r->started) {
+        /* Detach from the borrowed xport: it outlives us. */
+        (void)xport_start(r->xport, noop_recv, NULL);
+    }
+    r->closing = true;
+    raft_close(&r->raft, raft_closed);
+}
+
+void repl_set_guard(struct repl *r, bool enabled)
+{
+    r->guard_enabled = enabled;
+}
+
+struct raft *repl_raft(struct repl *r)
+{
+    return &r->raft;
+}
+
+uint64_t repl_guard_drops(const struct repl *r)
+{
+    return r->guard_dropped;
+}
+
+uint64_t repl_vote_rewrites(const struct repl *r)
+{
+    return r->vote_rewrites;
+}

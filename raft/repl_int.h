@@ -1,0 +1,286 @@
+/*
+ * Private to raft/ (and its tests): the layout of struct repl and the
+ * internal entry points shared by io.c (our struct raft_io wrapper), codec.c
+ * (wire frames), guard.c (Figure-8 guard and the other 0.15 mitigations),
+ * fsm.c (raft_fsm glue), bulk.c (bulk catch-up) and repl.c (public API).
+ * Only raft/ and tests/unit/raft, tests/fuzz include this file.
+ */
+#ifndef TERN_REPL_INT_H
+#define TERN_REPL_INT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <raft.h>
+
+#include <tern_common.h>
+
+#include "repl.h"
+#include "xport.h"
+
+/* ------------------------------------------------------------------------
+ * Intrusive doubly-linked list (circular, head is a sentinel).
+ */
+struct repl_list {
+    struct repl_list *prev;
+    struct repl_list *next;
+};
+static inline void repl_list_init(struct repl_list *h)
+{
+    h->prev = h;
+    h->next = h;
+}
+static inline int repl_list_empty(const struct repl_list *h)
+{
+    return h->next == h;
+}
+static inline void repl_list_push(struct repl_list *h, struct repl_list *e)
+{
+    e->next = h;
+    e->prev = h->prev;
+    h->prev->next = e;
+    h->prev = e;
+}
+static inline void repl_list_remove(struct repl_list *e)
+{
+    e->prev->next = e->next;
+    e->next->prev = e->prev;
+    e->prev = e;
+    e->next = e;
+}
+#define REPL__CONTAINER(ptr, type, member)                                   \
+    ((type *)(void *)((char *)(ptr)-offsetof(type, member)))
+
+/* ------------------------------------------------------------------------
+ * Codec (codec.c). Frame layout documented at the top of codec.c.
+ */
+enum {
+    REPL_WIRE_BULK_REQ = 16,
+    REPL_WIRE_BULK_DATA = 17,
+};
+#define REPL_WIRE_ADDR_MAX 255
+#define REPL_BULK_STATUS_OK 0
+#define REPL_BULK_STATUS_ERROR 1
+
+struct repl_bulk_msg {
+    uint64_t snap_index; /* InstallSnapshot last_index the fetch belongs to */
+    uint64_t pos;
+    uint64_t len;       /* BULK_REQ: bytes wanted; BULK_DATA: data bytes */
+    uint8_t status;     /* BULK_DATA only */
+    const uint8_t *data; /* BULK_DATA: borrowed from the frame */
+};
+
+/* A decoded frame. For Raft types, msg's dynamic members (AppendEntries
+ * entries array + one batch, InstallSnapshot conf + data.base) are
+ * raft_malloc'd and owned by whoever holds the struct until handed to raft
+ * (or released with repl_wire_release). */
+struct repl_wire {
+    unsigned type;              /* RAFT_IO_* or REPL_WIRE_BULK_* */
+    uint64_t sender_id;
+    char sender_addr[REPL_WIRE_ADDR_MAX + 1];
+    struct raft_message msg;    /* Raft types; server_address -> sender_addr */
+    struct repl_bulk_msg bulk;  /* bulk types */
+};
+
+/* Encoded frame: a header buffer plus borrowed payload iovecs (entry
+ * payloads, snapshot data). iov[0] is the header. Valid while the source
+ * message is. Release with repl_frame_release. */
+struct repl_frame {
+    struct tern_wbuf head;
+    struct xport_iov *iov;
+    unsigned n_iov;
+    size_t len; /* total frame length */
+};
+
+/* Encode a Raft message. max_len: if an AppendEntries would exceed it, only
+ * a prefix of the entries is encoded (*n_sent tells how many; a prefix of an
+ * AppendEntries is itself a valid AppendEntries). Returns 0, TERN_ETOOBIG
+ * (not even one entry / the message fits), -ENOMEM or TERN_EINVAL. */
+int repl_codec_encode(uint64_t sender_id, const char *sender_addr,
+                      const struct raft_message *m, size_t max_len,
+                      struct repl_frame *f, unsigned *n_sent);
+/* Encode a bulk message (type REPL_WIRE_BULK_*). data may be NULL if
+ * bulk->len == 0 or type is BULK_REQ. */
+int repl_codec_encode_bulk(uint64_t sender_id, const char *sender_addr,
+                           unsigned type, const struct repl_bulk_msg *bulk,
+                           struct repl_frame *f);
+void repl_frame_release(struct repl_frame *f);
+/* Decode untrusted bytes. On 0, *w owns raft_malloc'd memory (see above);
+ * on error nothing is allocated. Errors: TERN_EMALFORMED, TERN_ECORRUPT,
+ * TERN_EVERSION, -ENOMEM. */
+int repl_codec_decode(const void *buf, size_t len, struct repl_wire *w);
+/* Free what a decoded (undelivered) Raft message owns. */
+void repl_wire_release(struct repl_wire *w);
+/* Configuration codec (configurationDecode is not exported by 0.15). */
+int repl_conf_encode(const struct raft_configuration *c, struct tern_wbuf *w);
+int repl_conf_decode(struct tern_cursor *cur, struct raft_configuration *c);
+
+/* ------------------------------------------------------------------------
+ * Status translation (repl.c).
+ */
+int repl_err_from_raft(int rv);
+
+/* ------------------------------------------------------------------------
+ * The replica.
+ */
+struct repl_term_run {
+    uint64_t index; /* first index of a run of entries with this term */
+    uint64_t term;
+};
+
+struct repl_bulk_fetch {
+    bool active;
+    struct repl_wire held;    /* the InstallSnapshot waiting for its data */
+    uint64_t peer_id;
+    char peer_addr[REPL_WIRE_ADDR_MAX + 1];
+    uint64_t next_pos;        /* next byte to write */
+    uint64_t next_req;        /* next byte to request */
+    uint64_t to;
+    unsigned in_flight;       /* requests outstanding */
+    unsigned retries;         /* stall re-requests since last progress */
+    uint64_t last_progress_ms;
+};
+
+struct repl {
+    /* Raft core and our io wrapper. */
+    struct raft raft;
+    struct raft *core;          /* &raft (fsm.c; tests may point it at a
+                                   raft_fixture server) */
+    struct raft_io outer;       /* what raft sees */
+    struct raft_io *inner;      /* disk: raft_uv or a test fake */
+    bool own_inner;             /* inner is our raft_uv (free at close) */
+    struct raft_uv_transport *dummy_transport;
+    struct raft_fsm raft_fsm;
+    uv_loop_t *loop;
+    struct xport *xport;
+
+    /* Config (strings copied). */
+    uint64_t id;
+    char *address;
+    char *data_dir;
+    struct repl_peer *peers;
+    unsigned n_peers;
+    unsigned election_timeout_ms;
+    unsigned heartbeat_ms;
+    unsigned tick_ms;
+    uint64_t snapshot_threshold_bytes;
+    unsigned snapshot_trailing;
+
+    struct repl_fsm fsm;
+    repl_state_cb state_cb;
+    void *state_arg;
+
+    /* raft_io callbacks given to outer.start. */
+    raft_io_tick_cb tick_cb;
+    raft_io_recv_cb recv_cb;
+    raft_io_close_cb io_close_cb;
+    bool started;
+    bool closing;
+    int failed;               /* sticky fail-stop code (0 = healthy) */
+
+    /* Durable-log tracking (io.c). */
+    uint64_t next_index;      /* index the next io->append starts at */
+    uint64_t durable_index;   /* last index durably stored */
+    uint64_t term;            /* durable current term (load/set_term) */
+    struct repl_term_run *runs;
+    size_t n_runs, cap_runs;
+    struct repl_list appends;   /* in-flight appends, submission order */
+    struct repl_list sends;     /* in-flight xport sends */
+    uint64_t snap_index;        /* latest durable snapshot (load/put) */
+    uint64_t snap_term;
+    uint64_t ae_rebased;        /* stats: AppendEntries rebased (guard 6) */
+    uint64_t install_index;     /* snapshot_put(trailing=0) in flight */
+    uint64_t install_term;
+
+    /* Role tracking, barrier, guard (guard.c). */
+    int role;
+    uint64_t leader_id;
+    uint64_t role_term;
+    bool writable;              /* barrier_applied && !transferring */
+    bool barrier_applied;       /* this term's barrier applied */
+    bool transferring;          /* repl_transfer in progress */
+    struct repl_barrier_req *barrier; /* current term's barrier, if any */
+    uint64_t barrier_index;     /* b: first entry of the current term */
+    bool guard_enabled;
+    bool hold_ticks;            /* #467 mitigation on (tests may disable) */
+    uint64_t guard_dropped;     /* stats: results dropped by the guard */
+    uint64_t vote_rewrites;     /* stats: RequestVote rewrites (#429) */
+    uint64_t timeout_now_dropped;
+    uint64_t ticks_withheld;
+
+    /* FSM glue (fsm.c). */
+    uint64_t applied_bytes;     /* since the last snapshot */
+    int fsm_error;              /* last FSM apply error (0 = none) */
+
+    /* Proposals (repl.c). */
+    struct repl_list proposals;
+
+    /* Bulk catch-up (bulk.c). */
+    struct repl_bulk_fetch fetch;
+    uint64_t bulk_chunk;        /* bytes per BULK_DATA */
+    unsigned bulk_window;       /* BULK_REQs in flight */
+    uint64_t bulk_stall_ms;
+    uint64_t bad_frames;        /* stats */
+    uint64_t bulk_rerequests;   /* stats: stall re-requests */
+    uint64_t bulk_completed;    /* stats: fetches delivered to raft */
+
+    void (*close_cb)(void *arg);
+    void *close_arg;
+};
+
+/* io.c */
+void repl_io_setup(struct repl *r);
+void repl_io_close_sends(struct repl *r);
+/* Term of the entry at index in the submitted log, 0 if unknown. */
+uint64_t repl_io_term_of(const struct repl *r, uint64_t index);
+void repl_xport_recv(void *arg, uint64_t from, const void *buf, size_t len);
+/* Send an encoded frame (bulk side channel); cb-less. */
+int repl_io_send_frame(struct repl *r, uint64_t peer_id, const char *addr,
+                       struct repl_frame *f);
+/* Deliver a decoded Raft message to the core and poll state afterwards. */
+void repl_io_deliver(struct repl *r, struct repl_wire *w);
+/* Mark the replica failed (fail-stop). */
+void repl_fail(struct repl *r, int code);
+
+/* guard.c */
+/* Filter an incoming Raft message: returns true to deliver (possibly
+ * rewritten in place), false to drop. */
+bool repl_guard_recv(struct repl *r, struct raft_message *m);
+/* Rewrite an outgoing message (into *copy) if a mitigation applies.
+ * Returns m or copy. */
+const struct raft_message *repl_guard_send(struct repl *r,
+                                           const struct raft_message *m,
+                                           struct raft_message *copy);
+/* Poll raft's role/leader/term; reset the guard, submit the barrier and
+ * emit state callbacks on changes. */
+void repl_poll(struct repl *r);
+/* Recompute writable from barrier/transfer/failure state; emit on change. */
+void repl_update_writable(struct repl *r);
+
+/* fsm.c */
+void repl_fsm_setup(struct repl *r);
+
+/* bulk.c */
+/* Handle an InstallSnapshot: either deliver now or start a fetch (takes
+ * ownership of *w in both cases). */
+void repl_bulk_on_install(struct repl *r, struct repl_wire *w);
+void repl_bulk_on_frame(struct repl *r, struct repl_wire *w);
+void repl_bulk_tick(struct repl *r);
+void repl_bulk_abort(struct repl *r);
+
+/* Test hooks (repl.c). */
+/* Create a replica over a caller-provided inner (disk) io. The inner io
+ * must be initialised (not raft_init'ed); it is borrowed and must outlive
+ * the repl. loop may be NULL. */
+int repl_new_with_io(uv_loop_t *loop, struct xport *x,
+                     const struct repl_config *c, const struct repl_fsm *fsm,
+                     repl_state_cb state_cb, void *state_arg,
+                     struct raft_io *inner, struct repl **out, char *errmsg);
+void repl_set_guard(struct repl *r, bool enabled);
+void repl_install_heap(void);
+struct raft *repl_raft(struct repl *r);
+/* Stats for tests: guard drops, vote rewrites, dropped TimeoutNow. */
+uint64_t repl_guard_drops(const struct repl *r);
+uint64_t repl_vote_rewrites(const struct repl *r);
+
+#endif /* TERN_REPL_INT_H */

@@ -1,0 +1,104 @@
+/*
+ * tests/unit/raft: deterministic cluster harness. N repl instances, each
+ * over a fake in-memory disk (fake_io.h) and the mem xport, one manual
+ * clock, driven by cluster_step(): every action (one message delivery, one
+ * disk completion, one millisecond of clock) is chosen deterministically,
+ * so a failing schedule replays exactly.
+ *
+ * The test FSM keeps a byte stream (every applied payload appended) and
+ * survives crashes (like LMDB would); its snapshot manifest is
+ * {u64 stream_len, u64 applied_index}; bulk_range/read/write move stream
+ * bytes into a staging copy that only restore adopts (libraft may still
+ * apply entries while a fetch runs). Every (index, payload checksum) any FSM applies is recorded
+ * cluster-wide; a different payload at an already applied index sets
+ * c->conflict (a committed entry was lost).
+ */
+#ifndef TERN_TEST_CLUSTER_H
+#define TERN_TEST_CLUSTER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "fake_io.h"
+#include "repl_int.h"
+
+#define CLUSTER_MAX 5
+#define CLUSTER_MAX_INDEX 4096
+
+struct cluster;
+
+struct cnode {
+    struct cluster *c;
+    unsigned i;
+    uint64_t id;
+    char addr[32];
+    struct fake_disk disk;
+    struct fake_io *io;
+    struct xport *x;
+    struct repl *repl;
+    bool up;
+    bool frozen; /* disk ops are not completed */
+    /* state callback */
+    enum repl_role role;
+    uint64_t leader;
+    uint64_t term;
+    bool writable;
+    /* FSM (durable across crashes) */
+    uint8_t *stream;
+    size_t stream_len, stream_cap;
+    /* bulk staging: the leader's stream prefix being fetched; adopted by
+     * restore only (applies may still run meanwhile) */
+    uint8_t *stage;
+    size_t stage_len, stage_cap;
+    bool staging;
+    uint64_t applied_index;
+    uint64_t n_applied;
+    uint64_t n_restores;
+    int fail_apply; /* next apply returns this */
+    int timeout_offset; /* >= 0: fixed election timeout ET + offset */
+};
+
+struct cluster {
+    unsigned n;
+    struct cnode nodes[CLUSTER_MAX];
+    struct xport_mem_net *net;
+    uint64_t clock;
+    bool guard;
+    uint64_t snapshot_bytes;
+    unsigned trailing;
+    uint64_t bulk_chunk;
+    uint32_t applied_sum[CLUSTER_MAX_INDEX];
+    bool applied_set[CLUSTER_MAX_INDEX];
+    bool conflict;
+    unsigned rr; /* round robin for disk completions */
+};
+
+void cluster_init(struct cluster *c, unsigned n);
+void cluster_start(struct cluster *c, unsigned i);
+/* Crash node i: pending disk ops are lost, repl and xport closed. */
+void cluster_crash(struct cluster *c, unsigned i);
+void cluster_fini(struct cluster *c);
+/* One deterministic action; false if nothing could happen (never: the
+ * clock can always advance). */
+void cluster_step(struct cluster *c);
+typedef bool (*cluster_pred)(struct cluster *c, void *arg);
+/* Step until pred holds (checked after every action); false after
+ * max_steps. */
+bool cluster_step_until(struct cluster *c, cluster_pred pred, void *arg,
+                        unsigned max_steps);
+/* Index of the writable leader, -1 if none. */
+int cluster_writable_leader(struct cluster *c);
+int cluster_leader(struct cluster *c); /* role leader, writable or not */
+/* Propose a tern_malloc'd copy of payload on node i. */
+int cluster_propose(struct cluster *c, unsigned i, const void *payload,
+                    size_t len, uint64_t *index);
+/* Cut/restore both directions between nodes i and j. */
+void cluster_link(struct cluster *c, unsigned i, unsigned j, bool up);
+void cluster_isolate(struct cluster *c, unsigned i, bool isolated);
+
+bool pred_writable_leader(struct cluster *c, void *arg);
+bool pred_any_leader(struct cluster *c, void *arg);
+/* arg: pointer to uint64_t index: all up nodes applied >= index */
+bool pred_all_applied(struct cluster *c, void *arg);
+
+#endif /* TERN_TEST_CLUSTER_H */
