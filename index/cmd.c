@@ -330,6 +330,32 @@ int idx__msg_iter_next(struct idx__msg_iter *mi,
     return mi->c.err == 0 ? 1 : 0;
 }
 
+size_t idx_cmd_entry_len(const void *buf, size_t len)
+{
+    const uint8_t *p = buf;
+    uint32_t total;
+    if (len < 24 || len % 8 != 0) {
+        return len;
+    }
+    total = tern_get_u32(p + 16);
+    if (total < 24 || total > len || len - total >= 8) {
+        return len;
+    }
+    for (size_t i = total; i < len; i++) {
+        if (p[i] != 0) {
+            return len;
+        }
+    }
+    return total;
+}
+
+void idx_cmd_pad(struct tern_wbuf *w)
+{
+    while (w->err == 0 && w->len % 8 != 0) {
+        tern_wbuf_u8(w, 0);
+    }
+}
+
 int idx_cmd_validate(const void *entry, size_t len)
 {
     struct idx__entry it;

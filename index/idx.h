@@ -107,6 +107,14 @@ void idx_cmd_group_commit(struct tern_wbuf *w,
                           uint64_t next_offset);
 int idx_cmd_end(struct tern_wbuf *w);
 
+/* Length of the entry in buf without trailing zero padding: entries are
+ * padded with up to 7 zero bytes to a multiple of 8 before they go to raft
+ * (repl_propose requires it), and the FSM gets them back padded. Returns len
+ * unchanged when buf does not look like a padded entry. */
+size_t idx_cmd_entry_len(const void *buf, size_t len);
+/* Pad the sealed entry in w with zeros to a multiple of 8. */
+void idx_cmd_pad(struct tern_wbuf *w);
+
 /* Check that an entry is well formed (version, checksum, every command's
  * bounds) without applying it. 0, TERN_EMALFORMED or TERN_EVERSION. The
  * per-message size limit is not checked here (idx_apply does, from

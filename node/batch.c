@@ -120,13 +120,9 @@ static void seal_open(struct node_batcher *b)
     batch->len = batch->w.len;
     memcpy(batch->head, batch->w.base,
            TERN_MIN(batch->len, sizeof(batch->head)));
-    /* raft_uv 0.15 stores entry payloads unpadded but reads them back as
-     * if padded to 8 bytes, so any other length corrupts its segment
-     * files (the segment is then dropped at the next start). Pad with
-     * zeros; node_entry_len recovers the real length at apply. */
-    while (batch->w.len % 8 != 0) {
-        tern_wbuf_u8(&batch->w, 0);
-    }
+    /* repl_propose needs a multiple of 8 bytes (raft_uv 0.15, see
+     * repl.h); idx_cmd_entry_len recovers the real length at apply. */
+    idx_cmd_pad(&batch->w);
     if (batch->w.err != 0) {
         batch_answer(batch, batch->w.err);
         return;
@@ -298,7 +294,7 @@ void node_batcher_on_apply(struct node_batcher *b,
                            unsigned n)
 {
     struct node_list *l;
-    len = node_entry_len(entry, len);
+    len = idx_cmd_entry_len(entry, len);
     for (l = b->inflight.next; l != &b->inflight; l = l->next) {
         struct node_batch *batch = NODE__CONTAINER(l, struct node_batch, link);
         struct node_list *wl;
@@ -379,21 +375,3 @@ void node_batcher_fail_pending(struct node_batcher *b, int status)
     }
 }
 
-size_t node_entry_len(const void *entry, size_t len)
-{
-    const uint8_t *p = entry;
-    uint32_t total;
-    if (len < 24 || len % 8 != 0) {
-        return len;
-    }
-    total = tern_get_u32(p + 16);
-    if (total < 24 || total > len || len - total >= 8) {
-        return len;
-    }
-    for (size_t i = total; i < len; i++) {
-        if (p[i] != 0) {
-            return len;
-        }
-    }
-    return total;
-}

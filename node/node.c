@@ -225,7 +225,7 @@ static int fsm_apply(void *arg, uint64_t index, const void *buf, size_t len)
             return rv;
         }
     }
-    len = node_entry_len(buf, len);
+    len = idx_cmd_entry_len(buf, len);
     rv = idx_apply(n->idx, index, buf, len, n->results, NODE_MAX_CMDS_PER_ENTRY,
                    &nr);
     if (rv != 0) {
@@ -546,9 +546,11 @@ static void node_stop(struct node *n)
     }
 }
 
-/* repl reports FSM errors (retried in order) and fail-stop after a raft
- * log write error; the latter needs a restart, so the node exits 1 and
- * leaves that to its supervisor. */
+/* repl reports the last FSM error, and fail-stops the replica after a
+ * failed FSM apply or raft log write (libraft 0.15 would not retry a failed
+ * apply on an idle cluster, see raft/fsm.c). A fail-stopped replica needs a
+ * restart, so the node exits 1 and leaves that to its supervisor; on
+ * restart the entries are applied again from the raft log. */
 static void on_watchdog(uv_timer_t *t)
 {
     struct node *n = t->data;
@@ -559,7 +561,7 @@ static void on_watchdog(uv_timer_t *t)
     repl_get_status(n->repl, &st);
     if (st.fsm_error != n->last_fsm_error) {
         node_log(st.fsm_error != 0 ? NODE_LOG_ERROR : NODE_LOG_INFO,
-                 st.fsm_error != 0 ? "state machine apply failing, retrying"
+                 st.fsm_error != 0 ? "state machine apply failed"
                                    : "state machine apply recovered",
                  "err=%s last_applied=%llu commit_index=%llu",
                  tern_err_name(st.fsm_error),

@@ -276,11 +276,6 @@ void node_batcher_on_apply(struct node_batcher *b,
 void node_batcher_proposed(struct node_batch *batch,
                            int status,
                            uint64_t index);
-/* The length of a command entry without the zero padding the batcher
- * adds for raft_uv (entries are proposed padded to a multiple of 8 bytes;
- * the entry's total_len field, offset 16, gives the real length). Returns
- * len unchanged when the bytes do not look padded. */
-size_t node_entry_len(const void *entry, size_t len);
 /* idx_flush covered everything applied so far: answer the done batches. */
 void node_batcher_flushed(struct node_batcher *b);
 /* Answer every request not yet proposed with status (shutdown). */

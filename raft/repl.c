@@ -521,6 +521,9 @@ int repl_propose(struct repl *r, void *buf, size_t len, repl_propose_cb cb,
     if (len > xport_max_message(r->xport) - REPL__FRAME_OVERHEAD) {
         return TERN_ETOOBIG;
     }
+    if (len == 0 || len % 8 != 0) {
+        return TERN_EINVAL; /* see repl.h: raft_uv 0.15 padding */
+    }
     p = tern_calloc(1, sizeof *p);
     if (p == NULL) {
         return -ENOMEM;

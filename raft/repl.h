@@ -119,7 +119,11 @@ int repl_start(struct repl *r, char *errmsg);
  * TERN_ENOTLEADER / TERN_ELEADERSHIPLOST (outcome unknown: the entry may
  * still commit) / TERN_ESHUTDOWN / TERN_EFULL / -EIO. Fails with
  * TERN_ENOTLEADER when not writable, TERN_ETOOBIG when len exceeds the
- * xport's largest message minus 1 KiB of framing. */
+ * xport's largest message minus 1 KiB of framing, TERN_EINVAL when len is
+ * not a multiple of 8: raft_uv 0.15 writes entry payloads unpadded but
+ * reads them back as if padded to 8 bytes, so any other length silently
+ * corrupts its segment files. Pad with zeros; the FSM's apply then sees
+ * the padded length, so its entry format must carry its own length. */
 typedef void (*repl_propose_cb)(void *data, int status, uint64_t index);
 int repl_propose(struct repl *r, void *buf, size_t len, repl_propose_cb cb,
                  void *data, uint64_t *index);

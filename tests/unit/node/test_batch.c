@@ -47,7 +47,7 @@ static int fake_propose(void *arg,
     }
     cr_assert_lt(t.n_props, TERN_ARRAY_SIZE(t.props));
     cr_assert_eq(len % 8, 0, "raft_uv needs 8-byte multiples");
-    cr_assert_eq(idx_cmd_validate(buf, node_entry_len(buf, len)), 0,
+    cr_assert_eq(idx_cmd_validate(buf, idx_cmd_entry_len(buf, len)), 0,
                  "proposed a bad entry");
     *index = ++t.next_index;
     t.props[t.n_props++] = (struct proposal){batch, buf, len, *index};
@@ -336,7 +336,7 @@ Test(batch, round_trip_through_index)
     cr_assert_eq(t.n_props, 1);
     cr_assert_eq(
         idx_apply(e, t.props[0].index, t.props[0].buf,
-                  node_entry_len(t.props[0].buf, t.props[0].len), res, 8, &nr),
+                  idx_cmd_entry_len(t.props[0].buf, t.props[0].len), res, 8, &nr),
         0, "%s", idx_errmsg(e));
     cr_assert_eq(nr, 4);
     node_batcher_on_apply(&t.b, t.props[0].index, t.props[0].buf,
@@ -367,16 +367,16 @@ Test(batch, entry_len_strips_only_padding)
     idx_cmd_produce(&e, "q", 0, 0, &m, 1);
     cr_assert_eq(idx_cmd_end(&e), 0);
     real = e.len;
-    cr_expect_eq(node_entry_len(e.base, e.len), real);
+    cr_expect_eq(idx_cmd_entry_len(e.base, e.len), real);
     while (e.len % 8 != 0) {
         tern_wbuf_u8(&e, 0);
     }
     if (real % 8 != 0) {
-        cr_expect_eq(node_entry_len(e.base, e.len), real);
+        cr_expect_eq(idx_cmd_entry_len(e.base, e.len), real);
         e.base[e.len - 1] = 1; /* not padding: leave it to the validator */
-        cr_expect_eq(node_entry_len(e.base, e.len), e.len);
+        cr_expect_eq(idx_cmd_entry_len(e.base, e.len), e.len);
     }
-    cr_expect_eq(node_entry_len(e.base, 10), 10);
+    cr_expect_eq(idx_cmd_entry_len(e.base, 10), 10);
     tern_wbuf_free(&e);
 }
 

@@ -333,10 +333,11 @@ int cluster_leader(struct cluster *c)
 int cluster_propose(struct cluster *c, unsigned i, const void *payload,
                     size_t len, uint64_t *index)
 {
-    void *buf = tern_malloc(len);
+    size_t padded = (len + 7) & ~(size_t)7; /* repl_propose: multiple of 8 */
+    void *buf = tern_calloc(1, padded);
     int rv;
     memcpy(buf, payload, len);
-    rv = repl_propose(c->nodes[i].repl, buf, len, NULL, NULL, index);
+    rv = repl_propose(c->nodes[i].repl, buf, padded, NULL, NULL, index);
     if (rv != 0) {
         tern_free(buf);
     }
