@@ -69,9 +69,9 @@
  * Fencing. Every record carries the sender's epoch (a Raft term, set by
  * the owner). The receiver holds a fence: records with epoch < fence are
  * consumed and dropped, never delivered (counted in rx->fenced). This is
- * the software form of issue 3's fencing for shm; verbs is to revoke
- * remote access at the NIC as well (TODO in rdma/verbs.c) and keeps this
- * check as a second line.
+ * the software form of issue 3's fencing for shm; verbs also revokes
+ * remote write access at the NIC (rdma/verbs.c: QP access flags cleared,
+ * or the QP torn down) and keeps this check as a second line.
  */
 #include "ring.h"
 

@@ -8,7 +8,11 @@
  *   - mem:  in-process, manually stepped network for deterministic tests
  *           (rdma/mem.c): delivery, drops, partitions and send completions
  *           happen only when the test says so;
- *   - shm, verbs: later (one-sided ring protocol, issue 3).
+ *   - shm:  one-sided ring protocol (rdma/ring.c) over memfd rings mapped
+ *           by the peer process, eventfd doorbell (rdma/shm.c);
+ *   - verbs: the same ring protocol over RC QPs, RDMA_WRITE_WITH_IMM into
+ *           registered rings, rdma_cm setup (rdma/verbs.c; needs an RDMA
+ *           device: tested on soft-RoCE by tests/rxe/run.sh).
  *
  * Contract (every backend):
  *   - xport_send() copies/encodes the message synchronously: the caller's
@@ -159,22 +163,61 @@ int xport_shm_stats(const struct xport *x, struct xport_shm_stats *out /* OUT */
 
 /*
  * ---- verbs backend (rdma/verbs.c; issue 3) ---------------------------------
- * SKELETON, compile-only: declared only when tern_rdma was built with
- * libibverbs and librdmacm (TERN_HAVE_VERBS, set by rdma/CMakeLists.txt).
- * Same ring protocol as shm over RC QPs; address "ip:port" of an RDMA
- * interface (rdma_cm needs a real bound source IP, not lo).
+ * Declared only when tern_rdma was built with libibverbs and librdmacm
+ * (TERN_HAVE_VERBS, set by rdma/CMakeLists.txt). The ring protocol of
+ * rdma/ring.c over RC QPs set up with rdma_cm. Addresses are "ipv4:port"
+ * of an RDMA-capable interface (rdma_cm needs a real bound source IP, not
+ * lo); outbound connections use bind_address's IP as their source. The
+ * node's loop watches the rdma_cm and completion channel fds. Tests:
+ * tests/hw/ (exit 77 without a device), tests/rxe/run.sh (soft-RoCE).
  */
 #ifdef TERN_HAVE_VERBS
 struct xport_verbs_options {
-    size_t ring_bytes;       /* as for shm; 0 = 8 MiB */
-    size_t max_queued_bytes; /* per peer; 0 = 64 MiB */
+    size_t ring_bytes;           /* each inbound ring, as for shm; 0 = 8 MiB
+                                  * (max_message = ring_bytes / 2 - 40) */
+    size_t max_queued_bytes;     /* per peer; 0 = 64 MiB */
+    unsigned connect_retry_ms;   /* back-off after a failed connect; 0 = 100 */
+    unsigned connect_timeout_ms; /* resolve + connect bound; 0 = 2000 */
+    unsigned ack_timeout;        /* QP ACK timeout exponent (4.096 us * 2^n
+                                  * per try, retry_count 6): 0 = 15 (134 ms,
+                                  * a dead peer shows within ~1 s) */
 };
+/* Create a verbs transport listening on bind_address. *out is owned by
+ * the caller, released by xport_close. -ENODEV/-EADDRNOTAVAIL etc. when
+ * no RDMA device serves that address. */
 int xport_verbs_new(uv_loop_t *loop, uint64_t self_id,
                     const char *bind_address,
                     const struct xport_verbs_options *opts, struct xport **out,
                     char *errmsg);
+/* Fencing (issue 3 item 3), as for shm: records carry epoch; records
+ * below fence are dropped. In addition set_fence revokes remote write
+ * access at the NIC on every inbound QP whose sender has not shown an
+ * epoch >= fence, and connects with an epoch below the fence are
+ * rejected. x must be a verbs transport (else TERN_EINVAL). */
 int xport_verbs_set_epoch(struct xport *x, uint64_t epoch);
 int xport_verbs_set_fence(struct xport *x, uint64_t fence);
+
+struct xport_verbs_stats {
+    uint64_t posted;           /* send WRs posted */
+    uint64_t signalled;        /* of which signalled (selective) */
+    uint64_t doorbells;        /* RDMA_WRITE_WITH_IMM doorbells */
+    uint64_t nops;             /* signalled nop writes (completion only) */
+    uint64_t wakes;            /* credit writes with a wake-up */
+    uint64_t credit_waits;     /* sends that found no ring/SQ room */
+    uint64_t delivered;        /* messages delivered */
+    uint64_t fenced;           /* inbound records dropped by the fence */
+    uint64_t corrupt;          /* inbound rings torn down: invalid record */
+    uint64_t revoked;          /* inbound QPs whose remote write was revoked */
+    uint64_t rejected;         /* connect requests refused (stale epoch) */
+    uint64_t nic_rejects;      /* our writes NAKed by the remote NIC */
+    uint64_t retry_errors;     /* our writes timed out (peer gone) */
+    uint64_t connects;         /* outbound connections established */
+    uint64_t accepts;          /* inbound connections established */
+    uint64_t connect_timeouts; /* connects given up after the timeout */
+};
+/* Counters since creation. x must be a verbs transport. */
+int xport_verbs_stats(const struct xport *x,
+                      struct xport_verbs_stats *out /* OUT */);
 #endif
 
 #endif /* TERN_XPORT_H */

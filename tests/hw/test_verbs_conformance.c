@@ -1,0 +1,687 @@
+/* Verbs conformance on a real RDMA device: the transport conformance suite
+ * (tests/unit/rdma/test_conformance.c: the SAME cases and harness, compiled
+ * into this file) run against the verbs backend (suite conformance_verbs),
+ * plus verbs-only cases: fencing at the NIC (verbs_fencing), wire faults
+ * (verbs_faults: connect timeout to a partitioned peer, dead peer
+ * detection; need TERN_HW_PARTITION/TERN_HW_HEAL, else skipped), three
+ * nodes all-to-all (verbs_cluster), selective signalling beyond the send
+ * queue (verbs_signalling), ring-size mismatch and delivery before start
+ * (verbs_misc), and a functional round-trip latency (verbs_latency).
+ * Without an RDMA device (ibv_get_device_list finds nothing) the binary
+ * prints why and exits 77 (ctest SKIP_RETURN_CODE 77, label rdma-hw). It
+ * ends with a line "N passed, N failed".
+ *
+ * Addresses: the sender-side transport of each case (loop A) binds the
+ * first IPv4 address of TERN_HW_IPS, the receiver side (loop B) the second;
+ * default: RXEVM_NODE_IPS (set in the rxe guest, tests/rxe/run.sh), else
+ * "10.77.0.1 10.77.0.2"; a third address (the guest's 10.77.0.3) is used
+ * by verbs_cluster only. Two different IPs on RDMA devices are needed
+ * (rdma_cm does not work on lo); on rxe they are rxe0 and rxe1 on veth +
+ * bridge, so the traffic crosses a real (virtual) wire. Only the verbs
+ * cases run unless --filter says otherwise. Deadlines are longer than the
+ * suite's default (TERN_HW_DEADLINE_S, default 120 s per case): soft-RoCE
+ * under QEMU TCG is slow. */
+#include "../unit/rdma/test_conformance.c"
+
+#include <infiniband/verbs.h>
+
+#define HW_IP_MAX 48
+
+static char hw_ips[3][HW_IP_MAX]; /* the third is optional */
+/* Connect timeout of the transports made here. The backend's default (2 s)
+ * is tight for soft-RoCE under QEMU TCG on a loaded host (registering an
+ * 8 MiB ring alone can take a second there), so the conformance cases use
+ * TERN_HW_CONNECT_MS (default 10000); the timeout case sets 2000. */
+static unsigned hw_connect_ms;
+
+static void hw_ips_init(void)
+{
+    const char *env = getenv("TERN_HW_IPS");
+    char buf[3 * HW_IP_MAX + 3];
+
+    if (env == NULL || env[0] == '\0') {
+        env = getenv("RXEVM_NODE_IPS");
+    }
+    if (env == NULL || env[0] == '\0') {
+        env = "10.77.0.1 10.77.0.2";
+    }
+    (void)snprintf(buf, sizeof buf, "%s", env);
+    hw_ips[2][0] = '\0';
+    cr_assert_geq(sscanf(buf, "%47s %47s %47s", hw_ips[0], hw_ips[1],
+                         hw_ips[2]),
+                  2, "TERN_HW_IPS needs two IPv4 addresses, got '%s'", env);
+}
+
+static void verbs_setup(void)
+{
+    const char *s = getenv("TERN_HW_DEADLINE_S");
+    uint64_t secs = s != NULL && atoi(s) > 0 ? (uint64_t)atoi(s) : 120;
+
+    const char *cms = getenv("TERN_HW_CONNECT_MS");
+
+    setup();
+    hw_ips_init();
+    hw_connect_ms = cms != NULL && atoi(cms) > 0 ? (unsigned)atoi(cms) : 10000;
+    deadline = uv_hrtime() + secs * 1000 * 1000 * 1000;
+}
+
+static struct xport *verbs_make_at(uv_loop_t *loop,
+                                   uint64_t id,
+                                   const struct profile *pr,
+                                   const char *addr)
+{
+    struct xport_verbs_options o = {0};
+    char errmsg[TERN_ERRMSG_SIZE];
+    struct xport *x = NULL;
+    int rc = 0;
+
+    o.ring_bytes = pr->small_budget ? 65536 : 0;
+    o.max_queued_bytes = pr->max_queued;
+    o.connect_retry_ms = pr->retry_ms;
+    o.connect_timeout_ms = hw_connect_ms;
+    /* A restarted listener may find its port still held for a moment. */
+    for (int i = 0; i < 1000 && !expired(); i++) {
+        rc = xport_verbs_new(loop, id, addr, &o, &x, errmsg);
+        if (rc != -EADDRINUSE) {
+            break;
+        }
+        pump(1);
+    }
+    cr_assert_eq(rc, 0, "xport_verbs_new %s: %s", addr, errmsg);
+    cr_assert_str_eq(xport_name(x), "verbs");
+    return x;
+}
+
+static struct xport *verbs_make(uv_loop_t *loop,
+                                uint64_t id,
+                                const struct profile *pr,
+                                char addr[ADDR_MAX])
+{
+    struct xport_verbs_options o = {0};
+    char errmsg[TERN_ERRMSG_SIZE];
+    const char *ip = loop == &loop_a ? hw_ips[0] : hw_ips[1];
+    struct xport *x = NULL;
+
+    o.ring_bytes = pr->small_budget ? 65536 : 0;
+    o.max_queued_bytes = pr->max_queued;
+    o.connect_retry_ms = pr->retry_ms;
+    o.connect_timeout_ms = hw_connect_ms;
+    for (int i = 0; i < 100; i++) {
+        int rc;
+        (void)snprintf(addr, ADDR_MAX, "%s:%d", ip, 20000 + rand() % 40000);
+        rc = xport_verbs_new(loop, id, addr, &o, &x, errmsg);
+        if (rc == 0) {
+            return x;
+        }
+        cr_assert_eq(rc, -EADDRINUSE, "xport_verbs_new %s: %s", addr, errmsg);
+    }
+    cr_assert_fail("no free port");
+    return NULL;
+}
+
+static const struct backend backend_verbs = {"verbs", verbs_make,
+                                             verbs_make_at};
+
+#define CONFORMANCE_VERBS(test)                                                \
+    Test(conformance_verbs, test, .init = verbs_setup, .fini = teardown,       \
+         .timeout = 600)                                                       \
+    {                                                                          \
+        t_##test(&backend_verbs);                                              \
+    }
+
+CONFORMANCE_VERBS(ordering_and_exact_bytes)
+CONFORMANCE_VERBS(bidirectional)
+CONFORMANCE_VERBS(too_big_rejected)
+CONFORMANCE_VERBS(stalled_receiver_bounded)
+CONFORMANCE_VERBS(slow_receiver_credit_return)
+CONFORMANCE_VERBS(enoconn_then_connect)
+CONFORMANCE_VERBS(peer_restart)
+CONFORMANCE_VERBS(sender_restart)
+CONFORMANCE_VERBS(close_cancels)
+CONFORMANCE_VERBS(reply_and_close_from_recv_callback)
+
+/* ---- verbs only ----------------------------------------------------------- */
+
+/* Send one message and wait for its callback; returns its status. */
+static int send_wait(struct xport *x, uint64_t to, const char *addr, unsigned k)
+{
+    struct sreq r;
+    int done = 0;
+
+    cr_assert_eq(send_msg(x, &r, to, addr, k, 100, &done), 0);
+    run_until(&done, 1);
+    return r.status;
+}
+
+/* Fencing at the NIC (issue 3 item 3). B fences epoch 2 while A (epoch 1)
+ * is connected: A's next write is refused by B's NIC (the send fails, it is
+ * not "handed off" and silently dropped), A's reconnect with epoch 1 is
+ * refused, and A gets back in only with epoch 2. A sender that has shown
+ * the new epoch keeps its access when the fence rises to it. */
+Test(verbs_fencing, nic_rejects_deposed_sender, .init = verbs_setup,
+     .fini = teardown, .timeout = 600)
+{
+    static struct sink sink;
+    struct profile pr = {.retry_ms = 20};
+    struct xport_verbs_stats sa, sb;
+    char a_addr[ADDR_MAX], b_addr[ADDR_MAX];
+    struct xport *a = verbs_make(&loop_a, 1, &pr, a_addr);
+    struct xport *b = verbs_make(&loop_b, 2, &pr, b_addr);
+    int delivered, st;
+    unsigned k = 1;
+
+    sink_init(&sink);
+    cr_assert_eq(xport_start(b, on_recv, &sink), 0);
+    cr_assert_eq(xport_verbs_set_epoch(a, 1), 0);
+    cr_assert_eq(xport_verbs_set_fence(b, 1), 0);
+    warm_up(a, 2, b_addr, &sink);
+    cr_assert_eq(send_wait(a, 2, b_addr, k++), 0);
+    run_until(&sink.count, 2);
+
+    /* A new term: B fences A's epoch out. */
+    cr_assert_eq(xport_verbs_set_fence(b, 2), 0);
+    cr_assert_eq(xport_verbs_stats(b, &sb), 0);
+    cr_expect_eq(sb.revoked, 1, "B revoked A's remote write access");
+    st = send_wait(a, 2, b_addr, k++);
+    cr_expect_eq(st, TERN_ENOCONN, "a deposed sender's write fails (%d)", st);
+    cr_assert_eq(xport_verbs_stats(a, &sa), 0);
+    cr_expect_geq(sa.nic_rejects, 1, "B's NIC refused the write");
+
+    /* Reconnecting with the old epoch is refused. */
+    for (int i = 0; i < 1000000 && !expired(); i++) {
+        cr_assert_eq(xport_verbs_stats(b, &sb), 0);
+        if (sb.rejected > 0) {
+            break;
+        }
+        st = send_wait(a, 2, b_addr, k++);
+        cr_expect_eq(st, TERN_ENOCONN, "stale epoch: no connection (%d)", st);
+    }
+    cr_expect_geq(sb.rejected, 1, "B refused A's connect with epoch 1");
+    for (int i = 0; i < 2000; i++) {
+        pump(1);
+    }
+    cr_expect_eq(sink.count, 2, "nothing from the deposed sender arrived");
+
+    /* A catches up: epoch 2 gets a connection and delivers. */
+    cr_assert_eq(xport_verbs_set_epoch(a, 2), 0);
+    delivered = sink.count;
+    for (int i = 0; i < 1000000 && sink.count == delivered && !expired();
+         i++) {
+        if (send_wait(a, 2, b_addr, k++) == 0) {
+            run_until(&sink.count, delivered + 1);
+        }
+    }
+    cr_expect_eq(sink.count, delivered + 1);
+
+    /* A, at epoch 3 and seen by B at 3, keeps access when B fences 3. */
+    cr_assert_eq(xport_verbs_set_epoch(a, 3), 0);
+    cr_assert_eq(send_wait(a, 2, b_addr, k++), 0);
+    run_until(&sink.count, delivered + 2);
+    cr_assert_eq(xport_verbs_set_fence(b, 3), 0);
+    cr_assert_eq(send_wait(a, 2, b_addr, k++), 0);
+    run_until(&sink.count, delivered + 3);
+    cr_assert_eq(xport_verbs_stats(b, &sb), 0);
+    cr_expect_eq(sb.revoked, 1, "the current sender was not revoked");
+    cr_expect_eq(sink.out_of_order + sink.bad, 0);
+    cr_assert_eq(xport_verbs_stats(a, &sa), 0);
+    cr_log_info("verbs fencing: A posted %llu WRs, %llu doorbells, "
+                "%llu nic_rejects; B revoked %llu, rejected %llu",
+                (unsigned long long)sa.posted,
+                (unsigned long long)sa.doorbells,
+                (unsigned long long)sa.nic_rejects,
+                (unsigned long long)sb.revoked,
+                (unsigned long long)sb.rejected);
+    close_and_wait(a);
+    close_and_wait(b);
+}
+
+/* Wire faults (rxe guest only: tests/rxe/run.sh sets TERN_HW_PARTITION
+ * and TERN_HW_HEAL to shell commands that cut and restore the receiver's
+ * node with netem loss 100% on both ends of its veth). */
+static void wire(const char *var)
+{
+    const char *cmd = getenv(var);
+    if (cmd == NULL || cmd[0] == '\0') {
+        cr_skip_test("%s not set: no way to cut the wire here", var);
+    }
+    cr_assert_eq(system(cmd), 0, "%s: %s", var, cmd);
+}
+
+static double secs_since(uint64_t t0)
+{
+    return (double)(uv_hrtime() - t0) / 1e9;
+}
+
+/* A connect to a partitioned peer gives up after connect_timeout_ms (the
+ * backend's default, 2 s) instead of the CM's ~100 s; after the wire heals,
+ * traffic flows. */
+Test(verbs_faults, connect_to_partitioned_peer_times_out, .init = verbs_setup,
+     .fini = teardown, .timeout = 600)
+{
+    static struct sink sink;
+    struct profile pr = {.retry_ms = 20};
+    struct xport_verbs_stats sa;
+    char a_addr[ADDR_MAX], b_addr[ADDR_MAX];
+    struct xport *a, *b;
+    uint64_t t0;
+    double took;
+    int st;
+    unsigned k = 1;
+
+    wire("TERN_HW_PARTITION");
+    hw_connect_ms = 0; /* the backend's default */
+    a = verbs_make(&loop_a, 1, &pr, a_addr);
+    b = verbs_make(&loop_b, 2, &pr, b_addr);
+    sink_init(&sink);
+    cr_assert_eq(xport_start(b, on_recv, &sink), 0);
+    t0 = uv_hrtime();
+    st = send_wait(a, 2, b_addr, k++);
+    took = secs_since(t0);
+    wire("TERN_HW_HEAL");
+    cr_expect_eq(st, TERN_ENOCONN, "status %d", st);
+    cr_expect_lt(took, 10.0, "gave up after %.1f s", took);
+    cr_assert_eq(xport_verbs_stats(a, &sa), 0);
+    cr_expect_geq(sa.connect_timeouts, 1);
+    cr_log_info("verbs: connect to a partitioned peer failed after %.2f s",
+                took);
+    for (int i = 0; i < 1000000 && sink.count == 0 && !expired(); i++) {
+        if (send_wait(a, 2, b_addr, k++) == 0) {
+            run_until(&sink.count, 1);
+        }
+    }
+    cr_expect_eq(sink.count, 1, "delivered once the wire healed");
+    close_and_wait(a);
+    close_and_wait(b);
+}
+
+/* A connected peer vanishes from the wire: retry_count 6 and the ACK
+ * timeout turn the next write into IBV_WC_RETRY_EXC_ERR within seconds
+ * (rxe treats 7 as infinite); the send fails, and after the wire heals a
+ * new connection replaces the old one on both sides. */
+Test(verbs_faults, dead_peer_detected_then_reconnect, .init = verbs_setup,
+     .fini = teardown, .timeout = 600)
+{
+    static struct sink sink;
+    struct profile pr = {.retry_ms = 20};
+    struct xport_verbs_stats sa;
+    char a_addr[ADDR_MAX], b_addr[ADDR_MAX];
+    struct xport *a = verbs_make(&loop_a, 1, &pr, a_addr);
+    struct xport *b = verbs_make(&loop_b, 2, &pr, b_addr);
+    uint64_t t0;
+    double took;
+    int st, before;
+    unsigned k = 1;
+
+    sink_init(&sink);
+    cr_assert_eq(xport_start(b, on_recv, &sink), 0);
+    warm_up(a, 2, b_addr, &sink);
+    wire("TERN_HW_PARTITION");
+    t0 = uv_hrtime();
+    st = send_wait(a, 2, b_addr, k++);
+    took = secs_since(t0);
+    wire("TERN_HW_HEAL");
+    cr_expect_eq(st, TERN_ENOCONN, "status %d", st);
+    cr_expect_lt(took, 15.0, "detected after %.1f s", took);
+    cr_assert_eq(xport_verbs_stats(a, &sa), 0);
+    cr_expect_geq(sa.retry_errors, 1, "IBV_WC_RETRY_EXC_ERR seen");
+    cr_log_info("verbs: dead peer detected after %.2f s", took);
+    before = sink.count;
+    for (int i = 0; i < 1000000 && sink.count == before && !expired(); i++) {
+        if (send_wait(a, 2, b_addr, k++) == 0) {
+            run_until(&sink.count, before + 1);
+        }
+    }
+    cr_expect_eq(sink.count, before + 1, "delivered on a new connection");
+    cr_expect_eq(sink.out_of_order + sink.bad, 0);
+    close_and_wait(a);
+    close_and_wait(b);
+}
+
+/* Round-trip latency of one small message and its echo, over verbs
+ * (functional figure only: soft-RoCE under TCG is not a performance
+ * measurement). Also checks selective signalling: fewer signalled
+ * completions than messages is not asserted, only reported. */
+struct pingpong
+{
+    struct xport *x;
+    uint64_t to;
+    const char *addr;
+    struct sreq req;
+    int received;
+};
+
+static void on_recv_pong(void *arg, uint64_t from, const void *msg, size_t len)
+{
+    struct pingpong *p = arg;
+    (void)from;
+    (void)msg;
+    (void)len;
+    p->received++;
+}
+
+static void on_recv_ping(void *arg, uint64_t from, const void *msg, size_t len)
+{
+    struct pingpong *p = arg;
+    struct xport_iov iov = {msg, len};
+    (void)from;
+    p->received++;
+    memset(&p->req, 0, sizeof p->req);
+    cr_expect_eq(xport_send(p->x, &p->req.req, p->to, p->addr, &iov, 1,
+                            on_sent),
+                 0);
+}
+
+static int cmp_u64(const void *l, const void *r)
+{
+    uint64_t a = *(const uint64_t *)l, b = *(const uint64_t *)r;
+    return a < b ? -1 : a > b;
+}
+
+Test(verbs_latency, small_message_round_trip, .init = verbs_setup,
+     .fini = teardown, .timeout = 600)
+{
+    enum { N = 200 };
+    static uint64_t rtt[N];
+    static struct pingpong pa, pb;
+    struct profile pr = {0};
+    char a_addr[ADDR_MAX], b_addr[ADDR_MAX];
+    struct xport *a = verbs_make(&loop_a, 1, &pr, a_addr);
+    struct xport *b = verbs_make(&loop_b, 2, &pr, b_addr);
+    struct xport_verbs_stats sa;
+    static struct sreq r;
+    int done = 0;
+    uint8_t msg[32] = {0};
+    struct xport_iov iov = {msg, sizeof msg};
+
+    memset(&pa, 0, sizeof pa);
+    memset(&pb, 0, sizeof pb);
+    pb.x = b;
+    pb.to = 1;
+    pb.addr = a_addr;
+    cr_assert_eq(xport_start(a, on_recv_pong, &pa), 0);
+    cr_assert_eq(xport_start(b, on_recv_ping, &pb), 0);
+    for (int i = 0; i < N + 10 && !expired(); i++) {
+        int want = pa.received + 1;
+        uint64_t t0 = uv_hrtime();
+        done = 0;
+        memset(&r, 0, sizeof r);
+        r.counter = &done;
+        cr_assert_eq(xport_send(a, &r.req, 2, b_addr, &iov, 1, on_sent), 0);
+        run_until(&pa.received, want);
+        if (i >= 10) { /* the first ones include connection setup */
+            rtt[i - 10] = uv_hrtime() - t0;
+        }
+        run_until(&done, 1);
+        cr_expect_eq(r.status, 0);
+    }
+    qsort(rtt, N, sizeof rtt[0], cmp_u64);
+    cr_assert_eq(xport_verbs_stats(a, &sa), 0);
+    printf("verbs round trip (32 B message + echo, %d runs): p50 %.1f us, "
+           "p99 %.1f us, max %.1f us; A: %llu WRs posted (%llu signalled), "
+           "%llu doorbells, %llu nops\n",
+           N, (double)rtt[N / 2] / 1e3, (double)rtt[N * 99 / 100] / 1e3,
+           (double)rtt[N - 1] / 1e3, (unsigned long long)sa.posted,
+           (unsigned long long)sa.signalled, (unsigned long long)sa.doorbells,
+           (unsigned long long)sa.nops);
+    fflush(stdout);
+    close_and_wait(a);
+    close_and_wait(b);
+}
+
+/* Three nodes on three devices (rxe0..rxe2 in the guest), each on its own
+ * loop, all sending to all: six connections, per-sender order and exact
+ * bytes at every receiver. */
+struct node_sink
+{
+    int count[4];
+    long last[4];
+    int bad;
+};
+
+static void on_recv_node(void *arg, uint64_t from, const void *msg, size_t len)
+{
+    struct node_sink *s = arg;
+    const uint8_t *b = msg;
+    unsigned k = len >= 4 ? tern_get_u32(b) : 0;
+
+    if (from < 1 || from > 3 || len < 4 || (long)k <= s->last[from]) {
+        s->bad++;
+        return;
+    }
+    s->last[from] = k;
+    for (size_t i = 4; i < len; i++) {
+        if (b[i] != pattern(k, i)) {
+            s->bad++;
+            break;
+        }
+    }
+    s->count[from]++;
+}
+
+Test(verbs_cluster, three_nodes_all_to_all, .init = verbs_setup,
+     .fini = teardown, .timeout = 600)
+{
+    enum { NODES = 3, N = 150 };
+    static struct sreq reqs[NODES][NODES][N];
+    static struct node_sink sinks[NODES];
+    static uv_loop_t loop_c;
+    uv_loop_t *loops[NODES] = {&loop_a, &loop_b, &loop_c};
+    struct xport *x[NODES];
+    char addr[NODES][ADDR_MAX];
+    int done = 0, closed = 0, total = 0;
+
+    if (hw_ips[2][0] == '\0') {
+        cr_skip_test("TERN_HW_IPS has no third address");
+    }
+    cr_assert_eq(uv_loop_init(&loop_c), 0);
+    memset(sinks, 0, sizeof sinks);
+    for (int i = 0; i < NODES; i++) {
+        struct xport_verbs_options o = {0};
+        char errmsg[TERN_ERRMSG_SIZE];
+        int rc = -EADDRINUSE;
+        for (int t = 0; t < 100 && rc == -EADDRINUSE; t++) {
+            (void)snprintf(addr[i], ADDR_MAX, "%s:%d", hw_ips[i],
+                           20000 + rand() % 40000);
+            o.connect_timeout_ms = hw_connect_ms;
+            rc = xport_verbs_new(loops[i], (uint64_t)i + 1, addr[i], &o, &x[i],
+                                 errmsg);
+        }
+        cr_assert_eq(rc, 0, "node %d: %s", i + 1, errmsg);
+        for (int j = 1; j <= NODES; j++) {
+            sinks[i].last[j] = -1;
+        }
+        cr_assert_eq(xport_start(x[i], on_recv_node, &sinks[i]), 0);
+    }
+    for (unsigned k = 0; k < N; k++) {
+        for (int i = 0; i < NODES; i++) {
+            for (int j = 0; j < NODES; j++) {
+                if (i != j) {
+                    cr_assert_eq(send_msg(x[i], &reqs[i][j][k], (uint64_t)j + 1,
+                                          addr[j], k, 40 + 97 * (size_t)k,
+                                          &done),
+                                 0);
+                }
+            }
+        }
+    }
+    for (long it = 0; it < 50000000 && !expired(); it++) {
+        total = 0;
+        for (int i = 0; i < NODES; i++) {
+            uv_run(loops[i], UV_RUN_NOWAIT);
+            for (int j = 1; j <= NODES; j++) {
+                total += sinks[i].count[j];
+            }
+        }
+        if (done == NODES * (NODES - 1) * N && total == done) {
+            break;
+        }
+    }
+    cr_expect_eq(done, NODES * (NODES - 1) * N, "every send completed");
+    cr_expect_eq(total, NODES * (NODES - 1) * N, "every message arrived");
+    for (int i = 0; i < NODES; i++) {
+        cr_expect_eq(sinks[i].bad, 0, "node %d: order and bytes", i + 1);
+        for (int j = 0; j < NODES; j++) {
+            if (i != j) {
+                cr_expect_eq(sinks[i].count[j + 1], N, "%d -> %d", j + 1,
+                             i + 1);
+            }
+        }
+    }
+    for (int i = 0; i < NODES; i++) {
+        for (int j = 0; j < NODES; j++) {
+            for (int k = 0; i != j && k < N; k++) {
+                cr_expect_eq(reqs[i][j][k].status, 0);
+            }
+        }
+        xport_close(x[i], on_closed, &closed);
+    }
+    for (long it = 0; it < 50000000 && closed < NODES && !expired(); it++) {
+        for (int i = 0; i < NODES; i++) {
+            uv_run(loops[i], UV_RUN_NOWAIT);
+        }
+    }
+    cr_assert_eq(closed, NODES);
+    for (int i = 0; i < 1000 && uv_run(&loop_c, UV_RUN_NOWAIT); i++) {
+    }
+    cr_expect_eq(uv_loop_close(&loop_c), 0, "every handle of C was closed");
+}
+
+/* The receiver's ring is smaller than the sender's max_message: a message
+ * that fits the sender's budget but not the peer's ring completes with
+ * TERN_ETOOBIG (asynchronously); smaller ones around it arrive. */
+Test(verbs_misc, peer_ring_smaller_than_message, .init = verbs_setup,
+     .fini = teardown, .timeout = 600)
+{
+    static struct sink sink;
+    struct profile big = {0}, small = {.small_budget = 1};
+    struct sreq r[3];
+    char a_addr[ADDR_MAX], b_addr[ADDR_MAX];
+    struct xport *a = verbs_make(&loop_a, 1, &big, a_addr);
+    struct xport *b = verbs_make(&loop_b, 2, &small, b_addr);
+    int done = 0;
+
+    sink_init(&sink);
+    cr_assert_eq(xport_start(b, on_recv, &sink), 0);
+    warm_up(a, 2, b_addr, &sink);
+    cr_assert_eq(send_msg(a, &r[0], 2, b_addr, 1, 1000, &done), 0);
+    cr_assert_eq(send_msg(a, &r[1], 2, b_addr, 2, 40000, &done), 0);
+    cr_assert_eq(send_msg(a, &r[2], 2, b_addr, 3, 32768 - 40, &done), 0);
+    run_until(&done, 3);
+    run_until(&sink.count, 3);
+    cr_expect_eq(r[0].status, 0);
+    cr_expect_eq(r[1].status, TERN_ETOOBIG, "status %d", r[1].status);
+    cr_expect_eq(r[2].status, 0);
+    cr_expect_eq(sink.idx[1], 1);
+    cr_expect_eq(sink.idx[2], 3);
+    cr_expect_eq(sink.bad + sink.out_of_order, 0);
+    close_and_wait(a);
+    close_and_wait(b);
+}
+
+/* Records that land before xport_start stay in the ring and are delivered,
+ * in order, once the receiver starts. */
+Test(verbs_misc, delivery_waits_for_start, .init = verbs_setup,
+     .fini = teardown, .timeout = 600)
+{
+    enum { N = 5 };
+    static struct sink sink;
+    struct profile pr = {0};
+    struct sreq r[N];
+    char a_addr[ADDR_MAX], b_addr[ADDR_MAX];
+    struct xport *a = verbs_make(&loop_a, 1, &pr, a_addr);
+    struct xport *b = verbs_make(&loop_b, 2, &pr, b_addr);
+    int done = 0;
+
+    sink_init(&sink);
+    for (unsigned k = 0; k < N; k++) {
+        cr_assert_eq(send_msg(a, &r[k], 2, b_addr, k, 500 + k, &done), 0);
+    }
+    run_until(&done, N);
+    for (int k = 0; k < N; k++) {
+        cr_expect_eq(r[k].status, 0, "handed off before the receiver starts");
+    }
+    for (int i = 0; i < 2000; i++) {
+        pump(1);
+    }
+    cr_expect_eq(sink.count, 0);
+    cr_assert_eq(xport_start(b, on_recv, &sink), 0);
+    run_until(&sink.count, N);
+    cr_expect_eq(sink.len[N - 1], 500 + N - 1);
+    cr_expect_eq(sink.bad + sink.out_of_order, 0);
+    close_and_wait(a);
+    close_and_wait(b);
+}
+
+/* Selective signalling and send-queue accounting: a burst far larger than
+ * the send queue (256 WRs), sent without running the loop in between,
+ * goes through with a fraction of the WRs signalled; every callback fires
+ * with 0 and every message arrives in order. */
+Test(verbs_signalling, burst_beyond_send_queue, .init = verbs_setup,
+     .fini = teardown, .timeout = 600)
+{
+    enum { N = 2000 };
+    static struct sreq reqs[N];
+    static struct sink sink;
+    struct profile pr = {0};
+    struct xport_verbs_stats sa;
+    char a_addr[ADDR_MAX], b_addr[ADDR_MAX];
+    struct xport *a = verbs_make(&loop_a, 1, &pr, a_addr);
+    struct xport *b = verbs_make(&loop_b, 2, &pr, b_addr);
+    int done = 0;
+
+    sink_init(&sink);
+    cr_assert_eq(xport_start(b, on_recv, &sink), 0);
+    warm_up(a, 2, b_addr, &sink);
+    for (unsigned k = 1; k <= N; k++) {
+        cr_assert_eq(send_msg(a, &reqs[k - 1], 2, b_addr, k, 64, &done), 0);
+    }
+    run_until(&done, N);
+    run_until(&sink.count, N + 1);
+    for (int k = 0; k < N; k++) {
+        cr_expect_eq(reqs[k].status, 0, "send %d", k);
+    }
+    cr_expect_eq(sink.out_of_order + sink.bad, 0);
+    cr_assert_eq(xport_verbs_stats(a, &sa), 0);
+    printf("verbs burst of %d x 64 B: %llu WRs posted, %llu signalled, "
+           "%llu doorbells, %llu nops, %llu waits for room\n",
+           N, (unsigned long long)sa.posted, (unsigned long long)sa.signalled,
+           (unsigned long long)sa.doorbells, (unsigned long long)sa.nops,
+           (unsigned long long)sa.credit_waits);
+    fflush(stdout);
+    cr_expect_lt(sa.signalled * 4, sa.posted, "selective signalling");
+    close_and_wait(a);
+    close_and_wait(b);
+}
+
+/* ---- runner --------------------------------------------------------------- */
+
+ReportHook(POST_ALL)(struct criterion_global_stats *stats)
+{
+    printf("%zu passed, %zu failed\n", stats->tests_passed,
+           stats->tests_failed + stats->tests_crashed);
+    fflush(stdout);
+}
+
+int main(int argc, char *argv[])
+{
+    struct criterion_test_set *tests;
+    struct ibv_device **devs;
+    int n = 0;
+    int result = 0;
+
+    devs = ibv_get_device_list(&n);
+    if (devs != NULL) {
+        ibv_free_device_list(devs);
+    }
+    if (n <= 0) {
+        printf("no RDMA device (ibv_get_device_list found none): skipped\n");
+        return 77;
+    }
+    tests = criterion_initialize();
+    criterion_options.pattern = "@(conformance_verbs|verbs_*)/*";
+    if (criterion_handle_args(argc, argv, true)) {
+        result = !criterion_run_all_tests(tests);
+    }
+    criterion_finalize(tests);
+    return result;
+}
