@@ -1267,6 +1267,8 @@ static const struct xport_ops shm_ops = {
     .send = shm_send,
     .max_message = shm_max_message,
     .close = shm_close,
+    .set_epoch = xport_shm_set_epoch,
+    .set_fence = xport_shm_set_fence,
 };
 
 /* Bind and listen on path, replacing a stale socket file (one nobody

@@ -1875,6 +1875,8 @@ static const struct xport_ops verbs_ops = {
     .send = verbs_send,
     .max_message = verbs_max_message,
     .close = verbs_close,
+    .set_epoch = xport_verbs_set_epoch,
+    .set_fence = xport_verbs_set_fence,
 };
 
 int xport_verbs_new(uv_loop_t *loop,

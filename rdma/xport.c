@@ -35,6 +35,16 @@ const char *xport_name(const struct xport *x)
     return x->ops->name;
 }
 
+int xport_set_epoch(struct xport *x, uint64_t epoch)
+{
+    return x->ops->set_epoch != NULL ? x->ops->set_epoch(x, epoch) : 0;
+}
+
+int xport_set_fence(struct xport *x, uint64_t fence)
+{
+    return x->ops->set_fence != NULL ? x->ops->set_fence(x, fence) : 0;
+}
+
 void xport_close(struct xport *x, xport_close_cb cb, void *arg)
 {
     x->close_cb = cb;

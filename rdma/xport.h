@@ -83,6 +83,16 @@ size_t xport_max_message(const struct xport *x);
 /* Backend name: "tcp", "mem", "shm", "verbs". Static string. */
 const char *xport_name(const struct xport *x);
 
+/* Fencing (issue 3). The sender stamps its epoch (the Raft term it acts
+ * in) on everything it writes; a receiver holding fence F refuses writes
+ * whose epoch is below F (the NIC refuses them on verbs, the receiver drops
+ * them on shm). Raft sets the epoch and the fence to the current term on
+ * every term change, so a deposed leader's late one-sided writes cannot
+ * land. Backends without epochs (tcp, mem) accept and ignore both: there
+ * the term check inside every Raft message is the fence. */
+int xport_set_epoch(struct xport *x, uint64_t epoch);
+int xport_set_fence(struct xport *x, uint64_t fence);
+
 /* Stop listening, cancel queued sends (their cb gets TERN_ECANCELED), then
  * call cb(arg) once everything is closed; x is already freed when
  * cb runs. */

@@ -15,6 +15,10 @@ struct xport_ops {
                 unsigned n);
     size_t (*max_message)(const struct xport *x);
     void (*close)(struct xport *x);
+    /* Optional (NULL: the backend has no epochs; raft's own term check in
+     * every message is then the only fence). */
+    int (*set_epoch)(struct xport *x, uint64_t epoch);
+    int (*set_fence)(struct xport *x, uint64_t fence);
 };
 
 struct xport {
