@@ -1151,16 +1151,35 @@ static void maybe_discover(struct tern_client *c)
     }
 }
 
-static int queue_op(struct tern_client *c, uint8_t op, const char *queue)
+/* Start a synchronous call of op: refuse it from a completion callback,
+ * follow the leader first when discover is set (reads), then allocate the
+ * request (deadline: request timeout + extra_ms). On success *out is
+ * caller-owned: encode into its frame, then run_sync and req_free it, or
+ * hand it to encode_fail. On failure *out is NULL. */
+static int sync_req_new(struct tern_client *c,
+                        uint8_t op,
+                        uint32_t extra_ms,
+                        int discover,
+                        struct tern__req **out)
 {
-    struct tern__req *r;
     int rv = check_call(c);
+    *out = NULL;
     if (rv != 0) {
         return rv;
     }
-    r = req_new(c, op, 0);
-    if (r == NULL) {
-        return -ENOMEM;
+    if (discover) {
+        maybe_discover(c);
+    }
+    *out = req_new(c, op, extra_ms);
+    return *out != NULL ? 0 : -ENOMEM;
+}
+
+static int queue_op(struct tern_client *c, uint8_t op, const char *queue)
+{
+    struct tern__req *r;
+    int rv = sync_req_new(c, op, 0, 0, &r);
+    if (rv != 0) {
+        return rv;
     }
     rv = proto_encode_queue_op(&r->frame, op, 0, queue);
     if (rv != 0) {
@@ -1184,15 +1203,11 @@ int tern_queue_delete(struct tern_client *c, const char *queue)
 int tern_queue_list(struct tern_client *c, struct tern_queue_list **out)
 {
     struct tern__req *r;
-    int rv = check_call(c);
+    int rv;
     *out = NULL;
+    rv = sync_req_new(c, PROTO_OP_QUEUE_LIST, 0, 1, &r);
     if (rv != 0) {
         return rv;
-    }
-    maybe_discover(c);
-    r = req_new(c, PROTO_OP_QUEUE_LIST, 0);
-    if (r == NULL) {
-        return -ENOMEM;
     }
     rv = proto_encode_simple(&r->frame, PROTO_OP_QUEUE_LIST, 0);
     if (rv != 0) {
@@ -1356,11 +1371,20 @@ int tern_client_poll(struct tern_client *c, int timeout_ms)
     return fired;
 }
 
-static int fetch_common(struct tern_client *c,
+/* Finish a fetch-like call: r (from sync_req_new, consumed here) was
+ * encoded with result enc (what names the call in errmsg); on success *out
+ * is a new caller-owned result. */
+static int fetch_finish(struct tern_client *c,
                         struct tern__req *r,
+                        int enc,
+                        const char *what,
                         struct tern_fetch_result **out)
 {
-    int rv = run_sync(c, r);
+    int rv;
+    if (enc != 0) {
+        return encode_fail(c, r, enc, what);
+    }
+    rv = run_sync(c, r);
     if (rv == 0) {
         *out = tern__fetch_result_new(r->body, r->body_len);
         if (*out == NULL) {
@@ -1380,23 +1404,16 @@ int tern_fetch(struct tern_client *c,
                struct tern_fetch_result **out)
 {
     struct tern__req *r;
-    int rv = check_call(c);
+    int rv;
     *out = NULL;
+    rv = sync_req_new(c, PROTO_OP_FETCH, wait_ms, 1, &r);
     if (rv != 0) {
         return rv;
-    }
-    maybe_discover(c);
-    r = req_new(c, PROTO_OP_FETCH, wait_ms);
-    if (r == NULL) {
-        return -ENOMEM;
     }
     rv = proto_encode_fetch(
         &r->frame, 0, queue, offset, max_msgs,
         max_bytes != 0 ? max_bytes : TERN__FETCH_MAX_BYTES_DEFAULT, wait_ms);
-    if (rv != 0) {
-        return encode_fail(c, r, rv, queue != NULL ? queue : "(null)");
-    }
-    return fetch_common(c, r, out);
+    return fetch_finish(c, r, rv, queue != NULL ? queue : "(null)", out);
 }
 
 int tern_group_fetch(struct tern_client *c,
@@ -1408,23 +1425,16 @@ int tern_group_fetch(struct tern_client *c,
                      struct tern_fetch_result **out)
 {
     struct tern__req *r;
-    int rv = check_call(c);
+    int rv;
     *out = NULL;
+    rv = sync_req_new(c, PROTO_OP_GROUP_FETCH, wait_ms, 1, &r);
     if (rv != 0) {
         return rv;
-    }
-    maybe_discover(c);
-    r = req_new(c, PROTO_OP_GROUP_FETCH, wait_ms);
-    if (r == NULL) {
-        return -ENOMEM;
     }
     rv = proto_encode_group_fetch(
         &r->frame, 0, queue, group, max_msgs,
         max_bytes != 0 ? max_bytes : TERN__FETCH_MAX_BYTES_DEFAULT, wait_ms);
-    if (rv != 0) {
-        return encode_fail(c, r, rv, "group fetch");
-    }
-    return fetch_common(c, r, out);
+    return fetch_finish(c, r, rv, "group fetch", out);
 }
 
 int tern_group_commit(struct tern_client *c,
@@ -1433,13 +1443,9 @@ int tern_group_commit(struct tern_client *c,
                       uint64_t next_offset)
 {
     struct tern__req *r;
-    int rv = check_call(c);
+    int rv = sync_req_new(c, PROTO_OP_GROUP_COMMIT, 0, 0, &r);
     if (rv != 0) {
         return rv;
-    }
-    r = req_new(c, PROTO_OP_GROUP_COMMIT, 0);
-    if (r == NULL) {
-        return -ENOMEM;
     }
     rv = proto_encode_group_commit(&r->frame, 0, queue, group, next_offset);
     if (rv != 0) {
@@ -1455,17 +1461,11 @@ int tern_cluster_status(struct tern_client *c,
                         struct tern_status **out)
 {
     struct tern__req *r;
-    int rv = check_call(c);
+    int rv;
     *out = NULL;
+    rv = sync_req_new(c, PROTO_OP_STATUS, 0, address == NULL, &r);
     if (rv != 0) {
         return rv;
-    }
-    if (address == NULL) {
-        maybe_discover(c);
-    }
-    r = req_new(c, PROTO_OP_STATUS, 0);
-    if (r == NULL) {
-        return -ENOMEM;
     }
     if (address != NULL) {
         r->target = find_or_add_server(c, address, strlen(address));

@@ -211,6 +211,63 @@ static int cursor_finish(const struct tern_cursor *c)
     return 0;
 }
 
+/* End of a decode into out (size bytes, caller-owned): 0 when the body was
+ * fully consumed without error and the decoded values are valid (ok);
+ * otherwise out is zeroed and TERN_EMALFORMED returned. */
+static int decode_end(const struct tern_cursor *c,
+                      int ok,
+                      void *out,
+                      size_t size)
+{
+    if (cursor_finish(c) != 0 || !ok) {
+        memset(out, 0, size);
+        return TERN_EMALFORMED;
+    }
+    return 0;
+}
+
+/* Reads one variable-size record at c into item (get_fetched,
+ * get_queue_info, get_member); a short record sets c->err. */
+typedef void (*record_get_fn)(struct tern_cursor *c, void *item);
+
+/* Step over n records at c with get (scratch: a record of get's type,
+ * caller-owned); *raw, *raw_len: the span stepped over, borrowed from c's
+ * buffer. Stops at the first error, left in c->err. */
+static void records_skip(struct tern_cursor *c,
+                         uint32_t n,
+                         record_get_fn get,
+                         void *scratch,
+                         const uint8_t **raw,
+                         size_t *raw_len)
+{
+    *raw = c->p;
+    for (uint32_t i = 0; i < n && c->err == 0; i++) {
+        get(c, scratch);
+    }
+    *raw_len = (size_t)(c->p - *raw);
+}
+
+/* Read the record at *pos of the span raw/raw_len (from records_skip) into
+ * item and advance *pos: 1, or 0 at the end (or on a torn record). */
+static int records_next(const uint8_t *raw,
+                        size_t raw_len,
+                        size_t *pos,
+                        record_get_fn get,
+                        void *item)
+{
+    struct tern_cursor c;
+    if (raw == NULL || *pos >= raw_len) {
+        return 0;
+    }
+    tern_cursor_init(&c, raw + *pos, raw_len - *pos);
+    get(&c, item);
+    if (c.err != 0) {
+        return 0;
+    }
+    *pos = raw_len - tern_cursor_left(&c);
+    return 1;
+}
+
 static void put_name(struct tern_wbuf *w, const char *name)
 {
     size_t n = name != NULL ? strlen(name) : 0;
@@ -269,11 +326,7 @@ int proto_decode_error(const void *body,
         out->leader_id = tern_cursor_u64(&c);
         out->leader_address = proto_get_str(&c, &out->leader_address_len);
     }
-    if (cursor_finish(&c) != 0) {
-        memset(out, 0, sizeof *out);
-        return TERN_EMALFORMED;
-    }
-    return 0;
+    return decode_end(&c, 1, out, sizeof *out);
 }
 
 /* ---- Requests ---- */
@@ -287,12 +340,19 @@ static int get_name(struct tern_cursor *c, const char **s, uint16_t *len)
     return proto_name_valid(*s, *len) ? 0 : TERN_EBADNAME;
 }
 
+static void get_msg(struct tern_cursor *c, void *item)
+{
+    struct proto_msg *m = item;
+    m->data = proto_get_blob(c, &m->len);
+}
+
 int proto_decode_request(uint8_t op,
                          const void *body,
                          size_t len,
                          struct proto_request *out)
 {
     struct tern_cursor c;
+    struct proto_msg m;
     int rv = 0;
     memset(out, 0, sizeof *out);
     out->op = op;
@@ -317,12 +377,7 @@ int proto_decode_request(uint8_t op,
             break;
         }
         /* Validate every blob now so proto_next_msg can trust the bytes. */
-        out->msgs = c.p;
-        for (uint32_t i = 0; i < out->n_msgs && c.err == 0; i++) {
-            uint32_t mlen;
-            (void)proto_get_blob(&c, &mlen);
-        }
-        out->msgs_len = (size_t)(c.p - out->msgs);
+        records_skip(&c, out->n_msgs, get_msg, &m, &out->msgs, &out->msgs_len);
         if (c.err == 0 && out->n_msgs == 0) {
             rv = TERN_EINVAL;
         }
@@ -369,17 +424,7 @@ int proto_next_msg(const struct proto_request *r,
                    size_t *pos,
                    struct proto_msg *m)
 {
-    struct tern_cursor c;
-    if (r->msgs == NULL || *pos >= r->msgs_len) {
-        return 0;
-    }
-    tern_cursor_init(&c, r->msgs + *pos, r->msgs_len - *pos);
-    m->data = proto_get_blob(&c, &m->len);
-    if (m->data == NULL) {
-        return 0;
-    }
-    *pos = r->msgs_len - tern_cursor_left(&c);
-    return 1;
+    return records_next(r->msgs, r->msgs_len, pos, get_msg, m);
 }
 
 int proto_encode_queue_op(struct tern_wbuf *w,
@@ -519,11 +564,7 @@ int proto_decode_produce_resp(const void *body,
     out->base_offset = tern_cursor_u64(&c);
     out->count = tern_cursor_u32(&c);
     out->duplicate = tern_cursor_u8(&c);
-    if (cursor_finish(&c) != 0 || out->duplicate > 1) {
-        memset(out, 0, sizeof *out);
-        return TERN_EMALFORMED;
-    }
-    return 0;
+    return decode_end(&c, out->duplicate <= 1, out, sizeof *out);
 }
 
 int proto_encode_fetch_resp(struct tern_wbuf *w,
@@ -550,8 +591,9 @@ int proto_encode_fetch_resp(struct tern_wbuf *w,
     return proto_frame_end(w, start);
 }
 
-static void get_fetched(struct tern_cursor *c, struct proto_fetched_msg *m)
+static void get_fetched(struct tern_cursor *c, void *item)
 {
+    struct proto_fetched_msg *m = item;
     m->offset = tern_cursor_u64(c);
     m->timestamp_ms = tern_cursor_u64(c);
     m->data = proto_get_blob(c, &m->len);
@@ -567,33 +609,15 @@ int proto_decode_fetch_resp(const void *body,
     out->next_offset = tern_cursor_u64(&c);
     out->end_offset = tern_cursor_u64(&c);
     out->n = tern_cursor_u32(&c);
-    out->msgs = c.p;
-    for (uint32_t i = 0; i < out->n && c.err == 0; i++) {
-        get_fetched(&c, &m);
-    }
-    out->msgs_len = (size_t)(c.p - out->msgs);
-    if (cursor_finish(&c) != 0) {
-        memset(out, 0, sizeof *out);
-        return TERN_EMALFORMED;
-    }
-    return 0;
+    records_skip(&c, out->n, get_fetched, &m, &out->msgs, &out->msgs_len);
+    return decode_end(&c, 1, out, sizeof *out);
 }
 
 int proto_next_fetched(const struct proto_fetch_resp *r,
                        size_t *pos,
                        struct proto_fetched_msg *m)
 {
-    struct tern_cursor c;
-    if (r->msgs == NULL || *pos >= r->msgs_len) {
-        return 0;
-    }
-    tern_cursor_init(&c, r->msgs + *pos, r->msgs_len - *pos);
-    get_fetched(&c, m);
-    if (c.err != 0) {
-        return 0;
-    }
-    *pos = r->msgs_len - tern_cursor_left(&c);
-    return 1;
+    return records_next(r->msgs, r->msgs_len, pos, get_fetched, m);
 }
 
 int proto_encode_queue_list_resp(struct tern_wbuf *w,
@@ -613,8 +637,9 @@ int proto_encode_queue_list_resp(struct tern_wbuf *w,
     return proto_frame_end(w, start);
 }
 
-static void get_queue_info(struct tern_cursor *c, struct proto_queue_info *q)
+static void get_queue_info(struct tern_cursor *c, void *item)
 {
+    struct proto_queue_info *q = item;
     q->name = proto_get_str(c, &q->name_len);
     q->start_offset = tern_cursor_u64(c);
     q->next_offset = tern_cursor_u64(c);
@@ -628,33 +653,16 @@ int proto_decode_queue_list_resp(const void *body,
     struct proto_queue_info q;
     tern_cursor_init(&c, body, len);
     out->n = tern_cursor_u32(&c);
-    out->entries = c.p;
-    for (uint32_t i = 0; i < out->n && c.err == 0; i++) {
-        get_queue_info(&c, &q);
-    }
-    out->entries_len = (size_t)(c.p - out->entries);
-    if (cursor_finish(&c) != 0) {
-        memset(out, 0, sizeof *out);
-        return TERN_EMALFORMED;
-    }
-    return 0;
+    records_skip(&c, out->n, get_queue_info, &q, &out->entries,
+                 &out->entries_len);
+    return decode_end(&c, 1, out, sizeof *out);
 }
 
 int proto_next_queue_info(const struct proto_queue_list_resp *r,
                           size_t *pos,
                           struct proto_queue_info *q)
 {
-    struct tern_cursor c;
-    if (r->entries == NULL || *pos >= r->entries_len) {
-        return 0;
-    }
-    tern_cursor_init(&c, r->entries + *pos, r->entries_len - *pos);
-    get_queue_info(&c, q);
-    if (c.err != 0) {
-        return 0;
-    }
-    *pos = r->entries_len - tern_cursor_left(&c);
-    return 1;
+    return records_next(r->entries, r->entries_len, pos, get_queue_info, q);
 }
 
 int proto_encode_status_resp(struct tern_wbuf *w,
@@ -683,8 +691,9 @@ int proto_encode_status_resp(struct tern_wbuf *w,
     return proto_frame_end(w, start);
 }
 
-static void get_member(struct tern_cursor *c, struct proto_member *m)
+static void get_member(struct tern_cursor *c, void *item)
 {
+    struct proto_member *m = item;
     m->id = tern_cursor_u64(c);
     m->raft_address = proto_get_str(c, &m->raft_address_len);
     m->client_address = proto_get_str(c, &m->client_address_len);
@@ -709,33 +718,17 @@ int proto_decode_status_resp(const void *body,
     out->transport = proto_get_str(&c, &out->transport_len);
     out->durability = proto_get_str(&c, &out->durability_len);
     out->n_members = tern_cursor_u32(&c);
-    out->members_raw = c.p;
-    for (uint32_t i = 0; i < out->n_members && c.err == 0; i++) {
-        get_member(&c, &m);
-    }
-    out->members_raw_len = (size_t)(c.p - out->members_raw);
-    if (cursor_finish(&c) != 0) {
-        memset(out, 0, sizeof *out);
-        return TERN_EMALFORMED;
-    }
-    return 0;
+    records_skip(&c, out->n_members, get_member, &m, &out->members_raw,
+                 &out->members_raw_len);
+    return decode_end(&c, 1, out, sizeof *out);
 }
 
 int proto_next_member(const struct proto_status *st,
                       size_t *pos,
                       struct proto_member *m)
 {
-    struct tern_cursor c;
-    if (st->members_raw == NULL || *pos >= st->members_raw_len) {
-        return 0;
-    }
-    tern_cursor_init(&c, st->members_raw + *pos, st->members_raw_len - *pos);
-    get_member(&c, m);
-    if (c.err != 0) {
-        return 0;
-    }
-    *pos = st->members_raw_len - tern_cursor_left(&c);
-    return 1;
+    return records_next(st->members_raw, st->members_raw_len, pos, get_member,
+                        m);
 }
 
 /* ---- In-place rewrites (libtern re-sends) ---- */

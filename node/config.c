@@ -160,6 +160,27 @@ static int set_str(char **dst, const char *v, const char *what, char *errmsg)
     return 0;
 }
 
+/* The node's own address (key, a "kind address"): taken from its peer
+ * entry (peer_addr, borrowed) when not given, else it must match it. *dst
+ * is owned by the config. */
+static int own_addr(char **dst,
+                    const char *peer_addr,
+                    const char *key,
+                    const char *kind,
+                    uint64_t id,
+                    char *errmsg)
+{
+    if (*dst == NULL) {
+        return set_str(dst, peer_addr, key, errmsg);
+    }
+    if (strcmp(*dst, peer_addr) != 0) {
+        tern_errmsg_printf(errmsg, "%s address %s differs from peer %llu's %s",
+                           kind, *dst, (unsigned long long)id, peer_addr);
+        return TERN_EINVAL;
+    }
+    return 0;
+}
+
 /* Unsigned integer with an optional K/M/G (KiB/MiB/GiB) suffix. */
 static int parse_u64(const char *v,
                      uint64_t max,
@@ -732,27 +753,15 @@ int node_config_validate(struct node_config *c, char *errmsg)
                            (unsigned long long)c->id);
         return TERN_EINVAL;
     }
-    if (c->raft_addr == NULL) {
-        rv = set_str(&c->raft_addr, self->raft_addr, "raft_addr", errmsg);
-        if (rv != 0) {
-            return rv;
-        }
-    } else if (strcmp(c->raft_addr, self->raft_addr) != 0) {
-        tern_errmsg_printf(
-            errmsg, "raft address %s differs from peer %llu's %s", c->raft_addr,
-            (unsigned long long)c->id, self->raft_addr);
-        return TERN_EINVAL;
+    rv = own_addr(&c->raft_addr, self->raft_addr, "raft_addr", "raft", c->id,
+                  errmsg);
+    if (rv != 0) {
+        return rv;
     }
-    if (c->client_addr == NULL) {
-        rv = set_str(&c->client_addr, self->client_addr, "client_addr", errmsg);
-        if (rv != 0) {
-            return rv;
-        }
-    } else if (strcmp(c->client_addr, self->client_addr) != 0) {
-        tern_errmsg_printf(
-            errmsg, "client address %s differs from peer %llu's %s",
-            c->client_addr, (unsigned long long)c->id, self->client_addr);
-        return TERN_EINVAL;
+    rv = own_addr(&c->client_addr, self->client_addr, "client_addr", "client",
+                  c->id, errmsg);
+    if (rv != 0) {
+        return rv;
     }
     for (unsigned i = 0; i < c->n_peers; i++) {
         for (unsigned j = i + 1; j < c->n_peers; j++) {

@@ -22,6 +22,15 @@ static const uint8_t *parse_one(const struct tern_wbuf *w,
     return body;
 }
 
+/* parse_one, then decode the frame as a request (asserted). */
+static void parse_request(const struct tern_wbuf *w,
+                          struct proto_header *h,
+                          struct proto_request *r)
+{
+    const uint8_t *body = parse_one(w, h);
+    cr_assert_eq(proto_decode_request(h->op, body, h->body_len, r), 0);
+}
+
 static int streq(const char *p, size_t len, const char *want)
 {
     return p != NULL && len == strlen(want) && memcmp(p, want, len) == 0;
@@ -70,10 +79,9 @@ Test(proto, queue_ops_round_trip)
         struct proto_request r;
         tern_wbuf_init(&w);
         cr_assert_eq(proto_encode_queue_op(&w, ops[i], 7, "orders.v1"), 0);
-        const uint8_t *body = parse_one(&w, &h);
+        parse_request(&w, &h, &r);
         cr_expect_eq(h.op, ops[i]);
         cr_expect_eq(h.request_id, 7);
-        cr_assert_eq(proto_decode_request(h.op, body, h.body_len, &r), 0);
         cr_expect(streq(r.queue, r.queue_len, "orders.v1"));
         tern_wbuf_free(&w);
     }
@@ -88,8 +96,7 @@ Test(proto, simple_ops_round_trip)
         struct proto_request r;
         tern_wbuf_init(&w);
         cr_assert_eq(proto_encode_simple(&w, ops[i], 9), 0);
-        const uint8_t *body = parse_one(&w, &h);
-        cr_assert_eq(proto_decode_request(h.op, body, h.body_len, &r), 0);
+        parse_request(&w, &h, &r);
         cr_expect_eq(r.op, ops[i]);
         tern_wbuf_free(&w);
     }
@@ -113,9 +120,8 @@ Test(proto, produce_round_trip)
     tern_wbuf_init(&w);
     cr_assert_eq(proto_encode_produce(&w, 42, "q1", 0xdeadbeefcafe, 17, in, 3),
                  0);
-    const uint8_t *body = parse_one(&w, &h);
+    parse_request(&w, &h, &r);
     cr_expect_eq(h.op, PROTO_OP_PRODUCE);
-    cr_assert_eq(proto_decode_request(h.op, body, h.body_len, &r), 0);
     cr_expect(streq(r.queue, r.queue_len, "q1"));
     cr_expect_eq(r.producer_id, 0xdeadbeefcafeULL);
     cr_expect_eq(r.seq, 17);
@@ -138,8 +144,7 @@ Test(proto, fetch_and_group_round_trip)
     struct proto_request r;
     tern_wbuf_init(&w);
     cr_assert_eq(proto_encode_fetch(&w, 3, "q", 1000, 64, 1 << 20, 250), 0);
-    const uint8_t *body = parse_one(&w, &h);
-    cr_assert_eq(proto_decode_request(h.op, body, h.body_len, &r), 0);
+    parse_request(&w, &h, &r);
     cr_expect(streq(r.queue, r.queue_len, "q"));
     cr_expect_eq(r.offset, 1000);
     cr_expect_eq(r.max_msgs, 64);
@@ -148,8 +153,7 @@ Test(proto, fetch_and_group_round_trip)
 
     w.len = 0;
     cr_assert_eq(proto_encode_group_fetch(&w, 4, "q", "g-1", 5, 99, 7), 0);
-    body = parse_one(&w, &h);
-    cr_assert_eq(proto_decode_request(h.op, body, h.body_len, &r), 0);
+    parse_request(&w, &h, &r);
     cr_expect_eq(r.op, PROTO_OP_GROUP_FETCH);
     cr_expect(streq(r.group, r.group_len, "g-1"));
     cr_expect_eq(r.max_msgs, 5);
@@ -158,8 +162,7 @@ Test(proto, fetch_and_group_round_trip)
 
     w.len = 0;
     cr_assert_eq(proto_encode_group_commit(&w, 5, "q", "g", 123456789), 0);
-    body = parse_one(&w, &h);
-    cr_assert_eq(proto_decode_request(h.op, body, h.body_len, &r), 0);
+    parse_request(&w, &h, &r);
     cr_expect_eq(r.op, PROTO_OP_GROUP_COMMIT);
     cr_expect(streq(r.group, r.group_len, "g"));
     cr_expect_eq(r.offset, 123456789);

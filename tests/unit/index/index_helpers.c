@@ -186,6 +186,13 @@ void th_msgs_free(struct th_msgs *m)
     memset(m, 0, sizeof *m);
 }
 
+int th_count_fetched(void *arg, const struct idx_fetched *f)
+{
+    (void)f;
+    (*(unsigned *)arg)++;
+    return 0;
+}
+
 void th_msgs_expect_eq(const struct th_msgs *a, const struct th_msgs *b)
 {
     cr_assert_eq(a->n, b->n, "message counts %zu vs %zu", a->n, b->n);

@@ -63,6 +63,8 @@ int th_fetch_all(struct idx_env *e,
                  uint32_t max_bytes,
                  struct th_msgs *out);
 void th_msgs_free(struct th_msgs *m);
+/* idx_fetch callback counting the messages it sees in *(unsigned *)arg. */
+int th_count_fetched(void *arg, const struct idx_fetched *f);
 /* Assert two message lists are identical. */
 void th_msgs_expect_eq(const struct th_msgs *a, const struct th_msgs *b);
 

@@ -26,13 +26,6 @@ static void teardown(void)
 
 TestSuite(index_apply, .init = setup, .fini = teardown);
 
-static int fetch_count_cb(void *arg, const struct idx_fetched *f)
-{
-    (void)f;
-    (*(unsigned *)arg)++;
-    return 0;
-}
-
 Test(index_apply, produce_fetch_across_segments)
 {
     struct idx_env *e = th_open(dir, 512);
@@ -84,21 +77,23 @@ Test(index_apply, produce_fetch_across_segments)
     /* max_bytes 0 still returns one message. */
     unsigned cnt = 0;
     uint64_t next = 0;
-    cr_assert_eq(idx_fetch(e, "a", 3, 100, 0, fetch_count_cb, &cnt, &next), 0);
+    cr_assert_eq(idx_fetch(e, "a", 3, 100, 0, th_count_fetched, &cnt, &next),
+                 0);
     cr_expect_eq(cnt, 1);
     cr_expect_eq(next, 4);
     /* At the end: 0 and no calls; beyond: EOFFSET. */
     cnt = 0;
     cr_expect_eq(
-        idx_fetch(e, "a", expect_off, 10, 1000, fetch_count_cb, &cnt, &next),
+        idx_fetch(e, "a", expect_off, 10, 1000, th_count_fetched, &cnt, &next),
         0);
     cr_expect_eq(cnt, 0);
     cr_expect_eq(next, expect_off);
-    cr_expect_eq(idx_fetch(e, "a", expect_off + 1, 10, 1000, fetch_count_cb,
+    cr_expect_eq(idx_fetch(e, "a", expect_off + 1, 10, 1000, th_count_fetched,
                            &cnt, &next),
                  TERN_EOFFSET);
-    cr_expect_eq(idx_fetch(e, "nope", 0, 10, 1000, fetch_count_cb, &cnt, &next),
-                 TERN_ENOQUEUE);
+    cr_expect_eq(
+        idx_fetch(e, "nope", 0, 10, 1000, th_count_fetched, &cnt, &next),
+        TERN_ENOQUEUE);
     th_msgs_free(&all);
     th_msgs_free(&m1);
     th_msgs_free(&m2);
@@ -333,7 +328,7 @@ Test(index_apply, queue_lifecycle)
     unsigned cnt = 0;
     uint64_t next;
     uint64_t off;
-    cr_expect_eq(idx_fetch(e, "mid", 0, 10, 100, fetch_count_cb, &cnt, &next),
+    cr_expect_eq(idx_fetch(e, "mid", 0, 10, 100, th_count_fetched, &cnt, &next),
                  TERN_ENOQUEUE);
     cr_expect_eq(idx_group_offset(e, "mid", "g", &off), TERN_ENOQUEUE);
 

@@ -159,6 +159,15 @@ static size_t raw_entry(uint8_t *buf,
     return len;
 }
 
+/* Validate a one-command entry of type with body (built in buf). */
+static int validate_raw(uint8_t *buf,
+                        uint8_t type,
+                        const uint8_t *body,
+                        uint32_t body_len)
+{
+    return idx_cmd_validate(buf, raw_entry(buf, 1, type, body, body_len));
+}
+
 Test(index_cmd, rejects_header_malformations)
 {
     struct tern_wbuf w;
@@ -225,13 +234,10 @@ Test(index_cmd, rejects_body_malformations)
     /* Valid single create, as a baseline. */
     body[0] = 1;
     body[1] = 'q';
-    len = raw_entry(buf, 1, IDX_CMD_QUEUE_CREATE, body, 2);
-    cr_expect_eq(idx_cmd_validate(buf, len), 0);
+    cr_expect_eq(validate_raw(buf, IDX_CMD_QUEUE_CREATE, body, 2), 0);
     /* Unknown command types. */
-    len = raw_entry(buf, 1, 0, body, 2);
-    cr_expect_eq(idx_cmd_validate(buf, len), TERN_EMALFORMED);
-    len = raw_entry(buf, 1, 5, body, 2);
-    cr_expect_eq(idx_cmd_validate(buf, len), TERN_EMALFORMED);
+    cr_expect_eq(validate_raw(buf, 0, body, 2), TERN_EMALFORMED);
+    cr_expect_eq(validate_raw(buf, 5, body, 2), TERN_EMALFORMED);
     /* Body length beyond the entry. */
     len = raw_entry(buf, 1, IDX_CMD_QUEUE_CREATE, body, 2);
     tern_put_u32(buf + 25, 3);
@@ -242,26 +248,26 @@ Test(index_cmd, rejects_body_malformations)
     cr_expect_eq(idx_cmd_validate(buf, len), TERN_EMALFORMED);
     /* Body with trailing bytes. */
     body[2] = 'x';
-    len = raw_entry(buf, 1, IDX_CMD_QUEUE_DELETE, body, 3);
-    cr_expect_eq(idx_cmd_validate(buf, len), TERN_EMALFORMED);
+    cr_expect_eq(validate_raw(buf, IDX_CMD_QUEUE_DELETE, body, 3),
+                 TERN_EMALFORMED);
     /* Name length 0, past the body, invalid characters, 201 bytes. */
     body[0] = 0;
-    len = raw_entry(buf, 1, IDX_CMD_QUEUE_CREATE, body, 1);
-    cr_expect_eq(idx_cmd_validate(buf, len), TERN_EMALFORMED);
+    cr_expect_eq(validate_raw(buf, IDX_CMD_QUEUE_CREATE, body, 1),
+                 TERN_EMALFORMED);
     body[0] = 5;
-    len = raw_entry(buf, 1, IDX_CMD_QUEUE_CREATE, body, 3);
-    cr_expect_eq(idx_cmd_validate(buf, len), TERN_EMALFORMED);
+    cr_expect_eq(validate_raw(buf, IDX_CMD_QUEUE_CREATE, body, 3),
+                 TERN_EMALFORMED);
     body[0] = 1;
     body[1] = '/';
-    len = raw_entry(buf, 1, IDX_CMD_QUEUE_CREATE, body, 2);
-    cr_expect_eq(idx_cmd_validate(buf, len), TERN_EMALFORMED);
+    cr_expect_eq(validate_raw(buf, IDX_CMD_QUEUE_CREATE, body, 2),
+                 TERN_EMALFORMED);
     body[0] = 201;
     memset(body + 1, 'a', 201);
-    len = raw_entry(buf, 1, IDX_CMD_QUEUE_CREATE, body, 202);
-    cr_expect_eq(idx_cmd_validate(buf, len), TERN_EMALFORMED);
+    cr_expect_eq(validate_raw(buf, IDX_CMD_QUEUE_CREATE, body, 202),
+                 TERN_EMALFORMED);
     body[0] = 200;
-    len = raw_entry(buf, 1, IDX_CMD_QUEUE_CREATE, body, 201);
-    cr_expect_eq(idx_cmd_validate(buf, len), 0, "200 bytes is fine");
+    cr_expect_eq(validate_raw(buf, IDX_CMD_QUEUE_CREATE, body, 201), 0,
+                 "200 bytes is fine");
 
     /* Produce: q, pid, seq, n, msgs. */
     uint8_t *p = body;
@@ -274,39 +280,37 @@ Test(index_cmd, rejects_body_malformations)
     p[24] = 'h';
     p[25] = 'i';
     uint32_t plen = 2 + 26;
-    len = raw_entry(buf, 1, IDX_CMD_PRODUCE, body, plen);
-    cr_expect_eq(idx_cmd_validate(buf, len), 0);
+    cr_expect_eq(validate_raw(buf, IDX_CMD_PRODUCE, body, plen), 0);
     /* zero messages */
     tern_put_u32(p + 16, 0);
-    len = raw_entry(buf, 1, IDX_CMD_PRODUCE, body, plen - 6);
-    cr_expect_eq(idx_cmd_validate(buf, len), TERN_EMALFORMED);
+    cr_expect_eq(validate_raw(buf, IDX_CMD_PRODUCE, body, plen - 6),
+                 TERN_EMALFORMED);
     /* message count larger than the body can hold */
     tern_put_u32(p + 16, 1000000);
-    len = raw_entry(buf, 1, IDX_CMD_PRODUCE, body, plen);
-    cr_expect_eq(idx_cmd_validate(buf, len), TERN_EMALFORMED);
+    cr_expect_eq(validate_raw(buf, IDX_CMD_PRODUCE, body, plen),
+                 TERN_EMALFORMED);
     tern_put_u32(p + 16, 2);
-    len = raw_entry(buf, 1, IDX_CMD_PRODUCE, body, plen);
-    cr_expect_eq(idx_cmd_validate(buf, len), TERN_EMALFORMED);
+    cr_expect_eq(validate_raw(buf, IDX_CMD_PRODUCE, body, plen),
+                 TERN_EMALFORMED);
     tern_put_u32(p + 16, 1);
     /* message length past the body */
     tern_put_u32(p + 20, 3);
-    len = raw_entry(buf, 1, IDX_CMD_PRODUCE, body, plen);
-    cr_expect_eq(idx_cmd_validate(buf, len), TERN_EMALFORMED);
+    cr_expect_eq(validate_raw(buf, IDX_CMD_PRODUCE, body, plen),
+                 TERN_EMALFORMED);
     tern_put_u32(p + 20, UINT32_MAX);
-    len = raw_entry(buf, 1, IDX_CMD_PRODUCE, body, plen);
-    cr_expect_eq(idx_cmd_validate(buf, len), TERN_EMALFORMED);
+    cr_expect_eq(validate_raw(buf, IDX_CMD_PRODUCE, body, plen),
+                 TERN_EMALFORMED);
     tern_put_u32(p + 20, 2);
     /* producer with seq 0 */
     tern_put_u64(p + 8, 0);
-    len = raw_entry(buf, 1, IDX_CMD_PRODUCE, body, plen);
-    cr_expect_eq(idx_cmd_validate(buf, len), TERN_EMALFORMED);
+    cr_expect_eq(validate_raw(buf, IDX_CMD_PRODUCE, body, plen),
+                 TERN_EMALFORMED);
     /* no producer, seq 0: fine */
     tern_put_u64(p, 0);
-    len = raw_entry(buf, 1, IDX_CMD_PRODUCE, body, plen);
-    cr_expect_eq(idx_cmd_validate(buf, len), 0);
+    cr_expect_eq(validate_raw(buf, IDX_CMD_PRODUCE, body, plen), 0);
     /* truncated produce header */
-    len = raw_entry(buf, 1, IDX_CMD_PRODUCE, body, 2 + 10);
-    cr_expect_eq(idx_cmd_validate(buf, len), TERN_EMALFORMED);
+    cr_expect_eq(validate_raw(buf, IDX_CMD_PRODUCE, body, 2 + 10),
+                 TERN_EMALFORMED);
 
     /* Group commit: q, g, offset. */
     p = body;
@@ -315,13 +319,12 @@ Test(index_cmd, rejects_body_malformations)
     *p++ = 1;
     *p++ = 'g';
     tern_put_u64(p, 5);
-    len = raw_entry(buf, 1, IDX_CMD_GROUP_COMMIT, body, 12);
-    cr_expect_eq(idx_cmd_validate(buf, len), 0);
-    len = raw_entry(buf, 1, IDX_CMD_GROUP_COMMIT, body, 11);
-    cr_expect_eq(idx_cmd_validate(buf, len), TERN_EMALFORMED);
+    cr_expect_eq(validate_raw(buf, IDX_CMD_GROUP_COMMIT, body, 12), 0);
+    cr_expect_eq(validate_raw(buf, IDX_CMD_GROUP_COMMIT, body, 11),
+                 TERN_EMALFORMED);
     body[3] = ' ';
-    len = raw_entry(buf, 1, IDX_CMD_GROUP_COMMIT, body, 12);
-    cr_expect_eq(idx_cmd_validate(buf, len), TERN_EMALFORMED, "bad group");
+    cr_expect_eq(validate_raw(buf, IDX_CMD_GROUP_COMMIT, body, 12),
+                 TERN_EMALFORMED, "bad group");
 }
 
 Test(index_cmd, record_decode)

@@ -39,19 +39,20 @@ TestSuite(index_recovery, .init = setup, .fini = teardown);
 static uint64_t ends[N + 1];
 
 /* Index 1 creates "q" (and "r"), 2..N produce 3 messages each into "q";
- * group g commits at 4; producer 9 dedups on "r". */
-static void populate(struct idx_env *e)
+ * group g commits at 4; producer 9 dedups on "r". Applies indexes
+ * from..to of that sequence, recording each log end in ends[]. */
+static void populate_range(struct idx_env *e, uint64_t from, uint64_t to)
 {
     struct tern_wbuf w;
     struct idx_result r[2];
     tern_wbuf_init(&w);
-    idx_cmd_begin(&w, 1000);
-    idx_cmd_queue_create(&w, "q");
-    idx_cmd_queue_create(&w, "r");
-    th_apply(e, 1, &w, r, 2);
-    ends[1] = idx_log_end(e);
-    for (uint64_t i = 2; i <= N; i++) {
-        if (i == 4) {
+    for (uint64_t i = from; i <= to; i++) {
+        if (i == 1) {
+            idx_cmd_begin(&w, 1000);
+            idx_cmd_queue_create(&w, "q");
+            idx_cmd_queue_create(&w, "r");
+            th_apply(e, 1, &w, r, 2);
+        } else if (i == 4) {
             struct idx_msg m = {"dedup", 5};
             idx_cmd_begin(&w, 2000);
             idx_cmd_group_commit(&w, "q", "g", 3);
@@ -63,6 +64,31 @@ static void populate(struct idx_env *e)
         ends[i] = idx_log_end(e);
     }
     tern_wbuf_free(&w);
+}
+
+static void populate(struct idx_env *e)
+{
+    populate_range(e, 1, N);
+}
+
+/* A fresh env in dir with the whole sequence applied, closed again. */
+static void populate_closed(uint64_t segment_bytes)
+{
+    struct idx_env *e = th_open(dir, segment_bytes);
+    populate(e);
+    idx_close(e);
+}
+
+/* Reopen dir and check what recovery found: the bytes it cut from the
+ * log tail and the last applied index. */
+static struct idx_env *reopen_expect(uint64_t segment_bytes,
+                                     uint64_t truncated,
+                                     uint64_t last_applied)
+{
+    struct idx_env *e = th_open(dir, segment_bytes);
+    cr_expect_eq(idx_truncated_bytes(e), truncated);
+    cr_expect_eq(idx_last_applied(e), last_applied);
+    return e;
 }
 
 static char *segment0(void)
@@ -95,12 +121,9 @@ static void expect_q_upto(struct idx_env *e, uint64_t last)
 
 Test(index_recovery, clean_reopen)
 {
-    struct idx_env *e = th_open(dir, 0);
-    populate(e);
-    idx_close(e);
-    e = th_open(dir, 0);
-    cr_expect_eq(idx_truncated_bytes(e), 0);
-    cr_expect_eq(idx_last_applied(e), N);
+    struct idx_env *e;
+    populate_closed(0);
+    e = reopen_expect(0, 0, N);
     cr_expect_eq(idx_log_end(e), ends[N]);
     expect_q_upto(e, N);
     idx_close(e);
@@ -108,14 +131,11 @@ Test(index_recovery, clean_reopen)
 
 Test(index_recovery, torn_record_truncated)
 {
-    struct idx_env *e = th_open(dir, 0);
-    populate(e);
-    idx_close(e);
+    struct idx_env *e;
+    populate_closed(0);
     char *seg = segment0();
     th_truncate(seg, (off_t)(32 + ends[N - 1] + 10));
-    e = th_open(dir, 0);
-    cr_expect_eq(idx_truncated_bytes(e), 10);
-    cr_expect_eq(idx_last_applied(e), N - 1);
+    e = reopen_expect(0, 10, N - 1);
     cr_expect_eq(idx_log_end(e), ends[N - 1]);
     cr_expect_eq(th_file_size(seg), (off_t)(32 + ends[N - 1]));
     expect_q_upto(e, N - 1);
@@ -127,25 +147,20 @@ Test(index_recovery, torn_record_truncated)
     idx_close(e);
     /* Torn inside the record header. */
     th_truncate(seg, (off_t)(32 + ends[N - 1] + 5));
-    e = th_open(dir, 0);
-    cr_expect_eq(idx_truncated_bytes(e), 5);
-    cr_expect_eq(idx_last_applied(e), N - 1);
+    e = reopen_expect(0, 5, N - 1);
     idx_close(e);
     free(seg);
 }
 
 Test(index_recovery, garbage_tail_truncated)
 {
-    struct idx_env *e = th_open(dir, 0);
-    populate(e);
-    idx_close(e);
+    struct idx_env *e;
+    populate_closed(0);
     char *seg = segment0();
     char junk[100];
     memset(junk, 0xab, sizeof junk);
     th_append(seg, junk, sizeof junk);
-    e = th_open(dir, 0);
-    cr_expect_eq(idx_truncated_bytes(e), 100);
-    cr_expect_eq(idx_last_applied(e), N);
+    e = reopen_expect(0, 100, N);
     cr_expect_eq(idx_log_end(e), ends[N]);
     expect_q_upto(e, N);
     idx_close(e);
@@ -157,9 +172,7 @@ Test(index_recovery, garbage_tail_truncated)
     cr_assert_eq(fread(rec, 1, ends[3] - ends[2], f), ends[3] - ends[2]);
     fclose(f);
     th_append(seg, rec, ends[3] - ends[2]);
-    e = th_open(dir, 0);
-    cr_expect_eq(idx_truncated_bytes(e), ends[3] - ends[2]);
-    cr_expect_eq(idx_last_applied(e), N);
+    e = reopen_expect(0, ends[3] - ends[2], N);
     idx_close(e);
     free(rec);
     free(seg);
@@ -167,14 +180,11 @@ Test(index_recovery, garbage_tail_truncated)
 
 Test(index_recovery, flipped_byte_in_last_record)
 {
-    struct idx_env *e = th_open(dir, 0);
-    populate(e);
-    idx_close(e);
+    struct idx_env *e;
+    populate_closed(0);
     char *seg = segment0();
     th_flip_byte(seg, (off_t)(32 + ends[N - 1] + 24 + 7));
-    e = th_open(dir, 0);
-    cr_expect_eq(idx_truncated_bytes(e), ends[N] - ends[N - 1]);
-    cr_expect_eq(idx_last_applied(e), N - 1);
+    e = reopen_expect(0, ends[N] - ends[N - 1], N - 1);
     expect_q_upto(e, N - 1);
     idx_close(e);
     /* Flipped byte in the last record's header. */
@@ -182,9 +192,7 @@ Test(index_recovery, flipped_byte_in_last_record)
     th_produce(e, N, "q", 0, N, 3);
     idx_close(e);
     th_flip_byte(seg, (off_t)(32 + ends[N - 1] + 9));
-    e = th_open(dir, 0);
-    cr_expect_eq(idx_truncated_bytes(e), ends[N] - ends[N - 1]);
-    cr_expect_eq(idx_last_applied(e), N - 1);
+    e = reopen_expect(0, ends[N] - ends[N - 1], N - 1);
     idx_close(e);
     free(seg);
 }
@@ -207,9 +215,7 @@ Test(index_recovery, lmdb_lost_is_rebuilt)
     cr_assert_eq(th_fetch_all(e, "q", 4, 1000, &before), 0);
     idx_close(e);
     rm_lmdb();
-    e = th_open(dir, 300);
-    cr_expect_eq(idx_truncated_bytes(e), 0);
-    cr_expect_eq(idx_last_applied(e), N);
+    e = reopen_expect(300, 0, N);
     cr_assert_eq(th_fetch_all(e, "q", 4, 1000, &after), 0);
     th_msgs_expect_eq(&before, &after);
     uint64_t off;
@@ -247,62 +253,36 @@ Test(index_recovery, lmdb_behind_is_reindexed)
     char p[4096], save[4096];
     snprintf(p, sizeof p, "%s/lmdb/data.mdb", dir);
     snprintf(save, sizeof save, "%s/old.mdb", dir);
-    struct idx_env *e = th_open(dir, 200);
-    populate(e);
-    idx_close(e);
+    struct idx_env *e;
+    populate_closed(200);
     th_rmdir(dir);
     dir = th_tmpdir();
     snprintf(p, sizeof p, "%s/lmdb/data.mdb", dir);
     snprintf(save, sizeof save, "%s/old.mdb", dir);
 
     e = th_open(dir, 200);
-    struct tern_wbuf w;
-    struct idx_result r[2];
-    tern_wbuf_init(&w);
-    idx_cmd_begin(&w, 1000);
-    idx_cmd_queue_create(&w, "q");
-    idx_cmd_queue_create(&w, "r");
-    th_apply(e, 1, &w, r, 2);
-    for (uint64_t i = 2; i <= 6; i++) {
-        if (i == 4) {
-            struct idx_msg m = {"dedup", 5};
-            idx_cmd_begin(&w, 2000);
-            idx_cmd_group_commit(&w, "q", "g", 3);
-            idx_cmd_produce(&w, "r", 9, 1, &m, 1);
-            th_apply(e, i, &w, r, 2);
-        } else {
-            th_produce(e, i, "q", 0, i, 3);
-        }
-    }
+    populate_range(e, 1, 6);
     cr_assert_eq(idx_sync(e), 0);
     th_copy_file(p, save);
-    for (uint64_t i = 7; i <= N; i++) {
-        th_produce(e, i, "q", 0, i, 3);
-    }
+    populate_range(e, 7, N);
     idx_close(e);
     th_copy_file(save, p);
-    e = th_open(dir, 200);
-    cr_expect_eq(idx_truncated_bytes(e), 0);
-    cr_expect_eq(idx_last_applied(e), N);
+    e = reopen_expect(200, 0, N);
     expect_q_upto(e, N);
     struct idx_queue_info qi;
     cr_assert_eq(idx_queue_get(e, "q", &qi), 0);
     cr_expect_eq(qi.next_offset, (N - 2) * 3);
-    tern_wbuf_free(&w);
     idx_close(e);
 }
 
 Test(index_recovery, lmdb_ahead_is_rebuilt)
 {
-    struct idx_env *e = th_open(dir, 0);
-    populate(e);
-    idx_close(e);
+    struct idx_env *e;
+    populate_closed(0);
     char *seg = segment0();
     /* The log lost its last entries at a clean record boundary. */
     th_truncate(seg, (off_t)(32 + ends[8]));
-    e = th_open(dir, 0);
-    cr_expect_eq(idx_truncated_bytes(e), 0);
-    cr_expect_eq(idx_last_applied(e), 8);
+    e = reopen_expect(0, 0, 8);
     cr_expect_eq(idx_log_end(e), ends[8]);
     expect_q_upto(e, 8);
     struct idx_queue_info qi;
@@ -314,9 +294,8 @@ Test(index_recovery, lmdb_ahead_is_rebuilt)
 
 Test(index_recovery, bad_segment_header_cuts_log)
 {
-    struct idx_env *e = th_open(dir, 100);
-    populate(e);
-    idx_close(e);
+    struct idx_env *e;
+    populate_closed(100);
     int nseg = th_count_segments(dir);
     cr_assert_gt(nseg, 4);
     /* Damage the header of the segment holding the start of record 8. */
@@ -342,13 +321,6 @@ Test(index_recovery, bad_segment_header_cuts_log)
     idx_close(e);
 }
 
-static int count_cb(void *arg, const struct idx_fetched *f)
-{
-    (void)f;
-    (*(unsigned *)arg)++;
-    return 0;
-}
-
 Test(index_recovery, corrupt_middle_record_detected_by_fetch)
 {
     struct idx_env *e = th_open(dir, 0);
@@ -359,24 +331,28 @@ Test(index_recovery, corrupt_middle_record_detected_by_fetch)
     th_flip_byte(seg, (off_t)(32 + ends[4] + 24 + 40));
     unsigned cnt = 0;
     uint64_t next = 0;
-    cr_expect_eq(idx_fetch(e, "q", 0, 100, 1 << 20, count_cb, &cnt, &next),
-                 TERN_ECORRUPT);
+    cr_expect_eq(
+        idx_fetch(e, "q", 0, 100, 1 << 20, th_count_fetched, &cnt, &next),
+        TERN_ECORRUPT);
     cr_expect_eq(cnt, 6, "messages before the bad record were served");
     cr_expect_eq(next, 6);
     cr_expect_neq(strstr(idx_errmsg(e), "checksum"), NULL, "%s", idx_errmsg(e));
     cnt = 0;
-    cr_expect_eq(idx_fetch(e, "q", 7, 1, 1 << 20, count_cb, &cnt, &next),
-                 TERN_ECORRUPT);
+    cr_expect_eq(
+        idx_fetch(e, "q", 7, 1, 1 << 20, th_count_fetched, &cnt, &next),
+        TERN_ECORRUPT);
     cr_expect_eq(cnt, 0);
     cnt = 0;
-    cr_expect_eq(idx_fetch(e, "q", 9, 100, 1 << 20, count_cb, &cnt, &next), 0);
+    cr_expect_eq(
+        idx_fetch(e, "q", 9, 100, 1 << 20, th_count_fetched, &cnt, &next), 0);
     cr_expect_eq(cnt, (N - 5) * 3);
     idx_close(e);
     /* Reopen trusts LMDB (its last record is fine): still detected. */
     e = th_open(dir, 0);
     cr_expect_eq(idx_last_applied(e), N);
-    cr_expect_eq(idx_fetch(e, "q", 6, 100, 1 << 20, count_cb, &cnt, &next),
-                 TERN_ECORRUPT);
+    cr_expect_eq(
+        idx_fetch(e, "q", 6, 100, 1 << 20, th_count_fetched, &cnt, &next),
+        TERN_ECORRUPT);
     idx_close(e);
     free(seg);
 }
@@ -461,9 +437,7 @@ int fetch_probe(struct idx_env *e, unsigned *cnt, uint64_t *next);
 
 Test(index_recovery, allocation_failures_fail_cleanly)
 {
-    struct idx_env *e = th_open(dir, 64);
-    populate(e);
-    idx_close(e);
+    populate_closed(64);
     rm_lmdb(); /* make open rebuild: the longest path */
     int opened = 0;
     for (long n = 0; n < 200 && !opened; n++) {
@@ -496,15 +470,14 @@ Test(index_recovery, allocation_failures_fail_cleanly)
 
 int fetch_probe(struct idx_env *e, unsigned *cnt, uint64_t *next)
 {
-    return idx_fetch(e, "q", 0, 100, 1 << 20, count_cb, cnt, next);
+    return idx_fetch(e, "q", 0, 100, 1 << 20, th_count_fetched, cnt, next);
 }
 
 Test(index_recovery, torn_tail_at_every_byte)
 {
     char full[4096];
-    struct idx_env *e = th_open(dir, 0);
-    populate(e);
-    idx_close(e);
+    struct idx_env *e;
+    populate_closed(0);
     char *seg = segment0();
     snprintf(full, sizeof full, "%s/full.seg", dir);
     th_copy_file(seg, full);

@@ -61,6 +61,17 @@ static void apply_workload(struct idx_env *e, uint64_t from, uint64_t to)
     cr_assert_eq(idx_flush(e), 0);
 }
 
+/* Apply entries 1..last of the workload on a, then take a's snapshot
+ * manifest into man (initialised here; the caller frees it). */
+static void snapshot_workload(struct idx_env *a,
+                              uint64_t last,
+                              struct tern_wbuf *man)
+{
+    tern_wbuf_init(man);
+    apply_workload(a, 1, last);
+    cr_assert_eq(idx_snapshot(a, man), 0);
+}
+
 static void transfer(struct idx_env *a,
                      struct idx_env *b,
                      const struct tern_wbuf *man,
@@ -112,9 +123,7 @@ Test(index_snapshot, bulk_transfer_between_envs)
     struct idx_env *a = th_open(dir_a, 4096);
     struct idx_env *b = th_open(dir_b, 3000);
     struct tern_wbuf man;
-    tern_wbuf_init(&man);
-    apply_workload(a, 1, 1000);
-    cr_assert_eq(idx_snapshot(a, &man), 0);
+    snapshot_workload(a, 1000, &man);
     cr_assert_eq(man.len, 40);
 
     /* A keeps applying while B catches up: the manifest is a prefix. */
@@ -173,9 +182,7 @@ Test(index_snapshot, bulk_bytes_reindexed_at_open_without_restore)
     struct idx_env *a = th_open(dir_a, 0);
     struct idx_env *b = th_open(dir_b, 0);
     struct tern_wbuf man;
-    tern_wbuf_init(&man);
-    apply_workload(a, 1, 100);
-    cr_assert_eq(idx_snapshot(a, &man), 0);
+    snapshot_workload(a, 100, &man);
     transfer(a, b, &man, 4096);
     idx_close(b);
     /* Crash between bulk writes and restore: the records are valid, so
@@ -194,9 +201,7 @@ Test(index_snapshot, restore_failures)
     struct idx_env *a = th_open(dir_a, 0);
     struct idx_env *b = th_open(dir_b, 0);
     struct tern_wbuf man;
-    tern_wbuf_init(&man);
-    apply_workload(a, 1, 60);
-    cr_assert_eq(idx_snapshot(a, &man), 0);
+    snapshot_workload(a, 60, &man);
 
     /* Malformed manifests. */
     uint64_t from, to;

@@ -105,6 +105,22 @@ static struct proto_request produce_req(const char *queue, const char *payload)
     return r;
 }
 
+/* A NUL-terminated text of cap - 1 copies of c. */
+static void fill_text(char *buf, size_t cap, char c)
+{
+    memset(buf, c, cap - 1);
+    buf[cap - 1] = '\0';
+}
+
+/* Add n produces of payload to "q" (ids 0..n-1), asserting each. */
+static void add_produces(unsigned n, const char *payload)
+{
+    for (unsigned i = 0; i < n; i++) {
+        struct proto_request r = produce_req("q", payload);
+        cr_assert_eq(node_batcher_add(&t.b, NULL, i, &r), 0);
+    }
+}
+
 static struct proto_request queue_req(uint8_t op, const char *queue)
 {
     struct proto_request r;
@@ -168,13 +184,9 @@ Test(batch, non_write_rejected)
 Test(batch, entry_size_bound_splits)
 {
     char big[200];
-    memset(big, 'x', sizeof(big) - 1);
-    big[sizeof(big) - 1] = '\0';
+    fill_text(big, sizeof big, 'x');
     t.b.max_entry_bytes = 600;
-    for (unsigned i = 0; i < 6; i++) {
-        struct proto_request r = produce_req("q", big);
-        cr_assert_eq(node_batcher_add(&t.b, NULL, i, &r), 0);
-    }
+    add_produces(6, big);
     node_batcher_propose(&t.b);
     cr_assert_gt(t.n_props, 1);
     unsigned total = 0;
@@ -383,14 +395,10 @@ Test(batch, entry_len_strips_only_padding)
 Test(batch, inflight_bytes_bound_keeps_one_going)
 {
     char big[200];
-    memset(big, 'y', sizeof(big) - 1);
-    big[sizeof(big) - 1] = '\0';
+    fill_text(big, sizeof big, 'y');
     t.b.max_cmds = 1;
     t.b.max_inflight_bytes = 100; /* smaller than one entry */
-    for (unsigned i = 0; i < 3; i++) {
-        struct proto_request r = produce_req("q", big);
-        cr_assert_eq(node_batcher_add(&t.b, NULL, i, &r), 0);
-    }
+    add_produces(3, big);
     node_batcher_propose(&t.b);
     cr_assert_eq(t.n_props, 1, "only one entry above the byte bound");
     node_batcher_proposed(t.props[0].batch, TERN_ELEADERSHIPLOST, 0);
@@ -401,8 +409,7 @@ Test(batch, inflight_bytes_bound_keeps_one_going)
 Test(batch, oversized_request_gets_its_own_entry)
 {
     char big[300];
-    memset(big, 'z', sizeof(big) - 1);
-    big[sizeof(big) - 1] = '\0';
+    fill_text(big, sizeof big, 'z');
     t.b.max_entry_bytes = 100;
     struct proto_request r1 = queue_req(PROTO_OP_QUEUE_CREATE, "q");
     struct proto_request r2 = produce_req("q", big);

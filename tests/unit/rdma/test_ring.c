@@ -129,6 +129,12 @@ static void expect_msg(struct xport_ring_rx *rx, uint64_t k, size_t len)
     xport_ring_rx_consume(rx);
 }
 
+/* Land logged write i (whole) in the receiver's ring. */
+static void land(struct mem *m, int i)
+{
+    memcpy(m->ring + m->log[i].off, m->log[i].bytes, m->log[i].len);
+}
+
 static void setup_pair(struct mem *m,
                        struct xport_ring_tx *tx,
                        struct xport_ring_rx *rx)
@@ -330,16 +336,16 @@ Test(ring, seq_landed_before_payload)
     m->logging = 0;
     /* Land header (3) and seq (4) first, then payload, then trailer. */
     for (int i = 3; i <= 4; i++) {
-        memcpy(m->ring + m->log[i].off, m->log[i].bytes, m->log[i].len);
+        land(m, i);
     }
     cr_expect_eq(xport_ring_rx_peek(&rx, &r), TERN_ECORRUPT);
     cr_expect_eq(rx.tail, 0);
-    memcpy(m->ring + m->log[0].off, m->log[0].bytes, m->log[0].len);
-    memcpy(m->ring + m->log[2].off, m->log[2].bytes, m->log[2].len);
+    land(m, 0);
+    land(m, 2);
     cr_expect_eq(xport_ring_rx_peek(&rx, &r), TERN_ECORRUPT,
                  "half the payload: checksum mismatch");
     cr_expect_eq(rx.tail, 0);
-    memcpy(m->ring + m->log[1].off, m->log[1].bytes, m->log[1].len);
+    land(m, 1);
     expect_msg(&rx, 7, 100);
     mem_free(m);
 }

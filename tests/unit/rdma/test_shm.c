@@ -250,13 +250,31 @@ static void put_hello(uint8_t m[40], uint64_t sender, uint64_t receiver)
     tern_put_u32(m + 32, tern_checksum32(m, 32));
 }
 
+/* Send a HELLO from sender to receiver over a raw connection to path
+ * (byte flip, when >= 0, flipped first): the receiver must hang up. */
+static void expect_hello_refused(const char *path,
+                                 uint64_t sender,
+                                 uint64_t receiver,
+                                 int flip,
+                                 const char *what)
+{
+    uint8_t m[40];
+    int fd = raw_connect(path);
+    put_hello(m, sender, receiver);
+    if (flip >= 0) {
+        m[flip] ^= 1;
+    }
+    cr_assert_eq(send(fd, m, sizeof m, 0), 40);
+    cr_expect(raw_closed_by_peer(fd), "%s", what);
+    close(fd);
+}
+
 Test(shm, hostile_handshakes_disconnected)
 {
     char pa[108], pb[108];
     struct xport *a = make(1, NULL, pa);
     struct xport *b = make(2, NULL, pb);
     struct sink s = {0};
-    uint8_t m[40];
     int fd;
 
     cr_assert_eq(xport_start(b, on_recv, &s), 0);
@@ -266,24 +284,11 @@ Test(shm, hostile_handshakes_disconnected)
     cr_expect(raw_closed_by_peer(fd), "garbage");
     close(fd);
     /* A valid HELLO, but no fds. */
-    fd = raw_connect(pb);
-    put_hello(m, 9, 2);
-    cr_assert_eq(send(fd, m, sizeof m, 0), 40);
-    cr_expect(raw_closed_by_peer(fd), "no fds");
-    close(fd);
+    expect_hello_refused(pb, 9, 2, -1, "no fds");
     /* A HELLO for another receiver. */
-    fd = raw_connect(pb);
-    put_hello(m, 9, 3);
-    cr_assert_eq(send(fd, m, sizeof m, 0), 40);
-    cr_expect(raw_closed_by_peer(fd), "wrong receiver");
-    close(fd);
+    expect_hello_refused(pb, 9, 3, -1, "wrong receiver");
     /* A flipped checksum bit. */
-    fd = raw_connect(pb);
-    put_hello(m, 9, 2);
-    m[33] ^= 1;
-    cr_assert_eq(send(fd, m, sizeof m, 0), 40);
-    cr_expect(raw_closed_by_peer(fd), "bad checksum");
-    close(fd);
+    expect_hello_refused(pb, 9, 2, 33, "bad checksum");
     /* Connect and hang up at once. */
     close(raw_connect(pb));
     /* A real peer is still served. */

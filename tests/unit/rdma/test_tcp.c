@@ -1,7 +1,11 @@
 /* Unit tests of the TCP transport (rdma/tcp.c) over real sockets on
  * 127.0.0.1: each test runs a real uv loop, bounded by a watchdog timer, and
  * polls conditions (no sleeps). Ports are random in 20000-60000, retried on
- * EADDRINUSE. */
+ * EADDRINUSE. Only what is TCP's own lives here (socket options, byte-exact
+ * queue accounting, bad addresses, hostile raw peers, frames split across
+ * reads, OOM, SYN timeouts); the xport contract every backend shares
+ * (ordering, exact bytes, too-big, ENOCONN then connect, peer restart,
+ * close cancelling sends...) runs against tcp in test_conformance.c. */
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -81,7 +85,6 @@ struct sink
     int bad;
     uint64_t from[MAX_RECORDED];
     size_t len[MAX_RECORDED];
-    uint8_t first[MAX_RECORDED];
 };
 
 static uint8_t pattern(unsigned k, size_t i)
@@ -97,7 +100,6 @@ static void on_recv(void *arg, uint64_t from_id, const void *msg, size_t len)
     if (s->count < MAX_RECORDED) {
         s->from[s->count] = from_id;
         s->len[s->count] = len;
-        s->first[s->count] = len > 0 ? b[0] : 0;
     }
     for (size_t i = 0; i < len; i++) {
         if (b[i] != pattern((unsigned)s->count, i)) {
@@ -182,18 +184,6 @@ static struct xport *make_tcp(uint64_t id,
     return NULL;
 }
 
-/* Same address (a restarted peer); retried while the port is still busy. */
-static struct xport *make_tcp_at(uint64_t id,
-                                 const struct xport_tcp_options *o,
-                                 const char *addr)
-{
-    char errmsg[TERN_ERRMSG_SIZE];
-    struct xport *x = NULL;
-    int rc = xport_tcp_new(&env.loop, id, addr, o, &x, errmsg);
-    cr_assert_eq(rc, 0, "xport_tcp_new %s: %s", addr, errmsg);
-    return x;
-}
-
 static void on_closed(void *arg)
 {
     (*(int *)arg)++;
@@ -207,39 +197,6 @@ static void close_and_wait(struct xport *x)
 }
 
 /* ---- tests ------------------------------------------------------------- */
-
-Test(tcp, ordering_and_exact_bytes)
-{
-    static const size_t sizes[] = {0,    1,    2,     19,     20,     21,
-                                   1000, 4096, 65537, 300000, 1 << 20};
-    enum { N = 220 };
-    static struct sreq reqs[N];
-    static struct sink sink;
-    char a_addr[32], b_addr[32];
-    struct xport *a = make_tcp(1, NULL, a_addr);
-    struct xport *b = make_tcp(2, NULL, b_addr);
-    int completed = 0;
-
-    memset(&sink, 0, sizeof sink);
-    cr_assert_eq(xport_start(b, on_recv, &sink), 0);
-    for (unsigned k = 0; k < N; k++) {
-        cr_assert_eq(send_msg(a, &reqs[k], 2, b_addr, k,
-                              sizes[k % TERN_ARRAY_SIZE(sizes)], &completed),
-                     0);
-    }
-    cr_expect_eq(completed, 0, "no completion inside xport_send");
-    run_until(&completed, N);
-    run_until(&sink.count, N);
-    for (unsigned k = 0; k < N; k++) {
-        cr_expect_eq(reqs[k].status, 0, "send %u", k);
-        cr_expect_eq(sink.from[k], 1);
-        cr_expect_eq(sink.len[k], sizes[k % TERN_ARRAY_SIZE(sizes)],
-                     "message %u arrived in order", k);
-    }
-    cr_expect_eq(sink.bad, 0, "payload bytes are exact");
-    close_and_wait(a);
-    close_and_wait(b);
-}
 
 /* uv_walk callback: every connected TCP socket of the loop has Nagle off
  * and a user timeout. */
@@ -304,54 +261,6 @@ Test(tcp, bidirectional)
     close_and_wait(b);
 }
 
-Test(tcp, enoconn_then_reconnect_when_peer_listens)
-{
-    struct xport_tcp_options o = {.connect_retry_ms = 30};
-    static struct sink sink;
-    struct sreq r;
-    char a_addr[32], b_addr[32];
-    struct xport *a = make_tcp(1, &o, a_addr);
-    struct xport *b = make_tcp(2, NULL, b_addr);
-    int done = 0;
-    int got_enoconn = 0;
-
-    /* A port that just stopped listening. */
-    close_and_wait(b);
-    cr_assert_eq(send_msg(a, &r, 2, b_addr, 0, 5, &done), 0);
-    cr_expect_eq(r.done, 0, "never completed inside xport_send");
-    run_until(&done, 1);
-    cr_expect_eq(r.status, TERN_ENOCONN);
-
-    /* During the back-off too, the failure is deferred. */
-    done = 0;
-    cr_assert_eq(send_msg(a, &r, 2, b_addr, 0, 5, &done), 0);
-    cr_expect_eq(r.done, 0);
-    run_until(&done, 1);
-    cr_expect_eq(r.status, TERN_ENOCONN);
-
-    memset(&sink, 0, sizeof sink);
-    b = make_tcp_at(2, NULL, b_addr);
-    cr_assert_eq(xport_start(b, on_recv, &sink), 0);
-    /* Retry (each send after the previous completed) until one lands. */
-    for (int i = 0; i < 100000 && sink.count == 0; i++) {
-        done = 0;
-        cr_assert_eq(send_msg(a, &r, 2, b_addr, (unsigned)sink.count, 5, &done),
-                     0);
-        run_until(&done, 1);
-        if (r.status != 0) {
-            cr_expect_eq(r.status, TERN_ENOCONN);
-            got_enoconn++;
-        } else {
-            run_until(&sink.count, 1);
-        }
-    }
-    cr_expect_eq(sink.count, 1);
-    cr_expect_eq(sink.bad, 0);
-    cr_expect_eq(r.status, 0);
-    close_and_wait(a);
-    close_and_wait(b);
-}
-
 Test(tcp, queue_bound_gives_ebusy)
 {
     struct xport_tcp_options o = {.max_queued_bytes = 1000};
@@ -385,63 +294,6 @@ Test(tcp, queue_bound_gives_ebusy)
     cr_expect_eq(sink.len[2], 5000);
     cr_expect_eq(sink.bad, 0);
     close_and_wait(a);
-    close_and_wait(b);
-}
-
-static struct
-{
-    int sends_done;
-    int closed;
-    int sends_at_close;
-} order;
-
-static void on_sent_order(struct xport_send *req, int status)
-{
-    on_sent(req, status);
-    order.sends_done++;
-}
-
-static void on_closed_order(void *arg)
-{
-    (void)arg;
-    order.sends_at_close = order.sends_done;
-    order.closed++;
-}
-
-Test(tcp, close_cancels_pending_sends)
-{
-    enum { N = 8 };
-    struct xport_tcp_options o = {.max_queued_bytes = (4 << 20) + 1000};
-    static struct sreq r[N + 1];
-    static uint8_t big[1 << 20];
-    struct xport_iov iov = {big, sizeof big};
-    char a_addr[32], b_addr[32];
-    struct xport *a = make_tcp(1, &o, a_addr);
-    struct xport *b = make_tcp(2, NULL, b_addr);
-
-    memset(&order, 0, sizeof order);
-    memset(r, 0, sizeof r);
-    /* B never starts: A's connection is accepted by the kernel only, and
-     * 1 MiB messages fill the socket buffers; the 5th exceeds 4 MiB. */
-    in_send = 1;
-    for (int k = 0; k < N; k++) {
-        cr_assert_eq(
-            xport_send(a, &r[k].req, 2, b_addr, &iov, 1, on_sent_order), 0);
-    }
-    in_send = 0;
-    xport_close(a, on_closed_order, NULL);
-    in_send = 1;
-    cr_expect_eq(xport_send(a, &r[N].req, 2, b_addr, &iov, 1, on_sent_order),
-                 TERN_ESHUTDOWN, "no sends once closing");
-    in_send = 0;
-    run_until(&order.closed, 1);
-    cr_expect_eq(order.sends_done, N);
-    cr_expect_eq(order.sends_at_close, N, "sends complete before close cb");
-    for (int k = 0; k < N; k++) {
-        cr_expect_eq(r[k].status, k < 4 ? TERN_ECANCELED : TERN_EBUSY,
-                     "send %d: %d", k, r[k].status);
-    }
-    cr_expect_eq(r[N].done, 0);
     close_and_wait(b);
 }
 
@@ -487,69 +339,6 @@ static int send_seq(struct xport *x,
     rc = xport_send(x, &r->req, peer, addr, &iov, 1, on_sent);
     in_send = 0;
     return rc;
-}
-
-Test(tcp, peer_restart_traffic_resumes)
-{
-    struct xport_tcp_options o = {.connect_retry_ms = 20};
-    struct seq_sink s1 = {.last = -1}, s2 = {.last = -1};
-    struct sreq r;
-    char a_addr[32], b_addr[32];
-    struct xport *a = make_tcp(1, &o, a_addr);
-    struct xport *b = make_tcp(2, NULL, b_addr);
-    uint32_t idx = 0;
-    int done = 0;
-
-    cr_assert_eq(xport_start(b, on_recv_seq, &s1), 0);
-    cr_assert_eq(send_seq(a, &r, 2, b_addr, idx++, &done), 0);
-    run_until(&s1.count, 1);
-    close_and_wait(b);
-
-    b = make_tcp_at(2, NULL, b_addr);
-    cr_assert_eq(xport_start(b, on_recv_seq, &s2), 0);
-    /* Messages sent around the restart may be lost; order is kept. Send
-     * one at a time until the new B has received three. */
-    for (int i = 0; i < 100000 && s2.count < 3 && !env.timed_out; i++) {
-        int before = s2.count;
-        done = 0;
-        cr_assert_eq(send_seq(a, &r, 2, b_addr, idx++, &done), 0);
-        run_until(&done, 1);
-        cr_expect(r.status == 0 || r.status == TERN_ENOCONN, "status %d",
-                  r.status);
-        if (r.status == 0 && before > 0) {
-            /* B2 already received on this connection: no loss now. */
-            run_until(&s2.count, before + 1);
-        }
-    }
-    cr_expect_geq(s2.count, 3);
-    cr_expect_eq(s2.out_of_order, 0);
-    cr_expect_eq(s2.from, 1);
-    close_and_wait(a);
-    close_and_wait(b);
-}
-
-Test(tcp, too_big_rejected_synchronously)
-{
-    struct xport_tcp_options o = {.max_message = 1000};
-    struct sreq r1, r2;
-    char a_addr[32], b_addr[32];
-    struct xport *a = make_tcp(1, &o, a_addr);
-    struct xport *b = make_tcp(2, &o, b_addr);
-    static struct sink sink;
-    int done = 0;
-
-    memset(&sink, 0, sizeof sink);
-    cr_assert_eq(xport_start(b, on_recv, &sink), 0);
-    cr_expect_eq(xport_max_message(a), 1000);
-    cr_expect_eq(send_msg(a, &r1, 2, b_addr, 0, 1001, &done), TERN_ETOOBIG);
-    cr_assert_eq(send_msg(a, &r2, 2, b_addr, 0, 1000, &done), 0);
-    run_until(&done, 1);
-    run_until(&sink.count, 1);
-    cr_expect_eq(r1.done, 0, "a failed send never calls back");
-    cr_expect_eq(r2.status, 0);
-    cr_expect_eq(sink.len[0], 1000);
-    close_and_wait(a);
-    close_and_wait(b);
 }
 
 Test(tcp, bad_arguments)
