@@ -12,7 +12,8 @@
  *   data_dir    = /var/lib/tern     ; required; raft/ and index/ inside
  *   client_addr = 127.0.0.1:7401    ; client protocol listen address
  *   raft_addr   = 127.0.0.1:7501    ; raft transport listen address
- *   transport   = tcp               ; only tcp for now
+ *   transport   = tcp               ; tcp | shm | rdma | auto (see below)
+ *   shm_dir     = /tmp              ; transport=shm: directory of the sockets
  *   log_level   = info              ; error | warn | info | debug
  *
  *   [raft]
@@ -34,6 +35,20 @@
  * If client_addr/raft_addr are missing they are taken from this node's
  * [peers] line; if [peers] is empty the node is a single-node cluster made
  * of itself. Addresses are IPv4 "host:port".
+ *
+ * Transports (the raft traffic between nodes; node/node.c builds them):
+ *   tcp   plain TCP on raft_addr;
+ *   shm   shared-memory rings (same host only) with TCP as the per-peer
+ *         fallback (rdma/fallback.c). Each node listens on the unix socket
+ *         <shm_dir>/tern-shm-<raft host>-<raft port>.sock, derived from its
+ *         raft address, and finds its peers' sockets the same way from
+ *         theirs: every node of a cluster must use the same shm_dir;
+ *   rdma  RDMA verbs rings with TCP as the per-peer fallback; the verbs
+ *         listener uses the raft address (host:port in rdma_cm's port
+ *         space; the host must be an IP of an RDMA device). Fails to start
+ *         when built without verbs or when no RDMA device exists;
+ *   auto  rdma when an RDMA device exists and the verbs listener can be
+ *         created on raft_addr, else tcp.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -65,7 +80,12 @@ static const char usage_text[] =
     "  --max-frame-bytes N        default 16M\n"
     "  --min-free-disk-bytes N    default 64M\n"
     "  --log-level L              error|warn|info|debug (default info)\n"
-    "  --transport tcp            raft transport (only tcp)\n"
+    "  --transport T              raft transport: tcp (default), shm "
+    "(shared memory,\n"
+    "                             tcp fallback), rdma (verbs, tcp fallback) "
+    "or auto\n"
+    "  --shm-dir DIR              shm sockets directory (default /tmp; "
+    "same on all nodes)\n"
     "  --pid-file F               write the pid to F\n"
     "  --help                     this text\n"
     "exit codes: 0 clean stop, 1 runtime failure, 2 bad configuration\n"
@@ -77,6 +97,7 @@ static const char usage_text[] =
     "  client_addr = 127.0.0.1:7401\n"
     "  raft_addr = 127.0.0.1:7501\n"
     "  transport = tcp\n"
+    "  shm_dir = /tmp\n"
     "  log_level = info\n"
     "  [raft]\n"
     "  election_timeout_ms = 150\n"
@@ -125,6 +146,7 @@ void node_config_free(struct node_config *c)
     tern_free(c->client_addr);
     tern_free(c->raft_addr);
     tern_free(c->transport);
+    tern_free(c->shm_dir);
     tern_free(c->pid_file);
     peers_free(c->peers, c->n_peers);
     memset(c, 0, sizeof(*c));
@@ -378,6 +400,7 @@ static const struct key keys[] = {
     {"limits", "max_message_bytes", "--max-message-bytes"},
     {"limits", "max_frame_bytes", "--max-frame-bytes"},
     {"limits", "min_free_disk_bytes", "--min-free-disk-bytes"},
+    {"node", "shm_dir", "--shm-dir"},
 };
 
 /* Set key k (index into keys) to v. what names the source in messages. */
@@ -410,10 +433,11 @@ static int set_key(struct node_config *c,
         rv = check_addr(v, what, errmsg);
         return rv != 0 ? rv : set_str(&c->raft_addr, v, what, errmsg);
     case 4:
-        if (strcmp(v, "tcp") != 0) {
+        if (strcmp(v, "tcp") != 0 && strcmp(v, "shm") != 0 &&
+            strcmp(v, "rdma") != 0 && strcmp(v, "auto") != 0) {
             tern_errmsg_printf(errmsg,
                                "%s: transport '%s' is not supported "
-                               "(only tcp)",
+                               "(only tcp, shm, rdma or auto)",
                                what, v);
             return TERN_EINVAL;
         }
@@ -445,6 +469,15 @@ static int set_key(struct node_config *c,
         return parse_u64(v, UINT32_MAX, &c->max_frame_bytes, what, errmsg);
     case 13:
         return parse_u64(v, UINT64_MAX, &c->min_free_disk_bytes, what, errmsg);
+    case 14:
+        if (v[0] != '/' || strlen(v) > NODE_SHM_DIR_MAX) {
+            tern_errmsg_printf(errmsg,
+                               "%s: '%s' is not an absolute directory of at "
+                               "most %u bytes",
+                               what, v, NODE_SHM_DIR_MAX);
+            return TERN_EINVAL;
+        }
+        return set_str(&c->shm_dir, v, what, errmsg);
     default:
         break;
     }
@@ -723,6 +756,12 @@ int node_config_validate(struct node_config *c, char *errmsg)
     }
     if (c->transport == NULL) {
         rv = set_str(&c->transport, "tcp", "transport", errmsg);
+        if (rv != 0) {
+            return rv;
+        }
+    }
+    if (c->shm_dir == NULL) {
+        rv = set_str(&c->shm_dir, "/tmp", "shm_dir", errmsg);
         if (rv != 0) {
             return rv;
         }

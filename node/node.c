@@ -20,6 +20,15 @@
  * A uv_idle handle is started whenever work is pending so the loop never
  * blocks in poll with an unflushed apply.
  *
+ * Transport (--transport, see node/config.c): tcp is xport_tcp on
+ * raft_addr; shm and rdma are rdma/fallback.c composites of the fast
+ * backend (shm on <shm_dir>/tern-shm-<host>-<port>.sock, or verbs on
+ * raft_addr) and tcp on raft_addr, with the peers' fast addresses derived
+ * from their raft addresses by the same rule (node_fast_address); auto is
+ * rdma when a device exists and the verbs listener comes up, else tcp. The
+ * node shows the real selection ("tcp", "shm+tcp", "verbs+tcp") as its
+ * transport in the status answer (node_config(n)->transport).
+ *
  * Shutdown (SIGTERM/SIGINT): close the client server, answer unproposed
  * writes with TERN_ESHUTDOWN, repl_close (in-flight proposals fail with
  * TERN_ESHUTDOWN), then idx_close, then xport_close, then our own handles;
@@ -41,7 +50,13 @@
 
 struct node
 {
-    const struct node_config *cfg;
+    const struct node_config *cfg; /* &cfg_view */
+    /* The caller's config with transport replaced by the selected one
+     * (shallow copy: every other pointer is borrowed from the caller). */
+    struct node_config cfg_view;
+    char transport_name[32];      /* selected: "tcp", "shm+tcp", ... */
+    char transport_requested[16]; /* cfg: "tcp" | "shm" | "rdma" | "auto" */
+    bool fast_is_shm;             /* the fallback's fast backend is shm */
     uv_loop_t loop;
     struct xport *xport;
     struct idx_env *idx;
@@ -664,13 +679,178 @@ static void log_config(const struct node_config *c)
              node_log_level_name((enum node_log_level)c->log_level), peers);
 }
 
+/* ---- Transport selection ----------------------------------------------- */
+
+/* The shm socket of the node whose raft address is raft_addr
+ * ("host:port" -> <shm_dir>/tern-shm-<host>-<port>.sock). Returns 0,
+ * TERN_EINVAL, or -ENAMETOOLONG when it does not fit a unix socket path. */
+static int shm_socket_path(const char *shm_dir,
+                           const char *raft_addr,
+                           char *out,
+                           size_t cap)
+{
+    const char *colon = strrchr(raft_addr, ':');
+    int k;
+    if (colon == NULL) {
+        return TERN_EINVAL;
+    }
+    k = snprintf(out, cap, "%s/tern-shm-%.*s-%s.sock", shm_dir,
+                 (int)(colon - raft_addr), raft_addr, colon + 1);
+    if (k < 0 || (size_t)k >= cap || (size_t)k >= 108) {
+        return -ENAMETOOLONG;
+    }
+    return 0;
+}
+
+/* xport_fallback_options.fast_address: a peer's fast address from its raft
+ * address, by the rule its own node uses to listen. */
+static int node_fast_address(void *arg,
+                             uint64_t peer_id,
+                             const char *slow_address,
+                             char *out,
+                             size_t cap)
+{
+    struct node *n = arg;
+    size_t len = strlen(slow_address);
+    (void)peer_id;
+    if (n->fast_is_shm) {
+        return shm_socket_path(n->cfg->shm_dir, slow_address, out, cap);
+    }
+    /* verbs: the raft address itself, in rdma_cm's port space. */
+    if (len >= cap) {
+        return -ENAMETOOLONG;
+    }
+    memcpy(out, slow_address, len + 1);
+    return 0;
+}
+
+/* Wrap n->xport (tcp, owned by n) and fast into a fallback composite. On
+ * failure fast is closed and n->xport stays the tcp transport (node_stop
+ * closes it). */
+static int wrap_fallback(struct node *n, struct xport *fast, char *errmsg)
+{
+    struct xport_fallback_options fo;
+    struct xport *fb = NULL;
+    int rv;
+
+    memset(&fo, 0, sizeof(fo));
+    fo.retry_ms = 1000;
+    fo.fast_address = node_fast_address;
+    fo.fast_address_arg = n;
+    n->fast_is_shm = strcmp(xport_name(fast), "shm") == 0;
+    rv = xport_fallback_new(&n->loop, fast, n->xport, &fo, &fb, errmsg);
+    if (rv != 0) {
+        xport_close(fast, NULL, NULL);
+        return rv;
+    }
+    n->xport = fb;
+    (void)snprintf(n->transport_name, sizeof(n->transport_name), "%s",
+                   xport_name(fb));
+    return 0;
+}
+
+/* Smallest power of two ring (at least 8 MiB) that carries an entry of
+ * max_message_bytes plus framing in one message; larger messages go over
+ * tcp (rdma/fallback.c). */
+static size_t shm_ring_bytes(const struct node_config *c)
+{
+    size_t want = 2 * ((size_t)c->max_message_bytes + NODE_FRAME_OVERHEAD +
+                       ((size_t)64 << 10));
+    size_t ring = (size_t)8 << 20;
+    while (ring < want && ring < ((size_t)1 << 30)) {
+        ring <<= 1;
+    }
+    return ring;
+}
+
+/* Create n->xport according to the requested transport (see the top of
+ * the file). On failure whatever exists is left in n->xport for
+ * node_stop. */
+static int transport_new(struct node *n, const char *want, char *errmsg)
+{
+    const struct node_config *c = n->cfg;
+    struct xport_tcp_options xo;
+    struct xport *fast = NULL;
+    int devices;
+    int rv;
+
+    memset(&xo, 0, sizeof(xo));
+    rv = xport_tcp_new(&n->loop, c->id, c->raft_addr, &xo, &n->xport, errmsg);
+    if (rv != 0) {
+        tern_errmsg_wrapf(errmsg, "raft transport on %s", c->raft_addr);
+        return rv;
+    }
+    (void)snprintf(n->transport_name, sizeof(n->transport_name), "tcp");
+    if (strcmp(want, "shm") == 0) {
+        struct xport_shm_options so;
+        char path[128];
+        rv = shm_socket_path(c->shm_dir, c->raft_addr, path, sizeof(path));
+        if (rv != 0) {
+            tern_errmsg_printf(errmsg, "shm socket path for %s in %s: %s",
+                               c->raft_addr, c->shm_dir, tern_strerror(rv));
+            return rv;
+        }
+        memset(&so, 0, sizeof(so));
+        so.ring_bytes = shm_ring_bytes(c);
+        rv = xport_shm_new(&n->loop, c->id, path, &so, &fast, errmsg);
+        if (rv != 0) {
+            tern_errmsg_wrapf(errmsg, "shm transport on %s", path);
+            return rv;
+        }
+        node_log(NODE_LOG_INFO, "shm transport listening",
+                 "path=%s ring_bytes=%zu", path, so.ring_bytes);
+        return wrap_fallback(n, fast, errmsg);
+    }
+    if (strcmp(want, "rdma") != 0 && strcmp(want, "auto") != 0) {
+        return 0;
+    }
+    devices = xport_rdma_device_count();
+#ifdef TERN_HAVE_VERBS
+    if (devices > 0) {
+        struct xport_verbs_options vo;
+        char verrmsg[TERN_ERRMSG_SIZE] = "";
+        memset(&vo, 0, sizeof(vo));
+        vo.ring_bytes = shm_ring_bytes(c);
+        rv = xport_verbs_new(&n->loop, c->id, c->raft_addr, &vo, &fast,
+                             verrmsg);
+        if (rv == 0) {
+            node_log(NODE_LOG_INFO, "verbs transport listening",
+                     "addr=%s devices=%d", c->raft_addr, devices);
+            return wrap_fallback(n, fast, errmsg);
+        }
+        if (strcmp(want, "rdma") == 0) {
+            tern_errmsg_printf(errmsg, "rdma transport on %s: %s",
+                               c->raft_addr, verrmsg);
+            return rv;
+        }
+        node_log(NODE_LOG_WARN, "rdma unavailable, using tcp",
+                 "transport=auto detail=\"%s\"", verrmsg);
+        return 0;
+    }
+#endif
+    if (strcmp(want, "rdma") == 0) {
+#ifdef TERN_HAVE_VERBS
+        tern_errmsg_printf(errmsg, "transport rdma: no RDMA device found (use "
+                                   "--transport tcp, shm or auto)");
+#else
+        tern_errmsg_printf(errmsg,
+                           "transport rdma: ternd was built without "
+                           "libibverbs/librdmacm (use --transport tcp, shm "
+                           "or auto)");
+#endif
+        return -ENODEV;
+    }
+    node_log(NODE_LOG_INFO, "no RDMA device, using tcp",
+             "transport=auto devices=%d", devices);
+    return 0;
+}
+
 /* Everything up to uv_run. On failure the node is left for node_stop to
  * unwind (whatever was created is closed in order). */
 static int node_start(struct node *n, char *errmsg)
 {
     const struct node_config *c = n->cfg;
     struct idx_options io;
-    struct xport_tcp_options xo;
     struct repl_config rc;
     struct repl_peer *rpeers = NULL;
     struct node_batcher_ops bops = {batch_propose, batch_respond,
@@ -726,12 +906,12 @@ static int node_start(struct node *n, char *errmsg)
              (unsigned long long)idx_log_end(n->idx),
              (unsigned long long)idx_truncated_bytes(n->idx));
 
-    memset(&xo, 0, sizeof(xo));
-    rv = xport_tcp_new(&n->loop, c->id, c->raft_addr, &xo, &n->xport, errmsg);
+    rv = transport_new(n, n->transport_requested, errmsg);
     if (rv != 0) {
-        tern_errmsg_wrapf(errmsg, "raft transport on %s", c->raft_addr);
         return rv;
     }
+    node_log(NODE_LOG_INFO, "transport selected", "requested=%s selected=%s",
+             n->transport_requested, n->transport_name);
 
     rpeers = tern_calloc(c->n_peers, sizeof(*rpeers));
     if (rpeers == NULL) {
@@ -832,7 +1012,13 @@ int node_run(const struct node_config *c)
         node_log(NODE_LOG_ERROR, "out of memory", NULL);
         return 1;
     }
-    n->cfg = c;
+    n->cfg_view = *c;
+    (void)snprintf(n->transport_requested, sizeof(n->transport_requested),
+                   "%s", c->transport);
+    (void)snprintf(n->transport_name, sizeof(n->transport_name), "%s",
+                   c->transport);
+    n->cfg_view.transport = n->transport_name;
+    n->cfg = &n->cfg_view;
     rv = uv_loop_init(&n->loop);
     if (rv != 0) {
         node_log(NODE_LOG_ERROR, "uv_loop_init failed", "err=%s",

@@ -101,7 +101,8 @@ struct node_config
     char *data_dir;    /* owned; NULL until set */
     char *client_addr; /* owned */
     char *raft_addr;   /* owned */
-    char *transport;   /* owned; "tcp" */
+    char *transport;   /* owned; "tcp" | "shm" | "rdma" | "auto" */
+    char *shm_dir;     /* owned; transport shm: socket directory ("/tmp") */
     char *pid_file;    /* owned; NULL: none */
     int log_level;     /* enum node_log_level */
     unsigned election_timeout_ms;
@@ -123,6 +124,9 @@ struct node_config
 #define NODE_DEFAULT_MAX_MESSAGE         (4ull << 20)
 #define NODE_DEFAULT_MAX_FRAME           (16ull << 20)
 #define NODE_DEFAULT_MIN_FREE_DISK       (64ull << 20)
+/* Longest shm_dir: room for "/tern-shm-<ipv4>-<port>.sock" in a unix
+ * socket path (107 bytes). */
+#define NODE_SHM_DIR_MAX 64u
 /* Room in a frame for everything around the largest message. */
 #define NODE_FRAME_OVERHEAD 4096u
 

@@ -230,4 +230,64 @@ int xport_verbs_stats(const struct xport *x,
                       struct xport_verbs_stats *out /* OUT */);
 #endif
 
+/*
+ * ---- fallback composite (rdma/fallback.c; issue 3 item 1) ----------------
+ * Appended section: a transport made of a FAST backend (shm, verbs) and a
+ * SLOW one (tcp), chosen per peer: fast while it works, slow after a
+ * fast-path failure (TERN_ENOCONN and other connection errors; TERN_EBUSY
+ * does not switch), and back to fast after a successful background probe
+ * (the first send at least retry_ms after the switch is tried on the fast
+ * path; a failed probe is re-sent over slow, so it loses nothing).
+ * Messages of one peer may be reordered or lost across a switch (raft
+ * tolerates both). Receives from both. Epoch and fence go to both. Name:
+ * "<fast>+<slow>", e.g. "shm+tcp" (valid while the transport lives).
+ * Peer addresses: "SLOW|FAST", or a plain SLOW address whose FAST address
+ * comes from fast_address (no mapper, or the mapper returns non-zero: that
+ * peer uses the slow backend only). Details: top of rdma/fallback.c.
+ */
+struct xport_fallback_options {
+    unsigned retry_ms; /* back-off before probing the fast path again after
+                        * a failure; 0 = 1000 */
+    /* Optional: write peer_id's fast address (NUL-terminated, at most cap
+     * bytes) for its slow address into out and return 0; non-zero: no
+     * fast path for that peer. Called on the first send to a peer and when
+     * its address changes. */
+    int (*fast_address)(void *arg, uint64_t peer_id, const char *slow_address,
+                        char *out, size_t cap);
+    void *fast_address_arg;
+};
+
+/* Create the composite over fast and slow (both created on loop with the
+ * same self id, neither started). On success both are owned by *out:
+ * xport_start starts both, xport_close closes both (their pending sends
+ * complete with TERN_ECANCELED) and runs cb once both are closed. On
+ * failure (TERN_EINVAL, -ENOMEM) fast and slow stay the caller's. opts
+ * may be NULL; it is copied. */
+int xport_fallback_new(uv_loop_t *loop, struct xport *fast, struct xport *slow,
+                       const struct xport_fallback_options *opts,
+                       struct xport **out, char *errmsg);
+
+struct xport_fallback_stats {
+    uint64_t fast_sends;    /* sends handed to the fast backend (probes
+                             * included) */
+    uint64_t slow_sends;    /* sends handed to the slow backend (re-sent
+                             * probes included) */
+    uint64_t fast_failures; /* fast sends that failed (path failures) */
+    uint64_t to_slow;       /* switches of a peer from fast to slow */
+    uint64_t probes;        /* probes of the fast path */
+    uint64_t to_fast;       /* successful probes: switches back to fast */
+};
+/* Counters since creation. x must be a fallback transport (else
+ * TERN_EINVAL). */
+int xport_fallback_stats(const struct xport *x,
+                         struct xport_fallback_stats *out /* OUT */);
+/* 1 if peer_id's next send goes over the fast path, 0 if over the slow
+ * one (after a failure, while probing, or no fast address), -ENOENT for a
+ * peer never sent to, TERN_EINVAL if x is not a fallback transport. */
+int xport_fallback_peer_fast(const struct xport *x, uint64_t peer_id);
+
+/* Number of RDMA devices visible to this process (0 when tern_rdma was
+ * built without verbs). */
+int xport_rdma_device_count(void);
+
 #endif /* TERN_XPORT_H */
