@@ -91,6 +91,23 @@
  *    Tested: test_cluster.c "chaos_*" seeds that got stuck before.
  * 7. Append failure (#466, 0cac59c leader keeps leadership after a failed
  *    disk write): fail-stop, see io.c. Same for a failed FSM apply (fsm.c).
+ * 8. Durability modes (repl.h, io.c). Every "durable index" above is, in
+ *    the code, acked_index: the last index whose append callback the core
+ *    got, i.e. the core's own last_stored. In disk mode it is the durable
+ *    index (updated together, right before the callback). In memory mode
+ *    it is the memory index, and it has to be: item 1's argument is about
+ *    the index the core's quorum check evaluates (last_stored), and what
+ *    the core counts as stored in memory mode is the memory index. Using
+ *    the disk index there would be unsafe, not just slow: a disk
+ *    completion can precede the deferred callback, so disk >= b while the
+ *    core's last_stored < b, and a quorum check at an old-term last_stored
+ *    could then count followers' results. With acked_index the argument is
+ *    unchanged (acked >= b implies the core's last_stored >= b). Items 3
+ *    and 5 likewise follow what the mode counts (the memory index: voters
+ *    compare in-memory logs anyway, and a memory-mode follower may apply
+ *    committed entries it holds in memory); item 4 holds ticks only while
+ *    the core still waits for an append callback. status.last_stored
+ *    keeps reporting the real disk index.
  * Not mitigated: #466's on-disk hole handling inside raft_uv itself; the
  *    ambiguity of LEADERSHIPLOST (clients must dedupe).
  */
@@ -215,6 +232,7 @@ void repl_poll(struct repl *r)
         r->barrier_index = 0;
         r->role = role;
         r->role_term = term;
+        repl_lat_forget(r, 0);
         changed = true;
     }
     if (lid != r->leader_id) {
@@ -275,7 +293,7 @@ bool repl_guard_recv(struct repl *r, struct raft_message *m)
                 return true; /* the core ignores it anyway */
             }
             b = r->barrier_index;
-            if (b == 0 || r->durable_index < b) {
+            if (b == 0 || r->acked_index < b) {
                 /* Neutralise rather than drop: with last_log_index 0 the
                  * core still records contact with the follower (so the
                  * leader does not step down for lack of quorum contact
@@ -299,13 +317,13 @@ bool repl_guard_recv(struct repl *r, struct raft_message *m)
             /* Nothing new for our log: 0.15 takes its synchronous path and
              * commits up to logLastIndex without waiting for the disk. */
             if (last_new < r->next_index &&
-                a->leader_commit > r->durable_index) {
-                a->leader_commit = r->durable_index;
+                a->leader_commit > r->acked_index) {
+                a->leader_commit = r->acked_index;
             }
             return true;
         }
         case RAFT_IO_TIMEOUT_NOW:
-            if (!repl_list_empty(&r->appends) || r->install_index != 0) {
+            if (r->n_unacked != 0 || r->install_index != 0) {
                 r->timeout_now_dropped++;
                 return false;
             }
@@ -319,7 +337,7 @@ const struct raft_message *repl_guard_send(struct repl *r,
                                            const struct raft_message *m,
                                            struct raft_message *copy)
 {
-    uint64_t d = r->durable_index;
+    uint64_t d = r->acked_index;
     uint64_t t;
     if (m->type != RAFT_IO_REQUEST_VOTE ||
         m->request_vote.last_log_index <= d) {

@@ -27,6 +27,56 @@
  * A failed append makes the replica fail-stop (repl_fail): 0.15 handles
  * append failures badly (#466, 0cac59c), so the node stops taking part
  * (drops all messages) and reports REPL_UNAVAILABLE; node/ restarts it.
+ *
+ * Fencing (issue 3 item 3). The xport's epoch (stamped on what we write)
+ * and fence (writes stamped below it are refused) follow the Raft term:
+ * both are set to the term loaded at start (io_load, before io_start, so
+ * before anything is sent or received) and to every new term right after
+ * the inner set_term made it durable and before we return to raft, i.e.
+ * before raft acts in that term: a candidate's RequestVotes already carry
+ * the new epoch, and a follower that learns term T from a message refuses
+ * one-sided writes stamped < T before it answers. set_vote never changes
+ * the term; it only re-asserts a fence whose setting failed. A failed set
+ * is counted (fence_errors) and retried on every tick; it is not a safety
+ * problem (every Raft message carries its term, which the core checks),
+ * only the NIC-level protection is late. Liveness with the fence: a
+ * node refuses messages of lower-term nodes instead of answering them
+ * with its higher term, but those nodes still receive the higher-term
+ * nodes' messages (heartbeats, RequestVotes), learn the term from them
+ * and then get through.
+ *
+ * Oversized AppendEntries (issue 3 item 2). libraft 0.15 sends every entry
+ * from next_index in one message. send() splits it into parts that each
+ * fit xport_max_message: part k carries entries [s_k, s_{k+1}), with
+ * prev_log_index = original prev + s_k and prev_log_term = the term of
+ * entries[s_k - 1] (the original prev term for the first part), and
+ * leader_commit clamped to the part's last index (a follower applying part
+ * k must not learn a commit index beyond what part k validated). The parts
+ * go to the xport back to back, so they arrive in order (or, after a loss,
+ * as a prefix, which is itself a valid AppendEntries sequence); raft's
+ * send cb fires once, after every part completed, with the first error. If
+ * a later part cannot even be submitted, the parts already submitted still
+ * complete and raft's cb gets RAFT_NOCONNECTION (the follower goes to
+ * probe; what it received is a valid prefix).
+ *
+ * Durability (issue 3 item 4, semantics in repl.h). Disk mode: raft's
+ * append cb fires from the inner completion. Memory mode: the append goes
+ * to the inner io at once (same order, so raft_uv's own ordering of
+ * appends, truncates and snapshot installs is untouched) and raft's cb is
+ * deferred to the next loop turn (an idle handle; never inside append) and
+ * fired in submission order with status 0, while the inner write goes on.
+ * If an inner completion arrives before the deferred turn (only possible
+ * for the oldest unacked append, completions being ordered), raft's cb
+ * fires from it with its status. A later inner failure fail-stops the
+ * replica as in disk mode. durable_index always follows the inner
+ * completions; acked_index follows raft's callbacks (what the core counts,
+ * its last_stored); the guards use acked_index (guard.c item 8).
+ * The inner io gets a copy of the entries (array and payloads, one block
+ * freed at the inner completion): raft drops its references to them at
+ * its (early) callback, and the log may then free them (truncation,
+ * compaction, close), while raft_uv keeps only pointers to them until it
+ * encodes them into its write buffer, which happens later when a write is
+ * already in flight (found by test_uv.c under ASan: a use after free).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -41,15 +91,26 @@ struct append_req {
     raft_io_append_cb cb;
     uint64_t first;
     uint64_t last; /* clamped by truncate; last < first: nothing counts */
+    bool acked;    /* raft's cb fired */
+    void *copy;    /* memory mode: the entries handed to the inner io */
+    struct repl_list link;       /* r->appends while the inner is pending */
+    struct repl_list ack_link;   /* r->unacked (memory mode) */
+};
+
+/* One raft send (or one bulk frame): one or more xport sends (parts). */
+struct send_group {
+    struct repl *r; /* NULL once orphaned by close */
+    struct raft_io_send *raft_req;
+    raft_io_send_cb raft_cb;
+    unsigned pending; /* parts submitted, not completed */
+    bool sealed;      /* every part submitted */
+    int status;       /* first error */
     struct repl_list link;
 };
 
 struct send_req {
     struct xport_send xs;
-    struct repl *r; /* NULL once orphaned by close */
-    struct raft_io_send *raft_req;
-    raft_io_send_cb raft_cb;
-    struct repl_list link;
+    struct send_group *g;
 };
 
 struct put_req {
@@ -116,6 +177,22 @@ uint64_t repl_io_term_of(const struct repl *r, uint64_t index)
     return 0;
 }
 
+/* ---- fencing ----------------------------------------------------------- */
+
+static void fence_to(struct repl *r, uint64_t term)
+{
+    int rv = xport_set_epoch(r->xport, term);
+    if (rv == 0) {
+        rv = xport_set_fence(r->xport, term);
+    }
+    if (rv != 0) {
+        r->fence_errors++;
+        r->fenced_term = 0; /* retried on the next tick */
+        return;
+    }
+    r->fenced_term = term;
+}
+
 /* ---- disk methods ------------------------------------------------------ */
 
 static int io_init(struct raft_io *io, raft_id id, const char *address)
@@ -128,13 +205,30 @@ static int io_init(struct raft_io *io, raft_id id, const char *address)
     return rv;
 }
 
+static void maybe_closed(struct repl *r)
+{
+    raft_io_close_cb cb = r->io_close_cb;
+    if (!r->inner_closed || (r->idle_init && !r->idle_closed)) {
+        return;
+    }
+    if (cb != NULL) {
+        r->io_close_cb = NULL;
+        cb(&r->outer);
+    }
+}
+
 static void inner_close_cb(struct raft_io *inner)
 {
     struct repl *r = inner->data;
-    raft_io_close_cb cb = r->io_close_cb;
-    if (cb != NULL) {
-        cb(&r->outer);
-    }
+    r->inner_closed = true;
+    maybe_closed(r);
+}
+
+static void idle_close_cb(uv_handle_t *h)
+{
+    struct repl *r = h->data;
+    r->idle_closed = true;
+    maybe_closed(r);
 }
 
 static void io_close(struct raft_io *io, raft_io_close_cb cb)
@@ -144,6 +238,11 @@ static void io_close(struct raft_io *io, raft_io_close_cb cb)
     repl_bulk_abort(r);
     repl_io_close_sends(r);
     r->io_close_cb = cb;
+    /* Unacked appends still have their inner write pending: the inner
+     * close completes (cancels) them, which fires raft's cbs in order. */
+    if (r->idle_init) {
+        uv_close((uv_handle_t *)&r->idle, idle_close_cb);
+    }
     r->inner->close(r->inner, inner_close_cb);
 }
 
@@ -183,6 +282,8 @@ static int io_load(struct raft_io *io, raft_term *term, raft_id *voted_for,
         r->next_index = (*snapshot)->index + 1;
     }
     r->durable_index = r->next_index - 1;
+    r->acked_index = r->durable_index;
+    fence_to(r, r->term);
     return 0;
 }
 
@@ -192,18 +293,22 @@ static void io_tick(struct raft_io *inner)
     if (r->closing || r->tick_cb == NULL) {
         return;
     }
+    if (r->fenced_term != r->term) {
+        fence_to(r, r->term);
+    }
     /* guard.c item 4 (#467, 4fbd3c0): a non-leader does not get ticks (its
      * election timer) while it still persists entries or a snapshot, or
      * fetches the bulk data of one (it is behind: no use as a candidate). */
     if (r->failed == 0 &&
         (!r->hold_ticks || raft_state(&r->raft) == RAFT_LEADER ||
-         (repl_list_empty(&r->appends) && r->install_index == 0 &&
+         (r->n_unacked == 0 && r->install_index == 0 &&
           !r->fetch.active))) {
         r->tick_cb(&r->outer);
     } else if (r->failed == 0) {
         r->ticks_withheld++;
     }
     repl_bulk_tick(r);
+    repl_lat_poll(r);
     repl_poll(r);
 }
 
@@ -222,6 +327,12 @@ static int io_start(struct raft_io *io, unsigned msecs, raft_io_tick_cb tick,
     (void)msecs; /* we tick faster than raft's heartbeat (repl->tick_ms) */
     r->tick_cb = tick;
     r->recv_cb = recv;
+    if (r->durability == REPL_DURABILITY_MEMORY && r->loop != NULL &&
+        !r->idle_init) {
+        uv_idle_init(r->loop, &r->idle);
+        r->idle.data = r;
+        r->idle_init = true;
+    }
     rv = r->inner->start(r->inner, r->tick_ms, io_tick, io_inner_recv);
     if (rv != 0) {
         copy_errmsg(r);
@@ -266,6 +377,8 @@ static int io_set_term(struct raft_io *io, raft_term term)
         return rv;
     }
     r->term = term;
+    /* Durable now: fence before raft acts in the new term. */
+    fence_to(r, term);
     return 0;
 }
 
@@ -275,8 +388,28 @@ static int io_set_vote(struct raft_io *io, raft_id id)
     int rv = r->inner->set_vote(r->inner, id);
     if (rv != 0) {
         copy_errmsg(r);
+        return rv;
     }
-    return rv;
+    if (r->fenced_term != r->term) {
+        fence_to(r, r->term); /* an earlier attempt failed */
+    }
+    return 0;
+}
+
+/* Fire raft's cb for a (the oldest unacked) append. */
+static void ack(struct repl *r, struct append_req *a, int status)
+{
+    if (status == 0 && a->last >= a->first && a->last > r->acked_index) {
+        r->acked_index = a->last;
+    }
+    a->acked = true;
+    r->n_unacked--;
+    if (r->durability == REPL_DURABILITY_MEMORY) {
+        repl_list_remove(&a->ack_link);
+    }
+    a->outer_req->cb = a->cb;
+    a->cb(a->outer_req, status);
+    repl_lat_poll(r);
 }
 
 static void append_done(struct raft_io_append *inner_req, int status)
@@ -285,6 +418,8 @@ static void append_done(struct raft_io_append *inner_req, int status)
         REPL__CONTAINER(inner_req, struct append_req, inner_req);
     struct repl *r = a->r;
     repl_list_remove(&a->link);
+    tern_free(a->copy);
+    a->copy = NULL;
     if (status == 0) {
         if (a->last >= a->first && a->last > r->durable_index) {
             r->durable_index = a->last;
@@ -292,9 +427,63 @@ static void append_done(struct raft_io_append *inner_req, int status)
     } else if (status != RAFT_CANCELED && !r->closing) {
         repl_fail(r, repl_err_from_raft(status));
     }
-    a->outer_req->cb = a->cb;
-    a->cb(a->outer_req, status);
+    if (!a->acked) {
+        /* Disk mode; or memory mode before the deferred turn (then this is
+         * the oldest unacked append: completions are ordered). */
+        ack(r, a, status);
+    }
     tern_free(a);
+}
+
+size_t repl_io_run_deferred(struct repl *r)
+{
+    size_t n = 0;
+    while (!repl_list_empty(&r->unacked)) {
+        struct append_req *a =
+            REPL__CONTAINER(r->unacked.next, struct append_req, ack_link);
+        /* Its inner write goes on; append_done frees it. */
+        ack(r, a, 0);
+        n++;
+    }
+    if (r->idle_init && !r->idle_closed && !r->closing) {
+        uv_idle_stop(&r->idle);
+    }
+    return n;
+}
+
+static void idle_cb(uv_idle_t *h)
+{
+    struct repl *r = h->data;
+    (void)repl_io_run_deferred(r);
+}
+
+/* Memory mode: one block holding a copy of the entries array and their
+ * payloads (the block is every copied entry's batch). NULL on OOM. */
+static struct raft_entry *copy_entries(const struct raft_entry entries[],
+                                       unsigned n)
+{
+    size_t head = (size_t)n * sizeof(struct raft_entry);
+    size_t total = head;
+    struct raft_entry *c;
+    uint8_t *p;
+    for (unsigned i = 0; i < n; i++) {
+        total += (entries[i].buf.len + 7) & ~(size_t)7;
+    }
+    c = tern_malloc(total > 0 ? total : 1);
+    if (c == NULL) {
+        return NULL;
+    }
+    p = (uint8_t *)c + head;
+    for (unsigned i = 0; i < n; i++) {
+        c[i] = entries[i];
+        c[i].buf.base = p;
+        c[i].batch = c;
+        if (entries[i].buf.len > 0) {
+            memcpy(p, entries[i].buf.base, entries[i].buf.len);
+        }
+        p += (entries[i].buf.len + 7) & ~(size_t)7;
+    }
+    return c;
 }
 
 static int io_append(struct raft_io *io, struct raft_io_append *req,
@@ -326,15 +515,35 @@ static int io_append(struct raft_io *io, struct raft_io_append *req,
             return RAFT_NOMEM;
         }
     }
+    if (r->durability == REPL_DURABILITY_MEMORY) {
+        a->copy = copy_entries(entries, n);
+        if (a->copy == NULL) {
+            r->n_runs = saved_runs;
+            tern_free(a);
+            return RAFT_NOMEM;
+        }
+        entries = a->copy;
+    }
     rv = r->inner->append(r->inner, &a->inner_req, entries, n, append_done);
     if (rv != 0) {
         copy_errmsg(r);
         r->n_runs = saved_runs;
+        tern_free(a->copy);
         tern_free(a);
         return rv;
     }
     r->next_index += n;
     repl_list_push(&r->appends, &a->link);
+    r->n_unacked++;
+    if (raft_state(&r->raft) == RAFT_LEADER) {
+        repl_lat_append(r, a->last);
+    }
+    if (r->durability == REPL_DURABILITY_MEMORY) {
+        repl_list_push(&r->unacked, &a->ack_link);
+        if (r->idle_init) {
+            uv_idle_start(&r->idle, idle_cb);
+        }
+    }
     return 0;
 }
 
@@ -356,8 +565,12 @@ static int io_truncate(struct raft_io *io, raft_index index)
     if (r->durable_index >= index) {
         r->durable_index = index - 1;
     }
+    if (r->acked_index >= index) {
+        r->acked_index = index - 1;
+    }
     r->next_index = index;
     runs_truncate(r, index);
+    repl_lat_forget(r, index);
     return 0;
 }
 
@@ -373,6 +586,7 @@ static void put_done(struct raft_io_snapshot_put *inner_req, int status)
         r->install_index = 0;
         if (status == 0) {
             r->durable_index = p->index;
+            r->acked_index = p->index;
         }
     }
     p->outer_req->cb = p->cb;
@@ -419,6 +633,9 @@ static int io_snapshot_put(struct raft_io *io, unsigned trailing,
         if (r->durable_index > snapshot->index) {
             r->durable_index = 0;
         }
+        if (r->acked_index > snapshot->index) {
+            r->acked_index = 0;
+        }
         r->n_runs = 0;
         if (runs_append(r, snapshot->index, snapshot->term) != 0) {
             /* Only the term lookups suffer; they then return 0. */
@@ -460,34 +677,61 @@ static int io_async_work(struct raft_io *io, struct raft_io_async_work *req,
 
 /* ---- network ----------------------------------------------------------- */
 
+static void group_finish(struct send_group *g)
+{
+    if (g->r != NULL) {
+        repl_list_remove(&g->link);
+        if (g->raft_cb != NULL) {
+            g->raft_cb(g->raft_req, g->status == 0 ? 0 : RAFT_NOCONNECTION);
+        }
+    }
+    tern_free(g);
+}
+
 static void send_done(struct xport_send *xs, int status)
 {
     struct send_req *s = xs->data;
-    if (s->r != NULL) {
-        repl_list_remove(&s->link);
-        if (s->raft_cb != NULL) {
-            s->raft_cb(s->raft_req, status == 0 ? 0 : RAFT_NOCONNECTION);
-        }
-    }
+    struct send_group *g = s->g;
     tern_free(s);
+    if (status != 0 && g->status == 0) {
+        g->status = status;
+    }
+    g->pending--;
+    if (g->pending == 0 && g->sealed) {
+        group_finish(g);
+    }
 }
 
 void repl_io_close_sends(struct repl *r)
 {
     while (!repl_list_empty(&r->sends)) {
-        struct send_req *s =
-            REPL__CONTAINER(r->sends.next, struct send_req, link);
-        repl_list_remove(&s->link);
-        s->r = NULL;
-        if (s->raft_cb != NULL) {
-            s->raft_cb(s->raft_req, RAFT_CANCELED);
+        struct send_group *g =
+            REPL__CONTAINER(r->sends.next, struct send_group, link);
+        repl_list_remove(&g->link);
+        g->r = NULL; /* freed by its last part's completion */
+        if (g->raft_cb != NULL) {
+            g->raft_cb(g->raft_req, RAFT_CANCELED);
         }
     }
 }
 
-static int send_frame(struct repl *r, uint64_t peer_id, const char *addr,
-                      struct repl_frame *f, struct raft_io_send *raft_req,
-                      raft_io_send_cb raft_cb)
+static struct send_group *group_new(struct repl *r,
+                                    struct raft_io_send *raft_req,
+                                    raft_io_send_cb raft_cb)
+{
+    struct send_group *g = tern_calloc(1, sizeof *g);
+    if (g != NULL) {
+        g->r = r;
+        g->raft_req = raft_req;
+        g->raft_cb = raft_cb;
+        repl_list_init(&g->link);
+    }
+    return g;
+}
+
+/* Submit one part of g. */
+static int send_part(struct repl *r, struct send_group *g, uint64_t peer_id,
+                     const char *addr, struct repl_frame *f)
 {
     struct send_req *s = tern_calloc(1, sizeof *s);
     int rv;
@@ -495,23 +739,113 @@ static int send_frame(struct repl *r, uint64_t peer_id, const char *addr,
         return -ENOMEM;
     }
     s->xs.data = s;
-    s->r = r;
-    s->raft_req = raft_req;
-    s->raft_cb = raft_cb;
+    s->g = g;
     rv = xport_send(r->xport, &s->xs, peer_id, addr, f->iov, f->n_iov,
                     send_done);
     if (rv != 0) {
         tern_free(s);
         return rv;
     }
-    repl_list_push(&r->sends, &s->link);
+    g->pending++;
     return 0;
+}
+
+/* All parts submitted (at least one): from now on the last completion
+ * finishes the group. */
+static void group_seal(struct repl *r, struct send_group *g)
+{
+    g->sealed = true;
+    repl_list_push(&r->sends, &g->link);
 }
 
 int repl_io_send_frame(struct repl *r, uint64_t peer_id, const char *addr,
                        struct repl_frame *f)
 {
-    return send_frame(r, peer_id, addr, f, NULL, NULL);
+    struct send_group *g = group_new(r, NULL, NULL);
+    int rv;
+    if (g == NULL) {
+        return -ENOMEM;
+    }
+    rv = send_part(r, g, peer_id, addr, f);
+    if (rv != 0) {
+        tern_free(g);
+        return rv;
+    }
+    group_seal(r, g);
+    return 0;
+}
+
+static int raft_code(int rv)
+{
+    return rv == -ENOMEM ? RAFT_NOMEM : RAFT_NOCONNECTION;
+}
+
+/* Send an AppendEntries as parts that each fit max (see the top of the
+ * file). Returns a RAFT_* code; on non-zero nothing was submitted. */
+static int send_append_entries(struct repl *r, struct send_group *g,
+                               const struct raft_message *m, size_t max)
+{
+    const struct raft_append_entries *a = &m->append_entries;
+    unsigned off = 0;
+    unsigned parts = 0;
+    int rv;
+
+    do {
+        struct raft_message part = *m;
+        struct raft_append_entries *pa = &part.append_entries;
+        struct repl_frame f;
+        unsigned n_sent = 0;
+        uint64_t last;
+
+        pa->entries = a->n_entries > 0 ? a->entries + off : NULL;
+        pa->n_entries = a->n_entries - off;
+        pa->prev_log_index = a->prev_log_index + off;
+        pa->prev_log_term =
+            off == 0 ? a->prev_log_term : a->entries[off - 1].term;
+        rv = repl_codec_encode(r->id, r->address, &part, max, &f, &n_sent);
+        if (rv == 0) {
+            last = pa->prev_log_index + n_sent;
+            if (n_sent < pa->n_entries || pa->leader_commit > last) {
+                /* Only a prefix fits, or the commit needs its clamp:
+                 * encode again (headers only; payloads are borrowed). */
+                repl_frame_release(&f);
+                pa->n_entries = n_sent;
+                if (pa->leader_commit > last) {
+                    pa->leader_commit = last;
+                }
+                rv = repl_codec_encode(r->id, r->address, &part, max, &f,
+                                       &n_sent);
+            }
+        }
+        if (rv != 0) {
+            snprintf(r->outer.errmsg, sizeof r->outer.errmsg, "encode: %s",
+                     tern_strerror(rv));
+            rv = rv == -ENOMEM ? RAFT_NOMEM : RAFT_TOOBIG;
+            break;
+        }
+        rv = send_part(r, g, m->server_id, m->server_address, &f);
+        repl_frame_release(&f);
+        if (rv != 0) {
+            snprintf(r->outer.errmsg, sizeof r->outer.errmsg,
+                     "xport send: %s", tern_strerror(rv));
+            rv = raft_code(rv);
+            break;
+        }
+        parts++;
+        off += n_sent;
+    } while (off < a->n_entries);
+
+    if (parts == 0) {
+        return rv;
+    }
+    if (parts > 1) {
+        r->ae_split++;
+        r->ae_parts += parts;
+    }
+    if (rv != 0 && g->status == 0) {
+        g->status = TERN_ENOCONN; /* a prefix went out: raft probes */
+    }
+    return 0;
 }
 
 static int io_send(struct raft_io *io, struct raft_io_send *req,
@@ -520,28 +854,43 @@ static int io_send(struct raft_io *io, struct raft_io_send *req,
     struct repl *r = outer_repl(io);
     struct raft_message copy;
     const struct raft_message *m;
-    struct repl_frame f;
-    unsigned n_sent;
+    struct send_group *g;
+    size_t max = xport_max_message(r->xport);
     int rv;
 
     if (r->failed != 0 || r->closing) {
         return RAFT_NOCONNECTION;
     }
     m = repl_guard_send(r, message, &copy);
-    rv = repl_codec_encode(r->id, r->address, m, xport_max_message(r->xport),
-                           &f, &n_sent);
-    if (rv != 0) {
-        snprintf(r->outer.errmsg, sizeof r->outer.errmsg, "encode: %s",
-                 tern_strerror(rv));
-        return rv == -ENOMEM ? RAFT_NOMEM : RAFT_TOOBIG;
+    g = group_new(r, req, cb);
+    if (g == NULL) {
+        return RAFT_NOMEM;
     }
-    rv = send_frame(r, m->server_id, m->server_address, &f, req, cb);
-    repl_frame_release(&f);
-    if (rv != 0) {
-        snprintf(r->outer.errmsg, sizeof r->outer.errmsg, "xport send: %s",
-                 tern_strerror(rv));
-        return rv == -ENOMEM ? RAFT_NOMEM : RAFT_NOCONNECTION;
+    if (m->type == RAFT_IO_APPEND_ENTRIES) {
+        rv = send_append_entries(r, g, m, max);
+    } else {
+        struct repl_frame f;
+        unsigned n_sent;
+        rv = repl_codec_encode(r->id, r->address, m, max, &f, &n_sent);
+        if (rv != 0) {
+            snprintf(r->outer.errmsg, sizeof r->outer.errmsg, "encode: %s",
+                     tern_strerror(rv));
+            rv = rv == -ENOMEM ? RAFT_NOMEM : RAFT_TOOBIG;
+        } else {
+            rv = send_part(r, g, m->server_id, m->server_address, &f);
+            repl_frame_release(&f);
+            if (rv != 0) {
+                snprintf(r->outer.errmsg, sizeof r->outer.errmsg,
+                         "xport send: %s", tern_strerror(rv));
+                rv = raft_code(rv);
+            }
+        }
     }
+    if (rv != 0) {
+        tern_free(g);
+        return rv;
+    }
+    group_seal(r, g);
     return 0;
 }
 
@@ -554,6 +903,7 @@ void repl_io_deliver(struct repl *r, struct repl_wire *w)
     }
     /* raft takes ownership of the entries array/batch and snapshot data. */
     r->recv_cb(&r->outer, &w->msg);
+    repl_lat_poll(r);
     repl_poll(r);
 }
 
@@ -613,6 +963,7 @@ void repl_io_setup(struct repl *r)
     o->async_work = r->inner->async_work != NULL ? io_async_work : NULL;
     r->inner->data = r;
     repl_list_init(&r->appends);
+    repl_list_init(&r->unacked);
     repl_list_init(&r->sends);
     r->next_index = 1;
 }

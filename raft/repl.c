@@ -157,6 +157,18 @@ int repl_err_from_raft(int rv)
 
 /* ---- config ------------------------------------------------------------ */
 
+const char *repl_durability_name(enum repl_durability d)
+{
+    switch (d) {
+        case REPL_DURABILITY_DISK:
+            return "disk";
+        case REPL_DURABILITY_MEMORY:
+            return "memory";
+        default:
+            return "unknown";
+    }
+}
+
 int repl_config_validate(struct repl_config *c, char *errmsg)
 {
     bool self = false;
@@ -174,6 +186,12 @@ int repl_config_validate(struct repl_config *c, char *errmsg)
     }
     if (c->id == 0) {
         tern_errmsg_printf(errmsg, "repl: id must be > 0");
+        return TERN_EINVAL;
+    }
+    if (c->durability != REPL_DURABILITY_DISK &&
+        c->durability != REPL_DURABILITY_MEMORY) {
+        tern_errmsg_printf(errmsg, "repl: unknown durability %d",
+                           (int)c->durability);
         return TERN_EINVAL;
     }
     if (c->address == NULL || c->address[0] == '\0' ||
@@ -305,6 +323,7 @@ static void free_repl(struct repl *r)
     tern_free(r->address);
     tern_free(r->data_dir);
     tern_free(r->runs);
+    repl_lat_free(r);
     tern_free(r);
 }
 
@@ -337,6 +356,7 @@ static int create(uv_loop_t *loop, struct xport *x,
     r->tick_ms = TERN_MAX(1u, TERN_MIN(5u, c.heartbeat_ms / 3));
     r->snapshot_threshold_bytes = c.snapshot_threshold_bytes;
     r->snapshot_trailing = c.snapshot_trailing;
+    r->durability = c.durability;
     r->fsm = *fsm;
     r->state_cb = state_cb;
     r->state_arg = state_arg;
@@ -347,6 +367,9 @@ static int create(uv_loop_t *loop, struct xport *x,
     r->bulk_window = REPL__BULK_WINDOW;
     r->bulk_stall_ms = REPL__BULK_STALL_MS;
     repl_list_init(&r->proposals);
+    if (repl_lat_init(r) != 0) {
+        goto err_nomem;
+    }
     r->address = tern_strdup(c.address);
     r->data_dir = c.data_dir != NULL ? tern_strdup(c.data_dir) : NULL;
     r->peers = tern_calloc(c.n_peers, sizeof *r->peers);
@@ -518,7 +541,8 @@ int repl_propose(struct repl *r, void *buf, size_t len, repl_propose_cb cb,
     /* An entry must fit one AppendEntries frame (codec.c: preamble,
      * address, fixed fields, one entry header), or it could never be
      * replicated and would wedge the log. */
-    if (len > xport_max_message(r->xport) - REPL__FRAME_OVERHEAD) {
+    if (xport_max_message(r->xport) <= REPL__FRAME_OVERHEAD ||
+        len > xport_max_message(r->xport) - REPL__FRAME_OVERHEAD) {
         return TERN_ETOOBIG;
     }
     if (len == 0 || len % 8 != 0) {
@@ -572,6 +596,8 @@ void repl_get_status(struct repl *r, struct repl_status *out)
     out->last_applied = raft_last_applied(&r->raft);
     out->last_index = raft_last_index(&r->raft);
     out->last_stored = r->durable_index;
+    out->last_counted = r->acked_index;
+    out->durability = r->durability;
     out->writable = r->writable;
     out->fsm_error = r->fsm_error;
     out->failed = r->failed;

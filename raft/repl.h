@@ -75,6 +75,49 @@ struct repl_peer {
     const char *address; /* raft (xport) address "host:port" */
 };
 
+/* When an appended entry counts toward the commit quorum on a node.
+ *
+ * REPL_DURABILITY_DISK (default): once it is durable on that node's disk
+ * (raft_uv's O_DSYNC write completed). A committed entry survives any
+ * crashes as long as a majority's disks survive.
+ *
+ * REPL_DURABILITY_MEMORY: once it is in that node's memory (the append is
+ * handed to raft_uv; the disk write continues in the background). Commit
+ * latency no longer includes a disk write. What can lose ACKNOWLEDGED
+ * (committed, applied, reported to the client) entries in this mode:
+ *   - a crash of every node holding the entry before any of their disk
+ *     writes of it completed: e.g. a power loss of the whole cluster, or
+ *     of the majority that acknowledged it, within the disk latency after
+ *     the ack;
+ *   - more generally: holders that crash before their disk write of the
+ *     entry completed come back without it (amnesia, they then vote like
+ *     nodes that never had it); the entry is lost if, before the leader
+ *     re-replicated it to a majority again, a leader is elected by a
+ *     quorum that contains no remaining holder. With 3 nodes and an entry
+ *     acknowledged by 2, ONE such crash of the follower holder plus the
+ *     leader becoming unavailable (crash, partition) before it re-sent the
+ *     entry is enough;
+ *   - "crash" includes a process crash (kill -9, OOM kill, abort): raft_uv
+ *     queues appends in process memory while its single write is in
+ *     flight, and those never reach the kernel. A write already submitted
+ *     to the kernel survives a process crash, not a power loss.
+ * What loses nothing: a crash of a holder whose disk write completed; a
+ * crash (even with amnesia) of one node while the other holders stay
+ * available and one of them leads or wins the next election (the election
+ * restriction compares in-memory logs; terms and votes stay synchronous
+ * and durable in both modes); crashes of nodes not among the holders.
+ * After a loss, a node's FSM may hold an entry the cluster no longer has
+ * (the index is applied before the log is durable). Snapshots, terms and
+ * votes are durable before they count in both modes; only log appends
+ * differ. status.last_stored stays the disk index in both modes. */
+enum repl_durability {
+    REPL_DURABILITY_DISK = 0,
+    REPL_DURABILITY_MEMORY = 1,
+};
+
+/* Static name ("disk", "memory"); "unknown" for other values. */
+const char *repl_durability_name(enum repl_durability d);
+
 struct repl_config {
     uint64_t id;
     const char *address;  /* this node's raft address */
@@ -87,6 +130,11 @@ struct repl_config {
                                           default 64 MiB */
     unsigned snapshot_trailing;        /* entries kept after a snapshot;
                                           default 256 */
+    enum repl_durability durability;   /* default (0) REPL_DURABILITY_DISK;
+                                          per node: every node of a cluster
+                                          should use the same value (a
+                                          memory-mode node counts entries
+                                          that are only in its memory) */
 };
 
 /* Fill defaults for zero fields, then check invariants (HB < ET, ids
@@ -109,6 +157,14 @@ typedef void (*repl_state_cb)(void *arg, enum repl_role role,
 int repl_new(uv_loop_t *loop, struct xport *x, const struct repl_config *c,
              const struct repl_fsm *fsm, repl_state_cb state_cb,
              void *state_arg, struct repl **out, char *errmsg);
+
+/* Fencing (issue 3): the repl sets x's epoch and fence (xport_set_epoch,
+ * xport_set_fence) to the Raft term it loads at start and to every new
+ * term as soon as it is persisted (raft_io set_term), before raft acts in
+ * that term: its own writes carry its term, and writes stamped with an
+ * older term (a deposed leader's) are refused by x. A failed set is
+ * retried on every tick (the term check inside every Raft message still
+ * holds meanwhile). */
 
 /* Bootstrap the configuration if the data dir is pristine, then start. */
 int repl_start(struct repl *r, char *errmsg);
@@ -136,7 +192,12 @@ struct repl_status {
     uint64_t commit_index;
     uint64_t last_applied;
     uint64_t last_index;
-    uint64_t last_stored; /* durably appended locally */
+    uint64_t last_stored; /* durably appended locally (on disk, both
+                             modes) */
+    uint64_t last_counted; /* last index counted toward the quorum on this
+                              node: == last_stored in disk mode, may be
+                              ahead of it in memory mode */
+    enum repl_durability durability;
     bool writable;
     int fsm_error; /* last repl_fsm.apply/restore error (0: none) */
     int failed;    /* non-zero: fail-stopped after a log write or FSM apply
@@ -144,6 +205,34 @@ struct repl_status {
                       REPL_UNAVAILABLE): close and restart it */
 };
 void repl_get_status(struct repl *r, struct repl_status *out);
+
+/* Replication latency (for `tern bench`): on a leader, the time from the
+ * leader's local append of a batch of entries (one repl_propose, or the
+ * post-election barrier) to the moment its commit index covers the
+ * batch's last entry, in monotonic nanoseconds (uv_hrtime). Sampled for
+ * every leader append; cost per sample: a ring push at append, a compare
+ * plus a histogram increment at commit. Appends in flight when the node
+ * stops leading are not sampled. Histogram bucket b < 4 holds the value b;
+ * above, 4 buckets per power of two: [(4+s) << (p-2), (5+s) << (p-2)) for
+ * b = 4 (p - 1) + s (resolution 1/4 of a power of two, ~19%). */
+#define REPL_LATENCY_BUCKETS 256
+#define REPL_LATENCY_RECENT 64
+struct repl_latency {
+    uint64_t count;    /* samples since repl_new or the last reset */
+    uint64_t sum_ns;
+    uint64_t min_ns;   /* 0 if count == 0 */
+    uint64_t max_ns;
+    uint64_t dropped;  /* appends not sampled (too many in flight) */
+    uint64_t buckets[REPL_LATENCY_BUCKETS];
+    uint64_t recent[REPL_LATENCY_RECENT]; /* the last n_recent samples,
+                                             oldest first */
+    unsigned n_recent;
+};
+/* Copy the counters into *out (caller-owned); reset: start over. */
+void repl_get_latency(struct repl *r, struct repl_latency *out, bool reset);
+/* Upper bound (ns) of the histogram bucket holding quantile q (0..1) of
+ * l's samples; 0 if there are none. */
+uint64_t repl_latency_quantile(const struct repl_latency *l, double q);
 
 /* Ask the leader to hand over leadership to id (0: any voter). */
 int repl_transfer(struct repl *r, uint64_t id);

@@ -123,6 +123,11 @@ int repl_err_from_raft(int rv);
 /* ------------------------------------------------------------------------
  * The replica.
  */
+#define REPL_LAT_PENDING 1024
+struct repl_lat_pending {
+    uint64_t index; /* last index of a leader append */
+    uint64_t t0_ns;
+};
 struct repl_term_run {
     uint64_t index; /* first index of a run of entries with this term */
     uint64_t term;
@@ -192,6 +197,36 @@ struct repl {
     uint64_t install_index;     /* snapshot_put(trailing=0) in flight */
     uint64_t install_term;
 
+    /* Fencing (io.c): the term the xport's epoch and fence were last set
+     * to (0: not set yet, or the last attempt failed: retried on ticks). */
+    uint64_t fenced_term;
+    uint64_t fence_errors;      /* stats: failed xport_set_epoch/fence */
+
+    /* Oversized AppendEntries split into parts (io.c). */
+    uint64_t ae_split;          /* stats: AppendEntries sent as >1 part */
+    uint64_t ae_parts;          /* stats: parts sent for those */
+
+    /* Durability mode (io.c). acked_index: the last index whose append
+     * callback raft got (what the core counts as stored, its last_stored):
+     * equal to durable_index in disk mode, possibly ahead of it in memory
+     * mode. The guards (guard.c) use acked_index; status.last_stored
+     * reports durable_index. */
+    enum repl_durability durability;
+    uint64_t acked_index;
+    unsigned n_unacked;         /* appends whose raft cb has not fired */
+    struct repl_list unacked;   /* memory mode: those, submission order */
+    uv_idle_t idle;             /* memory mode: fires deferred acks */
+
+    /* Replication latency (latency.c). */
+    struct repl_latency lat;
+    unsigned lat_recent_pos;    /* next slot of lat.recent */
+    struct repl_lat_pending *lat_pending; /* ring, REPL_LAT_PENDING */
+    unsigned lat_head, lat_n;
+    uint64_t (*lat_now)(void);  /* monotonic ns; tests may replace it */
+    bool idle_init;
+    bool idle_closed;
+    bool inner_closed;
+
     /* Role tracking, barrier, guard (guard.c). */
     int role;
     uint64_t leader_id;
@@ -241,6 +276,20 @@ int repl_io_send_frame(struct repl *r, uint64_t peer_id, const char *addr,
 void repl_io_deliver(struct repl *r, struct repl_wire *w);
 /* Mark the replica failed (fail-stop). */
 void repl_fail(struct repl *r, int code);
+/* Memory durability: fire the deferred append callbacks (in submission
+ * order). Runs from the loop's idle handle; tests without a loop call it
+ * directly. Returns how many fired. */
+size_t repl_io_run_deferred(struct repl *r);
+
+/* latency.c */
+int repl_lat_init(struct repl *r);
+void repl_lat_free(struct repl *r);
+/* A leader append of [.., last] was submitted. */
+void repl_lat_append(struct repl *r, uint64_t last);
+/* Sample every pending append the commit index now covers. */
+void repl_lat_poll(struct repl *r);
+/* Role/term change or truncation at index: forget appends >= index. */
+void repl_lat_forget(struct repl *r, uint64_t index);
 
 /* guard.c */
 /* Filter an incoming Raft message: returns true to deliver (possibly

@@ -201,6 +201,7 @@ void cluster_start(struct cluster *c, unsigned i)
     cfg.n_peers = c->n;
     cfg.snapshot_threshold_bytes = c->snapshot_bytes;
     cfg.snapshot_trailing = c->trailing;
+    cfg.durability = c->durability;
     fsm.arg = nd;
     fsm.apply = fsm_apply;
     fsm.snapshot = fsm_snapshot;
@@ -213,6 +214,12 @@ void cluster_start(struct cluster *c, unsigned i)
     fake_io_init(nd->io, &nd->disk, &c->clock, 0x9e3779b97f4a7c15ULL * nd->id);
     nd->io->fixed_random = nd->timeout_offset;
     cr_assert_eq(xport_mem_new(c->net, nd->id, &nd->x), 0);
+    nd->tx = NULL;
+    if (c->use_txport) {
+        cr_assert_eq(txport_new(nd->x, c->max_message, c->fencing, &nd->tx),
+                     0);
+        nd->x = &nd->tx->base;
+    }
     rv = repl_new_with_io(NULL, nd->x, &cfg, &fsm, state_cb, nd, &nd->io->io,
                           &nd->repl, errmsg);
     cr_assert_eq(rv, 0, "repl_new_with_io: %s", errmsg);
@@ -248,6 +255,7 @@ void cluster_crash(struct cluster *c, unsigned i)
     nd->repl = NULL;
     xport_close(nd->x, NULL, NULL);
     nd->x = NULL;
+    nd->tx = NULL;
     free(nd->io);
     nd->io = NULL;
     nd->role = REPL_UNAVAILABLE;
@@ -283,6 +291,9 @@ void cluster_step(struct cluster *c)
         }
         if (fake_io_flush(nd->io) > 0) {
             return;
+        }
+        if (repl_io_run_deferred(nd->repl) > 0) {
+            return; /* memory durability: deferred append acks */
         }
         if (!nd->frozen && fake_io_complete(nd->io, 1) > 0) {
             c->rr = (c->rr + k + 1) % c->n;

@@ -21,6 +21,7 @@
 
 #include "fake_io.h"
 #include "repl_int.h"
+#include "txport.h"
 
 #define CLUSTER_MAX 5
 #define CLUSTER_MAX_INDEX 4096
@@ -35,6 +36,7 @@ struct cnode {
     struct fake_disk disk;
     struct fake_io *io;
     struct xport *x;
+    struct txport *tx; /* c->use_txport: x wraps the mem xport */
     struct repl *repl;
     bool up;
     bool frozen; /* disk ops are not completed */
@@ -67,6 +69,10 @@ struct cluster {
     uint64_t snapshot_bytes;
     unsigned trailing;
     uint64_t bulk_chunk;
+    enum repl_durability durability;
+    bool use_txport;    /* nodes talk through a txport over mem */
+    size_t max_message; /* txport's max message (0: mem's) */
+    bool fencing;       /* txport refuses messages below its fence */
     uint32_t applied_sum[CLUSTER_MAX_INDEX];
     bool applied_set[CLUSTER_MAX_INDEX];
     bool conflict;

@@ -35,6 +35,36 @@ static void start_all(struct cluster *c)
     }
 }
 
+/* Step until some node is a writable leader (asserted); returns it. */
+static int wait_writable_leader(struct cluster *c)
+{
+    cr_assert(cluster_step_until(c, pred_writable_leader, NULL, STEPS));
+    return cluster_writable_leader(c);
+}
+
+/* Start every node and wait for a writable leader; returns it. */
+static int start_all_elect(struct cluster *c)
+{
+    start_all(c);
+    return wait_writable_leader(c);
+}
+
+/* n unconditional steps. */
+static void steps(struct cluster *c, unsigned n)
+{
+    for (unsigned s = 0; s < n; s++) {
+        cluster_step(c);
+    }
+}
+
+/* propose_n, then step until every node applied up to *last (asserted). */
+static void propose_applied(struct cluster *c, unsigned leader, unsigned n,
+                            size_t size, uint64_t tag, uint64_t *last)
+{
+    propose_n(c, leader, n, size, tag, last);
+    cr_assert(cluster_step_until(c, pred_all_applied, last, STEPS));
+}
+
 static void assert_streams_equal(struct cluster *c)
 {
     for (unsigned i = 1; i < c->n; i++) {
@@ -55,9 +85,7 @@ Test(cluster, election_replication_commit)
     uint64_t last = 0;
     int l;
     cluster_init(&cl, 3);
-    start_all(&cl);
-    cr_assert(cluster_step_until(&cl, pred_writable_leader, NULL, STEPS));
-    l = cluster_writable_leader(&cl);
+    l = start_all_elect(&cl);
     {
         /* raft_uv 0.15 needs 8-byte multiples: other lengths are refused
          * up front (and the buffer stays the caller's). */
@@ -90,17 +118,12 @@ Test(cluster, leader_failure_new_leader)
     uint64_t last = 0;
     int l, l2;
     cluster_init(&cl, 3);
-    start_all(&cl);
-    cr_assert(cluster_step_until(&cl, pred_writable_leader, NULL, STEPS));
-    l = cluster_writable_leader(&cl);
-    propose_n(&cl, (unsigned)l, 10, 32, 1, &last);
-    cr_assert(cluster_step_until(&cl, pred_all_applied, &last, STEPS));
+    l = start_all_elect(&cl);
+    propose_applied(&cl, (unsigned)l, 10, 32, 1, &last);
     cluster_crash(&cl, (unsigned)l);
-    cr_assert(cluster_step_until(&cl, pred_writable_leader, NULL, STEPS));
-    l2 = cluster_writable_leader(&cl);
+    l2 = wait_writable_leader(&cl);
     cr_assert_neq(l2, l);
-    propose_n(&cl, (unsigned)l2, 10, 32, 2, &last);
-    cr_assert(cluster_step_until(&cl, pred_all_applied, &last, STEPS));
+    propose_applied(&cl, (unsigned)l2, 10, 32, 2, &last);
     cluster_start(&cl, (unsigned)l);
     cr_assert(cluster_step_until(&cl, pred_all_applied, &last, STEPS));
     for (unsigned i = 0; i < cl.n; i++) {
@@ -216,9 +239,7 @@ static void figure8(bool guard, bool *applied, bool *lost)
     cr_assert(cluster_step_until(&cl, pred_node_leader, &p1, STEPS));
     cluster_link(&cl, 1, 2, false);
     xport_mem_net_drop(cl.net, cl.nodes[1].id, 0, SIZE_MAX);
-    for (unsigned s = 0; s < 20; s++) {
-        cluster_step(&cl);
-    }
+    steps(&cl, 20);
     e = fake_disk_get(&cl.nodes[1].disk, 3);
     cr_assert_not_null(e);
     cr_assert_eq(e->type, RAFT_BARRIER);
@@ -234,9 +255,7 @@ static void figure8(bool guard, bool *applied, bool *lost)
         cr_assert(cluster_step_until(&cl, pred_index3_applied, NULL, 2000),
                   "without the guard 0.15 should commit the old entry");
     } else {
-        for (unsigned s = 0; s < 2000; s++) {
-            cluster_step(&cl);
-        }
+        steps(&cl, 2000);
         cr_assert_eq(cl.nodes[0].role, REPL_LEADER,
                      "the guard must not depose the leader");
         cr_assert_gt(repl_guard_drops(cl.nodes[0].repl), 0);
@@ -297,16 +316,12 @@ static bool pending_append_then_leader_dies(bool hold, uint64_t *rewrites)
     int l, f;
     bool candidate = false;
     cluster_init(&cl, 3);
-    start_all(&cl);
-    cr_assert(cluster_step_until(&cl, pred_writable_leader, NULL, STEPS));
-    l = cluster_writable_leader(&cl);
+    l = start_all_elect(&cl);
     f = other_follower(&cl, l, l);
     cl.nodes[f].repl->hold_ticks = hold;
     cl.nodes[f].frozen = true;
     propose_n(&cl, (unsigned)l, 1, 32, 9, &last);
-    for (unsigned s = 0; s < 50; s++) {
-        cluster_step(&cl);
-    }
+    steps(&cl, 50);
     cr_assert_gt(fake_io_pending(cl.nodes[f].io), 0);
     cluster_crash(&cl, (unsigned)l);
     for (unsigned s = 0; s < 3000; s++) {
@@ -351,28 +366,18 @@ Test(cluster, snapshot_threshold_is_bytes)
     int l;
     cluster_init(&cl, 3);
     cl.snapshot_bytes = 1 << 20; /* far above 150 x 100 bytes */
-    start_all(&cl);
-    cr_assert(cluster_step_until(&cl, pred_writable_leader, NULL, STEPS));
-    l = cluster_writable_leader(&cl);
-    propose_n(&cl, (unsigned)l, 150, 100, 1, &last);
-    cr_assert(cluster_step_until(&cl, pred_all_applied, &last, STEPS));
-    for (unsigned s = 0; s < 200; s++) {
-        cluster_step(&cl);
-    }
+    l = start_all_elect(&cl);
+    propose_applied(&cl, (unsigned)l, 150, 100, 1, &last);
+    steps(&cl, 200);
     /* 150 entries > raft's entry threshold (64), but too few bytes. */
     cr_expect_eq(cl.nodes[l].disk.snap_index, 0);
     cluster_fini(&cl);
 
     cluster_init(&cl, 3);
     cl.snapshot_bytes = 2000;
-    start_all(&cl);
-    cr_assert(cluster_step_until(&cl, pred_writable_leader, NULL, STEPS));
-    l = cluster_writable_leader(&cl);
-    propose_n(&cl, (unsigned)l, 150, 100, 1, &last);
-    cr_assert(cluster_step_until(&cl, pred_all_applied, &last, STEPS));
-    for (unsigned s = 0; s < 200; s++) {
-        cluster_step(&cl);
-    }
+    l = start_all_elect(&cl);
+    propose_applied(&cl, (unsigned)l, 150, 100, 1, &last);
+    steps(&cl, 200);
     cr_expect_gt(cl.nodes[l].disk.snap_index, 0);
     cluster_fini(&cl);
 }
@@ -385,18 +390,12 @@ Test(cluster, bulk_catch_up_through_install_snapshot)
     cl.snapshot_bytes = 2000;
     cl.trailing = 8;
     cl.bulk_chunk = 700;
-    start_all(&cl);
-    cr_assert(cluster_step_until(&cl, pred_writable_leader, NULL, STEPS));
-    l = cluster_writable_leader(&cl);
+    l = start_all_elect(&cl);
     f = other_follower(&cl, l, l);
-    propose_n(&cl, (unsigned)l, 5, 100, 1, &last);
-    cr_assert(cluster_step_until(&cl, pred_all_applied, &last, STEPS));
+    propose_applied(&cl, (unsigned)l, 5, 100, 1, &last);
     cluster_crash(&cl, (unsigned)f);
-    propose_n(&cl, (unsigned)l, 200, 100, 2, &last);
-    cr_assert(cluster_step_until(&cl, pred_all_applied, &last, STEPS));
-    for (unsigned s = 0; s < 200; s++) {
-        cluster_step(&cl);
-    }
+    propose_applied(&cl, (unsigned)l, 200, 100, 2, &last);
+    steps(&cl, 200);
     cr_assert_gt(cl.nodes[l].disk.snap_index, 20);
     cr_assert_gt(cl.nodes[l].disk.start, fake_disk_last_index(&cl.nodes[f].disk) + 1,
                  "the follower must need a snapshot");
@@ -409,8 +408,7 @@ Test(cluster, bulk_catch_up_through_install_snapshot)
     assert_streams_equal(&cl);
     cr_expect(!cl.conflict);
     /* Replication continues after the install. */
-    propose_n(&cl, (unsigned)l, 10, 100, 3, &last);
-    cr_assert(cluster_step_until(&cl, pred_all_applied, &last, STEPS));
+    propose_applied(&cl, (unsigned)l, 10, 100, 3, &last);
     assert_streams_equal(&cl);
     cluster_fini(&cl);
 }
@@ -438,9 +436,7 @@ Test(cluster, propose_callbacks_and_close)
     void *buf;
     int l, f;
     cluster_init(&cl, 3);
-    start_all(&cl);
-    cr_assert(cluster_step_until(&cl, pred_writable_leader, NULL, STEPS));
-    l = cluster_writable_leader(&cl);
+    l = start_all_elect(&cl);
     f = other_follower(&cl, l, l);
 
     buf = tern_malloc(8);
@@ -463,9 +459,7 @@ Test(cluster, propose_callbacks_and_close)
     memset(buf, 2, 8);
     cr_assert_eq(repl_propose(cl.nodes[l].repl, buf, 8, prop_cb, &pending, &idx),
                  0);
-    for (unsigned s = 0; s < 20; s++) {
-        cluster_step(&cl);
-    }
+    steps(&cl, 20);
     cr_expect_eq(pending.calls, 0);
     cluster_crash(&cl, (unsigned)l);
     cr_expect_eq(pending.calls, 1);
@@ -479,15 +473,11 @@ Test(cluster, failed_apply_fail_stops_then_restart_catches_up)
     struct repl_status st;
     int l, f;
     cluster_init(&cl, 3);
-    start_all(&cl);
-    cr_assert(cluster_step_until(&cl, pred_writable_leader, NULL, STEPS));
-    l = cluster_writable_leader(&cl);
+    l = start_all_elect(&cl);
     f = other_follower(&cl, l, l);
     cl.nodes[f].fail_apply = -5; /* -EIO once */
     propose_n(&cl, (unsigned)l, 5, 32, 1, &last);
-    for (unsigned s = 0; s < 500; s++) {
-        cluster_step(&cl);
-    }
+    steps(&cl, 500);
     repl_get_status(cl.nodes[f].repl, &st);
     cr_expect_eq(st.fsm_error, -5);
     cr_expect_eq(st.failed, -5);
@@ -513,12 +503,9 @@ Test(cluster, transfer_moves_writable_leadership)
     uint64_t last = 0;
     int l, f, l2;
     cluster_init(&cl, 3);
-    start_all(&cl);
-    cr_assert(cluster_step_until(&cl, pred_writable_leader, NULL, STEPS));
-    l = cluster_writable_leader(&cl);
+    l = start_all_elect(&cl);
     f = other_follower(&cl, l, l);
-    propose_n(&cl, (unsigned)l, 3, 32, 1, &last);
-    cr_assert(cluster_step_until(&cl, pred_all_applied, &last, STEPS));
+    propose_applied(&cl, (unsigned)l, 3, 32, 1, &last);
     cr_assert_eq(repl_transfer(cl.nodes[l].repl, cl.nodes[f].id), 0);
     cr_expect(!cl.nodes[l].writable, "no writes during a transfer");
     cr_expect_eq(repl_transfer(cl.nodes[f].repl, 0), TERN_ENOTLEADER);
@@ -528,8 +515,7 @@ Test(cluster, transfer_moves_writable_leadership)
     }
     l2 = cluster_writable_leader(&cl);
     cr_expect_eq(l2, f);
-    propose_n(&cl, (unsigned)l2, 3, 32, 2, &last);
-    cr_assert(cluster_step_until(&cl, pred_all_applied, &last, STEPS));
+    propose_applied(&cl, (unsigned)l2, 3, 32, 2, &last);
     assert_streams_equal(&cl);
     cluster_fini(&cl);
 }
@@ -550,16 +536,11 @@ Test(cluster, bulk_fetch_recovers_from_lost_chunks)
     cl.snapshot_bytes = 2000;
     cl.trailing = 8;
     cl.bulk_chunk = 500;
-    start_all(&cl);
-    cr_assert(cluster_step_until(&cl, pred_writable_leader, NULL, STEPS));
-    l = cluster_writable_leader(&cl);
+    l = start_all_elect(&cl);
     f = other_follower(&cl, l, l);
     cluster_crash(&cl, (unsigned)f);
-    propose_n(&cl, (unsigned)l, 200, 100, 7, &last);
-    cr_assert(cluster_step_until(&cl, pred_all_applied, &last, STEPS));
-    for (unsigned s = 0; s < 200; s++) {
-        cluster_step(&cl);
-    }
+    propose_applied(&cl, (unsigned)l, 200, 100, 7, &last);
+    steps(&cl, 200);
     cluster_start(&cl, (unsigned)f);
     pf.i = (unsigned)f;
     cr_assert(cluster_step_until(&cl, pred_fetch_active, &pf, STEPS));
@@ -657,6 +638,15 @@ static void dump_cluster(struct cluster *c)
     }
 }
 
+/* Variants: durability of every node, and whether nodes crash (memory
+ * durability may lose acknowledged entries to crashes, repl.h, so its
+ * chaos run has partitions and message loss only). */
+static enum repl_durability chaos_durability = REPL_DURABILITY_DISK;
+static bool chaos_crashes = true;
+static size_t chaos_max_message; /* non-zero: txport, fencing, this max */
+static uint64_t chaos_splits;     /* AppendEntries split, summed over runs */
+static uint64_t chaos_fenced;     /* messages refused by a fence, summed */
+
 /* Random crashes, restarts, partitions and message loss with the guard on:
  * no index ever applies two different payloads, every acknowledged
  * proposal survives, and the healed cluster converges. */
@@ -671,6 +661,12 @@ static void chaos(unsigned n, uint64_t seed, unsigned rounds)
     cl.bulk_chunk = 1000;
     memset(&acks, 0, sizeof acks);
     cl.guard = getenv("CHAOS_NOGUARD") == NULL;
+    cl.durability = chaos_durability;
+    if (chaos_max_message != 0) {
+        cl.use_txport = true;
+        cl.fencing = true;
+        cl.max_message = chaos_max_message;
+    }
     start_all(&cl);
     for (unsigned round = 0; round < rounds; round++) {
         uint64_t r = rnd(&s) % 1000;
@@ -681,7 +677,7 @@ static void chaos(unsigned n, uint64_t seed, unsigned rounds)
             for (unsigned k = 0; k < n; k++) {
                 up += cl.nodes[k].up;
             }
-            if (cl.nodes[i].up && up > n / 2 + 1) {
+            if (chaos_crashes && cl.nodes[i].up && up > n / 2 + 1) {
                 cluster_crash(&cl, i);
             }
         } else if (r < 25) {
@@ -770,6 +766,13 @@ static void chaos(unsigned n, uint64_t seed, unsigned rounds)
                      (unsigned long long)seed,
                      (unsigned long long)acks.index[k]);
     }
+    for (unsigned k = 0; k < n; k++) {
+        chaos_splits += cl.nodes[k].repl->ae_split;
+        if (cl.nodes[k].tx != NULL) {
+            chaos_fenced += cl.nodes[k].tx->fenced;
+            cr_assert_eq(cl.nodes[k].tx->stamp_errors, 0);
+        }
+    }
     cluster_fini(&cl);
 }
 
@@ -802,6 +805,27 @@ Test(cluster, chaos_5_nodes, .timeout = 120)
     chaos(5, 111 * 0xc2b2ae3d27d4eb4fULL, 1500);
 }
 
+Test(cluster, chaos_3_nodes_memory_durability_no_crashes, .timeout = 120)
+{
+    chaos_durability = REPL_DURABILITY_MEMORY;
+    chaos_crashes = false;
+    for (uint64_t seed = 1; seed <= n_seeds(8); seed++) {
+        chaos(3, seed * 0x2545f4914f6cdd1dULL, 1500);
+    }
+}
+
+/* Oversized AppendEntries split into small parts and term fencing, under
+ * crashes, partitions and loss. */
+Test(cluster, chaos_3_nodes_split_and_fence, .timeout = 120)
+{
+    chaos_max_message = 1200; /* ~15 entries of 48 bytes per part */
+    for (uint64_t seed = 1; seed <= n_seeds(8); seed++) {
+        chaos(3, seed * 0x94d049bb133111ebULL, 1500);
+    }
+    cr_expect_gt(chaos_splits, 0, "the runs split AppendEntries");
+    cr_expect_gt(chaos_fenced, 0, "and fenced stale messages");
+}
+
 /* #423: a follower must not apply entries its own disk has not stored,
  * even when heartbeats tell it they are committed. */
 Test(cluster, follower_applies_only_durable_entries)
@@ -809,9 +833,7 @@ Test(cluster, follower_applies_only_durable_entries)
     uint64_t last = 0;
     int l, f;
     cluster_init(&cl, 3);
-    start_all(&cl);
-    cr_assert(cluster_step_until(&cl, pred_writable_leader, NULL, STEPS));
-    l = cluster_writable_leader(&cl);
+    l = start_all_elect(&cl);
     f = other_follower(&cl, l, l);
     cl.nodes[f].frozen = true;
     propose_n(&cl, (unsigned)l, 3, 32, 1, &last);
@@ -836,7 +858,7 @@ Test(cluster, follower_applies_only_durable_entries)
 
 /* Allocation failures injected at many points of a running cluster: no
  * crash, no leak (ASan), and the cluster still converges afterwards. */
-Test(cluster, allocation_failures_do_not_break_the_cluster, .timeout = 120)
+static void allocation_failures(enum repl_durability d)
 {
     long kmax = getenv("OOM_MAX") != NULL ? atol(getenv("OOM_MAX")) : 60;
     long kstep = getenv("OOM_MAX") != NULL ? 1 : 3;
@@ -844,14 +866,11 @@ Test(cluster, allocation_failures_do_not_break_the_cluster, .timeout = 120)
         uint64_t last = 0;
         int l;
         cluster_init(&cl, 3);
-        start_all(&cl);
-        cr_assert(cluster_step_until(&cl, pred_writable_leader, NULL, STEPS));
-        l = cluster_writable_leader(&cl);
+        cl.durability = d;
+        l = start_all_elect(&cl);
         propose_n(&cl, (unsigned)l, 3, 32, 1, &last);
         tern_alloc_fail_after(k);
-        for (unsigned s = 0; s < 40; s++) {
-            cluster_step(&cl);
-        }
+        steps(&cl, 40);
         tern_alloc_fail_after(-1);
         for (unsigned i = 0; i < cl.n; i++) {
             struct repl_status st;
@@ -877,4 +896,14 @@ Test(cluster, allocation_failures_do_not_break_the_cluster, .timeout = 120)
         cr_expect(!cl.conflict);
         cluster_fini(&cl);
     }
+}
+
+Test(cluster, allocation_failures_do_not_break_the_cluster, .timeout = 120)
+{
+    allocation_failures(REPL_DURABILITY_DISK);
+}
+
+Test(cluster, allocation_failures_memory_durability, .timeout = 120)
+{
+    allocation_failures(REPL_DURABILITY_MEMORY);
 }

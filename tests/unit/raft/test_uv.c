@@ -32,6 +32,7 @@ struct unode {
 
 static struct unode nodes[UV_N];
 static int acked;
+static enum repl_durability uv_durability; /* for start_repls */
 static char tmp_base[64]; /* removed by the suite's fini, even on failure */
 
 static int u_apply(void *arg, uint64_t index, const void *buf, size_t len)
@@ -146,14 +147,23 @@ static bool cond_applied(void *arg)
     return all_applied(*(uint64_t *)arg) && acked >= (int)*(uint64_t *)arg;
 }
 
-static bool cond_closed(void *arg)
-{
-    return *(int *)arg == 2 * UV_N;
-}
-
 static void timer_noop(uv_timer_t *t)
 {
     (void)t;
+}
+
+/* Run the loop until *count reaches want (at most 2000 turns; a 5 ms
+ * ticker keeps UV_RUN_ONCE from blocking), then close the ticker. */
+static void spin_until(uv_loop_t *loop, const int *count, int want)
+{
+    uv_timer_t t;
+    uv_timer_init(loop, &t);
+    uv_timer_start(&t, timer_noop, 5, 5);
+    for (int k = 0; k < 2000 && *count < want; k++) {
+        uv_run(loop, UV_RUN_ONCE);
+    }
+    uv_close((uv_handle_t *)&t, NULL);
+    uv_run(loop, UV_RUN_NOWAIT); /* t's close cb before it goes */
 }
 
 static void remove_tmp(void)
@@ -179,6 +189,7 @@ static void start_repls(uv_loop_t *loop, const char *base,
         cfg.data_dir = nodes[i].dir;
         cfg.peers = peers;
         cfg.n_peers = UV_N;
+        cfg.durability = uv_durability;
         fsm.arg = &nodes[i];
         fsm.apply = u_apply;
         fsm.snapshot = u_snapshot;
@@ -191,48 +202,42 @@ static void start_repls(uv_loop_t *loop, const char *base,
     }
 }
 
-static void timer_noop(uv_timer_t *t);
-
 static void close_repls(uv_loop_t *loop, int *closed)
 {
-    uv_timer_t t;
     for (int i = 0; i < UV_N; i++) {
         repl_close(nodes[i].r, count_closed, closed);
         nodes[i].r = NULL;
     }
-    uv_timer_init(loop, &t);
-    uv_timer_start(&t, timer_noop, 5, 5);
-    for (int k = 0; k < 2000 && *closed < UV_N; k++) {
-        uv_run(loop, UV_RUN_ONCE);
-    }
-    uv_close((uv_handle_t *)&t, NULL);
-    uv_run(loop, UV_RUN_NOWAIT);
+    spin_until(loop, closed, UV_N);
     cr_assert_eq(*closed, UV_N, "repl_close callbacks");
 }
 
-Test(uv, production_path_raft_uv_and_tcp, .timeout = 120)
+/* Close every replica, then every transport (*closed counts both, from 0). */
+static void close_all(uv_loop_t *loop, int *closed)
 {
-    uv_loop_t loop;
-    char base[] = "/tmp/tern-repl-uv-XXXXXX";
-    struct repl_peer peers[UV_N];
-    char errmsg[TERN_ERRMSG_SIZE] = "";
-    (void)errmsg;
-    unsigned port = 20000 + (unsigned)(getpid() * 7) % 30000;
-    int closed = 0;
-    uint64_t want = 100;
-    int l;
+    close_repls(loop, closed);
+    for (int i = 0; i < UV_N; i++) {
+        xport_close(nodes[i].x, count_closed, closed);
+    }
+    spin_until(loop, closed, 2 * UV_N);
+}
 
-    cr_assert_eq(uv_loop_init(&loop), 0);
-    cr_assert_not_null(mkdtemp(base));
-    snprintf(tmp_base, sizeof tmp_base, "%s", base);
-    memset(nodes, 0, sizeof nodes);
+/* Open UV_N TCP transports on consecutive loopback ports from port (moving
+ * on by 97 while a port is taken) and describe them in peers; each node's
+ * data directory is base/n<i>. */
+static void open_nodes(uv_loop_t *loop,
+                       const char *base,
+                       unsigned port,
+                       struct repl_peer *peers)
+{
+    char errmsg[TERN_ERRMSG_SIZE] = "";
     for (int attempt = 0; attempt < 20; attempt++, port += 97) {
         int i;
         for (i = 0; i < UV_N; i++) {
             nodes[i].id = (uint64_t)i + 1;
             snprintf(nodes[i].addr, sizeof nodes[i].addr, "127.0.0.1:%u",
                      port + (unsigned)i);
-            if (xport_tcp_new(&loop, nodes[i].id, nodes[i].addr, NULL,
+            if (xport_tcp_new(loop, nodes[i].id, nodes[i].addr, NULL,
                               &nodes[i].x, errmsg) != 0) {
                 break;
             }
@@ -244,14 +249,45 @@ Test(uv, production_path_raft_uv_and_tcp, .timeout = 120)
             xport_close(nodes[i].x, NULL, NULL);
             nodes[i].x = NULL;
         }
-        uv_run(&loop, UV_RUN_NOWAIT);
+        uv_run(loop, UV_RUN_NOWAIT);
     }
     cr_assert_not_null(nodes[UV_N - 1].x, "no free ports: %s", errmsg);
-
     for (int i = 0; i < UV_N; i++) {
         peers[i].id = nodes[i].id;
         peers[i].address = nodes[i].addr;
+        snprintf(nodes[i].dir, sizeof nodes[i].dir, "%s/n%d", base, i + 1);
     }
+}
+
+static bool cond_stored(void *arg)
+{
+    for (int i = 0; i < UV_N; i++) {
+        struct repl_status st;
+        repl_get_status(nodes[i].r, &st);
+        if (st.last_stored < *(uint64_t *)arg) {
+            return false;
+        }
+    }
+    return true;
+}
+
+static void production_path(enum repl_durability d)
+{
+    uv_loop_t loop;
+    char base[] = "/tmp/tern-repl-uv-XXXXXX";
+    struct repl_peer peers[UV_N];
+    unsigned port = 20000 + (unsigned)(getpid() * 7) % 30000;
+    int closed = 0;
+    uint64_t want = 100;
+    int l;
+
+    cr_assert_eq(uv_loop_init(&loop), 0);
+    cr_assert_not_null(mkdtemp(base));
+    snprintf(tmp_base, sizeof tmp_base, "%s", base);
+    memset(nodes, 0, sizeof nodes);
+    acked = 0;
+    uv_durability = d;
+    open_nodes(&loop, base, port, peers);
     start_repls(&loop, base, peers);
     cr_assert(run_until(&loop, cond_leader, NULL, 20000), "no leader");
     l = writable_leader();
@@ -271,7 +307,30 @@ Test(uv, production_path_raft_uv_and_tcp, .timeout = 120)
         struct repl_status st;
         repl_get_status(nodes[i].r, &st);
         cr_expect_eq(st.failed, 0);
-        cr_expect_geq(st.last_stored, st.last_applied);
+        cr_expect_eq(st.durability, d);
+        cr_expect_geq(st.last_counted, st.last_applied);
+        if (d == REPL_DURABILITY_DISK) {
+            cr_expect_geq(st.last_stored, st.last_applied);
+            cr_expect_eq(st.last_counted, st.last_stored);
+        }
+    }
+    {
+        /* Every proposal gave one append -> commit sample (uv_hrtime). */
+        struct repl_latency lat;
+        repl_get_latency(nodes[l].r, &lat, false);
+        cr_expect_geq(lat.count, want);
+        cr_expect_gt(lat.min_ns, 0);
+        cr_expect_leq(repl_latency_quantile(&lat, 0.5),
+                      repl_latency_quantile(&lat, 0.99));
+    }
+    {
+        /* Memory mode: the disks catch up in the background. */
+        struct repl_status st;
+        uint64_t idx;
+        repl_get_status(nodes[l].r, &st);
+        idx = st.last_applied;
+        cr_assert(run_until(&loop, cond_stored, &idx, 30000),
+                  "disks never caught up");
     }
 
     close_repls(&loop, &closed);
@@ -302,24 +361,23 @@ Test(uv, production_path_raft_uv_and_tcp, .timeout = 120)
               (unsigned long long)nodes[1].applied,
               (unsigned long long)nodes[2].applied);
     closed = 0;
-    close_repls(&loop, &closed);
-    {
-        uv_timer_t t;
-        uv_timer_init(&loop, &t);
-        uv_timer_start(&t, timer_noop, 5, 5);
-        for (int i = 0; i < UV_N; i++) {
-            xport_close(nodes[i].x, count_closed, &closed);
-        }
-        for (int k = 0; k < 2000 && !cond_closed(&closed); k++) {
-            uv_run(&loop, UV_RUN_ONCE);
-        }
-        uv_close((uv_handle_t *)&t, NULL);
-        uv_run(&loop, UV_RUN_NOWAIT); /* t's close cb before it goes */
-    }
+    close_all(&loop, &closed);
     cr_expect_eq(closed, 2 * UV_N);
     uv_run(&loop, UV_RUN_DEFAULT);
     cr_expect_eq(uv_loop_close(&loop), 0);
     remove_tmp();
+}
+
+Test(uv, production_path_raft_uv_and_tcp, .timeout = 120)
+{
+    production_path(REPL_DURABILITY_DISK);
+}
+
+/* Memory durability over the real raft_uv: the deferred acks run from the
+ * loop's idle handle, which closes with the replica. */
+Test(uv, production_path_memory_durability, .timeout = 120)
+{
+    production_path(REPL_DURABILITY_MEMORY);
 }
 
 /* ---- snapshots and InstallSnapshot + bulk over raft_uv and TCP ----------- */
@@ -461,7 +519,6 @@ Test(uv, snapshot_install_and_bulk_over_tcp, .timeout = 120)
     uv_loop_t loop;
     char base[] = "/tmp/tern-repl-uv2-XXXXXX";
     struct repl_peer peers[UV_N];
-    char errmsg[TERN_ERRMSG_SIZE] = "";
     unsigned port = 30000 + (unsigned)(getpid() * 13) % 20000;
     int closed = 0;
     int l, f;
@@ -471,32 +528,7 @@ Test(uv, snapshot_install_and_bulk_over_tcp, .timeout = 120)
     snprintf(tmp_base, sizeof tmp_base, "%s", base);
     memset(nodes, 0, sizeof nodes);
     memset(snodes, 0, sizeof snodes);
-    for (int attempt = 0; attempt < 20; attempt++, port += 97) {
-        int i;
-        for (i = 0; i < UV_N; i++) {
-            nodes[i].id = (uint64_t)i + 1;
-            snprintf(nodes[i].addr, sizeof nodes[i].addr, "127.0.0.1:%u",
-                     port + (unsigned)i);
-            if (xport_tcp_new(&loop, nodes[i].id, nodes[i].addr, NULL,
-                              &nodes[i].x, errmsg) != 0) {
-                break;
-            }
-        }
-        if (i == UV_N) {
-            break;
-        }
-        while (i-- > 0) {
-            xport_close(nodes[i].x, NULL, NULL);
-            nodes[i].x = NULL;
-        }
-        uv_run(&loop, UV_RUN_NOWAIT);
-    }
-    cr_assert_not_null(nodes[UV_N - 1].x, "no free ports: %s", errmsg);
-    for (int i = 0; i < UV_N; i++) {
-        peers[i].id = nodes[i].id;
-        peers[i].address = nodes[i].addr;
-        snprintf(nodes[i].dir, sizeof nodes[i].dir, "%s/n%d", base, i + 1);
-    }
+    open_nodes(&loop, base, port, peers);
     for (int i = 0; i < UV_N; i++) {
         start_snode(&loop, i, peers);
     }
@@ -507,16 +539,7 @@ Test(uv, snapshot_install_and_bulk_over_tcp, .timeout = 120)
     closed = 0;
     repl_close(nodes[f].r, count_closed, &closed);
     nodes[f].r = NULL;
-    {
-        uv_timer_t t;
-        uv_timer_init(&loop, &t);
-        uv_timer_start(&t, timer_noop, 5, 5);
-        for (int k = 0; k < 2000 && closed == 0; k++) {
-            uv_run(&loop, UV_RUN_ONCE);
-        }
-        uv_close((uv_handle_t *)&t, NULL);
-        uv_run(&loop, UV_RUN_NOWAIT); /* t's close cb before it goes */
-    }
+    spin_until(&loop, &closed, 1);
     cr_assert_eq(closed, 1);
     for (int k = 0; k < 300; k++) {
         uint64_t idx;
@@ -575,20 +598,7 @@ Test(uv, snapshot_install_and_bulk_over_tcp, .timeout = 120)
     cr_expect_eq(snodes[f].stream, snodes[l].stream);
 
     closed = 0;
-    close_repls(&loop, &closed);
-    {
-        uv_timer_t t;
-        uv_timer_init(&loop, &t);
-        uv_timer_start(&t, timer_noop, 5, 5);
-        for (int i = 0; i < UV_N; i++) {
-            xport_close(nodes[i].x, count_closed, &closed);
-        }
-        for (int k = 0; k < 2000 && !cond_closed(&closed); k++) {
-            uv_run(&loop, UV_RUN_ONCE);
-        }
-        uv_close((uv_handle_t *)&t, NULL);
-        uv_run(&loop, UV_RUN_NOWAIT); /* t's close cb before it goes */
-    }
+    close_all(&loop, &closed);
     uv_run(&loop, UV_RUN_DEFAULT);
     cr_expect_eq(uv_loop_close(&loop), 0);
     remove_tmp();
