@@ -21,6 +21,7 @@
  *   heartbeat_ms             = 15  ; < election_timeout_ms
  *   snapshot_threshold_bytes = 64M
  *   snapshot_trailing        = 256
+ *   durability               = disk  ; disk | memory (same on all nodes)
  *
  *   [limits]
  *   max_message_bytes   = 4M       ; largest message payload
@@ -86,6 +87,12 @@ static const char usage_text[] =
     "or auto\n"
     "  --shm-dir DIR              shm sockets directory (default /tmp; "
     "same on all nodes)\n"
+    "  --durability D             disk (default: an entry counts on a "
+    "node once\n"
+    "                             durable there) or memory (once in its "
+    "memory;\n"
+    "                             see raft/repl.h for what crashes lose); "
+    "same on all nodes\n"
     "  --pid-file F               write the pid to F\n"
     "  --help                     this text\n"
     "exit codes: 0 clean stop, 1 runtime failure, 2 bad configuration\n"
@@ -104,6 +111,7 @@ static const char usage_text[] =
     "  heartbeat_ms = 15\n"
     "  snapshot_threshold_bytes = 64M\n"
     "  snapshot_trailing = 256\n"
+    "  durability = disk\n"
     "  [limits]\n"
     "  max_message_bytes = 4M\n"
     "  max_frame_bytes = 16M\n"
@@ -401,6 +409,7 @@ static const struct key keys[] = {
     {"limits", "max_frame_bytes", "--max-frame-bytes"},
     {"limits", "min_free_disk_bytes", "--min-free-disk-bytes"},
     {"node", "shm_dir", "--shm-dir"},
+    {"raft", "durability", "--durability"},
 };
 
 /* Set key k (index into keys) to v. what names the source in messages. */
@@ -478,6 +487,15 @@ static int set_key(struct node_config *c,
             return TERN_EINVAL;
         }
         return set_str(&c->shm_dir, v, what, errmsg);
+    case 15:
+        if (strcmp(v, "disk") != 0 && strcmp(v, "memory") != 0) {
+            tern_errmsg_printf(errmsg,
+                               "%s: durability '%s' is not disk or memory",
+                               what, v);
+            return TERN_EINVAL;
+        }
+        c->memory_durability = strcmp(v, "memory") == 0;
+        return 0;
     default:
         break;
     }

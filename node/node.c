@@ -932,6 +932,8 @@ static int node_start(struct node *n, char *errmsg)
     rc.heartbeat_ms = c->heartbeat_ms;
     rc.snapshot_threshold_bytes = c->snapshot_bytes;
     rc.snapshot_trailing = c->snapshot_trailing;
+    rc.durability = c->memory_durability ? REPL_DURABILITY_MEMORY
+                                         : REPL_DURABILITY_DISK;
     rv = repl_config_validate(&rc, errmsg);
     if (rv == 0) {
         fsm.arg = n;

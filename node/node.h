@@ -109,6 +109,7 @@ struct node_config
     unsigned heartbeat_ms;
     uint64_t snapshot_bytes;
     unsigned snapshot_trailing;
+    int memory_durability; /* [raft] durability = memory (default disk) */
     uint64_t max_message_bytes;
     uint64_t max_frame_bytes;
     uint64_t min_free_disk_bytes;

@@ -532,8 +532,8 @@ static void serve_status(struct node_conn *c, uint64_t request_id)
     ps.writable = st.writable ? 1 : 0;
     ps.transport = cfg->transport;
     ps.transport_len = (uint16_t)strlen(cfg->transport);
-    ps.durability = "disk";
-    ps.durability_len = 4;
+    ps.durability = repl_durability_name(st.durability);
+    ps.durability_len = (uint16_t)strlen(ps.durability);
     ps.n_members = nm;
     ps.members = members;
     tern_wbuf_init(&w);

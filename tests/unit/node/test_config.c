@@ -91,6 +91,9 @@ Test(config, defaults)
     cr_expect_eq(cfg.max_message_bytes, 4u << 20);
     cr_expect_eq(cfg.max_frame_bytes, 16u << 20);
     cr_expect_eq(cfg.min_free_disk_bytes, 64u << 20);
+    cr_expect_eq(cfg.memory_durability, 0);
+    cr_expect_str_eq(cfg.transport, "tcp");
+    cr_expect_str_eq(cfg.shm_dir, "/tmp");
     /* No peers: a single-node cluster of itself. */
     cr_assert_eq(cfg.n_peers, 1);
     cr_expect_eq(cfg.peers[0].id, 1);
@@ -112,6 +115,17 @@ Test(config, flags_override_file)
     cr_expect_str_eq(cfg.client_addr, "127.0.0.1:17403");
     cr_expect_eq(cfg.log_level, NODE_LOG_WARN);
     cr_expect_eq(cfg.max_message_bytes, 512u << 10);
+}
+
+Test(config, transport_and_durability)
+{
+    ARGS("--dev", "--transport", "shm", "--shm-dir", "/run/tern",
+         "--durability", "memory");
+    cr_assert_eq(node_config_parse_args(&cfg, argc_, argv_, errmsg), 0, "%s",
+                 errmsg);
+    cr_expect_str_eq(cfg.transport, "shm");
+    cr_expect_str_eq(cfg.shm_dir, "/run/tern");
+    cr_expect_eq(cfg.memory_durability, 1);
 }
 
 Test(config, peer_flags_replace_file_peers)
@@ -194,6 +208,8 @@ Test(config, validation_errors)
         {{"--dev", "--heartbeat-ms", "150", NULL}, "heartbeat_ms"},
         {{"--dev", "--transport", "verbs", NULL}, "only tcp"},
         {{"--dev", "--log-level", "loud", NULL}, "log level"},
+        {{"--dev", "--durability", "ram", NULL}, "not disk or memory"},
+        {{"--dev", "--shm-dir", "rel/dir", NULL}, "absolute directory"},
         {{"--dev", "--max-message-bytes", "16M", NULL}, "max_frame_bytes"},
         {{"--dev", "--frobnicate", NULL}, "unknown argument"},
         {{"--dev", "--id", NULL}, "needs a value"},
