@@ -13,8 +13,9 @@
  *   tern consume QUEUE [--offset N | --group G] [--max N] [--follow]
  *                      [--idle-exit-ms MS] [--commit]
  *   tern cluster status [--json]
+ *   tern cluster stats [--reset] [--json]
  *   tern bench QUEUE [--size 1024] [--count N] [--window W] [--batch B]
- *                    [--json]
+ *                    [--replication] [--json]
  *
  * Output formats: consume prints "<offset>\t<payload-id>\n" per message;
  * the ack log has "<payload-id>\t<offset>\n" per acknowledged message
@@ -52,8 +53,9 @@ static void usage(FILE *f)
         "  consume QUEUE [--offset N | --group G] [--max N] [--follow]\n"
         "                [--idle-exit-ms MS] [--commit]\n"
         "  cluster status [--json]\n"
+        "  cluster stats [--reset] [--json]\n"
         "  bench QUEUE [--size 1024] [--count N] [--window W] "
-        "[--batch B] [--json]\n");
+        "[--batch B] [--replication] [--json]\n");
 }
 
 void cli_error(struct tern_client *c, int rv, const char *fmt, ...)
@@ -679,6 +681,68 @@ static int cmd_consume(struct tern_client *c, int argc, char **argv)
     return 0;
 }
 
+/* ---- cluster stats ---- */
+
+/* `tern cluster stats [--reset] [--json]`: the replication latency summary
+ * of the server reads go to (the leader by default). */
+static int cmd_stats(struct tern_client *c, int argc, char **argv)
+{
+    struct tern_repl_stats st;
+    int json = 0, reset = 0;
+    int rv;
+    for (int k = 2; k < argc; k++) {
+        if (strcmp(argv[k], "--json") == 0) {
+            json = 1;
+        } else if (strcmp(argv[k], "--reset") == 0) {
+            reset = 1;
+        } else {
+            usage(stderr);
+            return 2;
+        }
+    }
+    rv = tern_replication_stats(c, NULL, reset, &st);
+    if (rv != 0) {
+        cli_error(c, rv, "cluster stats");
+        return 1;
+    }
+    if (json) {
+        (void)printf("{\"server\":");
+        json_string(stdout, st.server);
+        (void)printf(",\"node_id\":%" PRIu64 ",\"role\":", st.node_id);
+        json_string(stdout, tern_role_name(st.role));
+        (void)printf(",\"transport\":");
+        json_string(stdout, st.transport);
+        (void)printf(",\"durability\":");
+        json_string(stdout, st.durability);
+        (void)printf(",\"count\":%" PRIu64 ",\"dropped\":%" PRIu64
+                     ",\"replication_ns\":{\"min\":%" PRIu64
+                     ",\"p50\":%" PRIu64 ",\"p90\":%" PRIu64
+                     ",\"p99\":%" PRIu64 ",\"p999\":%" PRIu64
+                     ",\"max\":%" PRIu64 ",\"mean\":%" PRIu64 "}}\n",
+                     st.count, st.dropped, st.min_ns, st.p50_ns, st.p90_ns,
+                     st.p99_ns, st.p999_ns, st.max_ns, st.mean_ns);
+        return 0;
+    }
+    (void)printf("server:        %s\n", st.server);
+    (void)printf("node id:       %" PRIu64 "\n", st.node_id);
+    (void)printf("role:          %s\n", tern_role_name(st.role));
+    (void)printf("transport:     %s\n", st.transport);
+    (void)printf("durability:    %s\n", st.durability);
+    (void)printf("samples:       %" PRIu64 " (%" PRIu64 " dropped)\n",
+                 st.count, st.dropped);
+    (void)printf("replication (leader append->commit), us:\n");
+    (void)printf("  min %.1f  p50 %.1f  p90 %.1f  p99 %.1f  p99.9 %.1f  "
+                 "max %.1f  mean %.1f\n",
+                 (double)st.min_ns / 1e3, (double)st.p50_ns / 1e3,
+                 (double)st.p90_ns / 1e3, (double)st.p99_ns / 1e3,
+                 (double)st.p999_ns / 1e3, (double)st.max_ns / 1e3,
+                 (double)st.mean_ns / 1e3);
+    if (reset) {
+        (void)printf("(counters reset)\n");
+    }
+    return 0;
+}
+
 /* ---- cluster status ---- */
 
 static int cmd_cluster(struct tern_client *c, int argc, char **argv)
@@ -686,6 +750,9 @@ static int cmd_cluster(struct tern_client *c, int argc, char **argv)
     struct tern_status *s;
     int json;
     int rv;
+    if (argc >= 2 && strcmp(argv[1], "stats") == 0) {
+        return cmd_stats(c, argc, argv);
+    }
     if (argc < 2 || strcmp(argv[1], "status") != 0 || argc > 3 ||
         (argc == 3 && strcmp(argv[2], "--json") != 0)) {
         usage(stderr);

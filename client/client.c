@@ -612,6 +612,11 @@ static void on_success(struct tern_client *c,
         rv = proto_decode_status_resp(body, len, &st);
         break;
     }
+    case PROTO_OP_STATS: {
+        struct proto_stats st;
+        rv = proto_decode_stats_resp(body, len, &st);
+        break;
+    }
     default:
         rv = proto_decode_empty_resp(body, len);
         break;
@@ -1486,6 +1491,71 @@ int tern_cluster_status(struct tern_client *c,
         if (*out == NULL) {
             rv = -ENOMEM;
         }
+    }
+    req_free(r);
+    return rv;
+}
+
+/* Copy len bytes of s into dst[size] as a NUL-terminated string. */
+static void copy_str(char *dst, size_t size, const char *s, size_t len)
+{
+    len = TERN_MIN(len, size - 1);
+    if (len > 0) {
+        memcpy(dst, s, len);
+    }
+    dst[len] = '\0';
+}
+
+int tern_replication_stats(struct tern_client *c,
+                           const char *address,
+                           int reset,
+                           struct tern_repl_stats *out)
+{
+    struct tern__req *r;
+    struct proto_stats st;
+    const char *server;
+    int rv;
+    memset(out, 0, sizeof *out);
+    rv = sync_req_new(c, PROTO_OP_STATS, 0, address == NULL, &r);
+    if (rv != 0) {
+        return rv;
+    }
+    if (address != NULL) {
+        r->target = find_or_add_server(c, address, strlen(address));
+        if (r->target < 0) {
+            tern_errmsg_printf(c->errmsg, "bad server address \"%s\"", address);
+            req_free(r);
+            return TERN_EINVAL;
+        }
+    }
+    rv = proto_encode_stats_req(&r->frame, 0,
+                                reset != 0 ? PROTO_STATS_RESET : 0);
+    if (rv != 0) {
+        return encode_fail(c, r, rv, "replication stats");
+    }
+    rv = run_sync(c, r);
+    if (rv == 0) {
+        /* on_success validated the body. */
+        rv = proto_decode_stats_resp(r->body, r->body_len, &st);
+    }
+    if (rv == 0) {
+        server = c->servers[r->answered_by]->addr;
+        copy_str(out->server, sizeof out->server, server, strlen(server));
+        out->node_id = st.node_id;
+        out->role = st.role;
+        copy_str(out->transport, sizeof out->transport, st.transport,
+                 st.transport_len);
+        copy_str(out->durability, sizeof out->durability, st.durability,
+                 st.durability_len);
+        out->count = st.count;
+        out->dropped = st.dropped;
+        out->mean_ns = st.count > 0 ? st.sum_ns / st.count : 0;
+        out->min_ns = st.min_ns;
+        out->p50_ns = st.p50_ns;
+        out->p90_ns = st.p90_ns;
+        out->p99_ns = st.p99_ns;
+        out->p999_ns = st.p999_ns;
+        out->max_ns = st.max_ns;
     }
     req_free(r);
     return rv;

@@ -406,6 +406,12 @@ int proto_decode_request(uint8_t op,
         }
         out->offset = tern_cursor_u64(&c);
         break;
+    case PROTO_OP_STATS:
+        out->flags = tern_cursor_u8(&c);
+        if (c.err == 0 && (out->flags & ~PROTO_STATS_RESET) != 0) {
+            rv = TERN_EMALFORMED;
+        }
+        break;
     default:
         rv = TERN_EINVAL;
         break;
@@ -775,4 +781,64 @@ int proto_frame_set_producer(void *frame,
     tern_put_u64(f + PROTO_HEADER_SIZE + 2 + qlen + 8, seq);
     reseal(f, len - PROTO_HEADER_SIZE);
     return 0;
+}
+
+/* ---- STATS ---- */
+
+int proto_encode_stats_req(struct tern_wbuf *w,
+                           uint64_t request_id,
+                           uint8_t flags)
+{
+    size_t start = w->len;
+    if ((flags & ~PROTO_STATS_RESET) != 0) {
+        return TERN_EINVAL;
+    }
+    proto_frame_begin(w, PROTO_OP_STATS, request_id, 0);
+    tern_wbuf_u8(w, flags);
+    return proto_frame_end(w, start);
+}
+
+int proto_encode_stats_resp(struct tern_wbuf *w,
+                            uint64_t request_id,
+                            const struct proto_stats *st)
+{
+    size_t start = w->len;
+    proto_frame_begin(w, PROTO_OP_STATS | PROTO_OP_RESPONSE, request_id, 0);
+    tern_wbuf_u64(w, st->node_id);
+    tern_wbuf_u8(w, st->role);
+    proto_put_str(w, st->transport, st->transport_len);
+    proto_put_str(w, st->durability, st->durability_len);
+    tern_wbuf_u64(w, st->count);
+    tern_wbuf_u64(w, st->dropped);
+    tern_wbuf_u64(w, st->sum_ns);
+    tern_wbuf_u64(w, st->min_ns);
+    tern_wbuf_u64(w, st->p50_ns);
+    tern_wbuf_u64(w, st->p90_ns);
+    tern_wbuf_u64(w, st->p99_ns);
+    tern_wbuf_u64(w, st->p999_ns);
+    tern_wbuf_u64(w, st->max_ns);
+    return proto_frame_end(w, start);
+}
+
+int proto_decode_stats_resp(const void *body,
+                            size_t len,
+                            struct proto_stats *out)
+{
+    struct tern_cursor c;
+    memset(out, 0, sizeof *out);
+    tern_cursor_init(&c, body, len);
+    out->node_id = tern_cursor_u64(&c);
+    out->role = tern_cursor_u8(&c);
+    out->transport = proto_get_str(&c, &out->transport_len);
+    out->durability = proto_get_str(&c, &out->durability_len);
+    out->count = tern_cursor_u64(&c);
+    out->dropped = tern_cursor_u64(&c);
+    out->sum_ns = tern_cursor_u64(&c);
+    out->min_ns = tern_cursor_u64(&c);
+    out->p50_ns = tern_cursor_u64(&c);
+    out->p90_ns = tern_cursor_u64(&c);
+    out->p99_ns = tern_cursor_u64(&c);
+    out->p999_ns = tern_cursor_u64(&c);
+    out->max_ns = tern_cursor_u64(&c);
+    return decode_end(&c, 1, out, sizeof *out);
 }

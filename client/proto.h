@@ -53,6 +53,20 @@
  *                       str transport, str durability,
  *                       u32 n, n x {u64 id, str raft_address,
  *                                   str client_address}
+ *   STATS         req: u8 flags (bit 0 PROTO_STATS_RESET: start the
+ *                      node's latency counters over after this answer;
+ *                      other bits must be 0)
+ *                 resp: u64 node_id, u8 role (repl_role numbering),
+ *                       str transport, str durability,
+ *                       u64 count, u64 dropped, u64 sum_ns, u64 min_ns,
+ *                       u64 p50_ns, u64 p90_ns, u64 p99_ns, u64 p999_ns,
+ *                       u64 max_ns
+ *                 The node's replication latency (raft/repl.h
+ *                 repl_get_latency: leader local append -> commit covers
+ *                 it, monotonic ns) since start or the last reset; the
+ *                 quantiles are histogram bucket upper bounds (~19%
+ *                 resolution), 0 when count is 0. Only a leader samples;
+ *                 any node answers. Served on any node, never redirected.
  */
 #ifndef TERN_PROTO_H
 #define TERN_PROTO_H
@@ -77,6 +91,7 @@ enum proto_op {
     PROTO_OP_GROUP_FETCH = 6,
     PROTO_OP_GROUP_COMMIT = 7,
     PROTO_OP_STATUS = 8,
+    PROTO_OP_STATS = 9,
     PROTO_OP_ERROR = 0x7f,
     PROTO_OP_RESPONSE = 0x80,
 };
@@ -145,6 +160,7 @@ struct proto_request {
     const uint8_t *msgs; /* PRODUCE: n_msgs blobs, iterate with
                             proto_next_msg */
     size_t msgs_len;
+    uint8_t flags; /* STATS: PROTO_STATS_RESET or 0 */
 };
 /* Decode a request body for op; TERN_EMALFORMED (trailing bytes included),
  * TERN_EBADNAME for an invalid queue/group name, TERN_EINVAL for an unknown
@@ -326,5 +342,40 @@ int proto_frame_set_producer(void *frame,
                              size_t len,
                              uint64_t producer_id,
                              uint64_t seq);
+
+/* ---- STATS (replication latency summary) ---- */
+
+#define PROTO_STATS_RESET 0x01u
+
+/* STATS request; flags is 0 or PROTO_STATS_RESET (else TERN_EINVAL). */
+int proto_encode_stats_req(struct tern_wbuf *w,
+                           uint64_t request_id,
+                           uint8_t flags);
+
+struct proto_stats
+{
+    uint64_t node_id;
+    uint8_t role;
+    const char *transport; /* borrowed, transport_len bytes */
+    uint16_t transport_len;
+    const char *durability; /* borrowed, durability_len bytes */
+    uint16_t durability_len;
+    uint64_t count;
+    uint64_t dropped;
+    uint64_t sum_ns;
+    uint64_t min_ns;
+    uint64_t p50_ns;
+    uint64_t p90_ns;
+    uint64_t p99_ns;
+    uint64_t p999_ns;
+    uint64_t max_ns;
+};
+/* The *_len fields of st are used for the strings when encoding. */
+int proto_encode_stats_resp(struct tern_wbuf *w,
+                            uint64_t request_id,
+                            const struct proto_stats *st);
+int proto_decode_stats_resp(const void *body,
+                            size_t len,
+                            struct proto_stats *out);
 
 #endif /* TERN_PROTO_H */

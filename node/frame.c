@@ -27,7 +27,7 @@
 
 static bool op_known(uint8_t op)
 {
-    return op >= PROTO_OP_QUEUE_CREATE && op <= PROTO_OP_STATUS;
+    return op >= PROTO_OP_QUEUE_CREATE && op <= PROTO_OP_STATS;
 }
 
 static void set_error(struct node_frame *f,

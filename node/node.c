@@ -133,6 +133,14 @@ void node_status(struct node *n, struct repl_status *out)
     }
 }
 
+void node_latency(struct node *n, struct repl_latency *out, bool reset)
+{
+    memset(out, 0, sizeof(*out));
+    if (n->repl != NULL && !n->stopping) {
+        repl_get_latency(n->repl, out, reset);
+    }
+}
+
 static void on_idle(uv_idle_t *h)
 {
     (void)h;

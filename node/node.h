@@ -301,6 +301,9 @@ struct idx_env *node_idx(struct node *n);
 struct node_batcher *node_batcher(struct node *n);
 const struct node_config *node_config(struct node *n);
 void node_status(struct node *n, struct repl_status *out);
+/* The replication latency counters (repl_get_latency) into *out
+ * (caller-owned; zeroed when raft is not running); reset: start over. */
+void node_latency(struct node *n, struct repl_latency *out, bool reset);
 /* 0, or TERN_EFULL with a message when the data dir is below
  * min_free_disk_bytes (statvfs, cached ~100 ms). */
 int node_disk_check(struct node *n, char *errmsg);

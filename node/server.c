@@ -17,7 +17,8 @@
  *
  * Reads (FETCH, GROUP_FETCH, QUEUE_LIST, STATUS) are served from the local
  * index on any node: a follower may serve slightly stale data, but only
- * committed data (the index holds applied entries only). A FETCH (or
+ * committed data (the index holds applied entries only). STATS answers
+ * with the local raft latency counters on any node. A FETCH (or
  * GROUP_FETCH) at the end of the queue with wait_ms > 0 is parked and
  * answered after a flush makes new data visible (every parked fetch is
  * re-checked after each flush that applied something) or when wait_ms
@@ -546,6 +547,52 @@ static void serve_status(struct node_conn *c, uint64_t request_id)
     conn_send(c, &w);
 }
 
+/* STATS: this node's replication latency summary (leader append ->
+ * commit), then a reset of the counters when the request asks for it.
+ * Answered by any node: a follower has nothing sampled (count 0). */
+static void serve_stats(struct node_conn *c, uint64_t request_id, uint8_t flags)
+{
+    const struct node_config *cfg = node_config(c->node);
+    struct repl_latency *lat;
+    struct repl_status st;
+    struct proto_stats ps;
+    struct tern_wbuf w;
+
+    /* ~2.6 KiB of histogram: keep it off the loop's stack. */
+    lat = tern_malloc(sizeof(*lat));
+    if (lat == NULL) {
+        send_error(c, PROTO_OP_STATS, request_id, -ENOMEM, NULL);
+        return;
+    }
+    node_status(c->node, &st);
+    node_latency(c->node, lat, (flags & PROTO_STATS_RESET) != 0);
+    memset(&ps, 0, sizeof(ps));
+    ps.node_id = cfg->id;
+    ps.role = (uint8_t)st.role;
+    ps.transport = cfg->transport;
+    ps.transport_len = (uint16_t)strlen(cfg->transport);
+    ps.durability = repl_durability_name(st.durability);
+    ps.durability_len = (uint16_t)strlen(ps.durability);
+    ps.count = lat->count;
+    ps.dropped = lat->dropped;
+    ps.sum_ns = lat->sum_ns;
+    ps.min_ns = lat->min_ns;
+    ps.p50_ns = repl_latency_quantile(lat, 0.50);
+    ps.p90_ns = repl_latency_quantile(lat, 0.90);
+    ps.p99_ns = repl_latency_quantile(lat, 0.99);
+    ps.p999_ns = repl_latency_quantile(lat, 0.999);
+    ps.max_ns = lat->max_ns;
+    tern_free(lat);
+    tern_wbuf_init(&w);
+    if (proto_encode_stats_resp(&w, request_id, &ps) != 0) {
+        tern_wbuf_free(&w);
+        send_error(c, PROTO_OP_STATS, request_id, TERN_EINTERNAL,
+                   "cannot encode stats");
+        return;
+    }
+    conn_send(c, &w);
+}
+
 /* ---- Writes ------------------------------------------------------------- */
 
 static void handle_write(struct node_conn *c,
@@ -674,6 +721,9 @@ static void handle_request(struct node_conn *c,
         break;
     case PROTO_OP_STATUS:
         serve_status(c, request_id);
+        break;
+    case PROTO_OP_STATS:
+        serve_stats(c, request_id, r->flags);
         break;
     default:
         send_error(c, r->op, request_id, TERN_EINVAL, "unknown request op");

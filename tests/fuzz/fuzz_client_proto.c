@@ -34,8 +34,10 @@ static void responses(const uint8_t *d, size_t len)
     struct proto_fetch_resp fr;
     struct proto_queue_list_resp ql;
     struct proto_status st;
+    struct proto_stats ss;
     size_t pos;
     (void)proto_decode_empty_resp(d, len);
+    (void)proto_decode_stats_resp(d, len, &ss);
     (void)proto_decode_produce_resp(d, len, &pr);
     if (proto_decode_fetch_resp(d, len, &fr) == 0) {
         struct proto_fetched_msg m;
@@ -94,7 +96,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (proto_decode_request(data[0], b, blen, &r) == 0) {
             walk_request(&r);
         }
-        for (int op = PROTO_OP_QUEUE_CREATE; op <= PROTO_OP_STATUS; op++) {
+        for (int op = PROTO_OP_QUEUE_CREATE; op <= PROTO_OP_STATS; op++) {
             if (proto_decode_request((uint8_t)op, b, blen, &r) == 0) {
                 walk_request(&r);
             }

@@ -480,7 +480,7 @@ Test(verbs_cluster, three_nodes_all_to_all, .init = verbs_setup,
         char errmsg[TERN_ERRMSG_SIZE];
         int rc = -EADDRINUSE;
         for (int t = 0; t < 100 && rc == -EADDRINUSE; t++) {
-            (void)snprintf(addr[i], ADDR_MAX, "%s:%d", hw_ips[i],
+            (void)snprintf(addr[i], ADDR_MAX, "%.47s:%d", hw_ips[i],
                            20000 + rand() % 40000);
             o.connect_timeout_ms = hw_connect_ms;
             rc = xport_verbs_new(loops[i], (uint64_t)i + 1, addr[i], &o, &x[i],

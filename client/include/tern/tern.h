@@ -272,6 +272,45 @@ TERN_API const char *tern_status_member_client_address(
     size_t i);
 TERN_API void tern_status_free(struct tern_status *s);
 
+/* ---- Replication latency ----------------------------------------------- */
+
+/* One server's replication latency summary: on a leader, the time from its
+ * local append of a batch of entries to the moment its commit index covers
+ * the batch (monotonic nanoseconds), over every append since the server
+ * started or since the last reset. Only a leader samples: a follower
+ * answers count 0. Quantiles are upper bounds of histogram buckets
+ * (resolution ~19%); every latency is 0 when count is 0. A plain struct
+ * of scalars, filled by tern_replication_stats (strings are copied and
+ * NUL-terminated, truncated to fit). */
+struct tern_repl_stats
+{
+    char server[128];    /* "host:port" that answered */
+    uint64_t node_id;
+    int role;            /* enum tern_role */
+    char transport[32];  /* the node's transport ("tcp", "shm+tcp", ...) */
+    char durability[16]; /* "disk" or "memory" */
+    uint64_t count;      /* samples */
+    uint64_t dropped;    /* appends not sampled (too many in flight) */
+    uint64_t mean_ns;
+    uint64_t min_ns;
+    uint64_t p50_ns;
+    uint64_t p90_ns;
+    uint64_t p99_ns;
+    uint64_t p999_ns;
+    uint64_t max_ns;
+};
+
+/* Fetch the replication latency summary of one server: the one reads go
+ * to (see read_from; by default the leader), or address when not NULL
+ * ("host:port", borrowed for the call). reset != 0: the server starts its
+ * counters over after answering (the answer still has the old ones).
+ * *out (OUT, caller-owned storage) is filled on success, zeroed on
+ * failure. */
+TERN_API int tern_replication_stats(struct tern_client *c,
+                                    const char *address,
+                                    int reset,
+                                    struct tern_repl_stats *out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -150,6 +150,7 @@ void fake_model_answer(struct fake_server *fs,
             fs->dedup_base = base;
             fs->dedup_count = r->n_msgs;
         }
+        fs->stats_count++;
         proto_encode_produce_resp(w, h->request_id, base, r->n_msgs, 0);
         return;
     }
@@ -197,6 +198,33 @@ void fake_model_answer(struct fake_server *fs,
             .members = &mem,
         };
         proto_encode_status_resp(w, h->request_id, &st);
+        return;
+    }
+    case PROTO_OP_STATS: {
+        /* Sample k (1-based) took k us. */
+        uint64_t n = fs->stats_count;
+        struct proto_stats st = {
+            .node_id = 1,
+            .role = 3,
+            .transport = "tcp",
+            .transport_len = 3,
+            .durability = "disk",
+            .durability_len = 4,
+            .count = n,
+            .dropped = 0,
+            .sum_ns = n * (n + 1) / 2 * 1000,
+            .min_ns = n > 0 ? 1000 : 0,
+            .p50_ns = (n + 1) / 2 * 1000,
+            .p90_ns = n * 900,
+            .p99_ns = n * 990,
+            .p999_ns = n * 999,
+            .max_ns = n * 1000,
+        };
+        proto_encode_stats_resp(w, h->request_id, &st);
+        if ((r->flags & PROTO_STATS_RESET) != 0) {
+            fs->stats_count = 0;
+            fs->stats_resets++;
+        }
         return;
     }
     default:

@@ -72,6 +72,10 @@ struct fake_server
     struct tern_wbuf deferred[FAKE_MAX_RECORDS];
     int deferred_conn[FAKE_MAX_RECORDS];
     int n_deferred;
+    /* Replication stats model: produce requests appended since the last
+     * STATS reset, and the number of resets seen. */
+    uint64_t stats_count;
+    int stats_resets;
     /* Free-form state for hooks. */
     int counter;
     char peer_addr[64]; /* leader hint for NOT_LEADER hooks */

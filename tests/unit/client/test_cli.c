@@ -131,3 +131,64 @@ Test(cli, queue_produce_consume_formats)
     (void)unlink(ack);
     fake_stop(&fs);
 }
+
+Test(cli, cluster_stats_and_bench_replication)
+{
+    struct fake_server fs;
+    struct cli_run r;
+    cr_assert_eq(fake_start(&fs, NULL), 0);
+
+    run_cli(&r, fs.addr, NULL, "queue create q");
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    run_cli(&r, fs.addr, NULL, "produce q --count 2");
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    run_cli(&r, fs.addr, NULL, "cluster stats --json");
+    cr_expect_eq(r.code, 0, "%s", r.err);
+    {
+        char want[512];
+        (void)snprintf(want, sizeof want,
+                       "{\"server\":\"%s\",\"node_id\":1,\"role\":\"leader\","
+                       "\"transport\":\"tcp\",\"durability\":\"disk\","
+                       "\"count\":2,\"dropped\":0,\"replication_ns\":{"
+                       "\"min\":1000,\"p50\":1000,\"p90\":1800,\"p99\":1980,"
+                       "\"p999\":1998,\"max\":2000,\"mean\":1500}}\n",
+                       fs.addr);
+        cr_expect_str_eq(r.out, want);
+    }
+    run_cli(&r, fs.addr, NULL, "cluster stats --reset");
+    cr_expect_eq(r.code, 0, "%s", r.err);
+    cr_expect_neq(strstr(r.out, "samples:       2 (0 dropped)\n"), NULL, "%s",
+                  r.out);
+    cr_expect_neq(strstr(r.out,
+                         "replication (leader append->commit), us:\n"
+                         "  min 1.0  p50 1.0  p90 1.8  p99 2.0  p99.9 2.0  "
+                         "max 2.0  mean 1.5\n(counters reset)\n"),
+                  NULL, "%s", r.out);
+    run_cli(&r, fs.addr, NULL, "cluster stats");
+    cr_expect_neq(strstr(r.out, "samples:       0 (0 dropped)\n"), NULL, "%s",
+                  r.out);
+    run_cli(&r, fs.addr, NULL, "cluster stats --bogus");
+    cr_expect_eq(r.code, 2);
+
+    /* The bench resets the counters after creating the queue, so the 20
+     * produce requests are all it sees (fake: sample k took k us). */
+    run_cli(&r, fs.addr, NULL, "produce q --count 5");
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    run_cli(&r, fs.addr, NULL,
+            "bench q --count 20 --window 4 --replication --json");
+    cr_expect_eq(r.code, 0, "%s", r.err);
+    cr_expect_neq(strstr(r.out,
+                         ",\"replication_us\":{\"p50\":10.000,\"p99\":19.800,"
+                         "\"p999\":19.980,\"max\":20.000,\"mean\":10.500,"
+                         "\"count\":20,\"node_id\":1,\"transport\":\"tcp\","
+                         "\"durability\":\"disk\"}}\n"),
+                  NULL, "%s", r.out);
+    cr_expect_neq(strstr(r.err, "  replication (leader append->commit)  p50 "
+                                "10.0 us  p99 19.8 us"),
+                  NULL, "%s", r.err);
+    /* Without --replication: no STATS request, no replication figures. */
+    run_cli(&r, fs.addr, NULL, "bench q --count 3 --json");
+    cr_expect_eq(r.code, 0, "%s", r.err);
+    cr_expect_null(strstr(r.out, "replication"), "%s", r.out);
+    fake_stop(&fs);
+}

@@ -128,6 +128,107 @@ Test(client, sync_round_trips)
     fake_stop(&fs);
 }
 
+/* ---- Replication stats ---- */
+
+static uint64_t stats_count(struct fake_server *fs, int *resets)
+{
+    uint64_t n;
+    pthread_mutex_lock(&fs->mu);
+    n = fs->stats_count;
+    *resets = fs->stats_resets;
+    pthread_mutex_unlock(&fs->mu);
+    return n;
+}
+
+Test(client, replication_stats)
+{
+    struct fake_server fs;
+    struct tern_client *c;
+    struct tern_msg m = {"x", 1};
+    struct tern_repl_stats s;
+    int resets;
+
+    cr_assert_eq(fake_start(&fs, NULL), 0);
+    c = client_for(fs.addr, 2000, 8);
+    create_queue(c, "q");
+    for (int i = 0; i < 4; i++) {
+        cr_assert_eq(tern_produce(c, "q", &m, 1, NULL), 0);
+    }
+    cr_assert_eq(tern_replication_stats(c, NULL, 0, &s), 0, "%s",
+                 tern_client_errmsg(c));
+    cr_expect_str_eq(s.server, fs.addr);
+    cr_expect_eq(s.node_id, 1);
+    cr_expect_eq(s.role, TERN_ROLE_LEADER);
+    cr_expect_str_eq(s.transport, "tcp");
+    cr_expect_str_eq(s.durability, "disk");
+    cr_expect_eq(s.count, 4);
+    cr_expect_eq(s.dropped, 0);
+    cr_expect_eq(s.mean_ns, 2500); /* (1+2+3+4) us / 4 */
+    cr_expect_eq(s.min_ns, 1000);
+    cr_expect_eq(s.p50_ns, 2000);
+    cr_expect_eq(s.p90_ns, 3600);
+    cr_expect_eq(s.p99_ns, 3960);
+    cr_expect_eq(s.p999_ns, 3996);
+    cr_expect_eq(s.max_ns, 4000);
+
+    /* reset: the answer has the old counters, the server starts over. */
+    cr_assert_eq(tern_replication_stats(c, fs.addr, 1, &s), 0);
+    cr_expect_eq(s.count, 4);
+    cr_expect_eq(stats_count(&fs, &resets), 0);
+    cr_expect_eq(resets, 1);
+    cr_assert_eq(tern_replication_stats(c, fs.addr, 0, &s), 0);
+    cr_expect_eq(s.count, 0);
+    cr_expect_eq(s.mean_ns, 0);
+    cr_expect_eq(s.p50_ns, 0);
+    cr_expect_eq(s.max_ns, 0);
+    cr_expect_eq(resets, 1);
+
+    cr_expect_eq(tern_replication_stats(c, "no port", 0, &s), TERN_EINVAL);
+    cr_expect_eq(s.server[0], '\0');
+    tern_client_free(c);
+    fake_stop(&fs);
+}
+
+/* A server that does not know STATS (or fails it), then one that answers
+ * garbage. */
+static enum fake_action stats_error_hook(struct fake_server *fs,
+                                         int conn,
+                                         const struct proto_header *h,
+                                         const struct proto_request *r)
+{
+    if (r->op != PROTO_OP_STATS) {
+        return FAKE_DEFAULT;
+    }
+    if (fs->counter++ == 0) {
+        fake_send_error(fs, conn, h, TERN_EINVAL, NULL);
+    } else {
+        struct tern_wbuf w;
+        tern_wbuf_init(&w);
+        proto_encode_empty_resp(&w, PROTO_OP_STATS, h->request_id);
+        fake_send(fs, conn, &w);
+        tern_wbuf_free(&w);
+    }
+    return FAKE_HANDLED;
+}
+
+Test(client, replication_stats_errors)
+{
+    struct fake_server fs;
+    struct tern_client *c;
+    struct tern_repl_stats s;
+
+    cr_assert_eq(fake_start(&fs, stats_error_hook), 0);
+    c = client_for(fs.addr, 1000, 8);
+    memset(&s, 0x5a, sizeof s);
+    cr_expect_eq(tern_replication_stats(c, fs.addr, 1, &s), TERN_EINVAL);
+    cr_expect_eq(s.count, 0);
+    cr_expect_eq(s.server[0], '\0');
+    cr_expect_eq(tern_replication_stats(c, fs.addr, 0, &s), TERN_EMALFORMED);
+    cr_expect_eq(s.count, 0);
+    tern_client_free(c);
+    fake_stop(&fs);
+}
+
 /* ---- Leader redirect ---- */
 
 static enum fake_action follower_hook(struct fake_server *fs,

@@ -546,3 +546,115 @@ Test(proto, encoder_oom_leaves_sticky_error)
     cr_expect_eq(w.len, 0);
     tern_wbuf_free(&w);
 }
+
+Test(proto, stats_request_round_trip)
+{
+    struct tern_wbuf w;
+    struct proto_header h;
+    struct proto_request r;
+    const uint8_t *body;
+    tern_wbuf_init(&w);
+    cr_assert_eq(proto_encode_stats_req(&w, 77, PROTO_STATS_RESET), 0);
+    parse_request(&w, &h, &r);
+    cr_expect_eq(h.op, PROTO_OP_STATS);
+    cr_expect_eq(h.request_id, 77);
+    cr_expect_eq(h.body_len, 1);
+    cr_expect_eq(r.op, PROTO_OP_STATS);
+    cr_expect_eq(r.flags, PROTO_STATS_RESET);
+
+    w.len = 0;
+    cr_assert_eq(proto_encode_stats_req(&w, 78, 0), 0);
+    parse_request(&w, &h, &r);
+    cr_expect_eq(r.flags, 0);
+
+    /* Undefined flag bits: refused by the encoder (nothing written) and
+     * by the decoder. */
+    w.len = 0;
+    cr_expect_eq(proto_encode_stats_req(&w, 1, 0x02), TERN_EINVAL);
+    cr_expect_eq(w.len, 0);
+    cr_expect_eq(proto_decode_request(PROTO_OP_STATS, "\x03", 1, &r),
+                 TERN_EMALFORMED);
+    cr_expect_eq(r.flags, 0);
+    /* Missing flags byte, trailing byte. */
+    cr_expect_eq(proto_decode_request(PROTO_OP_STATS, "", 0, &r),
+                 TERN_EMALFORMED);
+    cr_expect_eq(proto_decode_request(PROTO_OP_STATS, "\x01\x00", 2, &r),
+                 TERN_EMALFORMED);
+
+    /* Old ops stay as they were: no flags. */
+    w.len = 0;
+    cr_assert_eq(proto_encode_simple(&w, PROTO_OP_STATUS, 2), 0);
+    body = parse_one(&w, &h);
+    cr_assert_eq(proto_decode_request(h.op, body, h.body_len, &r), 0);
+    cr_expect_eq(r.flags, 0);
+    tern_wbuf_free(&w);
+}
+
+static void fill_stats(struct proto_stats *st)
+{
+    memset(st, 0, sizeof *st);
+    st->node_id = 3;
+    st->role = 3;
+    st->transport = "shm+tcp";
+    st->transport_len = 7;
+    st->durability = "memory";
+    st->durability_len = 6;
+    st->count = 1000;
+    st->dropped = 2;
+    st->sum_ns = 12345678;
+    st->min_ns = 4000;
+    st->p50_ns = 11000;
+    st->p90_ns = 15000;
+    st->p99_ns = 30000;
+    st->p999_ns = 90000;
+    st->max_ns = 0x0123456789abcdefULL;
+}
+
+Test(proto, stats_response_round_trip)
+{
+    struct tern_wbuf w;
+    struct proto_header h;
+    struct proto_stats in, out;
+    const uint8_t *body;
+    tern_wbuf_init(&w);
+    fill_stats(&in);
+    cr_assert_eq(proto_encode_stats_resp(&w, 9, &in), 0);
+    body = parse_one(&w, &h);
+    cr_expect_eq(h.op, PROTO_OP_STATS | PROTO_OP_RESPONSE);
+    cr_expect_eq(h.request_id, 9);
+    cr_expect_eq(h.status, 0);
+    /* u64 + u8 + (2+7) + (2+6) + 9 x u64 */
+    cr_expect_eq(h.body_len, 8 + 1 + 9 + 8 + 9 * 8);
+    cr_assert_eq(proto_decode_stats_resp(body, h.body_len, &out), 0);
+    cr_expect_eq(out.node_id, 3);
+    cr_expect_eq(out.role, 3);
+    cr_expect(streq(out.transport, out.transport_len, "shm+tcp"));
+    cr_expect(streq(out.durability, out.durability_len, "memory"));
+    cr_expect_eq(out.count, 1000);
+    cr_expect_eq(out.dropped, 2);
+    cr_expect_eq(out.sum_ns, 12345678);
+    cr_expect_eq(out.min_ns, 4000);
+    cr_expect_eq(out.p50_ns, 11000);
+    cr_expect_eq(out.p90_ns, 15000);
+    cr_expect_eq(out.p99_ns, 30000);
+    cr_expect_eq(out.p999_ns, 90000);
+    cr_expect_eq(out.max_ns, 0x0123456789abcdefULL);
+
+    /* Every truncation and a trailing byte are malformed, and leave the
+     * output zeroed. */
+    for (uint32_t n = 0; n < h.body_len; n++) {
+        cr_expect_eq(proto_decode_stats_resp(body, n, &out), TERN_EMALFORMED,
+                     "truncated at %u", n);
+        cr_expect_eq(out.count, 0);
+        cr_expect_null(out.transport);
+    }
+    {
+        uint8_t more[256];
+        cr_assert_lt(h.body_len + 1, sizeof more);
+        memcpy(more, body, h.body_len);
+        more[h.body_len] = 0;
+        cr_expect_eq(proto_decode_stats_resp(more, h.body_len + 1, &out),
+                     TERN_EMALFORMED);
+    }
+    tern_wbuf_free(&w);
+}

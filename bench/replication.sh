@@ -1,0 +1,228 @@
+#!/usr/bin/env bash
+# Replication latency benchmark (issue 3, item 7): for each transport (tcp,
+# shm, and rdma when an RDMA device exists) and each durability mode (disk,
+# memory), start a fresh 3-node cluster (scripts/cluster.sh, temp dir, free
+# loopback ports), run `tern bench --replication` sequential (window 1) and
+# pipelined (window 64) with 1 KiB messages, stop the cluster by PID, then
+# measure the floors on the same machine in the same run:
+#   shm   eventfd ping-pong between two processes     (bench_xport "eventfd")
+#   tcp   TCP loopback round trip, SIZE bytes each way (bench_xport "tcp_floor")
+#   rdma  ib_write_lat (perftest) on the first device; it reports a one-way
+#         latency (RTT/2), shown here doubled as a round trip
+# and print one table: transport, durability, mode, leader append->commit
+# p50/p99, client produce p50/p99, msgs/s, floor p50, ratio (replication p50
+# / floor p50). A commit needs one leader->follower->leader round trip, so
+# the round-trip floor is the comparison. Replication quantiles are
+# histogram bucket upper bounds (~19% resolution; raft/repl.h).
+# Not a test: no pass/fail on the figures.
+#
+#   bench/replication.sh [--seq-count N] [--pipe-count N] [--size BYTES]
+#                        [--transports "tcp shm"] [--durabilities "disk memory"]
+#                        [--out DIR]
+#
+# Defaults: 2000 sequential and 20000 pipelined messages of 1024 bytes,
+# a 500-message warm-up before each (not measured). --out keeps every raw
+# JSON line and the node logs. Binaries: TERN_BIN (default <repo>/build),
+# as scripts/cluster.sh; bench_xport from $TERN_BIN/bench/bench_xport.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+export TERN_BIN=${TERN_BIN:-$ROOT/build}
+CLI=${TERN_CLI:-$TERN_BIN/client/tern}
+XPORT_BENCH=${XPORT_BENCH:-$TERN_BIN/bench/bench_xport}
+STEP_TIMEOUT=${STEP_TIMEOUT:-300}
+seq_count=2000
+pipe_count=20000
+size=1024
+warm=500
+transports=
+durabilities="disk memory"
+out=
+usage() {
+    sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2
+    exit 2
+}
+while [ $# -gt 0 ]; do
+    case "$1" in
+    --seq-count) seq_count=$2; shift 2 ;;
+    --pipe-count) pipe_count=$2; shift 2 ;;
+    --size) size=$2; shift 2 ;;
+    --transports) transports=$2; shift 2 ;;
+    --durabilities) durabilities=$2; shift 2 ;;
+    --out) out=$2; shift 2 ;;
+    *) usage ;;
+    esac
+done
+[ -x "$CLI" ] || { echo "replication: $CLI not found (build first, or set TERN_BIN)" >&2; exit 1; }
+[ -x "$XPORT_BENCH" ] || { echo "replication: $XPORT_BENCH not found (build target bench_xport)" >&2; exit 1; }
+
+rdma_dev=
+if [ -d /sys/class/infiniband ]; then
+    rdma_dev=$(ls /sys/class/infiniband 2>/dev/null | head -n 1 || true)
+fi
+if [ -z "$transports" ]; then
+    transports="tcp shm"
+    if [ -n "$rdma_dev" ]; then
+        transports="$transports rdma"
+    else
+        echo "replication: no RDMA device (/sys/class/infiniband): rdma skipped" >&2
+    fi
+fi
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/tern-repl-bench.XXXXXX")
+res=${out:-$work/results}
+mkdir -p "$res"
+dir=
+base=
+cluster() { "$ROOT/scripts/cluster.sh" --dir "$dir" --base-port "$base" "$@"; }
+cleanup() {
+    if [ -n "$dir" ]; then
+        cluster down >/dev/null 2>&1 || true
+    fi
+    rm -rf "$work"
+}
+trap cleanup EXIT
+
+free_base() {
+    python3 -c '
+import random, socket
+for _ in range(200):
+    p = random.randrange(20000, 32500, 10)
+    try:
+        for port in (p + 1, p + 2, p + 3, p + 101, p + 102, p + 103):
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", port))
+        print(p)
+        break
+    except OSError:
+        pass'
+}
+
+# One bench run; appends "transport durability mode json" to $res/runs.
+run_bench() { # transport durability mode window count servers
+    local t=$1 d=$2 mode=$3 window=$4 count=$5 servers=$6 q j
+    q="bench-$mode"
+    timeout "$STEP_TIMEOUT" "$CLI" -s "$servers" bench "$q-warm" --size "$size" \
+        --count "$warm" --window "$window" --json >/dev/null 2>&1 || true
+    if ! j=$(timeout "$STEP_TIMEOUT" "$CLI" -s "$servers" bench "$q" --size "$size" \
+        --count "$count" --window "$window" --replication --json \
+        2>>"$res/bench-$t-$d.err"); then
+        echo "replication: bench $t/$d/$mode failed (see $res/bench-$t-$d.err)" >&2
+        j=null
+    fi
+    printf '%s %s %s %s\n' "$t" "$d" "$mode" "$j" >>"$res/runs"
+}
+
+: >"$res/runs"
+for t in $transports; do
+    for d in $durabilities; do
+        dir=$work/cluster-$t-$d
+        base=$(free_base)
+        [ -n "$base" ] || { echo "replication: no free ports" >&2; exit 1; }
+        echo "== transport $t, durability $d: cluster in $dir, ports $((base + 1))..$((base + 103))" >&2
+        if ! TERN_NODE_EXTRA="transport = $t" TERN_RAFT_EXTRA="durability = $d" \
+            TERN_LOG_LEVEL=warn cluster up >"$res/up-$t-$d.log" 2>&1; then
+            echo "replication: cluster $t/$d did not come up:" >&2
+            cat "$res/up-$t-$d.log" >&2
+            cluster down >/dev/null 2>&1 || true
+            printf '%s %s seq null\n%s %s pipe null\n' "$t" "$d" "$t" "$d" >>"$res/runs"
+            dir=
+            continue
+        fi
+        servers=$(cluster servers)
+        "$CLI" -s "$servers" cluster status --json >"$res/status-$t-$d.json" 2>/dev/null || true
+        run_bench "$t" "$d" seq 1 "$seq_count" "$servers"
+        run_bench "$t" "$d" pipe 64 "$pipe_count" "$servers"
+        cluster down >"$res/down-$t-$d.log" 2>&1 || echo "replication: cluster $t/$d did not stop cleanly" >&2
+        if [ -n "$out" ]; then
+            for i in 1 2 3; do cp "$dir/node$i.log" "$res/node$i-$t-$d.log" 2>/dev/null || true; done
+        fi
+        dir=
+    done
+done
+
+echo "== floors: bench_xport (eventfd, tcp loopback), ${size} B" >&2
+timeout "$STEP_TIMEOUT" "$XPORT_BENCH" -n 20000 -w 2000 -s "$size" -m 0 \
+    >"$res/xport.txt" 2>"$res/xport.err" || echo "replication: bench_xport failed" >&2
+tail -n 1 "$res/xport.txt" >"$res/xport.json" 2>/dev/null || true
+
+rdma_floor=null
+case " $transports " in
+*" rdma "*)
+    if [ -n "$rdma_dev" ] && command -v ib_write_lat >/dev/null; then
+        port=$(( $(free_base) + 50 ))
+        timeout 60 ib_write_lat -d "$rdma_dev" -s "$size" -n 10000 -p "$port" \
+            >"$res/ib_server.txt" 2>&1 &
+        srv=$!
+        sleep 1 # the server must listen first (perftest has no ready signal)
+        if timeout 60 ib_write_lat -d "$rdma_dev" -s "$size" -n 10000 -p "$port" \
+            127.0.0.1 >"$res/ib_client.txt" 2>&1; then
+            # Data row: bytes iters t_min t_max t_typical ...; one-way usec.
+            rdma_floor=$(awk -v s="$size" '$1 == s && NF >= 5 { printf "%.3f", 2 * $5 }' \
+                "$res/ib_client.txt" | tail -n 1)
+            [ -n "$rdma_floor" ] || rdma_floor=null
+        fi
+        wait "$srv" 2>/dev/null || true
+    fi
+    ;;
+esac
+
+python3 - "$res/runs" "$res/xport.json" "$rdma_floor" "$size" <<'EOF'
+import json, sys
+runs_path, xport_path, rdma_floor, size = sys.argv[1:5]
+try:
+    x = json.loads(open(xport_path).read())
+except Exception:
+    x = {}
+def p50(key):
+    v = x.get(key)
+    return v["p50_us"] if v else None
+floors = {
+    "shm": ("eventfd rtt", p50("eventfd")),
+    "tcp": ("tcp rtt", p50("tcp_floor")),
+    "rdma": ("ib_write rtt", None if rdma_floor == "null" else float(rdma_floor)),
+}
+rows = []
+for line in open(runs_path):
+    t, d, mode, j = line.rstrip("\n").split(" ", 3)
+    j = json.loads(j)
+    rows.append((t, d, mode, j))
+def f(v, w=9, p=1):
+    return f"{v:{w}.{p}f}" if v is not None else f"{'-':>{w}}"
+hdr = (f"{'transport':<9} {'durab':<6} {'mode':<10} {'repl p50':>9} {'repl p99':>9} "
+       f"{'prod p50':>9} {'prod p99':>9} {'msgs/s':>9} {'floor':<12} {'floor p50':>9} {'ratio':>6}")
+print(f"replication latency (leader append->commit) vs client produce latency, "
+      f"{size} B messages, microseconds")
+print(hdr)
+print("-" * len(hdr))
+out = []
+for t, d, mode, j in rows:
+    name, fl = floors.get(t, ("-", None))
+    label = "seq w1" if mode == "seq" else "pipe w64"
+    if j is None:
+        print(f"{t:<9} {d:<6} {label:<10} (failed)")
+        out.append({"transport": t, "durability": d, "mode": mode, "ok": False})
+        continue
+    r = j.get("replication_us") or {}
+    rp50, rp99 = r.get("p50"), r.get("p99")
+    ratio = rp50 / fl if rp50 is not None and fl else None
+    print(f"{t:<9} {d:<6} {label:<10} {f(rp50)} {f(rp99)} "
+          f"{f(j['latency_us']['p50'], p=0)} {f(j['latency_us']['p99'], p=0)} "
+          f"{f(j['msgs_per_s'], p=0)} {name:<12} {f(fl, p=2)} {f(ratio, 6, 2)}")
+    out.append({"transport": t, "durability": d, "mode": mode, "ok": True,
+                "node_transport": r.get("transport"),
+                "repl_p50_us": rp50, "repl_p99_us": rp99,
+                "repl_samples": r.get("count"),
+                "produce_p50_us": j["latency_us"]["p50"],
+                "produce_p99_us": j["latency_us"]["p99"],
+                "msgs_per_s": j["msgs_per_s"], "errors": j["errors"],
+                "floor": name, "floor_p50_us": fl, "ratio": ratio})
+if x:
+    print(f"floors (same run): eventfd p50 {f(p50('eventfd'), 0, 2)} us, "
+          f"eventfd+epoll p50 {f(p50('eventfd_epoll'), 0, 2)} us, "
+          f"tcp loopback p50 {f(p50('tcp_floor'), 0, 2)} us; "
+          f"xport shm p50 {f(p50('xport_shm'), 0, 2)} us, "
+          f"xport tcp p50 {f(p50('xport_tcp'), 0, 2)} us")
+print(json.dumps({"bench": "replication", "size": int(size), "rows": out,
+                  "floors": {k: v[1] for k, v in floors.items()}}))
+EOF
