@@ -71,7 +71,7 @@
  * after both have closed. Every completion runs from a backend's own
  * deferred path, so no callback ever runs inside xport_send.
  */
-#include "xport_int.h"
+#include "sendq.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -105,14 +105,13 @@ struct fb_xport;
  * point at it). */
 struct fb_peer
 {
-    struct fb_peer *next;
-    uint64_t id;
-    char address[2 * FB__ADDR_MAX]; /* as given to xport_send */
+    /* first member: id, address (as given to xport_send), retry_after
+     * (SLOW: uv_now() from which a probe is sent) */
+    struct xport_peer base;
     char slow[FB__ADDR_MAX];
     char fast[FB__ADDR_MAX]; /* "" = no fast path for this peer */
     enum fb_state state;
-    uint64_t retry_after; /* SLOW: uv_now() from which a probe is sent */
-    uint64_t gen;         /* incremented on every switch to FAST */
+    uint64_t gen; /* incremented on every switch to FAST */
 };
 
 /* One send in flight in a backend: owns the inner request. */
@@ -143,7 +142,7 @@ struct fb_xport
                         char *out,
                         size_t cap);
     void *fast_address_arg;
-    struct fb_peer *peers;
+    struct xport_peer *peers; /* of struct fb_peer */
     struct xport_fallback_stats stats;
     unsigned open; /* backends not yet closed */
     int closing;
@@ -206,40 +205,29 @@ static int peer_get(struct fb_xport *x,
                     struct fb_peer **out)
 {
     struct fb_peer tmp;
+    struct xport_peer *bp;
     struct fb_peer *p;
-    size_t len = strlen(address);
     int rc;
 
-    for (p = x->peers; p != NULL; p = p->next) {
-        if (p->id == id) {
-            break;
-        }
-    }
-    if (p != NULL && strcmp(p->address, address) == 0) {
-        *out = p;
+    if (xport_peer_find(x->peers, id, address, &bp) == XPORT_PEER_SAME) {
+        *out = (struct fb_peer *)bp;
         return 0;
     }
-    if (len >= sizeof p->address) {
+    if (strlen(address) >= XPORT_PEER_ADDR_MAX) {
         return TERN_EINVAL;
     }
     rc = peer_addresses(x, &tmp, id, address);
     if (rc != 0) {
         return rc;
     }
-    if (p == NULL) {
-        p = tern_calloc(1, sizeof *p);
-        if (p == NULL) {
-            return -ENOMEM;
-        }
-        p->id = id;
-        p->next = x->peers;
-        x->peers = p;
+    rc = xport_peer_set(&x->peers, &bp, sizeof *p, id, address);
+    if (rc != 0) {
+        return rc;
     }
-    memcpy(p->address, address, len + 1);
+    p = (struct fb_peer *)bp;
     memcpy(p->slow, tmp.slow, sizeof p->slow);
     memcpy(p->fast, tmp.fast, sizeof p->fast);
     p->state = FB_FAST;
-    p->retry_after = 0;
     p->gen++; /* failures of sends to the old address are stale */
     *out = p;
     return 0;
@@ -248,7 +236,7 @@ static int peer_get(struct fb_xport *x,
 static void peer_to_slow(struct fb_xport *x, struct fb_peer *p)
 {
     p->state = FB_SLOW;
-    p->retry_after = uv_now(x->loop) + x->retry_ms;
+    p->base.retry_after = uv_now(x->loop) + x->retry_ms;
 }
 
 /* ---- sending ----------------------------------------------------------- */
@@ -269,7 +257,7 @@ static int send_slow(struct fb_xport *x,
     int rc;
 
     s->kind = FB_SEND_SLOW;
-    rc = xport_send(x->slow, &s->inner, s->peer->id, s->peer->slow, iov, n,
+    rc = xport_send(x->slow, &s->inner, s->peer->base.id, s->peer->slow, iov, n,
                     on_inner_sent);
     if (rc == 0) {
         x->stats.slow_sends++;
@@ -342,19 +330,14 @@ static int fb_send(struct xport *base,
     struct fb_xport *x = (struct fb_xport *)base;
     struct fb_peer *p;
     struct fb_send *s;
-    size_t total = 0;
+    size_t total;
     int use_fast = 0;
     int probe = 0;
     int rc;
 
-    if (x->closing) {
-        return TERN_ESHUTDOWN;
-    }
-    if (peer_address == NULL || (n > 0 && iov == NULL)) {
-        return TERN_EINVAL;
-    }
-    for (unsigned i = 0; i < n; i++) {
-        total += iov[i].len;
+    rc = xport_send_begin(x->closing, peer_address, iov, n, &total);
+    if (rc != 0) {
+        return rc;
     }
     rc = peer_get(x, peer_id, peer_address, &p);
     if (rc != 0) {
@@ -363,7 +346,8 @@ static int fb_send(struct xport *base,
     if (p->fast[0] != '\0' && total <= xport_max_message(x->fast)) {
         if (p->state == FB_FAST) {
             use_fast = 1;
-        } else if (p->state == FB_SLOW && uv_now(x->loop) >= p->retry_after) {
+        } else if (p->state == FB_SLOW &&
+                   uv_now(x->loop) >= p->base.retry_after) {
             use_fast = 1;
             probe = 1;
         }
@@ -380,18 +364,12 @@ static int fb_send(struct xport *base,
     s->len = total;
     if (use_fast) {
         if (probe) {
-            size_t off = 0;
             s->copy = tern_malloc(total > 0 ? total : 1);
             if (s->copy == NULL) {
                 tern_free(s);
                 return -ENOMEM;
             }
-            for (unsigned i = 0; i < n; i++) {
-                if (iov[i].len > 0) {
-                    memcpy(s->copy + off, iov[i].base, iov[i].len);
-                }
-                off += iov[i].len;
-            }
+            xport_iov_gather(s->copy, iov, n);
         }
         s->kind = probe ? FB_SEND_PROBE : FB_SEND_FAST;
         rc = xport_send(x->fast, &s->inner, peer_id, p->fast, iov, n,
@@ -480,11 +458,7 @@ static int fb_set_fence(struct xport *base, uint64_t fence)
 static void fb_free(struct xport *base)
 {
     struct fb_xport *x = (struct fb_xport *)base;
-    while (x->peers != NULL) {
-        struct fb_peer *p = x->peers;
-        x->peers = p->next;
-        tern_free(p);
-    }
+    xport_peers_free(&x->peers);
     tern_free(x);
 }
 
@@ -583,8 +557,9 @@ int xport_fallback_peer_fast(const struct xport *base, uint64_t peer_id)
     if (x == NULL) {
         return TERN_EINVAL;
     }
-    for (const struct fb_peer *p = x->peers; p != NULL; p = p->next) {
-        if (p->id == peer_id) {
+    for (const struct xport_peer *bp = x->peers; bp != NULL; bp = bp->next) {
+        if (bp->id == peer_id) {
+            const struct fb_peer *p = (const struct fb_peer *)bp;
             return p->state == FB_FAST && p->fast[0] != '\0';
         }
     }

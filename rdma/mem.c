@@ -264,13 +264,10 @@ static int mem_send(struct xport *x, struct xport_send *req, uint64_t peer_id,
     struct mem_xport *mx = (struct mem_xport *)x;
     struct xport_mem_net *net = mx->net;
     struct mem_completion *c;
-    size_t total = 0;
+    size_t total = xport_iov_total(iov, n);
     int status = 0;
     (void)peer_address;
 
-    for (unsigned i = 0; i < n; i++) {
-        total += iov[i].len;
-    }
     c = tern_calloc(1, sizeof *c);
     if (c == NULL) {
         return -ENOMEM;
@@ -282,7 +279,6 @@ static int mem_send(struct xport *x, struct xport_send *req, uint64_t peer_id,
         status = TERN_EBUSY;
     } else {
         struct mem_msg *m = tern_malloc(sizeof *m + total);
-        size_t off = 0;
         if (m == NULL) {
             tern_free(c);
             return -ENOMEM;
@@ -291,12 +287,7 @@ static int mem_send(struct xport *x, struct xport_send *req, uint64_t peer_id,
         m->from = x->self_id;
         m->to = peer_id;
         m->len = total;
-        for (unsigned i = 0; i < n; i++) {
-            if (iov[i].len > 0) {
-                memcpy(m->data + off, iov[i].base, iov[i].len);
-            }
-            off += iov[i].len;
-        }
+        xport_iov_gather(m->data, iov, n);
         if (net->tail == NULL) {
             net->head = m;
         } else {

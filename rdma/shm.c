@@ -90,7 +90,7 @@
  *     handle is closed.
  */
 #include "ring.h"
-#include "xport_int.h"
+#include "sendq.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -161,26 +161,14 @@ struct conn
     struct xport_ring_rx rx; /* inbound */
 };
 
-/* A message waiting for ring space or for the connection: owned copy. */
-struct qmsg
-{
-    struct qmsg *next;
-    struct xport_send *req;
-    size_t len;
-    uint8_t data[];
-};
-
-/* A destination node. Lives until the transport is freed. */
+/* A destination node. Lives until the transport is freed. base.address
+ * is its socket path (shorter than SHM__PATH_MAX). */
 struct peer
 {
-    struct peer *next;
+    struct xport_peer base; /* first member: id, address, retry_after */
     struct shm_xport *x;
-    uint64_t id;
-    char path[SHM__PATH_MAX];
     struct conn *conn;
-    struct qmsg *qhead, *qtail;
-    size_t queued_bytes;
-    uint64_t retry_after;
+    struct xport_sendq q; /* waiting for ring space or the connection */
 };
 
 struct shm_xport
@@ -197,9 +185,9 @@ struct shm_xport
     uv_poll_t epoll;
     uv_idle_t idle;
     uv_timer_t sweep;
-    struct peer *peers;
+    struct xport_peer *peers; /* of struct peer */
     struct conn *inbound;
-    struct xport_send *done_head, *done_tail;
+    struct xport_done done; /* deferred completions, drained by idle */
     unsigned handles; /* open handles besides idle */
     uint64_t epoch;
     uint64_t fence;
@@ -211,6 +199,16 @@ struct shm_xport
 };
 
 static const struct xport_ops shm_ops;
+
+static struct peer *peer_first(struct shm_xport *x)
+{
+    return (struct peer *)x->peers;
+}
+
+static struct peer *peer_next(struct peer *p)
+{
+    return (struct peer *)p->base.next;
+}
 
 /* ---- small helpers ----------------------------------------------------- */
 
@@ -492,49 +490,10 @@ static void maybe_finish(struct shm_xport *x);
 static void on_idle(uv_idle_t *h)
 {
     struct shm_xport *x = h->data;
-    struct xport_send *list = x->done_head;
 
-    x->done_head = NULL;
-    x->done_tail = NULL;
-    while (list != NULL) {
-        struct xport_send *req = list;
-        int status = (int)(intptr_t)req->priv[1];
-        list = req->priv[0];
-        req->cb(req, status);
-    }
-    if (x->done_head == NULL) {
-        uv_idle_stop(&x->idle);
+    if (xport_done_drain(&x->done)) {
         maybe_finish(x);
     }
-}
-
-/* Complete req with status on a later loop iteration. */
-static void defer_completion(struct shm_xport *x,
-                             struct xport_send *req,
-                             int status)
-{
-    req->priv[0] = NULL;
-    req->priv[1] = (void *)(intptr_t)status;
-    if (x->done_tail != NULL) {
-        x->done_tail->priv[0] = req;
-    } else {
-        x->done_head = req;
-    }
-    x->done_tail = req;
-    uv_idle_start(&x->idle, on_idle);
-}
-
-/* Complete every queued message of p with status. */
-static void queue_fail(struct peer *p, int status)
-{
-    while (p->qhead != NULL) {
-        struct qmsg *m = p->qhead;
-        p->qhead = m->next;
-        defer_completion(p->x, m->req, status);
-        tern_free(m);
-    }
-    p->qtail = NULL;
-    p->queued_bytes = 0;
 }
 
 /* ---- connections ------------------------------------------------------- */
@@ -542,11 +501,7 @@ static void queue_fail(struct peer *p, int status)
 static void shm_free(struct xport *base)
 {
     struct shm_xport *x = (struct shm_xport *)base;
-    while (x->peers != NULL) {
-        struct peer *p = x->peers;
-        x->peers = p->next;
-        tern_free(p);
-    }
+    xport_peers_free(&x->peers);
     tern_free(x);
 }
 
@@ -559,7 +514,7 @@ static void on_idle_closed(uv_handle_t *h)
 static void maybe_finish(struct shm_xport *x)
 {
     if (!x->closing || x->idle_closing || x->handles > 0 ||
-        x->done_head != NULL) {
+        !xport_done_empty(&x->done)) {
         return;
     }
     x->idle_closing = 1;
@@ -636,7 +591,7 @@ static void conn_close(struct conn *c, int status)
     c->state = CONN_CLOSING;
     if (c->peer != NULL && c->peer->conn == c) {
         c->peer->conn = NULL;
-        queue_fail(c->peer, status);
+        xport_sendq_fail(&c->peer->q, &c->x->done, status);
     }
     uv_close((uv_handle_t *)&c->poll, on_conn_closed);
 }
@@ -732,8 +687,9 @@ static void on_efd(uv_poll_t *h, int status, int events)
             again |= drain(c);
         }
     }
-    for (struct peer *p = x->peers; p != NULL && !x->closing; p = p->next) {
-        if (p->qhead != NULL) {
+    for (struct peer *p = peer_first(x); p != NULL && !x->closing;
+         p = peer_next(p)) {
+        if (p->q.head != NULL) {
             flush_queue(p);
         }
     }
@@ -842,7 +798,7 @@ static int outbound_welcome(struct conn *c,
     if (rc != 0) {
         return rc;
     }
-    if (sender != x->base.self_id || receiver != c->peer->id ||
+    if (sender != x->base.self_id || receiver != c->peer->base.id ||
         !xport_ring_cap_valid(cap) || fds[0] < 0 || fds[1] < 0) {
         return TERN_EMALFORMED;
     }
@@ -907,7 +863,7 @@ fail:
         while (drain(c)) {
         }
     } else if (c->peer != NULL && c->state == CONN_CONNECTING) {
-        c->peer->retry_after = uv_now(c->x->loop) + c->x->retry_ms;
+        c->peer->base.retry_after = uv_now(c->x->loop) + c->x->retry_ms;
     }
     conn_close(c, TERN_ENOCONN);
 }
@@ -954,20 +910,16 @@ static void flush_queue(struct peer *p)
         conn_close(c, TERN_ENOCONN);
         return;
     }
-    while (p->qhead != NULL) {
-        struct qmsg *m = p->qhead;
+    while (p->q.head != NULL) {
+        struct xport_qmsg *m = p->q.head;
         struct xport_iov iov = {m->data, m->len};
         int rc = xport_ring_tx_write(&c->tx, &iov, 1, m->len);
         if (rc == -EAGAIN) {
             x->stats.credit_waits++;
             break;
         }
-        p->qhead = m->next;
-        if (p->qhead == NULL) {
-            p->qtail = NULL;
-        }
-        p->queued_bytes -= m->len;
-        defer_completion(x, m->req, rc);
+        (void)xport_sendq_pop(&p->q);
+        xport_done_push(&x->done, m->req, rc);
         tern_free(m);
         if (rc != 0 && rc != TERN_ETOOBIG) {
             conn_close(c, TERN_ENOCONN);
@@ -986,13 +938,13 @@ static void on_sweep(uv_timer_t *t)
     uint64_t now = uv_now(x->loop);
     int pending = 0;
 
-    for (struct peer *p = x->peers; p != NULL; p = p->next) {
+    for (struct peer *p = peer_first(x); p != NULL; p = peer_next(p)) {
         struct conn *c = p->conn;
         if (c == NULL || c->state != CONN_CONNECTING) {
             continue;
         }
         if (now - c->connect_start >= SHM__CONNECT_TIMEOUT_MS) {
-            p->retry_after = now + x->retry_ms;
+            p->base.retry_after = now + x->retry_ms;
             conn_close(c, TERN_ENOCONN);
         } else {
             pending = 1;
@@ -1018,7 +970,7 @@ static int peer_connect(struct peer *p)
 
     memset(&sa, 0, sizeof sa);
     sa.sun_family = AF_UNIX;
-    memcpy(sa.sun_path, p->path, strlen(p->path) + 1);
+    memcpy(sa.sun_path, p->base.address, strlen(p->base.address) + 1);
     sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (sock < 0) {
         return -errno;
@@ -1034,7 +986,7 @@ static int peer_connect(struct peer *p)
     }
     (void)snprintf(name, sizeof name, "tern-ctrl-%llu-to-%llu",
                    (unsigned long long)x->base.self_id,
-                   (unsigned long long)p->id);
+                   (unsigned long long)p->base.id);
     ctrl_fd = memfd_new(name, SHM__FILE_HDR, &ctrl);
     if (ctrl_fd < 0 || ctrl == NULL) {
         if (ctrl_fd >= 0) {
@@ -1045,8 +997,8 @@ static int peer_connect(struct peer *p)
     }
     c->ctrl_map = ctrl;
     c->ctrl_map_len = SHM__FILE_HDR;
-    file_hdr_encode(ctrl, SHM__KIND_CTRL, 0, x->base.self_id, p->id);
-    msg_encode(hello, SHM__MSG_HELLO, x->base.self_id, p->id, 0);
+    file_hdr_encode(ctrl, SHM__KIND_CTRL, 0, x->base.self_id, p->base.id);
+    msg_encode(hello, SHM__MSG_HELLO, x->base.self_id, p->base.id, 0);
     rc = sock_send(sock, hello, ctrl_fd, x->efd);
     close(ctrl_fd);
     if (rc != 0) {
@@ -1060,73 +1012,32 @@ static int peer_connect(struct peer *p)
     return 0;
 }
 
+/* Find or create the peer for id; follow a path change. */
 static int peer_get(struct shm_xport *x,
                     uint64_t id,
                     const char *path,
                     struct peer **out)
 {
-    struct peer *p;
+    struct xport_peer *bp;
     size_t len = strlen(path);
+    int rc;
 
     if (len == 0 || len >= SHM__PATH_MAX) {
         return TERN_EINVAL;
     }
-    for (p = x->peers; p != NULL; p = p->next) {
-        if (p->id == id) {
-            break;
-        }
-    }
-    if (p != NULL && strcmp(p->path, path) == 0) {
-        *out = p;
+    if (xport_peer_find(x->peers, id, path, &bp) == XPORT_PEER_SAME) {
+        *out = (struct peer *)bp;
         return 0;
     }
-    if (p == NULL) {
-        p = tern_calloc(1, sizeof *p);
-        if (p == NULL) {
-            return -ENOMEM;
-        }
-        p->x = x;
-        p->id = id;
-        p->next = x->peers;
-        x->peers = p;
-    } else if (p->conn != NULL) {
-        conn_close(p->conn, TERN_ENOCONN);
+    if (bp != NULL && ((struct peer *)bp)->conn != NULL) {
+        conn_close(((struct peer *)bp)->conn, TERN_ENOCONN);
     }
-    memcpy(p->path, path, len + 1);
-    p->retry_after = 0;
-    *out = p;
-    return 0;
-}
-
-/* Copy the message into p's queue. Returns 0 or -ENOMEM. */
-static int enqueue(struct peer *p,
-                   struct xport_send *req,
-                   const struct xport_iov *iov,
-                   unsigned n,
-                   size_t total)
-{
-    struct qmsg *m = tern_malloc(sizeof *m + total);
-    size_t off = 0;
-
-    if (m == NULL) {
-        return -ENOMEM;
+    rc = xport_peer_set(&x->peers, &bp, sizeof(struct peer), id, path);
+    if (rc != 0) {
+        return rc;
     }
-    m->next = NULL;
-    m->req = req;
-    m->len = total;
-    for (unsigned i = 0; i < n; i++) {
-        if (iov[i].len > 0) {
-            memcpy(m->data + off, iov[i].base, iov[i].len);
-        }
-        off += iov[i].len;
-    }
-    if (p->qtail != NULL) {
-        p->qtail->next = m;
-    } else {
-        p->qhead = m;
-    }
-    p->qtail = m;
-    p->queued_bytes += total;
+    ((struct peer *)bp)->x = x;
+    *out = (struct peer *)bp;
     return 0;
 }
 
@@ -1140,24 +1051,19 @@ static int shm_send(struct xport *base,
     struct shm_xport *x = (struct shm_xport *)base;
     struct peer *p;
     struct conn *c;
-    size_t total = 0;
+    size_t total;
     int rc;
 
-    if (x->closing) {
-        return TERN_ESHUTDOWN;
-    }
-    if (peer_address == NULL || (n > 0 && iov == NULL)) {
-        return TERN_EINVAL;
-    }
-    for (unsigned i = 0; i < n; i++) {
-        total += iov[i].len;
+    rc = xport_send_begin(x->closing, peer_address, iov, n, &total);
+    if (rc != 0) {
+        return rc;
     }
     rc = peer_get(x, peer_id, peer_address, &p);
     if (rc != 0) {
         return rc;
     }
     c = p->conn;
-    if (c != NULL && c->state == CONN_UP && p->qhead == NULL) {
+    if (c != NULL && c->state == CONN_UP && p->q.head == NULL) {
         /* Fast path: straight into the peer's ring. */
         rc = xport_ring_tx_refresh(&c->tx);
         if (rc == 0) {
@@ -1165,27 +1071,27 @@ static int shm_send(struct xport *base,
         }
         if (rc == 0) {
             (void)xport_ring_tx_doorbell(&c->tx);
-            defer_completion(x, req, 0);
+            xport_done_push(&x->done, req, 0);
             return 0;
         }
         if (rc == TERN_ETOOBIG) {
-            defer_completion(x, req, rc);
+            xport_done_push(&x->done, req, rc);
             return 0;
         }
         if (rc != -EAGAIN) {
             conn_close(c, TERN_ENOCONN);
-            defer_completion(x, req, TERN_ENOCONN);
+            xport_done_push(&x->done, req, TERN_ENOCONN);
             return 0;
         }
         x->stats.credit_waits++;
     }
-    if (p->qhead != NULL && p->queued_bytes + total > x->max_queued) {
-        defer_completion(x, req, TERN_EBUSY);
+    if (xport_sendq_full(&p->q, total, x->max_queued)) {
+        xport_done_push(&x->done, req, TERN_EBUSY);
         return 0;
     }
     if (p->conn == NULL) {
-        if (uv_now(x->loop) < p->retry_after) {
-            defer_completion(x, req, TERN_ENOCONN);
+        if (uv_now(x->loop) < p->base.retry_after) {
+            xport_done_push(&x->done, req, TERN_ENOCONN);
             return 0;
         }
         rc = peer_connect(p);
@@ -1193,12 +1099,12 @@ static int shm_send(struct xport *base,
             if (rc == -ENOMEM) {
                 return rc;
             }
-            p->retry_after = uv_now(x->loop) + x->retry_ms;
-            defer_completion(x, req, TERN_ENOCONN);
+            p->base.retry_after = uv_now(x->loop) + x->retry_ms;
+            xport_done_push(&x->done, req, TERN_ENOCONN);
             return 0;
         }
     }
-    return enqueue(p, req, iov, n, total);
+    return xport_sendq_push(&p->q, req, iov, n, total);
 }
 
 /* ---- lifecycle --------------------------------------------------------- */
@@ -1249,8 +1155,8 @@ static void shm_close(struct xport *base)
         close(x->efd);
     }
     uv_close((uv_handle_t *)&x->sweep, on_handle_closed);
-    for (struct peer *p = x->peers; p != NULL; p = p->next) {
-        queue_fail(p, TERN_ECANCELED);
+    for (struct peer *p = peer_first(x); p != NULL; p = peer_next(p)) {
+        xport_sendq_fail(&p->q, &x->done, TERN_ECANCELED);
         if (p->conn != NULL) {
             conn_close(p->conn, TERN_ECANCELED);
         }
@@ -1389,6 +1295,7 @@ int xport_shm_new(uv_loop_t *loop,
     /* Always 0: no syscall. */
     (void)uv_idle_init(loop, &x->idle);
     x->idle.data = x;
+    xport_done_init(&x->done, &x->idle, on_idle);
     (void)uv_timer_init(loop, &x->sweep);
     x->sweep.data = x;
     x->handles = 1;
@@ -1434,7 +1341,7 @@ int xport_shm_set_epoch(struct xport *base, uint64_t epoch)
         return TERN_EINVAL;
     }
     x->epoch = epoch;
-    for (struct peer *p = x->peers; p != NULL; p = p->next) {
+    for (struct peer *p = peer_first(x); p != NULL; p = peer_next(p)) {
         if (p->conn != NULL && p->conn->state == CONN_UP) {
             p->conn->tx.epoch = epoch;
         }

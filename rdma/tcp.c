@@ -64,8 +64,8 @@
  * SIGPIPE: libuv writes with write(2)/writev(2), not send(MSG_NOSIGNAL), and
  * does not ignore SIGPIPE; the process (ternd, tests) must ignore it.
  */
+#include "sendq.h"
 #include "tcp_frame.h"
-#include "xport_int.h"
 
 #include <errno.h>
 #include <netinet/in.h>
@@ -83,7 +83,6 @@
 #define TCP__RBUF_CHUNK          ((size_t)64 << 10)
 #define TCP__RBUF_MIN_FREE       ((size_t)4 << 10)
 #define TCP__RBUF_KEEP           ((size_t)256 << 10)
-#define TCP__ADDR_MAX            64
 /* Dead-peer detection: an outbound connect gives up after
  * TCP__CONNECT_TIMEOUT_MS (checked every TCP__SWEEP_MS); on established
  * connections, unacknowledged data older than TCP__USER_TIMEOUT_MS
@@ -127,17 +126,15 @@ struct conn
     uint64_t from_id;       /* inbound: sender id from HELLO */
 };
 
-/* A destination node. Lives until the transport is freed. */
+/* A destination node. Lives until the transport is freed. base.retry_after:
+ * uv_now() before which no connect is tried. */
 struct peer
 {
-    struct peer *next;
+    struct xport_peer base; /* first member: id, address, retry_after */
     struct tcp_xport *x;
-    uint64_t id;
-    char address[TCP__ADDR_MAX];
     struct sockaddr_in addr;
-    struct conn *conn;    /* outbound connection or NULL */
-    size_t queued_bytes;  /* frames handed to libuv, write cb not yet run */
-    uint64_t retry_after; /* uv_now() before which no connect is tried */
+    struct conn *conn;   /* outbound connection or NULL */
+    size_t queued_bytes; /* frames handed to libuv, write cb not yet run */
 };
 
 /* One message in flight: the owned copy of the frame and its write req. */
@@ -161,43 +158,23 @@ struct tcp_xport
     uv_tcp_t listener;
     uv_idle_t idle;   /* drains the deferred-completion list */
     uv_timer_t sweep; /* connect timeouts; runs while a connect is pending */
-    struct peer *peers;
-    struct conn *inbound; /* head of the inbound list */
-    struct xport_send *done_head, *done_tail;
+    struct xport_peer *peers; /* of struct peer */
+    struct conn *inbound;     /* head of the inbound list */
+    struct xport_done done;   /* deferred completions, drained by idle */
     unsigned handles; /* open handles besides idle: listener, sweep, conns */
     int started;
     int closing;
     int idle_closing;
 };
 
-/* Parse "a.b.c.d:port" into *sa. Returns 0 or TERN_EINVAL. */
-static int parse_address(const char *address, struct sockaddr_in *sa)
+static struct peer *peer_first(struct tcp_xport *x)
 {
-    char host[TCP__ADDR_MAX];
-    const char *colon;
-    char *end;
-    unsigned long port;
-    size_t hlen;
+    return (struct peer *)x->peers;
+}
 
-    if (address == NULL || strlen(address) >= TCP__ADDR_MAX) {
-        return TERN_EINVAL;
-    }
-    colon = strrchr(address, ':');
-    if (colon == NULL || colon == address || colon[1] < '0' || colon[1] > '9') {
-        return TERN_EINVAL;
-    }
-    hlen = (size_t)(colon - address);
-    memcpy(host, address, hlen);
-    host[hlen] = '\0';
-    errno = 0;
-    port = strtoul(colon + 1, &end, 10);
-    if (errno != 0 || *end != '\0' || port > 65535) {
-        return TERN_EINVAL;
-    }
-    if (uv_ip4_addr(host, (int)port, sa) != 0) {
-        return TERN_EINVAL;
-    }
-    return 0;
+static struct peer *peer_next(struct peer *p)
+{
+    return (struct peer *)p->base.next;
 }
 
 /* ---- deferred completions ---------------------------------------------- */
@@ -207,36 +184,10 @@ static void maybe_finish(struct tcp_xport *x);
 static void on_idle(uv_idle_t *h)
 {
     struct tcp_xport *x = h->data;
-    struct xport_send *list = x->done_head;
 
-    x->done_head = NULL;
-    x->done_tail = NULL;
-    while (list != NULL) {
-        struct xport_send *req = list;
-        int status = (int)(intptr_t)req->priv[1];
-        list = req->priv[0];
-        req->cb(req, status);
-    }
-    if (x->done_head == NULL) {
-        uv_idle_stop(&x->idle);
+    if (xport_done_drain(&x->done)) {
         maybe_finish(x);
     }
-}
-
-/* Complete req with status on a later loop iteration. */
-static void defer_completion(struct tcp_xport *x,
-                             struct xport_send *req,
-                             int status)
-{
-    req->priv[0] = NULL;
-    req->priv[1] = (void *)(intptr_t)status;
-    if (x->done_tail != NULL) {
-        x->done_tail->priv[0] = req;
-    } else {
-        x->done_head = req;
-    }
-    x->done_tail = req;
-    uv_idle_start(&x->idle, on_idle);
 }
 
 /* ---- connections ------------------------------------------------------- */
@@ -244,11 +195,7 @@ static void defer_completion(struct tcp_xport *x,
 static void tcp_free(struct xport *base)
 {
     struct tcp_xport *x = (struct tcp_xport *)base;
-    while (x->peers != NULL) {
-        struct peer *p = x->peers;
-        x->peers = p->next;
-        tern_free(p);
-    }
+    xport_peers_free(&x->peers);
     tern_free(x);
 }
 
@@ -263,7 +210,7 @@ static void on_idle_closed(uv_handle_t *h)
 static void maybe_finish(struct tcp_xport *x)
 {
     if (!x->closing || x->idle_closing || x->handles > 0 ||
-        x->done_head != NULL) {
+        !xport_done_empty(&x->done)) {
         return;
     }
     x->idle_closing = 1;
@@ -535,7 +482,7 @@ static void on_connect(uv_connect_t *req, int status)
         return; /* canceled by conn_close */
     }
     if (status < 0) {
-        p->retry_after = uv_now(c->x->loop) + c->x->retry_ms;
+        p->base.retry_after = uv_now(c->x->loop) + c->x->retry_ms;
         conn_close(c);
         return;
     }
@@ -555,13 +502,13 @@ static void on_sweep(uv_timer_t *t)
     uint64_t now = uv_now(x->loop);
     int pending = 0;
 
-    for (struct peer *p = x->peers; p != NULL; p = p->next) {
+    for (struct peer *p = peer_first(x); p != NULL; p = peer_next(p)) {
         struct conn *c = p->conn;
         if (c == NULL || c->state != CONN_CONNECTING) {
             continue;
         }
         if (now - c->connect_start >= TCP__CONNECT_TIMEOUT_MS) {
-            p->retry_after = now + x->retry_ms;
+            p->base.retry_after = now + x->retry_ms;
             conn_close(c);
         } else {
             pending = 1;
@@ -596,7 +543,7 @@ static int peer_connect(struct peer *p)
         conn_close(c);
         return rc;
     }
-    xport_tcp_hello_encode(hello, x->base.self_id, p->id);
+    xport_tcp_hello_encode(hello, x->base.self_id, p->base.id);
     xport_tcp_frame_encode(c->hello, XPORT_TCP_FRAME_HELLO, 0, &iov, 1,
                            sizeof hello);
     c->seq = 1;
@@ -621,39 +568,29 @@ static int peer_get(struct tcp_xport *x,
                     const char *address,
                     struct peer **out)
 {
+    struct xport_peer *bp;
     struct sockaddr_in sa;
     struct peer *p;
     int rc;
 
-    for (p = x->peers; p != NULL; p = p->next) {
-        if (p->id == id) {
-            break;
-        }
-    }
-    if (p != NULL && strcmp(p->address, address) == 0) {
-        *out = p;
+    if (xport_peer_find(x->peers, id, address, &bp) == XPORT_PEER_SAME) {
+        *out = (struct peer *)bp;
         return 0;
     }
-    rc = parse_address(address, &sa);
+    rc = xport_parse_ipv4(address, &sa);
     if (rc != 0) {
         return rc;
     }
-    if (p == NULL) {
-        p = tern_calloc(1, sizeof *p);
-        if (p == NULL) {
-            return -ENOMEM;
-        }
-        p->x = x;
-        p->id = id;
-        p->next = x->peers;
-        x->peers = p;
-    } else if (p->conn != NULL) {
-        conn_close(p->conn);
+    if (bp != NULL && ((struct peer *)bp)->conn != NULL) {
+        conn_close(((struct peer *)bp)->conn);
     }
-    /* Length checked by parse_address. */
-    memcpy(p->address, address, strlen(address) + 1);
+    rc = xport_peer_set(&x->peers, &bp, sizeof *p, id, address);
+    if (rc != 0) {
+        return rc;
+    }
+    p = (struct peer *)bp;
+    p->x = x;
     p->addr = sa;
-    p->retry_after = 0;
     *out = p;
     return 0;
 }
@@ -668,30 +605,25 @@ static int tcp_send(struct xport *base,
     struct tcp_xport *x = (struct tcp_xport *)base;
     struct peer *p;
     struct out_msg *m;
-    size_t total = 0;
+    size_t total;
     uv_buf_t b;
     int rc;
 
-    if (x->closing) {
-        return TERN_ESHUTDOWN;
-    }
-    if (peer_address == NULL || (n > 0 && iov == NULL)) {
-        return TERN_EINVAL;
-    }
-    for (unsigned i = 0; i < n; i++) {
-        total += iov[i].len;
+    rc = xport_send_begin(x->closing, peer_address, iov, n, &total);
+    if (rc != 0) {
+        return rc;
     }
     rc = peer_get(x, peer_id, peer_address, &p);
     if (rc != 0) {
         return rc;
     }
-    if (p->queued_bytes > 0 &&
-        p->queued_bytes + XPORT_TCP_FRAME_HDR + total > x->max_queued) {
-        defer_completion(x, req, TERN_EBUSY);
+    if (xport_over_budget(p->queued_bytes == 0, p->queued_bytes,
+                          XPORT_TCP_FRAME_HDR + total, x->max_queued)) {
+        xport_done_push(&x->done, req, TERN_EBUSY);
         return 0;
     }
-    if (p->conn == NULL && uv_now(x->loop) < p->retry_after) {
-        defer_completion(x, req, TERN_ENOCONN);
+    if (p->conn == NULL && uv_now(x->loop) < p->base.retry_after) {
+        xport_done_push(&x->done, req, TERN_ENOCONN);
         return 0;
     }
     m = tern_malloc(sizeof *m + XPORT_TCP_FRAME_HDR + total);
@@ -700,8 +632,8 @@ static int tcp_send(struct xport *base,
     }
     if (p->conn == NULL && peer_connect(p) != 0) {
         tern_free(m);
-        p->retry_after = uv_now(x->loop) + x->retry_ms;
-        defer_completion(x, req, TERN_ENOCONN);
+        p->base.retry_after = uv_now(x->loop) + x->retry_ms;
+        xport_done_push(&x->done, req, TERN_ENOCONN);
         return 0;
     }
     m->req = req;
@@ -716,7 +648,7 @@ static int tcp_send(struct xport *base,
     if (rc != 0) {
         tern_free(m);
         conn_close(p->conn);
-        defer_completion(x, req, TERN_ENOCONN);
+        xport_done_push(&x->done, req, TERN_ENOCONN);
         return 0;
     }
     p->queued_bytes += m->size;
@@ -759,7 +691,7 @@ static void tcp_close(struct xport *base)
     x->closing = 1;
     uv_close((uv_handle_t *)&x->listener, on_handle_closed);
     uv_close((uv_handle_t *)&x->sweep, on_handle_closed);
-    for (struct peer *p = x->peers; p != NULL; p = p->next) {
+    for (struct peer *p = peer_first(x); p != NULL; p = peer_next(p)) {
         if (p->conn != NULL) {
             conn_close(p->conn);
         }
@@ -826,7 +758,8 @@ int xport_tcp_new(uv_loop_t *loop,
                            (unsigned)(UINT32_MAX - XPORT_TCP_FRAME_HDR));
         return TERN_EINVAL;
     }
-    if (loop == NULL || out == NULL || parse_address(bind_address, &sa) != 0) {
+    if (loop == NULL || out == NULL ||
+        xport_parse_ipv4(bind_address, &sa) != 0) {
         tern_errmsg_printf(errmsg, "tcp: bad bind address '%s'",
                            bind_address ? bind_address : "(null)");
         return TERN_EINVAL;
@@ -859,6 +792,7 @@ int xport_tcp_new(uv_loop_t *loop,
     /* Always 0: no syscall. */
     (void)uv_idle_init(loop, &x->idle);
     x->idle.data = x;
+    xport_done_init(&x->done, &x->idle, on_idle);
     (void)uv_timer_init(loop, &x->sweep);
     x->sweep.data = x;
     x->handles = 2;

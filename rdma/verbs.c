@@ -144,7 +144,7 @@
  * snapshots.
  */
 #include "ring.h"
-#include "xport_int.h"
+#include "sendq.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -184,7 +184,6 @@
 #define VERBS__INLINE_WANT        256u
 #define VERBS__SWEEP_MS           10u
 #define VERBS__DRAIN_MS           1000u
-#define VERBS__ADDR_MAX           64
 #define VERBS__BACKLOG            128
 #define VERBS__WR_DRAIN           UINT64_MAX
 
@@ -197,15 +196,6 @@ enum vconn_state {
 
 struct verbs_xport;
 struct vpeer;
-
-/* A message waiting for ring space or for the connection: owned copy. */
-struct vmsg
-{
-    struct vmsg *next;
-    struct xport_send *req;
-    size_t len;
-    uint8_t data[];
-};
 
 /* Per-device resources of one transport. */
 struct vdev
@@ -282,14 +272,10 @@ struct vconn
 /* A destination node. Lives until the transport is freed. */
 struct vpeer
 {
-    struct vpeer *next;
+    struct xport_peer base; /* first member: id, address, retry_after */
     struct verbs_xport *x;
-    uint64_t id;
-    char address[VERBS__ADDR_MAX];
     struct vconn *conn;
-    struct vmsg *qhead, *qtail;
-    size_t queued_bytes;
-    uint64_t retry_after;
+    struct xport_sendq q; /* waiting for ring space or the connection */
 };
 
 struct verbs_xport
@@ -308,9 +294,9 @@ struct verbs_xport
     uv_idle_t idle;
     uv_timer_t sweep;
     struct vdev *devs;
-    struct vpeer *peers;
+    struct xport_peer *peers; /* of struct vpeer */
     struct vconn *conns;
-    struct xport_send *done_head, *done_tail;
+    struct xport_done done; /* deferred completions, drained by idle */
     unsigned handles; /* open handles besides idle */
     uint64_t epoch;
     uint64_t fence;
@@ -322,6 +308,16 @@ struct verbs_xport
 };
 
 static const struct xport_ops verbs_ops;
+
+static struct vpeer *peer_first(struct verbs_xport *x)
+{
+    return (struct vpeer *)x->peers;
+}
+
+static struct vpeer *peer_next(struct vpeer *p)
+{
+    return (struct vpeer *)p->base.next;
+}
 
 static void vconn_close(struct vconn *c, int status);
 static void flush_queue(struct vpeer *p);
@@ -405,49 +401,13 @@ static void reap(struct verbs_xport *x);
 static void on_idle(uv_idle_t *h)
 {
     struct verbs_xport *x = h->data;
-    struct xport_send *list = x->done_head;
+    /* reap frees closed connections; it queues no completion. */
+    int stopped = xport_done_drain(&x->done);
 
-    x->done_head = NULL;
-    x->done_tail = NULL;
-    while (list != NULL) {
-        struct xport_send *req = list;
-        int status = (int)(intptr_t)req->priv[1];
-        list = req->priv[0];
-        req->cb(req, status);
-    }
     reap(x);
-    if (x->done_head == NULL) {
-        uv_idle_stop(&x->idle);
+    if (stopped) {
         maybe_finish(x);
     }
-}
-
-/* Complete req with status on a later loop iteration. */
-static void defer_completion(struct verbs_xport *x,
-                             struct xport_send *req,
-                             int status)
-{
-    req->priv[0] = NULL;
-    req->priv[1] = (void *)(intptr_t)status;
-    if (x->done_tail != NULL) {
-        x->done_tail->priv[0] = req;
-    } else {
-        x->done_head = req;
-    }
-    x->done_tail = req;
-    uv_idle_start(&x->idle, on_idle);
-}
-
-static void queue_fail(struct vpeer *p, int status)
-{
-    while (p->qhead != NULL) {
-        struct vmsg *m = p->qhead;
-        p->qhead = m->next;
-        defer_completion(p->x, m->req, status);
-        tern_free(m);
-    }
-    p->qtail = NULL;
-    p->queued_bytes = 0;
 }
 
 static void inflight_fail(struct vconn *c, int status)
@@ -455,7 +415,7 @@ static void inflight_fail(struct vconn *c, int status)
     while (c->inflight != NULL) {
         struct xport_send *req = c->inflight;
         c->inflight = req->priv[0];
-        defer_completion(c->x, req, status);
+        xport_done_push(&c->x->done, req, status);
     }
     c->inflight_tail = NULL;
     c->unassigned = NULL;
@@ -471,7 +431,7 @@ static void inflight_complete(struct vconn *c, uint64_t wr_id)
             break;
         }
         c->inflight = req->priv[0];
-        defer_completion(c->x, req, 0);
+        xport_done_push(&c->x->done, req, 0);
     }
     if (c->inflight == NULL) {
         c->inflight_tail = NULL;
@@ -926,15 +886,15 @@ static void vconn_close(struct vconn *c, int status)
     }
     vtrace(x, "%s conn %s peer %llu (state %d, established %d): status %d",
            c->peer != NULL ? "close outbound" : "close inbound",
-           c->peer != NULL ? c->peer->address : "-",
+           c->peer != NULL ? c->peer->base.address : "-",
            (unsigned long long)c->remote_id, (int)c->state, c->established,
            status);
     if (c->peer != NULL && c->peer->conn == c) {
         c->peer->conn = NULL;
         if (!c->established) {
-            c->peer->retry_after = uv_now(x->loop) + x->retry_ms;
+            c->peer->base.retry_after = uv_now(x->loop) + x->retry_ms;
         }
-        queue_fail(c->peer, status);
+        xport_sendq_fail(&c->peer->q, &x->done, status);
     }
     inflight_fail(c, status);
     c->state = V_CLOSING;
@@ -1102,7 +1062,7 @@ static void process_pending(struct verbs_xport *x)
                 }
             }
         } else if (c->state == V_UP) {
-            if (c->peer->qhead != NULL) {
+            if (c->peer->q.head != NULL) {
                 flush_queue(c->peer);
             }
             if (c->state == V_UP && maybe_nop(c) != 0) {
@@ -1190,7 +1150,7 @@ static int outbound_connect(struct vconn *c)
     if (c->word_mr == NULL) {
         return errno != 0 ? -errno : -ENOMEM;
     }
-    pd_encode(pd, VERBS__PD_CONNECT, x->base.self_id, c->peer->id,
+    pd_encode(pd, VERBS__PD_CONNECT, x->base.self_id, c->peer->base.id,
               (uintptr_t)c->word, c->word_mr->rkey, 0, x->epoch);
     memset(&cp, 0, sizeof cp);
     cp.private_data = pd;
@@ -1217,7 +1177,8 @@ static int outbound_established(struct vconn *c,
     }
     cap = tern_get_u32(priv + 36);
     if (tern_get_u64(priv + 8) != c->x->base.self_id ||
-        tern_get_u64(priv + 16) != c->peer->id || !xport_ring_cap_valid(cap)) {
+        tern_get_u64(priv + 16) != c->peer->base.id ||
+        !xport_ring_cap_valid(cap)) {
         return TERN_EMALFORMED;
     }
     /* The mirror needs no zeroing: only bytes written since are posted. */
@@ -1228,7 +1189,7 @@ static int outbound_established(struct vconn *c,
     if (c->ring_mr == NULL) {
         return errno != 0 ? -errno : -ENOMEM;
     }
-    c->remote_id = c->peer->id;
+    c->remote_id = c->peer->base.id;
     c->remote_addr = tern_get_u64(priv + 24);
     c->remote_rkey = tern_get_u32(priv + 32);
     c->cap = cap;
@@ -1358,7 +1319,9 @@ static void on_cm_event(struct verbs_xport *x,
     int rc = 0;
 
     vtrace(x, "cm event %s on %s", rdma_event_str(type),
-           c == NULL ? "-" : c->peer != NULL ? c->peer->address : "inbound");
+           c == NULL         ? "-"
+           : c->peer != NULL ? c->peer->base.address
+                             : "inbound");
     if (type == RDMA_CM_EVENT_CONNECT_REQUEST) {
         rc = x->closing ? TERN_ESHUTDOWN
                         : inbound_accept(x, id, priv, priv_len);
@@ -1501,21 +1464,18 @@ static void flush_queue(struct vpeer *p)
     if (c == NULL || c->state != V_UP) {
         return;
     }
-    while (p->qhead != NULL) {
-        struct vmsg *m = p->qhead;
+    while (p->q.head != NULL) {
+        struct xport_qmsg *m = p->q.head;
         struct xport_iov iov = {m->data, m->len};
         int rc = try_write(c, m->req, &iov, 1, m->len);
         if (rc == -EAGAIN) {
             x->stats.credit_waits++;
             break;
         }
-        p->qhead = m->next;
-        if (p->qhead == NULL) {
-            p->qtail = NULL;
-        }
-        p->queued_bytes -= m->len;
+        (void)xport_sendq_pop(&p->q);
         if (rc != 0) {
-            defer_completion(x, m->req, rc == TERN_ETOOBIG ? rc : TERN_ENOCONN);
+            xport_done_push(&x->done, m->req,
+                            rc == TERN_ETOOBIG ? rc : TERN_ENOCONN);
             tern_free(m);
             if (rc != TERN_ETOOBIG) {
                 vconn_close(c, TERN_ENOCONN);
@@ -1530,32 +1490,9 @@ static void flush_queue(struct vpeer *p)
         vconn_close(c, TERN_ENOCONN);
         return;
     }
-    if (p->qhead != NULL) {
+    if (p->q.head != NULL) {
         sweep_kick(x);
     }
-}
-
-static int parse_ipv4(const char *address,
-                      struct sockaddr_in *sa /* OUT */)
-{
-    char host[VERBS__ADDR_MAX];
-    const char *colon = strrchr(address, ':');
-    char *end = NULL;
-    unsigned long port;
-
-    if (colon == NULL || (size_t)(colon - address) >= sizeof host) {
-        return TERN_EINVAL;
-    }
-    memcpy(host, address, (size_t)(colon - address));
-    host[colon - address] = '\0';
-    port = strtoul(colon + 1, &end, 10);
-    if (end == colon + 1 || *end != '\0' || port > 65535) {
-        return TERN_EINVAL;
-    }
-    memset(sa, 0, sizeof *sa);
-    sa->sin_family = AF_INET;
-    sa->sin_port = htons((uint16_t)port);
-    return inet_pton(AF_INET, host, &sa->sin_addr) == 1 ? 0 : TERN_EINVAL;
 }
 
 static int peer_connect(struct vpeer *p)
@@ -1565,7 +1502,7 @@ static int peer_connect(struct vpeer *p)
     struct rdma_cm_id *id = NULL;
     struct vconn *c;
 
-    if (parse_ipv4(p->address, &dst) != 0) {
+    if (xport_parse_ipv4(p->base.address, &dst) != 0) {
         return TERN_EINVAL;
     }
     if (rdma_create_id(x->ech, &id, NULL, RDMA_PS_TCP) != 0) {
@@ -1587,69 +1524,32 @@ static int peer_connect(struct vpeer *p)
     return 0;
 }
 
+/* Find or create the peer for id; follow an address change. */
 static int peer_get(struct verbs_xport *x,
                     uint64_t id,
                     const char *address,
                     struct vpeer **out /* OUT */)
 {
-    struct vpeer *p;
+    struct xport_peer *bp;
     size_t len = strlen(address);
+    int rc;
 
-    if (len == 0 || len >= VERBS__ADDR_MAX) {
+    if (len == 0 || len >= XPORT_IPV4_ADDR_MAX) {
         return TERN_EINVAL;
     }
-    for (p = x->peers; p != NULL && p->id != id; p = p->next) {
-    }
-    if (p != NULL && strcmp(p->address, address) == 0) {
-        *out = p;
+    if (xport_peer_find(x->peers, id, address, &bp) == XPORT_PEER_SAME) {
+        *out = (struct vpeer *)bp;
         return 0;
     }
-    if (p == NULL) {
-        p = tern_calloc(1, sizeof *p);
-        if (p == NULL) {
-            return -ENOMEM;
-        }
-        p->x = x;
-        p->id = id;
-        p->next = x->peers;
-        x->peers = p;
-    } else if (p->conn != NULL) {
-        vconn_close(p->conn, TERN_ENOCONN);
+    if (bp != NULL && ((struct vpeer *)bp)->conn != NULL) {
+        vconn_close(((struct vpeer *)bp)->conn, TERN_ENOCONN);
     }
-    memcpy(p->address, address, len + 1);
-    p->retry_after = 0;
-    *out = p;
-    return 0;
-}
-
-static int enqueue(struct vpeer *p,
-                   struct xport_send *req,
-                   const struct xport_iov *iov,
-                   unsigned n,
-                   size_t total)
-{
-    struct vmsg *m = tern_malloc(sizeof *m + total);
-    size_t off = 0;
-
-    if (m == NULL) {
-        return -ENOMEM;
+    rc = xport_peer_set(&x->peers, &bp, sizeof(struct vpeer), id, address);
+    if (rc != 0) {
+        return rc;
     }
-    m->next = NULL;
-    m->req = req;
-    m->len = total;
-    for (unsigned i = 0; i < n; i++) {
-        if (iov[i].len > 0) {
-            memcpy(m->data + off, iov[i].base, iov[i].len);
-        }
-        off += iov[i].len;
-    }
-    if (p->qtail != NULL) {
-        p->qtail->next = m;
-    } else {
-        p->qhead = m;
-    }
-    p->qtail = m;
-    p->queued_bytes += total;
+    ((struct vpeer *)bp)->x = x;
+    *out = (struct vpeer *)bp;
     return 0;
 }
 
@@ -1663,24 +1563,19 @@ static int verbs_send(struct xport *base,
     struct verbs_xport *x = (struct verbs_xport *)base;
     struct vpeer *p;
     struct vconn *c;
-    size_t total = 0;
+    size_t total;
     int rc;
 
-    if (x->closing) {
-        return TERN_ESHUTDOWN;
-    }
-    if (peer_address == NULL || (n > 0 && iov == NULL)) {
-        return TERN_EINVAL;
-    }
-    for (unsigned i = 0; i < n; i++) {
-        total += iov[i].len;
+    rc = xport_send_begin(x->closing, peer_address, iov, n, &total);
+    if (rc != 0) {
+        return rc;
     }
     rc = peer_get(x, peer_id, peer_address, &p);
     if (rc != 0) {
         return rc;
     }
     c = p->conn;
-    if (c != NULL && c->state == V_UP && p->qhead == NULL) {
+    if (c != NULL && c->state == V_UP && p->q.head == NULL) {
         /* Fast path: straight into the peer's ring (the only copy). */
         rc = try_write(c, req, iov, n, total);
         if (rc == 0) {
@@ -1691,23 +1586,23 @@ static int verbs_send(struct xport *base,
             return 0;
         }
         if (rc == TERN_ETOOBIG) {
-            defer_completion(x, req, rc);
+            xport_done_push(&x->done, req, rc);
             return 0;
         }
         if (rc != -EAGAIN) {
             vconn_close(c, TERN_ENOCONN);
-            defer_completion(x, req, TERN_ENOCONN);
+            xport_done_push(&x->done, req, TERN_ENOCONN);
             return 0;
         }
         x->stats.credit_waits++;
     }
-    if (p->qhead != NULL && p->queued_bytes + total > x->max_queued) {
-        defer_completion(x, req, TERN_EBUSY);
+    if (xport_sendq_full(&p->q, total, x->max_queued)) {
+        xport_done_push(&x->done, req, TERN_EBUSY);
         return 0;
     }
     if (p->conn == NULL) {
-        if (uv_now(x->loop) < p->retry_after) {
-            defer_completion(x, req, TERN_ENOCONN);
+        if (uv_now(x->loop) < p->base.retry_after) {
+            xport_done_push(&x->done, req, TERN_ENOCONN);
             return 0;
         }
         rc = peer_connect(p);
@@ -1715,12 +1610,12 @@ static int verbs_send(struct xport *base,
             if (rc == -ENOMEM || rc == TERN_EINVAL) {
                 return rc;
             }
-            p->retry_after = uv_now(x->loop) + x->retry_ms;
-            defer_completion(x, req, TERN_ENOCONN);
+            p->base.retry_after = uv_now(x->loop) + x->retry_ms;
+            xport_done_push(&x->done, req, TERN_ENOCONN);
             return 0;
         }
     }
-    rc = enqueue(p, req, iov, n, total);
+    rc = xport_sendq_push(&p->q, req, iov, n, total);
     if (rc == 0) {
         sweep_kick(x);
     }
@@ -1755,7 +1650,7 @@ static void on_sweep(uv_timer_t *t)
             break;
         case V_UP:
             if (c->peer != NULL && c->peer->conn == c &&
-                c->peer->qhead != NULL) {
+                c->peer->q.head != NULL) {
                 flush_queue(c->peer);
                 needed = 1;
             }
@@ -1781,11 +1676,7 @@ static void sweep_kick(struct verbs_xport *x)
 static void verbs_free(struct xport *base)
 {
     struct verbs_xport *x = (struct verbs_xport *)base;
-    while (x->peers != NULL) {
-        struct vpeer *p = x->peers;
-        x->peers = p->next;
-        tern_free(p);
-    }
+    xport_peers_free(&x->peers);
     tern_free(x);
 }
 
@@ -1803,7 +1694,7 @@ static void on_idle_closed(uv_handle_t *h)
  * close the handles; once they are closed, free the verbs objects. */
 static void maybe_finish(struct verbs_xport *x)
 {
-    if (!x->closing || x->conns != NULL || x->done_head != NULL) {
+    if (!x->closing || x->conns != NULL || !xport_done_empty(&x->done)) {
         return;
     }
     if (!x->finishing) {
@@ -1860,8 +1751,8 @@ static void verbs_close(struct xport *base)
         rdma_destroy_id(x->listen_id); /* pending requests go with it */
         x->listen_id = NULL;
     }
-    for (struct vpeer *p = x->peers; p != NULL; p = p->next) {
-        queue_fail(p, TERN_ECANCELED);
+    for (struct vpeer *p = peer_first(x); p != NULL; p = peer_next(p)) {
+        xport_sendq_fail(&p->q, &x->done, TERN_ECANCELED);
     }
     for (struct vconn *c = x->conns; c != NULL; c = c->next) {
         vconn_close(c, TERN_ECANCELED);
@@ -1892,8 +1783,7 @@ int xport_verbs_new(uv_loop_t *loop,
     int rc;
 
     if (loop == NULL || out == NULL || bind_address == NULL ||
-        strlen(bind_address) >= VERBS__ADDR_MAX ||
-        parse_ipv4(bind_address, &sa) != 0) {
+        xport_parse_ipv4(bind_address, &sa) != 0) {
         tern_errmsg_printf(errmsg, "verbs: bad bind address '%s' (want ip:port)",
                            bind_address ? bind_address : "(null)");
         return TERN_EINVAL;
@@ -1957,6 +1847,7 @@ int xport_verbs_new(uv_loop_t *loop,
     /* uv_idle_init and uv_timer_init cannot fail. */
     (void)uv_idle_init(loop, &x->idle);
     x->idle.data = x;
+    xport_done_init(&x->done, &x->idle, on_idle);
     (void)uv_timer_init(loop, &x->sweep);
     x->sweep.data = x;
     x->handles = 1;

@@ -1,5 +1,10 @@
-/* Backend-independent entry points of the transport interface. */
+/* Backend-independent entry points of the transport interface, and the
+ * small helpers every backend shares (xport_int.h). */
 #include "xport_int.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include <tern_common.h>
 
@@ -14,11 +19,7 @@ int xport_send(struct xport *x, struct xport_send *req, uint64_t peer_id,
                const char *peer_address, const struct xport_iov *iov,
                unsigned n, xport_send_cb cb)
 {
-    size_t total = 0;
-    for (unsigned i = 0; i < n; i++) {
-        total += iov[i].len;
-    }
-    if (total > x->ops->max_message(x)) {
+    if (xport_iov_total(iov, n) > x->ops->max_message(x)) {
         return TERN_ETOOBIG;
     }
     req->cb = cb;
@@ -60,4 +61,69 @@ void xport__closed(struct xport *x, void (*free_fn)(struct xport *x))
     if (cb != NULL) {
         cb(arg);
     }
+}
+
+size_t xport_iov_total(const struct xport_iov *iov, unsigned n)
+{
+    size_t total = 0;
+    for (unsigned i = 0; i < n; i++) {
+        total += iov[i].len;
+    }
+    return total;
+}
+
+int xport_send_begin(int closing,
+                     const char *peer_address,
+                     const struct xport_iov *iov,
+                     unsigned n,
+                     size_t *total)
+{
+    if (closing) {
+        return TERN_ESHUTDOWN;
+    }
+    if (peer_address == NULL || (n > 0 && iov == NULL)) {
+        return TERN_EINVAL;
+    }
+    *total = xport_iov_total(iov, n);
+    return 0;
+}
+
+void xport_iov_gather(uint8_t *dst, const struct xport_iov *iov, unsigned n)
+{
+    size_t off = 0;
+    for (unsigned i = 0; i < n; i++) {
+        if (iov[i].len > 0) {
+            memcpy(dst + off, iov[i].base, iov[i].len);
+        }
+        off += iov[i].len;
+    }
+}
+
+int xport_parse_ipv4(const char *address, struct sockaddr_in *sa)
+{
+    char host[XPORT_IPV4_ADDR_MAX];
+    const char *colon;
+    char *end;
+    unsigned long port;
+    size_t hlen;
+
+    if (address == NULL || strlen(address) >= XPORT_IPV4_ADDR_MAX) {
+        return TERN_EINVAL;
+    }
+    colon = strrchr(address, ':');
+    if (colon == NULL || colon == address || colon[1] < '0' || colon[1] > '9') {
+        return TERN_EINVAL;
+    }
+    hlen = (size_t)(colon - address);
+    memcpy(host, address, hlen);
+    host[hlen] = '\0';
+    errno = 0;
+    port = strtoul(colon + 1, &end, 10);
+    if (errno != 0 || *end != '\0' || port > 65535) {
+        return TERN_EINVAL;
+    }
+    if (uv_ip4_addr(host, (int)port, sa) != 0) {
+        return TERN_EINVAL;
+    }
+    return 0;
 }

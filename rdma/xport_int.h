@@ -7,6 +7,8 @@
 
 #include "xport.h"
 
+#include <netinet/in.h>
+
 struct xport_ops {
     const char *name;
     int (*start)(struct xport *x);
@@ -33,5 +35,30 @@ struct xport {
 /* Called by a backend once fully closed: runs the user's close callback,
  * then the backend's free function. */
 void xport__closed(struct xport *x, void (*free_fn)(struct xport *x));
+
+/* Sum of iov[0..n).len. */
+size_t xport_iov_total(const struct xport_iov *iov, unsigned n);
+
+/* The argument checks every connection backend's send starts with:
+ * TERN_ESHUTDOWN once the transport is closing, TERN_EINVAL without a
+ * peer address or with n > 0 and no iov; else 0 with *total set to the
+ * message size. */
+int xport_send_begin(int closing,
+                     const char *peer_address,
+                     const struct xport_iov *iov,
+                     unsigned n,
+                     size_t *total /* OUT */);
+
+/* Copy the concatenation of iov[0..n) to dst (room for xport_iov_total
+ * bytes; the iov buffers are only read). */
+void xport_iov_gather(uint8_t *dst, const struct xport_iov *iov, unsigned n);
+
+/* Longest "a.b.c.d:port" address (NUL included) of the IPv4 backends. */
+#define XPORT_IPV4_ADDR_MAX 64
+
+/* Parse "a.b.c.d:port" (dotted quad, decimal port 0..65535, shorter than
+ * XPORT_IPV4_ADDR_MAX) into *sa. Returns 0 or TERN_EINVAL. Used by tcp
+ * and verbs for their addresses. */
+int xport_parse_ipv4(const char *address, struct sockaddr_in *sa /* OUT */);
 
 #endif /* TERN_XPORT_INT_H */

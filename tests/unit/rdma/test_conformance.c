@@ -18,6 +18,8 @@
 #include <tern_common.h>
 #include <xport.h>
 
+#include "xport_test_harness.h"
+
 #define DEADLINE_NS  (20ull * 1000 * 1000 * 1000)
 #define ADDR_MAX     108
 #define MAX_RECORDED 8192
@@ -26,8 +28,6 @@
 
 static uv_loop_t loop_a, loop_b; /* sender side, receiver side */
 static uint64_t deadline;
-static int in_send;
-static int reentrant_cbs;
 static char tmpdir[64];
 
 static void setup(void)
@@ -153,21 +153,7 @@ static struct xport *tcp_make(uv_loop_t *loop,
                               char addr[ADDR_MAX])
 {
     struct xport_tcp_options o = tcp_options(pr);
-    char errmsg[TERN_ERRMSG_SIZE];
-    struct xport *x = NULL;
-
-    for (int i = 0; i < 100; i++) {
-        int rc;
-        (void)snprintf(addr, ADDR_MAX, "127.0.0.1:%d", 20000 + rand() % 40000);
-        rc = xport_tcp_new(loop, id, addr, &o, &x, errmsg);
-        if (rc == 0) {
-            cr_assert_str_eq(xport_name(x), "tcp");
-            return x;
-        }
-        cr_assert_eq(rc, -EADDRINUSE, "xport_tcp_new: %s", errmsg);
-    }
-    cr_assert_fail("no free port");
-    return NULL;
+    return tcp_make_random(loop, id, &o, addr, ADDR_MAX);
 }
 
 static struct xport *shm_make_at(uv_loop_t *loop,
@@ -205,14 +191,9 @@ static const struct backend backend_shm = {"shm", shm_make, shm_make_at};
 
 /* ---- messages and sinks ------------------------------------------------ */
 
-/* Message k: a u32 index k, then pattern bytes. Messages shorter than 4
- * bytes carry only pattern bytes (index taken from arrival order), all of
- * them checked. */
-static uint8_t pattern(unsigned k, size_t i)
-{
-    return (uint8_t)((size_t)k * 131u + i * 7u);
-}
-
+/* Message k (send_msg, xport_test_harness.h): a u32 index k, then pattern
+ * bytes. Messages shorter than 4 bytes carry only pattern bytes (index
+ * taken from arrival order), all of them checked. */
 struct sink
 {
     int count;
@@ -252,75 +233,6 @@ static void on_recv(void *arg, uint64_t from_id, const void *msg, size_t len)
         s->idx[s->count] = k;
     }
     s->count++;
-}
-
-struct sreq
-{
-    struct xport_send req;
-    int status;
-    int done;
-    int *counter;
-};
-
-static void on_sent(struct xport_send *req, int status)
-{
-    struct sreq *r = (struct sreq *)req;
-    if (in_send) {
-        reentrant_cbs++;
-    }
-    cr_expect_eq(r->done, 0, "callback fires exactly once");
-    r->done++;
-    r->status = status;
-    if (r->counter != NULL) {
-        (*r->counter)++;
-    }
-}
-
-/* Send message k of len bytes in two iov pieces; the buffer is scribbled
- * right after the call (the transport must have copied). */
-static int send_msg(struct xport *x,
-                    struct sreq *r,
-                    uint64_t peer,
-                    const char *addr,
-                    unsigned k,
-                    size_t len,
-                    int *counter)
-{
-    uint8_t *buf = malloc(len + 4);
-    struct xport_iov iov[2];
-    int rc;
-
-    cr_assert(buf != NULL);
-    for (size_t i = 0; i < len; i++) {
-        buf[i] = pattern(k, i);
-    }
-    if (len >= 4) {
-        tern_put_u32(buf, k);
-    }
-    iov[0].base = buf;
-    iov[0].len = len / 3;
-    iov[1].base = buf + len / 3;
-    iov[1].len = len - len / 3;
-    memset(r, 0, sizeof *r);
-    r->counter = counter;
-    in_send = 1;
-    rc = xport_send(x, &r->req, peer, addr, iov, 2, on_sent);
-    in_send = 0;
-    memset(buf, 0xee, len);
-    free(buf);
-    return rc;
-}
-
-static void on_closed(void *arg)
-{
-    (*(int *)arg)++;
-}
-
-static void close_and_wait(struct xport *x)
-{
-    int closed = 0;
-    xport_close(x, on_closed, &closed);
-    run_until(&closed, 1);
 }
 
 /* Send one message and wait until it arrived (connection established). */

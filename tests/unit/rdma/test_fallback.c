@@ -18,48 +18,21 @@
 #include <tern_common.h>
 #include <xport.h>
 
-#define ADDR_MAX 128
+#include "xport_test_loop.h"
 
-static uv_loop_t loop;
-static uint64_t deadline;
-static char dir[64];
-static int in_send;
-static int reentrant_cbs;
+#define ADDR_MAX 128
 
 static void setup(void)
 {
-    cr_assert(signal(SIGPIPE, SIG_IGN) != SIG_ERR);
-    srand((unsigned)(getpid() ^ time(NULL)));
-    cr_assert_eq(uv_loop_init(&loop), 0);
-    deadline = uv_hrtime() + 30ull * 1000 * 1000 * 1000;
-    in_send = 0;
-    reentrant_cbs = 0;
-    (void)snprintf(dir, sizeof dir, "/tmp/tern-fb-XXXXXX");
-    cr_assert(mkdtemp(dir) != NULL);
+    loop_setup("fb", 30);
 }
 
 static void teardown(void)
 {
-    char cmd[128];
-    for (int i = 0; i < 1000 && uv_run(&loop, UV_RUN_NOWAIT); i++) {
-    }
-    cr_expect_eq(uv_loop_close(&loop), 0, "every handle was closed");
-    cr_expect_eq(reentrant_cbs, 0, "no callback ran inside xport_send");
-    (void)snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    (void)!system(cmd);
+    loop_teardown();
 }
 
 TestSuite(fallback, .init = setup, .fini = teardown, .timeout = 90);
-
-static void run_until(const int *flag, int want)
-{
-    for (long i = 0; i < 50000000 && *flag < want && uv_hrtime() < deadline;
-         i++) {
-        uv_run(&loop, UV_RUN_NOWAIT);
-    }
-    cr_assert_geq(*flag, want, "timed out waiting for %d (now %d)", want,
-                  *flag);
-}
 
 /* Run the loop until at least ms milliseconds of loop time passed. */
 static void run_for_ms(uint64_t ms)
@@ -81,19 +54,7 @@ static void run_for_ms(uint64_t ms)
 
 static struct xport *tcp_make(uint64_t id, char addr[ADDR_MAX])
 {
-    char errmsg[TERN_ERRMSG_SIZE];
-    struct xport *x = NULL;
-    for (int i = 0; i < 100; i++) {
-        int rc;
-        (void)snprintf(addr, ADDR_MAX, "127.0.0.1:%d", 20000 + rand() % 40000);
-        rc = xport_tcp_new(&loop, id, addr, NULL, &x, errmsg);
-        if (rc == 0) {
-            return x;
-        }
-        cr_assert_eq(rc, -EADDRINUSE, "xport_tcp_new: %s", errmsg);
-    }
-    cr_assert_fail("no free port");
-    return NULL;
+    return tcp_make_random(&loop, id, NULL, addr, ADDR_MAX);
 }
 
 static struct xport *shm_make_at(uint64_t id, const char *path, size_t ring)
@@ -139,18 +100,6 @@ static void fnode_make(struct fnode *n,
                    n->shm_addr);
 }
 
-static void on_closed(void *arg)
-{
-    (*(int *)arg)++;
-}
-
-static void close_and_wait(struct xport *x)
-{
-    int closed = 0;
-    xport_close(x, on_closed, &closed);
-    run_until(&closed, 1);
-}
-
 /* ---- messages ---------------------------------------------------------- */
 
 struct sink
@@ -159,11 +108,6 @@ struct sink
     int bad;
     uint64_t from;
 };
-
-static uint8_t pattern(uint32_t k, size_t i)
-{
-    return (uint8_t)(k * 131u + i * 7u);
-}
 
 static void on_recv(void *arg, uint64_t from, const void *msg, size_t len)
 {
@@ -180,69 +124,6 @@ static void on_recv(void *arg, uint64_t from, const void *msg, size_t len)
     }
     s->from = from;
     s->count++;
-}
-
-struct sreq
-{
-    struct xport_send req;
-    int status;
-    int done;
-    int *counter;
-};
-
-static void on_sent(struct xport_send *req, int status)
-{
-    struct sreq *r = (struct sreq *)req;
-    if (in_send) {
-        reentrant_cbs++;
-    }
-    cr_expect_eq(r->done, 0, "callback fires exactly once");
-    r->status = status;
-    r->done++;
-    if (r->counter != NULL) {
-        (*r->counter)++;
-    }
-}
-
-/* Send message k of len bytes (>= 4) in two pieces, scribbled after the
- * call. Returns xport_send's result. */
-static int send_msg(struct xport *x,
-                    struct sreq *r,
-                    uint64_t to,
-                    const char *addr,
-                    uint32_t k,
-                    size_t len,
-                    int *counter)
-{
-    uint8_t *buf = malloc(len);
-    struct xport_iov iov[2];
-    int rc;
-    cr_assert(buf != NULL && len >= 4);
-    for (size_t i = 0; i < len; i++) {
-        buf[i] = pattern(k, i);
-    }
-    tern_put_u32(buf, k);
-    iov[0].base = buf;
-    iov[0].len = len / 2;
-    iov[1].base = buf + len / 2;
-    iov[1].len = len - len / 2;
-    memset(r, 0, sizeof *r);
-    r->counter = counter;
-    in_send = 1;
-    rc = xport_send(x, &r->req, to, addr, iov, 2, on_sent);
-    in_send = 0;
-    memset(buf, 0xee, len);
-    free(buf);
-    return rc;
-}
-
-/* Send one message and wait for its completion; returns its status. */
-static int send_wait(struct xport *x, uint64_t to, const char *addr, uint32_t k)
-{
-    struct sreq r;
-    cr_assert_eq(send_msg(x, &r, to, addr, k, 100, NULL), 0);
-    run_until(&r.done, 1);
-    return r.status;
 }
 
 /* Send n messages, wait for all completions; returns how many failed. */
@@ -317,7 +198,7 @@ Test(fallback, shm_then_tcp_then_shm_again)
     close_and_wait(b_shm);
     b_shm = NULL;
     for (int i = 0; i < 20 && xport_fallback_peer_fast(a.x, 2) == 1; i++) {
-        int rc = send_wait(a.x, 2, b_addr, (uint32_t)sent++);
+        int rc = send_and_wait(a.x, 2, b_addr, (uint32_t)sent++, 100);
         failed += rc != 0;
         cr_expect(rc == 0 || rc == TERN_ENOCONN, "rc %d", rc);
     }
@@ -339,7 +220,7 @@ Test(fallback, shm_then_tcp_then_shm_again)
     for (int i = 0; i < 1000 && xport_fallback_peer_fast(a.x, 2) != 1 &&
                     uv_hrtime() < deadline;
          i++) {
-        cr_expect_eq(send_wait(a.x, 2, b_addr, (uint32_t)sent++), 0,
+        cr_expect_eq(send_and_wait(a.x, 2, b_addr, (uint32_t)sent++, 100), 0,
                      "a probe loses nothing");
         run_for_ms(5);
     }
@@ -390,10 +271,10 @@ Test(fallback, failed_probe_is_resent_over_tcp)
     b_tcp = tcp_make(2, b_tcp_addr);
     cr_assert_eq(xport_start(b_tcp, on_recv, &at_b), 0);
     (void)snprintf(b_addr, sizeof b_addr, "%s|%s/nobody.sock", b_tcp_addr, dir);
-    cr_expect_eq(send_wait(a.x, 2, b_addr, 0), TERN_ENOCONN);
+    cr_expect_eq(send_and_wait(a.x, 2, b_addr, 0, 100), TERN_ENOCONN);
     cr_expect_eq(xport_fallback_peer_fast(a.x, 2), 0);
     for (uint32_t k = 1; k <= 30; k++) {
-        failed += send_wait(a.x, 2, b_addr, k) != 0;
+        failed += send_and_wait(a.x, 2, b_addr, k, 100) != 0;
         run_for_ms(2);
     }
     cr_expect_eq(failed, 0);
@@ -458,7 +339,7 @@ Test(fallback, mapper_bidirectional_and_fencing)
 
     /* Fence 5 on B drops A's epoch-0 records; epoch 5 passes. */
     cr_assert_eq(xport_set_fence(b.x, 5), 0);
-    cr_expect_eq(send_wait(a.x, 2, b.tcp_addr, 1000), 0);
+    cr_expect_eq(send_and_wait(a.x, 2, b.tcp_addr, 1000, 100), 0);
     cr_assert_eq(xport_shm_stats(b.shm, &ss), 0);
     for (int i = 0; i < 100000 && ss.fenced == 0 && uv_hrtime() < deadline;
          i++) {
@@ -468,7 +349,7 @@ Test(fallback, mapper_bidirectional_and_fencing)
     cr_expect_eq(ss.fenced, 1, "the fence reached B's shm backend");
     cr_expect_eq(sb.count, 100);
     cr_assert_eq(xport_set_epoch(a.x, 5), 0);
-    cr_expect_eq(send_wait(a.x, 2, b.tcp_addr, 1001), 0);
+    cr_expect_eq(send_and_wait(a.x, 2, b.tcp_addr, 1001, 100), 0);
     run_until(&sb.count, 101);
 
     /* A peer the mapper does not know (a bare tcp node): tcp only. */
@@ -477,7 +358,7 @@ Test(fallback, mapper_bidirectional_and_fencing)
         struct sink sc = {0};
         struct xport *c = tcp_make(3, c_addr);
         cr_assert_eq(xport_start(c, on_recv, &sc), 0);
-        cr_expect_eq(send_wait(a.x, 3, c_addr, 7), 0);
+        cr_expect_eq(send_and_wait(a.x, 3, c_addr, 7, 100), 0);
         run_until(&sc.count, 1);
         cr_expect_eq(sc.from, 1);
         cr_expect_eq(xport_fallback_peer_fast(a.x, 3), 0);
@@ -513,7 +394,7 @@ Test(fallback, oversize_goes_over_tcp)
     cr_assert_eq(xport_start(b_tcp, on_recv, &via_tcp), 0);
     cr_assert_eq(xport_start(b_shm, on_recv, &via_shm), 0);
     (void)snprintf(b_addr, sizeof b_addr, "%s|%s", b_tcp_addr, b_shm_addr);
-    cr_expect_eq(send_wait(a, 2, b_addr, 1), 0);
+    cr_expect_eq(send_and_wait(a, 2, b_addr, 1, 100), 0);
     run_until(&via_shm.count, 1);
     cr_assert_eq(send_msg(a, &r, 2, b_addr, 2, 100000, NULL), 0);
     run_until(&r.done, 1);
@@ -521,7 +402,7 @@ Test(fallback, oversize_goes_over_tcp)
     run_until(&via_tcp.count, 1);
     cr_expect_eq(via_tcp.bad, 0);
     cr_expect_eq(xport_fallback_peer_fast(a, 2), 1);
-    cr_expect_eq(send_wait(a, 2, b_addr, 3), 0);
+    cr_expect_eq(send_and_wait(a, 2, b_addr, 3, 100), 0);
     run_until(&via_shm.count, 2);
     close_and_wait(a);
     close_and_wait(b_tcp);

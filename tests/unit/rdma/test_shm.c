@@ -18,39 +18,19 @@
 #include <tern_common.h>
 #include <xport.h>
 
-static uv_loop_t loop;
-static uint64_t deadline;
-static char dir[64];
+#include "xport_test_loop.h"
 
 static void setup(void)
 {
-    cr_assert_eq(uv_loop_init(&loop), 0);
-    deadline = uv_hrtime() + 20ull * 1000 * 1000 * 1000;
-    (void)snprintf(dir, sizeof dir, "/tmp/tern-shm-XXXXXX");
-    cr_assert(mkdtemp(dir) != NULL);
+    loop_setup("shm", 20);
 }
 
 static void teardown(void)
 {
-    char cmd[128];
-    for (int i = 0; i < 1000 && uv_run(&loop, UV_RUN_NOWAIT); i++) {
-    }
-    cr_expect_eq(uv_loop_close(&loop), 0, "every handle was closed");
-    (void)snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    (void)!system(cmd);
+    loop_teardown();
 }
 
 TestSuite(shm, .init = setup, .fini = teardown, .timeout = 60);
-
-static void run_until(const int *flag, int want)
-{
-    for (long i = 0; i < 50000000 && *flag < want && uv_hrtime() < deadline;
-         i++) {
-        uv_run(&loop, UV_RUN_NOWAIT);
-    }
-    cr_assert_geq(*flag, want, "timed out waiting for %d (now %d)", want,
-                  *flag);
-}
 
 static struct xport *make(uint64_t id,
                           const struct xport_shm_options *o,
@@ -63,18 +43,6 @@ static struct xport *make(uint64_t id,
     rc = xport_shm_new(&loop, id, path, o, &x, errmsg);
     cr_assert_eq(rc, 0, "xport_shm_new: %s", errmsg);
     return x;
-}
-
-static void on_closed(void *arg)
-{
-    (*(int *)arg)++;
-}
-
-static void close_and_wait(struct xport *x)
-{
-    int closed = 0;
-    xport_close(x, on_closed, &closed);
-    run_until(&closed, 1);
 }
 
 struct sink
@@ -93,32 +61,6 @@ static void on_recv(void *arg, uint64_t from, const void *msg, size_t len)
     s->count++;
 }
 
-struct sreq
-{
-    struct xport_send req;
-    int status;
-    int done;
-};
-
-static void on_sent(struct xport_send *req, int status)
-{
-    struct sreq *r = (struct sreq *)req;
-    r->status = status;
-    r->done++;
-}
-
-/* Send a 64-byte message carrying v; wait for its completion. */
-static int send_wait(struct xport *x, uint64_t to, const char *path, uint32_t v)
-{
-    uint8_t buf[64] = {0};
-    struct xport_iov iov = {buf, sizeof buf};
-    struct sreq r = {0};
-    tern_put_u32(buf, v);
-    cr_assert_eq(xport_send(x, &r.req, to, path, &iov, 1, on_sent), 0);
-    run_until(&r.done, 1);
-    return r.status;
-}
-
 Test(shm, fence_drops_stale_epochs)
 {
     char pa[108], pb[108];
@@ -129,22 +71,22 @@ Test(shm, fence_drops_stale_epochs)
 
     cr_assert_eq(xport_start(b, on_recv, &s), 0);
     cr_assert_eq(xport_shm_set_epoch(a, 3), 0);
-    cr_assert_eq(send_wait(a, 2, pb, 1), 0);
+    cr_assert_eq(send_and_wait(a, 2, pb, 1, 64), 0);
     run_until(&s.count, 1);
     /* B moves to epoch 4: A's records (epoch 3) are dropped. */
     cr_assert_eq(xport_shm_set_fence(b, 4), 0);
-    cr_assert_eq(send_wait(a, 2, pb, 2), 0);
-    cr_assert_eq(send_wait(a, 2, pb, 3), 0);
+    cr_assert_eq(send_and_wait(a, 2, pb, 2, 64), 0);
+    cr_assert_eq(send_and_wait(a, 2, pb, 3, 64), 0);
     /* A learns the new term: delivered again. */
     cr_assert_eq(xport_shm_set_epoch(a, 4), 0);
-    cr_assert_eq(send_wait(a, 2, pb, 4), 0);
+    cr_assert_eq(send_and_wait(a, 2, pb, 4, 64), 0);
     run_until(&s.count, 2);
     cr_expect_eq(s.last, 4, "the fenced messages never arrived");
     cr_assert_eq(xport_shm_stats(b, &st), 0);
     cr_expect_eq(st.fenced, 2);
     /* A newer epoch than the fence is accepted too. */
     cr_assert_eq(xport_shm_set_epoch(a, 9), 0);
-    cr_assert_eq(send_wait(a, 2, pb, 5), 0);
+    cr_assert_eq(send_and_wait(a, 2, pb, 5, 64), 0);
     run_until(&s.count, 3);
     close_and_wait(a);
     close_and_wait(b);
@@ -181,7 +123,7 @@ Test(shm, corrupt_record_tears_ring_down)
     uint8_t *ring;
 
     cr_assert_eq(xport_start(b, on_recv, &s), 0);
-    cr_assert_eq(send_wait(a, 2, pb, 1), 0);
+    cr_assert_eq(send_and_wait(a, 2, pb, 1, 64), 0);
     run_until(&s.count, 1);
     ring = find_mapping("/memfd:tern-ring-2-from-1");
     cr_assert(ring != NULL, "ring mapping found");
@@ -196,7 +138,7 @@ Test(shm, corrupt_record_tears_ring_down)
     /* B tears the ring down; A sees EOF and reconnects on later sends. */
     for (long i = 0; i < 100000000 && s.count < 2 && uv_hrtime() < deadline;
          i++) {
-        (void)send_wait(a, 2, pb, 3);
+        (void)send_and_wait(a, 2, pb, 3, 64);
         uv_run(&loop, UV_RUN_NOWAIT);
     }
     cr_expect_geq(s.count, 2);
@@ -292,7 +234,7 @@ Test(shm, hostile_handshakes_disconnected)
     /* Connect and hang up at once. */
     close(raw_connect(pb));
     /* A real peer is still served. */
-    cr_assert_eq(send_wait(a, 2, pb, 7), 0);
+    cr_assert_eq(send_and_wait(a, 2, pb, 7, 64), 0);
     run_until(&s.count, 1);
     cr_expect_eq(s.last, 7);
     cr_expect_eq(s.from, 1);
@@ -390,13 +332,19 @@ Test(shm, out_of_memory_fails_cleanly)
     cr_expect_eq(xport_send(a, &r.req, 2, pb, &iov, 1, on_sent), -ENOMEM);
     tern_alloc_fail_after(-1);
     cr_expect_eq(r.done, 0, "a failed send never calls back");
-    cr_assert_eq(send_wait(a, 2, pb, 1), 0);
+    cr_assert_eq(send_and_wait(a, 2, pb, 1, 64), 0);
     run_until(&s.count, 1);
     close_and_wait(a);
     close_and_wait(b);
 }
 
 /* ---- a real peer process, killed with SIGKILL and restarted ------------ */
+
+static void on_echo_sent(struct xport_send *req, int status)
+{
+    (void)req;
+    (void)status;
+}
 
 static void child_echo(void *arg, uint64_t from, const void *msg, size_t len)
 {
@@ -407,7 +355,7 @@ static void child_echo(void *arg, uint64_t from, const void *msg, size_t len)
     (void)from;
     /* The parent has at most one ping in flight. */
     (void)xport_send(x, &reqs[next++ % 64], 1, getenv("TERN_TEST_PARENT"), &iov,
-                     1, on_sent);
+                     1, on_echo_sent);
 }
 
 /* Fork a child running an shm transport (id 2) at path that echoes to
@@ -454,7 +402,7 @@ Test(shm, killed_peer_process_restarts)
     cr_assert_eq(setenv("TERN_TEST_PARENT", pa, 1), 0);
     cr_assert_eq(xport_start(a, on_recv, &s), 0);
     child = spawn_echo(pb);
-    cr_assert_eq(send_wait(a, 2, pb, v++), 0);
+    cr_assert_eq(send_and_wait(a, 2, pb, v++, 64), 0);
     run_until(&s.count, 1);
     cr_expect_eq(s.from, 2);
 
@@ -464,11 +412,11 @@ Test(shm, killed_peer_process_restarts)
     cr_assert_eq(access(pb, F_OK), 0, "stale socket file left");
     /* The sender notices (EOF on the socket): sends fail, never hang. */
     for (int i = 0; i < 100000 && uv_hrtime() < deadline; i++) {
-        if (send_wait(a, 2, pb, v++) == TERN_ENOCONN) {
+        if (send_and_wait(a, 2, pb, v++, 64) == TERN_ENOCONN) {
             break;
         }
     }
-    cr_expect_eq(send_wait(a, 2, pb, v++), TERN_ENOCONN,
+    cr_expect_eq(send_and_wait(a, 2, pb, v++, 64), TERN_ENOCONN,
                  "nobody listens: ENOCONN (back-off)");
 
     /* A new incarnation at the same path: traffic resumes. */
@@ -476,7 +424,7 @@ Test(shm, killed_peer_process_restarts)
     /* Sends complete with TERN_ENOCONN until the back-off (100 ms) ends. */
     for (long i = 0; i < 100000000 && s.count < 2 && uv_hrtime() < deadline;
          i++) {
-        if (send_wait(a, 2, pb, v++) == 0) {
+        if (send_and_wait(a, 2, pb, v++, 64) == 0) {
             for (int j = 0; j < 100000 && s.count < 2; j++) {
                 uv_run(&loop, UV_RUN_NOWAIT);
             }

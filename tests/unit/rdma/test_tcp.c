@@ -22,6 +22,7 @@
 #include <xport.h>
 
 #include "tcp_frame.h"
+#include "xport_test_harness.h"
 
 #define WATCHDOG_MS  10000
 #define MAX_RECORDED 4096
@@ -36,8 +37,6 @@ struct env
 };
 
 static struct env env;
-static int in_send; /* set around xport_send: callbacks must not see it */
-static int reentrant_cbs;
 
 static void on_watchdog(uv_timer_t *t)
 {
@@ -87,113 +86,35 @@ struct sink
     size_t len[MAX_RECORDED];
 };
 
-static uint8_t pattern(unsigned k, size_t i)
-{
-    return (uint8_t)((size_t)k * 131u + i * 7u);
-}
-
-/* Messages carry pattern(k, i); the sink checks bytes against its count. */
+/* Messages are send_msg's (xport_test_harness.h): the sink checks that
+ * the n-th one received is message n, every byte. */
 static void on_recv(void *arg, uint64_t from_id, const void *msg, size_t len)
 {
     struct sink *s = arg;
     const uint8_t *b = msg;
+    unsigned k = (unsigned)s->count;
     if (s->count < MAX_RECORDED) {
         s->from[s->count] = from_id;
         s->len[s->count] = len;
     }
-    for (size_t i = 0; i < len; i++) {
-        if (b[i] != pattern((unsigned)s->count, i)) {
-            s->bad++;
-            break;
+    if (len >= 4 && tern_get_u32(b) != k) {
+        s->bad++;
+    } else {
+        for (size_t i = len >= 4 ? 4 : 0; i < len; i++) {
+            if (b[i] != pattern(k, i)) {
+                s->bad++;
+                break;
+            }
         }
     }
     s->count++;
-}
-
-struct sreq
-{
-    struct xport_send req;
-    int status;
-    int done;
-    int *counter;
-};
-
-static void on_sent(struct xport_send *req, int status)
-{
-    struct sreq *r = (struct sreq *)req;
-    if (in_send) {
-        reentrant_cbs++;
-    }
-    cr_expect_eq(r->done, 0, "callback fires exactly once");
-    r->done++;
-    r->status = status;
-    if (r->counter != NULL) {
-        (*r->counter)++;
-    }
-}
-
-/* Send k's pattern of len bytes, split in two iov entries. */
-static int send_msg(struct xport *x,
-                    struct sreq *r,
-                    uint64_t peer,
-                    const char *addr,
-                    unsigned k,
-                    size_t len,
-                    int *counter)
-{
-    uint8_t *buf = malloc(len + 1);
-    struct xport_iov iov[2];
-    int rc;
-
-    cr_assert(buf != NULL);
-    for (size_t i = 0; i < len; i++) {
-        buf[i] = pattern(k, i);
-    }
-    iov[0].base = buf;
-    iov[0].len = len / 3;
-    iov[1].base = buf + len / 3;
-    iov[1].len = len - len / 3;
-    memset(r, 0, sizeof *r);
-    r->counter = counter;
-    in_send = 1;
-    rc = xport_send(x, &r->req, peer, addr, iov, 2, on_sent);
-    in_send = 0;
-    memset(buf, 0xee, len); /* the transport must have copied */
-    free(buf);
-    return rc;
 }
 
 static struct xport *make_tcp(uint64_t id,
                               const struct xport_tcp_options *o,
                               char addr[32])
 {
-    char errmsg[TERN_ERRMSG_SIZE];
-    struct xport *x = NULL;
-
-    for (int i = 0; i < 100; i++) {
-        int rc;
-        (void)snprintf(addr, 32, "127.0.0.1:%d", 20000 + rand() % 40000);
-        rc = xport_tcp_new(&env.loop, id, addr, o, &x, errmsg);
-        if (rc == 0) {
-            cr_assert_str_eq(xport_name(x), "tcp");
-            return x;
-        }
-        cr_assert_eq(rc, -EADDRINUSE, "xport_tcp_new: %s", errmsg);
-    }
-    cr_assert_fail("no free port");
-    return NULL;
-}
-
-static void on_closed(void *arg)
-{
-    (*(int *)arg)++;
-}
-
-static void close_and_wait(struct xport *x)
-{
-    int closed = 0;
-    xport_close(x, on_closed, &closed);
-    run_until(&closed, 1);
+    return tcp_make_random(&env.loop, id, o, addr, 32);
 }
 
 /* ---- tests ------------------------------------------------------------- */
@@ -491,6 +412,9 @@ static size_t put_msg(uint8_t *p, uint64_t seq, unsigned k, size_t len)
     cr_assert(len <= sizeof buf);
     for (size_t i = 0; i < len; i++) {
         buf[i] = pattern(k, i);
+    }
+    if (len >= 4) {
+        tern_put_u32(buf, k); /* as send_msg does */
     }
     xport_tcp_frame_encode(p, XPORT_TCP_FRAME_MSG, seq, &iov, 1, len);
     return XPORT_TCP_FRAME_HDR + len;
