@@ -1,0 +1,53 @@
+# tern: top-level entry points. A thin layer over CMake, ctest and scripts/;
+# the stages themselves live in scripts/test.sh.
+#
+#   make demo    install deps, build build/, run the 3-node demo
+#   make test    install deps; build/ + ctest, build-asan/ (ASan+UBSan) +
+#                ctest, build-fuzz/ (clang libFuzzer) smoke run; ends with
+#                "N passed, N failed"
+#   make build | asan | fuzz | clean | format | tidy
+SHELL := /bin/bash
+JOBS ?= 2
+export JOBS
+
+# Our C sources (never build dirs or third-party code).
+SRC_DIRS := common rdma raft index client node bench tests
+C_FILES = $(shell find $(SRC_DIRS) -name '*.[ch]' -not -path '*/corpus/*' 2>/dev/null | sort)
+
+.PHONY: all deps build test asan fuzz demo clean format tidy
+
+all: build
+
+deps:
+	@scripts/install-deps.sh
+
+build: deps
+	@scripts/test.sh build
+
+test: deps
+	@scripts/test.sh normal asan fuzz
+
+asan: deps
+	@scripts/test.sh asan
+
+fuzz: deps
+	@scripts/test.sh fuzz
+
+demo: build
+	@TERN_BIN=$(CURDIR)/build scripts/demo.sh
+
+clean:
+	rm -rf build build-asan build-fuzz
+
+format:
+	@command -v clang-format >/dev/null || scripts/install-deps.sh
+	clang-format -i $(C_FILES)
+
+# clang-tidy (checks in .clang-tidy) over every source file of ours in
+# build/'s compile database.
+tidy: build
+	@command -v clang-tidy >/dev/null || scripts/install-deps.sh
+	@python3 -c 'import json,os; r=os.getcwd()+"/"; \
+	    print("\n".join(sorted({e["file"] for e in json.load(open("build/compile_commands.json")) \
+	    if e["file"].startswith(r) and not e["file"].startswith(r+"build")})))' | \
+	    xargs -r -P$(JOBS) -n4 clang-tidy -p build --quiet

@@ -1,0 +1,259 @@
+#!/usr/bin/env bash
+# Runs a local 3-node tern cluster on loopback.
+#
+#   scripts/cluster.sh [--dir DIR] [--base-port P] COMMAND
+#
+#   up          write configs, start every node, wait (bounded) for a
+#               writable leader
+#   down        SIGTERM every node by PID, SIGKILL after a timeout
+#   status      per-node process state and `tern cluster status`
+#   kill N      kill -9 node N (PID from its pid file)
+#   start N     start node N
+#   restart N   stop node N (SIGTERM, then SIGKILL) and start it again
+#   leader      print the number of the writable leader (waits up to
+#               TERN_LEADER_WAIT s, default 10; exit 1 if none)
+#   servers     print the client addresses, comma separated
+#
+# Node i (1..3): client port P+i, raft port P+100+i (P defaults to 7400:
+# 7401-7403 and 7501-7503). DIR (default ./tern-cluster) holds nodeN.ini,
+# nodeN.log, nodeN.pid and the data dirs nodeN/. Processes are only ever
+# signalled by the PID in their pid file, after checking that the PID still
+# runs ternd with that node's config.
+#
+# Environment: TERN_BIN (build dir, default <repo>/build), or TERND and
+# TERN_CLI for the binaries themselves; TERN_ELECTION_TIMEOUT_MS (150),
+# TERN_HEARTBEAT_MS (15), TERN_LOG_LEVEL (info), TERN_RAFT_EXTRA and
+# TERN_NODE_EXTRA (extra "key = value" lines, newline separated, for the
+# [raft] and [node] sections), TERN_UP_TIMEOUT (15 s).
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+TERN_BIN=${TERN_BIN:-$ROOT/build}
+TERND=${TERND:-$TERN_BIN/node/ternd}
+TERN_CLI=${TERN_CLI:-$TERN_BIN/client/tern}
+NODES=3
+
+dir=./tern-cluster
+base=7400
+args=()
+while [ $# -gt 0 ]; do
+    case "$1" in
+    --dir) dir=$2; shift 2 ;;
+    --dir=*) dir=${1#--dir=}; shift ;;
+    --base-port) base=$2; shift 2 ;;
+    --base-port=*) base=${1#--base-port=}; shift ;;
+    -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    *) args+=("$1"); shift ;;
+    esac
+done
+set -- "${args[@]+"${args[@]}"}"
+cmd=${1:-}
+mkdir -p "$dir"
+dir=$(cd "$dir" && pwd)
+
+die() { echo "cluster: $*" >&2; exit 1; }
+client_addr() { echo "127.0.0.1:$((base + $1))"; }
+raft_addr() { echo "127.0.0.1:$((base + 100 + $1))"; }
+servers() {
+    local i out=
+    for i in $(seq 1 $NODES); do out=${out:+$out,}$(client_addr "$i"); done
+    echo "$out"
+}
+check_node() {
+    if ! [[ "${1:-}" =~ ^[1-9][0-9]*$ ]] || [ "$1" -gt $NODES ]; then
+        die "node number must be 1..$NODES, got '${1:-}'"
+    fi
+}
+
+write_config() { # i
+    local i=$1 p
+    mkdir -p "$dir/node$i"
+    {
+        echo "[node]"
+        echo "id = $i"
+        echo "data_dir = $dir/node$i"
+        echo "client_addr = $(client_addr "$i")"
+        echo "raft_addr = $(raft_addr "$i")"
+        echo "log_level = ${TERN_LOG_LEVEL:-info}"
+        [ -n "${TERN_NODE_EXTRA:-}" ] && printf '%s\n' "$TERN_NODE_EXTRA"
+        echo
+        echo "[raft]"
+        echo "election_timeout_ms = ${TERN_ELECTION_TIMEOUT_MS:-150}"
+        echo "heartbeat_ms = ${TERN_HEARTBEAT_MS:-15}"
+        [ -n "${TERN_RAFT_EXTRA:-}" ] && printf '%s\n' "$TERN_RAFT_EXTRA"
+        echo
+        echo "[peers]"
+        for p in $(seq 1 $NODES); do
+            echo "$p = $(raft_addr "$p"),$(client_addr "$p")"
+        done
+    } >"$dir/node$i.ini"
+}
+
+# PID of node i if it is running ternd with our config, else nothing.
+node_pid() { # i
+    local f=$dir/node$1.pid pid
+    [ -s "$f" ] || return 0
+    pid=$(tr -dc '0-9' <"$f")
+    [ -n "$pid" ] && [ -r "/proc/$pid/cmdline" ] || return 0
+    if tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "$dir/node$1.ini"; then
+        # A zombie is not running.
+        [ "$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)" = Z ] || echo "$pid"
+    fi
+}
+
+start_node() { # i
+    local i=$1 pid spawned
+    pid=$(node_pid "$i")
+    if [ -n "$pid" ]; then
+        echo "node $i already running (pid $pid)"
+        return 0
+    fi
+    [ -x "$TERND" ] || die "ternd not found at $TERND (build first, or set TERN_BIN/TERND)"
+    write_config "$i"
+    rm -f "$dir/node$i.pid"
+    # setsid: the node must not share our process group (Ctrl-C in the
+    # caller's terminal must not reach it; `down` stops it).
+    setsid "$TERND" --config "$dir/node$i.ini" --pid-file "$dir/node$i.pid" \
+        </dev/null >>"$dir/node$i.log" 2>&1 &
+    spawned=$!
+    # ternd writes its pid file at start; wait for it (bounded), and write
+    # it ourselves if ternd is up but has not.
+    for _ in $(seq 1 50); do
+        [ -s "$dir/node$i.pid" ] && break
+        kill -0 "$spawned" 2>/dev/null || break
+        sleep 0.1
+    done
+    if ! kill -0 "$spawned" 2>/dev/null; then
+        echo "node $i exited at start; last log lines ($dir/node$i.log):" >&2
+        tail -n 20 "$dir/node$i.log" >&2
+        return 1
+    fi
+    [ -s "$dir/node$i.pid" ] || echo "$spawned" >"$dir/node$i.pid"
+    echo "node $i started (pid $(tr -dc '0-9' <"$dir/node$i.pid"), client $(client_addr "$i"), raft $(raft_addr "$i"))"
+}
+
+# Signal node i by PID; with a timeout, wait for it to exit and escalate to
+# SIGKILL. Returns 0 once it is gone.
+stop_node() { # i signal timeout_s
+    local i=$1 sig=$2 timeout=$3 pid
+    pid=$(node_pid "$i")
+    if [ -z "$pid" ]; then
+        echo "node $i not running"
+        rm -f "$dir/node$i.pid"
+        return 0
+    fi
+    kill "-$sig" "$pid" 2>/dev/null || true
+    for _ in $(seq 1 $((timeout * 10))); do
+        [ -n "$(node_pid "$i")" ] || break
+        sleep 0.1
+    done
+    if [ -n "$(node_pid "$i")" ]; then
+        echo "node $i (pid $pid) still running after ${timeout}s: SIGKILL"
+        kill -KILL "$pid" 2>/dev/null || true
+        for _ in $(seq 1 50); do
+            [ -n "$(node_pid "$i")" ] || break
+            sleep 0.1
+        done
+    fi
+    [ -z "$(node_pid "$i")" ] || die "node $i (pid $pid) did not exit"
+    rm -f "$dir/node$i.pid"
+    echo "node $i stopped (pid $pid, SIG$sig)"
+}
+
+# `tern cluster status --json` of node i alone -> "role writable
+# last_applied commit_index leader_id" (empty when it does not answer).
+node_state() { # i
+    local out
+    out=$("$TERN_CLI" -s "$(client_addr "$1")" --timeout-ms 1000 \
+        cluster status --json 2>/dev/null) || return 0
+    printf '%s' "$out" | python3 -c '
+import json, sys
+j = json.load(sys.stdin)
+print(j["role"], int(j["writable"]), j["last_applied"], j["commit_index"],
+      j["leader_id"])
+' 2>/dev/null || true
+}
+
+leader_once() {
+    local i st
+    for i in $(seq 1 $NODES); do
+        [ -n "$(node_pid "$i")" ] || continue
+        st=$(node_state "$i")
+        if [ "${st%% *}" = leader ] && [ "$(echo "$st" | awk '{print $2}')" = 1 ]; then
+            echo "$i"
+            return 0
+        fi
+    done
+    return 1
+}
+
+wait_leader() { # timeout_s
+    local deadline=$(($(date +%s%N) + $1 * 1000000000))
+    while [ "$(date +%s%N)" -lt "$deadline" ]; do
+        leader_once && return 0
+        sleep 0.1
+    done
+    return 1
+}
+
+case "$cmd" in
+up)
+    [ -x "$TERN_CLI" ] || die "tern CLI not found at $TERN_CLI"
+    for i in $(seq 1 $NODES); do start_node "$i"; done
+    if ! l=$(wait_leader "${TERN_UP_TIMEOUT:-15}"); then
+        echo "cluster: no writable leader after ${TERN_UP_TIMEOUT:-15}s; log tails:" >&2
+        for i in $(seq 1 $NODES); do
+            echo "--- node $i ---" >&2
+            tail -n 10 "$dir/node$i.log" >&2 || true
+        done
+        exit 1
+    fi
+    echo "cluster up in $dir: leader node $l"
+    echo "export TERN_SERVERS=$(servers)"
+    ;;
+down)
+    rc=0
+    for i in $(seq 1 $NODES); do stop_node "$i" TERM "${TERN_STOP_TIMEOUT:-10}" || rc=1; done
+    exit $rc
+    ;;
+status)
+    for i in $(seq 1 $NODES); do
+        pid=$(node_pid "$i")
+        if [ -n "$pid" ]; then
+            st=$(node_state "$i")
+            if [ -n "$st" ]; then
+                # shellcheck disable=SC2086
+                set -- $st
+                st="role=$1 writable=$2 last_applied=$3 commit_index=$4 leader=$5"
+            fi
+            echo "node $i: pid $pid, client $(client_addr "$i"): ${st:-not answering}"
+        else
+            echo "node $i: not running"
+        fi
+    done
+    "$TERN_CLI" -s "$(servers)" --timeout-ms 2000 cluster status || true
+    ;;
+kill)
+    check_node "${2:-}"
+    stop_node "$2" KILL 5
+    ;;
+start)
+    check_node "${2:-}"
+    start_node "$2"
+    ;;
+restart)
+    check_node "${2:-}"
+    stop_node "$2" TERM "${TERN_STOP_TIMEOUT:-10}"
+    start_node "$2"
+    ;;
+leader)
+    wait_leader "${TERN_LEADER_WAIT:-10}" || die "no writable leader"
+    ;;
+servers)
+    servers
+    ;;
+*)
+    echo "usage: $0 [--dir DIR] [--base-port P] up|down|status|kill N|start N|restart N|leader|servers" >&2
+    exit 2
+    ;;
+esac

@@ -1,0 +1,71 @@
+#!/usr/bin/env python3
+"""(a) 3-node produce/consume: 1000 messages through the leader, then read
+the queue back from each node alone; every node returns the same ids in the
+same order, at the offsets the producer was told."""
+import os
+import sys
+
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import tern_harness as h  # noqa: E402
+
+N = 1000
+
+
+def main(c):
+    with h.Cluster(3) as cl:
+        c.step("start 3 nodes")
+        leader = cl.start()
+        c.check(leader in cl.nodes, "writable leader elected (node %s)" %
+                leader)
+        r = cl.tern("queue", "create", "orders")
+        c.check(r.returncode == 0, "queue create orders", r.stderr.strip())
+        r = cl.tern("queue", "list")
+        c.check("orders" in r.stdout, "queue list shows orders", r.stdout)
+
+        c.step("produce %d messages" % N)
+        acks = os.path.join(cl.dir, "acks.txt")
+        r = cl.tern("produce", "orders", "--count", N, "--size", 256,
+                    "--ack-log", acks, "--id-prefix", "m", timeout=120)
+        c.check(r.returncode == 0, "produce exit 0", r.stderr.strip()[-500:])
+        acked = h.read_ack_log(acks)
+        c.check(len(acked) == N, "%d acknowledgements in the ack log" % N,
+                len(acked))
+        want_ids = ["m-%d" % i for i in range(N)]
+        c.check([a[0] for a in acked] == want_ids,
+                "acks in production order m-0..m-%d" % (N - 1))
+        offsets = [a[1] for a in acked]
+        c.check(offsets == sorted(offsets) and len(set(offsets)) == N,
+                "acknowledged offsets strictly increasing")
+
+        c.step("consume from each node alone")
+        reads = {}
+        for i, nd in cl.nodes.items():
+            got = cl.consume_all("orders", servers=nd.client_addr, expect=N)
+            reads[i] = got
+            c.check(len(got) == N, "node %d returns %d messages" % (i, N),
+                    len(got))
+            c.check([g[1] for g in got] == want_ids,
+                    "node %d: ids in production order" % i)
+            c.check(sorted(got) == sorted((o, m) for m, o in acked),
+                    "node %d: each id at its acknowledged offset" % i)
+        c.check(reads[1] == reads[2] == reads[3],
+                "all nodes return identical (offset, id) sequences")
+
+        c.step("consume with a group from the whole cluster")
+        r = cl.tern("consume", "orders", "--group", "g1", "--commit",
+                    "--max", 400)
+        got = h.parse_consume(r.stdout)
+        c.check(r.returncode == 0 and [g[1] for g in got] == want_ids[:400],
+                "group g1 reads the first 400", r.stderr.strip()[-300:])
+        r = cl.tern("consume", "orders", "--group", "g1", "--commit")
+        got = h.parse_consume(r.stdout)
+        c.check([g[1] for g in got] == want_ids[400:],
+                "group g1 resumes at 400 after commit",
+                "%d msgs, first %s" % (len(got), got[:1]))
+        for i in cl.nodes:
+            c.check(cl.nodes[i].alive(), "node %d still running" % i)
+
+
+if __name__ == "__main__":
+    h.run_test(main)
