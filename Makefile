@@ -14,7 +14,7 @@ export JOBS
 SRC_DIRS := common rdma raft index client node bench tests
 C_FILES = $(shell find $(SRC_DIRS) -name '*.[ch]' -not -path '*/corpus/*' 2>/dev/null | sort)
 
-.PHONY: all deps build test asan fuzz demo clean format tidy
+.PHONY: all deps build test asan fuzz demo clean format tidy jepsen-smoke test-rxe
 
 all: build
 
@@ -32,6 +32,12 @@ asan: deps
 
 fuzz: deps
 	@scripts/test.sh fuzz
+
+jepsen-smoke: deps
+	@scripts/test.sh jepsen
+
+test-rxe: deps
+	@scripts/test.sh rxe
 
 demo: build
 	@TERN_BIN=$(CURDIR)/build scripts/demo.sh

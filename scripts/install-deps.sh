@@ -14,6 +14,7 @@ packages=(
     libcriterion-dev libxxhash-dev libinih-dev
     python3                       # integration tests, scripts
     iproute2 procps               # ss/ip, ps/pgrep for scripts
+    nftables                      # jepsen/: partitions inside namespaces
 )
 
 missing=()

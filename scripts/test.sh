@@ -185,17 +185,60 @@ stage_fuzz() {
     count fuzz "$p" "$f" 0
 }
 
+# Jepsen-style smoke (jepsen/smoke.sh: about 5 runs of kill, pause,
+# partitions with network namespaces; needs root). One test per run.
+stage_jepsen() {
+    say "jepsen smoke (jepsen/smoke.sh, ${SMOKE_TIME:-30}s per run)"
+    configured "$B" || stage_build || { build_fail jepsen; return; }
+    local log=$B/jepsen-smoke.log rc p f
+    TERN_BUILD=$ROOT/$B SMOKE_TIME=${SMOKE_TIME:-30} \
+        timeout -k 10 1500 "$ROOT/jepsen/smoke.sh" 2>&1 | tee "$log"
+    rc=${PIPESTATUS[0]}
+    read -r p f < <(sed -nE 's/^runs ([0-9]+), not valid ([0-9]+),.*/\1 \2/p' "$log" | tail -n 1)
+    p=$(( ${p:-0} - ${f:-0} ))
+    f=${f:-0}
+    if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
+        f=1
+    fi
+    [ "$f" -gt 0 ] && failures+=("jepsen: $f run(s)")
+    ran_tests=1
+    count jepsen "$p" "$f" 0
+}
+
+# RDMA on soft-RoCE in a QEMU guest (tests/rxe/run.sh); 77 = cannot boot
+# the guest here: skipped.
+stage_rxe() {
+    say "rxe: tests/rxe/run.sh (soft-RoCE guest)"
+    local log=$B/rxe.log rc p f
+    mkdir -p "$B"
+    timeout -k 10 1200 "$ROOT/tests/rxe/run.sh" 2>&1 | tee "$log"
+    rc=${PIPESTATUS[0]}
+    ran_tests=1
+    if [ "$rc" -eq 77 ]; then
+        count rxe 0 0 1
+        return
+    fi
+    read -r p f < <(sed -nE 's/^([0-9]+) passed, ([0-9]+) failed.*/\1 \2/p' "$log" | tail -n 1)
+    p=${p:-0}
+    f=${f:-0}
+    if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
+        f=1
+    fi
+    [ "$f" -gt 0 ] && failures+=("rxe: $f test(s)")
+    count rxe "$p" "$f" 0
+}
+
 [ $# -gt 0 ] || set -- normal
 for s in "$@"; do
     case "$s" in
     build)
         stage_build || exit 1
         ;;
-    normal | asan | fuzz)
+    normal | asan | fuzz | jepsen | rxe)
         "stage_$s"
         ;;
     *)
-        echo "usage: $0 build|normal|asan|fuzz..." >&2
+        echo "usage: $0 build|normal|asan|fuzz|jepsen|rxe..." >&2
         exit 2
         ;;
     esac

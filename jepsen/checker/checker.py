@@ -1,0 +1,550 @@
+#!/usr/bin/env python3
+"""
+tern Jepsen-style history checker (Python 3 standard library only).
+
+Reads a JSONL history (one event per line) written by jepsen/driver (client
+operations) and jepsen/harness.py (nemesis events), judges it and prints a
+verdict plus counts. Exit code: 0 valid, 1 invalid, 2 unknown (the history
+cannot support a verdict: no acknowledged produce, or no final drain), 3
+usage / unreadable history.
+
+History format (see /work/shared/notes/jepsen.md, B.1), one JSON object per
+line, format version 1:
+
+  {"process": 7, "type": "invoke"|"ok"|"fail"|"info", "f": F,
+   "queue": "jq0", "value": ..., "time": <CLOCK_MONOTONIC ns>,
+   "node": "n2", "offset": <server offset>, "error": "..."}
+
+  f = "produce": value is the message id "<process>-<counter>" (unique per
+      attempt); on "ok", offset is the queue offset the server acknowledged
+      (absent/null when the server acknowledged a retry as a duplicate
+      without offsets).
+  f = "fetch" | "drain" | "final-read": reads of the log; on "ok", value is
+      a list of [offset, id] pairs in the order returned. "fetch" are the
+      concurrent consumers, "drain" the final read through the leader after
+      healing (with "complete": false when it timed out before reaching
+      the highest acknowledged offset; still judged), "final-read" one complete read of each node (node = "nX")
+      after the drain, used for lost-on-node. A "final-read" with
+      "complete": false (node never caught up) is reported, not judged,
+      unless its "node_applied" (the node's applied index) is at least
+      "leader_commit" (the leader's commit index after the drain): then
+      the node claims to hold everything and is judged.
+  process = "nemesis": type "info", f names the fault ("start-partition",
+      "heal", "kill", "restart", "pause", "resume", "final-heal", ...).
+      The time of the last "final-heal" (or, failing that, of the last
+      nemesis event) is the final heal used for the availability figure.
+
+Other fields are ignored; lines that are blank are skipped; an unparsable
+line is an error (exit 3).
+
+Checks (each a list of offending items in the result; any non-empty list
+other than "recovered" and "offset_gaps" makes the verdict invalid):
+  lost          acked produce values absent from the final drain of their
+                queue (or, for a queue without a drain, never read by
+                anyone); "lost_but_seen" counts the lost values that an
+                earlier read had seen (visible, then gone). Split per
+                producer (the "<process>" part) into
+                prefix (counter below the smallest counter read from that
+                producer), middle (between smallest and largest read) and
+                postfix (above the largest read, or nothing of that producer
+                read at all).
+  unexpected    values read that no produce ever invoked.
+  failed_seen   values whose produce failed ("fail") yet were read.
+  duplicated    values read at more than one distinct (queue, offset)
+                (the log stored the message twice; idempotent producer and
+                unique ids make this invalid).
+  recovered     produce "info" values that were later read (fine, reported).
+  lost_on_node  per node: acked values absent from that node's complete
+                final read.
+  fifo          (a) per producer and queue: a later produce of the same
+                producer got a smaller offset than an earlier one;
+                (b) realtime, per queue: produce a completed ok before
+                produce b was invoked, yet offset(b) < offset(a);
+                (c) nonmonotonic: one reader process saw offsets of a queue
+                go backwards or repeat within its session.
+                Offsets come from reads when any reader saw the value, else
+                from the acknowledgement.
+  offset_conflicts
+                (a) two different values at one (queue, offset) (from acks
+                and reads together: split brain / inconsistent offsets);
+                (b) one value at two offsets: the acknowledged offset differs
+                from where the value was read.
+  offset_gaps   offsets below the highest read offset of a queue that no
+                read covered (reported only; lost values are judged above).
+  stale_leader_reads
+                (reported only) fetches with "read_from": "leader" whose
+                answer's queue end ("end") is at or below the offset of a
+                produce acknowledged before the fetch was invoked: the
+                "leader" answered from a stale state. libtern promises
+                read-your-writes per client only, so across clients this
+                is reported, not judged.
+"""
+
+import argparse
+import json
+import sys
+from collections import defaultdict
+
+HISTORY_VERSION = 1
+READ_FS = ("fetch", "drain", "final-read", "consume", "read")
+INVALID_CLASSES = ("lost", "unexpected", "failed_seen", "duplicated",
+                   "lost_on_node", "fifo", "offset_conflicts")
+
+
+class HistoryError(Exception):
+    pass
+
+
+def load_history(path):
+    """Parse a JSONL history file into a list of dicts (in file order)."""
+    events = []
+    with open(path, "r", encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, 1):
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                ev = json.loads(line)
+            except ValueError as e:
+                raise HistoryError("%s:%d: bad JSON: %s" % (path, lineno, e))
+            if not isinstance(ev, dict):
+                raise HistoryError("%s:%d: not an object" % (path, lineno))
+            events.append(ev)
+    return events
+
+
+def split_id(value):
+    """'7-42' -> ('7', 42); anything else -> (str(value), None)."""
+    if isinstance(value, str) and "-" in value:
+        p, _, c = value.rpartition("-")
+        try:
+            return p, int(c)
+        except ValueError:
+            pass
+    return str(value), None
+
+
+def _time(ev):
+    t = ev.get("time")
+    return t if isinstance(t, (int, float)) else None
+
+
+def check(events):
+    """Judge a history (list of event dicts). Returns a result dict."""
+    attempts = {}          # value -> queue
+    acked = {}             # value -> {"queue", "offset", "invoke", "complete"}
+    failed = set()
+    infos = set()
+    invoke_time = {}       # (process, f) -> time of the pending invoke
+    pending_value = {}     # process -> value of its pending produce
+    reads = defaultdict(set)        # value -> set of (queue, offset)
+    read_anywhere = set()
+    pos_values = defaultdict(set)   # (queue, offset) -> values
+    final_reads = {}                # node -> (complete, set(values))
+    reader_last = {}                # (process, queue) -> last offset
+    fifo = []
+    final_heal = None
+    last_nemesis = None
+    produce_ok_times = []           # completion times of produce ok
+    op_count = defaultdict(int)
+    drain_queues = set()
+    drained = {}                    # queue -> values in its final drain
+    drain_incomplete = set()        # queues whose drain timed out
+    leader_reads = []               # (invoke, queue, end, process, done)
+
+    for ev in events:
+        proc = ev.get("process")
+        typ = ev.get("type")
+        f = ev.get("f")
+        t = _time(ev)
+        if proc == "nemesis":
+            last_nemesis = t if t is not None else last_nemesis
+            if f == "final-heal":
+                final_heal = t
+            continue
+        op_count[(f, typ)] += 1
+        if f == "produce":
+            v = ev.get("value")
+            q = ev.get("queue")
+            if typ == "invoke":
+                if v in attempts:
+                    raise HistoryError("produce value %r invoked twice" % v)
+                attempts[v] = q
+                invoke_time[v] = t
+                pending_value[proc] = v
+            elif typ == "ok":
+                off = ev.get("offset")
+                acked[v] = {"queue": q, "offset": off,
+                            "invoke": invoke_time.get(v), "complete": t,
+                            "process": proc}
+                if t is not None:
+                    produce_ok_times.append(t)
+                if off is not None:
+                    pos_values[(q, off)].add(v)
+            elif typ == "fail":
+                failed.add(v)
+            elif typ == "info":
+                infos.add(v)
+            continue
+        if f in READ_FS and typ == "invoke":
+            invoke_time[("read", proc)] = t
+        if f in READ_FS and (typ == "ok" or
+                             (f == "final-read" and typ == "fail")):
+            q = ev.get("queue")
+            if ev.get("read_from") == "leader" and ev.get("end") is not None:
+                leader_reads.append((invoke_time.get(("read", proc)), q,
+                                     ev.get("end"), proc, t))
+            pairs = ev.get("value") or []
+            if f == "drain":
+                drain_queues.add(q)
+            seen = set()
+            if f == "drain":
+                drained.setdefault(q, set())
+                if ev.get("complete") is False:
+                    drain_incomplete.add(q)
+            key = (proc, q)
+            for pair in pairs:
+                if not (isinstance(pair, list) and len(pair) == 2):
+                    raise HistoryError("bad read pair %r" % (pair,))
+                off, v = pair
+                reads[v].add((q, off))
+                read_anywhere.add(v)
+                pos_values[(q, off)].add(v)
+                seen.add(v)
+                if f == "drain":
+                    drained[q].add(v)
+                if f != "final-read":
+                    last = reader_last.get(key)
+                    if last is not None and off <= last:
+                        fifo.append({"kind": "nonmonotonic", "process": proc,
+                                     "queue": q, "offset": off,
+                                     "after": last, "value": v})
+                    reader_last[key] = off
+            if f == "final-read":
+                node = ev.get("node")
+                complete = ev.get("complete", typ == "ok") and typ == "ok"
+                # A node that says it applied everything the leader had
+                # committed after the drain, yet lacks data, is judged.
+                na = ev.get("node_applied")
+                lc = ev.get("leader_commit")
+                if not complete and isinstance(na, int) and \
+                        isinstance(lc, int) and lc > 0 and na >= lc:
+                    complete = True
+                prev = final_reads.get(node)
+                if prev is None:
+                    final_reads[node] = [complete, seen]
+                else:
+                    prev[0] = prev[0] and complete
+                    prev[1] |= seen
+
+    # ---- total-queue ------------------------------------------------------
+    # Lost: for a drained queue, absent from the final drain (the log must
+    # still hold every acknowledged message at the end); otherwise never
+    # read at all. lost_but_seen: lost values some earlier read had seen.
+    def is_lost(v):
+        q = acked[v]["queue"]
+        if q in drained:
+            return v not in drained[q]
+        return v not in read_anywhere
+    lost_values = sorted(v for v in acked if is_lost(v))
+    lost_but_seen = sorted(v for v in lost_values if v in read_anywhere)
+    present = set(read_anywhere)
+    for v in read_anywhere:
+        q = attempts.get(v)
+        if q in drained and v not in drained[q]:
+            present.discard(v)
+    read_counters = defaultdict(list)
+    for v in present:
+        p, c = split_id(v)
+        if c is not None:
+            read_counters[p].append(c)
+    lost = {"prefix": [], "middle": [], "postfix": []}
+    for v in lost_values:
+        p, c = split_id(v)
+        rc = read_counters.get(p)
+        if not rc or c is None or c > max(rc):
+            lost["postfix"].append(v)
+        elif c < min(rc):
+            lost["prefix"].append(v)
+        else:
+            lost["middle"].append(v)
+    unexpected = sorted(v for v in read_anywhere if v not in attempts)
+    failed_seen = sorted(v for v in failed if v in read_anywhere)
+    duplicated = sorted(v for v in reads if len(reads[v]) > 1)
+    recovered = sorted(v for v in infos if v in read_anywhere)
+    # Caught up: for every producer, highest read counter >= highest acked.
+    acked_max = {}
+    for v in acked:
+        p, c = split_id(v)
+        if c is not None:
+            acked_max[p] = max(acked_max.get(p, c), c)
+    caught_up = all(read_counters.get(p) and max(read_counters[p]) >= m
+                    for p, m in acked_max.items())
+
+    # ---- lost on node -----------------------------------------------------
+    lost_on_node = {}
+    incomplete_nodes = []
+    for node, (complete, seen) in sorted(final_reads.items(),
+                                         key=lambda kv: str(kv[0])):
+        if not complete:
+            incomplete_nodes.append(node)
+            continue
+        missing = sorted(v for v in acked if v not in seen)
+        if missing:
+            lost_on_node[node] = missing
+
+    # ---- offsets ------------------------------------------------------------
+    offset_conflicts = []
+    for (q, off), vals in sorted(pos_values.items(),
+                                 key=lambda kv: (str(kv[0][0]), kv[0][1])):
+        if len(vals) > 1:
+            offset_conflicts.append({"kind": "values-at-offset", "queue": q,
+                                     "offset": off, "values": sorted(vals)})
+    for v, a in sorted(acked.items()):
+        if a["offset"] is None or v not in reads:
+            continue
+        where = reads[v]
+        if (a["queue"], a["offset"]) not in where:
+            offset_conflicts.append({"kind": "value-at-offsets", "value": v,
+                                     "acked": [a["queue"], a["offset"]],
+                                     "read": sorted(list(x) for x in where)})
+    offset_gaps = []
+    read_offsets = defaultdict(set)
+    for v in reads:
+        for (q, off) in reads[v]:
+            read_offsets[q].add(off)
+    for q, offs in sorted(read_offsets.items(), key=lambda kv: str(kv[0])):
+        lo = min(offs)
+        hi = max(offs)
+        if hi - lo + 1 != len(offs):
+            missing = [o for o in range(lo, hi + 1) if o not in offs]
+            offset_gaps.append({"queue": q, "missing": missing[:50],
+                                "count": len(missing)})
+
+    # ---- FIFO ---------------------------------------------------------------
+    def offset_of(v):
+        a = acked[v]
+        for (q, off) in sorted(reads.get(v, ())):
+            if q == a["queue"]:
+                return off
+        return a["offset"]
+
+    # (a) per producer, per queue, in invoke order.
+    per_pq = defaultdict(list)
+    for v, a in acked.items():
+        p, c = split_id(v)
+        off = offset_of(v)
+        if off is None or c is None:
+            continue
+        per_pq[(p, a["queue"])].append((c, off, v))
+    for (p, q), lst in sorted(per_pq.items(), key=lambda kv: str(kv[0])):
+        lst.sort()
+        best = None
+        for c, off, v in lst:
+            if best is not None and off <= best[0]:
+                fifo.append({"kind": "producer-order", "producer": p,
+                             "queue": q, "value": v, "offset": off,
+                             "earlier": best[1], "earlier_offset": best[0]})
+            if best is None or off > best[0]:
+                best = (off, v)
+    # (b) realtime per queue: sweep by invoke time, max offset of everything
+    # completed before.
+    per_q = defaultdict(list)
+    for v, a in acked.items():
+        off = offset_of(v)
+        if off is None or a["invoke"] is None or a["complete"] is None:
+            continue
+        per_q[a["queue"]].append((a["invoke"], a["complete"], off, v))
+    for q, lst in sorted(per_q.items(), key=lambda kv: str(kv[0])):
+        by_inv = sorted(lst)
+        by_done = sorted(lst, key=lambda x: x[1])
+        j = 0
+        best = None  # (offset, value)
+        for inv, _done, off, v in by_inv:
+            while j < len(by_done) and by_done[j][1] < inv:
+                cand = by_done[j]
+                if best is None or cand[2] > best[0]:
+                    best = (cand[2], cand[3])
+                j += 1
+            if best is not None and best[0] > off:
+                fifo.append({"kind": "realtime", "queue": q, "value": v,
+                             "offset": off, "earlier": best[1],
+                             "earlier_offset": best[0]})
+
+    # ---- stale leader reads (reported only) ----------------------------
+    stale = []
+    acks_by_q = defaultdict(list)
+    for v, a in acked.items():
+        if a["offset"] is not None and a["complete"] is not None:
+            acks_by_q[a["queue"]].append((a["complete"], a["offset"], v))
+    for q in acks_by_q:
+        acks_by_q[q].sort()
+    reads_by_q = defaultdict(list)
+    for inv, q, end, proc, done in leader_reads:
+        if inv is not None:
+            reads_by_q[q].append((inv, end, proc, done))
+    for q, lst in reads_by_q.items():
+        lst.sort()
+        acks = acks_by_q.get(q, [])
+        j = 0
+        best = None
+        for inv, end, proc, done in lst:
+            while j < len(acks) and acks[j][0] < inv:
+                if best is None or acks[j][1] > best[0]:
+                    best = (acks[j][1], acks[j][2])
+                j += 1
+            if best is not None and end <= best[0]:
+                stale.append({"queue": q, "process": proc, "end": end,
+                              "acked_offset": best[0], "acked": best[1],
+                              "invoke": inv, "complete": done})
+
+    # ---- availability -------------------------------------------------------
+    heal = final_heal if final_heal is not None else last_nemesis
+    recovery_s = None
+    if heal is not None:
+        after = [t for t in produce_ok_times if t >= heal]
+        if after:
+            recovery_s = (min(after) - heal) / 1e9
+
+    n_attempt = len(attempts)
+    n_acked = len(acked)
+    n_lost = len(lost_values)
+    result = {
+        "history_version": HISTORY_VERSION,
+        "counts": {
+            "attempt": n_attempt,
+            "acknowledged": n_acked,
+            "failed": len(failed),
+            "info": len(infos),
+            "read_distinct": len(read_anywhere),
+            "lost": n_lost,
+            "lost_prefix": len(lost["prefix"]),
+            "lost_middle": len(lost["middle"]),
+            "lost_postfix": len(lost["postfix"]),
+            "lost_but_seen": len(lost_but_seen),
+            "unexpected": len(unexpected),
+            "failed_seen": len(failed_seen),
+            "duplicated": len(duplicated),
+            "recovered": len(recovered),
+            "lost_on_node": sum(len(x) for x in lost_on_node.values()),
+            "fifo": len(fifo),
+            "offset_conflicts": len(offset_conflicts),
+            "offset_gaps": sum(g["count"] for g in offset_gaps),
+            "stale_leader_reads": len(stale),
+            "fetch_ok": op_count[("fetch", "ok")],
+            "final_read_nodes": len(final_reads),
+        },
+        "lost": lost,
+        "lost_but_seen": lost_but_seen,
+        "unexpected": unexpected,
+        "failed_seen": failed_seen,
+        "duplicated": duplicated,
+        "recovered": recovered,
+        "lost_on_node": lost_on_node,
+        "incomplete_final_reads": incomplete_nodes,
+        "fifo": fifo,
+        "offset_conflicts": offset_conflicts,
+        "offset_gaps": offset_gaps,
+        "stale_leader_reads": stale,
+        "drain_caught_up": caught_up,
+        "drain_incomplete": sorted(str(q) for q in drain_incomplete),
+        "recovery_after_heal_s": recovery_s,
+        "final_heal_seen": heal is not None,
+    }
+    if n_attempt:
+        for k in ("acknowledged", "lost", "unexpected", "duplicated",
+                  "recovered"):
+            result["counts"][k + "_frac"] = round(
+                result["counts"][k] / n_attempt, 6)
+    problems = [k for k in INVALID_CLASSES if result["counts"][k]]
+    acked_queues = {a["queue"] for a in acked.values()}
+    undrained = sorted(str(q) for q in acked_queues - drain_queues)
+    result["undrained_queues"] = undrained
+    if problems:
+        verdict = "invalid"
+    elif n_acked == 0 or undrained:
+        verdict = "unknown"
+    else:
+        verdict = "valid"
+    result["problems"] = problems
+    result["verdict"] = verdict
+    return result
+
+
+def format_report(r, limit=10):
+    c = r["counts"]
+    lines = ["verdict: %s%s" % (r["verdict"].upper(),
+                                ("  (" + ", ".join(r["problems"]) + ")")
+                                if r["problems"] else "")]
+    lines.append("attempt %d  acknowledged %d  failed %d  info %d  "
+                 "read %d" % (c["attempt"], c["acknowledged"], c["failed"],
+                              c["info"], c["read_distinct"]))
+    lines.append("lost %d (prefix %d, middle %d, postfix %d; seen before "
+                 "%d)  unexpected %d  failed-seen %d  duplicated %d  "
+                 "recovered %d"
+                 % (c["lost"], c["lost_prefix"], c["lost_middle"],
+                    c["lost_postfix"], c["lost_but_seen"], c["unexpected"],
+                    c["failed_seen"],
+                    c["duplicated"], c["recovered"]))
+    lines.append("lost-on-node %d  fifo %d  offset-conflicts %d  "
+                 "offset-gaps %d  drain-caught-up %s"
+                 % (c["lost_on_node"], c["fifo"], c["offset_conflicts"],
+                    c["offset_gaps"], r["drain_caught_up"]))
+    lines.append("stale-leader-reads %d (reported only)"
+                 % c["stale_leader_reads"])
+    rec = r["recovery_after_heal_s"]
+    if rec is not None:
+        lines.append("recovery after final heal: %.3f s" % rec)
+    elif r.get("final_heal_seen"):
+        lines.append("recovery after final heal: NONE (no produce "
+                     "succeeded after the final heal)")
+    else:
+        lines.append("recovery after final heal: n/a (no nemesis events)")
+    if r["drain_incomplete"]:
+        lines.append("drain timed out before reaching the highest "
+                     "acknowledged offset on: %s"
+                     % ", ".join(r["drain_incomplete"]))
+    if r["undrained_queues"]:
+        lines.append("queues with acks but no drain: %s"
+                     % ", ".join(r["undrained_queues"]))
+    if r["incomplete_final_reads"]:
+        lines.append("nodes whose final read did not complete: %s"
+                     % ", ".join(str(n) for n in r["incomplete_final_reads"]))
+    for k in ("prefix", "middle", "postfix"):
+        if r["lost"][k]:
+            lines.append("  lost %s: %s" % (k, r["lost"][k][:limit]))
+    for k in ("unexpected", "failed_seen", "duplicated"):
+        if r[k]:
+            lines.append("  %s: %s" % (k, r[k][:limit]))
+    for node, miss in sorted(r["lost_on_node"].items()):
+        lines.append("  lost on %s: %d, e.g. %s" % (node, len(miss),
+                                                    miss[:limit]))
+    for k in ("fifo", "offset_conflicts"):
+        for item in r[k][:limit]:
+            lines.append("  %s: %s" % (k, json.dumps(item, sort_keys=True)))
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description="judge a tern Jepsen history")
+    ap.add_argument("history", help="JSONL history file")
+    ap.add_argument("--out", help="write the full result as JSON here")
+    ap.add_argument("--quiet", action="store_true",
+                    help="print only the verdict line")
+    args = ap.parse_args(argv)
+    try:
+        r = check(load_history(args.history))
+    except (OSError, HistoryError) as e:
+        print("checker: %s" % e, file=sys.stderr)
+        return 3
+    if args.out:
+        with open(args.out, "w", encoding="utf-8") as fh:
+            json.dump(r, fh, indent=1, sort_keys=True)
+            fh.write("\n")
+    rep = format_report(r)
+    print(rep.splitlines()[0] if args.quiet else rep)
+    return {"valid": 0, "invalid": 1}.get(r["verdict"], 2)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

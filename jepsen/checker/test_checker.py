@@ -1,0 +1,355 @@
+#!/usr/bin/env python3
+"""
+Unit tests of jepsen/checker/checker.py on hand-written histories: a valid
+history is judged valid, and every error class (lost prefix/middle/postfix,
+unexpected, failed-seen, duplicated, lost-on-node, FIFO producer-order /
+realtime / nonmonotonic, offset conflicts both ways) is detected and makes
+the verdict invalid; recovered and gaps are reported without invalidating.
+Run: python3 -m unittest -v test_checker  (from this folder), or
+jepsen/run-checker-tests.sh.
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import checker  # noqa: E402
+
+
+class H:
+    """Builds a history: a clock that ticks 1 ms per event."""
+
+    def __init__(self):
+        self.ev = []
+        self.t = 0
+
+    def add(self, **kw):
+        self.t += 1_000_000
+        kw.setdefault("time", self.t)
+        self.ev.append(kw)
+        return self
+
+    def produce(self, proc, counter, queue="q", result="ok", offset=None):
+        v = "%s-%d" % (proc, counter)
+        self.add(process=proc, type="invoke", f="produce", queue=queue,
+                 value=v)
+        done = dict(process=proc, type=result, f="produce", queue=queue,
+                    value=v, node="n1")
+        if result == "ok":
+            done["offset"] = offset
+        self.add(**done)
+        return v
+
+    def read(self, proc, pairs, queue="q", f="fetch", node="n1", **extra):
+        self.add(process=proc, type="invoke", f=f, queue=queue)
+        self.add(process=proc, type="ok", f=f, queue=queue,
+                 value=[list(p) for p in pairs], node=node, **extra)
+        return self
+
+    def nemesis(self, f):
+        return self.add(process="nemesis", type="info", f=f)
+
+
+def valid_history(nodes=("n1", "n2", "n3")):
+    """Two producers, one consumer, a drain and per-node final reads."""
+    h = H()
+    h.produce(0, 0, offset=0)
+    h.produce(1, 0, offset=1)
+    h.read(10, [(0, "0-0"), (1, "1-0")])
+    h.nemesis("start-partition")
+    h.produce(0, 1, offset=2)
+    h.produce(1, 1, result="info")      # ambiguous, later read: recovered
+    h.produce(1 + 5, 0, result="fail")  # definite failure, never read
+    h.nemesis("final-heal")
+    h.produce(0, 2, offset=4)
+    h.read(10, [(2, "0-1"), (3, "1-1"), (4, "0-2")])
+    all_pairs = [(0, "0-0"), (1, "1-0"), (2, "0-1"), (3, "1-1"), (4, "0-2")]
+    h.read(20, all_pairs, f="drain")
+    for n in nodes:
+        h.read(30, all_pairs, f="final-read", node=n)
+    return h
+
+
+class CheckerTest(unittest.TestCase):
+    def judge(self, h):
+        return checker.check(h.ev)
+
+    def assert_only(self, r, *classes):
+        self.assertEqual(r["verdict"], "invalid")
+        self.assertEqual(sorted(r["problems"]), sorted(classes))
+
+    def test_valid_history_is_valid(self):
+        r = self.judge(valid_history())
+        self.assertEqual(r["verdict"], "valid", r)
+        self.assertEqual(r["problems"], [])
+        c = r["counts"]
+        self.assertEqual(c["attempt"], 6)
+        self.assertEqual(c["acknowledged"], 4)
+        self.assertEqual(c["failed"], 1)
+        self.assertEqual(c["info"], 1)
+        self.assertEqual(c["recovered"], 1)
+        self.assertEqual(r["recovered"], ["1-1"])
+        self.assertEqual(c["lost"], 0)
+        self.assertTrue(r["drain_caught_up"])
+        # final-heal at t=10 ms, next produce ok at t=12 ms.
+        self.assertAlmostEqual(r["recovery_after_heal_s"], 0.002)
+
+    def test_lost_prefix_middle_postfix(self):
+        h = H()
+        for c in range(5):
+            h.produce(0, c, offset=c)
+        # Reader sees 0-1 and 0-3 only: 0-0 prefix, 0-2 middle, 0-4 postfix.
+        h.read(10, [(1, "0-1"), (3, "0-3")], f="drain")
+        r = self.judge(h)
+        self.assert_only(r, "lost")
+        self.assertEqual(r["lost"], {"prefix": ["0-0"], "middle": ["0-2"],
+                                     "postfix": ["0-4"]})
+        self.assertFalse(r["drain_caught_up"])
+
+    def test_lost_when_seen_earlier_but_missing_from_drain(self):
+        h = H()
+        h.produce(0, 0, offset=0)
+        h.produce(0, 1, offset=1)
+        h.read(10, [(0, "0-0"), (1, "0-1")])   # visible ...
+        h.read(20, [(0, "0-0")], f="drain")     # ... then gone
+        r = self.judge(h)
+        self.assert_only(r, "lost")
+        self.assertEqual(r["lost"]["postfix"], ["0-1"])
+        self.assertEqual(r["lost_but_seen"], ["0-1"])
+
+    def test_incomplete_final_read_fail_event(self):
+        h = valid_history(nodes=("n1", "n2"))
+        h.add(process=30, type="invoke", f="final-read", queue="q",
+              node="n3")
+        h.add(process=30, type="fail", f="final-read", queue="q", node="n3",
+              complete=False, value=[[0, "0-0"]])
+        r = self.judge(h)
+        self.assertEqual(r["verdict"], "valid")
+        self.assertEqual(r["incomplete_final_reads"], ["n3"])
+
+    def test_lost_producer_never_read_is_postfix(self):
+        h = H()
+        h.produce(0, 0, offset=0)
+        h.produce(1, 0, offset=1)
+        h.read(10, [(0, "0-0")], f="drain")
+        r = self.judge(h)
+        self.assert_only(r, "lost")
+        self.assertEqual(r["lost"]["postfix"], ["1-0"])
+
+    def test_info_never_read_is_not_lost(self):
+        h = H()
+        h.produce(0, 0, offset=0)
+        h.produce(0, 1, result="info")
+        h.read(10, [(0, "0-0")], f="drain")
+        r = self.judge(h)
+        self.assertEqual(r["verdict"], "valid")
+        self.assertEqual(r["counts"]["recovered"], 0)
+
+    def test_unexpected(self):
+        h = H()
+        h.produce(0, 0, offset=0)
+        h.read(10, [(0, "0-0"), (1, "9-9")], f="drain")
+        r = self.judge(h)
+        self.assert_only(r, "unexpected")
+        self.assertEqual(r["unexpected"], ["9-9"])
+
+    def test_failed_seen(self):
+        h = H()
+        h.produce(0, 0, offset=0)
+        h.produce(1, 0, result="fail")
+        h.read(10, [(0, "0-0"), (1, "1-0")], f="drain")
+        r = self.judge(h)
+        self.assert_only(r, "failed_seen")
+        self.assertEqual(r["failed_seen"], ["1-0"])
+
+    def test_duplicated(self):
+        h = H()
+        h.produce(0, 0, offset=0)
+        h.produce(0, 1, result="info")
+        # 0-1 was appended twice (a retry not deduplicated).
+        h.read(10, [(0, "0-0"), (1, "0-1"), (2, "0-1")], f="drain")
+        r = self.judge(h)
+        self.assertIn("duplicated", r["problems"])
+        self.assertEqual(r["duplicated"], ["0-1"])
+        self.assertEqual(r["verdict"], "invalid")
+
+    def test_lost_on_node(self):
+        h = valid_history(nodes=("n1", "n2"))
+        h.read(30, [(0, "0-0"), (1, "1-0"), (2, "0-1"), (3, "1-1")],
+               f="final-read", node="n3")
+        r = self.judge(h)
+        self.assert_only(r, "lost_on_node")
+        self.assertEqual(r["lost_on_node"], {"n3": ["0-2"]})
+
+    def test_incomplete_final_read_is_not_judged(self):
+        h = valid_history(nodes=("n1", "n2"))
+        h.read(30, [(0, "0-0")], f="final-read", node="n3", complete=False)
+        r = self.judge(h)
+        self.assertEqual(r["verdict"], "valid")
+        self.assertEqual(r["incomplete_final_reads"], ["n3"])
+
+    def test_incomplete_final_read_judged_when_node_claims_caught_up(self):
+        h = valid_history(nodes=("n1", "n2"))
+        h.add(process=30, type="invoke", f="final-read", queue="q",
+              node="n3")
+        h.add(process=30, type="fail", f="final-read", queue="q", node="n3",
+              complete=False, node_applied=120, leader_commit=120,
+              value=[[0, "0-0"]])
+        r = self.judge(h)
+        self.assert_only(r, "lost_on_node")
+        self.assertEqual(sorted(r["lost_on_node"]["n3"]),
+                         ["0-1", "0-2", "1-0"])
+
+    def test_fifo_producer_order(self):
+        h = H()
+        h.produce(0, 0, offset=1)
+        h.produce(0, 1, offset=0)   # later produce, smaller offset
+        h.read(10, [(0, "0-1"), (1, "0-0")], f="drain")
+        r = self.judge(h)
+        self.assertIn("fifo", r["problems"])
+        kinds = {x["kind"] for x in r["fifo"]}
+        self.assertIn("producer-order", kinds)
+        self.assertNotIn("offset_conflicts", r["problems"])
+        self.assertNotIn("lost", r["problems"])
+
+    def test_fifo_realtime_across_producers(self):
+        h = H()
+        h.produce(0, 0, offset=1)   # completes ...
+        h.produce(1, 0, offset=0)   # ... before this is invoked
+        h.read(10, [(0, "1-0"), (1, "0-0")], f="drain")
+        r = self.judge(h)
+        self.assert_only(r, "fifo")
+        self.assertEqual([x["kind"] for x in r["fifo"]], ["realtime"])
+        self.assertEqual(r["fifo"][0]["value"], "1-0")
+
+    def test_concurrent_produces_may_reorder(self):
+        h = H()
+        h.add(process=0, type="invoke", f="produce", queue="q", value="0-0")
+        h.add(process=1, type="invoke", f="produce", queue="q", value="1-0")
+        h.add(process=0, type="ok", f="produce", queue="q", value="0-0",
+              offset=1)
+        h.add(process=1, type="ok", f="produce", queue="q", value="1-0",
+              offset=0)
+        h.read(10, [(0, "1-0"), (1, "0-0")], f="drain")
+        self.assertEqual(self.judge(h)["verdict"], "valid")
+
+    def test_fifo_nonmonotonic_reader(self):
+        h = H()
+        h.produce(0, 0, offset=0)
+        h.produce(0, 1, offset=1)
+        h.read(10, [(0, "0-0"), (1, "0-1")])
+        h.read(10, [(0, "0-0")])    # same session went backwards
+        h.read(20, [(0, "0-0"), (1, "0-1")], f="drain")
+        r = self.judge(h)
+        self.assert_only(r, "fifo")
+        self.assertEqual(r["fifo"][0]["kind"], "nonmonotonic")
+
+    def test_offset_conflict_two_values_one_offset(self):
+        h = H()
+        h.produce(0, 0, offset=0)
+        h.produce(1, 0, offset=1)
+        h.read(10, [(0, "0-0"), (1, "1-0")], f="drain")
+        # A node that diverged holds another value at offset 1.
+        h.read(11, [(0, "0-0"), (1, "0-0x")], f="fetch", node="n3")
+        r = self.judge(h)
+        self.assertIn("offset_conflicts", r["problems"])
+        kinds = [x["kind"] for x in r["offset_conflicts"]]
+        self.assertIn("values-at-offset", kinds)
+
+    def test_offset_conflict_ack_vs_read(self):
+        h = H()
+        h.produce(0, 0, offset=0)
+        h.produce(0, 1, offset=5)   # server acked offset 5 ...
+        h.read(10, [(0, "0-0"), (1, "0-1")], f="drain")  # ... stored at 1
+        r = self.judge(h)
+        self.assertIn("offset_conflicts", r["problems"])
+        kinds = [x["kind"] for x in r["offset_conflicts"]]
+        self.assertEqual(kinds, ["value-at-offsets"])
+        self.assertEqual(r["counts"]["duplicated"], 0)
+
+    def test_ack_without_offset_is_fine(self):
+        h = H()
+        h.produce(0, 0, offset=None)
+        h.read(10, [(0, "0-0")], f="drain")
+        self.assertEqual(self.judge(h)["verdict"], "valid")
+
+    def test_gaps_reported_not_invalid(self):
+        h = H()
+        h.produce(0, 0, offset=0)
+        h.produce(0, 1, offset=3)
+        h.read(10, [(0, "0-0"), (3, "0-1")], f="drain")
+        r = self.judge(h)
+        self.assertEqual(r["verdict"], "valid")
+        self.assertEqual(r["counts"]["offset_gaps"], 2)
+
+    def test_stale_leader_read_reported_not_invalid(self):
+        h = H()
+        h.produce(0, 0, offset=0)
+        h.produce(0, 1, offset=1)
+        # A "leader" read invoked after both acks says the queue ends at 1.
+        h.read(10, [(0, "0-0")], read_from="leader", end=1)
+        h.read(11, [(0, "0-0")], read_from="any", end=1)   # fine: follower
+        h.read(20, [(0, "0-0"), (1, "0-1")], f="drain")
+        r = self.judge(h)
+        self.assertEqual(r["verdict"], "valid")
+        self.assertEqual(r["counts"]["stale_leader_reads"], 1)
+        self.assertEqual(r["stale_leader_reads"][0]["acked"], "0-1")
+
+    def test_unknown_without_drain(self):
+        h = H()
+        h.produce(0, 0, offset=0)
+        h.read(10, [(0, "0-0")])
+        r = self.judge(h)
+        self.assertEqual(r["verdict"], "unknown")
+        self.assertEqual(r["undrained_queues"], ["q"])
+
+    def test_unknown_without_acks(self):
+        h = H()
+        h.produce(0, 0, result="info")
+        self.assertEqual(self.judge(h)["verdict"], "unknown")
+
+    def test_multi_queue(self):
+        h = H()
+        h.produce(0, 0, queue="a", offset=0)
+        h.produce(0, 1, queue="b", offset=0)
+        h.produce(0, 2, queue="a", offset=1)
+        h.read(10, [(0, "0-0"), (1, "0-2")], queue="a", f="drain")
+        h.read(10, [(0, "0-1")], queue="b", f="drain")
+        self.assertEqual(self.judge(h)["verdict"], "valid")
+
+    def test_cli_exit_codes_and_out(self):
+        with tempfile.TemporaryDirectory() as d:
+            for name, hist, code in (("ok", valid_history(), 0),
+                                     ("bad", self._bad(), 1)):
+                p = os.path.join(d, name + ".jsonl")
+                with open(p, "w") as fh:
+                    for ev in hist.ev:
+                        fh.write(json.dumps(ev) + "\n")
+                out = os.path.join(d, name + ".json")
+                rc = subprocess.run(
+                    [sys.executable, checker.__file__, p, "--out", out,
+                     "--quiet"], stdout=subprocess.DEVNULL).returncode
+                self.assertEqual(rc, code)
+                with open(out) as fh:
+                    self.assertIn(json.load(fh)["verdict"],
+                                  ("valid", "invalid"))
+            p = os.path.join(d, "broken.jsonl")
+            with open(p, "w") as fh:
+                fh.write("{not json\n")
+            rc = subprocess.run([sys.executable, checker.__file__, p],
+                                stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL).returncode
+            self.assertEqual(rc, 3)
+
+    def _bad(self):
+        h = H()
+        h.produce(0, 0, offset=0)
+        h.read(10, [], f="drain")
+        return h
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,903 @@
+/*
+ * tern-jepsen-driver: the Jepsen-style workload driver for tern. It drives a
+ * cluster through the real libtern (<tern/tern.h>, so the library's retry
+ * and leader following are under test too) and appends one JSON line per
+ * event to a history file, in the format judged by jepsen/checker/checker.py
+ * (documented at the top of that file; history format version 1).
+ *
+ * Phases (each bounded in time and count):
+ *   1. setup: create the queues (retrying until --setup-timeout);
+ *   2. workload, --time seconds: --producers threads each produce unique
+ *      ids "<process>-<counter>" to a random queue (one message per batch,
+ *      idempotent producer: each client has its own producer id), at most
+ *      --rate ops/s and --max-ops ops per thread; --consumers threads read
+ *      every queue by offset from 0 (consumer i reads from the leader when
+ *      i is even, from any server when odd);
+ *   3. drain: for each queue, read everything from offset 0 through the
+ *      leader until --drain-quiet consecutive empty answers at the end
+ *      (bounded by --drain-timeout);
+ *   4. final reads: for each node, read each queue from that node alone up
+ *      to the end the drain saw (bounded by --final-timeout), recorded with
+ *      "complete": false when the node did not catch up.
+ *
+ * Outcomes: a produce that returns 0 is "ok" (with the acknowledged
+ * offset); TERN_ENOQUEUE / EBADNAME / ETOOBIG / EINVAL are "fail" (the
+ * write cannot have happened); every other error (TERN_ETIMEDOUT,
+ * TERN_ELEADERSHIPLOST, connection errors, ...) is "info" (outcome unknown):
+ * the process is retired, its client freed, and the thread continues as a
+ * new process with a new client (new producer id). Read errors are "info"
+ * too and also retire the reader.
+ *
+ * Threads: one tern_client per thread (libtern is not thread-safe); the
+ * history file is shared under a mutex and flushed per line, so a crash
+ * keeps everything written so far.
+ *
+ * Build: see jepsen/driver/Makefile (links libtern from a build tree).
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <tern/tern.h>
+
+#define DRV__MAX_NODES 9
+#define DRV__MAX_QUEUES 16
+#define DRV__MAX_THREADS 64
+#define DRV__FETCH_MAX 200
+#define DRV__READ_WAIT_MS 100
+
+struct drv_node {
+    char name[32];
+    char addr[64];
+};
+
+struct drv_opts {
+    struct drv_node nodes[DRV__MAX_NODES];
+    int n_nodes;
+    char servers[DRV__MAX_NODES * 64];
+    const char *history;
+    const char *queue_prefix;
+    int queues;
+    int producers;
+    int consumers;
+    double time_s;
+    int rate;
+    long max_ops;
+    int request_timeout_ms;
+    int connect_timeout_ms;
+    double setup_timeout_s;
+    double drain_timeout_s;
+    double final_timeout_s;
+    int drain_quiet;
+    int async_window;
+};
+
+static struct drv_opts opts;
+static char queue_names[DRV__MAX_QUEUES][64];
+static FILE *hist;
+static pthread_mutex_t hist_mu = PTHREAD_MUTEX_INITIALIZER;
+static atomic_int next_process;
+static atomic_long stat_ok, stat_fail, stat_info, stat_reads;
+static uint64_t drain_end[DRV__MAX_QUEUES];
+/* The leader's commit index asked right after the drain (0: unknown). */
+static uint64_t drain_commit;
+/* Per queue: 1 + the highest offset any produce was acknowledged at (0:
+ * none), the least end the final drain must reach. */
+static uint64_t acked_end[DRV__MAX_QUEUES];
+static pthread_mutex_t acked_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static void note_acked(const char *queue, uint64_t off)
+{
+    if (off == UINT64_MAX) {
+        return;
+    }
+    for (int i = 0; i < opts.queues; i++) {
+        if (strcmp(queue_names[i], queue) == 0) {
+            pthread_mutex_lock(&acked_mu);
+            if (off + 1 > acked_end[i]) {
+                acked_end[i] = off + 1;
+            }
+            pthread_mutex_unlock(&acked_mu);
+            return;
+        }
+    }
+}
+
+/* ---- helpers --------------------------------------------------------- */
+
+static int64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}
+
+/* Growable string for one history line. */
+struct sbuf {
+    char *p;
+    size_t len, cap;
+};
+
+static void sb_reserve(struct sbuf *b, size_t more)
+{
+    if (b->len + more + 1 <= b->cap) {
+        return;
+    }
+    size_t cap = b->cap ? b->cap : 256;
+    while (cap < b->len + more + 1) {
+        cap *= 2;
+    }
+    char *p = realloc(b->p, cap);
+    if (p == NULL) {
+        fprintf(stderr, "driver: out of memory\n");
+        abort();
+    }
+    b->p = p;
+    b->cap = cap;
+}
+
+static void sb_printf(struct sbuf *b, const char *fmt, ...)
+{
+    va_list ap;
+    int n;
+    va_start(ap, fmt);
+    n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    sb_reserve(b, (size_t)n);
+    va_start(ap, fmt);
+    vsnprintf(b->p + b->len, b->cap - b->len, fmt, ap);
+    va_end(ap);
+    b->len += (size_t)n;
+}
+
+/* Appends s (len bytes) as a JSON string literal. */
+static void sb_jstr(struct sbuf *b, const char *s, size_t len)
+{
+    sb_reserve(b, len * 6 + 2);
+    b->p[b->len++] = '"';
+    for (size_t i = 0; i < len; i++) {
+        unsigned char ch = (unsigned char)s[i];
+        if (ch == '"' || ch == '\\') {
+            b->p[b->len++] = '\\';
+            b->p[b->len++] = (char)ch;
+        } else if (ch < 0x20 || ch >= 0x7f) {
+            b->len += (size_t)snprintf(b->p + b->len, 7, "\\u%04x", ch);
+        } else {
+            b->p[b->len++] = (char)ch;
+        }
+    }
+    b->p[b->len++] = '"';
+    b->p[b->len] = '\0';
+}
+
+static void sb_free(struct sbuf *b)
+{
+    free(b->p);
+    memset(b, 0, sizeof(*b));
+}
+
+/* Starts a history line: {"process":P,"type":T,"f":F,"queue":Q,
+ * "time":now. Caller appends fields then calls hist_end. */
+static void hist_begin(struct sbuf *b, int process, const char *type,
+                       const char *f, const char *queue)
+{
+    b->len = 0;
+    sb_printf(b, "{\"process\":%d,\"type\":\"%s\",\"f\":\"%s\"", process,
+              type, f);
+    if (queue != NULL) {
+        sb_printf(b, ",\"queue\":");
+        sb_jstr(b, queue, strlen(queue));
+    }
+}
+
+static void hist_end(struct sbuf *b)
+{
+    /* The time is taken under the lock so the file is in time order. */
+    pthread_mutex_lock(&hist_mu);
+    sb_printf(b, ",\"time\":%" PRId64 "}\n", now_ns());
+    fwrite(b->p, 1, b->len, hist);
+    fflush(hist);
+    pthread_mutex_unlock(&hist_mu);
+}
+
+static void sb_node(struct sbuf *b, const char *addr)
+{
+    if (addr == NULL) {
+        return;
+    }
+    for (int i = 0; i < opts.n_nodes; i++) {
+        if (strcmp(opts.nodes[i].addr, addr) == 0) {
+            sb_printf(b, ",\"node\":\"%s\"", opts.nodes[i].name);
+            return;
+        }
+    }
+    sb_printf(b, ",\"node\":");
+    sb_jstr(b, addr, strlen(addr));
+}
+
+static void sb_error(struct sbuf *b, struct tern_client *c, int rv)
+{
+    const char *m = c != NULL ? tern_client_errmsg(c) : "";
+    sb_printf(b, ",\"error\":\"%s\",\"errmsg\":", tern_err_name(rv));
+    sb_jstr(b, m, strlen(m));
+}
+
+static struct tern_client *client_new(const char *servers, int read_from)
+{
+    struct tern_client_options o;
+    struct tern_client *c = NULL;
+    tern_client_options_init(&o);
+    o.request_timeout_ms = opts.request_timeout_ms;
+    o.connect_timeout_ms = opts.connect_timeout_ms;
+    o.read_from = read_from;
+    int rv = tern_client_new(servers, &o, &c);
+    if (rv != 0) {
+        fprintf(stderr, "driver: tern_client_new(%s): %s\n", servers,
+                tern_strerror(rv));
+        abort();
+    }
+    return c;
+}
+
+static int definite_failure(int rv)
+{
+    return rv == TERN_ENOQUEUE || rv == TERN_EBADNAME ||
+           rv == TERN_ETOOBIG || rv == TERN_EINVAL;
+}
+
+/* Appends ,"value":[[off,"id"],...] of a fetch result and returns count. */
+static size_t sb_pairs(struct sbuf *b, const struct tern_fetch_result *r,
+                       uint64_t *last_offset)
+{
+    size_t n = tern_fetch_result_count(r);
+    sb_printf(b, ",\"value\":[");
+    for (size_t i = 0; i < n; i++) {
+        uint64_t off = 0;
+        const void *data = NULL;
+        size_t len = 0;
+        tern_fetch_result_get(r, i, &off, NULL, &data, &len);
+        sb_printf(b, "%s[%" PRIu64 ",", i ? "," : "", off);
+        sb_jstr(b, data != NULL ? data : "", data != NULL ? len : 0);
+        sb_printf(b, "]");
+        if (last_offset != NULL) {
+            *last_offset = off;
+        }
+    }
+    sb_printf(b, "]");
+    return n;
+}
+
+/* ---- workers ----------------------------------------------------------- */
+
+struct worker {
+    pthread_t th;
+    int index;
+    int64_t deadline;
+    unsigned seed;
+};
+
+static void *producer_main(void *arg)
+{
+    struct worker *w = arg;
+    struct sbuf b = {0};
+    struct tern_client *c = client_new(opts.servers, TERN_READ_LEADER);
+    int proc = atomic_fetch_add(&next_process, 1);
+    long counter = 0;
+    int64_t period_ns = opts.rate > 0 ? 1000000000LL / opts.rate : 0;
+    int64_t next_at = now_ns();
+
+    for (long ops = 0; ops < opts.max_ops && now_ns() < w->deadline; ops++) {
+        const char *q = queue_names[rand_r(&w->seed) % (unsigned)opts.queues];
+        char value[64];
+        struct tern_msg m;
+        uint64_t off = 0;
+        int rv;
+
+        if (period_ns > 0) {
+            int64_t wait = next_at - now_ns();
+            if (wait > 0) {
+                sleep_ms((int)(wait / 1000000));
+            }
+            next_at += period_ns;
+            if (next_at < now_ns() - period_ns) {
+                next_at = now_ns();
+            }
+        }
+        snprintf(value, sizeof(value), "%d-%ld", proc, counter++);
+        m.data = value;
+        m.len = strlen(value);
+        hist_begin(&b, proc, "invoke", "produce", q);
+        sb_printf(&b, ",\"value\":\"%s\"", value);
+        hist_end(&b);
+        rv = tern_produce(c, q, &m, 1, &off);
+        if (rv == 0) {
+            hist_begin(&b, proc, "ok", "produce", q);
+            sb_printf(&b, ",\"value\":\"%s\"", value);
+            if (off == UINT64_MAX) {
+                sb_printf(&b, ",\"offset\":null");
+            } else {
+                sb_printf(&b, ",\"offset\":%" PRIu64, off);
+            }
+            sb_node(&b, tern_client_leader(c));
+            hist_end(&b);
+            note_acked(q, off);
+            atomic_fetch_add(&stat_ok, 1);
+            continue;
+        }
+        hist_begin(&b, proc, definite_failure(rv) ? "fail" : "info",
+                   "produce", q);
+        sb_printf(&b, ",\"value\":\"%s\"", value);
+        sb_node(&b, tern_client_leader(c));
+        sb_error(&b, c, rv);
+        hist_end(&b);
+        if (definite_failure(rv)) {
+            atomic_fetch_add(&stat_fail, 1);
+            continue;
+        }
+        atomic_fetch_add(&stat_info, 1);
+        /* Retire: the op may still take effect. */
+        tern_client_free(c);
+        c = client_new(opts.servers, TERN_READ_LEADER);
+        proc = atomic_fetch_add(&next_process, 1);
+        counter = 0;
+    }
+    tern_client_free(c);
+    sb_free(&b);
+    return NULL;
+}
+
+/* Async producer (--async-window W > 0): tern_produce_async with up to W
+ * one-message batches in flight per client. Several ops of one process are
+ * then concurrent; the checker's per-producer order check still applies,
+ * because libtern promises that batches to one queue are appended in call
+ * order (counter order). After an "info" completion the process drains its
+ * client (bounded), frees it and continues as a new process. */
+struct async_ctx {
+    struct sbuf b;
+    struct tern_client *c;
+    int proc;
+    int saw_info;
+};
+
+struct async_op {
+    struct async_ctx *ctx;
+    int proc;
+    char value[64];
+    char queue[64];
+};
+
+static void on_produce(void *arg, int status, uint64_t base_offset,
+                       size_t count)
+{
+    struct async_op *op = arg;
+    struct async_ctx *x = op->ctx;
+    const char *type = status == 0             ? "ok"
+                       : definite_failure(status) ? "fail"
+                                                  : "info";
+    hist_begin(&x->b, op->proc, type, "produce", op->queue);
+    sb_printf(&x->b, ",\"value\":\"%s\"", op->value);
+    if (status == 0) {
+        if (count == 0 || base_offset == UINT64_MAX) {
+            sb_printf(&x->b, ",\"offset\":null");
+        } else {
+            sb_printf(&x->b, ",\"offset\":%" PRIu64, base_offset);
+            note_acked(op->queue, base_offset);
+        }
+        atomic_fetch_add(&stat_ok, 1);
+    } else {
+        sb_error(&x->b, x->c, status);
+        if (definite_failure(status)) {
+            atomic_fetch_add(&stat_fail, 1);
+        } else {
+            atomic_fetch_add(&stat_info, 1);
+            x->saw_info = 1;
+        }
+    }
+    sb_node(&x->b, tern_client_leader(x->c));
+    hist_end(&x->b);
+    free(op);
+}
+
+/* Waits (bounded) for every pending batch, then frees the client: batches
+ * still pending complete with TERN_ECANCELED inside tern_client_free and
+ * are logged as info. */
+static void async_retire(struct async_ctx *x)
+{
+    int64_t until = now_ns() + 4LL * opts.request_timeout_ms * 1000000LL;
+    while (tern_client_pending(x->c) > 0 && now_ns() < until) {
+        if (tern_client_poll(x->c, 50) < 0) {
+            sleep_ms(10);
+        }
+    }
+    tern_client_free(x->c);
+    x->c = NULL;
+}
+
+static void *async_producer_main(void *arg)
+{
+    struct worker *w = arg;
+    struct async_ctx x = {0};
+    long counter = 0;
+    int64_t period_ns = opts.rate > 0 ? 1000000000LL / opts.rate : 0;
+    int64_t next_at = now_ns();
+
+    x.c = client_new(opts.servers, TERN_READ_LEADER);
+    x.proc = atomic_fetch_add(&next_process, 1);
+    for (long ops = 0, it = 0; ops < opts.max_ops && now_ns() < w->deadline &&
+                               it < 100 * opts.max_ops;
+         it++) {
+        int64_t wait = next_at - now_ns();
+        if (wait > 0 ||
+            tern_client_pending(x.c) >= (size_t)opts.async_window) {
+            int ms = wait > 0 ? (int)(wait / 1000000) + 1 : 20;
+            if (tern_client_poll(x.c, ms) < 0) {
+                sleep_ms(5);
+            }
+        } else {
+            const char *q =
+                queue_names[rand_r(&w->seed) % (unsigned)opts.queues];
+            struct async_op *op = calloc(1, sizeof(*op));
+            struct tern_msg m;
+            int rv;
+            if (op == NULL) {
+                abort();
+            }
+            op->ctx = &x;
+            op->proc = x.proc;
+            snprintf(op->value, sizeof(op->value), "%d-%ld", x.proc,
+                     counter++);
+            snprintf(op->queue, sizeof(op->queue), "%s", q);
+            m.data = op->value;
+            m.len = strlen(op->value);
+            hist_begin(&x.b, x.proc, "invoke", "produce", q);
+            sb_printf(&x.b, ",\"value\":\"%s\"", op->value);
+            hist_end(&x.b);
+            rv = tern_produce_async(x.c, q, &m, 1, on_produce, op);
+            if (rv != 0) {
+                /* Not queued: the callback never fires, nothing sent. */
+                hist_begin(&x.b, x.proc, "fail", "produce", q);
+                sb_printf(&x.b, ",\"value\":\"%s\"", op->value);
+                sb_error(&x.b, x.c, rv);
+                hist_end(&x.b);
+                free(op);
+            }
+            ops++;
+            next_at += period_ns;
+            if (next_at < now_ns() - period_ns) {
+                next_at = now_ns();
+            }
+            tern_client_poll(x.c, 0);
+        }
+        if (x.saw_info) {
+            async_retire(&x);
+            x.c = client_new(opts.servers, TERN_READ_LEADER);
+            x.proc = atomic_fetch_add(&next_process, 1);
+            x.saw_info = 0;
+            counter = 0;
+        }
+    }
+    async_retire(&x);
+    sb_free(&x.b);
+    return NULL;
+}
+
+static void *consumer_main(void *arg)
+{
+    struct worker *w = arg;
+    struct sbuf b = {0};
+    int read_from = (w->index % 2 == 0) ? TERN_READ_LEADER : TERN_READ_ANY;
+    struct tern_client *c = client_new(opts.servers, read_from);
+    int proc = atomic_fetch_add(&next_process, 1);
+    uint64_t cursor[DRV__MAX_QUEUES] = {0};
+
+    for (long ops = 0; ops < 10 * opts.max_ops && now_ns() < w->deadline;
+         ops++) {
+        int qi = (int)(ops % opts.queues);
+        const char *q = queue_names[qi];
+        struct tern_fetch_result *r = NULL;
+        int rv;
+
+        hist_begin(&b, proc, "invoke", "fetch", q);
+        sb_printf(&b, ",\"offset\":%" PRIu64, cursor[qi]);
+        hist_end(&b);
+        rv = tern_fetch(c, q, cursor[qi], DRV__FETCH_MAX, 1u << 20,
+                        DRV__READ_WAIT_MS, &r);
+        if (rv == 0) {
+            hist_begin(&b, proc, "ok", "fetch", q);
+            sb_printf(&b, ",\"offset\":%" PRIu64 ",\"end\":%" PRIu64
+                          ",\"read_from\":\"%s\"",
+                      cursor[qi], tern_fetch_result_end_offset(r),
+                      read_from == TERN_READ_LEADER ? "leader" : "any");
+            sb_pairs(&b, r, NULL);
+            if (read_from == TERN_READ_LEADER) {
+                sb_node(&b, tern_client_leader(c));
+            }
+            hist_end(&b);
+            if (tern_fetch_result_count(r) > 0) {
+                cursor[qi] = tern_fetch_result_next_offset(r);
+            }
+            tern_fetch_result_free(r);
+            atomic_fetch_add(&stat_reads, 1);
+            continue;
+        }
+        hist_begin(&b, proc, "info", "fetch", q);
+        sb_printf(&b, ",\"offset\":%" PRIu64 ",\"read_from\":\"%s\"",
+                  cursor[qi],
+                  read_from == TERN_READ_LEADER ? "leader" : "any");
+        sb_error(&b, c, rv);
+        hist_end(&b);
+        tern_client_free(c);
+        c = client_new(opts.servers, read_from);
+        proc = atomic_fetch_add(&next_process, 1);
+        sleep_ms(50);
+    }
+    tern_client_free(c);
+    sb_free(&b);
+    return NULL;
+}
+
+/* ---- setup, drain and final reads ------------------------------------- */
+
+static int setup_queues(void)
+{
+    struct sbuf b = {0};
+    int64_t deadline = now_ns() + (int64_t)(opts.setup_timeout_s * 1e9);
+    int ok = 1;
+    for (int i = 0; i < opts.queues; i++) {
+        int rv = -1;
+        while (now_ns() < deadline) {
+            struct tern_client *c = client_new(opts.servers, TERN_READ_LEADER);
+            int proc = atomic_fetch_add(&next_process, 1);
+            hist_begin(&b, proc, "invoke", "create-queue", queue_names[i]);
+            hist_end(&b);
+            rv = tern_queue_create(c, queue_names[i]);
+            if (rv == TERN_EQUEUEEXISTS) {
+                rv = 0;
+            }
+            hist_begin(&b, proc, rv == 0 ? "ok" : "info", "create-queue",
+                       queue_names[i]);
+            if (rv != 0) {
+                sb_error(&b, c, rv);
+            }
+            hist_end(&b);
+            if (rv != 0) {
+                fprintf(stderr, "driver: create %s: %s (%s)\n",
+                        queue_names[i], tern_err_name(rv),
+                        tern_client_errmsg(c));
+            }
+            tern_client_free(c);
+            if (rv == 0) {
+                break;
+            }
+            sleep_ms(200);
+        }
+        if (rv != 0) {
+            ok = 0;
+        }
+    }
+    sb_free(&b);
+    return ok ? 0 : -1;
+}
+
+/* Reads queue q from offset 0 up to its end with client c, writing one
+ * event (f, "complete") at the end. Complete when `quiet` fetches in a row
+ * returned nothing at the end and the offset reached target (the drain:
+ * 1 + the highest acknowledged offset, so a lagging server cannot end it
+ * early; a node's final read: the end the drain reached). Returns the end
+ * offset reached. */
+static uint64_t read_all(const char *f, int qi, const char *servers,
+                         int read_from, const char *node, uint64_t target,
+                         int quiet, double timeout_s, int *complete)
+{
+    const char *q = queue_names[qi];
+    int64_t deadline = now_ns() + (int64_t)(timeout_s * 1e9);
+    struct sbuf pairs = {0};
+    struct sbuf b = {0};
+    struct tern_client *c = client_new(servers, read_from);
+    int proc = atomic_fetch_add(&next_process, 1);
+    uint64_t off = 0;
+    int empty_in_row = 0;
+    size_t n_pairs = 0;
+    long errors = 0;
+
+    *complete = 0;
+    hist_begin(&b, proc, "invoke", f, q);
+    if (node != NULL) {
+        sb_printf(&b, ",\"node\":\"%s\"", node);
+    }
+    hist_end(&b);
+    sb_printf(&pairs, "%s", "");
+    for (long it = 0; it < 1000000 && now_ns() < deadline; it++) {
+        struct tern_fetch_result *r = NULL;
+        int rv = tern_fetch(c, q, off, DRV__FETCH_MAX, 1u << 20,
+                            DRV__READ_WAIT_MS, &r);
+        if (rv != 0) {
+            errors++;
+            tern_client_free(c);
+            c = client_new(servers, read_from);
+            sleep_ms(100);
+            continue;
+        }
+        size_t n = tern_fetch_result_count(r);
+        uint64_t end = tern_fetch_result_end_offset(r);
+        for (size_t i = 0; i < n; i++) {
+            uint64_t o = 0;
+            const void *data = NULL;
+            size_t len = 0;
+            tern_fetch_result_get(r, i, &o, NULL, &data, &len);
+            sb_printf(&pairs, "%s[%" PRIu64 ",", n_pairs ? "," : "", o);
+            sb_jstr(&pairs, data != NULL ? data : "", data ? len : 0);
+            sb_printf(&pairs, "]");
+            n_pairs++;
+        }
+        if (n > 0) {
+            off = tern_fetch_result_next_offset(r);
+            empty_in_row = 0;
+        } else if (off >= end) {
+            empty_in_row++;
+        }
+        tern_fetch_result_free(r);
+        /* Complete: caught up with the end (and, for a node's final read,
+         * at or past the end the drain saw), `quiet` times in a row. */
+        if (empty_in_row >= quiet &&
+            off >= target) {
+            *complete = 1;
+            break;
+        }
+        if (n == 0) {
+            sleep_ms(100);
+        }
+    }
+    /* Why a read is incomplete: the node's own view (applied index) next
+     * to the leader's commit index seen after the drain. */
+    uint64_t node_applied = 0;
+    int have_status = 0;
+    if (!*complete && node != NULL) {
+        struct tern_status *st = NULL;
+        if (tern_cluster_status(c, servers, &st) == 0) {
+            node_applied = tern_status_last_applied(st);
+            have_status = 1;
+            tern_status_free(st);
+        }
+    }
+    tern_client_free(c);
+    /* An incomplete drain is still the final view through the leader:
+     * recorded as "ok" with "complete": false so that acknowledged
+     * messages it lacks are judged lost (an incomplete final-read of one
+     * node is "fail": that node is not judged). */
+    hist_begin(&b, proc,
+               *complete || strcmp(f, "drain") == 0 ? "ok" : "fail", f, q);
+    if (node != NULL) {
+        sb_printf(&b, ",\"node\":\"%s\"", node);
+    }
+    sb_printf(&b, ",\"complete\":%s,\"end\":%" PRIu64 ",\"errors\":%ld",
+              *complete ? "true" : "false", off, errors);
+    if (have_status) {
+        sb_printf(&b, ",\"node_applied\":%" PRIu64 ",\"leader_commit\":%" PRIu64,
+                  node_applied, drain_commit);
+    }
+    sb_printf(&b, ",\"value\":[%s]", pairs.p != NULL ? pairs.p : "");
+    hist_end(&b);
+    sb_free(&b);
+    sb_free(&pairs);
+    return off;
+}
+
+/* ---- main ---------------------------------------------------------------- */
+
+static void usage(void)
+{
+    fprintf(stderr,
+            "usage: tern-jepsen-driver --nodes n1=H:P,n2=H:P,... --history F\n"
+            "  [--queues K=1] [--queue-prefix jq] [--producers 4]\n"
+            "  [--consumers 2] [--time S=30] [--rate OPS_PER_S=50]\n"
+            "  [--max-ops N=100000] [--request-timeout-ms 2000]\n"
+            "  [--connect-timeout-ms 500] [--setup-timeout S=30]\n"
+            "  [--drain-timeout S=60] [--drain-quiet 3]\n"
+            "  [--final-timeout S=30] [--async-window W=0 (sync)]\n"
+            "exit: 0 done (drain complete), 1 drain or setup incomplete,\n"
+            "      2 usage\n");
+}
+
+static int parse_nodes(const char *s)
+{
+    char *dup = strdup(s), *save = NULL;
+    size_t used = 0;
+    for (char *tok = strtok_r(dup, ",", &save); tok != NULL;
+         tok = strtok_r(NULL, ",", &save)) {
+        char *eq = strchr(tok, '=');
+        if (eq == NULL || opts.n_nodes >= DRV__MAX_NODES) {
+            free(dup);
+            return -1;
+        }
+        *eq = '\0';
+        struct drv_node *n = &opts.nodes[opts.n_nodes++];
+        snprintf(n->name, sizeof(n->name), "%s", tok);
+        snprintf(n->addr, sizeof(n->addr), "%s", eq + 1);
+        used += (size_t)snprintf(opts.servers + used,
+                                 sizeof(opts.servers) - used, "%s%s",
+                                 used ? "," : "", n->addr);
+    }
+    free(dup);
+    return opts.n_nodes > 0 ? 0 : -1;
+}
+
+int main(int argc, char **argv)
+{
+    struct worker workers[DRV__MAX_THREADS];
+    int n_workers = 0;
+    int rc = 0;
+
+    opts.queue_prefix = "jq";
+    opts.queues = 1;
+    opts.producers = 4;
+    opts.consumers = 2;
+    opts.time_s = 30;
+    opts.rate = 50;
+    opts.max_ops = 100000;
+    opts.request_timeout_ms = 2000;
+    opts.connect_timeout_ms = 500;
+    opts.setup_timeout_s = 30;
+    opts.drain_timeout_s = 60;
+    opts.final_timeout_s = 30;
+    opts.drain_quiet = 3;
+    opts.async_window = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(a, "--help") == 0) {
+            usage();
+            return 0;
+        }
+        if (v == NULL) {
+            usage();
+            return 2;
+        }
+        i++;
+        if (strcmp(a, "--nodes") == 0) {
+            if (parse_nodes(v) != 0) {
+                usage();
+                return 2;
+            }
+        } else if (strcmp(a, "--history") == 0) {
+            opts.history = v;
+        } else if (strcmp(a, "--queue-prefix") == 0) {
+            opts.queue_prefix = v;
+        } else if (strcmp(a, "--queues") == 0) {
+            opts.queues = atoi(v);
+        } else if (strcmp(a, "--producers") == 0) {
+            opts.producers = atoi(v);
+        } else if (strcmp(a, "--consumers") == 0) {
+            opts.consumers = atoi(v);
+        } else if (strcmp(a, "--time") == 0) {
+            opts.time_s = atof(v);
+        } else if (strcmp(a, "--rate") == 0) {
+            opts.rate = atoi(v);
+        } else if (strcmp(a, "--max-ops") == 0) {
+            opts.max_ops = atol(v);
+        } else if (strcmp(a, "--request-timeout-ms") == 0) {
+            opts.request_timeout_ms = atoi(v);
+        } else if (strcmp(a, "--connect-timeout-ms") == 0) {
+            opts.connect_timeout_ms = atoi(v);
+        } else if (strcmp(a, "--setup-timeout") == 0) {
+            opts.setup_timeout_s = atof(v);
+        } else if (strcmp(a, "--drain-timeout") == 0) {
+            opts.drain_timeout_s = atof(v);
+        } else if (strcmp(a, "--drain-quiet") == 0) {
+            opts.drain_quiet = atoi(v);
+        } else if (strcmp(a, "--async-window") == 0) {
+            opts.async_window = atoi(v);
+        } else if (strcmp(a, "--final-timeout") == 0) {
+            opts.final_timeout_s = atof(v);
+        } else {
+            usage();
+            return 2;
+        }
+    }
+    if (opts.n_nodes == 0 || opts.history == NULL || opts.queues < 1 ||
+        opts.queues > DRV__MAX_QUEUES || opts.producers < 0 ||
+        opts.consumers < 0 ||
+        opts.producers + opts.consumers > DRV__MAX_THREADS ||
+        opts.time_s <= 0 || opts.max_ops < 1 || opts.drain_quiet < 1) {
+        usage();
+        return 2;
+    }
+    for (int i = 0; i < opts.queues; i++) {
+        snprintf(queue_names[i], sizeof(queue_names[i]), "%s%d",
+                 opts.queue_prefix, i);
+    }
+    hist = fopen(opts.history, "a");
+    if (hist == NULL) {
+        fprintf(stderr, "driver: %s: %s\n", opts.history, strerror(errno));
+        return 2;
+    }
+
+    if (setup_queues() != 0) {
+        fprintf(stderr, "driver: queue setup did not complete\n");
+        fclose(hist);
+        return 1;
+    }
+    fprintf(stderr, "driver: queues ready, workload for %.1f s\n",
+            opts.time_s);
+
+    int64_t deadline = now_ns() + (int64_t)(opts.time_s * 1e9);
+    for (int i = 0; i < opts.producers + opts.consumers; i++) {
+        struct worker *w = &workers[n_workers];
+        w->index = i < opts.producers ? i : i - opts.producers;
+        w->deadline = deadline;
+        w->seed = (unsigned)(now_ns() ^ (i * 7919));
+        if (pthread_create(&w->th, NULL,
+                           i >= opts.producers ? consumer_main
+                           : opts.async_window > 0 ? async_producer_main
+                                                   : producer_main,
+                           w) != 0) {
+            fprintf(stderr, "driver: pthread_create failed\n");
+            abort();
+        }
+        n_workers++;
+    }
+    for (int i = 0; i < n_workers; i++) {
+        pthread_join(workers[i].th, NULL);
+    }
+    fprintf(stderr,
+            "driver: workload done: produce ok %ld fail %ld info %ld, "
+            "fetches %ld\n",
+            atomic_load(&stat_ok), atomic_load(&stat_fail),
+            atomic_load(&stat_info), atomic_load(&stat_reads));
+
+    for (int qi = 0; qi < opts.queues; qi++) {
+        int complete = 0;
+        drain_end[qi] =
+            read_all("drain", qi, opts.servers, TERN_READ_LEADER, NULL,
+                     acked_end[qi], opts.drain_quiet, opts.drain_timeout_s,
+                     &complete);
+        fprintf(stderr, "driver: drain %s: end %" PRIu64 " %s\n",
+                queue_names[qi], drain_end[qi],
+                complete ? "complete" : "INCOMPLETE");
+        if (!complete) {
+            rc = 1;
+        }
+    }
+    {
+        struct tern_client *c = client_new(opts.servers, TERN_READ_LEADER);
+        struct tern_status *st = NULL;
+        if (tern_cluster_status(c, NULL, &st) == 0) {
+            if (tern_status_role(st) == TERN_ROLE_LEADER) {
+                drain_commit = tern_status_commit_index(st);
+            }
+            tern_status_free(st);
+        }
+        tern_client_free(c);
+        fprintf(stderr, "driver: leader commit index after drain: %" PRIu64
+                        "\n", drain_commit);
+    }
+    for (int ni = 0; ni < opts.n_nodes; ni++) {
+        for (int qi = 0; qi < opts.queues; qi++) {
+            int complete = 0;
+            uint64_t end = read_all("final-read", qi, opts.nodes[ni].addr,
+                                    TERN_READ_FIRST, opts.nodes[ni].name,
+                                    drain_end[qi], 1, opts.final_timeout_s,
+                                    &complete);
+            fprintf(stderr, "driver: final read %s %s: end %" PRIu64 " %s\n",
+                    opts.nodes[ni].name, queue_names[qi], end,
+                    complete ? "complete" : "INCOMPLETE");
+        }
+    }
+    fclose(hist);
+    return rc;
+}

@@ -1,0 +1,90 @@
+#!/bin/bash
+# Short Jepsen-style smoke suite for tern: 5 runs (kill, pause,
+# partition, isolate-the-leader, mixed with tiny snapshot thresholds so
+# snapshots and InstallSnapshot happen), each SMOKE_TIME seconds of faults
+# (default 30) on SMOKE_NODES nodes (default 3). Prints a summary table and
+# exits non-zero when any run is not valid (invalid, unknown, harness error,
+# or a node that exited on its own). Needs root; see jepsen/README.md.
+# Env: SMOKE_TIME, SMOKE_NODES, TERN_BUILD (build dir with node/ternd,
+# client/tern, client/libtern.so; the driver is built into it if missing).
+set -u
+HERE="$(cd "$(dirname "$0")" && pwd)"
+TIME="${SMOKE_TIME:-30}"
+NODES="${SMOKE_NODES:-3}"
+BUILD="${TERN_BUILD:-$(dirname "$HERE")/build-jepsen}"
+export TERN_BUILD="$BUILD"
+STAMP="$(date -u +%Y%m%dT%H%M%SZ)"
+OUT="/tmp/jepsen-runs/smoke-$STAMP"
+mkdir -p "$OUT"
+
+if [ ! -x "$BUILD/jepsen/tern-jepsen-driver" ]; then
+    make -s -C "$HERE/driver" BUILD="$BUILD" || exit 3
+fi
+
+stop=0
+trap 'stop=1' INT TERM
+
+# name | nemesis | extra args
+RUNS=(
+    "kill|kill|--queues 1"
+    "pause|pause|--queues 1"
+    "partition|partition|--queues 1"
+    "partition-leader|partition-leader|--queues 4"
+    "mixed-snapshots|partition,kill,pause|--queues 4 --snapshot-bytes 32K --snapshot-trailing 8"
+)
+i=0
+for spec in "${RUNS[@]}"; do
+    [ "$stop" = 1 ] && break
+    i=$((i + 1))
+    IFS='|' read -r name nem extra <<<"$spec"
+    dir="$OUT/$(printf '%02d' $i)-$name"
+    echo "=== smoke run $i: $name (nemesis $nem, ${TIME}s, $NODES nodes) -> $dir"
+    # shellcheck disable=SC2086
+    timeout --foreground -k 10 $((${TIME%.*} * 3 + 400)) \
+        python3 "$HERE/harness.py" --nodes "$NODES" --time "$TIME" \
+        --nemesis "$nem" --run-dir "$dir" $extra >"$OUT/$name.out" 2>&1
+    rc=$?
+    echo "rc=$rc" >>"$OUT/$name.out"
+    tail -n 8 "$OUT/$name.out"
+    [ "$rc" = 130 ] && stop=1
+done
+
+python3 - "$OUT" <<'PY'
+import json, os, sys
+out = sys.argv[1]
+rows = []
+bad = 0
+for d in sorted(os.listdir(out)):
+    p = os.path.join(out, d, "summary.json")
+    if not os.path.isdir(os.path.join(out, d)):
+        continue
+    try:
+        s = json.load(open(p))
+    except (OSError, ValueError):
+        rows.append((d, "?", "error", "", "", "", "", "", "", "", "", ""))
+        bad += 1
+        continue
+    c = s.get("counts", {})
+    rec = s.get("recovery_after_heal_s")
+    verdict = s["verdict"]
+    if verdict == "valid" and s.get("crashes"):
+        verdict = "valid+crash"
+    if verdict != "valid":
+        bad += 1
+    rows.append((d, s["nemesis"], verdict, c.get("acknowledged", ""),
+                 c.get("info", ""), c.get("lost", ""),
+                 c.get("duplicated", ""), c.get("unexpected", ""),
+                 c.get("fifo", ""), c.get("lost_on_node", ""),
+                 len(s.get("crashes", [])),
+                 "%.3f" % rec if rec is not None else "none"))
+hdr = ("run", "nemesis", "verdict", "acked", "info", "lost", "dup",
+       "unexp", "fifo", "lost-on-node", "crashes", "recovery-s")
+w = [max(len(str(r[i])) for r in rows + [hdr]) for i in range(len(hdr))]
+for r in [hdr] + rows:
+    print("  ".join(str(x).ljust(w[i]) for i, x in enumerate(r)))
+print("runs %d, not valid %d, dir %s" % (len(rows), bad, out))
+sys.exit(1 if bad or not rows else 0)
+PY
+rc=$?
+[ "$stop" = 1 ] && exit 130
+exit $rc
