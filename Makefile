@@ -3,8 +3,12 @@
 #
 #   make demo    install deps, build build/, run the 3-node demo
 #   make test    install deps; build/ + ctest, build-asan/ (ASan+UBSan) +
-#                ctest, build-fuzz/ (clang libFuzzer) smoke run; ends with
+#                ctest, build-fuzz/ (clang libFuzzer) smoke run,
+#                tests/rxe/run.sh (RDMA on soft-RoCE in a QEMU guest;
+#                skipped if the guest cannot boot); ends with
 #                "N passed, N failed"
+#   make jepsen-smoke   Jepsen-style smoke runs (network namespaces, root)
+#   make test-rxe       only the soft-RoCE stage
 #   make build | asan | fuzz | clean | format | tidy
 SHELL := /bin/bash
 JOBS ?= 2
@@ -25,7 +29,7 @@ build: deps
 	@scripts/test.sh build
 
 test: deps
-	@scripts/test.sh normal asan fuzz
+	@scripts/test.sh normal asan fuzz rxe
 
 asan: deps
 	@scripts/test.sh asan
