@@ -26,6 +26,37 @@
  * the snapshot being fetched is ignored. Only one fetch at a time, and no
  * InstallSnapshot reaches libraft while it still persists a previous one
  * (0.15 asserts, compiled out, that only one install is in flight).
+ *
+ * The bytes land in the FSM's own log (node/: the index commit log), past
+ * what it has indexed, so nothing else may advance the FSM from the start
+ * of a fetch until libraft restored the snapshot (jepsen F2: libraft
+ * applied entries during a fetch; idx_apply then found un-indexed bulk
+ * bytes, or bulk writes found the log moved: fail-stop). Four rules:
+ *   1. No AppendEntries reaches libraft while a fetch is active or an
+ *      install is being persisted (guard.c item 9): without them the core
+ *      learns no commit index and appends nothing. Dropping is safe (Raft
+ *      tolerates loss); the leader keeps sending heartbeats.
+ *   2. A fetch starts (bulk_range, first requests) only once no append is
+ *      in flight (an append completing can advance the commit index and
+ *      apply); until then the InstallSnapshot is held and the start is
+ *      retried on every tick.
+ *   3. An InstallSnapshot that 0.15 treats as a no-op (our latest snapshot
+ *      is at least as recent, or our log holds its last index with a term
+ *      >= its last term: "have more recent snapshot" / "have all entries";
+ *      then it calls no restore) is delivered at once, without a fetch:
+ *      fetched bytes would stay un-indexed. The core then answers success
+ *      with the snapshot index and its entries are applied as usual.
+ *   4. The held InstallSnapshot reaches libraft only when the core can take
+ *      it: 0.15 ignores one (no answer; the leader waits for
+ *      install_snapshot_timeout) while it takes or stores a snapshot of its
+ *      own, and the fetched bytes would then sit un-indexed with AEs
+ *      flowing again. A complete fetch (or a no-op install) is held,
+ *      AEs still dropped, and delivered on a later tick.
+ * Staging the fetched bytes outside the log (adopted by restore only)
+ * would also do, but needs an index/ format change; rules 1-4 keep the
+ * FSM untouched while the follower is anyway useless (it is behind).
+ * Gap: bytes of an ABORTED fetch stay in the log for the resend; entries
+ * applied before that resend are still refused by index/.
  */
 #include <errno.h>
 #include <string.h>
@@ -71,21 +102,93 @@ static void send_requests(struct repl *r)
     }
 }
 
+/* Rule 4: 0.15's replicationInstallSnapshot ignores an InstallSnapshot
+ * while the core takes or stores a snapshot itself (struct raft is public
+ * in 0.15). */
+static bool core_busy(const struct repl *r)
+{
+    return r->raft.snapshot.pending.term != 0 ||
+           r->raft.snapshot.put.data != NULL;
+}
+
 static void finish(struct repl *r)
 {
     struct repl_wire held = r->fetch.held;
+    if (core_busy(r)) {
+        return; /* held; retried on the next tick */
+    }
     r->fetch.active = false;
-    r->bulk_completed++;
+    if (r->fetch.fetched) {
+        r->bulk_completed++;
+    }
     held.msg.server_address = held.sender_addr;
     repl_io_deliver(r, &held);
+}
+
+/* Hold w as a complete fetch (nothing to fetch) until finish delivers it. */
+static void hold_complete(struct repl *r, struct repl_wire *w)
+{
+    struct repl_bulk_fetch *f = &r->fetch;
+    memset(f, 0, sizeof *f);
+    f->active = true;
+    f->started = true;
+    f->held = *w;
+    f->held.msg.server_address = f->held.sender_addr;
+    f->peer_id = w->sender_id;
+    memcpy(f->peer_addr, w->sender_addr, sizeof f->peer_addr);
+    f->last_progress_ms = now_ms(r);
+    finish(r);
+}
+
+/* Rule 3: would 0.15's replicationInstallSnapshot treat s as a no-op?
+ * (Its own checks: log snapshot index >= last_index, or the local term of
+ * last_index != 0 and >= last_term; our snap_index and term runs track the
+ * same log.) */
+static bool install_is_noop(const struct repl *r,
+                            const struct raft_install_snapshot *s)
+{
+    uint64_t t;
+    if (r->snap_index != 0 && r->snap_index >= s->last_index) {
+        return true;
+    }
+    t = repl_io_term_of(r, s->last_index);
+    return t != 0 && t >= s->last_term;
+}
+
+/* Rule 2: take the range and send the first requests once no append is in
+ * flight; a held InstallSnapshot whose data we already have goes to
+ * libraft (through finish: rule 4). */
+static void fetch_start(struct repl *r)
+{
+    struct repl_bulk_fetch *f = &r->fetch;
+    const struct raft_install_snapshot *s = &f->held.msg.install_snapshot;
+    uint64_t from = 0, to = 0;
+    if (!f->active || f->started || r->n_unacked != 0) {
+        return;
+    }
+    if (r->fsm.bulk_range(r->fsm.arg, s->data.base, s->data.len, &from,
+                          &to) != 0) {
+        repl_bulk_abort(r);
+        return;
+    }
+    if (from >= to) {
+        f->started = true;
+        f->next_pos = f->next_req = f->to = 0;
+        finish(r);
+        return;
+    }
+    f->started = true;
+    f->next_pos = from;
+    f->next_req = from;
+    f->to = to;
+    f->last_progress_ms = now_ms(r);
+    send_requests(r);
 }
 
 void repl_bulk_on_install(struct repl *r, struct repl_wire *w)
 {
     struct repl_bulk_fetch *f = &r->fetch;
     const struct raft_install_snapshot *s = &w->msg.install_snapshot;
-    uint64_t from = 0, to = 0;
-    int rv;
 
     if (r->install_index != 0) {
         repl_wire_release(w); /* an install is still being persisted */
@@ -93,6 +196,16 @@ void repl_bulk_on_install(struct repl *r, struct repl_wire *w)
     }
     if (r->fsm.bulk_range == NULL) {
         repl_io_deliver(r, w);
+        return;
+    }
+    if (install_is_noop(r, s)) {
+        r->bulk_noop++;
+        if (!core_busy(r)) {
+            repl_io_deliver(r, w);
+            return;
+        }
+        repl_bulk_abort(r);
+        hold_complete(r, w);
         return;
     }
     if (f->active) {
@@ -103,26 +216,14 @@ void repl_bulk_on_install(struct repl *r, struct repl_wire *w)
         }
         repl_bulk_abort(r);
     }
-    rv = r->fsm.bulk_range(r->fsm.arg, s->data.base, s->data.len, &from, &to);
-    if (rv != 0) {
-        repl_wire_release(w);
-        return;
-    }
-    if (from >= to) {
-        repl_io_deliver(r, w);
-        return;
-    }
     memset(f, 0, sizeof *f);
     f->active = true;
     f->held = *w;
     f->held.msg.server_address = f->held.sender_addr;
     f->peer_id = w->sender_id;
     memcpy(f->peer_addr, w->sender_addr, sizeof f->peer_addr);
-    f->next_pos = from;
-    f->next_req = from;
-    f->to = to;
     f->last_progress_ms = now_ms(r);
-    send_requests(r);
+    fetch_start(r);
 }
 
 static void serve(struct repl *r, const struct repl_wire *w)
@@ -170,9 +271,12 @@ static void serve(struct repl *r, const struct repl_wire *w)
 static void on_data(struct repl *r, const struct repl_wire *w)
 {
     struct repl_bulk_fetch *f = &r->fetch;
-    if (!f->active || w->sender_id != f->peer_id ||
+    if (!f->active || !f->started || w->sender_id != f->peer_id ||
         w->bulk.snap_index != f->held.msg.install_snapshot.last_index) {
         return;
+    }
+    if (f->next_pos >= f->to) {
+        return; /* complete, waiting for the core (rule 4) */
     }
     if (w->bulk.status != REPL_BULK_STATUS_OK || w->bulk.len == 0) {
         repl_bulk_abort(r);
@@ -188,6 +292,7 @@ static void on_data(struct repl *r, const struct repl_wire *w)
         return;
     }
     f->next_pos += w->bulk.len;
+    f->fetched = true;
     if (f->in_flight > 0) {
         f->in_flight--;
     }
@@ -215,6 +320,14 @@ void repl_bulk_on_frame(struct repl *r, struct repl_wire *w)
 void repl_bulk_tick(struct repl *r)
 {
     struct repl_bulk_fetch *f = &r->fetch;
+    if (f->active && !f->started) {
+        fetch_start(r);
+        return;
+    }
+    if (f->active && f->next_pos >= f->to) {
+        finish(r); /* complete, held for the core (rule 4) */
+        return;
+    }
     if (!f->active || now_ms(r) - f->last_progress_ms < r->bulk_stall_ms) {
         return;
     }

@@ -37,7 +37,13 @@
  *    and it breaks liveness: a follower whose InstallSnapshot turns out to
  *    be a no-op answers success with its own last index < b, and 0.15
  *    keeps that follower's progress in SNAPSHOT state (ignoring its
- *    rejections) until a success arrives: found by the chaos tests.
+ *    rejections) until a success arrives: found by the chaos tests, and
+ *    by jepsen (F1: a new leader whose only live follower needed a
+ *    snapshot never committed its barrier; F3: a follower ahead of the
+ *    snapshot was ignored until the install timeout; both with a ternd
+ *    built before this deviation). Tested: test_cluster.c
+ *    "new_leader_with_snapshot_follower_becomes_writable",
+ *    "follower_ahead_of_snapshot_catches_up_without_timeout".
  *    Reset on every role or term change. Tested: test_cluster.c
  *    "figure8_*" (schedule of notes §8.1 item 4: committed, applied and
  *    later overwritten without the guard, never committed with it) and the
@@ -108,6 +114,16 @@
  *    committed entries it holds in memory); item 4 holds ticks only while
  *    the core still waits for an append callback. status.last_stored
  *    keeps reporting the real disk index.
+ * 9. FSM quiet during a bulk fetch / snapshot install (jepsen F2, no
+ *    upstream issue: 0.15 keeps taking AppendEntries while it installs,
+ *    and our bulk fetch runs before the install reaches it): incoming
+ *    AppendEntries are dropped while a fetch is active or an install is
+ *    being persisted, so the core learns no commit index and applies
+ *    nothing until the snapshot is restored (rules in bulk.c). Dropping
+ *    is safe; liveness: the follower is behind anyway, the fetch is
+ *    bounded by its stall timer and ticks are held meanwhile (item 4).
+ *    Tested: test_cluster.c "bulk_fetch_keeps_fsm_quiet",
+ *    "install_already_held_is_not_fetched".
  * Not mitigated: #466's on-disk hole handling inside raft_uv itself; the
  *    ambiguity of LEADERSHIPLOST (clients must dedupe).
  */
@@ -309,6 +325,10 @@ bool repl_guard_recv(struct repl *r, struct raft_message *m)
         case RAFT_IO_APPEND_ENTRIES: {
             struct raft_append_entries *a = &m->append_entries;
             uint64_t last_new;
+            if (r->fetch.active || r->install_index != 0) {
+                r->ae_held_off++; /* item 9 */
+                return false;
+            }
             rebase_below_snapshot(r, a);
             last_new = a->prev_log_index + a->n_entries;
             if (a->leader_commit > last_new) {

@@ -77,6 +77,29 @@
  * compaction, close), while raft_uv keeps only pointers to them until it
  * encodes them into its write buffer, which happens later when a write is
  * already in flight (found by test_uv.c under ASan: a use after free).
+ *
+ * Close and truncate (libraft 0.15 bug, found by test_uv.c: a SEGV in
+ * raft_uv's truncate after-work callback under ASan, the libuv assertion
+ * "uv__finish_close: handle->flags & UV_HANDLE_CLOSING" without it).
+ * raft_uv runs a truncate as a barrier callback that queues threadpool work
+ * (uv->truncate_work, inside struct uv); uv->barrier stays set until that
+ * work's after-work callback. raft_uv's close (uvBarrierClose) fires a
+ * still-set uv->barrier once more: the truncate barrier callback, seeing
+ * the close, frees the truncate request that the queued work still uses,
+ * clears uv->barrier, and the close callback no longer waits (its
+ * truncate_work check is an assert, compiled out in Debian). We then free
+ * struct uv (raft_uv_close), and the after-work callback later writes into
+ * and unblocks the freed struct uv. So the inner close waits until no
+ * truncate can be in flight: every truncate is followed by an append
+ * (0.15's follower appends the entries it truncated for at once), and
+ * raft_uv starts that append only after the truncate's after-work ran, so
+ * the append's completion proves the truncate finished. io_close holds the
+ * inner close back while an append submitted after the newest unfinished
+ * truncate is still pending and issues it from the next tick (raft_uv's
+ * timer keeps running until its close; never from inside an inner
+ * callback, which raft_uv does not expect to close it). Only for raft_uv
+ * (wait_truncate); a truncate that raft follows with no append (its append
+ * submission failed: out of memory, fail-stop) cannot be waited for.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -92,6 +115,7 @@ struct append_req {
     uint64_t first;
     uint64_t last; /* clamped by truncate; last < first: nothing counts */
     bool acked;    /* raft's cb fired */
+    uint64_t truncate_gen; /* r->truncate_gen at submission */
     void *copy;    /* memory mode: the entries handed to the inner io */
     struct repl_list link;       /* r->appends while the inner is pending */
     struct repl_list ack_link;   /* r->unacked (memory mode) */
@@ -231,6 +255,20 @@ static void idle_close_cb(uv_handle_t *h)
     maybe_closed(r);
 }
 
+/* An inner truncate may still be in flight: an append submitted after the
+ * newest truncate not known finished is pending (see the top of the file;
+ * appends complete in order, so the newest pending append tells). */
+static bool truncate_in_flight(const struct repl *r)
+{
+    const struct append_req *last;
+    if (!r->wait_truncate || r->truncate_settled == r->truncate_gen ||
+        repl_list_empty(&r->appends)) {
+        return false;
+    }
+    last = REPL__CONTAINER(r->appends.prev, struct append_req, link);
+    return last->truncate_gen > r->truncate_settled;
+}
+
 static void io_close(struct raft_io *io, raft_io_close_cb cb)
 {
     struct repl *r = outer_repl(io);
@@ -242,6 +280,10 @@ static void io_close(struct raft_io *io, raft_io_close_cb cb)
      * close completes (cancels) them, which fires raft's cbs in order. */
     if (r->idle_init) {
         uv_close((uv_handle_t *)&r->idle, idle_close_cb);
+    }
+    if (truncate_in_flight(r)) {
+        r->inner_close_deferred = true; /* io_tick closes it */
+        return;
     }
     r->inner->close(r->inner, inner_close_cb);
 }
@@ -290,6 +332,13 @@ static int io_load(struct raft_io *io, raft_term *term, raft_id *voted_for,
 static void io_tick(struct raft_io *inner)
 {
     struct repl *r = inner->data;
+    if (r->inner_close_deferred) {
+        if (!truncate_in_flight(r)) {
+            r->inner_close_deferred = false;
+            r->inner->close(r->inner, inner_close_cb);
+        }
+        return;
+    }
     if (r->closing || r->tick_cb == NULL) {
         return;
     }
@@ -418,6 +467,9 @@ static void append_done(struct raft_io_append *inner_req, int status)
         REPL__CONTAINER(inner_req, struct append_req, inner_req);
     struct repl *r = a->r;
     repl_list_remove(&a->link);
+    if (a->truncate_gen > r->truncate_settled) {
+        r->truncate_settled = a->truncate_gen; /* see the top of the file */
+    }
     tern_free(a->copy);
     a->copy = NULL;
     if (status == 0) {
@@ -533,6 +585,7 @@ static int io_append(struct raft_io *io, struct raft_io_append *req,
         return rv;
     }
     r->next_index += n;
+    a->truncate_gen = r->truncate_gen;
     repl_list_push(&r->appends, &a->link);
     r->n_unacked++;
     if (raft_state(&r->raft) == RAFT_LEADER) {
@@ -569,6 +622,7 @@ static int io_truncate(struct raft_io *io, raft_index index)
         r->acked_index = index - 1;
     }
     r->next_index = index;
+    r->truncate_gen++;
     runs_truncate(r, index);
     repl_lat_forget(r, index);
     return 0;

@@ -403,6 +403,7 @@ static int create(uv_loop_t *loop, struct xport *x,
         &r->raft, TERN_MAX(REPL__INSTALL_TIMEOUT_MIN_MS,
                            20 * c.election_timeout_ms));
     r->own_inner = own_inner;
+    r->wait_truncate = own_inner; /* raft_uv's close/truncate race, io.c */
     r->dummy_transport = dummy;
     *out = r;
     return 0;

@@ -135,6 +135,9 @@ struct repl_term_run {
 
 struct repl_bulk_fetch {
     bool active;
+    bool started;             /* range taken, requests sent (a fetch waits
+                                 for in-flight appends first, bulk.c) */
+    bool fetched;             /* bytes were written (stats) */
     struct repl_wire held;    /* the InstallSnapshot waiting for its data */
     uint64_t peer_id;
     char peer_addr[REPL_WIRE_ADDR_MAX + 1];
@@ -227,6 +230,15 @@ struct repl {
     bool idle_closed;
     bool inner_closed;
 
+    /* libraft 0.15 truncate/close race (io.c, "Close and truncate"):
+     * truncates handed to the inner io, the newest of them known finished
+     * (an append submitted after it completed), and whether io_close is
+     * holding the inner close back until that catches up. */
+    uint64_t truncate_gen;
+    uint64_t truncate_settled;
+    bool wait_truncate;          /* inner truncates may be in flight */
+    bool inner_close_deferred;
+
     /* Role tracking, barrier, guard (guard.c). */
     int role;
     uint64_t leader_id;
@@ -258,6 +270,10 @@ struct repl {
     uint64_t bad_frames;        /* stats */
     uint64_t bulk_rerequests;   /* stats: stall re-requests */
     uint64_t bulk_completed;    /* stats: fetches delivered to raft */
+    uint64_t bulk_noop;         /* stats: installs delivered unfetched
+                                   (0.15 treats them as no-ops) */
+    uint64_t ae_held_off;       /* stats: AppendEntries dropped during a
+                                   fetch or install (guard.c item 9) */
 
     void (*close_cb)(void *arg);
     void *close_arg;

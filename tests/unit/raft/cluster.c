@@ -44,6 +44,9 @@ static int fsm_apply(void *arg, uint64_t index, const void *buf, size_t len)
     if (index <= n->applied_index) {
         return 0; /* replay after restart: idempotent */
     }
+    if (n->bulk_pending != 0) {
+        n->applies_over_bulk++;
+    }
     sum = tern_checksum32(buf, len) ^ (uint32_t)len;
     if (index < CLUSTER_MAX_INDEX) {
         if (c->applied_set[index] && c->applied_sum[index] != sum) {
@@ -83,6 +86,7 @@ static int fsm_restore(void *arg, const void *manifest, size_t len)
     slen = tern_get_u64(manifest);
     idx = tern_get_u64((const uint8_t *)manifest + 8);
     n->n_restores++;
+    n->bulk_pending = 0;
     if (idx <= n->applied_index) {
         n->staging = false; /* already there (durable FSM ahead) */
         n->stage_len = 0;
@@ -146,6 +150,7 @@ static int fsm_bulk_write(void *arg, uint64_t pos, const void *buf, size_t len)
         return TERN_EINVAL;
     }
     buf_put(&n->stage, &n->stage_len, &n->stage_cap, buf, len);
+    n->bulk_pending += len;
     return 0;
 }
 
@@ -227,6 +232,7 @@ void cluster_start(struct cluster *c, unsigned i)
     if (c->bulk_chunk != 0) {
         nd->repl->bulk_chunk = c->bulk_chunk;
     }
+    nd->bulk_pending = 0; /* a restart drops un-indexed bytes (index/) */
     nd->role = REPL_UNAVAILABLE;
     nd->writable = false;
     nd->leader = 0;
@@ -265,6 +271,9 @@ void cluster_crash(struct cluster *c, unsigned i)
 void cluster_fini(struct cluster *c)
 {
     for (unsigned i = 0; i < c->n; i++) {
+        cr_expect_eq(c->nodes[i].applies_over_bulk, 0,
+                     "node %u applied %llu entries over un-adopted bulk bytes",
+                     i, (unsigned long long)c->nodes[i].applies_over_bulk);
         cluster_crash(c, i);
     }
     xport_mem_net_complete(c->net);

@@ -53,6 +53,11 @@ struct cnode {
     uint8_t *stage;
     size_t stage_len, stage_cap;
     bool staging;
+    /* bytes bulk-written and not yet adopted by a restore, and applies
+     * that ran meanwhile (what index/ refuses: idx_apply with un-indexed
+     * bulk bytes, jepsen F2); cluster_fini expects none */
+    uint64_t bulk_pending;
+    uint64_t applies_over_bulk;
     uint64_t applied_index;
     uint64_t n_applied;
     uint64_t n_restores;

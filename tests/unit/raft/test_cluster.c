@@ -907,3 +907,259 @@ Test(cluster, allocation_failures_memory_durability, .timeout = 120)
 {
     allocation_failures(REPL_DURABILITY_MEMORY);
 }
+
+/* ---- jepsen F3: follower ahead of the leader's snapshot ------------------ */
+
+/* A follower restarts with a log that already holds the leader's latest
+ * snapshot index. The leader (its sends to the dead follower failed, so its
+ * progress fell back to next_index = match + 1 = 1) sends it that snapshot;
+ * 0.15's follower answers "have all entries" (success, last_log_index =
+ * snapshot index). That answer must move the leader's progress out of
+ * SNAPSHOT state at once: the guard's old §8.1 rule (pass a success only if
+ * its last_log_index >= the barrier) neutralised it (the snapshot index is
+ * below the new leader's barrier) and the follower was ignored until
+ * install_snapshot_timeout (jepsen F3, run with a stale ternd that had
+ * that rule and a 60 s timeout). */
+Test(cluster, follower_ahead_of_snapshot_catches_up_without_timeout)
+{
+    uint64_t last = 0, t0;
+    int l, f, t;
+    struct node_pred tp;
+    cluster_init(&cl, 3);
+    cl.snapshot_bytes = 2000;
+    cl.trailing = 8;
+    l = start_all_elect(&cl);
+    f = other_follower(&cl, l, l);
+    propose_applied(&cl, (unsigned)l, 100, 100, 1, &last);
+    cluster_crash(&cl, (unsigned)f);
+    cluster_isolate(&cl, (unsigned)f, true);
+    /* A new leader (match_index 0 for f) whose sends to f fail. */
+    t = other_follower(&cl, l, f);
+    cr_assert_eq(repl_transfer(cl.nodes[l].repl, cl.nodes[t].id), 0);
+    tp.i = (unsigned)t;
+    cr_assert(cluster_step_until(&cl, pred_node_writable, &tp, STEPS));
+    l = t;
+    propose_applied(&cl, (unsigned)l, 3, 100, 2, &last);
+    steps(&cl, 400);
+    cluster_isolate(&cl, (unsigned)f, false);
+    cr_assert_leq(cl.nodes[l].disk.snap_index,
+                  fake_disk_last_index(&cl.nodes[f].disk),
+                  "the follower must be ahead of the leader's snapshot");
+    cluster_start(&cl, (unsigned)f);
+    t0 = cl.clock;
+    cr_assert(cluster_step_until(&cl, pred_all_applied, &last, STEPS));
+    cr_expect_lt(cl.clock - t0, 1500,
+                 "caught up in %llu ms: waited for the install timeout",
+                 (unsigned long long)(cl.clock - t0));
+    assert_streams_equal(&cl);
+    cr_expect(!cl.conflict);
+    cluster_fini(&cl);
+}
+
+/* ---- jepsen F2: the FSM stays quiet around a bulk fetch ------------------ */
+
+static bool pred_disk_has(struct cluster *c, void *arg)
+{
+    const uint64_t *want = arg; /* [node, index] */
+    return fake_disk_last_index(&c->nodes[want[0]].disk) >= want[1];
+}
+
+static bool pred_node_applied(struct cluster *c, void *arg)
+{
+    const uint64_t *want = arg; /* [node, index] */
+    return c->nodes[want[0]].applied_index >= want[1];
+}
+
+/* The follower's raft log already holds the snapshot's last index (it
+ * crashed after persisting entries whose commit it had not learned), but
+ * its FSM is behind the snapshot. 0.15 treats such an InstallSnapshot as
+ * "have all entries" (no restore) and then applies those entries: fetched
+ * bytes would stay un-indexed under them (index/: idx_apply refuses; jepsen
+ * F2 fail-stop). Rule 3 of bulk.c: delivered without a fetch. */
+Test(cluster, install_already_held_is_not_fetched)
+{
+    uint64_t last = 0, want[2];
+    int l, f, t;
+    struct node_pred tp;
+    cluster_init(&cl, 3);
+    cl.snapshot_bytes = 2000;
+    cl.trailing = 8;
+    l = start_all_elect(&cl);
+    f = other_follower(&cl, l, l);
+    propose_applied(&cl, (unsigned)l, 10, 100, 1, &last);
+    propose_n(&cl, (unsigned)l, 100, 100, 2, &last);
+    want[0] = (uint64_t)f;
+    want[1] = last;
+    cr_assert(cluster_step_until(&cl, pred_disk_has, want, STEPS));
+    /* Cut f off before its result or the next commit index travel: the
+     * leader's match for f stays low, f has not learned the commit. */
+    cluster_isolate(&cl, (unsigned)f, true);
+    cr_assert_lt(cl.nodes[f].applied_index, last,
+                 "the follower must not have applied the tail");
+    /* A new leader (match_index 0 for f; its sends to f fail, so its
+     * progress falls back to next_index 1 and it sends its snapshot). */
+    t = other_follower(&cl, l, f);
+    want[0] = (uint64_t)t; /* t applies (and snapshots) the tail first */
+    cr_assert(cluster_step_until(&cl, pred_node_applied, want, STEPS));
+    cr_assert_eq(repl_transfer(cl.nodes[l].repl, cl.nodes[t].id), 0);
+    tp.i = (unsigned)t;
+    cr_assert(cluster_step_until(&cl, pred_node_writable, &tp, STEPS));
+    l = t;
+    steps(&cl, 600);
+    cr_assert_gt(cl.nodes[l].disk.snap_index, cl.nodes[f].applied_index,
+                 "the follower's FSM must be behind the leader's snapshot "
+                 "(snap %llu, applied %llu, last %llu)",
+                 (unsigned long long)cl.nodes[l].disk.snap_index,
+                 (unsigned long long)cl.nodes[f].applied_index,
+                 (unsigned long long)last);
+    cr_assert_leq(cl.nodes[l].disk.snap_index,
+                  fake_disk_last_index(&cl.nodes[f].disk),
+                  "leader snap %llu, follower last %llu",
+                  (unsigned long long)cl.nodes[l].disk.snap_index,
+                  (unsigned long long)fake_disk_last_index(
+                      &cl.nodes[f].disk));
+    cluster_isolate(&cl, (unsigned)f, false);
+    propose_applied(&cl, (unsigned)l, 5, 100, 3, &last);
+    cr_expect_eq(cl.nodes[f].applies_over_bulk, 0);
+    cr_expect_geq(cl.nodes[f].repl->bulk_noop, 1);
+    cr_expect_eq(cl.nodes[f].repl->bulk_completed, 0);
+    assert_streams_equal(&cl);
+    cr_expect(!cl.conflict);
+    cluster_fini(&cl);
+}
+
+/* A fetch while the leader keeps committing: no AppendEntries reaches the
+ * follower's core from the InstallSnapshot until the restore, so it
+ * applies nothing over the fetched bytes (rule 1 of bulk.c). */
+Test(cluster, bulk_fetch_keeps_fsm_quiet)
+{
+    uint64_t last = 0, applied0;
+    int l, f;
+    struct node_pred pf;
+    cluster_init(&cl, 3);
+    cl.snapshot_bytes = 2000;
+    cl.trailing = 8;
+    cl.bulk_chunk = 300;
+    l = start_all_elect(&cl);
+    f = other_follower(&cl, l, l);
+    cluster_crash(&cl, (unsigned)f);
+    propose_applied(&cl, (unsigned)l, 200, 100, 7, &last);
+    steps(&cl, 200);
+    cluster_start(&cl, (unsigned)f);
+    pf.i = (unsigned)f;
+    cr_assert(cluster_step_until(&cl, pred_fetch_active, &pf, STEPS));
+    applied0 = cl.nodes[f].n_applied;
+    /* The leader goes on committing (with the third node) meanwhile. */
+    propose_n(&cl, (unsigned)l, 20, 100, 8, &last);
+    while (cl.nodes[f].repl->fetch.active) {
+        cluster_step(&cl);
+        cr_assert_eq(cl.nodes[f].n_applied, applied0,
+                     "applied during the fetch");
+    }
+    cr_expect_gt(cl.nodes[f].repl->ae_held_off, 0);
+    cr_assert(cluster_step_until(&cl, pred_all_applied, &last, STEPS));
+    /* (the leader may have snapshotted past the first install meanwhile:
+     * then a second one follows) */
+    cr_expect_geq(cl.nodes[f].n_restores, 1);
+    cr_expect_geq(cl.nodes[f].repl->bulk_completed, 1);
+    assert_streams_equal(&cl);
+    cr_expect(!cl.conflict);
+    cluster_fini(&cl);
+}
+
+/* ---- jepsen F1: new leader whose only live follower needs a snapshot ---- */
+
+/* The leader dies while the third node still needs a snapshot; the new
+ * leader can commit its barrier only with that node, i.e. only once its
+ * progress leaves SNAPSHOT state. The install's success answer carries the
+ * snapshot index, below the new barrier: the guard must let it through once
+ * the barrier is durable (the §8.1 "last_log_index >= b" rule neutralised
+ * it, and every re-sent snapshot's answer too: the leader never became
+ * writable, jepsen F1). */
+Test(cluster, new_leader_with_snapshot_follower_becomes_writable)
+{
+    uint64_t last = 0, t0;
+    int l, f, t;
+    struct node_pred tp;
+    cluster_init(&cl, 3);
+    cl.snapshot_bytes = 2000;
+    cl.trailing = 8;
+    l = start_all_elect(&cl);
+    f = other_follower(&cl, l, l);
+    t = other_follower(&cl, l, f);
+    cluster_crash(&cl, (unsigned)f);
+    propose_applied(&cl, (unsigned)l, 200, 100, 1, &last);
+    steps(&cl, 200);
+    cr_assert_gt(cl.nodes[l].disk.start,
+                 fake_disk_last_index(&cl.nodes[f].disk) + 1,
+                 "the follower must need a snapshot");
+    cluster_crash(&cl, (unsigned)l);
+    cluster_start(&cl, (unsigned)f);
+    t0 = cl.clock;
+    tp.i = (unsigned)t;
+    cr_assert(cluster_step_until(&cl, pred_node_writable, &tp, STEPS),
+              "the new leader never became writable");
+    cr_expect_lt(cl.clock - t0, 2500,
+                 "writable after %llu ms: waited for an install timeout",
+                 (unsigned long long)(cl.clock - t0));
+    cr_expect_geq(cl.nodes[f].n_restores, 1);
+    propose_applied(&cl, (unsigned)t, 5, 100, 2, &last);
+    cluster_start(&cl, (unsigned)l);
+    cr_assert(cluster_step_until(&cl, pred_all_applied, &last, STEPS));
+    assert_streams_equal(&cl);
+    cr_expect(!cl.conflict);
+    cluster_fini(&cl);
+}
+
+/* 0.15 ignores an InstallSnapshot (no answer, the leader waits for the
+ * install timeout) while the core takes or stores a snapshot of its own;
+ * seen in the jepsen re-runs after the F2 fix: a fetch completed while the
+ * follower persisted its own snapshot, the held message was dropped by the
+ * core and the follower waited 3 s with un-indexed bytes in its log. Rule 4
+ * of bulk.c: the complete fetch stays held (AEs still dropped) until the
+ * core can take it. The core's "taking a snapshot" state is simulated by
+ * setting its pending snapshot term (struct raft is public in 0.15). */
+static bool pred_fetch_complete(struct cluster *c, void *arg)
+{
+    unsigned i = ((struct node_pred *)arg)->i;
+    const struct repl_bulk_fetch *fe = &c->nodes[i].repl->fetch;
+    return fe->active && fe->started && fe->next_pos >= fe->to;
+}
+
+Test(cluster, complete_fetch_waits_for_the_cores_own_snapshot)
+{
+    uint64_t last = 0, t0, restores0;
+    int l, f;
+    struct node_pred pf;
+    struct raft *core;
+    cluster_init(&cl, 3);
+    cl.snapshot_bytes = 2000;
+    cl.trailing = 8;
+    cl.bulk_chunk = 500;
+    l = start_all_elect(&cl);
+    f = other_follower(&cl, l, l);
+    cluster_crash(&cl, (unsigned)f);
+    propose_applied(&cl, (unsigned)l, 200, 100, 9, &last);
+    steps(&cl, 200);
+    cluster_start(&cl, (unsigned)f);
+    pf.i = (unsigned)f;
+    cr_assert(cluster_step_until(&cl, pred_fetch_active, &pf, STEPS));
+    core = repl_raft(cl.nodes[f].repl);
+    cr_assert_eq(core->snapshot.pending.term, 0);
+    restores0 = cl.nodes[f].n_restores;
+    core->snapshot.pending.term = 1; /* "taking a snapshot" */
+    cr_assert(cluster_step_until(&cl, pred_fetch_complete, &pf, STEPS));
+    t0 = cl.clock;
+    steps(&cl, 300);
+    cr_expect(cl.nodes[f].repl->fetch.active, "held while the core is busy");
+    cr_expect_eq(cl.nodes[f].n_restores, restores0);
+    core->snapshot.pending.term = 0;
+    cr_assert(cluster_step_until(&cl, pred_all_applied, &last, STEPS));
+    cr_expect_lt(cl.clock - t0, 2500,
+                 "caught up %llu ms after: waited for an install timeout",
+                 (unsigned long long)(cl.clock - t0));
+    cr_expect_eq(cl.nodes[f].n_restores, restores0 + 1);
+    assert_streams_equal(&cl);
+    cr_expect(!cl.conflict);
+    cluster_fini(&cl);
+}

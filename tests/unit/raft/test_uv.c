@@ -117,6 +117,11 @@ static void count_closed(void *arg)
     (*(int *)arg)++;
 }
 
+static void timer_noop(uv_timer_t *t)
+{
+    (void)t;
+}
+
 /* Run the loop until cond() or ms of loop time pass. */
 static bool run_until(uv_loop_t *loop, bool (*cond)(void *), void *arg,
                       uint64_t ms)
@@ -127,7 +132,9 @@ static bool run_until(uv_loop_t *loop, bool (*cond)(void *), void *arg,
     uv_update_time(loop);
     end = uv_now(loop) + ms;
     uv_timer_init(loop, &t);
-    uv_timer_start(&t, NULL, 5, 5); /* wake the loop regularly */
+    /* Wake the loop regularly (a NULL callback would make uv_timer_start
+     * fail with UV_EINVAL and leave the timer stopped). */
+    uv_timer_start(&t, timer_noop, 5, 5);
     while (!(ok = cond(arg)) && uv_now(loop) < end) {
         uv_run(loop, UV_RUN_ONCE);
     }
@@ -145,11 +152,6 @@ static bool cond_leader(void *arg)
 static bool cond_applied(void *arg)
 {
     return all_applied(*(uint64_t *)arg) && acked >= (int)*(uint64_t *)arg;
-}
-
-static void timer_noop(uv_timer_t *t)
-{
-    (void)t;
 }
 
 /* Run the loop until *count reaches want (at most 2000 turns; a 5 ms
