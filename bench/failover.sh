@@ -9,14 +9,15 @@
 # Without --reuse the cluster is started in a fresh temp dir on free ports
 # and stopped (by PID) at the end; with --reuse an already running
 # scripts/cluster.sh cluster in --dir/--base-port is used and left running.
-# Each produce attempt is one message with --timeout-ms $ATTEMPT_MS (200);
+# Each produce attempt is one message with --timeout-ms $ATTEMPT_MS (50: the
+# figure is quantised by it, so keep it small);
 # a trial gives up after 30 s.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 export TERN_BIN=${TERN_BIN:-$ROOT/build}
 CLI=${TERN_CLI:-$TERN_BIN/client/tern}
-ATTEMPT_MS=${ATTEMPT_MS:-200}
+ATTEMPT_MS=${ATTEMPT_MS:-50}
 trials=10
 dir=
 base=
