@@ -142,24 +142,36 @@ static void tick(struct one *o)
     (void)fake_io_maybe_tick(o->io);
 }
 
+/* The follower-conflict shape both tests start from: append entry 1 and
+ * let it complete, then truncate at it and append a replacement (left
+ * pending: its completion also finishes the truncate). */
+struct conflict {
+    struct raft_io_append a1, a2;
+    struct raft_entry e1, e2;
+    uint64_t p1, p2;
+    int s1, s2;
+};
+
+static void truncate_then_append(struct one *o, struct conflict *c)
+{
+    uint64_t next = o->r->next_index;
+    c->p1 = 1;
+    c->p2 = 2;
+    append_one(o, &c->a1, &c->e1, &c->p1, 1, &c->s1);
+    cr_assert_eq(fake_io_complete(o->io, 1), 1);
+    cr_assert_eq(c->s1, 0);
+    cr_assert_eq(o->r->outer.truncate(&o->r->outer, next), 0);
+    append_one(o, &c->a2, &c->e2, &c->p2, 2, &c->s2);
+}
+
 Test(repl_close, inner_close_waits_for_the_append_after_a_truncate)
 {
     struct one o;
-    struct raft_io_append a1, a2;
-    struct raft_entry e1, e2;
-    uint64_t p1 = 1, p2 = 2;
-    int s1, s2;
-    uint64_t next;
+    struct conflict c;
     bool closed = false;
 
     one_start(&o);
-    next = o.r->next_index;
-    append_one(&o, &a1, &e1, &p1, 1, &s1);
-    cr_assert_eq(fake_io_complete(o.io, 1), 1);
-    cr_assert_eq(s1, 0);
-    /* A follower's conflict: truncate at the entry, append the new one. */
-    cr_assert_eq(o.r->outer.truncate(&o.r->outer, next), 0);
-    append_one(&o, &a2, &e2, &p2, 2, &s2);
+    truncate_then_append(&o, &c);
 
     repl_close(o.r, closed_cb, &closed);
     cr_expect(!o.io->closing, "inner close held back: truncate in flight");
@@ -167,7 +179,7 @@ Test(repl_close, inner_close_waits_for_the_append_after_a_truncate)
     cr_expect(!o.io->closing, "still held back on a tick");
     /* The truncate, then the append after it, finish. */
     cr_assert_eq(fake_io_complete(o.io, 2), 2);
-    cr_expect_eq(s2, 0, "the append completed, not canceled");
+    cr_expect_eq(c.s2, 0, "the append completed, not canceled");
     cr_expect(!o.io->closing, "never closed from inside an inner callback");
     cr_expect(!closed);
     tick(&o);
@@ -180,25 +192,17 @@ Test(repl_close, inner_close_waits_for_the_append_after_a_truncate)
 Test(repl_close, inner_close_is_immediate_without_a_truncate_in_flight)
 {
     struct one o;
-    struct raft_io_append a1, a2;
-    struct raft_entry e1, e2;
-    uint64_t p1 = 1, p2 = 2;
-    int s1, s2;
-    uint64_t next;
+    struct conflict c;
     bool closed = false;
 
     one_start(&o);
-    next = o.r->next_index;
-    append_one(&o, &a1, &e1, &p1, 1, &s1);
-    cr_assert_eq(fake_io_complete(o.io, 1), 1);
-    cr_assert_eq(o.r->outer.truncate(&o.r->outer, next), 0);
-    append_one(&o, &a2, &e2, &p2, 2, &s2);
+    truncate_then_append(&o, &c);
     cr_assert_eq(fake_io_complete(o.io, 2), 2); /* the truncate finished */
-    append_one(&o, &a1, &e1, &p1, 2, &s1);      /* an ordinary append */
+    append_one(&o, &c.a1, &c.e1, &c.p1, 2, &c.s1); /* an ordinary append */
 
     repl_close(o.r, closed_cb, &closed);
     cr_expect(o.io->closing, "nothing to wait for: the inner closes at once");
-    cr_expect_eq(s1, RAFT_CANCELED, "the inner close canceled it");
+    cr_expect_eq(c.s1, RAFT_CANCELED, "the inner close canceled it");
     (void)fake_io_flush(o.io);
     cr_expect(closed);
     one_fini(&o);
