@@ -5,8 +5,12 @@
 #   make test    install deps; build/ + ctest, build-asan/ (ASan+UBSan) +
 #                ctest, build-fuzz/ (clang libFuzzer) smoke run,
 #                tests/rxe/run.sh (RDMA on soft-RoCE in a QEMU guest;
-#                skipped if the guest cannot boot); ends with
-#                "N passed, N failed"
+#                skipped if the guest cannot boot), jepsen/smoke.sh
+#                (Jepsen-style smoke runs in network namespaces); ends
+#                with "N passed, N failed"
+#   make jepsen         the full Jepsen-style matrix (jepsen/matrix.sh:
+#                       every workload x nemesis; JEPSEN_TIME per run,
+#                       default 120 s; JEPSEN_NODES, default 5)
 #   make jepsen-smoke   Jepsen-style smoke runs (network namespaces, root)
 #   make test-rxe       only the soft-RoCE stage
 #   make build | asan | fuzz | clean | format | tidy
@@ -18,7 +22,7 @@ export JOBS
 SRC_DIRS := common rdma raft index client node bench tests
 C_FILES = $(shell find $(SRC_DIRS) -name '*.[ch]' -not -path '*/corpus/*' 2>/dev/null | sort)
 
-.PHONY: all deps build test asan fuzz demo clean format tidy jepsen-smoke test-rxe
+.PHONY: all deps build test asan fuzz demo clean format tidy jepsen jepsen-smoke test-rxe
 
 all: build
 
@@ -36,6 +40,9 @@ asan: deps
 
 fuzz: deps
 	@scripts/test.sh fuzz
+
+jepsen: deps
+	@scripts/test.sh build && TERN_BUILD=$(CURDIR)/build jepsen/matrix.sh
 
 jepsen-smoke: deps
 	@scripts/test.sh jepsen

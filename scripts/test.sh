@@ -192,7 +192,13 @@ stage_jepsen() {
     # Always (re)build: a stale ternd once made the harness chase bugs that
     # were already fixed (jepsen/FINDINGS.md, F1/F3).
     stage_build || { build_fail jepsen; return; }
-    local log=$B/jepsen-smoke.log rc p f
+    local log=$B/jepsen-smoke.log rc p f t
+    # The driver and the fault tools (power-loss shim, NFQUEUE delayer).
+    make -s -C "$ROOT/jepsen/driver" BUILD="$ROOT/$B" || { build_fail jepsen; return; }
+    for t in powerloss delayer; do
+        [ -f "$ROOT/jepsen/$t/Makefile" ] || continue
+        make -s -C "$ROOT/jepsen/$t" OUT="$ROOT/$B/jepsen" || { build_fail jepsen; return; }
+    done
     TERN_BUILD=$ROOT/$B SMOKE_TIME=${SMOKE_TIME:-30} \
         timeout -k 10 1500 "$ROOT/jepsen/smoke.sh" 2>&1 | tee "$log"
     rc=${PIPESTATUS[0]}

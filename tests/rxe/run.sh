@@ -20,12 +20,18 @@
 #
 # Usage: tests/rxe/run.sh [-b BUILD_DIR] [-t VM_TIMEOUT_S] [-F CRITERION_FILTER]
 #                         [-a 'MORE CRITERION ARGS'] [-r REPEAT] [-S STAGES]
-#                         [-k] [-n]
+#                         [-T script|builtin] [-N] [-k] [-n]
 #   -b  build dir (default: <repo>/build-rxe)       -n  do not (re)build
 #   -t  overall VM timeout in seconds (default 1500)  -k  keep the VM run dir
 #   -F  Criterion --filter, e.g. 'conformance_verbs/bidirectional'
 #   -r  run the test binary REPEAT times in the same guest (flakiness hunt)
 #   -S  stages, comma separated: hw,cluster (default both)
+#   -T  who builds the rxe topology in the guest: "script" (default: the
+#       guest boots without rxe devices and runs scripts/rxe-setup.sh, the
+#       same script a native host uses) or "builtin" (rxe-vm's init.sh)
+#   -N  native: no guest; run the stages on this host after
+#       scripts/rxe-setup.sh up (needs root and rdma_rxe in this kernel;
+#       exit 77 when it has none), then rxe-setup.sh down
 # Env: TERN_RXEVM_DIR (default <repo>/../shared/tools/rxe-vm), RXEVM_CACHE;
 #      TERN_HW_*, TERN_RXE_* (cluster.sh knobs) and TERN_VERBS_TRACE are
 #      passed into the guest (e.g. TERN_HW_DEADLINE_S=60; TERN_VERBS_TRACE=1
@@ -47,7 +53,9 @@ REPEAT=1
 KEEP=""
 NOBUILD=0
 STAGES=hw,cluster
-while getopts "b:t:F:a:r:S:kn" o; do
+TOPO=script
+NATIVE=0
+while getopts "b:t:F:a:r:S:T:Nkn" o; do
     case $o in
     b) BUILD=$OPTARG ;;
     t) TMO=$OPTARG ;;
@@ -55,18 +63,27 @@ while getopts "b:t:F:a:r:S:kn" o; do
     a) ARGS=$OPTARG ;;
     r) REPEAT=$OPTARG ;;
     S) STAGES=$OPTARG ;;
+    T) TOPO=$OPTARG ;;
+    N) NATIVE=1 ;;
     k) KEEP=-k ;;
     n) NOBUILD=1 ;;
-    *) sed -n '2,38s/^# \{0,1\}//p' "$0"; exit 2 ;;
+    *) sed -n '2,45s/^# \{0,1\}//p' "$0"; exit 2 ;;
     esac
 done
 
 skip() { echo "rxe: SKIP: $*"; exit 77; }
 log() { echo "rxe: $*" >&2; }
 
+case $TOPO in script | builtin) ;; *) echo "rxe: -T script|builtin" >&2; exit 2 ;; esac
+
 # ---- 1. tooling and host packages ------------------------------------------
-[ -x "$RXEVM/run-in-vm.sh" ] && [ -x "$RXEVM/build-initramfs.sh" ] ||
-    skip "rxe-vm tooling not found at $RXEVM (set TERN_RXEVM_DIR)"
+if [ $NATIVE = 1 ]; then
+    "$REPO/scripts/rxe-setup.sh" check ||
+        skip "native: no rdma_rxe here (or not root); use the guest (no -N)"
+else
+    [ -x "$RXEVM/run-in-vm.sh" ] && [ -x "$RXEVM/build-initramfs.sh" ] ||
+        skip "rxe-vm tooling not found at $RXEVM (set TERN_RXEVM_DIR)"
+fi
 # Same list as rxe-vm/build-initramfs.sh, which exits silently (status 1)
 # when one of them is missing, so they are installed here first.
 PKGS="qemu-system-x86 busybox-static kmod cpio ibverbs-utils rdmacm-utils
@@ -86,7 +103,8 @@ if [ -n "$missing" ]; then
               -o DPkg::Lock::Timeout=600 $missing >&2; } ||
         skip "could not install:$missing"
 fi
-command -v qemu-system-x86_64 >/dev/null || skip "qemu-system-x86_64 not found"
+[ $NATIVE = 1 ] || command -v qemu-system-x86_64 >/dev/null ||
+    skip "qemu-system-x86_64 not found"
 
 # ---- 2. build on the host ---------------------------------------------------
 if [ $NOBUILD = 0 ]; then
@@ -122,16 +140,29 @@ case ",$STAGES," in *,cluster,*)
     cp "$REPO/tests/rxe/cluster.sh" "$WORK/"
     ;;
 esac
+cp "$REPO/scripts/rxe-setup.sh" "$WORK/"
 ldd $BINS | awk '/=> \//{print $3}' | sort -u | while read -r l; do
     case $(basename "$l") in
     libc.so.* | ld-linux* | libibverbs.so.* | librdmacm.so.* | libnl-*) ;;
     *) cp -L "$l" "$WORK/lib/" ;;
     esac
 done
+# The topology: scripts/rxe-setup.sh (TOPO=script, and always natively),
+# else the one rxe-vm's init.sh built.
+if [ $NATIVE = 1 ] || [ $TOPO = script ]; then
+    SETUP="bash \$W/rxe-setup.sh up -n 3 -e \$W/rxe.env || { echo 'rxe-guest: rxe-setup.sh up failed'; echo '0 passed, 1 failed'; exit 1; }
+set -a; . \$W/rxe.env; set +a
+trap 'bash \$W/rxe-setup.sh down -e \$W/rxe.env >/dev/null' EXIT
+echo 'rxe-guest: topology by scripts/rxe-setup.sh'"
+else
+    SETUP="echo 'rxe-guest: topology by rxe-vm init.sh'"
+fi
 cat >"$WORK/guest.sh" <<EOF
 echo "rxe-guest: up"
+W=\${TERN_RXE_WORK:-/mnt/work}
+$SETUP
 $(env | grep -E '^TERN_(HW_[A-Z_]+|RXE_[A-Z_]+|VERBS_TRACE)=' | sed "s/^/export /; s/=\(.*\)/='\1'/")
-export LD_LIBRARY_PATH=/mnt/work/lib
+export LD_LIBRARY_PATH=\$W/lib
 # Wire faults for tests/hw (node 2 = 10.77.0.2 = veth n1 <-> bridge port p1).
 # /usr/bin/tc: system() runs busybox sh, whose own tc applet would win.
 export TERN_HW_PARTITION="/usr/bin/tc qdisc add dev p1 root netem loss 100% && /usr/bin/tc qdisc add dev n1 root netem loss 100%"
@@ -139,7 +170,7 @@ export TERN_HW_HEAL="/usr/bin/tc qdisc del dev p1 root; /usr/bin/tc qdisc del de
 ulimit -l unlimited
 ibv_devices | sed -n '3,\$p' | awk '{print "rxe-guest: device " \$1}'
 echo "rxe-guest: node IPs \$RXEVM_NODE_IPS"
-cd /mnt/work
+cd \$W
 rc=0 p=0 f=0
 add_counts() { # log file
     local c
@@ -165,7 +196,7 @@ esac
 case ",$STAGES," in *,cluster,*)
 echo "rxe-guest: stage cluster: 3 ternd --transport rdma on rxe0..rxe2"
 t0=\$(cut -d' ' -f1 /proc/uptime)
-bash /mnt/work/cluster.sh /mnt/work 2>&1 | tee /tmp/cluster.log
+bash \$W/cluster.sh \$W 2>&1 | tee /tmp/cluster.log
 r=\${PIPESTATUS[0]}
 [ \$r = 0 ] || rc=\$r
 add_counts /tmp/cluster.log cluster
@@ -179,10 +210,19 @@ EOF
 
 # ---- 3. boot the guest and run ---------------------------------------------
 OUT=$BUILD/rxe-run.log
-log "booting the rxe guest (timeout ${TMO}s; log $OUT)"
-"$RXEVM/run-in-vm.sh" $KEEP -t "$TMO" -w "$WORK" -f "$WORK/guest.sh" 2>&1 |
-    tee "$OUT"
-rc=${PIPESTATUS[0]}
+if [ $NATIVE = 1 ]; then
+    log "native run on $(uname -r) (timeout ${TMO}s; log $OUT)"
+    TERN_RXE_WORK=$WORK timeout -k 10 "$TMO" bash "$WORK/guest.sh" 2>&1 |
+        tee "$OUT"
+    rc=${PIPESTATUS[0]}
+else
+    NET=bridge
+    [ $TOPO = script ] && NET=none
+    log "booting the rxe guest (net $NET, timeout ${TMO}s; log $OUT)"
+    "$RXEVM/run-in-vm.sh" $KEEP -n $NET -t "$TMO" -w "$WORK" \
+        -f "$WORK/guest.sh" 2>&1 | tee "$OUT"
+    rc=${PIPESTATUS[0]}
+fi
 if ! grep -q '^rxe-guest: up' "$OUT"; then
     skip "the rxe guest did not boot here (run-in-vm.sh rc=$rc)"
 fi
