@@ -15,6 +15,8 @@ packages=(
     python3                       # integration tests, scripts
     iproute2 procps               # ss/ip, ps/pgrep for scripts
     nftables                      # jepsen/: partitions inside namespaces
+    iptables libnetfilter-queue-dev   # jepsen/delayer: NFQUEUE delay nemesis
+    faketime libfaketime          # jepsen/: clock skew nemesis
 )
 
 missing=()
