@@ -41,10 +41,12 @@ struct idx_options
     uint32_t max_message;   /* largest message payload; 0 = 4 MiB */
 };
 
-/* Open (creating if needed). Truncates a torn or corrupt log tail to the
- * last valid record, then reconciles LMDB with the log (re-indexing records
- * LMDB lacks; rebuilding it from the log if it is ahead or damaged).
- * *out is released by idx_close. */
+/* Open (creating if needed). Verifies every record of the log and cuts
+ * it at the first bad one (torn tail, or damage in the middle: the raft
+ * log or a peer re-supplies what follows), then rebuilds LMDB from the log
+ * (LMDB has no checksums, so its files are never trusted across a stop;
+ * cost linear in the log, see index/env.c). *out is released by
+ * idx_close. */
 int idx_open(const struct idx_options *o, struct idx_env **out, char *errmsg);
 /* Flushes, syncs, closes, frees. */
 void idx_close(struct idx_env *e);
@@ -55,6 +57,11 @@ uint64_t idx_last_applied(const struct idx_env *e);
 uint64_t idx_log_end(const struct idx_env *e);
 /* Bytes truncated from the log tail by idx_open (0 if it was clean). */
 uint64_t idx_truncated_bytes(const struct idx_env *e);
+/* Where and why idx_open cut the log ("commit log cut at P
+ * (log/<file>.seg offset O): <reason>; N bytes dropped"), or "" if it was
+ * not cut. Borrowed, valid until idx_close. idx_restore's error names it
+ * when the snapshot needs bytes the cut removed. */
+const char *idx_cut_note(const struct idx_env *e);
 /* Last error detail. Borrowed, valid until the next call on e. */
 const char *idx_errmsg(const struct idx_env *e);
 /* Sticky failure: 0, or the code of the failed apply (TERN_EFULL, -EIO,
@@ -149,8 +156,8 @@ struct idx_result
  * MDB_MAP_FULL -> TERN_EFULL), after which the env refuses further
  * applies (idx_status) until reopened; pending unflushed results may
  * then be rolled back and are re-derived identically by idx_open.
- * TERN_EINVAL (not sticky) if the log holds bulk-written bytes that
- * idx_restore has not indexed yet. */
+ * Bulk-written bytes that idx_restore has not indexed (an abandoned
+ * fetch) are dropped first (idx_bulk_discard). */
 int idx_apply(struct idx_env *e,
               uint64_t index,
               const void *entry,
@@ -245,8 +252,16 @@ int idx_bulk_read(struct idx_env *e,
                   size_t cap,
                   size_t *n);
 /* Append raw log bytes at pos == idx_log_end (follower side; TERN_EINVAL
- * elsewhere). Records are verified when idx_restore indexes them; until
- * then idx_apply refuses with TERN_EINVAL. */
+ * elsewhere). Records are verified when idx_restore indexes them; an
+ * idx_apply before that drops them (idx_bulk_discard). */
 int idx_bulk_write(struct idx_env *e, uint64_t pos, const void *buf, size_t n);
+/* Drop bulk-written bytes not indexed yet: truncate the log back to the
+ * indexed end, durably (ftruncate + fsync, blocking; small unless a big
+ * fetch was abandoned). 0 when there is nothing to drop. Afterwards
+ * idx_bulk_range asks for them again. Returns the sticky error of a
+ * failed env, or -errno / TERN_EFULL from the truncate. */
+int idx_bulk_discard(struct idx_env *e);
+/* Bytes dropped by idx_bulk_discard since idx_open. */
+uint64_t idx_discarded_bytes(const struct idx_env *e);
 
 #endif /* TERN_IDX_H */

@@ -252,6 +252,8 @@ struct idx_env
 
     int failed;         /* sticky error of a failed apply, 0 if none */
     uint64_t truncated; /* bytes cut from the tail by idx_open */
+    uint64_t discarded; /* un-indexed bulk bytes dropped (idx_bulk_discard) */
+    char cut_note[TERN_ERRMSG_SIZE]; /* where idx_open cut the log, or "" */
     char errmsg[TERN_ERRMSG_SIZE];
 
     uint8_t *rbuf; /* scratch for record reads */
@@ -283,6 +285,12 @@ int idx__log_write_raw(struct idx_env *e,
                        const void *buf,
                        size_t n);
 int idx__log_truncate(struct idx_env *e, uint64_t pos);
+/* "log/<file>.seg offset N" of the stream position pos (pos <= log_end)
+ * into buf. */
+void idx__log_locate(const struct idx_env *e,
+                     uint64_t pos,
+                     char *buf,
+                     size_t cap);
 int idx__log_sync(struct idx_env *e);
 /* Read and verify the record at pos, bounded by limit. On success the
  * payload is in e->rbuf[IDX__REC_HDR_SIZE..]. Status TERN_ECORRUPT /

@@ -50,10 +50,14 @@
  * the log never keeps a partial record while the env is open.
  *
  * RECOVERY (idx_open, see env.c). Segment headers are checked here; a bad
- * or missing segment cuts the log at its start. Records are then scanned
- * from the last point LMDB vouches for; the first record that is short,
- * malformed, fails its checksum or does not increase the raft index ends
- * the log, and everything after it is truncated (ftruncate + fsync).
+ * or missing segment cuts the log at its start. Every record is then
+ * scanned from position 0 (LMDB is rebuilt at each open); the first record
+ * that is short, malformed, fails its checksum or does not increase the
+ * raft index ends the log, and everything after it is truncated
+ * (ftruncate + fsync). Where and why is kept for idx_cut_note; the raft
+ * log or a peer re-supplies the records after the cut (raft/bulk.c).
+ * Un-indexed bulk bytes of an abandoned fetch are cut by idx_bulk_discard
+ * (snapshot.c) before the next append.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -371,6 +375,14 @@ int idx__log_open(struct idx_env *e)
         expect = starts[i] + size;
         good++;
     }
+    if (good < n) {
+        tern_errmsg_printf(e->cut_note,
+                           "segment log/%020llu.seg unusable (bad header, "
+                           "or a gap: the log ended at %llu); it and %zu "
+                           "later segment(s) removed",
+                           (unsigned long long)starts[good],
+                           (unsigned long long)expect, n - good - 1);
+    }
     for (size_t i = good; i < n; i++) {
         /* Unusable segments: count what they held as truncated. */
         char path[4096];
@@ -626,6 +638,17 @@ int idx__log_truncate(struct idx_env *e, uint64_t pos)
         }
     }
     return 0;
+}
+
+void idx__log_locate(const struct idx_env *e,
+                     uint64_t pos,
+                     char *buf,
+                     size_t cap)
+{
+    const struct idx__seg *s = &e->segs[seg_find(e, pos)];
+    (void)snprintf(buf, cap, "log/%020llu.seg offset %llu",
+                   (unsigned long long)s->start,
+                   (unsigned long long)(IDX__SEG_HDR_SIZE + (pos - s->start)));
 }
 
 int idx__log_sync(struct idx_env *e)

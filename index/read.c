@@ -8,8 +8,9 @@
  *
  * Why the log positions in a read txn are always readable: the log is
  * append-only while the env is open (truncation happens only inside
- * idx_open and idx_restore, before any index entry points past the cut),
- * and every position LMDB stores was written before it was indexed.
+ * idx_open and idx_restore, before any index entry points past the cut,
+ * and in idx_bulk_discard, which cuts only bytes no index entry points
+ * to), and every position LMDB stores was written before it was indexed.
  */
 #include <errno.h>
 

@@ -29,6 +29,19 @@
  * Bytes beyond the manifest's log_end that were copied but are not
  * covered by it are truncated by idx_restore: Raft re-applies those
  * entries after the snapshot index.
+ *
+ * Abandoned fetches (jepsen F2 "known gap"): raft/bulk.c keeps the bytes
+ * of an aborted fetch (stall timer, error status, newer snapshot) in the
+ * log so that a resend of the snapshot only fetches the rest. If raft
+ * instead goes on applying entries (the leader changed, or the follower
+ * learned the commit of entries it already holds), those bytes sit where
+ * the next record must go. idx_apply then drops them first
+ * (idx_bulk_discard: ftruncate back to the indexed end + fsync, on the
+ * calling thread; a later fetch asks for them again). Decision: drop
+ * lazily at the first apply rather than at the abort (no FSM callback is
+ * needed and a prompt resend still reuses the bytes), and rather than
+ * staging fetched bytes outside the log (a second copy at restore and a
+ * second file set to recover).
  */
 #include <errno.h>
 
@@ -145,6 +158,31 @@ int idx_bulk_write(struct idx_env *e, uint64_t pos, const void *buf, size_t n)
     return idx__log_write_raw(e, pos, buf, n);
 }
 
+int idx_bulk_discard(struct idx_env *e)
+{
+    if (e->failed != 0) {
+        return e->failed;
+    }
+    TERN_INVARIANT(e->st.log_end <= e->log_end);
+    if (e->st.log_end == e->log_end) {
+        return 0;
+    }
+    uint64_t n = e->log_end - e->st.log_end;
+    int rc = idx__log_truncate(e, e->st.log_end);
+    if (rc != 0) {
+        tern_errmsg_wrapf(e->errmsg, "discard %llu un-indexed bulk bytes",
+                          (unsigned long long)n);
+        return rc;
+    }
+    e->discarded += n;
+    return 0;
+}
+
+uint64_t idx_discarded_bytes(const struct idx_env *e)
+{
+    return e->discarded;
+}
+
 /* Is the record at m->last_rec_pos the one the manifest names? */
 static int log_has_manifest_record(struct idx_env *e,
                                    const struct idx__manifest *m)
@@ -188,6 +226,15 @@ int idx_restore(struct idx_env *e, const void *manifest, size_t len)
         return 0;
     }
     if (e->log_end < m.log_end) {
+        if (e->cut_note[0] != '\0') {
+            /* The usual case at start-up: the local raft snapshot is past
+             * damage idx_open cut away; only a peer has those bytes. */
+            return idx__fail(e, TERN_EINVAL, __LINE__,
+                             "log ends at %llu, snapshot %llu needs %llu; %s",
+                             (unsigned long long)e->log_end,
+                             (unsigned long long)m.last_applied,
+                             (unsigned long long)m.log_end, e->cut_note);
+        }
         return idx__fail(e, TERN_EINVAL, __LINE__,
                          "log ends at %llu, manifest needs %llu: bulk "
                          "transfer first",

@@ -55,10 +55,39 @@
  * Staging the fetched bytes outside the log (adopted by restore only)
  * would also do, but needs an index/ format change; rules 1-4 keep the
  * FSM untouched while the follower is anyway useless (it is behind).
- * Gap: bytes of an ABORTED fetch stay in the log for the resend; entries
- * applied before that resend are still refused by index/.
+ * Aborted fetches (the F2 "known gap", closed): the bytes of an aborted
+ * fetch stay in the log so that a resend only fetches the rest. If libraft
+ * instead applies entries (a new leader still holds them in its log, or
+ * the follower learns the commit of entries it holds), the FSM drops the
+ * un-adopted bytes first: index/'s idx_apply truncates its log back to
+ * the indexed end (idx_bulk_discard, durable) instead of refusing, which
+ * made the replica fail-stop. Decision: drop lazily at that apply, in
+ * index/, rather than at the abort (needs no new repl_fsm callback, and a
+ * prompt resend still reuses the bytes) or staging outside the log.
+ *
+ * Start-up restore from a peer (storage damage, issue 4): libraft 0.15
+ * restores the node's latest snapshot inside raft_start. If the FSM lacks
+ * bytes that snapshot covers (index/ cut its commit log at a damaged
+ * record, and the raft log no longer holds those entries), fsm.c defers
+ * the restore instead of failing the start: repl_bulk_restore_later holds
+ * the manifest as a fetch "from ourselves" (held.sender_id == our id;
+ * peer_id is the peer asked), which fetches the missing range from the
+ * peers in turn (any peer: the log is identical on every node) and then
+ * calls the FSM's restore itself. libraft believes the snapshot restored
+ * meanwhile; nothing is applied over the gap because, as for any fetch,
+ * AppendEntries are dropped and election ticks withheld while
+ * fetch.active (the node does not campaign; its raft log and vote are
+ * intact, so answering votes stays safe), and fsm.c fail-stops an apply
+ * that would still come (e.g. after a leadership transfer to this node)
+ * rather than skip the missing entries. An InstallSnapshot not newer
+ * than that snapshot is handed to libraft (which ignores it) without
+ * touching the fetch; a newer one replaces it (its restore covers more).
+ * A peer that fails or stalls is replaced by the next one; a restore that
+ * finds copied bytes damaged (TERN_ECORRUPT) fetches again; any other
+ * restore error fail-stops the replica.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "repl_int.h"
@@ -68,6 +97,106 @@
 static uint64_t now_ms(struct repl *r)
 {
     return r->inner->time(r->inner);
+}
+
+/* The fetch is a start-up restore (see top), not a held InstallSnapshot. */
+static bool is_local(const struct repl *r)
+{
+    return r->fetch.active && r->fetch.held.sender_id == r->id;
+}
+
+bool repl_bulk_restore_pending(const struct repl *r)
+{
+    return is_local(r);
+}
+
+/* The peer after the current one (never ourselves), for a local fetch. */
+static void next_peer(struct repl *r)
+{
+    struct repl_bulk_fetch *f = &r->fetch;
+    unsigned cur = r->n_peers;
+    for (unsigned i = 0; i < r->n_peers; i++) {
+        if (r->peers[i].id == f->peer_id) {
+            cur = i;
+        }
+    }
+    for (unsigned k = 1; k <= r->n_peers; k++) {
+        const struct repl_peer *p = &r->peers[(cur + k) % r->n_peers];
+        if (p->id != r->id) {
+            f->peer_id = p->id;
+            (void)snprintf(f->peer_addr, sizeof f->peer_addr, "%s",
+                           p->address);
+            return;
+        }
+    }
+}
+
+/* Start a local fetch over: from the next peer, range taken again on the
+ * next tick. */
+static void local_retry(struct repl *r)
+{
+    struct repl_bulk_fetch *f = &r->fetch;
+    next_peer(r);
+    f->started = false;
+    f->in_flight = 0;
+    f->retries = 0;
+    f->last_progress_ms = now_ms(r);
+}
+
+/* A fetch failed: a local one moves on to the next peer, a held
+ * InstallSnapshot is dropped (the leader resends it). */
+static void give_up(struct repl *r)
+{
+    if (is_local(r)) {
+        local_retry(r);
+        return;
+    }
+    repl_bulk_abort(r);
+}
+
+int repl_bulk_restore_later(struct repl *r, struct raft_buffer *manifest)
+{
+    struct repl_bulk_fetch *f = &r->fetch;
+    if (r->fsm.bulk_range == NULL || r->n_peers < 2 || f->active) {
+        return TERN_EINVAL;
+    }
+    memset(f, 0, sizeof *f);
+    f->active = true;
+    f->held.type = RAFT_IO_INSTALL_SNAPSHOT;
+    f->held.sender_id = r->id;
+    (void)snprintf(f->held.sender_addr, sizeof f->held.sender_addr, "%s",
+                   r->address);
+    raft_configuration_init(&f->held.msg.install_snapshot.conf);
+    f->held.msg.install_snapshot.last_index = r->snap_index;
+    f->held.msg.install_snapshot.last_term = r->snap_term;
+    f->held.msg.install_snapshot.data = *manifest; /* ours from here */
+    f->peer_id = r->id;
+    next_peer(r);
+    f->last_progress_ms = 0; /* io_start has not run: no clock yet */
+    return 0;
+}
+
+/* A complete local fetch: restore the manifest into the FSM ourselves. */
+static void finish_local(struct repl *r)
+{
+    struct repl_bulk_fetch *f = &r->fetch;
+    const struct raft_buffer *m = &f->held.msg.install_snapshot.data;
+    int rv = r->fsm.restore(r->fsm.arg, m->base, m->len);
+    if (rv == TERN_ECORRUPT) {
+        local_retry(r); /* damaged copy, cut back by the FSM: again */
+        return;
+    }
+    if (rv != 0) {
+        r->fsm_error = rv;
+        repl_fail(r, rv); /* releases the fetch */
+        return;
+    }
+    if (f->fetched) {
+        r->bulk_completed++;
+    }
+    r->applied_bytes = 0;
+    repl_wire_release(&f->held);
+    f->active = false;
 }
 
 void repl_bulk_abort(struct repl *r)
@@ -114,6 +243,10 @@ static bool core_busy(const struct repl *r)
 static void finish(struct repl *r)
 {
     struct repl_wire held = r->fetch.held;
+    if (is_local(r)) {
+        finish_local(r);
+        return;
+    }
     if (core_busy(r)) {
         return; /* held; retried on the next tick */
     }
@@ -168,6 +301,11 @@ static void fetch_start(struct repl *r)
     }
     if (r->fsm.bulk_range(r->fsm.arg, s->data.base, s->data.len, &from,
                           &to) != 0) {
+        if (is_local(r)) {
+            r->fsm_error = TERN_EMALFORMED;
+            repl_fail(r, TERN_EMALFORMED); /* our own snapshot is unusable */
+            return;
+        }
         repl_bulk_abort(r);
         return;
     }
@@ -196,6 +334,10 @@ void repl_bulk_on_install(struct repl *r, struct repl_wire *w)
     }
     if (r->fsm.bulk_range == NULL) {
         repl_io_deliver(r, w);
+        return;
+    }
+    if (is_local(r) && s->last_index <= f->held.msg.install_snapshot.last_index) {
+        repl_io_deliver(r, w); /* not newer than ours: libraft ignores it */
         return;
     }
     if (install_is_noop(r, s)) {
@@ -279,7 +421,7 @@ static void on_data(struct repl *r, const struct repl_wire *w)
         return; /* complete, waiting for the core (rule 4) */
     }
     if (w->bulk.status != REPL_BULK_STATUS_OK || w->bulk.len == 0) {
-        repl_bulk_abort(r);
+        give_up(r);
         return;
     }
     if (w->bulk.pos != f->next_pos) {
@@ -288,7 +430,7 @@ static void on_data(struct repl *r, const struct repl_wire *w)
     if (w->bulk.len > f->to - f->next_pos ||
         r->fsm.bulk_write(r->fsm.arg, w->bulk.pos, w->bulk.data,
                           (size_t)w->bulk.len) != 0) {
-        repl_bulk_abort(r);
+        give_up(r);
         return;
     }
     f->next_pos += w->bulk.len;
@@ -332,7 +474,7 @@ void repl_bulk_tick(struct repl *r)
         return;
     }
     if (f->retries >= BULK__MAX_RETRIES) {
-        repl_bulk_abort(r);
+        give_up(r);
         return;
     }
     f->retries++;

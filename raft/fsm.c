@@ -32,8 +32,21 @@
  * buffer, freed by libraft with raft_free, which is tern_free: repl.c
  * installs tern's allocator as libraft's heap). Restore: libraft transfers
  * the buffer on success only (on failure it frees it itself).
+ *
+ * Start-up restore the FSM cannot do (storage damage, issue 4): raft_start
+ * restores the latest local snapshot before io_start (r->started still
+ * false). If the FSM then lacks bytes the snapshot covers (index/ cut a
+ * damaged commit log at open; bulk_range says what is missing), the
+ * restore is deferred to a bulk fetch from a peer (bulk.c, "Start-up
+ * restore from a peer") instead of failing the start; until it is done no
+ * entry is applied and no FSM snapshot is taken.
  */
 #include "repl_int.h"
+
+/* bulk.c, start-up restore from a peer. Declared here because repl_int.h
+ * is not this change's file (lead: move both prototypes there). */
+int repl_bulk_restore_later(struct repl *r, struct raft_buffer *manifest);
+bool repl_bulk_restore_pending(const struct repl *r);
 
 static int fsm_apply(struct raft_fsm *f, const struct raft_buffer *buf,
                      void **result)
@@ -43,6 +56,14 @@ static int fsm_apply(struct raft_fsm *f, const struct raft_buffer *buf,
     int rv;
 
     *result = NULL;
+    if (repl_bulk_restore_pending(r)) {
+        /* Never reached while AppendEntries are dropped for the fetch; an
+         * apply now (e.g. after a leadership transfer to us) would skip
+         * the entries the restore brings: fail-stop instead. */
+        r->fsm_error = TERN_EINVAL;
+        repl_fail(r, TERN_EINVAL);
+        return RAFT_IOERR;
+    }
     rv = r->fsm.apply(r->fsm.arg, index, buf->base, buf->len);
     if (rv != 0) {
         r->fsm_error = rv;
@@ -62,7 +83,7 @@ static int fsm_snapshot(struct raft_fsm *f, struct raft_buffer *bufs[],
     int rv;
 
     if (r->applied_bytes < r->snapshot_threshold_bytes ||
-        r->fsm.snapshot == NULL) {
+        r->fsm.snapshot == NULL || repl_bulk_restore_pending(r)) {
         return RAFT_BUSY;
     }
     rv = r->fsm.snapshot(r->fsm.arg, raft_last_applied(r->core), &manifest,
@@ -83,6 +104,16 @@ static int fsm_snapshot(struct raft_fsm *f, struct raft_buffer *bufs[],
     return 0;
 }
 
+/* Does the FSM lack bytes of the snapshot manifest in buf? */
+static bool missing_bytes(struct repl *r, const struct raft_buffer *buf)
+{
+    uint64_t from = 0, to = 0;
+    return r->fsm.bulk_range != NULL &&
+           r->fsm.bulk_range(r->fsm.arg, buf->base, buf->len, &from, &to) ==
+               0 &&
+           from < to;
+}
+
 static int fsm_restore(struct raft_fsm *f, struct raft_buffer *buf)
 {
     struct repl *r = f->data;
@@ -91,6 +122,12 @@ static int fsm_restore(struct raft_fsm *f, struct raft_buffer *buf)
         return RAFT_IOERR;
     }
     rv = r->fsm.restore(r->fsm.arg, buf->base, buf->len);
+    if (rv != 0 && !r->started && missing_bytes(r, buf) &&
+        repl_bulk_restore_later(r, buf) == 0) {
+        buf->base = NULL; /* held by the fetch */
+        r->applied_bytes = 0;
+        return 0;
+    }
     if (rv != 0) {
         r->fsm_error = rv;
         return RAFT_IOERR;

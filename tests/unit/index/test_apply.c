@@ -487,10 +487,19 @@ Test(index_apply, map_full)
     uint64_t end = idx_log_end(e);
     idx_close(e);
 
-    /* Still too small: open reports it. */
+    /* Open rebuilds LMDB from the log in a fresh file, which is compact
+     * (no pages kept by thousands of small commits): the same map holds
+     * every record now. */
+    e = th_open_opts(&o);
+    cr_expect_eq(idx_log_end(e), end);
+    cr_expect_eq(idx_status(e), 0);
+    idx_close(e);
+    /* Too small even for that: open reports it. */
     struct idx_env *e2 = NULL;
     char err[TERN_ERRMSG_SIZE] = "";
+    o.map_size = 16 * 1024;
     cr_expect_eq(idx_open(&o, &e2, err), TERN_EFULL, "%s", err);
+    cr_expect_neq(strstr(err, "MDB_MAP_FULL"), NULL, "%s", err);
     /* A bigger map re-indexes every record in the log. */
     o.map_size = 64 << 20;
     e = th_open_opts(&o);

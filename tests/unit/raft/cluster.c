@@ -44,8 +44,20 @@ static int fsm_apply(void *arg, uint64_t index, const void *buf, size_t len)
     if (index <= n->applied_index) {
         return 0; /* replay after restart: idempotent */
     }
-    if (n->bulk_pending != 0) {
+    if (n->bulk_pending != 0 && n->repl != NULL && n->repl->fetch.active) {
         n->applies_over_bulk++;
+    }
+    if (n->staging) {
+        /* The log moved past the staged bytes' position (index/). */
+        if (n->bulk_pending != 0 && c->refuse_over_bulk) {
+            return TERN_EINVAL;
+        }
+        if (n->bulk_pending != 0) {
+            n->bulk_dropped++;
+        }
+        n->staging = false;
+        n->stage_len = 0;
+        n->bulk_pending = 0;
     }
     sum = tern_checksum32(buf, len) ^ (uint32_t)len;
     if (index < CLUSTER_MAX_INDEX) {
@@ -132,6 +144,12 @@ static int fsm_bulk_read(void *arg, uint64_t pos, void *buf, size_t cap,
 {
     struct cnode *n = arg;
     size_t k = 0;
+    if (n->bulk_reads_ok == 0) {
+        return TERN_EINVAL;
+    }
+    if (n->bulk_reads_ok > 0) {
+        n->bulk_reads_ok--;
+    }
     if (pos < n->stream_len) {
         k = n->stream_len - (size_t)pos;
         if (k > cap) {
@@ -181,6 +199,7 @@ void cluster_init(struct cluster *c, unsigned n)
         nd->i = i;
         nd->id = i + 1;
         nd->timeout_offset = -1;
+        nd->bulk_reads_ok = -1;
         snprintf(nd->addr, sizeof nd->addr, "127.0.0.1:%u", 9001 + i);
         fake_disk_init(&nd->disk);
     }

@@ -8,8 +8,11 @@
  * The test FSM keeps a byte stream (every applied payload appended) and
  * survives crashes (like LMDB would); its snapshot manifest is
  * {u64 stream_len, u64 applied_index}; bulk_range/read/write move stream
- * bytes into a staging copy that only restore adopts (libraft may still
- * apply entries while a fetch runs). Every (index, payload checksum) any FSM applies is recorded
+ * bytes into a staging copy that only restore adopts. Like index/ (the
+ * bytes land past the indexed end of its log), an apply while bytes are
+ * staged drops them (idx_bulk_discard) or, with c->refuse_over_bulk (the
+ * index/ of jepsen F2, before the fix), fails with TERN_EINVAL.
+ * Every (index, payload checksum) any FSM applies is recorded
  * cluster-wide; a different payload at an already applied index sets
  * c->conflict (a committed entry was lost).
  */
@@ -53,11 +56,14 @@ struct cnode {
     uint8_t *stage;
     size_t stage_len, stage_cap;
     bool staging;
-    /* bytes bulk-written and not yet adopted by a restore, and applies
-     * that ran meanwhile (what index/ refuses: idx_apply with un-indexed
-     * bulk bytes, jepsen F2); cluster_fini expects none */
+    /* bytes bulk-written and not yet adopted by a restore; applies that
+     * ran over them while the fetch was still active (bulk.c rule 1 is
+     * broken; cluster_fini expects none); stagings dropped by an apply
+     * after the fetch was given up (the index/ fix of the F2 gap) */
     uint64_t bulk_pending;
     uint64_t applies_over_bulk;
+    uint64_t bulk_dropped;
+    int bulk_reads_ok; /* >= 0: serve that many bulk reads, then fail */
     uint64_t applied_index;
     uint64_t n_applied;
     uint64_t n_restores;
@@ -78,6 +84,7 @@ struct cluster {
     bool use_txport;    /* nodes talk through a txport over mem */
     size_t max_message; /* txport's max message (0: mem's) */
     bool fencing;       /* txport refuses messages below its fence */
+    bool refuse_over_bulk; /* FSM: old index/ contract (see top) */
     uint32_t applied_sum[CLUSTER_MAX_INDEX];
     bool applied_set[CLUSTER_MAX_INDEX];
     bool conflict;
@@ -111,5 +118,8 @@ bool pred_writable_leader(struct cluster *c, void *arg);
 bool pred_any_leader(struct cluster *c, void *arg);
 /* arg: pointer to uint64_t index: all up nodes applied >= index */
 bool pred_all_applied(struct cluster *c, void *arg);
+
+/* raft/bulk.c (prototype in fsm.c until repl_int.h has it) */
+bool repl_bulk_restore_pending(const struct repl *r);
 
 #endif /* TERN_TEST_CLUSTER_H */

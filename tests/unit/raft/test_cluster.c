@@ -1163,3 +1163,216 @@ Test(cluster, complete_fetch_waits_for_the_cores_own_snapshot)
     cr_expect(!cl.conflict);
     cluster_fini(&cl);
 }
+
+/* ---- jepsen F2 gap: an aborted fetch, then entries are applied ---------- */
+
+/* The fetch was given up with bytes written (bulk.c keeps them for a
+ * resend of the snapshot). */
+static bool pred_fetch_aborted_with_bytes(struct cluster *c, void *arg)
+{
+    unsigned i = ((struct node_pred *)arg)->i;
+    return c->nodes[i].up && c->nodes[i].bulk_pending > 0 &&
+           !c->nodes[i].repl->fetch.active;
+}
+
+/* Some bytes of the fetch reached f. */
+static bool pred_fetch_has_bytes(struct cluster *c, void *arg)
+{
+    unsigned i = ((struct node_pred *)arg)->i;
+    return c->nodes[i].up && c->nodes[i].repl->fetch.active &&
+           c->nodes[i].bulk_pending > 0;
+}
+
+/* f fetches a snapshot from l and aborts midway with bytes staged: l's
+ * bulk reads fail after 2 chunks (error status), or with stall, the link
+ * l-f goes down once bytes arrived and the stall timer gives up after its
+ * re-requests. Then leadership moves to t, whose raft log still holds
+ * every entry f lacks (a large trailing), so t replicates them with
+ * AppendEntries and f applies them over its staged bytes: the schedule of
+ * the F2 "known gap". refuse: the FSM refuses such applies, like index/
+ * did before idx_apply dropped the staged bytes. Returns whether f
+ * fail-stopped; on success checks that everything converged. */
+static bool aborted_fetch_then_entries_applied(bool refuse, bool stall)
+{
+    uint64_t last = 0;
+    int l, f, t;
+    struct node_pred pf, pt;
+    struct repl_status st;
+    bool failed;
+    cluster_init(&cl, 3);
+    cl.snapshot_bytes = 2000;
+    cl.trailing = 8;
+    cl.bulk_chunk = 300;
+    cl.refuse_over_bulk = refuse;
+    l = start_all_elect(&cl);
+    f = other_follower(&cl, l, l);
+    t = other_follower(&cl, l, f);
+    /* t keeps its whole raft log. */
+    cluster_crash(&cl, (unsigned)t);
+    cl.trailing = 4096;
+    cluster_start(&cl, (unsigned)t);
+    cl.trailing = 8;
+    propose_applied(&cl, (unsigned)l, 5, 100, 1, &last);
+    cluster_crash(&cl, (unsigned)f);
+    propose_applied(&cl, (unsigned)l, 200, 100, 2, &last);
+    steps(&cl, 200);
+    cr_assert_gt(cl.nodes[l].disk.start,
+                 fake_disk_last_index(&cl.nodes[f].disk) + 1,
+                 "f must need a snapshot from l");
+    cr_assert_leq(cl.nodes[t].disk.start,
+                  fake_disk_last_index(&cl.nodes[f].disk) + 1,
+                  "t must still hold f's missing entries");
+    if (!stall) {
+        cl.nodes[l].bulk_reads_ok = 2;
+    }
+    cluster_start(&cl, (unsigned)f);
+    pf.i = (unsigned)f;
+    if (stall) {
+        cr_assert(cluster_step_until(&cl, pred_fetch_has_bytes, &pf, STEPS));
+        cluster_link(&cl, (unsigned)l, (unsigned)f, false);
+    }
+    cr_assert(cluster_step_until(&cl, pred_fetch_aborted_with_bytes, &pf,
+                                 STEPS),
+              "the fetch must be aborted midway");
+    cr_assert_eq(cl.nodes[f].repl->bulk_completed, 0);
+    if (stall) {
+        cr_expect_geq(cl.nodes[f].repl->bulk_rerequests, 3,
+                      "given up by the stall timer");
+    }
+    cl.nodes[l].bulk_reads_ok = -1;
+    cr_assert_eq(repl_transfer(cl.nodes[l].repl, cl.nodes[t].id), 0);
+    pt.i = (unsigned)t;
+    cr_assert(cluster_step_until(&cl, pred_node_writable, &pt, STEPS));
+    propose_n(&cl, (unsigned)t, 5, 100, 3, &last);
+    (void)cluster_step_until(&cl, pred_all_applied, &last, STEPS);
+    cluster_link(&cl, (unsigned)l, (unsigned)f, true);
+    repl_get_status(cl.nodes[f].repl, &st);
+    failed = st.failed != 0;
+    if (!failed) {
+        cr_expect(pred_all_applied(&cl, &last), "f caught up");
+        cr_expect_geq(cl.nodes[f].bulk_dropped, 1,
+                      "entries were applied over the aborted fetch's bytes");
+        cr_expect_eq(cl.nodes[f].n_restores, 0, "caught up by entries");
+        assert_streams_equal(&cl);
+        /* and replication goes on */
+        propose_applied(&cl, (unsigned)t, 10, 100, 4, &last);
+        assert_streams_equal(&cl);
+    }
+    cr_expect(!cl.conflict);
+    cluster_fini(&cl);
+    return failed;
+}
+
+Test(cluster, entries_applied_after_an_aborted_fetch)
+{
+    cr_expect(!aborted_fetch_then_entries_applied(false, false),
+              "the follower fail-stopped");
+}
+
+Test(cluster, entries_applied_after_a_stalled_fetch)
+{
+    cr_expect(!aborted_fetch_then_entries_applied(false, true),
+              "the follower fail-stopped");
+}
+
+/* The same schedules against the pre-fix index/ contract: the follower
+ * fail-stops (jepsen F2 "known gap"), so the tests above reach it. */
+Test(cluster, aborted_fetch_fail_stops_with_the_old_index_contract)
+{
+    cr_expect(aborted_fetch_then_entries_applied(true, false),
+              "expected the F2 fail-stop");
+    cr_expect(aborted_fetch_then_entries_applied(true, true),
+              "expected the F2 fail-stop (stall)");
+}
+
+/* ---- storage damage: the FSM lost bytes its raft snapshot covers -------- */
+
+/* f restarts with its raft log and snapshot intact, but its FSM lost the
+ * second half of its stream (index/ cut a damaged commit log at open) and
+ * the raft log no longer holds those entries (snapshot + trailing 8).
+ * raft_start's restore of the local snapshot cannot be done locally: it
+ * must be fetched from a peer (bulk.c "Start-up restore from a peer")
+ * instead of failing the start, with nothing applied before it. */
+static bool pred_restore_done(struct cluster *c, void *arg)
+{
+    unsigned i = ((struct node_pred *)arg)->i;
+    return c->nodes[i].up && !repl_bulk_restore_pending(c->nodes[i].repl) &&
+           c->nodes[i].n_restores >= 2;
+}
+
+Test(cluster, startup_restore_fetches_missing_fsm_bytes_from_a_peer)
+{
+    uint64_t last = 0, snap;
+    int l, f;
+    struct node_pred pf;
+    struct repl_status st;
+    cluster_init(&cl, 3);
+    cl.snapshot_bytes = 2000;
+    cl.trailing = 8;
+    cl.bulk_chunk = 700;
+    l = start_all_elect(&cl);
+    f = other_follower(&cl, l, l);
+    propose_applied(&cl, (unsigned)l, 200, 100, 1, &last);
+    steps(&cl, 200);
+    snap = cl.nodes[f].disk.snap_index;
+    cr_assert_gt(snap, 20, "f took snapshots of its own");
+    cr_assert_gt(cl.nodes[f].disk.start, 2, "its raft log is compacted");
+    cluster_crash(&cl, (unsigned)f);
+    cl.nodes[f].stream_len /= 2; /* the FSM lost its tail */
+    cl.nodes[f].applied_index = 0;
+    cl.nodes[f].n_restores = 0;
+    cl.nodes[f].n_applied = 0;
+    propose_applied(&cl, (unsigned)l, 10, 100, 2, &last);
+    cluster_start(&cl, (unsigned)f); /* asserts repl_start succeeded */
+    cr_expect(repl_bulk_restore_pending(cl.nodes[f].repl));
+    cr_expect_eq(cl.nodes[f].n_restores, 1, "the local attempt failed");
+    pf.i = (unsigned)f;
+    cr_assert(cluster_step_until(&cl, pred_restore_done, &pf, STEPS),
+              "the restore from a peer never completed");
+    cr_expect_eq(cl.nodes[f].applied_index, snap,
+                 "restored exactly the local snapshot");
+    cr_expect_eq(cl.nodes[f].n_applied, 0, "nothing applied before it");
+    cr_expect_geq(cl.nodes[f].repl->bulk_completed, 1);
+    cr_assert(cluster_step_until(&cl, pred_all_applied, &last, STEPS));
+    repl_get_status(cl.nodes[f].repl, &st);
+    cr_expect_eq(st.failed, 0);
+    assert_streams_equal(&cl);
+    propose_applied(&cl, (unsigned)l, 5, 100, 3, &last);
+    assert_streams_equal(&cl);
+    cr_expect(!cl.conflict);
+    cluster_fini(&cl);
+}
+
+/* The peer asked first fails every bulk read: the next one is asked. */
+Test(cluster, startup_restore_moves_on_from_a_failing_peer)
+{
+    uint64_t last = 0;
+    int l, f;
+    struct node_pred pf;
+    cluster_init(&cl, 3);
+    cl.snapshot_bytes = 2000;
+    cl.trailing = 8;
+    cl.bulk_chunk = 700;
+    l = start_all_elect(&cl);
+    f = other_follower(&cl, l, l);
+    propose_applied(&cl, (unsigned)l, 200, 100, 1, &last);
+    steps(&cl, 200);
+    cluster_crash(&cl, (unsigned)f);
+    cl.nodes[f].stream_len /= 2;
+    cl.nodes[f].applied_index = 0;
+    cl.nodes[f].n_restores = 0;
+    cluster_start(&cl, (unsigned)f);
+    cr_assert(repl_bulk_restore_pending(cl.nodes[f].repl));
+    {
+        uint64_t first = cl.nodes[f].repl->fetch.peer_id;
+        cl.nodes[first - 1].bulk_reads_ok = 0;
+        pf.i = (unsigned)f;
+        cr_assert(cluster_step_until(&cl, pred_restore_done, &pf, STEPS));
+        cr_expect_neq(cl.nodes[f].repl->fetch.peer_id, first);
+        cl.nodes[first - 1].bulk_reads_ok = -1;
+    }
+    cr_assert(cluster_step_until(&cl, pred_all_applied, &last, STEPS));
+    assert_streams_equal(&cl);
+    cr_expect(!cl.conflict);
+    cluster_fini(&cl);
+}
