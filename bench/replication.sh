@@ -18,7 +18,13 @@
 #
 #   bench/replication.sh [--seq-count N] [--pipe-count N] [--size BYTES]
 #                        [--transports "tcp shm"] [--durabilities "disk memory"]
-#                        [--out DIR]
+#                        [--modes "seq pipe"] [--stages] [--out DIR]
+#
+# --stages: run the nodes at log level info and print, per cluster, each
+# node's "replication stages" line (node/node.c log_stages: the commit path
+# broken into stages, raft/repl.h enum repl_stage, p50/p99 in us; loop
+# iterations, shm doorbells and wake-ups) logged at shutdown. Follower
+# stages are not reset between runs: use it with one mode (--modes seq).
 #
 # Defaults: 2000 sequential and 20000 pipelined messages of 1024 bytes,
 # a 500-message warm-up before each (not measured). --out keeps every raw
@@ -37,6 +43,8 @@ size=1024
 warm=500
 transports=
 durabilities="disk memory"
+modes="seq pipe"
+stages=0
 out=
 usage() {
     sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2
@@ -49,6 +57,8 @@ while [ $# -gt 0 ]; do
     --size) size=$2; shift 2 ;;
     --transports) transports=$2; shift 2 ;;
     --durabilities) durabilities=$2; shift 2 ;;
+    --modes) modes=$2; shift 2 ;;
+    --stages) stages=1; shift ;;
     --out) out=$2; shift 2 ;;
     *) usage ;;
     esac
@@ -120,8 +130,10 @@ for t in $transports; do
         base=$(free_base)
         [ -n "$base" ] || { echo "replication: no free ports" >&2; exit 1; }
         echo "== transport $t, durability $d: cluster in $dir, ports $((base + 1))..$((base + 103))" >&2
+        level=warn
+        [ "$stages" = 1 ] && level=info
         if ! TERN_NODE_EXTRA="transport = $t" TERN_RAFT_EXTRA="durability = $d" \
-            TERN_LOG_LEVEL=warn cluster up >"$res/up-$t-$d.log" 2>&1; then
+            TERN_LOG_LEVEL=$level cluster up >"$res/up-$t-$d.log" 2>&1; then
             echo "replication: cluster $t/$d did not come up:" >&2
             cat "$res/up-$t-$d.log" >&2
             cluster down >/dev/null 2>&1 || true
@@ -131,9 +143,15 @@ for t in $transports; do
         fi
         servers=$(cluster servers)
         "$CLI" -s "$servers" cluster status --json >"$res/status-$t-$d.json" 2>/dev/null || true
-        run_bench "$t" "$d" seq 1 "$seq_count" "$servers"
-        run_bench "$t" "$d" pipe 64 "$pipe_count" "$servers"
+        case " $modes " in *" seq "*) run_bench "$t" "$d" seq 1 "$seq_count" "$servers" ;; esac
+        case " $modes " in *" pipe "*) run_bench "$t" "$d" pipe 64 "$pipe_count" "$servers" ;; esac
         cluster down >"$res/down-$t-$d.log" 2>&1 || echo "replication: cluster $t/$d did not stop cleanly" >&2
+        if [ "$stages" = 1 ]; then
+            for i in 1 2 3; do
+                grep -h "replication stages" "$dir/node$i.log" 2>/dev/null |
+                    sed "s/^/stages $t $d node$i: /" >>"$res/stages" || true
+            done
+        fi
         if [ -n "$out" ]; then
             for i in 1 2 3; do cp "$dir/node$i.log" "$res/node$i-$t-$d.log" 2>/dev/null || true; done
         fi
@@ -226,3 +244,6 @@ if x:
 print(json.dumps({"bench": "replication", "size": int(size), "rows": out,
                   "floors": {k: v[1] for k, v in floors.items()}}))
 EOF
+if [ "$stages" = 1 ] && [ -f "$res/stages" ]; then
+    cat "$res/stages"
+fi

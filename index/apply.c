@@ -15,6 +15,8 @@
  * turns "failed" (sticky, idx_status): further applies return the same
  * code until idx_close/idx_open. A failed LMDB operation aborts the pending
  * txn: the log then holds records LMDB lacks, which idx_open re-indexes.
+ * A failed sync (idx_sync) is sticky too and flagged idx_sync_failed: the
+ * owner must not reopen and carry on, but stop (see idx.h).
  *
  * Producer dedup (per queue and producer id, producer 0 = none):
  *   seq == last + 1            append, remember (seq, base, count)
@@ -443,16 +445,29 @@ int idx_flush(struct idx_env *e)
     return 0;
 }
 
+/* A failed sync is sticky and not retried (idx_sync_failed): what it
+ * should have made durable may be gone from the disk already. */
+static int sync_failed(struct idx_env *e, int rc)
+{
+    e->sync_failed = true;
+    e->failed = rc;
+    return rc;
+}
+
 int idx_sync(struct idx_env *e)
 {
-    int rc = idx_flush(e);
+    int rc;
+    if (e->sync_failed) {
+        return e->failed;
+    }
+    rc = idx_flush(e);
     if (rc != 0) {
         return rc;
     }
     rc = idx__log_sync(e);
     if (rc != 0) {
-        return rc;
+        return sync_failed(e, rc);
     }
     rc = mdb_env_sync(e->mdb, 1);
-    return rc != 0 ? idx__mdb_err(e, rc, "env sync") : 0;
+    return rc != 0 ? sync_failed(e, idx__mdb_err(e, rc, "env sync")) : 0;
 }

@@ -422,3 +422,8 @@ int idx_status(const struct idx_env *e)
 {
     return e->failed;
 }
+
+bool idx_sync_failed(const struct idx_env *e)
+{
+    return e->sync_failed;
+}

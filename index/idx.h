@@ -26,6 +26,7 @@
 #ifndef TERN_IDX_H
 #define TERN_IDX_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -67,6 +68,13 @@ const char *idx_errmsg(const struct idx_env *e);
 /* Sticky failure: 0, or the code of the failed apply (TERN_EFULL, -EIO,
  * ...) after which idx_apply refuses until the env is reopened. */
 int idx_status(const struct idx_env *e);
+/* True once an fdatasync/fsync of the log or LMDB's sync failed (sticky:
+ * idx_status is that error from then on). Unlike a failed apply, this must
+ * not be cured by reopening: after a failed fsync Linux may have dropped
+ * the dirty pages while the page cache still shows their bytes, so a later
+ * sync could "succeed" over data that never reached the disk (PostgreSQL's
+ * fsyncgate). The owner stops the process and recovers from the raft log. */
+bool idx_sync_failed(const struct idx_env *e);
 
 /* ---- Command entries --------------------------------------------------- */
 

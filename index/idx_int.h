@@ -251,6 +251,7 @@ struct idx_env
     struct idx__state committed; /* state of the last commit */
 
     int failed;         /* sticky error of a failed apply, 0 if none */
+    bool sync_failed;   /* a log/LMDB sync failed (idx_sync_failed) */
     uint64_t truncated; /* bytes cut from the tail by idx_open */
     uint64_t discarded; /* un-indexed bulk bytes dropped (idx_bulk_discard) */
     char cut_note[TERN_ERRMSG_SIZE]; /* where idx_open cut the log, or "" */

@@ -14,6 +14,9 @@
  *   raft_addr   = 127.0.0.1:7501    ; raft transport listen address
  *   transport   = tcp               ; tcp | shm | rdma | auto (see below)
  *   shm_dir     = /tmp              ; transport=shm: directory of the sockets
+ *   busy_poll_us = 0                ; transport=shm: while leader, spin up
+ *                                   ; to this long for answers after a send
+ *                                   ; (xport_shm_set_busy_poll); 0 = off
  *   log_level   = info              ; error | warn | info | debug
  *
  *   [raft]
@@ -93,6 +96,9 @@ static const char usage_text[] =
     "memory;\n"
     "                             see raft/repl.h for what crashes lose); "
     "same on all nodes\n"
+    "  --busy-poll-us N           shm: a leader spins up to N us for "
+    "answers after\n"
+    "                             a send (default 0: off)\n"
     "  --pid-file F               write the pid to F\n"
     "  --help                     this text\n"
     "exit codes: 0 clean stop, 1 runtime failure, 2 bad configuration\n"
@@ -105,6 +111,7 @@ static const char usage_text[] =
     "  raft_addr = 127.0.0.1:7501\n"
     "  transport = tcp\n"
     "  shm_dir = /tmp\n"
+    "  busy_poll_us = 0\n"
     "  log_level = info\n"
     "  [raft]\n"
     "  election_timeout_ms = 150\n"
@@ -132,6 +139,7 @@ void node_config_init(struct node_config *c)
     c->log_level = NODE_LOG_INFO;
     c->election_timeout_ms = NODE_DEFAULT_ELECTION_TIMEOUT_MS;
     c->heartbeat_ms = NODE_DEFAULT_HEARTBEAT_MS;
+    c->busy_poll_us = NODE_DEFAULT_BUSY_POLL_US;
     c->snapshot_bytes = NODE_DEFAULT_SNAPSHOT_BYTES;
     c->snapshot_trailing = NODE_DEFAULT_SNAPSHOT_TRAILING;
     c->max_message_bytes = NODE_DEFAULT_MAX_MESSAGE;
@@ -410,6 +418,7 @@ static const struct key keys[] = {
     {"limits", "min_free_disk_bytes", "--min-free-disk-bytes"},
     {"node", "shm_dir", "--shm-dir"},
     {"raft", "durability", "--durability"},
+    {"node", "busy_poll_us", "--busy-poll-us"},
 };
 
 /* Set key k (index into keys) to v. what names the source in messages. */
@@ -496,6 +505,12 @@ static int set_key(struct node_config *c,
         }
         c->memory_durability = strcmp(v, "memory") == 0;
         return 0;
+    case 16:
+        rv = parse_u64(v, 1000000, &x, what, errmsg);
+        if (rv == 0) {
+            c->busy_poll_us = (unsigned)x;
+        }
+        return rv;
     default:
         break;
     }

@@ -34,6 +34,7 @@
  * TERN_ESHUTDOWN), then idx_close, then xport_close, then our own handles;
  * uv_run returns and main exits 0.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -57,6 +58,8 @@ struct node
     char transport_name[32];      /* selected: "tcp", "shm+tcp", ... */
     char transport_requested[16]; /* cfg: "tcp" | "shm" | "rdma" | "auto" */
     bool fast_is_shm;             /* the fallback's fast backend is shm */
+    struct xport *fast;           /* the fallback's fast backend, or NULL */
+    uint64_t loop_iters;          /* loop iterations (on_check runs) */
     uv_loop_t loop;
     struct xport *xport;
     struct idx_env *idx;
@@ -191,6 +194,25 @@ int node_disk_check(struct node *n, char *errmsg)
 
 static void node_stop(struct node *n);
 
+/* A failed fsync of the index is never retried or cured by a reopen
+ * (idx_sync_failed, fsyncgate): stop the process, which restarts and
+ * re-applies from the raft log. Returns whether it did. */
+static bool stop_if_sync_failed(struct node *n)
+{
+    if (n->idx == NULL || !idx_sync_failed(n->idx)) {
+        return false;
+    }
+    if (!n->fatal) {
+        node_log(NODE_LOG_ERROR, "index sync failed, exiting",
+                 "err=%s detail=\"%s\"", tern_err_name(idx_status(n->idx)),
+                 idx_errmsg(n->idx));
+        n->exit_code = 1;
+        n->fatal = true; /* stopped from on_check, not inside repl */
+        node_kick(n);
+    }
+    return true;
+}
+
 static int idx_reopen(struct node *n)
 {
     char errmsg[TERN_ERRMSG_SIZE] = "";
@@ -237,6 +259,9 @@ static int fsm_apply(void *arg, uint64_t index, const void *buf, size_t len)
 
     if (n->idx == NULL) {
         return TERN_ESHUTDOWN;
+    }
+    if (stop_if_sync_failed(n)) {
+        return idx_status(n->idx);
     }
     if (idx_status(n->idx) != 0) {
         /* A failed apply (disk full, I/O error) is sticky until the env is
@@ -294,6 +319,7 @@ static int fsm_snapshot(void *arg,
                  (unsigned long long)last_applied, tern_err_name(rv),
                  idx_errmsg(n->idx));
         tern_wbuf_free(&w);
+        (void)stop_if_sync_failed(n);
         return rv;
     }
     n->dirty = false; /* idx_snapshot flushed */
@@ -409,6 +435,13 @@ static void on_state(void *arg,
     n->leader_id = leader_id;
     n->term = term;
     n->writable = writable;
+    /* Busy-poll only where answers come back at once: a leader's
+     * AppendEntries (a follower would spin for the next client write). */
+    if (n->fast != NULL && n->fast_is_shm) {
+        (void)xport_shm_set_busy_poll(n->fast, role == REPL_LEADER
+                                                   ? n->cfg->busy_poll_us
+                                                   : 0);
+    }
 }
 
 /* ---- Batcher ops -------------------------------------------------------- */
@@ -460,6 +493,7 @@ static void on_check(uv_check_t *h)
     struct node *n = h->data;
     bool flushed = false;
 
+    n->loop_iters++;
     if (n->fatal && !n->stopping) {
         node_stop(n);
     }
@@ -548,11 +582,66 @@ static void on_server_closed(void *arg)
     node_log(NODE_LOG_DEBUG, "client server closed", NULL);
 }
 
+/* One INFO line at shutdown with the replication stage breakdown
+ * (repl.h, enum repl_stage: p50 and p99 in us since the last latency
+ * reset), the loop iterations and the shm doorbell counters: what
+ * bench/replication.sh --stages prints per node. */
+static void log_stages(struct node *n)
+{
+    struct repl_latency lat;
+    struct repl_latency st[REPL_STAGE__COUNT];
+    char buf[1024];
+    size_t off = 0;
+    struct xport_shm_stats ss;
+    struct xport_fallback_stats fs;
+
+    if (!node_log_enabled(NODE_LOG_INFO) || n->repl == NULL) {
+        return;
+    }
+    repl_get_latency(n->repl, &lat, false);
+    repl_get_stages(n->repl, st, false);
+    for (unsigned i = 0; i < REPL_STAGE__COUNT && off < sizeof buf; i++) {
+        int k = snprintf(buf + off, sizeof buf - off, "%s%s=%llu/%.1f/%.1f",
+                         i ? " " : "", repl_stage_name(i),
+                         (unsigned long long)st[i].count,
+                         (double)repl_latency_quantile(&st[i], 0.5) / 1e3,
+                         (double)repl_latency_quantile(&st[i], 0.99) / 1e3);
+        if (k < 0) {
+            break;
+        }
+        off += (size_t)k;
+    }
+    memset(&ss, 0, sizeof ss);
+    memset(&fs, 0, sizeof fs);
+    if (n->fast != NULL && n->fast_is_shm) {
+        (void)xport_shm_stats(n->fast, &ss);
+    }
+    if (n->fast != NULL) {
+        (void)xport_fallback_stats(n->xport, &fs);
+    }
+    node_log(NODE_LOG_INFO, "replication stages",
+             "commits=%llu loop_iters=%llu doorbells=%llu wakeups=%llu "
+             "spins=%llu spin_hits=%llu spin_us=%llu fast_sends=%llu "
+             "slow_sends=%llu to_slow=%llu to_fast=%llu "
+             "stages(count/p50us/p99us)=\"%s\"",
+             (unsigned long long)lat.count,
+             (unsigned long long)n->loop_iters,
+             (unsigned long long)ss.doorbells,
+             (unsigned long long)ss.wakeups, (unsigned long long)ss.spins,
+             (unsigned long long)ss.spin_hits,
+             (unsigned long long)(ss.spin_ns / 1000),
+             (unsigned long long)fs.fast_sends,
+             (unsigned long long)fs.slow_sends,
+             (unsigned long long)fs.to_slow, (unsigned long long)fs.to_fast,
+             buf);
+}
+
 static void node_stop(struct node *n)
 {
     if (n->stopping) {
         return;
     }
+    log_stages(n);
     n->stopping = true;
     if (n->server != NULL) {
         struct node_server *s = n->server;
@@ -638,6 +727,36 @@ static int mkdir_p(const char *path, char *errmsg)
         return -errno;
     }
     return 0;
+}
+
+/* raft_uv 0.15 renames a last closed segment that fails its checksum at
+ * load to "corrupt-<ns>-<name>" and starts without its entries, which this
+ * node may have acknowledged (a voter that forgets acknowledged entries
+ * can elect a leader without them). Counts those files in dir and copies
+ * the greatest name (the newest) into newest (cap bytes, may be NULL). */
+static unsigned count_corrupt_segments(const char *dir, char *newest,
+                                       size_t cap)
+{
+    DIR *d = opendir(dir);
+    struct dirent *de;
+    unsigned n = 0;
+    if (newest != NULL && cap > 0) {
+        newest[0] = '\0';
+    }
+    if (d == NULL) {
+        return 0;
+    }
+    while ((de = readdir(d)) != NULL) {
+        if (strncmp(de->d_name, "corrupt-", 8) != 0) {
+            continue;
+        }
+        n++;
+        if (newest != NULL && strcmp(de->d_name, newest) > 0) {
+            (void)snprintf(newest, cap, "%s", de->d_name);
+        }
+    }
+    closedir(d);
+    return n;
 }
 
 static int write_pid_file(const char *path, char *errmsg)
@@ -742,11 +861,19 @@ static int wrap_fallback(struct node *n, struct xport *fast, char *errmsg)
     int rv;
 
     memset(&fo, 0, sizeof(fo));
-    fo.retry_ms = 1000;
+    n->fast_is_shm = strcmp(xport_name(fast), "shm") == 0;
+    /* shm: a failed fast send at start-up (the peer's socket not there
+     * yet) kept that peer on tcp for a whole second (seen in
+     * bench/replication.sh --stages: ~1500 AppendEntries over tcp after
+     * "cluster up"); a probe is one unix-socket connect, so retry sooner.
+     * verbs keeps 1 s (an rdma_cm connect is dearer). */
+    fo.retry_ms = n->fast_is_shm ? 200 : 1000;
     fo.fast_address = node_fast_address;
     fo.fast_address_arg = n;
-    n->fast_is_shm = strcmp(xport_name(fast), "shm") == 0;
     rv = xport_fallback_new(&n->loop, fast, n->xport, &fo, &fb, errmsg);
+    if (rv == 0) {
+        n->fast = fast; /* owned by the fallback: closed with it */
+    }
     if (rv != 0) {
         xport_close(fast, NULL, NULL);
         return rv;
@@ -868,6 +995,7 @@ static int node_start(struct node *n, char *errmsg)
         fsm_bulk_range, fsm_bulk_read, fsm_bulk_write,
     };
     struct repl_fsm fsm = fsm_template;
+    char corrupt_name[256];
     int rv;
 
     node_batcher_init(&n->batcher, &bops, n);
@@ -909,10 +1037,12 @@ static int node_start(struct node *n, char *errmsg)
     }
     node_log(idx_truncated_bytes(n->idx) > 0 ? NODE_LOG_WARN : NODE_LOG_INFO,
              "index opened",
-             "dir=%s last_applied=%llu log_end=%llu truncated_bytes=%llu",
+             "dir=%s last_applied=%llu log_end=%llu truncated_bytes=%llu "
+             "cut=\"%s\"",
              n->index_dir, (unsigned long long)idx_last_applied(n->idx),
              (unsigned long long)idx_log_end(n->idx),
-             (unsigned long long)idx_truncated_bytes(n->idx));
+             (unsigned long long)idx_truncated_bytes(n->idx),
+             idx_cut_note(n->idx));
 
     rv = transport_new(n, n->transport_requested, errmsg);
     if (rv != 0) {
@@ -957,6 +1087,17 @@ static int node_start(struct node *n, char *errmsg)
     if (rv != 0) {
         tern_errmsg_wrapf(errmsg, "raft start");
         return rv;
+    }
+    /* Also on every later start: the entries stay dropped. An operator
+     * removes the file once the node was rebuilt from its peers. */
+    if (count_corrupt_segments(n->raft_dir, corrupt_name,
+                               sizeof(corrupt_name)) > 0) {
+        tern_errmsg_printf(errmsg,
+                           "raft log checksum mismatch at load: raft_uv "
+                           "moved the segment to raft/%s and dropped its "
+                           "entries (maybe acknowledged); must not vote",
+                           corrupt_name);
+        return TERN_ECORRUPT;
     }
     {
         /* The index only holds committed entries, so when it is ahead of

@@ -110,6 +110,7 @@ struct node_config
     uint64_t snapshot_bytes;
     unsigned snapshot_trailing;
     int memory_durability; /* [raft] durability = memory (default disk) */
+    unsigned busy_poll_us; /* [node] busy_poll_us: shm leader busy-poll */
     uint64_t max_message_bytes;
     uint64_t max_frame_bytes;
     uint64_t min_free_disk_bytes;
@@ -125,6 +126,7 @@ struct node_config
 #define NODE_DEFAULT_MAX_MESSAGE         (4ull << 20)
 #define NODE_DEFAULT_MAX_FRAME           (16ull << 20)
 #define NODE_DEFAULT_MIN_FREE_DISK       (64ull << 20)
+#define NODE_DEFAULT_BUSY_POLL_US        0u
 /* Longest shm_dir: room for "/tern-shm-<ipv4>-<port>.sock" in a unix
  * socket path (107 bytes). */
 #define NODE_SHM_DIR_MAX 64u

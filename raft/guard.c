@@ -124,6 +124,19 @@
  *    bounded by its stall timer and ticks are held meanwhile (item 4).
  *    Tested: test_cluster.c "bulk_fetch_keeps_fsm_quiet",
  *    "install_already_held_is_not_fetched".
+ * 10. A follower that lost entries it acknowledged (memory mode: it
+ *    crashed before its disk wrote them, repl.h) restarts with a shorter
+ *    log. 0.15's leader keeps its progress in pipeline state with
+ *    match_index at what the follower acknowledged, and there treats every
+ *    rejection at or below match_index as stale (progressMaybeDecrement),
+ *    so the follower never catches up unless a send to it fails while it
+ *    is down (then the progress goes to probe). Found by test_issue3.c
+ *    "memory_mode_single_crash_loses_nothing" once followers answered
+ *    sooner. The leader remembers, per peer and term, the highest index
+ *    each acknowledged; a rejection whose last_log_index is below it makes
+ *    the next AppendEntries to that peer report a failed send (it still
+ *    goes out), which is what a dead link does: the core drops the peer
+ *    to probe and finds its real end. Only liveness is involved.
  * Not mitigated: #466's on-disk hole handling inside raft_uv itself; the
  *    ambiguity of LEADERSHIPLOST (clients must dedupe).
  */
@@ -294,6 +307,55 @@ static void rebase_below_snapshot(struct repl *r, struct raft_append_entries *a)
     r->ae_rebased++;
 }
 
+static struct repl_peer_ack *peer_ack(struct repl *r, uint64_t id)
+{
+    if (r->peer_acks == NULL) {
+        return NULL;
+    }
+    for (unsigned i = 0; i < r->n_peers; i++) {
+        if (r->peers[i].id == id) {
+            return &r->peer_acks[i];
+        }
+    }
+    return NULL;
+}
+
+/* Item 10: track what each peer acknowledged in this term. */
+static void track_result(struct repl *r, const struct raft_message *m)
+{
+    const struct raft_append_entries_result *res = &m->append_entries_result;
+    struct repl_peer_ack *p = peer_ack(r, m->server_id);
+    uint64_t term = r->raft.current_term;
+    if (p == NULL || raft_state(&r->raft) != RAFT_LEADER ||
+        res->term != term) {
+        return;
+    }
+    if (p->term != term) {
+        p->term = term;
+        p->acked = 0;
+        p->probe = false;
+    }
+    if (res->rejected == 0) {
+        if (res->last_log_index > p->acked) {
+            p->acked = res->last_log_index;
+        }
+    } else if (res->last_log_index < p->acked) {
+        p->acked = res->last_log_index;
+        p->probe = true;
+    }
+}
+
+bool repl_guard_force_probe(struct repl *r, uint64_t peer_id)
+{
+    struct repl_peer_ack *p = peer_ack(r, peer_id);
+    if (p == NULL || !p->probe) {
+        return false;
+    }
+    p->probe = false;
+    r->forced_probes++;
+    return true;
+}
+
 bool repl_guard_recv(struct repl *r, struct raft_message *m)
 {
     switch (m->type) {
@@ -301,6 +363,7 @@ bool repl_guard_recv(struct repl *r, struct raft_message *m)
             const struct raft_append_entries_result *res =
                 &m->append_entries_result;
             uint64_t b;
+            track_result(r, m);
             if (!r->guard_enabled || res->rejected != 0) {
                 return true;
             }

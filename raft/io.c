@@ -63,8 +63,12 @@
  * append cb fires from the inner completion. Memory mode: the append goes
  * to the inner io at once (same order, so raft_uv's own ordering of
  * appends, truncates and snapshot installs is untouched) and raft's cb is
- * deferred to the next loop turn (an idle handle; never inside append) and
- * fired in submission order with status 0, while the inner write goes on.
+ * deferred (never inside append) and fired in submission order with
+ * status 0, while the inner write goes on: right after the core's recv
+ * returns when the append came from a received message (a follower's
+ * AppendEntries: its answer leaves in the same loop iteration), else from
+ * an idle handle on the next loop turn (a leader's proposal: repl_propose
+ * must not run raft's callbacks inside itself).
  * If an inner completion arrives before the deferred turn (only possible
  * for the oldest unacked append, completions being ordered), raft's cb
  * fires from it with its status. A later inner failure fail-stops the
@@ -77,6 +81,40 @@
  * compaction, close), while raft_uv keeps only pointers to them until it
  * encodes them into its write buffer, which happens later when a write is
  * already in flight (found by test_uv.c under ASan: a use after free).
+ *
+ * Follower apply off the answer path (memory mode). libraft 0.15's
+ * follower applies newly committed entries inside the append callback,
+ * BEFORE it sends the AppendEntries result, so every answer waited for an
+ * FSM apply (~10 us for a 1 KiB entry, measured) of the previous entry.
+ * When an AppendEntries brings new entries and a higher leader_commit,
+ * we hand it to the core with leader_commit lowered to the core's commit
+ * index (lowering it is always safe, guard.c item 5) and hold the real
+ * value; once its entries are acked (the answer is out) we deliver an
+ * equivalent empty AppendEntries of the same leader and term, prev = the
+ * held message's last entry (its term from our term runs), leader_commit
+ * = the held value, through the guard; the core commits and applies on
+ * its synchronous heartbeat path and its answer to that message is not
+ * sent (it completes as sent: the leader already got the real answer).
+ * Log matching: the core accepted the held message (it appended its
+ * entries: next_index moved past them, else the hold is dropped), so our
+ * log up to its last entry is the leader's; the hold is dropped if the
+ * term or the truncation generation changed before delivery, or the node
+ * is no longer a follower. Net effect: followers apply the same entries a
+ * few microseconds later, after answering instead of before.
+ *
+ * Coalesced inner writes (memory mode). raft's cb no longer waits for the
+ * inner write, so handing each append to raft_uv at once only costs: one
+ * O_DSYNC segment write per append per node (measured: a threadpool
+ * wake-up, a pwritev and a virtio notification each, on the same 2 vCPUs
+ * the commit path needs). Instead an acked append waits in inner_pending
+ * (submission order) and all of them go to the inner io together, in
+ * order, REPL__FLUSH_MS after the first one (raft_uv then writes them as
+ * one batch), or at once when REPL__FLUSH_BYTES are pending, and always
+ * before anything whose order relative to appends matters to raft_uv:
+ * truncate, snapshot_put, close. A write that fails to start fail-stops
+ * the replica, like a failed write. Without a loop (tests) they go over at
+ * the end of repl_io_run_deferred. Cost: a crash loses up to
+ * REPL__FLUSH_MS more of a memory-mode node's log (repl.h).
  *
  * Close and truncate (libraft 0.15 bug, found by test_uv.c: a SEGV in
  * raft_uv's truncate after-work callback under ASan, the libuv assertion
@@ -107,6 +145,9 @@
 
 #include "repl_int.h"
 
+#define REPL__FLUSH_MS 1
+#define REPL__FLUSH_BYTES ((size_t)1 << 20)
+
 struct append_req {
     struct raft_io_append inner_req;
     struct repl *r;
@@ -117,7 +158,12 @@ struct append_req {
     bool acked;    /* raft's cb fired */
     uint64_t truncate_gen; /* r->truncate_gen at submission */
     void *copy;    /* memory mode: the entries handed to the inner io */
-    struct repl_list link;       /* r->appends while the inner is pending */
+    unsigned n;    /* number of entries */
+    size_t bytes;  /* memory mode: size of copy */
+    bool dead;     /* memory mode: never reached the inner io (failed) */
+    struct repl_list link;       /* r->inner_pending until handed to the
+                                    inner io, then r->appends while the
+                                    inner is pending */
     struct repl_list ack_link;   /* r->unacked (memory mode) */
 };
 
@@ -146,6 +192,9 @@ struct put_req {
     uint64_t term;
     bool install;
 };
+
+static void group_finish(struct send_group *g);
+static void ack(struct repl *r, struct append_req *a, int status);
 
 /* raft_init sets outer.data to the struct raft, so find ourselves by
  * address. The inner io's data is ours (raft_uv never uses it). */
@@ -232,10 +281,22 @@ static int io_init(struct raft_io *io, raft_id id, const char *address)
 static void maybe_closed(struct repl *r)
 {
     raft_io_close_cb cb = r->io_close_cb;
-    if (!r->inner_closed || (r->idle_init && !r->idle_closed)) {
+    if (!r->inner_closed || (r->idle_init && !r->idle_closed) ||
+        (r->idle_init && !r->flush_timer_closed)) {
         return;
     }
     if (cb != NULL) {
+        /* Only appends whose inner write never started can still wait for
+         * raft's callback (the inner close completed all others, in
+         * order); complete them before raft's close callback. */
+        while (!repl_list_empty(&r->unacked)) {
+            struct append_req *a =
+                REPL__CONTAINER(r->unacked.next, struct append_req, ack_link);
+            ack(r, a, RAFT_CANCELED);
+            if (a->dead) {
+                tern_free(a);
+            }
+        }
         r->io_close_cb = NULL;
         cb(&r->outer);
     }
@@ -253,6 +314,60 @@ static void idle_close_cb(uv_handle_t *h)
     struct repl *r = h->data;
     r->idle_closed = true;
     maybe_closed(r);
+}
+
+static void flush_timer_close_cb(uv_handle_t *h)
+{
+    struct repl *r = h->data;
+    r->flush_timer_closed = true;
+    maybe_closed(r);
+}
+
+static void append_done(struct raft_io_append *inner_req, int status);
+
+/* Hand the pending (acked) appends to the inner io, in order (see the top
+ * of the file). */
+static void flush_inner(struct repl *r)
+{
+    if (repl_list_empty(&r->inner_pending)) {
+        return;
+    }
+    r->inner_flushes++;
+    if (r->idle_init && !r->flush_timer_closed) {
+        uv_timer_stop(&r->flush_timer);
+    }
+    while (!repl_list_empty(&r->inner_pending)) {
+        struct append_req *a =
+            REPL__CONTAINER(r->inner_pending.next, struct append_req, link);
+        int rv = RAFT_IOERR;
+        repl_list_remove(&a->link);
+        r->inner_pending_bytes -= a->bytes;
+        if (r->failed == 0) {
+            rv = r->inner->append(r->inner, &a->inner_req, a->copy, a->n,
+                                  append_done);
+        }
+        if (rv == 0) {
+            a->truncate_gen = r->truncate_gen;
+            repl_list_push(&r->appends, &a->link);
+            continue;
+        }
+        if (r->failed == 0) {
+            copy_errmsg(r);
+            repl_fail(r, repl_err_from_raft(rv));
+        }
+        tern_free(a->copy);
+        a->copy = NULL;
+        if (a->acked) {
+            tern_free(a);
+        } else {
+            a->dead = true; /* freed by repl_io_run_deferred after its ack */
+        }
+    }
+}
+
+static void flush_timer_cb(uv_timer_t *t)
+{
+    flush_inner(t->data);
 }
 
 /* An inner truncate may still be in flight: an append submitted after the
@@ -278,8 +393,10 @@ static void io_close(struct raft_io *io, raft_io_close_cb cb)
     r->io_close_cb = cb;
     /* Unacked appends still have their inner write pending: the inner
      * close completes (cancels) them, which fires raft's cbs in order. */
+    flush_inner(r); /* they must reach the inner io before its close */
     if (r->idle_init) {
         uv_close((uv_handle_t *)&r->idle, idle_close_cb);
+        uv_close((uv_handle_t *)&r->flush_timer, flush_timer_close_cb);
     }
     if (truncate_in_flight(r)) {
         r->inner_close_deferred = true; /* io_tick closes it */
@@ -380,6 +497,8 @@ static int io_start(struct raft_io *io, unsigned msecs, raft_io_tick_cb tick,
         !r->idle_init) {
         uv_idle_init(r->loop, &r->idle);
         r->idle.data = r;
+        uv_timer_init(r->loop, &r->flush_timer);
+        r->flush_timer.data = r;
         r->idle_init = true;
     }
     rv = r->inner->start(r->inner, r->tick_ms, io_tick, io_inner_recv);
@@ -456,6 +575,9 @@ static void ack(struct repl *r, struct append_req *a, int status)
     if (r->durability == REPL_DURABILITY_MEMORY) {
         repl_list_remove(&a->ack_link);
     }
+    if (status == 0) {
+        repl_lat_f_ack(r, a->last);
+    }
     a->outer_req->cb = a->cb;
     a->cb(a->outer_req, status);
     repl_lat_poll(r);
@@ -487,14 +609,63 @@ static void append_done(struct raft_io_append *inner_req, int status)
     tern_free(a);
 }
 
+/* Deliver the held commit index (see the top of the file) once the held
+ * message's entries are acked. */
+static void deliver_hold(struct repl *r)
+{
+    struct raft_message m;
+    uint64_t index = r->hold.index;
+    if (index == 0 || r->acked_index < index) {
+        return;
+    }
+    r->hold.index = 0;
+    if (r->closing || r->failed != 0 || r->recv_cb == NULL ||
+        raft_state(&r->raft) != RAFT_FOLLOWER ||
+        r->raft.current_term != r->hold.term ||
+        r->truncate_gen != r->hold.gen ||
+        r->hold.commit <= r->raft.commit_index) {
+        return;
+    }
+    memset(&m, 0, sizeof m);
+    m.type = RAFT_IO_APPEND_ENTRIES;
+    m.server_id = r->hold.leader_id;
+    m.server_address = r->hold.leader_addr;
+    m.append_entries.term = r->hold.term;
+    m.append_entries.prev_log_index = index;
+    m.append_entries.prev_log_term = repl_io_term_of(r, index);
+    m.append_entries.leader_commit = r->hold.commit;
+    if (m.append_entries.prev_log_term == 0 || !repl_guard_recv(r, &m)) {
+        return;
+    }
+    r->quiet_results = true;
+    r->recv_cb(&r->outer, &m);
+    r->quiet_results = false;
+    r->holds_delivered++;
+}
+
 size_t repl_io_run_deferred(struct repl *r)
 {
     size_t n = 0;
     while (!repl_list_empty(&r->unacked)) {
         struct append_req *a =
             REPL__CONTAINER(r->unacked.next, struct append_req, ack_link);
-        /* Its inner write goes on; append_done frees it. */
-        ack(r, a, 0);
+        /* Its inner write goes (or went) on; append_done frees it. A dead
+         * one's never started (the replica is fail-stopped). */
+        bool dead = a->dead;
+        ack(r, a, dead ? RAFT_IOERR : 0);
+        if (dead) {
+            tern_free(a);
+        }
+        n++;
+    }
+    deliver_hold(r);
+    if (!r->idle_init) {
+        flush_inner(r); /* no loop, no timer: hand them over now */
+    }
+    while (!repl_list_empty(&r->null_sends)) {
+        struct send_group *g =
+            REPL__CONTAINER(r->null_sends.next, struct send_group, link);
+        group_finish(g); /* status 0: "handed off" */
         n++;
     }
     if (r->idle_init && !r->idle_closed && !r->closing) {
@@ -512,7 +683,7 @@ static void idle_cb(uv_idle_t *h)
 /* Memory mode: one block holding a copy of the entries array and their
  * payloads (the block is every copied entry's batch). NULL on OOM. */
 static struct raft_entry *copy_entries(const struct raft_entry entries[],
-                                       unsigned n)
+                                       unsigned n, size_t *bytes /* OUT */)
 {
     size_t head = (size_t)n * sizeof(struct raft_entry);
     size_t total = head;
@@ -525,6 +696,7 @@ static struct raft_entry *copy_entries(const struct raft_entry entries[],
     if (c == NULL) {
         return NULL;
     }
+    *bytes = total;
     p = (uint8_t *)c + head;
     for (unsigned i = 0; i < n; i++) {
         c[i] = entries[i];
@@ -567,34 +739,47 @@ static int io_append(struct raft_io *io, struct raft_io_append *req,
             return RAFT_NOMEM;
         }
     }
+    a->n = n;
     if (r->durability == REPL_DURABILITY_MEMORY) {
-        a->copy = copy_entries(entries, n);
+        a->copy = copy_entries(entries, n, &a->bytes);
         if (a->copy == NULL) {
             r->n_runs = saved_runs;
             tern_free(a);
             return RAFT_NOMEM;
         }
-        entries = a->copy;
-    }
-    rv = r->inner->append(r->inner, &a->inner_req, entries, n, append_done);
-    if (rv != 0) {
-        copy_errmsg(r);
-        r->n_runs = saved_runs;
-        tern_free(a->copy);
-        tern_free(a);
-        return rv;
+        /* Coalesced: handed to the inner io later (top of the file). */
+        repl_list_push(&r->inner_pending, &a->link);
+        r->inner_pending_bytes += a->bytes;
+        if (r->idle_init && !r->closing &&
+            !uv_is_active((uv_handle_t *)&r->flush_timer)) {
+            uv_timer_start(&r->flush_timer, flush_timer_cb, REPL__FLUSH_MS, 0);
+        }
+    } else {
+        rv = r->inner->append(r->inner, &a->inner_req, entries, n,
+                              append_done);
+        if (rv != 0) {
+            copy_errmsg(r);
+            r->n_runs = saved_runs;
+            tern_free(a);
+            return rv;
+        }
+        a->truncate_gen = r->truncate_gen;
+        repl_list_push(&r->appends, &a->link);
     }
     r->next_index += n;
-    a->truncate_gen = r->truncate_gen;
-    repl_list_push(&r->appends, &a->link);
     r->n_unacked++;
     if (raft_state(&r->raft) == RAFT_LEADER) {
         repl_lat_append(r, a->last);
+    } else {
+        repl_lat_f_append(r);
     }
     if (r->durability == REPL_DURABILITY_MEMORY) {
         repl_list_push(&r->unacked, &a->ack_link);
         if (r->idle_init) {
             uv_idle_start(&r->idle, idle_cb);
+        }
+        if (r->inner_pending_bytes >= REPL__FLUSH_BYTES) {
+            flush_inner(r);
         }
     }
     return 0;
@@ -603,8 +788,10 @@ static int io_append(struct raft_io *io, struct raft_io_append *req,
 static int io_truncate(struct raft_io *io, raft_index index)
 {
     struct repl *r = outer_repl(io);
-    int rv = r->inner->truncate(r->inner, index);
     struct repl_list *e;
+    int rv;
+    flush_inner(r); /* raft_uv orders them before the truncate */
+    rv = r->inner->truncate(r->inner, index);
     if (rv != 0) {
         copy_errmsg(r);
         return rv;
@@ -666,6 +853,7 @@ static int io_snapshot_put(struct raft_io *io, unsigned trailing,
     p->term = snapshot->term;
     p->install = trailing == 0;
     p->inner_req.data = req->data;
+    flush_inner(r); /* raft_uv orders them before the snapshot */
     rv = r->inner->snapshot_put(r->inner, trailing, &p->inner_req, snapshot,
                                 put_done);
     if (rv != 0) {
@@ -758,6 +946,15 @@ static void send_done(struct xport_send *xs, int status)
 
 void repl_io_close_sends(struct repl *r)
 {
+    while (!repl_list_empty(&r->null_sends)) {
+        struct send_group *g =
+            REPL__CONTAINER(r->null_sends.next, struct send_group, link);
+        repl_list_remove(&g->link);
+        if (g->raft_cb != NULL) {
+            g->raft_cb(g->raft_req, RAFT_CANCELED);
+        }
+        tern_free(g); /* no parts: nothing else refers to it */
+    }
     while (!repl_list_empty(&r->sends)) {
         struct send_group *g =
             REPL__CONTAINER(r->sends.next, struct send_group, link);
@@ -916,12 +1113,35 @@ static int io_send(struct raft_io *io, struct raft_io_send *req,
         return RAFT_NOCONNECTION;
     }
     m = repl_guard_send(r, message, &copy);
+    /* Stage stamps before the hand-off: a doorbell may let the peer run
+     * before we do again. */
+    if (m->type == RAFT_IO_APPEND_ENTRIES && m->append_entries.n_entries > 0) {
+        repl_lat_posted(r, m->append_entries.prev_log_index +
+                               m->append_entries.n_entries);
+    } else if (m->type == RAFT_IO_APPEND_ENTRIES_RESULT &&
+               m->append_entries_result.rejected == 0) {
+        repl_lat_f_post(r, m->append_entries_result.last_log_index);
+    }
     g = group_new(r, req, cb);
     if (g == NULL) {
         return RAFT_NOMEM;
     }
+    if (r->quiet_results && m->type == RAFT_IO_APPEND_ENTRIES_RESULT) {
+        /* The answer to deliver_hold's message: not sent, completed by
+         * run_deferred (never inside send). */
+        g->sealed = true;
+        repl_list_push(&r->null_sends, &g->link);
+        if (r->idle_init && !r->idle_closed) {
+            uv_idle_start(&r->idle, idle_cb);
+        }
+        return 0;
+    }
     if (m->type == RAFT_IO_APPEND_ENTRIES) {
         rv = send_append_entries(r, g, m, max);
+        if (rv == 0 && repl_guard_force_probe(r, m->server_id) &&
+            g->status == 0) {
+            g->status = TERN_ENOCONN; /* guard.c item 10: probe */
+        }
     } else {
         struct repl_frame f;
         unsigned n_sent;
@@ -948,15 +1168,57 @@ static int io_send(struct raft_io *io, struct raft_io_send *req,
     return 0;
 }
 
+/* Memory mode: hold an AppendEntries' commit index back from the core
+ * (see the top of the file). Returns true if held. */
+static bool hold_commit(struct repl *r, struct repl_wire *w)
+{
+    struct raft_append_entries *a = &w->msg.append_entries;
+    uint64_t last = a->prev_log_index + a->n_entries;
+    if (r->durability != REPL_DURABILITY_MEMORY ||
+        w->msg.type != RAFT_IO_APPEND_ENTRIES || a->n_entries == 0 ||
+        last < r->next_index || a->leader_commit <= r->raft.commit_index) {
+        return false;
+    }
+    r->hold.index = last;
+    r->hold.term = a->term;
+    r->hold.commit = a->leader_commit;
+    r->hold.leader_id = w->msg.server_id;
+    snprintf(r->hold.leader_addr, sizeof r->hold.leader_addr, "%s",
+             w->msg.server_address != NULL ? w->msg.server_address : "");
+    a->leader_commit = r->raft.commit_index;
+    return true;
+}
+
 void repl_io_deliver(struct repl *r, struct repl_wire *w)
 {
+    bool held;
     if (r->closing || r->failed != 0 || r->recv_cb == NULL ||
         !repl_guard_recv(r, &w->msg)) {
         repl_wire_release(w);
         return;
     }
+    held = hold_commit(r, w);
+    if (w->msg.type == RAFT_IO_APPEND_ENTRIES &&
+        w->msg.append_entries.n_entries > 0) {
+        repl_lat_f_core(r, w->msg.append_entries.prev_log_index +
+                               w->msg.append_entries.n_entries);
+    } else if (w->msg.type == RAFT_IO_APPEND_ENTRIES_RESULT &&
+               w->msg.append_entries_result.rejected == 0) {
+        repl_lat_resulted(r, w->msg.append_entries_result.last_log_index);
+    }
     /* raft takes ownership of the entries array/batch and snapshot data. */
     r->recv_cb(&r->outer, &w->msg);
+    if (held) {
+        if (r->next_index <= r->hold.index) {
+            r->hold.index = 0; /* rejected: nothing appended */
+        } else {
+            r->hold.gen = r->truncate_gen;
+        }
+    }
+    if (r->durability == REPL_DURABILITY_MEMORY && !r->closing &&
+        (!repl_list_empty(&r->unacked) || r->hold.index != 0)) {
+        (void)repl_io_run_deferred(r); /* answer now, then the hold */
+    }
     repl_lat_poll(r);
     repl_poll(r);
 }
@@ -970,6 +1232,7 @@ void repl_xport_recv(void *arg, uint64_t from, const void *buf, size_t len)
     if (r == NULL || r->closing || r->failed != 0 || r->recv_cb == NULL) {
         return;
     }
+    repl_lat_f_recv(r);
     rv = repl_codec_decode(buf, len, &w);
     if (rv != 0) {
         r->bad_frames++;
@@ -1019,5 +1282,7 @@ void repl_io_setup(struct repl *r)
     repl_list_init(&r->appends);
     repl_list_init(&r->unacked);
     repl_list_init(&r->sends);
+    repl_list_init(&r->null_sends);
+    repl_list_init(&r->inner_pending);
     r->next_index = 1;
 }

@@ -9,6 +9,14 @@
  * ring drops the new append's sample (counted); a role or term change
  * forgets everything pending (those entries commit, if ever, under another
  * leader).
+ *
+ * Stage breakdown (repl.h, enum repl_stage), for profiling the commit
+ * path: a pending leader append also records when the first AppendEntries
+ * carrying it was posted and when the first successful result covering
+ * it arrived (two cursors into the ring: posts and results cover
+ * prefixes, so marking is amortised O(1)); a follower times the newest
+ * AppendEntries with entries from its arrival to its result. Stages use
+ * the same histogram as the total.
  */
 #include <errno.h>
 #include <string.h>
@@ -61,6 +69,29 @@ static uint64_t bucket_upper(unsigned b)
     return (((uint64_t)5 + sub) << (p - 2)) - 1;
 }
 
+static void hist_add(struct repl_latency *l, uint64_t ns)
+{
+    if (l->count == 0 || ns < l->min_ns) {
+        l->min_ns = ns;
+    }
+    if (ns > l->max_ns) {
+        l->max_ns = ns;
+    }
+    l->count++;
+    l->sum_ns += ns;
+    l->buckets[bucket_of(ns)]++;
+}
+
+void repl_lat_stage(struct repl *r, unsigned stage, uint64_t from,
+                    uint64_t to)
+{
+    if (from != 0 && to >= from) {
+        hist_add(&r->stages[stage], to - from);
+    }
+}
+
+#define stage_add repl_lat_stage
+
 static void sample(struct repl *r, uint64_t ns)
 {
     struct repl_latency *l = &r->lat;
@@ -93,7 +124,91 @@ void repl_lat_append(struct repl *r, uint64_t last)
     p = &r->lat_pending[(r->lat_head + r->lat_n) % REPL_LAT_PENDING];
     p->index = last;
     p->t0_ns = r->lat_now();
+    p->post_ns = 0;
+    p->res_ns = 0;
     r->lat_n++;
+}
+
+/* Stamp now into the pending appends from *cursor on whose index is <=
+ * last: their post_ns (post) or res_ns. */
+static void mark(struct repl *r, unsigned *cursor, uint64_t last, bool post)
+{
+    uint64_t now = 0;
+    while (*cursor < r->lat_n) {
+        struct repl_lat_pending *p =
+            &r->lat_pending[(r->lat_head + *cursor) % REPL_LAT_PENDING];
+        if (p->index > last) {
+            break;
+        }
+        if (now == 0) {
+            now = r->lat_now();
+        }
+        if (post) {
+            p->post_ns = now;
+        } else {
+            p->res_ns = now;
+        }
+        (*cursor)++;
+    }
+}
+
+void repl_lat_posted(struct repl *r, uint64_t last)
+{
+    mark(r, &r->lat_posted, last, true);
+}
+
+void repl_lat_resulted(struct repl *r, uint64_t last)
+{
+    mark(r, &r->lat_resulted, last, false);
+}
+
+void repl_lat_f_recv(struct repl *r)
+{
+    r->lat_recv_ns = r->lat_now();
+}
+
+void repl_lat_f_core(struct repl *r, uint64_t last)
+{
+    struct repl_lat_follower *f = &r->lat_f;
+    if (r->lat_recv_ns == 0) {
+        return;
+    }
+    memset(f, 0, sizeof *f);
+    f->index = last;
+    f->recv_ns = r->lat_recv_ns;
+    f->core_ns = r->lat_now();
+    r->lat_recv_ns = 0;
+}
+
+void repl_lat_f_append(struct repl *r)
+{
+    if (r->lat_f.index != 0 && r->lat_f.append_ns == 0) {
+        r->lat_f.append_ns = r->lat_now();
+    }
+}
+
+void repl_lat_f_ack(struct repl *r, uint64_t last)
+{
+    struct repl_lat_follower *f = &r->lat_f;
+    if (f->index != 0 && f->ack_ns == 0 && last >= f->index) {
+        f->ack_ns = r->lat_now();
+    }
+}
+
+void repl_lat_f_post(struct repl *r, uint64_t last)
+{
+    struct repl_lat_follower *f = &r->lat_f;
+    uint64_t now;
+    if (f->index == 0 || last < f->index || f->ack_ns == 0) {
+        return;
+    }
+    now = r->lat_now();
+    stage_add(r, REPL_STAGE_F_DECODE, f->recv_ns, f->core_ns);
+    stage_add(r, REPL_STAGE_F_CORE, f->core_ns, f->append_ns);
+    stage_add(r, REPL_STAGE_F_ACK, f->append_ns, f->ack_ns);
+    stage_add(r, REPL_STAGE_F_POST, f->ack_ns, now);
+    stage_add(r, REPL_STAGE_F_TOTAL, f->recv_ns, now);
+    f->index = 0;
 }
 
 void repl_lat_poll(struct repl *r)
@@ -109,8 +224,18 @@ void repl_lat_poll(struct repl *r)
             now = r->lat_now();
         }
         sample(r, now >= p->t0_ns ? now - p->t0_ns : 0);
+        stage_add(r, REPL_STAGE_APPEND_TO_POST, p->t0_ns, p->post_ns);
+        stage_add(r, REPL_STAGE_POST_TO_RESULT, p->post_ns, p->res_ns);
+        stage_add(r, REPL_STAGE_RESULT_TO_COMMIT, p->res_ns,
+                  p->res_ns != 0 ? now : 0);
         r->lat_head = (r->lat_head + 1) % REPL_LAT_PENDING;
         r->lat_n--;
+        if (r->lat_posted > 0) {
+            r->lat_posted--;
+        }
+        if (r->lat_resulted > 0) {
+            r->lat_resulted--;
+        }
     }
 }
 
@@ -122,6 +247,12 @@ void repl_lat_forget(struct repl *r, uint64_t index)
             break;
         }
         r->lat_n--;
+    }
+    if (r->lat_posted > r->lat_n) {
+        r->lat_posted = r->lat_n;
+    }
+    if (r->lat_resulted > r->lat_n) {
+        r->lat_resulted = r->lat_n;
     }
 }
 
@@ -138,6 +269,25 @@ void repl_get_latency(struct repl *r, struct repl_latency *out, bool reset)
     if (reset) {
         memset(&r->lat, 0, sizeof r->lat);
         r->lat_recent_pos = 0;
+        memset(r->stages, 0, sizeof r->stages);
+    }
+}
+
+static const char *const stage_names[REPL_STAGE__COUNT] = {
+    "append_to_post", "post_to_result", "result_to_commit", "f_decode",
+    "f_core", "f_ack", "f_post", "f_total", "apply",
+};
+
+const char *repl_stage_name(unsigned stage)
+{
+    return stage < REPL_STAGE__COUNT ? stage_names[stage] : "?";
+}
+
+void repl_get_stages(struct repl *r, struct repl_latency *out, bool reset)
+{
+    memcpy(out, r->stages, sizeof r->stages);
+    if (reset) {
+        memset(r->stages, 0, sizeof r->stages);
     }
 }
 

@@ -106,6 +106,28 @@ void repl_install_heap(void)
     }
 }
 
+/* ---- FSM apply timing ------------------------------------------------- */
+
+/* Wraps fsm.c's apply (same raft_fsm, data = r): the core calls apply
+ * right after it moved its commit index, so this is where a leader's
+ * commit first becomes visible to us (the replication latency sample is
+ * taken before the apply's own cost), and it times the apply itself
+ * (REPL_STAGE_APPLY). */
+static int timed_apply(struct raft_fsm *f, const struct raft_buffer *buf,
+                       void **result)
+{
+    struct repl *r = f->data;
+    uint64_t t0;
+    int rv;
+    repl_lat_poll(r);
+    t0 = r->lat_now != NULL ? r->lat_now() : 0;
+    rv = r->fsm_apply(f, buf, result);
+    if (t0 != 0) {
+        repl_lat_stage(r, REPL_STAGE_APPLY, t0, r->lat_now());
+    }
+    return rv;
+}
+
 /* ---- codes ------------------------------------------------------------- */
 
 int repl_err_from_raft(int rv)
@@ -320,6 +342,7 @@ static void free_repl(struct repl *r)
         tern_free((void *)r->peers[i].address);
     }
     tern_free(r->peers);
+    tern_free(r->peer_acks);
     tern_free(r->address);
     tern_free(r->data_dir);
     tern_free(r->runs);
@@ -373,7 +396,8 @@ static int create(uv_loop_t *loop, struct xport *x,
     r->address = tern_strdup(c.address);
     r->data_dir = c.data_dir != NULL ? tern_strdup(c.data_dir) : NULL;
     r->peers = tern_calloc(c.n_peers, sizeof *r->peers);
-    if (r->address == NULL || r->peers == NULL ||
+    r->peer_acks = tern_calloc(c.n_peers, sizeof *r->peer_acks);
+    if (r->address == NULL || r->peers == NULL || r->peer_acks == NULL ||
         (c.data_dir != NULL && r->data_dir == NULL)) {
         goto err_nomem;
     }
@@ -387,6 +411,8 @@ static int create(uv_loop_t *loop, struct xport *x,
     }
     repl_io_setup(r);
     repl_fsm_setup(r);
+    r->fsm_apply = r->raft_fsm.apply;
+    r->raft_fsm.apply = timed_apply;
     rv = raft_init(&r->raft, &r->outer, &r->raft_fsm, c.id, c.address);
     if (rv != 0) {
         tern_errmsg_printf(errmsg, "repl: raft_init: %s", raft_errmsg(&r->raft));

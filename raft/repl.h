@@ -81,14 +81,17 @@ struct repl_peer {
  * (raft_uv's O_DSYNC write completed). A committed entry survives any
  * crashes as long as a majority's disks survive.
  *
- * REPL_DURABILITY_MEMORY: once it is in that node's memory (the append is
- * handed to raft_uv; the disk write continues in the background). Commit
- * latency no longer includes a disk write. What can lose ACKNOWLEDGED
+ * REPL_DURABILITY_MEMORY: once it is in that node's memory (the disk
+ * write continues in the background: appends are handed to raft_uv in
+ * batches, at most about 1 ms after they counted, see raft/io.c
+ * "Coalesced inner writes"; a crash therefore loses up to that much more
+ * than the disk latency alone). Commit latency no longer includes a disk
+ * write. What can lose ACKNOWLEDGED
  * (committed, applied, reported to the client) entries in this mode:
  *   - a crash of every node holding the entry before any of their disk
  *     writes of it completed: e.g. a power loss of the whole cluster, or
- *     of the majority that acknowledged it, within the disk latency after
- *     the ack;
+ *     of the majority that acknowledged it, within the disk latency (plus
+ *     the ~1 ms batching delay) after the ack;
  *   - more generally: holders that crash before their disk write of the
  *     entry completed come back without it (amnesia, they then vote like
  *     nodes that never had it); the entry is lost if, before the leader
@@ -97,10 +100,11 @@ struct repl_peer {
  *     acknowledged by 2, ONE such crash of the follower holder plus the
  *     leader becoming unavailable (crash, partition) before it re-sent the
  *     entry is enough;
- *   - "crash" includes a process crash (kill -9, OOM kill, abort): raft_uv
- *     queues appends in process memory while its single write is in
- *     flight, and those never reach the kernel. A write already submitted
- *     to the kernel survives a process crash, not a power loss.
+ *   - "crash" includes a process crash (kill -9, OOM kill, abort): our
+ *     io batches appends and raft_uv queues them in process memory while
+ *     its single write is in flight, and those never reach the kernel. A
+ *     write already submitted to the kernel survives a process crash, not
+ *     a power loss.
  * What loses nothing: a crash of a holder whose disk write completed; a
  * crash (even with amnesia) of one node while the other holders stay
  * available and one of them leads or wins the next election (the election
@@ -233,6 +237,45 @@ void repl_get_latency(struct repl *r, struct repl_latency *out, bool reset);
 /* Upper bound (ns) of the histogram bucket holding quantile q (0..1) of
  * l's samples; 0 if there are none. */
 uint64_t repl_latency_quantile(const struct repl_latency *l, double q);
+
+/* Stage breakdown of replication latency (profiling; same histogram
+ * format, recent[] unused). Each node times its own part of a commit with
+ * the monotonic clock:
+ *   leader:   APPEND_TO_POST   leader append -> first AppendEntries
+ *                              carrying it handed to the xport
+ *             POST_TO_RESULT   -> first successful result covering it
+ *                              received (the round trip seen by the leader)
+ *             RESULT_TO_COMMIT -> commit index covers it
+ *   follower: F_DECODE         frame delivered by the xport -> decoded,
+ *                              handed to the core
+ *             F_CORE           -> the core called append
+ *             F_ACK            -> raft's append callback fired (memory
+ *                              mode: the deferred completion)
+ *             F_POST           -> the result handed to the xport
+ *             F_TOTAL          frame delivered -> result handed over
+ *   both:     APPLY            time inside one FSM apply (on the leader
+ *                              after the commit, on a follower usually
+ *                              inside F_ACK..F_POST: libraft 0.15 applies
+ *                              before it answers)
+ * Post stamps are taken just before the hand-off to the xport.
+ * POST_TO_RESULT - F_TOTAL is the transport (both ways) plus wake-ups. */
+enum repl_stage {
+    REPL_STAGE_APPEND_TO_POST = 0,
+    REPL_STAGE_POST_TO_RESULT,
+    REPL_STAGE_RESULT_TO_COMMIT,
+    REPL_STAGE_F_DECODE,
+    REPL_STAGE_F_CORE,
+    REPL_STAGE_F_ACK,
+    REPL_STAGE_F_POST,
+    REPL_STAGE_F_TOTAL,
+    REPL_STAGE_APPLY,
+    REPL_STAGE__COUNT
+};
+/* Static short name of a stage ("append_to_post", ...); "?" otherwise. */
+const char *repl_stage_name(unsigned stage);
+/* Copy the stage histograms into out[REPL_STAGE__COUNT] (caller-owned);
+ * reset: start over. Also reset by repl_get_latency(.., reset = true). */
+void repl_get_stages(struct repl *r, struct repl_latency *out, bool reset);
 
 /* Ask the leader to hand over leadership to id (0: any voter). */
 int repl_transfer(struct repl *r, uint64_t id);

@@ -127,6 +127,17 @@ int repl_err_from_raft(int rv);
 struct repl_lat_pending {
     uint64_t index; /* last index of a leader append */
     uint64_t t0_ns;
+    uint64_t post_ns; /* first AppendEntries covering index posted */
+    uint64_t res_ns;  /* first successful result covering index received */
+};
+/* Follower side of the stage breakdown (latency.c): the newest
+ * AppendEntries with entries, from its arrival to its result. */
+struct repl_lat_follower {
+    uint64_t index;     /* its last index; 0: none being timed */
+    uint64_t recv_ns;   /* the xport delivered the frame */
+    uint64_t core_ns;   /* decoded, handed to the core */
+    uint64_t append_ns; /* the core appended its entries */
+    uint64_t ack_ns;    /* raft's append callback fired */
 };
 struct repl_term_run {
     uint64_t index; /* first index of a run of entries with this term */
@@ -219,6 +230,38 @@ struct repl {
     unsigned n_unacked;         /* appends whose raft cb has not fired */
     struct repl_list unacked;   /* memory mode: those, submission order */
     uv_idle_t idle;             /* memory mode: fires deferred acks */
+    /* Memory mode, follower (io.c "Follower apply off the answer path"):
+     * the commit index of the newest accepted AppendEntries, held back
+     * from the core until its entries are acked and answered. index 0:
+     * nothing held. */
+    struct {
+        uint64_t index;         /* the AppendEntries' last entry */
+        uint64_t term;          /* its term */
+        uint64_t commit;        /* its leader_commit (<= index) */
+        uint64_t gen;           /* r->truncate_gen after the append */
+        uint64_t leader_id;
+        char leader_addr[REPL_WIRE_ADDR_MAX + 1];
+    } hold;
+    /* Memory mode: appends acked but not yet handed to the inner io
+     * (io.c "Coalesced inner writes"), submission order, their bytes, and
+     * the timer that hands them over. */
+    struct repl_list inner_pending;
+    size_t inner_pending_bytes;
+    uv_timer_t flush_timer;
+    bool flush_timer_closed;
+    uint64_t inner_flushes;     /* stats: hand-overs of pending appends */
+    bool quiet_results;         /* answers to our own heartbeat: not sent */
+    struct repl_list null_sends; /* those, completed by run_deferred */
+    uint64_t holds_delivered;   /* stats */
+    /* Leader, per peer (same order as peers): the highest index that peer
+     * acknowledged in ack_term, and whether its next AppendEntries must
+     * report a failed send (guard.c item 10). */
+    struct repl_peer_ack {
+        uint64_t term;
+        uint64_t acked;
+        bool probe;
+    } *peer_acks;
+    uint64_t forced_probes;     /* stats: guard.c item 10 */
 
     /* Replication latency (latency.c). */
     struct repl_latency lat;
@@ -226,6 +269,13 @@ struct repl {
     struct repl_lat_pending *lat_pending; /* ring, REPL_LAT_PENDING */
     unsigned lat_head, lat_n;
     uint64_t (*lat_now)(void);  /* monotonic ns; tests may replace it */
+    unsigned lat_posted;        /* pending[head..+lat_posted) have post_ns */
+    unsigned lat_resulted;      /* pending[head..+lat_resulted) have res_ns */
+    uint64_t lat_recv_ns;       /* arrival time of the frame being decoded */
+    struct repl_lat_follower lat_f;
+    struct repl_latency stages[REPL_STAGE__COUNT];
+    int (*fsm_apply)(struct raft_fsm *f, const struct raft_buffer *buf,
+                     void **result); /* fsm.c's, wrapped by repl.c */
     bool idle_init;
     bool idle_closed;
     bool inner_closed;
@@ -306,6 +356,22 @@ void repl_lat_append(struct repl *r, uint64_t last);
 void repl_lat_poll(struct repl *r);
 /* Role/term change or truncation at index: forget appends >= index. */
 void repl_lat_forget(struct repl *r, uint64_t index);
+/* Stage breakdown (repl.h, enum repl_stage). Leader: an AppendEntries
+ * carrying entries up to last was handed to the xport; a successful
+ * result for up to last arrived. Follower: a frame arrived (before
+ * decoding); a decoded AppendEntries goes to the core; the core appended;
+ * raft's append cb fired for up to last; the result for up to last was
+ * handed to the xport. Each costs a clock read at most. */
+void repl_lat_posted(struct repl *r, uint64_t last);
+void repl_lat_resulted(struct repl *r, uint64_t last);
+void repl_lat_f_recv(struct repl *r);
+void repl_lat_f_core(struct repl *r, uint64_t last);
+void repl_lat_f_append(struct repl *r);
+void repl_lat_f_ack(struct repl *r, uint64_t last);
+void repl_lat_f_post(struct repl *r, uint64_t last);
+/* Add to->from (monotonic ns; skipped if from is 0) to a stage. */
+void repl_lat_stage(struct repl *r, unsigned stage, uint64_t from,
+                    uint64_t to);
 
 /* guard.c */
 /* Filter an incoming Raft message: returns true to deliver (possibly
@@ -316,6 +382,10 @@ bool repl_guard_recv(struct repl *r, struct raft_message *m);
 const struct raft_message *repl_guard_send(struct repl *r,
                                            const struct raft_message *m,
                                            struct raft_message *copy);
+/* Leader: true (once) if the next AppendEntries to peer_id must report a
+ * failed send, which puts the core's progress for it in probe mode
+ * (item 10). */
+bool repl_guard_force_probe(struct repl *r, uint64_t peer_id);
 /* Poll raft's role/leader/term; reset the guard, submit the barrier and
  * emit state callbacks on changes. */
 void repl_poll(struct repl *r);

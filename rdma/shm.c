@@ -60,6 +60,15 @@
  * records, exchanges armed with 0 (seq_cst) and writes the eventfd only if
  * it was 1. Either the sender sees armed, or the receiver sees the record.
  *
+ * Busy-polling (xport_shm_set_busy_poll, off by default): a send that
+ * went straight into a ring arms a deadline and starts a uv_prepare
+ * handle and marks the inbound rings awake (armed = 0: senders skip the
+ * doorbell); when the loop is about to sleep, the handle spins on them
+ * until a record lands or the deadline passes, delivers what landed (as a
+ * doorbell would) and runs the usual arm-and-re-check before the loop
+ * sleeps (also when the round is skipped: the rings were marked awake).
+ * Adaptive back-off after consecutive empty rounds.
+ *
  * Send path, happy case: connected, nothing queued, ring space available:
  * xport_send writes the record straight into the peer's ring (the only
  * copy), rings the doorbell if needed, and the caller's cb fires with 0
@@ -125,6 +134,8 @@
 #define SHM__OFF_FENCE          128u
 #define SHM__DRAIN_BUDGET       1024u /* messages per ring per wake-up */
 #define SHM__ACCEPT_BUDGET      64u
+#define SHM__SPIN_MISS_LIMIT    8u  /* empty rounds before backing off */
+#define SHM__SPIN_SKIP          64u /* sends without a round after that */
 
 enum conn_state {
     CONN_CONNECTING, /* outbound: awaiting WELCOME; inbound: HELLO */
@@ -184,6 +195,11 @@ struct shm_xport
     uv_poll_t lpoll;
     uv_poll_t epoll;
     uv_idle_t idle;
+    uv_prepare_t spin;
+    unsigned spin_us;        /* busy-poll budget; 0 = off */
+    uint64_t spin_until;     /* uv_hrtime deadline of the pending round */
+    unsigned spin_misses;    /* consecutive empty rounds */
+    unsigned spin_skip;      /* sends left without a round */
     uv_timer_t sweep;
     struct xport_peer *peers; /* of struct peer */
     struct conn *inbound;
@@ -670,18 +686,12 @@ static int drain(struct conn *c)
 
 static void flush_queue(struct peer *p);
 
-/* Our doorbell: new records in some inbound ring, or credit for a waiting
- * sender. */
-static void on_efd(uv_poll_t *h, int status, int events)
+/* Deliver what every inbound ring holds, write what waits for credit,
+ * then ask senders for a doorbell and re-check before the loop sleeps. */
+static void receive_all(struct shm_xport *x)
 {
-    struct shm_xport *x = h->data;
-    uint64_t v;
     int again = 0;
 
-    (void)status;
-    (void)events;
-    (void)!read(x->efd, &v, sizeof v);
-    x->stats.wakeups++;
     for (struct conn *c = x->inbound; c != NULL && !x->closing; c = c->next) {
         if (c->state == CONN_UP) {
             again |= drain(c);
@@ -708,6 +718,97 @@ static void on_efd(uv_poll_t *h, int status, int events)
     if (again) {
         efd_ring(x->efd);
     }
+}
+
+/* Our doorbell: new records in some inbound ring, or credit for a waiting
+ * sender. */
+static void on_efd(uv_poll_t *h, int status, int events)
+{
+    struct shm_xport *x = h->data;
+    uint64_t v;
+
+    (void)status;
+    (void)events;
+    (void)!read(x->efd, &v, sizeof v);
+    x->stats.wakeups++;
+    receive_all(x);
+}
+
+static int rings_ready(struct shm_xport *x)
+{
+    for (struct conn *c = x->inbound; c != NULL; c = c->next) {
+        if (c->state == CONN_UP && xport_ring_rx_ready(&c->rx)) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* One busy-poll round (see the top of the file), right before the loop
+ * would sleep. */
+static void on_spin(uv_prepare_t *h)
+{
+    struct shm_xport *x = h->data;
+    uint64_t start = uv_hrtime(), now = start;
+    int hit;
+
+    uv_prepare_stop(&x->spin);
+    if (x->closing) {
+        return;
+    }
+    if (x->spin_us != 0 && now < x->spin_until) {
+        x->stats.spins++;
+        while (!(hit = rings_ready(x)) && now < x->spin_until) {
+            __builtin_ia32_pause();
+            now = uv_hrtime();
+        }
+        x->stats.spin_ns += now - start;
+        if (hit) {
+            x->stats.spin_hits++;
+            x->spin_misses = 0;
+        } else if (++x->spin_misses >= SHM__SPIN_MISS_LIMIT) {
+            x->spin_misses = 0;
+            x->spin_skip = SHM__SPIN_SKIP;
+        }
+    }
+    /* Always: spin_arm marked the rings awake, so deliver and re-arm
+     * (and re-check) before the loop may sleep. */
+    receive_all(x);
+}
+
+int xport_shm_set_busy_poll(struct xport *base, unsigned us)
+{
+    struct shm_xport *x = (struct shm_xport *)base;
+    if (base == NULL || base->ops != &shm_ops) {
+        return TERN_EINVAL;
+    }
+    /* A pending round still runs (without spinning when us is 0): it
+     * re-arms the rings spin_arm marked awake. */
+    x->spin_us = us;
+    x->spin_misses = 0;
+    x->spin_skip = 0;
+    return 0;
+}
+
+/* A send went into a ring: arm a busy-poll round if enabled. */
+static void spin_arm(struct shm_xport *x)
+{
+    if (x->spin_us == 0) {
+        return;
+    }
+    if (x->spin_skip > 0) {
+        x->spin_skip--;
+        return;
+    }
+    x->spin_until = uv_hrtime() + (uint64_t)x->spin_us * 1000u;
+    /* Awake from now on: an answer faster than the loop's way to the
+     * round rings no doorbell either. on_spin re-arms. */
+    for (struct conn *c = x->inbound; c != NULL; c = c->next) {
+        if (c->state == CONN_UP) {
+            put_le64_atomic(c->ring_map + SHM__OFF_ARMED, 0, __ATOMIC_SEQ_CST);
+        }
+    }
+    uv_prepare_start(&x->spin, on_spin);
 }
 
 /* A newer connection from the same sender replaces older ones: deliver
@@ -1072,6 +1173,7 @@ static int shm_send(struct xport *base,
         if (rc == 0) {
             (void)xport_ring_tx_doorbell(&c->tx);
             xport_done_push(&x->done, req, 0);
+            spin_arm(x);
             return 0;
         }
         if (rc == TERN_ETOOBIG) {
@@ -1155,6 +1257,7 @@ static void shm_close(struct xport *base)
         close(x->efd);
     }
     uv_close((uv_handle_t *)&x->sweep, on_handle_closed);
+    uv_close((uv_handle_t *)&x->spin, on_handle_closed);
     for (struct peer *p = peer_first(x); p != NULL; p = peer_next(p)) {
         xport_sendq_fail(&p->q, &x->done, TERN_ECANCELED);
         if (p->conn != NULL) {
@@ -1295,10 +1398,12 @@ int xport_shm_new(uv_loop_t *loop,
     /* Always 0: no syscall. */
     (void)uv_idle_init(loop, &x->idle);
     x->idle.data = x;
+    (void)uv_prepare_init(loop, &x->spin);
+    x->spin.data = x;
     xport_done_init(&x->done, &x->idle, on_idle);
     (void)uv_timer_init(loop, &x->sweep);
     x->sweep.data = x;
-    x->handles = 1;
+    x->handles = 2; /* sweep, spin */
     /* A failed uv_poll_init leaves no trace in the loop; from here on
      * failures unwind through shm_close (asynchronously, no callback). */
     rc = uv_poll_init(loop, &x->lpoll, lsock);

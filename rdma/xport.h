@@ -167,7 +167,23 @@ struct xport_shm_stats {
     uint64_t corrupt;      /* inbound rings torn down: invalid record */
     uint64_t doorbells;    /* doorbells rung (eventfd writes to peers) */
     uint64_t wakeups;      /* own doorbell wake-ups handled */
+    uint64_t spins;        /* busy-poll rounds (xport_shm_set_busy_poll) */
+    uint64_t spin_hits;    /* rounds that found a record */
+    uint64_t spin_ns;      /* time spent spinning */
 };
+
+/* Busy-polling (issue 3 item 1, optional): after a send, for up to us
+ * microseconds, the loop spins on the inbound rings (in a uv_prepare
+ * handle, i.e. right before it would sleep in poll) instead of sleeping,
+ * and with the rings marked awake, so a peer answering within that window
+ * rings no doorbell and nobody waits for a wake-up. One round per loop
+ * iteration that sent something; a round ends at the first record (which
+ * is then delivered from the prepare handle) or at the deadline. Adaptive:
+ * after 8 rounds in a row that found nothing, the next 64 sends do not
+ * spin. us = 0 (default): off. Costs up to us of CPU per round: meant for
+ * a node that expects answers soon (a Raft leader), see node/ and
+ * docs. x must be an shm transport (else TERN_EINVAL). */
+int xport_shm_set_busy_poll(struct xport *x, unsigned us);
 /* Counters since creation. x must be an shm transport. */
 int xport_shm_stats(const struct xport *x, struct xport_shm_stats *out /* OUT */);
 

@@ -310,6 +310,7 @@ class Node:
         self.config = os.path.join(cluster.dir, "node%d.ini" % nid)
         self.log = os.path.join(cluster.dir, "node%d.log" % nid)
         self.pid_file = os.path.join(cluster.dir, "node%d.pid" % nid)
+        self.env = {}  # extra environment for this node's ternd
         self.proc = None
 
     @property
@@ -396,6 +397,7 @@ class Cluster:
         env = dict(os.environ)
         env.setdefault("ASAN_OPTIONS", "detect_leaks=1:abort_on_error=0")
         env.setdefault("UBSAN_OPTIONS", "print_stacktrace=1")
+        env.update(nd.env)
         nd.proc = subprocess.Popen(
             [self.ternd, "--config", nd.config, "--pid-file", nd.pid_file],
             stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT,

@@ -92,6 +92,7 @@ Test(config, defaults)
     cr_expect_eq(cfg.max_frame_bytes, 16u << 20);
     cr_expect_eq(cfg.min_free_disk_bytes, 64u << 20);
     cr_expect_eq(cfg.memory_durability, 0);
+    cr_expect_eq(cfg.busy_poll_us, NODE_DEFAULT_BUSY_POLL_US);
     cr_expect_str_eq(cfg.transport, "tcp");
     cr_expect_str_eq(cfg.shm_dir, "/tmp");
     /* No peers: a single-node cluster of itself. */
@@ -126,6 +127,14 @@ Test(config, transport_and_durability)
     cr_expect_str_eq(cfg.transport, "shm");
     cr_expect_str_eq(cfg.shm_dir, "/run/tern");
     cr_expect_eq(cfg.memory_durability, 1);
+}
+
+Test(config, busy_poll_us)
+{
+    ARGS("--dev", "--transport", "shm", "--busy-poll-us", "40");
+    cr_assert_eq(node_config_parse_args(&cfg, argc_, argv_, errmsg), 0, "%s",
+                 errmsg);
+    cr_expect_eq(cfg.busy_poll_us, 40);
 }
 
 Test(config, peer_flags_replace_file_peers)
@@ -209,6 +218,7 @@ Test(config, validation_errors)
         {{"--dev", "--transport", "verbs", NULL}, "only tcp"},
         {{"--dev", "--log-level", "loud", NULL}, "log level"},
         {{"--dev", "--durability", "ram", NULL}, "not disk or memory"},
+        {{"--dev", "--busy-poll-us", "2000000", NULL}, "busy-poll-us"},
         {{"--dev", "--shm-dir", "rel/dir", NULL}, "absolute directory"},
         {{"--dev", "--max-message-bytes", "16M", NULL}, "max_frame_bytes"},
         {{"--dev", "--frobnicate", NULL}, "unknown argument"},

@@ -292,7 +292,13 @@ static int f_append(struct raft_io *io, struct raft_io_append *req,
                     raft_io_append_cb cb)
 {
     struct fake_io *f = fio(io);
-    struct fake_op *op = calloc(1, sizeof *op);
+    struct fake_op *op;
+    if (f->fail_next_submit != 0) {
+        int rv = f->fail_next_submit;
+        f->fail_next_submit = 0;
+        return rv; /* nothing queued, no callback */
+    }
+    op = calloc(1, sizeof *op);
     op->type = OP_APPEND;
     op->index = f->next_index;
     op->n = n;

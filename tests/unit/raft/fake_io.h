@@ -63,6 +63,7 @@ struct fake_io {
     bool closed; /* close cb fired */
     bool frozen; /* appends are not completed by fake_io_run */
     int fail_next_append; /* status to fail the next append with */
+    int fail_next_submit; /* the next append call returns this */
     int fixed_random;     /* >= 0: random() returns min + this (capped) */
 };
 

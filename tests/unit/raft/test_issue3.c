@@ -566,3 +566,260 @@ Test(issue3, latency_leader_append_to_commit)
     cr_expect_eq(lat.count, 0, "reset");
     cluster_fini(&cl);
 }
+
+/* ---- 5. the memory-mode commit path (io.c) ------------------------------ */
+
+static uint64_t id_of(int i)
+{
+    return cl.nodes[i].id;
+}
+
+/* A follower answers an AppendEntries before it applies the entries the
+ * message newly commits (io.c "Follower apply off the answer path"): its
+ * FSM apply fails (the replica fail-stops, refusing every later send), yet
+ * the answer is already queued toward the leader; the entry was applied
+ * by the held commit index (not by the answer's path). */
+Test(issue3, memory_mode_follower_answers_before_it_applies)
+{
+    uint64_t prev = 0, e1 = 0, e2 = 0;
+    struct repl_status st;
+    int l, f;
+    cluster_init(&cl, 3);
+    cl.durability = REPL_DURABILITY_MEMORY;
+    l = elect(&cl);
+    f = other(&cl, l, l);
+    propose_applied(&cl, (unsigned)l, 2, 32, 1, &prev);
+    /* e1 commits; f holds it but has not learnt the commit yet. */
+    propose_n(&cl, (unsigned)l, 1, 32, 2, &e1);
+    cr_assert(cluster_step_until(&cl, pred_leader_committed, &e1, STEPS));
+    xport_mem_net_complete(cl.net);
+    repl_get_status(cl.nodes[f].repl, &st);
+    cr_assert_geq(st.last_counted, e1);
+    cr_assert_lt(cl.nodes[f].applied_index, e1, "f learns the commit later");
+    /* e2's AppendEntries carries commit = e1. Drain f's inbound queue and
+     * its answers so that only the new message is in flight. */
+    cr_assert_eq(xport_mem_net_pending(cl.net, id_of(f), id_of(l)), 0);
+    propose_n(&cl, (unsigned)l, 1, 32, 3, &e2);
+    cr_assert_geq(xport_mem_net_pending(cl.net, id_of(l), id_of(f)), 1);
+    cl.nodes[f].fail_apply = TERN_EINVAL;
+    while (xport_mem_net_pending(cl.net, id_of(l), id_of(f)) > 1) {
+        cr_assert_eq(xport_mem_net_deliver(cl.net, id_of(l), id_of(f), 1), 1);
+    }
+    cr_assert_eq(xport_mem_net_deliver(cl.net, id_of(l), id_of(f), 1), 1);
+    cr_expect_geq(xport_mem_net_pending(cl.net, id_of(f), id_of(l)), 1,
+                  "the answer went out before the failing apply");
+    repl_get_status(cl.nodes[f].repl, &st);
+    cr_expect_neq(st.failed, 0, "the apply did run (and failed)");
+    cr_expect_eq(cl.nodes[f].fail_apply, 0);
+    cr_expect_geq(cl.nodes[f].repl->holds_delivered, 1);
+    cluster_fini(&cl);
+}
+
+/* With the hold, followers still apply everything, in order, and the
+ * leader's commit path is unchanged (same entries, same payloads). */
+Test(issue3, memory_mode_followers_apply_every_entry)
+{
+    uint64_t last = 0;
+    cluster_init(&cl, 3);
+    cl.durability = REPL_DURABILITY_MEMORY;
+    int l = elect(&cl);
+    for (unsigned k = 0; k < 40; k++) {
+        propose_applied(&cl, (unsigned)l, 1 + k % 3, 64, 10 + k, &last);
+    }
+    for (unsigned i = 0; i < cl.n; i++) {
+        cr_expect_eq(cl.nodes[i].applied_index, last, "node %u", i);
+        if ((int)i != l) {
+            cr_expect_gt(cl.nodes[i].repl->holds_delivered, 0, "node %u", i);
+        }
+    }
+    cr_expect(!cl.conflict);
+    cluster_fini(&cl);
+}
+
+/* Coalesced inner writes: a memory-mode append reaches the inner (disk)
+ * io only after raft's callback fired, and several of them in submission
+ * order; disk mode hands each over at once. */
+Test(issue3, memory_mode_inner_writes_follow_the_acks_in_order)
+{
+    uint64_t prev = 0, last = 0;
+    struct repl_status st;
+    int l;
+    cluster_init(&cl, 3);
+    cl.durability = REPL_DURABILITY_MEMORY;
+    l = elect(&cl);
+    propose_applied(&cl, (unsigned)l, 2, 32, 1, &prev);
+    steps(&cl, 50);
+    cr_assert_eq(fake_io_pending(cl.nodes[l].io), 0);
+    propose_n(&cl, (unsigned)l, 3, 32, 2, &last);
+    repl_get_status(cl.nodes[l].repl, &st);
+    cr_expect_lt(st.last_counted, last, "no callback inside append");
+    cr_expect_eq(fake_io_pending(cl.nodes[l].io), 0,
+                 "not handed to the disk before the callbacks");
+    cr_expect_eq(repl_io_run_deferred(cl.nodes[l].repl), 3);
+    repl_get_status(cl.nodes[l].repl, &st);
+    cr_expect_eq(st.last_counted, last);
+    cr_expect_eq(fake_io_pending(cl.nodes[l].io), 3, "then all three");
+    cr_expect_eq(fake_io_complete(cl.nodes[l].io, 3), 3);
+    for (uint64_t i = last - 2; i <= last; i++) {
+        const struct fake_entry *e = fake_disk_get(&cl.nodes[l].disk, i);
+        cr_assert_not_null(e);
+        cr_expect_eq(tern_get_u64((const uint8_t *)e->buf + 8),
+                     i - (last - 2), "index %llu in order",
+                     (unsigned long long)i);
+    }
+    repl_get_status(cl.nodes[l].repl, &st);
+    cr_expect_eq(st.last_stored, last);
+    cluster_fini(&cl);
+}
+
+static int io_cb_order[8];
+static int io_cb_n;
+static void order_cb(struct raft_io_append *req, int status)
+{
+    cr_expect_eq(status, 0);
+    io_cb_order[io_cb_n++ % 8] = (int)(intptr_t)req->data;
+}
+
+/* A truncate (and likewise snapshot_put, close) hands the pending appends
+ * to the inner io first: raft_uv orders them against each other. Driven
+ * through the wrapper's raft_io directly, on an idle follower. */
+Test(issue3, memory_mode_truncate_hands_pending_appends_over_first)
+{
+    struct raft_io_append req[2];
+    struct raft_entry e[2];
+    uint8_t payload[2][16];
+    struct repl *r;
+    uint64_t n0;
+    int l, f;
+    cluster_init(&cl, 3);
+    cl.durability = REPL_DURABILITY_MEMORY;
+    l = elect(&cl);
+    f = other(&cl, l, l);
+    steps(&cl, 50);
+    r = cl.nodes[f].repl;
+    cr_assert_eq(fake_io_pending(cl.nodes[f].io), 0);
+    n0 = r->next_index;
+    memset(e, 0, sizeof e);
+    for (int k = 0; k < 2; k++) {
+        memset(payload[k], 0x40 + k, sizeof payload[k]);
+        e[k].term = r->term;
+        e[k].type = RAFT_COMMAND;
+        e[k].buf.base = payload[k];
+        e[k].buf.len = sizeof payload[k];
+        req[k].data = (void *)(intptr_t)(k + 1);
+        cr_assert_eq(r->outer.append(&r->outer, &req[k], &e[k], 1, order_cb),
+                     0);
+    }
+    cr_expect_eq(io_cb_n, 0, "never inside append");
+    cr_expect_eq(fake_io_pending(cl.nodes[f].io), 0);
+    cr_assert_eq(r->outer.truncate(&r->outer, n0 + 1), 0);
+    cr_expect_eq(fake_io_pending(cl.nodes[f].io), 3,
+                 "both appends, then the truncate");
+    cr_expect_eq(fake_io_complete(cl.nodes[f].io, 3), 3);
+    cr_expect_eq(io_cb_n, 2, "completions in submission order");
+    cr_expect_eq(io_cb_order[0], 1);
+    cr_expect_eq(io_cb_order[1], 2);
+    cr_expect_eq(fake_disk_last_index(&cl.nodes[f].disk), n0,
+                 "the truncate applied after the appends");
+    cr_assert_not_null(fake_disk_get(&cl.nodes[f].disk, n0));
+    cr_expect_eq(
+        ((const uint8_t *)fake_disk_get(&cl.nodes[f].disk, n0)->buf)[0], 0x40);
+    cluster_crash(&cl, (unsigned)f); /* its core never saw these appends */
+    cluster_fini(&cl);
+}
+
+/* Stage breakdown (repl_get_stages): every commit of the leader gets one
+ * sample per leader stage, every answering follower one per follower
+ * stage; the stages of a sample add up to no more than the total. */
+Test(issue3, stage_breakdown_counts_every_commit)
+{
+    struct repl_latency st[REPL_STAGE__COUNT], lat;
+    uint64_t prev = 0, idx = 0;
+    int l;
+    cluster_init(&cl, 3);
+    cl.durability = REPL_DURABILITY_MEMORY;
+    l = elect(&cl);
+    propose_applied(&cl, (unsigned)l, 1, 32, 1, &prev);
+    for (unsigned i = 0; i < cl.n; i++) {
+        cl.nodes[i].repl->lat_now = cluster_now_ns;
+        repl_get_latency(cl.nodes[i].repl, &lat, true);
+    }
+    for (unsigned k = 0; k < 20; k++) {
+        propose_n(&cl, (unsigned)l, 1, 32, 2, &idx);
+        cr_assert(cluster_step_until(&cl, pred_all_applied, &idx, STEPS));
+    }
+    repl_get_latency(cl.nodes[l].repl, &lat, false);
+    repl_get_stages(cl.nodes[l].repl, st, false);
+    cr_expect_eq(lat.count, 20);
+    cr_expect_eq(st[REPL_STAGE_APPEND_TO_POST].count, 20);
+    cr_expect_eq(st[REPL_STAGE_POST_TO_RESULT].count, 20);
+    cr_expect_eq(st[REPL_STAGE_RESULT_TO_COMMIT].count, 20);
+    cr_expect_leq(st[REPL_STAGE_APPEND_TO_POST].sum_ns +
+                      st[REPL_STAGE_POST_TO_RESULT].sum_ns +
+                      st[REPL_STAGE_RESULT_TO_COMMIT].sum_ns,
+                  lat.sum_ns);
+    cr_expect_geq(st[REPL_STAGE_APPLY].count, 20);
+    for (unsigned i = 0; i < cl.n; i++) {
+        if ((int)i == l) {
+            continue;
+        }
+        repl_get_stages(cl.nodes[i].repl, st, true);
+        cr_expect_eq(st[REPL_STAGE_F_TOTAL].count, 20, "node %u", i);
+        cr_expect_eq(st[REPL_STAGE_F_DECODE].count, 20);
+        cr_expect_eq(st[REPL_STAGE_APPEND_TO_POST].count, 0);
+        repl_get_stages(cl.nodes[i].repl, st, false);
+        cr_expect_eq(st[REPL_STAGE_F_TOTAL].count, 0, "reset");
+        cr_expect_str_eq(repl_stage_name(REPL_STAGE_F_TOTAL), "f_total");
+        cr_expect_str_eq(repl_stage_name(REPL_STAGE__COUNT), "?");
+    }
+    cluster_fini(&cl);
+}
+
+static int dead_status[4];
+static int dead_n;
+static void dead_cb(struct raft_io_append *req, int status)
+{
+    (void)req;
+    dead_status[dead_n++ % 4] = status;
+}
+
+/* A coalesced append whose hand-over to the inner io fails (its raft
+ * callback may already have fired) fail-stops the replica; appends that
+ * never reached the inner io still get their callback, in order, at the
+ * latest from the close (before the io's close callback). */
+Test(issue3, memory_mode_failed_hand_over_fail_stops)
+{
+    struct raft_io_append req[2];
+    struct raft_entry e[2];
+    uint8_t payload[2][16];
+    struct repl_status st;
+    struct repl *r;
+    int l, f;
+    cluster_init(&cl, 3);
+    cl.durability = REPL_DURABILITY_MEMORY;
+    l = elect(&cl);
+    f = other(&cl, l, l);
+    steps(&cl, 50);
+    r = cl.nodes[f].repl;
+    memset(e, 0, sizeof e);
+    for (int k = 0; k < 2; k++) {
+        memset(payload[k], 0x50 + k, sizeof payload[k]);
+        e[k].term = r->term;
+        e[k].type = RAFT_COMMAND;
+        e[k].buf.base = payload[k];
+        e[k].buf.len = sizeof payload[k];
+        cr_assert_eq(r->outer.append(&r->outer, &req[k], &e[k], 1, dead_cb),
+                     0);
+    }
+    cl.nodes[f].io->fail_next_submit = RAFT_IOERR;
+    cr_assert_eq(r->outer.truncate(&r->outer, r->next_index), 0);
+    repl_get_status(r, &st);
+    cr_expect_neq(st.failed, 0, "fail-stopped");
+    cr_expect_eq(fake_io_pending(cl.nodes[f].io), 1, "only the truncate");
+    cr_expect_eq(dead_n, 0, "not inside truncate");
+    cluster_crash(&cl, (unsigned)f); /* close: the callbacks fire first */
+    cr_expect_eq(dead_n, 2);
+    cr_expect_neq(dead_status[0], 0);
+    cr_expect_neq(dead_status[1], 0);
+    cluster_fini(&cl);
+}

@@ -436,3 +436,95 @@ Test(shm, killed_peer_process_restarts)
     cr_assert_eq(waitpid(child, &st, 0), child);
     close_and_wait(a);
 }
+
+/* Busy-polling (xport_shm_set_busy_poll). Nobody answers A here (B only
+ * receives, and A has no inbound ring at all), so every round spins to its
+ * deadline and no longer; after 8 empty rounds the next 64 sends do not
+ * spin. Budgets are large so that a preempted test process cannot make a
+ * round start after its deadline. */
+Test(shm, busy_poll_round_is_bounded_and_backs_off)
+{
+    char pa[108], pb[108];
+    struct xport *a = make(1, NULL, pa);
+    struct xport *b = make(2, NULL, pb);
+    struct xport_shm_stats st;
+    struct sink s = {0};
+    const uint64_t budget_ns = 20000000; /* 20 ms */
+
+    cr_assert_eq(xport_start(b, on_recv, &s), 0);
+    cr_assert_eq(send_and_wait(a, 2, pb, 1, 64), 0); /* connect */
+    run_until(&s.count, 1);
+    cr_assert_eq(xport_shm_set_busy_poll(a, (unsigned)(budget_ns / 1000)), 0);
+    for (unsigned k = 0; k < 20; k++) {
+        cr_assert_eq(send_and_wait(a, 2, pb, 2 + k, 64), 0);
+    }
+    run_until(&s.count, 21);
+    cr_expect_eq(s.last, 21, "every message delivered, in order");
+    cr_assert_eq(xport_shm_stats(a, &st), 0);
+    cr_expect_eq(st.spins, 8, "8 empty rounds, then the back-off");
+    cr_expect_eq(st.spin_hits, 0);
+    cr_expect_geq(st.spin_ns, 8 * budget_ns / 2, "each round spun");
+    cr_expect_leq(st.spin_ns, 8 * (budget_ns + 30000000ull),
+                  "and stopped at its deadline");
+    /* Off again: no more rounds. */
+    cr_assert_eq(xport_shm_set_busy_poll(a, 0), 0);
+    cr_assert_eq(send_and_wait(a, 2, pb, 22, 64), 0);
+    run_until(&s.count, 22);
+    cr_assert_eq(xport_shm_stats(a, &st), 0);
+    cr_expect_eq(st.spins, 8);
+    cr_expect_eq(xport_shm_set_busy_poll(NULL, 5), TERN_EINVAL);
+    close_and_wait(a);
+    close_and_wait(b);
+}
+
+/* An answer from another process that lands during a round is taken from
+ * the ring and delivered from the round itself. From the send on, A's
+ * inbound ring is marked awake (armed = 0: the peer skips the doorbell);
+ * before A's loop may sleep again it is re-armed. (A peer preempted
+ * between its write and its doorbell check may still ring: a spurious
+ * wake-up, harmless, so wake-ups are not counted here.) */
+Test(shm, busy_poll_takes_answers_from_the_ring)
+{
+    char pa[108], pb[108];
+    struct xport *a = make(1, NULL, pa);
+    struct xport_shm_stats st;
+    struct sink s = {0};
+    struct sreq r;
+    uint8_t *ring;
+    int status;
+    pid_t child;
+    const int pings = 20;
+
+    (void)snprintf(pb, sizeof pb, "%s/child.sock", dir);
+    cr_assert_eq(setenv("TERN_TEST_PARENT", pa, 1), 0);
+    cr_assert_eq(xport_start(a, on_recv, &s), 0);
+    child = spawn_echo(pb);
+    cr_assert_eq(send_and_wait(a, 2, pb, 1, 64), 0);
+    run_until(&s.count, 1); /* both directions connected */
+    ring = find_mapping("/memfd:tern-ring-1-from-2");
+    cr_assert(ring != NULL, "A's inbound ring mapping found");
+    cr_expect_eq(tern_get_u64(ring + 64), 1, "armed while idle");
+    cr_assert_eq(xport_shm_set_busy_poll(a, 50000), 0); /* 50 ms */
+    for (int k = 0; k < pings; k++) {
+        cr_assert_eq(send_msg(a, &r, 2, pb, 2 + (unsigned)k, 64, NULL), 0);
+        cr_expect_eq(tern_get_u64(ring + 64), 0, "awake from the send on");
+        run_until(&r.done, 1);
+        run_until(&s.count, 2 + k);
+        cr_expect_eq(s.last, 2 + (unsigned)k, "in order");
+        /* A late doorbell check of the peer may clear it again (and ring);
+         * the loop then re-arms it once more: never idle while awake. */
+        for (long i = 0; i < 1000000 && tern_get_u64(ring + 64) != 1 &&
+                         uv_hrtime() < deadline;
+             i++) {
+            uv_run(&loop, UV_RUN_NOWAIT);
+        }
+        cr_expect_eq(tern_get_u64(ring + 64), 1, "re-armed before sleeping");
+    }
+    cr_assert_eq(xport_shm_stats(a, &st), 0);
+    cr_expect_geq(st.spin_hits, 1, "some answer landed during a round");
+    cr_expect_leq(st.spin_hits, st.spins);
+    cr_expect_leq(st.spins, (uint64_t)pings);
+    cr_assert_eq(kill(child, SIGKILL), 0);
+    cr_assert_eq(waitpid(child, &status, 0), child);
+    close_and_wait(a);
+}
