@@ -43,11 +43,6 @@
  */
 #include "repl_int.h"
 
-/* bulk.c, start-up restore from a peer. Declared here because repl_int.h
- * is not this change's file (lead: move both prototypes there). */
-int repl_bulk_restore_later(struct repl *r, struct raft_buffer *manifest);
-bool repl_bulk_restore_pending(const struct repl *r);
-
 static int fsm_apply(struct raft_fsm *f, const struct raft_buffer *buf,
                      void **result)
 {

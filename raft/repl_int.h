@@ -402,6 +402,12 @@ void repl_bulk_on_install(struct repl *r, struct repl_wire *w);
 void repl_bulk_on_frame(struct repl *r, struct repl_wire *w);
 void repl_bulk_tick(struct repl *r);
 void repl_bulk_abort(struct repl *r);
+/* Start-up restore from a peer: hold the node's own snapshot manifest
+ * until its missing log bytes were fetched from a peer (pending until
+ * then). On success the manifest buffer is owned by r; on failure it
+ * stays the caller's. */
+int repl_bulk_restore_later(struct repl *r, struct raft_buffer *manifest);
+bool repl_bulk_restore_pending(const struct repl *r);
 
 /* Test hooks (repl.c). */
 /* Create a replica over a caller-provided inner (disk) io. The inner io

@@ -119,7 +119,4 @@ bool pred_any_leader(struct cluster *c, void *arg);
 /* arg: pointer to uint64_t index: all up nodes applied >= index */
 bool pred_all_applied(struct cluster *c, void *arg);
 
-/* raft/bulk.c (prototype in fsm.c until repl_int.h has it) */
-bool repl_bulk_restore_pending(const struct repl *r);
-
 #endif /* TERN_TEST_CLUSTER_H */
