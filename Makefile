@@ -33,7 +33,7 @@ build: deps
 	@scripts/test.sh build
 
 test: deps
-	@scripts/test.sh normal asan fuzz rxe
+	@scripts/test.sh normal asan fuzz jepsen rxe
 
 asan: deps
 	@scripts/test.sh asan

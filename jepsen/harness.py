@@ -22,9 +22,12 @@ The root namespace only ever holds a blackhole route for 10.231.X.0/24
 (added first, removed last), so a mistake cannot send test traffic out of
 the machine. Nothing in the root namespace talks to the test subnet.
 
-Nemeses (--nemesis, comma-separated mixes allowed):
+Nemeses (--nemesis, comma-separated mixes allowed; one kind per round):
   partition           each round one of isolate-one, isolate-leader, halves
+                      (5 nodes: also ring and bridge)
   partition-one | partition-leader | partition-halves   one variant only
+  partition-ring      5 nodes: each node sees only its two ring neighbours
+  partition-bridge    two halves plus one node that sees both
   kill                kill -9 a random node or the leader, restart later
   kill-leader         kill -9 the leader
   kill-majority       kill -9 a random majority at once, restart later
@@ -33,9 +36,31 @@ Nemeses (--nemesis, comma-separated mixes allowed):
   pause               SIGSTOP a random node or the leader (> election
                       timeout), then SIGCONT
   pause-leader        SIGSTOP the leader
+  power-loss          kill -9 one node (the leader half the time), discard
+                      its un-fsynced writes (jepsen/powerloss restore),
+                      restart later
+  power-loss-all      the same for every node at once
+  disk-full           fill one node's data file system (--disk-mb, 64 MB
+                      by default)
+                      with a balloon file until ENOSPC; heal removes it
+  disk-full-all       the same on every node
+  bitflip | truncate  kill -9 one node, flip random bits in (truncate at a
+                      random point) one of its commit-log segments or its
+                      LMDB data file, restart it at heal
+  clock               libfaketime on every node; per round random wall
+                      clock skews (+-1 s .. +-1 h), a "strobe" or a x2 rate;
+                      heal sets "+0" (CLOCK_MONOTONIC is not faked)
+  delay               NFQUEUE + jepsen/delayer on every node: 50..500 ms
+                      (+- jitter) on node-to-node traffic
   loss                drop 10/30/50 % of node-to-node packets (nft numgen)
                       on every node, both directions
+  pause-kill          pause a minority, let writes pile up, then power-loss
+                      (kill -9 when no shim) one node of the majority
+  partition-kill      halves, then kill -9 a node on the majority side
   none                no faults
+The power-loss shim is preloaded into every node of a run whose nemesis
+list has power-loss, power-loss-all or pause-kill; libfaketime into every
+node of a run with clock (both combine in LD_PRELOAD).
 Partitions are nft rules in the node namespaces dropping traffic between
 node addresses both ways (table inet P-nem, chain input); client traffic is
 not cut. Heal = delete the table.
@@ -52,6 +77,8 @@ but a node exited on its own (crash), 130 interrupted.
 
 import argparse
 import datetime
+import errno
+import select
 import json
 import os
 import random
@@ -68,6 +95,14 @@ RUNS_ROOT = "/tmp/jepsen-runs"
 CLIENT_PORT = 7401
 RAFT_PORT = 7501
 CLIENT_HOST = 100
+FAKETIME_LIB = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
+POWERLOSS_KINDS = ("power-loss", "power-loss-all", "pause-kill")
+ALL_KINDS = ("partition", "partition-one", "partition-leader",
+             "partition-halves", "partition-ring", "partition-bridge",
+             "kill", "kill-leader", "kill-majority", "kill-all", "pause",
+             "pause-leader", "power-loss", "power-loss-all", "disk-full",
+             "disk-full-all", "bitflip", "truncate", "clock", "delay",
+             "loss", "pause-kill", "partition-kill", "none")
 
 
 class HarnessError(Exception):
@@ -125,9 +160,21 @@ class Run:
         self.state_lock = threading.RLock()
         self.monitor_thread = None
         self.nem_thread = None
+        self.nem_error = None
         self.ternd = args.ternd
         self.tern = args.tern
         self.drv = args.driver
+        self.kinds = args.nemesis.split(",")
+        self.use_shim = any(k in POWERLOSS_KINDS for k in self.kinds)
+        self.use_clock = "clock" in self.kinds
+        self.started = set()    # nodes started at least once
+        self.mounts = []        # mount points of --disk-mb images
+        self.loops = []         # loop devices of those images
+        self.balloons = set()   # nodes whose fs is filled by a balloon
+        self.delayers = {}      # name -> (Popen, iptables rule argv tail)
+        self.clock_stop = None  # threading.Event of a running strobe
+        self.clock_thread = None
+        self.skewed = False
 
     # ---- helpers ---------------------------------------------------------
 
@@ -157,7 +204,9 @@ class Run:
         st = {"prefix": self.prefix, "namespaces": self.created_ns,
               "route": self.route,
               "pids": {nm: p.pid for nm, p in self.procs.items()},
-              "driver_pid": self.driver.pid if self.driver else None}
+              "driver_pid": self.driver.pid if self.driver else None,
+              "mounts": self.mounts, "loops": self.loops,
+              "delayer_pids": [d[0].pid for d in self.delayers.values()]}
         tmp = os.path.join(self.dir, "state.json.tmp")
         with open(tmp, "w") as fh:
             json.dump(st, fh)
@@ -226,11 +275,100 @@ class Run:
         self.log("network up: %s, %d nodes, client ns %s"
                  % (self.sw, self.n, self.cns))
 
+    # ---- disks -------------------------------------------------------------
+
+    def mount_dir(self, nm):
+        """Mount point of node nm's --disk-mb file system (its data dir
+        is mount_dir/data, the disk-full balloon mount_dir/balloon)."""
+        return os.path.join(self.dir, nm, "disk")
+
+    def data_dir(self, nm):
+        if self.a.disk_mb:
+            return os.path.join(self.mount_dir(nm), "data")
+        return os.path.join(self.dir, nm, "data")
+
+    def setup_disks(self):
+        """--disk-mb N: each node's data dir on its own loop-mounted ext4
+        image nK/disk.img (kept after the run as the data artifact)."""
+        if not self.a.disk_mb:
+            return
+        for nm in self.names:
+            img = os.path.join(self.dir, nm, "disk.img")
+            mnt = self.mount_dir(nm)
+            os.makedirs(mnt, exist_ok=True)
+            with open(img, "wb") as fh:
+                fh.truncate(self.a.disk_mb << 20)
+            self.sh(["mkfs.ext4", "-q", "-F", "-m", "0", img], timeout=60)
+            dev = self.sh(["losetup", "-f", "--show", img]).stdout.strip()
+            self.loops.append(dev)
+            self.save_state()
+            self.sh(["mount", dev, mnt])
+            self.mounts.append(mnt)
+            self.save_state()
+            # Every `ip netns exec` (also other users' runs) copies the
+            # mount table; shared propagation lets our umount reach those
+            # copies (ip netns exec makes them slaves) so the loop device
+            # is really released at teardown.
+            self.sh(["mount", "--make-shared", mnt])
+        self.log("disks: %d MB ext4 per node on %s" % (self.a.disk_mb,
+                                                       " ".join(self.loops)))
+
+    def teardown_disks(self):
+        for mnt in reversed(self.mounts):
+            r = self.sh(["umount", mnt], check=False)
+            if r.returncode != 0:
+                self.sh(["umount", "-l", mnt], check=False)
+        self.mounts = []
+        for dev in reversed(self.loops):
+            self.sh(["losetup", "-d", dev], check=False)
+            back = "/sys/block/%s/loop/backing_file" % os.path.basename(dev)
+            if os.path.exists(back):
+                self.log("%s is still held (a mount namespace made while "
+                         "it was mounted); autoclear is set, the kernel "
+                         "detaches it when that namespace goes" % dev)
+        self.loops = []
+
+    def fill_disk(self, nm):
+        """Writes mount_dir/balloon until ENOSPC (bounded by the fs size);
+        returns the bytes written."""
+        path = os.path.join(self.mount_dir(nm), "balloon")
+        total = 0
+        limit = (self.a.disk_mb << 20) + (1 << 20)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        self.balloons.add(nm)
+        try:
+            for chunk in (1 << 20, 4096, 512):
+                buf = b"\0" * chunk
+                while total < limit:
+                    try:
+                        total += os.write(fd, buf)
+                    except OSError as e:
+                        if e.errno != errno.ENOSPC:
+                            raise
+                        break
+            try:
+                os.fsync(fd)
+            except OSError:
+                pass
+        finally:
+            os.close(fd)
+        return total
+
+    def empty_disk(self, nm):
+        if nm not in self.balloons:
+            return
+        try:
+            os.unlink(os.path.join(self.mount_dir(nm), "balloon"))
+        except FileNotFoundError:
+            pass
+        self.balloons.discard(nm)
+        self.nemesis_event("heal-disk-full", node=nm)
+
     # ---- nodes ---------------------------------------------------------------
 
     def write_config(self, nm):
         d = os.path.join(self.dir, nm)
-        os.makedirs(os.path.join(d, "data"), exist_ok=True)
+        os.makedirs(self.data_dir(nm), exist_ok=True)
         peers = "\n".join("%s = %s,%s" % (p[1:], self.raddr(p), self.caddr(p))
                           for p in self.names)
         cfg = ("[node]\nid = %s\ndata_dir = %s\nclient_addr = %s\n"
@@ -238,7 +376,7 @@ class Run:
                "election_timeout_ms = %d\nheartbeat_ms = %d\n"
                "snapshot_threshold_bytes = %s\nsnapshot_trailing = %d\n"
                "[limits]\nmin_free_disk_bytes = 1M\n[peers]\n%s\n"
-               % (nm[1:], os.path.join(d, "data"), self.caddr(nm),
+               % (nm[1:], self.data_dir(nm), self.caddr(nm),
                   self.raddr(nm), self.a.log_level, self.a.election_ms,
                   self.a.heartbeat_ms, self.a.snapshot_bytes,
                   self.a.snapshot_trailing, peers))
@@ -254,6 +392,28 @@ class Run:
         env = dict(os.environ)
         if self.a.libraft_trace:
             env["LIBRAFT_TRACE"] = "1"
+        preload = []
+        if self.use_shim:
+            state = os.path.join(d, "powerloss")
+            os.makedirs(state, exist_ok=True)
+            if nm in self.started:
+                # A process crash or plain kill -9 keeps the page cache:
+                # the files stay as they are. After a power loss the
+                # restore already ran and this is a no-op.
+                self.powerloss_restore(nm, flushed=True)
+            preload.append(self.a.powerloss_so)
+            env["TERN_POWERLOSS_DIR"] = state
+            env["TERN_POWERLOSS_ROOT"] = self.data_dir(nm)
+        if self.use_clock:
+            preload.append(FAKETIME_LIB)
+            env["FAKETIME_TIMESTAMP_FILE"] = self.clock_file(nm)
+            env["FAKETIME_NO_CACHE"] = "1"
+            env["FAKETIME_DONT_FAKE_MONOTONIC"] = "1"
+            if not os.path.exists(self.clock_file(nm)):
+                self.set_clock(nm, "+0")
+        if preload:
+            env["LD_PRELOAD"] = ":".join(preload)
+        self.started.add(nm)
         p = subprocess.Popen(
             ["ip", "netns", "exec", self.netns[nm], self.ternd, "--config",
              os.path.join(d, "ternd.ini"), "--pid-file",
@@ -273,6 +433,26 @@ class Run:
             except OSError:
                 break
             time.sleep(0.02)
+        if preload:
+            self.check_preload(nm, p.pid, preload)
+
+    def check_preload(self, nm, pid, libs):
+        """Each preloaded library must be mapped into the running ternd,
+        or the fault would silently not happen."""
+        missing = libs
+        for _ in range(100):    # the dynamic loader maps them after exec
+            try:
+                with open("/proc/%d/maps" % pid) as fh:
+                    maps = fh.read()
+            except OSError:
+                return      # already gone: the crash monitor records it
+            missing = [lib for lib in libs
+                       if os.path.realpath(lib) not in maps]
+            if not missing:
+                return
+            time.sleep(0.02)
+        raise HarnessError("%s (pid %d) does not map %s"
+                           % (nm, pid, ", ".join(missing)))
 
     def check_crashes(self):
         for nm, p in list(self.procs.items()):
@@ -336,9 +516,17 @@ class Run:
         for gi, g in enumerate(groups):
             for nm in g:
                 side[nm] = gi
+        sees = {nm: [o for o in self.names
+                     if side.get(o, -1) == side.get(nm, -2)]
+                for nm in self.names}
+        self.cut(sees, "start-partition", groups=groups)
+
+    def cut(self, sees, event, **kw):
+        """sees: node -> the nodes it can still reach (symmetric); packets
+        from every other node are dropped in its input chain."""
         for nm in self.names:
             others = [self.ip(o) for o in self.names
-                      if side.get(o, -1) != side.get(nm, -2)]
+                      if o != nm and o not in sees[nm]]
             if not others:
                 continue
             script = ("table inet %s-nem {\n chain input {\n"
@@ -349,7 +537,34 @@ class Run:
             if r.returncode != 0:
                 raise HarnessError("nft in %s: %s" % (nm, r.stderr.strip()))
         self.partitioned = True
-        self.nemesis_event("start-partition", groups=groups)
+        self.nemesis_event(event, **kw)
+
+    def ring(self, rnd):
+        """Majorities ring: nodes in a random cycle, each sees itself and
+        its two neighbours (5 nodes: every node in a majority of 3, no
+        two nodes agree on which)."""
+        order = self.names[:]
+        rnd.shuffle(order)
+        n = len(order)
+        sees = {order[i]: {order[(i - 1) % n], order[(i + 1) % n]}
+                for i in range(n)}
+        self.cut(sees, "start-partition", variant="ring", ring=order,
+                 reach={k: sorted(v) for k, v in sees.items()})
+
+    def bridge(self, rnd):
+        """Two halves plus one bridge node that sees both halves."""
+        order = self.names[:]
+        rnd.shuffle(order)
+        b = order[0]
+        k = (len(order) - 1) // 2
+        a_side, b_side = sorted(order[1:1 + k]), sorted(order[1 + k:])
+        sees = {b: set(self.names)}
+        for nm in a_side:
+            sees[nm] = set(a_side) | {b}
+        for nm in b_side:
+            sees[nm] = set(b_side) | {b}
+        self.cut(sees, "start-partition", variant="bridge", bridge=b,
+                 groups=[a_side, b_side])
 
     def heal_partition(self):
         if not self.partitioned:
@@ -372,12 +587,21 @@ class Run:
 
     def fault(self, kind, rnd):
         """Applies one fault; returns a heal function."""
-        if kind.startswith("partition"):
-            variants = {"partition": ["one", "leader", "halves"],
+        if kind.startswith("partition") and kind != "partition-kill":
+            variants = {"partition": ["one", "leader", "halves"] +
+                        (["ring", "bridge"] if self.n >= 5 else []),
                         "partition-one": ["one"],
                         "partition-leader": ["leader"],
-                        "partition-halves": ["halves"]}[kind]
+                        "partition-halves": ["halves"],
+                        "partition-ring": ["ring"],
+                        "partition-bridge": ["bridge"]}[kind]
             v = rnd.choice(variants)
+            if v == "ring":
+                self.ring(rnd)
+                return self.heal_partition
+            if v == "bridge":
+                self.bridge(rnd)
+                return self.heal_partition
             if v == "leader":
                 victim = self.find_leader() or rnd.choice(self.names)
                 groups = [[victim], [x for x in self.names if x != victim]]
@@ -462,12 +686,285 @@ class Run:
                     self.paused.discard(nm)
                     self.nemesis_event("resume", node=nm)
             return resume
+        if kind in ("power-loss", "power-loss-all"):
+            if kind == "power-loss":
+                nm, was_leader = self.pick_node(False, rnd)
+                victims = [nm]
+            else:
+                victims, was_leader = self.names[:], True
+            self.power_loss(victims, was_leader)
+            return lambda: self.restart_nodes(victims)
+        if kind in ("disk-full", "disk-full-all"):
+            if not self.a.disk_mb:
+                raise HarnessError("%s needs --disk-mb" % kind)
+            if kind == "disk-full":
+                nm, was_leader = self.pick_node(False, rnd)
+                victims = [nm]
+            else:
+                victims, was_leader = self.names[:], None
+            filled = {nm: self.fill_disk(nm) for nm in victims}
+            self.nemesis_event("disk-full", nodes=victims,
+                               leader=was_leader, balloon_bytes=filled)
+
+            def unfill():
+                for nm in victims:
+                    self.empty_disk(nm)
+            return unfill
+        if kind in ("bitflip", "truncate"):
+            nm = rnd.choice(self.names)
+            self.kill_nodes([nm])
+            info = self.corrupt(nm, kind, rnd)
+            self.nemesis_event(kind, node=nm, **info)
+            return lambda: self.restart_nodes([nm])
+        if kind == "clock":
+            return self.clock_fault(rnd)
+        if kind == "delay":
+            return self.delay_fault(rnd)
+        if kind == "pause-kill":
+            k = (len(self.names) - 1) // 2
+            paused = sorted(rnd.sample(self.names, k))
+            for nm in paused:
+                p = self.procs[nm]
+                if nm not in self.killed and p.poll() is None:
+                    os.kill(p.pid, signal.SIGSTOP)
+                    self.paused.add(nm)
+            self.nemesis_event("pause", nodes=paused, variant="pause-kill")
+            self.stop_nemesis.wait(rnd.uniform(2, 4))
+            majority = [x for x in self.names if x not in paused]
+            victim = rnd.choice(majority)
+            if self.use_shim:
+                self.power_loss([victim], victim == self.find_leader(
+                    majority))
+            else:
+                self.kill_nodes([victim])
+                self.nemesis_event("kill", node=victim)
+            return self.heal_all
+        if kind == "partition-kill":
+            shuffled = self.names[:]
+            rnd.shuffle(shuffled)
+            k = len(shuffled) // 2
+            minority, majority = sorted(shuffled[:k]), sorted(shuffled[k:])
+            self.partition([minority, majority])
+            self.stop_nemesis.wait(rnd.uniform(1, 3))
+            ld = self.find_leader(majority)
+            victim = ld if ld and rnd.random() < 0.5 else \
+                rnd.choice(majority)
+            self.kill_nodes([victim])
+            self.nemesis_event("kill", node=victim, leader=victim == ld,
+                               variant="partition-kill")
+            return self.heal_all
         if kind == "none":
             return lambda: None
         raise HarnessError("unknown nemesis %r" % kind)
 
+    # ---- process, power-loss and corruption helpers ------------------------
+
+    def kill_nodes(self, victims):
+        for nm in victims:
+            p = self.procs[nm]
+            if p.poll() is None:
+                os.kill(p.pid, signal.SIGKILL)
+                p.wait(timeout=10)
+            self.killed.add(nm)
+            self.paused.discard(nm)
+
+    def restart_nodes(self, victims):
+        for nm in victims:
+            if nm in self.killed and not self.tearing_down:
+                self.start_node(nm)
+                self.nemesis_event("restart", node=nm,
+                                   pid=self.procs[nm].pid)
+
+    def powerloss_restore(self, nm, flushed=False):
+        """tern-powerloss-restore [--flushed] on node nm's state dir (the
+        node must be dead). Non-zero exit: harness error."""
+        cmd = [self.a.powerloss_restore] + (["--flushed"] if flushed else [])
+        cmd.append(os.path.join(self.dir, nm, "powerloss"))
+        r = self.sh(cmd, check=False, quiet=True, timeout=120)
+        if r.returncode != 0:
+            raise HarnessError("%s: rc %d: %s" % (" ".join(cmd),
+                                                  r.returncode,
+                                                  r.stderr.strip()))
+        return (r.stdout.strip() or r.stderr.strip())
+
+    def power_loss(self, victims, was_leader):
+        """kill -9 every victim, and only once all are dead, put each
+        one's files back to their last fsynced state."""
+        self.kill_nodes(victims)
+        restored = {nm: self.powerloss_restore(nm) for nm in victims}
+        self.nemesis_event("power-loss", nodes=victims, leader=was_leader,
+                           restore=restored)
+
+    def corrupt(self, nm, kind, rnd):
+        """Damages one commit-log segment or the LMDB data file of the
+        stopped node nm: flips 1-8 random bits, or truncates at a random
+        point. Returns what was done (file, offsets) for the event."""
+        idx = os.path.join(self.data_dir(nm), "index")
+        files = []
+        logdir = os.path.join(idx, "log")
+        if os.path.isdir(logdir):
+            files += [os.path.join(logdir, f) for f in sorted(
+                os.listdir(logdir)) if f.endswith(".seg")]
+        mdb = os.path.join(idx, "lmdb", "data.mdb")
+        if os.path.exists(mdb):
+            files.append(mdb)
+        files = [f for f in files if os.path.getsize(f) > 0]
+        if not files:
+            return {"file": None, "note": "no index file to damage"}
+        # Segment or LMDB file with equal odds, then a random segment.
+        segs = [f for f in files if f.endswith(".seg")]
+        if mdb in files and (not segs or rnd.random() < 0.5):
+            path = mdb
+        else:
+            path = rnd.choice(segs)
+        size = os.path.getsize(path)
+        rel = os.path.relpath(path, self.dir)
+        if kind == "truncate":
+            at = rnd.randrange(0, size)
+            os.truncate(path, at)
+            return {"file": rel, "size": size, "truncated_at": at}
+        flips = []
+        with open(path, "r+b") as fh:
+            # Distinct bits, so two flips never cancel out.
+            for pos in rnd.sample(range(size * 8), min(rnd.randint(1, 8),
+                                                      size * 8)):
+                off, bit = divmod(pos, 8)
+                fh.seek(off)
+                b = fh.read(1)[0]
+                fh.seek(off)
+                fh.write(bytes([b ^ (1 << bit)]))
+                flips.append([off, bit])
+            fh.flush()
+            os.fsync(fh.fileno())
+        return {"file": rel, "size": size, "flipped": flips}
+
+    # ---- clock ---------------------------------------------------------------
+
+    def clock_file(self, nm):
+        return os.path.join(self.dir, nm, "faketime.rc")
+
+    def set_clock(self, nm, spec):
+        """libfaketime re-reads this file on each time call
+        (FAKETIME_NO_CACHE=1): tmp + rename so it never reads half."""
+        path = self.clock_file(nm)
+        with open(path + ".tmp", "w") as fh:
+            fh.write(spec + "\n")
+        os.replace(path + ".tmp", path)
+
+    def clock_fault(self, rnd):
+        steps = (1, 5, 30, 60, 300, 900, 3600)
+        variant = rnd.choice(("skew", "skew", "strobe", "rate"))
+        if variant == "skew":
+            specs = {nm: "%+d" % (rnd.choice(steps) * rnd.choice((-1, 1)))
+                     for nm in self.names}
+            for nm, sp in specs.items():
+                self.set_clock(nm, sp)
+            self.skewed = True
+            self.nemesis_event("clock", variant="skew", skews=specs)
+        elif variant == "rate":
+            victims = sorted(rnd.sample(self.names, rnd.randint(1, 2)))
+            for nm in victims:
+                self.set_clock(nm, "+0 x2")
+            self.skewed = True
+            self.nemesis_event("clock", variant="x2", nodes=victims)
+        else:
+            victims = sorted(rnd.sample(self.names, rnd.randint(1, 2)))
+            amp = rnd.choice(steps)
+            period = rnd.uniform(0.05, 0.3)
+            stop = threading.Event()
+
+            def strobe():
+                # Bounded: at most 2000 flips, ends at heal.
+                for i in range(2000):
+                    sign = 1 if i % 2 == 0 else -1
+                    for nm in victims:
+                        self.set_clock(nm, "%+d" % (sign * amp))
+                    if stop.wait(period):
+                        break
+            self.clock_stop = stop
+            self.clock_thread = threading.Thread(target=strobe, daemon=True)
+            self.clock_thread.start()
+            self.skewed = True
+            self.nemesis_event("clock", variant="strobe", nodes=victims,
+                               amplitude_s=amp, period_s=round(period, 3))
+        return self.heal_clock
+
+    def heal_clock(self):
+        if self.clock_stop is not None:
+            self.clock_stop.set()
+            self.clock_thread.join(10)
+            self.clock_stop = None
+            self.clock_thread = None
+        if not self.skewed:
+            return
+        for nm in self.names:
+            self.set_clock(nm, "+0")
+        self.skewed = False
+        self.nemesis_event("heal-clock")
+
+    # ---- delay ---------------------------------------------------------------
+
+    def delay_fault(self, rnd):
+        """Every node delays what it receives from the other nodes by
+        D +- J ms (NFQUEUE --queue-bypass + tern-delayer in its netns)."""
+        d = rnd.randint(50, 500)
+        j = rnd.randint(0, d // 4)
+        secs = int(self.a.hold_max + 30)
+        for nm in self.names:
+            qn = int(nm[1:])
+            others = ",".join(self.ip(o) for o in self.names if o != nm)
+            rule = ["INPUT", "-s", others, "-j", "NFQUEUE", "--queue-num",
+                    str(qn), "--queue-bypass"]
+            p = subprocess.Popen(
+                ["ip", "netns", "exec", self.netns[nm], self.a.delayer,
+                 "--queue", str(qn), "--delay-ms", str(d), "--jitter-ms",
+                 str(j), "--seconds", str(secs), "--seed",
+                 str(rnd.getrandbits(31))],
+                stdout=subprocess.PIPE, stderr=open(
+                    os.path.join(self.dir, nm, "delayer.log"), "a"),
+                stdin=subprocess.DEVNULL, start_new_session=True, text=True)
+            self.delayers[nm] = (p, None)
+            self.save_state()
+            ready, t_end = False, time.monotonic() + 5
+            while time.monotonic() < t_end and p.poll() is None:
+                rl, _, _ = select.select([p.stdout], [], [], 0.2)
+                if rl and p.stdout.readline().startswith("ready"):
+                    ready = True
+                    break
+            if not ready:
+                raise HarnessError("tern-delayer in %s not ready (see "
+                                   "%s/delayer.log)" % (nm, nm))
+            self.sh(["ip", "netns", "exec", self.netns[nm], "iptables",
+                     "-A"] + rule)
+            self.delayers[nm] = (p, rule)
+        self.nemesis_event("start-delay", delay_ms=d, jitter_ms=j)
+        return self.heal_delay
+
+    def heal_delay(self):
+        if not self.delayers:
+            return
+        for nm, (p, rule) in list(self.delayers.items()):
+            if rule is not None:
+                self.sh(["ip", "netns", "exec", self.netns[nm], "iptables",
+                         "-D"] + rule, check=False)
+            if p.poll() is None:
+                os.kill(p.pid, signal.SIGTERM)
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.kill(p.pid, signal.SIGKILL)
+                p.wait(timeout=5)
+            p.stdout.close()
+            del self.delayers[nm]
+        self.save_state()
+        self.nemesis_event("heal-delay")
+
     def heal_all(self):
         self.heal_partition()
+        self.heal_delay()
+        self.heal_clock()
+        for nm in list(self.balloons):
+            self.empty_disk(nm)
         for nm in list(self.paused):
             p = self.procs.get(nm)
             if p and p.poll() is None:
@@ -480,6 +977,21 @@ class Run:
                 break
             self.start_node(nm)
             self.nemesis_event("restart", node=nm, pid=self.procs[nm].pid)
+
+    def nemesis_main(self, t_end):
+        """Thread body: any exception is kept for run() (a run whose
+        nemesis broke proves nothing: harness error), after a best-effort
+        heal so the workload can still finish."""
+        try:
+            self.nemesis_loop(t_end)
+        except Exception as e:  # noqa: BLE001 (re-raised in run())
+            self.nem_error = "%s: %s" % (type(e).__name__, e)
+            self.log("NEMESIS ERROR: %s" % self.nem_error)
+            try:
+                with self.state_lock:
+                    self.heal_all()
+            except Exception as e2:  # noqa: BLE001
+                self.log("heal after nemesis error failed: %s" % e2)
 
     def nemesis_loop(self, t_end):
         rnd = random.Random(self.a.seed)
@@ -506,6 +1018,15 @@ class Run:
             self.nemesis_event("final-heal")
         if not self.stop_nemesis.wait(min(5.0, self.a.recovery / 2)):
             self.save_status("status-after-heal.json")
+
+    def monitor_main(self):
+        """Thread body: an exception (e.g. a restart that failed) is kept
+        for run() as a harness error, like the nemesis thread's."""
+        try:
+            self.monitor_loop()
+        except Exception as e:  # noqa: BLE001 (re-raised in run())
+            self.nem_error = "monitor: %s: %s" % (type(e).__name__, e)
+            self.log("MONITOR ERROR: %s" % self.nem_error)
 
     def monitor_loop(self):
         """Detects nodes that exited on their own (recorded as crashes)
@@ -539,11 +1060,12 @@ class Run:
         with open(os.path.join(self.dir, "args.json"), "w") as fh:
             json.dump(vars(a), fh, indent=1)
         self.build_network()
+        self.setup_disks()
         for nm in self.names:
             self.write_config(nm)
         for nm in self.names:
             self.start_node(nm)
-        self.monitor_thread = threading.Thread(target=self.monitor_loop,
+        self.monitor_thread = threading.Thread(target=self.monitor_main,
                                                daemon=True)
         self.monitor_thread.start()
         ld = self.wait_leader(30)
@@ -563,6 +1085,14 @@ class Run:
                "--drain-timeout", str(a.drain_timeout),
                "--final-timeout", str(a.final_timeout),
                "--async-window", str(a.async_window)]
+        if a.workload == "idempotent":
+            # Producers keep one client (one producer id) across faults:
+            # libtern retries each batch with the same producer id and
+            # sequence for up to --produce-timeout-ms, so the server must
+            # deduplicate; any duplicate in the log is then invalid.
+            cmd += ["--produce-timeout-ms", str(a.produce_timeout_ms)]
+        if a.workload == "group":
+            cmd += ["--group", "1"]
         self.log("driver: %s" % " ".join(cmd))
         self.driver = subprocess.Popen(cmd, stdout=drv_log,
                                        stderr=subprocess.STDOUT,
@@ -580,7 +1110,7 @@ class Run:
                     break
             time.sleep(0.1)
         t_end = time.monotonic() + a.time
-        nem = threading.Thread(target=self.nemesis_loop, args=(t_end,),
+        nem = threading.Thread(target=self.nemesis_main, args=(t_end,),
                                daemon=True)
         self.nem_thread = nem
         nem.start()
@@ -603,7 +1133,24 @@ class Run:
             self.monitor_thread.join(30)
         with self.state_lock:
             self.check_crashes()
-        return self.judge(drc)
+        rc = self.judge(drc)
+        if self.nem_error:
+            self.mark_harness_error("nemesis failed: %s" % self.nem_error)
+            raise HarnessError("nemesis failed: %s" % self.nem_error)
+        return rc
+
+    def mark_harness_error(self, why):
+        """The run proves nothing: summary.json says so (verdict
+        "harness-error", the checker's verdict kept apart), so summary
+        tables never count it as valid."""
+        path = os.path.join(self.dir, "summary.json")
+        with open(path) as fh:
+            summary = json.load(fh)
+        summary["checker_verdict"] = summary.get("verdict")
+        summary["verdict"] = "harness-error"
+        summary["harness_error"] = why
+        with open(path, "w") as fh:
+            json.dump(summary, fh, indent=1)
 
     def save_status(self, name):
         """Every live node's own `cluster status` (role, term, commit and
@@ -626,6 +1173,22 @@ class Run:
                                           st.get("writable")))
             else:
                 self.log("status %s: no answer" % nm)
+
+    def shim_fatal(self):
+        """The first "tern-powerloss: FATAL" line of any node log (the
+        shim could not keep its records: the run proves nothing)."""
+        if not self.use_shim:
+            return None
+        for nm in self.names:
+            try:
+                with open(os.path.join(self.dir, nm, "ternd.log"),
+                          errors="replace") as fh:
+                    for line in fh:
+                        if "tern-powerloss: FATAL" in line:
+                            return "%s: %s" % (nm, line.strip())
+            except OSError:
+                pass
+        return None
 
     def judge(self, drc):
         evs = []
@@ -668,12 +1231,18 @@ class Run:
                    "time": self.a.time, "queues": self.a.queues,
                    "verdict": verdict, "counts": counts,
                    "recovery_after_heal_s": rec, "driver_rc": drc,
+                   "workload": self.a.workload,
                    "crashes": self.crashes}
         with open(os.path.join(self.dir, "summary.json"), "w") as fh:
             json.dump(summary, fh, indent=1)
         if self.crashes:
             self.log("NODE CRASHES: %s" % self.crashes)
         self.log("verdict %s (run dir %s)" % (verdict, self.dir))
+        fatal = self.shim_fatal()
+        if fatal:
+            self.log("HARNESS ERROR: power-loss shim failed: %s" % fatal)
+            self.mark_harness_error("powerloss shim: %s" % fatal)
+            return 3
         if verdict == "valid":
             return 4 if self.crashes else 0
         return {"invalid": 1, "unknown": 2}.get(verdict, 3)
@@ -711,6 +1280,17 @@ class Run:
                     p.wait(timeout=5)
                 except (OSError, subprocess.TimeoutExpired):
                     pass
+        for nm, (p, _rule) in list(self.delayers.items()):
+            if p.poll() is None:
+                try:
+                    os.kill(p.pid, signal.SIGKILL)
+                    p.wait(timeout=5)
+                except (OSError, subprocess.TimeoutExpired):
+                    pass
+        self.delayers = {}
+        if self.clock_stop is not None:
+            self.clock_stop.set()
+        self.teardown_disks()
         for ns in reversed(self.created_ns):
             self.sh(["ip", "netns", "del", ns], check=False)
         self.created_ns = []
@@ -729,7 +1309,21 @@ def parse_args(argv):
                     help="seconds of faults (workload runs --recovery more)")
     ap.add_argument("--recovery", type=float, default=10,
                     help="seconds of workload after the final heal")
-    ap.add_argument("--nemesis", default="partition")
+    ap.add_argument("--nemesis", default="partition",
+                    help="comma-separated: " + ", ".join(ALL_KINDS))
+    ap.add_argument("--workload", default="total-queue",
+                    choices=("total-queue", "idempotent", "group"),
+                    help="total-queue (default; FIFO, offsets and "
+                    "lost-on-node are judged on every run), idempotent "
+                    "(producers use a long --produce-timeout-ms so libtern "
+                    "retries batches with the same producer id + seq) or "
+                    "group (consumers use consumer groups: fetch from the "
+                    "committed offset, commit)")
+    ap.add_argument("--produce-timeout-ms", type=int, default=20000,
+                    help="idempotent workload: producers' request timeout")
+    ap.add_argument("--disk-mb", type=int, default=0,
+                    help="each node's data dir on its own loop-mounted "
+                    "ext4 image of this size (disk-full: default 64)")
     ap.add_argument("--queues", type=int, default=1)
     ap.add_argument("--producers", type=int, default=4)
     ap.add_argument("--consumers", type=int, default=2)
@@ -770,7 +1364,23 @@ def parse_args(argv):
     ap.add_argument("--ternd", default=None)
     ap.add_argument("--tern", default=None)
     ap.add_argument("--driver", default=None)
+    ap.add_argument("--powerloss-so", default=None)
+    ap.add_argument("--powerloss-restore", default=None)
+    ap.add_argument("--delayer", default=None)
     a = ap.parse_args(argv)
+    for k in a.nemesis.split(","):
+        if k not in ALL_KINDS:
+            ap.error("unknown nemesis %r" % k)
+        if k == "partition-ring" and a.nodes < 5:
+            ap.error("partition-ring needs --nodes 5")
+        if k.startswith("disk-full") and not a.disk_mb:
+            a.disk_mb = 64      # disk-full needs its own small fs
+    jb = os.path.join(a.build, "jepsen")
+    a.powerloss_so = a.powerloss_so or os.path.join(jb,
+                                                    "libtern_powerloss.so")
+    a.powerloss_restore = a.powerloss_restore or os.path.join(
+        jb, "tern-powerloss-restore")
+    a.delayer = a.delayer or os.path.join(jb, "tern-delayer")
     a.ternd = a.ternd or os.path.join(a.build, "node", "ternd")
     a.tern = a.tern or os.path.join(a.build, "client", "tern")
     a.driver = a.driver or os.path.join(a.build, "jepsen",
@@ -785,7 +1395,30 @@ def main(argv=None):
     if os.geteuid() != 0:
         print("harness: needs root (network namespaces)", file=sys.stderr)
         return 3
-    for p in (a.ternd, a.tern, a.driver):
+    kinds = a.nemesis.split(",")
+    need = [a.ternd, a.tern, a.driver]
+    if any(k in POWERLOSS_KINDS for k in kinds):
+        need += [a.powerloss_restore]
+        if not os.access(a.powerloss_so, os.R_OK):
+            print("harness: missing %s (make -C jepsen/powerloss OUT=%s)"
+                  % (a.powerloss_so, os.path.dirname(a.powerloss_so)),
+                  file=sys.stderr)
+            return 3
+    if "delay" in kinds:
+        need.append(a.delayer)
+        if not shutil.which("iptables"):
+            print("harness: iptables not found (apt-get install iptables)",
+                  file=sys.stderr)
+            return 3
+    if "clock" in kinds and not os.access(FAKETIME_LIB, os.R_OK):
+        print("harness: %s missing (apt-get install faketime libfaketime)"
+              % FAKETIME_LIB, file=sys.stderr)
+        return 3
+    if a.disk_mb and not shutil.which("mkfs.ext4"):
+        print("harness: mkfs.ext4 not found (apt-get install e2fsprogs)",
+              file=sys.stderr)
+        return 3
+    for p in need:
         if not os.access(p, os.X_OK):
             print("harness: missing %s (build it first, see "
                   "jepsen/README.md)" % p, file=sys.stderr)

@@ -34,11 +34,15 @@ declare -A WL=(
     [queue-4]="--queues 4"
     [async-pipelined]="--queues 2 --async-window 16"
     [snapshots]="--queues 2 --snapshot-bytes 32K --snapshot-trailing 8"
+    [idempotent]="--queues 4 --workload idempotent"
+    [group]="--queues 2 --workload group"
 )
-WORKLOADS="queue-1 queue-4 async-pipelined snapshots"
+WORKLOADS="queue-1 queue-4 async-pipelined snapshots idempotent group"
 # Nemeses (harness --nemesis values; a comma list picks one per round).
-NEMESES="partition partition-leader partition-halves kill kill-leader
-kill-majority kill-all pause pause-leader loss partition,kill,pause"
+NEMESES="partition partition-leader partition-halves partition-ring
+partition-bridge kill kill-leader kill-majority kill-all pause pause-leader
+power-loss power-loss-all disk-full disk-full-all bitflip truncate clock
+loss delay pause-kill partition-kill partition,kill,pause"
 EXTRA=()
 
 while [ $# -gt 0 ]; do
@@ -83,6 +87,9 @@ t0=$(date +%s)
 i=0
 for w in $WORKLOADS; do
     for nem in $NEMESES; do
+        if [ "$NODES" -lt 5 ] && [ "$nem" = partition-ring ]; then
+            continue # a majorities ring needs 5 nodes
+        fi
         for ((r = 1; r <= REPEAT; r++)); do
             [ "$stop" = 1 ] && break 3
             if [ "$MAXMIN" != 0 ] && [ $(($(date +%s) - t0)) -ge $((MAXMIN * 60)) ]; then

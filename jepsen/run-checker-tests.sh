@@ -4,4 +4,4 @@
 #   add_test(NAME jepsen_checker COMMAND ${CMAKE_SOURCE_DIR}/jepsen/run-checker-tests.sh)
 set -eu
 cd "$(dirname "$0")/checker"
-exec python3 -m unittest -v test_checker
+exec python3 -m unittest -v test_checker test_harness

@@ -29,6 +29,11 @@ line, format version 1:
       unless its "node_applied" (the node's applied index) is at least
       "leader_commit" (the leader's commit index after the drain): then
       the node claims to hold everything and is judged.
+  f = "group-fetch": a consumer-group read (tern_group_fetch, from the
+      group's committed offset): "group" names the group, value as for
+      fetch, "start" the offset of its first message (absent when empty).
+  f = "group-commit": "group", "offset" = the next offset the group will
+      read (tern_group_commit); ok / info as for produce.
   process = "nemesis": type "info", f names the fault ("start-partition",
       "heal", "kill", "restart", "pause", "resume", "final-heal", ...).
       The time of the last "final-heal" (or, failing that, of the last
@@ -71,6 +76,13 @@ other than "recovered" and "offset_gaps" makes the verdict invalid):
                 from where the value was read.
   offset_gaps   offsets below the highest read offset of a queue that no
                 read covered (reported only; lost values are judged above).
+  group_regression
+                a group-fetch of (queue, group) started below an offset
+                that a group-commit of that group had committed ("ok")
+                before the fetch was invoked: the committed offset went
+                backwards (redelivery of consumed messages). Sound with
+                one consumer per group (the driver's group workload),
+                since commits of one consumer only grow.
   stale_leader_reads
                 (reported only) fetches with "read_from": "leader" whose
                 answer's queue end ("end") is at or below the offset of a
@@ -86,9 +98,11 @@ import sys
 from collections import defaultdict
 
 HISTORY_VERSION = 1
-READ_FS = ("fetch", "drain", "final-read", "consume", "read")
+READ_FS = ("fetch", "drain", "final-read", "consume", "read",
+           "group-fetch")
 INVALID_CLASSES = ("lost", "unexpected", "failed_seen", "duplicated",
-                   "lost_on_node", "fifo", "offset_conflicts")
+                   "lost_on_node", "fifo", "offset_conflicts",
+                   "group_regression")
 
 
 class HistoryError(Exception):
@@ -151,6 +165,8 @@ def check(events):
     drained = {}                    # queue -> values in its final drain
     drain_incomplete = set()        # queues whose drain timed out
     leader_reads = []               # (invoke, queue, end, process, done)
+    group_commits = defaultdict(list)   # (queue, group) -> [(done, off)]
+    group_fetches = []              # (invoke, queue, group, start, proc)
 
     for ev in events:
         proc = ev.get("process")
@@ -186,8 +202,18 @@ def check(events):
             elif typ == "info":
                 infos.add(v)
             continue
+        if f == "group-commit":
+            if typ == "ok" and isinstance(ev.get("offset"), int):
+                group_commits[(ev.get("queue"), ev.get("group"))].append(
+                    (t, ev["offset"]))
+            continue
         if f in READ_FS and typ == "invoke":
             invoke_time[("read", proc)] = t
+        if f == "group-fetch" and typ == "ok" and \
+                isinstance(ev.get("start"), int):
+            group_fetches.append((invoke_time.get(("read", proc)),
+                                  ev.get("queue"), ev.get("group"),
+                                  ev["start"], proc))
         if f in READ_FS and (typ == "ok" or
                              (f == "final-read" and typ == "fail")):
             q = ev.get("queue")
@@ -321,6 +347,18 @@ def check(events):
             offset_gaps.append({"queue": q, "missing": missing[:50],
                                 "count": len(missing)})
 
+    # ---- consumer groups -----------------------------------------------------
+    group_regression = []
+    for inv, q, g, start, proc in group_fetches:
+        if inv is None:
+            continue
+        done = [off for (ct, off) in group_commits.get((q, g), ())
+                if ct is not None and ct < inv]
+        if done and start < max(done):
+            group_regression.append({"queue": q, "group": g,
+                                     "process": proc, "start": start,
+                                     "committed": max(done)})
+
     # ---- FIFO ---------------------------------------------------------------
     def offset_of(v):
         a = acked[v]
@@ -431,6 +469,9 @@ def check(events):
             "offset_conflicts": len(offset_conflicts),
             "offset_gaps": sum(g["count"] for g in offset_gaps),
             "stale_leader_reads": len(stale),
+            "group_regression": len(group_regression),
+            "group_fetch_ok": op_count[("group-fetch", "ok")],
+            "group_commit_ok": op_count[("group-commit", "ok")],
             "fetch_ok": op_count[("fetch", "ok")],
             "final_read_nodes": len(final_reads),
         },
@@ -446,6 +487,7 @@ def check(events):
         "offset_conflicts": offset_conflicts,
         "offset_gaps": offset_gaps,
         "stale_leader_reads": stale,
+        "group_regression": group_regression,
         "drain_caught_up": caught_up,
         "drain_incomplete": sorted(str(q) for q in drain_incomplete),
         "recovery_after_heal_s": recovery_s,

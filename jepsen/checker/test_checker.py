@@ -3,7 +3,8 @@
 Unit tests of jepsen/checker/checker.py on hand-written histories: a valid
 history is judged valid, and every error class (lost prefix/middle/postfix,
 unexpected, failed-seen, duplicated, lost-on-node, FIFO producer-order /
-realtime / nonmonotonic, offset conflicts both ways) is detected and makes
+realtime / nonmonotonic, offset conflicts both ways, consumer-group offset
+regression) is detected and makes
 the verdict invalid; recovered and gaps are reported without invalidating.
 Run: python3 -m unittest -v test_checker  (from this folder), or
 jepsen/run-checker-tests.sh.
@@ -246,6 +247,50 @@ class CheckerTest(unittest.TestCase):
         r = self.judge(h)
         self.assert_only(r, "fifo")
         self.assertEqual(r["fifo"][0]["kind"], "nonmonotonic")
+
+    def group_history(self, second_start, second_proc=41,
+                      commit_before=True):
+        """Group g: fetch [0,1] from 0, commit 2, then a fetch from
+        second_start (by second_proc), then a drain."""
+        h = H()
+        for i in range(3):
+            h.produce(0, i, offset=i)
+        h.read(40, [(0, "0-0"), (1, "0-1")], f="group-fetch", group="g",
+               start=0)
+        commit_inv = dict(process=40, type="invoke", f="group-commit",
+                          queue="q", group="g", offset=2)
+        commit_ok = dict(process=40, type="ok", f="group-commit",
+                         queue="q", group="g", offset=2)
+        pairs = [(o, "0-%d" % o) for o in range(second_start, 3)]
+        h.add(**commit_inv)
+        if commit_before:
+            h.add(**commit_ok)
+        h.read(second_proc, pairs, f="group-fetch", group="g",
+               start=second_start)
+        if not commit_before:
+            h.add(**commit_ok)
+        h.read(20, [(0, "0-0"), (1, "0-1"), (2, "0-2")], f="drain")
+        return h
+
+    def test_group_fetch_from_committed_offset_is_valid(self):
+        r = self.judge(self.group_history(2, second_proc=40))
+        self.assertEqual(r["verdict"], "valid", r)
+        self.assertEqual(r["counts"]["group_regression"], 0)
+        self.assertEqual(r["counts"]["group_fetch_ok"], 2)
+        self.assertEqual(r["counts"]["group_commit_ok"], 1)
+
+    def test_group_regression(self):
+        # A new process of the same group reads from 0 after 2 was
+        # committed: the committed offset went backwards.
+        r = self.judge(self.group_history(0))
+        self.assert_only(r, "group_regression")
+        self.assertEqual(r["group_regression"][0]["start"], 0)
+        self.assertEqual(r["group_regression"][0]["committed"], 2)
+
+    def test_group_commit_concurrent_with_fetch_is_not_judged(self):
+        # The commit completed after the fetch was invoked: either order.
+        r = self.judge(self.group_history(0, commit_before=False))
+        self.assertEqual(r["verdict"], "valid", r)
 
     def test_offset_conflict_two_values_one_offset(self):
         h = H()

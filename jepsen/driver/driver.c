@@ -9,10 +9,14 @@
  *   1. setup: create the queues (retrying until --setup-timeout);
  *   2. workload, --time seconds: --producers threads each produce unique
  *      ids "<process>-<counter>" to a random queue (one message per batch,
- *      idempotent producer: each client has its own producer id), at most
+ *      idempotent producer: each client has its own producer id, recorded
+ *      as "producer" on each produce invoke; libtern retries a batch with
+ *      the same producer id + sequence until --produce-timeout-ms), at most
  *      --rate ops/s and --max-ops ops per thread; --consumers threads read
  *      every queue by offset from 0 (consumer i reads from the leader when
  *      i is even, from any server when odd);
+ *      with --group 1 each consumer i instead owns consumer group "jg<i>"
+ *      and alternates tern_group_fetch / tern_group_commit;
  *   3. drain: for each queue, read everything from offset 0 through the
  *      leader until --drain-quiet consecutive empty answers at the end
  *      (bounded by --drain-timeout);
@@ -72,12 +76,14 @@ struct drv_opts {
     int rate;
     long max_ops;
     int request_timeout_ms;
+    int produce_timeout_ms; /* producers' request timeout (0: as above) */
     int connect_timeout_ms;
     double setup_timeout_s;
     double drain_timeout_s;
     double final_timeout_s;
     int drain_quiet;
     int async_window;
+    int group;              /* consumers use consumer groups */
 };
 
 static struct drv_opts opts;
@@ -151,7 +157,8 @@ static void sb_reserve(struct sbuf *b, size_t more)
     b->cap = cap;
 }
 
-static void sb_printf(struct sbuf *b, const char *fmt, ...)
+__attribute__((format(printf, 2, 3))) static void
+sb_printf(struct sbuf *b, const char *fmt, ...)
 {
     va_list ap;
     int n;
@@ -237,12 +244,13 @@ static void sb_error(struct sbuf *b, struct tern_client *c, int rv)
     sb_jstr(b, m, strlen(m));
 }
 
-static struct tern_client *client_new(const char *servers, int read_from)
+static struct tern_client *client_new_timeout(const char *servers,
+                                             int read_from, int timeout_ms)
 {
     struct tern_client_options o;
     struct tern_client *c = NULL;
     tern_client_options_init(&o);
-    o.request_timeout_ms = opts.request_timeout_ms;
+    o.request_timeout_ms = timeout_ms;
     o.connect_timeout_ms = opts.connect_timeout_ms;
     o.read_from = read_from;
     int rv = tern_client_new(servers, &o, &c);
@@ -252,6 +260,21 @@ static struct tern_client *client_new(const char *servers, int read_from)
         abort();
     }
     return c;
+}
+
+static struct tern_client *client_new(const char *servers, int read_from)
+{
+    return client_new_timeout(servers, read_from, opts.request_timeout_ms);
+}
+
+/* A producer's client: --produce-timeout-ms bounds how long libtern keeps
+ * retrying one batch (same producer id and sequence) before ETIMEDOUT. */
+static struct tern_client *producer_new(void)
+{
+    return client_new_timeout(opts.servers, TERN_READ_LEADER,
+                              opts.produce_timeout_ms > 0
+                                  ? opts.produce_timeout_ms
+                                  : opts.request_timeout_ms);
 }
 
 static int definite_failure(int rv)
@@ -295,7 +318,7 @@ static void *producer_main(void *arg)
 {
     struct worker *w = arg;
     struct sbuf b = {0};
-    struct tern_client *c = client_new(opts.servers, TERN_READ_LEADER);
+    struct tern_client *c = producer_new();
     int proc = atomic_fetch_add(&next_process, 1);
     long counter = 0;
     int64_t period_ns = opts.rate > 0 ? 1000000000LL / opts.rate : 0;
@@ -322,7 +345,8 @@ static void *producer_main(void *arg)
         m.data = value;
         m.len = strlen(value);
         hist_begin(&b, proc, "invoke", "produce", q);
-        sb_printf(&b, ",\"value\":\"%s\"", value);
+        sb_printf(&b, ",\"value\":\"%s\",\"producer\":\"%016" PRIx64 "\"",
+                  value, tern_client_producer_id(c));
         hist_end(&b);
         rv = tern_produce(c, q, &m, 1, &off);
         if (rv == 0) {
@@ -352,7 +376,7 @@ static void *producer_main(void *arg)
         atomic_fetch_add(&stat_info, 1);
         /* Retire: the op may still take effect. */
         tern_client_free(c);
-        c = client_new(opts.servers, TERN_READ_LEADER);
+        c = producer_new();
         proc = atomic_fetch_add(&next_process, 1);
         counter = 0;
     }
@@ -436,7 +460,7 @@ static void *async_producer_main(void *arg)
     int64_t period_ns = opts.rate > 0 ? 1000000000LL / opts.rate : 0;
     int64_t next_at = now_ns();
 
-    x.c = client_new(opts.servers, TERN_READ_LEADER);
+    x.c = producer_new();
     x.proc = atomic_fetch_add(&next_process, 1);
     for (long ops = 0, it = 0; ops < opts.max_ops && now_ns() < w->deadline &&
                                it < 100 * opts.max_ops;
@@ -465,7 +489,9 @@ static void *async_producer_main(void *arg)
             m.data = op->value;
             m.len = strlen(op->value);
             hist_begin(&x.b, x.proc, "invoke", "produce", q);
-            sb_printf(&x.b, ",\"value\":\"%s\"", op->value);
+            sb_printf(&x.b, ",\"value\":\"%s\",\"producer\":\"%016" PRIx64
+                            "\"",
+                      op->value, tern_client_producer_id(x.c));
             hist_end(&x.b);
             rv = tern_produce_async(x.c, q, &m, 1, on_produce, op);
             if (rv != 0) {
@@ -485,7 +511,7 @@ static void *async_producer_main(void *arg)
         }
         if (x.saw_info) {
             async_retire(&x);
-            x.c = client_new(opts.servers, TERN_READ_LEADER);
+            x.c = producer_new();
             x.proc = atomic_fetch_add(&next_process, 1);
             x.saw_info = 0;
             counter = 0;
@@ -543,6 +569,83 @@ static void *consumer_main(void *arg)
         hist_end(&b);
         tern_client_free(c);
         c = client_new(opts.servers, read_from);
+        proc = atomic_fetch_add(&next_process, 1);
+        sleep_ms(50);
+    }
+    tern_client_free(c);
+    sb_free(&b);
+    return NULL;
+}
+
+/* Consumer-group consumer (--group 1): consumer i owns group "jg<i>"
+ * alone (so its commits only grow and the checker's group_regression rule
+ * is sound) and, round robin over the queues, reads from the group's
+ * committed offset (tern_group_fetch) and commits the offset after what it
+ * read (tern_group_commit). Any error is "info" and retires the process
+ * (the group lives on the server and continues with the next process). */
+static void *group_consumer_main(void *arg)
+{
+    struct worker *w = arg;
+    struct sbuf b = {0};
+    struct tern_client *c = client_new(opts.servers, TERN_READ_LEADER);
+    int proc = atomic_fetch_add(&next_process, 1);
+    char group[32];
+
+    snprintf(group, sizeof(group), "jg%d", w->index);
+    for (long ops = 0; ops < 10 * opts.max_ops && now_ns() < w->deadline;
+         ops++) {
+        const char *q = queue_names[ops % opts.queues];
+        struct tern_fetch_result *r = NULL;
+        uint64_t next = 0, first = 0;
+        size_t n;
+        int rv;
+
+        hist_begin(&b, proc, "invoke", "group-fetch", q);
+        sb_printf(&b, ",\"group\":\"%s\"", group);
+        hist_end(&b);
+        rv = tern_group_fetch(c, q, group, DRV__FETCH_MAX, 1u << 20,
+                              DRV__READ_WAIT_MS, &r);
+        if (rv == 0) {
+            n = tern_fetch_result_count(r);
+            next = tern_fetch_result_next_offset(r);
+            hist_begin(&b, proc, "ok", "group-fetch", q);
+            sb_printf(&b, ",\"group\":\"%s\",\"end\":%" PRIu64, group,
+                      tern_fetch_result_end_offset(r));
+            if (n > 0 && tern_fetch_result_get(r, 0, &first, NULL, NULL,
+                                               NULL) == 0) {
+                sb_printf(&b, ",\"start\":%" PRIu64, first);
+            }
+            sb_pairs(&b, r, NULL);
+            sb_node(&b, tern_client_leader(c));
+            hist_end(&b);
+            tern_fetch_result_free(r);
+            atomic_fetch_add(&stat_reads, 1);
+            if (n == 0) {
+                continue;
+            }
+            hist_begin(&b, proc, "invoke", "group-commit", q);
+            sb_printf(&b, ",\"group\":\"%s\",\"offset\":%" PRIu64, group,
+                      next);
+            hist_end(&b);
+            rv = tern_group_commit(c, q, group, next);
+            hist_begin(&b, proc, rv == 0 ? "ok" : "info", "group-commit", q);
+            sb_printf(&b, ",\"group\":\"%s\",\"offset\":%" PRIu64, group,
+                      next);
+            if (rv != 0) {
+                sb_error(&b, c, rv);
+            }
+            hist_end(&b);
+            if (rv == 0) {
+                continue;
+            }
+        } else {
+            hist_begin(&b, proc, "info", "group-fetch", q);
+            sb_printf(&b, ",\"group\":\"%s\"", group);
+            sb_error(&b, c, rv);
+            hist_end(&b);
+        }
+        tern_client_free(c);
+        c = client_new(opts.servers, TERN_READ_LEADER);
         proc = atomic_fetch_add(&next_process, 1);
         sleep_ms(50);
     }
@@ -707,9 +810,11 @@ static void usage(void)
             "  [--queues K=1] [--queue-prefix jq] [--producers 4]\n"
             "  [--consumers 2] [--time S=30] [--rate OPS_PER_S=50]\n"
             "  [--max-ops N=100000] [--request-timeout-ms 2000]\n"
+            "  [--produce-timeout-ms MS (producers; default: as request)]\n"
             "  [--connect-timeout-ms 500] [--setup-timeout S=30]\n"
             "  [--drain-timeout S=60] [--drain-quiet 3]\n"
             "  [--final-timeout S=30] [--async-window W=0 (sync)]\n"
+            "  [--group 0|1 (consumers use consumer groups jg<i>)]\n"
             "exit: 0 done (drain complete), 1 drain or setup incomplete,\n"
             "      2 usage\n");
 }
@@ -792,6 +897,8 @@ int main(int argc, char **argv)
             opts.max_ops = atol(v);
         } else if (strcmp(a, "--request-timeout-ms") == 0) {
             opts.request_timeout_ms = atoi(v);
+        } else if (strcmp(a, "--produce-timeout-ms") == 0) {
+            opts.produce_timeout_ms = atoi(v);
         } else if (strcmp(a, "--connect-timeout-ms") == 0) {
             opts.connect_timeout_ms = atoi(v);
         } else if (strcmp(a, "--setup-timeout") == 0) {
@@ -800,6 +907,8 @@ int main(int argc, char **argv)
             opts.drain_timeout_s = atof(v);
         } else if (strcmp(a, "--drain-quiet") == 0) {
             opts.drain_quiet = atoi(v);
+        } else if (strcmp(a, "--group") == 0) {
+            opts.group = atoi(v);
         } else if (strcmp(a, "--async-window") == 0) {
             opts.async_window = atoi(v);
         } else if (strcmp(a, "--final-timeout") == 0) {
@@ -842,7 +951,9 @@ int main(int argc, char **argv)
         w->deadline = deadline;
         w->seed = (unsigned)(now_ns() ^ (i * 7919));
         if (pthread_create(&w->th, NULL,
-                           i >= opts.producers ? consumer_main
+                           i >= opts.producers
+                               ? (opts.group ? group_consumer_main
+                                             : consumer_main)
                            : opts.async_window > 0 ? async_producer_main
                                                    : producer_main,
                            w) != 0) {
