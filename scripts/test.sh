@@ -188,7 +188,7 @@ stage_fuzz() {
 # Jepsen-style smoke (jepsen/smoke.sh: about 5 runs of kill, pause,
 # partitions with network namespaces; needs root). One test per run.
 stage_jepsen() {
-    say "jepsen smoke (jepsen/smoke.sh, ${SMOKE_TIME:-30}s per run)"
+    say "jepsen smoke (jepsen/smoke.sh, ${SMOKE_TIME:-60}s per run)"
     # Always (re)build: a stale ternd once made the harness chase bugs that
     # were already fixed (jepsen/FINDINGS.md, F1/F3).
     stage_build || { build_fail jepsen; return; }
@@ -199,7 +199,7 @@ stage_jepsen() {
         [ -f "$ROOT/jepsen/$t/Makefile" ] || continue
         make -s -C "$ROOT/jepsen/$t" OUT="$ROOT/$B/jepsen" || { build_fail jepsen; return; }
     done
-    TERN_BUILD=$ROOT/$B SMOKE_TIME=${SMOKE_TIME:-30} \
+    TERN_BUILD=$ROOT/$B SMOKE_TIME=${SMOKE_TIME:-60} \
         timeout -k 10 1500 "$ROOT/jepsen/smoke.sh" 2>&1 | tee "$log"
     rc=${PIPESTATUS[0]}
     read -r p f < <(sed -nE 's/^runs ([0-9]+), not valid ([0-9]+),.*/\1 \2/p' "$log" | tail -n 1)
