@@ -95,15 +95,7 @@ void repl_lat_stage(struct repl *r, unsigned stage, uint64_t from,
 static void sample(struct repl *r, uint64_t ns)
 {
     struct repl_latency *l = &r->lat;
-    if (l->count == 0 || ns < l->min_ns) {
-        l->min_ns = ns;
-    }
-    if (ns > l->max_ns) {
-        l->max_ns = ns;
-    }
-    l->count++;
-    l->sum_ns += ns;
-    l->buckets[bucket_of(ns)]++;
+    hist_add(l, ns);
     l->recent[r->lat_recent_pos] = ns;
     r->lat_recent_pos = (r->lat_recent_pos + 1) % REPL_LATENCY_RECENT;
     if (l->n_recent < REPL_LATENCY_RECENT) {
