@@ -375,11 +375,12 @@ class Run:
                "raft_addr = %s\nlog_level = %s\n[raft]\n"
                "election_timeout_ms = %d\nheartbeat_ms = %d\n"
                "snapshot_threshold_bytes = %s\nsnapshot_trailing = %d\n"
+               "durability = %s\n"
                "[limits]\nmin_free_disk_bytes = 1M\n[peers]\n%s\n"
                % (nm[1:], self.data_dir(nm), self.caddr(nm),
                   self.raddr(nm), self.a.log_level, self.a.election_ms,
                   self.a.heartbeat_ms, self.a.snapshot_bytes,
-                  self.a.snapshot_trailing, peers))
+                  self.a.snapshot_trailing, self.a.durability, peers))
         with open(os.path.join(d, "ternd.ini"), "w") as fh:
             fh.write(cfg)
 
@@ -1345,6 +1346,12 @@ def parse_args(argv):
                     help="ternd snapshot_threshold_bytes (small values, "
                     "e.g. 64K, exercise snapshots and InstallSnapshot)")
     ap.add_argument("--snapshot-trailing", type=int, default=256)
+    ap.add_argument("--durability", default="disk",
+                    choices=("disk", "memory"),
+                    help="ternd [raft] durability; memory mode loses "
+                    "acknowledged writes by design when a majority "
+                    "crashes (raft/repl.h): use it with partitions, "
+                    "pauses, delay, and single-node kills only")
     ap.add_argument("--no-restart-crashed", dest="restart_crashed",
                     action="store_false",
                     help="leave a node that exited on its own down (by "
