@@ -382,14 +382,24 @@ Test(cluster, snapshot_threshold_is_bytes)
     cluster_fini(&cl);
 }
 
+/* Three nodes that snapshot every ~2000 bytes and keep 8 trailing
+ * entries, so restarts and lagging followers go through InstallSnapshot
+ * and the bulk catch-up; bulk_chunk: bytes per BULK_DATA (0: default). */
+static void init_snapshotting(struct cluster *c, uint64_t bulk_chunk)
+{
+    cluster_init(c, 3);
+    c->snapshot_bytes = 2000;
+    c->trailing = 8;
+    if (bulk_chunk != 0) {
+        c->bulk_chunk = bulk_chunk;
+    }
+}
+
 Test(cluster, bulk_catch_up_through_install_snapshot)
 {
     uint64_t last = 0;
     int l, f;
-    cluster_init(&cl, 3);
-    cl.snapshot_bytes = 2000;
-    cl.trailing = 8;
-    cl.bulk_chunk = 700;
+    init_snapshotting(&cl, 700);
     l = start_all_elect(&cl);
     f = other_follower(&cl, l, l);
     propose_applied(&cl, (unsigned)l, 5, 100, 1, &last);
@@ -532,10 +542,7 @@ Test(cluster, bulk_fetch_recovers_from_lost_chunks)
     uint64_t last = 0;
     int l, f;
     struct node_pred pf;
-    cluster_init(&cl, 3);
-    cl.snapshot_bytes = 2000;
-    cl.trailing = 8;
-    cl.bulk_chunk = 500;
+    init_snapshotting(&cl, 500);
     l = start_all_elect(&cl);
     f = other_follower(&cl, l, l);
     cluster_crash(&cl, (unsigned)f);
@@ -925,9 +932,7 @@ Test(cluster, follower_ahead_of_snapshot_catches_up_without_timeout)
     uint64_t last = 0, t0;
     int l, f, t;
     struct node_pred tp;
-    cluster_init(&cl, 3);
-    cl.snapshot_bytes = 2000;
-    cl.trailing = 8;
+    init_snapshotting(&cl, 0);
     l = start_all_elect(&cl);
     f = other_follower(&cl, l, l);
     propose_applied(&cl, (unsigned)l, 100, 100, 1, &last);
@@ -981,9 +986,7 @@ Test(cluster, install_already_held_is_not_fetched)
     uint64_t last = 0, want[2];
     int l, f, t;
     struct node_pred tp;
-    cluster_init(&cl, 3);
-    cl.snapshot_bytes = 2000;
-    cl.trailing = 8;
+    init_snapshotting(&cl, 0);
     l = start_all_elect(&cl);
     f = other_follower(&cl, l, l);
     propose_applied(&cl, (unsigned)l, 10, 100, 1, &last);
@@ -1036,10 +1039,7 @@ Test(cluster, bulk_fetch_keeps_fsm_quiet)
     uint64_t last = 0, applied0;
     int l, f;
     struct node_pred pf;
-    cluster_init(&cl, 3);
-    cl.snapshot_bytes = 2000;
-    cl.trailing = 8;
-    cl.bulk_chunk = 300;
+    init_snapshotting(&cl, 300);
     l = start_all_elect(&cl);
     f = other_follower(&cl, l, l);
     cluster_crash(&cl, (unsigned)f);
@@ -1081,9 +1081,7 @@ Test(cluster, new_leader_with_snapshot_follower_becomes_writable)
     uint64_t last = 0, t0;
     int l, f, t;
     struct node_pred tp;
-    cluster_init(&cl, 3);
-    cl.snapshot_bytes = 2000;
-    cl.trailing = 8;
+    init_snapshotting(&cl, 0);
     l = start_all_elect(&cl);
     f = other_follower(&cl, l, l);
     t = other_follower(&cl, l, f);
@@ -1132,10 +1130,7 @@ Test(cluster, complete_fetch_waits_for_the_cores_own_snapshot)
     int l, f;
     struct node_pred pf;
     struct raft *core;
-    cluster_init(&cl, 3);
-    cl.snapshot_bytes = 2000;
-    cl.trailing = 8;
-    cl.bulk_chunk = 500;
+    init_snapshotting(&cl, 500);
     l = start_all_elect(&cl);
     f = other_follower(&cl, l, l);
     cluster_crash(&cl, (unsigned)f);
@@ -1199,10 +1194,7 @@ static bool aborted_fetch_then_entries_applied(bool refuse, bool stall)
     struct node_pred pf, pt;
     struct repl_status st;
     bool failed;
-    cluster_init(&cl, 3);
-    cl.snapshot_bytes = 2000;
-    cl.trailing = 8;
-    cl.bulk_chunk = 300;
+    init_snapshotting(&cl, 300);
     cl.refuse_over_bulk = refuse;
     l = start_all_elect(&cl);
     f = other_follower(&cl, l, l);
@@ -1306,10 +1298,7 @@ Test(cluster, startup_restore_fetches_missing_fsm_bytes_from_a_peer)
     int l, f;
     struct node_pred pf;
     struct repl_status st;
-    cluster_init(&cl, 3);
-    cl.snapshot_bytes = 2000;
-    cl.trailing = 8;
-    cl.bulk_chunk = 700;
+    init_snapshotting(&cl, 700);
     l = start_all_elect(&cl);
     f = other_follower(&cl, l, l);
     propose_applied(&cl, (unsigned)l, 200, 100, 1, &last);
@@ -1349,10 +1338,7 @@ Test(cluster, startup_restore_moves_on_from_a_failing_peer)
     uint64_t last = 0;
     int l, f;
     struct node_pred pf;
-    cluster_init(&cl, 3);
-    cl.snapshot_bytes = 2000;
-    cl.trailing = 8;
-    cl.bulk_chunk = 700;
+    init_snapshotting(&cl, 700);
     l = start_all_elect(&cl);
     f = other_follower(&cl, l, l);
     propose_applied(&cl, (unsigned)l, 200, 100, 1, &last);
