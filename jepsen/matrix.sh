@@ -11,7 +11,10 @@
 # Defaults: --time $JEPSEN_TIME or 120, --nodes $JEPSEN_NODES or 5,
 # --repeat 1, every nemesis in NEMESES and every workload in WORKLOADS
 # below, --max-minutes 0 (no limit; otherwise no new run starts after M
-# minutes, and the table covers the runs done). Interrupt (Ctrl-C) stops
+# minutes, and the table covers the runs done). While a file OUT/PAUSE
+# exists no new run starts (the time paused does not count toward
+# --max-minutes): touch it to get an idle machine for a benchmark between
+# runs, remove it to go on. Interrupt (Ctrl-C) stops
 # the current run cleanly (the harness tears its namespaces down) and
 # still prints the table. Exit 0 when every run was valid without node
 # crashes, 1 otherwise. Needs root; see jepsen/README.md.
@@ -92,6 +95,14 @@ for w in $WORKLOADS; do
         fi
         for ((r = 1; r <= REPEAT; r++)); do
             [ "$stop" = 1 ] && break 3
+            if [ -e "$OUT/PAUSE" ]; then
+                echo "matrix: paused ($OUT/PAUSE exists)"
+                p0=$(date +%s)
+                while [ -e "$OUT/PAUSE" ] && [ "$stop" = 0 ]; do sleep 2; done
+                t0=$((t0 + $(date +%s) - p0))
+                [ "$stop" = 1 ] && break 3
+                echo "matrix: resumed"
+            fi
             if [ "$MAXMIN" != 0 ] && [ $(($(date +%s) - t0)) -ge $((MAXMIN * 60)) ]; then
                 echo "matrix: --max-minutes $MAXMIN reached"
                 break 3
