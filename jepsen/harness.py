@@ -376,7 +376,8 @@ class Run:
                "election_timeout_ms = %d\nheartbeat_ms = %d\n"
                "snapshot_threshold_bytes = %s\nsnapshot_trailing = %d\n"
                "durability = %s\n"
-               "[limits]\nmin_free_disk_bytes = 1M\n[peers]\n%s\n"
+               "[limits]\nmin_free_disk_bytes = 1M\nreserve_disk_bytes = 16M\n"
+               "[peers]\n%s\n"
                % (nm[1:], self.data_dir(nm), self.caddr(nm),
                   self.raddr(nm), self.a.log_level, self.a.election_ms,
                   self.a.heartbeat_ms, self.a.snapshot_bytes,

@@ -30,6 +30,8 @@
  *   max_message_bytes   = 4M       ; largest message payload
  *   max_frame_bytes     = 16M      ; largest client frame body
  *   min_free_disk_bytes = 64M      ; writes fail with TERN_EFULL below
+ *   reserve_disk_bytes  = 32M      ; space kept back for in-flight entries
+ *                                  ; (DATA_DIR/disk-reserve, node/disk.c)
  *
  *   [peers]                        ; every voter, this node included
  *   1 = 127.0.0.1:7501,127.0.0.1:7401   ; <id> = <raft_addr>,<client_addr>
@@ -83,6 +85,7 @@ static const char usage_text[] =
     "  --max-message-bytes N      default 4M\n"
     "  --max-frame-bytes N        default 16M\n"
     "  --min-free-disk-bytes N    default 64M\n"
+    "  --reserve-disk-bytes N     default 32M (0: none)\n"
     "  --log-level L              error|warn|info|debug (default info)\n"
     "  --transport T              raft transport: tcp (default), shm "
     "(shared memory,\n"
@@ -123,6 +126,7 @@ static const char usage_text[] =
     "  max_message_bytes = 4M\n"
     "  max_frame_bytes = 16M\n"
     "  min_free_disk_bytes = 64M\n"
+    "  reserve_disk_bytes = 32M\n"
     "  [peers]\n"
     "  1 = 127.0.0.1:7501,127.0.0.1:7401\n"
     "  2 = 127.0.0.1:7502,127.0.0.1:7402\n"
@@ -145,6 +149,7 @@ void node_config_init(struct node_config *c)
     c->max_message_bytes = NODE_DEFAULT_MAX_MESSAGE;
     c->max_frame_bytes = NODE_DEFAULT_MAX_FRAME;
     c->min_free_disk_bytes = NODE_DEFAULT_MIN_FREE_DISK;
+    c->reserve_disk_bytes = NODE_DEFAULT_RESERVE_DISK;
 }
 
 static void peers_free(struct node_peer *p, unsigned n)
@@ -419,6 +424,7 @@ static const struct key keys[] = {
     {"node", "shm_dir", "--shm-dir"},
     {"raft", "durability", "--durability"},
     {"node", "busy_poll_us", "--busy-poll-us"},
+    {"limits", "reserve_disk_bytes", "--reserve-disk-bytes"},
 };
 
 /* Set key k (index into keys) to v. what names the source in messages. */
@@ -511,6 +517,8 @@ static int set_key(struct node_config *c,
             c->busy_poll_us = (unsigned)x;
         }
         return rv;
+    case 17:
+        return parse_u64(v, UINT64_MAX, &c->reserve_disk_bytes, what, errmsg);
     default:
         break;
     }

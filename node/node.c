@@ -86,11 +86,9 @@ struct node
     uint64_t leader_id;
     uint64_t term;
     bool writable;
-    /* Disk space cache. */
-    uint64_t disk_checked_at;
-    bool disk_checked;
-    bool disk_full;
-    uint64_t disk_free;
+    struct node_disk disk; /* space alarm and reserve (disk.c) */
+    uint64_t disk_alarm_since; /* uv_now the leader's alarm was first seen */
+    uint64_t disk_handed_at;   /* uv_now of the last hand-over attempt */
     char raft_dir[PATH_MAX];
     char index_dir[PATH_MAX];
     struct idx_result results[NODE_MAX_CMDS_PER_ENTRY];
@@ -157,37 +155,30 @@ void node_kick(struct node *n)
     }
 }
 
+/* Tell raft when the alarm flips (a follower then takes no new entries). */
+static void disk_poll(struct node *n, bool force)
+{
+    if (node_disk_poll(&n->disk, uv_now(&n->loop), force) && n->repl != NULL) {
+        repl_set_disk_full(n->repl, n->disk.alarm);
+    }
+}
+
 int node_disk_check(struct node *n, char *errmsg)
 {
-    uint64_t now = uv_now(&n->loop);
-    if (!n->disk_checked || now - n->disk_checked_at >= 100) {
-        struct statvfs sv;
-        n->disk_checked = true;
-        n->disk_checked_at = now;
-        if (statvfs(n->cfg->data_dir, &sv) == 0) {
-            bool full;
-            n->disk_free = (uint64_t)sv.f_bavail * (uint64_t)sv.f_frsize;
-            full = n->disk_free < n->cfg->min_free_disk_bytes;
-            if (full != n->disk_full) {
-                node_log(full ? NODE_LOG_WARN : NODE_LOG_INFO,
-                         full ? "disk full: rejecting writes"
-                              : "disk space back: accepting writes",
-                         "free_bytes=%llu min_free_disk_bytes=%llu",
-                         (unsigned long long)n->disk_free,
-                         (unsigned long long)n->cfg->min_free_disk_bytes);
-            }
-            n->disk_full = full;
-        }
+    disk_poll(n, false);
+    return node_disk_refuse(&n->disk, errmsg);
+}
+
+/* ENOSPC met by an apply or a flush: give the reserve back to the file
+ * system for the work in flight. Returns whether there was one. */
+static bool disk_release(struct node *n, const char *why)
+{
+    bool had = n->disk.held;
+    node_disk_release(&n->disk, why);
+    if (n->repl != NULL) {
+        repl_set_disk_full(n->repl, true);
     }
-    if (n->disk_full) {
-        tern_errmsg_printf(errmsg,
-                           "disk full: %llu bytes free < "
-                           "min_free_disk_bytes %llu",
-                           (unsigned long long)n->disk_free,
-                           (unsigned long long)n->cfg->min_free_disk_bytes);
-        return TERN_EFULL;
-    }
-    return 0;
+    return had;
 }
 
 /* ---- FSM ---------------------------------------------------------------- */
@@ -213,7 +204,9 @@ static bool stop_if_sync_failed(struct node *n)
     return true;
 }
 
-static int idx_reopen(struct node *n)
+/* force: skip the once-a-second limit (the reserve was just released, so
+ * the retry can succeed). */
+static int idx_reopen(struct node *n, bool force)
 {
     char errmsg[TERN_ERRMSG_SIZE] = "";
     struct idx_options io;
@@ -221,7 +214,7 @@ static int idx_reopen(struct node *n)
     int status = idx_status(n->idx);
     int rv;
 
-    if (n->idx_reopened_at != 0 && now - n->idx_reopened_at < 1000) {
+    if (!force && n->idx_reopened_at != 0 && now - n->idx_reopened_at < 1000) {
         return status;
     }
     n->idx_reopened_at = now;
@@ -268,7 +261,7 @@ static int fsm_apply(void *arg, uint64_t index, const void *buf, size_t len)
          * reopened; repl retries the entry, so reopen (at most once a
          * second) and try again: this is how the node recovers once space
          * returns. */
-        rv = idx_reopen(n);
+        rv = idx_reopen(n, false);
         if (rv != 0) {
             return rv;
         }
@@ -276,6 +269,19 @@ static int fsm_apply(void *arg, uint64_t index, const void *buf, size_t len)
     len = idx_cmd_entry_len(buf, len);
     rv = idx_apply(n->idx, index, buf, len, n->results, NODE_MAX_CMDS_PER_ENTRY,
                    &nr);
+    if ((rv == TERN_EFULL || rv == -ENOSPC) &&
+        disk_release(n, "apply: no space left")) {
+        /* The reserve's blocks are free now (disk.c): retry once, on a
+         * reopened env (a failed apply is sticky). */
+        node_log(NODE_LOG_WARN, "retrying the apply in the disk reserve",
+                 "index=%llu", (unsigned long long)index);
+        rv = idx_reopen(n, true);
+        if (rv != 0) {
+            return rv; /* n->idx is gone: the node is stopping */
+        }
+        rv = idx_apply(n->idx, index, buf, len, n->results,
+                       NODE_MAX_CMDS_PER_ENTRY, &nr);
+    }
     if (rv != 0) {
         uint64_t now = uv_now(&n->loop);
         /* repl retries the entry: log a repeated failure once a second. */
@@ -506,6 +512,12 @@ static void on_check(uv_check_t *h)
             node_log(NODE_LOG_ERROR, "index flush failed",
                      "err=%s detail=\"%s\"", tern_err_name(rv),
                      idx_errmsg(n->idx));
+            if (rv == TERN_EFULL || rv == -ENOSPC) {
+                /* The next apply reopens the env (rebuilt from the commit
+                 * log) in the space the reserve gives back. */
+                disk_release(n, "index flush: no space left");
+                n->idx_reopened_at = 0;
+            }
         }
         n->dirty = false;
         flushed = true;
@@ -663,6 +675,34 @@ static void node_stop(struct node *n)
  * apply on an idle cluster, see raft/fsm.c). A fail-stopped replica needs a
  * restart, so the node exits 1 and leaves that to its supervisor; on
  * restart the entries are applied again from the raft log. */
+/* A leader whose disk is full refuses every write, while a follower with
+ * space could take them: after a second of alarm, ask raft to hand the
+ * leadership over (0.15 picks the most up-to-date voter; a full follower
+ * drops the TimeoutNow, guard.c item 11, and the leader carries on), at
+ * most every 3 s (jepsen F5). */
+static void disk_hand_over(struct node *n, const struct repl_status *st)
+{
+    uint64_t now = uv_now(&n->loop);
+    int rv;
+    if (!n->disk.alarm || st->role != REPL_LEADER || n->cfg->n_peers < 2) {
+        n->disk_alarm_since = 0;
+        return;
+    }
+    if (n->disk_alarm_since == 0) {
+        n->disk_alarm_since = now;
+    }
+    if (now - n->disk_alarm_since < 1000 ||
+        (n->disk_handed_at != 0 && now - n->disk_handed_at < 3000)) {
+        return;
+    }
+    n->disk_handed_at = now;
+    rv = repl_transfer(n->repl, 0);
+    node_log(rv == 0 ? NODE_LOG_WARN : NODE_LOG_INFO,
+             "disk full on the leader: handing leadership over",
+             "result=%s free_bytes=%llu", rv == 0 ? "started" : tern_err_name(rv),
+             (unsigned long long)n->disk.free);
+}
+
 static void on_watchdog(uv_timer_t *t)
 {
     struct node *n = t->data;
@@ -670,7 +710,9 @@ static void on_watchdog(uv_timer_t *t)
     if (n->stopping || n->repl == NULL) {
         return;
     }
+    disk_poll(n, false);
     repl_get_status(n->repl, &st);
+    disk_hand_over(n, &st);
     if (st.fsm_error != n->last_fsm_error) {
         node_log(st.fsm_error != 0 ? NODE_LOG_ERROR : NODE_LOG_INFO,
                  st.fsm_error != 0 ? "state machine apply failed"
@@ -795,14 +837,15 @@ static void log_config(const struct node_config *c)
              "data_dir=%s client_addr=%s raft_addr=%s transport=%s "
              "election_timeout_ms=%u heartbeat_ms=%u snapshot_bytes=%llu "
              "snapshot_trailing=%u max_message_bytes=%llu "
-             "max_frame_bytes=%llu min_free_disk_bytes=%llu log_level=%s "
-             "peers=%s",
+             "max_frame_bytes=%llu min_free_disk_bytes=%llu "
+             "reserve_disk_bytes=%llu log_level=%s peers=%s",
              c->data_dir, c->client_addr, c->raft_addr, c->transport,
              c->election_timeout_ms, c->heartbeat_ms,
              (unsigned long long)c->snapshot_bytes, c->snapshot_trailing,
              (unsigned long long)c->max_message_bytes,
              (unsigned long long)c->max_frame_bytes,
              (unsigned long long)c->min_free_disk_bytes,
+             (unsigned long long)c->reserve_disk_bytes,
              node_log_level_name((enum node_log_level)c->log_level), peers);
 }
 
@@ -1013,7 +1056,7 @@ static int node_start(struct node *n, char *errmsg)
     uv_check_start(&n->check, on_check);
     uv_signal_start(&n->sig_term, on_signal, SIGTERM);
     uv_signal_start(&n->sig_int, on_signal, SIGINT);
-    uv_timer_start(&n->watchdog, on_watchdog, 500, 500);
+    uv_timer_start(&n->watchdog, on_watchdog, 100, 100);
 
     if (snprintf(n->raft_dir, sizeof(n->raft_dir), "%s/raft", c->data_dir) >=
             (int)sizeof(n->raft_dir) ||
@@ -1023,6 +1066,11 @@ static int node_start(struct node *n, char *errmsg)
         return TERN_EINVAL;
     }
     rv = mkdir_p(c->data_dir, errmsg);
+    if (rv != 0) {
+        return rv;
+    }
+    rv = node_disk_init(&n->disk, c->data_dir, c->min_free_disk_bytes,
+                        c->reserve_disk_bytes, errmsg);
     if (rv != 0) {
         return rv;
     }
@@ -1083,6 +1131,7 @@ static int node_start(struct node *n, char *errmsg)
         tern_errmsg_wrapf(errmsg, "raft");
         return rv;
     }
+    repl_set_disk_full(n->repl, n->disk.alarm);
     rv = repl_start(n->repl, errmsg);
     if (rv != 0) {
         tern_errmsg_wrapf(errmsg, "raft start");

@@ -15,6 +15,7 @@
 #ifndef TERN_NODE_H
 #define TERN_NODE_H
 
+#include <limits.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -114,6 +115,7 @@ struct node_config
     uint64_t max_message_bytes;
     uint64_t max_frame_bytes;
     uint64_t min_free_disk_bytes;
+    uint64_t reserve_disk_bytes; /* [limits] reserve_disk_bytes (disk.c) */
     struct node_peer *peers; /* owned array */
     unsigned n_peers;
     bool help; /* --help was given: print usage, do nothing else */
@@ -126,6 +128,7 @@ struct node_config
 #define NODE_DEFAULT_MAX_MESSAGE         (4ull << 20)
 #define NODE_DEFAULT_MAX_FRAME           (16ull << 20)
 #define NODE_DEFAULT_MIN_FREE_DISK       (64ull << 20)
+#define NODE_DEFAULT_RESERVE_DISK        (32ull << 20)
 #define NODE_DEFAULT_BUSY_POLL_US        0u
 /* Longest shm_dir: room for "/tern-shm-<ipv4>-<port>.sock" in a unix
  * socket path (107 bytes). */
@@ -306,9 +309,42 @@ void node_status(struct node *n, struct repl_status *out);
 /* The replication latency counters (repl_get_latency) into *out
  * (caller-owned; zeroed when raft is not running); reset: start over. */
 void node_latency(struct node *n, struct repl_latency *out, bool reset);
-/* 0, or TERN_EFULL with a message when the data dir is below
- * min_free_disk_bytes (statvfs, cached ~100 ms). */
+/* 0, or TERN_EFULL with a message while the disk alarm is on (disk.c;
+ * statvfs, cached ~100 ms). */
 int node_disk_check(struct node *n, char *errmsg);
+
+/* Disk-space alarm and reserve file (disk.c has the rules). Loop thread
+ * only; embedded in struct node, no allocation. */
+struct node_disk {
+    char dir[PATH_MAX];          /* data dir, statvfs'd */
+    char reserve_path[PATH_MAX]; /* DATA_DIR/disk-reserve */
+    uint64_t min_free;           /* min_free_disk_bytes */
+    uint64_t reserve_bytes;      /* reserve_disk_bytes; 0: no reserve */
+    uint64_t free;               /* bytes available, last statvfs */
+    uint64_t checked_at;         /* uv_now of the last statvfs */
+    uint64_t releases;           /* times the reserve was given up */
+    bool checked;
+    bool alarm;   /* refusing writes */
+    bool held;    /* the reserve file is allocated */
+    bool changed; /* alarm flipped since the last node_disk_poll */
+    bool make_failed_logged;
+};
+/* Set up d for dir (copied) and take the first reading; allocates the
+ * reserve if it is missing and the space allows. 0 or TERN_EINVAL. */
+int node_disk_init(struct node_disk *d,
+                   const char *dir,
+                   uint64_t min_free,
+                   uint64_t reserve_bytes,
+                   char *errmsg);
+/* Re-read the free space (at most every 100 ms unless force; now is
+ * uv_now) and update the alarm and the reserve. True if the alarm flipped
+ * since the last call. */
+bool node_disk_poll(struct node_disk *d, uint64_t now, bool force);
+/* ENOSPC met (or free space below the minimum): delete the reserve, alarm
+ * on. why is for the log. */
+void node_disk_release(struct node_disk *d, const char *why);
+/* 0, or TERN_EFULL with a message into errmsg while the alarm is on. */
+int node_disk_refuse(const struct node_disk *d, char *errmsg);
 /* Ask for one more loop iteration soon (flush/propose pending work). */
 void node_kick(struct node *n);
 

@@ -137,6 +137,19 @@
  *    the next AppendEntries to that peer report a failed send (it still
  *    goes out), which is what a dead link does: the core drops the peer
  *    to probe and finds its real end. Only liveness is involved.
+ * 11. Disk full (jepsen F5; repl_set_disk_full, from node/disk.c's
+ *    alarm). A follower whose file system is full would fail its next
+ *    append or apply and fail-stop (items 7, fsm.c), and a restarted node
+ *    on a still-full disk fail-stops again. While the alarm is on, an
+ *    incoming AppendEntries that carries entries is dropped (heartbeats
+ *    still pass, clamped by item 5, so entries we already hold are applied
+ *    in node/'s reserve), ticks are withheld (io.c: a node that takes no
+ *    entries falls behind and must not stand for election; it still
+ *    votes) and TimeoutNow is dropped (no leadership for a full node).
+ *    Dropping is what a lossy link does; the leader keeps probing and the
+ *    follower catches up once the alarm clears. Liveness cost: a full
+ *    node is as good as partitioned for writes. Tested: test_cluster.c
+ *    "disk_full_follower_takes_no_entries".
  * Not mitigated: #466's on-disk hole handling inside raft_uv itself; the
  *    ambiguity of LEADERSHIPLOST (clients must dedupe).
  */
@@ -392,6 +405,10 @@ bool repl_guard_recv(struct repl *r, struct raft_message *m)
                 r->ae_held_off++; /* item 9 */
                 return false;
             }
+            if (r->disk_full && a->n_entries > 0) {
+                r->ae_disk_full_dropped++; /* item 11 */
+                return false;
+            }
             rebase_below_snapshot(r, a);
             last_new = a->prev_log_index + a->n_entries;
             if (a->leader_commit > last_new) {
@@ -406,7 +423,8 @@ bool repl_guard_recv(struct repl *r, struct raft_message *m)
             return true;
         }
         case RAFT_IO_TIMEOUT_NOW:
-            if (r->n_unacked != 0 || r->install_index != 0) {
+            if (r->n_unacked != 0 || r->install_index != 0 ||
+                r->disk_full) {
                 r->timeout_now_dropped++;
                 return false;
             }

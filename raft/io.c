@@ -464,11 +464,12 @@ static void io_tick(struct raft_io *inner)
     }
     /* guard.c item 4 (#467, 4fbd3c0): a non-leader does not get ticks (its
      * election timer) while it still persists entries or a snapshot, or
-     * fetches the bulk data of one (it is behind: no use as a candidate). */
+     * fetches the bulk data of one (it is behind: no use as a candidate),
+     * nor while its disk is full (guard.c item 11). */
     if (r->failed == 0 &&
         (!r->hold_ticks || raft_state(&r->raft) == RAFT_LEADER ||
          (r->n_unacked == 0 && r->install_index == 0 &&
-          !r->fetch.active))) {
+          !r->fetch.active && !r->disk_full))) {
         r->tick_cb(&r->outer);
     } else if (r->failed == 0) {
         r->ticks_withheld++;

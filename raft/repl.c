@@ -628,6 +628,8 @@ void repl_get_status(struct repl *r, struct repl_status *out)
     out->writable = r->writable;
     out->fsm_error = r->fsm_error;
     out->failed = r->failed;
+    out->disk_full = r->disk_full;
+    out->disk_full_dropped = r->ae_disk_full_dropped;
 }
 
 struct transfer_req {
@@ -675,6 +677,11 @@ int repl_transfer(struct repl *r, uint64_t id)
     r->transferring = true;
     repl_update_writable(r);
     return 0;
+}
+
+void repl_set_disk_full(struct repl *r, bool full)
+{
+    r->disk_full = full;
 }
 
 void repl_fail(struct repl *r, int code)

@@ -207,6 +207,8 @@ struct repl_status {
     int failed;    /* non-zero: fail-stopped after a log write or FSM apply
                       error; the replica no longer takes part (role
                       REPL_UNAVAILABLE): close and restart it */
+    bool disk_full;             /* repl_set_disk_full(true) in force */
+    uint64_t disk_full_dropped; /* AppendEntries dropped while full */
 };
 void repl_get_status(struct repl *r, struct repl_status *out);
 
@@ -276,6 +278,12 @@ const char *repl_stage_name(unsigned stage);
 /* Copy the stage histograms into out[REPL_STAGE__COUNT] (caller-owned);
  * reset: start over. Also reset by repl_get_latency(.., reset = true). */
 void repl_get_stages(struct repl *r, struct repl_latency *out, bool reset);
+
+/* The node's disk alarm (node/disk.c): while full, this replica takes no
+ * new entries, does not stand for election and refuses leadership
+ * transfers (guard.c item 11). A leader keeps leading; node/ refuses the
+ * writes. */
+void repl_set_disk_full(struct repl *r, bool full);
 
 /* Ask the leader to hand over leadership to id (0: any voter). */
 int repl_transfer(struct repl *r, uint64_t id);

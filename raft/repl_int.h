@@ -324,6 +324,8 @@ struct repl {
                                    (0.15 treats them as no-ops) */
     uint64_t ae_held_off;       /* stats: AppendEntries dropped during a
                                    fetch or install (guard.c item 9) */
+    bool disk_full;             /* repl_set_disk_full (guard.c item 11) */
+    uint64_t ae_disk_full_dropped; /* stats: AppendEntries dropped for it */
 
     void (*close_cb)(void *arg);
     void *close_arg;

@@ -1,11 +1,18 @@
 #!/usr/bin/env python3
-"""(f) full disk: each node's data dir is its own 48 MiB tmpfs and
-[limits] min_free_disk_bytes = 16M (a fresh node uses ~24 MiB: raft_uv
-preallocates its segments). After a balloon file leaves 10 MiB free
-on every node, produce is rejected with a clear "disk full" error (and the
-nodes keep running); once the balloons are deleted, produce succeeds again
-and every acknowledged id is readable. Exit 77 (skip) when tmpfs cannot be
-mounted (not root, no CAP_SYS_ADMIN)."""
+"""(f) full disk: each node's data dir is its own 64 MiB tmpfs,
+[limits] min_free_disk_bytes = 16M and reserve_disk_bytes = 8M (a fresh
+node uses ~24 MiB: raft_uv preallocates its segments; node/disk.c keeps the
+reserve as DATA_DIR/disk-reserve).
+1. After a balloon file leaves 10 MiB free on every node, produce is
+   rejected with a clear "disk full" error, the nodes keep running and give
+   their reserve back; once the balloons are deleted, the reserves come back,
+   produce succeeds again and every acknowledged id is readable.
+2. Jepsen F5: the leader's tmpfs is filled to the last byte. The leader must
+   not fail-stop (it used to, at its next apply): it refuses writes, hands
+   leadership to a node with space, and the cluster takes writes again while
+   the balloon is still there; after it is deleted the old leader catches up
+   and holds every acknowledged id.
+Exit 77 (skip) when tmpfs cannot be mounted (not root, no CAP_SYS_ADMIN)."""
 import os
 import shutil
 import subprocess
@@ -17,8 +24,9 @@ sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import tern_harness as h  # noqa: E402
 
-SIZE = "48m"
+SIZE = "64m"
 MIN_FREE = 16 << 20
+RESERVE = 8 << 20
 LEAVE_FREE = 10 << 20
 
 
@@ -41,18 +49,33 @@ def free_bytes(path):
 
 
 def inflate(path, leave):
-    """Write a balloon file so that about `leave` bytes stay free."""
+    """Write a balloon file so that about `leave` bytes stay free (0: until
+    ENOSPC, bounded by the fs size)."""
     balloon = os.path.join(path, "balloon")
-    need = free_bytes(path) - leave
+    need = free_bytes(path) - leave if leave else 1 << 40
+    limit = 256 << 20
     chunk = b"\0" * (1 << 20)
-    with open(balloon, "wb") as f:
-        while need > 0:
+    with open(balloon, "wb", buffering=0) as f:
+        while need > 0 and limit > 0:
             n = min(need, len(chunk))
-            f.write(chunk[:n])
-            need -= n
-        f.flush()
-        os.fsync(f.fileno())
+            try:
+                w = f.write(chunk[:n])
+            except OSError:
+                break  # ENOSPC: full
+            need -= w
+            limit -= w
+        try:
+            os.fsync(f.fileno())
+        except OSError:
+            pass
     return balloon
+
+
+def reserve_size(data_dir):
+    try:
+        return os.stat(os.path.join(data_dir, "disk-reserve")).st_size
+    except FileNotFoundError:
+        return -1
 
 
 def produce_one(cl, prefix, timeout_ms=2000):
@@ -82,11 +105,16 @@ def main(c):
 
 def run(c, mounts):
     dirs = {i + 1: os.path.join(mp, "data") for i, mp in enumerate(mounts)}
-    with h.Cluster(3, limits={"min_free_disk_bytes": MIN_FREE},
+    with h.Cluster(3, limits={"min_free_disk_bytes": MIN_FREE,
+                              "reserve_disk_bytes": RESERVE},
                    data_dirs=dirs) as cl:
-        c.step("start 3 nodes, each on a %s tmpfs, min_free_disk_bytes %d"
-               % (SIZE, MIN_FREE))
+        c.step("start 3 nodes, each on a %s tmpfs, min_free_disk_bytes %d, "
+               "reserve_disk_bytes %d" % (SIZE, MIN_FREE, RESERVE))
         cl.start()
+        for i, d in dirs.items():
+            c.check(reserve_size(d) == RESERVE,
+                    "node %d allocated its %d-byte reserve" % (i, RESERVE),
+                    reserve_size(d))
         for mp in mounts:
             c.info("%s: %.1f MiB free after start" %
                    (mp, free_bytes(mp) / 2**20))
@@ -119,6 +147,9 @@ def run(c, mounts):
                 "reads still work while full", r.stderr.strip()[-200:])
         for i, nd in cl.nodes.items():
             c.check(nd.alive(), "node %d still running while full" % i)
+        for i, d in dirs.items():
+            c.check(reserve_size(d) == -1,
+                    "node %d gave its reserve back" % i)
 
         c.step("delete the balloons")
         for b in balloons:
@@ -133,12 +164,67 @@ def run(c, mounts):
                     "--ack-log", acks2, "--id-prefix", "post")
         c.check(r.returncode == 0, "produce 200 more",
                 r.stderr.strip()[-300:])
+        c.check(h.poll(lambda: all(reserve_size(d) == RESERVE
+                                   for d in dirs.values()), 10),
+                "every node allocated its reserve again",
+                {i: reserve_size(d) for i, d in dirs.items()})
         acked = h.read_ack_log(acks) + h.read_ack_log(acks2)
         got = cl.consume_all("full", expect=len(acked))
         ids = {g[1] for g in got}
         missing = [a for a in acked if a[0] not in ids]
         c.check(not missing, "all %d acknowledged ids readable" %
                 len(acked), missing[:5])
+
+        fill_leader_to_zero(c, cl, dirs, mounts, acked)
+
+
+def fill_leader_to_zero(c, cl, dirs, mounts, acked):
+    lead = cl.wait_leader()
+    c.step("F5: fill leader node %d's tmpfs to the last byte" % lead)
+    pid = cl.nodes[lead].pid
+    balloon = inflate(mounts[lead - 1], 0)
+    c.info("node %d: %d bytes free" % (lead, free_bytes(mounts[lead - 1])))
+    new = [None]
+
+    def moved():
+        r = produce_one(cl, "moved")
+        st = cl.leader()
+        new[0] = st
+        return r.returncode == 0 and st is not None and st != lead
+    c.check(h.poll(moved, 20, interval=0.5),
+            "writes accepted again, by a node with space, while node %d "
+            "is full" % lead, "leader now %r" % new[0])
+    c.check(cl.nodes[lead].alive() and cl.nodes[lead].pid == pid,
+            "node %d did not fail-stop (same process)" % lead)
+    c.check("disk full" in cl.nodes[lead].log_text(),
+            "node %d logged its disk alarm" % lead)
+    c.check("raft replica fail-stopped" not in cl.nodes[lead].log_text(),
+            "no fail-stop in node %d's log" % lead)
+    acks3 = os.path.join(cl.dir, "acks3.txt")
+    r = cl.tern("produce", "full", "--count", 200, "--size", 1024,
+                "--ack-log", acks3, "--id-prefix", "f5")
+    c.check(r.returncode == 0, "produce 200 while node %d is full" % lead,
+            r.stderr.strip()[-300:])
+    c.check(cl.nodes[lead].alive() and cl.nodes[lead].pid == pid,
+            "node %d still the same process after 200 more" % lead)
+
+    c.step("delete node %d's balloon; it catches up" % lead)
+    os.unlink(balloon)
+    acked = acked + h.read_ack_log(acks3)
+    ids = set()
+
+    def caught_up():
+        r = cl.tern("--read-from", "first", "consume", "full", "--offset", 0,
+                    servers=[lead], timeout=20)
+        ids.clear()
+        ids.update(g[1] for g in h.parse_consume(r.stdout))
+        return all(a[0] in ids for a in acked)
+    h.poll(caught_up, 30, interval=0.5)
+    missing = [a for a in acked if a[0] not in ids]
+    c.check(not missing, "node %d holds all %d acknowledged ids" %
+            (lead, len(acked)), missing[:5])
+    for i, nd in cl.nodes.items():
+        c.check(nd.alive(), "node %d running at the end" % i)
 
 
 if __name__ == "__main__":

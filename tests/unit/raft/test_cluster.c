@@ -1362,3 +1362,67 @@ Test(cluster, startup_restore_moves_on_from_a_failing_peer)
     cr_expect(!cl.conflict);
     cluster_fini(&cl);
 }
+
+/* ---- jepsen F5: a follower whose disk is full (guard.c item 11) --------- */
+
+/* While repl_set_disk_full is on, the follower stores no new entries
+ * (AppendEntries with entries are dropped), does not stand for election
+ * although it hears no AppendEntries it can use, and is no target for a
+ * leadership transfer; the other two carry on. Once the alarm clears it
+ * catches up. Without item 11 its log grows (or it starts an election) and
+ * the expectations below fail. */
+Test(cluster, disk_full_follower_takes_no_entries)
+{
+    uint64_t last = 0;
+    struct repl_status st0, st;
+    int l, f, g;
+    cluster_init(&cl, 3);
+    l = start_all_elect(&cl);
+    f = other_follower(&cl, l, l);
+    g = other_follower(&cl, l, f);
+    propose_applied(&cl, (unsigned)l, 5, 32, 1, &last);
+    repl_get_status(cl.nodes[f].repl, &st0);
+    repl_set_disk_full(cl.nodes[f].repl, true);
+
+    propose_n(&cl, (unsigned)l, 20, 32, 2, &last);
+    {
+        uint64_t want_l[2] = {(uint64_t)l, last}, want_g[2] = {(uint64_t)g,
+                                                               last};
+        cr_assert(cluster_step_until(&cl, pred_node_applied, want_l, STEPS));
+        cr_assert(cluster_step_until(&cl, pred_node_applied, want_g, STEPS));
+    }
+    /* Many election timeouts of silence for f (150 ms each). */
+    {
+        uint64_t until = cl.clock + 3000;
+        while (cl.clock < until) {
+            cluster_step(&cl);
+        }
+    }
+    repl_get_status(cl.nodes[f].repl, &st);
+    cr_expect_eq(st.last_index, st0.last_index, "full follower stored %llu",
+                 (unsigned long long)(st.last_index - st0.last_index));
+    cr_expect(st.disk_full);
+    cr_expect_gt(st.disk_full_dropped, 0);
+    cr_expect_eq(st.role, REPL_FOLLOWER);
+    cr_expect_eq(st.term, st0.term, "the full follower stood for election");
+    cr_expect_eq(cluster_writable_leader(&cl), l);
+
+    /* A transfer to the full node does not make it leader. */
+    if (repl_transfer(cl.nodes[l].repl, cl.nodes[f].id) == 0) {
+        uint64_t until = cl.clock + 3000;
+        while (cl.clock < until) {
+            cluster_step(&cl);
+        }
+    }
+    cr_expect_neq(cluster_leader(&cl), f);
+    cr_expect_eq(cl.nodes[f].role, REPL_FOLLOWER);
+
+    repl_set_disk_full(cl.nodes[f].repl, false);
+    l = wait_writable_leader(&cl);
+    propose_n(&cl, (unsigned)l, 5, 32, 3, &last);
+    cr_assert(cluster_step_until(&cl, pred_all_applied, &last, STEPS));
+    cr_expect_eq(cl.nodes[f].n_applied, 30);
+    assert_streams_equal(&cl);
+    cr_expect(!cl.conflict);
+    cluster_fini(&cl);
+}
