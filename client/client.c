@@ -72,6 +72,14 @@ struct tern__pq
     uint64_t producer_id;
     uint64_t next_seq;
     int blocked_round; /* pump round in which a batch could not be sent */
+    /* The last batch of this queue that timed out (outcome unknown), for
+     * tern_produce_resend: its producer id and sequence as sent, its
+     * message count and checksum (to refuse a different batch). */
+    int unknown_valid;
+    uint64_t unknown_pid;
+    uint64_t unknown_seq;
+    size_t unknown_n;
+    uint32_t unknown_sum;
 };
 
 struct tern__req
@@ -93,8 +101,11 @@ struct tern__req
     int64_t deadline;
     int64_t not_before;
     struct tern_wbuf frame; /* owned */
-    struct tern__pq *pq;    /* produce only */
+    struct tern__pq *pq;    /* produce only (NULL for a resend) */
+    struct tern__pq *resend_of; /* tern_produce_resend: whose unknown */
+    uint64_t pid;           /* produce: producer id in the frame */
     uint64_t seq;
+    uint32_t msg_sum;       /* produce: batch_checksum of the messages */
     size_t n_msgs;
     /* Outcome. */
     int status;
@@ -279,8 +290,29 @@ static void req_detach(struct tern_client *c, struct tern__req *r)
     }
 }
 
+/* Remember or forget the batch with an unknown outcome (resend rules in
+ * <tern/tern.h>, tern_produce_resend). */
+static void note_produce_outcome(struct tern__req *r, int status)
+{
+    struct tern__pq *pq = r->pq != NULL ? r->pq : r->resend_of;
+    if (r->op != PROTO_OP_PRODUCE || pq == NULL) {
+        return;
+    }
+    if (status == TERN_ETIMEDOUT) {
+        pq->unknown_valid = 1;
+        pq->unknown_pid = r->pid;
+        pq->unknown_seq = r->seq;
+        pq->unknown_n = r->n_msgs;
+        pq->unknown_sum = r->msg_sum;
+    } else if (r->resend_of != NULL && pq->unknown_valid &&
+               pq->unknown_pid == r->pid && pq->unknown_seq == r->seq) {
+        pq->unknown_valid = 0; /* resolved: appended once, or never */
+    }
+}
+
 static void req_complete(struct tern_client *c, struct tern__req *r, int status)
 {
+    note_produce_outcome(r, status);
     req_detach(c, r);
     if (r->admitted) {
         r->admitted = 0;
@@ -434,6 +466,7 @@ static void pq_renumber(struct tern_client *c, struct tern__pq *pq)
         if (r->pq == pq) {
             req_detach(c, r);
             r->seq = pq->next_seq++;
+            r->pid = pq->producer_id;
             (void)proto_frame_set_producer(r->frame.base, r->frame.len,
                                            pq->producer_id, r->seq);
         }
@@ -1229,19 +1262,31 @@ int tern_queue_list(struct tern_client *c, struct tern_queue_list **out)
     return rv;
 }
 
-/* Build a PRODUCE request: copies msgs into the frame and takes the next
- * sequence number of the queue. */
-static int produce_new(struct tern_client *c,
-                       const char *queue,
-                       const struct tern_msg *msgs,
-                       size_t n,
-                       struct tern__req **out)
+/* Checksum of a batch's messages (lengths and bytes), to tell a resend of
+ * the same batch from another one. */
+static uint32_t batch_checksum(const struct tern_msg *msgs, size_t n)
 {
-    struct tern__req *r;
-    struct tern__pq *pq;
-    size_t start = 0;
-    int rv;
-    *out = NULL;
+    struct tern_checksum_state st;
+    tern_checksum32_begin(&st);
+    for (size_t k = 0; k < n; k++) {
+        uint8_t len[8];
+        tern_put_u64(len, (uint64_t)msgs[k].len);
+        tern_checksum32_update(&st, len, sizeof len);
+        if (msgs[k].len > 0) {
+            tern_checksum32_update(&st, msgs[k].data, msgs[k].len);
+        }
+    }
+    return tern_checksum32_end(&st);
+}
+
+/* Check a produce call's arguments and find (or make) the queue's producer
+ * state. */
+static int produce_check(struct tern_client *c,
+                         const char *queue,
+                         const struct tern_msg *msgs,
+                         size_t n,
+                         struct tern__pq **pq)
+{
     if (queue == NULL || !proto_name_valid(queue, strlen(queue))) {
         tern_errmsg_printf(c->errmsg, "queue name \"%s\"",
                            queue != NULL ? queue : "(null)");
@@ -1260,16 +1305,32 @@ static int produce_new(struct tern_client *c,
             return msgs[k].data == NULL ? TERN_EINVAL : TERN_ETOOBIG;
         }
     }
-    pq = pq_get(c, queue);
+    *pq = pq_get(c, queue);
+    return *pq != NULL ? 0 : -ENOMEM;
+}
+
+/* Build a PRODUCE request carrying (pid, seq): copies msgs into the
+ * frame. */
+static int produce_build(struct tern_client *c,
+                         const char *queue,
+                         const struct tern_msg *msgs,
+                         size_t n,
+                         uint64_t pid,
+                         uint64_t seq,
+                         struct tern__req **out)
+{
+    struct tern__req *r;
+    size_t start = 0;
+    int rv;
+    *out = NULL;
     r = req_new(c, PROTO_OP_PRODUCE, 0);
-    if (pq == NULL || r == NULL) {
-        req_free(r);
+    if (r == NULL) {
         return -ENOMEM;
     }
     proto_frame_begin(&r->frame, PROTO_OP_PRODUCE, 0, 0);
     proto_put_str(&r->frame, queue, strlen(queue));
-    tern_wbuf_u64(&r->frame, pq->producer_id);
-    tern_wbuf_u64(&r->frame, pq->next_seq);
+    tern_wbuf_u64(&r->frame, pid);
+    tern_wbuf_u64(&r->frame, seq);
     tern_wbuf_u32(&r->frame, (uint32_t)n);
     for (size_t k = 0; k < n; k++) {
         proto_put_blob(&r->frame, msgs[k].data, (uint32_t)msgs[k].len);
@@ -1284,11 +1345,44 @@ static int produce_new(struct tern_client *c,
         req_free(r);
         return rv;
     }
-    r->pq = pq;
-    r->seq = pq->next_seq++;
+    r->pid = pid;
+    r->seq = seq;
     r->n_msgs = n;
+    r->msg_sum = batch_checksum(msgs, n);
     *out = r;
     return 0;
+}
+
+/* Build a PRODUCE request that takes the next sequence number of the
+ * queue. */
+static int produce_new(struct tern_client *c,
+                       const char *queue,
+                       const struct tern_msg *msgs,
+                       size_t n,
+                       struct tern__req **out)
+{
+    struct tern__pq *pq;
+    int rv = produce_check(c, queue, msgs, n, &pq);
+    *out = NULL;
+    if (rv != 0) {
+        return rv;
+    }
+    rv = produce_build(c, queue, msgs, n, pq->producer_id, pq->next_seq, out);
+    if (rv != 0) {
+        return rv;
+    }
+    (*out)->pq = pq;
+    pq->next_seq++;
+    return 0;
+}
+
+static void produce_base_out(const struct tern__req *r, uint64_t *base_offset)
+{
+    if (base_offset != NULL) {
+        *base_offset = r->produce.duplicate && r->produce.count == 0
+                           ? UINT64_MAX
+                           : r->produce.base_offset;
+    }
 }
 
 int tern_produce(struct tern_client *c,
@@ -1307,10 +1401,51 @@ int tern_produce(struct tern_client *c,
         return rv;
     }
     rv = run_sync(c, r);
-    if (rv == 0 && base_offset != NULL) {
-        *base_offset = r->produce.duplicate && r->produce.count == 0
-                           ? UINT64_MAX
-                           : r->produce.base_offset;
+    if (rv == 0) {
+        produce_base_out(r, base_offset);
+    }
+    req_free(r);
+    return rv;
+}
+
+int tern_produce_resend(struct tern_client *c,
+                        const char *queue,
+                        const struct tern_msg *msgs,
+                        size_t n,
+                        uint64_t *base_offset)
+{
+    struct tern__req *r;
+    struct tern__pq *pq;
+    int rv = check_call(c);
+    if (rv != 0) {
+        return rv;
+    }
+    rv = produce_check(c, queue, msgs, n, &pq);
+    if (rv != 0) {
+        return rv;
+    }
+    if (!pq->unknown_valid) {
+        tern_errmsg_printf(c->errmsg,
+                           "resend to %s: no batch with an unknown outcome",
+                           queue);
+        return TERN_EINVAL;
+    }
+    if (pq->unknown_n != n || pq->unknown_sum != batch_checksum(msgs, n)) {
+        tern_errmsg_printf(c->errmsg,
+                           "resend to %s: not the batch that timed out "
+                           "(%zu messages, checksum %08x)",
+                           queue, pq->unknown_n, pq->unknown_sum);
+        return TERN_EINVAL;
+    }
+    rv = produce_build(c, queue, msgs, n, pq->unknown_pid, pq->unknown_seq,
+                       &r);
+    if (rv != 0) {
+        return rv;
+    }
+    r->resend_of = pq;
+    rv = run_sync(c, r);
+    if (rv == 0) {
+        produce_base_out(r, base_offset);
     }
     req_free(r);
     return rv;

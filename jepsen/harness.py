@@ -1092,7 +1092,10 @@ class Run:
             # libtern retries each batch with the same producer id and
             # sequence for up to --produce-timeout-ms, so the server must
             # deduplicate; any duplicate in the log is then invalid.
-            cmd += ["--produce-timeout-ms", str(a.produce_timeout_ms)]
+            # After a timeout the batch is resent with
+            # tern_produce_resend (same id + sequence), --resend times.
+            cmd += ["--produce-timeout-ms", str(a.produce_timeout_ms),
+                    "--resend", str(a.resend)]
         if a.workload == "group":
             cmd += ["--group", "1"]
         self.log("driver: %s" % " ".join(cmd))
@@ -1317,12 +1320,17 @@ def parse_args(argv):
                     choices=("total-queue", "idempotent", "group"),
                     help="total-queue (default; FIFO, offsets and "
                     "lost-on-node are judged on every run), idempotent "
-                    "(producers use a long --produce-timeout-ms so libtern "
-                    "retries batches with the same producer id + seq) or "
+                    "(libtern retries batches with the same producer id + "
+                    "seq for --produce-timeout-ms, then the driver resends "
+                    "them with tern_produce_resend, --resend times) or "
                     "group (consumers use consumer groups: fetch from the "
                     "committed offset, commit)")
-    ap.add_argument("--produce-timeout-ms", type=int, default=20000,
+    ap.add_argument("--produce-timeout-ms", type=int, default=3000,
                     help="idempotent workload: producers' request timeout")
+    ap.add_argument("--resend", type=int, default=8,
+                    help="idempotent workload: tern_produce_resend "
+                    "attempts after a produce timeout (same producer id + "
+                    "seq; a later ESEQUENCE is a definite failure)")
     ap.add_argument("--disk-mb", type=int, default=0,
                     help="each node's data dir on its own loop-mounted "
                     "ext4 image of this size (disk-full: default 64)")

@@ -11,7 +11,9 @@
  *      ids "<process>-<counter>" to a random queue (one message per batch,
  *      idempotent producer: each client has its own producer id, recorded
  *      as "producer" on each produce invoke; libtern retries a batch with
- *      the same producer id + sequence until --produce-timeout-ms), at most
+ *      the same producer id + sequence until --produce-timeout-ms; with
+ *      --resend N a timed-out batch is then resent up to N times with
+ *      tern_produce_resend, same id + sequence), at most
  *      --rate ops/s and --max-ops ops per thread; --consumers threads read
  *      every queue by offset from 0 (consumer i reads from the leader when
  *      i is even, from any server when odd);
@@ -77,6 +79,7 @@ struct drv_opts {
     long max_ops;
     int request_timeout_ms;
     int produce_timeout_ms; /* producers' request timeout (0: as above) */
+    int resend;             /* tern_produce_resend attempts after a timeout */
     int connect_timeout_ms;
     double setup_timeout_s;
     double drain_timeout_s;
@@ -91,7 +94,7 @@ static char queue_names[DRV__MAX_QUEUES][64];
 static FILE *hist;
 static pthread_mutex_t hist_mu = PTHREAD_MUTEX_INITIALIZER;
 static atomic_int next_process;
-static atomic_long stat_ok, stat_fail, stat_info, stat_reads;
+static atomic_long stat_ok, stat_fail, stat_info, stat_reads, stat_resends;
 static uint64_t drain_end[DRV__MAX_QUEUES];
 /* The leader's commit index asked right after the drain (0: unknown). */
 static uint64_t drain_commit;
@@ -329,6 +332,7 @@ static void *producer_main(void *arg)
         char value[64];
         struct tern_msg m;
         uint64_t off = 0;
+        int resends;
         int rv;
 
         if (period_ns > 0) {
@@ -349,9 +353,21 @@ static void *producer_main(void *arg)
                   value, tern_client_producer_id(c));
         hist_end(&b);
         rv = tern_produce(c, q, &m, 1, &off);
+        /* --resend: the same batch, same producer id + sequence, after a
+         * timeout (outcome unknown). TERN_ESEQUENCE then proves it was
+         * never appended: a definite failure. */
+        resends = 0;
+        while (rv == TERN_ETIMEDOUT && resends < opts.resend) {
+            resends++;
+            atomic_fetch_add(&stat_resends, 1);
+            rv = tern_produce_resend(c, q, &m, 1, &off);
+        }
         if (rv == 0) {
             hist_begin(&b, proc, "ok", "produce", q);
             sb_printf(&b, ",\"value\":\"%s\"", value);
+            if (resends > 0) {
+                sb_printf(&b, ",\"resends\":%d", resends);
+            }
             if (off == UINT64_MAX) {
                 sb_printf(&b, ",\"offset\":null");
             } else {
@@ -363,13 +379,20 @@ static void *producer_main(void *arg)
             atomic_fetch_add(&stat_ok, 1);
             continue;
         }
-        hist_begin(&b, proc, definite_failure(rv) ? "fail" : "info",
+        hist_begin(&b, proc,
+                   definite_failure(rv) ||
+                           (resends > 0 && rv == TERN_ESEQUENCE)
+                       ? "fail"
+                       : "info",
                    "produce", q);
         sb_printf(&b, ",\"value\":\"%s\"", value);
+        if (resends > 0) {
+            sb_printf(&b, ",\"resends\":%d", resends);
+        }
         sb_node(&b, tern_client_leader(c));
         sb_error(&b, c, rv);
         hist_end(&b);
-        if (definite_failure(rv)) {
+        if (definite_failure(rv) || (resends > 0 && rv == TERN_ESEQUENCE)) {
             atomic_fetch_add(&stat_fail, 1);
             continue;
         }
@@ -811,6 +834,8 @@ static void usage(void)
             "  [--consumers 2] [--time S=30] [--rate OPS_PER_S=50]\n"
             "  [--max-ops N=100000] [--request-timeout-ms 2000]\n"
             "  [--produce-timeout-ms MS (producers; default: as request)]\n"
+            "  [--resend N (after a produce timeout, tern_produce_resend up "
+            "to N times)]\n"
             "  [--connect-timeout-ms 500] [--setup-timeout S=30]\n"
             "  [--drain-timeout S=60] [--drain-quiet 3]\n"
             "  [--final-timeout S=30] [--async-window W=0 (sync)]\n"
@@ -899,6 +924,8 @@ int main(int argc, char **argv)
             opts.request_timeout_ms = atoi(v);
         } else if (strcmp(a, "--produce-timeout-ms") == 0) {
             opts.produce_timeout_ms = atoi(v);
+        } else if (strcmp(a, "--resend") == 0) {
+            opts.resend = atoi(v);
         } else if (strcmp(a, "--connect-timeout-ms") == 0) {
             opts.connect_timeout_ms = atoi(v);
         } else if (strcmp(a, "--setup-timeout") == 0) {
@@ -967,9 +994,10 @@ int main(int argc, char **argv)
     }
     fprintf(stderr,
             "driver: workload done: produce ok %ld fail %ld info %ld, "
-            "fetches %ld\n",
+            "fetches %ld, resends %ld\n",
             atomic_load(&stat_ok), atomic_load(&stat_fail),
-            atomic_load(&stat_info), atomic_load(&stat_reads));
+            atomic_load(&stat_info), atomic_load(&stat_reads),
+            atomic_load(&stat_resends));
 
     for (int qi = 0; qi < opts.queues; qi++) {
         int complete = 0;

@@ -155,6 +155,25 @@ TERN_API int tern_produce(struct tern_client *c,
                           size_t n,
                           uint64_t *base_offset);
 
+/* Resend the batch whose tern_produce (or tern_produce_async) to queue
+ * last ended in TERN_ETIMEDOUT, with the producer id and sequence number it
+ * was sent with, so the server appends it at most once: 0 with
+ * *base_offset (as for tern_produce) whether this call or the lost one
+ * appended it. msgs[0..n) must be the same messages (count and bytes are
+ * checked: TERN_EINVAL otherwise, also when no batch of queue has an
+ * unknown outcome). TERN_ESEQUENCE: the batch was never appended (the
+ * server has a gap before it, e.g. an earlier batch also timed out):
+ * produce it again as a new batch if wanted. TERN_ETIMEDOUT again: still
+ * unknown, the batch stays resendable. Any other answer resolves it. The
+ * client keeps one such batch per queue: a later timeout to the same queue
+ * replaces it. A resend may land after batches produced since, so per-queue
+ * order holds only if the caller sent nothing to queue in between. */
+TERN_API int tern_produce_resend(struct tern_client *c,
+                                 const char *queue,
+                                 const struct tern_msg *msgs,
+                                 size_t n,
+                                 uint64_t *base_offset);
+
 /* Completion of an async produce: status 0 (base_offset/count valid; count
  * 0 means "acknowledged as a duplicate, offsets unknown", see tern_produce)
  * or a
