@@ -5,7 +5,9 @@
 # loopback ports), run `tern bench --replication` sequential (window 1) and
 # pipelined (window 64) with 1 KiB messages, stop the cluster by PID, then
 # measure the floors on the same machine in the same run:
-#   shm   eventfd ping-pong between two processes     (bench_xport "eventfd")
+#   shm   eventfd ping-pong between two processes     (bench_xport "eventfd");
+#         also reported: the same ping-pong paced like the window-1 runs
+#         (idle between round trips; "eventfd paced"), see the last lines
 #   tcp   TCP loopback round trip, SIZE bytes each way (bench_xport "tcp_floor")
 #   rdma  ib_write_lat (perftest) on the first device; it reports a one-way
 #         latency (RTT/2), shown here doubled as a round trip
@@ -159,8 +161,25 @@ for t in $transports; do
     done
 done
 
-echo "== floors: bench_xport (eventfd, tcp loopback), ${size} B" >&2
-timeout "$STEP_TIMEOUT" "$XPORT_BENCH" -n 20000 -w 2000 -s "$size" -m 0 \
+# The paced eventfd ping-pong idles as long between round trips as the
+# window-1 runs did between commits (period - replication p50 of the first
+# seq run), so it has the same idle-vCPU wake-ups; reported beside the
+# floors, not used for the ratio.
+gap=$(python3 - "$res/runs" <<'GAP'
+import json, sys
+gap = 200
+for line in open(sys.argv[1]):
+    t, d, mode, j = line.rstrip("\n").split(" ", 3)
+    j = json.loads(j)
+    if mode == "seq" and j and j.get("msgs_per_s"):
+        r = (j.get("replication_us") or {}).get("p50") or 0
+        gap = max(20, int(1e6 / j["msgs_per_s"] - r))
+        break
+print(gap)
+GAP
+)
+echo "== floors: bench_xport (eventfd, tcp loopback; paced eventfd with ${gap} us idle), ${size} B" >&2
+timeout "$STEP_TIMEOUT" "$XPORT_BENCH" -n 20000 -w 2000 -s "$size" -m 0 -g "$gap" \
     >"$res/xport.txt" 2>"$res/xport.err" || echo "replication: bench_xport failed" >&2
 tail -n 1 "$res/xport.txt" >"$res/xport.json" 2>/dev/null || true
 
@@ -241,8 +260,19 @@ if x:
           f"tcp loopback p50 {f(p50('tcp_floor'), 0, 2)} us; "
           f"xport shm p50 {f(p50('xport_shm'), 0, 2)} us, "
           f"xport tcp p50 {f(p50('xport_tcp'), 0, 2)} us")
+    pf = p50("eventfd_paced")
+    if pf:
+        print(f"eventfd paced ({x.get('paced_gap_us')} us idle between round "
+              f"trips, as between window-1 commits) p50 {pf:.2f} us: the "
+              f"idle-wake-up cost a window-1 commit also pays; seq rows / "
+              f"paced: " + ", ".join(
+                  f"{o['transport']}/{o['durability']} "
+                  f"{o['repl_p50_us'] / pf:.2f}x" for o in out
+                  if o.get("ok") and o["mode"] == "seq" and o["repl_p50_us"]))
 print(json.dumps({"bench": "replication", "size": int(size), "rows": out,
-                  "floors": {k: v[1] for k, v in floors.items()}}))
+                  "floors": {k: v[1] for k, v in floors.items()},
+                  "eventfd_paced_p50_us": p50("eventfd_paced"),
+                  "paced_gap_us": x.get("paced_gap_us")}))
 EOF
 if [ "$stages" = 1 ] && [ -f "$res/stages" ]; then
     cat "$res/stages"

@@ -7,6 +7,12 @@
  *   eventfd+epoll  the same, each side waiting in epoll_wait first (what a
  *                  libuv loop does; the honest floor for a loop-driven
  *                  transport);
+ *   eventfd paced  eventfd+epoll, but the parent sleeps GAP us between
+ *                  round trips (-g, default 200), so both sides go idle
+ *                  between messages as the nodes do in a window-1
+ *                  replication run: on a VM the wake-up of an idle vCPU
+ *                  is part of every round trip (reported, not a floor the
+ *                  targets are defined against);
  *   tcp loopback   blocking TCP_NODELAY sockets on 127.0.0.1, SIZE bytes
  *                  each way;
  *   xport shm      xport_shm transports, one uv loop per process: the
@@ -18,6 +24,7 @@
  * pass/fail, no timing assertions.
  *
  * Usage: bench_xport [-n round_trips] [-s size_bytes] [-w warmup]
+ *                    [-m stream_messages] [-W window] [-g gap_us]
  */
 #include <errno.h>
 #include <netinet/in.h>
@@ -122,10 +129,19 @@ static int epoll_for(int fd)
     return ep;
 }
 
+static void sleep_us(unsigned us)
+{
+    struct timespec ts = {(time_t)(us / 1000000u),
+                          (long)(us % 1000000u) * 1000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}
+
 static void bench_eventfd(struct result *r,
                           size_t n,
                           size_t warm,
-                          int use_epoll)
+                          int use_epoll,
+                          unsigned gap_us)
 {
     int ping = eventfd(0, EFD_CLOEXEC), pong = eventfd(0, EFD_CLOEXEC);
     uint64_t *s = calloc(n, sizeof *s);
@@ -146,7 +162,11 @@ static void bench_eventfd(struct result *r,
     {
         int ep = use_epoll ? epoll_for(pong) : -1;
         for (size_t i = 0; i < warm + n; i++) {
-            uint64_t t0 = now_ns();
+            uint64_t t0;
+            if (gap_us > 0) {
+                sleep_us(gap_us);
+            }
+            t0 = now_ns();
             efd_post(ping);
             efd_wait(pong, ep);
             if (i >= warm) {
@@ -560,19 +580,22 @@ int main(int argc, char **argv)
     unsigned window = 256;
     double rate[2] = {0, 0};
     size_t failed[2] = {0, 0};
-    struct result res[5] = {
+    unsigned gap_us = 200;
+    struct result res[6] = {
         {.name = "eventfd", .key = "eventfd"},
         {.name = "eventfd+epoll", .key = "eventfd_epoll"},
+        {.name = "eventfd paced", .key = "eventfd_paced"},
         {.name = "tcp loopback", .key = "tcp_floor"},
         {.name = "xport shm", .key = "xport_shm"},
         {.name = "xport tcp", .key = "xport_tcp"},
     };
+    enum { R_EFD, R_EFD_EPOLL, R_PACED, R_TCP, R_SHM, R_XTCP };
     char dir[] = "/tmp/bench-xport-XXXXXX";
     char sp[128], sc[128], tp[32], tc[32];
     char sp2[128], sc2[128], tp2[32], tc2[32];
     int opt;
 
-    while ((opt = getopt(argc, argv, "n:s:w:m:W:")) != -1) {
+    while ((opt = getopt(argc, argv, "n:s:w:m:W:g:")) != -1) {
         switch (opt) {
         case 'n':
             n = strtoul(optarg, NULL, 10);
@@ -589,10 +612,13 @@ int main(int argc, char **argv)
         case 'W':
             window = (unsigned)strtoul(optarg, NULL, 10);
             break;
+        case 'g':
+            gap_us = (unsigned)strtoul(optarg, NULL, 10);
+            break;
         default:
             (void)fprintf(stderr,
                           "usage: %s [-n round_trips] [-s size] [-w warmup] "
-                          "[-m stream_messages] [-W window]\n",
+                          "[-m stream_messages] [-W window] [-g gap_us]\n",
                           argv[0]);
             return 2;
         }
@@ -619,11 +645,14 @@ int main(int argc, char **argv)
         (void)snprintf(tc2, sizeof tc2, "127.0.0.1:%d", port + 3);
     }
 
-    bench_eventfd(&res[0], n, warm, 0);
-    bench_eventfd(&res[1], n, warm, 1);
-    bench_tcp_floor(&res[2], n, warm, size);
-    bench_xport(&res[3], 1, n, warm, size, sp, sc);
-    bench_xport(&res[4], 0, n, warm, size, tp, tc);
+    bench_eventfd(&res[R_EFD], n, warm, 0, 0);
+    bench_eventfd(&res[R_EFD_EPOLL], n, warm, 1, 0);
+    /* Paced: fewer samples (each costs a gap). */
+    bench_eventfd(&res[R_PACED], n < 3000 ? n : 3000, warm < 200 ? warm : 200,
+                  1, gap_us);
+    bench_tcp_floor(&res[R_TCP], n, warm, size);
+    bench_xport(&res[R_SHM], 1, n, warm, size, sp, sc);
+    bench_xport(&res[R_XTCP], 0, n, warm, size, tp, tc);
     if (m > 0) {
         rate[0] = bench_stream(1, m, size, window, sp2, sc2, &failed[0]);
         rate[1] = bench_stream(0, m, size, window, tp2, tc2, &failed[1]);
@@ -644,13 +673,17 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < TERN_ARRAY_SIZE(res); i++) {
         print_row(&res[i]);
     }
-    if (res[3].ok && res[0].ok && res[1].ok) {
+    if (res[R_SHM].ok && res[R_EFD].ok && res[R_EFD_EPOLL].ok) {
         printf("shm p50 / eventfd p50 = %.2fx, / eventfd+epoll p50 = %.2fx\n",
-               res[3].p50 / res[0].p50, res[3].p50 / res[1].p50);
+               res[R_SHM].p50 / res[R_EFD].p50,
+               res[R_SHM].p50 / res[R_EFD_EPOLL].p50);
     }
-    if (res[4].ok && res[2].ok) {
+    if (res[R_XTCP].ok && res[R_TCP].ok) {
         printf("xport tcp p50 / tcp loopback p50 = %.2fx\n",
-               res[4].p50 / res[2].p50);
+               res[R_XTCP].p50 / res[R_TCP].p50);
+    }
+    if (res[R_PACED].ok) {
+        printf("eventfd paced: %u us idle between round trips\n", gap_us);
     }
     for (int i = 0; i < 2 && m > 0; i++) {
         if (rate[i] > 0) {
@@ -662,7 +695,9 @@ int main(int argc, char **argv)
                    i == 0 ? "shm" : "tcp", failed[i]);
         }
     }
-    printf("{\"bench\":\"xport_pingpong\",\"size\":%zu,\"n\":%zu", size, n);
+    printf("{\"bench\":\"xport_pingpong\",\"size\":%zu,\"n\":%zu,"
+           "\"paced_gap_us\":%u",
+           size, n, gap_us);
     for (size_t i = 0; i < TERN_ARRAY_SIZE(res); i++) {
         if (res[i].ok) {
             printf(
