@@ -89,6 +89,8 @@ struct node
     struct node_disk disk; /* space alarm and reserve (disk.c) */
     uint64_t disk_alarm_since; /* uv_now the leader's alarm was first seen */
     uint64_t disk_handed_at;   /* uv_now of the last hand-over attempt */
+    uint64_t disk_hand_over_ms; /* wait before the next one: 3 s, doubled
+                                   per failed attempt up to 48 s */
     char raft_dir[PATH_MAX];
     char index_dir[PATH_MAX];
     struct idx_result results[NODE_MAX_CMDS_PER_ENTRY];
@@ -678,22 +680,29 @@ static void node_stop(struct node *n)
 /* A leader whose disk is full refuses every write, while a follower with
  * space could take them: after a second of alarm, ask raft to hand the
  * leadership over (0.15 picks the most up-to-date voter; a full follower
- * drops the TimeoutNow, guard.c item 11, and the leader carries on), at
- * most every 3 s (jepsen F5). */
+ * drops the TimeoutNow, guard.c item 11, and the leader carries on), again
+ * after 3 s, doubling up to 48 s while attempts fail (jepsen F5). */
 static void disk_hand_over(struct node *n, const struct repl_status *st)
 {
     uint64_t now = uv_now(&n->loop);
     int rv;
     if (!n->disk.alarm || st->role != REPL_LEADER || n->cfg->n_peers < 2) {
         n->disk_alarm_since = 0;
+        n->disk_hand_over_ms = 3000;
         return;
     }
     if (n->disk_alarm_since == 0) {
         n->disk_alarm_since = now;
+        n->disk_handed_at = 0;
+        n->disk_hand_over_ms = 3000;
     }
     if (now - n->disk_alarm_since < 1000 ||
-        (n->disk_handed_at != 0 && now - n->disk_handed_at < 3000)) {
+        (n->disk_handed_at != 0 &&
+         now - n->disk_handed_at < n->disk_hand_over_ms)) {
         return;
+    }
+    if (n->disk_handed_at != 0 && n->disk_hand_over_ms < 48000) {
+        n->disk_hand_over_ms *= 2; /* still leading: the others are full */
     }
     n->disk_handed_at = now;
     rv = repl_transfer(n->repl, 0);

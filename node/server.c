@@ -606,6 +606,13 @@ static void handle_write(struct node_conn *c,
     int rv;
 
     node_status(n, &st);
+    /* A leader with a full disk says so, also while it hands leadership
+     * over (not writable then): "disk full" is the answer a client can act
+     * on, a redirect to itself is not. */
+    if (st.leader_id == cfg->id && (rv = node_disk_check(n, m)) != 0) {
+        send_error(c, r->op, request_id, rv, m);
+        return;
+    }
     if (!st.writable) {
         const struct node_peer *p = node_config_peer(cfg, st.leader_id);
         if (st.leader_id != 0 && st.leader_id != cfg->id && p != NULL) {
