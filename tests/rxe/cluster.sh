@@ -120,6 +120,7 @@ write_config() { # i
         echo "heartbeat_ms = $HB"
         echo "[limits]"
         echo "min_free_disk_bytes = 1M"
+        echo "reserve_disk_bytes = 4M" # the guest fs is RAM
         echo "[peers]"
         for p in $(seq 1 $NODES); do echo "$p = $(raft_addr "$p"),$(client_addr "$p")"; done
     } >"$D/node$i.ini"
