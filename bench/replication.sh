@@ -21,12 +21,17 @@
 #   bench/replication.sh [--seq-count N] [--pipe-count N] [--size BYTES]
 #                        [--transports "tcp shm"] [--durabilities "disk memory"]
 #                        [--modes "seq pipe"] [--stages] [--out DIR]
+#                        [--busy-poll US]
 #
 # --stages: run the nodes at log level info and print, per cluster, each
 # node's "replication stages" line (node/node.c log_stages: the commit path
 # broken into stages, raft/repl.h enum repl_stage, p50/p99 in us; loop
 # iterations, shm doorbells and wake-ups) logged at shutdown. Follower
 # stages are not reset between runs: use it with one mode (--modes seq).
+#
+# --busy-poll US: shm nodes busy-poll up to US microseconds after each send
+# (busy_poll_us and follower_busy_poll_us), so no node sleeps between
+# window-1 commits; costs about a CPU per node while it runs.
 #
 # Defaults: 2000 sequential and 20000 pipelined messages of 1024 bytes,
 # a 500-message warm-up before each (not measured). --out keeps every raw
@@ -47,6 +52,7 @@ transports=
 durabilities="disk memory"
 modes="seq pipe"
 stages=0
+busy=0
 out=
 usage() {
     sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2
@@ -60,6 +66,7 @@ while [ $# -gt 0 ]; do
     --transports) transports=$2; shift 2 ;;
     --durabilities) durabilities=$2; shift 2 ;;
     --modes) modes=$2; shift 2 ;;
+    --busy-poll) busy=$2; shift 2 ;;
     --stages) stages=1; shift ;;
     --out) out=$2; shift 2 ;;
     *) usage ;;
@@ -134,7 +141,13 @@ for t in $transports; do
         echo "== transport $t, durability $d: cluster in $dir, ports $((base + 1))..$((base + 103))" >&2
         level=warn
         [ "$stages" = 1 ] && level=info
-        if ! TERN_NODE_EXTRA="transport = $t" TERN_RAFT_EXTRA="durability = $d" \
+        extra="transport = $t"
+        if [ "$busy" != 0 ] && [ "$t" = shm ]; then
+            extra="$extra
+busy_poll_us = $busy
+follower_busy_poll_us = $busy"
+        fi
+        if ! TERN_NODE_EXTRA="$extra" TERN_RAFT_EXTRA="durability = $d" \
             TERN_LOG_LEVEL=$level cluster up >"$res/up-$t-$d.log" 2>&1; then
             echo "replication: cluster $t/$d did not come up:" >&2
             cat "$res/up-$t-$d.log" >&2

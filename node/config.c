@@ -17,6 +17,10 @@
  *   busy_poll_us = 0                ; transport=shm: while leader, spin up
  *                                   ; to this long for answers after a send
  *                                   ; (xport_shm_set_busy_poll); 0 = off
+ *   follower_busy_poll_us = 0       ; transport=shm: the same while not
+ *                                   ; leader: spin for the next
+ *                                   ; AppendEntries after each answer
+ *                                   ; (costs a CPU per node under load)
  *   log_level   = info              ; error | warn | info | debug
  *
  *   [raft]
@@ -102,6 +106,9 @@ static const char usage_text[] =
     "  --busy-poll-us N           shm: a leader spins up to N us for "
     "answers after\n"
     "                             a send (default 0: off)\n"
+    "  --follower-busy-poll-us N  shm: the same while not leader, for the "
+    "next\n"
+    "                             AppendEntries (default 0: off)\n"
     "  --pid-file F               write the pid to F\n"
     "  --help                     this text\n"
     "exit codes: 0 clean stop, 1 runtime failure, 2 bad configuration\n"
@@ -115,6 +122,7 @@ static const char usage_text[] =
     "  transport = tcp\n"
     "  shm_dir = /tmp\n"
     "  busy_poll_us = 0\n"
+    "  follower_busy_poll_us = 0\n"
     "  log_level = info\n"
     "  [raft]\n"
     "  election_timeout_ms = 150\n"
@@ -425,6 +433,7 @@ static const struct key keys[] = {
     {"raft", "durability", "--durability"},
     {"node", "busy_poll_us", "--busy-poll-us"},
     {"limits", "reserve_disk_bytes", "--reserve-disk-bytes"},
+    {"node", "follower_busy_poll_us", "--follower-busy-poll-us"},
 };
 
 /* Set key k (index into keys) to v. what names the source in messages. */
@@ -519,6 +528,12 @@ static int set_key(struct node_config *c,
         return rv;
     case 17:
         return parse_u64(v, UINT64_MAX, &c->reserve_disk_bytes, what, errmsg);
+    case 18:
+        rv = parse_u64(v, 1000000, &x, what, errmsg);
+        if (rv == 0) {
+            c->follower_busy_poll_us = (unsigned)x;
+        }
+        return rv;
     default:
         break;
     }

@@ -443,12 +443,15 @@ static void on_state(void *arg,
     n->leader_id = leader_id;
     n->term = term;
     n->writable = writable;
-    /* Busy-poll only where answers come back at once: a leader's
-     * AppendEntries (a follower would spin for the next client write). */
+    /* Busy-poll where answers come back at once: a leader's AppendEntries.
+     * A follower spins for the next AppendEntries only if configured: it
+     * waits for the next client write, so it spins on every commit (the
+     * cost of skipping an idle vCPU's wake-up, bench/replication.sh). */
     if (n->fast != NULL && n->fast_is_shm) {
-        (void)xport_shm_set_busy_poll(n->fast, role == REPL_LEADER
-                                                   ? n->cfg->busy_poll_us
-                                                   : 0);
+        (void)xport_shm_set_busy_poll(n->fast,
+                                      role == REPL_LEADER
+                                          ? n->cfg->busy_poll_us
+                                          : n->cfg->follower_busy_poll_us);
     }
 }
 

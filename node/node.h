@@ -112,6 +112,7 @@ struct node_config
     unsigned snapshot_trailing;
     int memory_durability; /* [raft] durability = memory (default disk) */
     unsigned busy_poll_us; /* [node] busy_poll_us: shm leader busy-poll */
+    unsigned follower_busy_poll_us; /* [node] the same while not leader */
     uint64_t max_message_bytes;
     uint64_t max_frame_bytes;
     uint64_t min_free_disk_bytes;

@@ -131,10 +131,12 @@ Test(config, transport_and_durability)
 
 Test(config, busy_poll_us)
 {
-    ARGS("--dev", "--transport", "shm", "--busy-poll-us", "40");
+    ARGS("--dev", "--transport", "shm", "--busy-poll-us", "40",
+         "--follower-busy-poll-us", "300");
     cr_assert_eq(node_config_parse_args(&cfg, argc_, argv_, errmsg), 0, "%s",
                  errmsg);
     cr_expect_eq(cfg.busy_poll_us, 40);
+    cr_expect_eq(cfg.follower_busy_poll_us, 300);
 }
 
 Test(config, peer_flags_replace_file_peers)
