@@ -20,7 +20,7 @@ import os
 import statistics
 import sys
 
-COLS = ("runs", "valid", "invalid", "other", "acked", "lost", "dup",
+COLS = ("runs", "valid", "invalid", "other", "acked", "resent", "lost", "dup",
         "unexp", "fifo", "lost-on-node", "crashes", "rec-median-s",
         "rec-max-s")
 
@@ -55,7 +55,8 @@ def aggregate(summaries, by):
     for s in summaries:
         k = key_of(s, by)
         r = rows.setdefault(k, {"runs": 0, "valid": 0, "invalid": 0,
-                                "other": 0, "acked": 0, "lost": 0,
+                                "other": 0, "acked": 0, "resent": 0,
+                                "lost": 0,
                                 "dup": 0, "unexp": 0, "fifo": 0,
                                 "lost-on-node": 0, "crashes": 0,
                                 "rec": [], "bad_dirs": []})
@@ -71,6 +72,7 @@ def aggregate(summaries, by):
         if v != "valid" or s.get("crashes"):
             r["bad_dirs"].append(s.get("dir", "?"))
         r["acked"] += int(c.get("acknowledged", 0) or 0)
+        r["resent"] += int(c.get("acked_after_resend", 0) or 0)
         r["lost"] += int(c.get("lost", 0) or 0)
         r["dup"] += int(c.get("duplicated", 0) or 0)
         r["unexp"] += int(c.get("unexpected", 0) or 0)

@@ -147,6 +147,7 @@ def check(events):
     """Judge a history (list of event dicts). Returns a result dict."""
     attempts = {}          # value -> queue
     acked = {}             # value -> {"queue", "offset", "invoke", "complete"}
+    acked_after_resend = 0  # ok produces that needed tern_produce_resend
     failed = set()
     infos = set()
     invoke_time = {}       # (process, f) -> time of the pending invoke
@@ -190,6 +191,8 @@ def check(events):
                 pending_value[proc] = v
             elif typ == "ok":
                 off = ev.get("offset")
+                if ev.get("resends"):
+                    acked_after_resend += 1
                 acked[v] = {"queue": q, "offset": off,
                             "invoke": invoke_time.get(v), "complete": t,
                             "process": proc}
@@ -452,6 +455,7 @@ def check(events):
         "counts": {
             "attempt": n_attempt,
             "acknowledged": n_acked,
+            "acked_after_resend": acked_after_resend,
             "failed": len(failed),
             "info": len(infos),
             "read_distinct": len(read_anywhere),

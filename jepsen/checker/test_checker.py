@@ -98,6 +98,20 @@ class CheckerTest(unittest.TestCase):
         # final-heal at t=10 ms, next produce ok at t=12 ms.
         self.assertAlmostEqual(r["recovery_after_heal_s"], 0.002)
 
+    def test_resent_produces_are_counted(self):
+        h = H()
+        h.add(process=1, type="invoke", f="produce", queue="q", value="1-0")
+        h.add(process=1, type="ok", f="produce", queue="q", value="1-0",
+              offset=0, resends=2)
+        h.add(process=1, type="invoke", f="produce", queue="q", value="1-1")
+        h.add(process=1, type="ok", f="produce", queue="q", value="1-1",
+              offset=1)
+        h.add(process=9, type="ok", f="drain", queue="q",
+              value=[[0, "1-0"], [1, "1-1"]])
+        r = checker.check(h.ev)
+        self.assertEqual(r["counts"]["acked_after_resend"], 1)
+        self.assertEqual(r["counts"]["acknowledged"], 2)
+
     def test_lost_prefix_middle_postfix(self):
         h = H()
         for c in range(5):
