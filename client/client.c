@@ -87,7 +87,7 @@ struct tern__req
     struct tern__req *prev;
     struct tern__req *next;
     uint8_t op;
-    int is_write;
+    int leader_only;
     int is_async;
     int admitted; /* async: inside the window (its deadline runs) */
     int target;   /* fixed server index, or -1: chosen by the rules */
@@ -181,10 +181,14 @@ static int64_t backoff_ms(const struct tern_client *c, int attempts)
     return (int64_t)c->opts.retry_backoff_ms << shift;
 }
 
-static int is_write_op(uint8_t op)
+/* Ops only the leader serves, whatever read_from says: the writes, and
+ * GROUP_FETCH (the server answers it behind a read barrier in the raft log,
+ * so a consumer never starts below an offset its group committed). */
+static int leader_only_op(uint8_t op)
 {
     return op == PROTO_OP_QUEUE_CREATE || op == PROTO_OP_QUEUE_DELETE ||
-           op == PROTO_OP_PRODUCE || op == PROTO_OP_GROUP_COMMIT;
+           op == PROTO_OP_PRODUCE || op == PROTO_OP_GROUP_COMMIT ||
+           op == PROTO_OP_GROUP_FETCH;
 }
 
 static int find_server(const struct tern_client *c,
@@ -513,7 +517,7 @@ static int req_target(struct tern_client *c, const struct tern__req *r)
     if (r->target >= 0) {
         return r->target;
     }
-    if (r->is_write) {
+    if (r->leader_only) {
         return c->leader;
     }
     switch (c->opts.read_from) {
@@ -618,7 +622,7 @@ static void on_success(struct tern_client *c,
 {
     int rv = 0;
     r->answered_by = i;
-    if (r->is_write) {
+    if (r->leader_only) {
         c->leader = i;
         c->leader_confirmed = 1;
     }
@@ -688,7 +692,7 @@ static void on_error(struct tern_client *c,
     struct tern__server *s = c->servers[i];
     int retried = r->attempts > 0;
     int fixed = r->target >= 0 ||
-                (!r->is_write && c->opts.read_from != TERN_READ_LEADER);
+                (!r->leader_only && c->opts.read_from != TERN_READ_LEADER);
     tern_errmsg_printf(r->errmsg, "%s: %.*s", s->addr, (int)e->message_len,
                        e->message != NULL ? e->message : "");
     if (e->message_len == 0) {
@@ -711,7 +715,7 @@ static void on_error(struct tern_client *c,
     if (is_retryable(status)) {
         if (!fixed && (status == TERN_ENOLEADER || status == TERN_ESHUTDOWN ||
                        status == TERN_ENOCONN)) {
-            if (r->is_write || c->opts.read_from == TERN_READ_LEADER) {
+            if (r->leader_only || c->opts.read_from == TERN_READ_LEADER) {
                 leader_moved(c, i, next_server(c, i));
             } else if (c->read_cur == i) {
                 c->read_cur = next_server(c, i);
@@ -1087,7 +1091,7 @@ static struct tern__req *req_new(struct tern_client *c,
         return NULL;
     }
     r->op = op;
-    r->is_write = is_write_op(op);
+    r->leader_only = leader_only_op(op);
     r->target = -1;
     r->srv = -1;
     tern_wbuf_init(&r->frame);

@@ -345,6 +345,8 @@ int idx__index_record(struct idx_env *e,
             case IDX_CMD_GROUP_COMMIT:
                 rc = apply_group(e, &cmd, &r);
                 break;
+            case IDX_CMD_READ_BARRIER:
+                break; /* result 0, nothing changes */
             default:
                 rc = IDX__CORRUPT(e, "validated entry has command type %u",
                                   cmd.type);
@@ -435,6 +437,12 @@ int idx_flush(struct idx_env *e)
     }
     int rc = mdb_txn_commit(e->wtxn);
     e->wtxn = NULL;
+    if (rc == EIO) {
+        rc = idx__commit_eio(e);
+        e->st = e->committed;
+        e->failed = rc;
+        return rc;
+    }
     if (rc != 0) {
         rc = idx__mdb_err(e, rc, "commit");
         e->st = e->committed;

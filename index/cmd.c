@@ -29,6 +29,10 @@
  *     producer_id != 0 requires seq >= 1; seq is ignored when it is 0.
  *   GROUP_COMMIT (4):
  *     u8 name_len, name, u8 group_len, group, u64 next_offset
+ *   READ_BARRIER (5):
+ *     empty body; applies nothing (result 0). Added after the first
+ *     release of version 1: a node that does not know type 5 rejects the
+ *     entry, so upgrade every node before a leader proposes one.
  *
  * Message size: the validator checks structure only. The per-message limit
  * (idx_options.max_message) is enforced by idx_apply as a TERN_ETOOBIG
@@ -177,6 +181,11 @@ void idx_cmd_group_commit(struct tern_wbuf *w,
     cmd_finish(w, at);
 }
 
+void idx_cmd_read_barrier(struct tern_wbuf *w)
+{
+    cmd_finish(w, cmd_start(w, IDX_CMD_READ_BARRIER));
+}
+
 static uint32_t entry_checksum(const uint8_t *base, size_t len)
 {
     struct tern_checksum_state st;
@@ -277,6 +286,8 @@ static int decode_body(struct tern_cursor *c, struct idx__cmd *cmd)
         cmd->queue = get_name(c, &cmd->queue_len);
         cmd->group = get_name(c, &cmd->group_len);
         cmd->next_offset = tern_cursor_u64(c);
+        break;
+    case IDX_CMD_READ_BARRIER:
         break;
     default:
         return TERN_EMALFORMED;

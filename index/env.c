@@ -42,6 +42,7 @@
 #include <stdio.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "idx_int.h"
@@ -91,6 +92,35 @@ int idx__mdb_err(struct idx_env *e, int rc, const char *what)
         break;
     }
     tern_errmsg_printf(e->errmsg, "lmdb %s: %s", what, mdb_strerror(rc));
+    return code;
+}
+
+int idx__commit_err_code(int rc, uint64_t free_bytes, int have_free)
+{
+    if (rc == EIO && have_free && free_bytes < IDX__SHORT_WRITE_FREE) {
+        return TERN_EFULL;
+    }
+    return rc > 0 ? -rc : TERN_EINTERNAL;
+}
+
+int idx__commit_eio(struct idx_env *e)
+{
+    struct statvfs sv;
+    uint64_t avail = 0;
+    int have = statvfs(e->lmdb_dir, &sv) == 0;
+    int code;
+    if (have) {
+        avail = (uint64_t)sv.f_bavail * sv.f_frsize;
+    }
+    code = idx__commit_err_code(EIO, avail, have);
+    if (code == TERN_EFULL) {
+        tern_errmsg_printf(e->errmsg,
+                           "lmdb commit: short write (EIO) with %llu bytes "
+                           "free: file system full",
+                           (unsigned long long)avail);
+    } else {
+        tern_errmsg_printf(e->errmsg, "lmdb commit: %s", mdb_strerror(EIO));
+    }
     return code;
 }
 

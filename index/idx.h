@@ -83,6 +83,7 @@ enum idx_cmd_type {
     IDX_CMD_QUEUE_DELETE = 2,
     IDX_CMD_PRODUCE = 3,
     IDX_CMD_GROUP_COMMIT = 4,
+    IDX_CMD_READ_BARRIER = 5,
 };
 
 struct idx_msg
@@ -120,6 +121,10 @@ void idx_cmd_group_commit(struct tern_wbuf *w,
                           const char *queue,
                           const char *group,
                           uint64_t next_offset);
+/* A command that changes nothing (result 0): a leader that sees it applied
+ * knows every entry committed before it is applied too, and that it was
+ * still leader when it was committed (linearizable reads, node/batch.c). */
+void idx_cmd_read_barrier(struct tern_wbuf *w);
 int idx_cmd_end(struct tern_wbuf *w);
 
 /* Length of the entry in buf without trailing zero padding: entries are

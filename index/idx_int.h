@@ -267,6 +267,16 @@ struct idx_env
 int idx__fail(struct idx_env *e, int code, int line, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 /* Translate an LMDB return code into a tern code and errmsg. */
+/* LMDB reports a short pwrite (the file system filled up during a
+ * commit) as EIO (mdb_page_flush). The env is opened MDB_NOSYNC, so a
+ * commit writes and never syncs: an EIO from it while fewer than
+ * IDX__SHORT_WRITE_FREE bytes are free is a full disk, TERN_EFULL, which
+ * the caller cures by reopening (LMDB is rebuilt from the log), not a lost
+ * fsync. Pure, for tests: full = the free bytes after the failure. */
+#define IDX__SHORT_WRITE_FREE ((uint64_t)64 << 20)
+int idx__commit_err_code(int rc, uint64_t free_bytes, int have_free);
+/* The same for env e: statvfs of its LMDB dir, errmsg set. */
+int idx__commit_eio(struct idx_env *e);
 int idx__mdb_err(struct idx_env *e, int rc, const char *what);
 /* Grow e->rbuf to n bytes. 0 or -ENOMEM. */
 int idx__rbuf_reserve(struct idx_env *e, size_t n);

@@ -24,6 +24,14 @@
  * batches queued the batcher is congested and the server stops reading from
  * clients.
  *
+ * Reads behind a barrier (GROUP_FETCH): the request adds a READ_BARRIER
+ * command (index/cmd.c) to the open entry and is answered like a write,
+ * after the flush that covers its apply, by serving the fetch from the
+ * index then (node_server_respond). The entry commits only while this node
+ * leads a majority, and everything committed before it is applied by then:
+ * the read is linearizable, unlike a plain read from a leader that may
+ * have been deposed without knowing it.
+ *
  * Failure modes:
  *   - propose fails synchronously or its callback reports an error: every
  *     request of the batch is answered with that code at once
@@ -159,6 +167,7 @@ int node_batcher_add(struct node_batcher *b,
     case PROTO_OP_QUEUE_DELETE:
     case PROTO_OP_PRODUCE:
     case PROTO_OP_GROUP_COMMIT:
+    case PROTO_OP_GROUP_FETCH:
         break;
     default:
         return TERN_EINVAL;
@@ -167,7 +176,8 @@ int node_batcher_add(struct node_batcher *b,
      * request sharing the entry: reject here what idx_cmd_* would. */
     if (r->queue_len == 0 || r->queue_len > PROTO_MAX_NAME ||
         r->group_len > PROTO_MAX_NAME ||
-        (r->op == PROTO_OP_GROUP_COMMIT && r->group_len == 0)) {
+        ((r->op == PROTO_OP_GROUP_COMMIT || r->op == PROTO_OP_GROUP_FETCH) &&
+         r->group_len == 0)) {
         return TERN_EBADNAME;
     }
     if (r->op == PROTO_OP_PRODUCE &&
@@ -227,6 +237,16 @@ int node_batcher_add(struct node_batcher *b,
     case PROTO_OP_PRODUCE:
         idx_cmd_produce(&b->open->w, queue, r->producer_id, r->seq, msgs,
                         r->n_msgs);
+        break;
+    case PROTO_OP_GROUP_FETCH:
+        /* A read: nothing changes, the request is answered (served from
+         * the index) once the barrier is applied and flushed. */
+        idx_cmd_read_barrier(&b->open->w);
+        memcpy(w->queue, queue, sizeof(w->queue));
+        memcpy(w->group, group, sizeof(w->group));
+        w->max_msgs = r->max_msgs;
+        w->max_bytes = r->max_bytes;
+        w->wait_ms = r->wait_ms;
         break;
     default:
         idx_cmd_group_commit(&b->open->w, queue, group, r->offset);

@@ -229,6 +229,14 @@ static int idx_reopen(struct node *n, bool force)
     io.dir = n->index_dir;
     io.max_message = (uint32_t)n->cfg->max_message_bytes;
     rv = idx_open(&io, &n->idx, errmsg);
+    if ((rv == TERN_EFULL || rv == -ENOSPC) &&
+        disk_release(n, "index reopen: no space left")) {
+        /* Rebuilding LMDB from the log needs room: the reserve's. */
+        node_log(NODE_LOG_WARN, "retrying the index reopen in the disk "
+                 "reserve", "detail=\"%s\"", errmsg);
+        errmsg[0] = '\0';
+        rv = idx_open(&io, &n->idx, errmsg);
+    }
     if (rv != 0) {
         node_log(NODE_LOG_ERROR, "cannot reopen the index, exiting",
                  "err=%s detail=\"%s\"", tern_err_name(rv), errmsg);

@@ -205,6 +205,13 @@ struct node_wreq
     uint8_t op;
     int status;               /* final: 0 or a tern code */
     struct idx_result result; /* valid when status == 0 */
+    /* GROUP_FETCH: a read that rides a READ_BARRIER command; what to serve
+     * once the barrier is applied (names NUL-terminated). */
+    char queue[PROTO_MAX_NAME + 1];
+    char group[PROTO_MAX_NAME + 1];
+    uint32_t max_msgs;
+    uint32_t max_bytes;
+    uint32_t wait_ms;
 };
 
 /* One raft command entry in the making or in flight. */

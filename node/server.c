@@ -15,9 +15,12 @@
  * joins the batcher's open entry and is answered after the group commit
  * that covers its apply (batch.c, node.c).
  *
- * Reads (FETCH, GROUP_FETCH, QUEUE_LIST, STATUS) are served from the local
- * index on any node: a follower may serve slightly stale data, but only
- * committed data (the index holds applied entries only). STATS answers
+ * Reads (FETCH, QUEUE_LIST, STATUS) are served from the local index on any
+ * node: a follower may serve slightly stale data, but only committed data
+ * (the index holds applied entries only). GROUP_FETCH is the exception:
+ * only a writable leader serves it, after a read barrier through the log
+ * (batch.c), so a consumer never restarts below its group's committed
+ * offset. STATS answers
  * with the local raft latency counters on any node. A FETCH (or
  * GROUP_FETCH) at the end of the queue with wait_ms > 0 is parked and
  * answered after a flush makes new data visible (every parked fetch is
@@ -595,6 +598,33 @@ static void serve_stats(struct node_conn *c, uint64_t request_id, uint8_t flags)
 
 /* ---- Writes ------------------------------------------------------------- */
 
+/* Answer TERN_ENOTLEADER (with the leader hint) unless this node is a
+ * writable leader. Returns whether it refused. */
+static bool refuse_unless_writable(struct node_conn *c,
+                                   uint8_t op,
+                                   uint64_t request_id,
+                                   const struct repl_status *st)
+{
+    const struct node_config *cfg = node_config(c->node);
+    const struct node_peer *p;
+    char m[TERN_ERRMSG_SIZE];
+
+    if (st->writable) {
+        return false;
+    }
+    p = node_config_peer(cfg, st->leader_id);
+    if (st->leader_id != 0 && st->leader_id != cfg->id && p != NULL) {
+        snprintf(m, sizeof(m), "not the leader; leader is node %llu at %s",
+                 (unsigned long long)st->leader_id, p->client_addr);
+    } else if (st->leader_id == cfg->id) {
+        snprintf(m, sizeof(m), "leader not ready for writes yet");
+    } else {
+        snprintf(m, sizeof(m), "not the leader; no leader known");
+    }
+    send_error(c, op, request_id, TERN_ENOTLEADER, m);
+    return true;
+}
+
 static void handle_write(struct node_conn *c,
                          uint64_t request_id,
                          const struct proto_request *r)
@@ -613,17 +643,7 @@ static void handle_write(struct node_conn *c,
         send_error(c, r->op, request_id, rv, m);
         return;
     }
-    if (!st.writable) {
-        const struct node_peer *p = node_config_peer(cfg, st.leader_id);
-        if (st.leader_id != 0 && st.leader_id != cfg->id && p != NULL) {
-            snprintf(m, sizeof(m), "not the leader; leader is node %llu at %s",
-                     (unsigned long long)st.leader_id, p->client_addr);
-        } else if (st.leader_id == cfg->id) {
-            snprintf(m, sizeof(m), "leader not ready for writes yet");
-        } else {
-            snprintf(m, sizeof(m), "not the leader; no leader known");
-        }
-        send_error(c, r->op, request_id, TERN_ENOTLEADER, m);
+    if (refuse_unless_writable(c, r->op, request_id, &st)) {
         return;
     }
     if (r->op == PROTO_OP_PRODUCE) {
@@ -659,6 +679,40 @@ static void handle_write(struct node_conn *c,
     c->refs++;
 }
 
+/* GROUP_FETCH: only a writable leader serves it, behind a read barrier
+ * (batch.c): the consumer starts at or above every offset its group had
+ * committed when it asked, also right after a leader change. With the disk
+ * alarm on, the barrier cannot be appended: the leader serves from its
+ * applied state directly (a leader deposed without knowing it yet may then
+ * answer with an older offset; documented in README). */
+static void handle_group_fetch(struct node_conn *c,
+                               uint64_t request_id,
+                               const struct proto_request *r,
+                               const char *queue,
+                               const char *group)
+{
+    struct node *n = c->node;
+    char m[TERN_ERRMSG_SIZE];
+    struct repl_status st;
+    int rv;
+
+    node_status(n, &st);
+    if (refuse_unless_writable(c, r->op, request_id, &st)) {
+        return;
+    }
+    if (node_disk_check(n, m) != 0) {
+        serve_fetch(c, r->op, request_id, queue, group, 0, r->max_msgs,
+                    r->max_bytes, r->wait_ms);
+        return;
+    }
+    rv = node_batcher_add(node_batcher(n), c, request_id, r);
+    if (rv != 0) {
+        send_error(c, r->op, request_id, rv, NULL);
+        return;
+    }
+    c->refs++;
+}
+
 void node_server_respond(void *arg, struct node_wreq *w)
 {
     struct node_conn *c = w->owner;
@@ -670,6 +724,10 @@ void node_server_respond(void *arg, struct node_wreq *w)
         if (w->status != 0) {
             const char *m = tern_strerror(w->status);
             send_error(c, w->op, w->request_id, w->status, m);
+        } else if (w->op == PROTO_OP_GROUP_FETCH) {
+            /* The barrier is applied and flushed: serve the read now. */
+            serve_fetch(c, w->op, w->request_id, w->queue, w->group, 0,
+                        w->max_msgs, w->max_bytes, w->wait_ms);
         } else {
             struct tern_wbuf b;
             tern_wbuf_init(&b);
@@ -717,11 +775,14 @@ static void handle_request(struct node_conn *c,
         handle_write(c, request_id, r);
         break;
     case PROTO_OP_FETCH:
+        name_copy(queue, r->queue, r->queue_len);
+        serve_fetch(c, r->op, request_id, queue, "", r->offset, r->max_msgs,
+                    r->max_bytes, r->wait_ms);
+        break;
     case PROTO_OP_GROUP_FETCH:
         name_copy(queue, r->queue, r->queue_len);
         name_copy(group, r->group, r->group_len);
-        serve_fetch(c, r->op, request_id, queue, group, r->offset, r->max_msgs,
-                    r->max_bytes, r->wait_ms);
+        handle_group_fetch(c, request_id, r, queue, group);
         break;
     case PROTO_OP_QUEUE_LIST:
         serve_list(c, request_id);

@@ -49,6 +49,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             copy_name(g, c.group, c.group_len);
             idx_cmd_group_commit(&w, q, g, c.next_offset);
             break;
+        case IDX_CMD_READ_BARRIER:
+            idx_cmd_read_barrier(&w);
+            break;
         case IDX_CMD_PRODUCE: {
             struct idx__msg_iter mi;
             struct idx_msg *m = malloc(sizeof *m * c.n_msgs);

@@ -3,6 +3,8 @@
 the queue back from each node alone; every node returns the same ids in the
 same order, at the offsets the producer was told."""
 import os
+import socket
+import struct
 import sys
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
@@ -63,6 +65,33 @@ def main(c):
         c.check([g[1] for g in got] == want_ids[400:],
                 "group g1 resumes at 400 after commit",
                 "%d msgs, first %s" % (len(got), got[:1]))
+
+        c.step("group fetch is served by the leader only (read barrier)")
+        follower = [i for i in cl.nodes if i != leader][0]
+        nd = cl.nodes[follower]
+        body = (h.put_str(b"orders") + h.put_str(b"g1") +
+                struct.pack("<III", 10, 1 << 20, 0))
+        with socket.create_connection(("127.0.0.1", nd.client_port),
+                                      timeout=5) as s:
+            s.sendall(h.encode_frame(h.OP["GROUP_FETCH"], body,
+                                     request_id=41))
+            f = h.recv_frame(s, timeout=5)
+        c.check(isinstance(f, h.Frame) and f.request_id == 41 and
+                h.ERR.get(f.status) == "TERN_ENOTLEADER",
+                "a follower answers GROUP_FETCH with TERN_ENOTLEADER", f)
+        r = cl.tern("produce", "orders", "--count", 10, "--size", 64,
+                    "--id-prefix", "late")
+        c.check(r.returncode == 0, "produce 10 more", r.stderr.strip()[-300:])
+        r = cl.tern("--read-from", "first", "consume", "orders", "--group",
+                    "g1", "--commit", servers=nd.client_addr)
+        got = h.parse_consume(r.stdout)
+        c.check(r.returncode == 0 and
+                [g[1] for g in got] == ["late-%d" % i for i in range(10)],
+                "group g1 via the follower alone (--read-from first) follows "
+                "the hint to the leader and reads only the 10 new messages",
+                "rc %d, %d msgs, first %s %s" % (r.returncode, len(got),
+                                                 got[:1],
+                                                 r.stderr.strip()[-200:]))
         for i in cl.nodes:
             c.check(cl.nodes[i].alive(), "node %d still running" % i)
 

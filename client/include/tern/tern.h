@@ -220,7 +220,12 @@ TERN_API int tern_fetch(struct tern_client *c,
                         uint32_t max_bytes,
                         uint32_t wait_ms,
                         struct tern_fetch_result **out);
-/* As tern_fetch, from the group's committed offset (0 if none). */
+/* As tern_fetch, from the group's committed offset (0 if none). Always
+ * served by the leader (whatever read_from says), behind a read barrier in
+ * the raft log: the answer starts at or above every offset of the group
+ * committed before the call (no redelivery after a leader change). Costs
+ * one replication round trip; to stream, group-fetch once, then
+ * tern_fetch from tern_fetch_result_next_offset and commit now and then. */
 TERN_API int tern_group_fetch(struct tern_client *c,
                               const char *queue,
                               const char *group,

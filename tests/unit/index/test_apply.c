@@ -3,6 +3,7 @@
  * producer dedup, groups, queue lifecycle, malformed entries, limits, map
  * full. */
 #include <criterion/criterion.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -254,6 +255,35 @@ Test(index_apply, groups)
     cr_assert_eq(idx_flush(e), 0);
     cr_assert_eq(idx_group_offset(e, "q", "g1", &off), 0);
     cr_expect_eq(off, 1);
+    tern_wbuf_free(&w);
+    idx_close(e);
+}
+
+Test(index_apply, read_barrier_changes_nothing)
+{
+    struct idx_env *e = th_open(dir, 0);
+    struct tern_wbuf w;
+    struct idx_result r[4];
+    uint64_t off = 99;
+    struct idx_queue_info qi;
+    tern_wbuf_init(&w);
+    th_create(e, 1, "q");
+    th_produce(e, 2, "q", 0, 1, 5);
+    idx_cmd_begin(&w, 3);
+    idx_cmd_group_commit(&w, "q", "g1", 3);
+    cr_assert_eq(th_apply(e, 3, &w, r, 4), 1);
+    idx_cmd_begin(&w, 4);
+    idx_cmd_read_barrier(&w);
+    idx_cmd_read_barrier(&w);
+    cr_assert_eq(th_apply(e, 4, &w, r, 4), 2);
+    cr_expect_eq(r[0].status, 0);
+    cr_expect_eq(r[1].status, 0);
+    cr_assert_eq(idx_flush(e), 0);
+    cr_expect_eq(idx_last_applied(e), 4);
+    cr_assert_eq(idx_group_offset(e, "q", "g1", &off), 0);
+    cr_expect_eq(off, 3);
+    cr_assert_eq(idx_queue_get(e, "q", &qi), 0);
+    cr_expect_eq(qi.next_offset, 5);
     tern_wbuf_free(&w);
     idx_close(e);
 }
@@ -512,4 +542,19 @@ Test(index_apply, map_full)
     cr_expect_eq(qi.next_offset % 16, 0);
     tern_wbuf_free(&w);
     idx_close(e);
+}
+
+/* A short LMDB write (EIO from mdb_txn_commit) on a nearly full file
+ * system is a full disk (TERN_EFULL, cured by a reopen), not an I/O error
+ * that would stop the node (jepsen disk-full-all, session 4). */
+Test(index_apply, commit_eio_on_full_fs_is_efull)
+{
+    cr_expect_eq(idx__commit_err_code(EIO, 0, 1), TERN_EFULL);
+    cr_expect_eq(idx__commit_err_code(EIO, IDX__SHORT_WRITE_FREE - 1, 1),
+                 TERN_EFULL);
+    cr_expect_eq(idx__commit_err_code(EIO, IDX__SHORT_WRITE_FREE, 1), -EIO,
+                 "room left: a real I/O error");
+    cr_expect_eq(idx__commit_err_code(EIO, 0, 0), -EIO,
+                 "free space unknown: a real I/O error");
+    cr_expect_eq(idx__commit_err_code(EACCES, 0, 1), -EACCES);
 }

@@ -325,6 +325,35 @@ Test(index_cmd, rejects_body_malformations)
     body[3] = ' ';
     cr_expect_eq(validate_raw(buf, IDX_CMD_GROUP_COMMIT, body, 12),
                  TERN_EMALFORMED, "bad group");
+
+    /* Read barrier: empty body only. */
+    cr_expect_eq(validate_raw(buf, IDX_CMD_READ_BARRIER, body, 0), 0);
+    cr_expect_eq(validate_raw(buf, IDX_CMD_READ_BARRIER, body, 1),
+                 TERN_EMALFORMED, "barrier with a body");
+}
+
+Test(index_cmd, read_barrier_round_trip)
+{
+    struct tern_wbuf w;
+    struct idx__entry it;
+    struct idx__cmd c;
+    tern_wbuf_init(&w);
+    idx_cmd_begin(&w, 9);
+    idx_cmd_read_barrier(&w);
+    idx_cmd_group_commit(&w, "q", "g", 1);
+    idx_cmd_read_barrier(&w);
+    cr_assert_eq(idx_cmd_end(&w), 0);
+    cr_assert_eq(idx_cmd_validate(w.base, w.len), 0);
+    cr_assert_eq(idx__entry_open(&it, w.base, w.len), 0);
+    cr_expect_eq(it.n, 3);
+    cr_assert_eq(idx__entry_next(&it, &c), 1);
+    cr_expect_eq(c.type, IDX_CMD_READ_BARRIER);
+    cr_assert_eq(idx__entry_next(&it, &c), 1);
+    cr_expect_eq(c.type, IDX_CMD_GROUP_COMMIT);
+    cr_assert_eq(idx__entry_next(&it, &c), 1);
+    cr_expect_eq(c.type, IDX_CMD_READ_BARRIER);
+    cr_expect_eq(idx__entry_next(&it, &c), 0);
+    tern_wbuf_free(&w);
 }
 
 Test(index_cmd, record_decode)

@@ -22,6 +22,10 @@ struct answer
     uint8_t op;
     int status;
     struct idx_result result;
+    char queue[PROTO_MAX_NAME + 1];
+    char group[PROTO_MAX_NAME + 1];
+    uint32_t max_msgs;
+    uint32_t wait_ms;
 };
 
 static struct
@@ -58,8 +62,17 @@ static void fake_respond(void *arg, struct node_wreq *w)
 {
     (void)arg;
     cr_assert_lt(t.n_answers, TERN_ARRAY_SIZE(t.answers));
-    t.answers[t.n_answers++] =
-        (struct answer){w->owner, w->request_id, w->op, w->status, w->result};
+    struct answer *a = &t.answers[t.n_answers++];
+    memset(a, 0, sizeof(*a));
+    a->owner = w->owner;
+    a->request_id = w->request_id;
+    a->op = w->op;
+    a->status = w->status;
+    a->result = w->result;
+    memcpy(a->queue, w->queue, sizeof(a->queue));
+    memcpy(a->group, w->group, sizeof(a->group));
+    a->max_msgs = w->max_msgs;
+    a->wait_ms = w->wait_ms;
 }
 
 static uint64_t fake_time(void *arg)
@@ -367,6 +380,91 @@ Test(batch, round_trip_through_index)
     idx_close(e);
     snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
     cr_expect_eq(system(cmd), 0);
+}
+
+static struct proto_request group_req(uint8_t op, const char *queue,
+                                      const char *group)
+{
+    struct proto_request r = queue_req(op, queue);
+    r.group = group;
+    r.group_len = (uint16_t)strlen(group);
+    return r;
+}
+
+/* A GROUP_FETCH rides the entry as a READ_BARRIER: answered (with what
+ * the server needs to serve it) only after the entry is applied and
+ * flushed, in order with the writes before it; the group commit before it
+ * is visible in the index by then. */
+Test(batch, group_fetch_waits_for_its_barrier)
+{
+    char dir[] = "/tmp/ternd-batch-XXXXXX";
+    char errmsg[TERN_ERRMSG_SIZE] = "";
+    struct idx_options o;
+    struct idx_env *e;
+    struct idx_result res[8];
+    unsigned nr = 0;
+    uint64_t off = 0;
+    char cmd[128];
+    struct proto_request r1 = queue_req(PROTO_OP_QUEUE_CREATE, "gq");
+    struct proto_request r2 = produce_req("gq", "one");
+    struct proto_request r3 = group_req(PROTO_OP_GROUP_COMMIT, "gq", "g");
+    struct proto_request r4 = group_req(PROTO_OP_GROUP_FETCH, "gq", "g");
+    struct proto_request bad = group_req(PROTO_OP_GROUP_FETCH, "gq", "");
+
+    r3.offset = 1;
+    r4.max_msgs = 7;
+    r4.wait_ms = 250;
+    cr_assert_not_null(mkdtemp(dir));
+    memset(&o, 0, sizeof(o));
+    o.dir = dir;
+    cr_assert_eq(idx_open(&o, &e, errmsg), 0, "%s", errmsg);
+    cr_expect_eq(node_batcher_add(&t.b, NULL, 9, &bad), TERN_EBADNAME);
+    cr_assert_eq(node_batcher_add(&t.b, NULL, 1, &r1), 0);
+    cr_assert_eq(node_batcher_add(&t.b, NULL, 2, &r2), 0);
+    cr_assert_eq(node_batcher_add(&t.b, NULL, 3, &r3), 0);
+    cr_assert_eq(node_batcher_add(&t.b, NULL, 4, &r4), 0);
+    node_batcher_propose(&t.b);
+    cr_assert_eq(t.n_props, 1);
+    cr_expect_eq(t.props[0].batch->n_cmds, 4, "the fetch added a command");
+    cr_assert_eq(
+        idx_apply(e, t.props[0].index, t.props[0].buf,
+                  idx_cmd_entry_len(t.props[0].buf, t.props[0].len), res, 8, &nr),
+        0, "%s", idx_errmsg(e));
+    cr_assert_eq(nr, 4);
+    node_batcher_on_apply(&t.b, t.props[0].index, t.props[0].buf,
+                          t.props[0].len, res, nr);
+    node_batcher_proposed(t.props[0].batch, 0, t.props[0].index);
+    cr_expect_eq(t.n_answers, 0, "no answer before the flush");
+    cr_assert_eq(idx_flush(e), 0);
+    node_batcher_flushed(&t.b);
+    cr_assert_eq(t.n_answers, 4);
+    cr_expect_eq(t.answers[2].status, 0);
+    cr_expect_eq(t.answers[3].op, PROTO_OP_GROUP_FETCH);
+    cr_expect_eq(t.answers[3].status, 0);
+    cr_expect_str_eq(t.answers[3].queue, "gq");
+    cr_expect_str_eq(t.answers[3].group, "g");
+    cr_expect_eq(t.answers[3].max_msgs, 7);
+    cr_expect_eq(t.answers[3].wait_ms, 250);
+    cr_assert_eq(idx_group_offset(e, "gq", "g", &off), 0);
+    cr_expect_eq(off, 1, "the commit before the barrier is visible");
+    idx_close(e);
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    cr_expect_eq(system(cmd), 0);
+}
+
+/* A barrier whose entry fails (leadership lost) fails the read: the client
+ * retries it; nothing is served from a state that was not confirmed. */
+Test(batch, group_fetch_fails_with_its_entry)
+{
+    struct proto_request r = group_req(PROTO_OP_GROUP_FETCH, "q", "g");
+    cr_assert_eq(node_batcher_add(&t.b, NULL, 1, &r), 0);
+    node_batcher_propose(&t.b);
+    cr_assert_eq(t.n_props, 1);
+    node_batcher_proposed(t.props[0].batch, TERN_ELEADERSHIPLOST,
+                          t.props[0].index);
+    node_batcher_flushed(&t.b);
+    cr_assert_eq(t.n_answers, 1);
+    cr_expect_eq(t.answers[0].status, TERN_ELEADERSHIPLOST);
 }
 
 Test(batch, entry_len_strips_only_padding)
