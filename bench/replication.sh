@@ -29,9 +29,9 @@
 # iterations, shm doorbells and wake-ups) logged at shutdown. Follower
 # stages are not reset between runs: use it with one mode (--modes seq).
 #
-# --busy-poll US: shm nodes busy-poll up to US microseconds after each send
-# (busy_poll_us and follower_busy_poll_us), so no node sleeps between
-# window-1 commits; costs about a CPU per node while it runs.
+# --busy-poll US: shm and tcp nodes busy-poll up to US microseconds after
+# each send (busy_poll_us and follower_busy_poll_us), so no node sleeps
+# between window-1 commits; costs about a CPU per node while it runs.
 #
 # Defaults: 2000 sequential and 20000 pipelined messages of 1024 bytes,
 # a 500-message warm-up before each (not measured). --out keeps every raw
@@ -142,7 +142,7 @@ for t in $transports; do
         level=warn
         [ "$stages" = 1 ] && level=info
         extra="transport = $t"
-        if [ "$busy" != 0 ] && [ "$t" = shm ]; then
+        if [ "$busy" != 0 ] && { [ "$t" = shm ] || [ "$t" = tcp ]; }; then
             extra="$extra
 busy_poll_us = $busy
 follower_busy_poll_us = $busy"

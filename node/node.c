@@ -59,6 +59,7 @@ struct node
     char transport_requested[16]; /* cfg: "tcp" | "shm" | "rdma" | "auto" */
     bool fast_is_shm;             /* the fallback's fast backend is shm */
     struct xport *fast;           /* the fallback's fast backend, or NULL */
+    struct xport *tcp;  /* the tcp transport (owned by the fallback, if any) */
     uint64_t loop_iters;          /* loop iterations (on_check runs) */
     uv_loop_t loop;
     struct xport *xport;
@@ -460,6 +461,12 @@ static void on_state(void *arg,
                                       role == REPL_LEADER
                                           ? n->cfg->busy_poll_us
                                           : n->cfg->follower_busy_poll_us);
+    } else if (n->fast == NULL && n->tcp != NULL) {
+        /* transport=tcp: the same loop-level polling on the sockets. */
+        (void)xport_tcp_set_busy_poll(n->tcp,
+                                      role == REPL_LEADER
+                                          ? n->cfg->busy_poll_us
+                                          : n->cfg->follower_busy_poll_us);
     }
 }
 
@@ -588,6 +595,7 @@ static void after_repl(struct node *n)
     if (n->xport != NULL) {
         struct xport *x = n->xport;
         n->xport = NULL;
+        n->tcp = NULL;
         xport_close(x, on_xport_closed, n);
     } else {
         close_own_handles(n);
@@ -978,6 +986,7 @@ static int transport_new(struct node *n, const char *want, char *errmsg)
         tern_errmsg_wrapf(errmsg, "raft transport on %s", c->raft_addr);
         return rv;
     }
+    n->tcp = n->xport;
     (void)snprintf(n->transport_name, sizeof(n->transport_name), "tcp");
     if (strcmp(want, "shm") == 0) {
         struct xport_shm_options so;

@@ -57,6 +57,11 @@
  *   - xport_close: in-flight sends complete with TERN_ECANCELED (sends
  *     whose outcome was already decided, e.g. TERN_EBUSY, keep it), then
  *     the close callback runs once every handle is closed.
+ * Busy-polling (xport_tcp_set_busy_poll, off by default): a send that was
+ * handed to libuv starts a uv_idle handle for up to us microseconds (or
+ * extends its deadline); while it runs the loop polls without sleeping, and
+ * the first frame received stops it. It removes the wake-up of an idle
+ * thread from the round trip at the cost of a CPU while it spins.
  * Completions decided inside xport_send (EBUSY, ENOCONN during back-off)
  * are queued on a list drained by a uv_idle handle, so no callback ever
  * runs inside xport_send.
@@ -157,6 +162,10 @@ struct tcp_xport
     unsigned retry_ms;
     uv_tcp_t listener;
     uv_idle_t idle;   /* drains the deferred-completion list */
+    uv_idle_t spin;   /* busy-poll: keeps the loop from sleeping */
+    unsigned spin_us; /* busy-poll budget after a send; 0 = off */
+    uint64_t spin_until; /* uv_hrtime deadline of the current round */
+    int spinning;        /* spin is started */
     uv_timer_t sweep; /* connect timeouts; runs while a connect is pending */
     struct xport_peer *peers; /* of struct peer */
     struct conn *inbound;     /* head of the inbound list */
@@ -188,6 +197,53 @@ static void on_idle(uv_idle_t *h)
     if (xport_done_drain(&x->done)) {
         maybe_finish(x);
     }
+}
+
+/* ---- busy-poll ---------------------------------------------------------- */
+
+static const struct xport_ops tcp_ops;
+
+/* While spin is active the loop polls with a zero timeout, so a frame
+ * that lands is read without the wake-up of a sleeping thread. */
+static void spin_stop(struct tcp_xport *x)
+{
+    if (x->spinning) {
+        uv_idle_stop(&x->spin);
+        x->spinning = 0;
+    }
+}
+
+static void on_spin(uv_idle_t *h)
+{
+    struct tcp_xport *x = h->data;
+    if (uv_hrtime() >= x->spin_until) {
+        spin_stop(x);
+    }
+}
+
+static void spin_arm(struct tcp_xport *x)
+{
+    if (x->spin_us == 0 || x->closing) {
+        return;
+    }
+    x->spin_until = uv_hrtime() + (uint64_t)x->spin_us * 1000u;
+    if (!x->spinning) {
+        uv_idle_start(&x->spin, on_spin);
+        x->spinning = 1;
+    }
+}
+
+int xport_tcp_set_busy_poll(struct xport *base, unsigned us)
+{
+    struct tcp_xport *x = (struct tcp_xport *)base;
+    if (base == NULL || base->ops != &tcp_ops) {
+        return TERN_EINVAL;
+    }
+    x->spin_us = us;
+    if (us == 0) {
+        spin_stop(x);
+    }
+    return 0;
 }
 
 /* ---- connections ------------------------------------------------------- */
@@ -339,6 +395,7 @@ static int inbound_frame(struct conn *c, const struct xport_tcp_frame *f)
     if (f->type != XPORT_TCP_FRAME_MSG) {
         return -1;
     }
+    spin_stop(x); /* what the round waited for has come */
     if (x->base.recv_cb != NULL) {
         x->base.recv_cb(x->base.recv_arg, c->from_id, f->payload, f->len);
     }
@@ -652,6 +709,7 @@ static int tcp_send(struct xport *base,
         return 0;
     }
     p->queued_bytes += m->size;
+    spin_arm(x);
     return 0;
 }
 
@@ -689,6 +747,8 @@ static void tcp_close(struct xport *base)
         return;
     }
     x->closing = 1;
+    spin_stop(x);
+    uv_close((uv_handle_t *)&x->spin, on_handle_closed);
     uv_close((uv_handle_t *)&x->listener, on_handle_closed);
     uv_close((uv_handle_t *)&x->sweep, on_handle_closed);
     for (struct peer *p = peer_first(x); p != NULL; p = peer_next(p)) {
@@ -795,7 +855,9 @@ int xport_tcp_new(uv_loop_t *loop,
     xport_done_init(&x->done, &x->idle, on_idle);
     (void)uv_timer_init(loop, &x->sweep);
     x->sweep.data = x;
-    x->handles = 2;
+    (void)uv_idle_init(loop, &x->spin);
+    x->spin.data = x;
+    x->handles = 3;
     rc = uv_tcp_open(&x->listener, fd);
     if (rc != 0) {
         tern_errmsg_printf(errmsg, "tcp: adopt listen socket: %s",

@@ -184,6 +184,11 @@ struct xport_shm_stats {
  * a node that expects answers soon (a Raft leader), see node/ and
  * docs. x must be an shm transport (else TERN_EINVAL). */
 int xport_shm_set_busy_poll(struct xport *x, unsigned us);
+/* TCP busy-poll: after each send handed to the socket, keep the loop
+ * polling (no sleep) for up to us microseconds or until a frame arrives
+ * (rdma/tcp.c). us = 0 (default): off. x must be a tcp transport (else
+ * TERN_EINVAL). */
+int xport_tcp_set_busy_poll(struct xport *x, unsigned us);
 /* Counters since creation. x must be an shm transport. */
 int xport_shm_stats(const struct xport *x, struct xport_shm_stats *out /* OUT */);
 

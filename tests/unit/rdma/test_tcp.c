@@ -182,6 +182,65 @@ Test(tcp, bidirectional)
     close_and_wait(b);
 }
 
+static void count_active_idle(uv_handle_t *h, void *arg)
+{
+    if (h->type == UV_IDLE && uv_is_active(h) && !uv_is_closing(h)) {
+        (*(int *)arg)++;
+    }
+}
+
+static int active_idles(void)
+{
+    int n = 0;
+    uv_walk(&env.loop, count_active_idle, &n);
+    return n;
+}
+
+/* Busy-poll: a send starts the spin handle (the loop then never sleeps),
+ * the first frame received stops it, and so does the deadline. */
+Test(tcp, busy_poll_spins_until_a_frame_or_the_deadline)
+{
+    static struct sreq r[4];
+    static struct sink sa, sb;
+    char a_addr[32], b_addr[32];
+    struct xport *a = make_tcp(10, NULL, a_addr);
+    struct xport *b = make_tcp(20, NULL, b_addr);
+    int done = 0;
+    uint64_t t0;
+
+    memset(&sa, 0, sizeof sa);
+    memset(&sb, 0, sizeof sb);
+    cr_assert_eq(xport_tcp_set_busy_poll(NULL, 10), TERN_EINVAL);
+    cr_assert_eq(xport_start(a, on_recv, &sa), 0);
+    cr_assert_eq(xport_start(b, on_recv, &sb), 0);
+    cr_assert_eq(xport_tcp_set_busy_poll(a, 5000000), 0); /* 5 s */
+    cr_expect_eq(active_idles(), 0, "nothing spins before a send");
+    cr_assert_eq(send_msg(a, &r[0], 20, b_addr, 0, 64, &done), 0);
+    run_until(&done, 1);
+    run_until(&sb.count, 1);
+    uv_run(&env.loop, UV_RUN_NOWAIT); /* let deferred completions drain */
+    cr_expect_eq(active_idles(), 1, "a spins for its answer");
+    cr_assert_eq(send_msg(b, &r[1], 10, a_addr, 0, 64, &done), 0);
+    run_until(&sa.count, 1);
+    run_until(&done, 2);
+    uv_run(&env.loop, UV_RUN_NOWAIT);
+    cr_expect_eq(active_idles(), 0, "the answer ended the round");
+
+    cr_assert_eq(xport_tcp_set_busy_poll(a, 2000), 0); /* 2 ms */
+    cr_assert_eq(send_msg(a, &r[2], 20, b_addr, 1, 64, &done), 0);
+    run_until(&sb.count, 2);
+    t0 = uv_hrtime();
+    while (active_idles() > 0 && uv_hrtime() - t0 < 2000000000ull) {
+        uv_run(&env.loop, UV_RUN_NOWAIT);
+    }
+    cr_expect_eq(active_idles(), 0, "the deadline ended the round");
+    cr_expect_lt(uv_hrtime() - t0, 1000000000ull, "within about 2 ms");
+    cr_assert_eq(xport_tcp_set_busy_poll(a, 0), 0);
+    cr_expect_eq(sa.bad + sb.bad, 0);
+    close_and_wait(a);
+    close_and_wait(b);
+}
+
 Test(tcp, queue_bound_gives_ebusy)
 {
     struct xport_tcp_options o = {.max_queued_bytes = 1000};
