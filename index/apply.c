@@ -437,14 +437,8 @@ int idx_flush(struct idx_env *e)
     }
     int rc = mdb_txn_commit(e->wtxn);
     e->wtxn = NULL;
-    if (rc == EIO) {
-        rc = idx__commit_eio(e);
-        e->st = e->committed;
-        e->failed = rc;
-        return rc;
-    }
     if (rc != 0) {
-        rc = idx__mdb_err(e, rc, "commit");
+        rc = rc == EIO ? idx__commit_eio(e) : idx__mdb_err(e, rc, "commit");
         e->st = e->committed;
         e->failed = rc;
         return rc;

@@ -456,17 +456,13 @@ static void on_state(void *arg,
      * A follower spins for the next AppendEntries only if configured: it
      * waits for the next client write, so it spins on every commit (the
      * cost of skipping an idle vCPU's wake-up, bench/replication.sh). */
+    unsigned spin_us = role == REPL_LEADER ? n->cfg->busy_poll_us
+                                           : n->cfg->follower_busy_poll_us;
     if (n->fast != NULL && n->fast_is_shm) {
-        (void)xport_shm_set_busy_poll(n->fast,
-                                      role == REPL_LEADER
-                                          ? n->cfg->busy_poll_us
-                                          : n->cfg->follower_busy_poll_us);
+        (void)xport_shm_set_busy_poll(n->fast, spin_us);
     } else if (n->fast == NULL && n->tcp != NULL) {
         /* transport=tcp: the same loop-level polling on the sockets. */
-        (void)xport_tcp_set_busy_poll(n->tcp,
-                                      role == REPL_LEADER
-                                          ? n->cfg->busy_poll_us
-                                          : n->cfg->follower_busy_poll_us);
+        (void)xport_tcp_set_busy_poll(n->tcp, spin_us);
     }
 }
 

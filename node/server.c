@@ -625,6 +625,21 @@ static bool refuse_unless_writable(struct node_conn *c,
     return true;
 }
 
+/* Hand r to the batcher: answered by node_server_respond once its entry is
+ * applied and flushed (the request holds a connection reference until
+ * then), or now with the error if the batcher refuses it. */
+static void batch_request(struct node_conn *c,
+                          uint64_t request_id,
+                          const struct proto_request *r)
+{
+    int rv = node_batcher_add(node_batcher(c->node), c, request_id, r);
+    if (rv != 0) {
+        send_error(c, r->op, request_id, rv, NULL);
+        return;
+    }
+    c->refs++;
+}
+
 static void handle_write(struct node_conn *c,
                          uint64_t request_id,
                          const struct proto_request *r)
@@ -671,12 +686,7 @@ static void handle_write(struct node_conn *c,
         send_error(c, r->op, request_id, rv, m);
         return;
     }
-    rv = node_batcher_add(node_batcher(n), c, request_id, r);
-    if (rv != 0) {
-        send_error(c, r->op, request_id, rv, NULL);
-        return;
-    }
-    c->refs++;
+    batch_request(c, request_id, r);
 }
 
 /* GROUP_FETCH: only a writable leader serves it, behind a read barrier
@@ -694,7 +704,6 @@ static void handle_group_fetch(struct node_conn *c,
     struct node *n = c->node;
     char m[TERN_ERRMSG_SIZE];
     struct repl_status st;
-    int rv;
 
     node_status(n, &st);
     if (refuse_unless_writable(c, r->op, request_id, &st)) {
@@ -705,12 +714,7 @@ static void handle_group_fetch(struct node_conn *c,
                     r->max_bytes, r->wait_ms);
         return;
     }
-    rv = node_batcher_add(node_batcher(n), c, request_id, r);
-    if (rv != 0) {
-        send_error(c, r->op, request_id, rv, NULL);
-        return;
-    }
-    c->refs++;
+    batch_request(c, request_id, r);
 }
 
 void node_server_respond(void *arg, struct node_wreq *w)
