@@ -10,9 +10,12 @@
 
 #include "idx_int.h"
 
+/* A command without a name (READ_BARRIER) has src == NULL and n == 0. */
 static void copy_name(char *dst, const char *src, uint8_t n)
 {
-    memcpy(dst, src, n);
+    if (n > 0) {
+        memcpy(dst, src, n);
+    }
     dst[n] = '\0';
 }
 
