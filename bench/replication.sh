@@ -21,7 +21,7 @@
 #   bench/replication.sh [--seq-count N] [--pipe-count N] [--size BYTES]
 #                        [--transports "tcp shm"] [--durabilities "disk memory"]
 #                        [--modes "seq pipe"] [--stages] [--out DIR]
-#                        [--busy-poll US]
+#                        [--busy-poll US] [--follower-busy-poll US]
 #
 # --stages: run the nodes at log level info and print, per cluster, each
 # node's "replication stages" line (node/node.c log_stages: the commit path
@@ -32,6 +32,8 @@
 # --busy-poll US: shm and tcp nodes busy-poll up to US microseconds after
 # each send (busy_poll_us and follower_busy_poll_us), so no node sleeps
 # between window-1 commits; costs about a CPU per node while it runs.
+# --follower-busy-poll US sets follower_busy_poll_us alone (default: the
+# --busy-poll value; 0 = only the leader polls).
 #
 # Defaults: 2000 sequential and 20000 pipelined messages of 1024 bytes,
 # a 500-message warm-up before each (not measured). --out keeps every raw
@@ -53,6 +55,7 @@ durabilities="disk memory"
 modes="seq pipe"
 stages=0
 busy=0
+fbusy=
 out=
 usage() {
     sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2
@@ -67,11 +70,13 @@ while [ $# -gt 0 ]; do
     --durabilities) durabilities=$2; shift 2 ;;
     --modes) modes=$2; shift 2 ;;
     --busy-poll) busy=$2; shift 2 ;;
+    --follower-busy-poll) fbusy=$2; shift 2 ;;
     --stages) stages=1; shift ;;
     --out) out=$2; shift 2 ;;
     *) usage ;;
     esac
 done
+fbusy=${fbusy:-$busy}
 [ -x "$CLI" ] || { echo "replication: $CLI not found (build first, or set TERN_BIN)" >&2; exit 1; }
 [ -x "$XPORT_BENCH" ] || { echo "replication: $XPORT_BENCH not found (build target bench_xport)" >&2; exit 1; }
 
@@ -142,10 +147,11 @@ for t in $transports; do
         level=warn
         [ "$stages" = 1 ] && level=info
         extra="transport = $t"
-        if [ "$busy" != 0 ] && { [ "$t" = shm ] || [ "$t" = tcp ]; }; then
+        if { [ "$busy" != 0 ] || [ "$fbusy" != 0 ]; } &&
+            { [ "$t" = shm ] || [ "$t" = tcp ]; }; then
             extra="$extra
 busy_poll_us = $busy
-follower_busy_poll_us = $busy"
+follower_busy_poll_us = $fbusy"
         fi
         if ! TERN_NODE_EXTRA="$extra" TERN_RAFT_EXTRA="durability = $d" \
             TERN_LOG_LEVEL=$level cluster up >"$res/up-$t-$d.log" 2>&1; then
