@@ -10,6 +10,7 @@ Run: python3 -m unittest -v test_checker  (from this folder), or
 jepsen/run-checker-tests.sh.
 """
 import json
+import lzma
 import os
 import subprocess
 import sys
@@ -402,6 +403,28 @@ class CheckerTest(unittest.TestCase):
                                 stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL).returncode
             self.assertEqual(rc, 3)
+
+    def test_kept_findings_stay_invalid(self):
+        """The real histories kept for findings (jepsen/results/histories/,
+        one folder per run with the verdict it got) are judged again: the
+        same problems, the same counts."""
+        root = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                            "..", "results", "histories")
+        runs = sorted(os.listdir(root))
+        self.assertTrue(runs)
+        for run in runs:
+            with self.subTest(run=run):
+                d = os.path.join(root, run)
+                with open(os.path.join(d, "verdict.json")) as fh:
+                    kept = json.load(fh)
+                with lzma.open(os.path.join(d, "history.jsonl.xz"),
+                               "rt") as fh:
+                    events = [json.loads(line) for line in fh if line.strip()]
+                r = checker.check(events)
+                self.assertEqual(r["verdict"], "invalid")
+                self.assertEqual(r["problems"], kept["problems"])
+                for k in kept["problems"]:
+                    self.assertEqual(r["counts"][k], kept["counts"][k])
 
     def _bad(self):
         h = H()
