@@ -622,7 +622,10 @@ static void on_success(struct tern_client *c,
 {
     int rv = 0;
     r->answered_by = i;
-    if (r->leader_only) {
+    /* Only a writable leader answers these (a READ_LEADER fetch carries
+     * PROTO_FETCH_LEADER). */
+    if (r->leader_only || (r->op == PROTO_OP_FETCH && r->target < 0 &&
+                           c->opts.read_from == TERN_READ_LEADER)) {
         c->leader = i;
         c->leader_confirmed = 1;
     }
@@ -1554,9 +1557,13 @@ int tern_fetch(struct tern_client *c,
     if (rv != 0) {
         return rv;
     }
+    /* A READ_LEADER fetch asks the server to answer only as the leader, so
+     * a deposed leader redirects it (ENOTLEADER, followed in on_error)
+     * instead of serving its own, possibly older, queue end. */
     rv = proto_encode_fetch(
         &r->frame, 0, queue, offset, max_msgs,
-        max_bytes != 0 ? max_bytes : TERN__FETCH_MAX_BYTES_DEFAULT, wait_ms);
+        max_bytes != 0 ? max_bytes : TERN__FETCH_MAX_BYTES_DEFAULT, wait_ms,
+        c->opts.read_from == TERN_READ_LEADER ? PROTO_FETCH_LEADER : 0);
     return fetch_finish(c, r, rv, queue != NULL ? queue : "(null)", out);
 }
 

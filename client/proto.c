@@ -389,6 +389,14 @@ int proto_decode_request(uint8_t op,
         out->max_msgs = tern_cursor_u32(&c);
         out->max_bytes = tern_cursor_u32(&c);
         out->wait_ms = tern_cursor_u32(&c);
+        if (rv == 0 && c.err == 0 && tern_cursor_left(&c) > 0) {
+            out->flags = tern_cursor_u8(&c);
+            /* Present only when not 0: one encoding per request. */
+            if (c.err == 0 &&
+                (out->flags == 0 || (out->flags & ~PROTO_FETCH_LEADER) != 0)) {
+                rv = TERN_EMALFORMED;
+            }
+        }
         break;
     case PROTO_OP_GROUP_FETCH:
         rv = get_name(&c, &out->queue, &out->queue_len);
@@ -476,15 +484,22 @@ int proto_encode_fetch(struct tern_wbuf *w,
                        uint64_t offset,
                        uint32_t max_msgs,
                        uint32_t max_bytes,
-                       uint32_t wait_ms)
+                       uint32_t wait_ms,
+                       uint8_t flags)
 {
     size_t start = w->len;
+    if ((flags & ~PROTO_FETCH_LEADER) != 0) {
+        return TERN_EINVAL;
+    }
     proto_frame_begin(w, PROTO_OP_FETCH, request_id, 0);
     put_name(w, queue);
     tern_wbuf_u64(w, offset);
     tern_wbuf_u32(w, max_msgs);
     tern_wbuf_u32(w, max_bytes);
     tern_wbuf_u32(w, wait_ms);
+    if (flags != 0) {
+        tern_wbuf_u8(w, flags);
+    }
     return proto_frame_end(w, start);
 }
 

@@ -38,7 +38,14 @@
  *                      u32 n, n x blob message
  *                 resp: u64 base_offset, u32 count, u8 duplicate
  *   FETCH         req: str queue, u64 offset, u32 max_msgs, u32 max_bytes,
- *                      u32 wait_ms (long poll when nothing to read)
+ *                      u32 wait_ms (long poll when nothing to read),
+ *                      [u8 flags] (present only when not 0; bit 0
+ *                      PROTO_FETCH_LEADER: only a writable leader answers,
+ *                      any other node answers TERN_ENOTLEADER with its
+ *                      leader hint; other bits must be 0). Added after the
+ *                      first release of version 1: a server that does not
+ *                      know the byte answers TERN_EMALFORMED, which is
+ *                      why it is left out when 0.
  *                 resp: u64 next_offset, u64 end_offset, u32 n,
  *                       n x {u64 offset, u64 timestamp_ms, blob message}
  *   GROUP_FETCH   req: str queue, str group, u32 max_msgs, u32 max_bytes,
@@ -160,7 +167,8 @@ struct proto_request {
     const uint8_t *msgs; /* PRODUCE: n_msgs blobs, iterate with
                             proto_next_msg */
     size_t msgs_len;
-    uint8_t flags; /* STATS: PROTO_STATS_RESET or 0 */
+    uint8_t flags; /* STATS: PROTO_STATS_RESET or 0; FETCH:
+                      PROTO_FETCH_LEADER or 0 */
 };
 /* Decode a request body for op; TERN_EMALFORMED (trailing bytes included),
  * TERN_EBADNAME for an invalid queue/group name, TERN_EINVAL for an unknown
@@ -178,9 +186,11 @@ int proto_encode_produce(struct tern_wbuf *w, uint64_t request_id,
                          const char *queue, uint64_t producer_id,
                          uint64_t seq, const struct proto_msg *msgs,
                          uint32_t n);
+#define PROTO_FETCH_LEADER 0x01u /* FETCH flags: leader answers only */
+/* flags: 0 or PROTO_FETCH_LEADER (else TERN_EINVAL). */
 int proto_encode_fetch(struct tern_wbuf *w, uint64_t request_id,
                        const char *queue, uint64_t offset, uint32_t max_msgs,
-                       uint32_t max_bytes, uint32_t wait_ms);
+                       uint32_t max_bytes, uint32_t wait_ms, uint8_t flags);
 int proto_encode_group_fetch(struct tern_wbuf *w, uint64_t request_id,
                              const char *queue, const char *group,
                              uint32_t max_msgs, uint32_t max_bytes,

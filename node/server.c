@@ -779,6 +779,13 @@ static void handle_request(struct node_conn *c,
         handle_write(c, request_id, r);
         break;
     case PROTO_OP_FETCH:
+        if ((r->flags & PROTO_FETCH_LEADER) != 0) {
+            struct repl_status st;
+            node_status(c->node, &st);
+            if (refuse_unless_writable(c, r->op, request_id, &st)) {
+                break;
+            }
+        }
         name_copy(queue, r->queue, r->queue_len);
         serve_fetch(c, r->op, request_id, queue, "", r->offset, r->max_msgs,
                     r->max_bytes, r->wait_ms);

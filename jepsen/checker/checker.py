@@ -87,9 +87,12 @@ other than "recovered" and "offset_gaps" makes the verdict invalid):
                 (reported only) fetches with "read_from": "leader" whose
                 answer's queue end ("end") is at or below the offset of a
                 produce acknowledged before the fetch was invoked: the
-                "leader" answered from a stale state. libtern promises
-                read-your-writes per client only, so across clients this
-                is reported, not judged.
+                "leader" answered from a stale state. Since F4's fix only
+                a writable leader serves such a fetch, so what is left is
+                a leader cut off from the majority that has not stepped
+                down yet (about one election timeout); tern does not
+                promise linearizable plain fetches, so this is reported,
+                not judged.
 """
 
 import argparse

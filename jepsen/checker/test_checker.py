@@ -410,7 +410,8 @@ class CheckerTest(unittest.TestCase):
         same problems, the same counts."""
         root = os.path.join(os.path.dirname(os.path.abspath(__file__)),
                             "..", "results", "histories")
-        runs = sorted(os.listdir(root))
+        runs = sorted(e for e in os.listdir(root)
+                      if os.path.isdir(os.path.join(root, e)))
         self.assertTrue(runs)
         for run in runs:
             with self.subTest(run=run):

@@ -7,8 +7,80 @@
  */
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <proto.h>
+
+static void name_copy(char *dst, const char *src, size_t n)
+{
+    if (n > 0) {
+        memcpy(dst, src, n);
+    }
+    dst[n] = '\0';
+}
+
+/* Encode r again from its decoded fields: the body must come out byte for
+ * byte as it went in (every request has one encoding). */
+static void reencode(const struct proto_request *r,
+                     const uint8_t *body,
+                     size_t len)
+{
+    char q[PROTO_MAX_NAME + 1], g[PROTO_MAX_NAME + 1];
+    struct proto_msg *m = NULL;
+    struct proto_header h;
+    struct tern_wbuf w;
+    const void *b;
+    int rv;
+    name_copy(q, r->queue, r->queue_len);
+    name_copy(g, r->group, r->group_len);
+    tern_wbuf_init(&w);
+    switch (r->op) {
+    case PROTO_OP_QUEUE_CREATE:
+    case PROTO_OP_QUEUE_DELETE:
+        rv = proto_encode_queue_op(&w, r->op, 1, q);
+        break;
+    case PROTO_OP_QUEUE_LIST:
+    case PROTO_OP_STATUS:
+        rv = proto_encode_simple(&w, r->op, 1);
+        break;
+    case PROTO_OP_PRODUCE: {
+        size_t pos = 0;
+        uint32_t k = 0;
+        m = malloc(sizeof *m * (r->n_msgs > 0 ? r->n_msgs : 1));
+        if (m == NULL) {
+            abort();
+        }
+        while (k < r->n_msgs && proto_next_msg(r, &pos, &m[k])) {
+            k++;
+        }
+        rv = proto_encode_produce(&w, 1, q, r->producer_id, r->seq, m, k);
+        break;
+    }
+    case PROTO_OP_FETCH:
+        rv = proto_encode_fetch(&w, 1, q, r->offset, r->max_msgs, r->max_bytes,
+                                r->wait_ms, r->flags);
+        break;
+    case PROTO_OP_GROUP_FETCH:
+        rv = proto_encode_group_fetch(&w, 1, q, g, r->max_msgs, r->max_bytes,
+                                      r->wait_ms);
+        break;
+    case PROTO_OP_GROUP_COMMIT:
+        rv = proto_encode_group_commit(&w, 1, q, g, r->offset);
+        break;
+    case PROTO_OP_STATS:
+        rv = proto_encode_stats_req(&w, 1, r->flags);
+        break;
+    default:
+        abort();
+    }
+    if (rv != 0 ||
+        proto_frame_parse(w.base, w.len, PROTO_DEFAULT_MAX_BODY, &h, &b) != 0 ||
+        h.body_len != len || (len > 0 && memcmp(b, body, len) != 0)) {
+        abort();
+    }
+    free(m);
+    tern_wbuf_free(&w);
+}
 
 static void walk_request(const struct proto_request *r)
 {
@@ -99,6 +171,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         for (int op = PROTO_OP_QUEUE_CREATE; op <= PROTO_OP_STATS; op++) {
             if (proto_decode_request((uint8_t)op, b, blen, &r) == 0) {
                 walk_request(&r);
+                reencode(&r, b, blen);
             }
         }
         (void)proto_decode_error(b, blen, TERN_ENOTLEADER, &e);

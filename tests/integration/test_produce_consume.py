@@ -92,6 +92,31 @@ def main(c):
                 "rc %d, %d msgs, first %s %s" % (r.returncode, len(got),
                                                  got[:1],
                                                  r.stderr.strip()[-200:]))
+        c.step("a READ_LEADER fetch is answered by the leader only")
+        fetch = h.put_str(b"orders") + struct.pack("<QIII", 0, 5, 1 << 20, 0)
+        for i, flags, want in ((follower, b"\x01", "TERN_ENOTLEADER"),
+                               (follower, b"", None),
+                               (leader, b"\x01", None)):
+            with socket.create_connection(
+                    ("127.0.0.1", cl.nodes[i].client_port), timeout=5) as s:
+                s.sendall(h.encode_frame(h.OP["FETCH"], fetch + flags,
+                                         request_id=42))
+                f = h.recv_frame(s, timeout=5)
+            c.check(isinstance(f, h.Frame) and f.request_id == 42 and
+                    h.ERR.get(f.status) == want if want else
+                    isinstance(f, h.Frame) and f.status == 0,
+                    "FETCH %s to node %d (%s): %s" %
+                    ("with the leader flag" if flags else "without flags", i,
+                     "leader" if i == leader else "follower",
+                     want or "served"), f)
+        r = cl.tern("--read-from", "leader", "consume", "orders", "--max", 5,
+                    servers=nd.client_addr)
+        got = h.parse_consume(r.stdout)
+        c.check(r.returncode == 0 and [g[1] for g in got] == want_ids[:5],
+                "consume --read-from leader via the follower alone follows "
+                "the hint to the leader",
+                "rc %d, %d msgs %s" % (r.returncode, len(got),
+                                       r.stderr.strip()[-200:]))
         for i in cl.nodes:
             c.check(cl.nodes[i].alive(), "node %d still running" % i)
 

@@ -65,7 +65,10 @@ struct tern_status;
 /* Where reads (fetch, group fetch, queue list, cluster status) go. */
 enum tern_read_from {
     TERN_READ_LEADER = 0, /* the leader (discovered with a status request
-                             if not known yet); read-your-writes */
+                             if not known yet); fetches ask to be served
+                             by a writable leader only, so a deposed
+                             leader redirects them (the client follows):
+                             read-your-writes, also after a failover */
     TERN_READ_ANY = 1,    /* any connected server (the current one) */
     TERN_READ_FIRST = 2,  /* the first server of the list only (e.g. to
                              consume from a given follower) */

@@ -272,6 +272,78 @@ Test(client, leader_redirect_via_hint)
     fake_stop(&leader);
 }
 
+/* An ex-leader that still answers STATUS as the leader: a fetch that asks
+ * for the leader (PROTO_FETCH_LEADER) is redirected to fs->peer_addr and
+ * counted; any other fetch is served by the model (which has no queue). */
+static enum fake_action exleader_hook(struct fake_server *fs,
+                                      int conn,
+                                      const struct proto_header *h,
+                                      const struct proto_request *r)
+{
+    if (r->op == PROTO_OP_FETCH && (r->flags & PROTO_FETCH_LEADER) != 0) {
+        fs->counter++;
+        fake_send_error(fs, conn, h, TERN_ENOTLEADER, fs->peer_addr);
+        return FAKE_HANDLED;
+    }
+    return FAKE_DEFAULT;
+}
+
+/* F4 (jepsen/FINDINGS.md): a READ_LEADER fetch carries the leader flag, so
+ * a deposed leader redirects it instead of serving its own queue end; the
+ * client follows the hint and keeps reading from the new leader. READ_ANY
+ * fetches carry no flag. */
+Test(client, read_leader_fetch_follows_a_deposed_leaders_hint)
+{
+    struct fake_server old, leader;
+    struct tern_client *w, *c;
+    struct tern_client_options o;
+    struct tern_fetch_result *res = NULL;
+    struct tern_msg m[3] = {{"a", 1}, {"b", 1}, {"c", 1}};
+    uint64_t base;
+    cr_assert_eq(fake_start(&leader, NULL), 0);
+    cr_assert_eq(fake_start(&old, exleader_hook), 0);
+    (void)pthread_mutex_lock(&old.mu);
+    (void)snprintf(old.peer_addr, sizeof old.peer_addr, "%s", leader.addr);
+    (void)pthread_mutex_unlock(&old.mu);
+    w = client_for(leader.addr, 3000, 8);
+    create_queue(w, "q");
+    cr_assert_eq(tern_produce(w, "q", m, 3, &base), 0);
+    tern_client_free(w);
+
+    c = client_for(old.addr, 3000, 8); /* read_from defaults to LEADER */
+    cr_assert_eq(tern_fetch(c, "q", 0, 10, 0, 0, &res), 0, "%s",
+                 tern_client_errmsg(c));
+    cr_expect_eq(tern_fetch_result_count(res), 3);
+    tern_fetch_result_free(res);
+    (void)pthread_mutex_lock(&old.mu);
+    cr_expect_eq(old.counter, 1);
+    (void)pthread_mutex_unlock(&old.mu);
+    cr_assert_not_null(tern_client_leader(c));
+    cr_expect_str_eq(tern_client_leader(c), leader.addr);
+    /* The next read goes to the new leader directly. */
+    cr_assert_eq(tern_fetch(c, "q", 1, 10, 0, 0, &res), 0);
+    cr_expect_eq(tern_fetch_result_count(res), 2);
+    tern_fetch_result_free(res);
+    (void)pthread_mutex_lock(&old.mu);
+    cr_expect_eq(old.counter, 1);
+    (void)pthread_mutex_unlock(&old.mu);
+    tern_client_free(c);
+
+    tern_client_options_init(&o);
+    o.request_timeout_ms = 1000;
+    o.read_from = TERN_READ_ANY;
+    cr_assert_eq(tern_client_new(old.addr, &o, &c), 0);
+    /* Served by the ex-leader itself, without the flag: its model has no
+     * queue. */
+    cr_expect_eq(tern_fetch(c, "q", 0, 10, 0, 0, &res), TERN_ENOQUEUE);
+    (void)pthread_mutex_lock(&old.mu);
+    cr_expect_eq(old.counter, 1);
+    (void)pthread_mutex_unlock(&old.mu);
+    tern_client_free(c);
+    fake_stop(&old);
+    fake_stop(&leader);
+}
+
 Test(client, not_leader_without_hint_tries_next_server)
 {
     struct fake_server follower, leader;

@@ -143,8 +143,10 @@ Test(proto, fetch_and_group_round_trip)
     struct proto_header h;
     struct proto_request r;
     tern_wbuf_init(&w);
-    cr_assert_eq(proto_encode_fetch(&w, 3, "q", 1000, 64, 1 << 20, 250), 0);
+    cr_assert_eq(proto_encode_fetch(&w, 3, "q", 1000, 64, 1 << 20, 250, 0), 0);
     parse_request(&w, &h, &r);
+    cr_expect_eq(h.body_len, 2 + 1 + 8 + 4 + 4 + 4); /* no flags byte */
+    cr_expect_eq(r.flags, 0);
     cr_expect(streq(r.queue, r.queue_len, "q"));
     cr_expect_eq(r.offset, 1000);
     cr_expect_eq(r.max_msgs, 64);
@@ -166,6 +168,44 @@ Test(proto, fetch_and_group_round_trip)
     cr_expect_eq(r.op, PROTO_OP_GROUP_COMMIT);
     cr_expect(streq(r.group, r.group_len, "g"));
     cr_expect_eq(r.offset, 123456789);
+    tern_wbuf_free(&w);
+}
+
+/* The optional FETCH flags byte: present only when not 0, the leader bit
+ * round-trips, unknown bits and extra bytes are refused both ways. */
+Test(proto, fetch_leader_flag)
+{
+    struct tern_wbuf w;
+    struct proto_header h;
+    struct proto_request r;
+    const uint8_t *body;
+    uint8_t copy[64];
+    tern_wbuf_init(&w);
+    cr_assert_eq(
+        proto_encode_fetch(&w, 3, "q", 7, 1, 100, 0, PROTO_FETCH_LEADER), 0);
+    parse_request(&w, &h, &r);
+    cr_expect_eq(h.body_len, 2 + 1 + 8 + 4 + 4 + 4 + 1);
+    cr_expect_eq(r.flags, PROTO_FETCH_LEADER);
+    cr_expect_eq(r.offset, 7);
+    cr_expect_eq(r.wait_ms, 0);
+
+    body = w.base + PROTO_HEADER_SIZE;
+    cr_assert_leq(h.body_len + 1, sizeof copy);
+    memcpy(copy, body, h.body_len);
+    copy[h.body_len - 1] = 0x02; /* unknown bit */
+    cr_expect_eq(proto_decode_request(PROTO_OP_FETCH, copy, h.body_len, &r),
+                 TERN_EMALFORMED);
+    copy[h.body_len - 1] = 0; /* 0 is written by leaving the byte out */
+    cr_expect_eq(proto_decode_request(PROTO_OP_FETCH, copy, h.body_len, &r),
+                 TERN_EMALFORMED);
+    copy[h.body_len - 1] = PROTO_FETCH_LEADER;
+    copy[h.body_len] = 0; /* a second trailing byte */
+    cr_expect_eq(proto_decode_request(PROTO_OP_FETCH, copy, h.body_len + 1, &r),
+                 TERN_EMALFORMED);
+
+    w.len = 0;
+    cr_expect_eq(proto_encode_fetch(&w, 3, "q", 7, 1, 100, 0, 0x02),
+                 TERN_EINVAL);
     tern_wbuf_free(&w);
 }
 
@@ -423,7 +463,7 @@ Test(proto, rejects_truncated_and_trailing_requests)
     body = parse_one(&w, &h);
     check_truncation_and_trailing(PROTO_OP_PRODUCE, body, h.body_len);
     w.len = 0;
-    cr_assert_eq(proto_encode_fetch(&w, 1, "q", 5, 6, 7, 8), 0);
+    cr_assert_eq(proto_encode_fetch(&w, 1, "q", 5, 6, 7, 8, 0), 0);
     body = parse_one(&w, &h);
     check_truncation_and_trailing(PROTO_OP_FETCH, body, h.body_len);
     w.len = 0;

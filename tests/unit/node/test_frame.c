@@ -43,7 +43,7 @@ Test(frame, pipelined)
     struct proto_msg m[2] = {{"hello", 5}, {"world!", 6}};
     size_t off = 0;
     cr_assert_eq(proto_encode_produce(&w, 1, "q", 7, 1, m, 2), 0);
-    cr_assert_eq(proto_encode_fetch(&w, 2, "q", 0, 10, 1000, 50), 0);
+    cr_assert_eq(proto_encode_fetch(&w, 2, "q", 0, 10, 1000, 50, 0), 0);
     cr_assert_eq(proto_encode_simple(&w, PROTO_OP_STATUS, 3), 0);
 
     node_frame_next(w.base + off, w.len - off, MAX_BODY, &f);
