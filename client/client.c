@@ -87,7 +87,8 @@ struct tern__req
     struct tern__req *prev;
     struct tern__req *next;
     uint8_t op;
-    int leader_only;
+    int leader_only; /* only a writable leader answers it: a leader_only_op,
+                        or a READ_LEADER fetch (PROTO_FETCH_LEADER) */
     int is_async;
     int admitted; /* async: inside the window (its deadline runs) */
     int target;   /* fixed server index, or -1: chosen by the rules */
@@ -622,10 +623,7 @@ static void on_success(struct tern_client *c,
 {
     int rv = 0;
     r->answered_by = i;
-    /* Only a writable leader answers these (a READ_LEADER fetch carries
-     * PROTO_FETCH_LEADER). */
-    if (r->leader_only || (r->op == PROTO_OP_FETCH && r->target < 0 &&
-                           c->opts.read_from == TERN_READ_LEADER)) {
+    if (r->leader_only) {
         c->leader = i;
         c->leader_confirmed = 1;
     }
@@ -1557,13 +1555,15 @@ int tern_fetch(struct tern_client *c,
     if (rv != 0) {
         return rv;
     }
-    /* A READ_LEADER fetch asks the server to answer only as the leader, so
-     * a deposed leader redirects it (ENOTLEADER, followed in on_error)
-     * instead of serving its own, possibly older, queue end. */
+    /* A READ_LEADER fetch asks the server to answer only as a writable
+     * leader, so a deposed leader redirects it (ENOTLEADER, followed in
+     * on_error) instead of serving its own, possibly older, queue end; its
+     * answer then confirms the leader like a write's (on_success). */
+    r->leader_only = c->opts.read_from == TERN_READ_LEADER;
     rv = proto_encode_fetch(
         &r->frame, 0, queue, offset, max_msgs,
         max_bytes != 0 ? max_bytes : TERN__FETCH_MAX_BYTES_DEFAULT, wait_ms,
-        c->opts.read_from == TERN_READ_LEADER ? PROTO_FETCH_LEADER : 0);
+        r->leader_only ? PROTO_FETCH_LEADER : 0);
     return fetch_finish(c, r, rv, queue != NULL ? queue : "(null)", out);
 }
 

@@ -45,7 +45,8 @@
  *                      leader hint; other bits must be 0). Added after the
  *                      first release of version 1: a server that does not
  *                      know the byte answers TERN_EMALFORMED, which is
- *                      why it is left out when 0.
+ *                      why it is left out when 0 (libtern does not fall
+ *                      back: upgrade servers first).
  *                 resp: u64 next_offset, u64 end_offset, u32 n,
  *                       n x {u64 offset, u64 timestamp_ms, blob message}
  *   GROUP_FETCH   req: str queue, str group, u32 max_msgs, u32 max_bytes,

@@ -448,10 +448,15 @@ static void on_state(void *arg,
              lp != NULL ? lp->client_addr : "-", (unsigned long long)term,
              writable ? "true" : "false", role_name(n->role),
              (unsigned long long)n->leader_id, (unsigned long long)n->term);
+    bool was_writable = n->writable;
     n->role = role;
     n->leader_id = leader_id;
     n->term = term;
     n->writable = writable;
+    if (was_writable && !writable && n->server != NULL) {
+        /* Parked leader-only fetches are refused now (server.c). */
+        node_server_wake(n->server);
+    }
     /* Busy-poll where answers come back at once: a leader's AppendEntries.
      * A follower spins for the next AppendEntries only if configured: it
      * waits for the next client write, so it spins on every commit (the

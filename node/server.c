@@ -17,10 +17,14 @@
  *
  * Reads (FETCH, QUEUE_LIST, STATUS) are served from the local index on any
  * node: a follower may serve slightly stale data, but only committed data
- * (the index holds applied entries only). GROUP_FETCH is the exception:
- * only a writable leader serves it, after a read barrier through the log
- * (batch.c), so a consumer never restarts below its group's committed
- * offset. STATS answers
+ * (the index holds applied entries only). Two exceptions: a FETCH with
+ * PROTO_FETCH_LEADER (libtern's TERN_READ_LEADER) is served by a writable
+ * leader only, others answer TERN_ENOTLEADER with the leader hint; and
+ * GROUP_FETCH is served by a writable leader only, after a read barrier
+ * through the log (batch.c), so a consumer never restarts below its
+ * group's committed offset. Both, when parked, are refused the same way
+ * if the node stops being a writable leader while they wait (node.c wakes
+ * the parked fetches on that change). STATS answers
  * with the local raft latency counters on any node. A FETCH (or
  * GROUP_FETCH) at the end of the queue with wait_ms > 0 is parked and
  * answered after a flush makes new data visible (every parked fetch is
@@ -87,6 +91,7 @@ struct parked
     uint64_t offset;
     uint32_t max_msgs;
     uint32_t max_bytes;
+    bool leader_only;  /* GROUP_FETCH, or FETCH with PROTO_FETCH_LEADER */
     uint64_t deadline; /* uv_now ms */
 };
 
@@ -242,8 +247,10 @@ static int fetch_cb(void *arg, const struct idx_fetched *m)
 
 static void park_arm(struct node_server *s);
 
-/* Serve a FETCH/GROUP_FETCH. may_park: park it when nothing is readable
- * (returns true if parked; p is then taken over or, if NULL, created). */
+/* Serve a FETCH/GROUP_FETCH. With wait_ms > 0 and nothing readable it is
+ * parked (returns true). leader_only: the request may only be answered by a
+ * writable leader (the caller checked that now); a parked one is refused
+ * instead of served if the node stops being one while it waits. */
 static bool serve_fetch(struct node_conn *c,
                         uint8_t op,
                         uint64_t request_id,
@@ -252,7 +259,8 @@ static bool serve_fetch(struct node_conn *c,
                         uint64_t offset,
                         uint32_t max_msgs,
                         uint32_t max_bytes,
-                        uint32_t wait_ms)
+                        uint32_t wait_ms,
+                        bool leader_only)
 {
     struct node *n = c->node;
     struct idx_env *e = node_idx(n);
@@ -315,6 +323,7 @@ static bool serve_fetch(struct node_conn *c,
             p->offset = offset;
             p->max_msgs = max_msgs;
             p->max_bytes = max_bytes;
+            p->leader_only = leader_only;
             p->deadline =
                 uv_now(s->loop) + TERN_MIN(wait_ms, SERVER__MAX_WAIT_MS);
             node_list_push(&s->parked, &p->link);
@@ -374,13 +383,24 @@ static void parked_free(struct node_server *s, struct parked *p)
     tern_free(p);
 }
 
-/* Answer p now (new data, queue gone, or expired). */
+static bool refuse_unless_writable(struct node_conn *c,
+                                   uint8_t op,
+                                   uint64_t request_id,
+                                   const struct repl_status *st);
+
+/* Answer p now (new data, queue gone, expired, or, for a leader-only
+ * request, the node no longer a writable leader: then TERN_ENOTLEADER). */
 static void parked_answer(struct node_server *s, struct parked *p)
 {
     struct node_conn *c = p->c;
+    struct repl_status st;
     if (conn_live(c)) {
-        serve_fetch(c, p->op, p->request_id, p->queue, p->group, p->offset,
-                    p->max_msgs, p->max_bytes, 0);
+        node_status(s->node, &st);
+        if (!p->leader_only ||
+            !refuse_unless_writable(c, p->op, p->request_id, &st)) {
+            serve_fetch(c, p->op, p->request_id, p->queue, p->group, p->offset,
+                        p->max_msgs, p->max_bytes, 0, false);
+        }
     }
     parked_free(s, p);
 }
@@ -390,9 +410,16 @@ static bool parked_ready(struct node_server *s, struct parked *p)
 {
     struct idx_env *e = node_idx(s->node);
     struct idx_queue_info qi;
+    struct repl_status st;
     uint64_t offset = p->offset;
     if (!conn_live(p->c) || e == NULL) {
         return true;
+    }
+    if (p->leader_only) {
+        node_status(s->node, &st);
+        if (!st.writable) {
+            return true;
+        }
     }
     if (p->op == PROTO_OP_GROUP_FETCH &&
         idx_group_offset(e, p->queue, p->group, &offset) != 0) {
@@ -711,7 +738,7 @@ static void handle_group_fetch(struct node_conn *c,
     }
     if (node_disk_check(n, m) != 0) {
         serve_fetch(c, r->op, request_id, queue, group, 0, r->max_msgs,
-                    r->max_bytes, r->wait_ms);
+                    r->max_bytes, r->wait_ms, true);
         return;
     }
     batch_request(c, request_id, r);
@@ -731,7 +758,7 @@ void node_server_respond(void *arg, struct node_wreq *w)
         } else if (w->op == PROTO_OP_GROUP_FETCH) {
             /* The barrier is applied and flushed: serve the read now. */
             serve_fetch(c, w->op, w->request_id, w->queue, w->group, 0,
-                        w->max_msgs, w->max_bytes, w->wait_ms);
+                        w->max_msgs, w->max_bytes, w->wait_ms, true);
         } else {
             struct tern_wbuf b;
             tern_wbuf_init(&b);
@@ -778,8 +805,9 @@ static void handle_request(struct node_conn *c,
     case PROTO_OP_GROUP_COMMIT:
         handle_write(c, request_id, r);
         break;
-    case PROTO_OP_FETCH:
-        if ((r->flags & PROTO_FETCH_LEADER) != 0) {
+    case PROTO_OP_FETCH: {
+        bool leader_only = (r->flags & PROTO_FETCH_LEADER) != 0;
+        if (leader_only) {
             struct repl_status st;
             node_status(c->node, &st);
             if (refuse_unless_writable(c, r->op, request_id, &st)) {
@@ -788,8 +816,9 @@ static void handle_request(struct node_conn *c,
         }
         name_copy(queue, r->queue, r->queue_len);
         serve_fetch(c, r->op, request_id, queue, "", r->offset, r->max_msgs,
-                    r->max_bytes, r->wait_ms);
+                    r->max_bytes, r->wait_ms, leader_only);
         break;
+    }
     case PROTO_OP_GROUP_FETCH:
         name_copy(queue, r->queue, r->queue_len);
         name_copy(group, r->group, r->group_len);

@@ -87,12 +87,13 @@ other than "recovered" and "offset_gaps" makes the verdict invalid):
                 (reported only) fetches with "read_from": "leader" whose
                 answer's queue end ("end") is at or below the offset of a
                 produce acknowledged before the fetch was invoked: the
-                "leader" answered from a stale state. Since F4's fix only
-                a writable leader serves such a fetch, so what is left is
-                a leader cut off from the majority that has not stepped
-                down yet (about one election timeout); tern does not
-                promise linearizable plain fetches, so this is reported,
-                not judged.
+                "leader" answered from a stale state. Since F4's fix
+                (6d5b567 and the parked-fetch follow-up) only a writable
+                leader serves such a fetch, so in runs of later builds
+                what is left is a leader cut off from the majority that
+                has not stepped down yet (about one election timeout).
+                tern does not promise linearizable plain fetches, so this
+                is reported, not judged.
 """
 
 import argparse

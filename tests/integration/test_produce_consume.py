@@ -3,15 +3,29 @@
 the queue back from each node alone; every node returns the same ids in the
 same order, at the offsets the producer was told."""
 import os
+import signal
 import socket
 import struct
 import sys
+import time
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import tern_harness as h  # noqa: E402
 
 N = 1000
+
+
+def not_leader_hint(f):
+    """(leader_id, leader address) of a TERN_ENOTLEADER error body, or
+    None: str message, u64 leader_id, str leader client address."""
+    try:
+        (n,) = struct.unpack_from("<H", f.body, 0)
+        (lid,) = struct.unpack_from("<Q", f.body, 2 + n)
+        (m,) = struct.unpack_from("<H", f.body, 10 + n)
+        return lid, f.body[12 + n:12 + n + m].decode()
+    except (struct.error, AttributeError, UnicodeDecodeError):
+        return None
 
 
 def main(c):
@@ -93,30 +107,59 @@ def main(c):
                                                  got[:1],
                                                  r.stderr.strip()[-200:]))
         c.step("a READ_LEADER fetch is answered by the leader only")
+        leader = cl.wait_leader()
+        follower = [i for i in cl.nodes if i != leader][0]
         fetch = h.put_str(b"orders") + struct.pack("<QIII", 0, 5, 1 << 20, 0)
-        for i, flags, want in ((follower, b"\x01", "TERN_ENOTLEADER"),
-                               (follower, b"", None),
-                               (leader, b"\x01", None)):
+        for i, flags in ((follower, b"\x01"), (follower, b""),
+                         (leader, b"\x01")):
             with socket.create_connection(
                     ("127.0.0.1", cl.nodes[i].client_port), timeout=5) as s:
                 s.sendall(h.encode_frame(h.OP["FETCH"], fetch + flags,
                                          request_id=42))
                 f = h.recv_frame(s, timeout=5)
-            c.check(isinstance(f, h.Frame) and f.request_id == 42 and
-                    h.ERR.get(f.status) == want if want else
-                    isinstance(f, h.Frame) and f.status == 0,
-                    "FETCH %s to node %d (%s): %s" %
-                    ("with the leader flag" if flags else "without flags", i,
-                     "leader" if i == leader else "follower",
-                     want or "served"), f)
-        r = cl.tern("--read-from", "leader", "consume", "orders", "--max", 5,
-                    servers=nd.client_addr)
-        got = h.parse_consume(r.stdout)
-        c.check(r.returncode == 0 and [g[1] for g in got] == want_ids[:5],
-                "consume --read-from leader via the follower alone follows "
-                "the hint to the leader",
-                "rc %d, %d msgs %s" % (r.returncode, len(got),
-                                       r.stderr.strip()[-200:]))
+            what = "FETCH %s to node %d (%s)" % (
+                "with the leader flag" if flags else "without flags", i,
+                "leader" if i == leader else "follower")
+            if i == follower and flags:
+                hint = not_leader_hint(f)
+                c.check(isinstance(f, h.Frame) and f.request_id == 42 and
+                        h.ERR.get(f.status) == "TERN_ENOTLEADER" and
+                        hint == (leader, cl.nodes[leader].client_addr),
+                        what + ": TERN_ENOTLEADER naming the leader",
+                        "%r hint %r" % (f, hint))
+            else:
+                c.check(isinstance(f, h.Frame) and f.request_id == 42 and
+                        f.status == 0, what + ": served", f)
+
+        c.step("a parked READ_LEADER fetch is refused when its leader loses "
+               "the majority")
+        followers = [i for i in cl.nodes if i != leader]
+        end = N + 10
+        body = h.put_str(b"orders") + struct.pack("<QIII", end, 5, 1 << 20,
+                                                  8000) + b"\x01"
+        with socket.create_connection(
+                ("127.0.0.1", cl.nodes[leader].client_port), timeout=5) as s:
+            s.sendall(h.encode_frame(h.OP["FETCH"], body, request_id=43))
+            time.sleep(0.3)  # parked at the queue end
+            for i in followers:
+                cl.nodes[i].proc.send_signal(signal.SIGSTOP)
+            t0 = time.monotonic()
+            try:
+                f = h.recv_frame(s, timeout=7)
+            finally:
+                for i in followers:
+                    cl.nodes[i].proc.send_signal(signal.SIGCONT)
+            took = time.monotonic() - t0
+        c.check(isinstance(f, h.Frame) and f.request_id == 43 and
+                h.ERR.get(f.status) == "TERN_ENOTLEADER" and took < 6,
+                "the parked fetch is answered TERN_ENOTLEADER once the leader "
+                "steps down (%.2f s after its followers stopped, wait_ms 8000)"
+                % took, f)
+        leader = cl.wait_leader()
+        r = cl.tern("produce", "orders", "--count", 1, "--size", 16,
+                    "--id-prefix", "after")
+        c.check(r.returncode == 0, "writes accepted again after SIGCONT "
+                "(leader node %d)" % leader, r.stderr.strip()[-300:])
         for i in cl.nodes:
             c.check(cl.nodes[i].alive(), "node %d still running" % i)
 

@@ -65,10 +65,15 @@ struct tern_status;
 /* Where reads (fetch, group fetch, queue list, cluster status) go. */
 enum tern_read_from {
     TERN_READ_LEADER = 0, /* the leader (discovered with a status request
-                             if not known yet); fetches ask to be served
+                             if not known yet). Fetches ask to be served
                              by a writable leader only, so a deposed
                              leader redirects them (the client follows):
-                             read-your-writes, also after a failover */
+                             read-your-writes, also after a failover,
+                             except from a leader cut off from the
+                             majority until it steps down (one election
+                             timeout). Needs servers of this version
+                             (older ones answer TERN_EMALFORMED). Queue
+                             list and status are not checked. */
     TERN_READ_ANY = 1,    /* any connected server (the current one) */
     TERN_READ_FIRST = 2,  /* the first server of the list only (e.g. to
                              consume from a given follower) */
