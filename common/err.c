@@ -51,7 +51,9 @@ void tern_errmsg_printf(char *errmsg, const char *fmt, ...)
         return;
     }
     va_start(ap, fmt);
-    vsnprintf(errmsg, TERN_ERRMSG_SIZE, fmt, ap);
+    if (vsnprintf(errmsg, TERN_ERRMSG_SIZE, fmt, ap) < 0) {
+        errmsg[0] = '\0'; /* encoding error: contents unspecified */
+    }
     va_end(ap);
 }
 
@@ -64,7 +66,9 @@ void tern_errmsg_wrapf(char *errmsg, const char *fmt, ...)
         return;
     }
     va_start(ap, fmt);
-    vsnprintf(out, sizeof out, fmt, ap);
+    if (vsnprintf(out, sizeof out, fmt, ap) < 0) {
+        out[0] = '\0'; /* encoding error: strlen below needs a string */
+    }
     va_end(ap);
     n = strlen(out);
     if (n + 2 < sizeof out) {
@@ -78,8 +82,8 @@ void tern_errmsg_wrapf(char *errmsg, const char *fmt, ...)
 
 void tern_invariant_failed(const char *expr, const char *file, int line)
 {
-    fprintf(stderr, "tern: invariant violated: %s (%s:%d)\n", expr, file,
-            line);
-    fflush(stderr);
+    (void)fprintf(stderr, "tern: invariant violated: %s (%s:%d)\n", expr, file,
+                  line);
+    (void)fflush(stderr);
     abort();
 }

@@ -560,7 +560,8 @@ static int on_ini_line(void *user,
     struct ini_ctx *x = user;
     char what[160];
 
-    snprintf(what, sizeof(what), "%s: [%s] %s", x->path, section, name);
+    /* Only a label for error messages: truncation is harmless. */
+    (void)snprintf(what, sizeof(what), "%s: [%s] %s", x->path, section, name);
     if (strcmp(section, "peers") == 0) {
         uint64_t id;
         x->rv = parse_u64(name, UINT64_MAX, &id, what, x->errmsg);
@@ -622,7 +623,7 @@ int node_config_load_file(struct node_config *c, const char *path, char *errmsg)
         return TERN_EINVAL;
     }
     rv = ini_result(&x, ini_parse_file(f, on_ini_line, &x));
-    fclose(f);
+    (void)fclose(f); /* read only: nothing to lose */
     return rv;
 }
 
@@ -827,6 +828,7 @@ int node_config_validate(struct node_config *c, char *errmsg)
     if (c->n_peers == 0) {
         /* Single-node cluster made of this node. */
         char v[256];
+        int k;
         if (c->raft_addr == NULL || c->client_addr == NULL) {
             tern_errmsg_printf(errmsg,
                                "node %llu: no peers and no --raft-addr/"
@@ -834,7 +836,13 @@ int node_config_validate(struct node_config *c, char *errmsg)
                                (unsigned long long)c->id);
             return TERN_EINVAL;
         }
-        snprintf(v, sizeof(v), "%s,%s", c->raft_addr, c->client_addr);
+        k = snprintf(v, sizeof(v), "%s,%s", c->raft_addr, c->client_addr);
+        if (k < 0 || (size_t)k >= sizeof(v)) {
+            tern_errmsg_printf(errmsg,
+                               "node %llu: --raft-addr/--client-addr too long",
+                               (unsigned long long)c->id);
+            return TERN_EINVAL;
+        }
         rv = peer_set(&c->peers, &c->n_peers, c->id, v, "peers", errmsg);
         if (rv != 0) {
             return rv;

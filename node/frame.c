@@ -39,7 +39,7 @@ static void set_error(struct node_frame *f,
     f->action = action;
     f->op = op;
     f->status = status;
-    snprintf(f->message, sizeof(f->message), "%s", msg);
+    (void)snprintf(f->message, sizeof(f->message), "%s", msg);
 }
 
 void node_frame_next(const uint8_t *buf,
@@ -65,31 +65,32 @@ void node_frame_next(const uint8_t *buf,
         uint16_t magic = tern_get_u16(buf);
         f->consumed = len;
         if (magic != PROTO_MAGIC) {
-            snprintf(m, sizeof(m), "bad magic 0x%04x (expected 0x%04x)", magic,
-                     PROTO_MAGIC);
+            (void)snprintf(m, sizeof(m), "bad magic 0x%04x (expected 0x%04x)",
+                           magic, PROTO_MAGIC);
             set_error(f, NODE_FRAME_FATAL, PROTO_OP_ERROR, TERN_EMALFORMED, m);
             return;
         }
         f->request_id = tern_get_u64(buf + 8);
         if (buf[2] != TERN_PROTO_VERSION) {
-            snprintf(m, sizeof(m),
-                     "protocol version %u not supported "
-                     "(this server speaks %u)",
-                     buf[2], TERN_PROTO_VERSION);
+            (void)snprintf(m, sizeof(m),
+                           "protocol version %u not supported "
+                           "(this server speaks %u)",
+                           buf[2], TERN_PROTO_VERSION);
             set_error(f, NODE_FRAME_FATAL, PROTO_OP_ERROR, TERN_EVERSION, m);
             return;
         }
         if (raw_len > max_body) {
-            snprintf(m, sizeof(m),
-                     "frame body of %u bytes exceeds "
-                     "max_frame_bytes %u",
-                     raw_len, max_body);
+            (void)snprintf(m, sizeof(m),
+                           "frame body of %u bytes exceeds "
+                           "max_frame_bytes %u",
+                           raw_len, max_body);
             set_error(f, NODE_FRAME_FATAL,
                       op_known(raw_op) ? raw_op : PROTO_OP_ERROR, TERN_ETOOBIG,
                       m);
             return;
         }
-        snprintf(m, sizeof(m), "bad frame header (%s)", tern_strerror(rv));
+        (void)snprintf(m, sizeof(m), "bad frame header (%s)",
+                       tern_strerror(rv));
         set_error(
             f, NODE_FRAME_FATAL, PROTO_OP_ERROR,
             rv == TERN_EVERSION || rv == TERN_ETOOBIG ? rv : TERN_EMALFORMED,
@@ -110,7 +111,7 @@ void node_frame_next(const uint8_t *buf,
     }
     if (!op_known(h.op)) {
         char m[64];
-        snprintf(m, sizeof(m), "unknown request op 0x%02x", h.op);
+        (void)snprintf(m, sizeof(m), "unknown request op 0x%02x", h.op);
         set_error(f, NODE_FRAME_ERROR,
                   (h.op & PROTO_OP_RESPONSE) != 0 ? PROTO_OP_ERROR : h.op,
                   TERN_EINVAL, m);
@@ -125,7 +126,8 @@ void node_frame_next(const uint8_t *buf,
                               &f->req);
     if (rv != 0) {
         char m[96];
-        snprintf(m, sizeof(m), "cannot decode request: %s", tern_strerror(rv));
+        (void)snprintf(m, sizeof(m), "cannot decode request: %s",
+                       tern_strerror(rv));
         set_error(f, NODE_FRAME_ERROR, h.op, rv, m);
         return;
     }

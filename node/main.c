@@ -16,13 +16,13 @@ int main(int argc, char **argv)
     node_config_init(&c);
     rv = node_config_parse_args(&c, argc, argv, errmsg);
     if (rv != 0) {
-        fprintf(stderr, "ternd: %s\n", errmsg);
-        fprintf(stderr, "ternd: run 'ternd --help' for usage\n");
+        (void)fprintf(stderr, "ternd: %s\n", errmsg);
+        (void)fprintf(stderr, "ternd: run 'ternd --help' for usage\n");
         node_config_free(&c);
         return 2;
     }
     if (c.help) {
-        fputs(node_config_usage(), stdout);
+        (void)fputs(node_config_usage(), stdout);
         node_config_free(&c);
         return 0;
     }

@@ -1236,7 +1236,7 @@ int node_run(const struct node_config *c)
     int rv;
 
     node_log_setup(c->id, (enum node_log_level)c->log_level);
-    signal(SIGPIPE, SIG_IGN);
+    (void)signal(SIGPIPE, SIG_IGN);
     n = tern_calloc(1, sizeof(*n));
     if (n == NULL) {
         node_log(NODE_LOG_ERROR, "out of memory", NULL);

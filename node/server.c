@@ -247,6 +247,13 @@ static int fetch_cb(void *arg, const struct idx_fetched *m)
 
 static void park_arm(struct node_server *s);
 
+/* Copy the string src into dst[size]; false if it does not fit whole. */
+static bool copy_whole(char *dst, size_t size, const char *src)
+{
+    int k = snprintf(dst, size, "%s", src);
+    return k >= 0 && (size_t)k < size;
+}
+
 /* Serve a FETCH/GROUP_FETCH. With wait_ms > 0 and nothing readable it is
  * parked (returns true). leader_only: the request may only be answered by a
  * writable leader (the caller checked that now); a parked one is refused
@@ -296,17 +303,17 @@ static bool serve_fetch(struct node_conn *c,
     }
     if (offset < qi.start_offset) {
         char m[128];
-        snprintf(m, sizeof(m), "offset %llu is below the queue start %llu",
-                 (unsigned long long)offset,
-                 (unsigned long long)qi.start_offset);
+        (void)snprintf(
+            m, sizeof(m), "offset %llu is below the queue start %llu",
+            (unsigned long long)offset, (unsigned long long)qi.start_offset);
         send_error(c, op, request_id, TERN_EOFFSET, m);
         return false;
     }
     if (offset > qi.next_offset) {
         char m[128];
-        snprintf(m, sizeof(m), "offset %llu is beyond the queue end %llu",
-                 (unsigned long long)offset,
-                 (unsigned long long)qi.next_offset);
+        (void)snprintf(m, sizeof(m), "offset %llu is beyond the queue end %llu",
+                       (unsigned long long)offset,
+                       (unsigned long long)qi.next_offset);
         send_error(c, op, request_id, TERN_EOFFSET, m);
         return false;
     }
@@ -314,12 +321,17 @@ static bool serve_fetch(struct node_conn *c,
         c->srv->n_parked < SERVER__MAX_PARKED) {
         struct node_server *s = c->srv;
         struct parked *p = tern_calloc(1, sizeof(*p));
+        /* A truncated name would park a fetch of another queue or group:
+         * such a request is answered now, as when out of memory. */
+        if (p != NULL && (!copy_whole(p->queue, sizeof(p->queue), queue) ||
+                          !copy_whole(p->group, sizeof(p->group), group))) {
+            tern_free(p);
+            p = NULL;
+        }
         if (p != NULL) {
             p->c = c;
             p->op = op;
             p->request_id = request_id;
-            snprintf(p->queue, sizeof(p->queue), "%s", queue);
-            snprintf(p->group, sizeof(p->group), "%s", group);
             p->offset = offset;
             p->max_msgs = max_msgs;
             p->max_bytes = max_bytes;
@@ -641,12 +653,13 @@ static bool refuse_unless_writable(struct node_conn *c,
     }
     p = node_config_peer(cfg, st->leader_id);
     if (st->leader_id != 0 && st->leader_id != cfg->id && p != NULL) {
-        snprintf(m, sizeof(m), "not the leader; leader is node %llu at %s",
-                 (unsigned long long)st->leader_id, p->client_addr);
+        (void)snprintf(m, sizeof(m),
+                       "not the leader; leader is node %llu at %s",
+                       (unsigned long long)st->leader_id, p->client_addr);
     } else if (st->leader_id == cfg->id) {
-        snprintf(m, sizeof(m), "leader not ready for writes yet");
+        (void)snprintf(m, sizeof(m), "leader not ready for writes yet");
     } else {
-        snprintf(m, sizeof(m), "not the leader; no leader known");
+        (void)snprintf(m, sizeof(m), "not the leader; no leader known");
     }
     send_error(c, op, request_id, TERN_ENOTLEADER, m);
     return true;
@@ -699,9 +712,10 @@ static void handle_write(struct node_conn *c,
         }
         while (proto_next_msg(r, &pos, &msg)) {
             if (msg.len > cfg->max_message_bytes) {
-                snprintf(m, sizeof(m),
-                         "message %u is %u bytes > max_message_bytes %llu", i,
-                         msg.len, (unsigned long long)cfg->max_message_bytes);
+                (void)snprintf(
+                    m, sizeof(m),
+                    "message %u is %u bytes > max_message_bytes %llu", i,
+                    msg.len, (unsigned long long)cfg->max_message_bytes);
                 send_error(c, r->op, request_id, TERN_ETOOBIG, m);
                 return;
             }

@@ -509,8 +509,8 @@ static int io_start(struct raft_io *io, unsigned msecs, raft_io_tick_cb tick,
     }
     rv = xport_start(r->xport, repl_xport_recv, r);
     if (rv != 0) {
-        snprintf(r->outer.errmsg, sizeof r->outer.errmsg,
-                 "xport start: %s", tern_strerror(rv));
+        (void)snprintf(r->outer.errmsg, sizeof r->outer.errmsg,
+                       "xport start: %s", tern_strerror(rv));
         return RAFT_IOERR;
     }
     r->started = true;
@@ -1070,16 +1070,16 @@ static int send_append_entries(struct repl *r, struct send_group *g,
             }
         }
         if (rv != 0) {
-            snprintf(r->outer.errmsg, sizeof r->outer.errmsg, "encode: %s",
-                     tern_strerror(rv));
+            (void)snprintf(r->outer.errmsg, sizeof r->outer.errmsg,
+                           "encode: %s", tern_strerror(rv));
             rv = rv == -ENOMEM ? RAFT_NOMEM : RAFT_TOOBIG;
             break;
         }
         rv = send_part(r, g, m->server_id, m->server_address, &f);
         repl_frame_release(&f);
         if (rv != 0) {
-            snprintf(r->outer.errmsg, sizeof r->outer.errmsg,
-                     "xport send: %s", tern_strerror(rv));
+            (void)snprintf(r->outer.errmsg, sizeof r->outer.errmsg,
+                           "xport send: %s", tern_strerror(rv));
             rv = raft_code(rv);
             break;
         }
@@ -1148,15 +1148,15 @@ static int io_send(struct raft_io *io, struct raft_io_send *req,
         unsigned n_sent;
         rv = repl_codec_encode(r->id, r->address, m, max, &f, &n_sent);
         if (rv != 0) {
-            snprintf(r->outer.errmsg, sizeof r->outer.errmsg, "encode: %s",
-                     tern_strerror(rv));
+            (void)snprintf(r->outer.errmsg, sizeof r->outer.errmsg,
+                           "encode: %s", tern_strerror(rv));
             rv = rv == -ENOMEM ? RAFT_NOMEM : RAFT_TOOBIG;
         } else {
             rv = send_part(r, g, m->server_id, m->server_address, &f);
             repl_frame_release(&f);
             if (rv != 0) {
-                snprintf(r->outer.errmsg, sizeof r->outer.errmsg,
-                         "xport send: %s", tern_strerror(rv));
+                (void)snprintf(r->outer.errmsg, sizeof r->outer.errmsg,
+                               "xport send: %s", tern_strerror(rv));
                 rv = raft_code(rv);
             }
         }
@@ -1175,17 +1175,22 @@ static bool hold_commit(struct repl *r, struct repl_wire *w)
 {
     struct raft_append_entries *a = &w->msg.append_entries;
     uint64_t last = a->prev_log_index + a->n_entries;
+    const char *addr =
+        w->msg.server_address != NULL ? w->msg.server_address : "";
+    /* An address that does not fit whole (the codec bounds it, so never)
+     * is not held: the commit then goes to the core as it came. */
     if (r->durability != REPL_DURABILITY_MEMORY ||
         w->msg.type != RAFT_IO_APPEND_ENTRIES || a->n_entries == 0 ||
-        last < r->next_index || a->leader_commit <= r->raft.commit_index) {
+        last < r->next_index || a->leader_commit <= r->raft.commit_index ||
+        strlen(addr) >= sizeof r->hold.leader_addr) {
         return false;
     }
     r->hold.index = last;
     r->hold.term = a->term;
     r->hold.commit = a->leader_commit;
     r->hold.leader_id = w->msg.server_id;
-    snprintf(r->hold.leader_addr, sizeof r->hold.leader_addr, "%s",
-             w->msg.server_address != NULL ? w->msg.server_address : "");
+    (void)snprintf(r->hold.leader_addr, sizeof r->hold.leader_addr, "%s",
+                   addr); /* fits: checked above */
     a->leader_commit = r->raft.commit_index;
     return true;
 }

@@ -345,11 +345,11 @@ static void vtrace(const struct verbs_xport *x, const char *fmt, ...)
     if (!trace_on) {
         return;
     }
-    fprintf(stderr, "verbs[%llu] ", (unsigned long long)x->base.self_id);
+    (void)fprintf(stderr, "verbs[%llu] ", (unsigned long long)x->base.self_id);
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    (void)vfprintf(stderr, fmt, ap);
     va_end(ap);
-    fputc('\n', stderr);
+    (void)fputc('\n', stderr);
 }
 
 /* ---- private data ------------------------------------------------------ */

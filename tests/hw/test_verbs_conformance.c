@@ -423,7 +423,7 @@ Test(verbs_latency, small_message_round_trip, .init = verbs_setup,
            (double)rtt[N - 1] / 1e3, (unsigned long long)sa.posted,
            (unsigned long long)sa.signalled, (unsigned long long)sa.doorbells,
            (unsigned long long)sa.nops);
-    fflush(stdout);
+    (void)fflush(stdout);
     close_and_wait(a);
     close_and_wait(b);
 }
@@ -647,7 +647,7 @@ Test(verbs_signalling, burst_beyond_send_queue, .init = verbs_setup,
            N, (unsigned long long)sa.posted, (unsigned long long)sa.signalled,
            (unsigned long long)sa.doorbells, (unsigned long long)sa.nops,
            (unsigned long long)sa.credit_waits);
-    fflush(stdout);
+    (void)fflush(stdout);
     cr_expect_lt(sa.signalled * 4, sa.posted, "selective signalling");
     close_and_wait(a);
     close_and_wait(b);
@@ -659,7 +659,7 @@ ReportHook(POST_ALL)(struct criterion_global_stats *stats)
 {
     printf("%zu passed, %zu failed\n", stats->tests_passed,
            stats->tests_failed + stats->tests_crashed);
-    fflush(stdout);
+    (void)fflush(stdout);
 }
 
 int main(int argc, char *argv[])

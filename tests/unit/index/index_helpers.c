@@ -208,7 +208,8 @@ void th_msgs_expect_eq(const struct th_msgs *a, const struct th_msgs *b)
 static int list_segments(const char *dir, char ***names)
 {
     char path[4096];
-    snprintf(path, sizeof path, "%s/log", dir);
+    cr_assert_lt((size_t)snprintf(path, sizeof path, "%s/log", dir),
+                 sizeof path);
     struct dirent **ents;
     int n = scandir(path, &ents, NULL, alphasort);
     cr_assert_geq(n, 0);
@@ -231,7 +232,8 @@ char *th_last_segment(const char *dir)
     int n = list_segments(dir, &names);
     cr_assert_gt(n, 0);
     char *p = malloc(4096);
-    snprintf(p, 4096, "%s/log/%s", dir, names[n - 1]);
+    cr_assert_lt((size_t)snprintf(p, 4096, "%s/log/%s", dir, names[n - 1]),
+                 4096);
     for (int i = 0; i < n; i++) {
         free(names[i]);
     }

@@ -300,7 +300,9 @@ static int list_cb(void *arg, const struct idx_queue_info *q)
 {
     struct list_ctx *c = arg;
     cr_assert_lt(c->n, 8);
-    snprintf(c->names[c->n], 64, "%s", q->name);
+    cr_assert_lt(
+        (size_t)snprintf(c->names[c->n], sizeof c->names[c->n], "%s", q->name),
+        sizeof c->names[c->n]);
     c->next[c->n] = q->next_offset;
     c->n++;
     return c->stop_after != 0 && c->n >= c->stop_after;

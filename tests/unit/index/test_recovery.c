@@ -26,8 +26,9 @@ static void teardown(void)
     char mnt[4096];
     /* The ENOSPC test mounts a tmpfs here; never leave it behind, even
      * when an assertion aborted the test before its own umount. */
-    snprintf(mnt, sizeof mnt, "%s/mnt", dir);
-    (void)umount2(mnt, MNT_DETACH);
+    if ((size_t)snprintf(mnt, sizeof mnt, "%s/mnt", dir) < sizeof mnt) {
+        (void)umount2(mnt, MNT_DETACH);
+    }
     th_rmdir(dir);
     dir = NULL;
 }
@@ -94,7 +95,8 @@ static struct idx_env *reopen_expect(uint64_t segment_bytes,
 static char *segment0(void)
 {
     char *p = malloc(4096);
-    snprintf(p, 4096, "%s/log/%020llu.seg", dir, 0ULL);
+    cr_assert_lt((size_t)snprintf(p, 4096, "%s/log/%020llu.seg", dir, 0ULL),
+                 4096);
     return p;
 }
 
@@ -170,7 +172,7 @@ Test(index_recovery, garbage_tail_truncated)
     cr_assert_not_null(f);
     cr_assert_eq(fseek(f, (long)(32 + ends[2]), SEEK_SET), 0);
     cr_assert_eq(fread(rec, 1, ends[3] - ends[2], f), ends[3] - ends[2]);
-    fclose(f);
+    (void)fclose(f);
     th_append(seg, rec, ends[3] - ends[2]);
     e = reopen_expect(0, ends[3] - ends[2], N);
     idx_close(e);
@@ -200,9 +202,11 @@ Test(index_recovery, flipped_byte_in_last_record)
 static void rm_lmdb(void)
 {
     char p[4096];
-    snprintf(p, sizeof p, "%s/lmdb/data.mdb", dir);
+    cr_assert_lt((size_t)snprintf(p, sizeof p, "%s/lmdb/data.mdb", dir),
+                 sizeof p);
     cr_assert_eq(unlink(p), 0);
-    snprintf(p, sizeof p, "%s/lmdb/lock.mdb", dir);
+    cr_assert_lt((size_t)snprintf(p, sizeof p, "%s/lmdb/lock.mdb", dir),
+                 sizeof p);
     unlink(p);
 }
 
@@ -239,7 +243,8 @@ Test(index_recovery, lmdb_lost_is_rebuilt)
 
     /* An unreadable LMDB file is treated the same way. */
     char p[4096];
-    snprintf(p, sizeof p, "%s/lmdb/data.mdb", dir);
+    cr_assert_lt((size_t)snprintf(p, sizeof p, "%s/lmdb/data.mdb", dir),
+                 sizeof p);
     th_truncate(p, 0);
     th_append(p, "this is not an lmdb file, not at all........", 44);
     e = th_open(dir, 300);
@@ -251,14 +256,18 @@ Test(index_recovery, lmdb_lost_is_rebuilt)
 Test(index_recovery, lmdb_behind_is_reindexed)
 {
     char p[4096], save[4096];
-    snprintf(p, sizeof p, "%s/lmdb/data.mdb", dir);
-    snprintf(save, sizeof save, "%s/old.mdb", dir);
+    cr_assert_lt((size_t)snprintf(p, sizeof p, "%s/lmdb/data.mdb", dir),
+                 sizeof p);
+    cr_assert_lt((size_t)snprintf(save, sizeof save, "%s/old.mdb", dir),
+                 sizeof save);
     struct idx_env *e;
     populate_closed(200);
     th_rmdir(dir);
     dir = th_tmpdir();
-    snprintf(p, sizeof p, "%s/lmdb/data.mdb", dir);
-    snprintf(save, sizeof save, "%s/old.mdb", dir);
+    cr_assert_lt((size_t)snprintf(p, sizeof p, "%s/lmdb/data.mdb", dir),
+                 sizeof p);
+    cr_assert_lt((size_t)snprintf(save, sizeof save, "%s/old.mdb", dir),
+                 sizeof save);
 
     e = th_open(dir, 200);
     populate_range(e, 1, 6);
@@ -302,8 +311,9 @@ Test(index_recovery, bad_segment_header_cuts_log)
     char p[4096];
     uint64_t start = 0;
     for (uint64_t i = 1; i <= N; i++) {
-        snprintf(p, sizeof p, "%s/log/%020llu.seg", dir,
-                 (unsigned long long)ends[i]);
+        cr_assert_lt((size_t)snprintf(p, sizeof p, "%s/log/%020llu.seg", dir,
+                                      (unsigned long long)ends[i]),
+                     sizeof p);
         if (i >= 7 && access(p, F_OK) == 0) {
             start = ends[i];
             break;
@@ -356,8 +366,9 @@ Test(index_recovery, corrupt_middle_record_detected_by_fetch)
     cr_expect_eq(th_file_size(seg), (off_t)(32 + ends[4]));
     {
         char want[128];
-        snprintf(want, sizeof want, "00000000000000000000.seg offset %llu",
-                 (unsigned long long)(32 + ends[4]));
+        (void)snprintf(want, sizeof want,
+                       "00000000000000000000.seg offset %llu",
+                       (unsigned long long)(32 + ends[4]));
         cr_expect_neq(strstr(idx_cut_note(e), want), NULL, "%s",
                       idx_cut_note(e));
         cr_expect_neq(strstr(idx_cut_note(e), "checksum"), NULL, "%s",
@@ -392,7 +403,8 @@ Test(index_recovery, damaged_lmdb_is_rebuilt_unread)
     char p[4096];
     struct idx_env *e;
     populate_closed(0);
-    snprintf(p, sizeof p, "%s/lmdb/data.mdb", dir);
+    cr_assert_lt((size_t)snprintf(p, sizeof p, "%s/lmdb/data.mdb", dir),
+                 sizeof p);
     off_t size = th_file_size(p);
     cr_assert_gt(size, 4 * 4096);
     for (off_t at = 2 * 4096; at < size; at += 4096) {
@@ -417,21 +429,22 @@ Test(index_recovery, damaged_lmdb_is_rebuilt_unread)
 Test(index_recovery, enospc_on_small_tmpfs)
 {
     char mnt[2048], sub[4096], filler[4096];
-    snprintf(mnt, sizeof mnt, "%s/mnt", dir);
+    cr_assert_lt((size_t)snprintf(mnt, sizeof mnt, "%s/mnt", dir), sizeof mnt);
     cr_assert_eq(mkdir(mnt, 0755), 0);
     if (mount("tmpfs", mnt, "tmpfs", 0, "size=1m") != 0) {
         cr_skip_test("cannot mount a 1 MiB tmpfs (%s): ENOSPC not tested",
                      strerror(errno));
     }
-    snprintf(sub, sizeof sub, "%s/env", mnt);
-    snprintf(filler, sizeof filler, "%s/filler", mnt);
+    cr_assert_lt((size_t)snprintf(sub, sizeof sub, "%s/env", mnt), sizeof sub);
+    cr_assert_lt((size_t)snprintf(filler, sizeof filler, "%s/filler", mnt),
+                 sizeof filler);
     {
         /* Space to give back after the failure so that reopen can work. */
         static char zero[128 * 1024];
         FILE *f = fopen(filler, "wb");
         cr_assert_not_null(f);
         cr_assert_eq(fwrite(zero, 1, sizeof zero, f), sizeof zero);
-        fclose(f);
+        cr_assert_eq(fclose(f), 0);
     }
     struct idx_options o = {
         .dir = sub, .map_size = 8 << 20, .segment_bytes = 64 << 10};
@@ -536,7 +549,8 @@ Test(index_recovery, torn_tail_at_every_byte)
     struct idx_env *e;
     populate_closed(0);
     char *seg = segment0();
-    snprintf(full, sizeof full, "%s/full.seg", dir);
+    cr_assert_lt((size_t)snprintf(full, sizeof full, "%s/full.seg", dir),
+                 sizeof full);
     th_copy_file(seg, full);
     for (uint64_t cut = ends[N - 2]; cut <= ends[N]; cut++) {
         uint64_t last = N;

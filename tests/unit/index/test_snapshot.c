@@ -157,7 +157,8 @@ Test(index_snapshot, bulk_transfer_between_envs)
      * full rebuild scans across them. */
     idx_close(b);
     char p[4096];
-    snprintf(p, sizeof p, "%s/lmdb/data.mdb", dir_b);
+    cr_assert_lt((size_t)snprintf(p, sizeof p, "%s/lmdb/data.mdb", dir_b),
+                 sizeof p);
     cr_assert_eq(unlink(p), 0);
     b = th_open(dir_b, 3000);
     cr_expect_eq(idx_truncated_bytes(b), 0);

@@ -378,7 +378,8 @@ Test(batch, round_trip_through_index)
     cr_expect_eq(t.answers[3].result.base_offset,
                  t.answers[1].result.base_offset + 1);
     idx_close(e);
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    cr_assert_lt((size_t)snprintf(cmd, sizeof(cmd), "rm -rf %s", dir),
+                 sizeof(cmd));
     cr_expect_eq(system(cmd), 0);
 }
 
@@ -448,7 +449,8 @@ Test(batch, group_fetch_waits_for_its_barrier)
     cr_assert_eq(idx_group_offset(e, "gq", "g", &off), 0);
     cr_expect_eq(off, 1, "the commit before the barrier is visible");
     idx_close(e);
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    cr_assert_lt((size_t)snprintf(cmd, sizeof(cmd), "rm -rf %s", dir),
+                 sizeof(cmd));
     cr_expect_eq(system(cmd), 0);
 }
 

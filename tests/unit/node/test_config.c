@@ -49,7 +49,7 @@ static char *write_tmp(const char *text)
 {
     static char path[64];
     int fd;
-    snprintf(path, sizeof(path), "/tmp/ternd-config-XXXXXX");
+    (void)snprintf(path, sizeof(path), "/tmp/ternd-config-XXXXXX");
     fd = mkstemp(path);
     cr_assert(fd >= 0);
     cr_assert_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));

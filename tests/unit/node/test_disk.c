@@ -21,7 +21,8 @@ static void setup(void)
 {
     strcpy(dir, "/tmp/tern-disk-XXXXXX");
     cr_assert_not_null(mkdtemp(dir));
-    snprintf(path, sizeof(path), "%s/disk-reserve", dir);
+    cr_assert_lt((size_t)snprintf(path, sizeof(path), "%s/disk-reserve", dir),
+                 sizeof(path));
     errmsg[0] = '\0';
 }
 
@@ -126,7 +127,7 @@ Test(disk, no_reserve_configured)
     /* A file left by an earlier run with a reserve is removed. */
     FILE *f = fopen(path, "w");
     cr_assert_not_null(f);
-    fclose(f);
+    cr_assert_eq(fclose(f), 0);
     cr_assert_eq(node_disk_init(&d, dir, 0, 0, errmsg), 0);
     cr_expect_eq(reserve_size(NULL), -1);
     cr_expect(!d.alarm);

@@ -200,7 +200,7 @@ void cluster_init(struct cluster *c, unsigned n)
         nd->id = i + 1;
         nd->timeout_offset = -1;
         nd->bulk_reads_ok = -1;
-        snprintf(nd->addr, sizeof nd->addr, "127.0.0.1:%u", 9001 + i);
+        (void)snprintf(nd->addr, sizeof nd->addr, "127.0.0.1:%u", 9001 + i);
         fake_disk_init(&nd->disk);
     }
 }

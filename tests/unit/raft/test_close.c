@@ -272,7 +272,8 @@ Test(repl_close, raft_uv_close_during_truncate, .timeout = 120)
         bool closed = false;
         uint64_t next;
 
-        snprintf(dir, sizeof dir, "%s/r%d", base, round);
+        cr_assert_lt((size_t)snprintf(dir, sizeof dir, "%s/r%d", base, round),
+                     sizeof dir);
         for (unsigned k = 0; k < 3; k++) {
             peers[k].id = k + 1;
             peers[k].address = addrs[k];

@@ -609,37 +609,39 @@ static void dump_cluster(struct cluster *c)
 {
         for (unsigned k = 0; k < c->n; k++) {
         if (!c->nodes[k].up) {
-            fprintf(stderr, "n%u down\n", k);
+            (void)fprintf(stderr, "n%u down\n", k);
             continue;
         }
         struct repl_status st;
         repl_get_status(c->nodes[k].repl, &st);
-        fprintf(stderr,
-                "n%u role %d term %llu leader %llu commit %llu applied "
-                "%llu last %llu stored %llu failed %d fsm %d fetch %d "
-                "pend %zu\n",
-                k, st.role, (unsigned long long)st.term,
-                (unsigned long long)st.leader_id,
-                (unsigned long long)st.commit_index,
-                (unsigned long long)st.last_applied,
-                (unsigned long long)st.last_index,
-                (unsigned long long)st.last_stored, st.failed,
-                st.fsm_error, c->nodes[k].repl->fetch.active,
-                fake_io_pending(c->nodes[k].io));
+        (void)fprintf(stderr,
+                      "n%u role %d term %llu leader %llu commit %llu applied "
+                      "%llu last %llu stored %llu failed %d fsm %d fetch %d "
+                      "pend %zu\n",
+                      k, st.role, (unsigned long long)st.term,
+                      (unsigned long long)st.leader_id,
+                      (unsigned long long)st.commit_index,
+                      (unsigned long long)st.last_applied,
+                      (unsigned long long)st.last_index,
+                      (unsigned long long)st.last_stored, st.failed,
+                      st.fsm_error, c->nodes[k].repl->fetch.active,
+                      fake_io_pending(c->nodes[k].io));
     }
     for (unsigned k = 0; k < c->n; k++) {
         struct raft *rr = repl_raft(c->nodes[k].repl);
-        fprintf(stderr, "n%u disk start %llu n %zu snap %llu/%llu\n", k,
-                (unsigned long long)c->nodes[k].disk.start,
-                c->nodes[k].disk.n,
-                (unsigned long long)c->nodes[k].disk.snap_index,
-                (unsigned long long)c->nodes[k].disk.snap_term);
+        (void)fprintf(stderr, "n%u disk start %llu n %zu snap %llu/%llu\n", k,
+                      (unsigned long long)c->nodes[k].disk.start,
+                      c->nodes[k].disk.n,
+                      (unsigned long long)c->nodes[k].disk.snap_index,
+                      (unsigned long long)c->nodes[k].disk.snap_term);
         if (raft_state(rr) == RAFT_LEADER) {
             for (unsigned q = 0; q < rr->configuration.n; q++) {
                 struct raft_progress *pg = &rr->leader_state.progress[q];
-                fprintf(stderr, "  prog id %llu state %u next %llu match %llu snap %llu\n",
-                        rr->configuration.servers[q].id, pg->state,
-                        pg->next_index, pg->match_index, pg->snapshot_index);
+                (void)fprintf(
+                    stderr,
+                    "  prog id %llu state %u next %llu match %llu snap %llu\n",
+                    rr->configuration.servers[q].id, pg->state, pg->next_index,
+                    pg->match_index, pg->snapshot_index);
             }
         }
     }
@@ -800,8 +802,9 @@ Test(cluster, chaos_3_nodes, .timeout = 120)
 
 Test(cluster, chaos_5_nodes, .timeout = 120)
 {
+    const char *only = getenv("CHAOS_ONLY");
     for (uint64_t seed = 1; seed <= n_seeds(6); seed++) {
-        if (getenv("CHAOS_ONLY") && strtoull(getenv("CHAOS_ONLY"), NULL, 10) != seed) {
+        if (only != NULL && strtoull(only, NULL, 10) != seed) {
             continue;
         }
         chaos(5, seed * 0xc2b2ae3d27d4eb4fULL, 1500);
@@ -867,8 +870,9 @@ Test(cluster, follower_applies_only_durable_entries)
  * crash, no leak (ASan), and the cluster still converges afterwards. */
 static void allocation_failures(enum repl_durability d)
 {
-    long kmax = getenv("OOM_MAX") != NULL ? atol(getenv("OOM_MAX")) : 60;
-    long kstep = getenv("OOM_MAX") != NULL ? 1 : 3;
+    const char *oom_max = getenv("OOM_MAX");
+    long kmax = oom_max != NULL ? atol(oom_max) : 60;
+    long kstep = oom_max != NULL ? 1 : 3;
     for (long k = 0; k < kmax; k += kstep) {
         uint64_t last = 0;
         int l;

@@ -152,10 +152,12 @@ static bool pred_new_leader(struct cluster *c, void *arg)
 Test(issue3, fence_refuses_deposed_leader_late_writes)
 {
     uint64_t last = 0, x_index = 0, old_term;
-    uint64_t fenced_before[3];
+    uint64_t fenced_before[CLUSTER_MAX];
     uint8_t x[32] = "X-deposed-leader-late-write";
+    unsigned n;
     int l;
     cluster_init(&cl, 3);
+    n = cl.n; /* both loops below cover the same nodes */
     cl.use_txport = true;
     cl.fencing = true;
     l = elect(&cl);
@@ -170,7 +172,7 @@ Test(issue3, fence_refuses_deposed_leader_late_writes)
     cr_assert(cluster_step_until(&cl, pred_new_leader, &l, STEPS));
     cr_expect_eq(cl.nodes[l].disk.term, old_term, "the old leader learned "
                  "nothing");
-    for (unsigned i = 0; i < cl.n; i++) {
+    for (unsigned i = 0; i < n; i++) {
         fenced_before[i] = cl.nodes[i].tx->fenced;
         if ((int)i != l) {
             cr_assert_gt(cl.nodes[i].tx->fence, old_term);
@@ -182,7 +184,7 @@ Test(issue3, fence_refuses_deposed_leader_late_writes)
     txport_release(cl.nodes[l].tx);
     cr_assert_gt(xport_mem_net_deliver(cl.net, cl.nodes[l].id, 0, SIZE_MAX),
                  0);
-    for (unsigned i = 0; i < cl.n; i++) {
+    for (unsigned i = 0; i < n; i++) {
         bool saw_x = false;
         if ((int)i == l) {
             continue;

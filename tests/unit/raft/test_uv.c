@@ -185,7 +185,9 @@ static void start_repls(uv_loop_t *loop, const char *base,
     for (int i = 0; i < UV_N; i++) {
         struct repl_config cfg = {0};
         struct repl_fsm fsm = {0};
-        snprintf(nodes[i].dir, sizeof nodes[i].dir, "%s/n%d", base, i + 1);
+        cr_assert_lt((size_t)snprintf(nodes[i].dir, sizeof nodes[i].dir,
+                                      "%s/n%d", base, i + 1),
+                     sizeof nodes[i].dir);
         cfg.id = nodes[i].id;
         cfg.address = nodes[i].addr;
         cfg.data_dir = nodes[i].dir;
@@ -237,8 +239,8 @@ static void open_nodes(uv_loop_t *loop,
         int i;
         for (i = 0; i < UV_N; i++) {
             nodes[i].id = (uint64_t)i + 1;
-            snprintf(nodes[i].addr, sizeof nodes[i].addr, "127.0.0.1:%u",
-                     port + (unsigned)i);
+            (void)snprintf(nodes[i].addr, sizeof nodes[i].addr, "127.0.0.1:%u",
+                           port + (unsigned)i);
             if (xport_tcp_new(loop, nodes[i].id, nodes[i].addr, NULL,
                               &nodes[i].x, errmsg) != 0) {
                 break;
@@ -257,7 +259,9 @@ static void open_nodes(uv_loop_t *loop,
     for (int i = 0; i < UV_N; i++) {
         peers[i].id = nodes[i].id;
         peers[i].address = nodes[i].addr;
-        snprintf(nodes[i].dir, sizeof nodes[i].dir, "%s/n%d", base, i + 1);
+        cr_assert_lt((size_t)snprintf(nodes[i].dir, sizeof nodes[i].dir,
+                                      "%s/n%d", base, i + 1),
+                     sizeof nodes[i].dir);
     }
 }
 
@@ -285,7 +289,8 @@ static void production_path(enum repl_durability d)
 
     cr_assert_eq(uv_loop_init(&loop), 0);
     cr_assert_not_null(mkdtemp(base));
-    snprintf(tmp_base, sizeof tmp_base, "%s", base);
+    cr_assert_lt((size_t)snprintf(tmp_base, sizeof tmp_base, "%s", base),
+                 sizeof tmp_base);
     memset(nodes, 0, sizeof nodes);
     acked = 0;
     uv_durability = d;
@@ -527,7 +532,8 @@ Test(uv, snapshot_install_and_bulk_over_tcp, .timeout = 120)
 
     cr_assert_eq(uv_loop_init(&loop), 0);
     cr_assert_not_null(mkdtemp(base));
-    snprintf(tmp_base, sizeof tmp_base, "%s", base);
+    cr_assert_lt((size_t)snprintf(tmp_base, sizeof tmp_base, "%s", base),
+                 sizeof tmp_base);
     memset(nodes, 0, sizeof nodes);
     memset(snodes, 0, sizeof snodes);
     open_nodes(&loop, base, port, peers);

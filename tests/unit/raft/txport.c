@@ -132,10 +132,13 @@ static void check_stamp(struct txport *t, const struct xport_iov *iov)
     if (t->epoch != term || t->fence != term) {
         t->stamp_errors++;
         if (getenv("TXPORT_DEBUG") != NULL) {
-            fprintf(stderr, "txport %llu: type %u term %llu epoch %llu "
-                    "pv %d\n", (unsigned long long)t->base.self_id, type,
-                    (unsigned long long)term, (unsigned long long)t->epoch,
-                    type == RAFT_IO_REQUEST_VOTE ? body[33] : -1);
+            (void)fprintf(stderr,
+                          "txport %llu: type %u term %llu epoch %llu "
+                          "pv %d\n",
+                          (unsigned long long)t->base.self_id, type,
+                          (unsigned long long)term,
+                          (unsigned long long)t->epoch,
+                          type == RAFT_IO_REQUEST_VOTE ? body[33] : -1);
         }
     }
 }
@@ -180,6 +183,7 @@ static int t_send(struct xport *x, struct xport_send *req, uint64_t peer_id,
     if (t->hold) {
         size_t len = 8;
         struct txport_held *h;
+        int k;
         for (unsigned i = 0; i < n; i++) {
             len += iov[i].len;
         }
@@ -190,7 +194,11 @@ static int t_send(struct xport *x, struct xport_send *req, uint64_t peer_id,
         h->next = NULL;
         h->outer = req;
         h->peer_id = peer_id;
-        snprintf(h->addr, sizeof h->addr, "%s", peer_address);
+        k = snprintf(h->addr, sizeof h->addr, "%s", peer_address);
+        if (k < 0 || (size_t)k >= sizeof h->addr) {
+            tern_free(h); /* would be released to a truncated address */
+            return -ENAMETOOLONG;
+        }
         h->len = 0;
         memcpy(h->data, stamp, 8);
         h->len = 8;
