@@ -417,21 +417,18 @@ static void parked_answer(struct node_server *s, struct parked *p)
     parked_free(s, p);
 }
 
-/* Has p something to read (or an error to report)? */
-static bool parked_ready(struct node_server *s, struct parked *p)
+/* Has p something to read (or an error to report)? writable: the node's
+ * status, read once per wake by the caller. */
+static bool parked_ready(struct node_server *s, struct parked *p, bool writable)
 {
     struct idx_env *e = node_idx(s->node);
     struct idx_queue_info qi;
-    struct repl_status st;
     uint64_t offset = p->offset;
     if (!conn_live(p->c) || e == NULL) {
         return true;
     }
-    if (p->leader_only) {
-        node_status(s->node, &st);
-        if (!st.writable) {
-            return true;
-        }
+    if (p->leader_only && !writable) {
+        return true;
     }
     if (p->op == PROTO_OP_GROUP_FETCH &&
         idx_group_offset(e, p->queue, p->group, &offset) != 0) {
@@ -480,11 +477,16 @@ static void park_arm(struct node_server *s)
 void node_server_wake(struct node_server *s)
 {
     struct node_list *l = s->parked.next;
+    struct repl_status st;
     bool any = false;
+    if (s->n_parked == 0) {
+        return; /* the common case, after every flush */
+    }
+    node_status(s->node, &st);
     while (l != &s->parked) {
         struct parked *p = NODE__CONTAINER(l, struct parked, link);
         l = l->next;
-        if (parked_ready(s, p)) {
+        if (parked_ready(s, p, st.writable)) {
             parked_answer(s, p);
             any = true;
         }
