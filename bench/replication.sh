@@ -11,17 +11,18 @@
 #   tcp   TCP loopback round trip, SIZE bytes each way (bench_xport "tcp_floor")
 #   rdma  ib_write_lat (perftest) on the first device; it reports a one-way
 #         latency (RTT/2), shown here doubled as a round trip
+# (each bench_xport floor runs its two processes on CPUs 0 and 1: -P)
 # and print one table: transport, durability, mode, leader append->commit
 # p50/p99, client produce p50/p99, msgs/s, floor p50, ratio (replication p50
 # / floor p50). A commit needs one leader->follower->leader round trip, so
 # the round-trip floor is the comparison. Replication quantiles are
-# histogram bucket upper bounds (~19% resolution; raft/repl.h).
+# histogram bucket upper bounds (at most 6.25% above; raft/repl.h).
 # Not a test: no pass/fail on the figures.
 #
 #   bench/replication.sh [--seq-count N] [--pipe-count N] [--size BYTES]
 #                        [--transports "tcp shm"] [--durabilities "disk memory"]
 #                        [--modes "seq pipe"] [--stages] [--out DIR]
-#                        [--busy-poll US] [--follower-busy-poll US]
+#                        [--busy-poll US] [--follower-busy-poll US] [--pin]
 #
 # --stages: run the nodes at log level info and print, per cluster, each
 # node's "replication stages" line (node/node.c log_stages: the commit path
@@ -34,6 +35,19 @@
 # between window-1 commits; costs about a CPU per node while it runs.
 # --follower-busy-poll US sets follower_busy_poll_us alone (default: the
 # --busy-poll value; 0 = only the leader polls).
+#
+# --pin: once a cluster is up, pin each node's loop thread (its main
+# thread: taskset by PID; libuv's worker threads stay free) to a CPU: the
+# leader to CPU 0, the followers to CPUs 1.. (round robin, so on a 2-CPU
+# host both followers share CPU 1). With busy-polling on a host with fewer
+# CPUs than nodes, unpinned spinners time-slice with each other and a
+# commit often waits for a descheduled leader; pinned, the leader keeps a
+# CPU of its own, as it has on a real cluster, and a commit needs
+# whichever follower holds CPU 1 (a majority is the leader and one
+# follower). The price on a 2-CPU host is p99: the two followers take
+# turns on CPU 1 in scheduler slices. The client is not pinned; the
+# floors always run on CPUs 0 and 1 (below). A row whose samples came from
+# another node than the pinned leader (the leader moved) says so.
 #
 # Defaults: 2000 sequential and 20000 pipelined messages of 1024 bytes,
 # a 500-message warm-up before each (not measured). --out keeps every raw
@@ -56,6 +70,7 @@ modes="seq pipe"
 stages=0
 busy=0
 fbusy=
+pin=0
 out=
 usage() {
     sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2
@@ -72,11 +87,17 @@ while [ $# -gt 0 ]; do
     --busy-poll) busy=$2; shift 2 ;;
     --follower-busy-poll) fbusy=$2; shift 2 ;;
     --stages) stages=1; shift ;;
+    --pin) pin=1; shift ;;
     --out) out=$2; shift 2 ;;
     *) usage ;;
     esac
 done
 fbusy=${fbusy:-$busy}
+ncpu=$(nproc)
+if [ "$pin" = 1 ] && [ "$ncpu" -lt 2 ]; then
+    echo "replication: --pin needs at least 2 CPUs (nproc: $ncpu)" >&2
+    exit 2
+fi
 [ -x "$CLI" ] || { echo "replication: $CLI not found (build first, or set TERN_BIN)" >&2; exit 1; }
 [ -x "$XPORT_BENCH" ] || { echo "replication: $XPORT_BENCH not found (build target bench_xport)" >&2; exit 1; }
 
@@ -122,6 +143,27 @@ for _ in range(200):
         pass'
 }
 
+# --pin: leader -> CPU 0, followers -> CPUs 1.. round robin. Prints what it
+# did ("node1:cpu0 node2:cpu1 node3:cpu1"); nothing and status 1 if there
+# is no leader or a node's PID is unknown.
+pin_nodes() {
+    local leader i pid cpu next=1 desc=
+    leader=$(TERN_LEADER_WAIT=5 cluster leader 2>/dev/null) || return 1
+    for i in 1 2 3; do
+        pid=$(tr -dc '0-9' <"$dir/node$i.pid" 2>/dev/null) || return 1
+        [ -n "$pid" ] || return 1
+        if [ "$i" = "$leader" ]; then
+            cpu=0
+        else
+            cpu=$next
+            next=$((next % (ncpu - 1) + 1))
+        fi
+        taskset -p -c "$cpu" "$pid" >/dev/null || return 1
+        desc="$desc node$i:cpu$cpu"
+    done
+    echo "leader $leader:${desc}"
+}
+
 # One bench run; appends "transport durability mode json" to $res/runs.
 run_bench() { # transport durability mode window count servers
     local t=$1 d=$2 mode=$3 window=$4 count=$5 servers=$6 q j
@@ -163,6 +205,14 @@ follower_busy_poll_us = $fbusy"
             continue
         fi
         servers=$(cluster servers)
+        if [ "$pin" = 1 ]; then
+            if p=$(pin_nodes); then
+                echo "== pinned: $p" >&2
+                echo "$t $d $p" >>"$res/pins"
+            else
+                echo "replication: could not pin cluster $t/$d" >&2
+            fi
+        fi
         "$CLI" -s "$servers" cluster status --json >"$res/status-$t-$d.json" 2>/dev/null || true
         case " $modes " in *" seq "*) run_bench "$t" "$d" seq 1 "$seq_count" "$servers" ;; esac
         case " $modes " in *" pipe "*) run_bench "$t" "$d" pipe 64 "$pipe_count" "$servers" ;; esac
@@ -197,8 +247,15 @@ for line in open(sys.argv[1]):
 print(gap)
 GAP
 )
-echo "== floors: bench_xport (eventfd, tcp loopback; paced eventfd with ${gap} us idle), ${size} B" >&2
-timeout "$STEP_TIMEOUT" "$XPORT_BENCH" -n 20000 -w 2000 -s "$size" -m 0 -g "$gap" \
+# -P: each ping-pong's two processes on CPUs 0 and 1, as the two ends of a
+# replication leg are. Unpinned, the scheduler sometimes puts both on one
+# CPU and the "round trip" is a context switch instead (same host, minutes
+# apart: eventfd 4.4 vs 13.8-15.3 us, tcp 17.2 vs 29.5-32.9 us), so the
+# floor would be a coin toss.
+xpin=
+[ "$ncpu" -ge 2 ] && xpin=-P
+echo "== floors: bench_xport $xpin (eventfd, tcp loopback; paced eventfd with ${gap} us idle), ${size} B" >&2
+timeout "$STEP_TIMEOUT" "$XPORT_BENCH" -n 20000 -w 2000 -s "$size" -m 0 -g "$gap" $xpin \
     >"$res/xport.txt" 2>"$res/xport.err" || echo "replication: bench_xport failed" >&2
 tail -n 1 "$res/xport.txt" >"$res/xport.json" 2>/dev/null || true
 
@@ -223,9 +280,17 @@ case " $transports " in
     ;;
 esac
 
-python3 - "$res/runs" "$res/xport.json" "$rdma_floor" "$size" <<'EOF'
+python3 - "$res/runs" "$res/xport.json" "$rdma_floor" "$size" "$res/pins" "$xpin" <<'EOF'
 import json, sys
-runs_path, xport_path, rdma_floor, size = sys.argv[1:5]
+runs_path, xport_path, rdma_floor, size, pins_path, xpin = sys.argv[1:7]
+floor_cpus = "0,1" if xpin == "-P" else None
+pins = {}  # (transport, durability) -> (leader id, "node1:cpu0 ...")
+try:
+    for line in open(pins_path):
+        t, d, _, lead, desc = line.rstrip("\n").split(" ", 4)
+        pins[(t, d)] = (int(lead.rstrip(":")), desc)
+except OSError:
+    pass
 try:
     x = json.loads(open(xport_path).read())
 except Exception:
@@ -262,6 +327,10 @@ for t, d, mode, j in rows:
     r = j.get("replication_us") or {}
     rp50, rp99 = r.get("p50"), r.get("p99")
     ratio = rp50 / fl if rp50 is not None and fl else None
+    pin = pins.get((t, d))
+    if pin and r.get("node_id") not in (None, pin[0]):
+        # The leader moved after pinning: this row is not a pinned figure.
+        pin = (pin[0], pin[1] + f" (leader moved to node {r['node_id']})")
     print(f"{t:<9} {d:<6} {label:<10} {f(rp50)} {f(rp99)} "
           f"{f(j['latency_us']['p50'], p=0)} {f(j['latency_us']['p99'], p=0)} "
           f"{f(j['msgs_per_s'], p=0)} {name:<12} {f(fl, p=2)} {f(ratio, 6, 2)}")
@@ -272,9 +341,13 @@ for t, d, mode, j in rows:
                 "produce_p50_us": j["latency_us"]["p50"],
                 "produce_p99_us": j["latency_us"]["p99"],
                 "msgs_per_s": j["msgs_per_s"], "errors": j["errors"],
-                "floor": name, "floor_p50_us": fl, "ratio": ratio})
+                "floor": name, "floor_p50_us": fl, "ratio": ratio,
+                "pinning": pin[1] if pin else None})
+for (t, d), (lead, desc) in sorted(pins.items()):
+    print(f"pinned (taskset, after election) {t}/{d}: leader node {lead}; {desc}")
 if x:
-    print(f"floors (same run): eventfd p50 {f(p50('eventfd'), 0, 2)} us, "
+    where = " on CPUs 0 and 1" if floor_cpus else ""
+    print(f"floors (same run{where}): eventfd p50 {f(p50('eventfd'), 0, 2)} us, "
           f"eventfd+epoll p50 {f(p50('eventfd_epoll'), 0, 2)} us, "
           f"tcp loopback p50 {f(p50('tcp_floor'), 0, 2)} us; "
           f"xport shm p50 {f(p50('xport_shm'), 0, 2)} us, "
@@ -290,6 +363,7 @@ if x:
                   if o.get("ok") and o["mode"] == "seq" and o["repl_p50_us"]))
 print(json.dumps({"bench": "replication", "size": int(size), "rows": out,
                   "floors": {k: v[1] for k, v in floors.items()},
+                  "floor_cpus": floor_cpus,
                   "eventfd_paced_p50_us": p50("eventfd_paced"),
                   "paced_gap_us": x.get("paced_gap_us")}))
 EOF

@@ -24,9 +24,15 @@
  * pass/fail, no timing assertions.
  *
  * Usage: bench_xport [-n round_trips] [-s size_bytes] [-w warmup]
- *                    [-m stream_messages] [-W window] [-g gap_us]
+ *                    [-m stream_messages] [-W window] [-g gap_us] [-b us]
+ *                    [-P]
+ * -P: pin the parent to CPU 0 and the child of every ping-pong to CPU 1.
+ * -b us: both ends of the xport ping-pongs busy-poll up to us microseconds
+ * after each send (xport_shm_set_busy_poll, xport_tcp_set_busy_poll), as
+ * ternd's busy_poll_us does; the floors never spin.
  */
 #include <errno.h>
+#include <sched.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <signal.h>
@@ -66,6 +72,32 @@ struct result
     size_t n;
     double p50, p99, p999, mean, min;
 };
+
+/* -P: the parent runs on CPU 0 and every child on CPU 1, as the two ends
+ * of a replication leg run on two CPUs (bench/replication.sh --pin). */
+static int pin_cpus;
+
+static void pin_to(int cpu)
+{
+    cpu_set_t set;
+    if (!pin_cpus) {
+        return;
+    }
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    if (sched_setaffinity(0, sizeof set, &set) != 0) {
+        perror("bench_xport: sched_setaffinity");
+    }
+}
+
+static pid_t fork_child(void)
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        pin_to(1);
+    }
+    return pid;
+}
 
 static void summarize(struct result *r, uint64_t *s, size_t n)
 {
@@ -151,7 +183,7 @@ static void bench_eventfd(struct result *r,
         free(s);
         return;
     }
-    pid = fork();
+    pid = fork_child();
     if (pid == 0) {
         int ep = use_epoll ? epoll_for(ping) : -1;
         for (;;) {
@@ -226,7 +258,7 @@ static void bench_tcp_floor(struct result *r,
         free(buf);
         return;
     }
-    pid = fork();
+    pid = fork_child();
     if (pid == 0) {
         int c = socket(AF_INET, SOCK_STREAM, 0);
         if (connect(c, (struct sockaddr *)&sa, sizeof sa) != 0) {
@@ -341,6 +373,8 @@ static void on_pong(void *arg, uint64_t from, const void *msg, size_t len)
     pp_send(p, p->msg, p->size);
 }
 
+static unsigned busy_poll_us; /* -b: both ends of the xport ping-pongs */
+
 static int make_x(int shm,
                   uv_loop_t *loop,
                   uint64_t id,
@@ -353,6 +387,11 @@ static int make_x(int shm,
     if (rc != 0) {
         (void)fprintf(stderr, "bench_xport: %s transport: %s\n",
                       shm ? "shm" : "tcp", errmsg);
+        return rc;
+    }
+    if (busy_poll_us > 0) {
+        rc = shm ? xport_shm_set_busy_poll(*out, busy_poll_us)
+                 : xport_tcp_set_busy_poll(*out, busy_poll_us);
     }
     return rc;
 }
@@ -373,7 +412,7 @@ static void bench_xport(struct result *r,
     if (pipe(ready) != 0) {
         return;
     }
-    pid = fork();
+    pid = fork_child();
     if (pid == 0) {
         static struct pp q;
         uv_loop_init(&q.loop);
@@ -508,7 +547,7 @@ static double bench_stream(int shm,
     if (pipe(ready) != 0) {
         return 0;
     }
-    pid = fork();
+    pid = fork_child();
     if (pid == 0) {
         static struct st q;
         static struct xport_send done_req;
@@ -595,7 +634,7 @@ int main(int argc, char **argv)
     char sp2[128], sc2[128], tp2[32], tc2[32];
     int opt;
 
-    while ((opt = getopt(argc, argv, "n:s:w:m:W:g:")) != -1) {
+    while ((opt = getopt(argc, argv, "n:s:w:m:W:g:b:P")) != -1) {
         switch (opt) {
         case 'n':
             n = strtoul(optarg, NULL, 10);
@@ -615,10 +654,17 @@ int main(int argc, char **argv)
         case 'g':
             gap_us = (unsigned)strtoul(optarg, NULL, 10);
             break;
+        case 'b':
+            busy_poll_us = (unsigned)strtoul(optarg, NULL, 10);
+            break;
+        case 'P':
+            pin_cpus = 1;
+            break;
         default:
             (void)fprintf(stderr,
                           "usage: %s [-n round_trips] [-s size] [-w warmup] "
-                          "[-m stream_messages] [-W window] [-g gap_us]\n",
+                          "[-m stream_messages] [-W window] [-g gap_us] [-b us] "
+                          "[-P]\n",
                           argv[0]);
             return 2;
         }
@@ -628,6 +674,7 @@ int main(int argc, char **argv)
         return 2;
     }
     (void)signal(SIGPIPE, SIG_IGN);
+    pin_to(0);
     if (mkdtemp(dir) == NULL) {
         perror("mkdtemp");
         return 1;

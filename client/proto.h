@@ -72,8 +72,8 @@
  *                 The node's replication latency (raft/repl.h
  *                 repl_get_latency: leader local append -> commit covers
  *                 it, monotonic ns) since start or the last reset; the
- *                 quantiles are histogram bucket upper bounds (~19%
- *                 resolution), 0 when count is 0. Only a leader samples;
+ *                 quantiles are histogram bucket upper bounds (at
+ *                 most 6.25% above), 0 when count is 0. Only a leader samples;
  *                 any node answers. Served on any node, never redirected.
  */
 #ifndef TERN_PROTO_H

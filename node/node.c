@@ -622,8 +622,7 @@ static void on_server_closed(void *arg)
  * bench/replication.sh --stages prints per node. */
 static void log_stages(struct node *n)
 {
-    struct repl_latency lat;
-    struct repl_latency st[REPL_STAGE__COUNT];
+    struct repl_latency *st, *lat; /* ~8 KiB each: off the stack */
     char buf[1024];
     size_t off = 0;
     struct xport_shm_stats ss;
@@ -632,7 +631,12 @@ static void log_stages(struct node *n)
     if (!node_log_enabled(NODE_LOG_INFO) || n->repl == NULL) {
         return;
     }
-    repl_get_latency(n->repl, &lat, false);
+    st = tern_calloc(REPL_STAGE__COUNT + 1, sizeof *st);
+    if (st == NULL) {
+        return; /* a profiling line: skipped when memory is short */
+    }
+    lat = &st[REPL_STAGE__COUNT];
+    repl_get_latency(n->repl, lat, false);
     repl_get_stages(n->repl, st, false);
     for (unsigned i = 0; i < REPL_STAGE__COUNT && off < sizeof buf; i++) {
         int k = snprintf(buf + off, sizeof buf - off, "%s%s=%llu/%.1f/%.1f",
@@ -658,7 +662,7 @@ static void log_stages(struct node *n)
              "spins=%llu spin_hits=%llu spin_us=%llu fast_sends=%llu "
              "slow_sends=%llu to_slow=%llu to_fast=%llu "
              "stages(count/p50us/p99us)=\"%s\"",
-             (unsigned long long)lat.count,
+             (unsigned long long)lat->count,
              (unsigned long long)n->loop_iters,
              (unsigned long long)ss.doorbells,
              (unsigned long long)ss.wakeups, (unsigned long long)ss.spins,
@@ -668,6 +672,7 @@ static void log_stages(struct node *n)
              (unsigned long long)fs.slow_sends,
              (unsigned long long)fs.to_slow, (unsigned long long)fs.to_fast,
              buf);
+    tern_free(st);
 }
 
 static void node_stop(struct node *n)

@@ -602,7 +602,7 @@ static void serve_stats(struct node_conn *c, uint64_t request_id, uint8_t flags)
     struct proto_stats ps;
     struct tern_wbuf w;
 
-    /* ~2.6 KiB of histogram: keep it off the loop's stack. */
+    /* ~8 KiB of histogram: keep it off the loop's stack. */
     lat = tern_malloc(sizeof(*lat));
     if (lat == NULL) {
         send_error(c, PROTO_OP_STATS, request_id, -ENOMEM, NULL);

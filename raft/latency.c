@@ -44,32 +44,36 @@ void repl_lat_free(struct repl *r)
     r->lat_pending = NULL;
 }
 
+/* Bucket layout: repl.h, REPL_LATENCY_SUB_BITS. */
+#define SUB_BITS REPL_LATENCY_SUB_BITS
+#define SUBS (1u << SUB_BITS)
+
 static unsigned bucket_of(uint64_t v)
 {
     unsigned p, sub;
-    if (v < 4) {
+    if (v < SUBS) {
         return (unsigned)v;
     }
     p = 63u - (unsigned)__builtin_clzll(v);
-    sub = (unsigned)(v >> (p - 2)) & 3u;
-    return 4u * (p - 1u) + sub;
+    sub = (unsigned)(v >> (p - SUB_BITS)) & (SUBS - 1u);
+    return SUBS * (p - SUB_BITS + 1u) + sub;
 }
 
 static uint64_t bucket_upper(unsigned b)
 {
     unsigned p, sub;
-    if (b < 4) {
+    if (b < SUBS) {
         return b;
     }
-    p = b / 4 + 1;
-    sub = b % 4;
-    if (p >= 63 && sub == 3) {
+    p = b / SUBS + SUB_BITS - 1u;
+    sub = b % SUBS;
+    if (p >= 63 && sub == SUBS - 1u) {
         return UINT64_MAX;
     }
-    return (((uint64_t)5 + sub) << (p - 2)) - 1;
+    return (((uint64_t)SUBS + sub + 1u) << (p - SUB_BITS)) - 1u;
 }
 
-static void hist_add(struct repl_latency *l, uint64_t ns)
+void repl_latency_record(struct repl_latency *l, uint64_t ns)
 {
     if (l->count == 0 || ns < l->min_ns) {
         l->min_ns = ns;
@@ -86,7 +90,7 @@ void repl_lat_stage(struct repl *r, unsigned stage, uint64_t from,
                     uint64_t to)
 {
     if (from != 0 && to >= from) {
-        hist_add(&r->stages[stage], to - from);
+        repl_latency_record(&r->stages[stage], to - from);
     }
 }
 
@@ -95,7 +99,7 @@ void repl_lat_stage(struct repl *r, unsigned stage, uint64_t from,
 static void sample(struct repl *r, uint64_t ns)
 {
     struct repl_latency *l = &r->lat;
-    hist_add(l, ns);
+    repl_latency_record(l, ns);
     l->recent[r->lat_recent_pos] = ns;
     r->lat_recent_pos = (r->lat_recent_pos + 1) % REPL_LATENCY_RECENT;
     if (l->n_recent < REPL_LATENCY_RECENT) {

@@ -218,10 +218,15 @@ void repl_get_status(struct repl *r, struct repl_status *out);
  * batch's last entry, in monotonic nanoseconds (uv_hrtime). Sampled for
  * every leader append; cost per sample: a ring push at append, a compare
  * plus a histogram increment at commit. Appends in flight when the node
- * stops leading are not sampled. Histogram bucket b < 4 holds the value b;
- * above, 4 buckets per power of two: [(4+s) << (p-2), (5+s) << (p-2)) for
- * b = 4 (p - 1) + s (resolution 1/4 of a power of two, ~19%). */
-#define REPL_LATENCY_BUCKETS 256
+ * stops leading are not sampled. Histogram, with S = 2^SUB_BITS sub-
+ * buckets per power of two: bucket b < S holds the value b; above,
+ * b = S (p - SUB_BITS + 1) + s holds [(S + s) << (p - SUB_BITS),
+ * (S + s + 1) << (p - SUB_BITS)) for the p with 2^p <= value < 2^(p+1)
+ * (resolution 1/S of a power of two: with S = 16, an upper bound is at
+ * most 6.25% above the value; 976 buckets). */
+#define REPL_LATENCY_SUB_BITS 4
+#define REPL_LATENCY_BUCKETS                                                   \
+    ((1u << REPL_LATENCY_SUB_BITS) * (65u - REPL_LATENCY_SUB_BITS))
 #define REPL_LATENCY_RECENT 64
 struct repl_latency {
     uint64_t count;    /* samples since repl_new or the last reset */
@@ -236,8 +241,11 @@ struct repl_latency {
 };
 /* Copy the counters into *out (caller-owned); reset: start over. */
 void repl_get_latency(struct repl *r, struct repl_latency *out, bool reset);
+/* Add one sample of ns to l (caller-owned; what the node does for every
+ * commit, for tools that keep a histogram of their own). */
+void repl_latency_record(struct repl_latency *l, uint64_t ns);
 /* Upper bound (ns) of the histogram bucket holding quantile q (0..1) of
- * l's samples; 0 if there are none. */
+ * l's samples (never above the largest sample); 0 if there are none. */
 uint64_t repl_latency_quantile(const struct repl_latency *l, double q);
 
 /* Stage breakdown of replication latency (profiling; same histogram

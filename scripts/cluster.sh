@@ -8,7 +8,7 @@
 #   down        SIGTERM every node by PID, SIGKILL after a timeout
 #   status      per-node process state and `tern cluster status`
 #   kill N      kill -9 node N (PID from its pid file)
-#   start N     start node N
+#   start N     start node N (with its config from `up`, if there is one)
 #   restart N   stop node N (SIGTERM, then SIGKILL) and start it again
 #   leader      print the number of the writable leader (waits up to
 #               TERN_LEADER_WAIT s, default 10; exit 1 if none)
@@ -109,7 +109,10 @@ start_node() { # i
         return 0
     fi
     [ -x "$TERND" ] || die "ternd not found at $TERND (build first, or set TERN_BIN/TERND)"
-    write_config "$i"
+    # `up` writes every config; start/restart keep the one there, so a
+    # restarted node runs with the settings the cluster came up with (or
+    # with what the caller edited in), not with this shell's environment.
+    [ "${2:-}" = keep ] && [ -s "$dir/node$i.ini" ] || write_config "$i"
     rm -f "$dir/node$i.pid"
     # setsid: the node must not share our process group (Ctrl-C in the
     # caller's terminal must not reach it; `down` stops it).
@@ -239,12 +242,12 @@ kill)
     ;;
 start)
     check_node "${2:-}"
-    start_node "$2"
+    start_node "$2" keep
     ;;
 restart)
     check_node "${2:-}"
     stop_node "$2" TERM "${TERN_STOP_TIMEOUT:-10}"
-    start_node "$2"
+    start_node "$2" keep
     ;;
 leader)
     wait_leader "${TERN_LEADER_WAIT:-10}" || die "no writable leader"

@@ -27,13 +27,23 @@
 #     acknowledged id is on all three nodes and their logs are identical.
 #     Printed (INFO): remote access errors (NIC fencing) / rejected connects
 #     in the verbs traces. The verbs-level fencing test proper is
-#     verbs_fencing/nic_rejects_deposed_sender in tests/hw (stage hw).
+#     verbs_fencing/nic_rejects_deposed_sender in tests/hw (stage hw);
+#   stage E, replication latency (issue 3, item 7; a functional figure:
+#     TCG timing is not a performance figure): `tern bench --replication`
+#     window 1 with 1 KiB messages on the disk-mode cluster, then again
+#     after a restart of all three nodes with durability = memory; each
+#     run must be acknowledged in full with leader-side samples from an
+#     rdma node; beside it, in the same run, the floor: ib_write_lat
+#     (perftest) between the leader's and a follower's rxe device, its
+#     typical one-way latency doubled as a round trip. Printed (INFO):
+#     p50/p99 per durability, the floor and the ratio.
 #
 # Usage (in the guest): cluster.sh [BIN_DIR]   (default /mnt/work: ternd, tern)
 # Env: TERN_RXE_ET_MS (1000) / TERN_RXE_HB_MS (100): raft election timeout
 #      and heartbeat (TCG is slow: 150/15 elects spuriously under load);
 #      TERN_RXE_COUNT (2000) messages per produce; TERN_RXE_FAULT_S (8)
-#      seconds of netem loss; TERN_RXE_DIR (/tmp/tern-rxe) data and logs;
+#      seconds of netem loss; TERN_RXE_BENCH_COUNT (500) window-1
+#      messages per stage-E bench; TERN_RXE_DIR (/tmp/tern-rxe) data and logs;
 #      TERN_RXE_LOGS (BIN_DIR/cluster-logs) where node logs are copied at
 #      the end. Every wait is bounded in time; every CLI call has a timeout.
 # Exit: 0 when all checks passed, else 1.
@@ -44,6 +54,8 @@ D=${TERN_RXE_DIR:-/tmp/tern-rxe}
 ET=${TERN_RXE_ET_MS:-1000}
 HB=${TERN_RXE_HB_MS:-100}
 COUNT=${TERN_RXE_COUNT:-2000}
+BENCH_COUNT=${TERN_RXE_BENCH_COUNT:-500}
+DURABILITY=disk # stage E restarts the cluster with memory
 FAULT_S=${TERN_RXE_FAULT_S:-8}
 LOGS=${TERN_RXE_LOGS:-$BIN/cluster-logs}
 TERND=$BIN/ternd
@@ -118,6 +130,7 @@ write_config() { # i
         echo "[raft]"
         echo "election_timeout_ms = $ET"
         echo "heartbeat_ms = $HB"
+        echo "durability = $DURABILITY"
         echo "[limits]"
         echo "min_free_disk_bytes = 1M"
         echo "reserve_disk_bytes = 4M" # the guest fs is RAM
@@ -544,4 +557,57 @@ n=$(grep -c "$NICREJ" "$D/fence$OL.trace")
 check "D: the followers' NICs reject the deposed leader's RDMA writes" \
     "$n remote-error completions in node $OL's verbs trace after SIGCONT" [ "$n" -ge 1 ]
 show_cluster
+
+# ---- stage E: replication latency on rxe, beside ib_write_lat -----------------
+# One window-1 bench per durability (functional: TCG timing), then the
+# perftest floor between the leader's and a follower's device.
+jfloat() { sed -n "s/.*\"$1\":\([0-9.][0-9.]*\).*/\1/p"; }
+bench_e() { # durability -> sets E_P50 E_P99 (us) on success
+    local dur=$1 j r rc n tr
+    E_P50="" E_P99=""
+    L=$(wait_leader 60) || L=""
+    if [ -z "$L" ]; then
+        fail "E: leader for the $dur bench" "none after 60 s"
+        return
+    fi
+    timeout 300 "$TERN" -s "$SERVERS" --timeout-ms 30000 bench "qe-$dur" --size 1024 \
+        --count "$BENCH_COUNT" --window 1 --replication --json >"$D/qe-$dur.json" \
+        2>"$D/qe-$dur.err"
+    rc=$?
+    j=$(tail -n 1 "$D/qe-$dur.json" 2>/dev/null)
+    r=$(printf '%s' "$j" | sed -n 's/.*"replication_us":{\([^}]*\)}.*/\1/p')
+    n=$(printf '%s' "$r" | jnum count)
+    tr=$(printf '%s' "$r" | jstr transport)
+    E_P50=$(printf '%s' "$r" | jfloat p50)
+    E_P99=$(printf '%s' "$r" | jfloat p99)
+    check "E: $dur bench, $BENCH_COUNT x 1 KiB window 1, sampled on an rdma leader" \
+        "rc $rc, acked $(printf '%s' "$j" | jnum acked), errors $(printf '%s' "$j" | jnum errors), ${n:-0} samples on node $(printf '%s' "$r" | jnum node_id) ($tr, $(printf '%s' "$r" | jstr durability)); $(head -c 200 "$D/qe-$dur.err")" \
+        [ "$rc" = 0 ] && [ "$(printf '%s' "$j" | jnum acked)" = "$BENCH_COUNT" ] &&
+        [ "$(printf '%s' "$j" | jnum errors)" = 0 ] && [ "${n:-0}" -gt 0 ] &&
+        [ "$tr" = rdma ] && [ -n "$E_P50" ]
+}
+bench_e disk
+DP50=$E_P50 DP99=$E_P99
+stop_all
+DURABILITY=memory
+for i in $(seq 1 $NODES); do start_node "$i"; done
+bench_e memory
+MP50=$E_P50 MP99=$E_P99
+L=$(wait_leader 30) || L=1
+F=$((L % NODES + 1))
+port=18515
+timeout 60 ib_write_lat -d "$(rxe "$F")" -x 1 -s 1024 -n 1000 -p $port >"$D/ibw.server" 2>&1 &
+SRV=$!
+sleep 1 # perftest's server has no ready signal
+timeout 60 ib_write_lat -d "$(rxe "$L")" -x 1 -s 1024 -n 1000 -p $port "$(ip_of "$F")" \
+    >"$D/ibw.client" 2>&1
+irc=$?
+wait_pid $SRV 30
+# Data row: bytes iterations t_min t_max t_typical ...; one-way usec.
+FLOOR=$(awk '$1 == 1024 && NF >= 5 { printf "%.2f", 2 * $5 }' "$D/ibw.client" | tail -n 1)
+check "E: ib_write_lat floor, $(rxe "$L") -> $(rxe "$F"), 1 KiB" \
+    "rc $irc, round trip ${FLOOR:-?} us (2 x t_typical); $(grep -v '^ *$' "$D/ibw.client" | tail -n 2 | tr -s ' ' | tr '\n' ' ' | head -c 200)" \
+    [ "$irc" = 0 ] && [ -n "$FLOOR" ]
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a != "" && b > 0) printf "%.1fx", a / b; else print "-" }'; }
+say "INFO: rdma replication (leader append->commit, window 1, 1 KiB) on rxe under TCG: disk p50 ${DP50:-?} us p99 ${DP99:-?} us ($(ratio "$DP50" "$FLOOR")), memory p50 ${MP50:-?} us p99 ${MP99:-?} us ($(ratio "$MP50" "$FLOOR")); floor ib_write_lat round trip ${FLOOR:-?} us (same run; functional figures, not performance)"
 finish
