@@ -3,9 +3,11 @@
 # boot: stage "hw" = the verbs transport conformance suite (tests/hw, ctest
 # label rdma-hw); stage "cluster" = tests/rxe/cluster.sh, a 3-node ternd
 # cluster with --transport rdma (produce/consume, leader kill, netem wire
-# fault with TCP fallback and return to RDMA; see that file). This host's kernel has no RDMA, so the tests
-# run in a QEMU TCG guest with Debian's kernel and three rxe devices
-# (rxe0..rxe2 on veth + bridge, node IPs 10.77.0.1-3 inside the guest), using
+# fault with TCP fallback and return to RDMA, deposed-leader fencing,
+# replication latency beside ib_write_lat; see that file). This host's
+# kernel has no RDMA, so the tests run in a QEMU TCG guest with Debian's
+# kernel and three rxe devices (rxe0..rxe2 on veth + bridge, node IPs
+# 10.77.0.1-3 inside the guest), using
 # the reference tooling in ../shared/tools/rxe-vm (read-only is fine: it
 # writes only to its cache, $RXEVM_CACHE, default /tmp/rxe-vm).
 #
