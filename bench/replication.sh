@@ -30,9 +30,10 @@
 # iterations, shm doorbells and wake-ups) logged at shutdown. Follower
 # stages are not reset between runs: use it with one mode (--modes seq).
 #
-# --busy-poll US: shm and tcp nodes busy-poll up to US microseconds after
-# each send (busy_poll_us and follower_busy_poll_us), so no node sleeps
-# between window-1 commits; costs about a CPU per node while it runs.
+# --busy-poll US: the nodes (shm, tcp, rdma) busy-poll up to US
+# microseconds after each send (busy_poll_us and follower_busy_poll_us), so
+# no node sleeps between window-1 commits; costs about a CPU per node while
+# it runs.
 # --follower-busy-poll US sets follower_busy_poll_us alone (default: the
 # --busy-poll value; 0 = only the leader polls).
 #
@@ -190,7 +191,7 @@ for t in $transports; do
         [ "$stages" = 1 ] && level=info
         extra="transport = $t"
         if { [ "$busy" != 0 ] || [ "$fbusy" != 0 ]; } &&
-            { [ "$t" = shm ] || [ "$t" = tcp ]; }; then
+            { [ "$t" = shm ] || [ "$t" = tcp ] || [ "$t" = rdma ]; }; then
             extra="$extra
 busy_poll_us = $busy
 follower_busy_poll_us = $fbusy"

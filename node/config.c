@@ -14,11 +14,13 @@
  *   raft_addr   = 127.0.0.1:7501    ; raft transport listen address
  *   transport   = tcp               ; tcp | shm | rdma | auto (see below)
  *   shm_dir     = /tmp              ; transport=shm: directory of the sockets
- *   busy_poll_us = 0                ; transport=shm|tcp: while leader, spin
- *                                   ; up to this long for answers after a
- *                                   ; send (xport_shm_set_busy_poll,
- *                                   ; xport_tcp_set_busy_poll); 0 = off
- *   follower_busy_poll_us = 0       ; transport=shm|tcp: the same while not
+ *   busy_poll_us = 0                ; transport=shm|tcp|rdma: while
+ *                                   ; leader, spin up to this long for
+ *                                   ; answers after a send
+ *                                   ; (xport_shm_set_busy_poll,
+ *                                   ; xport_tcp_set_busy_poll,
+ *                                   ; xport_verbs_set_busy_poll); 0 = off
+ *   follower_busy_poll_us = 0       ; the same while not
  *                                   ; leader: spin for the next
  *                                   ; AppendEntries after each answer
  *                                   ; (costs a CPU per node under load)

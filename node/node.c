@@ -465,6 +465,11 @@ static void on_state(void *arg,
                                            : n->cfg->follower_busy_poll_us;
     if (n->fast != NULL && n->fast_is_shm) {
         (void)xport_shm_set_busy_poll(n->fast, spin_us);
+    } else if (n->fast != NULL) {
+#ifdef TERN_HAVE_VERBS
+        /* transport=rdma: poll the CQs instead of the channel's wake-up. */
+        (void)xport_verbs_set_busy_poll(n->fast, spin_us);
+#endif
     } else if (n->fast == NULL && n->tcp != NULL) {
         /* transport=tcp: the same loop-level polling on the sockets. */
         (void)xport_tcp_set_busy_poll(n->tcp, spin_us);
@@ -618,8 +623,9 @@ static void on_server_closed(void *arg)
 
 /* One INFO line at shutdown with the replication stage breakdown
  * (repl.h, enum repl_stage: p50 and p99 in us since the last latency
- * reset), the loop iterations and the shm doorbell counters: what
- * bench/replication.sh --stages prints per node. */
+ * reset), the loop iterations and the fast backend's counters (shm:
+ * doorbells, wake-ups, busy-poll rounds; verbs: doorbells, busy-poll
+ * rounds): what bench/replication.sh --stages prints per node. */
 static void log_stages(struct node *n)
 {
     struct repl_latency *st, *lat; /* ~8 KiB each: off the stack */
@@ -654,6 +660,17 @@ static void log_stages(struct node *n)
     if (n->fast != NULL && n->fast_is_shm) {
         (void)xport_shm_stats(n->fast, &ss);
     }
+#ifdef TERN_HAVE_VERBS
+    if (n->fast != NULL && !n->fast_is_shm) {
+        /* spins/spin_hits: the fast backend's busy-poll rounds. */
+        struct xport_verbs_stats vs;
+        if (xport_verbs_stats(n->fast, &vs) == 0) {
+            ss.spins = vs.spins;
+            ss.spin_hits = vs.spin_hits;
+            ss.doorbells = vs.doorbells;
+        }
+    }
+#endif
     if (n->fast != NULL) {
         (void)xport_fallback_stats(n->xport, &fs);
     }

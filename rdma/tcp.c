@@ -162,10 +162,7 @@ struct tcp_xport
     unsigned retry_ms;
     uv_tcp_t listener;
     uv_idle_t idle;   /* drains the deferred-completion list */
-    uv_idle_t spin;   /* busy-poll: keeps the loop from sleeping */
-    unsigned spin_us; /* busy-poll budget after a send; 0 = off */
-    uint64_t spin_until; /* uv_hrtime deadline of the current round */
-    int spinning;        /* spin is started */
+    struct xport_spin spin; /* busy-poll (xport_int.h) */
     uv_timer_t sweep; /* connect timeouts; runs while a connect is pending */
     struct xport_peer *peers; /* of struct peer */
     struct conn *inbound;     /* head of the inbound list */
@@ -203,33 +200,20 @@ static void on_idle(uv_idle_t *h)
 
 static const struct xport_ops tcp_ops;
 
-/* While spin is active the loop polls with a zero timeout, so a frame
+/* While a round runs the loop polls with a zero timeout, so a frame
  * that lands is read without the wake-up of a sleeping thread. */
-static void spin_stop(struct tcp_xport *x)
-{
-    if (x->spinning) {
-        uv_idle_stop(&x->spin);
-        x->spinning = 0;
-    }
-}
-
 static void on_spin(uv_idle_t *h)
 {
     struct tcp_xport *x = h->data;
-    if (uv_hrtime() >= x->spin_until) {
-        spin_stop(x);
+    if (xport_spin_expired(&x->spin)) {
+        xport_spin_stop(&x->spin);
     }
 }
 
 static void spin_arm(struct tcp_xport *x)
 {
-    if (x->spin_us == 0 || x->closing) {
-        return;
-    }
-    x->spin_until = uv_hrtime() + (uint64_t)x->spin_us * 1000u;
-    if (!x->spinning) {
-        uv_idle_start(&x->spin, on_spin);
-        x->spinning = 1;
+    if (!x->closing) {
+        xport_spin_arm(&x->spin);
     }
 }
 
@@ -239,10 +223,7 @@ int xport_tcp_set_busy_poll(struct xport *base, unsigned us)
     if (base == NULL || base->ops != &tcp_ops) {
         return TERN_EINVAL;
     }
-    x->spin_us = us;
-    if (us == 0) {
-        spin_stop(x);
-    }
+    xport_spin_set(&x->spin, us);
     return 0;
 }
 
@@ -395,7 +376,7 @@ static int inbound_frame(struct conn *c, const struct xport_tcp_frame *f)
     if (f->type != XPORT_TCP_FRAME_MSG) {
         return -1;
     }
-    spin_stop(x); /* what the round waited for has come */
+    xport_spin_stop(&x->spin); /* what the round waited for has come */
     if (x->base.recv_cb != NULL) {
         x->base.recv_cb(x->base.recv_arg, c->from_id, f->payload, f->len);
     }
@@ -747,8 +728,8 @@ static void tcp_close(struct xport *base)
         return;
     }
     x->closing = 1;
-    spin_stop(x);
-    uv_close((uv_handle_t *)&x->spin, on_handle_closed);
+    xport_spin_stop(&x->spin);
+    uv_close((uv_handle_t *)&x->spin.idle, on_handle_closed);
     uv_close((uv_handle_t *)&x->listener, on_handle_closed);
     uv_close((uv_handle_t *)&x->sweep, on_handle_closed);
     for (struct peer *p = peer_first(x); p != NULL; p = peer_next(p)) {
@@ -855,8 +836,7 @@ int xport_tcp_new(uv_loop_t *loop,
     xport_done_init(&x->done, &x->idle, on_idle);
     (void)uv_timer_init(loop, &x->sweep);
     x->sweep.data = x;
-    (void)uv_idle_init(loop, &x->spin);
-    x->spin.data = x;
+    xport_spin_init(&x->spin, loop, x, on_spin);
     x->handles = 3;
     rc = uv_tcp_open(&x->listener, fd);
     if (rc != 0) {

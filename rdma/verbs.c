@@ -137,8 +137,11 @@
  * memcpy, which does in practice. Ring records do not rely on it: the
  * receiver reads only below the head announced by a doorbell.
  *
- * Not done (issue 3): TCP fallback and background re-try of rdma, adaptive
- * busy-polling, async events (ibv_get_async_event: port down, device
+ * Busy-polling (xport_verbs_set_busy_poll, off by default): see "busy-poll"
+ * below; the TCP fallback and the background re-try of rdma are
+ * rdma/fallback.c.
+ *
+ * Not done: async events (ibv_get_async_event: port down, device
  * removal), CQ resizing (QPs per device are capped by the CQ size: a
  * connect beyond it fails with TERN_ENOCONN), a bulk side channel for
  * snapshots.
@@ -293,6 +296,7 @@ struct verbs_xport
     uv_poll_t cm_poll;
     uv_idle_t idle;
     uv_timer_t sweep;
+    struct xport_spin spin; /* busy-poll: polls the CQs (xport_int.h) */
     struct vdev *devs;
     struct xport_peer *peers; /* of struct vpeer */
     struct vconn *conns;
@@ -324,7 +328,7 @@ static void flush_queue(struct vpeer *p);
 static void maybe_finish(struct verbs_xport *x);
 static void sweep_kick(struct verbs_xport *x);
 struct vdev;
-static void cq_service(struct vdev *d);
+static unsigned cq_service(struct vdev *d);
 
 /* ---- tracing -------------------------------------------------------------
  * Libraries do not log (house style H8): connection events go to stderr
@@ -1072,17 +1076,20 @@ static void process_pending(struct verbs_xport *x)
     }
 }
 
-/* Poll d's CQ dry, then deliver and flush (process_pending). */
-static void cq_service(struct vdev *d)
+/* Poll d's CQ dry, then deliver and flush (process_pending). Returns the
+ * number of completions handled. */
+static unsigned cq_service(struct vdev *d)
 {
     struct verbs_xport *x = d->x;
     struct ibv_wc wc[VERBS__POLL_BATCH];
+    unsigned total = 0;
     int n;
 
     while ((n = ibv_poll_cq(d->cq, VERBS__POLL_BATCH, wc)) > 0) {
         for (int i = 0; i < n; i++) {
             handle_wc(x, &wc[i]);
         }
+        total += (unsigned)n;
     }
     if (n < 0) {
         /* The CQ is broken: every connection on this device goes. */
@@ -1092,9 +1099,10 @@ static void cq_service(struct vdev *d)
                 c->drained = 1;
             }
         }
-        return;
+        return total;
     }
     process_pending(x);
+    return total;
 }
 
 static void on_cq(uv_poll_t *h, int status, int events)
@@ -1115,7 +1123,40 @@ static void on_cq(uv_poll_t *h, int status, int events)
         ibv_ack_cq_events(d->cq, nev);
     }
     (void)ibv_req_notify_cq(d->cq, 0);
-    cq_service(d);
+    (void)cq_service(d);
+}
+
+/* ---- busy-poll ----------------------------------------------------------
+ * While a round runs (spin_arm: a send was posted or queued), the spin
+ * idle handle keeps the loop from sleeping and polls every CQ on each
+ * iteration, so a completion is handled without the completion channel's
+ * wake-up. The round ends at the first delivered message (what it waited
+ * for), at the deadline, or when the budget is set to 0. Channel events
+ * still come (notification stays armed) and then find the CQ empty. */
+static void on_spin(uv_idle_t *h)
+{
+    struct verbs_xport *x = h->data;
+    uint64_t delivered = x->stats.delivered;
+    unsigned found = 0;
+
+    x->stats.spins++;
+    for (struct vdev *d = x->devs; d != NULL && !x->closing; d = d->next) {
+        found += cq_service(d);
+    }
+    if (found > 0) {
+        x->stats.spin_hits++;
+    }
+    if (x->closing || x->stats.delivered != delivered ||
+        xport_spin_expired(&x->spin)) {
+        xport_spin_stop(&x->spin);
+    }
+}
+
+static void spin_arm(struct verbs_xport *x)
+{
+    if (!x->closing) {
+        xport_spin_arm(&x->spin);
+    }
 }
 
 /* ---- connection setup ---------------------------------------------------- */
@@ -1209,7 +1250,7 @@ static int outbound_established(struct vconn *c,
 static void supersede_inbound(struct verbs_xport *x, uint64_t sender)
 {
     for (struct vdev *d = x->devs; d != NULL && !x->closing; d = d->next) {
-        cq_service(d); /* doorbells already in the CQ count */
+        (void)cq_service(d); /* doorbells already in the CQ count */
     }
     for (struct vconn *c = x->conns; c != NULL && !x->closing; c = c->next) {
         if (c->peer == NULL && c->remote_id == sender &&
@@ -1582,6 +1623,8 @@ static int verbs_send(struct xport *base,
             rc = xport_ring_tx_doorbell(&c->tx);
             if (rc != 0) {
                 vconn_close(c, TERN_ENOCONN); /* fails req too */
+            } else {
+                spin_arm(x);
             }
             return 0;
         }
@@ -1618,6 +1661,7 @@ static int verbs_send(struct xport *base,
     rc = xport_sendq_push(&p->q, req, iov, n, total);
     if (rc == 0) {
         sweep_kick(x);
+        spin_arm(x);
     }
     return rc;
 }
@@ -1699,8 +1743,10 @@ static void maybe_finish(struct verbs_xport *x)
     }
     if (!x->finishing) {
         x->finishing = 1;
+        xport_spin_stop(&x->spin);
         uv_close((uv_handle_t *)&x->cm_poll, on_handle_closed);
         uv_close((uv_handle_t *)&x->sweep, on_handle_closed);
+        uv_close((uv_handle_t *)&x->spin.idle, on_handle_closed);
         for (struct vdev *d = x->devs; d != NULL; d = d->next) {
             if (d->poll_open) {
                 d->poll_open = 0;
@@ -1850,16 +1896,18 @@ int xport_verbs_new(uv_loop_t *loop,
     xport_done_init(&x->done, &x->idle, on_idle);
     (void)uv_timer_init(loop, &x->sweep);
     x->sweep.data = x;
-    x->handles = 1;
+    xport_spin_init(&x->spin, loop, x, on_spin);
+    x->handles = 2; /* sweep, spin */
     rc = uv_poll_init(loop, &x->cm_poll, x->ech->fd);
     if (rc != 0) {
-        /* Only the timer and the idle handle exist: close them. */
+        /* Only the timer and the idle handles exist: close them. */
         tern_errmsg_printf(errmsg, "verbs: poll: %s", tern_strerror(rc));
         rdma_destroy_id(x->listen_id);
         x->listen_id = NULL;
         x->closing = 1;
         x->finishing = 1;
         uv_close((uv_handle_t *)&x->sweep, on_handle_closed);
+        uv_close((uv_handle_t *)&x->spin.idle, on_handle_closed);
         return rc; /* freed asynchronously, no callback */
     }
     x->cm_poll.data = x;
@@ -1929,6 +1977,16 @@ int xport_verbs_set_fence(struct xport *base, uint64_t fence)
         c->revoked = 1;
         x->stats.revoked++;
     }
+    return 0;
+}
+
+int xport_verbs_set_busy_poll(struct xport *base, unsigned us)
+{
+    struct verbs_xport *x = (struct verbs_xport *)base;
+    if (base == NULL || base->ops != &verbs_ops) {
+        return TERN_EINVAL;
+    }
+    xport_spin_set(&x->spin, us);
     return 0;
 }
 

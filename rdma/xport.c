@@ -127,3 +127,45 @@ int xport_parse_ipv4(const char *address, struct sockaddr_in *sa)
     }
     return 0;
 }
+
+void xport_spin_init(struct xport_spin *s, uv_loop_t *loop, void *data,
+                     uv_idle_cb cb)
+{
+    memset(s, 0, sizeof *s);
+    (void)uv_idle_init(loop, &s->idle);
+    s->idle.data = data;
+    s->cb = cb;
+}
+
+void xport_spin_arm(struct xport_spin *s)
+{
+    if (s->us == 0) {
+        return;
+    }
+    s->until = uv_hrtime() + (uint64_t)s->us * 1000u;
+    if (!s->on) {
+        uv_idle_start(&s->idle, s->cb);
+        s->on = 1;
+    }
+}
+
+void xport_spin_stop(struct xport_spin *s)
+{
+    if (s->on) {
+        uv_idle_stop(&s->idle);
+        s->on = 0;
+    }
+}
+
+void xport_spin_set(struct xport_spin *s, unsigned us)
+{
+    s->us = us;
+    if (us == 0) {
+        xport_spin_stop(s);
+    }
+}
+
+int xport_spin_expired(const struct xport_spin *s)
+{
+    return uv_hrtime() >= s->until;
+}

@@ -245,7 +245,14 @@ struct xport_verbs_stats {
     uint64_t connects;         /* outbound connections established */
     uint64_t accepts;          /* inbound connections established */
     uint64_t connect_timeouts; /* connects given up after the timeout */
+    uint64_t spins;            /* busy-poll rounds (CQ polls from idle) */
+    uint64_t spin_hits;        /* of which found completions */
 };
+/* Busy-poll (off by default): after a send, poll the CQs on every loop
+ * iteration for up to us microseconds, or until a message is delivered,
+ * instead of waiting for the completion channel's wake-up; 0 = off. Costs
+ * a CPU while a round runs. TERN_EINVAL if x is not a verbs transport. */
+int xport_verbs_set_busy_poll(struct xport *x, unsigned us);
 /* Counters since creation. x must be a verbs transport. */
 int xport_verbs_stats(const struct xport *x,
                       struct xport_verbs_stats *out /* OUT */);

@@ -61,4 +61,25 @@ void xport_iov_gather(uint8_t *dst, const struct xport_iov *iov, unsigned n);
  * and verbs for their addresses. */
 int xport_parse_ipv4(const char *address, struct sockaddr_in *sa /* OUT */);
 
+/* Busy-poll round (tcp, verbs; shm has its own, on the rings): while a
+ * round runs, an idle handle keeps the loop from sleeping and calls the
+ * backend's cb on every iteration. A send arms a round of `us`
+ * microseconds (or moves its deadline); the backend stops it when what it
+ * waited for came, or when xport_spin_expired. us = 0: off. The handle is
+ * the backend's to close (uv_close(&s->idle, ...)). */
+struct xport_spin {
+    uv_idle_t idle; /* idle.data: the backend */
+    uv_idle_cb cb;
+    unsigned us;    /* budget after a send; 0 = off */
+    uint64_t until; /* uv_hrtime deadline of the running round */
+    int on;         /* idle is started */
+};
+/* Cannot fail (uv_idle_init). */
+void xport_spin_init(struct xport_spin *s, uv_loop_t *loop, void *data,
+                     uv_idle_cb cb);
+void xport_spin_arm(struct xport_spin *s); /* no-op when us == 0 */
+void xport_spin_stop(struct xport_spin *s);
+void xport_spin_set(struct xport_spin *s, unsigned us); /* 0 also stops */
+int xport_spin_expired(const struct xport_spin *s);
+
 #endif /* TERN_XPORT_INT_H */

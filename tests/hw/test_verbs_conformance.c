@@ -6,7 +6,8 @@
  * detection; need TERN_HW_PARTITION/TERN_HW_HEAL, else skipped), three
  * nodes all-to-all (verbs_cluster), selective signalling beyond the send
  * queue (verbs_signalling), ring-size mismatch and delivery before start
- * (verbs_misc), and a functional round-trip latency (verbs_latency).
+ * (verbs_misc), a functional round-trip latency (verbs_latency), and
+ * busy-polling of the CQs (verbs_busy_poll).
  * Without an RDMA device (ibv_get_device_list finds nothing) the binary
  * prints why and exits 77 (ctest SKIP_RETURN_CODE 77, label rdma-hw). It
  * ends with a line "N passed, N failed".
@@ -423,6 +424,149 @@ Test(verbs_latency, small_message_round_trip, .init = verbs_setup,
            (double)rtt[N - 1] / 1e3, (unsigned long long)sa.posted,
            (unsigned long long)sa.signalled, (unsigned long long)sa.doorbells,
            (unsigned long long)sa.nops);
+    (void)fflush(stdout);
+    close_and_wait(a);
+    close_and_wait(b);
+}
+
+/* Busy-poll (xport_verbs_set_busy_poll): with it on both ends, a ping-pong
+ * of distinct messages is answered in order and byte for byte while the
+ * CQs are polled from the loop (spin rounds that found completions); a
+ * round ends at the delivered answer, and a send nobody answers ends its
+ * round at the deadline. Prints the round trip beside the same exchange
+ * without polling (functional under TCG). */
+struct bp_side
+{
+    struct xport *x;
+    uint64_t to;
+    const char *addr;
+    int echo; /* 1: send back what arrives */
+    int received;
+    int bad;
+    struct sreq reqs[128]; /* one per echo: an echo may still be in flight
+                              when the next message arrives */
+};
+
+static void bp_recv(void *arg, uint64_t from, const void *msg, size_t len)
+{
+    struct bp_side *p = arg;
+    const uint8_t *b = msg;
+    unsigned k = (unsigned)p->received;
+    (void)from;
+    if (len != 64 || tern_get_u32(b) != k) {
+        p->bad++;
+    }
+    for (size_t i = 4; i < len && i < 64; i++) {
+        if (b[i] != pattern(k, i)) {
+            p->bad++;
+            break;
+        }
+    }
+    p->received++;
+    if (p->echo) {
+        struct xport_iov iov = {msg, len};
+        struct sreq *r = &p->reqs[k % 128];
+        memset(r, 0, sizeof *r);
+        cr_expect_eq(xport_send(p->x, &r->req, p->to, p->addr, &iov, 1,
+                                on_sent),
+                     0);
+    }
+}
+
+static void count_active_spin(uv_handle_t *h, void *arg)
+{
+    if (h->type == UV_IDLE && uv_is_active(h)) {
+        (*(int *)arg)++;
+    }
+}
+
+static int active_idles_a(void)
+{
+    int n = 0;
+    uv_walk(&loop_a, count_active_spin, &n);
+    return n;
+}
+
+static double bp_rounds(struct xport *a, const char *b_addr,
+                        struct bp_side *pa, unsigned first, unsigned n)
+{
+    static uint64_t rtt[64];
+    static struct sreq r;
+    int done;
+    for (unsigned i = 0; i < n && !expired(); i++) {
+        int want = pa->received + 1;
+        uint64_t t0 = uv_hrtime();
+        done = 0;
+        cr_assert_eq(send_msg(a, &r, 2, b_addr, first + i, 64, &done), 0);
+        run_until(&pa->received, want);
+        rtt[i % 64] = uv_hrtime() - t0;
+        run_until(&done, 1);
+        cr_expect_eq(r.status, 0);
+    }
+    qsort(rtt, n < 64 ? n : 64, sizeof rtt[0], cmp_u64);
+    return (double)rtt[(n < 64 ? n : 64) / 2] / 1e3;
+}
+
+Test(verbs_busy_poll, cq_polled_until_the_answer_or_deadline,
+     .init = verbs_setup, .fini = teardown, .timeout = 600)
+{
+    static struct bp_side pa, pb;
+    static struct sreq lone;
+    struct profile pr = {0};
+    char a_addr[ADDR_MAX], b_addr[ADDR_MAX];
+    struct xport *a = verbs_make(&loop_a, 1, &pr, a_addr);
+    struct xport *b = verbs_make(&loop_b, 2, &pr, b_addr);
+    struct xport_verbs_stats s0, s1;
+    double p50_off, p50_on;
+    int done = 0;
+    uint64_t t0;
+
+    memset(&pa, 0, sizeof pa);
+    memset(&pb, 0, sizeof pb);
+    pb.x = b;
+    pb.to = 1;
+    pb.addr = a_addr;
+    pb.echo = 1;
+    cr_assert_eq(xport_verbs_set_busy_poll(NULL, 10), TERN_EINVAL);
+    cr_assert_eq(xport_start(a, bp_recv, &pa), 0);
+    cr_assert_eq(xport_start(b, bp_recv, &pb), 0);
+    /* Without polling first (also connects): no spin round runs. */
+    p50_off = bp_rounds(a, b_addr, &pa, 0, 40);
+    cr_assert_eq(xport_verbs_stats(a, &s0), 0);
+    cr_expect_eq(s0.spins, 0, "no round while off");
+    cr_assert_eq(xport_verbs_set_busy_poll(a, 5000000), 0); /* 5 s */
+    cr_assert_eq(xport_verbs_set_busy_poll(b, 5000000), 0);
+    p50_on = bp_rounds(a, b_addr, &pa, 40, 40);
+    cr_assert_eq(xport_verbs_stats(a, &s1), 0);
+    cr_expect_eq(pa.received, 80);
+    cr_expect_eq(pb.received, 80);
+    cr_expect_eq(pa.bad + pb.bad, 0, "order and bytes kept");
+    cr_expect_gt(s1.spins, 0, "A polled its CQ from the loop");
+    cr_expect_gt(s1.spin_hits, 0, "and found completions there");
+    for (int i = 0; i < 100 && active_idles_a() > 0; i++) {
+        uv_run(&loop_a, UV_RUN_NOWAIT);
+    }
+    cr_expect_eq(active_idles_a(), 0, "the answer ended the round");
+    /* A send nobody answers (B no longer echoes): the deadline ends it. */
+    pb.echo = 0;
+    cr_assert_eq(xport_verbs_set_busy_poll(a, 20000), 0); /* 20 ms */
+    cr_assert_eq(send_msg(a, &lone, 2, b_addr, 80, 64, &done), 0);
+    run_until(&pb.received, 81);
+    t0 = uv_hrtime();
+    while (active_idles_a() > 0 && uv_hrtime() - t0 < 5000000000ull) {
+        uv_run(&loop_a, UV_RUN_NOWAIT);
+        uv_run(&loop_b, UV_RUN_NOWAIT);
+    }
+    cr_expect_eq(active_idles_a(), 0, "the deadline ended the round");
+    run_until(&done, 1);
+    cr_expect_eq(lone.status, 0);
+    cr_assert_eq(xport_verbs_set_busy_poll(a, 0), 0);
+    cr_assert_eq(xport_verbs_set_busy_poll(b, 0), 0);
+    printf("verbs busy-poll round trip (64 B + echo, 40 each): p50 %.1f us "
+           "polling, %.1f us on the channel; A: %llu rounds, %llu found "
+           "completions\n",
+           p50_on, p50_off, (unsigned long long)s1.spins,
+           (unsigned long long)s1.spin_hits);
     (void)fflush(stdout);
     close_and_wait(a);
     close_and_wait(b);
