@@ -32,9 +32,9 @@
  * ternd's busy_poll_us does; the floors never spin.
  */
 #include <errno.h>
-#include <sched.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -661,11 +661,12 @@ int main(int argc, char **argv)
             pin_cpus = 1;
             break;
         default:
-            (void)fprintf(stderr,
-                          "usage: %s [-n round_trips] [-s size] [-w warmup] "
-                          "[-m stream_messages] [-W window] [-g gap_us] [-b us] "
-                          "[-P]\n",
-                          argv[0]);
+            (void)fprintf(
+                stderr,
+                "usage: %s [-n round_trips] [-s size] [-w warmup] "
+                "[-m stream_messages] [-W window] [-g gap_us] [-b us] "
+                "[-P]\n",
+                argv[0]);
             return 2;
         }
     }

@@ -679,16 +679,13 @@ static void log_stages(struct node *n)
              "spins=%llu spin_hits=%llu spin_us=%llu fast_sends=%llu "
              "slow_sends=%llu to_slow=%llu to_fast=%llu "
              "stages(count/p50us/p99us)=\"%s\"",
-             (unsigned long long)lat->count,
-             (unsigned long long)n->loop_iters,
-             (unsigned long long)ss.doorbells,
-             (unsigned long long)ss.wakeups, (unsigned long long)ss.spins,
-             (unsigned long long)ss.spin_hits,
+             (unsigned long long)lat->count, (unsigned long long)n->loop_iters,
+             (unsigned long long)ss.doorbells, (unsigned long long)ss.wakeups,
+             (unsigned long long)ss.spins, (unsigned long long)ss.spin_hits,
              (unsigned long long)(ss.spin_ns / 1000),
              (unsigned long long)fs.fast_sends,
-             (unsigned long long)fs.slow_sends,
-             (unsigned long long)fs.to_slow, (unsigned long long)fs.to_fast,
-             buf);
+             (unsigned long long)fs.slow_sends, (unsigned long long)fs.to_slow,
+             (unsigned long long)fs.to_fast, buf);
     tern_free(st);
 }
 

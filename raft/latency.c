@@ -46,7 +46,7 @@ void repl_lat_free(struct repl *r)
 
 /* Bucket layout: repl.h, REPL_LATENCY_SUB_BITS. */
 #define SUB_BITS REPL_LATENCY_SUB_BITS
-#define SUBS (1u << SUB_BITS)
+#define SUBS     (1u << SUB_BITS)
 
 static unsigned bucket_of(uint64_t v)
 {

@@ -128,7 +128,9 @@ int xport_parse_ipv4(const char *address, struct sockaddr_in *sa)
     return 0;
 }
 
-void xport_spin_init(struct xport_spin *s, uv_loop_t *loop, void *data,
+void xport_spin_init(struct xport_spin *s,
+                     uv_loop_t *loop,
+                     void *data,
                      uv_idle_cb cb)
 {
     memset(s, 0, sizeof *s);

@@ -67,7 +67,8 @@ int xport_parse_ipv4(const char *address, struct sockaddr_in *sa /* OUT */);
  * microseconds (or moves its deadline); the backend stops it when what it
  * waited for came, or when xport_spin_expired. us = 0: off. The handle is
  * the backend's to close (uv_close(&s->idle, ...)). */
-struct xport_spin {
+struct xport_spin
+{
     uv_idle_t idle; /* idle.data: the backend */
     uv_idle_cb cb;
     unsigned us;    /* budget after a send; 0 = off */
@@ -75,7 +76,9 @@ struct xport_spin {
     int on;         /* idle is started */
 };
 /* Cannot fail (uv_idle_init). */
-void xport_spin_init(struct xport_spin *s, uv_loop_t *loop, void *data,
+void xport_spin_init(struct xport_spin *s,
+                     uv_loop_t *loop,
+                     void *data,
                      uv_idle_cb cb);
 void xport_spin_arm(struct xport_spin *s); /* no-op when us == 0 */
 void xport_spin_stop(struct xport_spin *s);
