@@ -19,7 +19,7 @@ JOBS ?= 2
 export JOBS
 
 # Our C sources (never build dirs or third-party code).
-SRC_DIRS := common rdma raft index client node bench tests
+SRC_DIRS := include common proto rdma raft index client cli node bench tests
 C_FILES = $(shell find $(SRC_DIRS) -name '*.[ch]' -not -path '*/corpus/*' 2>/dev/null | sort)
 
 .PHONY: all deps build test asan fuzz demo clean format tidy jepsen jepsen-smoke test-rxe

@@ -1292,7 +1292,7 @@ static int produce_check(struct tern_client *c,
                          size_t n,
                          struct tern__pq **pq)
 {
-    if (queue == NULL || !proto_name_valid(queue, strlen(queue))) {
+    if (queue == NULL || !tern_name_valid(queue, strlen(queue))) {
         tern_errmsg_printf(c->errmsg, "queue name \"%s\"",
                            queue != NULL ? queue : "(null)");
         return TERN_EBADNAME;

@@ -1,5 +1,5 @@
 /*
- * ternd's client protocol server (wire format: client/proto.h): a uv_tcp
+ * ternd's client protocol server (wire format: proto/include/proto.h): a uv_tcp
  * listener on client_addr and one struct node_conn per client.
  *
  * Reading: each connection has its own read buffer (up to one whole frame

@@ -1,6 +1,6 @@
 /*
  * A fake tern server for libtern unit tests: one thread, a listening
- * socket on 127.0.0.1 (ephemeral port), speaking client/proto.h. A small
+ * socket on 127.0.0.1 (ephemeral port), speaking proto/include/proto.h. A small
  * in-memory model (queues, messages, producer dedup with the same rules as
  * index/apply.c) answers by default; each test installs a hook that can
  * answer differently, defer answers, stay silent or drop the connection.

@@ -1,5 +1,5 @@
 /* Unit tests for common/: error strings, checksums, cursors, write buffers,
- * allocator failure injection. */
+ * allocator failure injection, the name rule and the intrusive list. */
 #include <errno.h>
 
 #include <criterion/criterion.h>
@@ -72,4 +72,54 @@ Test(common, alloc_failure_injection)
     tern_alloc_fail_after(-1);
     cr_expect_eq(w.err, -ENOMEM);
     tern_wbuf_free(&w);
+}
+
+Test(common, name_rule)
+{
+    cr_expect(tern_name_valid("orders", 6));
+    cr_expect(tern_name_valid("a.B_c-9", 7));
+    cr_expect(!tern_name_valid("", 0));
+    cr_expect(!tern_name_valid("a b", 3));
+    cr_expect(!tern_name_valid("a/b", 3));
+    cr_expect(!tern_name_valid("\xc3\xa9", 2));
+    char big[TERN_NAME_MAX + 2];
+    memset(big, 'x', sizeof big);
+    cr_expect(tern_name_valid(big, TERN_NAME_MAX));
+    cr_expect(!tern_name_valid(big, TERN_NAME_MAX + 1));
+}
+
+Test(common, name_rule_with_null_or_embedded_nul)
+{
+    cr_expect(!tern_name_valid(NULL, 0));
+    cr_expect(!tern_name_valid(NULL, 3));
+    cr_expect(!tern_name_valid("a\0b", 3));
+}
+
+Test(common, list_push_remove_in_order)
+{
+    struct item {
+        int v;
+        struct tern_list link;
+    } items[3] = {{.v = 1}, {.v = 2}, {.v = 3}};
+    struct tern_list head;
+    tern_list_init(&head);
+    cr_expect(tern_list_empty(&head));
+    for (int i = 0; i < 3; i++) {
+        tern_list_push(&head, &items[i].link);
+    }
+    int seen[3] = {0};
+    int n = 0;
+    for (struct tern_list *e = head.next; e != &head && n < 3; e = e->next) {
+        seen[n++] = TERN_CONTAINER(e, struct item, link)->v;
+    }
+    cr_expect_eq(n, 3);
+    cr_expect(seen[0] == 1 && seen[1] == 2 && seen[2] == 3);
+    tern_list_remove(&items[1].link);
+    tern_list_remove(&items[1].link); /* a second remove is harmless */
+    cr_expect_eq(head.next, &items[0].link);
+    cr_expect_eq(items[0].link.next, &items[2].link);
+    cr_expect_eq(items[2].link.prev, &items[0].link);
+    tern_list_remove(&items[0].link);
+    tern_list_remove(&items[2].link);
+    cr_expect(tern_list_empty(&head));
 }

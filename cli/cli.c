@@ -27,7 +27,6 @@
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,51 +55,6 @@ static void usage(FILE *f)
         "  cluster stats [--reset] [--json]\n"
         "  bench QUEUE [--size 1024] [--count N] [--window W] "
         "[--batch B] [--replication] [--json]\n");
-}
-
-void cli_error(struct tern_client *c, int rv, const char *fmt, ...)
-{
-    va_list ap;
-    const char *detail = c != NULL ? tern_client_errmsg(c) : "";
-    /* Skip a detail that only repeats the error string. */
-    if (strcmp(detail, tern_strerror(rv)) == 0) {
-        detail = "";
-    }
-    (void)fputs("tern: ", stderr);
-    va_start(ap, fmt);
-    (void)vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    (void)fprintf(stderr, ": %s", tern_strerror(rv));
-    if (detail[0] != '\0') {
-        (void)fprintf(stderr, " (%s)", detail);
-    }
-    (void)fputc('\n', stderr);
-}
-
-int cli_parse_u64(const char *opt, const char *s, uint64_t *out)
-{
-    char *end;
-    unsigned long long v;
-    if (s == NULL || *s == '\0' || *s == '-') {
-        (void)fprintf(stderr, "tern: %s: expected a non-negative number\n",
-                      opt);
-        return -1;
-    }
-    errno = 0;
-    v = strtoull(s, &end, 10);
-    if (errno != 0 || *end != '\0') {
-        (void)fprintf(stderr, "tern: %s: bad number \"%s\"\n", opt, s);
-        return -1;
-    }
-    *out = v;
-    return 0;
-}
-
-int64_t cli_now_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
 /* Length of the payload id: bytes up to the first '.'. */

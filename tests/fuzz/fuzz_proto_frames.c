@@ -1,5 +1,5 @@
 /*
- * libFuzzer target for the client wire protocol (client/proto.c): feeds
+ * libFuzzer target for the client wire protocol (proto/proto.c): feeds
  * arbitrary bytes to the header decoder, the checksum verifier, the request
  * decoders of every op, the error-frame decoder and every response decoder,
  * and walks every iterator. Decoders must never read out of bounds, and a

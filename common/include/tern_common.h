@@ -1,7 +1,8 @@
 /*
- * common/: shared primitives of the tern server modules: error strings and
- * errmsg helpers, checksums, little-endian encoders, allocator hooks and
- * asserts. No logic lives here. Prefix tern_.
+ * common/: shared primitives of the tern modules: error strings and errmsg
+ * helpers, checksums, little-endian encoders, a bounded decoding cursor, a
+ * growable write buffer, allocator hooks, asserts, an intrusive list and
+ * the queue/group name rule. No logic lives here. Prefix tern_.
  *
  * Error convention (see docs/ARCHITECTURE.md): 0 or a negative code; -errno
  * passes through; project codes are in <tern/errors.h>. Detail travels in a
@@ -11,6 +12,7 @@
 #define TERN_COMMON_H
 
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -184,6 +186,48 @@ void tern_wbuf_u8(struct tern_wbuf *w, uint8_t v);
 void tern_wbuf_u16(struct tern_wbuf *w, uint16_t v);
 void tern_wbuf_u32(struct tern_wbuf *w, uint32_t v);
 void tern_wbuf_u64(struct tern_wbuf *w, uint64_t v);
+
+/* Intrusive doubly linked list: circular, the head is a sentinel that no
+ * element contains. An element's links belong to the list while it is on
+ * it; tern_list_remove leaves the element linked to itself, so removing
+ * twice is harmless. No allocation. */
+struct tern_list {
+    struct tern_list *prev;
+    struct tern_list *next;
+};
+static inline void tern_list_init(struct tern_list *l)
+{
+    l->prev = l;
+    l->next = l;
+}
+static inline bool tern_list_empty(const struct tern_list *l)
+{
+    return l->next == l;
+}
+/* Append e at the tail of the list headed by l. */
+static inline void tern_list_push(struct tern_list *l, struct tern_list *e)
+{
+    e->prev = l->prev;
+    e->next = l;
+    l->prev->next = e;
+    l->prev = e;
+}
+static inline void tern_list_remove(struct tern_list *e)
+{
+    e->prev->next = e->next;
+    e->next->prev = e->prev;
+    e->prev = e;
+    e->next = e;
+}
+/* The struct of the given type that holds member at ptr. */
+#define TERN_CONTAINER(ptr, type, member)                                    \
+    ((type *)(void *)((char *)(ptr)-offsetof(type, member)))
+
+/* Queue and consumer-group names, the one rule every module applies: 1 to
+ * TERN_NAME_MAX bytes of [A-Za-z0-9._-], no NUL. s may be NULL (invalid);
+ * it need not be NUL-terminated. Returns 1 if valid, else 0. */
+#define TERN_NAME_MAX 200
+int tern_name_valid(const char *s, size_t len);
 
 /* Asserts. TERN_ASSERT is debug-only; TERN_INVARIANT is always on and is
  * reserved for durability-critical invariants (prints, then aborts). */

@@ -29,23 +29,6 @@
 /* Longest error message we put on the wire. */
 #define PROTO__MAX_ERROR_MESSAGE 1024
 
-int proto_name_valid(const char *s, size_t len)
-{
-    if (s == NULL || len == 0 || len > PROTO_MAX_NAME) {
-        return 0;
-    }
-    for (size_t i = 0; i < len; i++) {
-        char ch = s[i];
-        int ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
-                 (ch >= '0' && ch <= '9') || ch == '.' || ch == '_' ||
-                 ch == '-';
-        if (!ok) {
-            return 0;
-        }
-    }
-    return 1;
-}
-
 int proto_header_decode(const void *buf,
                         uint32_t max_body,
                         struct proto_header *h)
@@ -271,7 +254,7 @@ static int records_next(const uint8_t *raw,
 static void put_name(struct tern_wbuf *w, const char *name)
 {
     size_t n = name != NULL ? strlen(name) : 0;
-    if (w->err == 0 && !proto_name_valid(name, n)) {
+    if (w->err == 0 && !tern_name_valid(name, n)) {
         w->err = TERN_EBADNAME;
         return;
     }
@@ -337,7 +320,7 @@ static int get_name(struct tern_cursor *c, const char **s, uint16_t *len)
     if (*s == NULL) {
         return TERN_EMALFORMED;
     }
-    return proto_name_valid(*s, *len) ? 0 : TERN_EBADNAME;
+    return tern_name_valid(*s, *len) ? 0 : TERN_EBADNAME;
 }
 
 static void get_msg(struct tern_cursor *c, void *item)

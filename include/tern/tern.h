@@ -2,7 +2,7 @@
  * libtern: the tern client library (public API, prefix tern_).
  *
  * A struct tern_client talks to a tern cluster over TCP (the wire protocol
- * of client/proto.h) using plain POSIX sockets and poll(2); it has no
+ * of proto/include/proto.h) using plain POSIX sockets and poll(2); it has no
  * threads of its own and is not thread-safe: use one client per thread.
  *
  * Leader following: writes (queue create/delete, produce, group commit) go

@@ -1,5 +1,5 @@
 /*
- * Unit tests of client/proto.c: encode/decode round trips for every op and
+ * Unit tests of proto/proto.c: encode/decode round trips for every op and
  * response, error frames with leader hints, and rejection of bad magic,
  * version, oversized bodies, bad checksums, truncation, trailing bytes and
  * bad names.
@@ -34,20 +34,6 @@ static void parse_request(const struct tern_wbuf *w,
 static int streq(const char *p, size_t len, const char *want)
 {
     return p != NULL && len == strlen(want) && memcmp(p, want, len) == 0;
-}
-
-Test(proto, names)
-{
-    cr_expect(proto_name_valid("orders", 6));
-    cr_expect(proto_name_valid("a.B_c-9", 7));
-    cr_expect(!proto_name_valid("", 0));
-    cr_expect(!proto_name_valid("a b", 3));
-    cr_expect(!proto_name_valid("a/b", 3));
-    cr_expect(!proto_name_valid("\xc3\xa9", 2));
-    char big[PROTO_MAX_NAME + 2];
-    memset(big, 'x', sizeof big);
-    cr_expect(proto_name_valid(big, PROTO_MAX_NAME));
-    cr_expect(!proto_name_valid(big, PROTO_MAX_NAME + 1));
 }
 
 Test(proto, header_fields_and_checksum)

@@ -1,7 +1,7 @@
 /*
  * tern client wire protocol (prefix proto_), shared by libtern (client/)
- * and ternd's client server (node/). Built as its own small library,
- * tern_proto, that depends only on common/.
+ * and ternd's client server (node/). Library tern_proto; depends only on
+ * common/.
  *
  * Frame = 24-byte header + body. All integers little-endian.
  *
@@ -88,7 +88,9 @@
 #define TERN_PROTO_VERSION 1
 #define PROTO_HEADER_SIZE 24
 #define PROTO_DEFAULT_MAX_BODY (16u * 1024u * 1024u)
-#define PROTO_MAX_NAME 200
+/* Longest queue or group name on the wire: common's name rule
+ * (tern_name_valid), which every request's names must pass. */
+#define PROTO_MAX_NAME TERN_NAME_MAX
 
 enum proto_op {
     PROTO_OP_QUEUE_CREATE = 1,
@@ -208,10 +210,6 @@ int proto_encode_simple(struct tern_wbuf *w, uint8_t op,
  * above. */
 
 /* ---- Additions (client/ owner): names, response codecs. ---- */
-
-/* Queue and group names: 1..PROTO_MAX_NAME bytes of [A-Za-z0-9._-]
- * (the same rule as index/). Returns 1 if valid, 0 if not. */
-int proto_name_valid(const char *s, size_t len);
 
 /* Parse a whole frame that is already in memory: header checks as
  * proto_header_decode, then the checksum (TERN_ECORRUPT), then body_len must
