@@ -2,7 +2,8 @@
 # the stages themselves live in scripts/test.sh.
 #
 #   make demo    install deps, build build/, run the 3-node demo
-#   make test    install deps; build/ + ctest, build-asan/ (ASan+UBSan) +
+#   make test    install deps; clang-format check of every C file; build/ +
+#                ctest, build-asan/ (ASan+UBSan) +
 #                ctest, build-fuzz/ (clang libFuzzer) smoke run,
 #                tests/rxe/run.sh (RDMA on soft-RoCE in a QEMU guest;
 #                skipped if the guest cannot boot), jepsen/smoke.sh
@@ -13,16 +14,15 @@
 #                       default 120 s; JEPSEN_NODES, default 5)
 #   make jepsen-smoke   Jepsen-style smoke runs (network namespaces, root)
 #   make test-rxe       only the soft-RoCE stage
-#   make build | asan | fuzz | clean | format | tidy
+#   make build | asan | fuzz | clean | format | format-check | tidy
 SHELL := /bin/bash
 JOBS ?= 2
 export JOBS
 
 # Our C sources (never build dirs or third-party code).
-SRC_DIRS := include common proto rdma raft index client cli node bench tests
-C_FILES = $(shell find $(SRC_DIRS) -name '*.[ch]' -not -path '*/corpus/*' 2>/dev/null | sort)
+C_FILES = $(shell scripts/c-files.sh)
 
-.PHONY: all deps build test asan fuzz demo clean format tidy jepsen jepsen-smoke test-rxe
+.PHONY: all deps build test asan fuzz demo clean format format-check tidy jepsen jepsen-smoke test-rxe
 
 all: build
 
@@ -33,7 +33,7 @@ build: deps
 	@scripts/test.sh build
 
 test: deps
-	@scripts/test.sh normal asan fuzz jepsen rxe
+	@scripts/test.sh format normal asan fuzz jepsen rxe
 
 asan: deps
 	@scripts/test.sh asan
@@ -59,6 +59,9 @@ clean:
 format:
 	@command -v clang-format >/dev/null || scripts/install-deps.sh
 	clang-format -i $(C_FILES)
+
+format-check: deps
+	@scripts/test.sh format
 
 # clang-tidy (checks in .clang-tidy) over every source file of ours in
 # build/'s compile database.

@@ -284,14 +284,15 @@ int cli_bench(struct tern_client *c, int argc, char **argv)
                 queue, size, count, window, batch, st.acked, st.errors, secs,
                 mps, mbs, p50, p99, p999, mx);
             if (repl) {
-                (void)printf(",\"replication_us\":{\"p50\":%.3f,\"p99\":%.3f"
-                             ",\"p999\":%.3f,\"max\":%.3f,\"mean\":%.3f"
-                             ",\"count\":%" PRIu64 ",\"node_id\":%" PRIu64
-                             ",\"transport\":\"%s\",\"durability\":\"%s\"}",
-                             (double)rs.p50_ns / 1e3, (double)rs.p99_ns / 1e3,
-                             (double)rs.p999_ns / 1e3, (double)rs.max_ns / 1e3,
-                             (double)rs.mean_ns / 1e3, rs.count, rs.node_id,
-                             rs.transport, rs.durability);
+                (void)printf(
+                    ",\"replication_us\":{\"p50\":%.3f,\"p99\":%.3f"
+                    ",\"p999\":%.3f,\"max\":%.3f,\"mean\":%.3f"
+                    ",\"count\":%" PRIu64 ",\"node_id\":%" PRIu64
+                    ",\"transport\":\"%s\",\"durability\":\"%s\"}",
+                    (double)rs.p50_ns / 1e3, (double)rs.p99_ns / 1e3,
+                    (double)rs.p999_ns / 1e3, (double)rs.max_ns / 1e3,
+                    (double)rs.mean_ns / 1e3, rs.count, rs.node_id,
+                    rs.transport, rs.durability);
             }
             (void)printf("}\n");
         }

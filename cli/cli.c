@@ -669,10 +669,10 @@ static int cmd_stats(struct tern_client *c, int argc, char **argv)
         (void)printf(",\"durability\":");
         json_string(stdout, st.durability);
         (void)printf(",\"count\":%" PRIu64 ",\"dropped\":%" PRIu64
-                     ",\"replication_ns\":{\"min\":%" PRIu64
-                     ",\"p50\":%" PRIu64 ",\"p90\":%" PRIu64
-                     ",\"p99\":%" PRIu64 ",\"p999\":%" PRIu64
-                     ",\"max\":%" PRIu64 ",\"mean\":%" PRIu64 "}}\n",
+                     ",\"replication_ns\":{\"min\":%" PRIu64 ",\"p50\":%" PRIu64
+                     ",\"p90\":%" PRIu64 ",\"p99\":%" PRIu64
+                     ",\"p999\":%" PRIu64 ",\"max\":%" PRIu64
+                     ",\"mean\":%" PRIu64 "}}\n",
                      st.count, st.dropped, st.min_ns, st.p50_ns, st.p90_ns,
                      st.p99_ns, st.p999_ns, st.max_ns, st.mean_ns);
         return 0;
@@ -682,15 +682,16 @@ static int cmd_stats(struct tern_client *c, int argc, char **argv)
     (void)printf("role:          %s\n", tern_role_name(st.role));
     (void)printf("transport:     %s\n", st.transport);
     (void)printf("durability:    %s\n", st.durability);
-    (void)printf("samples:       %" PRIu64 " (%" PRIu64 " dropped)\n",
-                 st.count, st.dropped);
+    (void)printf("samples:       %" PRIu64 " (%" PRIu64 " dropped)\n", st.count,
+                 st.dropped);
     (void)printf("replication (leader append->commit), us:\n");
-    (void)printf("  min %.1f  p50 %.1f  p90 %.1f  p99 %.1f  p99.9 %.1f  "
-                 "max %.1f  mean %.1f\n",
-                 (double)st.min_ns / 1e3, (double)st.p50_ns / 1e3,
-                 (double)st.p90_ns / 1e3, (double)st.p99_ns / 1e3,
-                 (double)st.p999_ns / 1e3, (double)st.max_ns / 1e3,
-                 (double)st.mean_ns / 1e3);
+    (void)printf(
+        "  min %.1f  p50 %.1f  p90 %.1f  p99 %.1f  p99.9 %.1f  "
+        "max %.1f  mean %.1f\n",
+        (double)st.min_ns / 1e3, (double)st.p50_ns / 1e3,
+        (double)st.p90_ns / 1e3, (double)st.p99_ns / 1e3,
+        (double)st.p999_ns / 1e3, (double)st.max_ns / 1e3,
+        (double)st.mean_ns / 1e3);
     if (reset) {
         (void)printf("(counters reset)\n");
     }

@@ -19,7 +19,8 @@ void tern_checksum32_begin(struct tern_checksum_state *st)
     XXH32_reset((XXH32_state_t *)(void *)st, TERN__CHECKSUM_SEED);
 }
 
-void tern_checksum32_update(struct tern_checksum_state *st, const void *buf,
+void tern_checksum32_update(struct tern_checksum_state *st,
+                            const void *buf,
                             size_t len)
 {
     XXH32_update((XXH32_state_t *)(void *)st, buf, len);

@@ -10,8 +10,8 @@ const char *tern_strerror(int code)
     switch (code) {
     case 0:
         return "success";
-#define TERN__ERRNO_STR(name, value, msg)                                    \
-    case name:                                                               \
+#define TERN__ERRNO_STR(name, value, msg)                                      \
+    case name:                                                                 \
         return msg;
         TERN_ERRNO_MAP(TERN__ERRNO_STR)
 #undef TERN__ERRNO_STR
@@ -29,8 +29,8 @@ const char *tern_err_name(int code)
     switch (code) {
     case 0:
         return "OK";
-#define TERN__ERRNO_NAME(name, value, msg)                                   \
-    case name:                                                               \
+#define TERN__ERRNO_NAME(name, value, msg)                                     \
+    case name:                                                                 \
         return #name;
         TERN_ERRNO_MAP(TERN__ERRNO_NAME)
 #undef TERN__ERRNO_NAME

@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Build and test stages behind the top-level Makefile.
 #
-#   scripts/test.sh STAGE...     STAGE = build | normal | asan | fuzz
+#   scripts/test.sh STAGE...     STAGE = build | format | normal | asan |
+#                                        fuzz | jepsen | rxe
 #
 #   build   configure + build build/ (RelWithDebInfo, -DTERN_WERROR=ON)
+#   format  clang-format --dry-run --Werror over scripts/c-files.sh: one
+#           test that fails on any file `make format` would change
 #   normal  build, then ctest in build/
 #   asan    build-asan/ (Debug, -DTERN_SANITIZE=address,undefined) + ctest
 #   fuzz    build-fuzz/ (clang, -DTERN_FUZZ=ON, libraries instrumented with
@@ -185,6 +188,26 @@ stage_fuzz() {
     count fuzz "$p" "$f" 0
 }
 
+# Formatting: every C file as .clang-format wants it (one test).
+stage_format() {
+    say "format: clang-format check (make format rewrites)"
+    local files bad=()
+    mapfile -t files < <("$ROOT/scripts/c-files.sh")
+    ran_tests=1
+    for f in "${files[@]}"; do
+        clang-format --dry-run --Werror "$f" >/dev/null 2>&1 || bad+=("$f")
+    done
+    if [ ${#bad[@]} -eq 0 ]; then
+        echo "format: ${#files[@]} files formatted"
+        count format 1 0 0
+    else
+        echo "format: ${#bad[@]} of ${#files[@]} files need \`make format\`:"
+        printf '  %s\n' "${bad[@]}"
+        failures+=("format: ${#bad[@]} file(s)")
+        count format 0 1 0
+    fi
+}
+
 # Jepsen-style smoke (jepsen/smoke.sh: about 5 runs of kill, pause,
 # partitions with network namespaces; needs root). One test per run.
 stage_jepsen() {
@@ -242,11 +265,11 @@ for s in "$@"; do
     build)
         stage_build || exit 1
         ;;
-    normal | asan | fuzz | jepsen | rxe)
+    format | normal | asan | fuzz | jepsen | rxe)
         "stage_$s"
         ;;
     *)
-        echo "usage: $0 build|normal|asan|fuzz|jepsen|rxe..." >&2
+        echo "usage: $0 build|format|normal|asan|fuzz|jepsen|rxe..." >&2
         exit 2
         ;;
     esac

@@ -37,11 +37,13 @@ void tern_errmsg_wrapf(char *errmsg, const char *fmt, ...)
  * on-disk and on-wire format: XXH32 with seed 0x7465726e ("tern"). */
 uint32_t tern_checksum32(const void *buf, size_t len);
 /* Incremental form: state starts at tern_checksum32_begin(). */
-struct tern_checksum_state {
+struct tern_checksum_state
+{
     uint64_t opaque[6];
 };
 void tern_checksum32_begin(struct tern_checksum_state *st);
-void tern_checksum32_update(struct tern_checksum_state *st, const void *buf,
+void tern_checksum32_update(struct tern_checksum_state *st,
+                            const void *buf,
                             size_t len);
 uint32_t tern_checksum32_end(struct tern_checksum_state *st);
 
@@ -102,12 +104,14 @@ static inline uint64_t tern_get_u64(const void *p)
 
 /* Bounded cursor for decoding untrusted bytes: every get checks the bound
  * and sets ->err (sticky) instead of reading past the end. */
-struct tern_cursor {
+struct tern_cursor
+{
     const uint8_t *p;
     const uint8_t *end;
     int err; /* 0 or TERN_EMALFORMED */
 };
-static inline void tern_cursor_init(struct tern_cursor *c, const void *buf,
+static inline void tern_cursor_init(struct tern_cursor *c,
+                                    const void *buf,
                                     size_t len)
 {
     c->p = buf;
@@ -171,7 +175,8 @@ static inline const uint8_t *tern_cursor_bytes(struct tern_cursor *c, size_t n)
 
 /* Growable output buffer for encoders. Owned by the caller; free with
  * tern_wbuf_free. On allocation failure ->err becomes -ENOMEM (sticky). */
-struct tern_wbuf {
+struct tern_wbuf
+{
     uint8_t *base;
     size_t len;
     size_t cap;
@@ -191,7 +196,8 @@ void tern_wbuf_u64(struct tern_wbuf *w, uint64_t v);
  * element contains. An element's links belong to the list while it is on
  * it; tern_list_remove leaves the element linked to itself, so removing
  * twice is harmless. No allocation. */
-struct tern_list {
+struct tern_list
+{
     struct tern_list *prev;
     struct tern_list *next;
 };
@@ -220,7 +226,7 @@ static inline void tern_list_remove(struct tern_list *e)
     e->next = e;
 }
 /* The struct of the given type that holds member at ptr. */
-#define TERN_CONTAINER(ptr, type, member)                                    \
+#define TERN_CONTAINER(ptr, type, member)                                      \
     ((type *)(void *)((char *)(ptr)-offsetof(type, member)))
 
 /* Queue and consumer-group names, the one rule every module applies: 1 to
@@ -232,7 +238,7 @@ int tern_name_valid(const char *s, size_t len);
 /* Asserts. TERN_ASSERT is debug-only; TERN_INVARIANT is always on and is
  * reserved for durability-critical invariants (prints, then aborts). */
 void tern_invariant_failed(const char *expr, const char *file, int line);
-#define TERN_INVARIANT(x)                                                    \
+#define TERN_INVARIANT(x)                                                      \
     ((x) ? (void)0 : tern_invariant_failed(#x, __FILE__, __LINE__))
 #ifdef NDEBUG
 #define TERN_ASSERT(x) ((void)0)
@@ -240,8 +246,8 @@ void tern_invariant_failed(const char *expr, const char *file, int line);
 #define TERN_ASSERT(x) TERN_INVARIANT(x)
 #endif
 
-#define TERN_MIN(a, b) ((a) < (b) ? (a) : (b))
-#define TERN_MAX(a, b) ((a) > (b) ? (a) : (b))
+#define TERN_MIN(a, b)     ((a) < (b) ? (a) : (b))
+#define TERN_MAX(a, b)     ((a) > (b) ? (a) : (b))
 #define TERN_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 
 #endif /* TERN_COMMON_H */

@@ -11,27 +11,27 @@
 #define TERN_ERRORS_H
 
 /* X(name, value, message) */
-#define TERN_ERRNO_MAP(X)                                                     \
-    X(TERN_ENOTLEADER, -31001, "not the leader")                             \
-    X(TERN_ENOLEADER, -31002, "no leader elected")                           \
-    X(TERN_ECORRUPT, -31003, "corrupt data (checksum mismatch)")             \
-    X(TERN_EFULL, -31004, "disk full")                                       \
-    X(TERN_ETOOBIG, -31005, "message or frame too large")                    \
-    X(TERN_EMALFORMED, -31006, "malformed frame or record")                  \
-    X(TERN_ENOQUEUE, -31007, "no such queue")                                \
-    X(TERN_EQUEUEEXISTS, -31008, "queue already exists")                     \
-    X(TERN_EVERSION, -31009, "unsupported format or protocol version")       \
-    X(TERN_ESHUTDOWN, -31010, "shutting down")                               \
-    X(TERN_ECANCELED, -31011, "canceled")                                    \
-    X(TERN_EOFFSET, -31012, "offset out of range")                           \
-    X(TERN_ESEQUENCE, -31013, "producer sequence out of order")              \
-    X(TERN_EBUSY, -31014, "busy, retry later")                               \
-    X(TERN_ENOCONN, -31015, "no connection to peer")                         \
-    X(TERN_ELEADERSHIPLOST, -31016, "leadership lost, outcome unknown")      \
-    X(TERN_EBADNAME, -31017, "invalid name")                                 \
-    X(TERN_EINVAL, -31018, "invalid argument")                               \
-    X(TERN_EINTERNAL, -31019, "internal error")                              \
-    X(TERN_ETIMEDOUT, -31020, "timed out, outcome unknown")                  \
+#define TERN_ERRNO_MAP(X)                                                      \
+    X(TERN_ENOTLEADER, -31001, "not the leader")                               \
+    X(TERN_ENOLEADER, -31002, "no leader elected")                             \
+    X(TERN_ECORRUPT, -31003, "corrupt data (checksum mismatch)")               \
+    X(TERN_EFULL, -31004, "disk full")                                         \
+    X(TERN_ETOOBIG, -31005, "message or frame too large")                      \
+    X(TERN_EMALFORMED, -31006, "malformed frame or record")                    \
+    X(TERN_ENOQUEUE, -31007, "no such queue")                                  \
+    X(TERN_EQUEUEEXISTS, -31008, "queue already exists")                       \
+    X(TERN_EVERSION, -31009, "unsupported format or protocol version")         \
+    X(TERN_ESHUTDOWN, -31010, "shutting down")                                 \
+    X(TERN_ECANCELED, -31011, "canceled")                                      \
+    X(TERN_EOFFSET, -31012, "offset out of range")                             \
+    X(TERN_ESEQUENCE, -31013, "producer sequence out of order")                \
+    X(TERN_EBUSY, -31014, "busy, retry later")                                 \
+    X(TERN_ENOCONN, -31015, "no connection to peer")                           \
+    X(TERN_ELEADERSHIPLOST, -31016, "leadership lost, outcome unknown")        \
+    X(TERN_EBADNAME, -31017, "invalid name")                                   \
+    X(TERN_EINVAL, -31018, "invalid argument")                                 \
+    X(TERN_EINTERNAL, -31019, "internal error")                                \
+    X(TERN_ETIMEDOUT, -31020, "timed out, outcome unknown")                    \
     X(TERN_ECLOSED, -31021, "connection closed")
 
 enum tern_errno {

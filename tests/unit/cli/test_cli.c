@@ -183,8 +183,9 @@ Test(cli, cluster_stats_and_bench_replication)
                          "\"count\":20,\"node_id\":1,\"transport\":\"tcp\","
                          "\"durability\":\"disk\"}}\n"),
                   NULL, "%s", r.out);
-    cr_expect_neq(strstr(r.err, "  replication (leader append->commit)  p50 "
-                                "10.0 us  p99 19.8 us"),
+    cr_expect_neq(strstr(r.err,
+                         "  replication (leader append->commit)  p50 "
+                         "10.0 us  p99 19.8 us"),
                   NULL, "%s", r.err);
     /* Without --replication: no STATS request, no replication figures. */
     run_cli(&r, fs.addr, NULL, "bench q --count 3 --json");

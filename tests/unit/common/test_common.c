@@ -97,7 +97,8 @@ Test(common, name_rule_with_null_or_embedded_nul)
 
 Test(common, list_push_remove_in_order)
 {
-    struct item {
+    struct item
+    {
         int v;
         struct tern_list link;
     } items[3] = {{.v = 1}, {.v = 2}, {.v = 3}};
