@@ -1359,7 +1359,7 @@ def parse_args(argv):
                     choices=("disk", "memory"),
                     help="ternd [raft] durability; memory mode loses "
                     "acknowledged writes by design when a majority "
-                    "crashes (raft/repl.h): use it with partitions, "
+                    "crashes (raft/include/repl.h): use it with partitions, "
                     "pauses, delay, and single-node kills only")
     ap.add_argument("--no-restart-crashed", dest="restart_crashed",
                     action="store_false",
