@@ -16,7 +16,7 @@ set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 export TERN_BIN=${TERN_BIN:-$ROOT/build}
-CLI=${TERN_CLI:-$TERN_BIN/client/tern}
+CLI=${TERN_CLI:-$TERN_BIN/cli/tern}
 ATTEMPT_MS=${ATTEMPT_MS:-50}
 trials=10
 dir=

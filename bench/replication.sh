@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Replication latency benchmark (issue 3, item 7): for each transport (tcp,
-# shm, and rdma when an RDMA device exists) and each durability mode (disk,
-# memory), start a fresh 3-node cluster (scripts/cluster.sh, temp dir, free
+# Replication latency benchmark: for each transport (tcp, shm, and rdma
+# when an RDMA device exists) and each durability mode (disk, memory),
+# start a fresh 3-node cluster (scripts/cluster.sh, temp dir, free
 # loopback ports), run `tern bench --replication` sequential (window 1) and
 # pipelined (window 64) with 1 KiB messages, stop the cluster by PID, then
 # measure the floors on the same machine in the same run:
@@ -16,7 +16,7 @@
 # p50/p99, client produce p50/p99, msgs/s, floor p50, ratio (replication p50
 # / floor p50). A commit needs one leader->follower->leader round trip, so
 # the round-trip floor is the comparison. Replication quantiles are
-# histogram bucket upper bounds (at most 6.25% above; raft/repl.h).
+# histogram bucket upper bounds (at most 6.25% above; raft/include/repl.h).
 # Not a test: no pass/fail on the figures.
 #
 #   bench/replication.sh [--seq-count N] [--pipe-count N] [--size BYTES]
@@ -25,8 +25,8 @@
 #                        [--busy-poll US] [--follower-busy-poll US] [--pin]
 #
 # --stages: run the nodes at log level info and print, per cluster, each
-# node's "replication stages" line (node/node.c log_stages: the commit path
-# broken into stages, raft/repl.h enum repl_stage, p50/p99 in us; loop
+# node's "replication stages" line (ternd's shutdown log: the commit path
+# broken into stages, raft/include/repl.h enum repl_stage, p50/p99 in us; loop
 # iterations, shm doorbells and wake-ups) logged at shutdown. Follower
 # stages are not reset between runs: use it with one mode (--modes seq).
 #
@@ -58,7 +58,7 @@ set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 export TERN_BIN=${TERN_BIN:-$ROOT/build}
-CLI=${TERN_CLI:-$TERN_BIN/client/tern}
+CLI=${TERN_CLI:-$TERN_BIN/cli/tern}
 XPORT_BENCH=${XPORT_BENCH:-$TERN_BIN/bench/bench_xport}
 STEP_TIMEOUT=${STEP_TIMEOUT:-300}
 seq_count=2000

@@ -1359,7 +1359,7 @@ def parse_args(argv):
                     choices=("disk", "memory"),
                     help="ternd [raft] durability; memory mode loses "
                     "acknowledged writes by design when a majority "
-                    "crashes (raft/repl.h): use it with partitions, "
+                    "crashes (raft/include/repl.h): use it with partitions, "
                     "pauses, delay, and single-node kills only")
     ap.add_argument("--no-restart-crashed", dest="restart_crashed",
                     action="store_false",
@@ -1398,7 +1398,7 @@ def parse_args(argv):
         jb, "tern-powerloss-restore")
     a.delayer = a.delayer or os.path.join(jb, "tern-delayer")
     a.ternd = a.ternd or os.path.join(a.build, "node", "ternd")
-    a.tern = a.tern or os.path.join(a.build, "client", "tern")
+    a.tern = a.tern or os.path.join(a.build, "cli", "tern")
     a.driver = a.driver or os.path.join(a.build, "jepsen",
                                         "tern-jepsen-driver")
     if a.seed is None:

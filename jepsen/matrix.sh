@@ -1,5 +1,5 @@
 #!/bin/bash
-# jepsen/matrix.sh: the full Jepsen-style matrix (issue 4, `make jepsen`):
+# jepsen/matrix.sh: the full Jepsen-style matrix (`make jepsen`):
 # every workload x every nemesis, REPEAT times each, one harness run each,
 # then the summary table (jepsen/summarize.py) by nemesis and by workload x
 # nemesis, written to OUT/summary.txt and OUT/summary.md.
@@ -69,7 +69,7 @@ BUILD="${TERN_BUILD:-$REPO/build-jepsen}"
 export TERN_BUILD="$BUILD"
 # Never judge a stale binary (jepsen/FINDINGS.md F1-F3): rebuild when any
 # source is newer than ternd.
-newest_src=$(find "$REPO"/{common,rdma,raft,index,client,node} -name '*.[ch]' -newer "$BUILD/node/ternd" 2>/dev/null | head -1)
+newest_src=$(find "$REPO"/{include,common,proto,rdma,raft,index,client,cli,node} -name '*.[ch]' -newer "$BUILD/node/ternd" 2>/dev/null | head -1)
 if [ ! -x "$BUILD/node/ternd" ] || [ -n "$newest_src" ] ||
     [ ! -x "$BUILD/jepsen/tern-jepsen-driver" ]; then
     echo "matrix: building tern in $BUILD"

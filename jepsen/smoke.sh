@@ -1,5 +1,5 @@
 #!/bin/bash
-# Short Jepsen-style smoke suite for tern (issue 4 item 6): 5 runs (kill,
+# Short Jepsen-style smoke suite for tern: 5 runs (kill,
 # pause, partition, power loss, and a mix with tiny snapshot thresholds so
 # snapshots and InstallSnapshot happen), each SMOKE_TIME seconds of faults
 # (default 60) on SMOKE_NODES nodes (default 3); 6.3 min measured on 2
@@ -7,7 +7,7 @@
 # valid (invalid, unknown, harness error, or a node that exited on its
 # own). Needs root; see jepsen/README.md.
 # Env: SMOKE_TIME, SMOKE_NODES, TERN_BUILD (build dir with node/ternd,
-# client/tern, client/libtern.so; the driver and the power-loss shim are
+# cli/tern, client/libtern.so; the driver and the power-loss shim are
 # built into it if missing).
 set -u
 HERE="$(cd "$(dirname "$0")" && pwd)"

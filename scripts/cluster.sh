@@ -30,7 +30,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 TERN_BIN=${TERN_BIN:-$ROOT/build}
 TERND=${TERND:-$TERN_BIN/node/ternd}
-TERN_CLI=${TERN_CLI:-$TERN_BIN/client/tern}
+TERN_CLI=${TERN_CLI:-$TERN_BIN/cli/tern}
 NODES=3
 
 dir=./tern-cluster

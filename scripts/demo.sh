@@ -13,7 +13,7 @@ set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 export TERN_BIN=${TERN_BIN:-$ROOT/build}
-CLI=${TERN_CLI:-$TERN_BIN/client/tern}
+CLI=${TERN_CLI:-$TERN_BIN/cli/tern}
 COUNT=${DEMO_COUNT:-10000}
 [ -x "$CLI" ] || { echo "demo: $CLI not found: run 'make build' first" >&2; exit 1; }
 

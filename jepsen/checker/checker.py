@@ -8,8 +8,7 @@ verdict plus counts. Exit code: 0 valid, 1 invalid, 2 unknown (the history
 cannot support a verdict: no acknowledged produce, or no final drain), 3
 usage / unreadable history.
 
-History format (see /work/shared/notes/jepsen.md, B.1), one JSON object per
-line, format version 1:
+History format, one JSON object per line, format version 1:
 
   {"process": 7, "type": "invoke"|"ok"|"fail"|"info", "f": F,
    "queue": "jq0", "value": ..., "time": <CLOCK_MONOTONIC ns>,

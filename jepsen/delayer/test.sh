@@ -6,11 +6,11 @@
 # queue limit drops, SIGTERM releases and exits 0, --seconds exits 0, and
 # after the delayer is gone (SIGTERM or SIGKILL) traffic flows undelayed.
 # Everything created is removed on exit (trap).
-#   jepsen/delayer/test.sh [BUILD_OUT_DIR]    (default /work/main/build-h1/jepsen)
+#   jepsen/delayer/test.sh [BUILD_OUT_DIR]    (default <repo>/build-jepsen/jepsen)
 # Exit 0 if every check passed; last line "N passed, N failed".
 set -u
-OUT=${1:-/work/main/build-h1/jepsen}
 HERE=$(cd "$(dirname "$0")" && pwd)
+OUT=${1:-$HERE/../../build-jepsen/jepsen}
 mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd) || exit 1
 make -s -C "$HERE" OUT="$OUT" >/dev/null || { echo "build failed"; exit 1; }
 DELAYER=$OUT/tern-delayer

@@ -8,7 +8,7 @@
 # `tern consume`.  NODES=1 is one node; NODES=3 is a coordinated power loss of
 # a whole cluster.
 #   [NODES=3] jepsen/powerloss/ternd-check.sh BUILD_DIR [ROUNDS]
-# BUILD_DIR holds node/ternd and client/tern; the shim is built into
+# BUILD_DIR holds node/ternd and cli/tern; the shim is built into
 # BUILD_DIR/jepsen.  Extra ternd flags: TERND_ARGS (e.g. "--durability memory",
 # which acknowledges before fsync and must then lose messages).  KEEP=1 keeps
 # the temp dir.  Exit 0 if all checks passed; last line "N passed, N failed".
@@ -19,7 +19,7 @@ NODES=${NODES:-1}
 HERE=$(cd "$(dirname "$0")" && pwd)
 make -s -C "$HERE" OUT="$BUILD/jepsen" >/dev/null || { echo "build failed"; exit 1; }
 TERND=$BUILD/node/ternd
-TERN=$BUILD/client/tern
+TERN=$BUILD/cli/tern
 SHIM=$BUILD/jepsen/libtern_powerloss.so
 RESTORE=$BUILD/jepsen/tern-powerloss-restore
 T=$(mktemp -d /tmp/tern-pl-ternd.XXXXXX)

@@ -9,7 +9,7 @@ XXH32 (the checksum of every tern frame) and encoders/decoders for the
 24-byte client frame header, for raw-socket tests.
 
 Binaries: $TERND and $TERN_CLI (CMake passes $<TARGET_FILE:...>), otherwise
-$TERN_BIN/node/ternd and $TERN_BIN/client/tern, $TERN_BIN defaulting to
+$TERN_BIN/node/ternd and $TERN_BIN/cli/tern, $TERN_BIN defaulting to
 <repo>/build.
 
 Each test is a function taking a Checks object; run_test(fn) runs it,
@@ -92,7 +92,7 @@ def tern_checksum32(data):
     return xxh32(data, TERN_SEED)
 
 
-# ---- client frames (layout: client/proto.h) ---------------------------------
+# ---- client frames (layout: proto/include/proto.h) ---------------------------
 
 PROTO_MAGIC = 0x6E74
 PROTO_VERSION = 1
@@ -234,7 +234,7 @@ class Checks:
 def binaries():
     bindir = os.environ.get("TERN_BIN", os.path.join(REPO, "build"))
     ternd = os.environ.get("TERND") or os.path.join(bindir, "node", "ternd")
-    cli = os.environ.get("TERN_CLI") or os.path.join(bindir, "client", "tern")
+    cli = os.environ.get("TERN_CLI") or os.path.join(bindir, "cli", "tern")
     for b in (ternd, cli):
         if not os.access(b, os.X_OK):
             raise RuntimeError("binary not found or not executable: %s "

@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
-"""(h) storage damage on a stopped minority node (issue 4 nemesis "bit
-flips / truncation in a stopped minority node's segment or LMDB file";
-jepsen.md B.2 W6). Each case starts a fresh 3-node cluster, produces,
-stops a follower with SIGTERM, damages one of its files, lets the majority
-go on, restarts the node and checks the outcome the case expects:
+"""(h) storage damage on a stopped minority node (bit flips and truncation
+in a stopped minority node's segment, LMDB or raft log file; the same
+damage as jepsen's bitflip/truncate nemeses). Each case starts a fresh
+3-node cluster, produces, stops a follower with SIGTERM, damages one of
+its files, lets the majority go on, restarts the node and checks the
+outcome the case expects:
 
   repair: the node starts, never serves garbage (everything it returns
           equals the leader's message at that offset; the damage is placed
