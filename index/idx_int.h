@@ -311,9 +311,11 @@ int idx__log_read_record(struct idx_env *e,
                          uint64_t limit,
                          struct idx__record *rec);
 
-/* apply.c */
+/* txn.c */
 int idx__txn_begin(struct idx_env *e);
 void idx__txn_abort(struct idx_env *e);
+
+/* apply.c */
 /* Index one record (already in the log) into the pending txn; results
  * optional. 0 or a tern code for an LMDB failure. */
 int idx__index_record(struct idx_env *e,
@@ -325,8 +327,5 @@ int idx__index_record(struct idx_env *e,
                       struct idx_result *results,
                       unsigned max,
                       unsigned *n_results);
-
-/* env.c */
-int idx__dbi_open_all(struct idx_env *e, MDB_txn *txn);
 
 #endif /* TERN_IDX_INT_H */

@@ -57,7 +57,7 @@
  * (ftruncate + fsync). Where and why is kept for idx_cut_note; the raft
  * log or a peer re-supplies the records after the cut (raft/bulk.c).
  * Un-indexed bulk bytes of an abandoned fetch are cut by idx_bulk_discard
- * (snapshot.c) before the next append.
+ * (apply.c) before the next append.
  */
 #include <dirent.h>
 #include <errno.h>

@@ -73,7 +73,7 @@ int idx_status(const struct idx_env *e);
  * not be cured by reopening: after a failed fsync Linux may have dropped
  * the dirty pages while the page cache still shows their bytes, so a later
  * sync could "succeed" over data that never reached the disk (PostgreSQL's
- * fsyncgate). The owner stops the process and recovers from the raft log. */
+ * fsyncgate). The caller stops the process and recovers from the raft log. */
 bool idx_sync_failed(const struct idx_env *e);
 
 /* ---- Command entries --------------------------------------------------- */
