@@ -87,8 +87,8 @@ static int lmdb_remove(struct idx_env *e)
         }
         if (unlink(p) != 0 && errno != ENOENT) {
             int err = errno;
-            int rc = idx__fail(e, -err, __LINE__, "remove %s: %s", p,
-                               strerror(err));
+            int rc =
+                idx__fail(e, -err, __LINE__, "remove %s: %s", p, strerror(err));
             tern_free(p);
             return rc;
         }

@@ -17,7 +17,6 @@
 
 /* ---- Limits -------------------------------------------------------------- */
 
-#define IDX__NAME_MAX              200
 #define IDX__DEFAULT_MAP_SIZE      ((size_t)1 << 30)
 #define IDX__DEFAULT_SEGMENT_BYTES ((uint64_t)64 << 20)
 #define IDX__DEFAULT_MAX_MESSAGE   ((uint32_t)4 << 20)
@@ -124,8 +123,6 @@ void idx__msg_iter_init(struct idx__msg_iter *mi, const struct idx__cmd *cmd);
 int idx__msg_iter_next(struct idx__msg_iter *mi,
                        const uint8_t **data,
                        uint32_t *len);
-/* Valid name of n bytes (not NUL-terminated). */
-int idx__name_valid_n(const char *name, size_t n);
 
 /* ---- LMDB key/value codecs (format: keys.c) ------------------------------ */
 
@@ -175,7 +172,7 @@ size_t idx__group_key(uint8_t *key,
                       uint64_t queue_id,
                       const char *group,
                       size_t group_len);
-#define IDX__GROUP_KEY_MAX (8 + IDX__NAME_MAX)
+#define IDX__GROUP_KEY_MAX (8 + TERN_NAME_MAX)
 
 struct idx__batch
 {
