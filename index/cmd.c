@@ -44,6 +44,8 @@
 
 #include "idx_int.h"
 
+#define IDX__CMD_VERSION 1
+
 /* ---- Builder ------------------------------------------------------------- */
 
 static void set_err(struct tern_wbuf *w, int code)

@@ -1,8 +1,7 @@
 /*
  * The env: opening (recovery and reconciliation of the commit log with
- * LMDB), closing and the accessors of its state. The top of index/'s call
- * graph: it drives log.c and the index writer (apply.c) and calls no file
- * that calls it.
+ * LMDB), closing and the accessors of its state. The top of index/'s
+ * file graph (idx_int.h): it drives log.c and the index writer of apply.c.
  *
  * Recovery at idx_open:
  *   1. log.c checks the segment headers and their contiguity.
@@ -47,6 +46,9 @@
 
 #include "idx_int.h"
 
+#define IDX__DEFAULT_MAP_SIZE      ((size_t)1 << 30)
+#define IDX__DEFAULT_SEGMENT_BYTES ((uint64_t)64 << 20)
+#define IDX__DEFAULT_MAX_MESSAGE   ((uint32_t)4 << 20)
 /* Records indexed per write txn during recovery. */
 #define IDX__RECOVERY_BATCH 1024
 

@@ -70,6 +70,23 @@
 
 #include "idx_int.h"
 
+#define IDX__SEG_MAGIC    "TERNSEG\0"
+#define IDX__SEG_VERSION  1
+#define IDX__SEG_HDR_SIZE 32
+#define IDX__REC_MAGIC    0x52435254U /* "TRCR" little-endian */
+#define IDX__REC_VERSION  1
+/* Segment files kept open for reading before the cache is dropped. */
+#define IDX__MAX_OPEN_SEGS 32
+
+/* One segment file: the entries of e->segs. */
+struct idx__seg
+{
+    uint64_t start; /* global position of the first stream byte */
+    uint64_t size;  /* stream bytes held (file size - header) */
+    int fd;         /* -1 when not open */
+    int dirty;      /* written since the last sync */
+};
+
 /* ---- Records ------------------------------------------------------------- */
 
 uint32_t idx__record_checksum(const void *hdr,
