@@ -8,7 +8,7 @@
 #include <stdlib.h>
 
 #include <idx.h>
-#include <idx_int.h>
+#include "idx_int.h"
 
 #include "index_helpers.h"
 
@@ -548,7 +548,7 @@ Test(index_apply, map_full)
 
 /* A short LMDB write (EIO from mdb_txn_commit) on a nearly full file
  * system is a full disk (TERN_EFULL, cured by a reopen), not an I/O error
- * that would stop the node (jepsen disk-full-all, session 4). */
+ * that would stop the node (jepsen disk-full-all). */
 Test(index_apply, commit_eio_on_full_fs_is_efull)
 {
     cr_expect_eq(idx__commit_err_code(EIO, 0, 1), TERN_EFULL);
