@@ -19,6 +19,8 @@ static void copy_name(char *dst, const char *src, uint8_t n)
     dst[n] = '\0';
 }
 
+/* libFuzzer's entry point, named by libFuzzer.
+ * NOLINTNEXTLINE(readability-identifier-naming) */
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
