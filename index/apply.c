@@ -1,10 +1,12 @@
 /*
- * Applying command entries: append the entry to the commit log, then index
- * it into the pending LMDB write txn (opened lazily, committed by
- * idx_flush), with meta "state" (last_applied, log_end, last record) in the
- * same txn. Also used by idx_open and idx_restore to index records that
- * are already in the log, so that a rebuild derives exactly what the live
- * path did.
+ * The write path. idx_apply appends a command entry to the commit log,
+ * then the index writer (idx__index_record) indexes it into the pending
+ * LMDB write txn (txn.c: opened lazily, committed by idx_flush), with meta
+ * "state" (last_applied, log_end, last record) in the same txn. idx_open
+ * and idx_restore index records already in the log with the same writer,
+ * so that a rebuild derives exactly what the live path did. idx_sync makes
+ * both stores durable; idx_bulk_discard drops un-indexed bulk bytes before
+ * an append (see snapshot.c, "Abandoned fetches").
  *
  * Determinism: the outcome of a command depends only on the LMDB state
  * derived from earlier records, the entry bytes and max_message (which
@@ -16,7 +18,7 @@
  * code until idx_close/idx_open. A failed LMDB operation aborts the pending
  * txn: the log then holds records LMDB lacks, which idx_open re-indexes.
  * A failed sync (idx_sync) is sticky too and flagged idx_sync_failed: the
- * owner must not reopen and carry on, but stop (see idx.h).
+ * caller must not reopen and carry on, but stop (see idx.h).
  *
  * Producer dedup (per queue and producer id, producer 0 = none):
  *   seq == last + 1            append, remember (seq, base, count)
@@ -30,28 +32,6 @@
 #include <errno.h>
 
 #include "idx_int.h"
-
-int idx__txn_begin(struct idx_env *e)
-{
-    if (e->wtxn != NULL) {
-        return 0;
-    }
-    int rc = mdb_txn_begin(e->mdb, NULL, 0, &e->wtxn);
-    if (rc != 0) {
-        e->wtxn = NULL;
-        return idx__mdb_err(e, rc, "begin write txn");
-    }
-    return 0;
-}
-
-void idx__txn_abort(struct idx_env *e)
-{
-    if (e->wtxn != NULL) {
-        mdb_txn_abort(e->wtxn);
-        e->wtxn = NULL;
-    }
-    e->st = e->committed;
-}
 
 static int get_queue(struct idx_env *e,
                      const char *name,
@@ -430,23 +410,6 @@ int idx_apply(struct idx_env *e,
     return 0;
 }
 
-int idx_flush(struct idx_env *e)
-{
-    if (e->wtxn == NULL) {
-        return 0;
-    }
-    int rc = mdb_txn_commit(e->wtxn);
-    e->wtxn = NULL;
-    if (rc != 0) {
-        rc = rc == EIO ? idx__commit_eio(e) : idx__mdb_err(e, rc, "commit");
-        e->st = e->committed;
-        e->failed = rc;
-        return rc;
-    }
-    e->committed = e->st;
-    return 0;
-}
-
 /* A failed sync is sticky and not retried (idx_sync_failed): what it
  * should have made durable may be gone from the disk already. */
 static int sync_failed(struct idx_env *e, int rc)
@@ -472,4 +435,29 @@ int idx_sync(struct idx_env *e)
     }
     rc = mdb_env_sync(e->mdb, 1);
     return rc != 0 ? sync_failed(e, idx__mdb_err(e, rc, "env sync")) : 0;
+}
+
+int idx_bulk_discard(struct idx_env *e)
+{
+    if (e->failed != 0) {
+        return e->failed;
+    }
+    TERN_INVARIANT(e->st.log_end <= e->log_end);
+    if (e->st.log_end == e->log_end) {
+        return 0;
+    }
+    uint64_t n = e->log_end - e->st.log_end;
+    int rc = idx__log_truncate(e, e->st.log_end);
+    if (rc != 0) {
+        tern_errmsg_wrapf(e->errmsg, "discard %llu un-indexed bulk bytes",
+                          (unsigned long long)n);
+        return rc;
+    }
+    e->discarded += n;
+    return 0;
+}
+
+uint64_t idx_discarded_bytes(const struct idx_env *e)
+{
+    return e->discarded;
 }

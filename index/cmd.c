@@ -22,7 +22,8 @@
  * consumed exactly by its decoder:
  *
  *   QUEUE_CREATE (1), QUEUE_DELETE (2):
- *     u8 name_len, name            (name: 1..200 bytes of [A-Za-z0-9._-])
+ *     u8 name_len, name            (tern_name_valid: 1..200 bytes of
+ *                                   [A-Za-z0-9._-])
  *   PRODUCE (3):
  *     u8 name_len, name, u64 producer_id, u64 seq, u32 n_msgs (>= 1),
  *     n_msgs x (u32 len, len bytes)
@@ -43,25 +44,7 @@
 
 #include "idx_int.h"
 
-int idx__name_valid_n(const char *name, size_t n)
-{
-    if (n == 0 || n > IDX__NAME_MAX) {
-        return 0;
-    }
-    for (size_t i = 0; i < n; i++) {
-        char c = name[i];
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-              (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-')) {
-            return 0;
-        }
-    }
-    return 1;
-}
-
-int idx_name_valid(const char *name)
-{
-    return name != NULL && idx__name_valid_n(name, strnlen(name, 256));
-}
+#define IDX__CMD_VERSION 1
 
 /* ---- Builder ------------------------------------------------------------- */
 
@@ -123,11 +106,11 @@ static void cmd_finish(struct tern_wbuf *w, size_t at)
 
 static void put_name(struct tern_wbuf *w, const char *name)
 {
-    if (!idx_name_valid(name)) {
+    size_t n = name != NULL ? strnlen(name, TERN_NAME_MAX + 1) : 0;
+    if (!tern_name_valid(name, n)) {
         set_err(w, TERN_EBADNAME);
         return;
     }
-    size_t n = strlen(name);
     tern_wbuf_u8(w, (uint8_t)n);
     tern_wbuf_put(w, name, n);
 }
@@ -248,7 +231,7 @@ static const char *get_name(struct tern_cursor *c, uint8_t *n)
 {
     *n = tern_cursor_u8(c);
     const char *p = (const char *)tern_cursor_bytes(c, *n);
-    if (p == NULL || !idx__name_valid_n(p, *n)) {
+    if (!tern_name_valid(p, *n)) {
         c->err = TERN_EMALFORMED;
         return NULL;
     }

@@ -1,6 +1,7 @@
 /*
  * The env: opening (recovery and reconciliation of the commit log with
- * LMDB), closing, accessors and the error helpers of index/.
+ * LMDB), closing and the accessors of its state. The top of index/'s
+ * file graph (idx_int.h): it drives log.c and the index writer of apply.c.
  *
  * Recovery at idx_open:
  *   1. log.c checks the segment headers and their contiguity.
@@ -8,7 +9,7 @@
  *      removed unread and every record is re-indexed from position 0,
  *      scanning and verifying (checksum, raft index increasing) the whole
  *      log.
- * Why every time (decision, storage damage on a stopped node, issue 4):
+ * Why every time (decision, storage damage on a stopped node):
  * LMDB has no page or value checksums. A flipped bit in a leaf page can
  * change a message's log position or length, and serving it would hand
  * out another message or a slice of one (garbage that passes the record
@@ -38,111 +39,21 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <sys/file.h>
 #include <sys/stat.h>
-#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "idx_int.h"
 
+#define IDX__DEFAULT_MAP_SIZE      ((size_t)1 << 30)
+#define IDX__DEFAULT_SEGMENT_BYTES ((uint64_t)64 << 20)
+#define IDX__DEFAULT_MAX_MESSAGE   ((uint32_t)4 << 20)
 /* Records indexed per write txn during recovery. */
 #define IDX__RECOVERY_BATCH 1024
 
-int idx__fail(struct idx_env *e, int code, int line, const char *fmt, ...)
-{
-    char msg[TERN_ERRMSG_SIZE];
-    va_list ap;
-    va_start(ap, fmt);
-    (void)vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    if (code == TERN_ECORRUPT) {
-        tern_errmsg_printf(e->errmsg, "%s (index:%d)", msg, line);
-    } else {
-        tern_errmsg_printf(e->errmsg, "%s", msg);
-    }
-    return code;
-}
-
-int idx__mdb_err(struct idx_env *e, int rc, const char *what)
-{
-    int code;
-    switch (rc) {
-    case MDB_MAP_FULL:
-        tern_errmsg_printf(e->errmsg,
-                           "lmdb %s: MDB_MAP_FULL (map_size %zu bytes): "
-                           "raise idx_options.map_size",
-                           what, e->map_size);
-        return TERN_EFULL;
-    case MDB_CORRUPTED:
-    case MDB_PAGE_NOTFOUND:
-    case MDB_INVALID:
-        code = TERN_ECORRUPT;
-        break;
-    case MDB_VERSION_MISMATCH:
-        code = TERN_EVERSION;
-        break;
-    case ENOSPC:
-    case EDQUOT:
-        code = TERN_EFULL;
-        break;
-    default:
-        code = rc > 0 ? -rc : TERN_EINTERNAL;
-        break;
-    }
-    tern_errmsg_printf(e->errmsg, "lmdb %s: %s", what, mdb_strerror(rc));
-    return code;
-}
-
-int idx__commit_err_code(int rc, uint64_t free_bytes, int have_free)
-{
-    if (rc == EIO && have_free && free_bytes < IDX__SHORT_WRITE_FREE) {
-        return TERN_EFULL;
-    }
-    return rc > 0 ? -rc : TERN_EINTERNAL;
-}
-
-int idx__commit_eio(struct idx_env *e)
-{
-    struct statvfs sv;
-    uint64_t avail = 0;
-    int have = statvfs(e->lmdb_dir, &sv) == 0;
-    int code;
-    if (have) {
-        avail = (uint64_t)sv.f_bavail * sv.f_frsize;
-    }
-    code = idx__commit_err_code(EIO, avail, have);
-    if (code == TERN_EFULL) {
-        tern_errmsg_printf(e->errmsg,
-                           "lmdb commit: short write (EIO) with %llu bytes "
-                           "free: file system full",
-                           (unsigned long long)avail);
-    } else {
-        tern_errmsg_printf(e->errmsg, "lmdb commit: %s", mdb_strerror(EIO));
-    }
-    return code;
-}
-
-int idx__rbuf_reserve(struct idx_env *e, size_t n)
-{
-    if (n <= e->rbuf_cap) {
-        return 0;
-    }
-    size_t cap = e->rbuf_cap != 0 ? e->rbuf_cap : 4096;
-    while (cap < n) {
-        cap *= 2;
-    }
-    uint8_t *p = tern_realloc(e->rbuf, cap);
-    if (p == NULL) {
-        return idx__fail(e, -ENOMEM, __LINE__, "read buffer of %zu bytes", cap);
-    }
-    e->rbuf = p;
-    e->rbuf_cap = cap;
-    return 0;
-}
-
-int idx__dbi_open_all(struct idx_env *e, MDB_txn *txn)
+/* Open (creating) the five DBIs of the index in txn. */
+static int dbi_open_all(struct idx_env *e, MDB_txn *txn)
 {
     int rc;
     if ((rc = mdb_dbi_open(txn, "meta", MDB_CREATE, &e->dbi_meta)) != 0 ||
@@ -178,8 +89,8 @@ static int lmdb_remove(struct idx_env *e)
         }
         if (unlink(p) != 0 && errno != ENOENT) {
             int err = errno;
-            int rc = idx__fail(e, -err, __LINE__, "remove %s: %s", p,
-                               strerror(err));
+            int rc =
+                idx__fail(e, -err, __LINE__, "remove %s: %s", p, strerror(err));
             tern_free(p);
             return rc;
         }
@@ -239,7 +150,7 @@ static int reconcile(struct idx_env *e)
     if (rc != 0) {
         return rc;
     }
-    rc = idx__dbi_open_all(e, e->wtxn);
+    rc = dbi_open_all(e, e->wtxn);
     if (rc != 0) {
         goto err_after_txn;
     }

@@ -1,9 +1,31 @@
 /*
- * index/ private header: the env struct, the commit-log segment table, the
- * record and command-entry decoders, the LMDB key/value codecs and the
- * helpers shared by env.c, log.c, cmd.c, apply.c, read.c and snapshot.c.
- * Reachable only from index/ (PRIVATE include path) and from the index
- * unit tests and fuzz targets, which compile against it on purpose.
+ * index/ private header: one section per file of index/, each holding what
+ * that file defines for the others (its private interface, and for the
+ * files that own a format, the decoders the unit tests and fuzz targets
+ * call). Everything one file uses alone stays in that file. Reachable
+ * only from index/ (PRIVATE include path) and from the index unit tests
+ * and fuzz targets, which compile against it on purpose.
+ *
+ * Files of index/ and who calls whom (a DAG, top first; no file calls a
+ * file above it):
+ *
+ *   env.c       open (recovery), close, accessors
+ *   snapshot.c  manifests, bulk catch-up, restore
+ *   read.c      queue lookups, group offsets, fetches
+ *   apply.c     idx_apply, the index writer, idx_sync, idx_bulk_discard
+ *   log.c       commit-log segments and records
+ *   cmd.c       command entry codec
+ *   keys.c      LMDB key and value codecs
+ *   txn.c       errors, read buffer, the pending write txn, idx_flush
+ *
+ *   env.c, snapshot.c -> apply.c -> cmd.c, keys.c, log.c
+ *   env.c -> keys.c, log.c;  snapshot.c -> log.c
+ *   read.c -> keys.c, log.c
+ *   every file but cmd.c and keys.c -> txn.c
+ *   cmd.c, keys.c and txn.c call no other file of index/.
+ *
+ * The sections below follow the same order bottom up, so each one uses
+ * only types declared above it.
  */
 #ifndef TERN_IDX_INT_H
 #define TERN_IDX_INT_H
@@ -15,119 +37,45 @@
 
 #include "idx.h"
 
-/* ---- Limits -------------------------------------------------------------- */
-
-#define IDX__NAME_MAX              200
-#define IDX__DEFAULT_MAP_SIZE      ((size_t)1 << 30)
-#define IDX__DEFAULT_SEGMENT_BYTES ((uint64_t)64 << 20)
-#define IDX__DEFAULT_MAX_MESSAGE   ((uint32_t)4 << 20)
-/* Largest record payload (one Raft entry) the log accepts or decodes. */
-#define IDX__RECORD_MAX_PAYLOAD ((uint32_t)1 << 30)
-/* Remembered batch results per (queue, producer) for idempotent retries. */
-#define IDX__DEDUP_WINDOW 32
-/* Segment files kept open for reading before the cache is dropped. */
-#define IDX__MAX_OPEN_SEGS 32
-
-/* Checksum comparisons of the decoders. Fuzz builds (the libFuzzer
- * convention FUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION) accept any checksum
- * so that mutated inputs reach the structural checks behind it. */
+/* Checksum comparisons of the decoders (cmd.c, keys.c, log.c, snapshot.c).
+ * Fuzz builds (the libFuzzer convention
+ * FUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION) accept any checksum so that
+ * mutated inputs reach the structural checks behind it. */
 #ifdef FUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION
 #define IDX__CHECKSUM_OK(stored, computed) ((void)(stored), (void)(computed), 1)
 #else
 #define IDX__CHECKSUM_OK(stored, computed) ((stored) == (computed))
 #endif
 
-/* ---- Commit log records (format: log.c) ---------------------------------- */
+/* ---- txn.c: errors, read buffer, the pending write txn ------------------- */
 
-#define IDX__SEG_MAGIC    "TERNSEG\0"
-#define IDX__SEG_VERSION  1
-#define IDX__SEG_HDR_SIZE 32
-#define IDX__REC_MAGIC    0x52435254U /* "TRCR" little-endian */
-#define IDX__REC_VERSION  1
-#define IDX__REC_HDR_SIZE 24
+/* Set e->errmsg from fmt and return code; TERN_ECORRUPT messages carry
+ * the source line. */
+int idx__fail(struct idx_env *e, int code, int line, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* Line-stamped error return for corruption/misuse sites (SQLite _BKPT). */
+#define IDX__CORRUPT(e, ...)                                                   \
+    idx__fail((e), TERN_ECORRUPT, __LINE__, __VA_ARGS__)
+/* Translate an LMDB return code into a tern code, errmsg "lmdb <what>:
+ * ...". MDB_MAP_FULL, ENOSPC and EDQUOT are TERN_EFULL. */
+int idx__mdb_err(struct idx_env *e, int rc, const char *what);
+/* An EIO from mdb_txn_commit while fewer than IDX__SHORT_WRITE_FREE bytes
+ * are free is a full disk (see txn.c). Pure, for tests: rc the commit's
+ * code, free_bytes the free bytes after the failure, have_free whether
+ * they are known. TERN_EFULL or -rc. */
+#define IDX__SHORT_WRITE_FREE ((uint64_t)64 << 20)
+int idx__commit_err_code(int rc, uint64_t free_bytes, int have_free);
+/* idx__commit_err_code for env e (statvfs of its LMDB dir), errmsg set. */
+int idx__commit_eio(struct idx_env *e);
+/* Grow e->rbuf to at least n bytes. 0 or -ENOMEM. */
+int idx__rbuf_reserve(struct idx_env *e, size_t n);
+/* Open the pending write txn e->wtxn unless it is open. 0 or a tern code. */
+int idx__txn_begin(struct idx_env *e);
+/* Drop the pending write txn (if any) and the applied state it described
+ * (e->st = e->committed). */
+void idx__txn_abort(struct idx_env *e);
 
-struct idx__record
-{
-    uint64_t index;         /* raft index */
-    uint32_t payload_len;   /* bytes after the header */
-    uint32_t checksum;      /* over header[0..20) + payload */
-    const uint8_t *payload; /* set by idx__record_decode only */
-};
-
-/* Decode and check a record header (IDX__REC_HDR_SIZE bytes at hdr): magic,
- * version, flags, length bound. Does not check the checksum. 0 or
- * TERN_EMALFORMED. */
-int idx__record_header_decode(const void *hdr, struct idx__record *out);
-/* Checksum of a record given its header bytes and payload. */
-uint32_t idx__record_checksum(const void *hdr,
-                              const void *payload,
-                              size_t payload_len);
-/* Pure decoder of one whole record at buf[0..len): header checks, payload
- * bound, checksum. On success fills *out (payload borrowed from buf) and
- * *size (OUT: header + payload bytes). TERN_EMALFORMED if short or
- * malformed, TERN_ECORRUPT on checksum mismatch. */
-int idx__record_decode(const void *buf,
-                       size_t len,
-                       struct idx__record *out,
-                       size_t *size);
-/* Encode a record header for (index, payload) into hdr. */
-void idx__record_header_encode(void *hdr,
-                               uint64_t index,
-                               const void *payload,
-                               uint32_t payload_len);
-
-/* ---- Command entries (format: cmd.c) ------------------------------------- */
-
-#define IDX__CMD_VERSION      1
-#define IDX__CMD_HDR_SIZE     24
-#define IDX__CMD_MAX_COMMANDS 65536u
-
-struct idx__cmd
-{
-    uint8_t type;
-    const char *queue; /* not NUL-terminated */
-    uint8_t queue_len;
-    const char *group; /* not NUL-terminated */
-    uint8_t group_len;
-    uint64_t producer_id;
-    uint64_t seq;
-    uint64_t next_offset;
-    uint32_t n_msgs;
-    const uint8_t *msgs; /* n_msgs x (u32 len, bytes) */
-    size_t msgs_len;
-};
-
-struct idx__entry
-{
-    const uint8_t *base;
-    size_t len;
-    uint32_t n; /* commands announced in the header */
-    uint32_t i; /* commands decoded so far */
-    uint64_t timestamp_ms;
-    struct tern_cursor c;
-};
-
-/* Check the entry header (version, flags, length, checksum, count) and
- * position the iterator on the first command. 0 or TERN_EMALFORMED /
- * TERN_EVERSION. */
-int idx__entry_open(struct idx__entry *it, const void *entry, size_t len);
-/* Decode the next command. 1 with *cmd filled, 0 at the end (all n
- * commands seen and no bytes left), TERN_EMALFORMED. */
-int idx__entry_next(struct idx__entry *it, struct idx__cmd *cmd);
-/* Iterate the messages of a produce command. */
-struct idx__msg_iter
-{
-    struct tern_cursor c;
-};
-void idx__msg_iter_init(struct idx__msg_iter *mi, const struct idx__cmd *cmd);
-/* 1 with data/len, 0 at the end. Only valid on validated commands. */
-int idx__msg_iter_next(struct idx__msg_iter *mi,
-                       const uint8_t **data,
-                       uint32_t *len);
-/* Valid name of n bytes (not NUL-terminated). */
-int idx__name_valid_n(const char *name, size_t n);
-
-/* ---- LMDB key/value codecs (format: keys.c) ------------------------------ */
+/* ---- keys.c: LMDB key/value codecs (format: keys.c) ---------------------- */
 
 /* meta "state": what the index covers. */
 struct idx__state
@@ -170,13 +118,15 @@ void idx__msg_key(uint8_t *key, uint64_t queue_id, uint64_t offset);
 void idx__msg_val_encode(uint8_t *buf, const struct idx__msg_val *m);
 int idx__msg_val_decode(const void *buf, size_t len, struct idx__msg_val *m);
 
-/* groups: (queue id BE, name) -> u64 next offset. */
+/* groups: (queue id BE, name) -> u64 next offset. Returns the key length. */
 size_t idx__group_key(uint8_t *key,
                       uint64_t queue_id,
                       const char *group,
                       size_t group_len);
-#define IDX__GROUP_KEY_MAX (8 + IDX__NAME_MAX)
+#define IDX__GROUP_KEY_MAX (8 + TERN_NAME_MAX)
 
+/* Remembered batch results per (queue, producer) for idempotent retries. */
+#define IDX__DEDUP_WINDOW 32
 struct idx__batch
 {
     uint64_t seq;
@@ -201,100 +151,110 @@ int idx__producer_val_decode(const void *buf,
 void idx__put_be64(uint8_t *p, uint64_t v);
 uint64_t idx__get_be64(const uint8_t *p);
 
-/* ---- Snapshot manifest (format: snapshot.c) ------------------------------ */
+/* ---- cmd.c: command entries (format: cmd.c) ------------------------------ */
 
-struct idx__manifest
+#define IDX__CMD_HDR_SIZE     24
+#define IDX__CMD_MAX_COMMANDS 65536u
+
+struct idx__cmd
 {
-    uint64_t last_applied;
-    uint64_t log_end;
-    uint64_t last_rec_pos;
-    uint32_t last_rec_checksum;
-};
-#define IDX__MANIFEST_SIZE 40
-int idx__manifest_decode(const void *buf, size_t len, struct idx__manifest *m);
-
-/* ---- The env ------------------------------------------------------------- */
-
-struct idx__seg
-{
-    uint64_t start; /* global position of the first stream byte */
-    uint64_t size;  /* stream bytes held (file size - header) */
-    int fd;         /* -1 when not open */
-    int dirty;      /* written since the last sync */
+    uint8_t type;
+    const char *queue; /* not NUL-terminated */
+    uint8_t queue_len;
+    const char *group; /* not NUL-terminated */
+    uint8_t group_len;
+    uint64_t producer_id;
+    uint64_t seq;
+    uint64_t next_offset;
+    uint32_t n_msgs;
+    const uint8_t *msgs; /* n_msgs x (u32 len, bytes) */
+    size_t msgs_len;
 };
 
-struct idx_env
+struct idx__entry
 {
-    int lock_fd; /* <dir>/LOCK, flock'ed exclusively while open */
-    char *dir;
-    char *log_dir;
-    char *lmdb_dir;
-    size_t map_size;
-    uint64_t segment_bytes;
-    uint32_t max_message;
-
-    struct idx__seg *segs; /* sorted by start, contiguous */
-    size_t n_segs;
-    size_t cap_segs;
-    unsigned open_fds;
-    uint64_t log_end; /* end of the bytes in the segment files */
-    int dir_dirty;    /* a segment was created or removed since sync */
-
-    MDB_env *mdb;
-    MDB_dbi dbi_meta;
-    MDB_dbi dbi_queues;
-    MDB_dbi dbi_msgs;
-    MDB_dbi dbi_groups;
-    MDB_dbi dbi_producers;
-    MDB_txn *wtxn;               /* pending write txn or NULL */
-    struct idx__state st;        /* applied state, including pending */
-    struct idx__state committed; /* state of the last commit */
-
-    int failed;         /* sticky error of a failed apply, 0 if none */
-    bool sync_failed;   /* a log/LMDB sync failed (idx_sync_failed) */
-    uint64_t truncated; /* bytes cut from the tail by idx_open */
-    uint64_t discarded; /* un-indexed bulk bytes dropped (idx_bulk_discard) */
-    char cut_note[TERN_ERRMSG_SIZE]; /* where idx_open cut the log, or "" */
-    char errmsg[TERN_ERRMSG_SIZE];
-
-    uint8_t *rbuf; /* scratch for record reads */
-    size_t rbuf_cap;
+    const uint8_t *base;
+    size_t len;
+    uint32_t n; /* commands announced in the header */
+    uint32_t i; /* commands decoded so far */
+    uint64_t timestamp_ms;
+    struct tern_cursor c;
 };
 
-/* Line-stamped error return for corruption/misuse sites (SQLite _BKPT). */
-#define IDX__CORRUPT(e, ...)                                                   \
-    idx__fail((e), TERN_ECORRUPT, __LINE__, __VA_ARGS__)
-int idx__fail(struct idx_env *e, int code, int line, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-/* Translate an LMDB return code into a tern code and errmsg. */
-/* LMDB reports a short pwrite (the file system filled up during a
- * commit) as EIO (mdb_page_flush). The env is opened MDB_NOSYNC, so a
- * commit writes and never syncs: an EIO from it while fewer than
- * IDX__SHORT_WRITE_FREE bytes are free is a full disk, TERN_EFULL, which
- * the caller cures by reopening (LMDB is rebuilt from the log), not a lost
- * fsync. Pure, for tests: full = the free bytes after the failure. */
-#define IDX__SHORT_WRITE_FREE ((uint64_t)64 << 20)
-int idx__commit_err_code(int rc, uint64_t free_bytes, int have_free);
-/* The same for env e: statvfs of its LMDB dir, errmsg set. */
-int idx__commit_eio(struct idx_env *e);
-int idx__mdb_err(struct idx_env *e, int rc, const char *what);
-/* Grow e->rbuf to n bytes. 0 or -ENOMEM. */
-int idx__rbuf_reserve(struct idx_env *e, size_t n);
+/* Check the entry header (version, flags, length, checksum, count) and
+ * position the iterator on the first command. entry is borrowed by *it.
+ * 0 or TERN_EMALFORMED / TERN_EVERSION. */
+int idx__entry_open(struct idx__entry *it, const void *entry, size_t len);
+/* Decode the next command (pointers into the entry). 1 with *cmd filled,
+ * 0 at the end (all n commands seen and no bytes left), TERN_EMALFORMED. */
+int idx__entry_next(struct idx__entry *it, struct idx__cmd *cmd);
+/* Iterate the messages of a produce command. */
+struct idx__msg_iter
+{
+    struct tern_cursor c;
+};
+void idx__msg_iter_init(struct idx__msg_iter *mi, const struct idx__cmd *cmd);
+/* 1 with data/len, 0 at the end. Only valid on validated commands. */
+int idx__msg_iter_next(struct idx__msg_iter *mi,
+                       const uint8_t **data,
+                       uint32_t *len);
 
-/* log.c */
+/* ---- log.c: the commit log (format: log.c) ------------------------------- */
+
+#define IDX__REC_HDR_SIZE 24
+/* Largest record payload (one Raft entry) the log accepts or decodes. */
+#define IDX__RECORD_MAX_PAYLOAD ((uint32_t)1 << 30)
+
+struct idx__record
+{
+    uint64_t index;         /* raft index */
+    uint32_t payload_len;   /* bytes after the header */
+    uint32_t checksum;      /* over header[0..20) + payload */
+    const uint8_t *payload; /* set by idx__record_decode only */
+};
+
+/* Decode and check a record header (IDX__REC_HDR_SIZE bytes at hdr): magic,
+ * version, flags, length bound. Does not check the checksum. 0 or
+ * TERN_EMALFORMED. */
+int idx__record_header_decode(const void *hdr, struct idx__record *out);
+/* Checksum of a record given its header bytes and payload. */
+uint32_t idx__record_checksum(const void *hdr,
+                              const void *payload,
+                              size_t payload_len);
+/* Pure decoder of one whole record at buf[0..len): header checks, payload
+ * bound, checksum. On success fills *out (payload borrowed from buf) and
+ * *size (OUT: header + payload bytes). TERN_EMALFORMED if short or
+ * malformed, TERN_ECORRUPT on checksum mismatch. */
+int idx__record_decode(const void *buf,
+                       size_t len,
+                       struct idx__record *out,
+                       size_t *size);
+/* Encode a record header for (index, payload) into hdr. */
+void idx__record_header_encode(void *hdr,
+                               uint64_t index,
+                               const void *payload,
+                               uint32_t payload_len);
+
+/* Scan log/ into the segment table (bad or non-contiguous segments cut
+ * the log), creating the first segment of an empty log. */
 int idx__log_open(struct idx_env *e);
 void idx__log_close(struct idx_env *e);
+/* Read n stream bytes at pos into buf (caller-owned), across segments. */
 int idx__log_pread(struct idx_env *e, uint64_t pos, void *buf, size_t n);
+/* Append one record at the log end: *pos (OUT) its position, *checksum
+ * (OUT) its record checksum. A failed write is rolled back. */
 int idx__log_append_record(struct idx_env *e,
                            uint64_t index,
                            const void *payload,
                            uint32_t len,
                            uint64_t *pos,
                            uint32_t *checksum);
+/* Append raw stream bytes at pos == log end (bulk catch-up). */
 int idx__log_write_raw(struct idx_env *e,
                        uint64_t pos,
                        const void *buf,
                        size_t n);
+/* Cut the log at pos (<= log end), durably (ftruncate + fsync). */
 int idx__log_truncate(struct idx_env *e, uint64_t pos);
 /* "log/<file>.seg offset N" of the stream position pos (pos <= log_end)
  * into buf. */
@@ -302,20 +262,23 @@ void idx__log_locate(const struct idx_env *e,
                      uint64_t pos,
                      char *buf,
                      size_t cap);
+/* fdatasync the segments written since the last sync, fsync log/ when
+ * segments were created or removed. */
 int idx__log_sync(struct idx_env *e);
 /* Read and verify the record at pos, bounded by limit. On success the
- * payload is in e->rbuf[IDX__REC_HDR_SIZE..]. Status TERN_ECORRUPT /
- * TERN_EMALFORMED for a bad record, -errno for I/O errors. */
+ * payload is in e->rbuf[IDX__REC_HDR_SIZE..] (borrowed until the next
+ * read). TERN_ECORRUPT / TERN_EMALFORMED for a bad record, -errno for I/O
+ * errors. */
 int idx__log_read_record(struct idx_env *e,
                          uint64_t pos,
                          uint64_t limit,
                          struct idx__record *rec);
 
-/* apply.c */
-int idx__txn_begin(struct idx_env *e);
-void idx__txn_abort(struct idx_env *e);
-/* Index one record (already in the log) into the pending txn; results
- * optional. 0 or a tern code for an LMDB failure. */
+/* ---- apply.c: the index writer ------------------------------------------- */
+
+/* Index one record (already in the log at pos) into the pending txn;
+ * results optional (as idx_apply). 0 or a tern code for an LMDB failure;
+ * the caller then aborts the txn (idx__txn_abort). */
 int idx__index_record(struct idx_env *e,
                       uint64_t pos,
                       uint64_t index,
@@ -326,7 +289,71 @@ int idx__index_record(struct idx_env *e,
                       unsigned max,
                       unsigned *n_results);
 
-/* env.c */
-int idx__dbi_open_all(struct idx_env *e, MDB_txn *txn);
+/* ---- snapshot.c: manifests (format: snapshot.c) -------------------------- */
+
+struct idx__manifest
+{
+    uint64_t last_applied;
+    uint64_t log_end;
+    uint64_t last_rec_pos;
+    uint32_t last_rec_checksum;
+};
+#define IDX__MANIFEST_SIZE 40
+/* Pure decoder: 0, TERN_EMALFORMED or TERN_EVERSION. */
+int idx__manifest_decode(const void *buf, size_t len, struct idx__manifest *m);
+
+/* ---- read.c: no private interface ---------------------------------------- */
+
+/* ---- env.c: the env ------------------------------------------------------ */
+
+struct idx__seg; /* one segment file (log.c) */
+
+/* Allocated and freed by env.c; each group of fields names the file that
+ * writes it. Every file reads it. */
+struct idx_env
+{
+    /* env.c: options and paths */
+    int lock_fd; /* <dir>/LOCK, flock'ed exclusively while open */
+    char *dir;
+    char *log_dir;
+    char *lmdb_dir;
+    size_t map_size;
+    uint64_t segment_bytes;
+    uint32_t max_message;
+
+    /* log.c: the segment table */
+    struct idx__seg *segs; /* sorted by start, contiguous */
+    size_t n_segs;
+    size_t cap_segs;
+    unsigned open_fds;
+    uint64_t log_end; /* end of the bytes in the segment files */
+    int dir_dirty;    /* a segment was created or removed since sync */
+
+    /* LMDB: env.c opens it; txn.c owns wtxn and committed; the index
+     * writer (apply.c) advances st, txn.c resets it on abort */
+    MDB_env *mdb;
+    MDB_dbi dbi_meta;
+    MDB_dbi dbi_queues;
+    MDB_dbi dbi_msgs;
+    MDB_dbi dbi_groups;
+    MDB_dbi dbi_producers;
+    MDB_txn *wtxn;               /* pending write txn or NULL */
+    struct idx__state st;        /* applied state, including pending */
+    struct idx__state committed; /* state of the last commit */
+
+    /* sticky failure: set by txn.c (idx_flush), apply.c, snapshot.c */
+    int failed;       /* sticky error of a failed apply, 0 if none */
+    bool sync_failed; /* a log/LMDB sync failed (apply.c, idx_sync) */
+    /* what recovery and bulk discards dropped: env.c, log.c, apply.c */
+    uint64_t truncated; /* bytes cut from the tail by idx_open */
+    uint64_t discarded; /* un-indexed bulk bytes dropped (idx_bulk_discard) */
+    char cut_note[TERN_ERRMSG_SIZE]; /* where idx_open cut the log, or "" */
+    /* last error detail: every file, mostly through idx__fail */
+    char errmsg[TERN_ERRMSG_SIZE];
+
+    /* record read buffer: grown by txn.c, filled by log.c */
+    uint8_t *rbuf;
+    size_t rbuf_cap;
+};
 
 #endif /* TERN_IDX_INT_H */

@@ -1,8 +1,8 @@
 /*
  * LMDB key and value encoding of the index. Everything in LMDB is derived
- * from the commit log (index/log.c) and can be rebuilt from it, so these
- * formats carry one schema version (in meta "state") rather than one per
- * value; a version mismatch makes idx_open rebuild LMDB from the log.
+ * from the commit log (index/log.c) and idx_open rebuilds it from the log
+ * every time (env.c), so these formats carry one schema version (in meta
+ * "state") rather than one per value, and never need a migration.
  * Encoded/decoded byte by byte, be careful when adapting.
  *
  * Keys sort with LMDB's default memcmp order; numeric key parts are
@@ -16,7 +16,7 @@
  *     u32 tern_checksum32 over the preceding 44 bytes.
  *   It is written in the same write txn as every change it describes.
  * DBI "queues":
- *   key queue name (1..200 bytes, no NUL) -> 40 bytes:
+ *   key queue name (tern_name_valid, no NUL) -> 40 bytes:
  *     u32 version (1), u32 flags (0), u64 queue id, u64 created_index,
  *     u64 start_offset, u64 next_offset.
  *   Deleting a queue removes the key (freeing the name) and, in the same
@@ -32,7 +32,7 @@
  * DBI "producers":
  *   key u64 BE queue id, u64 BE producer id (queue first, so a queue's
  *   producers are deleted with one range walk) -> 16 + 20 * n bytes:
- *     u64 last_seq, u32 n (0..8), u32 reserved (0),
+ *     u64 last_seq, u32 n (0..IDX__DEDUP_WINDOW = 32), u32 reserved (0),
  *     n x (u64 seq, u64 base_offset, u32 count), newest first.
  */
 #include "idx_int.h"

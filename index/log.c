@@ -57,7 +57,7 @@
  * (ftruncate + fsync). Where and why is kept for idx_cut_note; the raft
  * log or a peer re-supplies the records after the cut (raft/bulk.c).
  * Un-indexed bulk bytes of an abandoned fetch are cut by idx_bulk_discard
- * (snapshot.c) before the next append.
+ * (apply.c) before the next append.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -69,6 +69,23 @@
 #include <unistd.h>
 
 #include "idx_int.h"
+
+#define IDX__SEG_MAGIC    "TERNSEG\0"
+#define IDX__SEG_VERSION  1
+#define IDX__SEG_HDR_SIZE 32
+#define IDX__REC_MAGIC    0x52435254U /* "TRCR" little-endian */
+#define IDX__REC_VERSION  1
+/* Segment files kept open for reading before the cache is dropped. */
+#define IDX__MAX_OPEN_SEGS 32
+
+/* One segment file: the entries of e->segs. */
+struct idx__seg
+{
+    uint64_t start; /* global position of the first stream byte */
+    uint64_t size;  /* stream bytes held (file size - header) */
+    int fd;         /* -1 when not open */
+    int dirty;      /* written since the last sync */
+};
 
 /* ---- Records ------------------------------------------------------------- */
 

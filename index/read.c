@@ -16,6 +16,13 @@
 
 #include "idx_int.h"
 
+/* A NUL-terminated queue or group name of the read API (tern_name_valid). */
+static int name_valid(const char *name)
+{
+    return name != NULL &&
+           tern_name_valid(name, strnlen(name, TERN_NAME_MAX + 1));
+}
+
 static int rtxn_begin(struct idx_env *e, MDB_txn **txn)
 {
     int rc = mdb_txn_begin(e->mdb, NULL, MDB_RDONLY, txn);
@@ -27,7 +34,7 @@ static int lookup_queue(struct idx_env *e,
                         const char *name,
                         struct idx__queue_val *q)
 {
-    if (!idx_name_valid(name)) {
+    if (!name_valid(name)) {
         return idx__fail(e, TERN_EBADNAME, __LINE__, "invalid queue name");
     }
     MDB_val k = {strlen(name), (void *)(uintptr_t)name}, v;
@@ -70,7 +77,7 @@ int idx_queue_list(struct idx_env *e, idx_queue_cb cb, void *arg)
     MDB_txn *txn;
     MDB_cursor *cur;
     MDB_val k, v;
-    char name[IDX__NAME_MAX + 1];
+    char name[TERN_NAME_MAX + 1];
     int rc = rtxn_begin(e, &txn);
     if (rc != 0) {
         return rc;
@@ -84,7 +91,7 @@ int idx_queue_list(struct idx_env *e, idx_queue_cb cb, void *arg)
     for (mrc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); mrc == 0;
          mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
         struct idx__queue_val q;
-        if (k.mv_size == 0 || k.mv_size > IDX__NAME_MAX ||
+        if (k.mv_size == 0 || k.mv_size > TERN_NAME_MAX ||
             idx__queue_val_decode(v.mv_data, v.mv_size, &q) != 0) {
             rc = IDX__CORRUPT(e, "queue entry");
             break;
@@ -119,7 +126,7 @@ int idx_group_offset(struct idx_env *e,
     struct idx__queue_val q = {0};
     uint8_t key[IDX__GROUP_KEY_MAX];
     *offset = 0;
-    if (!idx_name_valid(group)) {
+    if (!name_valid(group)) {
         return idx__fail(e, TERN_EBADNAME, __LINE__, "invalid group name");
     }
     int rc = rtxn_begin(e, &txn);

@@ -36,8 +36,8 @@
  * instead goes on applying entries (the leader changed, or the follower
  * learned the commit of entries it already holds), those bytes sit where
  * the next record must go. idx_apply then drops them first
- * (idx_bulk_discard: ftruncate back to the indexed end + fsync, on the
- * calling thread; a later fetch asks for them again). Decision: drop
+ * (idx_bulk_discard, apply.c: ftruncate back to the indexed end + fsync,
+ * on the calling thread; a later fetch asks for them again). Decision: drop
  * lazily at the first apply rather than at the abort (no FSM callback is
  * needed and a prompt resend still reuses the bytes), and rather than
  * staging fetched bytes outside the log (a second copy at restore and a
@@ -156,31 +156,6 @@ int idx_bulk_write(struct idx_env *e, uint64_t pos, const void *buf, size_t n)
         return e->failed;
     }
     return idx__log_write_raw(e, pos, buf, n);
-}
-
-int idx_bulk_discard(struct idx_env *e)
-{
-    if (e->failed != 0) {
-        return e->failed;
-    }
-    TERN_INVARIANT(e->st.log_end <= e->log_end);
-    if (e->st.log_end == e->log_end) {
-        return 0;
-    }
-    uint64_t n = e->log_end - e->st.log_end;
-    int rc = idx__log_truncate(e, e->st.log_end);
-    if (rc != 0) {
-        tern_errmsg_wrapf(e->errmsg, "discard %llu un-indexed bulk bytes",
-                          (unsigned long long)n);
-        return rc;
-    }
-    e->discarded += n;
-    return 0;
-}
-
-uint64_t idx_discarded_bytes(const struct idx_env *e)
-{
-    return e->discarded;
 }
 
 /* Is the record at m->last_rec_pos the one the manifest names? */

@@ -73,7 +73,7 @@ int idx_status(const struct idx_env *e);
  * not be cured by reopening: after a failed fsync Linux may have dropped
  * the dirty pages while the page cache still shows their bytes, so a later
  * sync could "succeed" over data that never reached the disk (PostgreSQL's
- * fsyncgate). The owner stops the process and recovers from the raft log. */
+ * fsyncgate). The caller stops the process and recovers from the raft log. */
 bool idx_sync_failed(const struct idx_env *e);
 
 /* ---- Command entries --------------------------------------------------- */
@@ -96,10 +96,11 @@ struct idx_msg
  * number of idx_cmd_* adds, then idx_cmd_end, which seals the entry
  * (count and checksum). idx_cmd_begin resets w->len to 0 (the entry is
  * w->base[0..w->len), the allocation is reused). Errors are sticky in
- * w->err and returned by idx_cmd_end: -ENOMEM, TERN_EBADNAME (invalid
- * queue/group name), TERN_EINVAL (no commands, produce with n == 0 or
- * with producer_id != 0 and seq == 0), TERN_ETOOBIG (over 65536 commands
- * or an entry over 1 GiB). Format: index/cmd.c. */
+ * w->err and returned by idx_cmd_end: -ENOMEM, TERN_EBADNAME (a queue or
+ * group name that is NULL or fails tern_name_valid), TERN_EINVAL (no
+ * commands, produce with n == 0 or with producer_id != 0 and seq == 0),
+ * TERN_ETOOBIG (over 65536 commands or an entry over 1 GiB). Format:
+ * index/cmd.c. */
 void idx_cmd_begin(struct tern_wbuf *w, uint64_t timestamp_ms);
 /* Result TERN_EQUEUEEXISTS if the queue exists. */
 void idx_cmd_queue_create(struct tern_wbuf *w, const char *queue);
@@ -140,9 +141,6 @@ void idx_cmd_pad(struct tern_wbuf *w);
  * per-message size limit is not checked here (idx_apply does, from
  * idx_options.max_message). */
 int idx_cmd_validate(const void *entry, size_t len);
-
-/* Valid queue and group names: 1..200 bytes of [A-Za-z0-9._-]. */
-int idx_name_valid(const char *name);
 
 struct idx_result
 {
@@ -186,6 +184,9 @@ int idx_flush(struct idx_env *e);
 int idx_sync(struct idx_env *e);
 
 /* ---- Reads (flushed state only) ---------------------------------------- */
+
+/* A queue or group name argument that is NULL or fails tern_name_valid
+ * makes a read return TERN_EBADNAME; an unknown queue, TERN_ENOQUEUE. */
 
 struct idx_queue_info
 {

@@ -19,6 +19,8 @@ static void copy_name(char *dst, const char *src, uint8_t n)
     dst[n] = '\0';
 }
 
+/* libFuzzer's entry point, named by libFuzzer.
+ * NOLINTNEXTLINE(readability-identifier-naming) */
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -26,7 +28,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     struct idx__entry it;
     struct idx__cmd c;
     struct tern_wbuf w;
-    char q[IDX__NAME_MAX + 1], g[IDX__NAME_MAX + 1];
+    char q[TERN_NAME_MAX + 1], g[TERN_NAME_MAX + 1];
     int rc = idx_cmd_validate(data, size);
     if (rc != 0) {
         if (rc != TERN_EMALFORMED && rc != TERN_EVERSION) {

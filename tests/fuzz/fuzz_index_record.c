@@ -11,6 +11,8 @@
 
 #include "idx_int.h"
 
+/* libFuzzer's entry point, named by libFuzzer.
+ * NOLINTNEXTLINE(readability-identifier-naming) */
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static void scan_records(const uint8_t *p, size_t n)

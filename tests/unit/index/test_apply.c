@@ -8,7 +8,7 @@
 #include <stdlib.h>
 
 #include <idx.h>
-#include <idx_int.h>
+#include "idx_int.h"
 
 #include "index_helpers.h"
 
@@ -138,7 +138,7 @@ Test(index_apply, replay_is_idempotent)
     cr_assert_eq(idx_flush(e), 0);
     struct idx_queue_info qi;
     cr_assert_eq(idx_queue_get(e, "q", &qi), 0);
-    cr_expect_eq(qi.next_offset, 49 * 3);
+    cr_expect_eq(qi.next_offset, (uint64_t)49 * 3);
     /* The next index is applied normally. */
     th_produce(e, 51, "q", 0, 51, 1);
     cr_assert_eq(idx_flush(e), 0);
@@ -483,7 +483,7 @@ Test(index_apply, results_capped_by_max)
 
 Test(index_apply, map_full)
 {
-    struct idx_options o = {.dir = dir, .map_size = 64 * 1024};
+    struct idx_options o = {.dir = dir, .map_size = (size_t)64 * 1024};
     struct idx_env *e = th_open_opts(&o);
     struct tern_wbuf w;
     char text[200];
@@ -529,7 +529,7 @@ Test(index_apply, map_full)
     /* Too small even for that: open reports it. */
     struct idx_env *e2 = NULL;
     char err[TERN_ERRMSG_SIZE] = "";
-    o.map_size = 16 * 1024;
+    o.map_size = (size_t)16 * 1024;
     cr_expect_eq(idx_open(&o, &e2, err), TERN_EFULL, "%s", err);
     cr_expect_neq(strstr(err, "MDB_MAP_FULL"), NULL, "%s", err);
     /* A bigger map re-indexes every record in the log. */
@@ -548,7 +548,7 @@ Test(index_apply, map_full)
 
 /* A short LMDB write (EIO from mdb_txn_commit) on a nearly full file
  * system is a full disk (TERN_EFULL, cured by a reopen), not an I/O error
- * that would stop the node (jepsen disk-full-all, session 4). */
+ * that would stop the node (jepsen disk-full-all). */
 Test(index_apply, commit_eio_on_full_fs_is_efull)
 {
     cr_expect_eq(idx__commit_err_code(EIO, 0, 1), TERN_EFULL);

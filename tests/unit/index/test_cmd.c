@@ -1,5 +1,6 @@
 /* Unit tests of the command entry codec (index/cmd.c): builder round trip
- * through the decoder, and rejection of every malformation class. */
+ * through the decoder, the queue/group name rule in both, and rejection of
+ * every malformation class. */
 #include <criterion/criterion.h>
 
 #include <idx.h>
@@ -123,24 +124,6 @@ Test(index_cmd, builder_errors)
     tern_wbuf_free(&w);
 }
 
-Test(index_cmd, name_valid)
-{
-    char n200[201], n201[202];
-    memset(n200, 'z', 200);
-    n200[200] = '\0';
-    memset(n201, 'z', 201);
-    n201[201] = '\0';
-    cr_expect(idx_name_valid("a"));
-    cr_expect(idx_name_valid("A-z_0.9"));
-    cr_expect(idx_name_valid(n200));
-    cr_expect_not(idx_name_valid(n201));
-    cr_expect_not(idx_name_valid(""));
-    cr_expect_not(idx_name_valid(NULL));
-    cr_expect_not(idx_name_valid("a/b"));
-    cr_expect_not(idx_name_valid("a b"));
-    cr_expect_not(idx_name_valid("\xc3\xa9"));
-}
-
 /* Encode a single-command entry with a hand-made body. */
 static size_t raw_entry(uint8_t *buf,
                         uint32_t n_cmds,
@@ -166,6 +149,72 @@ static int validate_raw(uint8_t *buf,
                         uint32_t body_len)
 {
     return idx_cmd_validate(buf, raw_entry(buf, 1, type, body, body_len));
+}
+
+/* idx_cmd_end's code for an entry with one queue create of name (or,
+ * with is_group, one group commit of group name on queue "q"). */
+static int build_named(const char *name, int is_group)
+{
+    struct tern_wbuf w;
+    tern_wbuf_init(&w);
+    idx_cmd_begin(&w, 1);
+    if (is_group) {
+        idx_cmd_group_commit(&w, "q", name, 0);
+    } else {
+        idx_cmd_queue_create(&w, name);
+    }
+    int rc = idx_cmd_end(&w);
+    tern_wbuf_free(&w);
+    return rc;
+}
+
+/* Validate a raw queue create whose name is name[0..n), and a raw group
+ * commit on queue "q" with that group name; 0 only if both decode. */
+static int decode_named(const char *name, size_t n)
+{
+    uint8_t buf[1024], body[512];
+    body[0] = (uint8_t)n;
+    memcpy(body + 1, name, n);
+    int rc = validate_raw(buf, IDX_CMD_QUEUE_CREATE, body, (uint32_t)n + 1);
+    body[0] = 1;
+    body[1] = 'q';
+    body[2] = (uint8_t)n;
+    memcpy(body + 3, name, n);
+    tern_put_u64(body + 3 + n, 0);
+    int grc =
+        validate_raw(buf, IDX_CMD_GROUP_COMMIT, body, (uint32_t)n + 3 + 8);
+    cr_expect_eq(rc, grc, "create and group commit disagree on a name");
+    return rc;
+}
+
+/* The name rule index enforces is tern_name_valid: the builder refuses a
+ * bad queue or group name with TERN_EBADNAME and the decoder refuses one
+ * in an entry as malformed. */
+Test(index_cmd, names_follow_the_common_rule)
+{
+    char n200[201], n201[202];
+    memset(n200, 'z', 200);
+    n200[200] = '\0';
+    memset(n201, 'z', 201);
+    n201[201] = '\0';
+    const char *const good[] = {"a", "A-z_0.9", n200};
+    const char *const bad[] = {n201, "", "a/b", "a b", "\xc3\xa9"};
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        cr_expect_eq(build_named(good[i], 0), 0, "queue %.20s", good[i]);
+        cr_expect_eq(build_named(good[i], 1), 0, "group %.20s", good[i]);
+        cr_expect_eq(decode_named(good[i], strlen(good[i])), 0, "%.20s",
+                     good[i]);
+    }
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        cr_expect_eq(build_named(bad[i], 0), TERN_EBADNAME, "queue %.20s",
+                     bad[i]);
+        cr_expect_eq(build_named(bad[i], 1), TERN_EBADNAME, "group %.20s",
+                     bad[i]);
+        cr_expect_eq(decode_named(bad[i], strlen(bad[i])), TERN_EMALFORMED,
+                     "%.20s", bad[i]);
+    }
+    cr_expect_eq(build_named(NULL, 0), TERN_EBADNAME, "NULL queue");
+    cr_expect_eq(build_named(NULL, 1), TERN_EBADNAME, "NULL group");
 }
 
 Test(index_cmd, rejects_header_malformations)
@@ -354,29 +403,4 @@ Test(index_cmd, read_barrier_round_trip)
     cr_expect_eq(c.type, IDX_CMD_READ_BARRIER);
     cr_expect_eq(idx__entry_next(&it, &c), 0);
     tern_wbuf_free(&w);
-}
-
-Test(index_cmd, record_decode)
-{
-    uint8_t buf[128];
-    struct idx__record r;
-    size_t size = 0;
-    idx__record_header_encode(buf, 77, "payload!", 8);
-    memcpy(buf + 24, "payload!", 8);
-    cr_assert_eq(idx__record_decode(buf, 32, &r, &size), 0);
-    cr_expect_eq(size, 32);
-    cr_expect_eq(r.index, 77);
-    cr_expect_eq(r.payload_len, 8);
-    cr_expect_eq(memcmp(r.payload, "payload!", 8), 0);
-    cr_expect_eq(idx__record_decode(buf, 31, &r, &size), TERN_EMALFORMED);
-    cr_expect_eq(idx__record_decode(buf, 23, &r, &size), TERN_EMALFORMED);
-    buf[30] ^= 1;
-    cr_expect_eq(idx__record_decode(buf, 32, &r, &size), TERN_ECORRUPT);
-    buf[30] ^= 1;
-    buf[0] ^= 1;
-    cr_expect_eq(idx__record_decode(buf, 32, &r, &size), TERN_EMALFORMED);
-    buf[0] ^= 1;
-    tern_put_u64(buf + 8, 0);
-    cr_expect_eq(idx__record_decode(buf, 32, &r, &size), TERN_EMALFORMED,
-                 "raft index 0");
 }

@@ -255,7 +255,9 @@ Test(index_snapshot, restore_failures)
 }
 
 /* Copy [from, from + n) of a's log into b (b's log must end at from). */
-static void copy_bytes(struct idx_env *a, struct idx_env *b, uint64_t from,
+static void copy_bytes(struct idx_env *a,
+                       struct idx_env *b,
+                       uint64_t from,
                        uint64_t n)
 {
     uint8_t *buf = malloc(n);
