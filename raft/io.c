@@ -161,10 +161,10 @@ struct append_req {
     unsigned n;    /* number of entries */
     size_t bytes;  /* memory mode: size of copy */
     bool dead;     /* memory mode: never reached the inner io (failed) */
-    struct repl_list link;       /* r->inner_pending until handed to the
+    struct tern_list link;       /* r->inner_pending until handed to the
                                     inner io, then r->appends while the
                                     inner is pending */
-    struct repl_list ack_link;   /* r->unacked (memory mode) */
+    struct tern_list ack_link;   /* r->unacked (memory mode) */
 };
 
 /* One raft send (or one bulk frame): one or more xport sends (parts). */
@@ -175,7 +175,7 @@ struct send_group {
     unsigned pending; /* parts submitted, not completed */
     bool sealed;      /* every part submitted */
     int status;       /* first error */
-    struct repl_list link;
+    struct tern_list link;
 };
 
 struct send_req {
@@ -200,7 +200,7 @@ static void ack(struct repl *r, struct append_req *a, int status);
  * address. The inner io's data is ours (raft_uv never uses it). */
 static struct repl *outer_repl(struct raft_io *io)
 {
-    return REPL__CONTAINER(io, struct repl, outer);
+    return TERN_CONTAINER(io, struct repl, outer);
 }
 
 static void copy_errmsg(struct repl *r)
@@ -289,9 +289,9 @@ static void maybe_closed(struct repl *r)
         /* Only appends whose inner write never started can still wait for
          * raft's callback (the inner close completed all others, in
          * order); complete them before raft's close callback. */
-        while (!repl_list_empty(&r->unacked)) {
+        while (!tern_list_empty(&r->unacked)) {
             struct append_req *a =
-                REPL__CONTAINER(r->unacked.next, struct append_req, ack_link);
+                TERN_CONTAINER(r->unacked.next, struct append_req, ack_link);
             ack(r, a, RAFT_CANCELED);
             if (a->dead) {
                 tern_free(a);
@@ -329,18 +329,18 @@ static void append_done(struct raft_io_append *inner_req, int status);
  * of the file). */
 static void flush_inner(struct repl *r)
 {
-    if (repl_list_empty(&r->inner_pending)) {
+    if (tern_list_empty(&r->inner_pending)) {
         return;
     }
     r->inner_flushes++;
     if (r->idle_init && !r->flush_timer_closed) {
         uv_timer_stop(&r->flush_timer);
     }
-    while (!repl_list_empty(&r->inner_pending)) {
+    while (!tern_list_empty(&r->inner_pending)) {
         struct append_req *a =
-            REPL__CONTAINER(r->inner_pending.next, struct append_req, link);
+            TERN_CONTAINER(r->inner_pending.next, struct append_req, link);
         int rv = RAFT_IOERR;
-        repl_list_remove(&a->link);
+        tern_list_remove(&a->link);
         r->inner_pending_bytes -= a->bytes;
         if (r->failed == 0) {
             rv = r->inner->append(r->inner, &a->inner_req, a->copy, a->n,
@@ -348,7 +348,7 @@ static void flush_inner(struct repl *r)
         }
         if (rv == 0) {
             a->truncate_gen = r->truncate_gen;
-            repl_list_push(&r->appends, &a->link);
+            tern_list_push(&r->appends, &a->link);
             continue;
         }
         if (r->failed == 0) {
@@ -377,10 +377,10 @@ static bool truncate_in_flight(const struct repl *r)
 {
     const struct append_req *last;
     if (!r->wait_truncate || r->truncate_settled == r->truncate_gen ||
-        repl_list_empty(&r->appends)) {
+        tern_list_empty(&r->appends)) {
         return false;
     }
-    last = REPL__CONTAINER(r->appends.prev, struct append_req, link);
+    last = TERN_CONTAINER(r->appends.prev, struct append_req, link);
     return last->truncate_gen > r->truncate_settled;
 }
 
@@ -574,7 +574,7 @@ static void ack(struct repl *r, struct append_req *a, int status)
     a->acked = true;
     r->n_unacked--;
     if (r->durability == REPL_DURABILITY_MEMORY) {
-        repl_list_remove(&a->ack_link);
+        tern_list_remove(&a->ack_link);
     }
     if (status == 0) {
         repl_lat_f_ack(r, a->last);
@@ -587,9 +587,9 @@ static void ack(struct repl *r, struct append_req *a, int status)
 static void append_done(struct raft_io_append *inner_req, int status)
 {
     struct append_req *a =
-        REPL__CONTAINER(inner_req, struct append_req, inner_req);
+        TERN_CONTAINER(inner_req, struct append_req, inner_req);
     struct repl *r = a->r;
-    repl_list_remove(&a->link);
+    tern_list_remove(&a->link);
     if (a->truncate_gen > r->truncate_settled) {
         r->truncate_settled = a->truncate_gen; /* see the top of the file */
     }
@@ -647,9 +647,9 @@ static void deliver_hold(struct repl *r)
 size_t repl_io_run_deferred(struct repl *r)
 {
     size_t n = 0;
-    while (!repl_list_empty(&r->unacked)) {
+    while (!tern_list_empty(&r->unacked)) {
         struct append_req *a =
-            REPL__CONTAINER(r->unacked.next, struct append_req, ack_link);
+            TERN_CONTAINER(r->unacked.next, struct append_req, ack_link);
         /* Its inner write goes (or went) on; append_done frees it. A dead
          * one's never started (the replica is fail-stopped). */
         bool dead = a->dead;
@@ -663,9 +663,9 @@ size_t repl_io_run_deferred(struct repl *r)
     if (!r->idle_init) {
         flush_inner(r); /* no loop, no timer: hand them over now */
     }
-    while (!repl_list_empty(&r->null_sends)) {
+    while (!tern_list_empty(&r->null_sends)) {
         struct send_group *g =
-            REPL__CONTAINER(r->null_sends.next, struct send_group, link);
+            TERN_CONTAINER(r->null_sends.next, struct send_group, link);
         group_finish(g); /* status 0: "handed off" */
         n++;
     }
@@ -749,7 +749,7 @@ static int io_append(struct raft_io *io, struct raft_io_append *req,
             return RAFT_NOMEM;
         }
         /* Coalesced: handed to the inner io later (top of the file). */
-        repl_list_push(&r->inner_pending, &a->link);
+        tern_list_push(&r->inner_pending, &a->link);
         r->inner_pending_bytes += a->bytes;
         if (r->idle_init && !r->closing &&
             !uv_is_active((uv_handle_t *)&r->flush_timer)) {
@@ -765,7 +765,7 @@ static int io_append(struct raft_io *io, struct raft_io_append *req,
             return rv;
         }
         a->truncate_gen = r->truncate_gen;
-        repl_list_push(&r->appends, &a->link);
+        tern_list_push(&r->appends, &a->link);
     }
     r->next_index += n;
     r->n_unacked++;
@@ -775,7 +775,7 @@ static int io_append(struct raft_io *io, struct raft_io_append *req,
         repl_lat_f_append(r);
     }
     if (r->durability == REPL_DURABILITY_MEMORY) {
-        repl_list_push(&r->unacked, &a->ack_link);
+        tern_list_push(&r->unacked, &a->ack_link);
         if (r->idle_init) {
             uv_idle_start(&r->idle, idle_cb);
         }
@@ -789,7 +789,7 @@ static int io_append(struct raft_io *io, struct raft_io_append *req,
 static int io_truncate(struct raft_io *io, raft_index index)
 {
     struct repl *r = outer_repl(io);
-    struct repl_list *e;
+    struct tern_list *e;
     int rv;
     flush_inner(r); /* raft_uv orders them before the truncate */
     rv = r->inner->truncate(r->inner, index);
@@ -798,7 +798,7 @@ static int io_truncate(struct raft_io *io, raft_index index)
         return rv;
     }
     for (e = r->appends.next; e != &r->appends; e = e->next) {
-        struct append_req *a = REPL__CONTAINER(e, struct append_req, link);
+        struct append_req *a = TERN_CONTAINER(e, struct append_req, link);
         if (a->last >= index) {
             a->last = index - 1;
         }
@@ -818,7 +818,7 @@ static int io_truncate(struct raft_io *io, raft_index index)
 
 static void put_done(struct raft_io_snapshot_put *inner_req, int status)
 {
-    struct put_req *p = REPL__CONTAINER(inner_req, struct put_req, inner_req);
+    struct put_req *p = TERN_CONTAINER(inner_req, struct put_req, inner_req);
     struct repl *r = p->r;
     if (status == 0 && p->index > r->snap_index) {
         r->snap_index = p->index;
@@ -863,11 +863,11 @@ static int io_snapshot_put(struct raft_io *io, unsigned trailing,
         return rv;
     }
     if (p->install) {
-        struct repl_list *e;
+        struct tern_list *e;
         /* The install replaces the whole log; earlier in-flight appends no
          * longer describe it. */
         for (e = r->appends.next; e != &r->appends; e = e->next) {
-            struct append_req *a = REPL__CONTAINER(e, struct append_req, link);
+            struct append_req *a = TERN_CONTAINER(e, struct append_req, link);
             a->last = a->first - 1;
         }
         r->install_index = snapshot->index;
@@ -923,7 +923,7 @@ static int io_async_work(struct raft_io *io, struct raft_io_async_work *req,
 static void group_finish(struct send_group *g)
 {
     if (g->r != NULL) {
-        repl_list_remove(&g->link);
+        tern_list_remove(&g->link);
         if (g->raft_cb != NULL) {
             g->raft_cb(g->raft_req, g->status == 0 ? 0 : RAFT_NOCONNECTION);
         }
@@ -947,19 +947,19 @@ static void send_done(struct xport_send *xs, int status)
 
 void repl_io_close_sends(struct repl *r)
 {
-    while (!repl_list_empty(&r->null_sends)) {
+    while (!tern_list_empty(&r->null_sends)) {
         struct send_group *g =
-            REPL__CONTAINER(r->null_sends.next, struct send_group, link);
-        repl_list_remove(&g->link);
+            TERN_CONTAINER(r->null_sends.next, struct send_group, link);
+        tern_list_remove(&g->link);
         if (g->raft_cb != NULL) {
             g->raft_cb(g->raft_req, RAFT_CANCELED);
         }
         tern_free(g); /* no parts: nothing else refers to it */
     }
-    while (!repl_list_empty(&r->sends)) {
+    while (!tern_list_empty(&r->sends)) {
         struct send_group *g =
-            REPL__CONTAINER(r->sends.next, struct send_group, link);
-        repl_list_remove(&g->link);
+            TERN_CONTAINER(r->sends.next, struct send_group, link);
+        tern_list_remove(&g->link);
         g->r = NULL; /* freed by its last part's completion */
         if (g->raft_cb != NULL) {
             g->raft_cb(g->raft_req, RAFT_CANCELED);
@@ -976,7 +976,7 @@ static struct send_group *group_new(struct repl *r,
         g->r = r;
         g->raft_req = raft_req;
         g->raft_cb = raft_cb;
-        repl_list_init(&g->link);
+        tern_list_init(&g->link);
     }
     return g;
 }
@@ -1007,7 +1007,7 @@ static int send_part(struct repl *r, struct send_group *g, uint64_t peer_id,
 static void group_seal(struct repl *r, struct send_group *g)
 {
     g->sealed = true;
-    repl_list_push(&r->sends, &g->link);
+    tern_list_push(&r->sends, &g->link);
 }
 
 int repl_io_send_frame(struct repl *r, uint64_t peer_id, const char *addr,
@@ -1131,7 +1131,7 @@ static int io_send(struct raft_io *io, struct raft_io_send *req,
         /* The answer to deliver_hold's message: not sent, completed by
          * run_deferred (never inside send). */
         g->sealed = true;
-        repl_list_push(&r->null_sends, &g->link);
+        tern_list_push(&r->null_sends, &g->link);
         if (r->idle_init && !r->idle_closed) {
             uv_idle_start(&r->idle, idle_cb);
         }
@@ -1222,7 +1222,7 @@ void repl_io_deliver(struct repl *r, struct repl_wire *w)
         }
     }
     if (r->durability == REPL_DURABILITY_MEMORY && !r->closing &&
-        (!repl_list_empty(&r->unacked) || r->hold.index != 0)) {
+        (!tern_list_empty(&r->unacked) || r->hold.index != 0)) {
         (void)repl_io_run_deferred(r); /* answer now, then the hold */
     }
     repl_lat_poll(r);
@@ -1285,10 +1285,10 @@ void repl_io_setup(struct repl *r)
     o->random = io_random;
     o->async_work = r->inner->async_work != NULL ? io_async_work : NULL;
     r->inner->data = r;
-    repl_list_init(&r->appends);
-    repl_list_init(&r->unacked);
-    repl_list_init(&r->sends);
-    repl_list_init(&r->null_sends);
-    repl_list_init(&r->inner_pending);
+    tern_list_init(&r->appends);
+    tern_list_init(&r->unacked);
+    tern_list_init(&r->sends);
+    tern_list_init(&r->null_sends);
+    tern_list_init(&r->inner_pending);
     r->next_index = 1;
 }

@@ -49,7 +49,7 @@ struct repl_proposal {
     struct repl *r;
     repl_propose_cb cb;
     void *data;
-    struct repl_list link;
+    struct tern_list link;
 };
 
 /* ---- libraft heap = tern allocator ------------------------------------ */
@@ -389,7 +389,7 @@ static int create(uv_loop_t *loop, struct xport *x,
     r->bulk_chunk = REPL__BULK_CHUNK;
     r->bulk_window = REPL__BULK_WINDOW;
     r->bulk_stall_ms = REPL__BULK_STALL_MS;
-    repl_list_init(&r->proposals);
+    tern_list_init(&r->proposals);
     if (repl_lat_init(r) != 0) {
         goto err_nomem;
     }
@@ -540,7 +540,7 @@ static void apply_cb(struct raft_apply *req, int status, void *result)
 {
     struct repl_proposal *p = req->data;
     (void)result;
-    repl_list_remove(&p->link);
+    tern_list_remove(&p->link);
     if (p->cb != NULL) {
         int code = repl_err_from_raft(status);
         if (status != 0 && p->r->closing) {
@@ -585,10 +585,10 @@ int repl_propose(struct repl *r, void *buf, size_t len, repl_propose_cb cb,
     p->req.data = p;
     b.base = buf;
     b.len = len;
-    repl_list_push(&r->proposals, &p->link);
+    tern_list_push(&r->proposals, &p->link);
     rv = raft_apply(&r->raft, &p->req, &b, 1, apply_cb);
     if (rv != 0) {
-        repl_list_remove(&p->link);
+        tern_list_remove(&p->link);
         tern_free(p);
         return repl_err_from_raft(rv);
     }
@@ -702,10 +702,10 @@ static void raft_closed(struct raft *raft)
     void *arg = r->close_arg;
     /* Any proposal raft did not complete (it fails them with
      * RAFT_SHUTDOWN/LEADERSHIPLOST on the way down) gets TERN_ESHUTDOWN. */
-    while (!repl_list_empty(&r->proposals)) {
+    while (!tern_list_empty(&r->proposals)) {
         struct repl_proposal *p =
-            REPL__CONTAINER(r->proposals.next, struct repl_proposal, link);
-        repl_list_remove(&p->link);
+            TERN_CONTAINER(r->proposals.next, struct repl_proposal, link);
+        tern_list_remove(&p->link);
         if (p->cb != NULL) {
             p->cb(p->data, TERN_ESHUTDOWN, p->req.index);
         }

@@ -19,39 +19,6 @@
 #include "xport.h"
 
 /* ------------------------------------------------------------------------
- * Intrusive doubly-linked list (circular, head is a sentinel).
- */
-struct repl_list {
-    struct repl_list *prev;
-    struct repl_list *next;
-};
-static inline void repl_list_init(struct repl_list *h)
-{
-    h->prev = h;
-    h->next = h;
-}
-static inline int repl_list_empty(const struct repl_list *h)
-{
-    return h->next == h;
-}
-static inline void repl_list_push(struct repl_list *h, struct repl_list *e)
-{
-    e->next = h;
-    e->prev = h->prev;
-    h->prev->next = e;
-    h->prev = e;
-}
-static inline void repl_list_remove(struct repl_list *e)
-{
-    e->prev->next = e->next;
-    e->next->prev = e->prev;
-    e->prev = e;
-    e->next = e;
-}
-#define REPL__CONTAINER(ptr, type, member)                                   \
-    ((type *)(void *)((char *)(ptr)-offsetof(type, member)))
-
-/* ------------------------------------------------------------------------
  * Codec (codec.c). Frame layout documented at the top of codec.c.
  */
 enum {
@@ -203,8 +170,8 @@ struct repl {
     uint64_t term;            /* durable current term (load/set_term) */
     struct repl_term_run *runs;
     size_t n_runs, cap_runs;
-    struct repl_list appends;   /* in-flight appends, submission order */
-    struct repl_list sends;     /* in-flight xport sends */
+    struct tern_list appends;   /* in-flight appends, submission order */
+    struct tern_list sends;     /* in-flight xport sends */
     uint64_t snap_index;        /* latest durable snapshot (load/put) */
     uint64_t snap_term;
     uint64_t ae_rebased;        /* stats: AppendEntries rebased (guard 6) */
@@ -228,7 +195,7 @@ struct repl {
     enum repl_durability durability;
     uint64_t acked_index;
     unsigned n_unacked;         /* appends whose raft cb has not fired */
-    struct repl_list unacked;   /* memory mode: those, submission order */
+    struct tern_list unacked;   /* memory mode: those, submission order */
     uv_idle_t idle;             /* memory mode: fires deferred acks */
     /* Memory mode, follower (io.c "Follower apply off the answer path"):
      * the commit index of the newest accepted AppendEntries, held back
@@ -245,13 +212,13 @@ struct repl {
     /* Memory mode: appends acked but not yet handed to the inner io
      * (io.c "Coalesced inner writes"), submission order, their bytes, and
      * the timer that hands them over. */
-    struct repl_list inner_pending;
+    struct tern_list inner_pending;
     size_t inner_pending_bytes;
     uv_timer_t flush_timer;
     bool flush_timer_closed;
     uint64_t inner_flushes;     /* stats: hand-overs of pending appends */
     bool quiet_results;         /* answers to our own heartbeat: not sent */
-    struct repl_list null_sends; /* those, completed by run_deferred */
+    struct tern_list null_sends; /* those, completed by run_deferred */
     uint64_t holds_delivered;   /* stats */
     /* Leader, per peer (same order as peers): the highest index that peer
      * acknowledged in ack_term, and whether its next AppendEntries must
@@ -310,7 +277,7 @@ struct repl {
     int fsm_error;              /* last FSM apply error (0 = none) */
 
     /* Proposals (repl.c). */
-    struct repl_list proposals;
+    struct tern_list proposals;
 
     /* Bulk catch-up (bulk.c). */
     struct repl_bulk_fetch fetch;

@@ -93,8 +93,8 @@ static void setup(uint64_t snapshot_bytes)
         r->fsm.snapshot = c_snapshot;
         r->fsm.restore = c_restore;
         r->snapshot_threshold_bytes = snapshot_bytes;
-        repl_list_init(&r->appends);
-        repl_list_init(&r->sends);
+        tern_list_init(&r->appends);
+        tern_list_init(&r->sends);
         repl_fsm_setup(r);
         glue[i] = r;
         cr_assert_eq(raft_fixture_grow(&f, &r->raft_fsm), 0);
