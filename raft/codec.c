@@ -51,7 +51,7 @@
 #include <errno.h>
 #include <string.h>
 
-#include "repl_int.h"
+#include "repl_codec.h"
 
 #define FRAME_MAGIC 0x524e5254u
 #define FRAME_VERSION 1

@@ -1,7 +1,8 @@
 /*
  * raft/repl.c: the public repl_ API (repl.h): configuration checks, the
- * replica's life cycle (new/start/close), proposals, status, leadership
- * transfer, and the RAFT_* -> tern code translation.
+ * replica's life cycle (new/start/close), proposals, status and
+ * leadership transfer. libraft's heap is tern's allocator (installed
+ * once, before the first replica).
  *
  * Production: repl_new creates an inner raft_uv over data_dir with a dummy
  * raft_uv_transport (raft_uv_init requires one; ours never listens or
@@ -39,9 +40,6 @@
 #define REPL__DEFAULT_TRAILING 256
 #define REPL__ENTRY_THRESHOLD 64
 #define REPL__INSTALL_TIMEOUT_MIN_MS 2000
-#define REPL__BULK_CHUNK ((uint64_t)1 << 20)
-#define REPL__BULK_WINDOW 4
-#define REPL__BULK_STALL_MS 5000
 #define REPL__FRAME_OVERHEAD 1024
 
 struct repl_proposal {
@@ -103,77 +101,6 @@ void repl_install_heap(void)
 {
     if (!atomic_flag_test_and_set(&heap_installed)) {
         raft_heap_set(&tern_raft_heap);
-    }
-}
-
-/* ---- FSM apply timing ------------------------------------------------- */
-
-/* Wraps fsm.c's apply (same raft_fsm, data = r): the core calls apply
- * right after it moved its commit index, so this is where a leader's
- * commit first becomes visible to us (the replication latency sample is
- * taken before the apply's own cost), and it times the apply itself
- * (REPL_STAGE_APPLY). */
-static int timed_apply(struct raft_fsm *f, const struct raft_buffer *buf,
-                       void **result)
-{
-    struct repl *r = f->data;
-    uint64_t t0;
-    int rv;
-    repl_lat_poll(r);
-    t0 = r->lat_now != NULL ? r->lat_now() : 0;
-    rv = r->fsm_apply(f, buf, result);
-    if (t0 != 0) {
-        repl_lat_stage(r, REPL_STAGE_APPLY, t0, r->lat_now());
-    }
-    return rv;
-}
-
-/* ---- codes ------------------------------------------------------------- */
-
-int repl_err_from_raft(int rv)
-{
-    switch (rv) {
-        case 0:
-            return 0;
-        case RAFT_NOMEM:
-            return -ENOMEM;
-        case RAFT_NOTLEADER:
-            return TERN_ENOTLEADER;
-        case RAFT_LEADERSHIPLOST:
-            return TERN_ELEADERSHIPLOST;
-        case RAFT_SHUTDOWN:
-        case RAFT_CANCELED:
-            return TERN_ESHUTDOWN;
-        case RAFT_NOSPACE:
-            return TERN_EFULL;
-        case RAFT_IOERR:
-            return -EIO;
-        case RAFT_CORRUPT:
-            return TERN_ECORRUPT;
-        case RAFT_MALFORMED:
-            return TERN_EMALFORMED;
-        case RAFT_TOOBIG:
-            return TERN_ETOOBIG;
-        case RAFT_NOCONNECTION:
-            return TERN_ENOCONN;
-        case RAFT_BUSY:
-        case RAFT_TOOMANY:
-            return TERN_EBUSY;
-        case RAFT_BADID:
-        case RAFT_DUPLICATEID:
-        case RAFT_DUPLICATEADDRESS:
-        case RAFT_BADROLE:
-        case RAFT_INVALID:
-        case RAFT_NAMETOOLONG:
-        case RAFT_CANTCHANGE:
-        case RAFT_CANTBOOTSTRAP:
-            return TERN_EINVAL;
-        case RAFT_NOTFOUND:
-            return -ENOENT;
-        case RAFT_UNAUTHORIZED:
-            return -EACCES;
-        default:
-            return TERN_EINTERNAL;
     }
 }
 
@@ -342,10 +269,10 @@ static void free_repl(struct repl *r)
         tern_free((void *)r->peers[i].address);
     }
     tern_free(r->peers);
-    tern_free(r->peer_acks);
+    repl_guard_free(r);
     tern_free(r->address);
     tern_free(r->data_dir);
-    tern_free(r->runs);
+    repl_io_free(r);
     repl_lat_free(r);
     tern_free(r);
 }
@@ -383,21 +310,15 @@ static int create(uv_loop_t *loop, struct xport *x,
     r->fsm = *fsm;
     r->state_cb = state_cb;
     r->state_arg = state_arg;
-    r->guard_enabled = true;
-    r->hold_ticks = true;
-    r->role = RAFT_UNAVAILABLE;
-    r->bulk_chunk = REPL__BULK_CHUNK;
-    r->bulk_window = REPL__BULK_WINDOW;
-    r->bulk_stall_ms = REPL__BULK_STALL_MS;
     tern_list_init(&r->proposals);
+    repl_bulk_setup(r);
     if (repl_lat_init(r) != 0) {
         goto err_nomem;
     }
     r->address = tern_strdup(c.address);
     r->data_dir = c.data_dir != NULL ? tern_strdup(c.data_dir) : NULL;
     r->peers = tern_calloc(c.n_peers, sizeof *r->peers);
-    r->peer_acks = tern_calloc(c.n_peers, sizeof *r->peer_acks);
-    if (r->address == NULL || r->peers == NULL || r->peer_acks == NULL ||
+    if (r->address == NULL || r->peers == NULL ||
         (c.data_dir != NULL && r->data_dir == NULL)) {
         goto err_nomem;
     }
@@ -409,11 +330,13 @@ static int create(uv_loop_t *loop, struct xport *x,
         }
         r->n_peers = i + 1;
     }
-    repl_io_setup(r);
+    if (repl_guard_init(r) != 0) {
+        goto err_nomem;
+    }
+    /* wait_truncate: raft_uv's close/truncate race (io.c). */
+    repl_io_setup(r, own_inner);
     repl_fsm_setup(r);
-    r->fsm_apply = r->raft_fsm.apply;
-    r->raft_fsm.apply = timed_apply;
-    rv = raft_init(&r->raft, &r->outer, &r->raft_fsm, c.id, c.address);
+    rv = raft_init(&r->raft, &r->io.outer, &r->glue.raft_fsm, c.id, c.address);
     if (rv != 0) {
         tern_errmsg_printf(errmsg, "repl: raft_init: %s", raft_errmsg(&r->raft));
         rv = repl_err_from_raft(rv);
@@ -429,7 +352,6 @@ static int create(uv_loop_t *loop, struct xport *x,
         &r->raft, TERN_MAX(REPL__INSTALL_TIMEOUT_MIN_MS,
                            20 * c.election_timeout_ms));
     r->own_inner = own_inner;
-    r->wait_truncate = own_inner; /* raft_uv's close/truncate race, io.c */
     r->dummy_transport = dummy;
     *out = r;
     return 0;
@@ -562,7 +484,7 @@ int repl_propose(struct repl *r, void *buf, size_t len, repl_propose_cb cb,
         return TERN_ESHUTDOWN;
     }
     repl_poll(r);
-    if (!r->writable || r->failed != 0) {
+    if (!r->guard.writable || r->failed != 0) {
         return TERN_ENOTLEADER;
     }
     /* An entry must fit one AppendEntries frame (codec.c: preamble,
@@ -603,7 +525,7 @@ void repl_get_status(struct repl *r, struct repl_status *out)
     memset(out, 0, sizeof *out);
     repl_poll(r);
     out->id = r->id;
-    switch (r->role) {
+    switch (r->guard.role) {
         case RAFT_FOLLOWER:
             out->role = REPL_FOLLOWER;
             break;
@@ -617,19 +539,19 @@ void repl_get_status(struct repl *r, struct repl_status *out)
             out->role = REPL_UNAVAILABLE;
             break;
     }
-    out->leader_id = r->leader_id;
-    out->term = r->term;
+    out->leader_id = r->guard.leader_id;
+    out->term = r->io.term;
     out->commit_index = r->raft.commit_index;
     out->last_applied = raft_last_applied(&r->raft);
     out->last_index = raft_last_index(&r->raft);
-    out->last_stored = r->durable_index;
-    out->last_counted = r->acked_index;
+    out->last_stored = r->io.durable_index;
+    out->last_counted = r->io.acked_index;
     out->durability = r->durability;
-    out->writable = r->writable;
-    out->fsm_error = r->fsm_error;
+    out->writable = r->guard.writable;
+    out->fsm_error = r->glue.fsm_error;
     out->failed = r->failed;
     out->disk_full = r->disk_full;
-    out->disk_full_dropped = r->ae_disk_full_dropped;
+    out->disk_full_dropped = r->guard.ae_disk_full_dropped;
 }
 
 struct transfer_req {
@@ -644,9 +566,8 @@ static void transfer_cb(struct raft_transfer *req)
     struct repl *r = t->r;
     /* Done or given up (the core times a transfer out after an election
      * timeout): if we still lead the same term, writes reopen. */
-    if (!r->closing && r->role_term == t->term) {
-        r->transferring = false;
-        repl_update_writable(r);
+    if (!r->closing) {
+        repl_guard_transfer(r, false, t->term);
     }
     tern_free(t);
 }
@@ -667,32 +588,20 @@ int repl_transfer(struct repl *r, uint64_t id)
     }
     t->req.data = t;
     t->r = r;
-    t->term = r->role_term;
+    t->term = r->guard.role_term;
     rv = raft_transfer(&r->raft, &t->req, id, transfer_cb);
     if (rv != 0) {
         tern_free(t);
         return repl_err_from_raft(rv);
     }
     /* Writes stop at once (raft_apply refuses them during a transfer). */
-    r->transferring = true;
-    repl_update_writable(r);
+    repl_guard_transfer(r, true, t->term);
     return 0;
 }
 
 void repl_set_disk_full(struct repl *r, bool full)
 {
     r->disk_full = full;
-}
-
-void repl_fail(struct repl *r, int code)
-{
-    if (r->failed != 0) {
-        return;
-    }
-    r->failed = code != 0 ? code : TERN_EINTERNAL;
-    repl_bulk_abort(r);
-    repl_poll(r);
-    repl_update_writable(r);
 }
 
 static void raft_closed(struct raft *raft)
@@ -731,7 +640,7 @@ void repl_close(struct repl *r, void (*cb)(void *arg), void *arg)
 {
     r->close_cb = cb;
     r->close_arg = arg;
-    if (r->started) {
+    if (r->io.started) {
         /* Detach from the borrowed xport: it outlives us. */
         (void)xport_start(r->xport, noop_recv, NULL);
     }
@@ -739,22 +648,7 @@ void repl_close(struct repl *r, void (*cb)(void *arg), void *arg)
     raft_close(&r->raft, raft_closed);
 }
 
-void repl_set_guard(struct repl *r, bool enabled)
-{
-    r->guard_enabled = enabled;
-}
-
 struct raft *repl_raft(struct repl *r)
 {
     return &r->raft;
-}
-
-uint64_t repl_guard_drops(const struct repl *r)
-{
-    return r->guard_dropped;
-}
-
-uint64_t repl_vote_rewrites(const struct repl *r)
-{
-    return r->vote_rewrites;
 }

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "repl_int.h"
+#include "repl_codec.h"
 
 static void reencode(const struct repl_wire *w)
 {

@@ -44,7 +44,7 @@ static int fsm_apply(void *arg, uint64_t index, const void *buf, size_t len)
     if (index <= n->applied_index) {
         return 0; /* replay after restart: idempotent */
     }
-    if (n->bulk_pending != 0 && n->repl != NULL && n->repl->fetch.active) {
+    if (n->bulk_pending != 0 && n->repl != NULL && n->repl->bulk.fetch.active) {
         n->applies_over_bulk++;
     }
     if (n->staging) {
@@ -249,7 +249,7 @@ void cluster_start(struct cluster *c, unsigned i)
     cr_assert_eq(rv, 0, "repl_new_with_io: %s", errmsg);
     repl_set_guard(nd->repl, c->guard);
     if (c->bulk_chunk != 0) {
-        nd->repl->bulk_chunk = c->bulk_chunk;
+        nd->repl->bulk.chunk = c->bulk_chunk;
     }
     nd->bulk_pending = 0; /* a restart drops un-indexed bytes (index/) */
     nd->role = REPL_UNAVAILABLE;

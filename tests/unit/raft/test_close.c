@@ -96,7 +96,7 @@ static void one_start(struct one *o)
                                   &o->io->io, &o->r, errmsg),
                  0, "%s", errmsg);
     /* What repl_new sets for raft_uv. */
-    o->r->wait_truncate = true;
+    o->r->io.wait_truncate = true;
     cr_assert_eq(repl_start(o->r, errmsg), 0, "%s", errmsg);
     while (fake_io_complete(o->io, 1) > 0) { /* bootstrap leftovers */
     }
@@ -133,7 +133,7 @@ static void append_one(struct one *o, struct raft_io_append *req,
     e->buf.len = sizeof *payload;
     *status = -1;
     req->data = status;
-    cr_assert_eq(o->r->outer.append(&o->r->outer, req, e, 1, append_cb), 0);
+    cr_assert_eq(o->r->io.outer.append(&o->r->io.outer, req, e, 1, append_cb), 0);
 }
 
 static void tick(struct one *o)
@@ -154,13 +154,13 @@ struct conflict {
 
 static void truncate_then_append(struct one *o, struct conflict *c)
 {
-    uint64_t next = o->r->next_index;
+    uint64_t next = o->r->io.next_index;
     c->p1 = 1;
     c->p2 = 2;
     append_one(o, &c->a1, &c->e1, &c->p1, 1, &c->s1);
     cr_assert_eq(fake_io_complete(o->io, 1), 1);
     cr_assert_eq(c->s1, 0);
-    cr_assert_eq(o->r->outer.truncate(&o->r->outer, next), 0);
+    cr_assert_eq(o->r->io.outer.truncate(&o->r->io.outer, next), 0);
     append_one(o, &c->a2, &c->e2, &c->p2, 2, &c->s2);
 }
 
@@ -291,12 +291,12 @@ Test(repl_close, raft_uv_close_during_truncate, .timeout = 120)
         cr_assert_eq(repl_new(&loop, x, &cfg, &fsm, state_cb, NULL, &r,
                               errmsg),
                      0, "%s", errmsg);
-        cr_assert(r->wait_truncate, "on for raft_uv");
+        cr_assert(r->io.wait_truncate, "on for raft_uv");
         if (getenv("TERN_TEST_NO_TRUNCATE_WAIT") != NULL) {
-            r->wait_truncate = false; /* demonstrates the libraft bug */
+            r->io.wait_truncate = false; /* demonstrates the libraft bug */
         }
         cr_assert_eq(repl_start(r, errmsg), 0, "%s", errmsg);
-        next = r->next_index;
+        next = r->io.next_index;
         memset(&e1, 0, sizeof e1);
         e1.term = 1;
         e1.type = RAFT_COMMAND;
@@ -307,11 +307,11 @@ Test(repl_close, raft_uv_close_during_truncate, .timeout = 120)
         e2.buf.base = &p2;
         a1.data = &s1;
         a2.data = &s2;
-        cr_assert_eq(r->outer.append(&r->outer, &a1, &e1, 1, append_cb), 0);
+        cr_assert_eq(r->io.outer.append(&r->io.outer, &a1, &e1, 1, append_cb), 0);
         spin_int(&loop, &s1, -1, 20000);
         cr_assert_eq(s1, 0);
-        cr_assert_eq(r->outer.truncate(&r->outer, next), 0);
-        cr_assert_eq(r->outer.append(&r->outer, &a2, &e2, 1, append_cb), 0);
+        cr_assert_eq(r->io.outer.truncate(&r->io.outer, next), 0);
+        cr_assert_eq(r->io.outer.append(&r->io.outer, &a2, &e2, 1, append_cb), 0);
         /* 0..5 loop turns: before, during or after the truncate work. */
         for (int k = 0; k < round % 6; k++) {
             uv_run(&loop, UV_RUN_ONCE);

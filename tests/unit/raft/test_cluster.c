@@ -318,7 +318,7 @@ static bool pending_append_then_leader_dies(bool hold, uint64_t *rewrites)
     cluster_init(&cl, 3);
     l = start_all_elect(&cl);
     f = other_follower(&cl, l, l);
-    cl.nodes[f].repl->hold_ticks = hold;
+    cl.nodes[f].repl->guard.hold_ticks = hold;
     cl.nodes[f].frozen = true;
     propose_n(&cl, (unsigned)l, 1, 32, 9, &last);
     steps(&cl, 50);
@@ -333,7 +333,7 @@ static bool pending_append_then_leader_dies(bool hold, uint64_t *rewrites)
     }
     *rewrites = repl_vote_rewrites(cl.nodes[f].repl);
     if (hold) {
-        cr_expect_gt(cl.nodes[f].repl->ticks_withheld, 0);
+        cr_expect_gt(cl.nodes[f].repl->io.ticks_withheld, 0);
     }
     /* Once the write settles the cluster recovers either way. */
     cl.nodes[f].frozen = false;
@@ -412,7 +412,7 @@ Test(cluster, bulk_catch_up_through_install_snapshot)
     cluster_start(&cl, (unsigned)f);
     cr_assert(cluster_step_until(&cl, pred_all_applied, &last, STEPS));
     cr_expect_eq(cl.nodes[f].n_restores, 1);
-    cr_expect_eq(cl.nodes[f].repl->bulk_completed, 1,
+    cr_expect_eq(cl.nodes[f].repl->bulk.completed, 1,
                  "the install went through the bulk fetch");
     cr_expect_gt(cl.nodes[f].disk.snap_index, 0);
     assert_streams_equal(&cl);
@@ -533,8 +533,8 @@ Test(cluster, transfer_moves_writable_leadership)
 static bool pred_fetch_active(struct cluster *c, void *arg)
 {
     unsigned i = ((struct node_pred *)arg)->i;
-    return c->nodes[i].up && c->nodes[i].repl->fetch.active &&
-           c->nodes[i].repl->fetch.in_flight > 0;
+    return c->nodes[i].up && c->nodes[i].repl->bulk.fetch.active &&
+           c->nodes[i].repl->bulk.fetch.in_flight > 0;
 }
 
 Test(cluster, bulk_fetch_recovers_from_lost_chunks)
@@ -565,8 +565,8 @@ Test(cluster, bulk_fetch_recovers_from_lost_chunks)
                      "recovered by re-requesting, not by a snapshot resend");
     }
     cr_expect_eq(cl.nodes[f].n_restores, 1);
-    cr_expect_geq(cl.nodes[f].repl->bulk_rerequests, 1);
-    cr_expect_eq(cl.nodes[f].repl->bulk_completed, 1);
+    cr_expect_geq(cl.nodes[f].repl->bulk.rerequests, 1);
+    cr_expect_eq(cl.nodes[f].repl->bulk.completed, 1);
     assert_streams_equal(&cl);
     cr_expect(!cl.conflict);
     cluster_fini(&cl);
@@ -624,7 +624,7 @@ static void dump_cluster(struct cluster *c)
                       (unsigned long long)st.last_applied,
                       (unsigned long long)st.last_index,
                       (unsigned long long)st.last_stored, st.failed,
-                      st.fsm_error, c->nodes[k].repl->fetch.active,
+                      st.fsm_error, c->nodes[k].repl->bulk.fetch.active,
                       fake_io_pending(c->nodes[k].io));
     }
     for (unsigned k = 0; k < c->n; k++) {
@@ -776,7 +776,7 @@ static void chaos(unsigned n, uint64_t seed, unsigned rounds)
                      (unsigned long long)acks.index[k]);
     }
     for (unsigned k = 0; k < n; k++) {
-        chaos_splits += cl.nodes[k].repl->ae_split;
+        chaos_splits += cl.nodes[k].repl->io.ae_split;
         if (cl.nodes[k].tx != NULL) {
             chaos_fenced += cl.nodes[k].tx->fenced;
             cr_assert_eq(cl.nodes[k].tx->stamp_errors, 0);
@@ -1028,8 +1028,8 @@ Test(cluster, install_already_held_is_not_fetched)
     cluster_isolate(&cl, (unsigned)f, false);
     propose_applied(&cl, (unsigned)l, 5, 100, 3, &last);
     cr_expect_eq(cl.nodes[f].applies_over_bulk, 0);
-    cr_expect_geq(cl.nodes[f].repl->bulk_noop, 1);
-    cr_expect_eq(cl.nodes[f].repl->bulk_completed, 0);
+    cr_expect_geq(cl.nodes[f].repl->bulk.noop, 1);
+    cr_expect_eq(cl.nodes[f].repl->bulk.completed, 0);
     assert_streams_equal(&cl);
     cr_expect(!cl.conflict);
     cluster_fini(&cl);
@@ -1055,17 +1055,17 @@ Test(cluster, bulk_fetch_keeps_fsm_quiet)
     applied0 = cl.nodes[f].n_applied;
     /* The leader goes on committing (with the third node) meanwhile. */
     propose_n(&cl, (unsigned)l, 20, 100, 8, &last);
-    while (cl.nodes[f].repl->fetch.active) {
+    while (cl.nodes[f].repl->bulk.fetch.active) {
         cluster_step(&cl);
         cr_assert_eq(cl.nodes[f].n_applied, applied0,
                      "applied during the fetch");
     }
-    cr_expect_gt(cl.nodes[f].repl->ae_held_off, 0);
+    cr_expect_gt(cl.nodes[f].repl->guard.ae_held_off, 0);
     cr_assert(cluster_step_until(&cl, pred_all_applied, &last, STEPS));
     /* (the leader may have snapshotted past the first install meanwhile:
      * then a second one follows) */
     cr_expect_geq(cl.nodes[f].n_restores, 1);
-    cr_expect_geq(cl.nodes[f].repl->bulk_completed, 1);
+    cr_expect_geq(cl.nodes[f].repl->bulk.completed, 1);
     assert_streams_equal(&cl);
     cr_expect(!cl.conflict);
     cluster_fini(&cl);
@@ -1124,7 +1124,7 @@ Test(cluster, new_leader_with_snapshot_follower_becomes_writable)
 static bool pred_fetch_complete(struct cluster *c, void *arg)
 {
     unsigned i = ((struct node_pred *)arg)->i;
-    const struct repl_bulk_fetch *fe = &c->nodes[i].repl->fetch;
+    const struct repl_bulk_fetch *fe = &c->nodes[i].repl->bulk.fetch;
     return fe->active && fe->started && fe->next_pos >= fe->to;
 }
 
@@ -1150,7 +1150,7 @@ Test(cluster, complete_fetch_waits_for_the_cores_own_snapshot)
     cr_assert(cluster_step_until(&cl, pred_fetch_complete, &pf, STEPS));
     t0 = cl.clock;
     steps(&cl, 300);
-    cr_expect(cl.nodes[f].repl->fetch.active, "held while the core is busy");
+    cr_expect(cl.nodes[f].repl->bulk.fetch.active, "held while the core is busy");
     cr_expect_eq(cl.nodes[f].n_restores, restores0);
     core->snapshot.pending.term = 0;
     cr_assert(cluster_step_until(&cl, pred_all_applied, &last, STEPS));
@@ -1171,14 +1171,14 @@ static bool pred_fetch_aborted_with_bytes(struct cluster *c, void *arg)
 {
     unsigned i = ((struct node_pred *)arg)->i;
     return c->nodes[i].up && c->nodes[i].bulk_pending > 0 &&
-           !c->nodes[i].repl->fetch.active;
+           !c->nodes[i].repl->bulk.fetch.active;
 }
 
 /* Some bytes of the fetch reached f. */
 static bool pred_fetch_has_bytes(struct cluster *c, void *arg)
 {
     unsigned i = ((struct node_pred *)arg)->i;
-    return c->nodes[i].up && c->nodes[i].repl->fetch.active &&
+    return c->nodes[i].up && c->nodes[i].repl->bulk.fetch.active &&
            c->nodes[i].bulk_pending > 0;
 }
 
@@ -1230,9 +1230,9 @@ static bool aborted_fetch_then_entries_applied(bool refuse, bool stall)
     cr_assert(cluster_step_until(&cl, pred_fetch_aborted_with_bytes, &pf,
                                  STEPS),
               "the fetch must be aborted midway");
-    cr_assert_eq(cl.nodes[f].repl->bulk_completed, 0);
+    cr_assert_eq(cl.nodes[f].repl->bulk.completed, 0);
     if (stall) {
-        cr_expect_geq(cl.nodes[f].repl->bulk_rerequests, 3,
+        cr_expect_geq(cl.nodes[f].repl->bulk.rerequests, 3,
                       "given up by the stall timer");
     }
     cl.nodes[l].bulk_reads_ok = -1;
@@ -1325,7 +1325,7 @@ Test(cluster, startup_restore_fetches_missing_fsm_bytes_from_a_peer)
     cr_expect_eq(cl.nodes[f].applied_index, snap,
                  "restored exactly the local snapshot");
     cr_expect_eq(cl.nodes[f].n_applied, 0, "nothing applied before it");
-    cr_expect_geq(cl.nodes[f].repl->bulk_completed, 1);
+    cr_expect_geq(cl.nodes[f].repl->bulk.completed, 1);
     cr_assert(cluster_step_until(&cl, pred_all_applied, &last, STEPS));
     repl_get_status(cl.nodes[f].repl, &st);
     cr_expect_eq(st.failed, 0);
@@ -1354,11 +1354,11 @@ Test(cluster, startup_restore_moves_on_from_a_failing_peer)
     cluster_start(&cl, (unsigned)f);
     cr_assert(repl_bulk_restore_pending(cl.nodes[f].repl));
     {
-        uint64_t first = cl.nodes[f].repl->fetch.peer_id;
+        uint64_t first = cl.nodes[f].repl->bulk.fetch.peer_id;
         cl.nodes[first - 1].bulk_reads_ok = 0;
         pf.i = (unsigned)f;
         cr_assert(cluster_step_until(&cl, pred_restore_done, &pf, STEPS));
-        cr_expect_neq(cl.nodes[f].repl->fetch.peer_id, first);
+        cr_expect_neq(cl.nodes[f].repl->bulk.fetch.peer_id, first);
         cl.nodes[first - 1].bulk_reads_ok = -1;
     }
     cr_assert(cluster_step_until(&cl, pred_all_applied, &last, STEPS));

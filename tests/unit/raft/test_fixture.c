@@ -93,14 +93,14 @@ static void setup(uint64_t snapshot_bytes)
         r->fsm.snapshot = c_snapshot;
         r->fsm.restore = c_restore;
         r->snapshot_threshold_bytes = snapshot_bytes;
-        tern_list_init(&r->appends);
-        tern_list_init(&r->sends);
+        tern_list_init(&r->io.appends);
+        tern_list_init(&r->io.sends);
         repl_fsm_setup(r);
         glue[i] = r;
-        cr_assert_eq(raft_fixture_grow(&f, &r->raft_fsm), 0);
-        r->core = raft_fixture_get(&f, i);
-        raft_set_snapshot_threshold(r->core, 64);
-        raft_set_snapshot_trailing(r->core, 16);
+        cr_assert_eq(raft_fixture_grow(&f, &r->glue.raft_fsm), 0);
+        r->glue.core = raft_fixture_get(&f, i);
+        raft_set_snapshot_threshold(r->glue.core, 64);
+        raft_set_snapshot_trailing(r->glue.core, 16);
     }
     raft_configuration_init(&conf);
     cr_assert_eq(raft_fixture_configuration(&f, N, &conf), 0);

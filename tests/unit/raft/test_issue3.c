@@ -129,7 +129,7 @@ Test(issue3, fence_follows_every_term_change)
     for (unsigned i = 0; i < cl.n; i++) {
         check_fence_log(&cl.nodes[i]);
         cr_expect_gt(cl.nodes[i].disk.term, 2);
-        cr_expect_eq(cl.nodes[i].repl->fence_errors, 0);
+        cr_expect_eq(cl.nodes[i].repl->io.fence_errors, 0);
     }
     cr_expect(!cl.conflict);
     cluster_fini(&cl);
@@ -233,8 +233,8 @@ Test(issue3, fence_set_failure_is_retried_on_tick)
     cluster_crash(&cl, (unsigned)l); /* forces a new term on f */
     cr_assert(cluster_step_until(&cl, pred_writable_leader, NULL, STEPS));
     steps(&cl, 50);
-    cr_expect_geq(cl.nodes[f].repl->fence_errors, 1);
-    cr_expect_eq(cl.nodes[f].repl->fenced_term, cl.nodes[f].disk.term);
+    cr_expect_geq(cl.nodes[f].repl->io.fence_errors, 1);
+    cr_expect_eq(cl.nodes[f].repl->io.fenced_term, cl.nodes[f].disk.term);
     cr_expect_eq(cl.nodes[f].tx->epoch, cl.nodes[f].disk.term);
     cr_expect_eq(cl.nodes[f].tx->fence, cl.nodes[f].disk.term);
     propose_applied(&cl, (unsigned)cluster_writable_leader(&cl), 3, 32, 1,
@@ -261,14 +261,14 @@ Test(issue3, lagging_follower_catches_up_through_split_append_entries)
     propose_applied(&cl, (unsigned)l, 5, 96, 1, &last);
     cluster_crash(&cl, (unsigned)f);
     propose_applied(&cl, (unsigned)l, 300, 96, 2, &last);
-    split_before = cl.nodes[l].repl->ae_split;
+    split_before = cl.nodes[l].repl->io.ae_split;
     cluster_start(&cl, (unsigned)f);
     cr_assert(cluster_step_until(&cl, pred_all_applied, &last, STEPS));
     steps(&cl, 100);
 
     /* ~36 KB of entries behind, 2 KB per message: many parts. */
-    cr_expect_gt(cl.nodes[l].repl->ae_split, split_before);
-    cr_expect_geq(cl.nodes[l].repl->ae_parts, 300 * 120 / SMALL_MAX);
+    cr_expect_gt(cl.nodes[l].repl->io.ae_split, split_before);
+    cr_expect_geq(cl.nodes[l].repl->io.ae_parts, 300 * 120 / SMALL_MAX);
     {
         const struct txport *t = cl.nodes[f].tx;
         const struct fake_disk *ld = &cl.nodes[l].disk;
@@ -516,7 +516,7 @@ Test(issue3, latency_leader_append_to_commit)
     cluster_init(&cl, 3);
     l = elect(&cl);
     steps(&cl, 20);
-    cl.nodes[l].repl->lat_now = cluster_now_ns;
+    cl.nodes[l].repl->lat.now = cluster_now_ns;
     repl_get_latency(cl.nodes[l].repl, &lat, true);
     repl_get_latency(cl.nodes[l].repl, &lat, false);
     cr_assert_eq(lat.count, 0);
@@ -653,7 +653,7 @@ Test(issue3, memory_mode_follower_answers_before_it_applies)
     repl_get_status(cl.nodes[f].repl, &st);
     cr_expect_neq(st.failed, 0, "the apply did run (and failed)");
     cr_expect_eq(cl.nodes[f].fail_apply, 0);
-    cr_expect_geq(cl.nodes[f].repl->holds_delivered, 1);
+    cr_expect_geq(cl.nodes[f].repl->io.holds_delivered, 1);
     cluster_fini(&cl);
 }
 
@@ -671,7 +671,7 @@ Test(issue3, memory_mode_followers_apply_every_entry)
     for (unsigned i = 0; i < cl.n; i++) {
         cr_expect_eq(cl.nodes[i].applied_index, last, "node %u", i);
         if ((int)i != l) {
-            cr_expect_gt(cl.nodes[i].repl->holds_delivered, 0, "node %u", i);
+            cr_expect_gt(cl.nodes[i].repl->io.holds_delivered, 0, "node %u", i);
         }
     }
     cr_expect(!cl.conflict);
@@ -740,21 +740,21 @@ Test(issue3, memory_mode_truncate_hands_pending_appends_over_first)
     steps(&cl, 50);
     r = cl.nodes[f].repl;
     cr_assert_eq(fake_io_pending(cl.nodes[f].io), 0);
-    n0 = r->next_index;
+    n0 = r->io.next_index;
     memset(e, 0, sizeof e);
     for (int k = 0; k < 2; k++) {
         memset(payload[k], 0x40 + k, sizeof payload[k]);
-        e[k].term = r->term;
+        e[k].term = r->io.term;
         e[k].type = RAFT_COMMAND;
         e[k].buf.base = payload[k];
         e[k].buf.len = sizeof payload[k];
         req[k].data = (void *)(intptr_t)(k + 1);
-        cr_assert_eq(r->outer.append(&r->outer, &req[k], &e[k], 1, order_cb),
+        cr_assert_eq(r->io.outer.append(&r->io.outer, &req[k], &e[k], 1, order_cb),
                      0);
     }
     cr_expect_eq(io_cb_n, 0, "never inside append");
     cr_expect_eq(fake_io_pending(cl.nodes[f].io), 0);
-    cr_assert_eq(r->outer.truncate(&r->outer, n0 + 1), 0);
+    cr_assert_eq(r->io.outer.truncate(&r->io.outer, n0 + 1), 0);
     cr_expect_eq(fake_io_pending(cl.nodes[f].io), 3,
                  "both appends, then the truncate");
     cr_expect_eq(fake_io_complete(cl.nodes[f].io, 3), 3);
@@ -783,7 +783,7 @@ Test(issue3, stage_breakdown_counts_every_commit)
     l = elect(&cl);
     propose_applied(&cl, (unsigned)l, 1, 32, 1, &prev);
     for (unsigned i = 0; i < cl.n; i++) {
-        cl.nodes[i].repl->lat_now = cluster_now_ns;
+        cl.nodes[i].repl->lat.now = cluster_now_ns;
         repl_get_latency(cl.nodes[i].repl, &lat, true);
     }
     for (unsigned k = 0; k < 20; k++) {
@@ -846,15 +846,15 @@ Test(issue3, memory_mode_failed_hand_over_fail_stops)
     memset(e, 0, sizeof e);
     for (int k = 0; k < 2; k++) {
         memset(payload[k], 0x50 + k, sizeof payload[k]);
-        e[k].term = r->term;
+        e[k].term = r->io.term;
         e[k].type = RAFT_COMMAND;
         e[k].buf.base = payload[k];
         e[k].buf.len = sizeof payload[k];
-        cr_assert_eq(r->outer.append(&r->outer, &req[k], &e[k], 1, dead_cb),
+        cr_assert_eq(r->io.outer.append(&r->io.outer, &req[k], &e[k], 1, dead_cb),
                      0);
     }
     cl.nodes[f].io->fail_next_submit = RAFT_IOERR;
-    cr_assert_eq(r->outer.truncate(&r->outer, r->next_index), 0);
+    cr_assert_eq(r->io.outer.truncate(&r->io.outer, r->io.next_index), 0);
     repl_get_status(r, &st);
     cr_expect_neq(st.failed, 0, "fail-stopped");
     cr_expect_eq(fake_io_pending(cl.nodes[f].io), 1, "only the truncate");

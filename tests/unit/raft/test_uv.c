@@ -571,7 +571,7 @@ Test(uv, snapshot_install_and_bulk_over_tcp, .timeout = 120)
             /* libraft only considers a snapshot when it applies entries,
              * and skips while one is being written: keep some coming. */
             if (st.last_applied >= target_index &&
-                nodes[l].r->snap_index < target_index / 2 && extra < 2000) {
+                nodes[l].r->io.snap_index < target_index / 2 && extra < 2000) {
                 uint64_t idx;
                 void *buf = tern_malloc(64);
                 memset(buf, 7, 64);
@@ -582,18 +582,18 @@ Test(uv, snapshot_install_and_bulk_over_tcp, .timeout = 120)
                 extra++;
             }
         } while ((st.last_applied < target_index ||
-                  nodes[l].r->snap_index < target_index / 2) &&
+                  nodes[l].r->io.snap_index < target_index / 2) &&
                  uv_now(&loop) < end);
         uv_close((uv_handle_t *)&t, NULL);
         uv_run(&loop, UV_RUN_NOWAIT);
         cr_assert_geq(st.last_applied, target_index);
-        cr_assert_geq(nodes[l].r->snap_index, target_index / 2,
+        cr_assert_geq(nodes[l].r->io.snap_index, target_index / 2,
                       "leader snapshot (and log compaction) done: snap %llu "
                       "applied %llu target %llu role %d bytes %llu",
-                      (unsigned long long)nodes[l].r->snap_index,
+                      (unsigned long long)nodes[l].r->io.snap_index,
                       (unsigned long long)st.last_applied,
                       (unsigned long long)target_index, (int)st.role,
-                      (unsigned long long)nodes[l].r->applied_bytes);
+                      (unsigned long long)nodes[l].r->glue.applied_bytes);
     }
     start_snode(&loop, f, peers);
     cr_assert(run_until(&loop, cond_s_applied, NULL, 30000),
@@ -601,7 +601,7 @@ Test(uv, snapshot_install_and_bulk_over_tcp, .timeout = 120)
               (unsigned long long)snodes[f].applied_index,
               (unsigned long long)target_index);
     cr_expect_geq(snodes[f].restores, 1, "caught up through a snapshot");
-    cr_expect_gt(nodes[f].r->bulk_completed, 0, "bulk fetch over TCP");
+    cr_expect_gt(nodes[f].r->bulk.completed, 0, "bulk fetch over TCP");
     cr_expect(!snodes[f].bad_bytes);
     cr_expect_eq(snodes[f].stream, snodes[l].stream);
 
