@@ -425,3 +425,74 @@ bool pred_all_applied(struct cluster *c, void *arg)
     }
     return true;
 }
+
+bool pred_leader_committed(struct cluster *c, void *arg)
+{
+    struct repl_status st;
+    int l = cluster_leader(c);
+    if (l < 0) {
+        return false;
+    }
+    repl_get_status(c->nodes[l].repl, &st);
+    return st.commit_index >= *(uint64_t *)arg;
+}
+
+/* ---- helpers for the topic test files ------------------------------------ */
+
+void cluster_start_all(struct cluster *c)
+{
+    for (unsigned i = 0; i < c->n; i++) {
+        cluster_start(c, i);
+    }
+}
+
+int cluster_elect(struct cluster *c)
+{
+    cluster_start_all(c);
+    cr_assert(cluster_step_until(c, pred_writable_leader, NULL, CLUSTER_STEPS));
+    return cluster_writable_leader(c);
+}
+
+void cluster_steps(struct cluster *c, unsigned n)
+{
+    for (unsigned s = 0; s < n; s++) {
+        cluster_step(c);
+    }
+}
+
+int cluster_other(struct cluster *c, int a, int b)
+{
+    for (unsigned k = 0; k < c->n; k++) {
+        if ((int)k != a && (int)k != b) {
+            return (int)k;
+        }
+    }
+    return -1;
+}
+
+void cluster_propose_n(struct cluster *c, unsigned l, unsigned n, size_t size,
+                       uint64_t tag, uint64_t *last)
+{
+    uint8_t buf[1024];
+    cr_assert(size >= 16 && size <= sizeof buf);
+    for (unsigned k = 0; k < n; k++) {
+        memset(buf, (int)(k & 0xff), size);
+        tern_put_u64(buf, tag);
+        tern_put_u64(buf + 8, k);
+        cr_assert_eq(cluster_propose(c, l, buf, size, last), 0);
+    }
+}
+
+void cluster_propose_applied(struct cluster *c, unsigned l, unsigned n,
+                             size_t size, uint64_t tag, uint64_t *last)
+{
+    cluster_propose_n(c, l, n, size, tag, last);
+    cr_assert(cluster_step_until(c, pred_all_applied, last, CLUSTER_STEPS));
+}
+
+void cluster_freeze_all(struct cluster *c, bool frozen)
+{
+    for (unsigned i = 0; i < c->n; i++) {
+        c->nodes[i].frozen = frozen;
+    }
+}

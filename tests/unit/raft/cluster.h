@@ -28,6 +28,7 @@
 
 #define CLUSTER_MAX 5
 #define CLUSTER_MAX_INDEX 4096
+#define CLUSTER_STEPS 200000 /* step bound of the helpers below */
 
 struct cluster;
 
@@ -114,9 +115,29 @@ int cluster_propose(struct cluster *c, unsigned i, const void *payload,
 void cluster_link(struct cluster *c, unsigned i, unsigned j, bool up);
 void cluster_isolate(struct cluster *c, unsigned i, bool isolated);
 
+/* Helpers shared by the topic test files (they assert on failure). */
+void cluster_start_all(struct cluster *c);
+/* Start every node and wait for a writable leader; returns its index. */
+int cluster_elect(struct cluster *c);
+/* n unconditional steps. */
+void cluster_steps(struct cluster *c, unsigned n);
+/* The first node that is neither a nor b. */
+int cluster_other(struct cluster *c, int a, int b);
+/* Propose n entries of size bytes (16..1024) on node l: each starts with
+ * tag and its number k, then bytes k & 0xff; *last: the last index. */
+void cluster_propose_n(struct cluster *c, unsigned l, unsigned n, size_t size,
+                       uint64_t tag, uint64_t *last);
+/* cluster_propose_n, then step until every up node applied *last. */
+void cluster_propose_applied(struct cluster *c, unsigned l, unsigned n,
+                             size_t size, uint64_t tag, uint64_t *last);
+/* Hold back (true) or resume every node's disk completions. */
+void cluster_freeze_all(struct cluster *c, bool frozen);
+
 bool pred_writable_leader(struct cluster *c, void *arg);
 bool pred_any_leader(struct cluster *c, void *arg);
 /* arg: pointer to uint64_t index: all up nodes applied >= index */
 bool pred_all_applied(struct cluster *c, void *arg);
+/* arg: pointer to uint64_t index: the role leader committed >= index */
+bool pred_leader_committed(struct cluster *c, void *arg);
 
 #endif /* TERN_TEST_CLUSTER_H */
