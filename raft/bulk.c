@@ -11,8 +11,8 @@
  *   InstallSnapshot(manifest) arrives, held
  *   bulk_range(manifest) -> [from, to)
  *   BULK_REQ {snap, pos, len<=chunk} x window ->
- *                                     <- BULK_DATA {snap, pos, bytes} (bulk_read)
- *   bulk_write(pos, bytes); more BULK_REQs
+ *                                     <- BULK_DATA {snap, pos, bytes}
+ * (bulk_read) bulk_write(pos, bytes); more BULK_REQs
  *   ... pos == to: deliver the held InstallSnapshot to libraft, which
  *   persists it (snapshot_put) and calls restore(manifest).
  *
@@ -93,9 +93,9 @@
 #include "repl_int.h"
 
 #define BULK__MAX_RETRIES 3
-#define BULK__CHUNK ((uint64_t)1 << 20)
-#define BULK__WINDOW 4
-#define BULK__STALL_MS 5000
+#define BULK__CHUNK       ((uint64_t)1 << 20)
+#define BULK__WINDOW      4
+#define BULK__STALL_MS    5000
 
 void repl_bulk_setup(struct repl *r)
 {
@@ -134,8 +134,7 @@ static void next_peer(struct repl *r)
         const struct repl_peer *p = &r->peers[(cur + k) % r->n_peers];
         if (p->id != r->id) {
             f->peer_id = p->id;
-            (void)snprintf(f->peer_addr, sizeof f->peer_addr, "%s",
-                           p->address);
+            (void)snprintf(f->peer_addr, sizeof f->peer_addr, "%s", p->address);
             return;
         }
     }
@@ -308,8 +307,8 @@ static void fetch_start(struct repl *r)
     if (!f->active || f->started || r->io.n_unacked != 0) {
         return;
     }
-    if (r->fsm.bulk_range(r->fsm.arg, s->data.base, s->data.len, &from,
-                          &to) != 0) {
+    if (r->fsm.bulk_range(r->fsm.arg, s->data.base, s->data.len, &from, &to) !=
+        0) {
         if (is_local(r)) {
             repl_fsm_fail(r, TERN_EMALFORMED); /* our own snapshot is
                                                   unusable */
@@ -345,7 +344,8 @@ void repl_bulk_on_install(struct repl *r, struct repl_wire *w)
         repl_io_deliver(r, w);
         return;
     }
-    if (is_local(r) && s->last_index <= f->held.msg.install_snapshot.last_index) {
+    if (is_local(r) &&
+        s->last_index <= f->held.msg.install_snapshot.last_index) {
         repl_io_deliver(r, w); /* not newer than ours: libraft ignores it */
         return;
     }

@@ -60,7 +60,8 @@ void repl_fsm_fail(struct repl *r, int code)
     repl_fail(r, code);
 }
 
-static int apply(struct raft_fsm *f, const struct raft_buffer *buf,
+static int apply(struct raft_fsm *f,
+                 const struct raft_buffer *buf,
                  void **result)
 {
     struct repl *r = f->data;
@@ -85,7 +86,8 @@ static int apply(struct raft_fsm *f, const struct raft_buffer *buf,
 }
 
 /* apply, timed (see the top of the file). */
-static int fsm_apply(struct raft_fsm *f, const struct raft_buffer *buf,
+static int fsm_apply(struct raft_fsm *f,
+                     const struct raft_buffer *buf,
                      void **result)
 {
     struct repl *r = f->data;
@@ -100,7 +102,8 @@ static int fsm_apply(struct raft_fsm *f, const struct raft_buffer *buf,
     return rv;
 }
 
-static int fsm_snapshot(struct raft_fsm *f, struct raft_buffer *bufs[],
+static int fsm_snapshot(struct raft_fsm *f,
+                        struct raft_buffer *bufs[],
                         unsigned *n_bufs)
 {
     struct repl *r = f->data;
@@ -173,4 +176,3 @@ void repl_fsm_setup(struct repl *r)
     r->glue.raft_fsm.snapshot = fsm_snapshot;
     r->glue.raft_fsm.restore = fsm_restore;
 }
-

@@ -158,7 +158,8 @@
 
 #include "repl_int.h"
 
-struct repl_barrier_req {
+struct repl_barrier_req
+{
     struct raft_barrier req;
     struct repl *r;
     uint64_t term;
@@ -198,29 +199,29 @@ uint64_t repl_vote_rewrites(const struct repl *r)
 static enum repl_role role_from_raft(int state)
 {
     switch (state) {
-        case RAFT_FOLLOWER:
-            return REPL_FOLLOWER;
-        case RAFT_CANDIDATE:
-            return REPL_CANDIDATE;
-        case RAFT_LEADER:
-            return REPL_LEADER;
-        default:
-            return REPL_UNAVAILABLE;
+    case RAFT_FOLLOWER:
+        return REPL_FOLLOWER;
+    case RAFT_CANDIDATE:
+        return REPL_CANDIDATE;
+    case RAFT_LEADER:
+        return REPL_LEADER;
+    default:
+        return REPL_UNAVAILABLE;
     }
 }
 
 static void emit(struct repl *r)
 {
     if (r->state_cb != NULL && !r->closing) {
-        r->state_cb(r->state_arg, role_from_raft(r->guard.role), r->guard.leader_id,
-                    r->guard.role_term, r->guard.writable);
+        r->state_cb(r->state_arg, role_from_raft(r->guard.role),
+                    r->guard.leader_id, r->guard.role_term, r->guard.writable);
     }
 }
 
 void repl_update_writable(struct repl *r)
 {
-    bool w = r->guard.barrier_applied && !r->guard.transferring && r->failed == 0 &&
-             r->guard.role == RAFT_LEADER;
+    bool w = r->guard.barrier_applied && !r->guard.transferring &&
+             r->failed == 0 && r->guard.role == RAFT_LEADER;
     if (w != r->guard.writable) {
         r->guard.writable = w;
         emit(r);
@@ -251,9 +252,8 @@ static void barrier_cb(struct raft_barrier *req, int status)
         return;
     }
     if (r->guard.role == RAFT_LEADER && r->guard.role_term == term &&
-        raft_state(&r->raft) == RAFT_LEADER &&
-        r->raft.current_term == term && index >= r->guard.barrier_index &&
-        r->guard.barrier_index != 0) {
+        raft_state(&r->raft) == RAFT_LEADER && r->raft.current_term == term &&
+        index >= r->guard.barrier_index && r->guard.barrier_index != 0) {
         r->guard.barrier_applied = true;
         repl_update_writable(r);
     }
@@ -321,7 +321,8 @@ void repl_poll(struct repl *r)
         r->guard.leader_id = lid;
         changed = true;
     }
-    if (role == RAFT_LEADER && r->guard.barrier == NULL && r->guard.barrier_index == 0) {
+    if (role == RAFT_LEADER && r->guard.barrier == NULL &&
+        r->guard.barrier_index == 0) {
         submit_barrier(r);
     }
     if (changed) {
@@ -379,8 +380,7 @@ static void track_result(struct repl *r, const struct raft_message *m)
     const struct raft_append_entries_result *res = &m->append_entries_result;
     struct repl_peer_ack *p = peer_ack(r, m->server_id);
     uint64_t term = r->raft.current_term;
-    if (p == NULL || raft_state(&r->raft) != RAFT_LEADER ||
-        res->term != term) {
+    if (p == NULL || raft_state(&r->raft) != RAFT_LEADER || res->term != term) {
         return;
     }
     if (p->term != term) {
@@ -412,65 +412,64 @@ bool repl_guard_force_probe(struct repl *r, uint64_t peer_id)
 bool repl_guard_recv(struct repl *r, struct raft_message *m)
 {
     switch (m->type) {
-        case RAFT_IO_APPEND_ENTRIES_RESULT: {
-            const struct raft_append_entries_result *res =
-                &m->append_entries_result;
-            uint64_t b;
-            track_result(r, m);
-            if (!r->guard.enabled || res->rejected != 0) {
-                return true;
-            }
-            repl_poll(r);
-            if (raft_state(&r->raft) != RAFT_LEADER) {
-                return true; /* the core ignores it anyway */
-            }
-            b = r->guard.barrier_index;
-            if (b == 0 || r->io.acked_index < b) {
-                /* Neutralise rather than drop: with last_log_index 0 the
-                 * core still records contact with the follower (so the
-                 * leader does not step down for lack of quorum contact
-                 * while its own barrier write is slow), but
-                 * progressMaybeUpdate() sees nothing new, so neither
-                 * match_index nor the commit index moves. */
-                m->append_entries_result.last_log_index = 0;
-                r->guard.dropped++;
-                return true;
-            }
+    case RAFT_IO_APPEND_ENTRIES_RESULT: {
+        const struct raft_append_entries_result *res =
+            &m->append_entries_result;
+        uint64_t b;
+        track_result(r, m);
+        if (!r->guard.enabled || res->rejected != 0) {
             return true;
         }
-        case RAFT_IO_APPEND_ENTRIES: {
-            struct raft_append_entries *a = &m->append_entries;
-            uint64_t last_new;
-            if (r->bulk.fetch.active || r->io.install_index != 0) {
-                r->guard.ae_held_off++; /* item 9 */
-                return false;
-            }
-            if (r->disk_full && a->n_entries > 0) {
-                r->guard.ae_disk_full_dropped++; /* item 11 */
-                return false;
-            }
-            rebase_below_snapshot(r, a);
-            last_new = a->prev_log_index + a->n_entries;
-            if (a->leader_commit > last_new) {
-                a->leader_commit = last_new;
-            }
-            /* Nothing new for our log: 0.15 takes its synchronous path and
-             * commits up to logLastIndex without waiting for the disk. */
-            if (last_new < r->io.next_index &&
-                a->leader_commit > r->io.acked_index) {
-                a->leader_commit = r->io.acked_index;
-            }
+        repl_poll(r);
+        if (raft_state(&r->raft) != RAFT_LEADER) {
+            return true; /* the core ignores it anyway */
+        }
+        b = r->guard.barrier_index;
+        if (b == 0 || r->io.acked_index < b) {
+            /* Neutralise rather than drop: with last_log_index 0 the
+             * core still records contact with the follower (so the
+             * leader does not step down for lack of quorum contact
+             * while its own barrier write is slow), but
+             * progressMaybeUpdate() sees nothing new, so neither
+             * match_index nor the commit index moves. */
+            m->append_entries_result.last_log_index = 0;
+            r->guard.dropped++;
             return true;
         }
-        case RAFT_IO_TIMEOUT_NOW:
-            if (r->io.n_unacked != 0 || r->io.install_index != 0 ||
-                r->disk_full) {
-                r->guard.timeout_now_dropped++;
-                return false;
-            }
-            return true;
-        default:
-            return true;
+        return true;
+    }
+    case RAFT_IO_APPEND_ENTRIES: {
+        struct raft_append_entries *a = &m->append_entries;
+        uint64_t last_new;
+        if (r->bulk.fetch.active || r->io.install_index != 0) {
+            r->guard.ae_held_off++; /* item 9 */
+            return false;
+        }
+        if (r->disk_full && a->n_entries > 0) {
+            r->guard.ae_disk_full_dropped++; /* item 11 */
+            return false;
+        }
+        rebase_below_snapshot(r, a);
+        last_new = a->prev_log_index + a->n_entries;
+        if (a->leader_commit > last_new) {
+            a->leader_commit = last_new;
+        }
+        /* Nothing new for our log: 0.15 takes its synchronous path and
+         * commits up to logLastIndex without waiting for the disk. */
+        if (last_new < r->io.next_index &&
+            a->leader_commit > r->io.acked_index) {
+            a->leader_commit = r->io.acked_index;
+        }
+        return true;
+    }
+    case RAFT_IO_TIMEOUT_NOW:
+        if (r->io.n_unacked != 0 || r->io.install_index != 0 || r->disk_full) {
+            r->guard.timeout_now_dropped++;
+            return false;
+        }
+        return true;
+    default:
+        return true;
     }
 }
 

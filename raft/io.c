@@ -145,10 +145,11 @@
 
 #include "repl_int.h"
 
-#define REPL__FLUSH_MS 1
+#define REPL__FLUSH_MS    1
 #define REPL__FLUSH_BYTES ((size_t)1 << 20)
 
-struct append_req {
+struct append_req
+{
     struct raft_io_append inner_req;
     struct repl *r;
     struct raft_io_append *outer_req;
@@ -157,18 +158,19 @@ struct append_req {
     uint64_t last; /* clamped by truncate; last < first: nothing counts */
     bool acked;    /* raft's cb fired */
     uint64_t truncate_gen; /* r->io.truncate_gen at submission */
-    void *copy;    /* memory mode: the entries handed to the inner io */
-    unsigned n;    /* number of entries */
-    size_t bytes;  /* memory mode: size of copy */
-    bool dead;     /* memory mode: never reached the inner io (failed) */
-    struct tern_list link;       /* r->io.inner_pending until handed to the
-                                    inner io, then r->io.appends while the
-                                    inner is pending */
-    struct tern_list ack_link;   /* r->io.unacked (memory mode) */
+    void *copy;            /* memory mode: the entries handed to the inner io */
+    unsigned n;            /* number of entries */
+    size_t bytes;          /* memory mode: size of copy */
+    bool dead; /* memory mode: never reached the inner io (failed) */
+    struct tern_list link;     /* r->io.inner_pending until handed to the
+                                  inner io, then r->io.appends while the
+                                  inner is pending */
+    struct tern_list ack_link; /* r->io.unacked (memory mode) */
 };
 
 /* One raft send (or one bulk frame): one or more xport sends (parts). */
-struct send_group {
+struct send_group
+{
     struct repl *r; /* NULL once orphaned by close */
     struct raft_io_send *raft_req;
     raft_io_send_cb raft_cb;
@@ -178,12 +180,14 @@ struct send_group {
     struct tern_list link;
 };
 
-struct send_req {
+struct send_req
+{
     struct xport_send xs;
     struct send_group *g;
 };
 
-struct put_req {
+struct put_req
+{
     struct raft_io_snapshot_put inner_req;
     struct repl *r;
     struct raft_io_snapshot_put *outer_req;
@@ -405,9 +409,13 @@ static void io_close(struct raft_io *io, raft_io_close_cb cb)
     r->inner->close(r->inner, inner_close_cb);
 }
 
-static int io_load(struct raft_io *io, raft_term *term, raft_id *voted_for,
-                   struct raft_snapshot **snapshot, raft_index *start_index,
-                   struct raft_entry *entries[], size_t *n_entries)
+static int io_load(struct raft_io *io,
+                   raft_term *term,
+                   raft_id *voted_for,
+                   struct raft_snapshot **snapshot,
+                   raft_index *start_index,
+                   struct raft_entry *entries[],
+                   size_t *n_entries)
 {
     struct repl *r = outer_repl(io);
     int rv = r->inner->load(r->inner, term, voted_for, snapshot, start_index,
@@ -486,7 +494,9 @@ static void io_inner_recv(struct raft_io *inner, struct raft_message *msg)
     (void)msg;
 }
 
-static int io_start(struct raft_io *io, unsigned msecs, raft_io_tick_cb tick,
+static int io_start(struct raft_io *io,
+                    unsigned msecs,
+                    raft_io_tick_cb tick,
                     raft_io_recv_cb recv)
 {
     struct repl *r = outer_repl(io);
@@ -684,7 +694,8 @@ static void idle_cb(uv_idle_t *h)
 /* Memory mode: one block holding a copy of the entries array and their
  * payloads (the block is every copied entry's batch). NULL on OOM. */
 static struct raft_entry *copy_entries(const struct raft_entry entries[],
-                                       unsigned n, size_t *bytes /* OUT */)
+                                       unsigned n,
+                                       size_t *bytes /* OUT */)
 {
     size_t head = (size_t)n * sizeof(struct raft_entry);
     size_t total = head;
@@ -711,8 +722,10 @@ static struct raft_entry *copy_entries(const struct raft_entry entries[],
     return c;
 }
 
-static int io_append(struct raft_io *io, struct raft_io_append *req,
-                     const struct raft_entry entries[], unsigned n,
+static int io_append(struct raft_io *io,
+                     struct raft_io_append *req,
+                     const struct raft_entry entries[],
+                     unsigned n,
                      raft_io_append_cb cb)
 {
     struct repl *r = outer_repl(io);
@@ -753,11 +766,11 @@ static int io_append(struct raft_io *io, struct raft_io_append *req,
         r->io.inner_pending_bytes += a->bytes;
         if (r->io.idle_init && !r->closing &&
             !uv_is_active((uv_handle_t *)&r->io.flush_timer)) {
-            uv_timer_start(&r->io.flush_timer, flush_timer_cb, REPL__FLUSH_MS, 0);
+            uv_timer_start(&r->io.flush_timer, flush_timer_cb, REPL__FLUSH_MS,
+                           0);
         }
     } else {
-        rv = r->inner->append(r->inner, &a->inner_req, entries, n,
-                              append_done);
+        rv = r->inner->append(r->inner, &a->inner_req, entries, n, append_done);
         if (rv != 0) {
             copy_errmsg(r);
             r->io.n_runs = saved_runs;
@@ -836,7 +849,8 @@ static void put_done(struct raft_io_snapshot_put *inner_req, int status)
     tern_free(p);
 }
 
-static int io_snapshot_put(struct raft_io *io, unsigned trailing,
+static int io_snapshot_put(struct raft_io *io,
+                           unsigned trailing,
                            struct raft_io_snapshot_put *req,
                            const struct raft_snapshot *snapshot,
                            raft_io_snapshot_put_cb cb)
@@ -888,7 +902,8 @@ static int io_snapshot_put(struct raft_io *io, unsigned trailing,
     return 0;
 }
 
-static int io_snapshot_get(struct raft_io *io, struct raft_io_snapshot_get *req,
+static int io_snapshot_get(struct raft_io *io,
+                           struct raft_io_snapshot_get *req,
                            raft_io_snapshot_get_cb cb)
 {
     struct repl *r = outer_repl(io);
@@ -911,7 +926,8 @@ static int io_random(struct raft_io *io, int min, int max)
     return r->inner->random(r->inner, min, max);
 }
 
-static int io_async_work(struct raft_io *io, struct raft_io_async_work *req,
+static int io_async_work(struct raft_io *io,
+                         struct raft_io_async_work *req,
                          raft_io_async_work_cb cb)
 {
     struct repl *r = outer_repl(io);
@@ -982,8 +998,11 @@ static struct send_group *group_new(struct repl *r,
 }
 
 /* Submit one part of g. */
-static int send_part(struct repl *r, struct send_group *g, uint64_t peer_id,
-                     const char *addr, struct repl_frame *f)
+static int send_part(struct repl *r,
+                     struct send_group *g,
+                     uint64_t peer_id,
+                     const char *addr,
+                     struct repl_frame *f)
 {
     struct send_req *s = tern_calloc(1, sizeof *s);
     int rv;
@@ -1010,7 +1029,9 @@ static void group_seal(struct repl *r, struct send_group *g)
     tern_list_push(&r->io.sends, &g->link);
 }
 
-int repl_io_send_frame(struct repl *r, uint64_t peer_id, const char *addr,
+int repl_io_send_frame(struct repl *r,
+                       uint64_t peer_id,
+                       const char *addr,
                        struct repl_frame *f)
 {
     struct send_group *g = group_new(r, NULL, NULL);
@@ -1034,8 +1055,10 @@ static int raft_code(int rv)
 
 /* Send an AppendEntries as parts that each fit max (see the top of the
  * file). Returns a RAFT_* code; on non-zero nothing was submitted. */
-static int send_append_entries(struct repl *r, struct send_group *g,
-                               const struct raft_message *m, size_t max)
+static int send_append_entries(struct repl *r,
+                               struct send_group *g,
+                               const struct raft_message *m,
+                               size_t max)
 {
     const struct raft_append_entries *a = &m->append_entries;
     unsigned off = 0;
@@ -1100,8 +1123,10 @@ static int send_append_entries(struct repl *r, struct send_group *g,
     return 0;
 }
 
-static int io_send(struct raft_io *io, struct raft_io_send *req,
-                   const struct raft_message *message, raft_io_send_cb cb)
+static int io_send(struct raft_io *io,
+                   struct raft_io_send *req,
+                   const struct raft_message *message,
+                   raft_io_send_cb cb)
 {
     struct repl *r = outer_repl(io);
     struct raft_message copy;
@@ -1117,8 +1142,8 @@ static int io_send(struct raft_io *io, struct raft_io_send *req,
     /* Stage stamps before the hand-off: a doorbell may let the peer run
      * before we do again. */
     if (m->type == RAFT_IO_APPEND_ENTRIES && m->append_entries.n_entries > 0) {
-        repl_lat_posted(r, m->append_entries.prev_log_index +
-                               m->append_entries.n_entries);
+        repl_lat_posted(
+            r, m->append_entries.prev_log_index + m->append_entries.n_entries);
     } else if (m->type == RAFT_IO_APPEND_ENTRIES_RESULT &&
                m->append_entries_result.rejected == 0) {
         repl_lat_f_post(r, m->append_entries_result.last_log_index);
@@ -1250,16 +1275,16 @@ void repl_xport_recv(void *arg, uint64_t from, const void *buf, size_t len)
         return;
     }
     switch (w.type) {
-        case REPL_WIRE_BULK_REQ:
-        case REPL_WIRE_BULK_DATA:
-            repl_bulk_on_frame(r, &w);
-            break;
-        case RAFT_IO_INSTALL_SNAPSHOT:
-            repl_bulk_on_install(r, &w);
-            break;
-        default:
-            repl_io_deliver(r, &w);
-            break;
+    case REPL_WIRE_BULK_REQ:
+    case REPL_WIRE_BULK_DATA:
+        repl_bulk_on_frame(r, &w);
+        break;
+    case RAFT_IO_INSTALL_SNAPSHOT:
+        repl_bulk_on_install(r, &w);
+        break;
+    default:
+        repl_io_deliver(r, &w);
+        break;
     }
 }
 

@@ -91,8 +91,7 @@ void repl_latency_record(struct repl_latency *l, uint64_t ns)
     l->buckets[bucket_of(ns)]++;
 }
 
-void repl_lat_stage(struct repl *r, unsigned stage, uint64_t from,
-                    uint64_t to)
+void repl_lat_stage(struct repl *r, unsigned stage, uint64_t from, uint64_t to)
 {
     if (from != 0 && to >= from) {
         repl_latency_record(&r->lat.stages[stage], to - from);
@@ -275,8 +274,9 @@ void repl_get_latency(struct repl *r, struct repl_latency *out, bool reset)
 }
 
 static const char *const stage_names[REPL_STAGE__COUNT] = {
-    "append_to_post", "post_to_result", "result_to_commit", "f_decode",
-    "f_core", "f_ack", "f_post", "f_total", "apply",
+    "append_to_post", "post_to_result", "result_to_commit",
+    "f_decode",       "f_core",         "f_ack",
+    "f_post",         "f_total",        "apply",
 };
 
 const char *repl_stage_name(unsigned stage)

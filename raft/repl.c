@@ -34,15 +34,16 @@
 
 #include "repl_int.h"
 
-#define REPL__DEFAULT_ET 150
-#define REPL__DEFAULT_HB 15
+#define REPL__DEFAULT_ET             150
+#define REPL__DEFAULT_HB             15
 #define REPL__DEFAULT_SNAPSHOT_BYTES ((uint64_t)64 << 20)
-#define REPL__DEFAULT_TRAILING 256
-#define REPL__ENTRY_THRESHOLD 64
+#define REPL__DEFAULT_TRAILING       256
+#define REPL__ENTRY_THRESHOLD        64
 #define REPL__INSTALL_TIMEOUT_MIN_MS 2000
-#define REPL__FRAME_OVERHEAD 1024
+#define REPL__FRAME_OVERHEAD         1024
 
-struct repl_proposal {
+struct repl_proposal
+{
     struct raft_apply req;
     struct repl *r;
     repl_propose_cb cb;
@@ -76,8 +77,8 @@ static void *heap_aligned_alloc(void *data, size_t alignment, size_t size)
 {
     (void)data;
     /* raft_uv's O_DIRECT buffers; freed only through heap_aligned_free. */
-    return aligned_alloc(alignment, (size + alignment - 1) / alignment *
-                                        alignment);
+    return aligned_alloc(alignment,
+                         (size + alignment - 1) / alignment * alignment);
 }
 static void heap_aligned_free(void *data, size_t alignment, void *p)
 {
@@ -109,12 +110,12 @@ void repl_install_heap(void)
 const char *repl_durability_name(enum repl_durability d)
 {
     switch (d) {
-        case REPL_DURABILITY_DISK:
-            return "disk";
-        case REPL_DURABILITY_MEMORY:
-            return "memory";
-        default:
-            return "unknown";
+    case REPL_DURABILITY_DISK:
+        return "disk";
+    case REPL_DURABILITY_MEMORY:
+        return "memory";
+    default:
+        return "unknown";
     }
 }
 
@@ -170,8 +171,7 @@ int repl_config_validate(struct repl_config *c, char *errmsg)
         const struct repl_peer *p = &c->peers[i];
         if (p->id == 0 || p->address == NULL || p->address[0] == '\0' ||
             strlen(p->address) > REPL_WIRE_ADDR_MAX) {
-            tern_errmsg_printf(errmsg, "repl: peer %u: bad id or address",
-                               i);
+            tern_errmsg_printf(errmsg, "repl: peer %u: bad id or address", i);
             return TERN_EINVAL;
         }
         for (unsigned j = 0; j < i; j++) {
@@ -207,14 +207,16 @@ int repl_config_validate(struct repl_config *c, char *errmsg)
 
 /* ---- dummy raft_uv transport ------------------------------------------- */
 
-struct dummy_transport {
+struct dummy_transport
+{
     struct raft_uv_transport t;
     uv_loop_t *loop;
     uv_timer_t timer;
     raft_uv_transport_close_cb cb;
 };
 
-static int dummy_init(struct raft_uv_transport *t, raft_id id,
+static int dummy_init(struct raft_uv_transport *t,
+                      raft_id id,
                       const char *address)
 {
     (void)t;
@@ -229,8 +231,10 @@ static int dummy_listen(struct raft_uv_transport *t, raft_uv_accept_cb cb)
     return 0;
 }
 static int dummy_connect(struct raft_uv_transport *t,
-                         struct raft_uv_connect *req, raft_id id,
-                         const char *address, raft_uv_connect_cb cb)
+                         struct raft_uv_connect *req,
+                         raft_id id,
+                         const char *address,
+                         raft_uv_connect_cb cb)
 {
     (void)t;
     (void)req;
@@ -277,11 +281,16 @@ static void free_repl(struct repl *r)
     tern_free(r);
 }
 
-static int create(uv_loop_t *loop, struct xport *x,
-                  const struct repl_config *cin, const struct repl_fsm *fsm,
-                  repl_state_cb state_cb, void *state_arg,
-                  struct raft_io *inner, bool own_inner,
-                  struct raft_uv_transport *dummy, struct repl **out,
+static int create(uv_loop_t *loop,
+                  struct xport *x,
+                  const struct repl_config *cin,
+                  const struct repl_fsm *fsm,
+                  repl_state_cb state_cb,
+                  void *state_arg,
+                  struct raft_io *inner,
+                  bool own_inner,
+                  struct raft_uv_transport *dummy,
+                  struct repl **out,
                   char *errmsg)
 {
     struct repl_config c = *cin;
@@ -338,7 +347,8 @@ static int create(uv_loop_t *loop, struct xport *x,
     repl_fsm_setup(r);
     rv = raft_init(&r->raft, &r->io.outer, &r->glue.raft_fsm, c.id, c.address);
     if (rv != 0) {
-        tern_errmsg_printf(errmsg, "repl: raft_init: %s", raft_errmsg(&r->raft));
+        tern_errmsg_printf(errmsg, "repl: raft_init: %s",
+                           raft_errmsg(&r->raft));
         rv = repl_err_from_raft(rv);
         goto err;
     }
@@ -349,8 +359,8 @@ static int create(uv_loop_t *loop, struct xport *x,
     raft_set_snapshot_threshold(&r->raft, REPL__ENTRY_THRESHOLD);
     raft_set_snapshot_trailing(&r->raft, c.snapshot_trailing);
     raft_set_install_snapshot_timeout(
-        &r->raft, TERN_MAX(REPL__INSTALL_TIMEOUT_MIN_MS,
-                           20 * c.election_timeout_ms));
+        &r->raft,
+        TERN_MAX(REPL__INSTALL_TIMEOUT_MIN_MS, 20 * c.election_timeout_ms));
     r->own_inner = own_inner;
     r->dummy_transport = dummy;
     *out = r;
@@ -364,18 +374,28 @@ err:
     return rv;
 }
 
-int repl_new_with_io(uv_loop_t *loop, struct xport *x,
-                     const struct repl_config *c, const struct repl_fsm *fsm,
-                     repl_state_cb state_cb, void *state_arg,
-                     struct raft_io *inner, struct repl **out, char *errmsg)
+int repl_new_with_io(uv_loop_t *loop,
+                     struct xport *x,
+                     const struct repl_config *c,
+                     const struct repl_fsm *fsm,
+                     repl_state_cb state_cb,
+                     void *state_arg,
+                     struct raft_io *inner,
+                     struct repl **out,
+                     char *errmsg)
 {
-    return create(loop, x, c, fsm, state_cb, state_arg, inner, false, NULL,
-                  out, errmsg);
+    return create(loop, x, c, fsm, state_cb, state_arg, inner, false, NULL, out,
+                  errmsg);
 }
 
-int repl_new(uv_loop_t *loop, struct xport *x, const struct repl_config *c,
-             const struct repl_fsm *fsm, repl_state_cb state_cb,
-             void *state_arg, struct repl **out, char *errmsg)
+int repl_new(uv_loop_t *loop,
+             struct xport *x,
+             const struct repl_config *c,
+             const struct repl_fsm *fsm,
+             repl_state_cb state_cb,
+             void *state_arg,
+             struct repl **out,
+             char *errmsg)
 {
     struct dummy_transport *d;
     struct raft_io *inner;
@@ -433,8 +453,8 @@ int repl_start(struct repl *r, char *errmsg)
 
     raft_configuration_init(&conf);
     for (unsigned i = 0; i < r->n_peers; i++) {
-        rv = raft_configuration_add(&conf, r->peers[i].id,
-                                    r->peers[i].address, RAFT_VOTER);
+        rv = raft_configuration_add(&conf, r->peers[i].id, r->peers[i].address,
+                                    RAFT_VOTER);
         if (rv != 0) {
             raft_configuration_close(&conf);
             tern_errmsg_printf(errmsg, "repl: configuration: %s",
@@ -473,8 +493,12 @@ static void apply_cb(struct raft_apply *req, int status, void *result)
     tern_free(p);
 }
 
-int repl_propose(struct repl *r, void *buf, size_t len, repl_propose_cb cb,
-                 void *data, uint64_t *index)
+int repl_propose(struct repl *r,
+                 void *buf,
+                 size_t len,
+                 repl_propose_cb cb,
+                 void *data,
+                 uint64_t *index)
 {
     struct repl_proposal *p;
     struct raft_buffer b;
@@ -526,18 +550,18 @@ void repl_get_status(struct repl *r, struct repl_status *out)
     repl_poll(r);
     out->id = r->id;
     switch (r->guard.role) {
-        case RAFT_FOLLOWER:
-            out->role = REPL_FOLLOWER;
-            break;
-        case RAFT_CANDIDATE:
-            out->role = REPL_CANDIDATE;
-            break;
-        case RAFT_LEADER:
-            out->role = REPL_LEADER;
-            break;
-        default:
-            out->role = REPL_UNAVAILABLE;
-            break;
+    case RAFT_FOLLOWER:
+        out->role = REPL_FOLLOWER;
+        break;
+    case RAFT_CANDIDATE:
+        out->role = REPL_CANDIDATE;
+        break;
+    case RAFT_LEADER:
+        out->role = REPL_LEADER;
+        break;
+    default:
+        out->role = REPL_UNAVAILABLE;
+        break;
     }
     out->leader_id = r->guard.leader_id;
     out->term = r->io.term;
@@ -554,7 +578,8 @@ void repl_get_status(struct repl *r, struct repl_status *out)
     out->disk_full_dropped = r->guard.ae_disk_full_dropped;
 }
 
-struct transfer_req {
+struct transfer_req
+{
     struct raft_transfer req;
     struct repl *r;
     uint64_t term;

@@ -28,40 +28,42 @@
 
 /* ---- io.c: the raft_io wrapper ----------------------------------------- */
 
-struct repl_term_run {
+struct repl_term_run
+{
     uint64_t index; /* first index of a run of entries with this term */
     uint64_t term;
 };
 
-struct repl_io_state {
-    struct raft_io outer;       /* what raft sees */
+struct repl_io_state
+{
+    struct raft_io outer; /* what raft sees */
     /* raft_io callbacks given to outer.start / outer.close. */
     raft_io_tick_cb tick_cb;
     raft_io_recv_cb recv_cb;
     raft_io_close_cb close_cb;
-    bool started;               /* io_start succeeded */
+    bool started; /* io_start succeeded */
 
     /* Durable-log tracking (top of io.c). */
-    uint64_t next_index;        /* index the next io->append starts at */
-    uint64_t durable_index;     /* last index durably stored */
-    uint64_t term;              /* durable current term (load/set_term) */
+    uint64_t next_index;    /* index the next io->append starts at */
+    uint64_t durable_index; /* last index durably stored */
+    uint64_t term;          /* durable current term (load/set_term) */
     struct repl_term_run *runs;
     size_t n_runs, cap_runs;
-    struct tern_list appends;   /* in-flight appends, submission order */
-    struct tern_list sends;     /* in-flight xport sends */
-    uint64_t snap_index;        /* latest durable snapshot (load/put) */
+    struct tern_list appends; /* in-flight appends, submission order */
+    struct tern_list sends;   /* in-flight xport sends */
+    uint64_t snap_index;      /* latest durable snapshot (load/put) */
     uint64_t snap_term;
-    uint64_t install_index;     /* snapshot_put(trailing=0) in flight */
+    uint64_t install_index; /* snapshot_put(trailing=0) in flight */
     uint64_t install_term;
 
     /* Fencing: the term the xport's epoch and fence were last set to (0:
      * not set yet, or the last attempt failed: retried on ticks). */
     uint64_t fenced_term;
-    uint64_t fence_errors;      /* stats: failed xport_set_epoch/fence */
+    uint64_t fence_errors; /* stats: failed xport_set_epoch/fence */
 
     /* Oversized AppendEntries split into parts. */
-    uint64_t ae_split;          /* stats: AppendEntries sent as >1 part */
-    uint64_t ae_parts;          /* stats: parts sent for those */
+    uint64_t ae_split; /* stats: AppendEntries sent as >1 part */
+    uint64_t ae_parts; /* stats: parts sent for those */
 
     /* Durability modes. acked_index: the last index whose append callback
      * raft got (what the core counts as stored, its last_stored): equal
@@ -69,26 +71,27 @@ struct repl_io_state {
      * The guards (guard.c) use acked_index; status.last_stored reports
      * durable_index. */
     uint64_t acked_index;
-    unsigned n_unacked;         /* appends whose raft cb has not fired */
-    struct tern_list unacked;   /* memory mode: those, submission order */
-    uv_idle_t idle;             /* memory mode: fires deferred acks */
+    unsigned n_unacked;       /* appends whose raft cb has not fired */
+    struct tern_list unacked; /* memory mode: those, submission order */
+    uv_idle_t idle;           /* memory mode: fires deferred acks */
     bool idle_init;
     bool idle_closed;
     /* Memory mode, follower ("Follower apply off the answer path"): the
      * commit index of the newest accepted AppendEntries, held back from
      * the core until its entries are acked and answered. index 0: nothing
      * held. */
-    struct {
-        uint64_t index;         /* the AppendEntries' last entry */
-        uint64_t term;          /* its term */
-        uint64_t commit;        /* its leader_commit (<= index) */
-        uint64_t gen;           /* truncate_gen after the append */
+    struct
+    {
+        uint64_t index;  /* the AppendEntries' last entry */
+        uint64_t term;   /* its term */
+        uint64_t commit; /* its leader_commit (<= index) */
+        uint64_t gen;    /* truncate_gen after the append */
         uint64_t leader_id;
         char leader_addr[REPL_WIRE_ADDR_MAX + 1];
     } hold;
-    bool quiet_results;         /* answers to our own heartbeat: not sent */
+    bool quiet_results;          /* answers to our own heartbeat: not sent */
     struct tern_list null_sends; /* those, completed by run_deferred */
-    uint64_t holds_delivered;   /* stats */
+    uint64_t holds_delivered;    /* stats */
     /* Memory mode: appends acked but not yet handed to the inner io
      * ("Coalesced inner writes"), submission order, their bytes, and the
      * timer that hands them over. */
@@ -96,7 +99,7 @@ struct repl_io_state {
     size_t inner_pending_bytes;
     uv_timer_t flush_timer;
     bool flush_timer_closed;
-    uint64_t inner_flushes;     /* stats: hand-overs of pending appends */
+    uint64_t inner_flushes; /* stats: hand-overs of pending appends */
 
     /* libraft 0.15 truncate/close race ("Close and truncate"): truncates
      * handed to the inner io, the newest of them known finished (an
@@ -104,12 +107,12 @@ struct repl_io_state {
      * holding the inner close back until that catches up. */
     uint64_t truncate_gen;
     uint64_t truncate_settled;
-    bool wait_truncate;         /* inner truncates may be in flight */
+    bool wait_truncate; /* inner truncates may be in flight */
     bool inner_close_deferred;
     bool inner_closed;
 
-    uint64_t bad_frames;        /* stats: undecodable or misaddressed */
-    uint64_t ticks_withheld;    /* stats: guard.c item 4 */
+    uint64_t bad_frames;     /* stats: undecodable or misaddressed */
+    uint64_t ticks_withheld; /* stats: guard.c item 4 */
 };
 
 /* ---- guard.c: role tracking, barrier, mitigations ----------------------- */
@@ -119,77 +122,83 @@ struct repl_barrier_req;
 /* Leader, per peer (same order as repl.peers): the highest index that
  * peer acknowledged in term, and whether its next AppendEntries must
  * report a failed send (guard.c item 10). */
-struct repl_peer_ack {
+struct repl_peer_ack
+{
     uint64_t term;
     uint64_t acked;
     bool probe;
 };
 
-struct repl_guard_state {
-    int role;                   /* RAFT_* state last polled */
+struct repl_guard_state
+{
+    int role; /* RAFT_* state last polled */
     uint64_t leader_id;
     uint64_t role_term;
-    bool writable;              /* barrier_applied && !transferring */
-    bool barrier_applied;       /* this term's barrier applied */
-    bool transferring;          /* repl_transfer in progress */
+    bool writable;                    /* barrier_applied && !transferring */
+    bool barrier_applied;             /* this term's barrier applied */
+    bool transferring;                /* repl_transfer in progress */
     struct repl_barrier_req *barrier; /* current term's barrier, if any */
-    uint64_t barrier_index;     /* b: first entry of the current term */
-    bool enabled;               /* Figure-8 guard on (tests may disable) */
-    bool hold_ticks;            /* #467 mitigation on (tests may disable) */
+    uint64_t barrier_index;           /* b: first entry of the current term */
+    bool enabled;    /* Figure-8 guard on (tests may disable) */
+    bool hold_ticks; /* #467 mitigation on (tests may disable) */
     struct repl_peer_ack *peer_acks;
-    uint64_t dropped;           /* stats: results neutralised (item 1) */
-    uint64_t vote_rewrites;     /* stats: RequestVote rewrites (#429) */
+    uint64_t dropped;       /* stats: results neutralised (item 1) */
+    uint64_t vote_rewrites; /* stats: RequestVote rewrites (#429) */
     uint64_t timeout_now_dropped;
-    uint64_t forced_probes;     /* stats: item 10 */
-    uint64_t ae_rebased;        /* stats: AppendEntries rebased (item 6) */
-    uint64_t ae_held_off;       /* stats: AppendEntries dropped during a
-                                   fetch or install (item 9) */
+    uint64_t forced_probes;        /* stats: item 10 */
+    uint64_t ae_rebased;           /* stats: AppendEntries rebased (item 6) */
+    uint64_t ae_held_off;          /* stats: AppendEntries dropped during a
+                                      fetch or install (item 9) */
     uint64_t ae_disk_full_dropped; /* stats: dropped for item 11 */
 };
 
 /* ---- fsm.c: the raft_fsm glue ------------------------------------------ */
 
-struct repl_fsm_glue {
-    struct raft_fsm raft_fsm;   /* what raft calls */
-    struct raft *core;          /* &repl.raft (tests may point it at a
-                                   raft_fixture server) */
-    uint64_t applied_bytes;     /* since the last snapshot */
-    int fsm_error;              /* last FSM apply/restore error (0: none) */
+struct repl_fsm_glue
+{
+    struct raft_fsm raft_fsm; /* what raft calls */
+    struct raft *core;        /* &repl.raft (tests may point it at a
+                                 raft_fixture server) */
+    uint64_t applied_bytes;   /* since the last snapshot */
+    int fsm_error;            /* last FSM apply/restore error (0: none) */
 };
 
 /* ---- bulk.c: bulk catch-up ---------------------------------------------- */
 
-struct repl_bulk_fetch {
+struct repl_bulk_fetch
+{
     bool active;
-    bool started;             /* range taken, requests sent (a fetch waits
-                                 for in-flight appends first, bulk.c) */
-    bool fetched;             /* bytes were written (stats) */
-    struct repl_wire held;    /* the InstallSnapshot waiting for its data */
+    bool started;          /* range taken, requests sent (a fetch waits
+                              for in-flight appends first, bulk.c) */
+    bool fetched;          /* bytes were written (stats) */
+    struct repl_wire held; /* the InstallSnapshot waiting for its data */
     uint64_t peer_id;
     char peer_addr[REPL_WIRE_ADDR_MAX + 1];
-    uint64_t next_pos;        /* next byte to write */
-    uint64_t next_req;        /* next byte to request */
+    uint64_t next_pos; /* next byte to write */
+    uint64_t next_req; /* next byte to request */
     uint64_t to;
-    unsigned in_flight;       /* requests outstanding */
-    unsigned retries;         /* stall re-requests since last progress */
+    unsigned in_flight; /* requests outstanding */
+    unsigned retries;   /* stall re-requests since last progress */
     uint64_t last_progress_ms;
 };
 
-struct repl_bulk_state {
+struct repl_bulk_state
+{
     struct repl_bulk_fetch fetch;
-    uint64_t chunk;             /* bytes per BULK_DATA */
-    unsigned window;            /* BULK_REQs in flight */
+    uint64_t chunk;  /* bytes per BULK_DATA */
+    unsigned window; /* BULK_REQs in flight */
     uint64_t stall_ms;
-    uint64_t rerequests;        /* stats: stall re-requests */
-    uint64_t completed;         /* stats: fetches delivered to raft */
-    uint64_t noop;              /* stats: installs delivered unfetched
-                                   (0.15 treats them as no-ops) */
+    uint64_t rerequests; /* stats: stall re-requests */
+    uint64_t completed;  /* stats: fetches delivered to raft */
+    uint64_t noop;       /* stats: installs delivered unfetched
+                            (0.15 treats them as no-ops) */
 };
 
 /* ---- latency.c: replication latency samples ----------------------------- */
 
 #define REPL_LAT_PENDING 1024
-struct repl_lat_pending {
+struct repl_lat_pending
+{
     uint64_t index; /* last index of a leader append */
     uint64_t t0_ns;
     uint64_t post_ns; /* first AppendEntries covering index posted */
@@ -197,7 +206,8 @@ struct repl_lat_pending {
 };
 /* Follower side of the stage breakdown: the newest AppendEntries with
  * entries, from its arrival to its result. */
-struct repl_lat_follower {
+struct repl_lat_follower
+{
     uint64_t index;     /* its last index; 0: none being timed */
     uint64_t recv_ns;   /* the xport delivered the frame */
     uint64_t core_ns;   /* decoded, handed to the core */
@@ -205,26 +215,28 @@ struct repl_lat_follower {
     uint64_t ack_ns;    /* raft's append callback fired */
 };
 
-struct repl_lat_state {
-    struct repl_latency total;  /* leader append -> commit */
-    unsigned recent_pos;        /* next slot of total.recent */
+struct repl_lat_state
+{
+    struct repl_latency total;        /* leader append -> commit */
+    unsigned recent_pos;              /* next slot of total.recent */
     struct repl_lat_pending *pending; /* ring, REPL_LAT_PENDING */
     unsigned head, n;
-    uint64_t (*now)(void);      /* monotonic ns; tests may replace it */
-    unsigned posted;            /* pending[head..+posted) have post_ns */
-    unsigned resulted;          /* pending[head..+resulted) have res_ns */
-    uint64_t recv_ns;           /* arrival time of the frame being decoded */
+    uint64_t (*now)(void); /* monotonic ns; tests may replace it */
+    unsigned posted;       /* pending[head..+posted) have post_ns */
+    unsigned resulted;     /* pending[head..+resulted) have res_ns */
+    uint64_t recv_ns;      /* arrival time of the frame being decoded */
     struct repl_lat_follower f;
     struct repl_latency stages[REPL_STAGE__COUNT];
 };
 
 /* ---- the replica -------------------------------------------------------- */
 
-struct repl {
+struct repl
+{
     /* repl.c: configuration (strings copied) and life cycle. */
     struct raft raft;
-    struct raft_io *inner;      /* disk: raft_uv or a test fake */
-    bool own_inner;             /* inner is our raft_uv (free at close) */
+    struct raft_io *inner; /* disk: raft_uv or a test fake */
+    bool own_inner;        /* inner is our raft_uv (free at close) */
     struct raft_uv_transport *dummy_transport;
     uv_loop_t *loop;
     struct xport *xport;
@@ -242,8 +254,8 @@ struct repl {
     struct repl_fsm fsm;
     repl_state_cb state_cb;
     void *state_arg;
-    bool disk_full;             /* repl_set_disk_full (guard.c item 11) */
-    bool closing;               /* repl_close called */
+    bool disk_full; /* repl_set_disk_full (guard.c item 11) */
+    bool closing;   /* repl_close called */
     struct tern_list proposals;
     void (*close_cb)(void *arg);
     void *close_arg;
@@ -270,7 +282,9 @@ void repl_io_close_sends(struct repl *r);
 uint64_t repl_io_term_of(const struct repl *r, uint64_t index);
 void repl_xport_recv(void *arg, uint64_t from, const void *buf, size_t len);
 /* Send an encoded frame (bulk side channel); cb-less. */
-int repl_io_send_frame(struct repl *r, uint64_t peer_id, const char *addr,
+int repl_io_send_frame(struct repl *r,
+                       uint64_t peer_id,
+                       const char *addr,
                        struct repl_frame *f);
 /* Deliver a decoded Raft message to the core and poll state afterwards. */
 void repl_io_deliver(struct repl *r, struct repl_wire *w);
@@ -365,8 +379,7 @@ void repl_lat_f_append(struct repl *r);
 void repl_lat_f_ack(struct repl *r, uint64_t last);
 void repl_lat_f_post(struct repl *r, uint64_t last);
 /* Add to-from (monotonic ns; skipped if from is 0) to a stage. */
-void repl_lat_stage(struct repl *r, unsigned stage, uint64_t from,
-                    uint64_t to);
+void repl_lat_stage(struct repl *r, unsigned stage, uint64_t from, uint64_t to);
 /* The monotonic clock of the samples, 0 if none is set (tests). */
 uint64_t repl_lat_now(struct repl *r);
 
@@ -375,10 +388,15 @@ uint64_t repl_lat_now(struct repl *r);
 /* Create a replica over a caller-provided inner (disk) io (repl.c). The
  * inner io must be initialised (not raft_init'ed); it is borrowed and must
  * outlive the repl. loop may be NULL. */
-int repl_new_with_io(uv_loop_t *loop, struct xport *x,
-                     const struct repl_config *c, const struct repl_fsm *fsm,
-                     repl_state_cb state_cb, void *state_arg,
-                     struct raft_io *inner, struct repl **out, char *errmsg);
+int repl_new_with_io(uv_loop_t *loop,
+                     struct xport *x,
+                     const struct repl_config *c,
+                     const struct repl_fsm *fsm,
+                     repl_state_cb state_cb,
+                     void *state_arg,
+                     struct raft_io *inner,
+                     struct repl **out,
+                     char *errmsg);
 /* Install tern's allocator as libraft's heap, once (repl.c). */
 void repl_install_heap(void);
 struct raft *repl_raft(struct repl *r);

@@ -12,7 +12,10 @@
 
 /* ---- test FSM ----------------------------------------------------------- */
 
-static void buf_put(uint8_t **b, size_t *len, size_t *cap, const void *p,
+static void buf_put(uint8_t **b,
+                    size_t *len,
+                    size_t *cap,
+                    const void *p,
                     size_t n)
 {
     if (n == 0) {
@@ -73,7 +76,9 @@ static int fsm_apply(void *arg, uint64_t index, const void *buf, size_t len)
     return 0;
 }
 
-static int fsm_snapshot(void *arg, uint64_t last_applied, void **manifest,
+static int fsm_snapshot(void *arg,
+                        uint64_t last_applied,
+                        void **manifest,
                         size_t *len)
 {
     struct cnode *n = arg;
@@ -117,8 +122,11 @@ static int fsm_restore(void *arg, const void *manifest, size_t len)
     return 0;
 }
 
-static int fsm_bulk_range(void *arg, const void *manifest, size_t len,
-                          uint64_t *from, uint64_t *to)
+static int fsm_bulk_range(void *arg,
+                          const void *manifest,
+                          size_t len,
+                          uint64_t *from,
+                          uint64_t *to)
 {
     struct cnode *n = arg;
     if (len != 16) {
@@ -139,7 +147,10 @@ static int fsm_bulk_range(void *arg, const void *manifest, size_t len,
     return 0;
 }
 
-static int fsm_bulk_read(void *arg, uint64_t pos, void *buf, size_t cap,
+static int fsm_bulk_read(void *arg,
+                         uint64_t pos,
+                         void *buf,
+                         size_t cap,
                          size_t *out)
 {
     struct cnode *n = arg;
@@ -172,8 +183,11 @@ static int fsm_bulk_write(void *arg, uint64_t pos, const void *buf, size_t len)
     return 0;
 }
 
-static void state_cb(void *arg, enum repl_role role, uint64_t leader,
-                     uint64_t term, bool writable)
+static void state_cb(void *arg,
+                     enum repl_role role,
+                     uint64_t leader,
+                     uint64_t term,
+                     bool writable)
 {
     struct cnode *n = arg;
     n->role = role;
@@ -240,8 +254,7 @@ void cluster_start(struct cluster *c, unsigned i)
     cr_assert_eq(xport_mem_new(c->net, nd->id, &nd->x), 0);
     nd->tx = NULL;
     if (c->use_txport) {
-        cr_assert_eq(txport_new(nd->x, c->max_message, c->fencing, &nd->tx),
-                     0);
+        cr_assert_eq(txport_new(nd->x, c->max_message, c->fencing, &nd->tx), 0);
         nd->x = &nd->tx->base;
     }
     rv = repl_new_with_io(NULL, nd->x, &cfg, &fsm, state_cb, nd, &nd->io->io,
@@ -336,7 +349,9 @@ void cluster_step(struct cluster *c)
     }
 }
 
-bool cluster_step_until(struct cluster *c, cluster_pred pred, void *arg,
+bool cluster_step_until(struct cluster *c,
+                        cluster_pred pred,
+                        void *arg,
                         unsigned max_steps)
 {
     for (unsigned s = 0; s < max_steps; s++) {
@@ -369,8 +384,11 @@ int cluster_leader(struct cluster *c)
     return -1;
 }
 
-int cluster_propose(struct cluster *c, unsigned i, const void *payload,
-                    size_t len, uint64_t *index)
+int cluster_propose(struct cluster *c,
+                    unsigned i,
+                    const void *payload,
+                    size_t len,
+                    uint64_t *index)
 {
     size_t padded = (len + 7) & ~(size_t)7; /* repl_propose: multiple of 8 */
     void *buf = tern_calloc(1, padded);
@@ -470,8 +488,12 @@ int cluster_other(struct cluster *c, int a, int b)
     return -1;
 }
 
-void cluster_propose_n(struct cluster *c, unsigned l, unsigned n, size_t size,
-                       uint64_t tag, uint64_t *last)
+void cluster_propose_n(struct cluster *c,
+                       unsigned l,
+                       unsigned n,
+                       size_t size,
+                       uint64_t tag,
+                       uint64_t *last)
 {
     uint8_t buf[1024];
     cr_assert(size >= 16 && size <= sizeof buf);
@@ -483,8 +505,12 @@ void cluster_propose_n(struct cluster *c, unsigned l, unsigned n, size_t size,
     }
 }
 
-void cluster_propose_applied(struct cluster *c, unsigned l, unsigned n,
-                             size_t size, uint64_t tag, uint64_t *last)
+void cluster_propose_applied(struct cluster *c,
+                             unsigned l,
+                             unsigned n,
+                             size_t size,
+                             uint64_t tag,
+                             uint64_t *last)
 {
     cluster_propose_n(c, l, n, size, tag, last);
     cr_assert(cluster_step_until(c, pred_all_applied, last, CLUSTER_STEPS));

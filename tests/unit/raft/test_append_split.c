@@ -76,8 +76,7 @@ Test(append_split, lagging_follower_catches_up_through_split_append_entries)
         for (uint64_t i = ld->start; i <= fake_disk_last_index(ld); i++) {
             const struct fake_entry *a = fake_disk_get(ld, i);
             const struct fake_entry *b = fake_disk_get(fd, i);
-            cr_assert_not_null(b, "index %llu missing",
-                               (unsigned long long)i);
+            cr_assert_not_null(b, "index %llu missing", (unsigned long long)i);
             cr_assert_eq(a->term, b->term);
             cr_assert_eq(a->type, b->type);
             cr_assert_eq(a->len, b->len);

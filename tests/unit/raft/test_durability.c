@@ -22,7 +22,8 @@ static struct cluster cl;
 /* Returns the leader's commit index after proposing 3 entries with every
  * disk frozen; *last is the last proposed index. */
 static uint64_t commit_with_frozen_disks(enum repl_durability d,
-                                         uint64_t *last, int *leader)
+                                         uint64_t *last,
+                                         int *leader)
 {
     struct repl_status st;
     uint64_t prev = 0;
@@ -86,8 +87,7 @@ Test(durability, disk_mode_does_not_commit_before_the_disks)
 {
     uint64_t last = 0;
     int l;
-    uint64_t commit =
-        commit_with_frozen_disks(REPL_DURABILITY_DISK, &last, &l);
+    uint64_t commit = commit_with_frozen_disks(REPL_DURABILITY_DISK, &last, &l);
     cr_expect_lt(commit, last, "disk mode: nothing commits from memory");
     cr_expect_eq(cl.nodes[l].n_applied, 2);
     cluster_freeze_all(&cl, false);
@@ -95,7 +95,8 @@ Test(durability, disk_mode_does_not_commit_before_the_disks)
     cluster_fini(&cl);
 }
 
-struct ack {
+struct ack
+{
     int calls;
     int status;
 };
@@ -129,8 +130,7 @@ static uint64_t acked_in_memory_only(int *leader)
     cr_assert_eq(a.calls, 1);
     cr_assert_eq(a.status, 0, "acknowledged to the client");
     for (unsigned i = 0; i < cl.n; i++) {
-        cr_assert_null(fake_disk_get(&cl.nodes[i].disk, idx),
-                       "on no disk yet");
+        cr_assert_null(fake_disk_get(&cl.nodes[i].disk, idx), "on no disk yet");
     }
     *leader = l;
     return idx;
@@ -274,9 +274,8 @@ Test(durability, memory_mode_inner_writes_follow_the_acks_in_order)
     for (uint64_t i = last - 2; i <= last; i++) {
         const struct fake_entry *e = fake_disk_get(&cl.nodes[l].disk, i);
         cr_assert_not_null(e);
-        cr_expect_eq(tern_get_u64((const uint8_t *)e->buf + 8),
-                     i - (last - 2), "index %llu in order",
-                     (unsigned long long)i);
+        cr_expect_eq(tern_get_u64((const uint8_t *)e->buf + 8), i - (last - 2),
+                     "index %llu in order", (unsigned long long)i);
     }
     repl_get_status(cl.nodes[l].repl, &st);
     cr_expect_eq(st.last_stored, last);
@@ -318,8 +317,8 @@ Test(durability, memory_mode_truncate_hands_pending_appends_over_first)
         e[k].buf.base = payload[k];
         e[k].buf.len = sizeof payload[k];
         req[k].data = (void *)(intptr_t)(k + 1);
-        cr_assert_eq(r->io.outer.append(&r->io.outer, &req[k], &e[k], 1, order_cb),
-                     0);
+        cr_assert_eq(
+            r->io.outer.append(&r->io.outer, &req[k], &e[k], 1, order_cb), 0);
     }
     cr_expect_eq(io_cb_n, 0, "never inside append");
     cr_expect_eq(fake_io_pending(cl.nodes[f].io), 0);
@@ -372,8 +371,8 @@ Test(durability, memory_mode_failed_hand_over_fail_stops)
         e[k].type = RAFT_COMMAND;
         e[k].buf.base = payload[k];
         e[k].buf.len = sizeof payload[k];
-        cr_assert_eq(r->io.outer.append(&r->io.outer, &req[k], &e[k], 1, dead_cb),
-                     0);
+        cr_assert_eq(
+            r->io.outer.append(&r->io.outer, &req[k], &e[k], 1, dead_cb), 0);
     }
     cl.nodes[f].io->fail_next_submit = RAFT_IOERR;
     cr_assert_eq(r->io.outer.truncate(&r->io.outer, r->io.next_index), 0);

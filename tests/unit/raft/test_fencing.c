@@ -42,15 +42,16 @@ static void check_fence_log(struct cnode *nd)
         cr_expect_geq(t->events[k].value, prev);
         prev = t->events[k].value;
     }
-    cr_expect_eq(t->epoch, nd->disk.term, "node %u epoch %llu term %llu",
-                 nd->i, (unsigned long long)t->epoch,
+    cr_expect_eq(t->epoch, nd->disk.term, "node %u epoch %llu term %llu", nd->i,
+                 (unsigned long long)t->epoch,
                  (unsigned long long)nd->disk.term);
     cr_expect_eq(t->fence, nd->disk.term);
     cr_expect_eq(status_term(nd), nd->disk.term);
     cr_expect_gt(t->raft_sent, 0);
-    cr_expect_eq(t->stamp_errors, 0, "node %u: %llu frames sent before the "
-                 "epoch/fence reached their term", nd->i,
-                 (unsigned long long)t->stamp_errors);
+    cr_expect_eq(t->stamp_errors, 0,
+                 "node %u: %llu frames sent before the "
+                 "epoch/fence reached their term",
+                 nd->i, (unsigned long long)t->stamp_errors);
 }
 
 Test(fencing, fence_follows_every_term_change)
@@ -118,7 +119,8 @@ Test(fencing, fence_refuses_deposed_leader_late_writes)
     cluster_steps(&cl, 5);
     cluster_isolate(&cl, (unsigned)l, true);
     cr_assert(cluster_step_until(&cl, pred_new_leader, &l, STEPS));
-    cr_expect_eq(cl.nodes[l].disk.term, old_term, "the old leader learned "
+    cr_expect_eq(cl.nodes[l].disk.term, old_term,
+                 "the old leader learned "
                  "nothing");
     for (unsigned i = 0; i < n; i++) {
         fenced_before[i] = cl.nodes[i].tx->fenced;
@@ -130,8 +132,7 @@ Test(fencing, fence_refuses_deposed_leader_late_writes)
     cluster_isolate(&cl, (unsigned)l, false);
     cl.nodes[l].tx->hold = false;
     txport_release(cl.nodes[l].tx);
-    cr_assert_gt(xport_mem_net_deliver(cl.net, cl.nodes[l].id, 0, SIZE_MAX),
-                 0);
+    cr_assert_gt(xport_mem_net_deliver(cl.net, cl.nodes[l].id, 0, SIZE_MAX), 0);
     for (unsigned i = 0; i < n; i++) {
         bool saw_x = false;
         if ((int)i == l) {
@@ -153,8 +154,7 @@ Test(fencing, fence_refuses_deposed_leader_late_writes)
         uint8_t y[16] = "after";
         int l2 = cluster_writable_leader(&cl);
         cr_assert(l2 >= 0 && l2 != l);
-        cr_assert_eq(cluster_propose(&cl, (unsigned)l2, y, sizeof y, &last),
-                     0);
+        cr_assert_eq(cluster_propose(&cl, (unsigned)l2, y, sizeof y, &last), 0);
         cr_assert(cluster_step_until(&cl, pred_all_applied, &last, STEPS));
     }
     for (unsigned i = 0; i < cl.n; i++) {
@@ -185,7 +185,7 @@ Test(fencing, fence_set_failure_is_retried_on_tick)
     cr_expect_eq(cl.nodes[f].repl->io.fenced_term, cl.nodes[f].disk.term);
     cr_expect_eq(cl.nodes[f].tx->epoch, cl.nodes[f].disk.term);
     cr_expect_eq(cl.nodes[f].tx->fence, cl.nodes[f].disk.term);
-    cluster_propose_applied(&cl, (unsigned)cluster_writable_leader(&cl), 3, 32, 1,
-                    &last);
+    cluster_propose_applied(&cl, (unsigned)cluster_writable_leader(&cl), 3, 32,
+                            1, &last);
     cluster_fini(&cl);
 }

@@ -11,10 +11,11 @@
 
 #include "repl_int.h"
 
-#define N 3
+#define N         3
 #define MAX_INDEX 8192
 
-struct counter {
+struct counter
+{
     uint64_t sum;
     uint64_t applied_index;
     uint64_t n_applied;
@@ -51,7 +52,9 @@ static int c_apply(void *arg, uint64_t index, const void *buf, size_t len)
     return 0;
 }
 
-static int c_snapshot(void *arg, uint64_t last_applied, void **manifest,
+static int c_snapshot(void *arg,
+                      uint64_t last_applied,
+                      void **manifest,
                       size_t *len)
 {
     struct counter *c = arg;

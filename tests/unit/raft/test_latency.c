@@ -60,8 +60,7 @@ Test(latency, leader_append_to_commit)
     /* More samples: one per proposal, oldest first; quantiles bracket. */
     for (unsigned k = 0; k < 100; k++) {
         cluster_propose_n(&cl, (unsigned)l, 1, 32, 2, &idx);
-        cr_assert(cluster_step_until(&cl, pred_leader_committed, &idx,
-                                     STEPS));
+        cr_assert(cluster_step_until(&cl, pred_leader_committed, &idx, STEPS));
     }
     repl_get_latency(cl.nodes[l].repl, &lat, true);
     cr_expect_eq(lat.count, 101);
