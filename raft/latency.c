@@ -98,8 +98,6 @@ void repl_lat_stage(struct repl *r, unsigned stage, uint64_t from, uint64_t to)
     }
 }
 
-#define stage_add repl_lat_stage
-
 static void sample(struct repl *r, uint64_t ns)
 {
     struct repl_latency *l = &r->lat.total;
@@ -203,11 +201,11 @@ void repl_lat_f_post(struct repl *r, uint64_t last)
         return;
     }
     now = r->lat.now();
-    stage_add(r, REPL_STAGE_F_DECODE, f->recv_ns, f->core_ns);
-    stage_add(r, REPL_STAGE_F_CORE, f->core_ns, f->append_ns);
-    stage_add(r, REPL_STAGE_F_ACK, f->append_ns, f->ack_ns);
-    stage_add(r, REPL_STAGE_F_POST, f->ack_ns, now);
-    stage_add(r, REPL_STAGE_F_TOTAL, f->recv_ns, now);
+    repl_lat_stage(r, REPL_STAGE_F_DECODE, f->recv_ns, f->core_ns);
+    repl_lat_stage(r, REPL_STAGE_F_CORE, f->core_ns, f->append_ns);
+    repl_lat_stage(r, REPL_STAGE_F_ACK, f->append_ns, f->ack_ns);
+    repl_lat_stage(r, REPL_STAGE_F_POST, f->ack_ns, now);
+    repl_lat_stage(r, REPL_STAGE_F_TOTAL, f->recv_ns, now);
     f->index = 0;
 }
 
@@ -224,10 +222,10 @@ void repl_lat_poll(struct repl *r)
             now = r->lat.now();
         }
         sample(r, now >= p->t0_ns ? now - p->t0_ns : 0);
-        stage_add(r, REPL_STAGE_APPEND_TO_POST, p->t0_ns, p->post_ns);
-        stage_add(r, REPL_STAGE_POST_TO_RESULT, p->post_ns, p->res_ns);
-        stage_add(r, REPL_STAGE_RESULT_TO_COMMIT, p->res_ns,
-                  p->res_ns != 0 ? now : 0);
+        repl_lat_stage(r, REPL_STAGE_APPEND_TO_POST, p->t0_ns, p->post_ns);
+        repl_lat_stage(r, REPL_STAGE_POST_TO_RESULT, p->post_ns, p->res_ns);
+        repl_lat_stage(r, REPL_STAGE_RESULT_TO_COMMIT, p->res_ns,
+                       p->res_ns != 0 ? now : 0);
         r->lat.head = (r->lat.head + 1) % REPL_LAT_PENDING;
         r->lat.n--;
         if (r->lat.posted > 0) {

@@ -202,7 +202,7 @@ Test(fixture, byte_threshold_snapshots_and_restore_after_kill)
 {
     raft_index last;
     unsigned l, victim;
-    setup(8 * 100); /* a snapshot every 100 applied 8-byte entries */
+    setup((uint64_t)8 * 100); /* a snapshot every 100 applied 8-byte entries */
     raft_fixture_elect(&f, 0);
     l = raft_fixture_leader_index(&f);
     victim = (l + 1) % N;
