@@ -28,8 +28,8 @@
  * append failures badly (#466, 0cac59c), so the node stops taking part
  * (drops all messages) and reports REPL_UNAVAILABLE; node/ restarts it.
  *
- * Fencing. The xport's epoch (stamped on what we write)
- * and fence (writes stamped below it are refused) follow the Raft term:
+ * Fencing. The xport's epoch (stamped on what we write) and fence (writes
+ * stamped below it are refused) follow the Raft term:
  * both are set to the term loaded at start (io_load, before io_start, so
  * before anything is sent or received) and to every new term right after
  * the inner set_term made it durable and before we return to raft, i.e.
@@ -45,8 +45,8 @@
  * nodes' messages (heartbeats, RequestVotes), learn the term from them
  * and then get through.
  *
- * Oversized AppendEntries. libraft 0.15 sends every entry
- * from next_index in one message. send() splits it into parts that each
+ * Oversized AppendEntries. libraft 0.15 sends every entry from next_index
+ * in one message. send() splits it into parts that each
  * fit xport_max_message: part k carries entries [s_k, s_{k+1}), with
  * prev_log_index = original prev + s_k and prev_log_term = the term of
  * entries[s_k - 1] (the original prev term for the first part), and
@@ -59,8 +59,8 @@
  * complete and raft's cb gets RAFT_NOCONNECTION (the follower goes to
  * probe; what it received is a valid prefix).
  *
- * Durability modes (semantics in repl.h). Disk mode: raft's
- * append cb fires from the inner completion. Memory mode: the append goes
+ * Durability modes (semantics in repl.h). Disk mode: raft's append cb
+ * fires from the inner completion. Memory mode: the append goes
  * to the inner io at once (same order, so raft_uv's own ordering of
  * appends, truncates and snapshot installs is untouched) and raft's cb is
  * deferred (never inside append) and fired in submission order with

@@ -5,12 +5,14 @@
  * file (the others read it, or call a function of the owner); tests may
  * poke fields directly. The wire codec has its own header (repl_codec.h).
  *
- * Call order between the files (a file calls only those after it, except
- * inside the cycle): repl.c (public API, life cycle) -> {io.c, guard.c,
- * bulk.c, fsm.c, fail.c} -> latency.c, codec.c. The five in braces call each
- * other: io.c hands frames to guard.c and bulk.c, which deliver through
- * io.c and read its log tracking; fail.c's fail-stop aborts a bulk fetch
- * and polls the role (guard.c), and every one of them can fail-stop.
+ * Calls between the files: repl.c (public API, life cycle) calls the
+ * others and none calls it; latency.c and codec.c call none of the others.
+ * io.c, guard.c, bulk.c, fsm.c and fail.c call each other: io.c filters
+ * messages through guard.c and hands InstallSnapshot and bulk frames to
+ * bulk.c, which delivers through io.c; guard.c and bulk.c read io.c's term
+ * runs; fsm.c and bulk.c share the start-up restore; each of them can
+ * fail-stop (fail.c), which aborts a bulk fetch and polls the role
+ * (guard.c).
  */
 #ifndef TERN_REPL_INT_H
 #define TERN_REPL_INT_H
