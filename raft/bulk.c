@@ -11,8 +11,8 @@
  *   InstallSnapshot(manifest) arrives, held
  *   bulk_range(manifest) -> [from, to)
  *   BULK_REQ {snap, pos, len<=chunk} x window ->
- *                                     <- BULK_DATA {snap, pos, bytes} (bulk_read)
- *   bulk_write(pos, bytes); more BULK_REQs
+ *                                     <- BULK_DATA {snap, pos, bytes}
+ * (bulk_read) bulk_write(pos, bytes); more BULK_REQs
  *   ... pos == to: deliver the held InstallSnapshot to libraft, which
  *   persists it (snapshot_put) and calls restore(manifest).
  *
@@ -65,7 +65,7 @@
  * index/, rather than at the abort (needs no new repl_fsm callback, and a
  * prompt resend still reuses the bytes) or staging outside the log.
  *
- * Start-up restore from a peer (storage damage, issue 4): libraft 0.15
+ * Start-up restore from a peer (storage damage): libraft 0.15
  * restores the node's latest snapshot inside raft_start. If the FSM lacks
  * bytes that snapshot covers (index/ cut its commit log at a damaged
  * record, and the raft log no longer holds those entries), fsm.c defers
@@ -93,6 +93,16 @@
 #include "repl_int.h"
 
 #define BULK__MAX_RETRIES 3
+#define BULK__CHUNK       ((uint64_t)1 << 20)
+#define BULK__WINDOW      4
+#define BULK__STALL_MS    5000
+
+void repl_bulk_setup(struct repl *r)
+{
+    r->bulk.chunk = BULK__CHUNK;
+    r->bulk.window = BULK__WINDOW;
+    r->bulk.stall_ms = BULK__STALL_MS;
+}
 
 static uint64_t now_ms(struct repl *r)
 {
@@ -102,7 +112,7 @@ static uint64_t now_ms(struct repl *r)
 /* The fetch is a start-up restore (see top), not a held InstallSnapshot. */
 static bool is_local(const struct repl *r)
 {
-    return r->fetch.active && r->fetch.held.sender_id == r->id;
+    return r->bulk.fetch.active && r->bulk.fetch.held.sender_id == r->id;
 }
 
 bool repl_bulk_restore_pending(const struct repl *r)
@@ -113,7 +123,7 @@ bool repl_bulk_restore_pending(const struct repl *r)
 /* The peer after the current one (never ourselves), for a local fetch. */
 static void next_peer(struct repl *r)
 {
-    struct repl_bulk_fetch *f = &r->fetch;
+    struct repl_bulk_fetch *f = &r->bulk.fetch;
     unsigned cur = r->n_peers;
     for (unsigned i = 0; i < r->n_peers; i++) {
         if (r->peers[i].id == f->peer_id) {
@@ -124,8 +134,7 @@ static void next_peer(struct repl *r)
         const struct repl_peer *p = &r->peers[(cur + k) % r->n_peers];
         if (p->id != r->id) {
             f->peer_id = p->id;
-            (void)snprintf(f->peer_addr, sizeof f->peer_addr, "%s",
-                           p->address);
+            (void)snprintf(f->peer_addr, sizeof f->peer_addr, "%s", p->address);
             return;
         }
     }
@@ -135,7 +144,7 @@ static void next_peer(struct repl *r)
  * next tick. */
 static void local_retry(struct repl *r)
 {
-    struct repl_bulk_fetch *f = &r->fetch;
+    struct repl_bulk_fetch *f = &r->bulk.fetch;
     next_peer(r);
     f->started = false;
     f->in_flight = 0;
@@ -156,7 +165,7 @@ static void give_up(struct repl *r)
 
 int repl_bulk_restore_later(struct repl *r, struct raft_buffer *manifest)
 {
-    struct repl_bulk_fetch *f = &r->fetch;
+    struct repl_bulk_fetch *f = &r->bulk.fetch;
     if (r->fsm.bulk_range == NULL || r->n_peers < 2 || f->active) {
         return TERN_EINVAL;
     }
@@ -167,8 +176,8 @@ int repl_bulk_restore_later(struct repl *r, struct raft_buffer *manifest)
     (void)snprintf(f->held.sender_addr, sizeof f->held.sender_addr, "%s",
                    r->address);
     raft_configuration_init(&f->held.msg.install_snapshot.conf);
-    f->held.msg.install_snapshot.last_index = r->snap_index;
-    f->held.msg.install_snapshot.last_term = r->snap_term;
+    f->held.msg.install_snapshot.last_index = r->io.snap_index;
+    f->held.msg.install_snapshot.last_term = r->io.snap_term;
     f->held.msg.install_snapshot.data = *manifest; /* ours from here */
     f->peer_id = r->id;
     next_peer(r);
@@ -179,7 +188,7 @@ int repl_bulk_restore_later(struct repl *r, struct raft_buffer *manifest)
 /* A complete local fetch: restore the manifest into the FSM ourselves. */
 static void finish_local(struct repl *r)
 {
-    struct repl_bulk_fetch *f = &r->fetch;
+    struct repl_bulk_fetch *f = &r->bulk.fetch;
     const struct raft_buffer *m = &f->held.msg.install_snapshot.data;
     int rv = r->fsm.restore(r->fsm.arg, m->base, m->len);
     if (rv == TERN_ECORRUPT) {
@@ -187,36 +196,35 @@ static void finish_local(struct repl *r)
         return;
     }
     if (rv != 0) {
-        r->fsm_error = rv;
-        repl_fail(r, rv); /* releases the fetch */
+        repl_fsm_fail(r, rv); /* releases the fetch */
         return;
     }
     if (f->fetched) {
-        r->bulk_completed++;
+        r->bulk.completed++;
     }
-    r->applied_bytes = 0;
+    repl_fsm_restored(r);
     repl_wire_release(&f->held);
     f->active = false;
 }
 
 void repl_bulk_abort(struct repl *r)
 {
-    if (r->fetch.active) {
-        repl_wire_release(&r->fetch.held);
-        r->fetch.active = false;
+    if (r->bulk.fetch.active) {
+        repl_wire_release(&r->bulk.fetch.held);
+        r->bulk.fetch.active = false;
     }
 }
 
 static void send_requests(struct repl *r)
 {
-    struct repl_bulk_fetch *f = &r->fetch;
-    while (f->in_flight < r->bulk_window && f->next_req < f->to) {
+    struct repl_bulk_fetch *f = &r->bulk.fetch;
+    while (f->in_flight < r->bulk.window && f->next_req < f->to) {
         struct repl_bulk_msg b = {0};
         struct repl_frame fr;
         int rv;
         b.snap_index = f->held.msg.install_snapshot.last_index;
         b.pos = f->next_req;
-        b.len = TERN_MIN(r->bulk_chunk, f->to - f->next_req);
+        b.len = TERN_MIN(r->bulk.chunk, f->to - f->next_req);
         if (repl_codec_encode_bulk(r->id, r->address, REPL_WIRE_BULK_REQ, &b,
                                    &fr) != 0) {
             return;
@@ -242,7 +250,7 @@ static bool core_busy(const struct repl *r)
 
 static void finish(struct repl *r)
 {
-    struct repl_wire held = r->fetch.held;
+    struct repl_wire held = r->bulk.fetch.held;
     if (is_local(r)) {
         finish_local(r);
         return;
@@ -250,9 +258,9 @@ static void finish(struct repl *r)
     if (core_busy(r)) {
         return; /* held; retried on the next tick */
     }
-    r->fetch.active = false;
-    if (r->fetch.fetched) {
-        r->bulk_completed++;
+    r->bulk.fetch.active = false;
+    if (r->bulk.fetch.fetched) {
+        r->bulk.completed++;
     }
     held.msg.server_address = held.sender_addr;
     repl_io_deliver(r, &held);
@@ -261,7 +269,7 @@ static void finish(struct repl *r)
 /* Hold w as a complete fetch (nothing to fetch) until finish delivers it. */
 static void hold_complete(struct repl *r, struct repl_wire *w)
 {
-    struct repl_bulk_fetch *f = &r->fetch;
+    struct repl_bulk_fetch *f = &r->bulk.fetch;
     memset(f, 0, sizeof *f);
     f->active = true;
     f->started = true;
@@ -281,7 +289,7 @@ static bool install_is_noop(const struct repl *r,
                             const struct raft_install_snapshot *s)
 {
     uint64_t t;
-    if (r->snap_index != 0 && r->snap_index >= s->last_index) {
+    if (r->io.snap_index != 0 && r->io.snap_index >= s->last_index) {
         return true;
     }
     t = repl_io_term_of(r, s->last_index);
@@ -293,17 +301,17 @@ static bool install_is_noop(const struct repl *r,
  * libraft (through finish: rule 4). */
 static void fetch_start(struct repl *r)
 {
-    struct repl_bulk_fetch *f = &r->fetch;
+    struct repl_bulk_fetch *f = &r->bulk.fetch;
     const struct raft_install_snapshot *s = &f->held.msg.install_snapshot;
     uint64_t from = 0, to = 0;
-    if (!f->active || f->started || r->n_unacked != 0) {
+    if (!f->active || f->started || r->io.n_unacked != 0) {
         return;
     }
-    if (r->fsm.bulk_range(r->fsm.arg, s->data.base, s->data.len, &from,
-                          &to) != 0) {
+    if (r->fsm.bulk_range(r->fsm.arg, s->data.base, s->data.len, &from, &to) !=
+        0) {
         if (is_local(r)) {
-            r->fsm_error = TERN_EMALFORMED;
-            repl_fail(r, TERN_EMALFORMED); /* our own snapshot is unusable */
+            repl_fsm_fail(r, TERN_EMALFORMED); /* our own snapshot is
+                                                  unusable */
             return;
         }
         repl_bulk_abort(r);
@@ -325,10 +333,10 @@ static void fetch_start(struct repl *r)
 
 void repl_bulk_on_install(struct repl *r, struct repl_wire *w)
 {
-    struct repl_bulk_fetch *f = &r->fetch;
+    struct repl_bulk_fetch *f = &r->bulk.fetch;
     const struct raft_install_snapshot *s = &w->msg.install_snapshot;
 
-    if (r->install_index != 0) {
+    if (r->io.install_index != 0) {
         repl_wire_release(w); /* an install is still being persisted */
         return;
     }
@@ -336,12 +344,13 @@ void repl_bulk_on_install(struct repl *r, struct repl_wire *w)
         repl_io_deliver(r, w);
         return;
     }
-    if (is_local(r) && s->last_index <= f->held.msg.install_snapshot.last_index) {
+    if (is_local(r) &&
+        s->last_index <= f->held.msg.install_snapshot.last_index) {
         repl_io_deliver(r, w); /* not newer than ours: libraft ignores it */
         return;
     }
     if (install_is_noop(r, s)) {
-        r->bulk_noop++;
+        r->bulk.noop++;
         if (!core_busy(r)) {
             repl_io_deliver(r, w);
             return;
@@ -373,7 +382,7 @@ static void serve(struct repl *r, const struct repl_wire *w)
     struct repl_bulk_msg b = {0};
     struct repl_frame fr;
     uint8_t *buf = NULL;
-    size_t want = (size_t)TERN_MIN(w->bulk.len, r->bulk_chunk);
+    size_t want = (size_t)TERN_MIN(w->bulk.len, r->bulk.chunk);
     size_t got = 0;
 
     b.snap_index = w->bulk.snap_index;
@@ -412,7 +421,7 @@ static void serve(struct repl *r, const struct repl_wire *w)
 
 static void on_data(struct repl *r, const struct repl_wire *w)
 {
-    struct repl_bulk_fetch *f = &r->fetch;
+    struct repl_bulk_fetch *f = &r->bulk.fetch;
     if (!f->active || !f->started || w->sender_id != f->peer_id ||
         w->bulk.snap_index != f->held.msg.install_snapshot.last_index) {
         return;
@@ -461,7 +470,7 @@ void repl_bulk_on_frame(struct repl *r, struct repl_wire *w)
 
 void repl_bulk_tick(struct repl *r)
 {
-    struct repl_bulk_fetch *f = &r->fetch;
+    struct repl_bulk_fetch *f = &r->bulk.fetch;
     if (f->active && !f->started) {
         fetch_start(r);
         return;
@@ -470,7 +479,7 @@ void repl_bulk_tick(struct repl *r)
         finish(r); /* complete, held for the core (rule 4) */
         return;
     }
-    if (!f->active || now_ms(r) - f->last_progress_ms < r->bulk_stall_ms) {
+    if (!f->active || now_ms(r) - f->last_progress_ms < r->bulk.stall_ms) {
         return;
     }
     if (f->retries >= BULK__MAX_RETRIES) {
@@ -478,7 +487,7 @@ void repl_bulk_tick(struct repl *r)
         return;
     }
     f->retries++;
-    r->bulk_rerequests++;
+    r->bulk.rerequests++;
     f->in_flight = 0;
     f->next_req = f->next_pos;
     f->last_progress_ms = now_ms(r);

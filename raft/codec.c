@@ -2,7 +2,7 @@
  * raft/codec.c: tern's wire frames for Raft messages and the bulk catch-up
  * side channel, carried as opaque messages by an xport. Encoded/decoded
  * here only; be careful when adapting: nodes of different versions talk
- * through it.
+ * through it. Types and entry points: repl_codec.h.
  *
  * Frame (all integers little-endian, no padding, version 1):
  *
@@ -51,17 +51,20 @@
 #include <errno.h>
 #include <string.h>
 
-#include "repl_int.h"
+#include "repl_codec.h"
 
-#define FRAME_MAGIC 0x524e5254u
-#define FRAME_VERSION 1
-#define FRAME_PREAMBLE 24
-#define FRAME_CSUM_OFF 8
-#define ENTRY_HEADER 24
+#define FRAME_MAGIC      0x524e5254u
+#define FRAME_VERSION    1
+#define FRAME_PREAMBLE   24
+#define FRAME_CSUM_OFF   8
+#define ENTRY_HEADER     24
 #define CONF_MAX_SERVERS 1024
 
-static void put_preamble(struct tern_wbuf *w, unsigned type, uint64_t sender,
-                         const char *addr, size_t addr_len)
+static void put_preamble(struct tern_wbuf *w,
+                         unsigned type,
+                         uint64_t sender,
+                         const char *addr,
+                         size_t addr_len)
 {
     tern_wbuf_u32(w, FRAME_MAGIC);
     tern_wbuf_u8(w, FRAME_VERSION);
@@ -156,8 +159,11 @@ malformed:
     return TERN_EMALFORMED;
 }
 
-static int start_frame(struct repl_frame *f, unsigned type, uint64_t sender,
-                       const char *addr, unsigned max_iov)
+static int start_frame(struct repl_frame *f,
+                       unsigned type,
+                       uint64_t sender,
+                       const char *addr,
+                       unsigned max_iov)
 {
     size_t alen = strlen(addr);
     if (alen > REPL_WIRE_ADDR_MAX) {
@@ -191,9 +197,12 @@ static int finish_frame(struct repl_frame *f)
     return 0;
 }
 
-int repl_codec_encode(uint64_t sender_id, const char *sender_addr,
-                      const struct raft_message *m, size_t max_len,
-                      struct repl_frame *f, unsigned *n_sent)
+int repl_codec_encode(uint64_t sender_id,
+                      const char *sender_addr,
+                      const struct raft_message *m,
+                      size_t max_len,
+                      struct repl_frame *f,
+                      unsigned *n_sent)
 {
     struct tern_wbuf *w = &f->head;
     unsigned max_iov = 2;
@@ -210,87 +219,87 @@ int repl_codec_encode(uint64_t sender_id, const char *sender_addr,
     f->n_iov = 1;
 
     switch (m->type) {
-        case RAFT_IO_APPEND_ENTRIES: {
-            const struct raft_append_entries *a = &m->append_entries;
-            size_t fixed = w->len + 40;
-            size_t total;
-            unsigned n = 0;
-            /* Largest prefix of entries that fits in max_len. */
-            total = fixed;
-            while (n < a->n_entries) {
-                size_t add = ENTRY_HEADER + a->entries[n].buf.len;
-                if (total + add > max_len) {
-                    break;
-                }
-                total += add;
-                n++;
+    case RAFT_IO_APPEND_ENTRIES: {
+        const struct raft_append_entries *a = &m->append_entries;
+        size_t fixed = w->len + 40;
+        size_t total;
+        unsigned n = 0;
+        /* Largest prefix of entries that fits in max_len. */
+        total = fixed;
+        while (n < a->n_entries) {
+            size_t add = ENTRY_HEADER + a->entries[n].buf.len;
+            if (total + add > max_len) {
+                break;
             }
-            if (n == 0 && a->n_entries > 0) {
-                repl_frame_release(f);
-                return TERN_ETOOBIG;
-            }
-            tern_wbuf_u64(w, a->term);
-            tern_wbuf_u64(w, a->prev_log_index);
-            tern_wbuf_u64(w, a->prev_log_term);
-            tern_wbuf_u64(w, a->leader_commit);
-            tern_wbuf_u32(w, n);
-            tern_wbuf_u32(w, 0);
-            for (unsigned i = 0; i < n; i++) {
-                tern_wbuf_u64(w, a->entries[i].term);
-                tern_wbuf_u16(w, a->entries[i].type);
-                tern_wbuf_u16(w, 0);
-                tern_wbuf_u32(w, 0);
-                tern_wbuf_u64(w, a->entries[i].buf.len);
-                f->iov[f->n_iov].base = a->entries[i].buf.base;
-                f->iov[f->n_iov].len = a->entries[i].buf.len;
-                f->n_iov++;
-            }
-            *n_sent = n;
-            break;
+            total += add;
+            n++;
         }
-        case RAFT_IO_APPEND_ENTRIES_RESULT:
-            tern_wbuf_u64(w, m->append_entries_result.term);
-            tern_wbuf_u64(w, m->append_entries_result.rejected);
-            tern_wbuf_u64(w, m->append_entries_result.last_log_index);
-            break;
-        case RAFT_IO_REQUEST_VOTE:
-            tern_wbuf_u64(w, m->request_vote.term);
-            tern_wbuf_u64(w, m->request_vote.candidate_id);
-            tern_wbuf_u64(w, m->request_vote.last_log_index);
-            tern_wbuf_u64(w, m->request_vote.last_log_term);
-            tern_wbuf_u8(w, m->request_vote.disrupt_leader ? 1 : 0);
-            tern_wbuf_u8(w, m->request_vote.pre_vote ? 1 : 0);
-            break;
-        case RAFT_IO_REQUEST_VOTE_RESULT:
-            tern_wbuf_u64(w, m->request_vote_result.term);
-            tern_wbuf_u8(w, m->request_vote_result.vote_granted ? 1 : 0);
-            tern_wbuf_u8(w, (uint8_t)m->request_vote_result.pre_vote);
-            break;
-        case RAFT_IO_INSTALL_SNAPSHOT: {
-            const struct raft_install_snapshot *s = &m->install_snapshot;
-            tern_wbuf_u64(w, s->term);
-            tern_wbuf_u64(w, s->last_index);
-            tern_wbuf_u64(w, s->last_term);
-            tern_wbuf_u64(w, s->conf_index);
-            rv = repl_conf_encode(&s->conf, w);
-            if (rv == TERN_EINVAL) {
-                repl_frame_release(f);
-                return rv;
-            }
-            tern_wbuf_u64(w, s->data.len);
-            f->iov[1].base = s->data.base;
-            f->iov[1].len = s->data.len;
-            f->n_iov = 2;
-            break;
-        }
-        case RAFT_IO_TIMEOUT_NOW:
-            tern_wbuf_u64(w, m->timeout_now.term);
-            tern_wbuf_u64(w, m->timeout_now.last_log_index);
-            tern_wbuf_u64(w, m->timeout_now.last_log_term);
-            break;
-        default:
+        if (n == 0 && a->n_entries > 0) {
             repl_frame_release(f);
-            return TERN_EINVAL;
+            return TERN_ETOOBIG;
+        }
+        tern_wbuf_u64(w, a->term);
+        tern_wbuf_u64(w, a->prev_log_index);
+        tern_wbuf_u64(w, a->prev_log_term);
+        tern_wbuf_u64(w, a->leader_commit);
+        tern_wbuf_u32(w, n);
+        tern_wbuf_u32(w, 0);
+        for (unsigned i = 0; i < n; i++) {
+            tern_wbuf_u64(w, a->entries[i].term);
+            tern_wbuf_u16(w, a->entries[i].type);
+            tern_wbuf_u16(w, 0);
+            tern_wbuf_u32(w, 0);
+            tern_wbuf_u64(w, a->entries[i].buf.len);
+            f->iov[f->n_iov].base = a->entries[i].buf.base;
+            f->iov[f->n_iov].len = a->entries[i].buf.len;
+            f->n_iov++;
+        }
+        *n_sent = n;
+        break;
+    }
+    case RAFT_IO_APPEND_ENTRIES_RESULT:
+        tern_wbuf_u64(w, m->append_entries_result.term);
+        tern_wbuf_u64(w, m->append_entries_result.rejected);
+        tern_wbuf_u64(w, m->append_entries_result.last_log_index);
+        break;
+    case RAFT_IO_REQUEST_VOTE:
+        tern_wbuf_u64(w, m->request_vote.term);
+        tern_wbuf_u64(w, m->request_vote.candidate_id);
+        tern_wbuf_u64(w, m->request_vote.last_log_index);
+        tern_wbuf_u64(w, m->request_vote.last_log_term);
+        tern_wbuf_u8(w, m->request_vote.disrupt_leader ? 1 : 0);
+        tern_wbuf_u8(w, m->request_vote.pre_vote ? 1 : 0);
+        break;
+    case RAFT_IO_REQUEST_VOTE_RESULT:
+        tern_wbuf_u64(w, m->request_vote_result.term);
+        tern_wbuf_u8(w, m->request_vote_result.vote_granted ? 1 : 0);
+        tern_wbuf_u8(w, (uint8_t)m->request_vote_result.pre_vote);
+        break;
+    case RAFT_IO_INSTALL_SNAPSHOT: {
+        const struct raft_install_snapshot *s = &m->install_snapshot;
+        tern_wbuf_u64(w, s->term);
+        tern_wbuf_u64(w, s->last_index);
+        tern_wbuf_u64(w, s->last_term);
+        tern_wbuf_u64(w, s->conf_index);
+        rv = repl_conf_encode(&s->conf, w);
+        if (rv == TERN_EINVAL) {
+            repl_frame_release(f);
+            return rv;
+        }
+        tern_wbuf_u64(w, s->data.len);
+        f->iov[1].base = s->data.base;
+        f->iov[1].len = s->data.len;
+        f->n_iov = 2;
+        break;
+    }
+    case RAFT_IO_TIMEOUT_NOW:
+        tern_wbuf_u64(w, m->timeout_now.term);
+        tern_wbuf_u64(w, m->timeout_now.last_log_index);
+        tern_wbuf_u64(w, m->timeout_now.last_log_term);
+        break;
+    default:
+        repl_frame_release(f);
+        return TERN_EINVAL;
     }
     rv = finish_frame(f);
     if (rv == 0 && f->len > max_len) {
@@ -300,8 +309,10 @@ int repl_codec_encode(uint64_t sender_id, const char *sender_addr,
     return rv;
 }
 
-int repl_codec_encode_bulk(uint64_t sender_id, const char *sender_addr,
-                           unsigned type, const struct repl_bulk_msg *b,
+int repl_codec_encode_bulk(uint64_t sender_id,
+                           const char *sender_addr,
+                           unsigned type,
+                           const struct repl_bulk_msg *b,
                            struct repl_frame *f)
 {
     struct tern_wbuf *w = &f->head;
@@ -374,8 +385,8 @@ static int decode_append_entries(struct tern_cursor *c, struct repl_wire *w)
         const uint8_t *h = hdrs + (size_t)i * ENTRY_HEADER;
         uint64_t len = tern_get_u64(h + 16);
         uint16_t type = tern_get_u16(h + 8);
-        if (type < RAFT_COMMAND || type > RAFT_CHANGE ||
-            tern_get_u64(h) == 0 || len > tern_cursor_left(c) - payload) {
+        if (type < RAFT_COMMAND || type > RAFT_CHANGE || tern_get_u64(h) == 0 ||
+            len > tern_cursor_left(c) - payload) {
             return TERN_EMALFORMED;
         }
         payload += (size_t)len;
@@ -503,69 +514,69 @@ int repl_codec_decode(const void *buf, size_t len, struct repl_wire *w)
     w->msg.server_address = w->sender_addr;
 
     switch (w->type) {
-        case RAFT_IO_APPEND_ENTRIES:
-            return decode_append_entries(&c, w);
-        case RAFT_IO_APPEND_ENTRIES_RESULT:
-            w->msg.append_entries_result.term = tern_cursor_u64(&c);
-            w->msg.append_entries_result.rejected = tern_cursor_u64(&c);
-            w->msg.append_entries_result.last_log_index = tern_cursor_u64(&c);
-            break;
-        case RAFT_IO_REQUEST_VOTE: {
-            uint8_t d, p;
-            w->msg.request_vote.term = tern_cursor_u64(&c);
-            w->msg.request_vote.candidate_id = tern_cursor_u64(&c);
-            w->msg.request_vote.last_log_index = tern_cursor_u64(&c);
-            w->msg.request_vote.last_log_term = tern_cursor_u64(&c);
-            d = tern_cursor_u8(&c);
-            p = tern_cursor_u8(&c);
-            if (d > 1 || p > 1) {
-                return TERN_EMALFORMED;
-            }
-            w->msg.request_vote.disrupt_leader = d != 0;
-            w->msg.request_vote.pre_vote = p != 0;
-            break;
-        }
-        case RAFT_IO_REQUEST_VOTE_RESULT: {
-            uint8_t g, p;
-            w->msg.request_vote_result.term = tern_cursor_u64(&c);
-            g = tern_cursor_u8(&c);
-            p = tern_cursor_u8(&c);
-            if (g > 1 || p > raft_tribool_false) {
-                return TERN_EMALFORMED;
-            }
-            w->msg.request_vote_result.vote_granted = g != 0;
-            w->msg.request_vote_result.pre_vote = (raft_tribool)p;
-            break;
-        }
-        case RAFT_IO_INSTALL_SNAPSHOT:
-            return decode_install_snapshot(&c, w);
-        case RAFT_IO_TIMEOUT_NOW:
-            w->msg.timeout_now.term = tern_cursor_u64(&c);
-            w->msg.timeout_now.last_log_index = tern_cursor_u64(&c);
-            w->msg.timeout_now.last_log_term = tern_cursor_u64(&c);
-            break;
-        case REPL_WIRE_BULK_REQ:
-            w->bulk.snap_index = tern_cursor_u64(&c);
-            w->bulk.pos = tern_cursor_u64(&c);
-            w->bulk.len = tern_cursor_u64(&c);
-            break;
-        case REPL_WIRE_BULK_DATA: {
-            uint32_t n;
-            w->bulk.snap_index = tern_cursor_u64(&c);
-            w->bulk.pos = tern_cursor_u64(&c);
-            w->bulk.status = tern_cursor_u8(&c);
-            (void)tern_cursor_u8(&c);
-            (void)tern_cursor_u16(&c);
-            n = tern_cursor_u32(&c);
-            w->bulk.len = n;
-            w->bulk.data = tern_cursor_bytes(&c, n);
-            if (w->bulk.status > REPL_BULK_STATUS_ERROR) {
-                return TERN_EMALFORMED;
-            }
-            break;
-        }
-        default:
+    case RAFT_IO_APPEND_ENTRIES:
+        return decode_append_entries(&c, w);
+    case RAFT_IO_APPEND_ENTRIES_RESULT:
+        w->msg.append_entries_result.term = tern_cursor_u64(&c);
+        w->msg.append_entries_result.rejected = tern_cursor_u64(&c);
+        w->msg.append_entries_result.last_log_index = tern_cursor_u64(&c);
+        break;
+    case RAFT_IO_REQUEST_VOTE: {
+        uint8_t d, p;
+        w->msg.request_vote.term = tern_cursor_u64(&c);
+        w->msg.request_vote.candidate_id = tern_cursor_u64(&c);
+        w->msg.request_vote.last_log_index = tern_cursor_u64(&c);
+        w->msg.request_vote.last_log_term = tern_cursor_u64(&c);
+        d = tern_cursor_u8(&c);
+        p = tern_cursor_u8(&c);
+        if (d > 1 || p > 1) {
             return TERN_EMALFORMED;
+        }
+        w->msg.request_vote.disrupt_leader = d != 0;
+        w->msg.request_vote.pre_vote = p != 0;
+        break;
+    }
+    case RAFT_IO_REQUEST_VOTE_RESULT: {
+        uint8_t g, p;
+        w->msg.request_vote_result.term = tern_cursor_u64(&c);
+        g = tern_cursor_u8(&c);
+        p = tern_cursor_u8(&c);
+        if (g > 1 || p > raft_tribool_false) {
+            return TERN_EMALFORMED;
+        }
+        w->msg.request_vote_result.vote_granted = g != 0;
+        w->msg.request_vote_result.pre_vote = (raft_tribool)p;
+        break;
+    }
+    case RAFT_IO_INSTALL_SNAPSHOT:
+        return decode_install_snapshot(&c, w);
+    case RAFT_IO_TIMEOUT_NOW:
+        w->msg.timeout_now.term = tern_cursor_u64(&c);
+        w->msg.timeout_now.last_log_index = tern_cursor_u64(&c);
+        w->msg.timeout_now.last_log_term = tern_cursor_u64(&c);
+        break;
+    case REPL_WIRE_BULK_REQ:
+        w->bulk.snap_index = tern_cursor_u64(&c);
+        w->bulk.pos = tern_cursor_u64(&c);
+        w->bulk.len = tern_cursor_u64(&c);
+        break;
+    case REPL_WIRE_BULK_DATA: {
+        uint32_t n;
+        w->bulk.snap_index = tern_cursor_u64(&c);
+        w->bulk.pos = tern_cursor_u64(&c);
+        w->bulk.status = tern_cursor_u8(&c);
+        (void)tern_cursor_u8(&c);
+        (void)tern_cursor_u16(&c);
+        n = tern_cursor_u32(&c);
+        w->bulk.len = n;
+        w->bulk.data = tern_cursor_bytes(&c, n);
+        if (w->bulk.status > REPL_BULK_STATUS_ERROR) {
+            return TERN_EMALFORMED;
+        }
+        break;
+    }
+    default:
+        return TERN_EMALFORMED;
     }
     if (c.err != 0 || tern_cursor_left(&c) != 0) {
         rv = TERN_EMALFORMED;

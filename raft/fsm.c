@@ -33,21 +33,39 @@
  * installs tern's allocator as libraft's heap). Restore: libraft transfers
  * the buffer on success only (on failure it frees it itself).
  *
- * Start-up restore the FSM cannot do (storage damage, issue 4): raft_start
- * restores the latest local snapshot before io_start (r->started still
+ * Start-up restore the FSM cannot do (storage damage): raft_start
+ * restores the latest local snapshot before io_start (r->io.started still
  * false). If the FSM then lacks bytes the snapshot covers (index/ cut a
  * damaged commit log at open; bulk_range says what is missing), the
  * restore is deferred to a bulk fetch from a peer (bulk.c, "Start-up
  * restore from a peer") instead of failing the start; until it is done no
  * entry is applied and no FSM snapshot is taken.
+ *
+ * Apply timing: the core calls apply right after it moved its commit
+ * index, so apply first samples the replication latency (latency.c: a
+ * leader's commit becomes visible to us here, and the sample is taken
+ * before the apply's own cost), then times the FSM apply itself
+ * (REPL_STAGE_APPLY).
  */
 #include "repl_int.h"
 
-static int fsm_apply(struct raft_fsm *f, const struct raft_buffer *buf,
-                     void **result)
+void repl_fsm_restored(struct repl *r)
+{
+    r->glue.applied_bytes = 0;
+}
+
+void repl_fsm_fail(struct repl *r, int code)
+{
+    r->glue.fsm_error = code;
+    repl_fail(r, code);
+}
+
+static int apply(struct raft_fsm *f,
+                 const struct raft_buffer *buf,
+                 void **result)
 {
     struct repl *r = f->data;
-    uint64_t index = raft_last_applied(r->core) + 1;
+    uint64_t index = raft_last_applied(r->glue.core) + 1;
     int rv;
 
     *result = NULL;
@@ -55,21 +73,37 @@ static int fsm_apply(struct raft_fsm *f, const struct raft_buffer *buf,
         /* Never reached while AppendEntries are dropped for the fetch; an
          * apply now (e.g. after a leadership transfer to us) would skip
          * the entries the restore brings: fail-stop instead. */
-        r->fsm_error = TERN_EINVAL;
-        repl_fail(r, TERN_EINVAL);
+        repl_fsm_fail(r, TERN_EINVAL);
         return RAFT_IOERR;
     }
     rv = r->fsm.apply(r->fsm.arg, index, buf->base, buf->len);
     if (rv != 0) {
-        r->fsm_error = rv;
-        repl_fail(r, rv);
+        repl_fsm_fail(r, rv);
         return RAFT_IOERR;
     }
-    r->applied_bytes += buf->len;
+    r->glue.applied_bytes += buf->len;
     return 0;
 }
 
-static int fsm_snapshot(struct raft_fsm *f, struct raft_buffer *bufs[],
+/* apply, timed (see the top of the file). */
+static int fsm_apply(struct raft_fsm *f,
+                     const struct raft_buffer *buf,
+                     void **result)
+{
+    struct repl *r = f->data;
+    uint64_t t0;
+    int rv;
+    repl_lat_poll(r);
+    t0 = repl_lat_now(r);
+    rv = apply(f, buf, result);
+    if (t0 != 0) {
+        repl_lat_stage(r, REPL_STAGE_APPLY, t0, repl_lat_now(r));
+    }
+    return rv;
+}
+
+static int fsm_snapshot(struct raft_fsm *f,
+                        struct raft_buffer *bufs[],
                         unsigned *n_bufs)
 {
     struct repl *r = f->data;
@@ -77,11 +111,11 @@ static int fsm_snapshot(struct raft_fsm *f, struct raft_buffer *bufs[],
     size_t len = 0;
     int rv;
 
-    if (r->applied_bytes < r->snapshot_threshold_bytes ||
+    if (r->glue.applied_bytes < r->snapshot_threshold_bytes ||
         r->fsm.snapshot == NULL || repl_bulk_restore_pending(r)) {
         return RAFT_BUSY;
     }
-    rv = r->fsm.snapshot(r->fsm.arg, raft_last_applied(r->core), &manifest,
+    rv = r->fsm.snapshot(r->fsm.arg, raft_last_applied(r->glue.core), &manifest,
                          &len);
     if (rv != 0 || manifest == NULL || len == 0) {
         tern_free(manifest);
@@ -95,7 +129,7 @@ static int fsm_snapshot(struct raft_fsm *f, struct raft_buffer *bufs[],
     (*bufs)[0].base = manifest;
     (*bufs)[0].len = len;
     *n_bufs = 1;
-    r->applied_bytes = 0;
+    r->glue.applied_bytes = 0;
     return 0;
 }
 
@@ -117,28 +151,28 @@ static int fsm_restore(struct raft_fsm *f, struct raft_buffer *buf)
         return RAFT_IOERR;
     }
     rv = r->fsm.restore(r->fsm.arg, buf->base, buf->len);
-    if (rv != 0 && !r->started && missing_bytes(r, buf) &&
+    if (rv != 0 && !r->io.started && missing_bytes(r, buf) &&
         repl_bulk_restore_later(r, buf) == 0) {
         buf->base = NULL; /* held by the fetch */
-        r->applied_bytes = 0;
+        r->glue.applied_bytes = 0;
         return 0;
     }
     if (rv != 0) {
-        r->fsm_error = rv;
+        r->glue.fsm_error = rv;
         return RAFT_IOERR;
     }
     raft_free(buf->base);
     buf->base = NULL;
-    r->applied_bytes = 0;
+    r->glue.applied_bytes = 0;
     return 0;
 }
 
 void repl_fsm_setup(struct repl *r)
 {
-    r->core = &r->raft;
-    r->raft_fsm.version = 1;
-    r->raft_fsm.data = r;
-    r->raft_fsm.apply = fsm_apply;
-    r->raft_fsm.snapshot = fsm_snapshot;
-    r->raft_fsm.restore = fsm_restore;
+    r->glue.core = &r->raft;
+    r->glue.raft_fsm.version = 1;
+    r->glue.raft_fsm.data = r;
+    r->glue.raft_fsm.apply = fsm_apply;
+    r->glue.raft_fsm.snapshot = fsm_snapshot;
+    r->glue.raft_fsm.restore = fsm_restore;
 }

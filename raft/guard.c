@@ -130,7 +130,7 @@
  *    match_index at what the follower acknowledged, and there treats every
  *    rejection at or below match_index as stale (progressMaybeDecrement),
  *    so the follower never catches up unless a send to it fails while it
- *    is down (then the progress goes to probe). Found by test_issue3.c
+ *    is down (then the progress goes to probe). Found by test_durability.c
  *    "memory_mode_single_crash_loses_nothing" once followers answered
  *    sooner. The leader remembers, per peer and term, the highest index
  *    each acknowledged; a rejection whose last_log_index is below it makes
@@ -153,47 +153,88 @@
  * Not mitigated: #466's on-disk hole handling inside raft_uv itself; the
  *    ambiguity of LEADERSHIPLOST (clients must dedupe).
  */
+#include <errno.h>
 #include <string.h>
 
 #include "repl_int.h"
 
-struct repl_barrier_req {
+struct repl_barrier_req
+{
     struct raft_barrier req;
     struct repl *r;
     uint64_t term;
     bool stale;
 };
 
+int repl_guard_init(struct repl *r)
+{
+    r->guard.enabled = true;
+    r->guard.hold_ticks = true;
+    r->guard.role = RAFT_UNAVAILABLE;
+    r->guard.peer_acks = tern_calloc(r->n_peers, sizeof *r->guard.peer_acks);
+    return r->guard.peer_acks != NULL ? 0 : -ENOMEM;
+}
+
+void repl_guard_free(struct repl *r)
+{
+    tern_free(r->guard.peer_acks);
+    r->guard.peer_acks = NULL;
+}
+
+void repl_set_guard(struct repl *r, bool enabled)
+{
+    r->guard.enabled = enabled;
+}
+
+uint64_t repl_guard_drops(const struct repl *r)
+{
+    return r->guard.dropped;
+}
+
+uint64_t repl_vote_rewrites(const struct repl *r)
+{
+    return r->guard.vote_rewrites;
+}
+
 static enum repl_role role_from_raft(int state)
 {
     switch (state) {
-        case RAFT_FOLLOWER:
-            return REPL_FOLLOWER;
-        case RAFT_CANDIDATE:
-            return REPL_CANDIDATE;
-        case RAFT_LEADER:
-            return REPL_LEADER;
-        default:
-            return REPL_UNAVAILABLE;
+    case RAFT_FOLLOWER:
+        return REPL_FOLLOWER;
+    case RAFT_CANDIDATE:
+        return REPL_CANDIDATE;
+    case RAFT_LEADER:
+        return REPL_LEADER;
+    default:
+        return REPL_UNAVAILABLE;
     }
 }
 
 static void emit(struct repl *r)
 {
     if (r->state_cb != NULL && !r->closing) {
-        r->state_cb(r->state_arg, role_from_raft(r->role), r->leader_id,
-                    r->role_term, r->writable);
+        r->state_cb(r->state_arg, role_from_raft(r->guard.role),
+                    r->guard.leader_id, r->guard.role_term, r->guard.writable);
     }
 }
 
 void repl_update_writable(struct repl *r)
 {
-    bool w = r->barrier_applied && !r->transferring && r->failed == 0 &&
-             r->role == RAFT_LEADER;
-    if (w != r->writable) {
-        r->writable = w;
+    bool w = r->guard.barrier_applied && !r->guard.transferring &&
+             r->failed == 0 && r->guard.role == RAFT_LEADER;
+    if (w != r->guard.writable) {
+        r->guard.writable = w;
         emit(r);
     }
+}
+
+void repl_guard_transfer(struct repl *r, bool on, uint64_t term)
+{
+    if (!on && r->guard.role_term != term) {
+        return; /* another term's transfer: the role change reset it */
+    }
+    r->guard.transferring = on;
+    repl_update_writable(r);
 }
 
 static void barrier_cb(struct raft_barrier *req, int status)
@@ -203,18 +244,17 @@ static void barrier_cb(struct raft_barrier *req, int status)
     bool stale = b->stale;
     uint64_t term = b->term;
     uint64_t index = req->index;
-    if (!stale && r->barrier == b) {
-        r->barrier = NULL;
+    if (!stale && r->guard.barrier == b) {
+        r->guard.barrier = NULL;
     }
     tern_free(b);
     if (stale || status != 0 || r->closing) {
         return;
     }
-    if (r->role == RAFT_LEADER && r->role_term == term &&
-        raft_state(&r->raft) == RAFT_LEADER &&
-        r->raft.current_term == term && index >= r->barrier_index &&
-        r->barrier_index != 0) {
-        r->barrier_applied = true;
+    if (r->guard.role == RAFT_LEADER && r->guard.role_term == term &&
+        raft_state(&r->raft) == RAFT_LEADER && r->raft.current_term == term &&
+        index >= r->guard.barrier_index && r->guard.barrier_index != 0) {
+        r->guard.barrier_applied = true;
         repl_update_writable(r);
     }
 }
@@ -227,15 +267,15 @@ static void submit_barrier(struct repl *r)
         return; /* retried on the next tick */
     }
     b->r = r;
-    b->term = r->role_term;
+    b->term = r->guard.role_term;
     b->req.data = b;
     rv = raft_barrier(&r->raft, &b->req, barrier_cb);
     if (rv != 0) {
         tern_free(b);
         return;
     }
-    r->barrier = b;
-    r->barrier_index = b->req.index;
+    r->guard.barrier = b;
+    r->guard.barrier_index = b->req.index;
 }
 
 void repl_poll(struct repl *r)
@@ -246,7 +286,7 @@ void repl_poll(struct repl *r)
     const char *laddr = NULL;
     bool changed = false;
 
-    if (r->closing || !r->started) {
+    if (r->closing || !r->io.started) {
         return;
     }
     role = r->failed != 0 ? RAFT_UNAVAILABLE : raft_state(&r->raft);
@@ -263,25 +303,26 @@ void repl_poll(struct repl *r)
     if (r->failed == 0) {
         raft_leader(&r->raft, &lid, &laddr);
     }
-    if (role != r->role || term != r->role_term) {
-        if (r->barrier != NULL) {
-            r->barrier->stale = true;
-            r->barrier = NULL;
+    if (role != r->guard.role || term != r->guard.role_term) {
+        if (r->guard.barrier != NULL) {
+            r->guard.barrier->stale = true;
+            r->guard.barrier = NULL;
         }
-        r->writable = false;
-        r->barrier_applied = false;
-        r->transferring = false;
-        r->barrier_index = 0;
-        r->role = role;
-        r->role_term = term;
+        r->guard.writable = false;
+        r->guard.barrier_applied = false;
+        r->guard.transferring = false;
+        r->guard.barrier_index = 0;
+        r->guard.role = role;
+        r->guard.role_term = term;
         repl_lat_forget(r, 0);
         changed = true;
     }
-    if (lid != r->leader_id) {
-        r->leader_id = lid;
+    if (lid != r->guard.leader_id) {
+        r->guard.leader_id = lid;
         changed = true;
     }
-    if (role == RAFT_LEADER && r->barrier == NULL && r->barrier_index == 0) {
+    if (role == RAFT_LEADER && r->guard.barrier == NULL &&
+        r->guard.barrier_index == 0) {
         submit_barrier(r);
     }
     if (changed) {
@@ -293,9 +334,9 @@ void repl_poll(struct repl *r)
  * latest snapshot S onto S (see the top of the file). */
 static void rebase_below_snapshot(struct repl *r, struct raft_append_entries *a)
 {
-    uint64_t s = r->snap_index;
+    uint64_t s = r->io.snap_index;
     uint64_t p = a->prev_log_index;
-    if (s == 0 || r->snap_term == 0 || p >= s) {
+    if (s == 0 || r->io.snap_term == 0 || p >= s) {
         return;
     }
     if (p + a->n_entries <= s) {
@@ -308,7 +349,7 @@ static void rebase_below_snapshot(struct repl *r, struct raft_append_entries *a)
         a->n_entries = 0;
     } else {
         uint64_t k = s - p; /* entries[k - 1] is index s */
-        if (a->entries[k - 1].term != r->snap_term) {
+        if (a->entries[k - 1].term != r->io.snap_term) {
             return; /* cannot happen for a committed s; leave it to raft */
         }
         memmove(a->entries, a->entries + k,
@@ -316,18 +357,18 @@ static void rebase_below_snapshot(struct repl *r, struct raft_append_entries *a)
         a->n_entries -= (unsigned)k;
     }
     a->prev_log_index = s;
-    a->prev_log_term = r->snap_term;
-    r->ae_rebased++;
+    a->prev_log_term = r->io.snap_term;
+    r->guard.ae_rebased++;
 }
 
 static struct repl_peer_ack *peer_ack(struct repl *r, uint64_t id)
 {
-    if (r->peer_acks == NULL) {
+    if (r->guard.peer_acks == NULL) {
         return NULL;
     }
     for (unsigned i = 0; i < r->n_peers; i++) {
         if (r->peers[i].id == id) {
-            return &r->peer_acks[i];
+            return &r->guard.peer_acks[i];
         }
     }
     return NULL;
@@ -339,8 +380,7 @@ static void track_result(struct repl *r, const struct raft_message *m)
     const struct raft_append_entries_result *res = &m->append_entries_result;
     struct repl_peer_ack *p = peer_ack(r, m->server_id);
     uint64_t term = r->raft.current_term;
-    if (p == NULL || raft_state(&r->raft) != RAFT_LEADER ||
-        res->term != term) {
+    if (p == NULL || raft_state(&r->raft) != RAFT_LEADER || res->term != term) {
         return;
     }
     if (p->term != term) {
@@ -365,72 +405,71 @@ bool repl_guard_force_probe(struct repl *r, uint64_t peer_id)
         return false;
     }
     p->probe = false;
-    r->forced_probes++;
+    r->guard.forced_probes++;
     return true;
 }
 
 bool repl_guard_recv(struct repl *r, struct raft_message *m)
 {
     switch (m->type) {
-        case RAFT_IO_APPEND_ENTRIES_RESULT: {
-            const struct raft_append_entries_result *res =
-                &m->append_entries_result;
-            uint64_t b;
-            track_result(r, m);
-            if (!r->guard_enabled || res->rejected != 0) {
-                return true;
-            }
-            repl_poll(r);
-            if (raft_state(&r->raft) != RAFT_LEADER) {
-                return true; /* the core ignores it anyway */
-            }
-            b = r->barrier_index;
-            if (b == 0 || r->acked_index < b) {
-                /* Neutralise rather than drop: with last_log_index 0 the
-                 * core still records contact with the follower (so the
-                 * leader does not step down for lack of quorum contact
-                 * while its own barrier write is slow), but
-                 * progressMaybeUpdate() sees nothing new, so neither
-                 * match_index nor the commit index moves. */
-                m->append_entries_result.last_log_index = 0;
-                r->guard_dropped++;
-                return true;
-            }
+    case RAFT_IO_APPEND_ENTRIES_RESULT: {
+        const struct raft_append_entries_result *res =
+            &m->append_entries_result;
+        uint64_t b;
+        track_result(r, m);
+        if (!r->guard.enabled || res->rejected != 0) {
             return true;
         }
-        case RAFT_IO_APPEND_ENTRIES: {
-            struct raft_append_entries *a = &m->append_entries;
-            uint64_t last_new;
-            if (r->fetch.active || r->install_index != 0) {
-                r->ae_held_off++; /* item 9 */
-                return false;
-            }
-            if (r->disk_full && a->n_entries > 0) {
-                r->ae_disk_full_dropped++; /* item 11 */
-                return false;
-            }
-            rebase_below_snapshot(r, a);
-            last_new = a->prev_log_index + a->n_entries;
-            if (a->leader_commit > last_new) {
-                a->leader_commit = last_new;
-            }
-            /* Nothing new for our log: 0.15 takes its synchronous path and
-             * commits up to logLastIndex without waiting for the disk. */
-            if (last_new < r->next_index &&
-                a->leader_commit > r->acked_index) {
-                a->leader_commit = r->acked_index;
-            }
+        repl_poll(r);
+        if (raft_state(&r->raft) != RAFT_LEADER) {
+            return true; /* the core ignores it anyway */
+        }
+        b = r->guard.barrier_index;
+        if (b == 0 || r->io.acked_index < b) {
+            /* Neutralise rather than drop: with last_log_index 0 the
+             * core still records contact with the follower (so the
+             * leader does not step down for lack of quorum contact
+             * while its own barrier write is slow), but
+             * progressMaybeUpdate() sees nothing new, so neither
+             * match_index nor the commit index moves. */
+            m->append_entries_result.last_log_index = 0;
+            r->guard.dropped++;
             return true;
         }
-        case RAFT_IO_TIMEOUT_NOW:
-            if (r->n_unacked != 0 || r->install_index != 0 ||
-                r->disk_full) {
-                r->timeout_now_dropped++;
-                return false;
-            }
-            return true;
-        default:
-            return true;
+        return true;
+    }
+    case RAFT_IO_APPEND_ENTRIES: {
+        struct raft_append_entries *a = &m->append_entries;
+        uint64_t last_new;
+        if (r->bulk.fetch.active || r->io.install_index != 0) {
+            r->guard.ae_held_off++; /* item 9 */
+            return false;
+        }
+        if (r->disk_full && a->n_entries > 0) {
+            r->guard.ae_disk_full_dropped++; /* item 11 */
+            return false;
+        }
+        rebase_below_snapshot(r, a);
+        last_new = a->prev_log_index + a->n_entries;
+        if (a->leader_commit > last_new) {
+            a->leader_commit = last_new;
+        }
+        /* Nothing new for our log: 0.15 takes its synchronous path and
+         * commits up to logLastIndex without waiting for the disk. */
+        if (last_new < r->io.next_index &&
+            a->leader_commit > r->io.acked_index) {
+            a->leader_commit = r->io.acked_index;
+        }
+        return true;
+    }
+    case RAFT_IO_TIMEOUT_NOW:
+        if (r->io.n_unacked != 0 || r->io.install_index != 0 || r->disk_full) {
+            r->guard.timeout_now_dropped++;
+            return false;
+        }
+        return true;
+    default:
+        return true;
     }
 }
 
@@ -438,7 +477,7 @@ const struct raft_message *repl_guard_send(struct repl *r,
                                            const struct raft_message *m,
                                            struct raft_message *copy)
 {
-    uint64_t d = r->acked_index;
+    uint64_t d = r->io.acked_index;
     uint64_t t;
     if (m->type != RAFT_IO_REQUEST_VOTE ||
         m->request_vote.last_log_index <= d) {
@@ -451,6 +490,6 @@ const struct raft_message *repl_guard_send(struct repl *r,
     *copy = *m;
     copy->request_vote.last_log_index = d;
     copy->request_vote.last_log_term = t;
-    r->vote_rewrites++;
+    r->guard.vote_rewrites++;
     return copy;
 }

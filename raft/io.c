@@ -28,8 +28,8 @@
  * append failures badly (#466, 0cac59c), so the node stops taking part
  * (drops all messages) and reports REPL_UNAVAILABLE; node/ restarts it.
  *
- * Fencing (issue 3 item 3). The xport's epoch (stamped on what we write)
- * and fence (writes stamped below it are refused) follow the Raft term:
+ * Fencing. The xport's epoch (stamped on what we write) and fence (writes
+ * stamped below it are refused) follow the Raft term:
  * both are set to the term loaded at start (io_load, before io_start, so
  * before anything is sent or received) and to every new term right after
  * the inner set_term made it durable and before we return to raft, i.e.
@@ -45,8 +45,8 @@
  * nodes' messages (heartbeats, RequestVotes), learn the term from them
  * and then get through.
  *
- * Oversized AppendEntries (issue 3 item 2). libraft 0.15 sends every entry
- * from next_index in one message. send() splits it into parts that each
+ * Oversized AppendEntries. libraft 0.15 sends every entry from next_index
+ * in one message. send() splits it into parts that each
  * fit xport_max_message: part k carries entries [s_k, s_{k+1}), with
  * prev_log_index = original prev + s_k and prev_log_term = the term of
  * entries[s_k - 1] (the original prev term for the first part), and
@@ -59,8 +59,8 @@
  * complete and raft's cb gets RAFT_NOCONNECTION (the follower goes to
  * probe; what it received is a valid prefix).
  *
- * Durability (issue 3 item 4, semantics in repl.h). Disk mode: raft's
- * append cb fires from the inner completion. Memory mode: the append goes
+ * Durability modes (semantics in repl.h). Disk mode: raft's append cb
+ * fires from the inner completion. Memory mode: the append goes
  * to the inner io at once (same order, so raft_uv's own ordering of
  * appends, truncates and snapshot installs is untouched) and raft's cb is
  * deferred (never inside append) and fired in submission order with
@@ -145,10 +145,11 @@
 
 #include "repl_int.h"
 
-#define REPL__FLUSH_MS 1
+#define REPL__FLUSH_MS    1
 #define REPL__FLUSH_BYTES ((size_t)1 << 20)
 
-struct append_req {
+struct append_req
+{
     struct raft_io_append inner_req;
     struct repl *r;
     struct raft_io_append *outer_req;
@@ -156,34 +157,37 @@ struct append_req {
     uint64_t first;
     uint64_t last; /* clamped by truncate; last < first: nothing counts */
     bool acked;    /* raft's cb fired */
-    uint64_t truncate_gen; /* r->truncate_gen at submission */
-    void *copy;    /* memory mode: the entries handed to the inner io */
-    unsigned n;    /* number of entries */
-    size_t bytes;  /* memory mode: size of copy */
-    bool dead;     /* memory mode: never reached the inner io (failed) */
-    struct repl_list link;       /* r->inner_pending until handed to the
-                                    inner io, then r->appends while the
-                                    inner is pending */
-    struct repl_list ack_link;   /* r->unacked (memory mode) */
+    uint64_t truncate_gen; /* r->io.truncate_gen at submission */
+    void *copy;            /* memory mode: the entries handed to the inner io */
+    unsigned n;            /* number of entries */
+    size_t bytes;          /* memory mode: size of copy */
+    bool dead; /* memory mode: never reached the inner io (failed) */
+    struct tern_list link;     /* r->io.inner_pending until handed to the
+                                  inner io, then r->io.appends while the
+                                  inner is pending */
+    struct tern_list ack_link; /* r->io.unacked (memory mode) */
 };
 
 /* One raft send (or one bulk frame): one or more xport sends (parts). */
-struct send_group {
+struct send_group
+{
     struct repl *r; /* NULL once orphaned by close */
     struct raft_io_send *raft_req;
     raft_io_send_cb raft_cb;
     unsigned pending; /* parts submitted, not completed */
     bool sealed;      /* every part submitted */
     int status;       /* first error */
-    struct repl_list link;
+    struct tern_list link;
 };
 
-struct send_req {
+struct send_req
+{
     struct xport_send xs;
     struct send_group *g;
 };
 
-struct put_req {
+struct put_req
+{
     struct raft_io_snapshot_put inner_req;
     struct repl *r;
     struct raft_io_snapshot_put *outer_req;
@@ -200,51 +204,51 @@ static void ack(struct repl *r, struct append_req *a, int status);
  * address. The inner io's data is ours (raft_uv never uses it). */
 static struct repl *outer_repl(struct raft_io *io)
 {
-    return REPL__CONTAINER(io, struct repl, outer);
+    return TERN_CONTAINER(io, struct repl, io.outer);
 }
 
 static void copy_errmsg(struct repl *r)
 {
-    memcpy(r->outer.errmsg, r->inner->errmsg, sizeof r->outer.errmsg);
+    memcpy(r->io.outer.errmsg, r->inner->errmsg, sizeof r->io.outer.errmsg);
 }
 
 /* ---- term runs --------------------------------------------------------- */
 
 static void runs_truncate(struct repl *r, uint64_t index)
 {
-    while (r->n_runs > 0 && r->runs[r->n_runs - 1].index >= index) {
-        r->n_runs--;
+    while (r->io.n_runs > 0 && r->io.runs[r->io.n_runs - 1].index >= index) {
+        r->io.n_runs--;
     }
 }
 
 static int runs_append(struct repl *r, uint64_t index, uint64_t term)
 {
-    if (r->n_runs > 0 && r->runs[r->n_runs - 1].term == term) {
+    if (r->io.n_runs > 0 && r->io.runs[r->io.n_runs - 1].term == term) {
         return 0;
     }
-    if (r->n_runs == r->cap_runs) {
-        size_t cap = r->cap_runs ? r->cap_runs * 2 : 16;
-        struct repl_term_run *n = tern_realloc(r->runs, cap * sizeof *n);
+    if (r->io.n_runs == r->io.cap_runs) {
+        size_t cap = r->io.cap_runs ? r->io.cap_runs * 2 : 16;
+        struct repl_term_run *n = tern_realloc(r->io.runs, cap * sizeof *n);
         if (n == NULL) {
             return -ENOMEM;
         }
-        r->runs = n;
-        r->cap_runs = cap;
+        r->io.runs = n;
+        r->io.cap_runs = cap;
     }
-    r->runs[r->n_runs].index = index;
-    r->runs[r->n_runs].term = term;
-    r->n_runs++;
+    r->io.runs[r->io.n_runs].index = index;
+    r->io.runs[r->io.n_runs].term = term;
+    r->io.n_runs++;
     return 0;
 }
 
 uint64_t repl_io_term_of(const struct repl *r, uint64_t index)
 {
-    if (index == 0 || index >= r->next_index) {
+    if (index == 0 || index >= r->io.next_index) {
         return 0;
     }
-    for (size_t i = r->n_runs; i > 0; i--) {
-        if (r->runs[i - 1].index <= index) {
-            return r->runs[i - 1].term;
+    for (size_t i = r->io.n_runs; i > 0; i--) {
+        if (r->io.runs[i - 1].index <= index) {
+            return r->io.runs[i - 1].term;
         }
     }
     return 0;
@@ -259,11 +263,11 @@ static void fence_to(struct repl *r, uint64_t term)
         rv = xport_set_fence(r->xport, term);
     }
     if (rv != 0) {
-        r->fence_errors++;
-        r->fenced_term = 0; /* retried on the next tick */
+        r->io.fence_errors++;
+        r->io.fenced_term = 0; /* retried on the next tick */
         return;
     }
-    r->fenced_term = term;
+    r->io.fenced_term = term;
 }
 
 /* ---- disk methods ------------------------------------------------------ */
@@ -280,46 +284,46 @@ static int io_init(struct raft_io *io, raft_id id, const char *address)
 
 static void maybe_closed(struct repl *r)
 {
-    raft_io_close_cb cb = r->io_close_cb;
-    if (!r->inner_closed || (r->idle_init && !r->idle_closed) ||
-        (r->idle_init && !r->flush_timer_closed)) {
+    raft_io_close_cb cb = r->io.close_cb;
+    if (!r->io.inner_closed || (r->io.idle_init && !r->io.idle_closed) ||
+        (r->io.idle_init && !r->io.flush_timer_closed)) {
         return;
     }
     if (cb != NULL) {
         /* Only appends whose inner write never started can still wait for
          * raft's callback (the inner close completed all others, in
          * order); complete them before raft's close callback. */
-        while (!repl_list_empty(&r->unacked)) {
+        while (!tern_list_empty(&r->io.unacked)) {
             struct append_req *a =
-                REPL__CONTAINER(r->unacked.next, struct append_req, ack_link);
+                TERN_CONTAINER(r->io.unacked.next, struct append_req, ack_link);
             ack(r, a, RAFT_CANCELED);
             if (a->dead) {
                 tern_free(a);
             }
         }
-        r->io_close_cb = NULL;
-        cb(&r->outer);
+        r->io.close_cb = NULL;
+        cb(&r->io.outer);
     }
 }
 
 static void inner_close_cb(struct raft_io *inner)
 {
     struct repl *r = inner->data;
-    r->inner_closed = true;
+    r->io.inner_closed = true;
     maybe_closed(r);
 }
 
 static void idle_close_cb(uv_handle_t *h)
 {
     struct repl *r = h->data;
-    r->idle_closed = true;
+    r->io.idle_closed = true;
     maybe_closed(r);
 }
 
 static void flush_timer_close_cb(uv_handle_t *h)
 {
     struct repl *r = h->data;
-    r->flush_timer_closed = true;
+    r->io.flush_timer_closed = true;
     maybe_closed(r);
 }
 
@@ -329,26 +333,26 @@ static void append_done(struct raft_io_append *inner_req, int status);
  * of the file). */
 static void flush_inner(struct repl *r)
 {
-    if (repl_list_empty(&r->inner_pending)) {
+    if (tern_list_empty(&r->io.inner_pending)) {
         return;
     }
-    r->inner_flushes++;
-    if (r->idle_init && !r->flush_timer_closed) {
-        uv_timer_stop(&r->flush_timer);
+    r->io.inner_flushes++;
+    if (r->io.idle_init && !r->io.flush_timer_closed) {
+        uv_timer_stop(&r->io.flush_timer);
     }
-    while (!repl_list_empty(&r->inner_pending)) {
+    while (!tern_list_empty(&r->io.inner_pending)) {
         struct append_req *a =
-            REPL__CONTAINER(r->inner_pending.next, struct append_req, link);
+            TERN_CONTAINER(r->io.inner_pending.next, struct append_req, link);
         int rv = RAFT_IOERR;
-        repl_list_remove(&a->link);
-        r->inner_pending_bytes -= a->bytes;
+        tern_list_remove(&a->link);
+        r->io.inner_pending_bytes -= a->bytes;
         if (r->failed == 0) {
             rv = r->inner->append(r->inner, &a->inner_req, a->copy, a->n,
                                   append_done);
         }
         if (rv == 0) {
-            a->truncate_gen = r->truncate_gen;
-            repl_list_push(&r->appends, &a->link);
+            a->truncate_gen = r->io.truncate_gen;
+            tern_list_push(&r->io.appends, &a->link);
             continue;
         }
         if (r->failed == 0) {
@@ -376,38 +380,42 @@ static void flush_timer_cb(uv_timer_t *t)
 static bool truncate_in_flight(const struct repl *r)
 {
     const struct append_req *last;
-    if (!r->wait_truncate || r->truncate_settled == r->truncate_gen ||
-        repl_list_empty(&r->appends)) {
+    if (!r->io.wait_truncate || r->io.truncate_settled == r->io.truncate_gen ||
+        tern_list_empty(&r->io.appends)) {
         return false;
     }
-    last = REPL__CONTAINER(r->appends.prev, struct append_req, link);
-    return last->truncate_gen > r->truncate_settled;
+    last = TERN_CONTAINER(r->io.appends.prev, struct append_req, link);
+    return last->truncate_gen > r->io.truncate_settled;
 }
 
 static void io_close(struct raft_io *io, raft_io_close_cb cb)
 {
     struct repl *r = outer_repl(io);
-    r->closing = true;
+    /* r->closing is already set: raft_close is called by repl_close only. */
     repl_bulk_abort(r);
     repl_io_close_sends(r);
-    r->io_close_cb = cb;
+    r->io.close_cb = cb;
     /* Unacked appends still have their inner write pending: the inner
      * close completes (cancels) them, which fires raft's cbs in order. */
     flush_inner(r); /* they must reach the inner io before its close */
-    if (r->idle_init) {
-        uv_close((uv_handle_t *)&r->idle, idle_close_cb);
-        uv_close((uv_handle_t *)&r->flush_timer, flush_timer_close_cb);
+    if (r->io.idle_init) {
+        uv_close((uv_handle_t *)&r->io.idle, idle_close_cb);
+        uv_close((uv_handle_t *)&r->io.flush_timer, flush_timer_close_cb);
     }
     if (truncate_in_flight(r)) {
-        r->inner_close_deferred = true; /* io_tick closes it */
+        r->io.inner_close_deferred = true; /* io_tick closes it */
         return;
     }
     r->inner->close(r->inner, inner_close_cb);
 }
 
-static int io_load(struct raft_io *io, raft_term *term, raft_id *voted_for,
-                   struct raft_snapshot **snapshot, raft_index *start_index,
-                   struct raft_entry *entries[], size_t *n_entries)
+static int io_load(struct raft_io *io,
+                   raft_term *term,
+                   raft_id *voted_for,
+                   struct raft_snapshot **snapshot,
+                   raft_index *start_index,
+                   struct raft_entry *entries[],
+                   size_t *n_entries)
 {
     struct repl *r = outer_repl(io);
     int rv = r->inner->load(r->inner, term, voted_for, snapshot, start_index,
@@ -416,11 +424,11 @@ static int io_load(struct raft_io *io, raft_term *term, raft_id *voted_for,
         copy_errmsg(r);
         return rv;
     }
-    r->term = *term;
-    r->n_runs = 0;
+    r->io.term = *term;
+    r->io.n_runs = 0;
     if (*snapshot != NULL) {
-        r->snap_index = (*snapshot)->index;
-        r->snap_term = (*snapshot)->term;
+        r->io.snap_index = (*snapshot)->index;
+        r->io.snap_term = (*snapshot)->term;
         /* Entries kept before the snapshot (trailing) carry the terms up to
          * it themselves; the snapshot's run is needed only beyond them. */
         if (*n_entries == 0 || *start_index > (*snapshot)->index) {
@@ -431,48 +439,48 @@ static int io_load(struct raft_io *io, raft_term *term, raft_id *voted_for,
      * "unknown", which disables the RequestVote rewrite): no failure. */
     for (size_t i = 0; i < *n_entries; i++) {
         if (runs_append(r, *start_index + i, (*entries)[i].term) != 0) {
-            r->n_runs = 0;
+            r->io.n_runs = 0;
             break;
         }
     }
-    r->next_index = *start_index + *n_entries;
+    r->io.next_index = *start_index + *n_entries;
     if (*n_entries == 0 && *snapshot != NULL &&
-        r->next_index <= (*snapshot)->index) {
-        r->next_index = (*snapshot)->index + 1;
+        r->io.next_index <= (*snapshot)->index) {
+        r->io.next_index = (*snapshot)->index + 1;
     }
-    r->durable_index = r->next_index - 1;
-    r->acked_index = r->durable_index;
-    fence_to(r, r->term);
+    r->io.durable_index = r->io.next_index - 1;
+    r->io.acked_index = r->io.durable_index;
+    fence_to(r, r->io.term);
     return 0;
 }
 
 static void io_tick(struct raft_io *inner)
 {
     struct repl *r = inner->data;
-    if (r->inner_close_deferred) {
+    if (r->io.inner_close_deferred) {
         if (!truncate_in_flight(r)) {
-            r->inner_close_deferred = false;
+            r->io.inner_close_deferred = false;
             r->inner->close(r->inner, inner_close_cb);
         }
         return;
     }
-    if (r->closing || r->tick_cb == NULL) {
+    if (r->closing || r->io.tick_cb == NULL) {
         return;
     }
-    if (r->fenced_term != r->term) {
-        fence_to(r, r->term);
+    if (r->io.fenced_term != r->io.term) {
+        fence_to(r, r->io.term);
     }
     /* guard.c item 4 (#467, 4fbd3c0): a non-leader does not get ticks (its
      * election timer) while it still persists entries or a snapshot, or
      * fetches the bulk data of one (it is behind: no use as a candidate),
      * nor while its disk is full (guard.c item 11). */
     if (r->failed == 0 &&
-        (!r->hold_ticks || raft_state(&r->raft) == RAFT_LEADER ||
-         (r->n_unacked == 0 && r->install_index == 0 &&
-          !r->fetch.active && !r->disk_full))) {
-        r->tick_cb(&r->outer);
+        (!r->guard.hold_ticks || raft_state(&r->raft) == RAFT_LEADER ||
+         (r->io.n_unacked == 0 && r->io.install_index == 0 &&
+          !r->bulk.fetch.active && !r->disk_full))) {
+        r->io.tick_cb(&r->io.outer);
     } else if (r->failed == 0) {
-        r->ticks_withheld++;
+        r->io.ticks_withheld++;
     }
     repl_bulk_tick(r);
     repl_lat_poll(r);
@@ -486,21 +494,23 @@ static void io_inner_recv(struct raft_io *inner, struct raft_message *msg)
     (void)msg;
 }
 
-static int io_start(struct raft_io *io, unsigned msecs, raft_io_tick_cb tick,
+static int io_start(struct raft_io *io,
+                    unsigned msecs,
+                    raft_io_tick_cb tick,
                     raft_io_recv_cb recv)
 {
     struct repl *r = outer_repl(io);
     int rv;
     (void)msecs; /* we tick faster than raft's heartbeat (repl->tick_ms) */
-    r->tick_cb = tick;
-    r->recv_cb = recv;
+    r->io.tick_cb = tick;
+    r->io.recv_cb = recv;
     if (r->durability == REPL_DURABILITY_MEMORY && r->loop != NULL &&
-        !r->idle_init) {
-        uv_idle_init(r->loop, &r->idle);
-        r->idle.data = r;
-        uv_timer_init(r->loop, &r->flush_timer);
-        r->flush_timer.data = r;
-        r->idle_init = true;
+        !r->io.idle_init) {
+        uv_idle_init(r->loop, &r->io.idle);
+        r->io.idle.data = r;
+        uv_timer_init(r->loop, &r->io.flush_timer);
+        r->io.flush_timer.data = r;
+        r->io.idle_init = true;
     }
     rv = r->inner->start(r->inner, r->tick_ms, io_tick, io_inner_recv);
     if (rv != 0) {
@@ -509,11 +519,11 @@ static int io_start(struct raft_io *io, unsigned msecs, raft_io_tick_cb tick,
     }
     rv = xport_start(r->xport, repl_xport_recv, r);
     if (rv != 0) {
-        (void)snprintf(r->outer.errmsg, sizeof r->outer.errmsg,
+        (void)snprintf(r->io.outer.errmsg, sizeof r->io.outer.errmsg,
                        "xport start: %s", tern_strerror(rv));
         return RAFT_IOERR;
     }
-    r->started = true;
+    r->io.started = true;
     return 0;
 }
 
@@ -545,7 +555,7 @@ static int io_set_term(struct raft_io *io, raft_term term)
         copy_errmsg(r);
         return rv;
     }
-    r->term = term;
+    r->io.term = term;
     /* Durable now: fence before raft acts in the new term. */
     fence_to(r, term);
     return 0;
@@ -559,8 +569,8 @@ static int io_set_vote(struct raft_io *io, raft_id id)
         copy_errmsg(r);
         return rv;
     }
-    if (r->fenced_term != r->term) {
-        fence_to(r, r->term); /* an earlier attempt failed */
+    if (r->io.fenced_term != r->io.term) {
+        fence_to(r, r->io.term); /* an earlier attempt failed */
     }
     return 0;
 }
@@ -568,13 +578,13 @@ static int io_set_vote(struct raft_io *io, raft_id id)
 /* Fire raft's cb for a (the oldest unacked) append. */
 static void ack(struct repl *r, struct append_req *a, int status)
 {
-    if (status == 0 && a->last >= a->first && a->last > r->acked_index) {
-        r->acked_index = a->last;
+    if (status == 0 && a->last >= a->first && a->last > r->io.acked_index) {
+        r->io.acked_index = a->last;
     }
     a->acked = true;
-    r->n_unacked--;
+    r->io.n_unacked--;
     if (r->durability == REPL_DURABILITY_MEMORY) {
-        repl_list_remove(&a->ack_link);
+        tern_list_remove(&a->ack_link);
     }
     if (status == 0) {
         repl_lat_f_ack(r, a->last);
@@ -587,17 +597,17 @@ static void ack(struct repl *r, struct append_req *a, int status)
 static void append_done(struct raft_io_append *inner_req, int status)
 {
     struct append_req *a =
-        REPL__CONTAINER(inner_req, struct append_req, inner_req);
+        TERN_CONTAINER(inner_req, struct append_req, inner_req);
     struct repl *r = a->r;
-    repl_list_remove(&a->link);
-    if (a->truncate_gen > r->truncate_settled) {
-        r->truncate_settled = a->truncate_gen; /* see the top of the file */
+    tern_list_remove(&a->link);
+    if (a->truncate_gen > r->io.truncate_settled) {
+        r->io.truncate_settled = a->truncate_gen; /* see the top of the file */
     }
     tern_free(a->copy);
     a->copy = NULL;
     if (status == 0) {
-        if (a->last >= a->first && a->last > r->durable_index) {
-            r->durable_index = a->last;
+        if (a->last >= a->first && a->last > r->io.durable_index) {
+            r->io.durable_index = a->last;
         }
     } else if (status != RAFT_CANCELED && !r->closing) {
         repl_fail(r, repl_err_from_raft(status));
@@ -615,41 +625,41 @@ static void append_done(struct raft_io_append *inner_req, int status)
 static void deliver_hold(struct repl *r)
 {
     struct raft_message m;
-    uint64_t index = r->hold.index;
-    if (index == 0 || r->acked_index < index) {
+    uint64_t index = r->io.hold.index;
+    if (index == 0 || r->io.acked_index < index) {
         return;
     }
-    r->hold.index = 0;
-    if (r->closing || r->failed != 0 || r->recv_cb == NULL ||
+    r->io.hold.index = 0;
+    if (r->closing || r->failed != 0 || r->io.recv_cb == NULL ||
         raft_state(&r->raft) != RAFT_FOLLOWER ||
-        r->raft.current_term != r->hold.term ||
-        r->truncate_gen != r->hold.gen ||
-        r->hold.commit <= r->raft.commit_index) {
+        r->raft.current_term != r->io.hold.term ||
+        r->io.truncate_gen != r->io.hold.gen ||
+        r->io.hold.commit <= r->raft.commit_index) {
         return;
     }
     memset(&m, 0, sizeof m);
     m.type = RAFT_IO_APPEND_ENTRIES;
-    m.server_id = r->hold.leader_id;
-    m.server_address = r->hold.leader_addr;
-    m.append_entries.term = r->hold.term;
+    m.server_id = r->io.hold.leader_id;
+    m.server_address = r->io.hold.leader_addr;
+    m.append_entries.term = r->io.hold.term;
     m.append_entries.prev_log_index = index;
     m.append_entries.prev_log_term = repl_io_term_of(r, index);
-    m.append_entries.leader_commit = r->hold.commit;
+    m.append_entries.leader_commit = r->io.hold.commit;
     if (m.append_entries.prev_log_term == 0 || !repl_guard_recv(r, &m)) {
         return;
     }
-    r->quiet_results = true;
-    r->recv_cb(&r->outer, &m);
-    r->quiet_results = false;
-    r->holds_delivered++;
+    r->io.quiet_results = true;
+    r->io.recv_cb(&r->io.outer, &m);
+    r->io.quiet_results = false;
+    r->io.holds_delivered++;
 }
 
 size_t repl_io_run_deferred(struct repl *r)
 {
     size_t n = 0;
-    while (!repl_list_empty(&r->unacked)) {
+    while (!tern_list_empty(&r->io.unacked)) {
         struct append_req *a =
-            REPL__CONTAINER(r->unacked.next, struct append_req, ack_link);
+            TERN_CONTAINER(r->io.unacked.next, struct append_req, ack_link);
         /* Its inner write goes (or went) on; append_done frees it. A dead
          * one's never started (the replica is fail-stopped). */
         bool dead = a->dead;
@@ -660,17 +670,17 @@ size_t repl_io_run_deferred(struct repl *r)
         n++;
     }
     deliver_hold(r);
-    if (!r->idle_init) {
+    if (!r->io.idle_init) {
         flush_inner(r); /* no loop, no timer: hand them over now */
     }
-    while (!repl_list_empty(&r->null_sends)) {
+    while (!tern_list_empty(&r->io.null_sends)) {
         struct send_group *g =
-            REPL__CONTAINER(r->null_sends.next, struct send_group, link);
+            TERN_CONTAINER(r->io.null_sends.next, struct send_group, link);
         group_finish(g); /* status 0: "handed off" */
         n++;
     }
-    if (r->idle_init && !r->idle_closed && !r->closing) {
-        uv_idle_stop(&r->idle);
+    if (r->io.idle_init && !r->io.idle_closed && !r->closing) {
+        uv_idle_stop(&r->io.idle);
     }
     return n;
 }
@@ -684,7 +694,8 @@ static void idle_cb(uv_idle_t *h)
 /* Memory mode: one block holding a copy of the entries array and their
  * payloads (the block is every copied entry's batch). NULL on OOM. */
 static struct raft_entry *copy_entries(const struct raft_entry entries[],
-                                       unsigned n, size_t *bytes /* OUT */)
+                                       unsigned n,
+                                       size_t *bytes /* OUT */)
 {
     size_t head = (size_t)n * sizeof(struct raft_entry);
     size_t total = head;
@@ -711,13 +722,15 @@ static struct raft_entry *copy_entries(const struct raft_entry entries[],
     return c;
 }
 
-static int io_append(struct raft_io *io, struct raft_io_append *req,
-                     const struct raft_entry entries[], unsigned n,
+static int io_append(struct raft_io *io,
+                     struct raft_io_append *req,
+                     const struct raft_entry entries[],
+                     unsigned n,
                      raft_io_append_cb cb)
 {
     struct repl *r = outer_repl(io);
     struct append_req *a;
-    size_t saved_runs = r->n_runs;
+    size_t saved_runs = r->io.n_runs;
     int rv;
 
     if (r->failed != 0) {
@@ -730,12 +743,12 @@ static int io_append(struct raft_io *io, struct raft_io_append *req,
     a->r = r;
     a->outer_req = req;
     a->cb = cb;
-    a->first = r->next_index;
-    a->last = r->next_index + n - 1;
+    a->first = r->io.next_index;
+    a->last = r->io.next_index + n - 1;
     a->inner_req.data = req->data;
     for (unsigned i = 0; i < n; i++) {
         if (runs_append(r, a->first + i, entries[i].term) != 0) {
-            r->n_runs = saved_runs;
+            r->io.n_runs = saved_runs;
             tern_free(a);
             return RAFT_NOMEM;
         }
@@ -744,42 +757,42 @@ static int io_append(struct raft_io *io, struct raft_io_append *req,
     if (r->durability == REPL_DURABILITY_MEMORY) {
         a->copy = copy_entries(entries, n, &a->bytes);
         if (a->copy == NULL) {
-            r->n_runs = saved_runs;
+            r->io.n_runs = saved_runs;
             tern_free(a);
             return RAFT_NOMEM;
         }
         /* Coalesced: handed to the inner io later (top of the file). */
-        repl_list_push(&r->inner_pending, &a->link);
-        r->inner_pending_bytes += a->bytes;
-        if (r->idle_init && !r->closing &&
-            !uv_is_active((uv_handle_t *)&r->flush_timer)) {
-            uv_timer_start(&r->flush_timer, flush_timer_cb, REPL__FLUSH_MS, 0);
+        tern_list_push(&r->io.inner_pending, &a->link);
+        r->io.inner_pending_bytes += a->bytes;
+        if (r->io.idle_init && !r->closing &&
+            !uv_is_active((uv_handle_t *)&r->io.flush_timer)) {
+            uv_timer_start(&r->io.flush_timer, flush_timer_cb, REPL__FLUSH_MS,
+                           0);
         }
     } else {
-        rv = r->inner->append(r->inner, &a->inner_req, entries, n,
-                              append_done);
+        rv = r->inner->append(r->inner, &a->inner_req, entries, n, append_done);
         if (rv != 0) {
             copy_errmsg(r);
-            r->n_runs = saved_runs;
+            r->io.n_runs = saved_runs;
             tern_free(a);
             return rv;
         }
-        a->truncate_gen = r->truncate_gen;
-        repl_list_push(&r->appends, &a->link);
+        a->truncate_gen = r->io.truncate_gen;
+        tern_list_push(&r->io.appends, &a->link);
     }
-    r->next_index += n;
-    r->n_unacked++;
+    r->io.next_index += n;
+    r->io.n_unacked++;
     if (raft_state(&r->raft) == RAFT_LEADER) {
         repl_lat_append(r, a->last);
     } else {
         repl_lat_f_append(r);
     }
     if (r->durability == REPL_DURABILITY_MEMORY) {
-        repl_list_push(&r->unacked, &a->ack_link);
-        if (r->idle_init) {
-            uv_idle_start(&r->idle, idle_cb);
+        tern_list_push(&r->io.unacked, &a->ack_link);
+        if (r->io.idle_init) {
+            uv_idle_start(&r->io.idle, idle_cb);
         }
-        if (r->inner_pending_bytes >= REPL__FLUSH_BYTES) {
+        if (r->io.inner_pending_bytes >= REPL__FLUSH_BYTES) {
             flush_inner(r);
         }
     }
@@ -789,7 +802,7 @@ static int io_append(struct raft_io *io, struct raft_io_append *req,
 static int io_truncate(struct raft_io *io, raft_index index)
 {
     struct repl *r = outer_repl(io);
-    struct repl_list *e;
+    struct tern_list *e;
     int rv;
     flush_inner(r); /* raft_uv orders them before the truncate */
     rv = r->inner->truncate(r->inner, index);
@@ -797,20 +810,20 @@ static int io_truncate(struct raft_io *io, raft_index index)
         copy_errmsg(r);
         return rv;
     }
-    for (e = r->appends.next; e != &r->appends; e = e->next) {
-        struct append_req *a = REPL__CONTAINER(e, struct append_req, link);
+    for (e = r->io.appends.next; e != &r->io.appends; e = e->next) {
+        struct append_req *a = TERN_CONTAINER(e, struct append_req, link);
         if (a->last >= index) {
             a->last = index - 1;
         }
     }
-    if (r->durable_index >= index) {
-        r->durable_index = index - 1;
+    if (r->io.durable_index >= index) {
+        r->io.durable_index = index - 1;
     }
-    if (r->acked_index >= index) {
-        r->acked_index = index - 1;
+    if (r->io.acked_index >= index) {
+        r->io.acked_index = index - 1;
     }
-    r->next_index = index;
-    r->truncate_gen++;
+    r->io.next_index = index;
+    r->io.truncate_gen++;
     runs_truncate(r, index);
     repl_lat_forget(r, index);
     return 0;
@@ -818,17 +831,17 @@ static int io_truncate(struct raft_io *io, raft_index index)
 
 static void put_done(struct raft_io_snapshot_put *inner_req, int status)
 {
-    struct put_req *p = REPL__CONTAINER(inner_req, struct put_req, inner_req);
+    struct put_req *p = TERN_CONTAINER(inner_req, struct put_req, inner_req);
     struct repl *r = p->r;
-    if (status == 0 && p->index > r->snap_index) {
-        r->snap_index = p->index;
-        r->snap_term = p->term;
+    if (status == 0 && p->index > r->io.snap_index) {
+        r->io.snap_index = p->index;
+        r->io.snap_term = p->term;
     }
     if (p->install) {
-        r->install_index = 0;
+        r->io.install_index = 0;
         if (status == 0) {
-            r->durable_index = p->index;
-            r->acked_index = p->index;
+            r->io.durable_index = p->index;
+            r->io.acked_index = p->index;
         }
     }
     p->outer_req->cb = p->cb;
@@ -836,7 +849,8 @@ static void put_done(struct raft_io_snapshot_put *inner_req, int status)
     tern_free(p);
 }
 
-static int io_snapshot_put(struct raft_io *io, unsigned trailing,
+static int io_snapshot_put(struct raft_io *io,
+                           unsigned trailing,
                            struct raft_io_snapshot_put *req,
                            const struct raft_snapshot *snapshot,
                            raft_io_snapshot_put_cb cb)
@@ -863,32 +877,33 @@ static int io_snapshot_put(struct raft_io *io, unsigned trailing,
         return rv;
     }
     if (p->install) {
-        struct repl_list *e;
+        struct tern_list *e;
         /* The install replaces the whole log; earlier in-flight appends no
          * longer describe it. */
-        for (e = r->appends.next; e != &r->appends; e = e->next) {
-            struct append_req *a = REPL__CONTAINER(e, struct append_req, link);
+        for (e = r->io.appends.next; e != &r->io.appends; e = e->next) {
+            struct append_req *a = TERN_CONTAINER(e, struct append_req, link);
             a->last = a->first - 1;
         }
-        r->install_index = snapshot->index;
-        r->install_term = snapshot->term;
-        r->next_index = snapshot->index + 1;
-        if (r->durable_index > snapshot->index) {
-            r->durable_index = 0;
+        r->io.install_index = snapshot->index;
+        r->io.install_term = snapshot->term;
+        r->io.next_index = snapshot->index + 1;
+        if (r->io.durable_index > snapshot->index) {
+            r->io.durable_index = 0;
         }
-        if (r->acked_index > snapshot->index) {
-            r->acked_index = 0;
+        if (r->io.acked_index > snapshot->index) {
+            r->io.acked_index = 0;
         }
-        r->n_runs = 0;
+        r->io.n_runs = 0;
         if (runs_append(r, snapshot->index, snapshot->term) != 0) {
             /* Only the term lookups suffer; they then return 0. */
-            r->n_runs = 0;
+            r->io.n_runs = 0;
         }
     }
     return 0;
 }
 
-static int io_snapshot_get(struct raft_io *io, struct raft_io_snapshot_get *req,
+static int io_snapshot_get(struct raft_io *io,
+                           struct raft_io_snapshot_get *req,
                            raft_io_snapshot_get_cb cb)
 {
     struct repl *r = outer_repl(io);
@@ -911,7 +926,8 @@ static int io_random(struct raft_io *io, int min, int max)
     return r->inner->random(r->inner, min, max);
 }
 
-static int io_async_work(struct raft_io *io, struct raft_io_async_work *req,
+static int io_async_work(struct raft_io *io,
+                         struct raft_io_async_work *req,
                          raft_io_async_work_cb cb)
 {
     struct repl *r = outer_repl(io);
@@ -923,7 +939,7 @@ static int io_async_work(struct raft_io *io, struct raft_io_async_work *req,
 static void group_finish(struct send_group *g)
 {
     if (g->r != NULL) {
-        repl_list_remove(&g->link);
+        tern_list_remove(&g->link);
         if (g->raft_cb != NULL) {
             g->raft_cb(g->raft_req, g->status == 0 ? 0 : RAFT_NOCONNECTION);
         }
@@ -947,19 +963,19 @@ static void send_done(struct xport_send *xs, int status)
 
 void repl_io_close_sends(struct repl *r)
 {
-    while (!repl_list_empty(&r->null_sends)) {
+    while (!tern_list_empty(&r->io.null_sends)) {
         struct send_group *g =
-            REPL__CONTAINER(r->null_sends.next, struct send_group, link);
-        repl_list_remove(&g->link);
+            TERN_CONTAINER(r->io.null_sends.next, struct send_group, link);
+        tern_list_remove(&g->link);
         if (g->raft_cb != NULL) {
             g->raft_cb(g->raft_req, RAFT_CANCELED);
         }
         tern_free(g); /* no parts: nothing else refers to it */
     }
-    while (!repl_list_empty(&r->sends)) {
+    while (!tern_list_empty(&r->io.sends)) {
         struct send_group *g =
-            REPL__CONTAINER(r->sends.next, struct send_group, link);
-        repl_list_remove(&g->link);
+            TERN_CONTAINER(r->io.sends.next, struct send_group, link);
+        tern_list_remove(&g->link);
         g->r = NULL; /* freed by its last part's completion */
         if (g->raft_cb != NULL) {
             g->raft_cb(g->raft_req, RAFT_CANCELED);
@@ -976,14 +992,17 @@ static struct send_group *group_new(struct repl *r,
         g->r = r;
         g->raft_req = raft_req;
         g->raft_cb = raft_cb;
-        repl_list_init(&g->link);
+        tern_list_init(&g->link);
     }
     return g;
 }
 
 /* Submit one part of g. */
-static int send_part(struct repl *r, struct send_group *g, uint64_t peer_id,
-                     const char *addr, struct repl_frame *f)
+static int send_part(struct repl *r,
+                     struct send_group *g,
+                     uint64_t peer_id,
+                     const char *addr,
+                     struct repl_frame *f)
 {
     struct send_req *s = tern_calloc(1, sizeof *s);
     int rv;
@@ -1007,10 +1026,12 @@ static int send_part(struct repl *r, struct send_group *g, uint64_t peer_id,
 static void group_seal(struct repl *r, struct send_group *g)
 {
     g->sealed = true;
-    repl_list_push(&r->sends, &g->link);
+    tern_list_push(&r->io.sends, &g->link);
 }
 
-int repl_io_send_frame(struct repl *r, uint64_t peer_id, const char *addr,
+int repl_io_send_frame(struct repl *r,
+                       uint64_t peer_id,
+                       const char *addr,
                        struct repl_frame *f)
 {
     struct send_group *g = group_new(r, NULL, NULL);
@@ -1034,8 +1055,10 @@ static int raft_code(int rv)
 
 /* Send an AppendEntries as parts that each fit max (see the top of the
  * file). Returns a RAFT_* code; on non-zero nothing was submitted. */
-static int send_append_entries(struct repl *r, struct send_group *g,
-                               const struct raft_message *m, size_t max)
+static int send_append_entries(struct repl *r,
+                               struct send_group *g,
+                               const struct raft_message *m,
+                               size_t max)
 {
     const struct raft_append_entries *a = &m->append_entries;
     unsigned off = 0;
@@ -1070,7 +1093,7 @@ static int send_append_entries(struct repl *r, struct send_group *g,
             }
         }
         if (rv != 0) {
-            (void)snprintf(r->outer.errmsg, sizeof r->outer.errmsg,
+            (void)snprintf(r->io.outer.errmsg, sizeof r->io.outer.errmsg,
                            "encode: %s", tern_strerror(rv));
             rv = rv == -ENOMEM ? RAFT_NOMEM : RAFT_TOOBIG;
             break;
@@ -1078,7 +1101,7 @@ static int send_append_entries(struct repl *r, struct send_group *g,
         rv = send_part(r, g, m->server_id, m->server_address, &f);
         repl_frame_release(&f);
         if (rv != 0) {
-            (void)snprintf(r->outer.errmsg, sizeof r->outer.errmsg,
+            (void)snprintf(r->io.outer.errmsg, sizeof r->io.outer.errmsg,
                            "xport send: %s", tern_strerror(rv));
             rv = raft_code(rv);
             break;
@@ -1091,8 +1114,8 @@ static int send_append_entries(struct repl *r, struct send_group *g,
         return rv;
     }
     if (parts > 1) {
-        r->ae_split++;
-        r->ae_parts += parts;
+        r->io.ae_split++;
+        r->io.ae_parts += parts;
     }
     if (rv != 0 && g->status == 0) {
         g->status = TERN_ENOCONN; /* a prefix went out: raft probes */
@@ -1100,8 +1123,10 @@ static int send_append_entries(struct repl *r, struct send_group *g,
     return 0;
 }
 
-static int io_send(struct raft_io *io, struct raft_io_send *req,
-                   const struct raft_message *message, raft_io_send_cb cb)
+static int io_send(struct raft_io *io,
+                   struct raft_io_send *req,
+                   const struct raft_message *message,
+                   raft_io_send_cb cb)
 {
     struct repl *r = outer_repl(io);
     struct raft_message copy;
@@ -1117,8 +1142,8 @@ static int io_send(struct raft_io *io, struct raft_io_send *req,
     /* Stage stamps before the hand-off: a doorbell may let the peer run
      * before we do again. */
     if (m->type == RAFT_IO_APPEND_ENTRIES && m->append_entries.n_entries > 0) {
-        repl_lat_posted(r, m->append_entries.prev_log_index +
-                               m->append_entries.n_entries);
+        repl_lat_posted(
+            r, m->append_entries.prev_log_index + m->append_entries.n_entries);
     } else if (m->type == RAFT_IO_APPEND_ENTRIES_RESULT &&
                m->append_entries_result.rejected == 0) {
         repl_lat_f_post(r, m->append_entries_result.last_log_index);
@@ -1127,13 +1152,13 @@ static int io_send(struct raft_io *io, struct raft_io_send *req,
     if (g == NULL) {
         return RAFT_NOMEM;
     }
-    if (r->quiet_results && m->type == RAFT_IO_APPEND_ENTRIES_RESULT) {
+    if (r->io.quiet_results && m->type == RAFT_IO_APPEND_ENTRIES_RESULT) {
         /* The answer to deliver_hold's message: not sent, completed by
          * run_deferred (never inside send). */
         g->sealed = true;
-        repl_list_push(&r->null_sends, &g->link);
-        if (r->idle_init && !r->idle_closed) {
-            uv_idle_start(&r->idle, idle_cb);
+        tern_list_push(&r->io.null_sends, &g->link);
+        if (r->io.idle_init && !r->io.idle_closed) {
+            uv_idle_start(&r->io.idle, idle_cb);
         }
         return 0;
     }
@@ -1148,14 +1173,14 @@ static int io_send(struct raft_io *io, struct raft_io_send *req,
         unsigned n_sent;
         rv = repl_codec_encode(r->id, r->address, m, max, &f, &n_sent);
         if (rv != 0) {
-            (void)snprintf(r->outer.errmsg, sizeof r->outer.errmsg,
+            (void)snprintf(r->io.outer.errmsg, sizeof r->io.outer.errmsg,
                            "encode: %s", tern_strerror(rv));
             rv = rv == -ENOMEM ? RAFT_NOMEM : RAFT_TOOBIG;
         } else {
             rv = send_part(r, g, m->server_id, m->server_address, &f);
             repl_frame_release(&f);
             if (rv != 0) {
-                (void)snprintf(r->outer.errmsg, sizeof r->outer.errmsg,
+                (void)snprintf(r->io.outer.errmsg, sizeof r->io.outer.errmsg,
                                "xport send: %s", tern_strerror(rv));
                 rv = raft_code(rv);
             }
@@ -1181,15 +1206,15 @@ static bool hold_commit(struct repl *r, struct repl_wire *w)
      * is not held: the commit then goes to the core as it came. */
     if (r->durability != REPL_DURABILITY_MEMORY ||
         w->msg.type != RAFT_IO_APPEND_ENTRIES || a->n_entries == 0 ||
-        last < r->next_index || a->leader_commit <= r->raft.commit_index ||
-        strlen(addr) >= sizeof r->hold.leader_addr) {
+        last < r->io.next_index || a->leader_commit <= r->raft.commit_index ||
+        strlen(addr) >= sizeof r->io.hold.leader_addr) {
         return false;
     }
-    r->hold.index = last;
-    r->hold.term = a->term;
-    r->hold.commit = a->leader_commit;
-    r->hold.leader_id = w->msg.server_id;
-    (void)snprintf(r->hold.leader_addr, sizeof r->hold.leader_addr, "%s",
+    r->io.hold.index = last;
+    r->io.hold.term = a->term;
+    r->io.hold.commit = a->leader_commit;
+    r->io.hold.leader_id = w->msg.server_id;
+    (void)snprintf(r->io.hold.leader_addr, sizeof r->io.hold.leader_addr, "%s",
                    addr); /* fits: checked above */
     a->leader_commit = r->raft.commit_index;
     return true;
@@ -1198,7 +1223,7 @@ static bool hold_commit(struct repl *r, struct repl_wire *w)
 void repl_io_deliver(struct repl *r, struct repl_wire *w)
 {
     bool held;
-    if (r->closing || r->failed != 0 || r->recv_cb == NULL ||
+    if (r->closing || r->failed != 0 || r->io.recv_cb == NULL ||
         !repl_guard_recv(r, &w->msg)) {
         repl_wire_release(w);
         return;
@@ -1213,16 +1238,16 @@ void repl_io_deliver(struct repl *r, struct repl_wire *w)
         repl_lat_resulted(r, w->msg.append_entries_result.last_log_index);
     }
     /* raft takes ownership of the entries array/batch and snapshot data. */
-    r->recv_cb(&r->outer, &w->msg);
+    r->io.recv_cb(&r->io.outer, &w->msg);
     if (held) {
-        if (r->next_index <= r->hold.index) {
-            r->hold.index = 0; /* rejected: nothing appended */
+        if (r->io.next_index <= r->io.hold.index) {
+            r->io.hold.index = 0; /* rejected: nothing appended */
         } else {
-            r->hold.gen = r->truncate_gen;
+            r->io.hold.gen = r->io.truncate_gen;
         }
     }
     if (r->durability == REPL_DURABILITY_MEMORY && !r->closing &&
-        (!repl_list_empty(&r->unacked) || r->hold.index != 0)) {
+        (!tern_list_empty(&r->io.unacked) || r->io.hold.index != 0)) {
         (void)repl_io_run_deferred(r); /* answer now, then the hold */
     }
     repl_lat_poll(r);
@@ -1235,37 +1260,37 @@ void repl_xport_recv(void *arg, uint64_t from, const void *buf, size_t len)
     struct repl_wire w;
     int rv;
 
-    if (r == NULL || r->closing || r->failed != 0 || r->recv_cb == NULL) {
+    if (r == NULL || r->closing || r->failed != 0 || r->io.recv_cb == NULL) {
         return;
     }
     repl_lat_f_recv(r);
     rv = repl_codec_decode(buf, len, &w);
     if (rv != 0) {
-        r->bad_frames++;
+        r->io.bad_frames++;
         return;
     }
     if (w.sender_id != from) {
-        r->bad_frames++;
+        r->io.bad_frames++;
         repl_wire_release(&w);
         return;
     }
     switch (w.type) {
-        case REPL_WIRE_BULK_REQ:
-        case REPL_WIRE_BULK_DATA:
-            repl_bulk_on_frame(r, &w);
-            break;
-        case RAFT_IO_INSTALL_SNAPSHOT:
-            repl_bulk_on_install(r, &w);
-            break;
-        default:
-            repl_io_deliver(r, &w);
-            break;
+    case REPL_WIRE_BULK_REQ:
+    case REPL_WIRE_BULK_DATA:
+        repl_bulk_on_frame(r, &w);
+        break;
+    case RAFT_IO_INSTALL_SNAPSHOT:
+        repl_bulk_on_install(r, &w);
+        break;
+    default:
+        repl_io_deliver(r, &w);
+        break;
     }
 }
 
-void repl_io_setup(struct repl *r)
+void repl_io_setup(struct repl *r, bool wait_truncate)
 {
-    struct raft_io *o = &r->outer;
+    struct raft_io *o = &r->io.outer;
     memset(o, 0, sizeof *o);
     o->version = r->inner->async_work != NULL ? 2 : 1;
     o->init = io_init;
@@ -1285,10 +1310,19 @@ void repl_io_setup(struct repl *r)
     o->random = io_random;
     o->async_work = r->inner->async_work != NULL ? io_async_work : NULL;
     r->inner->data = r;
-    repl_list_init(&r->appends);
-    repl_list_init(&r->unacked);
-    repl_list_init(&r->sends);
-    repl_list_init(&r->null_sends);
-    repl_list_init(&r->inner_pending);
-    r->next_index = 1;
+    tern_list_init(&r->io.appends);
+    tern_list_init(&r->io.unacked);
+    tern_list_init(&r->io.sends);
+    tern_list_init(&r->io.null_sends);
+    tern_list_init(&r->io.inner_pending);
+    r->io.next_index = 1;
+    r->io.wait_truncate = wait_truncate;
+}
+
+void repl_io_free(struct repl *r)
+{
+    tern_free(r->io.runs);
+    r->io.runs = NULL;
+    r->io.n_runs = 0;
+    r->io.cap_runs = 0;
 }

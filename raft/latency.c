@@ -30,18 +30,23 @@ static uint64_t hrtime(void)
 
 int repl_lat_init(struct repl *r)
 {
-    r->lat_pending = tern_calloc(REPL_LAT_PENDING, sizeof *r->lat_pending);
-    if (r->lat_pending == NULL) {
+    r->lat.pending = tern_calloc(REPL_LAT_PENDING, sizeof *r->lat.pending);
+    if (r->lat.pending == NULL) {
         return -ENOMEM;
     }
-    r->lat_now = hrtime;
+    r->lat.now = hrtime;
     return 0;
+}
+
+uint64_t repl_lat_now(struct repl *r)
+{
+    return r->lat.now != NULL ? r->lat.now() : 0;
 }
 
 void repl_lat_free(struct repl *r)
 {
-    tern_free(r->lat_pending);
-    r->lat_pending = NULL;
+    tern_free(r->lat.pending);
+    r->lat.pending = NULL;
 }
 
 /* Bucket layout: repl.h, REPL_LATENCY_SUB_BITS. */
@@ -86,22 +91,19 @@ void repl_latency_record(struct repl_latency *l, uint64_t ns)
     l->buckets[bucket_of(ns)]++;
 }
 
-void repl_lat_stage(struct repl *r, unsigned stage, uint64_t from,
-                    uint64_t to)
+void repl_lat_stage(struct repl *r, unsigned stage, uint64_t from, uint64_t to)
 {
     if (from != 0 && to >= from) {
-        repl_latency_record(&r->stages[stage], to - from);
+        repl_latency_record(&r->lat.stages[stage], to - from);
     }
 }
 
-#define stage_add repl_lat_stage
-
 static void sample(struct repl *r, uint64_t ns)
 {
-    struct repl_latency *l = &r->lat;
+    struct repl_latency *l = &r->lat.total;
     repl_latency_record(l, ns);
-    l->recent[r->lat_recent_pos] = ns;
-    r->lat_recent_pos = (r->lat_recent_pos + 1) % REPL_LATENCY_RECENT;
+    l->recent[r->lat.recent_pos] = ns;
+    r->lat.recent_pos = (r->lat.recent_pos + 1) % REPL_LATENCY_RECENT;
     if (l->n_recent < REPL_LATENCY_RECENT) {
         l->n_recent++;
     }
@@ -110,19 +112,19 @@ static void sample(struct repl *r, uint64_t ns)
 void repl_lat_append(struct repl *r, uint64_t last)
 {
     struct repl_lat_pending *p;
-    if (r->lat_pending == NULL) {
+    if (r->lat.pending == NULL) {
         return;
     }
-    if (r->lat_n == REPL_LAT_PENDING) {
-        r->lat.dropped++;
+    if (r->lat.n == REPL_LAT_PENDING) {
+        r->lat.total.dropped++;
         return;
     }
-    p = &r->lat_pending[(r->lat_head + r->lat_n) % REPL_LAT_PENDING];
+    p = &r->lat.pending[(r->lat.head + r->lat.n) % REPL_LAT_PENDING];
     p->index = last;
-    p->t0_ns = r->lat_now();
+    p->t0_ns = r->lat.now();
     p->post_ns = 0;
     p->res_ns = 0;
-    r->lat_n++;
+    r->lat.n++;
 }
 
 /* Stamp now into the pending appends from *cursor on whose index is <=
@@ -130,14 +132,14 @@ void repl_lat_append(struct repl *r, uint64_t last)
 static void mark(struct repl *r, unsigned *cursor, uint64_t last, bool post)
 {
     uint64_t now = 0;
-    while (*cursor < r->lat_n) {
+    while (*cursor < r->lat.n) {
         struct repl_lat_pending *p =
-            &r->lat_pending[(r->lat_head + *cursor) % REPL_LAT_PENDING];
+            &r->lat.pending[(r->lat.head + *cursor) % REPL_LAT_PENDING];
         if (p->index > last) {
             break;
         }
         if (now == 0) {
-            now = r->lat_now();
+            now = r->lat.now();
         }
         if (post) {
             p->post_ns = now;
@@ -150,128 +152,129 @@ static void mark(struct repl *r, unsigned *cursor, uint64_t last, bool post)
 
 void repl_lat_posted(struct repl *r, uint64_t last)
 {
-    mark(r, &r->lat_posted, last, true);
+    mark(r, &r->lat.posted, last, true);
 }
 
 void repl_lat_resulted(struct repl *r, uint64_t last)
 {
-    mark(r, &r->lat_resulted, last, false);
+    mark(r, &r->lat.resulted, last, false);
 }
 
 void repl_lat_f_recv(struct repl *r)
 {
-    r->lat_recv_ns = r->lat_now();
+    r->lat.recv_ns = r->lat.now();
 }
 
 void repl_lat_f_core(struct repl *r, uint64_t last)
 {
-    struct repl_lat_follower *f = &r->lat_f;
-    if (r->lat_recv_ns == 0) {
+    struct repl_lat_follower *f = &r->lat.f;
+    if (r->lat.recv_ns == 0) {
         return;
     }
     memset(f, 0, sizeof *f);
     f->index = last;
-    f->recv_ns = r->lat_recv_ns;
-    f->core_ns = r->lat_now();
-    r->lat_recv_ns = 0;
+    f->recv_ns = r->lat.recv_ns;
+    f->core_ns = r->lat.now();
+    r->lat.recv_ns = 0;
 }
 
 void repl_lat_f_append(struct repl *r)
 {
-    if (r->lat_f.index != 0 && r->lat_f.append_ns == 0) {
-        r->lat_f.append_ns = r->lat_now();
+    if (r->lat.f.index != 0 && r->lat.f.append_ns == 0) {
+        r->lat.f.append_ns = r->lat.now();
     }
 }
 
 void repl_lat_f_ack(struct repl *r, uint64_t last)
 {
-    struct repl_lat_follower *f = &r->lat_f;
+    struct repl_lat_follower *f = &r->lat.f;
     if (f->index != 0 && f->ack_ns == 0 && last >= f->index) {
-        f->ack_ns = r->lat_now();
+        f->ack_ns = r->lat.now();
     }
 }
 
 void repl_lat_f_post(struct repl *r, uint64_t last)
 {
-    struct repl_lat_follower *f = &r->lat_f;
+    struct repl_lat_follower *f = &r->lat.f;
     uint64_t now;
     if (f->index == 0 || last < f->index || f->ack_ns == 0) {
         return;
     }
-    now = r->lat_now();
-    stage_add(r, REPL_STAGE_F_DECODE, f->recv_ns, f->core_ns);
-    stage_add(r, REPL_STAGE_F_CORE, f->core_ns, f->append_ns);
-    stage_add(r, REPL_STAGE_F_ACK, f->append_ns, f->ack_ns);
-    stage_add(r, REPL_STAGE_F_POST, f->ack_ns, now);
-    stage_add(r, REPL_STAGE_F_TOTAL, f->recv_ns, now);
+    now = r->lat.now();
+    repl_lat_stage(r, REPL_STAGE_F_DECODE, f->recv_ns, f->core_ns);
+    repl_lat_stage(r, REPL_STAGE_F_CORE, f->core_ns, f->append_ns);
+    repl_lat_stage(r, REPL_STAGE_F_ACK, f->append_ns, f->ack_ns);
+    repl_lat_stage(r, REPL_STAGE_F_POST, f->ack_ns, now);
+    repl_lat_stage(r, REPL_STAGE_F_TOTAL, f->recv_ns, now);
     f->index = 0;
 }
 
 void repl_lat_poll(struct repl *r)
 {
     uint64_t commit, now = 0;
-    if (r->lat_n == 0) {
+    if (r->lat.n == 0) {
         return;
     }
     commit = r->raft.commit_index;
-    while (r->lat_n > 0 && r->lat_pending[r->lat_head].index <= commit) {
-        struct repl_lat_pending *p = &r->lat_pending[r->lat_head];
+    while (r->lat.n > 0 && r->lat.pending[r->lat.head].index <= commit) {
+        struct repl_lat_pending *p = &r->lat.pending[r->lat.head];
         if (now == 0) {
-            now = r->lat_now();
+            now = r->lat.now();
         }
         sample(r, now >= p->t0_ns ? now - p->t0_ns : 0);
-        stage_add(r, REPL_STAGE_APPEND_TO_POST, p->t0_ns, p->post_ns);
-        stage_add(r, REPL_STAGE_POST_TO_RESULT, p->post_ns, p->res_ns);
-        stage_add(r, REPL_STAGE_RESULT_TO_COMMIT, p->res_ns,
-                  p->res_ns != 0 ? now : 0);
-        r->lat_head = (r->lat_head + 1) % REPL_LAT_PENDING;
-        r->lat_n--;
-        if (r->lat_posted > 0) {
-            r->lat_posted--;
+        repl_lat_stage(r, REPL_STAGE_APPEND_TO_POST, p->t0_ns, p->post_ns);
+        repl_lat_stage(r, REPL_STAGE_POST_TO_RESULT, p->post_ns, p->res_ns);
+        repl_lat_stage(r, REPL_STAGE_RESULT_TO_COMMIT, p->res_ns,
+                       p->res_ns != 0 ? now : 0);
+        r->lat.head = (r->lat.head + 1) % REPL_LAT_PENDING;
+        r->lat.n--;
+        if (r->lat.posted > 0) {
+            r->lat.posted--;
         }
-        if (r->lat_resulted > 0) {
-            r->lat_resulted--;
+        if (r->lat.resulted > 0) {
+            r->lat.resulted--;
         }
     }
 }
 
 void repl_lat_forget(struct repl *r, uint64_t index)
 {
-    while (r->lat_n > 0) {
-        unsigned tail = (r->lat_head + r->lat_n - 1) % REPL_LAT_PENDING;
-        if (r->lat_pending[tail].index < index) {
+    while (r->lat.n > 0) {
+        unsigned tail = (r->lat.head + r->lat.n - 1) % REPL_LAT_PENDING;
+        if (r->lat.pending[tail].index < index) {
             break;
         }
-        r->lat_n--;
+        r->lat.n--;
     }
-    if (r->lat_posted > r->lat_n) {
-        r->lat_posted = r->lat_n;
+    if (r->lat.posted > r->lat.n) {
+        r->lat.posted = r->lat.n;
     }
-    if (r->lat_resulted > r->lat_n) {
-        r->lat_resulted = r->lat_n;
+    if (r->lat.resulted > r->lat.n) {
+        r->lat.resulted = r->lat.n;
     }
 }
 
 void repl_get_latency(struct repl *r, struct repl_latency *out, bool reset)
 {
-    unsigned n = r->lat.n_recent;
-    *out = r->lat;
+    unsigned n = r->lat.total.n_recent;
+    *out = r->lat.total;
     /* recent[] oldest first. */
     for (unsigned k = 0; k < n; k++) {
-        unsigned pos = (r->lat_recent_pos + REPL_LATENCY_RECENT - n + k) %
+        unsigned pos = (r->lat.recent_pos + REPL_LATENCY_RECENT - n + k) %
                        REPL_LATENCY_RECENT;
-        out->recent[k] = r->lat.recent[pos];
+        out->recent[k] = r->lat.total.recent[pos];
     }
     if (reset) {
-        memset(&r->lat, 0, sizeof r->lat);
-        r->lat_recent_pos = 0;
-        memset(r->stages, 0, sizeof r->stages);
+        memset(&r->lat.total, 0, sizeof r->lat.total);
+        r->lat.recent_pos = 0;
+        memset(r->lat.stages, 0, sizeof r->lat.stages);
     }
 }
 
 static const char *const stage_names[REPL_STAGE__COUNT] = {
-    "append_to_post", "post_to_result", "result_to_commit", "f_decode",
-    "f_core", "f_ack", "f_post", "f_total", "apply",
+    "append_to_post", "post_to_result", "result_to_commit",
+    "f_decode",       "f_core",         "f_ack",
+    "f_post",         "f_total",        "apply",
 };
 
 const char *repl_stage_name(unsigned stage)
@@ -281,9 +284,9 @@ const char *repl_stage_name(unsigned stage)
 
 void repl_get_stages(struct repl *r, struct repl_latency *out, bool reset)
 {
-    memcpy(out, r->stages, sizeof r->stages);
+    memcpy(out, r->lat.stages, sizeof r->lat.stages);
     if (reset) {
-        memset(r->stages, 0, sizeof r->stages);
+        memset(r->lat.stages, 0, sizeof r->lat.stages);
     }
 }
 

@@ -1,7 +1,8 @@
 /*
  * raft/repl.c: the public repl_ API (repl.h): configuration checks, the
- * replica's life cycle (new/start/close), proposals, status, leadership
- * transfer, and the RAFT_* -> tern code translation.
+ * replica's life cycle (new/start/close), proposals, status and
+ * leadership transfer. libraft's heap is tern's allocator (installed
+ * once, before the first replica).
  *
  * Production: repl_new creates an inner raft_uv over data_dir with a dummy
  * raft_uv_transport (raft_uv_init requires one; ours never listens or
@@ -33,23 +34,21 @@
 
 #include "repl_int.h"
 
-#define REPL__DEFAULT_ET 150
-#define REPL__DEFAULT_HB 15
+#define REPL__DEFAULT_ET             150
+#define REPL__DEFAULT_HB             15
 #define REPL__DEFAULT_SNAPSHOT_BYTES ((uint64_t)64 << 20)
-#define REPL__DEFAULT_TRAILING 256
-#define REPL__ENTRY_THRESHOLD 64
+#define REPL__DEFAULT_TRAILING       256
+#define REPL__ENTRY_THRESHOLD        64
 #define REPL__INSTALL_TIMEOUT_MIN_MS 2000
-#define REPL__BULK_CHUNK ((uint64_t)1 << 20)
-#define REPL__BULK_WINDOW 4
-#define REPL__BULK_STALL_MS 5000
-#define REPL__FRAME_OVERHEAD 1024
+#define REPL__FRAME_OVERHEAD         1024
 
-struct repl_proposal {
+struct repl_proposal
+{
     struct raft_apply req;
     struct repl *r;
     repl_propose_cb cb;
     void *data;
-    struct repl_list link;
+    struct tern_list link;
 };
 
 /* ---- libraft heap = tern allocator ------------------------------------ */
@@ -78,8 +77,8 @@ static void *heap_aligned_alloc(void *data, size_t alignment, size_t size)
 {
     (void)data;
     /* raft_uv's O_DIRECT buffers; freed only through heap_aligned_free. */
-    return aligned_alloc(alignment, (size + alignment - 1) / alignment *
-                                        alignment);
+    return aligned_alloc(alignment,
+                         (size + alignment - 1) / alignment * alignment);
 }
 static void heap_aligned_free(void *data, size_t alignment, void *p)
 {
@@ -106,88 +105,17 @@ void repl_install_heap(void)
     }
 }
 
-/* ---- FSM apply timing ------------------------------------------------- */
-
-/* Wraps fsm.c's apply (same raft_fsm, data = r): the core calls apply
- * right after it moved its commit index, so this is where a leader's
- * commit first becomes visible to us (the replication latency sample is
- * taken before the apply's own cost), and it times the apply itself
- * (REPL_STAGE_APPLY). */
-static int timed_apply(struct raft_fsm *f, const struct raft_buffer *buf,
-                       void **result)
-{
-    struct repl *r = f->data;
-    uint64_t t0;
-    int rv;
-    repl_lat_poll(r);
-    t0 = r->lat_now != NULL ? r->lat_now() : 0;
-    rv = r->fsm_apply(f, buf, result);
-    if (t0 != 0) {
-        repl_lat_stage(r, REPL_STAGE_APPLY, t0, r->lat_now());
-    }
-    return rv;
-}
-
-/* ---- codes ------------------------------------------------------------- */
-
-int repl_err_from_raft(int rv)
-{
-    switch (rv) {
-        case 0:
-            return 0;
-        case RAFT_NOMEM:
-            return -ENOMEM;
-        case RAFT_NOTLEADER:
-            return TERN_ENOTLEADER;
-        case RAFT_LEADERSHIPLOST:
-            return TERN_ELEADERSHIPLOST;
-        case RAFT_SHUTDOWN:
-        case RAFT_CANCELED:
-            return TERN_ESHUTDOWN;
-        case RAFT_NOSPACE:
-            return TERN_EFULL;
-        case RAFT_IOERR:
-            return -EIO;
-        case RAFT_CORRUPT:
-            return TERN_ECORRUPT;
-        case RAFT_MALFORMED:
-            return TERN_EMALFORMED;
-        case RAFT_TOOBIG:
-            return TERN_ETOOBIG;
-        case RAFT_NOCONNECTION:
-            return TERN_ENOCONN;
-        case RAFT_BUSY:
-        case RAFT_TOOMANY:
-            return TERN_EBUSY;
-        case RAFT_BADID:
-        case RAFT_DUPLICATEID:
-        case RAFT_DUPLICATEADDRESS:
-        case RAFT_BADROLE:
-        case RAFT_INVALID:
-        case RAFT_NAMETOOLONG:
-        case RAFT_CANTCHANGE:
-        case RAFT_CANTBOOTSTRAP:
-            return TERN_EINVAL;
-        case RAFT_NOTFOUND:
-            return -ENOENT;
-        case RAFT_UNAUTHORIZED:
-            return -EACCES;
-        default:
-            return TERN_EINTERNAL;
-    }
-}
-
 /* ---- config ------------------------------------------------------------ */
 
 const char *repl_durability_name(enum repl_durability d)
 {
     switch (d) {
-        case REPL_DURABILITY_DISK:
-            return "disk";
-        case REPL_DURABILITY_MEMORY:
-            return "memory";
-        default:
-            return "unknown";
+    case REPL_DURABILITY_DISK:
+        return "disk";
+    case REPL_DURABILITY_MEMORY:
+        return "memory";
+    default:
+        return "unknown";
     }
 }
 
@@ -243,8 +171,7 @@ int repl_config_validate(struct repl_config *c, char *errmsg)
         const struct repl_peer *p = &c->peers[i];
         if (p->id == 0 || p->address == NULL || p->address[0] == '\0' ||
             strlen(p->address) > REPL_WIRE_ADDR_MAX) {
-            tern_errmsg_printf(errmsg, "repl: peer %u: bad id or address",
-                               i);
+            tern_errmsg_printf(errmsg, "repl: peer %u: bad id or address", i);
             return TERN_EINVAL;
         }
         for (unsigned j = 0; j < i; j++) {
@@ -280,14 +207,16 @@ int repl_config_validate(struct repl_config *c, char *errmsg)
 
 /* ---- dummy raft_uv transport ------------------------------------------- */
 
-struct dummy_transport {
+struct dummy_transport
+{
     struct raft_uv_transport t;
     uv_loop_t *loop;
     uv_timer_t timer;
     raft_uv_transport_close_cb cb;
 };
 
-static int dummy_init(struct raft_uv_transport *t, raft_id id,
+static int dummy_init(struct raft_uv_transport *t,
+                      raft_id id,
                       const char *address)
 {
     (void)t;
@@ -302,8 +231,10 @@ static int dummy_listen(struct raft_uv_transport *t, raft_uv_accept_cb cb)
     return 0;
 }
 static int dummy_connect(struct raft_uv_transport *t,
-                         struct raft_uv_connect *req, raft_id id,
-                         const char *address, raft_uv_connect_cb cb)
+                         struct raft_uv_connect *req,
+                         raft_id id,
+                         const char *address,
+                         raft_uv_connect_cb cb)
 {
     (void)t;
     (void)req;
@@ -342,19 +273,24 @@ static void free_repl(struct repl *r)
         tern_free((void *)r->peers[i].address);
     }
     tern_free(r->peers);
-    tern_free(r->peer_acks);
+    repl_guard_free(r);
     tern_free(r->address);
     tern_free(r->data_dir);
-    tern_free(r->runs);
+    repl_io_free(r);
     repl_lat_free(r);
     tern_free(r);
 }
 
-static int create(uv_loop_t *loop, struct xport *x,
-                  const struct repl_config *cin, const struct repl_fsm *fsm,
-                  repl_state_cb state_cb, void *state_arg,
-                  struct raft_io *inner, bool own_inner,
-                  struct raft_uv_transport *dummy, struct repl **out,
+static int create(uv_loop_t *loop,
+                  struct xport *x,
+                  const struct repl_config *cin,
+                  const struct repl_fsm *fsm,
+                  repl_state_cb state_cb,
+                  void *state_arg,
+                  struct raft_io *inner,
+                  bool own_inner,
+                  struct raft_uv_transport *dummy,
+                  struct repl **out,
                   char *errmsg)
 {
     struct repl_config c = *cin;
@@ -383,21 +319,15 @@ static int create(uv_loop_t *loop, struct xport *x,
     r->fsm = *fsm;
     r->state_cb = state_cb;
     r->state_arg = state_arg;
-    r->guard_enabled = true;
-    r->hold_ticks = true;
-    r->role = RAFT_UNAVAILABLE;
-    r->bulk_chunk = REPL__BULK_CHUNK;
-    r->bulk_window = REPL__BULK_WINDOW;
-    r->bulk_stall_ms = REPL__BULK_STALL_MS;
-    repl_list_init(&r->proposals);
+    tern_list_init(&r->proposals);
+    repl_bulk_setup(r);
     if (repl_lat_init(r) != 0) {
         goto err_nomem;
     }
     r->address = tern_strdup(c.address);
     r->data_dir = c.data_dir != NULL ? tern_strdup(c.data_dir) : NULL;
     r->peers = tern_calloc(c.n_peers, sizeof *r->peers);
-    r->peer_acks = tern_calloc(c.n_peers, sizeof *r->peer_acks);
-    if (r->address == NULL || r->peers == NULL || r->peer_acks == NULL ||
+    if (r->address == NULL || r->peers == NULL ||
         (c.data_dir != NULL && r->data_dir == NULL)) {
         goto err_nomem;
     }
@@ -409,13 +339,16 @@ static int create(uv_loop_t *loop, struct xport *x,
         }
         r->n_peers = i + 1;
     }
-    repl_io_setup(r);
+    if (repl_guard_init(r) != 0) {
+        goto err_nomem;
+    }
+    /* wait_truncate: raft_uv's close/truncate race (io.c). */
+    repl_io_setup(r, own_inner);
     repl_fsm_setup(r);
-    r->fsm_apply = r->raft_fsm.apply;
-    r->raft_fsm.apply = timed_apply;
-    rv = raft_init(&r->raft, &r->outer, &r->raft_fsm, c.id, c.address);
+    rv = raft_init(&r->raft, &r->io.outer, &r->glue.raft_fsm, c.id, c.address);
     if (rv != 0) {
-        tern_errmsg_printf(errmsg, "repl: raft_init: %s", raft_errmsg(&r->raft));
+        tern_errmsg_printf(errmsg, "repl: raft_init: %s",
+                           raft_errmsg(&r->raft));
         rv = repl_err_from_raft(rv);
         goto err;
     }
@@ -426,10 +359,9 @@ static int create(uv_loop_t *loop, struct xport *x,
     raft_set_snapshot_threshold(&r->raft, REPL__ENTRY_THRESHOLD);
     raft_set_snapshot_trailing(&r->raft, c.snapshot_trailing);
     raft_set_install_snapshot_timeout(
-        &r->raft, TERN_MAX(REPL__INSTALL_TIMEOUT_MIN_MS,
-                           20 * c.election_timeout_ms));
+        &r->raft,
+        TERN_MAX(REPL__INSTALL_TIMEOUT_MIN_MS, 20 * c.election_timeout_ms));
     r->own_inner = own_inner;
-    r->wait_truncate = own_inner; /* raft_uv's close/truncate race, io.c */
     r->dummy_transport = dummy;
     *out = r;
     return 0;
@@ -442,18 +374,28 @@ err:
     return rv;
 }
 
-int repl_new_with_io(uv_loop_t *loop, struct xport *x,
-                     const struct repl_config *c, const struct repl_fsm *fsm,
-                     repl_state_cb state_cb, void *state_arg,
-                     struct raft_io *inner, struct repl **out, char *errmsg)
+int repl_new_with_io(uv_loop_t *loop,
+                     struct xport *x,
+                     const struct repl_config *c,
+                     const struct repl_fsm *fsm,
+                     repl_state_cb state_cb,
+                     void *state_arg,
+                     struct raft_io *inner,
+                     struct repl **out,
+                     char *errmsg)
 {
-    return create(loop, x, c, fsm, state_cb, state_arg, inner, false, NULL,
-                  out, errmsg);
+    return create(loop, x, c, fsm, state_cb, state_arg, inner, false, NULL, out,
+                  errmsg);
 }
 
-int repl_new(uv_loop_t *loop, struct xport *x, const struct repl_config *c,
-             const struct repl_fsm *fsm, repl_state_cb state_cb,
-             void *state_arg, struct repl **out, char *errmsg)
+int repl_new(uv_loop_t *loop,
+             struct xport *x,
+             const struct repl_config *c,
+             const struct repl_fsm *fsm,
+             repl_state_cb state_cb,
+             void *state_arg,
+             struct repl **out,
+             char *errmsg)
 {
     struct dummy_transport *d;
     struct raft_io *inner;
@@ -511,8 +453,8 @@ int repl_start(struct repl *r, char *errmsg)
 
     raft_configuration_init(&conf);
     for (unsigned i = 0; i < r->n_peers; i++) {
-        rv = raft_configuration_add(&conf, r->peers[i].id,
-                                    r->peers[i].address, RAFT_VOTER);
+        rv = raft_configuration_add(&conf, r->peers[i].id, r->peers[i].address,
+                                    RAFT_VOTER);
         if (rv != 0) {
             raft_configuration_close(&conf);
             tern_errmsg_printf(errmsg, "repl: configuration: %s",
@@ -540,7 +482,7 @@ static void apply_cb(struct raft_apply *req, int status, void *result)
 {
     struct repl_proposal *p = req->data;
     (void)result;
-    repl_list_remove(&p->link);
+    tern_list_remove(&p->link);
     if (p->cb != NULL) {
         int code = repl_err_from_raft(status);
         if (status != 0 && p->r->closing) {
@@ -551,8 +493,12 @@ static void apply_cb(struct raft_apply *req, int status, void *result)
     tern_free(p);
 }
 
-int repl_propose(struct repl *r, void *buf, size_t len, repl_propose_cb cb,
-                 void *data, uint64_t *index)
+int repl_propose(struct repl *r,
+                 void *buf,
+                 size_t len,
+                 repl_propose_cb cb,
+                 void *data,
+                 uint64_t *index)
 {
     struct repl_proposal *p;
     struct raft_buffer b;
@@ -562,7 +508,7 @@ int repl_propose(struct repl *r, void *buf, size_t len, repl_propose_cb cb,
         return TERN_ESHUTDOWN;
     }
     repl_poll(r);
-    if (!r->writable || r->failed != 0) {
+    if (!r->guard.writable || r->failed != 0) {
         return TERN_ENOTLEADER;
     }
     /* An entry must fit one AppendEntries frame (codec.c: preamble,
@@ -585,10 +531,10 @@ int repl_propose(struct repl *r, void *buf, size_t len, repl_propose_cb cb,
     p->req.data = p;
     b.base = buf;
     b.len = len;
-    repl_list_push(&r->proposals, &p->link);
+    tern_list_push(&r->proposals, &p->link);
     rv = raft_apply(&r->raft, &p->req, &b, 1, apply_cb);
     if (rv != 0) {
-        repl_list_remove(&p->link);
+        tern_list_remove(&p->link);
         tern_free(p);
         return repl_err_from_raft(rv);
     }
@@ -603,36 +549,37 @@ void repl_get_status(struct repl *r, struct repl_status *out)
     memset(out, 0, sizeof *out);
     repl_poll(r);
     out->id = r->id;
-    switch (r->role) {
-        case RAFT_FOLLOWER:
-            out->role = REPL_FOLLOWER;
-            break;
-        case RAFT_CANDIDATE:
-            out->role = REPL_CANDIDATE;
-            break;
-        case RAFT_LEADER:
-            out->role = REPL_LEADER;
-            break;
-        default:
-            out->role = REPL_UNAVAILABLE;
-            break;
+    switch (r->guard.role) {
+    case RAFT_FOLLOWER:
+        out->role = REPL_FOLLOWER;
+        break;
+    case RAFT_CANDIDATE:
+        out->role = REPL_CANDIDATE;
+        break;
+    case RAFT_LEADER:
+        out->role = REPL_LEADER;
+        break;
+    default:
+        out->role = REPL_UNAVAILABLE;
+        break;
     }
-    out->leader_id = r->leader_id;
-    out->term = r->term;
+    out->leader_id = r->guard.leader_id;
+    out->term = r->io.term;
     out->commit_index = r->raft.commit_index;
     out->last_applied = raft_last_applied(&r->raft);
     out->last_index = raft_last_index(&r->raft);
-    out->last_stored = r->durable_index;
-    out->last_counted = r->acked_index;
+    out->last_stored = r->io.durable_index;
+    out->last_counted = r->io.acked_index;
     out->durability = r->durability;
-    out->writable = r->writable;
-    out->fsm_error = r->fsm_error;
+    out->writable = r->guard.writable;
+    out->fsm_error = r->glue.fsm_error;
     out->failed = r->failed;
     out->disk_full = r->disk_full;
-    out->disk_full_dropped = r->ae_disk_full_dropped;
+    out->disk_full_dropped = r->guard.ae_disk_full_dropped;
 }
 
-struct transfer_req {
+struct transfer_req
+{
     struct raft_transfer req;
     struct repl *r;
     uint64_t term;
@@ -644,9 +591,8 @@ static void transfer_cb(struct raft_transfer *req)
     struct repl *r = t->r;
     /* Done or given up (the core times a transfer out after an election
      * timeout): if we still lead the same term, writes reopen. */
-    if (!r->closing && r->role_term == t->term) {
-        r->transferring = false;
-        repl_update_writable(r);
+    if (!r->closing) {
+        repl_guard_transfer(r, false, t->term);
     }
     tern_free(t);
 }
@@ -667,32 +613,20 @@ int repl_transfer(struct repl *r, uint64_t id)
     }
     t->req.data = t;
     t->r = r;
-    t->term = r->role_term;
+    t->term = r->guard.role_term;
     rv = raft_transfer(&r->raft, &t->req, id, transfer_cb);
     if (rv != 0) {
         tern_free(t);
         return repl_err_from_raft(rv);
     }
     /* Writes stop at once (raft_apply refuses them during a transfer). */
-    r->transferring = true;
-    repl_update_writable(r);
+    repl_guard_transfer(r, true, t->term);
     return 0;
 }
 
 void repl_set_disk_full(struct repl *r, bool full)
 {
     r->disk_full = full;
-}
-
-void repl_fail(struct repl *r, int code)
-{
-    if (r->failed != 0) {
-        return;
-    }
-    r->failed = code != 0 ? code : TERN_EINTERNAL;
-    repl_bulk_abort(r);
-    repl_poll(r);
-    repl_update_writable(r);
 }
 
 static void raft_closed(struct raft *raft)
@@ -702,10 +636,10 @@ static void raft_closed(struct raft *raft)
     void *arg = r->close_arg;
     /* Any proposal raft did not complete (it fails them with
      * RAFT_SHUTDOWN/LEADERSHIPLOST on the way down) gets TERN_ESHUTDOWN. */
-    while (!repl_list_empty(&r->proposals)) {
+    while (!tern_list_empty(&r->proposals)) {
         struct repl_proposal *p =
-            REPL__CONTAINER(r->proposals.next, struct repl_proposal, link);
-        repl_list_remove(&p->link);
+            TERN_CONTAINER(r->proposals.next, struct repl_proposal, link);
+        tern_list_remove(&p->link);
         if (p->cb != NULL) {
             p->cb(p->data, TERN_ESHUTDOWN, p->req.index);
         }
@@ -731,7 +665,7 @@ void repl_close(struct repl *r, void (*cb)(void *arg), void *arg)
 {
     r->close_cb = cb;
     r->close_arg = arg;
-    if (r->started) {
+    if (r->io.started) {
         /* Detach from the borrowed xport: it outlives us. */
         (void)xport_start(r->xport, noop_recv, NULL);
     }
@@ -739,22 +673,7 @@ void repl_close(struct repl *r, void (*cb)(void *arg), void *arg)
     raft_close(&r->raft, raft_closed);
 }
 
-void repl_set_guard(struct repl *r, bool enabled)
-{
-    r->guard_enabled = enabled;
-}
-
 struct raft *repl_raft(struct repl *r)
 {
     return &r->raft;
-}
-
-uint64_t repl_guard_drops(const struct repl *r)
-{
-    return r->guard_dropped;
-}
-
-uint64_t repl_vote_rewrites(const struct repl *r)
-{
-    return r->vote_rewrites;
 }

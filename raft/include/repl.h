@@ -35,7 +35,8 @@ enum repl_role {
 
 /* The state machine, implemented by node/ on top of index/. All callbacks
  * run on the loop thread. Buffers passed in are borrowed for the call. */
-struct repl_fsm {
+struct repl_fsm
+{
     void *arg;
     /* Apply the command entry at raft index. Must be idempotent: on restart
      * entries after the last snapshot are applied again, and the FSM skips
@@ -44,7 +45,9 @@ struct repl_fsm {
     int (*apply)(void *arg, uint64_t index, const void *buf, size_t len);
     /* Make the state at last_applied durable and describe it in a small
      * manifest (tern_malloc'd, ownership passes to repl on 0). */
-    int (*snapshot)(void *arg, uint64_t last_applied, void **manifest,
+    int (*snapshot)(void *arg,
+                    uint64_t last_applied,
+                    void **manifest,
                     size_t *manifest_len);
     /* Adopt the state a manifest describes. Called at start-up with the
      * latest local snapshot and on a follower after an InstallSnapshot whose
@@ -56,12 +59,14 @@ struct repl_fsm {
      * leader's state stream this node lacks to reach the manifest. Called
      * again for every InstallSnapshot (also after an aborted fetch):
      * bytes already fetched should not be asked for again. */
-    int (*bulk_range)(void *arg, const void *manifest, size_t manifest_len,
-                      uint64_t *from, uint64_t *to);
+    int (*bulk_range)(void *arg,
+                      const void *manifest,
+                      size_t manifest_len,
+                      uint64_t *from,
+                      uint64_t *to);
     /* Leader side (the node that sent the snapshot): read up to cap bytes
      * of the state stream at pos into buf; *n = 0 means no such bytes. */
-    int (*bulk_read)(void *arg, uint64_t pos, void *buf, size_t cap,
-                     size_t *n);
+    int (*bulk_read)(void *arg, uint64_t pos, void *buf, size_t cap, size_t *n);
     /* Follower side: write n bytes at pos (pos == current end of the
      * fetched data). Write into STAGING: only restore() may adopt it.
      * apply() can still run while a fetch is in progress, and the
@@ -70,7 +75,8 @@ struct repl_fsm {
     int (*bulk_write)(void *arg, uint64_t pos, const void *buf, size_t n);
 };
 
-struct repl_peer {
+struct repl_peer
+{
     uint64_t id;
     const char *address; /* raft (xport) address "host:port" */
 };
@@ -122,7 +128,8 @@ enum repl_durability {
 /* Static name ("disk", "memory"); "unknown" for other values. */
 const char *repl_durability_name(enum repl_durability d);
 
-struct repl_config {
+struct repl_config
+{
     uint64_t id;
     const char *address;  /* this node's raft address */
     const char *data_dir; /* raft_uv's directory (created if missing) */
@@ -149,8 +156,10 @@ int repl_config_validate(struct repl_config *c, char *errmsg);
  * whose post-election barrier has been applied (and no leadership transfer
  * is under way). Runs on the loop thread, possibly from inside libraft's
  * callbacks: it may call repl_propose/repl_get_status but not repl_close. */
-typedef void (*repl_state_cb)(void *arg, enum repl_role role,
-                              uint64_t leader_id, uint64_t term,
+typedef void (*repl_state_cb)(void *arg,
+                              enum repl_role role,
+                              uint64_t leader_id,
+                              uint64_t term,
                               bool writable);
 
 /* Create (not start). loop must not be NULL (raft_uv runs on it). x is
@@ -158,11 +167,16 @@ typedef void (*repl_state_cb)(void *arg, enum repl_role role,
  * repl_start calls xport_start(x, ...) and repl_close re-points it to a
  * no-op (x itself is not closed). The config strings are copied. *out is
  * released by repl_close. */
-int repl_new(uv_loop_t *loop, struct xport *x, const struct repl_config *c,
-             const struct repl_fsm *fsm, repl_state_cb state_cb,
-             void *state_arg, struct repl **out, char *errmsg);
+int repl_new(uv_loop_t *loop,
+             struct xport *x,
+             const struct repl_config *c,
+             const struct repl_fsm *fsm,
+             repl_state_cb state_cb,
+             void *state_arg,
+             struct repl **out,
+             char *errmsg);
 
-/* Fencing (issue 3): the repl sets x's epoch and fence (xport_set_epoch,
+/* Fencing: the repl sets x's epoch and fence (xport_set_epoch,
  * xport_set_fence) to the Raft term it loads at start and to every new
  * term as soon as it is persisted (raft_io set_term), before raft acts in
  * that term: its own writes carry its term, and writes stamped with an
@@ -185,10 +199,15 @@ int repl_start(struct repl *r, char *errmsg);
  * corrupts its segment files. Pad with zeros; the FSM's apply then sees
  * the padded length, so its entry format must carry its own length. */
 typedef void (*repl_propose_cb)(void *data, int status, uint64_t index);
-int repl_propose(struct repl *r, void *buf, size_t len, repl_propose_cb cb,
-                 void *data, uint64_t *index);
+int repl_propose(struct repl *r,
+                 void *buf,
+                 size_t len,
+                 repl_propose_cb cb,
+                 void *data,
+                 uint64_t *index);
 
-struct repl_status {
+struct repl_status
+{
     uint64_t id;
     enum repl_role role;
     uint64_t leader_id; /* 0 if unknown */
@@ -196,18 +215,18 @@ struct repl_status {
     uint64_t commit_index;
     uint64_t last_applied;
     uint64_t last_index;
-    uint64_t last_stored; /* durably appended locally (on disk, both
-                             modes) */
+    uint64_t last_stored;  /* durably appended locally (on disk, both
+                              modes) */
     uint64_t last_counted; /* last index counted toward the quorum on this
                               node: == last_stored in disk mode, may be
                               ahead of it in memory mode */
     enum repl_durability durability;
     bool writable;
-    int fsm_error; /* last repl_fsm.apply/restore error (0: none) */
-    int failed;    /* non-zero: fail-stopped after a log write or FSM apply
-                      error; the replica no longer takes part (role
-                      REPL_UNAVAILABLE): close and restart it */
-    bool disk_full;             /* repl_set_disk_full(true) in force */
+    int fsm_error;  /* last repl_fsm.apply/restore error (0: none) */
+    int failed;     /* non-zero: fail-stopped after a log write or FSM apply
+                       error; the replica no longer takes part (role
+                       REPL_UNAVAILABLE): close and restart it */
+    bool disk_full; /* repl_set_disk_full(true) in force */
     uint64_t disk_full_dropped; /* AppendEntries dropped while full */
 };
 void repl_get_status(struct repl *r, struct repl_status *out);
@@ -228,12 +247,13 @@ void repl_get_status(struct repl *r, struct repl_status *out);
 #define REPL_LATENCY_BUCKETS                                                   \
     ((1u << REPL_LATENCY_SUB_BITS) * (65u - REPL_LATENCY_SUB_BITS))
 #define REPL_LATENCY_RECENT 64
-struct repl_latency {
-    uint64_t count;    /* samples since repl_new or the last reset */
+struct repl_latency
+{
+    uint64_t count; /* samples since repl_new or the last reset */
     uint64_t sum_ns;
-    uint64_t min_ns;   /* 0 if count == 0 */
+    uint64_t min_ns; /* 0 if count == 0 */
     uint64_t max_ns;
-    uint64_t dropped;  /* appends not sampled (too many in flight) */
+    uint64_t dropped; /* appends not sampled (too many in flight) */
     uint64_t buckets[REPL_LATENCY_BUCKETS];
     uint64_t recent[REPL_LATENCY_RECENT]; /* the last n_recent samples,
                                              oldest first */

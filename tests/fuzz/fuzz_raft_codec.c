@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "repl_int.h"
+#include "repl_codec.h"
 
 static void reencode(const struct repl_wire *w)
 {
@@ -23,8 +23,8 @@ static void reencode(const struct repl_wire *w)
         rv = repl_codec_encode_bulk(w->sender_id, w->sender_addr, w->type,
                                     &w->bulk, &f);
     } else {
-        rv = repl_codec_encode(w->sender_id, w->sender_addr, &w->msg,
-                               SIZE_MAX, &f, &n_sent);
+        rv = repl_codec_encode(w->sender_id, w->sender_addr, &w->msg, SIZE_MAX,
+                               &f, &n_sent);
     }
     if (rv != 0) {
         abort(); /* whatever decodes must re-encode */

@@ -12,7 +12,10 @@
 
 /* ---- test FSM ----------------------------------------------------------- */
 
-static void buf_put(uint8_t **b, size_t *len, size_t *cap, const void *p,
+static void buf_put(uint8_t **b,
+                    size_t *len,
+                    size_t *cap,
+                    const void *p,
                     size_t n)
 {
     if (n == 0) {
@@ -44,7 +47,7 @@ static int fsm_apply(void *arg, uint64_t index, const void *buf, size_t len)
     if (index <= n->applied_index) {
         return 0; /* replay after restart: idempotent */
     }
-    if (n->bulk_pending != 0 && n->repl != NULL && n->repl->fetch.active) {
+    if (n->bulk_pending != 0 && n->repl != NULL && n->repl->bulk.fetch.active) {
         n->applies_over_bulk++;
     }
     if (n->staging) {
@@ -73,7 +76,9 @@ static int fsm_apply(void *arg, uint64_t index, const void *buf, size_t len)
     return 0;
 }
 
-static int fsm_snapshot(void *arg, uint64_t last_applied, void **manifest,
+static int fsm_snapshot(void *arg,
+                        uint64_t last_applied,
+                        void **manifest,
                         size_t *len)
 {
     struct cnode *n = arg;
@@ -117,8 +122,11 @@ static int fsm_restore(void *arg, const void *manifest, size_t len)
     return 0;
 }
 
-static int fsm_bulk_range(void *arg, const void *manifest, size_t len,
-                          uint64_t *from, uint64_t *to)
+static int fsm_bulk_range(void *arg,
+                          const void *manifest,
+                          size_t len,
+                          uint64_t *from,
+                          uint64_t *to)
 {
     struct cnode *n = arg;
     if (len != 16) {
@@ -139,7 +147,10 @@ static int fsm_bulk_range(void *arg, const void *manifest, size_t len,
     return 0;
 }
 
-static int fsm_bulk_read(void *arg, uint64_t pos, void *buf, size_t cap,
+static int fsm_bulk_read(void *arg,
+                         uint64_t pos,
+                         void *buf,
+                         size_t cap,
                          size_t *out)
 {
     struct cnode *n = arg;
@@ -172,8 +183,11 @@ static int fsm_bulk_write(void *arg, uint64_t pos, const void *buf, size_t len)
     return 0;
 }
 
-static void state_cb(void *arg, enum repl_role role, uint64_t leader,
-                     uint64_t term, bool writable)
+static void state_cb(void *arg,
+                     enum repl_role role,
+                     uint64_t leader,
+                     uint64_t term,
+                     bool writable)
 {
     struct cnode *n = arg;
     n->role = role;
@@ -240,8 +254,7 @@ void cluster_start(struct cluster *c, unsigned i)
     cr_assert_eq(xport_mem_new(c->net, nd->id, &nd->x), 0);
     nd->tx = NULL;
     if (c->use_txport) {
-        cr_assert_eq(txport_new(nd->x, c->max_message, c->fencing, &nd->tx),
-                     0);
+        cr_assert_eq(txport_new(nd->x, c->max_message, c->fencing, &nd->tx), 0);
         nd->x = &nd->tx->base;
     }
     rv = repl_new_with_io(NULL, nd->x, &cfg, &fsm, state_cb, nd, &nd->io->io,
@@ -249,7 +262,7 @@ void cluster_start(struct cluster *c, unsigned i)
     cr_assert_eq(rv, 0, "repl_new_with_io: %s", errmsg);
     repl_set_guard(nd->repl, c->guard);
     if (c->bulk_chunk != 0) {
-        nd->repl->bulk_chunk = c->bulk_chunk;
+        nd->repl->bulk.chunk = c->bulk_chunk;
     }
     nd->bulk_pending = 0; /* a restart drops un-indexed bytes (index/) */
     nd->role = REPL_UNAVAILABLE;
@@ -336,7 +349,9 @@ void cluster_step(struct cluster *c)
     }
 }
 
-bool cluster_step_until(struct cluster *c, cluster_pred pred, void *arg,
+bool cluster_step_until(struct cluster *c,
+                        cluster_pred pred,
+                        void *arg,
                         unsigned max_steps)
 {
     for (unsigned s = 0; s < max_steps; s++) {
@@ -369,8 +384,11 @@ int cluster_leader(struct cluster *c)
     return -1;
 }
 
-int cluster_propose(struct cluster *c, unsigned i, const void *payload,
-                    size_t len, uint64_t *index)
+int cluster_propose(struct cluster *c,
+                    unsigned i,
+                    const void *payload,
+                    size_t len,
+                    uint64_t *index)
 {
     size_t padded = (len + 7) & ~(size_t)7; /* repl_propose: multiple of 8 */
     void *buf = tern_calloc(1, padded);
@@ -424,4 +442,83 @@ bool pred_all_applied(struct cluster *c, void *arg)
         }
     }
     return true;
+}
+
+bool pred_leader_committed(struct cluster *c, void *arg)
+{
+    struct repl_status st;
+    int l = cluster_leader(c);
+    if (l < 0) {
+        return false;
+    }
+    repl_get_status(c->nodes[l].repl, &st);
+    return st.commit_index >= *(uint64_t *)arg;
+}
+
+/* ---- helpers for the topic test files ------------------------------------ */
+
+void cluster_start_all(struct cluster *c)
+{
+    for (unsigned i = 0; i < c->n; i++) {
+        cluster_start(c, i);
+    }
+}
+
+int cluster_elect(struct cluster *c)
+{
+    cluster_start_all(c);
+    cr_assert(cluster_step_until(c, pred_writable_leader, NULL, CLUSTER_STEPS));
+    return cluster_writable_leader(c);
+}
+
+void cluster_steps(struct cluster *c, unsigned n)
+{
+    for (unsigned s = 0; s < n; s++) {
+        cluster_step(c);
+    }
+}
+
+int cluster_other(struct cluster *c, int a, int b)
+{
+    for (unsigned k = 0; k < c->n; k++) {
+        if ((int)k != a && (int)k != b) {
+            return (int)k;
+        }
+    }
+    return -1;
+}
+
+void cluster_propose_n(struct cluster *c,
+                       unsigned l,
+                       unsigned n,
+                       size_t size,
+                       uint64_t tag,
+                       uint64_t *last)
+{
+    uint8_t buf[1024];
+    cr_assert(size >= 16 && size <= sizeof buf);
+    for (unsigned k = 0; k < n; k++) {
+        memset(buf, (int)(k & 0xff), size);
+        tern_put_u64(buf, tag);
+        tern_put_u64(buf + 8, k);
+        cr_assert_eq(cluster_propose(c, l, buf, size, last), 0);
+    }
+}
+
+void cluster_propose_applied(struct cluster *c,
+                             unsigned l,
+                             unsigned n,
+                             size_t size,
+                             uint64_t tag,
+                             uint64_t *last)
+{
+    cluster_propose_n(c, l, n, size, tag, last);
+    cr_assert(cluster_step_until(c, pred_all_applied, last, CLUSTER_STEPS));
+}
+
+void cluster_freeze_all(struct cluster *c, bool frozen)
+{
+    for (unsigned i = 0; i < c->n; i++) {
+        c->nodes[i].frozen = frozen;
+    }
 }

@@ -26,12 +26,14 @@
 #include "repl_int.h"
 #include "txport.h"
 
-#define CLUSTER_MAX 5
+#define CLUSTER_MAX       5
 #define CLUSTER_MAX_INDEX 4096
+#define CLUSTER_STEPS     200000 /* step bound of the helpers below */
 
 struct cluster;
 
-struct cnode {
+struct cnode
+{
     struct cluster *c;
     unsigned i;
     uint64_t id;
@@ -67,11 +69,12 @@ struct cnode {
     uint64_t applied_index;
     uint64_t n_applied;
     uint64_t n_restores;
-    int fail_apply; /* next apply returns this */
+    int fail_apply;     /* next apply returns this */
     int timeout_offset; /* >= 0: fixed election timeout ET + offset */
 };
 
-struct cluster {
+struct cluster
+{
     unsigned n;
     struct cnode nodes[CLUSTER_MAX];
     struct xport_mem_net *net;
@@ -81,9 +84,9 @@ struct cluster {
     unsigned trailing;
     uint64_t bulk_chunk;
     enum repl_durability durability;
-    bool use_txport;    /* nodes talk through a txport over mem */
-    size_t max_message; /* txport's max message (0: mem's) */
-    bool fencing;       /* txport refuses messages below its fence */
+    bool use_txport;       /* nodes talk through a txport over mem */
+    size_t max_message;    /* txport's max message (0: mem's) */
+    bool fencing;          /* txport refuses messages below its fence */
     bool refuse_over_bulk; /* FSM: old index/ contract (see top) */
     uint32_t applied_sum[CLUSTER_MAX_INDEX];
     bool applied_set[CLUSTER_MAX_INDEX];
@@ -102,21 +105,54 @@ void cluster_step(struct cluster *c);
 typedef bool (*cluster_pred)(struct cluster *c, void *arg);
 /* Step until pred holds (checked after every action); false after
  * max_steps. */
-bool cluster_step_until(struct cluster *c, cluster_pred pred, void *arg,
+bool cluster_step_until(struct cluster *c,
+                        cluster_pred pred,
+                        void *arg,
                         unsigned max_steps);
 /* Index of the writable leader, -1 if none. */
 int cluster_writable_leader(struct cluster *c);
 int cluster_leader(struct cluster *c); /* role leader, writable or not */
 /* Propose a tern_malloc'd copy of payload on node i. */
-int cluster_propose(struct cluster *c, unsigned i, const void *payload,
-                    size_t len, uint64_t *index);
+int cluster_propose(struct cluster *c,
+                    unsigned i,
+                    const void *payload,
+                    size_t len,
+                    uint64_t *index);
 /* Cut/restore both directions between nodes i and j. */
 void cluster_link(struct cluster *c, unsigned i, unsigned j, bool up);
 void cluster_isolate(struct cluster *c, unsigned i, bool isolated);
+
+/* Helpers shared by the topic test files (they assert on failure). */
+void cluster_start_all(struct cluster *c);
+/* Start every node and wait for a writable leader; returns its index. */
+int cluster_elect(struct cluster *c);
+/* n unconditional steps. */
+void cluster_steps(struct cluster *c, unsigned n);
+/* The first node that is neither a nor b. */
+int cluster_other(struct cluster *c, int a, int b);
+/* Propose n entries of size bytes (16..1024) on node l: each starts with
+ * tag and its number k, then bytes k & 0xff; *last: the last index. */
+void cluster_propose_n(struct cluster *c,
+                       unsigned l,
+                       unsigned n,
+                       size_t size,
+                       uint64_t tag,
+                       uint64_t *last);
+/* cluster_propose_n, then step until every up node applied *last. */
+void cluster_propose_applied(struct cluster *c,
+                             unsigned l,
+                             unsigned n,
+                             size_t size,
+                             uint64_t tag,
+                             uint64_t *last);
+/* Hold back (true) or resume every node's disk completions. */
+void cluster_freeze_all(struct cluster *c, bool frozen);
 
 bool pred_writable_leader(struct cluster *c, void *arg);
 bool pred_any_leader(struct cluster *c, void *arg);
 /* arg: pointer to uint64_t index: all up nodes applied >= index */
 bool pred_all_applied(struct cluster *c, void *arg);
+/* arg: pointer to uint64_t index: the role leader committed >= index */
+bool pred_leader_committed(struct cluster *c, void *arg);
 
 #endif /* TERN_TEST_CLUSTER_H */

@@ -12,7 +12,8 @@
 
 enum { OP_APPEND, OP_TRUNCATE, OP_PUT, OP_GET };
 
-struct fake_op {
+struct fake_op
+{
     struct fake_op *next;
     int type;
     uint64_t index; /* append: first index; truncate: index */
@@ -48,8 +49,8 @@ static void conf_copy(const struct raft_configuration *src,
 {
     raft_configuration_init(dst);
     for (unsigned i = 0; i < src->n; i++) {
-        raft_configuration_add(dst, src->servers[i].id,
-                               src->servers[i].address, src->servers[i].role);
+        raft_configuration_add(dst, src->servers[i].id, src->servers[i].address,
+                               src->servers[i].role);
     }
 }
 
@@ -94,7 +95,8 @@ uint64_t fake_disk_last_index(const struct fake_disk *d)
     return d->snap_index;
 }
 
-static void disk_push(struct fake_disk *d, uint64_t index,
+static void disk_push(struct fake_disk *d,
+                      uint64_t index,
                       const struct fake_entry *e)
 {
     if (d->n == 0) {
@@ -195,9 +197,13 @@ static struct raft_snapshot *snapshot_copy(const struct fake_disk *d)
     return s;
 }
 
-static int f_load(struct raft_io *io, raft_term *term, raft_id *voted_for,
-                  struct raft_snapshot **snapshot, raft_index *start_index,
-                  struct raft_entry *entries[], size_t *n_entries)
+static int f_load(struct raft_io *io,
+                  raft_term *term,
+                  raft_id *voted_for,
+                  struct raft_snapshot **snapshot,
+                  raft_index *start_index,
+                  struct raft_entry *entries[],
+                  size_t *n_entries)
 {
     struct fake_io *f = fio(io);
     struct fake_disk *d = f->disk;
@@ -223,7 +229,9 @@ static int f_load(struct raft_io *io, raft_term *term, raft_id *voted_for,
     return 0;
 }
 
-static int f_start(struct raft_io *io, unsigned msecs, raft_io_tick_cb tick,
+static int f_start(struct raft_io *io,
+                   unsigned msecs,
+                   raft_io_tick_cb tick,
                    raft_io_recv_cb recv)
 {
     struct fake_io *f = fio(io);
@@ -277,8 +285,10 @@ static int f_set_vote(struct raft_io *io, raft_id id)
     return 0;
 }
 
-static int f_send(struct raft_io *io, struct raft_io_send *req,
-                  const struct raft_message *m, raft_io_send_cb cb)
+static int f_send(struct raft_io *io,
+                  struct raft_io_send *req,
+                  const struct raft_message *m,
+                  raft_io_send_cb cb)
 {
     (void)io;
     (void)req;
@@ -287,8 +297,10 @@ static int f_send(struct raft_io *io, struct raft_io_send *req,
     return RAFT_NOCONNECTION; /* never used: the wrapper sends */
 }
 
-static int f_append(struct raft_io *io, struct raft_io_append *req,
-                    const struct raft_entry entries[], unsigned n,
+static int f_append(struct raft_io *io,
+                    struct raft_io_append *req,
+                    const struct raft_entry entries[],
+                    unsigned n,
                     raft_io_append_cb cb)
 {
     struct fake_io *f = fio(io);
@@ -329,7 +341,8 @@ static int f_truncate(struct raft_io *io, raft_index index)
     return 0;
 }
 
-static int f_snapshot_put(struct raft_io *io, unsigned trailing,
+static int f_snapshot_put(struct raft_io *io,
+                          unsigned trailing,
                           struct raft_io_snapshot_put *req,
                           const struct raft_snapshot *s,
                           raft_io_snapshot_put_cb cb)
@@ -362,7 +375,8 @@ static int f_snapshot_put(struct raft_io *io, unsigned trailing,
     return 0;
 }
 
-static int f_snapshot_get(struct raft_io *io, struct raft_io_snapshot_get *req,
+static int f_snapshot_get(struct raft_io *io,
+                          struct raft_io_snapshot_get *req,
                           raft_io_snapshot_get_cb cb)
 {
     struct fake_io *f = fio(io);
@@ -390,8 +404,10 @@ static int f_random(struct raft_io *io, int min, int max)
     return min + (int)((f->seed >> 33) % (uint64_t)(max - min));
 }
 
-void fake_io_init(struct fake_io *f, struct fake_disk *disk,
-                  const uint64_t *clock, uint64_t seed)
+void fake_io_init(struct fake_io *f,
+                  struct fake_disk *disk,
+                  const uint64_t *clock,
+                  uint64_t seed)
 {
     memset(f, 0, sizeof *f);
     f->disk = disk;
@@ -457,24 +473,24 @@ size_t fake_io_complete(struct fake_io *f, size_t n)
             f->ops_tail = NULL;
         }
         switch (op->type) {
-            case OP_APPEND:
-                if (op->status == 0) {
-                    disk_truncate(f->disk, op->index);
-                    for (unsigned i = 0; i < op->n; i++) {
-                        disk_push(f->disk, op->index + i, &op->entries[i]);
-                    }
-                }
-                op->append_cb(op->append_req, op->status);
-                break;
-            case OP_TRUNCATE:
+        case OP_APPEND:
+            if (op->status == 0) {
                 disk_truncate(f->disk, op->index);
-                break;
-            case OP_PUT:
-                apply_put(f->disk, op);
-                op->put_cb(op->put_req, 0);
-                break;
-            default:
-                break;
+                for (unsigned i = 0; i < op->n; i++) {
+                    disk_push(f->disk, op->index + i, &op->entries[i]);
+                }
+            }
+            op->append_cb(op->append_req, op->status);
+            break;
+        case OP_TRUNCATE:
+            disk_truncate(f->disk, op->index);
+            break;
+        case OP_PUT:
+            apply_put(f->disk, op);
+            op->put_cb(op->put_req, 0);
+            break;
+        default:
+            break;
         }
         free_op(op);
         done++;

@@ -14,14 +14,16 @@
 
 #include <raft.h>
 
-struct fake_entry {
+struct fake_entry
+{
     uint64_t term;
     unsigned short type;
     void *buf;
     size_t len;
 };
 
-struct fake_disk {
+struct fake_disk
+{
     uint64_t term;
     uint64_t vote;
     /* log: entries[i] has index start + i */
@@ -47,7 +49,8 @@ uint64_t fake_disk_last_index(const struct fake_disk *d);
 
 struct fake_op;
 
-struct fake_io {
+struct fake_io
+{
     struct raft_io io; /* must be first */
     struct fake_disk *disk;
     const uint64_t *clock;
@@ -60,16 +63,18 @@ struct fake_io {
     uint64_t next_tick;
     raft_io_close_cb close_cb;
     bool closing;
-    bool closed; /* close cb fired */
-    bool frozen; /* appends are not completed by fake_io_run */
+    bool closed;          /* close cb fired */
+    bool frozen;          /* appends are not completed by fake_io_run */
     int fail_next_append; /* status to fail the next append with */
     int fail_next_submit; /* the next append call returns this */
     int fixed_random;     /* >= 0: random() returns min + this (capped) */
 };
 
 /* Initialise an inner io over disk with the cluster clock. */
-void fake_io_init(struct fake_io *f, struct fake_disk *disk,
-                  const uint64_t *clock, uint64_t seed);
+void fake_io_init(struct fake_io *f,
+                  struct fake_disk *disk,
+                  const uint64_t *clock,
+                  uint64_t seed);
 /* Complete up to n queued disk operations in order (appends become
  * durable). Returns how many completed. */
 size_t fake_io_complete(struct fake_io *f, size_t n);

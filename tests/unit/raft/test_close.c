@@ -19,7 +19,8 @@
 #include "fake_io.h"
 #include "repl_int.h"
 
-struct one {
+struct one
+{
     struct fake_disk disk;
     struct fake_io *io;
     uint64_t clock;
@@ -37,8 +38,7 @@ static int fsm_apply(void *arg, uint64_t index, const void *buf, size_t len)
     return 0;
 }
 
-static int fsm_snapshot(void *arg, uint64_t last_applied, void **m,
-                        size_t *len)
+static int fsm_snapshot(void *arg, uint64_t last_applied, void **m, size_t *len)
 {
     (void)arg;
     *m = tern_malloc(8);
@@ -55,8 +55,11 @@ static int fsm_restore(void *arg, const void *m, size_t len)
     return 0;
 }
 
-static void state_cb(void *arg, enum repl_role role, uint64_t leader,
-                     uint64_t term, bool writable)
+static void state_cb(void *arg,
+                     enum repl_role role,
+                     uint64_t leader,
+                     uint64_t term,
+                     bool writable)
 {
     (void)arg;
     (void)role;
@@ -96,7 +99,7 @@ static void one_start(struct one *o)
                                   &o->io->io, &o->r, errmsg),
                  0, "%s", errmsg);
     /* What repl_new sets for raft_uv. */
-    o->r->wait_truncate = true;
+    o->r->io.wait_truncate = true;
     cr_assert_eq(repl_start(o->r, errmsg), 0, "%s", errmsg);
     while (fake_io_complete(o->io, 1) > 0) { /* bootstrap leftovers */
     }
@@ -122,8 +125,11 @@ static void closed_cb(void *arg)
 }
 
 /* Submit one 8-byte entry of term through the wrapper, as raft would. */
-static void append_one(struct one *o, struct raft_io_append *req,
-                       struct raft_entry *e, uint64_t *payload, uint64_t term,
+static void append_one(struct one *o,
+                       struct raft_io_append *req,
+                       struct raft_entry *e,
+                       uint64_t *payload,
+                       uint64_t term,
                        int *status)
 {
     memset(e, 0, sizeof *e);
@@ -133,7 +139,8 @@ static void append_one(struct one *o, struct raft_io_append *req,
     e->buf.len = sizeof *payload;
     *status = -1;
     req->data = status;
-    cr_assert_eq(o->r->outer.append(&o->r->outer, req, e, 1, append_cb), 0);
+    cr_assert_eq(o->r->io.outer.append(&o->r->io.outer, req, e, 1, append_cb),
+                 0);
 }
 
 static void tick(struct one *o)
@@ -145,7 +152,8 @@ static void tick(struct one *o)
 /* The follower-conflict shape both tests start from: append entry 1 and
  * let it complete, then truncate at it and append a replacement (left
  * pending: its completion also finishes the truncate). */
-struct conflict {
+struct conflict
+{
     struct raft_io_append a1, a2;
     struct raft_entry e1, e2;
     uint64_t p1, p2;
@@ -154,13 +162,13 @@ struct conflict {
 
 static void truncate_then_append(struct one *o, struct conflict *c)
 {
-    uint64_t next = o->r->next_index;
+    uint64_t next = o->r->io.next_index;
     c->p1 = 1;
     c->p2 = 2;
     append_one(o, &c->a1, &c->e1, &c->p1, 1, &c->s1);
     cr_assert_eq(fake_io_complete(o->io, 1), 1);
     cr_assert_eq(c->s1, 0);
-    cr_assert_eq(o->r->outer.truncate(&o->r->outer, next), 0);
+    cr_assert_eq(o->r->io.outer.truncate(&o->r->io.outer, next), 0);
     append_one(o, &c->a2, &c->e2, &c->p2, 2, &c->s2);
 }
 
@@ -197,7 +205,7 @@ Test(repl_close, inner_close_is_immediate_without_a_truncate_in_flight)
 
     one_start(&o);
     truncate_then_append(&o, &c);
-    cr_assert_eq(fake_io_complete(o.io, 2), 2); /* the truncate finished */
+    cr_assert_eq(fake_io_complete(o.io, 2), 2);    /* the truncate finished */
     append_one(&o, &c.a1, &c.e1, &c.p1, 2, &c.s1); /* an ordinary append */
 
     repl_close(o.r, closed_cb, &closed);
@@ -218,7 +226,9 @@ Test(repl_close, inner_close_is_immediate_without_a_truncate_in_flight)
  * TERN_TEST_NO_TRUNCATE_WAIT turns the wrapper's wait off to show that
  * (24 rounds crash every run here). */
 
-static int rm_cb(const char *path, const struct stat *sb, int flag,
+static int rm_cb(const char *path,
+                 const struct stat *sb,
+                 int flag,
                  struct FTW *ftw)
 {
     (void)sb;
@@ -288,15 +298,14 @@ Test(repl_close, raft_uv_close_during_truncate, .timeout = 120)
         fsm.apply = fsm_apply;
         fsm.snapshot = fsm_snapshot;
         fsm.restore = fsm_restore;
-        cr_assert_eq(repl_new(&loop, x, &cfg, &fsm, state_cb, NULL, &r,
-                              errmsg),
+        cr_assert_eq(repl_new(&loop, x, &cfg, &fsm, state_cb, NULL, &r, errmsg),
                      0, "%s", errmsg);
-        cr_assert(r->wait_truncate, "on for raft_uv");
+        cr_assert(r->io.wait_truncate, "on for raft_uv");
         if (getenv("TERN_TEST_NO_TRUNCATE_WAIT") != NULL) {
-            r->wait_truncate = false; /* demonstrates the libraft bug */
+            r->io.wait_truncate = false; /* demonstrates the libraft bug */
         }
         cr_assert_eq(repl_start(r, errmsg), 0, "%s", errmsg);
-        next = r->next_index;
+        next = r->io.next_index;
         memset(&e1, 0, sizeof e1);
         e1.term = 1;
         e1.type = RAFT_COMMAND;
@@ -307,11 +316,13 @@ Test(repl_close, raft_uv_close_during_truncate, .timeout = 120)
         e2.buf.base = &p2;
         a1.data = &s1;
         a2.data = &s2;
-        cr_assert_eq(r->outer.append(&r->outer, &a1, &e1, 1, append_cb), 0);
+        cr_assert_eq(r->io.outer.append(&r->io.outer, &a1, &e1, 1, append_cb),
+                     0);
         spin_int(&loop, &s1, -1, 20000);
         cr_assert_eq(s1, 0);
-        cr_assert_eq(r->outer.truncate(&r->outer, next), 0);
-        cr_assert_eq(r->outer.append(&r->outer, &a2, &e2, 1, append_cb), 0);
+        cr_assert_eq(r->io.outer.truncate(&r->io.outer, next), 0);
+        cr_assert_eq(r->io.outer.append(&r->io.outer, &a2, &e2, 1, append_cb),
+                     0);
         /* 0..5 loop turns: before, during or after the truncate work. */
         for (int k = 0; k < round % 6; k++) {
             uv_run(&loop, UV_RUN_ONCE);
@@ -321,8 +332,7 @@ Test(repl_close, raft_uv_close_during_truncate, .timeout = 120)
             uv_run(&loop, UV_RUN_ONCE);
         }
         cr_assert(closed, "round %d: repl_close completed", round);
-        cr_expect(s2 == 0 || s2 == RAFT_CANCELED, "round %d: s2 %d", round,
-                  s2);
+        cr_expect(s2 == 0 || s2 == RAFT_CANCELED, "round %d: s2 %d", round, s2);
         /* Let any late threadpool completion run. */
         for (int k = 0; k < 20; k++) {
             uv_run(&loop, UV_RUN_ONCE);

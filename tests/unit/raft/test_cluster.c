@@ -15,8 +15,12 @@
 
 static struct cluster cl;
 
-static void propose_n(struct cluster *c, unsigned leader, unsigned n,
-                      size_t size, uint64_t tag, uint64_t *last)
+static void propose_n(struct cluster *c,
+                      unsigned leader,
+                      unsigned n,
+                      size_t size,
+                      uint64_t tag,
+                      uint64_t *last)
 {
     uint8_t buf[4096];
     cr_assert(size >= 16 && size <= sizeof buf);
@@ -58,8 +62,12 @@ static void steps(struct cluster *c, unsigned n)
 }
 
 /* propose_n, then step until every node applied up to *last (asserted). */
-static void propose_applied(struct cluster *c, unsigned leader, unsigned n,
-                            size_t size, uint64_t tag, uint64_t *last)
+static void propose_applied(struct cluster *c,
+                            unsigned leader,
+                            unsigned n,
+                            size_t size,
+                            uint64_t tag,
+                            uint64_t *last)
 {
     propose_n(c, leader, n, size, tag, last);
     cr_assert(cluster_step_until(c, pred_all_applied, last, STEPS));
@@ -166,7 +174,8 @@ Test(cluster, barrier_gates_writes)
 
 /* ---- Figure 8 ---------------------------------------------------------- */
 
-struct node_pred {
+struct node_pred
+{
     unsigned i;
 };
 
@@ -318,7 +327,7 @@ static bool pending_append_then_leader_dies(bool hold, uint64_t *rewrites)
     cluster_init(&cl, 3);
     l = start_all_elect(&cl);
     f = other_follower(&cl, l, l);
-    cl.nodes[f].repl->hold_ticks = hold;
+    cl.nodes[f].repl->guard.hold_ticks = hold;
     cl.nodes[f].frozen = true;
     propose_n(&cl, (unsigned)l, 1, 32, 9, &last);
     steps(&cl, 50);
@@ -333,7 +342,7 @@ static bool pending_append_then_leader_dies(bool hold, uint64_t *rewrites)
     }
     *rewrites = repl_vote_rewrites(cl.nodes[f].repl);
     if (hold) {
-        cr_expect_gt(cl.nodes[f].repl->ticks_withheld, 0);
+        cr_expect_gt(cl.nodes[f].repl->io.ticks_withheld, 0);
     }
     /* Once the write settles the cluster recovers either way. */
     cl.nodes[f].frozen = false;
@@ -358,7 +367,8 @@ Test(cluster, vote_rewrite_advertises_durable_index)
     cr_expect_gt(rewrites, 0, "RequestVote rewritten to durable index (#429)");
 }
 
-/* ---- snapshots by bytes and bulk catch-up --------------------------------- */
+/* ---- snapshots by bytes and bulk catch-up ---------------------------------
+ */
 
 Test(cluster, snapshot_threshold_is_bytes)
 {
@@ -407,12 +417,13 @@ Test(cluster, bulk_catch_up_through_install_snapshot)
     propose_applied(&cl, (unsigned)l, 200, 100, 2, &last);
     steps(&cl, 200);
     cr_assert_gt(cl.nodes[l].disk.snap_index, 20);
-    cr_assert_gt(cl.nodes[l].disk.start, fake_disk_last_index(&cl.nodes[f].disk) + 1,
+    cr_assert_gt(cl.nodes[l].disk.start,
+                 fake_disk_last_index(&cl.nodes[f].disk) + 1,
                  "the follower must need a snapshot");
     cluster_start(&cl, (unsigned)f);
     cr_assert(cluster_step_until(&cl, pred_all_applied, &last, STEPS));
     cr_expect_eq(cl.nodes[f].n_restores, 1);
-    cr_expect_eq(cl.nodes[f].repl->bulk_completed, 1,
+    cr_expect_eq(cl.nodes[f].repl->bulk.completed, 1,
                  "the install went through the bulk fetch");
     cr_expect_gt(cl.nodes[f].disk.snap_index, 0);
     assert_streams_equal(&cl);
@@ -425,7 +436,8 @@ Test(cluster, bulk_catch_up_through_install_snapshot)
 
 /* ---- proposals: failure paths ------------------------------------------- */
 
-struct prop_result {
+struct prop_result
+{
     int calls;
     int status;
     uint64_t index;
@@ -467,8 +479,8 @@ Test(cluster, propose_callbacks_and_close)
     cluster_isolate(&cl, l, true);
     buf = tern_malloc(8);
     memset(buf, 2, 8);
-    cr_assert_eq(repl_propose(cl.nodes[l].repl, buf, 8, prop_cb, &pending, &idx),
-                 0);
+    cr_assert_eq(
+        repl_propose(cl.nodes[l].repl, buf, 8, prop_cb, &pending, &idx), 0);
     steps(&cl, 20);
     cr_expect_eq(pending.calls, 0);
     cluster_crash(&cl, (unsigned)l);
@@ -533,8 +545,8 @@ Test(cluster, transfer_moves_writable_leadership)
 static bool pred_fetch_active(struct cluster *c, void *arg)
 {
     unsigned i = ((struct node_pred *)arg)->i;
-    return c->nodes[i].up && c->nodes[i].repl->fetch.active &&
-           c->nodes[i].repl->fetch.in_flight > 0;
+    return c->nodes[i].up && c->nodes[i].repl->bulk.fetch.active &&
+           c->nodes[i].repl->bulk.fetch.in_flight > 0;
 }
 
 Test(cluster, bulk_fetch_recovers_from_lost_chunks)
@@ -552,12 +564,12 @@ Test(cluster, bulk_fetch_recovers_from_lost_chunks)
     pf.i = (unsigned)f;
     cr_assert(cluster_step_until(&cl, pred_fetch_active, &pf, STEPS));
     /* Let the requests reach the leader, then lose its answers. */
-    cr_assert_gt(xport_mem_net_deliver(cl.net, cl.nodes[f].id,
-                                       cl.nodes[l].id, SIZE_MAX),
-                 0);
-    cr_assert_gt(xport_mem_net_drop(cl.net, cl.nodes[l].id, cl.nodes[f].id,
-                                    SIZE_MAX),
-                 0);
+    cr_assert_gt(
+        xport_mem_net_deliver(cl.net, cl.nodes[f].id, cl.nodes[l].id, SIZE_MAX),
+        0);
+    cr_assert_gt(
+        xport_mem_net_drop(cl.net, cl.nodes[l].id, cl.nodes[f].id, SIZE_MAX),
+        0);
     {
         uint64_t t0 = cl.clock;
         cr_assert(cluster_step_until(&cl, pred_all_applied, &last, STEPS));
@@ -565,8 +577,8 @@ Test(cluster, bulk_fetch_recovers_from_lost_chunks)
                      "recovered by re-requesting, not by a snapshot resend");
     }
     cr_expect_eq(cl.nodes[f].n_restores, 1);
-    cr_expect_geq(cl.nodes[f].repl->bulk_rerequests, 1);
-    cr_expect_eq(cl.nodes[f].repl->bulk_completed, 1);
+    cr_expect_geq(cl.nodes[f].repl->bulk.rerequests, 1);
+    cr_expect_eq(cl.nodes[f].repl->bulk.completed, 1);
     assert_streams_equal(&cl);
     cr_expect(!cl.conflict);
     cluster_fini(&cl);
@@ -574,7 +586,8 @@ Test(cluster, bulk_fetch_recovers_from_lost_chunks)
 
 /* ---- randomized schedules ------------------------------------------------ */
 
-struct ack_log {
+struct ack_log
+{
     unsigned n;
     uint64_t index[4096];
     uint32_t sum[4096];
@@ -582,7 +595,8 @@ struct ack_log {
 
 static struct ack_log acks;
 
-struct ack_ctx {
+struct ack_ctx
+{
     uint32_t sum;
 };
 
@@ -607,7 +621,7 @@ static uint64_t rnd(uint64_t *s)
 
 static void dump_cluster(struct cluster *c)
 {
-        for (unsigned k = 0; k < c->n; k++) {
+    for (unsigned k = 0; k < c->n; k++) {
         if (!c->nodes[k].up) {
             (void)fprintf(stderr, "n%u down\n", k);
             continue;
@@ -624,7 +638,7 @@ static void dump_cluster(struct cluster *c)
                       (unsigned long long)st.last_applied,
                       (unsigned long long)st.last_index,
                       (unsigned long long)st.last_stored, st.failed,
-                      st.fsm_error, c->nodes[k].repl->fetch.active,
+                      st.fsm_error, c->nodes[k].repl->bulk.fetch.active,
                       fake_io_pending(c->nodes[k].io));
     }
     for (unsigned k = 0; k < c->n; k++) {
@@ -653,8 +667,8 @@ static void dump_cluster(struct cluster *c)
 static enum repl_durability chaos_durability = REPL_DURABILITY_DISK;
 static bool chaos_crashes = true;
 static size_t chaos_max_message; /* non-zero: txport, fencing, this max */
-static uint64_t chaos_splits;     /* AppendEntries split, summed over runs */
-static uint64_t chaos_fenced;     /* messages refused by a fence, summed */
+static uint64_t chaos_splits;    /* AppendEntries split, summed over runs */
+static uint64_t chaos_fenced;    /* messages refused by a fence, summed */
 
 /* Random crashes, restarts, partitions and message loss with the guard on:
  * no index ever applies two different payloads, every acknowledged
@@ -776,7 +790,7 @@ static void chaos(unsigned n, uint64_t seed, unsigned rounds)
                      (unsigned long long)acks.index[k]);
     }
     for (unsigned k = 0; k < n; k++) {
-        chaos_splits += cl.nodes[k].repl->ae_split;
+        chaos_splits += cl.nodes[k].repl->io.ae_split;
         if (cl.nodes[k].tx != NULL) {
             chaos_fenced += cl.nodes[k].tx->fenced;
             cr_assert_eq(cl.nodes[k].tx->stamp_errors, 0);
@@ -896,9 +910,8 @@ static void allocation_failures(enum repl_durability d)
         l = cluster_writable_leader(&cl);
         {
             uint8_t buf[16] = "after-oom";
-            cr_assert_eq(cluster_propose(&cl, (unsigned)l, buf, sizeof buf,
-                                         &last),
-                         0);
+            cr_assert_eq(
+                cluster_propose(&cl, (unsigned)l, buf, sizeof buf, &last), 0);
         }
         if (!cluster_step_until(&cl, pred_all_applied, &last, STEPS)) {
             dump_cluster(&cl);
@@ -1023,13 +1036,12 @@ Test(cluster, install_already_held_is_not_fetched)
                   fake_disk_last_index(&cl.nodes[f].disk),
                   "leader snap %llu, follower last %llu",
                   (unsigned long long)cl.nodes[l].disk.snap_index,
-                  (unsigned long long)fake_disk_last_index(
-                      &cl.nodes[f].disk));
+                  (unsigned long long)fake_disk_last_index(&cl.nodes[f].disk));
     cluster_isolate(&cl, (unsigned)f, false);
     propose_applied(&cl, (unsigned)l, 5, 100, 3, &last);
     cr_expect_eq(cl.nodes[f].applies_over_bulk, 0);
-    cr_expect_geq(cl.nodes[f].repl->bulk_noop, 1);
-    cr_expect_eq(cl.nodes[f].repl->bulk_completed, 0);
+    cr_expect_geq(cl.nodes[f].repl->bulk.noop, 1);
+    cr_expect_eq(cl.nodes[f].repl->bulk.completed, 0);
     assert_streams_equal(&cl);
     cr_expect(!cl.conflict);
     cluster_fini(&cl);
@@ -1055,17 +1067,17 @@ Test(cluster, bulk_fetch_keeps_fsm_quiet)
     applied0 = cl.nodes[f].n_applied;
     /* The leader goes on committing (with the third node) meanwhile. */
     propose_n(&cl, (unsigned)l, 20, 100, 8, &last);
-    while (cl.nodes[f].repl->fetch.active) {
+    while (cl.nodes[f].repl->bulk.fetch.active) {
         cluster_step(&cl);
         cr_assert_eq(cl.nodes[f].n_applied, applied0,
                      "applied during the fetch");
     }
-    cr_expect_gt(cl.nodes[f].repl->ae_held_off, 0);
+    cr_expect_gt(cl.nodes[f].repl->guard.ae_held_off, 0);
     cr_assert(cluster_step_until(&cl, pred_all_applied, &last, STEPS));
     /* (the leader may have snapshotted past the first install meanwhile:
      * then a second one follows) */
     cr_expect_geq(cl.nodes[f].n_restores, 1);
-    cr_expect_geq(cl.nodes[f].repl->bulk_completed, 1);
+    cr_expect_geq(cl.nodes[f].repl->bulk.completed, 1);
     assert_streams_equal(&cl);
     cr_expect(!cl.conflict);
     cluster_fini(&cl);
@@ -1124,7 +1136,7 @@ Test(cluster, new_leader_with_snapshot_follower_becomes_writable)
 static bool pred_fetch_complete(struct cluster *c, void *arg)
 {
     unsigned i = ((struct node_pred *)arg)->i;
-    const struct repl_bulk_fetch *fe = &c->nodes[i].repl->fetch;
+    const struct repl_bulk_fetch *fe = &c->nodes[i].repl->bulk.fetch;
     return fe->active && fe->started && fe->next_pos >= fe->to;
 }
 
@@ -1150,7 +1162,8 @@ Test(cluster, complete_fetch_waits_for_the_cores_own_snapshot)
     cr_assert(cluster_step_until(&cl, pred_fetch_complete, &pf, STEPS));
     t0 = cl.clock;
     steps(&cl, 300);
-    cr_expect(cl.nodes[f].repl->fetch.active, "held while the core is busy");
+    cr_expect(cl.nodes[f].repl->bulk.fetch.active,
+              "held while the core is busy");
     cr_expect_eq(cl.nodes[f].n_restores, restores0);
     core->snapshot.pending.term = 0;
     cr_assert(cluster_step_until(&cl, pred_all_applied, &last, STEPS));
@@ -1171,14 +1184,14 @@ static bool pred_fetch_aborted_with_bytes(struct cluster *c, void *arg)
 {
     unsigned i = ((struct node_pred *)arg)->i;
     return c->nodes[i].up && c->nodes[i].bulk_pending > 0 &&
-           !c->nodes[i].repl->fetch.active;
+           !c->nodes[i].repl->bulk.fetch.active;
 }
 
 /* Some bytes of the fetch reached f. */
 static bool pred_fetch_has_bytes(struct cluster *c, void *arg)
 {
     unsigned i = ((struct node_pred *)arg)->i;
-    return c->nodes[i].up && c->nodes[i].repl->fetch.active &&
+    return c->nodes[i].up && c->nodes[i].repl->bulk.fetch.active &&
            c->nodes[i].bulk_pending > 0;
 }
 
@@ -1227,12 +1240,12 @@ static bool aborted_fetch_then_entries_applied(bool refuse, bool stall)
         cr_assert(cluster_step_until(&cl, pred_fetch_has_bytes, &pf, STEPS));
         cluster_link(&cl, (unsigned)l, (unsigned)f, false);
     }
-    cr_assert(cluster_step_until(&cl, pred_fetch_aborted_with_bytes, &pf,
-                                 STEPS),
-              "the fetch must be aborted midway");
-    cr_assert_eq(cl.nodes[f].repl->bulk_completed, 0);
+    cr_assert(
+        cluster_step_until(&cl, pred_fetch_aborted_with_bytes, &pf, STEPS),
+        "the fetch must be aborted midway");
+    cr_assert_eq(cl.nodes[f].repl->bulk.completed, 0);
     if (stall) {
-        cr_expect_geq(cl.nodes[f].repl->bulk_rerequests, 3,
+        cr_expect_geq(cl.nodes[f].repl->bulk.rerequests, 3,
                       "given up by the stall timer");
     }
     cl.nodes[l].bulk_reads_ok = -1;
@@ -1325,7 +1338,7 @@ Test(cluster, startup_restore_fetches_missing_fsm_bytes_from_a_peer)
     cr_expect_eq(cl.nodes[f].applied_index, snap,
                  "restored exactly the local snapshot");
     cr_expect_eq(cl.nodes[f].n_applied, 0, "nothing applied before it");
-    cr_expect_geq(cl.nodes[f].repl->bulk_completed, 1);
+    cr_expect_geq(cl.nodes[f].repl->bulk.completed, 1);
     cr_assert(cluster_step_until(&cl, pred_all_applied, &last, STEPS));
     repl_get_status(cl.nodes[f].repl, &st);
     cr_expect_eq(st.failed, 0);
@@ -1354,11 +1367,11 @@ Test(cluster, startup_restore_moves_on_from_a_failing_peer)
     cluster_start(&cl, (unsigned)f);
     cr_assert(repl_bulk_restore_pending(cl.nodes[f].repl));
     {
-        uint64_t first = cl.nodes[f].repl->fetch.peer_id;
+        uint64_t first = cl.nodes[f].repl->bulk.fetch.peer_id;
         cl.nodes[first - 1].bulk_reads_ok = 0;
         pf.i = (unsigned)f;
         cr_assert(cluster_step_until(&cl, pred_restore_done, &pf, STEPS));
-        cr_expect_neq(cl.nodes[f].repl->fetch.peer_id, first);
+        cr_expect_neq(cl.nodes[f].repl->bulk.fetch.peer_id, first);
         cl.nodes[first - 1].bulk_reads_ok = -1;
     }
     cr_assert(cluster_step_until(&cl, pred_all_applied, &last, STEPS));
@@ -1390,8 +1403,8 @@ Test(cluster, disk_full_follower_takes_no_entries)
 
     propose_n(&cl, (unsigned)l, 20, 32, 2, &last);
     {
-        uint64_t want_l[2] = {(uint64_t)l, last}, want_g[2] = {(uint64_t)g,
-                                                               last};
+        uint64_t want_l[2] = {(uint64_t)l, last},
+                 want_g[2] = {(uint64_t)g, last};
         cr_assert(cluster_step_until(&cl, pred_node_applied, want_l, STEPS));
         cr_assert(cluster_step_until(&cl, pred_node_applied, want_g, STEPS));
     }

@@ -32,8 +32,7 @@ static uint8_t *encode(const struct raft_message *m, size_t *len)
     struct repl_frame f;
     unsigned n_sent;
     uint8_t *b;
-    cr_assert_eq(repl_codec_encode(7, "10.0.0.7:9000", m, 1 << 20, &f,
-                                   &n_sent),
+    cr_assert_eq(repl_codec_encode(7, "10.0.0.7:9000", m, 1 << 20, &f, &n_sent),
                  0);
     b = flatten(&f, len);
     repl_frame_release(&f);
@@ -129,8 +128,7 @@ Test(codec, heartbeat_and_prefix_split)
     cr_expect_eq(n_sent, 2);
     repl_frame_release(&f);
     /* Not even one entry fits. */
-    cr_expect_eq(repl_codec_encode(1, "a", &m, 500, &f, &n_sent),
-                 TERN_ETOOBIG);
+    cr_expect_eq(repl_codec_encode(1, "a", &m, 500, &f, &n_sent), TERN_ETOOBIG);
 }
 
 Test(codec, results_votes_timeout_now)
@@ -219,8 +217,7 @@ Test(codec, install_snapshot_with_configuration)
     cr_expect_eq(w.msg.install_snapshot.conf.servers[1].role, RAFT_STANDBY);
     cr_expect_eq(w.msg.install_snapshot.conf.servers[2].role, RAFT_SPARE);
     cr_assert_eq(w.msg.install_snapshot.data.len, sizeof data);
-    cr_expect(memcmp(w.msg.install_snapshot.data.base, data, sizeof data) ==
-              0);
+    cr_expect(memcmp(w.msg.install_snapshot.data.base, data, sizeof data) == 0);
     repl_wire_release(&w);
 }
 
@@ -334,8 +331,7 @@ Test(codec, error_translation)
 {
     cr_expect_eq(repl_err_from_raft(0), 0);
     cr_expect_eq(repl_err_from_raft(RAFT_NOTLEADER), TERN_ENOTLEADER);
-    cr_expect_eq(repl_err_from_raft(RAFT_LEADERSHIPLOST),
-                 TERN_ELEADERSHIPLOST);
+    cr_expect_eq(repl_err_from_raft(RAFT_LEADERSHIPLOST), TERN_ELEADERSHIPLOST);
     cr_expect_eq(repl_err_from_raft(RAFT_SHUTDOWN), TERN_ESHUTDOWN);
     cr_expect_eq(repl_err_from_raft(RAFT_CANCELED), TERN_ESHUTDOWN);
     cr_expect_eq(repl_err_from_raft(RAFT_NOSPACE), TERN_EFULL);

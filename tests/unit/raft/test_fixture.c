@@ -11,10 +11,11 @@
 
 #include "repl_int.h"
 
-#define N 3
+#define N         3
 #define MAX_INDEX 8192
 
-struct counter {
+struct counter
+{
     uint64_t sum;
     uint64_t applied_index;
     uint64_t n_applied;
@@ -51,7 +52,9 @@ static int c_apply(void *arg, uint64_t index, const void *buf, size_t len)
     return 0;
 }
 
-static int c_snapshot(void *arg, uint64_t last_applied, void **manifest,
+static int c_snapshot(void *arg,
+                      uint64_t last_applied,
+                      void **manifest,
                       size_t *len)
 {
     struct counter *c = arg;
@@ -93,14 +96,14 @@ static void setup(uint64_t snapshot_bytes)
         r->fsm.snapshot = c_snapshot;
         r->fsm.restore = c_restore;
         r->snapshot_threshold_bytes = snapshot_bytes;
-        repl_list_init(&r->appends);
-        repl_list_init(&r->sends);
+        tern_list_init(&r->io.appends);
+        tern_list_init(&r->io.sends);
         repl_fsm_setup(r);
         glue[i] = r;
-        cr_assert_eq(raft_fixture_grow(&f, &r->raft_fsm), 0);
-        r->core = raft_fixture_get(&f, i);
-        raft_set_snapshot_threshold(r->core, 64);
-        raft_set_snapshot_trailing(r->core, 16);
+        cr_assert_eq(raft_fixture_grow(&f, &r->glue.raft_fsm), 0);
+        r->glue.core = raft_fixture_get(&f, i);
+        raft_set_snapshot_threshold(r->glue.core, 64);
+        raft_set_snapshot_trailing(r->glue.core, 16);
     }
     raft_configuration_init(&conf);
     cr_assert_eq(raft_fixture_configuration(&f, N, &conf), 0);
@@ -199,7 +202,7 @@ Test(fixture, byte_threshold_snapshots_and_restore_after_kill)
 {
     raft_index last;
     unsigned l, victim;
-    setup(8 * 100); /* a snapshot every 100 applied 8-byte entries */
+    setup((uint64_t)8 * 100); /* a snapshot every 100 applied 8-byte entries */
     raft_fixture_elect(&f, 0);
     l = raft_fixture_leader_index(&f);
     victim = (l + 1) % N;

@@ -18,7 +18,8 @@
 
 #define UV_N 3
 
-struct unode {
+struct unode
+{
     uint64_t id;
     char addr[32];
     char dir[256];
@@ -64,8 +65,11 @@ static int u_restore(void *arg, const void *m, size_t len)
     return 0;
 }
 
-static void u_state(void *arg, enum repl_role role, uint64_t leader,
-                    uint64_t term, bool writable)
+static void u_state(void *arg,
+                    enum repl_role role,
+                    uint64_t leader,
+                    uint64_t term,
+                    bool writable)
 {
     struct unode *n = arg;
     (void)leader;
@@ -83,7 +87,9 @@ static void u_prop_cb(void *data, int status, uint64_t index)
     }
 }
 
-static int rm_cb(const char *path, const struct stat *sb, int flag,
+static int rm_cb(const char *path,
+                 const struct stat *sb,
+                 int flag,
                  struct FTW *ftw)
 {
     (void)sb;
@@ -123,7 +129,9 @@ static void timer_noop(uv_timer_t *t)
 }
 
 /* Run the loop until cond() or ms of loop time pass. */
-static bool run_until(uv_loop_t *loop, bool (*cond)(void *), void *arg,
+static bool run_until(uv_loop_t *loop,
+                      bool (*cond)(void *),
+                      void *arg,
                       uint64_t ms)
 {
     uint64_t end;
@@ -178,7 +186,8 @@ static void remove_tmp(void)
 
 TestSuite(uv, .fini = remove_tmp);
 
-static void start_repls(uv_loop_t *loop, const char *base,
+static void start_repls(uv_loop_t *loop,
+                        const char *base,
                         const struct repl_peer *peers)
 {
     char errmsg[TERN_ERRMSG_SIZE] = "";
@@ -198,8 +207,8 @@ static void start_repls(uv_loop_t *loop, const char *base,
         fsm.apply = u_apply;
         fsm.snapshot = u_snapshot;
         fsm.restore = u_restore;
-        cr_assert_eq(repl_new(loop, nodes[i].x, &cfg, &fsm, u_state,
-                              &nodes[i], &nodes[i].r, errmsg),
+        cr_assert_eq(repl_new(loop, nodes[i].x, &cfg, &fsm, u_state, &nodes[i],
+                              &nodes[i].r, errmsg),
                      0, "repl_new: %s", errmsg);
         cr_assert_eq(repl_start(nodes[i].r, errmsg), 0, "repl_start: %s",
                      errmsg);
@@ -391,10 +400,11 @@ Test(uv, production_path_memory_durability, .timeout = 120)
 
 /* A virtual state stream: byte p is (p * 31) & 0xff; every applied byte of
  * payload adds 100 stream bytes. */
-struct snode {
+struct snode
+{
     uint64_t applied_index;
-    uint64_t stream;  /* bytes of state */
-    uint64_t staged;  /* bytes fetched for the pending install */
+    uint64_t stream; /* bytes of state */
+    uint64_t staged; /* bytes fetched for the pending install */
     bool staging;
     uint64_t restores;
     bool bad_bytes;
@@ -425,7 +435,8 @@ static int s_snapshot(void *arg, uint64_t last_applied, void **m, size_t *len)
 static int s_restore(void *arg, const void *m, size_t len)
 {
     struct snode *n = arg;
-    uint64_t bytes = tern_get_u64(m), idx = tern_get_u64((const uint8_t *)m + 8);
+    uint64_t bytes = tern_get_u64(m),
+             idx = tern_get_u64((const uint8_t *)m + 8);
     (void)len;
     n->restores++;
     if (idx <= n->applied_index) {
@@ -441,7 +452,10 @@ static int s_restore(void *arg, const void *m, size_t len)
     return 0;
 }
 
-static int s_range(void *arg, const void *m, size_t len, uint64_t *from,
+static int s_range(void *arg,
+                   const void *m,
+                   size_t len,
+                   uint64_t *from,
                    uint64_t *to)
 {
     struct snode *n = arg;
@@ -571,29 +585,28 @@ Test(uv, snapshot_install_and_bulk_over_tcp, .timeout = 120)
             /* libraft only considers a snapshot when it applies entries,
              * and skips while one is being written: keep some coming. */
             if (st.last_applied >= target_index &&
-                nodes[l].r->snap_index < target_index / 2 && extra < 2000) {
+                nodes[l].r->io.snap_index < target_index / 2 && extra < 2000) {
                 uint64_t idx;
                 void *buf = tern_malloc(64);
                 memset(buf, 7, 64);
-                cr_assert_eq(repl_propose(nodes[l].r, buf, 64, NULL, NULL,
-                                          &idx),
-                             0);
+                cr_assert_eq(
+                    repl_propose(nodes[l].r, buf, 64, NULL, NULL, &idx), 0);
                 target_index = idx;
                 extra++;
             }
         } while ((st.last_applied < target_index ||
-                  nodes[l].r->snap_index < target_index / 2) &&
+                  nodes[l].r->io.snap_index < target_index / 2) &&
                  uv_now(&loop) < end);
         uv_close((uv_handle_t *)&t, NULL);
         uv_run(&loop, UV_RUN_NOWAIT);
         cr_assert_geq(st.last_applied, target_index);
-        cr_assert_geq(nodes[l].r->snap_index, target_index / 2,
+        cr_assert_geq(nodes[l].r->io.snap_index, target_index / 2,
                       "leader snapshot (and log compaction) done: snap %llu "
                       "applied %llu target %llu role %d bytes %llu",
-                      (unsigned long long)nodes[l].r->snap_index,
+                      (unsigned long long)nodes[l].r->io.snap_index,
                       (unsigned long long)st.last_applied,
                       (unsigned long long)target_index, (int)st.role,
-                      (unsigned long long)nodes[l].r->applied_bytes);
+                      (unsigned long long)nodes[l].r->glue.applied_bytes);
     }
     start_snode(&loop, f, peers);
     cr_assert(run_until(&loop, cond_s_applied, NULL, 30000),
@@ -601,7 +614,7 @@ Test(uv, snapshot_install_and_bulk_over_tcp, .timeout = 120)
               (unsigned long long)snodes[f].applied_index,
               (unsigned long long)target_index);
     cr_expect_geq(snodes[f].restores, 1, "caught up through a snapshot");
-    cr_expect_gt(nodes[f].r->bulk_completed, 0, "bulk fetch over TCP");
+    cr_expect_gt(nodes[f].r->bulk.completed, 0, "bulk fetch over TCP");
     cr_expect(!snodes[f].bad_bytes);
     cr_expect_eq(snodes[f].stream, snodes[l].stream);
 

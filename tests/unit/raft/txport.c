@@ -12,13 +12,15 @@
 
 #include "repl_int.h"
 
-struct tsend {
+struct tsend
+{
     struct xport_send xs;
     struct xport_send *outer; /* NULL: nobody waits */
     uint8_t stamp[8];
 };
 
-struct txport_held {
+struct txport_held
+{
     struct txport_held *next;
     struct xport_send *outer;
     uint64_t peer_id;
@@ -143,8 +145,12 @@ static void check_stamp(struct txport *t, const struct xport_iov *iov)
     }
 }
 
-static int submit(struct txport *t, struct xport_send *outer, uint64_t peer,
-                  const char *addr, const struct xport_iov *iov, unsigned n,
+static int submit(struct txport *t,
+                  struct xport_send *outer,
+                  uint64_t peer,
+                  const char *addr,
+                  const struct xport_iov *iov,
+                  unsigned n,
                   const uint8_t stamp[8])
 {
     struct tsend *s = tern_calloc(1, sizeof *s);
@@ -172,8 +178,11 @@ static int submit(struct txport *t, struct xport_send *outer, uint64_t peer,
     return rv;
 }
 
-static int t_send(struct xport *x, struct xport_send *req, uint64_t peer_id,
-                  const char *peer_address, const struct xport_iov *iov,
+static int t_send(struct xport *x,
+                  struct xport_send *req,
+                  uint64_t peer_id,
+                  const char *peer_address,
+                  const struct xport_iov *iov,
                   unsigned n)
 {
     struct txport *t = tx(x);
@@ -304,7 +313,9 @@ static const struct xport_ops t_ops = {
     .set_fence = t_set_fence,
 };
 
-int txport_new(struct xport *inner, size_t max_message, bool fencing,
+int txport_new(struct xport *inner,
+               size_t max_message,
+               bool fencing,
                struct txport **out)
 {
     struct txport *t = tern_calloc(1, sizeof *t);

@@ -27,17 +27,19 @@
 #include "xport_int.h"
 
 #define TXPORT_MAX_EVENTS 512
-#define TXPORT_MAX_AE 8192
+#define TXPORT_MAX_AE     8192
 
 enum { TXPORT_EPOCH = 1, TXPORT_FENCE = 2 };
 
-struct txport_event {
+struct txport_event
+{
     int kind;
     uint64_t value;
 };
 
 /* One AppendEntries frame received (before the fence check). */
-struct txport_ae {
+struct txport_ae
+{
     uint64_t from;
     uint64_t term;
     uint64_t epoch;
@@ -50,7 +52,8 @@ struct txport_ae {
 
 struct txport_held;
 
-struct txport {
+struct txport
+{
     struct xport base; /* must be first */
     struct xport *inner;
     size_t max_message;
@@ -62,17 +65,19 @@ struct txport {
     struct txport_held *held_head, *held_tail;
     struct txport_event events[TXPORT_MAX_EVENTS];
     unsigned n_events;
-    uint64_t fenced;          /* inbound messages dropped by the fence */
-    uint64_t delivered;       /* inbound messages delivered */
-    uint64_t raft_sent;       /* Raft frames sent */
-    uint64_t stamp_errors;    /* Raft frames sent with epoch/fence != term */
-    struct txport_ae *ae;     /* TXPORT_MAX_AE entries */
+    uint64_t fenced;       /* inbound messages dropped by the fence */
+    uint64_t delivered;    /* inbound messages delivered */
+    uint64_t raft_sent;    /* Raft frames sent */
+    uint64_t stamp_errors; /* Raft frames sent with epoch/fence != term */
+    struct txport_ae *ae;  /* TXPORT_MAX_AE entries */
     unsigned n_ae;
 };
 
 /* Wrap inner (ownership passes to the txport: closed with it).
  * max_message 0: inner's. *out is released by xport_close(&t->base). */
-int txport_new(struct xport *inner, size_t max_message, bool fencing,
+int txport_new(struct xport *inner,
+               size_t max_message,
+               bool fencing,
                struct txport **out);
 /* Submit the held sends (in order) to the inner xport. */
 void txport_release(struct txport *t);

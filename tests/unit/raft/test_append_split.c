@@ -1,0 +1,93 @@
+/*
+ * tests/unit/raft/test_append_split.c: oversized AppendEntries split into
+ * parts that each fit the xport's message size (io.c "Oversized
+ * AppendEntries"), on the deterministic cluster harness with a txport
+ * whose messages are small.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <criterion/criterion.h>
+
+#include "cluster.h"
+
+#define STEPS CLUSTER_STEPS
+
+static struct cluster cl;
+
+#define SMALL_MAX 2048
+
+Test(append_split, lagging_follower_catches_up_through_split_append_entries)
+{
+    uint64_t last = 0;
+    uint64_t split_before;
+    unsigned chained = 0, with_entries = 0;
+    int l, f;
+    cluster_init(&cl, 3);
+    cl.use_txport = true;
+    cl.fencing = true;
+    cl.max_message = SMALL_MAX;
+    l = cluster_elect(&cl);
+    f = cluster_other(&cl, l, l);
+    cluster_propose_applied(&cl, (unsigned)l, 5, 96, 1, &last);
+    cluster_crash(&cl, (unsigned)f);
+    cluster_propose_applied(&cl, (unsigned)l, 300, 96, 2, &last);
+    split_before = cl.nodes[l].repl->io.ae_split;
+    cluster_start(&cl, (unsigned)f);
+    cr_assert(cluster_step_until(&cl, pred_all_applied, &last, STEPS));
+    cluster_steps(&cl, 100);
+
+    /* ~36 KB of entries behind, 2 KB per message: many parts. */
+    cr_expect_gt(cl.nodes[l].repl->io.ae_split, split_before);
+    cr_expect_geq(cl.nodes[l].repl->io.ae_parts, 300 * 120 / SMALL_MAX);
+    {
+        const struct txport *t = cl.nodes[f].tx;
+        const struct fake_disk *ld = &cl.nodes[l].disk;
+        for (unsigned k = 0; k < t->n_ae; k++) {
+            const struct txport_ae *a = &t->ae[k];
+            cr_assert_leq(a->len, SMALL_MAX);
+            cr_assert_leq(a->commit, a->prev_index + a->n,
+                          "leader_commit clamped to the part");
+            if (a->prev_index > 0 && fake_disk_get(ld, a->prev_index)) {
+                cr_assert_eq(a->prev_term,
+                             fake_disk_get(ld, a->prev_index)->term,
+                             "prev_log_term of part at %llu",
+                             (unsigned long long)a->prev_index);
+            }
+            if (a->n > 0) {
+                with_entries++;
+            }
+            if (k > 0 && a->n > 0 && t->ae[k - 1].n > 0 &&
+                a->prev_index == t->ae[k - 1].prev_index + t->ae[k - 1].n) {
+                chained++; /* part k continues part k-1 */
+            }
+        }
+    }
+    cr_expect_geq(chained, 300 * 120 / SMALL_MAX - 1);
+    cr_expect_gt(with_entries, 0);
+    /* Exact bytes and order: the follower's durable log equals the
+     * leader's, entry by entry. */
+    {
+        const struct fake_disk *ld = &cl.nodes[l].disk;
+        const struct fake_disk *fd = &cl.nodes[f].disk;
+        cr_assert_eq(fake_disk_last_index(fd), fake_disk_last_index(ld));
+        for (uint64_t i = ld->start; i <= fake_disk_last_index(ld); i++) {
+            const struct fake_entry *a = fake_disk_get(ld, i);
+            const struct fake_entry *b = fake_disk_get(fd, i);
+            cr_assert_not_null(b, "index %llu missing", (unsigned long long)i);
+            cr_assert_eq(a->term, b->term);
+            cr_assert_eq(a->type, b->type);
+            cr_assert_eq(a->len, b->len);
+            cr_assert(memcmp(a->buf, b->buf, a->len) == 0,
+                      "index %llu bytes differ", (unsigned long long)i);
+        }
+    }
+    cr_expect_eq(cl.nodes[f].stream_len, cl.nodes[l].stream_len);
+    cr_expect(memcmp(cl.nodes[f].stream, cl.nodes[l].stream,
+                     cl.nodes[l].stream_len) == 0);
+    cr_expect_eq(cl.nodes[f].n_applied, 305);
+    cr_expect(!cl.conflict);
+    cluster_fini(&cl);
+}
