@@ -1314,6 +1314,15 @@ static int produce_check(struct tern_client *c,
     return *pq != NULL ? 0 : -ENOMEM;
 }
 
+/* proto_msg_at_fn over a struct tern_msg array (lengths checked against
+ * max_frame, a uint32_t, by produce_check). */
+static void tern_msg_at(const void *msgs, uint32_t i, struct proto_msg *m)
+{
+    const struct tern_msg *t = (const struct tern_msg *)msgs + i;
+    m->data = t->data;
+    m->len = (uint32_t)t->len;
+}
+
 /* Build a PRODUCE request carrying (pid, seq): copies msgs into the
  * frame. */
 static int produce_build(struct tern_client *c,
@@ -1325,22 +1334,14 @@ static int produce_build(struct tern_client *c,
                          struct tern__req **out)
 {
     struct tern__req *r;
-    size_t start = 0;
     int rv;
     *out = NULL;
     r = req_new(c, PROTO_OP_PRODUCE, 0);
     if (r == NULL) {
         return -ENOMEM;
     }
-    proto_frame_begin(&r->frame, PROTO_OP_PRODUCE, 0, 0);
-    proto_put_str(&r->frame, queue, strlen(queue));
-    tern_wbuf_u64(&r->frame, pid);
-    tern_wbuf_u64(&r->frame, seq);
-    tern_wbuf_u32(&r->frame, (uint32_t)n);
-    for (size_t k = 0; k < n; k++) {
-        proto_put_blob(&r->frame, msgs[k].data, (uint32_t)msgs[k].len);
-    }
-    rv = proto_frame_end(&r->frame, start);
+    rv = proto_encode_produce_at(&r->frame, 0, queue, pid, seq, tern_msg_at,
+                                 msgs, (uint32_t)n);
     if (rv == 0 && r->frame.len - PROTO_HEADER_SIZE > c->opts.max_frame) {
         rv = TERN_ETOOBIG;
     }

@@ -4,7 +4,8 @@
  * queue, producer id, sequence and messages, for a first send, a resend
  * of a batch with an unknown outcome (tern_produce_resend), and a batch
  * renumbered under a fresh producer id; the body also matches the PRODUCE
- * layout of proto.h assembled by hand.
+ * layout of proto.h assembled by hand. proto_encode_produce_at (the
+ * encoder libtern calls) round-trips through proto_decode_request.
  */
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -183,4 +184,79 @@ Test(client, renumbered_frame_is_the_protocol_encoders)
     (void)expect_encoder_frame(&fs, "q", last.producer_id, 1, &m[1], 1, frame);
     tern_client_free(c);
     fake_stop(&fs);
+}
+
+/* proto_msg_at_fn over a struct tern_msg array, as libtern encodes. */
+static void tern_msg_at(const void *msgs, uint32_t i, struct proto_msg *m)
+{
+    const struct tern_msg *t = (const struct tern_msg *)msgs + i;
+    m->data = t->data;
+    m->len = (uint32_t)t->len;
+}
+
+Test(client, produce_at_encoder_round_trip)
+{
+    struct tern_msg tm[3] = {{"alpha", 5}, {NULL, 0}, {"gamma-long", 10}};
+    struct proto_msg pm[3] = {{"alpha", 5}, {NULL, 0}, {"gamma-long", 10}};
+    struct tern_wbuf a, b;
+    struct proto_header h;
+    struct proto_request r;
+    struct proto_msg m;
+    size_t pos = 0;
+    uint32_t k = 0;
+
+    tern_wbuf_init(&a);
+    tern_wbuf_init(&b);
+    cr_assert_eq(proto_encode_produce_at(&a, 42, "q1", 0xdeadbeefcafeULL, 17,
+                                         tern_msg_at, tm, 3),
+                 0);
+    cr_assert_eq(
+        proto_encode_produce(&b, 42, "q1", 0xdeadbeefcafeULL, 17, pm, 3), 0);
+    cr_assert_eq(a.len, b.len);
+    cr_expect_eq(memcmp(a.base, b.base, a.len), 0);
+
+    cr_assert_eq(proto_header_decode(a.base, PROTO_DEFAULT_MAX_BODY, &h), 0);
+    cr_expect_eq(h.op, PROTO_OP_PRODUCE);
+    cr_expect_eq(h.request_id, 42);
+    cr_assert_eq(h.body_len, a.len - PROTO_HEADER_SIZE);
+    cr_expect_eq(
+        proto_frame_verify(a.base, a.base + PROTO_HEADER_SIZE, h.body_len), 0);
+    cr_assert_eq(
+        proto_decode_request(h.op, a.base + PROTO_HEADER_SIZE, h.body_len, &r),
+        0);
+    cr_expect_eq(r.queue_len, 2);
+    cr_expect_eq(memcmp(r.queue, "q1", 2), 0);
+    cr_expect_eq(r.producer_id, 0xdeadbeefcafeULL);
+    cr_expect_eq(r.seq, 17);
+    cr_assert_eq(r.n_msgs, 3);
+    while (proto_next_msg(&r, &pos, &m)) {
+        cr_assert_lt(k, 3);
+        cr_expect_eq(m.len, tm[k].len);
+        if (m.len > 0) {
+            cr_expect_eq(memcmp(m.data, tm[k].data, m.len), 0);
+        }
+        k++;
+    }
+    cr_expect_eq(k, 3);
+
+    /* Re-stamping producer id and sequence (a renumbered batch) gives the
+     * encoder's frame for the new pair. */
+    cr_assert_eq(proto_frame_set_producer(a.base, a.len, 9, 1), 0);
+    b.len = 0;
+    cr_assert_eq(proto_encode_produce(&b, 42, "q1", 9, 1, pm, 3), 0);
+    cr_assert_eq(a.len, b.len);
+    cr_expect_eq(memcmp(a.base, b.base, a.len), 0);
+
+    /* Errors leave the buffer as it was. */
+    a.len = 0;
+    cr_expect_eq(proto_encode_produce_at(&a, 1, "q1", 1, 1, NULL, tm, 3),
+                 TERN_EINVAL);
+    cr_expect_eq(proto_encode_produce_at(&a, 1, "q1", 1, 1, tern_msg_at, tm, 0),
+                 TERN_EINVAL);
+    cr_expect_eq(
+        proto_encode_produce_at(&a, 1, "q/x", 1, 1, tern_msg_at, tm, 3),
+        TERN_EBADNAME);
+    cr_expect_eq(a.len, 0);
+    tern_wbuf_free(&a);
+    tern_wbuf_free(&b);
 }
