@@ -460,7 +460,7 @@ int proto_encode_produce_at(struct tern_wbuf *w,
                             const char *queue,
                             uint64_t producer_id,
                             uint64_t seq,
-                            proto_msg_at_fn at,
+                            proto_msg_at_cb at,
                             const void *msgs,
                             uint32_t n)
 {

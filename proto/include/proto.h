@@ -194,7 +194,7 @@ int proto_encode_produce(struct tern_wbuf *w, uint64_t request_id,
 /* Message i (0 <= i < n) of a caller's message array, for
  * proto_encode_produce_at: fills *m (OUT; m->data borrowed until the
  * encoder returns). */
-typedef void (*proto_msg_at_fn)(const void *msgs, uint32_t i,
+typedef void (*proto_msg_at_cb)(const void *msgs, uint32_t i,
                                 struct proto_msg *m);
 /* As proto_encode_produce, with message i taken from at(msgs, i): encodes
  * a caller's own message type (libtern's struct tern_msg) without first
@@ -202,7 +202,7 @@ typedef void (*proto_msg_at_fn)(const void *msgs, uint32_t i,
  * TERN_EINVAL when at is NULL). */
 int proto_encode_produce_at(struct tern_wbuf *w, uint64_t request_id,
                             const char *queue, uint64_t producer_id,
-                            uint64_t seq, proto_msg_at_fn at,
+                            uint64_t seq, proto_msg_at_cb at,
                             const void *msgs, uint32_t n);
 #define PROTO_FETCH_LEADER 0x01u /* FETCH flags: leader answers only */
 /* flags: 0 or PROTO_FETCH_LEADER (else TERN_EINVAL). */

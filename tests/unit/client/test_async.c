@@ -93,7 +93,7 @@ static enum fake_action slow_hook(struct fake_server *fs,
 {
     if (r->op == PROTO_OP_PRODUCE) {
         /* Simulated service time of a slow leader. */
-        struct timespec ts = {0, 20 * 1000 * 1000L};
+        struct timespec ts = {0, 20L * 1000 * 1000};
         (void)nanosleep(&ts, NULL);
     }
     return FAKE_DEFAULT;

@@ -186,7 +186,7 @@ Test(client, renumbered_frame_is_the_protocol_encoders)
     fake_stop(&fs);
 }
 
-/* proto_msg_at_fn over a struct tern_msg array, as libtern encodes. */
+/* proto_msg_at_cb over a struct tern_msg array, as libtern encodes. */
 static void tern_msg_at(const void *msgs, uint32_t i, struct proto_msg *m)
 {
     const struct tern_msg *t = (const struct tern_msg *)msgs + i;
