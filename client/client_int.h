@@ -1,7 +1,23 @@
 /*
- * libtern internals shared by client.c (request engine and public calls),
- * conn.c (server connections: address parsing, non-blocking sockets,
- * buffered I/O) and result.c (owned result objects). Not installed.
+ * libtern internals shared by the files of client/ (not installed):
+ *
+ *   conn.c      server connections: "host:port" parsing, non-blocking
+ *               sockets, buffered reads and writes; the monotonic clock
+ *   result.c    result objects (fetch results, queue lists, status) built
+ *               from validated response bodies
+ *   producer.c  the idempotent producer: per-queue producer id and
+ *               sequence numbers, rewinding and renumbering a queue's
+ *               outstanding batches, the remembered batch whose outcome is
+ *               unknown (for tern_produce_resend)
+ *   engine.c    the request engine: server table, request list, one I/O
+ *               step (deadlines, sending, reading, dispatch by request
+ *               id), retries and leader following, synchronous runs
+ *   api.c       the public calls of <tern/tern.h>: client lifetime, and
+ *               for each call, building its request and reading its result
+ *
+ * Calls only go down this order: api.c -> engine.c -> producer.c ->
+ * conn.c (api.c also calls producer.c, result.c and conn.c directly).
+ * producer.c and engine.c both walk the request list defined here.
  */
 #ifndef TERN_CLIENT_INT_H
 #define TERN_CLIENT_INT_H
@@ -12,6 +28,8 @@
 #include <tern/tern.h>
 
 #include "proto.h"
+
+/* ---- Server connections (conn.c) ---- */
 
 enum tern__conn_state {
     TERN__CONN_CLOSED = 0,
@@ -38,10 +56,13 @@ struct tern__server
     char errmsg[TERN_ERRMSG_SIZE]; /* why the last connection failed */
 };
 
-/* conn.c */
-/* Split "host:port" / "[v6]:port"; the strings are owned by s. */
+/* Split "host:port" / "[v6]:port" (addr[0..len), borrowed) into s
+ * (caller-owned storage; the strings it holds are owned by s until
+ * tern__server_free). */
 int tern__server_init(struct tern__server *s, const char *addr, size_t len);
+/* Close the socket and drop buffered bytes; s stays usable. */
 void tern__server_close(struct tern__server *s);
+/* Close and free what s owns (not s itself). */
 void tern__server_free(struct tern__server *s);
 /* Start a non-blocking connect (state CONNECTING or READY). */
 int tern__server_connect(struct tern__server *s, int64_t now, int timeout_ms);
@@ -55,11 +76,185 @@ int tern__server_read(struct tern__server *s);
 /* Monotonic milliseconds. */
 int64_t tern__now_ms(void);
 
-/* Result objects (result.c); build from validated response bodies. */
+/* ---- Result objects (result.c) ---- */
+
+/* Each builds a new caller-owned object from a validated response body
+ * (borrowed for the call; the object keeps its own copy); NULL on ENOMEM. */
 struct tern_fetch_result *tern__fetch_result_new(const void *body, size_t len);
 struct tern_queue_list *tern__queue_list_new(const void *body, size_t len);
 struct tern_status *tern__status_new(const char *server,
                                      const void *body,
                                      size_t len);
+
+/* ---- Requests and the client ---- */
+
+enum tern__req_state {
+    TERN__REQ_QUEUED = 0,
+    TERN__REQ_SENT,
+    TERN__REQ_DONE,
+};
+
+/* Per-queue producer state (producer.c), owned by the client. */
+struct tern__pq
+{
+    struct tern__pq *next;
+    char *queue; /* owned */
+    uint64_t producer_id;
+    uint64_t next_seq;
+    int blocked_round; /* pump round in which a batch could not be sent */
+    /* The last batch of this queue that timed out (outcome unknown), for
+     * tern_produce_resend: its producer id and sequence as sent, its
+     * message count and checksum (to refuse a different batch). */
+    int unknown_valid;
+    uint64_t unknown_pid;
+    uint64_t unknown_seq;
+    size_t unknown_n;
+    uint32_t unknown_sum;
+};
+
+/* One call's request, from creation to completion (engine.c). */
+struct tern__req
+{
+    struct tern__req *prev;
+    struct tern__req *next;
+    uint8_t op;
+    int leader_only; /* only a writable leader answers it: a leader-only
+                        op, or a READ_LEADER fetch (PROTO_FETCH_LEADER) */
+    int is_async;
+    int admitted; /* async: inside the window (its deadline runs) */
+    int target;   /* fixed server index, or -1: chosen by the rules */
+    enum tern__req_state state;
+    uint64_t id;     /* current attempt's request id; 0 when not on the wire */
+    int srv;         /* server index while SENT */
+    int answered_by; /* server index of the successful answer */
+    int attempts;
+    int seq_errors;
+    int64_t deadline;
+    int64_t not_before;
+    struct tern_wbuf frame;     /* the encoded request; owned */
+    struct tern__pq *pq;        /* produce only (NULL for a resend) */
+    struct tern__pq *resend_of; /* tern_produce_resend: whose unknown */
+    uint64_t pid;               /* produce: producer id in the frame */
+    uint64_t seq;
+    uint32_t msg_sum; /* produce: tern__batch_checksum of the messages */
+    size_t n_msgs;
+    /* Outcome. */
+    int status;
+    char errmsg[TERN_ERRMSG_SIZE]; /* last failure seen */
+    uint8_t *body;                 /* owned copy of the response body */
+    size_t body_len;
+    struct proto_produce_resp produce;
+    tern_produce_cb cb;
+    void *arg;
+    struct tern__req *done_next; /* async completions to fire */
+};
+
+struct tern_client
+{
+    struct tern_client_options opts;
+    struct tern__server **servers; /* owned */
+    int n_servers;
+    int leader; /* index of the leader guess */
+    int leader_confirmed;
+    int read_cur; /* READ_ANY: current read server */
+    uint64_t producer_id;
+    uint64_t next_id;
+    struct tern__req *head; /* not-done requests, creation order */
+    struct tern__req *tail;
+    struct tern__pq *pqs;
+    size_t async_pending;        /* async requests not completed */
+    size_t async_admitted;       /* async requests admitted to the window */
+    struct tern__req *done_head; /* completed async, callbacks not fired */
+    struct tern__req *done_tail;
+    int in_callback;
+    int closing; /* inside tern_client_free */
+    int round;   /* pump round, for per-queue blocking */
+    struct pollfd *pfds;
+    char errmsg[TERN_ERRMSG_SIZE];
+};
+
+/* Take r off the wire: a SENT request is QUEUED again and its answer, if
+ * one still comes, matches no request and is ignored. */
+static inline void tern__req_detach(struct tern__req *r)
+{
+    if (r->state == TERN__REQ_SENT) {
+        r->state = TERN__REQ_QUEUED;
+        r->id = 0;
+        r->srv = -1;
+    }
+}
+
+/* ---- The idempotent producer (producer.c) ---- */
+
+/* A random non-zero producer id. */
+uint64_t tern__producer_id_new(void);
+/* The producer state of queue (borrowed for the call), created on first
+ * use with the client's producer id and sequence 1; owned by c until
+ * tern__pq_free_all. NULL on ENOMEM. */
+struct tern__pq *tern__pq_get(struct tern_client *c, const char *queue);
+void tern__pq_free_all(struct tern_client *c);
+/* Check a produce call's arguments (errmsg on c) and find or make the
+ * queue's producer state (OUT: *pq, borrowed from c). */
+int tern__produce_check(struct tern_client *c,
+                        const char *queue,
+                        const struct tern_msg *msgs,
+                        size_t n,
+                        struct tern__pq **pq);
+/* Checksum of a batch's messages, to tell a resend of the same batch from
+ * another one. */
+uint32_t tern__batch_checksum(const struct tern_msg *msgs, size_t n);
+/* May msgs[0..n) be resent as pq's batch with an unknown outcome? 0, or
+ * TERN_EINVAL with the reason in c's errmsg (queue names it there). */
+int tern__produce_resend_check(struct tern_client *c,
+                               const struct tern__pq *pq,
+                               const char *queue,
+                               const struct tern_msg *msgs,
+                               size_t n);
+/* Re-queue every on-the-wire produce of pq with seq >= from_seq, not to
+ * be sent before not_before. */
+void tern__pq_rewind(struct tern_client *c,
+                     struct tern__pq *pq,
+                     uint64_t from_seq,
+                     int64_t not_before);
+/* The oldest outstanding (not done) produce of pq, or NULL. */
+struct tern__req *tern__pq_oldest(struct tern_client *c,
+                                  const struct tern__pq *pq);
+/* Give pq a fresh producer id and renumber its outstanding batches from 1
+ * (their frames are patched), all re-queued in order. */
+void tern__pq_renumber(struct tern_client *c, struct tern__pq *pq);
+/* r completed with status: remember (TERN_ETIMEDOUT) or forget (a resend's
+ * answer) the queue's batch with an unknown outcome. */
+void tern__produce_note_outcome(const struct tern__req *r, int status);
+
+/* ---- The request engine (engine.c) ---- */
+
+/* Index of server addr[0..len) (borrowed), added to the server list if
+ * new; -1 if the address is unusable or on ENOMEM. */
+int tern__find_or_add_server(struct tern_client *c,
+                             const char *addr,
+                             size_t len);
+/* A new request for op, deadline now + request timeout + extra_ms, not on
+ * the list yet. Caller-owned until tern__submit_async (then the engine
+ * frees it after its callback) or tern__req_free. NULL on ENOMEM. */
+struct tern__req *tern__req_new(struct tern_client *c,
+                                uint8_t op,
+                                uint32_t extra_ms);
+void tern__req_free(struct tern__req *r);
+/* Run r (encoded, not on the list) to completion; returns r->status, with
+ * the detail copied to c's errmsg on failure. r stays caller-owned. */
+int tern__run_sync(struct tern_client *c, struct tern__req *r);
+/* Queue async r (encoded, cb set; ownership transferred): its deadline
+ * starts when it enters the window, its callback fires from a later step
+ * (or tern__cancel_all). */
+void tern__submit_async(struct tern_client *c, struct tern__req *r);
+/* Run one round of I/O, waiting at most until `until` (monotonic ms).
+ * Returns the number of async callbacks fired or a negative code. */
+int tern__step(struct tern_client *c, int64_t until);
+/* Complete every pending request with TERN_ECANCELED and fire the async
+ * callbacks. */
+void tern__cancel_all(struct tern_client *c);
+/* READ_LEADER with no confirmed leader: find the leader before a read
+ * (bounded; failure is not an error, the read then goes to the guess). */
+void tern__find_leader(struct tern_client *c);
 
 #endif /* TERN_CLIENT_INT_H */

@@ -1,7 +1,7 @@
 /*
  * libtern server connections: "host:port" parsing, non-blocking TCP
  * connect with a deadline, and buffered writes/reads on a socket. The
- * request engine in client.c decides when to connect and what to send;
+ * request engine (engine.c) decides when to connect and what to send;
  * this file only moves bytes. Plain POSIX sockets (no libuv: libtern must
  * stay dependency-free).
  */

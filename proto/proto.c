@@ -438,6 +438,11 @@ int proto_encode_queue_op(struct tern_wbuf *w,
     return proto_frame_end(w, start);
 }
 
+static void msg_array_at(const void *msgs, uint32_t i, struct proto_msg *m)
+{
+    *m = ((const struct proto_msg *)msgs)[i];
+}
+
 int proto_encode_produce(struct tern_wbuf *w,
                          uint64_t request_id,
                          const char *queue,
@@ -446,8 +451,21 @@ int proto_encode_produce(struct tern_wbuf *w,
                          const struct proto_msg *msgs,
                          uint32_t n)
 {
+    return proto_encode_produce_at(w, request_id, queue, producer_id, seq,
+                                   msg_array_at, msgs, n);
+}
+
+int proto_encode_produce_at(struct tern_wbuf *w,
+                            uint64_t request_id,
+                            const char *queue,
+                            uint64_t producer_id,
+                            uint64_t seq,
+                            proto_msg_at_cb at,
+                            const void *msgs,
+                            uint32_t n)
+{
     size_t start = w->len;
-    if (n == 0 || msgs == NULL) {
+    if (n == 0 || msgs == NULL || at == NULL) {
         return TERN_EINVAL;
     }
     proto_frame_begin(w, PROTO_OP_PRODUCE, request_id, 0);
@@ -456,7 +474,9 @@ int proto_encode_produce(struct tern_wbuf *w,
     tern_wbuf_u64(w, seq);
     tern_wbuf_u32(w, n);
     for (uint32_t i = 0; i < n; i++) {
-        proto_put_blob(w, msgs[i].data, msgs[i].len);
+        struct proto_msg m;
+        at(msgs, i, &m);
+        proto_put_blob(w, m.data, m.len);
     }
     return proto_frame_end(w, start);
 }

@@ -184,9 +184,8 @@ TERN_API int tern_produce_resend(struct tern_client *c,
 
 /* Completion of an async produce: status 0 (base_offset/count valid; count
  * 0 means "acknowledged as a duplicate, offsets unknown", see tern_produce)
- * or a
- * negative code (TERN_ETIMEDOUT: outcome unknown; TERN_ECANCELED: the client
- * was freed first). Runs inside tern_client_poll (or another call that
+ * or a negative code (TERN_ETIMEDOUT: outcome unknown; TERN_ECANCELED: the
+ * client was freed first). Runs inside tern_client_poll (or another call that
  * drives I/O, or tern_client_free); it may call tern_produce_async but not
  * the synchronous calls or tern_client_poll. When status != 0,
  * tern_client_errmsg() has the detail during the callback. */
@@ -310,10 +309,10 @@ TERN_API void tern_status_free(struct tern_status *s);
  * local append of a batch of entries to the moment its commit index covers
  * the batch (monotonic nanoseconds), over every append since the server
  * started or since the last reset. Only a leader samples: a follower
- * answers count 0. Quantiles are upper bounds of histogram buckets
- * (resolution ~19%); every latency is 0 when count is 0. A plain struct
- * of scalars, filled by tern_replication_stats (strings are copied and
- * NUL-terminated, truncated to fit). */
+ * answers count 0. Quantiles are upper bounds of histogram buckets (at
+ * most 6.25% above the value); every latency is 0 when count is 0. A
+ * plain struct of scalars, filled by tern_replication_stats (strings are
+ * copied and NUL-terminated, truncated to fit). */
 struct tern_repl_stats
 {
     char server[128];    /* "host:port" that answered */

@@ -185,10 +185,25 @@ int proto_next_msg(const struct proto_request *r, size_t *pos,
 /* Request encoders (client side). Each writes one whole frame to w. */
 int proto_encode_queue_op(struct tern_wbuf *w, uint8_t op,
                           uint64_t request_id, const char *queue);
+/* PRODUCE of msgs[0..n) (borrowed for the call). TERN_EINVAL when n is 0
+ * or msgs NULL, TERN_EBADNAME for an invalid queue name. */
 int proto_encode_produce(struct tern_wbuf *w, uint64_t request_id,
                          const char *queue, uint64_t producer_id,
                          uint64_t seq, const struct proto_msg *msgs,
                          uint32_t n);
+/* Message i (0 <= i < n) of a caller's message array, for
+ * proto_encode_produce_at: fills *m (OUT; m->data borrowed until the
+ * encoder returns). */
+typedef void (*proto_msg_at_cb)(const void *msgs, uint32_t i,
+                                struct proto_msg *m);
+/* As proto_encode_produce, with message i taken from at(msgs, i): encodes
+ * a caller's own message type (libtern's struct tern_msg) without first
+ * copying it into a struct proto_msg array. Same bytes, same errors (also
+ * TERN_EINVAL when at is NULL). */
+int proto_encode_produce_at(struct tern_wbuf *w, uint64_t request_id,
+                            const char *queue, uint64_t producer_id,
+                            uint64_t seq, proto_msg_at_cb at,
+                            const void *msgs, uint32_t n);
 #define PROTO_FETCH_LEADER 0x01u /* FETCH flags: leader answers only */
 /* flags: 0 or PROTO_FETCH_LEADER (else TERN_EINVAL). */
 int proto_encode_fetch(struct tern_wbuf *w, uint64_t request_id,

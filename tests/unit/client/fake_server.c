@@ -233,11 +233,14 @@ void fake_model_answer(struct fake_server *fs,
     }
 }
 
+/* One whole frame (header bytes at frame, body after them) from conn i. */
 static void handle_frame(struct fake_server *fs,
                          int i,
                          const struct proto_header *h,
-                         const uint8_t *body)
+                         const uint8_t *frame)
 {
+    const uint8_t *body = frame + PROTO_HEADER_SIZE;
+    size_t frame_len = PROTO_HEADER_SIZE + (size_t)h->body_len;
     struct proto_request r;
     struct tern_wbuf w;
     enum fake_action a = FAKE_DEFAULT;
@@ -256,6 +259,13 @@ static void handle_frame(struct fake_server *fs,
         rec->seq = r.seq;
         rec->n_msgs = r.n_msgs;
         rec->conn = i;
+    }
+    if (r.op == PROTO_OP_PRODUCE) {
+        fs->last_produce_len = 0;
+        if (frame_len <= sizeof fs->last_produce) {
+            memcpy(fs->last_produce, frame, frame_len);
+            fs->last_produce_len = frame_len;
+        }
     }
     if (fs->hook != NULL) {
         a = fs->hook(fs, i, h, &r);
@@ -304,7 +314,7 @@ static void conn_read(struct fake_server *fs, int i)
             conn_close(fs, i);
             return;
         }
-        handle_frame(fs, i, &h, body);
+        handle_frame(fs, i, &h, fs->conn_in[i] + off);
         off += PROTO_HEADER_SIZE + h.body_len;
     }
     if (fs->conn_fd[i] >= 0 && off > 0) {
@@ -497,4 +507,19 @@ char *fake_msg(struct fake_server *fs, uint64_t i)
     char *s = i < fs->n_msgs ? strdup(fs->msgs[i]) : NULL;
     (void)pthread_mutex_unlock(&fs->mu);
     return s;
+}
+
+size_t fake_last_produce(struct fake_server *fs, void *buf, size_t cap)
+{
+    size_t n;
+    (void)pthread_mutex_lock(&fs->mu);
+    n = fs->last_produce_len;
+    if (n > cap) {
+        n = 0;
+    }
+    if (n > 0) {
+        memcpy(buf, fs->last_produce, n);
+    }
+    (void)pthread_mutex_unlock(&fs->mu);
+    return n;
 }

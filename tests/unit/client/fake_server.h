@@ -16,6 +16,7 @@
 #define FAKE_MAX_CONNS   16
 #define FAKE_MAX_MSGS    4096
 #define FAKE_MAX_RECORDS 256
+#define FAKE_MAX_FRAME   1024 /* longest PRODUCE frame kept as raw bytes */
 
 enum fake_action {
     FAKE_DEFAULT = 0, /* let the model answer */
@@ -68,6 +69,10 @@ struct fake_server
     int n_accepts;
     struct fake_record records[FAKE_MAX_RECORDS];
     int n_records;
+    /* Raw bytes (header and body) of the last PRODUCE frame received, if
+     * it was at most FAKE_MAX_FRAME bytes long (else last_produce_len 0). */
+    uint8_t last_produce[FAKE_MAX_FRAME];
+    size_t last_produce_len;
     /* Deferred answers (raw frames) for hooks. */
     struct tern_wbuf deferred[FAKE_MAX_RECORDS];
     int deferred_conn[FAKE_MAX_RECORDS];
@@ -108,5 +113,9 @@ int fake_n_requests(struct fake_server *fs);
 uint64_t fake_n_msgs(struct fake_server *fs);
 /* Copy of message i's payload as a string (caller frees). */
 char *fake_msg(struct fake_server *fs, uint64_t i);
+/* Copy the raw bytes of the last PRODUCE frame received into
+ * buf[0..cap) (caller-owned); returns the frame's length, 0 if none was
+ * kept or it does not fit in cap. */
+size_t fake_last_produce(struct fake_server *fs, void *buf, size_t cap);
 
 #endif /* TERN_TEST_FAKE_SERVER_H */

@@ -1,0 +1,651 @@
+/*
+ * libtern's public calls (<tern/tern.h>): client lifetime and options,
+ * and for each call, its argument checks, the request it builds with the
+ * protocol's encoders (proto_encode_*), and the result it reads from the
+ * answer. The request engine (engine.c) drives every request to its
+ * answer; the producer state (producer.c) numbers produce batches.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "client_int.h"
+
+#define TERN__DEFAULT_CONNECT_TIMEOUT_MS 1000
+#define TERN__DEFAULT_REQUEST_TIMEOUT_MS 5000
+#define TERN__DEFAULT_BACKOFF_MS         25
+#define TERN__DEFAULT_WINDOW             32
+#define TERN__FETCH_MAX_BYTES_DEFAULT    (1u << 20)
+
+/* ---- Client lifetime ---- */
+
+int tern_version_number(void)
+{
+    return TERN_VERSION_NUMBER;
+}
+
+void tern_client_options_init(struct tern_client_options *o)
+{
+    memset(o, 0, sizeof *o);
+    o->connect_timeout_ms = TERN__DEFAULT_CONNECT_TIMEOUT_MS;
+    o->request_timeout_ms = TERN__DEFAULT_REQUEST_TIMEOUT_MS;
+    o->retry_backoff_ms = TERN__DEFAULT_BACKOFF_MS;
+    o->max_in_flight = TERN__DEFAULT_WINDOW;
+    o->read_from = TERN_READ_LEADER;
+    o->max_frame = PROTO_DEFAULT_MAX_BODY;
+}
+
+int tern_client_new(const char *servers,
+                    const struct tern_client_options *opts,
+                    struct tern_client **out)
+{
+    struct tern_client *c;
+    const char *p;
+    int rv = 0;
+    *out = NULL;
+    if (servers == NULL) {
+        return TERN_EINVAL;
+    }
+    c = tern_calloc(1, sizeof *c);
+    if (c == NULL) {
+        return -ENOMEM;
+    }
+    tern_client_options_init(&c->opts);
+    if (opts != NULL) {
+        if (opts->connect_timeout_ms > 0) {
+            c->opts.connect_timeout_ms = opts->connect_timeout_ms;
+        }
+        if (opts->request_timeout_ms > 0) {
+            c->opts.request_timeout_ms = opts->request_timeout_ms;
+        }
+        if (opts->retry_backoff_ms > 0) {
+            c->opts.retry_backoff_ms = opts->retry_backoff_ms;
+        }
+        if (opts->max_in_flight > 0) {
+            c->opts.max_in_flight = opts->max_in_flight;
+        }
+        if (opts->read_from >= TERN_READ_LEADER &&
+            opts->read_from <= TERN_READ_FIRST) {
+            c->opts.read_from = opts->read_from;
+        }
+        if (opts->max_frame > 0) {
+            c->opts.max_frame = opts->max_frame;
+        }
+    }
+    c->producer_id = tern__producer_id_new();
+    p = servers;
+    while (*p != '\0') {
+        const char *end = strchr(p, ',');
+        size_t len = end != NULL ? (size_t)(end - p) : strlen(p);
+        const char *a = p;
+        size_t alen = len;
+        while (alen > 0 && (*a == ' ' || *a == '\t')) {
+            a++;
+            alen--;
+        }
+        while (alen > 0 && (a[alen - 1] == ' ' || a[alen - 1] == '\t')) {
+            alen--;
+        }
+        if (alen > 0) {
+            struct tern__server probe;
+            rv = tern__server_init(&probe, a, alen);
+            if (rv != 0) {
+                goto err;
+            }
+            tern__server_free(&probe);
+            if (tern__find_or_add_server(c, a, alen) < 0) {
+                rv = -ENOMEM;
+                goto err;
+            }
+        }
+        p += len;
+        if (*p == ',') {
+            p++;
+        }
+    }
+    if (c->n_servers == 0) {
+        rv = TERN_EINVAL;
+        goto err;
+    }
+    *out = c;
+    return 0;
+
+err:
+    tern_client_free(c);
+    return rv;
+}
+
+void tern_client_free(struct tern_client *c)
+{
+    if (c == NULL) {
+        return;
+    }
+    /* Cancel what is pending; sync requests cannot be pending here. */
+    c->closing = 1;
+    tern__cancel_all(c);
+    for (int i = 0; i < c->n_servers; i++) {
+        tern__server_free(c->servers[i]);
+        tern_free(c->servers[i]);
+    }
+    tern__pq_free_all(c);
+    tern_free(c->servers);
+    tern_free(c->pfds);
+    tern_free(c);
+}
+
+const char *tern_client_errmsg(const struct tern_client *c)
+{
+    return c != NULL ? c->errmsg : "";
+}
+
+uint64_t tern_client_producer_id(const struct tern_client *c)
+{
+    return c->producer_id;
+}
+
+const char *tern_client_leader(const struct tern_client *c)
+{
+    if (!c->leader_confirmed) {
+        return NULL;
+    }
+    return c->servers[c->leader]->addr;
+}
+
+size_t tern_client_pending(const struct tern_client *c)
+{
+    return c->async_pending;
+}
+
+/* ---- Synchronous calls ---- */
+
+/* Every synchronous call starts here: refused from a completion callback
+ * (it would re-enter the engine); otherwise clears c's errmsg. */
+static int check_call(struct tern_client *c)
+{
+    if (c->in_callback) {
+        tern_errmsg_printf(c->errmsg,
+                           "synchronous call from a completion callback");
+        return TERN_EINVAL;
+    }
+    c->errmsg[0] = '\0';
+    return 0;
+}
+
+/* Encoding r's frame failed with rv: explain it in c's errmsg (what names
+ * the call or queue), free r, return rv. */
+static int encode_fail(struct tern_client *c,
+                       struct tern__req *r,
+                       int rv,
+                       const char *what)
+{
+    if (rv == TERN_EBADNAME) {
+        tern_errmsg_printf(c->errmsg,
+                           "%s: a name is 1..%d bytes of "
+                           "[A-Za-z0-9._-]",
+                           what, PROTO_MAX_NAME);
+    } else {
+        tern_errmsg_printf(c->errmsg, "%s: %s", what, tern_strerror(rv));
+    }
+    tern__req_free(r);
+    return rv;
+}
+
+/* Start a synchronous call of op: refuse it from a completion callback,
+ * follow the leader first when discover is set (reads), then allocate the
+ * request (deadline: request timeout + extra_ms). On success *out is
+ * caller-owned: encode into its frame, then tern__run_sync and
+ * tern__req_free it, or
+ * hand it to encode_fail. On failure *out is NULL. */
+static int sync_req_new(struct tern_client *c,
+                        uint8_t op,
+                        uint32_t extra_ms,
+                        int discover,
+                        struct tern__req **out)
+{
+    int rv = check_call(c);
+    *out = NULL;
+    if (rv != 0) {
+        return rv;
+    }
+    if (discover) {
+        tern__find_leader(c);
+    }
+    *out = tern__req_new(c, op, extra_ms);
+    return *out != NULL ? 0 : -ENOMEM;
+}
+
+static int queue_op(struct tern_client *c, uint8_t op, const char *queue)
+{
+    struct tern__req *r;
+    int rv = sync_req_new(c, op, 0, 0, &r);
+    if (rv != 0) {
+        return rv;
+    }
+    rv = proto_encode_queue_op(&r->frame, op, 0, queue);
+    if (rv != 0) {
+        return encode_fail(c, r, rv, queue != NULL ? queue : "(null)");
+    }
+    rv = tern__run_sync(c, r);
+    tern__req_free(r);
+    return rv;
+}
+
+int tern_queue_create(struct tern_client *c, const char *queue)
+{
+    return queue_op(c, PROTO_OP_QUEUE_CREATE, queue);
+}
+
+int tern_queue_delete(struct tern_client *c, const char *queue)
+{
+    return queue_op(c, PROTO_OP_QUEUE_DELETE, queue);
+}
+
+int tern_queue_list(struct tern_client *c, struct tern_queue_list **out)
+{
+    struct tern__req *r;
+    int rv;
+    *out = NULL;
+    rv = sync_req_new(c, PROTO_OP_QUEUE_LIST, 0, 1, &r);
+    if (rv != 0) {
+        return rv;
+    }
+    rv = proto_encode_simple(&r->frame, PROTO_OP_QUEUE_LIST, 0);
+    if (rv != 0) {
+        return encode_fail(c, r, rv, "queue list");
+    }
+    rv = tern__run_sync(c, r);
+    if (rv == 0) {
+        *out = tern__queue_list_new(r->body, r->body_len);
+        if (*out == NULL) {
+            rv = -ENOMEM;
+        }
+    }
+    tern__req_free(r);
+    return rv;
+}
+
+/* ---- Produce ---- */
+
+/* proto_msg_at_cb over a struct tern_msg array (lengths checked against
+ * max_frame, a uint32_t, by tern__produce_check). */
+static void tern_msg_at(const void *msgs, uint32_t i, struct proto_msg *m)
+{
+    const struct tern_msg *t = (const struct tern_msg *)msgs + i;
+    m->data = t->data;
+    m->len = (uint32_t)t->len;
+}
+
+/* Build a PRODUCE request carrying (pid, seq): copies msgs into the
+ * frame. */
+static int produce_build(struct tern_client *c,
+                         const char *queue,
+                         const struct tern_msg *msgs,
+                         size_t n,
+                         uint64_t pid,
+                         uint64_t seq,
+                         struct tern__req **out)
+{
+    struct tern__req *r;
+    int rv;
+    *out = NULL;
+    r = tern__req_new(c, PROTO_OP_PRODUCE, 0);
+    if (r == NULL) {
+        return -ENOMEM;
+    }
+    rv = proto_encode_produce_at(&r->frame, 0, queue, pid, seq, tern_msg_at,
+                                 msgs, (uint32_t)n);
+    if (rv == 0 && r->frame.len - PROTO_HEADER_SIZE > c->opts.max_frame) {
+        rv = TERN_ETOOBIG;
+    }
+    if (rv != 0) {
+        tern_errmsg_printf(c->errmsg, "produce to %s: %s", queue,
+                           tern_strerror(rv));
+        tern__req_free(r);
+        return rv;
+    }
+    r->pid = pid;
+    r->seq = seq;
+    r->n_msgs = n;
+    r->msg_sum = tern__batch_checksum(msgs, n);
+    *out = r;
+    return 0;
+}
+
+/* Build a PRODUCE request that takes the next sequence number of the
+ * queue. */
+static int produce_new(struct tern_client *c,
+                       const char *queue,
+                       const struct tern_msg *msgs,
+                       size_t n,
+                       struct tern__req **out)
+{
+    struct tern__pq *pq;
+    int rv = tern__produce_check(c, queue, msgs, n, &pq);
+    *out = NULL;
+    if (rv != 0) {
+        return rv;
+    }
+    rv = produce_build(c, queue, msgs, n, pq->producer_id, pq->next_seq, out);
+    if (rv != 0) {
+        return rv;
+    }
+    (*out)->pq = pq;
+    pq->next_seq++;
+    return 0;
+}
+
+/* *base_offset (OUT, may be NULL) of a successful produce: UINT64_MAX for
+ * a duplicate whose offsets the server no longer remembers. */
+static void produce_base_out(const struct tern__req *r, uint64_t *base_offset)
+{
+    if (base_offset != NULL) {
+        *base_offset = r->produce.duplicate && r->produce.count == 0
+                           ? UINT64_MAX
+                           : r->produce.base_offset;
+    }
+}
+
+int tern_produce(struct tern_client *c,
+                 const char *queue,
+                 const struct tern_msg *msgs,
+                 size_t n,
+                 uint64_t *base_offset)
+{
+    struct tern__req *r;
+    int rv = check_call(c);
+    if (rv != 0) {
+        return rv;
+    }
+    rv = produce_new(c, queue, msgs, n, &r);
+    if (rv != 0) {
+        return rv;
+    }
+    rv = tern__run_sync(c, r);
+    if (rv == 0) {
+        produce_base_out(r, base_offset);
+    }
+    tern__req_free(r);
+    return rv;
+}
+
+int tern_produce_resend(struct tern_client *c,
+                        const char *queue,
+                        const struct tern_msg *msgs,
+                        size_t n,
+                        uint64_t *base_offset)
+{
+    struct tern__req *r;
+    struct tern__pq *pq;
+    int rv = check_call(c);
+    if (rv != 0) {
+        return rv;
+    }
+    rv = tern__produce_check(c, queue, msgs, n, &pq);
+    if (rv != 0) {
+        return rv;
+    }
+    rv = tern__produce_resend_check(c, pq, queue, msgs, n);
+    if (rv != 0) {
+        return rv;
+    }
+    rv = produce_build(c, queue, msgs, n, pq->unknown_pid, pq->unknown_seq, &r);
+    if (rv != 0) {
+        return rv;
+    }
+    r->resend_of = pq;
+    rv = tern__run_sync(c, r);
+    if (rv == 0) {
+        produce_base_out(r, base_offset);
+    }
+    tern__req_free(r);
+    return rv;
+}
+
+int tern_produce_async(struct tern_client *c,
+                       const char *queue,
+                       const struct tern_msg *msgs,
+                       size_t n,
+                       tern_produce_cb cb,
+                       void *arg)
+{
+    struct tern__req *r;
+    int rv;
+    if (cb == NULL) {
+        tern_errmsg_printf(c->errmsg, "produce_async needs a callback");
+        return TERN_EINVAL;
+    }
+    if (c->closing) {
+        tern_errmsg_printf(c->errmsg, "the client is being freed");
+        return TERN_ESHUTDOWN;
+    }
+    rv = produce_new(c, queue, msgs, n, &r);
+    if (rv != 0) {
+        return rv;
+    }
+    r->cb = cb;
+    r->arg = arg;
+    tern__submit_async(c, r);
+    return 0;
+}
+
+int tern_client_poll(struct tern_client *c, int timeout_ms)
+{
+    int64_t until;
+    int fired = 0;
+    if (c->in_callback) {
+        tern_errmsg_printf(c->errmsg, "tern_client_poll from a callback");
+        return TERN_EINVAL;
+    }
+    if (timeout_ms < 0) {
+        /* Until one completion, or nothing pending. */
+        while (fired == 0 && c->async_pending > 0) {
+            int rv = tern__step(c, tern__now_ms() + 60000);
+            if (rv < 0) {
+                return rv;
+            }
+            fired += rv;
+        }
+        return fired;
+    }
+    until = tern__now_ms() + timeout_ms;
+    do {
+        int rv = tern__step(c, until);
+        if (rv < 0) {
+            return rv;
+        }
+        fired += rv;
+    } while (fired == 0 && c->async_pending > 0 && tern__now_ms() < until);
+    return fired;
+}
+
+/* ---- Fetch, consumer groups, status ---- */
+
+/* Finish a fetch-like call: r (from sync_req_new, consumed here) was
+ * encoded with result enc (what names the call in errmsg); on success *out
+ * is a new caller-owned result. */
+static int fetch_finish(struct tern_client *c,
+                        struct tern__req *r,
+                        int enc,
+                        const char *what,
+                        struct tern_fetch_result **out)
+{
+    int rv;
+    if (enc != 0) {
+        return encode_fail(c, r, enc, what);
+    }
+    rv = tern__run_sync(c, r);
+    if (rv == 0) {
+        *out = tern__fetch_result_new(r->body, r->body_len);
+        if (*out == NULL) {
+            rv = -ENOMEM;
+        }
+    }
+    tern__req_free(r);
+    return rv;
+}
+
+int tern_fetch(struct tern_client *c,
+               const char *queue,
+               uint64_t offset,
+               uint32_t max_msgs,
+               uint32_t max_bytes,
+               uint32_t wait_ms,
+               struct tern_fetch_result **out)
+{
+    struct tern__req *r;
+    int rv;
+    *out = NULL;
+    rv = sync_req_new(c, PROTO_OP_FETCH, wait_ms, 1, &r);
+    if (rv != 0) {
+        return rv;
+    }
+    /* A READ_LEADER fetch asks the server to answer only as a writable
+     * leader, so a deposed leader redirects it (ENOTLEADER, followed in
+     * on_error) instead of serving its own, possibly older, queue end; its
+     * answer then confirms the leader like a write's (on_success). */
+    r->leader_only = c->opts.read_from == TERN_READ_LEADER;
+    rv = proto_encode_fetch(
+        &r->frame, 0, queue, offset, max_msgs,
+        max_bytes != 0 ? max_bytes : TERN__FETCH_MAX_BYTES_DEFAULT, wait_ms,
+        r->leader_only ? PROTO_FETCH_LEADER : 0);
+    return fetch_finish(c, r, rv, queue != NULL ? queue : "(null)", out);
+}
+
+int tern_group_fetch(struct tern_client *c,
+                     const char *queue,
+                     const char *group,
+                     uint32_t max_msgs,
+                     uint32_t max_bytes,
+                     uint32_t wait_ms,
+                     struct tern_fetch_result **out)
+{
+    struct tern__req *r;
+    int rv;
+    *out = NULL;
+    rv = sync_req_new(c, PROTO_OP_GROUP_FETCH, wait_ms, 1, &r);
+    if (rv != 0) {
+        return rv;
+    }
+    rv = proto_encode_group_fetch(
+        &r->frame, 0, queue, group, max_msgs,
+        max_bytes != 0 ? max_bytes : TERN__FETCH_MAX_BYTES_DEFAULT, wait_ms);
+    return fetch_finish(c, r, rv, "group fetch", out);
+}
+
+int tern_group_commit(struct tern_client *c,
+                      const char *queue,
+                      const char *group,
+                      uint64_t next_offset)
+{
+    struct tern__req *r;
+    int rv = sync_req_new(c, PROTO_OP_GROUP_COMMIT, 0, 0, &r);
+    if (rv != 0) {
+        return rv;
+    }
+    rv = proto_encode_group_commit(&r->frame, 0, queue, group, next_offset);
+    if (rv != 0) {
+        return encode_fail(c, r, rv, "group commit");
+    }
+    rv = tern__run_sync(c, r);
+    tern__req_free(r);
+    return rv;
+}
+
+int tern_cluster_status(struct tern_client *c,
+                        const char *address,
+                        struct tern_status **out)
+{
+    struct tern__req *r;
+    int rv;
+    *out = NULL;
+    rv = sync_req_new(c, PROTO_OP_STATUS, 0, address == NULL, &r);
+    if (rv != 0) {
+        return rv;
+    }
+    if (address != NULL) {
+        r->target = tern__find_or_add_server(c, address, strlen(address));
+        if (r->target < 0) {
+            tern_errmsg_printf(c->errmsg, "bad server address \"%s\"", address);
+            tern__req_free(r);
+            return TERN_EINVAL;
+        }
+    }
+    rv = proto_encode_simple(&r->frame, PROTO_OP_STATUS, 0);
+    if (rv != 0) {
+        return encode_fail(c, r, rv, "status");
+    }
+    rv = tern__run_sync(c, r);
+    if (rv == 0) {
+        *out = tern__status_new(c->servers[r->answered_by]->addr, r->body,
+                                r->body_len);
+        if (*out == NULL) {
+            rv = -ENOMEM;
+        }
+    }
+    tern__req_free(r);
+    return rv;
+}
+
+/* Copy len bytes of s into dst[size] as a NUL-terminated string. */
+static void copy_str(char *dst, size_t size, const char *s, size_t len)
+{
+    len = TERN_MIN(len, size - 1);
+    if (len > 0) {
+        memcpy(dst, s, len);
+    }
+    dst[len] = '\0';
+}
+
+int tern_replication_stats(struct tern_client *c,
+                           const char *address,
+                           int reset,
+                           struct tern_repl_stats *out)
+{
+    struct tern__req *r;
+    struct proto_stats st;
+    const char *server;
+    int rv;
+    memset(out, 0, sizeof *out);
+    rv = sync_req_new(c, PROTO_OP_STATS, 0, address == NULL, &r);
+    if (rv != 0) {
+        return rv;
+    }
+    if (address != NULL) {
+        r->target = tern__find_or_add_server(c, address, strlen(address));
+        if (r->target < 0) {
+            tern_errmsg_printf(c->errmsg, "bad server address \"%s\"", address);
+            tern__req_free(r);
+            return TERN_EINVAL;
+        }
+    }
+    rv = proto_encode_stats_req(&r->frame, 0,
+                                reset != 0 ? PROTO_STATS_RESET : 0);
+    if (rv != 0) {
+        return encode_fail(c, r, rv, "replication stats");
+    }
+    rv = tern__run_sync(c, r);
+    if (rv == 0) {
+        /* on_success validated the body. */
+        rv = proto_decode_stats_resp(r->body, r->body_len, &st);
+    }
+    if (rv == 0) {
+        server = c->servers[r->answered_by]->addr;
+        copy_str(out->server, sizeof out->server, server, strlen(server));
+        out->node_id = st.node_id;
+        out->role = st.role;
+        copy_str(out->transport, sizeof out->transport, st.transport,
+                 st.transport_len);
+        copy_str(out->durability, sizeof out->durability, st.durability,
+                 st.durability_len);
+        out->count = st.count;
+        out->dropped = st.dropped;
+        out->mean_ns = st.count > 0 ? st.sum_ns / st.count : 0;
+        out->min_ns = st.min_ns;
+        out->p50_ns = st.p50_ns;
+        out->p90_ns = st.p90_ns;
+        out->p99_ns = st.p99_ns;
+        out->p999_ns = st.p999_ns;
+        out->max_ns = st.max_ns;
+    }
+    tern__req_free(r);
+    return rv;
+}

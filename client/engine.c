@@ -1,0 +1,826 @@
+/*
+ * libtern's request engine: whatever drives a request to an answer.
+ *
+ * Every call, sync or async, becomes a request (struct tern__req) on the
+ * client's list, kept in creation order. One engine step (tern__step)
+ * expires requests past their deadline, sends queued requests to their
+ * target server, polls the sockets, and dispatches responses by request
+ * id. Synchronous calls run steps until their own request is done
+ * (tern__run_sync); async produce batches complete inside
+ * tern_client_poll. No threads.
+ *
+ * Happy path: a request is encoded once into its own frame buffer; each
+ * send attempt gets a fresh request id (patched into the frame), so a late
+ * answer to an abandoned attempt never matches. The response completes the
+ * request; a write's success confirms its server as the leader.
+ *
+ * Failure modes:
+ *   - connection error / close / bad frame from a server: the connection is
+ *     closed with a back-off before reconnecting, every request in flight on
+ *     it is re-queued (with its back-off), and if it was the leader guess
+ *     the guess moves to the next server;
+ *   - TERN_ENOTLEADER: the leader guess becomes the hinted address (added to
+ *     the server list if new), or the next server; the request is re-queued;
+ *   - TERN_ENOLEADER, ESHUTDOWN, EBUSY, ENOCONN, ELEADERSHIPLOST: re-queued
+ *     with back-off (produce is idempotent, so an ambiguous outcome is safe
+ *     to retry);
+ *   - TERN_ESEQUENCE on a produce: the queue's batches are rewound or
+ *     renumbered (producer.c) and resent in sequence order;
+ *   - the deadline passes: TERN_ETIMEDOUT (outcome unknown).
+ *
+ * Async window: an async batch is admitted to the window (max_in_flight)
+ * in list order and stays admitted across retries until it completes; its
+ * deadline starts at admission.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "client_int.h"
+
+/* How many TERN_ESEQUENCE answers to a queue's oldest batch renumber the
+ * queue (tern__pq_renumber) before the batch fails with TERN_ESEQUENCE. */
+#define TERN__MAX_SEQUENCE_RETRIES 5
+
+/* ---- Servers ---- */
+
+/* Retry delay after attempts failures: the base back-off, doubled per
+ * attempt up to 16x. */
+static int64_t backoff_ms(const struct tern_client *c, int attempts)
+{
+    int shift = attempts <= 1 ? 0 : TERN_MIN(attempts - 1, 4);
+    return (int64_t)c->opts.retry_backoff_ms << shift;
+}
+
+/* Ops only the leader serves, whatever read_from says: the writes, and
+ * GROUP_FETCH (the server answers it behind a read barrier in the raft log,
+ * so a consumer never starts below an offset its group committed). */
+static int leader_only_op(uint8_t op)
+{
+    return op == PROTO_OP_QUEUE_CREATE || op == PROTO_OP_QUEUE_DELETE ||
+           op == PROTO_OP_PRODUCE || op == PROTO_OP_GROUP_COMMIT ||
+           op == PROTO_OP_GROUP_FETCH;
+}
+
+static int find_server(const struct tern_client *c,
+                       const char *addr,
+                       size_t len)
+{
+    for (int i = 0; i < c->n_servers; i++) {
+        if (strlen(c->servers[i]->addr) == len &&
+            memcmp(c->servers[i]->addr, addr, len) == 0) {
+            return i;
+        }
+    }
+    return -1;
+}
+
+int tern__find_or_add_server(struct tern_client *c,
+                             const char *addr,
+                             size_t len)
+{
+    int i = find_server(c, addr, len);
+    struct tern__server *s;
+    struct tern__server **v;
+    struct pollfd *p;
+    if (i >= 0) {
+        return i;
+    }
+    s = tern_calloc(1, sizeof *s);
+    if (s == NULL) {
+        return -1;
+    }
+    if (tern__server_init(s, addr, len) != 0) {
+        tern_free(s);
+        return -1;
+    }
+    v = tern_realloc(
+        c->servers, (size_t)(c->n_servers + 1) * sizeof(struct tern__server *));
+    if (v == NULL) {
+        goto err;
+    }
+    c->servers = v;
+    p = tern_realloc(c->pfds,
+                     (size_t)(c->n_servers + 1) * sizeof(struct pollfd));
+    if (p == NULL) {
+        goto err;
+    }
+    c->pfds = p;
+    c->servers[c->n_servers] = s;
+    return c->n_servers++;
+
+err:
+    tern__server_free(s);
+    tern_free(s);
+    return -1;
+}
+
+/* ---- Requests ---- */
+
+static void list_append(struct tern_client *c, struct tern__req *r)
+{
+    r->prev = c->tail;
+    r->next = NULL;
+    if (c->tail != NULL) {
+        c->tail->next = r;
+    } else {
+        c->head = r;
+    }
+    c->tail = r;
+}
+
+static void list_remove(struct tern_client *c, struct tern__req *r)
+{
+    if (r->prev != NULL) {
+        r->prev->next = r->next;
+    } else {
+        c->head = r->next;
+    }
+    if (r->next != NULL) {
+        r->next->prev = r->prev;
+    } else {
+        c->tail = r->prev;
+    }
+    r->prev = r->next = NULL;
+}
+
+struct tern__req *tern__req_new(struct tern_client *c,
+                                uint8_t op,
+                                uint32_t extra_ms)
+{
+    struct tern__req *r = tern_calloc(1, sizeof *r);
+    if (r == NULL) {
+        return NULL;
+    }
+    r->op = op;
+    r->leader_only = leader_only_op(op);
+    r->target = -1;
+    r->srv = -1;
+    tern_wbuf_init(&r->frame);
+    r->deadline = tern__now_ms() + c->opts.request_timeout_ms + extra_ms;
+    return r;
+}
+
+void tern__req_free(struct tern__req *r)
+{
+    if (r == NULL) {
+        return;
+    }
+    tern_wbuf_free(&r->frame);
+    tern_free(r->body);
+    tern_free(r);
+}
+
+/* r is done with status: off the wire, the window and the list; an async
+ * r waits on the done list for its callback (fire_completions), a sync r
+ * goes back to its caller. */
+static void req_complete(struct tern_client *c, struct tern__req *r, int status)
+{
+    tern__produce_note_outcome(r, status);
+    tern__req_detach(r);
+    if (r->admitted) {
+        r->admitted = 0;
+        c->async_admitted--;
+    }
+    list_remove(c, r);
+    r->state = TERN__REQ_DONE;
+    r->status = status;
+    if (r->is_async) {
+        r->done_next = NULL;
+        if (c->done_tail != NULL) {
+            c->done_tail->done_next = r;
+        } else {
+            c->done_head = r;
+        }
+        c->done_tail = r;
+    }
+}
+
+/* Fire callbacks of completed async requests; returns how many. */
+static int fire_completions(struct tern_client *c)
+{
+    int n = 0;
+    while (c->done_head != NULL) {
+        struct tern__req *r = c->done_head;
+        c->done_head = r->done_next;
+        if (c->done_head == NULL) {
+            c->done_tail = NULL;
+        }
+        c->async_pending--;
+        if (r->status != 0) {
+            /* The callback may read the detail. */
+            tern_errmsg_printf(c->errmsg, "%s", r->errmsg);
+        }
+        c->in_callback++;
+        r->cb(r->arg, r->status, r->status == 0 ? r->produce.base_offset : 0,
+              r->status == 0 ? r->produce.count : 0);
+        c->in_callback--;
+        tern__req_free(r);
+        n++;
+    }
+    return n;
+}
+
+/* Put r back in the queue to be re-sent not before now + delay. */
+static void req_retry(struct tern_client *c,
+                      struct tern__req *r,
+                      int64_t now,
+                      int64_t delay)
+{
+    tern__req_detach(r);
+    r->not_before = now + delay;
+    if (r->pq != NULL) {
+        tern__pq_rewind(c, r->pq, r->seq, r->not_before);
+    }
+}
+
+/* ---- Targets, failed connections, deadlines ---- */
+
+/* The leader guess moves from server `from` (or from anywhere when from
+ * is -1) to server `to`, unconfirmed. */
+static void leader_moved(struct tern_client *c, int from, int to)
+{
+    if (c->leader == from || from < 0) {
+        c->leader = to;
+    }
+    c->leader_confirmed = 0;
+}
+
+static int next_server(const struct tern_client *c, int i)
+{
+    return (i + 1) % c->n_servers;
+}
+
+/* The server r goes to: its fixed target, the leader guess for
+ * leader-only requests, else the one read_from picks. */
+static int req_target(struct tern_client *c, const struct tern__req *r)
+{
+    if (r->target >= 0) {
+        return r->target;
+    }
+    if (r->leader_only) {
+        return c->leader;
+    }
+    switch (c->opts.read_from) {
+    case TERN_READ_FIRST:
+        return 0;
+    case TERN_READ_ANY:
+        return c->read_cur;
+    default:
+        return c->leader;
+    }
+}
+
+/* The connection to server i failed: close it, re-queue what was on it. */
+static void server_fail(struct tern_client *c, int i, int code, int64_t now)
+{
+    struct tern__server *s = c->servers[i];
+    tern__server_close(s);
+    s->failures++;
+    s->retry_after = now + backoff_ms(c, s->failures);
+    if (s->errmsg[0] == '\0') {
+        tern_errmsg_printf(s->errmsg, "%s: %s", s->addr, tern_strerror(code));
+    }
+    for (struct tern__req *r = c->head; r != NULL; r = r->next) {
+        if (r->state == TERN__REQ_SENT && r->srv == i) {
+            tern_errmsg_printf(r->errmsg, "%s", s->errmsg);
+            r->attempts++;
+            req_retry(c, r, now, backoff_ms(c, r->attempts));
+        } else if (r->state == TERN__REQ_QUEUED && req_target(c, r) == i) {
+            /* Waiting for this connection: remember why it failed. */
+            tern_errmsg_printf(r->errmsg, "%s", s->errmsg);
+        }
+    }
+    if (c->leader == i) {
+        leader_moved(c, i, next_server(c, i));
+    }
+    if (c->read_cur == i) {
+        c->read_cur = next_server(c, i);
+    }
+}
+
+/* Complete every request whose deadline has passed with TERN_ETIMEDOUT. */
+static void expire(struct tern_client *c, int64_t now)
+{
+    struct tern__req *r = c->head;
+    while (r != NULL) {
+        struct tern__req *next = r->next;
+        if (r->deadline <= now) {
+            char why[TERN_ERRMSG_SIZE];
+            memcpy(why, r->errmsg, sizeof why);
+            if (why[0] != '\0') {
+                tern_errmsg_printf(r->errmsg,
+                                   "no answer before the deadline "
+                                   "(last error: %.180s)",
+                                   why);
+            } else {
+                tern_errmsg_printf(r->errmsg, "no answer before the deadline");
+            }
+            req_complete(c, r, TERN_ETIMEDOUT);
+        }
+        r = next;
+    }
+}
+
+/* ---- Sending ---- */
+
+/* Is server i ready to take frames? Starts a connection if due. */
+static int server_ready(struct tern_client *c, int i, int64_t now)
+{
+    struct tern__server *s = c->servers[i];
+    if (s->state == TERN__CONN_READY) {
+        return 1;
+    }
+    if (s->state == TERN__CONN_CLOSED && now >= s->retry_after) {
+        s->errmsg[0] = '\0';
+        int rv = tern__server_connect(s, now, c->opts.connect_timeout_ms);
+        if (rv != 0) {
+            server_fail(c, i, rv, now);
+            return 0;
+        }
+        return s->state == TERN__CONN_READY;
+    }
+    return 0;
+}
+
+/* Send what can be sent, in list order.
+ * Window: an async batch is "admitted" when fewer than max_in_flight async
+ * batches are admitted; it stays admitted, across retries, until it
+ * completes. Its deadline starts at admission, so batches waiting behind a
+ * full window do not time out before they had a chance to be sent. */
+static void pump(struct tern_client *c, int64_t now)
+{
+    c->round++;
+    for (struct tern__req *r = c->head; r != NULL; r = r->next) {
+        int sent = 0;
+        if (r->state != TERN__REQ_QUEUED) {
+            continue;
+        }
+        /* Per-queue order: a produce waits while an earlier batch of its
+         * queue is still queued (blocked earlier in this round). */
+        if (r->pq != NULL && r->pq->blocked_round == c->round) {
+            continue;
+        }
+        if (r->is_async && !r->admitted &&
+            c->async_admitted < (size_t)c->opts.max_in_flight) {
+            r->admitted = 1;
+            c->async_admitted++;
+            r->deadline = now + c->opts.request_timeout_ms;
+        }
+        if (r->not_before <= now && (!r->is_async || r->admitted)) {
+            int i = req_target(c, r);
+            if (server_ready(c, i, now)) {
+                struct tern__server *s = c->servers[i];
+                r->id = ++c->next_id;
+                (void)proto_frame_set_request_id(r->frame.base, r->frame.len,
+                                                 r->id);
+                tern_wbuf_put(&s->out, r->frame.base, r->frame.len);
+                if (s->out.err != 0) {
+                    /* ENOMEM: keep the request queued, try again later. */
+                    s->out.err = 0;
+                    r->id = 0;
+                } else {
+                    sent = 1;
+                    r->state = TERN__REQ_SENT;
+                    r->srv = i;
+                }
+            }
+        }
+        if (!sent && r->pq != NULL) {
+            r->pq->blocked_round = c->round;
+        }
+    }
+}
+
+/* ---- Receiving ---- */
+
+static int copy_body(struct tern__req *r, const uint8_t *body, size_t len)
+{
+    r->body = tern_malloc(len != 0 ? len : 1);
+    if (r->body == NULL) {
+        return -ENOMEM;
+    }
+    if (len != 0) {
+        memcpy(r->body, body, len);
+    }
+    r->body_len = len;
+    return 0;
+}
+
+static void on_success(struct tern_client *c,
+                       struct tern__req *r,
+                       int i,
+                       const uint8_t *body,
+                       size_t len)
+{
+    int rv = 0;
+    r->answered_by = i;
+    if (r->leader_only) {
+        c->leader = i;
+        c->leader_confirmed = 1;
+    }
+    switch (r->op) {
+    case PROTO_OP_PRODUCE:
+        rv = proto_decode_produce_resp(body, len, &r->produce);
+        if (rv == 0 && !r->produce.duplicate && r->produce.count != r->n_msgs) {
+            rv = TERN_EMALFORMED;
+        }
+        break;
+    case PROTO_OP_FETCH:
+    case PROTO_OP_GROUP_FETCH: {
+        struct proto_fetch_resp fr;
+        rv = proto_decode_fetch_resp(body, len, &fr);
+        break;
+    }
+    case PROTO_OP_QUEUE_LIST: {
+        struct proto_queue_list_resp ql;
+        rv = proto_decode_queue_list_resp(body, len, &ql);
+        break;
+    }
+    case PROTO_OP_STATUS: {
+        struct proto_status st;
+        rv = proto_decode_status_resp(body, len, &st);
+        break;
+    }
+    case PROTO_OP_STATS: {
+        struct proto_stats st;
+        rv = proto_decode_stats_resp(body, len, &st);
+        break;
+    }
+    default:
+        rv = proto_decode_empty_resp(body, len);
+        break;
+    }
+    if (rv == 0 && !r->is_async) {
+        rv = copy_body(r, body, len);
+    }
+    if (rv != 0) {
+        tern_errmsg_printf(r->errmsg, "bad response from %s",
+                           c->servers[i]->addr);
+    }
+    req_complete(c, r, rv);
+}
+
+static int is_retryable(int status)
+{
+    switch (status) {
+    case TERN_ENOLEADER:
+    case TERN_ESHUTDOWN:
+    case TERN_EBUSY:
+    case TERN_ENOCONN:
+    case TERN_ELEADERSHIPLOST:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+static void on_error(struct tern_client *c,
+                     struct tern__req *r,
+                     int i,
+                     int status,
+                     const struct proto_error *e,
+                     int64_t now)
+{
+    struct tern__server *s = c->servers[i];
+    int retried = r->attempts > 0;
+    int fixed = r->target >= 0 ||
+                (!r->leader_only && c->opts.read_from != TERN_READ_LEADER);
+    tern_errmsg_printf(r->errmsg, "%s: %.*s", s->addr, (int)e->message_len,
+                       e->message != NULL ? e->message : "");
+    if (e->message_len == 0) {
+        tern_errmsg_printf(r->errmsg, "%s: %s", s->addr, tern_strerror(status));
+    }
+    r->attempts++;
+    if (status == TERN_ENOTLEADER && !fixed) {
+        int to = -1;
+        if (e->leader_address_len > 0) {
+            to = tern__find_or_add_server(c, e->leader_address,
+                                          e->leader_address_len);
+        }
+        if (to < 0 || to == i) {
+            to = next_server(c, i);
+        }
+        leader_moved(c, i, to);
+        req_retry(c, r, now, r->attempts <= 2 ? 0 : backoff_ms(c, r->attempts));
+        return;
+    }
+    if (is_retryable(status)) {
+        if (!fixed && (status == TERN_ENOLEADER || status == TERN_ESHUTDOWN ||
+                       status == TERN_ENOCONN)) {
+            if (r->leader_only || c->opts.read_from == TERN_READ_LEADER) {
+                leader_moved(c, i, next_server(c, i));
+            } else if (c->read_cur == i) {
+                c->read_cur = next_server(c, i);
+            }
+        }
+        req_retry(c, r, now, backoff_ms(c, r->attempts));
+        return;
+    }
+    if (status == TERN_ESEQUENCE && r->pq != NULL) {
+        struct tern__req *oldest = tern__pq_oldest(c, r->pq);
+        if (oldest != r) {
+            /* An earlier batch has not reached this server yet (it was
+             * re-queued or is behind us): resend in order. */
+            tern__req_detach(r);
+            tern__req_detach(oldest);
+            tern__pq_rewind(c, r->pq, oldest->seq, now);
+            return;
+        }
+        if (++r->seq_errors <= TERN__MAX_SEQUENCE_RETRIES) {
+            tern__pq_renumber(c, r->pq);
+            return;
+        }
+    }
+    if (retried &&
+        ((r->op == PROTO_OP_QUEUE_CREATE && status == TERN_EQUEUEEXISTS) ||
+         (r->op == PROTO_OP_QUEUE_DELETE && status == TERN_ENOQUEUE))) {
+        /* Our own earlier attempt did it. */
+        status = 0;
+    }
+    req_complete(c, r, status);
+}
+
+/* Handle one verified frame from server i. Non-zero: the connection must
+ * be dropped (protocol error). */
+static int dispatch(struct tern_client *c,
+                    int i,
+                    const struct proto_header *h,
+                    const uint8_t *body,
+                    int64_t now)
+{
+    struct tern__server *s = c->servers[i];
+    struct proto_error e;
+    struct tern__req *r;
+    uint8_t op = (uint8_t)(h->op & ~PROTO_OP_RESPONSE);
+
+    if (op == PROTO_OP_ERROR) {
+        /* The server could not parse something we sent. */
+        int status = h->status != 0 ? h->status : TERN_EMALFORMED;
+        if (proto_decode_error(body, h->body_len, status, &e) == 0) {
+            tern_errmsg_printf(s->errmsg, "%s: %.*s", s->addr,
+                               (int)e.message_len,
+                               e.message != NULL ? e.message : "");
+        }
+        return status;
+    }
+    if ((h->op & PROTO_OP_RESPONSE) == 0) {
+        tern_errmsg_printf(s->errmsg, "%s: unexpected request frame", s->addr);
+        return TERN_EMALFORMED;
+    }
+    for (r = c->head; r != NULL; r = r->next) {
+        if (r->state == TERN__REQ_SENT && r->srv == i &&
+            r->id == h->request_id) {
+            break;
+        }
+    }
+    if (r == NULL) {
+        return 0; /* answer to an abandoned attempt */
+    }
+    if (r->op != op) {
+        tern_errmsg_printf(s->errmsg, "%s: response op %u for request op %u",
+                           s->addr, op, r->op);
+        return TERN_EMALFORMED;
+    }
+    if (h->status == 0) {
+        on_success(c, r, i, body, h->body_len);
+        return 0;
+    }
+    if (proto_decode_error(body, h->body_len, h->status, &e) != 0) {
+        tern_errmsg_printf(s->errmsg, "%s: malformed error frame", s->addr);
+        return TERN_EMALFORMED;
+    }
+    on_error(c, r, i, h->status, &e, now);
+    return 0;
+}
+
+static int parse_frames(struct tern_client *c, int i, int64_t now)
+{
+    struct tern__server *s = c->servers[i];
+    size_t off = 0;
+    int rv = 0;
+    while (s->in_len - off >= PROTO_HEADER_SIZE) {
+        struct proto_header h;
+        const uint8_t *hdr = s->in + off;
+        rv = proto_header_decode(hdr, c->opts.max_frame, &h);
+        if (rv != 0) {
+            tern_errmsg_printf(s->errmsg, "%s: bad frame header: %s", s->addr,
+                               tern_strerror(rv));
+            return rv;
+        }
+        if (s->in_len - off - PROTO_HEADER_SIZE < h.body_len) {
+            break;
+        }
+        rv = proto_frame_verify(hdr, hdr + PROTO_HEADER_SIZE, h.body_len);
+        if (rv != 0) {
+            tern_errmsg_printf(s->errmsg, "%s: frame checksum mismatch",
+                               s->addr);
+            return rv;
+        }
+        rv = dispatch(c, i, &h, hdr + PROTO_HEADER_SIZE, now);
+        if (rv != 0) {
+            return rv;
+        }
+        off += PROTO_HEADER_SIZE + (size_t)h.body_len;
+    }
+    if (off > 0) {
+        memmove(s->in, s->in + off, s->in_len - off);
+        s->in_len -= off;
+    }
+    return 0;
+}
+
+/* ---- The engine step ---- */
+
+static void flush_all(struct tern_client *c, int64_t now)
+{
+    for (int i = 0; i < c->n_servers; i++) {
+        struct tern__server *s = c->servers[i];
+        if (s->state == TERN__CONN_READY && s->out.len > s->out_off) {
+            int rv = tern__server_flush(s);
+            if (rv != 0) {
+                server_fail(c, i, rv, now);
+            }
+        }
+    }
+}
+
+/* Run one round of I/O, waiting at most until `until` (monotonic ms).
+ * Returns the number of async callbacks fired or a negative code. */
+int tern__step(struct tern_client *c, int64_t until)
+{
+    int64_t now = tern__now_ms();
+    int64_t wake = until;
+    int n = c->n_servers;
+    int any_queued = 0;
+    int rv;
+
+    expire(c, now);
+    pump(c, now);
+    flush_all(c, now);
+
+    for (struct tern__req *r = c->head; r != NULL; r = r->next) {
+        wake = TERN_MIN(wake, r->deadline);
+        if (r->state == TERN__REQ_QUEUED) {
+            any_queued = 1;
+            if (r->not_before > now) {
+                wake = TERN_MIN(wake, r->not_before);
+            }
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        struct tern__server *s = c->servers[i];
+        struct pollfd *p = &c->pfds[i];
+        p->fd = s->fd;
+        p->events = 0;
+        p->revents = 0;
+        if (s->state == TERN__CONN_CONNECTING) {
+            p->events = POLLOUT;
+            wake = TERN_MIN(wake, s->connect_deadline);
+        } else if (s->state == TERN__CONN_READY) {
+            p->events = POLLIN;
+            if (s->out.len > s->out_off) {
+                p->events |= POLLOUT;
+            }
+        } else if (any_queued && s->retry_after > now) {
+            wake = TERN_MIN(wake, s->retry_after);
+        }
+    }
+    if (c->done_head != NULL) {
+        wake = now; /* completions to fire: do not block */
+    }
+    {
+        int64_t t = wake - now;
+        int timeout = t <= 0 ? 0 : (t > 60000 ? 60000 : (int)t);
+        rv = poll(c->pfds, (nfds_t)n, timeout);
+        if (rv < 0 && errno != EINTR) {
+            rv = -errno;
+            tern_errmsg_printf(c->errmsg, "poll: %s", tern_strerror(rv));
+            return rv;
+        }
+    }
+    now = tern__now_ms();
+    for (int i = 0; i < n; i++) {
+        struct tern__server *s = c->servers[i];
+        short re = c->pfds[i].revents;
+        if (s->fd < 0 || c->pfds[i].fd != s->fd) {
+            continue;
+        }
+        if (s->state == TERN__CONN_CONNECTING) {
+            if (re != 0) {
+                rv = tern__server_finish_connect(s);
+                if (rv != 0) {
+                    server_fail(c, i, rv, now);
+                    continue;
+                }
+            } else if (now >= s->connect_deadline) {
+                tern_errmsg_printf(s->errmsg, "connect %s: timed out", s->addr);
+                server_fail(c, i, -ETIMEDOUT, now);
+                continue;
+            } else {
+                continue;
+            }
+        }
+        if ((re & POLLOUT) != 0 || s->out.len > s->out_off) {
+            rv = tern__server_flush(s);
+            if (rv != 0) {
+                server_fail(c, i, rv, now);
+                continue;
+            }
+        }
+        if ((re & (POLLIN | POLLHUP | POLLERR)) != 0) {
+            rv = tern__server_read(s);
+            if (rv == 0) {
+                rv = parse_frames(c, i, now);
+            }
+            if (rv != 0) {
+                server_fail(c, i, rv, now);
+                continue;
+            }
+        }
+    }
+    return fire_completions(c);
+}
+
+/* ---- Synchronous runs, leader discovery, async submission ---- */
+
+/* Run r (already encoded) to completion. r stays owned by the caller. */
+int tern__run_sync(struct tern_client *c, struct tern__req *r)
+{
+    list_append(c, r);
+    while (r->state != TERN__REQ_DONE) {
+        int rv = tern__step(c, r->deadline);
+        if (rv < 0 && r->state != TERN__REQ_DONE) {
+            req_complete(c, r, rv);
+            tern_errmsg_printf(r->errmsg, "%s", c->errmsg);
+        }
+    }
+    if (r->status != 0) {
+        tern_errmsg_printf(c->errmsg, "%s", r->errmsg);
+    }
+    return r->status;
+}
+
+/* READ_LEADER with no confirmed leader: ask the leader guess for its
+ * status and follow its leader hint, a bounded number of times. Failure
+ * is not an error: the read then goes to the current guess. */
+static void discover_leader(struct tern_client *c)
+{
+    /* All attempts together take at most one request timeout. */
+    int64_t end = tern__now_ms() + c->opts.request_timeout_ms;
+    for (int attempt = 0; attempt < 2 * c->n_servers + 1 &&
+                          !c->leader_confirmed && tern__now_ms() < end;
+         attempt++) {
+        struct tern__req *r = tern__req_new(c, PROTO_OP_STATUS, 0);
+        struct proto_status st;
+        int at = c->leader;
+        if (r == NULL) {
+            return;
+        }
+        r->target = at;
+        r->deadline =
+            TERN_MIN(end, tern__now_ms() + c->opts.connect_timeout_ms +
+                              (int64_t)c->opts.retry_backoff_ms * 4);
+        if (proto_encode_simple(&r->frame, PROTO_OP_STATUS, 0) != 0 ||
+            tern__run_sync(c, r) != 0 ||
+            proto_decode_status_resp(r->body, r->body_len, &st) != 0) {
+            tern__req_free(r);
+            c->leader = next_server(c, at);
+            continue;
+        }
+        if (st.leader_id != 0 && st.leader_id == st.node_id) {
+            c->leader = at;
+            c->leader_confirmed = 1;
+        } else if (st.leader_address_len > 0) {
+            int to = tern__find_or_add_server(c, st.leader_address,
+                                              st.leader_address_len);
+            c->leader = to >= 0 && to != at ? to : next_server(c, at);
+        } else {
+            c->leader = next_server(c, at);
+        }
+        tern__req_free(r);
+    }
+    c->errmsg[0] = '\0';
+}
+
+void tern__find_leader(struct tern_client *c)
+{
+    if (c->opts.read_from == TERN_READ_LEADER && !c->leader_confirmed) {
+        discover_leader(c);
+    }
+}
+
+void tern__submit_async(struct tern_client *c, struct tern__req *r)
+{
+    r->is_async = 1;
+    r->deadline = INT64_MAX; /* set at admission to the window */
+    list_append(c, r);
+    c->async_pending++;
+}
+
+void tern__cancel_all(struct tern_client *c)
+{
+    while (c->head != NULL) {
+        req_complete(c, c->head, TERN_ECANCELED);
+    }
+    (void)fire_completions(c);
+}

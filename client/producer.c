@@ -1,0 +1,217 @@
+/*
+ * libtern's idempotent producer. The client draws a random producer id;
+ * each queue it produces to gets its own state (struct tern__pq): the
+ * producer id its batches carry and the next sequence number, starting at
+ * 1. A retried batch keeps its (producer id, sequence), so the server
+ * appends it once and answers a retry with the original offsets.
+ *
+ * Produce ordering (invariant): batches of one queue carry consecutive
+ * sequence numbers in request-list order, and a batch is only sent when
+ * every earlier batch of its queue is on the wire or done (engine.c,
+ * pump). When one batch must be retried, every later batch of the same
+ * queue that is on the wire is taken back too (tern__pq_rewind), so the
+ * resend is again in sequence order; the server deduplicates whatever it
+ * had already appended (same producer id and sequence -> original
+ * offsets). A TERN_ESEQUENCE answer (the server saw a gap: an earlier
+ * batch has not reached this leader yet) rewinds the queue from its oldest
+ * outstanding batch. If a batch times out, its outcome is unknown and a
+ * gap may stay forever. Later batches of the queue then get TERN_ESEQUENCE
+ * at their oldest, which proves none of them was appended: they are
+ * renumbered from 1 under a fresh producer id for that queue
+ * (tern__pq_renumber) and resent. The same recovers from a batch that
+ * failed for good (TERN_ENOQUEUE, ...).
+ *
+ * Unknown outcome: the last batch of a queue that ended in TERN_ETIMEDOUT
+ * is remembered (producer id, sequence, message count and checksum) so
+ * tern_produce_resend can send the same batch again under the same pair;
+ * the resend's answer resolves it (rules in <tern/tern.h>).
+ *
+ * This file decides numbering and order; engine.c decides when to apply
+ * it (on which answers) and sends the frames.
+ */
+#include <errno.h>
+#include <sys/random.h>
+
+#include "client_int.h"
+
+uint64_t tern__producer_id_new(void)
+{
+    uint64_t id = 0;
+    while (id == 0) {
+        if (getrandom(&id, sizeof id, 0) != (ssize_t)sizeof id) {
+            /* getrandom cannot fail for 8 bytes once the pool is ready;
+             * fall back to time and address bits anyway. */
+            id = (uint64_t)tern__now_ms() * 0x9E3779B97F4A7C15ULL ^
+                 (uint64_t)(uintptr_t)&id;
+        }
+    }
+    return id;
+}
+
+struct tern__pq *tern__pq_get(struct tern_client *c, const char *queue)
+{
+    struct tern__pq *pq;
+    for (pq = c->pqs; pq != NULL; pq = pq->next) {
+        if (strcmp(pq->queue, queue) == 0) {
+            return pq;
+        }
+    }
+    pq = tern_calloc(1, sizeof *pq);
+    if (pq == NULL) {
+        return NULL;
+    }
+    pq->queue = tern_strdup(queue);
+    if (pq->queue == NULL) {
+        tern_free(pq);
+        return NULL;
+    }
+    pq->producer_id = c->producer_id;
+    pq->next_seq = 1;
+    pq->next = c->pqs;
+    c->pqs = pq;
+    return pq;
+}
+
+void tern__pq_free_all(struct tern_client *c)
+{
+    while (c->pqs != NULL) {
+        struct tern__pq *pq = c->pqs;
+        c->pqs = pq->next;
+        tern_free(pq->queue);
+        tern_free(pq);
+    }
+}
+
+/* Checksum of a batch's messages (lengths and bytes), to tell a resend of
+ * the same batch from another one. */
+uint32_t tern__batch_checksum(const struct tern_msg *msgs, size_t n)
+{
+    struct tern_checksum_state st;
+    tern_checksum32_begin(&st);
+    for (size_t k = 0; k < n; k++) {
+        uint8_t len[8];
+        tern_put_u64(len, (uint64_t)msgs[k].len);
+        tern_checksum32_update(&st, len, sizeof len);
+        if (msgs[k].len > 0) {
+            tern_checksum32_update(&st, msgs[k].data, msgs[k].len);
+        }
+    }
+    return tern_checksum32_end(&st);
+}
+
+/* Check a produce call's arguments and find (or make) the queue's producer
+ * state. */
+int tern__produce_check(struct tern_client *c,
+                        const char *queue,
+                        const struct tern_msg *msgs,
+                        size_t n,
+                        struct tern__pq **pq)
+{
+    if (queue == NULL || !tern_name_valid(queue, strlen(queue))) {
+        tern_errmsg_printf(c->errmsg, "queue name \"%s\"",
+                           queue != NULL ? queue : "(null)");
+        return TERN_EBADNAME;
+    }
+    if (n == 0 || msgs == NULL || n > UINT32_MAX) {
+        tern_errmsg_printf(c->errmsg, "produce needs 1..2^32-1 messages");
+        return TERN_EINVAL;
+    }
+    for (size_t k = 0; k < n; k++) {
+        if (msgs[k].len > c->opts.max_frame ||
+            (msgs[k].len > 0 && msgs[k].data == NULL)) {
+            tern_errmsg_printf(
+                c->errmsg, "message %zu: %s", k,
+                msgs[k].data == NULL ? "NULL data" : "too large");
+            return msgs[k].data == NULL ? TERN_EINVAL : TERN_ETOOBIG;
+        }
+    }
+    *pq = tern__pq_get(c, queue);
+    return *pq != NULL ? 0 : -ENOMEM;
+}
+
+int tern__produce_resend_check(struct tern_client *c,
+                               const struct tern__pq *pq,
+                               const char *queue,
+                               const struct tern_msg *msgs,
+                               size_t n)
+{
+    if (!pq->unknown_valid) {
+        tern_errmsg_printf(
+            c->errmsg, "resend to %s: no batch with an unknown outcome", queue);
+        return TERN_EINVAL;
+    }
+    if (pq->unknown_n != n ||
+        pq->unknown_sum != tern__batch_checksum(msgs, n)) {
+        tern_errmsg_printf(c->errmsg,
+                           "resend to %s: not the batch that timed out "
+                           "(%zu messages, checksum %08x)",
+                           queue, pq->unknown_n, pq->unknown_sum);
+        return TERN_EINVAL;
+    }
+    return 0;
+}
+
+/* Re-queue every on-the-wire produce of pq with seq >= from_seq. */
+void tern__pq_rewind(struct tern_client *c,
+                     struct tern__pq *pq,
+                     uint64_t from_seq,
+                     int64_t not_before)
+{
+    for (struct tern__req *r = c->head; r != NULL; r = r->next) {
+        if (r->pq == pq && r->seq >= from_seq && r->state == TERN__REQ_SENT) {
+            tern__req_detach(r);
+            r->not_before = TERN_MAX(r->not_before, not_before);
+        }
+    }
+}
+
+struct tern__req *tern__pq_oldest(struct tern_client *c,
+                                  const struct tern__pq *pq)
+{
+    for (struct tern__req *r = c->head; r != NULL; r = r->next) {
+        if (r->pq == pq) {
+            return r;
+        }
+    }
+    return NULL;
+}
+
+/* The oldest outstanding batch of pq got TERN_ESEQUENCE: the server has a
+ * gap before it (an earlier batch failed or timed out without being
+ * appended), so none of the outstanding batches was appended either (the
+ * server appends seq only after seq - 1). Renumber them all from 1 under a
+ * fresh producer id for this queue and resend in order. */
+void tern__pq_renumber(struct tern_client *c, struct tern__pq *pq)
+{
+    pq->producer_id = tern__producer_id_new();
+    pq->next_seq = 1;
+    for (struct tern__req *r = c->head; r != NULL; r = r->next) {
+        if (r->pq == pq) {
+            tern__req_detach(r);
+            r->seq = pq->next_seq++;
+            r->pid = pq->producer_id;
+            (void)proto_frame_set_producer(r->frame.base, r->frame.len,
+                                           pq->producer_id, r->seq);
+        }
+    }
+}
+
+/* Remember or forget the batch with an unknown outcome (resend rules in
+ * <tern/tern.h>, tern_produce_resend). */
+void tern__produce_note_outcome(const struct tern__req *r, int status)
+{
+    struct tern__pq *pq = r->pq != NULL ? r->pq : r->resend_of;
+    if (r->op != PROTO_OP_PRODUCE || pq == NULL) {
+        return;
+    }
+    if (status == TERN_ETIMEDOUT) {
+        pq->unknown_valid = 1;
+        pq->unknown_pid = r->pid;
+        pq->unknown_seq = r->seq;
+        pq->unknown_n = r->n_msgs;
+        pq->unknown_sum = r->msg_sum;
+    } else if (r->resend_of != NULL && pq->unknown_valid &&
+               pq->unknown_pid == r->pid && pq->unknown_seq == r->seq) {
+        pq->unknown_valid = 0; /* resolved: appended once, or never */
+    }
+}

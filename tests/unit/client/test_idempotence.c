@@ -1,0 +1,241 @@
+/*
+ * libtern's idempotent producer: a retried batch keeps its producer id and
+ * sequence, so it is appended once; in-flight batches are resent in
+ * sequence order after TERN_ESEQUENCE or a dropped connection, and renumbered
+ * under a fresh producer id after a batch failed for good.
+ */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include <tern/tern.h>
+#include <tern_common.h>
+
+#include "client_fixture.h"
+#include "fake_server.h"
+
+/* ---- Retry after a dropped connection ---- */
+
+static enum fake_action drop_first_produce_hook(struct fake_server *fs,
+                                                int conn,
+                                                const struct proto_header *h,
+                                                const struct proto_request *r)
+{
+    if (r->op == PROTO_OP_PRODUCE && fs->counter++ == 0) {
+        /* Append, then lose the answer with the connection. */
+        struct tern_wbuf w;
+        tern_wbuf_init(&w);
+        fake_model_answer(fs, h, r, &w);
+        tern_wbuf_free(&w);
+        return FAKE_DROP;
+    }
+    return FAKE_DEFAULT;
+}
+
+Test(client, retry_after_drop_reuses_producer_and_sequence)
+{
+    struct fake_server fs;
+    struct tern_client *c;
+    struct tern_msg m[2] = {{"p-0", 3}, {"p-1", 3}};
+    uint64_t base = 77;
+    cr_assert_eq(fake_start(&fs, drop_first_produce_hook), 0);
+    c = client_for(fs.addr, 3000, 8);
+    create_queue(c, "q");
+    cr_assert_eq(tern_produce(c, "q", m, 2, &base), 0, "%s",
+                 tern_client_errmsg(c));
+    cr_expect_eq(base, 0, "retry must return the original offsets");
+    cr_assert_eq(fake_n_records(&fs), 2);
+    struct fake_record a = fake_record_at(&fs, 0);
+    struct fake_record b = fake_record_at(&fs, 1);
+    cr_expect_eq(a.producer_id, tern_client_producer_id(c));
+    cr_expect_eq(b.producer_id, a.producer_id);
+    cr_expect_eq(a.seq, 1);
+    cr_expect_eq(b.seq, 1);
+    (void)pthread_mutex_lock(&fs.mu);
+    cr_expect_eq(fs.n_accepts, 2, "the retry uses a new connection");
+    (void)pthread_mutex_unlock(&fs.mu);
+    cr_expect_eq(fake_n_msgs(&fs), 2, "appended exactly once");
+    /* The next batch gets the next sequence. */
+    cr_expect_eq(tern_produce(c, "q", m, 1, &base), 0);
+    cr_expect_eq(base, 2);
+    cr_expect_eq(fake_record_at(&fs, 2).seq, 2);
+    tern_client_free(c);
+    fake_stop(&fs);
+}
+
+/* ---- ESEQUENCE: resend in order after a lost first batch ---- */
+
+static enum fake_action sequence_hook(struct fake_server *fs,
+                                      int conn,
+                                      const struct proto_header *h,
+                                      const struct proto_request *r)
+{
+    struct tern_wbuf w;
+    if (r->op != PROTO_OP_PRODUCE || fs->counter >= 3) {
+        return FAKE_DEFAULT;
+    }
+    /* Round 1 (a leader change): batch 1 is lost (answered late with
+     * "leadership lost"), 2 and 3 see the gap. */
+    fs->counter++;
+    tern_wbuf_init(&w);
+    if (r->seq == 1) {
+        proto_encode_error(&w, h->op, h->request_id, TERN_ELEADERSHIPLOST,
+                           "leadership lost", 0, NULL);
+        fake_defer(fs, conn, &w);
+    } else {
+        fake_model_answer(fs, h, r, &w); /* ESEQUENCE: 1 is missing */
+        fake_send(fs, conn, &w);
+    }
+    if (fs->counter == 3) {
+        fake_flush_deferred(fs, 0);
+    }
+    tern_wbuf_free(&w);
+    return FAKE_HANDLED;
+}
+
+Test(client, esequence_resends_in_flight_batches_in_order)
+{
+    struct fake_server fs;
+    struct tern_client *c;
+    struct done_log log;
+    struct done_ctx ctx[3];
+    const char *p[3] = {"one", "two", "three"};
+    cr_assert_eq(fake_start(&fs, sequence_hook), 0);
+    c = client_for(fs.addr, 5000, 8);
+    create_queue(c, "q");
+    memset(&log, 0, sizeof log);
+    for (int i = 0; i < 3; i++) {
+        struct tern_msg m = {p[i], strlen(p[i])};
+        ctx[i].log = &log;
+        ctx[i].idx = i;
+        cr_assert_eq(tern_produce_async(c, "q", &m, 1, on_done, &ctx[i]), 0);
+    }
+    drain(c);
+    cr_assert_eq(log.n, 3);
+    for (int i = 0; i < 3; i++) {
+        cr_expect_eq(log.status[i], 0, "batch %d: %s", i,
+                     tern_strerror(log.status[i]));
+        cr_expect_eq(log.base[i], (uint64_t)i);
+    }
+    cr_assert_eq(fake_n_msgs(&fs), 3);
+    for (uint64_t k = 0; k < 3; k++) {
+        char *got = fake_msg(&fs, k);
+        cr_expect_str_eq(got, p[k]);
+        free(got);
+    }
+    /* Every resend kept its producer id and sequence. */
+    int n = fake_n_records(&fs);
+    cr_expect_geq(n, 6);
+    for (int i = 0; i < n; i++) {
+        struct fake_record rec = fake_record_at(&fs, i);
+        cr_expect_eq(rec.producer_id, tern_client_producer_id(c));
+    }
+    tern_client_free(c);
+    fake_stop(&fs);
+}
+
+/* ---- ESEQUENCE after a batch failed for good: renumber ---- */
+
+static enum fake_action toobig_first_hook(struct fake_server *fs,
+                                          int conn,
+                                          const struct proto_header *h,
+                                          const struct proto_request *r)
+{
+    if (r->op == PROTO_OP_PRODUCE && fs->counter++ == 0) {
+        fake_send_error(fs, conn, h, TERN_ETOOBIG, NULL);
+        return FAKE_HANDLED;
+    }
+    return FAKE_DEFAULT;
+}
+
+Test(client, esequence_after_failed_batch_renumbers)
+{
+    struct fake_server fs;
+    struct tern_client *c;
+    struct done_log log;
+    struct done_ctx ctx[2];
+    struct tern_msg m = {"z", 1};
+    cr_assert_eq(fake_start(&fs, toobig_first_hook), 0);
+    c = client_for(fs.addr, 5000, 8);
+    create_queue(c, "q");
+    memset(&log, 0, sizeof log);
+    for (int i = 0; i < 2; i++) {
+        ctx[i].log = &log;
+        ctx[i].idx = i;
+        cr_assert_eq(tern_produce_async(c, "q", &m, 1, on_done, &ctx[i]), 0);
+    }
+    drain(c);
+    cr_expect_eq(log.status[0], TERN_ETOOBIG);
+    cr_expect_eq(log.status[1], 0);
+    cr_expect_eq(fake_n_msgs(&fs), 1);
+    int n = fake_n_records(&fs);
+    cr_assert_geq(n, 3);
+    struct fake_record last = fake_record_at(&fs, n - 1);
+    cr_expect_neq(last.producer_id, tern_client_producer_id(c));
+    cr_expect_eq(last.seq, 1);
+    tern_client_free(c);
+    fake_stop(&fs);
+}
+
+/* ---- A dropped connection with several batches in flight ---- */
+
+static enum fake_action drop_after_four_hook(struct fake_server *fs,
+                                             int conn,
+                                             const struct proto_header *h,
+                                             const struct proto_request *r)
+{
+    struct tern_wbuf w;
+    if (r->op != PROTO_OP_PRODUCE || fs->counter >= 4) {
+        return FAKE_DEFAULT;
+    }
+    /* Append the first four batches but lose every answer. */
+    fs->counter++;
+    tern_wbuf_init(&w);
+    fake_model_answer(fs, h, r, &w);
+    tern_wbuf_free(&w);
+    return fs->counter == 4 ? FAKE_DROP : FAKE_SILENT;
+}
+
+Test(client, drop_with_batches_in_flight_resends_in_order_once)
+{
+    struct fake_server fs;
+    struct tern_client *c;
+    struct done_log log;
+    struct done_ctx ctx[5];
+    char payload[5][4];
+    cr_assert_eq(fake_start(&fs, drop_after_four_hook), 0);
+    c = client_for(fs.addr, 5000, 4);
+    create_queue(c, "q");
+    memset(&log, 0, sizeof log);
+    for (int i = 0; i < 5; i++) {
+        struct tern_msg m;
+        (void)snprintf(payload[i], sizeof payload[i], "d%d", i);
+        m.data = payload[i];
+        m.len = strlen(payload[i]);
+        ctx[i].log = &log;
+        ctx[i].idx = i;
+        cr_assert_eq(tern_produce_async(c, "q", &m, 1, on_done, &ctx[i]), 0);
+    }
+    drain(c);
+    cr_assert_eq(log.n, 5);
+    for (int i = 0; i < 5; i++) {
+        cr_expect_eq(log.status[i], 0, "batch %d: %s", i,
+                     tern_strerror(log.status[i]));
+    }
+    /* 1..3 were acknowledged as forgotten duplicates, 4 as a remembered
+     * one, 5 appended fresh. */
+    cr_expect_eq(log.count[0], 0);
+    cr_expect_eq(log.count[3], 1);
+    cr_expect_eq(log.base[3], 3);
+    cr_expect_eq(log.base[4], 4);
+    cr_assert_eq(fake_n_msgs(&fs), 5, "each batch appended exactly once");
+    for (uint64_t k = 0; k < 5; k++) {
+        char want[4];
+        char *got = fake_msg(&fs, k);
+        (void)snprintf(want, sizeof want, "d%d", (int)k);
+        cr_expect_str_eq(got, want);
+        free(got);
+    }
+    tern_client_free(c);
+    fake_stop(&fs);
+}
