@@ -211,14 +211,14 @@ static int decode_end(const struct tern_cursor *c,
 
 /* Reads one variable-size record at c into item (get_fetched,
  * get_queue_info, get_member); a short record sets c->err. */
-typedef void (*record_get_fn)(struct tern_cursor *c, void *item);
+typedef void (*record_get_cb)(struct tern_cursor *c, void *item);
 
 /* Step over n records at c with get (scratch: a record of get's type,
  * caller-owned); *raw, *raw_len: the span stepped over, borrowed from c's
  * buffer. Stops at the first error, left in c->err. */
 static void records_skip(struct tern_cursor *c,
                          uint32_t n,
-                         record_get_fn get,
+                         record_get_cb get,
                          void *scratch,
                          const uint8_t **raw,
                          size_t *raw_len)
@@ -235,7 +235,7 @@ static void records_skip(struct tern_cursor *c,
 static int records_next(const uint8_t *raw,
                         size_t raw_len,
                         size_t *pos,
-                        record_get_fn get,
+                        record_get_cb get,
                         void *item)
 {
     struct tern_cursor c;

@@ -315,7 +315,7 @@ TERN_API void tern_status_free(struct tern_status *s);
  * copied and NUL-terminated, truncated to fit). */
 struct tern_repl_stats
 {
-    char server[128];    /* "host:port" that answered */
+    char server[128]; /* "host:port" that answered */
     uint64_t node_id;
     int role;            /* enum tern_role */
     char transport[32];  /* the node's transport ("tcp", "shm+tcp", ...) */

@@ -84,9 +84,9 @@
 
 #include <tern_common.h>
 
-#define PROTO_MAGIC 0x6E74
-#define TERN_PROTO_VERSION 1
-#define PROTO_HEADER_SIZE 24
+#define PROTO_MAGIC            0x6E74
+#define TERN_PROTO_VERSION     1
+#define PROTO_HEADER_SIZE      24
 #define PROTO_DEFAULT_MAX_BODY (16u * 1024u * 1024u)
 /* Longest queue or group name on the wire: common's name rule
  * (tern_name_valid), which every request's names must pass. */
@@ -106,7 +106,8 @@ enum proto_op {
     PROTO_OP_RESPONSE = 0x80,
 };
 
-struct proto_header {
+struct proto_header
+{
     uint8_t version;
     uint8_t op;
     uint32_t body_len;
@@ -117,16 +118,20 @@ struct proto_header {
 
 /* Decode and check a header (magic, version, body_len <= max_body).
  * TERN_EMALFORMED / TERN_EVERSION / TERN_ETOOBIG. */
-int proto_header_decode(const void *buf, uint32_t max_body,
+int proto_header_decode(const void *buf,
+                        uint32_t max_body,
                         struct proto_header *h);
 /* Verify a frame's checksum given its raw header bytes and body.
  * TERN_ECORRUPT on mismatch. */
-int proto_frame_verify(const void *header_bytes, const void *body,
+int proto_frame_verify(const void *header_bytes,
+                       const void *body,
                        size_t body_len);
 
 /* Encoding: proto_frame_begin writes a header placeholder into w,
  * body primitives follow, proto_frame_end fills body_len and checksum. */
-void proto_frame_begin(struct tern_wbuf *w, uint8_t op, uint64_t request_id,
+void proto_frame_begin(struct tern_wbuf *w,
+                       uint8_t op,
+                       uint64_t request_id,
                        int32_t status);
 int proto_frame_end(struct tern_wbuf *w, size_t frame_start);
 void proto_put_str(struct tern_wbuf *w, const char *s, size_t len);
@@ -136,25 +141,34 @@ const char *proto_get_str(struct tern_cursor *c, uint16_t *len);
 const void *proto_get_blob(struct tern_cursor *c, uint32_t *len);
 
 /* Error frame: message and, for TERN_ENOTLEADER, the leader hint. */
-int proto_encode_error(struct tern_wbuf *w, uint8_t op, uint64_t request_id,
-                       int32_t status, const char *message,
-                       uint64_t leader_id, const char *leader_address);
-struct proto_error {
+int proto_encode_error(struct tern_wbuf *w,
+                       uint8_t op,
+                       uint64_t request_id,
+                       int32_t status,
+                       const char *message,
+                       uint64_t leader_id,
+                       const char *leader_address);
+struct proto_error
+{
     const char *message; /* borrowed, message_len bytes */
     uint16_t message_len;
     uint64_t leader_id;
     const char *leader_address; /* borrowed, leader_address_len bytes */
     uint16_t leader_address_len;
 };
-int proto_decode_error(const void *body, size_t len, int32_t status,
+int proto_decode_error(const void *body,
+                       size_t len,
+                       int32_t status,
                        struct proto_error *out);
 
 /* Decoded requests; all pointers borrow from the frame body. */
-struct proto_msg {
+struct proto_msg
+{
     const void *data;
     uint32_t len;
 };
-struct proto_request {
+struct proto_request
+{
     uint8_t op;
     const char *queue;
     uint16_t queue_len;
@@ -166,7 +180,7 @@ struct proto_request {
     uint32_t max_msgs;
     uint32_t max_bytes;
     uint32_t wait_ms;
-    uint32_t n_msgs; /* PRODUCE */
+    uint32_t n_msgs;     /* PRODUCE */
     const uint8_t *msgs; /* PRODUCE: n_msgs blobs, iterate with
                             proto_next_msg */
     size_t msgs_len;
@@ -176,47 +190,71 @@ struct proto_request {
 /* Decode a request body for op; TERN_EMALFORMED (trailing bytes included),
  * TERN_EBADNAME for an invalid queue/group name, TERN_EINVAL for an unknown
  * op. */
-int proto_decode_request(uint8_t op, const void *body, size_t len,
+int proto_decode_request(uint8_t op,
+                         const void *body,
+                         size_t len,
                          struct proto_request *out);
 /* Iterate PRODUCE messages: returns 1 and fills m, or 0 at the end. */
-int proto_next_msg(const struct proto_request *r, size_t *pos,
+int proto_next_msg(const struct proto_request *r,
+                   size_t *pos,
                    struct proto_msg *m);
 
 /* Request encoders (client side). Each writes one whole frame to w. */
-int proto_encode_queue_op(struct tern_wbuf *w, uint8_t op,
-                          uint64_t request_id, const char *queue);
+int proto_encode_queue_op(struct tern_wbuf *w,
+                          uint8_t op,
+                          uint64_t request_id,
+                          const char *queue);
 /* PRODUCE of msgs[0..n) (borrowed for the call). TERN_EINVAL when n is 0
  * or msgs NULL, TERN_EBADNAME for an invalid queue name. */
-int proto_encode_produce(struct tern_wbuf *w, uint64_t request_id,
-                         const char *queue, uint64_t producer_id,
-                         uint64_t seq, const struct proto_msg *msgs,
+int proto_encode_produce(struct tern_wbuf *w,
+                         uint64_t request_id,
+                         const char *queue,
+                         uint64_t producer_id,
+                         uint64_t seq,
+                         const struct proto_msg *msgs,
                          uint32_t n);
 /* Message i (0 <= i < n) of a caller's message array, for
  * proto_encode_produce_at: fills *m (OUT; m->data borrowed until the
  * encoder returns). */
-typedef void (*proto_msg_at_cb)(const void *msgs, uint32_t i,
+typedef void (*proto_msg_at_cb)(const void *msgs,
+                                uint32_t i,
                                 struct proto_msg *m);
 /* As proto_encode_produce, with message i taken from at(msgs, i): encodes
  * a caller's own message type (libtern's struct tern_msg) without first
  * copying it into a struct proto_msg array. Same bytes, same errors (also
  * TERN_EINVAL when at is NULL). */
-int proto_encode_produce_at(struct tern_wbuf *w, uint64_t request_id,
-                            const char *queue, uint64_t producer_id,
-                            uint64_t seq, proto_msg_at_cb at,
-                            const void *msgs, uint32_t n);
+int proto_encode_produce_at(struct tern_wbuf *w,
+                            uint64_t request_id,
+                            const char *queue,
+                            uint64_t producer_id,
+                            uint64_t seq,
+                            proto_msg_at_cb at,
+                            const void *msgs,
+                            uint32_t n);
 #define PROTO_FETCH_LEADER 0x01u /* FETCH flags: leader answers only */
 /* flags: 0 or PROTO_FETCH_LEADER (else TERN_EINVAL). */
-int proto_encode_fetch(struct tern_wbuf *w, uint64_t request_id,
-                       const char *queue, uint64_t offset, uint32_t max_msgs,
-                       uint32_t max_bytes, uint32_t wait_ms, uint8_t flags);
-int proto_encode_group_fetch(struct tern_wbuf *w, uint64_t request_id,
-                             const char *queue, const char *group,
-                             uint32_t max_msgs, uint32_t max_bytes,
+int proto_encode_fetch(struct tern_wbuf *w,
+                       uint64_t request_id,
+                       const char *queue,
+                       uint64_t offset,
+                       uint32_t max_msgs,
+                       uint32_t max_bytes,
+                       uint32_t wait_ms,
+                       uint8_t flags);
+int proto_encode_group_fetch(struct tern_wbuf *w,
+                             uint64_t request_id,
+                             const char *queue,
+                             const char *group,
+                             uint32_t max_msgs,
+                             uint32_t max_bytes,
                              uint32_t wait_ms);
-int proto_encode_group_commit(struct tern_wbuf *w, uint64_t request_id,
-                              const char *queue, const char *group,
+int proto_encode_group_commit(struct tern_wbuf *w,
+                              uint64_t request_id,
+                              const char *queue,
+                              const char *group,
                               uint64_t next_offset);
-int proto_encode_simple(struct tern_wbuf *w, uint8_t op,
+int proto_encode_simple(struct tern_wbuf *w,
+                        uint8_t op,
                         uint64_t request_id); /* QUEUE_LIST, STATUS */
 
 /* Response bodies are built by the server directly with the tern_wbuf_*
@@ -224,7 +262,7 @@ int proto_encode_simple(struct tern_wbuf *w, uint8_t op,
  * the client with a tern_cursor and proto_get_*, following the layouts
  * above. */
 
-/* ---- Additions (client/ owner): names, response codecs. ---- */
+/* ---- Frame parsing and response codecs ---- */
 
 /* Parse a whole frame that is already in memory: header checks as
  * proto_header_decode, then the checksum (TERN_ECORRUPT), then body_len must
