@@ -70,7 +70,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "node.h"
+#include <tern_common.h>
+
+#include "config.h"
+#include "log.h"
 
 static const char usage_text[] =
     "usage: ternd [--config FILE] [options]\n"

@@ -26,8 +26,6 @@
  * the same file system as raft/ and index/ (both under DATA_DIR).
  * Everything here runs on the loop thread.
  */
-#include "node.h"
-
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -35,6 +33,11 @@
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
+
+#include <tern_common.h>
+
+#include "disk.h"
+#include "log.h"
 
 #define DISK_POLL_MS 100
 

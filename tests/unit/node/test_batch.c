@@ -5,7 +5,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "node.h"
+#include <tern_common.h>
+
+#include "batch.h"
+#include "idx.h"
 
 struct proposal
 {
@@ -58,9 +61,8 @@ static int fake_propose(void *arg,
     return 0;
 }
 
-static void fake_respond(void *arg, struct node_wreq *w)
+static void fake_respond(struct node_wreq *w)
 {
-    (void)arg;
     cr_assert_lt(t.n_answers, TERN_ARRAY_SIZE(t.answers));
     struct answer *a = &t.answers[t.n_answers++];
     memset(a, 0, sizeof(*a));

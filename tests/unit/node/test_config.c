@@ -4,7 +4,10 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "node.h"
+#include <tern_common.h>
+
+#include "config.h"
+#include "log.h"
 
 static struct node_config cfg;
 static char errmsg[TERN_ERRMSG_SIZE];
