@@ -362,8 +362,7 @@ void node_batcher_proposed(struct node_batch *batch, int status, uint64_t index)
     if (!batch->applied) {
         struct tern_list *wl;
         for (wl = batch->wreqs.next; wl != &batch->wreqs; wl = wl->next) {
-            TERN_CONTAINER(wl, struct node_wreq, link)->status =
-                TERN_EINTERNAL;
+            TERN_CONTAINER(wl, struct node_wreq, link)->status = TERN_EINTERNAL;
         }
     }
     tern_list_push(&b->done, &batch->link);
@@ -396,4 +395,3 @@ void node_batcher_fail_pending(struct node_batcher *b, int status)
         batch_answer(batch, status);
     }
 }
-

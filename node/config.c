@@ -17,9 +17,7 @@
  *   busy_poll_us = 0                ; transport=shm|tcp|rdma: while
  *                                   ; leader, spin up to this long for
  *                                   ; answers after a send
- *                                   ; (xport_shm_set_busy_poll,
- *                                   ; xport_tcp_set_busy_poll,
- *                                   ; xport_verbs_set_busy_poll); 0 = off
+ *                                   ; (node/transport.c); 0 = off
  *   follower_busy_poll_us = 0       ; the same while not
  *                                   ; leader: spin for the next
  *                                   ; AppendEntries after each answer
@@ -49,7 +47,8 @@
  * [peers] line; if [peers] is empty the node is a single-node cluster made
  * of itself. Addresses are IPv4 "host:port".
  *
- * Transports (the raft traffic between nodes; node/node.c builds them):
+ * Transports (the raft traffic between nodes; node/transport.c builds
+ * them):
  *   tcp   plain TCP on raft_addr;
  *   shm   shared-memory rings (same host only) with TCP as the per-peer
  *         fallback (rdma/fallback.c). Each node listens on the unix socket
@@ -62,6 +61,12 @@
  *         when built without verbs or when no RDMA device exists;
  *   auto  rdma when an RDMA device exists and the verbs listener can be
  *         created on raft_addr, else tcp.
+ *
+ * Keys: each key is one row of keys[] below (section, INI name, flag, the
+ * setter that checks its text, the member of struct node_config it sets
+ * and the largest number accepted); the file and the flags share the
+ * rows. An INI error names the file, section, key and line, and the first
+ * bad line of a file is the one reported.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -401,16 +406,6 @@ err_after_alloc:
 
 /* ---- Keys shared by the file and the flags ------------------------------ */
 
-struct key;
-
-/* Set the member of c that k describes from the text v. what names the
- * source in messages. 0, or TERN_EINVAL / -ENOMEM with errmsg. */
-typedef int (*key_set_fn)(struct node_config *c,
-                          const struct key *k,
-                          const char *v,
-                          const char *what,
-                          char *errmsg);
-
 /* One configuration key: where it is read from, how its text is checked
  * and which member of struct node_config it sets. */
 struct key
@@ -418,16 +413,34 @@ struct key
     const char *section; /* INI section */
     const char *name;    /* INI key */
     const char *flag;    /* command-line flag */
-    key_set_fn set;
+    /* Set the member of c that k describes from the text v. what names
+     * the source in messages. 0, or TERN_EINVAL / -ENOMEM with errmsg. */
+    int (*set)(struct node_config *c,
+               const struct key *k,
+               const char *v,
+               const char *what,
+               char *errmsg);
     size_t field; /* offsetof the member, of the type set expects */
     uint64_t max; /* numbers: the largest value accepted */
 };
 
 /* offsetof(struct node_config, member), and a compile error unless the
- * member has the given type (the type the row's setter writes). */
-#define NODE__FIELD(member, type)                                              \
+ * member has the type the row's setter writes: char *, uint64_t, unsigned
+ * or int. (clang-format 14 would split the _Generic associations.) */
+/* clang-format off */
+#define NODE__STR(member)                                                      \
     _Generic(((struct node_config *)0)->member,                                \
-             type: offsetof(struct node_config, member))
+             char *: offsetof(struct node_config, member))
+#define NODE__U64(member)                                                      \
+    _Generic(((struct node_config *)0)->member,                                \
+             uint64_t: offsetof(struct node_config, member))
+#define NODE__UINT(member)                                                     \
+    _Generic(((struct node_config *)0)->member,                                \
+             unsigned: offsetof(struct node_config, member))
+#define NODE__INT(member)                                                      \
+    _Generic(((struct node_config *)0)->member,                                \
+             int: offsetof(struct node_config, member))
+/* clang-format on */
 
 static void *field_of(struct node_config *c, const struct key *k)
 {
@@ -568,11 +581,6 @@ static int set_unsigned(struct node_config *c,
     }
     return rv;
 }
-
-#define NODE__STR(member)  NODE__FIELD(member, char *)
-#define NODE__U64(member)  NODE__FIELD(member, uint64_t)
-#define NODE__UINT(member) NODE__FIELD(member, unsigned)
-#define NODE__INT(member)  NODE__FIELD(member, int)
 
 static const struct key keys[] = {
     {"node", "id", "--id", set_id, NODE__U64(id), UINT64_MAX},

@@ -38,7 +38,7 @@ struct node_config
     uint64_t max_frame_bytes;
     uint64_t min_free_disk_bytes;
     uint64_t reserve_disk_bytes; /* [limits] reserve_disk_bytes (disk.c) */
-    struct node_peer *peers; /* owned array */
+    struct node_peer *peers;     /* owned array */
     unsigned n_peers;
     bool help; /* --help was given: print usage, do nothing else */
 };

@@ -117,8 +117,7 @@ void node_disk_release(struct node_disk *d, const char *why)
         d->changed = true;
         node_log(NODE_LOG_WARN, "disk full: rejecting writes",
                  "why=\"%s\" free_bytes=%llu min_free_disk_bytes=%llu", why,
-                 (unsigned long long)d->free,
-                 (unsigned long long)d->min_free);
+                 (unsigned long long)d->free, (unsigned long long)d->min_free);
     }
     d->checked = false; /* re-read the free space at the next poll */
 }

@@ -11,7 +11,8 @@
 
 /* Disk-space alarm and reserve file (disk.c has the rules). Loop thread
  * only; embedded in struct node, no allocation. */
-struct node_disk {
+struct node_disk
+{
     char dir[PATH_MAX];          /* data dir, statvfs'd */
     char reserve_path[PATH_MAX]; /* DATA_DIR/disk-reserve */
     uint64_t min_free;           /* min_free_disk_bytes */

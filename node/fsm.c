@@ -357,7 +357,6 @@ static int fsm_bulk_write(void *arg, uint64_t pos, const void *buf, size_t len)
     return rv;
 }
 
-
 void node_fsm_callbacks(struct node_fsm *f, struct repl_fsm *out)
 {
     memset(out, 0, sizeof(*out));

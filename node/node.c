@@ -28,12 +28,12 @@
 #include <limits.h>
 #include <signal.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <uv.h>
 
 #include <tern_common.h>
 
@@ -41,6 +41,7 @@
 #include "config.h"
 #include "disk.h"
 #include "fsm.h"
+#include "idx.h"
 #include "log.h"
 #include "node.h"
 #include "repl.h"
@@ -101,6 +102,42 @@ static const char *role_name(enum repl_role r)
 
 static void node_stop(struct node *n);
 
+/* ---- Loop and disk ---------------------------------------------------- */
+
+static void on_idle(uv_idle_t *h)
+{
+    (void)h;
+}
+
+/* Ask for one more loop iteration soon (flush/propose pending work). */
+static void node_kick(struct node *n)
+{
+    if (n->handles_init && !n->idle_on && !n->stopping) {
+        uv_idle_start(&n->idle, on_idle);
+        n->idle_on = true;
+    }
+}
+
+/* Tell raft when the alarm flips (a follower then takes no new entries). */
+static void disk_poll(struct node *n, bool force)
+{
+    if (node_disk_poll(&n->disk, uv_now(&n->loop), force) && n->repl != NULL) {
+        repl_set_disk_full(n->repl, n->disk.alarm);
+    }
+}
+
+/* ENOSPC met by an apply or a flush: give the reserve back to the file
+ * system for the work in flight. Returns whether there was one. */
+static bool disk_release(struct node *n, const char *why)
+{
+    bool had = n->disk.held;
+    node_disk_release(&n->disk, why);
+    if (n->repl != NULL) {
+        repl_set_disk_full(n->repl, true);
+    }
+    return had;
+}
+
 /* ---- The server's view of the node (struct node_server_ops) ------------ */
 
 static struct idx_env *server_idx(void *arg)
@@ -128,28 +165,6 @@ static void server_latency(void *arg, struct repl_latency *out, bool reset)
     }
 }
 
-static void on_idle(uv_idle_t *h)
-{
-    (void)h;
-}
-
-/* Ask for one more loop iteration soon (flush/propose pending work). */
-static void node_kick(struct node *n)
-{
-    if (n->handles_init && !n->idle_on && !n->stopping) {
-        uv_idle_start(&n->idle, on_idle);
-        n->idle_on = true;
-    }
-}
-
-/* Tell raft when the alarm flips (a follower then takes no new entries). */
-static void disk_poll(struct node *n, bool force)
-{
-    if (node_disk_poll(&n->disk, uv_now(&n->loop), force) && n->repl != NULL) {
-        repl_set_disk_full(n->repl, n->disk.alarm);
-    }
-}
-
 /* 0, or TERN_EFULL with a message while the disk alarm is on (statvfs,
  * cached ~100 ms). */
 static int server_disk_check(void *arg, char *errmsg)
@@ -157,18 +172,6 @@ static int server_disk_check(void *arg, char *errmsg)
     struct node *n = arg;
     disk_poll(n, false);
     return node_disk_refuse(&n->disk, errmsg);
-}
-
-/* ENOSPC met by an apply or a flush: give the reserve back to the file
- * system for the work in flight. Returns whether there was one. */
-static bool disk_release(struct node *n, const char *why)
-{
-    bool had = n->disk.held;
-    node_disk_release(&n->disk, why);
-    if (n->repl != NULL) {
-        repl_set_disk_full(n->repl, true);
-    }
-    return had;
 }
 
 /* ---- The state machine's view of the node (struct node_fsm_ops) ------- */
@@ -447,7 +450,8 @@ static void disk_hand_over(struct node *n, const struct repl_status *st)
     rv = repl_transfer(n->repl, 0);
     node_log(rv == 0 ? NODE_LOG_WARN : NODE_LOG_INFO,
              "disk full on the leader: handing leadership over",
-             "result=%s free_bytes=%llu", rv == 0 ? "started" : tern_err_name(rv),
+             "result=%s free_bytes=%llu",
+             rv == 0 ? "started" : tern_err_name(rv),
              (unsigned long long)n->disk.free);
 }
 
@@ -524,7 +528,8 @@ static int mkdir_p(const char *path, char *errmsg)
  * node may have acknowledged (a voter that forgets acknowledged entries
  * can elect a leader without them). Counts those files in dir and copies
  * the greatest name (the newest) into newest (cap bytes, may be NULL). */
-static unsigned count_corrupt_segments(const char *dir, char *newest,
+static unsigned count_corrupt_segments(const char *dir,
+                                       char *newest,
                                        size_t cap)
 {
     DIR *d = opendir(dir);
@@ -681,13 +686,13 @@ static int node_start(struct node *n, char *errmsg)
     rc.heartbeat_ms = c->heartbeat_ms;
     rc.snapshot_threshold_bytes = c->snapshot_bytes;
     rc.snapshot_trailing = c->snapshot_trailing;
-    rc.durability = c->memory_durability ? REPL_DURABILITY_MEMORY
-                                         : REPL_DURABILITY_DISK;
+    rc.durability =
+        c->memory_durability ? REPL_DURABILITY_MEMORY : REPL_DURABILITY_DISK;
     rv = repl_config_validate(&rc, errmsg);
     if (rv == 0) {
         node_fsm_callbacks(&n->fsm, &fsm);
-        rv = repl_new(&n->loop, n->transport.xport, &rc, &fsm, on_state, n, &n->repl,
-                      errmsg);
+        rv = repl_new(&n->loop, n->transport.xport, &rc, &fsm, on_state, n,
+                      &n->repl, errmsg);
     }
     tern_free(rpeers);
     if (rv != 0) {
@@ -748,8 +753,8 @@ static int node_start(struct node *n, char *errmsg)
                      (unsigned long long)(applied - st.last_index));
         }
     }
-    rv = node_server_new(&n->loop, c, &n->batcher, &sops, n, &n->server,
-                        errmsg);
+    rv =
+        node_server_new(&n->loop, c, &n->batcher, &sops, n, &n->server, errmsg);
     if (rv != 0) {
         tern_errmsg_wrapf(errmsg, "client server on %s", c->client_addr);
         return rv;

@@ -58,8 +58,8 @@
 #include "log.h"
 #include "server.h"
 
-#define SERVER__READ_CHUNK        (64u * 1024u)
-#define SERVER__MAX_WRITE_QUEUE   (32u * 1024u * 1024u)
+#define SERVER__READ_CHUNK        ((size_t)64 << 10)
+#define SERVER__MAX_WRITE_QUEUE   ((size_t)32 << 20)
 #define SERVER__MAX_PARKED        10000u
 #define SERVER__MAX_WAIT_MS       60000u
 #define SERVER__DEFAULT_MAX_MSGS  1000u
@@ -886,8 +886,7 @@ static void handle_request(struct node_conn *c,
 
 static bool conn_may_process(const struct node_conn *c)
 {
-    return c->state == CONN_OPEN &&
-           !node_batcher_congested(c->view.batcher);
+    return c->state == CONN_OPEN && !node_batcher_congested(c->view.batcher);
 }
 
 /* Handle every complete frame in the read buffer. */

@@ -61,10 +61,10 @@ static int shm_socket_path(const char *shm_dir,
 /* xport_fallback_options.fast_address: a peer's fast address from its raft
  * address, by the rule its own node uses to listen. */
 static int fast_address(void *arg,
-                             uint64_t peer_id,
-                             const char *slow_address,
-                             char *out,
-                             size_t cap)
+                        uint64_t peer_id,
+                        const char *slow_address,
+                        char *out,
+                        size_t cap)
 {
     struct node_transport *t = arg;
     size_t len = strlen(slow_address);
@@ -83,7 +83,9 @@ static int fast_address(void *arg,
 /* Wrap t->xport (tcp, owned by t) and fast into a fallback composite. On
  * failure fast is closed and t->xport stays the tcp transport
  * (node_transport_close closes it). */
-static int wrap_fallback(struct node_transport *t, struct xport *fast, char *errmsg)
+static int wrap_fallback(struct node_transport *t,
+                         struct xport *fast,
+                         char *errmsg)
 {
     struct xport_fallback_options fo;
     struct xport *fb = NULL;
@@ -108,8 +110,7 @@ static int wrap_fallback(struct node_transport *t, struct xport *fast, char *err
         return rv;
     }
     t->xport = fb;
-    (void)snprintf(t->name, sizeof(t->name), "%s",
-                   xport_name(fb));
+    (void)snprintf(t->name, sizeof(t->name), "%s", xport_name(fb));
     return 0;
 }
 
@@ -174,16 +175,15 @@ int node_transport_start(struct node_transport *t, char *errmsg)
         char verrmsg[TERN_ERRMSG_SIZE] = "";
         memset(&vo, 0, sizeof(vo));
         vo.ring_bytes = shm_ring_bytes(c);
-        rv = xport_verbs_new(t->loop, c->id, c->raft_addr, &vo, &fast,
-                             verrmsg);
+        rv = xport_verbs_new(t->loop, c->id, c->raft_addr, &vo, &fast, verrmsg);
         if (rv == 0) {
             node_log(NODE_LOG_INFO, "verbs transport listening",
                      "addr=%s devices=%d", c->raft_addr, devices);
             return wrap_fallback(t, fast, errmsg);
         }
         if (strcmp(want, "rdma") == 0) {
-            tern_errmsg_printf(errmsg, "rdma transport on %s: %s",
-                               c->raft_addr, verrmsg);
+            tern_errmsg_printf(errmsg, "rdma transport on %s: %s", c->raft_addr,
+                               verrmsg);
             return rv;
         }
         node_log(NODE_LOG_WARN, "rdma unavailable, using tcp",
@@ -193,8 +193,9 @@ int node_transport_start(struct node_transport *t, char *errmsg)
 #endif
     if (strcmp(want, "rdma") == 0) {
 #ifdef TERN_HAVE_VERBS
-        tern_errmsg_printf(errmsg, "transport rdma: no RDMA device found (use "
-                                   "--transport tcp, shm or auto)");
+        tern_errmsg_printf(errmsg,
+                           "transport rdma: no RDMA device found (use "
+                           "--transport tcp, shm or auto)");
 #else
         tern_errmsg_printf(errmsg,
                            "transport rdma: ternd was built without "

@@ -271,18 +271,18 @@ Test(config, ini_errors)
  * must not hide the error. */
 Test(config, misspelled_key_with_valid_lines_after)
 {
-    static const char text[] = "[node]\n"
-                               "id = 2\n"
-                               "data_dir = /tmp/t2\n"
-                               "[raft]\n"
-                               "heartbeat_ms = 30\n"
-                               "; a comment line\n"
-                               "electon_timeout_ms = 300\n"
-                               "snapshot_trailing = 64\n"
-                               "[limits]\n"
-                               "max_message_bytes = 1M\n";
-    cr_expect_eq(node_config_load_string(&cfg, text, "f", errmsg),
-                 TERN_EINVAL);
+    static const char text[] =
+        "[node]\n"
+        "id = 2\n"
+        "data_dir = /tmp/t2\n"
+        "[raft]\n"
+        "heartbeat_ms = 30\n"
+        "; a comment line\n"
+        "electon_timeout_ms = 300\n"
+        "snapshot_trailing = 64\n"
+        "[limits]\n"
+        "max_message_bytes = 1M\n";
+    cr_expect_eq(node_config_load_string(&cfg, text, "f", errmsg), TERN_EINVAL);
     cr_expect_str_eq(errmsg,
                      "f: [raft] electon_timeout_ms: unknown key at line 7");
 }
@@ -323,62 +323,65 @@ Test(config, misspelled_key_in_each_section)
 /* The first error in the file wins, whichever kind it is. */
 Test(config, first_error_wins)
 {
-    cr_expect_eq(node_config_load_string(
-                     &cfg, "[node]\nid = 1\nbroken line\nbogus = 1\n", "f",
-                     errmsg),
-                 TERN_EINVAL);
+    cr_expect_eq(
+        node_config_load_string(
+            &cfg, "[node]\nid = 1\nbroken line\nbogus = 1\n", "f", errmsg),
+        TERN_EINVAL);
     cr_expect_str_eq(errmsg, "f:3: syntax error");
-    cr_expect_eq(node_config_load_string(
-                     &cfg, "[node]\nbogus = 1\nbroken line\nid = 1\n", "f",
-                     errmsg),
-                 TERN_EINVAL);
+    cr_expect_eq(
+        node_config_load_string(
+            &cfg, "[node]\nbogus = 1\nbroken line\nid = 1\n", "f", errmsg),
+        TERN_EINVAL);
     cr_expect_str_eq(errmsg, "f: [node] bogus: unknown key at line 2");
-    cr_expect_eq(node_config_load_string(
-                     &cfg, "[raft]\nheartbeat_ms = 5G\nheartbeat_ms = 5\n",
-                     "f", errmsg),
-                 TERN_EINVAL);
+    cr_expect_eq(
+        node_config_load_string(
+            &cfg, "[raft]\nheartbeat_ms = 5G\nheartbeat_ms = 5\n", "f", errmsg),
+        TERN_EINVAL);
     cr_expect_not_null(strstr(errmsg, "larger than"), "%s", errmsg);
     cr_expect_not_null(strstr(errmsg, " at line 2"), "%s", errmsg);
 }
 
 Test(config, misspelled_key_in_a_file)
 {
-    char *path = write_tmp("[node]\nid = 2\n[raft]\nelecton_timeout_ms = 300\n"
-                           "heartbeat_ms = 30\n");
+    char *path = write_tmp(
+        "[node]\nid = 2\n[raft]\nelecton_timeout_ms = 300\n"
+        "heartbeat_ms = 30\n");
     ARGS("--config", path, "--data-dir", "/tmp/t2");
     int rv = node_config_parse_args(&cfg, argc_, argv_, errmsg);
     unlink(path);
     cr_expect_eq(rv, TERN_EINVAL);
-    cr_expect_not_null(strstr(errmsg, "] electon_timeout_ms: unknown key at "
-                                      "line 4"),
+    cr_expect_not_null(strstr(errmsg,
+                              "] electon_timeout_ms: unknown key at "
+                              "line 4"),
                        "%s", errmsg);
 }
 
 /* Every key of the file and every flag lands in its own member. */
 Test(config, every_key_in_the_file)
 {
-    static const char text[] = "[node]\n"
-                               "id = 2\n"
-                               "data_dir = /tmp/t2\n"
-                               "client_addr = 127.0.0.1:17402\n"
-                               "raft_addr = 127.0.0.1:17502\n"
-                               "transport = shm\n"
-                               "shm_dir = /run/t\n"
-                               "busy_poll_us = 40\n"
-                               "follower_busy_poll_us = 7\n"
-                               "log_level = error\n"
-                               "pid_file = /tmp/t2.pid\n"
-                               "[raft]\n"
-                               "election_timeout_ms = 300\n"
-                               "heartbeat_ms = 30\n"
-                               "snapshot_threshold_bytes = 1G\n"
-                               "snapshot_trailing = 9\n"
-                               "durability = memory\n"
-                               "[limits]\n"
-                               "max_message_bytes = 1K\n"
-                               "max_frame_bytes = 3M\n"
-                               "min_free_disk_bytes = 5\n"
-                               "reserve_disk_bytes = 6\n";
+    static const char text[] =
+        "[node]\n"
+        "id = 2\n"
+        "data_dir = /tmp/t2\n"
+        "client_addr = 127.0.0.1:17402\n"
+        "raft_addr = 127.0.0.1:17502\n"
+        "transport = shm\n"
+        "shm_dir = /run/t\n"
+        "busy_poll_us = 40\n"
+        "follower_busy_poll_us = 7\n"
+        "log_level = error\n"
+        "pid_file = /tmp/t2.pid\n"
+        "[raft]\n"
+        "election_timeout_ms = 300\n"
+        "heartbeat_ms = 30\n"
+        "snapshot_threshold_bytes = 1G\n"
+        "snapshot_trailing = 9\n"
+        "durability = memory\n"
+        "[limits]\n"
+        "max_message_bytes = 1K\n"
+        "max_frame_bytes = 3M\n"
+        "min_free_disk_bytes = 5\n"
+        "reserve_disk_bytes = 6\n";
     cr_assert_eq(node_config_load_string(&cfg, text, "t", errmsg), 0, "%s",
                  errmsg);
     cr_expect_eq(cfg.id, 2);
@@ -407,9 +410,9 @@ Test(config, every_flag)
     ARGS("--dev", "--election-timeout-ms", "400", "--heartbeat-ms", "40",
          "--snapshot-bytes", "2M", "--snapshot-trailing", "11",
          "--max-message-bytes", "2K", "--max-frame-bytes", "1M",
-         "--min-free-disk-bytes=3K", "--reserve-disk-bytes", "0",
-         "--pid-file", "/tmp/p", "--transport", "auto", "--log-level",
-         "debug", "--durability", "disk", "--follower-busy-poll-us", "2");
+         "--min-free-disk-bytes=3K", "--reserve-disk-bytes", "0", "--pid-file",
+         "/tmp/p", "--transport", "auto", "--log-level", "debug",
+         "--durability", "disk", "--follower-busy-poll-us", "2");
     cr_assert_eq(node_config_parse_args(&cfg, argc_, argv_, errmsg), 0, "%s",
                  errmsg);
     cr_expect_eq(cfg.election_timeout_ms, 400);
