@@ -27,8 +27,8 @@
  * Reads behind a barrier (GROUP_FETCH): the request adds a READ_BARRIER
  * command (index/cmd.c) to the open entry and is answered like a write,
  * after the flush that covers its apply, by serving the fetch from the
- * index then (node_server_respond). The entry commits only while this node
- * leads a majority, and everything committed before it is applied by then:
+ * index then (in the respond op: server.c). The entry commits only while this
+ * node leads a majority, and everything committed before it is applied by then:
  * the read is linearizable, unlike a plain read from a leader that may
  * have been deposed without knowing it.
  *
