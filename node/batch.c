@@ -27,8 +27,8 @@
  * Reads behind a barrier (GROUP_FETCH): the request adds a READ_BARRIER
  * command (index/cmd.c) to the open entry and is answered like a write,
  * after the flush that covers its apply, by serving the fetch from the
- * index then (node_server_respond). The entry commits only while this node
- * leads a majority, and everything committed before it is applied by then:
+ * index then (in the respond op: server.c). The entry commits only while this
+ * node leads a majority, and everything committed before it is applied by then:
  * the read is linearizable, unlike a plain read from a leader that may
  * have been deposed without knowing it.
  *
@@ -48,7 +48,9 @@
  */
 #include <errno.h>
 
-#include "node.h"
+#include <string.h>
+
+#include "batch.h"
 
 void node_batcher_init(struct node_batcher *b,
                        const struct node_batcher_ops *ops,
@@ -62,9 +64,9 @@ void node_batcher_init(struct node_batcher *b,
     b->max_inflight = 64;
     b->max_inflight_bytes = 64u << 20;
     b->max_queued = 8;
-    node_list_init(&b->queued);
-    node_list_init(&b->inflight);
-    node_list_init(&b->done);
+    tern_list_init(&b->queued);
+    tern_list_init(&b->inflight);
+    tern_list_init(&b->done);
 }
 
 static void batch_free(struct node_batch *batch)
@@ -81,14 +83,14 @@ static void batch_answer(struct node_batch *batch, int status)
     if (status == -ENOSPC) {
         status = TERN_EFULL;
     }
-    while (!node_list_empty(&batch->wreqs)) {
+    while (!tern_list_empty(&batch->wreqs)) {
         struct node_wreq *w =
-            NODE__CONTAINER(batch->wreqs.next, struct node_wreq, link);
-        node_list_remove(&w->link);
+            TERN_CONTAINER(batch->wreqs.next, struct node_wreq, link);
+        tern_list_remove(&w->link);
         if (status != 0) {
             w->status = status;
         }
-        b->ops.respond(b->arg, w);
+        b->ops.respond(w);
         tern_free(w);
     }
     batch_free(batch);
@@ -100,8 +102,8 @@ static struct node_batch *batch_new(struct node_batcher *b)
     if (batch == NULL) {
         return NULL;
     }
-    node_list_init(&batch->link);
-    node_list_init(&batch->wreqs);
+    tern_list_init(&batch->link);
+    tern_list_init(&batch->wreqs);
     tern_wbuf_init(&batch->w);
     batch->batcher = b;
     idx_cmd_begin(&batch->w, b->ops.timestamp_ms(b->arg));
@@ -135,7 +137,7 @@ static void seal_open(struct node_batcher *b)
         batch_answer(batch, batch->w.err);
         return;
     }
-    node_list_push(&b->queued, &batch->link);
+    tern_list_push(&b->queued, &batch->link);
     b->n_queued++;
 }
 
@@ -221,7 +223,7 @@ int node_batcher_add(struct node_batcher *b,
             return -ENOMEM;
         }
     }
-    node_list_init(&w->link);
+    tern_list_init(&w->link);
     w->owner = owner;
     w->request_id = request_id;
     w->op = r->op;
@@ -259,12 +261,12 @@ int node_batcher_add(struct node_batcher *b,
         struct node_batch *broken = b->open;
         int err = broken->w.err;
         b->open = NULL;
-        node_list_push(&broken->wreqs, &w->link);
+        tern_list_push(&broken->wreqs, &w->link);
         broken->n_cmds++;
         batch_answer(broken, err);
         return 0;
     }
-    node_list_push(&b->open->wreqs, &w->link);
+    tern_list_push(&b->open->wreqs, &w->link);
     b->open->n_cmds++;
     return 0;
 }
@@ -286,11 +288,11 @@ void node_batcher_propose(struct node_batcher *b)
     while (b->n_queued > 0 && b->n_inflight < b->max_inflight &&
            (b->n_inflight == 0 || b->inflight_bytes < b->max_inflight_bytes)) {
         struct node_batch *batch =
-            NODE__CONTAINER(b->queued.next, struct node_batch, link);
+            TERN_CONTAINER(b->queued.next, struct node_batch, link);
         uint64_t index = 0;
         int rv;
 
-        node_list_remove(&batch->link);
+        tern_list_remove(&batch->link);
         b->n_queued--;
         rv = b->ops.propose(b->arg, batch, batch->w.base, batch->w.len, &index);
         if (rv != 0) {
@@ -300,7 +302,7 @@ void node_batcher_propose(struct node_batcher *b)
         /* The bytes now belong to repl. */
         tern_wbuf_init(&batch->w);
         batch->index = index;
-        node_list_push(&b->inflight, &batch->link);
+        tern_list_push(&b->inflight, &batch->link);
         b->n_inflight++;
         b->inflight_bytes += batch->len;
     }
@@ -313,11 +315,11 @@ void node_batcher_on_apply(struct node_batcher *b,
                            const struct idx_result *results,
                            unsigned n)
 {
-    struct node_list *l;
+    struct tern_list *l;
     len = idx_cmd_entry_len(entry, len);
     for (l = b->inflight.next; l != &b->inflight; l = l->next) {
-        struct node_batch *batch = NODE__CONTAINER(l, struct node_batch, link);
-        struct node_list *wl;
+        struct node_batch *batch = TERN_CONTAINER(l, struct node_batch, link);
+        struct tern_list *wl;
         unsigned i = 0;
 
         if (batch->index != index) {
@@ -332,7 +334,7 @@ void node_batcher_on_apply(struct node_batcher *b,
             return; /* another leader's entry at our index */
         }
         for (wl = batch->wreqs.next; wl != &batch->wreqs; wl = wl->next) {
-            struct node_wreq *w = NODE__CONTAINER(wl, struct node_wreq, link);
+            struct node_wreq *w = TERN_CONTAINER(wl, struct node_wreq, link);
             if (i < n) {
                 w->result = results[i];
                 w->status = results[i].status;
@@ -350,7 +352,7 @@ void node_batcher_proposed(struct node_batch *batch, int status, uint64_t index)
 {
     struct node_batcher *b = batch->batcher;
     (void)index;
-    node_list_remove(&batch->link);
+    tern_list_remove(&batch->link);
     b->n_inflight--;
     b->inflight_bytes -= batch->len;
     if (status != 0) {
@@ -358,22 +360,21 @@ void node_batcher_proposed(struct node_batch *batch, int status, uint64_t index)
         return;
     }
     if (!batch->applied) {
-        struct node_list *wl;
+        struct tern_list *wl;
         for (wl = batch->wreqs.next; wl != &batch->wreqs; wl = wl->next) {
-            NODE__CONTAINER(wl, struct node_wreq, link)->status =
-                TERN_EINTERNAL;
+            TERN_CONTAINER(wl, struct node_wreq, link)->status = TERN_EINTERNAL;
         }
     }
-    node_list_push(&b->done, &batch->link);
+    tern_list_push(&b->done, &batch->link);
     b->n_done++;
 }
 
 void node_batcher_flushed(struct node_batcher *b)
 {
-    while (!node_list_empty(&b->done)) {
+    while (!tern_list_empty(&b->done)) {
         struct node_batch *batch =
-            NODE__CONTAINER(b->done.next, struct node_batch, link);
-        node_list_remove(&batch->link);
+            TERN_CONTAINER(b->done.next, struct node_batch, link);
+        tern_list_remove(&batch->link);
         b->n_done--;
         batch_answer(batch, 0);
     }
@@ -386,12 +387,11 @@ void node_batcher_fail_pending(struct node_batcher *b, int status)
         b->open = NULL;
         batch_answer(batch, status);
     }
-    while (!node_list_empty(&b->queued)) {
+    while (!tern_list_empty(&b->queued)) {
         struct node_batch *batch =
-            NODE__CONTAINER(b->queued.next, struct node_batch, link);
-        node_list_remove(&batch->link);
+            TERN_CONTAINER(b->queued.next, struct node_batch, link);
+        tern_list_remove(&batch->link);
         b->n_queued--;
         batch_answer(batch, status);
     }
 }
-

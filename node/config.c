@@ -17,9 +17,7 @@
  *   busy_poll_us = 0                ; transport=shm|tcp|rdma: while
  *                                   ; leader, spin up to this long for
  *                                   ; answers after a send
- *                                   ; (xport_shm_set_busy_poll,
- *                                   ; xport_tcp_set_busy_poll,
- *                                   ; xport_verbs_set_busy_poll); 0 = off
+ *                                   ; (node/transport.c); 0 = off
  *   follower_busy_poll_us = 0       ; the same while not
  *                                   ; leader: spin for the next
  *                                   ; AppendEntries after each answer
@@ -49,7 +47,8 @@
  * [peers] line; if [peers] is empty the node is a single-node cluster made
  * of itself. Addresses are IPv4 "host:port".
  *
- * Transports (the raft traffic between nodes; node/node.c builds them):
+ * Transports (the raft traffic between nodes; node/transport.c builds
+ * them):
  *   tcp   plain TCP on raft_addr;
  *   shm   shared-memory rings (same host only) with TCP as the per-peer
  *         fallback (rdma/fallback.c). Each node listens on the unix socket
@@ -62,15 +61,25 @@
  *         when built without verbs or when no RDMA device exists;
  *   auto  rdma when an RDMA device exists and the verbs listener can be
  *         created on raft_addr, else tcp.
+ *
+ * Keys: each key is one row of keys[] below (section, INI name, flag, the
+ * setter that checks its text, the member of struct node_config it sets
+ * and the largest number accepted); the file and the flags share the
+ * rows. An INI error names the file, section, key and line, and the first
+ * bad line of a file is the one reported.
  */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <ini.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "node.h"
+#include <tern_common.h>
+
+#include "config.h"
+#include "log.h"
 
 static const char usage_text[] =
     "usage: ternd [--config FILE] [options]\n"
@@ -292,19 +301,6 @@ bad:
     return TERN_EINVAL;
 }
 
-static int parse_uint(const char *v,
-                      unsigned *out,
-                      const char *what,
-                      char *errmsg)
-{
-    uint64_t x;
-    int rv = parse_u64(v, UINT32_MAX, &x, what, errmsg);
-    if (rv == 0) {
-        *out = (unsigned)x;
-    }
-    return rv;
-}
-
 /* "host:port" with an IPv4 host and a port in 1..65535. */
 static int check_addr(const char *a, const char *what, char *errmsg)
 {
@@ -410,149 +406,288 @@ err_after_alloc:
 
 /* ---- Keys shared by the file and the flags ------------------------------ */
 
+/* One configuration key: where it is read from, how its text is checked
+ * and which member of struct node_config it sets. */
 struct key
 {
     const char *section; /* INI section */
     const char *name;    /* INI key */
     const char *flag;    /* command-line flag */
+    /* Set the member of c that k describes from the text v. what names
+     * the source in messages. 0, or TERN_EINVAL / -ENOMEM with errmsg. */
+    int (*set)(struct node_config *c,
+               const struct key *k,
+               const char *v,
+               const char *what,
+               char *errmsg);
+    size_t field; /* offsetof the member, of the type set expects */
+    uint64_t max; /* numbers: the largest value accepted */
 };
 
-static const struct key keys[] = {
-    {"node", "id", "--id"},
-    {"node", "data_dir", "--data-dir"},
-    {"node", "client_addr", "--client-addr"},
-    {"node", "raft_addr", "--raft-addr"},
-    {"node", "transport", "--transport"},
-    {"node", "log_level", "--log-level"},
-    {"node", "pid_file", "--pid-file"},
-    {"raft", "election_timeout_ms", "--election-timeout-ms"},
-    {"raft", "heartbeat_ms", "--heartbeat-ms"},
-    {"raft", "snapshot_threshold_bytes", "--snapshot-bytes"},
-    {"raft", "snapshot_trailing", "--snapshot-trailing"},
-    {"limits", "max_message_bytes", "--max-message-bytes"},
-    {"limits", "max_frame_bytes", "--max-frame-bytes"},
-    {"limits", "min_free_disk_bytes", "--min-free-disk-bytes"},
-    {"node", "shm_dir", "--shm-dir"},
-    {"raft", "durability", "--durability"},
-    {"node", "busy_poll_us", "--busy-poll-us"},
-    {"limits", "reserve_disk_bytes", "--reserve-disk-bytes"},
-    {"node", "follower_busy_poll_us", "--follower-busy-poll-us"},
-};
+/* offsetof(struct node_config, member), and a compile error unless the
+ * member has the type the row's setter writes: char *, uint64_t, unsigned
+ * or int. (clang-format 14 would split the _Generic associations.) */
+/* clang-format off */
+#define NODE__STR(member)                                                      \
+    _Generic(((struct node_config *)0)->member,                                \
+             char *: offsetof(struct node_config, member))
+#define NODE__U64(member)                                                      \
+    _Generic(((struct node_config *)0)->member,                                \
+             uint64_t: offsetof(struct node_config, member))
+#define NODE__UINT(member)                                                     \
+    _Generic(((struct node_config *)0)->member,                                \
+             unsigned: offsetof(struct node_config, member))
+#define NODE__INT(member)                                                      \
+    _Generic(((struct node_config *)0)->member,                                \
+             int: offsetof(struct node_config, member))
+/* clang-format on */
 
-/* Set key k (index into keys) to v. what names the source in messages. */
-static int set_key(struct node_config *c,
-                   unsigned k,
+static void *field_of(struct node_config *c, const struct key *k)
+{
+    return (char *)c + k->field;
+}
+
+/* char * member: any non-empty text. */
+static int set_text(struct node_config *c,
+                    const struct key *k,
+                    const char *v,
+                    const char *what,
+                    char *errmsg)
+{
+    return set_str(field_of(c, k), v, what, errmsg);
+}
+
+/* char * member: an IPv4 "host:port". */
+static int set_addr(struct node_config *c,
+                    const struct key *k,
+                    const char *v,
+                    const char *what,
+                    char *errmsg)
+{
+    int rv = check_addr(v, what, errmsg);
+    return rv != 0 ? rv : set_str(field_of(c, k), v, what, errmsg);
+}
+
+/* char * member: tcp | shm | rdma | auto. */
+static int set_transport(struct node_config *c,
+                         const struct key *k,
+                         const char *v,
+                         const char *what,
+                         char *errmsg)
+{
+    if (strcmp(v, "tcp") != 0 && strcmp(v, "shm") != 0 &&
+        strcmp(v, "rdma") != 0 && strcmp(v, "auto") != 0) {
+        tern_errmsg_printf(errmsg,
+                           "%s: transport '%s' is not supported "
+                           "(only tcp, shm, rdma or auto)",
+                           what, v);
+        return TERN_EINVAL;
+    }
+    return set_str(field_of(c, k), v, what, errmsg);
+}
+
+/* char * member: an absolute directory of at most k->max bytes. */
+static int set_abs_dir(struct node_config *c,
+                       const struct key *k,
+                       const char *v,
+                       const char *what,
+                       char *errmsg)
+{
+    if (v[0] != '/' || strlen(v) > k->max) {
+        tern_errmsg_printf(errmsg,
+                           "%s: '%s' is not an absolute directory of at "
+                           "most %llu bytes",
+                           what, v, (unsigned long long)k->max);
+        return TERN_EINVAL;
+    }
+    return set_str(field_of(c, k), v, what, errmsg);
+}
+
+/* int member (enum node_log_level): error | warn | info | debug. */
+static int set_log_level(struct node_config *c,
+                         const struct key *k,
+                         const char *v,
+                         const char *what,
+                         char *errmsg)
+{
+    int level = node_log_level_parse(v);
+    if (level < 0) {
+        tern_errmsg_printf(errmsg,
+                           "%s: log level '%s' is not one of "
+                           "error|warn|info|debug",
+                           what, v);
+        return TERN_EINVAL;
+    }
+    *(int *)field_of(c, k) = level;
+    return 0;
+}
+
+/* int member, true for memory: disk | memory. */
+static int set_durability(struct node_config *c,
+                          const struct key *k,
+                          const char *v,
+                          const char *what,
+                          char *errmsg)
+{
+    if (strcmp(v, "disk") != 0 && strcmp(v, "memory") != 0) {
+        tern_errmsg_printf(errmsg, "%s: durability '%s' is not disk or memory",
+                           what, v);
+        return TERN_EINVAL;
+    }
+    *(int *)field_of(c, k) = strcmp(v, "memory") == 0;
+    return 0;
+}
+
+/* uint64_t member: 0..k->max (K/M/G suffixes). */
+static int set_u64(struct node_config *c,
+                   const struct key *k,
                    const char *v,
                    const char *what,
                    char *errmsg)
 {
-    uint64_t x;
-    int rv;
+    return parse_u64(v, k->max, field_of(c, k), what, errmsg);
+}
 
-    switch (k) {
-    case 0:
-        rv = parse_u64(v, UINT64_MAX, &x, what, errmsg);
-        if (rv == 0 && x == 0) {
-            tern_errmsg_printf(errmsg, "%s: node id must be > 0", what);
-            rv = TERN_EINVAL;
-        }
-        if (rv == 0) {
-            c->id = x;
-        }
-        return rv;
-    case 1:
-        return set_str(&c->data_dir, v, what, errmsg);
-    case 2:
-        rv = check_addr(v, what, errmsg);
-        return rv != 0 ? rv : set_str(&c->client_addr, v, what, errmsg);
-    case 3:
-        rv = check_addr(v, what, errmsg);
-        return rv != 0 ? rv : set_str(&c->raft_addr, v, what, errmsg);
-    case 4:
-        if (strcmp(v, "tcp") != 0 && strcmp(v, "shm") != 0 &&
-            strcmp(v, "rdma") != 0 && strcmp(v, "auto") != 0) {
-            tern_errmsg_printf(errmsg,
-                               "%s: transport '%s' is not supported "
-                               "(only tcp, shm, rdma or auto)",
-                               what, v);
-            return TERN_EINVAL;
-        }
-        return set_str(&c->transport, v, what, errmsg);
-    case 5:
-        rv = node_log_level_parse(v);
-        if (rv < 0) {
-            tern_errmsg_printf(errmsg,
-                               "%s: log level '%s' is not one of "
-                               "error|warn|info|debug",
-                               what, v);
-            return TERN_EINVAL;
-        }
-        c->log_level = rv;
-        return 0;
-    case 6:
-        return set_str(&c->pid_file, v, what, errmsg);
-    case 7:
-        return parse_uint(v, &c->election_timeout_ms, what, errmsg);
-    case 8:
-        return parse_uint(v, &c->heartbeat_ms, what, errmsg);
-    case 9:
-        return parse_u64(v, UINT64_MAX, &c->snapshot_bytes, what, errmsg);
-    case 10:
-        return parse_uint(v, &c->snapshot_trailing, what, errmsg);
-    case 11:
-        return parse_u64(v, UINT32_MAX, &c->max_message_bytes, what, errmsg);
-    case 12:
-        return parse_u64(v, UINT32_MAX, &c->max_frame_bytes, what, errmsg);
-    case 13:
-        return parse_u64(v, UINT64_MAX, &c->min_free_disk_bytes, what, errmsg);
-    case 14:
-        if (v[0] != '/' || strlen(v) > NODE_SHM_DIR_MAX) {
-            tern_errmsg_printf(errmsg,
-                               "%s: '%s' is not an absolute directory of at "
-                               "most %u bytes",
-                               what, v, NODE_SHM_DIR_MAX);
-            return TERN_EINVAL;
-        }
-        return set_str(&c->shm_dir, v, what, errmsg);
-    case 15:
-        if (strcmp(v, "disk") != 0 && strcmp(v, "memory") != 0) {
-            tern_errmsg_printf(errmsg,
-                               "%s: durability '%s' is not disk or memory",
-                               what, v);
-            return TERN_EINVAL;
-        }
-        c->memory_durability = strcmp(v, "memory") == 0;
-        return 0;
-    case 16:
-        rv = parse_u64(v, 1000000, &x, what, errmsg);
-        if (rv == 0) {
-            c->busy_poll_us = (unsigned)x;
-        }
-        return rv;
-    case 17:
-        return parse_u64(v, UINT64_MAX, &c->reserve_disk_bytes, what, errmsg);
-    case 18:
-        rv = parse_u64(v, 1000000, &x, what, errmsg);
-        if (rv == 0) {
-            c->follower_busy_poll_us = (unsigned)x;
-        }
-        return rv;
-    default:
-        break;
+/* uint64_t member: 1..k->max (a node id). */
+static int set_id(struct node_config *c,
+                  const struct key *k,
+                  const char *v,
+                  const char *what,
+                  char *errmsg)
+{
+    uint64_t x;
+    int rv = parse_u64(v, k->max, &x, what, errmsg);
+    if (rv == 0 && x == 0) {
+        tern_errmsg_printf(errmsg, "%s: node id must be > 0", what);
+        rv = TERN_EINVAL;
     }
-    tern_errmsg_printf(errmsg, "%s: unknown key", what);
-    return TERN_EINVAL;
+    if (rv == 0) {
+        *(uint64_t *)field_of(c, k) = x;
+    }
+    return rv;
+}
+
+/* unsigned member: 0..k->max (at most UINT32_MAX). */
+static int set_unsigned(struct node_config *c,
+                        const struct key *k,
+                        const char *v,
+                        const char *what,
+                        char *errmsg)
+{
+    uint64_t x;
+    int rv = parse_u64(v, k->max, &x, what, errmsg);
+    if (rv == 0) {
+        *(unsigned *)field_of(c, k) = (unsigned)x;
+    }
+    return rv;
+}
+
+static const struct key keys[] = {
+    {"node", "id", "--id", set_id, NODE__U64(id), UINT64_MAX},
+    {"node", "data_dir", "--data-dir", set_text, NODE__STR(data_dir), 0},
+    {"node", "client_addr", "--client-addr", set_addr, NODE__STR(client_addr),
+     0},
+    {"node", "raft_addr", "--raft-addr", set_addr, NODE__STR(raft_addr), 0},
+    {"node", "transport", "--transport", set_transport, NODE__STR(transport),
+     0},
+    {"node", "shm_dir", "--shm-dir", set_abs_dir, NODE__STR(shm_dir),
+     NODE_SHM_DIR_MAX},
+    {"node", "busy_poll_us", "--busy-poll-us", set_unsigned,
+     NODE__UINT(busy_poll_us), 1000000},
+    {"node", "follower_busy_poll_us", "--follower-busy-poll-us", set_unsigned,
+     NODE__UINT(follower_busy_poll_us), 1000000},
+    {"node", "log_level", "--log-level", set_log_level, NODE__INT(log_level),
+     0},
+    {"node", "pid_file", "--pid-file", set_text, NODE__STR(pid_file), 0},
+    {"raft", "election_timeout_ms", "--election-timeout-ms", set_unsigned,
+     NODE__UINT(election_timeout_ms), UINT32_MAX},
+    {"raft", "heartbeat_ms", "--heartbeat-ms", set_unsigned,
+     NODE__UINT(heartbeat_ms), UINT32_MAX},
+    {"raft", "snapshot_threshold_bytes", "--snapshot-bytes", set_u64,
+     NODE__U64(snapshot_bytes), UINT64_MAX},
+    {"raft", "snapshot_trailing", "--snapshot-trailing", set_unsigned,
+     NODE__UINT(snapshot_trailing), UINT32_MAX},
+    {"raft", "durability", "--durability", set_durability,
+     NODE__INT(memory_durability), 0},
+    {"limits", "max_message_bytes", "--max-message-bytes", set_u64,
+     NODE__U64(max_message_bytes), UINT32_MAX},
+    {"limits", "max_frame_bytes", "--max-frame-bytes", set_u64,
+     NODE__U64(max_frame_bytes), UINT32_MAX},
+    {"limits", "min_free_disk_bytes", "--min-free-disk-bytes", set_u64,
+     NODE__U64(min_free_disk_bytes), UINT64_MAX},
+    {"limits", "reserve_disk_bytes", "--reserve-disk-bytes", set_u64,
+     NODE__U64(reserve_disk_bytes), UINT64_MAX},
+};
+
+/* The row of INI key name in section, or NULL. */
+static const struct key *key_by_name(const char *section, const char *name)
+{
+    for (unsigned k = 0; k < TERN_ARRAY_SIZE(keys); k++) {
+        if (strcmp(section, keys[k].section) == 0 &&
+            strcmp(name, keys[k].name) == 0) {
+            return &keys[k];
+        }
+    }
+    return NULL;
+}
+
+/* Whether some key lives in section. */
+static bool section_known(const char *section)
+{
+    for (unsigned k = 0; k < TERN_ARRAY_SIZE(keys); k++) {
+        if (strcmp(section, keys[k].section) == 0) {
+            return true;
+        }
+    }
+    return false;
 }
 
 /* ---- INI --------------------------------------------------------------- */
 
+/* The parse of one INI text. inih goes on after a line its handler
+ * refuses and returns the first failing line (handler or syntax), so the
+ * handler keeps the first refusal, with its line, and ignores every line
+ * after it: a valid line further down must not hide the error. */
 struct ini_ctx
 {
     struct node_config *c;
     const char *path;
     char *errmsg;
-    int rv;
+    FILE *file;       /* the source: a file, or */
+    const char *text; /* the rest of a string */
+    int line;         /* lines handed to inih so far */
+    int rv;           /* the first refusal, 0 if none */
+    int rv_line;      /* its line */
 };
+
+/* inih's fgets-style reader over x->file or x->text; counts the lines
+ * (inih numbers lines the same way: one per read). */
+static char *ini_read(char *str, int num, void *stream)
+{
+    struct ini_ctx *x = stream;
+    size_t n = 0;
+
+    if (x->file != NULL) {
+        if (fgets(str, num, x->file) == NULL) {
+            return NULL;
+        }
+        x->line++;
+        return str;
+    }
+    if (num <= 1 || x->text[0] == '\0') {
+        return NULL;
+    }
+    while (n < (size_t)num - 1 && x->text[n] != '\0') {
+        str[n] = x->text[n];
+        if (x->text[n++] == '\n') {
+            break;
+        }
+    }
+    str[n] = '\0';
+    x->text += n;
+    x->line++;
+    return str;
+}
 
 static int on_ini_line(void *user,
                        const char *section,
@@ -560,42 +695,53 @@ static int on_ini_line(void *user,
                        const char *value)
 {
     struct ini_ctx *x = user;
+    const struct key *k;
     char what[160];
+    int rv;
 
+    if (x->rv != 0) {
+        return 1; /* only the first error is reported */
+    }
     /* Only a label for error messages: truncation is harmless. */
     (void)snprintf(what, sizeof(what), "%s: [%s] %s", x->path, section, name);
     if (strcmp(section, "peers") == 0) {
         uint64_t id;
-        x->rv = parse_u64(name, UINT64_MAX, &id, what, x->errmsg);
-        if (x->rv == 0) {
-            x->rv = peer_set(&x->c->peers, &x->c->n_peers, id, value, what,
-                             x->errmsg);
+        rv = parse_u64(name, UINT64_MAX, &id, what, x->errmsg);
+        if (rv == 0) {
+            rv = peer_set(&x->c->peers, &x->c->n_peers, id, value, what,
+                          x->errmsg);
         }
-        return x->rv == 0;
+    } else if ((k = key_by_name(section, name)) != NULL) {
+        rv = k->set(x->c, k, value, what, x->errmsg);
+    } else {
+        tern_errmsg_printf(x->errmsg, "%s: unknown %s", what,
+                           section_known(section) ? "key" : "section");
+        rv = TERN_EINVAL;
     }
-    for (unsigned k = 0; k < TERN_ARRAY_SIZE(keys); k++) {
-        if (strcmp(section, keys[k].section) == 0 &&
-            strcmp(name, keys[k].name) == 0) {
-            x->rv = set_key(x->c, k, value, what, x->errmsg);
-            return x->rv == 0;
-        }
-    }
-    tern_errmsg_printf(
-        x->errmsg, "%s: unknown %s", what,
-        (strcmp(section, "node") == 0 || strcmp(section, "raft") == 0 ||
-         strcmp(section, "limits") == 0)
-            ? "key"
-            : "section");
-    x->rv = TERN_EINVAL;
-    return 0;
-}
-
-static int ini_result(struct ini_ctx *x, int line)
-{
-    if (line == 0) {
+    if (rv != 0) {
+        x->rv = rv;
+        x->rv_line = x->line;
         return 0;
     }
-    if (x->rv != 0) {
+    return 1;
+}
+
+/* Run inih over x's source. The first error of the text wins: the
+ * handler's (its line appended to the message) or inih's syntax error. */
+static int parse_ini(struct ini_ctx *x)
+{
+    int line = ini_parse_stream(ini_read, x, on_ini_line, x);
+    size_t len;
+
+    if (line == 0 && x->rv == 0) {
+        return 0;
+    }
+    if (x->rv != 0 && (line == 0 || line >= x->rv_line)) {
+        len = x->errmsg != NULL ? strlen(x->errmsg) : TERN_ERRMSG_SIZE;
+        if (len < TERN_ERRMSG_SIZE) {
+            (void)snprintf(x->errmsg + len, TERN_ERRMSG_SIZE - len,
+                           " at line %d", x->rv_line);
+        }
         return TERN_EINVAL;
     }
     if (line < 0) {
@@ -611,21 +757,31 @@ int node_config_load_string(struct node_config *c,
                             const char *path,
                             char *errmsg)
 {
-    struct ini_ctx x = {c, path, errmsg, 0};
-    return ini_result(&x, ini_parse_string(text, on_ini_line, &x));
+    struct ini_ctx x;
+    memset(&x, 0, sizeof(x));
+    x.c = c;
+    x.path = path;
+    x.errmsg = errmsg;
+    x.text = text;
+    return parse_ini(&x);
 }
 
 int node_config_load_file(struct node_config *c, const char *path, char *errmsg)
 {
-    struct ini_ctx x = {c, path, errmsg, 0};
-    FILE *f = fopen(path, "r");
+    struct ini_ctx x;
     int rv;
-    if (f == NULL) {
+
+    memset(&x, 0, sizeof(x));
+    x.c = c;
+    x.path = path;
+    x.errmsg = errmsg;
+    x.file = fopen(path, "r");
+    if (x.file == NULL) {
         tern_errmsg_printf(errmsg, "%s: %s", path, strerror(errno));
         return TERN_EINVAL;
     }
-    rv = ini_result(&x, ini_parse_file(f, on_ini_line, &x));
-    (void)fclose(f); /* read only: nothing to lose */
+    rv = parse_ini(&x);
+    (void)fclose(x.file); /* read only: nothing to lose */
     return rv;
 }
 
@@ -769,7 +925,7 @@ int node_config_parse_args(struct node_config *c,
             if (flag_is(a, keys[k].flag)) {
                 rv = flag_value(argc, argv, &i, keys[k].flag, &v, errmsg);
                 if (rv == 0) {
-                    rv = set_key(c, k, v, keys[k].flag, errmsg);
+                    rv = keys[k].set(c, &keys[k], v, keys[k].flag, errmsg);
                 }
                 if (rv != 0) {
                     goto out;

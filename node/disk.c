@@ -26,8 +26,6 @@
  * the same file system as raft/ and index/ (both under DATA_DIR).
  * Everything here runs on the loop thread.
  */
-#include "node.h"
-
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -35,6 +33,11 @@
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
+
+#include <tern_common.h>
+
+#include "disk.h"
+#include "log.h"
 
 #define DISK_POLL_MS 100
 
@@ -114,8 +117,7 @@ void node_disk_release(struct node_disk *d, const char *why)
         d->changed = true;
         node_log(NODE_LOG_WARN, "disk full: rejecting writes",
                  "why=\"%s\" free_bytes=%llu min_free_disk_bytes=%llu", why,
-                 (unsigned long long)d->free,
-                 (unsigned long long)d->min_free);
+                 (unsigned long long)d->free, (unsigned long long)d->min_free);
     }
     d->checked = false; /* re-read the free space at the next poll */
 }

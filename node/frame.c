@@ -23,7 +23,9 @@
  */
 #include <stdio.h>
 
-#include "node.h"
+#include <string.h>
+
+#include "frame.h"
 
 static bool op_known(uint8_t op)
 {

@@ -16,7 +16,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "node.h"
+#include <tern_common.h>
+
+#include "log.h"
 
 static uint64_t log_node_id;
 static enum node_log_level log_level = NODE_LOG_INFO;

@@ -5,6 +5,9 @@
  */
 #include <stdio.h>
 
+#include <tern_common.h>
+
+#include "config.h"
 #include "node.h"
 
 int main(int argc, char **argv)

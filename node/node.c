@@ -1,38 +1,26 @@
 /*
- * The wiring of one ternd process: xport (rdma/), repl (raft/) and the
- * index (index/) on ONE libuv loop, plus the client server (server.c).
+ * The wiring of one ternd process: the raft transport (transport.c over
+ * rdma/), repl (raft/), the state machine over the index (fsm.c over
+ * index/), write batching (batch.c) and the client server (server.c) on
+ * ONE libuv loop, and the node's lifecycle.
  *
  * Data directory layout: DIR/raft (raft_uv's files, owned by repl),
- * DIR/index (commit log + LMDB, owned by idx).
+ * DIR/index (commit log + LMDB, owned by idx), DIR/disk-reserve (disk.c).
  *
- * The FSM given to repl is the index: apply -> idx_apply (then the
- * per-command results are routed to waiting client requests through the
- * batcher; on followers and during replay there is no pending batch and
- * the results are dropped), snapshot -> idx_snapshot manifest,
- * restore -> idx_restore, bulk_* -> idx_bulk_*.
- *
- * Group commit: idx_apply leaves its changes in one pending LMDB write
- * transaction; a uv_check handle (end of every loop iteration) first
- * proposes the write batch collected during the iteration, then calls
- * idx_flush once if anything was applied, then releases the answers of
- * the batches whose apply that flush covered, then wakes parked FETCHes.
- * So an acknowledged message is immediately fetchable, on this node.
- * A uv_idle handle is started whenever work is pending so the loop never
- * blocks in poll with an unflushed apply.
- *
- * Transport (--transport, see node/config.c): tcp is xport_tcp on
- * raft_addr; shm and rdma are rdma/fallback.c composites of the fast
- * backend (shm on <shm_dir>/tern-shm-<host>-<port>.sock, or verbs on
- * raft_addr) and tcp on raft_addr, with the peers' fast addresses derived
- * from their raft addresses by the same rule (node_fast_address); auto is
- * rdma when a device exists and the verbs listener comes up, else tcp. The
- * node shows the real selection ("tcp", "shm+tcp", "verbs+tcp") as its
- * transport in the status answer (node_config(n)->transport).
+ * One loop iteration: a uv_check handle (end of every iteration) first
+ * proposes the write batch collected during the iteration, then flushes
+ * the index once if anything was applied (group commit, fsm.c), then
+ * releases the answers of the batches whose apply that flush covered, then
+ * wakes parked FETCHes. So an acknowledged message is immediately
+ * fetchable, on this node. A uv_idle handle is started whenever work is
+ * pending so the loop never blocks in poll with an unflushed apply. A
+ * 100 ms watchdog timer polls the disk space, hands leadership over when
+ * the leader's disk is full, and watches raft for a fail-stop.
  *
  * Shutdown (SIGTERM/SIGINT): close the client server, answer unproposed
  * writes with TERN_ESHUTDOWN, repl_close (in-flight proposals fail with
- * TERN_ESHUTDOWN), then idx_close, then xport_close, then our own handles;
- * uv_run returns and main exits 0.
+ * TERN_ESHUTDOWN), then close the index, then the transport, then our own
+ * handles; uv_run returns and main exits 0.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -40,14 +28,25 @@
 #include <limits.h>
 #include <signal.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
+#include <uv.h>
+
+#include <tern_common.h>
+
+#include "batch.h"
+#include "config.h"
+#include "disk.h"
+#include "fsm.h"
+#include "idx.h"
+#include "log.h"
 #include "node.h"
+#include "repl.h"
+#include "server.h"
+#include "transport.h"
 
 struct node
 {
@@ -55,15 +54,10 @@ struct node
     /* The caller's config with transport replaced by the selected one
      * (shallow copy: every other pointer is borrowed from the caller). */
     struct node_config cfg_view;
-    char transport_name[32];      /* selected: "tcp", "shm+tcp", ... */
-    char transport_requested[16]; /* cfg: "tcp" | "shm" | "rdma" | "auto" */
-    bool fast_is_shm;             /* the fallback's fast backend is shm */
-    struct xport *fast;           /* the fallback's fast backend, or NULL */
-    struct xport *tcp;  /* the tcp transport (owned by the fallback, if any) */
-    uint64_t loop_iters;          /* loop iterations (on_check runs) */
+    struct node_transport transport; /* its name is cfg_view.transport */
+    uint64_t loop_iters;             /* loop iterations (on_check runs) */
     uv_loop_t loop;
-    struct xport *xport;
-    struct idx_env *idx;
+    struct node_fsm fsm; /* the index behind raft's state machine */
     struct repl *repl;
     struct node_server *server;
     struct node_batcher batcher;
@@ -74,11 +68,7 @@ struct node
     uv_timer_t watchdog;
     bool handles_init;
     int last_fsm_error;
-    uint64_t idx_reopened_at; /* uv_now of the last reopen */
-    int apply_err;
-    uint64_t apply_err_logged_at;
     bool idle_on;
-    bool dirty; /* applied since the last idx_flush */
     bool stopping;
     bool fatal; /* stop at the end of this loop iteration */
     int exit_code;
@@ -87,14 +77,13 @@ struct node
     uint64_t leader_id;
     uint64_t term;
     bool writable;
-    struct node_disk disk; /* space alarm and reserve (disk.c) */
-    uint64_t disk_alarm_since; /* uv_now the leader's alarm was first seen */
-    uint64_t disk_handed_at;   /* uv_now of the last hand-over attempt */
+    struct node_disk disk;      /* space alarm and reserve (disk.c) */
+    uint64_t disk_alarm_since;  /* uv_now the leader's alarm was first seen */
+    uint64_t disk_handed_at;    /* uv_now of the last hand-over attempt */
     uint64_t disk_hand_over_ms; /* wait before the next one: 3 s, doubled
                                    per failed attempt up to 48 s */
     char raft_dir[PATH_MAX];
     char index_dir[PATH_MAX];
-    struct idx_result results[NODE_MAX_CMDS_PER_ENTRY];
 };
 
 static const char *role_name(enum repl_role r)
@@ -111,46 +100,17 @@ static const char *role_name(enum repl_role r)
     }
 }
 
-/* ---- Accessors for server.c -------------------------------------------- */
+static void node_stop(struct node *n);
 
-struct idx_env *node_idx(struct node *n)
-{
-    return n->idx;
-}
-
-struct node_batcher *node_batcher(struct node *n)
-{
-    return &n->batcher;
-}
-
-const struct node_config *node_config(struct node *n)
-{
-    return n->cfg;
-}
-
-void node_status(struct node *n, struct repl_status *out)
-{
-    memset(out, 0, sizeof(*out));
-    out->id = n->cfg->id;
-    if (n->repl != NULL && !n->stopping) {
-        repl_get_status(n->repl, out);
-    }
-}
-
-void node_latency(struct node *n, struct repl_latency *out, bool reset)
-{
-    memset(out, 0, sizeof(*out));
-    if (n->repl != NULL && !n->stopping) {
-        repl_get_latency(n->repl, out, reset);
-    }
-}
+/* ---- Loop and disk ---------------------------------------------------- */
 
 static void on_idle(uv_idle_t *h)
 {
     (void)h;
 }
 
-void node_kick(struct node *n)
+/* Ask for one more loop iteration soon (flush/propose pending work). */
+static void node_kick(struct node *n)
 {
     if (n->handles_init && !n->idle_on && !n->stopping) {
         uv_idle_start(&n->idle, on_idle);
@@ -166,12 +126,6 @@ static void disk_poll(struct node *n, bool force)
     }
 }
 
-int node_disk_check(struct node *n, char *errmsg)
-{
-    disk_poll(n, false);
-    return node_disk_refuse(&n->disk, errmsg);
-}
-
 /* ENOSPC met by an apply or a flush: give the reserve back to the file
  * system for the work in flight. Returns whether there was one. */
 static bool disk_release(struct node *n, const char *why)
@@ -184,254 +138,63 @@ static bool disk_release(struct node *n, const char *why)
     return had;
 }
 
-/* ---- FSM ---------------------------------------------------------------- */
+/* ---- The server's view of the node (struct node_server_ops) ------------ */
 
-static void node_stop(struct node *n);
-
-/* A failed fsync of the index is never retried or cured by a reopen
- * (idx_sync_failed, fsyncgate): stop the process, which restarts and
- * re-applies from the raft log. Returns whether it did. */
-static bool stop_if_sync_failed(struct node *n)
-{
-    if (n->idx == NULL || !idx_sync_failed(n->idx)) {
-        return false;
-    }
-    if (!n->fatal) {
-        node_log(NODE_LOG_ERROR, "index sync failed, exiting",
-                 "err=%s detail=\"%s\"", tern_err_name(idx_status(n->idx)),
-                 idx_errmsg(n->idx));
-        n->exit_code = 1;
-        n->fatal = true; /* stopped from on_check, not inside repl */
-        node_kick(n);
-    }
-    return true;
-}
-
-/* force: skip the once-a-second limit (the reserve was just released, so
- * the retry can succeed). */
-static int idx_reopen(struct node *n, bool force)
-{
-    char errmsg[TERN_ERRMSG_SIZE] = "";
-    struct idx_options io;
-    uint64_t now = uv_now(&n->loop);
-    int status = idx_status(n->idx);
-    int rv;
-
-    if (!force && n->idx_reopened_at != 0 && now - n->idx_reopened_at < 1000) {
-        return status;
-    }
-    n->idx_reopened_at = now;
-    node_log(NODE_LOG_WARN, "reopening the index after a failed apply",
-             "err=%s", tern_err_name(status));
-    idx_close(n->idx);
-    n->idx = NULL;
-    n->dirty = false;
-    memset(&io, 0, sizeof(io));
-    io.dir = n->index_dir;
-    io.max_message = (uint32_t)n->cfg->max_message_bytes;
-    rv = idx_open(&io, &n->idx, errmsg);
-    if ((rv == TERN_EFULL || rv == -ENOSPC) &&
-        disk_release(n, "index reopen: no space left")) {
-        /* Rebuilding LMDB from the log needs room: the reserve's. */
-        node_log(NODE_LOG_WARN, "retrying the index reopen in the disk "
-                 "reserve", "detail=\"%s\"", errmsg);
-        errmsg[0] = '\0';
-        rv = idx_open(&io, &n->idx, errmsg);
-    }
-    if (rv != 0) {
-        node_log(NODE_LOG_ERROR, "cannot reopen the index, exiting",
-                 "err=%s detail=\"%s\"", tern_err_name(rv), errmsg);
-        n->idx = NULL;
-        n->exit_code = 1;
-        n->fatal = true; /* stopped from on_check, not inside repl */
-        node_kick(n);
-        return rv;
-    }
-    node_log(NODE_LOG_INFO, "index reopened",
-             "last_applied=%llu log_end=%llu truncated_bytes=%llu",
-             (unsigned long long)idx_last_applied(n->idx),
-             (unsigned long long)idx_log_end(n->idx),
-             (unsigned long long)idx_truncated_bytes(n->idx));
-    return 0;
-}
-
-static int fsm_apply(void *arg, uint64_t index, const void *buf, size_t len)
+static struct idx_env *server_idx(void *arg)
 {
     struct node *n = arg;
-    unsigned nr = 0;
-    int rv;
+    return n->fsm.idx;
+}
 
-    if (n->idx == NULL) {
-        return TERN_ESHUTDOWN;
+static void server_status(void *arg, struct repl_status *out)
+{
+    struct node *n = arg;
+    memset(out, 0, sizeof(*out));
+    out->id = n->cfg->id;
+    if (n->repl != NULL && !n->stopping) {
+        repl_get_status(n->repl, out);
     }
-    if (stop_if_sync_failed(n)) {
-        return idx_status(n->idx);
+}
+
+static void server_latency(void *arg, struct repl_latency *out, bool reset)
+{
+    struct node *n = arg;
+    memset(out, 0, sizeof(*out));
+    if (n->repl != NULL && !n->stopping) {
+        repl_get_latency(n->repl, out, reset);
     }
-    if (idx_status(n->idx) != 0) {
-        /* A failed apply (disk full, I/O error) is sticky until the env is
-         * reopened; repl retries the entry, so reopen (at most once a
-         * second) and try again: this is how the node recovers once space
-         * returns. */
-        rv = idx_reopen(n, false);
-        if (rv != 0) {
-            return rv;
-        }
-    }
-    len = idx_cmd_entry_len(buf, len);
-    rv = idx_apply(n->idx, index, buf, len, n->results, NODE_MAX_CMDS_PER_ENTRY,
-                   &nr);
-    if ((rv == TERN_EFULL || rv == -ENOSPC) &&
-        disk_release(n, "apply: no space left")) {
-        /* The reserve's blocks are free now (disk.c): retry once, on a
-         * reopened env (a failed apply is sticky). */
-        node_log(NODE_LOG_WARN, "retrying the apply in the disk reserve",
-                 "index=%llu", (unsigned long long)index);
-        rv = idx_reopen(n, true);
-        if (rv != 0) {
-            return rv; /* n->idx is gone: the node is stopping */
-        }
-        rv = idx_apply(n->idx, index, buf, len, n->results,
-                       NODE_MAX_CMDS_PER_ENTRY, &nr);
-    }
-    if (rv != 0) {
-        uint64_t now = uv_now(&n->loop);
-        /* repl retries the entry: log a repeated failure once a second. */
-        if (rv != n->apply_err || now - n->apply_err_logged_at >= 1000) {
-            node_log(NODE_LOG_ERROR, "apply failed",
-                     "index=%llu err=%s detail=\"%s\"",
-                     (unsigned long long)index, tern_err_name(rv),
-                     idx_errmsg(n->idx));
-            n->apply_err = rv;
-            n->apply_err_logged_at = now;
-        }
-        return rv == -ENOSPC ? TERN_EFULL : rv;
-    }
-    n->apply_err = 0;
-    n->dirty = true;
+}
+
+/* 0, or TERN_EFULL with a message while the disk alarm is on (statvfs,
+ * cached ~100 ms). */
+static int server_disk_check(void *arg, char *errmsg)
+{
+    struct node *n = arg;
+    disk_poll(n, false);
+    return node_disk_refuse(&n->disk, errmsg);
+}
+
+/* ---- The state machine's view of the node (struct node_fsm_ops) ------- */
+
+static void fsm_kick(void *arg)
+{
+    node_kick(arg);
+}
+
+static bool fsm_release_disk(void *arg, const char *why)
+{
+    return disk_release(arg, why);
+}
+
+static void fsm_fail(void *arg)
+{
+    struct node *n = arg;
+    n->exit_code = 1;
+    n->fatal = true; /* stopped from on_check, not inside repl */
     node_kick(n);
-    node_batcher_on_apply(&n->batcher, index, buf, len, n->results, nr);
-    return 0;
 }
 
-static int fsm_snapshot(void *arg,
-                        uint64_t last_applied,
-                        void **manifest,
-                        size_t *manifest_len)
-{
-    struct node *n = arg;
-    struct tern_wbuf w;
-    int rv;
-
-    if (n->idx == NULL) {
-        return TERN_ESHUTDOWN;
-    }
-    tern_wbuf_init(&w);
-    rv = idx_snapshot(n->idx, &w);
-    if (rv == 0 && w.err != 0) {
-        rv = w.err;
-    }
-    if (rv != 0) {
-        node_log(NODE_LOG_ERROR, "snapshot failed",
-                 "last_applied=%llu err=%s detail=\"%s\"",
-                 (unsigned long long)last_applied, tern_err_name(rv),
-                 idx_errmsg(n->idx));
-        tern_wbuf_free(&w);
-        (void)stop_if_sync_failed(n);
-        return rv;
-    }
-    n->dirty = false; /* idx_snapshot flushed */
-    node_log(NODE_LOG_INFO, "snapshot taken",
-             "last_applied=%llu idx_last_applied=%llu log_end=%llu "
-             "manifest_bytes=%zu",
-             (unsigned long long)last_applied,
-             (unsigned long long)idx_last_applied(n->idx),
-             (unsigned long long)idx_log_end(n->idx), w.len);
-    *manifest = w.base;
-    *manifest_len = w.len;
-    return 0;
-}
-
-static int fsm_restore(void *arg, const void *manifest, size_t manifest_len)
-{
-    struct node *n = arg;
-    int rv;
-    if (n->idx == NULL) {
-        return TERN_ESHUTDOWN;
-    }
-    rv = idx_restore(n->idx, manifest, manifest_len);
-    if (rv != 0) {
-        node_log(NODE_LOG_ERROR, "restore failed", "err=%s detail=\"%s\"",
-                 tern_err_name(rv), idx_errmsg(n->idx));
-        return rv;
-    }
-    n->dirty = true;
-    node_kick(n);
-    node_log(NODE_LOG_INFO, "restored snapshot",
-             "last_applied=%llu log_end=%llu",
-             (unsigned long long)idx_last_applied(n->idx),
-             (unsigned long long)idx_log_end(n->idx));
-    return 0;
-}
-
-static int fsm_bulk_range(void *arg,
-                          const void *manifest,
-                          size_t len,
-                          uint64_t *from,
-                          uint64_t *to)
-{
-    struct node *n = arg;
-    int rv;
-    if (n->idx == NULL) {
-        return TERN_ESHUTDOWN;
-    }
-    rv = idx_bulk_range(n->idx, manifest, len, from, to);
-    if (rv != 0) {
-        node_log(NODE_LOG_ERROR, "bulk range failed", "err=%s detail=\"%s\"",
-                 tern_err_name(rv), idx_errmsg(n->idx));
-    } else {
-        node_log(NODE_LOG_INFO, "snapshot catch-up",
-                 "from=%llu to=%llu bytes=%llu", (unsigned long long)*from,
-                 (unsigned long long)*to, (unsigned long long)(*to - *from));
-    }
-    return rv;
-}
-
-static int fsm_bulk_read(void *arg,
-                         uint64_t pos,
-                         void *buf,
-                         size_t cap,
-                         size_t *nread)
-{
-    struct node *n = arg;
-    int rv;
-    if (n->idx == NULL) {
-        return TERN_ESHUTDOWN;
-    }
-    rv = idx_bulk_read(n->idx, pos, buf, cap, nread);
-    if (rv != 0) {
-        node_log(NODE_LOG_ERROR, "bulk read failed",
-                 "pos=%llu err=%s detail=\"%s\"", (unsigned long long)pos,
-                 tern_err_name(rv), idx_errmsg(n->idx));
-    }
-    return rv;
-}
-
-static int fsm_bulk_write(void *arg, uint64_t pos, const void *buf, size_t len)
-{
-    struct node *n = arg;
-    int rv;
-    if (n->idx == NULL) {
-        return TERN_ESHUTDOWN;
-    }
-    rv = idx_bulk_write(n->idx, pos, buf, len);
-    if (rv != 0) {
-        node_log(NODE_LOG_ERROR, "bulk write failed",
-                 "pos=%llu bytes=%zu err=%s detail=\"%s\"",
-                 (unsigned long long)pos, len, tern_err_name(rv),
-                 idx_errmsg(n->idx));
-    }
-    return rv;
-}
+/* ---- Raft state --------------------------------------------------------- */
 
 static void on_state(void *arg,
                      enum repl_role role,
@@ -463,17 +226,7 @@ static void on_state(void *arg,
      * cost of skipping an idle vCPU's wake-up, bench/replication.sh). */
     unsigned spin_us = role == REPL_LEADER ? n->cfg->busy_poll_us
                                            : n->cfg->follower_busy_poll_us;
-    if (n->fast != NULL && n->fast_is_shm) {
-        (void)xport_shm_set_busy_poll(n->fast, spin_us);
-    } else if (n->fast != NULL) {
-#ifdef TERN_HAVE_VERBS
-        /* transport=rdma: poll the CQs instead of the channel's wake-up. */
-        (void)xport_verbs_set_busy_poll(n->fast, spin_us);
-#endif
-    } else if (n->fast == NULL && n->tcp != NULL) {
-        /* transport=tcp: the same loop-level polling on the sockets. */
-        (void)xport_tcp_set_busy_poll(n->tcp, spin_us);
-    }
+    (void)node_transport_set_busy_poll(&n->transport, spin_us);
 }
 
 /* ---- Batcher ops -------------------------------------------------------- */
@@ -512,12 +265,6 @@ static uint64_t batch_timestamp(void *arg)
     return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
-static void batch_respond(void *arg, struct node_wreq *w)
-{
-    (void)arg;
-    node_server_respond(NULL, w);
-}
-
 /* ---- Loop hooks --------------------------------------------------------- */
 
 static void on_check(uv_check_t *h)
@@ -532,22 +279,7 @@ static void on_check(uv_check_t *h)
     if (!n->stopping) {
         node_batcher_propose(&n->batcher);
     }
-    if (n->dirty && n->idx != NULL) {
-        int rv = idx_flush(n->idx);
-        if (rv != 0) {
-            node_log(NODE_LOG_ERROR, "index flush failed",
-                     "err=%s detail=\"%s\"", tern_err_name(rv),
-                     idx_errmsg(n->idx));
-            if (rv == TERN_EFULL || rv == -ENOSPC) {
-                /* The next apply reopens the env (rebuilt from the commit
-                 * log) in the space the reserve gives back. */
-                disk_release(n, "index flush: no space left");
-                n->idx_reopened_at = 0;
-            }
-        }
-        n->dirty = false;
-        flushed = true;
-    }
+    flushed = node_fsm_flush(&n->fsm);
     node_batcher_flushed(&n->batcher);
     if (n->server != NULL) {
         if (flushed) {
@@ -593,17 +325,8 @@ static void after_repl(struct node *n)
     /* Answers of applied batches: their connections are gone already. */
     node_batcher_flushed(&n->batcher);
     node_batcher_fail_pending(&n->batcher, TERN_ESHUTDOWN);
-    if (n->idx != NULL) {
-        idx_close(n->idx);
-        n->idx = NULL;
-        node_log(NODE_LOG_DEBUG, "index closed", NULL);
-    }
-    if (n->xport != NULL) {
-        struct xport *x = n->xport;
-        n->xport = NULL;
-        n->tcp = NULL;
-        xport_close(x, on_xport_closed, n);
-    } else {
+    node_fsm_close(&n->fsm);
+    if (!node_transport_close(&n->transport, on_xport_closed, n)) {
         close_own_handles(n);
     }
 }
@@ -623,16 +346,14 @@ static void on_server_closed(void *arg)
 
 /* One INFO line at shutdown with the replication stage breakdown
  * (repl.h, enum repl_stage: p50 and p99 in us since the last latency
- * reset), the loop iterations and the fast backend's counters (shm:
- * doorbells, wake-ups, busy-poll rounds; verbs: doorbells, busy-poll
- * rounds): what bench/replication.sh --stages prints per node. */
+ * reset), the loop iterations and the transport's counters
+ * (transport.c): what bench/replication.sh --stages prints per node. */
 static void log_stages(struct node *n)
 {
     struct repl_latency *st, *lat; /* ~8 KiB each: off the stack */
     char buf[1024];
     size_t off = 0;
-    struct xport_shm_stats ss;
-    struct xport_fallback_stats fs;
+    struct node_xport_counters xc;
 
     if (!node_log_enabled(NODE_LOG_INFO) || n->repl == NULL) {
         return;
@@ -655,37 +376,19 @@ static void log_stages(struct node *n)
         }
         off += (size_t)k;
     }
-    memset(&ss, 0, sizeof ss);
-    memset(&fs, 0, sizeof fs);
-    if (n->fast != NULL && n->fast_is_shm) {
-        (void)xport_shm_stats(n->fast, &ss);
-    }
-#ifdef TERN_HAVE_VERBS
-    if (n->fast != NULL && !n->fast_is_shm) {
-        /* spins/spin_hits: the fast backend's busy-poll rounds. */
-        struct xport_verbs_stats vs;
-        if (xport_verbs_stats(n->fast, &vs) == 0) {
-            ss.spins = vs.spins;
-            ss.spin_hits = vs.spin_hits;
-            ss.doorbells = vs.doorbells;
-        }
-    }
-#endif
-    if (n->fast != NULL) {
-        (void)xport_fallback_stats(n->xport, &fs);
-    }
+    node_transport_counters(&n->transport, &xc);
     node_log(NODE_LOG_INFO, "replication stages",
              "commits=%llu loop_iters=%llu doorbells=%llu wakeups=%llu "
              "spins=%llu spin_hits=%llu spin_us=%llu fast_sends=%llu "
              "slow_sends=%llu to_slow=%llu to_fast=%llu "
              "stages(count/p50us/p99us)=\"%s\"",
              (unsigned long long)lat->count, (unsigned long long)n->loop_iters,
-             (unsigned long long)ss.doorbells, (unsigned long long)ss.wakeups,
-             (unsigned long long)ss.spins, (unsigned long long)ss.spin_hits,
-             (unsigned long long)(ss.spin_ns / 1000),
-             (unsigned long long)fs.fast_sends,
-             (unsigned long long)fs.slow_sends, (unsigned long long)fs.to_slow,
-             (unsigned long long)fs.to_fast, buf);
+             (unsigned long long)xc.doorbells, (unsigned long long)xc.wakeups,
+             (unsigned long long)xc.spins, (unsigned long long)xc.spin_hits,
+             (unsigned long long)(xc.spin_ns / 1000),
+             (unsigned long long)xc.fast_sends,
+             (unsigned long long)xc.slow_sends, (unsigned long long)xc.to_slow,
+             (unsigned long long)xc.to_fast, buf);
     tern_free(st);
 }
 
@@ -747,7 +450,8 @@ static void disk_hand_over(struct node *n, const struct repl_status *st)
     rv = repl_transfer(n->repl, 0);
     node_log(rv == 0 ? NODE_LOG_WARN : NODE_LOG_INFO,
              "disk full on the leader: handing leadership over",
-             "result=%s free_bytes=%llu", rv == 0 ? "started" : tern_err_name(rv),
+             "result=%s free_bytes=%llu",
+             rv == 0 ? "started" : tern_err_name(rv),
              (unsigned long long)n->disk.free);
 }
 
@@ -824,7 +528,8 @@ static int mkdir_p(const char *path, char *errmsg)
  * node may have acknowledged (a voter that forgets acknowledged entries
  * can elect a leader without them). Counts those files in dir and copies
  * the greatest name (the newest) into newest (cap bytes, may be NULL). */
-static unsigned count_corrupt_segments(const char *dir, char *newest,
+static unsigned count_corrupt_segments(const char *dir,
+                                       char *newest,
                                        size_t cap)
 {
     DIR *d = opendir(dir);
@@ -897,200 +602,25 @@ static void log_config(const struct node_config *c)
              node_log_level_name((enum node_log_level)c->log_level), peers);
 }
 
-/* ---- Transport selection ----------------------------------------------- */
-
-/* The shm socket of the node whose raft address is raft_addr
- * ("host:port" -> <shm_dir>/tern-shm-<host>-<port>.sock). Returns 0,
- * TERN_EINVAL, or -ENAMETOOLONG when it does not fit a unix socket path. */
-static int shm_socket_path(const char *shm_dir,
-                           const char *raft_addr,
-                           char *out,
-                           size_t cap)
-{
-    const char *colon = strrchr(raft_addr, ':');
-    int k;
-    if (colon == NULL) {
-        return TERN_EINVAL;
-    }
-    k = snprintf(out, cap, "%s/tern-shm-%.*s-%s.sock", shm_dir,
-                 (int)(colon - raft_addr), raft_addr, colon + 1);
-    if (k < 0 || (size_t)k >= cap || (size_t)k >= 108) {
-        return -ENAMETOOLONG;
-    }
-    return 0;
-}
-
-/* xport_fallback_options.fast_address: a peer's fast address from its raft
- * address, by the rule its own node uses to listen. */
-static int node_fast_address(void *arg,
-                             uint64_t peer_id,
-                             const char *slow_address,
-                             char *out,
-                             size_t cap)
-{
-    struct node *n = arg;
-    size_t len = strlen(slow_address);
-    (void)peer_id;
-    if (n->fast_is_shm) {
-        return shm_socket_path(n->cfg->shm_dir, slow_address, out, cap);
-    }
-    /* verbs: the raft address itself, in rdma_cm's port space. */
-    if (len >= cap) {
-        return -ENAMETOOLONG;
-    }
-    memcpy(out, slow_address, len + 1);
-    return 0;
-}
-
-/* Wrap n->xport (tcp, owned by n) and fast into a fallback composite. On
- * failure fast is closed and n->xport stays the tcp transport (node_stop
- * closes it). */
-static int wrap_fallback(struct node *n, struct xport *fast, char *errmsg)
-{
-    struct xport_fallback_options fo;
-    struct xport *fb = NULL;
-    int rv;
-
-    memset(&fo, 0, sizeof(fo));
-    n->fast_is_shm = strcmp(xport_name(fast), "shm") == 0;
-    /* shm: a failed fast send at start-up (the peer's socket not there
-     * yet) kept that peer on tcp for a whole second (seen in
-     * bench/replication.sh --stages: ~1500 AppendEntries over tcp after
-     * "cluster up"); a probe is one unix-socket connect, so retry sooner.
-     * verbs keeps 1 s (an rdma_cm connect is dearer). */
-    fo.retry_ms = n->fast_is_shm ? 200 : 1000;
-    fo.fast_address = node_fast_address;
-    fo.fast_address_arg = n;
-    rv = xport_fallback_new(&n->loop, fast, n->xport, &fo, &fb, errmsg);
-    if (rv == 0) {
-        n->fast = fast; /* owned by the fallback: closed with it */
-    }
-    if (rv != 0) {
-        xport_close(fast, NULL, NULL);
-        return rv;
-    }
-    n->xport = fb;
-    (void)snprintf(n->transport_name, sizeof(n->transport_name), "%s",
-                   xport_name(fb));
-    return 0;
-}
-
-/* Smallest power of two ring (at least 8 MiB) that carries an entry of
- * max_message_bytes plus framing in one message; larger messages go over
- * tcp (rdma/fallback.c). */
-static size_t shm_ring_bytes(const struct node_config *c)
-{
-    size_t want = 2 * ((size_t)c->max_message_bytes + NODE_FRAME_OVERHEAD +
-                       ((size_t)64 << 10));
-    size_t ring = (size_t)8 << 20;
-    while (ring < want && ring < ((size_t)1 << 30)) {
-        ring <<= 1;
-    }
-    return ring;
-}
-
-/* Create n->xport according to the requested transport (see the top of
- * the file). On failure whatever exists is left in n->xport for
- * node_stop. */
-static int transport_new(struct node *n, const char *want, char *errmsg)
-{
-    const struct node_config *c = n->cfg;
-    struct xport_tcp_options xo;
-    struct xport *fast = NULL;
-    int devices;
-    int rv;
-
-    memset(&xo, 0, sizeof(xo));
-    rv = xport_tcp_new(&n->loop, c->id, c->raft_addr, &xo, &n->xport, errmsg);
-    if (rv != 0) {
-        tern_errmsg_wrapf(errmsg, "raft transport on %s", c->raft_addr);
-        return rv;
-    }
-    n->tcp = n->xport;
-    (void)snprintf(n->transport_name, sizeof(n->transport_name), "tcp");
-    if (strcmp(want, "shm") == 0) {
-        struct xport_shm_options so;
-        char path[128];
-        rv = shm_socket_path(c->shm_dir, c->raft_addr, path, sizeof(path));
-        if (rv != 0) {
-            tern_errmsg_printf(errmsg, "shm socket path for %s in %s: %s",
-                               c->raft_addr, c->shm_dir, tern_strerror(rv));
-            return rv;
-        }
-        memset(&so, 0, sizeof(so));
-        so.ring_bytes = shm_ring_bytes(c);
-        rv = xport_shm_new(&n->loop, c->id, path, &so, &fast, errmsg);
-        if (rv != 0) {
-            tern_errmsg_wrapf(errmsg, "shm transport on %s", path);
-            return rv;
-        }
-        node_log(NODE_LOG_INFO, "shm transport listening",
-                 "path=%s ring_bytes=%zu", path, so.ring_bytes);
-        return wrap_fallback(n, fast, errmsg);
-    }
-    if (strcmp(want, "rdma") != 0 && strcmp(want, "auto") != 0) {
-        return 0;
-    }
-    devices = xport_rdma_device_count();
-#ifdef TERN_HAVE_VERBS
-    if (devices > 0) {
-        struct xport_verbs_options vo;
-        char verrmsg[TERN_ERRMSG_SIZE] = "";
-        memset(&vo, 0, sizeof(vo));
-        vo.ring_bytes = shm_ring_bytes(c);
-        rv = xport_verbs_new(&n->loop, c->id, c->raft_addr, &vo, &fast,
-                             verrmsg);
-        if (rv == 0) {
-            node_log(NODE_LOG_INFO, "verbs transport listening",
-                     "addr=%s devices=%d", c->raft_addr, devices);
-            return wrap_fallback(n, fast, errmsg);
-        }
-        if (strcmp(want, "rdma") == 0) {
-            tern_errmsg_printf(errmsg, "rdma transport on %s: %s",
-                               c->raft_addr, verrmsg);
-            return rv;
-        }
-        node_log(NODE_LOG_WARN, "rdma unavailable, using tcp",
-                 "transport=auto detail=\"%s\"", verrmsg);
-        return 0;
-    }
-#endif
-    if (strcmp(want, "rdma") == 0) {
-#ifdef TERN_HAVE_VERBS
-        tern_errmsg_printf(errmsg, "transport rdma: no RDMA device found (use "
-                                   "--transport tcp, shm or auto)");
-#else
-        tern_errmsg_printf(errmsg,
-                           "transport rdma: ternd was built without "
-                           "libibverbs/librdmacm (use --transport tcp, shm "
-                           "or auto)");
-#endif
-        return -ENODEV;
-    }
-    node_log(NODE_LOG_INFO, "no RDMA device, using tcp",
-             "transport=auto devices=%d", devices);
-    return 0;
-}
-
 /* Everything up to uv_run. On failure the node is left for node_stop to
  * unwind (whatever was created is closed in order). */
 static int node_start(struct node *n, char *errmsg)
 {
     const struct node_config *c = n->cfg;
-    struct idx_options io;
+    static const struct node_batcher_ops bops = {
+        batch_propose, node_server_respond, batch_timestamp};
+    static const struct node_fsm_ops fops = {fsm_kick, fsm_release_disk,
+                                             fsm_fail};
+    static const struct node_server_ops sops = {
+        server_idx, server_status, server_latency, server_disk_check};
     struct repl_config rc;
     struct repl_peer *rpeers = NULL;
-    struct node_batcher_ops bops = {batch_propose, batch_respond,
-                                    batch_timestamp};
-    static const struct repl_fsm fsm_template = {
-        NULL,           fsm_apply,     fsm_snapshot,   fsm_restore,
-        fsm_bulk_range, fsm_bulk_read, fsm_bulk_write,
-    };
-    struct repl_fsm fsm = fsm_template;
+    struct repl_fsm fsm;
     char corrupt_name[256];
     int rv;
 
     node_batcher_init(&n->batcher, &bops, n);
+    node_fsm_init(&n->fsm, &n->loop, &n->batcher, &fops, n);
 
     uv_check_init(&n->loop, &n->check);
     uv_idle_init(&n->loop, &n->idle);
@@ -1124,29 +654,18 @@ static int node_start(struct node *n, char *errmsg)
         return rv;
     }
 
-    memset(&io, 0, sizeof(io));
-    io.dir = n->index_dir;
-    io.max_message = (uint32_t)c->max_message_bytes;
-    rv = idx_open(&io, &n->idx, errmsg);
+    rv = node_fsm_open(&n->fsm, n->index_dir, (uint32_t)c->max_message_bytes,
+                       errmsg);
     if (rv != 0) {
-        tern_errmsg_wrapf(errmsg, "index %s", n->index_dir);
         return rv;
     }
-    node_log(idx_truncated_bytes(n->idx) > 0 ? NODE_LOG_WARN : NODE_LOG_INFO,
-             "index opened",
-             "dir=%s last_applied=%llu log_end=%llu truncated_bytes=%llu "
-             "cut=\"%s\"",
-             n->index_dir, (unsigned long long)idx_last_applied(n->idx),
-             (unsigned long long)idx_log_end(n->idx),
-             (unsigned long long)idx_truncated_bytes(n->idx),
-             idx_cut_note(n->idx));
 
-    rv = transport_new(n, n->transport_requested, errmsg);
+    rv = node_transport_start(&n->transport, errmsg);
     if (rv != 0) {
         return rv;
     }
     node_log(NODE_LOG_INFO, "transport selected", "requested=%s selected=%s",
-             n->transport_requested, n->transport_name);
+             n->transport.requested, n->transport.name);
 
     rpeers = tern_calloc(c->n_peers, sizeof(*rpeers));
     if (rpeers == NULL) {
@@ -1167,13 +686,13 @@ static int node_start(struct node *n, char *errmsg)
     rc.heartbeat_ms = c->heartbeat_ms;
     rc.snapshot_threshold_bytes = c->snapshot_bytes;
     rc.snapshot_trailing = c->snapshot_trailing;
-    rc.durability = c->memory_durability ? REPL_DURABILITY_MEMORY
-                                         : REPL_DURABILITY_DISK;
+    rc.durability =
+        c->memory_durability ? REPL_DURABILITY_MEMORY : REPL_DURABILITY_DISK;
     rv = repl_config_validate(&rc, errmsg);
     if (rv == 0) {
-        fsm.arg = n;
-        rv = repl_new(&n->loop, n->xport, &rc, &fsm, on_state, n, &n->repl,
-                      errmsg);
+        node_fsm_callbacks(&n->fsm, &fsm);
+        rv = repl_new(&n->loop, n->transport.xport, &rc, &fsm, on_state, n,
+                      &n->repl, errmsg);
     }
     tern_free(rpeers);
     if (rv != 0) {
@@ -1200,14 +719,14 @@ static int node_start(struct node *n, char *errmsg)
     {
         /* The index only holds committed entries, so when it is ahead of
          * the local raft log (libraft 0.15 may apply entries a follower
-         * has not stored yet, #423; a kill -9 then loses them locally)
+         * has not stored yet, libraft#423; a kill -9 then loses them locally)
          * the missing entries come back from the leader with the same
          * contents. A single-node cluster has no one to get them from: a
          * new entry would reuse an index the index already holds, be
          * skipped by idx_apply and be acknowledged without being stored.
          * Refuse to start then. */
         struct repl_status st;
-        uint64_t applied = idx_last_applied(n->idx);
+        uint64_t applied = idx_last_applied(n->fsm.idx);
         repl_get_status(n->repl, &st);
         node_log(NODE_LOG_INFO, "raft loaded",
                  "last_index=%llu last_applied=%llu commit_index=%llu "
@@ -1234,7 +753,8 @@ static int node_start(struct node *n, char *errmsg)
                      (unsigned long long)(applied - st.last_index));
         }
     }
-    rv = node_server_new(n, &n->loop, c->client_addr, &n->server, errmsg);
+    rv =
+        node_server_new(&n->loop, c, &n->batcher, &sops, n, &n->server, errmsg);
     if (rv != 0) {
         tern_errmsg_wrapf(errmsg, "client server on %s", c->client_addr);
         return rv;
@@ -1262,11 +782,8 @@ int node_run(const struct node_config *c)
         return 1;
     }
     n->cfg_view = *c;
-    (void)snprintf(n->transport_requested, sizeof(n->transport_requested),
-                   "%s", c->transport);
-    (void)snprintf(n->transport_name, sizeof(n->transport_name), "%s",
-                   c->transport);
-    n->cfg_view.transport = n->transport_name;
+    node_transport_init(&n->transport, &n->loop, &n->cfg_view, c->transport);
+    n->cfg_view.transport = n->transport.name;
     n->cfg = &n->cfg_view;
     rv = uv_loop_init(&n->loop);
     if (rv != 0) {

@@ -13,7 +13,7 @@
  * max_message_bytes -> TERN_ETOOBIG (nothing is appended); below
  * min_free_disk_bytes of free space -> TERN_EFULL; otherwise the request
  * joins the batcher's open entry and is answered after the group commit
- * that covers its apply (batch.c, node.c).
+ * that covers its apply (batch.c, fsm.c).
  *
  * Reads (FETCH, QUEUE_LIST, STATUS) are served from the local index on any
  * node: a follower may serve slightly stale data, but only committed data
@@ -23,8 +23,8 @@
  * GROUP_FETCH is served by a writable leader only, after a read barrier
  * through the log (batch.c), so a consumer never restarts below its
  * group's committed offset. Both, when parked, are refused the same way
- * if the node stops being a writable leader while they wait (node.c wakes
- * the parked fetches on that change). STATS answers
+ * if the node stops being a writable leader while they wait (the node
+ * calls node_server_wake on that change). STATS answers
  * with the local raft latency counters on any node. A FETCH (or
  * GROUP_FETCH) at the end of the queue with wait_ms > 0 is parked and
  * answered after a flush makes new data visible (every parked fetch is
@@ -40,21 +40,51 @@
  *
  * Backpressure: reading stops on every connection while the batcher is
  * congested, and on a connection whose unsent answers exceed 32 MiB.
+ *
+ * The server sees the node only through what node_server_new is given
+ * (server.h): the configuration, the batcher that takes write requests,
+ * and struct node_server_ops (index, raft status and latency, disk
+ * alarm). Answers to batched requests come back through
+ * node_server_respond, the batcher's respond op.
  */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "node.h"
+#include <tern_common.h>
 
-#define SERVER__READ_CHUNK        (64u * 1024u)
-#define SERVER__MAX_WRITE_QUEUE   (32u * 1024u * 1024u)
+#include "frame.h"
+#include "log.h"
+#include "server.h"
+
+#define SERVER__READ_CHUNK        ((size_t)64 << 10)
+#define SERVER__MAX_WRITE_QUEUE   ((size_t)32 << 20)
 #define SERVER__MAX_PARKED        10000u
 #define SERVER__MAX_WAIT_MS       60000u
 #define SERVER__DEFAULT_MAX_MSGS  1000u
 #define SERVER__MAX_MSGS          10000u
 #define SERVER__DEFAULT_MAX_BYTES (1u << 20)
+
+/* The node as the server sees it (node_server_new's arguments). Each
+ * connection has a copy: it can outlive the server. */
+struct node_view
+{
+    struct node_server_ops ops;
+    void *arg;
+    const struct node_config *cfg;
+    struct node_batcher *batcher;
+};
+
+static struct idx_env *view_idx(const struct node_view *v)
+{
+    return v->ops.idx(v->arg);
+}
+
+static void view_status(const struct node_view *v, struct repl_status *out)
+{
+    v->ops.status(v->arg, out);
+}
 
 enum conn_state {
     CONN_OPEN = 0,
@@ -66,9 +96,9 @@ enum conn_state {
 struct node_conn
 {
     uv_tcp_t tcp;
-    struct node_list link;
+    struct tern_list link;
     struct node_server *srv; /* NULL once the server is closed */
-    struct node *node;
+    struct node_view view;
     enum conn_state state;
     uint8_t *rbuf;
     size_t rlen;
@@ -82,7 +112,7 @@ struct node_conn
 
 struct parked
 {
-    struct node_list link;
+    struct tern_list link;
     struct node_conn *c;
     uint8_t op;
     uint64_t request_id;
@@ -97,12 +127,12 @@ struct parked
 
 struct node_server
 {
-    struct node *node;
+    struct node_view view;
     uv_loop_t *loop;
     uv_tcp_t listener;
     uv_timer_t park_timer;
-    struct node_list conns;
-    struct node_list parked;
+    struct tern_list conns;
+    struct tern_list parked;
     unsigned n_parked;
     uint32_t max_body;
     uint64_t next_conn_id;
@@ -213,9 +243,9 @@ static void send_error(struct node_conn *c,
     if (status == TERN_ENOTLEADER) {
         struct repl_status st;
         const struct node_peer *p;
-        node_status(c->node, &st);
+        view_status(&c->view, &st);
         leader_id = st.leader_id;
-        p = node_config_peer(node_config(c->node), leader_id);
+        p = node_config_peer(c->view.cfg, leader_id);
         if (p != NULL) {
             leader_addr = p->client_addr;
         }
@@ -269,9 +299,9 @@ static bool serve_fetch(struct node_conn *c,
                         uint32_t wait_ms,
                         bool leader_only)
 {
-    struct node *n = c->node;
-    struct idx_env *e = node_idx(n);
-    const struct node_config *cfg = node_config(n);
+    const struct node_view *v = &c->view;
+    struct idx_env *e = view_idx(v);
+    const struct node_config *cfg = v->cfg;
     struct idx_queue_info qi;
     struct tern_wbuf w;
     struct fetch_ctx x;
@@ -338,7 +368,7 @@ static bool serve_fetch(struct node_conn *c,
             p->leader_only = leader_only;
             p->deadline =
                 uv_now(s->loop) + TERN_MIN(wait_ms, SERVER__MAX_WAIT_MS);
-            node_list_push(&s->parked, &p->link);
+            tern_list_push(&s->parked, &p->link);
             s->n_parked++;
             c->refs++;
             park_arm(s);
@@ -389,7 +419,7 @@ static bool serve_fetch(struct node_conn *c,
 
 static void parked_free(struct node_server *s, struct parked *p)
 {
-    node_list_remove(&p->link);
+    tern_list_remove(&p->link);
     s->n_parked--;
     conn_unref(p->c);
     tern_free(p);
@@ -407,7 +437,7 @@ static void parked_answer(struct node_server *s, struct parked *p)
     struct node_conn *c = p->c;
     struct repl_status st;
     if (conn_live(c)) {
-        node_status(s->node, &st);
+        view_status(&s->view, &st);
         if (!p->leader_only ||
             !refuse_unless_writable(c, p->op, p->request_id, &st)) {
             serve_fetch(c, p->op, p->request_id, p->queue, p->group, p->offset,
@@ -421,7 +451,7 @@ static void parked_answer(struct node_server *s, struct parked *p)
  * status, read once per wake by the caller. */
 static bool parked_ready(struct node_server *s, struct parked *p, bool writable)
 {
-    struct idx_env *e = node_idx(s->node);
+    struct idx_env *e = view_idx(&s->view);
     struct idx_queue_info qi;
     uint64_t offset = p->offset;
     if (!conn_live(p->c) || e == NULL) {
@@ -444,9 +474,9 @@ static void on_park_timer(uv_timer_t *t)
 {
     struct node_server *s = t->data;
     uint64_t now = uv_now(s->loop);
-    struct node_list *l = s->parked.next;
+    struct tern_list *l = s->parked.next;
     while (l != &s->parked) {
-        struct parked *p = NODE__CONTAINER(l, struct parked, link);
+        struct parked *p = TERN_CONTAINER(l, struct parked, link);
         l = l->next;
         if (p->deadline <= now || !conn_live(p->c)) {
             parked_answer(s, p);
@@ -459,12 +489,12 @@ static void park_arm(struct node_server *s)
 {
     uint64_t now = uv_now(s->loop);
     uint64_t min = UINT64_MAX;
-    struct node_list *l;
+    struct tern_list *l;
     if (s->closing) {
         return;
     }
     for (l = s->parked.next; l != &s->parked; l = l->next) {
-        struct parked *p = NODE__CONTAINER(l, struct parked, link);
+        struct parked *p = TERN_CONTAINER(l, struct parked, link);
         min = TERN_MIN(min, p->deadline);
     }
     if (min == UINT64_MAX) {
@@ -476,15 +506,15 @@ static void park_arm(struct node_server *s)
 
 void node_server_wake(struct node_server *s)
 {
-    struct node_list *l = s->parked.next;
+    struct tern_list *l = s->parked.next;
     struct repl_status st;
     bool any = false;
     if (s->n_parked == 0) {
         return; /* the common case, after every flush */
     }
-    node_status(s->node, &st);
+    view_status(&s->view, &st);
     while (l != &s->parked) {
-        struct parked *p = NODE__CONTAINER(l, struct parked, link);
+        struct parked *p = TERN_CONTAINER(l, struct parked, link);
         l = l->next;
         if (parked_ready(s, p, st.writable)) {
             parked_answer(s, p);
@@ -514,7 +544,7 @@ static int list_cb(void *arg, const struct idx_queue_info *q)
 
 static void serve_list(struct node_conn *c, uint64_t request_id)
 {
-    struct idx_env *e = node_idx(c->node);
+    struct idx_env *e = view_idx(&c->view);
     struct tern_wbuf w;
     struct list_ctx x;
     size_t n_pos;
@@ -547,7 +577,7 @@ static void serve_list(struct node_conn *c, uint64_t request_id)
 
 static void serve_status(struct node_conn *c, uint64_t request_id)
 {
-    const struct node_config *cfg = node_config(c->node);
+    const struct node_config *cfg = c->view.cfg;
     struct proto_member members[64];
     struct proto_status ps;
     struct repl_status st;
@@ -555,7 +585,7 @@ static void serve_status(struct node_conn *c, uint64_t request_id)
     struct tern_wbuf w;
     unsigned nm = TERN_MIN(cfg->n_peers, (unsigned)TERN_ARRAY_SIZE(members));
 
-    node_status(c->node, &st);
+    view_status(&c->view, &st);
     lp = node_config_peer(cfg, st.leader_id);
     for (unsigned i = 0; i < nm; i++) {
         members[i].id = cfg->peers[i].id;
@@ -596,7 +626,7 @@ static void serve_status(struct node_conn *c, uint64_t request_id)
  * Answered by any node: a follower has nothing sampled (count 0). */
 static void serve_stats(struct node_conn *c, uint64_t request_id, uint8_t flags)
 {
-    const struct node_config *cfg = node_config(c->node);
+    const struct node_config *cfg = c->view.cfg;
     struct repl_latency *lat;
     struct repl_status st;
     struct proto_stats ps;
@@ -608,8 +638,8 @@ static void serve_stats(struct node_conn *c, uint64_t request_id, uint8_t flags)
         send_error(c, PROTO_OP_STATS, request_id, -ENOMEM, NULL);
         return;
     }
-    node_status(c->node, &st);
-    node_latency(c->node, lat, (flags & PROTO_STATS_RESET) != 0);
+    view_status(&c->view, &st);
+    c->view.ops.latency(c->view.arg, lat, (flags & PROTO_STATS_RESET) != 0);
     memset(&ps, 0, sizeof(ps));
     ps.node_id = cfg->id;
     ps.role = (uint8_t)st.role;
@@ -646,7 +676,7 @@ static bool refuse_unless_writable(struct node_conn *c,
                                    uint64_t request_id,
                                    const struct repl_status *st)
 {
-    const struct node_config *cfg = node_config(c->node);
+    const struct node_config *cfg = c->view.cfg;
     const struct node_peer *p;
     char m[TERN_ERRMSG_SIZE];
 
@@ -674,7 +704,7 @@ static void batch_request(struct node_conn *c,
                           uint64_t request_id,
                           const struct proto_request *r)
 {
-    int rv = node_batcher_add(node_batcher(c->node), c, request_id, r);
+    int rv = node_batcher_add(c->view.batcher, c, request_id, r);
     if (rv != 0) {
         send_error(c, r->op, request_id, rv, NULL);
         return;
@@ -686,17 +716,17 @@ static void handle_write(struct node_conn *c,
                          uint64_t request_id,
                          const struct proto_request *r)
 {
-    struct node *n = c->node;
-    const struct node_config *cfg = node_config(n);
+    const struct node_view *v = &c->view;
+    const struct node_config *cfg = v->cfg;
     char m[TERN_ERRMSG_SIZE];
     struct repl_status st;
     int rv;
 
-    node_status(n, &st);
+    view_status(v, &st);
     /* A leader with a full disk says so, also while it hands leadership
      * over (not writable then): "disk full" is the answer a client can act
      * on, a redirect to itself is not. */
-    if (st.leader_id == cfg->id && (rv = node_disk_check(n, m)) != 0) {
+    if (st.leader_id == cfg->id && (rv = v->ops.disk_check(v->arg, m)) != 0) {
         send_error(c, r->op, request_id, rv, m);
         return;
     }
@@ -724,7 +754,7 @@ static void handle_write(struct node_conn *c,
             i++;
         }
     }
-    rv = node_disk_check(n, m);
+    rv = v->ops.disk_check(v->arg, m);
     if (rv != 0) {
         send_error(c, r->op, request_id, rv, m);
         return;
@@ -744,15 +774,15 @@ static void handle_group_fetch(struct node_conn *c,
                                const char *queue,
                                const char *group)
 {
-    struct node *n = c->node;
+    const struct node_view *v = &c->view;
     char m[TERN_ERRMSG_SIZE];
     struct repl_status st;
 
-    node_status(n, &st);
+    view_status(v, &st);
     if (refuse_unless_writable(c, r->op, request_id, &st)) {
         return;
     }
-    if (node_disk_check(n, m) != 0) {
+    if (v->ops.disk_check(v->arg, m) != 0) {
         serve_fetch(c, r->op, request_id, queue, group, 0, r->max_msgs,
                     r->max_bytes, r->wait_ms, true);
         return;
@@ -760,10 +790,9 @@ static void handle_group_fetch(struct node_conn *c,
     batch_request(c, request_id, r);
 }
 
-void node_server_respond(void *arg, struct node_wreq *w)
+void node_server_respond(struct node_wreq *w)
 {
     struct node_conn *c = w->owner;
-    (void)arg;
     if (c == NULL) {
         return;
     }
@@ -825,7 +854,7 @@ static void handle_request(struct node_conn *c,
         bool leader_only = (r->flags & PROTO_FETCH_LEADER) != 0;
         if (leader_only) {
             struct repl_status st;
-            node_status(c->node, &st);
+            view_status(&c->view, &st);
             if (refuse_unless_writable(c, r->op, request_id, &st)) {
                 break;
             }
@@ -857,8 +886,7 @@ static void handle_request(struct node_conn *c,
 
 static bool conn_may_process(const struct node_conn *c)
 {
-    return c->state == CONN_OPEN &&
-           !node_batcher_congested(node_batcher(c->node));
+    return c->state == CONN_OPEN && !node_batcher_congested(c->view.batcher);
 }
 
 /* Handle every complete frame in the read buffer. */
@@ -973,9 +1001,9 @@ static void conn_update_reading(struct node_conn *c)
 
 void node_server_update_reading(struct node_server *s)
 {
-    struct node_list *l = s->conns.next;
+    struct tern_list *l = s->conns.next;
     while (l != &s->conns) {
-        struct node_conn *c = NODE__CONTAINER(l, struct node_conn, link);
+        struct node_conn *c = TERN_CONTAINER(l, struct node_conn, link);
         l = l->next;
         conn_update_reading(c);
     }
@@ -1001,7 +1029,7 @@ static void on_conn_closed(uv_handle_t *h)
     struct node_server *s = c->srv;
     c->state = CONN_CLOSED;
     if (s != NULL) {
-        node_list_remove(&c->link);
+        tern_list_remove(&c->link);
         c->srv = NULL;
         node_log(NODE_LOG_DEBUG, "client disconnected", "conn=%llu",
                  (unsigned long long)c->id);
@@ -1043,11 +1071,11 @@ static void on_connection(uv_stream_t *listener, int status)
     uv_tcp_init(s->loop, &c->tcp);
     c->tcp.data = c;
     c->srv = s;
-    c->node = s->node;
+    c->view = s->view;
     c->refs = 1;
     c->id = ++s->next_conn_id;
     c->rmax = PROTO_HEADER_SIZE + (size_t)s->max_body + SERVER__READ_CHUNK;
-    node_list_push(&s->conns, &c->link);
+    tern_list_push(&s->conns, &c->link);
     s->open_handles++;
     if (uv_accept(listener, (uv_stream_t *)&c->tcp) != 0) {
         conn_close(c);
@@ -1064,12 +1092,15 @@ static void on_server_handle_closed(uv_handle_t *h)
     server_handle_closed(h->data);
 }
 
-int node_server_new(struct node *n,
-                    uv_loop_t *loop,
-                    const char *addr,
+int node_server_new(uv_loop_t *loop,
+                    const struct node_config *cfg,
+                    struct node_batcher *batcher,
+                    const struct node_server_ops *ops,
+                    void *arg,
                     struct node_server **out,
                     char *errmsg)
 {
+    const char *addr = cfg->client_addr;
     struct node_server *s;
     struct sockaddr_in sa;
     char host[64];
@@ -1093,11 +1124,14 @@ int node_server_new(struct node *n,
         tern_errmsg_printf(errmsg, "out of memory");
         return -ENOMEM;
     }
-    s->node = n;
+    s->view.ops = *ops;
+    s->view.arg = arg;
+    s->view.cfg = cfg;
+    s->view.batcher = batcher;
     s->loop = loop;
-    s->max_body = (uint32_t)node_config(n)->max_frame_bytes;
-    node_list_init(&s->conns);
-    node_list_init(&s->parked);
+    s->max_body = (uint32_t)cfg->max_frame_bytes;
+    tern_list_init(&s->conns);
+    tern_list_init(&s->parked);
     uv_tcp_init(loop, &s->listener);
     s->listener.data = s;
     uv_timer_init(loop, &s->park_timer);
@@ -1120,16 +1154,16 @@ int node_server_new(struct node *n,
 
 void node_server_close(struct node_server *s, void (*cb)(void *arg), void *arg)
 {
-    struct node_list *l;
+    struct tern_list *l;
     s->closing = true;
     s->close_cb = cb;
     s->close_arg = arg;
-    while (!node_list_empty(&s->parked)) {
-        parked_free(s, NODE__CONTAINER(s->parked.next, struct parked, link));
+    while (!tern_list_empty(&s->parked)) {
+        parked_free(s, TERN_CONTAINER(s->parked.next, struct parked, link));
     }
     uv_timer_stop(&s->park_timer);
     for (l = s->conns.next; l != &s->conns; l = l->next) {
-        conn_close(NODE__CONTAINER(l, struct node_conn, link));
+        conn_close(TERN_CONTAINER(l, struct node_conn, link));
     }
     uv_close((uv_handle_t *)&s->listener, on_server_handle_closed);
     uv_close((uv_handle_t *)&s->park_timer, on_server_handle_closed);

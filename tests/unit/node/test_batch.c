@@ -5,7 +5,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "node.h"
+#include <tern_common.h>
+
+#include "batch.h"
+#include "idx.h"
 
 struct proposal
 {
@@ -58,9 +61,8 @@ static int fake_propose(void *arg,
     return 0;
 }
 
-static void fake_respond(void *arg, struct node_wreq *w)
+static void fake_respond(struct node_wreq *w)
 {
-    (void)arg;
     cr_assert_lt(t.n_answers, TERN_ARRAY_SIZE(t.answers));
     struct answer *a = &t.answers[t.n_answers++];
     memset(a, 0, sizeof(*a));
@@ -111,6 +113,8 @@ static struct proto_request produce_req(const char *queue, const char *payload)
     r.queue = queue;
     r.queue_len = (uint16_t)strlen(queue);
     tern_put_u32(b, (uint32_t)n);
+    /* The payload is a message, not a string. */
+    /* NOLINTNEXTLINE(bugprone-not-null-terminated-result) */
     memcpy(b + 4, payload, n);
     r.n_msgs = 1;
     r.msgs = b;
@@ -150,7 +154,7 @@ static void apply_fake(const struct proposal *p, unsigned n)
     struct idx_result res[16];
     memset(res, 0, sizeof(res));
     for (unsigned i = 0; i < n; i++) {
-        res[i].base_offset = 10 * i;
+        res[i].base_offset = 10ull * i;
         res[i].count = 1;
     }
     node_batcher_on_apply(&t.b, p->index, p->buf, p->len, res, n);
@@ -180,7 +184,7 @@ Test(batch, one_entry_per_iteration_answers_after_flush)
     for (unsigned i = 0; i < 3; i++) {
         cr_expect_eq(t.answers[i].request_id, i + 1);
         cr_expect_eq(t.answers[i].status, 0);
-        cr_expect_eq(t.answers[i].result.base_offset, 10 * i);
+        cr_expect_eq(t.answers[i].result.base_offset, 10ull * i);
         cr_expect_eq(t.answers[i].owner, &owner);
     }
     cr_expect(node_batcher_idle(&t.b));
@@ -359,10 +363,10 @@ Test(batch, round_trip_through_index)
     cr_assert_eq(node_batcher_add(&t.b, NULL, 4, &r4), 0);
     node_batcher_propose(&t.b);
     cr_assert_eq(t.n_props, 1);
-    cr_assert_eq(
-        idx_apply(e, t.props[0].index, t.props[0].buf,
-                  idx_cmd_entry_len(t.props[0].buf, t.props[0].len), res, 8, &nr),
-        0, "%s", idx_errmsg(e));
+    cr_assert_eq(idx_apply(e, t.props[0].index, t.props[0].buf,
+                           idx_cmd_entry_len(t.props[0].buf, t.props[0].len),
+                           res, 8, &nr),
+                 0, "%s", idx_errmsg(e));
     cr_assert_eq(nr, 4);
     node_batcher_on_apply(&t.b, t.props[0].index, t.props[0].buf,
                           t.props[0].len, res, nr);
@@ -383,7 +387,8 @@ Test(batch, round_trip_through_index)
     cr_expect_eq(system(cmd), 0);
 }
 
-static struct proto_request group_req(uint8_t op, const char *queue,
+static struct proto_request group_req(uint8_t op,
+                                      const char *queue,
                                       const char *group)
 {
     struct proto_request r = queue_req(op, queue);
@@ -427,10 +432,10 @@ Test(batch, group_fetch_waits_for_its_barrier)
     node_batcher_propose(&t.b);
     cr_assert_eq(t.n_props, 1);
     cr_expect_eq(t.props[0].batch->n_cmds, 4, "the fetch added a command");
-    cr_assert_eq(
-        idx_apply(e, t.props[0].index, t.props[0].buf,
-                  idx_cmd_entry_len(t.props[0].buf, t.props[0].len), res, 8, &nr),
-        0, "%s", idx_errmsg(e));
+    cr_assert_eq(idx_apply(e, t.props[0].index, t.props[0].buf,
+                           idx_cmd_entry_len(t.props[0].buf, t.props[0].len),
+                           res, 8, &nr),
+                 0, "%s", idx_errmsg(e));
     cr_assert_eq(nr, 4);
     node_batcher_on_apply(&t.b, t.props[0].index, t.props[0].buf,
                           t.props[0].len, res, nr);

@@ -4,7 +4,10 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "node.h"
+#include <tern_common.h>
+
+#include "config.h"
+#include "log.h"
 
 static struct node_config cfg;
 static char errmsg[TERN_ERRMSG_SIZE];
@@ -261,6 +264,170 @@ Test(config, ini_errors)
                                          "f", errmsg),
                  TERN_EINVAL);
     cr_expect_not_null(strstr(errmsg, "larger than"), "%s", errmsg);
+}
+
+/* The first bad line is reported, with its line, even when valid lines
+ * follow it: inih goes on after a refused line, and a later valid one
+ * must not hide the error. */
+Test(config, misspelled_key_with_valid_lines_after)
+{
+    static const char text[] =
+        "[node]\n"
+        "id = 2\n"
+        "data_dir = /tmp/t2\n"
+        "[raft]\n"
+        "heartbeat_ms = 30\n"
+        "; a comment line\n"
+        "electon_timeout_ms = 300\n"
+        "snapshot_trailing = 64\n"
+        "[limits]\n"
+        "max_message_bytes = 1M\n";
+    cr_expect_eq(node_config_load_string(&cfg, text, "f", errmsg), TERN_EINVAL);
+    cr_expect_str_eq(errmsg,
+                     "f: [raft] electon_timeout_ms: unknown key at line 7");
+}
+
+Test(config, misspelled_key_in_each_section)
+{
+    static const struct
+    {
+        const char *text;
+        const char *message;
+    } cases[] = {
+        {"[node]\nid = 1\ndata_dri = /d\nlog_level = info\n[raft]\n"
+         "heartbeat_ms = 5\n",
+         "f: [node] data_dri: unknown key at line 3"},
+        {"[raft]\nheartbeat_ms = 5\nsnapshot_trialing = 8\n"
+         "snapshot_trailing = 8\n",
+         "f: [raft] snapshot_trialing: unknown key at line 3"},
+        {"[limits]\nmax_frame_bytes = 2M\nmax_mesage_bytes = 1M\n"
+         "max_message_bytes = 1M\n",
+         "f: [limits] max_mesage_bytes: unknown key at line 3"},
+        {"[peers]\n1 = 127.0.0.1:1,127.0.0.1:2\nl = 127.0.0.1:3,"
+         "127.0.0.1:4\n2 = 127.0.0.1:5,127.0.0.1:6\n",
+         "f: [peers] l: 'l' is not a non-negative integer at line 3"},
+        {"[node]\nid = 1\n[nodes]\nid = 2\n[node]\nid = 3\n",
+         "f: [nodes] id: unknown section at line 4"},
+    };
+    for (unsigned i = 0; i < TERN_ARRAY_SIZE(cases); i++) {
+        struct node_config c;
+        char m[TERN_ERRMSG_SIZE] = "";
+        node_config_init(&c);
+        cr_expect_eq(node_config_load_string(&c, cases[i].text, "f", m),
+                     TERN_EINVAL, "accepted case %u", i);
+        cr_expect_str_eq(m, cases[i].message, "case %u", i);
+        node_config_free(&c);
+    }
+}
+
+/* The first error in the file wins, whichever kind it is. */
+Test(config, first_error_wins)
+{
+    cr_expect_eq(
+        node_config_load_string(
+            &cfg, "[node]\nid = 1\nbroken line\nbogus = 1\n", "f", errmsg),
+        TERN_EINVAL);
+    cr_expect_str_eq(errmsg, "f:3: syntax error");
+    cr_expect_eq(
+        node_config_load_string(
+            &cfg, "[node]\nbogus = 1\nbroken line\nid = 1\n", "f", errmsg),
+        TERN_EINVAL);
+    cr_expect_str_eq(errmsg, "f: [node] bogus: unknown key at line 2");
+    cr_expect_eq(
+        node_config_load_string(
+            &cfg, "[raft]\nheartbeat_ms = 5G\nheartbeat_ms = 5\n", "f", errmsg),
+        TERN_EINVAL);
+    cr_expect_not_null(strstr(errmsg, "larger than"), "%s", errmsg);
+    cr_expect_not_null(strstr(errmsg, " at line 2"), "%s", errmsg);
+}
+
+Test(config, misspelled_key_in_a_file)
+{
+    char *path = write_tmp(
+        "[node]\nid = 2\n[raft]\nelecton_timeout_ms = 300\n"
+        "heartbeat_ms = 30\n");
+    ARGS("--config", path, "--data-dir", "/tmp/t2");
+    int rv = node_config_parse_args(&cfg, argc_, argv_, errmsg);
+    unlink(path);
+    cr_expect_eq(rv, TERN_EINVAL);
+    cr_expect_not_null(strstr(errmsg,
+                              "] electon_timeout_ms: unknown key at "
+                              "line 4"),
+                       "%s", errmsg);
+}
+
+/* Every key of the file and every flag lands in its own member. */
+Test(config, every_key_in_the_file)
+{
+    static const char text[] =
+        "[node]\n"
+        "id = 2\n"
+        "data_dir = /tmp/t2\n"
+        "client_addr = 127.0.0.1:17402\n"
+        "raft_addr = 127.0.0.1:17502\n"
+        "transport = shm\n"
+        "shm_dir = /run/t\n"
+        "busy_poll_us = 40\n"
+        "follower_busy_poll_us = 7\n"
+        "log_level = error\n"
+        "pid_file = /tmp/t2.pid\n"
+        "[raft]\n"
+        "election_timeout_ms = 300\n"
+        "heartbeat_ms = 30\n"
+        "snapshot_threshold_bytes = 1G\n"
+        "snapshot_trailing = 9\n"
+        "durability = memory\n"
+        "[limits]\n"
+        "max_message_bytes = 1K\n"
+        "max_frame_bytes = 3M\n"
+        "min_free_disk_bytes = 5\n"
+        "reserve_disk_bytes = 6\n";
+    cr_assert_eq(node_config_load_string(&cfg, text, "t", errmsg), 0, "%s",
+                 errmsg);
+    cr_expect_eq(cfg.id, 2);
+    cr_expect_str_eq(cfg.data_dir, "/tmp/t2");
+    cr_expect_str_eq(cfg.client_addr, "127.0.0.1:17402");
+    cr_expect_str_eq(cfg.raft_addr, "127.0.0.1:17502");
+    cr_expect_str_eq(cfg.transport, "shm");
+    cr_expect_str_eq(cfg.shm_dir, "/run/t");
+    cr_expect_eq(cfg.busy_poll_us, 40);
+    cr_expect_eq(cfg.follower_busy_poll_us, 7);
+    cr_expect_eq(cfg.log_level, NODE_LOG_ERROR);
+    cr_expect_str_eq(cfg.pid_file, "/tmp/t2.pid");
+    cr_expect_eq(cfg.election_timeout_ms, 300);
+    cr_expect_eq(cfg.heartbeat_ms, 30);
+    cr_expect_eq(cfg.snapshot_bytes, 1ull << 30);
+    cr_expect_eq(cfg.snapshot_trailing, 9);
+    cr_expect_eq(cfg.memory_durability, 1);
+    cr_expect_eq(cfg.max_message_bytes, 1024);
+    cr_expect_eq(cfg.max_frame_bytes, 3u << 20);
+    cr_expect_eq(cfg.min_free_disk_bytes, 5);
+    cr_expect_eq(cfg.reserve_disk_bytes, 6);
+}
+
+Test(config, every_flag)
+{
+    ARGS("--dev", "--election-timeout-ms", "400", "--heartbeat-ms", "40",
+         "--snapshot-bytes", "2M", "--snapshot-trailing", "11",
+         "--max-message-bytes", "2K", "--max-frame-bytes", "1M",
+         "--min-free-disk-bytes=3K", "--reserve-disk-bytes", "0", "--pid-file",
+         "/tmp/p", "--transport", "auto", "--log-level", "debug",
+         "--durability", "disk", "--follower-busy-poll-us", "2");
+    cr_assert_eq(node_config_parse_args(&cfg, argc_, argv_, errmsg), 0, "%s",
+                 errmsg);
+    cr_expect_eq(cfg.election_timeout_ms, 400);
+    cr_expect_eq(cfg.heartbeat_ms, 40);
+    cr_expect_eq(cfg.snapshot_bytes, 2u << 20);
+    cr_expect_eq(cfg.snapshot_trailing, 11);
+    cr_expect_eq(cfg.max_message_bytes, 2048);
+    cr_expect_eq(cfg.max_frame_bytes, 1u << 20);
+    cr_expect_eq(cfg.min_free_disk_bytes, 3072);
+    cr_expect_eq(cfg.reserve_disk_bytes, 0);
+    cr_expect_str_eq(cfg.pid_file, "/tmp/p");
+    cr_expect_str_eq(cfg.transport, "auto");
+    cr_expect_eq(cfg.log_level, NODE_LOG_DEBUG);
+    cr_expect_eq(cfg.memory_durability, 0);
+    cr_expect_eq(cfg.follower_busy_poll_us, 2);
 }
 
 Test(config, log_levels)

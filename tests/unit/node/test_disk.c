@@ -8,7 +8,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "node.h"
+#include <tern_common.h>
+
+#include "disk.h"
 
 #define MB (1ull << 20)
 

@@ -2,7 +2,9 @@
  * frames, and each kind of bad input with the action the server takes. */
 #include <criterion/criterion.h>
 
-#include "node.h"
+#include <tern_common.h>
+
+#include "frame.h"
 
 static struct tern_wbuf w;
 

@@ -4,7 +4,9 @@
  * running node and is exercised by bench/replication.sh.) */
 #include <criterion/criterion.h>
 
-#include "node.h"
+#include <tern_common.h>
+
+#include "frame.h"
 
 static struct tern_wbuf w;
 

@@ -1,0 +1,127 @@
+/*
+ * Write batching and the routing of apply results back to requests
+ * (batch.c): struct node_batcher and the operations it needs from its
+ * user (struct node_batcher_ops). No libuv, no repl: the unit tests drive
+ * it with fakes. Private to node/ and its tests.
+ */
+#ifndef TERN_NODE_BATCH_H
+#define TERN_NODE_BATCH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <tern_common.h>
+
+#include "idx.h"
+#include "proto.h"
+
+/* One write request waiting for its raft entry to be applied. Allocated
+ * and freed by the batcher; owner is the requester's (the server's
+ * connection, which holds a reference for each request until it is
+ * answered). */
+struct node_wreq
+{
+    struct tern_list link;
+    void *owner;
+    uint64_t request_id;
+    uint8_t op;
+    int status;               /* final: 0 or a tern code */
+    struct idx_result result; /* valid when status == 0 */
+    /* GROUP_FETCH: a read that rides a READ_BARRIER command; what to serve
+     * once the barrier is applied (names NUL-terminated). */
+    char queue[PROTO_MAX_NAME + 1];
+    char group[PROTO_MAX_NAME + 1];
+    uint32_t max_msgs;
+    uint32_t max_bytes;
+    uint32_t wait_ms;
+};
+
+/* One raft command entry in the making or in flight. */
+struct node_batch
+{
+    struct tern_list link;
+    struct tern_list wreqs;
+    unsigned n_cmds;
+    struct tern_wbuf w; /* entry bytes (moved to repl on propose) */
+    size_t len;         /* sealed entry length (without padding) */
+    uint8_t head[24];   /* the sealed entry's header (identity) */
+    uint64_t index;     /* raft index once proposed */
+    bool applied;       /* results were routed */
+    struct node_batcher *batcher;
+};
+
+struct node_batcher_ops
+{
+    /* Propose the sealed entry. buf is tern_malloc'd, transferred on 0.
+     * OUT: *index. The completion must later reach
+     * node_batcher_proposed(batch, status, index). */
+    int (*propose)(void *arg,
+                   struct node_batch *batch,
+                   void *buf,
+                   size_t len,
+                   uint64_t *index);
+    /* Answer w (w->status, w->result) to w->owner. w is borrowed for the
+     * call and freed after it. */
+    void (*respond)(struct node_wreq *w);
+    /* Leader timestamp for new entries (ms since the epoch). */
+    uint64_t (*timestamp_ms)(void *arg);
+};
+
+struct node_batcher
+{
+    struct node_batcher_ops ops;
+    void *arg;
+    size_t max_entry_bytes;    /* seal an entry at this size */
+    unsigned max_cmds;         /* and at this many commands */
+    unsigned max_inflight;     /* proposals outstanding */
+    size_t max_inflight_bytes; /* entry bytes outstanding (at least one) */
+    unsigned max_queued;       /* sealed entries waiting: congested beyond */
+    struct node_batch *open;
+    struct tern_list queued;
+    struct tern_list inflight;
+    struct tern_list done;
+    unsigned n_queued;
+    unsigned n_inflight;
+    unsigned n_done;
+    size_t inflight_bytes;
+};
+
+#define NODE_MAX_CMDS_PER_ENTRY 4096u
+
+void node_batcher_init(struct node_batcher *b,
+                       const struct node_batcher_ops *ops,
+                       void *arg);
+/* Add one write request (QUEUE_CREATE/DELETE, PRODUCE, GROUP_COMMIT) to
+ * the open entry; r borrows from the frame and is copied. On error
+ * nothing is queued and nothing is answered: TERN_EINVAL for an op that is
+ * not a write, a produce without messages or with a producer id and seq 0;
+ * TERN_EBADNAME for an empty or long name; TERN_EMALFORMED; -ENOMEM. */
+int node_batcher_add(struct node_batcher *b,
+                     void *owner,
+                     uint64_t request_id,
+                     const struct proto_request *r);
+/* Too much is waiting: stop reading client connections. */
+bool node_batcher_congested(const struct node_batcher *b);
+/* Seal the open entry and propose queued entries up to max_inflight. */
+void node_batcher_propose(struct node_batcher *b);
+/* FSM apply hook: route results if index is one of our proposals and the
+ * bytes are the ones we proposed. */
+void node_batcher_on_apply(struct node_batcher *b,
+                           uint64_t index,
+                           const void *entry,
+                           size_t len,
+                           const struct idx_result *results,
+                           unsigned n);
+/* Propose completion (repl_propose_cb). status 0: wait for the next flush;
+ * otherwise answer every request of the batch with status now. */
+void node_batcher_proposed(struct node_batch *batch,
+                           int status,
+                           uint64_t index);
+/* idx_flush covered everything applied so far: answer the done batches. */
+void node_batcher_flushed(struct node_batcher *b);
+/* Answer every request not yet proposed with status (shutdown). */
+void node_batcher_fail_pending(struct node_batcher *b, int status);
+bool node_batcher_idle(const struct node_batcher *b);
+
+#endif /* TERN_NODE_BATCH_H */

@@ -1,0 +1,89 @@
+/*
+ * ternd's configuration (config.c): struct node_config, its defaults,
+ * and the parsers of the INI file and the command-line flags (the INI
+ * format is documented at the top of config.c). Private to node/ and its
+ * tests.
+ */
+#ifndef TERN_NODE_CONFIG_H
+#define TERN_NODE_CONFIG_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+struct node_peer
+{
+    uint64_t id;
+    char *raft_addr;   /* owned */
+    char *client_addr; /* owned */
+};
+
+struct node_config
+{
+    uint64_t id;
+    char *data_dir;    /* owned; NULL until set */
+    char *client_addr; /* owned */
+    char *raft_addr;   /* owned */
+    char *transport;   /* owned; "tcp" | "shm" | "rdma" | "auto" */
+    char *shm_dir;     /* owned; transport shm: socket directory ("/tmp") */
+    char *pid_file;    /* owned; NULL: none */
+    int log_level;     /* enum node_log_level */
+    unsigned election_timeout_ms;
+    unsigned heartbeat_ms;
+    uint64_t snapshot_bytes;
+    unsigned snapshot_trailing;
+    int memory_durability; /* [raft] durability = memory (default disk) */
+    unsigned busy_poll_us; /* [node] busy_poll_us: shm leader busy-poll */
+    unsigned follower_busy_poll_us; /* [node] the same while not leader */
+    uint64_t max_message_bytes;
+    uint64_t max_frame_bytes;
+    uint64_t min_free_disk_bytes;
+    uint64_t reserve_disk_bytes; /* [limits] reserve_disk_bytes (disk.c) */
+    struct node_peer *peers;     /* owned array */
+    unsigned n_peers;
+    bool help; /* --help was given: print usage, do nothing else */
+};
+
+#define NODE_DEFAULT_ELECTION_TIMEOUT_MS 150u
+#define NODE_DEFAULT_HEARTBEAT_MS        15u
+#define NODE_DEFAULT_SNAPSHOT_BYTES      (64ull << 20)
+#define NODE_DEFAULT_SNAPSHOT_TRAILING   256u
+#define NODE_DEFAULT_MAX_MESSAGE         (4ull << 20)
+#define NODE_DEFAULT_MAX_FRAME           (16ull << 20)
+#define NODE_DEFAULT_MIN_FREE_DISK       (64ull << 20)
+#define NODE_DEFAULT_RESERVE_DISK        (32ull << 20)
+#define NODE_DEFAULT_BUSY_POLL_US        0u
+/* Longest shm_dir: room for "/tern-shm-<ipv4>-<port>.sock" in a unix
+ * socket path (107 bytes). */
+#define NODE_SHM_DIR_MAX 64u
+/* Room in a frame for everything around the largest message. */
+#define NODE_FRAME_OVERHEAD 4096u
+
+/* Fill c with defaults (no id, no addresses, no peers). */
+void node_config_init(struct node_config *c);
+/* Release what c owns. */
+void node_config_free(struct node_config *c);
+/* Parse argv (argv[0] skipped): --dev defaults first, then the --config
+ * file, then the flags, so flags override the file. Validates the result.
+ * 0, or TERN_EINVAL with errmsg (main exits 2). */
+int node_config_parse_args(struct node_config *c,
+                           int argc,
+                           char **argv,
+                           char *errmsg);
+/* Apply INI text (used for files and tests); unknown sections and keys
+ * are errors. path is only used in messages. */
+int node_config_load_string(struct node_config *c,
+                            const char *text,
+                            const char *path,
+                            char *errmsg);
+int node_config_load_file(struct node_config *c,
+                          const char *path,
+                          char *errmsg);
+/* Complete (self peer <-> own addresses) and check invariants. */
+int node_config_validate(struct node_config *c, char *errmsg);
+/* The peer with this id, or NULL. Borrowed from c. */
+const struct node_peer *node_config_peer(const struct node_config *c,
+                                         uint64_t id);
+/* Usage text including the INI format. Static string. */
+const char *node_config_usage(void);
+
+#endif /* TERN_NODE_CONFIG_H */

@@ -1,0 +1,370 @@
+/*
+ * The state machine ternd gives to raft: the index (index/) behind the
+ * repl_fsm callbacks. apply -> idx_apply (then the per-command results are
+ * routed to waiting client requests through the batcher; on followers and
+ * during replay there is no pending batch and the results are dropped),
+ * snapshot -> idx_snapshot manifest, restore -> idx_restore, bulk_* ->
+ * idx_bulk_*.
+ *
+ * Group commit: idx_apply leaves its changes in one pending LMDB write
+ * transaction; node.c calls node_fsm_flush once per loop iteration, after
+ * the applies of that iteration, and only then releases the answers of
+ * the batches whose apply the flush covered.
+ *
+ * Failure modes:
+ *   - a failed apply (disk full, I/O error) is sticky until the env is
+ *     reopened; repl retries the entry, so the next apply reopens the
+ *     index (at most once a second) and tries again: this is how the node
+ *     recovers once space returns;
+ *   - an apply or a flush that meets ENOSPC gives the disk reserve back
+ *     (disk.c) and retries at once on a reopened env, in the reserve's
+ *     space;
+ *   - a failed fsync of the index is never retried or cured by a reopen
+ *     (idx_sync_failed, fsyncgate), nor is a failed reopen: the node stops
+ *     with exit code 1, restarts and re-applies from the raft log.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <tern_common.h>
+
+#include "fsm.h"
+#include "log.h"
+
+void node_fsm_init(struct node_fsm *f,
+                   uv_loop_t *loop,
+                   struct node_batcher *batcher,
+                   const struct node_fsm_ops *ops,
+                   void *arg)
+{
+    memset(f, 0, sizeof(*f));
+    f->ops = *ops;
+    f->arg = arg;
+    f->loop = loop;
+    f->batcher = batcher;
+}
+
+int node_fsm_open(struct node_fsm *f,
+                  const char *dir,
+                  uint32_t max_message,
+                  char *errmsg)
+{
+    struct idx_options io;
+    int rv;
+
+    if (snprintf(f->dir, sizeof(f->dir), "%s", dir) >= (int)sizeof(f->dir)) {
+        tern_errmsg_printf(errmsg, "index dir path too long");
+        return TERN_EINVAL;
+    }
+    f->max_message = max_message;
+    memset(&io, 0, sizeof(io));
+    io.dir = f->dir;
+    io.max_message = max_message;
+    rv = idx_open(&io, &f->idx, errmsg);
+    if (rv != 0) {
+        tern_errmsg_wrapf(errmsg, "index %s", f->dir);
+        return rv;
+    }
+    node_log(idx_truncated_bytes(f->idx) > 0 ? NODE_LOG_WARN : NODE_LOG_INFO,
+             "index opened",
+             "dir=%s last_applied=%llu log_end=%llu truncated_bytes=%llu "
+             "cut=\"%s\"",
+             f->dir, (unsigned long long)idx_last_applied(f->idx),
+             (unsigned long long)idx_log_end(f->idx),
+             (unsigned long long)idx_truncated_bytes(f->idx),
+             idx_cut_note(f->idx));
+    return 0;
+}
+
+void node_fsm_close(struct node_fsm *f)
+{
+    if (f->idx != NULL) {
+        idx_close(f->idx);
+        f->idx = NULL;
+        node_log(NODE_LOG_DEBUG, "index closed", NULL);
+    }
+}
+
+/* Stop the node (once). */
+static void fail(struct node_fsm *f)
+{
+    f->failed = true;
+    f->ops.fail(f->arg);
+}
+
+/* A failed fsync of the index is never retried or cured by a reopen
+ * (idx_sync_failed, fsyncgate): stop the process, which restarts and
+ * re-applies from the raft log. Returns whether it did. */
+static bool stop_if_sync_failed(struct node_fsm *f)
+{
+    if (f->idx == NULL || !idx_sync_failed(f->idx)) {
+        return false;
+    }
+    if (!f->failed) {
+        node_log(NODE_LOG_ERROR, "index sync failed, exiting",
+                 "err=%s detail=\"%s\"", tern_err_name(idx_status(f->idx)),
+                 idx_errmsg(f->idx));
+        fail(f);
+    }
+    return true;
+}
+
+/* force: skip the once-a-second limit (the reserve was just released, so
+ * the retry can succeed). */
+static int reopen(struct node_fsm *f, bool force)
+{
+    char errmsg[TERN_ERRMSG_SIZE] = "";
+    struct idx_options io;
+    uint64_t now = uv_now(f->loop);
+    int status = idx_status(f->idx);
+    int rv;
+
+    if (!force && f->reopened_at != 0 && now - f->reopened_at < 1000) {
+        return status;
+    }
+    f->reopened_at = now;
+    node_log(NODE_LOG_WARN, "reopening the index after a failed apply",
+             "err=%s", tern_err_name(status));
+    idx_close(f->idx);
+    f->idx = NULL;
+    f->dirty = false;
+    memset(&io, 0, sizeof(io));
+    io.dir = f->dir;
+    io.max_message = f->max_message;
+    rv = idx_open(&io, &f->idx, errmsg);
+    if ((rv == TERN_EFULL || rv == -ENOSPC) &&
+        f->ops.release_disk(f->arg, "index reopen: no space left")) {
+        /* Rebuilding LMDB from the log needs room: the reserve's. */
+        node_log(NODE_LOG_WARN,
+                 "retrying the index reopen in the disk "
+                 "reserve",
+                 "detail=\"%s\"", errmsg);
+        errmsg[0] = '\0';
+        rv = idx_open(&io, &f->idx, errmsg);
+    }
+    if (rv != 0) {
+        node_log(NODE_LOG_ERROR, "cannot reopen the index, exiting",
+                 "err=%s detail=\"%s\"", tern_err_name(rv), errmsg);
+        f->idx = NULL;
+        fail(f);
+        return rv;
+    }
+    node_log(NODE_LOG_INFO, "index reopened",
+             "last_applied=%llu log_end=%llu truncated_bytes=%llu",
+             (unsigned long long)idx_last_applied(f->idx),
+             (unsigned long long)idx_log_end(f->idx),
+             (unsigned long long)idx_truncated_bytes(f->idx));
+    return 0;
+}
+
+bool node_fsm_flush(struct node_fsm *f)
+{
+    int rv;
+    if (!f->dirty || f->idx == NULL) {
+        return false;
+    }
+    rv = idx_flush(f->idx);
+    if (rv != 0) {
+        node_log(NODE_LOG_ERROR, "index flush failed", "err=%s detail=\"%s\"",
+                 tern_err_name(rv), idx_errmsg(f->idx));
+        if (rv == TERN_EFULL || rv == -ENOSPC) {
+            /* The next apply reopens the env (rebuilt from the commit
+             * log) in the space the reserve gives back. */
+            (void)f->ops.release_disk(f->arg, "index flush: no space left");
+            f->reopened_at = 0;
+        }
+    }
+    f->dirty = false;
+    return true;
+}
+
+static int fsm_apply(void *arg, uint64_t index, const void *buf, size_t len)
+{
+    struct node_fsm *f = arg;
+    unsigned nr = 0;
+    int rv;
+
+    if (f->idx == NULL) {
+        return TERN_ESHUTDOWN;
+    }
+    if (stop_if_sync_failed(f)) {
+        return idx_status(f->idx);
+    }
+    if (idx_status(f->idx) != 0) {
+        /* A failed apply (disk full, I/O error) is sticky until the env is
+         * reopened; repl retries the entry, so reopen (at most once a
+         * second) and try again: this is how the node recovers once space
+         * returns. */
+        rv = reopen(f, false);
+        if (rv != 0) {
+            return rv;
+        }
+    }
+    len = idx_cmd_entry_len(buf, len);
+    rv = idx_apply(f->idx, index, buf, len, f->results, NODE_MAX_CMDS_PER_ENTRY,
+                   &nr);
+    if ((rv == TERN_EFULL || rv == -ENOSPC) &&
+        f->ops.release_disk(f->arg, "apply: no space left")) {
+        /* The reserve's blocks are free now (disk.c): retry once, on a
+         * reopened env (a failed apply is sticky). */
+        node_log(NODE_LOG_WARN, "retrying the apply in the disk reserve",
+                 "index=%llu", (unsigned long long)index);
+        rv = reopen(f, true);
+        if (rv != 0) {
+            return rv; /* f->idx is gone: the node is stopping */
+        }
+        rv = idx_apply(f->idx, index, buf, len, f->results,
+                       NODE_MAX_CMDS_PER_ENTRY, &nr);
+    }
+    if (rv != 0) {
+        uint64_t now = uv_now(f->loop);
+        /* repl retries the entry: log a repeated failure once a second. */
+        if (rv != f->apply_err || now - f->apply_err_logged_at >= 1000) {
+            node_log(NODE_LOG_ERROR, "apply failed",
+                     "index=%llu err=%s detail=\"%s\"",
+                     (unsigned long long)index, tern_err_name(rv),
+                     idx_errmsg(f->idx));
+            f->apply_err = rv;
+            f->apply_err_logged_at = now;
+        }
+        return rv == -ENOSPC ? TERN_EFULL : rv;
+    }
+    f->apply_err = 0;
+    f->dirty = true;
+    f->ops.kick(f->arg);
+    node_batcher_on_apply(f->batcher, index, buf, len, f->results, nr);
+    return 0;
+}
+
+static int fsm_snapshot(void *arg,
+                        uint64_t last_applied,
+                        void **manifest,
+                        size_t *manifest_len)
+{
+    struct node_fsm *f = arg;
+    struct tern_wbuf w;
+    int rv;
+
+    if (f->idx == NULL) {
+        return TERN_ESHUTDOWN;
+    }
+    tern_wbuf_init(&w);
+    rv = idx_snapshot(f->idx, &w);
+    if (rv == 0 && w.err != 0) {
+        rv = w.err;
+    }
+    if (rv != 0) {
+        node_log(NODE_LOG_ERROR, "snapshot failed",
+                 "last_applied=%llu err=%s detail=\"%s\"",
+                 (unsigned long long)last_applied, tern_err_name(rv),
+                 idx_errmsg(f->idx));
+        tern_wbuf_free(&w);
+        (void)stop_if_sync_failed(f);
+        return rv;
+    }
+    f->dirty = false; /* idx_snapshot flushed */
+    node_log(NODE_LOG_INFO, "snapshot taken",
+             "last_applied=%llu idx_last_applied=%llu log_end=%llu "
+             "manifest_bytes=%zu",
+             (unsigned long long)last_applied,
+             (unsigned long long)idx_last_applied(f->idx),
+             (unsigned long long)idx_log_end(f->idx), w.len);
+    *manifest = w.base;
+    *manifest_len = w.len;
+    return 0;
+}
+
+static int fsm_restore(void *arg, const void *manifest, size_t manifest_len)
+{
+    struct node_fsm *f = arg;
+    int rv;
+    if (f->idx == NULL) {
+        return TERN_ESHUTDOWN;
+    }
+    rv = idx_restore(f->idx, manifest, manifest_len);
+    if (rv != 0) {
+        node_log(NODE_LOG_ERROR, "restore failed", "err=%s detail=\"%s\"",
+                 tern_err_name(rv), idx_errmsg(f->idx));
+        return rv;
+    }
+    f->dirty = true;
+    f->ops.kick(f->arg);
+    node_log(NODE_LOG_INFO, "restored snapshot",
+             "last_applied=%llu log_end=%llu",
+             (unsigned long long)idx_last_applied(f->idx),
+             (unsigned long long)idx_log_end(f->idx));
+    return 0;
+}
+
+static int fsm_bulk_range(void *arg,
+                          const void *manifest,
+                          size_t len,
+                          uint64_t *from,
+                          uint64_t *to)
+{
+    struct node_fsm *f = arg;
+    int rv;
+    if (f->idx == NULL) {
+        return TERN_ESHUTDOWN;
+    }
+    rv = idx_bulk_range(f->idx, manifest, len, from, to);
+    if (rv != 0) {
+        node_log(NODE_LOG_ERROR, "bulk range failed", "err=%s detail=\"%s\"",
+                 tern_err_name(rv), idx_errmsg(f->idx));
+    } else {
+        node_log(NODE_LOG_INFO, "snapshot catch-up",
+                 "from=%llu to=%llu bytes=%llu", (unsigned long long)*from,
+                 (unsigned long long)*to, (unsigned long long)(*to - *from));
+    }
+    return rv;
+}
+
+static int fsm_bulk_read(void *arg,
+                         uint64_t pos,
+                         void *buf,
+                         size_t cap,
+                         size_t *nread)
+{
+    struct node_fsm *f = arg;
+    int rv;
+    if (f->idx == NULL) {
+        return TERN_ESHUTDOWN;
+    }
+    rv = idx_bulk_read(f->idx, pos, buf, cap, nread);
+    if (rv != 0) {
+        node_log(NODE_LOG_ERROR, "bulk read failed",
+                 "pos=%llu err=%s detail=\"%s\"", (unsigned long long)pos,
+                 tern_err_name(rv), idx_errmsg(f->idx));
+    }
+    return rv;
+}
+
+static int fsm_bulk_write(void *arg, uint64_t pos, const void *buf, size_t len)
+{
+    struct node_fsm *f = arg;
+    int rv;
+    if (f->idx == NULL) {
+        return TERN_ESHUTDOWN;
+    }
+    rv = idx_bulk_write(f->idx, pos, buf, len);
+    if (rv != 0) {
+        node_log(NODE_LOG_ERROR, "bulk write failed",
+                 "pos=%llu bytes=%zu err=%s detail=\"%s\"",
+                 (unsigned long long)pos, len, tern_err_name(rv),
+                 idx_errmsg(f->idx));
+    }
+    return rv;
+}
+
+void node_fsm_callbacks(struct node_fsm *f, struct repl_fsm *out)
+{
+    memset(out, 0, sizeof(*out));
+    out->arg = f;
+    out->apply = fsm_apply;
+    out->snapshot = fsm_snapshot;
+    out->restore = fsm_restore;
+    out->bulk_range = fsm_bulk_range;
+    out->bulk_read = fsm_bulk_read;
+    out->bulk_write = fsm_bulk_write;
+}

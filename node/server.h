@@ -1,0 +1,60 @@
+/*
+ * ternd's client protocol server (server.c) and the view of the node it
+ * works with: the configuration, the write batcher and the operations in
+ * struct node_server_ops. Private to node/.
+ */
+#ifndef TERN_NODE_SERVER_H
+#define TERN_NODE_SERVER_H
+
+#include <stdbool.h>
+
+#include <uv.h>
+
+#include "batch.h"
+#include "config.h"
+#include "idx.h"
+#include "repl.h"
+
+struct node_server;
+
+/* What the server needs from the node (arg is the node). */
+struct node_server_ops
+{
+    /* The index reads are served from, or NULL while there is none
+     * (stopping, a failed reopen). Borrowed for the current callback. */
+    struct idx_env *(*idx)(void *arg);
+    /* OUT: the raft status (zeroed but for the id when raft is not
+     * running). */
+    void (*status)(void *arg, struct repl_status *out);
+    /* OUT: the replication latency counters (caller-owned; zeroed when
+     * raft is not running); reset: start over. */
+    void (*latency)(void *arg, struct repl_latency *out, bool reset);
+    /* 0, or TERN_EFULL with a message into errmsg while the disk alarm is
+     * on. */
+    int (*disk_check)(void *arg, char *errmsg);
+};
+
+/* Listen on cfg->client_addr. cfg, batcher and arg are borrowed and must
+ * outlive every connection (a connection lives on until its last request
+ * is answered); ops is copied. OUT: *out. 0, or a code with errmsg. */
+int node_server_new(uv_loop_t *loop,
+                    const struct node_config *cfg,
+                    struct node_batcher *batcher,
+                    const struct node_server_ops *ops,
+                    void *arg,
+                    struct node_server **out,
+                    char *errmsg);
+/* Stop accepting, close every connection; cb once all handles closed (s
+ * is freed then). */
+void node_server_close(struct node_server *s, void (*cb)(void *arg), void *arg);
+/* The batcher's respond op: answer w (w->status, w->result) on its
+ * connection (w->owner), if that is still open, and drop the request's
+ * reference to it. Works after node_server_close. */
+void node_server_respond(struct node_wreq *w);
+/* Re-check parked FETCHes after a flush that made new data visible (or a
+ * change of leadership). */
+void node_server_wake(struct node_server *s);
+/* Resume/stop reading according to the batcher's congestion. */
+void node_server_update_reading(struct node_server *s);
+
+#endif /* TERN_NODE_SERVER_H */
