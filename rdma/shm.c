@@ -1270,6 +1270,20 @@ static void shm_close(struct xport *base)
     maybe_finish(x);
 }
 
+static void shm_get_stats(const struct xport *base, struct xport_stats *out)
+{
+    const struct shm_xport *x = (const struct shm_xport *)base;
+
+    out->doorbells = x->stats.doorbells;
+    out->wakeups = x->stats.wakeups;
+    out->spins = x->stats.spins;
+    out->spin_hits = x->stats.spin_hits;
+    out->spin_ns = x->stats.spin_ns;
+    out->credit_waits = x->stats.credit_waits;
+    out->fenced = x->stats.fenced;
+    out->corrupt = x->stats.corrupt;
+}
+
 static const struct xport_ops shm_ops = {
     .name = "shm",
     .start = shm_start,
@@ -1278,6 +1292,8 @@ static const struct xport_ops shm_ops = {
     .close = shm_close,
     .set_epoch = xport_shm_set_epoch,
     .set_fence = xport_shm_set_fence,
+    .set_busy_poll = xport_shm_set_busy_poll,
+    .get_stats = shm_get_stats,
 };
 
 /* Bind and listen on path, replacing a stale socket file (one nobody

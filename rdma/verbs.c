@@ -1806,6 +1806,18 @@ static void verbs_close(struct xport *base)
     uv_idle_start(&x->idle, on_idle); /* reaps and finishes */
 }
 
+static void verbs_get_stats(const struct xport *base, struct xport_stats *out)
+{
+    const struct verbs_xport *x = (const struct verbs_xport *)base;
+
+    out->doorbells = x->stats.doorbells;
+    out->spins = x->stats.spins;
+    out->spin_hits = x->stats.spin_hits;
+    out->credit_waits = x->stats.credit_waits;
+    out->fenced = x->stats.fenced;
+    out->corrupt = x->stats.corrupt;
+}
+
 static const struct xport_ops verbs_ops = {
     .name = "verbs",
     .start = verbs_start,
@@ -1814,6 +1826,8 @@ static const struct xport_ops verbs_ops = {
     .close = verbs_close,
     .set_epoch = xport_verbs_set_epoch,
     .set_fence = xport_verbs_set_fence,
+    .set_busy_poll = xport_verbs_set_busy_poll,
+    .get_stats = verbs_get_stats,
 };
 
 int xport_verbs_new(uv_loop_t *loop,

@@ -93,6 +93,45 @@ const char *xport_name(const struct xport *x);
 int xport_set_epoch(struct xport *x, uint64_t epoch);
 int xport_set_fence(struct xport *x, uint64_t fence);
 
+/* Busy-polling: after a send, keep the loop polling for the answer for
+ * up to us microseconds instead of sleeping until a wake-up (how each
+ * backend polls: its section below). us = 0 (the default): off. Costs up
+ * to us of CPU per round: meant for a node that expects answers soon (a
+ * Raft leader). tcp, shm and verbs poll; the fallback composite passes us
+ * to both of its backends; a backend that does not poll (mem) returns 0
+ * and does nothing. Returns 0, or TERN_EINVAL (x is NULL). */
+int xport_set_busy_poll(struct xport *x, unsigned us);
+
+/* Counters since creation, for diagnostics (node/ logs them at shutdown).
+ * A backend fills in the ones it keeps and leaves the others 0; the
+ * fallback composite reports the sum of its two backends' counters plus
+ * its own path counters. */
+struct xport_stats {
+    uint64_t doorbells;    /* wake-ups rung at peers (shm: eventfd writes;
+                            * verbs: RDMA_WRITE_WITH_IMM doorbells) */
+    uint64_t wakeups;      /* own doorbell wake-ups handled (shm) */
+    uint64_t spins;        /* busy-poll rounds (tcp, shm: one per armed
+                            * round; verbs: one per CQ poll from idle) */
+    uint64_t spin_hits;    /* of which found what they waited for */
+    uint64_t spin_ns;      /* time spent spinning (shm) */
+    uint64_t credit_waits; /* sends that found the peer's ring full (shm,
+                            * verbs) */
+    uint64_t fenced;       /* inbound records dropped by the fence */
+    uint64_t corrupt;      /* inbound rings torn down: invalid record */
+    uint64_t fast_sends;   /* fallback: sends handed to the fast backend
+                            * (probes included) */
+    uint64_t slow_sends;   /* fallback: sends handed to the slow backend
+                            * (re-sent probes included) */
+    uint64_t fast_failures; /* fallback: fast sends that failed */
+    uint64_t to_slow;      /* fallback: switches of a peer fast -> slow */
+    uint64_t probes;       /* fallback: probes of the fast path */
+    uint64_t to_fast;      /* fallback: successful probes (slow -> fast) */
+};
+
+/* Fill *out with x's counters. Returns 0, or TERN_EINVAL (NULL
+ * argument). */
+int xport_get_stats(const struct xport *x, struct xport_stats *out /* OUT */);
+
 /* Stop listening, cancel queued sends (their cb gets TERN_ECANCELED), then
  * call cb(arg) once everything is closed; x is already freed when
  * cb runs. */
