@@ -1,11 +1,11 @@
 /*
  * fallback backend of the transport interface (xport_fallback_new): a
  * composite transport over a FAST backend (shm, verbs) and a SLOW one
- * (tcp), chosen per peer (issue 3 item 1: "rdma if a device and the peer
- * agree, else tcp; a QP error falls back to tcp and re-tries rdma in the
- * background; Raft tolerates the switch"). It owns both: they are started
- * together, closed together, and whatever either receives is delivered
- * upward unchanged (the composite has no wire format of its own: each
+ * (tcp), chosen per peer: the fast path if a device and the peer agree,
+ * else tcp; a fast-path failure falls back to tcp and the fast path is
+ * re-tried in the background (Raft tolerates the switch). It owns both: they
+ * are started together, closed together, and whatever either receives is
+ * delivered upward unchanged (the composite has no wire format of its own: each
  * backend's format applies on its own sockets/rings).
  *
  * Peer addresses. The caller (raft) knows one address per peer: the slow

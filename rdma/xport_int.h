@@ -6,6 +6,7 @@
 #define TERN_XPORT_INT_H
 
 #include "xport.h"
+#include "xport_test.h"
 
 #include <netinet/in.h>
 
