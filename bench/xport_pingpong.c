@@ -28,7 +28,7 @@
  *                    [-P]
  * -P: pin the parent to CPU 0 and the child of every ping-pong to CPU 1.
  * -b us: both ends of the xport ping-pongs busy-poll up to us microseconds
- * after each send (xport_shm_set_busy_poll, xport_tcp_set_busy_poll), as
+ * after each send (xport_set_busy_poll), as
  * ternd's busy_poll_us does; the floors never spin.
  */
 #include <errno.h>
@@ -390,8 +390,7 @@ static int make_x(int shm,
         return rc;
     }
     if (busy_poll_us > 0) {
-        rc = shm ? xport_shm_set_busy_poll(*out, busy_poll_us)
-                 : xport_tcp_set_busy_poll(*out, busy_poll_us);
+        rc = xport_set_busy_poll(*out, busy_poll_us);
     }
     return rc;
 }
@@ -743,9 +742,10 @@ int main(int argc, char **argv)
                    i == 0 ? "shm" : "tcp", failed[i]);
         }
     }
-    printf("{\"bench\":\"xport_pingpong\",\"size\":%zu,\"n\":%zu,"
-           "\"paced_gap_us\":%u",
-           size, n, gap_us);
+    printf(
+        "{\"bench\":\"xport_pingpong\",\"size\":%zu,\"n\":%zu,"
+        "\"paced_gap_us\":%u",
+        size, n, gap_us);
     for (size_t i = 0; i < TERN_ARRAY_SIZE(res); i++) {
         if (res[i].ok) {
             printf(

@@ -1,11 +1,11 @@
 /*
  * fallback backend of the transport interface (xport_fallback_new): a
  * composite transport over a FAST backend (shm, verbs) and a SLOW one
- * (tcp), chosen per peer (issue 3 item 1: "rdma if a device and the peer
- * agree, else tcp; a QP error falls back to tcp and re-tries rdma in the
- * background; Raft tolerates the switch"). It owns both: they are started
- * together, closed together, and whatever either receives is delivered
- * upward unchanged (the composite has no wire format of its own: each
+ * (tcp), chosen per peer: the fast path if a device and the peer agree,
+ * else tcp; a fast-path failure falls back to tcp and the fast path is
+ * re-tried in the background (Raft tolerates the switch). It owns both: they
+ * are started together, closed together, and whatever either receives is
+ * delivered upward unchanged (the composite has no wire format of its own: each
  * backend's format applies on its own sockets/rings).
  *
  * Peer addresses. The caller (raft) knows one address per peer: the slow
@@ -63,7 +63,9 @@
  * than the fast backend's max_message go over the slow backend (no state
  * change): max_message of the composite is the slow backend's.
  *
- * Epoch and fence (xport_set_epoch/xport_set_fence) go to both backends.
+ * Epoch and fence (xport_set_epoch/xport_set_fence) and busy-polling
+ * (xport_set_busy_poll) go to both backends; xport_get_stats sums both
+ * backends' counters and adds the composite's own (fast_sends ...).
  * Start: both are started; the recv callback of the composite is looked up
  * at delivery, so re-pointing it (repl_close) works as for any backend.
  * Close: both backends are closed (their pending sends complete with
@@ -455,6 +457,33 @@ static int fb_set_fence(struct xport *base, uint64_t fence)
     return rc != 0 ? rc : rc2;
 }
 
+static int fb_set_busy_poll(struct xport *base, unsigned us)
+{
+    struct fb_xport *x = (struct fb_xport *)base;
+    int rc = xport_set_busy_poll(x->fast, us);
+    int rc2 = xport_set_busy_poll(x->slow, us);
+    return rc != 0 ? rc : rc2;
+}
+
+static void fb_get_stats(const struct xport *base, struct xport_stats *out)
+{
+    const struct fb_xport *x = (const struct fb_xport *)base;
+    struct xport_stats inner;
+
+    out->fast_sends = x->stats.fast_sends;
+    out->slow_sends = x->stats.slow_sends;
+    out->fast_failures = x->stats.fast_failures;
+    out->to_slow = x->stats.to_slow;
+    out->probes = x->stats.probes;
+    out->to_fast = x->stats.to_fast;
+    if (xport_get_stats(x->fast, &inner) == 0) {
+        xport_stats_add(out, &inner);
+    }
+    if (xport_get_stats(x->slow, &inner) == 0) {
+        xport_stats_add(out, &inner);
+    }
+}
+
 static void fb_free(struct xport *base)
 {
     struct fb_xport *x = (struct fb_xport *)base;
@@ -521,6 +550,8 @@ int xport_fallback_new(uv_loop_t *loop,
     x->ops.close = fb_close;
     x->ops.set_epoch = fb_set_epoch;
     x->ops.set_fence = fb_set_fence;
+    x->ops.set_busy_poll = fb_set_busy_poll;
+    x->ops.get_stats = fb_get_stats;
     (void)snprintf(x->name, sizeof x->name, "%s+%s", xport_name(fast),
                    xport_name(slow));
     x->base.ops = &x->ops;

@@ -23,9 +23,10 @@
 #include "xport_int.h"
 
 #define MEM__MAX_MESSAGE ((size_t)256 << 20)
-#define MEM__MAX_QUEUED ((size_t)64 << 20)
+#define MEM__MAX_QUEUED  ((size_t)64 << 20)
 
-struct mem_msg {
+struct mem_msg
+{
     struct mem_msg *next;
     uint64_t from;
     uint64_t to;
@@ -33,27 +34,31 @@ struct mem_msg {
     uint8_t data[];
 };
 
-struct mem_completion {
+struct mem_completion
+{
     struct mem_completion *next;
     struct mem_xport *owner;
     struct xport_send *req;
     int status;
 };
 
-struct mem_link {
+struct mem_link
+{
     struct mem_link *next;
     uint64_t from;
     uint64_t to;
 };
 
-struct mem_xport {
+struct mem_xport
+{
     struct xport base;
     struct xport_mem_net *net;
     struct mem_xport *next;
     int started;
 };
 
-struct xport_mem_net {
+struct xport_mem_net
+{
     struct mem_xport *xports;
     struct mem_msg *head, *tail;
     struct mem_completion *chead, *ctail;
@@ -119,7 +124,8 @@ static struct mem_xport *find_xport(struct xport_mem_net *net, uint64_t id)
 }
 
 /* Unlink and return the first queued message matching from/to. */
-static struct mem_msg *take_msg(struct xport_mem_net *net, uint64_t from,
+static struct mem_msg *take_msg(struct xport_mem_net *net,
+                                uint64_t from,
                                 uint64_t to)
 {
     struct mem_msg *prev = NULL;
@@ -140,8 +146,10 @@ static struct mem_msg *take_msg(struct xport_mem_net *net, uint64_t from,
     return NULL;
 }
 
-void xport_mem_net_set_link(struct xport_mem_net *net, uint64_t from,
-                            uint64_t to, int up)
+void xport_mem_net_set_link(struct xport_mem_net *net,
+                            uint64_t from,
+                            uint64_t to,
+                            int up)
 {
     struct mem_link **pp = &net->down;
     while (*pp != NULL) {
@@ -171,7 +179,8 @@ void xport_mem_net_set_link(struct xport_mem_net *net, uint64_t from,
     xport_mem_net_drop(net, from, to, SIZE_MAX);
 }
 
-size_t xport_mem_net_pending(struct xport_mem_net *net, uint64_t from,
+size_t xport_mem_net_pending(struct xport_mem_net *net,
+                             uint64_t from,
                              uint64_t to)
 {
     size_t n = 0;
@@ -181,8 +190,10 @@ size_t xport_mem_net_pending(struct xport_mem_net *net, uint64_t from,
     return n;
 }
 
-size_t xport_mem_net_deliver(struct xport_mem_net *net, uint64_t from,
-                             uint64_t to, size_t n)
+size_t xport_mem_net_deliver(struct xport_mem_net *net,
+                             uint64_t from,
+                             uint64_t to,
+                             size_t n)
 {
     /* Only messages queued before the call: receivers may send more. */
     size_t limit = xport_mem_net_pending(net, from, to);
@@ -206,8 +217,10 @@ size_t xport_mem_net_deliver(struct xport_mem_net *net, uint64_t from,
     return done;
 }
 
-size_t xport_mem_net_drop(struct xport_mem_net *net, uint64_t from,
-                          uint64_t to, size_t n)
+size_t xport_mem_net_drop(struct xport_mem_net *net,
+                          uint64_t from,
+                          uint64_t to,
+                          size_t n)
 {
     size_t done = 0;
     while (done < n) {
@@ -245,7 +258,8 @@ static int mem_start(struct xport *x)
     return 0;
 }
 
-static size_t queued_bytes(struct xport_mem_net *net, uint64_t from,
+static size_t queued_bytes(struct xport_mem_net *net,
+                           uint64_t from,
                            uint64_t to)
 {
     size_t n = 0;
@@ -257,8 +271,11 @@ static size_t queued_bytes(struct xport_mem_net *net, uint64_t from,
     return n;
 }
 
-static int mem_send(struct xport *x, struct xport_send *req, uint64_t peer_id,
-                    const char *peer_address, const struct xport_iov *iov,
+static int mem_send(struct xport *x,
+                    struct xport_send *req,
+                    uint64_t peer_id,
+                    const char *peer_address,
+                    const struct xport_iov *iov,
                     unsigned n)
 {
     struct mem_xport *mx = (struct mem_xport *)x;
@@ -339,8 +356,7 @@ static void mem_close(struct xport *x)
             pp = &c->next;
         }
     }
-    for (struct mem_xport **xp = &net->xports; *xp != NULL;
-         xp = &(*xp)->next) {
+    for (struct mem_xport **xp = &net->xports; *xp != NULL; xp = &(*xp)->next) {
         if (*xp == mx) {
             *xp = mx->next;
             break;
@@ -365,7 +381,8 @@ static const struct xport_ops mem_ops = {
     .close = mem_close,
 };
 
-int xport_mem_new(struct xport_mem_net *net, uint64_t self_id,
+int xport_mem_new(struct xport_mem_net *net,
+                  uint64_t self_id,
                   struct xport **out)
 {
     struct mem_xport *mx;

@@ -30,7 +30,7 @@
  * A record never exceeds cap / 2, so the largest payload is cap / 2 - 40
  * (xport_ring_max_payload). Larger messages are rejected with TERN_ETOOBIG
  * (the transport's max_message); splitting big Raft messages is the raft
- * adapter's job (issue 3 item 2), where prev index/term are known.
+ * adapter's job (raft/io.c), where prev index/term are known.
  *
  * Landing rule. The sender writes payload, checksum and trailer, then
  * the header's other fields, then the 8-byte seq word (ops->write keeps
@@ -66,10 +66,10 @@
  * without space gets -EAGAIN and keeps the message in its own bounded
  * queue (the backend's max_queued_bytes).
  *
- * Fencing. Every record carries the sender's epoch (a Raft term, set by
- * the owner). The receiver holds a fence: records with epoch < fence are
+ * Fencing. Every record carries the sender's epoch (a Raft term, set through
+ * xport_set_epoch). The receiver holds a fence: records with epoch < fence are
  * consumed and dropped, never delivered (counted in rx->fenced). This is
- * the software form of issue 3's fencing for shm; verbs also revokes
+ * the software form of the fence for shm; verbs also revokes
  * remote write access at the NIC (rdma/verbs.c: QP access flags cleared,
  * or the QP torn down) and keeps this check as a second line.
  */

@@ -60,7 +60,7 @@
  * records, exchanges armed with 0 (seq_cst) and writes the eventfd only if
  * it was 1. Either the sender sees armed, or the receiver sees the record.
  *
- * Busy-polling (xport_shm_set_busy_poll, off by default): a send that
+ * Busy-polling (xport_set_busy_poll, off by default): a send that
  * went straight into a ring arms a deadline and starts a uv_prepare
  * handle and marks the inbound rings awake (armed = 0: senders skip the
  * doorbell); when the loop is about to sleep, the handle spins on them
@@ -69,12 +69,14 @@
  * sleeps (also when the round is skipped: the rings were marked awake).
  * Adaptive back-off after consecutive empty rounds.
  *
- * Send path, happy case: connected, nothing queued, ring space available:
- * xport_send writes the record straight into the peer's ring (the only
- * copy), rings the doorbell if needed, and the caller's cb fires with 0
- * from a uv_idle handle (never inside xport_send). Otherwise the message
- * is copied into the peer's bounded queue and written when space or the
- * connection arrives.
+ * Peers, the send path, queues, delivery and fencing are the ring driver's
+ * (rdma/ringx.c); this file is the medium: sockets, memfds, the doorbell
+ * and busy-polling. Send path, happy case: connected, nothing queued, ring
+ * space available: xport_send writes the record straight into the peer's
+ * ring (the only copy), rings the doorbell if needed, and the caller's cb
+ * fires with 0 from a uv_idle handle (never inside xport_send). Otherwise
+ * the message is copied into the peer's bounded queue and written when
+ * space or the connection arrives.
  * Failure modes:
  *   - connect fails (no such socket, refused) or no WELCOME within
  *     SHM__CONNECT_TIMEOUT_MS: queued sends complete with TERN_ENOCONN; a
@@ -98,8 +100,7 @@
  *     already decided keep theirs), then the close callback runs once every
  *     handle is closed.
  */
-#include "ring.h"
-#include "sendq.h"
+#include "ringx.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -137,93 +138,84 @@
 #define SHM__SPIN_MISS_LIMIT    8u  /* empty rounds before backing off */
 #define SHM__SPIN_SKIP          64u /* sends without a round after that */
 
-enum conn_state {
-    CONN_CONNECTING, /* outbound: awaiting WELCOME; inbound: HELLO */
-    CONN_UP,
-    CONN_CLOSING, /* uv_close called; freed in its close callback */
-};
-
-struct shm_xport;
-struct peer;
-
 /* One unix-socket connection and the shared memory that goes with it.
- * Outbound (peer != NULL): we send; ring_map is the peer's ring, ctrl_map
- * our control file. Inbound: we receive; ring_map is our ring, ctrl_map
- * the sender's control file. Freed (unmapped, fds closed) in
+ * Outbound (rc.peer != NULL): we send; ring_map is the peer's ring,
+ * ctrl_map our control file. Inbound: we receive; ring_map is our ring,
+ * ctrl_map the sender's control file. Freed (unmapped, fds closed) in
  * on_conn_closed, never synchronously, so a recv callback that closes the
  * transport cannot pull memory from under the drain loop. */
 struct conn
 {
+    struct xport_ringx_conn rc; /* first member: state, peer, tx, rx */
     uv_poll_t poll;
-    struct shm_xport *x;
-    struct peer *peer;
-    struct conn *prev, *next; /* inbound list */
-    enum conn_state state;
     int sock;
     int remote_efd; /* the other side's doorbell, or -1 */
-    uint64_t remote_id;
     uint8_t *ring_map;
     size_t ring_map_len;
     uint8_t *ctrl_map;
     size_t ctrl_map_len;
     size_t cap;
-    uint64_t connect_start;
-    struct xport_ring_tx tx; /* outbound */
-    struct xport_ring_rx rx; /* inbound */
 };
 
-/* A destination node. Lives until the transport is freed. base.address
- * is its socket path (shorter than SHM__PATH_MAX). */
-struct peer
+/* The shm-only counters (the driver keeps the others). */
+struct shm_counters
 {
-    struct xport_peer base; /* first member: id, address, retry_after */
-    struct shm_xport *x;
-    struct conn *conn;
-    struct xport_sendq q; /* waiting for ring space or the connection */
+    uint64_t doorbells;
+    uint64_t wakeups;
+    uint64_t spins;
+    uint64_t spin_hits;
+    uint64_t spin_ns;
 };
 
 struct shm_xport
 {
-    struct xport base; /* first member: the interface's handle */
-    uv_loop_t *loop;
-    size_t ring_bytes;
-    size_t max_queued;
-    unsigned retry_ms;
+    struct xport_ringx r; /* first member: the driver (rdma/ringx.h) */
     char path[SHM__PATH_MAX];
     int lsock;
     int efd;
     uv_poll_t lpoll;
     uv_poll_t epoll;
-    uv_idle_t idle;
     uv_prepare_t spin;
-    unsigned spin_us;        /* busy-poll budget; 0 = off */
-    uint64_t spin_until;     /* uv_hrtime deadline of the pending round */
-    unsigned spin_misses;    /* consecutive empty rounds */
-    unsigned spin_skip;      /* sends left without a round */
+    unsigned spin_us;     /* busy-poll budget; 0 = off */
+    uint64_t spin_until;  /* uv_hrtime deadline of the pending round */
+    unsigned spin_misses; /* consecutive empty rounds */
+    unsigned spin_skip;   /* sends left without a round */
     uv_timer_t sweep;
-    struct xport_peer *peers; /* of struct peer */
-    struct conn *inbound;
-    struct xport_done done; /* deferred completions, drained by idle */
-    unsigned handles; /* open handles besides idle */
-    uint64_t epoch;
-    uint64_t fence;
-    struct xport_shm_stats stats;
+    struct shm_counters stats;
     int lpoll_ok, epoll_ok;
-    int started;
-    int closing;
-    int idle_closing;
 };
 
 static const struct xport_ops shm_ops;
 
-static struct peer *peer_first(struct shm_xport *x)
+static struct shm_xport *shm_of(struct xport_ringx *r)
 {
-    return (struct peer *)x->peers;
+    return (struct shm_xport *)r;
 }
 
-static struct peer *peer_next(struct peer *p)
+static struct conn *conn_of(struct xport_ringx_conn *rc)
 {
-    return (struct peer *)p->base.next;
+    return (struct conn *)rc;
+}
+
+/* Inbound connections that are up, in list order (NULL at the end). */
+static struct conn *inbound_next(struct xport_ringx_conn *rc)
+{
+    for (; rc != NULL; rc = xport_ringx_conn_next(rc)) {
+        if (rc->peer == NULL && rc->state == XPORT_RINGX_UP) {
+            return conn_of(rc);
+        }
+    }
+    return NULL;
+}
+
+static struct conn *inbound_first(struct shm_xport *x)
+{
+    return inbound_next(xport_ringx_conn_first(&x->r));
+}
+
+static struct conn *inbound_after(struct conn *c)
+{
+    return inbound_next(xport_ringx_conn_next(&c->rc));
 }
 
 /* ---- small helpers ----------------------------------------------------- */
@@ -476,7 +468,7 @@ static int op_doorbell(void *ctx)
 
     if (__atomic_exchange_n(armed, 0, __ATOMIC_SEQ_CST) != 0) {
         efd_ring(c->remote_efd);
-        c->x->stats.doorbells++;
+        shm_of(c->rc.x)->stats.doorbells++;
     }
     return 0;
 }
@@ -488,7 +480,7 @@ static int op_write_credit(void *ctx, uint64_t consumed, int wake)
     put_le64_atomic(c->ctrl_map + SHM__OFF_CREDIT, consumed, __ATOMIC_SEQ_CST);
     if (wake) {
         efd_ring(c->remote_efd);
-        c->x->stats.doorbells++;
+        shm_of(c->rc.x)->stats.doorbells++;
     }
     return 0;
 }
@@ -499,57 +491,14 @@ static const struct xport_ring_ops shm_ring_ops = {
     .write_credit = op_write_credit,
 };
 
-/* ---- deferred completions ---------------------------------------------- */
-
-static void maybe_finish(struct shm_xport *x);
-
-static void on_idle(uv_idle_t *h)
-{
-    struct shm_xport *x = h->data;
-
-    if (xport_done_drain(&x->done)) {
-        maybe_finish(x);
-    }
-}
-
 /* ---- connections ------------------------------------------------------- */
-
-static void shm_free(struct xport *base)
-{
-    struct shm_xport *x = (struct shm_xport *)base;
-    xport_peers_free(&x->peers);
-    tern_free(x);
-}
-
-static void on_idle_closed(uv_handle_t *h)
-{
-    struct shm_xport *x = h->data;
-    xport__closed(&x->base, shm_free);
-}
-
-static void maybe_finish(struct shm_xport *x)
-{
-    if (!x->closing || x->idle_closing || x->handles > 0 ||
-        !xport_done_empty(&x->done)) {
-        return;
-    }
-    x->idle_closing = 1;
-    uv_close((uv_handle_t *)&x->idle, on_idle_closed);
-}
-
-static void on_handle_closed(uv_handle_t *h)
-{
-    struct shm_xport *x = h->data;
-    x->handles--;
-    maybe_finish(x);
-}
 
 static void on_lpoll_closed(uv_handle_t *h)
 {
     struct shm_xport *x = h->data;
     close(x->lsock);
     x->lsock = -1;
-    on_handle_closed(h);
+    xport_ringx_handle_closed(h);
 }
 
 static void on_epoll_closed(uv_handle_t *h)
@@ -557,7 +506,7 @@ static void on_epoll_closed(uv_handle_t *h)
     struct shm_xport *x = h->data;
     close(x->efd);
     x->efd = -1;
-    on_handle_closed(h);
+    xport_ringx_handle_closed(h);
 }
 
 static void conn_release(struct conn *c)
@@ -580,43 +529,35 @@ static void conn_release(struct conn *c)
 static void on_conn_closed(uv_handle_t *h)
 {
     struct conn *c = h->data;
-    struct shm_xport *x = c->x;
+    struct xport_ringx *x = c->rc.x;
 
-    if (c->peer == NULL) {
-        if (c->prev != NULL) {
-            c->prev->next = c->next;
-        } else {
-            x->inbound = c->next;
-        }
-        if (c->next != NULL) {
-            c->next->prev = c->prev;
-        }
-    }
+    xport_ringx_conn_unlink(&c->rc);
     conn_release(c);
     x->handles--;
-    maybe_finish(x);
+    xport_ringx_maybe_finish(x);
 }
 
 /* Close a connection (idempotent). Outbound: the peer's queued messages
  * complete with status. */
-static void conn_close(struct conn *c, int status)
+static void conn_close(struct xport_ringx_conn *rc, int status)
 {
-    if (c->state == CONN_CLOSING) {
+    struct conn *c = conn_of(rc);
+
+    if (rc->state == XPORT_RINGX_CLOSING) {
         return;
     }
-    c->state = CONN_CLOSING;
-    if (c->peer != NULL && c->peer->conn == c) {
-        c->peer->conn = NULL;
-        xport_sendq_fail(&c->peer->q, &c->x->done, status);
-    }
+    rc->state = XPORT_RINGX_CLOSING;
+    (void)xport_ringx_conn_detach(rc, status);
     uv_close((uv_handle_t *)&c->poll, on_conn_closed);
 }
 
 static void on_conn_poll(uv_poll_t *h, int status, int events);
 
-/* Allocate a conn around sock (taken over, also on failure) and start
- * watching it. Returns NULL on failure. */
-static struct conn *conn_new(struct shm_xport *x, struct peer *p, int sock)
+/* Allocate a conn around sock (taken over, also on failure), link it and
+ * start watching it. Returns NULL on failure. */
+static struct conn *conn_new(struct shm_xport *x,
+                             struct xport_ringx_peer *p,
+                             int sock)
 {
     struct conn *c = tern_calloc(1, sizeof *c);
 
@@ -624,21 +565,18 @@ static struct conn *conn_new(struct shm_xport *x, struct peer *p, int sock)
         close(sock);
         return NULL;
     }
-    c->x = x;
-    c->peer = p;
     c->sock = sock;
     c->remote_efd = -1;
-    c->state = CONN_CONNECTING;
-    c->connect_start = uv_now(x->loop);
-    if (uv_poll_init(x->loop, &c->poll, sock) != 0) {
+    if (uv_poll_init(x->r.loop, &c->poll, sock) != 0) {
         conn_release(c); /* no handle was registered */
         return NULL;
     }
+    xport_ringx_conn_init(&x->r, &c->rc, p);
     c->poll.data = c;
-    x->handles++;
+    x->r.handles++;
     if (uv_poll_start(&c->poll, UV_READABLE | UV_DISCONNECT, on_conn_poll) !=
         0) {
-        conn_close(c, TERN_ENOCONN);
+        conn_close(&c->rc, TERN_ENOCONN);
         return NULL;
     }
     return c;
@@ -646,74 +584,33 @@ static struct conn *conn_new(struct shm_xport *x, struct peer *p, int sock)
 
 /* ---- receiving --------------------------------------------------------- */
 
-/* Deliver what c's ring holds, up to the budget. Returns 1 if the budget
- * ran out with more to do, else 0. The recv callback may close the
- * transport: stop as soon as it does. */
-static int drain(struct conn *c)
-{
-    struct shm_xport *x = c->x;
-    struct xport_ring_rec r;
-    int rc = 0;
-
-    for (unsigned i = 0; i < SHM__DRAIN_BUDGET; i++) {
-        rc = xport_ring_rx_peek(&c->rx, &r);
-        if (rc <= 0) {
-            break;
-        }
-        if (x->base.recv_cb != NULL) {
-            x->base.recv_cb(x->base.recv_arg, c->remote_id, r.payload, r.len);
-        }
-        if (c->state != CONN_UP) {
-            return 0;
-        }
-        xport_ring_rx_consume(&c->rx);
-        (void)xport_ring_rx_flush(&c->rx, 0);
-        rc = 0;
-        if (x->closing) {
-            break;
-        }
-    }
-    x->stats.fenced += c->rx.fenced;
-    c->rx.fenced = 0;
-    if (rc < 0) {
-        x->stats.corrupt++;
-        conn_close(c, TERN_ENOCONN);
-        return 0;
-    }
-    (void)xport_ring_rx_flush(&c->rx, 1);
-    return !x->closing && xport_ring_rx_ready(&c->rx);
-}
-
-static void flush_queue(struct peer *p);
-
 /* Deliver what every inbound ring holds, write what waits for credit,
  * then ask senders for a doorbell and re-check before the loop sleeps. */
 static void receive_all(struct shm_xport *x)
 {
     int again = 0;
 
-    for (struct conn *c = x->inbound; c != NULL && !x->closing; c = c->next) {
-        if (c->state == CONN_UP) {
-            again |= drain(c);
-        }
+    for (struct conn *c = inbound_first(x); c != NULL && !x->r.closing;
+         c = inbound_after(c)) {
+        again |= xport_ringx_drain(&c->rc, SHM__DRAIN_BUDGET);
     }
-    for (struct peer *p = peer_first(x); p != NULL && !x->closing;
-         p = peer_next(p)) {
+    for (struct xport_peer *bp = x->r.peers; bp != NULL && !x->r.closing;
+         bp = bp->next) {
+        struct xport_ringx_peer *p = (struct xport_ringx_peer *)bp;
         if (p->q.head != NULL) {
-            flush_queue(p);
+            xport_ringx_flush(p);
         }
     }
-    if (x->closing) {
+    if (x->r.closing) {
         return;
     }
     /* About to sleep: ask senders for a doorbell, then re-check. */
-    for (struct conn *c = x->inbound; c != NULL; c = c->next) {
-        if (c->state == CONN_UP) {
-            put_le64_atomic(c->ring_map + SHM__OFF_ARMED, 1, __ATOMIC_SEQ_CST);
-        }
+    for (struct conn *c = inbound_first(x); c != NULL; c = inbound_after(c)) {
+        put_le64_atomic(c->ring_map + SHM__OFF_ARMED, 1, __ATOMIC_SEQ_CST);
     }
-    for (struct conn *c = x->inbound; c != NULL && !again; c = c->next) {
-        again = c->state == CONN_UP && xport_ring_rx_ready(&c->rx);
+    for (struct conn *c = inbound_first(x); c != NULL && !again;
+         c = inbound_after(c)) {
+        again = xport_ring_rx_ready(&c->rc.rx);
     }
     if (again) {
         efd_ring(x->efd);
@@ -736,8 +633,8 @@ static void on_efd(uv_poll_t *h, int status, int events)
 
 static int rings_ready(struct shm_xport *x)
 {
-    for (struct conn *c = x->inbound; c != NULL; c = c->next) {
-        if (c->state == CONN_UP && xport_ring_rx_ready(&c->rx)) {
+    for (struct conn *c = inbound_first(x); c != NULL; c = inbound_after(c)) {
+        if (xport_ring_rx_ready(&c->rc.rx)) {
             return 1;
         }
     }
@@ -753,7 +650,7 @@ static void on_spin(uv_prepare_t *h)
     int hit;
 
     uv_prepare_stop(&x->spin);
-    if (x->closing) {
+    if (x->r.closing) {
         return;
     }
     if (x->spin_us != 0 && now < x->spin_until) {
@@ -791,8 +688,10 @@ int xport_shm_set_busy_poll(struct xport *base, unsigned us)
 }
 
 /* A send went into a ring: arm a busy-poll round if enabled. */
-static void spin_arm(struct shm_xport *x)
+static void spin_arm(struct xport_ringx *r)
 {
+    struct shm_xport *x = shm_of(r);
+
     if (x->spin_us == 0) {
         return;
     }
@@ -803,28 +702,10 @@ static void spin_arm(struct shm_xport *x)
     x->spin_until = uv_hrtime() + (uint64_t)x->spin_us * 1000u;
     /* Awake from now on: an answer faster than the loop's way to the
      * round rings no doorbell either. on_spin re-arms. */
-    for (struct conn *c = x->inbound; c != NULL; c = c->next) {
-        if (c->state == CONN_UP) {
-            put_le64_atomic(c->ring_map + SHM__OFF_ARMED, 0, __ATOMIC_SEQ_CST);
-        }
+    for (struct conn *c = inbound_first(x); c != NULL; c = inbound_after(c)) {
+        put_le64_atomic(c->ring_map + SHM__OFF_ARMED, 0, __ATOMIC_SEQ_CST);
     }
     uv_prepare_start(&x->spin, on_spin);
-}
-
-/* A newer connection from the same sender replaces older ones: deliver
- * what they hold first, so the sender's order is kept. */
-static void supersede_inbound(struct shm_xport *x, struct conn *keep)
-{
-    for (struct conn *c = x->inbound; c != NULL; c = c->next) {
-        if (c != keep && c->remote_id == keep->remote_id &&
-            c->state != CONN_CLOSING) {
-            if (c->state == CONN_UP) {
-                while (drain(c)) {
-                }
-            }
-            conn_close(c, TERN_ENOCONN);
-        }
-    }
 }
 
 /* Inbound: HELLO arrived with fds. Set up the ring and answer WELCOME. */
@@ -833,7 +714,7 @@ static int inbound_hello(struct conn *c,
                          ssize_t n,
                          int fds[2])
 {
-    struct shm_xport *x = c->x;
+    struct shm_xport *x = shm_of(c->rc.x);
     uint8_t welcome[SHM__MSG_SIZE];
     uint64_t sender, receiver;
     size_t cap;
@@ -842,7 +723,7 @@ static int inbound_hello(struct conn *c,
     int rc;
 
     rc = msg_decode(m, (size_t)n, SHM__MSG_HELLO, &sender, &receiver, &cap);
-    if (rc != 0 || receiver != x->base.self_id || fds[0] < 0 || fds[1] < 0) {
+    if (rc != 0 || receiver != x->r.base.self_id || fds[0] < 0 || fds[1] < 0) {
         return rc != 0 ? rc : TERN_EMALFORMED;
     }
     rc = memfd_map_peer(fds[0], SHM__FILE_HDR, &c->ctrl_map);
@@ -856,10 +737,10 @@ static int inbound_hello(struct conn *c,
     }
     c->remote_efd = fds[1];
     fds[1] = -1;
-    c->remote_id = sender;
-    c->cap = x->ring_bytes;
+    c->rc.remote_id = sender;
+    c->cap = x->r.ring_bytes;
     (void)snprintf(name, sizeof name, "tern-ring-%llu-from-%llu",
-                   (unsigned long long)x->base.self_id,
+                   (unsigned long long)x->r.base.self_id,
                    (unsigned long long)sender);
     ring_fd = memfd_new(name, SHM__FILE_HDR + c->cap, &c->ring_map);
     if (ring_fd < 0) {
@@ -867,20 +748,21 @@ static int inbound_hello(struct conn *c,
     }
     c->ring_map_len = SHM__FILE_HDR + c->cap;
     file_hdr_encode(c->ring_map, SHM__KIND_RING, c->cap, sender,
-                    x->base.self_id);
-    put_le64_atomic(c->ring_map + SHM__OFF_FENCE, x->fence, __ATOMIC_RELAXED);
+                    x->r.base.self_id);
+    put_le64_atomic(c->ring_map + SHM__OFF_FENCE, x->r.fence, __ATOMIC_RELAXED);
     put_le64_atomic(c->ring_map + SHM__OFF_ARMED, 1, __ATOMIC_SEQ_CST);
-    xport_ring_rx_init(&c->rx, &shm_ring_ops, c, c->ring_map + SHM__FILE_HDR,
+    xport_ring_rx_init(&c->rc.rx, &shm_ring_ops, c, c->ring_map + SHM__FILE_HDR,
                        c->cap);
-    c->rx.fence = x->fence;
-    msg_encode(welcome, SHM__MSG_WELCOME, sender, x->base.self_id, c->cap);
+    c->rc.rx.fence = x->r.fence;
+    msg_encode(welcome, SHM__MSG_WELCOME, sender, x->r.base.self_id, c->cap);
     rc = sock_send(c->sock, welcome, ring_fd, x->efd);
     close(ring_fd);
     if (rc != 0) {
         return rc;
     }
-    c->state = CONN_UP;
-    supersede_inbound(x, c);
+    c->rc.rx_ready = 1;
+    c->rc.state = XPORT_RINGX_UP;
+    xport_ringx_supersede(&x->r, sender, &c->rc);
     return 0;
 }
 
@@ -890,7 +772,7 @@ static int outbound_welcome(struct conn *c,
                             ssize_t n,
                             int fds[2])
 {
-    struct shm_xport *x = c->x;
+    struct xport_ringx *x = c->rc.x;
     uint64_t sender, receiver;
     size_t cap;
     int rc;
@@ -899,7 +781,7 @@ static int outbound_welcome(struct conn *c,
     if (rc != 0) {
         return rc;
     }
-    if (sender != x->base.self_id || receiver != c->peer->base.id ||
+    if (sender != x->base.self_id || receiver != c->rc.peer->base.id ||
         !xport_ring_cap_valid(cap) || fds[0] < 0 || fds[1] < 0) {
         return TERN_EMALFORMED;
     }
@@ -914,25 +796,26 @@ static int outbound_welcome(struct conn *c,
     }
     c->remote_efd = fds[1];
     fds[1] = -1;
-    c->remote_id = receiver;
+    c->rc.remote_id = receiver;
     c->cap = cap;
     xport_ring_tx_init(
-        &c->tx, &shm_ring_ops, c, cap,
+        &c->rc.tx, &shm_ring_ops, c, cap,
         (const uint64_t *)(void *)(c->ctrl_map + SHM__OFF_CREDIT));
-    c->tx.epoch = x->epoch;
-    c->state = CONN_UP;
+    c->rc.tx.epoch = x->epoch;
+    c->rc.state = XPORT_RINGX_UP;
     return 0;
 }
 
 static void on_conn_poll(uv_poll_t *h, int status, int events)
 {
     struct conn *c = h->data;
+    struct xport_ringx *x = c->rc.x;
     uint8_t m[SHM__MSG_SIZE + 8];
     int fds[2];
     ssize_t n;
     int rc;
 
-    if (c->state == CONN_CLOSING) {
+    if (c->rc.state == XPORT_RINGX_CLOSING) {
         return;
     }
     if (status < 0) {
@@ -942,31 +825,31 @@ static void on_conn_poll(uv_poll_t *h, int status, int events)
     if (n == -EAGAIN && !(events & UV_DISCONNECT)) {
         return;
     }
-    if (n <= 0 || c->state == CONN_UP) {
+    if (n <= 0 || c->rc.state == XPORT_RINGX_UP) {
         /* EOF, error, or bytes after the handshake (never sent). */
         close_fds(fds);
         goto fail;
     }
-    rc = c->peer == NULL ? inbound_hello(c, m, n, fds)
-                         : outbound_welcome(c, m, n, fds);
+    rc = c->rc.peer == NULL ? inbound_hello(c, m, n, fds)
+                            : outbound_welcome(c, m, n, fds);
     close_fds(fds);
     if (rc != 0) {
         goto fail;
     }
-    if (c->peer != NULL) {
-        flush_queue(c->peer);
+    if (c->rc.peer != NULL) {
+        xport_ringx_flush(c->rc.peer);
     }
     return;
 
 fail:
-    if (c->peer == NULL && c->state == CONN_UP) {
+    if (c->rc.peer == NULL && c->rc.state == XPORT_RINGX_UP) {
         /* The sender is gone: deliver what it wrote, then drop the ring. */
-        while (drain(c)) {
+        while (xport_ringx_drain(&c->rc, SHM__DRAIN_BUDGET)) {
         }
-    } else if (c->peer != NULL && c->state == CONN_CONNECTING) {
-        c->peer->base.retry_after = uv_now(c->x->loop) + c->x->retry_ms;
+    } else if (c->rc.peer != NULL && c->rc.state == XPORT_RINGX_CONNECTING) {
+        c->rc.peer->base.retry_after = uv_now(x->loop) + x->retry_ms;
     }
-    conn_close(c, TERN_ENOCONN);
+    conn_close(&c->rc, TERN_ENOCONN);
 }
 
 static void on_listen(uv_poll_t *h, int status, int events)
@@ -974,78 +857,35 @@ static void on_listen(uv_poll_t *h, int status, int events)
     struct shm_xport *x = h->data;
 
     (void)events;
-    if (status < 0 || x->closing) {
+    if (status < 0 || x->r.closing) {
         return;
     }
     for (unsigned i = 0; i < SHM__ACCEPT_BUDGET; i++) {
-        struct conn *c;
         int s = accept4(x->lsock, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (s < 0) {
             return; /* EAGAIN, or an error on one pending connection */
         }
-        c = conn_new(x, NULL, s);
-        if (c == NULL) {
-            continue; /* out of memory: that connection is dropped */
-        }
-        c->next = x->inbound;
-        if (x->inbound != NULL) {
-            x->inbound->prev = c;
-        }
-        x->inbound = c;
+        /* NULL: out of memory, that connection is dropped. */
+        (void)conn_new(x, NULL, s);
     }
 }
 
-/* ---- sending ----------------------------------------------------------- */
-
-/* Write queued messages into the ring while space lasts. */
-static void flush_queue(struct peer *p)
-{
-    struct shm_xport *x = p->x;
-    struct conn *c = p->conn;
-    int wrote = 0;
-
-    if (c == NULL || c->state != CONN_UP) {
-        return;
-    }
-    if (xport_ring_tx_refresh(&c->tx) != 0) {
-        conn_close(c, TERN_ENOCONN);
-        return;
-    }
-    while (p->q.head != NULL) {
-        struct xport_qmsg *m = p->q.head;
-        struct xport_iov iov = {m->data, m->len};
-        int rc = xport_ring_tx_write(&c->tx, &iov, 1, m->len);
-        if (rc == -EAGAIN) {
-            x->stats.credit_waits++;
-            break;
-        }
-        (void)xport_sendq_pop(&p->q);
-        xport_done_push(&x->done, m->req, rc);
-        tern_free(m);
-        if (rc != 0 && rc != TERN_ETOOBIG) {
-            conn_close(c, TERN_ENOCONN);
-            return;
-        }
-        wrote |= rc == 0;
-    }
-    if (wrote) {
-        (void)xport_ring_tx_doorbell(&c->tx);
-    }
-}
+/* ---- connecting -------------------------------------------------------- */
 
 static void on_sweep(uv_timer_t *t)
 {
     struct shm_xport *x = t->data;
-    uint64_t now = uv_now(x->loop);
+    uint64_t now = uv_now(x->r.loop);
     int pending = 0;
 
-    for (struct peer *p = peer_first(x); p != NULL; p = peer_next(p)) {
-        struct conn *c = p->conn;
-        if (c == NULL || c->state != CONN_CONNECTING) {
+    for (struct xport_peer *bp = x->r.peers; bp != NULL; bp = bp->next) {
+        struct xport_ringx_peer *p = (struct xport_ringx_peer *)bp;
+        struct xport_ringx_conn *c = p->conn;
+        if (c == NULL || c->state != XPORT_RINGX_CONNECTING) {
             continue;
         }
-        if (now - c->connect_start >= SHM__CONNECT_TIMEOUT_MS) {
-            p->base.retry_after = now + x->retry_ms;
+        if (now - c->started >= SHM__CONNECT_TIMEOUT_MS) {
+            p->base.retry_after = now + x->r.retry_ms;
             conn_close(c, TERN_ENOCONN);
         } else {
             pending = 1;
@@ -1057,9 +897,9 @@ static void on_sweep(uv_timer_t *t)
 }
 
 /* Connect to p and send HELLO. Returns 0 or a negative code. */
-static int peer_connect(struct peer *p)
+static int peer_connect(struct xport_ringx_peer *p)
 {
-    struct shm_xport *x = p->x;
+    struct shm_xport *x = shm_of(p->x);
     struct sockaddr_un sa;
     uint8_t hello[SHM__MSG_SIZE];
     uint8_t *ctrl = NULL;
@@ -1086,128 +926,53 @@ static int peer_connect(struct peer *p)
         return -ENOMEM;
     }
     (void)snprintf(name, sizeof name, "tern-ctrl-%llu-to-%llu",
-                   (unsigned long long)x->base.self_id,
+                   (unsigned long long)x->r.base.self_id,
                    (unsigned long long)p->base.id);
     ctrl_fd = memfd_new(name, SHM__FILE_HDR, &ctrl);
     if (ctrl_fd < 0 || ctrl == NULL) {
         if (ctrl_fd >= 0) {
             close(ctrl_fd);
         }
-        conn_close(c, TERN_ENOCONN);
+        conn_close(&c->rc, TERN_ENOCONN);
         return ctrl_fd < 0 ? ctrl_fd : -EIO;
     }
     c->ctrl_map = ctrl;
     c->ctrl_map_len = SHM__FILE_HDR;
-    file_hdr_encode(ctrl, SHM__KIND_CTRL, 0, x->base.self_id, p->base.id);
-    msg_encode(hello, SHM__MSG_HELLO, x->base.self_id, p->base.id, 0);
+    file_hdr_encode(ctrl, SHM__KIND_CTRL, 0, x->r.base.self_id, p->base.id);
+    msg_encode(hello, SHM__MSG_HELLO, x->r.base.self_id, p->base.id, 0);
     rc = sock_send(sock, hello, ctrl_fd, x->efd);
     close(ctrl_fd);
     if (rc != 0) {
-        conn_close(c, TERN_ENOCONN);
+        conn_close(&c->rc, TERN_ENOCONN);
         return rc;
     }
-    p->conn = c;
+    p->conn = &c->rc;
     if (!uv_is_active((uv_handle_t *)&x->sweep)) {
         uv_timer_start(&x->sweep, on_sweep, SHM__SWEEP_MS, SHM__SWEEP_MS);
     }
     return 0;
 }
 
-/* Find or create the peer for id; follow a path change. */
-static int peer_get(struct shm_xport *x,
-                    uint64_t id,
-                    const char *path,
-                    struct peer **out)
+/* The send's completion is decided once its bytes are in the ring. */
+static void tx_written(struct xport_ringx_conn *c, struct xport_send *req)
 {
-    struct xport_peer *bp;
-    size_t len = strlen(path);
-    int rc;
-
-    if (len == 0 || len >= SHM__PATH_MAX) {
-        return TERN_EINVAL;
-    }
-    if (xport_peer_find(x->peers, id, path, &bp) == XPORT_PEER_SAME) {
-        *out = (struct peer *)bp;
-        return 0;
-    }
-    if (bp != NULL && ((struct peer *)bp)->conn != NULL) {
-        conn_close(((struct peer *)bp)->conn, TERN_ENOCONN);
-    }
-    rc = xport_peer_set(&x->peers, &bp, sizeof(struct peer), id, path);
-    if (rc != 0) {
-        return rc;
-    }
-    ((struct peer *)bp)->x = x;
-    *out = (struct peer *)bp;
-    return 0;
+    xport_done_push(&c->x->done, req, 0);
 }
 
-static int shm_send(struct xport *base,
-                    struct xport_send *req,
-                    uint64_t peer_id,
-                    const char *peer_address,
-                    const struct xport_iov *iov,
-                    unsigned n)
+/* The fence is also published in the ring file (informational). */
+static void fence_ring(struct xport_ringx_conn *c, uint64_t fence)
 {
-    struct shm_xport *x = (struct shm_xport *)base;
-    struct peer *p;
-    struct conn *c;
-    size_t total;
-    int rc;
-
-    rc = xport_send_begin(x->closing, peer_address, iov, n, &total);
-    if (rc != 0) {
-        return rc;
-    }
-    rc = peer_get(x, peer_id, peer_address, &p);
-    if (rc != 0) {
-        return rc;
-    }
-    c = p->conn;
-    if (c != NULL && c->state == CONN_UP && p->q.head == NULL) {
-        /* Fast path: straight into the peer's ring. */
-        rc = xport_ring_tx_refresh(&c->tx);
-        if (rc == 0) {
-            rc = xport_ring_tx_write(&c->tx, iov, n, total);
-        }
-        if (rc == 0) {
-            (void)xport_ring_tx_doorbell(&c->tx);
-            xport_done_push(&x->done, req, 0);
-            spin_arm(x);
-            return 0;
-        }
-        if (rc == TERN_ETOOBIG) {
-            xport_done_push(&x->done, req, rc);
-            return 0;
-        }
-        if (rc != -EAGAIN) {
-            conn_close(c, TERN_ENOCONN);
-            xport_done_push(&x->done, req, TERN_ENOCONN);
-            return 0;
-        }
-        x->stats.credit_waits++;
-    }
-    if (xport_sendq_full(&p->q, total, x->max_queued)) {
-        xport_done_push(&x->done, req, TERN_EBUSY);
-        return 0;
-    }
-    if (p->conn == NULL) {
-        if (uv_now(x->loop) < p->base.retry_after) {
-            xport_done_push(&x->done, req, TERN_ENOCONN);
-            return 0;
-        }
-        rc = peer_connect(p);
-        if (rc != 0) {
-            if (rc == -ENOMEM) {
-                return rc;
-            }
-            p->base.retry_after = uv_now(x->loop) + x->retry_ms;
-            xport_done_push(&x->done, req, TERN_ENOCONN);
-            return 0;
-        }
-    }
-    return xport_sendq_push(&p->q, req, iov, n, total);
+    put_le64_atomic(conn_of(c)->ring_map + SHM__OFF_FENCE, fence,
+                    __ATOMIC_RELEASE);
 }
+
+static const struct xport_ringx_medium shm_medium = {
+    .connect = peer_connect,
+    .conn_close = conn_close,
+    .tx_written = tx_written,
+    .sent = spin_arm,
+    .fence = fence_ring,
+};
 
 /* ---- lifecycle --------------------------------------------------------- */
 
@@ -1216,33 +981,28 @@ static int shm_start(struct xport *base)
     struct shm_xport *x = (struct shm_xport *)base;
     int rc;
 
-    if (x->closing) {
+    if (x->r.closing) {
         return TERN_ESHUTDOWN;
     }
-    if (x->started) {
+    if (x->r.started) {
         return 0;
     }
     rc = uv_poll_start(&x->lpoll, UV_READABLE, on_listen);
     if (rc != 0) {
         return rc;
     }
-    x->started = 1;
+    x->r.started = 1;
     return 0;
-}
-
-static size_t shm_max_message(const struct xport *base)
-{
-    return xport_ring_max_payload(((const struct shm_xport *)base)->ring_bytes);
 }
 
 static void shm_close(struct xport *base)
 {
     struct shm_xport *x = (struct shm_xport *)base;
 
-    if (x->closing) {
+    if (x->r.closing) {
         return;
     }
-    x->closing = 1;
+    x->r.closing = 1;
     if (x->path[0] != '\0') {
         (void)unlink(x->path);
     }
@@ -1256,28 +1016,39 @@ static void shm_close(struct xport *base)
     } else {
         close(x->efd);
     }
-    uv_close((uv_handle_t *)&x->sweep, on_handle_closed);
-    uv_close((uv_handle_t *)&x->spin, on_handle_closed);
-    for (struct peer *p = peer_first(x); p != NULL; p = peer_next(p)) {
-        xport_sendq_fail(&p->q, &x->done, TERN_ECANCELED);
-        if (p->conn != NULL) {
-            conn_close(p->conn, TERN_ECANCELED);
-        }
+    uv_close((uv_handle_t *)&x->sweep, xport_ringx_handle_closed);
+    uv_close((uv_handle_t *)&x->spin, xport_ringx_handle_closed);
+    xport_ringx_cancel(&x->r);
+    xport_ringx_maybe_finish(&x->r);
+}
+
+static void shm_get_stats(const struct xport *base, struct xport_stats *out)
+{
+    struct xport_shm_stats s;
+
+    if (xport_shm_stats(base, &s) != 0) {
+        return; /* not reached: the ops table is this backend's */
     }
-    for (struct conn *c = x->inbound; c != NULL; c = c->next) {
-        conn_close(c, TERN_ECANCELED);
-    }
-    maybe_finish(x);
+    out->doorbells = s.doorbells;
+    out->wakeups = s.wakeups;
+    out->spins = s.spins;
+    out->spin_hits = s.spin_hits;
+    out->spin_ns = s.spin_ns;
+    out->credit_waits = s.credit_waits;
+    out->fenced = s.fenced;
+    out->corrupt = s.corrupt;
 }
 
 static const struct xport_ops shm_ops = {
     .name = "shm",
     .start = shm_start,
-    .send = shm_send,
-    .max_message = shm_max_message,
+    .send = xport_ringx_send,
+    .max_message = xport_ringx_max_message,
     .close = shm_close,
-    .set_epoch = xport_shm_set_epoch,
-    .set_fence = xport_shm_set_fence,
+    .set_epoch = xport_ringx_set_epoch,
+    .set_fence = xport_ringx_set_fence,
+    .set_busy_poll = xport_shm_set_busy_poll,
+    .get_stats = shm_get_stats,
 };
 
 /* Bind and listen on path, replacing a stale socket file (one nobody
@@ -1386,45 +1157,44 @@ int xport_shm_new(uv_loop_t *loop,
         tern_errmsg_printf(errmsg, "shm: out of memory");
         goto err_after_efd;
     }
-    x->base.ops = &shm_ops;
-    x->base.self_id = self_id;
-    x->loop = loop;
-    x->ring_bytes = ring;
-    x->max_queued = max_queued;
-    x->retry_ms = retry_ms;
+    x->r.base.ops = &shm_ops;
+    x->r.base.self_id = self_id;
+    xport_ringx_init(&x->r, loop, &shm_medium);
+    x->r.ring_bytes = ring;
+    x->r.max_queued = max_queued;
+    x->r.retry_ms = retry_ms;
+    x->r.addr_max = SHM__PATH_MAX;
+    x->r.drain_budget = SHM__DRAIN_BUDGET;
     memcpy(x->path, listen_path, strlen(listen_path) + 1);
     x->lsock = lsock;
     x->efd = efd;
     /* Always 0: no syscall. */
-    (void)uv_idle_init(loop, &x->idle);
-    x->idle.data = x;
     (void)uv_prepare_init(loop, &x->spin);
     x->spin.data = x;
-    xport_done_init(&x->done, &x->idle, on_idle);
     (void)uv_timer_init(loop, &x->sweep);
     x->sweep.data = x;
-    x->handles = 2; /* sweep, spin */
+    x->r.handles = 2; /* sweep, spin */
     /* A failed uv_poll_init leaves no trace in the loop; from here on
      * failures unwind through shm_close (asynchronously, no callback). */
     rc = uv_poll_init(loop, &x->lpoll, lsock);
     if (rc == 0) {
         x->lpoll.data = x;
         x->lpoll_ok = 1;
-        x->handles++;
+        x->r.handles++;
         rc = uv_poll_init(loop, &x->epoll, efd);
     }
     if (rc == 0) {
         x->epoll.data = x;
         x->epoll_ok = 1;
-        x->handles++;
+        x->r.handles++;
         rc = uv_poll_start(&x->epoll, UV_READABLE, on_efd);
     }
     if (rc != 0) {
         tern_errmsg_printf(errmsg, "shm: poll: %s", tern_strerror(rc));
-        shm_close(&x->base);
+        shm_close(&x->r.base);
         return rc;
     }
-    *out = &x->base;
+    *out = &x->r.base;
     return 0;
 
 err_after_efd:
@@ -1440,36 +1210,18 @@ err:
 
 int xport_shm_set_epoch(struct xport *base, uint64_t epoch)
 {
-    struct shm_xport *x = (struct shm_xport *)base;
-
     if (base == NULL || base->ops != &shm_ops) {
         return TERN_EINVAL;
     }
-    x->epoch = epoch;
-    for (struct peer *p = peer_first(x); p != NULL; p = peer_next(p)) {
-        if (p->conn != NULL && p->conn->state == CONN_UP) {
-            p->conn->tx.epoch = epoch;
-        }
-    }
-    return 0;
+    return xport_ringx_set_epoch(base, epoch);
 }
 
 int xport_shm_set_fence(struct xport *base, uint64_t fence)
 {
-    struct shm_xport *x = (struct shm_xport *)base;
-
     if (base == NULL || base->ops != &shm_ops) {
         return TERN_EINVAL;
     }
-    x->fence = fence;
-    for (struct conn *c = x->inbound; c != NULL; c = c->next) {
-        if (c->state == CONN_UP) {
-            c->rx.fence = fence;
-            put_le64_atomic(c->ring_map + SHM__OFF_FENCE, fence,
-                            __ATOMIC_RELEASE);
-        }
-    }
-    return 0;
+    return xport_ringx_set_fence(base, fence);
 }
 
 int xport_shm_stats(const struct xport *base, struct xport_shm_stats *out)
@@ -1479,6 +1231,14 @@ int xport_shm_stats(const struct xport *base, struct xport_shm_stats *out)
     if (base == NULL || base->ops != &shm_ops || out == NULL) {
         return TERN_EINVAL;
     }
-    *out = x->stats;
+    memset(out, 0, sizeof *out);
+    out->fenced = x->r.stats.fenced;
+    out->credit_waits = x->r.stats.credit_waits;
+    out->corrupt = x->r.stats.corrupt;
+    out->doorbells = x->stats.doorbells;
+    out->wakeups = x->stats.wakeups;
+    out->spins = x->stats.spins;
+    out->spin_hits = x->stats.spin_hits;
+    out->spin_ns = x->stats.spin_ns;
     return 0;
 }

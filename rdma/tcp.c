@@ -57,11 +57,13 @@
  *   - xport_close: in-flight sends complete with TERN_ECANCELED (sends
  *     whose outcome was already decided, e.g. TERN_EBUSY, keep it), then
  *     the close callback runs once every handle is closed.
- * Busy-polling (xport_tcp_set_busy_poll, off by default): a send that was
+ * Busy-polling (xport_set_busy_poll, off by default): a send that was
  * handed to libuv starts a uv_idle handle for up to us microseconds (or
  * extends its deadline); while it runs the loop polls without sleeping, and
  * the first frame received stops it. It removes the wake-up of an idle
  * thread from the round trip at the cost of a CPU while it spins.
+ * xport_get_stats counts the rounds (spins) and the rounds a message
+ * ended (spin_hits); tcp keeps no other counter.
  * Completions decided inside xport_send (EBUSY, ENOCONN during back-off)
  * are queued on a list drained by a uv_idle handle, so no callback ever
  * runs inside xport_send.
@@ -161,8 +163,10 @@ struct tcp_xport
     size_t max_queued;
     unsigned retry_ms;
     uv_tcp_t listener;
-    uv_idle_t idle;   /* drains the deferred-completion list */
+    uv_idle_t idle;         /* drains the deferred-completion list */
     struct xport_spin spin; /* busy-poll (xport_int.h) */
+    uint64_t spins;         /* busy-poll rounds started */
+    uint64_t spin_hits;     /* rounds ended by an arriving message */
     uv_timer_t sweep; /* connect timeouts; runs while a connect is pending */
     struct xport_peer *peers; /* of struct peer */
     struct conn *inbound;     /* head of the inbound list */
@@ -213,6 +217,9 @@ static void on_spin(uv_idle_t *h)
 static void spin_arm(struct tcp_xport *x)
 {
     if (!x->closing) {
+        if (x->spin.us != 0 && !x->spin.on) {
+            x->spins++;
+        }
         xport_spin_arm(&x->spin);
     }
 }
@@ -375,6 +382,9 @@ static int inbound_frame(struct conn *c, const struct xport_tcp_frame *f)
     }
     if (f->type != XPORT_TCP_FRAME_MSG) {
         return -1;
+    }
+    if (x->spin.on) {
+        x->spin_hits++;
     }
     xport_spin_stop(&x->spin); /* what the round waited for has come */
     if (x->base.recv_cb != NULL) {
@@ -743,12 +753,22 @@ static void tcp_close(struct xport *base)
     maybe_finish(x);
 }
 
+static void tcp_get_stats(const struct xport *base, struct xport_stats *out)
+{
+    const struct tcp_xport *x = (const struct tcp_xport *)base;
+
+    out->spins = x->spins;
+    out->spin_hits = x->spin_hits;
+}
+
 static const struct xport_ops tcp_ops = {
     .name = "tcp",
     .start = tcp_start,
     .send = tcp_send,
     .max_message = tcp_max_message,
     .close = tcp_close,
+    .set_busy_poll = xport_tcp_set_busy_poll,
+    .get_stats = tcp_get_stats,
 };
 
 /* Create the listening socket with plain syscalls, so every failure before

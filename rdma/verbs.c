@@ -1,13 +1,16 @@
 /*
  * verbs backend of the transport interface (xport_verbs_new): the
  * one-sided ring protocol of rdma/ring.c over RDMA RC queue pairs, set up
- * with librdmacm, driven from the node's libuv loop (house style H6).
+ * with librdmacm, driven from the node's libuv loop.
  * Tested on soft-RoCE (rxe) by tests/hw/ through tests/rxe/run.sh.
  *
+ * Peers, the send path, queues, delivery and the software fence are the
+ * ring driver's (rdma/ringx.c); this file is the medium: posting,
+ * completions, devices, the NIC fence and busy-polling.
+ *
  * Topology (as shm): per ordered pair (sender S, receiver R) one RC QP,
- * set up by S with rdma_cm, lazily on the first send, from S's bound source
- * IP (rdma_cm needs it: without it the kernel routes a local destination
- * through lo and the traffic never leaves the destination's device). R
+ * set up by S with rdma_cm, lazily on the first send (rdma/verbs_cm.c:
+ * resolution, connect/accept and their private data). R
  * registers a zeroed ring of cap bytes plus a 64-byte sink with
  * REMOTE_WRITE; S keeps a local MIRROR of the ring (same layout, the ring
  * protocol's single copy of the caller's bytes goes there) and a 64-byte
@@ -15,20 +18,6 @@
  * REMOTE_WRITE. Per transport and per RDMA device there is ONE protection
  * domain, ONE completion channel and ONE CQ shared by all QPs on that
  * device; completions are routed to connections by QP number.
- *
- * Private data, version 1 (integers little-endian):
- *   CONNECT (S -> R, 52 bytes)          ACCEPT (R -> S, 52 bytes)
- *    0 4 magic 0x56534d54 "TMSV"         0 4 magic
- *    4 2 version 1                        4 2 version 1
- *    6 2 type 1                           6 2 type 2
- *    8 8 sender id                        8 8 sender id
- *   16 8 receiver id                     16 8 receiver id
- *   24 8 credit word address             24 8 ring address (sink at +cap)
- *   32 4 credit word rkey                32 4 ring rkey
- *   36 4 zero                            36 4 ring capacity (bytes)
- *   40 8 sender's epoch                  40 8 receiver's fence
- *   48 4 checksum (bytes 0..47)          48 4 checksum (bytes 0..47)
- * (a CM REQ carries at most 56 bytes of private data over rdma_cm.)
  *
  * Ring ops on verbs:
  *   write         memcpy into the mirror at off and extend the dirty
@@ -71,7 +60,7 @@
  * Tracing: TERN_VERBS_TRACE=1 in the environment prints connection events
  * and error completions to stderr (libraries do not log otherwise).
  *
- * Events (H6): the rdma_cm event channel fd and each device's completion
+ * Events: the rdma_cm event channel fd and each device's completion
  * channel fd are O_NONBLOCK and watched by uv_poll on the node loop. The
  * CQ handler reads and acks all channel events in one batch, re-arms
  * notification, polls the CQ dry in batches, and only then delivers
@@ -115,10 +104,10 @@
  *   - xport_close: queued and in-flight sends complete with TERN_ECANCELED,
  *     then the close callback runs once every QP, id and handle is gone.
  *
- * Fencing (issue 3 item 3). Records carry the sender's epoch and the
+ * Fencing. Records carry the sender's epoch and the
  * receiver drops records below its fence (rdma/ring.c, software check).
  * On top of that the NIC enforces it: a connect request whose epoch is
- * below the fence is rejected, and xport_verbs_set_fence revokes remote
+ * below the fence is rejected, and xport_set_fence revokes remote
  * write access (ibv_modify_qp IBV_QP_ACCESS_FLAGS = 0) on every inbound QP
  * whose sender has not shown an epoch >= the fence (its connect epoch or
  * the epoch of a delivered record). A deposed sender's next write is then
@@ -137,7 +126,7 @@
  * memcpy, which does in practice. Ring records do not rely on it: the
  * receiver reads only below the head announced by a doorbell.
  *
- * Busy-polling (xport_verbs_set_busy_poll, off by default): see "busy-poll"
+ * Busy-polling (xport_set_busy_poll, off by default): see "busy-poll"
  * below; the TCP fallback and the background re-try of rdma are
  * rdma/fallback.c.
  *
@@ -149,16 +138,15 @@
 #include "ring.h"
 #include "sendq.h"
 
+#include "verbs_int.h"
+
 #include <arpa/inet.h>
 #include <errno.h>
-#include <fcntl.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <unistd.h>
-
-#include <infiniband/verbs.h>
-#include <rdma/rdma_cma.h>
+#include <string.h>
 
 #include <tern_common.h>
 
@@ -167,179 +155,18 @@
 #define VERBS__DEFAULT_RETRY_MS   100u
 #define VERBS__DEFAULT_CONNECT_MS 2000u
 #define VERBS__DEFAULT_ACK_TMO    15u /* 4.096 us * 2^15 = 134 ms per try */
-#define VERBS__RETRY_COUNT        6u  /* 7 = infinite on rxe */
-#define VERBS__RNR_RETRY          6u
-#define VERBS__PD_MAGIC           0x56534d54u
-#define VERBS__PD_VERSION         1u
-#define VERBS__PD_CONNECT         1u
-#define VERBS__PD_ACCEPT          2u
-#define VERBS__PD_LEN             52u
-#define VERBS__IMM_CREDIT         0xffffffffu /* never a ring position */
-#define VERBS__IMM_WAKE           0x1u        /* positions are 64-aligned */
-#define VERBS__SINK               64u         /* sink bytes after the ring */
-#define VERBS__SQ_DEPTH           256u
-#define VERBS__RQ_DEPTH           256u
-#define VERBS__IMM_BUDGET         64u /* doorbells beyond credit */
-#define VERBS__SIGNAL_EVERY       32u
-#define VERBS__SQ_RESERVE         3u /* wrap piece + doorbell + nop */
-#define VERBS__CQ_WANT            32768 /* capped by the device */
-#define VERBS__POLL_BATCH         32
-#define VERBS__INLINE_WANT        256u
-#define VERBS__SWEEP_MS           10u
-#define VERBS__DRAIN_MS           1000u
-#define VERBS__BACKLOG            128
-#define VERBS__WR_DRAIN           UINT64_MAX
-
-enum vconn_state {
-    V_RESOLVING, /* outbound: address and route resolution */
-    V_CONNECTING,
-    V_UP,
-    V_CLOSING, /* torn down; freed once drained */
-};
-
-struct verbs_xport;
-struct vpeer;
-
-/* Per-device resources of one transport. */
-struct vdev
-{
-    struct vdev *next;
-    struct verbs_xport *x;
-    struct ibv_context *verbs; /* owned by librdmacm */
-    struct ibv_pd *pd;
-    struct ibv_comp_channel *chan;
-    struct ibv_cq *cq;
-    uv_poll_t poll;
-    int poll_open;
-    unsigned qps;     /* QPs on this device */
-    unsigned max_qps; /* what the CQ can take */
-};
-
-/* One RC connection: outbound (peer != NULL: we write into the peer's
- * ring) or inbound (we own the ring, the peer writes). */
-struct vconn
-{
-    struct verbs_xport *x;
-    struct vpeer *peer;
-    struct vconn *next;
-    enum vconn_state state;
-    struct rdma_cm_id *id;
-    struct vdev *dev;
-    uint32_t qp_num;
-    int has_qp;
-    int established;
-    uint64_t started; /* loop ms at connect start */
-    uint64_t remote_id;
-    /* Inbound: the ring (cap + sink bytes). Outbound: the mirror (cap). */
-    uint8_t *ring;
-    size_t cap;
-    struct ibv_mr *ring_mr;
-    /* Outbound: control area (credit word at 0, nop source at 8).
-     * Inbound: credit scratch (source of credit writes). 64 bytes. */
-    uint64_t *word;
-    struct ibv_mr *word_mr;
-    uint64_t remote_addr; /* outbound: ring; inbound: credit word */
-    uint32_t remote_rkey;
-    uint32_t max_inline;
-    /* send-queue accounting */
-    uint64_t sq_posted;      /* WRs posted (last wr_id) */
-    uint64_t sq_retired;     /* every WR <= this has completed */
-    uint64_t last_signalled; /* wr_id of the newest signalled WR */
-    unsigned since_signal;
-    /* outbound: dirty range of the mirror not yet posted */
-    size_t dirty_lo, dirty_hi;
-    int dirty;
-    /* outbound: heads of doorbells beyond the credit seen (FIFO) */
-    uint64_t imm_heads[VERBS__IMM_BUDGET];
-    unsigned imm_first, imm_count;
-    /* outbound: sends written to the ring, waiting for a completion;
-     * linked through req->priv[0], req->priv[2] = wr_id of their doorbell
-     * (0 = doorbell not posted yet) */
-    struct xport_send *inflight, *inflight_tail;
-    struct xport_send *unassigned; /* first with priv[2] == 0, or NULL */
-    /* inbound */
-    int rx_ready;       /* rx initialised */
-    int may_wake;       /* a doorbell arrived since our last wake */
-    int wake_req;       /* a doorbell asked for a wake-up */
-    int credit_owed;    /* a credit write found the SQ full */
-    uint64_t peer_epoch; /* highest epoch the sender has shown */
-    int revoked;
-    /* loop work */
-    int pending;      /* completions arrived: drain / flush */
-    int drained;      /* CLOSING: marker flushed (or none needed) */
-    uint64_t close_deadline;
-    struct xport_ring_tx tx;
-    struct xport_ring_rx rx;
-};
-
-/* A destination node. Lives until the transport is freed. */
-struct vpeer
-{
-    struct xport_peer base; /* first member: id, address, retry_after */
-    struct verbs_xport *x;
-    struct vconn *conn;
-    struct xport_sendq q; /* waiting for ring space or the connection */
-};
-
-struct verbs_xport
-{
-    struct xport base; /* first member: the interface's handle */
-    uv_loop_t *loop;
-    size_t ring_bytes;
-    size_t max_queued;
-    unsigned retry_ms;
-    unsigned connect_ms;
-    uint8_t ack_timeout;
-    struct sockaddr_in bind_sa; /* our IP, port 0: source of connects */
-    struct rdma_event_channel *ech;
-    struct rdma_cm_id *listen_id;
-    uv_poll_t cm_poll;
-    uv_idle_t idle;
-    uv_timer_t sweep;
-    struct xport_spin spin; /* busy-poll: polls the CQs (xport_int.h) */
-    struct vdev *devs;
-    struct xport_peer *peers; /* of struct vpeer */
-    struct vconn *conns;
-    struct xport_done done; /* deferred completions, drained by idle */
-    unsigned handles; /* open handles besides idle */
-    uint64_t epoch;
-    uint64_t fence;
-    struct xport_verbs_stats stats;
-    int started;
-    int closing;
-    int finishing;
-    int idle_closing;
-};
 
 static const struct xport_ops verbs_ops;
 
-static struct vpeer *peer_first(struct verbs_xport *x)
-{
-    return (struct vpeer *)x->peers;
-}
-
-static struct vpeer *peer_next(struct vpeer *p)
-{
-    return (struct vpeer *)p->base.next;
-}
-
-static void vconn_close(struct vconn *c, int status);
-static void flush_queue(struct vpeer *p);
-static void maybe_finish(struct verbs_xport *x);
 static void sweep_kick(struct verbs_xport *x);
-struct vdev;
-static unsigned cq_service(struct vdev *d);
 
 /* ---- tracing -------------------------------------------------------------
- * Libraries do not log (house style H8): connection events go to stderr
- * only when the environment variable TERN_VERBS_TRACE is set (a debugging
- * aid for the rxe runner, like LIBRAFT_TRACE). */
+ * Libraries do not log: connection events go to stderr only when the
+ * environment variable TERN_VERBS_TRACE is set (a debugging aid for the
+ * rxe runner, like LIBRAFT_TRACE). */
 static int trace_on = -1;
 
-static void vtrace(const struct verbs_xport *x, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-
-static void vtrace(const struct verbs_xport *x, const char *fmt, ...)
+void xport_verbs_trace(const struct verbs_xport *x, const char *fmt, ...)
 {
     va_list ap;
 
@@ -349,77 +176,22 @@ static void vtrace(const struct verbs_xport *x, const char *fmt, ...)
     if (!trace_on) {
         return;
     }
-    (void)fprintf(stderr, "verbs[%llu] ", (unsigned long long)x->base.self_id);
+    (void)fprintf(stderr, "verbs[%llu] ",
+                  (unsigned long long)x->r.base.self_id);
     va_start(ap, fmt);
     (void)vfprintf(stderr, fmt, ap);
     va_end(ap);
     (void)fputc('\n', stderr);
 }
 
-/* ---- private data ------------------------------------------------------ */
-
-static void pd_encode(uint8_t p[VERBS__PD_LEN],
-                      unsigned type,
-                      uint64_t sender,
-                      uint64_t receiver,
-                      uint64_t addr,
-                      uint32_t rkey,
-                      uint32_t cap,
-                      uint64_t epoch)
-{
-    memset(p, 0, VERBS__PD_LEN);
-    tern_put_u32(p, VERBS__PD_MAGIC);
-    tern_put_u16(p + 4, VERBS__PD_VERSION);
-    tern_put_u16(p + 6, (uint16_t)type);
-    tern_put_u64(p + 8, sender);
-    tern_put_u64(p + 16, receiver);
-    tern_put_u64(p + 24, addr);
-    tern_put_u32(p + 32, rkey);
-    tern_put_u32(p + 36, cap);
-    tern_put_u64(p + 40, epoch);
-    tern_put_u32(p + 48, tern_checksum32(p, 48));
-}
-
-/* Check magic, version, type and checksum of private data of len bytes
- * (the CM may pad it). Returns 0 or a negative code. */
-static int pd_check(const uint8_t *p, size_t len, unsigned type)
-{
-    if (p == NULL || len < VERBS__PD_LEN ||
-        tern_get_u32(p) != VERBS__PD_MAGIC) {
-        return TERN_EMALFORMED;
-    }
-    if (tern_get_u16(p + 4) != VERBS__PD_VERSION) {
-        return TERN_EVERSION;
-    }
-    if (tern_get_u16(p + 6) != type ||
-        tern_get_u32(p + 48) != tern_checksum32(p, 48)) {
-        return TERN_EMALFORMED;
-    }
-    return 0;
-}
-
-/* ---- deferred completions ---------------------------------------------- */
-
-static void reap(struct verbs_xport *x);
-
-static void on_idle(uv_idle_t *h)
-{
-    struct verbs_xport *x = h->data;
-    /* reap frees closed connections; it queues no completion. */
-    int stopped = xport_done_drain(&x->done);
-
-    reap(x);
-    if (stopped) {
-        maybe_finish(x);
-    }
-}
+/* ---- in-flight sends ---------------------------------------------------- */
 
 static void inflight_fail(struct vconn *c, int status)
 {
     while (c->inflight != NULL) {
         struct xport_send *req = c->inflight;
         c->inflight = req->priv[0];
-        xport_done_push(&c->x->done, req, status);
+        xport_done_push(&c->rc.x->done, req, status);
     }
     c->inflight_tail = NULL;
     c->unassigned = NULL;
@@ -435,7 +207,7 @@ static void inflight_complete(struct vconn *c, uint64_t wr_id)
             break;
         }
         c->inflight = req->priv[0];
-        xport_done_push(&c->x->done, req, 0);
+        xport_done_push(&c->rc.x->done, req, 0);
     }
     if (c->inflight == NULL) {
         c->inflight_tail = NULL;
@@ -507,11 +279,11 @@ static uint64_t post_write(struct vconn *c,
     if (wr.send_flags & IBV_SEND_SIGNALED) {
         c->last_signalled = id;
         c->since_signal = 0;
-        c->x->stats.signalled++;
+        vx(c)->stats.signalled++;
     } else {
         c->since_signal++;
     }
-    c->x->stats.posted++;
+    vx(c)->stats.posted++;
     return id;
 }
 
@@ -533,20 +305,19 @@ static int maybe_nop(struct vconn *c)
     int err = 0;
 
     if (c->inflight == NULL || signalled_outstanding(c) ||
-        c->state != V_UP) {
+        c->rc.state != XPORT_RINGX_UP) {
         return 0;
     }
     if ((uint64_t)(uintptr_t)c->inflight->priv[2] == 0) {
         return 0; /* its doorbell has not been posted yet */
     }
-    if (post_write(c, c->word + 1, 8, c->word_mr->lkey,
-                   c->remote_addr + c->cap, c->remote_rkey, 0, 0, 1,
-                   &err) == 0) {
+    if (post_write(c, c->word + 1, 8, c->word_mr->lkey, c->remote_addr + c->cap,
+                   c->remote_rkey, 0, 0, 1, &err) == 0) {
         /* Full send queue: a signalled WR is among the outstanding ones
          * (one in every VERBS__SIGNAL_EVERY), its completion comes. */
         return err == -EAGAIN ? 0 : err;
     }
-    c->x->stats.nops++;
+    vx(c)->stats.nops++;
     return 0;
 }
 
@@ -559,7 +330,7 @@ static int op_write(void *ctx, size_t off, const void *src, size_t len)
      * after a record's last write), and its writes all land at or after
      * that offset; only the next lap's first record lands below the dirty
      * range. */
-    size_t rec = (size_t)(c->tx.head & (c->cap - 1));
+    size_t rec = (size_t)(c->rc.tx.head & (c->cap - 1));
     int err = 0;
 
     if (c->dirty && rec < c->dirty_lo) {
@@ -585,7 +356,7 @@ static int op_write(void *ctx, size_t off, const void *src, size_t len)
 static int op_doorbell(void *ctx)
 {
     struct vconn *c = ctx;
-    uint32_t imm = (uint32_t)c->tx.head;
+    uint32_t imm = (uint32_t)c->rc.tx.head;
     uint64_t id;
     int err = 0;
 
@@ -603,9 +374,9 @@ static int op_doorbell(void *ctx)
     }
     c->dirty = 0;
     c->imm_heads[(c->imm_first + c->imm_count) % VERBS__IMM_BUDGET] =
-        c->tx.head;
+        c->rc.tx.head;
     c->imm_count++;
-    c->x->stats.doorbells++;
+    vx(c)->stats.doorbells++;
     /* The sends written since the last doorbell complete with this WR (or
      * any later signalled one). */
     for (struct xport_send *q = c->unassigned; q != NULL; q = q->priv[0]) {
@@ -637,13 +408,13 @@ static int op_write_credit(void *ctx, uint64_t consumed, int wake)
     }
     if (wake) {
         c->may_wake = 0;
-        c->x->stats.wakes++;
+        vx(c)->stats.wakes++;
     }
     c->credit_owed = 0;
     return 0;
 }
 
-static const struct xport_ring_ops verbs_ring_ops = {
+const struct xport_ring_ops xport_verbs_ring_ops = {
     .write = op_write,
     .doorbell = op_doorbell,
     .write_credit = op_write_credit,
@@ -653,18 +424,11 @@ static const struct xport_ring_ops verbs_ring_ops = {
 
 static void on_cq(uv_poll_t *h, int status, int events);
 
-static void on_handle_closed(uv_handle_t *h)
-{
-    struct verbs_xport *x = h->data;
-    x->handles--;
-    maybe_finish(x);
-}
-
 static void on_dev_poll_closed(uv_handle_t *h)
 {
     struct vdev *d = h->data;
-    d->x->handles--;
-    maybe_finish(d->x);
+    d->x->r.handles--;
+    xport_ringx_maybe_finish(&d->x->r);
 }
 
 /* The transport's resources on device verbs, created on first use. */
@@ -710,13 +474,13 @@ static int vdev_get(struct verbs_xport *x,
         rc = -EIO;
         goto err;
     }
-    rc = uv_poll_init(x->loop, &d->poll, d->chan->fd);
+    rc = uv_poll_init(x->r.loop, &d->poll, d->chan->fd);
     if (rc != 0) {
         goto err;
     }
     d->poll.data = d;
     d->poll_open = 1;
-    x->handles++;
+    x->r.handles++;
     d->next = x->devs;
     x->devs = d;
     rc = uv_poll_start(&d->poll, UV_READABLE, on_cq);
@@ -756,28 +520,34 @@ static void vdevs_destroy(struct verbs_xport *x)
 
 /* ---- connections ------------------------------------------------------- */
 
-static struct vconn *vconn_new(struct verbs_xport *x,
-                               struct vpeer *p,
-                               struct rdma_cm_id *id)
+static struct vconn *vconn_first(struct verbs_xport *x)
+{
+    return (struct vconn *)xport_ringx_conn_first(&x->r);
+}
+
+static struct vconn *vconn_next(struct vconn *c)
+{
+    return (struct vconn *)xport_ringx_conn_next(&c->rc);
+}
+
+struct vconn *xport_vconn_new(struct verbs_xport *x,
+                              struct xport_ringx_peer *p,
+                              struct rdma_cm_id *id)
 {
     struct vconn *c = tern_calloc(1, sizeof *c);
     if (c == NULL) {
         return NULL;
     }
-    c->x = x;
-    c->peer = p;
+    xport_ringx_conn_init(&x->r, &c->rc, p);
     c->id = id;
-    c->started = uv_now(x->loop);
     id->context = c;
-    c->next = x->conns;
-    x->conns = c;
     sweep_kick(x);
     return c;
 }
 
 static struct vconn *vconn_by_qpn(struct verbs_xport *x, uint32_t qpn)
 {
-    for (struct vconn *c = x->conns; c != NULL; c = c->next) {
+    for (struct vconn *c = vconn_first(x); c != NULL; c = vconn_next(c)) {
         if (c->has_qp && c->qp_num == qpn) {
             return c;
         }
@@ -785,10 +555,9 @@ static struct vconn *vconn_by_qpn(struct verbs_xport *x, uint32_t qpn)
     return NULL;
 }
 
-/* Create c's QP on its device and post the receives. */
-static int vconn_setup_qp(struct vconn *c)
+int xport_vconn_setup_qp(struct vconn *c)
 {
-    struct verbs_xport *x = c->x;
+    struct verbs_xport *x = vx(c);
     struct ibv_qp_init_attr qa;
     unsigned inl = VERBS__INLINE_WANT;
     int rc;
@@ -835,15 +604,7 @@ static int vconn_setup_qp(struct vconn *c)
 /* Free everything of c (its QP has been flushed or given up on). */
 static void vconn_destroy(struct vconn *c)
 {
-    struct verbs_xport *x = c->x;
-    struct vconn **pp = &x->conns;
-
-    while (*pp != NULL && *pp != c) {
-        pp = &(*pp)->next;
-    }
-    if (*pp == c) {
-        *pp = c->next;
-    }
+    xport_ringx_conn_unlink(&c->rc);
     if (c->has_qp) {
         rdma_destroy_qp(c->id);
         c->dev->qps--;
@@ -865,12 +626,13 @@ static void vconn_destroy(struct vconn *c)
 /* Free the connections that are closed and drained (or out of time). */
 static void reap(struct verbs_xport *x)
 {
-    uint64_t now = uv_now(x->loop);
-    struct vconn *c = x->conns;
+    uint64_t now = uv_now(x->r.loop);
+    struct vconn *c = vconn_first(x);
 
     while (c != NULL) {
-        struct vconn *next = c->next;
-        if (c->state == V_CLOSING && (c->drained || now >= c->close_deadline)) {
+        struct vconn *next = vconn_next(c);
+        if (c->rc.state == XPORT_RINGX_CLOSING &&
+            (c->drained || now >= c->close_deadline)) {
             vconn_destroy(c);
         }
         c = next;
@@ -879,30 +641,28 @@ static void reap(struct verbs_xport *x)
 
 /* Close a connection (idempotent, never frees c: reap does, later).
  * Outbound: the peer's queued and in-flight sends complete with status. */
-static void vconn_close(struct vconn *c, int status)
+void xport_vconn_close(struct vconn *c, int status)
 {
-    struct verbs_xport *x = c->x;
+    struct verbs_xport *x = vx(c);
     struct ibv_qp_attr qa;
     int err = 0;
 
-    if (c->state == V_CLOSING) {
+    if (c->rc.state == XPORT_RINGX_CLOSING) {
         return;
     }
-    vtrace(x, "%s conn %s peer %llu (state %d, established %d): status %d",
-           c->peer != NULL ? "close outbound" : "close inbound",
-           c->peer != NULL ? c->peer->base.address : "-",
-           (unsigned long long)c->remote_id, (int)c->state, c->established,
-           status);
-    if (c->peer != NULL && c->peer->conn == c) {
-        c->peer->conn = NULL;
-        if (!c->established) {
-            c->peer->base.retry_after = uv_now(x->loop) + x->retry_ms;
-        }
-        xport_sendq_fail(&c->peer->q, &x->done, status);
+    xport_verbs_trace(
+        x, "%s conn %s peer %llu (state %d, established %d): status %d",
+        c->rc.peer != NULL ? "close outbound" : "close inbound",
+        c->rc.peer != NULL ? c->rc.peer->base.address : "-",
+        (unsigned long long)c->rc.remote_id, (int)c->rc.state, c->established,
+        status);
+    if (c->rc.peer != NULL && c->rc.peer->conn == &c->rc && !c->established) {
+        c->rc.peer->base.retry_after = uv_now(x->r.loop) + x->r.retry_ms;
     }
+    (void)xport_ringx_conn_detach(&c->rc, status);
     inflight_fail(c, status);
-    c->state = V_CLOSING;
-    c->close_deadline = uv_now(x->loop) + VERBS__DRAIN_MS;
+    c->rc.state = XPORT_RINGX_CLOSING;
+    c->close_deadline = uv_now(x->r.loop) + VERBS__DRAIN_MS;
     c->drained = 1;
     if (c->has_qp) {
         if (c->established) {
@@ -927,60 +687,31 @@ static void vconn_close(struct vconn *c, int status)
         }
     }
     if (c->drained) {
-        uv_idle_start(&x->idle, on_idle);
+        xport_ringx_kick(&x->r);
     }
     sweep_kick(x);
 }
 
+static void conn_close(struct xport_ringx_conn *c, int status)
+{
+    xport_vconn_close((struct vconn *)c, status);
+}
+
 /* ---- receiving --------------------------------------------------------- */
 
-/* Deliver what c's ring holds up to the landed limit. The recv callback
- * may close the transport or c: stop as soon as it does. */
-static void drain(struct vconn *c)
+/* Deliver what c's ring holds up to the landed limit (the driver's
+ * drain; a doorbell that asked for a wake-up makes the credit write at
+ * its end one). */
+void xport_vconn_drain(struct vconn *c)
 {
-    struct verbs_xport *x = c->x;
-    struct xport_ring_rec r;
-    int rc = 0;
-
-    if (!c->rx_ready || !x->started) {
+    if (!c->rc.rx_ready || !vx(c)->r.started) {
         return;
     }
     if (c->wake_req) {
-        c->rx.wake = 1;
+        c->rc.rx.wake = 1;
         c->wake_req = 0;
     }
-    while (!x->closing && (rc = xport_ring_rx_peek(&c->rx, &r)) == 1) {
-        if (r.epoch > c->peer_epoch) {
-            c->peer_epoch = r.epoch;
-        }
-        x->stats.delivered++;
-        if (x->base.recv_cb != NULL) {
-            x->base.recv_cb(x->base.recv_arg, c->remote_id, r.payload, r.len);
-        }
-        if (c->state == V_CLOSING) {
-            return;
-        }
-        xport_ring_rx_consume(&c->rx);
-        rc = xport_ring_rx_flush(&c->rx, 0);
-        if (rc != 0 && rc != -EAGAIN) {
-            vconn_close(c, TERN_ENOCONN);
-            return;
-        }
-    }
-    x->stats.fenced += c->rx.fenced;
-    c->rx.fenced = 0;
-    if (x->closing || c->state == V_CLOSING) {
-        return;
-    }
-    if (rc < 0) {
-        x->stats.corrupt++;
-        vconn_close(c, TERN_ENOCONN);
-        return;
-    }
-    rc = xport_ring_rx_flush(&c->rx, 1);
-    if (rc != 0 && rc != -EAGAIN) {
-        vconn_close(c, TERN_ENOCONN);
-    }
+    (void)xport_ringx_drain(&c->rc, UINT_MAX);
 }
 
 /* Handle one work completion. Delivery and queue flushing happen after
@@ -995,15 +726,16 @@ static void handle_wc(struct verbs_xport *x, const struct ibv_wc *wc)
     }
     if (wc->wr_id == VERBS__WR_DRAIN) {
         c->drained = 1;
-        uv_idle_start(&x->idle, on_idle);
+        xport_ringx_kick(&x->r);
         return;
     }
-    if (c->state == V_CLOSING) {
+    if (c->rc.state == XPORT_RINGX_CLOSING) {
         return;
     }
     if (wc->status != IBV_WC_SUCCESS) {
-        vtrace(x, "qp %u wr %llu: %s", wc->qp_num,
-               (unsigned long long)wc->wr_id, ibv_wc_status_str(wc->status));
+        xport_verbs_trace(x, "qp %u wr %llu: %s", wc->qp_num,
+                          (unsigned long long)wc->wr_id,
+                          ibv_wc_status_str(wc->status));
         if (wc->status == IBV_WC_REM_ACCESS_ERR ||
             wc->status == IBV_WC_REM_INV_REQ_ERR ||
             wc->status == IBV_WC_REM_OP_ERR) {
@@ -1012,23 +744,23 @@ static void handle_wc(struct verbs_xport *x, const struct ibv_wc *wc)
                    wc->status == IBV_WC_RNR_RETRY_EXC_ERR) {
             x->stats.retry_errors++;
         }
-        vconn_close(c, x->closing ? TERN_ECANCELED : TERN_ENOCONN);
+        xport_vconn_close(c, x->r.closing ? TERN_ECANCELED : TERN_ENOCONN);
         return;
     }
     switch (wc->opcode) {
     case IBV_WC_RECV_RDMA_WITH_IMM:
         if (post_recv(c) != 0) {
-            vconn_close(c, TERN_ENOCONN);
+            xport_vconn_close(c, TERN_ENOCONN);
             return;
         }
         imm = ntohl(wc->imm_data);
-        if (c->peer == NULL && c->state == V_CONNECTING) {
+        if (c->rc.peer == NULL && c->rc.state == XPORT_RINGX_CONNECTING) {
             /* Data before the CM's RTU: what the COMM_EST async event
              * would tell the CM (we do not read async events). */
             (void)rdma_notify(c->id, IBV_EVENT_COMM_EST);
         }
-        if (c->peer == NULL && imm != VERBS__IMM_CREDIT && c->rx_ready) {
-            xport_ring_rx_landed(&c->rx, imm & ~(uint32_t)63);
+        if (c->rc.peer == NULL && imm != VERBS__IMM_CREDIT && c->rc.rx_ready) {
+            xport_ring_rx_landed(&c->rc.rx, imm & ~(uint32_t)63);
             c->wake_req |= (imm & VERBS__IMM_WAKE) != 0;
             c->may_wake = 1;
         }
@@ -1038,7 +770,7 @@ static void handle_wc(struct verbs_xport *x, const struct ibv_wc *wc)
         if (wc->wr_id > c->sq_retired && wc->wr_id <= c->sq_posted) {
             c->sq_retired = wc->wr_id;
         }
-        if (c->peer != NULL) {
+        if (c->rc.peer != NULL) {
             inflight_complete(c, wc->wr_id);
         }
         c->pending = 1;
@@ -1049,28 +781,29 @@ static void handle_wc(struct verbs_xport *x, const struct ibv_wc *wc)
 }
 
 /* After a CQ batch: deliver, return credit, flush queues, post nops. */
-static void process_pending(struct verbs_xport *x)
+void xport_verbs_process_pending(struct verbs_xport *x)
 {
-    for (struct vconn *c = x->conns; c != NULL && !x->closing; c = c->next) {
-        if (!c->pending || c->state == V_CLOSING) {
+    for (struct vconn *c = vconn_first(x); c != NULL && !x->r.closing;
+         c = vconn_next(c)) {
+        if (!c->pending || c->rc.state == XPORT_RINGX_CLOSING) {
             continue;
         }
         c->pending = 0;
-        if (c->peer == NULL) {
-            drain(c);
-            if (c->credit_owed && c->state != V_CLOSING && c->rx_ready &&
-                x->started) {
-                int rc = xport_ring_rx_flush(&c->rx, 1);
+        if (c->rc.peer == NULL) {
+            xport_vconn_drain(c);
+            if (c->credit_owed && c->rc.state != XPORT_RINGX_CLOSING &&
+                c->rc.rx_ready && x->r.started) {
+                int rc = xport_ring_rx_flush(&c->rc.rx, 1);
                 if (rc != 0 && rc != -EAGAIN) {
-                    vconn_close(c, TERN_ENOCONN);
+                    xport_vconn_close(c, TERN_ENOCONN);
                 }
             }
-        } else if (c->state == V_UP) {
-            if (c->peer->q.head != NULL) {
-                flush_queue(c->peer);
+        } else if (c->rc.state == XPORT_RINGX_UP) {
+            if (c->rc.peer->q.head != NULL) {
+                xport_ringx_flush(c->rc.peer);
             }
-            if (c->state == V_UP && maybe_nop(c) != 0) {
-                vconn_close(c, TERN_ENOCONN);
+            if (c->rc.state == XPORT_RINGX_UP && maybe_nop(c) != 0) {
+                xport_vconn_close(c, TERN_ENOCONN);
             }
         }
     }
@@ -1078,7 +811,7 @@ static void process_pending(struct verbs_xport *x)
 
 /* Poll d's CQ dry, then deliver and flush (process_pending). Returns the
  * number of completions handled. */
-static unsigned cq_service(struct vdev *d)
+unsigned xport_verbs_cq_service(struct vdev *d)
 {
     struct verbs_xport *x = d->x;
     struct ibv_wc wc[VERBS__POLL_BATCH];
@@ -1093,15 +826,15 @@ static unsigned cq_service(struct vdev *d)
     }
     if (n < 0) {
         /* The CQ is broken: every connection on this device goes. */
-        for (struct vconn *c = x->conns; c != NULL; c = c->next) {
+        for (struct vconn *c = vconn_first(x); c != NULL; c = vconn_next(c)) {
             if (c->dev == d) {
-                vconn_close(c, TERN_ENOCONN);
+                xport_vconn_close(c, TERN_ENOCONN);
                 c->drained = 1;
             }
         }
         return total;
     }
-    process_pending(x);
+    xport_verbs_process_pending(x);
     return total;
 }
 
@@ -1114,7 +847,7 @@ static void on_cq(uv_poll_t *h, int status, int events)
 
     (void)status;
     (void)events;
-    /* H6: read every channel event, ack them in one call, re-arm, then
+    /* Read every channel event, ack them in one call, re-arm, then
      * poll (a completion arriving after the poll raises a new event). */
     while (ibv_get_cq_event(d->chan, &cq, &cq_ctx) == 0) {
         nev++;
@@ -1123,7 +856,7 @@ static void on_cq(uv_poll_t *h, int status, int events)
         ibv_ack_cq_events(d->cq, nev);
     }
     (void)ibv_req_notify_cq(d->cq, 0);
-    (void)cq_service(d);
+    (void)xport_verbs_cq_service(d);
 }
 
 /* ---- busy-poll ----------------------------------------------------------
@@ -1136,313 +869,28 @@ static void on_cq(uv_poll_t *h, int status, int events)
 static void on_spin(uv_idle_t *h)
 {
     struct verbs_xport *x = h->data;
-    uint64_t delivered = x->stats.delivered;
+    uint64_t delivered = x->r.stats.delivered;
     unsigned found = 0;
 
     x->stats.spins++;
-    for (struct vdev *d = x->devs; d != NULL && !x->closing; d = d->next) {
-        found += cq_service(d);
+    for (struct vdev *d = x->devs; d != NULL && !x->r.closing; d = d->next) {
+        found += xport_verbs_cq_service(d);
     }
     if (found > 0) {
         x->stats.spin_hits++;
     }
-    if (x->closing || x->stats.delivered != delivered ||
+    if (x->r.closing || x->r.stats.delivered != delivered ||
         xport_spin_expired(&x->spin)) {
         xport_spin_stop(&x->spin);
     }
 }
 
-static void spin_arm(struct verbs_xport *x)
+static void spin_arm(struct xport_ringx *r)
 {
-    if (!x->closing) {
+    struct verbs_xport *x = (struct verbs_xport *)r;
+
+    if (!x->r.closing) {
         xport_spin_arm(&x->spin);
-    }
-}
-
-/* ---- connection setup ---------------------------------------------------- */
-
-static int set_ack_timeout(struct verbs_xport *x, struct rdma_cm_id *id)
-{
-    uint8_t t = x->ack_timeout;
-    return rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &t,
-                           sizeof t) != 0
-               ? -errno
-               : 0;
-}
-
-/* Outbound: route resolved. Create the QP, register the control area,
- * connect. */
-static int outbound_connect(struct vconn *c)
-{
-    struct verbs_xport *x = c->x;
-    struct rdma_conn_param cp;
-    uint8_t pd[VERBS__PD_LEN];
-    int rc = vconn_setup_qp(c);
-
-    if (rc != 0) {
-        return rc;
-    }
-    if (posix_memalign((void **)&c->word, 64, 64) != 0) {
-        return -ENOMEM;
-    }
-    memset(c->word, 0, 64);
-    c->word_mr = ibv_reg_mr(c->dev->pd, c->word, 64,
-                            IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
-    if (c->word_mr == NULL) {
-        return errno != 0 ? -errno : -ENOMEM;
-    }
-    pd_encode(pd, VERBS__PD_CONNECT, x->base.self_id, c->peer->base.id,
-              (uintptr_t)c->word, c->word_mr->rkey, 0, x->epoch);
-    memset(&cp, 0, sizeof cp);
-    cp.private_data = pd;
-    cp.private_data_len = sizeof pd;
-    cp.responder_resources = 1;
-    cp.initiator_depth = 1;
-    cp.retry_count = VERBS__RETRY_COUNT;
-    cp.rnr_retry_count = VERBS__RNR_RETRY;
-    c->state = V_CONNECTING;
-    return rdma_connect(c->id, &cp) != 0 ? -errno : 0;
-}
-
-/* Outbound: ESTABLISHED with the receiver's ring coordinates. Allocate the
- * mirror (the receiver's size) and start sending. */
-static int outbound_established(struct vconn *c,
-                                const uint8_t *priv,
-                                size_t priv_len)
-{
-    int rc = pd_check(priv, priv_len, VERBS__PD_ACCEPT);
-    size_t cap;
-
-    if (rc != 0) {
-        return rc;
-    }
-    cap = tern_get_u32(priv + 36);
-    if (tern_get_u64(priv + 8) != c->x->base.self_id ||
-        tern_get_u64(priv + 16) != c->peer->base.id ||
-        !xport_ring_cap_valid(cap)) {
-        return TERN_EMALFORMED;
-    }
-    /* The mirror needs no zeroing: only bytes written since are posted. */
-    if (posix_memalign((void **)&c->ring, 4096, cap) != 0) {
-        return -ENOMEM;
-    }
-    c->ring_mr = ibv_reg_mr(c->dev->pd, c->ring, cap, IBV_ACCESS_LOCAL_WRITE);
-    if (c->ring_mr == NULL) {
-        return errno != 0 ? -errno : -ENOMEM;
-    }
-    c->remote_id = c->peer->base.id;
-    c->remote_addr = tern_get_u64(priv + 24);
-    c->remote_rkey = tern_get_u32(priv + 32);
-    c->cap = cap;
-    xport_ring_tx_init(&c->tx, &verbs_ring_ops, c, cap, c->word);
-    c->tx.epoch = c->x->epoch;
-    c->established = 1;
-    c->state = V_UP;
-    c->x->stats.connects++;
-    return 0;
-}
-
-/* A sender connects again (it has given up its previous connection to
- * us): deliver what its older connections hold, then close them, before
- * the new one exists, so the sender's order is kept. Writes of the old
- * connection still on the wire are lost with it (the sender already
- * failed those sends). */
-static void supersede_inbound(struct verbs_xport *x, uint64_t sender)
-{
-    for (struct vdev *d = x->devs; d != NULL && !x->closing; d = d->next) {
-        (void)cq_service(d); /* doorbells already in the CQ count */
-    }
-    for (struct vconn *c = x->conns; c != NULL && !x->closing; c = c->next) {
-        if (c->peer == NULL && c->remote_id == sender &&
-            c->state != V_CLOSING) {
-            drain(c);
-            vconn_close(c, TERN_ENOCONN);
-        }
-    }
-}
-
-/* Inbound: connect request. Check it, register a zeroed ring, accept.
- * On failure the caller rejects and destroys id (c no longer owns it). */
-static int inbound_accept(struct verbs_xport *x,
-                          struct rdma_cm_id *id,
-                          const uint8_t *priv,
-                          size_t priv_len)
-{
-    struct rdma_conn_param cp;
-    uint8_t pd[VERBS__PD_LEN];
-    struct vconn *c;
-    int rc = pd_check(priv, priv_len, VERBS__PD_CONNECT);
-
-    if (rc != 0 || tern_get_u64(priv + 16) != x->base.self_id) {
-        return rc != 0 ? rc : TERN_EMALFORMED;
-    }
-    if (tern_get_u64(priv + 40) < x->fence) {
-        x->stats.rejected++;
-        return TERN_ECANCELED; /* a deposed sender: no access at all */
-    }
-    supersede_inbound(x, tern_get_u64(priv + 8));
-    if (x->closing) {
-        return TERN_ESHUTDOWN; /* a recv callback closed the transport */
-    }
-    c = vconn_new(x, NULL, id);
-    if (c == NULL) {
-        return -ENOMEM;
-    }
-    c->state = V_CONNECTING;
-    c->remote_id = tern_get_u64(priv + 8);
-    c->remote_addr = tern_get_u64(priv + 24);
-    c->remote_rkey = tern_get_u32(priv + 32);
-    c->peer_epoch = tern_get_u64(priv + 40);
-    c->cap = x->ring_bytes;
-    rc = set_ack_timeout(x, id);
-    if (rc == 0) {
-        rc = vconn_setup_qp(c);
-    }
-    if (rc == 0 &&
-        (posix_memalign((void **)&c->ring, 4096, c->cap + VERBS__SINK) != 0 ||
-         posix_memalign((void **)&c->word, 64, 64) != 0)) {
-        rc = -ENOMEM;
-    }
-    if (rc == 0) {
-        memset(c->ring, 0, c->cap + VERBS__SINK);
-        memset(c->word, 0, 64);
-        c->ring_mr =
-            ibv_reg_mr(c->dev->pd, c->ring, c->cap + VERBS__SINK,
-                       IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
-        c->word_mr = ibv_reg_mr(c->dev->pd, c->word, 64, IBV_ACCESS_LOCAL_WRITE);
-        if (c->ring_mr == NULL || c->word_mr == NULL) {
-            rc = -ENOMEM;
-        }
-    }
-    if (rc != 0) {
-        goto fail;
-    }
-    xport_ring_rx_init(&c->rx, &verbs_ring_ops, c, c->ring, c->cap);
-    c->rx.fence = x->fence;
-    xport_ring_rx_landed(&c->rx, 0); /* bounded from the start */
-    c->rx_ready = 1;
-    pd_encode(pd, VERBS__PD_ACCEPT, c->remote_id, x->base.self_id,
-              (uintptr_t)c->ring, c->ring_mr->rkey, (uint32_t)c->cap,
-              x->fence);
-    memset(&cp, 0, sizeof cp);
-    cp.private_data = pd;
-    cp.private_data_len = sizeof pd;
-    cp.responder_resources = 1;
-    cp.initiator_depth = 1;
-    cp.retry_count = VERBS__RETRY_COUNT;
-    cp.rnr_retry_count = VERBS__RNR_RETRY;
-    if (rdma_accept(id, &cp) != 0) {
-        rc = -errno;
-        goto fail;
-    }
-    return 0;
-
-fail:
-    /* Give id back to the caller (it rejects and destroys it). */
-    if (c->has_qp) {
-        rdma_destroy_qp(id);
-        c->has_qp = 0;
-        c->dev->qps--;
-    }
-    c->id = NULL;
-    id->context = NULL;
-    vconn_close(c, TERN_ENOCONN);
-    return rc;
-}
-
-static void on_cm_event(struct verbs_xport *x,
-                        struct rdma_cm_id *id,
-                        enum rdma_cm_event_type type,
-                        const uint8_t *priv,
-                        size_t priv_len)
-{
-    struct vconn *c = id->context;
-    int rc = 0;
-
-    vtrace(x, "cm event %s on %s", rdma_event_str(type),
-           c == NULL         ? "-"
-           : c->peer != NULL ? c->peer->base.address
-                             : "inbound");
-    if (type == RDMA_CM_EVENT_CONNECT_REQUEST) {
-        rc = x->closing ? TERN_ESHUTDOWN
-                        : inbound_accept(x, id, priv, priv_len);
-        if (rc != 0) {
-            vtrace(x, "reject connect request: %s", tern_strerror(rc));
-            (void)rdma_reject(id, NULL, 0);
-            rdma_destroy_id(id);
-        }
-        return;
-    }
-    if (c == NULL || c->state == V_CLOSING) {
-        return;
-    }
-    switch (type) {
-    case RDMA_CM_EVENT_ADDR_RESOLVED:
-        rc = set_ack_timeout(x, id);
-        if (rc == 0) {
-            rc = rdma_resolve_route(id, (int)x->connect_ms) != 0 ? -errno : 0;
-        }
-        break;
-    case RDMA_CM_EVENT_ROUTE_RESOLVED:
-        rc = outbound_connect(c);
-        break;
-    case RDMA_CM_EVENT_ESTABLISHED:
-        if (c->peer != NULL) {
-            rc = outbound_established(c, priv, priv_len);
-            if (rc == 0) {
-                flush_queue(c->peer);
-            }
-        } else {
-            c->established = 1;
-            c->state = V_UP;
-            x->stats.accepts++;
-            c->pending = 1;
-            process_pending(x);
-        }
-        break;
-    case RDMA_CM_EVENT_TIMEWAIT_EXIT:
-    case RDMA_CM_EVENT_ADDR_CHANGE:
-        break;
-    case RDMA_CM_EVENT_DISCONNECTED:
-        if (c->peer == NULL && c->dev != NULL) {
-            /* The sender is gone: deliver what it announced first. */
-            cq_service(c->dev);
-            if (c->state != V_CLOSING) {
-                drain(c);
-            }
-        }
-        vconn_close(c, TERN_ENOCONN);
-        break;
-    default: /* errors, rejections, unreachable, device removal */
-        vconn_close(c, TERN_ENOCONN);
-        break;
-    }
-    if (rc != 0) {
-        vtrace(x, "cm event %s: %s", rdma_event_str(type), tern_strerror(rc));
-        vconn_close(c, TERN_ENOCONN);
-    }
-}
-
-static void on_cm(uv_poll_t *h, int status, int events)
-{
-    struct verbs_xport *x = h->data;
-    struct rdma_cm_event *ev;
-
-    (void)status;
-    (void)events;
-    while (rdma_get_cm_event(x->ech, &ev) == 0) {
-        struct rdma_cm_id *id = ev->id;
-        enum rdma_cm_event_type type = ev->event;
-        uint8_t priv[VERBS__PD_LEN];
-        size_t priv_len = 0;
-
-        if (ev->param.conn.private_data != NULL) {
-            priv_len = TERN_MIN((size_t)ev->param.conn.private_data_len,
-                                sizeof priv);
-            memcpy(priv, ev->param.conn.private_data, priv_len);
-        }
-        rdma_ack_cm_event(ev);
-        on_cm_event(x, id, type, priv, priv_len);
     }
 }
 
@@ -1452,35 +900,31 @@ static void on_cm(uv_poll_t *h, int status, int events)
  * re-posted). */
 static void imm_retire(struct vconn *c)
 {
-    while (c->imm_count > 0 &&
-           c->imm_heads[c->imm_first] <= c->tx.credit) {
+    while (c->imm_count > 0 && c->imm_heads[c->imm_first] <= c->rc.tx.credit) {
         c->imm_first = (c->imm_first + 1) % VERBS__IMM_BUDGET;
         c->imm_count--;
     }
 }
 
-/* Write one message into the peer's ring (no doorbell). Returns 0,
- * -EAGAIN (no ring space, send-queue room or doorbell budget: nothing
- * written), TERN_ETOOBIG, or another negative code (c is broken). */
-static int try_write(struct vconn *c,
-                     struct xport_send *req,
-                     const struct xport_iov *iov,
-                     unsigned n,
-                     size_t total)
+/* Room for one more message besides ring space: send-queue slots for it
+ * (VERBS__SQ_RESERVE) and a doorbell within the budget. */
+static int tx_reserve(struct xport_ringx_conn *rc)
 {
-    int rc = xport_ring_tx_refresh(&c->tx);
+    struct vconn *c = (struct vconn *)rc;
 
-    if (rc != 0) {
-        return rc;
-    }
     imm_retire(c);
     if (sq_room(c) < VERBS__SQ_RESERVE || c->imm_count >= VERBS__IMM_BUDGET) {
         return -EAGAIN;
     }
-    rc = xport_ring_tx_write(&c->tx, iov, n, total);
-    if (rc != 0) {
-        return rc;
-    }
+    return 0;
+}
+
+/* The message is in the mirror: req completes once a signalled WR at or
+ * after its doorbell has completed (in flight until then). */
+static void tx_written(struct xport_ringx_conn *rc, struct xport_send *req)
+{
+    struct vconn *c = (struct vconn *)rc;
+
     req->priv[0] = NULL;
     req->priv[2] = (void *)(uintptr_t)0;
     if (c->inflight_tail != NULL) {
@@ -1492,178 +936,38 @@ static int try_write(struct vconn *c,
     if (c->unassigned == NULL) {
         c->unassigned = req;
     }
-    return 0;
 }
 
-/* Write queued messages into the ring while space lasts; one doorbell. */
-static void flush_queue(struct vpeer *p)
+/* Messages wait in a queue: the sweep re-reads their credit word; a send
+ * just queued also arms a busy-poll round. */
+static void queued(struct xport_ringx *r, int sent)
 {
-    struct verbs_xport *x = p->x;
-    struct vconn *c = p->conn;
-    int wrote = 0;
+    sweep_kick((struct verbs_xport *)r);
+    if (sent) {
+        spin_arm(r);
+    }
+}
 
-    if (c == NULL || c->state != V_UP) {
+/* The fence was raised: revoke remote write access at the NIC for an
+ * inbound connection whose sender has not shown an epoch >= fence. */
+static void fence_qp(struct xport_ringx_conn *rc, uint64_t fence)
+{
+    struct vconn *c = (struct vconn *)rc;
+    struct ibv_qp_attr qa;
+
+    if (c->rc.peer_epoch >= fence || c->revoked) {
         return;
     }
-    while (p->q.head != NULL) {
-        struct xport_qmsg *m = p->q.head;
-        struct xport_iov iov = {m->data, m->len};
-        int rc = try_write(c, m->req, &iov, 1, m->len);
-        if (rc == -EAGAIN) {
-            x->stats.credit_waits++;
-            break;
-        }
-        (void)xport_sendq_pop(&p->q);
-        if (rc != 0) {
-            xport_done_push(&x->done, m->req,
-                            rc == TERN_ETOOBIG ? rc : TERN_ENOCONN);
-            tern_free(m);
-            if (rc != TERN_ETOOBIG) {
-                vconn_close(c, TERN_ENOCONN);
-                return;
-            }
-            continue;
-        }
-        tern_free(m);
-        wrote = 1;
-    }
-    if (wrote && xport_ring_tx_doorbell(&c->tx) != 0) {
-        vconn_close(c, TERN_ENOCONN);
+    /* The NIC now NAKs this sender's writes into our ring. */
+    memset(&qa, 0, sizeof qa);
+    qa.qp_access_flags = 0;
+    if (ibv_modify_qp(c->id->qp, &qa, IBV_QP_ACCESS_FLAGS) != 0) {
+        /* Cannot revoke in place: tear the QP down instead. */
+        xport_vconn_close(c, TERN_ENOCONN);
         return;
     }
-    if (p->q.head != NULL) {
-        sweep_kick(x);
-    }
-}
-
-static int peer_connect(struct vpeer *p)
-{
-    struct verbs_xport *x = p->x;
-    struct sockaddr_in dst, src = x->bind_sa;
-    struct rdma_cm_id *id = NULL;
-    struct vconn *c;
-
-    if (xport_parse_ipv4(p->base.address, &dst) != 0) {
-        return TERN_EINVAL;
-    }
-    if (rdma_create_id(x->ech, &id, NULL, RDMA_PS_TCP) != 0) {
-        return errno == ENOMEM ? -ENOMEM : TERN_ENOCONN;
-    }
-    c = vconn_new(x, p, id);
-    if (c == NULL) {
-        rdma_destroy_id(id);
-        return -ENOMEM;
-    }
-    c->state = V_RESOLVING;
-    src.sin_port = 0;
-    p->conn = c;
-    if (rdma_resolve_addr(id, (struct sockaddr *)&src,
-                          (struct sockaddr *)&dst, (int)x->connect_ms) != 0) {
-        vconn_close(c, TERN_ENOCONN);
-        return TERN_ENOCONN;
-    }
-    return 0;
-}
-
-/* Find or create the peer for id; follow an address change. */
-static int peer_get(struct verbs_xport *x,
-                    uint64_t id,
-                    const char *address,
-                    struct vpeer **out /* OUT */)
-{
-    struct xport_peer *bp;
-    size_t len = strlen(address);
-    int rc;
-
-    if (len == 0 || len >= XPORT_IPV4_ADDR_MAX) {
-        return TERN_EINVAL;
-    }
-    if (xport_peer_find(x->peers, id, address, &bp) == XPORT_PEER_SAME) {
-        *out = (struct vpeer *)bp;
-        return 0;
-    }
-    if (bp != NULL && ((struct vpeer *)bp)->conn != NULL) {
-        vconn_close(((struct vpeer *)bp)->conn, TERN_ENOCONN);
-    }
-    rc = xport_peer_set(&x->peers, &bp, sizeof(struct vpeer), id, address);
-    if (rc != 0) {
-        return rc;
-    }
-    ((struct vpeer *)bp)->x = x;
-    *out = (struct vpeer *)bp;
-    return 0;
-}
-
-static int verbs_send(struct xport *base,
-                      struct xport_send *req,
-                      uint64_t peer_id,
-                      const char *peer_address,
-                      const struct xport_iov *iov,
-                      unsigned n)
-{
-    struct verbs_xport *x = (struct verbs_xport *)base;
-    struct vpeer *p;
-    struct vconn *c;
-    size_t total;
-    int rc;
-
-    rc = xport_send_begin(x->closing, peer_address, iov, n, &total);
-    if (rc != 0) {
-        return rc;
-    }
-    rc = peer_get(x, peer_id, peer_address, &p);
-    if (rc != 0) {
-        return rc;
-    }
-    c = p->conn;
-    if (c != NULL && c->state == V_UP && p->q.head == NULL) {
-        /* Fast path: straight into the peer's ring (the only copy). */
-        rc = try_write(c, req, iov, n, total);
-        if (rc == 0) {
-            rc = xport_ring_tx_doorbell(&c->tx);
-            if (rc != 0) {
-                vconn_close(c, TERN_ENOCONN); /* fails req too */
-            } else {
-                spin_arm(x);
-            }
-            return 0;
-        }
-        if (rc == TERN_ETOOBIG) {
-            xport_done_push(&x->done, req, rc);
-            return 0;
-        }
-        if (rc != -EAGAIN) {
-            vconn_close(c, TERN_ENOCONN);
-            xport_done_push(&x->done, req, TERN_ENOCONN);
-            return 0;
-        }
-        x->stats.credit_waits++;
-    }
-    if (xport_sendq_full(&p->q, total, x->max_queued)) {
-        xport_done_push(&x->done, req, TERN_EBUSY);
-        return 0;
-    }
-    if (p->conn == NULL) {
-        if (uv_now(x->loop) < p->base.retry_after) {
-            xport_done_push(&x->done, req, TERN_ENOCONN);
-            return 0;
-        }
-        rc = peer_connect(p);
-        if (rc != 0) {
-            if (rc == -ENOMEM || rc == TERN_EINVAL) {
-                return rc;
-            }
-            p->base.retry_after = uv_now(x->loop) + x->retry_ms;
-            xport_done_push(&x->done, req, TERN_ENOCONN);
-            return 0;
-        }
-    }
-    rc = xport_sendq_push(&p->q, req, iov, n, total);
-    if (rc == 0) {
-        sweep_kick(x);
-        spin_arm(x);
-    }
-    return rc;
+    c->revoked = 1;
+    vx(c)->stats.revoked++;
 }
 
 /* ---- timers ------------------------------------------------------------- */
@@ -1674,28 +978,27 @@ static int verbs_send(struct xport *base,
 static void on_sweep(uv_timer_t *t)
 {
     struct verbs_xport *x = t->data;
-    uint64_t now = uv_now(x->loop);
+    uint64_t now = uv_now(x->r.loop);
     int needed = 0;
 
-    for (struct vconn *c = x->conns; c != NULL; c = c->next) {
-        switch (c->state) {
-        case V_RESOLVING:
-        case V_CONNECTING:
-            if (now - c->started >= x->connect_ms) {
-                vtrace(x, "connect timeout after %llu ms",
-                       (unsigned long long)(now - c->started));
+    for (struct vconn *c = vconn_first(x); c != NULL; c = vconn_next(c)) {
+        switch (c->rc.state) {
+        case XPORT_RINGX_CONNECTING:
+            if (now - c->rc.started >= x->connect_ms) {
+                xport_verbs_trace(x, "connect timeout after %llu ms",
+                                  (unsigned long long)(now - c->rc.started));
                 x->stats.connect_timeouts++;
-                vconn_close(c, TERN_ENOCONN);
+                xport_vconn_close(c, TERN_ENOCONN);
             }
             needed = 1;
             break;
-        case V_CLOSING:
+        case XPORT_RINGX_CLOSING:
             needed = 1;
             break;
-        case V_UP:
-            if (c->peer != NULL && c->peer->conn == c &&
-                c->peer->q.head != NULL) {
-                flush_queue(c->peer);
+        case XPORT_RINGX_UP:
+            if (c->rc.peer != NULL && c->rc.peer->conn == &c->rc &&
+                c->rc.peer->q.head != NULL) {
+                xport_ringx_flush(c->rc.peer);
                 needed = 1;
             }
             break;
@@ -1705,7 +1008,7 @@ static void on_sweep(uv_timer_t *t)
     if (!needed || x->finishing) {
         uv_timer_stop(&x->sweep);
     }
-    maybe_finish(x);
+    xport_ringx_maybe_finish(&x->r);
 }
 
 static void sweep_kick(struct verbs_xport *x)
@@ -1717,103 +1020,119 @@ static void sweep_kick(struct verbs_xport *x)
 
 /* ---- lifecycle --------------------------------------------------------- */
 
-static void verbs_free(struct xport *base)
+/* Idle hook: free closed connections (it queues no completion). */
+static void idle_reap(struct xport_ringx *r)
 {
-    struct verbs_xport *x = (struct verbs_xport *)base;
-    xport_peers_free(&x->peers);
-    tern_free(x);
+    reap((struct verbs_xport *)r);
 }
 
-static void on_idle_closed(uv_handle_t *h)
+/* Closing: once every connection is freed (and every completion ran),
+ * close the handles; the driver closes the idle handle after them. */
+static int finish(struct xport_ringx *r)
 {
-    struct verbs_xport *x = h->data;
-    vdevs_destroy(x);
-    if (x->ech != NULL) {
-        rdma_destroy_event_channel(x->ech);
-    }
-    xport__closed(&x->base, verbs_free);
-}
+    struct verbs_xport *x = (struct verbs_xport *)r;
 
-/* Closing: once every connection is freed and every completion ran,
- * close the handles; once they are closed, free the verbs objects. */
-static void maybe_finish(struct verbs_xport *x)
-{
-    if (!x->closing || x->conns != NULL || !xport_done_empty(&x->done)) {
-        return;
+    if (!tern_list_empty(&x->r.conns)) {
+        return 1;
     }
     if (!x->finishing) {
         x->finishing = 1;
         xport_spin_stop(&x->spin);
-        uv_close((uv_handle_t *)&x->cm_poll, on_handle_closed);
-        uv_close((uv_handle_t *)&x->sweep, on_handle_closed);
-        uv_close((uv_handle_t *)&x->spin.idle, on_handle_closed);
+        uv_close((uv_handle_t *)&x->cm_poll, xport_ringx_handle_closed);
+        uv_close((uv_handle_t *)&x->sweep, xport_ringx_handle_closed);
+        uv_close((uv_handle_t *)&x->spin.idle, xport_ringx_handle_closed);
         for (struct vdev *d = x->devs; d != NULL; d = d->next) {
             if (d->poll_open) {
                 d->poll_open = 0;
                 uv_close((uv_handle_t *)&d->poll, on_dev_poll_closed);
             }
         }
-        return;
+        return 1;
     }
-    if (x->handles > 0 || x->idle_closing) {
-        return;
-    }
-    x->idle_closing = 1;
-    uv_close((uv_handle_t *)&x->idle, on_idle_closed);
+    return 0;
 }
+
+/* The idle handle closed: free the verbs objects. */
+static void destroy(struct xport_ringx *r)
+{
+    struct verbs_xport *x = (struct verbs_xport *)r;
+
+    vdevs_destroy(x);
+    if (x->ech != NULL) {
+        rdma_destroy_event_channel(x->ech);
+    }
+}
+
+static const struct xport_ringx_medium verbs_medium = {
+    .connect = xport_verbs_cm_connect,
+    .conn_close = conn_close,
+    .tx_reserve = tx_reserve,
+    .tx_written = tx_written,
+    .sent = spin_arm,
+    .queued = queued,
+    .fence = fence_qp,
+    .idle = idle_reap,
+    .finish = finish,
+    .destroy = destroy,
+};
 
 static int verbs_start(struct xport *base)
 {
     struct verbs_xport *x = (struct verbs_xport *)base;
 
-    if (x->closing) {
+    if (x->r.closing) {
         return TERN_ESHUTDOWN;
     }
-    if (!x->started) {
-        x->started = 1;
-        for (struct vconn *c = x->conns; c != NULL; c = c->next) {
-            c->pending |= c->peer == NULL;
+    if (!x->r.started) {
+        x->r.started = 1;
+        for (struct vconn *c = vconn_first(x); c != NULL; c = vconn_next(c)) {
+            c->pending |= c->rc.peer == NULL;
         }
-        process_pending(x);
+        xport_verbs_process_pending(x);
     }
     return 0;
-}
-
-static size_t verbs_max_message(const struct xport *base)
-{
-    return xport_ring_max_payload(
-        ((const struct verbs_xport *)base)->ring_bytes);
 }
 
 static void verbs_close(struct xport *base)
 {
     struct verbs_xport *x = (struct verbs_xport *)base;
 
-    if (x->closing) {
+    if (x->r.closing) {
         return;
     }
-    x->closing = 1;
     if (x->listen_id != NULL) {
         rdma_destroy_id(x->listen_id); /* pending requests go with it */
         x->listen_id = NULL;
     }
-    for (struct vpeer *p = peer_first(x); p != NULL; p = peer_next(p)) {
-        xport_sendq_fail(&p->q, &x->done, TERN_ECANCELED);
+    xport_ringx_cancel(&x->r);
+    xport_ringx_kick(&x->r); /* reaps and finishes */
+}
+
+static void verbs_get_stats(const struct xport *base, struct xport_stats *out)
+{
+    struct xport_verbs_stats s;
+
+    if (xport_verbs_stats(base, &s) != 0) {
+        return; /* not reached: the ops table is this backend's */
     }
-    for (struct vconn *c = x->conns; c != NULL; c = c->next) {
-        vconn_close(c, TERN_ECANCELED);
-    }
-    uv_idle_start(&x->idle, on_idle); /* reaps and finishes */
+    out->doorbells = s.doorbells;
+    out->spins = s.spins;
+    out->spin_hits = s.spin_hits;
+    out->credit_waits = s.credit_waits;
+    out->fenced = s.fenced;
+    out->corrupt = s.corrupt;
 }
 
 static const struct xport_ops verbs_ops = {
     .name = "verbs",
     .start = verbs_start,
-    .send = verbs_send,
-    .max_message = verbs_max_message,
+    .send = xport_ringx_send,
+    .max_message = xport_ringx_max_message,
     .close = verbs_close,
-    .set_epoch = xport_verbs_set_epoch,
-    .set_fence = xport_verbs_set_fence,
+    .set_epoch = xport_ringx_set_epoch,
+    .set_fence = xport_ringx_set_fence,
+    .set_busy_poll = xport_verbs_set_busy_poll,
+    .get_stats = verbs_get_stats,
 };
 
 int xport_verbs_new(uv_loop_t *loop,
@@ -1825,12 +1144,12 @@ int xport_verbs_new(uv_loop_t *loop,
 {
     struct verbs_xport *x;
     struct sockaddr_in sa;
-    int fl;
     int rc;
 
     if (loop == NULL || out == NULL || bind_address == NULL ||
         xport_parse_ipv4(bind_address, &sa) != 0) {
-        tern_errmsg_printf(errmsg, "verbs: bad bind address '%s' (want ip:port)",
+        tern_errmsg_printf(errmsg,
+                           "verbs: bad bind address '%s' (want ip:port)",
                            bind_address ? bind_address : "(null)");
         return TERN_EINVAL;
     }
@@ -1839,93 +1158,69 @@ int xport_verbs_new(uv_loop_t *loop,
         tern_errmsg_printf(errmsg, "verbs: out of memory");
         return -ENOMEM;
     }
-    x->base.ops = &verbs_ops;
-    x->base.self_id = self_id;
-    x->loop = loop;
+    x->r.base.ops = &verbs_ops;
+    x->r.base.self_id = self_id;
     x->bind_sa = sa;
-    x->ring_bytes = VERBS__DEFAULT_RING;
-    x->max_queued = VERBS__DEFAULT_MAX_QUEUED;
-    x->retry_ms = VERBS__DEFAULT_RETRY_MS;
+    x->r.ring_bytes = VERBS__DEFAULT_RING;
+    x->r.max_queued = VERBS__DEFAULT_MAX_QUEUED;
+    x->r.retry_ms = VERBS__DEFAULT_RETRY_MS;
+    x->r.addr_max = XPORT_IPV4_ADDR_MAX;
+    x->r.drain_budget = UINT_MAX; /* bounded by the landed limit */
     x->connect_ms = VERBS__DEFAULT_CONNECT_MS;
     x->ack_timeout = VERBS__DEFAULT_ACK_TMO;
     if (opts != NULL) {
-        x->ring_bytes = opts->ring_bytes ? opts->ring_bytes : x->ring_bytes;
-        x->max_queued =
-            opts->max_queued_bytes ? opts->max_queued_bytes : x->max_queued;
-        x->retry_ms = opts->connect_retry_ms ? opts->connect_retry_ms
-                                             : x->retry_ms;
-        x->connect_ms = opts->connect_timeout_ms ? opts->connect_timeout_ms
-                                                 : x->connect_ms;
-        x->ack_timeout = opts->ack_timeout ? (uint8_t)opts->ack_timeout
-                                           : x->ack_timeout;
+        x->r.ring_bytes = opts->ring_bytes ? opts->ring_bytes : x->r.ring_bytes;
+        x->r.max_queued =
+            opts->max_queued_bytes ? opts->max_queued_bytes : x->r.max_queued;
+        x->r.retry_ms =
+            opts->connect_retry_ms ? opts->connect_retry_ms : x->r.retry_ms;
+        x->connect_ms =
+            opts->connect_timeout_ms ? opts->connect_timeout_ms : x->connect_ms;
+        x->ack_timeout =
+            opts->ack_timeout ? (uint8_t)opts->ack_timeout : x->ack_timeout;
     }
-    if (!xport_ring_cap_valid(x->ring_bytes) ||
-        x->ring_bytes > UINT32_MAX / 2 || x->ack_timeout > 31) {
+    if (!xport_ring_cap_valid(x->r.ring_bytes) ||
+        x->r.ring_bytes > UINT32_MAX / 2 || x->ack_timeout > 31) {
         tern_errmsg_printf(errmsg,
                            "verbs: ring_bytes %zu must be a power of two in "
                            "[%u, 1 GiB], ack_timeout <= 31",
-                           x->ring_bytes, XPORT_RING_MIN_CAP);
+                           x->r.ring_bytes, XPORT_RING_MIN_CAP);
         rc = TERN_EINVAL;
         goto err;
     }
-    x->ech = rdma_create_event_channel();
-    if (x->ech == NULL) {
-        rc = errno != 0 ? -errno : -ENODEV;
-        tern_errmsg_printf(errmsg, "verbs: no rdma_cm: %s", tern_strerror(rc));
+    rc = xport_verbs_cm_listen(x, &sa, bind_address, errmsg);
+    if (rc != 0) {
         goto err;
     }
-    fl = fcntl(x->ech->fd, F_GETFL);
-    if (fl < 0 || fcntl(x->ech->fd, F_SETFL, fl | O_NONBLOCK) != 0 ||
-        rdma_create_id(x->ech, &x->listen_id, NULL, RDMA_PS_TCP) != 0) {
-        rc = -errno;
-        tern_errmsg_printf(errmsg, "verbs: rdma_cm id: %s", tern_strerror(rc));
-        goto err_ech;
-    }
-    if (rdma_bind_addr(x->listen_id, (struct sockaddr *)&sa) != 0 ||
-        rdma_listen(x->listen_id, VERBS__BACKLOG) != 0) {
-        rc = -errno;
-        tern_errmsg_printf(errmsg,
-                           "verbs: bind/listen %s: %s (an RDMA-capable "
-                           "interface's IPv4 address is needed, not lo)",
-                           bind_address, tern_strerror(rc));
-        goto err_ech;
-    }
     /* uv_idle_init and uv_timer_init cannot fail. */
-    (void)uv_idle_init(loop, &x->idle);
-    x->idle.data = x;
-    xport_done_init(&x->done, &x->idle, on_idle);
+    xport_ringx_init(&x->r, loop, &verbs_medium);
     (void)uv_timer_init(loop, &x->sweep);
     x->sweep.data = x;
     xport_spin_init(&x->spin, loop, x, on_spin);
-    x->handles = 2; /* sweep, spin */
+    x->r.handles = 2; /* sweep, spin */
     rc = uv_poll_init(loop, &x->cm_poll, x->ech->fd);
     if (rc != 0) {
         /* Only the timer and the idle handles exist: close them. */
         tern_errmsg_printf(errmsg, "verbs: poll: %s", tern_strerror(rc));
         rdma_destroy_id(x->listen_id);
         x->listen_id = NULL;
-        x->closing = 1;
+        x->r.closing = 1;
         x->finishing = 1;
-        uv_close((uv_handle_t *)&x->sweep, on_handle_closed);
-        uv_close((uv_handle_t *)&x->spin.idle, on_handle_closed);
+        uv_close((uv_handle_t *)&x->sweep, xport_ringx_handle_closed);
+        uv_close((uv_handle_t *)&x->spin.idle, xport_ringx_handle_closed);
         return rc; /* freed asynchronously, no callback */
     }
     x->cm_poll.data = x;
-    x->handles++;
-    rc = uv_poll_start(&x->cm_poll, UV_READABLE, on_cm);
+    x->r.handles++;
+    rc = uv_poll_start(&x->cm_poll, UV_READABLE, xport_verbs_on_cm);
     if (rc != 0) {
         tern_errmsg_printf(errmsg, "verbs: poll: %s", tern_strerror(rc));
-        verbs_close(&x->base);
+        verbs_close(&x->r.base);
         return rc;
     }
-    *out = &x->base;
+    *out = &x->r.base;
     return 0;
 
-err_ech:
-    if (x->listen_id != NULL) {
-        rdma_destroy_id(x->listen_id);
-    }
-    rdma_destroy_event_channel(x->ech);
 err:
     tern_free(x);
     return rc;
@@ -1935,49 +1230,18 @@ err:
 
 int xport_verbs_set_epoch(struct xport *base, uint64_t epoch)
 {
-    struct verbs_xport *x = (struct verbs_xport *)base;
-
     if (base == NULL || base->ops != &verbs_ops) {
         return TERN_EINVAL;
     }
-    x->epoch = epoch;
-    for (struct vconn *c = x->conns; c != NULL; c = c->next) {
-        if (c->peer != NULL && c->state == V_UP) {
-            c->tx.epoch = epoch;
-        }
-    }
-    return 0;
+    return xport_ringx_set_epoch(base, epoch);
 }
 
 int xport_verbs_set_fence(struct xport *base, uint64_t fence)
 {
-    struct verbs_xport *x = (struct verbs_xport *)base;
-
     if (base == NULL || base->ops != &verbs_ops) {
         return TERN_EINVAL;
     }
-    x->fence = fence;
-    for (struct vconn *c = x->conns; c != NULL; c = c->next) {
-        struct ibv_qp_attr qa;
-        if (c->peer != NULL || c->state == V_CLOSING || !c->rx_ready) {
-            continue;
-        }
-        c->rx.fence = fence;
-        if (c->peer_epoch >= fence || c->revoked) {
-            continue;
-        }
-        /* The NIC now NAKs this sender's writes into our ring. */
-        memset(&qa, 0, sizeof qa);
-        qa.qp_access_flags = 0;
-        if (ibv_modify_qp(c->id->qp, &qa, IBV_QP_ACCESS_FLAGS) != 0) {
-            /* Cannot revoke in place: tear the QP down instead. */
-            vconn_close(c, TERN_ENOCONN);
-            continue;
-        }
-        c->revoked = 1;
-        x->stats.revoked++;
-    }
-    return 0;
+    return xport_ringx_set_fence(base, fence);
 }
 
 int xport_verbs_set_busy_poll(struct xport *base, unsigned us)
@@ -1990,8 +1254,7 @@ int xport_verbs_set_busy_poll(struct xport *base, unsigned us)
     return 0;
 }
 
-int xport_verbs_stats(const struct xport *base,
-                      struct xport_verbs_stats *out)
+int xport_verbs_stats(const struct xport *base, struct xport_verbs_stats *out)
 {
     const struct verbs_xport *x = (const struct verbs_xport *)base;
 
@@ -1999,5 +1262,9 @@ int xport_verbs_stats(const struct xport *base,
         return TERN_EINVAL;
     }
     *out = x->stats;
+    out->credit_waits = x->r.stats.credit_waits;
+    out->delivered = x->r.stats.delivered;
+    out->fenced = x->r.stats.fenced;
+    out->corrupt = x->r.stats.corrupt;
     return 0;
 }

@@ -15,9 +15,13 @@ int xport_start(struct xport *x, xport_recv_cb cb, void *arg)
     return x->ops->start(x);
 }
 
-int xport_send(struct xport *x, struct xport_send *req, uint64_t peer_id,
-               const char *peer_address, const struct xport_iov *iov,
-               unsigned n, xport_send_cb cb)
+int xport_send(struct xport *x,
+               struct xport_send *req,
+               uint64_t peer_id,
+               const char *peer_address,
+               const struct xport_iov *iov,
+               unsigned n,
+               xport_send_cb cb)
 {
     if (xport_iov_total(iov, n) > x->ops->max_message(x)) {
         return TERN_ETOOBIG;
@@ -44,6 +48,44 @@ int xport_set_epoch(struct xport *x, uint64_t epoch)
 int xport_set_fence(struct xport *x, uint64_t fence)
 {
     return x->ops->set_fence != NULL ? x->ops->set_fence(x, fence) : 0;
+}
+
+int xport_set_busy_poll(struct xport *x, unsigned us)
+{
+    if (x == NULL) {
+        return TERN_EINVAL;
+    }
+    return x->ops->set_busy_poll != NULL ? x->ops->set_busy_poll(x, us) : 0;
+}
+
+int xport_get_stats(const struct xport *x, struct xport_stats *out)
+{
+    if (x == NULL || out == NULL) {
+        return TERN_EINVAL;
+    }
+    memset(out, 0, sizeof *out);
+    if (x->ops->get_stats != NULL) {
+        x->ops->get_stats(x, out);
+    }
+    return 0;
+}
+
+void xport_stats_add(struct xport_stats *sum, const struct xport_stats *add)
+{
+    sum->doorbells += add->doorbells;
+    sum->wakeups += add->wakeups;
+    sum->spins += add->spins;
+    sum->spin_hits += add->spin_hits;
+    sum->spin_ns += add->spin_ns;
+    sum->credit_waits += add->credit_waits;
+    sum->fenced += add->fenced;
+    sum->corrupt += add->corrupt;
+    sum->fast_sends += add->fast_sends;
+    sum->slow_sends += add->slow_sends;
+    sum->fast_failures += add->fast_failures;
+    sum->to_slow += add->to_slow;
+    sum->probes += add->probes;
+    sum->to_fast += add->to_fast;
 }
 
 void xport_close(struct xport *x, xport_close_cb cb, void *arg)

@@ -6,14 +6,19 @@
 #define TERN_XPORT_INT_H
 
 #include "xport.h"
+#include "xport_test.h"
 
 #include <netinet/in.h>
 
-struct xport_ops {
+struct xport_ops
+{
     const char *name;
     int (*start)(struct xport *x);
-    int (*send)(struct xport *x, struct xport_send *req, uint64_t peer_id,
-                const char *peer_address, const struct xport_iov *iov,
+    int (*send)(struct xport *x,
+                struct xport_send *req,
+                uint64_t peer_id,
+                const char *peer_address,
+                const struct xport_iov *iov,
                 unsigned n);
     size_t (*max_message)(const struct xport *x);
     void (*close)(struct xport *x);
@@ -21,9 +26,16 @@ struct xport_ops {
      * every message is then the only fence). */
     int (*set_epoch)(struct xport *x, uint64_t epoch);
     int (*set_fence)(struct xport *x, uint64_t fence);
+    /* Optional (NULL: the backend does not poll; xport_set_busy_poll then
+     * returns 0 and does nothing). */
+    int (*set_busy_poll)(struct xport *x, unsigned us);
+    /* Optional (NULL: every counter stays 0): fill in the counters this
+     * backend keeps; out arrives zeroed. */
+    void (*get_stats)(const struct xport *x, struct xport_stats *out);
 };
 
-struct xport {
+struct xport
+{
     const struct xport_ops *ops;
     uint64_t self_id;
     xport_recv_cb recv_cb;
@@ -35,6 +47,9 @@ struct xport {
 /* Called by a backend once fully closed: runs the user's close callback,
  * then the backend's free function. */
 void xport__closed(struct xport *x, void (*free_fn)(struct xport *x));
+
+/* Add every counter of add to sum (the fallback composite's totals). */
+void xport_stats_add(struct xport_stats *sum, const struct xport_stats *add);
 
 /* Sum of iov[0..n).len. */
 size_t xport_iov_total(const struct xport_iov *iov, unsigned n);

@@ -5,14 +5,18 @@
  * node ids. It knows nothing about Raft: raft/ encodes Raft messages with its
  * own codec and hands the bytes here. Backends:
  *   - tcp:  libuv TCP streams, one outbound connection per peer (rdma/tcp.c);
- *   - mem:  in-process, manually stepped network for deterministic tests
- *           (rdma/mem.c): delivery, drops, partitions and send completions
- *           happen only when the test says so;
  *   - shm:  one-sided ring protocol (rdma/ring.c) over memfd rings mapped
  *           by the peer process, eventfd doorbell (rdma/shm.c);
  *   - verbs: the same ring protocol over RC QPs, RDMA_WRITE_WITH_IMM into
- *           registered rings, rdma_cm setup (rdma/verbs.c; needs an RDMA
- *           device: tested on soft-RoCE by tests/rxe/run.sh).
+ *           registered rings, rdma_cm setup (rdma/verbs.c, verbs_cm.c;
+ *           needs an RDMA device: tested on soft-RoCE by tests/rxe/run.sh);
+ *     shm and verbs share one driver (rdma/ringx.c) for peers, queues and
+ *     delivery;
+ *   - fallback: a fast backend (shm, verbs) with tcp per peer
+ *           (rdma/fallback.c);
+ *   - mem:  in-process, manually stepped network for deterministic tests
+ *           (rdma/mem.c; declared in xport_test.h with the other test-only
+ *           controls).
  *
  * Contract (every backend):
  *   - xport_send() copies/encodes the message synchronously: the caller's
@@ -40,32 +44,40 @@ struct xport_send;
 
 typedef void (*xport_send_cb)(struct xport_send *req, int status);
 /* msg is borrowed: valid only during the call. */
-typedef void (*xport_recv_cb)(void *arg, uint64_t from_id, const void *msg,
+typedef void (*xport_recv_cb)(void *arg,
+                              uint64_t from_id,
+                              const void *msg,
                               size_t len);
 typedef void (*xport_close_cb)(void *arg);
 
 /* Caller-allocated send request; must stay valid until cb fires. */
-struct xport_send {
+struct xport_send
+{
     void *data;       /* free for the caller */
     xport_send_cb cb; /* set by xport_send */
     void *priv[4];    /* backend's private use */
 };
 
-struct xport_iov {
+struct xport_iov
+{
     const void *base;
     size_t len;
 };
 
-struct xport_tcp_options {
-    size_t max_message;         /* largest message accepted; 0 = 256 MiB */
-    size_t max_queued_bytes;    /* per peer; 0 = 64 MiB */
-    unsigned connect_retry_ms;  /* reconnect back-off; 0 = 100 */
+struct xport_tcp_options
+{
+    size_t max_message;        /* largest message accepted; 0 = 256 MiB */
+    size_t max_queued_bytes;   /* per peer; 0 = 64 MiB */
+    unsigned connect_retry_ms; /* reconnect back-off; 0 = 100 */
 };
 
 /* Create a TCP transport listening on bind_address ("host:port").
  * *out is owned by the caller, released by xport_close. */
-int xport_tcp_new(uv_loop_t *loop, uint64_t self_id, const char *bind_address,
-                  const struct xport_tcp_options *opts, struct xport **out,
+int xport_tcp_new(uv_loop_t *loop,
+                  uint64_t self_id,
+                  const char *bind_address,
+                  const struct xport_tcp_options *opts,
+                  struct xport **out,
                   char *errmsg);
 
 /* Start delivering received messages to cb. */
@@ -73,17 +85,22 @@ int xport_start(struct xport *x, xport_recv_cb cb, void *arg);
 
 /* Send the concatenation of iov[0..n) to peer_id at peer_address (the
  * peer's listen address, as configured). See the contract above. */
-int xport_send(struct xport *x, struct xport_send *req, uint64_t peer_id,
-               const char *peer_address, const struct xport_iov *iov,
-               unsigned n, xport_send_cb cb);
+int xport_send(struct xport *x,
+               struct xport_send *req,
+               uint64_t peer_id,
+               const char *peer_address,
+               const struct xport_iov *iov,
+               unsigned n,
+               xport_send_cb cb);
 
 /* Largest message this transport carries in one xport_send. */
 size_t xport_max_message(const struct xport *x);
 
-/* Backend name: "tcp", "mem", "shm", "verbs". Static string. */
+/* Backend name: "tcp", "mem", "shm", "verbs", or "<fast>+<slow>" for
+ * the fallback composite (valid while x lives). */
 const char *xport_name(const struct xport *x);
 
-/* Fencing (issue 3). The sender stamps its epoch (the Raft term it acts
+/* Fencing. The sender stamps its epoch (the Raft term it acts
  * in) on everything it writes; a receiver holding fence F refuses writes
  * whose epoch is below F (the NIC refuses them on verbs, the receiver drops
  * them on shm). Raft sets the epoch and the fence to the current term on
@@ -93,49 +110,62 @@ const char *xport_name(const struct xport *x);
 int xport_set_epoch(struct xport *x, uint64_t epoch);
 int xport_set_fence(struct xport *x, uint64_t fence);
 
+/* Busy-polling: after a send, keep the loop polling for the answer for
+ * up to us microseconds instead of sleeping until a wake-up (how each
+ * backend polls: its section below). us = 0 (the default): off. Costs up
+ * to us of CPU per round: meant for a node that expects answers soon (a
+ * Raft leader). tcp, shm and verbs poll; the fallback composite passes us
+ * to both of its backends; a backend that does not poll (mem) returns 0
+ * and does nothing. Returns 0, or TERN_EINVAL (x is NULL). */
+int xport_set_busy_poll(struct xport *x, unsigned us);
+
+/* Counters since creation, for diagnostics (node/ logs them at shutdown).
+ * A backend fills in the ones it keeps and leaves the others 0; the
+ * fallback composite reports the sum of its two backends' counters plus
+ * its own path counters. */
+struct xport_stats
+{
+    uint64_t doorbells;     /* wake-ups rung at peers (shm: eventfd writes;
+                             * verbs: RDMA_WRITE_WITH_IMM doorbells) */
+    uint64_t wakeups;       /* own doorbell wake-ups handled (shm) */
+    uint64_t spins;         /* busy-poll rounds (tcp, shm: one per armed
+                             * round; verbs: one per CQ poll from idle) */
+    uint64_t spin_hits;     /* of which found what they waited for */
+    uint64_t spin_ns;       /* time spent spinning (shm) */
+    uint64_t credit_waits;  /* sends that found the peer's ring full (shm,
+                             * verbs) */
+    uint64_t fenced;        /* inbound records dropped by the fence */
+    uint64_t corrupt;       /* inbound rings torn down: invalid record */
+    uint64_t fast_sends;    /* fallback: sends handed to the fast backend
+                             * (probes included) */
+    uint64_t slow_sends;    /* fallback: sends handed to the slow backend
+                             * (re-sent probes included) */
+    uint64_t fast_failures; /* fallback: fast sends that failed */
+    uint64_t to_slow;       /* fallback: switches of a peer fast -> slow */
+    uint64_t probes;        /* fallback: probes of the fast path */
+    uint64_t to_fast;       /* fallback: successful probes (slow -> fast) */
+};
+
+/* Fill *out with x's counters. Returns 0, or TERN_EINVAL (NULL
+ * argument). */
+int xport_get_stats(const struct xport *x, struct xport_stats *out /* OUT */);
+
 /* Stop listening, cancel queued sends (their cb gets TERN_ECANCELED), then
  * call cb(arg) once everything is closed; x is already freed when
  * cb runs. */
 void xport_close(struct xport *x, xport_close_cb cb, void *arg);
 
 /*
- * mem backend: a deterministic in-process network for tests. Nothing
- * happens unless the test calls the stepping functions below; no loop is
- * needed. Send callbacks are deferred until xport_mem_net_complete().
- */
-struct xport_mem_net;
-int xport_mem_net_new(struct xport_mem_net **out);
-/* All transports of the net must have been closed first. */
-void xport_mem_net_free(struct xport_mem_net *net);
-int xport_mem_new(struct xport_mem_net *net, uint64_t self_id,
-                  struct xport **out);
-/* Link from->to up (1) or down (0). Sends on a down link complete with
- * TERN_ENOCONN; messages already queued on it are dropped. */
-void xport_mem_net_set_link(struct xport_mem_net *net, uint64_t from,
-                            uint64_t to, int up);
-/* Number of messages queued from->to (0 = any id for from or to). */
-size_t xport_mem_net_pending(struct xport_mem_net *net, uint64_t from,
-                             uint64_t to);
-/* Deliver up to n queued messages from->to in order (0 = any id). Returns
- * how many were delivered. Receivers' recv callbacks run inside. */
-size_t xport_mem_net_deliver(struct xport_mem_net *net, uint64_t from,
-                             uint64_t to, size_t n);
-/* Drop up to n queued messages from->to. Returns how many were dropped. */
-size_t xport_mem_net_drop(struct xport_mem_net *net, uint64_t from,
-                          uint64_t to, size_t n);
-/* Fire every deferred send callback. Returns how many fired. */
-size_t xport_mem_net_complete(struct xport_mem_net *net);
-
-/*
- * ---- shm backend (rdma/shm.c; issue 3) -----------------------------------
- * Appended section: the one-sided ring transport over shared memory between
- * processes on one host (protocol: rdma/ring.c; files and handshake:
+ * ---- shm backend (rdma/shm.c) --------------------------------------------
+ * The one-sided ring transport over shared memory between processes on one
+ * host (protocol: rdma/ring.c; files and handshake:
  * rdma/shm.c). A node listens on a unix socket path; that path is its
  * address: peers pass it as peer_address to xport_send. Rings live in
  * sealed memfds exchanged over the socket, so nothing is left in /dev/shm
  * after a crash.
  */
-struct xport_shm_options {
+struct xport_shm_options
+{
     size_t ring_bytes;         /* each inbound ring (one per sending peer):
                                 * power of two, 4 KiB..1 GiB; 0 = 8 MiB.
                                 * max_message = ring_bytes / 2 - 40; all
@@ -149,19 +179,15 @@ struct xport_shm_options {
  * most 107 bytes; a stale socket file left by a dead process is replaced,
  * a live listener gives -EADDRINUSE). *out is owned by the caller,
  * released by xport_close (which removes the socket file). */
-int xport_shm_new(uv_loop_t *loop, uint64_t self_id, const char *listen_path,
-                  const struct xport_shm_options *opts, struct xport **out,
+int xport_shm_new(uv_loop_t *loop,
+                  uint64_t self_id,
+                  const char *listen_path,
+                  const struct xport_shm_options *opts,
+                  struct xport **out,
                   char *errmsg);
 
-/* Fencing (issue 3 item 3). Every record this node writes carries epoch
- * (e.g. its current Raft term; default 0). Records arriving with an epoch
- * below this node's fence (default 0) are consumed and dropped, never
- * delivered. Both apply at once to existing and future connections.
- * x must be an shm transport (else TERN_EINVAL). */
-int xport_shm_set_epoch(struct xport *x, uint64_t epoch);
-int xport_shm_set_fence(struct xport *x, uint64_t fence);
-
-struct xport_shm_stats {
+struct xport_shm_stats
+{
     uint64_t fenced;       /* inbound records dropped by the fence */
     uint64_t credit_waits; /* sends that found the peer's ring full */
     uint64_t corrupt;      /* inbound rings torn down: invalid record */
@@ -172,28 +198,28 @@ struct xport_shm_stats {
     uint64_t spin_ns;      /* time spent spinning */
 };
 
-/* Busy-polling (issue 3 item 1, optional): after a send, for up to us
- * microseconds, the loop spins on the inbound rings (in a uv_prepare
- * handle, i.e. right before it would sleep in poll) instead of sleeping,
- * and with the rings marked awake, so a peer answering within that window
- * rings no doorbell and nobody waits for a wake-up. One round per loop
- * iteration that sent something; a round ends at the first record (which
- * is then delivered from the prepare handle) or at the deadline. Adaptive:
- * after 8 rounds in a row that found nothing, the next 64 sends do not
- * spin. us = 0 (default): off. Costs up to us of CPU per round: meant for
- * a node that expects answers soon (a Raft leader), see node/ and
- * docs. x must be an shm transport (else TERN_EINVAL). */
+/* xport_set_busy_poll on shm: after a send, for up to us microseconds,
+ * the loop spins on the inbound rings (in a uv_prepare handle, right
+ * before it would sleep in poll) instead of sleeping, with the rings
+ * marked awake, so a peer answering within that window rings no doorbell
+ * and nobody waits for a wake-up. One round per loop iteration that sent
+ * something; a round ends at the first record (then delivered from the
+ * prepare handle) or at the deadline. Adaptive: after 8 rounds in a row
+ * that found nothing, the next 64 sends do not spin. This function is the
+ * same for an shm x (else TERN_EINVAL). */
 int xport_shm_set_busy_poll(struct xport *x, unsigned us);
-/* TCP busy-poll: after each send handed to the socket, keep the loop
- * polling (no sleep) for up to us microseconds or until a frame arrives
- * (rdma/tcp.c). us = 0 (default): off. x must be a tcp transport (else
+/* xport_set_busy_poll on tcp: after each send handed to the socket, keep
+ * the loop polling (no sleep) for up to us microseconds or until a frame
+ * arrives (rdma/tcp.c). This function is the same for a tcp x (else
  * TERN_EINVAL). */
 int xport_tcp_set_busy_poll(struct xport *x, unsigned us);
-/* Counters since creation. x must be an shm transport. */
-int xport_shm_stats(const struct xport *x, struct xport_shm_stats *out /* OUT */);
+/* shm's counters since creation (xport_get_stats reports the generic
+ * ones among them). x must be an shm transport (else TERN_EINVAL). */
+int xport_shm_stats(const struct xport *x,
+                    struct xport_shm_stats *out /* OUT */);
 
 /*
- * ---- verbs backend (rdma/verbs.c; issue 3) ---------------------------------
+ * ---- verbs backend (rdma/verbs.c, rdma/verbs_cm.c) -------------------------
  * Declared only when tern_rdma was built with libibverbs and librdmacm
  * (TERN_HAVE_VERBS, set by rdma/CMakeLists.txt). The ring protocol of
  * rdma/ring.c over RC QPs set up with rdma_cm. Addresses are "ipv4:port"
@@ -203,7 +229,8 @@ int xport_shm_stats(const struct xport *x, struct xport_shm_stats *out /* OUT */
  * tests/hw/ (exit 77 without a device), tests/rxe/run.sh (soft-RoCE).
  */
 #ifdef TERN_HAVE_VERBS
-struct xport_verbs_options {
+struct xport_verbs_options
+{
     size_t ring_bytes;           /* each inbound ring, as for shm; 0 = 8 MiB
                                   * (max_message = ring_bytes / 2 - 40) */
     size_t max_queued_bytes;     /* per peer; 0 = 64 MiB */
@@ -216,19 +243,18 @@ struct xport_verbs_options {
 /* Create a verbs transport listening on bind_address. *out is owned by
  * the caller, released by xport_close. -ENODEV/-EADDRNOTAVAIL etc. when
  * no RDMA device serves that address. */
-int xport_verbs_new(uv_loop_t *loop, uint64_t self_id,
+int xport_verbs_new(uv_loop_t *loop,
+                    uint64_t self_id,
                     const char *bind_address,
-                    const struct xport_verbs_options *opts, struct xport **out,
+                    const struct xport_verbs_options *opts,
+                    struct xport **out,
                     char *errmsg);
-/* Fencing (issue 3 item 3), as for shm: records carry epoch; records
- * below fence are dropped. In addition set_fence revokes remote write
- * access at the NIC on every inbound QP whose sender has not shown an
- * epoch >= fence, and connects with an epoch below the fence are
- * rejected. x must be a verbs transport (else TERN_EINVAL). */
-int xport_verbs_set_epoch(struct xport *x, uint64_t epoch);
-int xport_verbs_set_fence(struct xport *x, uint64_t fence);
-
-struct xport_verbs_stats {
+/* Fencing on verbs goes beyond dropping records below the fence (as shm
+ * does): xport_set_fence also revokes remote write access at the NIC on
+ * every inbound QP whose sender has not shown an epoch >= fence, and
+ * connects with an epoch below the fence are rejected. */
+struct xport_verbs_stats
+{
     uint64_t posted;           /* send WRs posted */
     uint64_t signalled;        /* of which signalled (selective) */
     uint64_t doorbells;        /* RDMA_WRITE_WITH_IMM doorbells */
@@ -248,40 +274,46 @@ struct xport_verbs_stats {
     uint64_t spins;            /* busy-poll rounds (CQ polls from idle) */
     uint64_t spin_hits;        /* of which found completions */
 };
-/* Busy-poll (off by default): after a send, poll the CQs on every loop
+/* xport_set_busy_poll on verbs: after a send, poll the CQs on every loop
  * iteration for up to us microseconds, or until a message is delivered,
- * instead of waiting for the completion channel's wake-up; 0 = off. Costs
- * a CPU while a round runs. TERN_EINVAL if x is not a verbs transport. */
+ * instead of waiting for the completion channel's wake-up. This function
+ * is the same for a verbs x (else TERN_EINVAL). */
 int xport_verbs_set_busy_poll(struct xport *x, unsigned us);
-/* Counters since creation. x must be a verbs transport. */
+/* verbs' own counters since creation. x must be a verbs transport (else
+ * TERN_EINVAL). */
 int xport_verbs_stats(const struct xport *x,
                       struct xport_verbs_stats *out /* OUT */);
 #endif
 
 /*
- * ---- fallback composite (rdma/fallback.c; issue 3 item 1) ----------------
- * Appended section: a transport made of a FAST backend (shm, verbs) and a
+ * ---- fallback composite (rdma/fallback.c) ----------------------------------
+ * A transport made of a FAST backend (shm, verbs) and a
  * SLOW one (tcp), chosen per peer: fast while it works, slow after a
  * fast-path failure (TERN_ENOCONN and other connection errors; TERN_EBUSY
  * does not switch), and back to fast after a successful background probe
  * (the first send at least retry_ms after the switch is tried on the fast
  * path; a failed probe is re-sent over slow, so it loses nothing).
  * Messages of one peer may be reordered or lost across a switch (raft
- * tolerates both). Receives from both. Epoch and fence go to both. Name:
+ * tolerates both). Receives from both. Epoch, fence and busy-poll go to
+ * both; xport_get_stats sums both backends' counters and its own. Name:
  * "<fast>+<slow>", e.g. "shm+tcp" (valid while the transport lives).
  * Peer addresses: "SLOW|FAST", or a plain SLOW address whose FAST address
  * comes from fast_address (no mapper, or the mapper returns non-zero: that
  * peer uses the slow backend only). Details: top of rdma/fallback.c.
  */
-struct xport_fallback_options {
+struct xport_fallback_options
+{
     unsigned retry_ms; /* back-off before probing the fast path again after
                         * a failure; 0 = 1000 */
     /* Optional: write peer_id's fast address (NUL-terminated, at most cap
      * bytes) for its slow address into out and return 0; non-zero: no
      * fast path for that peer. Called on the first send to a peer and when
      * its address changes. */
-    int (*fast_address)(void *arg, uint64_t peer_id, const char *slow_address,
-                        char *out, size_t cap);
+    int (*fast_address)(void *arg,
+                        uint64_t peer_id,
+                        const char *slow_address,
+                        char *out,
+                        size_t cap);
     void *fast_address_arg;
 };
 
@@ -291,11 +323,15 @@ struct xport_fallback_options {
  * complete with TERN_ECANCELED) and runs cb once both are closed. On
  * failure (TERN_EINVAL, -ENOMEM) fast and slow stay the caller's. opts
  * may be NULL; it is copied. */
-int xport_fallback_new(uv_loop_t *loop, struct xport *fast, struct xport *slow,
+int xport_fallback_new(uv_loop_t *loop,
+                       struct xport *fast,
+                       struct xport *slow,
                        const struct xport_fallback_options *opts,
-                       struct xport **out, char *errmsg);
+                       struct xport **out,
+                       char *errmsg);
 
-struct xport_fallback_stats {
+struct xport_fallback_stats
+{
     uint64_t fast_sends;    /* sends handed to the fast backend (probes
                              * included) */
     uint64_t slow_sends;    /* sends handed to the slow backend (re-sent
@@ -305,17 +341,16 @@ struct xport_fallback_stats {
     uint64_t probes;        /* probes of the fast path */
     uint64_t to_fast;       /* successful probes: switches back to fast */
 };
-/* Counters since creation. x must be a fallback transport (else
- * TERN_EINVAL). */
+/* The composite's own counters since creation (also in xport_get_stats).
+ * x must be a fallback transport (else TERN_EINVAL). */
 int xport_fallback_stats(const struct xport *x,
                          struct xport_fallback_stats *out /* OUT */);
-/* 1 if peer_id's next send goes over the fast path, 0 if over the slow
- * one (after a failure, while probing, or no fast address), -ENOENT for a
- * peer never sent to, TERN_EINVAL if x is not a fallback transport. */
-int xport_fallback_peer_fast(const struct xport *x, uint64_t peer_id);
-
 /* Number of RDMA devices visible to this process (0 when tern_rdma was
  * built without verbs). */
 int xport_rdma_device_count(void);
+
+/* The test-only part of the interface (xport_test.h) is included here so
+ * that tests which include only xport.h see the mem backend. */
+#include "xport_test.h"
 
 #endif /* TERN_XPORT_H */

@@ -47,9 +47,9 @@ static void check_frame(const uint8_t *buf,
 }
 
 /* libFuzzer's fixed entry point name. */
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size); // NOLINT
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);  // NOLINT
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) // NOLINT
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)  // NOLINT
 {
     size_t max_message;
     size_t off = 0;

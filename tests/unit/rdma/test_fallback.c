@@ -17,6 +17,7 @@
 
 #include <tern_common.h>
 #include <xport.h>
+#include <xport_test.h>
 
 #include "xport_test_loop.h"
 

@@ -10,8 +10,10 @@
 #include <tern_common.h>
 
 #include "xport.h"
+#include "xport_test.h"
 
-struct rx {
+struct rx
+{
     int n;
     uint64_t from[16];
     char msg[16][32];
@@ -28,7 +30,8 @@ static void on_recv(void *arg, uint64_t from, const void *msg, size_t len)
     r->n++;
 }
 
-struct done {
+struct done
+{
     int n;
     int status[16];
 };
@@ -39,8 +42,11 @@ static void on_sent(struct xport_send *req, int status)
     d->status[d->n++] = status;
 }
 
-static int send_str(struct xport *x, struct xport_send *req, uint64_t to,
-                    const char *s, struct done *d)
+static int send_str(struct xport *x,
+                    struct xport_send *req,
+                    uint64_t to,
+                    const char *s,
+                    struct done *d)
 {
     struct xport_iov iov[2] = {{s, 1}, {s + 1, strlen(s) - 1}};
     req->data = d;

@@ -1,10 +1,10 @@
 /* Shared helpers of the rdma/ unit tests (test_conformance.c, test_tcp.c,
- * test_shm.c, test_fallback.c; tests/hw/test_verbs_conformance.c through
- * test_conformance.c): send requests that check the xport contract's
- * completion rules (exactly once, never inside xport_send), the message
- * pattern, sending a patterned message in two iov pieces, closing a
- * transport and waiting for its close callback, and a TCP transport on a
- * random loopback port.
+ * test_shm.c, test_fallback.c, test_poll_stats.c;
+ * tests/hw/test_verbs_conformance.c through test_conformance.c): send requests
+ * that check the xport contract's completion rules (exactly once, never inside
+ * xport_send), the message pattern, sending a patterned message in two iov
+ * pieces, closing a transport and waiting for its close callback, and a TCP
+ * transport on a random loopback port.
  *
  * Header-only, included once per test file (static helpers). The
  * including file defines, before or after the include:

@@ -1,7 +1,8 @@
-/* The one-loop test environment of test_shm.c and test_fallback.c (on top
- * of xport_test_harness.h): one uv loop per test, a wall-clock deadline,
- * a fresh temporary directory for socket files, and run_until polling the
- * loop (bounded by count and deadline; no sleeps). Header-only, included
+/* The one-loop test environment of test_shm.c, test_fallback.c and
+ * test_poll_stats.c (on top of xport_test_harness.h): one uv loop per
+ * test, a wall-clock deadline, a fresh temporary directory for socket
+ * files, and run_until polling the loop (bounded by count and deadline;
+ * no sleeps). Header-only, included
  * once per test file; the file's TestSuite uses loop_setup/loop_teardown
  * through its own init/fini functions. */
 #ifndef TERN_XPORT_TEST_LOOP_H
