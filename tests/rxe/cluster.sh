@@ -1,8 +1,8 @@
 #!/bin/bash
 # tests/rxe/cluster.sh: a 3-node ternd cluster with --transport rdma on
-# soft-RoCE, run INSIDE the rxe guest by tests/rxe/run.sh (the guest has
-# rxe0..rxe2 on veth n0..n2 <-> bridge ports p0..p2, node IPs 10.77.0.1-3,
-# all in one netns; see ../shared/tools/rxe-vm/NOTES.md). Node i (1..3)
+# soft-RoCE, run by tests/rxe/run.sh inside the rxe guest (or natively)
+# after scripts/rxe-setup.sh built rxe0..rxe2 on veth n0..n2 <-> bridge
+# ports p0..p2, node IPs 10.77.0.1-3, all in one netns. Node i (1..3)
 # binds raft 10.77.0.i:750i (tcp and rdma_cm) and client 10.77.0.i:740i; the
 # tern CLI runs in the guest too.
 #
@@ -66,7 +66,7 @@ FAULT_S=${TERN_RXE_FAULT_S:-8}
 LOGS=${TERN_RXE_LOGS:-$BIN/cluster-logs}
 TERND=$BIN/ternd
 TERN=$BIN/tern
-TC=/usr/bin/tc
+TC=$(command -v tc || echo /usr/sbin/tc)
 NODES=3
 PASS=0
 FAIL=0
