@@ -588,6 +588,7 @@ bench_e() { # durability transport-glob -> sets E_P50 E_P99 (us) on success
     E_P50=$(printf '%s' "$r" | jfloat p50)
     E_P99=$(printf '%s' "$r" | jfloat p99)
     ok=0
+    # shellcheck disable=SC2254 # $want is a glob on purpose
     [ "$rc" = 0 ] && [ "$(printf '%s' "$j" | jnum acked)" = "$BENCH_COUNT" ] &&
         [ "$(printf '%s' "$j" | jnum errors)" = 0 ] && [ "${n:-0}" -gt 0 ] &&
         case "$tr" in $want) true ;; *) false ;; esac && [ -n "$E_P50" ] && ok=1

@@ -254,48 +254,41 @@ done
 cp "$MODROOT/lib/modules/$KVER"/modules.{order,builtin,builtin.modinfo} "$R/lib/modules/$KVER/"
 depmod -b "$R" "$KVER"
 
-# Files with their shared-library closure.
-put_lib() { # host path of a library -> same directory in the guest
-    local dir
-    dir=$(realpath "$(dirname "$1")")
-    [ -e "$R$dir/$(basename "$1")" ] && return 0
-    mkdir -p "$R$dir"
-    cp -L "$1" "$R$dir/"
-}
-put_closure() { # every library FILE needs (ldd; nothing for static files and scripts)
-    local l
-    for l in $(ldd "$1" 2>/dev/null | awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\// { print $1 }'); do
-        put_lib "$l"
-    done
-}
-put_exe() { # host executable -> /usr/sbin or /usr/bin of the guest, same name
-    local to=usr/bin
-    case $(realpath "$(dirname "$1")") in */sbin) to=usr/sbin ;; esac
-    [ -e "$R/$to/$(basename "$1")" ] && return 0
-    cp -L "$1" "$R/$to/"
-    put_closure "$1"
-}
+# Executables go to /usr/sbin or /usr/bin by their host directory (so PATH
+# finds them before busybox's /bin); libraries keep their host path (the
+# guest's /lib and /lib64 lead into /usr); then the ldd closure of all of
+# them, each library copied once.
+exes=() libs=()
 # shellcheck disable=SC2086
 for f in $(dpkg -L $GUEST_TOOL_PACKAGES | grep -E '^(/usr)?/s?bin/[^/]+$'); do
-    if [ -f "$f" ] && [ -x "$f" ]; then
-        put_exe "$f"
-    fi
+    if [ -f "$f" ] && [ -x "$f" ]; then exes+=("$f"); fi
+done
+libs+=(/usr/lib/"$MULTIARCH"/libibverbs/librxe-*.so /usr/lib/"$MULTIARCH"/libgcc_s.so.1)
+for f in ${TERN_RXE_GUEST_EXTRA:-}; do
+    case $f in
+    *.so | *.so.*) libs+=("$f") ;;
+    *) exes+=("$f") ;;
+    esac
+done
+for f in "${exes[@]}"; do
+    [ -e "$f" ] || { log "$f missing"; exit 1; }
+    to=usr/bin
+    case ${f%/*} in */sbin) to=usr/sbin ;; esac
+    [ -e "$R/$to/${f##*/}" ] || cp -L "$f" "$R/$to/"
 done
 ln -sf mawk "$R/usr/bin/awk"
-for f in /usr/lib/"$MULTIARCH"/libibverbs/librxe-*.so /usr/lib/"$MULTIARCH"/libgcc_s.so.1; do
-    [ -e "$f" ] || { log "$f missing"; exit 1; }
-    put_lib "$f"
-    put_closure "$f"
+{
+    printf '%s\n' "${libs[@]}"
+    # ldd fails when one of them is a script or static: not an error here.
+    { ldd "${exes[@]}" "${libs[@]}" 2>/dev/null || true; } |
+        awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\// && $2 ~ /^\(0x/ { print $1 }'
+} | sort -u | while read -r l; do
+    [ -e "$l" ] || { log "$l missing"; exit 1; }
+    mkdir -p "$R${l%/*}"
+    cp -L "$l" "$R${l%/*}/"
 done
 mkdir -p "$R/etc/libibverbs.d"
 cp /etc/libibverbs.d/rxe.driver "$R/etc/libibverbs.d/"
-for f in ${TERN_RXE_GUEST_EXTRA:-}; do
-    [ -e "$f" ] || { log "TERN_RXE_GUEST_EXTRA: $f missing"; exit 1; }
-    case $f in
-    *.so | *.so.*) put_lib "$f" && put_closure "$f" ;;
-    *) put_exe "$f" ;;
-    esac
-done
 # iproute2's tables and tc's netem distributions.
 for d in /etc/iproute2 /usr/share/iproute2 /usr/lib/tc; do
     if [ -d "$d" ]; then

@@ -63,8 +63,9 @@ GUEST_KERNEL="" GUEST_INITRD=""
 . "$envf"
 
 RUN=$(mktemp -d "${TMPDIR:-/tmp}/tern-guest.XXXXXX")
+# shellcheck disable=SC2317 # called by the EXIT trap
 cleanup() {
-    if [ $KEEP = 1 ]; then log "run dir kept: $RUN"; else rm -rf "$RUN"; fi
+    if [ "$KEEP" = 1 ]; then log "run dir kept: $RUN"; else rm -rf "$RUN"; fi
 }
 trap cleanup EXIT
 if [ -n "$SCRIPT" ]; then

@@ -120,19 +120,19 @@ BIN=$(built test_hw_verbs)
 rm -rf "$WORK"
 mkdir -p "$WORK/lib"
 cp "$BIN" "$WORK/" || fail "staging $BIN failed"
-BINS="$BIN"
+BINS=("$BIN")
 case ",$STAGES," in *,cluster,*)
     for name in ternd tern; do
         b=$(built $name)
         [ -n "$b" ] || fail "$name not built in $BUILD"
         cp "$b" "$WORK/$name"
-        BINS="$BINS $b"
+        BINS+=("$b")
     done
     cp "$REPO/tests/rxe/cluster.sh" "$WORK/"
     ;;
 esac
 cp "$REPO/scripts/rxe-setup.sh" "$WORK/"
-ldd $BINS | awk '/=> \//{print $3}' | sort -u | while read -r l; do
+ldd "${BINS[@]}" | awk '/=> \//{print $3}' | sort -u | while read -r l; do
     case $(basename "$l") in
     libc.so.* | ld-linux* | libibverbs.so.* | librdmacm.so.* | libnl-*) ;;
     *) cp -L "$l" "$WORK/lib/" ;;
@@ -140,6 +140,7 @@ ldd $BINS | awk '/=> \//{print $3}' | sort -u | while read -r l; do
 done
 # The script the guest (or, natively, this host) runs: the topology by
 # scripts/rxe-setup.sh, then the stages, then the summed counts.
+# shellcheck disable=SC2016 # quotes inside the generated script
 cat >"$WORK/guest.sh" <<EOF
 echo "rxe-guest: up"
 W=\${TERN_RXE_WORK:-/mnt/work}
