@@ -30,8 +30,9 @@
 # wait and then find the guest built.
 #
 # Env: TERN_RXE_CACHE   the cache directory (default
-#                       ${XDG_CACHE_HOME:-$HOME/.cache}/tern-rxe; it survives
-#                       between runs and is never inside the source tree)
+#                       ${XDG_CACHE_HOME:-$HOME/.cache}/tern-rxe, or
+#                       /var/tmp/tern-rxe-UID without a writable home; it
+#                       survives between runs, outside the source tree)
 #      TERN_RXE_KERNEL_PKG      pin a kernel package (linux-image-...-amd64)
 #      TERN_RXE_KERNEL_REFRESH=1  resolve linux-image-amd64's dependency again
 #      TERN_RXE_GUEST_EXTRA     more host files for the guest (executables go
@@ -79,7 +80,15 @@ done
 [ "$(dpkg --print-architecture 2>/dev/null)" = amd64 ] ||
     cannot "the guest is amd64 and needs an amd64 Debian host"
 
-CACHE=${TERN_RXE_CACHE:-${XDG_CACHE_HOME:-${HOME:-/var/tmp}/.cache}/tern-rxe}
+default_cache() { # the user's cache dir, else one in /var/tmp
+    local base=${XDG_CACHE_HOME:-${HOME:+$HOME/.cache}}
+    if [ -n "$base" ] && mkdir -p "$base" 2>/dev/null && [ -w "$base" ]; then
+        echo "$base/tern-rxe"
+    else
+        echo "/var/tmp/tern-rxe-$(id -u)"
+    fi
+}
+CACHE=${TERN_RXE_CACHE:-$(default_cache)}
 mkdir -p "$CACHE"
 CACHE=$(cd "$CACHE" && pwd)
 exec 9>"$CACHE/lock"
