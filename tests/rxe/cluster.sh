@@ -28,7 +28,7 @@
 #     Printed (INFO): remote access errors (NIC fencing) / rejected connects
 #     in the verbs traces. The verbs-level fencing test proper is
 #     verbs_fencing/nic_rejects_deposed_sender in tests/hw (stage hw);
-#   stage E, replication latency (issue 3, item 7; a functional figure:
+#   stage E, replication latency (a functional figure:
 #     TCG timing is not a performance figure): `tern bench --replication`
 #     window 1 with 1 KiB messages on the disk-mode cluster, then again
 #     after a restart of all three nodes with durability = memory, and
