@@ -17,6 +17,10 @@ packages=(
     nftables                      # jepsen/: partitions inside namespaces
     iptables libnetfilter-queue-dev   # jepsen/delayer: NFQUEUE delay nemesis
     faketime libfaketime          # jepsen/: clock skew nemesis
+    # tests/rxe/: the soft-RoCE guest (guest-build.sh copies these into it;
+    # it installs them itself when run as root)
+    qemu-system-x86 qemu-system-data busybox-static kmod cpio xz-utils
+    ibverbs-utils rdmacm-utils perftest ibverbs-providers
 )
 
 missing=()

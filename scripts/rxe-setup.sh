@@ -14,11 +14,12 @@
 # that already exist), pins static neighbours (no ARP races), waits (at most
 # 5 s) until every port is ACTIVE with its IPv4 GID, and writes ENV_FILE
 # (default /run/tern-rxe.env): RXE_NODES, RXE_NODE_IPS, RXE_DEVS,
-# RXE_GID_INDEX, RXE_LINKS, plus the RXEVM_* names tests/hw reads. `down`
+# RXE_GID_INDEX, RXE_LINKS, and the same under the RXEVM_* names that
+# tests/hw reads (RXEVM_NODE_IPS). `down`
 # deletes exactly what that file lists. Needs root.
 #
 # Why one namespace: rxe's UDP socket lives in init_net on Linux 6.1, so
-# per-node namespaces do not work (see ../shared/tools/rxe-vm/NOTES.md).
+# RoCE packets arriving in a per-node namespace are dropped.
 # Traffic crosses veth + bridge only when rdma_cm binds the source IP (ternd
 # and tests/hw do). The sysctls below make each nI answer only for its own
 # address and accept packets from "local" sources. The subnet has no

@@ -1,8 +1,8 @@
 #!/bin/bash
 # tests/rxe/cluster.sh: a 3-node ternd cluster with --transport rdma on
-# soft-RoCE, run INSIDE the rxe guest by tests/rxe/run.sh (the guest has
-# rxe0..rxe2 on veth n0..n2 <-> bridge ports p0..p2, node IPs 10.77.0.1-3,
-# all in one netns; see ../shared/tools/rxe-vm/NOTES.md). Node i (1..3)
+# soft-RoCE, run by tests/rxe/run.sh inside the rxe guest (or natively)
+# after scripts/rxe-setup.sh built rxe0..rxe2 on veth n0..n2 <-> bridge
+# ports p0..p2, node IPs 10.77.0.1-3, all in one netns. Node i (1..3)
 # binds raft 10.77.0.i:750i (tcp and rdma_cm) and client 10.77.0.i:740i; the
 # tern CLI runs in the guest too.
 #
@@ -28,7 +28,7 @@
 #     Printed (INFO): remote access errors (NIC fencing) / rejected connects
 #     in the verbs traces. The verbs-level fencing test proper is
 #     verbs_fencing/nic_rejects_deposed_sender in tests/hw (stage hw);
-#   stage E, replication latency (issue 3, item 7; a functional figure:
+#   stage E, replication latency (a functional figure:
 #     TCG timing is not a performance figure): `tern bench --replication`
 #     window 1 with 1 KiB messages on the disk-mode cluster, then again
 #     after a restart of all three nodes with durability = memory, and
@@ -66,7 +66,7 @@ FAULT_S=${TERN_RXE_FAULT_S:-8}
 LOGS=${TERN_RXE_LOGS:-$BIN/cluster-logs}
 TERND=$BIN/ternd
 TERN=$BIN/tern
-TC=/usr/bin/tc
+TC=$(command -v tc || echo /usr/sbin/tc)
 NODES=3
 PASS=0
 FAIL=0
@@ -588,6 +588,7 @@ bench_e() { # durability transport-glob -> sets E_P50 E_P99 (us) on success
     E_P50=$(printf '%s' "$r" | jfloat p50)
     E_P99=$(printf '%s' "$r" | jfloat p99)
     ok=0
+    # shellcheck disable=SC2254 # $want is a glob on purpose
     [ "$rc" = 0 ] && [ "$(printf '%s' "$j" | jnum acked)" = "$BENCH_COUNT" ] &&
         [ "$(printf '%s' "$j" | jnum errors)" = 0 ] && [ "${n:-0}" -gt 0 ] &&
         case "$tr" in $want) true ;; *) false ;; esac && [ -n "$E_P50" ] && ok=1
