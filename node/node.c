@@ -353,7 +353,7 @@ static void log_stages(struct node *n)
     struct repl_latency *st, *lat; /* ~8 KiB each: off the stack */
     char buf[1024];
     size_t off = 0;
-    struct node_xport_counters xc;
+    struct xport_stats xc;
 
     if (!node_log_enabled(NODE_LOG_INFO) || n->repl == NULL) {
         return;
@@ -376,7 +376,7 @@ static void log_stages(struct node *n)
         }
         off += (size_t)k;
     }
-    node_transport_counters(&n->transport, &xc);
+    node_transport_stats(&n->transport, &xc);
     node_log(NODE_LOG_INFO, "replication stages",
              "commits=%llu loop_iters=%llu doorbells=%llu wakeups=%llu "
              "spins=%llu spin_hits=%llu spin_us=%llu fast_sends=%llu "

@@ -11,10 +11,10 @@
  * selection ("tcp", "shm+tcp", "verbs+tcp"), which the node shows as its
  * transport in the status answer.
  *
- * This file is the only one of node/ that knows the fallback's children:
- * busy-polling (node_transport_set_busy_poll, on every change of raft
- * role) and the counters of the shutdown line (node_transport_counters)
- * go to the fast child, or to tcp when there is no fallback.
+ * Busy-polling (node_transport_set_busy_poll, on every change of raft
+ * role) and the counters of the shutdown line (node_transport_stats) go
+ * through the transport interface; the fallback composite forwards them
+ * to its children, so node/ never reaches into them.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -102,9 +102,6 @@ static int wrap_fallback(struct node_transport *t,
     fo.fast_address = fast_address;
     fo.fast_address_arg = t;
     rv = xport_fallback_new(t->loop, fast, t->xport, &fo, &fb, errmsg);
-    if (rv == 0) {
-        t->fast = fast; /* owned by the fallback: closed with it */
-    }
     if (rv != 0) {
         xport_close(fast, NULL, NULL);
         return rv;
@@ -143,7 +140,6 @@ int node_transport_start(struct node_transport *t, char *errmsg)
         tern_errmsg_wrapf(errmsg, "raft transport on %s", c->raft_addr);
         return rv;
     }
-    t->tcp = t->xport;
     (void)snprintf(t->name, sizeof(t->name), "tcp");
     if (strcmp(want, "shm") == 0) {
         struct xport_shm_options so;
@@ -211,58 +207,17 @@ int node_transport_start(struct node_transport *t, char *errmsg)
 
 int node_transport_set_busy_poll(struct node_transport *t, unsigned us)
 {
-    if (t->fast == NULL) {
-        /* transport=tcp: loop-level polling on the sockets. */
-        return t->tcp != NULL ? xport_tcp_set_busy_poll(t->tcp, us) : 0;
-    }
-    if (t->fast_is_shm) {
-        return xport_shm_set_busy_poll(t->fast, us);
-    }
-#ifdef TERN_HAVE_VERBS
-    /* transport=rdma: poll the CQs instead of the channel's wake-up. */
-    return xport_verbs_set_busy_poll(t->fast, us);
-#else
-    return 0; /* no verbs build: the fast child is always shm */
-#endif
+    /* The composite forwards to both of its children: the fast path polls
+     * its rings or CQs, tcp its sockets while a peer is on it. */
+    return t->xport != NULL ? xport_set_busy_poll(t->xport, us) : 0;
 }
 
-void node_transport_counters(const struct node_transport *t,
-                             struct node_xport_counters *out)
+void node_transport_stats(const struct node_transport *t,
+                          struct xport_stats *out)
 {
-    struct xport_shm_stats ss;
-    struct xport_fallback_stats fs;
-
     memset(out, 0, sizeof(*out));
-    if (t->fast == NULL) {
-        return;
-    }
-    if (t->fast_is_shm) {
-        memset(&ss, 0, sizeof(ss));
-        if (xport_shm_stats(t->fast, &ss) == 0) {
-            out->doorbells = ss.doorbells;
-            out->wakeups = ss.wakeups;
-            out->spins = ss.spins;
-            out->spin_hits = ss.spin_hits;
-            out->spin_ns = ss.spin_ns;
-        }
-    }
-#ifdef TERN_HAVE_VERBS
-    if (!t->fast_is_shm) {
-        /* spins/spin_hits: the fast backend's busy-poll rounds. */
-        struct xport_verbs_stats vs;
-        if (xport_verbs_stats(t->fast, &vs) == 0) {
-            out->spins = vs.spins;
-            out->spin_hits = vs.spin_hits;
-            out->doorbells = vs.doorbells;
-        }
-    }
-#endif
-    memset(&fs, 0, sizeof(fs));
-    if (xport_fallback_stats(t->xport, &fs) == 0) {
-        out->fast_sends = fs.fast_sends;
-        out->slow_sends = fs.slow_sends;
-        out->to_slow = fs.to_slow;
-        out->to_fast = fs.to_fast;
+    if (t->xport != NULL) {
+        (void)xport_get_stats(t->xport, out);
     }
 }
 
@@ -275,8 +230,6 @@ bool node_transport_close(struct node_transport *t,
         return false;
     }
     t->xport = NULL;
-    t->fast = NULL;
-    t->tcp = NULL;
     xport_close(x, cb, arg);
     return true;
 }

@@ -2,8 +2,9 @@
  * The raft transport of a node (transport.c): which rdma/ backend the
  * configuration selects (tcp, shm or verbs behind the tcp fallback), how
  * the peers' fast addresses are derived, busy-polling, and the counters
- * of the shutdown "replication stages" line. Only transport.c knows the
- * fallback composite's children. Private to node/.
+ * of the shutdown "replication stages" line, through the transport
+ * interface only (the fallback composite forwards to its children).
+ * Private to node/.
  */
 #ifndef TERN_NODE_TRANSPORT_H
 #define TERN_NODE_TRANSPORT_H
@@ -21,28 +22,10 @@ struct node_transport
     const struct node_config *cfg; /* borrowed */
     uv_loop_t *loop;               /* borrowed */
     struct xport *xport;           /* what raft uses; owned */
-    struct xport *fast;            /* the fallback's fast child, or NULL */
-    struct xport *tcp;             /* tcp (the fallback's child, if any) */
-    bool fast_is_shm;              /* fast is shm (else verbs) */
+    bool fast_is_shm;   /* the fallback's fast child is shm (else verbs) */
     char name[32];      /* "tcp", "shm+tcp", "verbs+tcp"; before start:
                            the requested one */
     char requested[16]; /* "tcp" | "shm" | "rdma" | "auto" */
-};
-
-/* The fast backend's and the fallback's counters (0 where a backend does
- * not count): shm doorbells, wake-ups and busy-poll rounds, verbs
- * doorbells and busy-poll rounds, sends per path and path switches. */
-struct node_xport_counters
-{
-    uint64_t doorbells;
-    uint64_t wakeups;
-    uint64_t spins;
-    uint64_t spin_hits;
-    uint64_t spin_ns;
-    uint64_t fast_sends;
-    uint64_t slow_sends;
-    uint64_t to_slow;
-    uint64_t to_fast;
 };
 
 /* Set t up for requested ("tcp" | "shm" | "rdma" | "auto", copied); no
@@ -55,12 +38,14 @@ void node_transport_init(struct node_transport *t,
  * t->name to the selection. On failure whatever exists is left for
  * node_transport_close. 0, or a code with errmsg. */
 int node_transport_start(struct node_transport *t, char *errmsg);
-/* Busy-poll up to us microseconds (0: off) on the backend that carries
- * the traffic: the fast child of a fallback, else tcp. */
+/* Busy-poll up to us microseconds (0: off) after each send
+ * (xport_set_busy_poll; a fallback composite forwards it to both
+ * children). 0 or a code. */
 int node_transport_set_busy_poll(struct node_transport *t, unsigned us);
-/* OUT: the counters (caller-owned; zeroed first). */
-void node_transport_counters(const struct node_transport *t,
-                             struct node_xport_counters *out);
+/* OUT: the transport's counters (xport_get_stats: a composite sums its
+ * children's and adds its own); caller-owned, zeroed first. */
+void node_transport_stats(const struct node_transport *t,
+                          struct xport_stats *out);
 /* Close the transport; cb(arg) runs once it is closed. Returns false,
  * and cb never runs, when there is nothing to close. */
 bool node_transport_close(struct node_transport *t,

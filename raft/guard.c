@@ -31,7 +31,8 @@
  *    allows. Before that, no follower has match_index > 0 in this term, so
  *    a quorum check at an old-term last_stored (an append of an earlier
  *    term completing late) finds no majority.
- *    Deviation from notes §8.1, which also asks result.last_log_index >= b:
+ *    Deviation from the textbook form of this guard, which also asks
+ *    result.last_log_index >= b:
  *    under 0.15's quorum-at-last_stored rule that condition adds nothing
  *    once durable >= b (a match_index < b never counts for an index >= b)
  *    and it breaks liveness: a follower whose InstallSnapshot turns out to
@@ -45,7 +46,7 @@
  *    "new_leader_with_snapshot_follower_becomes_writable",
  *    "follower_ahead_of_snapshot_catches_up_without_timeout".
  *    Reset on every role or term change. Tested: test_cluster.c
- *    "figure8_*" (schedule of notes §8.1 item 4: committed, applied and
+ *    "figure8_*" (the Raft paper's Figure 8 schedule: committed, applied and
  *    later overwritten without the guard, never committed with it) and the
  *    chaos tests (no index ever applies two payloads, acknowledged writes
  *    survive).

@@ -32,13 +32,15 @@
 #include <time.h>
 #include <unistd.h>
 
-struct pending {
+struct pending
+{
     uint64_t due_ns;
     uint64_t seq;
     uint32_t id;
 };
 
-struct delayer {
+struct delayer
+{
     struct nfq_q_handle *qh;
     struct pending *heap;
     size_t n, limit;
@@ -120,8 +122,10 @@ static void verdict(struct delayer *d, uint32_t id, uint32_t v)
     }
 }
 
-static int on_packet(struct nfq_q_handle *qh, struct nfgenmsg *msg,
-                     struct nfq_data *nfa, void *arg)
+static int on_packet(struct nfq_q_handle *qh,
+                     struct nfgenmsg *msg,
+                     struct nfq_data *nfa,
+                     void *arg)
 {
     struct delayer *d = arg;
     struct nfqnl_msg_packet_hdr *ph = nfq_get_msg_packet_hdr(nfa);
@@ -249,8 +253,7 @@ int main(int argc, char **argv)
     }
     if (nfq_set_mode(d.qh, NFQNL_COPY_META, 0) < 0 ||
         nfq_set_queue_maxlen(d.qh, (uint32_t)(d.limit + 1024)) < 0) {
-        fprintf(stderr, "tern-delayer: configure queue: %s\n",
-                strerror(errno));
+        fprintf(stderr, "tern-delayer: configure queue: %s\n", strerror(errno));
         goto err_after_queue;
     }
     /* Kernel queue overflow accepts instead of dropping (best effort). */

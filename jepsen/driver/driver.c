@@ -54,18 +54,20 @@
 
 #include <tern/tern.h>
 
-#define DRV__MAX_NODES 9
-#define DRV__MAX_QUEUES 16
-#define DRV__MAX_THREADS 64
-#define DRV__FETCH_MAX 200
+#define DRV__MAX_NODES    9
+#define DRV__MAX_QUEUES   16
+#define DRV__MAX_THREADS  64
+#define DRV__FETCH_MAX    200
 #define DRV__READ_WAIT_MS 100
 
-struct drv_node {
+struct drv_node
+{
     char name[32];
     char addr[64];
 };
 
-struct drv_opts {
+struct drv_opts
+{
     struct drv_node nodes[DRV__MAX_NODES];
     int n_nodes;
     char servers[DRV__MAX_NODES * 64];
@@ -86,7 +88,7 @@ struct drv_opts {
     double final_timeout_s;
     int drain_quiet;
     int async_window;
-    int group;              /* consumers use consumer groups */
+    int group; /* consumers use consumer groups */
 };
 
 static struct drv_opts opts;
@@ -137,7 +139,8 @@ static void sleep_ms(int ms)
 }
 
 /* Growable string for one history line. */
-struct sbuf {
+struct sbuf
+{
     char *p;
     size_t len, cap;
 };
@@ -160,8 +163,9 @@ static void sb_reserve(struct sbuf *b, size_t more)
     b->cap = cap;
 }
 
-__attribute__((format(printf, 2, 3))) static void
-sb_printf(struct sbuf *b, const char *fmt, ...)
+__attribute__((format(printf, 2, 3))) static void sb_printf(struct sbuf *b,
+                                                            const char *fmt,
+                                                            ...)
 {
     va_list ap;
     int n;
@@ -203,12 +207,15 @@ static void sb_free(struct sbuf *b)
 
 /* Starts a history line: {"process":P,"type":T,"f":F,"queue":Q,
  * "time":now. Caller appends fields then calls hist_end. */
-static void hist_begin(struct sbuf *b, int process, const char *type,
-                       const char *f, const char *queue)
+static void hist_begin(struct sbuf *b,
+                       int process,
+                       const char *type,
+                       const char *f,
+                       const char *queue)
 {
     b->len = 0;
-    sb_printf(b, "{\"process\":%d,\"type\":\"%s\",\"f\":\"%s\"", process,
-              type, f);
+    sb_printf(b, "{\"process\":%d,\"type\":\"%s\",\"f\":\"%s\"", process, type,
+              f);
     if (queue != NULL) {
         sb_printf(b, ",\"queue\":");
         sb_jstr(b, queue, strlen(queue));
@@ -248,7 +255,8 @@ static void sb_error(struct sbuf *b, struct tern_client *c, int rv)
 }
 
 static struct tern_client *client_new_timeout(const char *servers,
-                                             int read_from, int timeout_ms)
+                                              int read_from,
+                                              int timeout_ms)
 {
     struct tern_client_options o;
     struct tern_client *c = NULL;
@@ -282,12 +290,13 @@ static struct tern_client *producer_new(void)
 
 static int definite_failure(int rv)
 {
-    return rv == TERN_ENOQUEUE || rv == TERN_EBADNAME ||
-           rv == TERN_ETOOBIG || rv == TERN_EINVAL;
+    return rv == TERN_ENOQUEUE || rv == TERN_EBADNAME || rv == TERN_ETOOBIG ||
+           rv == TERN_EINVAL;
 }
 
 /* Appends ,"value":[[off,"id"],...] of a fetch result and returns count. */
-static size_t sb_pairs(struct sbuf *b, const struct tern_fetch_result *r,
+static size_t sb_pairs(struct sbuf *b,
+                       const struct tern_fetch_result *r,
                        uint64_t *last_offset)
 {
     size_t n = tern_fetch_result_count(r);
@@ -310,7 +319,8 @@ static size_t sb_pairs(struct sbuf *b, const struct tern_fetch_result *r,
 
 /* ---- workers ----------------------------------------------------------- */
 
-struct worker {
+struct worker
+{
     pthread_t th;
     int index;
     int64_t deadline;
@@ -380,8 +390,7 @@ static void *producer_main(void *arg)
             continue;
         }
         hist_begin(&b, proc,
-                   definite_failure(rv) ||
-                           (resends > 0 && rv == TERN_ESEQUENCE)
+                   definite_failure(rv) || (resends > 0 && rv == TERN_ESEQUENCE)
                        ? "fail"
                        : "info",
                    "produce", q);
@@ -414,26 +423,30 @@ static void *producer_main(void *arg)
  * because libtern promises that batches to one queue are appended in call
  * order (counter order). After an "info" completion the process drains its
  * client (bounded), frees it and continues as a new process. */
-struct async_ctx {
+struct async_ctx
+{
     struct sbuf b;
     struct tern_client *c;
     int proc;
     int saw_info;
 };
 
-struct async_op {
+struct async_op
+{
     struct async_ctx *ctx;
     int proc;
     char value[64];
     char queue[64];
 };
 
-static void on_produce(void *arg, int status, uint64_t base_offset,
+static void on_produce(void *arg,
+                       int status,
+                       uint64_t base_offset,
                        size_t count)
 {
     struct async_op *op = arg;
     struct async_ctx *x = op->ctx;
-    const char *type = status == 0             ? "ok"
+    const char *type = status == 0                ? "ok"
                        : definite_failure(status) ? "fail"
                                                   : "info";
     hist_begin(&x->b, op->proc, type, "produce", op->queue);
@@ -489,8 +502,7 @@ static void *async_producer_main(void *arg)
                                it < 100 * opts.max_ops;
          it++) {
         int64_t wait = next_at - now_ns();
-        if (wait > 0 ||
-            tern_client_pending(x.c) >= (size_t)opts.async_window) {
+        if (wait > 0 || tern_client_pending(x.c) >= (size_t)opts.async_window) {
             int ms = wait > 0 ? (int)(wait / 1000000) + 1 : 20;
             if (tern_client_poll(x.c, ms) < 0) {
                 sleep_ms(5);
@@ -506,14 +518,12 @@ static void *async_producer_main(void *arg)
             }
             op->ctx = &x;
             op->proc = x.proc;
-            snprintf(op->value, sizeof(op->value), "%d-%ld", x.proc,
-                     counter++);
+            snprintf(op->value, sizeof(op->value), "%d-%ld", x.proc, counter++);
             snprintf(op->queue, sizeof(op->queue), "%s", q);
             m.data = op->value;
             m.len = strlen(op->value);
             hist_begin(&x.b, x.proc, "invoke", "produce", q);
-            sb_printf(&x.b, ",\"value\":\"%s\",\"producer\":\"%016" PRIx64
-                            "\"",
+            sb_printf(&x.b, ",\"value\":\"%s\",\"producer\":\"%016" PRIx64 "\"",
                       op->value, tern_client_producer_id(x.c));
             hist_end(&x.b);
             rv = tern_produce_async(x.c, q, &m, 1, on_produce, op);
@@ -568,8 +578,9 @@ static void *consumer_main(void *arg)
                         DRV__READ_WAIT_MS, &r);
         if (rv == 0) {
             hist_begin(&b, proc, "ok", "fetch", q);
-            sb_printf(&b, ",\"offset\":%" PRIu64 ",\"end\":%" PRIu64
-                          ",\"read_from\":\"%s\"",
+            sb_printf(&b,
+                      ",\"offset\":%" PRIu64 ",\"end\":%" PRIu64
+                      ",\"read_from\":\"%s\"",
                       cursor[qi], tern_fetch_result_end_offset(r),
                       read_from == TERN_READ_LEADER ? "leader" : "any");
             sb_pairs(&b, r, NULL);
@@ -586,8 +597,7 @@ static void *consumer_main(void *arg)
         }
         hist_begin(&b, proc, "info", "fetch", q);
         sb_printf(&b, ",\"offset\":%" PRIu64 ",\"read_from\":\"%s\"",
-                  cursor[qi],
-                  read_from == TERN_READ_LEADER ? "leader" : "any");
+                  cursor[qi], read_from == TERN_READ_LEADER ? "leader" : "any");
         sb_error(&b, c, rv);
         hist_end(&b);
         tern_client_free(c);
@@ -634,8 +644,8 @@ static void *group_consumer_main(void *arg)
             hist_begin(&b, proc, "ok", "group-fetch", q);
             sb_printf(&b, ",\"group\":\"%s\",\"end\":%" PRIu64, group,
                       tern_fetch_result_end_offset(r));
-            if (n > 0 && tern_fetch_result_get(r, 0, &first, NULL, NULL,
-                                               NULL) == 0) {
+            if (n > 0 &&
+                tern_fetch_result_get(r, 0, &first, NULL, NULL, NULL) == 0) {
                 sb_printf(&b, ",\"start\":%" PRIu64, first);
             }
             sb_pairs(&b, r, NULL);
@@ -647,13 +657,11 @@ static void *group_consumer_main(void *arg)
                 continue;
             }
             hist_begin(&b, proc, "invoke", "group-commit", q);
-            sb_printf(&b, ",\"group\":\"%s\",\"offset\":%" PRIu64, group,
-                      next);
+            sb_printf(&b, ",\"group\":\"%s\",\"offset\":%" PRIu64, group, next);
             hist_end(&b);
             rv = tern_group_commit(c, q, group, next);
             hist_begin(&b, proc, rv == 0 ? "ok" : "info", "group-commit", q);
-            sb_printf(&b, ",\"group\":\"%s\",\"offset\":%" PRIu64, group,
-                      next);
+            sb_printf(&b, ",\"group\":\"%s\",\"offset\":%" PRIu64, group, next);
             if (rv != 0) {
                 sb_error(&b, c, rv);
             }
@@ -702,9 +710,8 @@ static int setup_queues(void)
             }
             hist_end(&b);
             if (rv != 0) {
-                fprintf(stderr, "driver: create %s: %s (%s)\n",
-                        queue_names[i], tern_err_name(rv),
-                        tern_client_errmsg(c));
+                fprintf(stderr, "driver: create %s: %s (%s)\n", queue_names[i],
+                        tern_err_name(rv), tern_client_errmsg(c));
             }
             tern_client_free(c);
             if (rv == 0) {
@@ -726,9 +733,15 @@ static int setup_queues(void)
  * 1 + the highest acknowledged offset, so a lagging server cannot end it
  * early; a node's final read: the end the drain reached). Returns the end
  * offset reached. */
-static uint64_t read_all(const char *f, int qi, const char *servers,
-                         int read_from, const char *node, uint64_t target,
-                         int quiet, double timeout_s, int *complete)
+static uint64_t read_all(const char *f,
+                         int qi,
+                         const char *servers,
+                         int read_from,
+                         const char *node,
+                         uint64_t target,
+                         int quiet,
+                         double timeout_s,
+                         int *complete)
 {
     const char *q = queue_names[qi];
     int64_t deadline = now_ns() + (int64_t)(timeout_s * 1e9);
@@ -780,8 +793,7 @@ static uint64_t read_all(const char *f, int qi, const char *servers,
         tern_fetch_result_free(r);
         /* Complete: caught up with the end (and, for a node's final read,
          * at or past the end the drain saw), `quiet` times in a row. */
-        if (empty_in_row >= quiet &&
-            off >= target) {
+        if (empty_in_row >= quiet && off >= target) {
             *complete = 1;
             break;
         }
@@ -806,15 +818,16 @@ static uint64_t read_all(const char *f, int qi, const char *servers,
      * recorded as "ok" with "complete": false so that acknowledged
      * messages it lacks are judged lost (an incomplete final-read of one
      * node is "fail": that node is not judged). */
-    hist_begin(&b, proc,
-               *complete || strcmp(f, "drain") == 0 ? "ok" : "fail", f, q);
+    hist_begin(&b, proc, *complete || strcmp(f, "drain") == 0 ? "ok" : "fail",
+               f, q);
     if (node != NULL) {
         sb_printf(&b, ",\"node\":\"%s\"", node);
     }
     sb_printf(&b, ",\"complete\":%s,\"end\":%" PRIu64 ",\"errors\":%ld",
               *complete ? "true" : "false", off, errors);
     if (have_status) {
-        sb_printf(&b, ",\"node_applied\":%" PRIu64 ",\"leader_commit\":%" PRIu64,
+        sb_printf(&b,
+                  ",\"node_applied\":%" PRIu64 ",\"leader_commit\":%" PRIu64,
                   node_applied, drain_commit);
     }
     sb_printf(&b, ",\"value\":[%s]", pairs.p != NULL ? pairs.p : "");
@@ -859,9 +872,9 @@ static int parse_nodes(const char *s)
         struct drv_node *n = &opts.nodes[opts.n_nodes++];
         snprintf(n->name, sizeof(n->name), "%s", tok);
         snprintf(n->addr, sizeof(n->addr), "%s", eq + 1);
-        used += (size_t)snprintf(opts.servers + used,
-                                 sizeof(opts.servers) - used, "%s%s",
-                                 used ? "," : "", n->addr);
+        used +=
+            (size_t)snprintf(opts.servers + used, sizeof(opts.servers) - used,
+                             "%s%s", used ? "," : "", n->addr);
     }
     free(dup);
     return opts.n_nodes > 0 ? 0 : -1;
@@ -968,8 +981,7 @@ int main(int argc, char **argv)
         fclose(hist);
         return 1;
     }
-    fprintf(stderr, "driver: queues ready, workload for %.1f s\n",
-            opts.time_s);
+    fprintf(stderr, "driver: queues ready, workload for %.1f s\n", opts.time_s);
 
     int64_t deadline = now_ns() + (int64_t)(opts.time_s * 1e9);
     for (int i = 0; i < opts.producers + opts.consumers; i++) {
@@ -977,13 +989,13 @@ int main(int argc, char **argv)
         w->index = i < opts.producers ? i : i - opts.producers;
         w->deadline = deadline;
         w->seed = (unsigned)(now_ns() ^ (i * 7919));
-        if (pthread_create(&w->th, NULL,
-                           i >= opts.producers
-                               ? (opts.group ? group_consumer_main
-                                             : consumer_main)
-                           : opts.async_window > 0 ? async_producer_main
-                                                   : producer_main,
-                           w) != 0) {
+        if (pthread_create(
+                &w->th, NULL,
+                i >= opts.producers
+                    ? (opts.group ? group_consumer_main : consumer_main)
+                : opts.async_window > 0 ? async_producer_main
+                                        : producer_main,
+                w) != 0) {
             fprintf(stderr, "driver: pthread_create failed\n");
             abort();
         }
@@ -1001,10 +1013,9 @@ int main(int argc, char **argv)
 
     for (int qi = 0; qi < opts.queues; qi++) {
         int complete = 0;
-        drain_end[qi] =
-            read_all("drain", qi, opts.servers, TERN_READ_LEADER, NULL,
-                     acked_end[qi], opts.drain_quiet, opts.drain_timeout_s,
-                     &complete);
+        drain_end[qi] = read_all("drain", qi, opts.servers, TERN_READ_LEADER,
+                                 NULL, acked_end[qi], opts.drain_quiet,
+                                 opts.drain_timeout_s, &complete);
         fprintf(stderr, "driver: drain %s: end %" PRIu64 " %s\n",
                 queue_names[qi], drain_end[qi],
                 complete ? "complete" : "INCOMPLETE");
@@ -1022,16 +1033,17 @@ int main(int argc, char **argv)
             tern_status_free(st);
         }
         tern_client_free(c);
-        fprintf(stderr, "driver: leader commit index after drain: %" PRIu64
-                        "\n", drain_commit);
+        fprintf(stderr,
+                "driver: leader commit index after drain: %" PRIu64 "\n",
+                drain_commit);
     }
     for (int ni = 0; ni < opts.n_nodes; ni++) {
         for (int qi = 0; qi < opts.queues; qi++) {
             int complete = 0;
-            uint64_t end = read_all("final-read", qi, opts.nodes[ni].addr,
-                                    TERN_READ_FIRST, opts.nodes[ni].name,
-                                    drain_end[qi], 1, opts.final_timeout_s,
-                                    &complete);
+            uint64_t end =
+                read_all("final-read", qi, opts.nodes[ni].addr, TERN_READ_FIRST,
+                         opts.nodes[ni].name, drain_end[qi], 1,
+                         opts.final_timeout_s, &complete);
             fprintf(stderr, "driver: final read %s %s: end %" PRIu64 " %s\n",
                     opts.nodes[ni].name, queue_names[qi], end,
                     complete ? "complete" : "INCOMPLETE");

@@ -15,9 +15,9 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#define REDO_MAGIC 0x524c5054u
+#define REDO_MAGIC   0x524c5054u
 #define REDO_VERSION 1u
-#define REDO_HDR 32u
+#define REDO_HDR     32u
 
 int pl_sys_open(const char *path, int flags, unsigned mode)
 {
@@ -69,7 +69,10 @@ uint32_t pl_fnv1a(uint32_t h, const void *p, size_t n)
     return h;
 }
 
-int pl_rec_path(char *out, size_t n, const char *state, const char *id,
+int pl_rec_path(char *out,
+                size_t n,
+                const char *state,
+                const char *id,
                 const char *suffix)
 {
     int k = snprintf(out, n, "%s/rec/%s%s", state, id, suffix);
@@ -338,8 +341,12 @@ static uint64_t get64(const unsigned char *p)
     return v;
 }
 
-int pl_redo_write(const char *state, const char *id, int op, uint64_t off,
-                  const void *data, uint64_t len)
+int pl_redo_write(const char *state,
+                  const char *id,
+                  int op,
+                  uint64_t off,
+                  const void *data,
+                  uint64_t len)
 {
     char path[PATH_MAX];
     int rc = pl_rec_path(path, sizeof path, state, id, ".redo");
@@ -367,7 +374,10 @@ int pl_redo_write(const char *state, const char *id, int op, uint64_t off,
     return rc;
 }
 
-int pl_redo_apply_fd(int fd, int op, uint64_t off, const void *data,
+int pl_redo_apply_fd(int fd,
+                     int op,
+                     uint64_t off,
+                     const void *data,
                      uint64_t len)
 {
     struct stat st;

@@ -45,13 +45,14 @@ enum pl_redo_op { PL_REDO_WRITE = 1, PL_REDO_TRUNCATE = 2, PL_REDO_EXTEND = 3 };
 
 #define PL_ID_MAX 48
 
-struct pl_meta {
+struct pl_meta
+{
     char id[PL_ID_MAX];
     uint64_t dev;
     uint64_t ino;
-    int content;      /* enum pl_content */
-    int unlinked;     /* current name removed, removal not yet durable */
-    unsigned mode;    /* permission bits used when the file is recreated */
+    int content;   /* enum pl_content */
+    int unlinked;  /* current name removed, removal not yet durable */
+    unsigned mode; /* permission bits used when the file is recreated */
     char dpath[PATH_MAX];
     char cpath[PATH_MAX];
 };
@@ -69,7 +70,10 @@ int pl_sys_mkdir(const char *path, unsigned mode);
 
 /* Builds "<state>/rec/<id><suffix>" into out (caller-owned, size n).
  * Returns 0, or -ENAMETOOLONG. */
-int pl_rec_path(char *out, size_t n, const char *state, const char *id,
+int pl_rec_path(char *out,
+                size_t n,
+                const char *state,
+                const char *id,
                 const char *suffix);
 
 /* Writes m to rec/<id>.meta atomically.  Returns 0 or -errno. */
@@ -89,8 +93,12 @@ int pl_copy_fd(int src_fd, int dst_fd);
 
 /* Writes the redo record (op, off, data borrowed for the call) to
  * rec/<id>.redo atomically.  Returns 0 or -errno. */
-int pl_redo_write(const char *state, const char *id, int op, uint64_t off,
-                  const void *data, uint64_t len);
+int pl_redo_write(const char *state,
+                  const char *id,
+                  int op,
+                  uint64_t off,
+                  const void *data,
+                  uint64_t len);
 
 /* If rec/<id>.redo exists and is valid, applies it to rec/<id>.data (created
  * empty if missing) and removes it.  Returns 1 applied, 0 none, -errno, or
@@ -98,7 +106,10 @@ int pl_redo_write(const char *state, const char *id, int op, uint64_t off,
 int pl_redo_apply(const char *state, const char *id);
 
 /* Applies op to the open file fd (the shadow).  Returns 0 or -errno. */
-int pl_redo_apply_fd(int fd, int op, uint64_t off, const void *data,
+int pl_redo_apply_fd(int fd,
+                     int op,
+                     uint64_t off,
+                     const void *data,
                      uint64_t len);
 
 /* FNV-1a 32-bit hash, continuing from h (start with 2166136261u). */

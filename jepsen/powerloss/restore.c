@@ -31,13 +31,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-struct rrec {
+struct rrec
+{
     struct pl_meta m;
     int dirty;
     int work;
 };
 
-struct fent {
+struct fent
+{
     uint64_t dev, ino;
     char *path;
 };
@@ -296,8 +298,9 @@ int main(int argc, char **argv)
     }
     if (flushed) {
         clear_state();
-        printf("tern-powerloss-restore: state cleared, files left as they "
-               "are\n");
+        printf(
+            "tern-powerloss-restore: state cleared, files left as they "
+            "are\n");
         return 0;
     }
     if (argc == 3) {
@@ -306,7 +309,8 @@ int main(int argc, char **argv)
         char rf[PATH_MAX + 8];
         snprintf(rf, sizeof rf, "%s/root", g_state);
         int fd = pl_sys_open(rf, O_RDONLY, 0);
-        ssize_t n = fd < 0 ? -1 : pl_sys_pread(fd, rootarg, sizeof rootarg - 1, 0);
+        ssize_t n =
+            fd < 0 ? -1 : pl_sys_pread(fd, rootarg, sizeof rootarg - 1, 0);
         if (fd >= 0) {
             pl_sys_close(fd);
         }
@@ -317,8 +321,10 @@ int main(int argc, char **argv)
             return 0;
         }
         if (n <= 0) {
-            fprintf(stderr, "tern-powerloss-restore: %s has no root file (the "
-                            "shim never ran?); pass ROOT\n", g_state);
+            fprintf(stderr,
+                    "tern-powerloss-restore: %s has no root file (the "
+                    "shim never ran?); pass ROOT\n",
+                    g_state);
             return 1;
         }
         rootarg[n] = 0;
@@ -355,9 +361,10 @@ int main(int argc, char **argv)
         }
     }
     clear_state();
-    printf("tern-powerloss-restore: %zu records, %d needed work, %d files "
-           "rewritten from their durable state, %d moved back, %d names "
-           "removed\n",
-           g_nrec, work, rolled, renamed, removed);
+    printf(
+        "tern-powerloss-restore: %zu records, %d needed work, %d files "
+        "rewritten from their durable state, %d moved back, %d names "
+        "removed\n",
+        g_nrec, work, rolled, renamed, removed);
     return 0;
 }

@@ -49,28 +49,31 @@
 #include <unistd.h>
 
 #define EXPORT __attribute__((visibility("default")))
-#define NFD 65536
-#define NMAP 64
-#define NHASH 1024
+#define NFD    65536
+#define NMAP   64
+#define NHASH  1024
 
-struct rec {
-    struct pl_meta m;          /* guarded by g_lock */
-    int dirty;                 /* marker file exists; guarded by g_lock */
+struct rec
+{
+    struct pl_meta m; /* guarded by g_lock */
+    int dirty;        /* marker file exists; guarded by g_lock */
     pthread_rwlock_t io;
-    struct rec *next;          /* list of all records */
-    struct rec *hnext;         /* inode hash chain */
+    struct rec *next;  /* list of all records */
+    struct rec *hnext; /* inode hash chain */
     int hashed;
 };
 
-struct fd_ent {
+struct fd_ent
+{
     int used;
     int is_dir;
     int dsync;
     uint64_t dev, ino;
-    char *path;                /* directories only; owned by the table */
+    char *path; /* directories only; owned by the table */
 };
 
-struct map_ent {
+struct map_ent
+{
     char *addr;
     size_t len;
     uint64_t dev, ino;
@@ -91,16 +94,16 @@ static char g_idbase[32];
 
 /* Real libc functions, resolved with dlsym(RTLD_NEXT). */
 #define REAL(name) (real_##name ? real_##name : resolve_##name())
-#define DECL_REAL(ret, name, args)                                      \
-    static ret(*real_##name) args;                                      \
-    static ret(*resolve_##name(void)) args                              \
-    {                                                                   \
-        real_##name = (ret(*) args)dlsym(RTLD_NEXT, #name);             \
-        if (real_##name == NULL) {                                      \
-            fprintf(stderr, "tern-powerloss: FATAL dlsym %s\n", #name); \
-            abort();                                                    \
-        }                                                               \
-        return real_##name;                                             \
+#define DECL_REAL(ret, name, args)                                             \
+    static ret(*real_##name) args;                                             \
+    static ret(*resolve_##name(void)) args                                     \
+    {                                                                          \
+        real_##name = (ret(*) args)dlsym(RTLD_NEXT, #name);                    \
+        if (real_##name == NULL) {                                             \
+            fprintf(stderr, "tern-powerloss: FATAL dlsym %s\n", #name);        \
+            abort();                                                           \
+        }                                                                      \
+        return real_##name;                                                    \
     }
 
 DECL_REAL(int, openat, (int, const char *, int, ...))
@@ -141,7 +144,8 @@ DECL_REAL(int, munmap, (void *, size_t))
 DECL_REAL(FILE *, fopen, (const char *, const char *))
 DECL_REAL(FILE *, fopen64, (const char *, const char *))
 DECL_REAL(int, fclose, (FILE *))
-DECL_REAL(ssize_t, copy_file_range,
+DECL_REAL(ssize_t,
+          copy_file_range,
           (int, off64_t *, int, off64_t *, size_t, unsigned int))
 DECL_REAL(ssize_t, sendfile, (int, int, off_t *, size_t))
 DECL_REAL(ssize_t, sendfile64, (int, int, off64_t *, size_t))
@@ -333,8 +337,11 @@ static struct rec *rec_alloc(void)
     return r;
 }
 
-static struct rec *rec_new(const char *path, int content, const char *dpath,
-                           const struct stat *st, unsigned mode)
+static struct rec *rec_new(const char *path,
+                           int content,
+                           const char *dpath,
+                           const struct stat *st,
+                           unsigned mode)
 {
     struct rec *r = rec_alloc();
     snprintf(r->m.id, sizeof r->m.id, "%s-%lu", g_idbase, ++g_counter);
@@ -543,8 +550,8 @@ static void dir_synced(const char *dir)
     struct rec *r = g_recs, *next;
     for (; r; r = next) {
         next = r->next;
-        int cur_here = !r->m.unlinked && r->m.cpath[0] &&
-                       parent_is(r->m.cpath, dir);
+        int cur_here =
+            !r->m.unlinked && r->m.cpath[0] && parent_is(r->m.cpath, dir);
         if (cur_here) {
             if (strcmp(r->m.dpath, r->m.cpath) != 0) {
                 name_durable(r);
@@ -604,7 +611,10 @@ static void all_durable(void)
 
 /* ---- fd table ------------------------------------------------------------ */
 
-static void fd_set_ent(int fd, int is_dir, int dsync, const struct stat *st,
+static void fd_set_ent(int fd,
+                       int is_dir,
+                       int dsync,
+                       const struct stat *st,
                        const char *path)
 {
     if (fd < 0 || fd >= NFD) {
@@ -679,15 +689,18 @@ static int fd_lookup(int fd, struct rec **rp, int *dsync, char *dir)
 
 /* ---- open ---------------------------------------------------------------- */
 
-struct open_ctx {
+struct open_ctx
+{
     char path[PATH_MAX];
-    int tracked;               /* path under root */
-    struct rec *created;       /* record made for a file about to be created */
-    struct rec *trunc;         /* existing file being truncated: io held */
+    int tracked;         /* path under root */
+    struct rec *created; /* record made for a file about to be created */
+    struct rec *trunc;   /* existing file being truncated: io held */
     int dsync;
 };
 
-static void open_before(struct open_ctx *c, int dirfd, const char *path,
+static void open_before(struct open_ctx *c,
+                        int dirfd,
+                        const char *path,
                         int flags)
 {
     struct stat st;
@@ -699,7 +712,8 @@ static void open_before(struct open_ctx *c, int dirfd, const char *path,
     ensure_active();
     c->tracked = 1;
     c->dsync = (flags & O_DSYNC) != 0;
-    int writes = (flags & O_ACCMODE) != O_RDONLY || (flags & (O_CREAT | O_TRUNC));
+    int writes =
+        (flags & O_ACCMODE) != O_RDONLY || (flags & (O_CREAT | O_TRUNC));
     if (!writes) {
         return;
     }
@@ -708,8 +722,8 @@ static void open_before(struct open_ctx *c, int dirfd, const char *path,
         return;
     }
     pthread_mutex_lock(&g_lock);
-    struct rec *r = exists ? rec_find((uint64_t)st.st_dev, (uint64_t)st.st_ino)
-                           : NULL;
+    struct rec *r =
+        exists ? rec_find((uint64_t)st.st_dev, (uint64_t)st.st_ino) : NULL;
     if (!c->dsync && exists) {
         r = rec_existing(c->path, &st);
     } else if (!c->dsync && !exists && (flags & O_CREAT)) {
@@ -855,7 +869,7 @@ EXPORT int creat64(const char *path, mode_t mode)
 
 static int fopen_flags(const char *m)
 {
-    int f = m[0] == 'w' ? O_WRONLY | O_CREAT | O_TRUNC
+    int f = m[0] == 'w'   ? O_WRONLY | O_CREAT | O_TRUNC
             : m[0] == 'a' ? O_WRONLY | O_CREAT | O_APPEND
                           : O_RDONLY;
     if (strchr(m, '+')) {
@@ -974,12 +988,13 @@ EXPORT int fcntl64(int fd, int cmd, ...)
 /* ---- writes -------------------------------------------------------------- */
 
 /* One write-like call on a tracked fd, between wop_begin and wop_end. */
-struct wop {
+struct wop
+{
     struct rec *r;
-    int kind;          /* 0 untracked, 1 non-durable, 2 synchronous + redo */
-    int op;            /* enum pl_redo_op for kind 2 */
+    int kind; /* 0 untracked, 1 non-durable, 2 synchronous + redo */
+    int op;   /* enum pl_redo_op for kind 2 */
     uint64_t off;
-    char *data;        /* gathered bytes for a synchronous write */
+    char *data; /* gathered bytes for a synchronous write */
     uint64_t len;
 };
 
@@ -1023,8 +1038,13 @@ static void sync_begin(struct wop *w)
 
 /* Classifies and prepares a write of the gathered iov at off (-1: current
  * offset) on fd.  sync_flag: the call itself asks for O_DSYNC semantics. */
-static void wop_begin(struct wop *w, int fd, const struct iovec *iov, int n,
-                      int64_t off, int sync_flag, int op)
+static void wop_begin(struct wop *w,
+                      int fd,
+                      const struct iovec *iov,
+                      int n,
+                      int64_t off,
+                      int sync_flag,
+                      int op)
 {
     int dsync = 0;
     memset(w, 0, sizeof *w);
@@ -1154,8 +1174,8 @@ static int rwf_sync(int flags)
     return (flags & (RWF_DSYNC | RWF_SYNC)) != 0;
 }
 
-EXPORT ssize_t pwritev2(int fd, const struct iovec *iov, int n, off_t off,
-                        int flags)
+EXPORT ssize_t
+pwritev2(int fd, const struct iovec *iov, int n, off_t off, int flags)
 {
     struct wop w;
     wop_begin(&w, fd, iov, n, off, rwf_sync(flags), PL_REDO_WRITE);
@@ -1164,8 +1184,8 @@ EXPORT ssize_t pwritev2(int fd, const struct iovec *iov, int n, off_t off,
     return rc;
 }
 
-EXPORT ssize_t pwritev64v2(int fd, const struct iovec *iov, int n, off64_t off,
-                           int flags)
+EXPORT ssize_t
+pwritev64v2(int fd, const struct iovec *iov, int n, off64_t off, int flags)
 {
     struct wop w;
     wop_begin(&w, fd, iov, n, off, rwf_sync(flags), PL_REDO_WRITE);
@@ -1254,8 +1274,12 @@ static void opaque_end(struct rec *r)
     errno = err;
 }
 
-EXPORT ssize_t copy_file_range(int in, off64_t *oin, int out, off64_t *oout,
-                               size_t n, unsigned int flags)
+EXPORT ssize_t copy_file_range(int in,
+                               off64_t *oin,
+                               int out,
+                               off64_t *oout,
+                               size_t n,
+                               unsigned int flags)
 {
     struct rec *r = opaque_begin(out);
     ssize_t rc = REAL(copy_file_range)(in, oin, out, oout, n, flags);
@@ -1461,7 +1485,11 @@ EXPORT void *mmap(void *a, size_t len, int prot, int flags, int fd, off_t off)
                       flags, fd);
 }
 
-EXPORT void *mmap64(void *a, size_t len, int prot, int flags, int fd,
+EXPORT void *mmap64(void *a,
+                    size_t len,
+                    int prot,
+                    int flags,
+                    int fd,
                     off64_t off)
 {
     return after_mmap(REAL(mmap64)(a, len, prot, flags, fd, off), len, prot,
@@ -1510,7 +1538,10 @@ EXPORT int msync(void *a, size_t len, int flags)
 
 /* ---- names --------------------------------------------------------------- */
 
-static int do_rename(int ofd, const char *old, int nfd, const char *new,
+static int do_rename(int ofd,
+                     const char *old,
+                     int nfd,
+                     const char *new,
                      unsigned flags)
 {
     char po[PATH_MAX], pn[PATH_MAX];
@@ -1574,7 +1605,10 @@ EXPORT int renameat(int ofd, const char *old, int nfd, const char *new)
     return do_rename(ofd, old, nfd, new, 0);
 }
 
-EXPORT int renameat2(int ofd, const char *old, int nfd, const char *new,
+EXPORT int renameat2(int ofd,
+                     const char *old,
+                     int nfd,
+                     const char *new,
                      unsigned flags)
 {
     return do_rename(ofd, old, nfd, new, flags);
@@ -1698,7 +1732,8 @@ static void activate(void)
     }
     snprintf(p, sizeof p, "%s/root", g_state);
     int rfd = pl_sys_open(p, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    if (rfd < 0 || pl_sys_pwrite(rfd, g_root, g_rootlen, 0) != (ssize_t)g_rootlen) {
+    if (rfd < 0 ||
+        pl_sys_pwrite(rfd, g_root, g_rootlen, 0) != (ssize_t)g_rootlen) {
         fatal("write STATE_DIR/root", errno);
     }
     pl_sys_close(rfd);
@@ -1727,8 +1762,9 @@ __attribute__((constructor)) static void pl_init(void)
     g_trace = tr != NULL && tr[0] == '1';
     if (root == NULL || state == NULL) {
         if (root != NULL || state != NULL) {
-            dprintf(2, "tern-powerloss: set both TERN_POWERLOSS_ROOT and "
-                       "TERN_POWERLOSS_DIR; shim disabled\n");
+            dprintf(2,
+                    "tern-powerloss: set both TERN_POWERLOSS_ROOT and "
+                    "TERN_POWERLOSS_DIR; shim disabled\n");
         }
         return;
     }
@@ -1737,8 +1773,9 @@ __attribute__((constructor)) static void pl_init(void)
     }
     g_rootlen = strlen(g_root);
     if (strcmp(g_root, "/") == 0 || under_root(g_state)) {
-        dprintf(2, "tern-powerloss: FATAL TERN_POWERLOSS_DIR %s must be "
-                   "outside TERN_POWERLOSS_ROOT %s (and root not /)\n",
+        dprintf(2,
+                "tern-powerloss: FATAL TERN_POWERLOSS_DIR %s must be "
+                "outside TERN_POWERLOSS_ROOT %s (and root not /)\n",
                 g_state, g_root);
         abort();
     }

@@ -349,8 +349,4 @@ int xport_fallback_stats(const struct xport *x,
  * built without verbs). */
 int xport_rdma_device_count(void);
 
-/* The test-only part of the interface (xport_test.h) is included here so
- * that tests which include only xport.h see the mem backend. */
-#include "xport_test.h"
-
 #endif /* TERN_XPORT_H */

@@ -386,11 +386,12 @@ static int check_basic(const char *d)
 {
     size_t k;
     char *b;
-    check(is_file(d, "a.dat", 1000, 'a'), "fsynced_data_kept_unsynced_append_lost",
+    check(is_file(d, "a.dat", 1000, 'a'),
+          "fsynced_data_kept_unsynced_append_lost",
           "a.dat size %zu (want 1000 x 'a')", size_of(d, "a.dat"));
     check(absent(d, "b.dat"), "never_fsynced_file_removed", "b.dat exists");
-    check(is_file(d, "c.dat", 300, 'c'), "odsync_writes_kept",
-          "c.dat size %zu", size_of(d, "c.dat"));
+    check(is_file(d, "c.dat", 300, 'c'), "odsync_writes_kept", "c.dat size %zu",
+          size_of(d, "c.dat"));
     check(is_file(d, "d.tmp", 200, 'd') && absent(d, "d.dat"),
           "rename_without_dir_fsync_lost", "d.tmp %zu B, d.dat %s",
           size_of(d, "d.tmp"), absent(d, "d.dat") ? "absent" : "present");
@@ -425,8 +426,8 @@ static int check_basic(const char *d)
     free(b);
     check(is_file(d, "k.dat", 100, 'k'), "stdio_fsynced_kept_unsynced_lost",
           "k.dat %zu B", size_of(d, "k.dat"));
-    check(is_file(d, "l.dat", 10, 'l'), "write_through_dup_lost",
-          "l.dat %zu B", size_of(d, "l.dat"));
+    check(is_file(d, "l.dat", 10, 'l'), "write_through_dup_lost", "l.dat %zu B",
+          size_of(d, "l.dat"));
     check(is_file(d, "m.dat", 10, 'm'), "fsync_eio_injected_not_durable",
           "m.dat %zu B", size_of(d, "m.dat"));
     check(is_file(d, "m2.dat", 10, 'n'), "fsync_eio_only_for_matching_file",
@@ -450,11 +451,12 @@ static int check_basic(const char *d)
 
 /* ---- threads ----------------------------------------------------------- */
 
-#define REC 64
+#define REC        64
 #define SYNC_EVERY 4
-#define MAX_RECS 20000
+#define MAX_RECS   20000
 
-struct thr {
+struct thr
+{
     const char *dir;
     int id;
     int shared_fd;
@@ -658,7 +660,8 @@ static int check_lmdb(const char *d, int n, const char *mode)
     while (mdb_cursor_get(cur, &k, &v, count ? MDB_NEXT : MDB_FIRST) == 0) {
         char want[32];
         snprintf(want, sizeof want, "k%07d", count);
-        prefix &= k.mv_size == strlen(want) && memcmp(k.mv_data, want, k.mv_size) == 0;
+        prefix &= k.mv_size == strlen(want) &&
+                  memcmp(k.mv_data, want, k.mv_size) == 0;
         count++;
     }
     mdb_cursor_close(cur);
@@ -670,7 +673,8 @@ static int check_lmdb(const char *d, int n, const char *mode)
     } else if (strcmp(mode, "nosync") == 0) {
         check(count == n / 2 && prefix, "lmdb_nosync_commits_after_sync_lost",
               "%d keys (want exactly %d: the ones before mdb_env_sync), "
-              "prefix=%d", count, n / 2, prefix);
+              "prefix=%d",
+              count, n / 2, prefix);
     } else {
         int least = atoi(mode + strlen("atleast:"));
         check(count >= least && prefix, "lmdb_killed_mid_commit_acked_kept",
@@ -705,8 +709,10 @@ static int run_bench(const char *file, int n, long size)
     }
     double dt = now() - t0;
     close(fd);
-    printf("%.0f fsyncs/s (%d x pwrite 4 KiB + fdatasync, file %ld KiB, "
-           "%.3f s)\n", n / dt, n, size / 1024, dt);
+    printf(
+        "%.0f fsyncs/s (%d x pwrite 4 KiB + fdatasync, file %ld KiB, "
+        "%.3f s)\n",
+        n / dt, n, size / 1024, dt);
     return 0;
 }
 

@@ -25,6 +25,7 @@
 #include "fake_io.h"
 #include "repl_int.h"
 #include "txport.h"
+#include "xport_test.h"
 
 #define CLUSTER_MAX       5
 #define CLUSTER_MAX_INDEX 4096

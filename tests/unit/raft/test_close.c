@@ -18,6 +18,7 @@
 
 #include "fake_io.h"
 #include "repl_int.h"
+#include "xport_test.h"
 
 struct one
 {

@@ -198,7 +198,7 @@ static bool pred_index3_applied(struct cluster *c, void *arg)
     return c->applied_set[3];
 }
 
-/* Schedule of notes §8.1 item 4 with three nodes S1..S3 (indexes 0..2):
+/* The Raft paper's Figure 8 schedule with three nodes S1..S3 (indexes 0..2):
  *  1. S1 leads term 2 (barrier at 2 committed everywhere); it appends X at
  *     index 3 (term 2) durably on itself only, then crashes.
  *  2. S2 leads term 3 with S3's vote, persists its barrier at index 3
