@@ -42,7 +42,7 @@
  */
 #include <errno.h>
 
-#include "idx_int.h"
+#include "cmd.h"
 
 #define IDX__CMD_VERSION 1
 
