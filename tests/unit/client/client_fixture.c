@@ -57,3 +57,15 @@ enum fake_action silent_hook(struct fake_server *fs,
 {
     return r->op == PROTO_OP_PRODUCE ? FAKE_SILENT : FAKE_DEFAULT;
 }
+
+enum fake_action fail_first_produce_hook(struct fake_server *fs,
+                                         int conn,
+                                         const struct proto_header *h,
+                                         const struct proto_request *r)
+{
+    if (r->op == PROTO_OP_PRODUCE && fs->counter++ == 0) {
+        fake_send_error(fs, conn, h, TERN_ETOOBIG, NULL);
+        return FAKE_HANDLED;
+    }
+    return FAKE_DEFAULT;
+}

@@ -55,4 +55,11 @@ enum fake_action silent_hook(struct fake_server *fs,
                              const struct proto_header *h,
                              const struct proto_request *r);
 
+/* Hook: the first PRODUCE (fs->counter 0) fails for good with
+ * TERN_ETOOBIG; the model answers everything else. */
+enum fake_action fail_first_produce_hook(struct fake_server *fs,
+                                         int conn,
+                                         const struct proto_header *h,
+                                         const struct proto_request *r);
+
 #endif /* TERN_TEST_CLIENT_FIXTURE_H */

@@ -136,18 +136,6 @@ Test(client, esequence_resends_in_flight_batches_in_order)
 
 /* ---- ESEQUENCE after a batch failed for good: renumber ---- */
 
-static enum fake_action toobig_first_hook(struct fake_server *fs,
-                                          int conn,
-                                          const struct proto_header *h,
-                                          const struct proto_request *r)
-{
-    if (r->op == PROTO_OP_PRODUCE && fs->counter++ == 0) {
-        fake_send_error(fs, conn, h, TERN_ETOOBIG, NULL);
-        return FAKE_HANDLED;
-    }
-    return FAKE_DEFAULT;
-}
-
 Test(client, esequence_after_failed_batch_renumbers)
 {
     struct fake_server fs;
@@ -155,7 +143,7 @@ Test(client, esequence_after_failed_batch_renumbers)
     struct done_log log;
     struct done_ctx ctx[2];
     struct tern_msg m = {"z", 1};
-    cr_assert_eq(fake_start(&fs, toobig_first_hook), 0);
+    cr_assert_eq(fake_start(&fs, fail_first_produce_hook), 0);
     c = client_for(fs.addr, 5000, 8);
     create_queue(c, "q");
     memset(&log, 0, sizeof log);

@@ -141,18 +141,6 @@ Test(client, resend_frame_is_the_protocol_encoders)
 }
 
 /* The first PRODUCE fails for good: the next batch is renumbered. */
-static enum fake_action fail_first_hook(struct fake_server *fs,
-                                        int conn,
-                                        const struct proto_header *h,
-                                        const struct proto_request *r)
-{
-    if (r->op == PROTO_OP_PRODUCE && fs->counter++ == 0) {
-        fake_send_error(fs, conn, h, TERN_ETOOBIG, NULL);
-        return FAKE_HANDLED;
-    }
-    return FAKE_DEFAULT;
-}
-
 Test(client, renumbered_frame_is_the_protocol_encoders)
 {
     struct fake_server fs;
@@ -164,7 +152,7 @@ Test(client, renumbered_frame_is_the_protocol_encoders)
     struct fake_record last;
     int n;
 
-    cr_assert_eq(fake_start(&fs, fail_first_hook), 0);
+    cr_assert_eq(fake_start(&fs, fail_first_produce_hook), 0);
     c = client_for(fs.addr, 5000, 8);
     create_queue(c, "q");
     memset(&log, 0, sizeof log);
