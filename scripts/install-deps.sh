@@ -12,6 +12,7 @@ packages=(
     clang-format clang-tidy       # make format / make tidy
     libraft-dev libuv1-dev liblmdb-dev libibverbs-dev librdmacm-dev
     libcriterion-dev libxxhash-dev libinih-dev
+    libssl-dev openssl            # auth/: TLS, HMAC, SCRAM; test certificates
     python3                       # integration tests, scripts
     iproute2 procps               # ss/ip, ps/pgrep for scripts
     nftables                      # jepsen/: partitions inside namespaces

@@ -32,7 +32,13 @@
     X(TERN_EINVAL, -31018, "invalid argument")                                 \
     X(TERN_EINTERNAL, -31019, "internal error")                                \
     X(TERN_ETIMEDOUT, -31020, "timed out, outcome unknown")                    \
-    X(TERN_ECLOSED, -31021, "connection closed")
+    X(TERN_ECLOSED, -31021, "connection closed")                               \
+    X(TERN_EAUTH, -31022, "authentication failed")                             \
+    X(TERN_EDENIED, -31023, "permission denied")                               \
+    X(TERN_ELIMIT, -31024, "server resource limit reached")                    \
+    X(TERN_EQUOTA, -31025, "quota exceeded")                                   \
+    X(TERN_ETHROTTLED, -31026, "throttled: rate quota exceeded, retry later")  \
+    X(TERN_EIDENTITY, -31027, "data directory belongs to another node")
 
 enum tern_errno {
 #define TERN__ERRNO_ENUM(name, value, msg) name = (value),
