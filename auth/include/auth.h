@@ -51,4 +51,37 @@ int auth_hmac(const void *key,
               unsigned n,
               uint8_t out[AUTH_MAC_SIZE]);
 
+/* ---- Cluster secret (secret.c) ----------------------------------------
+ *
+ * The key every node of a cluster shares for the shm and verbs
+ * handshakes. File format: 64 hexadecimal digits (32 bytes), optionally
+ * followed by whitespace (e.g. `openssl rand -hex 32 > FILE`). */
+#define AUTH_SECRET_SIZE 32
+struct auth_secret
+{
+    uint8_t key[AUTH_SECRET_SIZE];
+};
+
+/* Read the secret at path into *out (caller-owned; auth_wipe it when
+ * done). Refused with TERN_EAUTH and errmsg: not a regular file, group or
+ * other may read or write it (mode & 077), not 64 hex digits; -errno when
+ * it cannot be opened or read. */
+int auth_secret_load(const char *path, struct auth_secret *out, char *errmsg);
+
+/* Create a new secret file at path (O_EXCL, mode 0600) from 32 random
+ * bytes. -EEXIST when path exists. */
+int auth_secret_create(const char *path, char *errmsg);
+
+/* A proof of knowing the secret: HMAC-SHA-256 under s->key of label,
+ * then each part, every item preceded by its length as a u32 LE (so no
+ * two different transcripts encode alike). Handshakes use a label per
+ * direction and message ("tern shm welcome", ...) and put both sides'
+ * nonces and node ids in the parts, so a proof cannot be replayed on
+ * another connection or reflected back. 0 or TERN_EINTERNAL. */
+int auth_secret_mac(const struct auth_secret *s,
+                    const char *label,
+                    const struct auth_iov *parts,
+                    unsigned n,
+                    uint8_t out[AUTH_MAC_SIZE]);
+
 #endif /* TERN_AUTH_H */
