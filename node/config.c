@@ -38,6 +38,14 @@
  *   reserve_disk_bytes  = 32M      ; space kept back for in-flight entries
  *                                  ; (DATA_DIR/disk-reserve, node/disk.c)
  *
+ *   [security]                     ; how nodes prove membership
+ *   peer_auth   = tls              ; tls (default) | none (--dev: none)
+ *   cluster_ca  = /etc/tern/ca.pem ; PEM CA that signs every node cert
+ *   node_cert   = /etc/tern/node1.pem ; this node's cert, CN "node-<id>"
+ *   node_key    = /etc/tern/node1.key ; its private key (mode 0600)
+ *   cluster_secret_file = /etc/tern/cluster.secret ; shm/rdma handshakes:
+ *                                  ; 64 hex digits, mode 0600
+ *
  *   [peers]                        ; every voter, this node included
  *   1 = 127.0.0.1:7501,127.0.0.1:7401   ; <id> = <raft_addr>,<client_addr>
  *   2 = 127.0.0.1:7502,127.0.0.1:7402
@@ -121,6 +129,11 @@ static const char usage_text[] =
     "  --follower-busy-poll-us N  shm: the same while not leader, for the "
     "next\n"
     "                             AppendEntries (default 0: off)\n"
+    "  --peer-auth A              tls (default; --dev: none) or none\n"
+    "  --cluster-ca F             PEM CA that signs the node certificates\n"
+    "  --node-cert F              this node's PEM certificate (CN node-<id>)\n"
+    "  --node-key F               its PEM private key\n"
+    "  --cluster-secret-file F    shm/rdma handshake key (64 hex digits)\n"
     "  --pid-file F               write the pid to F\n"
     "  --help                     this text\n"
     "exit codes: 0 clean stop, 1 runtime failure, 2 bad configuration\n"
@@ -147,6 +160,12 @@ static const char usage_text[] =
     "  max_frame_bytes = 16M\n"
     "  min_free_disk_bytes = 64M\n"
     "  reserve_disk_bytes = 32M\n"
+    "  [security]\n"
+    "  peer_auth = tls\n"
+    "  cluster_ca = /etc/tern/ca.pem\n"
+    "  node_cert = /etc/tern/node1.pem\n"
+    "  node_key = /etc/tern/node1.key\n"
+    "  cluster_secret_file = /etc/tern/cluster.secret\n"
     "  [peers]\n"
     "  1 = 127.0.0.1:7501,127.0.0.1:7401\n"
     "  2 = 127.0.0.1:7502,127.0.0.1:7402\n"
@@ -189,6 +208,10 @@ void node_config_free(struct node_config *c)
     tern_free(c->transport);
     tern_free(c->shm_dir);
     tern_free(c->pid_file);
+    tern_free(c->cluster_ca);
+    tern_free(c->node_cert);
+    tern_free(c->node_key);
+    tern_free(c->cluster_secret_file);
     peers_free(c->peers, c->n_peers);
     memset(c, 0, sizeof(*c));
 }
@@ -538,6 +561,22 @@ static int set_durability(struct node_config *c,
     return 0;
 }
 
+static int set_peer_auth(struct node_config *c,
+                         const struct key *k,
+                         const char *v,
+                         const char *what,
+                         char *errmsg)
+{
+    if (strcmp(v, "tls") != 0 && strcmp(v, "none") != 0) {
+        tern_errmsg_printf(errmsg, "%s: peer_auth '%s' is not tls or none",
+                           what, v);
+        return TERN_EINVAL;
+    }
+    *(int *)field_of(c, k) =
+        strcmp(v, "none") == 0 ? NODE_PEER_AUTH_NONE : NODE_PEER_AUTH_TLS;
+    return 0;
+}
+
 /* uint64_t member: 0..k->max (K/M/G suffixes). */
 static int set_u64(struct node_config *c,
                    const struct key *k,
@@ -617,6 +656,14 @@ static const struct key keys[] = {
      NODE__U64(min_free_disk_bytes), UINT64_MAX},
     {"limits", "reserve_disk_bytes", "--reserve-disk-bytes", set_u64,
      NODE__U64(reserve_disk_bytes), UINT64_MAX},
+    {"security", "peer_auth", "--peer-auth", set_peer_auth,
+     NODE__INT(peer_auth), 0},
+    {"security", "cluster_ca", "--cluster-ca", set_text, NODE__STR(cluster_ca),
+     0},
+    {"security", "node_cert", "--node-cert", set_text, NODE__STR(node_cert), 0},
+    {"security", "node_key", "--node-key", set_text, NODE__STR(node_key), 0},
+    {"security", "cluster_secret_file", "--cluster-secret-file", set_text,
+     NODE__STR(cluster_secret_file), 0},
 };
 
 /* The row of INI key name in section, or NULL. */
@@ -791,6 +838,8 @@ static int apply_dev(struct node_config *c, char *errmsg)
 {
     int rv = 0;
     c->id = 1;
+    c->dev = true;
+    c->peer_auth = NODE_PEER_AUTH_NONE;
     rv = rv != 0 ? rv : set_str(&c->data_dir, "./tern-data", "--dev", errmsg);
     rv = rv != 0 ? rv
                  : set_str(&c->client_addr, "127.0.0.1:7400", "--dev", errmsg);

@@ -38,9 +38,24 @@ struct node_config
     uint64_t max_frame_bytes;
     uint64_t min_free_disk_bytes;
     uint64_t reserve_disk_bytes; /* [limits] reserve_disk_bytes (disk.c) */
-    struct node_peer *peers;     /* owned array */
+    /* [security]: how nodes prove cluster membership to each other */
+    int peer_auth;             /* enum node_peer_auth */
+    char *cluster_ca;          /* owned; PEM CA that signs node certs */
+    char *node_cert;           /* owned; PEM cert, CN "node-<id>" */
+    char *node_key;            /* owned; PEM private key of node_cert */
+    char *cluster_secret_file; /* owned; shm/verbs handshake key file */
+    bool dev;                  /* --dev was given */
+    struct node_peer *peers;   /* owned array */
     unsigned n_peers;
     bool help; /* --help was given: print usage, do nothing else */
+};
+
+/* [security] peer_auth: TLS = mutual TLS on tcp and the cluster secret on
+ * shm/verbs (the default); NONE = nodes accept any peer (only with --dev
+ * or said explicitly, and logged as a warning). */
+enum node_peer_auth {
+    NODE_PEER_AUTH_TLS = 0,
+    NODE_PEER_AUTH_NONE = 1,
 };
 
 #define NODE_DEFAULT_ELECTION_TIMEOUT_MS 150u

@@ -437,3 +437,40 @@ Test(config, log_levels)
     cr_expect_eq(node_log_level_parse("trace"), -1);
     cr_expect_str_eq(node_log_level_name(NODE_LOG_WARN), "warn");
 }
+
+Test(config, security_keys)
+{
+    static const char text[] =
+        "[node]\nid = 1\ndata_dir = /tmp/s1\n"
+        "[security]\npeer_auth = tls\n"
+        "cluster_ca = /etc/tern/ca.pem\n"
+        "node_cert = /etc/tern/node1.pem\n"
+        "node_key = /etc/tern/node1.key\n"
+        "cluster_secret_file = /etc/tern/s\n";
+
+    cr_expect_eq(cfg.peer_auth, NODE_PEER_AUTH_TLS); /* the default */
+    cr_assert_eq(node_config_load_string(&cfg, text, "t", errmsg), 0, "%s",
+                 errmsg);
+    cr_expect_eq(cfg.peer_auth, NODE_PEER_AUTH_TLS);
+    cr_expect_str_eq(cfg.cluster_ca, "/etc/tern/ca.pem");
+    cr_expect_str_eq(cfg.node_cert, "/etc/tern/node1.pem");
+    cr_expect_str_eq(cfg.node_key, "/etc/tern/node1.key");
+    cr_expect_str_eq(cfg.cluster_secret_file, "/etc/tern/s");
+    cr_assert_eq(node_config_load_string(&cfg, "[security]\npeer_auth = none\n",
+                                         "t", errmsg),
+                 0, "%s", errmsg);
+    cr_expect_eq(cfg.peer_auth, NODE_PEER_AUTH_NONE);
+    cr_assert_eq(node_config_load_string(
+                     &cfg, "[security]\npeer_auth = maybe\n", "t", errmsg),
+                 TERN_EINVAL);
+    cr_expect(strstr(errmsg, "not tls or none") != NULL, "%s", errmsg);
+}
+
+Test(config, dev_mode_runs_without_peer_auth)
+{
+    ARGS("--dev");
+    cr_assert_eq(node_config_parse_args(&cfg, argc_, argv_, errmsg), 0, "%s",
+                 errmsg);
+    cr_expect(cfg.dev);
+    cr_expect_eq(cfg.peer_auth, NODE_PEER_AUTH_NONE);
+}
