@@ -86,6 +86,7 @@ void xport_stats_add(struct xport_stats *sum, const struct xport_stats *add)
     sum->to_slow += add->to_slow;
     sum->probes += add->probes;
     sum->to_fast += add->to_fast;
+    sum->auth_refused += add->auth_refused;
 }
 
 void xport_close(struct xport *x, xport_close_cb cb, void *arg)

@@ -144,6 +144,12 @@ struct xport_stats
     uint64_t to_slow;       /* fallback: switches of a peer fast -> slow */
     uint64_t probes;        /* fallback: probes of the fast path */
     uint64_t to_fast;       /* fallback: successful probes (slow -> fast) */
+    uint64_t auth_refused;  /* inbound or outbound connections closed
+                             * because the other side did not prove
+                             * cluster membership (tcp: TLS handshake or
+                             * certificate; shm, verbs: the secret's
+                             * challenge-response); nothing they sent
+                             * was delivered */
 };
 
 /* Fill *out with x's counters. Returns 0, or TERN_EINVAL (NULL
