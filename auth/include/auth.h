@@ -84,4 +84,227 @@ int auth_secret_mac(const struct auth_secret *s,
                     unsigned n,
                     uint8_t out[AUTH_MAC_SIZE]);
 
+/* ---- SCRAM-SHA-256 (scram.c) ------------------------------------------
+ *
+ * Client authentication by RFC 5802 SCRAM with RFC 7677's SHA-256: the
+ * password never travels and the server stores only StoredKey and
+ * ServerKey, from which a password cannot be recovered and with which a
+ * client cannot be impersonated. The exchange, transport-neutral (node/
+ * and client/ carry the messages in their own frames):
+ *
+ *   C: client-first  = "n,," "n=" user ",r=" cnonce
+ *   S: server-first  = "r=" cnonce snonce ",s=" salt(b64) ",i=" iterations
+ *   C: client-final  = "c=biws,r=" cnonce snonce ",p=" ClientProof(b64)
+ *   S: server-final  = "v=" ServerSignature(b64)  or  "e=" error
+ *
+ * Scope and decisions:
+ *   - no channel binding: the client sends the gs2 header "n,," and the
+ *     server advertises no -PLUS mechanism, so it accepts "n" and "y"
+ *     and refuses "p=..." (e=channel-binding-not-supported). tern's
+ *     client TLS terminates in the same process, so "tls-exporter" or
+ *     "tls-server-end-point" binding can be added later as
+ *     SCRAM-SHA-256-PLUS without changing the stored credentials;
+ *   - SASLprep: usernames are 1..AUTH_SCRAM_USER_MAX bytes of printable
+ *     ASCII without space (0x21..0x7e), passwords 1..AUTH_SCRAM_PASSWORD_MAX
+ *     bytes of printable ASCII with space (0x20..0x7e). On that set
+ *     SASLprep (RFC 4013) is the identity, so tern's results equal every
+ *     conforming implementation's; anything else is refused with
+ *     TERN_EINVAL (locally) or e=invalid-encoding (from a peer) rather
+ *     than normalized differently;
+ *   - strict parsing: attributes in the RFC's order, no extensions (a
+ *     mandatory "m=" is refused with e=extensions-not-supported, so are
+ *     optional ones), an authzid ("a=") only when it names the user
+ *     itself, strict base64 (padded, canonical), every message at most
+ *     AUTH_SCRAM_MSG_MAX bytes, nonces of printable ASCII without ',';
+ *   - unknown users: the server answers with a salt derived from a
+ *     server key and the username (HMAC) and the same iteration count as
+ *     new credentials, runs the same final computation and refuses with
+ *     the same e=invalid-proof as for a wrong password, so the exchange
+ *     does not tell whether a user exists. The key must be the same on
+ *     every node and across restarts (derive it from the cluster secret,
+ *     or keep a random one in the replicated metadata), or the salt
+ *     would change and give it away;
+ *   - cost: the client runs PBKDF2 with the server's iteration count
+ *     (AUTH_SCRAM_ITER_MIN..its own maximum) in auth_scram_client_final;
+ *     the server never runs PBKDF2 during an exchange, only when a
+ *     credential is made (auth_scram_cred_make).
+ *
+ * Return codes: 0; TERN_EAUTH when the peer failed to prove itself or
+ * refused us; TERN_EMALFORMED for a message that breaks the grammar or a
+ * bound; TERN_EINVAL for a bad local argument or a call out of order;
+ * TERN_ECORRUPT for a stored credential whose checksum fails;
+ * TERN_EVERSION for a stored credential of an unknown version; -ENOMEM;
+ * TERN_EINTERNAL when libcrypto fails. errmsg says why. A state machine
+ * that failed once refuses every later call (TERN_EINVAL). */
+#define AUTH_SCRAM_KEY_SIZE     32 /* SHA-256 output */
+#define AUTH_SCRAM_SALT_MIN     16
+#define AUTH_SCRAM_SALT_MAX     64
+#define AUTH_SCRAM_SALT_DEFAULT 16   /* made by auth_scram_cred_make */
+#define AUTH_SCRAM_ITER_MIN     4096 /* RFC 7677's minimum */
+#define AUTH_SCRAM_ITER_MAX     1000000
+#define AUTH_SCRAM_ITER_DEFAULT 4096
+#define AUTH_SCRAM_USER_MAX     255
+#define AUTH_SCRAM_PASSWORD_MAX 1024
+#define AUTH_SCRAM_NONCE_MAX    128  /* each side's part of the nonce */
+#define AUTH_SCRAM_MSG_MAX      2048 /* any message, bytes */
+
+/* A user's stored credential (RFC 5802 section 3): never the password.
+ * Not secret in the way a password is, but whoever holds it can run a
+ * dictionary attack on the password: keep it out of logs, wipe it. */
+struct auth_scram_cred
+{
+    uint32_t iterations; /* AUTH_SCRAM_ITER_MIN..AUTH_SCRAM_ITER_MAX */
+    uint8_t salt_len;    /* AUTH_SCRAM_SALT_MIN..AUTH_SCRAM_SALT_MAX */
+    uint8_t salt[AUTH_SCRAM_SALT_MAX];
+    uint8_t
+        stored_key[AUTH_SCRAM_KEY_SIZE]; /* H(HMAC(SaltedPw, "Client Key")) */
+    uint8_t server_key[AUTH_SCRAM_KEY_SIZE]; /* HMAC(SaltedPw, "Server Key") */
+};
+
+/* Derive *out (caller-owned) from password (a NUL-terminated string,
+ * caller-owned, see the SASLprep rule above) with a fresh random salt of
+ * AUTH_SCRAM_SALT_DEFAULT bytes and the given iteration count (0 means
+ * AUTH_SCRAM_ITER_DEFAULT). Costs `iterations` HMACs: run it off an
+ * event loop. */
+int auth_scram_cred_make(const char *password,
+                         uint32_t iterations,
+                         struct auth_scram_cred *out,
+                         char *errmsg);
+/* The same with a given salt (caller-owned, salt_len bytes within the
+ * bounds): for reproducing a known credential, e.g. RFC 7677's example. */
+int auth_scram_cred_derive(const char *password,
+                           const uint8_t *salt,
+                           size_t salt_len,
+                           uint32_t iterations,
+                           struct auth_scram_cred *out,
+                           char *errmsg);
+
+/* Binary form of a credential, for LMDB values and Raft entries (format
+ * byte by byte at the top of scram.c): AUTH_SCRAM_CRED_ENC_SIZE(salt_len)
+ * bytes, at most AUTH_SCRAM_CRED_ENC_MAX. auth_scram_cred_encode writes
+ * into buf (caller-owned, cap bytes) and sets *len (OUT); TERN_EINVAL if
+ * cred is out of bounds or cap too small. auth_scram_cred_decode reads
+ * exactly len bytes (untrusted, caller-owned) into *out. */
+#define AUTH_SCRAM_CRED_ENC_SIZE(salt_len) (76u + (unsigned)(salt_len))
+#define AUTH_SCRAM_CRED_ENC_MAX            AUTH_SCRAM_CRED_ENC_SIZE(AUTH_SCRAM_SALT_MAX)
+int auth_scram_cred_encode(const struct auth_scram_cred *cred,
+                           uint8_t *buf,
+                           size_t cap,
+                           size_t *len,
+                           char *errmsg);
+int auth_scram_cred_decode(const uint8_t *buf,
+                           size_t len,
+                           struct auth_scram_cred *out,
+                           char *errmsg);
+
+/* RFC 5803-style text form, for a CLI that sets a user from a
+ * precomputed credential:
+ *   SCRAM-SHA-256$<iterations>:<salt b64>$<StoredKey b64>:<ServerKey b64>
+ * (iterations in decimal without leading zeros, base64 padded).
+ * auth_scram_cred_format writes a NUL-terminated string into buf
+ * (caller-owned, cap >= AUTH_SCRAM_CRED_TEXT_MAX); auth_scram_cred_parse
+ * reads len bytes of text (untrusted, caller-owned; no NUL needed). */
+#define AUTH_SCRAM_CRED_TEXT_MAX 256
+int auth_scram_cred_format(const struct auth_scram_cred *cred,
+                           char *buf,
+                           size_t cap,
+                           char *errmsg);
+int auth_scram_cred_parse(const char *text,
+                          size_t len,
+                          struct auth_scram_cred *out,
+                          char *errmsg);
+
+/* Client side. One object per exchange; every message the calls return
+ * is borrowed from the object, valid until the next call on it or its
+ * free, and is not NUL-terminated (use the length). */
+struct auth_scram_client;
+
+/* user and password: NUL-terminated, caller-owned (copied; the copy of
+ * the password is wiped as soon as the proof is computed).
+ * max_iterations: the highest iteration count the client will run for a
+ * server (0 means AUTH_SCRAM_ITER_MAX; clamped to AUTH_SCRAM_ITER_MIN..
+ * AUTH_SCRAM_ITER_MAX). *out is transferred to the caller on success. */
+int auth_scram_client_new(const char *user,
+                          const char *password,
+                          uint32_t max_iterations,
+                          struct auth_scram_client **out,
+                          char *errmsg);
+/* Wipes every secret, then frees. c may be NULL. */
+void auth_scram_client_free(struct auth_scram_client *c);
+/* Step 1: the client-first-message. */
+int auth_scram_client_first(struct auth_scram_client *c,
+                            const char **msg, /* OUT, borrowed */
+                            size_t *msg_len,  /* OUT */
+                            char *errmsg);
+/* Step 2: from the server-first-message (untrusted, caller-owned, len
+ * bytes), the client-final-message. Checks that the server's nonce
+ * extends ours, the salt's size and the iteration count's bounds; an
+ * "e=" answer in place of server-first gives TERN_EAUTH with the
+ * server's reason. Runs PBKDF2. */
+int auth_scram_client_final(struct auth_scram_client *c,
+                            const char *server_first,
+                            size_t len,
+                            const char **msg, /* OUT, borrowed */
+                            size_t *msg_len,  /* OUT */
+                            char *errmsg);
+/* Step 3: check the server-final-message (untrusted, caller-owned): 0
+ * when the server proved it knows our ServerKey; TERN_EAUTH for a wrong
+ * signature or an "e=" answer (errmsg carries the server's reason). */
+int auth_scram_client_verify(struct auth_scram_client *c,
+                             const char *server_final,
+                             size_t len,
+                             char *errmsg);
+/* For tests only: use nonce (NUL-terminated, printable, no ',') instead
+ * of a random one; call before auth_scram_client_first. A predictable
+ * nonce gives up the exchange's freshness: never call it elsewhere. */
+int auth_scram_client_test_nonce(struct auth_scram_client *c,
+                                 const char *nonce,
+                                 char *errmsg);
+
+/* Server side. One object per exchange, messages borrowed as above.
+ * fake_key (caller-owned, copied) derives the answers for unknown users
+ * (see above); iterations is the count the server uses for them and
+ * should equal what new credentials get (0 means the default). */
+struct auth_scram_server;
+
+int auth_scram_server_new(const uint8_t fake_key[AUTH_SCRAM_KEY_SIZE],
+                          uint32_t iterations,
+                          struct auth_scram_server **out,
+                          char *errmsg);
+/* Wipes every secret, then frees. s may be NULL. */
+void auth_scram_server_free(struct auth_scram_server *s);
+/* Step 1: parse the client-first-message (untrusted, caller-owned) and
+ * give the username to look up (*user borrowed, NUL-terminated,
+ * unescaped). On failure *reply (if not NULL on return) is an "e=..."
+ * message the transport may send before closing. */
+int auth_scram_server_start(struct auth_scram_server *s,
+                            const char *client_first,
+                            size_t len,
+                            const char **user, /* OUT, borrowed */
+                            const char **reply,
+                            size_t *reply_len,
+                            char *errmsg);
+/* Step 2: the server-first-message for the user's credential (cred:
+ * caller-owned, copied), or for an unknown user when cred is NULL. */
+int auth_scram_server_first(struct auth_scram_server *s,
+                            const struct auth_scram_cred *cred,
+                            const char **msg, /* OUT, borrowed */
+                            size_t *msg_len,  /* OUT */
+                            char *errmsg);
+/* Step 3: verify the client-final-message (untrusted, caller-owned).
+ * 0: authenticated, *reply is "v=ServerSignature". Otherwise *reply (if
+ * not NULL) is the "e=..." to send: TERN_EAUTH with e=invalid-proof for
+ * a wrong password and for an unknown user alike, TERN_EMALFORMED with
+ * the matching RFC 5802 error for a broken message. */
+int auth_scram_server_final(struct auth_scram_server *s,
+                            const char *client_final,
+                            size_t len,
+                            const char **reply, /* OUT, borrowed */
+                            size_t *reply_len,  /* OUT */
+                            char *errmsg);
+/* For tests only: the server's part of the nonce, as for the client. */
+int auth_scram_server_test_nonce(struct auth_scram_server *s,
+                                 const char *nonce,
+                                 char *errmsg);
+
 #endif /* TERN_AUTH_H */
