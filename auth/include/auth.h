@@ -124,11 +124,11 @@ enum auth_tls_role {
 struct auth_tls_ctx_options
 {
     enum auth_tls_role role;
-    const char *cert_file; /* PEM certificate (chain) presented to peers;
-                            * NULL: none (client only) */
-    const char *key_file;  /* PEM private key of cert_file */
-    const char *ca_file;   /* PEM CA certificates that verify the peer;
-                            * required */
+    const char *cert_file;  /* PEM certificate (chain) presented to peers;
+                             * NULL: none (client only) */
+    const char *key_file;   /* PEM private key of cert_file */
+    const char *ca_file;    /* PEM CA certificates that verify the peer;
+                             * required */
     bool require_peer_cert; /* server: refuse clients without a
                              * certificate (a client always requires the
                              * server's) */
