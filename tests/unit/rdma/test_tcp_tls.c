@@ -358,7 +358,7 @@ Test(tcp_tls, raw_plaintext_frames_refused)
     char a1[64];
     struct xport *n1 = node(1, own, 1, own, a1);
     uint8_t hello[XPORT_TCP_HELLO_LEN], body[32];
-    uint8_t wire[2 * XPORT_TCP_FRAME_HDR + sizeof hello + sizeof body];
+    uint8_t wire[(size_t)2 * XPORT_TCP_FRAME_HDR + sizeof hello + sizeof body];
     struct xport_iov hi = {hello, sizeof hello}, bi = {body, sizeof body};
     int fd;
 
