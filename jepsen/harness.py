@@ -67,7 +67,8 @@ not cut. Heal = delete the table.
 
 Run directory (kept): /tmp/jepsen-runs/<utc>-<prefix>-<nemesis>/ with
 nK/ternd.log (every start of node K appended, with harness markers),
-nK/ternd.ini, driver.log, history.driver.jsonl, nemesis.jsonl,
+nK/ternd.ini, certs/ (the cluster's credentials: nodes authenticate each
+other with mutual TLS), driver.log, history.driver.jsonl, nemesis.jsonl,
 history.jsonl (merged, time order), checker.txt, verdict.json,
 summary.json, harness.log, state.json.
 
@@ -366,9 +367,33 @@ class Run:
 
     # ---- nodes ---------------------------------------------------------------
 
+    def make_certs(self):
+        """The cluster's credentials in <run>/certs, once per run, with
+        scripts/tern-certs.sh (every node's IP as a subjectAltName): the
+        nodes authenticate each other with mutual TLS (peer_auth tls)."""
+        certs = os.path.join(self.dir, "certs")
+        if all(os.path.exists(os.path.join(certs, "node%s.pem" % nm[1:]))
+               for nm in self.names):
+            return certs
+        args = [os.path.join(SRC_ROOT, "scripts", "tern-certs.sh")]
+        for nm in self.names:
+            args += ["--san", self.ip(nm)]
+        args += [certs] + [nm[1:] for nm in self.names]
+        subprocess.run(args, check=True, stdout=subprocess.DEVNULL,
+                       timeout=120)
+        return certs
+
     def write_config(self, nm):
         d = os.path.join(self.dir, nm)
         os.makedirs(self.data_dir(nm), exist_ok=True)
+        certs = self.make_certs()
+        security = ("[security]\npeer_auth = tls\ncluster_ca = %s\n"
+                    "node_cert = %s\nnode_key = %s\n"
+                    "cluster_secret_file = %s\n"
+                    % (os.path.join(certs, "ca.pem"),
+                       os.path.join(certs, "node%s.pem" % nm[1:]),
+                       os.path.join(certs, "node%s.key" % nm[1:]),
+                       os.path.join(certs, "cluster.secret")))
         peers = "\n".join("%s = %s,%s" % (p[1:], self.raddr(p), self.caddr(p))
                           for p in self.names)
         cfg = ("[node]\nid = %s\ndata_dir = %s\nclient_addr = %s\n"
@@ -377,11 +402,12 @@ class Run:
                "snapshot_threshold_bytes = %s\nsnapshot_trailing = %d\n"
                "durability = %s\n"
                "[limits]\nmin_free_disk_bytes = 1M\nreserve_disk_bytes = 16M\n"
-               "[peers]\n%s\n"
+               "%s[peers]\n%s\n"
                % (nm[1:], self.data_dir(nm), self.caddr(nm),
                   self.raddr(nm), self.a.log_level, self.a.election_ms,
                   self.a.heartbeat_ms, self.a.snapshot_bytes,
-                  self.a.snapshot_trailing, self.a.durability, peers))
+                  self.a.snapshot_trailing, self.a.durability, security,
+                  peers))
         with open(os.path.join(d, "ternd.ini"), "w") as fh:
             fh.write(cfg)
 

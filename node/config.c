@@ -1117,5 +1117,30 @@ int node_config_validate(struct node_config *c, char *errmsg)
                            (unsigned long long)c->max_frame_bytes);
         return TERN_EINVAL;
     }
+    if (c->peer_auth == NODE_PEER_AUTH_TLS) {
+        /* Mutual TLS between nodes needs this node's credentials. */
+        static const struct
+        {
+            size_t off;
+            const char *key, *flag;
+        } need[] = {
+            {offsetof(struct node_config, cluster_ca), "cluster_ca",
+             "--cluster-ca"},
+            {offsetof(struct node_config, node_cert), "node_cert",
+             "--node-cert"},
+            {offsetof(struct node_config, node_key), "node_key", "--node-key"},
+        };
+        for (unsigned i = 0; i < sizeof need / sizeof need[0]; i++) {
+            const char *v = *(char *const *)((const char *)c + need[i].off);
+            if (v == NULL || v[0] == '\0') {
+                tern_errmsg_printf(errmsg,
+                                   "peer_auth = tls needs [security] %s (%s "
+                                   "FILE; scripts/tern-certs.sh makes the "
+                                   "credentials), or peer_auth = none",
+                                   need[i].key, need[i].flag);
+                return TERN_EINVAL;
+            }
+        }
+    }
     return 0;
 }

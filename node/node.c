@@ -68,6 +68,8 @@ struct node
     uv_timer_t watchdog;
     bool handles_init;
     int last_fsm_error;
+    uint64_t auth_refused;        /* transport's count when last logged */
+    uint64_t auth_refused_log_ms; /* uv_now() of that line */
     bool idle_on;
     bool stopping;
     bool fatal; /* stop at the end of this loop iteration */
@@ -380,7 +382,7 @@ static void log_stages(struct node *n)
     node_log(NODE_LOG_INFO, "replication stages",
              "commits=%llu loop_iters=%llu doorbells=%llu wakeups=%llu "
              "spins=%llu spin_hits=%llu spin_us=%llu fast_sends=%llu "
-             "slow_sends=%llu to_slow=%llu to_fast=%llu "
+             "slow_sends=%llu to_slow=%llu to_fast=%llu auth_refused=%llu "
              "stages(count/p50us/p99us)=\"%s\"",
              (unsigned long long)lat->count, (unsigned long long)n->loop_iters,
              (unsigned long long)xc.doorbells, (unsigned long long)xc.wakeups,
@@ -388,7 +390,8 @@ static void log_stages(struct node *n)
              (unsigned long long)(xc.spin_ns / 1000),
              (unsigned long long)xc.fast_sends,
              (unsigned long long)xc.slow_sends, (unsigned long long)xc.to_slow,
-             (unsigned long long)xc.to_fast, buf);
+             (unsigned long long)xc.to_fast,
+             (unsigned long long)xc.auth_refused, buf);
     tern_free(st);
 }
 
@@ -455,6 +458,32 @@ static void disk_hand_over(struct node *n, const struct repl_status *st)
              (unsigned long long)n->disk.free);
 }
 
+/* One WARN line when the transport refused peer connections that did
+ * not prove cluster membership (xport_stats.auth_refused), at most every
+ * NODE__REFUSED_LOG_MS. */
+#define NODE__REFUSED_LOG_MS 10000
+static void log_auth_refused(struct node *n)
+{
+    struct xport_stats xc;
+    uint64_t now = uv_now(&n->loop);
+
+    if (n->auth_refused_log_ms != 0 &&
+        now - n->auth_refused_log_ms < NODE__REFUSED_LOG_MS) {
+        return;
+    }
+    node_transport_stats(&n->transport, &xc);
+    if (xc.auth_refused <= n->auth_refused) {
+        return;
+    }
+    node_log(NODE_LOG_WARN, "peer connections refused",
+             "refused=%llu total=%llu transport=%s detail=\"no valid cluster "
+             "credentials (TLS handshake, certificate, CN or HELLO id)\"",
+             (unsigned long long)(xc.auth_refused - n->auth_refused),
+             (unsigned long long)xc.auth_refused, n->transport.name);
+    n->auth_refused = xc.auth_refused;
+    n->auth_refused_log_ms = now;
+}
+
 static void on_watchdog(uv_timer_t *t)
 {
     struct node *n = t->data;
@@ -462,6 +491,7 @@ static void on_watchdog(uv_timer_t *t)
     if (n->stopping || n->repl == NULL) {
         return;
     }
+    log_auth_refused(n);
     disk_poll(n, false);
     repl_get_status(n->repl, &st);
     disk_hand_over(n, &st);
@@ -795,6 +825,12 @@ int node_run(const struct node_config *c)
     node_log(NODE_LOG_INFO, "starting", "pid=%ld version=%s", (long)getpid(),
              "0.1.0");
     log_config(c);
+    if (c->peer_auth == NODE_PEER_AUTH_NONE && !c->dev) {
+        node_log(NODE_LOG_WARN,
+                 "peers are not authenticated: peer_auth = none lets anyone "
+                 "who reaches raft_addr act as a cluster node",
+                 "raft_addr=%s", c->raft_addr);
+    }
     rv = node_start(n, errmsg);
     if (rv != 0) {
         node_log(NODE_LOG_ERROR, "start failed", "err=%s detail=\"%s\"",

@@ -11,6 +11,11 @@
  * selection ("tcp", "shm+tcp", "verbs+tcp"), which the node shows as its
  * transport in the status answer.
  *
+ * Peer authentication ([security] peer_auth): with tls, the tcp transport
+ * (alone, or the slow child of a composite) runs mutual TLS with two
+ * contexts made from cluster_ca, node_cert and node_key (rdma/tcp.c,
+ * "TLS"); with none it runs in plaintext.
+ *
  * Busy-polling (node_transport_set_busy_poll, on every change of raft
  * role) and the counters of the shutdown line (node_transport_stats) go
  * through the transport interface; the fallback composite forwards them
@@ -20,6 +25,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <auth.h>
 #include <tern_common.h>
 
 #include "log.h"
@@ -125,6 +131,31 @@ static size_t shm_ring_bytes(const struct node_config *c)
     return ring;
 }
 
+/* The TLS server and client contexts of this node (t->tls_server,
+ * t->tls_client) from its [security] files. 0 or a code with errmsg. */
+static int tls_contexts(struct node_transport *t, char *errmsg)
+{
+    const struct node_config *c = t->cfg;
+    struct auth_tls_ctx_options o;
+    int rv;
+
+    memset(&o, 0, sizeof(o));
+    o.cert_file = c->node_cert;
+    o.key_file = c->node_key;
+    o.ca_file = c->cluster_ca;
+    o.require_peer_cert = true;
+    o.role = AUTH_TLS_SERVER;
+    rv = auth_tls_ctx_new(&o, &t->tls_server, errmsg);
+    if (rv == 0) {
+        o.role = AUTH_TLS_CLIENT;
+        rv = auth_tls_ctx_new(&o, &t->tls_client, errmsg);
+    }
+    if (rv != 0) {
+        tern_errmsg_wrapf(errmsg, "peer_auth = tls");
+    }
+    return rv;
+}
+
 int node_transport_start(struct node_transport *t, char *errmsg)
 {
     const char *want = t->requested;
@@ -135,6 +166,14 @@ int node_transport_start(struct node_transport *t, char *errmsg)
     int rv;
 
     memset(&xo, 0, sizeof(xo));
+    if (c->peer_auth == NODE_PEER_AUTH_TLS) {
+        rv = tls_contexts(t, errmsg);
+        if (rv != 0) {
+            return rv;
+        }
+        xo.tls_server = t->tls_server;
+        xo.tls_client = t->tls_client;
+    }
     rv = xport_tcp_new(t->loop, c->id, c->raft_addr, &xo, &t->xport, errmsg);
     if (rv != 0) {
         tern_errmsg_wrapf(errmsg, "raft transport on %s", c->raft_addr);
@@ -221,15 +260,35 @@ void node_transport_stats(const struct node_transport *t,
     }
 }
 
+static void free_tls(struct node_transport *t)
+{
+    auth_tls_ctx_free(t->tls_server);
+    auth_tls_ctx_free(t->tls_client);
+    t->tls_server = NULL;
+    t->tls_client = NULL;
+}
+
+static void on_xport_closed(void *arg)
+{
+    struct node_transport *t = arg;
+    free_tls(t); /* the transport borrowed them until now */
+    if (t->close_cb != NULL) {
+        t->close_cb(t->close_arg);
+    }
+}
+
 bool node_transport_close(struct node_transport *t,
                           void (*cb)(void *arg),
                           void *arg)
 {
     struct xport *x = t->xport;
     if (x == NULL) {
+        free_tls(t);
         return false;
     }
     t->xport = NULL;
-    xport_close(x, cb, arg);
+    t->close_cb = cb;
+    t->close_arg = arg;
+    xport_close(x, on_xport_closed, t);
     return true;
 }

@@ -26,6 +26,12 @@ struct node_transport
     char name[32];      /* "tcp", "shm+tcp", "verbs+tcp"; before start:
                            the requested one */
     char requested[16]; /* "tcp" | "shm" | "rdma" | "auto" */
+    /* peer_auth = tls: the tcp transport's contexts (owned; freed once
+     * the transport is closed, which borrows them) */
+    struct auth_tls_ctx *tls_server;
+    struct auth_tls_ctx *tls_client;
+    void (*close_cb)(void *arg);
+    void *close_arg;
 };
 
 /* Set t up for requested ("tcp" | "shm" | "rdma" | "auto", copied); no
@@ -46,8 +52,9 @@ int node_transport_set_busy_poll(struct node_transport *t, unsigned us);
  * children's and adds its own); caller-owned, zeroed first. */
 void node_transport_stats(const struct node_transport *t,
                           struct xport_stats *out);
-/* Close the transport; cb(arg) runs once it is closed. Returns false,
- * and cb never runs, when there is nothing to close. */
+/* Close the transport; cb(arg) runs once it is closed (and its TLS
+ * contexts are freed). Returns false, and cb never runs, when there is
+ * nothing to close (the TLS contexts, if any, are freed at once). */
 bool node_transport_close(struct node_transport *t,
                           void (*cb)(void *arg),
                           void *arg);

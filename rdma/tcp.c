@@ -6,7 +6,9 @@
  *
  * Wire format, version 1 (encoded/decoded in rdma/tcp_frame.c, be careful
  * when adapting: nodes of different builds talk to each other). All
- * integers little-endian. A connection carries a sequence of frames:
+ * integers little-endian. A connection carries a sequence of frames; with
+ * TLS on (below) the frames run inside a TLS 1.3 stream, byte for byte
+ * the same as the plaintext ones, and nothing else is sent in the clear:
  *
  *   offset size field
  *        0    2 magic     0x5854 (bytes 'T' 'X')
@@ -34,6 +36,27 @@
  * inbound connection from the same sender id, so frames from one sender are
  * delivered from one connection at a time (in order, or lost).
  *
+ * TLS (xport_tcp_options.tls_server/tls_client; auth/tls.c sessions over
+ * memory buffers). The connecting side is the TLS client: it presents its
+ * node certificate and requires the server's to chain to the cluster CA
+ * with CN "node-<id it dialed>"; frames queued by xport_send wait until
+ * the handshake completes, then HELLO and they are encrypted in order.
+ * The accepting side is the TLS server: it requires a client certificate
+ * from the cluster CA with CN "node-<id>", and the HELLO's sender id must
+ * be that id (and its receiver id this node). Any failure (handshake,
+ * certificate, CN, a HELLO naming another id, plaintext bytes where TLS
+ * is expected, an alert) closes the connection before anything it
+ * carried is delivered and counts it in auth_refused (xport_get_stats).
+ * The server never sends application data; the client treats any as a
+ * violation. Bounds: an inbound connection that has not finished TLS and
+ * HELLO within handshake_timeout_ms is closed (counted when TLS is on),
+ * at most max_pending_inbound inbound connections may be in that state
+ * (more are closed on accept), and an outbound one whose handshake has
+ * not finished handshake_timeout_ms after connecting is closed like a
+ * failed connect. A session buffers at most AUTH_TLS_BUF (64 KiB) of
+ * ciphertext each way; a message being sent is held twice (the frame,
+ * then its ciphertext) only while it is encrypted, then as ciphertext.
+ *
  * Send path, happy case: xport_send encodes header + payload into one owned
  * buffer (the only copy), hands it to uv_write (libuv queues writes made
  * while the connection is still being established), and the caller's cb
@@ -54,6 +77,9 @@
  *     fail with TERN_ENOCONN) and the new address is used;
  *   - a peer host dies silently: TCP_USER_TIMEOUT and keepalive (see the
  *     constants below) reset the connection; then as above;
+ *   - TLS refused (either side): the connection closes, auth_refused
+ *     grows; an outbound one backs off for connect_retry_ms like a failed
+ *     connect, and its queued sends complete with TERN_ENOCONN;
  *   - xport_close: in-flight sends complete with TERN_ECANCELED (sends
  *     whose outcome was already decided, e.g. TERN_EBUSY, keep it), then
  *     the close callback runs once every handle is closed.
@@ -63,7 +89,7 @@
  * the first frame received stops it. It removes the wake-up of an idle
  * thread from the round trip at the cost of a CPU while it spins.
  * xport_get_stats counts the rounds (spins) and the rounds a message
- * ended (spin_hits); tcp keeps no other counter.
+ * ended (spin_hits); tcp's only other counter is auth_refused.
  * Completions decided inside xport_send (EBUSY, ENOCONN during back-off)
  * are queued on a list drained by a uv_idle handle, so no callback ever
  * runs inside xport_send.
@@ -81,6 +107,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <auth.h>
 #include <tern_common.h>
 
 #define TCP__DEFAULT_MAX_MESSAGE ((size_t)256 << 20)
@@ -99,6 +126,9 @@
 #define TCP__SWEEP_MS           250u
 #define TCP__USER_TIMEOUT_MS    10000u
 #define TCP__KEEPALIVE_S        5u
+/* Defaults of the handshake bounds (xport_tcp_options). */
+#define TCP__HANDSHAKE_TIMEOUT_MS 5000u
+#define TCP__MAX_PENDING_INBOUND  64u
 
 #define TCP__CONTAINER(ptr, type, member)                                      \
     ((type *)(void *)((char *)(ptr)-offsetof(type, member)))
@@ -131,6 +161,15 @@ struct conn
     uint64_t connect_start; /* outbound: uv_now() when connect began */
     int hello_seen;         /* inbound: HELLO received */
     uint64_t from_id;       /* inbound: sender id from HELLO */
+    uint64_t accepted_at;   /* inbound: uv_now() at accept */
+    int pending;            /* inbound: counted in x->pending_inbound */
+    /* TLS (NULL/0 in plaintext) */
+    struct auth_tls *tls;
+    int tls_ready;        /* handshake done (outbound: HELLO sent) */
+    uint8_t *cin;         /* ciphertext receive buffer, TCP__RBUF_CHUNK */
+    uint64_t cert_id;     /* inbound: node id of the client cert's CN */
+    struct out_msg *pend; /* outbound: frames waiting for the handshake */
+    struct out_msg **pend_tail;
 };
 
 /* A destination node. Lives until the transport is freed. base.retry_after:
@@ -151,8 +190,21 @@ struct out_msg
     struct xport_send *req;
     struct peer *peer;
     struct conn *conn;
-    size_t size;
+    struct out_msg *next; /* TLS: on conn->pend until the handshake ends */
+    uint8_t *cipher;      /* TLS: the frame's ciphertext (owned), which
+                           * replaces frame[] once encrypted */
+    size_t cipher_len;
+    size_t size; /* the frame's size (what queued_bytes counts) */
     uint8_t frame[];
+};
+
+/* A write of TLS output that belongs to no message: handshake flights,
+ * alerts, the encrypted HELLO. */
+struct raw_write
+{
+    uv_write_t wr;
+    struct conn *conn;
+    uint8_t data[];
 };
 
 struct tcp_xport
@@ -172,6 +224,12 @@ struct tcp_xport
     struct conn *inbound;     /* head of the inbound list */
     struct xport_done done;   /* deferred completions, drained by idle */
     unsigned handles; /* open handles besides idle: listener, sweep, conns */
+    struct auth_tls_ctx *tls_server; /* borrowed; NULL: plaintext */
+    struct auth_tls_ctx *tls_client; /* borrowed */
+    unsigned hs_timeout_ms;          /* handshake_timeout_ms */
+    unsigned max_pending;            /* max_pending_inbound */
+    unsigned pending_inbound;        /* inbound conns before their HELLO */
+    uint64_t auth_refused;
     int started;
     int closing;
     int idle_closing;
@@ -283,6 +341,8 @@ static void on_conn_closed(uv_handle_t *h)
             c->next->prev = c->prev;
         }
     }
+    auth_tls_free(c->tls);
+    tern_free(c->cin);
     tern_free(c->rbuf);
     tern_free(c);
     x->handles--;
@@ -290,9 +350,12 @@ static void on_conn_closed(uv_handle_t *h)
 }
 
 /* Close a connection (idempotent). Writes still queued on it complete with
- * an error through on_write before on_conn_closed runs. */
+ * an error through on_write before on_conn_closed runs; frames still
+ * waiting for the TLS handshake complete through the deferred list. */
 static void conn_close(struct conn *c)
 {
+    struct tcp_xport *x = c->x;
+
     if (c->state == CONN_CLOSING) {
         return;
     }
@@ -300,7 +363,34 @@ static void conn_close(struct conn *c)
     if (c->peer != NULL && c->peer->conn == c) {
         c->peer->conn = NULL;
     }
+    if (c->pending) {
+        c->pending = 0;
+        x->pending_inbound--;
+    }
+    while (c->pend != NULL) {
+        struct out_msg *m = c->pend;
+        c->pend = m->next;
+        m->peer->queued_bytes -= m->size;
+        xport_done_push(&x->done, m->req,
+                        x->closing ? TERN_ECANCELED : TERN_ENOCONN);
+        tern_free(m);
+    }
     uv_close((uv_handle_t *)&c->tcp, on_conn_closed);
+}
+
+/* Close a connection whose other side failed to prove cluster membership
+ * (TLS handshake, certificate, CN, HELLO ids): nothing it sent was
+ * delivered. An outbound one backs off like a failed connect. */
+static void conn_refuse(struct conn *c)
+{
+    if (c->state == CONN_CLOSING) {
+        return;
+    }
+    c->x->auth_refused++;
+    if (c->peer != NULL) {
+        c->peer->base.retry_after = uv_now(c->x->loop) + c->x->retry_ms;
+    }
+    conn_close(c);
 }
 
 /* Allocate and init a conn and its handle. Returns NULL on ENOMEM. */
@@ -313,6 +403,7 @@ static struct conn *conn_new(struct tcp_xport *x, struct peer *p)
     c->x = x;
     c->peer = p;
     c->rneed = XPORT_TCP_FRAME_HDR;
+    c->pend_tail = &c->pend;
     /* No socket is created yet (AF_UNSPEC), and a failed init leaves no
      * trace in the loop, so the plain free is safe. */
     if (uv_tcp_init(x->loop, &c->tcp) != 0) {
@@ -324,26 +415,134 @@ static struct conn *conn_new(struct tcp_xport *x, struct peer *p)
     return c;
 }
 
-static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+/* Make room for the next read into rbuf. Returns 0 or -ENOMEM. */
+static int rbuf_reserve(struct conn *c)
 {
-    struct conn *c = h->data;
-
-    (void)suggested;
     if (c->rcap - c->rlen < TCP__RBUF_MIN_FREE || c->rcap < c->rneed) {
         /* rlen < rneed <= XPORT_TCP_FRAME_HDR + max_message here, so the
          * buffer never exceeds one maximal frame plus one chunk. */
         size_t cap = TERN_MAX(c->rlen + TCP__RBUF_CHUNK, c->rneed);
         uint8_t *p = tern_realloc(c->rbuf, cap);
         if (p == NULL) {
-            buf->base = NULL;
-            buf->len = 0; /* libuv reports UV_ENOBUFS: we close */
-            return;
+            return -ENOMEM;
         }
         c->rbuf = p;
         c->rcap = cap;
     }
-    buf->base = (char *)c->rbuf + c->rlen;
-    buf->len = c->rcap - c->rlen;
+    return 0;
+}
+
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+    struct conn *c = h->data;
+
+    (void)suggested;
+    buf->base = NULL;
+    buf->len = 0; /* on failure libuv reports UV_ENOBUFS: we close */
+    if (c->tls != NULL) {
+        /* Ciphertext: decrypted into rbuf by on_read. */
+        if (c->cin == NULL) {
+            c->cin = tern_malloc(TCP__RBUF_CHUNK);
+        }
+        if (c->cin != NULL) {
+            buf->base = (char *)c->cin;
+            buf->len = TCP__RBUF_CHUNK;
+        }
+        return;
+    }
+    if (rbuf_reserve(c) == 0) {
+        buf->base = (char *)c->rbuf + c->rlen;
+        buf->len = c->rcap - c->rlen;
+    }
+}
+
+/* Hand every byte of TLS output pending on c to the socket. Returns 0 or
+ * a negative code (the caller closes c). */
+static void on_raw_written(uv_write_t *wr, int status)
+{
+    struct raw_write *w = TCP__CONTAINER(wr, struct raw_write, wr);
+    struct conn *c = w->conn;
+
+    tern_free(w);
+    if (status < 0) {
+        conn_close(c);
+    }
+}
+
+static int conn_flush(struct conn *c)
+{
+    size_t n = auth_tls_pending(c->tls);
+    struct raw_write *w;
+    uv_buf_t b;
+    int rc;
+
+    if (n == 0) {
+        return 0;
+    }
+    w = tern_malloc(sizeof *w + n);
+    if (w == NULL) {
+        return -ENOMEM;
+    }
+    w->conn = c;
+    b.base = (char *)w->data;
+    b.len = auth_tls_take(c->tls, w->data, n);
+    rc = uv_write(&w->wr, (uv_stream_t *)&c->tcp, &b, 1, on_raw_written);
+    if (rc != 0) {
+        tern_free(w);
+    }
+    return rc;
+}
+
+/* Encrypt len bytes at p on c's session into a new owned buffer
+ * (*out, *out_len). Returns 0 or a negative code. */
+static int tls_seal(struct conn *c,
+                    const uint8_t *p,
+                    size_t len,
+                    uint8_t **out,
+                    size_t *out_len)
+{
+    /* TLS 1.3 adds 22 bytes per record of at most 16 KiB. */
+    size_t cap = len + (len / 16384 + 1) * 32 + 64;
+    size_t off = 0, olen = 0;
+    uint8_t *buf = tern_malloc(cap);
+    int rc = 0;
+
+    if (buf == NULL) {
+        return -ENOMEM;
+    }
+    while (off < len || auth_tls_pending(c->tls) > 0) {
+        size_t used = 0, n, took;
+        if (off < len) {
+            rc = auth_tls_write(c->tls, p + off, len - off, &used);
+            if (rc != 0) {
+                goto err;
+            }
+            off += used;
+        }
+        n = auth_tls_pending(c->tls);
+        if (olen + n > cap) {
+            uint8_t *q = tern_realloc(buf, olen + n);
+            if (q == NULL) {
+                rc = -ENOMEM;
+                goto err;
+            }
+            buf = q;
+            cap = olen + n;
+        }
+        took = auth_tls_take(c->tls, buf + olen, n);
+        olen += took;
+        if (used == 0 && took == 0) {
+            rc = TERN_EINTERNAL; /* no progress: never loop forever */
+            goto err;
+        }
+    }
+    *out = buf;
+    *out_len = olen;
+    return 0;
+
+err:
+    tern_free(buf);
+    return rc;
 }
 
 /* A HELLO from sender supersedes its older inbound connections. */
@@ -356,8 +555,9 @@ static void close_older_inbound(struct tcp_xport *x, struct conn *keep)
     }
 }
 
-/* Handle one validated frame on an inbound connection. Returns 0, or -1 if
- * the frame breaks the protocol. */
+/* Handle one validated frame on an inbound connection. Returns 0, -1 if
+ * the frame breaks the protocol, -2 if the sender is not who its
+ * certificate says (TLS). */
 static int inbound_frame(struct conn *c, const struct xport_tcp_frame *f)
 {
     struct tcp_xport *x = c->x;
@@ -372,11 +572,19 @@ static int inbound_frame(struct conn *c, const struct xport_tcp_frame *f)
             return -1;
         }
         xport_tcp_hello_decode(f->payload, &sender, &receiver);
+        if (c->tls != NULL &&
+            (sender != c->cert_id || receiver != x->base.self_id)) {
+            return -2;
+        }
         if (receiver != x->base.self_id) {
             return -1;
         }
         c->hello_seen = 1;
         c->from_id = sender;
+        if (c->pending) {
+            c->pending = 0;
+            x->pending_inbound--;
+        }
         close_older_inbound(x, c);
         return 0;
     }
@@ -393,43 +601,43 @@ static int inbound_frame(struct conn *c, const struct xport_tcp_frame *f)
     return 0;
 }
 
-static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
+/* Decode and handle every whole frame in rbuf. Returns 0, or -1 when c
+ * was closed (by a violation, or by the recv callback closing the
+ * transport). */
+static int process_frames(struct conn *c)
 {
-    struct conn *c = s->data;
     size_t off = 0;
 
-    (void)buf;
-    if (c->state == CONN_CLOSING || nread == 0) {
-        return;
-    }
-    if (nread < 0 || c->peer != NULL) {
-        /* EOF, reset, ENOBUFS; or bytes on an outbound connection, where
-         * the peer must never write. */
-        conn_close(c);
-        return;
-    }
-    c->rlen += (size_t)nread;
     /* The recv callback may close the transport: re-check the state. */
     while (c->state != CONN_CLOSING) {
         struct xport_tcp_frame f;
         int rc = xport_tcp_frame_decode(c->rbuf + off, c->rlen - off,
                                         c->x->max_message, &f);
         if (rc < 0) {
-            conn_close(c);
-            return;
+            if (c->tls != NULL && !c->hello_seen) {
+                conn_refuse(c);
+            } else {
+                conn_close(c);
+            }
+            return -1;
         }
         if (rc == 0) {
             c->rneed = f.size;
             break;
         }
-        if (inbound_frame(c, &f) != 0) {
+        rc = inbound_frame(c, &f);
+        if (rc == -2 || (rc != 0 && c->tls != NULL && !c->hello_seen)) {
+            conn_refuse(c);
+            return -1;
+        }
+        if (rc != 0) {
             conn_close(c);
-            return;
+            return -1;
         }
         off += f.size;
     }
     if (c->state == CONN_CLOSING) {
-        return;
+        return -1;
     }
     if (off > 0) {
         memmove(c->rbuf, c->rbuf + off, c->rlen - off);
@@ -440,6 +648,196 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         c->rbuf = NULL;
         c->rcap = 0;
     }
+    return 0;
+}
+
+/* "node-<id>" -> id (decimal, no sign, no leading zero, > 0). */
+static int parse_node_cn(const char *cn, uint64_t *id)
+{
+    uint64_t v = 0;
+    const char *p = cn + 5;
+
+    if (strncmp(cn, "node-", 5) != 0 || *p < '1' || *p > '9') {
+        return -1;
+    }
+    for (; *p != '\0'; p++) {
+        if (*p < '0' || *p > '9' || v > (UINT64_MAX - 9) / 10) {
+            return -1;
+        }
+        v = v * 10 + (uint64_t)(*p - '0');
+    }
+    *id = v;
+    return 0;
+}
+
+static void out_msg_start(struct out_msg *m);
+
+/* The handshake of c just completed. Inbound: learn the client's node id
+ * from its certificate. Outbound: send HELLO, then the frames that waited.
+ * Returns 0, or -1 when c was closed. */
+static int tls_established(struct conn *c)
+{
+    char cn[64];
+    uint8_t *ct = NULL;
+    size_t ct_len = 0;
+
+    if (c->peer == NULL) {
+        if (auth_tls_peer_cn(c->tls, cn, sizeof cn) != 0 ||
+            parse_node_cn(cn, &c->cert_id) != 0) {
+            conn_refuse(c);
+            return -1;
+        }
+        c->tls_ready = 1;
+        return 0;
+    }
+    /* The HELLO goes first, as the first bytes of the stream. */
+    if (tls_seal(c, c->hello, sizeof c->hello, &ct, &ct_len) != 0) {
+        conn_close(c);
+        return -1;
+    }
+    {
+        struct raw_write *w = tern_malloc(sizeof *w + ct_len);
+        uv_buf_t b;
+        if (w == NULL) {
+            tern_free(ct);
+            conn_close(c);
+            return -1;
+        }
+        w->conn = c;
+        memcpy(w->data, ct, ct_len);
+        tern_free(ct);
+        b.base = (char *)w->data;
+        b.len = ct_len;
+        if (uv_write(&w->wr, (uv_stream_t *)&c->tcp, &b, 1, on_raw_written) !=
+            0) {
+            tern_free(w);
+            conn_close(c);
+            return -1;
+        }
+    }
+    c->tls_ready = 1;
+    while (c->pend != NULL && c->state != CONN_CLOSING) {
+        struct out_msg *m = c->pend;
+        c->pend = m->next;
+        if (c->pend == NULL) {
+            c->pend_tail = &c->pend;
+        }
+        out_msg_start(m);
+    }
+    return c->state == CONN_CLOSING ? -1 : 0;
+}
+
+/* Bytes from the socket on a TLS connection: drive the handshake, then
+ * decrypt into rbuf and handle the frames. */
+static void tls_read(struct conn *c, const uint8_t *data, size_t len)
+{
+    size_t off = 0;
+
+    /* Each round feeds at least one byte or decrypts at least one, so
+     * this ends; the count is a guard. */
+    for (unsigned round = 0; round < 1u << 20; round++) {
+        size_t used = 0;
+        int progress = 0;
+        int rc;
+
+        if (off < len) {
+            (void)auth_tls_feed(c->tls, data + off, len - off, &used);
+            off += used;
+        }
+        if (!c->tls_ready) {
+            rc = auth_tls_handshake(c->tls);
+            if (conn_flush(c) != 0) {
+                conn_close(c);
+                return;
+            }
+            if (rc < 0) {
+                conn_refuse(c);
+                return;
+            }
+            if (rc == AUTH_TLS_AGAIN) {
+                if (off >= len) {
+                    return;
+                }
+                if (used == 0) {
+                    conn_close(c);
+                    return;
+                }
+                continue;
+            }
+            if (tls_established(c) != 0) {
+                return;
+            }
+        }
+        for (;;) {
+            size_t n = 0;
+            if (rbuf_reserve(c) != 0) {
+                conn_close(c);
+                return;
+            }
+            rc =
+                auth_tls_read(c->tls, c->rbuf + c->rlen, c->rcap - c->rlen, &n);
+            if (rc != 0) {
+                (void)conn_flush(c);
+                if (rc != TERN_ECLOSED && (c->peer != NULL || !c->hello_seen)) {
+                    conn_refuse(c); /* e.g. the server refused our cert */
+                } else {
+                    conn_close(c);
+                }
+                return;
+            }
+            if (n == 0) {
+                break;
+            }
+            if (c->peer != NULL) {
+                conn_close(c); /* the server never sends data */
+                return;
+            }
+            progress = 1;
+            c->rlen += n;
+            if (process_frames(c) != 0) {
+                return;
+            }
+        }
+        if (conn_flush(c) != 0) {
+            conn_close(c);
+            return;
+        }
+        if (off >= len) {
+            return;
+        }
+        if (used == 0 && !progress) {
+            conn_close(c);
+            return;
+        }
+    }
+    conn_close(c);
+}
+
+static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
+{
+    struct conn *c = s->data;
+
+    if (c->state == CONN_CLOSING || nread == 0) {
+        return;
+    }
+    if (nread < 0) {
+        /* EOF, reset, ENOBUFS. Before the handshake or HELLO finished,
+         * with TLS on, the other side gave up proving itself. */
+        conn_close(c);
+        return;
+    }
+    if (c->tls != NULL) {
+        tls_read(c, (const uint8_t *)buf->base, (size_t)nread);
+        return;
+    }
+    if (c->peer != NULL) {
+        /* Bytes on an outbound connection, where the peer must never
+         * write. */
+        conn_close(c);
+        return;
+    }
+    c->rlen += (size_t)nread;
+    (void)process_frames(c);
 }
 
 /* Socket options of every connected stream: no Nagle delay (latency),
@@ -462,6 +860,15 @@ static int conn_tune(struct conn *c)
         rc = -errno;
     }
     return rc;
+}
+
+static void on_sweep(uv_timer_t *t);
+
+static void sweep_start(struct tcp_xport *x)
+{
+    if (!x->closing && !uv_is_active((uv_handle_t *)&x->sweep)) {
+        uv_timer_start(&x->sweep, on_sweep, TCP__SWEEP_MS, TCP__SWEEP_MS);
+    }
 }
 
 static void on_connection(uv_stream_t *server, int status)
@@ -489,7 +896,24 @@ static void on_connection(uv_stream_t *server, int status)
         x->inbound->prev = c;
     }
     x->inbound = c;
-    if (uv_accept(server, (uv_stream_t *)&c->tcp) != 0 || conn_tune(c) != 0 ||
+    c->accepted_at = uv_now(x->loop);
+    if (uv_accept(server, (uv_stream_t *)&c->tcp) != 0) {
+        conn_close(c);
+        return;
+    }
+    if (x->pending_inbound >= x->max_pending) {
+        conn_close(c); /* too many connections still proving themselves */
+        return;
+    }
+    c->pending = 1;
+    x->pending_inbound++;
+    sweep_start(x);
+    if (x->tls_server != NULL &&
+        auth_tls_new(x->tls_server, NULL, &c->tls, NULL) != 0) {
+        conn_close(c);
+        return;
+    }
+    if (conn_tune(c) != 0 ||
         uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) != 0) {
         conn_close(c);
     }
@@ -505,12 +929,51 @@ static void on_write(uv_write_t *wr, int status)
     struct tcp_xport *x = c->x;
 
     m->peer->queued_bytes -= m->size;
+    tern_free(m->cipher);
     tern_free(m);
     if (status < 0) {
         conn_close(c);
         status = x->closing ? TERN_ECANCELED : TERN_ENOCONN;
     }
     req->cb(req, status);
+}
+
+/* Hand m (queued_bytes already counted) to its connection's socket,
+ * encrypted when TLS is on. On failure m completes with TERN_ENOCONN
+ * through the deferred list and the connection is closed. */
+static void out_msg_start(struct out_msg *m)
+{
+    struct conn *c = m->conn;
+    uv_buf_t b;
+
+    b.base = (char *)m->frame;
+    b.len = m->size;
+    if (c->tls != NULL) {
+        if (tls_seal(c, m->frame, m->size, &m->cipher, &m->cipher_len) != 0) {
+            goto err;
+        }
+        /* Keep only the ciphertext: shrink away the frame. */
+        {
+            struct out_msg *small = tern_realloc(m, sizeof *m);
+            if (small != NULL) {
+                m = small;
+            }
+        }
+        b.base = (char *)m->cipher;
+        b.len = m->cipher_len;
+    }
+    if (uv_write(&m->wr, (uv_stream_t *)&c->tcp, &b, 1, on_write) != 0) {
+        goto err;
+    }
+    return;
+
+err:
+    m->peer->queued_bytes -= m->size;
+    xport_done_push(&c->x->done, m->req,
+                    c->x->closing ? TERN_ECANCELED : TERN_ENOCONN);
+    tern_free(m->cipher);
+    tern_free(m);
+    conn_close(c);
 }
 
 static void on_hello_written(uv_write_t *wr, int status)
@@ -535,7 +998,9 @@ static void on_connect(uv_connect_t *req, int status)
         return;
     }
     c->state = CONN_UP;
-    /* Read only to notice EOF/reset promptly; see on_read. */
+    c->connect_start = uv_now(c->x->loop); /* the handshake's clock */
+    /* Read to notice EOF/reset promptly (and, with TLS, the server's
+     * handshake flight); see on_read. */
     if (conn_tune(c) != 0 ||
         uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) != 0) {
         conn_close(c);
@@ -543,7 +1008,9 @@ static void on_connect(uv_connect_t *req, int status)
 }
 
 /* Close outbound connections stuck connecting (peer host down, SYNs
- * unanswered); their queued sends complete with TERN_ENOCONN. */
+ * unanswered) or stuck in their TLS handshake; their queued sends complete
+ * with TERN_ENOCONN. Close inbound connections that have not finished TLS
+ * and HELLO in time. */
 static void on_sweep(uv_timer_t *t)
 {
     struct tcp_xport *x = t->data;
@@ -552,12 +1019,30 @@ static void on_sweep(uv_timer_t *t)
 
     for (struct peer *p = peer_first(x); p != NULL; p = peer_next(p)) {
         struct conn *c = p->conn;
-        if (c == NULL || c->state != CONN_CONNECTING) {
+        uint64_t limit;
+        if (c == NULL ||
+            (c->state != CONN_CONNECTING && (c->tls == NULL || c->tls_ready))) {
             continue;
         }
-        if (now - c->connect_start >= TCP__CONNECT_TIMEOUT_MS) {
+        limit = c->state == CONN_CONNECTING ? TCP__CONNECT_TIMEOUT_MS
+                                            : x->hs_timeout_ms;
+        if (now - c->connect_start >= limit) {
             p->base.retry_after = now + x->retry_ms;
             conn_close(c);
+        } else {
+            pending = 1;
+        }
+    }
+    for (struct conn *c = x->inbound; c != NULL; c = c->next) {
+        if (!c->pending || c->state == CONN_CLOSING) {
+            continue;
+        }
+        if (now - c->accepted_at >= x->hs_timeout_ms) {
+            if (c->tls != NULL) {
+                conn_refuse(c);
+            } else {
+                conn_close(c);
+            }
         } else {
             pending = 1;
         }
@@ -567,7 +1052,8 @@ static void on_sweep(uv_timer_t *t)
     }
 }
 
-/* Start an outbound connection to p and queue its HELLO. */
+/* Start an outbound connection to p and queue its HELLO (with TLS: its
+ * ClientHello; the HELLO follows the handshake). */
 static int peer_connect(struct peer *p)
 {
     struct tcp_xport *x = p->x;
@@ -583,6 +1069,21 @@ static int peer_connect(struct peer *p)
     c->state = CONN_CONNECTING;
     c->connect_req.data = c;
     c->connect_start = uv_now(x->loop);
+    xport_tcp_hello_encode(hello, x->base.self_id, p->base.id);
+    xport_tcp_frame_encode(c->hello, XPORT_TCP_FRAME_HELLO, 0, &iov, 1,
+                           sizeof hello);
+    c->seq = 1;
+    if (x->tls_client != NULL) {
+        char cn[32];
+        struct auth_tls_expect e = {cn, NULL, NULL};
+        (void)snprintf(cn, sizeof cn, "node-%llu",
+                       (unsigned long long)p->base.id);
+        rc = auth_tls_new(x->tls_client, &e, &c->tls, NULL);
+        if (rc != 0) {
+            conn_close(c);
+            return rc;
+        }
+    }
     /* Setting the flag before the socket exists applies it at creation. */
     (void)uv_tcp_nodelay(&c->tcp, 1);
     rc = uv_tcp_connect(&c->connect_req, &c->tcp,
@@ -591,22 +1092,21 @@ static int peer_connect(struct peer *p)
         conn_close(c);
         return rc;
     }
-    xport_tcp_hello_encode(hello, x->base.self_id, p->base.id);
-    xport_tcp_frame_encode(c->hello, XPORT_TCP_FRAME_HELLO, 0, &iov, 1,
-                           sizeof hello);
-    c->seq = 1;
-    b.base = (char *)c->hello;
-    b.len = sizeof c->hello;
-    rc = uv_write(&c->hello_req, (uv_stream_t *)&c->tcp, &b, 1,
-                  on_hello_written);
+    if (c->tls != NULL) {
+        /* The ClientHello, queued by libuv until the connect completes. */
+        rc = auth_tls_handshake(c->tls) < 0 ? TERN_EINTERNAL : conn_flush(c);
+    } else {
+        b.base = (char *)c->hello;
+        b.len = sizeof c->hello;
+        rc = uv_write(&c->hello_req, (uv_stream_t *)&c->tcp, &b, 1,
+                      on_hello_written);
+    }
     if (rc != 0) {
         conn_close(c);
         return rc;
     }
     p->conn = c;
-    if (!uv_is_active((uv_handle_t *)&x->sweep)) {
-        uv_timer_start(&x->sweep, on_sweep, TCP__SWEEP_MS, TCP__SWEEP_MS);
-    }
+    sweep_start(x);
     return 0;
 }
 
@@ -654,7 +1154,6 @@ static int tcp_send(struct xport *base,
     struct peer *p;
     struct out_msg *m;
     size_t total;
-    uv_buf_t b;
     int rc;
 
     rc = xport_send_begin(x->closing, peer_address, iov, n, &total);
@@ -687,19 +1186,20 @@ static int tcp_send(struct xport *base,
     m->req = req;
     m->peer = p;
     m->conn = p->conn;
+    m->next = NULL;
+    m->cipher = NULL;
+    m->cipher_len = 0;
     m->size = XPORT_TCP_FRAME_HDR + total;
     xport_tcp_frame_encode(m->frame, XPORT_TCP_FRAME_MSG, p->conn->seq++, iov,
                            n, total);
-    b.base = (char *)m->frame;
-    b.len = m->size;
-    rc = uv_write(&m->wr, (uv_stream_t *)&p->conn->tcp, &b, 1, on_write);
-    if (rc != 0) {
-        tern_free(m);
-        conn_close(p->conn);
-        xport_done_push(&x->done, req, TERN_ENOCONN);
-        return 0;
-    }
     p->queued_bytes += m->size;
+    if (p->conn->tls != NULL && !p->conn->tls_ready) {
+        /* Encrypted once the handshake completes (tls_established). */
+        *p->conn->pend_tail = m;
+        p->conn->pend_tail = &m->next;
+    } else {
+        out_msg_start(m);
+    }
     spin_arm(x);
     return 0;
 }
@@ -759,6 +1259,7 @@ static void tcp_get_stats(const struct xport *base, struct xport_stats *out)
 
     out->spins = x->spins;
     out->spin_hits = x->spin_hits;
+    out->auth_refused = x->auth_refused;
 }
 
 static const struct xport_ops tcp_ops = {
@@ -804,6 +1305,8 @@ int xport_tcp_new(uv_loop_t *loop,
     size_t max_message = TCP__DEFAULT_MAX_MESSAGE;
     size_t max_queued = TCP__DEFAULT_MAX_QUEUED;
     unsigned retry_ms = TCP__DEFAULT_RETRY_MS;
+    unsigned hs_timeout_ms = TCP__HANDSHAKE_TIMEOUT_MS;
+    unsigned max_pending = TCP__MAX_PENDING_INBOUND;
     int fd;
     int rc;
 
@@ -812,6 +1315,16 @@ int xport_tcp_new(uv_loop_t *loop,
         max_queued =
             opts->max_queued_bytes ? opts->max_queued_bytes : max_queued;
         retry_ms = opts->connect_retry_ms ? opts->connect_retry_ms : retry_ms;
+        hs_timeout_ms = opts->handshake_timeout_ms ? opts->handshake_timeout_ms
+                                                   : hs_timeout_ms;
+        max_pending =
+            opts->max_pending_inbound ? opts->max_pending_inbound : max_pending;
+        if ((opts->tls_server == NULL) != (opts->tls_client == NULL)) {
+            tern_errmsg_printf(errmsg,
+                               "tcp: TLS needs both a server and a client "
+                               "context");
+            return TERN_EINVAL;
+        }
     }
     if (max_message > UINT32_MAX - XPORT_TCP_FRAME_HDR) {
         tern_errmsg_printf(errmsg, "tcp: max_message %zu exceeds %u",
@@ -844,6 +1357,12 @@ int xport_tcp_new(uv_loop_t *loop,
     x->max_message = max_message;
     x->max_queued = max_queued;
     x->retry_ms = retry_ms;
+    x->hs_timeout_ms = hs_timeout_ms;
+    x->max_pending = max_pending;
+    if (opts != NULL) {
+        x->tls_server = opts->tls_server;
+        x->tls_client = opts->tls_client;
+    }
     rc = uv_tcp_init(loop, &x->listener); /* leaves no trace on failure */
     if (rc != 0) {
         tern_errmsg_printf(errmsg, "tcp: init: %s", tern_strerror(rc));

@@ -16,7 +16,9 @@
 #
 # Node i (1..3): client port P+i, raft port P+100+i (P defaults to 7400:
 # 7401-7403 and 7501-7503). DIR (default ./tern-cluster) holds nodeN.ini,
-# nodeN.log, nodeN.pid and the data dirs nodeN/. Processes are only ever
+# nodeN.log, nodeN.pid, the data dirs nodeN/ and the cluster's credentials
+# in certs/ (made once with scripts/tern-certs.sh: nodes authenticate each
+# other with mutual TLS; TERN_PEER_AUTH=none runs without). Processes are only ever
 # signalled by the PID in their pid file, after checking that the PID still
 # runs ternd with that node's config.
 #
@@ -24,7 +26,8 @@
 # TERN_CLI for the binaries themselves; TERN_ELECTION_TIMEOUT_MS (150),
 # TERN_HEARTBEAT_MS (15), TERN_LOG_LEVEL (info), TERN_RAFT_EXTRA and
 # TERN_NODE_EXTRA (extra "key = value" lines, newline separated, for the
-# [raft] and [node] sections), TERN_UP_TIMEOUT (15 s).
+# [raft] and [node] sections), TERN_UP_TIMEOUT (15 s), TERN_PEER_AUTH
+# (tls).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -68,6 +71,8 @@ check_node() {
 write_config() { # i
     local i=$1 p
     mkdir -p "$dir/node$i"
+    # Once per cluster dir (existing files are kept).
+    "$ROOT/scripts/tern-certs.sh" "$dir/certs" $(seq 1 $NODES) >/dev/null
     {
         echo "[node]"
         echo "id = $i"
@@ -81,6 +86,13 @@ write_config() { # i
         echo "election_timeout_ms = ${TERN_ELECTION_TIMEOUT_MS:-150}"
         echo "heartbeat_ms = ${TERN_HEARTBEAT_MS:-15}"
         [ -n "${TERN_RAFT_EXTRA:-}" ] && printf '%s\n' "$TERN_RAFT_EXTRA"
+        echo
+        echo "[security]"
+        echo "peer_auth = ${TERN_PEER_AUTH:-tls}"
+        echo "cluster_ca = $dir/certs/ca.pem"
+        echo "node_cert = $dir/certs/node$i.pem"
+        echo "node_key = $dir/certs/node$i.key"
+        echo "cluster_secret_file = $dir/certs/cluster.secret"
         echo
         echo "[peers]"
         for p in $(seq 1 $NODES); do

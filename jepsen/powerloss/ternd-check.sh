@@ -52,6 +52,8 @@ for ((n = 1; n <= NODES; n++)); do
     ADDRS=${ADDRS:+$ADDRS,}${C[$n]}
     mkdir -p "$T/n$n/data" "$T/n$n/state"
 done
+# The cluster's credentials: nodes authenticate each other (peer_auth tls).
+"$HERE/../../scripts/tern-certs.sh" "$T/certs" $(seq 1 "$NODES") >/dev/null
 
 # start_nodes TAG [shim]: starts every node, waits (bounded) for a writable
 # leader (a queue list through the leader succeeds).
@@ -63,7 +65,9 @@ start_nodes() {
         [ "${2:-}" = shim ] && pre=(env LD_PRELOAD="$SHIM" TERN_POWERLOSS_ROOT="$T/n$n/data"
             TERN_POWERLOSS_DIR="$T/n$n/state")
         "${pre[@]}" "$TERND" --id "$n" --data-dir "$T/n$n/data" --client-addr "${C[$n]}" \
-            --raft-addr "${R[$n]}" "${PEERS[@]}" --snapshot-bytes 32K \
+            --raft-addr "${R[$n]}" "${PEERS[@]}" --cluster-ca "$T/certs/ca.pem" \
+            --node-cert "$T/certs/node$n.pem" --node-key "$T/certs/node$n.key" \
+            --cluster-secret-file "$T/certs/cluster.secret" --snapshot-bytes 32K \
             --snapshot-trailing 8 ${TERND_ARGS:-} >"$T/n$n/ternd.$tag.log" 2>&1 &
         PIDS+=($!)
     done

@@ -64,15 +64,37 @@ struct xport_iov
     size_t len;
 };
 
+struct auth_tls_ctx;
+
+/* tcp options. Mutual TLS (rdma/tcp.c, "TLS"): with tls_server and
+ * tls_client set, every connection runs TLS 1.3; the connecting side is
+ * the TLS client (tls_client: role AUTH_TLS_CLIENT with this node's
+ * certificate) and requires the server's certificate CN to be
+ * "node-<id it dialed>"; the accepting side is the TLS server
+ * (tls_server: role AUTH_TLS_SERVER, require_peer_cert) and requires the
+ * HELLO's sender id to be the id in the client certificate's CN
+ * "node-<id>". Both NULL: plaintext (peer_auth none). Both contexts are
+ * borrowed: they must outlive the transport. */
 struct xport_tcp_options
 {
-    size_t max_message;        /* largest message accepted; 0 = 256 MiB */
-    size_t max_queued_bytes;   /* per peer; 0 = 64 MiB */
-    unsigned connect_retry_ms; /* reconnect back-off; 0 = 100 */
+    size_t max_message;              /* largest message accepted; 0 = 256 MiB */
+    size_t max_queued_bytes;         /* per peer; 0 = 64 MiB */
+    unsigned connect_retry_ms;       /* reconnect back-off; 0 = 100 */
+    struct auth_tls_ctx *tls_server; /* accepting side, or NULL */
+    struct auth_tls_ctx *tls_client; /* connecting side, or NULL */
+    unsigned handshake_timeout_ms;   /* an inbound connection that has not
+                                      * finished TLS and HELLO by then is
+                                      * closed; so is an outbound one whose
+                                      * TLS handshake has not finished that
+                                      * long after connecting; 0 = 5000 */
+    unsigned max_pending_inbound;    /* inbound connections still in TLS or
+                                      * waiting for HELLO; more are closed
+                                      * at once; 0 = 64 */
 };
 
 /* Create a TCP transport listening on bind_address ("host:port").
- * *out is owned by the caller, released by xport_close. */
+ * *out is owned by the caller, released by xport_close. TERN_EINVAL when
+ * only one of tls_server/tls_client is set. */
 int xport_tcp_new(uv_loop_t *loop,
                   uint64_t self_id,
                   const char *bind_address,

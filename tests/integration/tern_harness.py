@@ -8,6 +8,11 @@ by PID, runs the `tern` CLI, and always reaps every child it started
 XXH32 (the checksum of every tern frame) and encoders/decoders for the
 24-byte client frame header, for raw-socket tests.
 
+Every cluster authenticates its nodes to each other (peer_auth = tls):
+Cluster makes the cluster's credentials once, with scripts/tern-certs.sh,
+in <tmp>/certs, and writes their paths into each node's [security]
+section; Cluster(peer_auth="none") runs without them.
+
 Binaries: $TERND and $TERN_CLI (CMake passes $<TARGET_FILE:...>), otherwise
 $TERN_BIN/node/ternd and $TERN_BIN/cli/tern, $TERN_BIN defaulting to
 <repo>/build.
@@ -281,6 +286,32 @@ def poll(fn, timeout, interval=0.05):
     return None
 
 
+# ---- cluster credentials -------------------------------------------------------
+
+CERTS_SCRIPT = os.path.join(REPO, "scripts", "tern-certs.sh")
+
+
+def make_certs(certs_dir, ids, clients=()):
+    """Credentials of a cluster in certs_dir (CA, node<ID>.pem/.key,
+    client-<NAME>.pem/.key, cluster.secret) with scripts/tern-certs.sh;
+    files already there are kept, so calling it again adds nodes."""
+    args = [CERTS_SCRIPT]
+    for c in clients:
+        args += ["--client", c]
+    args += [certs_dir] + [str(i) for i in ids]
+    subprocess.run(args, check=True, stdout=subprocess.DEVNULL,
+                   timeout=120)
+
+
+def security_lines(certs_dir, nid):
+    """The [security] keys (after peer_auth) of node nid."""
+    return ["cluster_ca = %s" % os.path.join(certs_dir, "ca.pem"),
+            "node_cert = %s" % os.path.join(certs_dir, "node%d.pem" % nid),
+            "node_key = %s" % os.path.join(certs_dir, "node%d.key" % nid),
+            "cluster_secret_file = %s" %
+            os.path.join(certs_dir, "cluster.secret")]
+
+
 # ---- the cluster -------------------------------------------------------------
 
 _live_clusters = []
@@ -333,9 +364,10 @@ class Cluster:
 
     def __init__(self, n=3, raft=None, node=None, limits=None,
                  data_dirs=None, election_timeout_ms=150, heartbeat_ms=15,
-                 log_level="info"):
+                 log_level="info", peer_auth="tls"):
         """raft/node/limits: extra keys for those INI sections; data_dirs:
-        {node id: data dir} overriding <tmp>/data/nodeN."""
+        {node id: data dir} overriding <tmp>/data/nodeN; peer_auth: "tls"
+        (credentials from tern-certs.sh in <tmp>/certs) or "none"."""
         self.ternd, self.cli = binaries()
         self.dir = tempfile.mkdtemp(prefix="tern-it-")
         self.data_root = os.path.join(self.dir, "data")
@@ -345,6 +377,8 @@ class Cluster:
         self.election_timeout_ms = election_timeout_ms
         self.heartbeat_ms = heartbeat_ms
         self.log_level = log_level
+        self.peer_auth = peer_auth
+        self.certs = os.path.join(self.dir, "certs")
         ports = free_ports(2 * n)
         self.nodes = {i + 1: Node(self, i + 1, ports[i], ports[n + i])
                       for i in range(n)}
@@ -353,6 +387,7 @@ class Cluster:
         _live_clusters.append(self)
         for i, d in (data_dirs or {}).items():
             self.nodes[i].data_dir = d
+        make_certs(self.certs, sorted(self.nodes))
         for nd in self.nodes.values():
             self.write_config(nd)
 
@@ -378,6 +413,8 @@ class Cluster:
         if self.limits:
             lines += ["", "[limits]"]
             lines += ["%s = %s" % kv for kv in self.limits.items()]
+        lines += ["", "[security]", "peer_auth = %s" % self.peer_auth]
+        lines += security_lines(self.certs, nd.id)
         lines += ["", "[peers]"]
         lines += ["%d = %s,%s" % (p.id, p.raft_addr, p.client_addr)
                   for p in self.nodes.values()]

@@ -43,6 +43,10 @@ static const char three_nodes[] =
     "max_message_bytes = 1M\n"
     "max_frame_bytes = 2M\n"
     "min_free_disk_bytes = 1024\n"
+    "[security]\n"
+    "cluster_ca = /etc/tern/ca.pem\n"
+    "node_cert = /etc/tern/node.pem\n"
+    "node_key = /etc/tern/node.key\n"
     "[peers]\n"
     "1 = 127.0.0.1:17501,127.0.0.1:17401\n"
     "2 = 127.0.0.1:17502,127.0.0.1:17402\n"
@@ -86,9 +90,11 @@ Test(config, file_all_sections)
 Test(config, defaults)
 {
     ARGS("--id", "1", "--data-dir", "/tmp/x", "--client-addr", "127.0.0.1:7401",
-         "--raft-addr", "127.0.0.1:7501");
+         "--raft-addr", "127.0.0.1:7501", "--cluster-ca", "/c.pem",
+         "--node-cert", "/n.pem", "--node-key", "/n.key");
     cr_assert_eq(node_config_parse_args(&cfg, argc_, argv_, errmsg), 0, "%s",
                  errmsg);
+    cr_expect_eq(cfg.peer_auth, NODE_PEER_AUTH_TLS);
     cr_expect_eq(cfg.election_timeout_ms, 150);
     cr_expect_eq(cfg.heartbeat_ms, 15);
     cr_expect_eq(cfg.max_message_bytes, 4u << 20);
@@ -464,6 +470,39 @@ Test(config, security_keys)
                      &cfg, "[security]\npeer_auth = maybe\n", "t", errmsg),
                  TERN_EINVAL);
     cr_expect(strstr(errmsg, "not tls or none") != NULL, "%s", errmsg);
+}
+
+Test(config, peer_auth_tls_needs_credentials)
+{
+    static const char *const keys[] = {"cluster_ca", "node_cert", "node_key"};
+    static const char *const lines[] = {
+        "cluster_ca = /c.pem\n", "node_cert = /n.pem\n", "node_key = /n.key\n"};
+
+    for (unsigned miss = 0; miss < 3; miss++) {
+        char text[256];
+        struct node_config c;
+        int k = snprintf(text, sizeof text,
+                         "[node]\nid = 1\ndata_dir = /tmp/s1\n"
+                         "raft_addr = 127.0.0.1:7501\n"
+                         "client_addr = 127.0.0.1:7401\n[security]\n");
+        for (unsigned i = 0; i < 3; i++) {
+            if (i != miss) {
+                k +=
+                    snprintf(text + k, sizeof text - (size_t)k, "%s", lines[i]);
+            }
+        }
+        node_config_init(&c);
+        cr_assert_eq(node_config_load_string(&c, text, "t", errmsg), 0, "%s",
+                     errmsg);
+        cr_expect_eq(node_config_validate(&c, errmsg), TERN_EINVAL);
+        cr_expect(strstr(errmsg, keys[miss]) != NULL, "%s", errmsg);
+        /* peer_auth = none needs none of them. */
+        cr_assert_eq(node_config_load_string(
+                         &c, "[security]\npeer_auth = none\n", "t", errmsg),
+                     0);
+        cr_expect_eq(node_config_validate(&c, errmsg), 0, "%s", errmsg);
+        node_config_free(&c);
+    }
 }
 
 Test(config, dev_mode_runs_without_peer_auth)

@@ -1,6 +1,7 @@
 /* Transport conformance suite: ONE set of tests of the xport contract
  * (rdma/xport.h) run against every backend that moves bytes between
- * processes (tcp, shm; verbs joins when it runs somewhere), through a table
+ * processes (tcp, tcp with mutual TLS, shm; verbs joins when it runs
+ * somewhere), through a table
  * of constructors. The sender and the receiver run on two separate uv loops
  * that the test pumps explicitly, so a stalled or slow receiver is a loop
  * the test does not run (no sleeps; every wait is a bounded poll with a
@@ -19,6 +20,7 @@
 #include <xport.h>
 
 #include "xport_test_harness.h"
+#include "xport_test_tls.h"
 
 #define DEADLINE_NS  (20ull * 1000 * 1000 * 1000)
 #define ADDR_MAX     108
@@ -65,6 +67,7 @@ static void teardown(void)
     cr_expect_eq(uv_loop_close(&loop_b), 0, "every handle of B was closed");
     cr_expect_eq(reentrant_cbs, 0, "no callback ran inside xport_send");
     rm_tree(tmpdir);
+    tls_creds_free(); /* after every transport is closed */
 }
 
 static int expired(void)
@@ -186,7 +189,56 @@ static struct xport *shm_make(uv_loop_t *loop,
     return shm_make_at(loop, id, pr, addr);
 }
 
+/* tcp with mutual TLS: every node presents node<id> of one cluster CA
+ * (made on first use in this test). */
+static const char *tls_dir;
+
+static struct xport_tcp_options tcp_tls_options(const struct profile *pr,
+                                                uint64_t id)
+{
+    struct xport_tcp_options o = tcp_options(pr);
+    if (tls_n_ctx == 0) {
+        tls_dir = tls_creds_make("cluster", "1 2 10 20");
+        /* Making credentials is no part of the test's time. */
+        deadline = uv_hrtime() + DEADLINE_NS;
+    }
+    tls_node_options(&o, tls_dir, id, tls_dir);
+    return o;
+}
+
+static struct xport *tcp_tls_make_at(uv_loop_t *loop,
+                                     uint64_t id,
+                                     const struct profile *pr,
+                                     const char *addr)
+{
+    struct xport_tcp_options o = tcp_tls_options(pr, id);
+    char errmsg[TERN_ERRMSG_SIZE];
+    struct xport *x = NULL;
+    int rc = 0;
+
+    for (int i = 0; i < 1000 && !expired(); i++) {
+        rc = xport_tcp_new(loop, id, addr, &o, &x, errmsg);
+        if (rc != -EADDRINUSE) {
+            break;
+        }
+        pump(1);
+    }
+    cr_assert_eq(rc, 0, "xport_tcp_new %s: %s", addr, errmsg);
+    return x;
+}
+
+static struct xport *tcp_tls_make(uv_loop_t *loop,
+                                  uint64_t id,
+                                  const struct profile *pr,
+                                  char addr[ADDR_MAX])
+{
+    struct xport_tcp_options o = tcp_tls_options(pr, id);
+    return tcp_make_random(loop, id, &o, addr, ADDR_MAX);
+}
+
 static const struct backend backend_tcp = {"tcp", tcp_make, tcp_make_at};
+static const struct backend backend_tcp_tls = {"tcp_tls", tcp_tls_make,
+                                               tcp_tls_make_at};
 static const struct backend backend_shm = {"shm", shm_make, shm_make_at};
 
 /* ---- messages and sinks ------------------------------------------------ */
@@ -711,6 +763,11 @@ static void t_reply_and_close_from_recv_callback(const struct backend *be)
          .timeout = 60)                                                        \
     {                                                                          \
         t_##test(&backend_tcp);                                                \
+    }                                                                          \
+    Test(conformance_tcp_tls, test, .init = setup, .fini = teardown,           \
+         .timeout = 60)                                                        \
+    {                                                                          \
+        t_##test(&backend_tcp_tls);                                            \
     }                                                                          \
     Test(conformance_shm, test, .init = setup, .fini = teardown,               \
          .timeout = 60)                                                        \
