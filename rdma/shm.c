@@ -592,7 +592,7 @@ static ssize_t sock_recv(int sock,
             if (n_got < SHM__FDS_MAX) {
                 got[n_got++] = fd;
             } else {
-                close(fd); /* not reached: the buffer holds SHM__FDS_MAX */
+                close(fd); /* n_got > 2 already: refused below */
             }
         }
     }
