@@ -179,20 +179,18 @@
 #define SHM__MSG_CHALLENGE      3u
 #define SHM__MSG_AUTH           4u
 #define SHM__NONCE              32u
-#define SHM__FDS_MAX                                                           \
-    3u /* fds a message may carry, plus one to                                 \
-        * see that there were too many */
-#define SHM__LABEL_RECEIVER  "tern shm receiver"
-#define SHM__LABEL_SENDER    "tern shm sender"
-#define SHM__KIND_RING       1u
-#define SHM__KIND_CTRL       2u
-#define SHM__OFF_ARMED       64u
-#define SHM__OFF_CREDIT      64u
-#define SHM__OFF_FENCE       128u
-#define SHM__DRAIN_BUDGET    1024u /* messages per ring per wake-up */
-#define SHM__ACCEPT_BUDGET   64u
-#define SHM__SPIN_MISS_LIMIT 8u  /* empty rounds before backing off */
-#define SHM__SPIN_SKIP       64u /* sends without a round after that */
+#define SHM__FDS_MAX            3u /* 2 per message, 1 more to see too many */
+#define SHM__LABEL_RECEIVER     "tern shm receiver"
+#define SHM__LABEL_SENDER       "tern shm sender"
+#define SHM__KIND_RING          1u
+#define SHM__KIND_CTRL          2u
+#define SHM__OFF_ARMED          64u
+#define SHM__OFF_CREDIT         64u
+#define SHM__OFF_FENCE          128u
+#define SHM__DRAIN_BUDGET       1024u /* messages per ring per wake-up */
+#define SHM__ACCEPT_BUDGET      64u
+#define SHM__SPIN_MISS_LIMIT    8u  /* empty rounds before backing off */
+#define SHM__SPIN_SKIP          64u /* sends without a round after that */
 
 /* Where a connection is in the handshake (top of the file): the message
  * it waits for. */
