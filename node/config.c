@@ -45,6 +45,8 @@
  *   node_key    = /etc/tern/node1.key ; its private key (mode 0600)
  *   cluster_secret_file = /etc/tern/cluster.secret ; shm/rdma handshakes:
  *                                  ; 64 hex digits, mode 0600
+ *                                  ; (transport shm with peer_auth = tls:
+ *                                  ; required, checked at start-up)
  *
  *   [peers]                        ; every voter, this node included
  *   1 = 127.0.0.1:7501,127.0.0.1:7401   ; <id> = <raft_addr>,<client_addr>
@@ -84,6 +86,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <auth.h>
 #include <tern_common.h>
 
 #include "config.h"
@@ -1004,6 +1007,35 @@ out:
 
 /* ---- Validation --------------------------------------------------------- */
 
+/* transport shm with peer_auth = tls: the shm handshake proves the
+ * cluster secret, so the file must be there, private and well-formed
+ * (auth_secret_load checks all three); read once here so a bad file stops
+ * ternd before it starts, then wiped. */
+static int validate_cluster_secret(const struct node_config *c, char *errmsg)
+{
+    struct auth_secret secret;
+    int rv;
+
+    if (c->peer_auth != NODE_PEER_AUTH_TLS ||
+        strcmp(c->transport, "shm") != 0) {
+        return 0;
+    }
+    if (c->cluster_secret_file == NULL) {
+        tern_errmsg_printf(errmsg,
+                           "transport shm with peer_auth = tls needs the "
+                           "cluster secret ([security] cluster_secret_file "
+                           "or --cluster-secret-file; scripts/tern-certs.sh "
+                           "makes one)");
+        return TERN_EINVAL;
+    }
+    rv = auth_secret_load(c->cluster_secret_file, &secret, errmsg);
+    auth_wipe(&secret, sizeof(secret));
+    if (rv != 0) {
+        tern_errmsg_wrapf(errmsg, "transport shm");
+    }
+    return rv;
+}
+
 int node_config_validate(struct node_config *c, char *errmsg)
 {
     const struct node_peer *self;
@@ -1141,6 +1173,10 @@ int node_config_validate(struct node_config *c, char *errmsg)
                 return TERN_EINVAL;
             }
         }
+    }
+    rv = validate_cluster_secret(c, errmsg);
+    if (rv != 0) {
+        return rv;
     }
     return 0;
 }

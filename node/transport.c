@@ -15,6 +15,9 @@
  * (alone, or the slow child of a composite) runs mutual TLS with two
  * contexts made from cluster_ca, node_cert and node_key (rdma/tcp.c,
  * "TLS"); with none it runs in plaintext.
+ * shm with peer_auth = tls: the shm handshake proves the cluster secret
+ * (rdma/shm.c), read from cluster_secret_file for xport_shm_new (which
+ * keeps its own copy) and wiped here right after.
  *
  * Busy-polling (node_transport_set_busy_poll, on every change of raft
  * role) and the counters of the shutdown line (node_transport_stats) go
@@ -182,6 +185,7 @@ int node_transport_start(struct node_transport *t, char *errmsg)
     (void)snprintf(t->name, sizeof(t->name), "tcp");
     if (strcmp(want, "shm") == 0) {
         struct xport_shm_options so;
+        struct auth_secret secret;
         char path[128];
         rv = shm_socket_path(c->shm_dir, c->raft_addr, path, sizeof(path));
         if (rv != 0) {
@@ -191,13 +195,31 @@ int node_transport_start(struct node_transport *t, char *errmsg)
         }
         memset(&so, 0, sizeof(so));
         so.ring_bytes = shm_ring_bytes(c);
+        if (c->peer_auth == NODE_PEER_AUTH_TLS) {
+            rv =
+                c->cluster_secret_file == NULL
+                    ? TERN_EINVAL
+                    : auth_secret_load(c->cluster_secret_file, &secret, errmsg);
+            if (rv != 0) {
+                if (c->cluster_secret_file == NULL) {
+                    tern_errmsg_printf(errmsg, "no cluster_secret_file");
+                }
+                tern_errmsg_wrapf(errmsg, "shm transport");
+                return rv;
+            }
+            so.secret = &secret;
+        }
         rv = xport_shm_new(t->loop, c->id, path, &so, &fast, errmsg);
+        if (so.secret != NULL) {
+            auth_wipe(&secret, sizeof(secret));
+        }
         if (rv != 0) {
             tern_errmsg_wrapf(errmsg, "shm transport on %s", path);
             return rv;
         }
         node_log(NODE_LOG_INFO, "shm transport listening",
-                 "path=%s ring_bytes=%zu", path, so.ring_bytes);
+                 "path=%s ring_bytes=%zu auth=%s", path, so.ring_bytes,
+                 so.secret != NULL ? "cluster-secret" : "none");
         return wrap_fallback(t, fast, errmsg);
     }
     if (strcmp(want, "rdma") != 0 && strcmp(want, "auto") != 0) {

@@ -15,25 +15,69 @@
  * ring it for new records and for credit returned to a waiting sender.
  * memfds instead of /dev/shm files: a killed process leaves nothing behind,
  * and every connection gets fresh, zeroed memory, so a restarted peer can
- * never see (or scribble on) the previous incarnation's ring. Trust: any
- * process that can connect to the socket can map a ring and write into
- * it; access control is the socket directory's permissions (one host, one
- * cluster user). Records are still fully validated (rdma/ring.c).
+ * never see (or scribble on) the previous incarnation's ring.
  *
- * Handshake messages, version 1 (one SEQPACKET message each, 40 bytes,
- * integers little-endian, fds passed with SCM_RIGHTS):
+ * Trust. A ring is a door into the receiver's Raft: whoever may write it
+ * can forge messages. So no memfd or eventfd crosses the socket before
+ * both sides have proven they hold the cluster secret (auth.h: 32 bytes
+ * every node of the cluster shares), by a mutual challenge-response. The
+ * socket directory's permissions stay a second line, and the only line
+ * against a relay: a process that can put its own socket at a node's path
+ * (the node not running, the directory writable) can pass the proofs of
+ * two real nodes between them. Without a secret (xport_shm_options.secret
+ * NULL, the node's peer_auth = none) the proofs are zeros and nobody
+ * checks them: any process that can connect gets a ring. Records are
+ * always fully validated (rdma/ring.c).
+ *
+ * Handshake messages, version 2 (one SEQPACKET message each, 104 bytes,
+ * integers little-endian):
  *
  *   offset size field
  *        0    4 magic     0x48534d54 (bytes "TMSH")
- *        4    2 version   1
- *        6    2 type      1 = HELLO (sender -> receiver; fds: control
- *                         memfd, sender's eventfd), 2 = WELCOME (receiver
- *                         -> sender; fds: ring memfd, receiver's eventfd)
- *        8    8 sender    node id of the sending side of the ring
- *       16    8 receiver  node id of the receiving side
- *       24    8 capacity  WELCOME: ring data bytes; HELLO: 0
- *       32    4 checksum  tern_checksum32 over bytes 0..31
- *       36    4 zero
+ *        4    2 version   2
+ *        6    2 type      1 = HELLO, 2 = WELCOME, 3 = CHALLENGE, 4 = AUTH
+ *        8    8 sender    node id S of the sending side of the ring
+ *       16    8 receiver  node id R of the receiving side
+ *       24    8 capacity  WELCOME: ring data bytes; others: 0
+ *       32   32 nonce     HELLO: Ns; CHALLENGE: Nr; others: zeros
+ *       64   32 mac       CHALLENGE: MAC_r; AUTH: MAC_s; others: zeros
+ *       96    4 checksum  tern_checksum32 over bytes 0..95
+ *      100    4 zero
+ *
+ * The exchange (S connects to R's socket; fds with SCM_RIGHTS):
+ *
+ *   1. S -> R  HELLO      S, R, Ns                  no fds
+ *   2. R -> S  CHALLENGE  S, R, Nr, MAC_r           no fds
+ *   3. S -> R  AUTH       S, R, MAC_s               fds: S's control memfd,
+ *                                                   S's eventfd
+ *   4. R -> S  WELCOME    S, R, capacity            fds: the ring memfd,
+ *                                                   R's eventfd
+ *
+ *   MAC_r = auth_secret_mac(secret, "tern shm receiver", [S, R, Ns, Nr])
+ *   MAC_s = auth_secret_mac(secret, "tern shm sender",   [S, R, Ns, Nr])
+ *
+ * with S and R as 8-byte little-endian parts and Ns, Nr 32 bytes from
+ * auth_random, fresh for every connection (auth_secret_mac prefixes the
+ * label and every part with its length). S checks MAC_r (auth_equal,
+ * constant time) before it creates or passes anything; R checks MAC_s
+ * before it creates the ring. Why it holds: a proof covers both nonces, so
+ * an AUTH recorded on another connection fails against a fresh Nr (and a
+ * CHALLENGE against a fresh Ns); the labels differ per direction, so R's
+ * own MAC_r reflected back as an AUTH fails; the ids are in the
+ * transcript, so a proof for one pair of nodes serves no other.
+ *
+ * Refusals. The side that sees any of these closes the socket, closes
+ * every fd it received, delivers nothing and counts one auth_refused:
+ * bad magic, version, checksum or size; a message other than the one the
+ * step expects; ids other than the expected ones; a MAC that does not
+ * verify; fds on HELLO or CHALLENGE, or not exactly two on AUTH or
+ * WELCOME; a truncated message or fd list (MSG_TRUNC, MSG_CTRUNC: the
+ * kernel already closed the fds that did not fit); an inbound handshake
+ * not finished within handshake_timeout_ms. EOF during the handshake is
+ * not counted (the other side refused, or left). At most max_pending
+ * inbound connections may be in the handshake: one more closes the oldest
+ * of them (counted as refused and as evicted), so strangers cannot hold
+ * every slot for longer than it takes a real peer to finish.
  *
  * Shared files, version 1 (the first 4096 bytes of each memfd):
  *
@@ -78,8 +122,9 @@
  * the message is copied into the peer's bounded queue and written when
  * space or the connection arrives.
  * Failure modes:
- *   - connect fails (no such socket, refused) or no WELCOME within
- *     SHM__CONNECT_TIMEOUT_MS: queued sends complete with TERN_ENOCONN; a
+ *   - connect fails (no such socket, refused), the receiver does not
+ *     prove the secret, or no WELCOME within handshake_timeout_ms
+ *     (default 2000): queued sends complete with TERN_ENOCONN; a
  *     back-off of connect_retry_ms follows during which sends complete with
  *     TERN_ENOCONN at once; the next send after it reconnects;
  *   - the peer dies or closes (EOF/HUP on the socket): queued sends
@@ -112,22 +157,31 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <auth.h>
 #include <tern_common.h>
 
 #define SHM__DEFAULT_RING       ((size_t)8 << 20)
 #define SHM__DEFAULT_MAX_QUEUED ((size_t)64 << 20)
 #define SHM__DEFAULT_RETRY_MS   100u
-#define SHM__CONNECT_TIMEOUT_MS 2000u
+#define SHM__DEFAULT_HS_MS      2000u /* handshake_timeout_ms */
+#define SHM__DEFAULT_PENDING    32u   /* max_pending */
 #define SHM__SWEEP_MS           250u
 #define SHM__BACKLOG            128
 #define SHM__PATH_MAX           108 /* sizeof(sun_path) */
 #define SHM__FILE_HDR           4096u
 #define SHM__MSG_MAGIC          0x48534d54u
 #define SHM__FILE_MAGIC         0x46534d54u
-#define SHM__VERSION            1u
-#define SHM__MSG_SIZE           40u
+#define SHM__MSG_VERSION        2u
+#define SHM__FILE_VERSION       1u
+#define SHM__MSG_SIZE           104u
 #define SHM__MSG_HELLO          1u
 #define SHM__MSG_WELCOME        2u
+#define SHM__MSG_CHALLENGE      3u
+#define SHM__MSG_AUTH           4u
+#define SHM__NONCE              32u
+#define SHM__FDS_MAX            3u /* 2 per message, 1 more to see too many */
+#define SHM__LABEL_RECEIVER     "tern shm receiver"
+#define SHM__LABEL_SENDER       "tern shm sender"
 #define SHM__KIND_RING          1u
 #define SHM__KIND_CTRL          2u
 #define SHM__OFF_ARMED          64u
@@ -137,6 +191,16 @@
 #define SHM__ACCEPT_BUDGET      64u
 #define SHM__SPIN_MISS_LIMIT    8u  /* empty rounds before backing off */
 #define SHM__SPIN_SKIP          64u /* sends without a round after that */
+
+/* Where a connection is in the handshake (top of the file): the message
+ * it waits for. */
+enum shm_hs {
+    SHM_HS_HELLO,     /* inbound, accepted */
+    SHM_HS_AUTH,      /* inbound, CHALLENGE sent */
+    SHM_HS_CHALLENGE, /* outbound, HELLO sent */
+    SHM_HS_WELCOME,   /* outbound, AUTH sent */
+    SHM_HS_DONE,
+};
 
 /* One unix-socket connection and the shared memory that goes with it.
  * Outbound (rc.peer != NULL): we send; ring_map is the peer's ring,
@@ -155,6 +219,12 @@ struct conn
     uint8_t *ctrl_map;
     size_t ctrl_map_len;
     size_t cap;
+    enum shm_hs hs;
+    int pending;            /* inbound, counted in x->pending */
+    uint8_t ns[SHM__NONCE]; /* the sender's nonce */
+    uint8_t nr[SHM__NONCE]; /* the receiver's nonce */
+    uint64_t hs_sender;     /* inbound: ids of the HELLO */
+    uint64_t hs_receiver;
 };
 
 /* The shm-only counters (the driver keeps the others). */
@@ -165,6 +235,8 @@ struct shm_counters
     uint64_t spins;
     uint64_t spin_hits;
     uint64_t spin_ns;
+    uint64_t auth_refused;
+    uint64_t evicted;
 };
 
 struct shm_xport
@@ -183,6 +255,11 @@ struct shm_xport
     uv_timer_t sweep;
     struct shm_counters stats;
     int lpoll_ok, epoll_ok;
+    struct auth_secret secret; /* wiped in shm_destroy */
+    int has_secret;
+    unsigned hs_timeout_ms;
+    unsigned max_pending;
+    unsigned pending; /* inbound connections in the handshake */
 };
 
 static const struct xport_ops shm_ops;
@@ -243,7 +320,7 @@ static void file_hdr_encode(uint8_t *p,
                             uint64_t receiver)
 {
     tern_put_u32(p, SHM__FILE_MAGIC);
-    tern_put_u16(p + 4, SHM__VERSION);
+    tern_put_u16(p + 4, SHM__FILE_VERSION);
     tern_put_u16(p + 6, (uint16_t)kind);
     tern_put_u64(p + 8, cap);
     tern_put_u64(p + 16, sender);
@@ -261,7 +338,7 @@ static int file_hdr_check(const uint8_t *p,
         tern_get_u32(p + 32) != tern_checksum32(p, 32)) {
         return TERN_ECORRUPT;
     }
-    if (tern_get_u16(p + 4) != SHM__VERSION) {
+    if (tern_get_u16(p + 4) != SHM__FILE_VERSION) {
         return TERN_EVERSION;
     }
     if (tern_get_u16(p + 6) != kind || tern_get_u64(p + 8) != cap ||
@@ -321,48 +398,112 @@ static int memfd_map_peer(int fd, size_t size, uint8_t **map /* OUT */)
     return 0;
 }
 
-static void msg_encode(uint8_t m[SHM__MSG_SIZE],
-                       unsigned type,
-                       uint64_t sender,
-                       uint64_t receiver,
-                       size_t cap)
+/* A handshake message, decoded (layout at the top of the file). */
+struct hs_msg
+{
+    unsigned type;
+    uint64_t sender;
+    uint64_t receiver;
+    uint64_t cap;
+    uint8_t nonce[SHM__NONCE];
+    uint8_t mac[AUTH_MAC_SIZE];
+};
+
+static void msg_encode(uint8_t m[SHM__MSG_SIZE], const struct hs_msg *h)
 {
     memset(m, 0, SHM__MSG_SIZE);
     tern_put_u32(m, SHM__MSG_MAGIC);
-    tern_put_u16(m + 4, SHM__VERSION);
-    tern_put_u16(m + 6, (uint16_t)type);
-    tern_put_u64(m + 8, sender);
-    tern_put_u64(m + 16, receiver);
-    tern_put_u64(m + 24, cap);
-    tern_put_u32(m + 32, tern_checksum32(m, 32));
+    tern_put_u16(m + 4, SHM__MSG_VERSION);
+    tern_put_u16(m + 6, (uint16_t)h->type);
+    tern_put_u64(m + 8, h->sender);
+    tern_put_u64(m + 16, h->receiver);
+    tern_put_u64(m + 24, h->cap);
+    memcpy(m + 32, h->nonce, SHM__NONCE);
+    memcpy(m + 64, h->mac, AUTH_MAC_SIZE);
+    tern_put_u32(m + 96, tern_checksum32(m, 96));
 }
 
-/* Decode and check a handshake message of the given type. */
+/* Decode and check a handshake message of the given type. Returns 0,
+ * TERN_EVERSION, or TERN_EMALFORMED (size, magic, checksum, type). */
 static int msg_decode(const uint8_t *m,
                       size_t len,
                       unsigned type,
-                      uint64_t *sender /* OUT */,
-                      uint64_t *receiver /* OUT */,
-                      size_t *cap /* OUT */)
+                      struct hs_msg *out /* OUT */)
 {
-    if (len != SHM__MSG_SIZE || tern_get_u32(m) != SHM__MSG_MAGIC ||
-        tern_get_u32(m + 32) != tern_checksum32(m, 32)) {
+    if (len != SHM__MSG_SIZE || tern_get_u32(m) != SHM__MSG_MAGIC) {
         return TERN_EMALFORMED;
     }
-    if (tern_get_u16(m + 4) != SHM__VERSION) {
+    if (tern_get_u16(m + 4) != SHM__MSG_VERSION) {
         return TERN_EVERSION;
     }
-    if (tern_get_u16(m + 6) != type) {
+    if (tern_get_u32(m + 96) != tern_checksum32(m, 96) ||
+        tern_get_u16(m + 6) != type || tern_get_u32(m + 100) != 0) {
         return TERN_EMALFORMED;
     }
-    *sender = tern_get_u64(m + 8);
-    *receiver = tern_get_u64(m + 16);
-    *cap = (size_t)tern_get_u64(m + 24);
+    out->type = type;
+    out->sender = tern_get_u64(m + 8);
+    out->receiver = tern_get_u64(m + 16);
+    out->cap = tern_get_u64(m + 24);
+    memcpy(out->nonce, m + 32, SHM__NONCE);
+    memcpy(out->mac, m + 64, AUTH_MAC_SIZE);
     return 0;
 }
 
-/* Send a handshake message with two fds. Returns 0 or -errno. */
-static int sock_send(int sock, const uint8_t m[SHM__MSG_SIZE], int fd0, int fd1)
+/* The proof of one side (label SHM__LABEL_*) over ids and both nonces:
+ * zeros without a secret. Returns 0 or TERN_EINTERNAL. */
+static int hs_mac(const struct shm_xport *x,
+                  const char *label,
+                  uint64_t sender,
+                  uint64_t receiver,
+                  const uint8_t ns[SHM__NONCE],
+                  const uint8_t nr[SHM__NONCE],
+                  uint8_t out[AUTH_MAC_SIZE])
+{
+    uint8_t ids[16];
+    struct auth_iov parts[4];
+
+    if (!x->has_secret) {
+        memset(out, 0, AUTH_MAC_SIZE);
+        return 0;
+    }
+    tern_put_u64(ids, sender);
+    tern_put_u64(ids + 8, receiver);
+    parts[0] = (struct auth_iov){ids, 8};
+    parts[1] = (struct auth_iov){ids + 8, 8};
+    parts[2] = (struct auth_iov){ns, SHM__NONCE};
+    parts[3] = (struct auth_iov){nr, SHM__NONCE};
+    return auth_secret_mac(&x->secret, label, parts, 4, out);
+}
+
+/* Check the other side's proof in constant time (nothing to check without
+ * a secret). Returns 0, TERN_EAUTH, or TERN_EINTERNAL. */
+static int hs_verify(const struct shm_xport *x,
+                     const char *label,
+                     uint64_t sender,
+                     uint64_t receiver,
+                     const uint8_t ns[SHM__NONCE],
+                     const uint8_t nr[SHM__NONCE],
+                     const uint8_t got[AUTH_MAC_SIZE])
+{
+    uint8_t want[AUTH_MAC_SIZE];
+    int rc;
+
+    if (!x->has_secret) {
+        return 0;
+    }
+    rc = hs_mac(x, label, sender, receiver, ns, nr, want);
+    if (rc == 0 && !auth_equal(want, got, AUTH_MAC_SIZE)) {
+        rc = TERN_EAUTH;
+    }
+    auth_wipe(want, sizeof want);
+    return rc;
+}
+
+/* Send a handshake message with nfds fds (0 or 2). Returns 0 or -errno. */
+static int sock_send(int sock,
+                     const uint8_t m[SHM__MSG_SIZE],
+                     const int *fds,
+                     unsigned nfds)
 {
     union
     {
@@ -372,40 +513,60 @@ static int sock_send(int sock, const uint8_t m[SHM__MSG_SIZE], int fd0, int fd1)
     struct iovec iov = {(void *)m, SHM__MSG_SIZE};
     struct msghdr mh;
     struct cmsghdr *cm;
-    int fds[2] = {fd0, fd1};
 
     memset(&u, 0, sizeof u);
     memset(&mh, 0, sizeof mh);
     mh.msg_iov = &iov;
     mh.msg_iovlen = 1;
-    mh.msg_control = u.buf;
-    mh.msg_controllen = sizeof u.buf;
-    cm = CMSG_FIRSTHDR(&mh);
-    cm->cmsg_level = SOL_SOCKET;
-    cm->cmsg_type = SCM_RIGHTS;
-    cm->cmsg_len = CMSG_LEN(sizeof fds);
-    memcpy(CMSG_DATA(cm), fds, sizeof fds);
+    if (nfds > 0) {
+        mh.msg_control = u.buf;
+        mh.msg_controllen = CMSG_SPACE(nfds * sizeof(int));
+        cm = CMSG_FIRSTHDR(&mh);
+        cm->cmsg_level = SOL_SOCKET;
+        cm->cmsg_type = SCM_RIGHTS;
+        cm->cmsg_len = CMSG_LEN(nfds * sizeof(int));
+        memcpy(CMSG_DATA(cm), fds, nfds * sizeof(int));
+    }
     if (sendmsg(sock, &mh, MSG_NOSIGNAL) != (ssize_t)SHM__MSG_SIZE) {
         return errno != 0 ? -errno : -EIO;
     }
     return 0;
 }
 
-/* Receive one message and up to two fds (fds[i] = -1 when absent; the
- * caller owns and must close the ones received). Returns the message
- * length, 0 at EOF, -EAGAIN when nothing is there, or -errno. */
-static ssize_t sock_recv(int sock, uint8_t *m, size_t cap, int fds[2])
+static void close_fds(int fds[2])
+{
+    for (int i = 0; i < 2; i++) {
+        if (fds[i] >= 0) {
+            close(fds[i]);
+            fds[i] = -1;
+        }
+    }
+}
+
+/* Receive one message and its fds: fds[0..1] (-1 when absent; the caller
+ * owns and must close the ones received), *nfds how many came. Every fd
+ * of a message that is truncated (data or control) or carries more than
+ * two is closed here. Returns the message length, 0 at EOF, -EAGAIN when
+ * nothing is there, -EMSGSIZE (truncated, too many fds), or -errno. */
+static ssize_t sock_recv(int sock,
+                         uint8_t *m,
+                         size_t cap,
+                         int fds[2],
+                         unsigned *nfds /* OUT */)
 {
     union
     {
-        char buf[CMSG_SPACE(2 * sizeof(int))];
+        char buf[CMSG_SPACE(SHM__FDS_MAX * sizeof(int))];
         struct cmsghdr align;
     } u;
     struct iovec iov = {m, cap};
     struct msghdr mh;
+    int got[SHM__FDS_MAX];
+    unsigned n_got = 0;
     ssize_t n;
 
     fds[0] = fds[1] = -1;
+    *nfds = 0;
     memset(&mh, 0, sizeof mh);
     mh.msg_iov = &iov;
     mh.msg_iovlen = 1;
@@ -417,29 +578,33 @@ static ssize_t sock_recv(int sock, uint8_t *m, size_t cap, int fds[2])
     }
     for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm != NULL;
          cm = CMSG_NXTHDR(&mh, cm)) {
-        if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS) {
-            size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-            int got[2];
-            memcpy(got, CMSG_DATA(cm), TERN_MIN(k, (size_t)2) * sizeof(int));
-            for (size_t i = 0; i < k && i < 2; i++) {
-                fds[i] = got[i];
+        size_t k;
+        if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS ||
+            cm->cmsg_len < CMSG_LEN(0)) {
+            continue;
+        }
+        k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (size_t i = 0; i < k; i++) {
+            int fd;
+            memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof fd);
+            if (n_got < SHM__FDS_MAX) {
+                got[n_got++] = fd;
+            } else {
+                close(fd); /* n_got > 2 already: refused below */
             }
         }
     }
-    if (mh.msg_flags & (MSG_CTRUNC | MSG_TRUNC)) {
+    if ((mh.msg_flags & (MSG_CTRUNC | MSG_TRUNC)) != 0 || n_got > 2) {
+        for (unsigned i = 0; i < n_got; i++) {
+            close(got[i]);
+        }
         return -EMSGSIZE;
     }
-    return n;
-}
-
-static void close_fds(int fds[2])
-{
-    for (int i = 0; i < 2; i++) {
-        if (fds[i] >= 0) {
-            close(fds[i]);
-            fds[i] = -1;
-        }
+    for (unsigned i = 0; i < n_got; i++) {
+        fds[i] = got[i];
     }
+    *nfds = n_got;
+    return n;
 }
 
 /* ---- ring ops over shared memory ---------------------------------------- */
@@ -537,6 +702,15 @@ static void on_conn_closed(uv_handle_t *h)
     xport_ringx_maybe_finish(x);
 }
 
+/* An inbound connection leaves the handshake (up or closing). */
+static void pending_done(struct conn *c)
+{
+    if (c->pending) {
+        c->pending = 0;
+        shm_of(c->rc.x)->pending--;
+    }
+}
+
 /* Close a connection (idempotent). Outbound: the peer's queued messages
  * complete with status. */
 static void conn_close(struct xport_ringx_conn *rc, int status)
@@ -546,6 +720,7 @@ static void conn_close(struct xport_ringx_conn *rc, int status)
     if (rc->state == XPORT_RINGX_CLOSING) {
         return;
     }
+    pending_done(c);
     rc->state = XPORT_RINGX_CLOSING;
     (void)xport_ringx_conn_detach(rc, status);
     uv_close((uv_handle_t *)&c->poll, on_conn_closed);
@@ -567,6 +742,7 @@ static struct conn *conn_new(struct shm_xport *x,
     }
     c->sock = sock;
     c->remote_efd = -1;
+    c->hs = p == NULL ? SHM_HS_HELLO : SHM_HS_CHALLENGE;
     if (uv_poll_init(x->r.loop, &c->poll, sock) != 0) {
         conn_release(c); /* no handle was registered */
         return NULL;
@@ -574,6 +750,10 @@ static struct conn *conn_new(struct shm_xport *x,
     xport_ringx_conn_init(&x->r, &c->rc, p);
     c->poll.data = c;
     x->r.handles++;
+    if (p == NULL) {
+        c->pending = 1;
+        x->pending++;
+    }
     if (uv_poll_start(&c->poll, UV_READABLE | UV_DISCONNECT, on_conn_poll) !=
         0) {
         conn_close(&c->rc, TERN_ENOCONN);
@@ -708,30 +888,99 @@ static void spin_arm(struct xport_ringx *r)
     uv_prepare_start(&x->spin, on_spin);
 }
 
-/* Inbound: HELLO arrived with fds. Set up the ring and answer WELCOME. */
+/* ---- the handshake (top of the file) ---------------------------------- */
+
+/* A failure the other side caused (counted as a refusal), as opposed to
+ * a local one (memory, memfd) or the other side leaving. */
+static int peer_fault(int rc)
+{
+    return rc == TERN_EAUTH || rc == TERN_EMALFORMED || rc == TERN_EVERSION ||
+           rc == TERN_ECORRUPT || rc == -EMSGSIZE;
+}
+
+/* Inbound, step 1: HELLO (no fds). Answer CHALLENGE. */
 static int inbound_hello(struct conn *c,
                          const uint8_t *m,
                          ssize_t n,
-                         int fds[2])
+                         unsigned nfds)
+{
+    struct shm_xport *x = shm_of(c->rc.x);
+    char errmsg[TERN_ERRMSG_SIZE];
+    uint8_t out[SHM__MSG_SIZE];
+    struct hs_msg h;
+    int rc;
+
+    rc = msg_decode(m, (size_t)n, SHM__MSG_HELLO, &h);
+    if (rc != 0) {
+        return rc;
+    }
+    if (nfds != 0 || h.receiver != x->r.base.self_id || h.cap != 0) {
+        return TERN_EMALFORMED;
+    }
+    c->hs_sender = h.sender;
+    c->hs_receiver = h.receiver;
+    memcpy(c->ns, h.nonce, SHM__NONCE);
+    rc = auth_random(c->nr, SHM__NONCE, errmsg);
+    if (rc != 0) {
+        return rc;
+    }
+    memset(&h, 0, sizeof h);
+    h.type = SHM__MSG_CHALLENGE;
+    h.sender = c->hs_sender;
+    h.receiver = c->hs_receiver;
+    memcpy(h.nonce, c->nr, SHM__NONCE);
+    rc = hs_mac(x, SHM__LABEL_RECEIVER, h.sender, h.receiver, c->ns, c->nr,
+                h.mac);
+    if (rc != 0) {
+        return rc;
+    }
+    msg_encode(out, &h);
+    rc = sock_send(c->sock, out, NULL, 0);
+    if (rc != 0) {
+        return rc;
+    }
+    c->hs = SHM_HS_AUTH;
+    return 0;
+}
+
+/* Inbound, step 3: AUTH with the sender's control memfd and eventfd. Once
+ * its proof verifies, set up the ring and answer WELCOME with it. */
+static int inbound_auth(struct conn *c,
+                        const uint8_t *m,
+                        ssize_t n,
+                        int fds[2],
+                        unsigned nfds)
 {
     struct shm_xport *x = shm_of(c->rc.x);
     uint8_t welcome[SHM__MSG_SIZE];
-    uint64_t sender, receiver;
-    size_t cap;
+    struct hs_msg h;
+    uint64_t sender = c->hs_sender;
     char name[64];
+    int out_fds[2];
     int ring_fd;
     int rc;
 
-    rc = msg_decode(m, (size_t)n, SHM__MSG_HELLO, &sender, &receiver, &cap);
-    if (rc != 0 || receiver != x->r.base.self_id || fds[0] < 0 || fds[1] < 0) {
-        return rc != 0 ? rc : TERN_EMALFORMED;
+    rc = msg_decode(m, (size_t)n, SHM__MSG_AUTH, &h);
+    if (rc != 0) {
+        return rc;
     }
+    if (nfds != 2 || h.sender != sender || h.receiver != c->hs_receiver ||
+        h.cap != 0) {
+        return TERN_EMALFORMED;
+    }
+    rc = hs_verify(x, SHM__LABEL_SENDER, sender, c->hs_receiver, c->ns, c->nr,
+                   h.mac);
+    if (rc != 0) {
+        return rc;
+    }
+    /* The sender is proven: from here on it is a cluster peer. */
     rc = memfd_map_peer(fds[0], SHM__FILE_HDR, &c->ctrl_map);
     if (rc != 0) {
         return rc;
     }
     c->ctrl_map_len = SHM__FILE_HDR;
-    rc = file_hdr_check(c->ctrl_map, SHM__KIND_CTRL, 0, sender, receiver);
+    rc = file_hdr_check(c->ctrl_map, SHM__KIND_CTRL, 0, sender,
+                        x->r.base.self_id);
     if (rc != 0) {
         return rc;
     }
@@ -754,56 +1003,149 @@ static int inbound_hello(struct conn *c,
     xport_ring_rx_init(&c->rc.rx, &shm_ring_ops, c, c->ring_map + SHM__FILE_HDR,
                        c->cap);
     c->rc.rx.fence = x->r.fence;
-    msg_encode(welcome, SHM__MSG_WELCOME, sender, x->r.base.self_id, c->cap);
-    rc = sock_send(c->sock, welcome, ring_fd, x->efd);
+    memset(&h, 0, sizeof h);
+    h.type = SHM__MSG_WELCOME;
+    h.sender = sender;
+    h.receiver = x->r.base.self_id;
+    h.cap = c->cap;
+    msg_encode(welcome, &h);
+    out_fds[0] = ring_fd;
+    out_fds[1] = x->efd;
+    rc = sock_send(c->sock, welcome, out_fds, 2);
     close(ring_fd);
     if (rc != 0) {
         return rc;
     }
+    c->hs = SHM_HS_DONE;
+    pending_done(c);
     c->rc.rx_ready = 1;
     c->rc.state = XPORT_RINGX_UP;
     xport_ringx_supersede(&x->r, sender, &c->rc);
     return 0;
 }
 
-/* Outbound: WELCOME arrived with fds. Map the peer's ring; start sending. */
-static int outbound_welcome(struct conn *c,
-                            const uint8_t *m,
-                            ssize_t n,
-                            int fds[2])
+/* Outbound, step 2: CHALLENGE (no fds). Once the receiver's proof
+ * verifies, create the control file and answer AUTH with it and our
+ * eventfd. */
+static int outbound_challenge(struct conn *c,
+                              const uint8_t *m,
+                              ssize_t n,
+                              unsigned nfds)
 {
-    struct xport_ringx *x = c->rc.x;
-    uint64_t sender, receiver;
-    size_t cap;
+    struct shm_xport *x = shm_of(c->rc.x);
+    uint64_t self = x->r.base.self_id;
+    uint64_t peer = c->rc.peer->base.id;
+    uint8_t auth[SHM__MSG_SIZE];
+    struct hs_msg h;
+    char name[64];
+    int out_fds[2];
+    int ctrl_fd;
     int rc;
 
-    rc = msg_decode(m, (size_t)n, SHM__MSG_WELCOME, &sender, &receiver, &cap);
+    rc = msg_decode(m, (size_t)n, SHM__MSG_CHALLENGE, &h);
     if (rc != 0) {
         return rc;
     }
-    if (sender != x->base.self_id || receiver != c->rc.peer->base.id ||
-        !xport_ring_cap_valid(cap) || fds[0] < 0 || fds[1] < 0) {
+    if (nfds != 0 || h.sender != self || h.receiver != peer || h.cap != 0) {
         return TERN_EMALFORMED;
     }
+    memcpy(c->nr, h.nonce, SHM__NONCE);
+    rc = hs_verify(x, SHM__LABEL_RECEIVER, self, peer, c->ns, c->nr, h.mac);
+    if (rc != 0) {
+        return rc;
+    }
+    (void)snprintf(name, sizeof name, "tern-ctrl-%llu-to-%llu",
+                   (unsigned long long)self, (unsigned long long)peer);
+    ctrl_fd = memfd_new(name, SHM__FILE_HDR, &c->ctrl_map);
+    if (ctrl_fd < 0) {
+        return ctrl_fd;
+    }
+    c->ctrl_map_len = SHM__FILE_HDR;
+    file_hdr_encode(c->ctrl_map, SHM__KIND_CTRL, 0, self, peer);
+    memset(&h, 0, sizeof h);
+    h.type = SHM__MSG_AUTH;
+    h.sender = self;
+    h.receiver = peer;
+    rc = hs_mac(x, SHM__LABEL_SENDER, self, peer, c->ns, c->nr, h.mac);
+    if (rc == 0) {
+        msg_encode(auth, &h);
+        out_fds[0] = ctrl_fd;
+        out_fds[1] = x->efd;
+        rc = sock_send(c->sock, auth, out_fds, 2);
+    }
+    close(ctrl_fd);
+    if (rc != 0) {
+        return rc;
+    }
+    c->hs = SHM_HS_WELCOME;
+    return 0;
+}
+
+/* Outbound, step 4: WELCOME with the ring memfd and the receiver's
+ * eventfd. Map the ring; start sending. */
+static int outbound_welcome(struct conn *c,
+                            const uint8_t *m,
+                            ssize_t n,
+                            int fds[2],
+                            unsigned nfds)
+{
+    struct xport_ringx *x = c->rc.x;
+    struct hs_msg h;
+    size_t cap;
+    int rc;
+
+    rc = msg_decode(m, (size_t)n, SHM__MSG_WELCOME, &h);
+    if (rc != 0) {
+        return rc;
+    }
+    if (h.sender != x->base.self_id || h.receiver != c->rc.peer->base.id ||
+        h.cap > XPORT_RING_MAX_CAP || !xport_ring_cap_valid((size_t)h.cap) ||
+        nfds != 2) {
+        return TERN_EMALFORMED;
+    }
+    cap = (size_t)h.cap;
     rc = memfd_map_peer(fds[0], SHM__FILE_HDR + cap, &c->ring_map);
     if (rc != 0) {
         return rc;
     }
     c->ring_map_len = SHM__FILE_HDR + cap;
-    rc = file_hdr_check(c->ring_map, SHM__KIND_RING, cap, sender, receiver);
+    rc = file_hdr_check(c->ring_map, SHM__KIND_RING, cap, h.sender, h.receiver);
     if (rc != 0) {
         return rc;
     }
     c->remote_efd = fds[1];
     fds[1] = -1;
-    c->rc.remote_id = receiver;
+    c->rc.remote_id = h.receiver;
     c->cap = cap;
     xport_ring_tx_init(
         &c->rc.tx, &shm_ring_ops, c, cap,
         (const uint64_t *)(void *)(c->ctrl_map + SHM__OFF_CREDIT));
     c->rc.tx.epoch = x->epoch;
+    c->hs = SHM_HS_DONE;
     c->rc.state = XPORT_RINGX_UP;
     return 0;
+}
+
+/* One handshake message for c, by the step it is at. */
+static int handshake_step(struct conn *c,
+                          const uint8_t *m,
+                          ssize_t n,
+                          int fds[2],
+                          unsigned nfds)
+{
+    switch (c->hs) {
+    case SHM_HS_HELLO:
+        return inbound_hello(c, m, n, nfds);
+    case SHM_HS_AUTH:
+        return inbound_auth(c, m, n, fds, nfds);
+    case SHM_HS_CHALLENGE:
+        return outbound_challenge(c, m, n, nfds);
+    case SHM_HS_WELCOME:
+        return outbound_welcome(c, m, n, fds, nfds);
+    case SHM_HS_DONE:
+        break;
+    }
+    return TERN_EMALFORMED; /* not reached: UP connections read no more */
 }
 
 static void on_conn_poll(uv_poll_t *h, int status, int events)
@@ -811,6 +1153,7 @@ static void on_conn_poll(uv_poll_t *h, int status, int events)
     struct conn *c = h->data;
     struct xport_ringx *x = c->rc.x;
     uint8_t m[SHM__MSG_SIZE + 8];
+    unsigned nfds;
     int fds[2];
     ssize_t n;
     int rc;
@@ -821,22 +1164,27 @@ static void on_conn_poll(uv_poll_t *h, int status, int events)
     if (status < 0) {
         goto fail;
     }
-    n = sock_recv(c->sock, m, sizeof m, fds);
+    n = sock_recv(c->sock, m, sizeof m, fds, &nfds);
     if (n == -EAGAIN && !(events & UV_DISCONNECT)) {
         return;
     }
     if (n <= 0 || c->rc.state == XPORT_RINGX_UP) {
         /* EOF, error, or bytes after the handshake (never sent). */
         close_fds(fds);
+        if (n == -EMSGSIZE && c->rc.state == XPORT_RINGX_CONNECTING) {
+            shm_of(x)->stats.auth_refused++;
+        }
         goto fail;
     }
-    rc = c->rc.peer == NULL ? inbound_hello(c, m, n, fds)
-                            : outbound_welcome(c, m, n, fds);
+    rc = handshake_step(c, m, n, fds, nfds);
     close_fds(fds);
     if (rc != 0) {
+        if (peer_fault(rc)) {
+            shm_of(x)->stats.auth_refused++;
+        }
         goto fail;
     }
-    if (c->rc.peer != NULL) {
+    if (c->rc.peer != NULL && c->rc.state == XPORT_RINGX_UP) {
         xport_ringx_flush(c->rc.peer);
     }
     return;
@@ -852,6 +1200,32 @@ fail:
     conn_close(&c->rc, TERN_ENOCONN);
 }
 
+/* ---- accepting and connecting ------------------------------------------ */
+
+static void on_sweep(uv_timer_t *t);
+
+static void sweep_start(struct shm_xport *x)
+{
+    if (!uv_is_active((uv_handle_t *)&x->sweep)) {
+        uv_timer_start(&x->sweep, on_sweep, SHM__SWEEP_MS, SHM__SWEEP_MS);
+    }
+}
+
+/* max_pending inbound connections are in the handshake: close the oldest
+ * (the list is in creation order). */
+static void evict_oldest_pending(struct shm_xport *x)
+{
+    for (struct xport_ringx_conn *rc = xport_ringx_conn_first(&x->r);
+         rc != NULL; rc = xport_ringx_conn_next(rc)) {
+        if (conn_of(rc)->pending && rc->state == XPORT_RINGX_CONNECTING) {
+            x->stats.auth_refused++;
+            x->stats.evicted++;
+            conn_close(rc, TERN_ENOCONN);
+            return;
+        }
+    }
+}
+
 static void on_listen(uv_poll_t *h, int status, int events)
 {
     struct shm_xport *x = h->data;
@@ -865,31 +1239,41 @@ static void on_listen(uv_poll_t *h, int status, int events)
         if (s < 0) {
             return; /* EAGAIN, or an error on one pending connection */
         }
+        if (x->pending >= x->max_pending) {
+            evict_oldest_pending(x);
+        }
         /* NULL: out of memory, that connection is dropped. */
-        (void)conn_new(x, NULL, s);
+        if (conn_new(x, NULL, s) != NULL) {
+            sweep_start(x);
+        }
     }
 }
 
-/* ---- connecting -------------------------------------------------------- */
-
+/* Every SHM__SWEEP_MS while a handshake is under way: close the ones that
+ * took longer than handshake_timeout_ms. */
 static void on_sweep(uv_timer_t *t)
 {
     struct shm_xport *x = t->data;
     uint64_t now = uv_now(x->r.loop);
+    struct xport_ringx_conn *next;
     int pending = 0;
 
-    for (struct xport_peer *bp = x->r.peers; bp != NULL; bp = bp->next) {
-        struct xport_ringx_peer *p = (struct xport_ringx_peer *)bp;
-        struct xport_ringx_conn *c = p->conn;
-        if (c == NULL || c->state != XPORT_RINGX_CONNECTING) {
+    for (struct xport_ringx_conn *c = xport_ringx_conn_first(&x->r); c != NULL;
+         c = next) {
+        next = xport_ringx_conn_next(c);
+        if (c->state != XPORT_RINGX_CONNECTING) {
             continue;
         }
-        if (now - c->started >= SHM__CONNECT_TIMEOUT_MS) {
-            p->base.retry_after = now + x->r.retry_ms;
-            conn_close(c, TERN_ENOCONN);
-        } else {
+        if (now - c->started < x->hs_timeout_ms) {
             pending = 1;
+            continue;
         }
+        if (c->peer != NULL) {
+            c->peer->base.retry_after = now + x->r.retry_ms;
+        } else {
+            x->stats.auth_refused++; /* a stranger that says nothing */
+        }
+        conn_close(c, TERN_ENOCONN);
     }
     if (!pending) {
         uv_timer_stop(&x->sweep);
@@ -900,12 +1284,11 @@ static void on_sweep(uv_timer_t *t)
 static int peer_connect(struct xport_ringx_peer *p)
 {
     struct shm_xport *x = shm_of(p->x);
+    char errmsg[TERN_ERRMSG_SIZE];
     struct sockaddr_un sa;
     uint8_t hello[SHM__MSG_SIZE];
-    uint8_t *ctrl = NULL;
-    char name[64];
+    struct hs_msg h;
     struct conn *c;
-    int ctrl_fd;
     int sock;
     int rc;
 
@@ -925,31 +1308,22 @@ static int peer_connect(struct xport_ringx_peer *p)
     if (c == NULL) {
         return -ENOMEM;
     }
-    (void)snprintf(name, sizeof name, "tern-ctrl-%llu-to-%llu",
-                   (unsigned long long)x->r.base.self_id,
-                   (unsigned long long)p->base.id);
-    ctrl_fd = memfd_new(name, SHM__FILE_HDR, &ctrl);
-    if (ctrl_fd < 0 || ctrl == NULL) {
-        if (ctrl_fd >= 0) {
-            close(ctrl_fd);
-        }
-        conn_close(&c->rc, TERN_ENOCONN);
-        return ctrl_fd < 0 ? ctrl_fd : -EIO;
+    rc = auth_random(c->ns, SHM__NONCE, errmsg);
+    if (rc == 0) {
+        memset(&h, 0, sizeof h);
+        h.type = SHM__MSG_HELLO;
+        h.sender = x->r.base.self_id;
+        h.receiver = p->base.id;
+        memcpy(h.nonce, c->ns, SHM__NONCE);
+        msg_encode(hello, &h);
+        rc = sock_send(sock, hello, NULL, 0);
     }
-    c->ctrl_map = ctrl;
-    c->ctrl_map_len = SHM__FILE_HDR;
-    file_hdr_encode(ctrl, SHM__KIND_CTRL, 0, x->r.base.self_id, p->base.id);
-    msg_encode(hello, SHM__MSG_HELLO, x->r.base.self_id, p->base.id, 0);
-    rc = sock_send(sock, hello, ctrl_fd, x->efd);
-    close(ctrl_fd);
     if (rc != 0) {
         conn_close(&c->rc, TERN_ENOCONN);
         return rc;
     }
     p->conn = &c->rc;
-    if (!uv_is_active((uv_handle_t *)&x->sweep)) {
-        uv_timer_start(&x->sweep, on_sweep, SHM__SWEEP_MS, SHM__SWEEP_MS);
-    }
+    sweep_start(x);
     return 0;
 }
 
@@ -966,12 +1340,20 @@ static void fence_ring(struct xport_ringx_conn *c, uint64_t fence)
                     __ATOMIC_RELEASE);
 }
 
+/* Right before the transport is freed: the secret leaves no copy. */
+static void shm_destroy(struct xport_ringx *r)
+{
+    struct shm_xport *x = shm_of(r);
+    auth_wipe(&x->secret, sizeof x->secret);
+}
+
 static const struct xport_ringx_medium shm_medium = {
     .connect = peer_connect,
     .conn_close = conn_close,
     .tx_written = tx_written,
     .sent = spin_arm,
     .fence = fence_ring,
+    .destroy = shm_destroy,
 };
 
 /* ---- lifecycle --------------------------------------------------------- */
@@ -1037,6 +1419,7 @@ static void shm_get_stats(const struct xport *base, struct xport_stats *out)
     out->credit_waits = s.credit_waits;
     out->fenced = s.fenced;
     out->corrupt = s.corrupt;
+    out->auth_refused = s.auth_refused;
 }
 
 static const struct xport_ops shm_ops = {
@@ -1116,6 +1499,8 @@ int xport_shm_new(uv_loop_t *loop,
     size_t ring = SHM__DEFAULT_RING;
     size_t max_queued = SHM__DEFAULT_MAX_QUEUED;
     unsigned retry_ms = SHM__DEFAULT_RETRY_MS;
+    unsigned hs_ms = SHM__DEFAULT_HS_MS;
+    unsigned max_pending = SHM__DEFAULT_PENDING;
     int lsock, efd;
     int rc;
 
@@ -1124,6 +1509,8 @@ int xport_shm_new(uv_loop_t *loop,
         max_queued =
             opts->max_queued_bytes ? opts->max_queued_bytes : max_queued;
         retry_ms = opts->connect_retry_ms ? opts->connect_retry_ms : retry_ms;
+        hs_ms = opts->handshake_timeout_ms ? opts->handshake_timeout_ms : hs_ms;
+        max_pending = opts->max_pending ? opts->max_pending : max_pending;
     }
     if (!xport_ring_cap_valid(ring)) {
         tern_errmsg_printf(errmsg,
@@ -1168,6 +1555,12 @@ int xport_shm_new(uv_loop_t *loop,
     memcpy(x->path, listen_path, strlen(listen_path) + 1);
     x->lsock = lsock;
     x->efd = efd;
+    x->hs_timeout_ms = hs_ms;
+    x->max_pending = max_pending;
+    if (opts != NULL && opts->secret != NULL) {
+        x->secret = *opts->secret;
+        x->has_secret = 1;
+    }
     /* Always 0: no syscall. */
     (void)uv_prepare_init(loop, &x->spin);
     x->spin.data = x;
@@ -1240,5 +1633,8 @@ int xport_shm_stats(const struct xport *base, struct xport_shm_stats *out)
     out->spins = x->stats.spins;
     out->spin_hits = x->stats.spin_hits;
     out->spin_ns = x->stats.spin_ns;
+    out->auth_refused = x->stats.auth_refused;
+    out->evicted = x->stats.evicted;
+    out->pending = x->pending;
     return 0;
 }

@@ -190,8 +190,13 @@ void xport_close(struct xport *x, xport_close_cb cb, void *arg);
  * rdma/shm.c). A node listens on a unix socket path; that path is its
  * address: peers pass it as peer_address to xport_send. Rings live in
  * sealed memfds exchanged over the socket, so nothing is left in /dev/shm
- * after a crash.
+ * after a crash. With a cluster secret, both ends of a connection prove
+ * they hold it (a challenge-response over auth_secret_mac) before any
+ * memfd or eventfd crosses the socket; a peer that fails is closed and
+ * counted in auth_refused, and nothing it sent is delivered.
  */
+struct auth_secret; /* auth/include/auth.h */
+
 struct xport_shm_options
 {
     size_t ring_bytes;         /* each inbound ring (one per sending peer):
@@ -201,6 +206,19 @@ struct xport_shm_options
     size_t max_queued_bytes;   /* per peer, waiting for ring space or for
                                 * the connection; 0 = 64 MiB */
     unsigned connect_retry_ms; /* reconnect back-off; 0 = 100 */
+    /* The cluster secret (borrowed for the call: xport_shm_new copies it
+     * and wipes its copy when the transport is freed). NULL: no
+     * authentication, any process that can connect to the socket gets a
+     * ring (only for peer_auth = none). Every node of a cluster uses the
+     * same secret, or none. */
+    const struct auth_secret *secret;
+    unsigned handshake_timeout_ms; /* an inbound handshake (accept to the
+                                    * sender's proof) or an outbound one
+                                    * (connect to the ring) must finish
+                                    * within this; 0 = 2000 */
+    unsigned max_pending;          /* inbound connections in the handshake
+                                    * at once; one more closes the oldest;
+                                    * 0 = 32 */
 };
 
 /* Create an shm transport listening on the unix socket listen_path (at
@@ -224,6 +242,12 @@ struct xport_shm_stats
     uint64_t spins;        /* busy-poll rounds (xport_shm_set_busy_poll) */
     uint64_t spin_hits;    /* rounds that found a record */
     uint64_t spin_ns;      /* time spent spinning */
+    uint64_t auth_refused; /* connections refused in the handshake (bad
+                            * proof, malformed or unexpected message, fds
+                            * where none belong, timeout, eviction) */
+    uint64_t evicted;      /* of which: pending inbound handshakes closed
+                            * to make room (max_pending) */
+    uint64_t pending;      /* inbound connections in the handshake now */
 };
 
 /* xport_set_busy_poll on shm: after a send, for up to us microseconds,

@@ -6,7 +6,8 @@
  * that the test pumps explicitly, so a stalled or slow receiver is a loop
  * the test does not run (no sleeps; every wait is a bounded poll with a
  * wall-clock deadline). Each test is a plain function taking the backend;
- * one Criterion test per (backend, test) pair is declared at the bottom. */
+ * one Criterion test per (backend, test) pair is declared at the bottom.
+ * shm runs twice: without authentication and with a cluster secret. */
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -16,6 +17,7 @@
 
 #include <criterion/criterion.h>
 
+#include <auth.h>
 #include <tern_common.h>
 #include <xport.h>
 
@@ -159,16 +161,25 @@ static struct xport *tcp_make(uv_loop_t *loop,
     return tcp_make_random(loop, id, &o, addr, ADDR_MAX);
 }
 
-static struct xport *shm_make_at(uv_loop_t *loop,
-                                 uint64_t id,
-                                 const struct profile *pr,
-                                 const char *addr)
+/* The cluster secret of the shm_secret backend. */
+static const struct auth_secret conf_secret = {{
+    0x3c, 0x91, 0x07, 0xee, 0x58, 0x12, 0xa4, 0x6d, 0x20, 0xbf, 0x9a,
+    0x45, 0x71, 0x0c, 0xd3, 0x86, 0xf2, 0x39, 0x5e, 0xab, 0x14, 0x67,
+    0xc8, 0x03, 0x9d, 0x52, 0xe6, 0x2f, 0x80, 0x1b, 0x74, 0xca,
+}};
+
+static struct xport *shm_new_at(uv_loop_t *loop,
+                                uint64_t id,
+                                const struct profile *pr,
+                                const char *addr,
+                                const struct auth_secret *secret)
 {
     struct xport_shm_options o = {0};
     char errmsg[TERN_ERRMSG_SIZE];
     struct xport *x = NULL;
     int rc;
 
+    o.secret = secret;
     o.ring_bytes = pr->small_budget ? 65536 : 0;
     o.max_queued_bytes = pr->max_queued;
     o.connect_retry_ms = pr->retry_ms;
@@ -178,14 +189,27 @@ static struct xport *shm_make_at(uv_loop_t *loop,
     return x;
 }
 
+static void shm_addr(uint64_t id, char addr[ADDR_MAX])
+{
+    static unsigned n;
+    (void)snprintf(addr, ADDR_MAX, "%s/node-%llu-%u.sock", tmpdir,
+                   (unsigned long long)id, n++);
+}
+
+static struct xport *shm_make_at(uv_loop_t *loop,
+                                 uint64_t id,
+                                 const struct profile *pr,
+                                 const char *addr)
+{
+    return shm_new_at(loop, id, pr, addr, NULL);
+}
+
 static struct xport *shm_make(uv_loop_t *loop,
                               uint64_t id,
                               const struct profile *pr,
                               char addr[ADDR_MAX])
 {
-    static unsigned n;
-    (void)snprintf(addr, ADDR_MAX, "%s/node-%llu-%u.sock", tmpdir,
-                   (unsigned long long)id, n++);
+    shm_addr(id, addr);
     return shm_make_at(loop, id, pr, addr);
 }
 
@@ -236,10 +260,29 @@ static struct xport *tcp_tls_make(uv_loop_t *loop,
     return tcp_make_random(loop, id, &o, addr, ADDR_MAX);
 }
 
+static struct xport *shm_secret_make_at(uv_loop_t *loop,
+                                        uint64_t id,
+                                        const struct profile *pr,
+                                        const char *addr)
+{
+    return shm_new_at(loop, id, pr, addr, &conf_secret);
+}
+
+static struct xport *shm_secret_make(uv_loop_t *loop,
+                                     uint64_t id,
+                                     const struct profile *pr,
+                                     char addr[ADDR_MAX])
+{
+    shm_addr(id, addr);
+    return shm_secret_make_at(loop, id, pr, addr);
+}
+
 static const struct backend backend_tcp = {"tcp", tcp_make, tcp_make_at};
 static const struct backend backend_tcp_tls = {"tcp_tls", tcp_tls_make,
                                                tcp_tls_make_at};
 static const struct backend backend_shm = {"shm", shm_make, shm_make_at};
+static const struct backend backend_shm_secret = {"shm", shm_secret_make,
+                                                  shm_secret_make_at};
 
 /* ---- messages and sinks ------------------------------------------------ */
 
@@ -773,6 +816,11 @@ static void t_reply_and_close_from_recv_callback(const struct backend *be)
          .timeout = 60)                                                        \
     {                                                                          \
         t_##test(&backend_shm);                                                \
+    }                                                                          \
+    Test(conformance_shm_secret, test, .init = setup, .fini = teardown,        \
+         .timeout = 60)                                                        \
+    {                                                                          \
+        t_##test(&backend_shm_secret);                                         \
     }
 
 CONFORMANCE(ordering_and_exact_bytes)

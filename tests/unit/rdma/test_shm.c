@@ -2,7 +2,9 @@
  * itself is covered by test_conformance.c. Here: epoch fencing, a corrupt
  * record tearing the ring down, hostile handshakes, listen-path handling
  * bad arguments, and a real peer process killed with SIGKILL and
- * restarted. One uv loop per test, bounded polling, no sleeps. */
+ * restarted. Every transport here holds the same cluster secret, as a
+ * node's does (test_shm_auth.c: the proofs themselves). One uv loop per
+ * test, bounded polling, no sleeps. */
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -15,15 +17,21 @@
 
 #include <criterion/criterion.h>
 
+#include <auth.h>
 #include <tern_common.h>
 #include <xport.h>
 #include <xport_test.h>
 
 #include "xport_test_loop.h"
 
+static struct auth_secret secret;
+
 static void setup(void)
 {
     loop_setup("shm", 20);
+    for (unsigned i = 0; i < sizeof secret.key; i++) {
+        secret.key[i] = (uint8_t)(i * 7 + 1);
+    }
 }
 
 static void teardown(void)
@@ -38,10 +46,15 @@ static struct xport *make(uint64_t id,
                           char path[108])
 {
     char errmsg[TERN_ERRMSG_SIZE];
+    struct xport_shm_options so = {0};
     struct xport *x = NULL;
     int rc;
+    if (o != NULL) {
+        so = *o;
+    }
+    so.secret = &secret;
     (void)snprintf(path, 108, "%s/n%llu.sock", dir, (unsigned long long)id);
-    rc = xport_shm_new(&loop, id, path, o, &x, errmsg);
+    rc = xport_shm_new(&loop, id, path, &so, &x, errmsg);
     cr_assert_eq(rc, 0, "xport_shm_new: %s", errmsg);
     return x;
 }
@@ -181,16 +194,17 @@ static int raw_closed_by_peer(int fd)
     return 0;
 }
 
-/* A well-formed HELLO (same layout as rdma/shm.c) without valid fds. */
-static void put_hello(uint8_t m[40], uint64_t sender, uint64_t receiver)
+/* A well-formed HELLO (version 2, layout at the top of rdma/shm.c). */
+static void put_hello(uint8_t m[104], uint64_t sender, uint64_t receiver)
 {
-    memset(m, 0, 40);
+    memset(m, 0, 104);
     tern_put_u32(m, 0x48534d54u);
-    tern_put_u16(m + 4, 1);
+    tern_put_u16(m + 4, 2);
     tern_put_u16(m + 6, 1);
     tern_put_u64(m + 8, sender);
     tern_put_u64(m + 16, receiver);
-    tern_put_u32(m + 32, tern_checksum32(m, 32));
+    memset(m + 32, 0x5a, 32); /* the nonce */
+    tern_put_u32(m + 96, tern_checksum32(m, 96));
 }
 
 /* Send a HELLO from sender to receiver over a raw connection to path
@@ -201,13 +215,13 @@ static void expect_hello_refused(const char *path,
                                  int flip,
                                  const char *what)
 {
-    uint8_t m[40];
+    uint8_t m[104];
     int fd = raw_connect(path);
     put_hello(m, sender, receiver);
     if (flip >= 0) {
         m[flip] ^= 1;
     }
-    cr_assert_eq(send(fd, m, sizeof m, 0), 40);
+    cr_assert_eq(send(fd, m, sizeof m, 0), 104);
     cr_expect(raw_closed_by_peer(fd), "%s", what);
     close(fd);
 }
@@ -226,12 +240,12 @@ Test(shm, hostile_handshakes_disconnected)
     cr_assert_eq(send(fd, "GET / HTTP/1.0\r\n\r\n", 18, 0), 18);
     cr_expect(raw_closed_by_peer(fd), "garbage");
     close(fd);
-    /* A valid HELLO, but no fds. */
-    expect_hello_refused(pb, 9, 2, -1, "no fds");
     /* A HELLO for another receiver. */
     expect_hello_refused(pb, 9, 3, -1, "wrong receiver");
-    /* A flipped checksum bit. */
-    expect_hello_refused(pb, 9, 2, 33, "bad checksum");
+    /* A flipped checksum bit, version bit, nonce bit. */
+    expect_hello_refused(pb, 9, 2, 97, "bad checksum");
+    expect_hello_refused(pb, 9, 2, 4, "bad version");
+    expect_hello_refused(pb, 9, 2, 40, "nonce changed after the checksum");
     /* Connect and hang up at once. */
     close(raw_connect(pb));
     /* A real peer is still served. */
@@ -374,9 +388,11 @@ static pid_t spawn_echo(const char *path)
         uv_loop_t l;
         struct xport *x = NULL;
         char errmsg[TERN_ERRMSG_SIZE];
+        struct xport_shm_options o = {0};
+        o.secret = &secret;
         close(ready[0]);
         uv_loop_init(&l);
-        if (xport_shm_new(&l, 2, path, NULL, &x, errmsg) != 0 ||
+        if (xport_shm_new(&l, 2, path, &o, &x, errmsg) != 0 ||
             xport_start(x, child_echo, x) != 0) {
             _exit(3);
         }
