@@ -55,8 +55,8 @@
  *     reading and processing, its buffer is kept, and it resumes when
  *     memory is released (its own answers written, or anyone's). A read
  *     buffer starts at 64 KiB when bytes arrive and is freed when empty
- *     (an idle connection holds none); it grows to a large frame's size
- *     only when the frame's header has arrived and the budget has room,
+ *     (an idle connection holds none); it grows (doubling) towards a
+ *     large frame's size as its bytes arrive, while the budget has room,
  *     otherwise the client gets TERN_ELIMIT and the connection is closed
  *     (the frame cannot be skipped without reading it). With the budget
  *     exhausted, a connection with an empty buffer waits before reading.
@@ -1262,7 +1262,13 @@ static void conn_after_process(struct node_conn *c, bool consumed, size_t need)
         rbuf_trim(c);
         return;
     }
-    rv = rbuf_grow(c, need);
+    if (c->rcap >= need || c->rcap - c->rlen >= SERVER__READ_CHUNK / 2) {
+        return;
+    }
+    /* Grow as the frame's bytes arrive (doubling, up to its size), so a
+     * header alone does not take max_frame_bytes of the budget. */
+    rv = rbuf_grow(
+        c, TERN_MIN(need, TERN_MAX(c->rcap * 2, c->rlen + SERVER__READ_CHUNK)));
     if (rv == TERN_ELIMIT) {
         (void)snprintf(m, sizeof(m),
                        "client_memory_bytes (%llu) exhausted: no room to "
