@@ -798,7 +798,7 @@ static void raise_nofile(struct node_config *c)
              "nofile=%llu max_connections=%u", (unsigned long long)rl.rlim_cur,
              c->max_connections);
     if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < want) {
-        unsigned cap = rl.rlim_cur > 2 * NODE__NOFILE_MARGIN
+        unsigned cap = rl.rlim_cur > (rlim_t)2 * NODE__NOFILE_MARGIN
                            ? (unsigned)(rl.rlim_cur - NODE__NOFILE_MARGIN)
                            : (unsigned)(rl.rlim_cur / 2);
         node_log(NODE_LOG_WARN, "max_connections lowered to fit RLIMIT_NOFILE",

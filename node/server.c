@@ -1696,6 +1696,7 @@ static void on_listen(uv_poll_t *h, int status, int events)
         struct sockaddr_in sa;
         socklen_t sl = sizeof(sa);
         unsigned dropped = 0;
+        memset(&sa, 0, sizeof(sa));
         int fd = accept4(s->listen_fd, (struct sockaddr *)&sa, &sl,
                          SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd >= 0) {
