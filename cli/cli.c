@@ -7,7 +7,8 @@
  *     servers default: $TERN_SERVERS, else 127.0.0.1:7400. Reads go to the
  *     leader, except with exactly one server given (then to that server) or
  *     as --read-from says.
- *   tern queue create NAME | queue delete NAME | queue list [--json]
+ *   tern queue create NAME | queue delete NAME
+ *   tern queue list [--json] [--limit N] [--page-size N]
  *   tern produce QUEUE [--count N] [--size S] [--batch B] [--window W]
  *                      [--ack-log FILE] [--id-prefix P]
  *   tern consume QUEUE [--offset N | --group G] [--max N] [--follow]
@@ -46,7 +47,8 @@ static void usage(FILE *f)
         f,
         "usage: tern [-s ADDR[,ADDR...]] [--timeout-ms N] "
         "[--read-from any|leader|first] COMMAND ...\n"
-        "  queue create NAME | queue delete NAME | queue list [--json]\n"
+        "  queue create NAME | queue delete NAME\n"
+        "  queue list [--json] [--limit N] [--page-size N]\n"
         "  produce QUEUE [--count N] [--size S] [--batch B] [--window W]\n"
         "                [--ack-log FILE] [--id-prefix P]\n"
         "  consume QUEUE [--offset N | --group G] [--max N] [--follow]\n"
@@ -82,6 +84,110 @@ static void json_string(FILE *f, const char *s)
 
 /* ---- queue ---- */
 
+/* Print the first n queues of one page (json: a comma before all but the first
+ * queue of the whole list, *first says whether none was printed yet). */
+static void print_queues(const struct tern_queue_list *l,
+                         size_t n,
+                         int json,
+                         int *first)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (json) {
+            (void)printf("%s{\"name\":", *first ? "" : ",");
+            json_string(stdout, tern_queue_list_name(l, i));
+            (void)printf(",\"start_offset\":%" PRIu64
+                         ",\"next_offset\":%" PRIu64 "}",
+                         tern_queue_list_start_offset(l, i),
+                         tern_queue_list_next_offset(l, i));
+        } else {
+            (void)printf("%s\t%" PRIu64 "\t%" PRIu64 "\n",
+                         tern_queue_list_name(l, i),
+                         tern_queue_list_start_offset(l, i),
+                         tern_queue_list_next_offset(l, i));
+        }
+        *first = 0;
+    }
+}
+
+/* `tern queue list [--json] [--limit N] [--page-size N]`: every queue
+ * (at most N with --limit), asked for page by page (--page-size queues
+ * per request; default: the server's page size). */
+static int cmd_queue_list(struct tern_client *c, int argc, char **argv)
+{
+    char after[256] = ""; /* queue names are at most 200 bytes */
+    uint64_t limit = UINT64_MAX;
+    uint64_t page = 0;
+    uint64_t listed = 0;
+    int json = 0;
+    int first = 1;
+    int more = 1;
+
+    for (int k = 1; k < argc; k++) {
+        if (strcmp(argv[k], "--json") == 0) {
+            json = 1;
+        } else if (strcmp(argv[k], "--limit") == 0 && k + 1 < argc) {
+            if (cli_parse_u64("--limit", argv[++k], &limit) != 0) {
+                return 2;
+            }
+        } else if (strcmp(argv[k], "--page-size") == 0 && k + 1 < argc) {
+            if (cli_parse_u64("--page-size", argv[++k], &page) != 0 ||
+                page > UINT32_MAX) {
+                return 2;
+            }
+        } else {
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (json) {
+        (void)printf("{\"queues\":[");
+    }
+    /* Bounded: each page lists at least one queue past the last. */
+    while (more && listed < limit) {
+        struct tern_queue_list *l;
+        uint64_t want = limit - listed;
+        uint64_t n = page > 0 ? page : UINT32_MAX;
+        size_t got;
+        const char *last;
+        int rv;
+        if (n > want) {
+            n = want;
+        }
+        rv = tern_queue_list_page(c, after[0] != '\0' ? after : NULL,
+                                  n >= UINT32_MAX ? 0 : (uint32_t)n, &l, &more);
+        if (rv != 0) {
+            if (json) {
+                (void)printf("]}\n");
+            }
+            cli_error(c, rv, "queue list");
+            return 1;
+        }
+        got = tern_queue_list_count(l);
+        if (got > want) {
+            got = (size_t)want; /* a server that ignored max_count */
+        }
+        print_queues(l, got, json, &first);
+        listed += got;
+        last = got > 0 ? tern_queue_list_name(l, got - 1) : NULL;
+        if (more && (last == NULL || strcmp(last, after) <= 0)) {
+            tern_queue_list_free(l);
+            if (json) {
+                (void)printf("]}\n");
+            }
+            cli_error(c, TERN_EMALFORMED, "queue list: page does not advance");
+            return 1;
+        }
+        if (last != NULL) {
+            (void)snprintf(after, sizeof(after), "%s", last);
+        }
+        tern_queue_list_free(l);
+    }
+    if (json) {
+        (void)printf("]}\n");
+    }
+    return 0;
+}
+
 static int cmd_queue(struct tern_client *c, int argc, char **argv)
 {
     int rv;
@@ -104,40 +210,7 @@ static int cmd_queue(struct tern_client *c, int argc, char **argv)
         return 0;
     }
     if (strcmp(argv[1], "list") == 0) {
-        struct tern_queue_list *l;
-        int json = argc == 3 && strcmp(argv[2], "--json") == 0;
-        if (argc > 3 || (argc == 3 && !json)) {
-            usage(stderr);
-            return 2;
-        }
-        rv = tern_queue_list(c, &l);
-        if (rv != 0) {
-            cli_error(c, rv, "queue list");
-            return 1;
-        }
-        if (json) {
-            (void)printf("{\"queues\":[");
-        }
-        for (size_t i = 0; i < tern_queue_list_count(l); i++) {
-            if (json) {
-                (void)printf("%s{\"name\":", i > 0 ? "," : "");
-                json_string(stdout, tern_queue_list_name(l, i));
-                (void)printf(",\"start_offset\":%" PRIu64
-                             ",\"next_offset\":%" PRIu64 "}",
-                             tern_queue_list_start_offset(l, i),
-                             tern_queue_list_next_offset(l, i));
-            } else {
-                (void)printf("%s\t%" PRIu64 "\t%" PRIu64 "\n",
-                             tern_queue_list_name(l, i),
-                             tern_queue_list_start_offset(l, i),
-                             tern_queue_list_next_offset(l, i));
-            }
-        }
-        if (json) {
-            (void)printf("]}\n");
-        }
-        tern_queue_list_free(l);
-        return 0;
+        return cmd_queue_list(c, argc - 1, argv + 1);
     }
     usage(stderr);
     return 2;

@@ -239,28 +239,101 @@ int tern_queue_delete(struct tern_client *c, const char *queue)
     return queue_op(c, PROTO_OP_QUEUE_DELETE, queue);
 }
 
-int tern_queue_list(struct tern_client *c, struct tern_queue_list **out)
+/* Ask for one page (after: NULL or a name) and append it to l. */
+static int queue_list_step(struct tern_client *c,
+                           const char *after,
+                           uint32_t max_count,
+                           struct tern_queue_list *l,
+                           int *more)
 {
     struct tern__req *r;
-    int rv;
-    *out = NULL;
-    rv = sync_req_new(c, PROTO_OP_QUEUE_LIST, 0, 1, &r);
+    int rv = sync_req_new(c, PROTO_OP_QUEUE_LIST, 0, 1, &r);
     if (rv != 0) {
         return rv;
     }
-    rv = proto_encode_simple(&r->frame, PROTO_OP_QUEUE_LIST, 0);
+    rv = proto_encode_queue_list_req(&r->frame, 0, after, max_count);
     if (rv != 0) {
-        return encode_fail(c, r, rv, "queue list");
+        return encode_fail(c, r, rv, after != NULL ? after : "queue list");
     }
     rv = tern__run_sync(c, r);
     if (rv == 0) {
-        *out = tern__queue_list_new(r->body, r->body_len);
-        if (*out == NULL) {
-            rv = -ENOMEM;
+        rv = tern__queue_list_add(l, r->body, r->body_len, more);
+        if (rv == TERN_EMALFORMED) {
+            tern_errmsg_printf(c->errmsg, "queue list: bad answer");
         }
     }
     tern__req_free(r);
     return rv;
+}
+
+int tern_queue_list_page(struct tern_client *c,
+                         const char *after,
+                         uint32_t max_count,
+                         struct tern_queue_list **out,
+                         int *more)
+{
+    struct tern_queue_list *l;
+    int m = 0;
+    int rv;
+    *out = NULL;
+    if (more != NULL) {
+        *more = 0;
+    }
+    l = tern__queue_list_new_empty();
+    if (l == NULL) {
+        return -ENOMEM;
+    }
+    rv = queue_list_step(c, after, max_count, l, &m);
+    if (rv != 0) {
+        tern_queue_list_free(l);
+        return rv;
+    }
+    *out = l;
+    if (more != NULL) {
+        *more = m;
+    }
+    return 0;
+}
+
+int tern_queue_list(struct tern_client *c, struct tern_queue_list **out)
+{
+    struct tern_queue_list *l;
+    char after[TERN_NAME_MAX + 1] = "";
+    int more = 1;
+    int rv = 0;
+    *out = NULL;
+    l = tern__queue_list_new_empty();
+    if (l == NULL) {
+        return -ENOMEM;
+    }
+    while (more) {
+        size_t n0 = tern_queue_list_count(l);
+        const char *last;
+        rv = queue_list_step(c, after[0] != '\0' ? after : NULL, 0, l, &more);
+        if (rv != 0) {
+            break;
+        }
+        if (!more) {
+            break;
+        }
+        /* A page that says "more" must list something beyond after. */
+        last = tern_queue_list_count(l) > n0
+                   ? tern_queue_list_name(l, tern_queue_list_count(l) - 1)
+                   : NULL;
+        if (last == NULL || strcmp(last, after) <= 0 ||
+            strlen(last) > TERN_NAME_MAX) {
+            tern_errmsg_printf(c->errmsg, "queue list: page does not advance");
+            rv = TERN_EMALFORMED;
+            break;
+        }
+        memcpy(after, last, strlen(last) + 1);
+    }
+    if (rv != 0) {
+        tern_queue_list_free(l);
+        return rv;
+    }
+    *out = l;
+    return 0;
 }
 
 /* ---- Produce ---- */

@@ -82,6 +82,15 @@ int64_t tern__now_ms(void);
  * (borrowed for the call; the object keeps its own copy); NULL on ENOMEM. */
 struct tern_fetch_result *tern__fetch_result_new(const void *body, size_t len);
 struct tern_queue_list *tern__queue_list_new(const void *body, size_t len);
+/* An empty list, to fill with tern__queue_list_add; NULL on ENOMEM. */
+struct tern_queue_list *tern__queue_list_new_empty(void);
+/* Append the queues of a validated QUEUE_LIST body to l; *more (OUT) is
+ * the page's more byte (0 for an unpaged answer). 0 or -ENOMEM (l keeps
+ * what it had). */
+int tern__queue_list_add(struct tern_queue_list *l,
+                         const void *body,
+                         size_t len,
+                         int *more);
 struct tern_status *tern__status_new(const char *server,
                                      const void *body,
                                      size_t len);

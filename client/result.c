@@ -4,6 +4,7 @@
  * the bytes it needs, and is freed by the caller with its _free function.
  * Accessors return pointers borrowed from the object.
  */
+#include <errno.h>
 #include <stdlib.h>
 
 #include "client_int.h"
@@ -138,36 +139,61 @@ struct tern_queue_list
     struct tern__queue *q;
 };
 
-struct tern_queue_list *tern__queue_list_new(const void *body, size_t len)
+int tern__queue_list_add(struct tern_queue_list *l,
+                         const void *body,
+                         size_t len,
+                         int *more)
 {
     struct proto_queue_list_resp ql;
     struct proto_queue_info qi;
-    struct tern_queue_list *l;
+    struct tern__queue *q;
     size_t pos = 0;
+    size_t n0 = l->n;
+    *more = 0;
     if (proto_decode_queue_list_resp(body, len, &ql) != 0) {
-        return NULL;
+        return TERN_EMALFORMED;
     }
-    l = tern_calloc(1, sizeof *l);
-    if (l == NULL) {
-        return NULL;
+    if (ql.n > 0) {
+        q = tern_realloc(l->q, (l->n + ql.n) * sizeof *l->q);
+        if (q == NULL) {
+            return -ENOMEM;
+        }
+        l->q = q;
     }
-    l->q = tern_calloc(ql.n != 0 ? ql.n : 1, sizeof *l->q);
-    if (l->q == NULL) {
-        tern_free(l);
-        return NULL;
-    }
-    while (l->n < ql.n && proto_next_queue_info(&ql, &pos, &qi)) {
-        struct tern__queue *q = &l->q[l->n];
+    while (l->n < n0 + ql.n && proto_next_queue_info(&ql, &pos, &qi)) {
+        q = &l->q[l->n];
         q->name = tern_malloc((size_t)qi.name_len + 1);
         if (q->name == NULL) {
-            tern_queue_list_free(l);
-            return NULL;
+            while (l->n > n0) {
+                tern_free(l->q[--l->n].name);
+            }
+            return -ENOMEM;
         }
         memcpy(q->name, qi.name, qi.name_len);
         q->name[qi.name_len] = '\0';
         q->start_offset = qi.start_offset;
         q->next_offset = qi.next_offset;
         l->n++;
+    }
+    *more = ql.more;
+    return 0;
+}
+
+struct tern_queue_list *tern__queue_list_new_empty(void)
+{
+    return tern_calloc(1, sizeof(struct tern_queue_list));
+}
+
+struct tern_queue_list *tern__queue_list_new(const void *body, size_t len)
+{
+    struct tern_queue_list *l = tern_calloc(1, sizeof *l);
+    int more;
+    if (l == NULL) {
+        return NULL;
+    }
+    if (tern__queue_list_add(l, body, len, &more) != 0) {
+        tern_queue_list_free(l);
+        return NULL;
     }
     return l;
 }

@@ -13,6 +13,7 @@
  * to), and every position LMDB stores was written before it was indexed.
  */
 #include <errno.h>
+#include <string.h>
 
 #include "idx_int.h"
 
@@ -74,10 +75,19 @@ int idx_queue_get(struct idx_env *e,
 
 int idx_queue_list(struct idx_env *e, idx_queue_cb cb, void *arg)
 {
+    return idx_queue_list_after(e, NULL, cb, arg);
+}
+
+int idx_queue_list_after(struct idx_env *e,
+                         const char *after,
+                         idx_queue_cb cb,
+                         void *arg)
+{
     MDB_txn *txn;
     MDB_cursor *cur;
     MDB_val k, v;
     char name[TERN_NAME_MAX + 1];
+    size_t after_len = after != NULL ? strlen(after) : 0;
     int rc = rtxn_begin(e, &txn);
     if (rc != 0) {
         return rc;
@@ -88,8 +98,19 @@ int idx_queue_list(struct idx_env *e, idx_queue_cb cb, void *arg)
         goto err_after_txn;
     }
     int mrc;
-    for (mrc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); mrc == 0;
-         mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+    if (after_len > 0) {
+        /* The first key >= after; after itself is skipped. */
+        k.mv_size = after_len;
+        k.mv_data = (void *)after;
+        mrc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
+        if (mrc == 0 && k.mv_size == after_len &&
+            memcmp(k.mv_data, after, after_len) == 0) {
+            mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
+        }
+    } else {
+        mrc = mdb_cursor_get(cur, &k, &v, MDB_FIRST);
+    }
+    for (; mrc == 0; mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
         struct idx__queue_val q;
         if (k.mv_size == 0 || k.mv_size > TERN_NAME_MAX ||
             idx__queue_val_decode(v.mv_data, v.mv_size, &q) != 0) {

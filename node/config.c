@@ -37,6 +37,23 @@
  *   min_free_disk_bytes = 64M      ; writes fail with TERN_EFULL below
  *   reserve_disk_bytes  = 32M      ; space kept back for in-flight entries
  *                                  ; (DATA_DIR/disk-reserve, node/disk.c)
+ *   client_memory_bytes   = 256M   ; all client read buffers + queued
+ *                                  ; answers (>= max_frame_bytes + 64K)
+ *   max_conn_queued_bytes = 32M    ; queued answers of one connection
+ *   max_connections       = 4096   ; client connections in total (>= 1;
+ *                                  ; RLIMIT_NOFILE is raised to fit)
+ *   max_connections_per_addr = 256 ; per source IP (loopback included)
+ *   idle_timeout_ms       = 600000 ; no request and nothing pending: close
+ *                                  ; (0 = never)
+ *   frame_timeout_ms      = 30000  ; a started frame must complete within
+ *   slow_reader_timeout_ms = 30000 ; answers pending (or a connection
+ *                                  ; paused on a memory bound) without
+ *                                  ; progress this long: close
+ *   max_parked            = 10000  ; long-poll fetches waiting, in total
+ *   max_parked_per_conn   = 64     ; long-poll fetches per connection
+ *   list_page_max         = 1000   ; queues per QUEUE_LIST page
+ *                                  ; Over a bound the client gets
+ *                                  ; TERN_ELIMIT naming the key.
  *
  *   [security]                     ; how nodes prove membership
  *   peer_auth   = tls              ; tls (default) | none (--dev: none)
@@ -113,6 +130,23 @@ static const char usage_text[] =
     "  --max-frame-bytes N        default 16M\n"
     "  --min-free-disk-bytes N    default 64M\n"
     "  --reserve-disk-bytes N     default 32M (0: none)\n"
+    "  --client-memory-bytes N    client buffers + queued answers "
+    "(default 256M)\n"
+    "  --max-conn-queued-bytes N  queued answers per connection (default "
+    "32M)\n"
+    "  --max-connections N        client connections (default 4096)\n"
+    "  --max-connections-per-addr N  per source address (default 256)\n"
+    "  --idle-timeout-ms N        close idle connections (default 600000; "
+    "0: never)\n"
+    "  --frame-timeout-ms N       a started frame must complete (default "
+    "30000)\n"
+    "  --slow-reader-timeout-ms N answers not drained: close (default "
+    "30000)\n"
+    "  --max-parked N             long-poll fetches in total (default "
+    "10000)\n"
+    "  --max-parked-per-conn N    long-poll fetches per connection "
+    "(default 64)\n"
+    "  --list-page-max N          queues per list page (default 1000)\n"
     "  --log-level L              error|warn|info|debug (default info)\n"
     "  --transport T              raft transport: tcp (default), shm "
     "(shared memory,\n"
@@ -163,6 +197,16 @@ static const char usage_text[] =
     "  max_frame_bytes = 16M\n"
     "  min_free_disk_bytes = 64M\n"
     "  reserve_disk_bytes = 32M\n"
+    "  client_memory_bytes = 256M\n"
+    "  max_conn_queued_bytes = 32M\n"
+    "  max_connections = 4096\n"
+    "  max_connections_per_addr = 256\n"
+    "  idle_timeout_ms = 600000\n"
+    "  frame_timeout_ms = 30000\n"
+    "  slow_reader_timeout_ms = 30000\n"
+    "  max_parked = 10000\n"
+    "  max_parked_per_conn = 64\n"
+    "  list_page_max = 1000\n"
     "  [security]\n"
     "  peer_auth = tls\n"
     "  cluster_ca = /etc/tern/ca.pem\n"
@@ -192,6 +236,16 @@ void node_config_init(struct node_config *c)
     c->max_frame_bytes = NODE_DEFAULT_MAX_FRAME;
     c->min_free_disk_bytes = NODE_DEFAULT_MIN_FREE_DISK;
     c->reserve_disk_bytes = NODE_DEFAULT_RESERVE_DISK;
+    c->client_memory_bytes = NODE_DEFAULT_CLIENT_MEMORY;
+    c->max_conn_queued_bytes = NODE_DEFAULT_MAX_CONN_QUEUED;
+    c->max_connections = NODE_DEFAULT_MAX_CONNECTIONS;
+    c->max_connections_per_addr = NODE_DEFAULT_MAX_CONNS_PER_ADDR;
+    c->idle_timeout_ms = NODE_DEFAULT_IDLE_TIMEOUT_MS;
+    c->frame_timeout_ms = NODE_DEFAULT_FRAME_TIMEOUT_MS;
+    c->slow_reader_timeout_ms = NODE_DEFAULT_SLOW_READER_MS;
+    c->max_parked = NODE_DEFAULT_MAX_PARKED;
+    c->max_parked_per_conn = NODE_DEFAULT_MAX_PARKED_PER_CONN;
+    c->list_page_max = NODE_DEFAULT_LIST_PAGE_MAX;
 }
 
 static void peers_free(struct node_peer *p, unsigned n)
@@ -659,6 +713,26 @@ static const struct key keys[] = {
      NODE__U64(min_free_disk_bytes), UINT64_MAX},
     {"limits", "reserve_disk_bytes", "--reserve-disk-bytes", set_u64,
      NODE__U64(reserve_disk_bytes), UINT64_MAX},
+    {"limits", "client_memory_bytes", "--client-memory-bytes", set_u64,
+     NODE__U64(client_memory_bytes), UINT64_MAX},
+    {"limits", "max_conn_queued_bytes", "--max-conn-queued-bytes", set_u64,
+     NODE__U64(max_conn_queued_bytes), UINT64_MAX},
+    {"limits", "max_connections", "--max-connections", set_unsigned,
+     NODE__UINT(max_connections), 1000000},
+    {"limits", "max_connections_per_addr", "--max-connections-per-addr",
+     set_unsigned, NODE__UINT(max_connections_per_addr), 1000000},
+    {"limits", "idle_timeout_ms", "--idle-timeout-ms", set_unsigned,
+     NODE__UINT(idle_timeout_ms), UINT32_MAX},
+    {"limits", "frame_timeout_ms", "--frame-timeout-ms", set_unsigned,
+     NODE__UINT(frame_timeout_ms), UINT32_MAX},
+    {"limits", "slow_reader_timeout_ms", "--slow-reader-timeout-ms",
+     set_unsigned, NODE__UINT(slow_reader_timeout_ms), UINT32_MAX},
+    {"limits", "max_parked", "--max-parked", set_unsigned,
+     NODE__UINT(max_parked), 1000000},
+    {"limits", "max_parked_per_conn", "--max-parked-per-conn", set_unsigned,
+     NODE__UINT(max_parked_per_conn), 1000000},
+    {"limits", "list_page_max", "--list-page-max", set_unsigned,
+     NODE__UINT(list_page_max), 100000},
     {"security", "peer_auth", "--peer-auth", set_peer_auth,
      NODE__INT(peer_auth), 0},
     {"security", "cluster_ca", "--cluster-ca", set_text, NODE__STR(cluster_ca),
@@ -1036,6 +1110,41 @@ static int validate_cluster_secret(const struct node_config *c, char *errmsg)
     return rv;
 }
 
+/* [limits] of the client port: one frame of max_frame_bytes must fit in
+ * the memory budget (else it could never be read), a connection's bound
+ * must fit in the budget, and the counts must be at least 1. */
+static int validate_client_limits(const struct node_config *c, char *errmsg)
+{
+    if (c->client_memory_bytes < c->max_frame_bytes + (64u << 10)) {
+        tern_errmsg_printf(errmsg,
+                           "client_memory_bytes (%llu) must be at least "
+                           "max_frame_bytes (%llu) + 64K",
+                           (unsigned long long)c->client_memory_bytes,
+                           (unsigned long long)c->max_frame_bytes);
+        return TERN_EINVAL;
+    }
+    if (c->max_conn_queued_bytes < (64u << 10) ||
+        c->max_conn_queued_bytes > c->client_memory_bytes) {
+        tern_errmsg_printf(errmsg,
+                           "max_conn_queued_bytes (%llu) must be between "
+                           "64K and client_memory_bytes (%llu)",
+                           (unsigned long long)c->max_conn_queued_bytes,
+                           (unsigned long long)c->client_memory_bytes);
+        return TERN_EINVAL;
+    }
+    if (c->max_connections == 0 || c->max_connections_per_addr == 0 ||
+        c->max_parked_per_conn == 0 || c->list_page_max == 0 ||
+        c->frame_timeout_ms == 0 || c->slow_reader_timeout_ms == 0) {
+        tern_errmsg_printf(errmsg,
+                           "max_connections, max_connections_per_addr, "
+                           "max_parked_per_conn, list_page_max, "
+                           "frame_timeout_ms and slow_reader_timeout_ms "
+                           "must be > 0");
+        return TERN_EINVAL;
+    }
+    return 0;
+}
+
 int node_config_validate(struct node_config *c, char *errmsg)
 {
     const struct node_peer *self;
@@ -1178,5 +1287,5 @@ int node_config_validate(struct node_config *c, char *errmsg)
     if (rv != 0) {
         return rv;
     }
-    return 0;
+    return validate_client_limits(c, errmsg);
 }

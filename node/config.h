@@ -45,7 +45,19 @@ struct node_config
     char *node_key;            /* owned; PEM private key of node_cert */
     char *cluster_secret_file; /* owned; shm/verbs handshake key file */
     bool dev;                  /* --dev was given */
-    struct node_peer *peers;   /* owned array */
+    /* [limits]: the client port's resource bounds (node/server.c) */
+    uint64_t client_memory_bytes;      /* read buffers + queued answers */
+    uint64_t max_conn_queued_bytes;    /* queued answers per connection */
+    unsigned max_connections;          /* client connections in total */
+    unsigned max_connections_per_addr; /* per source address */
+    unsigned idle_timeout_ms;          /* no request, nothing pending */
+    unsigned frame_timeout_ms;         /* a started frame must complete */
+    unsigned slow_reader_timeout_ms;   /* stalled answers or a paused
+                                          connection without progress */
+    unsigned max_parked;               /* long polls in total */
+    unsigned max_parked_per_conn;      /* long polls per connection */
+    unsigned list_page_max;            /* queues per QUEUE_LIST page */
+    struct node_peer *peers;           /* owned array */
     unsigned n_peers;
     bool help; /* --help was given: print usage, do nothing else */
 };
@@ -67,6 +79,16 @@ enum node_peer_auth {
 #define NODE_DEFAULT_MIN_FREE_DISK       (64ull << 20)
 #define NODE_DEFAULT_RESERVE_DISK        (32ull << 20)
 #define NODE_DEFAULT_BUSY_POLL_US        0u
+#define NODE_DEFAULT_CLIENT_MEMORY       (256ull << 20)
+#define NODE_DEFAULT_MAX_CONN_QUEUED     (32ull << 20)
+#define NODE_DEFAULT_MAX_CONNECTIONS     4096u
+#define NODE_DEFAULT_MAX_CONNS_PER_ADDR  256u
+#define NODE_DEFAULT_IDLE_TIMEOUT_MS     600000u
+#define NODE_DEFAULT_FRAME_TIMEOUT_MS    30000u
+#define NODE_DEFAULT_SLOW_READER_MS      30000u
+#define NODE_DEFAULT_MAX_PARKED          10000u
+#define NODE_DEFAULT_MAX_PARKED_PER_CONN 64u
+#define NODE_DEFAULT_LIST_PAGE_MAX       1000u
 /* Longest shm_dir: room for "/tern-shm-<ipv4>-<port>.sock" in a unix
  * socket path (107 bytes). */
 #define NODE_SHM_DIR_MAX 64u

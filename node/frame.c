@@ -4,7 +4,8 @@
  * tests/unit/node/test_frame.c drives it byte by byte.
  *
  * Happy path: fewer than 24 bytes -> NEED_MORE; header OK but body
- * incomplete -> NEED_MORE; whole frame with a good checksum and a body
+ * incomplete -> NEED_MORE with need = the whole frame's size (the server
+ * sizes its read buffer to it); whole frame with a good checksum and a body
  * that decodes -> REQUEST (consumed = 24 + body_len).
  *
  * Failure modes:
@@ -100,6 +101,7 @@ void node_frame_next(const uint8_t *buf,
         return;
     }
     if ((size_t)h.body_len > len - PROTO_HEADER_SIZE) {
+        f->need = PROTO_HEADER_SIZE + (size_t)h.body_len;
         return; /* NEED_MORE */
     }
     f->consumed = PROTO_HEADER_SIZE + (size_t)h.body_len;

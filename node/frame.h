@@ -22,6 +22,8 @@ struct node_frame
 {
     enum node_frame_action action;
     size_t consumed; /* bytes of the buffer this frame used */
+    size_t need;     /* NEED_MORE with a whole, valid header: the bytes of
+                        the whole frame (header + body_len); else 0 */
     uint8_t op;      /* request op (ERROR/FATAL: op for proto_encode_error) */
     uint64_t request_id;
     int status;               /* ERROR/FATAL: tern code to answer */

@@ -29,6 +29,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -798,6 +799,46 @@ static int node_start(struct node *n, char *errmsg)
     return 0;
 }
 
+/* File descriptors the node needs besides client connections: raft
+ * peers, LMDB, logs, the data directory, libuv's own. */
+#define NODE__NOFILE_MARGIN 256u
+
+/* Raise RLIMIT_NOFILE's soft limit to the hard limit, and lower the
+ * connection cap (with a warning) if even that cannot cover
+ * max_connections plus the node's own descriptors. */
+static void raise_nofile(struct node_config *c)
+{
+    struct rlimit rl;
+    rlim_t want = (rlim_t)c->max_connections + NODE__NOFILE_MARGIN;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0) {
+        node_log(NODE_LOG_WARN, "getrlimit(RLIMIT_NOFILE) failed", "err=%s",
+                 strerror(errno));
+        return;
+    }
+    if (rl.rlim_cur < rl.rlim_max) {
+        rlim_t old = rl.rlim_cur;
+        rl.rlim_cur = rl.rlim_max;
+        if (setrlimit(RLIMIT_NOFILE, &rl) != 0) {
+            node_log(NODE_LOG_WARN, "setrlimit(RLIMIT_NOFILE) failed", "err=%s",
+                     strerror(errno));
+            rl.rlim_cur = old;
+        }
+    }
+    node_log(NODE_LOG_INFO, "file descriptor limit",
+             "nofile=%llu max_connections=%u", (unsigned long long)rl.rlim_cur,
+             c->max_connections);
+    if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < want) {
+        unsigned cap = rl.rlim_cur > (rlim_t)2 * NODE__NOFILE_MARGIN
+                           ? (unsigned)(rl.rlim_cur - NODE__NOFILE_MARGIN)
+                           : (unsigned)(rl.rlim_cur / 2);
+        node_log(NODE_LOG_WARN, "max_connections lowered to fit RLIMIT_NOFILE",
+                 "max_connections=%u lowered_to=%u nofile=%llu margin=%u",
+                 c->max_connections, TERN_MAX(cap, 1u),
+                 (unsigned long long)rl.rlim_cur, NODE__NOFILE_MARGIN);
+        c->max_connections = TERN_MAX(cap, 1u);
+    }
+}
+
 int node_run(const struct node_config *c)
 {
     char errmsg[TERN_ERRMSG_SIZE] = "";
@@ -831,6 +872,7 @@ int node_run(const struct node_config *c)
                  "who reaches raft_addr act as a cluster node",
                  "raft_addr=%s", c->raft_addr);
     }
+    raise_nofile(&n->cfg_view);
     rv = node_start(n, errmsg);
     if (rv != 0) {
         node_log(NODE_LOG_ERROR, "start failed", "err=%s detail=\"%s\"",

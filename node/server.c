@@ -39,7 +39,49 @@
  * answers for a closed connection are dropped safely.
  *
  * Backpressure: reading stops on every connection while the batcher is
- * congested, and on a connection whose unsent answers exceed 32 MiB.
+ * congested.
+ *
+ * Bounds (config [limits], node/config.c; each answers TERN_ELIMIT with a
+ * message naming the key):
+ *   - memory: client_memory_bytes bounds every connection's read buffer
+ *     plus every answer handed to the socket and not yet written;
+ *     max_conn_queued_bytes bounds one connection's unwritten answers.
+ *     Both are checked before each request is served, with an estimate
+ *     of its answer (FETCH: 64 KiB, and its max_bytes/max_msgs are then
+ *     cut to what is left, so an answer exceeds what is left by at most
+ *     one message; QUEUE_LIST: its page's byte cap; others: 4 KiB, less
+ *     the request's own bytes, which are released once it is served). A
+ *     request that does not fit is not served yet: the connection stops
+ *     reading and processing, its buffer is kept, and it resumes when
+ *     memory is released (its own answers written, or anyone's). A read
+ *     buffer starts at 64 KiB when bytes arrive and is freed when empty
+ *     (an idle connection holds none); it grows (doubling) towards a
+ *     large frame's size as its bytes arrive, while the budget has room,
+ *     otherwise the client gets TERN_ELIMIT and the connection is closed
+ *     (the frame cannot be skipped without reading it). With the budget
+ *     exhausted, a connection with an empty buffer waits before reading.
+ *   - time: a connection with unwritten answers, or stopped on a memory
+ *     bound, that makes no progress for slow_reader_timeout_ms is closed
+ *     (TERN_ELIMIT sent first when it has no answers pending); a frame
+ *     started and not complete after frame_timeout_ms, and a connection
+ *     without a request for idle_timeout_ms with nothing parked, batched
+ *     or unwritten, get TERN_ELIMIT (op PROTO_OP_ERROR, request id 0)
+ *     and are closed. A sweep timer checks every connection.
+ *   - connections: at most max_connections in total and
+ *     max_connections_per_addr per source IPv4 address; a refused
+ *     connection gets one TERN_ELIMIT error frame (PROTO_OP_ERROR,
+ *     request id 0) written without blocking, then is closed. The
+ *     listening socket is accepted from by hand (uv_poll) so that an
+ *     accept error (EMFILE, ENFILE, ENOMEM, ...) stops accepting for
+ *     100 ms instead of spinning or exiting; it is logged, rate-limited.
+ *   - long polls: max_parked in total, max_parked_per_conn per
+ *     connection; over either the FETCH is answered TERN_ELIMIT.
+ *   - QUEUE_LIST answers are paged (proto.h): list_page_max queues and
+ *     1 MiB / half of max_frame_bytes per page; an unpaged request of an
+ *     older client gets every queue or TERN_ELIMIT when they do not fit
+ *     in max_frame_bytes.
+ * Log lines for refused connections and closed connections are limited
+ * to one per second per kind (with a count of the suppressed ones).
  *
  * The server sees the node only through what node_server_new is given
  * (server.h): the configuration, the batcher that takes write requests,
@@ -47,10 +89,14 @@
  * alarm). Answers to batched requests come back through
  * node_server_respond, the batcher's respond op.
  */
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <tern_common.h>
 
@@ -58,13 +104,18 @@
 #include "log.h"
 #include "server.h"
 
-#define SERVER__READ_CHUNK        ((size_t)64 << 10)
-#define SERVER__MAX_WRITE_QUEUE   ((size_t)32 << 20)
-#define SERVER__MAX_PARKED        10000u
-#define SERVER__MAX_WAIT_MS       60000u
-#define SERVER__DEFAULT_MAX_MSGS  1000u
-#define SERVER__MAX_MSGS          10000u
-#define SERVER__DEFAULT_MAX_BYTES (1u << 20)
+#define SERVER__READ_CHUNK         ((size_t)64 << 10)
+#define SERVER__FETCH_MIN_ANSWER   ((size_t)64 << 10)
+#define SERVER__SMALL_ANSWER       ((size_t)4 << 10)
+#define SERVER__LIST_PAGE_BYTES    ((size_t)1 << 20)
+#define SERVER__FETCH_MSG_OVERHEAD 20u /* u64 offset, u64 ts, u32 len */
+#define SERVER__ACCEPT_BATCH       64
+#define SERVER__ACCEPT_BACKOFF_MS  100
+#define SERVER__LISTEN_BACKLOG     511
+#define SERVER__MAX_WAIT_MS        60000u
+#define SERVER__DEFAULT_MAX_MSGS   1000u
+#define SERVER__MAX_MSGS           10000u
+#define SERVER__DEFAULT_MAX_BYTES  (1u << 20)
 
 /* The node as the server sees it (node_server_new's arguments). Each
  * connection has a copy: it can outlive the server. */
@@ -107,7 +158,17 @@ struct node_conn
     unsigned refs;
     unsigned writes; /* uv_write requests pending */
     bool reading;
+    bool in_process; /* conn_process is running (no re-entry) */
+    bool paused;     /* stopped on a memory bound, frames kept */
+    bool mem_wait;   /* no read buffer: the budget was exhausted */
     uint64_t id;
+    uint32_t peer_ip;         /* source IPv4 address, network order */
+    size_t queued;            /* answer bytes handed to the socket */
+    unsigned n_parked;        /* its parked fetches */
+    uint64_t last_request_ms; /* uv_now of the last request (or accept) */
+    uint64_t frame_start_ms;  /* a partial frame began (0: none) */
+    uint64_t progress_ms;     /* last progress while answers are pending
+                                 or the connection is paused */
 };
 
 struct parked
@@ -125,15 +186,33 @@ struct parked
     uint64_t deadline; /* uv_now ms */
 };
 
+/* One log line per second per kind; the rest are counted. */
+struct log_limit
+{
+    uint64_t last_ms;
+    unsigned suppressed;
+};
+
 struct node_server
 {
     struct node_view view;
     uv_loop_t *loop;
-    uv_tcp_t listener;
+    int listen_fd;
+    uv_poll_t listener;
     uv_timer_t park_timer;
+    uv_timer_t sweep_timer;
+    uv_timer_t accept_timer; /* resumes accepting after an error */
     struct tern_list conns;
     struct tern_list parked;
     unsigned n_parked;
+    unsigned n_conns;   /* in conns (open or closing) */
+    unsigned n_blocked; /* connections paused or in mem_wait */
+    bool waking;        /* wake_blocked is running */
+    unsigned max_conns; /* max_connections, maybe lowered by the node */
+    uint64_t mem_used;  /* read buffers + queued answers, all conns */
+    struct log_limit log_refused;
+    struct log_limit log_accept;
+    struct log_limit log_closed;
     uint32_t max_body;
     uint64_t next_conn_id;
     unsigned open_handles;
@@ -147,11 +226,144 @@ struct out
     uv_write_t req;
     struct node_conn *c;
     uint8_t *base;
+    size_t len;
 };
 
 static void conn_close(struct node_conn *c);
 static void conn_update_reading(struct node_conn *c);
 static void conn_process(struct node_conn *c);
+static void wake_blocked(struct node_server *s);
+
+/* ---- Limits: memory, rate-limited logs ----------------------------------- */
+
+static uint64_t conn_now(const struct node_conn *c)
+{
+    return uv_now(c->tcp.loop);
+}
+
+/* Whether to log now; *suppressed (OUT) the lines dropped since the last
+ * one logged. */
+static bool log_limit_ok(struct log_limit *l, uint64_t now, unsigned *dropped)
+{
+    if (l->last_ms != 0 && now - l->last_ms < 1000) {
+        l->suppressed++;
+        return false;
+    }
+    *dropped = l->suppressed;
+    l->suppressed = 0;
+    l->last_ms = now != 0 ? now : 1;
+    return true;
+}
+
+static void mem_add(struct node_conn *c, size_t n)
+{
+    if (c->srv != NULL) {
+        c->srv->mem_used += n;
+    }
+}
+
+static void mem_sub(struct node_conn *c, size_t n)
+{
+    if (c->srv != NULL) {
+        TERN_ASSERT(c->srv->mem_used >= n);
+        c->srv->mem_used -= n;
+    }
+}
+
+static void set_blocked(struct node_conn *c, bool *flag, bool on)
+{
+    if (*flag == on) {
+        return;
+    }
+    *flag = on;
+    if (c->srv != NULL) {
+        if (on) {
+            c->srv->n_blocked++;
+        } else {
+            c->srv->n_blocked--;
+        }
+    }
+}
+
+/* Bytes an answer of c may still take: the smaller of what is left of
+ * the connection's bound and of the global budget. */
+static size_t conn_left(const struct node_conn *c)
+{
+    const struct node_server *s = c->srv;
+    const struct node_config *cfg = c->view.cfg;
+    uint64_t conn_left;
+    uint64_t glob_left;
+    if (s == NULL) {
+        return SERVER__FETCH_MIN_ANSWER;
+    }
+    conn_left = c->queued < cfg->max_conn_queued_bytes
+                    ? cfg->max_conn_queued_bytes - c->queued
+                    : 0;
+    glob_left = s->mem_used < cfg->client_memory_bytes
+                    ? cfg->client_memory_bytes - s->mem_used
+                    : 0;
+    return (size_t)TERN_MIN(conn_left, glob_left);
+}
+
+/* May c take an answer of about est bytes now? own: the bytes of the
+ * request itself, released once it is served (counted against the global
+ * budget only). A connection with nothing queued is held to the global
+ * budget alone. */
+static bool conn_admit(const struct node_conn *c, size_t est, size_t own)
+{
+    const struct node_server *s = c->srv;
+    const struct node_config *cfg = c->view.cfg;
+    size_t glob_est = est > own ? est - own : 0;
+    if (s == NULL) {
+        return true;
+    }
+    if (c->queued > 0 && c->queued + est > cfg->max_conn_queued_bytes) {
+        return false;
+    }
+    return s->mem_used + glob_est <= cfg->client_memory_bytes;
+}
+
+/* Release the read buffer when empty, shrink it to one chunk when what is
+ * left fits. */
+static void rbuf_trim(struct node_conn *c)
+{
+    if (c->rlen == 0 && c->rbuf != NULL) {
+        tern_free(c->rbuf);
+        mem_sub(c, c->rcap);
+        c->rbuf = NULL;
+        c->rcap = 0;
+    } else if (c->rcap > SERVER__READ_CHUNK && c->rlen <= SERVER__READ_CHUNK) {
+        uint8_t *p = tern_realloc(c->rbuf, SERVER__READ_CHUNK);
+        if (p != NULL) {
+            mem_sub(c, c->rcap - SERVER__READ_CHUNK);
+            c->rbuf = p;
+            c->rcap = SERVER__READ_CHUNK;
+        }
+    }
+}
+
+/* Grow the read buffer to cap bytes, within the budget. 0, TERN_ELIMIT or
+ * -ENOMEM. */
+static int rbuf_grow(struct node_conn *c, size_t cap)
+{
+    const struct node_config *cfg = c->view.cfg;
+    uint8_t *p;
+    if (cap <= c->rcap) {
+        return 0;
+    }
+    if (c->srv != NULL &&
+        c->srv->mem_used + (cap - c->rcap) > cfg->client_memory_bytes) {
+        return TERN_ELIMIT;
+    }
+    p = tern_realloc(c->rbuf, cap);
+    if (p == NULL) {
+        return -ENOMEM;
+    }
+    mem_add(c, cap - c->rcap);
+    c->rbuf = p;
+    c->rcap = cap;
+    return 0;
+}
 
 /* ---- References and writes ---------------------------------------------- */
 
@@ -174,6 +386,10 @@ static void on_write(uv_write_t *req, int status)
 {
     struct out *o = (struct out *)req;
     struct node_conn *c = o->c;
+    struct node_server *s = c->srv;
+    c->queued -= o->len;
+    mem_sub(c, o->len);
+    c->progress_ms = conn_now(c);
     tern_free(o->base);
     tern_free(o);
     c->writes--;
@@ -185,6 +401,9 @@ static void on_write(uv_write_t *req, int status)
         conn_close(c);
     } else if (c->state == CONN_OPEN) {
         conn_update_reading(c);
+    }
+    if (s != NULL && s->n_blocked > 0) {
+        wake_blocked(s);
     }
     conn_unref(c);
 }
@@ -214,6 +433,7 @@ static void conn_send(struct node_conn *c, struct tern_wbuf *w)
     }
     o->c = c;
     o->base = w->base;
+    o->len = w->len;
     b = uv_buf_init((char *)w->base, (unsigned)w->len);
     tern_wbuf_init(w);
     rv = uv_write(&o->req, (uv_stream_t *)&c->tcp, &b, 1, on_write);
@@ -225,6 +445,11 @@ static void conn_send(struct node_conn *c, struct tern_wbuf *w)
     }
     c->writes++;
     c->refs++;
+    if (c->queued == 0) {
+        c->progress_ms = conn_now(c);
+    }
+    c->queued += o->len;
+    mem_add(c, o->len);
 }
 
 static void send_error(struct node_conn *c,
@@ -347,9 +572,25 @@ static bool serve_fetch(struct node_conn *c,
         send_error(c, op, request_id, TERN_EOFFSET, m);
         return false;
     }
-    if (offset == qi.next_offset && wait_ms > 0 && c->srv != NULL &&
-        c->srv->n_parked < SERVER__MAX_PARKED) {
+    if (offset == qi.next_offset && wait_ms > 0 && c->srv != NULL) {
         struct node_server *s = c->srv;
+        char m[TERN_ERRMSG_SIZE];
+        if (c->n_parked >= cfg->max_parked_per_conn) {
+            (void)snprintf(m, sizeof(m),
+                           "max_parked_per_conn (%u) reached: too many "
+                           "long-poll fetches waiting on this connection",
+                           cfg->max_parked_per_conn);
+            send_error(c, op, request_id, TERN_ELIMIT, m);
+            return false;
+        }
+        if (s->n_parked >= cfg->max_parked) {
+            (void)snprintf(m, sizeof(m),
+                           "max_parked (%u) reached: too many long-poll "
+                           "fetches waiting on this node",
+                           cfg->max_parked);
+            send_error(c, op, request_id, TERN_ELIMIT, m);
+            return false;
+        }
         struct parked *p = tern_calloc(1, sizeof(*p));
         /* A truncated name would park a fetch of another queue or group:
          * such a request is answered now, as when out of memory. */
@@ -370,6 +611,7 @@ static bool serve_fetch(struct node_conn *c,
                 uv_now(s->loop) + TERN_MIN(wait_ms, SERVER__MAX_WAIT_MS);
             tern_list_push(&s->parked, &p->link);
             s->n_parked++;
+            c->n_parked++;
             c->refs++;
             park_arm(s);
             return true;
@@ -384,6 +626,15 @@ static bool serve_fetch(struct node_conn *c,
         max_bytes = SERVER__DEFAULT_MAX_BYTES;
     }
     max_bytes = TERN_MIN(max_bytes, cap_bytes);
+    {
+        /* Cut the answer to what the memory bounds leave: half for the
+         * payload, half for the per-message overhead; at least one
+         * message (which may be larger: idx_fetch always returns one). */
+        size_t left = conn_left(c) / 2;
+        size_t msgs = left / SERVER__FETCH_MSG_OVERHEAD;
+        max_bytes = (uint32_t)TERN_MAX(TERN_MIN((size_t)max_bytes, left), 1);
+        max_msgs = (uint32_t)TERN_MAX(TERN_MIN((size_t)max_msgs, msgs), 1);
+    }
 
     tern_wbuf_init(&w);
     start = w.len;
@@ -421,6 +672,7 @@ static void parked_free(struct node_server *s, struct parked *p)
 {
     tern_list_remove(&p->link);
     s->n_parked--;
+    p->c->n_parked--;
     conn_unref(p->c);
     tern_free(p);
 }
@@ -529,22 +781,50 @@ void node_server_wake(struct node_server *s)
 struct list_ctx
 {
     struct tern_wbuf *w;
+    size_t body_start; /* w->len at the start of the body */
     uint32_t n;
+    uint32_t max_n;   /* queues per answer */
+    size_t max_bytes; /* body bytes per answer */
+    bool more;        /* stopped before a queue that did not fit */
 };
 
 static int list_cb(void *arg, const struct idx_queue_info *q)
 {
     struct list_ctx *x = arg;
-    proto_put_str(x->w, q->name, strlen(q->name));
+    size_t name_len = strlen(q->name);
+    size_t entry = 2 + name_len + 16;
+    if (x->n >= x->max_n ||
+        (x->n > 0 && x->w->len - x->body_start + entry + 1 > x->max_bytes)) {
+        x->more = true;
+        return 1;
+    }
+    proto_put_str(x->w, q->name, name_len);
     tern_wbuf_u64(x->w, q->start_offset);
     tern_wbuf_u64(x->w, q->next_offset);
     x->n++;
     return x->w->err;
 }
 
-static void serve_list(struct node_conn *c, uint64_t request_id)
+/* The bytes of a QUEUE_LIST answer: a page, or (unpaged) all of them. */
+static size_t list_answer_cap(const struct node_config *cfg, bool paged)
 {
+    if (!paged) {
+        return (size_t)cfg->max_frame_bytes;
+    }
+    return TERN_MIN(SERVER__LIST_PAGE_BYTES,
+                    (size_t)(cfg->max_frame_bytes / 2));
+}
+
+/* QUEUE_LIST: a page of the queues after r->after (paged), or every queue
+ * for an older client's empty request (TERN_ELIMIT when they do not fit in
+ * one frame). */
+static void serve_list(struct node_conn *c,
+                       uint64_t request_id,
+                       const struct proto_request *r)
+{
+    const struct node_config *cfg = c->view.cfg;
     struct idx_env *e = view_idx(&c->view);
+    char after[PROTO_MAX_NAME + 1];
     struct tern_wbuf w;
     struct list_ctx x;
     size_t n_pos;
@@ -554,16 +834,43 @@ static void serve_list(struct node_conn *c, uint64_t request_id)
         send_error(c, PROTO_OP_QUEUE_LIST, request_id, TERN_ESHUTDOWN, NULL);
         return;
     }
+    memset(&x, 0, sizeof(x));
+    x.max_n = UINT32_MAX;
+    x.max_bytes = list_answer_cap(cfg, r->paged != 0);
+    if (r->paged) {
+        x.max_n = cfg->list_page_max;
+        if (r->max_count > 0) {
+            x.max_n = TERN_MIN(x.max_n, r->max_count);
+        }
+    }
+    after[0] = '\0';
+    if (r->after_len > 0) {
+        memcpy(after, r->after, TERN_MIN((size_t)r->after_len, PROTO_MAX_NAME));
+        after[TERN_MIN((size_t)r->after_len, PROTO_MAX_NAME)] = '\0';
+    }
     tern_wbuf_init(&w);
     proto_frame_begin(&w, PROTO_OP_QUEUE_LIST | PROTO_OP_RESPONSE, request_id,
                       0);
     n_pos = w.len;
+    x.body_start = w.len;
     tern_wbuf_u32(&w, 0);
     x.w = &w;
-    x.n = 0;
-    rv = idx_queue_list(e, list_cb, &x);
+    rv = idx_queue_list_after(e, after, list_cb, &x);
+    if (rv == 0 && w.err == 0 && x.more && !r->paged) {
+        char m[TERN_ERRMSG_SIZE];
+        tern_wbuf_free(&w);
+        (void)snprintf(m, sizeof(m),
+                       "queue list does not fit in max_frame_bytes (%llu); "
+                       "list it in pages (a newer client)",
+                       (unsigned long long)cfg->max_frame_bytes);
+        send_error(c, PROTO_OP_QUEUE_LIST, request_id, TERN_ELIMIT, m);
+        return;
+    }
     if (rv == 0 && w.err == 0) {
         tern_put_u32(w.base + n_pos, x.n);
+        if (r->paged) {
+            tern_wbuf_u8(&w, x.more ? 1 : 0);
+        }
         rv = proto_frame_end(&w, 0);
     }
     if (rv != 0 || w.err != 0) {
@@ -870,7 +1177,7 @@ static void handle_request(struct node_conn *c,
         handle_group_fetch(c, request_id, r, queue, group);
         break;
     case PROTO_OP_QUEUE_LIST:
-        serve_list(c, request_id);
+        serve_list(c, request_id, r);
         break;
     case PROTO_OP_STATUS:
         serve_status(c, request_id);
@@ -889,17 +1196,125 @@ static bool conn_may_process(const struct node_conn *c)
     return c->state == CONN_OPEN && !node_batcher_congested(c->view.batcher);
 }
 
-/* Handle every complete frame in the read buffer. */
+/* The answer a request may need, for conn_admit (serve_fetch then cuts a
+ * FETCH to what is left). */
+static size_t answer_estimate(const struct node_conn *c,
+                              const struct proto_request *r)
+{
+    switch (r->op) {
+    case PROTO_OP_FETCH:
+    case PROTO_OP_GROUP_FETCH:
+        return SERVER__FETCH_MIN_ANSWER;
+    case PROTO_OP_QUEUE_LIST:
+        return list_answer_cap(c->view.cfg, r->paged != 0);
+    default:
+        return SERVER__SMALL_ANSWER;
+    }
+}
+
+/* Stop reading and answering (a fatal frame error or a limit): the
+ * connection closes once its queued answers are written. */
+static void conn_drain(struct node_conn *c)
+{
+    if (c->state != CONN_OPEN) {
+        return;
+    }
+    c->state = CONN_DRAINING;
+    set_blocked(c, &c->paused, false);
+    set_blocked(c, &c->mem_wait, false);
+    if (c->reading) {
+        uv_read_stop((uv_stream_t *)&c->tcp);
+        c->reading = false;
+    }
+    if (c->writes == 0) {
+        conn_close(c);
+    }
+}
+
+/* Answer a limit that ends the connection: TERN_ELIMIT, then close. */
+static void conn_limit_close(struct node_conn *c, const char *message)
+{
+    send_error(c, PROTO_OP_ERROR, 0, TERN_ELIMIT, message);
+    conn_drain(c);
+}
+
+/* After processing: size the read buffer for the partial frame left in
+ * it (need: its whole size, 0 if its header is incomplete), or release
+ * it; start the frame clock for a new partial frame. */
+static void conn_after_process(struct node_conn *c, bool consumed, size_t need)
+{
+    const struct node_config *cfg = c->view.cfg;
+    char m[TERN_ERRMSG_SIZE];
+    int rv;
+
+    if (c->rlen == 0) {
+        c->frame_start_ms = 0;
+        rbuf_trim(c);
+        return;
+    }
+    if (consumed || c->frame_start_ms == 0) {
+        c->frame_start_ms = conn_now(c);
+    }
+    if (c->paused || c->state != CONN_OPEN) {
+        return;
+    }
+    if (need <= SERVER__READ_CHUNK) {
+        rbuf_trim(c);
+        return;
+    }
+    if (c->rcap >= need || c->rcap - c->rlen >= SERVER__READ_CHUNK / 2) {
+        return;
+    }
+    /* Grow as the frame's bytes arrive (doubling, up to its size), so a
+     * header alone does not take max_frame_bytes of the budget. */
+    rv = rbuf_grow(
+        c, TERN_MIN(need, TERN_MAX(c->rcap * 2, c->rlen + SERVER__READ_CHUNK)));
+    if (rv == TERN_ELIMIT) {
+        (void)snprintf(m, sizeof(m),
+                       "client_memory_bytes (%llu) exhausted: no room to "
+                       "read a frame of %zu bytes",
+                       (unsigned long long)cfg->client_memory_bytes, need);
+        node_log(NODE_LOG_WARN, "client frame refused, closing",
+                 "conn=%llu need=%zu detail=\"%s\"", (unsigned long long)c->id,
+                 need, m);
+        conn_limit_close(c, m);
+    } else if (rv != 0) {
+        conn_limit_close(c, "out of memory reading a frame");
+    }
+}
+
+/* Handle every complete frame in the read buffer, as long as each one's
+ * answer fits in the memory bounds. */
 static void conn_process(struct node_conn *c)
 {
     size_t off = 0;
+    size_t need = 0;
     uint32_t max_body = c->srv != NULL ? c->srv->max_body : 0;
+    bool blocked = false;
     struct node_frame f;
 
+    if (c->in_process) {
+        return;
+    }
+    c->in_process = true;
     while (conn_may_process(c) && off < c->rlen) {
         node_frame_next(c->rbuf + off, c->rlen - off, max_body, &f);
         if (f.action == NODE_FRAME_NEED_MORE) {
+            need = f.need;
             break;
+        }
+        if (f.action != NODE_FRAME_FATAL) {
+            size_t est = f.action == NODE_FRAME_REQUEST
+                             ? answer_estimate(c, &f.req)
+                             : SERVER__SMALL_ANSWER;
+            if (!conn_admit(c, est, f.consumed)) {
+                blocked = true;
+                break;
+            }
+            if (c->paused) {
+                c->progress_ms = conn_now(c);
+            }
+            c->last_request_ms = conn_now(c);
         }
         switch (f.action) {
         case NODE_FRAME_REQUEST:
@@ -919,40 +1334,38 @@ static void conn_process(struct node_conn *c)
                      (unsigned long long)c->id, tern_err_name(f.status),
                      f.message);
             send_error(c, f.op, f.request_id, f.status, f.message);
-            if (c->state == CONN_OPEN) {
-                c->state = CONN_DRAINING;
-                if (c->reading) {
-                    uv_read_stop((uv_stream_t *)&c->tcp);
-                    c->reading = false;
-                }
-                if (c->writes == 0) {
-                    conn_close(c);
-                }
-            }
+            conn_drain(c);
             break;
         }
         off += f.consumed;
+    }
+    if (c->state == CONN_OPEN) {
+        if (blocked && !c->paused) {
+            c->progress_ms = conn_now(c);
+        }
+        set_blocked(c, &c->paused, blocked);
     }
     if (off > 0) {
         off = TERN_MIN(off, c->rlen);
         memmove(c->rbuf, c->rbuf + off, c->rlen - off);
         c->rlen -= off;
     }
+    conn_after_process(c, off > 0, need);
+    c->in_process = false;
 }
 
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
     struct node_conn *c = h->data;
     (void)suggested;
-    if (c->rcap - c->rlen < SERVER__READ_CHUNK && c->rcap < c->rmax) {
-        size_t cap = TERN_MAX(c->rcap * 2, c->rlen + SERVER__READ_CHUNK);
-        uint8_t *p;
-        cap = TERN_MIN(cap, c->rmax);
-        p = tern_realloc(c->rbuf, cap);
-        if (p != NULL) {
-            c->rbuf = p;
-            c->rcap = cap;
+    if (c->rcap == 0) {
+        if (rbuf_grow(c, SERVER__READ_CHUNK) != 0) {
+            /* No room in the budget: wait for memory (on_read). */
+            set_blocked(c, &c->mem_wait, true);
+            *buf = uv_buf_init(NULL, 0);
+            return;
         }
+        set_blocked(c, &c->mem_wait, false);
     }
     *buf =
         uv_buf_init((char *)c->rbuf + c->rlen, (unsigned)(c->rcap - c->rlen));
@@ -963,6 +1376,11 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
     struct node_conn *c = stream->data;
     (void)buf;
     if (nread == 0) {
+        return;
+    }
+    if (nread == UV_ENOBUFS && c->mem_wait) {
+        uv_read_stop(stream);
+        c->reading = false;
         return;
     }
     if (nread < 0) {
@@ -980,14 +1398,16 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
 
 static void conn_update_reading(struct node_conn *c)
 {
-    bool want = conn_may_process(c) &&
-                c->tcp.write_queue_size < SERVER__MAX_WRITE_QUEUE;
-    if (want && !c->reading) {
+    bool want;
+    if (c->in_process) {
+        return;
+    }
+    if (conn_may_process(c) && (c->paused || (!c->reading && c->rlen > 0))) {
         /* Frames left in the buffer while paused come first. */
         conn_process(c);
-        if (!conn_may_process(c)) {
-            return;
-        }
+    }
+    want = conn_may_process(c) && !c->paused;
+    if (want && !c->reading) {
         if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) == 0) {
             c->reading = true;
         } else {
@@ -999,6 +1419,25 @@ static void conn_update_reading(struct node_conn *c)
     }
 }
 
+/* Memory was released: retry the connections stopped on a bound. */
+static void wake_blocked(struct node_server *s)
+{
+    struct tern_list *l;
+    if (s->waking) {
+        return;
+    }
+    s->waking = true;
+    l = s->conns.next;
+    while (l != &s->conns && s->n_blocked > 0) {
+        struct node_conn *c = TERN_CONTAINER(l, struct node_conn, link);
+        l = l->next;
+        if (c->paused || c->mem_wait) {
+            conn_update_reading(c);
+        }
+    }
+    s->waking = false;
+}
+
 void node_server_update_reading(struct node_server *s)
 {
     struct tern_list *l = s->conns.next;
@@ -1007,6 +1446,92 @@ void node_server_update_reading(struct node_server *s)
         l = l->next;
         conn_update_reading(c);
     }
+}
+
+/* ---- Timeouts ------------------------------------------------------------ */
+
+static void log_closed(struct node_server *s,
+                       const struct node_conn *c,
+                       uint64_t now,
+                       const char *why)
+{
+    unsigned dropped = 0;
+    if (log_limit_ok(&s->log_closed, now, &dropped)) {
+        node_log(NODE_LOG_WARN, "closing client connection",
+                 "conn=%llu reason=%s queued=%zu suppressed=%u",
+                 (unsigned long long)c->id, why, c->queued, dropped);
+    }
+}
+
+/* One connection against the clock (see the header comment). */
+static void conn_sweep(struct node_server *s, struct node_conn *c, uint64_t now)
+{
+    const struct node_config *cfg = c->view.cfg;
+    char m[TERN_ERRMSG_SIZE];
+
+    if (!conn_live(c)) {
+        return;
+    }
+    if ((c->queued > 0 || c->paused) &&
+        now - c->progress_ms >= cfg->slow_reader_timeout_ms) {
+        log_closed(s, c, now, "slow_reader_timeout_ms");
+        if (c->queued == 0 && c->state == CONN_OPEN) {
+            (void)snprintf(m, sizeof(m),
+                           "slow_reader_timeout_ms (%u): no room to answer "
+                           "within client_memory_bytes (%llu)",
+                           cfg->slow_reader_timeout_ms,
+                           (unsigned long long)cfg->client_memory_bytes);
+            conn_limit_close(c, m);
+        } else {
+            conn_close(c);
+        }
+        return;
+    }
+    if (c->state != CONN_OPEN) {
+        return;
+    }
+    if (!c->paused && c->frame_start_ms != 0 &&
+        now - c->frame_start_ms >= cfg->frame_timeout_ms) {
+        log_closed(s, c, now, "frame_timeout_ms");
+        (void)snprintf(m, sizeof(m),
+                       "frame_timeout_ms (%u): a frame was not completed "
+                       "in time",
+                       cfg->frame_timeout_ms);
+        conn_limit_close(c, m);
+        return;
+    }
+    if (cfg->idle_timeout_ms > 0 && c->rlen == 0 && c->queued == 0 &&
+        c->n_parked == 0 && c->refs == 1 &&
+        now - c->last_request_ms >= cfg->idle_timeout_ms) {
+        (void)snprintf(m, sizeof(m),
+                       "idle_timeout_ms (%u): no request in time, closing",
+                       cfg->idle_timeout_ms);
+        node_log(NODE_LOG_DEBUG, "closing idle client connection", "conn=%llu",
+                 (unsigned long long)c->id);
+        conn_limit_close(c, m);
+    }
+}
+
+static void on_sweep_timer(uv_timer_t *t)
+{
+    struct node_server *s = t->data;
+    uint64_t now = uv_now(s->loop);
+    struct tern_list *l = s->conns.next;
+    while (l != &s->conns) {
+        struct node_conn *c = TERN_CONTAINER(l, struct node_conn, link);
+        l = l->next;
+        conn_sweep(s, c, now);
+    }
+}
+
+/* The sweep period: a quarter of the shortest timeout, 10 ms..1 s. */
+static uint64_t sweep_period(const struct node_config *cfg)
+{
+    uint64_t t = TERN_MIN(cfg->frame_timeout_ms, cfg->slow_reader_timeout_ms);
+    if (cfg->idle_timeout_ms > 0) {
+        t = TERN_MIN(t, cfg->idle_timeout_ms);
+    }
+    return TERN_MAX(TERN_MIN(t / 4, 1000), 10);
 }
 
 /* ---- Connections and listener -------------------------------------------- */
@@ -1028,15 +1553,26 @@ static void on_conn_closed(uv_handle_t *h)
     struct node_conn *c = h->data;
     struct node_server *s = c->srv;
     c->state = CONN_CLOSED;
+    set_blocked(c, &c->paused, false);
+    set_blocked(c, &c->mem_wait, false);
+    mem_sub(c, c->rcap);
+    tern_free(c->rbuf);
+    c->rbuf = NULL;
+    c->rcap = 0;
+    c->rlen = 0;
     if (s != NULL) {
         tern_list_remove(&c->link);
+        s->n_conns--;
         c->srv = NULL;
         node_log(NODE_LOG_DEBUG, "client disconnected", "conn=%llu",
                  (unsigned long long)c->id);
     }
     conn_unref(c);
     if (s != NULL) {
-        server_handle_closed(s);
+        if (!s->closing && s->n_blocked > 0) {
+            wake_blocked(s); /* its memory is free now */
+        }
+        server_handle_closed(s); /* may free s */
     }
 }
 
@@ -1050,34 +1586,88 @@ static void conn_close(struct node_conn *c)
     uv_close((uv_handle_t *)&c->tcp, on_conn_closed);
 }
 
-static void on_connection(uv_stream_t *listener, int status)
+/* Refuse an accepted socket: one TERN_ELIMIT error frame if the socket
+ * takes it at once, then close. */
+static void refuse_fd(struct node_server *s,
+                      int fd,
+                      uint32_t ip,
+                      const char *message)
 {
-    struct node_server *s = listener->data;
-    struct node_conn *c;
+    struct tern_wbuf w;
+    unsigned dropped = 0;
+    char addr[INET_ADDRSTRLEN] = "?";
 
-    if (status != 0) {
-        node_log(NODE_LOG_WARN, "accept failed", "err=%s", uv_strerror(status));
+    tern_wbuf_init(&w);
+    if (proto_encode_error(&w, PROTO_OP_ERROR, 0, TERN_ELIMIT, message, 0,
+                           "") == 0 &&
+        w.err == 0) {
+        (void)send(fd, w.base, w.len, MSG_DONTWAIT | MSG_NOSIGNAL);
+    }
+    tern_wbuf_free(&w);
+    (void)shutdown(fd, SHUT_WR);
+    (void)close(fd);
+    if (log_limit_ok(&s->log_refused, uv_now(s->loop), &dropped)) {
+        struct in_addr in;
+        in.s_addr = ip;
+        (void)inet_ntop(AF_INET, &in, addr, sizeof(addr));
+        node_log(NODE_LOG_WARN, "client connection refused",
+                 "addr=%s conns=%u suppressed=%u detail=\"%s\"", addr,
+                 s->n_conns, dropped, message);
+    }
+}
+
+/* Take over the accepted socket fd from ip, or refuse it. */
+static void accept_fd(struct node_server *s, int fd, uint32_t ip)
+{
+    const struct node_config *cfg = s->view.cfg;
+    struct node_conn *c;
+    char m[TERN_ERRMSG_SIZE];
+    unsigned same = 0;
+    struct tern_list *l;
+
+    if (s->n_conns >= s->max_conns) {
+        (void)snprintf(m, sizeof(m),
+                       "max_connections (%u) reached: connection refused",
+                       s->max_conns);
+        refuse_fd(s, fd, ip, m);
+        return;
+    }
+    for (l = s->conns.next; l != &s->conns; l = l->next) {
+        if (TERN_CONTAINER(l, struct node_conn, link)->peer_ip == ip) {
+            same++;
+        }
+    }
+    if (same >= cfg->max_connections_per_addr) {
+        (void)snprintf(m, sizeof(m),
+                       "max_connections_per_addr (%u) reached for this "
+                       "address: connection refused",
+                       cfg->max_connections_per_addr);
+        refuse_fd(s, fd, ip, m);
         return;
     }
     c = tern_calloc(1, sizeof(*c));
     if (c == NULL) {
-        uv_tcp_t tmp;
-        /* Accept and drop so the backlog does not spin. */
-        uv_tcp_init(s->loop, &tmp);
-        uv_accept(listener, (uv_stream_t *)&tmp);
-        uv_close((uv_handle_t *)&tmp, NULL);
+        refuse_fd(s, fd, ip, "out of memory: connection refused");
         return;
     }
-    uv_tcp_init(s->loop, &c->tcp);
+    if (uv_tcp_init(s->loop, &c->tcp) != 0) {
+        tern_free(c);
+        refuse_fd(s, fd, ip, "cannot set up the connection");
+        return;
+    }
     c->tcp.data = c;
     c->srv = s;
     c->view = s->view;
     c->refs = 1;
     c->id = ++s->next_conn_id;
+    c->peer_ip = ip;
+    c->last_request_ms = uv_now(s->loop);
     c->rmax = PROTO_HEADER_SIZE + (size_t)s->max_body + SERVER__READ_CHUNK;
     tern_list_push(&s->conns, &c->link);
+    s->n_conns++;
     s->open_handles++;
-    if (uv_accept(listener, (uv_stream_t *)&c->tcp) != 0) {
+    if (uv_tcp_open(&c->tcp, fd) != 0) {
+        (void)close(fd);
         conn_close(c);
         return;
     }
@@ -1087,9 +1677,87 @@ static void on_connection(uv_stream_t *listener, int status)
     conn_update_reading(c);
 }
 
+static void on_listen(uv_poll_t *h, int status, int events);
+
+static void on_accept_timer(uv_timer_t *t)
+{
+    struct node_server *s = t->data;
+    if (!s->closing) {
+        (void)uv_poll_start(&s->listener, UV_READABLE, on_listen);
+    }
+}
+
+static void on_listen(uv_poll_t *h, int status, int events)
+{
+    struct node_server *s = h->data;
+    (void)events;
+    for (int i = 0; i < SERVER__ACCEPT_BATCH && status == 0 && !s->closing;
+         i++) {
+        struct sockaddr_in sa;
+        socklen_t sl = sizeof(sa);
+        unsigned dropped = 0;
+        memset(&sa, 0, sizeof(sa));
+        int fd = accept4(s->listen_fd, (struct sockaddr *)&sa, &sl,
+                         SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd >= 0) {
+            accept_fd(s, fd, sa.sin_family == AF_INET ? sa.sin_addr.s_addr : 0);
+            continue;
+        }
+        if (errno == EAGAIN || errno == EWOULDBLOCK) {
+            return;
+        }
+        if (errno == EINTR || errno == ECONNABORTED) {
+            continue;
+        }
+        /* EMFILE, ENFILE, ENOMEM, ENOBUFS...: pause accepting. */
+        if (log_limit_ok(&s->log_accept, uv_now(s->loop), &dropped)) {
+            node_log(NODE_LOG_WARN, "accept failed, pausing accepts",
+                     "err=%s conns=%u backoff_ms=%d suppressed=%u",
+                     strerror(errno), s->n_conns, SERVER__ACCEPT_BACKOFF_MS,
+                     dropped);
+        }
+        (void)uv_poll_stop(&s->listener);
+        uv_timer_start(&s->accept_timer, on_accept_timer,
+                       SERVER__ACCEPT_BACKOFF_MS, 0);
+        return;
+    }
+    if (status != 0) {
+        node_log(NODE_LOG_WARN, "client listener error", "err=%s",
+                 uv_strerror(status));
+    }
+}
+
 static void on_server_handle_closed(uv_handle_t *h)
 {
     server_handle_closed(h->data);
+}
+
+static void on_listener_closed(uv_handle_t *h)
+{
+    struct node_server *s = h->data;
+    (void)close(s->listen_fd);
+    s->listen_fd = -1;
+    server_handle_closed(s);
+}
+
+/* A non-blocking listening socket on sa. 0 with *fd, or -errno. */
+static int listen_socket(const struct sockaddr_in *sa, int *fd)
+{
+    int one = 1;
+    int rv;
+    int s = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (s < 0) {
+        return -errno;
+    }
+    if (setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0 ||
+        bind(s, (const struct sockaddr *)sa, sizeof(*sa)) != 0 ||
+        listen(s, SERVER__LISTEN_BACKLOG) != 0) {
+        rv = -errno;
+        (void)close(s);
+        return rv;
+    }
+    *fd = s;
+    return 0;
 }
 
 int node_server_new(uv_loop_t *loop,
@@ -1105,6 +1773,7 @@ int node_server_new(uv_loop_t *loop,
     struct sockaddr_in sa;
     char host[64];
     const char *colon = strrchr(addr, ':');
+    int fd = -1;
     int rv;
 
     if (colon == NULL || (size_t)(colon - addr) >= sizeof(host)) {
@@ -1119,8 +1788,14 @@ int node_server_new(uv_loop_t *loop,
                            uv_strerror(rv));
         return TERN_EINVAL;
     }
+    rv = listen_socket(&sa, &fd);
+    if (rv != 0) {
+        tern_errmsg_printf(errmsg, "listen on %s: %s", addr, strerror(-rv));
+        return rv;
+    }
     s = tern_calloc(1, sizeof(*s));
     if (s == NULL) {
+        (void)close(fd);
         tern_errmsg_printf(errmsg, "out of memory");
         return -ENOMEM;
     }
@@ -1130,22 +1805,37 @@ int node_server_new(uv_loop_t *loop,
     s->view.batcher = batcher;
     s->loop = loop;
     s->max_body = (uint32_t)cfg->max_frame_bytes;
+    s->max_conns = cfg->max_connections;
+    s->listen_fd = fd;
     tern_list_init(&s->conns);
     tern_list_init(&s->parked);
-    uv_tcp_init(loop, &s->listener);
+    rv = uv_poll_init(loop, &s->listener, fd);
+    if (rv != 0) {
+        (void)close(fd);
+        tern_free(s);
+        tern_errmsg_printf(errmsg, "listen on %s: %s", addr, uv_strerror(rv));
+        return rv;
+    }
     s->listener.data = s;
     uv_timer_init(loop, &s->park_timer);
     s->park_timer.data = s;
-    s->open_handles = 2;
-    rv = uv_tcp_bind(&s->listener, (const struct sockaddr *)&sa, 0);
+    uv_timer_init(loop, &s->sweep_timer);
+    s->sweep_timer.data = s;
+    uv_timer_init(loop, &s->accept_timer);
+    s->accept_timer.data = s;
+    s->open_handles = 4;
+    rv = uv_poll_start(&s->listener, UV_READABLE, on_listen);
     if (rv == 0) {
-        rv = uv_listen((uv_stream_t *)&s->listener, 128, on_connection);
+        uint64_t period = sweep_period(cfg);
+        rv = uv_timer_start(&s->sweep_timer, on_sweep_timer, period, period);
     }
     if (rv != 0) {
         tern_errmsg_printf(errmsg, "listen on %s: %s", addr, uv_strerror(rv));
         s->closing = true;
-        uv_close((uv_handle_t *)&s->listener, on_server_handle_closed);
+        uv_close((uv_handle_t *)&s->listener, on_listener_closed);
         uv_close((uv_handle_t *)&s->park_timer, on_server_handle_closed);
+        uv_close((uv_handle_t *)&s->sweep_timer, on_server_handle_closed);
+        uv_close((uv_handle_t *)&s->accept_timer, on_server_handle_closed);
         return rv;
     }
     *out = s;
@@ -1165,6 +1855,8 @@ void node_server_close(struct node_server *s, void (*cb)(void *arg), void *arg)
     for (l = s->conns.next; l != &s->conns; l = l->next) {
         conn_close(TERN_CONTAINER(l, struct node_conn, link));
     }
-    uv_close((uv_handle_t *)&s->listener, on_server_handle_closed);
+    uv_close((uv_handle_t *)&s->listener, on_listener_closed);
     uv_close((uv_handle_t *)&s->park_timer, on_server_handle_closed);
+    uv_close((uv_handle_t *)&s->sweep_timer, on_server_handle_closed);
+    uv_close((uv_handle_t *)&s->accept_timer, on_server_handle_closed);
 }

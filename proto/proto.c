@@ -346,6 +346,19 @@ int proto_decode_request(uint8_t op,
         rv = get_name(&c, &out->queue, &out->queue_len);
         break;
     case PROTO_OP_QUEUE_LIST:
+        if (len == 0) {
+            break; /* unpaged: an older client */
+        }
+        out->paged = 1;
+        out->after = proto_get_str(&c, &out->after_len);
+        out->max_count = tern_cursor_u32(&c);
+        if (out->after == NULL) {
+            rv = TERN_EMALFORMED;
+        } else if (out->after_len > 0 &&
+                   !tern_name_valid(out->after, out->after_len)) {
+            rv = TERN_EBADNAME;
+        }
+        break;
     case PROTO_OP_STATUS:
         break;
     case PROTO_OP_PRODUCE: {
@@ -548,6 +561,22 @@ int proto_encode_simple(struct tern_wbuf *w, uint8_t op, uint64_t request_id)
     return proto_frame_end(w, start);
 }
 
+int proto_encode_queue_list_req(struct tern_wbuf *w,
+                                uint64_t request_id,
+                                const char *after,
+                                uint32_t max_count)
+{
+    size_t start = w->len;
+    proto_frame_begin(w, PROTO_OP_QUEUE_LIST, request_id, 0);
+    if (after != NULL && after[0] != '\0') {
+        put_name(w, after);
+    } else {
+        proto_put_str(w, "", 0);
+    }
+    tern_wbuf_u32(w, max_count);
+    return proto_frame_end(w, start);
+}
+
 /* ---- Responses ---- */
 
 int proto_encode_empty_resp(struct tern_wbuf *w,
@@ -644,10 +673,12 @@ int proto_next_fetched(const struct proto_fetch_resp *r,
     return records_next(r->msgs, r->msgs_len, pos, get_fetched, m);
 }
 
-int proto_encode_queue_list_resp(struct tern_wbuf *w,
-                                 uint64_t request_id,
-                                 const struct proto_queue_info *q,
-                                 uint32_t n)
+/* more < 0: the unpaged answer (no more byte). */
+static int encode_queue_list(struct tern_wbuf *w,
+                             uint64_t request_id,
+                             const struct proto_queue_info *q,
+                             uint32_t n,
+                             int more)
 {
     size_t start = w->len;
     proto_frame_begin(w, PROTO_OP_QUEUE_LIST | PROTO_OP_RESPONSE, request_id,
@@ -658,7 +689,27 @@ int proto_encode_queue_list_resp(struct tern_wbuf *w,
         tern_wbuf_u64(w, q[i].start_offset);
         tern_wbuf_u64(w, q[i].next_offset);
     }
+    if (more >= 0) {
+        tern_wbuf_u8(w, more != 0 ? 1 : 0);
+    }
     return proto_frame_end(w, start);
+}
+
+int proto_encode_queue_list_resp(struct tern_wbuf *w,
+                                 uint64_t request_id,
+                                 const struct proto_queue_info *q,
+                                 uint32_t n)
+{
+    return encode_queue_list(w, request_id, q, n, -1);
+}
+
+int proto_encode_queue_list_page_resp(struct tern_wbuf *w,
+                                      uint64_t request_id,
+                                      const struct proto_queue_info *q,
+                                      uint32_t n,
+                                      int more)
+{
+    return encode_queue_list(w, request_id, q, n, more != 0 ? 1 : 0);
 }
 
 static void get_queue_info(struct tern_cursor *c, void *item)
@@ -675,11 +726,19 @@ int proto_decode_queue_list_resp(const void *body,
 {
     struct tern_cursor c;
     struct proto_queue_info q;
+    int ok = 1;
     tern_cursor_init(&c, body, len);
     out->n = tern_cursor_u32(&c);
     records_skip(&c, out->n, get_queue_info, &q, &out->entries,
                  &out->entries_len);
-    return decode_end(&c, 1, out, sizeof *out);
+    out->paged = 0;
+    out->more = 0;
+    if (c.err == 0 && tern_cursor_left(&c) > 0) {
+        out->paged = 1;
+        out->more = tern_cursor_u8(&c);
+        ok = out->more <= 1;
+    }
+    return decode_end(&c, ok, out, sizeof *out);
 }
 
 int proto_next_queue_info(const struct proto_queue_list_resp *r,

@@ -128,10 +128,26 @@ TERN_API const char *tern_client_leader(const struct tern_client *c);
 TERN_API int tern_queue_create(struct tern_client *c, const char *queue);
 TERN_API int tern_queue_delete(struct tern_client *c, const char *queue);
 
-/* List queues. *out (OUT) is caller-owned: free with tern_queue_list_free.
- * Strings returned by the accessors are borrowed until that free. */
+/* List every queue, in name order. *out (OUT) is caller-owned: free with
+ * tern_queue_list_free. Strings returned by the accessors are borrowed
+ * until that free. Asks the server page by page (tern_queue_list_page with
+ * the server's page size) and returns them together, so the list of a
+ * node with many queues is never one frame; queues created or deleted
+ * while it pages may or may not be listed. Needs a server that pages
+ * (an older one answers TERN_EMALFORMED). */
 TERN_API int tern_queue_list(struct tern_client *c,
                              struct tern_queue_list **out);
+/* One page of the list: at most max_count queues (0: the server's page
+ * size, its list_page_max) whose names sort after after (NULL or "": from
+ * the first queue; borrowed for the call), in name order. *out (OUT) as
+ * for tern_queue_list; *more (OUT) is 1 when queues follow the page's
+ * last one (ask again with after = tern_queue_list_name(*out, count - 1)),
+ * 0 after the last page. */
+TERN_API int tern_queue_list_page(struct tern_client *c,
+                                  const char *after,
+                                  uint32_t max_count,
+                                  struct tern_queue_list **out,
+                                  int *more);
 TERN_API size_t tern_queue_list_count(const struct tern_queue_list *l);
 TERN_API const char *tern_queue_list_name(const struct tern_queue_list *l,
                                           size_t i);

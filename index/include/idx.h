@@ -198,6 +198,12 @@ struct idx_queue_info
 typedef int (*idx_queue_cb)(void *arg, const struct idx_queue_info *q);
 /* Calls cb for each queue in name order; a non-zero return stops. */
 int idx_queue_list(struct idx_env *e, idx_queue_cb cb, void *arg);
+/* The same, starting with the first queue whose name sorts after after
+ * (borrowed; NULL or "": from the first queue). */
+int idx_queue_list_after(struct idx_env *e,
+                         const char *after,
+                         idx_queue_cb cb,
+                         void *arg);
 int idx_queue_get(struct idx_env *e,
                   const char *queue,
                   struct idx_queue_info *out);

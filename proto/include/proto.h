@@ -31,9 +31,24 @@
  * Request / response bodies:
  *   QUEUE_CREATE  req: str queue                     resp: (empty)
  *   QUEUE_DELETE  req: str queue                     resp: (empty)
- *   QUEUE_LIST    req: (empty)
+ *   QUEUE_LIST    req: (empty) | str after, u32 max_count
  *                 resp: u32 n, n x {str name, u64 start_offset,
- *                                   u64 next_offset}
+ *                                   u64 next_offset}, [u8 more]
+ *                 Paged (added after the first release of version 1, like
+ *                 FETCH's flags byte): a body with "after" (the last name
+ *                 of the previous page; "" = from the first queue) and
+ *                 max_count (0 = the server's page size, list_page_max)
+ *                 asks for the queues whose names sort after "after", in
+ *                 name order; the answer then ends with u8 more (1: more
+ *                 queues follow the last one listed, ask again with it as
+ *                 "after"; 0: that was the last page). A page holds at
+ *                 most max_count and list_page_max queues and fits in
+ *                 1 MiB and half of the server's max_frame_bytes (at least
+ *                 one queue). The empty body of an older client still
+ *                 works: its answer has no more byte and lists every
+ *                 queue, or, when they do not fit in max_frame_bytes, is
+ *                 TERN_ELIMIT. A server without paging answers a paged
+ *                 request TERN_EMALFORMED (libtern does not fall back).
  *   PRODUCE       req: str queue, u64 producer_id (0 = none), u64 seq,
  *                      u32 n, n x blob message
  *                 resp: u64 base_offset, u32 count, u8 duplicate
@@ -186,6 +201,12 @@ struct proto_request
     size_t msgs_len;
     uint8_t flags; /* STATS: PROTO_STATS_RESET or 0; FETCH:
                       PROTO_FETCH_LEADER or 0 */
+    /* QUEUE_LIST: paged is 1 for a body with after/max_count (after_len
+     * 0: from the start; otherwise a valid name). */
+    uint8_t paged;
+    const char *after;
+    uint16_t after_len;
+    uint32_t max_count;
 };
 /* Decode a request body for op; TERN_EMALFORMED (trailing bytes included),
  * TERN_EBADNAME for an invalid queue/group name, TERN_EINVAL for an unknown
@@ -256,6 +277,13 @@ int proto_encode_group_commit(struct tern_wbuf *w,
 int proto_encode_simple(struct tern_wbuf *w,
                         uint8_t op,
                         uint64_t request_id); /* QUEUE_LIST, STATUS */
+/* A paged QUEUE_LIST: queues after the name after (NULL or "": from the
+ * first; borrowed for the call; else TERN_EBADNAME unless a valid name),
+ * at most max_count of them (0: the server's page size). */
+int proto_encode_queue_list_req(struct tern_wbuf *w,
+                                uint64_t request_id,
+                                const char *after,
+                                uint32_t max_count);
 
 /* Response bodies are built by the server directly with the tern_wbuf_*
  * and proto_put_* primitives between proto_frame_begin/end, and parsed by
@@ -337,15 +365,26 @@ struct proto_queue_info
     uint64_t start_offset;
     uint64_t next_offset;
 };
+/* The unpaged answer (no more byte). */
 int proto_encode_queue_list_resp(struct tern_wbuf *w,
                                  uint64_t request_id,
                                  const struct proto_queue_info *q,
                                  uint32_t n);
+/* A page: as above, then the more byte (more: 0 or 1). */
+int proto_encode_queue_list_page_resp(struct tern_wbuf *w,
+                                      uint64_t request_id,
+                                      const struct proto_queue_info *q,
+                                      uint32_t n,
+                                      int more);
+/* Decoding accepts both answers: paged says whether the more byte was
+ * there (it must be 0 or 1). */
 struct proto_queue_list_resp
 {
     uint32_t n;
     const uint8_t *entries;
     size_t entries_len;
+    uint8_t paged;
+    uint8_t more;
 };
 int proto_decode_queue_list_resp(const void *body,
                                  size_t len,

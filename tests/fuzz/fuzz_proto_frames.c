@@ -40,6 +40,14 @@ static void reencode(const struct proto_request *r,
         rv = proto_encode_queue_op(&w, r->op, 1, q);
         break;
     case PROTO_OP_QUEUE_LIST:
+        if (r->paged) {
+            char a[PROTO_MAX_NAME + 1];
+            name_copy(a, r->after, r->after_len);
+            rv = proto_encode_queue_list_req(&w, 1, a, r->max_count);
+        } else {
+            rv = proto_encode_simple(&w, r->op, 1);
+        }
+        break;
     case PROTO_OP_STATUS:
         rv = proto_encode_simple(&w, r->op, 1);
         break;

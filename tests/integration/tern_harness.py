@@ -114,6 +114,7 @@ ERR = {-31001: "TERN_ENOTLEADER", -31002: "TERN_ENOLEADER",
        -31010: "TERN_ESHUTDOWN", -31014: "TERN_EBUSY",
        -31017: "TERN_EBADNAME", -31018: "TERN_EINVAL",
        -31019: "TERN_EINTERNAL"}
+ERR[-31024] = "TERN_ELIMIT"
 CODE = {v: k for k, v in ERR.items()}
 
 
@@ -204,6 +205,27 @@ def wait_closed(sock, timeout=5.0):
 
 
 # ---- checks ------------------------------------------------------------------
+
+def proc_memory_kb(pid):
+    """{"VmHWM": kB, "VmRSS": kB} of a live process (from /proc)."""
+    out = {}
+    with open("/proc/%d/status" % pid) as f:
+        for ln in f:
+            k, _, v = ln.partition(":")
+            if k in ("VmHWM", "VmRSS"):
+                out[k] = int(v.split()[0])
+    return out
+
+
+def proc_nofile(pid):
+    """(soft, hard) RLIMIT_NOFILE of a live process (from /proc)."""
+    with open("/proc/%d/limits" % pid) as f:
+        for ln in f:
+            if ln.startswith("Max open files"):
+                parts = ln.split()
+                return (parts[3], parts[4])
+    return None
+
 
 class Skip(Exception):
     pass

@@ -513,3 +513,62 @@ Test(config, dev_mode_runs_without_peer_auth)
     cr_expect(cfg.dev);
     cr_expect_eq(cfg.peer_auth, NODE_PEER_AUTH_NONE);
 }
+
+/* The client port's [limits] keys: defaults, the file and the flags, and
+ * the checks that keep one frame and one connection within the budget. */
+Test(config, client_limits)
+{
+    static const char text[] =
+        "[limits]\n"
+        "client_memory_bytes = 64M\n"
+        "max_conn_queued_bytes = 8M\n"
+        "max_connections = 100\n"
+        "max_connections_per_addr = 10\n"
+        "idle_timeout_ms = 0\n"
+        "frame_timeout_ms = 1500\n"
+        "slow_reader_timeout_ms = 2500\n"
+        "max_parked = 500\n"
+        "max_parked_per_conn = 5\n"
+        "list_page_max = 50\n";
+    cr_expect_eq(cfg.client_memory_bytes, NODE_DEFAULT_CLIENT_MEMORY);
+    cr_expect_eq(cfg.max_conn_queued_bytes, 32u << 20);
+    cr_expect_eq(cfg.max_connections, 4096);
+    cr_expect_eq(cfg.max_connections_per_addr, 256);
+    cr_expect_eq(cfg.idle_timeout_ms, 600000);
+    cr_expect_eq(cfg.frame_timeout_ms, 30000);
+    cr_expect_eq(cfg.slow_reader_timeout_ms, 30000);
+    cr_expect_eq(cfg.max_parked, 10000);
+    cr_expect_eq(cfg.max_parked_per_conn, 64);
+    cr_expect_eq(cfg.list_page_max, 1000);
+    cr_assert_eq(node_config_load_string(&cfg, text, "t.ini", errmsg), 0, "%s",
+                 errmsg);
+    cr_expect_eq(cfg.client_memory_bytes, 64u << 20);
+    cr_expect_eq(cfg.max_conn_queued_bytes, 8u << 20);
+    cr_expect_eq(cfg.max_connections, 100);
+    cr_expect_eq(cfg.max_connections_per_addr, 10);
+    cr_expect_eq(cfg.idle_timeout_ms, 0);
+    cr_expect_eq(cfg.frame_timeout_ms, 1500);
+    cr_expect_eq(cfg.slow_reader_timeout_ms, 2500);
+    cr_expect_eq(cfg.max_parked, 500);
+    cr_expect_eq(cfg.max_parked_per_conn, 5);
+    cr_expect_eq(cfg.list_page_max, 50);
+}
+
+Test(config, client_limits_validation)
+{
+    static const struct bad cases[] = {
+        {{"--dev", "--client-memory-bytes", "16M", NULL},
+         "client_memory_bytes"},
+        {{"--dev", "--max-conn-queued-bytes", "1K", NULL},
+         "max_conn_queued_bytes"},
+        {{"--dev", "--max-conn-queued-bytes", "1G", NULL},
+         "max_conn_queued_bytes"},
+        {{"--dev", "--max-connections", "0", NULL}, "max_connections"},
+        {{"--dev", "--max-parked-per-conn", "0", NULL}, "max_parked_per_conn"},
+        {{"--dev", "--frame-timeout-ms", "0", NULL}, "frame_timeout_ms"},
+        {{"--dev", "--list-page-max", "1000000", NULL}, "list-page-max"},
+    };
+    for (unsigned i = 0; i < TERN_ARRAY_SIZE(cases); i++) {
+        expect_bad(&cases[i]);
+    }
+}

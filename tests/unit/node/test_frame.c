@@ -218,3 +218,42 @@ Test(frame, random_bytes)
         x = x * 1103515245u + 12345u;
     }
 }
+
+/* A partial frame whose header has arrived says how big the whole frame
+ * is (the server sizes its read buffer to it); before the header, 0. */
+Test(frame, need_of_a_partial_frame)
+{
+    struct node_frame f;
+    struct proto_msg m = {"0123456789", 10};
+    cr_assert_eq(proto_encode_produce(&w, 1, "q", 7, 1, &m, 1), 0);
+    node_frame_next(w.base, PROTO_HEADER_SIZE - 1, MAX_BODY, &f);
+    cr_expect_eq(f.action, NODE_FRAME_NEED_MORE);
+    cr_expect_eq(f.need, 0);
+    for (size_t n = PROTO_HEADER_SIZE; n < w.len; n++) {
+        node_frame_next(w.base, n, MAX_BODY, &f);
+        cr_assert_eq(f.action, NODE_FRAME_NEED_MORE);
+        cr_expect_eq(f.need, w.len, "at %zu", n);
+    }
+    node_frame_next(w.base, w.len, MAX_BODY, &f);
+    cr_expect_eq(f.action, NODE_FRAME_REQUEST);
+    cr_expect_eq(f.need, 0);
+}
+
+/* QUEUE_LIST: an older client's empty body and a paged one both decode. */
+Test(frame, queue_list_paged_and_unpaged)
+{
+    struct node_frame f;
+    size_t off;
+    cr_assert_eq(proto_encode_simple(&w, PROTO_OP_QUEUE_LIST, 1), 0);
+    off = w.len;
+    cr_assert_eq(proto_encode_queue_list_req(&w, 2, "abc", 7), 0);
+    node_frame_next(w.base, w.len, MAX_BODY, &f);
+    cr_assert_eq(f.action, NODE_FRAME_REQUEST);
+    cr_expect_eq(f.req.paged, 0);
+    node_frame_next(w.base + off, w.len - off, MAX_BODY, &f);
+    cr_assert_eq(f.action, NODE_FRAME_REQUEST);
+    cr_expect_eq(f.req.paged, 1);
+    cr_expect_eq(f.req.after_len, 3);
+    cr_expect_eq(memcmp(f.req.after, "abc", 3), 0);
+    cr_expect_eq(f.req.max_count, 7);
+}

@@ -753,3 +753,106 @@ Test(proto, stats_response_round_trip)
     }
     tern_wbuf_free(&w);
 }
+
+/* QUEUE_LIST paging: the request's optional after/max_count (an older
+ * client's empty body still decodes, unpaged), and the answer's optional
+ * more byte. */
+Test(proto, queue_list_paged_request)
+{
+    struct tern_wbuf w;
+    struct proto_header h;
+    struct proto_request r;
+    const uint8_t *body;
+    tern_wbuf_init(&w);
+
+    cr_assert_eq(proto_encode_simple(&w, PROTO_OP_QUEUE_LIST, 1), 0);
+    parse_request(&w, &h, &r);
+    cr_expect_eq(h.body_len, 0);
+    cr_expect_eq(r.paged, 0);
+    cr_expect_null(r.after);
+
+    w.len = 0;
+    cr_assert_eq(proto_encode_queue_list_req(&w, 2, NULL, 0), 0);
+    parse_request(&w, &h, &r);
+    cr_expect_eq(h.body_len, 6);
+    cr_expect_eq(r.paged, 1);
+    cr_expect_eq(r.after_len, 0);
+    cr_expect_eq(r.max_count, 0);
+
+    w.len = 0;
+    cr_assert_eq(proto_encode_queue_list_req(&w, 3, "orders.eu", 250), 0);
+    parse_request(&w, &h, &r);
+    cr_expect(streq(r.after, r.after_len, "orders.eu"));
+    cr_expect_eq(r.max_count, 250);
+
+    /* A bad name, a truncated body, trailing bytes. */
+    w.len = 0;
+    cr_expect_eq(proto_encode_queue_list_req(&w, 4, "no/slash", 1),
+                 TERN_EBADNAME);
+    cr_expect_eq(proto_decode_request(PROTO_OP_QUEUE_LIST,
+                                      "\x03\x00"
+                                      "abc\x01\x00",
+                                      7, &r),
+                 TERN_EMALFORMED);
+    cr_expect_eq(proto_decode_request(PROTO_OP_QUEUE_LIST,
+                                      "\x00\x00\x01\x00\x00\x00\x00", 7, &r),
+                 TERN_EMALFORMED);
+    cr_expect_eq(proto_decode_request(PROTO_OP_QUEUE_LIST,
+                                      "\x02\x00"
+                                      "a/\x01\x00\x00\x00",
+                                      8, &r),
+                 TERN_EBADNAME);
+    w.len = 0;
+    cr_assert_eq(proto_encode_queue_list_req(&w, 5, "q", 1), 0);
+    body = parse_one(&w, &h);
+    cr_expect_eq(
+        proto_decode_request(PROTO_OP_QUEUE_LIST, body, h.body_len - 1, &r),
+        TERN_EMALFORMED);
+    tern_wbuf_free(&w);
+}
+
+Test(proto, queue_list_page_response)
+{
+    struct tern_wbuf w;
+    struct proto_header h;
+    struct proto_queue_info qi[2] = {{"a", 1, 0, 5}, {"bb", 2, 3, 9}};
+    struct proto_queue_list_resp ql;
+    struct proto_queue_info q;
+    const uint8_t *body;
+    size_t pos = 0;
+    tern_wbuf_init(&w);
+
+    cr_assert_eq(proto_encode_queue_list_page_resp(&w, 4, qi, 2, 1), 0);
+    body = parse_one(&w, &h);
+    cr_assert_eq(proto_decode_queue_list_resp(body, h.body_len, &ql), 0);
+    cr_expect_eq(ql.n, 2);
+    cr_expect_eq(ql.paged, 1);
+    cr_expect_eq(ql.more, 1);
+    cr_assert(proto_next_queue_info(&ql, &pos, &q));
+    cr_assert(proto_next_queue_info(&ql, &pos, &q));
+    cr_expect(streq(q.name, q.name_len, "bb"));
+    cr_expect_not(proto_next_queue_info(&ql, &pos, &q));
+
+    /* The last page, and the unpaged answer of an older server. */
+    w.len = 0;
+    cr_assert_eq(proto_encode_queue_list_page_resp(&w, 4, qi, 0, 0), 0);
+    body = parse_one(&w, &h);
+    cr_assert_eq(proto_decode_queue_list_resp(body, h.body_len, &ql), 0);
+    cr_expect_eq(ql.n, 0);
+    cr_expect_eq(ql.paged, 1);
+    cr_expect_eq(ql.more, 0);
+    w.len = 0;
+    cr_assert_eq(proto_encode_queue_list_resp(&w, 4, qi, 1), 0);
+    body = parse_one(&w, &h);
+    cr_assert_eq(proto_decode_queue_list_resp(body, h.body_len, &ql), 0);
+    cr_expect_eq(ql.paged, 0);
+    cr_expect_eq(ql.more, 0);
+
+    /* A more byte other than 0/1, two trailing bytes. */
+    cr_expect_eq(proto_decode_queue_list_resp("\x00\x00\x00\x00\x02", 5, &ql),
+                 TERN_EMALFORMED);
+    cr_expect_eq(
+        proto_decode_queue_list_resp("\x00\x00\x00\x00\x01\x00", 6, &ql),
+        TERN_EMALFORMED);
+    tern_wbuf_free(&w);
+}
