@@ -172,7 +172,7 @@ int node_ident_open(const char *dir,
     uint8_t buf[NODE_IDENT_MAX_SIZE + 1];
     char path[4096];
     ssize_t n;
-    bool any;
+    bool any = false;
     int fd, rv;
 
     memset(found, 0, sizeof *found);

@@ -131,7 +131,7 @@ static int read_slot(const char *path, struct repl_meta_rec *out)
 
 int repl_meta_read(const char *dir, struct repl_meta_rec *out, char *errmsg)
 {
-    struct repl_meta_rec s[2];
+    struct repl_meta_rec s[2] = {{0}};
     int rv[2];
     char path[4096];
 
