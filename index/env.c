@@ -36,6 +36,11 @@
  *     missing range from a peer before restoring (raft/bulk.c, "Start-up
  *     restore from a peer").
  *   - I/O errors and MDB_MAP_FULL fail idx_open with the code.
+ *
+ * File modes: index/ creates its directories 0700 and its files (LOCK,
+ * LMDB's, the commit-log segments of log.c) 0600: queue contents are
+ * readable by the node's user only (node/ also refuses a group- or
+ * world-accessible data directory).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -114,7 +119,7 @@ static int lmdb_open(struct idx_env *e)
     if ((rc = mdb_env_set_mapsize(e->mdb, e->map_size)) != 0 ||
         (rc = mdb_env_set_maxdbs(e->mdb, 8)) != 0 ||
         (rc = mdb_env_open(e->mdb, e->lmdb_dir,
-                           MDB_NOSYNC | MDB_NOMETASYNC | MDB_NOTLS, 0644)) !=
+                           MDB_NOSYNC | MDB_NOMETASYNC | MDB_NOTLS, 0600)) !=
             0) {
         mdb_env_close(e->mdb);
         e->mdb = NULL;
@@ -250,7 +255,7 @@ int idx_open(const struct idx_options *o, struct idx_env **out, char *errmsg)
         rc = idx__fail(e, -ENOMEM, __LINE__, "out of memory");
         goto err_after_alloc;
     }
-    if (mkdir(e->dir, 0755) != 0 && errno != EEXIST) {
+    if (mkdir(e->dir, 0700) != 0 && errno != EEXIST) {
         rc = idx__fail(e, -errno, __LINE__, "mkdir %s: %s", e->dir,
                        strerror(errno));
         goto err_after_alloc;
@@ -263,7 +268,7 @@ int idx_open(const struct idx_options *o, struct idx_env **out, char *errmsg)
             rc = idx__fail(e, -ENOMEM, __LINE__, "out of memory");
             goto err_after_alloc;
         }
-        e->lock_fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+        e->lock_fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
         tern_free(lock);
         if (e->lock_fd < 0) {
             rc = idx__fail(e, -errno, __LINE__, "open LOCK: %s",
@@ -283,7 +288,7 @@ int idx_open(const struct idx_options *o, struct idx_env **out, char *errmsg)
     if (rc != 0) {
         goto err_after_log;
     }
-    if (mkdir(e->lmdb_dir, 0755) != 0 && errno != EEXIST) {
+    if (mkdir(e->lmdb_dir, 0700) != 0 && errno != EEXIST) {
         rc = idx__fail(e, -errno, __LINE__, "mkdir %s: %s", e->lmdb_dir,
                        strerror(errno));
         goto err_after_log;

@@ -258,7 +258,7 @@ static int seg_create(struct idx_env *e)
     char path[4096];
     uint8_t h[IDX__SEG_HDR_SIZE];
     seg_path(e, e->log_end, path, sizeof path);
-    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (fd < 0) {
         return io_err(e, errno, "create segment");
     }
@@ -316,7 +316,7 @@ int idx__log_open(struct idx_env *e)
     DIR *d;
     struct dirent *de;
 
-    if (mkdir(e->log_dir, 0755) != 0 && errno != EEXIST) {
+    if (mkdir(e->log_dir, 0700) != 0 && errno != EEXIST) {
         return io_err(e, errno, "mkdir");
     }
     d = opendir(e->log_dir);

@@ -23,6 +23,12 @@
  *                                   ; AppendEntries after each answer
  *                                   ; (costs a CPU per node under load)
  *   log_level   = info              ; error | warn | info | debug
+ *   cluster_name = tern             ; recorded in DATA_DIR/IDENTITY with the
+ *                                   ; id; a data dir of another cluster or
+ *                                   ; node is refused (node/ident.c);
+ *                                   ; printable ASCII, no spaces, 1..64
+ *   allow_open_data_dir = false     ; true: start even if the data dir is
+ *                                   ; group/world accessible (a warning)
  *
  *   [raft]
  *   election_timeout_ms      = 150
@@ -30,6 +36,8 @@
  *   snapshot_threshold_bytes = 64M
  *   snapshot_trailing        = 256
  *   durability               = disk  ; disk | memory (same on all nodes)
+ *   max_term_jump            = 1048576 ; refuse raft messages whose term is
+ *                                   ; more than this above ours (raft/io.c)
  *
  *   [limits]
  *   max_message_bytes   = 4M       ; largest message payload
@@ -171,6 +179,15 @@ static const char usage_text[] =
     "  --node-cert F              this node's PEM certificate (CN node-<id>)\n"
     "  --node-key F               its PEM private key\n"
     "  --cluster-secret-file F    shm/rdma handshake key (64 hex digits)\n"
+    "  --cluster-name N           cluster name recorded in DATA_DIR/IDENTITY "
+    "(default\n"
+    "                             tern; printable ASCII, no spaces, 1..64)\n"
+    "  --allow-open-data-dir B    true: start although the data dir is "
+    "group or\n"
+    "                             world accessible (default false)\n"
+    "  --max-term-jump N          refuse raft messages whose term is more "
+    "than N\n"
+    "                             above ours (default 1048576)\n"
     "  --pid-file F               write the pid to F\n"
     "  --help                     this text\n"
     "exit codes: 0 clean stop, 1 runtime failure, 2 bad configuration\n"
@@ -186,12 +203,15 @@ static const char usage_text[] =
     "  busy_poll_us = 0\n"
     "  follower_busy_poll_us = 0\n"
     "  log_level = info\n"
+    "  cluster_name = tern\n"
+    "  allow_open_data_dir = false\n"
     "  [raft]\n"
     "  election_timeout_ms = 150\n"
     "  heartbeat_ms = 15\n"
     "  snapshot_threshold_bytes = 64M\n"
     "  snapshot_trailing = 256\n"
     "  durability = disk\n"
+    "  max_term_jump = 1048576\n"
     "  [limits]\n"
     "  max_message_bytes = 4M\n"
     "  max_frame_bytes = 16M\n"
@@ -246,6 +266,7 @@ void node_config_init(struct node_config *c)
     c->max_parked = NODE_DEFAULT_MAX_PARKED;
     c->max_parked_per_conn = NODE_DEFAULT_MAX_PARKED_PER_CONN;
     c->list_page_max = NODE_DEFAULT_LIST_PAGE_MAX;
+    c->max_term_jump = NODE_DEFAULT_MAX_TERM_JUMP;
 }
 
 static void peers_free(struct node_peer *p, unsigned n)
@@ -265,12 +286,33 @@ void node_config_free(struct node_config *c)
     tern_free(c->transport);
     tern_free(c->shm_dir);
     tern_free(c->pid_file);
+    tern_free(c->cluster_name);
     tern_free(c->cluster_ca);
     tern_free(c->node_cert);
     tern_free(c->node_key);
     tern_free(c->cluster_secret_file);
     peers_free(c->peers, c->n_peers);
     memset(c, 0, sizeof(*c));
+}
+
+bool node_config_cluster_name_valid(const char *name)
+{
+    size_t n = strlen(name);
+    if (n == 0 || n > NODE_CLUSTER_NAME_MAX) {
+        return false;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if ((unsigned char)name[i] <= 0x20 || (unsigned char)name[i] >= 0x7f) {
+            return false;
+        }
+    }
+    return true;
+}
+
+const char *node_config_cluster_name(const struct node_config *c)
+{
+    return c->cluster_name != NULL ? c->cluster_name
+                                   : NODE_DEFAULT_CLUSTER_NAME;
 }
 
 const struct node_peer *node_config_peer(const struct node_config *c,
@@ -618,6 +660,38 @@ static int set_durability(struct node_config *c,
     return 0;
 }
 
+/* char * member: a cluster name (node_config_cluster_name_valid). */
+static int set_cluster_name(struct node_config *c,
+                            const struct key *k,
+                            const char *v,
+                            const char *what,
+                            char *errmsg)
+{
+    if (!node_config_cluster_name_valid(v)) {
+        tern_errmsg_printf(errmsg,
+                           "%s: cluster name '%s' is not 1..%u printable "
+                           "ASCII characters without spaces",
+                           what, v, NODE_CLUSTER_NAME_MAX);
+        return TERN_EINVAL;
+    }
+    return set_str(field_of(c, k), v, what, errmsg);
+}
+
+/* int member: true | false. */
+static int set_bool(struct node_config *c,
+                    const struct key *k,
+                    const char *v,
+                    const char *what,
+                    char *errmsg)
+{
+    if (strcmp(v, "true") != 0 && strcmp(v, "false") != 0) {
+        tern_errmsg_printf(errmsg, "%s: '%s' is not true or false", what, v);
+        return TERN_EINVAL;
+    }
+    *(int *)field_of(c, k) = strcmp(v, "true") == 0;
+    return 0;
+}
+
 static int set_peer_auth(struct node_config *c,
                          const struct key *k,
                          const char *v,
@@ -695,6 +769,10 @@ static const struct key keys[] = {
     {"node", "log_level", "--log-level", set_log_level, NODE__INT(log_level),
      0},
     {"node", "pid_file", "--pid-file", set_text, NODE__STR(pid_file), 0},
+    {"node", "cluster_name", "--cluster-name", set_cluster_name,
+     NODE__STR(cluster_name), 0},
+    {"node", "allow_open_data_dir", "--allow-open-data-dir", set_bool,
+     NODE__INT(allow_open_data_dir), 0},
     {"raft", "election_timeout_ms", "--election-timeout-ms", set_unsigned,
      NODE__UINT(election_timeout_ms), UINT32_MAX},
     {"raft", "heartbeat_ms", "--heartbeat-ms", set_unsigned,
@@ -705,6 +783,8 @@ static const struct key keys[] = {
      NODE__UINT(snapshot_trailing), UINT32_MAX},
     {"raft", "durability", "--durability", set_durability,
      NODE__INT(memory_durability), 0},
+    {"raft", "max_term_jump", "--max-term-jump", set_u64,
+     NODE__U64(max_term_jump), UINT64_MAX},
     {"limits", "max_message_bytes", "--max-message-bytes", set_u64,
      NODE__U64(max_message_bytes), UINT32_MAX},
     {"limits", "max_frame_bytes", "--max-frame-bytes", set_u64,

@@ -38,6 +38,10 @@ struct node_config
     uint64_t max_frame_bytes;
     uint64_t min_free_disk_bytes;
     uint64_t reserve_disk_bytes; /* [limits] reserve_disk_bytes (disk.c) */
+    /* Data directory identity and privacy (ident.c) */
+    char *cluster_name;      /* owned; [node] cluster_name; NULL: "tern" */
+    int allow_open_data_dir; /* [node] allow_open_data_dir (default 0) */
+    uint64_t max_term_jump;  /* [raft] max_term_jump (raft/io.c) */
     /* [security]: how nodes prove cluster membership to each other */
     int peer_auth;             /* enum node_peer_auth */
     char *cluster_ca;          /* owned; PEM CA that signs node certs */
@@ -89,6 +93,9 @@ enum node_peer_auth {
 #define NODE_DEFAULT_MAX_PARKED          10000u
 #define NODE_DEFAULT_MAX_PARKED_PER_CONN 64u
 #define NODE_DEFAULT_LIST_PAGE_MAX       1000u
+#define NODE_DEFAULT_CLUSTER_NAME        "tern"
+#define NODE_CLUSTER_NAME_MAX            64u
+#define NODE_DEFAULT_MAX_TERM_JUMP       (1ull << 20)
 /* Longest shm_dir: room for "/tern-shm-<ipv4>-<port>.sock" in a unix
  * socket path (107 bytes). */
 #define NODE_SHM_DIR_MAX 64u
@@ -117,6 +124,11 @@ int node_config_load_file(struct node_config *c,
                           char *errmsg);
 /* Complete (self peer <-> own addresses) and check invariants. */
 int node_config_validate(struct node_config *c, char *errmsg);
+/* The cluster name rule: 1..NODE_CLUSTER_NAME_MAX bytes of printable
+ * ASCII without spaces (0x21..0x7e). */
+bool node_config_cluster_name_valid(const char *name);
+/* c's cluster name, the default if unset. Borrowed from c. */
+const char *node_config_cluster_name(const struct node_config *c);
 /* The peer with this id, or NULL. Borrowed from c. */
 const struct node_peer *node_config_peer(const struct node_config *c,
                                          uint64_t id);

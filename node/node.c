@@ -5,7 +5,11 @@
  * ONE libuv loop, and the node's lifecycle.
  *
  * Data directory layout: DIR/raft (raft_uv's files, owned by repl),
- * DIR/index (commit log + LMDB, owned by idx), DIR/disk-reserve (disk.c).
+ * DIR/index (commit log + LMDB, owned by idx), DIR/disk-reserve (disk.c),
+ * DIR/IDENTITY (ident.c). DIR is created 0700 and must stay private
+ * (ident.c); a data dir of another node or cluster, or one with group or
+ * world access, is refused with exit code 2 (a configuration error), a
+ * damaged IDENTITY or raft term record with exit code 1.
  *
  * One loop iteration: a uv_check handle (end of every iteration) first
  * proposes the write batch collected during the iteration, then flushes
@@ -42,6 +46,7 @@
 #include "config.h"
 #include "disk.h"
 #include "fsm.h"
+#include "ident.h"
 #include "idx.h"
 #include "log.h"
 #include "node.h"
@@ -87,6 +92,11 @@ struct node
                                    per failed attempt up to 48 s */
     char raft_dir[PATH_MAX];
     char index_dir[PATH_MAX];
+    /* Raft messages refused before the core (raft/io.c): the counts last
+     * logged and when (one line per burst, at most every 10 s). */
+    uint64_t logged_terms_refused;
+    uint64_t logged_unknown_senders;
+    uint64_t refused_logged_at;
 };
 
 static const char *role_name(enum repl_role r)
@@ -485,6 +495,33 @@ static void log_auth_refused(struct node *n)
     n->auth_refused_log_ms = now;
 }
 
+/* One WARN line per burst of raft messages refused before the core
+ * (absurd terms, unknown senders: raft/io.c), at most every 10 s, with
+ * the counts since the last line and the newest offender. */
+static void log_refused(struct node *n, const struct repl_status *st)
+{
+    uint64_t now = uv_now(&n->loop);
+    if ((st->terms_refused == n->logged_terms_refused &&
+         st->unknown_senders == n->logged_unknown_senders) ||
+        (n->refused_logged_at != 0 && now - n->refused_logged_at < 10000)) {
+        return;
+    }
+    node_log(
+        NODE_LOG_WARN, "raft messages refused",
+        "terms_refused=%llu last_term=%llu last_term_from=%llu "
+        "unknown_senders=%llu last_unknown=%llu our_term=%llu "
+        "max_term_jump=%llu",
+        (unsigned long long)(st->terms_refused - n->logged_terms_refused),
+        (unsigned long long)st->refused_term,
+        (unsigned long long)st->refused_from,
+        (unsigned long long)(st->unknown_senders - n->logged_unknown_senders),
+        (unsigned long long)st->unknown_from, (unsigned long long)st->term,
+        (unsigned long long)n->cfg->max_term_jump);
+    n->logged_terms_refused = st->terms_refused;
+    n->logged_unknown_senders = st->unknown_senders;
+    n->refused_logged_at = now;
+}
+
 static void on_watchdog(uv_timer_t *t)
 {
     struct node *n = t->data;
@@ -505,6 +542,12 @@ static void on_watchdog(uv_timer_t *t)
                  (unsigned long long)st.last_applied,
                  (unsigned long long)st.commit_index);
         n->last_fsm_error = st.fsm_error;
+    }
+    log_refused(n, &st);
+    if (st.term_exhausted) {
+        node_log(NODE_LOG_ERROR, "raft term reached its bound (2^62)",
+                 "term=%llu (a new election would need a higher term)",
+                 (unsigned long long)st.term);
     }
     if (st.failed != 0) {
         node_log(NODE_LOG_ERROR, "raft replica fail-stopped, exiting", "err=%s",
@@ -547,9 +590,62 @@ static int mkdir_p(const char *path, char *errmsg)
             *p = '/';
         }
     }
-    if (mkdir(tmp, 0755) != 0 && errno != EEXIST) {
+    if (mkdir(tmp, 0700) != 0 && errno != EEXIST) {
         tern_errmsg_printf(errmsg, "mkdir %s: %s", tmp, strerror(errno));
         return -errno;
+    }
+    return 0;
+}
+
+/* The data dir is private and belongs to this node (ident.c). Sets
+ * n->exit_code to 2 for a refusal that the configuration (or a chmod)
+ * must fix. */
+static int check_data_dir(struct node *n, char *errmsg)
+{
+    const struct node_config *c = n->cfg;
+    const char *cluster = node_config_cluster_name(c);
+    struct node_ident found;
+    enum node_ident_event ev = NODE_IDENT_MATCH;
+    struct timespec ts;
+    bool open_dir = false;
+    unsigned mode = 0;
+    int rv;
+
+    rv = node_ident_check_private(c->data_dir, c->allow_open_data_dir != 0,
+                                  &open_dir, &mode, errmsg);
+    if (rv == TERN_EDENIED) {
+        n->exit_code = 2;
+    }
+    if (rv != 0) {
+        return rv;
+    }
+    if (open_dir) {
+        node_log(NODE_LOG_WARN, "data dir is group or world accessible",
+                 "data_dir=%s mode=%04o allow_open_data_dir=true", c->data_dir,
+                 mode);
+    }
+    clock_gettime(CLOCK_REALTIME, &ts);
+    rv = node_ident_open(
+        c->data_dir, cluster, c->id,
+        (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u, &ev,
+        &found, errmsg);
+    if (rv == TERN_EIDENTITY) {
+        node_log(NODE_LOG_ERROR, "data dir belongs to another node",
+                 "data_dir=%s dir_cluster=%s dir_node=%llu cluster=%s "
+                 "node=%llu",
+                 c->data_dir, found.cluster, (unsigned long long)found.node_id,
+                 cluster, (unsigned long long)c->id);
+        n->exit_code = 2;
+    }
+    if (rv != 0) {
+        return rv;
+    }
+    if (ev != NODE_IDENT_MATCH) {
+        node_log(NODE_LOG_INFO,
+                 ev == NODE_IDENT_CREATED ? "data dir identity created"
+                                          : "data dir without identity adopted",
+                 "data_dir=%s cluster=%s node=%llu", c->data_dir, cluster,
+                 (unsigned long long)c->id);
     }
     return 0;
 }
@@ -679,6 +775,10 @@ static int node_start(struct node *n, char *errmsg)
     if (rv != 0) {
         return rv;
     }
+    rv = check_data_dir(n, errmsg);
+    if (rv != 0) {
+        return rv;
+    }
     rv = node_disk_init(&n->disk, c->data_dir, c->min_free_disk_bytes,
                         c->reserve_disk_bytes, errmsg);
     if (rv != 0) {
@@ -719,6 +819,7 @@ static int node_start(struct node *n, char *errmsg)
     rc.snapshot_trailing = c->snapshot_trailing;
     rc.durability =
         c->memory_durability ? REPL_DURABILITY_MEMORY : REPL_DURABILITY_DISK;
+    rc.max_term_jump = c->max_term_jump;
     rv = repl_config_validate(&rc, errmsg);
     if (rv == 0) {
         node_fsm_callbacks(&n->fsm, &fsm);
@@ -766,6 +867,17 @@ static int node_start(struct node *n, char *errmsg)
                  (unsigned long long)st.last_applied,
                  (unsigned long long)st.commit_index,
                  (unsigned long long)st.term);
+        if (st.meta_load != REPL_META_MATCH) {
+            node_log(st.meta_load == REPL_META_CREATED ? NODE_LOG_INFO
+                                                       : NODE_LOG_WARN,
+                     st.meta_load == REPL_META_CREATED
+                         ? "raft term record created"
+                         : "raft term record completed after a crash",
+                     "term=%llu record_term=%llu record_vote=%llu",
+                     (unsigned long long)st.term,
+                     (unsigned long long)st.meta_prev_term,
+                     (unsigned long long)st.meta_prev_vote);
+        }
         if (applied > st.last_index && c->n_peers == 1) {
             tern_errmsg_printf(errmsg,
                                "index last_applied %llu is ahead of the "
@@ -877,7 +989,9 @@ int node_run(const struct node_config *c)
     if (rv != 0) {
         node_log(NODE_LOG_ERROR, "start failed", "err=%s detail=\"%s\"",
                  tern_err_name(rv), errmsg);
-        n->exit_code = 1;
+        if (n->exit_code == 0) {
+            n->exit_code = 1; /* 2 if node_start said so */
+        }
         node_stop(n);
     } else {
         node_log(NODE_LOG_INFO, "started",

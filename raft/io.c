@@ -116,6 +116,30 @@
  * the end of repl_io_run_deferred. Cost: a crash loses up to
  * REPL__FLUSH_MS more of a memory-mode node's log (repl.h).
  *
+ * Term record (meta.c has the format and the crash-window reasoning).
+ * raft_uv's metadata files carry no checksum, so we keep our own record
+ * of term and vote and update it right after the inner set_term,
+ * set_vote and bootstrap succeeded and before returning to raft (a vote
+ * is therefore never sent before both are durable). io_load compares the
+ * two after the inner load: equal goes on; ours missing is created (an
+ * upgrade, or a crash inside the first bootstrap); ours one update behind
+ * (a crash between the two writes) is completed; anything else refuses
+ * the load (RAFT_CORRUPT -> TERN_ECORRUPT, both values in the message) and
+ * frees what the inner load returned. A failed write of our record after
+ * the inner one succeeded fail-stops the replica (the next start finds
+ * the crash-window state and completes it).
+ *
+ * Refused messages. Before a decoded message reaches the guard or the
+ * core (repl_xport_recv): a sender id that is not in the configuration
+ * (or is our own) is dropped and counted (unknown_senders); a Raft
+ * message whose term is >= REPL_TERM_MAX or more than max_term_jump above
+ * our durable term, or which carries a term greater than its own (an
+ * entry's, prev_log_term, last_log_term, a snapshot's last_term), is
+ * dropped and counted (terms_refused); bounds and their reasons in
+ * repl.h. Dropping is always safe in Raft. io_set_term refuses a term
+ * >= REPL_TERM_MAX: the replica fail-stops (TERN_ELIMIT) rather than let
+ * the term approach the wrap. node/ logs the counters (rate-limited).
+ *
  * Close and truncate (libraft 0.15 bug, found by test_uv.c: a SEGV in
  * raft_uv's truncate after-work callback under ASan, the libuv assertion
  * "uv__finish_close: handle->flags & UV_HANDLE_CLOSING" without it).
@@ -409,6 +433,99 @@ static void io_close(struct raft_io *io, raft_io_close_cb cb)
     r->inner->close(r->inner, inner_close_cb);
 }
 
+/* ---- term record (meta.c) ----------------------------------------------- */
+
+/* Write our record of (term, vote) as the next seq. A RAFT_* code with
+ * outer.errmsg on failure. */
+static int meta_put(struct repl *r, uint64_t term, uint64_t vote)
+{
+    struct repl_meta_rec m = {0};
+    char em[TERN_ERRMSG_SIZE] = "";
+    int rv;
+    m.seq = r->io.meta_seq + 1;
+    m.term = term;
+    m.vote = vote;
+    rv = repl_meta_write(r->data_dir, &m, em);
+    if (rv != 0) {
+        (void)snprintf(r->io.outer.errmsg, sizeof r->io.outer.errmsg, "%s", em);
+        return rv == -ENOSPC ? RAFT_NOSPACE : RAFT_IOERR;
+    }
+    r->io.meta_seq = m.seq;
+    return 0;
+}
+
+/* After an inner set_term/set_vote succeeded: our record follows, or the
+ * replica fail-stops (the inner state is then one update ahead, which the
+ * next load completes). */
+static int meta_follow(struct repl *r, uint64_t term, uint64_t vote)
+{
+    int rv;
+    if (!r->io.meta_on) {
+        return 0;
+    }
+    rv = meta_put(r, term, vote);
+    if (rv != 0) {
+        repl_fail(r, repl_err_from_raft(rv));
+    }
+    return rv;
+}
+
+/* Compare the inner io's loaded term and vote with our record (top of the
+ * file). A RAFT_* code with outer.errmsg on refusal. */
+static int meta_load(struct repl *r, uint64_t term, uint64_t vote)
+{
+    struct repl_meta_rec ours;
+    char em[TERN_ERRMSG_SIZE] = "";
+    int rv;
+    if (!r->io.meta_on) {
+        return 0;
+    }
+    rv = repl_meta_read(r->data_dir, &ours, em);
+    if (rv == 0) {
+        r->io.meta_seq = ours.seq;
+        r->io.meta_prev_term = ours.term;
+        r->io.meta_prev_vote = ours.vote;
+        rv = repl_meta_check(term, vote, &ours, r->io.max_term_jump, em);
+    }
+    if (rv < 0) {
+        (void)snprintf(r->io.outer.errmsg, sizeof r->io.outer.errmsg, "%s", em);
+        return rv == TERN_ECORRUPT || rv == TERN_EVERSION ? RAFT_CORRUPT
+                                                          : RAFT_IOERR;
+    }
+    r->io.meta_load = rv;
+    if (rv != REPL_META_MATCH) {
+        return meta_put(r, term, vote);
+    }
+    return 0;
+}
+
+/* Free what a successful inner load returned (the load is refused after
+ * all): entries share batches, consecutive ones the same. */
+static void free_loaded(struct raft_snapshot **snapshot,
+                        struct raft_entry *entries[],
+                        size_t *n_entries)
+{
+    void *batch = NULL;
+    for (size_t i = 0; i < *n_entries; i++) {
+        if ((*entries)[i].batch != batch) {
+            batch = (*entries)[i].batch;
+            raft_free(batch);
+        }
+    }
+    raft_free(*entries);
+    *entries = NULL;
+    *n_entries = 0;
+    if (*snapshot != NULL) {
+        for (unsigned i = 0; i < (*snapshot)->n_bufs; i++) {
+            raft_free((*snapshot)->bufs[i].base);
+        }
+        raft_free((*snapshot)->bufs);
+        raft_configuration_close(&(*snapshot)->configuration);
+        raft_free(*snapshot);
+        *snapshot = NULL;
+    }
+}
+
 static int io_load(struct raft_io *io,
                    raft_term *term,
                    raft_id *voted_for,
@@ -422,6 +539,11 @@ static int io_load(struct raft_io *io,
                             entries, n_entries);
     if (rv != 0) {
         copy_errmsg(r);
+        return rv;
+    }
+    rv = meta_load(r, *term, *voted_for);
+    if (rv != 0) {
+        free_loaded(snapshot, entries, n_entries);
         return rv;
     }
     r->io.term = *term;
@@ -530,11 +652,22 @@ static int io_start(struct raft_io *io,
 static int io_bootstrap(struct raft_io *io, const struct raft_configuration *c)
 {
     struct repl *r = outer_repl(io);
+    struct repl_meta_rec ours;
+    char em[TERN_ERRMSG_SIZE] = "";
     int rv = r->inner->bootstrap(r->inner, c);
     if (rv != 0) {
         copy_errmsg(r);
+        return rv;
     }
-    return rv;
+    /* The inner io was pristine and now holds term 1, no vote (raft_uv
+     * 0.15). A record that exists already is left for io_load to compare:
+     * raft_uv's files were lost under it (the load then refuses). */
+    if (!r->io.meta_on || repl_meta_read(r->data_dir, &ours, em) != 0 ||
+        ours.present) {
+        return 0;
+    }
+    r->io.meta_seq = 0;
+    return meta_put(r, 1, 0);
 }
 
 static int io_recover(struct raft_io *io, const struct raft_configuration *c)
@@ -550,9 +683,22 @@ static int io_recover(struct raft_io *io, const struct raft_configuration *c)
 static int io_set_term(struct raft_io *io, raft_term term)
 {
     struct repl *r = outer_repl(io);
-    int rv = r->inner->set_term(r->inner, term);
+    int rv;
+    if (term >= REPL_TERM_MAX) {
+        (void)snprintf(r->io.outer.errmsg, sizeof r->io.outer.errmsg,
+                       "term %llu would reach the term bound 2^62",
+                       (unsigned long long)term);
+        r->io.term_exhausted = true;
+        repl_fail(r, TERN_ELIMIT);
+        return RAFT_IOERR;
+    }
+    rv = r->inner->set_term(r->inner, term);
     if (rv != 0) {
         copy_errmsg(r);
+        return rv;
+    }
+    rv = meta_follow(r, term, 0);
+    if (rv != 0) {
         return rv;
     }
     r->io.term = term;
@@ -567,6 +713,10 @@ static int io_set_vote(struct raft_io *io, raft_id id)
     int rv = r->inner->set_vote(r->inner, id);
     if (rv != 0) {
         copy_errmsg(r);
+        return rv;
+    }
+    rv = meta_follow(r, r->io.term, id);
+    if (rv != 0) {
         return rv;
     }
     if (r->io.fenced_term != r->io.term) {
@@ -1254,6 +1404,72 @@ void repl_io_deliver(struct repl *r, struct repl_wire *w)
     repl_poll(r);
 }
 
+/* A voter of the configuration other than ourselves. */
+static bool known_sender(const struct repl *r, uint64_t id)
+{
+    if (id == r->id) {
+        return false;
+    }
+    for (unsigned i = 0; i < r->n_peers; i++) {
+        if (r->peers[i].id == id) {
+            return true;
+        }
+    }
+    return false;
+}
+
+/* The term a Raft message is sent in. */
+static uint64_t msg_term(const struct raft_message *m)
+{
+    switch (m->type) {
+    case RAFT_IO_APPEND_ENTRIES:
+        return m->append_entries.term;
+    case RAFT_IO_APPEND_ENTRIES_RESULT:
+        return m->append_entries_result.term;
+    case RAFT_IO_REQUEST_VOTE:
+        return m->request_vote.term;
+    case RAFT_IO_REQUEST_VOTE_RESULT:
+        return m->request_vote_result.term;
+    case RAFT_IO_INSTALL_SNAPSHOT:
+        return m->install_snapshot.term;
+    case RAFT_IO_TIMEOUT_NOW:
+        return m->timeout_now.term;
+    default:
+        return 0;
+    }
+}
+
+/* The bounds of "Refused messages" (top of the file). */
+static bool term_sane(const struct repl *r, const struct raft_message *m)
+{
+    uint64_t t = msg_term(m);
+    uint64_t carried = 0; /* the largest other term the message holds */
+    if (t >= REPL_TERM_MAX ||
+        (t > r->io.term && t - r->io.term > r->io.max_term_jump)) {
+        return false;
+    }
+    switch (m->type) {
+    case RAFT_IO_APPEND_ENTRIES:
+        carried = m->append_entries.prev_log_term;
+        for (unsigned i = 0; i < m->append_entries.n_entries; i++) {
+            carried = TERN_MAX(carried, m->append_entries.entries[i].term);
+        }
+        break;
+    case RAFT_IO_REQUEST_VOTE:
+        carried = m->request_vote.last_log_term;
+        break;
+    case RAFT_IO_INSTALL_SNAPSHOT:
+        carried = m->install_snapshot.last_term;
+        break;
+    case RAFT_IO_TIMEOUT_NOW:
+        carried = m->timeout_now.last_log_term;
+        break;
+    default:
+        break;
+    }
+    return carried <= t;
+}
+
 void repl_xport_recv(void *arg, uint64_t from, const void *buf, size_t len)
 {
     struct repl *r = arg;
@@ -1271,6 +1487,20 @@ void repl_xport_recv(void *arg, uint64_t from, const void *buf, size_t len)
     }
     if (w.sender_id != from) {
         r->io.bad_frames++;
+        repl_wire_release(&w);
+        return;
+    }
+    if (!known_sender(r, from)) {
+        r->io.unknown_senders++;
+        r->io.unknown_from = from;
+        repl_wire_release(&w);
+        return;
+    }
+    if (w.type != REPL_WIRE_BULK_REQ && w.type != REPL_WIRE_BULK_DATA &&
+        !term_sane(r, &w.msg)) {
+        r->io.terms_refused++;
+        r->io.refused_term = msg_term(&w.msg);
+        r->io.refused_from = from;
         repl_wire_release(&w);
         return;
     }

@@ -19,6 +19,10 @@
  * snapshot being fetched is ignored, a newer one restarts the fetch from
  * where the bytes already are).
  *
+ * tern's term record (meta.c) lives in data_dir beside raft_uv's files;
+ * repl_new_with_io without a data_dir (tests over a fake inner io) keeps
+ * none.
+ *
  * Status sources: term = the durable term tracked by io.c from load and
  * set_term; commit_index = struct raft's commit_index field (0.15 has no
  * accessor; the struct is public in 0.15); last_applied/last_index via
@@ -133,6 +137,9 @@ int repl_config_validate(struct repl_config *c, char *errmsg)
     }
     if (c->snapshot_trailing == 0) {
         c->snapshot_trailing = REPL__DEFAULT_TRAILING;
+    }
+    if (c->max_term_jump == 0) {
+        c->max_term_jump = REPL_DEFAULT_MAX_TERM_JUMP;
     }
     if (c->id == 0) {
         tern_errmsg_printf(errmsg, "repl: id must be > 0");
@@ -344,6 +351,8 @@ static int create(uv_loop_t *loop,
     }
     /* wait_truncate: raft_uv's close/truncate race (io.c). */
     repl_io_setup(r, own_inner);
+    r->io.max_term_jump = c.max_term_jump;
+    r->io.meta_on = r->data_dir != NULL;
     repl_fsm_setup(r);
     rv = raft_init(&r->raft, &r->io.outer, &r->glue.raft_fsm, c.id, c.address);
     if (rv != 0) {
@@ -409,7 +418,7 @@ int repl_new(uv_loop_t *loop,
         tern_errmsg_printf(errmsg, "repl: data_dir missing");
         return TERN_EINVAL;
     }
-    if (mkdir(c->data_dir, 0755) != 0 && errno != EEXIST) {
+    if (mkdir(c->data_dir, 0700) != 0 && errno != EEXIST) {
         rv = -errno;
         tern_errmsg_printf(errmsg, "repl: mkdir %s: %s", c->data_dir,
                            tern_strerror(rv));
@@ -576,6 +585,15 @@ void repl_get_status(struct repl *r, struct repl_status *out)
     out->failed = r->failed;
     out->disk_full = r->disk_full;
     out->disk_full_dropped = r->guard.ae_disk_full_dropped;
+    out->terms_refused = r->io.terms_refused;
+    out->refused_term = r->io.refused_term;
+    out->refused_from = r->io.refused_from;
+    out->unknown_senders = r->io.unknown_senders;
+    out->unknown_from = r->io.unknown_from;
+    out->term_exhausted = r->io.term_exhausted;
+    out->meta_load = r->io.meta_load;
+    out->meta_prev_term = r->io.meta_prev_term;
+    out->meta_prev_vote = r->io.meta_prev_vote;
 }
 
 struct transfer_req

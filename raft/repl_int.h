@@ -115,7 +115,59 @@ struct repl_io_state
 
     uint64_t bad_frames;     /* stats: undecodable or misaddressed */
     uint64_t ticks_withheld; /* stats: guard.c item 4 */
+
+    /* Received messages refused before the core ("Refused messages" at
+     * the top of io.c): a term beyond the bounds, or a sender outside the
+     * configuration; the newest of each for the node's log line. */
+    uint64_t max_term_jump;   /* repl_config.max_term_jump */
+    uint64_t terms_refused;   /* stats */
+    uint64_t refused_term;    /* the newest refused message's term */
+    uint64_t refused_from;    /* and its sender */
+    uint64_t unknown_senders; /* stats */
+    uint64_t unknown_from;    /* the newest unknown sender */
+    bool term_exhausted;      /* set_term refused at REPL_TERM_MAX */
+
+    /* tern's term record (meta.c); off when the repl has no data_dir. */
+    bool meta_on;
+    uint64_t meta_seq;       /* seq of the newest record written */
+    int meta_load;           /* enum repl_meta_load of the last load */
+    uint64_t meta_prev_term; /* the record as found at load */
+    uint64_t meta_prev_vote;
 };
+
+/* ---- meta.c: tern's term record ---------------------------------------- */
+
+#define REPL_META_SIZE 48
+
+struct repl_meta_rec
+{
+    bool present; /* read: a valid record was found */
+    uint64_t seq;
+    uint64_t term;
+    uint64_t vote;
+};
+
+/* Encode/decode one record (format at the top of meta.c). decode:
+ * TERN_ECORRUPT (length, magic, checksum) or TERN_EVERSION. */
+void repl_meta_encode(uint8_t buf[REPL_META_SIZE],
+                      const struct repl_meta_rec *m);
+int repl_meta_decode(const void *buf, size_t len, struct repl_meta_rec *out);
+/* Read the current record of dir (out->present false if there is none).
+ * 0, TERN_ECORRUPT (files but no valid record), TERN_EVERSION or -errno,
+ * with errmsg. */
+int repl_meta_read(const char *dir, struct repl_meta_rec *out, char *errmsg);
+/* Write m durably into the slot of m->seq. 0 or -errno with errmsg. */
+int repl_meta_write(const char *dir,
+                    const struct repl_meta_rec *m,
+                    char *errmsg);
+/* Compare what the inner io loaded with our record (rules at the top of
+ * meta.c): a repl_meta_load value, or TERN_ECORRUPT with errmsg naming
+ * both. */
+int repl_meta_check(uint64_t inner_term,
+                    uint64_t inner_vote,
+                    const struct repl_meta_rec *ours,
+                    uint64_t max_jump,
+                    char *errmsg);
 
 /* ---- guard.c: role tracking, barrier, mitigations ----------------------- */
 

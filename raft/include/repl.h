@@ -128,11 +128,41 @@ enum repl_durability {
 /* Static name ("disk", "memory"); "unknown" for other values. */
 const char *repl_durability_name(enum repl_durability d);
 
+/* Term bounds. A received Raft message whose term (or a term it carries:
+ * entries, last log term, snapshot term) is >= REPL_TERM_MAX, or above
+ * our durable term by more than max_term_jump, or greater than the
+ * message's own term, is refused before the core sees it and counted
+ * (status.terms_refused): one forged RequestVote with term 2^64-1 would
+ * otherwise make every node adopt it, and the next election wraps the
+ * term. Our own set_term refuses to reach REPL_TERM_MAX: the replica
+ * fail-stops with TERN_ELIMIT (status.term_exhausted) instead. 2^62
+ * leaves room no real cluster reaches (an election per millisecond for
+ * 10^8 years) and is far from the wrap. The jump bound: with pre-vote an
+ * isolated node does not raise its term, so terms only grow by one per
+ * election the cluster holds; a node that was down receives the
+ * cluster's term, which is within the bound unless the cluster held that
+ * many elections meanwhile. A refused node says so in its log (node/);
+ * raise [raft] max_term_jump then. */
+#define REPL_TERM_MAX              ((uint64_t)1 << 62)
+#define REPL_DEFAULT_MAX_TERM_JUMP ((uint64_t)1 << 20)
+
+/* What the load found in tern's term record (raft/meta.c), reported in
+ * status.meta_load for the node's log. */
+enum repl_meta_load {
+    REPL_META_MATCH = 0,     /* equal to raft_uv's (or both pristine) */
+    REPL_META_CREATED = 1,   /* none yet: created from raft_uv's values */
+    REPL_META_COMPLETED = 2, /* one update behind raft_uv's (a crash
+                                between the two writes): completed */
+};
+
 struct repl_config
 {
     uint64_t id;
-    const char *address;  /* this node's raft address */
-    const char *data_dir; /* raft_uv's directory (created if missing) */
+    const char *address;           /* this node's raft address */
+    const char *data_dir;          /* raft_uv's directory (created 0700 if
+                                      missing), also holding tern's term record
+                                      (raft/meta.c); NULL (tests over a fake inner
+                                      io only): no term record */
     const struct repl_peer *peers; /* all voters, self included */
     unsigned n_peers;
     unsigned election_timeout_ms;      /* default 150 */
@@ -146,6 +176,11 @@ struct repl_config
                                           should use the same value (a
                                           memory-mode node counts entries
                                           that are only in its memory) */
+    uint64_t max_term_jump;            /* refuse messages whose term is
+                                          more than this above ours
+                                          (REPL_TERM_MAX above); default
+                                          (0) REPL_DEFAULT_MAX_TERM_JUMP;
+                                          UINT64_MAX: no jump bound */
 };
 
 /* Fill defaults for zero fields, then check invariants (HB < ET, ids
@@ -228,6 +263,23 @@ struct repl_status
                        REPL_UNAVAILABLE): close and restart it */
     bool disk_full; /* repl_set_disk_full(true) in force */
     uint64_t disk_full_dropped; /* AppendEntries dropped while full */
+    /* Received messages refused before the core (raft/io.c): a term out
+     * of bounds (REPL_TERM_MAX), and a sender id outside the
+     * configuration; the newest refused term and its sender, the newest
+     * unknown sender. Counters only grow. */
+    uint64_t terms_refused;
+    uint64_t refused_term;
+    uint64_t refused_from;
+    uint64_t unknown_senders;
+    uint64_t unknown_from;
+    bool term_exhausted; /* fail-stopped: the next term would reach
+                            REPL_TERM_MAX */
+    /* The term record at start (raft/meta.c): enum repl_meta_load and
+     * the record's term and vote as found (before it was created or
+     * completed). */
+    int meta_load;
+    uint64_t meta_prev_term;
+    uint64_t meta_prev_vote;
 };
 void repl_get_status(struct repl *r, struct repl_status *out);
 

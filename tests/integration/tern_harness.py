@@ -422,7 +422,8 @@ class Cluster:
 
     # config ----------------------------------------------------------------
     def write_config(self, nd):
-        os.makedirs(nd.data_dir, exist_ok=True)
+        os.makedirs(nd.data_dir, mode=0o700, exist_ok=True)
+        os.chmod(nd.data_dir, 0o700)  # ternd refuses an open data dir
         lines = ["[node]", "id = %d" % nd.id, "data_dir = %s" % nd.data_dir,
                  "client_addr = %s" % nd.client_addr,
                  "raft_addr = %s" % nd.raft_addr,

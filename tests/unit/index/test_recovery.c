@@ -1,9 +1,10 @@
 /* Unit tests of recovery at idx_open (index/env.c, index/log.c): torn and
  * corrupt tails, LMDB lost, behind or ahead of the log, bad segments,
  * corruption in the middle detected by fetch, and disk full (ENOSPC) on a
- * small tmpfs. */
+ * small tmpfs; the modes index/ creates its files and directories with. */
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/mount.h>
@@ -500,6 +501,48 @@ Test(index_recovery, second_open_of_a_dir_is_refused)
     cr_expect_null(e2);
     idx_close(e);
     e = th_open(dir, 0);
+    idx_close(e);
+}
+
+static unsigned n_checked;
+
+static int expect_private(const char *path,
+                          const struct stat *st,
+                          int flag,
+                          struct FTW *ftw)
+{
+    (void)ftw;
+    if (flag == FTW_D || flag == FTW_DP) {
+        if (ftw->level > 0) {
+            cr_expect_eq(st->st_mode & 0777, 0700, "%s: %o", path,
+                         (unsigned)(st->st_mode & 0777));
+        }
+    } else if (S_ISREG(st->st_mode)) {
+        cr_expect_eq(st->st_mode & 0777, 0600, "%s: %o", path,
+                     (unsigned)(st->st_mode & 0777));
+        n_checked++;
+    }
+    return 0;
+}
+
+/* Queue data is the node user's only: directories 0700, files 0600
+ * (LOCK, segments, LMDB's data.mdb and lock.mdb), whatever the umask. */
+Test(index_recovery, files_are_private)
+{
+    char sub[4096];
+    struct idx_env *e;
+    mode_t old = umask(0);
+    cr_assert_lt((size_t)snprintf(sub, sizeof sub, "%s/idx", dir), sizeof sub);
+    e = th_open(sub, 4096);
+    th_create(e, 1, "q");
+    for (uint64_t i = 2; i < 12; i++) {
+        (void)th_produce(e, i, "q", 1, i, 20); /* rolls segments */
+    }
+    umask(old);
+    n_checked = 0;
+    cr_assert_eq(nftw(sub, expect_private, 16, FTW_PHYS), 0);
+    cr_expect_geq(n_checked, 4);
+    cr_expect_geq(th_count_segments(sub), 2);
     idx_close(e);
 }
 

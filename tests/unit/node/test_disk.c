@@ -57,6 +57,12 @@ Test(disk, reserve_allocated_at_init)
     cr_expect(!d.alarm);
     cr_expect_eq(reserve_size(&alloc), (long long)MB);
     cr_expect_geq(alloc, (long long)MB, "fallocate must allocate blocks");
+    {
+        struct stat st;
+        cr_assert_eq(stat(path, &st), 0);
+        cr_expect_eq(st.st_mode & 0777, 0600, "reserve mode %o",
+                     (unsigned)(st.st_mode & 0777));
+    }
     cr_expect_eq(node_disk_refuse(&d, errmsg), 0);
     /* A second start finds it held and leaves it alone. */
     cr_assert_eq(node_disk_init(&d, dir, 0, 1 * MB, errmsg), 0);

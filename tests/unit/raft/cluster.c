@@ -4,6 +4,7 @@
  */
 #include "cluster.h"
 
+#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -219,13 +220,12 @@ void cluster_init(struct cluster *c, unsigned n)
     }
 }
 
-void cluster_start(struct cluster *c, unsigned i)
+int cluster_try_start(struct cluster *c, unsigned i, char *errmsg)
 {
     struct cnode *nd = &c->nodes[i];
     struct repl_peer peers[CLUSTER_MAX];
     struct repl_config cfg = {0};
     struct repl_fsm fsm = {0};
-    char errmsg[TERN_ERRMSG_SIZE] = "";
     int rv;
 
     cr_assert(!nd->up);
@@ -233,13 +233,20 @@ void cluster_start(struct cluster *c, unsigned i)
         peers[k].id = c->nodes[k].id;
         peers[k].address = c->nodes[k].addr;
     }
+    if (c->meta && nd->meta_dir[0] == '\0') {
+        (void)snprintf(nd->meta_dir, sizeof nd->meta_dir,
+                       "/tmp/tern-meta-XXXXXX");
+        cr_assert_not_null(mkdtemp(nd->meta_dir));
+    }
     cfg.id = nd->id;
     cfg.address = nd->addr;
+    cfg.data_dir = c->meta ? nd->meta_dir : NULL;
     cfg.peers = peers;
     cfg.n_peers = c->n;
     cfg.snapshot_threshold_bytes = c->snapshot_bytes;
     cfg.snapshot_trailing = c->trailing;
     cfg.durability = c->durability;
+    cfg.max_term_jump = c->max_term_jump;
     fsm.arg = nd;
     fsm.apply = fsm_apply;
     fsm.snapshot = fsm_snapshot;
@@ -270,8 +277,18 @@ void cluster_start(struct cluster *c, unsigned i)
     nd->leader = 0;
     nd->frozen = false;
     rv = repl_start(nd->repl, errmsg);
-    cr_assert_eq(rv, 0, "repl_start: %s", errmsg);
     nd->up = true;
+    if (rv != 0) {
+        cluster_crash(c, i);
+    }
+    return rv;
+}
+
+void cluster_start(struct cluster *c, unsigned i)
+{
+    char errmsg[TERN_ERRMSG_SIZE] = "";
+    int rv = cluster_try_start(c, i, errmsg);
+    cr_assert_eq(rv, 0, "repl_start: %s", errmsg);
 }
 
 static void closed_cb(void *arg)
@@ -300,6 +317,17 @@ void cluster_crash(struct cluster *c, unsigned i)
     nd->writable = false;
 }
 
+static int rm_entry(const char *path,
+                    const struct stat *sb,
+                    int flag,
+                    struct FTW *ftw)
+{
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
 void cluster_fini(struct cluster *c)
 {
     for (unsigned i = 0; i < c->n; i++) {
@@ -314,6 +342,9 @@ void cluster_fini(struct cluster *c)
         fake_disk_close(&c->nodes[i].disk);
         free(c->nodes[i].stream);
         free(c->nodes[i].stage);
+        if (c->nodes[i].meta_dir[0] != '\0') {
+            (void)nftw(c->nodes[i].meta_dir, rm_entry, 8, FTW_DEPTH | FTW_PHYS);
+        }
     }
 }
 

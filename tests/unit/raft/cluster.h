@@ -15,6 +15,9 @@
  * Every (index, payload checksum) any FSM applies is recorded
  * cluster-wide; a different payload at an already applied index sets
  * c->conflict (a committed entry was lost).
+ * With c->meta, every node gets a temporary data_dir (removed by
+ * cluster_fini), so its repl keeps tern's term record (raft/meta.c) there
+ * beside the fake disk's term and vote.
  */
 #ifndef TERN_TEST_CLUSTER_H
 #define TERN_TEST_CLUSTER_H
@@ -72,6 +75,7 @@ struct cnode
     uint64_t n_restores;
     int fail_apply;     /* next apply returns this */
     int timeout_offset; /* >= 0: fixed election timeout ET + offset */
+    char meta_dir[64];  /* c->meta: the repl's data_dir */
 };
 
 struct cluster
@@ -85,10 +89,12 @@ struct cluster
     unsigned trailing;
     uint64_t bulk_chunk;
     enum repl_durability durability;
-    bool use_txport;       /* nodes talk through a txport over mem */
-    size_t max_message;    /* txport's max message (0: mem's) */
-    bool fencing;          /* txport refuses messages below its fence */
-    bool refuse_over_bulk; /* FSM: old index/ contract (see top) */
+    bool use_txport;        /* nodes talk through a txport over mem */
+    size_t max_message;     /* txport's max message (0: mem's) */
+    bool fencing;           /* txport refuses messages below its fence */
+    bool refuse_over_bulk;  /* FSM: old index/ contract (see top) */
+    bool meta;              /* nodes keep a term record (see top) */
+    uint64_t max_term_jump; /* repl_config.max_term_jump (0: default) */
     uint32_t applied_sum[CLUSTER_MAX_INDEX];
     bool applied_set[CLUSTER_MAX_INDEX];
     bool conflict;
@@ -97,6 +103,9 @@ struct cluster
 
 void cluster_init(struct cluster *c, unsigned n);
 void cluster_start(struct cluster *c, unsigned i);
+/* cluster_start that may fail: repl_start's code (errmsg filled); on
+ * failure the node stays down (its repl and xport closed). */
+int cluster_try_start(struct cluster *c, unsigned i, char *errmsg);
 /* Crash node i: pending disk ops are lost, repl and xport closed. */
 void cluster_crash(struct cluster *c, unsigned i);
 void cluster_fini(struct cluster *c);

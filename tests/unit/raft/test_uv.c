@@ -3,12 +3,18 @@
  * process on one libuv loop, each with the real raft_uv disk layer in a
  * temporary directory and the TCP xport on 127.0.0.1: elect, propose 100
  * entries, all applied on all nodes; then close everything cleanly.
+ * Also: the files of a data directory are private (0600, directories
+ * 0700), and a term changed in raft_uv's metadata files of a stopped node
+ * is refused at load (tern's term record, raft/meta.c).
  */
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <criterion/criterion.h>
@@ -286,6 +292,35 @@ static bool cond_stored(void *arg)
     return true;
 }
 
+/* Every entry of dir (not recursive) and dir itself are private to the
+ * owner; returns how many regular files were checked. */
+static unsigned expect_private(const char *dir)
+{
+    struct stat st;
+    struct dirent *de;
+    unsigned n = 0;
+    DIR *d = opendir(dir);
+    cr_assert_not_null(d, "opendir %s", dir);
+    cr_assert_eq(stat(dir, &st), 0);
+    cr_expect_eq(st.st_mode & 0777, 0700, "%s mode %o", dir,
+                 (unsigned)(st.st_mode & 0777));
+    while ((de = readdir(d)) != NULL) {
+        char path[512];
+        if (de->d_name[0] == '.') {
+            continue;
+        }
+        (void)snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+        cr_assert_eq(lstat(path, &st), 0);
+        if (S_ISREG(st.st_mode)) {
+            cr_expect_eq(st.st_mode & 077, 0, "%s mode %o", path,
+                         (unsigned)(st.st_mode & 0777));
+            n++;
+        }
+    }
+    closedir(d);
+    return n;
+}
+
 static void production_path(enum repl_durability d)
 {
     uv_loop_t loop;
@@ -350,6 +385,13 @@ static void production_path(enum repl_durability d)
     }
 
     close_repls(&loop, &closed);
+    for (int i = 0; i < UV_N; i++) {
+        char meta[300];
+        /* metadata1/2, segments, tern-meta1 at least */
+        cr_expect_geq(expect_private(nodes[i].dir), 3);
+        (void)snprintf(meta, sizeof meta, "%s/tern-meta1", nodes[i].dir);
+        cr_expect_eq(access(meta, F_OK), 0, "%s missing", meta);
+    }
 
     /* Restart on the same directories: load, replay, elect, write more. */
     for (int i = 0; i < UV_N; i++) {
@@ -360,6 +402,11 @@ static void production_path(enum repl_durability d)
     }
     acked = 0;
     start_repls(&loop, base, peers);
+    for (int i = 0; i < UV_N; i++) {
+        struct repl_status st;
+        repl_get_status(nodes[i].r, &st);
+        cr_expect_eq(st.meta_load, REPL_META_MATCH, "node %d", i + 1);
+    }
     cr_assert(run_until(&loop, cond_leader, NULL, 20000), "no leader again");
     l = writable_leader();
     for (uint64_t k = 0; k < 10; k++) {
@@ -620,6 +667,127 @@ Test(uv, snapshot_install_and_bulk_over_tcp, .timeout = 120)
 
     closed = 0;
     close_all(&loop, &closed);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    cr_expect_eq(uv_loop_close(&loop), 0);
+    remove_tmp();
+}
+
+/* ---- raft_uv's metadata damaged on a stopped node ----------------------- */
+
+/* raft_uv 0.15's metadata file: u64 format, u64 version, u64 term, u64
+ * vote. XOR the term of both files with x. */
+static void flip_term(const char *dir, uint64_t x)
+{
+    for (int k = 1; k <= 2; k++) {
+        char path[300];
+        uint8_t b[8];
+        int fd;
+        (void)snprintf(path, sizeof path, "%s/metadata%d", dir, k);
+        fd = open(path, O_RDWR);
+        if (fd < 0) {
+            continue; /* only one written so far */
+        }
+        cr_assert_eq(pread(fd, b, 8, 16), 8);
+        tern_put_u64(b, tern_get_u64(b) ^ x);
+        cr_assert_eq(pwrite(fd, b, 8, 16), 8);
+        close(fd);
+    }
+}
+
+/* Start node i alone; returns repl_start's code (the replica is closed
+ * again if the start failed). */
+static int start_one(uv_loop_t *loop,
+                     int i,
+                     const struct repl_peer *peers,
+                     char *errmsg)
+{
+    struct repl_config cfg = {0};
+    struct repl_fsm fsm = {0};
+    int rv, closed = 0;
+    cfg.id = nodes[i].id;
+    cfg.address = nodes[i].addr;
+    cfg.data_dir = nodes[i].dir;
+    cfg.peers = peers;
+    cfg.n_peers = UV_N;
+    fsm.arg = &nodes[i];
+    fsm.apply = u_apply;
+    fsm.snapshot = u_snapshot;
+    fsm.restore = u_restore;
+    cr_assert_eq(repl_new(loop, nodes[i].x, &cfg, &fsm, u_state, &nodes[i],
+                          &nodes[i].r, errmsg),
+                 0, "repl_new: %s", errmsg);
+    rv = repl_start(nodes[i].r, errmsg);
+    if (rv != 0) {
+        repl_close(nodes[i].r, count_closed, &closed);
+        nodes[i].r = NULL;
+        spin_until(loop, &closed, 1);
+        cr_assert_eq(closed, 1);
+    }
+    return rv;
+}
+
+Test(uv, term_changed_in_raft_uv_metadata_is_refused, .timeout = 120)
+{
+    uv_loop_t loop;
+    char base[] = "/tmp/tern-repl-uv-XXXXXX";
+    struct repl_peer peers[UV_N];
+    unsigned port = 21000 + (unsigned)(getpid() * 11) % 30000;
+    char errmsg[TERN_ERRMSG_SIZE] = "";
+    int closed = 0;
+    uint64_t want = 5;
+    int l;
+
+    cr_assert_eq(uv_loop_init(&loop), 0);
+    cr_assert_not_null(mkdtemp(base));
+    cr_assert_lt((size_t)snprintf(tmp_base, sizeof tmp_base, "%s", base),
+                 sizeof tmp_base);
+    memset(nodes, 0, sizeof nodes);
+    acked = 0;
+    uv_durability = REPL_DURABILITY_DISK;
+    open_nodes(&loop, base, port, peers);
+    start_repls(&loop, base, peers);
+    cr_assert(run_until(&loop, cond_leader, NULL, 20000), "no leader");
+    l = writable_leader();
+    for (uint64_t k = 0; k < want; k++) {
+        uint64_t idx;
+        void *buf = tern_malloc(64);
+        memset(buf, (int)k, 64);
+        cr_assert_eq(repl_propose(nodes[l].r, buf, 64, u_prop_cb, NULL, &idx),
+                     0);
+    }
+    cr_assert(run_until(&loop, cond_applied, &want, 30000));
+    close_repls(&loop, &closed);
+
+    /* A high bit: far beyond the jump bound, refused whatever the vote. */
+    flip_term(nodes[0].dir, (uint64_t)1 << 56);
+    cr_assert_eq(start_one(&loop, 0, peers, errmsg), TERN_ECORRUPT);
+    cr_expect_not_null(strstr(errmsg, "term record mismatch"), "%s", errmsg);
+    /* Refused again (nothing was repaired). */
+    cr_assert_eq(start_one(&loop, 0, peers, errmsg), TERN_ECORRUPT);
+    /* A term that went back: refused. Node 2 is at term >= 2. */
+    flip_term(nodes[0].dir, (uint64_t)1 << 56); /* undo */
+    cr_assert_eq(start_one(&loop, 0, peers, errmsg), 0, "%s", errmsg);
+    closed = 0;
+    repl_close(nodes[0].r, count_closed, &closed);
+    nodes[0].r = NULL;
+    spin_until(&loop, &closed, 1);
+    {
+        struct repl_meta_rec m;
+        cr_assert_eq(repl_meta_read(nodes[1].dir, &m, errmsg), 0);
+        cr_assert(m.present);
+        cr_assert_geq(m.term, 2);
+        /* term - 1 (not 0: raft_uv takes a zero term for a pristine
+         * directory and fails its own bootstrap over the segments) */
+        flip_term(nodes[1].dir, m.term ^ (m.term - 1));
+    }
+    cr_assert_eq(start_one(&loop, 1, peers, errmsg), TERN_ECORRUPT, "%s",
+                 errmsg);
+    cr_expect_not_null(strstr(errmsg, "term record mismatch"), "%s", errmsg);
+
+    for (int i = 0; i < UV_N; i++) {
+        xport_close(nodes[i].x, count_closed, &closed);
+    }
+    spin_until(&loop, &closed, 1 + UV_N);
     uv_run(&loop, UV_RUN_DEFAULT);
     cr_expect_eq(uv_loop_close(&loop), 0);
     remove_tmp();
