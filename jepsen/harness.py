@@ -385,7 +385,9 @@ class Run:
 
     def write_config(self, nm):
         d = os.path.join(self.dir, nm)
-        os.makedirs(self.data_dir(nm), exist_ok=True)
+        # ternd refuses a data directory that others may enter.
+        os.makedirs(self.data_dir(nm), mode=0o700, exist_ok=True)
+        os.chmod(self.data_dir(nm), 0o700)
         certs = self.make_certs()
         security = ("[security]\npeer_auth = tls\ncluster_ca = %s\n"
                     "node_cert = %s\nnode_key = %s\n"

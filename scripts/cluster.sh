@@ -70,7 +70,7 @@ check_node() {
 
 write_config() { # i
     local i=$1 p
-    mkdir -p "$dir/node$i"
+    mkdir -p -m 700 "$dir/node$i"
     # Once per cluster dir (existing files are kept).
     "$ROOT/scripts/tern-certs.sh" "$dir/certs" $(seq 1 $NODES) >/dev/null
     {

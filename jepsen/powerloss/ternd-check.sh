@@ -50,7 +50,8 @@ for ((n = 1; n <= NODES; n++)); do
     R[$n]=127.0.0.1:${PORTS[2 * n - 1]}
     PEERS+=(--peer "$n=${R[$n]},${C[$n]}")
     ADDRS=${ADDRS:+$ADDRS,}${C[$n]}
-    mkdir -p "$T/n$n/data" "$T/n$n/state"
+    mkdir -p "$T/n$n/state"
+    mkdir -p -m 700 "$T/n$n/data"
 done
 # The cluster's credentials: nodes authenticate each other (peer_auth tls).
 "$HERE/../../scripts/tern-certs.sh" "$T/certs" $(seq 1 "$NODES") >/dev/null
