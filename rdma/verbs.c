@@ -779,9 +779,12 @@ void xport_vconn_refuse(struct vconn *c, const char *why)
         return;
     }
     x->stats.auth_refused++;
-    xport_verbs_trace(x, "%s conn peer %llu refused: %s",
-                      c->rc.peer != NULL ? "outbound" : "inbound",
-                      (unsigned long long)c->rc.remote_id, why);
+    xport_verbs_trace(
+        x, "%s conn peer %llu refused: %s",
+        c->rc.peer != NULL ? "outbound" : "inbound",
+        (unsigned long long)(c->rc.peer != NULL ? c->rc.peer->base.id
+                                                : c->rc.remote_id),
+        why);
     xport_vconn_close(c, TERN_ENOCONN);
 }
 
