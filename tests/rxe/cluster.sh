@@ -395,7 +395,7 @@ for i in $(seq 1 $NODES); do
 done
 
 # Every verbs connection of the cluster authenticated: no node refused one.
-refused=$(cat "$D"/node*.log 2>/dev/null | grep -c ' refused: ')
+refused=$(cat "$D"/node*.log 2>/dev/null | grep -cE 'verbs\[[0-9]+\] (in|out)bound conn peer [0-9]+ refused: ')
 check "A: verbs peers authenticated" "$refused refused connections" [ "$refused" = 0 ]
 
 # ---- stage B: leader kill during produce ------------------------------------------
