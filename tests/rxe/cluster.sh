@@ -17,8 +17,8 @@
 #   stage A, produce/consume: leader elected, every node reports a verbs
 #     transport, 2000 x 1 KiB produced with an ack log, each node's log
 #     holds exactly the acknowledged ids at their offsets, and the rxe
-#     packet counters show the replication went over RoCE, and no verbs
-#     connection between the nodes was refused by the handshake;
+#     packet counters show the replication went over RoCE, and no node
+#     refused a peer's proof in the verbs handshake;
 #   stage B, leader kill: kill -9 of the leader during a produce with
 #     --ack-log; a new leader is elected; every acknowledged id is readable
 #     from both survivors; the killed node restarts and catches up;
@@ -394,9 +394,16 @@ for i in $(seq 1 $NODES); do
     say "INFO: raft TCP connections towards node $i: $(raft_tcp_conns "$i")"
 done
 
-# Every verbs connection of the cluster authenticated: no node refused one.
-refused=$(cat "$D"/node*.log 2>/dev/null | grep -cE 'verbs\[[0-9]+\] (in|out)bound conn peer [0-9]+ refused: ')
-check "A: verbs peers authenticated" "$refused refused connections" [ "$refused" = 0 ]
+# Every verbs handshake between the nodes proved the secret: no node
+# refused a peer's proof or message. Handshakes that only ran out of time
+# (a loaded TCG guest at start-up: "timed out", "gone before
+# authentication", a CM error event) are counted too but are liveness, not
+# authentication: shown as INFO.
+refusals=$(cat "$D"/node*.log 2>/dev/null | grep -E 'verbs\[[0-9]+\] (in|out)bound conn peer [0-9]+ refused: ')
+slow='refused: (authentication timed out|gone before authentication|RDMA_CM_EVENT_)'
+refused=$(printf '%s\n' "$refusals" | grep -v '^$' | grep -cvE "$slow")
+say "INFO: handshakes that ran out of time: $(printf '%s\n' "$refusals" | grep -cE "$slow")"
+check "A: verbs peers authenticated" "$refused refused proofs" [ "$refused" = 0 ]
 
 # ---- stage B: leader kill during produce ------------------------------------------
 timeout 30 "$TERN" -s "$SERVERS" --timeout-ms 10000 queue create qb >"$D/qb.create" 2>&1 ||
