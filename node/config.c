@@ -1161,7 +1161,7 @@ out:
 
 /* ---- Validation --------------------------------------------------------- */
 
-/* transport shm with peer_auth = tls: the shm handshake proves the
+/* transport shm or rdma with peer_auth = tls: their handshakes prove the
  * cluster secret, so the file must be there, private and well-formed
  * (auth_secret_load checks all three); read once here so a bad file stops
  * ternd before it starts, then wiped. */
@@ -1171,21 +1171,23 @@ static int validate_cluster_secret(const struct node_config *c, char *errmsg)
     int rv;
 
     if (c->peer_auth != NODE_PEER_AUTH_TLS ||
-        strcmp(c->transport, "shm") != 0) {
+        (strcmp(c->transport, "shm") != 0 &&
+         strcmp(c->transport, "rdma") != 0)) {
         return 0;
     }
     if (c->cluster_secret_file == NULL) {
         tern_errmsg_printf(errmsg,
-                           "transport shm with peer_auth = tls needs the "
+                           "transport %s with peer_auth = tls needs the "
                            "cluster secret ([security] cluster_secret_file "
                            "or --cluster-secret-file; scripts/tern-certs.sh "
-                           "makes one)");
+                           "makes one)",
+                           c->transport);
         return TERN_EINVAL;
     }
     rv = auth_secret_load(c->cluster_secret_file, &secret, errmsg);
     auth_wipe(&secret, sizeof(secret));
     if (rv != 0) {
-        tern_errmsg_wrapf(errmsg, "transport shm");
+        tern_errmsg_wrapf(errmsg, "transport %s", c->transport);
     }
     return rv;
 }

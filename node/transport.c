@@ -18,6 +18,8 @@
  * shm with peer_auth = tls: the shm handshake proves the cluster secret
  * (rdma/shm.c), read from cluster_secret_file for xport_shm_new (which
  * keeps its own copy) and wiped here right after.
+ * The verbs transport, likewise, gets the cluster secret
+ * (load_cluster_secret) and exposes its rings only to peers that prove it.
  *
  * Busy-polling (node_transport_set_busy_poll, on every change of raft
  * role) and the counters of the shutdown line (node_transport_stats) go
@@ -120,6 +122,29 @@ static int wrap_fallback(struct node_transport *t,
     return 0;
 }
 
+/* The cluster secret of the shm and verbs handshakes, loaded into *out
+ * (caller-owned, auth_wipe it after use) from cluster_secret_file. Only
+ * with peer_auth = tls. 0, or a code with errmsg. */
+static int load_cluster_secret(const struct node_config *c,
+                               struct auth_secret *out,
+                               char *errmsg)
+{
+    int rv;
+
+    if (c->cluster_secret_file == NULL || c->cluster_secret_file[0] == '\0') {
+        tern_errmsg_printf(errmsg,
+                           "peer_auth = tls needs [security] "
+                           "cluster_secret_file (shm and rdma handshakes)");
+        return TERN_EINVAL;
+    }
+    rv = auth_secret_load(c->cluster_secret_file, out, errmsg);
+    if (rv != 0) {
+        tern_errmsg_wrapf(errmsg, "cluster_secret_file %s",
+                          c->cluster_secret_file);
+    }
+    return rv;
+}
+
 /* Smallest power of two ring (at least 8 MiB) that carries an entry of
  * max_message_bytes plus framing in one message; larger messages go over
  * tcp (rdma/fallback.c). */
@@ -196,14 +221,8 @@ int node_transport_start(struct node_transport *t, char *errmsg)
         memset(&so, 0, sizeof(so));
         so.ring_bytes = shm_ring_bytes(c);
         if (c->peer_auth == NODE_PEER_AUTH_TLS) {
-            rv =
-                c->cluster_secret_file == NULL
-                    ? TERN_EINVAL
-                    : auth_secret_load(c->cluster_secret_file, &secret, errmsg);
+            rv = load_cluster_secret(c, &secret, errmsg);
             if (rv != 0) {
-                if (c->cluster_secret_file == NULL) {
-                    tern_errmsg_printf(errmsg, "no cluster_secret_file");
-                }
                 tern_errmsg_wrapf(errmsg, "shm transport");
                 return rv;
             }
@@ -229,10 +248,19 @@ int node_transport_start(struct node_transport *t, char *errmsg)
 #ifdef TERN_HAVE_VERBS
     if (devices > 0) {
         struct xport_verbs_options vo;
+        struct auth_secret secret = {{0}};
         char verrmsg[TERN_ERRMSG_SIZE] = "";
         memset(&vo, 0, sizeof(vo));
         vo.ring_bytes = shm_ring_bytes(c);
+        if (c->peer_auth == NODE_PEER_AUTH_TLS) {
+            rv = load_cluster_secret(c, &secret, errmsg);
+            if (rv != 0) {
+                return rv;
+            }
+            vo.secret = &secret; /* copied by xport_verbs_new */
+        }
         rv = xport_verbs_new(t->loop, c->id, c->raft_addr, &vo, &fast, verrmsg);
+        auth_wipe(&secret, sizeof(secret));
         if (rv == 0) {
             node_log(NODE_LOG_INFO, "verbs transport listening",
                      "addr=%s devices=%d", c->raft_addr, devices);

@@ -10,10 +10,11 @@
  *
  * Topology (as shm): per ordered pair (sender S, receiver R) one RC QP,
  * set up by S with rdma_cm, lazily on the first send (rdma/verbs_cm.c:
- * resolution, connect/accept and their private data). R
- * registers a zeroed ring of cap bytes plus a 64-byte sink with
- * REMOTE_WRITE; S keeps a local MIRROR of the ring (same layout, the ring
- * protocol's single copy of the caller's bytes goes there) and a 64-byte
+ * resolution, connect/accept and the handshake in which both sides prove
+ * the cluster secret, version 2, documented there). Only once S has
+ * proved it does R register a zeroed ring of cap bytes plus a 64-byte
+ * sink with REMOTE_WRITE; S keeps a local MIRROR of the ring (same layout, the
+ * ring protocol's single copy of the caller's bytes goes there) and a 64-byte
  * control area whose first 8 bytes are the credit word, registered with
  * REMOTE_WRITE. Per transport and per RDMA device there is ONE protection
  * domain, ONE completion channel and ONE CQ shared by all QPs on that
@@ -34,10 +35,14 @@
  *                 the sender's credit word; with wake, WRITE_WITH_IMM
  *                 (imm = VERBS__IMM_CREDIT) so the sender gets a
  *                 completion and flushes its queue.
- * Zero-length RECVs are pre-posted on every QP (VERBS__RQ_DEPTH) and
- * re-posted before the ring is drained. A sender counts doorbells whose
- * head is beyond the credit it has seen: each such doorbell may still hold
- * a receive buffer at the receiver (a record is consumed only after the
+ * The first RECV posted on every QP takes the peer's handshake message
+ * (a SEND of VERBS__HS_LEN bytes into a buffer registered for local
+ * access only); behind it VERBS__RQ_DEPTH - 1 zero-length RECVs are
+ * pre-posted and re-posted before the ring is drained. Any other
+ * two-sided message, and any doorbell before the handshake completed,
+ * closes the connection (counted in auth_refused). A sender counts doorbells
+ * whose head is beyond the credit it has seen: each such doorbell may still
+ * hold a receive buffer at the receiver (a record is consumed only after the
  * doorbell announcing it was processed and its RECV re-posted, and RC
  * delivers doorbells in order). At most VERBS__IMM_BUDGET are outstanding;
  * the last one allowed carries WAKE, which makes the receiver's next credit
@@ -70,8 +75,11 @@
  * down.
  *
  * Connection states (struct vconn): outbound RESOLVING (address, route)
- * -> CONNECTING -> UP; inbound CONNECTING (accepted, waiting for
- * ESTABLISHED; records are already received) -> UP; both -> CLOSING ->
+ * -> CONNECTING (connect, ACCEPT, AUTH sent, waiting for RING) -> UP;
+ * inbound CONNECTING (accepted, waiting for AUTH; at most
+ * max_pending_auth of them, each for at most connect_timeout_ms) -> UP
+ * (ring exposed; ESTABLISHED may still come later, records already
+ * arrive); both -> CLOSING ->
  * freed. Teardown: rdma_disconnect (or a move to the error state), then a
  * signalled marker WR whose flush completion says every earlier WR of the
  * QP has been flushed; only then (or after VERBS__DRAIN_MS) are the QP, the
@@ -296,6 +304,57 @@ static int post_recv(struct vconn *c)
     memset(&wr, 0, sizeof wr);
     rc = ibv_post_recv(c->id->qp, &wr, &bad);
     return rc == 0 ? 0 : rc > 0 ? -rc : -EIO;
+}
+
+/* Post the handshake receive: room for one VERBS__HS_LEN message at
+ * c->hs (a longer SEND fails the QP with a local length error). */
+static int post_recv_hs(struct vconn *c)
+{
+    struct ibv_recv_wr wr, *bad = NULL;
+    struct ibv_sge sge;
+    int rc;
+
+    memset(&wr, 0, sizeof wr);
+    sge.addr = (uintptr_t)c->hs;
+    sge.length = VERBS__HS_LEN;
+    sge.lkey = c->hs_mr->lkey;
+    wr.wr_id = VERBS__WR_HS;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    rc = ibv_post_recv(c->id->qp, &wr, &bad);
+    return rc == 0 ? 0 : rc > 0 ? -rc : -EIO;
+}
+
+int xport_vconn_post_hs(struct vconn *c, size_t len)
+{
+    struct ibv_sge sge;
+    struct ibv_send_wr wr, *bad = NULL;
+    uint64_t id;
+    int rc;
+
+    if (sq_room(c) == 0 || len > VERBS__HS_BUF - 64) {
+        return -EAGAIN;
+    }
+    id = c->sq_posted + 1;
+    memset(&wr, 0, sizeof wr);
+    sge.addr = (uintptr_t)(c->hs + 64);
+    sge.length = (uint32_t)len;
+    sge.lkey = c->hs_mr->lkey;
+    wr.wr_id = id;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.opcode = IBV_WR_SEND;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    rc = ibv_post_send(c->id->qp, &wr, &bad);
+    if (rc != 0) {
+        return rc > 0 ? -rc : -EIO;
+    }
+    c->sq_posted = id;
+    c->last_signalled = id;
+    c->since_signal = 0;
+    vx(c)->stats.posted++;
+    vx(c)->stats.signalled++;
+    return 0;
 }
 
 /* Outbound: nothing signalled is outstanding but sends wait for a
@@ -592,13 +651,24 @@ int xport_vconn_setup_qp(struct vconn *c)
     c->qp_num = c->id->qp->qp_num;
     c->dev->qps++;
     c->max_inline = qa.cap.max_inline_data;
-    for (unsigned i = 0; i < VERBS__RQ_DEPTH; i++) {
-        rc = post_recv(c);
-        if (rc != 0) {
-            return rc;
-        }
+    /* The handshake buffer: local access only, never remote. */
+    if (posix_memalign((void **)&c->hs, 64, VERBS__HS_BUF) != 0) {
+        c->hs = NULL;
+        return -ENOMEM;
     }
-    return 0;
+    memset(c->hs, 0, VERBS__HS_BUF);
+    c->hs_mr =
+        ibv_reg_mr(c->dev->pd, c->hs, VERBS__HS_BUF, IBV_ACCESS_LOCAL_WRITE);
+    if (c->hs_mr == NULL) {
+        return errno != 0 ? -errno : -ENOMEM;
+    }
+    /* First in the receive queue, so the peer's first message lands in
+     * it; the zero-length receives after it take doorbells and credit. */
+    rc = post_recv_hs(c);
+    for (unsigned i = 1; rc == 0 && i < VERBS__RQ_DEPTH; i++) {
+        rc = post_recv(c);
+    }
+    return rc;
 }
 
 /* Free everything of c (its QP has been flushed or given up on). */
@@ -615,11 +685,15 @@ static void vconn_destroy(struct vconn *c)
     if (c->word_mr != NULL) {
         ibv_dereg_mr(c->word_mr);
     }
+    if (c->hs_mr != NULL) {
+        ibv_dereg_mr(c->hs_mr);
+    }
     if (c->id != NULL) {
         rdma_destroy_id(c->id);
     }
     free(c->ring);
     free(c->word);
+    free(c->hs);
     tern_free(c);
 }
 
@@ -697,6 +771,23 @@ static void conn_close(struct xport_ringx_conn *c, int status)
     xport_vconn_close((struct vconn *)c, status);
 }
 
+void xport_vconn_refuse(struct vconn *c, const char *why)
+{
+    struct verbs_xport *x = vx(c);
+
+    if (c->rc.state == XPORT_RINGX_CLOSING) {
+        return;
+    }
+    x->stats.auth_refused++;
+    xport_verbs_trace(
+        x, "%s conn peer %llu refused: %s",
+        c->rc.peer != NULL ? "outbound" : "inbound",
+        (unsigned long long)(c->rc.peer != NULL ? c->rc.peer->base.id
+                                                : c->rc.remote_id),
+        why);
+    xport_vconn_close(c, TERN_ENOCONN);
+}
+
 /* ---- receiving --------------------------------------------------------- */
 
 /* Deliver what c's ring holds up to the landed limit (the driver's
@@ -736,6 +827,11 @@ static void handle_wc(struct verbs_xport *x, const struct ibv_wc *wc)
         xport_verbs_trace(x, "qp %u wr %llu: %s", wc->qp_num,
                           (unsigned long long)wc->wr_id,
                           ibv_wc_status_str(wc->status));
+        if (c->rc.peer == NULL && !c->authed) {
+            /* e.g. a SEND longer than the handshake receive */
+            xport_vconn_refuse(c, "error before authentication");
+            return;
+        }
         if (wc->status == IBV_WC_REM_ACCESS_ERR ||
             wc->status == IBV_WC_REM_INV_REQ_ERR ||
             wc->status == IBV_WC_REM_OP_ERR) {
@@ -747,18 +843,34 @@ static void handle_wc(struct verbs_xport *x, const struct ibv_wc *wc)
         xport_vconn_close(c, x->r.closing ? TERN_ECANCELED : TERN_ENOCONN);
         return;
     }
+    if ((wc->opcode & IBV_WC_RECV) && c->rc.peer == NULL && !c->established) {
+        /* Data before the CM's RTU: what the COMM_EST async event
+         * would tell the CM (we do not read async events). */
+        (void)rdma_notify(c->id, IBV_EVENT_COMM_EST);
+    }
     switch (wc->opcode) {
+    case IBV_WC_RECV:
+        /* The only two-sided message: the peer's handshake message, in
+         * the first receive, once. */
+        if (wc->wr_id != VERBS__WR_HS || c->hs_got ||
+            wc->byte_len != VERBS__HS_LEN) {
+            xport_vconn_refuse(c, "unexpected message");
+            return;
+        }
+        c->hs_got = 1;
+        c->pending = 1;
+        break;
     case IBV_WC_RECV_RDMA_WITH_IMM:
+        if (!c->authed) {
+            /* No ring exists yet: nothing may be announced. */
+            xport_vconn_refuse(c, "write before authentication");
+            return;
+        }
         if (post_recv(c) != 0) {
             xport_vconn_close(c, TERN_ENOCONN);
             return;
         }
         imm = ntohl(wc->imm_data);
-        if (c->rc.peer == NULL && c->rc.state == XPORT_RINGX_CONNECTING) {
-            /* Data before the CM's RTU: what the COMM_EST async event
-             * would tell the CM (we do not read async events). */
-            (void)rdma_notify(c->id, IBV_EVENT_COMM_EST);
-        }
         if (c->rc.peer == NULL && imm != VERBS__IMM_CREDIT && c->rc.rx_ready) {
             xport_ring_rx_landed(&c->rc.rx, imm & ~(uint32_t)63);
             c->wake_req |= (imm & VERBS__IMM_WAKE) != 0;
@@ -766,6 +878,7 @@ static void handle_wc(struct verbs_xport *x, const struct ibv_wc *wc)
         }
         c->pending = 1;
         break;
+    case IBV_WC_SEND:
     case IBV_WC_RDMA_WRITE:
         if (wc->wr_id > c->sq_retired && wc->wr_id <= c->sq_posted) {
             c->sq_retired = wc->wr_id;
@@ -789,6 +902,12 @@ void xport_verbs_process_pending(struct verbs_xport *x)
             continue;
         }
         c->pending = 0;
+        if (c->hs_got && !c->authed) {
+            xport_verbs_cm_handshake(c);
+            if (c->rc.state == XPORT_RINGX_CLOSING || x->r.closing) {
+                continue;
+            }
+        }
         if (c->rc.peer == NULL) {
             xport_vconn_drain(c);
             if (c->credit_owed && c->rc.state != XPORT_RINGX_CLOSING &&
@@ -984,7 +1103,10 @@ static void on_sweep(uv_timer_t *t)
     for (struct vconn *c = vconn_first(x); c != NULL; c = vconn_next(c)) {
         switch (c->rc.state) {
         case XPORT_RINGX_CONNECTING:
-            if (now - c->rc.started >= x->connect_ms) {
+            if (now - c->rc.started >= x->connect_ms && c->rc.peer == NULL) {
+                /* An inbound connection that never proved the secret. */
+                xport_vconn_refuse(c, "authentication timed out");
+            } else if (now - c->rc.started >= x->connect_ms) {
                 xport_verbs_trace(x, "connect timeout after %llu ms",
                                   (unsigned long long)(now - c->rc.started));
                 x->stats.connect_timeouts++;
@@ -1061,6 +1183,7 @@ static void destroy(struct xport_ringx *r)
     if (x->ech != NULL) {
         rdma_destroy_event_channel(x->ech);
     }
+    auth_wipe(&x->secret, sizeof x->secret);
 }
 
 static const struct xport_ringx_medium verbs_medium = {
@@ -1121,6 +1244,7 @@ static void verbs_get_stats(const struct xport *base, struct xport_stats *out)
     out->credit_waits = s.credit_waits;
     out->fenced = s.fenced;
     out->corrupt = s.corrupt;
+    out->auth_refused = s.auth_refused;
 }
 
 static const struct xport_ops verbs_ops = {
@@ -1178,6 +1302,14 @@ int xport_verbs_new(uv_loop_t *loop,
             opts->connect_timeout_ms ? opts->connect_timeout_ms : x->connect_ms;
         x->ack_timeout =
             opts->ack_timeout ? (uint8_t)opts->ack_timeout : x->ack_timeout;
+        x->max_pending = opts->max_pending_auth;
+        if (opts->secret != NULL) {
+            x->secret = *opts->secret;
+            x->has_secret = 1;
+        }
+    }
+    if (x->max_pending == 0) {
+        x->max_pending = VERBS__MAX_PENDING;
     }
     if (!xport_ring_cap_valid(x->r.ring_bytes) ||
         x->r.ring_bytes > UINT32_MAX / 2 || x->ack_timeout > 31) {
@@ -1222,6 +1354,7 @@ int xport_verbs_new(uv_loop_t *loop,
     return 0;
 
 err:
+    auth_wipe(&x->secret, sizeof x->secret);
     tern_free(x);
     return rc;
 }

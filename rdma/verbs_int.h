@@ -12,6 +12,8 @@
 #include <infiniband/verbs.h>
 #include <rdma/rdma_cma.h>
 
+#include <auth.h>
+
 #include "ringx.h"
 
 #define VERBS__RETRY_COUNT  6u /* 7 = infinite on rxe */
@@ -31,6 +33,11 @@
 #define VERBS__DRAIN_MS     1000u
 #define VERBS__BACKLOG      128
 #define VERBS__WR_DRAIN     UINT64_MAX
+#define VERBS__WR_HS        (UINT64_MAX - 1) /* the handshake receive */
+#define VERBS__NONCE        16u              /* bytes of each side's nonce */
+#define VERBS__HS_LEN       56u  /* AUTH and RING messages (verbs_cm.c) */
+#define VERBS__HS_BUF       128u /* receive area at 0, send area at 64 */
+#define VERBS__MAX_PENDING  64u  /* default unauthenticated inbound cap */
 
 struct verbs_xport;
 
@@ -70,6 +77,17 @@ struct vconn
     uint64_t remote_addr; /* outbound: ring; inbound: credit word */
     uint32_t remote_rkey;
     uint32_t max_inline;
+    /* Handshake (verbs_cm.c): a buffer registered for local access only,
+     * the peer's AUTH (inbound) or RING (outbound) message lands at 0 (the
+     * QP's first receive), ours is sent from 64. */
+    uint8_t *hs;
+    struct ibv_mr *hs_mr;
+    int hs_got; /* the peer's handshake message arrived */
+    int authed; /* the peer proved the secret; its rings may be used */
+    uint8_t nonce_s[VERBS__NONCE]; /* the sender's (CONNECT) */
+    uint8_t nonce_r[VERBS__NONCE]; /* the receiver's (ACCEPT) */
+    uint64_t hs_epoch;             /* the sender's epoch in CONNECT */
+    uint64_t hs_fence;             /* the receiver's fence in ACCEPT */
     /* send-queue accounting */
     uint64_t sq_posted;      /* WRs posted (last wr_id) */
     uint64_t sq_retired;     /* every WR <= this has completed */
@@ -110,6 +128,9 @@ struct verbs_xport
     struct xport_spin spin; /* busy-poll: polls the CQs (xport_int.h) */
     struct vdev *devs;
     struct xport_verbs_stats stats; /* the verbs-only counters */
+    struct auth_secret secret; /* the handshake key; all zero without one */
+    int has_secret;
+    unsigned max_pending; /* inbound connections not authenticated yet */
     int finishing;
 };
 
@@ -133,8 +154,15 @@ void xport_verbs_trace(const struct verbs_xport *x, const char *fmt, ...)
 struct vconn *xport_vconn_new(struct verbs_xport *x,
                               struct xport_ringx_peer *p,
                               struct rdma_cm_id *id);
-/* Create c's QP on id's device and post the receives. */
+/* Create c's QP on id's device, register its handshake buffer and post
+ * the receives (the handshake receive first). */
 int xport_vconn_setup_qp(struct vconn *c);
+/* Post len (<= 64) bytes at c->hs + 64 as a signalled SEND. 0 or a
+ * negative code. */
+int xport_vconn_post_hs(struct vconn *c, size_t len);
+/* The peer failed to prove the secret (why: for the trace): count one
+ * auth_refused and close c. */
+void xport_vconn_refuse(struct vconn *c, const char *why);
 /* Close c (idempotent; freed later, from the loop). */
 void xport_vconn_close(struct vconn *c, int status);
 /* Deliver what inbound c's ring holds up to the landed limit. */
@@ -157,5 +185,10 @@ int xport_verbs_cm_listen(struct verbs_xport *x,
 int xport_verbs_cm_connect(struct xport_ringx_peer *p);
 /* uv_poll callback of the event channel's fd. */
 void xport_verbs_on_cm(uv_poll_t *h, int status, int events);
+/* c's handshake message arrived (c->hs_got, not yet authenticated):
+ * inbound, verify AUTH, expose the ring and send RING; outbound, verify
+ * RING and go UP. On failure c is closed (refused). May poll the CQs and
+ * deliver (a superseded connection). */
+void xport_verbs_cm_handshake(struct vconn *c);
 
 #endif /* TERN_XPORT_VERBS_INT_H */

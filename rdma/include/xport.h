@@ -281,6 +281,7 @@ int xport_shm_stats(const struct xport *x,
  * tests/hw/ (exit 77 without a device), tests/rxe/run.sh (soft-RoCE).
  */
 #ifdef TERN_HAVE_VERBS
+struct auth_secret; /* <auth.h> */
 struct xport_verbs_options
 {
     size_t ring_bytes;           /* each inbound ring, as for shm; 0 = 8 MiB
@@ -291,6 +292,17 @@ struct xport_verbs_options
     unsigned ack_timeout;        /* QP ACK timeout exponent (4.096 us * 2^n
                                   * per try, retry_count 6): 0 = 15 (134 ms,
                                   * a dead peer shows within ~1 s) */
+    const struct auth_secret *secret; /* the cluster secret (caller-owned,
+                                       * copied): no ring address or rkey
+                                       * goes to a peer that has not proved
+                                       * it (rdma/verbs_cm.c). NULL: no
+                                       * authentication (peer_auth = none;
+                                       * such a node only talks to nodes
+                                       * without a secret) */
+    unsigned max_pending_auth;        /* inbound connections that have not
+                                       * proved the secret yet; beyond it connect
+                                       * requests are refused; 0 = 64. Each is
+                                       * closed after connect_timeout_ms */
 };
 /* Create a verbs transport listening on bind_address. *out is owned by
  * the caller, released by xport_close. -ENODEV/-EADDRNOTAVAIL etc. when
@@ -325,6 +337,9 @@ struct xport_verbs_stats
     uint64_t connect_timeouts; /* connects given up after the timeout */
     uint64_t spins;            /* busy-poll rounds (CQ polls from idle) */
     uint64_t spin_hits;        /* of which found completions */
+    uint64_t auth_refused;     /* connections closed: the peer did not
+                                * prove the secret (or timed out, or
+                                * pending ones were at the cap) */
 };
 /* xport_set_busy_poll on verbs: after a send, poll the CQs on every loop
  * iteration for up to us microseconds, or until a message is delivered,

@@ -6,8 +6,13 @@
  * detection; need TERN_HW_PARTITION/TERN_HW_HEAL, else skipped), three
  * nodes all-to-all (verbs_cluster), selective signalling beyond the send
  * queue (verbs_signalling), ring-size mismatch and delivery before start
- * (verbs_misc), a functional round-trip latency (verbs_latency), and
- * busy-polling of the CQs (verbs_busy_poll).
+ * (verbs_misc), a functional round-trip latency (verbs_latency),
+ * busy-polling of the CQs (verbs_busy_poll), and the handshake's
+ * authentication with the cluster secret (verbs_auth: peers with the
+ * secret talk, a transport with another secret and a raw rdma_cm client
+ * speaking the old format or forging the proof get no remote key and
+ * deliver nothing). Every transport made here holds one test secret
+ * unless a case says otherwise.
  * Without an RDMA device (ibv_get_device_list finds nothing) the binary
  * prints why and exits 77 (ctest SKIP_RETURN_CODE 77, label rdma-hw). It
  * ends with a line "N passed, N failed".
@@ -24,7 +29,12 @@
  * under QEMU TCG is slow. */
 #include "../unit/rdma/test_conformance.c"  // NOLINT(bugprone-suspicious-include)
 
+#include <arpa/inet.h>
+#include <fcntl.h>
+
+#include <auth.h>
 #include <infiniband/verbs.h>
+#include <rdma/rdma_cma.h>
 #include <xport_test.h>
 
 #define HW_IP_MAX 48
@@ -35,6 +45,10 @@ static char hw_ips[3][HW_IP_MAX]; /* the third is optional */
  * 8 MiB ring alone can take a second there), so the conformance cases use
  * TERN_HW_CONNECT_MS (default 10000); the timeout case sets 2000. */
 static unsigned hw_connect_ms;
+/* The secret of the transports made on loop A and loop B (NULL: none). */
+static struct auth_secret hw_key, hw_other_key;
+static const struct auth_secret *hw_secret_a, *hw_secret_b;
+static unsigned hw_max_pending; /* 0: the backend's default */
 
 static void hw_ips_init(void)
 {
@@ -63,6 +77,11 @@ static void verbs_setup(void)
 
     setup();
     hw_ips_init();
+    memset(hw_key.key, 0x5a, sizeof hw_key.key);
+    memset(hw_other_key.key, 0xa5, sizeof hw_other_key.key);
+    hw_secret_a = &hw_key;
+    hw_secret_b = &hw_key;
+    hw_max_pending = 0;
     hw_connect_ms = cms != NULL && atoi(cms) > 0 ? (unsigned)atoi(cms) : 10000;
     deadline = uv_hrtime() + secs * 1000 * 1000 * 1000;
 }
@@ -81,6 +100,7 @@ static struct xport *verbs_make_at(uv_loop_t *loop,
     o.max_queued_bytes = pr->max_queued;
     o.connect_retry_ms = pr->retry_ms;
     o.connect_timeout_ms = hw_connect_ms;
+    o.secret = loop == &loop_a ? hw_secret_a : hw_secret_b;
     /* A restarted listener may find its port still held for a moment. */
     for (int i = 0; i < 1000 && !expired(); i++) {
         rc = xport_verbs_new(loop, id, addr, &o, &x, errmsg);
@@ -108,6 +128,8 @@ static struct xport *verbs_make(uv_loop_t *loop,
     o.max_queued_bytes = pr->max_queued;
     o.connect_retry_ms = pr->retry_ms;
     o.connect_timeout_ms = hw_connect_ms;
+    o.max_pending_auth = hw_max_pending;
+    o.secret = loop == &loop_a ? hw_secret_a : hw_secret_b;
     for (int i = 0; i < 100; i++) {
         int rc;
         (void)snprintf(addr, ADDR_MAX, "%s:%d", ip, 20000 + rand() % 40000);
@@ -651,6 +673,7 @@ Test(verbs_cluster,
             (void)snprintf(addr[i], ADDR_MAX, "%.47s:%d", hw_ips[i],
                            20000 + rand() % 40000);
             o.connect_timeout_ms = hw_connect_ms;
+            o.secret = &hw_key;
             rc = xport_verbs_new(loops[i], (uint64_t)i + 1, addr[i], &o, &x[i],
                                  errmsg);
         }
@@ -828,6 +851,496 @@ Test(verbs_signalling,
     (void)fflush(stdout);
     cr_expect_lt(sa.signalled * 4, sa.posted, "selective signalling");
     close_and_wait(a);
+    close_and_wait(b);
+}
+
+/* ---- authentication --------------------------------------------------------
+ * The handshake of rdma/verbs_cm.c (version 2): CONNECT and ACCEPT carry
+ * ids, epoch/fence, nonces and the receiver's proof, never an address or
+ * a key; the ring's address and rkey go out only after the sender's proof
+ * checked out. */
+
+/* Peers holding the same secret exchange messages both ways (and so do
+ * two peers without one); nothing is refused. */
+Test(verbs_auth,
+     same_secret_exchanges,
+     .init = verbs_setup,
+     .fini = teardown,
+     .timeout = 600)
+{
+    static struct sink sink_a, sink_b;
+    struct profile pr = {0};
+    struct xport_verbs_stats sa, sb;
+    char a_addr[ADDR_MAX], b_addr[ADDR_MAX];
+    struct xport *a, *b;
+
+    for (int round = 0; round < 2; round++) {
+        if (round == 1) {
+            hw_secret_a = NULL;
+            hw_secret_b = NULL;
+        }
+        a = verbs_make(&loop_a, 1, &pr, a_addr);
+        b = verbs_make(&loop_b, 2, &pr, b_addr);
+        sink_init(&sink_a);
+        sink_init(&sink_b);
+        cr_assert_eq(xport_start(a, on_recv, &sink_a), 0);
+        cr_assert_eq(xport_start(b, on_recv, &sink_b), 0);
+        warm_up(a, 2, b_addr, &sink_b);
+        warm_up(b, 1, a_addr, &sink_a);
+        cr_assert_eq(send_wait(a, 2, b_addr, 1), 0);
+        run_until(&sink_b.count, 2);
+        cr_expect_eq(sink_a.bad + sink_b.bad + sink_b.out_of_order, 0);
+        cr_assert_eq(xport_verbs_stats(a, &sa), 0);
+        cr_assert_eq(xport_verbs_stats(b, &sb), 0);
+        cr_expect_eq(sa.auth_refused + sb.auth_refused, 0, "round %d", round);
+        cr_expect_eq(sa.connects, 1, "round %d", round);
+        cr_expect_eq(sb.accepts, 1, "round %d", round);
+        close_and_wait(a);
+        close_and_wait(b);
+    }
+}
+
+/* A sender with another secret, or with none, gets no connection: every
+ * send fails, nothing is delivered, and both sides count the refusal. */
+Test(verbs_auth,
+     other_secret_delivers_nothing,
+     .init = verbs_setup,
+     .fini = teardown,
+     .timeout = 600)
+{
+    static struct sink sink;
+    struct profile pr = {.retry_ms = 20};
+    struct xport_verbs_stats sa, sb;
+    struct xport_stats st;
+    char a_addr[ADDR_MAX], b_addr[ADDR_MAX];
+    struct xport *a, *b;
+    unsigned k = 1;
+
+    b = verbs_make(&loop_b, 2, &pr, b_addr);
+    sink_init(&sink);
+    cr_assert_eq(xport_start(b, on_recv, &sink), 0);
+    for (int round = 0; round < 2; round++) {
+        uint64_t refused_before;
+        cr_assert_eq(xport_verbs_stats(b, &sb), 0);
+        refused_before = sb.auth_refused;
+        hw_secret_a = round == 0 ? &hw_other_key : NULL;
+        a = verbs_make(&loop_a, 1, &pr, a_addr);
+        for (int i = 0; i < 3; i++) {
+            int rc = send_wait(a, 2, b_addr, k++);
+            cr_expect_eq(rc, TERN_ENOCONN, "round %d send %d: %d", round, i,
+                         rc);
+        }
+        /* B counts once A's side of the connection is gone. */
+        for (int i = 0; i < 1000000 && !expired(); i++) {
+            cr_assert_eq(xport_verbs_stats(b, &sb), 0);
+            if (sb.auth_refused >= refused_before + 3) {
+                break;
+            }
+            pump(1);
+        }
+        cr_assert_eq(xport_verbs_stats(a, &sa), 0);
+        cr_expect_geq(sa.auth_refused, 3, "A refused B's proof (round %d)",
+                      round);
+        cr_expect_eq(sa.connects, 0);
+        cr_expect_geq(sb.auth_refused, refused_before + 3,
+                      "B counted the refused connections (round %d)", round);
+        cr_expect_eq(sb.accepts, 0);
+        cr_assert_eq(xport_get_stats(b, &st), 0);
+        cr_expect_eq(st.auth_refused, sb.auth_refused);
+        close_and_wait(a);
+    }
+    for (int i = 0; i < 2000; i++) {
+        pump(1);
+    }
+    cr_expect_eq(sink.count, 0, "nothing delivered");
+    close_and_wait(b);
+}
+
+/* A raw rdma_cm client (no transport): its own PD, CQ and QP, a 256-byte
+ * buffer registered with remote write (0..63: its receive, 64..127: its
+ * send, 128..135: a "credit word" offered to the receiver). */
+struct raw
+{
+    struct rdma_event_channel *ech;
+    struct rdma_cm_id *id;
+    struct ibv_pd *pd;
+    struct ibv_cq *cq;
+    struct ibv_mr *mr;
+    uint8_t *buf;
+    int has_qp;
+    uint8_t priv[256]; /* private data of the last event */
+    size_t priv_len;
+};
+
+/* The next cm event on r, pumping both loops meanwhile; -1 on timeout. */
+static int raw_event(struct raw *r, double max_s)
+{
+    uint64_t t0 = uv_hrtime();
+    struct rdma_cm_event *ev;
+
+    while (!expired() && secs_since(t0) < max_s) {
+        if (rdma_get_cm_event(r->ech, &ev) == 0) {
+            int type = (int)ev->event;
+            r->priv_len = 0;
+            if (ev->param.conn.private_data != NULL) {
+                r->priv_len = TERN_MIN((size_t)ev->param.conn.private_data_len,
+                                       sizeof r->priv);
+                memcpy(r->priv, ev->param.conn.private_data, r->priv_len);
+            }
+            rdma_ack_cm_event(ev);
+            return type;
+        }
+        pump(1);
+    }
+    return -1;
+}
+
+/* "ip:port" -> sockaddr_in. */
+static void raw_sockaddr(const char *addr, struct sockaddr_in *sa)
+{
+    char ip[HW_IP_MAX];
+    int port = 0;
+
+    cr_assert_eq(sscanf(addr, "%47[^:]:%d", ip, &port), 2, "address %s", addr);
+    memset(sa, 0, sizeof *sa);
+    sa->sin_family = AF_INET;
+    sa->sin_port = htons((uint16_t)port);
+    cr_assert_eq(inet_pton(AF_INET, ip, &sa->sin_addr), 1, "address %s", addr);
+}
+
+/* Resolve, create the QP (one receive of 64 bytes posted) and connect to
+ * addr with the given private data. */
+static void raw_connect(struct raw *r,
+                        const char *addr,
+                        const uint8_t *pd,
+                        size_t pd_len)
+{
+    struct sockaddr_in src, dst;
+    struct ibv_qp_init_attr qa;
+    struct rdma_conn_param cp;
+    struct ibv_sge sge;
+    struct ibv_recv_wr wr, *bad = NULL;
+    char sa[ADDR_MAX];
+    int fl;
+
+    memset(r, 0, sizeof *r);
+    (void)snprintf(sa, sizeof sa, "%s:0", hw_ips[0]);
+    raw_sockaddr(sa, &src);
+    raw_sockaddr(addr, &dst);
+    r->ech = rdma_create_event_channel();
+    cr_assert_not_null(r->ech);
+    fl = fcntl(r->ech->fd, F_GETFL);
+    cr_assert_eq(fcntl(r->ech->fd, F_SETFL, fl | O_NONBLOCK), 0);
+    cr_assert_eq(rdma_create_id(r->ech, &r->id, NULL, RDMA_PS_TCP), 0);
+    cr_assert_eq(rdma_resolve_addr(r->id, (struct sockaddr *)&src,
+                                   (struct sockaddr *)&dst, 5000),
+                 0);
+    cr_assert_eq(raw_event(r, 30), RDMA_CM_EVENT_ADDR_RESOLVED);
+    cr_assert_eq(rdma_resolve_route(r->id, 5000), 0);
+    cr_assert_eq(raw_event(r, 30), RDMA_CM_EVENT_ROUTE_RESOLVED);
+    r->pd = ibv_alloc_pd(r->id->verbs);
+    cr_assert_not_null(r->pd);
+    r->cq = ibv_create_cq(r->id->verbs, 16, NULL, NULL, 0);
+    cr_assert_not_null(r->cq);
+    cr_assert_eq(posix_memalign((void **)&r->buf, 4096, 256), 0);
+    memset(r->buf, 0, 256);
+    r->mr = ibv_reg_mr(r->pd, r->buf, 256,
+                       IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+    cr_assert_not_null(r->mr);
+    memset(&qa, 0, sizeof qa);
+    qa.send_cq = r->cq;
+    qa.recv_cq = r->cq;
+    qa.qp_type = IBV_QPT_RC;
+    qa.cap.max_send_wr = 8;
+    qa.cap.max_recv_wr = 8;
+    qa.cap.max_send_sge = 1;
+    qa.cap.max_recv_sge = 1;
+    cr_assert_eq(rdma_create_qp(r->id, r->pd, &qa), 0);
+    r->has_qp = 1;
+    sge.addr = (uintptr_t)r->buf;
+    sge.length = 64;
+    sge.lkey = r->mr->lkey;
+    memset(&wr, 0, sizeof wr);
+    wr.wr_id = 1;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    cr_assert_eq(ibv_post_recv(r->id->qp, &wr, &bad), 0);
+    memset(&cp, 0, sizeof cp);
+    cp.private_data = pd;
+    cp.private_data_len = (uint8_t)pd_len;
+    cp.responder_resources = 1;
+    cp.initiator_depth = 1;
+    cp.retry_count = 6;
+    cp.rnr_retry_count = 6;
+    cr_assert_eq(rdma_connect(r->id, &cp), 0);
+}
+
+/* Successful receive completions on r's CQ so far (the receiver's RING
+ * message would be one). */
+static int raw_received(struct raw *r)
+{
+    struct ibv_wc wc[8];
+    int n, got = 0;
+
+    while ((n = ibv_poll_cq(r->cq, 8, wc)) > 0) {
+        for (int i = 0; i < n; i++) {
+            got += wc[i].status == IBV_WC_SUCCESS &&
+                   (wc[i].opcode & IBV_WC_RECV) != 0;
+        }
+    }
+    return got;
+}
+
+static void raw_close(struct raw *r)
+{
+    if (r->has_qp) {
+        rdma_destroy_qp(r->id);
+    }
+    if (r->mr != NULL) {
+        ibv_dereg_mr(r->mr);
+    }
+    if (r->cq != NULL) {
+        ibv_destroy_cq(r->cq);
+    }
+    if (r->pd != NULL) {
+        ibv_dealloc_pd(r->pd);
+    }
+    if (r->id != NULL) {
+        rdma_destroy_id(r->id);
+    }
+    if (r->ech != NULL) {
+        rdma_destroy_event_channel(r->ech);
+    }
+    free(r->buf);
+    memset(r, 0, sizeof *r);
+}
+
+/* CONNECT of handshake version v from sender id 1 to receiver id 2.
+ * Version 1 (the old format) carried the sender's credit word address and
+ * rkey at 24/32 and its epoch at 40; version 2 carries the epoch at 24 and
+ * a nonce at 32. */
+static size_t raw_connect_pd(uint8_t pd[56], unsigned v, const struct raw *r)
+{
+    memset(pd, 0, 56);
+    tern_put_u32(pd, 0x56534d54u);
+    tern_put_u16(pd + 4, (uint16_t)v);
+    tern_put_u16(pd + 6, 1);
+    tern_put_u64(pd + 8, 1);
+    tern_put_u64(pd + 16, 2);
+    if (v == 1) {
+        tern_put_u64(pd + 24, (uintptr_t)(r->buf + 128));
+        tern_put_u32(pd + 32, r->mr != NULL ? r->mr->rkey : 0x1234);
+        tern_put_u64(pd + 40, 0);
+    } else {
+        tern_put_u64(pd + 24, 0);
+        for (int i = 0; i < 16; i++) {
+            pd[32 + i] = (uint8_t)(17 * i + 3);
+        }
+    }
+    tern_put_u32(pd + 48, tern_checksum32(pd, 48));
+    return 52;
+}
+
+static int all_zero(const uint8_t *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (p[i] != 0) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* A stranger speaking the old format (version 1 CONNECT with its credit
+ * word in the clear) is rejected: its REJECTED event carries nothing, no
+ * connection comes up, nothing is delivered, auth_refused counts it. */
+Test(verbs_auth,
+     raw_v1_connect_rejected,
+     .init = verbs_setup,
+     .fini = teardown,
+     .timeout = 600)
+{
+    static struct sink sink;
+    static struct raw r;
+    struct profile pr = {0};
+    struct xport_verbs_stats sb;
+    char b_addr[ADDR_MAX];
+    struct xport *b = verbs_make(&loop_b, 2, &pr, b_addr);
+    uint8_t pd[56];
+    int ev;
+
+    sink_init(&sink);
+    cr_assert_eq(xport_start(b, on_recv, &sink), 0);
+    memset(&r, 0, sizeof r);
+    /* The credit word it offers is a placeholder (r has no buffer yet):
+     * the request is refused before anything could use it. */
+    raw_connect(&r, b_addr, pd, raw_connect_pd(pd, 1, &r));
+    ev = raw_event(&r, 60);
+    cr_expect_eq(ev, RDMA_CM_EVENT_REJECTED, "event %d (%s)", ev,
+                 ev >= 0 ? rdma_event_str((enum rdma_cm_event_type)ev) : "-");
+    cr_expect(all_zero(r.priv, r.priv_len),
+              "the rejection carries no private data");
+    cr_expect_eq(raw_received(&r), 0, "no message from the receiver");
+    cr_assert_eq(xport_verbs_stats(b, &sb), 0);
+    cr_expect_eq(sb.auth_refused, 1);
+    cr_expect_eq(sb.accepts, 0);
+    raw_close(&r);
+    for (int i = 0; i < 500; i++) {
+        pump(1);
+    }
+    cr_expect_eq(sink.count, 0, "nothing delivered");
+    close_and_wait(b);
+}
+
+/* Decode an ACCEPT (version 2) from B (id 2) to sender 1: every byte is
+ * one of its documented fields (ids, fence, nonce, MAC, checksum), the
+ * rest of what the CM delivered is zero: no address, no key. */
+static void expect_accept_v2(const struct raw *r)
+{
+    cr_assert_geq(r->priv_len, 84, "ACCEPT of %zu bytes", r->priv_len);
+    cr_expect_eq(tern_get_u32(r->priv), 0x56534d54u);
+    cr_expect_eq(tern_get_u16(r->priv + 4), 2, "version 2");
+    cr_expect_eq(tern_get_u16(r->priv + 6), 2, "type ACCEPT");
+    cr_expect_eq(tern_get_u64(r->priv + 8), 1);
+    cr_expect_eq(tern_get_u64(r->priv + 16), 2);
+    cr_expect_eq(tern_get_u64(r->priv + 24), 0, "B's fence");
+    cr_expect(!all_zero(r->priv + 32, 16), "a receiver nonce");
+    cr_expect(!all_zero(r->priv + 48, 32), "a MAC");
+    cr_expect_eq(tern_get_u32(r->priv + 80), tern_checksum32(r->priv, 80));
+    cr_expect(all_zero(r->priv + 84, r->priv_len - 84), "nothing else");
+}
+
+/* A stranger that speaks version 2 gets an ACCEPT (which holds no address
+ * or key), then sends an AUTH with a forged MAC offering its own credit
+ * word: it never receives RING (no ring address or rkey), B never writes
+ * into its memory, B closes the connection, counts it, and delivers
+ * nothing; a peer with the secret is served right after. A second
+ * stranger writes (a zero-length RDMA write with immediate, which needs
+ * no key) instead of authenticating: refused the same way. */
+Test(verbs_auth,
+     raw_forged_auth_gets_no_rkey,
+     .init = verbs_setup,
+     .fini = teardown,
+     .timeout = 600)
+{
+    static struct sink sink;
+    static struct raw r;
+    struct profile pr = {0};
+    struct xport_verbs_stats sb;
+    char a_addr[ADDR_MAX], b_addr[ADDR_MAX];
+    struct xport *b = verbs_make(&loop_b, 2, &pr, b_addr);
+    struct xport *a;
+    struct ibv_sge sge;
+    struct ibv_send_wr wr, *bad = NULL;
+    uint8_t pd[56];
+    uint8_t *m;
+    int ev, got = 0;
+    uint64_t t0;
+
+    sink_init(&sink);
+    cr_assert_eq(xport_start(b, on_recv, &sink), 0);
+    for (int variant = 0; variant < 2; variant++) {
+        raw_connect(&r, b_addr, pd, raw_connect_pd(pd, 2, &r));
+        ev = raw_event(&r, 60);
+        cr_assert_eq(ev, RDMA_CM_EVENT_ESTABLISHED, "variant %d: event %d",
+                     variant, ev);
+        expect_accept_v2(&r);
+        memset(&wr, 0, sizeof wr);
+        wr.wr_id = 2;
+        wr.send_flags = IBV_SEND_SIGNALED;
+        if (variant == 0) {
+            /* AUTH: our word at buf + 128, a MAC we cannot compute */
+            m = r.buf + 64;
+            memset(m, 0, 56);
+            tern_put_u32(m, 0x56534d54u);
+            tern_put_u16(m + 4, 2);
+            tern_put_u16(m + 6, 3);
+            tern_put_u64(m + 8, (uintptr_t)(r.buf + 128));
+            tern_put_u32(m + 16, r.mr->rkey);
+            memset(m + 24, 0x77, 32);
+            sge.addr = (uintptr_t)m;
+            sge.length = 56;
+            sge.lkey = r.mr->lkey;
+            wr.sg_list = &sge;
+            wr.num_sge = 1;
+            wr.opcode = IBV_WR_SEND;
+        } else {
+            wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+            wr.imm_data = htonl(64);
+        }
+        cr_assert_eq(ibv_post_send(r.id->qp, &wr, &bad), 0);
+        /* B closes the connection: DISCONNECTED (bounded wait). */
+        t0 = uv_hrtime();
+        ev = raw_event(&r, 60);
+        got += raw_received(&r);
+        cr_expect_eq(ev, RDMA_CM_EVENT_DISCONNECTED,
+                     "variant %d: B closed the connection (event %d)", variant,
+                     ev);
+        while (secs_since(t0) < 1.0 && !expired()) {
+            got += raw_received(&r);
+            pump(1);
+        }
+        cr_expect_eq(got, 0, "variant %d: no RING message", variant);
+        cr_expect(all_zero(r.buf, 64), "variant %d: nothing received", variant);
+        cr_expect(all_zero(r.buf + 128, 128),
+                  "variant %d: B never wrote into our memory", variant);
+        cr_assert_eq(xport_verbs_stats(b, &sb), 0);
+        cr_expect_eq(sb.auth_refused, (uint64_t)variant + 1);
+        cr_expect_eq(sb.accepts, 0);
+        raw_close(&r);
+    }
+    cr_expect_eq(sink.count, 0, "nothing delivered");
+    /* B still serves a peer that holds the secret. */
+    a = verbs_make(&loop_a, 1, &pr, a_addr);
+    warm_up(a, 2, b_addr, &sink);
+    cr_assert_eq(xport_verbs_stats(b, &sb), 0);
+    cr_expect_eq(sb.accepts, 1);
+    cr_expect_eq(sb.auth_refused, 2);
+    close_and_wait(a);
+    close_and_wait(b);
+}
+
+/* Unauthenticated inbound connections are bounded: with max_pending_auth
+ * 1, a second stranger is rejected while the first waits, and the first
+ * is closed once connect_timeout_ms passed without AUTH. */
+Test(verbs_auth,
+     pending_bounded_and_timed_out,
+     .init = verbs_setup,
+     .fini = teardown,
+     .timeout = 600)
+{
+    static struct sink sink;
+    static struct raw r1, r2;
+    struct profile pr = {0};
+    struct xport_verbs_stats sb;
+    char b_addr[ADDR_MAX];
+    struct xport *b;
+    uint8_t pd[56];
+    int ev;
+    uint64_t t0;
+
+    hw_max_pending = 1;
+    hw_connect_ms = 3000;
+    b = verbs_make(&loop_b, 2, &pr, b_addr);
+    sink_init(&sink);
+    cr_assert_eq(xport_start(b, on_recv, &sink), 0);
+    raw_connect(&r1, b_addr, pd, raw_connect_pd(pd, 2, &r1));
+    t0 = uv_hrtime();
+    cr_assert_eq(raw_event(&r1, 60), RDMA_CM_EVENT_ESTABLISHED);
+    raw_connect(&r2, b_addr, pd, raw_connect_pd(pd, 2, &r2));
+    ev = raw_event(&r2, 60);
+    cr_expect_eq(ev, RDMA_CM_EVENT_REJECTED, "the second waits not (%d)", ev);
+    cr_assert_eq(xport_verbs_stats(b, &sb), 0);
+    cr_expect_eq(sb.auth_refused, 1, "the rejected one");
+    ev = raw_event(&r1, 120);
+    cr_expect_eq(ev, RDMA_CM_EVENT_DISCONNECTED, "timed out (%d)", ev);
+    cr_expect_geq(secs_since(t0), 2.0, "not before the timeout");
+    cr_assert_eq(xport_verbs_stats(b, &sb), 0);
+    cr_expect_eq(sb.auth_refused, 2, "and the timed-out one");
+    cr_expect_eq(raw_received(&r1), 0);
+    raw_close(&r1);
+    raw_close(&r2);
+    cr_expect_eq(sink.count, 0);
     close_and_wait(b);
 }
 

@@ -21,9 +21,12 @@
 #      from `modprobe --show-depends`), and the executables of
 #      GUEST_TOOL_PACKAGES (bash, GNU coreutils/grep/sed/awk/cmp, iproute2's
 #      ip/rdma/tc/bridge/ss, rdma-core's ibverbs-utils and rdmacm-utils,
-#      perftest) with their `ldd` closure, plus rdma-core's rxe provider and
-#      libgcc_s (dlopen'ed, so ldd does not list them); tests/rxe/guest-init.sh
-#      becomes /init.
+#      perftest, the openssl tool and its openssl.cnf for
+#      scripts/tern-certs.sh) with their `ldd` closure, plus rdma-core's rxe
+#      provider and libgcc_s (dlopen'ed, so ldd does not list them);
+#      tests/rxe/guest-init.sh becomes /init. The tern binaries themselves
+#      are not in the guest: tests/rxe/run.sh stages them with their own
+#      `ldd` closure (libssl, libcrypto, ...) in the 9p work dir.
 # The initramfs is rebuilt when this script, guest-init.sh, the kernel or the
 # version of a package it copies from changes (a hash kept in the cache).
 # Holds an exclusive lock on the cache while it works: concurrent callers
@@ -54,10 +57,10 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 # packages whose files are copied into the guest.
 HOST_PACKAGES="kmod cpio xz-utils qemu-system-x86 qemu-system-data busybox-static
     bash coreutils grep sed mawk diffutils iproute2 ibverbs-utils rdmacm-utils
-    perftest ibverbs-providers libgcc-s1"
+    perftest ibverbs-providers libgcc-s1 openssl"
 # Packages whose executables all go into the guest.
 GUEST_TOOL_PACKAGES="bash coreutils grep sed mawk diffutils iproute2
-    ibverbs-utils rdmacm-utils perftest"
+    ibverbs-utils rdmacm-utils perftest openssl"
 # Kernel modules loaded at boot (their dependencies are added): soft-RoCE
 # and the rdma_cm user interface, the test topology (veth, bridge, netem),
 # the 9p shares over virtio, and the crc32 that rxe's ICRC asks the crypto
@@ -305,6 +308,10 @@ for d in /etc/iproute2 /usr/share/iproute2 /usr/lib/tc; do
         cp -r "$d/." "$R$d/"
     fi
 done
+# The openssl tool's configuration (its default path leads to /etc/ssl).
+mkdir -p "$R/etc/ssl" "$R/usr/lib/ssl"
+cp /etc/ssl/openssl.cnf "$R/etc/ssl/"
+ln -sf /etc/ssl/openssl.cnf "$R/usr/lib/ssl/openssl.cnf"
 echo "root:x:0:0:root:/root:/bin/bash" >"$R/etc/passwd"
 echo "root:x:0:" >"$R/etc/group"
 echo "127.0.0.1 localhost" >"$R/etc/hosts"

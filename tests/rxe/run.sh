@@ -4,7 +4,9 @@
 # label rdma-hw); stage "cluster" = tests/rxe/cluster.sh, a 3-node ternd
 # cluster with --transport rdma (produce/consume, leader kill, netem wire
 # fault with TCP fallback and return to RDMA, deposed-leader fencing,
-# replication latency beside ib_write_lat; see that file). A kernel without
+# replication latency beside ib_write_lat; the nodes authenticate each
+# other with credentials from scripts/tern-certs.sh; see that file). A
+# kernel without
 # RDMA (like a CI runner's) runs them in a QEMU guest with Debian's kernel,
 # built and booted by the scripts beside this one: guest-build.sh (kernel
 # and initramfs from Debian packages, cached), guest-init.sh (the guest's
@@ -128,7 +130,7 @@ case ",$STAGES," in *,cluster,*)
         cp "$b" "$WORK/$name"
         BINS+=("$b")
     done
-    cp "$REPO/tests/rxe/cluster.sh" "$WORK/"
+    cp "$REPO/tests/rxe/cluster.sh" "$REPO/scripts/tern-certs.sh" "$WORK/"
     ;;
 esac
 cp "$REPO/scripts/rxe-setup.sh" "$WORK/"
