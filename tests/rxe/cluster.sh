@@ -135,7 +135,7 @@ alive() { [ -n "${PID[$1]:-}" ] && kill -0 "${PID[$1]}" 2>/dev/null; }
 
 write_config() { # i
     local i=$1 p
-    mkdir -p "$D/node$i"
+    mkdir -p -m 700 "$D/node$i"
     {
         echo "[node]"
         echo "id = $i"
