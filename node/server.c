@@ -80,8 +80,14 @@
  *     1 MiB / half of max_frame_bytes per page; an unpaged request of an
  *     older client gets every queue or TERN_ELIMIT when they do not fit
  *     in max_frame_bytes.
- * Log lines for refused connections and closed connections are limited
- * to one per second per kind (with a count of the suppressed ones).
+ *   - client TLS (client_tls, ctls.c): each session is charged
+ *     NODE_CTLS_COST of client_memory_bytes (no room: the connection is
+ *     refused); a handshake not done within frame_timeout_ms of the
+ *     accept closes the connection; a plaintext client on a TLS port is
+ *     closed without an answer (counted). See "Client TLS" below.
+ * Log lines for refused connections, closed connections and failed TLS
+ * handshakes are limited to one per second per kind (with a count of the
+ * suppressed ones).
  *
  * The server sees the node only through what node_server_new is given
  * (server.h): the configuration, the batcher that takes write requests,
