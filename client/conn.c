@@ -273,12 +273,13 @@ int tern__server_handshake(struct tern__server *s)
         }
         rv = recv_feed(s, &got);
         if (rv == TERN_ECLOSED) {
+            /* A server at a connection limit closes without a word:
+             * retried like any closed connection. */
             tern_errmsg_printf(s->errmsg,
                                "%s closed the connection during the TLS "
-                               "handshake (a server without client TLS, or "
-                               "one that refused us)",
+                               "handshake",
                                s->addr);
-            return TERN_EAUTH;
+            return TERN_ECLOSED;
         }
         if (rv != 0 || got == 0) {
             return rv;

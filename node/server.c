@@ -1751,7 +1751,7 @@ static void conn_close(struct node_conn *c)
 }
 
 /* Refuse an accepted socket: one TERN_ELIMIT error frame if the socket
- * takes it at once, then close. */
+ * takes it at once (not on a TLS port), then close. */
 static void refuse_fd(struct node_server *s,
                       int fd,
                       uint32_t ip,
@@ -1762,7 +1762,10 @@ static void refuse_fd(struct node_server *s,
     char addr[INET_ADDRSTRLEN] = "?";
 
     tern_wbuf_init(&w);
-    if (proto_encode_error(&w, PROTO_OP_ERROR, 0, TERN_ELIMIT, message, 0,
+    /* A TLS client could not read a plaintext frame: it only sees the
+     * close (and retries). */
+    if (s->tls_ctx == NULL &&
+        proto_encode_error(&w, PROTO_OP_ERROR, 0, TERN_ELIMIT, message, 0,
                            "") == 0 &&
         w.err == 0) {
         (void)send(fd, w.base, w.len, MSG_DONTWAIT | MSG_NOSIGNAL);

@@ -116,8 +116,9 @@ TERN_API int tern_client_new(const char *servers,
  * one. The files are read here. Returns 0 or TERN_EINVAL (a file that
  * cannot be read or parsed, a key that does not match) with the reason in
  * tern_client_errmsg. Later calls fail with TERN_EAUTH when a server's
- * certificate is refused (or the server refuses ours), without retrying
- * that server. */
+ * certificate is refused, without retrying that server (a client
+ * certificate the server refuses surfaces as an alert after the
+ * handshake: the call fails with it in tern_client_errmsg). */
 TERN_API int tern_client_set_tls(struct tern_client *c,
                                  const char *ca_file,
                                  const char *cert_file,
