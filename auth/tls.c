@@ -98,7 +98,7 @@ int auth_tls_ctx_new(const struct auth_tls_ctx_options *opts,
         tern_errmsg_printf(errmsg, "tls: bad context options");
         return TERN_EINVAL;
     }
-    if (opts->ca_file == NULL) {
+    if (opts->ca_file == NULL && opts->role == AUTH_TLS_CLIENT) {
         tern_errmsg_printf(errmsg, "tls: no CA file to verify peers with");
         return TERN_EINVAL;
     }
@@ -156,11 +156,20 @@ int auth_tls_ctx_new(const struct auth_tls_ctx_options *opts,
             goto err_after_ctx;
         }
     }
-    if (SSL_CTX_load_verify_locations(sc, opts->ca_file, NULL) != 1) {
+    if (opts->ca_file == NULL) {
+        /* A server without a CA asks for no client certificate. */
+        if (opts->require_peer_cert) {
+            tern_errmsg_printf(errmsg, "tls: no CA file to verify peers with");
+            rv = TERN_EINVAL;
+            goto err_after_ctx;
+        }
+        mode = SSL_VERIFY_NONE;
+    } else if (SSL_CTX_load_verify_locations(sc, opts->ca_file, NULL) != 1) {
         rv = ctx_fail(errmsg, "CA file", opts->ca_file);
         goto err_after_ctx;
+    } else {
+        mode = SSL_VERIFY_PEER;
     }
-    mode = SSL_VERIFY_PEER;
     if (opts->role == AUTH_TLS_SERVER && opts->require_peer_cert) {
         mode |= SSL_VERIFY_FAIL_IF_NO_PEER_CERT;
     }
@@ -401,6 +410,11 @@ static void ssl_failure(struct auth_tls *s, const char *op, int err)
     } else {
         tern_errmsg_printf(s->errmsg, "tls: %s: %s", op, why);
     }
+}
+
+size_t auth_tls_feed_room(const struct auth_tls *s)
+{
+    return BIO_ctrl_get_write_guarantee(s->net);
 }
 
 int auth_tls_feed(struct auth_tls *s, const void *buf, size_t len, size_t *used)

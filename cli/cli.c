@@ -3,10 +3,14 @@
  * exact syntax and output; change it only together with them):
  *
  *   tern [-s ADDR[,ADDR...]] [--timeout-ms N] [--read-from any|leader|first]
- *        COMMAND ...
+ *        [--tls] [--no-tls] [--ca FILE] [--cert FILE --key FILE] COMMAND ...
  *     servers default: $TERN_SERVERS, else 127.0.0.1:7400. Reads go to the
  *     leader, except with exactly one server given (then to that server) or
  *     as --read-from says.
+ *     TLS: on with --tls, --ca or TERN_TLS=1 (--no-tls wins over all);
+ *     --ca (default $TERN_CA) is the CA that verifies the servers, which
+ *     must present a certificate naming the address connected to;
+ *     --cert/--key (default $TERN_CERT/$TERN_KEY) a client certificate.
  *   tern queue create NAME | queue delete NAME
  *   tern queue list [--json] [--limit N] [--page-size N]
  *   tern produce QUEUE [--count N] [--size S] [--batch B] [--window W]
@@ -46,7 +50,9 @@ static void usage(FILE *f)
     (void)fprintf(
         f,
         "usage: tern [-s ADDR[,ADDR...]] [--timeout-ms N] "
-        "[--read-from any|leader|first] COMMAND ...\n"
+        "[--read-from any|leader|first]\n"
+        "            [--tls] [--no-tls] [--ca FILE] [--cert FILE --key FILE] "
+        "COMMAND ...\n"
         "  queue create NAME | queue delete NAME\n"
         "  queue list [--json] [--limit N] [--page-size N]\n"
         "  produce QUEUE [--count N] [--size S] [--batch B] [--window W]\n"
@@ -56,7 +62,48 @@ static void usage(FILE *f)
         "  cluster status [--json]\n"
         "  cluster stats [--reset] [--json]\n"
         "  bench QUEUE [--size 1024] [--count N] [--window W] "
-        "[--batch B] [--replication] [--json]\n");
+        "[--batch B] [--replication] [--json]\n"
+        "TLS: --tls (or TERN_TLS=1, or --ca) speaks TLS 1.3 and verifies "
+        "each server's\n"
+        "  certificate against --ca FILE (or TERN_CA) and the address "
+        "connected to;\n"
+        "  --cert/--key (or TERN_CERT/TERN_KEY) present a client "
+        "certificate;\n"
+        "  --no-tls turns TLS off whatever the environment says.\n");
+}
+
+/* TLS from the flags and TERN_TLS/TERN_CA/TERN_CERT/TERN_KEY. 0, or the
+ * exit code. */
+static int cli_tls(struct tern_client *c,
+                   int tls,
+                   const char *ca,
+                   const char *cert,
+                   const char *key)
+{
+    const char *env = getenv("TERN_TLS");
+    int rv;
+
+    if (tls < 0) {
+        return 0; /* --no-tls */
+    }
+    if (tls == 0 && ca == NULL && (env == NULL || strcmp(env, "1") != 0)) {
+        return 0;
+    }
+    ca = ca != NULL ? ca : getenv("TERN_CA");
+    cert = cert != NULL ? cert : getenv("TERN_CERT");
+    key = key != NULL ? key : getenv("TERN_KEY");
+    if (ca == NULL || ca[0] == '\0') {
+        (void)fprintf(stderr,
+                      "tern: TLS needs the servers' CA: --ca FILE "
+                      "or TERN_CA\n");
+        return 2;
+    }
+    rv = tern_client_set_tls(c, ca, cert, key);
+    if (rv != 0) {
+        cli_error(c, rv, "TLS setup");
+        return 2;
+    }
+    return 0;
 }
 
 /* Length of the payload id: bytes up to the first '.'. */
@@ -859,6 +906,10 @@ int main(int argc, char **argv)
     struct tern_client_options o;
     struct tern_client *c = NULL;
     const char *read_from = NULL;
+    const char *ca = NULL;
+    const char *cert = NULL;
+    const char *key = NULL;
+    int tls = 0;
     int i = 1;
     int rv;
     int code;
@@ -876,6 +927,11 @@ int main(int argc, char **argv)
             usage(stdout);
             return 0;
         }
+        if (strcmp(a, "--tls") == 0 || strcmp(a, "--no-tls") == 0) {
+            tls = strcmp(a, "--tls") == 0 && tls >= 0 ? 1 : -1;
+            i++;
+            continue;
+        }
         if (val == NULL) {
             usage(stderr);
             return 2;
@@ -889,6 +945,12 @@ int main(int argc, char **argv)
             o.request_timeout_ms = (int)v;
         } else if (strcmp(a, "--read-from") == 0) {
             read_from = val;
+        } else if (strcmp(a, "--ca") == 0) {
+            ca = val;
+        } else if (strcmp(a, "--cert") == 0) {
+            cert = val;
+        } else if (strcmp(a, "--key") == 0) {
+            key = val;
         } else {
             usage(stderr);
             return 2;
@@ -926,6 +988,11 @@ int main(int argc, char **argv)
     if (rv != 0) {
         cli_error(NULL, rv, "servers \"%s\"", servers);
         return 2;
+    }
+    code = cli_tls(c, tls, ca, cert, key);
+    if (code != 0) {
+        tern_client_free(c);
+        return code;
     }
     argc -= i;
     argv += i;

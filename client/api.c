@@ -129,7 +129,43 @@ void tern_client_free(struct tern_client *c)
     tern__pq_free_all(c);
     tern_free(c->servers);
     tern_free(c->pfds);
+    auth_tls_ctx_free(c->tls_ctx);
     tern_free(c);
+}
+
+int tern_client_set_tls(struct tern_client *c,
+                        const char *ca_file,
+                        const char *cert_file,
+                        const char *key_file)
+{
+    struct auth_tls_ctx_options o;
+    struct auth_tls_ctx *ctx = NULL;
+    int rv;
+
+    if (c == NULL) {
+        return TERN_EINVAL;
+    }
+    if (ca_file == NULL || ca_file[0] == '\0') {
+        tern_errmsg_printf(c->errmsg,
+                           "TLS needs a CA file to verify the servers with");
+        return TERN_EINVAL;
+    }
+    memset(&o, 0, sizeof o);
+    o.role = AUTH_TLS_CLIENT;
+    o.ca_file = ca_file;
+    o.cert_file = cert_file != NULL && cert_file[0] != '\0' ? cert_file : NULL;
+    o.key_file = key_file != NULL && key_file[0] != '\0' ? key_file : NULL;
+    rv = auth_tls_ctx_new(&o, &ctx, c->errmsg);
+    if (rv != 0) {
+        return rv;
+    }
+    /* Connections made so far were plaintext (or used the old files). */
+    for (int i = 0; i < c->n_servers; i++) {
+        tern__server_close(c->servers[i]);
+    }
+    auth_tls_ctx_free(c->tls_ctx);
+    c->tls_ctx = ctx;
+    return 0;
 }
 
 const char *tern_client_errmsg(const struct tern_client *c)

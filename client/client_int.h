@@ -27,6 +27,7 @@
 
 #include <tern/tern.h>
 
+#include "auth.h"
 #include "proto.h"
 
 /* ---- Server connections (conn.c) ---- */
@@ -34,6 +35,7 @@
 enum tern__conn_state {
     TERN__CONN_CLOSED = 0,
     TERN__CONN_CONNECTING,
+    TERN__CONN_TLS, /* TCP connected, TLS handshake under way */
     TERN__CONN_READY,
 };
 
@@ -45,7 +47,8 @@ struct tern__server
     char *port; /* owned */
     int fd;     /* -1 when closed */
     enum tern__conn_state state;
-    int64_t connect_deadline; /* CONNECTING only */
+    int64_t connect_deadline; /* CONNECTING and TLS */
+    int connect_timeout_ms;   /* of the current attempt */
     int64_t retry_after;      /* no reconnect before this (back-off) */
     int failures;             /* consecutive connection failures */
     struct tern_wbuf out;     /* frames not yet written; owned */
@@ -54,6 +57,14 @@ struct tern__server
     size_t in_len;
     size_t in_cap;
     char errmsg[TERN_ERRMSG_SIZE]; /* why the last connection failed */
+    /* TLS (tern_client_set_tls): the session of this connection, its
+     * ciphertext not yet sent (AUTH_TLS_BUF bytes), the context borrowed
+     * from the client. */
+    struct auth_tls_ctx *tls_ctx; /* NULL: plaintext */
+    struct auth_tls *tls;         /* owned; NULL when closed or plaintext */
+    uint8_t *cout;                /* owned */
+    size_t cout_len;
+    size_t cout_off;
 };
 
 /* Split "host:port" / "[v6]:port" (addr[0..len), borrowed) into s
@@ -64,10 +75,23 @@ int tern__server_init(struct tern__server *s, const char *addr, size_t len);
 void tern__server_close(struct tern__server *s);
 /* Close and free what s owns (not s itself). */
 void tern__server_free(struct tern__server *s);
-/* Start a non-blocking connect (state CONNECTING or READY). */
-int tern__server_connect(struct tern__server *s, int64_t now, int timeout_ms);
-/* CONNECTING -> READY once the socket is writable; error if it failed. */
-int tern__server_finish_connect(struct tern__server *s);
+/* Start a non-blocking connect (state CONNECTING, TLS or READY). tls:
+ * the client's context (borrowed; NULL: plaintext): the server's
+ * certificate must then chain to its CA and name s's host (an IP SAN for
+ * an address, a DNS SAN for a name). */
+int tern__server_connect(struct tern__server *s,
+                         int64_t now,
+                         int timeout_ms,
+                         struct auth_tls_ctx *tls);
+/* CONNECTING -> READY (or TLS) once the socket is writable; error if it
+ * failed. */
+int tern__server_finish_connect(struct tern__server *s, int64_t now);
+/* TLS: drive the handshake with what the socket has; READY when done. 0,
+ * or an error (TERN_EAUTH: the server was refused or refused us; errmsg
+ * on s says why). */
+int tern__server_handshake(struct tern__server *s);
+/* Bytes are waiting to be written (frames or ciphertext). */
+int tern__server_want_write(const struct tern__server *s);
 /* Write out buffered bytes; 0 (maybe partial) or an error. */
 int tern__server_flush(struct tern__server *s);
 /* Read what is available into in; 0, or an error (TERN_ECLOSED on EOF). */
@@ -179,6 +203,7 @@ struct tern_client
     int closing; /* inside tern_client_free */
     int round;   /* pump round, for per-queue blocking */
     struct pollfd *pfds;
+    struct auth_tls_ctx *tls_ctx; /* tern_client_set_tls; owned */
     char errmsg[TERN_ERRMSG_SIZE];
 };
 

@@ -280,8 +280,15 @@ static void server_fail(struct tern_client *c, int i, int code, int64_t now)
     if (s->errmsg[0] == '\0') {
         tern_errmsg_printf(s->errmsg, "%s: %s", s->addr, tern_strerror(code));
     }
-    for (struct tern__req *r = c->head; r != NULL; r = r->next) {
-        if (r->state == TERN__REQ_SENT && r->srv == i) {
+    for (struct tern__req *r = c->head; r != NULL;) {
+        struct tern__req *next = r->next;
+        if (code == TERN_EAUTH && r->state == TERN__REQ_QUEUED &&
+            req_target(c, r) == i) {
+            /* TLS refused the server (or it refused us) before anything
+             * was sent: retrying will not change the certificates. */
+            tern_errmsg_printf(r->errmsg, "%s", s->errmsg);
+            req_complete(c, r, TERN_EAUTH);
+        } else if (r->state == TERN__REQ_SENT && r->srv == i) {
             tern_errmsg_printf(r->errmsg, "%s", s->errmsg);
             r->attempts++;
             req_retry(c, r, now, backoff_ms(c, r->attempts));
@@ -289,6 +296,7 @@ static void server_fail(struct tern_client *c, int i, int code, int64_t now)
             /* Waiting for this connection: remember why it failed. */
             tern_errmsg_printf(r->errmsg, "%s", s->errmsg);
         }
+        r = next;
     }
     if (c->leader == i) {
         leader_moved(c, i, next_server(c, i));
@@ -332,7 +340,8 @@ static int server_ready(struct tern_client *c, int i, int64_t now)
     }
     if (s->state == TERN__CONN_CLOSED && now >= s->retry_after) {
         s->errmsg[0] = '\0';
-        int rv = tern__server_connect(s, now, c->opts.connect_timeout_ms);
+        int rv = tern__server_connect(s, now, c->opts.connect_timeout_ms,
+                                      c->tls_ctx);
         if (rv != 0) {
             server_fail(c, i, rv, now);
             return 0;
@@ -635,7 +644,7 @@ static void flush_all(struct tern_client *c, int64_t now)
 {
     for (int i = 0; i < c->n_servers; i++) {
         struct tern__server *s = c->servers[i];
-        if (s->state == TERN__CONN_READY && s->out.len > s->out_off) {
+        if (s->state == TERN__CONN_READY && tern__server_want_write(s)) {
             int rv = tern__server_flush(s);
             if (rv != 0) {
                 server_fail(c, i, rv, now);
@@ -676,9 +685,15 @@ int tern__step(struct tern_client *c, int64_t until)
         if (s->state == TERN__CONN_CONNECTING) {
             p->events = POLLOUT;
             wake = TERN_MIN(wake, s->connect_deadline);
+        } else if (s->state == TERN__CONN_TLS) {
+            p->events = POLLIN;
+            if (tern__server_want_write(s)) {
+                p->events |= POLLOUT;
+            }
+            wake = TERN_MIN(wake, s->connect_deadline);
         } else if (s->state == TERN__CONN_READY) {
             p->events = POLLIN;
-            if (s->out.len > s->out_off) {
+            if (tern__server_want_write(s)) {
                 p->events |= POLLOUT;
             }
         } else if (any_queued && s->retry_after > now) {
@@ -707,10 +722,13 @@ int tern__step(struct tern_client *c, int64_t until)
         }
         if (s->state == TERN__CONN_CONNECTING) {
             if (re != 0) {
-                rv = tern__server_finish_connect(s);
+                rv = tern__server_finish_connect(s, now);
                 if (rv != 0) {
                     server_fail(c, i, rv, now);
                     continue;
+                }
+                if (s->state != TERN__CONN_READY) {
+                    continue; /* TLS handshake under way */
                 }
             } else if (now >= s->connect_deadline) {
                 tern_errmsg_printf(s->errmsg, "connect %s: timed out", s->addr);
@@ -720,7 +738,22 @@ int tern__step(struct tern_client *c, int64_t until)
                 continue;
             }
         }
-        if ((re & POLLOUT) != 0 || s->out.len > s->out_off) {
+        if (s->state == TERN__CONN_TLS) {
+            if (re != 0) {
+                rv = tern__server_handshake(s);
+                if (rv != 0) {
+                    server_fail(c, i, rv, now);
+                }
+            } else if (now >= s->connect_deadline) {
+                tern_errmsg_printf(s->errmsg,
+                                   "TLS with %s: no handshake before the "
+                                   "connect timeout",
+                                   s->addr);
+                server_fail(c, i, -ETIMEDOUT, now);
+            }
+            continue;
+        }
+        if ((re & POLLOUT) != 0 || tern__server_want_write(s)) {
             rv = tern__server_flush(s);
             if (rv != 0) {
                 server_fail(c, i, rv, now);

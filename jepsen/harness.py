@@ -391,11 +391,12 @@ class Run:
         certs = self.make_certs()
         security = ("[security]\npeer_auth = tls\ncluster_ca = %s\n"
                     "node_cert = %s\nnode_key = %s\n"
-                    "cluster_secret_file = %s\n"
+                    "cluster_secret_file = %s\nclient_tls = %s\n"
                     % (os.path.join(certs, "ca.pem"),
                        os.path.join(certs, "node%s.pem" % nm[1:]),
                        os.path.join(certs, "node%s.key" % nm[1:]),
-                       os.path.join(certs, "cluster.secret")))
+                       os.path.join(certs, "cluster.secret"),
+                       self.a.client_tls))
         peers = "\n".join("%s = %s,%s" % (p[1:], self.raddr(p), self.caddr(p))
                           for p in self.names)
         cfg = ("[node]\nid = %s\ndata_dir = %s\nclient_addr = %s\n"
@@ -495,9 +496,17 @@ class Run:
                 self.killed.add(nm)
                 self.nemesis_event("crash-detected", node=nm, rc=rc)
 
+    def client_tls_args(self):
+        """The CLI's and the driver's TLS flags (client_tls on: the
+        cluster CA verifies every node's address)."""
+        if self.a.client_tls != "on":
+            return []
+        return ["--ca", os.path.join(self.make_certs(), "ca.pem")]
+
     def tern_cli(self, servers, *args, timeout=10):
         return self.sh(["ip", "netns", "exec", self.cns, self.tern, "-s",
-                        servers, "--timeout-ms", "1000"] + list(args),
+                        servers, "--timeout-ms", "1000"] +
+                       self.client_tls_args() + list(args),
                        check=False, quiet=True, timeout=timeout)
 
     def status(self, nm):
@@ -1115,6 +1124,7 @@ class Run:
                "--drain-timeout", str(a.drain_timeout),
                "--final-timeout", str(a.final_timeout),
                "--async-window", str(a.async_window)]
+        cmd += self.client_tls_args()
         if a.workload == "idempotent":
             # Producers keep one client (one producer id) across faults:
             # libtern retries each batch with the same producer id and
@@ -1383,6 +1393,10 @@ def parse_args(argv):
                     help="ternd snapshot_threshold_bytes (small values, "
                     "e.g. 64K, exercise snapshots and InstallSnapshot)")
     ap.add_argument("--snapshot-trailing", type=int, default=256)
+    ap.add_argument("--client-tls", default="on", choices=("on", "off"),
+                    help="ternd [security] client_tls; on (default): the "
+                    "driver and the CLI verify the nodes with the cluster "
+                    "CA")
     ap.add_argument("--durability", default="disk",
                     choices=("disk", "memory"),
                     help="ternd [raft] durability; memory mode loses "

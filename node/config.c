@@ -72,6 +72,17 @@
  *                                  ; 64 hex digits, mode 0600
  *                                  ; (transport shm with peer_auth = tls:
  *                                  ; required, checked at start-up)
+ *   client_tls  = auto             ; client port TLS: auto (default; --dev
+ *                                  ; too) = on unless client_addr's host
+ *                                  ; is loopback (127.0.0.0/8) | on | off
+ *   client_cert = /etc/tern/node1.pem ; presented on the client port
+ *                                  ; (default node_cert); its SAN IPs must
+ *                                  ; include the address clients connect to
+ *   client_key  = /etc/tern/node1.key ; its key (default node_key)
+ *   client_ca   = /etc/tern/ca.pem ; optional: clients may present a
+ *                                  ; certificate chaining to it (refused
+ *                                  ; otherwise); its CN is kept on the
+ *                                  ; connection. Unset: none is asked for
  *
  *   [peers]                        ; every voter, this node included
  *   1 = 127.0.0.1:7501,127.0.0.1:7401   ; <id> = <raft_addr>,<client_addr>
@@ -179,6 +190,13 @@ static const char usage_text[] =
     "  --node-cert F              this node's PEM certificate (CN node-<id>)\n"
     "  --node-key F               its PEM private key\n"
     "  --cluster-secret-file F    shm/rdma handshake key (64 hex digits)\n"
+    "  --client-tls M             client port TLS: auto (default: on unless "
+    "client_addr\n"
+    "                             is 127.0.0.0/8), on or off\n"
+    "  --client-cert F            cert of the client port (default "
+    "node_cert)\n"
+    "  --client-key F             its key (default node_key)\n"
+    "  --client-ca F              CA of optional client certificates\n"
     "  --cluster-name N           cluster name recorded in DATA_DIR/IDENTITY "
     "(default\n"
     "                             tern; printable ASCII, no spaces, 1..64)\n"
@@ -233,6 +251,10 @@ static const char usage_text[] =
     "  node_cert = /etc/tern/node1.pem\n"
     "  node_key = /etc/tern/node1.key\n"
     "  cluster_secret_file = /etc/tern/cluster.secret\n"
+    "  client_tls = auto\n"
+    "  client_cert = /etc/tern/node1.pem\n"
+    "  client_key = /etc/tern/node1.key\n"
+    "  client_ca = /etc/tern/ca.pem\n"
     "  [peers]\n"
     "  1 = 127.0.0.1:7501,127.0.0.1:7401\n"
     "  2 = 127.0.0.1:7502,127.0.0.1:7402\n"
@@ -291,6 +313,9 @@ void node_config_free(struct node_config *c)
     tern_free(c->node_cert);
     tern_free(c->node_key);
     tern_free(c->cluster_secret_file);
+    tern_free(c->client_cert);
+    tern_free(c->client_key);
+    tern_free(c->client_ca);
     peers_free(c->peers, c->n_peers);
     memset(c, 0, sizeof(*c));
 }
@@ -708,6 +733,29 @@ static int set_peer_auth(struct node_config *c,
     return 0;
 }
 
+/* int member: client_tls auto | on | off. */
+static int set_client_tls(struct node_config *c,
+                          const struct key *k,
+                          const char *v,
+                          const char *what,
+                          char *errmsg)
+{
+    int m;
+    if (strcmp(v, "auto") == 0) {
+        m = NODE_CLIENT_TLS_AUTO;
+    } else if (strcmp(v, "on") == 0) {
+        m = NODE_CLIENT_TLS_ON;
+    } else if (strcmp(v, "off") == 0) {
+        m = NODE_CLIENT_TLS_OFF;
+    } else {
+        tern_errmsg_printf(errmsg, "%s: client_tls '%s' is not auto, on or off",
+                           what, v);
+        return TERN_EINVAL;
+    }
+    *(int *)field_of(c, k) = m;
+    return 0;
+}
+
 /* uint64_t member: 0..k->max (K/M/G suffixes). */
 static int set_u64(struct node_config *c,
                    const struct key *k,
@@ -821,6 +869,13 @@ static const struct key keys[] = {
     {"security", "node_key", "--node-key", set_text, NODE__STR(node_key), 0},
     {"security", "cluster_secret_file", "--cluster-secret-file", set_text,
      NODE__STR(cluster_secret_file), 0},
+    {"security", "client_tls", "--client-tls", set_client_tls,
+     NODE__INT(client_tls), 0},
+    {"security", "client_cert", "--client-cert", set_text,
+     NODE__STR(client_cert), 0},
+    {"security", "client_key", "--client-key", set_text, NODE__STR(client_key),
+     0},
+    {"security", "client_ca", "--client-ca", set_text, NODE__STR(client_ca), 0},
 };
 
 /* The row of INI key name in section, or NULL. */
@@ -1192,6 +1247,71 @@ static int validate_cluster_secret(const struct node_config *c, char *errmsg)
     return rv;
 }
 
+bool node_config_client_tls(const struct node_config *c)
+{
+    char host[INET_ADDRSTRLEN + 1];
+    const char *colon;
+    struct in_addr a;
+    size_t n;
+
+    if (c->client_tls != NODE_CLIENT_TLS_AUTO) {
+        return c->client_tls == NODE_CLIENT_TLS_ON;
+    }
+    if (c->client_addr == NULL) {
+        return true;
+    }
+    colon = strrchr(c->client_addr, ':');
+    n = colon != NULL ? (size_t)(colon - c->client_addr)
+                      : strlen(c->client_addr);
+    if (n >= sizeof(host)) {
+        return true;
+    }
+    memcpy(host, c->client_addr, n);
+    host[n] = '\0';
+    if (inet_pton(AF_INET, host, &a) != 1) {
+        return true;
+    }
+    return (ntohl(a.s_addr) >> 24) != 127;
+}
+
+const char *node_config_client_cert(const struct node_config *c)
+{
+    return c->client_cert != NULL ? c->client_cert : c->node_cert;
+}
+
+const char *node_config_client_key(const struct node_config *c)
+{
+    return c->client_key != NULL ? c->client_key : c->node_key;
+}
+
+/* client_tls on (or auto on a non-loopback address) needs a certificate
+ * and its key; a client_cert needs its client_key and the reverse. */
+static int validate_client_tls(const struct node_config *c, char *errmsg)
+{
+    if ((c->client_cert == NULL) != (c->client_key == NULL)) {
+        tern_errmsg_printf(errmsg,
+                           "[security] client_cert and client_key go "
+                           "together (one is set, the other is not)");
+        return TERN_EINVAL;
+    }
+    if (!node_config_client_tls(c)) {
+        return 0;
+    }
+    if (node_config_client_cert(c) == NULL ||
+        node_config_client_key(c) == NULL) {
+        tern_errmsg_printf(
+            errmsg,
+            "client_tls is %s for client_addr %s but no certificate is "
+            "set: give [security] client_cert and client_key (or node_cert "
+            "and node_key; scripts/tern-certs.sh makes them), or "
+            "client_tls = off",
+            c->client_tls == NODE_CLIENT_TLS_ON ? "on" : "auto (not loopback)",
+            c->client_addr != NULL ? c->client_addr : "(none)");
+        return TERN_EINVAL;
+    }
+    return 0;
+}
+
 /* [limits] of the client port: one frame of max_frame_bytes must fit in
  * the memory budget (else it could never be read), a connection's bound
  * must fit in the budget, and the counts must be at least 1. */
@@ -1366,6 +1486,10 @@ int node_config_validate(struct node_config *c, char *errmsg)
         }
     }
     rv = validate_cluster_secret(c, errmsg);
+    if (rv != 0) {
+        return rv;
+    }
+    rv = validate_client_tls(c, errmsg);
     if (rv != 0) {
         return rv;
     }

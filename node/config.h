@@ -49,6 +49,11 @@ struct node_config
     char *node_key;            /* owned; PEM private key of node_cert */
     char *cluster_secret_file; /* owned; shm/verbs handshake key file */
     bool dev;                  /* --dev was given */
+    /* [security] client port TLS (node/ctls.c) */
+    int client_tls;    /* enum node_client_tls */
+    char *client_cert; /* owned; NULL: node_cert */
+    char *client_key;  /* owned; NULL: node_key */
+    char *client_ca;   /* owned; NULL: clients present no certificate */
     /* [limits]: the client port's resource bounds (node/server.c) */
     uint64_t client_memory_bytes;      /* read buffers + queued answers */
     uint64_t max_conn_queued_bytes;    /* queued answers per connection */
@@ -72,6 +77,14 @@ struct node_config
 enum node_peer_auth {
     NODE_PEER_AUTH_TLS = 0,
     NODE_PEER_AUTH_NONE = 1,
+};
+
+/* [security] client_tls: AUTO = on unless client_addr's host is a
+ * loopback address (127.0.0.0/8); ON; OFF. */
+enum node_client_tls {
+    NODE_CLIENT_TLS_AUTO = 0,
+    NODE_CLIENT_TLS_ON = 1,
+    NODE_CLIENT_TLS_OFF = 2,
 };
 
 #define NODE_DEFAULT_ELECTION_TIMEOUT_MS 150u
@@ -132,6 +145,13 @@ const char *node_config_cluster_name(const struct node_config *c);
 /* The peer with this id, or NULL. Borrowed from c. */
 const struct node_peer *node_config_peer(const struct node_config *c,
                                          uint64_t id);
+/* Whether the client port speaks TLS: client_tls resolved against
+ * client_addr (auto: off only for a 127.0.0.0/8 host). */
+bool node_config_client_tls(const struct node_config *c);
+/* The certificate and key the client port presents (client_cert/key, else
+ * node_cert/key; NULL when neither is set). Borrowed from c. */
+const char *node_config_client_cert(const struct node_config *c);
+const char *node_config_client_key(const struct node_config *c);
 /* Usage text including the INI format. Static string. */
 const char *node_config_usage(void);
 

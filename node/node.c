@@ -899,6 +899,9 @@ static int node_start(struct node *n, char *errmsg)
     rv =
         node_server_new(&n->loop, c, &n->batcher, &sops, n, &n->server, errmsg);
     if (rv != 0) {
+        if (rv == TERN_EINVAL) {
+            n->exit_code = 2; /* client_tls credentials that do not load */
+        }
         tern_errmsg_wrapf(errmsg, "client server on %s", c->client_addr);
         return rv;
     }
@@ -983,6 +986,15 @@ int node_run(const struct node_config *c)
                  "peers are not authenticated: peer_auth = none lets anyone "
                  "who reaches raft_addr act as a cluster node",
                  "raft_addr=%s", c->raft_addr);
+    }
+    node_log(NODE_LOG_INFO, "client port", "client_addr=%s tls=%s client_ca=%s",
+             c->client_addr, node_config_client_tls(c) ? "on" : "off",
+             c->client_ca != NULL ? c->client_ca : "-");
+    if (!node_config_client_tls(c) && c->client_tls == NODE_CLIENT_TLS_OFF &&
+        !c->dev) {
+        node_log(NODE_LOG_WARN,
+                 "client connections are not encrypted: client_tls = off",
+                 "client_addr=%s", c->client_addr);
     }
     raise_nofile(&n->cfg_view);
     rv = node_start(n, errmsg);

@@ -80,8 +80,14 @@
  *     1 MiB / half of max_frame_bytes per page; an unpaged request of an
  *     older client gets every queue or TERN_ELIMIT when they do not fit
  *     in max_frame_bytes.
- * Log lines for refused connections and closed connections are limited
- * to one per second per kind (with a count of the suppressed ones).
+ *   - client TLS (client_tls, ctls.c): each session is charged
+ *     NODE_CTLS_COST of client_memory_bytes (no room: the connection is
+ *     refused); a handshake not done within frame_timeout_ms of the
+ *     accept closes the connection; a plaintext client on a TLS port is
+ *     closed without an answer (counted). See "Client TLS" below.
+ * Log lines for refused connections, closed connections and failed TLS
+ * handshakes are limited to one per second per kind (with a count of the
+ * suppressed ones).
  *
  * The server sees the node only through what node_server_new is given
  * (server.h): the configuration, the batcher that takes write requests,
@@ -100,6 +106,7 @@
 
 #include <tern_common.h>
 
+#include "ctls.h"
 #include "frame.h"
 #include "log.h"
 #include "server.h"
@@ -169,6 +176,7 @@ struct node_conn
     uint64_t frame_start_ms;  /* a partial frame began (0: none) */
     uint64_t progress_ms;     /* last progress while answers are pending
                                  or the connection is paused */
+    struct node_ctls *tls;    /* client_tls: the session (ctls.c), owned */
 };
 
 struct parked
@@ -213,6 +221,11 @@ struct node_server
     struct log_limit log_refused;
     struct log_limit log_accept;
     struct log_limit log_closed;
+    struct auth_tls_ctx *tls_ctx; /* client_tls on: owned; NULL: plaintext */
+    uint8_t *tls_in;              /* ciphertext read buffer, AUTH_TLS_BUF */
+    struct log_limit log_tls;
+    uint64_t tls_failed;    /* handshakes failed (plaintext included) */
+    uint64_t tls_plaintext; /* clients that spoke without TLS */
     uint32_t max_body;
     uint64_t next_conn_id;
     unsigned open_handles;
@@ -230,6 +243,7 @@ struct out
 };
 
 static void conn_close(struct node_conn *c);
+static void conn_drain(struct node_conn *c);
 static void conn_update_reading(struct node_conn *c);
 static void conn_process(struct node_conn *c);
 static void wake_blocked(struct node_server *s);
@@ -408,34 +422,23 @@ static void on_write(uv_write_t *req, int status)
     conn_unref(c);
 }
 
-/* Send the frame(s) in w; w's buffer is taken over (w is reset). */
-static void conn_send(struct node_conn *c, struct tern_wbuf *w)
+/* Write len bytes at base (taken over) to the socket as they are. */
+static void conn_write(struct node_conn *c, uint8_t *base, size_t len)
 {
     struct out *o;
     uv_buf_t b;
     int rv;
 
-    if (!conn_live(c) || w->err != 0 || w->len == 0) {
-        if (w->err != 0 && conn_live(c)) {
-            node_log(NODE_LOG_WARN, "cannot encode answer, closing",
-                     "conn=%llu err=%s", (unsigned long long)c->id,
-                     tern_err_name(w->err));
-            conn_close(c);
-        }
-        tern_wbuf_free(w);
-        return;
-    }
     o = tern_malloc(sizeof(*o));
     if (o == NULL) {
-        tern_wbuf_free(w);
+        tern_free(base);
         conn_close(c);
         return;
     }
     o->c = c;
-    o->base = w->base;
-    o->len = w->len;
-    b = uv_buf_init((char *)w->base, (unsigned)w->len);
-    tern_wbuf_init(w);
+    o->base = base;
+    o->len = len;
+    b = uv_buf_init((char *)base, (unsigned)len);
     rv = uv_write(&o->req, (uv_stream_t *)&c->tcp, &b, 1, on_write);
     if (rv != 0) {
         tern_free(o->base);
@@ -450,6 +453,36 @@ static void conn_send(struct node_conn *c, struct tern_wbuf *w)
     }
     c->queued += o->len;
     mem_add(c, o->len);
+}
+
+/* Send the frame(s) in w (sealed first under client_tls); w's buffer is
+ * taken over (w is reset). */
+static void conn_send(struct node_conn *c, struct tern_wbuf *w)
+{
+    uint8_t *base = w->base;
+    size_t len = w->len;
+
+    if (!conn_live(c) || w->err != 0 || w->len == 0) {
+        if (w->err != 0 && conn_live(c)) {
+            node_log(NODE_LOG_WARN, "cannot encode answer, closing",
+                     "conn=%llu err=%s", (unsigned long long)c->id,
+                     tern_err_name(w->err));
+            conn_close(c);
+        }
+        tern_wbuf_free(w);
+        return;
+    }
+    if (c->tls != NULL &&
+        node_ctls_seal(c->tls, w->base, w->len, &base, &len) != 0) {
+        tern_wbuf_free(w);
+        conn_close(c);
+        return;
+    }
+    if (base != w->base) {
+        tern_wbuf_free(w);
+    }
+    tern_wbuf_init(w);
+    conn_write(c, base, len);
 }
 
 static void send_error(struct node_conn *c,
@@ -1354,10 +1387,120 @@ static void conn_process(struct node_conn *c)
     c->in_process = false;
 }
 
+/* ---- Client TLS (ctls.c) -------------------------------------------------
+ *
+ * With client_tls on, libuv reads ciphertext into the server's tls_in
+ * buffer (at most what the session takes: node_ctls_room), which is fed
+ * to the session at once; plaintext is pulled from the session into the
+ * read buffer only while it has room and the connection may process, so
+ * every bound on the read buffer holds as without TLS and a stopped
+ * connection leaves at most AUTH_TLS_BUF of ciphertext in its session
+ * (then reading stops). Answers are sealed in conn_send. Each session is
+ * charged NODE_CTLS_COST of client_memory_bytes. A handshake not done
+ * within frame_timeout_ms of the accept closes the connection. */
+
+/* Send what the session has pending (handshake messages, an alert). */
+static void conn_tls_flush(struct node_conn *c)
+{
+    uint8_t *b = NULL;
+    size_t n = 0;
+    if (node_ctls_take(c->tls, &b, &n) != 0) {
+        conn_close(c);
+    } else if (b != NULL) {
+        conn_write(c, b, n);
+    }
+}
+
+/* Decrypted bytes into the read buffer, frames processed as they come. */
+static void conn_tls_pull(struct node_conn *c)
+{
+    for (unsigned i = 0; i < 4096 && conn_may_process(c) && !c->paused &&
+                         node_ctls_ready(c->tls);
+         i++) {
+        size_t n = 0;
+        int rv;
+        if (c->rcap == 0) {
+            if (rbuf_grow(c, SERVER__READ_CHUNK) != 0) {
+                set_blocked(c, &c->mem_wait, true);
+                return;
+            }
+            set_blocked(c, &c->mem_wait, false);
+        }
+        if (c->rlen == c->rcap) {
+            return;
+        }
+        rv = node_ctls_read(c->tls, c->rbuf + c->rlen, c->rcap - c->rlen, &n);
+        if (rv != 0) {
+            if (rv != TERN_ECLOSED) {
+                node_log(NODE_LOG_DEBUG, "client TLS read failed",
+                         "conn=%llu detail=\"%s\"", (unsigned long long)c->id,
+                         node_ctls_errmsg(c->tls));
+            }
+            conn_close(c);
+            return;
+        }
+        if (n == 0) {
+            return;
+        }
+        c->rlen += n;
+        conn_process(c);
+    }
+}
+
+/* Ciphertext arrived in buf (nread > 0 bytes). */
+static void conn_tls_input(struct node_conn *c, const uv_buf_t *buf, size_t n)
+{
+    struct node_server *s = c->srv;
+    bool was_ready = node_ctls_ready(c->tls);
+    unsigned dropped = 0;
+    int rv = node_ctls_feed(c->tls, buf->base, n);
+    bool plain = node_ctls_plaintext(c->tls);
+
+    if (rv == 0 || !plain) {
+        conn_tls_flush(c); /* a plaintext client gets nothing back */
+    }
+    if (rv != 0) {
+        if (s != NULL) {
+            s->tls_failed++;
+            s->tls_plaintext += plain ? 1 : 0;
+            if (log_limit_ok(&s->log_tls, conn_now(c), &dropped)) {
+                struct in_addr in;
+                char addr[INET_ADDRSTRLEN] = "?";
+                in.s_addr = c->peer_ip;
+                (void)inet_ntop(AF_INET, &in, addr, sizeof(addr));
+                node_log(NODE_LOG_WARN,
+                         plain ? "plaintext client on the TLS client port, "
+                                 "closing"
+                               : "client TLS handshake failed, closing",
+                         "conn=%llu addr=%s failed=%llu plaintext=%llu "
+                         "suppressed=%u detail=\"%s\"",
+                         (unsigned long long)c->id, addr,
+                         (unsigned long long)s->tls_failed,
+                         (unsigned long long)s->tls_plaintext, dropped,
+                         node_ctls_errmsg(c->tls));
+            }
+        }
+        conn_drain(c); /* closes once an alert is written */
+        return;
+    }
+    if (!was_ready && node_ctls_ready(c->tls)) {
+        const char *cn = node_ctls_peer_cn(c->tls);
+        node_log(NODE_LOG_DEBUG, "client TLS established", "conn=%llu cn=%s",
+                 (unsigned long long)c->id, cn[0] != '\0' ? cn : "-");
+    }
+    conn_tls_pull(c);
+}
+
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
     struct node_conn *c = h->data;
     (void)suggested;
+    if (c->tls != NULL) {
+        size_t room = c->srv != NULL ? node_ctls_room(c->tls) : 0;
+        *buf = uv_buf_init(room > 0 ? (char *)c->srv->tls_in : NULL,
+                           (unsigned)TERN_MIN(room, AUTH_TLS_BUF));
+        return;
+    }
     if (c->rcap == 0) {
         if (rbuf_grow(c, SERVER__READ_CHUNK) != 0) {
             /* No room in the budget: wait for memory (on_read). */
@@ -1378,7 +1521,7 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
     if (nread == 0) {
         return;
     }
-    if (nread == UV_ENOBUFS && c->mem_wait) {
+    if (nread == UV_ENOBUFS && (c->mem_wait || c->tls != NULL)) {
         uv_read_stop(stream);
         c->reading = false;
         return;
@@ -1391,8 +1534,12 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
         conn_close(c);
         return;
     }
-    c->rlen += (size_t)nread;
-    conn_process(c);
+    if (c->tls != NULL) {
+        conn_tls_input(c, buf, (size_t)nread);
+    } else {
+        c->rlen += (size_t)nread;
+        conn_process(c);
+    }
     conn_update_reading(c);
 }
 
@@ -1406,7 +1553,11 @@ static void conn_update_reading(struct node_conn *c)
         /* Frames left in the buffer while paused come first. */
         conn_process(c);
     }
-    want = conn_may_process(c) && !c->paused;
+    if (c->tls != NULL) {
+        conn_tls_pull(c); /* then plaintext the session holds */
+    }
+    want = conn_may_process(c) && !c->paused &&
+           (c->tls == NULL || node_ctls_room(c->tls) > 0);
     if (want && !c->reading) {
         if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) == 0) {
             c->reading = true;
@@ -1490,6 +1641,12 @@ static void conn_sweep(struct node_server *s, struct node_conn *c, uint64_t now)
     if (c->state != CONN_OPEN) {
         return;
     }
+    if (c->tls != NULL && !node_ctls_ready(c->tls) &&
+        now - c->last_request_ms >= cfg->frame_timeout_ms) {
+        log_closed(s, c, now, "frame_timeout_ms (TLS handshake)");
+        conn_close(c);
+        return;
+    }
     if (!c->paused && c->frame_start_ms != 0 &&
         now - c->frame_start_ms >= cfg->frame_timeout_ms) {
         log_closed(s, c, now, "frame_timeout_ms");
@@ -1541,6 +1698,8 @@ static void server_handle_closed(struct node_server *s)
     if (--s->open_handles == 0 && s->closing) {
         void (*cb)(void *) = s->close_cb;
         void *arg = s->close_arg;
+        auth_tls_ctx_free(s->tls_ctx);
+        tern_free(s->tls_in);
         tern_free(s);
         if (cb != NULL) {
             cb(arg);
@@ -1560,6 +1719,11 @@ static void on_conn_closed(uv_handle_t *h)
     c->rbuf = NULL;
     c->rcap = 0;
     c->rlen = 0;
+    if (c->tls != NULL) {
+        node_ctls_free(c->tls);
+        c->tls = NULL;
+        mem_sub(c, NODE_CTLS_COST);
+    }
     if (s != NULL) {
         tern_list_remove(&c->link);
         s->n_conns--;
@@ -1587,7 +1751,7 @@ static void conn_close(struct node_conn *c)
 }
 
 /* Refuse an accepted socket: one TERN_ELIMIT error frame if the socket
- * takes it at once, then close. */
+ * takes it at once (not on a TLS port), then close. */
 static void refuse_fd(struct node_server *s,
                       int fd,
                       uint32_t ip,
@@ -1598,7 +1762,10 @@ static void refuse_fd(struct node_server *s,
     char addr[INET_ADDRSTRLEN] = "?";
 
     tern_wbuf_init(&w);
-    if (proto_encode_error(&w, PROTO_OP_ERROR, 0, TERN_ELIMIT, message, 0,
+    /* A TLS client could not read a plaintext frame: it only sees the
+     * close (and retries). */
+    if (s->tls_ctx == NULL &&
+        proto_encode_error(&w, PROTO_OP_ERROR, 0, TERN_ELIMIT, message, 0,
                            "") == 0 &&
         w.err == 0) {
         (void)send(fd, w.base, w.len, MSG_DONTWAIT | MSG_NOSIGNAL);
@@ -1645,12 +1812,27 @@ static void accept_fd(struct node_server *s, int fd, uint32_t ip)
         refuse_fd(s, fd, ip, m);
         return;
     }
+    if (s->tls_ctx != NULL &&
+        s->mem_used + NODE_CTLS_COST > cfg->client_memory_bytes) {
+        (void)snprintf(m, sizeof(m),
+                       "client_memory_bytes (%llu) exhausted: no room for a "
+                       "TLS session, connection refused",
+                       (unsigned long long)cfg->client_memory_bytes);
+        refuse_fd(s, fd, ip, m);
+        return;
+    }
     c = tern_calloc(1, sizeof(*c));
     if (c == NULL) {
         refuse_fd(s, fd, ip, "out of memory: connection refused");
         return;
     }
+    if (s->tls_ctx != NULL && node_ctls_new(s->tls_ctx, &c->tls) != 0) {
+        tern_free(c);
+        refuse_fd(s, fd, ip, "out of memory: connection refused");
+        return;
+    }
     if (uv_tcp_init(s->loop, &c->tcp) != 0) {
+        node_ctls_free(c->tls);
         tern_free(c);
         refuse_fd(s, fd, ip, "cannot set up the connection");
         return;
@@ -1663,6 +1845,9 @@ static void accept_fd(struct node_server *s, int fd, uint32_t ip)
     c->peer_ip = ip;
     c->last_request_ms = uv_now(s->loop);
     c->rmax = PROTO_HEADER_SIZE + (size_t)s->max_body + SERVER__READ_CHUNK;
+    if (c->tls != NULL) {
+        mem_add(c, NODE_CTLS_COST);
+    }
     tern_list_push(&s->conns, &c->link);
     s->n_conns++;
     s->open_handles++;
@@ -1773,6 +1958,7 @@ int node_server_new(uv_loop_t *loop,
     struct sockaddr_in sa;
     char host[64];
     const char *colon = strrchr(addr, ':');
+    struct auth_tls_ctx *tls_ctx = NULL;
     int fd = -1;
     int rv;
 
@@ -1788,17 +1974,31 @@ int node_server_new(uv_loop_t *loop,
                            uv_strerror(rv));
         return TERN_EINVAL;
     }
+    rv = node_ctls_ctx_new(cfg, &tls_ctx, errmsg);
+    if (rv != 0) {
+        return rv;
+    }
     rv = listen_socket(&sa, &fd);
     if (rv != 0) {
+        auth_tls_ctx_free(tls_ctx);
         tern_errmsg_printf(errmsg, "listen on %s: %s", addr, strerror(-rv));
         return rv;
     }
     s = tern_calloc(1, sizeof(*s));
+    if (s != NULL && tls_ctx != NULL) {
+        s->tls_in = tern_malloc(AUTH_TLS_BUF);
+        if (s->tls_in == NULL) {
+            tern_free(s);
+            s = NULL;
+        }
+    }
     if (s == NULL) {
         (void)close(fd);
+        auth_tls_ctx_free(tls_ctx);
         tern_errmsg_printf(errmsg, "out of memory");
         return -ENOMEM;
     }
+    s->tls_ctx = tls_ctx;
     s->view.ops = *ops;
     s->view.arg = arg;
     s->view.cfg = cfg;
@@ -1812,6 +2012,8 @@ int node_server_new(uv_loop_t *loop,
     rv = uv_poll_init(loop, &s->listener, fd);
     if (rv != 0) {
         (void)close(fd);
+        auth_tls_ctx_free(tls_ctx);
+        tern_free(s->tls_in);
         tern_free(s);
         tern_errmsg_printf(errmsg, "listen on %s: %s", addr, uv_strerror(rv));
         return rv;

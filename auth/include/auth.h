@@ -350,7 +350,9 @@ struct auth_tls_ctx_options
                              * NULL: none (client only) */
     const char *key_file;   /* PEM private key of cert_file */
     const char *ca_file;    /* PEM CA certificates that verify the peer;
-                             * required */
+                             * required, but for a server that does not
+                             * require_peer_cert: NULL asks clients for
+                             * no certificate */
     bool require_peer_cert; /* server: refuse clients without a
                              * certificate (a client always requires the
                              * server's) */
@@ -397,6 +399,9 @@ int auth_tls_feed(struct auth_tls *s,
                   const void *buf,
                   size_t len,
                   size_t *used /* OUT */);
+
+/* How many bytes auth_tls_feed would take now (0..AUTH_TLS_BUF). */
+size_t auth_tls_feed_room(const struct auth_tls *s);
 
 /* Drive the handshake with what was fed. Returns 0 when it is complete
  * (the peer's certificate verified and matched expect; also on every call

@@ -106,6 +106,23 @@ TERN_API void tern_client_options_init(struct tern_client_options *o);
 TERN_API int tern_client_new(const char *servers,
                              const struct tern_client_options *opts,
                              struct tern_client **out);
+/* Speak TLS 1.3 to every server of c (call it right after
+ * tern_client_new; connections already open are closed). The server's
+ * certificate must chain to a CA in ca_file (PEM; required) and name the
+ * address being connected: an IP subjectAltName for "1.2.3.4:port" and
+ * "[::1]:port", a DNS one for "name:port" (also for a leader another
+ * server points to). cert_file and key_file (PEM, both or neither; NULL:
+ * none) are the client certificate presented to a server that asks for
+ * one. The files are read here. Returns 0 or TERN_EINVAL (a file that
+ * cannot be read or parsed, a key that does not match) with the reason in
+ * tern_client_errmsg. Later calls fail with TERN_EAUTH when a server's
+ * certificate is refused, without retrying that server (a client
+ * certificate the server refuses surfaces as an alert after the
+ * handshake: the call fails with it in tern_client_errmsg). */
+TERN_API int tern_client_set_tls(struct tern_client *c,
+                                 const char *ca_file,
+                                 const char *cert_file,
+                                 const char *key_file);
 /* Close connections and free the client. Pending async requests complete
  * first with TERN_ECANCELED (their callbacks fire inside this call).
  * NULL is a no-op. */

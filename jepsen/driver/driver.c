@@ -83,6 +83,9 @@ struct drv_opts
     int produce_timeout_ms; /* producers' request timeout (0: as above) */
     int resend;             /* tern_produce_resend attempts after a timeout */
     int connect_timeout_ms;
+    const char *tls_ca; /* --ca: TLS to the nodes, verified by this CA */
+    const char *tls_cert;
+    const char *tls_key;
     double setup_timeout_s;
     double drain_timeout_s;
     double final_timeout_s;
@@ -269,6 +272,13 @@ static struct tern_client *client_new_timeout(const char *servers,
         fprintf(stderr, "driver: tern_client_new(%s): %s\n", servers,
                 tern_strerror(rv));
         abort();
+    }
+    if (opts.tls_ca != NULL) {
+        rv = tern_client_set_tls(c, opts.tls_ca, opts.tls_cert, opts.tls_key);
+        if (rv != 0) {
+            fprintf(stderr, "driver: TLS: %s\n", tern_client_errmsg(c));
+            abort();
+        }
     }
     return c;
 }
@@ -853,6 +863,8 @@ static void usage(void)
             "  [--drain-timeout S=60] [--drain-quiet 3]\n"
             "  [--final-timeout S=30] [--async-window W=0 (sync)]\n"
             "  [--group 0|1 (consumers use consumer groups jg<i>)]\n"
+            "  [--ca FILE (TLS, servers verified by FILE) [--cert F --key "
+            "F]]\n"
             "exit: 0 done (drain complete), 1 drain or setup incomplete,\n"
             "      2 usage\n");
 }
@@ -939,6 +951,12 @@ int main(int argc, char **argv)
             opts.produce_timeout_ms = atoi(v);
         } else if (strcmp(a, "--resend") == 0) {
             opts.resend = atoi(v);
+        } else if (strcmp(a, "--ca") == 0) {
+            opts.tls_ca = v;
+        } else if (strcmp(a, "--cert") == 0) {
+            opts.tls_cert = v;
+        } else if (strcmp(a, "--key") == 0) {
+            opts.tls_key = v;
         } else if (strcmp(a, "--connect-timeout-ms") == 0) {
             opts.connect_timeout_ms = atoi(v);
         } else if (strcmp(a, "--setup-timeout") == 0) {

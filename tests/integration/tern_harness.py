@@ -386,10 +386,16 @@ class Cluster:
 
     def __init__(self, n=3, raft=None, node=None, limits=None,
                  data_dirs=None, election_timeout_ms=150, heartbeat_ms=15,
-                 log_level="info", peer_auth="tls"):
+                 log_level="info", peer_auth="tls", client_tls=None,
+                 client_ca=False, clients=()):
         """raft/node/limits: extra keys for those INI sections; data_dirs:
         {node id: data dir} overriding <tmp>/data/nodeN; peer_auth: "tls"
-        (credentials from tern-certs.sh in <tmp>/certs) or "none"."""
+        (credentials from tern-certs.sh in <tmp>/certs) or "none";
+        client_tls: None (ternd's default, auto: plaintext on loopback),
+        "on", "off" or "auto"; with "on" every CLI run (tern, tern_popen)
+        gets --ca <certs>/ca.pem unless given tls=[...]. client_ca: set
+        [security] client_ca to the cluster CA; clients: names of client
+        certificates to make (<certs>/client-NAME.pem/.key)."""
         self.ternd, self.cli = binaries()
         self.dir = tempfile.mkdtemp(prefix="tern-it-")
         self.data_root = os.path.join(self.dir, "data")
@@ -401,6 +407,10 @@ class Cluster:
         self.log_level = log_level
         self.peer_auth = peer_auth
         self.certs = os.path.join(self.dir, "certs")
+        self.client_tls = client_tls
+        self.client_ca = client_ca
+        self.cli_tls = (["--ca", os.path.join(self.certs, "ca.pem")]
+                        if client_tls == "on" else [])
         ports = free_ports(2 * n)
         self.nodes = {i + 1: Node(self, i + 1, ports[i], ports[n + i])
                       for i in range(n)}
@@ -409,7 +419,7 @@ class Cluster:
         _live_clusters.append(self)
         for i, d in (data_dirs or {}).items():
             self.nodes[i].data_dir = d
-        make_certs(self.certs, sorted(self.nodes))
+        make_certs(self.certs, sorted(self.nodes), clients)
         for nd in self.nodes.values():
             self.write_config(nd)
 
@@ -438,6 +448,10 @@ class Cluster:
             lines += ["%s = %s" % kv for kv in self.limits.items()]
         lines += ["", "[security]", "peer_auth = %s" % self.peer_auth]
         lines += security_lines(self.certs, nd.id)
+        if self.client_tls is not None:
+            lines += ["client_tls = %s" % self.client_tls]
+        if self.client_ca:
+            lines += ["client_ca = %s" % os.path.join(self.certs, "ca.pem")]
         lines += ["", "[peers]"]
         lines += ["%d = %s,%s" % (p.id, p.raft_addr, p.client_addr)
                   for p in self.nodes.values()]
@@ -550,16 +564,17 @@ class Cluster:
 
     # CLI -----------------------------------------------------------------------
     def tern(self, *args, servers=None, timeout=60, timeout_ms=None,
-             check=False):
+             check=False, tls=None):
         """Run the CLI; returns CompletedProcess (text). servers: list of
-        node ids, an address string, or None for all nodes."""
+        node ids, an address string, or None for all nodes. tls: the CLI's
+        TLS flags (None: the cluster's, see client_tls)."""
         if servers is None:
             srv = self.servers()
         elif isinstance(servers, str):
             srv = servers
         else:
             srv = self.servers(list(servers))
-        cmd = [self.cli, "-s", srv]
+        cmd = [self.cli, "-s", srv] + (self.cli_tls if tls is None else tls)
         if timeout_ms is not None:
             cmd += ["--timeout-ms", str(timeout_ms)]
         cmd += [str(a) for a in args]
@@ -581,10 +596,11 @@ class Cluster:
                                                       r.stderr.strip()))
         return r
 
-    def tern_popen(self, *args, servers=None, stdout=None):
+    def tern_popen(self, *args, servers=None, stdout=None, tls=None):
         srv = self.servers() if servers is None else (
             servers if isinstance(servers, str) else self.servers(servers))
-        cmd = [self.cli, "-s", srv] + [str(a) for a in args]
+        cmd = ([self.cli, "-s", srv] + (self.cli_tls if tls is None else tls)
+               + [str(a) for a in args])
         p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL,
                              stdout=stdout or subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True)

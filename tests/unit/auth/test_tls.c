@@ -536,8 +536,10 @@ Test(auth_tls, context_errors_name_the_file)
     cr_expect_eq(auth_tls_ctx_new(&o, &c, errmsg), TERN_EINVAL);
     o.key_file = in(own, "node1.key");
     o.ca_file = NULL;
+    o.require_peer_cert = true; /* a server without a CA only without it */
     cr_expect_eq(auth_tls_ctx_new(&o, &c, errmsg), TERN_EINVAL);
     cr_expect(strstr(errmsg, "CA") != NULL, "%s", errmsg);
+    o.require_peer_cert = false;
     o.ca_file = in(own, "node1.key"); /* no certificate in it */
     cr_expect_eq(auth_tls_ctx_new(&o, &c, errmsg), TERN_EINVAL);
     cr_expect(strstr(errmsg, "CA file") != NULL, "%s", errmsg);
@@ -548,4 +550,48 @@ Test(auth_tls, context_errors_name_the_file)
     cr_expect_eq(auth_tls_ctx_new(&o, &c, errmsg), TERN_EINVAL,
                  "a server needs a certificate");
     cr_expect_null(c);
+}
+
+/* A server context without a CA asks for no client certificate: a client
+ * that has one still gets through (it is not sent), and the server sees
+ * no CN. feed_room shrinks as undecrypted ciphertext waits. */
+Test(auth_tls, server_without_ca_takes_anonymous_clients)
+{
+    struct auth_tls_ctx_options o = {0};
+    struct auth_tls_ctx *sc = NULL;
+    struct auth_tls_ctx *alice =
+        client_ctx(own, "client-alice.pem", "client-alice.key", own);
+    struct auth_tls *s, *c;
+    char errmsg[TERN_ERRMSG_SIZE] = "";
+    char cn[64];
+    int rc_c, rc_s;
+
+    o.role = AUTH_TLS_SERVER;
+    o.cert_file = in(own, "node1.pem");
+    o.key_file = in(own, "node1.key");
+    o.require_peer_cert = true;
+    cr_expect_eq(auth_tls_ctx_new(&o, &sc, errmsg), TERN_EINVAL,
+                 "requiring client certificates needs a CA");
+    o.require_peer_cert = false;
+    cr_assert_eq(auth_tls_ctx_new(&o, &sc, errmsg), 0, "%s", errmsg);
+    s = session(sc, NULL, NULL, NULL);
+    c = session(alice, NULL, "127.0.0.1", NULL);
+    cr_expect_eq(auth_tls_feed_room(s), AUTH_TLS_BUF);
+    handshake(c, s, &rc_c, &rc_s);
+    cr_expect_eq(rc_c, 0, "%s", auth_tls_errmsg(c));
+    cr_expect_eq(rc_s, 0, "%s", auth_tls_errmsg(s));
+    cr_expect_eq(auth_tls_peer_cn(s, cn, sizeof cn), TERN_EINVAL);
+    {
+        size_t used = 0;
+        cr_assert_eq(auth_tls_write(c, "x", 1, &used), 0);
+        cr_assert_eq(used, 1);
+        used = auth_tls_take(c, errmsg, sizeof errmsg);
+        cr_assert_gt(used, 0);
+        cr_assert_eq(auth_tls_feed(s, errmsg, used, &used), 0);
+        cr_expect_eq(auth_tls_feed_room(s), AUTH_TLS_BUF - used);
+    }
+    auth_tls_free(c);
+    auth_tls_free(s);
+    auth_tls_ctx_free(sc);
+    auth_tls_ctx_free(alice);
 }

@@ -572,3 +572,134 @@ Test(config, client_limits_validation)
         expect_bad(&cases[i]);
     }
 }
+
+/* client_tls resolved against client_addr's host, for each mode. */
+Test(config, client_tls_resolution)
+{
+    static const struct
+    {
+        const char *addr;
+        bool auto_on;
+    } addrs[] = {
+        {"127.0.0.1:7401", false},
+        {"127.0.0.2:7401", false},
+        {"0.0.0.0:7401", true},
+        {"10.1.2.3:7401", true},
+    };
+    static const char *const modes[] = {"auto", "on", "off"};
+
+    for (unsigned i = 0; i < TERN_ARRAY_SIZE(addrs); i++) {
+        for (unsigned m = 0; m < TERN_ARRAY_SIZE(modes); m++) {
+            struct node_config c;
+            char e[TERN_ERRMSG_SIZE] = "";
+            char *argv[] = {"ternd",
+                            "--id",
+                            "1",
+                            "--data-dir",
+                            "/tmp/x",
+                            "--client-addr",
+                            (char *)addrs[i].addr,
+                            "--raft-addr",
+                            "127.0.0.9:7501",
+                            "--cluster-ca",
+                            "/c.pem",
+                            "--node-cert",
+                            "/n.pem",
+                            "--node-key",
+                            "/n.key",
+                            "--client-tls",
+                            (char *)modes[m]};
+            bool want = m == 0 ? addrs[i].auto_on : m == 1;
+
+            node_config_init(&c);
+            cr_assert_eq(
+                node_config_parse_args(&c, TERN_ARRAY_SIZE(argv), argv, e), 0,
+                "%s %s: %s", addrs[i].addr, modes[m], e);
+            cr_expect_eq(node_config_client_tls(&c), want, "%s %s",
+                         addrs[i].addr, modes[m]);
+            cr_expect_str_eq(node_config_client_cert(&c), "/n.pem");
+            cr_expect_str_eq(node_config_client_key(&c), "/n.key");
+            node_config_free(&c);
+        }
+    }
+}
+
+/* --dev keeps auto (its client address is loopback: plaintext). */
+Test(config, client_tls_dev_is_auto)
+{
+    ARGS("--dev");
+    cr_assert_eq(node_config_parse_args(&cfg, argc_, argv_, errmsg), 0, "%s",
+                 errmsg);
+    cr_expect_eq(cfg.client_tls, NODE_CLIENT_TLS_AUTO);
+    cr_expect_not(node_config_client_tls(&cfg));
+}
+
+/* TLS on the client port without a certificate is a configuration error
+ * that says what to set; client_cert/client_key override node_cert. */
+Test(config, client_tls_needs_a_certificate)
+{
+    struct node_config c;
+    char e[TERN_ERRMSG_SIZE] = "";
+    char *on[] = {"ternd",
+                  "--id",
+                  "1",
+                  "--data-dir",
+                  "/tmp/x",
+                  "--client-addr",
+                  "127.0.0.1:7401",
+                  "--raft-addr",
+                  "127.0.0.1:7501",
+                  "--peer-auth",
+                  "none",
+                  "--client-tls",
+                  "on"};
+    char *autoc[] = {"ternd",         "--id",        "1",
+                     "--data-dir",    "/tmp/x",      "--client-addr",
+                     "10.1.2.3:7401", "--raft-addr", "10.1.2.3:7501",
+                     "--peer-auth",   "none"};
+    char *own[] = {"ternd",         "--id",         "1",
+                   "--data-dir",    "/tmp/x",       "--client-addr",
+                   "10.1.2.3:7401", "--raft-addr",  "10.1.2.3:7501",
+                   "--peer-auth",   "none",         "--client-cert",
+                   "/c.pem",        "--client-key", "/c.key",
+                   "--client-ca",   "/ca.pem"};
+    char *half[] = {"ternd",          "--id",        "1",
+                    "--data-dir",     "/tmp/x",      "--client-addr",
+                    "127.0.0.1:7401", "--raft-addr", "127.0.0.1:7501",
+                    "--peer-auth",    "none",        "--client-cert",
+                    "/c.pem"};
+
+    node_config_init(&c);
+    cr_expect_eq(node_config_parse_args(&c, TERN_ARRAY_SIZE(on), on, e),
+                 TERN_EINVAL);
+    cr_expect(strstr(e, "client_tls is on") != NULL, "%s", e);
+    cr_expect(strstr(e, "client_cert") != NULL, "%s", e);
+    node_config_free(&c);
+
+    node_config_init(&c);
+    cr_expect_eq(node_config_parse_args(&c, TERN_ARRAY_SIZE(autoc), autoc, e),
+                 TERN_EINVAL);
+    cr_expect(strstr(e, "10.1.2.3:7401") != NULL, "%s", e);
+    cr_expect(strstr(e, "client_tls = off") != NULL, "%s", e);
+    node_config_free(&c);
+
+    node_config_init(&c);
+    cr_assert_eq(node_config_parse_args(&c, TERN_ARRAY_SIZE(own), own, e), 0,
+                 "%s", e);
+    cr_expect(node_config_client_tls(&c));
+    cr_expect_str_eq(node_config_client_cert(&c), "/c.pem");
+    cr_expect_str_eq(node_config_client_key(&c), "/c.key");
+    cr_expect_str_eq(c.client_ca, "/ca.pem");
+    node_config_free(&c);
+
+    node_config_init(&c);
+    cr_expect_eq(node_config_parse_args(&c, TERN_ARRAY_SIZE(half), half, e),
+                 TERN_EINVAL);
+    cr_expect(strstr(e, "client_key") != NULL, "%s", e);
+    node_config_free(&c);
+
+    cr_expect_eq(node_config_load_string(&cfg, "[security]\nclient_tls = yes\n",
+                                         "f", errmsg),
+                 TERN_EINVAL);
+    cr_expect(strstr(errmsg, "auto, on or off") != NULL, "%s", errmsg);
+}
