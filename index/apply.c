@@ -347,8 +347,9 @@ static int del_grants(struct idx_env *e,
             mdb_cursor_close(cur);
             return IDX__CORRUPT(e, "grant key");
         }
-        if (user != NULL ||
-            (ak.ns_len == ns_len && memcmp(ak.ns, ns, ns_len) == 0)) {
+        bool match = user != NULL || (ns != NULL && ak.ns_len == ns_len &&
+                                      memcmp(ak.ns, ns, ns_len) == 0);
+        if (match) {
             uint8_t at[IDX__ACL_KEY_MAX];
             size_t at_len = k.mv_size;
             memcpy(at, k.mv_data, at_len);
@@ -497,7 +498,7 @@ static int apply_producer_init(struct idx_env *e,
     struct idx__pid_val p = {0};
     uint8_t key[8], buf[IDX__PID_VAL_MAX];
     if (c->queue_len > 0) {
-        struct idx__user_val u;
+        struct idx__user_val u = {0};
         int rc = get_user(e, c->queue, c->queue_len, &u);
         if (rc < 0) {
             return rc;

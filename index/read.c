@@ -500,7 +500,7 @@ int idx_acl_allows(struct idx_env *e,
                    uint32_t want,
                    bool *allowed)
 {
-    struct idx_user_info u;
+    struct idx_user_info u = {0};
     struct allows_walk w = {ns, queue, 0};
     *allowed = false;
     if (!name_valid_max(ns, IDX_NS_NAME_MAX)) {
