@@ -28,6 +28,13 @@
  *                              like Kafka's DUPLICATE_SEQUENCE, not retried)
  *   seq > last + 1             status TERN_ESEQUENCE
  * An unknown producer has last = 0, so its first batch must be seq 1.
+ *
+ * Security metadata (docs/AUTH.md; tables in keys.c): USER_SET creates or
+ * replaces (keeping created_index, which binds producer ids to this
+ * incarnation of the user); USER_DELETE and NAMESPACE_DELETE remove the
+ * grants naming them in the same txn; ACL_SET needs an existing user and
+ * namespace ("default" always exists); PRODUCER_INIT hands out
+ * next_producer_id (meta "state") as the result's base_offset.
  */
 #include <errno.h>
 
@@ -266,6 +273,255 @@ static int apply_group(struct idx_env *e,
     return rc != 0 ? idx__mdb_err(e, rc, "put group") : 0;
 }
 
+/* ---- Security metadata ------------------------------------------------- */
+
+static int get_user(struct idx_env *e,
+                    const char *name,
+                    size_t n,
+                    struct idx__user_val *u)
+{
+    MDB_val k = {n, (void *)(uintptr_t)name}, v;
+    int rc = mdb_get(e->wtxn, e->dbi_users, &k, &v);
+    if (rc == MDB_NOTFOUND) {
+        return 1;
+    }
+    if (rc != 0) {
+        return idx__mdb_err(e, rc, "get user");
+    }
+    if (idx__user_val_decode(v.mv_data, v.mv_size, u) != 0) {
+        return IDX__CORRUPT(e, "user value of %.*s", (int)n, name);
+    }
+    return 0;
+}
+
+static bool is_default_ns(const char *name, size_t n)
+{
+    return n == sizeof IDX_NAMESPACE_DEFAULT - 1 &&
+           memcmp(name, IDX_NAMESPACE_DEFAULT, n) == 0;
+}
+
+/* 0 exists, 1 does not, or an error. */
+static int ns_exists(struct idx_env *e, const char *name, size_t n)
+{
+    MDB_val k = {n, (void *)(uintptr_t)name}, v;
+    int rc = mdb_get(e->wtxn, e->dbi_namespaces, &k, &v);
+    if (rc == MDB_NOTFOUND) {
+        return is_default_ns(name, n) ? 0 : 1;
+    }
+    return rc != 0 ? idx__mdb_err(e, rc, "get namespace") : 0;
+}
+
+/* Delete the grants of user (a prefix walk) or, with user NULL, of
+ * namespace ns (a walk of the whole table: grants are few). */
+static int del_grants(struct idx_env *e,
+                      const char *user,
+                      size_t user_len,
+                      const char *ns,
+                      size_t ns_len)
+{
+    MDB_cursor *cur;
+    MDB_val k, v;
+    uint8_t prefix[TERN_NAME_MAX + 1];
+    size_t plen = 0;
+    int rc = mdb_cursor_open(e->wtxn, e->dbi_acls, &cur);
+    if (rc != 0) {
+        return idx__mdb_err(e, rc, "cursor open");
+    }
+    if (user != NULL) {
+        memcpy(prefix, user, user_len);
+        prefix[user_len] = 0;
+        plen = user_len + 1;
+        k.mv_size = plen;
+        k.mv_data = prefix;
+        rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
+    } else {
+        rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST);
+    }
+    while (rc == 0) {
+        struct idx__acl_key ak;
+        if (user != NULL &&
+            (k.mv_size < plen || memcmp(k.mv_data, prefix, plen) != 0)) {
+            break;
+        }
+        if (idx__acl_key_split(k.mv_data, k.mv_size, &ak) != 0) {
+            mdb_cursor_close(cur);
+            return IDX__CORRUPT(e, "grant key");
+        }
+        bool match = user != NULL || (ns != NULL && ak.ns_len == ns_len &&
+                                      memcmp(ak.ns, ns, ns_len) == 0);
+        if (match) {
+            uint8_t at[IDX__ACL_KEY_MAX];
+            size_t at_len = k.mv_size;
+            memcpy(at, k.mv_data, at_len);
+            rc = mdb_cursor_del(cur, 0);
+            if (rc != 0) {
+                break;
+            }
+            /* Re-seek past the deleted key (as del_prefix: immune to the
+             * cursor position rules after mdb_cursor_del). */
+            k.mv_size = at_len;
+            k.mv_data = at;
+            rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
+        } else {
+            rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
+        }
+    }
+    mdb_cursor_close(cur);
+    if (rc != 0 && rc != MDB_NOTFOUND) {
+        return idx__mdb_err(e, rc, "delete grants");
+    }
+    return 0;
+}
+
+static int apply_user_set(struct idx_env *e,
+                          uint64_t index,
+                          const struct idx__cmd *c)
+{
+    struct idx__user_val u;
+    uint8_t buf[IDX__USER_VAL_MAX];
+    int rc = get_user(e, c->queue, c->queue_len, &u);
+    if (rc < 0) {
+        return rc;
+    }
+    if (rc == 1) {
+        u.created_index = index;
+    }
+    u.flags = c->flags;
+    u.cred_len = c->cred_len;
+    memcpy(u.cred, c->cred, c->cred_len);
+    MDB_val k = {c->queue_len, (void *)(uintptr_t)c->queue};
+    MDB_val v = {idx__user_val_encode(buf, &u), buf};
+    rc = mdb_put(e->wtxn, e->dbi_users, &k, &v, 0);
+    return rc != 0 ? idx__mdb_err(e, rc, "put user") : 0;
+}
+
+static int apply_user_delete(struct idx_env *e,
+                             const struct idx__cmd *c,
+                             struct idx_result *r)
+{
+    MDB_val k = {c->queue_len, (void *)(uintptr_t)c->queue};
+    int rc = mdb_del(e->wtxn, e->dbi_users, &k, NULL);
+    if (rc == MDB_NOTFOUND) {
+        r->status = TERN_ENOTFOUND;
+        return 0;
+    }
+    if (rc != 0) {
+        return idx__mdb_err(e, rc, "delete user");
+    }
+    return del_grants(e, c->queue, c->queue_len, NULL, 0);
+}
+
+static int apply_acl(struct idx_env *e,
+                     const struct idx__cmd *c,
+                     struct idx_result *r)
+{
+    struct idx__user_val u;
+    uint8_t key[IDX__ACL_KEY_MAX], val[4];
+    size_t kn = idx__acl_key(key, c->queue, c->queue_len, c->ns, c->ns_len,
+                             c->pattern, c->pattern_len);
+    MDB_val k = {kn, key}, v = {sizeof val, val};
+    int rc;
+    if (c->type == IDX_CMD_ACL_DELETE) {
+        rc = mdb_del(e->wtxn, e->dbi_acls, &k, NULL);
+        if (rc == MDB_NOTFOUND) {
+            r->status = TERN_ENOTFOUND;
+            return 0;
+        }
+        return rc != 0 ? idx__mdb_err(e, rc, "delete grant") : 0;
+    }
+    rc = get_user(e, c->queue, c->queue_len, &u);
+    if (rc == 0) {
+        rc = ns_exists(e, c->ns, c->ns_len);
+    }
+    if (rc < 0) {
+        return rc;
+    }
+    if (rc == 1) {
+        r->status = TERN_ENOTFOUND;
+        return 0;
+    }
+    tern_put_u32(val, c->flags);
+    rc = mdb_put(e->wtxn, e->dbi_acls, &k, &v, 0);
+    return rc != 0 ? idx__mdb_err(e, rc, "put grant") : 0;
+}
+
+static int apply_ns_set(struct idx_env *e,
+                        uint64_t index,
+                        const struct idx__cmd *c)
+{
+    struct idx__ns_val n = {0};
+    uint8_t buf[IDX__NS_VAL_SIZE];
+    MDB_val k = {c->queue_len, (void *)(uintptr_t)c->queue}, v;
+    int rc = mdb_get(e->wtxn, e->dbi_namespaces, &k, &v);
+    if (rc == 0) {
+        if (idx__ns_val_decode(v.mv_data, v.mv_size, &n) != 0) {
+            return IDX__CORRUPT(e, "namespace value of %.*s", (int)c->queue_len,
+                                c->queue);
+        }
+    } else if (rc == MDB_NOTFOUND) {
+        n.created_index = index;
+    } else {
+        return idx__mdb_err(e, rc, "get namespace");
+    }
+    n.quota = c->quota;
+    idx__ns_val_encode(buf, &n);
+    v.mv_size = sizeof buf;
+    v.mv_data = buf;
+    rc = mdb_put(e->wtxn, e->dbi_namespaces, &k, &v, 0);
+    return rc != 0 ? idx__mdb_err(e, rc, "put namespace") : 0;
+}
+
+static int apply_ns_delete(struct idx_env *e,
+                           const struct idx__cmd *c,
+                           struct idx_result *r)
+{
+    if (is_default_ns(c->queue, c->queue_len)) {
+        r->status = TERN_EINVAL;
+        return 0;
+    }
+    MDB_val k = {c->queue_len, (void *)(uintptr_t)c->queue};
+    int rc = mdb_del(e->wtxn, e->dbi_namespaces, &k, NULL);
+    if (rc == MDB_NOTFOUND) {
+        r->status = TERN_ENOTFOUND;
+        return 0;
+    }
+    if (rc != 0) {
+        return idx__mdb_err(e, rc, "delete namespace");
+    }
+    return del_grants(e, NULL, 0, c->queue, c->queue_len);
+}
+
+static int apply_producer_init(struct idx_env *e,
+                               const struct idx__cmd *c,
+                               struct idx_result *r)
+{
+    struct idx__pid_val p = {0};
+    uint8_t key[8], buf[IDX__PID_VAL_MAX];
+    if (c->queue_len > 0) {
+        struct idx__user_val u = {0};
+        int rc = get_user(e, c->queue, c->queue_len, &u);
+        if (rc < 0) {
+            return rc;
+        }
+        if (rc == 1) {
+            r->status = TERN_ENOTFOUND;
+            return 0;
+        }
+        p.owner_created_index = u.created_index;
+        memcpy(p.owner, c->queue, c->queue_len);
+        p.owner_len = c->queue_len;
+    }
+    uint64_t id = e->st.next_producer_id++;
+    idx__put_be64(key, id);
+    MDB_val k = {sizeof key, key}, v = {idx__pid_val_encode(buf, &p), buf};
+    int rc = mdb_put(e->wtxn, e->dbi_pids, &k, &v, 0);
+    if (rc != 0) {
+        return idx__mdb_err(e, rc, "put producer id");
+    }
+    r->base_offset = id;
+    return 0;
+}
+
 static int put_state(struct idx_env *e)
 {
     uint8_t buf[IDX__STATE_SIZE];
@@ -327,6 +583,25 @@ int idx__index_record(struct idx_env *e,
                 break;
             case IDX_CMD_READ_BARRIER:
                 break; /* result 0, nothing changes */
+            case IDX_CMD_USER_SET:
+                rc = apply_user_set(e, index, &cmd);
+                break;
+            case IDX_CMD_USER_DELETE:
+                rc = apply_user_delete(e, &cmd, &r);
+                break;
+            case IDX_CMD_ACL_SET:
+            case IDX_CMD_ACL_DELETE:
+                rc = apply_acl(e, &cmd, &r);
+                break;
+            case IDX_CMD_NAMESPACE_SET:
+                rc = apply_ns_set(e, index, &cmd);
+                break;
+            case IDX_CMD_NAMESPACE_DELETE:
+                rc = apply_ns_delete(e, &cmd, &r);
+                break;
+            case IDX_CMD_PRODUCER_INIT:
+                rc = apply_producer_init(e, &cmd, &r);
+                break;
             default:
                 rc = IDX__CORRUPT(e, "validated entry has command type %u",
                                   cmd.type);

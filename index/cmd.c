@@ -35,6 +35,27 @@
  *     release of version 1: a node that does not know type 5 rejects the
  *     entry, so upgrade every node before a leader proposes one.
  *
+ * Security metadata (docs/AUTH.md), added after the first release of
+ * version 1 like READ_BARRIER (upgrade every node before a leader proposes
+ * one). name = u8 len + bytes passing tern_name_valid, at most
+ * IDX_USER_NAME_MAX (128) bytes for a user, IDX_NS_NAME_MAX (64) for a
+ * namespace:
+ *   USER_SET (6):
+ *     name user, u32 flags (IDX_USER_ADMIN 1 | IDX_USER_CERT 2, other bits
+ *     0), u8 cred_len, cred (opaque: auth/scram.c binary credential;
+ *     cred_len 0 only with IDX_USER_CERT)
+ *   USER_DELETE (7), NAMESPACE_DELETE (11):
+ *     name
+ *   ACL_SET (8):
+ *     name user, name namespace, u8 pattern_len, pattern
+ *     (idx_acl_pattern_valid), u32 perms (1..IDX_PERM_ALL)
+ *   ACL_DELETE (9):
+ *     name user, name namespace, u8 pattern_len, pattern
+ *   NAMESPACE_SET (10):
+ *     name, u64 max_queues, u64 max_bytes, u64 produce_bytes_per_s
+ *   PRODUCER_INIT (12):
+ *     u8 owner_len (0 = anonymous), owner (tern_name_valid when not empty)
+ *
  * Message size: the validator checks structure only. The per-message limit
  * (idx_options.max_message) is enforced by idx_apply as a TERN_ETOOBIG
  * result for the whole produce command, so every node of a cluster must
@@ -169,6 +190,153 @@ void idx_cmd_read_barrier(struct tern_wbuf *w)
     cmd_finish(w, cmd_start(w, IDX_CMD_READ_BARRIER));
 }
 
+static void put_name_max(struct tern_wbuf *w, const char *name, size_t max)
+{
+    if (name != NULL && strnlen(name, max + 1) > max) {
+        set_err(w, TERN_EBADNAME);
+        return;
+    }
+    put_name(w, name);
+}
+
+static void put_pattern(struct tern_wbuf *w, const char *pattern)
+{
+    size_t n = pattern != NULL ? strnlen(pattern, TERN_NAME_MAX + 1) : 0;
+    if (pattern == NULL || !idx_acl_pattern_valid(pattern, n)) {
+        set_err(w, TERN_EBADNAME);
+        return;
+    }
+    tern_wbuf_u8(w, (uint8_t)n);
+    tern_wbuf_put(w, pattern, n);
+}
+
+void idx_cmd_user_set(struct tern_wbuf *w,
+                      const char *name,
+                      uint32_t flags,
+                      const void *cred,
+                      size_t cred_len)
+{
+    if ((flags & ~IDX_USER_FLAGS) != 0 || cred_len > IDX_CRED_MAX ||
+        (cred_len > 0 && cred == NULL) ||
+        (cred_len == 0 && (flags & IDX_USER_CERT) == 0)) {
+        set_err(w, TERN_EINVAL);
+        return;
+    }
+    size_t at = cmd_start(w, IDX_CMD_USER_SET);
+    put_name_max(w, name, IDX_USER_NAME_MAX);
+    tern_wbuf_u32(w, flags);
+    tern_wbuf_u8(w, (uint8_t)cred_len);
+    tern_wbuf_put(w, cred, cred_len);
+    cmd_finish(w, at);
+}
+
+void idx_cmd_user_delete(struct tern_wbuf *w, const char *name)
+{
+    size_t at = cmd_start(w, IDX_CMD_USER_DELETE);
+    put_name_max(w, name, IDX_USER_NAME_MAX);
+    cmd_finish(w, at);
+}
+
+void idx_cmd_acl_set(struct tern_wbuf *w,
+                     const char *user,
+                     const char *ns,
+                     const char *pattern,
+                     uint32_t perms)
+{
+    if (perms == 0 || (perms & ~IDX_PERM_ALL) != 0) {
+        set_err(w, TERN_EINVAL);
+        return;
+    }
+    size_t at = cmd_start(w, IDX_CMD_ACL_SET);
+    put_name_max(w, user, IDX_USER_NAME_MAX);
+    put_name_max(w, ns, IDX_NS_NAME_MAX);
+    put_pattern(w, pattern);
+    tern_wbuf_u32(w, perms);
+    cmd_finish(w, at);
+}
+
+void idx_cmd_acl_delete(struct tern_wbuf *w,
+                        const char *user,
+                        const char *ns,
+                        const char *pattern)
+{
+    size_t at = cmd_start(w, IDX_CMD_ACL_DELETE);
+    put_name_max(w, user, IDX_USER_NAME_MAX);
+    put_name_max(w, ns, IDX_NS_NAME_MAX);
+    put_pattern(w, pattern);
+    cmd_finish(w, at);
+}
+
+void idx_cmd_namespace_set(struct tern_wbuf *w,
+                           const char *name,
+                           const struct idx_quota *q)
+{
+    if (q == NULL) {
+        set_err(w, TERN_EINVAL);
+        return;
+    }
+    size_t at = cmd_start(w, IDX_CMD_NAMESPACE_SET);
+    put_name_max(w, name, IDX_NS_NAME_MAX);
+    tern_wbuf_u64(w, q->max_queues);
+    tern_wbuf_u64(w, q->max_bytes);
+    tern_wbuf_u64(w, q->produce_bytes_per_s);
+    cmd_finish(w, at);
+}
+
+void idx_cmd_namespace_delete(struct tern_wbuf *w, const char *name)
+{
+    size_t at = cmd_start(w, IDX_CMD_NAMESPACE_DELETE);
+    put_name_max(w, name, IDX_NS_NAME_MAX);
+    cmd_finish(w, at);
+}
+
+void idx_cmd_producer_init(struct tern_wbuf *w, const char *owner)
+{
+    size_t at = cmd_start(w, IDX_CMD_PRODUCER_INIT);
+    if (owner == NULL || owner[0] == '\0') {
+        tern_wbuf_u8(w, 0);
+    } else {
+        put_name_max(w, owner, IDX_USER_NAME_MAX);
+    }
+    cmd_finish(w, at);
+}
+
+/* ---- Grant patterns ------------------------------------------------------ */
+
+static bool name_char(char ch)
+{
+    return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+           (ch >= '0' && ch <= '9') || ch == '.' || ch == '_' || ch == '-';
+}
+
+bool idx_acl_pattern_valid(const char *p, size_t len)
+{
+    if (p == NULL || len == 0 || len > TERN_NAME_MAX) {
+        return false;
+    }
+    if (p[len - 1] != '*') {
+        return tern_name_valid(p, len);
+    }
+    for (size_t i = 0; i + 1 < len; i++) {
+        if (!name_char(p[i])) {
+            return false;
+        }
+    }
+    return true;
+}
+
+bool idx_acl_pattern_match(const char *pattern, const char *queue)
+{
+    size_t n = strlen(pattern);
+    if (queue == NULL) {
+        return n == 1 && pattern[0] == '*';
+    }
+    if (n > 0 && pattern[n - 1] == '*') {
+        return strncmp(pattern, queue, n - 1) == 0;
+    }
+    return strcmp(pattern, queue) == 0;
+}
+
 static uint32_t entry_checksum(const uint8_t *base, size_t len)
 {
     struct tern_checksum_state st;
@@ -238,6 +406,16 @@ static const char *get_name(struct tern_cursor *c, uint8_t *n)
     return p;
 }
 
+static const char *get_name_max(struct tern_cursor *c, uint8_t *n, size_t max)
+{
+    const char *p = get_name(c, n);
+    if (p != NULL && *n > max) {
+        c->err = TERN_EMALFORMED;
+        return NULL;
+    }
+    return p;
+}
+
 static int decode_body(struct tern_cursor *c, struct idx__cmd *cmd)
 {
     switch (cmd->type) {
@@ -271,6 +449,55 @@ static int decode_body(struct tern_cursor *c, struct idx__cmd *cmd)
         cmd->next_offset = tern_cursor_u64(c);
         break;
     case IDX_CMD_READ_BARRIER:
+        break;
+    case IDX_CMD_USER_SET:
+        cmd->queue = get_name_max(c, &cmd->queue_len, IDX_USER_NAME_MAX);
+        cmd->flags = tern_cursor_u32(c);
+        cmd->cred_len = tern_cursor_u8(c);
+        cmd->cred = tern_cursor_bytes(c, cmd->cred_len);
+        if (c->err == 0 &&
+            ((cmd->flags & ~IDX_USER_FLAGS) != 0 ||
+             (cmd->cred_len == 0 && (cmd->flags & IDX_USER_CERT) == 0))) {
+            return TERN_EMALFORMED;
+        }
+        break;
+    case IDX_CMD_USER_DELETE:
+        cmd->queue = get_name_max(c, &cmd->queue_len, IDX_USER_NAME_MAX);
+        break;
+    case IDX_CMD_NAMESPACE_DELETE:
+        cmd->queue = get_name_max(c, &cmd->queue_len, IDX_NS_NAME_MAX);
+        break;
+    case IDX_CMD_ACL_SET:
+    case IDX_CMD_ACL_DELETE:
+        cmd->queue = get_name_max(c, &cmd->queue_len, IDX_USER_NAME_MAX);
+        cmd->ns = get_name_max(c, &cmd->ns_len, IDX_NS_NAME_MAX);
+        cmd->pattern_len = tern_cursor_u8(c);
+        cmd->pattern = (const char *)tern_cursor_bytes(c, cmd->pattern_len);
+        if (c->err == 0 &&
+            !idx_acl_pattern_valid(cmd->pattern, cmd->pattern_len)) {
+            return TERN_EMALFORMED;
+        }
+        if (cmd->type == IDX_CMD_ACL_SET) {
+            cmd->flags = tern_cursor_u32(c);
+            if (c->err == 0 &&
+                (cmd->flags == 0 || (cmd->flags & ~IDX_PERM_ALL) != 0)) {
+                return TERN_EMALFORMED;
+            }
+        }
+        break;
+    case IDX_CMD_NAMESPACE_SET:
+        cmd->queue = get_name_max(c, &cmd->queue_len, IDX_NS_NAME_MAX);
+        cmd->quota.max_queues = tern_cursor_u64(c);
+        cmd->quota.max_bytes = tern_cursor_u64(c);
+        cmd->quota.produce_bytes_per_s = tern_cursor_u64(c);
+        break;
+    case IDX_CMD_PRODUCER_INIT:
+        if (tern_cursor_left(c) >= 1 && c->p[0] == 0) {
+            (void)tern_cursor_u8(c); /* anonymous owner */
+            cmd->queue = "";
+        } else {
+            cmd->queue = get_name_max(c, &cmd->queue_len, IDX_USER_NAME_MAX);
+        }
         break;
     default:
         return TERN_EMALFORMED;

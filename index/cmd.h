@@ -44,6 +44,16 @@ struct idx__cmd
     uint32_t n_msgs;
     const uint8_t *msgs; /* n_msgs x (u32 len, bytes) */
     size_t msgs_len;
+    /* Security metadata commands (types 6..12); the user or namespace
+     * name of USER_* / NAMESPACE_* / PRODUCER_INIT is in queue. */
+    const char *ns; /* ACL_*: namespace, not NUL-terminated */
+    uint8_t ns_len;
+    const char *pattern; /* ACL_*: grant pattern */
+    uint8_t pattern_len;
+    uint32_t flags;      /* USER_SET: IDX_USER_*; ACL_SET: IDX_PERM_* */
+    const uint8_t *cred; /* USER_SET */
+    uint8_t cred_len;
+    struct idx_quota quota; /* NAMESPACE_SET */
 };
 
 struct idx__entry

@@ -57,7 +57,7 @@
 /* Records indexed per write txn during recovery. */
 #define IDX__RECOVERY_BATCH 1024
 
-/* Open (creating) the five DBIs of the index in txn. */
+/* Open (creating) the nine DBIs of the index in txn. */
 static int dbi_open_all(struct idx_env *e, MDB_txn *txn)
 {
     int rc;
@@ -66,6 +66,12 @@ static int dbi_open_all(struct idx_env *e, MDB_txn *txn)
         (rc = mdb_dbi_open(txn, "msgs", MDB_CREATE, &e->dbi_msgs)) != 0 ||
         (rc = mdb_dbi_open(txn, "groups", MDB_CREATE, &e->dbi_groups)) != 0 ||
         (rc = mdb_dbi_open(txn, "producers", MDB_CREATE, &e->dbi_producers)) !=
+            0 ||
+        (rc = mdb_dbi_open(txn, "users", MDB_CREATE, &e->dbi_users)) != 0 ||
+        (rc = mdb_dbi_open(txn, "acls", MDB_CREATE, &e->dbi_acls)) != 0 ||
+        (rc = mdb_dbi_open(txn, "namespaces", MDB_CREATE,
+                           &e->dbi_namespaces)) != 0 ||
+        (rc = mdb_dbi_open(txn, "producer_ids", MDB_CREATE, &e->dbi_pids)) !=
             0) {
         return idx__mdb_err(e, rc, "open dbi");
     }
@@ -117,7 +123,7 @@ static int lmdb_open(struct idx_env *e)
         return idx__mdb_err(e, rc, "env create");
     }
     if ((rc = mdb_env_set_mapsize(e->mdb, e->map_size)) != 0 ||
-        (rc = mdb_env_set_maxdbs(e->mdb, 8)) != 0 ||
+        (rc = mdb_env_set_maxdbs(e->mdb, 16)) != 0 ||
         (rc = mdb_env_open(e->mdb, e->lmdb_dir,
                            MDB_NOSYNC | MDB_NOMETASYNC | MDB_NOTLS, 0600)) !=
             0) {
@@ -161,6 +167,7 @@ static int reconcile(struct idx_env *e)
     }
     memset(&s, 0, sizeof s);
     s.next_queue_id = 1;
+    s.next_producer_id = 1;
     e->st = s;
     e->committed = s;
     /* Record the empty state so an empty log has meta too. */

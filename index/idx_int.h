@@ -75,9 +75,11 @@ struct idx__state
     uint64_t log_end;      /* log position just after it */
     uint64_t last_rec_pos; /* its position (0 with last_applied 0) */
     uint32_t last_rec_checksum;
-    uint64_t next_queue_id; /* next id handed to a created queue */
+    uint64_t next_queue_id;    /* next id handed to a created queue */
+    uint64_t next_producer_id; /* next id PRODUCER_INIT issues */
 };
-#define IDX__STATE_SIZE     48
+#define IDX__SCHEMA_VERSION 2
+#define IDX__STATE_SIZE     56
 #define IDX__META_KEY_STATE "state"
 void idx__state_encode(uint8_t *buf, const struct idx__state *s);
 int idx__state_decode(const void *buf, size_t len, struct idx__state *s);
@@ -137,6 +139,63 @@ size_t idx__producer_val_encode(uint8_t *buf,
 int idx__producer_val_decode(const void *buf,
                              size_t len,
                              struct idx__producer_val *p);
+
+/* users: name -> flags, created_index, credential. */
+struct idx__user_val
+{
+    uint32_t flags;
+    uint64_t created_index;
+    uint32_t cred_len;
+    uint8_t cred[IDX_CRED_MAX];
+};
+#define IDX__USER_VAL_MAX (17 + IDX_CRED_MAX)
+/* Returns the value length. */
+size_t idx__user_val_encode(uint8_t *buf, const struct idx__user_val *u);
+int idx__user_val_decode(const void *buf, size_t len, struct idx__user_val *u);
+
+/* acls: user 0x00 namespace 0x00 pattern -> u32 perms. */
+#define IDX__ACL_KEY_MAX                                                       \
+    (IDX_USER_NAME_MAX + IDX_NS_NAME_MAX + TERN_NAME_MAX + 2)
+size_t idx__acl_key(uint8_t *key,
+                    const char *user,
+                    size_t user_len,
+                    const char *ns,
+                    size_t ns_len,
+                    const char *pattern,
+                    size_t pattern_len);
+struct idx__acl_key
+{
+    char user[TERN_NAME_MAX + 1];
+    size_t user_len;
+    char ns[TERN_NAME_MAX + 1];
+    size_t ns_len;
+    char pattern[TERN_NAME_MAX + 1];
+    size_t pattern_len;
+};
+/* Split and validate a stored key (NUL-terminated copies). 0 or
+ * TERN_ECORRUPT. */
+int idx__acl_key_split(const void *key, size_t len, struct idx__acl_key *out);
+
+/* namespaces: name -> created_index, quotas. */
+struct idx__ns_val
+{
+    uint64_t created_index;
+    struct idx_quota quota;
+};
+#define IDX__NS_VAL_SIZE 40
+void idx__ns_val_encode(uint8_t *buf, const struct idx__ns_val *n);
+int idx__ns_val_decode(const void *buf, size_t len, struct idx__ns_val *n);
+
+/* producer_ids: u64 BE id -> owner's created_index, owner name. */
+struct idx__pid_val
+{
+    uint64_t owner_created_index;
+    char owner[TERN_NAME_MAX + 1]; /* NUL-terminated after decode */
+    size_t owner_len;
+};
+#define IDX__PID_VAL_MAX (8 + TERN_NAME_MAX)
+size_t idx__pid_val_encode(uint8_t *buf, const struct idx__pid_val *p);
+int idx__pid_val_decode(const void *buf, size_t len, struct idx__pid_val *p);
 
 /* Big-endian u64 for sortable key prefixes. */
 void idx__put_be64(uint8_t *p, uint64_t v);
@@ -280,6 +339,10 @@ struct idx_env
     MDB_dbi dbi_msgs;
     MDB_dbi dbi_groups;
     MDB_dbi dbi_producers;
+    MDB_dbi dbi_users;
+    MDB_dbi dbi_acls;
+    MDB_dbi dbi_namespaces;
+    MDB_dbi dbi_pids;
     MDB_txn *wtxn;               /* pending write txn or NULL */
     struct idx__state st;        /* applied state, including pending */
     struct idx__state committed; /* state of the last commit */

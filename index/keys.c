@@ -10,11 +10,16 @@
  * order. Values are little-endian.
  *
  * DBI "meta":
- *   key "state" -> 48 bytes:
- *     u32 schema version (1), u32 last_rec_checksum, u64 last_applied,
- *     u64 log_end, u64 last_rec_pos, u64 next_queue_id, u32 reserved (0),
- *     u32 tern_checksum32 over the preceding 44 bytes.
+ *   key "state" -> 56 bytes:
+ *     u32 schema version (2), u32 last_rec_checksum, u64 last_applied,
+ *     u64 log_end, u64 last_rec_pos, u64 next_queue_id,
+ *     u64 next_producer_id, u32 reserved (0), u32 tern_checksum32 over
+ *     the preceding 52 bytes.
  *   It is written in the same write txn as every change it describes.
+ *   Schema 2 added next_producer_id and the four security tables below
+ *   (docs/AUTH.md); schema 1 was 48 bytes without it. No upgrade code:
+ *   LMDB is rebuilt from the commit log at every open, and old entries
+ *   produce the new layout.
  * DBI "queues":
  *   key queue name (tern_name_valid, no NUL) -> 40 bytes:
  *     u32 version (1), u32 flags (0), u64 queue id, u64 created_index,
@@ -34,6 +39,22 @@
  *   producers are deleted with one range walk) -> 16 + 20 * n bytes:
  *     u64 last_seq, u32 n (0..IDX__DEDUP_WINDOW = 32), u32 reserved (0),
  *     n x (u64 seq, u64 base_offset, u32 count), newest first.
+ * DBI "users":
+ *   key user name -> 17 + cred_len bytes:
+ *     u32 version (1), u32 flags (IDX_USER_*), u64 created_index (raft
+ *     index of the USER_SET that created it; a replace keeps it),
+ *     u8 cred_len, cred (opaque).
+ * DBI "acls":
+ *   key user name, 0x00, namespace name, 0x00, pattern (names never hold
+ *   0x00, so a user's grants are one contiguous range) -> u32 perms.
+ * DBI "namespaces":
+ *   key namespace name -> 40 bytes:
+ *     u32 version (1), u32 flags (0), u64 created_index, u64 max_queues,
+ *     u64 max_bytes, u64 produce_bytes_per_s.
+ * DBI "producer_ids":
+ *   key u64 BE producer id -> 8 + n bytes: u64 the owner's created_index
+ *   (0 for the anonymous owner), owner name (n = 0..200 bytes, 0 =
+ *   anonymous).
  */
 #include "idx_int.h"
 
@@ -56,27 +77,28 @@ uint64_t idx__get_be64(const uint8_t *p)
 
 void idx__state_encode(uint8_t *buf, const struct idx__state *s)
 {
-    tern_put_u32(buf, 1);
+    tern_put_u32(buf, IDX__SCHEMA_VERSION);
     tern_put_u32(buf + 4, s->last_rec_checksum);
     tern_put_u64(buf + 8, s->last_applied);
     tern_put_u64(buf + 16, s->log_end);
     tern_put_u64(buf + 24, s->last_rec_pos);
     tern_put_u64(buf + 32, s->next_queue_id);
-    tern_put_u32(buf + 40, 0);
-    tern_put_u32(buf + 44, tern_checksum32(buf, 44));
+    tern_put_u64(buf + 40, s->next_producer_id);
+    tern_put_u32(buf + 48, 0);
+    tern_put_u32(buf + 52, tern_checksum32(buf, 52));
 }
 
 int idx__state_decode(const void *buf, size_t len, struct idx__state *s)
 {
     const uint8_t *b = buf;
     if (len != IDX__STATE_SIZE ||
-        !IDX__CHECKSUM_OK(tern_get_u32(b + 44), tern_checksum32(b, 44))) {
+        !IDX__CHECKSUM_OK(tern_get_u32(b + 52), tern_checksum32(b, 52))) {
         return TERN_ECORRUPT;
     }
-    if (tern_get_u32(b) != 1) {
+    if (tern_get_u32(b) != IDX__SCHEMA_VERSION) {
         return TERN_EVERSION;
     }
-    if (tern_get_u32(b + 40) != 0) {
+    if (tern_get_u32(b + 48) != 0) {
         return TERN_ECORRUPT;
     }
     s->last_rec_checksum = tern_get_u32(b + 4);
@@ -84,6 +106,7 @@ int idx__state_decode(const void *buf, size_t len, struct idx__state *s)
     s->log_end = tern_get_u64(b + 16);
     s->last_rec_pos = tern_get_u64(b + 24);
     s->next_queue_id = tern_get_u64(b + 32);
+    s->next_producer_id = tern_get_u64(b + 40);
     return 0;
 }
 
@@ -191,5 +214,121 @@ int idx__producer_val_decode(const void *buf,
         p->b[i].count = tern_get_u32(b + 16);
         b += 20;
     }
+    return 0;
+}
+
+size_t idx__user_val_encode(uint8_t *buf, const struct idx__user_val *u)
+{
+    tern_put_u32(buf, 1);
+    tern_put_u32(buf + 4, u->flags);
+    tern_put_u64(buf + 8, u->created_index);
+    buf[16] = (uint8_t)u->cred_len;
+    memcpy(buf + 17, u->cred, u->cred_len);
+    return 17 + (size_t)u->cred_len;
+}
+
+int idx__user_val_decode(const void *buf, size_t len, struct idx__user_val *u)
+{
+    const uint8_t *b = buf;
+    if (len < 17 || tern_get_u32(b) != 1 || len != 17 + (size_t)b[16] ||
+        (tern_get_u32(b + 4) & ~IDX_USER_FLAGS) != 0) {
+        return TERN_ECORRUPT;
+    }
+    u->flags = tern_get_u32(b + 4);
+    u->created_index = tern_get_u64(b + 8);
+    u->cred_len = b[16];
+    memcpy(u->cred, b + 17, u->cred_len);
+    return 0;
+}
+
+size_t idx__acl_key(uint8_t *key,
+                    const char *user,
+                    size_t user_len,
+                    const char *ns,
+                    size_t ns_len,
+                    const char *pattern,
+                    size_t pattern_len)
+{
+    uint8_t *p = key;
+    memcpy(p, user, user_len);
+    p += user_len;
+    *p++ = 0;
+    memcpy(p, ns, ns_len);
+    p += ns_len;
+    *p++ = 0;
+    memcpy(p, pattern, pattern_len);
+    p += pattern_len;
+    return (size_t)(p - key);
+}
+
+int idx__acl_key_split(const void *key, size_t len, struct idx__acl_key *out)
+{
+    const char *k = key;
+    const char *z1 = len > 0 ? memchr(k, 0, len) : NULL;
+    const char *z2 =
+        z1 != NULL ? memchr(z1 + 1, 0, len - (size_t)(z1 + 1 - k)) : NULL;
+    if (z2 == NULL) {
+        return TERN_ECORRUPT;
+    }
+    out->user_len = (size_t)(z1 - k);
+    out->ns_len = (size_t)(z2 - z1 - 1);
+    out->pattern_len = len - (size_t)(z2 + 1 - k);
+    if (out->user_len > IDX_USER_NAME_MAX || out->ns_len > IDX_NS_NAME_MAX ||
+        !tern_name_valid(k, out->user_len) ||
+        !tern_name_valid(z1 + 1, out->ns_len) ||
+        !idx_acl_pattern_valid(z2 + 1, out->pattern_len)) {
+        return TERN_ECORRUPT;
+    }
+    memcpy(out->user, k, out->user_len);
+    out->user[out->user_len] = '\0';
+    memcpy(out->ns, z1 + 1, out->ns_len);
+    out->ns[out->ns_len] = '\0';
+    memcpy(out->pattern, z2 + 1, out->pattern_len);
+    out->pattern[out->pattern_len] = '\0';
+    return 0;
+}
+
+void idx__ns_val_encode(uint8_t *buf, const struct idx__ns_val *n)
+{
+    tern_put_u32(buf, 1);
+    tern_put_u32(buf + 4, 0);
+    tern_put_u64(buf + 8, n->created_index);
+    tern_put_u64(buf + 16, n->quota.max_queues);
+    tern_put_u64(buf + 24, n->quota.max_bytes);
+    tern_put_u64(buf + 32, n->quota.produce_bytes_per_s);
+}
+
+int idx__ns_val_decode(const void *buf, size_t len, struct idx__ns_val *n)
+{
+    const uint8_t *b = buf;
+    if (len != IDX__NS_VAL_SIZE || tern_get_u32(b) != 1 ||
+        tern_get_u32(b + 4) != 0) {
+        return TERN_ECORRUPT;
+    }
+    n->created_index = tern_get_u64(b + 8);
+    n->quota.max_queues = tern_get_u64(b + 16);
+    n->quota.max_bytes = tern_get_u64(b + 24);
+    n->quota.produce_bytes_per_s = tern_get_u64(b + 32);
+    return 0;
+}
+
+size_t idx__pid_val_encode(uint8_t *buf, const struct idx__pid_val *p)
+{
+    tern_put_u64(buf, p->owner_created_index);
+    memcpy(buf + 8, p->owner, p->owner_len);
+    return 8 + p->owner_len;
+}
+
+int idx__pid_val_decode(const void *buf, size_t len, struct idx__pid_val *p)
+{
+    const uint8_t *b = buf;
+    if (len < 8 || len - 8 > TERN_NAME_MAX ||
+        (len > 8 && !tern_name_valid((const char *)b + 8, len - 8))) {
+        return TERN_ECORRUPT;
+    }
+    p->owner_created_index = tern_get_u64(b);
+    p->owner_len = len - 8;
+    memcpy(p->owner, b + 8, p->owner_len);
+    p->owner[p->owner_len] = '\0';
     return 0;
 }

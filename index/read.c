@@ -1,10 +1,12 @@
 /*
- * Reads: queue listing and lookup, consumer-group offsets and message
- * fetches. Every read runs in its own LMDB read txn (MDB_NOTLS), so it sees
- * flushed state only, never the pending write txn. Message bytes are
- * served from the commit log with pread; each record is read whole and
- * its checksum verified once per fetch before any message of it is
- * handed out, so a damaged record yields TERN_ECORRUPT, never garbage.
+ * Reads: queue listing and lookup, consumer-group offsets, message
+ * fetches, and the security metadata (users, grants and their evaluation,
+ * namespaces, producer id owners; docs/AUTH.md). Every read runs in its own
+ * LMDB read txn (MDB_NOTLS), so it sees flushed state only, never the pending
+ * write txn. Message bytes are served from the commit log with pread; each
+ * record is read whole and its checksum verified once per fetch before any
+ * message of it is handed out, so a damaged record yields TERN_ECORRUPT, never
+ * garbage.
  *
  * Why the log positions in a read txn are always readable: the log is
  * append-only while the env is open (truncation happens only inside
@@ -279,4 +281,384 @@ out:
     }
     mdb_txn_abort(txn);
     return rc;
+}
+
+/* ---- Security metadata -------------------------------------------------- */
+
+static int name_valid_max(const char *name, size_t max)
+{
+    size_t n = name != NULL ? strnlen(name, max + 1) : 0;
+    return n <= max && tern_name_valid(name, n);
+}
+
+/* Walk dbi from the first key (or from the first key >= from, from_len
+ * bytes), calling each(e, arg, k, v) until it returns non-zero (1 stops
+ * without error, negative is an error). */
+typedef int (*walk_fn)(struct idx_env *e,
+                       void *arg,
+                       const MDB_val *k,
+                       const MDB_val *v);
+static int walk(struct idx_env *e,
+                MDB_dbi dbi,
+                const void *from,
+                size_t from_len,
+                walk_fn each,
+                void *arg)
+{
+    MDB_txn *txn;
+    MDB_cursor *cur;
+    MDB_val k, v;
+    int rc = rtxn_begin(e, &txn);
+    if (rc != 0) {
+        return rc;
+    }
+    rc = mdb_cursor_open(txn, dbi, &cur);
+    if (rc != 0) {
+        rc = idx__mdb_err(e, rc, "cursor open");
+        mdb_txn_abort(txn);
+        return rc;
+    }
+    int mrc;
+    if (from_len > 0) {
+        k.mv_size = from_len;
+        k.mv_data = (void *)(uintptr_t)from;
+        mrc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
+    } else {
+        mrc = mdb_cursor_get(cur, &k, &v, MDB_FIRST);
+    }
+    for (; mrc == 0; mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+        rc = each(e, arg, &k, &v);
+        if (rc != 0) {
+            break;
+        }
+    }
+    if (rc == 0 && mrc != 0 && mrc != MDB_NOTFOUND) {
+        rc = idx__mdb_err(e, mrc, "cursor");
+    }
+    mdb_cursor_close(cur);
+    mdb_txn_abort(txn);
+    return rc < 0 ? rc : 0;
+}
+
+static int user_info(struct idx_env *e,
+                     const MDB_val *k,
+                     const MDB_val *v,
+                     char *name,
+                     struct idx_user_info *out)
+{
+    struct idx__user_val u;
+    if (k->mv_size == 0 || k->mv_size > IDX_USER_NAME_MAX ||
+        idx__user_val_decode(v->mv_data, v->mv_size, &u) != 0) {
+        return IDX__CORRUPT(e, "user entry");
+    }
+    memcpy(name, k->mv_data, k->mv_size);
+    name[k->mv_size] = '\0';
+    out->name = name;
+    out->flags = u.flags;
+    out->created_index = u.created_index;
+    out->cred_len = u.cred_len;
+    memcpy(out->cred, u.cred, u.cred_len);
+    return 0;
+}
+
+struct user_walk
+{
+    idx_user_cb cb;
+    void *arg;
+};
+
+static int user_each(struct idx_env *e,
+                     void *arg,
+                     const MDB_val *k,
+                     const MDB_val *v)
+{
+    struct user_walk *uw = arg;
+    char name[IDX_USER_NAME_MAX + 1];
+    struct idx_user_info ui;
+    int rc = user_info(e, k, v, name, &ui);
+    if (rc != 0) {
+        return rc;
+    }
+    return uw->cb(uw->arg, &ui) != 0 ? 1 : 0;
+}
+
+int idx_user_list(struct idx_env *e, idx_user_cb cb, void *arg)
+{
+    struct user_walk uw = {cb, arg};
+    return walk(e, e->dbi_users, NULL, 0, user_each, &uw);
+}
+
+int idx_user_get(struct idx_env *e, const char *name, struct idx_user_info *out)
+{
+    MDB_txn *txn;
+    char copy[IDX_USER_NAME_MAX + 1];
+    if (!name_valid_max(name, IDX_USER_NAME_MAX)) {
+        return idx__fail(e, TERN_EBADNAME, __LINE__, "invalid user name");
+    }
+    int rc = rtxn_begin(e, &txn);
+    if (rc != 0) {
+        return rc;
+    }
+    MDB_val k = {strlen(name), (void *)(uintptr_t)name}, v;
+    rc = mdb_get(txn, e->dbi_users, &k, &v);
+    if (rc == MDB_NOTFOUND) {
+        rc = idx__fail(e, TERN_ENOTFOUND, __LINE__, "no user %s", name);
+    } else if (rc != 0) {
+        rc = idx__mdb_err(e, rc, "get user");
+    } else {
+        rc = user_info(e, &k, &v, copy, out);
+        out->name = name;
+    }
+    mdb_txn_abort(txn);
+    return rc;
+}
+
+struct acl_walk
+{
+    idx_acl_cb cb;
+    void *arg;
+    size_t prefix_len; /* user name + 0x00, or 0 for all */
+    const char *prefix;
+};
+
+static int acl_each(struct idx_env *e,
+                    void *arg,
+                    const MDB_val *k,
+                    const MDB_val *v)
+{
+    struct acl_walk *aw = arg;
+    struct idx__acl_key ak;
+    if (aw->prefix_len > 0 &&
+        (k->mv_size < aw->prefix_len ||
+         memcmp(k->mv_data, aw->prefix, aw->prefix_len) != 0)) {
+        return 1;
+    }
+    if (idx__acl_key_split(k->mv_data, k->mv_size, &ak) != 0 ||
+        v->mv_size != 4) {
+        return IDX__CORRUPT(e, "grant entry");
+    }
+    struct idx_acl a = {
+        .user = ak.user,
+        .ns = ak.ns,
+        .pattern = ak.pattern,
+        .perms = tern_get_u32(v->mv_data),
+    };
+    return aw->cb(aw->arg, &a) != 0 ? 1 : 0;
+}
+
+int idx_acl_list(struct idx_env *e, const char *user, idx_acl_cb cb, void *arg)
+{
+    char prefix[IDX_USER_NAME_MAX + 1];
+    struct acl_walk aw = {cb, arg, 0, prefix};
+    if (user != NULL && user[0] != '\0') {
+        if (!name_valid_max(user, IDX_USER_NAME_MAX)) {
+            return idx__fail(e, TERN_EBADNAME, __LINE__, "invalid user name");
+        }
+        aw.prefix_len = strlen(user) + 1;
+        memcpy(prefix, user, aw.prefix_len); /* with its NUL: the 0x00 */
+    }
+    return walk(e, e->dbi_acls, prefix, aw.prefix_len, acl_each, &aw);
+}
+
+uint32_t idx_acl_eval(const struct idx_acl *g,
+                      size_t n,
+                      bool admin,
+                      const char *ns,
+                      const char *queue)
+{
+    uint32_t perms = 0;
+    if (admin) {
+        return IDX_PERM_ALL;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (strcmp(g[i].ns, ns) == 0 &&
+            idx_acl_pattern_match(g[i].pattern, queue)) {
+            perms |= g[i].perms;
+        }
+    }
+    return (perms & IDX_PERM_ADMIN) != 0 ? IDX_PERM_ALL : perms;
+}
+
+struct allows_walk
+{
+    const char *ns;
+    const char *queue;
+    uint32_t perms;
+};
+
+static int allows_each(void *arg, const struct idx_acl *a)
+{
+    struct allows_walk *w = arg;
+    w->perms |= idx_acl_eval(a, 1, false, w->ns, w->queue);
+    return 0;
+}
+
+int idx_acl_allows(struct idx_env *e,
+                   const char *user,
+                   const char *ns,
+                   const char *queue,
+                   uint32_t want,
+                   bool *allowed)
+{
+    struct idx_user_info u = {0};
+    struct allows_walk w = {ns, queue, 0};
+    *allowed = false;
+    if (!name_valid_max(ns, IDX_NS_NAME_MAX)) {
+        return idx__fail(e, TERN_EBADNAME, __LINE__, "invalid namespace");
+    }
+    int rc = idx_user_get(e, user, &u);
+    if (rc == TERN_ENOTFOUND) {
+        return 0;
+    }
+    if (rc != 0) {
+        return rc;
+    }
+    if ((u.flags & IDX_USER_ADMIN) != 0) {
+        *allowed = true;
+        return 0;
+    }
+    rc = idx_acl_list(e, user, allows_each, &w);
+    if (rc == 0) {
+        *allowed = want != 0 && (w.perms & want) == want;
+    }
+    return rc;
+}
+
+struct ns_walk
+{
+    idx_namespace_cb cb;
+    void *arg;
+    bool default_seen;
+};
+
+static int ns_default(struct ns_walk *w)
+{
+    struct idx_namespace_info ni = {.name = IDX_NAMESPACE_DEFAULT};
+    w->default_seen = true;
+    return w->cb(w->arg, &ni) != 0 ? 1 : 0;
+}
+
+static int ns_each(struct idx_env *e,
+                   void *arg,
+                   const MDB_val *k,
+                   const MDB_val *v)
+{
+    struct ns_walk *w = arg;
+    struct idx__ns_val nv;
+    char name[IDX_NS_NAME_MAX + 1];
+    if (k->mv_size == 0 || k->mv_size > IDX_NS_NAME_MAX ||
+        idx__ns_val_decode(v->mv_data, v->mv_size, &nv) != 0) {
+        return IDX__CORRUPT(e, "namespace entry");
+    }
+    memcpy(name, k->mv_data, k->mv_size);
+    name[k->mv_size] = '\0';
+    int cmp = strcmp(name, IDX_NAMESPACE_DEFAULT);
+    if (!w->default_seen && cmp > 0 && ns_default(w) != 0) {
+        return 1;
+    }
+    if (cmp == 0) {
+        w->default_seen = true;
+    }
+    struct idx_namespace_info ni = {
+        .name = name,
+        .created_index = nv.created_index,
+        .quota = nv.quota,
+    };
+    return w->cb(w->arg, &ni) != 0 ? 1 : 0;
+}
+
+int idx_namespace_list(struct idx_env *e, idx_namespace_cb cb, void *arg)
+{
+    struct ns_walk w = {cb, arg, false};
+    int rc = walk(e, e->dbi_namespaces, NULL, 0, ns_each, &w);
+    if (rc == 0 && !w.default_seen) {
+        (void)ns_default(&w);
+    }
+    return rc;
+}
+
+int idx_namespace_get(struct idx_env *e,
+                      const char *name,
+                      struct idx_namespace_info *out)
+{
+    MDB_txn *txn;
+    struct idx__ns_val nv;
+    if (!name_valid_max(name, IDX_NS_NAME_MAX)) {
+        return idx__fail(e, TERN_EBADNAME, __LINE__, "invalid namespace");
+    }
+    int rc = rtxn_begin(e, &txn);
+    if (rc != 0) {
+        return rc;
+    }
+    memset(out, 0, sizeof *out);
+    out->name = name;
+    MDB_val k = {strlen(name), (void *)(uintptr_t)name}, v;
+    rc = mdb_get(txn, e->dbi_namespaces, &k, &v);
+    if (rc == MDB_NOTFOUND) {
+        rc = strcmp(name, IDX_NAMESPACE_DEFAULT) == 0
+                 ? 0
+                 : idx__fail(e, TERN_ENOTFOUND, __LINE__, "no namespace %s",
+                             name);
+    } else if (rc != 0) {
+        rc = idx__mdb_err(e, rc, "get namespace");
+    } else if (idx__ns_val_decode(v.mv_data, v.mv_size, &nv) != 0) {
+        rc = IDX__CORRUPT(e, "namespace value of %s", name);
+    } else {
+        out->created_index = nv.created_index;
+        out->quota = nv.quota;
+    }
+    mdb_txn_abort(txn);
+    return rc;
+}
+
+int idx_producer_owner(struct idx_env *e,
+                       uint64_t pid,
+                       char *owner,
+                       bool *owned)
+{
+    MDB_txn *txn;
+    struct idx__pid_val p;
+    uint8_t key[8];
+    owner[0] = '\0';
+    *owned = false;
+    int rc = rtxn_begin(e, &txn);
+    if (rc != 0) {
+        return rc;
+    }
+    idx__put_be64(key, pid);
+    MDB_val k = {sizeof key, key}, v;
+    rc = mdb_get(txn, e->dbi_pids, &k, &v);
+    if (rc == MDB_NOTFOUND) {
+        rc = idx__fail(e, TERN_ENOTFOUND, __LINE__, "no producer id %llu",
+                       (unsigned long long)pid);
+    } else if (rc != 0) {
+        rc = idx__mdb_err(e, rc, "get producer id");
+    } else if (idx__pid_val_decode(v.mv_data, v.mv_size, &p) != 0) {
+        rc = IDX__CORRUPT(e, "producer id %llu", (unsigned long long)pid);
+    } else {
+        memcpy(owner, p.owner, p.owner_len + 1);
+        if (p.owner_len == 0) {
+            *owned = true;
+        } else {
+            MDB_val uk = {p.owner_len, p.owner}, uv;
+            struct idx__user_val u;
+            int urc = mdb_get(txn, e->dbi_users, &uk, &uv);
+            if (urc == 0) {
+                if (idx__user_val_decode(uv.mv_data, uv.mv_size, &u) != 0) {
+                    rc = IDX__CORRUPT(e, "user value of %s", p.owner);
+                } else {
+                    *owned = u.created_index == p.owner_created_index;
+                }
+            } else if (urc != MDB_NOTFOUND) {
+                rc = idx__mdb_err(e, urc, "get user");
+            }
+        }
+    }
+    mdb_txn_abort(txn);
+    return rc;
+}
+
+uint64_t idx_next_producer_id(const struct idx_env *e)
+{
+    return e->st.next_producer_id;
 }

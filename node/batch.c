@@ -154,6 +154,111 @@ static void name_copy(char *dst, const char *src, uint16_t len)
     dst[len] = '\0';
 }
 
+/* Open a batch for one more command unless the open one is full. */
+static int open_for(struct node_batcher *b, size_t size)
+{
+    if (b->open != NULL && (b->open->n_cmds >= b->max_cmds ||
+                            b->open->w.len + size > b->max_entry_bytes)) {
+        seal_open(b);
+    }
+    if (b->open == NULL) {
+        b->open = batch_new(b);
+        if (b->open == NULL) {
+            return -ENOMEM;
+        }
+    }
+    return 0;
+}
+
+/* w's command was just added to the open entry: queue w with it. */
+static int add_finish(struct node_batcher *b, struct node_wreq *w)
+{
+    if (b->open->w.err != 0) {
+        /* The entry buffer is unusable: fail what it holds, and this
+         * request with it. */
+        struct node_batch *broken = b->open;
+        int err = broken->w.err;
+        b->open = NULL;
+        tern_list_push(&broken->wreqs, &w->link);
+        broken->n_cmds++;
+        batch_answer(broken, err);
+        return 0;
+    }
+    tern_list_push(&b->open->wreqs, &w->link);
+    b->open->n_cmds++;
+    return 0;
+}
+
+/* Names of the security metadata requests, NUL-terminated (proto.c has
+ * validated them, bounds included). */
+struct sec_names
+{
+    char user[PROTO_MAX_NAME + 1];
+    char ns[PROTO_MAX_NAME + 1];
+    char pattern[PROTO_MAX_NAME + 1];
+};
+
+/* The security metadata writes (docs/AUTH.md): one idx_cmd_* each.
+ * PRODUCER_INIT is issued to the anonymous owner until connections
+ * authenticate. */
+static int add_security(struct node_batcher *b,
+                        void *owner,
+                        uint64_t request_id,
+                        const struct proto_request *r)
+{
+    struct sec_names n;
+    struct node_wreq *w;
+    struct idx_quota q;
+    int rv;
+    if (r->user_len > PROTO_MAX_NAME || r->ns_len > PROTO_MAX_NAME ||
+        r->pattern_len > PROTO_MAX_NAME || r->cred_len > IDX_CRED_MAX) {
+        return TERN_EBADNAME;
+    }
+    name_copy(n.user, r->user != NULL ? r->user : "", r->user_len);
+    name_copy(n.ns, r->ns != NULL ? r->ns : "", r->ns_len);
+    name_copy(n.pattern, r->pattern != NULL ? r->pattern : "", r->pattern_len);
+    w = tern_calloc(1, sizeof(*w));
+    if (w == NULL) {
+        return -ENOMEM;
+    }
+    rv = open_for(b, 64 + 3 * PROTO_MAX_NAME + r->cred_len);
+    if (rv != 0) {
+        tern_free(w);
+        return rv;
+    }
+    tern_list_init(&w->link);
+    w->owner = owner;
+    w->request_id = request_id;
+    w->op = r->op;
+    switch (r->op) {
+    case PROTO_OP_USER_SET:
+        idx_cmd_user_set(&b->open->w, n.user, r->bits, r->cred, r->cred_len);
+        break;
+    case PROTO_OP_USER_DELETE:
+        idx_cmd_user_delete(&b->open->w, n.user);
+        break;
+    case PROTO_OP_ACL_SET:
+        idx_cmd_acl_set(&b->open->w, n.user, n.ns, n.pattern, r->bits);
+        break;
+    case PROTO_OP_ACL_DELETE:
+        idx_cmd_acl_delete(&b->open->w, n.user, n.ns, n.pattern);
+        break;
+    case PROTO_OP_NAMESPACE_SET:
+        q.max_queues = r->max_queues;
+        q.max_bytes = r->max_bytes_quota;
+        q.produce_bytes_per_s = r->produce_bytes_per_s;
+        idx_cmd_namespace_set(&b->open->w, n.ns, &q);
+        break;
+    case PROTO_OP_NAMESPACE_DELETE:
+        idx_cmd_namespace_delete(&b->open->w, n.ns);
+        break;
+    default: /* PRODUCER_INIT */
+        idx_cmd_producer_init(&b->open->w, "");
+        break;
+    }
+    return add_finish(b, w);
+}
+
 int node_batcher_add(struct node_batcher *b,
                      void *owner,
                      uint64_t request_id,
@@ -171,6 +276,14 @@ int node_batcher_add(struct node_batcher *b,
     case PROTO_OP_GROUP_COMMIT:
     case PROTO_OP_GROUP_FETCH:
         break;
+    case PROTO_OP_USER_SET:
+    case PROTO_OP_USER_DELETE:
+    case PROTO_OP_ACL_SET:
+    case PROTO_OP_ACL_DELETE:
+    case PROTO_OP_NAMESPACE_SET:
+    case PROTO_OP_NAMESPACE_DELETE:
+    case PROTO_OP_PRODUCER_INIT:
+        return add_security(b, owner, request_id, r);
     default:
         return TERN_EINVAL;
     }
@@ -255,20 +368,7 @@ int node_batcher_add(struct node_batcher *b,
         break;
     }
     tern_free(msgs);
-    if (b->open->w.err != 0) {
-        /* The entry buffer is unusable: fail what it holds, and this
-         * request with it. */
-        struct node_batch *broken = b->open;
-        int err = broken->w.err;
-        b->open = NULL;
-        tern_list_push(&broken->wreqs, &w->link);
-        broken->n_cmds++;
-        batch_answer(broken, err);
-        return 0;
-    }
-    tern_list_push(&b->open->wreqs, &w->link);
-    b->open->n_cmds++;
-    return 0;
+    return add_finish(b, w);
 }
 
 bool node_batcher_congested(const struct node_batcher *b)

@@ -92,11 +92,13 @@ struct node_batcher
 void node_batcher_init(struct node_batcher *b,
                        const struct node_batcher_ops *ops,
                        void *arg);
-/* Add one write request (QUEUE_CREATE/DELETE, PRODUCE, GROUP_COMMIT) to
- * the open entry; r borrows from the frame and is copied. On error
- * nothing is queued and nothing is answered: TERN_EINVAL for an op that is
- * not a write, a produce without messages or with a producer id and seq 0;
- * TERN_EBADNAME for an empty or long name; TERN_EMALFORMED; -ENOMEM. */
+/* Add one write request (QUEUE_CREATE/DELETE, PRODUCE, GROUP_COMMIT, and
+ * the security metadata writes USER_SET/DELETE, ACL_SET/DELETE,
+ * NAMESPACE_SET/DELETE, PRODUCER_INIT) to the open entry; r borrows from the
+ * frame and is copied. On error nothing is queued and nothing is answered:
+ * TERN_EINVAL for an op that is not a write, a produce without messages or with
+ * a producer id and seq 0; TERN_EBADNAME for an empty or long name;
+ * TERN_EMALFORMED; -ENOMEM. */
 int node_batcher_add(struct node_batcher *b,
                      void *owner,
                      uint64_t request_id,

@@ -1007,6 +1007,104 @@ static void serve_stats(struct node_conn *c, uint64_t request_id, uint8_t flags)
     conn_send(c, &w);
 }
 
+/* ---- Security metadata lists (docs/AUTH.md) ---------------------------- */
+
+/* One list answer being built from an index walk; stops (too_big) at the
+ * paged list budget (list_answer_cap). */
+struct sec_list_ctx
+{
+    struct tern_wbuf *w;
+    size_t cap;
+    uint32_t n;
+    bool too_big;
+};
+
+static int sec_list_check(struct sec_list_ctx *x)
+{
+    x->n++;
+    if (x->w->len > x->cap) {
+        x->too_big = true;
+        return 1;
+    }
+    return 0;
+}
+
+static int sec_user_cb(void *arg, const struct idx_user_info *u)
+{
+    struct sec_list_ctx *x = arg;
+    proto_put_user_entry(x->w, u->name, u->flags, u->cred_len > 0);
+    return sec_list_check(x);
+}
+
+static int sec_acl_cb(void *arg, const struct idx_acl *a)
+{
+    struct sec_list_ctx *x = arg;
+    proto_put_acl_entry(x->w, a->user, a->ns, a->pattern, a->perms);
+    return sec_list_check(x);
+}
+
+static int sec_ns_cb(void *arg, const struct idx_namespace_info *ns)
+{
+    struct sec_list_ctx *x = arg;
+    proto_put_namespace_entry(x->w, ns->name, ns->quota.max_queues,
+                              ns->quota.max_bytes,
+                              ns->quota.produce_bytes_per_s);
+    return sec_list_check(x);
+}
+
+/* USER_LIST, ACL_LIST, NAMESPACE_LIST: served by any node from its index
+ * (flushed state). TERN_ELIMIT when the answer exceeds the paged list
+ * budget. */
+static void serve_security_list(struct node_conn *c,
+                                uint64_t request_id,
+                                const struct proto_request *r)
+{
+    struct idx_env *e = view_idx(&c->view);
+    char user[PROTO_MAX_NAME + 1];
+    struct sec_list_ctx x;
+    struct tern_wbuf w;
+    size_t start;
+    int rv;
+
+    if (e == NULL) {
+        send_error(c, r->op, request_id, TERN_ESHUTDOWN, NULL);
+        return;
+    }
+    tern_wbuf_init(&w);
+    memset(&x, 0, sizeof(x));
+    x.w = &w;
+    x.cap = list_answer_cap(c->view.cfg, true);
+    start = proto_list_begin(&w, r->op, request_id);
+    if (r->op == PROTO_OP_USER_LIST) {
+        rv = idx_user_list(e, sec_user_cb, &x);
+    } else if (r->op == PROTO_OP_ACL_LIST) {
+        size_t n = TERN_MIN((size_t)r->user_len, (size_t)PROTO_MAX_NAME);
+        if (n > 0) {
+            memcpy(user, r->user, n);
+        }
+        user[n] = '\0';
+        rv = idx_acl_list(e, user, sec_acl_cb, &x);
+    } else {
+        rv = idx_namespace_list(e, sec_ns_cb, &x);
+    }
+    if (rv == 0 && x.too_big) {
+        tern_wbuf_free(&w);
+        send_error(c, r->op, request_id, TERN_ELIMIT,
+                   "list does not fit in one answer");
+        return;
+    }
+    if (rv == 0) {
+        rv = proto_list_end(&w, start, x.n);
+    }
+    if (rv != 0 || w.err != 0) {
+        tern_wbuf_free(&w);
+        send_error(c, r->op, request_id, rv != 0 ? rv : w.err,
+                   rv != 0 ? idx_errmsg(e) : NULL);
+        return;
+    }
+    conn_send(c, &w);
+}
+
 /* ---- Writes ------------------------------------------------------------- */
 
 /* Answer TERN_ENOTLEADER (with the leader hint) unless this node is a
@@ -1151,6 +1249,10 @@ void node_server_respond(struct node_wreq *w)
                 proto_encode_produce_resp(&b, w->request_id,
                                           w->result.base_offset,
                                           w->result.count, w->result.duplicate);
+            } else if (w->op == PROTO_OP_PRODUCER_INIT) {
+                /* The index hands the new id out as base_offset. */
+                proto_encode_producer_init_resp(&b, w->request_id,
+                                                w->result.base_offset);
             } else {
                 proto_encode_empty_resp(&b, w->op, w->request_id);
             }
@@ -1218,6 +1320,20 @@ static void handle_request(struct node_conn *c,
     case PROTO_OP_STATS:
         serve_stats(c, request_id, r->flags);
         break;
+    case PROTO_OP_USER_SET:
+    case PROTO_OP_USER_DELETE:
+    case PROTO_OP_ACL_SET:
+    case PROTO_OP_ACL_DELETE:
+    case PROTO_OP_NAMESPACE_SET:
+    case PROTO_OP_NAMESPACE_DELETE:
+    case PROTO_OP_PRODUCER_INIT:
+        handle_write(c, request_id, r);
+        break;
+    case PROTO_OP_USER_LIST:
+    case PROTO_OP_ACL_LIST:
+    case PROTO_OP_NAMESPACE_LIST:
+        serve_security_list(c, request_id, r);
+        break;
     default:
         send_error(c, r->op, request_id, TERN_EINVAL, "unknown request op");
         break;
@@ -1240,6 +1356,10 @@ static size_t answer_estimate(const struct node_conn *c,
         return SERVER__FETCH_MIN_ANSWER;
     case PROTO_OP_QUEUE_LIST:
         return list_answer_cap(c->view.cfg, r->paged != 0);
+    case PROTO_OP_USER_LIST:
+    case PROTO_OP_ACL_LIST:
+    case PROTO_OP_NAMESPACE_LIST:
+        return list_answer_cap(c->view.cfg, true);
     default:
         return SERVER__SMALL_ANSWER;
     }

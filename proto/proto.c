@@ -329,6 +329,98 @@ static void get_msg(struct tern_cursor *c, void *item)
     m->data = proto_get_blob(c, &m->len);
 }
 
+int proto_pattern_valid(const char *p, size_t len)
+{
+    if (p == NULL || len == 0 || len > PROTO_MAX_NAME) {
+        return 0;
+    }
+    if (p[len - 1] != '*') {
+        return tern_name_valid(p, len);
+    }
+    /* A prefix: the name characters of tern_name_valid, possibly none. */
+    return len == 1 || tern_name_valid(p, len - 1);
+}
+
+/* A user (bound PROTO_MAX_USER) or namespace (PROTO_MAX_NAMESPACE) name. */
+static int get_bounded(struct tern_cursor *c,
+                       const char **s,
+                       uint16_t *len,
+                       size_t max)
+{
+    int rv = get_name(c, s, len);
+    return rv == 0 && *len > max ? TERN_EBADNAME : rv;
+}
+
+static int get_pattern(struct tern_cursor *c, const char **s, uint16_t *len)
+{
+    *s = proto_get_str(c, len);
+    if (*s == NULL) {
+        return TERN_EMALFORMED;
+    }
+    return proto_pattern_valid(*s, *len) ? 0 : TERN_EBADNAME;
+}
+
+/* Request bodies of ops 10..19 (layouts in proto.h). */
+static int decode_security(struct tern_cursor *c, struct proto_request *out)
+{
+    int rv = 0;
+    switch (out->op) {
+    case PROTO_OP_USER_SET:
+        rv = get_bounded(c, &out->user, &out->user_len, PROTO_MAX_USER);
+        out->bits = tern_cursor_u32(c);
+        out->cred = proto_get_blob(c, &out->cred_len);
+        if (rv == 0 && c->err == 0 &&
+            ((out->bits & ~(PROTO_USER_ADMIN | PROTO_USER_CERT)) != 0 ||
+             out->cred_len > PROTO_MAX_CREDENTIAL ||
+             (out->cred_len == 0 && (out->bits & PROTO_USER_CERT) == 0))) {
+            rv = TERN_EINVAL;
+        }
+        break;
+    case PROTO_OP_USER_DELETE:
+        rv = get_bounded(c, &out->user, &out->user_len, PROTO_MAX_USER);
+        break;
+    case PROTO_OP_ACL_SET:
+    case PROTO_OP_ACL_DELETE:
+        rv = get_bounded(c, &out->user, &out->user_len, PROTO_MAX_USER);
+        if (rv == 0) {
+            rv = get_bounded(c, &out->ns, &out->ns_len, PROTO_MAX_NAMESPACE);
+        }
+        if (rv == 0) {
+            rv = get_pattern(c, &out->pattern, &out->pattern_len);
+        }
+        if (rv == 0 && out->op == PROTO_OP_ACL_SET) {
+            out->bits = tern_cursor_u32(c);
+            if (c->err == 0 &&
+                (out->bits == 0 || (out->bits & ~PROTO_PERM_ALL) != 0)) {
+                rv = TERN_EINVAL;
+            }
+        }
+        break;
+    case PROTO_OP_ACL_LIST:
+        out->user = proto_get_str(c, &out->user_len);
+        if (out->user == NULL) {
+            rv = TERN_EMALFORMED;
+        } else if (out->user_len > 0 &&
+                   (out->user_len > PROTO_MAX_USER ||
+                    !tern_name_valid(out->user, out->user_len))) {
+            rv = TERN_EBADNAME;
+        }
+        break;
+    case PROTO_OP_NAMESPACE_SET:
+        rv = get_bounded(c, &out->ns, &out->ns_len, PROTO_MAX_NAMESPACE);
+        out->max_queues = tern_cursor_u64(c);
+        out->max_bytes_quota = tern_cursor_u64(c);
+        out->produce_bytes_per_s = tern_cursor_u64(c);
+        break;
+    case PROTO_OP_NAMESPACE_DELETE:
+        rv = get_bounded(c, &out->ns, &out->ns_len, PROTO_MAX_NAMESPACE);
+        break;
+    default: /* USER_LIST, NAMESPACE_LIST, PRODUCER_INIT: empty */
+        break;
+    }
+    return rv;
+}
+
 int proto_decode_request(uint8_t op,
                          const void *body,
                          size_t len,
@@ -415,6 +507,18 @@ int proto_decode_request(uint8_t op,
         if (c.err == 0 && (out->flags & ~PROTO_STATS_RESET) != 0) {
             rv = TERN_EMALFORMED;
         }
+        break;
+    case PROTO_OP_USER_SET:
+    case PROTO_OP_USER_DELETE:
+    case PROTO_OP_USER_LIST:
+    case PROTO_OP_ACL_SET:
+    case PROTO_OP_ACL_DELETE:
+    case PROTO_OP_ACL_LIST:
+    case PROTO_OP_NAMESPACE_SET:
+    case PROTO_OP_NAMESPACE_DELETE:
+    case PROTO_OP_NAMESPACE_LIST:
+    case PROTO_OP_PRODUCER_INIT:
+        rv = decode_security(&c, out);
         break;
     default:
         rv = TERN_EINVAL;
@@ -554,7 +658,9 @@ int proto_encode_group_commit(struct tern_wbuf *w,
 int proto_encode_simple(struct tern_wbuf *w, uint8_t op, uint64_t request_id)
 {
     size_t start = w->len;
-    if (op != PROTO_OP_QUEUE_LIST && op != PROTO_OP_STATUS) {
+    if (op != PROTO_OP_QUEUE_LIST && op != PROTO_OP_STATUS &&
+        op != PROTO_OP_USER_LIST && op != PROTO_OP_NAMESPACE_LIST &&
+        op != PROTO_OP_PRODUCER_INIT) {
         return TERN_EINVAL;
     }
     proto_frame_begin(w, op, request_id, 0);
@@ -918,4 +1024,303 @@ int proto_decode_stats_resp(const void *body,
     out->p999_ns = tern_cursor_u64(&c);
     out->max_ns = tern_cursor_u64(&c);
     return decode_end(&c, 1, out, sizeof *out);
+}
+
+/* ---- Security metadata (ops 10..19) ---- */
+
+static int name_ok(const char *s, size_t max)
+{
+    size_t n = s != NULL ? strlen(s) : 0;
+    return n <= max && tern_name_valid(s, n);
+}
+
+int proto_encode_user_set(struct tern_wbuf *w,
+                          uint64_t request_id,
+                          const char *user,
+                          uint32_t flags,
+                          const void *cred,
+                          uint32_t cred_len)
+{
+    size_t start = w->len;
+    if (!name_ok(user, PROTO_MAX_USER)) {
+        return TERN_EBADNAME;
+    }
+    if ((flags & ~(PROTO_USER_ADMIN | PROTO_USER_CERT)) != 0 ||
+        cred_len > PROTO_MAX_CREDENTIAL || (cred_len > 0 && cred == NULL) ||
+        (cred_len == 0 && (flags & PROTO_USER_CERT) == 0)) {
+        return TERN_EINVAL;
+    }
+    proto_frame_begin(w, PROTO_OP_USER_SET, request_id, 0);
+    put_cstr(w, user);
+    tern_wbuf_u32(w, flags);
+    proto_put_blob(w, cred, cred_len);
+    return proto_frame_end(w, start);
+}
+
+int proto_encode_name_op(struct tern_wbuf *w,
+                         uint8_t op,
+                         uint64_t request_id,
+                         const char *name)
+{
+    size_t start = w->len;
+    size_t max;
+    if (op == PROTO_OP_USER_DELETE) {
+        max = PROTO_MAX_USER;
+    } else if (op == PROTO_OP_NAMESPACE_DELETE) {
+        max = PROTO_MAX_NAMESPACE;
+    } else {
+        return TERN_EINVAL;
+    }
+    if (!name_ok(name, max)) {
+        return TERN_EBADNAME;
+    }
+    proto_frame_begin(w, op, request_id, 0);
+    put_cstr(w, name);
+    return proto_frame_end(w, start);
+}
+
+int proto_encode_acl_op(struct tern_wbuf *w,
+                        uint8_t op,
+                        uint64_t request_id,
+                        const char *user,
+                        const char *ns,
+                        const char *pattern,
+                        uint32_t perms)
+{
+    size_t start = w->len;
+    if (op != PROTO_OP_ACL_SET && op != PROTO_OP_ACL_DELETE) {
+        return TERN_EINVAL;
+    }
+    if (!name_ok(user, PROTO_MAX_USER) || !name_ok(ns, PROTO_MAX_NAMESPACE) ||
+        pattern == NULL || !proto_pattern_valid(pattern, strlen(pattern))) {
+        return TERN_EBADNAME;
+    }
+    if (op == PROTO_OP_ACL_SET &&
+        (perms == 0 || (perms & ~PROTO_PERM_ALL) != 0)) {
+        return TERN_EINVAL;
+    }
+    proto_frame_begin(w, op, request_id, 0);
+    put_cstr(w, user);
+    put_cstr(w, ns);
+    put_cstr(w, pattern);
+    if (op == PROTO_OP_ACL_SET) {
+        tern_wbuf_u32(w, perms);
+    }
+    return proto_frame_end(w, start);
+}
+
+int proto_encode_acl_list(struct tern_wbuf *w,
+                          uint64_t request_id,
+                          const char *user)
+{
+    size_t start = w->len;
+    if (user != NULL && user[0] != '\0' && !name_ok(user, PROTO_MAX_USER)) {
+        return TERN_EBADNAME;
+    }
+    proto_frame_begin(w, PROTO_OP_ACL_LIST, request_id, 0);
+    put_cstr(w, user);
+    return proto_frame_end(w, start);
+}
+
+int proto_encode_namespace_set(struct tern_wbuf *w,
+                               uint64_t request_id,
+                               const char *ns,
+                               uint64_t max_queues,
+                               uint64_t max_bytes,
+                               uint64_t produce_bytes_per_s)
+{
+    size_t start = w->len;
+    if (!name_ok(ns, PROTO_MAX_NAMESPACE)) {
+        return TERN_EBADNAME;
+    }
+    proto_frame_begin(w, PROTO_OP_NAMESPACE_SET, request_id, 0);
+    put_cstr(w, ns);
+    tern_wbuf_u64(w, max_queues);
+    tern_wbuf_u64(w, max_bytes);
+    tern_wbuf_u64(w, produce_bytes_per_s);
+    return proto_frame_end(w, start);
+}
+
+size_t proto_list_begin(struct tern_wbuf *w, uint8_t op, uint64_t request_id)
+{
+    size_t start = w->len;
+    proto_frame_begin(w, (uint8_t)(op | PROTO_OP_RESPONSE), request_id, 0);
+    tern_wbuf_u32(w, 0);
+    return start;
+}
+
+void proto_put_user_entry(struct tern_wbuf *w,
+                          const char *user,
+                          uint32_t flags,
+                          int has_cred)
+{
+    put_cstr(w, user);
+    tern_wbuf_u32(w, flags);
+    tern_wbuf_u8(w, has_cred != 0 ? 1 : 0);
+}
+
+void proto_put_acl_entry(struct tern_wbuf *w,
+                         const char *user,
+                         const char *ns,
+                         const char *pattern,
+                         uint32_t perms)
+{
+    put_cstr(w, user);
+    put_cstr(w, ns);
+    put_cstr(w, pattern);
+    tern_wbuf_u32(w, perms);
+}
+
+void proto_put_namespace_entry(struct tern_wbuf *w,
+                               const char *ns,
+                               uint64_t max_queues,
+                               uint64_t max_bytes,
+                               uint64_t produce_bytes_per_s)
+{
+    put_cstr(w, ns);
+    tern_wbuf_u64(w, max_queues);
+    tern_wbuf_u64(w, max_bytes);
+    tern_wbuf_u64(w, produce_bytes_per_s);
+}
+
+int proto_list_end(struct tern_wbuf *w, size_t start, uint32_t n)
+{
+    if (w->err == 0) {
+        if (w->len < start + PROTO_HEADER_SIZE + 4) {
+            return TERN_EINVAL;
+        }
+        tern_put_u32(w->base + start + PROTO_HEADER_SIZE, n);
+    }
+    return proto_frame_end(w, start);
+}
+
+/* Record readers: a record that does not decode or names something
+ * invalid sets c->err. */
+static void get_user_entry(struct tern_cursor *c, void *item)
+{
+    struct proto_user_entry *e = item;
+    int rv = get_bounded(c, &e->user, &e->user_len, PROTO_MAX_USER);
+    e->flags = tern_cursor_u32(c);
+    e->has_cred = tern_cursor_u8(c);
+    if (rv != 0 || e->has_cred > 1) {
+        c->err = TERN_EMALFORMED;
+    }
+}
+
+static void get_acl_entry(struct tern_cursor *c, void *item)
+{
+    struct proto_acl_entry *e = item;
+    int rv = get_bounded(c, &e->user, &e->user_len, PROTO_MAX_USER);
+    if (rv == 0) {
+        rv = get_bounded(c, &e->ns, &e->ns_len, PROTO_MAX_NAMESPACE);
+    }
+    if (rv == 0) {
+        rv = get_pattern(c, &e->pattern, &e->pattern_len);
+    }
+    e->perms = tern_cursor_u32(c);
+    if (rv != 0) {
+        c->err = TERN_EMALFORMED;
+    }
+}
+
+static void get_namespace_entry(struct tern_cursor *c, void *item)
+{
+    struct proto_namespace_entry *e = item;
+    int rv = get_bounded(c, &e->ns, &e->ns_len, PROTO_MAX_NAMESPACE);
+    e->max_queues = tern_cursor_u64(c);
+    e->max_bytes = tern_cursor_u64(c);
+    e->produce_bytes_per_s = tern_cursor_u64(c);
+    if (rv != 0) {
+        c->err = TERN_EMALFORMED;
+    }
+}
+
+int proto_decode_list_resp(uint8_t op,
+                           const void *body,
+                           size_t len,
+                           struct proto_list_resp *out)
+{
+    struct tern_cursor c;
+    union
+    {
+        struct proto_user_entry u;
+        struct proto_acl_entry a;
+        struct proto_namespace_entry n;
+    } scratch;
+    record_get_cb get;
+    memset(out, 0, sizeof *out);
+    switch (op) {
+    case PROTO_OP_USER_LIST:
+        get = get_user_entry;
+        break;
+    case PROTO_OP_ACL_LIST:
+        get = get_acl_entry;
+        break;
+    case PROTO_OP_NAMESPACE_LIST:
+        get = get_namespace_entry;
+        break;
+    default:
+        return TERN_EINVAL;
+    }
+    tern_cursor_init(&c, body, len);
+    out->op = op;
+    out->n = tern_cursor_u32(&c);
+    records_skip(&c, out->n, get, &scratch, &out->entries, &out->entries_len);
+    return decode_end(&c, 1, out, sizeof *out);
+}
+
+int proto_next_user(const struct proto_list_resp *r,
+                    size_t *pos,
+                    struct proto_user_entry *e)
+{
+    if (r->op != PROTO_OP_USER_LIST) {
+        return 0;
+    }
+    return records_next(r->entries, r->entries_len, pos, get_user_entry, e);
+}
+
+int proto_next_acl(const struct proto_list_resp *r,
+                   size_t *pos,
+                   struct proto_acl_entry *e)
+{
+    if (r->op != PROTO_OP_ACL_LIST) {
+        return 0;
+    }
+    return records_next(r->entries, r->entries_len, pos, get_acl_entry, e);
+}
+
+int proto_next_namespace(const struct proto_list_resp *r,
+                         size_t *pos,
+                         struct proto_namespace_entry *e)
+{
+    if (r->op != PROTO_OP_NAMESPACE_LIST) {
+        return 0;
+    }
+    return records_next(r->entries, r->entries_len, pos, get_namespace_entry,
+                        e);
+}
+
+int proto_encode_producer_init_resp(struct tern_wbuf *w,
+                                    uint64_t request_id,
+                                    uint64_t producer_id)
+{
+    size_t start = w->len;
+    proto_frame_begin(w, PROTO_OP_PRODUCER_INIT | PROTO_OP_RESPONSE, request_id,
+                      0);
+    tern_wbuf_u64(w, producer_id);
+    return proto_frame_end(w, start);
+}
+
+int proto_decode_producer_init_resp(const void *body,
+                                    size_t len,
+                                    uint64_t *producer_id)
+{
+    struct tern_cursor c;
+    tern_cursor_init(&c, body, len);
+    *producer_id = tern_cursor_u64(&c);
+    if (cursor_finish(&c) != 0 || *producer_id == 0) {
+        *producer_id = 0;
+        return TERN_EMALFORMED;
+    }
+    return 0;
 }

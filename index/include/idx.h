@@ -84,6 +84,48 @@ enum idx_cmd_type {
     IDX_CMD_PRODUCE = 3,
     IDX_CMD_GROUP_COMMIT = 4,
     IDX_CMD_READ_BARRIER = 5,
+    /* Security metadata (docs/AUTH.md). */
+    IDX_CMD_USER_SET = 6,
+    IDX_CMD_USER_DELETE = 7,
+    IDX_CMD_ACL_SET = 8,
+    IDX_CMD_ACL_DELETE = 9,
+    IDX_CMD_NAMESPACE_SET = 10,
+    IDX_CMD_NAMESPACE_DELETE = 11,
+    IDX_CMD_PRODUCER_INIT = 12,
+};
+
+/* User and namespace names follow the queue name rule (tern_name_valid)
+ * with shorter bounds, so that a grant key (user, namespace, pattern) fits
+ * LMDB's 511-byte key limit. */
+#define IDX_USER_NAME_MAX 128u
+#define IDX_NS_NAME_MAX   64u
+
+/* User flags (USER_SET). */
+#define IDX_USER_ADMIN 0x1u /* cluster administrator */
+#define IDX_USER_CERT                                                          \
+    0x2u /* may authenticate by a client certificate                           \
+            whose subject CN is the user name */
+#define IDX_USER_FLAGS (IDX_USER_ADMIN | IDX_USER_CERT)
+/* Largest stored credential (the binary SCRAM form of auth/scram.c,
+ * opaque to index/). */
+#define IDX_CRED_MAX 255u
+/* Permission bits of an ACL grant. IDX_PERM_ADMIN implies the others. */
+#define IDX_PERM_PRODUCE 0x1u
+#define IDX_PERM_CONSUME 0x2u
+#define IDX_PERM_MANAGE  0x4u
+#define IDX_PERM_ADMIN   0x8u
+#define IDX_PERM_ALL                                                           \
+    (IDX_PERM_PRODUCE | IDX_PERM_CONSUME | IDX_PERM_MANAGE | IDX_PERM_ADMIN)
+/* The namespace every queue created before namespaces lives in; it always
+ * exists and cannot be deleted. */
+#define IDX_NAMESPACE_DEFAULT "default"
+
+/* Per-namespace quotas; 0 means unlimited. */
+struct idx_quota
+{
+    uint64_t max_queues;
+    uint64_t max_bytes;
+    uint64_t produce_bytes_per_s;
 };
 
 struct idx_msg
@@ -126,6 +168,47 @@ void idx_cmd_group_commit(struct tern_wbuf *w,
  * knows every entry committed before it is applied too, and that it was
  * still leader when it was committed (linearizable reads, node/batch.c). */
 void idx_cmd_read_barrier(struct tern_wbuf *w);
+/* A name too long for its kind (IDX_USER_NAME_MAX, IDX_NS_NAME_MAX) or
+ * failing tern_name_valid, or a bad pattern, is TERN_EBADNAME. */
+/* Create or replace user name (a valid name) with flags (IDX_USER_FLAGS
+ * bits) and credential cred[0..cred_len) (borrowed; at most IDX_CRED_MAX;
+ * 0 bytes only with IDX_USER_CERT). TERN_EINVAL otherwise. Result 0. A
+ * replaced user keeps its grants and producer ids. */
+void idx_cmd_user_set(struct tern_wbuf *w,
+                      const char *name,
+                      uint32_t flags,
+                      const void *cred,
+                      size_t cred_len);
+/* Result TERN_ENOTFOUND if there is no such user. Deletes its grants in
+ * the same txn; its producer ids stop being its own (the owner's creation
+ * index no longer matches any user). */
+void idx_cmd_user_delete(struct tern_wbuf *w, const char *name);
+/* Grant perms (1..IDX_PERM_ALL) to user in namespace ns for the queues
+ * matching pattern (a queue name, a prefix ending in '*', or "*";
+ * idx_acl_pattern_valid), replacing an existing grant of the same triple.
+ * Result TERN_ENOTFOUND if the user or the namespace does not exist. */
+void idx_cmd_acl_set(struct tern_wbuf *w,
+                     const char *user,
+                     const char *ns,
+                     const char *pattern,
+                     uint32_t perms);
+/* Result TERN_ENOTFOUND if there is no such grant. */
+void idx_cmd_acl_delete(struct tern_wbuf *w,
+                        const char *user,
+                        const char *ns,
+                        const char *pattern);
+/* Create namespace name or replace its quotas (q borrowed). Result 0. */
+void idx_cmd_namespace_set(struct tern_wbuf *w,
+                           const char *name,
+                           const struct idx_quota *q);
+/* Result TERN_ENOTFOUND if it does not exist, TERN_EINVAL for "default".
+ * Deletes the namespace's grants in the same txn. */
+void idx_cmd_namespace_delete(struct tern_wbuf *w, const char *name);
+/* Allocate the next producer id for owner (a valid user name, or "" /
+ * NULL for the anonymous owner of connections that did not authenticate).
+ * Result: base_offset is the new id (>= 1); TERN_ENOTFOUND for a named
+ * owner that does not exist. */
+void idx_cmd_producer_init(struct tern_wbuf *w, const char *owner);
 int idx_cmd_end(struct tern_wbuf *w);
 
 /* Length of the entry in buf without trailing zero padding: entries are
@@ -240,6 +323,88 @@ int idx_group_offset(struct idx_env *e,
                      const char *queue,
                      const char *group,
                      uint64_t *offset);
+
+/* ---- Security metadata reads (flushed state; docs/AUTH.md) ------------- */
+
+/* A grant pattern: "*", a valid queue name, or a prefix of one followed by
+ * '*' (len bytes at p, borrowed). */
+bool idx_acl_pattern_valid(const char *p, size_t len);
+/* Whether pattern matches queue (both NUL-terminated, borrowed). A NULL
+ * queue (a namespace-wide operation) matches only "*". */
+bool idx_acl_pattern_match(const char *pattern, const char *queue);
+
+struct idx_user_info
+{
+    const char *name; /* borrowed for the callback / the call */
+    uint32_t flags;   /* IDX_USER_* */
+    uint64_t created_index;
+    uint8_t cred[IDX_CRED_MAX];
+    uint32_t cred_len;
+};
+typedef int (*idx_user_cb)(void *arg, const struct idx_user_info *u);
+/* Users in name order; a non-zero return from cb stops. */
+int idx_user_list(struct idx_env *e, idx_user_cb cb, void *arg);
+/* TERN_ENOTFOUND, TERN_EBADNAME. out->name = name. */
+int idx_user_get(struct idx_env *e,
+                 const char *name,
+                 struct idx_user_info *out);
+
+struct idx_acl
+{
+    const char *user; /* borrowed for the callback */
+    const char *ns;
+    const char *pattern;
+    uint32_t perms;
+};
+typedef int (*idx_acl_cb)(void *arg, const struct idx_acl *a);
+/* Grants in (user, namespace, pattern) order, only user's when user is
+ * not NULL or "". */
+int idx_acl_list(struct idx_env *e, const char *user, idx_acl_cb cb, void *arg);
+/* Pure evaluator over a user's grants g[0..n) (any namespace; only those
+ * of ns count): the permission bits the user holds on queue in ns (queue
+ * NULL: namespace-wide, "*" grants only). IDX_PERM_ADMIN in the union
+ * gives IDX_PERM_ALL. admin: the user's IDX_USER_ADMIN flag, which gives
+ * IDX_PERM_ALL everywhere. */
+uint32_t idx_acl_eval(const struct idx_acl *g,
+                      size_t n,
+                      bool admin,
+                      const char *ns,
+                      const char *queue);
+/* *allowed (OUT) = whether user holds every bit of want on queue in ns
+ * (idx_acl_eval over the tables). An unknown user is allowed nothing
+ * (0, *allowed false). TERN_EBADNAME for an invalid user or namespace. */
+int idx_acl_allows(struct idx_env *e,
+                   const char *user,
+                   const char *ns,
+                   const char *queue,
+                   uint32_t want,
+                   bool *allowed);
+
+struct idx_namespace_info
+{
+    const char *name;       /* borrowed for the callback / the call */
+    uint64_t created_index; /* 0 for an implicit "default" */
+    struct idx_quota quota;
+};
+typedef int (*idx_namespace_cb)(void *arg, const struct idx_namespace_info *n);
+/* Namespaces in name order, "default" included even if never set. */
+int idx_namespace_list(struct idx_env *e, idx_namespace_cb cb, void *arg);
+/* TERN_ENOTFOUND, TERN_EBADNAME. */
+int idx_namespace_get(struct idx_env *e,
+                      const char *name,
+                      struct idx_namespace_info *out);
+
+/* Owner of producer id pid: owner (caller-owned, TERN_NAME_MAX + 1 bytes,
+ * "" for the anonymous owner) and *owned (OUT) = whether that owner
+ * still exists as the user the id was issued to (always true for the
+ * anonymous owner). TERN_ENOTFOUND for an id never issued. */
+int idx_producer_owner(struct idx_env *e,
+                       uint64_t pid,
+                       char *owner,
+                       bool *owned);
+/* The id the next PRODUCER_INIT will issue (applied state, pending txn
+ * included). */
+uint64_t idx_next_producer_id(const struct idx_env *e);
 
 /* ---- Snapshots and bulk catch-up --------------------------------------- */
 

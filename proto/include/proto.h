@@ -90,6 +90,46 @@
  *                 quantiles are histogram bucket upper bounds (at
  *                 most 6.25% above), 0 when count is 0. Only a leader samples;
  *                 any node answers. Served on any node, never redirected.
+ *
+ * Security metadata (ops 10..19, added after the first release of version
+ * 1: an older server answers TERN_EINVAL "unknown request op"; design in
+ * docs/AUTH.md). user = str of 1..PROTO_MAX_USER bytes, namespace = str of
+ * 1..PROTO_MAX_NAMESPACE bytes, both passing tern_name_valid; pattern = str
+ * "*", a queue name, or a prefix of one followed by '*'. Writes go through
+ * Raft on a writable leader (TERN_ENOTLEADER elsewhere); lists are served
+ * by any node from its index. A list that does not fit in the server's
+ * frame budget is answered TERN_ELIMIT.
+ *   USER_SET      req: str user, u32 flags (bit 0 PROTO_USER_ADMIN, bit 1
+ *                      PROTO_USER_CERT; others 0), blob credential (0..255
+ *                      bytes, auth/scram.c binary form, made by the client
+ *                      so that the password never travels; empty only with
+ *                      PROTO_USER_CERT)
+ *                 resp: (empty)
+ *   USER_DELETE   req: str user                     resp: (empty)
+ *   USER_LIST     req: (empty)
+ *                 resp: u32 n, n x {str user, u32 flags, u8 has_credential}
+ *   ACL_SET       req: str user, str namespace, str pattern, u32 perms
+ *                      (1..15: PROTO_PERM_PRODUCE 1, CONSUME 2, MANAGE 4,
+ *                      ADMIN 8)
+ *                 resp: (empty)
+ *   ACL_DELETE    req: str user, str namespace, str pattern
+ *                 resp: (empty)
+ *   ACL_LIST      req: str user ("" = every user's grants)
+ *                 resp: u32 n, n x {str user, str namespace, str pattern,
+ *                                   u32 perms}
+ *   NAMESPACE_SET req: str namespace, u64 max_queues, u64 max_bytes,
+ *                      u64 produce_bytes_per_s (0 = unlimited); creates it
+ *                      or replaces its quotas
+ *                 resp: (empty)
+ *   NAMESPACE_DELETE req: str namespace             resp: (empty)
+ *   NAMESPACE_LIST req: (empty)
+ *                 resp: u32 n, n x {str namespace, u64 max_queues,
+ *                                   u64 max_bytes, u64 produce_bytes_per_s}
+ *   PRODUCER_INIT req: (empty)
+ *                 resp: u64 producer_id (issued by the leader through Raft,
+ *                       owned by the connection's user)
+ * Errors of the writes: TERN_ENOTFOUND (no such user, namespace or grant),
+ * TERN_EINVAL (deleting namespace "default").
  */
 #ifndef TERN_PROTO_H
 #define TERN_PROTO_H
@@ -117,6 +157,16 @@ enum proto_op {
     PROTO_OP_GROUP_COMMIT = 7,
     PROTO_OP_STATUS = 8,
     PROTO_OP_STATS = 9,
+    PROTO_OP_USER_SET = 10,
+    PROTO_OP_USER_DELETE = 11,
+    PROTO_OP_USER_LIST = 12,
+    PROTO_OP_ACL_SET = 13,
+    PROTO_OP_ACL_DELETE = 14,
+    PROTO_OP_ACL_LIST = 15,
+    PROTO_OP_NAMESPACE_SET = 16,
+    PROTO_OP_NAMESPACE_DELETE = 17,
+    PROTO_OP_NAMESPACE_LIST = 18,
+    PROTO_OP_PRODUCER_INIT = 19,
     PROTO_OP_ERROR = 0x7f,
     PROTO_OP_RESPONSE = 0x80,
 };
@@ -207,6 +257,19 @@ struct proto_request
     const char *after;
     uint16_t after_len;
     uint32_t max_count;
+    /* Security metadata ops (10..19); all borrowed from the body. */
+    const char *user; /* USER_*, ACL_* (ACL_LIST: user_len 0 = all) */
+    uint16_t user_len;
+    const char *ns; /* ACL_SET/DELETE, NAMESPACE_SET/DELETE */
+    uint16_t ns_len;
+    const char *pattern; /* ACL_SET/DELETE */
+    uint16_t pattern_len;
+    uint32_t bits;       /* USER_SET: PROTO_USER_*; ACL_SET: PROTO_PERM_* */
+    const uint8_t *cred; /* USER_SET */
+    uint32_t cred_len;
+    uint64_t max_queues; /* NAMESPACE_SET quotas */
+    uint64_t max_bytes_quota;
+    uint64_t produce_bytes_per_s;
 };
 /* Decode a request body for op; TERN_EMALFORMED (trailing bytes included),
  * TERN_EBADNAME for an invalid queue/group name, TERN_EINVAL for an unknown
@@ -276,7 +339,9 @@ int proto_encode_group_commit(struct tern_wbuf *w,
                               uint64_t next_offset);
 int proto_encode_simple(struct tern_wbuf *w,
                         uint8_t op,
-                        uint64_t request_id); /* QUEUE_LIST, STATUS */
+                        uint64_t request_id); /* QUEUE_LIST, STATUS,
+                                                 USER_LIST, NAMESPACE_LIST,
+                                                 PRODUCER_INIT */
 /* A paged QUEUE_LIST: queues after the name after (NULL or "": from the
  * first; borrowed for the call; else TERN_EBADNAME unless a valid name),
  * at most max_count of them (0: the server's page size). */
@@ -478,5 +543,137 @@ int proto_encode_stats_resp(struct tern_wbuf *w,
 int proto_decode_stats_resp(const void *body,
                             size_t len,
                             struct proto_stats *out);
+
+/* ---- Security metadata (ops 10..19) ---- */
+
+#define PROTO_MAX_USER       128u
+#define PROTO_MAX_NAMESPACE  64u
+#define PROTO_MAX_CREDENTIAL 255u
+#define PROTO_USER_ADMIN     0x1u
+#define PROTO_USER_CERT      0x2u
+#define PROTO_PERM_PRODUCE   0x1u
+#define PROTO_PERM_CONSUME   0x2u
+#define PROTO_PERM_MANAGE    0x4u
+#define PROTO_PERM_ADMIN     0x8u
+#define PROTO_PERM_ALL       0xfu
+
+/* Whether p[0..len) is a grant pattern (see above). */
+int proto_pattern_valid(const char *p, size_t len);
+
+/* Request encoders: one whole frame each; names and pattern are
+ * NUL-terminated and borrowed for the call. TERN_EBADNAME for a bad name
+ * or pattern, TERN_EINVAL for bad flags, perms or credential. */
+int proto_encode_user_set(struct tern_wbuf *w,
+                          uint64_t request_id,
+                          const char *user,
+                          uint32_t flags,
+                          const void *cred,
+                          uint32_t cred_len);
+/* op USER_DELETE or NAMESPACE_DELETE; name a user or a namespace. */
+int proto_encode_name_op(struct tern_wbuf *w,
+                         uint8_t op,
+                         uint64_t request_id,
+                         const char *name);
+/* ACL_SET (perms 1..15) or ACL_DELETE (perms ignored). */
+int proto_encode_acl_op(struct tern_wbuf *w,
+                        uint8_t op,
+                        uint64_t request_id,
+                        const char *user,
+                        const char *ns,
+                        const char *pattern,
+                        uint32_t perms);
+/* ACL_LIST of user's grants (NULL or "": everyone's). */
+int proto_encode_acl_list(struct tern_wbuf *w,
+                          uint64_t request_id,
+                          const char *user);
+int proto_encode_namespace_set(struct tern_wbuf *w,
+                               uint64_t request_id,
+                               const char *ns,
+                               uint64_t max_queues,
+                               uint64_t max_bytes,
+                               uint64_t produce_bytes_per_s);
+/* USER_LIST, NAMESPACE_LIST and PRODUCER_INIT requests have empty bodies:
+ * proto_encode_simple. */
+
+/* Records of the list answers. Strings borrowed (not NUL-terminated). */
+struct proto_user_entry
+{
+    const char *user;
+    uint16_t user_len;
+    uint32_t flags;
+    uint8_t has_cred;
+};
+struct proto_acl_entry
+{
+    const char *user;
+    uint16_t user_len;
+    const char *ns;
+    uint16_t ns_len;
+    const char *pattern;
+    uint16_t pattern_len;
+    uint32_t perms;
+};
+struct proto_namespace_entry
+{
+    const char *ns;
+    uint16_t ns_len;
+    uint64_t max_queues;
+    uint64_t max_bytes;
+    uint64_t produce_bytes_per_s;
+};
+
+/* List answers (server side), streamed: proto_list_begin writes the frame
+ * header and a count placeholder and returns the frame's start offset;
+ * add records with proto_put_*_entry (strings NUL-terminated, borrowed);
+ * proto_list_end(w, start, n) writes the count and seals the frame. op is
+ * USER_LIST, ACL_LIST or NAMESPACE_LIST. */
+size_t proto_list_begin(struct tern_wbuf *w, uint8_t op, uint64_t request_id);
+void proto_put_user_entry(struct tern_wbuf *w,
+                          const char *user,
+                          uint32_t flags,
+                          int has_cred);
+void proto_put_acl_entry(struct tern_wbuf *w,
+                         const char *user,
+                         const char *ns,
+                         const char *pattern,
+                         uint32_t perms);
+void proto_put_namespace_entry(struct tern_wbuf *w,
+                               const char *ns,
+                               uint64_t max_queues,
+                               uint64_t max_bytes,
+                               uint64_t produce_bytes_per_s);
+int proto_list_end(struct tern_wbuf *w, size_t start, uint32_t n);
+
+/* Decoding (client side): the whole body is validated for op (USER_LIST,
+ * ACL_LIST, NAMESPACE_LIST; every name and pattern checked), then
+ * iterate with the proto_next_* of that op. TERN_EMALFORMED. */
+struct proto_list_resp
+{
+    uint8_t op;
+    uint32_t n;
+    const uint8_t *entries;
+    size_t entries_len;
+};
+int proto_decode_list_resp(uint8_t op,
+                           const void *body,
+                           size_t len,
+                           struct proto_list_resp *out);
+/* 1 with *e filled, 0 at the end. */
+int proto_next_user(const struct proto_list_resp *r,
+                    size_t *pos,
+                    struct proto_user_entry *e);
+int proto_next_acl(const struct proto_list_resp *r,
+                   size_t *pos,
+                   struct proto_acl_entry *e);
+int proto_next_namespace(const struct proto_list_resp *r,
+                         size_t *pos,
+                         struct proto_namespace_entry *e);
+
+int proto_encode_producer_init_resp(struct tern_wbuf *w,
+                                    uint64_t request_id,
+                                    uint64_t producer_id);
+int proto_decode_producer_init_resp(const void *body,
+                                    size_t len,
+                                    uint64_t *producer_id);
 
 #endif /* TERN_PROTO_H */

@@ -2,8 +2,9 @@
  * libFuzzer target for the client wire protocol (proto/proto.c): feeds
  * arbitrary bytes to the header decoder, the checksum verifier, the request
  * decoders of every op, the error-frame decoder and every response decoder,
- * and walks every iterator. Decoders must never read out of bounds, and a
- * decoded request must re-encode to a body that decodes to the same fields.
+ * and walks every iterator (the security metadata ops 10..19 included).
+ * Decoders must never read out of bounds, and a decoded request must re-encode
+ * to a body that decodes to the same fields.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -26,6 +27,8 @@ static void reencode(const struct proto_request *r,
                      size_t len)
 {
     char q[PROTO_MAX_NAME + 1], g[PROTO_MAX_NAME + 1];
+    char u[PROTO_MAX_NAME + 1], n[PROTO_MAX_NAME + 1];
+    char pat[PROTO_MAX_NAME + 1];
     struct proto_msg *m = NULL;
     struct proto_header h;
     struct tern_wbuf w;
@@ -78,6 +81,40 @@ static void reencode(const struct proto_request *r,
     case PROTO_OP_STATS:
         rv = proto_encode_stats_req(&w, 1, r->flags);
         break;
+    case PROTO_OP_USER_SET:
+        name_copy(u, r->user, r->user_len);
+        rv = proto_encode_user_set(&w, 1, u, r->bits, r->cred, r->cred_len);
+        break;
+    case PROTO_OP_USER_DELETE:
+        name_copy(u, r->user, r->user_len);
+        rv = proto_encode_name_op(&w, r->op, 1, u);
+        break;
+    case PROTO_OP_NAMESPACE_DELETE:
+        name_copy(n, r->ns, r->ns_len);
+        rv = proto_encode_name_op(&w, r->op, 1, n);
+        break;
+    case PROTO_OP_ACL_SET:
+    case PROTO_OP_ACL_DELETE:
+        name_copy(u, r->user, r->user_len);
+        name_copy(n, r->ns, r->ns_len);
+        name_copy(pat, r->pattern, r->pattern_len);
+        rv = proto_encode_acl_op(&w, r->op, 1, u, n, pat, r->bits);
+        break;
+    case PROTO_OP_ACL_LIST:
+        name_copy(u, r->user, r->user_len);
+        rv = proto_encode_acl_list(&w, 1, u);
+        break;
+    case PROTO_OP_NAMESPACE_SET:
+        name_copy(n, r->ns, r->ns_len);
+        rv = proto_encode_namespace_set(&w, 1, n, r->max_queues,
+                                        r->max_bytes_quota,
+                                        r->produce_bytes_per_s);
+        break;
+    case PROTO_OP_USER_LIST:
+    case PROTO_OP_NAMESPACE_LIST:
+    case PROTO_OP_PRODUCER_INIT:
+        rv = proto_encode_simple(&w, r->op, 1);
+        break;
     default:
         abort();
     }
@@ -106,6 +143,41 @@ static void walk_request(const struct proto_request *r)
         abort();
     }
     (void)sink;
+}
+
+/* The list answers of the security metadata ops: every record the
+ * decoder counted must come out of the iterator. */
+static void list_responses(const uint8_t *d, size_t len)
+{
+    struct proto_list_resp lr;
+    uint64_t id;
+    size_t pos;
+    uint32_t n;
+    if (proto_decode_list_resp(PROTO_OP_USER_LIST, d, len, &lr) == 0) {
+        struct proto_user_entry e;
+        for (pos = 0, n = 0; proto_next_user(&lr, &pos, &e); n++) {
+        }
+        if (n != lr.n) {
+            abort();
+        }
+    }
+    if (proto_decode_list_resp(PROTO_OP_ACL_LIST, d, len, &lr) == 0) {
+        struct proto_acl_entry e;
+        for (pos = 0, n = 0; proto_next_acl(&lr, &pos, &e); n++) {
+        }
+        if (n != lr.n) {
+            abort();
+        }
+    }
+    if (proto_decode_list_resp(PROTO_OP_NAMESPACE_LIST, d, len, &lr) == 0) {
+        struct proto_namespace_entry e;
+        for (pos = 0, n = 0; proto_next_namespace(&lr, &pos, &e); n++) {
+        }
+        if (n != lr.n) {
+            abort();
+        }
+    }
+    (void)proto_decode_producer_init_resp(d, len, &id);
 }
 
 static void responses(const uint8_t *d, size_t len)
@@ -176,7 +248,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (proto_decode_request(data[0], b, blen, &r) == 0) {
             walk_request(&r);
         }
-        for (int op = PROTO_OP_QUEUE_CREATE; op <= PROTO_OP_STATS; op++) {
+        for (int op = PROTO_OP_QUEUE_CREATE; op <= PROTO_OP_PRODUCER_INIT;
+             op++) {
             if (proto_decode_request((uint8_t)op, b, blen, &r) == 0) {
                 walk_request(&r);
                 reencode(&r, b, blen);
@@ -187,5 +260,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         (void)proto_decode_error(b, blen, (int32_t)data[0] - 128, &e);
     }
     responses(data, size);
+    list_responses(data, size);
     return 0;
 }
