@@ -337,7 +337,7 @@ fi
 say "credentials: $out"
 # The client ports listen on the guest's non-loopback addresses, so they
 # speak TLS (client_tls = auto): every CLI call verifies them with the CA.
-export TERN_CA=$CREDS/ca.pem
+export TERN_TLS=1 TERN_CA=$CREDS/ca.pem
 # A clean wire (an earlier stage may have left a netem qdisc behind).
 for i in $(seq 1 $NODES); do
     $TC qdisc del dev "$(veth "$i")" root 2>/dev/null
