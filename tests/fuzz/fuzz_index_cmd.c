@@ -10,7 +10,8 @@
 
 #include "idx_int.h"
 
-/* A command without a name (READ_BARRIER) has src == NULL and n == 0. */
+/* A command without a name (READ_BARRIER, an anonymous PRODUCER_INIT) has
+ * n == 0. */
 static void copy_name(char *dst, const char *src, uint8_t n)
 {
     if (n > 0) {
@@ -29,6 +30,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     struct idx__cmd c;
     struct tern_wbuf w;
     char q[TERN_NAME_MAX + 1], g[TERN_NAME_MAX + 1];
+    char ns[TERN_NAME_MAX + 1], pat[256];
     int rc = idx_cmd_validate(data, size);
     if (rc != 0) {
         if (rc != TERN_EMALFORMED && rc != TERN_EVERSION) {
@@ -81,6 +83,31 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             free(m);
             break;
         }
+        case IDX_CMD_USER_SET:
+            idx_cmd_user_set(&w, q, c.flags, c.cred, c.cred_len);
+            break;
+        case IDX_CMD_USER_DELETE:
+            idx_cmd_user_delete(&w, q);
+            break;
+        case IDX_CMD_ACL_SET:
+        case IDX_CMD_ACL_DELETE:
+            copy_name(ns, c.ns, c.ns_len);
+            copy_name(pat, c.pattern, c.pattern_len);
+            if (c.type == IDX_CMD_ACL_SET) {
+                idx_cmd_acl_set(&w, q, ns, pat, c.flags);
+            } else {
+                idx_cmd_acl_delete(&w, q, ns, pat);
+            }
+            break;
+        case IDX_CMD_NAMESPACE_SET:
+            idx_cmd_namespace_set(&w, q, &c.quota);
+            break;
+        case IDX_CMD_NAMESPACE_DELETE:
+            idx_cmd_namespace_delete(&w, q);
+            break;
+        case IDX_CMD_PRODUCER_INIT:
+            idx_cmd_producer_init(&w, q);
+            break;
         default:
             abort();
         }
