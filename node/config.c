@@ -83,6 +83,14 @@
  *                                  ; certificate chaining to it (refused
  *                                  ; otherwise); its CN is kept on the
  *                                  ; connection. Unset: none is asked for
+ *   client_auth = auto             ; auto (default) = required unless
+ *                                  ; --dev or client_addr is loopback |
+ *                                  ; on | off (off on a non-loopback
+ *                                  ; address is logged as a warning)
+ *   bootstrap_admin = admin        ; a leader whose users table is empty
+ *   bootstrap_admin_cred = SCRAM-SHA-256$4096:<salt>$<stored>:<server>
+ *                                  ; creates this cluster admin once
+ *                                  ; (`tern user hash` prints the cred)
  *
  *   [peers]                        ; every voter, this node included
  *   1 = 127.0.0.1:7501,127.0.0.1:7401   ; <id> = <raft_addr>,<client_addr>
@@ -123,6 +131,7 @@
 #include <string.h>
 
 #include <auth.h>
+#include <idx.h>
 #include <tern_common.h>
 
 #include "config.h"
@@ -255,6 +264,9 @@ static const char usage_text[] =
     "  client_cert = /etc/tern/node1.pem\n"
     "  client_key = /etc/tern/node1.key\n"
     "  client_ca = /etc/tern/ca.pem\n"
+    "  client_auth = auto\n"
+    "  bootstrap_admin = admin\n"
+    "  bootstrap_admin_cred = SCRAM-SHA-256$4096:...\n"
     "  [peers]\n"
     "  1 = 127.0.0.1:7501,127.0.0.1:7401\n"
     "  2 = 127.0.0.1:7502,127.0.0.1:7402\n"
@@ -316,6 +328,8 @@ void node_config_free(struct node_config *c)
     tern_free(c->client_cert);
     tern_free(c->client_key);
     tern_free(c->client_ca);
+    tern_free(c->bootstrap_admin);
+    tern_free(c->bootstrap_admin_cred);
     peers_free(c->peers, c->n_peers);
     memset(c, 0, sizeof(*c));
 }
@@ -756,6 +770,29 @@ static int set_client_tls(struct node_config *c,
     return 0;
 }
 
+/* int member: client_auth auto | on | off. */
+static int set_client_auth(struct node_config *c,
+                           const struct key *k,
+                           const char *v,
+                           const char *what,
+                           char *errmsg)
+{
+    int m;
+    if (strcmp(v, "auto") == 0) {
+        m = NODE_CLIENT_AUTH_AUTO;
+    } else if (strcmp(v, "on") == 0) {
+        m = NODE_CLIENT_AUTH_ON;
+    } else if (strcmp(v, "off") == 0) {
+        m = NODE_CLIENT_AUTH_OFF;
+    } else {
+        tern_errmsg_printf(
+            errmsg, "%s: client_auth '%s' is not auto, on or off", what, v);
+        return TERN_EINVAL;
+    }
+    *(int *)field_of(c, k) = m;
+    return 0;
+}
+
 /* uint64_t member: 0..k->max (K/M/G suffixes). */
 static int set_u64(struct node_config *c,
                    const struct key *k,
@@ -876,6 +913,12 @@ static const struct key keys[] = {
     {"security", "client_key", "--client-key", set_text, NODE__STR(client_key),
      0},
     {"security", "client_ca", "--client-ca", set_text, NODE__STR(client_ca), 0},
+    {"security", "client_auth", "--client-auth", set_client_auth,
+     NODE__INT(client_auth), 0},
+    {"security", "bootstrap_admin", "--bootstrap-admin", set_text,
+     NODE__STR(bootstrap_admin), 0},
+    {"security", "bootstrap_admin_cred", "--bootstrap-admin-cred", set_text,
+     NODE__STR(bootstrap_admin_cred), 0},
 };
 
 /* The row of INI key name in section, or NULL. */
@@ -1247,31 +1290,44 @@ static int validate_cluster_secret(const struct node_config *c, char *errmsg)
     return rv;
 }
 
-bool node_config_client_tls(const struct node_config *c)
+bool node_config_client_loopback(const struct node_config *c)
 {
     char host[INET_ADDRSTRLEN + 1];
     const char *colon;
     struct in_addr a;
     size_t n;
 
-    if (c->client_tls != NODE_CLIENT_TLS_AUTO) {
-        return c->client_tls == NODE_CLIENT_TLS_ON;
-    }
     if (c->client_addr == NULL) {
-        return true;
+        return false;
     }
     colon = strrchr(c->client_addr, ':');
     n = colon != NULL ? (size_t)(colon - c->client_addr)
                       : strlen(c->client_addr);
     if (n >= sizeof(host)) {
-        return true;
+        return false;
     }
     memcpy(host, c->client_addr, n);
     host[n] = '\0';
     if (inet_pton(AF_INET, host, &a) != 1) {
-        return true;
+        return false;
     }
-    return (ntohl(a.s_addr) >> 24) != 127;
+    return (ntohl(a.s_addr) >> 24) == 127;
+}
+
+bool node_config_client_tls(const struct node_config *c)
+{
+    if (c->client_tls != NODE_CLIENT_TLS_AUTO) {
+        return c->client_tls == NODE_CLIENT_TLS_ON;
+    }
+    return !node_config_client_loopback(c);
+}
+
+bool node_config_client_auth(const struct node_config *c)
+{
+    if (c->client_auth != NODE_CLIENT_AUTH_AUTO) {
+        return c->client_auth == NODE_CLIENT_AUTH_ON;
+    }
+    return !c->dev && !node_config_client_loopback(c);
 }
 
 const char *node_config_client_cert(const struct node_config *c)
@@ -1310,6 +1366,39 @@ static int validate_client_tls(const struct node_config *c, char *errmsg)
         return TERN_EINVAL;
     }
     return 0;
+}
+
+/* bootstrap_admin and bootstrap_admin_cred go together; the name follows
+ * the user name rule and the credential parses (auth/scram.c text form). */
+static int validate_bootstrap_admin(const struct node_config *c, char *errmsg)
+{
+    struct auth_scram_cred cred;
+    const char *u = c->bootstrap_admin;
+    int rv;
+    if ((u == NULL) != (c->bootstrap_admin_cred == NULL)) {
+        tern_errmsg_printf(errmsg,
+                           "[security] bootstrap_admin and "
+                           "bootstrap_admin_cred go together (one is set, the "
+                           "other is not)");
+        return TERN_EINVAL;
+    }
+    if (u == NULL) {
+        return 0;
+    }
+    if (strlen(u) > IDX_USER_NAME_MAX || !tern_name_valid(u, strlen(u))) {
+        tern_errmsg_printf(errmsg,
+                           "[security] bootstrap_admin '%s' is not a user "
+                           "name (1..%u bytes of [A-Za-z0-9._-])",
+                           u, IDX_USER_NAME_MAX);
+        return TERN_EBADNAME;
+    }
+    rv = auth_scram_cred_parse(c->bootstrap_admin_cred,
+                               strlen(c->bootstrap_admin_cred), &cred, errmsg);
+    auth_wipe(&cred, sizeof cred);
+    if (rv != 0) {
+        tern_errmsg_wrapf(errmsg, "[security] bootstrap_admin_cred");
+    }
+    return rv;
 }
 
 /* [limits] of the client port: one frame of max_frame_bytes must fit in
@@ -1490,6 +1579,9 @@ int node_config_validate(struct node_config *c, char *errmsg)
         return rv;
     }
     rv = validate_client_tls(c, errmsg);
+    if (rv == 0) {
+        rv = validate_bootstrap_admin(c, errmsg);
+    }
     if (rv != 0) {
         return rv;
     }

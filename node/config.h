@@ -54,6 +54,10 @@ struct node_config
     char *client_cert; /* owned; NULL: node_cert */
     char *client_key;  /* owned; NULL: node_key */
     char *client_ca;   /* owned; NULL: clients present no certificate */
+    /* [security] client authentication (docs/AUTH.md) */
+    int client_auth;            /* enum node_client_auth */
+    char *bootstrap_admin;      /* owned; NULL: none */
+    char *bootstrap_admin_cred; /* owned; auth_scram_cred_format text */
     /* [limits]: the client port's resource bounds (node/server.c) */
     uint64_t client_memory_bytes;      /* read buffers + queued answers */
     uint64_t max_conn_queued_bytes;    /* queued answers per connection */
@@ -85,6 +89,17 @@ enum node_client_tls {
     NODE_CLIENT_TLS_AUTO = 0,
     NODE_CLIENT_TLS_ON = 1,
     NODE_CLIENT_TLS_OFF = 2,
+};
+
+/* [security] client_auth: AUTO = required unless --dev or client_addr's
+ * host is loopback; ON = every connection authenticates (AUTH_START)
+ * before any op but STATUS; OFF = connections that do not authenticate
+ * may do everything in namespace "default" (logged as a warning when
+ * client_addr is not loopback). */
+enum node_client_auth {
+    NODE_CLIENT_AUTH_AUTO = 0,
+    NODE_CLIENT_AUTH_ON = 1,
+    NODE_CLIENT_AUTH_OFF = 2,
 };
 
 #define NODE_DEFAULT_ELECTION_TIMEOUT_MS 150u
@@ -148,6 +163,12 @@ const struct node_peer *node_config_peer(const struct node_config *c,
 /* Whether the client port speaks TLS: client_tls resolved against
  * client_addr (auto: off only for a 127.0.0.0/8 host). */
 bool node_config_client_tls(const struct node_config *c);
+/* Whether the client port requires authentication: client_auth resolved
+ * against --dev and client_addr (auto: off for --dev or a 127.0.0.0/8
+ * host). */
+bool node_config_client_auth(const struct node_config *c);
+/* Whether client_addr's host is in 127.0.0.0/8. */
+bool node_config_client_loopback(const struct node_config *c);
 /* The certificate and key the client port presents (client_cert/key, else
  * node_cert/key; NULL when neither is set). Borrowed from c. */
 const char *node_config_client_cert(const struct node_config *c);

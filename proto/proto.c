@@ -421,6 +421,47 @@ static int decode_security(struct tern_cursor *c, struct proto_request *out)
     return rv;
 }
 
+/* A mechanism name: 1..PROTO_MAX_MECHANISM bytes of [A-Z0-9_-]. */
+static int mechanism_ok(const char *m, size_t len)
+{
+    if (m == NULL || len == 0 || len > PROTO_MAX_MECHANISM) {
+        return 0;
+    }
+    for (size_t i = 0; i < len; i++) {
+        char ch = m[i];
+        if (!((ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+              ch == '-' || ch == '_')) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* Request bodies of ops 20..21 (layouts in proto.h). */
+static int decode_auth(struct tern_cursor *c, struct proto_request *out)
+{
+    int rv = 0;
+    if (out->op == PROTO_OP_AUTH_START) {
+        out->mechanism = proto_get_str(c, &out->mechanism_len);
+        out->ns = proto_get_str(c, &out->ns_len);
+        if (c->err != 0) {
+            return TERN_EMALFORMED;
+        }
+        if (!mechanism_ok(out->mechanism, out->mechanism_len)) {
+            return TERN_EINVAL;
+        }
+        if (out->ns_len > 0 && (out->ns_len > PROTO_MAX_NAMESPACE ||
+                                !tern_name_valid(out->ns, out->ns_len))) {
+            return TERN_EBADNAME;
+        }
+    }
+    out->auth_data = proto_get_blob(c, &out->auth_data_len);
+    if (c->err == 0 && out->auth_data_len > PROTO_MAX_AUTH_DATA) {
+        rv = TERN_EINVAL;
+    }
+    return rv;
+}
+
 int proto_decode_request(uint8_t op,
                          const void *body,
                          size_t len,
@@ -519,6 +560,10 @@ int proto_decode_request(uint8_t op,
     case PROTO_OP_NAMESPACE_LIST:
     case PROTO_OP_PRODUCER_INIT:
         rv = decode_security(&c, out);
+        break;
+    case PROTO_OP_AUTH_START:
+    case PROTO_OP_AUTH_CONTINUE:
+        rv = decode_auth(&c, out);
         break;
     default:
         rv = TERN_EINVAL;
@@ -1298,6 +1343,78 @@ int proto_next_namespace(const struct proto_list_resp *r,
     }
     return records_next(r->entries, r->entries_len, pos, get_namespace_entry,
                         e);
+}
+
+int proto_encode_auth_start(struct tern_wbuf *w,
+                            uint64_t request_id,
+                            const char *mechanism,
+                            const char *ns,
+                            const void *data,
+                            uint32_t len)
+{
+    size_t start = w->len;
+    if (mechanism == NULL ||
+        !mechanism_ok(mechanism, strnlen(mechanism, PROTO_MAX_MECHANISM + 1)) ||
+        len > PROTO_MAX_AUTH_DATA || (len > 0 && data == NULL)) {
+        return TERN_EINVAL;
+    }
+    if (ns == NULL) {
+        ns = "";
+    }
+    if (ns[0] != '\0' && !name_ok(ns, PROTO_MAX_NAMESPACE)) {
+        return TERN_EBADNAME;
+    }
+    proto_frame_begin(w, PROTO_OP_AUTH_START, request_id, 0);
+    put_cstr(w, mechanism);
+    put_cstr(w, ns);
+    proto_put_blob(w, data, len);
+    return proto_frame_end(w, start);
+}
+
+int proto_encode_auth_continue(struct tern_wbuf *w,
+                               uint64_t request_id,
+                               const void *data,
+                               uint32_t len)
+{
+    size_t start = w->len;
+    if (len > PROTO_MAX_AUTH_DATA || (len > 0 && data == NULL)) {
+        return TERN_EINVAL;
+    }
+    proto_frame_begin(w, PROTO_OP_AUTH_CONTINUE, request_id, 0);
+    proto_put_blob(w, data, len);
+    return proto_frame_end(w, start);
+}
+
+int proto_encode_auth_resp(struct tern_wbuf *w,
+                           uint8_t op,
+                           uint64_t request_id,
+                           const void *data,
+                           uint32_t len)
+{
+    size_t start = w->len;
+    if ((op != PROTO_OP_AUTH_START && op != PROTO_OP_AUTH_CONTINUE) ||
+        len > PROTO_MAX_AUTH_DATA || (len > 0 && data == NULL)) {
+        return TERN_EINVAL;
+    }
+    proto_frame_begin(w, (uint8_t)(op | PROTO_OP_RESPONSE), request_id, 0);
+    proto_put_blob(w, data, len);
+    return proto_frame_end(w, start);
+}
+
+int proto_decode_auth_resp(const void *body,
+                           size_t len,
+                           const void **data,
+                           uint32_t *data_len)
+{
+    struct tern_cursor c;
+    tern_cursor_init(&c, body, len);
+    *data = proto_get_blob(&c, data_len);
+    if (cursor_finish(&c) != 0 || *data_len > PROTO_MAX_AUTH_DATA) {
+        *data = NULL;
+        *data_len = 0;
+        return TERN_EMALFORMED;
+    }
+    return 0;
 }
 
 int proto_encode_producer_init_resp(struct tern_wbuf *w,

@@ -235,6 +235,35 @@ static inline void tern_list_remove(struct tern_list *e)
 #define TERN_NAME_MAX 200
 int tern_name_valid(const char *s, size_t len);
 
+/* Namespaced queue names (docs/AUTH.md, as RocketMQ wraps a topic in its
+ * namespace): a queue of namespace "default" is stored under its own name,
+ * a queue q of namespace ns under "ns%q". The separator cannot occur in a
+ * name, so the split is unambiguous; the whole stays within TERN_NAME_MAX,
+ * which bounds a namespaced queue's own name to TERN_NAME_MAX - 1 -
+ * strlen(ns). Clients never send '%': the server qualifies the names of
+ * a connection's namespace. */
+#define TERN_NS_SEP      '%'
+#define TERN_NS_NAME_MAX 64
+#define TERN_NS_DEFAULT  "default"
+/* 1 if s[0..len) is a plain name or "ns%name" (ns 1..TERN_NS_NAME_MAX
+ * bytes, neither part empty, each passing tern_name_valid, the whole at
+ * most TERN_NAME_MAX bytes), else 0. */
+int tern_qname_valid(const char *s, size_t len);
+/* Split a valid qualified name: *ns = s and *ns_len its length (0 for a
+ * plain name: namespace "default"), *name the queue's own name (all
+ * borrowed from s). */
+void tern_qname_split(const char *s,
+                      size_t len,
+                      const char **ns,
+                      size_t *ns_len,
+                      const char **name,
+                      size_t *name_len);
+/* Write the stored name of queue name in namespace ns (NULL, "" or
+ * "default": name itself) to buf[0..cap) with a NUL. Returns its length,
+ * or TERN_EBADNAME when a part is invalid or the whole would exceed
+ * TERN_NAME_MAX (or cap - 1). */
+int tern_qname_join(char *buf, size_t cap, const char *ns, const char *name);
+
 /* Asserts. TERN_ASSERT is debug-only; TERN_INVARIANT is always on and is
  * reserved for durability-critical invariants (prints, then aborts). */
 void tern_invariant_failed(const char *expr, const char *file, int line);

@@ -130,6 +130,22 @@
  *                       owned by the connection's user)
  * Errors of the writes: TERN_ENOTFOUND (no such user, namespace or grant),
  * TERN_EINVAL (deleting namespace "default").
+ *
+ * Authentication (ops 20..21, added after ops 10..19; docs/AUTH.md):
+ *   AUTH_START    req: str mechanism ("SCRAM-SHA-256", or "EXTERNAL" for
+ *                      the TLS client certificate; 1..PROTO_MAX_MECHANISM
+ *                      bytes of [A-Z0-9_-]), str namespace ("" = the
+ *                      namespace "default", else a namespace name), blob
+ *                      data (0..PROTO_MAX_AUTH_DATA bytes: SCRAM's
+ *                      client-first-message; EXTERNAL: "" or the user name,
+ *                      which must then be the certificate's CN)
+ *                 resp: blob data (SCRAM's server-first-message; EXTERNAL:
+ *                       empty, the connection is authenticated)
+ *   AUTH_CONTINUE req: blob data (SCRAM's client-final-message)
+ *                 resp: blob data (SCRAM's server-final-message; the
+ *                       connection is authenticated once it is sent)
+ * A failed exchange is answered TERN_EAUTH and the server closes the
+ * connection after the answer. A connection authenticates once.
  */
 #ifndef TERN_PROTO_H
 #define TERN_PROTO_H
@@ -167,6 +183,8 @@ enum proto_op {
     PROTO_OP_NAMESPACE_DELETE = 17,
     PROTO_OP_NAMESPACE_LIST = 18,
     PROTO_OP_PRODUCER_INIT = 19,
+    PROTO_OP_AUTH_START = 20,
+    PROTO_OP_AUTH_CONTINUE = 21,
     PROTO_OP_ERROR = 0x7f,
     PROTO_OP_RESPONSE = 0x80,
 };
@@ -270,6 +288,12 @@ struct proto_request
     uint64_t max_queues; /* NAMESPACE_SET quotas */
     uint64_t max_bytes_quota;
     uint64_t produce_bytes_per_s;
+    /* AUTH_START (mechanism, ns: ns_len 0 = "default", data) and
+     * AUTH_CONTINUE (data); borrowed. */
+    const char *mechanism;
+    uint16_t mechanism_len;
+    const uint8_t *auth_data;
+    uint32_t auth_data_len;
 };
 /* Decode a request body for op; TERN_EMALFORMED (trailing bytes included),
  * TERN_EBADNAME for an invalid queue/group name, TERN_EINVAL for an unknown
@@ -668,6 +692,37 @@ int proto_next_acl(const struct proto_list_resp *r,
 int proto_next_namespace(const struct proto_list_resp *r,
                          size_t *pos,
                          struct proto_namespace_entry *e);
+
+/* ---- Authentication (ops 20..21) ---- */
+
+#define PROTO_MAX_MECHANISM 32u
+#define PROTO_MAX_AUTH_DATA 2048u /* AUTH_SCRAM_MSG_MAX */
+
+/* Request encoders: mechanism and ns NUL-terminated (ns NULL or "": the
+ * default namespace), data[0..len) borrowed for the call. TERN_EBADNAME
+ * for a bad namespace, TERN_EINVAL for a bad mechanism or len over
+ * PROTO_MAX_AUTH_DATA. */
+int proto_encode_auth_start(struct tern_wbuf *w,
+                            uint64_t request_id,
+                            const char *mechanism,
+                            const char *ns,
+                            const void *data,
+                            uint32_t len);
+int proto_encode_auth_continue(struct tern_wbuf *w,
+                               uint64_t request_id,
+                               const void *data,
+                               uint32_t len);
+/* Answer of either (op AUTH_START or AUTH_CONTINUE). */
+int proto_encode_auth_resp(struct tern_wbuf *w,
+                           uint8_t op,
+                           uint64_t request_id,
+                           const void *data,
+                           uint32_t len);
+/* *data borrowed from body. TERN_EMALFORMED. */
+int proto_decode_auth_resp(const void *body,
+                           size_t len,
+                           const void **data,
+                           uint32_t *data_len);
 
 int proto_encode_producer_init_resp(struct tern_wbuf *w,
                                     uint64_t request_id,

@@ -2,7 +2,8 @@
  * libFuzzer target for the client wire protocol (proto/proto.c): feeds
  * arbitrary bytes to the header decoder, the checksum verifier, the request
  * decoders of every op, the error-frame decoder and every response decoder,
- * and walks every iterator (the security metadata ops 10..19 included).
+ * and walks every iterator (the security metadata ops 10..19 and the
+ * authentication ops 20..21 included).
  * Decoders must never read out of bounds, and a decoded request must re-encode
  * to a body that decodes to the same fields.
  */
@@ -115,6 +116,17 @@ static void reencode(const struct proto_request *r,
     case PROTO_OP_PRODUCER_INIT:
         rv = proto_encode_simple(&w, r->op, 1);
         break;
+    case PROTO_OP_AUTH_START: {
+        char mech[PROTO_MAX_MECHANISM + 1];
+        name_copy(mech, r->mechanism, r->mechanism_len);
+        name_copy(n, r->ns, r->ns_len);
+        rv = proto_encode_auth_start(&w, 1, mech, n, r->auth_data,
+                                     r->auth_data_len);
+        break;
+    }
+    case PROTO_OP_AUTH_CONTINUE:
+        rv = proto_encode_auth_continue(&w, 1, r->auth_data, r->auth_data_len);
+        break;
     default:
         abort();
     }
@@ -178,6 +190,14 @@ static void list_responses(const uint8_t *d, size_t len)
         }
     }
     (void)proto_decode_producer_init_resp(d, len, &id);
+    {
+        const void *ad;
+        uint32_t an;
+        if (proto_decode_auth_resp(d, len, &ad, &an) == 0 && an > 0 &&
+            ((const uint8_t *)ad < d || (const uint8_t *)ad + an > d + len)) {
+            abort();
+        }
+    }
 }
 
 static void responses(const uint8_t *d, size_t len)
@@ -248,7 +268,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (proto_decode_request(data[0], b, blen, &r) == 0) {
             walk_request(&r);
         }
-        for (int op = PROTO_OP_QUEUE_CREATE; op <= PROTO_OP_PRODUCER_INIT;
+        for (int op = PROTO_OP_QUEUE_CREATE; op <= PROTO_OP_AUTH_CONTINUE;
              op++) {
             if (proto_decode_request((uint8_t)op, b, blen, &r) == 0) {
                 walk_request(&r);

@@ -124,3 +124,47 @@ Test(common, list_push_remove_in_order)
     tern_list_remove(&items[2].link);
     cr_expect(tern_list_empty(&head));
 }
+
+Test(common, qualified_names)
+{
+    char buf[TERN_NAME_MAX + 1], longns[TERN_NS_NAME_MAX + 2];
+    const char *ns, *name;
+    size_t ns_len, name_len;
+    cr_expect(tern_qname_valid("orders", 6));
+    cr_expect(tern_qname_valid("acme%orders", 11));
+    cr_expect(!tern_qname_valid("%orders", 7));
+    cr_expect(!tern_qname_valid("acme%", 5));
+    cr_expect(!tern_qname_valid("a%b%c", 5));
+    cr_expect_eq(tern_qname_join(buf, sizeof buf, "acme", "orders"), 11);
+    cr_expect_str_eq(buf, "acme%orders");
+    tern_qname_split(buf, 11, &ns, &ns_len, &name, &name_len);
+    cr_expect_eq(ns_len, 4);
+    cr_expect_eq(memcmp(ns, "acme", 4), 0);
+    cr_expect_eq(name_len, 6);
+    cr_expect_eq(memcmp(name, "orders", 6), 0);
+    /* The default namespace stores plain names. */
+    cr_expect_eq(tern_qname_join(buf, sizeof buf, "default", "q"), 1);
+    cr_expect_str_eq(buf, "q");
+    cr_expect_eq(tern_qname_join(buf, sizeof buf, NULL, "q"), 1);
+    tern_qname_split(buf, 1, &ns, &ns_len, &name, &name_len);
+    cr_expect_eq(ns_len, 0);
+    cr_expect_eq(name_len, 1);
+    /* Bounds: namespace length and the whole. */
+    memset(longns, 'n', sizeof longns - 1);
+    longns[sizeof longns - 1] = '\0';
+    cr_expect_eq(tern_qname_join(buf, sizeof buf, longns, "q"), TERN_EBADNAME);
+    longns[TERN_NS_NAME_MAX] = '\0';
+    {
+        char q[TERN_NAME_MAX + 1];
+        memset(q, 'q', TERN_NAME_MAX);
+        q[TERN_NAME_MAX - TERN_NS_NAME_MAX - 1] = '\0';
+        cr_expect_eq(tern_qname_join(buf, sizeof buf, longns, q),
+                     TERN_NAME_MAX);
+        cr_expect(tern_qname_valid(buf, TERN_NAME_MAX));
+        q[TERN_NAME_MAX - TERN_NS_NAME_MAX - 1] = 'q';
+        q[TERN_NAME_MAX - TERN_NS_NAME_MAX] = '\0';
+        cr_expect_eq(tern_qname_join(buf, sizeof buf, longns, q),
+                     TERN_EBADNAME);
+    }
+    cr_expect_eq(tern_qname_join(buf, sizeof buf, "a.b", "x%y"), TERN_EBADNAME);
+}

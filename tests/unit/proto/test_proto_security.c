@@ -290,3 +290,82 @@ Test(proto_security, producer_init_answer)
                  TERN_EMALFORMED);
     tern_wbuf_free(&w);
 }
+
+Test(proto_security, auth_round_trips)
+{
+    struct tern_wbuf w;
+    struct proto_request r;
+    struct proto_header h;
+    const uint8_t *body;
+    const void *d;
+    uint32_t n;
+    const char first[] = "n,,n=alice,r=abc";
+    tern_wbuf_init(&w);
+    cr_assert_eq(proto_encode_auth_start(&w, 1, "SCRAM-SHA-256", "acme", first,
+                                         sizeof first - 1),
+                 0);
+    request(&w, &r);
+    cr_assert_eq(r.op, PROTO_OP_AUTH_START);
+    cr_assert(streq(r.mechanism, r.mechanism_len, "SCRAM-SHA-256"));
+    cr_assert(streq(r.ns, r.ns_len, "acme"));
+    cr_assert_eq(r.auth_data_len, sizeof first - 1);
+    cr_assert_eq(memcmp(r.auth_data, first, sizeof first - 1), 0);
+    /* Default namespace, no data (EXTERNAL). */
+    w.len = 0;
+    cr_assert_eq(proto_encode_auth_start(&w, 2, "EXTERNAL", NULL, NULL, 0), 0);
+    request(&w, &r);
+    cr_assert_eq(r.ns_len, 0);
+    cr_assert_eq(r.auth_data_len, 0);
+    w.len = 0;
+    cr_assert_eq(proto_encode_auth_continue(&w, 3, "c=biws", 6), 0);
+    request(&w, &r);
+    cr_assert_eq(r.op, PROTO_OP_AUTH_CONTINUE);
+    cr_assert_eq(r.auth_data_len, 6);
+    w.len = 0;
+    cr_assert_eq(
+        proto_encode_auth_resp(&w, PROTO_OP_AUTH_CONTINUE, 3, "v=xyz", 5), 0);
+    body = parse(&w, &h);
+    cr_assert_eq(h.op, PROTO_OP_AUTH_CONTINUE | PROTO_OP_RESPONSE);
+    cr_assert_eq(proto_decode_auth_resp(body, h.body_len, &d, &n), 0);
+    cr_assert_eq(n, 5);
+    cr_assert_eq(memcmp(d, "v=xyz", 5), 0);
+    /* Trailing bytes are malformed. */
+    cr_assert_eq(proto_decode_auth_resp(body, h.body_len + 1, &d, &n) != 0, 1);
+    tern_wbuf_free(&w);
+}
+
+Test(proto_security, auth_refusals)
+{
+    struct tern_wbuf w;
+    struct proto_request r;
+    static uint8_t big[PROTO_MAX_AUTH_DATA + 1];
+    uint8_t body[64];
+    size_t len = 0;
+    tern_wbuf_init(&w);
+    cr_assert_eq(proto_encode_auth_start(&w, 1, "scram", NULL, NULL, 0),
+                 TERN_EINVAL); /* lower case */
+    cr_assert_eq(proto_encode_auth_start(&w, 1, "", NULL, NULL, 0),
+                 TERN_EINVAL);
+    cr_assert_eq(proto_encode_auth_start(&w, 1, "EXTERNAL", "a%b", NULL, 0),
+                 TERN_EBADNAME);
+    cr_assert_eq(
+        proto_encode_auth_start(&w, 1, "EXTERNAL", NULL, big, sizeof big),
+        TERN_EINVAL);
+    cr_assert_eq(proto_encode_auth_continue(&w, 1, big, sizeof big),
+                 TERN_EINVAL);
+    /* A decoder sees a bad mechanism and an oversized blob. */
+    body[len++] = 2;
+    body[len++] = 0;
+    memcpy(body + len, "a!", 2);
+    len += 2;
+    body[len++] = 0;
+    body[len++] = 0;
+    memset(body + len, 0, 4);
+    len += 4;
+    cr_assert_eq(proto_decode_request(PROTO_OP_AUTH_START, body, len, &r),
+                 TERN_EINVAL);
+    tern_put_u32(body, PROTO_MAX_AUTH_DATA + 1);
+    cr_assert_eq(proto_decode_request(PROTO_OP_AUTH_CONTINUE, body, 4, &r) != 0,
+                 1);
+    tern_wbuf_free(&w);
+}
