@@ -199,8 +199,9 @@ struct sec_names
 };
 
 /* The security metadata writes (docs/AUTH.md): one idx_cmd_* each.
- * PRODUCER_INIT is issued to the anonymous owner until connections
- * authenticate. */
+ * PRODUCER_INIT's owner is r->user: the server sets it to the
+ * connection's user ("" for the anonymous owner of a connection that did
+ * not authenticate). */
 static int add_security(struct node_batcher *b,
                         void *owner,
                         uint64_t request_id,
@@ -253,7 +254,7 @@ static int add_security(struct node_batcher *b,
         idx_cmd_namespace_delete(&b->open->w, n.ns);
         break;
     default: /* PRODUCER_INIT */
-        idx_cmd_producer_init(&b->open->w, "");
+        idx_cmd_producer_init(&b->open->w, n.user);
         break;
     }
     return add_finish(b, w);

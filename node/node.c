@@ -40,6 +40,8 @@
 
 #include <uv.h>
 
+#include <auth.h>
+#include <proto.h>
 #include <tern_common.h>
 
 #include "batch.h"
@@ -97,6 +99,9 @@ struct node
     uint64_t logged_terms_refused;
     uint64_t logged_unknown_senders;
     uint64_t refused_logged_at;
+    /* [security] bootstrap_admin: the term in which this node, as leader,
+     * last proposed it (0: never). */
+    uint64_t bootstrap_term;
 };
 
 static const char *role_name(enum repl_role r)
@@ -278,6 +283,66 @@ static uint64_t batch_timestamp(void *arg)
     return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
+/* ---- Bootstrap admin ----------------------------------------------------- */
+
+static int any_user_cb(void *arg, const struct idx_user_info *u)
+{
+    (void)u;
+    *(bool *)arg = true;
+    return 1;
+}
+
+/* [security] bootstrap_admin (docs/AUTH.md): a writable leader whose
+ * users table is empty proposes the configured admin, once per term (a
+ * proposal lost to a leader change is made again by the next leader). */
+static void bootstrap_admin(struct node *n)
+{
+    const struct node_config *c = n->cfg;
+    struct auth_scram_cred cred;
+    struct proto_request r;
+    uint8_t enc[AUTH_SCRAM_CRED_ENC_MAX];
+    char m[TERN_ERRMSG_SIZE];
+    bool any = false;
+    size_t len = 0;
+    int rv;
+
+    if (c->bootstrap_admin == NULL || !n->writable ||
+        n->bootstrap_term == n->term || n->fsm.idx == NULL) {
+        return;
+    }
+    n->bootstrap_term = n->term;
+    if (idx_user_list(n->fsm.idx, any_user_cb, &any) != 0 || any) {
+        return;
+    }
+    rv = auth_scram_cred_parse(c->bootstrap_admin_cred,
+                               strlen(c->bootstrap_admin_cred), &cred, m);
+    if (rv == 0) {
+        rv = auth_scram_cred_encode(&cred, enc, sizeof(enc), &len, m);
+    }
+    auth_wipe(&cred, sizeof(cred));
+    if (rv == 0) {
+        memset(&r, 0, sizeof(r));
+        r.op = PROTO_OP_USER_SET;
+        r.user = c->bootstrap_admin;
+        r.user_len = (uint16_t)strlen(c->bootstrap_admin);
+        r.bits = PROTO_USER_ADMIN;
+        r.cred = enc;
+        r.cred_len = (uint32_t)len;
+        rv = node_batcher_add(&n->batcher, NULL, 0, &r);
+        if (rv != 0) {
+            (void)snprintf(m, sizeof(m), "%s", tern_strerror(rv));
+        }
+    }
+    auth_wipe(enc, sizeof(enc));
+    node_log(rv == 0 ? NODE_LOG_INFO : NODE_LOG_ERROR,
+             rv == 0 ? "bootstrap admin proposed (no users yet)"
+                     : "bootstrap admin not proposed",
+             "user=%s term=%llu err=%s detail=\"%s\"", c->bootstrap_admin,
+             (unsigned long long)n->term, rv == 0 ? "-" : tern_err_name(rv),
+             rv == 0 ? "" : m);
+    node_kick(n);
+}
+
 /* ---- Loop hooks --------------------------------------------------------- */
 
 static void on_check(uv_check_t *h)
@@ -290,6 +355,7 @@ static void on_check(uv_check_t *h)
         node_stop(n);
     }
     if (!n->stopping) {
+        bootstrap_admin(n);
         node_batcher_propose(&n->batcher);
     }
     flushed = node_fsm_flush(&n->fsm);
@@ -994,6 +1060,18 @@ int node_run(const struct node_config *c)
         !c->dev) {
         node_log(NODE_LOG_WARN,
                  "client connections are not encrypted: client_tls = off",
+                 "client_addr=%s", c->client_addr);
+    }
+    node_log(NODE_LOG_INFO, "client authentication",
+             "client_auth=%s bootstrap_admin=%s",
+             node_config_client_auth(c) ? "required" : "off",
+             c->bootstrap_admin != NULL ? c->bootstrap_admin : "-");
+    if (!node_config_client_auth(c) && !c->dev &&
+        !node_config_client_loopback(c)) {
+        node_log(NODE_LOG_WARN,
+                 "clients are not authenticated: client_auth = off lets "
+                 "anyone who reaches client_addr read, write and delete "
+                 "every queue of namespace default",
                  "client_addr=%s", c->client_addr);
     }
     raise_nofile(&n->cfg_view);

@@ -106,6 +106,7 @@
 
 #include <tern_common.h>
 
+#include "access.h"
 #include "ctls.h"
 #include "frame.h"
 #include "log.h"
@@ -169,14 +170,15 @@ struct node_conn
     bool paused;     /* stopped on a memory bound, frames kept */
     bool mem_wait;   /* no read buffer: the budget was exhausted */
     uint64_t id;
-    uint32_t peer_ip;         /* source IPv4 address, network order */
-    size_t queued;            /* answer bytes handed to the socket */
-    unsigned n_parked;        /* its parked fetches */
-    uint64_t last_request_ms; /* uv_now of the last request (or accept) */
-    uint64_t frame_start_ms;  /* a partial frame began (0: none) */
-    uint64_t progress_ms;     /* last progress while answers are pending
-                                 or the connection is paused */
-    struct node_ctls *tls;    /* client_tls: the session (ctls.c), owned */
+    uint32_t peer_ip;          /* source IPv4 address, network order */
+    size_t queued;             /* answer bytes handed to the socket */
+    unsigned n_parked;         /* its parked fetches */
+    uint64_t last_request_ms;  /* uv_now of the last request (or accept) */
+    uint64_t frame_start_ms;   /* a partial frame began (0: none) */
+    uint64_t progress_ms;      /* last progress while answers are pending
+                                  or the connection is paused */
+    struct node_ctls *tls;     /* client_tls: the session (ctls.c), owned */
+    struct node_principal who; /* who it authenticated as (access.c) */
 };
 
 struct parked
@@ -221,9 +223,12 @@ struct node_server
     struct log_limit log_refused;
     struct log_limit log_accept;
     struct log_limit log_closed;
+    struct node_access *access;   /* authentication and checks, owned */
     struct auth_tls_ctx *tls_ctx; /* client_tls on: owned; NULL: plaintext */
     uint8_t *tls_in;              /* ciphertext read buffer, AUTH_TLS_BUF */
     struct log_limit log_tls;
+    struct log_limit log_auth;
+    uint64_t auth_failed;   /* AUTH exchanges refused */
     uint64_t tls_failed;    /* handshakes failed (plaintext included) */
     uint64_t tls_plaintext; /* clients that spoke without TLS */
     uint32_t max_body;
@@ -386,6 +391,7 @@ static void conn_unref(struct node_conn *c)
     TERN_ASSERT(c->refs > 0);
     if (--c->refs == 0) {
         TERN_ASSERT(c->state == CONN_CLOSED);
+        node_principal_clear(&c->who);
         tern_free(c->rbuf);
         tern_free(c);
     }
@@ -813,6 +819,7 @@ void node_server_wake(struct node_server *s)
 
 struct list_ctx
 {
+    struct node_access_list *access; /* which names the client sees */
     struct tern_wbuf *w;
     size_t body_start; /* w->len at the start of the body */
     uint32_t n;
@@ -824,14 +831,20 @@ struct list_ctx
 static int list_cb(void *arg, const struct idx_queue_info *q)
 {
     struct list_ctx *x = arg;
-    size_t name_len = strlen(q->name);
-    size_t entry = 2 + name_len + 16;
+    const char *name = q->name;
+    int show = node_access_list_show(x->access, q->name, &name);
+    size_t name_len, entry;
+    if (show <= 0) {
+        return show < 0 ? 1 : 0; /* past the namespace: the last page */
+    }
+    name_len = strlen(name);
+    entry = 2 + name_len + 16;
     if (x->n >= x->max_n ||
         (x->n > 0 && x->w->len - x->body_start + entry + 1 > x->max_bytes)) {
         x->more = true;
         return 1;
     }
-    proto_put_str(x->w, q->name, name_len);
+    proto_put_str(x->w, name, name_len);
     tern_wbuf_u64(x->w, q->start_offset);
     tern_wbuf_u64(x->w, q->next_offset);
     x->n++;
@@ -857,14 +870,22 @@ static void serve_list(struct node_conn *c,
 {
     const struct node_config *cfg = c->view.cfg;
     struct idx_env *e = view_idx(&c->view);
-    char after[PROTO_MAX_NAME + 1];
+    char after[TERN_NAME_MAX + 2];
+    struct node_access_list *acc = NULL;
     struct tern_wbuf w;
     struct list_ctx x;
     size_t n_pos;
     int rv;
 
-    if (e == NULL) {
+    if (e == NULL || c->srv == NULL) {
         send_error(c, PROTO_OP_QUEUE_LIST, request_id, TERN_ESHUTDOWN, NULL);
+        return;
+    }
+    /* The stored name to start after, and the filter of what is shown. */
+    rv = node_access_list_begin(c->srv->access, &c->who, e, r->after,
+                                r->after_len, after, &acc);
+    if (rv != 0) {
+        send_error(c, PROTO_OP_QUEUE_LIST, request_id, rv, NULL);
         return;
     }
     memset(&x, 0, sizeof(x));
@@ -876,11 +897,7 @@ static void serve_list(struct node_conn *c,
             x.max_n = TERN_MIN(x.max_n, r->max_count);
         }
     }
-    after[0] = '\0';
-    if (r->after_len > 0) {
-        memcpy(after, r->after, TERN_MIN((size_t)r->after_len, PROTO_MAX_NAME));
-        after[TERN_MIN((size_t)r->after_len, PROTO_MAX_NAME)] = '\0';
-    }
+    x.access = acc;
     tern_wbuf_init(&w);
     proto_frame_begin(&w, PROTO_OP_QUEUE_LIST | PROTO_OP_RESPONSE, request_id,
                       0);
@@ -889,6 +906,7 @@ static void serve_list(struct node_conn *c,
     tern_wbuf_u32(&w, 0);
     x.w = &w;
     rv = idx_queue_list_after(e, after, list_cb, &x);
+    node_access_list_end(acc);
     if (rv == 0 && w.err == 0 && x.more && !r->paged) {
         char m[TERN_ERRMSG_SIZE];
         tern_wbuf_free(&w);
@@ -1175,6 +1193,7 @@ static void handle_write(struct node_conn *c,
         size_t pos = 0;
         struct proto_msg msg;
         uint32_t i = 0;
+        uint64_t bytes = 0;
         if (r->n_msgs == 0) {
             send_error(c, r->op, request_id, TERN_EINVAL,
                        "produce without messages");
@@ -1189,7 +1208,23 @@ static void handle_write(struct node_conn *c,
                 send_error(c, r->op, request_id, TERN_ETOOBIG, m);
                 return;
             }
+            bytes += msg.len;
             i++;
+        }
+        if (c->srv == NULL) {
+            send_error(c, r->op, request_id, TERN_ESHUTDOWN, NULL);
+            return;
+        }
+        if (r->producer_id != 0 &&
+            (rv = node_access_producer(c->srv->access, &c->who, view_idx(v),
+                                       r->producer_id, m)) != 0) {
+            send_error(c, r->op, request_id, rv, m);
+            return;
+        }
+        if ((rv = node_access_rate(c->srv->access, &c->who, view_idx(v), bytes,
+                                   conn_now(c), m)) != 0) {
+            send_error(c, r->op, request_id, rv, m);
+            return;
         }
     }
     rv = v->ops.disk_check(v->arg, m);
@@ -1278,12 +1313,112 @@ static void name_copy(char *dst, const char *src, uint16_t len)
     dst[len] = '\0';
 }
 
+/* AUTH_START / AUTH_CONTINUE (access.c): the answer, or TERN_EAUTH and
+ * the connection is closed once it is written. */
+static void serve_auth(struct node_conn *c,
+                       uint64_t request_id,
+                       const struct proto_request *r)
+{
+    struct node_server *s = c->srv;
+    const char *cn = c->tls != NULL ? node_ctls_peer_cn(c->tls) : "";
+    char m[TERN_ERRMSG_SIZE];
+    const void *reply = NULL;
+    struct tern_wbuf w;
+    size_t n = 0;
+    unsigned dropped = 0;
+    int rv;
+
+    if (s == NULL) {
+        send_error(c, r->op, request_id, TERN_ESHUTDOWN, NULL);
+        return;
+    }
+    rv = node_access_auth(s->access, &c->who, view_idx(&c->view), r, cn, &reply,
+                          &n, m);
+    if (rv != 0) {
+        s->auth_failed++;
+        if (log_limit_ok(&s->log_auth, conn_now(c), &dropped)) {
+            struct in_addr in;
+            char addr[INET_ADDRSTRLEN] = "?";
+            in.s_addr = c->peer_ip;
+            (void)inet_ntop(AF_INET, &in, addr, sizeof(addr));
+            node_log(NODE_LOG_WARN, "client authentication failed, closing",
+                     "conn=%llu addr=%s failed=%llu suppressed=%u "
+                     "detail=\"%s\"",
+                     (unsigned long long)c->id, addr,
+                     (unsigned long long)s->auth_failed, dropped, m);
+        }
+        send_error(c, r->op, request_id, TERN_EAUTH, m);
+        conn_drain(c);
+        return;
+    }
+    tern_wbuf_init(&w);
+    rv = proto_encode_auth_resp(&w, r->op, request_id, reply, (uint32_t)n);
+    if (rv != 0) {
+        tern_wbuf_free(&w);
+        send_error(c, r->op, request_id, TERN_EINTERNAL,
+                   "cannot encode the answer");
+        conn_drain(c);
+        return;
+    }
+    conn_send(c, &w);
+    if (c->who.state == NODE_PRINCIPAL_DONE) {
+        node_log(NODE_LOG_DEBUG, "client authenticated",
+                 "conn=%llu user=%s namespace=%s", (unsigned long long)c->id,
+                 c->who.user, c->who.ns[0] != '\0' ? c->who.ns : "default");
+    }
+}
+
+static bool op_has_queue(uint8_t op)
+{
+    return op == PROTO_OP_QUEUE_CREATE || op == PROTO_OP_QUEUE_DELETE ||
+           op == PROTO_OP_PRODUCE || op == PROTO_OP_FETCH ||
+           op == PROTO_OP_GROUP_FETCH || op == PROTO_OP_GROUP_COMMIT;
+}
+
 static void handle_request(struct node_conn *c,
                            uint64_t request_id,
-                           const struct proto_request *r)
+                           const struct proto_request *req)
 {
-    char queue[PROTO_MAX_NAME + 1];
+    char stored[TERN_NAME_MAX + 1];
     char group[PROTO_MAX_NAME + 1];
+    char m[TERN_ERRMSG_SIZE];
+    struct proto_request qr;
+    const struct proto_request *r = req;
+    int rv;
+
+    if (req->op == PROTO_OP_AUTH_START || req->op == PROTO_OP_AUTH_CONTINUE) {
+        serve_auth(c, request_id, req);
+        return;
+    }
+    if (c->srv == NULL) {
+        send_error(c, req->op, request_id, TERN_ESHUTDOWN, NULL);
+        return;
+    }
+    rv = node_access_check(c->srv->access, &c->who, view_idx(&c->view), req, m);
+    if (rv != 0) {
+        send_error(c, req->op, request_id, rv, m);
+        return;
+    }
+    /* Names as the index stores them: qualified with the connection's
+     * namespace; the producer-id owner is the connection's user. */
+    if (op_has_queue(req->op) || req->op == PROTO_OP_PRODUCER_INIT) {
+        qr = *req;
+        r = &qr;
+    }
+    if (op_has_queue(req->op)) {
+        if (c->who.ns[0] == '\0') {
+            name_copy(stored, req->queue, req->queue_len);
+        } else if ((rv = node_access_qualify(&c->who, req->queue,
+                                             req->queue_len, stored, m)) != 0) {
+            send_error(c, req->op, request_id, rv, m);
+            return;
+        }
+        qr.queue = stored;
+        qr.queue_len = (uint16_t)strlen(stored);
+    } else if (req->op == PROTO_OP_PRODUCER_INIT) {
+        qr.user = c->who.user;
+        qr.user_len = (uint16_t)strlen(c->who.user);
+    }
 
     switch (r->op) {
     case PROTO_OP_QUEUE_CREATE:
@@ -1301,15 +1436,13 @@ static void handle_request(struct node_conn *c,
                 break;
             }
         }
-        name_copy(queue, r->queue, r->queue_len);
-        serve_fetch(c, r->op, request_id, queue, "", r->offset, r->max_msgs,
+        serve_fetch(c, r->op, request_id, stored, "", r->offset, r->max_msgs,
                     r->max_bytes, r->wait_ms, leader_only);
         break;
     }
     case PROTO_OP_GROUP_FETCH:
-        name_copy(queue, r->queue, r->queue_len);
         name_copy(group, r->group, r->group_len);
-        handle_group_fetch(c, request_id, r, queue, group);
+        handle_group_fetch(c, request_id, r, stored, group);
         break;
     case PROTO_OP_QUEUE_LIST:
         serve_list(c, request_id, r);
@@ -1819,6 +1952,7 @@ static void server_handle_closed(struct node_server *s)
         void (*cb)(void *) = s->close_cb;
         void *arg = s->close_arg;
         auth_tls_ctx_free(s->tls_ctx);
+        node_access_free(s->access);
         tern_free(s->tls_in);
         tern_free(s);
         if (cb != NULL) {
@@ -2079,6 +2213,7 @@ int node_server_new(uv_loop_t *loop,
     char host[64];
     const char *colon = strrchr(addr, ':');
     struct auth_tls_ctx *tls_ctx = NULL;
+    struct node_access *access = NULL;
     int fd = -1;
     int rv;
 
@@ -2098,9 +2233,15 @@ int node_server_new(uv_loop_t *loop,
     if (rv != 0) {
         return rv;
     }
+    rv = node_access_new(cfg, &access, errmsg);
+    if (rv != 0) {
+        auth_tls_ctx_free(tls_ctx);
+        return rv;
+    }
     rv = listen_socket(&sa, &fd);
     if (rv != 0) {
         auth_tls_ctx_free(tls_ctx);
+        node_access_free(access);
         tern_errmsg_printf(errmsg, "listen on %s: %s", addr, strerror(-rv));
         return rv;
     }
@@ -2115,10 +2256,12 @@ int node_server_new(uv_loop_t *loop,
     if (s == NULL) {
         (void)close(fd);
         auth_tls_ctx_free(tls_ctx);
+        node_access_free(access);
         tern_errmsg_printf(errmsg, "out of memory");
         return -ENOMEM;
     }
     s->tls_ctx = tls_ctx;
+    s->access = access;
     s->view.ops = *ops;
     s->view.arg = arg;
     s->view.cfg = cfg;
@@ -2133,6 +2276,7 @@ int node_server_new(uv_loop_t *loop,
     if (rv != 0) {
         (void)close(fd);
         auth_tls_ctx_free(tls_ctx);
+        node_access_free(access);
         tern_free(s->tls_in);
         tern_free(s);
         tern_errmsg_printf(errmsg, "listen on %s: %s", addr, uv_strerror(rv));

@@ -387,7 +387,7 @@ class Cluster:
     def __init__(self, n=3, raft=None, node=None, limits=None,
                  data_dirs=None, election_timeout_ms=150, heartbeat_ms=15,
                  log_level="info", peer_auth="tls", client_tls=None,
-                 client_ca=False, clients=()):
+                 client_ca=False, clients=(), security=None):
         """raft/node/limits: extra keys for those INI sections; data_dirs:
         {node id: data dir} overriding <tmp>/data/nodeN; peer_auth: "tls"
         (credentials from tern-certs.sh in <tmp>/certs) or "none";
@@ -395,7 +395,8 @@ class Cluster:
         "on", "off" or "auto"; with "on" every CLI run (tern, tern_popen)
         gets --ca <certs>/ca.pem unless given tls=[...]. client_ca: set
         [security] client_ca to the cluster CA; clients: names of client
-        certificates to make (<certs>/client-NAME.pem/.key)."""
+        certificates to make (<certs>/client-NAME.pem/.key); security:
+        extra [security] keys (client_auth, bootstrap_admin, ...)."""
         self.ternd, self.cli = binaries()
         self.dir = tempfile.mkdtemp(prefix="tern-it-")
         self.data_root = os.path.join(self.dir, "data")
@@ -409,6 +410,7 @@ class Cluster:
         self.certs = os.path.join(self.dir, "certs")
         self.client_tls = client_tls
         self.client_ca = client_ca
+        self.security = dict(security or {})
         self.cli_tls = (["--ca", os.path.join(self.certs, "ca.pem")]
                         if client_tls == "on" else [])
         ports = free_ports(2 * n)
@@ -452,6 +454,7 @@ class Cluster:
             lines += ["client_tls = %s" % self.client_tls]
         if self.client_ca:
             lines += ["client_ca = %s" % os.path.join(self.certs, "ca.pem")]
+        lines += ["%s = %s" % kv for kv in self.security.items()]
         lines += ["", "[peers]"]
         lines += ["%d = %s,%s" % (p.id, p.raft_addr, p.client_addr)
                   for p in self.nodes.values()]

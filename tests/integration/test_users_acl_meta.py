@@ -12,12 +12,13 @@ import sys
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import tern_harness as h  # noqa: E402
+import auth_util  # noqa: E402
 
 USER_SET, USER_DELETE, USER_LIST = 10, 11, 12
 ACL_SET, ACL_DELETE, ACL_LIST = 13, 14, 15
 NS_SET, NS_DELETE, NS_LIST, PRODUCER_INIT = 16, 17, 18, 19
 ENOTFOUND = -31028
-CRED = bytes(range(1, 93))  # opaque to the server at this step
+CRED = auth_util.cred("a password")[0]  # auth/scram.c binary form
 
 
 def rpc(nd, op, body=b"", rid=1):
@@ -124,7 +125,9 @@ def main(c):
               "NAMESPACE_DELETE default is refused", h.CODE["TERN_EINVAL"])
         pid1 = producer_init(c, ld)
         pid2 = producer_init(c, ld)
-        c.check(pid1 >= 1 and pid2 == pid1 + 1, "producer ids %d, %d" %
+        c.check(pid1 >= 1 << 32 and pid1 % (1 << 32) == 0 and
+                pid2 == pid1 + (1 << 32),
+                "producer id blocks %d, %d (block n is n << 32)" %
                 (pid1, pid2))
         want = (
             (("alice", 0, 1), ("root", 1, 1)),
