@@ -72,6 +72,11 @@
  *                                  ; 64 hex digits, mode 0600
  *                                  ; (transport shm with peer_auth = tls:
  *                                  ; required, checked at start-up)
+ *   peer_handshake_timeout_ms = 5000 ; a peer connection must finish its
+ *                                  ; handshake (TLS and HELLO on tcp, the
+ *                                  ; secret's proofs on shm) within this
+ *   peer_max_pending = 64          ; peer handshakes in progress at once
+ *                                  ; (tcp, shm, verbs); more are refused
  *   client_tls  = auto             ; client port TLS: auto (default; --dev
  *                                  ; too) = on unless client_addr's host
  *                                  ; is loopback (127.0.0.0/8) | on | off
@@ -260,6 +265,8 @@ static const char usage_text[] =
     "  node_cert = /etc/tern/node1.pem\n"
     "  node_key = /etc/tern/node1.key\n"
     "  cluster_secret_file = /etc/tern/cluster.secret\n"
+    "  peer_handshake_timeout_ms = 5000\n"
+    "  peer_max_pending = 64\n"
     "  client_tls = auto\n"
     "  client_cert = /etc/tern/node1.pem\n"
     "  client_key = /etc/tern/node1.key\n"
@@ -301,6 +308,8 @@ void node_config_init(struct node_config *c)
     c->max_parked_per_conn = NODE_DEFAULT_MAX_PARKED_PER_CONN;
     c->list_page_max = NODE_DEFAULT_LIST_PAGE_MAX;
     c->max_term_jump = NODE_DEFAULT_MAX_TERM_JUMP;
+    c->peer_handshake_timeout_ms = NODE_DEFAULT_PEER_HANDSHAKE_MS;
+    c->peer_max_pending = NODE_DEFAULT_PEER_MAX_PENDING;
 }
 
 static void peers_free(struct node_peer *p, unsigned n)
@@ -906,6 +915,10 @@ static const struct key keys[] = {
     {"security", "node_key", "--node-key", set_text, NODE__STR(node_key), 0},
     {"security", "cluster_secret_file", "--cluster-secret-file", set_text,
      NODE__STR(cluster_secret_file), 0},
+    {"security", "peer_handshake_timeout_ms", "--peer-handshake-timeout-ms",
+     set_unsigned, NODE__UINT(peer_handshake_timeout_ms), 600000},
+    {"security", "peer_max_pending", "--peer-max-pending", set_unsigned,
+     NODE__UINT(peer_max_pending), 100000},
     {"security", "client_tls", "--client-tls", set_client_tls,
      NODE__INT(client_tls), 0},
     {"security", "client_cert", "--client-cert", set_text,
@@ -1425,11 +1438,13 @@ static int validate_client_limits(const struct node_config *c, char *errmsg)
     }
     if (c->max_connections == 0 || c->max_connections_per_addr == 0 ||
         c->max_parked_per_conn == 0 || c->list_page_max == 0 ||
-        c->frame_timeout_ms == 0 || c->slow_reader_timeout_ms == 0) {
+        c->frame_timeout_ms == 0 || c->slow_reader_timeout_ms == 0 ||
+        c->peer_handshake_timeout_ms == 0 || c->peer_max_pending == 0) {
         tern_errmsg_printf(errmsg,
                            "max_connections, max_connections_per_addr, "
                            "max_parked_per_conn, list_page_max, "
-                           "frame_timeout_ms and slow_reader_timeout_ms "
+                           "frame_timeout_ms, slow_reader_timeout_ms, "
+                           "peer_handshake_timeout_ms and peer_max_pending "
                            "must be > 0");
         return TERN_EINVAL;
     }

@@ -48,7 +48,10 @@ struct node_config
     char *node_cert;           /* owned; PEM cert, CN "node-<id>" */
     char *node_key;            /* owned; PEM private key of node_cert */
     char *cluster_secret_file; /* owned; shm/verbs handshake key file */
-    bool dev;                  /* --dev was given */
+    unsigned peer_handshake_timeout_ms; /* inbound peer handshakes (tcp
+                                           TLS + HELLO, shm proof) */
+    unsigned peer_max_pending;          /* peer handshakes at once */
+    bool dev;                           /* --dev was given */
     /* [security] client port TLS (node/ctls.c) */
     int client_tls;    /* enum node_client_tls */
     char *client_cert; /* owned; NULL: node_cert */
@@ -102,6 +105,8 @@ enum node_client_auth {
     NODE_CLIENT_AUTH_OFF = 2,
 };
 
+#define NODE_DEFAULT_PEER_HANDSHAKE_MS   5000u
+#define NODE_DEFAULT_PEER_MAX_PENDING    64u
 #define NODE_DEFAULT_ELECTION_TIMEOUT_MS 150u
 #define NODE_DEFAULT_HEARTBEAT_MS        15u
 #define NODE_DEFAULT_SNAPSHOT_BYTES      (64ull << 20)

@@ -194,6 +194,8 @@ int node_transport_start(struct node_transport *t, char *errmsg)
     int rv;
 
     memset(&xo, 0, sizeof(xo));
+    xo.handshake_timeout_ms = c->peer_handshake_timeout_ms;
+    xo.max_pending_inbound = c->peer_max_pending;
     if (c->peer_auth == NODE_PEER_AUTH_TLS) {
         rv = tls_contexts(t, errmsg);
         if (rv != 0) {
@@ -220,6 +222,8 @@ int node_transport_start(struct node_transport *t, char *errmsg)
         }
         memset(&so, 0, sizeof(so));
         so.ring_bytes = shm_ring_bytes(c);
+        so.handshake_timeout_ms = c->peer_handshake_timeout_ms;
+        so.max_pending = c->peer_max_pending;
         if (c->peer_auth == NODE_PEER_AUTH_TLS) {
             rv = load_cluster_secret(c, &secret, errmsg);
             if (rv != 0) {
@@ -252,6 +256,7 @@ int node_transport_start(struct node_transport *t, char *errmsg)
         char verrmsg[TERN_ERRMSG_SIZE] = "";
         memset(&vo, 0, sizeof(vo));
         vo.ring_bytes = shm_ring_bytes(c);
+        vo.max_pending_auth = c->peer_max_pending;
         if (c->peer_auth == NODE_PEER_AUTH_TLS) {
             rv = load_cluster_secret(c, &secret, errmsg);
             if (rv != 0) {

@@ -703,3 +703,106 @@ Test(config, client_tls_needs_a_certificate)
                  TERN_EINVAL);
     cr_expect(strstr(errmsg, "auto, on or off") != NULL, "%s", errmsg);
 }
+
+/* client_auth resolved against --dev and client_addr's host. */
+Test(config, client_auth_resolution)
+{
+    static const char *const addrs[] = {"127.0.0.1:7401", "10.1.2.3:7401"};
+    static const char *const modes[] = {"auto", "on", "off"};
+    for (unsigned i = 0; i < TERN_ARRAY_SIZE(addrs); i++) {
+        for (unsigned m = 0; m < TERN_ARRAY_SIZE(modes); m++) {
+            struct node_config c;
+            char e[TERN_ERRMSG_SIZE] = "";
+            char *argv[] = {"ternd",
+                            "--id",
+                            "1",
+                            "--data-dir",
+                            "/tmp/x",
+                            "--client-addr",
+                            (char *)addrs[i],
+                            "--raft-addr",
+                            "127.0.0.9:7501",
+                            "--peer-auth",
+                            "none",
+                            "--client-tls",
+                            "off",
+                            "--client-auth",
+                            (char *)modes[m]};
+            bool want = m == 0 ? i == 1 : m == 1;
+            node_config_init(&c);
+            cr_assert_eq(
+                node_config_parse_args(&c, TERN_ARRAY_SIZE(argv), argv, e), 0,
+                "%s %s: %s", addrs[i], modes[m], e);
+            cr_expect_eq(node_config_client_auth(&c), want, "%s %s", addrs[i],
+                         modes[m]);
+            cr_expect_eq(node_config_client_loopback(&c), i == 0);
+            node_config_free(&c);
+        }
+    }
+    ARGS("--dev");
+    cr_assert_eq(node_config_parse_args(&cfg, argc_, argv_, errmsg), 0, "%s",
+                 errmsg);
+    cr_expect_not(node_config_client_auth(&cfg));
+    cr_expect_eq(node_config_load_string(
+                     &cfg, "[security]\nclient_auth = maybe\n", "f", errmsg),
+                 TERN_EINVAL);
+    cr_expect(strstr(errmsg, "client_auth") != NULL, "%s", errmsg);
+}
+
+/* bootstrap_admin needs its credential, a user name and a credential
+ * that parses; the peer handshake bounds are keys with defaults. */
+Test(config, bootstrap_admin_and_peer_bounds)
+{
+    static const char cred[] =
+        "SCRAM-SHA-256$4096:W22ZaJ0SNY7soEsUEjb6gQ==$"
+        "WG5d8oPm3OtcPnkdi4Uo7BkeZkBFzpcXkuLmtbsT4qY=:"
+        "wfPLwcE6nTWhTAmQ7tl2KeoiWGPlZqQxSrmfPwDl2dU=";
+    struct node_config c;
+    char e[TERN_ERRMSG_SIZE] = "";
+    char *base[] = {"ternd",          "--id",        "1",
+                    "--data-dir",     "/tmp/x",      "--client-addr",
+                    "127.0.0.1:7401", "--raft-addr", "127.0.0.1:7501",
+                    "--peer-auth",    "none"};
+    char *argv[TERN_ARRAY_SIZE(base) + 4];
+    memcpy(argv, base, sizeof(base));
+
+    argv[TERN_ARRAY_SIZE(base)] = "--bootstrap-admin";
+    argv[TERN_ARRAY_SIZE(base) + 1] = "root";
+    node_config_init(&c);
+    cr_expect_eq(node_config_parse_args(&c, TERN_ARRAY_SIZE(base) + 2, argv, e),
+                 TERN_EINVAL);
+    cr_expect(strstr(e, "go together") != NULL, "%s", e);
+    cr_expect_eq(c.peer_handshake_timeout_ms, NODE_DEFAULT_PEER_HANDSHAKE_MS);
+    cr_expect_eq(c.peer_max_pending, NODE_DEFAULT_PEER_MAX_PENDING);
+    node_config_free(&c);
+
+    argv[TERN_ARRAY_SIZE(base) + 2] = "--bootstrap-admin-cred";
+    argv[TERN_ARRAY_SIZE(base) + 3] = (char *)cred;
+    node_config_init(&c);
+    cr_expect_eq(node_config_parse_args(&c, TERN_ARRAY_SIZE(argv), argv, e), 0,
+                 "%s", e);
+    cr_expect_str_eq(c.bootstrap_admin, "root");
+    node_config_free(&c);
+
+    argv[TERN_ARRAY_SIZE(base) + 1] = "no way";
+    node_config_init(&c);
+    cr_expect_eq(node_config_parse_args(&c, TERN_ARRAY_SIZE(argv), argv, e),
+                 TERN_EBADNAME);
+    node_config_free(&c);
+
+    argv[TERN_ARRAY_SIZE(base) + 1] = "root";
+    argv[TERN_ARRAY_SIZE(base) + 3] = "SCRAM-SHA-256$12:AAAA$BBBB:CCCC";
+    node_config_init(&c);
+    cr_expect_neq(node_config_parse_args(&c, TERN_ARRAY_SIZE(argv), argv, e),
+                  0);
+    cr_expect(strstr(e, "bootstrap_admin_cred") != NULL, "%s", e);
+    node_config_free(&c);
+
+    argv[TERN_ARRAY_SIZE(base)] = "--peer-max-pending";
+    argv[TERN_ARRAY_SIZE(base) + 1] = "0";
+    node_config_init(&c);
+    cr_expect_eq(node_config_parse_args(&c, TERN_ARRAY_SIZE(base) + 2, argv, e),
+                 TERN_EINVAL);
+    cr_expect(strstr(e, "peer_max_pending") != NULL, "%s", e);
+    node_config_free(&c);
+}
