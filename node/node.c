@@ -554,9 +554,11 @@ static void log_auth_refused(struct node *n)
     }
     node_log(NODE_LOG_WARN, "peer connections refused",
              "refused=%llu total=%llu transport=%s detail=\"no valid cluster "
-             "credentials (TLS handshake, certificate, CN or HELLO id)\"",
+             "credentials (TLS handshake, certificate, CN or HELLO id)\" "
+             "last=\"%s\"",
              (unsigned long long)(xc.auth_refused - n->auth_refused),
-             (unsigned long long)xc.auth_refused, n->transport.name);
+             (unsigned long long)xc.auth_refused, n->transport.name,
+             xc.last_refusal);
     n->auth_refused = xc.auth_refused;
     n->auth_refused_log_ms = now;
 }

@@ -230,6 +230,7 @@ struct tcp_xport
     unsigned max_pending;            /* max_pending_inbound */
     unsigned pending_inbound;        /* inbound conns before their HELLO */
     uint64_t auth_refused;
+    char last_refusal[XPORT_REFUSAL_MAX]; /* why, for the node's log */
     int started;
     int closing;
     int idle_closing;
@@ -381,12 +382,17 @@ static void conn_close(struct conn *c)
 /* Close a connection whose other side failed to prove cluster membership
  * (TLS handshake, certificate, CN, HELLO ids): nothing it sent was
  * delivered. An outbound one backs off like a failed connect. */
-static void conn_refuse(struct conn *c)
+static void conn_refuse(struct conn *c, const char *why)
 {
     if (c->state == CONN_CLOSING) {
         return;
     }
     c->x->auth_refused++;
+    (void)snprintf(c->x->last_refusal, sizeof(c->x->last_refusal),
+                   "%s%.48s: %.90s",
+                   c->peer != NULL ? "outbound to " : "inbound",
+                   c->peer != NULL ? c->peer->base.address : "",
+                   why != NULL ? why : "refused");
     if (c->peer != NULL) {
         c->peer->base.retry_after = uv_now(c->x->loop) + c->x->retry_ms;
     }
@@ -615,7 +621,7 @@ static int process_frames(struct conn *c)
                                         c->x->max_message, &f);
         if (rc < 0) {
             if (c->tls != NULL && !c->hello_seen) {
-                conn_refuse(c);
+                conn_refuse(c, "a malformed frame before HELLO");
             } else {
                 conn_close(c);
             }
@@ -627,7 +633,7 @@ static int process_frames(struct conn *c)
         }
         rc = inbound_frame(c, &f);
         if (rc == -2 || (rc != 0 && c->tls != NULL && !c->hello_seen)) {
-            conn_refuse(c);
+            conn_refuse(c, "HELLO refused (its id is not the certificate's)");
             return -1;
         }
         if (rc != 0) {
@@ -684,7 +690,7 @@ static int tls_established(struct conn *c)
     if (c->peer == NULL) {
         if (auth_tls_peer_cn(c->tls, cn, sizeof cn) != 0 ||
             parse_node_cn(cn, &c->cert_id) != 0) {
-            conn_refuse(c);
+            conn_refuse(c, "the certificate's CN is not node-<id>");
             return -1;
         }
         c->tls_ready = 1;
@@ -751,7 +757,7 @@ static void tls_read(struct conn *c, const uint8_t *data, size_t len)
                 return;
             }
             if (rc < 0) {
-                conn_refuse(c);
+                conn_refuse(c, auth_tls_errmsg(c->tls));
                 return;
             }
             if (rc == AUTH_TLS_AGAIN) {
@@ -779,7 +785,8 @@ static void tls_read(struct conn *c, const uint8_t *data, size_t len)
             if (rc != 0) {
                 (void)conn_flush(c);
                 if (rc != TERN_ECLOSED && (c->peer != NULL || !c->hello_seen)) {
-                    conn_refuse(c); /* e.g. the server refused our cert */
+                    /* e.g. the server refused our certificate */
+                    conn_refuse(c, auth_tls_errmsg(c->tls));
                 } else {
                     conn_close(c);
                 }
@@ -1039,7 +1046,9 @@ static void on_sweep(uv_timer_t *t)
         }
         if (now - c->accepted_at >= x->hs_timeout_ms) {
             if (c->tls != NULL) {
-                conn_refuse(c);
+                conn_refuse(c,
+                            "no TLS handshake and HELLO within "
+                            "handshake_timeout_ms");
             } else {
                 conn_close(c);
             }
@@ -1260,6 +1269,7 @@ static void tcp_get_stats(const struct xport *base, struct xport_stats *out)
     out->spins = x->spins;
     out->spin_hits = x->spin_hits;
     out->auth_refused = x->auth_refused;
+    memcpy(out->last_refusal, x->last_refusal, sizeof(out->last_refusal));
 }
 
 static const struct xport_ops tcp_ops = {

@@ -87,6 +87,9 @@ void xport_stats_add(struct xport_stats *sum, const struct xport_stats *add)
     sum->probes += add->probes;
     sum->to_fast += add->to_fast;
     sum->auth_refused += add->auth_refused;
+    if (add->last_refusal[0] != '\0') {
+        memcpy(sum->last_refusal, add->last_refusal, sizeof(sum->last_refusal));
+    }
 }
 
 void xport_close(struct xport *x, xport_close_cb cb, void *arg)

@@ -145,6 +145,7 @@ int xport_set_busy_poll(struct xport *x, unsigned us);
  * A backend fills in the ones it keeps and leaves the others 0; the
  * fallback composite reports the sum of its two backends' counters plus
  * its own path counters. */
+#define XPORT_REFUSAL_MAX 160
 struct xport_stats
 {
     uint64_t doorbells;     /* wake-ups rung at peers (shm: eventfd writes;
@@ -172,6 +173,10 @@ struct xport_stats
                              * certificate; shm, verbs: the secret's
                              * challenge-response); nothing they sent
                              * was delivered */
+    char last_refusal[XPORT_REFUSAL_MAX]; /* why the latest auth_refused
+                                           * was counted (tcp: OpenSSL's
+                                           * reason, the CN, HELLO,
+                                           * timeout), "" if none */
 };
 
 /* Fill *out with x's counters. Returns 0, or TERN_EINVAL (NULL

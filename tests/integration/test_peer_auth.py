@@ -198,6 +198,13 @@ def main(c):
                                     for nd in cl.nodes.values()),
                         15, interval=0.5)
         c.check(logged, "every node logs 'peer connections refused'")
+        reasons = [ln for nd in cl.nodes.values()
+                   for ln in nd.log_text().splitlines()
+                   if "peer connections refused" in ln]
+        c.check(any('last="inbound' in ln or 'last="outbound' in ln
+                    for ln in reasons),
+                "the refusal line says why the last one was refused",
+                reasons[-1:] if reasons else None)
         for i in cl.nodes:
             cl.stop(i)
         for i, nd in cl.nodes.items():
