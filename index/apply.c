@@ -135,7 +135,9 @@ static struct ns_ref queue_ns(const struct idx__cmd *c)
 }
 
 /* Usage of namespace n (zeros without a row). */
-static int get_usage(struct idx_env *e, struct ns_ref n, struct idx__usage_val *u)
+static int get_usage(struct idx_env *e,
+                     struct ns_ref n,
+                     struct idx__usage_val *u)
 {
     MDB_val k = {n.len, (void *)(uintptr_t)n.name}, v;
     int rc = mdb_get(e->wtxn, e->dbi_usage, &k, &v);

@@ -581,8 +581,7 @@ Test(index_security, producer_ids_and_owners)
     cr_assert_eq(idx_producer_owner(e, PID(1) | 7, owner, &owned), 0);
     cr_assert_str_eq(owner, "alice");
     cr_assert(owned);
-    cr_assert_eq(idx_producer_owner(e, PID(1) | 0xffffffffu, owner, &owned),
-                 0);
+    cr_assert_eq(idx_producer_owner(e, PID(1) | 0xffffffffu, owner, &owned), 0);
     cr_assert_str_eq(owner, "alice");
     cr_assert_eq(idx_producer_owner(e, PID(2) + 12345, owner, &owned), 0);
     cr_assert_str_eq(owner, "");
