@@ -33,8 +33,25 @@
  * replaces (keeping created_index, which binds producer ids to this
  * incarnation of the user); USER_DELETE and NAMESPACE_DELETE remove the
  * grants naming them in the same txn; ACL_SET needs an existing user and
- * namespace ("default" always exists); PRODUCER_INIT hands out
- * next_producer_id (meta "state") as the result's base_offset.
+ * namespace ("default" always exists); PRODUCER_INIT hands out block
+ * next_producer_id (meta "state") as the result's base_offset n << 32
+ * (TERN_ELIMIT once the 2^32 - 1 blocks are issued). Each of them sets
+ * sec_dirty, so idx_flush bumps idx_security_gen.
+ *
+ * Namespaces and quotas (docs/AUTH.md, "Quotas"): a queue "ns%q" needs
+ * namespace ns (QUEUE_CREATE TERN_ENOTFOUND); NAMESPACE_DELETE of a
+ * namespace that still has queues is TERN_EINVAL. Table ns_usage counts
+ * each namespace's queues and message bytes in the same txn as the
+ * QUEUE_CREATE, QUEUE_DELETE and PRODUCE that change them, so the quota
+ * checks read the state every node derives from the same log:
+ *   QUEUE_CREATE  exists -> TERN_EQUEUEEXISTS; else max_queues > 0 and
+ *                 queues >= max_queues -> TERN_EQUOTA
+ *   PRODUCE       after the dedup checks (a resend of an applied batch
+ *                 still answers duplicate): max_bytes > 0 and bytes +
+ *                 the batch's message bytes > max_bytes -> TERN_EQUOTA,
+ *                 nothing appended, producer state unchanged
+ * The quotas are those of the namespace's row in "namespaces"; "default"
+ * has quotas only once a NAMESPACE_SET "default" gave some.
  */
 #include <errno.h>
 
@@ -101,12 +118,98 @@ static int del_prefix(struct idx_env *e, MDB_dbi dbi, const uint8_t *prefix)
     return 0;
 }
 
+/* ---- Namespace usage and quotas ------------------------------------------ */
+
+/* The namespace (ns_usage key) of the command's queue. */
+struct ns_ref
+{
+    const char *name;
+    size_t len;
+};
+
+static struct ns_ref queue_ns(const struct idx__cmd *c)
+{
+    struct ns_ref n;
+    n.len = idx__usage_key(c->queue, c->queue_len, &n.name);
+    return n;
+}
+
+/* Usage of namespace n (zeros without a row). */
+static int get_usage(struct idx_env *e,
+                     struct ns_ref n,
+                     struct idx__usage_val *u)
+{
+    MDB_val k = {n.len, (void *)(uintptr_t)n.name}, v;
+    int rc = mdb_get(e->wtxn, e->dbi_usage, &k, &v);
+    memset(u, 0, sizeof *u);
+    if (rc == MDB_NOTFOUND) {
+        return 0;
+    }
+    if (rc != 0) {
+        return idx__mdb_err(e, rc, "get usage");
+    }
+    if (idx__usage_val_decode(v.mv_data, v.mv_size, u) != 0) {
+        return IDX__CORRUPT(e, "usage value of %.*s", (int)n.len, n.name);
+    }
+    return 0;
+}
+
+/* Store u; a namespace without queues (which then holds no bytes) has no
+ * row. */
+static int put_usage(struct idx_env *e,
+                     struct ns_ref n,
+                     const struct idx__usage_val *u)
+{
+    uint8_t buf[IDX__USAGE_VAL_SIZE];
+    MDB_val k = {n.len, (void *)(uintptr_t)n.name}, v = {sizeof buf, buf};
+    int rc;
+    if (u->queues == 0) {
+        rc = mdb_del(e->wtxn, e->dbi_usage, &k, NULL);
+        return rc != 0 && rc != MDB_NOTFOUND
+                   ? idx__mdb_err(e, rc, "delete usage")
+                   : 0;
+    }
+    idx__usage_val_encode(buf, u);
+    rc = mdb_put(e->wtxn, e->dbi_usage, &k, &v, 0);
+    return rc != 0 ? idx__mdb_err(e, rc, "put usage") : 0;
+}
+
+/* Quotas of namespace n: 0 with *q filled (zeros: unlimited) when it has
+ * a row, 1 when it has none, or an error. */
+static int get_ns(struct idx_env *e, struct ns_ref n, struct idx_quota *q)
+{
+    struct idx__ns_val nv;
+    MDB_val k = {n.len, (void *)(uintptr_t)n.name}, v;
+    int rc = mdb_get(e->wtxn, e->dbi_namespaces, &k, &v);
+    memset(q, 0, sizeof *q);
+    if (rc == MDB_NOTFOUND) {
+        return 1;
+    }
+    if (rc != 0) {
+        return idx__mdb_err(e, rc, "get namespace");
+    }
+    if (idx__ns_val_decode(v.mv_data, v.mv_size, &nv) != 0) {
+        return IDX__CORRUPT(e, "namespace value of %.*s", (int)n.len, n.name);
+    }
+    *q = nv.quota;
+    return 0;
+}
+
+static bool is_default_ns(const char *name, size_t n)
+{
+    return n == sizeof IDX_NAMESPACE_DEFAULT - 1 &&
+           memcmp(name, IDX_NAMESPACE_DEFAULT, n) == 0;
+}
+
 static int apply_create(struct idx_env *e,
                         uint64_t index,
                         const struct idx__cmd *c,
                         struct idx_result *r)
 {
     struct idx__queue_val q = {0};
+    struct idx__usage_val u;
+    struct idx_quota quota;
+    struct ns_ref ns = queue_ns(c);
     int rc = get_queue(e, c->queue, c->queue_len, &q);
     if (rc < 0) {
         return rc;
@@ -115,10 +218,31 @@ static int apply_create(struct idx_env *e,
         r->status = TERN_EQUEUEEXISTS;
         return 0;
     }
+    rc = get_ns(e, ns, &quota);
+    if (rc < 0) {
+        return rc;
+    }
+    if (rc == 1 && !is_default_ns(ns.name, ns.len)) {
+        r->status = TERN_ENOTFOUND;
+        return 0;
+    }
+    rc = get_usage(e, ns, &u);
+    if (rc != 0) {
+        return rc;
+    }
+    if (quota.max_queues > 0 && u.queues >= quota.max_queues) {
+        r->status = TERN_EQUOTA;
+        return 0;
+    }
     memset(&q, 0, sizeof q);
     q.id = e->st.next_queue_id++;
     q.created_index = index;
-    return put_queue(e, c->queue, c->queue_len, &q);
+    rc = put_queue(e, c->queue, c->queue_len, &q);
+    if (rc != 0) {
+        return rc;
+    }
+    u.queues++;
+    return put_usage(e, ns, &u);
 }
 
 static int apply_delete(struct idx_env *e,
@@ -146,7 +270,19 @@ static int apply_delete(struct idx_env *e,
         (rc = del_prefix(e, e->dbi_producers, prefix)) != 0) {
         return rc;
     }
-    return 0;
+    struct idx__usage_val u;
+    struct ns_ref ns = queue_ns(c);
+    rc = get_usage(e, ns, &u);
+    if (rc != 0) {
+        return rc;
+    }
+    if (u.queues == 0 || u.bytes < q.bytes) {
+        return IDX__CORRUPT(e, "usage of %.*s below its queue %.*s",
+                            (int)ns.len, ns.name, (int)c->queue_len, c->queue);
+    }
+    u.queues--;
+    u.bytes -= q.bytes;
+    return put_usage(e, ns, &u);
 }
 
 static int apply_produce(struct idx_env *e,
@@ -158,9 +294,13 @@ static int apply_produce(struct idx_env *e,
 {
     struct idx__queue_val q = {0};
     struct idx__producer_val pv;
+    struct idx__usage_val u;
+    struct idx_quota quota;
     struct idx__msg_iter mi;
+    struct ns_ref ns = queue_ns(c);
     const uint8_t *data;
     uint32_t len;
+    uint64_t batch_bytes = 0; /* < 2^30: the entry holds them */
     uint8_t pkey[16];
     int rc = get_queue(e, c->queue, c->queue_len, &q);
     if (rc < 0) {
@@ -176,6 +316,7 @@ static int apply_produce(struct idx_env *e,
             r->status = TERN_ETOOBIG;
             return 0;
         }
+        batch_bytes += len;
     }
     memset(&pv, 0, sizeof pv);
     if (c->producer_id != 0) {
@@ -204,6 +345,19 @@ static int apply_produce(struct idx_env *e,
             return 0;
         }
     }
+    rc = get_ns(e, ns, &quota);
+    if (rc < 0) {
+        return rc;
+    }
+    rc = get_usage(e, ns, &u);
+    if (rc != 0) {
+        return rc;
+    }
+    if (quota.max_bytes > 0 && (batch_bytes > quota.max_bytes ||
+                                u.bytes > quota.max_bytes - batch_bytes)) {
+        r->status = TERN_EQUOTA;
+        return 0;
+    }
     r->base_offset = q.next_offset;
     r->count = c->n_msgs;
     idx__msg_iter_init(&mi, c);
@@ -225,7 +379,12 @@ static int apply_produce(struct idx_env *e,
         }
         q.next_offset++;
     }
+    q.bytes += batch_bytes;
     rc = put_queue(e, c->queue, c->queue_len, &q);
+    if (rc == 0) {
+        u.bytes += batch_bytes;
+        rc = put_usage(e, ns, &u);
+    }
     if (rc != 0) {
         return rc;
     }
@@ -292,12 +451,6 @@ static int get_user(struct idx_env *e,
         return IDX__CORRUPT(e, "user value of %.*s", (int)n, name);
     }
     return 0;
-}
-
-static bool is_default_ns(const char *name, size_t n)
-{
-    return n == sizeof IDX_NAMESPACE_DEFAULT - 1 &&
-           memcmp(name, IDX_NAMESPACE_DEFAULT, n) == 0;
 }
 
 /* 0 exists, 1 does not, or an error. */
@@ -392,6 +545,7 @@ static int apply_user_set(struct idx_env *e,
     MDB_val k = {c->queue_len, (void *)(uintptr_t)c->queue};
     MDB_val v = {idx__user_val_encode(buf, &u), buf};
     rc = mdb_put(e->wtxn, e->dbi_users, &k, &v, 0);
+    e->sec_dirty = true;
     return rc != 0 ? idx__mdb_err(e, rc, "put user") : 0;
 }
 
@@ -408,6 +562,7 @@ static int apply_user_delete(struct idx_env *e,
     if (rc != 0) {
         return idx__mdb_err(e, rc, "delete user");
     }
+    e->sec_dirty = true;
     return del_grants(e, c->queue, c->queue_len, NULL, 0);
 }
 
@@ -427,6 +582,7 @@ static int apply_acl(struct idx_env *e,
             r->status = TERN_ENOTFOUND;
             return 0;
         }
+        e->sec_dirty = true;
         return rc != 0 ? idx__mdb_err(e, rc, "delete grant") : 0;
     }
     rc = get_user(e, c->queue, c->queue_len, &u);
@@ -442,6 +598,7 @@ static int apply_acl(struct idx_env *e,
     }
     tern_put_u32(val, c->flags);
     rc = mdb_put(e->wtxn, e->dbi_acls, &k, &v, 0);
+    e->sec_dirty = true;
     return rc != 0 ? idx__mdb_err(e, rc, "put grant") : 0;
 }
 
@@ -468,6 +625,7 @@ static int apply_ns_set(struct idx_env *e,
     v.mv_size = sizeof buf;
     v.mv_data = buf;
     rc = mdb_put(e->wtxn, e->dbi_namespaces, &k, &v, 0);
+    e->sec_dirty = true;
     return rc != 0 ? idx__mdb_err(e, rc, "put namespace") : 0;
 }
 
@@ -479,15 +637,31 @@ static int apply_ns_delete(struct idx_env *e,
         r->status = TERN_EINVAL;
         return 0;
     }
-    MDB_val k = {c->queue_len, (void *)(uintptr_t)c->queue};
-    int rc = mdb_del(e->wtxn, e->dbi_namespaces, &k, NULL);
-    if (rc == MDB_NOTFOUND) {
+    struct ns_ref ns = {c->queue, c->queue_len};
+    struct idx_quota quota;
+    struct idx__usage_val u;
+    int rc = get_ns(e, ns, &quota);
+    if (rc < 0) {
+        return rc;
+    }
+    if (rc == 1) {
         r->status = TERN_ENOTFOUND;
         return 0;
     }
+    rc = get_usage(e, ns, &u);
+    if (rc != 0) {
+        return rc;
+    }
+    if (u.queues > 0) {
+        r->status = TERN_EINVAL; /* delete its queues first */
+        return 0;
+    }
+    MDB_val k = {c->queue_len, (void *)(uintptr_t)c->queue};
+    rc = mdb_del(e->wtxn, e->dbi_namespaces, &k, NULL);
     if (rc != 0) {
         return idx__mdb_err(e, rc, "delete namespace");
     }
+    e->sec_dirty = true;
     return del_grants(e, NULL, 0, c->queue, c->queue_len);
 }
 
@@ -511,14 +685,19 @@ static int apply_producer_init(struct idx_env *e,
         memcpy(p.owner, c->queue, c->queue_len);
         p.owner_len = c->queue_len;
     }
-    uint64_t id = e->st.next_producer_id++;
-    idx__put_be64(key, id);
+    if (e->st.next_producer_id > IDX__PID_BLOCK_MAX) {
+        r->status = TERN_ELIMIT; /* every block is issued */
+        return 0;
+    }
+    uint64_t block = e->st.next_producer_id++;
+    idx__put_be64(key, block);
     MDB_val k = {sizeof key, key}, v = {idx__pid_val_encode(buf, &p), buf};
     int rc = mdb_put(e->wtxn, e->dbi_pids, &k, &v, 0);
     if (rc != 0) {
         return idx__mdb_err(e, rc, "put producer id");
     }
-    r->base_offset = id;
+    e->sec_dirty = true;
+    r->base_offset = block << IDX__PID_BLOCK_SHIFT;
     return 0;
 }
 

@@ -19,17 +19,23 @@
  *   24     ...   n_commands commands, back to back, nothing after the last
  *
  * Command: u8 type, u32 body_len, body_len bytes of body. The body must be
- * consumed exactly by its decoder:
+ * consumed exactly by its decoder. A queue name (qname below) is u8 len +
+ * bytes passing tern_qname_valid: a plain name of the namespace "default"
+ * (1..200 bytes of [A-Za-z0-9._-]) or the stored form "ns%name" of a queue
+ * of namespace ns (docs/AUTH.md, "Stored names"; ns 1..64 bytes, the
+ * whole at most 200). A group name is plain (tern_name_valid). Qualified
+ * names were accepted after the first release of version 1: a node that
+ * does not know them finds such an entry malformed, so upgrade every node
+ * before a namespace other than "default" gets a queue.
  *
  *   QUEUE_CREATE (1), QUEUE_DELETE (2):
- *     u8 name_len, name            (tern_name_valid: 1..200 bytes of
- *                                   [A-Za-z0-9._-])
+ *     qname
  *   PRODUCE (3):
- *     u8 name_len, name, u64 producer_id, u64 seq, u32 n_msgs (>= 1),
+ *     qname, u64 producer_id, u64 seq, u32 n_msgs (>= 1),
  *     n_msgs x (u32 len, len bytes)
  *     producer_id != 0 requires seq >= 1; seq is ignored when it is 0.
  *   GROUP_COMMIT (4):
- *     u8 name_len, name, u8 group_len, group, u64 next_offset
+ *     qname, u8 group_len, group, u64 next_offset
  *   READ_BARRIER (5):
  *     empty body; applies nothing (result 0). Added after the first
  *     release of version 1: a node that does not know type 5 rejects the
@@ -125,10 +131,14 @@ static void cmd_finish(struct tern_wbuf *w, size_t at)
     tern_put_u32(w->base + at, (uint32_t)body);
 }
 
-static void put_name(struct tern_wbuf *w, const char *name)
+/* A name of the kind valid() checks (tern_name_valid for groups, users
+ * and namespaces, tern_qname_valid for queues). */
+static void put_valid(struct tern_wbuf *w,
+                      const char *name,
+                      int (*valid)(const char *, size_t))
 {
     size_t n = name != NULL ? strnlen(name, TERN_NAME_MAX + 1) : 0;
-    if (!tern_name_valid(name, n)) {
+    if (!valid(name, n)) {
         set_err(w, TERN_EBADNAME);
         return;
     }
@@ -136,17 +146,27 @@ static void put_name(struct tern_wbuf *w, const char *name)
     tern_wbuf_put(w, name, n);
 }
 
+static void put_name(struct tern_wbuf *w, const char *name)
+{
+    put_valid(w, name, tern_name_valid);
+}
+
+static void put_qname(struct tern_wbuf *w, const char *queue)
+{
+    put_valid(w, queue, tern_qname_valid);
+}
+
 void idx_cmd_queue_create(struct tern_wbuf *w, const char *queue)
 {
     size_t at = cmd_start(w, IDX_CMD_QUEUE_CREATE);
-    put_name(w, queue);
+    put_qname(w, queue);
     cmd_finish(w, at);
 }
 
 void idx_cmd_queue_delete(struct tern_wbuf *w, const char *queue)
 {
     size_t at = cmd_start(w, IDX_CMD_QUEUE_DELETE);
-    put_name(w, queue);
+    put_qname(w, queue);
     cmd_finish(w, at);
 }
 
@@ -162,7 +182,7 @@ void idx_cmd_produce(struct tern_wbuf *w,
         return;
     }
     size_t at = cmd_start(w, IDX_CMD_PRODUCE);
-    put_name(w, queue);
+    put_qname(w, queue);
     tern_wbuf_u64(w, producer_id);
     tern_wbuf_u64(w, seq);
     tern_wbuf_u32(w, n);
@@ -179,7 +199,7 @@ void idx_cmd_group_commit(struct tern_wbuf *w,
                           uint64_t next_offset)
 {
     size_t at = cmd_start(w, IDX_CMD_GROUP_COMMIT);
-    put_name(w, queue);
+    put_qname(w, queue);
     put_name(w, group);
     tern_wbuf_u64(w, next_offset);
     cmd_finish(w, at);
@@ -395,15 +415,27 @@ int idx__entry_open(struct idx__entry *it, const void *entry, size_t len)
     return 0;
 }
 
-static const char *get_name(struct tern_cursor *c, uint8_t *n)
+static const char *get_valid(struct tern_cursor *c,
+                             uint8_t *n,
+                             int (*valid)(const char *, size_t))
 {
     *n = tern_cursor_u8(c);
     const char *p = (const char *)tern_cursor_bytes(c, *n);
-    if (!tern_name_valid(p, *n)) {
+    if (!valid(p, *n)) {
         c->err = TERN_EMALFORMED;
         return NULL;
     }
     return p;
+}
+
+static const char *get_name(struct tern_cursor *c, uint8_t *n)
+{
+    return get_valid(c, n, tern_name_valid);
+}
+
+static const char *get_qname(struct tern_cursor *c, uint8_t *n)
+{
+    return get_valid(c, n, tern_qname_valid);
 }
 
 static const char *get_name_max(struct tern_cursor *c, uint8_t *n, size_t max)
@@ -421,10 +453,10 @@ static int decode_body(struct tern_cursor *c, struct idx__cmd *cmd)
     switch (cmd->type) {
     case IDX_CMD_QUEUE_CREATE:
     case IDX_CMD_QUEUE_DELETE:
-        cmd->queue = get_name(c, &cmd->queue_len);
+        cmd->queue = get_qname(c, &cmd->queue_len);
         break;
     case IDX_CMD_PRODUCE: {
-        cmd->queue = get_name(c, &cmd->queue_len);
+        cmd->queue = get_qname(c, &cmd->queue_len);
         cmd->producer_id = tern_cursor_u64(c);
         cmd->seq = tern_cursor_u64(c);
         cmd->n_msgs = tern_cursor_u32(c);
@@ -444,7 +476,7 @@ static int decode_body(struct tern_cursor *c, struct idx__cmd *cmd)
         break;
     }
     case IDX_CMD_GROUP_COMMIT:
-        cmd->queue = get_name(c, &cmd->queue_len);
+        cmd->queue = get_qname(c, &cmd->queue_len);
         cmd->group = get_name(c, &cmd->group_len);
         cmd->next_offset = tern_cursor_u64(c);
         break;

@@ -57,7 +57,7 @@
 /* Records indexed per write txn during recovery. */
 #define IDX__RECOVERY_BATCH 1024
 
-/* Open (creating) the nine DBIs of the index in txn. */
+/* Open (creating) the ten DBIs of the index in txn. */
 static int dbi_open_all(struct idx_env *e, MDB_txn *txn)
 {
     int rc;
@@ -72,7 +72,8 @@ static int dbi_open_all(struct idx_env *e, MDB_txn *txn)
         (rc = mdb_dbi_open(txn, "namespaces", MDB_CREATE,
                            &e->dbi_namespaces)) != 0 ||
         (rc = mdb_dbi_open(txn, "producer_ids", MDB_CREATE, &e->dbi_pids)) !=
-            0) {
+            0 ||
+        (rc = mdb_dbi_open(txn, "ns_usage", MDB_CREATE, &e->dbi_usage)) != 0) {
         return idx__mdb_err(e, rc, "open dbi");
     }
     return 0;
@@ -308,6 +309,7 @@ int idx_open(const struct idx_options *o, struct idx_env **out, char *errmsg)
     if (rc != 0) {
         goto err_after_lmdb;
     }
+    e->sec_gen++; /* idx_security_gen: a new view of the tables */
     *out = e;
     return 0;
 
@@ -379,4 +381,9 @@ int idx_status(const struct idx_env *e)
 bool idx_sync_failed(const struct idx_env *e)
 {
     return e->sync_failed;
+}
+
+uint64_t idx_security_gen(const struct idx_env *e)
+{
+    return e->sec_gen;
 }

@@ -76,9 +76,10 @@ struct idx__state
     uint64_t last_rec_pos; /* its position (0 with last_applied 0) */
     uint32_t last_rec_checksum;
     uint64_t next_queue_id;    /* next id handed to a created queue */
-    uint64_t next_producer_id; /* next id PRODUCER_INIT issues */
+    uint64_t next_producer_id; /* next block PRODUCER_INIT issues */
 };
-#define IDX__SCHEMA_VERSION 2
+/* Schema 3: queue bytes, ns_usage, producer-id blocks (keys.c). */
+#define IDX__SCHEMA_VERSION 3
 #define IDX__STATE_SIZE     56
 #define IDX__META_KEY_STATE "state"
 void idx__state_encode(uint8_t *buf, const struct idx__state *s);
@@ -90,8 +91,9 @@ struct idx__queue_val
     uint64_t created_index;
     uint64_t start_offset;
     uint64_t next_offset;
+    uint64_t bytes; /* sum of the lengths of the messages appended */
 };
-#define IDX__QUEUE_VAL_SIZE 40
+#define IDX__QUEUE_VAL_SIZE 48
 void idx__queue_val_encode(uint8_t *buf, const struct idx__queue_val *q);
 int idx__queue_val_decode(const void *buf,
                           size_t len,
@@ -186,7 +188,8 @@ struct idx__ns_val
 void idx__ns_val_encode(uint8_t *buf, const struct idx__ns_val *n);
 int idx__ns_val_decode(const void *buf, size_t len, struct idx__ns_val *n);
 
-/* producer_ids: u64 BE id -> owner's created_index, owner name. */
+/* producer_ids: u64 BE block number -> owner's created_index, owner
+ * name. */
 struct idx__pid_val
 {
     uint64_t owner_created_index;
@@ -196,6 +199,28 @@ struct idx__pid_val
 #define IDX__PID_VAL_MAX (8 + TERN_NAME_MAX)
 size_t idx__pid_val_encode(uint8_t *buf, const struct idx__pid_val *p);
 int idx__pid_val_decode(const void *buf, size_t len, struct idx__pid_val *p);
+
+/* ns_usage: namespace -> queues, bytes. */
+struct idx__usage_val
+{
+    uint64_t queues;
+    uint64_t bytes;
+};
+#define IDX__USAGE_VAL_SIZE 24
+void idx__usage_val_encode(uint8_t *buf, const struct idx__usage_val *u);
+int idx__usage_val_decode(const void *buf,
+                          size_t len,
+                          struct idx__usage_val *u);
+/* The ns_usage key of a stored queue name (queue[0..queue_len), valid):
+ * its namespace, or "default" for a plain name. *key (OUT) points into
+ * queue or at a static string; returns its length. */
+size_t idx__usage_key(const char *queue, size_t queue_len, const char **key);
+
+/* Producer-id blocks: PRODUCER_INIT issues block n (1..IDX__PID_BLOCK_MAX)
+ * as the producer id n << 32; the block holds every id with those high 32
+ * bits. */
+#define IDX__PID_BLOCK_SHIFT 32
+#define IDX__PID_BLOCK_MAX   UINT64_C(0xffffffff)
 
 /* Big-endian u64 for sortable key prefixes. */
 void idx__put_be64(uint8_t *p, uint64_t v);
@@ -343,9 +368,17 @@ struct idx_env
     MDB_dbi dbi_acls;
     MDB_dbi dbi_namespaces;
     MDB_dbi dbi_pids;
+    MDB_dbi dbi_usage;
     MDB_txn *wtxn;               /* pending write txn or NULL */
     struct idx__state st;        /* applied state, including pending */
     struct idx__state committed; /* state of the last commit */
+
+    /* security generation (idx_security_gen): apply.c sets sec_dirty when
+     * it changes users, acls, namespaces or producer_ids; txn.c bumps
+     * sec_gen when that txn commits or is dropped; env.c and snapshot.c
+     * bump it after idx_open and idx_restore */
+    uint64_t sec_gen;
+    bool sec_dirty;
 
     /* sticky failure: set by txn.c (idx_flush), apply.c, snapshot.c */
     int failed;       /* sticky error of a failed apply, 0 if none */

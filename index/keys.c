@@ -11,19 +11,25 @@
  *
  * DBI "meta":
  *   key "state" -> 56 bytes:
- *     u32 schema version (2), u32 last_rec_checksum, u64 last_applied,
+ *     u32 schema version (3), u32 last_rec_checksum, u64 last_applied,
  *     u64 log_end, u64 last_rec_pos, u64 next_queue_id,
- *     u64 next_producer_id, u32 reserved (0), u32 tern_checksum32 over
- *     the preceding 52 bytes.
+ *     u64 next_producer_id (the next producer-id block number, 1..2^32;
+ *     2^32 once every block is issued), u32 reserved (0),
+ *     u32 tern_checksum32 over the preceding 52 bytes.
  *   It is written in the same write txn as every change it describes.
  *   Schema 2 added next_producer_id and the four security tables below
- *   (docs/AUTH.md); schema 1 was 48 bytes without it. No upgrade code:
- *   LMDB is rebuilt from the commit log at every open, and old entries
- *   produce the new layout.
+ *   (docs/AUTH.md); schema 1 was 48 bytes without it. Schema 3 added the
+ *   queue's bytes (queue value version 2), the table ns_usage, and made
+ *   producer_ids keyed by block number. No upgrade code: LMDB is rebuilt
+ *   from the commit log at every open, and old entries produce the new
+ *   layout.
  * DBI "queues":
- *   key queue name (tern_name_valid, no NUL) -> 40 bytes:
- *     u32 version (1), u32 flags (0), u64 queue id, u64 created_index,
- *     u64 start_offset, u64 next_offset.
+ *   key queue name (tern_qname_valid: a plain name of namespace "default"
+ *   or "ns%name", no NUL) -> 48 bytes:
+ *     u32 version (2), u32 flags (0), u64 queue id, u64 created_index,
+ *     u64 start_offset, u64 next_offset, u64 bytes (sum of the lengths of
+ *     the messages appended to the queue; version 1 was 40 bytes without
+ *     it).
  *   Deleting a queue removes the key (freeing the name) and, in the same
  *   txn, every msgs/groups/producers entry of its id. Ids are never
  *   reused (meta next_queue_id), so a re-created queue starts empty.
@@ -52,9 +58,16 @@
  *     u32 version (1), u32 flags (0), u64 created_index, u64 max_queues,
  *     u64 max_bytes, u64 produce_bytes_per_s.
  * DBI "producer_ids":
- *   key u64 BE producer id -> 8 + n bytes: u64 the owner's created_index
- *   (0 for the anonymous owner), owner name (n = 0..200 bytes, 0 =
- *   anonymous).
+ *   key u64 BE block number n (1..2^32 - 1; the block holds the producer
+ *   ids n << 32 .. n << 32 | 0xffffffff) -> 8 + len bytes: u64 the
+ *   owner's created_index (0 for the anonymous owner), owner name (len =
+ *   0..200 bytes, 0 = anonymous).
+ * DBI "ns_usage":
+ *   key namespace name ("default" for the queues with plain names) ->
+ *   24 bytes: u32 version (1), u32 flags (0), u64 queues, u64 bytes (the
+ *   sum of the queue values' bytes of the namespace's queues). Updated in
+ *   the same txn as QUEUE_CREATE, QUEUE_DELETE (which gives the queue's
+ *   bytes back) and PRODUCE; a namespace without queues has no row.
  */
 #include "idx_int.h"
 
@@ -112,25 +125,61 @@ int idx__state_decode(const void *buf, size_t len, struct idx__state *s)
 
 void idx__queue_val_encode(uint8_t *buf, const struct idx__queue_val *q)
 {
-    tern_put_u32(buf, 1);
+    tern_put_u32(buf, 2);
     tern_put_u32(buf + 4, 0);
     tern_put_u64(buf + 8, q->id);
     tern_put_u64(buf + 16, q->created_index);
     tern_put_u64(buf + 24, q->start_offset);
     tern_put_u64(buf + 32, q->next_offset);
+    tern_put_u64(buf + 40, q->bytes);
 }
 
 int idx__queue_val_decode(const void *buf, size_t len, struct idx__queue_val *q)
 {
     const uint8_t *b = buf;
-    if (len != IDX__QUEUE_VAL_SIZE || tern_get_u32(b) != 1) {
+    if (len != IDX__QUEUE_VAL_SIZE || tern_get_u32(b) != 2 ||
+        tern_get_u32(b + 4) != 0) {
         return TERN_ECORRUPT;
     }
     q->id = tern_get_u64(b + 8);
     q->created_index = tern_get_u64(b + 16);
     q->start_offset = tern_get_u64(b + 24);
     q->next_offset = tern_get_u64(b + 32);
+    q->bytes = tern_get_u64(b + 40);
     return 0;
+}
+
+void idx__usage_val_encode(uint8_t *buf, const struct idx__usage_val *u)
+{
+    tern_put_u32(buf, 1);
+    tern_put_u32(buf + 4, 0);
+    tern_put_u64(buf + 8, u->queues);
+    tern_put_u64(buf + 16, u->bytes);
+}
+
+int idx__usage_val_decode(const void *buf, size_t len, struct idx__usage_val *u)
+{
+    const uint8_t *b = buf;
+    if (len != IDX__USAGE_VAL_SIZE || tern_get_u32(b) != 1 ||
+        tern_get_u32(b + 4) != 0) {
+        return TERN_ECORRUPT;
+    }
+    u->queues = tern_get_u64(b + 8);
+    u->bytes = tern_get_u64(b + 16);
+    return 0;
+}
+
+size_t idx__usage_key(const char *queue, size_t queue_len, const char **key)
+{
+    const char *ns, *name;
+    size_t ns_len, name_len;
+    tern_qname_split(queue, queue_len, &ns, &ns_len, &name, &name_len);
+    if (ns_len == 0) {
+        *key = IDX_NAMESPACE_DEFAULT;
+        return sizeof IDX_NAMESPACE_DEFAULT - 1;
+    }
+    *key = ns;
+    return ns_len;
 }
 
 void idx__msg_key(uint8_t *key, uint64_t queue_id, uint64_t offset)

@@ -19,11 +19,18 @@
 
 #include "idx_int.h"
 
-/* A NUL-terminated queue or group name of the read API (tern_name_valid). */
+/* A NUL-terminated group name of the read API (tern_name_valid). */
 static int name_valid(const char *name)
 {
     return name != NULL &&
            tern_name_valid(name, strnlen(name, TERN_NAME_MAX + 1));
+}
+
+/* A NUL-terminated stored queue name (tern_qname_valid: "q" or "ns%q"). */
+static int qname_valid(const char *name)
+{
+    return name != NULL &&
+           tern_qname_valid(name, strnlen(name, TERN_NAME_MAX + 1));
 }
 
 static int rtxn_begin(struct idx_env *e, MDB_txn **txn)
@@ -37,7 +44,7 @@ static int lookup_queue(struct idx_env *e,
                         const char *name,
                         struct idx__queue_val *q)
 {
-    if (!name_valid(name)) {
+    if (!qname_valid(name)) {
         return idx__fail(e, TERN_EBADNAME, __LINE__, "invalid queue name");
     }
     MDB_val k = {strlen(name), (void *)(uintptr_t)name}, v;
@@ -70,6 +77,7 @@ int idx_queue_get(struct idx_env *e,
         out->start_offset = q.start_offset;
         out->next_offset = q.next_offset;
         out->created_index = q.created_index;
+        out->bytes = q.bytes;
     }
     mdb_txn_abort(txn);
     return rc;
@@ -114,7 +122,7 @@ int idx_queue_list_after(struct idx_env *e,
     }
     for (; mrc == 0; mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
         struct idx__queue_val q;
-        if (k.mv_size == 0 || k.mv_size > TERN_NAME_MAX ||
+        if (!tern_qname_valid(k.mv_data, k.mv_size) ||
             idx__queue_val_decode(v.mv_data, v.mv_size, &q) != 0) {
             rc = IDX__CORRUPT(e, "queue entry");
             break;
@@ -126,6 +134,7 @@ int idx_queue_list_after(struct idx_env *e,
             .start_offset = q.start_offset,
             .next_offset = q.next_offset,
             .created_index = q.created_index,
+            .bytes = q.bytes,
         };
         if (cb(arg, &qi) != 0) {
             break;
@@ -625,12 +634,14 @@ int idx_producer_owner(struct idx_env *e,
     if (rc != 0) {
         return rc;
     }
-    idx__put_be64(key, pid);
+    idx__put_be64(key, pid >> IDX__PID_BLOCK_SHIFT);
     MDB_val k = {sizeof key, key}, v;
     rc = mdb_get(txn, e->dbi_pids, &k, &v);
     if (rc == MDB_NOTFOUND) {
-        rc = idx__fail(e, TERN_ENOTFOUND, __LINE__, "no producer id %llu",
-                       (unsigned long long)pid);
+        rc = idx__fail(e, TERN_ENOTFOUND, __LINE__,
+                       "producer id %llu: block %llu never issued",
+                       (unsigned long long)pid,
+                       (unsigned long long)(pid >> IDX__PID_BLOCK_SHIFT));
     } else if (rc != 0) {
         rc = idx__mdb_err(e, rc, "get producer id");
     } else if (idx__pid_val_decode(v.mv_data, v.mv_size, &p) != 0) {
@@ -661,4 +672,39 @@ int idx_producer_owner(struct idx_env *e,
 uint64_t idx_next_producer_id(const struct idx_env *e)
 {
     return e->st.next_producer_id;
+}
+
+int idx_ns_usage(struct idx_env *e,
+                 const char *ns,
+                 uint64_t *queues,
+                 uint64_t *bytes)
+{
+    MDB_txn *txn;
+    struct idx__usage_val u = {0};
+    *queues = 0;
+    *bytes = 0;
+    if (ns == NULL || ns[0] == '\0') {
+        ns = IDX_NAMESPACE_DEFAULT;
+    }
+    if (!name_valid_max(ns, IDX_NS_NAME_MAX)) {
+        return idx__fail(e, TERN_EBADNAME, __LINE__, "invalid namespace");
+    }
+    int rc = rtxn_begin(e, &txn);
+    if (rc != 0) {
+        return rc;
+    }
+    MDB_val k = {strlen(ns), (void *)(uintptr_t)ns}, v;
+    rc = mdb_get(txn, e->dbi_usage, &k, &v);
+    if (rc == MDB_NOTFOUND) {
+        rc = 0;
+    } else if (rc != 0) {
+        rc = idx__mdb_err(e, rc, "get usage");
+    } else if (idx__usage_val_decode(v.mv_data, v.mv_size, &u) != 0) {
+        rc = IDX__CORRUPT(e, "usage value of %s", ns);
+    } else {
+        *queues = u.queues;
+        *bytes = u.bytes;
+    }
+    mdb_txn_abort(txn);
+    return rc;
 }

@@ -174,7 +174,7 @@ static int log_has_manifest_record(struct idx_env *e,
            m->last_rec_pos + IDX__REC_HDR_SIZE + rec.payload_len == m->log_end;
 }
 
-int idx_restore(struct idx_env *e, const void *manifest, size_t len)
+static int restore(struct idx_env *e, const void *manifest, size_t len)
 {
     struct idx__manifest m = {0};
     unsigned batch = 0;
@@ -284,5 +284,14 @@ err_truncate : {
 }
 err_flush:
     (void)idx_flush(e);
+    return rc;
+}
+
+int idx_restore(struct idx_env *e, const void *manifest, size_t len)
+{
+    int rc = restore(e, manifest, len);
+    /* Whatever it indexed, the security tables may have changed
+     * (idx_security_gen). */
+    e->sec_gen++;
     return rc;
 }

@@ -126,6 +126,16 @@ int idx__txn_begin(struct idx_env *e)
     return 0;
 }
 
+/* A dropped txn changed nothing visible, but bumping costs one re-read of
+ * the grants a server caches and keeps the rule simple. */
+static void sec_publish(struct idx_env *e)
+{
+    if (e->sec_dirty) {
+        e->sec_dirty = false;
+        e->sec_gen++;
+    }
+}
+
 void idx__txn_abort(struct idx_env *e)
 {
     if (e->wtxn != NULL) {
@@ -133,6 +143,7 @@ void idx__txn_abort(struct idx_env *e)
         e->wtxn = NULL;
     }
     e->st = e->committed;
+    sec_publish(e);
 }
 
 int idx_flush(struct idx_env *e)
@@ -146,8 +157,10 @@ int idx_flush(struct idx_env *e)
         rc = rc == EIO ? idx__commit_eio(e) : idx__mdb_err(e, rc, "commit");
         e->st = e->committed;
         e->failed = rc;
+        sec_publish(e);
         return rc;
     }
     e->committed = e->st;
+    sec_publish(e);
     return 0;
 }

@@ -138,20 +138,31 @@ struct idx_msg
  * number of idx_cmd_* adds, then idx_cmd_end, which seals the entry
  * (count and checksum). idx_cmd_begin resets w->len to 0 (the entry is
  * w->base[0..w->len), the allocation is reused). Errors are sticky in
- * w->err and returned by idx_cmd_end: -ENOMEM, TERN_EBADNAME (a queue or
- * group name that is NULL or fails tern_name_valid), TERN_EINVAL (no
+ * w->err and returned by idx_cmd_end: -ENOMEM, TERN_EBADNAME (a queue name
+ * that is NULL or fails tern_qname_valid, a group name that is NULL or
+ * fails tern_name_valid), TERN_EINVAL (no
  * commands, produce with n == 0 or with producer_id != 0 and seq == 0),
  * TERN_ETOOBIG (over 65536 commands or an entry over 1 GiB). Format:
- * index/cmd.c. */
+ * index/cmd.c.
+ * Queue names are stored names (docs/AUTH.md, "Stored names"): "q" for
+ * queue q of namespace "default", "ns%q" for queue q of namespace ns
+ * (tern_qname_join). Group, user and namespace names are plain. */
 void idx_cmd_begin(struct tern_wbuf *w, uint64_t timestamp_ms);
-/* Result TERN_EQUEUEEXISTS if the queue exists. */
+/* Result TERN_EQUEUEEXISTS if the queue exists, else TERN_ENOTFOUND for
+ * "ns%q" when namespace ns does not exist, else TERN_EQUOTA when the
+ * namespace's max_queues > 0 and it already has that many queues. */
 void idx_cmd_queue_create(struct tern_wbuf *w, const char *queue);
 /* Result TERN_ENOQUEUE if it does not. Removes the queue, its messages'
- * index entries, groups and producer state in the same txn; the name can
- * be created again (a new, empty queue starting at offset 0). */
+ * index entries, groups and producer state in the same txn, and gives its
+ * bytes back to its namespace's usage (idx_ns_usage); the name can be
+ * created again (a new, empty queue starting at offset 0). */
 void idx_cmd_queue_delete(struct tern_wbuf *w, const char *queue);
 /* producer_id 0 means no dedup. seq is per (producer, queue) and starts at
- * 1; each batch uses the next number. */
+ * 1; each batch uses the next number. Result TERN_EQUOTA, nothing
+ * appended and the producer's dedup state unchanged, when the namespace's
+ * max_bytes > 0 and its bytes plus the batch's message bytes would exceed
+ * it; the dedup checks come first, so a resend of an applied batch still
+ * answers duplicate. */
 void idx_cmd_produce(struct tern_wbuf *w,
                      const char *queue,
                      uint64_t producer_id,
@@ -201,13 +212,16 @@ void idx_cmd_acl_delete(struct tern_wbuf *w,
 void idx_cmd_namespace_set(struct tern_wbuf *w,
                            const char *name,
                            const struct idx_quota *q);
-/* Result TERN_ENOTFOUND if it does not exist, TERN_EINVAL for "default".
- * Deletes the namespace's grants in the same txn. */
+/* Result TERN_ENOTFOUND if it does not exist, TERN_EINVAL for "default"
+ * or while it holds queues. Deletes the namespace's grants in the same
+ * txn. */
 void idx_cmd_namespace_delete(struct tern_wbuf *w, const char *name);
-/* Allocate the next producer id for owner (a valid user name, or "" /
- * NULL for the anonymous owner of connections that did not authenticate).
- * Result: base_offset is the new id (>= 1); TERN_ENOTFOUND for a named
- * owner that does not exist. */
+/* Allocate the next producer-id block n (1..2^32 - 1) for owner (a valid
+ * user name, or "" / NULL for the anonymous owner of connections that did
+ * not authenticate). Result: base_offset is the producer id n << 32; the
+ * owner may use every id n << 32 | k (k < 2^32). TERN_ENOTFOUND for a
+ * named owner that does not exist, TERN_ELIMIT once every block is
+ * issued. */
 void idx_cmd_producer_init(struct tern_wbuf *w, const char *owner);
 int idx_cmd_end(struct tern_wbuf *w);
 
@@ -268,8 +282,10 @@ int idx_sync(struct idx_env *e);
 
 /* ---- Reads (flushed state only) ---------------------------------------- */
 
-/* A queue or group name argument that is NULL or fails tern_name_valid
- * makes a read return TERN_EBADNAME; an unknown queue, TERN_ENOQUEUE. */
+/* A queue name argument that is NULL or fails tern_qname_valid (a stored
+ * name: "q" or "ns%q"), or a group name that is NULL or fails
+ * tern_name_valid, makes a read return TERN_EBADNAME; an unknown queue,
+ * TERN_ENOQUEUE. */
 
 struct idx_queue_info
 {
@@ -277,12 +293,15 @@ struct idx_queue_info
     uint64_t start_offset;  /* first readable offset */
     uint64_t next_offset;   /* offset the next message will get */
     uint64_t created_index; /* raft index of the create */
+    uint64_t bytes;         /* sum of the lengths of its messages */
 };
 typedef int (*idx_queue_cb)(void *arg, const struct idx_queue_info *q);
 /* Calls cb for each queue in name order; a non-zero return stops. */
 int idx_queue_list(struct idx_env *e, idx_queue_cb cb, void *arg);
 /* The same, starting with the first queue whose name sorts after after
- * (borrowed; NULL or "": from the first queue). */
+ * (borrowed; NULL or "": from the first queue). after is a bound, not
+ * checked as a name: "ns%" starts at the first queue of namespace ns
+ * (stored names sort bytewise, those of ns are contiguous). */
 int idx_queue_list_after(struct idx_env *e,
                          const char *after,
                          idx_queue_cb cb,
@@ -394,17 +413,40 @@ int idx_namespace_get(struct idx_env *e,
                       const char *name,
                       struct idx_namespace_info *out);
 
-/* Owner of producer id pid: owner (caller-owned, TERN_NAME_MAX + 1 bytes,
- * "" for the anonymous owner) and *owned (OUT) = whether that owner
- * still exists as the user the id was issued to (always true for the
- * anonymous owner). TERN_ENOTFOUND for an id never issued. */
+/* Owner of producer id pid, i.e. of its block pid >> 32: owner
+ * (caller-owned, TERN_NAME_MAX + 1 bytes, "" for the anonymous owner) and
+ * *owned (OUT) = whether that owner still exists as the user the block
+ * was issued to (always true for the anonymous owner). TERN_ENOTFOUND for
+ * an id whose block was never issued (every id below 2^32). */
 int idx_producer_owner(struct idx_env *e,
                        uint64_t pid,
                        char *owner,
                        bool *owned);
-/* The id the next PRODUCER_INIT will issue (applied state, pending txn
- * included). */
+/* The block number (not the id) the next PRODUCER_INIT will issue; it
+ * answers the id block << 32 (applied state, pending txn included).
+ * 2^32 once every block is issued. */
 uint64_t idx_next_producer_id(const struct idx_env *e);
+
+/* Usage of namespace ns (NULL, "" or "default": the queues with plain
+ * names): *queues and *bytes (OUT) = its number of queues and the sum of
+ * the lengths of their messages (flushed state; what the quotas of
+ * NAMESPACE_SET are checked against). An unknown namespace or one without
+ * queues gives zeros and 0. TERN_EBADNAME for an invalid name. */
+int idx_ns_usage(struct idx_env *e,
+                 const char *ns,
+                 uint64_t *queues,
+                 uint64_t *bytes);
+
+/* Security generation: an in-memory counter (not persisted, not equal
+ * across nodes) that increments whenever users, acls, namespaces or
+ * producer_ids may have changed: when a flush (idx_flush, idx_sync)
+ * commits applied entries that changed any of them (so a read after a
+ * change sees the new generation and the new rows together), and after
+ * idx_open and every idx_restore. PRODUCE, FETCH-side reads, queue
+ * commands and READ_BARRIER leave it alone. A server may cache what it
+ * read of those tables (a connection's grants) and read again when the
+ * value differs from the one it cached with. */
+uint64_t idx_security_gen(const struct idx_env *e);
 
 /* ---- Snapshots and bulk catch-up --------------------------------------- */
 

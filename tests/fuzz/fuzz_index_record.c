@@ -1,10 +1,11 @@
 /* libFuzzer target: the decoders of index/ that read bytes from disk: the
  * commit-log record decoder (scanning a byte stream record by record, as
  * idx_open's recovery does), the snapshot manifest, and the LMDB value
- * codecs of index/keys.c. The first input byte picks the decoder. Decoded
- * values are re-encoded where the format has a single encoding and must
- * match the input (checksum fields excepted: fuzz builds define
- * FUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION and skip checksum checks). */
+ * codecs of index/keys.c (queue and ns_usage values round trip). The first
+ * input byte picks the decoder. Decoded values are re-encoded where the format
+ * has a single encoding and must match the input (checksum fields excepted:
+ * fuzz builds define FUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION and skip checksum
+ * checks). */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -90,8 +91,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     default: {
         struct idx__queue_val q;
+        struct idx__usage_val u;
         struct idx__msg_val m;
-        (void)idx__queue_val_decode(p, n, &q);
+        uint8_t buf[IDX__QUEUE_VAL_SIZE];
+        if (idx__queue_val_decode(p, n, &q) == 0) {
+            idx__queue_val_encode(buf, &q);
+            if (n != IDX__QUEUE_VAL_SIZE || memcmp(buf, p, n) != 0) {
+                abort();
+            }
+        }
+        if (idx__usage_val_decode(p, n, &u) == 0) {
+            idx__usage_val_encode(buf, &u);
+            if (n != IDX__USAGE_VAL_SIZE || memcmp(buf, p, n) != 0) {
+                abort();
+            }
+        }
         (void)idx__msg_val_decode(p, n, &m);
         break;
     }

@@ -29,6 +29,9 @@ static void teardown(void)
 
 TestSuite(index_security, .init = setup, .fini = teardown);
 
+/* The producer id PRODUCER_INIT answers for block n. */
+#define PID(n) ((uint64_t)(n) << 32)
+
 static const uint8_t cred_a[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
 static const uint8_t cred_b[] = {0xaa, 0xbb, 0xcc};
 
@@ -198,11 +201,11 @@ static void dump_env(struct idx_env *e, struct dump *d)
     cr_assert_eq(idx_acl_list(e, NULL, dump_acl, d), 0);
     cr_assert_eq(idx_namespace_list(e, dump_ns, d), 0);
     dump_add(d, "next_pid %llu\n", (unsigned long long)idx_next_producer_id(e));
-    for (uint64_t pid = 1; pid < idx_next_producer_id(e); pid++) {
+    for (uint64_t blk = 1; blk < idx_next_producer_id(e); blk++) {
         char owner[TERN_NAME_MAX + 1];
         bool owned;
-        cr_assert_eq(idx_producer_owner(e, pid, owner, &owned), 0);
-        dump_add(d, "pid %llu %s %d\n", (unsigned long long)pid, owner, owned);
+        cr_assert_eq(idx_producer_owner(e, PID(blk), owner, &owned), 0);
+        dump_add(d, "pid %llu %s %d\n", (unsigned long long)blk, owner, owned);
     }
 }
 
@@ -217,10 +220,10 @@ static void apply_workload(struct idx_env *e)
                          IDX_PERM_PRODUCE | IDX_PERM_CONSUME),
                  0);
     cr_assert_eq(acl_set(e, 5, "alice", "default", "*", IDX_PERM_CONSUME), 0);
-    cr_assert_eq(producer_init(e, 6, "alice").base_offset, 1);
-    cr_assert_eq(producer_init(e, 7, NULL).base_offset, 2);
+    cr_assert_eq(producer_init(e, 6, "alice").base_offset, PID(1));
+    cr_assert_eq(producer_init(e, 7, NULL).base_offset, PID(2));
     cr_assert_eq(user_set(e, 8, "bob", IDX_USER_CERT, NULL, 0), 0);
-    cr_assert_eq(producer_init(e, 9, "bob").base_offset, 3);
+    cr_assert_eq(producer_init(e, 9, "bob").base_offset, PID(3));
     cr_assert_eq(user_delete(e, 10, "bob"), 0);
     cr_assert_eq(user_set(e, 11, "bob", IDX_USER_CERT, NULL, 0), 0);
     th_create(e, 12, "orders-eu");
@@ -568,27 +571,38 @@ Test(index_security, producer_ids_and_owners)
     cr_assert_eq(user_set(e, 2, "alice", 0, cred_a, sizeof cred_a), 0);
     struct idx_result r = producer_init(e, 3, "alice");
     cr_assert_eq(r.status, 0);
-    cr_assert_eq(r.base_offset, 1);
-    cr_assert_eq(producer_init(e, 4, "").base_offset, 2);
-    cr_assert_eq(idx_producer_owner(e, 1, owner, &owned), 0);
+    cr_assert_eq(r.base_offset, PID(1));
+    cr_assert_eq(idx_next_producer_id(e), 2);
+    cr_assert_eq(producer_init(e, 4, "").base_offset, PID(2));
+    /* Every id of a block belongs to its owner. */
+    cr_assert_eq(idx_producer_owner(e, PID(1), owner, &owned), 0);
     cr_assert_str_eq(owner, "alice");
     cr_assert(owned);
-    cr_assert_eq(idx_producer_owner(e, 2, owner, &owned), 0);
+    cr_assert_eq(idx_producer_owner(e, PID(1) | 7, owner, &owned), 0);
+    cr_assert_str_eq(owner, "alice");
+    cr_assert(owned);
+    cr_assert_eq(idx_producer_owner(e, PID(1) | 0xffffffffu, owner, &owned), 0);
+    cr_assert_str_eq(owner, "alice");
+    cr_assert_eq(idx_producer_owner(e, PID(2) + 12345, owner, &owned), 0);
     cr_assert_str_eq(owner, "");
     cr_assert(owned);
-    cr_assert_eq(idx_producer_owner(e, 3, owner, &owned), TERN_ENOTFOUND);
-    /* A user deleted and created again does not inherit its ids. */
+    /* Ids below 2^32 (block 0) and blocks not issued yet. */
+    cr_assert_eq(idx_producer_owner(e, 1, owner, &owned), TERN_ENOTFOUND);
+    cr_assert_eq(idx_producer_owner(e, 0xffffffffu, owner, &owned),
+                 TERN_ENOTFOUND);
+    cr_assert_eq(idx_producer_owner(e, PID(3), owner, &owned), TERN_ENOTFOUND);
+    /* A user deleted and created again does not inherit its blocks. */
     cr_assert_eq(user_delete(e, 5, "alice"), 0);
-    cr_assert_eq(idx_producer_owner(e, 1, owner, &owned), 0);
+    cr_assert_eq(idx_producer_owner(e, PID(1) | 3, owner, &owned), 0);
     cr_assert_not(owned);
     cr_assert_eq(user_set(e, 6, "alice", 0, cred_a, sizeof cred_a), 0);
-    cr_assert_eq(idx_producer_owner(e, 1, owner, &owned), 0);
+    cr_assert_eq(idx_producer_owner(e, PID(1) | 3, owner, &owned), 0);
     cr_assert_str_eq(owner, "alice");
     cr_assert_not(owned);
     /* A replace (same incarnation) keeps them. */
-    cr_assert_eq(producer_init(e, 7, "alice").base_offset, 3);
+    cr_assert_eq(producer_init(e, 7, "alice").base_offset, PID(3));
     cr_assert_eq(user_set(e, 8, "alice", 0, cred_b, sizeof cred_b), 0);
-    cr_assert_eq(idx_producer_owner(e, 3, owner, &owned), 0);
+    cr_assert_eq(idx_producer_owner(e, PID(3) | 9, owner, &owned), 0);
     cr_assert(owned);
     idx_close(e);
 }
@@ -694,7 +708,7 @@ Test(index_security, tables_rebuilt_from_log)
     dump_env(e, &after);
     cr_assert_str_eq(before.buf, after.buf);
     /* The id counter continues where it was. */
-    cr_assert_eq(producer_init(e, 13, NULL).base_offset, 4);
+    cr_assert_eq(producer_init(e, 13, NULL).base_offset, PID(4));
     idx_close(e);
 }
 
@@ -723,8 +737,8 @@ Test(index_security, tables_survive_snapshot_install)
     dump_env(b, &db);
     cr_assert_str_eq(da.buf, db.buf);
     /* Both go on identically. */
-    cr_assert_eq(producer_init(a, 13, "alice").base_offset, 4);
-    cr_assert_eq(producer_init(b, 13, "alice").base_offset, 4);
+    cr_assert_eq(producer_init(a, 13, "alice").base_offset, PID(4));
+    cr_assert_eq(producer_init(b, 13, "alice").base_offset, PID(4));
     tern_wbuf_free(&man);
     idx_close(a);
     idx_close(b);
