@@ -68,10 +68,10 @@ def isolation(c, cl, k):
     st, m = k.namespace_delete("acme")
     c.check(st == a.EINVAL, "NAMESPACE_DELETE acme with a queue: "
             "TERN_EINVAL", (st, m))
-    long_name = "q" * 190
-    st, m = ann.create(long_name)
+    st, m = ann.create("q" * (201 - len("acme%")))
     c.check(st == a.EBADNAME and "namespace" in m,
-            "a 190-byte name does not fit with 'acme%%'", (st, m))
+            "a 196-byte name does not fit with 'acme%' in 200 bytes",
+            (st, m))
     c.check(ann.create("q" * (200 - len("acme%")))[0] == 0,
             "a 195-byte name fits")
     # Every node serves the namespaced names.
