@@ -27,7 +27,8 @@
 # TERN_HEARTBEAT_MS (15), TERN_LOG_LEVEL (info), TERN_RAFT_EXTRA and
 # TERN_NODE_EXTRA (extra "key = value" lines, newline separated, for the
 # [raft] and [node] sections), TERN_UP_TIMEOUT (15 s), TERN_PEER_AUTH
-# (tls).
+# (tls), TERN_SECURITY_EXTRA (extra [security] lines: client_tls,
+# client_auth, bootstrap_admin, ...).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -93,6 +94,7 @@ write_config() { # i
         echo "node_cert = $dir/certs/node$i.pem"
         echo "node_key = $dir/certs/node$i.key"
         echo "cluster_secret_file = $dir/certs/cluster.secret"
+        [ -n "${TERN_SECURITY_EXTRA:-}" ] && printf '%s\n' "$TERN_SECURITY_EXTRA"
         echo
         echo "[peers]"
         for p in $(seq 1 $NODES); do
