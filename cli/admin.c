@@ -177,8 +177,9 @@ int cli_user_hash(int argc, char **argv)
         have = 1;
     }
     if (!have) {
-        (void)fprintf(stderr, "tern: user hash: --password-file FILE or "
-                              "--password-stdin\n");
+        (void)fprintf(stderr,
+                      "tern: user hash: --password-file FILE or "
+                      "--password-stdin\n");
         return 2;
     }
     rv = tern_credential_make(pw, 0, text, sizeof text);
@@ -358,8 +359,7 @@ int cli_acl(struct tern_client *c, int argc, char **argv)
     if (argc >= 2 && strcmp(argv[1], "delete") == 0 && argc == 5) {
         rv = tern_acl_delete(c, argv[2], argv[3], argv[4]);
         if (rv != 0) {
-            cli_error(c, rv, "acl delete %s %s %s", argv[2], argv[3],
-                      argv[4]);
+            cli_error(c, rv, "acl delete %s %s %s", argv[2], argv[3], argv[4]);
             return 1;
         }
         return 0;

@@ -160,8 +160,9 @@ static int cli_auth(struct tern_client *c,
     }
     if (o.mechanism == TERN_AUTH_SCRAM) {
         if (user == NULL) {
-            (void)fprintf(stderr, "tern: SCRAM login needs --user NAME (or "
-                                  "TERN_USER)\n");
+            (void)fprintf(stderr,
+                          "tern: SCRAM login needs --user NAME (or "
+                          "TERN_USER)\n");
             return 2;
         }
         if (password_file != NULL) {
@@ -171,8 +172,9 @@ static int cli_auth(struct tern_client *c,
         } else if (env_pw != NULL && env_pw[0] != '\0') {
             (void)snprintf(pw, sizeof pw, "%s", env_pw);
         } else {
-            (void)fprintf(stderr, "tern: login as %s needs a password: "
-                                  "--password-file FILE or TERN_PASSWORD\n",
+            (void)fprintf(stderr,
+                          "tern: login as %s needs a password: "
+                          "--password-file FILE or TERN_PASSWORD\n",
                           user);
             return 2;
         }

@@ -1,8 +1,8 @@
 /*
  * Declarations shared by the `tern` CLI sources: cli.c (argument parsing
  * and the queue/produce/consume/cluster commands), admin.c (the
- * user/acl/namespace commands), bench.c (`tern bench`) and util.c (error reporting, number parsing, clock). The CLI uses only
- * the public libtern API.
+ * user/acl/namespace commands), bench.c (`tern bench`) and util.c (error
+ * reporting, number parsing, clock). The CLI uses only the public libtern API.
  */
 #ifndef TERN_CLI_H
 #define TERN_CLI_H
