@@ -11,6 +11,13 @@
  *     --ca (default $TERN_CA) is the CA that verifies the servers, which
  *     must present a certificate naming the address connected to;
  *     --cert/--key (default $TERN_CERT/$TERN_KEY) a client certificate.
+ *     Login: [--user NAME] [--password-file FILE] [--namespace NS]
+ *     [--auth scram|external]; user, password and namespace default to
+ *     $TERN_USER, $TERN_PASSWORD, $TERN_NAMESPACE (a password is never an
+ *     argument). A user means SCRAM-SHA-256 with that password; --auth
+ *     external logs in with the TLS client certificate (--user then
+ *     names its CN, optional). The namespace ("default" when none) is
+ *     the one the commands' queues live in.
  *   tern queue create NAME | queue delete NAME
  *   tern queue list [--json] [--limit N] [--page-size N]
  *   tern produce QUEUE [--count N] [--size S] [--batch B] [--window W]
@@ -21,6 +28,23 @@
  *   tern cluster stats [--reset] [--json]
  *   tern bench QUEUE [--size 1024] [--count N] [--window W] [--batch B]
  *                    [--replication] [--json]
+ *   tern user set NAME [--admin] [--cert]
+ *                 [--password-file F | --password-stdin | --no-password]
+ *   tern user delete NAME | user list [--json]
+ *   tern user hash [--password-file F | --password-stdin]   (no server)
+ *   tern acl set USER NS PATTERN PERMS | acl delete USER NS PATTERN
+ *   tern acl list [USER] [--json]
+ *   tern namespace set NS [--max-queues N] [--max-bytes N]
+ *                         [--produce-rate BYTES_PER_S]
+ *   tern namespace delete NS | namespace list [--json]
+ *
+ * Admin output: user list "<name>\t<admin,cert|admin|cert|->\t<password|->"
+ * per user; acl list "<user>\t<namespace>\t<pattern>\t<perms>" per grant
+ * (perms "all" or a comma list of produce,consume,manage,admin);
+ * namespace list "<name>\t<max_queues>\t<max_bytes>\t<produce_bytes_per_s>"
+ * (0 = unlimited); user hash prints the credential's text form
+ * (SCRAM-SHA-256$...), the value of [security] bootstrap_admin_cred.
+ * `namespace set` replaces every quota (an option left out is 0).
  *
  * Output formats: consume prints "<offset>\t<payload-id>\n" per message;
  * the ack log has "<payload-id>\t<offset>\n" per acknowledged message
@@ -51,8 +75,10 @@ static void usage(FILE *f)
         f,
         "usage: tern [-s ADDR[,ADDR...]] [--timeout-ms N] "
         "[--read-from any|leader|first]\n"
-        "            [--tls] [--no-tls] [--ca FILE] [--cert FILE --key FILE] "
-        "COMMAND ...\n"
+        "            [--tls] [--no-tls] [--ca FILE] [--cert FILE --key FILE]\n"
+        "            [--user NAME] [--password-file FILE] [--namespace NS] "
+        "[--auth scram|external]\n"
+        "            COMMAND ...\n"
         "  queue create NAME | queue delete NAME\n"
         "  queue list [--json] [--limit N] [--page-size N]\n"
         "  produce QUEUE [--count N] [--size S] [--batch B] [--window W]\n"
@@ -63,6 +89,21 @@ static void usage(FILE *f)
         "  cluster stats [--reset] [--json]\n"
         "  bench QUEUE [--size 1024] [--count N] [--window W] "
         "[--batch B] [--replication] [--json]\n"
+        "  user set NAME [--admin] [--cert] [--password-file F | "
+        "--password-stdin | --no-password]\n"
+        "  user delete NAME | user list [--json]\n"
+        "  user hash [--password-file F | --password-stdin]\n"
+        "  acl set USER NS PATTERN PERMS | acl delete USER NS PATTERN\n"
+        "  acl list [USER] [--json]    (PERMS: all, or a comma list of "
+        "produce,consume,manage,admin)\n"
+        "  namespace set NS [--max-queues N] [--max-bytes N] "
+        "[--produce-rate BYTES_PER_S]\n"
+        "  namespace delete NS | namespace list [--json]\n"
+        "Login: --user NAME (or TERN_USER) with --password-file FILE (or "
+        "TERN_PASSWORD)\n"
+        "  logs in by SCRAM-SHA-256; --auth external by the TLS client "
+        "certificate;\n"
+        "  --namespace NS (or TERN_NAMESPACE) picks the namespace.\n"
         "TLS: --tls (or TERN_TLS=1, or --ca) speaks TLS 1.3 and verifies "
         "each server's\n"
         "  certificate against --ca FILE (or TERN_CA) and the address "
@@ -70,6 +111,82 @@ static void usage(FILE *f)
         "  --cert/--key (or TERN_CERT/TERN_KEY) present a client "
         "certificate;\n"
         "  --no-tls turns TLS off whatever the environment says.\n");
+}
+
+void cli_usage(FILE *f)
+{
+    usage(f);
+}
+
+/* The login from the flags and TERN_USER/TERN_PASSWORD/TERN_NAMESPACE
+ * (after TLS). 0, or the exit code. */
+static int cli_auth(struct tern_client *c,
+                    const char *mech,
+                    const char *user,
+                    const char *password_file,
+                    const char *ns)
+{
+    struct tern_auth_options o;
+    char pw[CLI_PASSWORD_MAX];
+    const char *env_pw = getenv("TERN_PASSWORD");
+    int rv;
+
+    user = user != NULL ? user : getenv("TERN_USER");
+    ns = ns != NULL ? ns : getenv("TERN_NAMESPACE");
+    if (user != NULL && user[0] == '\0') {
+        user = NULL;
+    }
+    if (ns != NULL && ns[0] == '\0') {
+        ns = NULL;
+    }
+    tern_auth_options_init(&o);
+    o.user = user;
+    o.ns = ns;
+    if (mech != NULL && strcmp(mech, "external") == 0) {
+        o.mechanism = TERN_AUTH_EXTERNAL;
+    } else if (mech != NULL && strcmp(mech, "scram") != 0) {
+        usage(stderr);
+        return 2;
+    } else if (mech != NULL || user != NULL) {
+        o.mechanism = TERN_AUTH_SCRAM;
+    } else {
+        if (ns != NULL || password_file != NULL) {
+            (void)fprintf(stderr,
+                          "tern: a namespace or password needs a login: "
+                          "--user NAME (or TERN_USER), or --auth external\n");
+            return 2;
+        }
+        return 0;
+    }
+    if (o.mechanism == TERN_AUTH_SCRAM) {
+        if (user == NULL) {
+            (void)fprintf(stderr,
+                          "tern: SCRAM login needs --user NAME (or "
+                          "TERN_USER)\n");
+            return 2;
+        }
+        if (password_file != NULL) {
+            if (cli_read_password_file(password_file, pw, sizeof pw) != 0) {
+                return 2;
+            }
+        } else if (env_pw != NULL && env_pw[0] != '\0') {
+            (void)snprintf(pw, sizeof pw, "%s", env_pw);
+        } else {
+            (void)fprintf(stderr,
+                          "tern: login as %s needs a password: "
+                          "--password-file FILE or TERN_PASSWORD\n",
+                          user);
+            return 2;
+        }
+        o.password = pw;
+    }
+    rv = tern_client_set_auth(c, &o);
+    cli_wipe(pw, sizeof pw);
+    if (rv != 0) {
+        cli_error(c, rv, "login setup");
+        return 2;
+    }
+    return 0;
 }
 
 /* TLS from the flags and TERN_TLS/TERN_CA/TERN_CERT/TERN_KEY. 0, or the
@@ -113,22 +230,6 @@ static size_t payload_id_len(const void *data, size_t len)
     return dot != NULL ? (size_t)(dot - (const char *)data) : len;
 }
 
-static void json_string(FILE *f, const char *s)
-{
-    (void)fputc('"', f);
-    for (; *s != '\0'; s++) {
-        unsigned char ch = (unsigned char)*s;
-        if (ch == '"' || ch == '\\') {
-            (void)fprintf(f, "\\%c", ch);
-        } else if (ch < 0x20) {
-            (void)fprintf(f, "\\u%04x", ch);
-        } else {
-            (void)fputc(ch, f);
-        }
-    }
-    (void)fputc('"', f);
-}
-
 /* ---- queue ---- */
 
 /* Print the first n queues of one page (json: a comma before all but the first
@@ -141,7 +242,7 @@ static void print_queues(const struct tern_queue_list *l,
     for (size_t i = 0; i < n; i++) {
         if (json) {
             (void)printf("%s{\"name\":", *first ? "" : ",");
-            json_string(stdout, tern_queue_list_name(l, i));
+            cli_json_string(stdout, tern_queue_list_name(l, i));
             (void)printf(",\"start_offset\":%" PRIu64
                          ",\"next_offset\":%" PRIu64 "}",
                          tern_queue_list_start_offset(l, i),
@@ -781,13 +882,13 @@ static int cmd_stats(struct tern_client *c, int argc, char **argv)
     }
     if (json) {
         (void)printf("{\"server\":");
-        json_string(stdout, st.server);
+        cli_json_string(stdout, st.server);
         (void)printf(",\"node_id\":%" PRIu64 ",\"role\":", st.node_id);
-        json_string(stdout, tern_role_name(st.role));
+        cli_json_string(stdout, tern_role_name(st.role));
         (void)printf(",\"transport\":");
-        json_string(stdout, st.transport);
+        cli_json_string(stdout, st.transport);
         (void)printf(",\"durability\":");
-        json_string(stdout, st.durability);
+        cli_json_string(stdout, st.durability);
         (void)printf(",\"count\":%" PRIu64 ",\"dropped\":%" PRIu64
                      ",\"replication_ns\":{\"min\":%" PRIu64 ",\"p50\":%" PRIu64
                      ",\"p90\":%" PRIu64 ",\"p99\":%" PRIu64
@@ -841,29 +942,29 @@ static int cmd_cluster(struct tern_client *c, int argc, char **argv)
     }
     if (json) {
         (void)printf("{\"server\":");
-        json_string(stdout, tern_status_server(s));
+        cli_json_string(stdout, tern_status_server(s));
         (void)printf(",\"node_id\":%" PRIu64 ",\"role\":",
                      tern_status_node_id(s));
-        json_string(stdout, tern_role_name(tern_status_role(s)));
+        cli_json_string(stdout, tern_role_name(tern_status_role(s)));
         (void)printf(",\"leader_id\":%" PRIu64 ",\"leader_address\":",
                      tern_status_leader_id(s));
-        json_string(stdout, tern_status_leader_address(s));
+        cli_json_string(stdout, tern_status_leader_address(s));
         (void)printf(",\"term\":%" PRIu64 ",\"commit_index\":%" PRIu64
                      ",\"last_applied\":%" PRIu64
                      ",\"writable\":%s,\"transport\":",
                      tern_status_term(s), tern_status_commit_index(s),
                      tern_status_last_applied(s),
                      tern_status_writable(s) ? "true" : "false");
-        json_string(stdout, tern_status_transport(s));
+        cli_json_string(stdout, tern_status_transport(s));
         (void)printf(",\"durability\":");
-        json_string(stdout, tern_status_durability(s));
+        cli_json_string(stdout, tern_status_durability(s));
         (void)printf(",\"members\":[");
         for (size_t i = 0; i < tern_status_member_count(s); i++) {
             (void)printf("%s{\"id\":%" PRIu64 ",\"raft_address\":",
                          i ? "," : "", tern_status_member_id(s, i));
-            json_string(stdout, tern_status_member_raft_address(s, i));
+            cli_json_string(stdout, tern_status_member_raft_address(s, i));
             (void)printf(",\"client_address\":");
-            json_string(stdout, tern_status_member_client_address(s, i));
+            cli_json_string(stdout, tern_status_member_client_address(s, i));
             (void)printf("}");
         }
         (void)printf("]}\n");
@@ -909,6 +1010,10 @@ int main(int argc, char **argv)
     const char *ca = NULL;
     const char *cert = NULL;
     const char *key = NULL;
+    const char *auth_mech = NULL;
+    const char *auth_user = NULL;
+    const char *auth_pwfile = NULL;
+    const char *auth_ns = NULL;
     int tls = 0;
     int i = 1;
     int rv;
@@ -951,6 +1056,14 @@ int main(int argc, char **argv)
             cert = val;
         } else if (strcmp(a, "--key") == 0) {
             key = val;
+        } else if (strcmp(a, "--user") == 0) {
+            auth_user = val;
+        } else if (strcmp(a, "--password-file") == 0) {
+            auth_pwfile = val;
+        } else if (strcmp(a, "--namespace") == 0) {
+            auth_ns = val;
+        } else if (strcmp(a, "--auth") == 0) {
+            auth_mech = val;
         } else {
             usage(stderr);
             return 2;
@@ -960,6 +1073,10 @@ int main(int argc, char **argv)
     if (i >= argc) {
         usage(stderr);
         return 2;
+    }
+    if (strcmp(argv[i], "user") == 0 && i + 1 < argc &&
+        strcmp(argv[i + 1], "hash") == 0) {
+        return cli_user_hash(argc - i, argv + i); /* no server */
     }
     if (read_from == NULL) {
         o.read_from =
@@ -990,6 +1107,9 @@ int main(int argc, char **argv)
         return 2;
     }
     code = cli_tls(c, tls, ca, cert, key);
+    if (code == 0) {
+        code = cli_auth(c, auth_mech, auth_user, auth_pwfile, auth_ns);
+    }
     if (code != 0) {
         tern_client_free(c);
         return code;
@@ -1006,6 +1126,12 @@ int main(int argc, char **argv)
         code = cmd_cluster(c, argc, argv);
     } else if (strcmp(argv[0], "bench") == 0) {
         code = cli_bench(c, argc, argv);
+    } else if (strcmp(argv[0], "user") == 0) {
+        code = cli_user(c, argc, argv);
+    } else if (strcmp(argv[0], "acl") == 0) {
+        code = cli_acl(c, argc, argv);
+    } else if (strcmp(argv[0], "namespace") == 0) {
+        code = cli_namespace(c, argc, argv);
     } else {
         usage(stderr);
         code = 2;

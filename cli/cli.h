@@ -1,13 +1,14 @@
 /*
  * Declarations shared by the `tern` CLI sources: cli.c (argument parsing
- * and the queue/produce/consume/cluster commands), bench.c (`tern bench`)
- * and util.c (error reporting, number parsing, clock). The CLI uses only
- * the public libtern API.
+ * and the queue/produce/consume/cluster commands), admin.c (the
+ * user/acl/namespace commands), bench.c (`tern bench`) and util.c (error
+ * reporting, number parsing, clock). The CLI uses only the public libtern API.
  */
 #ifndef TERN_CLI_H
 #define TERN_CLI_H
 
 #include <stdint.h>
+#include <stdio.h>
 
 #include <tern/tern.h>
 
@@ -19,6 +20,33 @@ void cli_error(struct tern_client *c, int rv, const char *fmt, ...)
 int cli_parse_u64(const char *opt, const char *s, uint64_t *out);
 /* Monotonic time in microseconds. */
 int64_t cli_now_us(void);
+
+/* util.c. Write s as a JSON string (quoted, escaped) to f. */
+void cli_json_string(FILE *f, const char *s);
+
+/* cli.c. Print the usage text to f. */
+void cli_usage(FILE *f);
+
+/* admin.c: `tern user|acl|namespace ...` (argv[0] is the command word);
+ * each returns the process exit code. cli_user_hash needs no server. */
+int cli_user(struct tern_client *c, int argc, char **argv);
+int cli_user_hash(int argc, char **argv);
+int cli_acl(struct tern_client *c, int argc, char **argv);
+int cli_namespace(struct tern_client *c, int argc, char **argv);
+/* Longest password read, plus its line end and NUL. */
+#define CLI_PASSWORD_MAX 1027
+/* Read the first line of f (what names it in errors) into buf[cap]
+ * without its line end: 0, or -1 (empty, too long, nothing; printed). */
+int cli_read_password(FILE *f, const char *what, char *buf, size_t cap);
+/* The same from the file at path. */
+int cli_read_password_file(const char *path, char *buf, size_t cap);
+/* Overwrite n bytes at p with zeros (not optimised away). */
+void cli_wipe(void *p, size_t n);
+/* PERMS of `acl set`: a comma list of produce, consume, manage, admin,
+ * or "all". 0, or -1 (printed). */
+int cli_parse_perms(const char *s, uint32_t *out);
+/* The inverse: "all", a comma list, or "-". */
+void cli_format_perms(uint32_t perms, char *buf, size_t cap);
 
 /* bench.c. `tern bench QUEUE ...`; returns the process exit code. */
 int cli_bench(struct tern_client *c, int argc, char **argv);

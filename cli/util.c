@@ -1,7 +1,7 @@
 /*
  * Helpers shared by the `tern` command sources (cli.c and bench.c): error
- * reporting in the CLI's one format, option number parsing and a monotonic
- * clock.
+ * reporting in the CLI's one format, option number parsing, JSON strings
+ * and a monotonic clock.
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -55,4 +55,20 @@ int64_t cli_now_us(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+void cli_json_string(FILE *f, const char *s)
+{
+    (void)fputc('"', f);
+    for (; *s != '\0'; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (ch == '"' || ch == '\\') {
+            (void)fprintf(f, "\\%c", ch);
+        } else if (ch < 0x20) {
+            (void)fprintf(f, "\\u%04x", ch);
+        } else {
+            (void)fputc(ch, f);
+        }
+    }
+    (void)fputc('"', f);
 }

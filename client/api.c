@@ -71,7 +71,6 @@ int tern_client_new(const char *servers,
             c->opts.max_frame = opts->max_frame;
         }
     }
-    c->producer_id = tern__producer_id_new();
     p = servers;
     while (*p != '\0') {
         const char *end = strchr(p, ',');
@@ -127,6 +126,7 @@ void tern_client_free(struct tern_client *c)
         tern_free(c->servers[i]);
     }
     tern__pq_free_all(c);
+    tern__auth_free(c->auth);
     tern_free(c->servers);
     tern_free(c->pfds);
     auth_tls_ctx_free(c->tls_ctx);
@@ -165,6 +165,99 @@ int tern_client_set_tls(struct tern_client *c,
     }
     auth_tls_ctx_free(c->tls_ctx);
     c->tls_ctx = ctx;
+    return 0;
+}
+
+void tern_auth_options_init(struct tern_auth_options *o)
+{
+    memset(o, 0, sizeof *o);
+    o->mechanism = TERN_AUTH_NONE;
+}
+
+static char *dup_or_null(const char *s, int *failed)
+{
+    char *d;
+    if (s == NULL) {
+        return NULL;
+    }
+    d = tern_strdup(s);
+    if (d == NULL) {
+        *failed = 1;
+    }
+    return d;
+}
+
+int tern_client_set_auth(struct tern_client *c,
+                         const struct tern_auth_options *o)
+{
+    struct tern__auth *a = NULL;
+    const char *ns;
+    int failed = 0;
+
+    if (c == NULL) {
+        return TERN_EINVAL;
+    }
+    c->errmsg[0] = '\0';
+    if (o != NULL && o->mechanism != TERN_AUTH_NONE) {
+        ns = o->ns != NULL ? o->ns : "";
+        if (o->mechanism != TERN_AUTH_SCRAM &&
+            o->mechanism != TERN_AUTH_EXTERNAL) {
+            tern_errmsg_printf(c->errmsg, "unknown authentication mechanism %d",
+                               o->mechanism);
+            return TERN_EINVAL;
+        }
+        if (o->mechanism == TERN_AUTH_SCRAM &&
+            (o->user == NULL || o->user[0] == '\0' || o->password == NULL ||
+             o->password[0] == '\0')) {
+            tern_errmsg_printf(c->errmsg, "SCRAM needs a user and a password");
+            return TERN_EINVAL;
+        }
+        if (o->mechanism == TERN_AUTH_EXTERNAL && c->tls_ctx == NULL) {
+            tern_errmsg_printf(c->errmsg,
+                               "certificate login needs TLS with a client "
+                               "certificate (tern_client_set_tls first)");
+            return TERN_EINVAL;
+        }
+        if (o->user != NULL && o->user[0] != '\0' &&
+            (strlen(o->user) > PROTO_MAX_USER ||
+             !tern_name_valid(o->user, strlen(o->user)))) {
+            tern_errmsg_printf(c->errmsg,
+                               "user \"%.64s\": 1..%u bytes of "
+                               "[A-Za-z0-9._-]",
+                               o->user, PROTO_MAX_USER);
+            return TERN_EINVAL;
+        }
+        if (ns[0] != '\0' && (strlen(ns) > PROTO_MAX_NAMESPACE ||
+                              !tern_name_valid(ns, strlen(ns)))) {
+            tern_errmsg_printf(c->errmsg,
+                               "namespace \"%.64s\": 1..%u bytes of "
+                               "[A-Za-z0-9._-]",
+                               ns, PROTO_MAX_NAMESPACE);
+            return TERN_EINVAL;
+        }
+        a = tern_calloc(1, sizeof *a);
+        if (a == NULL) {
+            return -ENOMEM;
+        }
+        a->mechanism = o->mechanism;
+        a->user = o->user != NULL && o->user[0] != '\0'
+                      ? dup_or_null(o->user, &failed)
+                      : NULL;
+        a->password = o->mechanism == TERN_AUTH_SCRAM
+                          ? dup_or_null(o->password, &failed)
+                          : NULL;
+        a->ns = dup_or_null(ns, &failed);
+        if (failed) {
+            tern__auth_free(a);
+            return -ENOMEM;
+        }
+    }
+    /* Connections open so far logged in as someone else (or not at all). */
+    for (int i = 0; i < c->n_servers; i++) {
+        tern__server_close(c->servers[i]);
+    }
+    tern__auth_free(c->auth);
+    c->auth = a;
     return 0;
 }
 
@@ -419,6 +512,59 @@ static int produce_build(struct tern_client *c,
     return 0;
 }
 
+/* Before the first produce: ask the leader for the client's producer id
+ * block (PRODUCER_INIT, one synchronous round trip), or fall back to a
+ * random id when the server does not know the op (TERN_EINVAL, "unknown
+ * request op": a server before issued ids). 0 at once when the id is
+ * known; otherwise 0 or the error (errmsg on c): the produce fails and
+ * the next one asks again. */
+static int producer_init(struct tern_client *c)
+{
+    struct tern__req *r;
+    uint64_t pid = 0;
+    int rv;
+    if (c->pid_state != TERN__PID_UNKNOWN) {
+        return 0;
+    }
+    if (c->in_callback) {
+        /* Cannot happen (a callback follows a produce that knew the id),
+         * but a synchronous round trip must never run in one. */
+        tern_errmsg_printf(c->errmsg, "producer id unknown in a callback");
+        return TERN_EINVAL;
+    }
+    r = tern__req_new(c, PROTO_OP_PRODUCER_INIT, 0);
+    if (r == NULL) {
+        return -ENOMEM;
+    }
+    rv = proto_encode_simple(&r->frame, PROTO_OP_PRODUCER_INIT, 0);
+    if (rv != 0) {
+        return encode_fail(c, r, rv, "producer id");
+    }
+    rv = tern__run_sync(c, r);
+    if (rv == 0) {
+        /* on_success checked the answer (non-zero, low half 0). */
+        rv = proto_decode_producer_init_resp(r->body, r->body_len, &pid);
+    }
+    tern__req_free(r);
+    if (rv == TERN_EINVAL) {
+        c->producer_id = tern__producer_id_new();
+        c->pid_state = TERN__PID_RANDOM;
+        c->errmsg[0] = '\0';
+        return 0;
+    }
+    if (rv != 0) {
+        char why[TERN_ERRMSG_SIZE];
+        memcpy(why, c->errmsg, sizeof why);
+        tern_errmsg_printf(c->errmsg, "producer id from the leader: %.200s",
+                           why);
+        return rv;
+    }
+    c->producer_id = pid;
+    c->pid_state = TERN__PID_ISSUED;
+    c->pid_next_k = 0;
+    return 0;
+}
+
 /* Build a PRODUCE request that takes the next sequence number of the
  * queue. */
 static int produce_new(struct tern_client *c,
@@ -430,8 +576,15 @@ static int produce_new(struct tern_client *c,
     struct tern__pq *pq;
     int rv = tern__produce_check(c, queue, msgs, n, &pq);
     *out = NULL;
+    if (rv == 0) {
+        rv = producer_init(c);
+    }
     if (rv != 0) {
         return rv;
+    }
+    if (pq->producer_id == 0) {
+        /* Made before the id was known (by a tern_produce_resend). */
+        pq->producer_id = c->producer_id;
     }
     rv = produce_build(c, queue, msgs, n, pq->producer_id, pq->next_seq, out);
     if (rv != 0) {

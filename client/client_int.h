@@ -9,14 +9,19 @@
  *               sequence numbers, rewinding and renumbering a queue's
  *               outstanding batches, the remembered batch whose outcome is
  *               unknown (for tern_produce_resend)
+ *   login.c     the login of each new connection (AUTH_START /
+ *               AUTH_CONTINUE with SCRAM-SHA-256 or EXTERNAL) before
+ *               the engine sends requests on it
  *   engine.c    the request engine: server table, request list, one I/O
  *               step (deadlines, sending, reading, dispatch by request
  *               id), retries and leader following, synchronous runs
  *   api.c       the public calls of <tern/tern.h>: client lifetime, and
  *               for each call, building its request and reading its result
+ *   admin.c     the user / grant / namespace calls and their list objects
  *
- * Calls only go down this order: api.c -> engine.c -> producer.c ->
- * conn.c (api.c also calls producer.c, result.c and conn.c directly).
+ * Calls only go down this order: api.c, admin.c -> engine.c -> login.c,
+ * producer.c -> conn.c (api.c also calls producer.c, result.c and conn.c
+ * directly).
  * producer.c and engine.c both walk the request list defined here.
  */
 #ifndef TERN_CLIENT_INT_H
@@ -35,7 +40,8 @@
 enum tern__conn_state {
     TERN__CONN_CLOSED = 0,
     TERN__CONN_CONNECTING,
-    TERN__CONN_TLS, /* TCP connected, TLS handshake under way */
+    TERN__CONN_TLS,  /* TCP connected, TLS handshake under way */
+    TERN__CONN_AUTH, /* connected, login (login.c) under way */
     TERN__CONN_READY,
 };
 
@@ -65,6 +71,13 @@ struct tern__server
     uint8_t *cout;                /* owned */
     size_t cout_len;
     size_t cout_off;
+    /* Login (state AUTH, login.c): the SCRAM exchange (owned; NULL for
+     * EXTERNAL), the request id and op of the AUTH frame awaiting its
+     * answer. Reset by tern__server_close. */
+    struct auth_scram_client *scram;
+    uint64_t auth_id;
+    uint8_t auth_op;
+    int logged_in; /* the login of this connection succeeded */
 };
 
 /* Split "host:port" / "[v6]:port" (addr[0..len), borrowed) into s
@@ -75,7 +88,8 @@ int tern__server_init(struct tern__server *s, const char *addr, size_t len);
 void tern__server_close(struct tern__server *s);
 /* Close and free what s owns (not s itself). */
 void tern__server_free(struct tern__server *s);
-/* Start a non-blocking connect (state CONNECTING, TLS or READY). tls:
+/* Start a non-blocking connect (state CONNECTING, TLS or READY; the
+ * engine then moves READY to AUTH when the client logs in). tls:
  * the client's context (borrowed; NULL: plaintext): the server's
  * certificate must then chain to its CA and name s's host (an IP SAN for
  * an address, a DNS SAN for a name). */
@@ -182,6 +196,23 @@ struct tern__req
     struct tern__req *done_next; /* async completions to fire */
 };
 
+/* tern_client_set_auth's settings, owned by the client (the strings
+ * too; password wiped before it is freed). */
+struct tern__auth
+{
+    int mechanism; /* TERN_AUTH_SCRAM or TERN_AUTH_EXTERNAL */
+    char *user;    /* NULL: none (EXTERNAL) */
+    char *password;
+    char *ns; /* "" for default */
+};
+
+/* Where the client's producer id comes from (tern_client_producer_id). */
+enum tern__pid_state {
+    TERN__PID_UNKNOWN = 0, /* not asked yet (or the last ask failed) */
+    TERN__PID_ISSUED,      /* a block from PRODUCER_INIT */
+    TERN__PID_RANDOM,      /* a server without PRODUCER_INIT */
+};
+
 struct tern_client
 {
     struct tern_client_options opts;
@@ -189,8 +220,11 @@ struct tern_client
     int n_servers;
     int leader; /* index of the leader guess */
     int leader_confirmed;
-    int read_cur; /* READ_ANY: current read server */
-    uint64_t producer_id;
+    int read_cur;         /* READ_ANY: current read server */
+    uint64_t producer_id; /* 0 until pid_state is known */
+    enum tern__pid_state pid_state;
+    uint32_t pid_next_k;     /* ISSUED: last k used by a renumber */
+    struct tern__auth *auth; /* tern_client_set_auth; owned, or NULL */
     uint64_t next_id;
     struct tern__req *head; /* not-done requests, creation order */
     struct tern__req *tail;
@@ -218,10 +252,33 @@ static inline void tern__req_detach(struct tern__req *r)
     }
 }
 
+/* ---- Login (login.c) ---- */
+
+/* Free a (c->auth), wiping the password. NULL is a no-op. */
+void tern__auth_free(struct tern__auth *a);
+/* Server s just became READY and c logs in: queue AUTH_START on it
+ * (state AUTH, deadline now + the request timeout). 0, or an error with
+ * s->errmsg (the connection must be dropped). */
+int tern__login_start(struct tern_client *c,
+                      struct tern__server *s,
+                      int64_t now);
+/* A verified frame (header h, body borrowed) arrived on s in state AUTH.
+ * 0: the exchange goes on, or it is done and s is READY. Otherwise the
+ * connection must be dropped: TERN_EAUTH (refused or unproven: final,
+ * s->errmsg has the server's reason) or a retryable code (the server was
+ * busy or shutting down). */
+int tern__login_on_frame(struct tern_client *c,
+                         struct tern__server *s,
+                         const struct proto_header *h,
+                         const uint8_t *body);
+
 /* ---- The idempotent producer (producer.c) ---- */
 
 /* A random non-zero producer id. */
 uint64_t tern__producer_id_new(void);
+/* The producer id of a queue renumbered after TERN_ESEQUENCE: the next
+ * id of the client's block, or a random one without a block. */
+uint64_t tern__producer_id_next(struct tern_client *c);
 /* The producer state of queue (borrowed for the call), created on first
  * use with the client's producer id and sequence 1; owned by c until
  * tern__pq_free_all. NULL on ENOMEM. */

@@ -117,6 +117,10 @@ void tern__server_close(struct tern__server *s)
     }
     auth_tls_free(s->tls);
     s->tls = NULL;
+    auth_scram_client_free(s->scram);
+    s->scram = NULL;
+    s->auth_id = 0;
+    s->logged_in = 0;
     s->cout_len = 0;
     s->cout_off = 0;
     s->fd = -1;

@@ -28,6 +28,12 @@
  *     renumbered (producer.c) and resent in sequence order;
  *   - the deadline passes: TERN_ETIMEDOUT (outcome unknown).
  *
+ * Login (tern_client_set_auth): a connection that comes up (TCP, then
+ * TLS) goes to state AUTH and runs login.c's exchange before it is READY;
+ * requests wait queued meanwhile. A refused login fails the requests
+ * waiting for that server with TERN_EAUTH, like a refused certificate,
+ * without trying another server.
+ *
  * Async window: an async batch is admitted to the window (max_in_flight)
  * in list order and stays admitted across retries until it completes; its
  * deadline starts at admission.
@@ -56,9 +62,23 @@ static int64_t backoff_ms(const struct tern_client *c, int attempts)
  * so a consumer never starts below an offset its group committed). */
 static int leader_only_op(uint8_t op)
 {
-    return op == PROTO_OP_QUEUE_CREATE || op == PROTO_OP_QUEUE_DELETE ||
-           op == PROTO_OP_PRODUCE || op == PROTO_OP_GROUP_COMMIT ||
-           op == PROTO_OP_GROUP_FETCH;
+    switch (op) {
+    case PROTO_OP_QUEUE_CREATE:
+    case PROTO_OP_QUEUE_DELETE:
+    case PROTO_OP_PRODUCE:
+    case PROTO_OP_GROUP_COMMIT:
+    case PROTO_OP_GROUP_FETCH:
+    case PROTO_OP_USER_SET:
+    case PROTO_OP_USER_DELETE:
+    case PROTO_OP_ACL_SET:
+    case PROTO_OP_ACL_DELETE:
+    case PROTO_OP_NAMESPACE_SET:
+    case PROTO_OP_NAMESPACE_DELETE:
+    case PROTO_OP_PRODUCER_INIT:
+        return 1;
+    default:
+        return 0;
+    }
 }
 
 static int find_server(const struct tern_client *c,
@@ -331,6 +351,21 @@ static void expire(struct tern_client *c, int64_t now)
 
 /* ---- Sending ---- */
 
+/* Server i's connection may just have come up (READY): start the login
+ * if the client authenticates. 0, or the connection failed (dropped). */
+static int server_up(struct tern_client *c, int i, int64_t now)
+{
+    struct tern__server *s = c->servers[i];
+    if (s->state == TERN__CONN_READY && c->auth != NULL && !s->logged_in) {
+        int rv = tern__login_start(c, s, now);
+        if (rv != 0) {
+            server_fail(c, i, rv, now);
+            return rv;
+        }
+    }
+    return 0;
+}
+
 /* Is server i ready to take frames? Starts a connection if due. */
 static int server_ready(struct tern_client *c, int i, int64_t now)
 {
@@ -344,6 +379,9 @@ static int server_ready(struct tern_client *c, int i, int64_t now)
                                       c->tls_ctx);
         if (rv != 0) {
             server_fail(c, i, rv, now);
+            return 0;
+        }
+        if (server_up(c, i, now) != 0) {
             return 0;
         }
         return s->state == TERN__CONN_READY;
@@ -455,6 +493,21 @@ static void on_success(struct tern_client *c,
         rv = proto_decode_stats_resp(body, len, &st);
         break;
     }
+    case PROTO_OP_USER_LIST:
+    case PROTO_OP_ACL_LIST:
+    case PROTO_OP_NAMESPACE_LIST: {
+        struct proto_list_resp lr;
+        rv = proto_decode_list_resp(r->op, body, len, &lr);
+        break;
+    }
+    case PROTO_OP_PRODUCER_INIT: {
+        uint64_t pid = 0;
+        rv = proto_decode_producer_init_resp(body, len, &pid);
+        if (rv == 0 && (pid == 0 || (pid & 0xffffffffu) != 0)) {
+            rv = TERN_EMALFORMED; /* not a block base n << 32 */
+        }
+        break;
+    }
     default:
         rv = proto_decode_empty_resp(body, len);
         break;
@@ -542,7 +595,10 @@ static void on_error(struct tern_client *c,
     }
     if (retried &&
         ((r->op == PROTO_OP_QUEUE_CREATE && status == TERN_EQUEUEEXISTS) ||
-         (r->op == PROTO_OP_QUEUE_DELETE && status == TERN_ENOQUEUE))) {
+         (r->op == PROTO_OP_QUEUE_DELETE && status == TERN_ENOQUEUE) ||
+         ((r->op == PROTO_OP_USER_DELETE || r->op == PROTO_OP_ACL_DELETE ||
+           r->op == PROTO_OP_NAMESPACE_DELETE) &&
+          status == TERN_ENOTFOUND))) {
         /* Our own earlier attempt did it. */
         status = 0;
     }
@@ -562,6 +618,9 @@ static int dispatch(struct tern_client *c,
     struct tern__req *r;
     uint8_t op = (uint8_t)(h->op & ~PROTO_OP_RESPONSE);
 
+    if (s->state == TERN__CONN_AUTH) {
+        return tern__login_on_frame(c, s, h, body);
+    }
     if (op == PROTO_OP_ERROR) {
         /* The server could not parse something we sent. */
         int status = h->status != 0 ? h->status : TERN_EMALFORMED;
@@ -644,7 +703,8 @@ static void flush_all(struct tern_client *c, int64_t now)
 {
     for (int i = 0; i < c->n_servers; i++) {
         struct tern__server *s = c->servers[i];
-        if (s->state == TERN__CONN_READY && tern__server_want_write(s)) {
+        if ((s->state == TERN__CONN_READY || s->state == TERN__CONN_AUTH) &&
+            tern__server_want_write(s)) {
             int rv = tern__server_flush(s);
             if (rv != 0) {
                 server_fail(c, i, rv, now);
@@ -691,10 +751,14 @@ int tern__step(struct tern_client *c, int64_t until)
                 p->events |= POLLOUT;
             }
             wake = TERN_MIN(wake, s->connect_deadline);
-        } else if (s->state == TERN__CONN_READY) {
+        } else if (s->state == TERN__CONN_READY ||
+                   s->state == TERN__CONN_AUTH) {
             p->events = POLLIN;
             if (tern__server_want_write(s)) {
                 p->events |= POLLOUT;
+            }
+            if (s->state == TERN__CONN_AUTH) {
+                wake = TERN_MIN(wake, s->connect_deadline);
             }
         } else if (any_queued && s->retry_after > now) {
             wake = TERN_MIN(wake, s->retry_after);
@@ -730,6 +794,9 @@ int tern__step(struct tern_client *c, int64_t until)
                 if (s->state != TERN__CONN_READY) {
                     continue; /* TLS handshake under way */
                 }
+                if (server_up(c, i, now) != 0) {
+                    continue;
+                }
             } else if (now >= s->connect_deadline) {
                 tern_errmsg_printf(s->errmsg, "connect %s: timed out", s->addr);
                 server_fail(c, i, -ETIMEDOUT, now);
@@ -743,6 +810,12 @@ int tern__step(struct tern_client *c, int64_t until)
                 rv = tern__server_handshake(s);
                 if (rv != 0) {
                     server_fail(c, i, rv, now);
+                } else if (server_up(c, i, now) == 0 &&
+                           s->state == TERN__CONN_AUTH) {
+                    rv = tern__server_flush(s);
+                    if (rv != 0) {
+                        server_fail(c, i, rv, now);
+                    }
                 }
             } else if (now >= s->connect_deadline) {
                 tern_errmsg_printf(s->errmsg,
@@ -751,6 +824,15 @@ int tern__step(struct tern_client *c, int64_t until)
                                    s->addr);
                 server_fail(c, i, -ETIMEDOUT, now);
             }
+            continue;
+        }
+        if (s->state == TERN__CONN_AUTH && re == 0 &&
+            now >= s->connect_deadline) {
+            tern_errmsg_printf(s->errmsg,
+                               "login to %s: no answer before the request "
+                               "timeout",
+                               s->addr);
+            server_fail(c, i, -ETIMEDOUT, now);
             continue;
         }
         if ((re & POLLOUT) != 0 || tern__server_want_write(s)) {

@@ -1,6 +1,9 @@
 /*
- * libtern's idempotent producer. The client draws a random producer id;
- * each queue it produces to gets its own state (struct tern__pq): the
+ * libtern's idempotent producer. The client's producer id is the base of
+ * a block the leader issued (PRODUCER_INIT, asked by api.c before the
+ * first produce: id n << 32, the client may use n << 32 | k for every
+ * k < 2^32), or a random id with a server that predates issued ids; each
+ * queue it produces to gets its own state (struct tern__pq): the
  * producer id its batches carry and the next sequence number, starting at
  * 1. A retried batch keeps its (producer id, sequence), so the server
  * appends it once and answers a retry with the original offsets.
@@ -18,8 +21,10 @@
  * gap may stay forever. Later batches of the queue then get TERN_ESEQUENCE
  * at their oldest, which proves none of them was appended: they are
  * renumbered from 1 under a fresh producer id for that queue
- * (tern__pq_renumber) and resent. The same recovers from a batch that
- * failed for good (TERN_ENOQUEUE, ...).
+ * (tern__pq_renumber: the next id of the block, base | k for k = 1, 2,
+ * ..., wrapping to 1 after 2^32 - 1; a new random id without a block) and
+ * resent. The same recovers from a batch that failed for good (TERN_ENOQUEUE,
+ * ...).
  *
  * Unknown outcome: the last batch of a queue that ended in TERN_ETIMEDOUT
  * is remembered (producer id, sequence, message count and checksum) so
@@ -46,6 +51,15 @@ uint64_t tern__producer_id_new(void)
         }
     }
     return id;
+}
+
+uint64_t tern__producer_id_next(struct tern_client *c)
+{
+    if (c->pid_state != TERN__PID_ISSUED) {
+        return tern__producer_id_new();
+    }
+    c->pid_next_k = c->pid_next_k == UINT32_MAX ? 1 : c->pid_next_k + 1;
+    return c->producer_id | c->pid_next_k;
 }
 
 struct tern__pq *tern__pq_get(struct tern_client *c, const char *queue)
@@ -180,10 +194,11 @@ struct tern__req *tern__pq_oldest(struct tern_client *c,
  * gap before it (an earlier batch failed or timed out without being
  * appended), so none of the outstanding batches was appended either (the
  * server appends seq only after seq - 1). Renumber them all from 1 under a
- * fresh producer id for this queue and resend in order. */
+ * fresh producer id for this queue (tern__producer_id_next) and resend in
+ * order. */
 void tern__pq_renumber(struct tern_client *c, struct tern__pq *pq)
 {
-    pq->producer_id = tern__producer_id_new();
+    pq->producer_id = tern__producer_id_next(c);
     pq->next_seq = 1;
     for (struct tern__req *r = c->head; r != NULL; r = r->next) {
         if (r->pq == pq) {

@@ -12,10 +12,17 @@
  * request's deadline (request_timeout_ms). A request whose deadline passes
  * fails with TERN_ETIMEDOUT: its outcome is unknown.
  *
- * Idempotent producer: each client draws a random 64-bit producer id; each
- * produce batch to a queue carries the next sequence number for
- * (producer, queue), starting at 1, and a retried batch keeps its number, so
- * the server appends it once and answers a retry with the original offsets.
+ * Idempotent producer: before its first produce each client asks the
+ * leader for a block of producer ids (PRODUCER_INIT; a server without it:
+ * a random 64-bit id); each produce batch to a queue carries the next
+ * sequence number for (producer, queue), starting at 1, and a retried
+ * batch keeps its number, so the server appends it once and answers a
+ * retry with the original offsets.
+ *
+ * Authentication (tern_client_set_auth): every connection the client
+ * opens logs in (SCRAM-SHA-256 or the TLS client certificate) before any
+ * request is sent on it. Users, grants and namespaces are managed with the
+ * admin calls below (docs/AUTH.md has the model).
  *
  * Errors: every call returns 0 or a negative code: a tern code from
  * <tern/errors.h> or -errno. tern_client_errmsg() has the detail of the
@@ -61,6 +68,9 @@ struct tern_client;
 struct tern_fetch_result;
 struct tern_queue_list;
 struct tern_status;
+struct tern_user_list;
+struct tern_acl_list;
+struct tern_namespace_list;
 
 /* Where reads (fetch, group fetch, queue list, cluster status) go. */
 enum tern_read_from {
@@ -123,6 +133,46 @@ TERN_API int tern_client_set_tls(struct tern_client *c,
                                  const char *ca_file,
                                  const char *cert_file,
                                  const char *key_file);
+/* Authentication mechanisms of struct tern_auth_options. */
+enum tern_auth_mechanism {
+    TERN_AUTH_NONE = 0,     /* do not authenticate (the default) */
+    TERN_AUTH_SCRAM = 1,    /* SCRAM-SHA-256: user and password; the password
+                               never travels, and the server proves that it
+                               knows the user's credential too */
+    TERN_AUTH_EXTERNAL = 2, /* the TLS client certificate of
+                               tern_client_set_tls (its subject CN is the
+                               user, who needs the cert flag) */
+};
+
+/* Who the client is. Initialise with tern_auth_options_init, then set the
+ * fields; all strings are borrowed for the call (tern_client_set_auth
+ * copies them). */
+struct tern_auth_options
+{
+    int mechanism;        /* enum tern_auth_mechanism */
+    const char *user;     /* SCRAM: required (printable ASCII, no space);
+                             EXTERNAL: NULL, or the certificate's CN */
+    const char *password; /* SCRAM: required (printable ASCII); else NULL */
+    const char *ns;       /* namespace the connections are bound to; NULL
+                             or "": "default" */
+};
+TERN_API void tern_auth_options_init(struct tern_auth_options *o);
+
+/* Authenticate every connection c opens from now on (first connect,
+ * reconnect, redirect to the leader): AUTH_START / AUTH_CONTINUE run
+ * before any other request is sent on it, and the server's final SCRAM
+ * message must prove it knows the user's credential. Connections already
+ * open are closed. o NULL or mechanism TERN_AUTH_NONE turns it off. The
+ * password is copied, and wiped when replaced or at tern_client_free.
+ * Returns 0 or TERN_EINVAL (missing user or password, EXTERNAL without
+ * tern_client_set_tls first, bad namespace name) with the reason in
+ * tern_client_errmsg. Later calls fail with TERN_EAUTH, the server's
+ * reason in tern_client_errmsg, when a server refuses the login (wrong
+ * password, unknown user or namespace, a certificate that names no cert
+ * user) or cannot prove the credential: the call is not retried on
+ * another server. */
+TERN_API int tern_client_set_auth(struct tern_client *c,
+                                  const struct tern_auth_options *o);
 /* Close connections and free the client. Pending async requests complete
  * first with TERN_ECANCELED (their callbacks fire inside this call).
  * NULL is a no-op. */
@@ -130,7 +180,11 @@ TERN_API void tern_client_free(struct tern_client *c);
 /* Detail of the last failed call on c ("" if none). Borrowed: valid until
  * the next call on c. */
 TERN_API const char *tern_client_errmsg(const struct tern_client *c);
-/* This client's producer id (random, non-zero). */
+/* This client's producer id: the base of the block the leader issued
+ * (n << 32) before the first produce, or a random non-zero id when the
+ * server predates issued ids (it answered PRODUCER_INIT with TERN_EINVAL);
+ * 0 before the first produce. A queue that must be renumbered after
+ * TERN_ESEQUENCE moves to base | k (k = 1, 2, ...) within the block. */
 TERN_API uint64_t tern_client_producer_id(const struct tern_client *c);
 /* Address ("host:port") of the server the client currently believes is
  * the leader, or NULL. Borrowed: valid until the next call on c. */
@@ -184,7 +238,11 @@ struct tern_msg
 };
 
 /* Append msgs[0..n) (n >= 1) to queue as one batch, atomically and in
- * order, retrying (idempotently) until acknowledged or the deadline.
+ * order, retrying (idempotently) until acknowledged or the deadline. The
+ * client's first produce (this call or tern_produce_async) first asks the
+ * leader for the producer id block: one synchronous round trip, within
+ * the request timeout; when it fails the produce fails with its error and
+ * the next produce asks again.
  * *base_offset (OUT, may be NULL) is the offset of msgs[0]; the others
  * follow consecutively. It is UINT64_MAX in one rare case: a retry was
  * acknowledged as a duplicate of a batch the server appended earlier but
@@ -374,6 +432,134 @@ TERN_API int tern_replication_stats(struct tern_client *c,
                                     const char *address,
                                     int reset,
                                     struct tern_repl_stats *out);
+
+/* ---- Users, grants, namespaces (cluster administrators) --------------- */
+
+/* User flags (tern_user_set, tern_user_list_flags). */
+#define TERN_USER_ADMIN 0x1u /* cluster administrator */
+#define TERN_USER_CERT                                                         \
+    0x2u /* may log in by a client certificate whose                           \
+            subject CN is the user name */
+/* Permission bits of a grant. ADMIN implies all the others. */
+#define TERN_PERM_PRODUCE 0x1u
+#define TERN_PERM_CONSUME 0x2u
+#define TERN_PERM_MANAGE  0x4u /* create / delete queues */
+#define TERN_PERM_ADMIN   0x8u /* namespace administration */
+#define TERN_PERM_ALL     0xfu
+
+/* Size of a buffer that holds any text credential, with its NUL. */
+#define TERN_CREDENTIAL_TEXT_MAX 256
+
+/* Derive a SCRAM-SHA-256 credential from password (NUL-terminated,
+ * printable ASCII, borrowed) with a fresh random salt, locally (no
+ * server), and write its text form
+ * "SCRAM-SHA-256$<iterations>:<salt>$<StoredKey>:<ServerKey>"
+ * (NUL-terminated) into buf (caller-owned, cap >=
+ * TERN_CREDENTIAL_TEXT_MAX). iterations 0: the default (4096). For
+ * [security] bootstrap_admin_cred and tern_user_set_cred. Returns 0 or
+ * TERN_EINVAL (bad password, iterations or cap). */
+TERN_API int tern_credential_make(const char *password,
+                                  uint32_t iterations,
+                                  char *buf,
+                                  size_t cap);
+
+/* Create user, or replace its flags and credential (user: 1..128 bytes
+ * of [A-Za-z0-9._-]; strings borrowed for the call). The SCRAM credential
+ * is derived here from password (tern_credential_make), so the password
+ * never travels; password NULL: no credential, a certificate-only user
+ * (flags must then have TERN_USER_CERT). flags: TERN_USER_* bits. Writes
+ * go to the leader like tern_queue_create. Returns 0, TERN_EINVAL,
+ * TERN_EBADNAME, or the server's refusal (TERN_EAUTH, TERN_EDENIED: not a
+ * cluster administrator). */
+TERN_API int tern_user_set(struct tern_client *c,
+                           const char *user,
+                           const char *password,
+                           uint32_t flags);
+/* As tern_user_set with a credential already made: cred is its text form
+ * (tern_credential_make, `tern user hash`; borrowed for the call), NULL or
+ * "" for none (flags must then have TERN_USER_CERT). TERN_EINVAL or
+ * TERN_ECORRUPT for a credential that does not parse. */
+TERN_API int tern_user_set_cred(struct tern_client *c,
+                                const char *user,
+                                const char *cred,
+                                uint32_t flags);
+/* Delete user and its grants. TERN_ENOTFOUND when there is no such user
+ * (returned only when the first attempt got it, as for
+ * tern_queue_delete). */
+TERN_API int tern_user_delete(struct tern_client *c, const char *user);
+/* Every user, in name order. *out (OUT) is caller-owned: free with
+ * tern_user_list_free; strings borrowed until then. */
+TERN_API int tern_user_list(struct tern_client *c, struct tern_user_list **out);
+TERN_API size_t tern_user_list_count(const struct tern_user_list *l);
+/* Entry i (< count); NULL / 0 when out of range. */
+TERN_API const char *tern_user_list_name(const struct tern_user_list *l,
+                                         size_t i);
+TERN_API uint32_t tern_user_list_flags(const struct tern_user_list *l,
+                                       size_t i);
+/* 1 when the user has a SCRAM credential (can log in by password). */
+TERN_API int tern_user_list_has_password(const struct tern_user_list *l,
+                                         size_t i);
+TERN_API void tern_user_list_free(struct tern_user_list *l);
+
+/* Grant user perms (TERN_PERM_* bits, 1..15, replacing an earlier grant
+ * of the same key) on the queues of namespace ns that pattern matches: a
+ * queue name, a prefix followed by '*', or "*" (every queue; also what
+ * namespace-wide operations such as the queue list need). Strings
+ * borrowed for the call. TERN_ENOTFOUND: no such user or namespace. */
+TERN_API int tern_acl_set(struct tern_client *c,
+                          const char *user,
+                          const char *ns,
+                          const char *pattern,
+                          uint32_t perms);
+/* Remove the grant (user, ns, pattern). TERN_ENOTFOUND: none (returned
+ * only when the first attempt got it). */
+TERN_API int tern_acl_delete(struct tern_client *c,
+                             const char *user,
+                             const char *ns,
+                             const char *pattern);
+/* The grants of user (NULL: every user's). *out (OUT) is caller-owned:
+ * free with tern_acl_list_free; strings borrowed until then. */
+TERN_API int tern_acl_list(struct tern_client *c,
+                           const char *user,
+                           struct tern_acl_list **out);
+TERN_API size_t tern_acl_list_count(const struct tern_acl_list *l);
+TERN_API const char *tern_acl_list_user(const struct tern_acl_list *l,
+                                        size_t i);
+TERN_API const char *tern_acl_list_namespace(const struct tern_acl_list *l,
+                                             size_t i);
+TERN_API const char *tern_acl_list_pattern(const struct tern_acl_list *l,
+                                           size_t i);
+TERN_API uint32_t tern_acl_list_perms(const struct tern_acl_list *l, size_t i);
+TERN_API void tern_acl_list_free(struct tern_acl_list *l);
+
+/* Create namespace ns (1..64 bytes of [A-Za-z0-9._-]), or replace its
+ * quotas: at most max_queues queues, max_bytes bytes of messages stored,
+ * produce_bytes_per_s bytes produced per second (0: unlimited). */
+TERN_API int tern_namespace_set(struct tern_client *c,
+                                const char *ns,
+                                uint64_t max_queues,
+                                uint64_t max_bytes,
+                                uint64_t produce_bytes_per_s);
+/* Delete an empty namespace and its grants. TERN_EINVAL: it holds queues,
+ * or it is "default"; TERN_ENOTFOUND: no such namespace (only when the
+ * first attempt got it). */
+TERN_API int tern_namespace_delete(struct tern_client *c, const char *ns);
+/* Every namespace ("default" included), in name order. *out (OUT) is
+ * caller-owned: free with tern_namespace_list_free. */
+TERN_API int tern_namespace_list(struct tern_client *c,
+                                 struct tern_namespace_list **out);
+TERN_API size_t tern_namespace_list_count(const struct tern_namespace_list *l);
+TERN_API const char *tern_namespace_list_name(
+    const struct tern_namespace_list *l,
+    size_t i);
+TERN_API uint64_t
+tern_namespace_list_max_queues(const struct tern_namespace_list *l, size_t i);
+TERN_API uint64_t
+tern_namespace_list_max_bytes(const struct tern_namespace_list *l, size_t i);
+TERN_API uint64_t
+tern_namespace_list_produce_bytes_per_s(const struct tern_namespace_list *l,
+                                        size_t i);
+TERN_API void tern_namespace_list_free(struct tern_namespace_list *l);
 
 #ifdef __cplusplus
 }

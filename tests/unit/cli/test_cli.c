@@ -1,13 +1,19 @@
 /*
  * The `tern` CLI (client/cli.c) run as a child process against the fake
  * server: exact output formats other scripts parse (ack log, consume lines,
- * queue list JSON), exit codes and the error line format.
+ * queue list JSON, the admin lists), exit codes and the error line
+ * format, the login options, and `tern user hash` (parsed back).
  */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
+#include <auth.h>
+#include <tern/tern.h>
+
+#include "auth_fake.h"
 #include "fake_server.h"
 
 struct cli_run
@@ -192,4 +198,243 @@ Test(cli, cluster_stats_and_bench_replication)
     cr_expect_eq(r.code, 0, "%s", r.err);
     cr_expect_null(strstr(r.out, "replication"), "%s", r.out);
     fake_stop(&fs);
+}
+
+/* ---- Login and administration ---- */
+
+/* A 0600 file holding password and a newline; path into buf[cap]. */
+static void password_file(char *buf, size_t cap, const char *password)
+{
+    int fd;
+    FILE *f;
+    (void)snprintf(buf, cap, "/tmp/tern-cli-pw-XXXXXX");
+    fd = mkstemp(buf);
+    cr_assert_geq(fd, 0);
+    f = fdopen(fd, "w");
+    cr_assert_not_null(f);
+    (void)fprintf(f, "%s\n", password);
+    (void)fclose(f);
+}
+
+Test(cli, user_hash_parses_back)
+{
+    struct cli_run r;
+    struct auth_scram_cred cred, again;
+    char why[TERN_ERRMSG_SIZE];
+    char pwf[64];
+    size_t len;
+
+    run_cli(&r, "127.0.0.1:1", "s3cret pw\n", "user hash --password-stdin");
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    len = strcspn(r.out, "\n");
+    cr_expect_eq(r.out[len], '\n');
+    cr_expect_eq(r.out[len + 1], '\0');
+    cr_assert_eq(auth_scram_cred_parse(r.out, len, &cred, why), 0, "%s: %s",
+                 r.out, why);
+    cr_assert_eq(auth_scram_cred_derive("s3cret pw", cred.salt, cred.salt_len,
+                                        cred.iterations, &again, why),
+                 0);
+    cr_expect_eq(
+        memcmp(cred.stored_key, again.stored_key, sizeof cred.stored_key), 0);
+    cr_expect_eq(
+        memcmp(cred.server_key, again.server_key, sizeof cred.server_key), 0);
+
+    password_file(pwf, sizeof pwf, "from a file");
+    {
+        char args[128];
+        (void)snprintf(args, sizeof args, "user hash --password-file %s", pwf);
+        run_cli(&r, "127.0.0.1:1", NULL, args);
+    }
+    cr_expect_eq(r.code, 0, "%s", r.err);
+    cr_expect_eq(strncmp(r.out, "SCRAM-SHA-256$4096:", 19), 0, "%s", r.out);
+    (void)unlink(pwf);
+
+    run_cli(&r, "127.0.0.1:1", NULL, "user hash");
+    cr_expect_eq(r.code, 2);
+    run_cli(&r, "127.0.0.1:1", "", "user hash --password-stdin");
+    cr_expect_eq(r.code, 1);
+    run_cli(&r, "127.0.0.1:1", "caf\xc3\xa9\n", "user hash --password-stdin");
+    cr_expect_eq(r.code, 1);
+    cr_expect_eq(strncmp(r.err, "tern: user hash", 15), 0, "%s", r.err);
+}
+
+Test(cli, login_options_and_environment)
+{
+    struct fake_server fs;
+    struct authsrv a;
+    struct cli_run r;
+    char pwf[64], bad[64];
+    char args[256];
+    struct authsrv s;
+
+    start_auth_server(&fs, &a);
+    password_file(pwf, sizeof pwf, AUTHSRV_PASSWORD);
+    password_file(bad, sizeof bad, "not it");
+
+    (void)snprintf(args, sizeof args,
+                   "--user alice --password-file %s --namespace acme "
+                   "queue create q",
+                   pwf);
+    run_cli(&r, fs.addr, NULL, args);
+    cr_expect_eq(r.code, 0, "%s", r.err);
+    s = snap(&fs, &a);
+    cr_expect_eq(s.logins, 1);
+    cr_expect_str_eq(s.last_ns, "acme");
+    cr_expect_eq(s.unauthed_requests, 0);
+
+    /* The environment. */
+    cr_assert_eq(setenv("TERN_USER", "alice", 1), 0);
+    cr_assert_eq(setenv("TERN_PASSWORD", AUTHSRV_PASSWORD, 1), 0);
+    cr_assert_eq(setenv("TERN_NAMESPACE", "env-ns", 1), 0);
+    run_cli(&r, fs.addr, NULL, "queue list");
+    cr_expect_eq(r.code, 0, "%s", r.err);
+    cr_expect_str_eq(snap(&fs, &a).last_ns, "env-ns");
+    cr_expect_eq(snap(&fs, &a).logins, 2);
+
+    /* A wrong password: the error line names the failure and the reason. */
+    (void)snprintf(args, sizeof args,
+                   "--user alice --password-file %s queue create q2", bad);
+    run_cli(&r, fs.addr, NULL, args);
+    cr_expect_eq(r.code, 1);
+    cr_expect_eq(
+        strncmp(r.err, "tern: queue create q2: authentication failed (", 46), 0,
+        "%s", r.err);
+    cr_expect_neq(strstr(r.err, "invalid-proof"), NULL, "%s", r.err);
+    cr_assert_eq(unsetenv("TERN_PASSWORD"), 0);
+
+    /* No password anywhere, a password on the command line, a bad
+     * mechanism: usage errors, nothing sent. */
+    run_cli(&r, fs.addr, NULL, "queue list");
+    cr_expect_eq(r.code, 2);
+    cr_expect_neq(strstr(r.err, "needs a password"), NULL, "%s", r.err);
+    run_cli(&r, fs.addr, NULL, "--password hunter2 queue list");
+    cr_expect_eq(r.code, 2);
+    run_cli(&r, fs.addr, NULL, "--auth kerberos queue list");
+    cr_expect_eq(r.code, 2);
+    run_cli(&r, fs.addr, NULL, "--auth external queue list");
+    cr_expect_eq(r.code, 2); /* needs TLS */
+    cr_assert_eq(unsetenv("TERN_USER"), 0);
+    cr_assert_eq(unsetenv("TERN_NAMESPACE"), 0);
+    run_cli(&r, fs.addr, NULL, "--namespace acme queue list");
+    cr_expect_eq(r.code, 2);
+    cr_expect_eq(snap(&fs, &a).logins, 2); /* the wrong password's failed */
+
+    (void)unlink(pwf);
+    (void)unlink(bad);
+    stop_auth_server(&fs, &a);
+}
+
+Test(cli, admin_commands)
+{
+    struct fake_server fs;
+    struct authsrv a;
+    struct cli_run r;
+    struct authsrv s;
+    struct auth_scram_cred cred, again;
+    char why[TERN_ERRMSG_SIZE];
+
+    start_auth_server(&fs, &a);
+    a.require_auth = 0;
+
+    run_cli(&r, fs.addr, "bob pw\n", "user set bob --admin --password-stdin");
+    cr_expect_eq(r.code, 0, "%s", r.err);
+    s = snap(&fs, &a);
+    cr_expect_str_eq(s.user, "bob");
+    cr_expect_eq(s.user_flags, TERN_USER_ADMIN);
+    cr_assert_eq(
+        auth_scram_cred_decode(s.user_cred, s.user_cred_len, &cred, why), 0,
+        "%s", why);
+    cr_assert_eq(auth_scram_cred_derive("bob pw", cred.salt, cred.salt_len,
+                                        cred.iterations, &again, why),
+                 0);
+    cr_expect_eq(
+        memcmp(cred.stored_key, again.stored_key, sizeof cred.stored_key), 0);
+    run_cli(&r, fs.addr, NULL, "user set app --cert --no-password");
+    cr_expect_eq(r.code, 0, "%s", r.err);
+    s = snap(&fs, &a);
+    cr_expect_eq(s.user_flags, TERN_USER_CERT);
+    cr_expect_eq(s.user_cred_len, 0);
+    run_cli(&r, fs.addr, NULL, "user set app"); /* which password? */
+    cr_expect_eq(r.code, 2);
+    run_cli(&r, fs.addr, "x\n", "user set app --no-password --password-stdin");
+    cr_expect_eq(r.code, 2);
+    run_cli(&r, fs.addr, NULL, "user set app --no-password"); /* no --cert */
+    cr_expect_eq(r.code, 1);
+    cr_expect_eq(snap(&fs, &a).user_sets, 2);
+
+    run_cli(&r, fs.addr, NULL, "user list");
+    cr_expect_eq(r.code, 0, "%s", r.err);
+    cr_expect_str_eq(r.out, "alice\tadmin\tpassword\nnode-app\tcert\t-\n");
+    run_cli(&r, fs.addr, NULL, "user list --json");
+    cr_expect_str_eq(r.out,
+                     "{\"users\":[{\"name\":\"alice\",\"admin\":true,"
+                     "\"cert\":false,\"password\":true},{\"name\":"
+                     "\"node-app\",\"admin\":false,\"cert\":true,"
+                     "\"password\":false}]}\n");
+    run_cli(&r, fs.addr, NULL, "user delete bob");
+    cr_expect_eq(r.code, 0, "%s", r.err);
+
+    run_cli(&r, fs.addr, NULL, "acl set bob acme orders.* produce,consume");
+    cr_expect_eq(r.code, 0, "%s", r.err);
+    s = snap(&fs, &a);
+    cr_expect_str_eq(s.acl_pattern, "orders.*");
+    cr_expect_eq(s.acl_perms, TERN_PERM_PRODUCE | TERN_PERM_CONSUME);
+    run_cli(&r, fs.addr, NULL, "acl set bob acme '*' all");
+    cr_expect_eq(snap(&fs, &a).acl_perms, TERN_PERM_ALL);
+    run_cli(&r, fs.addr, NULL, "acl set bob acme '*' manage,admin");
+    cr_expect_eq(snap(&fs, &a).acl_perms, TERN_PERM_MANAGE | TERN_PERM_ADMIN);
+    run_cli(&r, fs.addr, NULL, "acl set bob acme '*' read");
+    cr_expect_eq(r.code, 2);
+    run_cli(&r, fs.addr, NULL, "acl set bob acme");
+    cr_expect_eq(r.code, 2);
+    run_cli(&r, fs.addr, NULL, "acl list bob");
+    cr_expect_eq(r.code, 0, "%s", r.err);
+    cr_expect_str_eq(snap(&fs, &a).acl_user, "bob");
+    cr_expect_str_eq(r.out,
+                     "bob\tacme\torders.*\tproduce,consume\n"
+                     "bob\tdefault\t*\tall\n"
+                     "carol\tacme\taudit\tconsume\n");
+    run_cli(&r, fs.addr, NULL, "acl list --json");
+    cr_expect_str_eq(snap(&fs, &a).acl_user, "");
+    cr_expect_eq(strncmp(r.out,
+                         "{\"grants\":[{\"user\":\"bob\",\"namespace\":"
+                         "\"acme\",\"pattern\":\"orders.*\",\"perms\":"
+                         "\"produce,consume\"}",
+                         86),
+                 0, "%s", r.out);
+    run_cli(&r, fs.addr, NULL, "acl delete bob acme orders.*");
+    cr_expect_eq(r.code, 0, "%s", r.err);
+    cr_expect_eq(snap(&fs, &a).last_op, PROTO_OP_ACL_DELETE);
+
+    run_cli(&r, fs.addr, NULL,
+            "namespace set acme --max-queues 10 --max-bytes 1048576 "
+            "--produce-rate 4096");
+    cr_expect_eq(r.code, 0, "%s", r.err);
+    s = snap(&fs, &a);
+    cr_expect_str_eq(s.ns_name, "acme");
+    cr_expect_eq(s.ns_q[0], 10);
+    cr_expect_eq(s.ns_q[1], 1048576);
+    cr_expect_eq(s.ns_q[2], 4096);
+    run_cli(&r, fs.addr, NULL, "namespace set acme --max-queues many");
+    cr_expect_eq(r.code, 2);
+    run_cli(&r, fs.addr, NULL, "namespace list");
+    cr_expect_eq(r.code, 0, "%s", r.err);
+    cr_expect_str_eq(r.out, "acme\t10\t1048576\t4096\ndefault\t0\t0\t0\n");
+    run_cli(&r, fs.addr, NULL, "namespace delete acme");
+    cr_expect_eq(r.code, 0, "%s", r.err);
+
+    /* Errors: the CLI's error line with the server's reason. */
+    (void)pthread_mutex_lock(&fs.mu);
+    a.notfound_deletes = 1;
+    (void)pthread_mutex_unlock(&fs.mu);
+    run_cli(&r, fs.addr, NULL, "namespace delete acme");
+    cr_expect_eq(r.code, 1);
+    {
+        const char *want =
+            "tern: namespace delete acme: no such user, "
+            "namespace or grant (";
+        cr_expect_eq(strncmp(r.err, want, strlen(want)), 0, "%s", r.err);
+    }
+    cr_expect_neq(strstr(r.err, "no such thing"), NULL, "%s", r.err);
+    stop_auth_server(&fs, &a);
 }

@@ -1,0 +1,476 @@
+/*
+ * `tern user|acl|namespace ...`: the CLI's administration commands
+ * (libtern's tern_user_* / tern_acl_* / tern_namespace_* calls), and the
+ * password input they and the login share. Syntax and output formats are
+ * in cli.c's header comment. A password is read from a file or stdin
+ * (never from the command line, where other users could see it in the
+ * process list), its first line without the line end.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+int cli_read_password(FILE *f, const char *what, char *buf, size_t cap)
+{
+    size_t n;
+    if (fgets(buf, (int)cap, f) == NULL) {
+        (void)fprintf(stderr, "tern: %s: no password to read\n", what);
+        return -1;
+    }
+    n = strcspn(buf, "\r\n");
+    if (buf[n] == '\0' && n == cap - 1) {
+        (void)fprintf(stderr, "tern: %s: password longer than %zu bytes\n",
+                      what, cap - 2);
+        return -1;
+    }
+    buf[n] = '\0';
+    if (n == 0) {
+        (void)fprintf(stderr, "tern: %s: empty password\n", what);
+        return -1;
+    }
+    return 0;
+}
+
+int cli_read_password_file(const char *path, char *buf, size_t cap)
+{
+    FILE *f = fopen(path, "r");
+    int rv;
+    if (f == NULL) {
+        (void)fprintf(stderr, "tern: password file %s: %s\n", path,
+                      strerror(errno));
+        return -1;
+    }
+    rv = cli_read_password(f, path, buf, cap);
+    (void)fclose(f);
+    return rv;
+}
+
+/* Wipe a password buffer (volatile stores: not optimised away). */
+void cli_wipe(void *p, size_t n)
+{
+    volatile unsigned char *v = p;
+    for (size_t i = 0; i < n; i++) {
+        v[i] = 0;
+    }
+}
+
+/* The password of `user set` / `user hash` from --password-file F or
+ * --password-stdin (argv[k] the option; *k advanced past its value).
+ * 1: the option was one of them and buf holds the password; 0: another
+ * option; -1: error (printed). */
+static int password_opt(int argc, char **argv, int *k, char *buf, size_t cap)
+{
+    if (strcmp(argv[*k], "--password-file") == 0 && *k + 1 < argc) {
+        (*k)++;
+        return cli_read_password_file(argv[*k], buf, cap) == 0 ? 1 : -1;
+    }
+    if (strcmp(argv[*k], "--password-stdin") == 0) {
+        return cli_read_password(stdin, "stdin", buf, cap) == 0 ? 1 : -1;
+    }
+    return 0;
+}
+
+/* ---- permissions ---- */
+
+static const struct
+{
+    const char *name;
+    uint32_t bit;
+} perm_names[] = {
+    {"produce", TERN_PERM_PRODUCE},
+    {"consume", TERN_PERM_CONSUME},
+    {"manage", TERN_PERM_MANAGE},
+    {"admin", TERN_PERM_ADMIN},
+};
+
+int cli_parse_perms(const char *s, uint32_t *out)
+{
+    uint32_t perms = 0;
+    const char *p = s;
+    if (strcmp(s, "all") == 0) {
+        *out = TERN_PERM_ALL;
+        return 0;
+    }
+    while (*p != '\0') {
+        size_t len = strcspn(p, ",");
+        uint32_t bit = 0;
+        for (size_t i = 0; i < sizeof perm_names / sizeof perm_names[0]; i++) {
+            if (strlen(perm_names[i].name) == len &&
+                strncmp(p, perm_names[i].name, len) == 0) {
+                bit = perm_names[i].bit;
+            }
+        }
+        if (bit == 0) {
+            (void)fprintf(stderr,
+                          "tern: permissions \"%s\": a comma list of "
+                          "produce, consume, manage, admin, or all\n",
+                          s);
+            return -1;
+        }
+        perms |= bit;
+        p += len;
+        if (*p == ',') {
+            p++;
+        }
+    }
+    if (perms == 0) {
+        (void)fprintf(stderr, "tern: permissions \"%s\": none given\n", s);
+        return -1;
+    }
+    *out = perms;
+    return 0;
+}
+
+void cli_format_perms(uint32_t perms, char *buf, size_t cap)
+{
+    size_t n = 0;
+    buf[0] = '\0';
+    if (perms == TERN_PERM_ALL) {
+        (void)snprintf(buf, cap, "all");
+        return;
+    }
+    for (size_t i = 0; i < sizeof perm_names / sizeof perm_names[0]; i++) {
+        if ((perms & perm_names[i].bit) != 0 && n < cap) {
+            int w = snprintf(buf + n, cap - n, "%s%s", n > 0 ? "," : "",
+                             perm_names[i].name);
+            n += w > 0 ? (size_t)w : 0;
+        }
+    }
+    if (n == 0) {
+        (void)snprintf(buf, cap, "-");
+    }
+}
+
+/* "admin,cert", "admin", "cert" or "-". */
+static const char *user_flags_text(uint32_t f)
+{
+    if ((f & TERN_USER_ADMIN) != 0 && (f & TERN_USER_CERT) != 0) {
+        return "admin,cert";
+    }
+    if ((f & TERN_USER_ADMIN) != 0) {
+        return "admin";
+    }
+    return (f & TERN_USER_CERT) != 0 ? "cert" : "-";
+}
+
+/* ---- user ---- */
+
+int cli_user_hash(int argc, char **argv)
+{
+    char pw[CLI_PASSWORD_MAX];
+    char text[TERN_CREDENTIAL_TEXT_MAX];
+    int have = 0;
+    int rv;
+    for (int k = 2; k < argc; k++) {
+        int got = password_opt(argc, argv, &k, pw, sizeof pw);
+        if (got < 0) {
+            return 1;
+        }
+        if (got == 0) {
+            cli_usage(stderr);
+            return 2;
+        }
+        have = 1;
+    }
+    if (!have) {
+        (void)fprintf(stderr,
+                      "tern: user hash: --password-file FILE or "
+                      "--password-stdin\n");
+        return 2;
+    }
+    rv = tern_credential_make(pw, 0, text, sizeof text);
+    cli_wipe(pw, sizeof pw);
+    if (rv != 0) {
+        cli_error(NULL, rv,
+                  "user hash (a password is printable ASCII, at most "
+                  "1024 bytes)");
+        return 1;
+    }
+    (void)printf("%s\n", text);
+    return 0;
+}
+
+static int user_set(struct tern_client *c, int argc, char **argv)
+{
+    char pw[CLI_PASSWORD_MAX];
+    uint32_t flags = 0;
+    int have = 0;
+    int none = 0;
+    int rv;
+    if (argc < 3 || argv[2][0] == '-') {
+        cli_usage(stderr);
+        return 2;
+    }
+    for (int k = 3; k < argc; k++) {
+        int got;
+        if (strcmp(argv[k], "--admin") == 0) {
+            flags |= TERN_USER_ADMIN;
+            continue;
+        }
+        if (strcmp(argv[k], "--cert") == 0) {
+            flags |= TERN_USER_CERT;
+            continue;
+        }
+        if (strcmp(argv[k], "--no-password") == 0) {
+            none = 1;
+            continue;
+        }
+        got = have ? 0 : password_opt(argc, argv, &k, pw, sizeof pw);
+        if (got < 0) {
+            return 1;
+        }
+        if (got == 0) {
+            cli_usage(stderr);
+            return 2;
+        }
+        have = 1;
+    }
+    if (have == none) {
+        (void)fprintf(stderr,
+                      "tern: user set: one of --password-file FILE, "
+                      "--password-stdin, --no-password\n");
+        cli_wipe(pw, sizeof pw);
+        return 2;
+    }
+    rv = tern_user_set(c, argv[2], have ? pw : NULL, flags);
+    cli_wipe(pw, sizeof pw);
+    if (rv != 0) {
+        cli_error(c, rv, "user set %s", argv[2]);
+        return 1;
+    }
+    return 0;
+}
+
+static int user_list(struct tern_client *c, int json)
+{
+    struct tern_user_list *l;
+    int rv = tern_user_list(c, &l);
+    if (rv != 0) {
+        cli_error(c, rv, "user list");
+        return 1;
+    }
+    if (json) {
+        (void)printf("{\"users\":[");
+    }
+    for (size_t i = 0; i < tern_user_list_count(l); i++) {
+        uint32_t f = tern_user_list_flags(l, i);
+        int pw = tern_user_list_has_password(l, i);
+        if (json) {
+            (void)printf("%s{\"name\":", i > 0 ? "," : "");
+            cli_json_string(stdout, tern_user_list_name(l, i));
+            (void)printf(",\"admin\":%s,\"cert\":%s,\"password\":%s}",
+                         (f & TERN_USER_ADMIN) != 0 ? "true" : "false",
+                         (f & TERN_USER_CERT) != 0 ? "true" : "false",
+                         pw ? "true" : "false");
+        } else {
+            (void)printf("%s\t%s\t%s\n", tern_user_list_name(l, i),
+                         user_flags_text(f), pw ? "password" : "-");
+        }
+    }
+    if (json) {
+        (void)printf("]}\n");
+    }
+    tern_user_list_free(l);
+    return 0;
+}
+
+int cli_user(struct tern_client *c, int argc, char **argv)
+{
+    int rv;
+    if (argc < 2) {
+        cli_usage(stderr);
+        return 2;
+    }
+    if (strcmp(argv[1], "set") == 0) {
+        return user_set(c, argc, argv);
+    }
+    if (strcmp(argv[1], "delete") == 0 && argc == 3) {
+        rv = tern_user_delete(c, argv[2]);
+        if (rv != 0) {
+            cli_error(c, rv, "user delete %s", argv[2]);
+            return 1;
+        }
+        return 0;
+    }
+    if (strcmp(argv[1], "list") == 0 &&
+        (argc == 2 || (argc == 3 && strcmp(argv[2], "--json") == 0))) {
+        return user_list(c, argc == 3);
+    }
+    cli_usage(stderr);
+    return 2;
+}
+
+/* ---- acl ---- */
+
+static int acl_list(struct tern_client *c, const char *user, int json)
+{
+    struct tern_acl_list *l;
+    int rv = tern_acl_list(c, user, &l);
+    if (rv != 0) {
+        cli_error(c, rv, "acl list");
+        return 1;
+    }
+    if (json) {
+        (void)printf("{\"grants\":[");
+    }
+    for (size_t i = 0; i < tern_acl_list_count(l); i++) {
+        char perms[64];
+        cli_format_perms(tern_acl_list_perms(l, i), perms, sizeof perms);
+        if (json) {
+            (void)printf("%s{\"user\":", i > 0 ? "," : "");
+            cli_json_string(stdout, tern_acl_list_user(l, i));
+            (void)printf(",\"namespace\":");
+            cli_json_string(stdout, tern_acl_list_namespace(l, i));
+            (void)printf(",\"pattern\":");
+            cli_json_string(stdout, tern_acl_list_pattern(l, i));
+            (void)printf(",\"perms\":\"%s\"}", perms);
+        } else {
+            (void)printf("%s\t%s\t%s\t%s\n", tern_acl_list_user(l, i),
+                         tern_acl_list_namespace(l, i),
+                         tern_acl_list_pattern(l, i), perms);
+        }
+    }
+    if (json) {
+        (void)printf("]}\n");
+    }
+    tern_acl_list_free(l);
+    return 0;
+}
+
+int cli_acl(struct tern_client *c, int argc, char **argv)
+{
+    uint32_t perms;
+    int rv;
+    if (argc >= 2 && strcmp(argv[1], "set") == 0 && argc == 6) {
+        if (cli_parse_perms(argv[5], &perms) != 0) {
+            return 2;
+        }
+        rv = tern_acl_set(c, argv[2], argv[3], argv[4], perms);
+        if (rv != 0) {
+            cli_error(c, rv, "acl set %s %s %s", argv[2], argv[3], argv[4]);
+            return 1;
+        }
+        return 0;
+    }
+    if (argc >= 2 && strcmp(argv[1], "delete") == 0 && argc == 5) {
+        rv = tern_acl_delete(c, argv[2], argv[3], argv[4]);
+        if (rv != 0) {
+            cli_error(c, rv, "acl delete %s %s %s", argv[2], argv[3], argv[4]);
+            return 1;
+        }
+        return 0;
+    }
+    if (argc >= 2 && strcmp(argv[1], "list") == 0) {
+        const char *user = NULL;
+        int json = 0;
+        for (int k = 2; k < argc; k++) {
+            if (strcmp(argv[k], "--json") == 0) {
+                json = 1;
+            } else if (user == NULL && argv[k][0] != '-') {
+                user = argv[k];
+            } else {
+                cli_usage(stderr);
+                return 2;
+            }
+        }
+        return acl_list(c, user, json);
+    }
+    cli_usage(stderr);
+    return 2;
+}
+
+/* ---- namespace ---- */
+
+static int namespace_list(struct tern_client *c, int json)
+{
+    struct tern_namespace_list *l;
+    int rv = tern_namespace_list(c, &l);
+    if (rv != 0) {
+        cli_error(c, rv, "namespace list");
+        return 1;
+    }
+    if (json) {
+        (void)printf("{\"namespaces\":[");
+    }
+    for (size_t i = 0; i < tern_namespace_list_count(l); i++) {
+        if (json) {
+            (void)printf("%s{\"name\":", i > 0 ? "," : "");
+            cli_json_string(stdout, tern_namespace_list_name(l, i));
+            (void)printf(",\"max_queues\":%" PRIu64 ",\"max_bytes\":%" PRIu64
+                         ",\"produce_bytes_per_s\":%" PRIu64 "}",
+                         tern_namespace_list_max_queues(l, i),
+                         tern_namespace_list_max_bytes(l, i),
+                         tern_namespace_list_produce_bytes_per_s(l, i));
+        } else {
+            (void)printf("%s\t%" PRIu64 "\t%" PRIu64 "\t%" PRIu64 "\n",
+                         tern_namespace_list_name(l, i),
+                         tern_namespace_list_max_queues(l, i),
+                         tern_namespace_list_max_bytes(l, i),
+                         tern_namespace_list_produce_bytes_per_s(l, i));
+        }
+    }
+    if (json) {
+        (void)printf("]}\n");
+    }
+    tern_namespace_list_free(l);
+    return 0;
+}
+
+static int namespace_set(struct tern_client *c, int argc, char **argv)
+{
+    uint64_t q = 0, b = 0, r = 0;
+    int rv;
+    if (argc < 3 || argv[2][0] == '-') {
+        cli_usage(stderr);
+        return 2;
+    }
+    for (int k = 3; k < argc; k++) {
+        uint64_t *dst;
+        if (strcmp(argv[k], "--max-queues") == 0) {
+            dst = &q;
+        } else if (strcmp(argv[k], "--max-bytes") == 0) {
+            dst = &b;
+        } else if (strcmp(argv[k], "--produce-rate") == 0) {
+            dst = &r;
+        } else {
+            cli_usage(stderr);
+            return 2;
+        }
+        if (k + 1 >= argc || cli_parse_u64(argv[k], argv[k + 1], dst) != 0) {
+            return 2;
+        }
+        k++;
+    }
+    rv = tern_namespace_set(c, argv[2], q, b, r);
+    if (rv != 0) {
+        cli_error(c, rv, "namespace set %s", argv[2]);
+        return 1;
+    }
+    return 0;
+}
+
+int cli_namespace(struct tern_client *c, int argc, char **argv)
+{
+    int rv;
+    if (argc >= 2 && strcmp(argv[1], "set") == 0) {
+        return namespace_set(c, argc, argv);
+    }
+    if (argc == 3 && strcmp(argv[1], "delete") == 0) {
+        rv = tern_namespace_delete(c, argv[2]);
+        if (rv != 0) {
+            cli_error(c, rv, "namespace delete %s", argv[2]);
+            return 1;
+        }
+        return 0;
+    }
+    if (argc >= 2 && strcmp(argv[1], "list") == 0 &&
+        (argc == 2 || (argc == 3 && strcmp(argv[2], "--json") == 0))) {
+        return namespace_list(c, argc == 3);
+    }
+    cli_usage(stderr);
+    return 2;
+}
