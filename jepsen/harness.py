@@ -83,6 +83,7 @@ import select
 import json
 import os
 import random
+import secrets
 import shutil
 import signal
 import subprocess
@@ -397,6 +398,11 @@ class Run:
                        os.path.join(certs, "node%s.key" % nm[1:]),
                        os.path.join(certs, "cluster.secret"),
                        self.a.client_tls))
+        if self.a.client_auth == "on":
+            security += ("client_auth = on\nbootstrap_admin = admin\n"
+                         "bootstrap_admin_cred = %s\n" % self.admin_cred())
+        else:
+            security += "client_auth = off\n"
         peers = "\n".join("%s = %s,%s" % (p[1:], self.raddr(p), self.caddr(p))
                           for p in self.names)
         cfg = ("[node]\nid = %s\ndata_dir = %s\nclient_addr = %s\n"
@@ -495,6 +501,55 @@ class Run:
                                      "time": mono_ns()})
                 self.killed.add(nm)
                 self.nemesis_event("crash-detected", node=nm, rc=rc)
+
+    def admin_cred(self):
+        """The bootstrap admin's SCRAM credential (`tern user hash`), made
+        once per run from a random password kept in <run>/certs/admin.pw;
+        the harness's own CLI calls log in as the admin (TERN_USER and
+        TERN_PASSWORD in its environment), the driver as user "jepsen"
+        (grants: produce, consume, manage on every queue of default)."""
+        if getattr(self, "_admin_cred", None):
+            return self._admin_cred
+        certs = self.make_certs()
+        pw_file = os.path.join(certs, "admin.pw")
+        pw = secrets.token_hex(16)
+        with open(os.open(pw_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC,
+                          0o600), "w") as fh:
+            fh.write(pw)
+        r = self.sh([self.tern, "user", "hash", "--password-file", pw_file])
+        self._admin_cred = r.stdout.strip()
+        os.environ["TERN_USER"] = "admin"
+        os.environ["TERN_PASSWORD"] = pw
+        return self._admin_cred
+
+    def make_driver_user(self, servers):
+        """User "jepsen" for the driver: returns its environment."""
+        if self.a.client_auth != "on":
+            return dict(os.environ)
+        pw = secrets.token_hex(16)
+        pw_file = os.path.join(self.make_certs(), "jepsen.pw")
+        with open(os.open(pw_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC,
+                          0o600), "w") as fh:
+            fh.write(pw)
+        deadline = time.monotonic() + 30
+        while True:
+            r = self.tern_cli(servers, "user", "set", "jepsen",
+                              "--password-file", pw_file)
+            if r.returncode == 0:
+                break
+            if time.monotonic() > deadline:
+                raise HarnessError("cannot create user jepsen: %s" %
+                                   r.stderr.strip())
+            time.sleep(0.2)
+        r = self.tern_cli(servers, "acl", "set", "jepsen", "default", "*",
+                          "produce,consume,manage")
+        if r.returncode != 0:
+            raise HarnessError("cannot grant user jepsen: %s" %
+                               r.stderr.strip())
+        env = dict(os.environ)
+        env["TERN_USER"] = "jepsen"
+        env["TERN_PASSWORD"] = pw
+        return env
 
     def client_tls_args(self):
         """The CLI's and the driver's TLS flags (client_tls on: the
@@ -1136,11 +1191,14 @@ class Run:
                     "--resend", str(a.resend)]
         if a.workload == "group":
             cmd += ["--group", "1"]
-        self.log("driver: %s" % " ".join(cmd))
+        drv_env = self.make_driver_user(
+            ",".join(self.caddr(nm) for nm in self.names))
+        self.log("driver: %s (user %s)" % (" ".join(cmd),
+                                           drv_env.get("TERN_USER", "-")))
         self.driver = subprocess.Popen(cmd, stdout=drv_log,
                                        stderr=subprocess.STDOUT,
                                        stdin=subprocess.DEVNULL,
-                                       start_new_session=True)
+                                       start_new_session=True, env=drv_env)
         drv_log.close()
         self.save_state()
         # Wait until the driver starts the workload (queues created).
@@ -1397,6 +1455,10 @@ def parse_args(argv):
                     help="ternd [security] client_tls; on (default): the "
                     "driver and the CLI verify the nodes with the cluster "
                     "CA")
+    ap.add_argument("--client-auth", default="on", choices=("on", "off"),
+                    help="ternd [security] client_auth; on (default): a "
+                    "bootstrap admin sets up user jepsen (SCRAM-SHA-256), "
+                    "which the driver logs in as")
     ap.add_argument("--durability", default="disk",
                     choices=("disk", "memory"),
                     help="ternd [raft] durability; memory mode loses "

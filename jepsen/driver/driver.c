@@ -280,6 +280,21 @@ static struct tern_client *client_new_timeout(const char *servers,
             abort();
         }
     }
+    /* Client authentication as the CLI takes it: TERN_USER and
+     * TERN_PASSWORD from the environment (SCRAM-SHA-256). */
+    if (getenv("TERN_USER") != NULL && getenv("TERN_USER")[0] != '\0') {
+        struct tern_auth_options ao;
+        tern_auth_options_init(&ao);
+        ao.mechanism = TERN_AUTH_SCRAM;
+        ao.user = getenv("TERN_USER");
+        ao.password = getenv("TERN_PASSWORD");
+        ao.ns = getenv("TERN_NAMESPACE");
+        rv = tern_client_set_auth(c, &ao);
+        if (rv != 0) {
+            fprintf(stderr, "driver: auth: %s\n", tern_client_errmsg(c));
+            abort();
+        }
+    }
     return c;
 }
 
@@ -865,6 +880,8 @@ static void usage(void)
             "  [--group 0|1 (consumers use consumer groups jg<i>)]\n"
             "  [--ca FILE (TLS, servers verified by FILE) [--cert F --key "
             "F]]\n"
+            "environment: TERN_USER, TERN_PASSWORD, TERN_NAMESPACE (log in\n"
+            "      with SCRAM-SHA-256, as the CLI)\n"
             "exit: 0 done (drain complete), 1 drain or setup incomplete,\n"
             "      2 usage\n");
 }
