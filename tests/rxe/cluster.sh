@@ -6,6 +6,7 @@
 # binds raft 10.77.0.i:750i (tcp and rdma_cm) and client 10.77.0.i:740i; the
 # tern CLI runs in the guest too.
 #
+# Clients log in (client_auth = on) as the bootstrap admin.
 # The nodes authenticate each other ([security] peer_auth = tls): the
 # credentials (cluster CA, node certificates with the node IPs as SANs,
 # cluster secret) are made by scripts/tern-certs.sh (BIN_DIR/tern-certs.sh
@@ -158,6 +159,9 @@ write_config() { # i
         echo "node_cert = $CREDS/node$i.pem"
         echo "node_key = $CREDS/node$i.key"
         echo "cluster_secret_file = $CREDS/cluster.secret"
+        echo "client_auth = on"
+        echo "bootstrap_admin = admin"
+        echo "bootstrap_admin_cred = $ADMIN_CRED"
         echo "[peers]"
         for p in $(seq 1 $NODES); do echo "$p = $(raft_addr "$p"),$(client_addr "$p")"; done
     } >"$D/node$i.ini"
@@ -338,6 +342,16 @@ say "credentials: $out"
 # The client ports listen on the guest's non-loopback addresses, so they
 # speak TLS (client_tls = auto): every CLI call verifies them with the CA.
 export TERN_TLS=1 TERN_CA=$CREDS/ca.pem
+# Clients authenticate (client_auth = on): the leader creates the admin
+# from bootstrap_admin_cred, and every CLI call logs in as it
+# (SCRAM-SHA-256, TERN_USER/TERN_PASSWORD).
+ADMIN_PW=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
+ADMIN_CRED=$(printf '%s' "$ADMIN_PW" | "$TERN" user hash --password-stdin) || {
+    echo "FAIL: setup: tern user hash"
+    echo "0 passed, 1 failed"
+    exit 1
+}
+export TERN_USER=admin TERN_PASSWORD=$ADMIN_PW
 # A clean wire (an earlier stage may have left a netem qdisc behind).
 for i in $(seq 1 $NODES); do
     $TC qdisc del dev "$(veth "$i")" root 2>/dev/null
