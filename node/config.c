@@ -756,12 +756,17 @@ static int set_peer_auth(struct node_config *c,
     return 0;
 }
 
-/* int member: client_tls auto | on | off. */
-static int set_client_tls(struct node_config *c,
-                          const struct key *k,
-                          const char *v,
-                          const char *what,
-                          char *errmsg)
+/* int member: auto | on | off (client_tls, client_auth: their enums
+ * number the three alike). */
+_Static_assert(NODE_CLIENT_TLS_AUTO == (int)NODE_CLIENT_AUTH_AUTO &&
+                   NODE_CLIENT_TLS_ON == (int)NODE_CLIENT_AUTH_ON &&
+                   NODE_CLIENT_TLS_OFF == (int)NODE_CLIENT_AUTH_OFF,
+               "client_tls and client_auth share set_auto_on_off");
+static int set_auto_on_off(struct node_config *c,
+                           const struct key *k,
+                           const char *v,
+                           const char *what,
+                           char *errmsg)
 {
     int m;
     if (strcmp(v, "auto") == 0) {
@@ -771,31 +776,8 @@ static int set_client_tls(struct node_config *c,
     } else if (strcmp(v, "off") == 0) {
         m = NODE_CLIENT_TLS_OFF;
     } else {
-        tern_errmsg_printf(errmsg, "%s: client_tls '%s' is not auto, on or off",
-                           what, v);
-        return TERN_EINVAL;
-    }
-    *(int *)field_of(c, k) = m;
-    return 0;
-}
-
-/* int member: client_auth auto | on | off. */
-static int set_client_auth(struct node_config *c,
-                           const struct key *k,
-                           const char *v,
-                           const char *what,
-                           char *errmsg)
-{
-    int m;
-    if (strcmp(v, "auto") == 0) {
-        m = NODE_CLIENT_AUTH_AUTO;
-    } else if (strcmp(v, "on") == 0) {
-        m = NODE_CLIENT_AUTH_ON;
-    } else if (strcmp(v, "off") == 0) {
-        m = NODE_CLIENT_AUTH_OFF;
-    } else {
-        tern_errmsg_printf(
-            errmsg, "%s: client_auth '%s' is not auto, on or off", what, v);
+        tern_errmsg_printf(errmsg, "%s: %s '%s' is not auto, on or off", what,
+                           k->name, v);
         return TERN_EINVAL;
     }
     *(int *)field_of(c, k) = m;
@@ -919,14 +901,14 @@ static const struct key keys[] = {
      set_unsigned, NODE__UINT(peer_handshake_timeout_ms), 600000},
     {"security", "peer_max_pending", "--peer-max-pending", set_unsigned,
      NODE__UINT(peer_max_pending), 100000},
-    {"security", "client_tls", "--client-tls", set_client_tls,
+    {"security", "client_tls", "--client-tls", set_auto_on_off,
      NODE__INT(client_tls), 0},
     {"security", "client_cert", "--client-cert", set_text,
      NODE__STR(client_cert), 0},
     {"security", "client_key", "--client-key", set_text, NODE__STR(client_key),
      0},
     {"security", "client_ca", "--client-ca", set_text, NODE__STR(client_ca), 0},
-    {"security", "client_auth", "--client-auth", set_client_auth,
+    {"security", "client_auth", "--client-auth", set_auto_on_off,
      NODE__INT(client_auth), 0},
     {"security", "bootstrap_admin", "--bootstrap-admin", set_text,
      NODE__STR(bootstrap_admin), 0},
