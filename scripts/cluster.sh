@@ -28,7 +28,9 @@
 # TERN_NODE_EXTRA (extra "key = value" lines, newline separated, for the
 # [raft] and [node] sections), TERN_UP_TIMEOUT (15 s), TERN_PEER_AUTH
 # (tls), TERN_SECURITY_EXTRA (extra [security] lines: client_tls,
-# client_auth, bootstrap_admin, ...).
+# client_auth, bootstrap_admin, ...). With `client_tls = on` there, the
+# script's own status probes speak TLS and verify the nodes with
+# certs/ca.pem (status needs no login, so client_auth does not matter).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -177,11 +179,19 @@ stop_node() { # i signal timeout_s
     echo "node $i stopped (pid $pid, SIG$sig)"
 }
 
+# The CLI as the script's probes run it: TLS when the client port has it.
+probe_cli() {
+    case "${TERN_SECURITY_EXTRA:-}" in
+    *client_tls*=*on*) "$TERN_CLI" --ca "$dir/certs/ca.pem" "$@" ;;
+    *) "$TERN_CLI" "$@" ;;
+    esac
+}
+
 # `tern cluster status --json` of node i alone -> "role writable
 # last_applied commit_index leader_id" (empty when it does not answer).
 node_state() { # i
     local out
-    out=$("$TERN_CLI" -s "$(client_addr "$1")" --timeout-ms 1000 \
+    out=$(probe_cli -s "$(client_addr "$1")" --timeout-ms 1000 \
         cluster status --json 2>/dev/null) || return 0
     printf '%s' "$out" | python3 -c '
 import json, sys
@@ -248,7 +258,7 @@ status)
             echo "node $i: not running"
         fi
     done
-    "$TERN_CLI" -s "$(servers)" --timeout-ms 2000 cluster status || true
+    probe_cli -s "$(servers)" --timeout-ms 2000 cluster status || true
     ;;
 kill)
     check_node "${2:-}"
