@@ -170,7 +170,42 @@ def external(c):
             st, m = t.scram("carol", "")
             c.check(st == a.EAUTH, "carol has no password: SCRAM fails",
                     (st, m))
+        external_libtern(c, cl, k, cert)
         k.close()
+
+
+def external_libtern(c, cl, k, cert):
+    """The same EXTERNAL login from libtern (the CLI's --auth external)
+    over a real TLS connection to every node of the cluster."""
+    c.step("libtern: --auth external with a client certificate")
+
+    def tls(n):
+        ca, crt, key = cert(n)
+        return ["--ca", ca, "--cert", crt, "--key", key, "--auth", "external"]
+
+    c.check(k.acl_set("carol", "default", "cq", "manage,produce,consume")[0]
+            == 0, "grant carol manage,produce,consume on cq")
+    r = cl.tern("queue", "create", "cq", tls=tls("carol"))
+    c.check(r.returncode == 0, "carol creates cq through libtern",
+            r.stderr.strip())
+    r = cl.tern("produce", "cq", "--count", 3, tls=tls("carol"))
+    c.check(r.returncode == 0, "carol produces to cq", r.stderr.strip())
+    r = cl.tern("consume", "cq", "--max", 3, tls=tls("carol"))
+    c.check(r.returncode == 0 and len(r.stdout.splitlines()) == 3,
+            "carol consumes the 3 messages", (r.returncode, r.stdout,
+                                              r.stderr.strip()))
+    r = cl.tern("queue", "create", "other", tls=tls("carol"))
+    c.check(r.returncode != 0 and "permission denied" in r.stderr,
+            "carol has no grant on queue other: TERN_EDENIED",
+            r.stderr.strip())
+    r = cl.tern("queue", "list", tls=tls("eve"))
+    c.check(r.returncode != 0 and "EAUTH" in r.stderr,
+            "eve's certificate does not log eve in: TERN_EAUTH",
+            r.stderr.strip())
+    ca, _, _ = cert("carol")
+    r = cl.tern("queue", "list", tls=["--ca", ca, "--auth", "external"])
+    c.check(r.returncode != 0, "EXTERNAL without a client certificate "
+            "fails", r.stderr.strip())
 
 
 def main(c):
