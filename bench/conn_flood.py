@@ -43,13 +43,18 @@ def main():
     ap.add_argument("--addrs", type=int, default=20)
     ap.add_argument("--per-addr", type=int, default=256)
     ap.add_argument("--hold", type=float, default=3.0)
-    ap.add_argument("--base-port", type=int, default=27400)
+    ap.add_argument("--base-port", type=int, default=0,
+                    help="default: a free one (scripts/cluster.sh free-base)")
     a = ap.parse_args()
     if not (1 <= a.addrs <= 200 and 1 <= a.per_addr <= 1000):
         sys.exit("conn_flood: --addrs 1..200, --per-addr 1..1000")
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     cluster = os.path.join(ROOT, "scripts", "cluster.sh")
+    if a.base_port == 0:
+        a.base_port = int(subprocess.run([cluster, "free-base"], check=True,
+                                         capture_output=True,
+                                         text=True).stdout)
     work = tempfile.mkdtemp(prefix="tern-flood.")
     args = [cluster, "--dir", work, "--base-port", str(a.base_port)]
     subprocess.run(args + ["up"], check=True, stdout=subprocess.DEVNULL)

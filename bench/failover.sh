@@ -36,18 +36,7 @@ done
 if [ "$reuse" = 0 ]; then
     dir=${dir:-$(mktemp -d "${TMPDIR:-/tmp}/tern-failover.XXXXXX")}
     if [ -z "$base" ]; then
-        base=$(python3 -c '
-import random, socket
-for _ in range(200):
-    p = random.randrange(20000, 32500, 10)
-    try:
-        for port in (p + 1, p + 2, p + 3, p + 101, p + 102, p + 103):
-            with socket.socket() as s:
-                s.bind(("127.0.0.1", port))
-        print(p)
-        break
-    except OSError:
-        pass')
+        base=$("$ROOT/scripts/cluster.sh" free-base)
     fi
 else
     dir=${dir:-./tern-cluster}

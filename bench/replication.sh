@@ -129,20 +129,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-free_base() {
-    python3 -c '
-import random, socket
-for _ in range(200):
-    p = random.randrange(20000, 32500, 10)
-    try:
-        for port in (p + 1, p + 2, p + 3, p + 101, p + 102, p + 103):
-            with socket.socket() as s:
-                s.bind(("127.0.0.1", port))
-        print(p)
-        break
-    except OSError:
-        pass'
-}
+free_base() { "$ROOT/scripts/cluster.sh" free-base; }
 
 # --pin: leader -> CPU 0, followers -> CPUs 1.. round robin. Prints what it
 # did ("node1:cpu0 node2:cpu1 node3:cpu1"); nothing and status 1 if there

@@ -13,6 +13,9 @@
 #   leader      print the number of the writable leader (waits up to
 #               TERN_LEADER_WAIT s, default 10; exit 1 if none)
 #   servers     print the client addresses, comma separated
+#   free-base   print a base port P in 20000..32500 whose six ports are
+#               free on 127.0.0.1 now (for scripts that start clusters
+#               side by side); needs no DIR
 #
 # Node i (1..3): client port P+i, raft port P+100+i (P defaults to 7400:
 # 7401-7403 and 7501-7503). DIR (default ./tern-cluster) holds nodeN.ini,
@@ -54,6 +57,22 @@ while [ $# -gt 0 ]; do
 done
 set -- "${args[@]+"${args[@]}"}"
 cmd=${1:-}
+if [ "$cmd" = free-base ]; then
+    exec python3 -c '
+import random, socket, sys
+for _ in range(200):
+    p = random.randrange(20000, 32500, 10)
+    try:
+        for port in (p + 1, p + 2, p + 3, p + 101, p + 102, p + 103):
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", port))
+        print(p)
+        break
+    except OSError:
+        pass
+else:
+    sys.exit("cluster: no free base port found")'
+fi
 mkdir -p "$dir"
 dir=$(cd "$dir" && pwd)
 
