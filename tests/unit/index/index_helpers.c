@@ -39,6 +39,21 @@ void th_rmdir(char *path)
     }
 }
 
+char *th_dir_a, *th_dir_b;
+
+void th_dirs_init(void)
+{
+    th_dir_a = th_tmpdir();
+    th_dir_b = th_tmpdir();
+}
+
+void th_dirs_fini(void)
+{
+    th_rmdir(th_dir_a);
+    th_rmdir(th_dir_b);
+    th_dir_a = th_dir_b = NULL;
+}
+
 struct idx_env *th_open_opts(const struct idx_options *o)
 {
     struct idx_env *e = NULL;

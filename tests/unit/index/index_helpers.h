@@ -15,6 +15,13 @@ char *th_tmpdir(void);
 /* rm -rf path and free it. */
 void th_rmdir(char *path);
 
+/* The two-directory fixture of most suites: th_dirs_init makes th_dir_a
+ * and th_dir_b (fresh temp dirs), th_dirs_fini removes them. Use as
+ * TestSuite(name, .init = th_dirs_init, .fini = th_dirs_fini). */
+extern char *th_dir_a, *th_dir_b;
+void th_dirs_init(void);
+void th_dirs_fini(void);
+
 struct idx_env *th_open(const char *dir, uint64_t segment_bytes);
 struct idx_env *th_open_opts(const struct idx_options *o);
 

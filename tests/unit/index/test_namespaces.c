@@ -14,21 +14,7 @@
 #include "idx_int.h"
 #include "index_helpers.h"
 
-static char *dir_a, *dir_b;
-
-static void setup(void)
-{
-    dir_a = th_tmpdir();
-    dir_b = th_tmpdir();
-}
-
-static void teardown(void)
-{
-    th_rmdir(dir_a);
-    th_rmdir(dir_b);
-}
-
-TestSuite(index_namespaces, .init = setup, .fini = teardown);
+TestSuite(index_namespaces, .init = th_dirs_init, .fini = th_dirs_fini);
 
 static const uint8_t cred[] = {1, 2, 3, 4};
 
@@ -272,7 +258,7 @@ static int list_acme(void *arg, const struct idx_queue_info *q)
 
 Test(index_namespaces, qualified_queue_apply_fetch_list)
 {
-    struct idx_env *e = th_open(dir_a, 0);
+    struct idx_env *e = th_open(th_dir_a, 0);
     struct th_msgs got = {0};
     struct idx_queue_info qi;
     struct tern_wbuf w;
@@ -329,7 +315,7 @@ Test(index_namespaces, qualified_queue_apply_fetch_list)
 
 Test(index_namespaces, queue_needs_its_namespace)
 {
-    struct idx_env *e = th_open(dir_a, 0);
+    struct idx_env *e = th_open(th_dir_a, 0);
     struct idx_queue_info qi;
     cr_assert_eq(create(e, 1, "ghost%q"), TERN_ENOTFOUND);
     cr_assert_eq(idx_queue_get(e, "ghost%q", &qi), TERN_ENOQUEUE);
@@ -344,7 +330,7 @@ Test(index_namespaces, queue_needs_its_namespace)
 
 Test(index_namespaces, namespace_delete_refused_while_it_has_queues)
 {
-    struct idx_env *e = th_open(dir_a, 0);
+    struct idx_env *e = th_open(th_dir_a, 0);
     struct idx_namespace_info ni;
     cr_assert_eq(ns_set(e, 1, "acme", 0, 0), 0);
     cr_assert_eq(create(e, 2, "acme%q1"), 0);
@@ -369,7 +355,7 @@ Test(index_namespaces, namespace_delete_refused_while_it_has_queues)
 
 Test(index_namespaces, usage_counts_and_rebuild)
 {
-    struct idx_env *e = th_open(dir_a, 0);
+    struct idx_env *e = th_open(th_dir_a, 0);
     uint64_t q, b;
     cr_assert_eq(ns_set(e, 1, "acme", 0, 0), 0);
     expect_usage(e, "acme", 0, 0);
@@ -405,7 +391,7 @@ Test(index_namespaces, usage_counts_and_rebuild)
     idx_close(e);
 
     /* The counters are derived from the log: a reopen gives the same. */
-    e = th_open(dir_a, 0);
+    e = th_open(th_dir_a, 0);
     expect_usage(e, "acme", 2, 133);
     expect_usage(e, "default", 0, 0);
     struct idx_queue_info qi;
@@ -416,8 +402,8 @@ Test(index_namespaces, usage_counts_and_rebuild)
 
 Test(index_namespaces, usage_follows_snapshot_install)
 {
-    struct idx_env *a = th_open(dir_a, 0);
-    struct idx_env *b = th_open(dir_b, 0);
+    struct idx_env *a = th_open(th_dir_a, 0);
+    struct idx_env *b = th_open(th_dir_b, 0);
     struct tern_wbuf man;
     uint64_t from, to;
     uint8_t buf[512];
@@ -447,7 +433,7 @@ Test(index_namespaces, usage_follows_snapshot_install)
 
 Test(index_namespaces, max_queues_quota)
 {
-    struct idx_env *e = th_open(dir_a, 0);
+    struct idx_env *e = th_open(th_dir_a, 0);
     struct idx_queue_info qi;
     cr_assert_eq(ns_set(e, 1, "acme", 2, 0), 0);
     cr_assert_eq(create(e, 2, "acme%q1"), 0);
@@ -475,7 +461,7 @@ Test(index_namespaces, max_queues_quota)
 
 Test(index_namespaces, default_quota_only_once_set)
 {
-    struct idx_env *e = th_open(dir_a, 0);
+    struct idx_env *e = th_open(th_dir_a, 0);
     char name[16];
     for (int i = 0; i < 5; i++) {
         (void)snprintf(name, sizeof name, "q%d", i);
@@ -495,7 +481,7 @@ Test(index_namespaces, default_quota_only_once_set)
 
 Test(index_namespaces, max_bytes_quota)
 {
-    struct idx_env *e = th_open(dir_a, 0);
+    struct idx_env *e = th_open(th_dir_a, 0);
     struct th_msgs got = {0};
     struct idx_result r;
     cr_assert_eq(ns_set(e, 1, "acme", 0, 100), 0);
@@ -540,7 +526,7 @@ Test(index_namespaces, max_bytes_quota)
     idx_close(e);
 
     /* The same decisions replay identically at open. */
-    e = th_open(dir_a, 0);
+    e = th_open(th_dir_a, 0);
     expect_usage(e, "acme", 1, 1000);
     cr_assert_eq(next_offset(e, "acme%p"), 1);
     idx_close(e);
@@ -548,7 +534,7 @@ Test(index_namespaces, max_bytes_quota)
 
 Test(index_namespaces, quota_is_per_command_of_an_entry)
 {
-    struct idx_env *e = th_open(dir_a, 0);
+    struct idx_env *e = th_open(th_dir_a, 0);
     struct tern_wbuf w;
     struct idx_result r[3];
     struct idx_msg m = {"0123456789", 10};
@@ -585,7 +571,7 @@ static struct idx_result producer_init(struct idx_env *e,
 
 Test(index_namespaces, producer_id_blocks_run_out)
 {
-    struct idx_env *e = th_open(dir_a, 0);
+    struct idx_env *e = th_open(th_dir_a, 0);
     char owner[TERN_NAME_MAX + 1];
     bool owned;
     /* Jump to the last block (2^32 entries cannot be applied in a test). */
@@ -620,7 +606,7 @@ static bool gen_moves(struct idx_env *e, uint64_t index, struct tern_wbuf *w)
 
 Test(index_namespaces, security_gen)
 {
-    struct idx_env *e = th_open(dir_a, 0);
+    struct idx_env *e = th_open(th_dir_a, 0);
     struct tern_wbuf w;
     struct idx_quota q = {0};
     struct idx_msg m = {"x", 1};
@@ -654,7 +640,7 @@ Test(index_namespaces, security_gen)
 #undef STEP
     cr_assert_gt(idx_security_gen(e), g0);
     idx_close(e);
-    e = th_open(dir_a, 0);
+    e = th_open(th_dir_a, 0);
     cr_assert_gt(idx_security_gen(e), 0);
     idx_close(e);
 }

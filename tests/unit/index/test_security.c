@@ -13,21 +13,7 @@
 #include "cmd.h"
 #include "index_helpers.h"
 
-static char *dir_a, *dir_b;
-
-static void setup(void)
-{
-    dir_a = th_tmpdir();
-    dir_b = th_tmpdir();
-}
-
-static void teardown(void)
-{
-    th_rmdir(dir_a);
-    th_rmdir(dir_b);
-}
-
-TestSuite(index_security, .init = setup, .fini = teardown);
+TestSuite(index_security, .init = th_dirs_init, .fini = th_dirs_fini);
 
 /* The producer id PRODUCER_INIT answers for block n. */
 #define PID(n) ((uint64_t)(n) << 32)
@@ -448,7 +434,7 @@ Test(index_security, eval_union_and_admin)
 
 Test(index_security, users)
 {
-    struct idx_env *e = th_open(dir_a, 0);
+    struct idx_env *e = th_open(th_dir_a, 0);
     struct idx_user_info u;
     cr_assert_eq(idx_user_get(e, "alice", &u), TERN_ENOTFOUND);
     cr_assert_eq(user_set(e, 1, "alice", 0, cred_a, sizeof cred_a), 0);
@@ -474,7 +460,7 @@ Test(index_security, users)
 
 Test(index_security, grants_need_user_and_namespace)
 {
-    struct idx_env *e = th_open(dir_a, 0);
+    struct idx_env *e = th_open(th_dir_a, 0);
     struct dump d;
     cr_assert_eq(acl_set(e, 1, "alice", "default", "*", IDX_PERM_PRODUCE),
                  TERN_ENOTFOUND);
@@ -501,7 +487,7 @@ Test(index_security, grants_need_user_and_namespace)
 
 Test(index_security, deletes_cascade_to_grants)
 {
-    struct idx_env *e = th_open(dir_a, 0);
+    struct idx_env *e = th_open(th_dir_a, 0);
     struct dump d;
     cr_assert_eq(user_set(e, 1, "alice", 0, cred_a, sizeof cred_a), 0);
     cr_assert_eq(user_set(e, 2, "al", 0, cred_b, sizeof cred_b), 0);
@@ -539,7 +525,7 @@ Test(index_security, deletes_cascade_to_grants)
 
 Test(index_security, default_namespace_quotas_settable)
 {
-    struct idx_env *e = th_open(dir_a, 0);
+    struct idx_env *e = th_open(th_dir_a, 0);
     struct idx_namespace_info ni;
     cr_assert_eq(idx_namespace_get(e, "default", &ni), 0);
     cr_assert_eq(ni.quota.max_queues, 0);
@@ -562,7 +548,7 @@ Test(index_security, default_namespace_quotas_settable)
 
 Test(index_security, producer_ids_and_owners)
 {
-    struct idx_env *e = th_open(dir_a, 0);
+    struct idx_env *e = th_open(th_dir_a, 0);
     char owner[TERN_NAME_MAX + 1];
     bool owned;
     cr_assert_eq(idx_next_producer_id(e), 1);
@@ -609,7 +595,7 @@ Test(index_security, producer_ids_and_owners)
 
 Test(index_security, acl_allows_over_tables)
 {
-    struct idx_env *e = th_open(dir_a, 0);
+    struct idx_env *e = th_open(th_dir_a, 0);
     bool ok;
     apply_workload(e);
     cr_assert_eq(idx_acl_allows(e, "alice", "team1", "orders-eu",
@@ -645,7 +631,7 @@ Test(index_security, acl_allows_over_tables)
 
 Test(index_security, reapplied_index_is_skipped)
 {
-    struct idx_env *e = th_open(dir_a, 0);
+    struct idx_env *e = th_open(th_dir_a, 0);
     struct tern_wbuf w;
     struct idx_result r[2];
     unsigned n = 7;
@@ -671,7 +657,7 @@ Test(index_security, reapplied_index_is_skipped)
 
 Test(index_security, same_command_twice_converges)
 {
-    struct idx_env *e = th_open(dir_a, 0);
+    struct idx_env *e = th_open(th_dir_a, 0);
     struct dump d1, d2;
     cr_assert_eq(user_set(e, 1, "alice", 0, cred_a, sizeof cred_a), 0);
     cr_assert_eq(ns_set(e, 2, "n", 4), 0);
@@ -687,7 +673,7 @@ Test(index_security, same_command_twice_converges)
 
 Test(index_security, tables_rebuilt_from_log)
 {
-    struct idx_env *e = th_open(dir_a, 0);
+    struct idx_env *e = th_open(th_dir_a, 0);
     struct dump before, after;
     apply_workload(e);
     dump_env(e, &before);
@@ -704,7 +690,7 @@ Test(index_security, tables_rebuilt_from_log)
                      "pid 2  1\n"
                      "pid 3 bob 0\n");
     idx_close(e);
-    e = th_open(dir_a, 0);
+    e = th_open(th_dir_a, 0);
     dump_env(e, &after);
     cr_assert_str_eq(before.buf, after.buf);
     /* The id counter continues where it was. */
@@ -714,8 +700,8 @@ Test(index_security, tables_rebuilt_from_log)
 
 Test(index_security, tables_survive_snapshot_install)
 {
-    struct idx_env *a = th_open(dir_a, 4096);
-    struct idx_env *b = th_open(dir_b, 3000);
+    struct idx_env *a = th_open(th_dir_a, 4096);
+    struct idx_env *b = th_open(th_dir_b, 3000);
     struct tern_wbuf man;
     struct dump da, db;
     uint64_t from, to;

@@ -11,21 +11,7 @@
 
 #include "index_helpers.h"
 
-static char *dir_a, *dir_b;
-
-static void setup(void)
-{
-    dir_a = th_tmpdir();
-    dir_b = th_tmpdir();
-}
-
-static void teardown(void)
-{
-    th_rmdir(dir_a);
-    th_rmdir(dir_b);
-}
-
-TestSuite(index_snapshot, .init = setup, .fini = teardown);
+TestSuite(index_snapshot, .init = th_dirs_init, .fini = th_dirs_fini);
 
 /* Deterministic workload: entry i of a run. */
 static void apply_workload(struct idx_env *e, uint64_t from, uint64_t to)
@@ -120,8 +106,8 @@ static void expect_same(struct idx_env *a, struct idx_env *b)
 
 Test(index_snapshot, bulk_transfer_between_envs)
 {
-    struct idx_env *a = th_open(dir_a, 4096);
-    struct idx_env *b = th_open(dir_b, 3000);
+    struct idx_env *a = th_open(th_dir_a, 4096);
+    struct idx_env *b = th_open(th_dir_b, 3000);
     struct tern_wbuf man;
     snapshot_workload(a, 1000, &man);
     cr_assert_eq(man.len, 40);
@@ -143,24 +129,24 @@ Test(index_snapshot, bulk_transfer_between_envs)
     apply_workload(a, 1011, 1100);
     apply_workload(b, 1011, 1100);
     expect_same(a, b);
-    cr_expect_neq(th_count_segments(dir_a), th_count_segments(dir_b),
+    cr_expect_neq(th_count_segments(th_dir_a), th_count_segments(th_dir_b),
                   "different segment cuts");
 
     /* Both survive a reopen identically. */
     idx_close(a);
     idx_close(b);
-    a = th_open(dir_a, 4096);
-    b = th_open(dir_b, 3000);
+    a = th_open(th_dir_a, 4096);
+    b = th_open(th_dir_b, 3000);
     cr_expect_eq(idx_truncated_bytes(b), 0);
     expect_same(a, b);
     /* B's records span segment boundaries (bulk writes cut anywhere): a
      * full rebuild scans across them. */
     idx_close(b);
     char p[4096];
-    cr_assert_lt((size_t)snprintf(p, sizeof p, "%s/lmdb/data.mdb", dir_b),
+    cr_assert_lt((size_t)snprintf(p, sizeof p, "%s/lmdb/data.mdb", th_dir_b),
                  sizeof p);
     cr_assert_eq(unlink(p), 0);
-    b = th_open(dir_b, 3000);
+    b = th_open(th_dir_b, 3000);
     cr_expect_eq(idx_truncated_bytes(b), 0);
     expect_same(a, b);
     tern_wbuf_free(&man);
@@ -170,15 +156,15 @@ Test(index_snapshot, bulk_transfer_between_envs)
 
 Test(index_snapshot, bulk_bytes_reindexed_at_open_without_restore)
 {
-    struct idx_env *a = th_open(dir_a, 0);
-    struct idx_env *b = th_open(dir_b, 0);
+    struct idx_env *a = th_open(th_dir_a, 0);
+    struct idx_env *b = th_open(th_dir_b, 0);
     struct tern_wbuf man;
     snapshot_workload(a, 100, &man);
     transfer(a, b, &man, 4096);
     idx_close(b);
     /* Crash between bulk writes and restore: the records are valid, so
      * open indexes them; restore then has nothing to do. */
-    b = th_open(dir_b, 0);
+    b = th_open(th_dir_b, 0);
     cr_expect_eq(idx_last_applied(b), 100);
     cr_assert_eq(idx_restore(b, man.base, man.len), 0);
     expect_same(a, b);
@@ -189,8 +175,8 @@ Test(index_snapshot, bulk_bytes_reindexed_at_open_without_restore)
 
 Test(index_snapshot, restore_failures)
 {
-    struct idx_env *a = th_open(dir_a, 0);
-    struct idx_env *b = th_open(dir_b, 0);
+    struct idx_env *a = th_open(th_dir_a, 0);
+    struct idx_env *b = th_open(th_dir_b, 0);
     struct tern_wbuf man;
     snapshot_workload(a, 60, &man);
 
@@ -274,8 +260,8 @@ static void copy_bytes(struct idx_env *a,
  * with TERN_EINVAL: fail-stop) and end up identical to the leader. */
 Test(index_snapshot, apply_after_abandoned_fetch_drops_bulk_bytes)
 {
-    struct idx_env *a = th_open(dir_a, 4096);
-    struct idx_env *b = th_open(dir_b, 3000);
+    struct idx_env *a = th_open(th_dir_a, 4096);
+    struct idx_env *b = th_open(th_dir_b, 3000);
     struct tern_wbuf man;
     uint64_t from, to, indexed_end;
     snapshot_workload(a, 300, &man);
@@ -299,7 +285,7 @@ Test(index_snapshot, apply_after_abandoned_fetch_drops_bulk_bytes)
     cr_expect_eq(from, to);
     /* The drop was durable: a reopen finds the same log. */
     idx_close(b);
-    b = th_open(dir_b, 3000);
+    b = th_open(th_dir_b, 3000);
     cr_expect_eq(idx_truncated_bytes(b), 0);
     expect_same(a, b);
     tern_wbuf_free(&man);
@@ -309,8 +295,8 @@ Test(index_snapshot, apply_after_abandoned_fetch_drops_bulk_bytes)
 
 Test(index_snapshot, bulk_discard_then_fetch_again)
 {
-    struct idx_env *a = th_open(dir_a, 0);
-    struct idx_env *b = th_open(dir_b, 700);
+    struct idx_env *a = th_open(th_dir_a, 0);
+    struct idx_env *b = th_open(th_dir_b, 700);
     struct tern_wbuf man;
     uint64_t from, to, from2, to2;
     snapshot_workload(a, 200, &man);
@@ -320,7 +306,7 @@ Test(index_snapshot, bulk_discard_then_fetch_again)
     cr_assert_eq(idx_bulk_range(b, man.base, man.len, &from, &to), 0);
     /* Across several of b's small segments. */
     copy_bytes(a, b, from, (to - from) - 3);
-    cr_assert_gt(th_count_segments(dir_b), 2);
+    cr_assert_gt(th_count_segments(th_dir_b), 2);
     cr_assert_eq(idx_bulk_discard(b), 0, "%s", idx_errmsg(b));
     cr_expect_eq(idx_log_end(b), from);
     cr_expect_eq(idx_discarded_bytes(b), (to - from) - 3);
@@ -330,7 +316,7 @@ Test(index_snapshot, bulk_discard_then_fetch_again)
     cr_expect_eq(to2, to);
     /* Gone after a reopen too (not re-indexed by idx_open). */
     idx_close(b);
-    b = th_open(dir_b, 700);
+    b = th_open(th_dir_b, 700);
     cr_expect_eq(idx_log_end(b), from);
     cr_expect_eq(idx_last_applied(b), 10);
     /* A complete fetch then restores normally. */
