@@ -728,6 +728,16 @@ int idx__index_record(struct idx_env *e,
     if (rc != 0) {
         return rc;
     }
+    /* The first record of each checkpoint_bytes block of the log gets a
+     * checkpoint of the state before it (ckpt.c: same positions, same
+     * bytes on every node). */
+    if (pos > 0 &&
+        pos / e->checkpoint_bytes != e->st.last_rec_pos / e->checkpoint_bytes) {
+        rc = idx__ckpt_write(e, pos);
+        if (rc != 0) {
+            return rc;
+        }
+    }
     if (idx_cmd_validate(payload, len) != 0) {
         /* Recorded but not applied: one TERN_EMALFORMED result per
          * announced command (1 if the header is unreadable). */

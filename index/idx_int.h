@@ -283,6 +283,14 @@ int idx__log_write_raw(struct idx_env *e,
                        size_t n);
 /* Cut the log at pos (<= log end), durably (ftruncate + fsync). */
 int idx__log_truncate(struct idx_env *e, uint64_t pos);
+/* Delete the segments that end at or before pos (never the active one). */
+int idx__log_drop_head(struct idx_env *e, uint64_t pos);
+/* Delete every segment; the log restarts empty at pos. */
+int idx__log_reset(struct idx_env *e, uint64_t pos);
+/* Position of the first byte the segment files hold. */
+uint64_t idx__log_first(const struct idx_env *e);
+/* Bytes of the segment files on disk (headers included). */
+uint64_t idx__log_disk_bytes(const struct idx_env *e);
 /* "log/<file>.seg offset N" of the stream position pos (pos <= log_end)
  * into buf. */
 void idx__log_locate(const struct idx_env *e,
@@ -324,10 +332,66 @@ struct idx__manifest
     uint64_t log_end;
     uint64_t last_rec_pos;
     uint32_t last_rec_checksum;
+    /* version 2: where the sender's log starts (0 = it was never
+     * trimmed) and its checkpoint there (file size, header checksum) */
+    uint64_t log_start;
+    uint64_t ckpt_size;
+    uint32_t ckpt_sum;
 };
-#define IDX__MANIFEST_SIZE 40
+#define IDX__MANIFEST_SIZE_V1 40
+#define IDX__MANIFEST_SIZE    64
 /* Pure decoder: 0, TERN_EMALFORMED or TERN_EVERSION. */
 int idx__manifest_decode(const void *buf, size_t len, struct idx__manifest *m);
+
+/* env.c: empty every table in the pending txn (a rebase on a fetched
+ * checkpoint, snapshot.c). */
+int idx__lmdb_clear(struct idx_env *e);
+
+/* ---- ckpt.c: checkpoints (format at the top of ckpt.c) ------------------ */
+
+#define IDX__CKPT_HDR_SIZE 64
+struct idx__ckpt_hdr
+{
+    uint64_t pos;
+    uint64_t last_applied;
+    uint64_t last_rec_pos;
+    uint32_t last_rec_checksum;
+    uint32_t rows;
+    uint64_t body_len;
+    uint32_t body_sum;
+    uint32_t hdr_sum;
+};
+void idx__ckpt_path(const struct idx_env *e,
+                    uint64_t pos,
+                    char *buf,
+                    size_t cap);
+/* List <log>/NNN.ckpt into e->ckpts (removes unfinished .tmp files). */
+int idx__ckpt_scan(struct idx_env *e);
+/* Write the checkpoint at pos (== e->st.log_end) from the pending txn;
+ * nothing if the file exists. */
+int idx__ckpt_write(struct idx_env *e, uint64_t pos);
+int idx__ckpt_header_decode(const uint8_t *h,
+                            uint64_t pos,
+                            struct idx__ckpt_hdr *out);
+/* Read and verify the checkpoint file at pos: *body (caller frees). */
+int idx__ckpt_read_file(struct idx_env *e,
+                        uint64_t pos,
+                        struct idx__ckpt_hdr *hdr,
+                        uint8_t **body);
+/* Put the checkpoint's rows into the (empty) tables in the pending txn
+ * and set e->st from it. */
+int idx__ckpt_load(struct idx_env *e, uint64_t pos);
+/* Size of the checkpoint file at pos with its header checksum in *sum;
+ * 0 if missing or unusable. */
+uint64_t idx__ckpt_file_size(struct idx_env *e, uint64_t pos, uint32_t *sum);
+int idx__ckpt_pread(struct idx_env *e,
+                    uint64_t pos,
+                    uint64_t off,
+                    void *buf,
+                    size_t n);
+/* Delete the checkpoints before pos (all: idx__ckpt_forget_all). */
+void idx__ckpt_drop_before(struct idx_env *e, uint64_t pos);
+void idx__ckpt_forget_all(struct idx_env *e);
 
 /* ---- read.c: no private interface ---------------------------------------- */
 
@@ -355,6 +419,29 @@ struct idx_env
     unsigned open_fds;
     uint64_t log_end; /* end of the bytes in the segment files */
     int dir_dirty;    /* a segment was created or removed since sync */
+    /* env.c and snapshot.c: the first position the log holds records
+     * from (0, or the checkpoint it was trimmed to or restored from) */
+    uint64_t log_start;
+
+    /* ckpt.c: checkpoint positions, sorted; env.c: their interval */
+    uint64_t *ckpts;
+    size_t n_ckpts;
+    size_t cap_ckpts;
+    uint64_t checkpoint_bytes;
+
+    /* snapshot.c: a checkpoint being fetched from a peer (bulk bytes
+     * below the manifest's log_start), and the log end the previous
+     * snapshot manifest named (trimming never passes it) */
+    struct
+    {
+        bool active;
+        uint64_t pos;  /* the checkpoint's position (the manifest's S) */
+        uint64_t size; /* its file size */
+        uint32_t sum;  /* its header checksum */
+        uint64_t written;
+        int fd;
+    } stage;
+    uint64_t prev_snap_end;
 
     /* LMDB: env.c opens it; txn.c owns wtxn and committed; the index
      * writer (apply.c) advances st, txn.c resets it on abort */

@@ -40,6 +40,9 @@ struct idx_options
     size_t map_size;        /* LMDB map size; 0 = 1 GiB */
     uint64_t segment_bytes; /* roll segments at this size; 0 = 64 MiB */
     uint32_t max_message;   /* largest message payload; 0 = 4 MiB */
+    /* a checkpoint of the metadata every this many log bytes (index/
+     * ckpt.c); 0 = segment_bytes */
+    uint64_t checkpoint_bytes;
 };
 
 /* Open (creating if needed). Verifies every record of the log and cuts
@@ -56,6 +59,13 @@ void idx_close(struct idx_env *e);
 uint64_t idx_last_applied(const struct idx_env *e);
 /* Byte position of the end of the commit log. */
 uint64_t idx_log_end(const struct idx_env *e);
+/* First log position the node still holds records from: 0, or the
+ * checkpoint retention trimmed the log to (idx_snapshot) or a restore
+ * started from. */
+uint64_t idx_log_start(const struct idx_env *e);
+/* Bytes of commit-log segments and checkpoints on disk (LMDB not
+ * included). */
+uint64_t idx_disk_bytes(const struct idx_env *e);
 /* Bytes truncated from the log tail by idx_open (0 if it was clean). */
 uint64_t idx_truncated_bytes(const struct idx_env *e);
 /* Where and why idx_open cut the log ("commit log cut at P
