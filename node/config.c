@@ -29,6 +29,11 @@
  *                                   ; printable ASCII, no spaces, 1..64
  *   allow_open_data_dir = false     ; true: start even if the data dir is
  *                                   ; group/world accessible (a warning)
+ *   log_segment_bytes = 64M         ; commit-log segment size, also the
+ *                                   ; checkpoint interval (index/ckpt.c:
+ *                                   ; keep it the same on every node);
+ *                                   ; retention frees whole segments
+ *                                   ; (4K..1G)
  *
  *   [raft]
  *   election_timeout_ms      = 150
@@ -217,6 +222,10 @@ static const char usage_text[] =
     "  --allow-open-data-dir B    true: start although the data dir is "
     "group or\n"
     "                             world accessible (default false)\n"
+    "  --log-segment-bytes N      commit-log segment size and checkpoint "
+    "interval\n"
+    "                             (default 64M, 4K..1G; the same on every "
+    "node)\n"
     "  --max-term-jump N          refuse raft messages whose term is more "
     "than N\n"
     "                             above ours (default 1048576)\n"
@@ -237,6 +246,7 @@ static const char usage_text[] =
     "  log_level = info\n"
     "  cluster_name = tern\n"
     "  allow_open_data_dir = false\n"
+    "  log_segment_bytes = 64M\n"
     "  [raft]\n"
     "  election_timeout_ms = 150\n"
     "  heartbeat_ms = 15\n"
@@ -294,6 +304,7 @@ void node_config_init(struct node_config *c)
     c->snapshot_bytes = NODE_DEFAULT_SNAPSHOT_BYTES;
     c->snapshot_trailing = NODE_DEFAULT_SNAPSHOT_TRAILING;
     c->max_message_bytes = NODE_DEFAULT_MAX_MESSAGE;
+    c->log_segment_bytes = NODE_DEFAULT_LOG_SEGMENT;
     c->max_frame_bytes = NODE_DEFAULT_MAX_FRAME;
     c->min_free_disk_bytes = NODE_DEFAULT_MIN_FREE_DISK;
     c->reserve_disk_bytes = NODE_DEFAULT_RESERVE_DISK;
@@ -849,6 +860,8 @@ static const struct key keys[] = {
      NODE__STR(cluster_name), 0},
     {"node", "allow_open_data_dir", "--allow-open-data-dir", set_bool,
      NODE__INT(allow_open_data_dir), 0},
+    {"node", "log_segment_bytes", "--log-segment-bytes", set_u64,
+     NODE__U64(log_segment_bytes), (uint64_t)1 << 30},
     {"raft", "election_timeout_ms", "--election-timeout-ms", set_unsigned,
      NODE__UINT(election_timeout_ms), UINT32_MAX},
     {"raft", "heartbeat_ms", "--heartbeat-ms", set_unsigned,
@@ -1529,6 +1542,12 @@ int node_config_validate(struct node_config *c, char *errmsg)
                            "heartbeat_ms (%u) must be > 0 and smaller than "
                            "election_timeout_ms (%u)",
                            c->heartbeat_ms, c->election_timeout_ms);
+        return TERN_EINVAL;
+    }
+    if (c->log_segment_bytes < 4096) {
+        tern_errmsg_printf(errmsg,
+                           "log_segment_bytes (%llu) must be at least 4K",
+                           (unsigned long long)c->log_segment_bytes);
         return TERN_EINVAL;
     }
     if (c->max_message_bytes == 0 || c->max_frame_bytes == 0 ||
