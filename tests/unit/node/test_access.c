@@ -130,8 +130,8 @@ Test(access, failures_evict_oldest)
     }
     open_access(2, 4);
     for (unsigned i = 0; i < 4; i++) {
-        node_access_login_failed(acc, ips[i], 1000 * (i + 1));
-        node_access_login_failed(acc, ips[i], 1000 * (i + 1) + 1);
+        node_access_login_failed(acc, ips[i], 1000 * (uint64_t)(i + 1));
+        node_access_login_failed(acc, ips[i], 1000 * (uint64_t)(i + 1) + 1);
     }
     cr_expect_eq(node_access_login_sources(acc), 4u);
     for (unsigned i = 0; i < 4; i++) {
