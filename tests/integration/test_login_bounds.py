@@ -7,7 +7,8 @@ with the right password, while other addresses and logged-in connections
 are served throughout; once the window is over the login works again.
 The attacker speaks from 127.0.0.2, everyone else from 127.0.0.1. Also:
 a cluster_secret_file that others may read stops ternd (exit 2) on the tcp
-transport too, where it keys the SCRAM answers for unknown users."""
+transport too, where it keys the SCRAM answers for unknown users; a node
+stopping while a failed login waits does not wait for it."""
 import os
 import re
 import socket
@@ -137,6 +138,29 @@ def bounds(c):
         k.close()
 
 
+def stop_while_waiting(c):
+    c.step("a node stops while a failed login waits for its answer")
+    sec = {"auth_failure_delay_ms": "30000"}
+    with a.admin_cluster(n=1, security=sec) as cl:
+        cl.start()
+        nd = cl.nodes[1]
+        t = SrcConn(nd, ATTACKER, timeout=60)
+        out = []
+        th = threading.Thread(target=lambda: out.append(
+            t.scram("ghost", "whatever")))
+        th.start()
+        waiting = h.poll(lambda: "client authentication failed" in
+                         nd.log_text(), 20)
+        c.check(waiting, "the failed login is waiting (logged)")
+        rc = cl.stop(1, timeout=25)
+        c.check(rc == 0, "ternd stops cleanly (exit 0) without waiting for "
+                "the 30 s delay", rc)
+        th.join(30)
+        c.check(out and out[0][0] in (None, a.EAUTH),
+                "the waiting client sees its connection end", out)
+        t.close()
+
+
 def open_secret(c):
     c.step("a cluster_secret_file others may read stops ternd on tcp")
     with h.Cluster(1) as cl:
@@ -156,6 +180,7 @@ def open_secret(c):
 
 def main(c):
     bounds(c)
+    stop_while_waiting(c)
     open_secret(c)
 
 
