@@ -76,7 +76,9 @@
  *   cluster_secret_file = /etc/tern/cluster.secret ; shm/rdma handshakes:
  *                                  ; 64 hex digits, mode 0600
  *                                  ; (transport shm with peer_auth = tls:
- *                                  ; required, checked at start-up)
+ *                                  ; required; read once at start, also
+ *                                  ; keys the client port's SCRAM answers
+ *                                  ; for unknown users)
  *   peer_handshake_timeout_ms = 5000 ; a peer connection must finish its
  *                                  ; handshake (TLS and HELLO on tcp, the
  *                                  ; secret's proofs on shm) within this
@@ -101,6 +103,14 @@
  *   bootstrap_admin_cred = SCRAM-SHA-256$4096:<salt>$<stored>:<server>
  *                                  ; creates this cluster admin once
  *                                  ; (`tern user hash` prints the cred)
+ *   auth_failure_delay_ms = 500    ; a failed login (AUTH_START/CONTINUE)
+ *                                  ; is answered TERN_EAUTH and closed
+ *                                  ; after this wait (0: at once)
+ *   auth_failures_per_minute = 20  ; failed logins per source address in
+ *                                  ; a minute; then AUTH_START gets
+ *                                  ; TERN_ETHROTTLED (0: no cap)
+ *   auth_failure_sources = 4096    ; addresses whose failures are counted
+ *                                  ; at once (the oldest is forgotten)
  *
  *   [peers]                        ; every voter, this node included
  *   1 = 127.0.0.1:7501,127.0.0.1:7401   ; <id> = <raft_addr>,<client_addr>
@@ -216,6 +226,14 @@ static const char usage_text[] =
     "node_cert)\n"
     "  --client-key F             its key (default node_key)\n"
     "  --client-ca F              CA of optional client certificates\n"
+    "  --auth-failure-delay-ms N  wait before answering a failed login "
+    "(default 500)\n"
+    "  --auth-failures-per-minute N  failed logins per source address "
+    "before\n"
+    "                             AUTH_START is throttled (default 20; 0: "
+    "no cap)\n"
+    "  --auth-failure-sources N   source addresses counted at once "
+    "(default 4096)\n"
     "  --cluster-name N           cluster name recorded in DATA_DIR/IDENTITY "
     "(default\n"
     "                             tern; printable ASCII, no spaces, 1..64)\n"
@@ -284,6 +302,9 @@ static const char usage_text[] =
     "  client_auth = auto\n"
     "  bootstrap_admin = admin\n"
     "  bootstrap_admin_cred = SCRAM-SHA-256$4096:...\n"
+    "  auth_failure_delay_ms = 500\n"
+    "  auth_failures_per_minute = 20\n"
+    "  auth_failure_sources = 4096\n"
     "  [peers]\n"
     "  1 = 127.0.0.1:7501,127.0.0.1:7401\n"
     "  2 = 127.0.0.1:7502,127.0.0.1:7402\n"
@@ -321,6 +342,9 @@ void node_config_init(struct node_config *c)
     c->max_term_jump = NODE_DEFAULT_MAX_TERM_JUMP;
     c->peer_handshake_timeout_ms = NODE_DEFAULT_PEER_HANDSHAKE_MS;
     c->peer_max_pending = NODE_DEFAULT_PEER_MAX_PENDING;
+    c->auth_failure_delay_ms = NODE_DEFAULT_AUTH_FAILURE_DELAY;
+    c->auth_failures_per_minute = NODE_DEFAULT_AUTH_FAILURES_MIN;
+    c->auth_failure_sources = NODE_DEFAULT_AUTH_FAIL_SOURCES;
 }
 
 static void peers_free(struct node_peer *p, unsigned n)
@@ -927,6 +951,12 @@ static const struct key keys[] = {
      NODE__STR(bootstrap_admin), 0},
     {"security", "bootstrap_admin_cred", "--bootstrap-admin-cred", set_text,
      NODE__STR(bootstrap_admin_cred), 0},
+    {"security", "auth_failure_delay_ms", "--auth-failure-delay-ms",
+     set_unsigned, NODE__UINT(auth_failure_delay_ms), 60000},
+    {"security", "auth_failures_per_minute", "--auth-failures-per-minute",
+     set_unsigned, NODE__UINT(auth_failures_per_minute), 1000000},
+    {"security", "auth_failure_sources", "--auth-failure-sources", set_unsigned,
+     NODE__UINT(auth_failure_sources), 1000000},
 };
 
 /* The row of INI key name in section, or NULL. */
@@ -1268,20 +1298,17 @@ out:
 /* ---- Validation --------------------------------------------------------- */
 
 /* transport shm or rdma with peer_auth = tls: their handshakes prove the
- * cluster secret, so the file must be there, private and well-formed
- * (auth_secret_load checks all three); read once here so a bad file stops
- * ternd before it starts, then wiped. */
+ * cluster secret, so the file must be configured. The file itself (there,
+ * private, well-formed) is read once, by the node at start (node.c), which
+ * keeps the secret for the transport and the client port. */
 static int validate_cluster_secret(const struct node_config *c, char *errmsg)
 {
-    struct auth_secret secret;
-    int rv;
-
     if (c->peer_auth != NODE_PEER_AUTH_TLS ||
         (strcmp(c->transport, "shm") != 0 &&
          strcmp(c->transport, "rdma") != 0)) {
         return 0;
     }
-    if (c->cluster_secret_file == NULL) {
+    if (c->cluster_secret_file == NULL || c->cluster_secret_file[0] == '\0') {
         tern_errmsg_printf(errmsg,
                            "transport %s with peer_auth = tls needs the "
                            "cluster secret ([security] cluster_secret_file "
@@ -1290,12 +1317,7 @@ static int validate_cluster_secret(const struct node_config *c, char *errmsg)
                            c->transport);
         return TERN_EINVAL;
     }
-    rv = auth_secret_load(c->cluster_secret_file, &secret, errmsg);
-    auth_wipe(&secret, sizeof(secret));
-    if (rv != 0) {
-        tern_errmsg_wrapf(errmsg, "transport %s", c->transport);
-    }
-    return rv;
+    return 0;
 }
 
 bool node_config_client_loopback(const struct node_config *c)

@@ -17,6 +17,8 @@ struct node_peer
     char *client_addr; /* owned */
 };
 
+struct auth_secret; /* auth.h */
+
 struct node_config
 {
     uint64_t id;
@@ -62,6 +64,14 @@ struct node_config
     int client_auth;            /* enum node_client_auth */
     char *bootstrap_admin;      /* owned; NULL: none */
     char *bootstrap_admin_cred; /* owned; auth_scram_cred_format text */
+    /* [security] login bounds (server.c serve_auth, access.c) */
+    unsigned auth_failure_delay_ms;    /* answer of a failed login */
+    unsigned auth_failures_per_minute; /* per source address; 0: no cap */
+    unsigned auth_failure_sources;     /* addresses counted at once */
+    /* Not a key: the cluster secret node.c loaded from
+     * cluster_secret_file at start, set on its view of the configuration
+     * (borrowed from the node; NULL: no file configured). */
+    const struct auth_secret *cluster_secret;
     /* [limits]: the client port's resource bounds (node/server.c) */
     uint64_t client_memory_bytes;      /* read buffers + queued answers */
     uint64_t max_conn_queued_bytes;    /* queued answers per connection */
@@ -129,6 +139,9 @@ enum node_client_auth {
 #define NODE_DEFAULT_MAX_PARKED_PER_CONN 64u
 #define NODE_DEFAULT_LIST_PAGE_MAX       1000u
 #define NODE_DEFAULT_CLUSTER_NAME        "tern"
+#define NODE_DEFAULT_AUTH_FAILURE_DELAY  500u
+#define NODE_DEFAULT_AUTH_FAILURES_MIN   20u
+#define NODE_DEFAULT_AUTH_FAIL_SOURCES   4096u
 #define NODE_CLUSTER_NAME_MAX            64u
 #define NODE_DEFAULT_MAX_TERM_JUMP       (1ull << 20)
 /* Longest shm_dir: room for "/tern-shm-<ipv4>-<port>.sock" in a unix

@@ -11,6 +11,13 @@
  * world access, is refused with exit code 2 (a configuration error), a
  * damaged IDENTITY or raft term record with exit code 1.
  *
+ * The cluster secret (cluster_secret_file, when set) is read once at
+ * start into the node (n->secret, wiped when the node is freed); a file
+ * that is missing, readable by others or malformed stops the node with
+ * exit code 2. The transport (shm/verbs handshakes) and the client port
+ * (access.c: the SCRAM answers for unknown users) borrow it through the
+ * node's view of the configuration (cfg_view.cluster_secret).
+ *
  * One loop iteration: a uv_check handle (end of every iteration) first
  * proposes the write batch collected during the iteration, then flushes
  * the index once if anything was applied (group commit, fsm.c), then
@@ -102,6 +109,9 @@ struct node
     /* [security] bootstrap_admin: the term in which this node, as leader,
      * last proposed it (0: never). */
     uint64_t bootstrap_term;
+    /* The cluster secret, loaded at start when cluster_secret_file is set
+     * (then cfg_view.cluster_secret points here); wiped on free. */
+    struct auth_secret secret;
 };
 
 static const char *role_name(enum repl_role r)
@@ -797,6 +807,28 @@ static void log_config(const struct node_config *c)
              node_log_level_name((enum node_log_level)c->log_level), peers);
 }
 
+/* Read cluster_secret_file, when set, into n->secret and point the
+ * configuration view at it. A missing, public or malformed file is a
+ * configuration error (exit code 2). */
+static int load_cluster_secret(struct node *n, char *errmsg)
+{
+    const char *path = n->cfg_view.cluster_secret_file;
+    int rv;
+
+    if (path == NULL || path[0] == '\0') {
+        return 0;
+    }
+    rv = auth_secret_load(path, &n->secret, errmsg);
+    if (rv != 0) {
+        auth_wipe(&n->secret, sizeof(n->secret));
+        tern_errmsg_wrapf(errmsg, "[security] cluster_secret_file %s", path);
+        n->exit_code = 2;
+        return rv;
+    }
+    n->cfg_view.cluster_secret = &n->secret;
+    return 0;
+}
+
 /* Everything up to uv_run. On failure the node is left for node_stop to
  * unwind (whatever was created is closed in order). */
 static int node_start(struct node *n, char *errmsg)
@@ -832,6 +864,10 @@ static int node_start(struct node *n, char *errmsg)
     uv_signal_start(&n->sig_int, on_signal, SIGINT);
     uv_timer_start(&n->watchdog, on_watchdog, 100, 100);
 
+    rv = load_cluster_secret(n, errmsg);
+    if (rv != 0) {
+        return rv;
+    }
     if (snprintf(n->raft_dir, sizeof(n->raft_dir), "%s/raft", c->data_dir) >=
             (int)sizeof(n->raft_dir) ||
         snprintf(n->index_dir, sizeof(n->index_dir), "%s/index", c->data_dir) >=
@@ -1101,6 +1137,7 @@ int node_run(const struct node_config *c)
     }
     rv = n->exit_code;
     node_log(NODE_LOG_INFO, "stopped", "exit_code=%d", rv);
+    auth_wipe(&n->secret, sizeof(n->secret));
     tern_free(n);
     return rv;
 }

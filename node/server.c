@@ -85,9 +85,18 @@
  *     refused); a handshake not done within frame_timeout_ms of the
  *     accept closes the connection; a plaintext client on a TLS port is
  *     closed without an answer (counted). See "Client TLS" below.
- * Log lines for refused connections, closed connections and failed TLS
- * handshakes are limited to one per second per kind (with a count of the
- * suppressed ones).
+ *   - logins (serve_auth, docs/AUTH.md "Login bounds"): a failed
+ *     AUTH_START/AUTH_CONTINUE is answered TERN_EAUTH, and the connection
+ *     closed, auth_failure_delay_ms later (one server timer over a FIFO of
+ *     waiting connections: every wait is equally long); meanwhile the
+ *     connection neither reads nor answers, and still counts against the
+ *     connection caps. Closing the server ends the waits at once. Each
+ *     failure is counted for its source address (access.c); an address
+ *     over auth_failures_per_minute gets TERN_ETHROTTLED for AUTH_START,
+ *     at once, without running the exchange (the connection stays open).
+ * Log lines for refused connections, closed connections, failed TLS
+ * handshakes, failed and throttled logins are limited to one per second
+ * per kind (with a count of the suppressed ones).
  *
  * The server sees the node only through what node_server_new is given
  * (server.h): the configuration, the batcher that takes write requests,
@@ -179,6 +188,19 @@ struct node_conn
                                   or the connection is paused */
     struct node_ctls *tls;     /* client_tls: the session (ctls.c), owned */
     struct node_principal who; /* who it authenticated as (access.c) */
+    bool auth_wait;            /* a failed login's answer is delayed */
+};
+
+/* A failed login waiting for its answer (serve_auth); holds a reference
+ * to c. */
+struct auth_wait
+{
+    struct tern_list link;
+    struct node_conn *c;
+    uint8_t op;
+    uint64_t request_id;
+    uint64_t due; /* uv_now ms */
+    char message[TERN_ERRMSG_SIZE];
 };
 
 struct parked
@@ -211,7 +233,9 @@ struct node_server
     uv_poll_t listener;
     uv_timer_t park_timer;
     uv_timer_t sweep_timer;
-    uv_timer_t accept_timer; /* resumes accepting after an error */
+    uv_timer_t accept_timer;     /* resumes accepting after an error */
+    uv_timer_t auth_timer;       /* answers delayed failed logins */
+    struct tern_list auth_waits; /* struct auth_wait, oldest first */
     struct tern_list conns;
     struct tern_list parked;
     unsigned n_parked;
@@ -228,9 +252,11 @@ struct node_server
     uint8_t *tls_in;              /* ciphertext read buffer, AUTH_TLS_BUF */
     struct log_limit log_tls;
     struct log_limit log_auth;
-    uint64_t auth_failed;   /* AUTH exchanges refused */
-    uint64_t tls_failed;    /* handshakes failed (plaintext included) */
-    uint64_t tls_plaintext; /* clients that spoke without TLS */
+    struct log_limit log_throttled;
+    uint64_t auth_throttled; /* AUTH_START refused for an address's failures */
+    uint64_t auth_failed;    /* AUTH exchanges refused */
+    uint64_t tls_failed;     /* handshakes failed (plaintext included) */
+    uint64_t tls_plaintext;  /* clients that spoke without TLS */
     uint32_t max_body;
     uint64_t next_conn_id;
     unsigned open_handles;
@@ -1313,14 +1339,89 @@ static void name_copy(char *dst, const char *src, uint16_t len)
     dst[len] = '\0';
 }
 
-/* AUTH_START / AUTH_CONTINUE (access.c): the answer, or TERN_EAUTH and
- * the connection is closed once it is written. */
+/* The source address of c, printable, into addr (caller-owned,
+ * INET_ADDRSTRLEN bytes). */
+static void conn_addr(const struct node_conn *c, char *addr)
+{
+    struct in_addr in;
+    in.s_addr = c->peer_ip;
+    if (inet_ntop(AF_INET, &in, addr, INET_ADDRSTRLEN) == NULL) {
+        (void)snprintf(addr, INET_ADDRSTRLEN, "?");
+    }
+}
+
+/* Answer a delayed failed login: TERN_EAUTH, then close once written. */
+static void auth_wait_end(struct auth_wait *w)
+{
+    struct node_conn *c = w->c;
+    tern_list_remove(&w->link);
+    c->auth_wait = false;
+    if (c->state == CONN_OPEN) {
+        send_error(c, w->op, w->request_id, TERN_EAUTH, w->message);
+        conn_drain(c);
+    }
+    tern_free(w);
+    conn_unref(c);
+}
+
+static void on_auth_timer(uv_timer_t *t)
+{
+    struct node_server *s = t->data;
+    uint64_t now = uv_now(s->loop);
+    while (!tern_list_empty(&s->auth_waits)) {
+        struct auth_wait *w =
+            TERN_CONTAINER(s->auth_waits.next, struct auth_wait, link);
+        if (w->due > now) {
+            (void)uv_timer_start(&s->auth_timer, on_auth_timer, w->due - now,
+                                 0);
+            return;
+        }
+        auth_wait_end(w);
+    }
+}
+
+/* A failed login of c: answer TERN_EAUTH with message and close, after
+ * auth_failure_delay_ms (at once when it is 0 or nothing can be
+ * allocated for the wait). */
+static void auth_fail(struct node_conn *c,
+                      uint8_t op,
+                      uint64_t request_id,
+                      const char *message)
+{
+    struct node_server *s = c->srv;
+    unsigned delay = c->view.cfg->auth_failure_delay_ms;
+    struct auth_wait *w = delay > 0 ? tern_malloc(sizeof(*w)) : NULL;
+
+    if (w == NULL) {
+        send_error(c, op, request_id, TERN_EAUTH, message);
+        conn_drain(c);
+        return;
+    }
+    w->c = c;
+    w->op = op;
+    w->request_id = request_id;
+    w->due = uv_now(s->loop) + delay;
+    (void)snprintf(w->message, sizeof(w->message), "%s", message);
+    c->refs++;
+    c->auth_wait = true; /* stops reading and processing */
+    conn_update_reading(c);
+    if (tern_list_empty(&s->auth_waits)) {
+        (void)uv_timer_start(&s->auth_timer, on_auth_timer, delay, 0);
+    }
+    tern_list_push(&s->auth_waits, &w->link); /* due is never earlier */
+}
+
+/* AUTH_START / AUTH_CONTINUE (access.c): the answer; TERN_ETHROTTLED for
+ * an AUTH_START from an address over auth_failures_per_minute; or, after
+ * auth_failure_delay_ms, TERN_EAUTH and the connection is closed once it
+ * is written. */
 static void serve_auth(struct node_conn *c,
                        uint64_t request_id,
                        const struct proto_request *r)
 {
     struct node_server *s = c->srv;
     const char *cn = c->tls != NULL ? node_ctls_peer_cn(c->tls) : "";
+    char addr[INET_ADDRSTRLEN];
     char m[TERN_ERRMSG_SIZE];
     const void *reply = NULL;
     struct tern_wbuf w;
@@ -1332,23 +1433,34 @@ static void serve_auth(struct node_conn *c,
         send_error(c, r->op, request_id, TERN_ESHUTDOWN, NULL);
         return;
     }
+    if (r->op == PROTO_OP_AUTH_START &&
+        node_access_login_allowed(s->access, c->peer_ip, conn_now(c), m) != 0) {
+        s->auth_throttled++;
+        if (log_limit_ok(&s->log_throttled, conn_now(c), &dropped)) {
+            conn_addr(c, addr);
+            node_log(NODE_LOG_WARN, "client login throttled",
+                     "conn=%llu addr=%s throttled=%llu suppressed=%u "
+                     "detail=\"%s\"",
+                     (unsigned long long)c->id, addr,
+                     (unsigned long long)s->auth_throttled, dropped, m);
+        }
+        send_error(c, r->op, request_id, TERN_ETHROTTLED, m);
+        return;
+    }
     rv = node_access_auth(s->access, &c->who, view_idx(&c->view), r, cn, &reply,
                           &n, m);
     if (rv != 0) {
         s->auth_failed++;
+        node_access_login_failed(s->access, c->peer_ip, conn_now(c));
         if (log_limit_ok(&s->log_auth, conn_now(c), &dropped)) {
-            struct in_addr in;
-            char addr[INET_ADDRSTRLEN] = "?";
-            in.s_addr = c->peer_ip;
-            (void)inet_ntop(AF_INET, &in, addr, sizeof(addr));
+            conn_addr(c, addr);
             node_log(NODE_LOG_WARN, "client authentication failed, closing",
                      "conn=%llu addr=%s failed=%llu suppressed=%u "
                      "detail=\"%s\"",
                      (unsigned long long)c->id, addr,
                      (unsigned long long)s->auth_failed, dropped, m);
         }
-        send_error(c, r->op, request_id, TERN_EAUTH, m);
-        conn_drain(c);
+        auth_fail(c, r->op, request_id, m);
         return;
     }
     tern_wbuf_init(&w);
@@ -1475,7 +1587,8 @@ static void handle_request(struct node_conn *c,
 
 static bool conn_may_process(const struct node_conn *c)
 {
-    return c->state == CONN_OPEN && !node_batcher_congested(c->view.batcher);
+    return c->state == CONN_OPEN && !c->auth_wait &&
+           !node_batcher_congested(c->view.batcher);
 }
 
 /* The answer a request may need, for conn_admit (serve_fetch then cuts a
@@ -2233,7 +2346,7 @@ int node_server_new(uv_loop_t *loop,
     if (rv != 0) {
         return rv;
     }
-    rv = node_access_new(cfg, &access, errmsg);
+    rv = node_access_new(cfg, cfg->cluster_secret, &access, errmsg);
     if (rv != 0) {
         auth_tls_ctx_free(tls_ctx);
         return rv;
@@ -2289,7 +2402,10 @@ int node_server_new(uv_loop_t *loop,
     s->sweep_timer.data = s;
     uv_timer_init(loop, &s->accept_timer);
     s->accept_timer.data = s;
-    s->open_handles = 4;
+    uv_timer_init(loop, &s->auth_timer);
+    s->auth_timer.data = s;
+    tern_list_init(&s->auth_waits);
+    s->open_handles = 5;
     rv = uv_poll_start(&s->listener, UV_READABLE, on_listen);
     if (rv == 0) {
         uint64_t period = sweep_period(cfg);
@@ -2302,6 +2418,7 @@ int node_server_new(uv_loop_t *loop,
         uv_close((uv_handle_t *)&s->park_timer, on_server_handle_closed);
         uv_close((uv_handle_t *)&s->sweep_timer, on_server_handle_closed);
         uv_close((uv_handle_t *)&s->accept_timer, on_server_handle_closed);
+        uv_close((uv_handle_t *)&s->auth_timer, on_server_handle_closed);
         return rv;
     }
     *out = s;
@@ -2318,6 +2435,16 @@ void node_server_close(struct node_server *s, void (*cb)(void *arg), void *arg)
         parked_free(s, TERN_CONTAINER(s->parked.next, struct parked, link));
     }
     uv_timer_stop(&s->park_timer);
+    /* Delayed failed logins end now, unanswered: their connections close
+     * with every other. */
+    while (!tern_list_empty(&s->auth_waits)) {
+        struct auth_wait *w =
+            TERN_CONTAINER(s->auth_waits.next, struct auth_wait, link);
+        tern_list_remove(&w->link);
+        w->c->auth_wait = false;
+        conn_unref(w->c);
+        tern_free(w);
+    }
     for (l = s->conns.next; l != &s->conns; l = l->next) {
         conn_close(TERN_CONTAINER(l, struct node_conn, link));
     }
@@ -2325,4 +2452,5 @@ void node_server_close(struct node_server *s, void (*cb)(void *arg), void *arg)
     uv_close((uv_handle_t *)&s->park_timer, on_server_handle_closed);
     uv_close((uv_handle_t *)&s->sweep_timer, on_server_handle_closed);
     uv_close((uv_handle_t *)&s->accept_timer, on_server_handle_closed);
+    uv_close((uv_handle_t *)&s->auth_timer, on_server_handle_closed);
 }
