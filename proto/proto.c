@@ -1361,7 +1361,7 @@ size_t proto_list_acl_size(const char *user,
 
 size_t proto_list_namespace_size(const char *ns)
 {
-    return str_size(ns) + 3 * 8;
+    return str_size(ns) + sizeof(uint64_t) * 3;
 }
 
 /* Record readers: a record that does not decode or names something

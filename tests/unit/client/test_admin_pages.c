@@ -25,7 +25,9 @@ static int n_requests;
 
 #define N_ACL_USERS 5
 #define N_ACL_NS    3
-#define N_GRANTS    (N_ACL_USERS * N_ACL_NS * 2)
+#define N_GRANTS    30 /* N_ACL_USERS x N_ACL_NS x 2 patterns */
+_Static_assert(N_GRANTS == N_ACL_USERS * N_ACL_NS * 2,
+               "one grant per user, namespace and pattern");
 
 static void user_name(uint32_t i, char *buf, size_t size)
 {
