@@ -301,8 +301,8 @@ static int name_valid_max(const char *name, size_t max)
 }
 
 /* Walk dbi from the first key (or from the first key >= from, from_len
- * bytes), calling each(e, arg, k, v) until it returns non-zero (1 stops
- * without error, negative is an error). */
+ * bytes; > from when skip_from), calling each(e, arg, k, v) until it returns
+ * non-zero (1 stops without error, negative is an error). */
 typedef int (*walk_fn)(struct idx_env *e,
                        void *arg,
                        const MDB_val *k,
@@ -311,6 +311,7 @@ static int walk(struct idx_env *e,
                 MDB_dbi dbi,
                 const void *from,
                 size_t from_len,
+                bool skip_from,
                 walk_fn each,
                 void *arg)
 {
@@ -332,6 +333,10 @@ static int walk(struct idx_env *e,
         k.mv_size = from_len;
         k.mv_data = (void *)(uintptr_t)from;
         mrc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
+        if (mrc == 0 && skip_from && k.mv_size == from_len &&
+            memcmp(k.mv_data, from, from_len) == 0) {
+            mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
+        }
     } else {
         mrc = mdb_cursor_get(cur, &k, &v, MDB_FIRST);
     }
@@ -393,8 +398,17 @@ static int user_each(struct idx_env *e,
 
 int idx_user_list(struct idx_env *e, idx_user_cb cb, void *arg)
 {
+    return idx_user_list_after(e, NULL, cb, arg);
+}
+
+int idx_user_list_after(struct idx_env *e,
+                        const char *after,
+                        idx_user_cb cb,
+                        void *arg)
+{
     struct user_walk uw = {cb, arg};
-    return walk(e, e->dbi_users, NULL, 0, user_each, &uw);
+    size_t n = after != NULL ? strlen(after) : 0;
+    return walk(e, e->dbi_users, after, n, true, user_each, &uw);
 }
 
 int idx_user_get(struct idx_env *e, const char *name, struct idx_user_info *out)
@@ -457,8 +471,20 @@ static int acl_each(struct idx_env *e,
 
 int idx_acl_list(struct idx_env *e, const char *user, idx_acl_cb cb, void *arg)
 {
+    return idx_acl_list_after(e, user, NULL, cb, arg);
+}
+
+int idx_acl_list_after(struct idx_env *e,
+                       const char *user,
+                       const struct idx_acl *after,
+                       idx_acl_cb cb,
+                       void *arg)
+{
     char prefix[IDX_USER_NAME_MAX + 1];
+    uint8_t key[IDX__ACL_KEY_MAX];
     struct acl_walk aw = {cb, arg, 0, prefix};
+    const void *from = prefix;
+    size_t from_len;
     if (user != NULL && user[0] != '\0') {
         if (!name_valid_max(user, IDX_USER_NAME_MAX)) {
             return idx__fail(e, TERN_EBADNAME, __LINE__, "invalid user name");
@@ -466,7 +492,26 @@ int idx_acl_list(struct idx_env *e, const char *user, idx_acl_cb cb, void *arg)
         aw.prefix_len = strlen(user) + 1;
         memcpy(prefix, user, aw.prefix_len); /* with its NUL: the 0x00 */
     }
-    return walk(e, e->dbi_acls, prefix, aw.prefix_len, acl_each, &aw);
+    from_len = aw.prefix_len;
+    if (after != NULL) {
+        if (!name_valid_max(after->user, IDX_USER_NAME_MAX) ||
+            !name_valid_max(after->ns, IDX_NS_NAME_MAX) ||
+            after->pattern == NULL ||
+            !idx_acl_pattern_valid(after->pattern, strlen(after->pattern))) {
+            return idx__fail(e, TERN_EBADNAME, __LINE__, "invalid grant key");
+        }
+        size_t n = idx__acl_key(key, after->user, strlen(after->user),
+                                after->ns, strlen(after->ns), after->pattern,
+                                strlen(after->pattern));
+        /* Start at the later of the user's range and the cursor. */
+        size_t common = TERN_MIN(n, from_len);
+        int cmp = memcmp(key, prefix, common);
+        if (cmp > 0 || (cmp == 0 && n > from_len)) {
+            from = key;
+            from_len = n;
+        }
+    }
+    return walk(e, e->dbi_acls, from, from_len, true, acl_each, &aw);
 }
 
 uint32_t idx_acl_eval(const struct idx_acl *g,
@@ -578,8 +623,19 @@ static int ns_each(struct idx_env *e,
 
 int idx_namespace_list(struct idx_env *e, idx_namespace_cb cb, void *arg)
 {
-    struct ns_walk w = {cb, arg, false};
-    int rc = walk(e, e->dbi_namespaces, NULL, 0, ns_each, &w);
+    return idx_namespace_list_after(e, NULL, cb, arg);
+}
+
+int idx_namespace_list_after(struct idx_env *e,
+                             const char *after,
+                             idx_namespace_cb cb,
+                             void *arg)
+{
+    size_t n = after != NULL ? strlen(after) : 0;
+    /* The implicit "default" is listed only if it sorts after after. */
+    struct ns_walk w = {cb, arg,
+                        n > 0 && strcmp(after, IDX_NAMESPACE_DEFAULT) >= 0};
+    int rc = walk(e, e->dbi_namespaces, after, n, true, ns_each, &w);
     if (rc == 0 && !w.default_seen) {
         (void)ns_default(&w);
     }

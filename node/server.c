@@ -76,10 +76,11 @@
  *     100 ms instead of spinning or exiting; it is logged, rate-limited.
  *   - long polls: max_parked in total, max_parked_per_conn per
  *     connection; over either the FETCH is answered TERN_ELIMIT.
- *   - QUEUE_LIST answers are paged (proto.h): list_page_max queues and
- *     1 MiB / half of max_frame_bytes per page; an unpaged request of an
- *     older client gets every queue or TERN_ELIMIT when they do not fit
- *     in max_frame_bytes.
+ *   - QUEUE_LIST, USER_LIST, ACL_LIST and NAMESPACE_LIST answers are
+ *     paged (proto.h): list_page_max entries and 1 MiB / half of
+ *     max_frame_bytes per page; an unpaged request of an older client
+ *     gets every entry or TERN_ELIMIT when they do not fit in
+ *     max_frame_bytes.
  *   - client TLS (client_tls, ctls.c): each session is charged
  *     NODE_CTLS_COST of client_memory_bytes (no room: the connection is
  *     refused); a handshake not done within frame_timeout_ms of the
@@ -1051,60 +1052,96 @@ static void serve_stats(struct node_conn *c, uint64_t request_id, uint8_t flags)
     conn_send(c, &w);
 }
 
+/* A name of the request (len bytes, borrowed) as a C string in dst
+ * (PROTO_MAX_NAME + 1 bytes, caller-owned). */
+static void name_copy(char *dst, const char *src, uint16_t len)
+{
+    if (src == NULL) {
+        len = 0;
+    }
+    if (len > PROTO_MAX_NAME) {
+        len = PROTO_MAX_NAME;
+    }
+    if (len > 0) {
+        memcpy(dst, src, len);
+    }
+    dst[len] = '\0';
+}
+
 /* ---- Security metadata lists (docs/AUTH.md) ---------------------------- */
 
-/* One list answer being built from an index walk; stops (too_big) at the
- * paged list budget (list_answer_cap). */
+/* One list answer being built from an index walk: at most max_n entries
+ * in max_bytes of body (at least one entry); more is set when the walk
+ * stopped before an entry that did not fit. */
 struct sec_list_ctx
 {
     struct tern_wbuf *w;
-    size_t cap;
+    size_t body_start; /* w->len at the start of the body */
+    size_t max_bytes;
+    uint32_t max_n;
     uint32_t n;
-    bool too_big;
+    bool more;
 };
 
-static int sec_list_check(struct sec_list_ctx *x)
+/* Whether an entry of entry bytes still fits (else more, stop the walk). */
+static bool sec_list_fits(struct sec_list_ctx *x, size_t entry)
 {
-    x->n++;
-    if (x->w->len > x->cap) {
-        x->too_big = true;
-        return 1;
+    /* + 1: the more byte of a page. */
+    if (x->n >= x->max_n ||
+        (x->n > 0 && x->w->len - x->body_start + entry + 1 > x->max_bytes)) {
+        x->more = true;
+        return false;
     }
-    return 0;
+    x->n++;
+    return true;
 }
 
 static int sec_user_cb(void *arg, const struct idx_user_info *u)
 {
     struct sec_list_ctx *x = arg;
+    if (!sec_list_fits(x, proto_list_user_size(u->name))) {
+        return 1;
+    }
     proto_put_user_entry(x->w, u->name, u->flags, u->cred_len > 0);
-    return sec_list_check(x);
+    return x->w->err != 0;
 }
 
 static int sec_acl_cb(void *arg, const struct idx_acl *a)
 {
     struct sec_list_ctx *x = arg;
+    if (!sec_list_fits(x, proto_list_acl_size(a->user, a->ns, a->pattern))) {
+        return 1;
+    }
     proto_put_acl_entry(x->w, a->user, a->ns, a->pattern, a->perms);
-    return sec_list_check(x);
+    return x->w->err != 0;
 }
 
 static int sec_ns_cb(void *arg, const struct idx_namespace_info *ns)
 {
     struct sec_list_ctx *x = arg;
+    if (!sec_list_fits(x, proto_list_namespace_size(ns->name))) {
+        return 1;
+    }
     proto_put_namespace_entry(x->w, ns->name, ns->quota.max_queues,
                               ns->quota.max_bytes,
                               ns->quota.produce_bytes_per_s);
-    return sec_list_check(x);
+    return x->w->err != 0;
 }
 
 /* USER_LIST, ACL_LIST, NAMESPACE_LIST: served by any node from its index
- * (flushed state). TERN_ELIMIT when the answer exceeds the paged list
- * budget. */
+ * (flushed state), paged as QUEUE_LIST (proto.h): a paged request gets
+ * the entries after its cursor, at most its max_count and list_page_max
+ * of them within list_answer_cap, and the more byte; an older client's
+ * unpaged request gets every entry, or TERN_ELIMIT when they do not fit
+ * in max_frame_bytes. */
 static void serve_security_list(struct node_conn *c,
                                 uint64_t request_id,
                                 const struct proto_request *r)
 {
+    const struct node_config *cfg = c->view.cfg;
     struct idx_env *e = view_idx(&c->view);
-    char user[PROTO_MAX_NAME + 1];
+    char user[PROTO_MAX_NAME + 1], after[PROTO_MAX_NAME + 1];
+    char after_ns[PROTO_MAX_NAME + 1], after_pattern[PROTO_MAX_NAME + 1];
     struct sec_list_ctx x;
     struct tern_wbuf w;
     size_t start;
@@ -1114,31 +1151,45 @@ static void serve_security_list(struct node_conn *c,
         send_error(c, r->op, request_id, TERN_ESHUTDOWN, NULL);
         return;
     }
+    name_copy(user, r->user, r->user_len);
+    name_copy(after, r->after, r->after_len);
+    name_copy(after_ns, r->after_ns, r->after_ns_len);
+    name_copy(after_pattern, r->after_pattern, r->after_pattern_len);
     tern_wbuf_init(&w);
     memset(&x, 0, sizeof(x));
     x.w = &w;
-    x.cap = list_answer_cap(c->view.cfg, true);
-    start = proto_list_begin(&w, r->op, request_id);
-    if (r->op == PROTO_OP_USER_LIST) {
-        rv = idx_user_list(e, sec_user_cb, &x);
-    } else if (r->op == PROTO_OP_ACL_LIST) {
-        size_t n = TERN_MIN((size_t)r->user_len, (size_t)PROTO_MAX_NAME);
-        if (n > 0) {
-            memcpy(user, r->user, n);
+    x.max_bytes = list_answer_cap(cfg, r->paged != 0);
+    x.max_n = UINT32_MAX;
+    if (r->paged) {
+        x.max_n = cfg->list_page_max;
+        if (r->max_count > 0) {
+            x.max_n = TERN_MIN(x.max_n, r->max_count);
         }
-        user[n] = '\0';
-        rv = idx_acl_list(e, user, sec_acl_cb, &x);
-    } else {
-        rv = idx_namespace_list(e, sec_ns_cb, &x);
     }
-    if (rv == 0 && x.too_big) {
+    start = proto_list_begin(&w, r->op, request_id);
+    x.body_start = start + PROTO_HEADER_SIZE;
+    if (r->op == PROTO_OP_USER_LIST) {
+        rv = idx_user_list_after(e, after, sec_user_cb, &x);
+    } else if (r->op == PROTO_OP_ACL_LIST) {
+        struct idx_acl cursor = {after, after_ns, after_pattern, 0};
+        rv = idx_acl_list_after(e, user, after[0] != '\0' ? &cursor : NULL,
+                                sec_acl_cb, &x);
+    } else {
+        rv = idx_namespace_list_after(e, after, sec_ns_cb, &x);
+    }
+    if (rv == 0 && w.err == 0 && x.more && !r->paged) {
+        char m[TERN_ERRMSG_SIZE];
         tern_wbuf_free(&w);
-        send_error(c, r->op, request_id, TERN_ELIMIT,
-                   "list does not fit in one answer");
+        (void)snprintf(m, sizeof(m),
+                       "list does not fit in max_frame_bytes (%llu); "
+                       "list it in pages (a newer client)",
+                       (unsigned long long)cfg->max_frame_bytes);
+        send_error(c, r->op, request_id, TERN_ELIMIT, m);
         return;
     }
-    if (rv == 0) {
-        rv = proto_list_end(&w, start, x.n);
+    if (rv == 0 && w.err == 0) {
+        rv = r->paged ? proto_list_end_page(&w, start, x.n, x.more)
+                      : proto_list_end(&w, start, x.n);
     }
     if (rv != 0 || w.err != 0) {
         tern_wbuf_free(&w);
@@ -1324,20 +1375,6 @@ void node_server_respond(struct node_wreq *w)
 }
 
 /* ---- Frames -------------------------------------------------------------- */
-
-static void name_copy(char *dst, const char *src, uint16_t len)
-{
-    if (src == NULL) {
-        len = 0;
-    }
-    if (len > PROTO_MAX_NAME) {
-        len = PROTO_MAX_NAME;
-    }
-    if (len > 0) {
-        memcpy(dst, src, len);
-    }
-    dst[len] = '\0';
-}
 
 /* The source address of c, printable, into addr (caller-owned,
  * INET_ADDRSTRLEN bytes). */
@@ -1601,11 +1638,10 @@ static size_t answer_estimate(const struct node_conn *c,
     case PROTO_OP_GROUP_FETCH:
         return SERVER__FETCH_MIN_ANSWER;
     case PROTO_OP_QUEUE_LIST:
-        return list_answer_cap(c->view.cfg, r->paged != 0);
     case PROTO_OP_USER_LIST:
     case PROTO_OP_ACL_LIST:
     case PROTO_OP_NAMESPACE_LIST:
-        return list_answer_cap(c->view.cfg, true);
+        return list_answer_cap(c->view.cfg, r->paged != 0);
     default:
         return SERVER__SMALL_ANSWER;
     }

@@ -360,6 +360,54 @@ static int get_pattern(struct tern_cursor *c, const char **s, uint16_t *len)
     return proto_pattern_valid(*s, *len) ? 0 : TERN_EBADNAME;
 }
 
+/* A cursor name of a paged list: "" (from the start) or a valid name of
+ * at most max bytes. */
+static int get_after(struct tern_cursor *c,
+                     const char **s,
+                     uint16_t *len,
+                     size_t max)
+{
+    *s = proto_get_str(c, len);
+    if (*s == NULL) {
+        return TERN_EMALFORMED;
+    }
+    return *len == 0 || (*len <= max && tern_name_valid(*s, *len))
+               ? 0
+               : TERN_EBADNAME;
+}
+
+/* The paging tail of a list request (proto.h), if any bytes are left:
+ * the cursor (a name of at most max bytes; ACL_LIST: a grant's user,
+ * namespace and pattern, all "" or all valid), then u32 max_count. */
+static int get_list_tail(struct tern_cursor *c,
+                         struct proto_request *out,
+                         size_t max)
+{
+    int rv;
+    if (c->err != 0 || tern_cursor_left(c) == 0) {
+        return 0; /* unpaged: an older client */
+    }
+    out->paged = 1;
+    rv = get_after(c, &out->after, &out->after_len, max);
+    if (rv == 0 && out->op == PROTO_OP_ACL_LIST) {
+        out->after_ns = proto_get_str(c, &out->after_ns_len);
+        out->after_pattern = proto_get_str(c, &out->after_pattern_len);
+        if (out->after_ns == NULL || out->after_pattern == NULL) {
+            rv = TERN_EMALFORMED;
+        } else if (out->after_len == 0
+                       ? out->after_ns_len != 0 || out->after_pattern_len != 0
+                       : out->after_ns_len > PROTO_MAX_NAMESPACE ||
+                             !tern_name_valid(out->after_ns,
+                                              out->after_ns_len) ||
+                             !proto_pattern_valid(out->after_pattern,
+                                                  out->after_pattern_len)) {
+            rv = TERN_EBADNAME;
+        }
+    }
+    out->max_count = tern_cursor_u32(c);
+    return rv;
+}
+
 /* Request bodies of ops 10..19 (layouts in proto.h). */
 static int decode_security(struct tern_cursor *c, struct proto_request *out)
 {
@@ -405,6 +453,15 @@ static int decode_security(struct tern_cursor *c, struct proto_request *out)
                     !tern_name_valid(out->user, out->user_len))) {
             rv = TERN_EBADNAME;
         }
+        if (rv == 0) {
+            rv = get_list_tail(c, out, PROTO_MAX_USER);
+        }
+        break;
+    case PROTO_OP_USER_LIST:
+        rv = get_list_tail(c, out, PROTO_MAX_USER);
+        break;
+    case PROTO_OP_NAMESPACE_LIST:
+        rv = get_list_tail(c, out, PROTO_MAX_NAMESPACE);
         break;
     case PROTO_OP_NAMESPACE_SET:
         rv = get_bounded(c, &out->ns, &out->ns_len, PROTO_MAX_NAMESPACE);
@@ -415,7 +472,7 @@ static int decode_security(struct tern_cursor *c, struct proto_request *out)
     case PROTO_OP_NAMESPACE_DELETE:
         rv = get_bounded(c, &out->ns, &out->ns_len, PROTO_MAX_NAMESPACE);
         break;
-    default: /* USER_LIST, NAMESPACE_LIST, PRODUCER_INIT: empty */
+    default: /* PRODUCER_INIT: empty */
         break;
     }
     return rv;
@@ -479,18 +536,7 @@ int proto_decode_request(uint8_t op,
         rv = get_name(&c, &out->queue, &out->queue_len);
         break;
     case PROTO_OP_QUEUE_LIST:
-        if (len == 0) {
-            break; /* unpaged: an older client */
-        }
-        out->paged = 1;
-        out->after = proto_get_str(&c, &out->after_len);
-        out->max_count = tern_cursor_u32(&c);
-        if (out->after == NULL) {
-            rv = TERN_EMALFORMED;
-        } else if (out->after_len > 0 &&
-                   !tern_name_valid(out->after, out->after_len)) {
-            rv = TERN_EBADNAME;
-        }
+        rv = get_list_tail(&c, out, PROTO_MAX_NAME);
         break;
     case PROTO_OP_STATUS:
         break;
@@ -1167,6 +1213,57 @@ int proto_encode_acl_list(struct tern_wbuf *w,
     return proto_frame_end(w, start);
 }
 
+int proto_encode_list_page_req(struct tern_wbuf *w,
+                               uint8_t op,
+                               uint64_t request_id,
+                               const char *user,
+                               const struct proto_list_cursor *after,
+                               uint32_t max_count)
+{
+    static const struct proto_list_cursor start_cursor = {NULL, NULL, NULL};
+    const struct proto_list_cursor *a = after != NULL ? after : &start_cursor;
+    size_t start = w->len;
+    int from_start = a->name == NULL || a->name[0] == '\0';
+    int user_given = user != NULL && user[0] != '\0';
+    int ok;
+    switch (op) {
+    case PROTO_OP_USER_LIST:
+        ok = !user_given && (from_start || name_ok(a->name, PROTO_MAX_USER));
+        break;
+    case PROTO_OP_NAMESPACE_LIST:
+        ok = !user_given &&
+             (from_start || name_ok(a->name, PROTO_MAX_NAMESPACE));
+        break;
+    case PROTO_OP_ACL_LIST:
+        ok = (!user_given || name_ok(user, PROTO_MAX_USER));
+        if (from_start) {
+            ok = ok && (a->ns == NULL || a->ns[0] == '\0') &&
+                 (a->pattern == NULL || a->pattern[0] == '\0');
+        } else {
+            ok = ok && name_ok(a->name, PROTO_MAX_USER) &&
+                 name_ok(a->ns, PROTO_MAX_NAMESPACE) && a->pattern != NULL &&
+                 proto_pattern_valid(a->pattern, strlen(a->pattern));
+        }
+        break;
+    default:
+        return TERN_EINVAL;
+    }
+    if (!ok) {
+        return TERN_EBADNAME;
+    }
+    proto_frame_begin(w, op, request_id, 0);
+    if (op == PROTO_OP_ACL_LIST) {
+        put_cstr(w, user);
+    }
+    put_cstr(w, from_start ? NULL : a->name);
+    if (op == PROTO_OP_ACL_LIST) {
+        put_cstr(w, from_start ? NULL : a->ns);
+        put_cstr(w, from_start ? NULL : a->pattern);
+    }
+    tern_wbuf_u32(w, max_count);
+    return proto_frame_end(w, start);
+}
+
 int proto_encode_namespace_set(struct tern_wbuf *w,
                                uint64_t request_id,
                                const char *ns,
@@ -1239,6 +1336,34 @@ int proto_list_end(struct tern_wbuf *w, size_t start, uint32_t n)
     return proto_frame_end(w, start);
 }
 
+int proto_list_end_page(struct tern_wbuf *w, size_t start, uint32_t n, int more)
+{
+    tern_wbuf_u8(w, more != 0 ? 1 : 0);
+    return proto_list_end(w, start, n);
+}
+
+static size_t str_size(const char *s)
+{
+    return 2 + (s != NULL ? strlen(s) : 0);
+}
+
+size_t proto_list_user_size(const char *user)
+{
+    return str_size(user) + 4 + 1;
+}
+
+size_t proto_list_acl_size(const char *user,
+                           const char *ns,
+                           const char *pattern)
+{
+    return str_size(user) + str_size(ns) + str_size(pattern) + 4;
+}
+
+size_t proto_list_namespace_size(const char *ns)
+{
+    return str_size(ns) + sizeof(uint64_t) * 3;
+}
+
 /* Record readers: a record that does not decode or names something
  * invalid sets c->err. */
 static void get_user_entry(struct tern_cursor *c, void *item)
@@ -1308,10 +1433,16 @@ int proto_decode_list_resp(uint8_t op,
         return TERN_EINVAL;
     }
     tern_cursor_init(&c, body, len);
+    int ok = 1;
     out->op = op;
     out->n = tern_cursor_u32(&c);
     records_skip(&c, out->n, get, &scratch, &out->entries, &out->entries_len);
-    return decode_end(&c, 1, out, sizeof *out);
+    if (c.err == 0 && tern_cursor_left(&c) > 0) {
+        out->paged = 1;
+        out->more = tern_cursor_u8(&c);
+        ok = out->more <= 1;
+    }
+    return decode_end(&c, ok, out, sizeof *out);
 }
 
 int proto_next_user(const struct proto_list_resp *r,

@@ -373,6 +373,12 @@ struct idx_user_info
 typedef int (*idx_user_cb)(void *arg, const struct idx_user_info *u);
 /* Users in name order; a non-zero return from cb stops. */
 int idx_user_list(struct idx_env *e, idx_user_cb cb, void *arg);
+/* As idx_user_list, from the first user whose name sorts after after
+ * (borrowed for the call; NULL or "": from the first user). */
+int idx_user_list_after(struct idx_env *e,
+                        const char *after,
+                        idx_user_cb cb,
+                        void *arg);
 /* TERN_ENOTFOUND, TERN_EBADNAME. out->name = name. */
 int idx_user_get(struct idx_env *e,
                  const char *name,
@@ -389,6 +395,15 @@ typedef int (*idx_acl_cb)(void *arg, const struct idx_acl *a);
 /* Grants in (user, namespace, pattern) order, only user's when user is
  * not NULL or "". */
 int idx_acl_list(struct idx_env *e, const char *user, idx_acl_cb cb, void *arg);
+/* As idx_acl_list, from the first grant that sorts after the grant key
+ * (after->user, after->ns, after->pattern; after->perms ignored; borrowed
+ * for the call; NULL: from the first grant). TERN_EBADNAME for an invalid
+ * cursor. */
+int idx_acl_list_after(struct idx_env *e,
+                       const char *user,
+                       const struct idx_acl *after,
+                       idx_acl_cb cb,
+                       void *arg);
 /* Pure evaluator over a user's grants g[0..n) (any namespace; only those
  * of ns count): the permission bits the user holds on queue in ns (queue
  * NULL: namespace-wide, "*" grants only). IDX_PERM_ADMIN in the union
@@ -418,6 +433,12 @@ struct idx_namespace_info
 typedef int (*idx_namespace_cb)(void *arg, const struct idx_namespace_info *n);
 /* Namespaces in name order, "default" included even if never set. */
 int idx_namespace_list(struct idx_env *e, idx_namespace_cb cb, void *arg);
+/* As idx_namespace_list, from the first namespace whose name sorts after
+ * after (borrowed for the call; NULL or "": from the first). */
+int idx_namespace_list_after(struct idx_env *e,
+                             const char *after,
+                             idx_namespace_cb cb,
+                             void *arg);
 /* TERN_ENOTFOUND, TERN_EBADNAME. */
 int idx_namespace_get(struct idx_env *e,
                       const char *name,

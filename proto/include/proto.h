@@ -97,8 +97,7 @@
  * 1..PROTO_MAX_NAMESPACE bytes, both passing tern_name_valid; pattern = str
  * "*", a queue name, or a prefix of one followed by '*'. Writes go through
  * Raft on a writable leader (TERN_ENOTLEADER elsewhere); lists are served
- * by any node from its index. A list that does not fit in the server's
- * frame budget is answered TERN_ELIMIT.
+ * by any node from its index.
  *   USER_SET      req: str user, u32 flags (bit 0 PROTO_USER_ADMIN, bit 1
  *                      PROTO_USER_CERT; others 0), blob credential (0..255
  *                      bytes, auth/scram.c binary form, made by the client
@@ -106,8 +105,9 @@
  *                      PROTO_USER_CERT)
  *                 resp: (empty)
  *   USER_DELETE   req: str user                     resp: (empty)
- *   USER_LIST     req: (empty)
- *                 resp: u32 n, n x {str user, u32 flags, u8 has_credential}
+ *   USER_LIST     req: (empty) | str after, u32 max_count
+ *                 resp: u32 n, n x {str user, u32 flags, u8 has_credential},
+ *                       [u8 more]
  *   ACL_SET       req: str user, str namespace, str pattern, u32 perms
  *                      (1..15: PROTO_PERM_PRODUCE 1, CONSUME 2, MANAGE 4,
  *                      ADMIN 8)
@@ -115,16 +115,36 @@
  *   ACL_DELETE    req: str user, str namespace, str pattern
  *                 resp: (empty)
  *   ACL_LIST      req: str user ("" = every user's grants)
+ *                      [, str after_user, str after_namespace,
+ *                         str after_pattern, u32 max_count]
  *                 resp: u32 n, n x {str user, str namespace, str pattern,
- *                                   u32 perms}
+ *                                   u32 perms}, [u8 more]
  *   NAMESPACE_SET req: str namespace, u64 max_queues, u64 max_bytes,
  *                      u64 produce_bytes_per_s (0 = unlimited); creates it
  *                      or replaces its quotas
  *                 resp: (empty)
  *   NAMESPACE_DELETE req: str namespace             resp: (empty)
- *   NAMESPACE_LIST req: (empty)
+ *   NAMESPACE_LIST req: (empty) | str after, u32 max_count
  *                 resp: u32 n, n x {str namespace, u64 max_queues,
- *                                   u64 max_bytes, u64 produce_bytes_per_s}
+ *                                   u64 max_bytes, u64 produce_bytes_per_s},
+ *                       [u8 more]
+ *   The three lists page as QUEUE_LIST does (the paging tail was added
+ *   after ops 10..19; the tail is the whole body of USER_LIST and
+ *   NAMESPACE_LIST and follows the user filter of ACL_LIST). A request
+ *   with the tail asks for the entries that sort after its cursor, the
+ *   last entry of the previous page: a user name (USER_LIST), a
+ *   namespace name (NAMESPACE_LIST), or a grant's (user, namespace,
+ *   pattern) (ACL_LIST; grants sort by user, then namespace, then
+ *   pattern, bytewise); an empty cursor (all three strings "" for
+ *   ACL_LIST, else each a valid name or pattern) is the start.
+ *   max_count 0 is the server's page size (list_page_max). The answer to
+ *   such a request ends with u8 more (1: entries follow the last one
+ *   listed, ask again with it as the cursor; 0: the last page) and holds
+ *   at most max_count and list_page_max entries in 1 MiB and half of
+ *   max_frame_bytes (at least one entry). A request without the tail (an
+ *   older client) is answered without the more byte, with every entry,
+ *   or TERN_ELIMIT when they do not fit in max_frame_bytes. A server
+ *   without paging answers the tail TERN_EMALFORMED.
  *   PRODUCER_INIT req: (empty)
  *                 resp: u64 producer_id (issued by the leader through Raft,
  *                       owned by the connection's user)
@@ -269,11 +289,17 @@ struct proto_request
     size_t msgs_len;
     uint8_t flags; /* STATS: PROTO_STATS_RESET or 0; FETCH:
                       PROTO_FETCH_LEADER or 0 */
-    /* QUEUE_LIST: paged is 1 for a body with after/max_count (after_len
-     * 0: from the start; otherwise a valid name). */
+    /* QUEUE_LIST, USER_LIST, ACL_LIST, NAMESPACE_LIST: paged is 1 for a
+     * body with the paging tail (after_len 0: from the start; otherwise a
+     * valid name: a queue, user, namespace, or for ACL_LIST the cursor
+     * grant's user, with after_ns and after_pattern its other fields). */
     uint8_t paged;
     const char *after;
     uint16_t after_len;
+    const char *after_ns;
+    uint16_t after_ns_len;
+    const char *after_pattern;
+    uint16_t after_pattern_len;
     uint32_t max_count;
     /* Security metadata ops (10..19); all borrowed from the body. */
     const char *user; /* USER_*, ACL_* (ACL_LIST: user_len 0 = all) */
@@ -606,18 +632,40 @@ int proto_encode_acl_op(struct tern_wbuf *w,
                         const char *ns,
                         const char *pattern,
                         uint32_t perms);
-/* ACL_LIST of user's grants (NULL or "": everyone's). */
+/* ACL_LIST of user's grants (NULL or "": everyone's), unpaged. */
 int proto_encode_acl_list(struct tern_wbuf *w,
                           uint64_t request_id,
                           const char *user);
+/* The cursor of a paged list request: the last entry of the previous
+ * page (every field NULL or "": from the start). USER_LIST and
+ * NAMESPACE_LIST use name only; ACL_LIST all three (the grant's user,
+ * namespace and pattern). Borrowed for the call. */
+struct proto_list_cursor
+{
+    const char *name;
+    const char *ns;
+    const char *pattern;
+};
+/* A paged USER_LIST, ACL_LIST (of user's grants, NULL or "": everyone's)
+ * or NAMESPACE_LIST request (user must be NULL or "" for the other two):
+ * the entries after *after (NULL: from the start), at most max_count of
+ * them (0: the server's page size). TERN_EBADNAME for a bad name or
+ * pattern or a cursor with some fields empty and others not, TERN_EINVAL
+ * for another op. */
+int proto_encode_list_page_req(struct tern_wbuf *w,
+                               uint8_t op,
+                               uint64_t request_id,
+                               const char *user,
+                               const struct proto_list_cursor *after,
+                               uint32_t max_count);
 int proto_encode_namespace_set(struct tern_wbuf *w,
                                uint64_t request_id,
                                const char *ns,
                                uint64_t max_queues,
                                uint64_t max_bytes,
                                uint64_t produce_bytes_per_s);
-/* USER_LIST, NAMESPACE_LIST and PRODUCER_INIT requests have empty bodies:
- * proto_encode_simple. */
+/* Unpaged USER_LIST and NAMESPACE_LIST and PRODUCER_INIT requests have
+ * empty bodies: proto_encode_simple. */
 
 /* Records of the list answers. Strings borrowed (not NUL-terminated). */
 struct proto_user_entry
@@ -649,8 +697,11 @@ struct proto_namespace_entry
 /* List answers (server side), streamed: proto_list_begin writes the frame
  * header and a count placeholder and returns the frame's start offset;
  * add records with proto_put_*_entry (strings NUL-terminated, borrowed);
- * proto_list_end(w, start, n) writes the count and seals the frame. op is
- * USER_LIST, ACL_LIST or NAMESPACE_LIST. */
+ * proto_list_end(w, start, n) writes the count and seals the frame (the
+ * unpaged answer), proto_list_end_page(w, start, n, more) also appends
+ * the more byte (the answer to a paged request). op is USER_LIST,
+ * ACL_LIST or NAMESPACE_LIST. The proto_list_*_size give the bytes one
+ * record takes (a page's byte bound). */
 size_t proto_list_begin(struct tern_wbuf *w, uint8_t op, uint64_t request_id);
 void proto_put_user_entry(struct tern_wbuf *w,
                           const char *user,
@@ -667,16 +718,29 @@ void proto_put_namespace_entry(struct tern_wbuf *w,
                                uint64_t max_bytes,
                                uint64_t produce_bytes_per_s);
 int proto_list_end(struct tern_wbuf *w, size_t start, uint32_t n);
+int proto_list_end_page(struct tern_wbuf *w,
+                        size_t start,
+                        uint32_t n,
+                        int more);
+size_t proto_list_user_size(const char *user);
+size_t proto_list_acl_size(const char *user,
+                           const char *ns,
+                           const char *pattern);
+size_t proto_list_namespace_size(const char *ns);
 
 /* Decoding (client side): the whole body is validated for op (USER_LIST,
  * ACL_LIST, NAMESPACE_LIST; every name and pattern checked), then
- * iterate with the proto_next_* of that op. TERN_EMALFORMED. */
+ * iterate with the proto_next_* of that op. Both answers are accepted:
+ * paged says whether the more byte was there (it must be 0 or 1).
+ * TERN_EMALFORMED. */
 struct proto_list_resp
 {
     uint8_t op;
     uint32_t n;
     const uint8_t *entries;
     size_t entries_len;
+    uint8_t paged;
+    uint8_t more;
 };
 int proto_decode_list_resp(uint8_t op,
                            const void *body,

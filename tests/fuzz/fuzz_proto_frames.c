@@ -21,6 +21,25 @@ static void name_copy(char *dst, const char *src, size_t n)
     dst[n] = '\0';
 }
 
+/* The security lists, unpaged (old form) or with the paging tail. */
+static int reencode_list(struct tern_wbuf *w, const struct proto_request *r)
+{
+    char u[PROTO_MAX_NAME + 1], a[PROTO_MAX_NAME + 1];
+    char an[PROTO_MAX_NAME + 1], ap[PROTO_MAX_NAME + 1];
+    struct proto_list_cursor after = {a, an, ap};
+    name_copy(u, r->user, r->user_len);
+    name_copy(a, r->after, r->after_len);
+    name_copy(an, r->after_ns, r->after_ns_len);
+    name_copy(ap, r->after_pattern, r->after_pattern_len);
+    if (r->paged) {
+        return proto_encode_list_page_req(w, r->op, 1, u, &after, r->max_count);
+    }
+    if (r->op == PROTO_OP_ACL_LIST) {
+        return proto_encode_acl_list(w, 1, u);
+    }
+    return proto_encode_simple(w, r->op, 1);
+}
+
 /* Encode r again from its decoded fields: the body must come out byte for
  * byte as it went in (every request has one encoding). */
 static void reencode(const struct proto_request *r,
@@ -101,9 +120,10 @@ static void reencode(const struct proto_request *r,
         name_copy(pat, r->pattern, r->pattern_len);
         rv = proto_encode_acl_op(&w, r->op, 1, u, n, pat, r->bits);
         break;
+    case PROTO_OP_USER_LIST:
     case PROTO_OP_ACL_LIST:
-        name_copy(u, r->user, r->user_len);
-        rv = proto_encode_acl_list(&w, 1, u);
+    case PROTO_OP_NAMESPACE_LIST:
+        rv = reencode_list(&w, r);
         break;
     case PROTO_OP_NAMESPACE_SET:
         name_copy(n, r->ns, r->ns_len);
@@ -111,8 +131,6 @@ static void reencode(const struct proto_request *r,
                                         r->max_bytes_quota,
                                         r->produce_bytes_per_s);
         break;
-    case PROTO_OP_USER_LIST:
-    case PROTO_OP_NAMESPACE_LIST:
     case PROTO_OP_PRODUCER_INIT:
         rv = proto_encode_simple(&w, r->op, 1);
         break;
