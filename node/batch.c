@@ -372,6 +372,33 @@ int node_batcher_add(struct node_batcher *b,
     return add_finish(b, w);
 }
 
+int node_batcher_add_retain(struct node_batcher *b,
+                            const char *after,
+                            uint32_t max_count)
+{
+    struct node_wreq *w;
+    int rv;
+    if (max_count == 0 || max_count > IDX_RETAIN_PAGE_MAX) {
+        return TERN_EINVAL;
+    }
+    if (after != NULL && after[0] != '\0' &&
+        !tern_qname_valid(after, strnlen(after, TERN_NAME_MAX + 1))) {
+        return TERN_EBADNAME;
+    }
+    w = tern_calloc(1, sizeof(*w));
+    if (w == NULL) {
+        return -ENOMEM;
+    }
+    rv = open_for(b, 16 + TERN_NAME_MAX);
+    if (rv != 0) {
+        tern_free(w);
+        return rv;
+    }
+    tern_list_init(&w->link);
+    idx_cmd_retain(&b->open->w, after, max_count);
+    return add_finish(b, w);
+}
+
 bool node_batcher_congested(const struct node_batcher *b)
 {
     return b->n_queued >= b->max_queued;
