@@ -52,6 +52,26 @@
  *                 nothing appended, producer state unchanged
  * The quotas are those of the namespace's row in "namespaces"; "default"
  * has quotas only once a NAMESPACE_SET "default" gave some.
+ *
+ * Time and retention (docs/MESSAGES.md): each valid entry's append time
+ * is max(its timestamp_ms, the previous append time) (meta "state"
+ * last_append_ms), stamped on its messages' msgs rows. A queue's
+ * start_offset moves only here, by the retention functions below:
+ *   PRODUCE      a batch passing max_messages or max_bytes by itself ->
+ *                TERN_EQUEUEFULL; with overflow reject, count + n >
+ *                max_messages or bytes + batch > max_bytes ->
+ *                TERN_EQUEUEFULL (checked after the quota, nothing
+ *                appended); with drop-oldest, after the append, the
+ *                oldest messages are trimmed until both hold (O(trimmed))
+ *   RETAIN       each queue of the page with max_age_ms > 0 and append
+ *                time T > max_age_ms keeps the offsets from the first one
+ *                with append time >= T - max_age_ms (binary search)
+ *   QUEUE_UPDATE changes the masked settings; a lowered limit applies at
+ *                the next PRODUCE or RETAIN of the queue
+ * Trimming lowers the queue's bytes and its namespace usage by the
+ * trimmed message bytes and writes the cleaner's "trim" mark; the rows
+ * stay for the cleaner (clean.c). QUEUE_DELETE frees the name and writes
+ * the "dead" mark; its rows go to the cleaner too.
  */
 #include <errno.h>
 
@@ -86,36 +106,6 @@ static int put_queue(struct idx_env *e,
     MDB_val k = {n, (void *)(uintptr_t)name}, v = {sizeof buf, buf};
     int rc = mdb_put(e->wtxn, e->dbi_queues, &k, &v, 0);
     return rc != 0 ? idx__mdb_err(e, rc, "put queue") : 0;
-}
-
-/* Delete every key of dbi starting with the 8-byte prefix. */
-static int del_prefix(struct idx_env *e, MDB_dbi dbi, const uint8_t *prefix)
-{
-    MDB_cursor *cur;
-    MDB_val k = {8, (void *)(uintptr_t)prefix}, v;
-    int rc = mdb_cursor_open(e->wtxn, dbi, &cur);
-    if (rc != 0) {
-        return idx__mdb_err(e, rc, "cursor open");
-    }
-    /* Re-seek after every delete: simple, and immune to the cursor
-     * position rules after mdb_cursor_del. */
-    for (;;) {
-        k.mv_size = 8;
-        k.mv_data = (void *)(uintptr_t)prefix;
-        rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
-        if (rc != 0 || k.mv_size < 8 || memcmp(k.mv_data, prefix, 8) != 0) {
-            break;
-        }
-        rc = mdb_cursor_del(cur, 0);
-        if (rc != 0) {
-            break;
-        }
-    }
-    mdb_cursor_close(cur);
-    if (rc != 0 && rc != MDB_NOTFOUND) {
-        return idx__mdb_err(e, rc, "delete range");
-    }
-    return 0;
 }
 
 /* ---- Namespace usage and quotas ------------------------------------------ */
@@ -237,6 +227,11 @@ static int apply_create(struct idx_env *e,
     memset(&q, 0, sizeof q);
     q.id = e->st.next_queue_id++;
     q.created_index = index;
+    if (c->has_settings) {
+        q.settings = c->settings;
+    } else {
+        idx_queue_settings_default(&q.settings);
+    }
     rc = put_queue(e, c->queue, c->queue_len, &q);
     if (rc != 0) {
         return rc;
@@ -250,7 +245,6 @@ static int apply_delete(struct idx_env *e,
                         struct idx_result *r)
 {
     struct idx__queue_val q = {0};
-    uint8_t prefix[8];
     int rc = get_queue(e, c->queue, c->queue_len, &q);
     if (rc < 0) {
         return rc;
@@ -264,10 +258,8 @@ static int apply_delete(struct idx_env *e,
     if (rc != 0) {
         return idx__mdb_err(e, rc, "delete queue");
     }
-    idx__put_be64(prefix, q.id);
-    if ((rc = del_prefix(e, e->dbi_msgs, prefix)) != 0 ||
-        (rc = del_prefix(e, e->dbi_groups, prefix)) != 0 ||
-        (rc = del_prefix(e, e->dbi_producers, prefix)) != 0) {
+    rc = idx__mark_put(e, IDX__MARK_DEAD, q.id, "", 0);
+    if (rc != 0) {
         return rc;
     }
     struct idx__usage_val u;
@@ -283,6 +275,233 @@ static int apply_delete(struct idx_env *e,
     u.queues--;
     u.bytes -= q.bytes;
     return put_usage(e, ns, &u);
+}
+
+/* ---- Retention ------------------------------------------------------------
+ */
+
+/* Whether a batch of n messages and batch_bytes may be appended to q:
+ * 0 or TERN_EQUEUEFULL. */
+static int retain_admit(const struct idx__queue_val *q,
+                        uint32_t n,
+                        uint64_t batch_bytes)
+{
+    const struct idx_queue_settings *s = &q->settings;
+    if ((s->max_messages > 0 && n > s->max_messages) ||
+        (s->max_bytes > 0 && batch_bytes > s->max_bytes)) {
+        return TERN_EQUEUEFULL; /* does not fit even in an empty queue */
+    }
+    if (s->overflow != IDX_OVERFLOW_REJECT) {
+        return 0;
+    }
+    uint64_t count = q->next_offset - q->start_offset;
+    if ((s->max_messages > 0 && count > s->max_messages - n) ||
+        (s->max_bytes > 0 && q->bytes > s->max_bytes - batch_bytes)) {
+        return TERN_EQUEUEFULL;
+    }
+    return 0;
+}
+
+/* Whether q passes max_messages or max_bytes. */
+static bool over_limits(const struct idx__queue_val *q)
+{
+    const struct idx_queue_settings *s = &q->settings;
+    return (s->max_messages > 0 &&
+            q->next_offset - q->start_offset > s->max_messages) ||
+           (s->max_bytes > 0 && q->bytes > s->max_bytes);
+}
+
+/* Move q's start_offset forward (in memory) over the oldest messages:
+ * up to offset stop, and with stop_at_limits only while q passes a
+ * limit. Lowers q->bytes and u->bytes by the trimmed bytes, counts the
+ * trimmed messages into *trimmed and writes the cleaner's "trim" mark of
+ * name when anything moved. */
+static int trim_oldest(struct idx_env *e,
+                       const char *name,
+                       size_t name_len,
+                       struct idx__queue_val *q,
+                       struct idx__usage_val *u,
+                       uint64_t stop,
+                       bool stop_at_limits,
+                       uint64_t *trimmed)
+{
+    MDB_cursor *cur;
+    uint64_t from = q->start_offset;
+    int rc = 0;
+    if (q->start_offset >= stop || (stop_at_limits && !over_limits(q))) {
+        return 0;
+    }
+    rc = mdb_cursor_open(e->wtxn, e->dbi_msgs, &cur);
+    if (rc != 0) {
+        return idx__mdb_err(e, rc, "cursor open");
+    }
+    while (q->start_offset < stop && (!stop_at_limits || over_limits(q))) {
+        uint8_t key[IDX__MSG_KEY_SIZE];
+        struct idx__msg_val m;
+        MDB_val k, v;
+        idx__msg_key(key, q->id, q->start_offset);
+        if (q->start_offset == from) {
+            k.mv_size = sizeof key;
+            k.mv_data = key;
+            rc = mdb_cursor_get(cur, &k, &v, MDB_SET_KEY);
+        } else {
+            rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
+        }
+        if (rc != 0 || k.mv_size != sizeof key ||
+            memcmp(k.mv_data, key, sizeof key) != 0 ||
+            idx__msg_val_decode(v.mv_data, v.mv_size, &m) != 0 ||
+            m.len > q->bytes || m.len > u->bytes) {
+            mdb_cursor_close(cur);
+            if (rc != 0 && rc != MDB_NOTFOUND) {
+                return idx__mdb_err(e, rc, "get message");
+            }
+            return IDX__CORRUPT(e, "queue %.*s: index entry %llu",
+                                (int)name_len, name,
+                                (unsigned long long)q->start_offset);
+        }
+        q->bytes -= m.len;
+        u->bytes -= m.len;
+        q->start_offset++;
+    }
+    mdb_cursor_close(cur);
+    *trimmed += q->start_offset - from;
+    return idx__mark_put(e, IDX__MARK_TRIM, q->id, name, name_len);
+}
+
+/* After a produce appended to q (drop-oldest): trim until the limits
+ * hold. u is the usage of the queue's namespace. */
+static int retain_trim_limits(struct idx_env *e,
+                              const struct idx__cmd *c,
+                              struct idx__queue_val *q,
+                              struct idx__usage_val *u)
+{
+    uint64_t trimmed = 0;
+    if (q->settings.overflow != IDX_OVERFLOW_DROP_OLDEST) {
+        return 0;
+    }
+    return trim_oldest(e, c->queue, c->queue_len, q, u, q->next_offset, true,
+                       &trimmed);
+}
+
+static int apply_update(struct idx_env *e,
+                        const struct idx__cmd *c,
+                        struct idx_result *r)
+{
+    struct idx__queue_val q = {0};
+    int rc = get_queue(e, c->queue, c->queue_len, &q);
+    if (rc < 0) {
+        return rc;
+    }
+    if (rc == 1) {
+        r->status = TERN_ENOQUEUE;
+        return 0;
+    }
+    if ((c->mask & IDX_SET_MAX_AGE) != 0) {
+        q.settings.max_age_ms = c->settings.max_age_ms;
+    }
+    if ((c->mask & IDX_SET_MAX_BYTES) != 0) {
+        q.settings.max_bytes = c->settings.max_bytes;
+    }
+    if ((c->mask & IDX_SET_MAX_MESSAGES) != 0) {
+        q.settings.max_messages = c->settings.max_messages;
+    }
+    if ((c->mask & IDX_SET_OVERFLOW) != 0) {
+        q.settings.overflow = c->settings.overflow;
+    }
+    return put_queue(e, c->queue, c->queue_len, &q);
+}
+
+/* Trim one queue (name, value v) by max_age at append time now. */
+static int retain_one(struct idx_env *e,
+                      const char *name,
+                      size_t name_len,
+                      struct idx__queue_val *q,
+                      uint64_t now,
+                      uint64_t *trimmed)
+{
+    uint64_t stop;
+    if (q->settings.max_age_ms == 0 || now <= q->settings.max_age_ms ||
+        q->start_offset == q->next_offset) {
+        return 0;
+    }
+    int rc = idx__msgs_time_search(e, e->wtxn, q->id, q->start_offset,
+                                   q->next_offset, now - q->settings.max_age_ms,
+                                   &stop);
+    if (rc != 0 || stop == q->start_offset) {
+        return rc;
+    }
+    struct idx__usage_val u;
+    struct ns_ref ns;
+    ns.len = idx__usage_key(name, name_len, &ns.name);
+    rc = get_usage(e, ns, &u);
+    if (rc == 0) {
+        rc = trim_oldest(e, name, name_len, q, &u, stop, false, trimmed);
+    }
+    if (rc == 0) {
+        rc = put_queue(e, name, name_len, q);
+    }
+    if (rc == 0) {
+        rc = put_usage(e, ns, &u);
+    }
+    return rc;
+}
+
+/* RETAIN: the page of queues after c->queue, at append time now. */
+static int apply_retain(struct idx_env *e,
+                        uint64_t now,
+                        const struct idx__cmd *c,
+                        struct idx_result *r)
+{
+    MDB_cursor *cur;
+    char name[TERN_NAME_MAX];
+    size_t name_len = c->queue_len;
+    uint64_t trimmed = 0;
+    uint32_t seen = 0;
+    int rc = 0;
+    memcpy(name, c->queue, c->queue_len);
+    while (seen < c->max_count) {
+        struct idx__queue_val q;
+        MDB_val k = {name_len, name}, v;
+        rc = mdb_cursor_open(e->wtxn, e->dbi_queues, &cur);
+        if (rc != 0) {
+            return idx__mdb_err(e, rc, "cursor open");
+        }
+        /* The first name after name: re-seeked for each queue, as the
+         * trim below writes the table. */
+        if (name_len == 0) {
+            rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST);
+        } else {
+            rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
+            if (rc == 0 && k.mv_size == name_len &&
+                memcmp(k.mv_data, name, name_len) == 0) {
+                rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
+            }
+        }
+        if (rc == 0 && (!tern_qname_valid(k.mv_data, k.mv_size) ||
+                        idx__queue_val_decode(v.mv_data, v.mv_size, &q))) {
+            mdb_cursor_close(cur);
+            return IDX__CORRUPT(e, "queue entry");
+        }
+        if (rc == 0) {
+            memcpy(name, k.mv_data, k.mv_size);
+            name_len = k.mv_size;
+        }
+        mdb_cursor_close(cur);
+        if (rc == MDB_NOTFOUND) {
+            break;
+        }
+        if (rc != 0) {
+            return idx__mdb_err(e, rc, "cursor");
+        }
+        seen++;
+        rc = retain_one(e, name, name_len, &q, now, &trimmed);
+        if (rc != 0) {
+            return rc;
+        }
+    }
+    r->count = seen;
+    r->base_offset = trimmed;
+    return 0;
 }
 
 static int apply_produce(struct idx_env *e,
@@ -358,6 +577,10 @@ static int apply_produce(struct idx_env *e,
         r->status = TERN_EQUOTA;
         return 0;
     }
+    r->status = retain_admit(&q, c->n_msgs, batch_bytes);
+    if (r->status != 0) {
+        return 0;
+    }
     r->base_offset = q.next_offset;
     r->count = c->n_msgs;
     idx__msg_iter_init(&mi, c);
@@ -380,9 +603,12 @@ static int apply_produce(struct idx_env *e,
         q.next_offset++;
     }
     q.bytes += batch_bytes;
-    rc = put_queue(e, c->queue, c->queue_len, &q);
+    u.bytes += batch_bytes;
+    rc = retain_trim_limits(e, c, &q, &u);
     if (rc == 0) {
-        u.bytes += batch_bytes;
+        rc = put_queue(e, c->queue, c->queue_len, &q);
+    }
+    if (rc == 0) {
         rc = put_usage(e, ns, &u);
     }
     if (rc != 0) {
@@ -755,6 +981,9 @@ int idx__index_record(struct idx_env *e,
     } else {
         rc = idx__entry_open(&it, payload, len);
         TERN_INVARIANT(rc == 0);
+        /* Append time (docs/MESSAGES.md, "Time"): monotone over the log. */
+        uint64_t append_ms = TERN_MAX(it.timestamp_ms, e->st.last_append_ms);
+        e->st.last_append_ms = append_ms;
         while (idx__entry_next(&it, &cmd) == 1) {
             struct idx_result r = {0};
             switch (cmd.type) {
@@ -765,7 +994,7 @@ int idx__index_record(struct idx_env *e,
                 rc = apply_delete(e, &cmd, &r);
                 break;
             case IDX_CMD_PRODUCE:
-                rc = apply_produce(e, pos, it.timestamp_ms, payload, &cmd, &r);
+                rc = apply_produce(e, pos, append_ms, payload, &cmd, &r);
                 break;
             case IDX_CMD_GROUP_COMMIT:
                 rc = apply_group(e, &cmd, &r);
@@ -790,6 +1019,12 @@ int idx__index_record(struct idx_env *e,
                 break;
             case IDX_CMD_PRODUCER_INIT:
                 rc = apply_producer_init(e, &cmd, &r);
+                break;
+            case IDX_CMD_QUEUE_UPDATE:
+                rc = apply_update(e, &cmd, &r);
+                break;
+            case IDX_CMD_RETAIN:
+                rc = apply_retain(e, append_ms, &cmd, &r);
                 break;
             default:
                 rc = IDX__CORRUPT(e, "validated entry has command type %u",

@@ -16,9 +16,13 @@
  * idx_restore) write the ones that are missing.
  *
  * WHAT. Every LMDB table whose rows are decided by applying commands
- * alone: meta (the state record: last_applied = the raft index of the
+ * alone: meta's state record (last_applied = the raft index of the
  * record before P, log_end = P), queues, groups, producers, users, acls,
- * namespaces, producer_ids, ns_usage. Not msgs: the rows of the messages a
+ * namespaces, producer_ids, ns_usage. Not the cleaner's work marks in
+ * meta (index/clean.c): a node removes them as its cleaner finishes, so
+ * they differ between nodes; and they are not needed after a rebuild
+ * from P, where the rows they point at were never re-created (a queue
+ * deleted or trimmed before P) or are marked again by the replay. Not msgs: the rows of the messages a
  * queue still retains are re-derived by replaying the records at and
  * after P (retention keeps every retained message at or after the
  * checkpoint the log starts at); rows of trimmed messages are gone for
@@ -243,6 +247,11 @@ static int build_body(struct idx_env *e, struct tern_wbuf *w, uint32_t *rows)
         for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0;
              rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
             uint8_t h[CKPT__ROW_HDR];
+            if (ckpt_tables[i].id == 1 &&
+                (k.mv_size != sizeof IDX__META_KEY_STATE - 1 ||
+                 memcmp(k.mv_data, IDX__META_KEY_STATE, k.mv_size) != 0)) {
+                continue; /* the cleaner's marks: local work, see WHAT */
+            }
             h[0] = ckpt_tables[i].id;
             tern_put_u16(h + 1, (uint16_t)k.mv_size);
             tern_put_u32(h + 3, (uint32_t)v.mv_size);

@@ -13,14 +13,15 @@
  *   snapshot.c  manifests, bulk catch-up, restore
  *   read.c      queue lookups, group offsets, fetches
  *   apply.c     idx_apply, the index writer, idx_sync, idx_bulk_discard
+ *   clean.c     message rows by range and time, the row cleaner
  *   log.c       commit-log segments and records
  *   cmd.c       command entry codec
  *   keys.c      LMDB key and value codecs
  *   txn.c       errors, read buffer, the pending write txn, idx_flush
  *
- *   env.c, snapshot.c -> apply.c -> cmd.c, keys.c, log.c
+ *   env.c, snapshot.c -> apply.c -> cmd.c, keys.c, log.c, clean.c
  *   env.c -> keys.c, log.c;  snapshot.c -> log.c
- *   read.c -> keys.c, log.c
+ *   read.c -> keys.c, log.c, clean.c;  clean.c -> keys.c
  *   every file but cmd.c and keys.c -> txn.c
  *   cmd.c, keys.c and txn.c call no other file of index/.
  *
@@ -77,10 +78,12 @@ struct idx__state
     uint32_t last_rec_checksum;
     uint64_t next_queue_id;    /* next id handed to a created queue */
     uint64_t next_producer_id; /* next block PRODUCER_INIT issues */
+    uint64_t last_append_ms;   /* append time of the last valid entry */
 };
-/* Schema 3: queue bytes, ns_usage, producer-id blocks (keys.c). */
-#define IDX__SCHEMA_VERSION 3
-#define IDX__STATE_SIZE     56
+/* Schema 4: append time, queue value 3 with retention, work marks
+ * (keys.c). */
+#define IDX__SCHEMA_VERSION 4
+#define IDX__STATE_SIZE     64
 #define IDX__META_KEY_STATE "state"
 void idx__state_encode(uint8_t *buf, const struct idx__state *s);
 int idx__state_decode(const void *buf, size_t len, struct idx__state *s);
@@ -91,9 +94,10 @@ struct idx__queue_val
     uint64_t created_index;
     uint64_t start_offset;
     uint64_t next_offset;
-    uint64_t bytes; /* sum of the lengths of the messages appended */
+    uint64_t bytes; /* sum of the lengths of the retained messages */
+    struct idx_queue_settings settings;
 };
-#define IDX__QUEUE_VAL_SIZE 48
+#define IDX__QUEUE_VAL_SIZE 88
 void idx__queue_val_encode(uint8_t *buf, const struct idx__queue_val *q);
 int idx__queue_val_decode(const void *buf,
                           size_t len,
@@ -104,7 +108,7 @@ struct idx__msg_val
     uint64_t rec_pos;  /* log position of the record holding the message */
     uint32_t data_off; /* byte offset of the message in the record payload */
     uint32_t len;
-    uint64_t timestamp_ms;
+    uint64_t timestamp_ms; /* append time (docs/MESSAGES.md, "Time") */
     uint64_t producer_id;
 };
 #define IDX__MSG_VAL_SIZE 32
@@ -222,6 +226,13 @@ size_t idx__usage_key(const char *queue, size_t queue_len, const char **key);
 #define IDX__PID_BLOCK_SHIFT 32
 #define IDX__PID_BLOCK_MAX   UINT64_C(0xffffffff)
 
+/* The cleaner's work marks in meta (keys.c): kind "dead" or "trim" + u64
+ * BE queue id into key (IDX__MARK_KEY_SIZE bytes). */
+#define IDX__MARK_KEY_SIZE 12
+#define IDX__MARK_DEAD     "dead"
+#define IDX__MARK_TRIM     "trim"
+void idx__mark_key(uint8_t *key, const char *kind, uint64_t queue_id);
+
 /* Big-endian u64 for sortable key prefixes. */
 void idx__put_be64(uint8_t *p, uint64_t v);
 uint64_t idx__get_be64(const uint8_t *p);
@@ -308,6 +319,35 @@ int idx__log_read_record(struct idx_env *e,
                          uint64_t pos,
                          uint64_t limit,
                          struct idx__record *rec);
+
+/* ---- clean.c: message rows by range and time, the cleaner ---------------- */
+
+/* First offset in [lo, hi) of queue_id whose msgs row has append time >=
+ * time_ms, or hi (OUT *offset); binary search in txn (any txn of e). */
+int idx__msgs_time_search(struct idx_env *e,
+                          MDB_txn *txn,
+                          uint64_t queue_id,
+                          uint64_t lo,
+                          uint64_t hi,
+                          uint64_t time_ms,
+                          uint64_t *offset);
+/* Delete the rows of the messages of queue_id at offsets [from, to) in the
+ * pending txn, at most budget of them; *deleted (OUT) how many. Rows of
+ * other tables keyed by (queue id, offset) are deleted here too when
+ * they are added, so the cleaner keeps one entry point. */
+int idx__clean_range(struct idx_env *e,
+                     uint64_t queue_id,
+                     uint64_t from,
+                     uint64_t to,
+                     unsigned budget,
+                     unsigned *deleted);
+/* Record cleaner work in the pending txn: kind IDX__MARK_DEAD (name
+ * empty) or IDX__MARK_TRIM with the queue's stored name (borrowed). */
+int idx__mark_put(struct idx_env *e,
+                  const char *kind,
+                  uint64_t queue_id,
+                  const char *name,
+                  size_t name_len);
 
 /* ---- apply.c: the index writer ------------------------------------------- */
 

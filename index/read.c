@@ -78,6 +78,7 @@ int idx_queue_get(struct idx_env *e,
         out->next_offset = q.next_offset;
         out->created_index = q.created_index;
         out->bytes = q.bytes;
+        out->settings = q.settings;
     }
     mdb_txn_abort(txn);
     return rc;
@@ -135,6 +136,7 @@ int idx_queue_list_after(struct idx_env *e,
             .next_offset = q.next_offset,
             .created_index = q.created_index,
             .bytes = q.bytes,
+            .settings = q.settings,
         };
         if (cb(arg, &qi) != 0) {
             break;
@@ -212,7 +214,17 @@ int idx_fetch(struct idx_env *e,
     if (rc != 0) {
         goto out;
     }
-    if (offset < q.start_offset || offset > q.next_offset) {
+    if (offset < q.start_offset) {
+        /* Trimmed by retention: name the low watermark (the wire carries
+         * this message to the client). */
+        rc = idx__fail(e, TERN_EOFFSET, __LINE__,
+                       "offset %llu of %s is below its first offset %llu "
+                       "(trimmed by retention)",
+                       (unsigned long long)offset, queue,
+                       (unsigned long long)q.start_offset);
+        goto out;
+    }
+    if (offset > q.next_offset) {
         rc = idx__fail(
             e, TERN_EOFFSET, __LINE__, "offset %llu outside [%llu,%llu] of %s",
             (unsigned long long)offset, (unsigned long long)q.start_offset,
@@ -290,6 +302,32 @@ out:
     }
     mdb_txn_abort(txn);
     return rc;
+}
+
+int idx_offset_for_time(struct idx_env *e,
+                        const char *queue,
+                        uint64_t time_ms,
+                        uint64_t *offset)
+{
+    MDB_txn *txn;
+    struct idx__queue_val q = {0};
+    int rc = rtxn_begin(e, &txn);
+    *offset = 0;
+    if (rc != 0) {
+        return rc;
+    }
+    rc = lookup_queue(e, txn, queue, &q);
+    if (rc == 0) {
+        rc = idx__msgs_time_search(e, txn, q.id, q.start_offset, q.next_offset,
+                                   time_ms, offset);
+    }
+    mdb_txn_abort(txn);
+    return rc;
+}
+
+uint64_t idx_last_append_ms(const struct idx_env *e)
+{
+    return e->st.last_append_ms;
 }
 
 /* ---- Security metadata -------------------------------------------------- */

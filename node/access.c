@@ -641,6 +641,16 @@ int node_access_check(struct node_access *a,
     case PROTO_OP_QUEUE_CREATE:
     case PROTO_OP_QUEUE_DELETE:
         return check_queue(p, e, r, IDX_PERM_MANAGE, errmsg);
+    case PROTO_OP_QUEUE_UPDATE:
+        return check_queue(p, e, r, IDX_PERM_MANAGE, errmsg);
+    case PROTO_OP_OFFSET_FOR_TIME:
+        return check_queue(p, e, r, IDX_PERM_CONSUME, errmsg);
+    case PROTO_OP_QUEUE_INFO:
+        /* consume or manage */
+        if (check_queue(p, e, r, IDX_PERM_CONSUME, errmsg) == 0) {
+            return 0;
+        }
+        return check_queue(p, e, r, IDX_PERM_MANAGE, errmsg);
     case PROTO_OP_QUEUE_LIST:
     case PROTO_OP_PRODUCER_INIT:
         return 0;

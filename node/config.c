@@ -34,6 +34,11 @@
  *                                   ; keep it the same on every node);
  *                                   ; retention frees whole segments
  *                                   ; (4K..1G)
+ *   retention_interval_ms = 1000    ; a writable leader proposes RETAIN
+ *                                   ; (trim by max_age) this often; 0 = off
+ *   retention_page = 1024           ; queues per RETAIN (1..65536)
+ *   clean_batch_rows = 1024         ; LMDB rows the cleaner deletes per
+ *                                   ; loop iteration (>= 1; index/clean.c)
  *
  *   [raft]
  *   election_timeout_ms      = 150
@@ -174,6 +179,11 @@ static const char usage_text[] =
     "(default 64M)\n"
     "  --snapshot-trailing N      entries kept after a snapshot (default "
     "256)\n"
+    "  --retention-interval-ms N  leader's RETAIN period (default 1000; "
+    "0: off)\n"
+    "  --retention-page N         queues per RETAIN (default 1024)\n"
+    "  --clean-batch-rows N       rows the cleaner deletes per iteration "
+    "(default 1024)\n"
     "  --max-message-bytes N      default 4M\n"
     "  --max-frame-bytes N        default 16M\n"
     "  --min-free-disk-bytes N    default 64M\n"
@@ -265,6 +275,9 @@ static const char usage_text[] =
     "  cluster_name = tern\n"
     "  allow_open_data_dir = false\n"
     "  log_segment_bytes = 64M\n"
+    "  retention_interval_ms = 1000\n"
+    "  retention_page = 1024\n"
+    "  clean_batch_rows = 1024\n"
     "  [raft]\n"
     "  election_timeout_ms = 150\n"
     "  heartbeat_ms = 15\n"
@@ -324,6 +337,9 @@ void node_config_init(struct node_config *c)
     c->busy_poll_us = NODE_DEFAULT_BUSY_POLL_US;
     c->snapshot_bytes = NODE_DEFAULT_SNAPSHOT_BYTES;
     c->snapshot_trailing = NODE_DEFAULT_SNAPSHOT_TRAILING;
+    c->retention_interval_ms = NODE_DEFAULT_RETENTION_INTERVAL_MS;
+    c->retention_page = NODE_DEFAULT_RETENTION_PAGE;
+    c->clean_batch_rows = NODE_DEFAULT_CLEAN_BATCH_ROWS;
     c->max_message_bytes = NODE_DEFAULT_MAX_MESSAGE;
     c->log_segment_bytes = NODE_DEFAULT_LOG_SEGMENT;
     c->max_frame_bytes = NODE_DEFAULT_MAX_FRAME;
@@ -886,6 +902,12 @@ static const struct key keys[] = {
      NODE__INT(allow_open_data_dir), 0},
     {"node", "log_segment_bytes", "--log-segment-bytes", set_u64,
      NODE__U64(log_segment_bytes), (uint64_t)1 << 30},
+    {"node", "retention_interval_ms", "--retention-interval-ms", set_unsigned,
+     NODE__UINT(retention_interval_ms), UINT32_MAX},
+    {"node", "retention_page", "--retention-page", set_unsigned,
+     NODE__UINT(retention_page), IDX_RETAIN_PAGE_MAX},
+    {"node", "clean_batch_rows", "--clean-batch-rows", set_unsigned,
+     NODE__UINT(clean_batch_rows), 1000000},
     {"raft", "election_timeout_ms", "--election-timeout-ms", set_unsigned,
      NODE__UINT(election_timeout_ms), UINT32_MAX},
     {"raft", "heartbeat_ms", "--heartbeat-ms", set_unsigned,
@@ -1463,6 +1485,11 @@ static int validate_client_limits(const struct node_config *c, char *errmsg)
                            "frame_timeout_ms, slow_reader_timeout_ms, "
                            "peer_handshake_timeout_ms and peer_max_pending "
                            "must be > 0");
+        return TERN_EINVAL;
+    }
+    if (c->retention_page == 0 || c->clean_batch_rows == 0) {
+        tern_errmsg_printf(errmsg,
+                           "retention_page and clean_batch_rows must be > 0");
         return TERN_EINVAL;
     }
     return 0;

@@ -45,6 +45,10 @@ struct node_config
     char *cluster_name;      /* owned; [node] cluster_name; NULL: "tern" */
     int allow_open_data_dir; /* [node] allow_open_data_dir (default 0) */
     uint64_t max_term_jump;  /* [raft] max_term_jump (raft/io.c) */
+    /* [node] retention (docs/MESSAGES.md, "Retention") */
+    unsigned retention_interval_ms; /* RETAIN period of a leader; 0 = off */
+    unsigned retention_page;        /* queues per RETAIN */
+    unsigned clean_batch_rows;      /* cleaner rows per loop iteration */
     /* [security]: how nodes prove cluster membership to each other */
     int peer_auth;             /* enum node_peer_auth */
     char *cluster_ca;          /* owned; PEM CA that signs node certs */
@@ -144,6 +148,11 @@ enum node_client_auth {
 #define NODE_DEFAULT_AUTH_FAIL_SOURCES   4096u
 #define NODE_CLUSTER_NAME_MAX            64u
 #define NODE_DEFAULT_MAX_TERM_JUMP       (1ull << 20)
+
+/* [node] retention keys */
+#define NODE_DEFAULT_RETENTION_INTERVAL_MS 1000u
+#define NODE_DEFAULT_RETENTION_PAGE        1024u
+#define NODE_DEFAULT_CLEAN_BATCH_ROWS      1024u
 /* Longest shm_dir: room for "/tern-shm-<ipv4>-<port>.sock" in a unix
  * socket path (107 bytes). */
 #define NODE_SHM_DIR_MAX 64u

@@ -28,6 +28,17 @@
  * 100 ms watchdog timer polls the disk space, hands leadership over when
  * the leader's disk is full, and watches raft for a fail-stop.
  *
+ * Retention (docs/MESSAGES.md): after each flush the row cleaner
+ * (idx_clean_step, [node] clean_batch_rows rows per iteration, local to
+ * the node) runs while it has work, keeping the loop awake until done.
+ * A writable leader proposes a RETAIN every [node] retention_interval_ms,
+ * naming the next page of [node] retention_page queues (a cursor over the
+ * queue names, wrapping at the end). It proposes one whether or not a
+ * queue of the page has max_age: applying a RETAIN reads each queue of
+ * the page once (one LMDB cursor step and, only for a queue with max_age,
+ * one binary search), so an entry of the default page costs about as
+ * much as a QUEUE_LIST page, once a second.
+ *
  * Shutdown (SIGTERM/SIGINT): close the client server, answer unproposed
  * writes with TERN_ESHUTDOWN, repl_close (in-flight proposals fail with
  * TERN_ESHUTDOWN), then close the index, then the transport, then our own
@@ -81,6 +92,10 @@ struct node
     uv_signal_t sig_term;
     uv_signal_t sig_int;
     uv_timer_t watchdog;
+    uv_timer_t retention;
+    bool clean_more; /* the cleaner may have work (checked after flush) */
+    /* RETAIN page cursor: the last queue name of the previous page */
+    char retain_after[TERN_NAME_MAX + 1];
     bool handles_init;
     int last_fsm_error;
     uint64_t auth_refused;        /* transport's count when last logged */
@@ -353,6 +368,83 @@ static void bootstrap_admin(struct node *n)
     node_kick(n);
 }
 
+/* ---- Retention ------------------------------------------------------------
+ */
+
+struct retain_page
+{
+    char last[TERN_NAME_MAX + 1];
+    unsigned n;
+    unsigned max;
+};
+
+static int retain_page_cb(void *arg, const struct idx_queue_info *q)
+{
+    struct retain_page *p = arg;
+    (void)snprintf(p->last, sizeof(p->last), "%s", q->name);
+    return ++p->n >= p->max;
+}
+
+static void on_retention(uv_timer_t *t)
+{
+    struct node *n = t->data;
+    struct retain_page p = {.n = 0, .max = n->cfg->retention_page};
+    if (n->stopping || !n->writable || n->fsm.idx == NULL) {
+        return;
+    }
+    /* Where this page ends, from the local (flushed) index: only the
+     * cycling depends on it, the trim is decided at apply. */
+    if (idx_queue_list_after(n->fsm.idx, n->retain_after, retain_page_cb, &p) !=
+        0) {
+        return;
+    }
+    if (p.n == 0) {
+        n->retain_after[0] = '\0'; /* past the end: wrap */
+        if (idx_queue_list_after(n->fsm.idx, NULL, retain_page_cb, &p) != 0 ||
+            p.n == 0) {
+            return;
+        }
+    }
+    int rv = node_batcher_add_retain(&n->batcher, n->retain_after,
+                                     n->cfg->retention_page);
+    if (rv != 0) {
+        node_log(NODE_LOG_WARN, "retention not proposed", "after=\"%s\" err=%s",
+                 n->retain_after, tern_err_name(rv));
+        return;
+    }
+    (void)snprintf(n->retain_after, sizeof(n->retain_after), "%s",
+                   p.n < p.max ? "" : p.last);
+    node_kick(n);
+}
+
+/* One bounded cleaner step after a flush, while there is work. */
+static void clean_step(struct node *n, bool flushed)
+{
+    unsigned done = 0;
+    if (flushed) {
+        n->clean_more = true;
+    }
+    if (!n->clean_more || n->stopping || n->fsm.idx == NULL ||
+        idx_status(n->fsm.idx) != 0) {
+        return;
+    }
+    if (!idx_clean_pending(n->fsm.idx)) {
+        n->clean_more = false;
+        return;
+    }
+    int rv = idx_clean_step(n->fsm.idx, n->cfg->clean_batch_rows, &done);
+    if (rv != 0) {
+        node_log(NODE_LOG_ERROR, "row cleaner failed", "err=%s detail=\"%s\"",
+                 tern_err_name(rv), idx_errmsg(n->fsm.idx));
+        n->clean_more = false;
+        return;
+    }
+    n->clean_more = done >= n->cfg->clean_batch_rows;
+    if (n->clean_more) {
+        node_kick(n);
+    }
+}
+
 /* ---- Loop hooks --------------------------------------------------------- */
 
 static void on_check(uv_check_t *h)
@@ -370,6 +462,7 @@ static void on_check(uv_check_t *h)
     }
     flushed = node_fsm_flush(&n->fsm);
     node_batcher_flushed(&n->batcher);
+    clean_step(n, flushed);
     if (n->server != NULL) {
         if (flushed) {
             node_server_wake(n->server);
@@ -400,6 +493,7 @@ static void close_own_handles(struct node *n)
     uv_close((uv_handle_t *)&n->sig_term, handle_closed);
     uv_close((uv_handle_t *)&n->sig_int, handle_closed);
     uv_close((uv_handle_t *)&n->watchdog, handle_closed);
+    uv_close((uv_handle_t *)&n->retention, handle_closed);
 }
 
 static void on_xport_closed(void *arg)
@@ -854,7 +948,10 @@ static int node_start(struct node *n, char *errmsg)
     uv_signal_init(&n->loop, &n->sig_term);
     uv_signal_init(&n->loop, &n->sig_int);
     uv_timer_init(&n->loop, &n->watchdog);
+    uv_timer_init(&n->loop, &n->retention);
     n->watchdog.data = n;
+    n->retention.data = n;
+    n->clean_more = true; /* the rebuild at open may have left rows */
     n->check.data = n;
     n->sig_term.data = n;
     n->sig_int.data = n;
@@ -863,6 +960,10 @@ static int node_start(struct node *n, char *errmsg)
     uv_signal_start(&n->sig_term, on_signal, SIGTERM);
     uv_signal_start(&n->sig_int, on_signal, SIGINT);
     uv_timer_start(&n->watchdog, on_watchdog, 100, 100);
+    if (c->retention_interval_ms > 0) {
+        uv_timer_start(&n->retention, on_retention, c->retention_interval_ms,
+                       c->retention_interval_ms);
+    }
 
     rv = load_cluster_secret(n, errmsg);
     if (rv != 0) {

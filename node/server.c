@@ -624,9 +624,11 @@ static bool serve_fetch(struct node_conn *c,
     }
     if (offset < qi.start_offset) {
         char m[128];
-        (void)snprintf(
-            m, sizeof(m), "offset %llu is below the queue start %llu",
-            (unsigned long long)offset, (unsigned long long)qi.start_offset);
+        (void)snprintf(m, sizeof(m),
+                       "offset %llu is below the queue's first offset %llu "
+                       "(trimmed by retention)",
+                       (unsigned long long)offset,
+                       (unsigned long long)qi.start_offset);
         send_error(c, op, request_id, TERN_EOFFSET, m);
         return false;
     }
@@ -1521,7 +1523,55 @@ static bool op_has_queue(uint8_t op)
 {
     return op == PROTO_OP_QUEUE_CREATE || op == PROTO_OP_QUEUE_DELETE ||
            op == PROTO_OP_PRODUCE || op == PROTO_OP_FETCH ||
-           op == PROTO_OP_GROUP_FETCH || op == PROTO_OP_GROUP_COMMIT;
+           op == PROTO_OP_GROUP_FETCH || op == PROTO_OP_GROUP_COMMIT ||
+           op == PROTO_OP_QUEUE_UPDATE || op == PROTO_OP_QUEUE_INFO ||
+           op == PROTO_OP_OFFSET_FOR_TIME;
+}
+
+/* QUEUE_INFO and OFFSET_FOR_TIME (docs/MESSAGES.md): served from this
+ * node's index, as FETCH. queue is the stored name. */
+static void serve_queue_read(struct node_conn *c,
+                             uint64_t request_id,
+                             const struct proto_request *r,
+                             const char *queue)
+{
+    struct idx_env *e = view_idx(&c->view);
+    struct tern_wbuf w;
+    int rv;
+    if (e == NULL) {
+        send_error(c, r->op, request_id, TERN_ESHUTDOWN, NULL);
+        return;
+    }
+    tern_wbuf_init(&w);
+    if (r->op == PROTO_OP_QUEUE_INFO) {
+        struct idx_queue_info qi;
+        struct proto_queue_info_resp a;
+        rv = idx_queue_get(e, queue, &qi);
+        if (rv == 0) {
+            memset(&a, 0, sizeof(a));
+            a.start_offset = qi.start_offset;
+            a.next_offset = qi.next_offset;
+            a.bytes = qi.bytes;
+            a.created_index = qi.created_index;
+            a.settings.max_age_ms = qi.settings.max_age_ms;
+            a.settings.max_bytes = qi.settings.max_bytes;
+            a.settings.max_messages = qi.settings.max_messages;
+            a.settings.overflow = (uint8_t)qi.settings.overflow;
+            rv = proto_encode_queue_info_resp(&w, request_id, &a);
+        }
+    } else {
+        uint64_t off = 0;
+        rv = idx_offset_for_time(e, queue, r->time_ms, &off);
+        if (rv == 0) {
+            rv = proto_encode_offset_resp(&w, request_id, off);
+        }
+    }
+    if (rv != 0) {
+        tern_wbuf_free(&w);
+        send_error(c, r->op, request_id, rv, NULL);
+        return;
+    }
+    conn_send(c, &w);
 }
 
 static void handle_request(struct node_conn *c,
@@ -1574,7 +1624,12 @@ static void handle_request(struct node_conn *c,
     case PROTO_OP_QUEUE_DELETE:
     case PROTO_OP_PRODUCE:
     case PROTO_OP_GROUP_COMMIT:
+    case PROTO_OP_QUEUE_UPDATE:
         handle_write(c, request_id, r);
+        break;
+    case PROTO_OP_QUEUE_INFO:
+    case PROTO_OP_OFFSET_FOR_TIME:
+        serve_queue_read(c, request_id, r, stored);
         break;
     case PROTO_OP_FETCH: {
         bool leader_only = (r->flags & PROTO_FETCH_LEADER) != 0;

@@ -519,6 +519,137 @@ static int decode_auth(struct tern_cursor *c, struct proto_request *out)
     return rv;
 }
 
+/* settings of QUEUE_CREATE's tail and QUEUE_UPDATE (layout in proto.h). */
+static int get_settings(struct tern_cursor *c, struct proto_queue_settings *s)
+{
+    s->max_age_ms = tern_cursor_u64(c);
+    s->max_bytes = tern_cursor_u64(c);
+    s->max_messages = tern_cursor_u64(c);
+    s->overflow = tern_cursor_u8(c);
+    return c->err != 0 || s->overflow > 1 ? TERN_EMALFORMED : 0;
+}
+
+static void put_settings(struct tern_wbuf *w,
+                         const struct proto_queue_settings *s)
+{
+    tern_wbuf_u64(w, s->max_age_ms);
+    tern_wbuf_u64(w, s->max_bytes);
+    tern_wbuf_u64(w, s->max_messages);
+    tern_wbuf_u8(w, s->overflow);
+}
+
+int proto_encode_queue_create(struct tern_wbuf *w,
+                              uint64_t request_id,
+                              const char *queue,
+                              const struct proto_queue_settings *s)
+{
+    size_t start = w->len;
+    if (s != NULL && s->overflow > 1) {
+        return TERN_EINVAL;
+    }
+    proto_frame_begin(w, PROTO_OP_QUEUE_CREATE, request_id, 0);
+    put_name(w, queue);
+    if (s != NULL) {
+        put_settings(w, s);
+    }
+    return proto_frame_end(w, start);
+}
+
+int proto_encode_queue_update(struct tern_wbuf *w,
+                              uint64_t request_id,
+                              const char *queue,
+                              uint32_t mask,
+                              const struct proto_queue_settings *s)
+{
+    size_t start = w->len;
+    if (s == NULL || mask == 0 || (mask & ~PROTO_SET_ALL) != 0 ||
+        s->overflow > 1) {
+        return TERN_EINVAL;
+    }
+    proto_frame_begin(w, PROTO_OP_QUEUE_UPDATE, request_id, 0);
+    put_name(w, queue);
+    tern_wbuf_u32(w, mask);
+    put_settings(w, s);
+    return proto_frame_end(w, start);
+}
+
+int proto_encode_queue_info_req(struct tern_wbuf *w,
+                                uint64_t request_id,
+                                const char *queue)
+{
+    size_t start = w->len;
+    proto_frame_begin(w, PROTO_OP_QUEUE_INFO, request_id, 0);
+    put_name(w, queue);
+    return proto_frame_end(w, start);
+}
+
+int proto_encode_offset_for_time(struct tern_wbuf *w,
+                                 uint64_t request_id,
+                                 const char *queue,
+                                 uint64_t time_ms)
+{
+    size_t start = w->len;
+    proto_frame_begin(w, PROTO_OP_OFFSET_FOR_TIME, request_id, 0);
+    put_name(w, queue);
+    tern_wbuf_u64(w, time_ms);
+    return proto_frame_end(w, start);
+}
+
+int proto_encode_queue_info_resp(struct tern_wbuf *w,
+                                 uint64_t request_id,
+                                 const struct proto_queue_info_resp *q)
+{
+    size_t start = w->len;
+    proto_frame_begin(w, PROTO_OP_QUEUE_INFO | PROTO_OP_RESPONSE, request_id,
+                      0);
+    tern_wbuf_u64(w, q->start_offset);
+    tern_wbuf_u64(w, q->next_offset);
+    tern_wbuf_u64(w, q->bytes);
+    tern_wbuf_u64(w, q->created_index);
+    put_settings(w, &q->settings);
+    return proto_frame_end(w, start);
+}
+
+int proto_decode_queue_info_resp(const void *body,
+                                 size_t len,
+                                 struct proto_queue_info_resp *out)
+{
+    struct tern_cursor c;
+    tern_cursor_init(&c, body, len);
+    memset(out, 0, sizeof *out);
+    out->start_offset = tern_cursor_u64(&c);
+    out->next_offset = tern_cursor_u64(&c);
+    out->bytes = tern_cursor_u64(&c);
+    out->created_index = tern_cursor_u64(&c);
+    int rv = get_settings(&c, &out->settings);
+    if (rv == 0) {
+        rv = cursor_finish(&c);
+    }
+    if (rv == 0 && out->start_offset > out->next_offset) {
+        rv = TERN_EMALFORMED;
+    }
+    return rv;
+}
+
+int proto_encode_offset_resp(struct tern_wbuf *w,
+                             uint64_t request_id,
+                             uint64_t offset)
+{
+    size_t start = w->len;
+    proto_frame_begin(w, PROTO_OP_OFFSET_FOR_TIME | PROTO_OP_RESPONSE,
+                      request_id, 0);
+    tern_wbuf_u64(w, offset);
+    return proto_frame_end(w, start);
+}
+
+int proto_decode_offset_resp(const void *body, size_t len, uint64_t *offset)
+{
+    struct tern_cursor c;
+    tern_cursor_init(&c, body, len);
+    *offset = tern_cursor_u64(&c);
+    return cursor_finish(&c);
+}
+
 int proto_decode_request(uint8_t op,
                          const void *body,
                          size_t len,
@@ -532,8 +663,30 @@ int proto_decode_request(uint8_t op,
     tern_cursor_init(&c, body, len);
     switch (op) {
     case PROTO_OP_QUEUE_CREATE:
-    case PROTO_OP_QUEUE_DELETE:
         rv = get_name(&c, &out->queue, &out->queue_len);
+        if (rv == 0 && c.err == 0 && tern_cursor_left(&c) > 0) {
+            out->has_settings = 1;
+            rv = get_settings(&c, &out->settings);
+        }
+        break;
+    case PROTO_OP_QUEUE_DELETE:
+    case PROTO_OP_QUEUE_INFO:
+        rv = get_name(&c, &out->queue, &out->queue_len);
+        break;
+    case PROTO_OP_QUEUE_UPDATE:
+        rv = get_name(&c, &out->queue, &out->queue_len);
+        out->set_mask = tern_cursor_u32(&c);
+        if (rv == 0) {
+            rv = get_settings(&c, &out->settings);
+        }
+        if (rv == 0 && c.err == 0 &&
+            (out->set_mask == 0 || (out->set_mask & ~PROTO_SET_ALL) != 0)) {
+            rv = TERN_EMALFORMED;
+        }
+        break;
+    case PROTO_OP_OFFSET_FOR_TIME:
+        rv = get_name(&c, &out->queue, &out->queue_len);
+        out->time_ms = tern_cursor_u64(&c);
         break;
     case PROTO_OP_QUEUE_LIST:
         rv = get_list_tail(&c, out, PROTO_MAX_NAME);

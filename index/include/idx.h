@@ -102,6 +102,9 @@ enum idx_cmd_type {
     IDX_CMD_NAMESPACE_SET = 10,
     IDX_CMD_NAMESPACE_DELETE = 11,
     IDX_CMD_PRODUCER_INIT = 12,
+    /* Retention (docs/MESSAGES.md, "Retention") */
+    IDX_CMD_QUEUE_UPDATE = 13,
+    IDX_CMD_RETAIN = 14,
 };
 
 /* User and namespace names follow the queue name rule (tern_name_valid)
@@ -138,6 +141,34 @@ struct idx_quota
     uint64_t produce_bytes_per_s;
 };
 
+/* Retention settings of a queue (docs/MESSAGES.md, "Retention"); 0 means
+ * no limit for max_age_ms, max_bytes and max_messages. */
+enum idx_overflow {
+    IDX_OVERFLOW_DROP_OLDEST = 0, /* trim the oldest messages to make room */
+    IDX_OVERFLOW_REJECT = 1,      /* refuse the produce: TERN_EQUEUEFULL */
+};
+struct idx_queue_settings
+{
+    uint64_t max_age_ms;
+    uint64_t max_bytes;
+    uint64_t max_messages;
+    uint32_t overflow; /* enum idx_overflow */
+};
+/* Built-in defaults: what a QUEUE_CREATE without settings applies. */
+#define IDX_DEFAULT_MAX_AGE_MS ((uint64_t)72 * 3600 * 1000)
+/* The defaults above into *s (caller-owned). */
+void idx_queue_settings_default(struct idx_queue_settings *s);
+/* QUEUE_UPDATE field mask: which settings the command changes. */
+#define IDX_SET_MAX_AGE      0x1u
+#define IDX_SET_MAX_BYTES    0x2u
+#define IDX_SET_MAX_MESSAGES 0x4u
+#define IDX_SET_OVERFLOW     0x8u
+#define IDX_SET_ALL                                                            \
+    (IDX_SET_MAX_AGE | IDX_SET_MAX_BYTES | IDX_SET_MAX_MESSAGES |              \
+     IDX_SET_OVERFLOW)
+/* Largest page of a RETAIN command. */
+#define IDX_RETAIN_PAGE_MAX 65536u
+
 struct idx_msg
 {
     const void *data; /* borrowed */
@@ -162,11 +193,34 @@ void idx_cmd_begin(struct tern_wbuf *w, uint64_t timestamp_ms);
  * "ns%q" when namespace ns does not exist, else TERN_EQUOTA when the
  * namespace's max_queues > 0 and it already has that many queues. */
 void idx_cmd_queue_create(struct tern_wbuf *w, const char *queue);
-/* Result TERN_ENOQUEUE if it does not. Removes the queue, its messages'
- * index entries, groups and producer state in the same txn, and gives its
- * bytes back to its namespace's usage (idx_ns_usage); the name can be
- * created again (a new, empty queue starting at offset 0). */
+/* Result TERN_ENOQUEUE if it does not. Removes the queue in the same txn
+ * and gives its bytes back to its namespace's usage (idx_ns_usage); its
+ * messages' index entries, groups and producer state are left to the
+ * row cleaner (idx_clean_step), unreachable meanwhile. The name can be
+ * created again (a new, empty queue starting at offset 0, with no group
+ * offsets: ids are never reused). */
 void idx_cmd_queue_delete(struct tern_wbuf *w, const char *queue);
+/* QUEUE_CREATE with explicit retention settings s (borrowed; NULL: no
+ * settings tail, the built-in defaults apply, as idx_cmd_queue_create).
+ * TERN_EINVAL for an unknown overflow. Results as idx_cmd_queue_create. */
+void idx_cmd_queue_create_opts(struct tern_wbuf *w,
+                               const char *queue,
+                               const struct idx_queue_settings *s);
+/* Change the settings of queue named by mask (IDX_SET_*, at least one
+ * bit, no others: TERN_EINVAL); fields of s outside mask are ignored and
+ * stay unchanged. Result TERN_ENOQUEUE for an unknown queue. A lowered
+ * limit is enforced at the queue's next produce or RETAIN. */
+void idx_cmd_queue_update(struct tern_wbuf *w,
+                          const char *queue,
+                          uint32_t mask,
+                          const struct idx_queue_settings *s);
+/* Trim by max_age the page of at most max_count (1..IDX_RETAIN_PAGE_MAX,
+ * else TERN_EINVAL) queues whose names sort after after (borrowed; NULL
+ * or "": from the first queue; else a valid stored queue name), at the
+ * entry's append time T: each queue with max_age_ms > 0 keeps the
+ * messages with append time >= T - max_age_ms. Result: count = queues
+ * of the page, base_offset = messages trimmed. */
+void idx_cmd_retain(struct tern_wbuf *w, const char *after, uint32_t max_count);
 /* producer_id 0 means no dedup. seq is per (producer, queue) and starts at
  * 1; each batch uses the next number. Result TERN_EQUOTA, nothing
  * appended and the producer's dedup state unchanged, when the namespace's
@@ -256,6 +310,14 @@ struct idx_result
     uint32_t count;       /* produce: number of messages */
     int duplicate;        /* produce: 1 if this batch was applied before */
 };
+/* Retention at apply (docs/MESSAGES.md, "Retention"): a produce on a
+ * queue with max_messages or max_bytes appends, then (drop-oldest) trims
+ * the oldest messages until both hold again, or (reject) is refused
+ * whole with TERN_EQUEUEFULL when it would pass one. Under either policy
+ * a batch that alone passes a limit is refused with TERN_EQUEUEFULL
+ * (trimming would drop messages of the batch it acknowledges). Trimming
+ * moves start_offset, lowers the queue's bytes and its namespace usage;
+ * the rows below start_offset go to the cleaner (idx_clean_step). */
 
 /* Apply the entry at raft index: append it to the commit log and index it.
  * Entries at or below last_applied are skipped (*n_results = 0, returns
@@ -299,11 +361,12 @@ int idx_sync(struct idx_env *e);
 
 struct idx_queue_info
 {
-    const char *name;       /* borrowed for the callback */
-    uint64_t start_offset;  /* first readable offset */
-    uint64_t next_offset;   /* offset the next message will get */
-    uint64_t created_index; /* raft index of the create */
-    uint64_t bytes;         /* sum of the lengths of its messages */
+    const char *name;                   /* borrowed for the callback */
+    uint64_t start_offset;              /* first readable offset */
+    uint64_t next_offset;               /* offset the next message will get */
+    uint64_t created_index;             /* raft index of the create */
+    uint64_t bytes;                     /* sum of the lengths of its messages */
+    struct idx_queue_settings settings; /* retention */
 };
 typedef int (*idx_queue_cb)(void *arg, const struct idx_queue_info *q);
 /* Calls cb for each queue in name order; a non-zero return stops. */
@@ -346,6 +409,32 @@ int idx_fetch(struct idx_env *e,
               idx_fetch_cb cb,
               void *arg,
               uint64_t *next_offset);
+
+/* The first offset of queue whose message has append time >= time_ms,
+ * or the queue's next offset when none has (OUT *offset). A binary
+ * search over [start_offset, next_offset) (append times never decrease
+ * with the offset). TERN_ENOQUEUE, TERN_EBADNAME. */
+int idx_offset_for_time(struct idx_env *e,
+                        const char *queue,
+                        uint64_t time_ms,
+                        uint64_t *offset);
+/* Append time of the newest applied entry (applied state, pending txn
+ * included): docs/MESSAGES.md, "Time". */
+uint64_t idx_last_append_ms(const struct idx_env *e);
+
+/* ---- The row cleaner (clean.c): local, not replicated ------------------ */
+
+/* Delete at most budget LMDB rows that no read can reach: msgs rows below
+ * each trimmed queue's start_offset and every msgs, groups and producers
+ * row of a deleted queue. Runs in the pending write txn and commits it
+ * (idx_flush): LMDB has one writer, so a separate txn would have to
+ * commit the pending one first anyway. *done (OUT) = rows and work marks
+ * removed; *done < budget means nothing is left to clean. 0 or a tern
+ * code (an LMDB failure; the pending txn is then dropped, as by a failed
+ * idx_apply). */
+int idx_clean_step(struct idx_env *e, unsigned budget, unsigned *done);
+/* Whether the cleaner has work (flushed state: call after idx_flush). */
+bool idx_clean_pending(struct idx_env *e);
 
 /* Committed offset of a group (0 if it never committed). */
 int idx_group_offset(struct idx_env *e,

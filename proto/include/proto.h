@@ -166,6 +166,29 @@
  *                       connection is authenticated once it is sent)
  * A failed exchange is answered TERN_EAUTH and the server closes the
  * connection after the answer. A connection authenticates once.
+ *
+ * Retention (ops 22..24 and QUEUE_CREATE's tail, added after ops 20..21;
+ * docs/MESSAGES.md "Retention"; an older server answers the ops
+ * TERN_EINVAL "unknown request op" and a QUEUE_CREATE with a tail
+ * TERN_EMALFORMED). settings = u64 max_age_ms, u64 max_bytes,
+ * u64 max_messages (0 = no limit), u8 overflow (0 drop-oldest, 1 reject;
+ * others TERN_EMALFORMED).
+ *   QUEUE_CREATE  req: str queue, [settings] (absent: the built-in
+ *                      defaults, max_age 72 h, drop-oldest)
+ *   QUEUE_UPDATE  req: str queue, u32 mask (PROTO_SET_MAX_AGE 1,
+ *                      MAX_BYTES 2, MAX_MESSAGES 4, OVERFLOW 8; at least
+ *                      one, others 0), settings (fields outside mask are
+ *                      ignored: left unchanged)
+ *                 resp: (empty)
+ *   QUEUE_INFO    req: str queue
+ *                 resp: u64 start_offset (first retained offset),
+ *                       u64 next_offset, u64 bytes (retained), u64
+ *                       created_index, settings
+ *   OFFSET_FOR_TIME req: str queue, u64 time_ms
+ *                 resp: u64 offset (the first with append time >= time_ms,
+ *                       or the queue's next offset when none)
+ * Errors: TERN_EQUEUEFULL (a produce refused by max_bytes/max_messages),
+ * TERN_EOFFSET for a FETCH below the first offset (the message names it).
  */
 #ifndef TERN_PROTO_H
 #define TERN_PROTO_H
@@ -205,6 +228,9 @@ enum proto_op {
     PROTO_OP_PRODUCER_INIT = 19,
     PROTO_OP_AUTH_START = 20,
     PROTO_OP_AUTH_CONTINUE = 21,
+    PROTO_OP_QUEUE_UPDATE = 22,
+    PROTO_OP_QUEUE_INFO = 23,
+    PROTO_OP_OFFSET_FOR_TIME = 24,
     PROTO_OP_ERROR = 0x7f,
     PROTO_OP_RESPONSE = 0x80,
 };
@@ -320,6 +346,18 @@ struct proto_request
     uint16_t mechanism_len;
     const uint8_t *auth_data;
     uint32_t auth_data_len;
+    /* QUEUE_CREATE (has_settings: the tail was present), QUEUE_UPDATE
+     * (set_mask), OFFSET_FOR_TIME (time_ms). */
+    uint8_t has_settings;
+    uint32_t set_mask;
+    struct proto_queue_settings
+    {
+        uint64_t max_age_ms;
+        uint64_t max_bytes;
+        uint64_t max_messages;
+        uint8_t overflow;
+    } settings;
+    uint64_t time_ms;
 };
 /* Decode a request body for op; TERN_EMALFORMED (trailing bytes included),
  * TERN_EBADNAME for an invalid queue/group name, TERN_EINVAL for an unknown
@@ -338,6 +376,49 @@ int proto_encode_queue_op(struct tern_wbuf *w,
                           uint8_t op,
                           uint64_t request_id,
                           const char *queue);
+#define PROTO_SET_MAX_AGE      0x1u
+#define PROTO_SET_MAX_BYTES    0x2u
+#define PROTO_SET_MAX_MESSAGES 0x4u
+#define PROTO_SET_OVERFLOW     0x8u
+#define PROTO_SET_ALL          0xfu
+/* QUEUE_CREATE with the settings tail s (borrowed; NULL: no tail, as
+ * proto_encode_queue_op). TERN_EINVAL for an overflow above 1. */
+int proto_encode_queue_create(struct tern_wbuf *w,
+                              uint64_t request_id,
+                              const char *queue,
+                              const struct proto_queue_settings *s);
+/* QUEUE_UPDATE: mask PROTO_SET_* (else TERN_EINVAL), s borrowed. */
+int proto_encode_queue_update(struct tern_wbuf *w,
+                              uint64_t request_id,
+                              const char *queue,
+                              uint32_t mask,
+                              const struct proto_queue_settings *s);
+/* QUEUE_INFO (str queue) and OFFSET_FOR_TIME. */
+int proto_encode_queue_info_req(struct tern_wbuf *w,
+                                uint64_t request_id,
+                                const char *queue);
+int proto_encode_offset_for_time(struct tern_wbuf *w,
+                                 uint64_t request_id,
+                                 const char *queue,
+                                 uint64_t time_ms);
+struct proto_queue_info_resp
+{
+    uint64_t start_offset;
+    uint64_t next_offset;
+    uint64_t bytes;
+    uint64_t created_index;
+    struct proto_queue_settings settings;
+};
+int proto_encode_queue_info_resp(struct tern_wbuf *w,
+                                 uint64_t request_id,
+                                 const struct proto_queue_info_resp *q);
+int proto_decode_queue_info_resp(const void *body,
+                                 size_t len,
+                                 struct proto_queue_info_resp *out);
+int proto_encode_offset_resp(struct tern_wbuf *w,
+                             uint64_t request_id,
+                             uint64_t offset);
+int proto_decode_offset_resp(const void *body, size_t len, uint64_t *offset);
 /* PRODUCE of msgs[0..n) (borrowed for the call). TERN_EINVAL when n is 0
  * or msgs NULL, TERN_EBADNAME for an invalid queue name. */
 int proto_encode_produce(struct tern_wbuf *w,
