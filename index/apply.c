@@ -61,13 +61,23 @@
  *                TERN_EQUEUEFULL; with overflow reject, count + n >
  *                max_messages or bytes + batch > max_bytes ->
  *                TERN_EQUEUEFULL (checked after the quota, nothing
- *                appended); with drop-oldest, after the append, the
- *                oldest messages are trimmed until both hold (O(trimmed))
- *   RETAIN       each queue of the page with max_age_ms > 0 and append
- *                time T > max_age_ms keeps the offsets from the first one
- *                with append time >= T - max_age_ms (binary search)
- *   QUEUE_UPDATE changes the masked settings; a lowered limit applies at
- *                the next PRODUCE or RETAIN of the queue
+ *                appended); with drop-oldest the append is taken and the
+ *                queue, if now over a limit, is noted for the leader's
+ *                planner (idx_over_limits_drain), which proposes a TRIM
+ *   TRIM         the leader's decision (idx_trim_plan: drop-oldest
+ *                limits and max_age, planned from its own rows): moves
+ *                start_offset and lowers the bytes by what the command
+ *                says, without reading the trimmed rows, so a rebuild
+ *                from a checkpoint that lacks them decides the same
+ *   QUEUE_UPDATE changes the masked settings; a lowered limit is applied
+ *                by the next TRIM the leader plans
+ * Why the leader decides and the command carries the result (decision,
+ * checkpoints): a rebuild from a checkpoint (ckpt.c) replays the log
+ * after it without the rows of older messages; a trim computed at apply
+ * from those rows (their lengths, their append times) could not be
+ * replayed. Drop-oldest is therefore enforced one planning step after
+ * the produce that passed the limit (the leader plans after each flush),
+ * not inside it.
  * Trimming lowers the queue's bytes and its namespace usage by the
  * trimmed message bytes and writes the cleaner's "trim" mark; the rows
  * stay for the cleaner (clean.c). QUEUE_DELETE frees the name and writes
@@ -311,76 +321,68 @@ static bool over_limits(const struct idx__queue_val *q)
            (s->max_bytes > 0 && q->bytes > s->max_bytes);
 }
 
-/* Move q's start_offset forward (in memory) over the oldest messages:
- * up to offset stop, and with stop_at_limits only while q passes a
- * limit. Lowers q->bytes and u->bytes by the trimmed bytes, counts the
- * trimmed messages into *trimmed and writes the cleaner's "trim" mark of
- * name when anything moved. */
-static int trim_oldest(struct idx_env *e,
-                       const char *name,
-                       size_t name_len,
-                       struct idx__queue_val *q,
-                       struct idx__usage_val *u,
-                       uint64_t stop,
-                       bool stop_at_limits,
-                       uint64_t *trimmed)
+/* A produce left q (drop-oldest) over a limit: remember its name for the
+ * leader's planner (idx_over_limits_drain; local, not replicated). */
+static void note_over_limits(struct idx_env *e,
+                             const char *name,
+                             size_t name_len)
 {
-    MDB_cursor *cur;
-    uint64_t from = q->start_offset;
-    int rc = 0;
-    if (q->start_offset >= stop || (stop_at_limits && !over_limits(q))) {
-        return 0;
+    if (e->n_over >= IDX__OVER_MAX) {
+        e->over_lost = true;
+        return;
     }
-    rc = mdb_cursor_open(e->wtxn, e->dbi_msgs, &cur);
-    if (rc != 0) {
-        return idx__mdb_err(e, rc, "cursor open");
-    }
-    while (q->start_offset < stop && (!stop_at_limits || over_limits(q))) {
-        uint8_t key[IDX__MSG_KEY_SIZE];
-        struct idx__msg_val m;
-        MDB_val k, v;
-        idx__msg_key(key, q->id, q->start_offset);
-        if (q->start_offset == from) {
-            k.mv_size = sizeof key;
-            k.mv_data = key;
-            rc = mdb_cursor_get(cur, &k, &v, MDB_SET_KEY);
-        } else {
-            rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
+    for (size_t i = 0; i < e->n_over; i++) {
+        if (strlen(e->over[i]) == name_len &&
+            memcmp(e->over[i], name, name_len) == 0) {
+            return;
         }
-        if (rc != 0 || k.mv_size != sizeof key ||
-            memcmp(k.mv_data, key, sizeof key) != 0 ||
-            idx__msg_val_decode(v.mv_data, v.mv_size, &m) != 0 ||
-            m.len > q->bytes || m.len > u->bytes) {
-            mdb_cursor_close(cur);
-            if (rc != 0 && rc != MDB_NOTFOUND) {
-                return idx__mdb_err(e, rc, "get message");
-            }
-            return IDX__CORRUPT(e, "queue %.*s: index entry %llu",
-                                (int)name_len, name,
-                                (unsigned long long)q->start_offset);
-        }
-        q->bytes -= m.len;
-        u->bytes -= m.len;
-        q->start_offset++;
     }
-    mdb_cursor_close(cur);
-    *trimmed += q->start_offset - from;
-    return idx__mark_put(e, IDX__MARK_TRIM, q->id, name, name_len);
+    memcpy(e->over[e->n_over], name, name_len);
+    e->over[e->n_over][name_len] = '\0';
+    e->n_over++;
 }
 
-/* After a produce appended to q (drop-oldest): trim until the limits
- * hold. u is the usage of the queue's namespace. */
-static int retain_trim_limits(struct idx_env *e,
-                              const struct idx__cmd *c,
-                              struct idx__queue_val *q,
-                              struct idx__usage_val *u)
+/* TRIM: the leader's decision, applied without reading the trimmed
+ * messages' rows (cmd.c). */
+static int apply_trim(struct idx_env *e,
+                      const struct idx__cmd *c,
+                      struct idx_result *r)
 {
-    uint64_t trimmed = 0;
-    if (q->settings.overflow != IDX_OVERFLOW_DROP_OLDEST) {
+    struct idx__queue_val q = {0};
+    struct idx__usage_val u;
+    struct ns_ref ns = queue_ns(c);
+    int rc = get_queue(e, c->queue, c->queue_len, &q);
+    if (rc < 0) {
+        return rc;
+    }
+    if (rc == 1) {
+        r->status = TERN_ENOQUEUE;
         return 0;
     }
-    return trim_oldest(e, c->queue, c->queue_len, q, u, q->next_offset, true,
-                       &trimmed);
+    rc = get_usage(e, ns, &u);
+    if (rc != 0) {
+        return rc;
+    }
+    if (q.id != c->trim.queue_id || q.start_offset != c->trim.from ||
+        c->trim.to > q.next_offset || c->trim.bytes > q.bytes ||
+        c->trim.bytes > u.bytes) {
+        r->status = TERN_EINVAL; /* a stale plan: the leader plans again */
+        return 0;
+    }
+    q.start_offset = c->trim.to;
+    q.bytes -= c->trim.bytes;
+    u.bytes -= c->trim.bytes;
+    r->base_offset = c->trim.from;
+    r->count =
+        (uint32_t)TERN_MIN(c->trim.to - c->trim.from, (uint64_t)UINT32_MAX);
+    rc = put_queue(e, c->queue, c->queue_len, &q);
+    if (rc == 0) {
+        rc = put_usage(e, ns, &u);
+    }
+    if (rc == 0) {
+        rc = idx__mark_put(e, IDX__MARK_TRIM, q.id, c->queue, c->queue_len);
+    }
+    return rc;
 }
 
 static int apply_update(struct idx_env *e,
@@ -409,99 +411,6 @@ static int apply_update(struct idx_env *e,
         q.settings.overflow = c->settings.overflow;
     }
     return put_queue(e, c->queue, c->queue_len, &q);
-}
-
-/* Trim one queue (name, value v) by max_age at append time now. */
-static int retain_one(struct idx_env *e,
-                      const char *name,
-                      size_t name_len,
-                      struct idx__queue_val *q,
-                      uint64_t now,
-                      uint64_t *trimmed)
-{
-    uint64_t stop;
-    if (q->settings.max_age_ms == 0 || now <= q->settings.max_age_ms ||
-        q->start_offset == q->next_offset) {
-        return 0;
-    }
-    int rc = idx__msgs_time_search(e, e->wtxn, q->id, q->start_offset,
-                                   q->next_offset, now - q->settings.max_age_ms,
-                                   &stop);
-    if (rc != 0 || stop == q->start_offset) {
-        return rc;
-    }
-    struct idx__usage_val u;
-    struct ns_ref ns;
-    ns.len = idx__usage_key(name, name_len, &ns.name);
-    rc = get_usage(e, ns, &u);
-    if (rc == 0) {
-        rc = trim_oldest(e, name, name_len, q, &u, stop, false, trimmed);
-    }
-    if (rc == 0) {
-        rc = put_queue(e, name, name_len, q);
-    }
-    if (rc == 0) {
-        rc = put_usage(e, ns, &u);
-    }
-    return rc;
-}
-
-/* RETAIN: the page of queues after c->queue, at append time now. */
-static int apply_retain(struct idx_env *e,
-                        uint64_t now,
-                        const struct idx__cmd *c,
-                        struct idx_result *r)
-{
-    MDB_cursor *cur;
-    char name[TERN_NAME_MAX];
-    size_t name_len = c->queue_len;
-    uint64_t trimmed = 0;
-    uint32_t seen = 0;
-    int rc = 0;
-    memcpy(name, c->queue, c->queue_len);
-    while (seen < c->max_count) {
-        struct idx__queue_val q;
-        MDB_val k = {name_len, name}, v;
-        rc = mdb_cursor_open(e->wtxn, e->dbi_queues, &cur);
-        if (rc != 0) {
-            return idx__mdb_err(e, rc, "cursor open");
-        }
-        /* The first name after name: re-seeked for each queue, as the
-         * trim below writes the table. */
-        if (name_len == 0) {
-            rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST);
-        } else {
-            rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
-            if (rc == 0 && k.mv_size == name_len &&
-                memcmp(k.mv_data, name, name_len) == 0) {
-                rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
-            }
-        }
-        if (rc == 0 && (!tern_qname_valid(k.mv_data, k.mv_size) ||
-                        idx__queue_val_decode(v.mv_data, v.mv_size, &q))) {
-            mdb_cursor_close(cur);
-            return IDX__CORRUPT(e, "queue entry");
-        }
-        if (rc == 0) {
-            memcpy(name, k.mv_data, k.mv_size);
-            name_len = k.mv_size;
-        }
-        mdb_cursor_close(cur);
-        if (rc == MDB_NOTFOUND) {
-            break;
-        }
-        if (rc != 0) {
-            return idx__mdb_err(e, rc, "cursor");
-        }
-        seen++;
-        rc = retain_one(e, name, name_len, &q, now, &trimmed);
-        if (rc != 0) {
-            return rc;
-        }
-    }
-    r->count = seen;
-    r->base_offset = trimmed;
-    return 0;
 }
 
 static int apply_produce(struct idx_env *e,
@@ -604,10 +513,10 @@ static int apply_produce(struct idx_env *e,
     }
     q.bytes += batch_bytes;
     u.bytes += batch_bytes;
-    rc = retain_trim_limits(e, c, &q, &u);
-    if (rc == 0) {
-        rc = put_queue(e, c->queue, c->queue_len, &q);
+    if (q.settings.overflow == IDX_OVERFLOW_DROP_OLDEST && over_limits(&q)) {
+        note_over_limits(e, c->queue, c->queue_len);
     }
+    rc = put_queue(e, c->queue, c->queue_len, &q);
     if (rc == 0) {
         rc = put_usage(e, ns, &u);
     }
@@ -1023,8 +932,8 @@ int idx__index_record(struct idx_env *e,
             case IDX_CMD_QUEUE_UPDATE:
                 rc = apply_update(e, &cmd, &r);
                 break;
-            case IDX_CMD_RETAIN:
-                rc = apply_retain(e, append_ms, &cmd, &r);
+            case IDX_CMD_TRIM:
+                rc = apply_trim(e, &cmd, &r);
                 break;
             default:
                 rc = IDX__CORRUPT(e, "validated entry has command type %u",

@@ -22,10 +22,10 @@
  * meta (index/clean.c): a node removes them as its cleaner finishes, so
  * they differ between nodes; and they are not needed after a rebuild
  * from P, where the rows they point at were never re-created (a queue
- * deleted or trimmed before P) or are marked again by the replay. Not msgs: the rows of the messages a
- * queue still retains are re-derived by replaying the records at and
- * after P (retention keeps every retained message at or after the
- * checkpoint the log starts at); rows of trimmed messages are gone for
+ * deleted or trimmed before P) or are marked again by the replay. Not msgs: the
+ * rows of the messages a queue still retains are re-derived by replaying the
+ * records at and after P (retention keeps every retained message at or after
+ * the checkpoint the log starts at); rows of trimmed messages are gone for
  * good. Tables that differ between nodes (what a local cleaner has done)
  * are never in a checkpoint.
  *

@@ -78,9 +78,17 @@
  *     others), u64 max_age_ms, u64 max_bytes, u64 max_messages,
  *     u8 overflow (0 or 1). A field whose bit is clear is left unchanged
  *     and must be 0 in the body (one encoding per command).
- *   RETAIN (14):
- *     u8 after_len (0 = from the first queue), after (tern_qname_valid
- *     when not empty), u32 max_count (1..IDX_RETAIN_PAGE_MAX = 65536)
+ *   TRIM (14):
+ *     qname, u64 queue_id, u64 from, u64 to (> from), u64 bytes
+ *     The leader's decision (node/, from its index: idx_trim_plan) that
+ *     queue qname, incarnation queue_id, drops offsets [from, to), which
+ *     hold bytes message bytes. Applying it moves start_offset from
+ *     `from` to `to` and lowers the queue's and namespace's bytes by
+ *     `bytes`; it changes nothing (result TERN_EINVAL) if the queue is not
+ *     that incarnation, its start_offset is not `from`, or `to` is past
+ *     next_offset. Applying never reads the rows of the trimmed messages,
+ *     so a rebuild from a checkpoint (ckpt.c) that lacks them applies it
+ *     as the first apply did.
  *
  * Message size: the validator checks structure only. The per-message limit
  * (idx_options.max_message) is enforced by idx_apply as a TERN_ETOOBIG
@@ -230,19 +238,23 @@ void idx_cmd_queue_update(struct tern_wbuf *w,
     cmd_finish(w, at);
 }
 
-void idx_cmd_retain(struct tern_wbuf *w, const char *after, uint32_t max_count)
+void idx_cmd_trim(struct tern_wbuf *w,
+                  const char *queue,
+                  uint64_t queue_id,
+                  uint64_t from,
+                  uint64_t to,
+                  uint64_t bytes)
 {
-    if (max_count == 0 || max_count > IDX_RETAIN_PAGE_MAX) {
+    if (to <= from) {
         set_err(w, TERN_EINVAL);
         return;
     }
-    size_t at = cmd_start(w, IDX_CMD_RETAIN);
-    if (after == NULL || after[0] == '\0') {
-        tern_wbuf_u8(w, 0);
-    } else {
-        put_qname(w, after);
-    }
-    tern_wbuf_u32(w, max_count);
+    size_t at = cmd_start(w, IDX_CMD_TRIM);
+    put_qname(w, queue);
+    tern_wbuf_u64(w, queue_id);
+    tern_wbuf_u64(w, from);
+    tern_wbuf_u64(w, to);
+    tern_wbuf_u64(w, bytes);
     cmd_finish(w, at);
 }
 
@@ -576,16 +588,13 @@ static int decode_body(struct tern_cursor *c, struct idx__cmd *cmd)
             return TERN_EMALFORMED;
         }
         break;
-    case IDX_CMD_RETAIN:
-        if (tern_cursor_left(c) >= 1 && c->p[0] == 0) {
-            (void)tern_cursor_u8(c); /* from the first queue */
-            cmd->queue = "";
-        } else {
-            cmd->queue = get_qname(c, &cmd->queue_len);
-        }
-        cmd->max_count = tern_cursor_u32(c);
-        if (c->err == 0 &&
-            (cmd->max_count == 0 || cmd->max_count > IDX_RETAIN_PAGE_MAX)) {
+    case IDX_CMD_TRIM:
+        cmd->queue = get_qname(c, &cmd->queue_len);
+        cmd->trim.queue_id = tern_cursor_u64(c);
+        cmd->trim.from = tern_cursor_u64(c);
+        cmd->trim.to = tern_cursor_u64(c);
+        cmd->trim.bytes = tern_cursor_u64(c);
+        if (c->err == 0 && cmd->trim.to <= cmd->trim.from) {
             return TERN_EMALFORMED;
         }
         break;

@@ -62,7 +62,10 @@ struct idx__cmd
     struct idx_queue_settings settings;
     bool has_settings;
     uint32_t mask;
-    uint32_t max_count;
+    struct
+    {
+        uint64_t queue_id, from, to, bytes;
+    } trim; /* TRIM */
 };
 
 struct idx__entry

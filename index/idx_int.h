@@ -483,6 +483,13 @@ struct idx_env
     } stage;
     uint64_t prev_snap_end;
 
+    /* apply.c writes, read.c drains (idx_over_limits_drain): queues a
+     * produce left over a drop-oldest limit, for the leader's planner */
+#define IDX__OVER_MAX 1024
+    char over[IDX__OVER_MAX][TERN_NAME_MAX + 1];
+    size_t n_over;
+    bool over_lost;
+
     /* LMDB: env.c opens it; txn.c owns wtxn and committed; the index
      * writer (apply.c) advances st, txn.c resets it on abort */
     MDB_env *mdb;

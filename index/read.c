@@ -802,3 +802,129 @@ int idx_ns_usage(struct idx_env *e,
     mdb_txn_abort(txn);
     return rc;
 }
+
+/* ---- Retention planning (the leader's side of TRIM, apply.c) ----------- */
+
+int idx_trim_plan(struct idx_env *e,
+                  const char *queue,
+                  uint64_t now_ms,
+                  uint64_t max_msgs,
+                  struct idx_trim_plan *plan)
+{
+    MDB_txn *txn;
+    MDB_cursor *cur = NULL;
+    struct idx__queue_val q = {0};
+    const struct idx_queue_settings *st = &q.settings;
+    uint64_t keep, bytes;
+    int rc = rtxn_begin(e, &txn);
+    if (rc != 0) {
+        return rc;
+    }
+    memset(plan, 0, sizeof(*plan));
+    rc = lookup_queue(e, txn, queue, &q);
+    if (rc != 0) {
+        goto out;
+    }
+    plan->queue_id = q.id;
+    plan->from = plan->to = q.start_offset;
+    keep = q.start_offset;
+    bytes = q.bytes;
+    if (st->max_age_ms > 0 && now_ms > st->max_age_ms &&
+        q.start_offset < q.next_offset) {
+        uint64_t at;
+        rc = idx__msgs_time_search(e, txn, q.id, q.start_offset, q.next_offset,
+                                   now_ms - st->max_age_ms, &at);
+        if (rc != 0) {
+            goto out;
+        }
+        keep = TERN_MAX(keep, at);
+    }
+    if (st->overflow == IDX_OVERFLOW_DROP_OLDEST && st->max_messages > 0 &&
+        q.next_offset - q.start_offset > st->max_messages) {
+        keep = TERN_MAX(keep, q.next_offset - st->max_messages);
+    }
+    if (max_msgs == 0) {
+        max_msgs = 1;
+    }
+    /* Walk the rows to drop: their bytes, and further while the bytes
+     * limit still does not hold. */
+    bool by_bytes =
+        st->overflow == IDX_OVERFLOW_DROP_OLDEST && st->max_bytes > 0;
+    uint64_t off = q.start_offset, dropped = 0;
+    if (off < keep || (by_bytes && bytes > st->max_bytes)) {
+        uint8_t key[IDX__MSG_KEY_SIZE];
+        MDB_val k = {sizeof key, key}, v;
+        int mrc = mdb_cursor_open(txn, e->dbi_msgs, &cur);
+        if (mrc != 0) {
+            rc = idx__mdb_err(e, mrc, "cursor open");
+            goto out;
+        }
+        idx__msg_key(key, q.id, off);
+        mrc = mdb_cursor_get(cur, &k, &v, MDB_SET_KEY);
+        while ((off < keep || (by_bytes && bytes > st->max_bytes)) &&
+               off < q.next_offset && off - q.start_offset < max_msgs) {
+            struct idx__msg_val m;
+            uint8_t want[IDX__MSG_KEY_SIZE];
+            idx__msg_key(want, q.id, off);
+            if (mrc != 0 || k.mv_size != sizeof want ||
+                memcmp(k.mv_data, want, sizeof want) != 0 ||
+                idx__msg_val_decode(v.mv_data, v.mv_size, &m) != 0 ||
+                m.len > bytes) {
+                rc = mrc != 0 && mrc != MDB_NOTFOUND
+                         ? idx__mdb_err(e, mrc, "get message")
+                         : IDX__CORRUPT(e, "queue %s: index entry %llu", queue,
+                                        (unsigned long long)off);
+                goto out;
+            }
+            bytes -= m.len;
+            dropped += m.len;
+            off++;
+            mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
+        }
+    }
+    plan->to = off;
+    plan->bytes = dropped;
+out:
+    if (cur != NULL) {
+        mdb_cursor_close(cur);
+    }
+    mdb_txn_abort(txn);
+    return rc;
+}
+
+struct over_scan
+{
+    void (*cb)(void *arg, const char *queue);
+    void *arg;
+};
+
+static int over_scan_cb(void *arg, const struct idx_queue_info *q)
+{
+    struct over_scan *o = arg;
+    const struct idx_queue_settings *st = &q->settings;
+    if (st->overflow == IDX_OVERFLOW_DROP_OLDEST &&
+        ((st->max_messages > 0 &&
+          q->next_offset - q->start_offset > st->max_messages) ||
+         (st->max_bytes > 0 && q->bytes > st->max_bytes))) {
+        o->cb(o->arg, q->name);
+    }
+    return 0;
+}
+
+void idx_over_limits_drain(struct idx_env *e,
+                           void (*cb)(void *arg, const char *queue),
+                           void *arg)
+{
+    size_t n = e->n_over;
+    bool lost = e->over_lost;
+    e->n_over = 0;
+    e->over_lost = false;
+    for (size_t i = 0; i < n; i++) {
+        cb(arg, e->over[i]);
+    }
+    if (lost) {
+        /* More than the list holds: find them all (flushed state). */
+        struct over_scan o = {cb, arg};
+        (void)idx_queue_list(e, over_scan_cb, &o);
+    }
+}

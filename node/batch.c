@@ -393,30 +393,30 @@ int node_batcher_add(struct node_batcher *b,
     return add_finish(b, w);
 }
 
-int node_batcher_add_retain(struct node_batcher *b,
-                            const char *after,
-                            uint32_t max_count)
+int node_batcher_add_trim(struct node_batcher *b,
+                          const char *queue,
+                          const struct idx_trim_plan *plan)
 {
     struct node_wreq *w;
     int rv;
-    if (max_count == 0 || max_count > IDX_RETAIN_PAGE_MAX) {
+    if (plan->to <= plan->from) {
         return TERN_EINVAL;
     }
-    if (after != NULL && after[0] != '\0' &&
-        !tern_qname_valid(after, strnlen(after, TERN_NAME_MAX + 1))) {
+    if (!tern_qname_valid(queue, strnlen(queue, TERN_NAME_MAX + 1))) {
         return TERN_EBADNAME;
     }
     w = tern_calloc(1, sizeof(*w));
     if (w == NULL) {
         return -ENOMEM;
     }
-    rv = open_for(b, 16 + TERN_NAME_MAX);
+    rv = open_for(b, 48 + TERN_NAME_MAX);
     if (rv != 0) {
         tern_free(w);
         return rv;
     }
     tern_list_init(&w->link);
-    idx_cmd_retain(&b->open->w, after, max_count);
+    idx_cmd_trim(&b->open->w, queue, plan->queue_id, plan->from, plan->to,
+                 plan->bytes);
     return add_finish(b, w);
 }
 

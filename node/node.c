@@ -31,13 +31,17 @@
  * Retention (docs/MESSAGES.md): after each flush the row cleaner
  * (idx_clean_step, [node] clean_batch_rows rows per iteration, local to
  * the node) runs while it has work, keeping the loop awake until done.
- * A writable leader proposes a RETAIN every [node] retention_interval_ms,
- * naming the next page of [node] retention_page queues (a cursor over the
- * queue names, wrapping at the end). It proposes one whether or not a
- * queue of the page has max_age: applying a RETAIN reads each queue of
- * the page once (one LMDB cursor step and, only for a queue with max_age,
- * one binary search), so an entry of the default page costs about as
- * much as a QUEUE_LIST page, once a second.
+ * A writable leader decides every trim and proposes it as a TRIM command
+ * carrying the result (index/apply.c says why): idx_trim_plan reads the
+ * queue's rows in the leader's index. It plans (a) after each flush, for
+ * the queues a produce left over a drop-oldest limit
+ * (idx_over_limits_drain), and (b) every [node] retention_interval_ms
+ * for the next page of [node] retention_page queues (max_age and lowered
+ * limits; a cursor over the queue names, wrapping at the end). A plan
+ * already proposed for a queue is not proposed again while its start
+ * offset has not moved, for up to a second (then it is assumed lost: a
+ * TRIM that finds the queue changed is refused at apply and planned
+ * again).
  *
  * Shutdown (SIGTERM/SIGINT): close the client server, answer unproposed
  * writes with TERN_ESHUTDOWN, repl_close (in-flight proposals fail with
@@ -96,6 +100,14 @@ struct node
     bool clean_more; /* the cleaner may have work (checked after flush) */
     /* RETAIN page cursor: the last queue name of the previous page */
     char retain_after[TERN_NAME_MAX + 1];
+    /* TRIMs proposed and maybe not applied yet (plan_trim) */
+    struct node_trim_pending
+    {
+        char queue[TERN_NAME_MAX + 1];
+        uint64_t queue_id;
+        uint64_t from;
+        uint64_t at; /* uv_now when proposed */
+    } trims[64];
     bool handles_init;
     int last_fsm_error;
     uint64_t auth_refused;        /* transport's count when last logged */
@@ -371,10 +383,58 @@ static void bootstrap_admin(struct node *n)
 /* ---- Retention ------------------------------------------------------------
  */
 
+/* Messages one TRIM drops at most (the rest is the next plan's). */
+#define NODE_TRIM_MAX_MSGS 65536u
+
+/* Plan queue and propose its TRIM if one is due (writable leader). */
+static void plan_trim(struct node *n, const char *queue)
+{
+    struct idx_trim_plan plan;
+    uint64_t now = uv_now(&n->loop);
+    struct node_trim_pending *slot = NULL, *oldest = &n->trims[0];
+    int rv = idx_trim_plan(n->fsm.idx, queue, batch_timestamp(n),
+                           NODE_TRIM_MAX_MSGS, &plan);
+    if (rv != 0 || plan.to <= plan.from) {
+        return;
+    }
+    for (size_t i = 0; i < TERN_ARRAY_SIZE(n->trims); i++) {
+        struct node_trim_pending *t = &n->trims[i];
+        if (strcmp(t->queue, queue) == 0) {
+            slot = t;
+            break;
+        }
+        if (t->at < oldest->at) {
+            oldest = t;
+        }
+    }
+    if (slot != NULL && slot->queue_id == plan.queue_id &&
+        slot->from == plan.from && now - slot->at < 1000) {
+        return; /* proposed, not applied yet */
+    }
+    rv = node_batcher_add_trim(&n->batcher, queue, &plan);
+    if (rv != 0) {
+        node_log(NODE_LOG_WARN, "trim not proposed", "queue=%s err=%s", queue,
+                 tern_err_name(rv));
+        return;
+    }
+    slot = slot != NULL ? slot : oldest;
+    (void)snprintf(slot->queue, sizeof(slot->queue), "%s", queue);
+    slot->queue_id = plan.queue_id;
+    slot->from = plan.from;
+    slot->at = now;
+    node_kick(n);
+}
+
+static void plan_trim_cb(void *arg, const char *queue)
+{
+    plan_trim(arg, queue);
+}
+
 struct retain_page
 {
+    struct node *n;
     char last[TERN_NAME_MAX + 1];
-    unsigned n;
+    unsigned count;
     unsigned max;
 };
 
@@ -382,39 +442,34 @@ static int retain_page_cb(void *arg, const struct idx_queue_info *q)
 {
     struct retain_page *p = arg;
     (void)snprintf(p->last, sizeof(p->last), "%s", q->name);
-    return ++p->n >= p->max;
+    plan_trim(p->n, q->name);
+    return ++p->count >= p->max;
 }
 
+/* (b) of the top: the next page of queues. */
 static void on_retention(uv_timer_t *t)
 {
     struct node *n = t->data;
-    struct retain_page p = {.n = 0, .max = n->cfg->retention_page};
+    struct retain_page p = {.n = n, .count = 0, .max = n->cfg->retention_page};
     if (n->stopping || !n->writable || n->fsm.idx == NULL) {
         return;
     }
-    /* Where this page ends, from the local (flushed) index: only the
-     * cycling depends on it, the trim is decided at apply. */
     if (idx_queue_list_after(n->fsm.idx, n->retain_after, retain_page_cb, &p) !=
         0) {
         return;
     }
-    if (p.n == 0) {
-        n->retain_after[0] = '\0'; /* past the end: wrap */
-        if (idx_queue_list_after(n->fsm.idx, NULL, retain_page_cb, &p) != 0 ||
-            p.n == 0) {
-            return;
-        }
-    }
-    int rv = node_batcher_add_retain(&n->batcher, n->retain_after,
-                                     n->cfg->retention_page);
-    if (rv != 0) {
-        node_log(NODE_LOG_WARN, "retention not proposed", "after=\"%s\" err=%s",
-                 n->retain_after, tern_err_name(rv));
+    (void)snprintf(n->retain_after, sizeof(n->retain_after), "%s",
+                   p.count < p.max ? "" : p.last);
+}
+
+/* (a) of the top: after a flush. */
+static void plan_over_limits(struct node *n)
+{
+    if (n->stopping || !n->writable || n->fsm.idx == NULL ||
+        idx_status(n->fsm.idx) != 0) {
         return;
     }
-    (void)snprintf(n->retain_after, sizeof(n->retain_after), "%s",
-                   p.n < p.max ? "" : p.last);
-    node_kick(n);
+    idx_over_limits_drain(n->fsm.idx, plan_trim_cb, n);
 }
 
 /* One bounded cleaner step after a flush, while there is work. */
@@ -462,6 +517,9 @@ static void on_check(uv_check_t *h)
     }
     flushed = node_fsm_flush(&n->fsm);
     node_batcher_flushed(&n->batcher);
+    if (flushed) {
+        plan_over_limits(n);
+    }
     clean_step(n, flushed);
     if (n->server != NULL) {
         if (flushed) {

@@ -104,7 +104,7 @@ enum idx_cmd_type {
     IDX_CMD_PRODUCER_INIT = 12,
     /* Retention (docs/MESSAGES.md, "Retention") */
     IDX_CMD_QUEUE_UPDATE = 13,
-    IDX_CMD_RETAIN = 14,
+    IDX_CMD_TRIM = 14,
 };
 
 /* User and namespace names follow the queue name rule (tern_name_valid)
@@ -166,7 +166,7 @@ void idx_queue_settings_default(struct idx_queue_settings *s);
 #define IDX_SET_ALL                                                            \
     (IDX_SET_MAX_AGE | IDX_SET_MAX_BYTES | IDX_SET_MAX_MESSAGES |              \
      IDX_SET_OVERFLOW)
-/* Largest page of a RETAIN command. */
+/* Most queues the leader's retention pass plans per step (node/). */
 #define IDX_RETAIN_PAGE_MAX 65536u
 
 struct idx_msg
@@ -209,18 +209,23 @@ void idx_cmd_queue_create_opts(struct tern_wbuf *w,
 /* Change the settings of queue named by mask (IDX_SET_*, at least one
  * bit, no others: TERN_EINVAL); fields of s outside mask are ignored and
  * stay unchanged. Result TERN_ENOQUEUE for an unknown queue. A lowered
- * limit is enforced at the queue's next produce or RETAIN. */
+ * limit is enforced by the next TRIM the leader plans (idx_trim_plan). */
 void idx_cmd_queue_update(struct tern_wbuf *w,
                           const char *queue,
                           uint32_t mask,
                           const struct idx_queue_settings *s);
-/* Trim by max_age the page of at most max_count (1..IDX_RETAIN_PAGE_MAX,
- * else TERN_EINVAL) queues whose names sort after after (borrowed; NULL
- * or "": from the first queue; else a valid stored queue name), at the
- * entry's append time T: each queue with max_age_ms > 0 keeps the
- * messages with append time >= T - max_age_ms. Result: count = queues
- * of the page, base_offset = messages trimmed. */
-void idx_cmd_retain(struct tern_wbuf *w, const char *after, uint32_t max_count);
+/* The leader's trim decision (idx_trim_plan, format in index/cmd.c):
+ * queue (stored name), incarnation queue_id, drops [from, to) holding
+ * bytes message bytes. TERN_EINVAL unless to > from. Result: 0 with count
+ * = messages trimmed; TERN_EINVAL (nothing changes) when the queue is not
+ * that incarnation, its start_offset is not from, to is past its next
+ * offset or bytes exceeds its bytes; TERN_ENOQUEUE when it is gone. */
+void idx_cmd_trim(struct tern_wbuf *w,
+                  const char *queue,
+                  uint64_t queue_id,
+                  uint64_t from,
+                  uint64_t to,
+                  uint64_t bytes);
 /* producer_id 0 means no dedup. seq is per (producer, queue) and starts at
  * 1; each batch uses the next number. Result TERN_EQUOTA, nothing
  * appended and the producer's dedup state unchanged, when the namespace's
@@ -421,6 +426,35 @@ int idx_offset_for_time(struct idx_env *e,
 /* Append time of the newest applied entry (applied state, pending txn
  * included): docs/MESSAGES.md, "Time". */
 uint64_t idx_last_append_ms(const struct idx_env *e);
+
+/* ---- Retention planning (the leader's side of TRIM) --------------------- */
+
+/* What the queue's settings require trimming now (flushed state), as a
+ * TRIM: the first offset to keep is the largest of next - max_messages,
+ * the first offset from which the retained bytes fit max_bytes (both only
+ * under drop-oldest) and the first offset with append time >= now_ms -
+ * max_age_ms; at most max_msgs messages per plan (the rest is the next
+ * plan's). *plan (OUT) has to == from when nothing is due. 0,
+ * TERN_ENOQUEUE, or a code. */
+struct idx_trim_plan
+{
+    uint64_t queue_id;
+    uint64_t from;
+    uint64_t to;
+    uint64_t bytes;
+};
+int idx_trim_plan(struct idx_env *e,
+                  const char *queue,
+                  uint64_t now_ms,
+                  uint64_t max_msgs,
+                  struct idx_trim_plan *plan);
+/* Queues that a produce left over max_messages or max_bytes under
+ * drop-oldest since the last call, for the leader to plan at once (the
+ * periodic pass finds them too): cb(arg, stored name) for each, then the
+ * list is empty. At most 1024 are remembered between calls. */
+void idx_over_limits_drain(struct idx_env *e,
+                           void (*cb)(void *arg, const char *queue),
+                           void *arg);
 
 /* ---- The row cleaner (clean.c): local, not replicated ------------------ */
 

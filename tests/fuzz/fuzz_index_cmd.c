@@ -53,8 +53,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         case IDX_CMD_QUEUE_UPDATE:
             idx_cmd_queue_update(&w, q, c.mask, &c.settings);
             break;
-        case IDX_CMD_RETAIN:
-            idx_cmd_retain(&w, q, c.max_count);
+        case IDX_CMD_TRIM:
+            idx_cmd_trim(&w, q, c.trim.queue_id, c.trim.from, c.trim.to,
+                         c.trim.bytes);
             break;
         case IDX_CMD_QUEUE_DELETE:
             idx_cmd_queue_delete(&w, q);

@@ -339,3 +339,85 @@ Test(index_ckpt, version_one_manifest_still_read)
     idx_close(a);
     idx_close(b);
 }
+
+/* Retention by count (drop-oldest, applied as the leader's TRIMs) frees
+ * the head of the log without a queue delete, and the rebuild from the
+ * checkpoint replays the TRIMs without the rows of the messages they
+ * drop; one node's cleaner running and the other's not changes neither
+ * the checkpoints nor what a rebuild gives. */
+Test(index_ckpt, retention_by_count_frees_segments)
+{
+    struct idx_env *a = open_env(th_dir_a, SEG, SEG);
+    struct idx_env *b = open_env(th_dir_b, 3000, SEG);
+    struct idx_env *envs[2] = {a, b};
+    struct idx_queue_settings qs;
+    idx_queue_settings_default(&qs);
+    qs.max_messages = 30;
+    struct tern_wbuf w;
+    struct idx_result r[1];
+    tern_wbuf_init(&w);
+    idx_cmd_begin(&w, 1000);
+    idx_cmd_queue_create_opts(&w, "ring", &qs);
+    for (int j = 0; j < 2; j++) {
+        th_apply(envs[j], 1, &w, r, 1);
+        cr_assert_eq(r[0].status, 0);
+    }
+    /* The same log on both: each produce, then the TRIM a leader (a)
+     * plans from its flushed index. */
+    uint64_t index = 2;
+    for (uint64_t k = 1; k <= 700; k++) {
+        for (int j = 0; j < 2; j++) {
+            struct idx_result pr = th_produce(envs[j], index, "ring", 3, k, 3);
+            cr_assert_eq(pr.status, 0, "produce %llu: %d",
+                         (unsigned long long)k, pr.status);
+            cr_assert_eq(idx_flush(envs[j]), 0);
+        }
+        index++;
+        struct idx_trim_plan p;
+        cr_assert_eq(idx_trim_plan(a, "ring", 2000, 100000, &p), 0);
+        if (p.to > p.from) {
+            idx_cmd_begin(&w, 2000);
+            idx_cmd_trim(&w, "ring", p.queue_id, p.from, p.to, p.bytes);
+            for (int j = 0; j < 2; j++) {
+                th_apply(envs[j], index, &w, r, 1);
+                cr_assert_eq(r[0].status, 0);
+            }
+            index++;
+        }
+    }
+    tern_wbuf_free(&w);
+    for (int j = 0; j < 2; j++) {
+        cr_assert_eq(idx_flush(envs[j]), 0);
+    }
+    /* Only a cleans its rows below the low watermark. */
+    unsigned done = 0;
+    do {
+        cr_assert_eq(idx_clean_step(a, 256, &done), 0, "%s", idx_errmsg(a));
+    } while (done == 256);
+    char *na = ckpt_names(th_dir_a), *nb = ckpt_names(th_dir_b);
+    cr_expect_str_eq(na, nb);
+    free(na);
+    free(nb);
+
+    int segs_before = th_count_segments(th_dir_a);
+    struct tern_wbuf man;
+    snapshot_twice(a, &man);
+    cr_expect_gt(idx_log_start(a), 0);
+    cr_expect_leq(th_count_segments(th_dir_a), 3,
+                  "30 retained messages need at most the last segments "
+                  "(%d of %d left)", th_count_segments(th_dir_a),
+                  segs_before);
+    struct th_msgs ma = {0}, mb = {0};
+    cr_assert_eq(th_fetch_all(b, "ring", 100, 1 << 20, &mb), 0);
+    cr_expect_eq(mb.n, 30, "%zu retained", mb.n);
+    idx_close(a);
+    a = open_env(th_dir_a, SEG, SEG);
+    cr_expect_eq(idx_truncated_bytes(a), 0, "%s", idx_cut_note(a));
+    cr_assert_eq(th_fetch_all(a, "ring", 100, 1 << 20, &ma), 0);
+    th_msgs_expect_eq(&ma, &mb);
+    th_msgs_free(&ma);
+    th_msgs_free(&mb);
+    tern_wbuf_free(&man);
+    idx_close(a);
+    idx_close(b);
+}

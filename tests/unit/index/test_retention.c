@@ -91,17 +91,27 @@ static struct idx_result update(struct idx_env *e,
     return run1(e, index, &w);
 }
 
-static struct idx_result retain(struct idx_env *e,
-                                uint64_t index,
-                                uint64_t ts,
-                                const char *after,
-                                uint32_t max_count)
+/* The leader's side: plan queue's trim at wall time now (idx_trim_plan)
+ * and apply it as a TRIM stamped now. Returns the messages trimmed. */
+static uint64_t trim_now(struct idx_env *e,
+                         uint64_t index,
+                         uint64_t now,
+                         const char *queue)
 {
+    struct idx_trim_plan p;
     struct tern_wbuf w;
+    cr_assert_eq(idx_trim_plan(e, queue, now, 1000000, &p), 0, "%s",
+                 idx_errmsg(e));
+    if (p.to == p.from) {
+        return 0;
+    }
     tern_wbuf_init(&w);
-    idx_cmd_begin(&w, ts);
-    idx_cmd_retain(&w, after, max_count);
-    return run1(e, index, &w);
+    idx_cmd_begin(&w, now);
+    idx_cmd_trim(&w, queue, p.queue_id, p.from, p.to, p.bytes);
+    struct idx_result r = run1(e, index, &w);
+    cr_assert_eq(r.status, 0);
+    cr_assert_eq(r.count, p.to - p.from);
+    return p.to - p.from;
 }
 
 static struct idx_queue_info info(struct idx_env *e, const char *queue)
@@ -195,8 +205,8 @@ Test(index_retention, codec_round_trip_and_bounds)
     idx_cmd_queue_create(&w, "a");
     idx_cmd_queue_create_opts(&w, "b", &s);
     idx_cmd_queue_update(&w, "b", IDX_SET_MAX_BYTES | IDX_SET_OVERFLOW, &s);
-    idx_cmd_retain(&w, NULL, 7);
-    idx_cmd_retain(&w, "ns%q", IDX_RETAIN_PAGE_MAX);
+    idx_cmd_trim(&w, "a", 7, 3, 9, 100);
+    idx_cmd_trim(&w, "ns%q", 8, 0, UINT64_MAX, 1);
     cr_assert_eq(idx_cmd_end(&w), 0);
     cr_assert_eq(idx_cmd_validate(w.base, w.len), 0);
     cr_assert_eq(idx__entry_open(&it, w.base, w.len), 0);
@@ -216,22 +226,22 @@ Test(index_retention, codec_round_trip_and_bounds)
     cr_assert_eq(c.settings.max_age_ms, 0, "unmasked fields encode as 0");
     cr_assert_eq(c.settings.max_messages, 0);
     cr_assert_eq(idx__entry_next(&it, &c), 1);
-    cr_assert_eq(c.type, IDX_CMD_RETAIN);
-    cr_assert_eq(c.queue_len, 0);
-    cr_assert_eq(c.max_count, 7);
+    cr_assert_eq(c.type, IDX_CMD_TRIM);
+    cr_assert_eq(c.queue_len, 1);
+    cr_assert_eq(c.trim.queue_id, 7);
+    cr_assert_eq(c.trim.from, 3);
+    cr_assert_eq(c.trim.to, 9);
+    cr_assert_eq(c.trim.bytes, 100);
     cr_assert_eq(idx__entry_next(&it, &c), 1);
     cr_assert_eq(c.queue_len, 4);
     cr_assert_eq(memcmp(c.queue, "ns%q", 4), 0);
-    cr_assert_eq(c.max_count, IDX_RETAIN_PAGE_MAX);
+    cr_assert_eq(c.trim.to, UINT64_MAX);
     cr_assert_eq(idx__entry_next(&it, &c), 0);
 
     /* Builder bounds. */
     idx_cmd_begin(&w, 1);
-    idx_cmd_retain(&w, NULL, 0);
-    cr_assert_eq(idx_cmd_end(&w), TERN_EINVAL);
-    idx_cmd_begin(&w, 1);
-    idx_cmd_retain(&w, NULL, IDX_RETAIN_PAGE_MAX + 1);
-    cr_assert_eq(idx_cmd_end(&w), TERN_EINVAL);
+    idx_cmd_trim(&w, "q", 1, 5, 5, 0);
+    cr_assert_eq(idx_cmd_end(&w), TERN_EINVAL, "to must pass from");
     idx_cmd_begin(&w, 1);
     idx_cmd_queue_update(&w, "q", 0, &s);
     cr_assert_eq(idx_cmd_end(&w), TERN_EINVAL);
@@ -286,14 +296,14 @@ Test(index_retention, validator_rejects_bad_bodies)
     expect_patched(&w, body + 2 + 4 + 8, 9, 0);           /* masked bytes */
 
     idx_cmd_begin(&w, 1);
-    idx_cmd_retain(&w, NULL, 1);
+    idx_cmd_trim(&w, "q", 1, 5, 6, 0);
     cr_assert_eq(idx_cmd_end(&w), 0);
-    expect_patched(&w, body + 1, 0, TERN_EMALFORMED); /* max_count 0 */
-    expect_patched(&w, body + 4, 2, TERN_EMALFORMED); /* > 65536 */
+    expect_patched(&w, body + 2 + 16, 5, TERN_EMALFORMED); /* to == from */
+    expect_patched(&w, body + 2 + 16, 7, 0);               /* to > from */
     tern_wbuf_free(&w);
 }
 
-/* ---- Trimming at produce ------------------------------------------------- */
+/* ---- Trimming: the leader's plan, applied as TRIM ------------------------ */
 
 Test(index_retention, drop_oldest_by_count)
 {
@@ -303,17 +313,20 @@ Test(index_retention, drop_oldest_by_count)
     uint64_t next;
     cr_assert_eq(create_opts(e, 1, "q", &s), 0);
     for (uint64_t i = 0; i < 5; i++) {
-        struct idx_result r = produce_at(e, 2 + i, 1000, "q", 1, 10);
+        struct idx_result r = produce_at(e, 2 + 2 * i, 1000, "q", 1, 10);
         cr_assert_eq(r.status, 0);
         cr_assert_eq(r.base_offset, i);
+        (void)trim_now(e, 3 + 2 * i, 1000, "q");
     }
     struct idx_queue_info qi = info(e, "q");
     cr_assert_eq(qi.start_offset, 2);
     cr_assert_eq(qi.next_offset, 5);
     cr_assert_eq(qi.bytes, 30);
     cr_assert_eq(qi.settings.max_messages, 3);
-    /* A batch of 2 trims 2 more. */
-    cr_assert_eq(produce_at(e, 7, 1000, "q", 2, 10).status, 0);
+    /* A batch of 2 trims 2 more: once the leader planned it. */
+    cr_assert_eq(produce_at(e, 12, 1000, "q", 2, 10).status, 0);
+    cr_assert_eq(info(e, "q").start_offset, 2, "not inside the produce");
+    cr_assert_eq(trim_now(e, 13, 1000, "q"), 2);
     qi = info(e, "q");
     cr_assert_eq(qi.start_offset, 4);
     cr_assert_eq(qi.next_offset, 7);
@@ -326,7 +339,7 @@ Test(index_retention, drop_oldest_by_count)
                  0);
     cr_assert_eq(n, 3);
     /* A batch larger than max_messages is refused under drop-oldest. */
-    cr_assert_eq(produce_at(e, 8, 1000, "q", 4, 10).status, TERN_EQUEUEFULL);
+    cr_assert_eq(produce_at(e, 14, 1000, "q", 4, 10).status, TERN_EQUEUEFULL);
     cr_assert_eq(info(e, "q").next_offset, 7);
     idx_close(e);
 }
@@ -339,6 +352,7 @@ Test(index_retention, drop_oldest_by_bytes_and_usage)
     cr_assert_eq(create_opts(e, 1, "q", &s), 0);
     cr_assert_eq(produce_at(e, 2, 1000, "q", 2, 40).status, 0); /* 80 */
     cr_assert_eq(produce_at(e, 3, 1000, "q", 1, 30).status, 0); /* 110 */
+    cr_assert_eq(trim_now(e, 4, 1000, "q"), 1);
     struct idx_queue_info qi = info(e, "q");
     cr_assert_eq(qi.start_offset, 1);
     cr_assert_eq(qi.bytes, 70);
@@ -346,10 +360,11 @@ Test(index_retention, drop_oldest_by_bytes_and_usage)
     cr_assert_eq(queues, 1);
     cr_assert_eq(bytes, 70, "namespace usage goes down with trimming");
     /* Exactly at the limit holds. */
-    cr_assert_eq(produce_at(e, 4, 1000, "q", 1, 30).status, 0); /* 100 */
+    cr_assert_eq(produce_at(e, 5, 1000, "q", 1, 30).status, 0); /* 100 */
+    cr_assert_eq(trim_now(e, 6, 1000, "q"), 0);
     cr_assert_eq(info(e, "q").start_offset, 1);
     cr_assert_eq(info(e, "q").bytes, 100);
-    cr_assert_eq(produce_at(e, 5, 1000, "q", 1, 101).status, TERN_EQUEUEFULL);
+    cr_assert_eq(produce_at(e, 7, 1000, "q", 1, 101).status, TERN_EQUEUEFULL);
     idx_close(e);
 }
 
@@ -397,16 +412,18 @@ Test(index_retention, update_changes_masked_fields_only)
     cr_assert_eq(qi.settings.overflow, IDX_OVERFLOW_DROP_OLDEST);
     cr_assert_eq(qi.settings.max_bytes, 1000, "unmasked: unchanged");
     cr_assert_eq(qi.settings.max_age_ms, 5000, "unmasked: unchanged");
-    /* The lowered limit applies at the next produce. */
+    /* The lowered limit applies at the leader's next plan. */
     cr_assert_eq(qi.start_offset, 0);
-    cr_assert_eq(produce_at(e, 9, 1000, "q", 1, 10).status, 0);
+    cr_assert_eq(trim_now(e, 9, 1000, "q"), 2);
+    cr_assert_eq(produce_at(e, 90, 1000, "q", 1, 10).status, 0);
+    cr_assert_eq(trim_now(e, 91, 1000, "q"), 1);
     qi = info(e, "q");
     cr_assert_eq(qi.start_offset, 3);
     cr_assert_eq(qi.next_offset, 7);
-    cr_assert_eq(update(e, 10, "nope", IDX_SET_MAX_AGE, &u).status,
+    cr_assert_eq(update(e, 92, "nope", IDX_SET_MAX_AGE, &u).status,
                  TERN_ENOQUEUE);
     /* A queue without settings gets the defaults. */
-    cr_assert_eq(create_opts(e, 11, "d", NULL), 0);
+    cr_assert_eq(create_opts(e, 93, "d", NULL), 0);
     qi = info(e, "d");
     cr_assert_eq(qi.settings.max_age_ms, IDX_DEFAULT_MAX_AGE_MS);
     cr_assert_eq(qi.settings.max_bytes, 0);
@@ -415,10 +432,10 @@ Test(index_retention, update_changes_masked_fields_only)
     idx_close(e);
 }
 
-/* ---- RETAIN ----------------------------------------------------------------
+/* ---- By age ----------------------------------------------------------------
  */
 
-Test(index_retention, retain_by_age_in_pages)
+Test(index_retention, trim_by_age_and_stale_plans)
 {
     struct idx_env *e = th_open(th_dir_a, 0);
     struct idx_queue_settings s = {.max_age_ms = 10000};
@@ -436,30 +453,45 @@ Test(index_retention, retain_by_age_in_pages)
         }
         cr_assert_eq(produce_at(e, index++, t, "z", 1, 10).status, 0);
     }
-    /* At 13500 everything older than 3500 goes: offsets 0..2. The page
-     * of 2 reaches a and b only. */
-    struct idx_result r = retain(e, index++, 13500, NULL, 2);
-    cr_assert_eq(r.status, 0);
-    cr_assert_eq(r.count, 2);
-    cr_assert_eq(r.base_offset, 6);
+    /* At 13500 everything older than 3500 goes: offsets 0..2. */
+    cr_assert_eq(trim_now(e, index++, 13500, "a"), 3);
+    cr_assert_eq(trim_now(e, index++, 13500, "b"), 3);
     cr_assert_eq(info(e, "a").start_offset, 3);
     cr_assert_eq(info(e, "b").start_offset, 3);
     cr_assert_eq(info(e, "b").bytes, 20);
-    cr_assert_eq(info(e, "c").start_offset, 0);
-    /* The next page: c and z (no max_age: untouched), then the end. */
-    r = retain(e, index++, 13500, "b", 5);
-    cr_assert_eq(r.count, 2);
-    cr_assert_eq(r.base_offset, 3);
-    cr_assert_eq(info(e, "c").start_offset, 3);
-    cr_assert_eq(info(e, "z").start_offset, 0);
+    cr_assert_eq(info(e, "c").start_offset, 0, "not planned yet");
+    cr_assert_eq(trim_now(e, index++, 13500, "c"), 3);
+    cr_assert_eq(trim_now(e, index++, 13500, "z"), 0, "no max_age");
     /* Everything expired: the queue is empty at its next offset. */
-    r = retain(e, index++, 100000, NULL, 10);
-    cr_assert_eq(r.count, 4);
+    cr_assert_eq(trim_now(e, index++, 100000, "a"), 2);
     cr_assert_eq(info(e, "a").start_offset, 5);
     cr_assert_eq(info(e, "a").bytes, 0);
     cr_assert_eq(info(e, "z").start_offset, 0);
-    /* A RETAIN stamped before the last append time uses the latter. */
     cr_assert_eq(idx_last_append_ms(e), 100000);
+
+    /* A stale plan changes nothing: wrong start, wrong incarnation, past
+     * the end, more bytes than the queue holds. */
+    struct idx_trim_plan p;
+    cr_assert_eq(idx_trim_plan(e, "b", 100000, 100, &p), 0);
+    cr_assert_eq(p.from, 3);
+    cr_assert_eq(p.to, 5);
+    const struct
+    {
+        uint64_t qid, from, to, bytes;
+    } bad[] = {{p.queue_id, 2, 5, 20},
+               {p.queue_id + 100, 3, 5, 20},
+               {p.queue_id, 3, 6, 20},
+               {p.queue_id, 3, 5, 21}};
+    for (size_t i = 0; i < TERN_ARRAY_SIZE(bad); i++) {
+        struct tern_wbuf w;
+        tern_wbuf_init(&w);
+        idx_cmd_begin(&w, 100000);
+        idx_cmd_trim(&w, "b", bad[i].qid, bad[i].from, bad[i].to,
+                     bad[i].bytes);
+        cr_assert_eq(run1(e, index++, &w).status, TERN_EINVAL, "case %zu", i);
+        cr_assert_eq(info(e, "b").start_offset, 3);
+        cr_assert_eq(info(e, "b").bytes, 20);
+    }
     idx_close(e);
 }
 
@@ -501,6 +533,7 @@ Test(index_retention, cleaner_bounded_batches)
     for (uint64_t i = 0; i < 12; i++) {
         cr_assert_eq(produce_at(e, 2 + i, 1000, "q", 1, 10).status, 0);
     }
+    cr_assert_eq(trim_now(e, 20, 1000, "q"), 10);
     cr_assert_eq(msgs_rows(e), 12, "trimmed rows stay for the cleaner");
     cr_assert(idx_clean_pending(e));
     cr_assert_eq(idx_clean_step(e, 4, &done), 0);
@@ -578,9 +611,11 @@ Test(index_retention, rebuild_gives_same_low_watermarks)
         cr_assert_eq(produce_at(e, index++, t, "bytes", 1, 10).status, 0);
         cr_assert_eq(produce_at(e, index++, t, "age", 1, 10).status, 0);
     }
-    cr_assert_eq(retain(e, index++, 6000, NULL, 10).status, 0);
-    clean_all(e, 5);
     const char *names[] = {"count", "bytes", "age"};
+    for (size_t i = 0; i < 3; i++) {
+        (void)trim_now(e, index++, 6000, names[i]);
+    }
+    clean_all(e, 5);
     struct idx_queue_info before[3];
     for (size_t i = 0; i < 3; i++) {
         before[i] = info(e, names[i]);
