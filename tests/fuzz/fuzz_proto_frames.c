@@ -3,7 +3,7 @@
  * arbitrary bytes to the header decoder, the checksum verifier, the request
  * decoders of every op, the error-frame decoder and every response decoder,
  * and walks every iterator (the security metadata ops 10..19 and the
- * authentication ops 20..21 included).
+ * authentication ops 20..21 and the message property ops included).
  * Decoders must never read out of bounds, and a decoded request must re-encode
  * to a body that decodes to the same fields.
  */
@@ -21,6 +21,49 @@ static void name_copy(char *dst, const char *src, size_t n)
     dst[n] = '\0';
 }
 
+/* PRODUCE's messages and properties blocks, for the re-encoding. */
+struct pm_arr
+{
+    const struct proto_msg *m;
+    const struct proto_msg *p;
+};
+
+static void pm_arr_at(const void *msgs,
+                      uint32_t i,
+                      struct proto_msg *m,
+                      struct proto_msg *p)
+{
+    const struct pm_arr *a = msgs;
+    *m = a->m[i];
+    *p = a->p[i];
+}
+
+/* FETCH / GROUP_FETCH (group NULL) with the decoded flags and tags. */
+static int reencode_fetch(struct tern_wbuf *w,
+                          const struct proto_request *r,
+                          const char *q,
+                          const char *group)
+{
+    char tags[PROTO_MAX_FILTER_TAGS][PROTO_MAX_TAG + 1];
+    const char *tp[PROTO_MAX_FILTER_TAGS];
+    const char *t;
+    uint8_t tl;
+    size_t pos = 0;
+    uint32_t k = 0;
+    while (k < PROTO_MAX_FILTER_TAGS && proto_next_tag(r, &pos, &t, &tl)) {
+        name_copy(tags[k], t, tl);
+        tp[k] = tags[k];
+        k++;
+    }
+    if (k != r->n_tags) {
+        abort();
+    }
+    struct proto_fetch_filter f = {(uint8_t)(r->flags & ~PROTO_FETCH_TAGS), tp,
+                                   k};
+    return proto_encode_fetch_filtered(w, 1, q, group, r->offset, r->max_msgs,
+                                       r->max_bytes, r->wait_ms, &f);
+}
+
 /* Encode r again from its decoded fields: the body must come out byte for
  * byte as it went in (every request has one encoding). */
 static void reencode(const struct proto_request *r,
@@ -30,7 +73,7 @@ static void reencode(const struct proto_request *r,
     char q[PROTO_MAX_NAME + 1], g[PROTO_MAX_NAME + 1];
     char u[PROTO_MAX_NAME + 1], n[PROTO_MAX_NAME + 1];
     char pat[PROTO_MAX_NAME + 1];
-    struct proto_msg *m = NULL;
+    struct proto_msg *m = NULL, *p = NULL;
     struct proto_header h;
     struct tern_wbuf w;
     const void *b;
@@ -65,16 +108,36 @@ static void reencode(const struct proto_request *r,
         while (k < r->n_msgs && proto_next_msg(r, &pos, &m[k])) {
             k++;
         }
-        rv = proto_encode_produce(&w, 1, q, r->producer_id, r->seq, m, k);
+        if (r->props_len == 0) {
+            rv = proto_encode_produce(&w, 1, q, r->producer_id, r->seq, m, k);
+            break;
+        }
+        p = calloc(r->n_msgs > 0 ? r->n_msgs : 1, sizeof *p);
+        if (p == NULL) {
+            abort();
+        }
+        pos = 0;
+        for (uint32_t i = 0; i < k; i++) {
+            if (!proto_next_props(r, &pos, &p[i])) {
+                abort();
+            }
+        }
+        struct pm_arr arr = {m, p};
+        rv = proto_encode_produce_props(&w, 1, q, r->producer_id, r->seq,
+                                        pm_arr_at, &arr, k);
         break;
     }
     case PROTO_OP_FETCH:
-        rv = proto_encode_fetch(&w, 1, q, r->offset, r->max_msgs, r->max_bytes,
-                                r->wait_ms, r->flags);
+        rv = reencode_fetch(&w, r, q, NULL);
         break;
     case PROTO_OP_GROUP_FETCH:
-        rv = proto_encode_group_fetch(&w, 1, q, g, r->max_msgs, r->max_bytes,
-                                      r->wait_ms);
+        rv = reencode_fetch(&w, r, q, g);
+        break;
+    case PROTO_OP_MESSAGE_GET:
+        rv = proto_encode_message_get(
+            &w, 1, q, r->get_by == PROTO_GET_ID ? r->queue_id : 0, r->offset,
+            r->get_by == PROTO_GET_KEY ? r->key : NULL, r->key_len,
+            r->max_count);
         break;
     case PROTO_OP_GROUP_COMMIT:
         rv = proto_encode_group_commit(&w, 1, q, g, r->offset);
@@ -136,6 +199,7 @@ static void reencode(const struct proto_request *r,
         abort();
     }
     free(m);
+    free(p);
     tern_wbuf_free(&w);
 }
 
@@ -222,6 +286,24 @@ static void responses(const uint8_t *d, size_t len)
             abort();
         }
     }
+    if (proto_decode_fetch_props_resp(d, len, &fr) == 0) {
+        struct proto_fetched_msg m;
+        uint32_t n = 0;
+        for (pos = 0; proto_next_fetched(&fr, &pos, &m); n++) {
+        }
+        if (n != fr.n) {
+            abort();
+        }
+    }
+    if (proto_decode_message_get_resp(d, len, &fr) == 0) {
+        struct proto_fetched_msg m;
+        uint32_t n = 0;
+        for (pos = 0; proto_next_fetched(&fr, &pos, &m); n++) {
+        }
+        if (n != fr.n) {
+            abort();
+        }
+    }
     if (proto_decode_queue_list_resp(d, len, &ql) == 0) {
         struct proto_queue_info q;
         uint32_t n = 0;
@@ -268,8 +350,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (proto_decode_request(data[0], b, blen, &r) == 0) {
             walk_request(&r);
         }
-        for (int op = PROTO_OP_QUEUE_CREATE; op <= PROTO_OP_AUTH_CONTINUE;
-             op++) {
+        for (int op = PROTO_OP_QUEUE_CREATE; op <= PROTO_OP_MESSAGE_GET; op++) {
             if (proto_decode_request((uint8_t)op, b, blen, &r) == 0) {
                 walk_request(&r);
                 reencode(&r, b, blen);
