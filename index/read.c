@@ -81,6 +81,7 @@ int idx_queue_get(struct idx_env *e,
         out->next_offset = q.next_offset;
         out->created_index = q.created_index;
         out->bytes = q.bytes;
+        out->id = q.id;
     }
     mdb_txn_abort(txn);
     return rc;
@@ -138,6 +139,7 @@ int idx_queue_list_after(struct idx_env *e,
             .next_offset = q.next_offset,
             .created_index = q.created_index,
             .bytes = q.bytes,
+            .id = q.id,
         };
         if (cb(arg, &qi) != 0) {
             break;

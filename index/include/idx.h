@@ -369,6 +369,7 @@ struct idx_queue_info
     uint64_t next_offset;   /* offset the next message will get */
     uint64_t created_index; /* raft index of the create */
     uint64_t bytes;         /* sum of the lengths of its messages */
+    uint64_t id;            /* queue id (never reused; message ids) */
 };
 typedef int (*idx_queue_cb)(void *arg, const struct idx_queue_info *q);
 /* Calls cb for each queue in name order; a non-zero return stops. */
