@@ -615,13 +615,13 @@ static int props_parse(const void *p,
 int idx_props_check(const void *p, size_t len, char *errmsg)
 {
     struct idx_props out;
-    const uint8_t *h;
+    const uint8_t *h = p;
     return props_parse(p, len, &out, &h, errmsg);
 }
 
 int idx_props_decode(const void *p, size_t len, struct idx_props *out)
 {
-    const uint8_t *h;
+    const uint8_t *h = p;
     int rc = props_parse(p, len, out, &h, NULL);
     out->headers = NULL; /* read them with idx_props_header */
     return rc;
@@ -633,21 +633,19 @@ int idx_props_header(const void *p,
                      struct idx_header *h)
 {
     struct idx_props pr;
-    const uint8_t *hp;
+    const uint8_t *hp = p;
     struct tern_cursor c;
     if (props_parse(p, len, &pr, &hp, NULL) != 0 || i >= pr.n_headers) {
         return TERN_EINVAL;
     }
     tern_cursor_init(&c, hp, len - (size_t)(hp - (const uint8_t *)p));
-    for (uint32_t k = 0;; k++) {
+    for (uint32_t k = 0; k <= i; k++) {
         h->name_len = tern_cursor_u8(&c);
         h->name = (const char *)tern_cursor_bytes(&c, h->name_len);
         h->value_len = tern_cursor_u16(&c);
         h->value = tern_cursor_bytes(&c, h->value_len);
-        if (k == i) {
-            return 0;
-        }
     }
+    return c.err == 0 ? 0 : TERN_EINVAL;
 }
 
 static uint32_t entry_checksum(const uint8_t *base, size_t len)
