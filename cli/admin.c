@@ -157,6 +157,169 @@ static const char *user_flags_text(uint32_t f)
     return (f & TERN_USER_CERT) != 0 ? "cert" : "-";
 }
 
+/* ---- the list printer (user, acl and namespace list) ---- */
+
+/* One field of a printed row: a JSON member (key not NULL) and/or a text
+ * column (text not 0). A string (s) or, when s is NULL, a number (v), or
+ * a JSON boolean (is_bool). */
+struct field
+{
+    const char *key;
+    int text;
+    int is_bool;
+    const char *s;
+    uint64_t v;
+};
+
+#define CLI__MAX_FIELDS 8
+
+/* Fills f[0..) with the fields of row i of list l (strings borrowed from
+ * l or from scratch, a caller-owned buffer of 64 bytes); returns how
+ * many. */
+typedef size_t (*row_fields_cb)(const void *l,
+                                size_t i,
+                                struct field *f,
+                                char *scratch);
+
+/* Print the n rows of l: text, one tab-separated line a row, or one JSON
+ * object {"<title>":[{...},...]}. */
+static void print_list(const char *title,
+                       const void *l,
+                       size_t n,
+                       row_fields_cb row,
+                       int json)
+{
+    if (json) {
+        (void)printf("{\"%s\":[", title);
+    }
+    for (size_t i = 0; i < n; i++) {
+        struct field f[CLI__MAX_FIELDS];
+        char scratch[64];
+        size_t nf = row(l, i, f, scratch);
+        int col = 0;
+        if (json) {
+            (void)printf("%s{", i > 0 ? "," : "");
+        }
+        for (size_t k = 0; k < nf; k++) {
+            if (json && f[k].key != NULL) {
+                (void)printf("%s\"%s\":", col++ > 0 ? "," : "", f[k].key);
+                if (f[k].s != NULL) {
+                    cli_json_string(stdout, f[k].s);
+                } else if (f[k].is_bool) {
+                    (void)printf("%s", f[k].v != 0 ? "true" : "false");
+                } else {
+                    (void)printf("%" PRIu64, f[k].v);
+                }
+            } else if (!json && f[k].text) {
+                (void)printf("%s", col++ > 0 ? "\t" : "");
+                if (f[k].s != NULL) {
+                    (void)printf("%s", f[k].s);
+                } else {
+                    (void)printf("%" PRIu64, f[k].v);
+                }
+            }
+        }
+        (void)printf("%s", json ? "}" : "\n");
+    }
+    if (json) {
+        (void)printf("]}\n");
+    }
+}
+
+static struct field str_field(const char *key, int text, const char *s)
+{
+    struct field f = {key, text, 0, s, 0};
+    return f;
+}
+
+static struct field num_field(const char *key, int is_bool, uint64_t v)
+{
+    struct field f = {key, !is_bool, is_bool, NULL, v};
+    return f;
+}
+
+/* user list: "<name>\t<flags>\t<password|->";
+ * {"name","admin","cert","password"}. */
+static size_t user_fields(const void *l, size_t i, struct field *f, char *s)
+{
+    uint32_t flags = tern_user_list_flags(l, i);
+    int pw = tern_user_list_has_password(l, i);
+    (void)s;
+    f[0] = str_field("name", 1, tern_user_list_name(l, i));
+    f[1] = num_field("admin", 1, (flags & TERN_USER_ADMIN) != 0);
+    f[2] = num_field("cert", 1, (flags & TERN_USER_CERT) != 0);
+    f[3] = str_field(NULL, 1, user_flags_text(flags));
+    f[4] = num_field("password", 1, pw != 0);
+    f[5] = str_field(NULL, 1, pw ? "password" : "-");
+    return 6;
+}
+
+/* acl list: "<user>\t<namespace>\t<pattern>\t<perms>"; the same keys. */
+static size_t acl_fields(const void *l, size_t i, struct field *f, char *s)
+{
+    cli_format_perms(tern_acl_list_perms(l, i), s, 64);
+    f[0] = str_field("user", 1, tern_acl_list_user(l, i));
+    f[1] = str_field("namespace", 1, tern_acl_list_namespace(l, i));
+    f[2] = str_field("pattern", 1, tern_acl_list_pattern(l, i));
+    f[3] = str_field("perms", 1, s);
+    return 4;
+}
+
+/* namespace list: "<name>\t<max_queues>\t<max_bytes>\t<rate>". */
+static size_t namespace_fields(const void *l,
+                               size_t i,
+                               struct field *f,
+                               char *s)
+{
+    (void)s;
+    f[0] = str_field("name", 1, tern_namespace_list_name(l, i));
+    f[1] = num_field("max_queues", 0, tern_namespace_list_max_queues(l, i));
+    f[2] = num_field("max_bytes", 0, tern_namespace_list_max_bytes(l, i));
+    f[3] = num_field("produce_bytes_per_s", 0,
+                     tern_namespace_list_produce_bytes_per_s(l, i));
+    return 4;
+}
+
+static int user_list(struct tern_client *c, int json)
+{
+    struct tern_user_list *l;
+    int rv = tern_user_list(c, &l);
+    if (rv != 0) {
+        cli_error(c, rv, "user list");
+        return 1;
+    }
+    print_list("users", l, tern_user_list_count(l), user_fields, json);
+    tern_user_list_free(l);
+    return 0;
+}
+
+static int acl_list(struct tern_client *c, const char *user, int json)
+{
+    struct tern_acl_list *l;
+    int rv = tern_acl_list(c, user, &l);
+    if (rv != 0) {
+        cli_error(c, rv, "acl list");
+        return 1;
+    }
+    print_list("grants", l, tern_acl_list_count(l), acl_fields, json);
+    tern_acl_list_free(l);
+    return 0;
+}
+
+static int namespace_list(struct tern_client *c, int json)
+{
+    struct tern_namespace_list *l;
+    int rv = tern_namespace_list(c, &l);
+    if (rv != 0) {
+        cli_error(c, rv, "namespace list");
+        return 1;
+    }
+    print_list("namespaces", l, tern_namespace_list_count(l), namespace_fields,
+               json);
+    tern_namespace_list_free(l);
+    return 0;
+}
+
 /* ---- user ---- */
 
 int cli_user_hash(int argc, char **argv)
@@ -245,39 +408,6 @@ static int user_set(struct tern_client *c, int argc, char **argv)
     return 0;
 }
 
-static int user_list(struct tern_client *c, int json)
-{
-    struct tern_user_list *l;
-    int rv = tern_user_list(c, &l);
-    if (rv != 0) {
-        cli_error(c, rv, "user list");
-        return 1;
-    }
-    if (json) {
-        (void)printf("{\"users\":[");
-    }
-    for (size_t i = 0; i < tern_user_list_count(l); i++) {
-        uint32_t f = tern_user_list_flags(l, i);
-        int pw = tern_user_list_has_password(l, i);
-        if (json) {
-            (void)printf("%s{\"name\":", i > 0 ? "," : "");
-            cli_json_string(stdout, tern_user_list_name(l, i));
-            (void)printf(",\"admin\":%s,\"cert\":%s,\"password\":%s}",
-                         (f & TERN_USER_ADMIN) != 0 ? "true" : "false",
-                         (f & TERN_USER_CERT) != 0 ? "true" : "false",
-                         pw ? "true" : "false");
-        } else {
-            (void)printf("%s\t%s\t%s\n", tern_user_list_name(l, i),
-                         user_flags_text(f), pw ? "password" : "-");
-        }
-    }
-    if (json) {
-        (void)printf("]}\n");
-    }
-    tern_user_list_free(l);
-    return 0;
-}
-
 int cli_user(struct tern_client *c, int argc, char **argv)
 {
     int rv;
@@ -305,41 +435,6 @@ int cli_user(struct tern_client *c, int argc, char **argv)
 }
 
 /* ---- acl ---- */
-
-static int acl_list(struct tern_client *c, const char *user, int json)
-{
-    struct tern_acl_list *l;
-    int rv = tern_acl_list(c, user, &l);
-    if (rv != 0) {
-        cli_error(c, rv, "acl list");
-        return 1;
-    }
-    if (json) {
-        (void)printf("{\"grants\":[");
-    }
-    for (size_t i = 0; i < tern_acl_list_count(l); i++) {
-        char perms[64];
-        cli_format_perms(tern_acl_list_perms(l, i), perms, sizeof perms);
-        if (json) {
-            (void)printf("%s{\"user\":", i > 0 ? "," : "");
-            cli_json_string(stdout, tern_acl_list_user(l, i));
-            (void)printf(",\"namespace\":");
-            cli_json_string(stdout, tern_acl_list_namespace(l, i));
-            (void)printf(",\"pattern\":");
-            cli_json_string(stdout, tern_acl_list_pattern(l, i));
-            (void)printf(",\"perms\":\"%s\"}", perms);
-        } else {
-            (void)printf("%s\t%s\t%s\t%s\n", tern_acl_list_user(l, i),
-                         tern_acl_list_namespace(l, i),
-                         tern_acl_list_pattern(l, i), perms);
-        }
-    }
-    if (json) {
-        (void)printf("]}\n");
-    }
-    tern_acl_list_free(l);
-    return 0;
-}
 
 int cli_acl(struct tern_client *c, int argc, char **argv)
 {
@@ -384,41 +479,6 @@ int cli_acl(struct tern_client *c, int argc, char **argv)
 }
 
 /* ---- namespace ---- */
-
-static int namespace_list(struct tern_client *c, int json)
-{
-    struct tern_namespace_list *l;
-    int rv = tern_namespace_list(c, &l);
-    if (rv != 0) {
-        cli_error(c, rv, "namespace list");
-        return 1;
-    }
-    if (json) {
-        (void)printf("{\"namespaces\":[");
-    }
-    for (size_t i = 0; i < tern_namespace_list_count(l); i++) {
-        if (json) {
-            (void)printf("%s{\"name\":", i > 0 ? "," : "");
-            cli_json_string(stdout, tern_namespace_list_name(l, i));
-            (void)printf(",\"max_queues\":%" PRIu64 ",\"max_bytes\":%" PRIu64
-                         ",\"produce_bytes_per_s\":%" PRIu64 "}",
-                         tern_namespace_list_max_queues(l, i),
-                         tern_namespace_list_max_bytes(l, i),
-                         tern_namespace_list_produce_bytes_per_s(l, i));
-        } else {
-            (void)printf("%s\t%" PRIu64 "\t%" PRIu64 "\t%" PRIu64 "\n",
-                         tern_namespace_list_name(l, i),
-                         tern_namespace_list_max_queues(l, i),
-                         tern_namespace_list_max_bytes(l, i),
-                         tern_namespace_list_produce_bytes_per_s(l, i));
-        }
-    }
-    if (json) {
-        (void)printf("]}\n");
-    }
-    tern_namespace_list_free(l);
-    return 0;
-}
 
 static int namespace_set(struct tern_client *c, int argc, char **argv)
 {

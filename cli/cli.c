@@ -49,6 +49,8 @@
  * (0 = unlimited); user hash prints the credential's text form
  * (SCRAM-SHA-256$...), the value of [security] bootstrap_admin_cred.
  * `namespace set` replaces every quota (an option left out is 0).
+ * The three admin lists print every entry, in order: libtern reads the
+ * server's pages one after another (at most TERN_ADMIN_LIST_MAX entries).
  *
  * Message properties (docs/MESSAGES.md): produce --key, --tag and
  * --header (repeatable) give every message of the run those properties
@@ -122,6 +124,8 @@ static void usage(FILE *f)
         "  namespace set NS [--max-queues N] [--max-bytes N] "
         "[--produce-rate BYTES_PER_S]\n"
         "  namespace delete NS | namespace list [--json]\n"
+        "  (user, acl and namespace list read every page of the server's "
+        "list, in order)\n"
         "Login: --user NAME (or TERN_USER) with --password-file FILE (or "
         "TERN_PASSWORD)\n"
         "  logs in by SCRAM-SHA-256; --auth external by the TLS client "

@@ -11,7 +11,10 @@
  * form (auth_scram_cred_encode) travels: never the password.
  *
  * List objects own NUL-terminated copies of every string; accessors
- * return them borrowed until the object's _free.
+ * return them borrowed until the object's _free. The list calls walk the
+ * server's pages (proto.h: each request after the last entry of the page
+ * before) and return one whole list of at most TERN_ADMIN_LIST_MAX
+ * entries.
  */
 #include <errno.h>
 #include <string.h>
@@ -273,9 +276,12 @@ struct tern__admin_entry
 struct tern__admin_list
 {
     size_t n;
+    size_t cap;
     struct tern__admin_entry *e;
 };
 
+/* The public list types: each is its entries and nothing else, so that
+ * admin_list_get allocates them all as a struct tern__admin_list. */
 struct tern_user_list
 {
     struct tern__admin_list l;
@@ -299,6 +305,7 @@ static void admin_list_clear(struct tern__admin_list *l)
     tern_free(l->e);
     l->e = NULL;
     l->n = 0;
+    l->cap = 0;
 }
 
 static char *dup_n(const char *s, size_t n, int *failed)
@@ -315,163 +322,242 @@ static char *dup_n(const char *s, size_t n, int *failed)
     return d;
 }
 
-/* Fill l from a validated list body of op. 0, TERN_EMALFORMED or
- * -ENOMEM (l then empty). */
+/* Read the row at *pos of a decoded answer into e (strings copied; a
+ * failed copy sets *failed): 1, or 0 at the end. */
+typedef int (*admin_row_cb)(const struct proto_list_resp *lr,
+                            size_t *pos,
+                            struct tern__admin_entry *e,
+                            int *failed);
+
+static int user_row(const struct proto_list_resp *lr,
+                    size_t *pos,
+                    struct tern__admin_entry *e,
+                    int *failed)
+{
+    struct proto_user_entry u;
+    if (!proto_next_user(lr, pos, &u)) {
+        return 0;
+    }
+    e->a = dup_n(u.user, u.user_len, failed);
+    e->bits = u.flags;
+    e->has = u.has_cred != 0;
+    return 1;
+}
+
+static int acl_row(const struct proto_list_resp *lr,
+                   size_t *pos,
+                   struct tern__admin_entry *e,
+                   int *failed)
+{
+    struct proto_acl_entry a;
+    if (!proto_next_acl(lr, pos, &a)) {
+        return 0;
+    }
+    e->a = dup_n(a.user, a.user_len, failed);
+    e->b = dup_n(a.ns, a.ns_len, failed);
+    e->p = dup_n(a.pattern, a.pattern_len, failed);
+    e->bits = a.perms;
+    return 1;
+}
+
+static int namespace_row(const struct proto_list_resp *lr,
+                         size_t *pos,
+                         struct tern__admin_entry *e,
+                         int *failed)
+{
+    struct proto_namespace_entry ns;
+    if (!proto_next_namespace(lr, pos, &ns)) {
+        return 0;
+    }
+    e->a = dup_n(ns.ns, ns.ns_len, failed);
+    e->q[0] = ns.max_queues;
+    e->q[1] = ns.max_bytes;
+    e->q[2] = ns.produce_bytes_per_s;
+    return 1;
+}
+
+/* One kind of list: its request op, its name in errmsg, its row reader. */
+struct admin_kind
+{
+    uint8_t op;
+    const char *what;
+    admin_row_cb row;
+};
+
+static const struct admin_kind user_kind = {PROTO_OP_USER_LIST, "user list",
+                                            user_row};
+static const struct admin_kind acl_kind = {PROTO_OP_ACL_LIST, "acl list",
+                                           acl_row};
+static const struct admin_kind namespace_kind = {
+    PROTO_OP_NAMESPACE_LIST, "namespace list", namespace_row};
+
+/* Append the rows of one answer body of kind k to l; *more (OUT): the
+ * answer is a page and more follow. 0, TERN_EMALFORMED, TERN_ELIMIT
+ * (past TERN_ADMIN_LIST_MAX entries) or -ENOMEM; on failure l keeps the
+ * rows of the earlier answers. */
 static int admin_list_fill(struct tern__admin_list *l,
-                           uint8_t op,
+                           const struct admin_kind *k,
                            const uint8_t *body,
-                           size_t len)
+                           size_t len,
+                           int *more)
 {
     struct proto_list_resp lr;
     size_t pos = 0;
+    size_t n0 = l->n;
     int failed = 0;
-    int rv = proto_decode_list_resp(op, body, len, &lr);
+    int rv = proto_decode_list_resp(k->op, body, len, &lr);
+    *more = 0;
     if (rv != 0) {
         return rv;
     }
-    l->e = tern_calloc(lr.n != 0 ? lr.n : 1, sizeof *l->e);
-    if (l->e == NULL) {
-        return -ENOMEM;
+    if (lr.n > TERN_ADMIN_LIST_MAX - l->n) {
+        return TERN_ELIMIT;
     }
-    for (uint32_t k = 0; k < lr.n && !failed; k++) {
-        struct tern__admin_entry *e = &l->e[l->n];
-        int got = 0;
-        if (op == PROTO_OP_USER_LIST) {
-            struct proto_user_entry u;
-            got = proto_next_user(&lr, &pos, &u);
-            if (got) {
-                e->a = dup_n(u.user, u.user_len, &failed);
-                e->bits = u.flags;
-                e->has = u.has_cred != 0;
-            }
-        } else if (op == PROTO_OP_ACL_LIST) {
-            struct proto_acl_entry a;
-            got = proto_next_acl(&lr, &pos, &a);
-            if (got) {
-                e->a = dup_n(a.user, a.user_len, &failed);
-                e->b = dup_n(a.ns, a.ns_len, &failed);
-                e->p = dup_n(a.pattern, a.pattern_len, &failed);
-                e->bits = a.perms;
-            }
-        } else {
-            struct proto_namespace_entry ns;
-            got = proto_next_namespace(&lr, &pos, &ns);
-            if (got) {
-                e->a = dup_n(ns.ns, ns.ns_len, &failed);
-                e->q[0] = ns.max_queues;
-                e->q[1] = ns.max_bytes;
-                e->q[2] = ns.produce_bytes_per_s;
-            }
+    if (l->n + lr.n > l->cap || l->e == NULL) {
+        size_t cap = TERN_MAX(l->n + lr.n, l->cap * 2);
+        struct tern__admin_entry *e =
+            tern_realloc(l->e, (cap != 0 ? cap : 1) * sizeof *e);
+        if (e == NULL) {
+            return -ENOMEM;
         }
-        if (!got) {
+        l->e = e;
+        l->cap = cap;
+    }
+    for (uint32_t i = 0; i < lr.n && !failed; i++) {
+        struct tern__admin_entry *e = &l->e[l->n];
+        memset(e, 0, sizeof *e);
+        l->n++; /* counted now so that a failed copy is freed */
+        if (!k->row(&lr, &pos, e, &failed)) {
             rv = TERN_EMALFORMED; /* cannot happen after the decode */
             break;
         }
-        l->n++;
     }
     if (failed || rv != 0) {
-        admin_list_clear(l);
+        while (l->n > n0) {
+            struct tern__admin_entry *e = &l->e[--l->n];
+            tern_free(e->a);
+            tern_free(e->b);
+            tern_free(e->p);
+        }
         return failed ? -ENOMEM : rv;
     }
+    *more = lr.paged && lr.more;
     return 0;
 }
 
-/* Run a list request r (encoded with enc) and fill l. */
-static int admin_list(struct tern_client *c,
-                      struct tern__req *r,
-                      int enc,
-                      const char *what,
-                      struct tern__admin_list *l)
+static int str_cmp(const char *x, const char *y)
 {
-    uint8_t *body = NULL;
-    size_t len = 0;
-    uint8_t op = r->op;
-    int rv = admin_run(c, r, enc, what, &body, &len);
-    if (rv == 0) {
-        rv = admin_list_fill(l, op, body, len);
+    return strcmp(x != NULL ? x : "", y != NULL ? y : "");
+}
+
+/* The order of the entries in a list (a grant's key is user, namespace,
+ * pattern; the other lists have a name only). */
+static int entry_cmp(const struct tern__admin_entry *x,
+                     const struct tern__admin_entry *y)
+{
+    int c = str_cmp(x->a, y->a);
+    if (c == 0) {
+        c = str_cmp(x->b, y->b);
+    }
+    return c != 0 ? c : str_cmp(x->p, y->p);
+}
+
+/* Ask for the pages of list kind k (ACL_LIST: of user's grants, NULL or
+ * "" for everyone's) one after another, each after the last entry of the
+ * one before, and append them to l until a page says it is the last (or
+ * an older server answers unpaged). On failure l holds what was read. */
+static int admin_list_walk(struct tern_client *c,
+                           const struct admin_kind *k,
+                           const char *user,
+                           struct tern__admin_list *l)
+{
+    int more = 1;
+    int rv = 0;
+    while (more) {
+        struct proto_list_cursor after = {NULL, NULL, NULL};
+        size_t n0 = l->n;
+        uint8_t *body = NULL;
+        size_t len = 0;
+        struct tern__req *r = admin_req(c, k->op, &rv);
+        if (r == NULL) {
+            break;
+        }
+        if (n0 > 0) {
+            after.name = l->e[n0 - 1].a;
+            after.ns = l->e[n0 - 1].b;
+            after.pattern = l->e[n0 - 1].p;
+        }
+        rv = proto_encode_list_page_req(&r->frame, k->op, 0, user,
+                                        n0 > 0 ? &after : NULL, 0);
+        rv = admin_run(c, r, rv, k->what, &body, &len);
+        if (rv == 0) {
+            rv = admin_list_fill(l, k, body, len, &more);
+        }
+        tern_free(body);
         if (rv == TERN_EMALFORMED) {
-            tern_errmsg_printf(c->errmsg, "%s: bad answer", what);
+            tern_errmsg_printf(c->errmsg, "%s: bad answer", k->what);
+        } else if (rv == TERN_ELIMIT) {
+            tern_errmsg_printf(c->errmsg, "%s: more than %u entries", k->what,
+                               (unsigned)TERN_ADMIN_LIST_MAX);
+        }
+        if (rv != 0) {
+            break;
+        }
+        /* A page that says "more" must list something beyond its cursor. */
+        if (more && (l->n == n0 || (n0 > 0 && entry_cmp(&l->e[l->n - 1],
+                                                        &l->e[n0 - 1]) <= 0))) {
+            tern_errmsg_printf(c->errmsg, "%s: page does not advance", k->what);
+            rv = TERN_EMALFORMED;
+            break;
         }
     }
-    tern_free(body);
     return rv;
+}
+
+/* A new list object of size bytes (one of the public list types, which
+ * are a struct tern__admin_list) holding every entry of list kind k.
+ * NULL with *rv the code and errmsg on failure. */
+static void *admin_list_get(struct tern_client *c,
+                            const struct admin_kind *k,
+                            const char *user,
+                            size_t size,
+                            int *rv)
+{
+    struct tern__admin_list *l = tern_calloc(1, size);
+    if (l == NULL) {
+        *rv = -ENOMEM;
+        return NULL;
+    }
+    *rv = admin_list_walk(c, k, user, l);
+    if (*rv != 0) {
+        admin_list_clear(l);
+        tern_free(l);
+        return NULL;
+    }
+    return l;
 }
 
 int tern_user_list(struct tern_client *c, struct tern_user_list **out)
 {
-    struct tern_user_list *l;
-    struct tern__req *r;
     int rv;
-    *out = NULL;
-    r = admin_req(c, PROTO_OP_USER_LIST, &rv);
-    if (r == NULL) {
-        return rv;
-    }
-    l = tern_calloc(1, sizeof *l);
-    if (l == NULL) {
-        tern__req_free(r);
-        return -ENOMEM;
-    }
-    rv = proto_encode_simple(&r->frame, PROTO_OP_USER_LIST, 0);
-    rv = admin_list(c, r, rv, "user list", &l->l);
-    if (rv != 0) {
-        tern_free(l);
-        return rv;
-    }
-    *out = l;
-    return 0;
+    *out = admin_list_get(c, &user_kind, NULL, sizeof **out, &rv);
+    return rv;
 }
 
 int tern_acl_list(struct tern_client *c,
                   const char *user,
                   struct tern_acl_list **out)
 {
-    struct tern_acl_list *l;
-    struct tern__req *r;
     int rv;
-    *out = NULL;
-    r = admin_req(c, PROTO_OP_ACL_LIST, &rv);
-    if (r == NULL) {
-        return rv;
-    }
-    l = tern_calloc(1, sizeof *l);
-    if (l == NULL) {
-        tern__req_free(r);
-        return -ENOMEM;
-    }
-    rv = proto_encode_acl_list(&r->frame, 0, user);
-    rv = admin_list(c, r, rv, "acl list", &l->l);
-    if (rv != 0) {
-        tern_free(l);
-        return rv;
-    }
-    *out = l;
-    return 0;
+    *out = admin_list_get(c, &acl_kind, user, sizeof **out, &rv);
+    return rv;
 }
 
 int tern_namespace_list(struct tern_client *c, struct tern_namespace_list **out)
 {
-    struct tern_namespace_list *l;
-    struct tern__req *r;
     int rv;
-    *out = NULL;
-    r = admin_req(c, PROTO_OP_NAMESPACE_LIST, &rv);
-    if (r == NULL) {
-        return rv;
-    }
-    l = tern_calloc(1, sizeof *l);
-    if (l == NULL) {
-        tern__req_free(r);
-        return -ENOMEM;
-    }
-    rv = proto_encode_simple(&r->frame, PROTO_OP_NAMESPACE_LIST, 0);
-    rv = admin_list(c, r, rv, "namespace list", &l->l);
-    if (rv != 0) {
-        tern_free(l);
-        return rv;
-    }
-    *out = l;
-    return 0;
+    *out = admin_list_get(c, &namespace_kind, NULL, sizeof **out, &rv);
+    return rv;
 }
 
 /* Entry i of l, or NULL when l is NULL or i out of range. */

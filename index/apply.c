@@ -53,12 +53,42 @@
  * The quotas are those of the namespace's row in "namespaces"; "default"
  * has quotas only once a NAMESPACE_SET "default" gave some.
  *
+ * Time and retention (docs/MESSAGES.md): each valid entry's append time
+ * is max(its timestamp_ms, the previous append time) (meta "state"
+ * last_append_ms), stamped on its messages' msgs rows. A queue's
+ * start_offset moves only here, by the retention functions below:
+ *   PRODUCE      a batch passing max_messages or max_bytes by itself ->
+ *                TERN_EQUEUEFULL; with overflow reject, count + n >
+ *                max_messages or bytes + batch > max_bytes ->
+ *                TERN_EQUEUEFULL (checked after the quota, nothing
+ *                appended); with drop-oldest the append is taken and the
+ *                queue, if now over a limit, is noted for the leader's
+ *                planner (idx_over_limits_drain), which proposes a TRIM
+ *   TRIM         the leader's decision (idx_trim_plan: drop-oldest
+ *                limits and max_age, planned from its own rows): moves
+ *                start_offset and lowers the bytes by what the command
+ *                says, without reading the trimmed rows, so a rebuild
+ *                from a checkpoint that lacks them decides the same
+ *   QUEUE_UPDATE changes the masked settings; a lowered limit is applied
+ *                by the next TRIM the leader plans
+ * Why the leader decides and the command carries the result (decision,
+ * checkpoints): a rebuild from a checkpoint (ckpt.c) replays the log
+ * after it without the rows of older messages; a trim computed at apply
+ * from those rows (their lengths, their append times) could not be
+ * replayed. Drop-oldest is therefore enforced one planning step after
+ * the produce that passed the limit (the leader plans after each flush),
+ * not inside it.
+ * Trimming lowers the queue's bytes and its namespace usage by the
+ * trimmed message bytes and writes the cleaner's "trim" mark; the rows
+ * stay for the cleaner (clean.c). QUEUE_DELETE frees the name and writes
+ * the "dead" mark; its rows go to the cleaner too.
+ *
  * Message properties (docs/MESSAGES.md): PRODUCE_PROPS applies as PRODUCE;
  * a message with a properties block gets a version 2 msgs row (where the
  * block is in the record, its tag hash and its key; keys.c) and, when it
- * has a key, a row in the key index "keys", in the same txn. QUEUE_DELETE
- * deletes the queue's key rows with its msgs rows; idx__key_rows_delete
- * deletes those of an offset range (for a cleaner of trimmed offsets).
+ * has a key, a row in the key index "keys", in the same txn. The cleaner
+ * (clean.c) deletes a message's key row before its msgs row
+ * (idx__key_rows_delete, for trimmed offsets and deleted queues alike).
  */
 #include <errno.h>
 
@@ -93,36 +123,6 @@ static int put_queue(struct idx_env *e,
     MDB_val k = {n, (void *)(uintptr_t)name}, v = {sizeof buf, buf};
     int rc = mdb_put(e->wtxn, e->dbi_queues, &k, &v, 0);
     return rc != 0 ? idx__mdb_err(e, rc, "put queue") : 0;
-}
-
-/* Delete every key of dbi starting with the 8-byte prefix. */
-static int del_prefix(struct idx_env *e, MDB_dbi dbi, const uint8_t *prefix)
-{
-    MDB_cursor *cur;
-    MDB_val k = {8, (void *)(uintptr_t)prefix}, v;
-    int rc = mdb_cursor_open(e->wtxn, dbi, &cur);
-    if (rc != 0) {
-        return idx__mdb_err(e, rc, "cursor open");
-    }
-    /* Re-seek after every delete: simple, and immune to the cursor
-     * position rules after mdb_cursor_del. */
-    for (;;) {
-        k.mv_size = 8;
-        k.mv_data = (void *)(uintptr_t)prefix;
-        rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
-        if (rc != 0 || k.mv_size < 8 || memcmp(k.mv_data, prefix, 8) != 0) {
-            break;
-        }
-        rc = mdb_cursor_del(cur, 0);
-        if (rc != 0) {
-            break;
-        }
-    }
-    mdb_cursor_close(cur);
-    if (rc != 0 && rc != MDB_NOTFOUND) {
-        return idx__mdb_err(e, rc, "delete range");
-    }
-    return 0;
 }
 
 /* ---- Namespace usage and quotas ------------------------------------------ */
@@ -244,6 +244,11 @@ static int apply_create(struct idx_env *e,
     memset(&q, 0, sizeof q);
     q.id = e->st.next_queue_id++;
     q.created_index = index;
+    if (c->has_settings) {
+        q.settings = c->settings;
+    } else {
+        idx_queue_settings_default(&q.settings);
+    }
     rc = put_queue(e, c->queue, c->queue_len, &q);
     if (rc != 0) {
         return rc;
@@ -257,7 +262,6 @@ static int apply_delete(struct idx_env *e,
                         struct idx_result *r)
 {
     struct idx__queue_val q = {0};
-    uint8_t prefix[8];
     int rc = get_queue(e, c->queue, c->queue_len, &q);
     if (rc < 0) {
         return rc;
@@ -271,11 +275,8 @@ static int apply_delete(struct idx_env *e,
     if (rc != 0) {
         return idx__mdb_err(e, rc, "delete queue");
     }
-    idx__put_be64(prefix, q.id);
-    if ((rc = del_prefix(e, e->dbi_keys, prefix)) != 0 ||
-        (rc = del_prefix(e, e->dbi_msgs, prefix)) != 0 ||
-        (rc = del_prefix(e, e->dbi_groups, prefix)) != 0 ||
-        (rc = del_prefix(e, e->dbi_producers, prefix)) != 0) {
+    rc = idx__mark_put(e, IDX__MARK_DEAD, q.id, "", 0);
+    if (rc != 0) {
         return rc;
     }
     struct idx__usage_val u;
@@ -374,6 +375,132 @@ int idx__key_rows_delete(struct idx_env *e,
     return 0;
 }
 
+/* ---- Retention ------------------------------------------------------------
+ */
+
+/* Whether a batch of n messages and batch_bytes may be appended to q:
+ * 0 or TERN_EQUEUEFULL. */
+static int retain_admit(const struct idx__queue_val *q,
+                        uint32_t n,
+                        uint64_t batch_bytes)
+{
+    const struct idx_queue_settings *s = &q->settings;
+    if ((s->max_messages > 0 && n > s->max_messages) ||
+        (s->max_bytes > 0 && batch_bytes > s->max_bytes)) {
+        return TERN_EQUEUEFULL; /* does not fit even in an empty queue */
+    }
+    if (s->overflow != IDX_OVERFLOW_REJECT) {
+        return 0;
+    }
+    uint64_t count = q->next_offset - q->start_offset;
+    if ((s->max_messages > 0 && count > s->max_messages - n) ||
+        (s->max_bytes > 0 && q->bytes > s->max_bytes - batch_bytes)) {
+        return TERN_EQUEUEFULL;
+    }
+    return 0;
+}
+
+/* Whether q passes max_messages or max_bytes. */
+static bool over_limits(const struct idx__queue_val *q)
+{
+    const struct idx_queue_settings *s = &q->settings;
+    return (s->max_messages > 0 &&
+            q->next_offset - q->start_offset > s->max_messages) ||
+           (s->max_bytes > 0 && q->bytes > s->max_bytes);
+}
+
+/* A produce left q (drop-oldest) over a limit: remember its name for the
+ * leader's planner (idx_over_limits_drain; local, not replicated). */
+static void note_over_limits(struct idx_env *e,
+                             const char *name,
+                             size_t name_len)
+{
+    if (e->n_over >= IDX__OVER_MAX) {
+        e->over_lost = true;
+        return;
+    }
+    for (size_t i = 0; i < e->n_over; i++) {
+        if (strlen(e->over[i]) == name_len &&
+            memcmp(e->over[i], name, name_len) == 0) {
+            return;
+        }
+    }
+    memcpy(e->over[e->n_over], name, name_len);
+    e->over[e->n_over][name_len] = '\0';
+    e->n_over++;
+}
+
+/* TRIM: the leader's decision, applied without reading the trimmed
+ * messages' rows (cmd.c). */
+static int apply_trim(struct idx_env *e,
+                      const struct idx__cmd *c,
+                      struct idx_result *r)
+{
+    struct idx__queue_val q = {0};
+    struct idx__usage_val u;
+    struct ns_ref ns = queue_ns(c);
+    int rc = get_queue(e, c->queue, c->queue_len, &q);
+    if (rc < 0) {
+        return rc;
+    }
+    if (rc == 1) {
+        r->status = TERN_ENOQUEUE;
+        return 0;
+    }
+    rc = get_usage(e, ns, &u);
+    if (rc != 0) {
+        return rc;
+    }
+    if (q.id != c->trim.queue_id || q.start_offset != c->trim.from ||
+        c->trim.to > q.next_offset || c->trim.bytes > q.bytes ||
+        c->trim.bytes > u.bytes) {
+        r->status = TERN_EINVAL; /* a stale plan: the leader plans again */
+        return 0;
+    }
+    q.start_offset = c->trim.to;
+    q.bytes -= c->trim.bytes;
+    u.bytes -= c->trim.bytes;
+    r->base_offset = c->trim.from;
+    r->count =
+        (uint32_t)TERN_MIN(c->trim.to - c->trim.from, (uint64_t)UINT32_MAX);
+    rc = put_queue(e, c->queue, c->queue_len, &q);
+    if (rc == 0) {
+        rc = put_usage(e, ns, &u);
+    }
+    if (rc == 0) {
+        rc = idx__mark_put(e, IDX__MARK_TRIM, q.id, c->queue, c->queue_len);
+    }
+    return rc;
+}
+
+static int apply_update(struct idx_env *e,
+                        const struct idx__cmd *c,
+                        struct idx_result *r)
+{
+    struct idx__queue_val q = {0};
+    int rc = get_queue(e, c->queue, c->queue_len, &q);
+    if (rc < 0) {
+        return rc;
+    }
+    if (rc == 1) {
+        r->status = TERN_ENOQUEUE;
+        return 0;
+    }
+    if ((c->mask & IDX_SET_MAX_AGE) != 0) {
+        q.settings.max_age_ms = c->settings.max_age_ms;
+    }
+    if ((c->mask & IDX_SET_MAX_BYTES) != 0) {
+        q.settings.max_bytes = c->settings.max_bytes;
+    }
+    if ((c->mask & IDX_SET_MAX_MESSAGES) != 0) {
+        q.settings.max_messages = c->settings.max_messages;
+    }
+    if ((c->mask & IDX_SET_OVERFLOW) != 0) {
+        q.settings.overflow = c->settings.overflow;
+    }
+    return put_queue(e, c->queue, c->queue_len, &q);
+}
+
 static int apply_produce(struct idx_env *e,
                          uint64_t rec_pos,
                          uint64_t timestamp_ms,
@@ -447,6 +574,10 @@ static int apply_produce(struct idx_env *e,
         r->status = TERN_EQUOTA;
         return 0;
     }
+    r->status = retain_admit(&q, c->n_msgs, batch_bytes);
+    if (r->status != 0) {
+        return 0;
+    }
     r->base_offset = q.next_offset;
     r->count = c->n_msgs;
     idx__msg_iter_init(&mi, c);
@@ -475,9 +606,12 @@ static int apply_produce(struct idx_env *e,
         q.next_offset++;
     }
     q.bytes += batch_bytes;
+    u.bytes += batch_bytes;
+    if (q.settings.overflow == IDX_OVERFLOW_DROP_OLDEST && over_limits(&q)) {
+        note_over_limits(e, c->queue, c->queue_len);
+    }
     rc = put_queue(e, c->queue, c->queue_len, &q);
     if (rc == 0) {
-        u.bytes += batch_bytes;
         rc = put_usage(e, ns, &u);
     }
     if (rc != 0) {
@@ -823,6 +957,16 @@ int idx__index_record(struct idx_env *e,
     if (rc != 0) {
         return rc;
     }
+    /* The first record of each checkpoint_bytes block of the log gets a
+     * checkpoint of the state before it (ckpt.c: same positions, same
+     * bytes on every node). */
+    if (pos > 0 &&
+        pos / e->checkpoint_bytes != e->st.last_rec_pos / e->checkpoint_bytes) {
+        rc = idx__ckpt_write(e, pos);
+        if (rc != 0) {
+            return rc;
+        }
+    }
     if (idx_cmd_validate(payload, len) != 0) {
         /* Recorded but not applied: one TERN_EMALFORMED result per
          * announced command (1 if the header is unreadable). */
@@ -840,6 +984,9 @@ int idx__index_record(struct idx_env *e,
     } else {
         rc = idx__entry_open(&it, payload, len);
         TERN_INVARIANT(rc == 0);
+        /* Append time (docs/MESSAGES.md, "Time"): monotone over the log. */
+        uint64_t append_ms = TERN_MAX(it.timestamp_ms, e->st.last_append_ms);
+        e->st.last_append_ms = append_ms;
         while (idx__entry_next(&it, &cmd) == 1) {
             struct idx_result r = {0};
             switch (cmd.type) {
@@ -851,7 +998,7 @@ int idx__index_record(struct idx_env *e,
                 break;
             case IDX_CMD_PRODUCE:
             case IDX_CMD_PRODUCE_PROPS:
-                rc = apply_produce(e, pos, it.timestamp_ms, payload, &cmd, &r);
+                rc = apply_produce(e, pos, append_ms, payload, &cmd, &r);
                 break;
             case IDX_CMD_GROUP_COMMIT:
                 rc = apply_group(e, &cmd, &r);
@@ -876,6 +1023,12 @@ int idx__index_record(struct idx_env *e,
                 break;
             case IDX_CMD_PRODUCER_INIT:
                 rc = apply_producer_init(e, &cmd, &r);
+                break;
+            case IDX_CMD_QUEUE_UPDATE:
+                rc = apply_update(e, &cmd, &r);
+                break;
+            case IDX_CMD_TRIM:
+                rc = apply_trim(e, &cmd, &r);
                 break;
             default:
                 rc = IDX__CORRUPT(e, "validated entry has command type %u",

@@ -28,7 +28,15 @@
  * does not know them finds such an entry malformed, so upgrade every node
  * before a namespace other than "default" gets a queue.
  *
- *   QUEUE_CREATE (1), QUEUE_DELETE (2):
+ *   QUEUE_CREATE (1):
+ *     qname [settings]
+ *     The settings tail (25 bytes, added with retention; a node that does
+ *     not know it finds the entry malformed, so upgrade every node before
+ *     a leader proposes one): u64 max_age_ms, u64 max_bytes,
+ *     u64 max_messages (0 = no limit), u8 overflow (0 drop-oldest,
+ *     1 reject). Without the tail the queue gets the built-in defaults
+ *     (idx_queue_settings_default: max_age 72 h, the rest 0, drop-oldest).
+ *   QUEUE_DELETE (2):
  *     qname
  *   PRODUCE (3):
  *     qname, u64 producer_id, u64 seq, u32 n_msgs (>= 1),
@@ -61,6 +69,26 @@
  *     name, u64 max_queues, u64 max_bytes, u64 produce_bytes_per_s
  *   PRODUCER_INIT (12):
  *     u8 owner_len (0 = anonymous), owner (tern_name_valid when not empty)
+ *
+ * Retention (docs/MESSAGES.md, "Retention"), added after the first release
+ * of version 1 (upgrade every node before a leader proposes one):
+ *   QUEUE_UPDATE (13):
+ *     qname, u32 mask (IDX_SET_MAX_AGE 1 | IDX_SET_MAX_BYTES 2 |
+ *     IDX_SET_MAX_MESSAGES 4 | IDX_SET_OVERFLOW 8; at least one bit, no
+ *     others), u64 max_age_ms, u64 max_bytes, u64 max_messages,
+ *     u8 overflow (0 or 1). A field whose bit is clear is left unchanged
+ *     and must be 0 in the body (one encoding per command).
+ *   TRIM (14):
+ *     qname, u64 queue_id, u64 from, u64 to (> from), u64 bytes
+ *     The leader's decision (node/, from its index: idx_trim_plan) that
+ *     queue qname, incarnation queue_id, drops offsets [from, to), which
+ *     hold bytes message bytes. Applying it moves start_offset from
+ *     `from` to `to` and lowers the queue's and namespace's bytes by
+ *     `bytes`; it changes nothing (result TERN_EINVAL) if the queue is not
+ *     that incarnation, its start_offset is not `from`, or `to` is past
+ *     next_offset. Applying never reads the rows of the trimmed messages,
+ *     so a rebuild from a checkpoint (ckpt.c) that lacks them applies it
+ *     as the first apply did.
  *
  * Message properties (docs/MESSAGES.md), added after the security
  * metadata (upgrade every node before a leader proposes one; a batch
@@ -188,6 +216,73 @@ void idx_cmd_queue_create(struct tern_wbuf *w, const char *queue)
 {
     size_t at = cmd_start(w, IDX_CMD_QUEUE_CREATE);
     put_qname(w, queue);
+    cmd_finish(w, at);
+}
+
+static void put_settings(struct tern_wbuf *w,
+                         const struct idx_queue_settings *s)
+{
+    tern_wbuf_u64(w, s->max_age_ms);
+    tern_wbuf_u64(w, s->max_bytes);
+    tern_wbuf_u64(w, s->max_messages);
+    tern_wbuf_u8(w, (uint8_t)s->overflow);
+}
+
+void idx_cmd_queue_create_opts(struct tern_wbuf *w,
+                               const char *queue,
+                               const struct idx_queue_settings *s)
+{
+    if (s != NULL && s->overflow > IDX_OVERFLOW_REJECT) {
+        set_err(w, TERN_EINVAL);
+        return;
+    }
+    size_t at = cmd_start(w, IDX_CMD_QUEUE_CREATE);
+    put_qname(w, queue);
+    if (s != NULL) {
+        put_settings(w, s);
+    }
+    cmd_finish(w, at);
+}
+
+void idx_cmd_queue_update(struct tern_wbuf *w,
+                          const char *queue,
+                          uint32_t mask,
+                          const struct idx_queue_settings *s)
+{
+    struct idx_queue_settings v = {0};
+    if (s == NULL || mask == 0 || (mask & ~IDX_SET_ALL) != 0 ||
+        ((mask & IDX_SET_OVERFLOW) != 0 && s->overflow > IDX_OVERFLOW_REJECT)) {
+        set_err(w, TERN_EINVAL);
+        return;
+    }
+    v.max_age_ms = (mask & IDX_SET_MAX_AGE) != 0 ? s->max_age_ms : 0;
+    v.max_bytes = (mask & IDX_SET_MAX_BYTES) != 0 ? s->max_bytes : 0;
+    v.max_messages = (mask & IDX_SET_MAX_MESSAGES) != 0 ? s->max_messages : 0;
+    v.overflow = (mask & IDX_SET_OVERFLOW) != 0 ? s->overflow : 0;
+    size_t at = cmd_start(w, IDX_CMD_QUEUE_UPDATE);
+    put_qname(w, queue);
+    tern_wbuf_u32(w, mask);
+    put_settings(w, &v);
+    cmd_finish(w, at);
+}
+
+void idx_cmd_trim(struct tern_wbuf *w,
+                  const char *queue,
+                  uint64_t queue_id,
+                  uint64_t from,
+                  uint64_t to,
+                  uint64_t bytes)
+{
+    if (to <= from) {
+        set_err(w, TERN_EINVAL);
+        return;
+    }
+    size_t at = cmd_start(w, IDX_CMD_TRIM);
+    put_qname(w, queue);
+    tern_wbuf_u64(w, queue_id);
+    tern_wbuf_u64(w, from);
+    tern_wbuf_u64(w, to);
+    tern_wbuf_u64(w, bytes);
     cmd_finish(w, at);
 }
 
@@ -739,12 +834,60 @@ static const char *get_name_max(struct tern_cursor *c, uint8_t *n, size_t max)
     return p;
 }
 
+/* The 25-byte settings of QUEUE_CREATE's tail and QUEUE_UPDATE. 0 or
+ * TERN_EMALFORMED (short, or an unknown overflow). */
+static int get_settings(struct tern_cursor *c, struct idx_queue_settings *s)
+{
+    s->max_age_ms = tern_cursor_u64(c);
+    s->max_bytes = tern_cursor_u64(c);
+    s->max_messages = tern_cursor_u64(c);
+    s->overflow = tern_cursor_u8(c);
+    return c->err != 0 || s->overflow > IDX_OVERFLOW_REJECT ? TERN_EMALFORMED
+                                                            : 0;
+}
+
 static int decode_body(struct tern_cursor *c, struct idx__cmd *cmd)
 {
     switch (cmd->type) {
     case IDX_CMD_QUEUE_CREATE:
+        cmd->queue = get_qname(c, &cmd->queue_len);
+        if (c->err == 0 && tern_cursor_left(c) > 0) {
+            cmd->has_settings = true;
+            if (get_settings(c, &cmd->settings) != 0) {
+                return TERN_EMALFORMED;
+            }
+        }
+        break;
     case IDX_CMD_QUEUE_DELETE:
         cmd->queue = get_qname(c, &cmd->queue_len);
+        break;
+    case IDX_CMD_QUEUE_UPDATE:
+        cmd->queue = get_qname(c, &cmd->queue_len);
+        cmd->mask = tern_cursor_u32(c);
+        if (c->err != 0 || cmd->mask == 0 || (cmd->mask & ~IDX_SET_ALL) != 0 ||
+            get_settings(c, &cmd->settings) != 0) {
+            return TERN_EMALFORMED;
+        }
+        if (((cmd->mask & IDX_SET_MAX_AGE) == 0 &&
+             cmd->settings.max_age_ms != 0) ||
+            ((cmd->mask & IDX_SET_MAX_BYTES) == 0 &&
+             cmd->settings.max_bytes != 0) ||
+            ((cmd->mask & IDX_SET_MAX_MESSAGES) == 0 &&
+             cmd->settings.max_messages != 0) ||
+            ((cmd->mask & IDX_SET_OVERFLOW) == 0 &&
+             cmd->settings.overflow != 0)) {
+            return TERN_EMALFORMED;
+        }
+        break;
+    case IDX_CMD_TRIM:
+        cmd->queue = get_qname(c, &cmd->queue_len);
+        cmd->trim.queue_id = tern_cursor_u64(c);
+        cmd->trim.from = tern_cursor_u64(c);
+        cmd->trim.to = tern_cursor_u64(c);
+        cmd->trim.bytes = tern_cursor_u64(c);
+        if (c->err == 0 && cmd->trim.to <= cmd->trim.from) {
+            return TERN_EMALFORMED;
+        }
         break;
     case IDX_CMD_PRODUCE:
     case IDX_CMD_PRODUCE_PROPS: {

@@ -80,6 +80,22 @@ static int dbi_open_all(struct idx_env *e, MDB_txn *txn)
     return 0;
 }
 
+int idx__lmdb_clear(struct idx_env *e)
+{
+    const MDB_dbi all[] = {e->dbi_meta,   e->dbi_queues,     e->dbi_msgs,
+                           e->dbi_groups, e->dbi_producers,  e->dbi_users,
+                           e->dbi_acls,   e->dbi_namespaces, e->dbi_pids,
+                           e->dbi_usage};
+    int rc = idx__txn_begin(e);
+    for (size_t i = 0; rc == 0 && i < TERN_ARRAY_SIZE(all); i++) {
+        int mrc = mdb_drop(e->wtxn, all[i], 0);
+        if (mrc != 0) {
+            rc = idx__mdb_err(e, mrc, "empty a table");
+        }
+    }
+    return rc;
+}
+
 static char *path_join(const char *a, const char *b)
 {
     size_t n = strlen(a) + strlen(b) + 2;
@@ -151,8 +167,67 @@ static void note_cut(struct idx_env *e, uint64_t pos, const char *why)
                        prev[0] != '\0' ? "; " : "", prev);
 }
 
-/* Index the whole log into the fresh LMDB; the first bad record ends the
- * log. */
+/* Where the rebuild starts (in the pending txn of the fresh LMDB): at 0
+ * with empty tables when the log still starts at 0; else at the oldest
+ * checkpoint inside the log, whose rows are loaded (retention deleted the
+ * head, ckpt.c). A trimmed log without a usable checkpoint cannot be
+ * indexed at all: it is dropped whole, noted like a cut, and a peer
+ * supplies the state again (raft/bulk.c, start-up restore). */
+static int rebuild_start(struct idx_env *e)
+{
+    uint64_t first = idx__log_first(e);
+    int rc = idx__ckpt_scan(e);
+    if (rc != 0) {
+        return rc;
+    }
+    e->log_start = 0;
+    if (first == 0) {
+        return 0;
+    }
+    idx__ckpt_drop_before(e, first);
+    if (e->n_ckpts > 0 && e->ckpts[0] <= e->log_end) {
+        uint64_t at = e->ckpts[0];
+        rc = idx__ckpt_load(e, at);
+        if (rc == 0) {
+            e->log_start = at;
+            return 0;
+        }
+        if (rc != TERN_ECORRUPT && rc != TERN_EVERSION) {
+            return rc;
+        }
+        /* Rows already put belong to no state: start over empty. */
+        idx__txn_abort(e);
+        rc = idx__txn_begin(e);
+        if (rc == 0) {
+            rc = dbi_open_all(e, e->wtxn);
+        }
+        if (rc != 0) {
+            return rc;
+        }
+    }
+    {
+        char why[TERN_ERRMSG_SIZE];
+        (void)snprintf(
+            why, sizeof why, "%s",
+            e->n_ckpts > 0 ? e->errmsg : "no checkpoint inside the log");
+        e->truncated += e->log_end - first;
+        tern_errmsg_printf(e->cut_note,
+                           "commit log [%llu,%llu) dropped: it starts "
+                           "after 0 (retention) and %s",
+                           (unsigned long long)first,
+                           (unsigned long long)e->log_end, why);
+    }
+    idx__ckpt_forget_all(e);
+    rc = idx__log_reset(e, 0);
+    if (rc != 0) {
+        return rc;
+    }
+    e->st.log_end = 0;
+    return 0;
+}
+
+/* Index the log into the fresh LMDB from where rebuild_start says; the
+ * first bad record ends the log. */
 static int reconcile(struct idx_env *e)
 {
     MDB_val k = {sizeof IDX__META_KEY_STATE - 1, (void *)IDX__META_KEY_STATE};
@@ -172,21 +247,27 @@ static int reconcile(struct idx_env *e)
     s.next_producer_id = 1;
     e->st = s;
     e->committed = s;
-    /* Record the empty state so an empty log has meta too. */
-    idx__state_encode(buf, &s);
-    v.mv_size = sizeof buf;
-    v.mv_data = buf;
-    rc = mdb_put(e->wtxn, e->dbi_meta, &k, &v, 0);
+    rc = rebuild_start(e);
     if (rc != 0) {
-        rc = idx__mdb_err(e, rc, "put meta");
         goto err_after_txn;
+    }
+    if (e->log_start == 0) {
+        /* Record the empty state so an empty log has meta too. */
+        idx__state_encode(buf, &s);
+        v.mv_size = sizeof buf;
+        v.mv_data = buf;
+        rc = mdb_put(e->wtxn, e->dbi_meta, &k, &v, 0);
+        if (rc != 0) {
+            rc = idx__mdb_err(e, rc, "put meta");
+            goto err_after_txn;
+        }
     }
     rc = idx_flush(e);
     if (rc != 0) {
         return rc;
     }
 
-    uint64_t pos = 0;
+    uint64_t pos = e->log_start;
     unsigned batch = 0;
     while (pos < e->log_end) {
         struct idx__record rec;
@@ -255,6 +336,9 @@ int idx_open(const struct idx_options *o, struct idx_env **out, char *errmsg)
     e->map_size = o->map_size != 0 ? o->map_size : IDX__DEFAULT_MAP_SIZE;
     e->segment_bytes =
         o->segment_bytes != 0 ? o->segment_bytes : IDX__DEFAULT_SEGMENT_BYTES;
+    e->checkpoint_bytes =
+        o->checkpoint_bytes != 0 ? o->checkpoint_bytes : e->segment_bytes;
+    e->stage.fd = -1;
     e->max_message =
         o->max_message != 0 ? o->max_message : IDX__DEFAULT_MAX_MESSAGE;
     e->dir = tern_strdup(o->dir);
@@ -322,6 +406,7 @@ err_after_lock:
     close(e->lock_fd);
 err_after_alloc:
     tern_errmsg_printf(errmsg, "idx_open %s: %s", o->dir, e->errmsg);
+    tern_free(e->ckpts);
     tern_free(e->dir);
     tern_free(e->log_dir);
     tern_free(e->lmdb_dir);
@@ -341,6 +426,10 @@ void idx_close(struct idx_env *e)
     idx__txn_abort(e);
     mdb_env_close(e->mdb);
     idx__log_close(e);
+    if (e->stage.fd >= 0) {
+        close(e->stage.fd);
+    }
+    tern_free(e->ckpts);
     close(e->lock_fd); /* releases the flock */
     tern_free(e->dir);
     tern_free(e->log_dir);
@@ -357,6 +446,21 @@ uint64_t idx_last_applied(const struct idx_env *e)
 uint64_t idx_log_end(const struct idx_env *e)
 {
     return e->log_end;
+}
+
+uint64_t idx_log_start(const struct idx_env *e)
+{
+    return e->log_start;
+}
+
+uint64_t idx_disk_bytes(const struct idx_env *e)
+{
+    uint64_t n = idx__log_disk_bytes(e);
+    for (size_t i = 0; i < e->n_ckpts; i++) {
+        uint32_t sum;
+        n += idx__ckpt_file_size((struct idx_env *)e, e->ckpts[i], &sum);
+    }
+    return n;
 }
 
 uint64_t idx_truncated_bytes(const struct idx_env *e)

@@ -13,14 +13,15 @@
  *   snapshot.c  manifests, bulk catch-up, restore
  *   read.c      queue lookups, group offsets, fetches
  *   apply.c     idx_apply, the index writer, idx_sync, idx_bulk_discard
+ *   clean.c     message rows by range and time, the row cleaner
  *   log.c       commit-log segments and records
  *   cmd.c       command entry codec
  *   keys.c      LMDB key and value codecs
  *   txn.c       errors, read buffer, the pending write txn, idx_flush
  *
- *   env.c, snapshot.c -> apply.c -> cmd.c, keys.c, log.c
+ *   env.c, snapshot.c -> apply.c -> cmd.c, keys.c, log.c, clean.c
  *   env.c -> keys.c, log.c;  snapshot.c -> log.c
- *   read.c -> keys.c, log.c
+ *   read.c -> keys.c, log.c, clean.c;  clean.c -> keys.c
  *   every file but cmd.c and keys.c -> txn.c
  *   cmd.c, keys.c and txn.c call no other file of index/.
  *
@@ -78,10 +79,12 @@ struct idx__state
     uint32_t last_rec_checksum;
     uint64_t next_queue_id;    /* next id handed to a created queue */
     uint64_t next_producer_id; /* next block PRODUCER_INIT issues */
+    uint64_t last_append_ms;   /* append time of the last valid entry */
 };
-/* Schema 3: queue bytes, ns_usage, producer-id blocks (keys.c). */
-#define IDX__SCHEMA_VERSION 3
-#define IDX__STATE_SIZE     56
+/* Schema 4: append time, queue value 3 with retention, work marks
+ * (keys.c). */
+#define IDX__SCHEMA_VERSION 4
+#define IDX__STATE_SIZE     64
 #define IDX__META_KEY_STATE "state"
 void idx__state_encode(uint8_t *buf, const struct idx__state *s);
 int idx__state_decode(const void *buf, size_t len, struct idx__state *s);
@@ -92,9 +95,10 @@ struct idx__queue_val
     uint64_t created_index;
     uint64_t start_offset;
     uint64_t next_offset;
-    uint64_t bytes; /* sum of the lengths of the messages appended */
+    uint64_t bytes; /* sum of the lengths of the retained messages */
+    struct idx_queue_settings settings;
 };
-#define IDX__QUEUE_VAL_SIZE 48
+#define IDX__QUEUE_VAL_SIZE 88
 void idx__queue_val_encode(uint8_t *buf, const struct idx__queue_val *q);
 int idx__queue_val_decode(const void *buf,
                           size_t len,
@@ -105,7 +109,7 @@ struct idx__msg_val
     uint64_t rec_pos;  /* log position of the record holding the message */
     uint32_t data_off; /* byte offset of the message in the record payload */
     uint32_t len;
-    uint64_t timestamp_ms;
+    uint64_t timestamp_ms; /* append time (docs/MESSAGES.md, "Time") */
     uint64_t producer_id;
     /* Properties (version 2 rows; all 0 in a version 1 row): */
     uint32_t props_off; /* byte offset of the block in the record payload */
@@ -249,6 +253,13 @@ size_t idx__usage_key(const char *queue, size_t queue_len, const char **key);
 #define IDX__PID_BLOCK_SHIFT 32
 #define IDX__PID_BLOCK_MAX   UINT64_C(0xffffffff)
 
+/* The cleaner's work marks in meta (keys.c): kind "dead" or "trim" + u64
+ * BE queue id into key (IDX__MARK_KEY_SIZE bytes). */
+#define IDX__MARK_KEY_SIZE 12
+#define IDX__MARK_DEAD     "dead"
+#define IDX__MARK_TRIM     "trim"
+void idx__mark_key(uint8_t *key, const char *kind, uint64_t queue_id);
+
 /* Big-endian u64 for sortable key prefixes. */
 void idx__put_be64(uint8_t *p, uint64_t v);
 uint64_t idx__get_be64(const uint8_t *p);
@@ -310,6 +321,14 @@ int idx__log_write_raw(struct idx_env *e,
                        size_t n);
 /* Cut the log at pos (<= log end), durably (ftruncate + fsync). */
 int idx__log_truncate(struct idx_env *e, uint64_t pos);
+/* Delete the segments that end at or before pos (never the active one). */
+int idx__log_drop_head(struct idx_env *e, uint64_t pos);
+/* Delete every segment; the log restarts empty at pos. */
+int idx__log_reset(struct idx_env *e, uint64_t pos);
+/* Position of the first byte the segment files hold. */
+uint64_t idx__log_first(const struct idx_env *e);
+/* Bytes of the segment files on disk (headers included). */
+uint64_t idx__log_disk_bytes(const struct idx_env *e);
 /* "log/<file>.seg offset N" of the stream position pos (pos <= log_end)
  * into buf. */
 void idx__log_locate(const struct idx_env *e,
@@ -327,6 +346,35 @@ int idx__log_read_record(struct idx_env *e,
                          uint64_t pos,
                          uint64_t limit,
                          struct idx__record *rec);
+
+/* ---- clean.c: message rows by range and time, the cleaner ---------------- */
+
+/* First offset in [lo, hi) of queue_id whose msgs row has append time >=
+ * time_ms, or hi (OUT *offset); binary search in txn (any txn of e). */
+int idx__msgs_time_search(struct idx_env *e,
+                          MDB_txn *txn,
+                          uint64_t queue_id,
+                          uint64_t lo,
+                          uint64_t hi,
+                          uint64_t time_ms,
+                          uint64_t *offset);
+/* Delete the rows of the messages of queue_id at offsets [from, to) in the
+ * pending txn, at most budget of them; *deleted (OUT) how many. Rows of
+ * other tables keyed by (queue id, offset) are deleted here too when
+ * they are added, so the cleaner keeps one entry point. */
+int idx__clean_range(struct idx_env *e,
+                     uint64_t queue_id,
+                     uint64_t from,
+                     uint64_t to,
+                     unsigned budget,
+                     unsigned *deleted);
+/* Record cleaner work in the pending txn: kind IDX__MARK_DEAD (name
+ * empty) or IDX__MARK_TRIM with the queue's stored name (borrowed). */
+int idx__mark_put(struct idx_env *e,
+                  const char *kind,
+                  uint64_t queue_id,
+                  const char *name,
+                  size_t name_len);
 
 /* ---- apply.c: the index writer ------------------------------------------- */
 
@@ -360,10 +408,66 @@ struct idx__manifest
     uint64_t log_end;
     uint64_t last_rec_pos;
     uint32_t last_rec_checksum;
+    /* version 2: where the sender's log starts (0 = it was never
+     * trimmed) and its checkpoint there (file size, header checksum) */
+    uint64_t log_start;
+    uint64_t ckpt_size;
+    uint32_t ckpt_sum;
 };
-#define IDX__MANIFEST_SIZE 40
+#define IDX__MANIFEST_SIZE_V1 40
+#define IDX__MANIFEST_SIZE    64
 /* Pure decoder: 0, TERN_EMALFORMED or TERN_EVERSION. */
 int idx__manifest_decode(const void *buf, size_t len, struct idx__manifest *m);
+
+/* env.c: empty every table in the pending txn (a rebase on a fetched
+ * checkpoint, snapshot.c). */
+int idx__lmdb_clear(struct idx_env *e);
+
+/* ---- ckpt.c: checkpoints (format at the top of ckpt.c) ------------------ */
+
+#define IDX__CKPT_HDR_SIZE 64
+struct idx__ckpt_hdr
+{
+    uint64_t pos;
+    uint64_t last_applied;
+    uint64_t last_rec_pos;
+    uint32_t last_rec_checksum;
+    uint32_t rows;
+    uint64_t body_len;
+    uint32_t body_sum;
+    uint32_t hdr_sum;
+};
+void idx__ckpt_path(const struct idx_env *e,
+                    uint64_t pos,
+                    char *buf,
+                    size_t cap);
+/* List <log>/NNN.ckpt into e->ckpts (removes unfinished .tmp files). */
+int idx__ckpt_scan(struct idx_env *e);
+/* Write the checkpoint at pos (== e->st.log_end) from the pending txn;
+ * nothing if the file exists. */
+int idx__ckpt_write(struct idx_env *e, uint64_t pos);
+int idx__ckpt_header_decode(const uint8_t *h,
+                            uint64_t pos,
+                            struct idx__ckpt_hdr *out);
+/* Read and verify the checkpoint file at pos: *body (caller frees). */
+int idx__ckpt_read_file(struct idx_env *e,
+                        uint64_t pos,
+                        struct idx__ckpt_hdr *hdr,
+                        uint8_t **body);
+/* Put the checkpoint's rows into the (empty) tables in the pending txn
+ * and set e->st from it. */
+int idx__ckpt_load(struct idx_env *e, uint64_t pos);
+/* Size of the checkpoint file at pos with its header checksum in *sum;
+ * 0 if missing or unusable. */
+uint64_t idx__ckpt_file_size(struct idx_env *e, uint64_t pos, uint32_t *sum);
+int idx__ckpt_pread(struct idx_env *e,
+                    uint64_t pos,
+                    uint64_t off,
+                    void *buf,
+                    size_t n);
+/* Delete the checkpoints before pos (all: idx__ckpt_forget_all). */
+void idx__ckpt_drop_before(struct idx_env *e, uint64_t pos);
+void idx__ckpt_forget_all(struct idx_env *e);
 
 /* ---- read.c: no private interface ---------------------------------------- */
 
@@ -391,6 +495,36 @@ struct idx_env
     unsigned open_fds;
     uint64_t log_end; /* end of the bytes in the segment files */
     int dir_dirty;    /* a segment was created or removed since sync */
+    /* env.c and snapshot.c: the first position the log holds records
+     * from (0, or the checkpoint it was trimmed to or restored from) */
+    uint64_t log_start;
+
+    /* ckpt.c: checkpoint positions, sorted; env.c: their interval */
+    uint64_t *ckpts;
+    size_t n_ckpts;
+    size_t cap_ckpts;
+    uint64_t checkpoint_bytes;
+
+    /* snapshot.c: a checkpoint being fetched from a peer (bulk bytes
+     * below the manifest's log_start), and the log end the previous
+     * snapshot manifest named (trimming never passes it) */
+    struct
+    {
+        bool active;
+        uint64_t pos;  /* the checkpoint's position (the manifest's S) */
+        uint64_t size; /* its file size */
+        uint32_t sum;  /* its header checksum */
+        uint64_t written;
+        int fd;
+    } stage;
+    uint64_t prev_snap_end;
+
+    /* apply.c writes, read.c drains (idx_over_limits_drain): queues a
+     * produce left over a drop-oldest limit, for the leader's planner */
+#define IDX__OVER_MAX 1024
+    char over[IDX__OVER_MAX][TERN_NAME_MAX + 1];
+    size_t n_over;
+    bool over_lost;
 
     /* LMDB: env.c opens it; txn.c owns wtxn and committed; the index
      * writer (apply.c) advances st, txn.c resets it on abort */

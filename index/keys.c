@@ -10,35 +10,54 @@
  * order. Values are little-endian.
  *
  * DBI "meta":
- *   key "state" -> 56 bytes:
- *     u32 schema version (3), u32 last_rec_checksum, u64 last_applied,
+ *   key "state" -> 64 bytes:
+ *     u32 schema version (4), u32 last_rec_checksum, u64 last_applied,
  *     u64 log_end, u64 last_rec_pos, u64 next_queue_id,
  *     u64 next_producer_id (the next producer-id block number, 1..2^32;
- *     2^32 once every block is issued), u32 reserved (0),
- *     u32 tern_checksum32 over the preceding 52 bytes.
+ *     2^32 once every block is issued), u64 last_append_ms (append time
+ *     of the last applied valid entry: docs/MESSAGES.md, "Time"; 0 before
+ *     the first), u32 reserved (0), u32 tern_checksum32 over the
+ *     preceding 60 bytes.
  *   It is written in the same write txn as every change it describes.
  *   Schema 2 added next_producer_id and the four security tables below
  *   (docs/AUTH.md); schema 1 was 48 bytes without it. Schema 3 added the
  *   queue's bytes (queue value version 2), the table ns_usage, and made
- *   producer_ids keyed by block number. No upgrade code: LMDB is rebuilt
- *   from the commit log at every open, and old entries produce the new
- *   layout.
+ *   producer_ids keyed by block number. Schema 4 (56 -> 64 bytes) added
+ *   last_append_ms, queue value version 3 (retention settings, bytes
+ *   retained rather than appended) and the cleaner's work marks below.
+ *   No upgrade code: LMDB is rebuilt from the commit log at every open,
+ *   and old entries produce the new layout.
+ *   Work marks of the row cleaner (index/clean.c), in the same DBI so
+ *   that no new DBI is needed; both are written by the apply txn that
+ *   creates the work and removed by the cleaner when it is done (local to
+ *   the node, like the rows they describe):
+ *   key "dead" + u64 BE queue id (12 bytes) -> empty: a deleted queue
+ *     whose msgs, groups and producers rows are still to delete.
+ *   key "trim" + u64 BE queue id (12 bytes) -> queue name: a queue whose
+ *     start_offset moved; its msgs rows below it are still to delete.
  * DBI "queues":
  *   key queue name (tern_qname_valid: a plain name of namespace "default"
- *   or "ns%name", no NUL) -> 48 bytes:
- *     u32 version (2), u32 flags (0), u64 queue id, u64 created_index,
- *     u64 start_offset, u64 next_offset, u64 bytes (sum of the lengths of
- *     the messages appended to the queue; version 1 was 40 bytes without
- *     it).
- *   Deleting a queue removes the key (freeing the name) and, in the same
- *   txn, every msgs/groups/producers entry of its id. Ids are never
- *   reused (meta next_queue_id), so a re-created queue starts empty.
+ *   or "ns%name", no NUL) -> 88 bytes:
+ *     u32 version (3), u32 flags (0), u64 queue id, u64 created_index,
+ *     u64 start_offset (the low watermark: first retained offset),
+ *     u64 next_offset, u64 bytes (sum of the lengths of the retained
+ *     messages, [start_offset, next_offset)), u64 max_age_ms,
+ *     u64 max_bytes, u64 max_messages (0 = no limit), u32 overflow
+ *     (0 drop-oldest, 1 reject), u32 reserved (0).
+ *   Version 2 was 48 bytes (up to bytes, which counted every message
+ *   appended); version 1 was 40 bytes without bytes.
+ *   Deleting a queue removes the key (freeing the name) and writes the
+ *   "dead" work mark of its id (meta, above): the cleaner deletes its
+ *   msgs/groups/producers rows later, in bounded batches. Ids are never
+ *   reused (meta next_queue_id), so a re-created queue starts empty and
+ *   no read reaches the rows of the old one.
  * DBI "msgs":
  *   key u64 BE queue id, u64 BE offset (16 bytes) -> version 1 (a message
  *   without properties), 32 bytes:
  *     u64 log position of the record, u32 byte offset of the message data
- *     inside the record payload, u32 length, u64 timestamp_ms,
- *     u64 producer_id.
+ *     inside the record payload, u32 length, u64 append time in ms (the
+ *     entry's append time, docs/MESSAGES.md "Time": never decreasing with
+ *     the offset), u64 producer_id.
  *   or version 2 (a message with properties, docs/MESSAGES.md), 48 +
  *   key_len bytes: the 32 bytes of version 1, then
  *     u32 byte offset of the properties block inside the record payload,
@@ -49,10 +68,13 @@
  *   skip rows without reading the log, as RocketMQ's ConsumeQueue keeps
  *   a tag hash code; the key is kept so that the key index rows of an
  *   offset range can be found (idx__key_rows_delete).
+ *   Rows below the queue's start_offset may remain until the cleaner
+ *   deletes them; reads never look below start_offset.
  * DBI "keys" (the key index of message get by key):
  *   key u64 BE queue id, u8 key_len - 1 (keys are 1..256 bytes), key,
- *   u64 BE offset -> empty. Written
- *   with the msgs row; one key's rows are contiguous in offset order.
+ *   u64 BE offset -> empty. Written with the msgs row; one key's rows are
+ *   contiguous in offset order. The cleaner deletes them with the msgs
+ *   rows (idx__key_rows_delete before the rows of the range go).
  * DBI "groups":
  *   key u64 BE queue id, group name -> u64 next offset.
  * DBI "producers":
@@ -112,21 +134,22 @@ void idx__state_encode(uint8_t *buf, const struct idx__state *s)
     tern_put_u64(buf + 24, s->last_rec_pos);
     tern_put_u64(buf + 32, s->next_queue_id);
     tern_put_u64(buf + 40, s->next_producer_id);
-    tern_put_u32(buf + 48, 0);
-    tern_put_u32(buf + 52, tern_checksum32(buf, 52));
+    tern_put_u64(buf + 48, s->last_append_ms);
+    tern_put_u32(buf + 56, 0);
+    tern_put_u32(buf + 60, tern_checksum32(buf, 60));
 }
 
 int idx__state_decode(const void *buf, size_t len, struct idx__state *s)
 {
     const uint8_t *b = buf;
     if (len != IDX__STATE_SIZE ||
-        !IDX__CHECKSUM_OK(tern_get_u32(b + 52), tern_checksum32(b, 52))) {
+        !IDX__CHECKSUM_OK(tern_get_u32(b + 60), tern_checksum32(b, 60))) {
         return TERN_ECORRUPT;
     }
     if (tern_get_u32(b) != IDX__SCHEMA_VERSION) {
         return TERN_EVERSION;
     }
-    if (tern_get_u32(b + 48) != 0) {
+    if (tern_get_u32(b + 56) != 0) {
         return TERN_ECORRUPT;
     }
     s->last_rec_checksum = tern_get_u32(b + 4);
@@ -135,25 +158,33 @@ int idx__state_decode(const void *buf, size_t len, struct idx__state *s)
     s->last_rec_pos = tern_get_u64(b + 24);
     s->next_queue_id = tern_get_u64(b + 32);
     s->next_producer_id = tern_get_u64(b + 40);
+    s->last_append_ms = tern_get_u64(b + 48);
     return 0;
 }
 
 void idx__queue_val_encode(uint8_t *buf, const struct idx__queue_val *q)
 {
-    tern_put_u32(buf, 2);
+    tern_put_u32(buf, 3);
     tern_put_u32(buf + 4, 0);
     tern_put_u64(buf + 8, q->id);
     tern_put_u64(buf + 16, q->created_index);
     tern_put_u64(buf + 24, q->start_offset);
     tern_put_u64(buf + 32, q->next_offset);
     tern_put_u64(buf + 40, q->bytes);
+    tern_put_u64(buf + 48, q->settings.max_age_ms);
+    tern_put_u64(buf + 56, q->settings.max_bytes);
+    tern_put_u64(buf + 64, q->settings.max_messages);
+    tern_put_u32(buf + 72, q->settings.overflow);
+    tern_put_u32(buf + 76, 0);
 }
 
 int idx__queue_val_decode(const void *buf, size_t len, struct idx__queue_val *q)
 {
     const uint8_t *b = buf;
-    if (len != IDX__QUEUE_VAL_SIZE || tern_get_u32(b) != 2 ||
-        tern_get_u32(b + 4) != 0) {
+    if (len != IDX__QUEUE_VAL_SIZE || tern_get_u32(b) != 3 ||
+        tern_get_u32(b + 4) != 0 || tern_get_u32(b + 76) != 0 ||
+        tern_get_u32(b + 72) > IDX_OVERFLOW_REJECT ||
+        tern_get_u64(b + 24) > tern_get_u64(b + 32)) {
         return TERN_ECORRUPT;
     }
     q->id = tern_get_u64(b + 8);
@@ -161,7 +192,24 @@ int idx__queue_val_decode(const void *buf, size_t len, struct idx__queue_val *q)
     q->start_offset = tern_get_u64(b + 24);
     q->next_offset = tern_get_u64(b + 32);
     q->bytes = tern_get_u64(b + 40);
+    q->settings.max_age_ms = tern_get_u64(b + 48);
+    q->settings.max_bytes = tern_get_u64(b + 56);
+    q->settings.max_messages = tern_get_u64(b + 64);
+    q->settings.overflow = tern_get_u32(b + 72);
     return 0;
+}
+
+void idx_queue_settings_default(struct idx_queue_settings *s)
+{
+    memset(s, 0, sizeof *s);
+    s->max_age_ms = IDX_DEFAULT_MAX_AGE_MS;
+    s->overflow = IDX_OVERFLOW_DROP_OLDEST;
+}
+
+void idx__mark_key(uint8_t *key, const char *kind, uint64_t queue_id)
+{
+    memcpy(key, kind, 4);
+    idx__put_be64(key + 4, queue_id);
 }
 
 void idx__usage_val_encode(uint8_t *buf, const struct idx__usage_val *u)

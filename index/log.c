@@ -353,8 +353,10 @@ int idx__log_open(struct idx_env *e)
     }
 
     /* Add segments while they are well formed and contiguous; the first
-     * bad one cuts the log (it and everything after it are removed). */
-    uint64_t expect = 0;
+     * bad one cuts the log (it and everything after it are removed). The
+     * first may start after 0: retention deleted the head of the log
+     * (env.c then rebuilds from a checkpoint, ckpt.c). */
+    uint64_t expect = n > 0 ? starts[0] : 0;
     size_t good = 0;
     for (size_t i = 0; i < n; i++) {
         char path[4096];
@@ -462,6 +464,13 @@ static size_t seg_find(const struct idx_env *e, uint64_t pos)
 int idx__log_pread(struct idx_env *e, uint64_t pos, void *buf, size_t n)
 {
     uint8_t *out = buf;
+    if (pos < e->segs[0].start) {
+        return idx__fail(e, TERN_EINVAL, __LINE__,
+                         "log read at %llu: the log starts at %llu "
+                         "(retention deleted what was before)",
+                         (unsigned long long)pos,
+                         (unsigned long long)e->segs[0].start);
+    }
     if (pos > e->log_end || n > e->log_end - pos) {
         return idx__fail(
             e, TERN_EINVAL, __LINE__, "log read [%llu,+%zu) beyond end %llu",
@@ -624,6 +633,57 @@ int idx__log_write_raw(struct idx_env *e,
         n -= chunk;
     }
     return 0;
+}
+
+int idx__log_drop_head(struct idx_env *e, uint64_t pos)
+{
+    char path[4096];
+    size_t drop = 0;
+    /* Whole segments ending at or before pos; never the active one. */
+    while (drop + 1 < e->n_segs &&
+           e->segs[drop].start + e->segs[drop].size <= pos) {
+        struct idx__seg *sg = &e->segs[drop];
+        if (sg->fd >= 0) {
+            close(sg->fd);
+            e->open_fds--;
+        }
+        seg_path(e, sg->start, path, sizeof path);
+        if (unlink(path) != 0 && errno != ENOENT) {
+            int err = errno;
+            memmove(e->segs, e->segs + drop, (e->n_segs - drop) * sizeof *sg);
+            e->n_segs -= drop;
+            return io_err(e, err, "delete segment");
+        }
+        drop++;
+    }
+    if (drop > 0) {
+        memmove(e->segs, e->segs + drop, (e->n_segs - drop) * sizeof *e->segs);
+        e->n_segs -= drop;
+        e->dir_dirty = 1;
+    }
+    return 0;
+}
+
+int idx__log_reset(struct idx_env *e, uint64_t pos)
+{
+    uint64_t lost = 0;
+    drop_segs_from(e, 0, &lost);
+    e->log_end = pos;
+    return seg_create(e);
+}
+
+uint64_t idx__log_first(const struct idx_env *e)
+{
+    return e->segs[0].start;
+}
+
+uint64_t idx__log_disk_bytes(const struct idx_env *e)
+{
+    uint64_t n = 0;
+    for (size_t i = 0; i < e->n_segs; i++) {
+        n += IDX__SEG_HDR_SIZE + e->segs[i].size;
+    }
+    return n;
 }
 
 int idx__log_truncate(struct idx_env *e, uint64_t pos)

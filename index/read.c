@@ -81,6 +81,7 @@ int idx_queue_get(struct idx_env *e,
         out->next_offset = q.next_offset;
         out->created_index = q.created_index;
         out->bytes = q.bytes;
+        out->settings = q.settings;
         out->id = q.id;
     }
     mdb_txn_abort(txn);
@@ -139,6 +140,7 @@ int idx_queue_list_after(struct idx_env *e,
             .next_offset = q.next_offset,
             .created_index = q.created_index,
             .bytes = q.bytes,
+            .settings = q.settings,
             .id = q.id,
         };
         if (cb(arg, &qi) != 0) {
@@ -323,7 +325,17 @@ int idx_fetch_filtered(struct idx_env *e,
     if (rc != 0) {
         goto out;
     }
-    if (offset < q.start_offset || offset > q.next_offset) {
+    if (offset < q.start_offset) {
+        /* Trimmed by retention: name the low watermark (the wire carries
+         * this message to the client). */
+        rc = idx__fail(e, TERN_EOFFSET, __LINE__,
+                       "offset %llu of %s is below its first offset %llu "
+                       "(trimmed by retention)",
+                       (unsigned long long)offset, queue,
+                       (unsigned long long)q.start_offset);
+        goto out;
+    }
+    if (offset > q.next_offset) {
         rc = idx__fail(
             e, TERN_EOFFSET, __LINE__, "offset %llu outside [%llu,%llu] of %s",
             (unsigned long long)offset, (unsigned long long)q.start_offset,
@@ -537,6 +549,32 @@ out:
     return rc;
 }
 
+int idx_offset_for_time(struct idx_env *e,
+                        const char *queue,
+                        uint64_t time_ms,
+                        uint64_t *offset)
+{
+    MDB_txn *txn;
+    struct idx__queue_val q = {0};
+    int rc = rtxn_begin(e, &txn);
+    *offset = 0;
+    if (rc != 0) {
+        return rc;
+    }
+    rc = lookup_queue(e, txn, queue, &q);
+    if (rc == 0) {
+        rc = idx__msgs_time_search(e, txn, q.id, q.start_offset, q.next_offset,
+                                   time_ms, offset);
+    }
+    mdb_txn_abort(txn);
+    return rc;
+}
+
+uint64_t idx_last_append_ms(const struct idx_env *e)
+{
+    return e->st.last_append_ms;
+}
+
 /* ---- Security metadata -------------------------------------------------- */
 
 static int name_valid_max(const char *name, size_t max)
@@ -546,8 +584,8 @@ static int name_valid_max(const char *name, size_t max)
 }
 
 /* Walk dbi from the first key (or from the first key >= from, from_len
- * bytes), calling each(e, arg, k, v) until it returns non-zero (1 stops
- * without error, negative is an error). */
+ * bytes; > from when skip_from), calling each(e, arg, k, v) until it returns
+ * non-zero (1 stops without error, negative is an error). */
 typedef int (*walk_fn)(struct idx_env *e,
                        void *arg,
                        const MDB_val *k,
@@ -556,6 +594,7 @@ static int walk(struct idx_env *e,
                 MDB_dbi dbi,
                 const void *from,
                 size_t from_len,
+                bool skip_from,
                 walk_fn each,
                 void *arg)
 {
@@ -577,6 +616,10 @@ static int walk(struct idx_env *e,
         k.mv_size = from_len;
         k.mv_data = (void *)(uintptr_t)from;
         mrc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
+        if (mrc == 0 && skip_from && k.mv_size == from_len &&
+            memcmp(k.mv_data, from, from_len) == 0) {
+            mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
+        }
     } else {
         mrc = mdb_cursor_get(cur, &k, &v, MDB_FIRST);
     }
@@ -638,8 +681,17 @@ static int user_each(struct idx_env *e,
 
 int idx_user_list(struct idx_env *e, idx_user_cb cb, void *arg)
 {
+    return idx_user_list_after(e, NULL, cb, arg);
+}
+
+int idx_user_list_after(struct idx_env *e,
+                        const char *after,
+                        idx_user_cb cb,
+                        void *arg)
+{
     struct user_walk uw = {cb, arg};
-    return walk(e, e->dbi_users, NULL, 0, user_each, &uw);
+    size_t n = after != NULL ? strlen(after) : 0;
+    return walk(e, e->dbi_users, after, n, true, user_each, &uw);
 }
 
 int idx_user_get(struct idx_env *e, const char *name, struct idx_user_info *out)
@@ -702,8 +754,20 @@ static int acl_each(struct idx_env *e,
 
 int idx_acl_list(struct idx_env *e, const char *user, idx_acl_cb cb, void *arg)
 {
+    return idx_acl_list_after(e, user, NULL, cb, arg);
+}
+
+int idx_acl_list_after(struct idx_env *e,
+                       const char *user,
+                       const struct idx_acl *after,
+                       idx_acl_cb cb,
+                       void *arg)
+{
     char prefix[IDX_USER_NAME_MAX + 1];
+    uint8_t key[IDX__ACL_KEY_MAX];
     struct acl_walk aw = {cb, arg, 0, prefix};
+    const void *from = prefix;
+    size_t from_len;
     if (user != NULL && user[0] != '\0') {
         if (!name_valid_max(user, IDX_USER_NAME_MAX)) {
             return idx__fail(e, TERN_EBADNAME, __LINE__, "invalid user name");
@@ -711,7 +775,26 @@ int idx_acl_list(struct idx_env *e, const char *user, idx_acl_cb cb, void *arg)
         aw.prefix_len = strlen(user) + 1;
         memcpy(prefix, user, aw.prefix_len); /* with its NUL: the 0x00 */
     }
-    return walk(e, e->dbi_acls, prefix, aw.prefix_len, acl_each, &aw);
+    from_len = aw.prefix_len;
+    if (after != NULL) {
+        if (!name_valid_max(after->user, IDX_USER_NAME_MAX) ||
+            !name_valid_max(after->ns, IDX_NS_NAME_MAX) ||
+            after->pattern == NULL ||
+            !idx_acl_pattern_valid(after->pattern, strlen(after->pattern))) {
+            return idx__fail(e, TERN_EBADNAME, __LINE__, "invalid grant key");
+        }
+        size_t n = idx__acl_key(key, after->user, strlen(after->user),
+                                after->ns, strlen(after->ns), after->pattern,
+                                strlen(after->pattern));
+        /* Start at the later of the user's range and the cursor. */
+        size_t common = TERN_MIN(n, from_len);
+        int cmp = memcmp(key, prefix, common);
+        if (cmp > 0 || (cmp == 0 && n > from_len)) {
+            from = key;
+            from_len = n;
+        }
+    }
+    return walk(e, e->dbi_acls, from, from_len, true, acl_each, &aw);
 }
 
 uint32_t idx_acl_eval(const struct idx_acl *g,
@@ -823,8 +906,19 @@ static int ns_each(struct idx_env *e,
 
 int idx_namespace_list(struct idx_env *e, idx_namespace_cb cb, void *arg)
 {
-    struct ns_walk w = {cb, arg, false};
-    int rc = walk(e, e->dbi_namespaces, NULL, 0, ns_each, &w);
+    return idx_namespace_list_after(e, NULL, cb, arg);
+}
+
+int idx_namespace_list_after(struct idx_env *e,
+                             const char *after,
+                             idx_namespace_cb cb,
+                             void *arg)
+{
+    size_t n = after != NULL ? strlen(after) : 0;
+    /* The implicit "default" is listed only if it sorts after after. */
+    struct ns_walk w = {cb, arg,
+                        n > 0 && strcmp(after, IDX_NAMESPACE_DEFAULT) >= 0};
+    int rc = walk(e, e->dbi_namespaces, after, n, true, ns_each, &w);
     if (rc == 0 && !w.default_seen) {
         (void)ns_default(&w);
     }
@@ -952,4 +1046,130 @@ int idx_ns_usage(struct idx_env *e,
     }
     mdb_txn_abort(txn);
     return rc;
+}
+
+/* ---- Retention planning (the leader's side of TRIM, apply.c) ----------- */
+
+int idx_trim_plan(struct idx_env *e,
+                  const char *queue,
+                  uint64_t now_ms,
+                  uint64_t max_msgs,
+                  struct idx_trim_plan *plan)
+{
+    MDB_txn *txn;
+    MDB_cursor *cur = NULL;
+    struct idx__queue_val q = {0};
+    const struct idx_queue_settings *st = &q.settings;
+    uint64_t keep, bytes;
+    int rc = rtxn_begin(e, &txn);
+    if (rc != 0) {
+        return rc;
+    }
+    memset(plan, 0, sizeof(*plan));
+    rc = lookup_queue(e, txn, queue, &q);
+    if (rc != 0) {
+        goto out;
+    }
+    plan->queue_id = q.id;
+    plan->from = plan->to = q.start_offset;
+    keep = q.start_offset;
+    bytes = q.bytes;
+    if (st->max_age_ms > 0 && now_ms > st->max_age_ms &&
+        q.start_offset < q.next_offset) {
+        uint64_t at;
+        rc = idx__msgs_time_search(e, txn, q.id, q.start_offset, q.next_offset,
+                                   now_ms - st->max_age_ms, &at);
+        if (rc != 0) {
+            goto out;
+        }
+        keep = TERN_MAX(keep, at);
+    }
+    if (st->overflow == IDX_OVERFLOW_DROP_OLDEST && st->max_messages > 0 &&
+        q.next_offset - q.start_offset > st->max_messages) {
+        keep = TERN_MAX(keep, q.next_offset - st->max_messages);
+    }
+    if (max_msgs == 0) {
+        max_msgs = 1;
+    }
+    /* Walk the rows to drop: their bytes, and further while the bytes
+     * limit still does not hold. */
+    bool by_bytes =
+        st->overflow == IDX_OVERFLOW_DROP_OLDEST && st->max_bytes > 0;
+    uint64_t off = q.start_offset, dropped = 0;
+    if (off < keep || (by_bytes && bytes > st->max_bytes)) {
+        uint8_t key[IDX__MSG_KEY_SIZE];
+        MDB_val k = {sizeof key, key}, v;
+        int mrc = mdb_cursor_open(txn, e->dbi_msgs, &cur);
+        if (mrc != 0) {
+            rc = idx__mdb_err(e, mrc, "cursor open");
+            goto out;
+        }
+        idx__msg_key(key, q.id, off);
+        mrc = mdb_cursor_get(cur, &k, &v, MDB_SET_KEY);
+        while ((off < keep || (by_bytes && bytes > st->max_bytes)) &&
+               off < q.next_offset && off - q.start_offset < max_msgs) {
+            struct idx__msg_val m;
+            uint8_t want[IDX__MSG_KEY_SIZE];
+            idx__msg_key(want, q.id, off);
+            if (mrc != 0 || k.mv_size != sizeof want ||
+                memcmp(k.mv_data, want, sizeof want) != 0 ||
+                idx__msg_val_decode(v.mv_data, v.mv_size, &m) != 0 ||
+                m.len > bytes) {
+                rc = mrc != 0 && mrc != MDB_NOTFOUND
+                         ? idx__mdb_err(e, mrc, "get message")
+                         : IDX__CORRUPT(e, "queue %s: index entry %llu", queue,
+                                        (unsigned long long)off);
+                goto out;
+            }
+            bytes -= m.len;
+            dropped += m.len;
+            off++;
+            mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
+        }
+    }
+    plan->to = off;
+    plan->bytes = dropped;
+out:
+    if (cur != NULL) {
+        mdb_cursor_close(cur);
+    }
+    mdb_txn_abort(txn);
+    return rc;
+}
+
+struct over_scan
+{
+    void (*cb)(void *arg, const char *queue);
+    void *arg;
+};
+
+static int over_scan_cb(void *arg, const struct idx_queue_info *q)
+{
+    struct over_scan *o = arg;
+    const struct idx_queue_settings *st = &q->settings;
+    if (st->overflow == IDX_OVERFLOW_DROP_OLDEST &&
+        ((st->max_messages > 0 &&
+          q->next_offset - q->start_offset > st->max_messages) ||
+         (st->max_bytes > 0 && q->bytes > st->max_bytes))) {
+        o->cb(o->arg, q->name);
+    }
+    return 0;
+}
+
+void idx_over_limits_drain(struct idx_env *e,
+                           void (*cb)(void *arg, const char *queue),
+                           void *arg)
+{
+    size_t n = e->n_over;
+    bool lost = e->over_lost;
+    e->n_over = 0;
+    e->over_lost = false;
+    for (size_t i = 0; i < n; i++) {
+        cb(arg, e->over[i]);
+    }
+    if (lost) {
+        /* More than the list holds: find them all (flushed state). */
+        struct over_scan o = {cb, arg};
+        (void)idx_queue_list(e, over_scan_cb, &o);
+    }
 }

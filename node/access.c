@@ -25,8 +25,25 @@
  * while the bucket is not empty and takes its bytes (the bucket may go
  * below zero by one batch), so the long-run rate is the quota and a batch
  * larger than a second's worth is not refused for ever. Buckets live in
- * a small chained hash, one per namespace seen (bounded by the number of
- * namespaces), reset when the quota changes.
+ * a small chained hash, one per namespace that has a rate, and belong to
+ * one incarnation of the namespace (its created_index) at one rate: a
+ * bucket whose namespace was deleted, re-created or given another rate
+ * (or none) is dropped, or started afresh, at the next check of its
+ * namespace, and at the first PRODUCE after any change of the security
+ * tables (idx_security_gen) every bucket is checked against the index
+ * and the stale ones dropped. At most ACCESS__MAX_BUCKETS exist; a new
+ * namespace beyond that takes the place of the least recently used.
+ *
+ * Login failures (server.c counts them, docs/AUTH.md "Login bounds"): a
+ * table of at most auth_failure_sources source addresses, each with the
+ * start of its one-minute window and the failures counted in it. An
+ * address with auth_failures_per_minute failures in its window is refused
+ * until the window ends; the next failure after it starts a new window.
+ * Lookups go through a chained hash over the entries; when the table is
+ * full, a new address takes the entry with the oldest window (an expired
+ * one if any). An attacker with more source addresses than the table
+ * holds can make the node forget addresses; each address is still held
+ * to the cap while it is in the table, and connection caps still apply.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -37,20 +54,35 @@
 #include "access.h"
 #include "log.h"
 
-#define ACCESS__BUCKETS       64u
-#define ACCESS__FAKE_LABEL    "tern scram fake key"
-#define ACCESS__MAX_GRANTS    4096u /* a user's grants loaded for a list */
-#define ACCESS__MAX_RATE      ((uint64_t)1 << 40) /* bytes/s, no overflow */
-#define ACCESS__MECH_SCRAM    "SCRAM-SHA-256"
-#define ACCESS__MECH_EXTERNAL "EXTERNAL"
+#define ACCESS__BUCKETS        64u
+#define ACCESS__MAX_BUCKETS    4096u /* rate buckets at most */
+#define ACCESS__FAIL_WINDOW_MS 60000u
+#define ACCESS__FAKE_LABEL     "tern scram fake key"
+#define ACCESS__MAX_GRANTS     4096u /* a user's grants loaded for a list */
+#define ACCESS__MAX_RATE       ((uint64_t)1 << 40) /* bytes/s, no overflow */
+#define ACCESS__MECH_SCRAM     "SCRAM-SHA-256"
+#define ACCESS__MECH_EXTERNAL  "EXTERNAL"
 
 struct rate_bucket
 {
     struct rate_bucket *next;
     char ns[TERN_NS_NAME_MAX + 1];
-    uint64_t rate;  /* bytes/s the bucket was set up for */
-    int64_t tokens; /* bytes; <= rate */
+    uint64_t created_index; /* of the namespace it was set up for */
+    uint64_t rate;          /* bytes/s the bucket was set up for */
+    int64_t tokens;         /* bytes; <= rate */
     uint64_t last_ms;
+    uint64_t used_ms; /* last charge (eviction of the least recent) */
+};
+
+/* One source address's login failures. next: index + 1 of the next entry
+ * of its hash chain (of the free list while unused), 0 = end. */
+struct fail_entry
+{
+    uint32_t ip;
+    uint32_t count;
+    uint64_t start_ms; /* start of its window */
+    uint32_t next;
+    bool used;
 };
 
 struct node_access
@@ -59,14 +91,21 @@ struct node_access
     bool required;
     uint8_t fake_key[AUTH_SCRAM_KEY_SIZE];
     struct rate_bucket *buckets[ACCESS__BUCKETS];
+    unsigned n_buckets;
+    uint64_t bucket_gen;      /* idx_security_gen of the last sweep */
+    struct fail_entry *fails; /* fail_cap entries */
+    uint32_t *fail_heads;     /* fail_cap chains: index + 1, 0 = empty */
+    uint32_t fail_free;       /* free list: index + 1, 0 = empty */
+    unsigned fail_cap;
+    unsigned fail_used;
 };
 
 int node_access_new(const struct node_config *cfg,
+                    const struct auth_secret *secret,
                     struct node_access **out,
                     char *errmsg)
 {
     struct node_access *a = tern_calloc(1, sizeof(*a));
-    struct auth_secret s;
     int rv = 0;
 
     if (a == NULL) {
@@ -75,14 +114,34 @@ int node_access_new(const struct node_config *cfg,
     }
     a->cfg = cfg;
     a->required = node_config_client_auth(cfg);
-    if (cfg->cluster_secret_file != NULL &&
-        cfg->cluster_secret_file[0] != '\0' &&
-        auth_secret_load(cfg->cluster_secret_file, &s, errmsg) == 0) {
+    a->fail_cap = TERN_MAX(cfg->auth_failure_sources, 1u);
+    a->fails = tern_calloc(a->fail_cap, sizeof(*a->fails));
+    a->fail_heads = tern_calloc(a->fail_cap, sizeof(*a->fail_heads));
+    if (a->fails == NULL || a->fail_heads == NULL) {
+        node_access_free(a);
+        tern_errmsg_printf(errmsg, "out of memory");
+        return -ENOMEM;
+    }
+    for (unsigned i = a->fail_cap; i > 0; i--) {
+        a->fails[i - 1].next = a->fail_free;
+        a->fail_free = i;
+    }
+    if (secret != NULL) {
         uint8_t mac[AUTH_MAC_SIZE];
-        rv = auth_secret_mac(&s, ACCESS__FAKE_LABEL, NULL, 0, mac);
+        rv = auth_secret_mac(secret, ACCESS__FAKE_LABEL, NULL, 0, mac);
         memcpy(a->fake_key, mac, sizeof(a->fake_key));
         auth_wipe(mac, sizeof(mac));
-        auth_wipe(&s, sizeof(s));
+    } else if (cfg->cluster_secret_file != NULL &&
+               cfg->cluster_secret_file[0] != '\0') {
+        /* The node loads the file before it makes the server; a
+         * configured file without a secret is a caller's mistake, never a
+         * reason to answer with a key other nodes do not share. */
+        tern_errmsg_printf(errmsg,
+                           "cluster_secret_file %s is configured but its "
+                           "secret was not loaded",
+                           cfg->cluster_secret_file);
+        node_access_free(a);
+        return TERN_EINVAL;
     } else {
         rv = auth_random(a->fake_key, sizeof(a->fake_key), errmsg);
     }
@@ -108,8 +167,123 @@ void node_access_free(struct node_access *a)
             tern_free(b);
         }
     }
+    tern_free(a->fails);
+    tern_free(a->fail_heads);
     auth_wipe(a->fake_key, sizeof(a->fake_key));
     tern_free(a);
+}
+
+/* ---- Login failures per source address ----------------------------------
+ */
+
+static uint32_t fail_slot(const struct node_access *a, uint32_t ip)
+{
+    return tern_checksum32(&ip, sizeof(ip)) % a->fail_cap;
+}
+
+/* The entry of ip, or NULL. */
+static struct fail_entry *fail_find(struct node_access *a, uint32_t ip)
+{
+    uint32_t i = a->fail_heads[fail_slot(a, ip)];
+    while (i != 0) {
+        struct fail_entry *f = &a->fails[i - 1];
+        if (f->ip == ip) {
+            return f;
+        }
+        i = f->next;
+    }
+    return NULL;
+}
+
+/* Take f (used) out of its hash chain and mark it free. */
+static void fail_unlink(struct node_access *a, struct fail_entry *f)
+{
+    uint32_t *link = &a->fail_heads[fail_slot(a, f->ip)];
+    uint32_t idx = (uint32_t)(f - a->fails) + 1;
+    while (*link != 0 && *link != idx) {
+        link = &a->fails[*link - 1].next;
+    }
+    if (*link == idx) {
+        *link = f->next;
+    }
+    memset(f, 0, sizeof(*f));
+    f->next = a->fail_free;
+    a->fail_free = idx;
+    a->fail_used--;
+}
+
+/* A free entry for ip, linked into its chain: an unused one, or the one
+ * with the oldest window (forgotten). */
+static struct fail_entry *fail_take(struct node_access *a, uint32_t ip)
+{
+    struct fail_entry *f;
+    uint32_t slot;
+    if (a->fail_free == 0) {
+        f = &a->fails[0];
+        for (unsigned i = 1; i < a->fail_cap; i++) {
+            if (a->fails[i].start_ms < f->start_ms) {
+                f = &a->fails[i];
+            }
+        }
+        fail_unlink(a, f);
+    }
+    f = &a->fails[a->fail_free - 1];
+    a->fail_free = f->next;
+    TERN_ASSERT(!f->used);
+    slot = fail_slot(a, ip);
+    f->ip = ip;
+    f->used = true;
+    f->next = a->fail_heads[slot];
+    a->fail_heads[slot] = (uint32_t)(f - a->fails) + 1;
+    a->fail_used++;
+    return f;
+}
+
+int node_access_login_allowed(struct node_access *a,
+                              uint32_t ip,
+                              uint64_t now_ms,
+                              char *errmsg)
+{
+    unsigned cap = a->cfg->auth_failures_per_minute;
+    struct fail_entry *f;
+    uint64_t wait_s;
+
+    if (cap == 0 || (f = fail_find(a, ip)) == NULL || f->count < cap) {
+        return 0;
+    }
+    if (now_ms >= f->start_ms + ACCESS__FAIL_WINDOW_MS) {
+        fail_unlink(a, f); /* its window is over */
+        return 0;
+    }
+    wait_s = (f->start_ms + ACCESS__FAIL_WINDOW_MS - now_ms + 999) / 1000;
+    tern_errmsg_printf(errmsg,
+                       "too many failed logins from this address (%u in "
+                       "a minute, auth_failures_per_minute); retry in %llu s",
+                       f->count, (unsigned long long)wait_s);
+    return TERN_ETHROTTLED;
+}
+
+void node_access_login_failed(struct node_access *a,
+                              uint32_t ip,
+                              uint64_t now_ms)
+{
+    struct fail_entry *f = fail_find(a, ip);
+    if (f == NULL) {
+        f = fail_take(a, ip);
+        f->count = 0;
+        f->start_ms = now_ms;
+    } else if (now_ms >= f->start_ms + ACCESS__FAIL_WINDOW_MS) {
+        f->count = 0;
+        f->start_ms = now_ms;
+    }
+    if (f->count < UINT32_MAX) {
+        f->count++;
+    }
+}
+
+unsigned node_access_login_sources(const struct node_access *a)
+{
+    return a->fail_used;
 }
 
 bool node_access_required(const struct node_access *a)
@@ -468,6 +642,16 @@ int node_access_check(struct node_access *a,
     case PROTO_OP_QUEUE_CREATE:
     case PROTO_OP_QUEUE_DELETE:
         return check_queue(p, e, r, IDX_PERM_MANAGE, errmsg);
+    case PROTO_OP_QUEUE_UPDATE:
+        return check_queue(p, e, r, IDX_PERM_MANAGE, errmsg);
+    case PROTO_OP_OFFSET_FOR_TIME:
+        return check_queue(p, e, r, IDX_PERM_CONSUME, errmsg);
+    case PROTO_OP_QUEUE_INFO:
+        /* consume or manage */
+        if (check_queue(p, e, r, IDX_PERM_CONSUME, errmsg) == 0) {
+            return 0;
+        }
+        return check_queue(p, e, r, IDX_PERM_MANAGE, errmsg);
     case PROTO_OP_QUEUE_LIST:
     case PROTO_OP_PRODUCER_INIT:
         return 0;
@@ -700,6 +884,74 @@ static unsigned bucket_slot(const char *ns)
     return tern_checksum32(ns, strlen(ns)) % ACCESS__BUCKETS;
 }
 
+/* Unlink and free every bucket for which drop(a, b, arg) says so. */
+static void buckets_drop_if(struct node_access *a,
+                            bool (*drop)(const struct rate_bucket *b,
+                                         void *arg),
+                            void *arg)
+{
+    for (unsigned i = 0; i < ACCESS__BUCKETS; i++) {
+        struct rate_bucket **link = &a->buckets[i];
+        while (*link != NULL) {
+            struct rate_bucket *b = *link;
+            if (drop(b, arg)) {
+                *link = b->next;
+                tern_free(b);
+                a->n_buckets--;
+            } else {
+                link = &b->next;
+            }
+        }
+    }
+}
+
+/* A bucket whose namespace is gone, was re-created, or has no rate. */
+static bool bucket_stale(const struct rate_bucket *b, void *arg)
+{
+    struct idx_namespace_info info;
+    if (idx_namespace_get(arg, b->ns, &info) != 0) {
+        return true;
+    }
+    return info.created_index != b->created_index ||
+           info.quota.produce_bytes_per_s == 0;
+}
+
+static bool bucket_is(const struct rate_bucket *b, void *arg)
+{
+    return b == arg;
+}
+
+/* The least recently charged bucket (there is one: n_buckets > 0). */
+static struct rate_bucket *bucket_lru(struct node_access *a)
+{
+    struct rate_bucket *lru = NULL;
+    for (unsigned i = 0; i < ACCESS__BUCKETS; i++) {
+        for (struct rate_bucket *b = a->buckets[i]; b != NULL; b = b->next) {
+            if (lru == NULL || b->used_ms < lru->used_ms) {
+                lru = b;
+            }
+        }
+    }
+    return lru;
+}
+
+/* The bucket of ns, or NULL. */
+static struct rate_bucket *bucket_find(struct node_access *a, const char *ns)
+{
+    for (struct rate_bucket *b = a->buckets[bucket_slot(ns)]; b != NULL;
+         b = b->next) {
+        if (strcmp(b->ns, ns) == 0) {
+            return b;
+        }
+    }
+    return NULL;
+}
+
+unsigned node_access_rate_buckets(const struct node_access *a)
+{
+    return a->n_buckets;
+}
+
 int node_access_rate(struct node_access *a,
                      const struct node_principal *p,
                      struct idx_env *e,
@@ -711,19 +963,31 @@ int node_access_rate(struct node_access *a,
     struct idx_namespace_info info;
     struct rate_bucket *b;
     unsigned slot = bucket_slot(ns);
+    uint64_t gen;
     uint64_t rate;
 
-    if (e == NULL || idx_namespace_get(e, ns, &info) != 0 ||
+    if (e == NULL) {
+        return 0;
+    }
+    gen = idx_security_gen(e);
+    if (gen != a->bucket_gen) {
+        /* Namespaces may have been deleted, re-created or changed. */
+        buckets_drop_if(a, bucket_stale, e);
+        a->bucket_gen = gen;
+    }
+    b = bucket_find(a, ns);
+    if (idx_namespace_get(e, ns, &info) != 0 ||
         info.quota.produce_bytes_per_s == 0) {
+        if (b != NULL) {
+            buckets_drop_if(a, bucket_is, b);
+        }
         return 0;
     }
     rate = TERN_MIN(info.quota.produce_bytes_per_s, ACCESS__MAX_RATE);
-    for (b = a->buckets[slot]; b != NULL; b = b->next) {
-        if (strcmp(b->ns, ns) == 0) {
-            break;
-        }
-    }
     if (b == NULL) {
+        if (a->n_buckets >= ACCESS__MAX_BUCKETS) {
+            buckets_drop_if(a, bucket_is, bucket_lru(a));
+        }
         b = tern_calloc(1, sizeof(*b));
         if (b == NULL) {
             return 0; /* no memory for a bucket: do not refuse for it */
@@ -731,7 +995,13 @@ int node_access_rate(struct node_access *a,
         (void)snprintf(b->ns, sizeof(b->ns), "%s", ns);
         b->next = a->buckets[slot];
         a->buckets[slot] = b;
+        a->n_buckets++;
         b->rate = 0;
+    }
+    b->used_ms = now_ms;
+    if (b->created_index != info.created_index) {
+        b->created_index = info.created_index;
+        b->rate = 0; /* another namespace of the same name: start afresh */
     }
     if (b->rate != rate) {
         b->rate = rate;

@@ -44,10 +44,16 @@ struct node_principal
 };
 
 /* Server-wide state: whether authentication is required, the key the
- * answers for unknown users derive from, and the produce rate buckets
- * (one per namespace that has a rate, at most one per namespace). cfg is
- * borrowed and must outlive a. 0, or a code with errmsg. */
+ * answers for unknown users derive from (secret's MAC: the cluster
+ * secret the node loaded, borrowed for the call only; NULL when no
+ * cluster_secret_file is configured, then a random key; NULL with a file
+ * configured is TERN_EINVAL), the produce rate buckets (one per namespace
+ * that has a rate, at most one per namespace) and the login failures per
+ * source address. cfg is borrowed and must outlive a. 0, or a code with
+ * errmsg. */
+struct auth_secret;
 int node_access_new(const struct node_config *cfg,
+                    const struct auth_secret *secret,
                     struct node_access **out,
                     char *errmsg);
 void node_access_free(struct node_access *a);
@@ -126,5 +132,25 @@ int node_access_rate(struct node_access *a,
                      uint64_t bytes,
                      uint64_t now_ms,
                      char *errmsg);
+
+/* Buckets held (tests: deleted namespaces' buckets are dropped). */
+unsigned node_access_rate_buckets(const struct node_access *a);
+
+/* Login bounds (docs/AUTH.md "Login bounds"). ip: IPv4 source address,
+ * network order; now_ms: monotonic. node_access_login_allowed, before an
+ * AUTH_START: 0, or TERN_ETHROTTLED with errmsg giving the seconds to
+ * wait, when ip had auth_failures_per_minute failed logins in its current
+ * one-minute window. node_access_login_failed counts one failed login of
+ * ip (forgetting the address with the oldest window when the table holds
+ * auth_failure_sources already). node_access_login_sources: addresses
+ * counted now. */
+int node_access_login_allowed(struct node_access *a,
+                              uint32_t ip,
+                              uint64_t now_ms,
+                              char *errmsg);
+void node_access_login_failed(struct node_access *a,
+                              uint32_t ip,
+                              uint64_t now_ms);
+unsigned node_access_login_sources(const struct node_access *a);
 
 #endif /* TERN_NODE_ACCESS_H */

@@ -260,6 +260,25 @@ static int add_security(struct node_batcher *b,
     return add_finish(b, w);
 }
 
+/* QUEUE_CREATE (with its settings tail when the request had one) or
+ * QUEUE_UPDATE of queue into w. */
+static void add_queue_settings(struct tern_wbuf *w,
+                               const char *queue,
+                               const struct proto_request *r)
+{
+    struct idx_queue_settings s = {
+        .max_age_ms = r->settings.max_age_ms,
+        .max_bytes = r->settings.max_bytes,
+        .max_messages = r->settings.max_messages,
+        .overflow = r->settings.overflow,
+    };
+    if (r->op == PROTO_OP_QUEUE_UPDATE) {
+        idx_cmd_queue_update(w, queue, r->set_mask, &s);
+    } else {
+        idx_cmd_queue_create_opts(w, queue, r->has_settings ? &s : NULL);
+    }
+}
+
 int node_batcher_add(struct node_batcher *b,
                      void *owner,
                      uint64_t request_id,
@@ -276,6 +295,7 @@ int node_batcher_add(struct node_batcher *b,
     case PROTO_OP_PRODUCE:
     case PROTO_OP_GROUP_COMMIT:
     case PROTO_OP_GROUP_FETCH:
+    case PROTO_OP_QUEUE_UPDATE:
         break;
     case PROTO_OP_USER_SET:
     case PROTO_OP_USER_DELETE:
@@ -355,7 +375,8 @@ int node_batcher_add(struct node_batcher *b,
     name_copy(group, r->group != NULL ? r->group : "", r->group_len);
     switch (r->op) {
     case PROTO_OP_QUEUE_CREATE:
-        idx_cmd_queue_create(&b->open->w, queue);
+    case PROTO_OP_QUEUE_UPDATE:
+        add_queue_settings(&b->open->w, queue, r);
         break;
     case PROTO_OP_QUEUE_DELETE:
         idx_cmd_queue_delete(&b->open->w, queue);
@@ -385,6 +406,33 @@ int node_batcher_add(struct node_batcher *b,
         break;
     }
     tern_free(msgs);
+    return add_finish(b, w);
+}
+
+int node_batcher_add_trim(struct node_batcher *b,
+                          const char *queue,
+                          const struct idx_trim_plan *plan)
+{
+    struct node_wreq *w;
+    int rv;
+    if (plan->to <= plan->from) {
+        return TERN_EINVAL;
+    }
+    if (!tern_qname_valid(queue, strnlen(queue, TERN_NAME_MAX + 1))) {
+        return TERN_EBADNAME;
+    }
+    w = tern_calloc(1, sizeof(*w));
+    if (w == NULL) {
+        return -ENOMEM;
+    }
+    rv = open_for(b, 48 + TERN_NAME_MAX);
+    if (rv != 0) {
+        tern_free(w);
+        return rv;
+    }
+    tern_list_init(&w->link);
+    idx_cmd_trim(&b->open->w, queue, plan->queue_id, plan->from, plan->to,
+                 plan->bytes);
     return add_finish(b, w);
 }
 

@@ -114,6 +114,13 @@ int node_batcher_add(struct node_batcher *b,
                      void *owner,
                      uint64_t request_id,
                      const struct proto_request *r);
+/* Add the leader's TRIM of queue (stored name, borrowed) as plan says
+ * (idx_trim_plan; docs/MESSAGES.md, "Retention") to the open entry.
+ * Nobody is answered (no owner). TERN_EINVAL, TERN_EBADNAME, -ENOMEM;
+ * nothing is queued on error. */
+int node_batcher_add_trim(struct node_batcher *b,
+                          const char *queue,
+                          const struct idx_trim_plan *plan);
 /* Too much is waiting: stop reading client connections. */
 bool node_batcher_congested(const struct node_batcher *b);
 /* Seal the open entry and propose queued entries up to max_inflight. */

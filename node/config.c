@@ -29,6 +29,16 @@
  *                                   ; printable ASCII, no spaces, 1..64
  *   allow_open_data_dir = false     ; true: start even if the data dir is
  *                                   ; group/world accessible (a warning)
+ *   log_segment_bytes = 64M         ; commit-log segment size, also the
+ *                                   ; checkpoint interval (index/ckpt.c:
+ *                                   ; keep it the same on every node);
+ *                                   ; retention frees whole segments
+ *                                   ; (4K..1G)
+ *   retention_interval_ms = 1000    ; a writable leader proposes RETAIN
+ *                                   ; (trim by max_age) this often; 0 = off
+ *   retention_page = 1024           ; queues per RETAIN (1..65536)
+ *   clean_batch_rows = 1024         ; LMDB rows the cleaner deletes per
+ *                                   ; loop iteration (>= 1; index/clean.c)
  *
  *   [raft]
  *   election_timeout_ms      = 150
@@ -74,7 +84,9 @@
  *   cluster_secret_file = /etc/tern/cluster.secret ; shm/rdma handshakes:
  *                                  ; 64 hex digits, mode 0600
  *                                  ; (transport shm with peer_auth = tls:
- *                                  ; required, checked at start-up)
+ *                                  ; required; read once at start, also
+ *                                  ; keys the client port's SCRAM answers
+ *                                  ; for unknown users)
  *   peer_handshake_timeout_ms = 5000 ; a peer connection must finish its
  *                                  ; handshake (TLS and HELLO on tcp, the
  *                                  ; secret's proofs on shm) within this
@@ -99,6 +111,14 @@
  *   bootstrap_admin_cred = SCRAM-SHA-256$4096:<salt>$<stored>:<server>
  *                                  ; creates this cluster admin once
  *                                  ; (`tern user hash` prints the cred)
+ *   auth_failure_delay_ms = 500    ; a failed login (AUTH_START/CONTINUE)
+ *                                  ; is answered TERN_EAUTH and closed
+ *                                  ; after this wait (0: at once)
+ *   auth_failures_per_minute = 20  ; failed logins per source address in
+ *                                  ; a minute; then AUTH_START gets
+ *                                  ; TERN_ETHROTTLED (0: no cap)
+ *   auth_failure_sources = 4096    ; addresses whose failures are counted
+ *                                  ; at once (the oldest is forgotten)
  *
  *   [peers]                        ; every voter, this node included
  *   1 = 127.0.0.1:7501,127.0.0.1:7401   ; <id> = <raft_addr>,<client_addr>
@@ -162,6 +182,11 @@ static const char usage_text[] =
     "(default 64M)\n"
     "  --snapshot-trailing N      entries kept after a snapshot (default "
     "256)\n"
+    "  --retention-interval-ms N  leader's RETAIN period (default 1000; "
+    "0: off)\n"
+    "  --retention-page N         queues per RETAIN (default 1024)\n"
+    "  --clean-batch-rows N       rows the cleaner deletes per iteration "
+    "(default 1024)\n"
     "  --max-message-bytes N      default 4M\n"
     "  --max-frame-bytes N        default 16M\n"
     "  --min-free-disk-bytes N    default 64M\n"
@@ -216,12 +241,24 @@ static const char usage_text[] =
     "node_cert)\n"
     "  --client-key F             its key (default node_key)\n"
     "  --client-ca F              CA of optional client certificates\n"
+    "  --auth-failure-delay-ms N  wait before answering a failed login "
+    "(default 500)\n"
+    "  --auth-failures-per-minute N  failed logins per source address "
+    "before\n"
+    "                             AUTH_START is throttled (default 20; 0: "
+    "no cap)\n"
+    "  --auth-failure-sources N   source addresses counted at once "
+    "(default 4096)\n"
     "  --cluster-name N           cluster name recorded in DATA_DIR/IDENTITY "
     "(default\n"
     "                             tern; printable ASCII, no spaces, 1..64)\n"
     "  --allow-open-data-dir B    true: start although the data dir is "
     "group or\n"
     "                             world accessible (default false)\n"
+    "  --log-segment-bytes N      commit-log segment size and checkpoint "
+    "interval\n"
+    "                             (default 64M, 4K..1G; the same on every "
+    "node)\n"
     "  --max-term-jump N          refuse raft messages whose term is more "
     "than N\n"
     "                             above ours (default 1048576)\n"
@@ -242,6 +279,10 @@ static const char usage_text[] =
     "  log_level = info\n"
     "  cluster_name = tern\n"
     "  allow_open_data_dir = false\n"
+    "  log_segment_bytes = 64M\n"
+    "  retention_interval_ms = 1000\n"
+    "  retention_page = 1024\n"
+    "  clean_batch_rows = 1024\n"
     "  [raft]\n"
     "  election_timeout_ms = 150\n"
     "  heartbeat_ms = 15\n"
@@ -280,6 +321,9 @@ static const char usage_text[] =
     "  client_auth = auto\n"
     "  bootstrap_admin = admin\n"
     "  bootstrap_admin_cred = SCRAM-SHA-256$4096:...\n"
+    "  auth_failure_delay_ms = 500\n"
+    "  auth_failures_per_minute = 20\n"
+    "  auth_failure_sources = 4096\n"
     "  [peers]\n"
     "  1 = 127.0.0.1:7501,127.0.0.1:7401\n"
     "  2 = 127.0.0.1:7502,127.0.0.1:7402\n"
@@ -299,7 +343,11 @@ void node_config_init(struct node_config *c)
     c->busy_poll_us = NODE_DEFAULT_BUSY_POLL_US;
     c->snapshot_bytes = NODE_DEFAULT_SNAPSHOT_BYTES;
     c->snapshot_trailing = NODE_DEFAULT_SNAPSHOT_TRAILING;
+    c->retention_interval_ms = NODE_DEFAULT_RETENTION_INTERVAL_MS;
+    c->retention_page = NODE_DEFAULT_RETENTION_PAGE;
+    c->clean_batch_rows = NODE_DEFAULT_CLEAN_BATCH_ROWS;
     c->max_message_bytes = NODE_DEFAULT_MAX_MESSAGE;
+    c->log_segment_bytes = NODE_DEFAULT_LOG_SEGMENT;
     c->max_frame_bytes = NODE_DEFAULT_MAX_FRAME;
     c->min_free_disk_bytes = NODE_DEFAULT_MIN_FREE_DISK;
     c->reserve_disk_bytes = NODE_DEFAULT_RESERVE_DISK;
@@ -317,6 +365,9 @@ void node_config_init(struct node_config *c)
     c->max_term_jump = NODE_DEFAULT_MAX_TERM_JUMP;
     c->peer_handshake_timeout_ms = NODE_DEFAULT_PEER_HANDSHAKE_MS;
     c->peer_max_pending = NODE_DEFAULT_PEER_MAX_PENDING;
+    c->auth_failure_delay_ms = NODE_DEFAULT_AUTH_FAILURE_DELAY;
+    c->auth_failures_per_minute = NODE_DEFAULT_AUTH_FAILURES_MIN;
+    c->auth_failure_sources = NODE_DEFAULT_AUTH_FAIL_SOURCES;
 }
 
 static void peers_free(struct node_peer *p, unsigned n)
@@ -856,6 +907,14 @@ static const struct key keys[] = {
      NODE__STR(cluster_name), 0},
     {"node", "allow_open_data_dir", "--allow-open-data-dir", set_bool,
      NODE__INT(allow_open_data_dir), 0},
+    {"node", "log_segment_bytes", "--log-segment-bytes", set_u64,
+     NODE__U64(log_segment_bytes), (uint64_t)1 << 30},
+    {"node", "retention_interval_ms", "--retention-interval-ms", set_unsigned,
+     NODE__UINT(retention_interval_ms), UINT32_MAX},
+    {"node", "retention_page", "--retention-page", set_unsigned,
+     NODE__UINT(retention_page), IDX_RETAIN_PAGE_MAX},
+    {"node", "clean_batch_rows", "--clean-batch-rows", set_unsigned,
+     NODE__UINT(clean_batch_rows), 1000000},
     {"raft", "election_timeout_ms", "--election-timeout-ms", set_unsigned,
      NODE__UINT(election_timeout_ms), UINT32_MAX},
     {"raft", "heartbeat_ms", "--heartbeat-ms", set_unsigned,
@@ -923,6 +982,12 @@ static const struct key keys[] = {
      NODE__STR(bootstrap_admin), 0},
     {"security", "bootstrap_admin_cred", "--bootstrap-admin-cred", set_text,
      NODE__STR(bootstrap_admin_cred), 0},
+    {"security", "auth_failure_delay_ms", "--auth-failure-delay-ms",
+     set_unsigned, NODE__UINT(auth_failure_delay_ms), 60000},
+    {"security", "auth_failures_per_minute", "--auth-failures-per-minute",
+     set_unsigned, NODE__UINT(auth_failures_per_minute), 1000000},
+    {"security", "auth_failure_sources", "--auth-failure-sources", set_unsigned,
+     NODE__UINT(auth_failure_sources), 1000000},
 };
 
 /* The row of INI key name in section, or NULL. */
@@ -1264,20 +1329,17 @@ out:
 /* ---- Validation --------------------------------------------------------- */
 
 /* transport shm or rdma with peer_auth = tls: their handshakes prove the
- * cluster secret, so the file must be there, private and well-formed
- * (auth_secret_load checks all three); read once here so a bad file stops
- * ternd before it starts, then wiped. */
+ * cluster secret, so the file must be configured. The file itself (there,
+ * private, well-formed) is read once, by the node at start (node.c), which
+ * keeps the secret for the transport and the client port. */
 static int validate_cluster_secret(const struct node_config *c, char *errmsg)
 {
-    struct auth_secret secret;
-    int rv;
-
     if (c->peer_auth != NODE_PEER_AUTH_TLS ||
         (strcmp(c->transport, "shm") != 0 &&
          strcmp(c->transport, "rdma") != 0)) {
         return 0;
     }
-    if (c->cluster_secret_file == NULL) {
+    if (c->cluster_secret_file == NULL || c->cluster_secret_file[0] == '\0') {
         tern_errmsg_printf(errmsg,
                            "transport %s with peer_auth = tls needs the "
                            "cluster secret ([security] cluster_secret_file "
@@ -1286,12 +1348,7 @@ static int validate_cluster_secret(const struct node_config *c, char *errmsg)
                            c->transport);
         return TERN_EINVAL;
     }
-    rv = auth_secret_load(c->cluster_secret_file, &secret, errmsg);
-    auth_wipe(&secret, sizeof(secret));
-    if (rv != 0) {
-        tern_errmsg_wrapf(errmsg, "transport %s", c->transport);
-    }
-    return rv;
+    return 0;
 }
 
 bool node_config_client_loopback(const struct node_config *c)
@@ -1443,6 +1500,11 @@ static int validate_client_limits(const struct node_config *c, char *errmsg)
                            "must be > 0");
         return TERN_EINVAL;
     }
+    if (c->retention_page == 0 || c->clean_batch_rows == 0) {
+        tern_errmsg_printf(errmsg,
+                           "retention_page and clean_batch_rows must be > 0");
+        return TERN_EINVAL;
+    }
     return 0;
 }
 
@@ -1542,6 +1604,12 @@ int node_config_validate(struct node_config *c, char *errmsg)
                            "heartbeat_ms (%u) must be > 0 and smaller than "
                            "election_timeout_ms (%u)",
                            c->heartbeat_ms, c->election_timeout_ms);
+        return TERN_EINVAL;
+    }
+    if (c->log_segment_bytes < 4096) {
+        tern_errmsg_printf(errmsg,
+                           "log_segment_bytes (%llu) must be at least 4K",
+                           (unsigned long long)c->log_segment_bytes);
         return TERN_EINVAL;
     }
     if (c->max_message_bytes == 0 || c->max_frame_bytes == 0 ||

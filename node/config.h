@@ -17,6 +17,8 @@ struct node_peer
     char *client_addr; /* owned */
 };
 
+struct auth_secret; /* auth.h */
+
 struct node_config
 {
     uint64_t id;
@@ -35,6 +37,7 @@ struct node_config
     unsigned busy_poll_us; /* [node] busy_poll_us: shm leader busy-poll */
     unsigned follower_busy_poll_us; /* [node] the same while not leader */
     uint64_t max_message_bytes;
+    uint64_t log_segment_bytes; /* [node]: index/ segments + checkpoints */
     uint64_t max_frame_bytes;
     uint64_t min_free_disk_bytes;
     uint64_t reserve_disk_bytes; /* [limits] reserve_disk_bytes (disk.c) */
@@ -42,6 +45,10 @@ struct node_config
     char *cluster_name;      /* owned; [node] cluster_name; NULL: "tern" */
     int allow_open_data_dir; /* [node] allow_open_data_dir (default 0) */
     uint64_t max_term_jump;  /* [raft] max_term_jump (raft/io.c) */
+    /* [node] retention (docs/MESSAGES.md, "Retention") */
+    unsigned retention_interval_ms; /* RETAIN period of a leader; 0 = off */
+    unsigned retention_page;        /* queues per RETAIN */
+    unsigned clean_batch_rows;      /* cleaner rows per loop iteration */
     /* [security]: how nodes prove cluster membership to each other */
     int peer_auth;             /* enum node_peer_auth */
     char *cluster_ca;          /* owned; PEM CA that signs node certs */
@@ -61,6 +68,14 @@ struct node_config
     int client_auth;            /* enum node_client_auth */
     char *bootstrap_admin;      /* owned; NULL: none */
     char *bootstrap_admin_cred; /* owned; auth_scram_cred_format text */
+    /* [security] login bounds (server.c serve_auth, access.c) */
+    unsigned auth_failure_delay_ms;    /* answer of a failed login */
+    unsigned auth_failures_per_minute; /* per source address; 0: no cap */
+    unsigned auth_failure_sources;     /* addresses counted at once */
+    /* Not a key: the cluster secret node.c loaded from
+     * cluster_secret_file at start, set on its view of the configuration
+     * (borrowed from the node; NULL: no file configured). */
+    const struct auth_secret *cluster_secret;
     /* [limits]: the client port's resource bounds (node/server.c) */
     uint64_t client_memory_bytes;      /* read buffers + queued answers */
     uint64_t max_conn_queued_bytes;    /* queued answers per connection */
@@ -113,6 +128,7 @@ enum node_client_auth {
 #define NODE_DEFAULT_SNAPSHOT_BYTES      (64ull << 20)
 #define NODE_DEFAULT_SNAPSHOT_TRAILING   256u
 #define NODE_DEFAULT_MAX_MESSAGE         (4ull << 20)
+#define NODE_DEFAULT_LOG_SEGMENT         (64ull << 20)
 #define NODE_DEFAULT_MAX_FRAME           (16ull << 20)
 #define NODE_DEFAULT_MIN_FREE_DISK       (64ull << 20)
 #define NODE_DEFAULT_RESERVE_DISK        (32ull << 20)
@@ -129,8 +145,16 @@ enum node_client_auth {
 #define NODE_DEFAULT_LIST_PAGE_MAX       1000u
 #define NODE_DEFAULT_FETCH_SCAN_MAX      100000u
 #define NODE_DEFAULT_CLUSTER_NAME        "tern"
+#define NODE_DEFAULT_AUTH_FAILURE_DELAY  500u
+#define NODE_DEFAULT_AUTH_FAILURES_MIN   20u
+#define NODE_DEFAULT_AUTH_FAIL_SOURCES   4096u
 #define NODE_CLUSTER_NAME_MAX            64u
 #define NODE_DEFAULT_MAX_TERM_JUMP       (1ull << 20)
+
+/* [node] retention keys */
+#define NODE_DEFAULT_RETENTION_INTERVAL_MS 1000u
+#define NODE_DEFAULT_RETENTION_PAGE        1024u
+#define NODE_DEFAULT_CLEAN_BATCH_ROWS      1024u
 /* Longest shm_dir: room for "/tern-shm-<ipv4>-<port>.sock" in a unix
  * socket path (107 bytes). */
 #define NODE_SHM_DIR_MAX 64u

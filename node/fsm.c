@@ -48,6 +48,7 @@ void node_fsm_init(struct node_fsm *f,
 int node_fsm_open(struct node_fsm *f,
                   const char *dir,
                   uint32_t max_message,
+                  uint64_t segment_bytes,
                   char *errmsg)
 {
     struct idx_options io;
@@ -58,9 +59,11 @@ int node_fsm_open(struct node_fsm *f,
         return TERN_EINVAL;
     }
     f->max_message = max_message;
+    f->segment_bytes = segment_bytes;
     memset(&io, 0, sizeof(io));
     io.dir = f->dir;
     io.max_message = max_message;
+    io.segment_bytes = segment_bytes;
     rv = idx_open(&io, &f->idx, errmsg);
     if (rv != 0) {
         tern_errmsg_wrapf(errmsg, "index %s", f->dir);
@@ -68,9 +71,11 @@ int node_fsm_open(struct node_fsm *f,
     }
     node_log(idx_truncated_bytes(f->idx) > 0 ? NODE_LOG_WARN : NODE_LOG_INFO,
              "index opened",
-             "dir=%s last_applied=%llu log_end=%llu truncated_bytes=%llu "
+             "dir=%s last_applied=%llu log_start=%llu log_end=%llu "
+             "truncated_bytes=%llu "
              "cut=\"%s\"",
              f->dir, (unsigned long long)idx_last_applied(f->idx),
+             (unsigned long long)idx_log_start(f->idx),
              (unsigned long long)idx_log_end(f->idx),
              (unsigned long long)idx_truncated_bytes(f->idx),
              idx_cut_note(f->idx));
@@ -132,6 +137,7 @@ static int reopen(struct node_fsm *f, bool force)
     memset(&io, 0, sizeof(io));
     io.dir = f->dir;
     io.max_message = f->max_message;
+    io.segment_bytes = f->segment_bytes;
     rv = idx_open(&io, &f->idx, errmsg);
     if ((rv == TERN_EFULL || rv == -ENOSPC) &&
         f->ops.release_disk(f->arg, "index reopen: no space left")) {

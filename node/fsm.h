@@ -44,6 +44,7 @@ struct node_fsm
     struct idx_env *idx;          /* owned; NULL when closed */
     char dir[PATH_MAX];           /* DATA_DIR/index */
     uint32_t max_message;         /* max_message_bytes */
+    uint64_t segment_bytes;       /* log_segment_bytes */
     uint64_t reopened_at;         /* uv_now of the last reopen */
     int apply_err;                /* last failed apply's code, 0 after one */
     uint64_t apply_err_logged_at; /* uv_now */
@@ -64,6 +65,7 @@ void node_fsm_init(struct node_fsm *f,
 int node_fsm_open(struct node_fsm *f,
                   const char *dir,
                   uint32_t max_message,
+                  uint64_t segment_bytes,
                   char *errmsg);
 /* OUT: the repl_fsm callbacks over f (out->arg = f). */
 void node_fsm_callbacks(struct node_fsm *f, struct repl_fsm *out);

@@ -11,6 +11,13 @@
  * world access, is refused with exit code 2 (a configuration error), a
  * damaged IDENTITY or raft term record with exit code 1.
  *
+ * The cluster secret (cluster_secret_file, when set) is read once at
+ * start into the node (n->secret, wiped when the node is freed); a file
+ * that is missing, readable by others or malformed stops the node with
+ * exit code 2. The transport (shm/verbs handshakes) and the client port
+ * (access.c: the SCRAM answers for unknown users) borrow it through the
+ * node's view of the configuration (cfg_view.cluster_secret).
+ *
  * One loop iteration: a uv_check handle (end of every iteration) first
  * proposes the write batch collected during the iteration, then flushes
  * the index once if anything was applied (group commit, fsm.c), then
@@ -20,6 +27,21 @@
  * pending so the loop never blocks in poll with an unflushed apply. A
  * 100 ms watchdog timer polls the disk space, hands leadership over when
  * the leader's disk is full, and watches raft for a fail-stop.
+ *
+ * Retention (docs/MESSAGES.md): after each flush the row cleaner
+ * (idx_clean_step, [node] clean_batch_rows rows per iteration, local to
+ * the node) runs while it has work, keeping the loop awake until done.
+ * A writable leader decides every trim and proposes it as a TRIM command
+ * carrying the result (index/apply.c says why): idx_trim_plan reads the
+ * queue's rows in the leader's index. It plans (a) after each flush, for
+ * the queues a produce left over a drop-oldest limit
+ * (idx_over_limits_drain), and (b) every [node] retention_interval_ms
+ * for the next page of [node] retention_page queues (max_age and lowered
+ * limits; a cursor over the queue names, wrapping at the end). A plan
+ * already proposed for a queue is not proposed again while its start
+ * offset has not moved, for up to a second (then it is assumed lost: a
+ * TRIM that finds the queue changed is refused at apply and planned
+ * again).
  *
  * Shutdown (SIGTERM/SIGINT): close the client server, answer unproposed
  * writes with TERN_ESHUTDOWN, repl_close (in-flight proposals fail with
@@ -74,6 +96,18 @@ struct node
     uv_signal_t sig_term;
     uv_signal_t sig_int;
     uv_timer_t watchdog;
+    uv_timer_t retention;
+    bool clean_more; /* the cleaner may have work (checked after flush) */
+    /* RETAIN page cursor: the last queue name of the previous page */
+    char retain_after[TERN_NAME_MAX + 1];
+    /* TRIMs proposed and maybe not applied yet (plan_trim) */
+    struct node_trim_pending
+    {
+        char queue[TERN_NAME_MAX + 1];
+        uint64_t queue_id;
+        uint64_t from;
+        uint64_t at; /* uv_now when proposed */
+    } trims[64];
     bool handles_init;
     int last_fsm_error;
     uint64_t auth_refused;        /* transport's count when last logged */
@@ -102,6 +136,9 @@ struct node
     /* [security] bootstrap_admin: the term in which this node, as leader,
      * last proposed it (0: never). */
     uint64_t bootstrap_term;
+    /* The cluster secret, loaded at start when cluster_secret_file is set
+     * (then cfg_view.cluster_secret points here); wiped on free. */
+    struct auth_secret secret;
 };
 
 static const char *role_name(enum repl_role r)
@@ -343,6 +380,126 @@ static void bootstrap_admin(struct node *n)
     node_kick(n);
 }
 
+/* ---- Retention ------------------------------------------------------------
+ */
+
+/* Messages one TRIM drops at most (the rest is the next plan's). */
+#define NODE_TRIM_MAX_MSGS 65536u
+
+/* Plan queue and propose its TRIM if one is due (writable leader). */
+static void plan_trim(struct node *n, const char *queue)
+{
+    struct idx_trim_plan plan;
+    uint64_t now = uv_now(&n->loop);
+    struct node_trim_pending *slot = NULL, *oldest = &n->trims[0];
+    int rv = idx_trim_plan(n->fsm.idx, queue, batch_timestamp(n),
+                           NODE_TRIM_MAX_MSGS, &plan);
+    if (rv != 0 || plan.to <= plan.from) {
+        return;
+    }
+    for (size_t i = 0; i < TERN_ARRAY_SIZE(n->trims); i++) {
+        struct node_trim_pending *t = &n->trims[i];
+        if (strcmp(t->queue, queue) == 0) {
+            slot = t;
+            break;
+        }
+        if (t->at < oldest->at) {
+            oldest = t;
+        }
+    }
+    if (slot != NULL && slot->queue_id == plan.queue_id &&
+        slot->from == plan.from && now - slot->at < 1000) {
+        return; /* proposed, not applied yet */
+    }
+    rv = node_batcher_add_trim(&n->batcher, queue, &plan);
+    if (rv != 0) {
+        node_log(NODE_LOG_WARN, "trim not proposed", "queue=%s err=%s", queue,
+                 tern_err_name(rv));
+        return;
+    }
+    slot = slot != NULL ? slot : oldest;
+    (void)snprintf(slot->queue, sizeof(slot->queue), "%s", queue);
+    slot->queue_id = plan.queue_id;
+    slot->from = plan.from;
+    slot->at = now;
+    node_kick(n);
+}
+
+static void plan_trim_cb(void *arg, const char *queue)
+{
+    plan_trim(arg, queue);
+}
+
+struct retain_page
+{
+    struct node *n;
+    char last[TERN_NAME_MAX + 1];
+    unsigned count;
+    unsigned max;
+};
+
+static int retain_page_cb(void *arg, const struct idx_queue_info *q)
+{
+    struct retain_page *p = arg;
+    (void)snprintf(p->last, sizeof(p->last), "%s", q->name);
+    plan_trim(p->n, q->name);
+    return ++p->count >= p->max;
+}
+
+/* (b) of the top: the next page of queues. */
+static void on_retention(uv_timer_t *t)
+{
+    struct node *n = t->data;
+    struct retain_page p = {.n = n, .count = 0, .max = n->cfg->retention_page};
+    if (n->stopping || !n->writable || n->fsm.idx == NULL) {
+        return;
+    }
+    if (idx_queue_list_after(n->fsm.idx, n->retain_after, retain_page_cb, &p) !=
+        0) {
+        return;
+    }
+    (void)snprintf(n->retain_after, sizeof(n->retain_after), "%s",
+                   p.count < p.max ? "" : p.last);
+}
+
+/* (a) of the top: after a flush. */
+static void plan_over_limits(struct node *n)
+{
+    if (n->stopping || !n->writable || n->fsm.idx == NULL ||
+        idx_status(n->fsm.idx) != 0) {
+        return;
+    }
+    idx_over_limits_drain(n->fsm.idx, plan_trim_cb, n);
+}
+
+/* One bounded cleaner step after a flush, while there is work. */
+static void clean_step(struct node *n, bool flushed)
+{
+    unsigned done = 0;
+    if (flushed) {
+        n->clean_more = true;
+    }
+    if (!n->clean_more || n->stopping || n->fsm.idx == NULL ||
+        idx_status(n->fsm.idx) != 0) {
+        return;
+    }
+    if (!idx_clean_pending(n->fsm.idx)) {
+        n->clean_more = false;
+        return;
+    }
+    int rv = idx_clean_step(n->fsm.idx, n->cfg->clean_batch_rows, &done);
+    if (rv != 0) {
+        node_log(NODE_LOG_ERROR, "row cleaner failed", "err=%s detail=\"%s\"",
+                 tern_err_name(rv), idx_errmsg(n->fsm.idx));
+        n->clean_more = false;
+        return;
+    }
+    n->clean_more = done >= n->cfg->clean_batch_rows;
+    if (n->clean_more) {
+        node_kick(n);
+    }
+}
+
 /* ---- Loop hooks --------------------------------------------------------- */
 
 static void on_check(uv_check_t *h)
@@ -360,6 +517,10 @@ static void on_check(uv_check_t *h)
     }
     flushed = node_fsm_flush(&n->fsm);
     node_batcher_flushed(&n->batcher);
+    if (flushed) {
+        plan_over_limits(n);
+    }
+    clean_step(n, flushed);
     if (n->server != NULL) {
         if (flushed) {
             node_server_wake(n->server);
@@ -390,6 +551,7 @@ static void close_own_handles(struct node *n)
     uv_close((uv_handle_t *)&n->sig_term, handle_closed);
     uv_close((uv_handle_t *)&n->sig_int, handle_closed);
     uv_close((uv_handle_t *)&n->watchdog, handle_closed);
+    uv_close((uv_handle_t *)&n->retention, handle_closed);
 }
 
 static void on_xport_closed(void *arg)
@@ -797,6 +959,28 @@ static void log_config(const struct node_config *c)
              node_log_level_name((enum node_log_level)c->log_level), peers);
 }
 
+/* Read cluster_secret_file, when set, into n->secret and point the
+ * configuration view at it. A missing, public or malformed file is a
+ * configuration error (exit code 2). */
+static int load_cluster_secret(struct node *n, char *errmsg)
+{
+    const char *path = n->cfg_view.cluster_secret_file;
+    int rv;
+
+    if (path == NULL || path[0] == '\0') {
+        return 0;
+    }
+    rv = auth_secret_load(path, &n->secret, errmsg);
+    if (rv != 0) {
+        auth_wipe(&n->secret, sizeof(n->secret));
+        tern_errmsg_wrapf(errmsg, "[security] cluster_secret_file %s", path);
+        n->exit_code = 2;
+        return rv;
+    }
+    n->cfg_view.cluster_secret = &n->secret;
+    return 0;
+}
+
 /* Everything up to uv_run. On failure the node is left for node_stop to
  * unwind (whatever was created is closed in order). */
 static int node_start(struct node *n, char *errmsg)
@@ -822,7 +1006,10 @@ static int node_start(struct node *n, char *errmsg)
     uv_signal_init(&n->loop, &n->sig_term);
     uv_signal_init(&n->loop, &n->sig_int);
     uv_timer_init(&n->loop, &n->watchdog);
+    uv_timer_init(&n->loop, &n->retention);
     n->watchdog.data = n;
+    n->retention.data = n;
+    n->clean_more = true; /* the rebuild at open may have left rows */
     n->check.data = n;
     n->sig_term.data = n;
     n->sig_int.data = n;
@@ -831,7 +1018,15 @@ static int node_start(struct node *n, char *errmsg)
     uv_signal_start(&n->sig_term, on_signal, SIGTERM);
     uv_signal_start(&n->sig_int, on_signal, SIGINT);
     uv_timer_start(&n->watchdog, on_watchdog, 100, 100);
+    if (c->retention_interval_ms > 0) {
+        uv_timer_start(&n->retention, on_retention, c->retention_interval_ms,
+                       c->retention_interval_ms);
+    }
 
+    rv = load_cluster_secret(n, errmsg);
+    if (rv != 0) {
+        return rv;
+    }
     if (snprintf(n->raft_dir, sizeof(n->raft_dir), "%s/raft", c->data_dir) >=
             (int)sizeof(n->raft_dir) ||
         snprintf(n->index_dir, sizeof(n->index_dir), "%s/index", c->data_dir) >=
@@ -854,7 +1049,7 @@ static int node_start(struct node *n, char *errmsg)
     }
 
     rv = node_fsm_open(&n->fsm, n->index_dir, (uint32_t)c->max_message_bytes,
-                       errmsg);
+                       c->log_segment_bytes, errmsg);
     if (rv != 0) {
         return rv;
     }
@@ -1101,6 +1296,7 @@ int node_run(const struct node_config *c)
     }
     rv = n->exit_code;
     node_log(NODE_LOG_INFO, "stopped", "exit_code=%d", rv);
+    auth_wipe(&n->secret, sizeof(n->secret));
     tern_free(n);
     return rv;
 }

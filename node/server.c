@@ -85,18 +85,28 @@
  *     100 ms instead of spinning or exiting; it is logged, rate-limited.
  *   - long polls: max_parked in total, max_parked_per_conn per
  *     connection; over either the FETCH is answered TERN_ELIMIT.
- *   - QUEUE_LIST answers are paged (proto.h): list_page_max queues and
- *     1 MiB / half of max_frame_bytes per page; an unpaged request of an
- *     older client gets every queue or TERN_ELIMIT when they do not fit
- *     in max_frame_bytes.
+ *   - QUEUE_LIST, USER_LIST, ACL_LIST and NAMESPACE_LIST answers are
+ *     paged (proto.h): list_page_max entries and 1 MiB / half of
+ *     max_frame_bytes per page; an unpaged request of an older client
+ *     gets every entry or TERN_ELIMIT when they do not fit in
+ *     max_frame_bytes.
  *   - client TLS (client_tls, ctls.c): each session is charged
  *     NODE_CTLS_COST of client_memory_bytes (no room: the connection is
  *     refused); a handshake not done within frame_timeout_ms of the
  *     accept closes the connection; a plaintext client on a TLS port is
  *     closed without an answer (counted). See "Client TLS" below.
- * Log lines for refused connections, closed connections and failed TLS
- * handshakes are limited to one per second per kind (with a count of the
- * suppressed ones).
+ *   - logins (serve_auth, docs/AUTH.md "Login bounds"): a failed
+ *     AUTH_START/AUTH_CONTINUE is answered TERN_EAUTH, and the connection
+ *     closed, auth_failure_delay_ms later (one server timer over a FIFO of
+ *     waiting connections: every wait is equally long); meanwhile the
+ *     connection neither reads nor answers, and still counts against the
+ *     connection caps. Closing the server ends the waits at once. Each
+ *     failure is counted for its source address (access.c); an address
+ *     over auth_failures_per_minute gets TERN_ETHROTTLED for AUTH_START,
+ *     at once, without running the exchange (the connection stays open).
+ * Log lines for refused connections, closed connections, failed TLS
+ * handshakes, failed and throttled logins are limited to one per second
+ * per kind (with a count of the suppressed ones).
  *
  * The server sees the node only through what node_server_new is given
  * (server.h): the configuration, the batcher that takes write requests,
@@ -188,6 +198,19 @@ struct node_conn
                                   or the connection is paused */
     struct node_ctls *tls;     /* client_tls: the session (ctls.c), owned */
     struct node_principal who; /* who it authenticated as (access.c) */
+    bool auth_wait;            /* a failed login's answer is delayed */
+};
+
+/* A failed login waiting for its answer (serve_auth); holds a reference
+ * to c. */
+struct auth_wait
+{
+    struct tern_list link;
+    struct node_conn *c;
+    uint8_t op;
+    uint64_t request_id;
+    uint64_t due; /* uv_now ms */
+    char message[TERN_ERRMSG_SIZE];
 };
 
 struct parked
@@ -221,7 +244,9 @@ struct node_server
     uv_poll_t listener;
     uv_timer_t park_timer;
     uv_timer_t sweep_timer;
-    uv_timer_t accept_timer; /* resumes accepting after an error */
+    uv_timer_t accept_timer;     /* resumes accepting after an error */
+    uv_timer_t auth_timer;       /* answers delayed failed logins */
+    struct tern_list auth_waits; /* struct auth_wait, oldest first */
     struct tern_list conns;
     struct tern_list parked;
     unsigned n_parked;
@@ -238,9 +263,11 @@ struct node_server
     uint8_t *tls_in;              /* ciphertext read buffer, AUTH_TLS_BUF */
     struct log_limit log_tls;
     struct log_limit log_auth;
-    uint64_t auth_failed;   /* AUTH exchanges refused */
-    uint64_t tls_failed;    /* handshakes failed (plaintext included) */
-    uint64_t tls_plaintext; /* clients that spoke without TLS */
+    struct log_limit log_throttled;
+    uint64_t auth_throttled; /* AUTH_START refused for an address's failures */
+    uint64_t auth_failed;    /* AUTH exchanges refused */
+    uint64_t tls_failed;     /* handshakes failed (plaintext included) */
+    uint64_t tls_plaintext;  /* clients that spoke without TLS */
     uint32_t max_body;
     uint64_t next_conn_id;
     unsigned open_handles;
@@ -648,9 +675,11 @@ static bool serve_fetch(struct node_conn *c,
     }
     if (offset < qi.start_offset) {
         char m[128];
-        (void)snprintf(
-            m, sizeof(m), "offset %llu is below the queue start %llu",
-            (unsigned long long)offset, (unsigned long long)qi.start_offset);
+        (void)snprintf(m, sizeof(m),
+                       "offset %llu is below the queue's first offset %llu "
+                       "(trimmed by retention)",
+                       (unsigned long long)offset,
+                       (unsigned long long)qi.start_offset);
         send_error(c, op, request_id, TERN_EOFFSET, m);
         return false;
     }
@@ -1158,60 +1187,96 @@ static void serve_stats(struct node_conn *c, uint64_t request_id, uint8_t flags)
     conn_send(c, &w);
 }
 
+/* A name of the request (len bytes, borrowed) as a C string in dst
+ * (PROTO_MAX_NAME + 1 bytes, caller-owned). */
+static void name_copy(char *dst, const char *src, uint16_t len)
+{
+    if (src == NULL) {
+        len = 0;
+    }
+    if (len > PROTO_MAX_NAME) {
+        len = PROTO_MAX_NAME;
+    }
+    if (len > 0) {
+        memcpy(dst, src, len);
+    }
+    dst[len] = '\0';
+}
+
 /* ---- Security metadata lists (docs/AUTH.md) ---------------------------- */
 
-/* One list answer being built from an index walk; stops (too_big) at the
- * paged list budget (list_answer_cap). */
+/* One list answer being built from an index walk: at most max_n entries
+ * in max_bytes of body (at least one entry); more is set when the walk
+ * stopped before an entry that did not fit. */
 struct sec_list_ctx
 {
     struct tern_wbuf *w;
-    size_t cap;
+    size_t body_start; /* w->len at the start of the body */
+    size_t max_bytes;
+    uint32_t max_n;
     uint32_t n;
-    bool too_big;
+    bool more;
 };
 
-static int sec_list_check(struct sec_list_ctx *x)
+/* Whether an entry of entry bytes still fits (else more, stop the walk). */
+static bool sec_list_fits(struct sec_list_ctx *x, size_t entry)
 {
-    x->n++;
-    if (x->w->len > x->cap) {
-        x->too_big = true;
-        return 1;
+    /* + 1: the more byte of a page. */
+    if (x->n >= x->max_n ||
+        (x->n > 0 && x->w->len - x->body_start + entry + 1 > x->max_bytes)) {
+        x->more = true;
+        return false;
     }
-    return 0;
+    x->n++;
+    return true;
 }
 
 static int sec_user_cb(void *arg, const struct idx_user_info *u)
 {
     struct sec_list_ctx *x = arg;
+    if (!sec_list_fits(x, proto_list_user_size(u->name))) {
+        return 1;
+    }
     proto_put_user_entry(x->w, u->name, u->flags, u->cred_len > 0);
-    return sec_list_check(x);
+    return x->w->err != 0;
 }
 
 static int sec_acl_cb(void *arg, const struct idx_acl *a)
 {
     struct sec_list_ctx *x = arg;
+    if (!sec_list_fits(x, proto_list_acl_size(a->user, a->ns, a->pattern))) {
+        return 1;
+    }
     proto_put_acl_entry(x->w, a->user, a->ns, a->pattern, a->perms);
-    return sec_list_check(x);
+    return x->w->err != 0;
 }
 
 static int sec_ns_cb(void *arg, const struct idx_namespace_info *ns)
 {
     struct sec_list_ctx *x = arg;
+    if (!sec_list_fits(x, proto_list_namespace_size(ns->name))) {
+        return 1;
+    }
     proto_put_namespace_entry(x->w, ns->name, ns->quota.max_queues,
                               ns->quota.max_bytes,
                               ns->quota.produce_bytes_per_s);
-    return sec_list_check(x);
+    return x->w->err != 0;
 }
 
 /* USER_LIST, ACL_LIST, NAMESPACE_LIST: served by any node from its index
- * (flushed state). TERN_ELIMIT when the answer exceeds the paged list
- * budget. */
+ * (flushed state), paged as QUEUE_LIST (proto.h): a paged request gets
+ * the entries after its cursor, at most its max_count and list_page_max
+ * of them within list_answer_cap, and the more byte; an older client's
+ * unpaged request gets every entry, or TERN_ELIMIT when they do not fit
+ * in max_frame_bytes. */
 static void serve_security_list(struct node_conn *c,
                                 uint64_t request_id,
                                 const struct proto_request *r)
 {
+    const struct node_config *cfg = c->view.cfg;
     struct idx_env *e = view_idx(&c->view);
-    char user[PROTO_MAX_NAME + 1];
+    char user[PROTO_MAX_NAME + 1], after[PROTO_MAX_NAME + 1];
+    char after_ns[PROTO_MAX_NAME + 1], after_pattern[PROTO_MAX_NAME + 1];
     struct sec_list_ctx x;
     struct tern_wbuf w;
     size_t start;
@@ -1221,31 +1286,45 @@ static void serve_security_list(struct node_conn *c,
         send_error(c, r->op, request_id, TERN_ESHUTDOWN, NULL);
         return;
     }
+    name_copy(user, r->user, r->user_len);
+    name_copy(after, r->after, r->after_len);
+    name_copy(after_ns, r->after_ns, r->after_ns_len);
+    name_copy(after_pattern, r->after_pattern, r->after_pattern_len);
     tern_wbuf_init(&w);
     memset(&x, 0, sizeof(x));
     x.w = &w;
-    x.cap = list_answer_cap(c->view.cfg, true);
-    start = proto_list_begin(&w, r->op, request_id);
-    if (r->op == PROTO_OP_USER_LIST) {
-        rv = idx_user_list(e, sec_user_cb, &x);
-    } else if (r->op == PROTO_OP_ACL_LIST) {
-        size_t n = TERN_MIN((size_t)r->user_len, (size_t)PROTO_MAX_NAME);
-        if (n > 0) {
-            memcpy(user, r->user, n);
+    x.max_bytes = list_answer_cap(cfg, r->paged != 0);
+    x.max_n = UINT32_MAX;
+    if (r->paged) {
+        x.max_n = cfg->list_page_max;
+        if (r->max_count > 0) {
+            x.max_n = TERN_MIN(x.max_n, r->max_count);
         }
-        user[n] = '\0';
-        rv = idx_acl_list(e, user, sec_acl_cb, &x);
-    } else {
-        rv = idx_namespace_list(e, sec_ns_cb, &x);
     }
-    if (rv == 0 && x.too_big) {
+    start = proto_list_begin(&w, r->op, request_id);
+    x.body_start = start + PROTO_HEADER_SIZE;
+    if (r->op == PROTO_OP_USER_LIST) {
+        rv = idx_user_list_after(e, after, sec_user_cb, &x);
+    } else if (r->op == PROTO_OP_ACL_LIST) {
+        struct idx_acl cursor = {after, after_ns, after_pattern, 0};
+        rv = idx_acl_list_after(e, user, after[0] != '\0' ? &cursor : NULL,
+                                sec_acl_cb, &x);
+    } else {
+        rv = idx_namespace_list_after(e, after, sec_ns_cb, &x);
+    }
+    if (rv == 0 && w.err == 0 && x.more && !r->paged) {
+        char m[TERN_ERRMSG_SIZE];
         tern_wbuf_free(&w);
-        send_error(c, r->op, request_id, TERN_ELIMIT,
-                   "list does not fit in one answer");
+        (void)snprintf(m, sizeof(m),
+                       "list does not fit in max_frame_bytes (%llu); "
+                       "list it in pages (a newer client)",
+                       (unsigned long long)cfg->max_frame_bytes);
+        send_error(c, r->op, request_id, TERN_ELIMIT, m);
         return;
     }
-    if (rv == 0) {
-        rv = proto_list_end(&w, start, x.n);
+    if (rv == 0 && w.err == 0) {
+        rv = r->paged ? proto_list_end_page(&w, start, x.n, x.more)
+                      : proto_list_end(&w, start, x.n);
     }
     if (rv != 0 || w.err != 0) {
         tern_wbuf_free(&w);
@@ -1449,28 +1528,89 @@ void node_server_respond(struct node_wreq *w)
 
 /* ---- Frames -------------------------------------------------------------- */
 
-static void name_copy(char *dst, const char *src, uint16_t len)
+/* The source address of c, printable, into addr (caller-owned,
+ * INET_ADDRSTRLEN bytes). */
+static void conn_addr(const struct node_conn *c, char *addr)
 {
-    if (src == NULL) {
-        len = 0;
+    struct in_addr in;
+    in.s_addr = c->peer_ip;
+    if (inet_ntop(AF_INET, &in, addr, INET_ADDRSTRLEN) == NULL) {
+        (void)snprintf(addr, INET_ADDRSTRLEN, "?");
     }
-    if (len > PROTO_MAX_NAME) {
-        len = PROTO_MAX_NAME;
-    }
-    if (len > 0) {
-        memcpy(dst, src, len);
-    }
-    dst[len] = '\0';
 }
 
-/* AUTH_START / AUTH_CONTINUE (access.c): the answer, or TERN_EAUTH and
- * the connection is closed once it is written. */
+/* Answer a delayed failed login: TERN_EAUTH, then close once written. */
+static void auth_wait_end(struct auth_wait *w)
+{
+    struct node_conn *c = w->c;
+    tern_list_remove(&w->link);
+    c->auth_wait = false;
+    if (c->state == CONN_OPEN) {
+        send_error(c, w->op, w->request_id, TERN_EAUTH, w->message);
+        conn_drain(c);
+    }
+    tern_free(w);
+    conn_unref(c);
+}
+
+static void on_auth_timer(uv_timer_t *t)
+{
+    struct node_server *s = t->data;
+    uint64_t now = uv_now(s->loop);
+    while (!tern_list_empty(&s->auth_waits)) {
+        struct auth_wait *w =
+            TERN_CONTAINER(s->auth_waits.next, struct auth_wait, link);
+        if (w->due > now) {
+            (void)uv_timer_start(&s->auth_timer, on_auth_timer, w->due - now,
+                                 0);
+            return;
+        }
+        auth_wait_end(w);
+    }
+}
+
+/* A failed login of c: answer TERN_EAUTH with message and close, after
+ * auth_failure_delay_ms (at once when it is 0 or nothing can be
+ * allocated for the wait). */
+static void auth_fail(struct node_conn *c,
+                      uint8_t op,
+                      uint64_t request_id,
+                      const char *message)
+{
+    struct node_server *s = c->srv;
+    unsigned delay = c->view.cfg->auth_failure_delay_ms;
+    struct auth_wait *w = delay > 0 ? tern_malloc(sizeof(*w)) : NULL;
+
+    if (w == NULL) {
+        send_error(c, op, request_id, TERN_EAUTH, message);
+        conn_drain(c);
+        return;
+    }
+    w->c = c;
+    w->op = op;
+    w->request_id = request_id;
+    w->due = uv_now(s->loop) + delay;
+    (void)snprintf(w->message, sizeof(w->message), "%s", message);
+    c->refs++;
+    c->auth_wait = true; /* stops reading and processing */
+    conn_update_reading(c);
+    if (tern_list_empty(&s->auth_waits)) {
+        (void)uv_timer_start(&s->auth_timer, on_auth_timer, delay, 0);
+    }
+    tern_list_push(&s->auth_waits, &w->link); /* due is never earlier */
+}
+
+/* AUTH_START / AUTH_CONTINUE (access.c): the answer; TERN_ETHROTTLED for
+ * an AUTH_START from an address over auth_failures_per_minute; or, after
+ * auth_failure_delay_ms, TERN_EAUTH and the connection is closed once it
+ * is written. */
 static void serve_auth(struct node_conn *c,
                        uint64_t request_id,
                        const struct proto_request *r)
 {
     struct node_server *s = c->srv;
     const char *cn = c->tls != NULL ? node_ctls_peer_cn(c->tls) : "";
+    char addr[INET_ADDRSTRLEN];
     char m[TERN_ERRMSG_SIZE];
     const void *reply = NULL;
     struct tern_wbuf w;
@@ -1482,23 +1622,34 @@ static void serve_auth(struct node_conn *c,
         send_error(c, r->op, request_id, TERN_ESHUTDOWN, NULL);
         return;
     }
+    if (r->op == PROTO_OP_AUTH_START &&
+        node_access_login_allowed(s->access, c->peer_ip, conn_now(c), m) != 0) {
+        s->auth_throttled++;
+        if (log_limit_ok(&s->log_throttled, conn_now(c), &dropped)) {
+            conn_addr(c, addr);
+            node_log(NODE_LOG_WARN, "client login throttled",
+                     "conn=%llu addr=%s throttled=%llu suppressed=%u "
+                     "detail=\"%s\"",
+                     (unsigned long long)c->id, addr,
+                     (unsigned long long)s->auth_throttled, dropped, m);
+        }
+        send_error(c, r->op, request_id, TERN_ETHROTTLED, m);
+        return;
+    }
     rv = node_access_auth(s->access, &c->who, view_idx(&c->view), r, cn, &reply,
                           &n, m);
     if (rv != 0) {
         s->auth_failed++;
+        node_access_login_failed(s->access, c->peer_ip, conn_now(c));
         if (log_limit_ok(&s->log_auth, conn_now(c), &dropped)) {
-            struct in_addr in;
-            char addr[INET_ADDRSTRLEN] = "?";
-            in.s_addr = c->peer_ip;
-            (void)inet_ntop(AF_INET, &in, addr, sizeof(addr));
+            conn_addr(c, addr);
             node_log(NODE_LOG_WARN, "client authentication failed, closing",
                      "conn=%llu addr=%s failed=%llu suppressed=%u "
                      "detail=\"%s\"",
                      (unsigned long long)c->id, addr,
                      (unsigned long long)s->auth_failed, dropped, m);
         }
-        send_error(c, r->op, request_id, TERN_EAUTH, m);
-        conn_drain(c);
+        auth_fail(c, r->op, request_id, m);
         return;
     }
     tern_wbuf_init(&w);
@@ -1523,7 +1674,54 @@ static bool op_has_queue(uint8_t op)
     return op == PROTO_OP_QUEUE_CREATE || op == PROTO_OP_QUEUE_DELETE ||
            op == PROTO_OP_PRODUCE || op == PROTO_OP_FETCH ||
            op == PROTO_OP_GROUP_FETCH || op == PROTO_OP_GROUP_COMMIT ||
-           op == PROTO_OP_MESSAGE_GET;
+           op == PROTO_OP_QUEUE_UPDATE || op == PROTO_OP_QUEUE_INFO ||
+           op == PROTO_OP_OFFSET_FOR_TIME || op == PROTO_OP_MESSAGE_GET;
+}
+
+/* QUEUE_INFO and OFFSET_FOR_TIME (docs/MESSAGES.md): served from this
+ * node's index, as FETCH. queue is the stored name. */
+static void serve_queue_read(struct node_conn *c,
+                             uint64_t request_id,
+                             const struct proto_request *r,
+                             const char *queue)
+{
+    struct idx_env *e = view_idx(&c->view);
+    struct tern_wbuf w;
+    int rv;
+    if (e == NULL) {
+        send_error(c, r->op, request_id, TERN_ESHUTDOWN, NULL);
+        return;
+    }
+    tern_wbuf_init(&w);
+    if (r->op == PROTO_OP_QUEUE_INFO) {
+        struct idx_queue_info qi;
+        struct proto_queue_info_resp a;
+        rv = idx_queue_get(e, queue, &qi);
+        if (rv == 0) {
+            memset(&a, 0, sizeof(a));
+            a.start_offset = qi.start_offset;
+            a.next_offset = qi.next_offset;
+            a.bytes = qi.bytes;
+            a.created_index = qi.created_index;
+            a.settings.max_age_ms = qi.settings.max_age_ms;
+            a.settings.max_bytes = qi.settings.max_bytes;
+            a.settings.max_messages = qi.settings.max_messages;
+            a.settings.overflow = (uint8_t)qi.settings.overflow;
+            rv = proto_encode_queue_info_resp(&w, request_id, &a);
+        }
+    } else {
+        uint64_t off = 0;
+        rv = idx_offset_for_time(e, queue, r->time_ms, &off);
+        if (rv == 0) {
+            rv = proto_encode_offset_resp(&w, request_id, off);
+        }
+    }
+    if (rv != 0) {
+        tern_wbuf_free(&w);
+        send_error(c, r->op, request_id, rv, NULL);
+        return;
+    }
+    conn_send(c, &w);
 }
 
 static void handle_request(struct node_conn *c,
@@ -1576,7 +1774,12 @@ static void handle_request(struct node_conn *c,
     case PROTO_OP_QUEUE_DELETE:
     case PROTO_OP_PRODUCE:
     case PROTO_OP_GROUP_COMMIT:
+    case PROTO_OP_QUEUE_UPDATE:
         handle_write(c, request_id, r);
+        break;
+    case PROTO_OP_QUEUE_INFO:
+    case PROTO_OP_OFFSET_FOR_TIME:
+        serve_queue_read(c, request_id, r, stored);
         break;
     case PROTO_OP_FETCH: {
         bool leader_only = (r->flags & PROTO_FETCH_LEADER) != 0;
@@ -1631,7 +1834,8 @@ static void handle_request(struct node_conn *c,
 
 static bool conn_may_process(const struct node_conn *c)
 {
-    return c->state == CONN_OPEN && !node_batcher_congested(c->view.batcher);
+    return c->state == CONN_OPEN && !c->auth_wait &&
+           !node_batcher_congested(c->view.batcher);
 }
 
 /* The answer a request may need, for conn_admit (serve_fetch then cuts a
@@ -1645,11 +1849,10 @@ static size_t answer_estimate(const struct node_conn *c,
     case PROTO_OP_MESSAGE_GET:
         return SERVER__FETCH_MIN_ANSWER;
     case PROTO_OP_QUEUE_LIST:
-        return list_answer_cap(c->view.cfg, r->paged != 0);
     case PROTO_OP_USER_LIST:
     case PROTO_OP_ACL_LIST:
     case PROTO_OP_NAMESPACE_LIST:
-        return list_answer_cap(c->view.cfg, true);
+        return list_answer_cap(c->view.cfg, r->paged != 0);
     default:
         return SERVER__SMALL_ANSWER;
     }
@@ -2390,7 +2593,7 @@ int node_server_new(uv_loop_t *loop,
     if (rv != 0) {
         return rv;
     }
-    rv = node_access_new(cfg, &access, errmsg);
+    rv = node_access_new(cfg, cfg->cluster_secret, &access, errmsg);
     if (rv != 0) {
         auth_tls_ctx_free(tls_ctx);
         return rv;
@@ -2446,7 +2649,10 @@ int node_server_new(uv_loop_t *loop,
     s->sweep_timer.data = s;
     uv_timer_init(loop, &s->accept_timer);
     s->accept_timer.data = s;
-    s->open_handles = 4;
+    uv_timer_init(loop, &s->auth_timer);
+    s->auth_timer.data = s;
+    tern_list_init(&s->auth_waits);
+    s->open_handles = 5;
     rv = uv_poll_start(&s->listener, UV_READABLE, on_listen);
     if (rv == 0) {
         uint64_t period = sweep_period(cfg);
@@ -2459,6 +2665,7 @@ int node_server_new(uv_loop_t *loop,
         uv_close((uv_handle_t *)&s->park_timer, on_server_handle_closed);
         uv_close((uv_handle_t *)&s->sweep_timer, on_server_handle_closed);
         uv_close((uv_handle_t *)&s->accept_timer, on_server_handle_closed);
+        uv_close((uv_handle_t *)&s->auth_timer, on_server_handle_closed);
         return rv;
     }
     *out = s;
@@ -2475,6 +2682,16 @@ void node_server_close(struct node_server *s, void (*cb)(void *arg), void *arg)
         parked_free(s, TERN_CONTAINER(s->parked.next, struct parked, link));
     }
     uv_timer_stop(&s->park_timer);
+    /* Delayed failed logins end now, unanswered: their connections close
+     * with every other. */
+    while (!tern_list_empty(&s->auth_waits)) {
+        struct auth_wait *w =
+            TERN_CONTAINER(s->auth_waits.next, struct auth_wait, link);
+        tern_list_remove(&w->link);
+        w->c->auth_wait = false;
+        conn_unref(w->c);
+        tern_free(w);
+    }
     for (l = s->conns.next; l != &s->conns; l = l->next) {
         conn_close(TERN_CONTAINER(l, struct node_conn, link));
     }
@@ -2482,4 +2699,5 @@ void node_server_close(struct node_server *s, void (*cb)(void *arg), void *arg)
     uv_close((uv_handle_t *)&s->park_timer, on_server_handle_closed);
     uv_close((uv_handle_t *)&s->sweep_timer, on_server_handle_closed);
     uv_close((uv_handle_t *)&s->accept_timer, on_server_handle_closed);
+    uv_close((uv_handle_t *)&s->auth_timer, on_server_handle_closed);
 }

@@ -16,10 +16,10 @@
  * contexts made from cluster_ca, node_cert and node_key (rdma/tcp.c,
  * "TLS"); with none it runs in plaintext.
  * shm with peer_auth = tls: the shm handshake proves the cluster secret
- * (rdma/shm.c), read from cluster_secret_file for xport_shm_new (which
- * keeps its own copy) and wiped here right after.
- * The verbs transport, likewise, gets the cluster secret
- * (load_cluster_secret) and exposes its rings only to peers that prove it.
+ * (rdma/shm.c): the one the node loaded from cluster_secret_file at start
+ * (cfg->cluster_secret, borrowed), which xport_shm_new copies.
+ * The verbs transport, likewise, gets the cluster secret (cluster_secret)
+ * and exposes its rings only to peers that prove it.
  *
  * Busy-polling (node_transport_set_busy_poll, on every change of raft
  * role) and the counters of the shutdown line (node_transport_stats) go
@@ -122,27 +122,18 @@ static int wrap_fallback(struct node_transport *t,
     return 0;
 }
 
-/* The cluster secret of the shm and verbs handshakes, loaded into *out
- * (caller-owned, auth_wipe it after use) from cluster_secret_file. Only
- * with peer_auth = tls. 0, or a code with errmsg. */
-static int load_cluster_secret(const struct node_config *c,
-                               struct auth_secret *out,
-                               char *errmsg)
+/* The cluster secret of the shm and verbs handshakes: the node's
+ * (borrowed from the configuration view). Only with peer_auth = tls; NULL
+ * with errmsg when the node has none. */
+static const struct auth_secret *cluster_secret(const struct node_config *c,
+                                                char *errmsg)
 {
-    int rv;
-
-    if (c->cluster_secret_file == NULL || c->cluster_secret_file[0] == '\0') {
+    if (c->cluster_secret == NULL) {
         tern_errmsg_printf(errmsg,
                            "peer_auth = tls needs [security] "
                            "cluster_secret_file (shm and rdma handshakes)");
-        return TERN_EINVAL;
     }
-    rv = auth_secret_load(c->cluster_secret_file, out, errmsg);
-    if (rv != 0) {
-        tern_errmsg_wrapf(errmsg, "cluster_secret_file %s",
-                          c->cluster_secret_file);
-    }
-    return rv;
+    return c->cluster_secret;
 }
 
 /* Smallest power of two ring (at least 8 MiB) that carries an entry of
@@ -212,7 +203,6 @@ int node_transport_start(struct node_transport *t, char *errmsg)
     (void)snprintf(t->name, sizeof(t->name), "tcp");
     if (strcmp(want, "shm") == 0) {
         struct xport_shm_options so;
-        struct auth_secret secret;
         char path[128];
         rv = shm_socket_path(c->shm_dir, c->raft_addr, path, sizeof(path));
         if (rv != 0) {
@@ -225,17 +215,13 @@ int node_transport_start(struct node_transport *t, char *errmsg)
         so.handshake_timeout_ms = c->peer_handshake_timeout_ms;
         so.max_pending = c->peer_max_pending;
         if (c->peer_auth == NODE_PEER_AUTH_TLS) {
-            rv = load_cluster_secret(c, &secret, errmsg);
-            if (rv != 0) {
+            so.secret = cluster_secret(c, errmsg);
+            if (so.secret == NULL) {
                 tern_errmsg_wrapf(errmsg, "shm transport");
-                return rv;
+                return TERN_EINVAL;
             }
-            so.secret = &secret;
         }
         rv = xport_shm_new(t->loop, c->id, path, &so, &fast, errmsg);
-        if (so.secret != NULL) {
-            auth_wipe(&secret, sizeof(secret));
-        }
         if (rv != 0) {
             tern_errmsg_wrapf(errmsg, "shm transport on %s", path);
             return rv;
@@ -252,20 +238,17 @@ int node_transport_start(struct node_transport *t, char *errmsg)
 #ifdef TERN_HAVE_VERBS
     if (devices > 0) {
         struct xport_verbs_options vo;
-        struct auth_secret secret = {{0}};
         char verrmsg[TERN_ERRMSG_SIZE] = "";
         memset(&vo, 0, sizeof(vo));
         vo.ring_bytes = shm_ring_bytes(c);
         vo.max_pending_auth = c->peer_max_pending;
         if (c->peer_auth == NODE_PEER_AUTH_TLS) {
-            rv = load_cluster_secret(c, &secret, errmsg);
-            if (rv != 0) {
-                return rv;
+            vo.secret = cluster_secret(c, errmsg); /* copied */
+            if (vo.secret == NULL) {
+                return TERN_EINVAL;
             }
-            vo.secret = &secret; /* copied by xport_verbs_new */
         }
         rv = xport_verbs_new(t->loop, c->id, c->raft_addr, &vo, &fast, verrmsg);
-        auth_wipe(&secret, sizeof(secret));
         if (rv == 0) {
             node_log(NODE_LOG_INFO, "verbs transport listening",
                      "addr=%s devices=%d", c->raft_addr, devices);

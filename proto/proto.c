@@ -462,6 +462,54 @@ static int get_pattern(struct tern_cursor *c, const char **s, uint16_t *len)
     return proto_pattern_valid(*s, *len) ? 0 : TERN_EBADNAME;
 }
 
+/* A cursor name of a paged list: "" (from the start) or a valid name of
+ * at most max bytes. */
+static int get_after(struct tern_cursor *c,
+                     const char **s,
+                     uint16_t *len,
+                     size_t max)
+{
+    *s = proto_get_str(c, len);
+    if (*s == NULL) {
+        return TERN_EMALFORMED;
+    }
+    return *len == 0 || (*len <= max && tern_name_valid(*s, *len))
+               ? 0
+               : TERN_EBADNAME;
+}
+
+/* The paging tail of a list request (proto.h), if any bytes are left:
+ * the cursor (a name of at most max bytes; ACL_LIST: a grant's user,
+ * namespace and pattern, all "" or all valid), then u32 max_count. */
+static int get_list_tail(struct tern_cursor *c,
+                         struct proto_request *out,
+                         size_t max)
+{
+    int rv;
+    if (c->err != 0 || tern_cursor_left(c) == 0) {
+        return 0; /* unpaged: an older client */
+    }
+    out->paged = 1;
+    rv = get_after(c, &out->after, &out->after_len, max);
+    if (rv == 0 && out->op == PROTO_OP_ACL_LIST) {
+        out->after_ns = proto_get_str(c, &out->after_ns_len);
+        out->after_pattern = proto_get_str(c, &out->after_pattern_len);
+        if (out->after_ns == NULL || out->after_pattern == NULL) {
+            rv = TERN_EMALFORMED;
+        } else if (out->after_len == 0
+                       ? out->after_ns_len != 0 || out->after_pattern_len != 0
+                       : out->after_ns_len > PROTO_MAX_NAMESPACE ||
+                             !tern_name_valid(out->after_ns,
+                                              out->after_ns_len) ||
+                             !proto_pattern_valid(out->after_pattern,
+                                                  out->after_pattern_len)) {
+            rv = TERN_EBADNAME;
+        }
+    }
+    out->max_count = tern_cursor_u32(c);
+    return rv;
+}
+
 /* Request bodies of ops 10..19 (layouts in proto.h). */
 static int decode_security(struct tern_cursor *c, struct proto_request *out)
 {
@@ -507,6 +555,15 @@ static int decode_security(struct tern_cursor *c, struct proto_request *out)
                     !tern_name_valid(out->user, out->user_len))) {
             rv = TERN_EBADNAME;
         }
+        if (rv == 0) {
+            rv = get_list_tail(c, out, PROTO_MAX_USER);
+        }
+        break;
+    case PROTO_OP_USER_LIST:
+        rv = get_list_tail(c, out, PROTO_MAX_USER);
+        break;
+    case PROTO_OP_NAMESPACE_LIST:
+        rv = get_list_tail(c, out, PROTO_MAX_NAMESPACE);
         break;
     case PROTO_OP_NAMESPACE_SET:
         rv = get_bounded(c, &out->ns, &out->ns_len, PROTO_MAX_NAMESPACE);
@@ -517,7 +574,7 @@ static int decode_security(struct tern_cursor *c, struct proto_request *out)
     case PROTO_OP_NAMESPACE_DELETE:
         rv = get_bounded(c, &out->ns, &out->ns_len, PROTO_MAX_NAMESPACE);
         break;
-    default: /* USER_LIST, NAMESPACE_LIST, PRODUCER_INIT: empty */
+    default: /* PRODUCER_INIT: empty */
         break;
     }
     return rv;
@@ -564,6 +621,137 @@ static int decode_auth(struct tern_cursor *c, struct proto_request *out)
     return rv;
 }
 
+/* settings of QUEUE_CREATE's tail and QUEUE_UPDATE (layout in proto.h). */
+static int get_settings(struct tern_cursor *c, struct proto_queue_settings *s)
+{
+    s->max_age_ms = tern_cursor_u64(c);
+    s->max_bytes = tern_cursor_u64(c);
+    s->max_messages = tern_cursor_u64(c);
+    s->overflow = tern_cursor_u8(c);
+    return c->err != 0 || s->overflow > 1 ? TERN_EMALFORMED : 0;
+}
+
+static void put_settings(struct tern_wbuf *w,
+                         const struct proto_queue_settings *s)
+{
+    tern_wbuf_u64(w, s->max_age_ms);
+    tern_wbuf_u64(w, s->max_bytes);
+    tern_wbuf_u64(w, s->max_messages);
+    tern_wbuf_u8(w, s->overflow);
+}
+
+int proto_encode_queue_create(struct tern_wbuf *w,
+                              uint64_t request_id,
+                              const char *queue,
+                              const struct proto_queue_settings *s)
+{
+    size_t start = w->len;
+    if (s != NULL && s->overflow > 1) {
+        return TERN_EINVAL;
+    }
+    proto_frame_begin(w, PROTO_OP_QUEUE_CREATE, request_id, 0);
+    put_name(w, queue);
+    if (s != NULL) {
+        put_settings(w, s);
+    }
+    return proto_frame_end(w, start);
+}
+
+int proto_encode_queue_update(struct tern_wbuf *w,
+                              uint64_t request_id,
+                              const char *queue,
+                              uint32_t mask,
+                              const struct proto_queue_settings *s)
+{
+    size_t start = w->len;
+    if (s == NULL || mask == 0 || (mask & ~PROTO_SET_ALL) != 0 ||
+        s->overflow > 1) {
+        return TERN_EINVAL;
+    }
+    proto_frame_begin(w, PROTO_OP_QUEUE_UPDATE, request_id, 0);
+    put_name(w, queue);
+    tern_wbuf_u32(w, mask);
+    put_settings(w, s);
+    return proto_frame_end(w, start);
+}
+
+int proto_encode_queue_info_req(struct tern_wbuf *w,
+                                uint64_t request_id,
+                                const char *queue)
+{
+    size_t start = w->len;
+    proto_frame_begin(w, PROTO_OP_QUEUE_INFO, request_id, 0);
+    put_name(w, queue);
+    return proto_frame_end(w, start);
+}
+
+int proto_encode_offset_for_time(struct tern_wbuf *w,
+                                 uint64_t request_id,
+                                 const char *queue,
+                                 uint64_t time_ms)
+{
+    size_t start = w->len;
+    proto_frame_begin(w, PROTO_OP_OFFSET_FOR_TIME, request_id, 0);
+    put_name(w, queue);
+    tern_wbuf_u64(w, time_ms);
+    return proto_frame_end(w, start);
+}
+
+int proto_encode_queue_info_resp(struct tern_wbuf *w,
+                                 uint64_t request_id,
+                                 const struct proto_queue_info_resp *q)
+{
+    size_t start = w->len;
+    proto_frame_begin(w, PROTO_OP_QUEUE_INFO | PROTO_OP_RESPONSE, request_id,
+                      0);
+    tern_wbuf_u64(w, q->start_offset);
+    tern_wbuf_u64(w, q->next_offset);
+    tern_wbuf_u64(w, q->bytes);
+    tern_wbuf_u64(w, q->created_index);
+    put_settings(w, &q->settings);
+    return proto_frame_end(w, start);
+}
+
+int proto_decode_queue_info_resp(const void *body,
+                                 size_t len,
+                                 struct proto_queue_info_resp *out)
+{
+    struct tern_cursor c;
+    tern_cursor_init(&c, body, len);
+    memset(out, 0, sizeof *out);
+    out->start_offset = tern_cursor_u64(&c);
+    out->next_offset = tern_cursor_u64(&c);
+    out->bytes = tern_cursor_u64(&c);
+    out->created_index = tern_cursor_u64(&c);
+    int rv = get_settings(&c, &out->settings);
+    if (rv == 0) {
+        rv = cursor_finish(&c);
+    }
+    if (rv == 0 && out->start_offset > out->next_offset) {
+        rv = TERN_EMALFORMED;
+    }
+    return rv;
+}
+
+int proto_encode_offset_resp(struct tern_wbuf *w,
+                             uint64_t request_id,
+                             uint64_t offset)
+{
+    size_t start = w->len;
+    proto_frame_begin(w, PROTO_OP_OFFSET_FOR_TIME | PROTO_OP_RESPONSE,
+                      request_id, 0);
+    tern_wbuf_u64(w, offset);
+    return proto_frame_end(w, start);
+}
+
+int proto_decode_offset_resp(const void *body, size_t len, uint64_t *offset)
+{
+    struct tern_cursor c;
+    tern_cursor_init(&c, body, len);
+    *offset = tern_cursor_u64(&c);
+    return cursor_finish(&c);
+}
+
 int proto_decode_request(uint8_t op,
                          const void *body,
                          size_t len,
@@ -577,22 +765,33 @@ int proto_decode_request(uint8_t op,
     tern_cursor_init(&c, body, len);
     switch (op) {
     case PROTO_OP_QUEUE_CREATE:
+        rv = get_name(&c, &out->queue, &out->queue_len);
+        if (rv == 0 && c.err == 0 && tern_cursor_left(&c) > 0) {
+            out->has_settings = 1;
+            rv = get_settings(&c, &out->settings);
+        }
+        break;
     case PROTO_OP_QUEUE_DELETE:
+    case PROTO_OP_QUEUE_INFO:
         rv = get_name(&c, &out->queue, &out->queue_len);
         break;
-    case PROTO_OP_QUEUE_LIST:
-        if (len == 0) {
-            break; /* unpaged: an older client */
+    case PROTO_OP_QUEUE_UPDATE:
+        rv = get_name(&c, &out->queue, &out->queue_len);
+        out->set_mask = tern_cursor_u32(&c);
+        if (rv == 0) {
+            rv = get_settings(&c, &out->settings);
         }
-        out->paged = 1;
-        out->after = proto_get_str(&c, &out->after_len);
-        out->max_count = tern_cursor_u32(&c);
-        if (out->after == NULL) {
+        if (rv == 0 && c.err == 0 &&
+            (out->set_mask == 0 || (out->set_mask & ~PROTO_SET_ALL) != 0)) {
             rv = TERN_EMALFORMED;
-        } else if (out->after_len > 0 &&
-                   !tern_name_valid(out->after, out->after_len)) {
-            rv = TERN_EBADNAME;
         }
+        break;
+    case PROTO_OP_OFFSET_FOR_TIME:
+        rv = get_name(&c, &out->queue, &out->queue_len);
+        out->time_ms = tern_cursor_u64(&c);
+        break;
+    case PROTO_OP_QUEUE_LIST:
+        rv = get_list_tail(&c, out, PROTO_MAX_NAME);
         break;
     case PROTO_OP_STATUS:
         break;
@@ -1514,6 +1713,57 @@ int proto_encode_acl_list(struct tern_wbuf *w,
     return proto_frame_end(w, start);
 }
 
+int proto_encode_list_page_req(struct tern_wbuf *w,
+                               uint8_t op,
+                               uint64_t request_id,
+                               const char *user,
+                               const struct proto_list_cursor *after,
+                               uint32_t max_count)
+{
+    static const struct proto_list_cursor start_cursor = {NULL, NULL, NULL};
+    const struct proto_list_cursor *a = after != NULL ? after : &start_cursor;
+    size_t start = w->len;
+    int from_start = a->name == NULL || a->name[0] == '\0';
+    int user_given = user != NULL && user[0] != '\0';
+    int ok;
+    switch (op) {
+    case PROTO_OP_USER_LIST:
+        ok = !user_given && (from_start || name_ok(a->name, PROTO_MAX_USER));
+        break;
+    case PROTO_OP_NAMESPACE_LIST:
+        ok = !user_given &&
+             (from_start || name_ok(a->name, PROTO_MAX_NAMESPACE));
+        break;
+    case PROTO_OP_ACL_LIST:
+        ok = (!user_given || name_ok(user, PROTO_MAX_USER));
+        if (from_start) {
+            ok = ok && (a->ns == NULL || a->ns[0] == '\0') &&
+                 (a->pattern == NULL || a->pattern[0] == '\0');
+        } else {
+            ok = ok && name_ok(a->name, PROTO_MAX_USER) &&
+                 name_ok(a->ns, PROTO_MAX_NAMESPACE) && a->pattern != NULL &&
+                 proto_pattern_valid(a->pattern, strlen(a->pattern));
+        }
+        break;
+    default:
+        return TERN_EINVAL;
+    }
+    if (!ok) {
+        return TERN_EBADNAME;
+    }
+    proto_frame_begin(w, op, request_id, 0);
+    if (op == PROTO_OP_ACL_LIST) {
+        put_cstr(w, user);
+    }
+    put_cstr(w, from_start ? NULL : a->name);
+    if (op == PROTO_OP_ACL_LIST) {
+        put_cstr(w, from_start ? NULL : a->ns);
+        put_cstr(w, from_start ? NULL : a->pattern);
+    }
+    tern_wbuf_u32(w, max_count);
+    return proto_frame_end(w, start);
+}
+
 int proto_encode_namespace_set(struct tern_wbuf *w,
                                uint64_t request_id,
                                const char *ns,
@@ -1586,6 +1836,34 @@ int proto_list_end(struct tern_wbuf *w, size_t start, uint32_t n)
     return proto_frame_end(w, start);
 }
 
+int proto_list_end_page(struct tern_wbuf *w, size_t start, uint32_t n, int more)
+{
+    tern_wbuf_u8(w, more != 0 ? 1 : 0);
+    return proto_list_end(w, start, n);
+}
+
+static size_t str_size(const char *s)
+{
+    return 2 + (s != NULL ? strlen(s) : 0);
+}
+
+size_t proto_list_user_size(const char *user)
+{
+    return str_size(user) + 4 + 1;
+}
+
+size_t proto_list_acl_size(const char *user,
+                           const char *ns,
+                           const char *pattern)
+{
+    return str_size(user) + str_size(ns) + str_size(pattern) + 4;
+}
+
+size_t proto_list_namespace_size(const char *ns)
+{
+    return str_size(ns) + sizeof(uint64_t) * 3;
+}
+
 /* Record readers: a record that does not decode or names something
  * invalid sets c->err. */
 static void get_user_entry(struct tern_cursor *c, void *item)
@@ -1655,10 +1933,16 @@ int proto_decode_list_resp(uint8_t op,
         return TERN_EINVAL;
     }
     tern_cursor_init(&c, body, len);
+    int ok = 1;
     out->op = op;
     out->n = tern_cursor_u32(&c);
     records_skip(&c, out->n, get, &scratch, &out->entries, &out->entries_len);
-    return decode_end(&c, 1, out, sizeof *out);
+    if (c.err == 0 && tern_cursor_left(&c) > 0) {
+        out->paged = 1;
+        out->more = tern_cursor_u8(&c);
+        ok = out->more <= 1;
+    }
+    return decode_end(&c, ok, out, sizeof *out);
 }
 
 int proto_next_user(const struct proto_list_resp *r,

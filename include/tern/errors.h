@@ -39,7 +39,8 @@
     X(TERN_EQUOTA, -31025, "quota exceeded")                                   \
     X(TERN_ETHROTTLED, -31026, "throttled: rate quota exceeded, retry later")  \
     X(TERN_EIDENTITY, -31027, "data directory belongs to another node")        \
-    X(TERN_ENOTFOUND, -31028, "no such user, namespace or grant")
+    X(TERN_ENOTFOUND, -31028, "no such user, namespace or grant")              \
+    X(TERN_EQUEUEFULL, -31029, "queue full")
 
 enum tern_errno {
 #define TERN__ERRNO_ENUM(name, value, msg) name = (value),

@@ -564,6 +564,13 @@ TERN_API int tern_replication_stats(struct tern_client *c,
 
 /* ---- Users, grants, namespaces (cluster administrators) --------------- */
 
+/* The list calls below ask the server page by page and return one whole
+ * list, in order; a list of more than TERN_ADMIN_LIST_MAX entries is
+ * TERN_ELIMIT (the entries are held in memory). Entries set or deleted
+ * while the pages are read may or may not be listed. Needs a server that
+ * pages these lists (an older one answers TERN_EMALFORMED). */
+#define TERN_ADMIN_LIST_MAX 1000000u
+
 /* User flags (tern_user_set, tern_user_list_flags). */
 #define TERN_USER_ADMIN 0x1u /* cluster administrator */
 #define TERN_USER_CERT                                                         \

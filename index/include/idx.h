@@ -40,6 +40,9 @@ struct idx_options
     size_t map_size;        /* LMDB map size; 0 = 1 GiB */
     uint64_t segment_bytes; /* roll segments at this size; 0 = 64 MiB */
     uint32_t max_message;   /* largest message payload; 0 = 4 MiB */
+    /* a checkpoint of the metadata every this many log bytes (index/
+     * ckpt.c); 0 = segment_bytes */
+    uint64_t checkpoint_bytes;
 };
 
 /* Open (creating if needed). Verifies every record of the log and cuts
@@ -56,6 +59,13 @@ void idx_close(struct idx_env *e);
 uint64_t idx_last_applied(const struct idx_env *e);
 /* Byte position of the end of the commit log. */
 uint64_t idx_log_end(const struct idx_env *e);
+/* First log position the node still holds records from: 0, or the
+ * checkpoint retention trimmed the log to (idx_snapshot) or a restore
+ * started from. */
+uint64_t idx_log_start(const struct idx_env *e);
+/* Bytes of commit-log segments and checkpoints on disk (LMDB not
+ * included). */
+uint64_t idx_disk_bytes(const struct idx_env *e);
 /* Bytes truncated from the log tail by idx_open (0 if it was clean). */
 uint64_t idx_truncated_bytes(const struct idx_env *e);
 /* Where and why idx_open cut the log ("commit log cut at P
@@ -92,6 +102,9 @@ enum idx_cmd_type {
     IDX_CMD_NAMESPACE_SET = 10,
     IDX_CMD_NAMESPACE_DELETE = 11,
     IDX_CMD_PRODUCER_INIT = 12,
+    /* Retention (docs/MESSAGES.md, "Retention") */
+    IDX_CMD_QUEUE_UPDATE = 13,
+    IDX_CMD_TRIM = 14,
     /* Message properties (docs/MESSAGES.md). */
     IDX_CMD_PRODUCE_PROPS = 15,
 };
@@ -129,6 +142,34 @@ struct idx_quota
     uint64_t max_bytes;
     uint64_t produce_bytes_per_s;
 };
+
+/* Retention settings of a queue (docs/MESSAGES.md, "Retention"); 0 means
+ * no limit for max_age_ms, max_bytes and max_messages. */
+enum idx_overflow {
+    IDX_OVERFLOW_DROP_OLDEST = 0, /* trim the oldest messages to make room */
+    IDX_OVERFLOW_REJECT = 1,      /* refuse the produce: TERN_EQUEUEFULL */
+};
+struct idx_queue_settings
+{
+    uint64_t max_age_ms;
+    uint64_t max_bytes;
+    uint64_t max_messages;
+    uint32_t overflow; /* enum idx_overflow */
+};
+/* Built-in defaults: what a QUEUE_CREATE without settings applies. */
+#define IDX_DEFAULT_MAX_AGE_MS ((uint64_t)72 * 3600 * 1000)
+/* The defaults above into *s (caller-owned). */
+void idx_queue_settings_default(struct idx_queue_settings *s);
+/* QUEUE_UPDATE field mask: which settings the command changes. */
+#define IDX_SET_MAX_AGE      0x1u
+#define IDX_SET_MAX_BYTES    0x2u
+#define IDX_SET_MAX_MESSAGES 0x4u
+#define IDX_SET_OVERFLOW     0x8u
+#define IDX_SET_ALL                                                            \
+    (IDX_SET_MAX_AGE | IDX_SET_MAX_BYTES | IDX_SET_MAX_MESSAGES |              \
+     IDX_SET_OVERFLOW)
+/* Most queues the leader's retention pass plans per step (node/). */
+#define IDX_RETAIN_PAGE_MAX 65536u
 
 struct idx_msg
 {
@@ -217,11 +258,39 @@ void idx_cmd_begin(struct tern_wbuf *w, uint64_t timestamp_ms);
  * "ns%q" when namespace ns does not exist, else TERN_EQUOTA when the
  * namespace's max_queues > 0 and it already has that many queues. */
 void idx_cmd_queue_create(struct tern_wbuf *w, const char *queue);
-/* Result TERN_ENOQUEUE if it does not. Removes the queue, its messages'
- * index entries, groups and producer state in the same txn, and gives its
- * bytes back to its namespace's usage (idx_ns_usage); the name can be
- * created again (a new, empty queue starting at offset 0). */
+/* Result TERN_ENOQUEUE if it does not. Removes the queue in the same txn
+ * and gives its bytes back to its namespace's usage (idx_ns_usage); its
+ * messages' index entries, groups and producer state are left to the
+ * row cleaner (idx_clean_step), unreachable meanwhile. The name can be
+ * created again (a new, empty queue starting at offset 0, with no group
+ * offsets: ids are never reused). */
 void idx_cmd_queue_delete(struct tern_wbuf *w, const char *queue);
+/* QUEUE_CREATE with explicit retention settings s (borrowed; NULL: no
+ * settings tail, the built-in defaults apply, as idx_cmd_queue_create).
+ * TERN_EINVAL for an unknown overflow. Results as idx_cmd_queue_create. */
+void idx_cmd_queue_create_opts(struct tern_wbuf *w,
+                               const char *queue,
+                               const struct idx_queue_settings *s);
+/* Change the settings of queue named by mask (IDX_SET_*, at least one
+ * bit, no others: TERN_EINVAL); fields of s outside mask are ignored and
+ * stay unchanged. Result TERN_ENOQUEUE for an unknown queue. A lowered
+ * limit is enforced by the next TRIM the leader plans (idx_trim_plan). */
+void idx_cmd_queue_update(struct tern_wbuf *w,
+                          const char *queue,
+                          uint32_t mask,
+                          const struct idx_queue_settings *s);
+/* The leader's trim decision (idx_trim_plan, format in index/cmd.c):
+ * queue (stored name), incarnation queue_id, drops [from, to) holding
+ * bytes message bytes. TERN_EINVAL unless to > from. Result: 0 with count
+ * = messages trimmed; TERN_EINVAL (nothing changes) when the queue is not
+ * that incarnation, its start_offset is not from, to is past its next
+ * offset or bytes exceeds its bytes; TERN_ENOQUEUE when it is gone. */
+void idx_cmd_trim(struct tern_wbuf *w,
+                  const char *queue,
+                  uint64_t queue_id,
+                  uint64_t from,
+                  uint64_t to,
+                  uint64_t bytes);
 /* producer_id 0 means no dedup. seq is per (producer, queue) and starts at
  * 1; each batch uses the next number. Result TERN_EQUOTA, nothing
  * appended and the producer's dedup state unchanged, when the namespace's
@@ -321,6 +390,14 @@ struct idx_result
     uint32_t count;       /* produce: number of messages */
     int duplicate;        /* produce: 1 if this batch was applied before */
 };
+/* Retention at apply (docs/MESSAGES.md, "Retention"): a produce on a
+ * queue with max_messages or max_bytes appends, then (drop-oldest) trims
+ * the oldest messages until both hold again, or (reject) is refused
+ * whole with TERN_EQUEUEFULL when it would pass one. Under either policy
+ * a batch that alone passes a limit is refused with TERN_EQUEUEFULL
+ * (trimming would drop messages of the batch it acknowledges). Trimming
+ * moves start_offset, lowers the queue's bytes and its namespace usage;
+ * the rows below start_offset go to the cleaner (idx_clean_step). */
 
 /* Apply the entry at raft index: append it to the commit log and index it.
  * Entries at or below last_applied are skipped (*n_results = 0, returns
@@ -364,12 +441,13 @@ int idx_sync(struct idx_env *e);
 
 struct idx_queue_info
 {
-    const char *name;       /* borrowed for the callback */
-    uint64_t start_offset;  /* first readable offset */
-    uint64_t next_offset;   /* offset the next message will get */
-    uint64_t created_index; /* raft index of the create */
-    uint64_t bytes;         /* sum of the lengths of its messages */
-    uint64_t id;            /* queue id (never reused; message ids) */
+    const char *name;                   /* borrowed for the callback */
+    uint64_t start_offset;              /* first readable offset */
+    uint64_t next_offset;               /* offset the next message will get */
+    uint64_t created_index;             /* raft index of the create */
+    uint64_t bytes;                     /* sum of the lengths of its messages */
+    struct idx_queue_settings settings; /* retention */
+    uint64_t id; /* queue id (never reused; message ids) */
 };
 typedef int (*idx_queue_cb)(void *arg, const struct idx_queue_info *q);
 /* Calls cb for each queue in name order; a non-zero return stops. */
@@ -480,6 +558,61 @@ int idx_message_get_key(struct idx_env *e,
                         void *arg,
                         uint32_t *n);
 
+/* The first offset of queue whose message has append time >= time_ms,
+ * or the queue's next offset when none has (OUT *offset). A binary
+ * search over [start_offset, next_offset) (append times never decrease
+ * with the offset). TERN_ENOQUEUE, TERN_EBADNAME. */
+int idx_offset_for_time(struct idx_env *e,
+                        const char *queue,
+                        uint64_t time_ms,
+                        uint64_t *offset);
+/* Append time of the newest applied entry (applied state, pending txn
+ * included): docs/MESSAGES.md, "Time". */
+uint64_t idx_last_append_ms(const struct idx_env *e);
+
+/* ---- Retention planning (the leader's side of TRIM) --------------------- */
+
+/* What the queue's settings require trimming now (flushed state), as a
+ * TRIM: the first offset to keep is the largest of next - max_messages,
+ * the first offset from which the retained bytes fit max_bytes (both only
+ * under drop-oldest) and the first offset with append time >= now_ms -
+ * max_age_ms; at most max_msgs messages per plan (the rest is the next
+ * plan's). *plan (OUT) has to == from when nothing is due. 0,
+ * TERN_ENOQUEUE, or a code. */
+struct idx_trim_plan
+{
+    uint64_t queue_id;
+    uint64_t from;
+    uint64_t to;
+    uint64_t bytes;
+};
+int idx_trim_plan(struct idx_env *e,
+                  const char *queue,
+                  uint64_t now_ms,
+                  uint64_t max_msgs,
+                  struct idx_trim_plan *plan);
+/* Queues that a produce left over max_messages or max_bytes under
+ * drop-oldest since the last call, for the leader to plan at once (the
+ * periodic pass finds them too): cb(arg, stored name) for each, then the
+ * list is empty. At most 1024 are remembered between calls. */
+void idx_over_limits_drain(struct idx_env *e,
+                           void (*cb)(void *arg, const char *queue),
+                           void *arg);
+
+/* ---- The row cleaner (clean.c): local, not replicated ------------------ */
+
+/* Delete at most budget LMDB rows that no read can reach: msgs rows below
+ * each trimmed queue's start_offset and every msgs, groups and producers
+ * row of a deleted queue. Runs in the pending write txn and commits it
+ * (idx_flush): LMDB has one writer, so a separate txn would have to
+ * commit the pending one first anyway. *done (OUT) = rows and work marks
+ * removed; *done < budget means nothing is left to clean. 0 or a tern
+ * code (an LMDB failure; the pending txn is then dropped, as by a failed
+ * idx_apply). */
+int idx_clean_step(struct idx_env *e, unsigned budget, unsigned *done);
+/* Whether the cleaner has work (flushed state: call after idx_flush). */
+bool idx_clean_pending(struct idx_env *e);
+
 /* Committed offset of a group (0 if it never committed). */
 int idx_group_offset(struct idx_env *e,
                      const char *queue,
@@ -506,6 +639,12 @@ struct idx_user_info
 typedef int (*idx_user_cb)(void *arg, const struct idx_user_info *u);
 /* Users in name order; a non-zero return from cb stops. */
 int idx_user_list(struct idx_env *e, idx_user_cb cb, void *arg);
+/* As idx_user_list, from the first user whose name sorts after after
+ * (borrowed for the call; NULL or "": from the first user). */
+int idx_user_list_after(struct idx_env *e,
+                        const char *after,
+                        idx_user_cb cb,
+                        void *arg);
 /* TERN_ENOTFOUND, TERN_EBADNAME. out->name = name. */
 int idx_user_get(struct idx_env *e,
                  const char *name,
@@ -522,6 +661,15 @@ typedef int (*idx_acl_cb)(void *arg, const struct idx_acl *a);
 /* Grants in (user, namespace, pattern) order, only user's when user is
  * not NULL or "". */
 int idx_acl_list(struct idx_env *e, const char *user, idx_acl_cb cb, void *arg);
+/* As idx_acl_list, from the first grant that sorts after the grant key
+ * (after->user, after->ns, after->pattern; after->perms ignored; borrowed
+ * for the call; NULL: from the first grant). TERN_EBADNAME for an invalid
+ * cursor. */
+int idx_acl_list_after(struct idx_env *e,
+                       const char *user,
+                       const struct idx_acl *after,
+                       idx_acl_cb cb,
+                       void *arg);
 /* Pure evaluator over a user's grants g[0..n) (any namespace; only those
  * of ns count): the permission bits the user holds on queue in ns (queue
  * NULL: namespace-wide, "*" grants only). IDX_PERM_ADMIN in the union
@@ -551,6 +699,12 @@ struct idx_namespace_info
 typedef int (*idx_namespace_cb)(void *arg, const struct idx_namespace_info *n);
 /* Namespaces in name order, "default" included even if never set. */
 int idx_namespace_list(struct idx_env *e, idx_namespace_cb cb, void *arg);
+/* As idx_namespace_list, from the first namespace whose name sorts after
+ * after (borrowed for the call; NULL or "": from the first). */
+int idx_namespace_list_after(struct idx_env *e,
+                             const char *after,
+                             idx_namespace_cb cb,
+                             void *arg);
 /* TERN_ENOTFOUND, TERN_EBADNAME. */
 int idx_namespace_get(struct idx_env *e,
                       const char *name,

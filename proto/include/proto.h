@@ -137,8 +137,7 @@
  * 1..PROTO_MAX_NAMESPACE bytes, both passing tern_name_valid; pattern = str
  * "*", a queue name, or a prefix of one followed by '*'. Writes go through
  * Raft on a writable leader (TERN_ENOTLEADER elsewhere); lists are served
- * by any node from its index. A list that does not fit in the server's
- * frame budget is answered TERN_ELIMIT.
+ * by any node from its index.
  *   USER_SET      req: str user, u32 flags (bit 0 PROTO_USER_ADMIN, bit 1
  *                      PROTO_USER_CERT; others 0), blob credential (0..255
  *                      bytes, auth/scram.c binary form, made by the client
@@ -146,8 +145,9 @@
  *                      PROTO_USER_CERT)
  *                 resp: (empty)
  *   USER_DELETE   req: str user                     resp: (empty)
- *   USER_LIST     req: (empty)
- *                 resp: u32 n, n x {str user, u32 flags, u8 has_credential}
+ *   USER_LIST     req: (empty) | str after, u32 max_count
+ *                 resp: u32 n, n x {str user, u32 flags, u8 has_credential},
+ *                       [u8 more]
  *   ACL_SET       req: str user, str namespace, str pattern, u32 perms
  *                      (1..15: PROTO_PERM_PRODUCE 1, CONSUME 2, MANAGE 4,
  *                      ADMIN 8)
@@ -155,16 +155,36 @@
  *   ACL_DELETE    req: str user, str namespace, str pattern
  *                 resp: (empty)
  *   ACL_LIST      req: str user ("" = every user's grants)
+ *                      [, str after_user, str after_namespace,
+ *                         str after_pattern, u32 max_count]
  *                 resp: u32 n, n x {str user, str namespace, str pattern,
- *                                   u32 perms}
+ *                                   u32 perms}, [u8 more]
  *   NAMESPACE_SET req: str namespace, u64 max_queues, u64 max_bytes,
  *                      u64 produce_bytes_per_s (0 = unlimited); creates it
  *                      or replaces its quotas
  *                 resp: (empty)
  *   NAMESPACE_DELETE req: str namespace             resp: (empty)
- *   NAMESPACE_LIST req: (empty)
+ *   NAMESPACE_LIST req: (empty) | str after, u32 max_count
  *                 resp: u32 n, n x {str namespace, u64 max_queues,
- *                                   u64 max_bytes, u64 produce_bytes_per_s}
+ *                                   u64 max_bytes, u64 produce_bytes_per_s},
+ *                       [u8 more]
+ *   The three lists page as QUEUE_LIST does (the paging tail was added
+ *   after ops 10..19; the tail is the whole body of USER_LIST and
+ *   NAMESPACE_LIST and follows the user filter of ACL_LIST). A request
+ *   with the tail asks for the entries that sort after its cursor, the
+ *   last entry of the previous page: a user name (USER_LIST), a
+ *   namespace name (NAMESPACE_LIST), or a grant's (user, namespace,
+ *   pattern) (ACL_LIST; grants sort by user, then namespace, then
+ *   pattern, bytewise); an empty cursor (all three strings "" for
+ *   ACL_LIST, else each a valid name or pattern) is the start.
+ *   max_count 0 is the server's page size (list_page_max). The answer to
+ *   such a request ends with u8 more (1: entries follow the last one
+ *   listed, ask again with it as the cursor; 0: the last page) and holds
+ *   at most max_count and list_page_max entries in 1 MiB and half of
+ *   max_frame_bytes (at least one entry). A request without the tail (an
+ *   older client) is answered without the more byte, with every entry,
+ *   or TERN_ELIMIT when they do not fit in max_frame_bytes. A server
+ *   without paging answers the tail TERN_EMALFORMED.
  *   PRODUCER_INIT req: (empty)
  *                 resp: u64 producer_id (issued by the leader through Raft,
  *                       owned by the connection's user)
@@ -186,6 +206,29 @@
  *                       connection is authenticated once it is sent)
  * A failed exchange is answered TERN_EAUTH and the server closes the
  * connection after the answer. A connection authenticates once.
+ *
+ * Retention (ops 22..24 and QUEUE_CREATE's tail, added after ops 20..21;
+ * docs/MESSAGES.md "Retention"; an older server answers the ops
+ * TERN_EINVAL "unknown request op" and a QUEUE_CREATE with a tail
+ * TERN_EMALFORMED). settings = u64 max_age_ms, u64 max_bytes,
+ * u64 max_messages (0 = no limit), u8 overflow (0 drop-oldest, 1 reject;
+ * others TERN_EMALFORMED).
+ *   QUEUE_CREATE  req: str queue, [settings] (absent: the built-in
+ *                      defaults, max_age 72 h, drop-oldest)
+ *   QUEUE_UPDATE  req: str queue, u32 mask (PROTO_SET_MAX_AGE 1,
+ *                      MAX_BYTES 2, MAX_MESSAGES 4, OVERFLOW 8; at least
+ *                      one, others 0), settings (fields outside mask are
+ *                      ignored: left unchanged)
+ *                 resp: (empty)
+ *   QUEUE_INFO    req: str queue
+ *                 resp: u64 start_offset (first retained offset),
+ *                       u64 next_offset, u64 bytes (retained), u64
+ *                       created_index, settings
+ *   OFFSET_FOR_TIME req: str queue, u64 time_ms
+ *                 resp: u64 offset (the first with append time >= time_ms,
+ *                       or the queue's next offset when none)
+ * Errors: TERN_EQUEUEFULL (a produce refused by max_bytes/max_messages),
+ * TERN_EOFFSET for a FETCH below the first offset (the message names it).
  */
 #ifndef TERN_PROTO_H
 #define TERN_PROTO_H
@@ -225,6 +268,9 @@ enum proto_op {
     PROTO_OP_PRODUCER_INIT = 19,
     PROTO_OP_AUTH_START = 20,
     PROTO_OP_AUTH_CONTINUE = 21,
+    PROTO_OP_QUEUE_UPDATE = 22,
+    PROTO_OP_QUEUE_INFO = 23,
+    PROTO_OP_OFFSET_FOR_TIME = 24,
     PROTO_OP_MESSAGE_GET = 25,
     PROTO_OP_ERROR = 0x7f,
     PROTO_OP_RESPONSE = 0x80,
@@ -310,11 +356,17 @@ struct proto_request
     size_t msgs_len;
     uint8_t flags; /* STATS: PROTO_STATS_RESET or 0; FETCH:
                       PROTO_FETCH_LEADER or 0 */
-    /* QUEUE_LIST: paged is 1 for a body with after/max_count (after_len
-     * 0: from the start; otherwise a valid name). */
+    /* QUEUE_LIST, USER_LIST, ACL_LIST, NAMESPACE_LIST: paged is 1 for a
+     * body with the paging tail (after_len 0: from the start; otherwise a
+     * valid name: a queue, user, namespace, or for ACL_LIST the cursor
+     * grant's user, with after_ns and after_pattern its other fields). */
     uint8_t paged;
     const char *after;
     uint16_t after_len;
+    const char *after_ns;
+    uint16_t after_ns_len;
+    const char *after_pattern;
+    uint16_t after_pattern_len;
     uint32_t max_count;
     /* Security metadata ops (10..19); all borrowed from the body. */
     const char *user; /* USER_*, ACL_* (ACL_LIST: user_len 0 = all) */
@@ -335,6 +387,18 @@ struct proto_request
     uint16_t mechanism_len;
     const uint8_t *auth_data;
     uint32_t auth_data_len;
+    /* QUEUE_CREATE (has_settings: the tail was present), QUEUE_UPDATE
+     * (set_mask), OFFSET_FOR_TIME (time_ms). */
+    uint8_t has_settings;
+    uint32_t set_mask;
+    struct proto_queue_settings
+    {
+        uint64_t max_age_ms;
+        uint64_t max_bytes;
+        uint64_t max_messages;
+        uint8_t overflow;
+    } settings;
+    uint64_t time_ms;
     /* Message properties: PRODUCE's props blobs (props_len 0: no tail;
      * iterate with proto_next_props), FETCH/GROUP_FETCH's tag filter
      * (n_tags records, iterate with proto_next_tag), MESSAGE_GET. */
@@ -377,6 +441,49 @@ int proto_encode_queue_op(struct tern_wbuf *w,
                           uint8_t op,
                           uint64_t request_id,
                           const char *queue);
+#define PROTO_SET_MAX_AGE      0x1u
+#define PROTO_SET_MAX_BYTES    0x2u
+#define PROTO_SET_MAX_MESSAGES 0x4u
+#define PROTO_SET_OVERFLOW     0x8u
+#define PROTO_SET_ALL          0xfu
+/* QUEUE_CREATE with the settings tail s (borrowed; NULL: no tail, as
+ * proto_encode_queue_op). TERN_EINVAL for an overflow above 1. */
+int proto_encode_queue_create(struct tern_wbuf *w,
+                              uint64_t request_id,
+                              const char *queue,
+                              const struct proto_queue_settings *s);
+/* QUEUE_UPDATE: mask PROTO_SET_* (else TERN_EINVAL), s borrowed. */
+int proto_encode_queue_update(struct tern_wbuf *w,
+                              uint64_t request_id,
+                              const char *queue,
+                              uint32_t mask,
+                              const struct proto_queue_settings *s);
+/* QUEUE_INFO (str queue) and OFFSET_FOR_TIME. */
+int proto_encode_queue_info_req(struct tern_wbuf *w,
+                                uint64_t request_id,
+                                const char *queue);
+int proto_encode_offset_for_time(struct tern_wbuf *w,
+                                 uint64_t request_id,
+                                 const char *queue,
+                                 uint64_t time_ms);
+struct proto_queue_info_resp
+{
+    uint64_t start_offset;
+    uint64_t next_offset;
+    uint64_t bytes;
+    uint64_t created_index;
+    struct proto_queue_settings settings;
+};
+int proto_encode_queue_info_resp(struct tern_wbuf *w,
+                                 uint64_t request_id,
+                                 const struct proto_queue_info_resp *q);
+int proto_decode_queue_info_resp(const void *body,
+                                 size_t len,
+                                 struct proto_queue_info_resp *out);
+int proto_encode_offset_resp(struct tern_wbuf *w,
+                             uint64_t request_id,
+                             uint64_t offset);
+int proto_decode_offset_resp(const void *body, size_t len, uint64_t *offset);
 /* PRODUCE of msgs[0..n) (borrowed for the call). TERN_EINVAL when n is 0
  * or msgs NULL, TERN_EBADNAME for an invalid queue name. */
 int proto_encode_produce(struct tern_wbuf *w,
@@ -764,18 +871,40 @@ int proto_encode_acl_op(struct tern_wbuf *w,
                         const char *ns,
                         const char *pattern,
                         uint32_t perms);
-/* ACL_LIST of user's grants (NULL or "": everyone's). */
+/* ACL_LIST of user's grants (NULL or "": everyone's), unpaged. */
 int proto_encode_acl_list(struct tern_wbuf *w,
                           uint64_t request_id,
                           const char *user);
+/* The cursor of a paged list request: the last entry of the previous
+ * page (every field NULL or "": from the start). USER_LIST and
+ * NAMESPACE_LIST use name only; ACL_LIST all three (the grant's user,
+ * namespace and pattern). Borrowed for the call. */
+struct proto_list_cursor
+{
+    const char *name;
+    const char *ns;
+    const char *pattern;
+};
+/* A paged USER_LIST, ACL_LIST (of user's grants, NULL or "": everyone's)
+ * or NAMESPACE_LIST request (user must be NULL or "" for the other two):
+ * the entries after *after (NULL: from the start), at most max_count of
+ * them (0: the server's page size). TERN_EBADNAME for a bad name or
+ * pattern or a cursor with some fields empty and others not, TERN_EINVAL
+ * for another op. */
+int proto_encode_list_page_req(struct tern_wbuf *w,
+                               uint8_t op,
+                               uint64_t request_id,
+                               const char *user,
+                               const struct proto_list_cursor *after,
+                               uint32_t max_count);
 int proto_encode_namespace_set(struct tern_wbuf *w,
                                uint64_t request_id,
                                const char *ns,
                                uint64_t max_queues,
                                uint64_t max_bytes,
                                uint64_t produce_bytes_per_s);
-/* USER_LIST, NAMESPACE_LIST and PRODUCER_INIT requests have empty bodies:
- * proto_encode_simple. */
+/* Unpaged USER_LIST and NAMESPACE_LIST and PRODUCER_INIT requests have
+ * empty bodies: proto_encode_simple. */
 
 /* Records of the list answers. Strings borrowed (not NUL-terminated). */
 struct proto_user_entry
@@ -807,8 +936,11 @@ struct proto_namespace_entry
 /* List answers (server side), streamed: proto_list_begin writes the frame
  * header and a count placeholder and returns the frame's start offset;
  * add records with proto_put_*_entry (strings NUL-terminated, borrowed);
- * proto_list_end(w, start, n) writes the count and seals the frame. op is
- * USER_LIST, ACL_LIST or NAMESPACE_LIST. */
+ * proto_list_end(w, start, n) writes the count and seals the frame (the
+ * unpaged answer), proto_list_end_page(w, start, n, more) also appends
+ * the more byte (the answer to a paged request). op is USER_LIST,
+ * ACL_LIST or NAMESPACE_LIST. The proto_list_*_size give the bytes one
+ * record takes (a page's byte bound). */
 size_t proto_list_begin(struct tern_wbuf *w, uint8_t op, uint64_t request_id);
 void proto_put_user_entry(struct tern_wbuf *w,
                           const char *user,
@@ -825,16 +957,29 @@ void proto_put_namespace_entry(struct tern_wbuf *w,
                                uint64_t max_bytes,
                                uint64_t produce_bytes_per_s);
 int proto_list_end(struct tern_wbuf *w, size_t start, uint32_t n);
+int proto_list_end_page(struct tern_wbuf *w,
+                        size_t start,
+                        uint32_t n,
+                        int more);
+size_t proto_list_user_size(const char *user);
+size_t proto_list_acl_size(const char *user,
+                           const char *ns,
+                           const char *pattern);
+size_t proto_list_namespace_size(const char *ns);
 
 /* Decoding (client side): the whole body is validated for op (USER_LIST,
  * ACL_LIST, NAMESPACE_LIST; every name and pattern checked), then
- * iterate with the proto_next_* of that op. TERN_EMALFORMED. */
+ * iterate with the proto_next_* of that op. Both answers are accepted:
+ * paged says whether the more byte was there (it must be 0 or 1).
+ * TERN_EMALFORMED. */
 struct proto_list_resp
 {
     uint8_t op;
     uint32_t n;
     const uint8_t *entries;
     size_t entries_len;
+    uint8_t paged;
+    uint8_t more;
 };
 int proto_decode_list_resp(uint8_t op,
                            const void *body,

@@ -47,7 +47,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         copy_name(q, c.queue, c.queue_len);
         switch (c.type) {
         case IDX_CMD_QUEUE_CREATE:
-            idx_cmd_queue_create(&w, q);
+            idx_cmd_queue_create_opts(&w, q,
+                                      c.has_settings ? &c.settings : NULL);
+            break;
+        case IDX_CMD_QUEUE_UPDATE:
+            idx_cmd_queue_update(&w, q, c.mask, &c.settings);
+            break;
+        case IDX_CMD_TRIM:
+            idx_cmd_trim(&w, q, c.trim.queue_id, c.trim.from, c.trim.to,
+                         c.trim.bytes);
             break;
         case IDX_CMD_QUEUE_DELETE:
             idx_cmd_queue_delete(&w, q);

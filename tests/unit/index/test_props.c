@@ -524,6 +524,19 @@ static int count_keys_rows(struct idx_env *e)
     return (int)st.ms_entries;
 }
 
+/* Run the row cleaner until it has nothing left (bounded). */
+static void clean_all(struct idx_env *e)
+{
+    unsigned done = 0;
+    for (int i = 0; i < 1000; i++) {
+        cr_assert_eq(idx_clean_step(e, 64, &done), 0, "%s", idx_errmsg(e));
+        if (done < 64) {
+            return;
+        }
+    }
+    cr_assert_fail("the cleaner did not finish");
+}
+
 Test(index_props_apply, key_rows_deleted_with_messages)
 {
     struct idx_env *e = th_open(th_dir_a, 0);
@@ -533,26 +546,38 @@ Test(index_props_apply, key_rows_deleted_with_messages)
     produce_keyed(e, 4, "keep", 0, 6, 4);
     cr_assert_eq(idx_flush(e), 0);
     cr_expect_eq(count_keys_rows(e), 26);
-    /* an offset range (what a cleaner of trimmed offsets calls) */
+    /* an offset range, directly */
     struct got g = {0};
     cr_assert_eq(idx_message_get(e, "q", 0, 0, got_cb, &g), 0);
+    uint64_t qid = g.qid;
     cr_assert_eq(idx__txn_begin(e), 0);
-    cr_assert_eq(idx__key_rows_delete(e, g.qid, 0, 8), 0);
+    cr_assert_eq(idx__key_rows_delete(e, qid, 0, 2), 0);
     cr_assert_eq(idx_flush(e), 0);
+    cr_expect_eq(count_keys_rows(e), 24);
+    /* TRIM [0, 8): the cleaner deletes the key rows with the msgs rows */
+    struct tern_wbuf w;
+    tern_wbuf_init(&w);
+    idx_cmd_begin(&w, 1);
+    idx_cmd_trim(&w, "q", qid, 0, 8, 16);
+    cr_assert_eq(idx_cmd_end(&w), 0);
+    struct idx_result r;
+    th_apply(e, 5, &w, &r, 1);
+    cr_assert_eq(r.status, 0);
+    cr_assert_eq(idx_flush(e), 0);
+    clean_all(e);
     cr_expect_eq(count_keys_rows(e), 18);
     uint32_t n = 0;
     memset(&g, 0, sizeof g);
     cr_assert_eq(idx_message_get_key(e, "q", "k1", 2, 100, got_cb, &g, &n), 0);
     cr_expect_eq(n, 3, "k1 at 9, 13, 17 remain");
-    /* QUEUE_DELETE removes the rest of the queue's rows */
-    struct tern_wbuf w;
-    tern_wbuf_init(&w);
+    /* QUEUE_DELETE: the cleaner removes the rest of the queue's rows */
     idx_cmd_begin(&w, 1);
     idx_cmd_queue_delete(&w, "q");
     cr_assert_eq(idx_cmd_end(&w), 0);
-    th_apply(e, 5, &w, NULL, 0);
+    th_apply(e, 6, &w, NULL, 0);
     tern_wbuf_free(&w);
     cr_assert_eq(idx_flush(e), 0);
+    clean_all(e);
     cr_expect_eq(count_keys_rows(e), 6);
     memset(&g, 0, sizeof g);
     cr_assert_eq(idx_message_get_key(e, "keep", "k1", 2, 100, got_cb, &g, &n),

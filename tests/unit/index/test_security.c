@@ -729,3 +729,122 @@ Test(index_security, tables_survive_snapshot_install)
     idx_close(a);
     idx_close(b);
 }
+
+/* ---- paged reads (the "after" cursors) --------------------------------- */
+
+struct names
+{
+    char buf[1024];
+    size_t len;
+};
+
+static void names_add(struct names *n, const char *s)
+{
+    int w = snprintf(n->buf + n->len, sizeof n->buf - n->len, "%s%s",
+                     n->len > 0 ? " " : "", s);
+    cr_assert(w > 0 && (size_t)w < sizeof n->buf - n->len);
+    n->len += (size_t)w;
+}
+
+static int names_user(void *arg, const struct idx_user_info *u)
+{
+    names_add(arg, u->name);
+    return 0;
+}
+
+static int names_ns(void *arg, const struct idx_namespace_info *ns)
+{
+    names_add(arg, ns->name);
+    return 0;
+}
+
+static int names_acl(void *arg, const struct idx_acl *a)
+{
+    char s[256];
+    (void)snprintf(s, sizeof s, "%s/%s/%s", a->user, a->ns, a->pattern);
+    names_add(arg, s);
+    return 0;
+}
+
+static const char *users_after(struct idx_env *e, const char *after)
+{
+    static struct names n;
+    n.len = 0;
+    n.buf[0] = '\0';
+    cr_assert_eq(idx_user_list_after(e, after, names_user, &n), 0);
+    return n.buf;
+}
+
+static const char *ns_after(struct idx_env *e, const char *after)
+{
+    static struct names n;
+    n.len = 0;
+    n.buf[0] = '\0';
+    cr_assert_eq(idx_namespace_list_after(e, after, names_ns, &n), 0);
+    return n.buf;
+}
+
+static const char *acls_after(struct idx_env *e,
+                              const char *user,
+                              const char *au,
+                              const char *ans,
+                              const char *ap)
+{
+    static struct names n;
+    struct idx_acl a = {au, ans, ap, 0};
+    n.len = 0;
+    n.buf[0] = '\0';
+    cr_assert_eq(
+        idx_acl_list_after(e, user, au != NULL ? &a : NULL, names_acl, &n), 0);
+    return n.buf;
+}
+
+Test(index_security, lists_after_a_cursor)
+{
+    struct idx_env *e = th_open(th_dir_a, 0);
+    struct idx_acl bad = {"alice", "n1", "a*b", 0};
+    struct names n = {0};
+    cr_assert_eq(user_set(e, 1, "alice", 0, cred_a, sizeof cred_a), 0);
+    cr_assert_eq(user_set(e, 2, "al", 0, cred_b, sizeof cred_b), 0);
+    cr_assert_eq(user_set(e, 3, "bob", 0, cred_b, sizeof cred_b), 0);
+    cr_assert_eq(ns_set(e, 4, "n1", 1), 0);
+    cr_assert_eq(ns_set(e, 5, "n2", 2), 0);
+    cr_assert_eq(ns_set(e, 6, "a0", 2), 0);
+    cr_assert_eq(acl_set(e, 7, "alice", "n1", "*", 1), 0);
+    cr_assert_eq(acl_set(e, 8, "alice", "n2", "*", 2), 0);
+    cr_assert_eq(acl_set(e, 9, "alice", "n2", "x", 4), 0);
+    cr_assert_eq(acl_set(e, 10, "al", "n1", "*", 1), 0);
+    cr_assert_eq(acl_set(e, 11, "bob", "a0", "q*", 1), 0);
+
+    cr_assert_str_eq(users_after(e, NULL), "al alice bob");
+    cr_assert_str_eq(users_after(e, "al"), "alice bob");
+    cr_assert_str_eq(users_after(e, "ali"), "alice bob");
+    cr_assert_str_eq(users_after(e, "alice"), "bob");
+    cr_assert_str_eq(users_after(e, "bob"), "");
+
+    /* The implicit "default" sorts between a0 and n1. */
+    cr_assert_str_eq(ns_after(e, ""), "a0 default n1 n2");
+    cr_assert_str_eq(ns_after(e, "a0"), "default n1 n2");
+    cr_assert_str_eq(ns_after(e, "default"), "n1 n2");
+    cr_assert_str_eq(ns_after(e, "m"), "n1 n2");
+    cr_assert_str_eq(ns_after(e, "n2"), "");
+
+    cr_assert_str_eq(acls_after(e, NULL, NULL, NULL, NULL),
+                     "al/n1/* alice/n1/* alice/n2/* alice/n2/x bob/a0/q*");
+    cr_assert_str_eq(acls_after(e, NULL, "al", "n1", "*"),
+                     "alice/n1/* alice/n2/* alice/n2/x bob/a0/q*");
+    cr_assert_str_eq(acls_after(e, NULL, "alice", "n2", "*"),
+                     "alice/n2/x bob/a0/q*");
+    /* With a user filter: a cursor before the user's range starts it, one
+     * inside continues it, one past it lists nothing. */
+    cr_assert_str_eq(acls_after(e, "alice", "al", "n1", "*"),
+                     "alice/n1/* alice/n2/* alice/n2/x");
+    cr_assert_str_eq(acls_after(e, "alice", "alice", "n1", "*"),
+                     "alice/n2/* alice/n2/x");
+    cr_assert_str_eq(acls_after(e, "al", "alice", "n1", "*"), "");
+    cr_assert_str_eq(acls_after(e, "alice", "alice", "n2", "x"), "");
+    cr_assert_eq(idx_acl_list_after(e, NULL, &bad, names_acl, &n),
+                 TERN_EBADNAME);
+    cr_assert_eq(n.len, 0);
+    idx_close(e);
+}

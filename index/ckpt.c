@@ -1,0 +1,555 @@
+/*
+ * Checkpoints: the index's metadata as of a record boundary of the commit
+ * log, so that the head of the log can be deleted (retention,
+ * docs/MESSAGES.md) while LMDB can still be rebuilt from what is left,
+ * and so that a follower too far behind a trimmed leader can start from
+ * the leader's checkpoint. This file owns the checkpoint format.
+ *
+ * WHEN. While applying (idx__index_record), before the first record that
+ * starts in a new block of checkpoint_bytes of the log stream: record at
+ * position P gets a checkpoint "at P" when P / checkpoint_bytes differs
+ * from the previous record's position / checkpoint_bytes. The rule
+ * depends only on positions, which are the same on every node, and the
+ * metadata is the same on every node for the same applied index, so every
+ * node writes byte-identical checkpoints at the same positions (a peer
+ * can serve another's checkpoint, raft/bulk.c). Rebuilds (idx_open,
+ * idx_restore) write the ones that are missing.
+ *
+ * WHAT. Every LMDB table whose rows are decided by applying commands
+ * alone: meta's state record (last_applied = the raft index of the
+ * record before P, log_end = P), queues, groups, producers, users, acls,
+ * namespaces, producer_ids, ns_usage. Not the cleaner's work marks in
+ * meta (index/clean.c): a node removes them as its cleaner finishes, so
+ * they differ between nodes; and they are not needed after a rebuild
+ * from P, where the rows they point at were never re-created (a queue
+ * deleted or trimmed before P) or are marked again by the replay. Not msgs: the
+ * rows of the messages a queue still retains are re-derived by replaying the
+ * records at and after P (retention keeps every retained message at or after
+ * the checkpoint the log starts at); rows of trimmed messages are gone for
+ * good. Tables that differ between nodes (what a local cleaner has done)
+ * are never in a checkpoint.
+ *
+ * FILE <dir>/log/%020llu.ckpt (named by P), written to a .tmp file,
+ * fsync'ed and renamed; the directory is fsync'ed with the log's next
+ * sync. Layout (integers little-endian; encoded/decoded byte by byte, be
+ * careful when adapting):
+ *
+ *   offset size  field
+ *   0      8     magic "TERNCKP\0"
+ *   8      4     version = 1
+ *   12     4     header size = 64
+ *   16     8     position P (must match the file name)
+ *   24     8     last_applied (raft index of the record before P; 0 = none)
+ *   32     8     last_rec_pos (its position)
+ *   40     4     last_rec_checksum (its record checksum)
+ *   44     4     rows (number of rows in the body)
+ *   48     8     body length in bytes
+ *   56     4     tern_checksum32 of the body
+ *   60     4     tern_checksum32 over bytes [0,60)
+ *   64     ...   body: rows, tables in the order of ckpt_tables below and
+ *                each table in LMDB key order:
+ *                  u8 table id, u16 key length (1..511), u32 value length,
+ *                  key, value
+ *
+ * A checkpoint whose header or body fails its checksum, whose position
+ * does not match its name or whose rows are out of order is unusable
+ * (env.c then drops the log before it: a peer supplies it again).
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "idx_int.h"
+
+#define CKPT__MAGIC   "TERNCKP\0"
+#define CKPT__VERSION 1
+#define CKPT__ROW_HDR 7
+#define CKPT__KEY_MAX 511
+
+/* The tables of a checkpoint and their ids; the order is the body order. */
+static const struct
+{
+    uint8_t id;
+    size_t dbi; /* offsetof(struct idx_env, dbi_...) */
+} ckpt_tables[] = {
+    {1, offsetof(struct idx_env, dbi_meta)},
+    {2, offsetof(struct idx_env, dbi_queues)},
+    {3, offsetof(struct idx_env, dbi_groups)},
+    {4, offsetof(struct idx_env, dbi_producers)},
+    {5, offsetof(struct idx_env, dbi_users)},
+    {6, offsetof(struct idx_env, dbi_acls)},
+    {7, offsetof(struct idx_env, dbi_namespaces)},
+    {8, offsetof(struct idx_env, dbi_pids)},
+    {9, offsetof(struct idx_env, dbi_usage)},
+};
+
+static MDB_dbi table_dbi(const struct idx_env *e, size_t i)
+{
+    return *(const MDB_dbi *)((const char *)e + ckpt_tables[i].dbi);
+}
+
+void idx__ckpt_path(const struct idx_env *e,
+                    uint64_t pos,
+                    char *buf,
+                    size_t cap)
+{
+    (void)snprintf(buf, cap, "%s/%020llu.ckpt", e->log_dir,
+                   (unsigned long long)pos);
+}
+
+/* ---- The list of checkpoints (e->ckpts, sorted) ------------------------- */
+
+static int ckpts_insert(struct idx_env *e, uint64_t pos)
+{
+    size_t i = e->n_ckpts;
+    while (i > 0 && e->ckpts[i - 1] > pos) {
+        i--;
+    }
+    if (i > 0 && e->ckpts[i - 1] == pos) {
+        return 0;
+    }
+    if (e->n_ckpts == e->cap_ckpts) {
+        size_t cap = e->cap_ckpts != 0 ? e->cap_ckpts * 2 : 16;
+        uint64_t *p = tern_realloc(e->ckpts, cap * sizeof *p);
+        if (p == NULL) {
+            return idx__fail(e, -ENOMEM, __LINE__, "checkpoint list: %s",
+                             strerror(ENOMEM));
+        }
+        e->ckpts = p;
+        e->cap_ckpts = cap;
+    }
+    memmove(&e->ckpts[i + 1], &e->ckpts[i],
+            (e->n_ckpts - i) * sizeof *e->ckpts);
+    e->ckpts[i] = pos;
+    e->n_ckpts++;
+    return 0;
+}
+
+int idx__ckpt_scan(struct idx_env *e)
+{
+    DIR *d = opendir(e->log_dir);
+    struct dirent *de;
+    int rc = 0;
+    if (d == NULL) {
+        return idx__fail(e, -errno, __LINE__, "opendir %s: %s", e->log_dir,
+                         strerror(errno));
+    }
+    while ((de = readdir(d)) != NULL) {
+        const char *s = de->d_name;
+        char *endp;
+        if ((strlen(s) == 29 && strcmp(s + 20, ".ckpt.tmp") == 0) ||
+            strcmp(s, "stage.ckpt") == 0) {
+            char path[4096];
+            (void)snprintf(path, sizeof path, "%s/%s", e->log_dir, s);
+            (void)unlink(path); /* a write or fetch that did not finish */
+            continue;
+        }
+        if (strlen(s) != 25 || strcmp(s + 20, ".ckpt") != 0 || s[0] == '-' ||
+            s[0] == '+') {
+            continue;
+        }
+        unsigned long long v = strtoull(s, &endp, 10);
+        if (endp != s + 20) {
+            continue;
+        }
+        rc = ckpts_insert(e, v);
+        if (rc != 0) {
+            break;
+        }
+    }
+    closedir(d);
+    return rc;
+}
+
+/* ---- Header -------------------------------------------------------------- */
+
+static void header_encode(uint8_t *h,
+                          uint64_t pos,
+                          const struct idx__state *st,
+                          uint32_t rows,
+                          uint64_t body_len,
+                          uint32_t body_sum)
+{
+    memset(h, 0, IDX__CKPT_HDR_SIZE);
+    memcpy(h, CKPT__MAGIC, 8);
+    tern_put_u32(h + 8, CKPT__VERSION);
+    tern_put_u32(h + 12, IDX__CKPT_HDR_SIZE);
+    tern_put_u64(h + 16, pos);
+    tern_put_u64(h + 24, st->last_applied);
+    tern_put_u64(h + 32, st->last_rec_pos);
+    tern_put_u32(h + 40, st->last_rec_checksum);
+    tern_put_u32(h + 44, rows);
+    tern_put_u64(h + 48, body_len);
+    tern_put_u32(h + 56, body_sum);
+    tern_put_u32(h + 60, tern_checksum32(h, 60));
+}
+
+int idx__ckpt_header_decode(const uint8_t *h,
+                            uint64_t pos,
+                            struct idx__ckpt_hdr *out)
+{
+    if (memcmp(h, CKPT__MAGIC, 8) != 0 ||
+        tern_get_u32(h + 12) != IDX__CKPT_HDR_SIZE ||
+        !IDX__CHECKSUM_OK(tern_get_u32(h + 60), tern_checksum32(h, 60))) {
+        return TERN_ECORRUPT;
+    }
+    if (tern_get_u32(h + 8) != CKPT__VERSION) {
+        return TERN_EVERSION;
+    }
+    out->pos = tern_get_u64(h + 16);
+    out->last_applied = tern_get_u64(h + 24);
+    out->last_rec_pos = tern_get_u64(h + 32);
+    out->last_rec_checksum = tern_get_u32(h + 40);
+    out->rows = tern_get_u32(h + 44);
+    out->body_len = tern_get_u64(h + 48);
+    out->body_sum = tern_get_u32(h + 56);
+    out->hdr_sum = tern_get_u32(h + 60);
+    if (out->pos != pos || out->body_len > ((uint64_t)1 << 40)) {
+        return TERN_ECORRUPT;
+    }
+    return 0;
+}
+
+/* ---- Writing ------------------------------------------------------------- */
+
+static int write_all(int fd, const uint8_t *p, size_t n)
+{
+    while (n > 0) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0 && errno == EINTR) {
+            continue;
+        }
+        if (w <= 0) {
+            return w < 0 ? errno : ENOSPC;
+        }
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+/* Serialise the checkpoint tables as the pending txn sees them. */
+static int build_body(struct idx_env *e, struct tern_wbuf *w, uint32_t *rows)
+{
+    *rows = 0;
+    for (size_t i = 0; i < TERN_ARRAY_SIZE(ckpt_tables); i++) {
+        MDB_cursor *cur;
+        MDB_val k, v;
+        int rc = mdb_cursor_open(e->wtxn, table_dbi(e, i), &cur);
+        if (rc != 0) {
+            return idx__mdb_err(e, rc, "checkpoint cursor");
+        }
+        for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0;
+             rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+            uint8_t h[CKPT__ROW_HDR];
+            if (ckpt_tables[i].id == 1 &&
+                (k.mv_size != sizeof IDX__META_KEY_STATE - 1 ||
+                 memcmp(k.mv_data, IDX__META_KEY_STATE, k.mv_size) != 0)) {
+                continue; /* the cleaner's marks: local work, see WHAT */
+            }
+            h[0] = ckpt_tables[i].id;
+            tern_put_u16(h + 1, (uint16_t)k.mv_size);
+            tern_put_u32(h + 3, (uint32_t)v.mv_size);
+            tern_wbuf_put(w, h, sizeof h);
+            tern_wbuf_put(w, k.mv_data, k.mv_size);
+            tern_wbuf_put(w, v.mv_data, v.mv_size);
+            (*rows)++;
+        }
+        mdb_cursor_close(cur);
+        if (rc != MDB_NOTFOUND) {
+            return idx__mdb_err(e, rc, "checkpoint walk");
+        }
+        if (w->err != 0) {
+            return idx__fail(e, w->err, __LINE__,
+                             "checkpoint body: out of memory");
+        }
+    }
+    return 0;
+}
+
+int idx__ckpt_write(struct idx_env *e, uint64_t pos)
+{
+    char path[4096], tmp[4100];
+    uint8_t h[IDX__CKPT_HDR_SIZE];
+    struct tern_wbuf w;
+    uint32_t rows = 0;
+    int fd, err, rc;
+
+    TERN_INVARIANT(e->st.log_end == pos);
+    idx__ckpt_path(e, pos, path, sizeof path);
+    if (access(path, F_OK) == 0) {
+        return ckpts_insert(e, pos); /* written before (a rebuild) */
+    }
+    tern_wbuf_init(&w);
+    rc = build_body(e, &w, &rows);
+    if (rc != 0) {
+        goto out;
+    }
+    header_encode(h, pos, &e->st, rows, w.len, tern_checksum32(w.base, w.len));
+    (void)snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        err = errno;
+        goto io_err;
+    }
+    err = write_all(fd, h, sizeof h);
+    if (err == 0) {
+        err = write_all(fd, w.base, w.len);
+    }
+    if (err == 0 && fsync(fd) != 0) {
+        err = errno;
+    }
+    close(fd);
+    if (err == 0 && rename(tmp, path) != 0) {
+        err = errno;
+    }
+    if (err != 0) {
+        (void)unlink(tmp);
+        goto io_err;
+    }
+    e->dir_dirty = 1;
+    rc = ckpts_insert(e, pos);
+    goto out;
+
+io_err:
+    rc = idx__fail(e, err == ENOSPC || err == EDQUOT ? TERN_EFULL : -err,
+                   __LINE__, "checkpoint %s: %s", path, strerror(err));
+out:
+    tern_wbuf_free(&w);
+    return rc;
+}
+
+/* ---- Reading and loading ------------------------------------------------- */
+
+int idx__ckpt_read_file(struct idx_env *e,
+                        uint64_t pos,
+                        struct idx__ckpt_hdr *hdr,
+                        uint8_t **body)
+{
+    char path[4096];
+    uint8_t h[IDX__CKPT_HDR_SIZE];
+    uint8_t *b = NULL;
+    struct stat st;
+    int rc;
+
+    *body = NULL;
+    idx__ckpt_path(e, pos, path, sizeof path);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        return idx__fail(e, -errno, __LINE__, "open %s: %s", path,
+                         strerror(errno));
+    }
+    if (fstat(fd, &st) != 0 || st.st_size < IDX__CKPT_HDR_SIZE ||
+        pread(fd, h, sizeof h, 0) != (ssize_t)sizeof h) {
+        rc = IDX__CORRUPT(e, "checkpoint %s: short header", path);
+        goto out;
+    }
+    rc = idx__ckpt_header_decode(h, pos, hdr);
+    if (rc != 0) {
+        rc = idx__fail(e, rc, __LINE__, "checkpoint %s: bad header%s", path,
+                       rc == TERN_EVERSION ? " version" : "");
+        goto out;
+    }
+    if ((uint64_t)st.st_size != IDX__CKPT_HDR_SIZE + hdr->body_len) {
+        rc = IDX__CORRUPT(
+            e, "checkpoint %s: %lld bytes, header says %llu", path,
+            (long long)st.st_size,
+            (unsigned long long)(IDX__CKPT_HDR_SIZE + hdr->body_len));
+        goto out;
+    }
+    b = tern_malloc(hdr->body_len != 0 ? (size_t)hdr->body_len : 1);
+    if (b == NULL) {
+        rc = idx__fail(e, -ENOMEM, __LINE__, "checkpoint %s: %s", path,
+                       strerror(ENOMEM));
+        goto out;
+    }
+    size_t got = 0;
+    while (got < hdr->body_len) {
+        ssize_t r = pread(fd, b + got, (size_t)hdr->body_len - got,
+                          (off_t)(IDX__CKPT_HDR_SIZE + got));
+        if (r < 0 && errno == EINTR) {
+            continue;
+        }
+        if (r <= 0) {
+            rc = r < 0 ? idx__fail(e, -errno, __LINE__, "read %s: %s", path,
+                                   strerror(errno))
+                       : IDX__CORRUPT(e, "checkpoint %s: short body", path);
+            goto out;
+        }
+        got += (size_t)r;
+    }
+    if (!IDX__CHECKSUM_OK(hdr->body_sum,
+                          tern_checksum32(b, (size_t)hdr->body_len))) {
+        rc = IDX__CORRUPT(e, "checkpoint %s: body checksum mismatch", path);
+        goto out;
+    }
+    *body = b;
+    b = NULL;
+    rc = 0;
+out:
+    tern_free(b);
+    close(fd);
+    return rc;
+}
+
+int idx__ckpt_load(struct idx_env *e, uint64_t pos)
+{
+    struct idx__ckpt_hdr hdr;
+    uint8_t *body = NULL;
+    struct idx__state s;
+    int have_state = 0;
+    size_t t = 0; /* index into ckpt_tables: rows come in table order */
+    int rc = idx__ckpt_read_file(e, pos, &hdr, &body);
+    if (rc != 0) {
+        return rc;
+    }
+    rc = idx__txn_begin(e);
+    if (rc != 0) {
+        goto out;
+    }
+    struct tern_cursor c;
+    tern_cursor_init(&c, body, (size_t)hdr.body_len);
+    for (uint32_t i = 0; i < hdr.rows; i++) {
+        uint8_t id = tern_cursor_u8(&c);
+        uint16_t klen = tern_cursor_u16(&c);
+        uint32_t vlen = tern_cursor_u32(&c);
+        const uint8_t *kp = NULL, *vp = NULL;
+        if (c.err == 0 && klen != 0 && klen <= CKPT__KEY_MAX) {
+            kp = tern_cursor_bytes(&c, klen);
+            vp = tern_cursor_bytes(&c, vlen);
+        }
+        if (c.err != 0 || kp == NULL || vp == NULL) {
+            rc = IDX__CORRUPT(e, "checkpoint %llu: row %u malformed",
+                              (unsigned long long)pos, i);
+            goto out;
+        }
+        while (t < TERN_ARRAY_SIZE(ckpt_tables) && ckpt_tables[t].id != id) {
+            t++;
+        }
+        if (t == TERN_ARRAY_SIZE(ckpt_tables)) {
+            rc = IDX__CORRUPT(e,
+                              "checkpoint %llu: row %u of table %u out "
+                              "of order",
+                              (unsigned long long)pos, i, id);
+            goto out;
+        }
+        MDB_val k = {klen, (void *)(uintptr_t)kp};
+        MDB_val v = {vlen, (void *)(uintptr_t)vp};
+        int mrc = mdb_put(e->wtxn, table_dbi(e, t), &k, &v, MDB_APPEND);
+        if (mrc == MDB_KEYEXIST) {
+            rc = IDX__CORRUPT(e, "checkpoint %llu: row %u out of key order",
+                              (unsigned long long)pos, i);
+            goto out;
+        }
+        if (mrc != 0) {
+            rc = idx__mdb_err(e, mrc, "checkpoint load");
+            goto out;
+        }
+        if (id == 1 && klen == sizeof IDX__META_KEY_STATE - 1 &&
+            memcmp(kp, IDX__META_KEY_STATE, klen) == 0) {
+            rc = idx__state_decode(vp, vlen, &s);
+            if (rc != 0) {
+                rc = idx__fail(e, rc, __LINE__,
+                               "checkpoint %llu: bad state record",
+                               (unsigned long long)pos);
+                goto out;
+            }
+            have_state = 1;
+        }
+    }
+    if (tern_cursor_left(&c) != 0 || !have_state || s.log_end != pos ||
+        s.last_applied != hdr.last_applied ||
+        s.last_rec_pos != hdr.last_rec_pos ||
+        s.last_rec_checksum != hdr.last_rec_checksum) {
+        rc = IDX__CORRUPT(e,
+                          "checkpoint %llu: state does not match its "
+                          "header",
+                          (unsigned long long)pos);
+        goto out;
+    }
+    e->st = s;
+    rc = ckpts_insert(e, pos);
+out:
+    tern_free(body);
+    return rc;
+}
+
+uint64_t idx__ckpt_file_size(struct idx_env *e, uint64_t pos, uint32_t *sum)
+{
+    char path[4096];
+    uint8_t h[IDX__CKPT_HDR_SIZE];
+    struct idx__ckpt_hdr hdr;
+    uint64_t size = 0;
+    idx__ckpt_path(e, pos, path, sizeof path);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        return 0;
+    }
+    if (pread(fd, h, sizeof h, 0) == (ssize_t)sizeof h &&
+        idx__ckpt_header_decode(h, pos, &hdr) == 0) {
+        size = IDX__CKPT_HDR_SIZE + hdr.body_len;
+        *sum = hdr.hdr_sum;
+    }
+    close(fd);
+    return size;
+}
+
+int idx__ckpt_pread(struct idx_env *e,
+                    uint64_t pos,
+                    uint64_t off,
+                    void *buf,
+                    size_t n)
+{
+    char path[4096];
+    idx__ckpt_path(e, pos, path, sizeof path);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        return idx__fail(e, -errno, __LINE__, "open %s: %s", path,
+                         strerror(errno));
+    }
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r =
+            pread(fd, (uint8_t *)buf + got, n - got, (off_t)(off + got));
+        if (r < 0 && errno == EINTR) {
+            continue;
+        }
+        if (r <= 0) {
+            int rc = r < 0 ? idx__fail(e, -errno, __LINE__, "read %s: %s", path,
+                                       strerror(errno))
+                           : idx__fail(e, TERN_EINVAL, __LINE__,
+                                       "read %s beyond its end", path);
+            close(fd);
+            return rc;
+        }
+        got += (size_t)r;
+    }
+    close(fd);
+    return 0;
+}
+
+void idx__ckpt_drop_before(struct idx_env *e, uint64_t pos)
+{
+    size_t keep = 0;
+    for (size_t i = 0; i < e->n_ckpts; i++) {
+        if (e->ckpts[i] < pos) {
+            char path[4096];
+            idx__ckpt_path(e, e->ckpts[i], path, sizeof path);
+            (void)unlink(path);
+            e->dir_dirty = 1;
+        } else {
+            e->ckpts[keep++] = e->ckpts[i];
+        }
+    }
+    e->n_ckpts = keep;
+}
+
+void idx__ckpt_forget_all(struct idx_env *e)
+{
+    idx__ckpt_drop_before(e, UINT64_MAX);
+}

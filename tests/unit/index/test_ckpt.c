@@ -1,0 +1,423 @@
+/* Unit tests of checkpoints and the trimmed head of the commit log
+ * (index/ckpt.c, snapshot.c "Retention", env.c rebuild_start): the same
+ * checkpoints on every node, segments freed once no queue needs them, a
+ * rebuild from the checkpoint the log starts at, a follower too far
+ * behind fetching the leader's checkpoint through the bulk stream, and an
+ * unusable checkpoint handled like damage (the log is dropped and fetched
+ * again). */
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <idx.h>
+
+#include "index_helpers.h"
+
+TestSuite(index_ckpt, .init = th_dirs_init, .fini = th_dirs_fini);
+
+#define SEG 4096
+
+static struct idx_env *open_env(const char *dir, uint64_t seg, uint64_t ck)
+{
+    struct idx_options o = {
+        .dir = dir, .segment_bytes = seg, .checkpoint_bytes = ck};
+    return th_open_opts(&o);
+}
+
+/* Names of the checkpoint files in dir/log, sorted, newline separated
+ * (malloc'd). */
+static char *ckpt_names(const char *dir)
+{
+    char path[4096], *out = calloc(1, 1);
+    size_t len = 0;
+    struct dirent **list;
+    (void)snprintf(path, sizeof path, "%s/log", dir);
+    int n = scandir(path, &list, NULL, alphasort);
+    cr_assert_geq(n, 0);
+    for (int i = 0; i < n; i++) {
+        const char *s = list[i]->d_name;
+        size_t l = strlen(s);
+        if (l > 5 && strcmp(s + l - 5, ".ckpt") == 0) {
+            out = realloc(out, len + l + 2);
+            memcpy(out + len, s, l);
+            len += l;
+            out[len++] = '\n';
+            out[len] = '\0';
+        }
+        free(list[i]);
+    }
+    free(list);
+    return out;
+}
+
+static uint8_t *read_file(const char *path, size_t *n)
+{
+    FILE *f = fopen(path, "rb");
+    cr_assert_not_null(f, "%s", path);
+    fseek(f, 0, SEEK_END);
+    long sz = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    uint8_t *b = malloc((size_t)sz + 1);
+    cr_assert_eq(fread(b, 1, (size_t)sz, f), (size_t)sz);
+    fclose(f);
+    *n = (size_t)sz;
+    return b;
+}
+
+static void group_commit(struct idx_env *e,
+                         uint64_t index,
+                         const char *q,
+                         const char *g,
+                         uint64_t next)
+{
+    struct tern_wbuf w;
+    struct idx_result r[1];
+    tern_wbuf_init(&w);
+    idx_cmd_begin(&w, 1000 + index);
+    idx_cmd_group_commit(&w, q, g, next);
+    th_apply(e, index, &w, r, 1);
+    cr_expect_eq(r[0].status, 0);
+    tern_wbuf_free(&w);
+}
+
+static void delete_queue(struct idx_env *e, uint64_t index, const char *q)
+{
+    struct tern_wbuf w;
+    struct idx_result r[1];
+    tern_wbuf_init(&w);
+    idx_cmd_begin(&w, 1000 + index);
+    idx_cmd_queue_delete(&w, q);
+    th_apply(e, index, &w, r, 1);
+    cr_expect_eq(r[0].status, 0);
+    tern_wbuf_free(&w);
+}
+
+/* The workload: "old" fills many segments and is deleted, "keep" gets a
+ * few messages and a group offset after that. Entries 1..last_index. */
+static uint64_t workload(struct idx_env *e)
+{
+    uint64_t i = 1;
+    th_create(e, i++, "old");
+    for (int k = 0; k < 600; k++, i++) {
+        (void)th_produce(e, i, "old", 7, (uint64_t)k + 1, 3);
+    }
+    delete_queue(e, i++, "old");
+    th_create(e, i++, "keep");
+    for (int k = 0; k < 10; k++, i++) {
+        (void)th_produce(e, i, "keep", 9, (uint64_t)k + 1, 2);
+    }
+    group_commit(e, i++, "keep", "g", 5);
+    cr_assert_eq(idx_flush(e), 0);
+    return i - 1;
+}
+
+/* Two snapshots: the first only remembers its end (trimming never passes
+ * the log end of the manifest before it), the second trims. */
+static void snapshot_twice(struct idx_env *e, struct tern_wbuf *man)
+{
+    struct tern_wbuf first;
+    tern_wbuf_init(&first);
+    cr_assert_eq(idx_snapshot(e, &first), 0, "%s", idx_errmsg(e));
+    tern_wbuf_free(&first);
+    tern_wbuf_init(man);
+    cr_assert_eq(idx_snapshot(e, man), 0, "%s", idx_errmsg(e));
+}
+
+static void expect_keep_same(struct idx_env *a, struct idx_env *b)
+{
+    struct th_msgs ma = {0}, mb = {0};
+    cr_assert_eq(th_fetch_all(a, "keep", 7, 4096, &ma), 0);
+    cr_assert_eq(th_fetch_all(b, "keep", 7, 4096, &mb), 0);
+    cr_expect_eq(ma.n, 20);
+    th_msgs_expect_eq(&ma, &mb);
+    th_msgs_free(&ma);
+    th_msgs_free(&mb);
+    cr_expect_eq(idx_last_applied(a), idx_last_applied(b));
+    uint64_t ga = 0, gb = 0;
+    cr_expect_eq(idx_group_offset(a, "keep", "g", &ga), 0);
+    cr_expect_eq(idx_group_offset(b, "keep", "g", &gb), 0);
+    cr_expect_eq(ga, 5);
+    cr_expect_eq(gb, 5);
+}
+
+Test(index_ckpt, same_checkpoints_on_every_node)
+{
+    /* Different segment sizes, the same checkpoint interval: the same
+     * checkpoint files, byte for byte. */
+    struct idx_env *a = open_env(th_dir_a, SEG, SEG);
+    struct idx_env *b = open_env(th_dir_b, 3000, SEG);
+    (void)workload(a);
+    (void)workload(b);
+    char *na = ckpt_names(th_dir_a), *nb = ckpt_names(th_dir_b);
+    cr_expect_str_eq(na, nb);
+    cr_expect_gt(strlen(na), 25 * 5, "several checkpoints: %s", na);
+    char *line = strtok(na, "\n");
+    while (line != NULL) {
+        char pa[4096], pb[4096];
+        size_t la, lb;
+        (void)snprintf(pa, sizeof pa, "%s/log/%s", th_dir_a, line);
+        (void)snprintf(pb, sizeof pb, "%s/log/%s", th_dir_b, line);
+        uint8_t *ba = read_file(pa, &la), *bb = read_file(pb, &lb);
+        cr_expect_eq(la, lb, "%s", line);
+        cr_expect(la == lb && memcmp(ba, bb, la) == 0, "%s differs", line);
+        free(ba);
+        free(bb);
+        line = strtok(NULL, "\n");
+    }
+    free(na);
+    free(nb);
+    idx_close(a);
+    idx_close(b);
+}
+
+Test(index_ckpt, trim_frees_segments_and_reopen_rebuilds)
+{
+    struct idx_env *a = open_env(th_dir_a, SEG, SEG);
+    struct idx_env *ref = open_env(th_dir_b, SEG, SEG);
+    struct tern_wbuf man;
+    (void)workload(a);
+    (void)workload(ref);
+    int segs_before = th_count_segments(th_dir_a);
+    uint64_t disk_before = idx_disk_bytes(a);
+    snapshot_twice(a, &man);
+    cr_expect_gt(idx_log_start(a), 0, "the head was trimmed");
+    cr_expect_lt(th_count_segments(th_dir_a), segs_before / 4,
+                 "segments of the deleted queue are gone (%d of %d left)",
+                 th_count_segments(th_dir_a), segs_before);
+    cr_expect_lt(idx_disk_bytes(a), disk_before / 4);
+    expect_keep_same(a, ref);
+
+    /* Reopen: the rebuild starts at the checkpoint the log starts at. */
+    uint64_t start = idx_log_start(a);
+    idx_close(a);
+    a = open_env(th_dir_a, SEG, SEG);
+    cr_expect_eq(idx_log_start(a), start);
+    cr_expect_eq(idx_truncated_bytes(a), 0, "%s", idx_cut_note(a));
+    expect_keep_same(a, ref);
+    /* Both go on alike. */
+    uint64_t next = idx_last_applied(a) + 1;
+    (void)th_produce(a, next, "keep", 9, 11, 4);
+    (void)th_produce(ref, next, "keep", 9, 11, 4);
+    cr_assert_eq(idx_flush(a), 0);
+    cr_assert_eq(idx_flush(ref), 0);
+    struct th_msgs ma = {0}, mr = {0};
+    cr_assert_eq(th_fetch_all(a, "keep", 100, 1 << 20, &ma), 0);
+    cr_assert_eq(th_fetch_all(ref, "keep", 100, 1 << 20, &mr), 0);
+    cr_expect_eq(ma.n, 24);
+    th_msgs_expect_eq(&ma, &mr);
+    th_msgs_free(&ma);
+    th_msgs_free(&mr);
+    tern_wbuf_free(&man);
+    idx_close(a);
+    idx_close(ref);
+}
+
+/* Copy the bulk range b lacks from a, in chunks. */
+static void fetch(struct idx_env *a,
+                  struct idx_env *b,
+                  const struct tern_wbuf *man,
+                  size_t chunk,
+                  uint64_t stop_after)
+{
+    uint64_t from, to, copied = 0;
+    uint8_t *buf = malloc(chunk);
+    cr_assert_eq(idx_bulk_range(b, man->base, man->len, &from, &to), 0, "%s",
+                 idx_errmsg(b));
+    for (uint64_t pos = from; pos < to && copied < stop_after;) {
+        size_t n = 0;
+        size_t want = (size_t)TERN_MIN((uint64_t)chunk, to - pos);
+        cr_assert_eq(idx_bulk_read(a, pos, buf, want, &n), 0, "%s",
+                     idx_errmsg(a));
+        cr_assert_gt(n, 0);
+        cr_assert_eq(idx_bulk_write(b, pos, buf, n), 0, "%s", idx_errmsg(b));
+        pos += n;
+        copied += n;
+    }
+    free(buf);
+}
+
+Test(index_ckpt, far_behind_follower_starts_from_the_leaders_checkpoint)
+{
+    struct idx_env *a = open_env(th_dir_a, SEG, SEG);
+    struct idx_env *b = open_env(th_dir_b, 3000, SEG);
+    struct tern_wbuf man;
+    (void)workload(a);
+    snapshot_twice(a, &man);
+    cr_assert_gt(idx_log_start(a), 0);
+
+    /* b applied a few entries of its own history: far behind a's start. */
+    th_create(b, 1, "old");
+    (void)th_produce(b, 2, "old", 7, 1, 3);
+    cr_assert_eq(idx_flush(b), 0);
+    uint64_t from, to;
+    cr_assert_eq(idx_bulk_range(b, man.base, man.len, &from, &to), 0);
+    cr_expect_lt(from, idx_log_start(a),
+                 "the stream starts with the "
+                 "checkpoint, before the leader's log start");
+
+    /* An abandoned part-fetch of the checkpoint leaves b as it was. */
+    fetch(a, b, &man, 100, 300);
+    cr_expect_eq(idx_last_applied(b), 2);
+    cr_expect_eq(idx_status(b), 0);
+
+    /* The rest, in odd chunks; the restore indexes the log after it. */
+    fetch(a, b, &man, 777, UINT64_MAX);
+    cr_expect_eq(idx_log_start(b), idx_log_start(a));
+    cr_assert_eq(idx_restore(b, man.base, man.len), 0, "%s", idx_errmsg(b));
+    expect_keep_same(a, b);
+    struct th_msgs m = {0};
+    cr_expect_eq(th_fetch_all(b, "old", 10, 4096, &m), TERN_ENOQUEUE,
+                 "b's own old queue is gone with its old state");
+    th_msgs_free(&m);
+
+    /* Reopen b: it rebuilds from the fetched checkpoint. */
+    idx_close(b);
+    b = open_env(th_dir_b, 3000, SEG);
+    cr_expect_eq(idx_truncated_bytes(b), 0, "%s", idx_cut_note(b));
+    expect_keep_same(a, b);
+    tern_wbuf_free(&man);
+    idx_close(a);
+    idx_close(b);
+}
+
+Test(index_ckpt, unusable_start_checkpoint_drops_the_log)
+{
+    struct idx_env *a = open_env(th_dir_a, SEG, SEG);
+    struct tern_wbuf man;
+    (void)workload(a);
+    snapshot_twice(a, &man);
+    uint64_t start = idx_log_start(a);
+    cr_assert_gt(start, 0);
+    idx_close(a);
+    char p[4096];
+    (void)snprintf(p, sizeof p, "%s/log/%020llu.ckpt", th_dir_a,
+                   (unsigned long long)start);
+    th_flip_byte(p, th_file_size(p) - 3);
+    a = open_env(th_dir_a, SEG, SEG);
+    cr_expect_eq(idx_last_applied(a), 0, "nothing can be indexed");
+    cr_expect_eq(idx_log_end(a), 0);
+    cr_expect_gt(idx_truncated_bytes(a), 0);
+    cr_expect(strstr(idx_cut_note(a), "checksum") != NULL, "%s",
+              idx_cut_note(a));
+    /* Like any damage: the manifest's bytes come from a peer. */
+    struct idx_env *peer = open_env(th_dir_b, SEG, SEG);
+    struct tern_wbuf pman;
+    (void)workload(peer);
+    snapshot_twice(peer, &pman);
+    cr_expect_eq(idx_restore(a, pman.base, pman.len), TERN_EINVAL);
+    fetch(peer, a, &pman, 4096, UINT64_MAX);
+    cr_assert_eq(idx_restore(a, pman.base, pman.len), 0, "%s", idx_errmsg(a));
+    expect_keep_same(a, peer);
+    tern_wbuf_free(&man);
+    tern_wbuf_free(&pman);
+    idx_close(a);
+    idx_close(peer);
+}
+
+Test(index_ckpt, version_one_manifest_still_read)
+{
+    struct idx_env *a = open_env(th_dir_a, SEG, SEG);
+    struct idx_env *b = open_env(th_dir_b, SEG, SEG);
+    struct tern_wbuf man;
+    tern_wbuf_init(&man);
+    (void)workload(a);
+    cr_assert_eq(idx_snapshot(a, &man), 0);
+    /* The same manifest as version 1 wrote it: 40 bytes. */
+    uint8_t v1[40];
+    memcpy(v1, man.base, 36);
+    tern_put_u16(v1 + 4, 1);
+    tern_put_u32(v1 + 36, tern_checksum32(v1, 36));
+    struct tern_wbuf m1 = {.base = v1, .len = sizeof v1};
+    fetch(a, b, &m1, 4096, UINT64_MAX);
+    cr_assert_eq(idx_restore(b, v1, sizeof v1), 0, "%s", idx_errmsg(b));
+    expect_keep_same(a, b);
+    tern_wbuf_free(&man);
+    idx_close(a);
+    idx_close(b);
+}
+
+/* Retention by count (drop-oldest, applied as the leader's TRIMs) frees
+ * the head of the log without a queue delete, and the rebuild from the
+ * checkpoint replays the TRIMs without the rows of the messages they
+ * drop; one node's cleaner running and the other's not changes neither
+ * the checkpoints nor what a rebuild gives. */
+Test(index_ckpt, retention_by_count_frees_segments)
+{
+    struct idx_env *a = open_env(th_dir_a, SEG, SEG);
+    struct idx_env *b = open_env(th_dir_b, 3000, SEG);
+    struct idx_env *envs[2] = {a, b};
+    struct idx_queue_settings qs;
+    idx_queue_settings_default(&qs);
+    qs.max_messages = 30;
+    struct tern_wbuf w;
+    struct idx_result r[1];
+    tern_wbuf_init(&w);
+    idx_cmd_begin(&w, 1000);
+    idx_cmd_queue_create_opts(&w, "ring", &qs);
+    for (int j = 0; j < 2; j++) {
+        th_apply(envs[j], 1, &w, r, 1);
+        cr_assert_eq(r[0].status, 0);
+    }
+    /* The same log on both: each produce, then the TRIM a leader (a)
+     * plans from its flushed index. */
+    uint64_t index = 2;
+    for (uint64_t k = 1; k <= 700; k++) {
+        for (int j = 0; j < 2; j++) {
+            struct idx_result pr = th_produce(envs[j], index, "ring", 3, k, 3);
+            cr_assert_eq(pr.status, 0, "produce %llu: %d",
+                         (unsigned long long)k, pr.status);
+            cr_assert_eq(idx_flush(envs[j]), 0);
+        }
+        index++;
+        struct idx_trim_plan p;
+        cr_assert_eq(idx_trim_plan(a, "ring", 2000, 100000, &p), 0);
+        if (p.to > p.from) {
+            idx_cmd_begin(&w, 2000);
+            idx_cmd_trim(&w, "ring", p.queue_id, p.from, p.to, p.bytes);
+            for (int j = 0; j < 2; j++) {
+                th_apply(envs[j], index, &w, r, 1);
+                cr_assert_eq(r[0].status, 0);
+            }
+            index++;
+        }
+    }
+    tern_wbuf_free(&w);
+    for (int j = 0; j < 2; j++) {
+        cr_assert_eq(idx_flush(envs[j]), 0);
+    }
+    /* Only a cleans its rows below the low watermark. */
+    unsigned done = 0;
+    do {
+        cr_assert_eq(idx_clean_step(a, 256, &done), 0, "%s", idx_errmsg(a));
+    } while (done == 256);
+    char *na = ckpt_names(th_dir_a), *nb = ckpt_names(th_dir_b);
+    cr_expect_str_eq(na, nb);
+    free(na);
+    free(nb);
+
+    int segs_before = th_count_segments(th_dir_a);
+    struct tern_wbuf man;
+    snapshot_twice(a, &man);
+    cr_expect_gt(idx_log_start(a), 0);
+    cr_expect_leq(th_count_segments(th_dir_a), 3,
+                  "30 retained messages need at most the last segments "
+                  "(%d of %d left)",
+                  th_count_segments(th_dir_a), segs_before);
+    struct th_msgs ma = {0}, mb = {0};
+    cr_assert_eq(th_fetch_all(b, "ring", 100, 1 << 20, &mb), 0);
+    cr_expect_eq(mb.n, 30, "%zu retained", mb.n);
+    idx_close(a);
+    a = open_env(th_dir_a, SEG, SEG);
+    cr_expect_eq(idx_truncated_bytes(a), 0, "%s", idx_cut_note(a));
+    cr_assert_eq(th_fetch_all(a, "ring", 100, 1 << 20, &ma), 0);
+    th_msgs_expect_eq(&ma, &mb);
+    th_msgs_free(&ma);
+    th_msgs_free(&mb);
+    tern_wbuf_free(&man);
+    idx_close(a);
+    idx_close(b);
+}
