@@ -208,6 +208,20 @@ static bool is_default_ns(const char *name, size_t n)
            memcmp(name, IDX_NAMESPACE_DEFAULT, n) == 0;
 }
 
+/* The command's queue into *q: 0; 1 with r->status = TERN_ENOQUEUE when
+ * there is none (a result, not a failure); or a failure code. */
+static int cmd_queue(struct idx_env *e,
+                     const struct idx__cmd *c,
+                     struct idx__queue_val *q,
+                     struct idx_result *r)
+{
+    int rc = get_queue(e, c->queue, c->queue_len, q);
+    if (rc == 1) {
+        r->status = TERN_ENOQUEUE;
+    }
+    return rc;
+}
+
 static int apply_create(struct idx_env *e,
                         uint64_t index,
                         const struct idx__cmd *c,
@@ -262,13 +276,9 @@ static int apply_delete(struct idx_env *e,
                         struct idx_result *r)
 {
     struct idx__queue_val q = {0};
-    int rc = get_queue(e, c->queue, c->queue_len, &q);
-    if (rc < 0) {
-        return rc;
-    }
-    if (rc == 1) {
-        r->status = TERN_ENOQUEUE;
-        return 0;
+    int rc = cmd_queue(e, c, &q, r);
+    if (rc != 0) {
+        return rc < 0 ? rc : 0;
     }
     MDB_val k = {c->queue_len, (void *)(uintptr_t)c->queue};
     rc = mdb_del(e->wtxn, e->dbi_queues, &k, NULL);
@@ -439,13 +449,9 @@ static int apply_trim(struct idx_env *e,
     struct idx__queue_val q = {0};
     struct idx__usage_val u;
     struct ns_ref ns = queue_ns(c);
-    int rc = get_queue(e, c->queue, c->queue_len, &q);
-    if (rc < 0) {
-        return rc;
-    }
-    if (rc == 1) {
-        r->status = TERN_ENOQUEUE;
-        return 0;
+    int rc = cmd_queue(e, c, &q, r);
+    if (rc != 0) {
+        return rc < 0 ? rc : 0;
     }
     rc = get_usage(e, ns, &u);
     if (rc != 0) {
@@ -478,13 +484,9 @@ static int apply_update(struct idx_env *e,
                         struct idx_result *r)
 {
     struct idx__queue_val q = {0};
-    int rc = get_queue(e, c->queue, c->queue_len, &q);
-    if (rc < 0) {
-        return rc;
-    }
-    if (rc == 1) {
-        r->status = TERN_ENOQUEUE;
-        return 0;
+    int rc = cmd_queue(e, c, &q, r);
+    if (rc != 0) {
+        return rc < 0 ? rc : 0;
     }
     if ((c->mask & IDX_SET_MAX_AGE) != 0) {
         q.settings.max_age_ms = c->settings.max_age_ms;
@@ -518,13 +520,9 @@ static int apply_produce(struct idx_env *e,
     uint32_t len;
     uint64_t batch_bytes = 0; /* < 2^30: the entry holds them */
     uint8_t pkey[16];
-    int rc = get_queue(e, c->queue, c->queue_len, &q);
-    if (rc < 0) {
-        return rc;
-    }
-    if (rc == 1) {
-        r->status = TERN_ENOQUEUE;
-        return 0;
+    int rc = cmd_queue(e, c, &q, r);
+    if (rc != 0) {
+        return rc < 0 ? rc : 0;
     }
     idx__msg_iter_init(&mi, c);
     while (idx__msg_iter_next(&mi, &data, &len) == 1) {
@@ -642,13 +640,9 @@ static int apply_group(struct idx_env *e,
 {
     struct idx__queue_val q = {0};
     uint8_t key[IDX__GROUP_KEY_MAX], val[8];
-    int rc = get_queue(e, c->queue, c->queue_len, &q);
-    if (rc < 0) {
-        return rc;
-    }
-    if (rc == 1) {
-        r->status = TERN_ENOQUEUE;
-        return 0;
+    int rc = cmd_queue(e, c, &q, r);
+    if (rc != 0) {
+        return rc < 0 ? rc : 0;
     }
     if (c->next_offset > q.next_offset || c->next_offset < q.start_offset) {
         r->status = TERN_EOFFSET;

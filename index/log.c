@@ -10,7 +10,11 @@
  *
  * SEGMENTS. <dir>/log/%020llu.seg, named by the position of its first
  * stream byte. Segment i+1 starts where segment i ends; the first starts at
- * 0. A segment file is a 32-byte header followed by stream bytes:
+ * 0 until retention deletes the head of the log (idx__log_drop_head, at a
+ * raft snapshot: index/snapshot.c), after which the first segment holds
+ * the checkpoint position the log is rebuilt from (index/ckpt.c) and the
+ * bytes before it in that segment are never read again. A segment file is
+ * a 32-byte header followed by stream bytes:
  *
  *   offset size  field
  *   0      8     magic "TERNSEG\0"
