@@ -22,8 +22,12 @@
  *   tern queue list [--json] [--limit N] [--page-size N]
  *   tern produce QUEUE [--count N] [--size S] [--batch B] [--window W]
  *                      [--ack-log FILE] [--id-prefix P]
+ *                      [--key K] [--tag T] [--header NAME=VALUE]... [--raw]
  *   tern consume QUEUE [--offset N | --group G] [--max N] [--follow]
  *                      [--idle-exit-ms MS] [--commit]
+ *                      [--tag 'a || b'] [--format F | --raw | --json]
+ *   tern message get QUEUE --offset N | --id ID | --key K [--max N]
+ *                      [--format F | --raw | --json]
  *   tern cluster status [--json]
  *   tern cluster stats [--reset] [--json]
  *   tern bench QUEUE [--size 1024] [--count N] [--window W] [--batch B]
@@ -47,6 +51,16 @@
  * `namespace set` replaces every quota (an option left out is 0).
  * The three admin lists print every entry, in order: libtern reads the
  * server's pages one after another (at most TERN_ADMIN_LIST_MAX entries).
+ *
+ * Message properties (docs/MESSAGES.md): produce --key, --tag and
+ * --header (repeatable) give every message of the run those properties
+ * (batches are then sent one at a time, each acknowledged before the
+ * next); --raw sends all of stdin as one message, bytes as they are.
+ * consume --tag keeps only messages with one of the tags (filtered on the
+ * server; the group commit moves past the others). --format, --raw and
+ * --json (directives in cli/message.c) print messages with their
+ * properties and whole payloads; message get prints "<offset>\t<id>\t
+ * <key>\t<tag>\t<payload>" per message unless told otherwise.
  *
  * Output formats: consume prints "<offset>\t<payload-id>\n" per message;
  * the ack log has "<payload-id>\t<offset>\n" per acknowledged message
@@ -85,8 +99,17 @@ static void usage(FILE *f)
         "  queue list [--json] [--limit N] [--page-size N]\n"
         "  produce QUEUE [--count N] [--size S] [--batch B] [--window W]\n"
         "                [--ack-log FILE] [--id-prefix P]\n"
+        "                [--key K] [--tag T] [--header NAME=VALUE]... "
+        "[--raw]\n"
         "  consume QUEUE [--offset N | --group G] [--max N] [--follow]\n"
         "                [--idle-exit-ms MS] [--commit]\n"
+        "                [--tag 'a || b'] [--format F | --raw | --json]\n"
+        "  message get QUEUE --offset N | --id ID | --key K [--max N]\n"
+        "                [--format F | --raw | --json]\n"
+        "    --format directives: %%o offset, %%i id, %%k key, %%t tag, "
+        "%%T append time ms,\n"
+        "    %%P producer time ms, %%h headers name=value,..., %%p payload, "
+        "%%%% percent\n"
         "  cluster status [--json]\n"
         "  cluster stats [--reset] [--json]\n"
         "  bench QUEUE [--size 1024] [--count N] [--window W] "
@@ -464,15 +487,30 @@ static void produce_done(void *arg,
     ack_flush(ps);
 }
 
+/* The properties produce gives every message (--key, --tag, --header). */
+struct produce_props
+{
+    const char *key;
+    const char *tag;
+    struct tern_header headers[TERN_HEADERS_MAX];
+    size_t n_headers;
+};
+
+static int props_given(const struct produce_props *pp)
+{
+    return pp->key != NULL || pp->tag != NULL || pp->n_headers > 0;
+}
+
 /* Send one batch of n payloads (ids[k] is the id of payloads[k]); takes
- * ownership of ids. */
+ * ownership of ids. With properties the batch is sent synchronously. */
 static int produce_send(struct tern_client *c,
                         struct produce_state *ps,
                         const char *queue,
                         char **payloads,
                         size_t *lens,
                         char **ids,
-                        size_t n)
+                        size_t n,
+                        const struct produce_props *pp)
 {
     struct tern_msg *msgs = calloc(n, sizeof *msgs);
     struct produce_batch *b = calloc(1, sizeof *b);
@@ -494,6 +532,39 @@ static int produce_send(struct tern_client *c,
     b->c = c;
     b->n = n;
     b->ids = ids;
+    if (props_given(pp)) {
+        struct tern_message *tm = calloc(n, sizeof *tm);
+        uint64_t base = 0;
+        if (tm == NULL) {
+            free(msgs);
+            batch_free(b);
+            return -ENOMEM;
+        }
+        for (size_t i = 0; i < n; i++) {
+            tm[i].data = msgs[i].data;
+            tm[i].len = msgs[i].len;
+            tm[i].key = pp->key;
+            tm[i].key_len = pp->key != NULL ? strlen(pp->key) : 0;
+            tm[i].tag = pp->tag;
+            tm[i].headers = pp->headers;
+            tm[i].n_headers = pp->n_headers;
+        }
+        rv = tern_produce_messages(c, queue, tm, n, &base);
+        free(tm);
+        free(msgs);
+        if (rv != 0 && rv != TERN_ETIMEDOUT) {
+            batch_free(b);
+            return rv; /* refused before or by the server: nothing sent */
+        }
+        if (ps->tail != NULL) {
+            ps->tail->next = b;
+        } else {
+            ps->head = b;
+        }
+        ps->tail = b;
+        produce_done(b, rv, base, rv == 0 ? n : 0);
+        return 0;
+    }
     rv = tern_produce_async(c, queue, msgs, n, produce_done, b);
     free(msgs);
     if (rv != 0) {
@@ -518,8 +589,14 @@ static int cmd_produce(struct tern_client *c, int argc, char **argv)
         {"window", required_argument, NULL, 'w'},
         {"ack-log", required_argument, NULL, 'a'},
         {"id-prefix", required_argument, NULL, 'p'},
+        {"key", required_argument, NULL, 'k'},
+        {"tag", required_argument, NULL, 't'},
+        {"header", required_argument, NULL, 'H'},
+        {"raw", no_argument, NULL, 'r'},
         {NULL, 0, NULL, 0},
     };
+    struct produce_props pp;
+    int raw = 0;
     uint64_t count = 0, size = 0, batch = 1, window = 1;
     int have_count = 0;
     const char *ack_path = NULL;
@@ -535,11 +612,39 @@ static int cmd_produce(struct tern_client *c, int argc, char **argv)
     size_t line_cap = 0;
     int eof = 0;
 
+    memset(&pp, 0, sizeof pp);
     optind = 1;
     int idx = 0;
     while ((ch = getopt_long(argc, argv, "", opts, &idx)) != -1) {
         uint64_t *dst = NULL;
         switch (ch) {
+        case 'k':
+            pp.key = optarg;
+            continue;
+        case 't':
+            pp.tag = optarg;
+            continue;
+        case 'r':
+            raw = 1;
+            continue;
+        case 'H':
+            if (pp.n_headers >= TERN_HEADERS_MAX) {
+                (void)fprintf(stderr, "tern: at most %d --header\n",
+                              TERN_HEADERS_MAX);
+                rv = 2;
+            } else if (cli_parse_header(optarg, &pp.headers[pp.n_headers]) !=
+                       0) {
+                rv = 2;
+            } else {
+                pp.n_headers++;
+            }
+            if (rv != 0) {
+                for (size_t h = 0; h < pp.n_headers; h++) {
+                    free((char *)pp.headers[h].name);
+                }
+                return 2;
+            }
+            continue;
         case 'n':
             dst = &count;
             have_count = 1;
@@ -568,7 +673,10 @@ static int cmd_produce(struct tern_client *c, int argc, char **argv)
         }
     }
     if (optind + 1 != argc || batch == 0 || window == 0 || batch > 100000 ||
-        window > 100000 || size > (64u << 20)) {
+        window > 100000 || size > (64u << 20) || (raw && have_count)) {
+        for (size_t h = 0; h < pp.n_headers; h++) {
+            free((char *)pp.headers[h].name);
+        }
         usage(stderr);
         return 2;
     }
@@ -637,6 +745,46 @@ static int cmd_produce(struct tern_client *c, int argc, char **argv)
                 memset(payloads[n] + idlen, '.', plen - idlen);
                 payloads[n][plen] = '\0';
                 lens[n] = plen;
+            } else if (raw) {
+                /* All of stdin, bytes as they are, as one message. */
+                size_t got = 0;
+                if (eof) {
+                    break;
+                }
+                for (;;) {
+                    if (got == line_cap) {
+                        size_t cap = line_cap != 0 ? line_cap * 2 : 65536;
+                        char *nl =
+                            cap <= (64u << 20) ? realloc(line, cap) : NULL;
+                        if (nl == NULL) {
+                            rv = cap <= (64u << 20) ? -ENOMEM : TERN_ETOOBIG;
+                            break;
+                        }
+                        line = nl;
+                        line_cap = cap;
+                    }
+                    size_t k = fread(line + got, 1, line_cap - got, stdin);
+                    if (k == 0) {
+                        break;
+                    }
+                    got += k;
+                }
+                eof = 1;
+                if (rv != 0) {
+                    break;
+                }
+                payloads[n] = malloc(got != 0 ? got : 1);
+                ids[n] = strdup("raw");
+                if (payloads[n] == NULL || ids[n] == NULL) {
+                    free(payloads[n]);
+                    free(ids[n]);
+                    rv = -ENOMEM;
+                    break;
+                }
+                if (got > 0) {
+                    memcpy(payloads[n], line, got);
+                }
+                lens[n] = got;
             } else {
                 ssize_t got = getline(&line, &line_cap, stdin);
                 if (got < 0) {
@@ -659,7 +807,7 @@ static int cmd_produce(struct tern_client *c, int argc, char **argv)
             n++;
         }
         if (n > 0 && rv == 0) {
-            rv = produce_send(c, &ps, queue, payloads, lens, ids, n);
+            rv = produce_send(c, &ps, queue, payloads, lens, ids, n, &pp);
             if (rv != 0) {
                 cli_error(c, rv, "produce to %s", queue);
             } else {
@@ -689,6 +837,9 @@ static int cmd_produce(struct tern_client *c, int argc, char **argv)
         }
     }
     free(line);
+    for (size_t h = 0; h < pp.n_headers; h++) {
+        free((char *)pp.headers[h].name);
+    }
     if (ps.ack != NULL) {
         (void)fclose(ps.ack);
     }
@@ -725,8 +876,15 @@ static int cmd_consume(struct tern_client *c, int argc, char **argv)
         {"follow", no_argument, NULL, 'f'},
         {"idle-exit-ms", required_argument, NULL, 'i'},
         {"commit", no_argument, NULL, 'c'},
+        {"tag", required_argument, NULL, 't'},
+        {"format", required_argument, NULL, 'F'},
+        {"raw", no_argument, NULL, 'r'},
+        {"json", no_argument, NULL, 'j'},
         {NULL, 0, NULL, 0},
     };
+    const char *tags = NULL, *format = NULL;
+    int mode = CLI_PRINT_FORMAT, props = 0;
+    uint64_t committed = UINT64_MAX; /* last offset this run committed */
     uint64_t offset = 0, max = 0, idle_ms = 0;
     int have_offset = 0, have_max = 0, have_idle = 0, follow = 0, commit = 0;
     const char *group = NULL;
@@ -766,6 +924,24 @@ static int cmd_consume(struct tern_client *c, int argc, char **argv)
         case 'c':
             commit = 1;
             break;
+        case 't':
+            tags = optarg;
+            break;
+        case 'F':
+            format = optarg;
+            props = 1;
+            if (cli_format_valid(format) != 0) {
+                return 2;
+            }
+            break;
+        case 'r':
+            mode = CLI_PRINT_RAW;
+            props = 1;
+            break;
+        case 'j':
+            mode = CLI_PRINT_JSON;
+            props = 1;
+            break;
         default:
             usage(stderr);
             return 2;
@@ -802,12 +978,18 @@ static int cmd_consume(struct tern_client *c, int argc, char **argv)
                 }
             }
         }
+        struct tern_fetch_options fo = {want, CLI_FETCH_MAX_BYTES, wait_ms,
+                                        tags, props};
         if (group_pending) {
-            rv = tern_group_fetch(c, queue, group, want, CLI_FETCH_MAX_BYTES,
-                                  wait_ms, &r);
+            rv = tags != NULL || props
+                     ? tern_group_fetch_ex(c, queue, group, &fo, &r)
+                     : tern_group_fetch(c, queue, group, want,
+                                        CLI_FETCH_MAX_BYTES, wait_ms, &r);
         } else {
-            rv = tern_fetch(c, queue, offset, want, CLI_FETCH_MAX_BYTES,
-                            wait_ms, &r);
+            rv = tags != NULL || props
+                     ? tern_fetch_ex(c, queue, offset, &fo, &r)
+                     : tern_fetch(c, queue, offset, want, CLI_FETCH_MAX_BYTES,
+                                  wait_ms, &r);
         }
         if (rv != 0) {
             if (follow && consume_retryable(rv)) {
@@ -825,33 +1007,45 @@ static int cmd_consume(struct tern_client *c, int argc, char **argv)
             uint64_t off;
             const void *data;
             size_t len;
+            printed++;
+            if (props) {
+                (void)cli_print_message(r, i, format != NULL ? format : "%p",
+                                        mode);
+                continue;
+            }
             (void)tern_fetch_result_get(r, i, &off, NULL, &data, &len);
             (void)printf("%" PRIu64 "\t", off);
             (void)fwrite(data, 1, payload_id_len(data, len), stdout);
             (void)putchar('\n');
-            printed++;
         }
         (void)fflush(stdout);
+        /* A tag filter may answer no message and still move on: the
+         * skipped messages count as read (and are committed past). */
+        uint64_t next = tern_fetch_result_next_offset(r);
+        int moved = n > 0 || (tags != NULL && next != offset);
         if (n > 0) {
             last_msg_us = cli_now_us();
-            offset = tern_fetch_result_next_offset(r);
-            if (group != NULL && commit) {
+        }
+        if (moved) {
+            offset = next;
+            if (group != NULL && commit && next != committed) {
                 rv = tern_group_commit(c, queue, group, offset);
                 if (rv != 0) {
                     cli_error(c, rv, "commit %s/%s", queue, group);
                     tern_fetch_result_free(r);
                     return 1;
                 }
+                committed = next;
             }
             /* Without --commit the group offset does not move: continue
              * from where this fetch ended. */
             group_pending = group != NULL && commit;
         } else if (group_pending && !commit) {
-            offset = tern_fetch_result_next_offset(r);
+            offset = next;
             group_pending = 0;
         }
-        if (!follow && (n == 0 || tern_fetch_result_next_offset(r) >=
-                                      tern_fetch_result_end_offset(r))) {
+        if (!follow && ((n == 0 && tags == NULL) ||
+                        next >= tern_fetch_result_end_offset(r))) {
             tern_fetch_result_free(r);
             break;
         }
@@ -1126,6 +1320,8 @@ int main(int argc, char **argv)
         code = cmd_produce(c, argc, argv);
     } else if (strcmp(argv[0], "consume") == 0) {
         code = cmd_consume(c, argc, argv);
+    } else if (strcmp(argv[0], "message") == 0) {
+        code = cli_message(c, argc, argv);
     } else if (strcmp(argv[0], "cluster") == 0) {
         code = cmd_cluster(c, argc, argv);
     } else if (strcmp(argv[0], "bench") == 0) {

@@ -48,6 +48,23 @@ int cli_parse_perms(const char *s, uint32_t *out);
 /* The inverse: "all", a comma list, or "-". */
 void cli_format_perms(uint32_t perms, char *buf, size_t cap);
 
+/* message.c: printing fetched messages (directives of --format in
+ * message.c's header comment), `tern message get`. */
+#define CLI_PRINT_FORMAT 0 /* the --format string */
+#define CLI_PRINT_RAW    1 /* payload bytes as they are */
+#define CLI_PRINT_JSON   2 /* one JSON object per line */
+/* Print message i of r; 0 or -1. */
+int cli_print_message(const struct tern_fetch_result *r,
+                      size_t i,
+                      const char *format,
+                      int mode);
+/* 0, or -1 (printed) for an unknown directive. */
+int cli_format_valid(const char *format);
+/* "name=value" (arg borrowed: h->value points into it; h->name is
+ * malloc'd, the caller frees it). 0 or -1 (printed). */
+int cli_parse_header(const char *arg, struct tern_header *h);
+int cli_message(struct tern_client *c, int argc, char **argv);
+
 /* bench.c. `tern bench QUEUE ...`; returns the process exit code. */
 int cli_bench(struct tern_client *c, int argc, char **argv);
 

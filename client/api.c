@@ -6,7 +6,9 @@
  * answer; the producer state (producer.c) numbers produce batches.
  */
 #include <errno.h>
+#include <stdbool.h>
 #include <string.h>
+#include <time.h>
 
 #include "client_int.h"
 
@@ -512,6 +514,133 @@ static int produce_build(struct tern_client *c,
     return 0;
 }
 
+/* ---- Produce with properties ---- */
+
+/* The messages of a tern_produce_messages batch for
+ * proto_encode_produce_props: data from msgs, blocks at pbuf + off[i]. */
+struct pmsgs
+{
+    const struct tern_message *msgs;
+    const uint8_t *pbuf;
+    const size_t *off;
+    const size_t *len;
+};
+
+static void pmsg_at(const void *arg,
+                    uint32_t i,
+                    struct proto_msg *m,
+                    struct proto_msg *p)
+{
+    const struct pmsgs *x = arg;
+    m->data = x->msgs[i].data;
+    m->len = (uint32_t)x->msgs[i].len;
+    p->data = x->pbuf + x->off[i];
+    p->len = (uint32_t)x->len[i];
+}
+
+static uint64_t wall_ms(void)
+{
+    struct timespec ts;
+    (void)clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static int producer_init(struct tern_client *c);
+static void produce_base_out(const struct tern__req *r, uint64_t *base_offset);
+
+int tern_produce_messages(struct tern_client *c,
+                          const char *queue,
+                          const struct tern_message *msgs,
+                          size_t n,
+                          uint64_t *base_offset)
+{
+    struct tern_msg *plain = NULL;
+    size_t *off = NULL, *len = NULL;
+    struct tern_wbuf pbuf;
+    struct tern__req *r = NULL;
+    struct tern__pq *pq;
+    bool props = false;
+    uint64_t now = wall_ms();
+    int rv = check_call(c);
+    if (rv != 0) {
+        return rv;
+    }
+    if (n == 0 || msgs == NULL || n > UINT32_MAX) {
+        tern_errmsg_printf(c->errmsg, "produce needs 1..2^32-1 messages");
+        return TERN_EINVAL;
+    }
+    tern_wbuf_init(&pbuf);
+    plain = tern_calloc(n, sizeof *plain);
+    off = tern_calloc(n, sizeof *off);
+    len = tern_calloc(n, sizeof *len);
+    if (plain == NULL || off == NULL || len == NULL) {
+        rv = -ENOMEM;
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        plain[i].data = msgs[i].data;
+        plain[i].len = msgs[i].len;
+        off[i] = pbuf.len;
+        if (tern__props_has(&msgs[i])) {
+            rv = tern__props_encode(&msgs[i], i, now, &pbuf, c->errmsg);
+            if (rv != 0) {
+                goto out;
+            }
+            props = true;
+        }
+        len[i] = pbuf.len - off[i];
+    }
+    if (!props) {
+        rv = tern_produce(c, queue, plain, n, base_offset);
+        goto out;
+    }
+    rv = tern__produce_check(c, queue, plain, n, &pq);
+    if (rv == 0) {
+        rv = producer_init(c);
+    }
+    if (rv != 0) {
+        goto out;
+    }
+    if (pq->producer_id == 0) {
+        pq->producer_id = c->producer_id;
+    }
+    r = tern__req_new(c, PROTO_OP_PRODUCE, 0);
+    if (r == NULL) {
+        rv = -ENOMEM;
+        goto out;
+    }
+    struct pmsgs x = {msgs, pbuf.base, off, len};
+    rv = proto_encode_produce_props(&r->frame, 0, queue, pq->producer_id,
+                                    pq->next_seq, pmsg_at, &x, (uint32_t)n);
+    if (rv == 0 && r->frame.len - PROTO_HEADER_SIZE > c->opts.max_frame) {
+        rv = TERN_ETOOBIG;
+    }
+    if (rv != 0) {
+        tern_errmsg_printf(c->errmsg, "produce to %s: %s", queue,
+                           tern_strerror(rv));
+        goto out;
+    }
+    r->pid = pq->producer_id;
+    r->seq = pq->next_seq;
+    r->n_msgs = n;
+    r->msg_sum = tern__batch_checksum(plain, n);
+    r->pq = pq;
+    pq->next_seq++;
+    rv = tern__run_sync(c, r);
+    if (rv == 0) {
+        produce_base_out(r, base_offset);
+    }
+out:
+    if (r != NULL) {
+        tern__req_free(r);
+    }
+    tern_free(len);
+    tern_free(off);
+    tern_free(plain);
+    tern_wbuf_free(&pbuf);
+    return rv;
+}
+
 /* Before the first produce: ask the leader for the client's producer id
  * block (PRODUCER_INIT, one synchronous round trip), or fall back to a
  * random id when the server does not know the op (TERN_EINVAL, "unknown
@@ -736,7 +865,7 @@ static int fetch_finish(struct tern_client *c,
     }
     rv = tern__run_sync(c, r);
     if (rv == 0) {
-        *out = tern__fetch_result_new(r->body, r->body_len);
+        *out = tern__fetch_result_new(r->body, r->body_len, r->result_mode);
         if (*out == NULL) {
             rv = -ENOMEM;
         }
@@ -791,6 +920,185 @@ int tern_group_fetch(struct tern_client *c,
         &r->frame, 0, queue, group, max_msgs,
         max_bytes != 0 ? max_bytes : TERN__FETCH_MAX_BYTES_DEFAULT, wait_ms);
     return fetch_finish(c, r, rv, "group fetch", out);
+}
+
+/* The flags and tag filter of o (tags: caller-owned rows for the parsed
+ * tags). */
+static int fetch_filter(struct tern_client *c,
+                        const struct tern_fetch_options *o,
+                        char tags[][TERN_TAG_MAX + 1],
+                        const char **tp,
+                        struct proto_fetch_filter *f)
+{
+    uint32_t n = 0;
+    int rv = tern__tag_filter_parse(o->tags, tags, &n, c->errmsg);
+    if (rv != 0) {
+        return rv;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        tp[i] = tags[i];
+    }
+    f->flags = o->properties ? PROTO_FETCH_PROPS : 0;
+    f->tags = tp;
+    f->n_tags = n;
+    return 0;
+}
+
+int tern_fetch_ex(struct tern_client *c,
+                  const char *queue,
+                  uint64_t offset,
+                  const struct tern_fetch_options *o,
+                  struct tern_fetch_result **out)
+{
+    char tags[TERN_FILTER_TAGS_MAX][TERN_TAG_MAX + 1];
+    const char *tp[TERN_FILTER_TAGS_MAX];
+    struct proto_fetch_filter f;
+    struct tern__req *r;
+    int rv;
+    *out = NULL;
+    if (o == NULL) {
+        return TERN_EINVAL;
+    }
+    rv = fetch_filter(c, o, tags, tp, &f);
+    if (rv != 0) {
+        return rv;
+    }
+    rv = sync_req_new(c, PROTO_OP_FETCH, o->wait_ms, 1, &r);
+    if (rv != 0) {
+        return rv;
+    }
+    r->leader_only = c->opts.read_from == TERN_READ_LEADER;
+    if (r->leader_only) {
+        f.flags |= PROTO_FETCH_LEADER;
+    }
+    r->result_mode = o->properties ? TERN__RESULT_PROPS : TERN__RESULT_PLAIN;
+    rv = proto_encode_fetch_filtered(
+        &r->frame, 0, queue, NULL, offset, o->max_msgs,
+        o->max_bytes != 0 ? o->max_bytes : TERN__FETCH_MAX_BYTES_DEFAULT,
+        o->wait_ms, &f);
+    return fetch_finish(c, r, rv, queue != NULL ? queue : "(null)", out);
+}
+
+int tern_group_fetch_ex(struct tern_client *c,
+                        const char *queue,
+                        const char *group,
+                        const struct tern_fetch_options *o,
+                        struct tern_fetch_result **out)
+{
+    char tags[TERN_FILTER_TAGS_MAX][TERN_TAG_MAX + 1];
+    const char *tp[TERN_FILTER_TAGS_MAX];
+    struct proto_fetch_filter f;
+    struct tern__req *r;
+    int rv;
+    *out = NULL;
+    if (o == NULL || group == NULL) {
+        return TERN_EINVAL;
+    }
+    rv = fetch_filter(c, o, tags, tp, &f);
+    if (rv != 0) {
+        return rv;
+    }
+    rv = sync_req_new(c, PROTO_OP_GROUP_FETCH, o->wait_ms, 1, &r);
+    if (rv != 0) {
+        return rv;
+    }
+    r->result_mode = o->properties ? TERN__RESULT_PROPS : TERN__RESULT_PLAIN;
+    rv = proto_encode_fetch_filtered(
+        &r->frame, 0, queue, group, 0, o->max_msgs,
+        o->max_bytes != 0 ? o->max_bytes : TERN__FETCH_MAX_BYTES_DEFAULT,
+        o->wait_ms, &f);
+    return fetch_finish(c, r, rv, "group fetch", out);
+}
+
+/* A MESSAGE_GET by offset (queue_id 0), id or key. */
+static int message_get(struct tern_client *c,
+                       const char *queue,
+                       uint64_t queue_id,
+                       uint64_t offset,
+                       const void *key,
+                       size_t key_len,
+                       uint32_t max,
+                       struct tern_fetch_result **out)
+{
+    struct tern__req *r;
+    int rv;
+    *out = NULL;
+    if (key != NULL && (key_len == 0 || key_len > TERN_KEY_MAX || max == 0 ||
+                        max > TERN_MESSAGE_GET_MAX)) {
+        tern_errmsg_printf(c->errmsg,
+                           "message get: a key is 1..%d bytes and max "
+                           "1..%d",
+                           TERN_KEY_MAX, TERN_MESSAGE_GET_MAX);
+        return TERN_EINVAL;
+    }
+    rv = sync_req_new(c, PROTO_OP_MESSAGE_GET, 0, 1, &r);
+    if (rv != 0) {
+        return rv;
+    }
+    r->result_mode = TERN__RESULT_GET;
+    rv = proto_encode_message_get(&r->frame, 0, queue, queue_id, offset, key,
+                                  (uint32_t)key_len, max);
+    return fetch_finish(c, r, rv, queue != NULL ? queue : "(null)", out);
+}
+
+int tern_message_get_offset(struct tern_client *c,
+                            const char *queue,
+                            uint64_t offset,
+                            struct tern_fetch_result **out)
+{
+    return message_get(c, queue, 0, offset, NULL, 0, 0, out);
+}
+
+/* n hex digits at s into *v; 0 or -1. */
+static int hex_u64(const char *s, uint64_t *v)
+{
+    *v = 0;
+    for (int i = 0; i < 16; i++) {
+        char ch = s[i];
+        int d = ch >= '0' && ch <= '9'   ? ch - '0'
+                : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10
+                : ch >= 'A' && ch <= 'F' ? ch - 'A' + 10
+                                         : -1;
+        if (d < 0) {
+            return -1;
+        }
+        *v = (*v << 4) | (uint64_t)d;
+    }
+    return 0;
+}
+
+int tern_message_get_id(struct tern_client *c,
+                        const char *queue,
+                        const char *id,
+                        struct tern_fetch_result **out)
+{
+    uint64_t qid, off;
+    *out = NULL;
+    if (id == NULL ||
+        strnlen(id, TERN_MESSAGE_ID_LEN + 1) != TERN_MESSAGE_ID_LEN ||
+        hex_u64(id, &qid) != 0 || hex_u64(id + 16, &off) != 0 || qid == 0) {
+        tern_errmsg_printf(c->errmsg,
+                           "message id \"%.40s\": %d hex digits (queue id, "
+                           "offset)",
+                           id != NULL ? id : "(null)", TERN_MESSAGE_ID_LEN);
+        return TERN_EINVAL;
+    }
+    return message_get(c, queue, qid, off, NULL, 0, 0, out);
+}
+
+int tern_message_get_key(struct tern_client *c,
+                         const char *queue,
+                         const void *key,
+                         size_t key_len,
+                         uint32_t max,
+                         struct tern_fetch_result **out)
+{
+    if (key == NULL) {
+        *out = NULL;
+        tern_errmsg_printf(c->errmsg, "message get: no key");
+        return TERN_EINVAL;
+    }
+    return message_get(c, queue, 0, 0, key, key_len, max, out);
 }
 
 int tern_group_commit(struct tern_client *c,

@@ -118,7 +118,50 @@ int64_t tern__now_ms(void);
 
 /* Each builds a new caller-owned object from a validated response body
  * (borrowed for the call; the object keeps its own copy); NULL on ENOMEM. */
-struct tern_fetch_result *tern__fetch_result_new(const void *body, size_t len);
+/* mode: TERN__RESULT_PLAIN (a FETCH answer without properties),
+ * TERN__RESULT_PROPS (one with PROTO_FETCH_PROPS), TERN__RESULT_GET (a
+ * MESSAGE_GET answer). */
+#define TERN__RESULT_PLAIN 0
+#define TERN__RESULT_PROPS 1
+#define TERN__RESULT_GET   2
+struct tern_fetch_result *tern__fetch_result_new(const void *body,
+                                                 size_t len,
+                                                 int mode);
+
+/* ---- props.c: message properties ---- */
+
+/* Whether m carries properties (a key, a tag or headers). */
+int tern__props_has(const struct tern_message *m);
+/* Append the properties block of message i (m borrowed; now_ms the
+ * producer timestamp when m has none) to w. 0, or TERN_EINVAL /
+ * TERN_ETOOBIG with errmsg (TERN_ERRMSG_SIZE) naming the limit, or w's
+ * error. */
+int tern__props_encode(const struct tern_message *m,
+                       size_t i,
+                       uint64_t now_ms,
+                       struct tern_wbuf *w,
+                       char *errmsg);
+/* Decode a block p[0..len) from the server (len 0: no properties) into
+ * out (pointers borrow from p; append_ts_ms and id left alone). 0 or
+ * TERN_EMALFORMED. */
+int tern__props_decode(const void *p,
+                       size_t len,
+                       struct tern_message_props *out);
+/* Header i of a block: 0 or TERN_EINVAL. */
+int tern__props_header(const void *p,
+                       size_t len,
+                       size_t i,
+                       const char **name,
+                       size_t *name_len,
+                       const void **value,
+                       size_t *value_len);
+/* Parse "tagA || tagB" (NULL or blank: no tag) into tags[0..*n)
+ * (caller-owned, TERN_FILTER_TAGS_MAX rows). 0 or TERN_EINVAL with
+ * errmsg. */
+int tern__tag_filter_parse(const char *expr,
+                           char tags[][TERN_TAG_MAX + 1],
+                           uint32_t *n,
+                           char *errmsg);
 struct tern_queue_list *tern__queue_list_new(const void *body, size_t len);
 /* An empty list, to fill with tern__queue_list_add; NULL on ENOMEM. */
 struct tern_queue_list *tern__queue_list_new_empty(void);
@@ -184,6 +227,7 @@ struct tern__req
     uint64_t pid;               /* produce: producer id in the frame */
     uint64_t seq;
     uint32_t msg_sum; /* produce: tern__batch_checksum of the messages */
+    int result_mode;  /* fetch-like: TERN__RESULT_* of the answer */
     size_t n_msgs;
     /* Outcome. */
     int status;

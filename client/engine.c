@@ -473,9 +473,14 @@ static void on_success(struct tern_client *c,
         }
         break;
     case PROTO_OP_FETCH:
-    case PROTO_OP_GROUP_FETCH: {
+    case PROTO_OP_GROUP_FETCH:
+    case PROTO_OP_MESSAGE_GET: {
         struct proto_fetch_resp fr;
-        rv = proto_decode_fetch_resp(body, len, &fr);
+        rv = r->result_mode == TERN__RESULT_GET
+                 ? proto_decode_message_get_resp(body, len, &fr)
+             : r->result_mode == TERN__RESULT_PROPS
+                 ? proto_decode_fetch_props_resp(body, len, &fr)
+                 : proto_decode_fetch_resp(body, len, &fr);
         break;
     }
     case PROTO_OP_QUEUE_LIST: {

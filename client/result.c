@@ -5,6 +5,7 @@
  * Accessors return pointers borrowed from the object.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "client_int.h"
@@ -15,6 +16,8 @@ struct tern__fetched
     uint64_t timestamp_ms;
     const uint8_t *data; /* into body */
     size_t len;
+    const uint8_t *props; /* into body; props_len 0: none */
+    size_t props_len;
 };
 
 struct tern_fetch_result
@@ -23,7 +26,9 @@ struct tern_fetch_result
     uint64_t end_offset;
     size_t n;
     struct tern__fetched *msgs;
-    uint8_t *body; /* copy of the response body */
+    uint8_t *body;     /* copy of the response body */
+    int with_props;    /* the answer carried properties and queue_id */
+    uint64_t queue_id; /* with_props */
 };
 
 static void *dup_bytes(const void *p, size_t len)
@@ -35,7 +40,9 @@ static void *dup_bytes(const void *p, size_t len)
     return d;
 }
 
-struct tern_fetch_result *tern__fetch_result_new(const void *body, size_t len)
+struct tern_fetch_result *tern__fetch_result_new(const void *body,
+                                                 size_t len,
+                                                 int mode)
 {
     struct proto_fetch_resp fr;
     struct proto_fetched_msg m;
@@ -49,9 +56,16 @@ struct tern_fetch_result *tern__fetch_result_new(const void *body, size_t len)
     if (r->body == NULL) {
         goto err_after_alloc;
     }
-    if (proto_decode_fetch_resp(r->body, len, &fr) != 0) {
+    int rv = mode == TERN__RESULT_GET
+                 ? proto_decode_message_get_resp(r->body, len, &fr)
+             : mode == TERN__RESULT_PROPS
+                 ? proto_decode_fetch_props_resp(r->body, len, &fr)
+                 : proto_decode_fetch_resp(r->body, len, &fr);
+    if (rv != 0) {
         goto err_after_body;
     }
+    r->with_props = fr.with_props;
+    r->queue_id = fr.queue_id;
     r->next_offset = fr.next_offset;
     r->end_offset = fr.end_offset;
     r->msgs = tern_calloc(fr.n != 0 ? fr.n : 1, sizeof *r->msgs);
@@ -63,6 +77,8 @@ struct tern_fetch_result *tern__fetch_result_new(const void *body, size_t len)
         r->msgs[r->n].timestamp_ms = m.timestamp_ms;
         r->msgs[r->n].data = m.data;
         r->msgs[r->n].len = m.len;
+        r->msgs[r->n].props = m.props;
+        r->msgs[r->n].props_len = m.props_len;
         r->n++;
     }
     return r;
@@ -110,6 +126,57 @@ int tern_fetch_result_get(const struct tern_fetch_result *r,
     }
     if (len != NULL) {
         *len = r->msgs[i].len;
+    }
+    return 0;
+}
+
+int tern_fetch_result_props(const struct tern_fetch_result *r,
+                            size_t i,
+                            struct tern_message_props *out)
+{
+    if (r == NULL || i >= r->n || out == NULL) {
+        return TERN_EINVAL;
+    }
+    memset(out, 0, sizeof *out);
+    out->append_ts_ms = r->msgs[i].timestamp_ms;
+    if (tern__props_decode(r->msgs[i].props, r->msgs[i].props_len, out) != 0) {
+        return TERN_EMALFORMED;
+    }
+    if (r->with_props) {
+        (void)snprintf(out->id, sizeof out->id, "%016llx%016llx",
+                       (unsigned long long)r->queue_id,
+                       (unsigned long long)r->msgs[i].offset);
+    }
+    return 0;
+}
+
+int tern_fetch_result_header(const struct tern_fetch_result *r,
+                             size_t i,
+                             size_t h,
+                             const char **name,
+                             size_t *name_len,
+                             const void **value,
+                             size_t *value_len)
+{
+    const char *n;
+    const void *v;
+    size_t nl, vl;
+    if (r == NULL || i >= r->n ||
+        tern__props_header(r->msgs[i].props, r->msgs[i].props_len, h, &n, &nl,
+                           &v, &vl) != 0) {
+        return TERN_EINVAL;
+    }
+    if (name != NULL) {
+        *name = n;
+    }
+    if (name_len != NULL) {
+        *name_len = nl;
+    }
+    if (value != NULL) {
+        *value = v;
+    }
+    if (value_len != NULL) {
+        *value_len = vl;
     }
     return 0;
 }

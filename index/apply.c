@@ -82,6 +82,13 @@
  * trimmed message bytes and writes the cleaner's "trim" mark; the rows
  * stay for the cleaner (clean.c). QUEUE_DELETE frees the name and writes
  * the "dead" mark; its rows go to the cleaner too.
+ *
+ * Message properties (docs/MESSAGES.md): PRODUCE_PROPS applies as PRODUCE;
+ * a message with a properties block gets a version 2 msgs row (where the
+ * block is in the record, its tag hash and its key; keys.c) and, when it
+ * has a key, a row in the key index "keys", in the same txn. The cleaner
+ * (clean.c) deletes a message's key row before its msgs row
+ * (idx__key_rows_delete, for trimmed offsets and deleted queues alike).
  */
 #include <errno.h>
 
@@ -297,6 +304,87 @@ static int apply_delete(struct idx_env *e,
     return put_usage(e, ns, &u);
 }
 
+/* ---- Message properties and the key index ----------------------------------
+ */
+
+/* Fill m's property fields from the (validated) block of mi. */
+static int msg_props(struct idx_env *e,
+                     const uint8_t *payload,
+                     const struct idx__msg_iter *mi,
+                     struct idx__msg_val *m)
+{
+    struct idx_props p;
+    if (idx_props_decode(mi->props, mi->props_len, &p) != 0) {
+        return IDX__CORRUPT(e, "validated properties block is malformed");
+    }
+    m->props_off = (uint32_t)(mi->props - payload);
+    m->props_len = mi->props_len;
+    m->tag_len = (uint8_t)p.tag_len;
+    m->tag_hash = idx__tag_hash(p.tag, p.tag_len);
+    m->key_len = (uint16_t)p.key_len;
+    m->key = (const uint8_t *)p.key;
+    return 0;
+}
+
+static int put_key_row(struct idx_env *e,
+                       uint64_t queue_id,
+                       const struct idx__msg_val *m,
+                       uint64_t offset)
+{
+    uint8_t row[IDX__KEY_ROW_MAX];
+    MDB_val k = {idx__key_row(row, queue_id, m->key, m->key_len, offset, false),
+                 row};
+    MDB_val v = {0, row};
+    int rc = mdb_put(e->wtxn, e->dbi_keys, &k, &v, 0);
+    return rc != 0 ? idx__mdb_err(e, rc, "put key row") : 0;
+}
+
+int idx__key_rows_delete(struct idx_env *e,
+                         uint64_t queue_id,
+                         uint64_t from,
+                         uint64_t to)
+{
+    MDB_cursor *cur;
+    uint8_t key[IDX__MSG_KEY_SIZE];
+    MDB_val k = {sizeof key, key}, v;
+    int rc = mdb_cursor_open(e->wtxn, e->dbi_msgs, &cur);
+    if (rc != 0) {
+        return idx__mdb_err(e, rc, "cursor open");
+    }
+    idx__msg_key(key, queue_id, from);
+    for (rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE); rc == 0;
+         rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+        struct idx__msg_val m;
+        uint8_t row[IDX__KEY_ROW_MAX];
+        if (k.mv_size != IDX__MSG_KEY_SIZE ||
+            idx__get_be64(k.mv_data) != queue_id ||
+            idx__get_be64((const uint8_t *)k.mv_data + 8) >= to) {
+            break;
+        }
+        if (idx__msg_val_decode(v.mv_data, v.mv_size, &m) != 0) {
+            mdb_cursor_close(cur);
+            return IDX__CORRUPT(e, "message row of queue id %llu",
+                                (unsigned long long)queue_id);
+        }
+        if (m.key_len == 0) {
+            continue;
+        }
+        uint64_t off = idx__get_be64((const uint8_t *)k.mv_data + 8);
+        MDB_val rk = {idx__key_row(row, queue_id, m.key, m.key_len, off, false),
+                      row};
+        int drc = mdb_del(e->wtxn, e->dbi_keys, &rk, NULL);
+        if (drc != 0 && drc != MDB_NOTFOUND) {
+            mdb_cursor_close(cur);
+            return idx__mdb_err(e, drc, "delete key row");
+        }
+    }
+    mdb_cursor_close(cur);
+    if (rc != 0 && rc != MDB_NOTFOUND) {
+        return idx__mdb_err(e, rc, "cursor");
+    }
+    return 0;
+}
+
 /* ---- Retention ------------------------------------------------------------
  */
 
@@ -492,7 +580,7 @@ static int apply_produce(struct idx_env *e,
     r->count = c->n_msgs;
     idx__msg_iter_init(&mi, c);
     while (idx__msg_iter_next(&mi, &data, &len) == 1) {
-        uint8_t key[IDX__MSG_KEY_SIZE], val[IDX__MSG_VAL_SIZE];
+        uint8_t key[IDX__MSG_KEY_SIZE], val[IDX__MSG_VAL_MAX];
         struct idx__msg_val m = {
             .rec_pos = rec_pos,
             .data_off = (uint32_t)(data - payload),
@@ -500,12 +588,18 @@ static int apply_produce(struct idx_env *e,
             .timestamp_ms = timestamp_ms,
             .producer_id = c->producer_id,
         };
+        if (mi.props_len > 0 && (rc = msg_props(e, payload, &mi, &m)) != 0) {
+            return rc;
+        }
         idx__msg_key(key, q.id, q.next_offset);
-        idx__msg_val_encode(val, &m);
-        MDB_val k = {sizeof key, key}, v = {sizeof val, val};
+        MDB_val k = {sizeof key, key};
+        MDB_val v = {idx__msg_val_encode(val, &m), val};
         rc = mdb_put(e->wtxn, e->dbi_msgs, &k, &v, 0);
         if (rc != 0) {
             return idx__mdb_err(e, rc, "put message");
+        }
+        if (m.key_len > 0 && (rc = put_key_row(e, q.id, &m, q.next_offset))) {
+            return rc;
         }
         q.next_offset++;
     }
@@ -897,6 +991,7 @@ int idx__index_record(struct idx_env *e,
                 rc = apply_delete(e, &cmd, &r);
                 break;
             case IDX_CMD_PRODUCE:
+            case IDX_CMD_PRODUCE_PROPS:
                 rc = apply_produce(e, pos, append_ms, payload, &cmd, &r);
                 break;
             case IDX_CMD_GROUP_COMMIT:

@@ -4,7 +4,8 @@
  * Retention moves a queue's start_offset (apply.c) and QUEUE_DELETE frees
  * a queue's name, both in the apply txn and both O(what they decide), not
  * O(rows): the LMDB rows they leave behind (msgs rows below start_offset,
- * every msgs/groups/producers row of a deleted queue) are deleted here, by
+ * every msgs/groups/producers/keys row of a deleted queue, and the key
+ * index row of each message deleted by range) are deleted here, by
  * idx_clean_step, in batches of at most budget rows. Reads never look
  * below start_offset nor at a deleted queue's id (ids are never reused),
  * so a row awaiting deletion is never served. The cleaner is local to the
@@ -61,6 +62,25 @@ int idx__msgs_time_search(struct idx_env *e,
     return 0;
 }
 
+/* The key index row of the message at offset (msgs value v), if it has a
+ * key: deleted with the msgs row. 0 or an LMDB code. */
+static int key_row_del(struct idx_env *e,
+                       uint64_t queue_id,
+                       uint64_t offset,
+                       const MDB_val *v)
+{
+    struct idx__msg_val m;
+    uint8_t row[IDX__KEY_ROW_MAX];
+    if (idx__msg_val_decode(v->mv_data, v->mv_size, &m) != 0 ||
+        m.key_len == 0) {
+        return 0; /* a damaged row has no key row to find */
+    }
+    MDB_val rk = {idx__key_row(row, queue_id, m.key, m.key_len, offset, false),
+                  row};
+    int rc = mdb_del(e->wtxn, e->dbi_keys, &rk, NULL);
+    return rc == MDB_NOTFOUND ? 0 : rc;
+}
+
 int idx__clean_range(struct idx_env *e,
                      uint64_t queue_id,
                      uint64_t from,
@@ -90,6 +110,10 @@ int idx__clean_range(struct idx_env *e,
             break;
         }
         from = idx__get_be64((const uint8_t *)k.mv_data + 8) + 1;
+        rc = key_row_del(e, queue_id, from - 1, &v);
+        if (rc != 0) {
+            break;
+        }
         rc = mdb_cursor_del(cur, 0);
         if (rc != 0) {
             break;
@@ -214,7 +238,8 @@ static int clean_dead(struct idx_env *e, unsigned budget, unsigned *n)
             return rc;
         }
         idx__put_be64(prefix, id);
-        const MDB_dbi dbis[] = {e->dbi_msgs, e->dbi_groups, e->dbi_producers};
+        const MDB_dbi dbis[] = {e->dbi_msgs, e->dbi_groups, e->dbi_producers,
+                                e->dbi_keys};
         for (size_t i = 0; i < TERN_ARRAY_SIZE(dbis); i++) {
             rc = clean_prefix(e, dbis[i], prefix, budget - *n, &d);
             if (rc != 0) {

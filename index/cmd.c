@@ -90,12 +90,40 @@
  *     so a rebuild from a checkpoint (ckpt.c) that lacks them applies it
  *     as the first apply did.
  *
+ * Message properties (docs/MESSAGES.md), added after the security
+ * metadata (upgrade every node before a leader proposes one; a batch
+ * without properties stays a PRODUCE, which every node applies):
+ *   PRODUCE_PROPS (15):
+ *     qname, u64 producer_id, u64 seq, u32 n_msgs (>= 1),
+ *     n_msgs x (u32 len, len bytes, u32 props_len, props_len bytes of a
+ *     properties block; props_len 0 = this message has none); at least
+ *     one message has a block (a batch without any is a PRODUCE)
+ *
+ * Properties block (version 1; the same bytes travel on the wire in
+ * PRODUCE and FETCH, proto/include/proto.h; protected by the checksum of
+ * the entry or frame that carries it):
+ *   offset size  field
+ *   0      1     version        = 1
+ *   1      1     flags          = 0
+ *   2      8     producer_ts_ms the producer's clock (opaque to tern)
+ *   10     2     key_len        0 (no key) .. IDX_KEY_MAX (256)
+ *   12     1     tag_len        0 (no tag) .. IDX_TAG_MAX (64)
+ *   13     1     n_headers      0 .. IDX_HEADERS_MAX (32)
+ *   14     ...   key_len bytes of key, tag_len bytes of tag ([A-Za-z0-9._-]),
+ *                n_headers x (u8 name_len 1..64, name, u16 value_len
+ *                0..1024, value), nothing after the last header;
+ *                the names and values add up to at most 8192 bytes.
+ * The validator checks every block against these limits, so a command
+ * that passes one is refused whole (TERN_EMALFORMED) on every node.
+ *
  * Message size: the validator checks structure only. The per-message limit
  * (idx_options.max_message) is enforced by idx_apply as a TERN_ETOOBIG
  * result for the whole produce command, so every node of a cluster must
  * run with the same max_message or their indexes diverge.
  */
 #include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
 
 #include "cmd.h"
 
@@ -265,6 +293,66 @@ void idx_cmd_queue_delete(struct tern_wbuf *w, const char *queue)
     cmd_finish(w, at);
 }
 
+/* Both produce builders: message i from at(msgs, i). */
+typedef void (*msg_at_fn)(const void *msgs, uint32_t i, struct idx_pmsg *m);
+
+static void produce(struct tern_wbuf *w,
+                    const char *queue,
+                    uint64_t producer_id,
+                    uint64_t seq,
+                    msg_at_fn at,
+                    const void *msgs,
+                    uint32_t n)
+{
+    struct idx_pmsg m;
+    bool props = false;
+    if (n == 0 || (msgs == NULL) || (producer_id != 0 && seq == 0)) {
+        set_err(w, TERN_EINVAL);
+        return;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        at(msgs, i, &m);
+        if (m.props_len > 0) {
+            int rc = idx_props_check(m.props, m.props_len, NULL);
+            if (rc != 0) {
+                set_err(w, rc == TERN_ETOOBIG ? TERN_ETOOBIG : TERN_EINVAL);
+                return;
+            }
+            props = true;
+        }
+    }
+    size_t at_len =
+        cmd_start(w, props ? IDX_CMD_PRODUCE_PROPS : IDX_CMD_PRODUCE);
+    put_qname(w, queue);
+    tern_wbuf_u64(w, producer_id);
+    tern_wbuf_u64(w, seq);
+    tern_wbuf_u32(w, n);
+    for (uint32_t i = 0; i < n && w->err == 0; i++) {
+        at(msgs, i, &m);
+        tern_wbuf_u32(w, m.len);
+        tern_wbuf_put(w, m.data, m.len);
+        if (props) {
+            tern_wbuf_u32(w, m.props_len);
+            tern_wbuf_put(w, m.props, m.props_len);
+        }
+    }
+    cmd_finish(w, at_len);
+}
+
+static void plain_at(const void *msgs, uint32_t i, struct idx_pmsg *m)
+{
+    const struct idx_msg *p = (const struct idx_msg *)msgs + i;
+    m->data = p->data;
+    m->len = p->len;
+    m->props = NULL;
+    m->props_len = 0;
+}
+
+static void props_at(const void *msgs, uint32_t i, struct idx_pmsg *m)
+{
+    *m = ((const struct idx_pmsg *)msgs)[i];
+}
+
 void idx_cmd_produce(struct tern_wbuf *w,
                      const char *queue,
                      uint64_t producer_id,
@@ -272,20 +360,17 @@ void idx_cmd_produce(struct tern_wbuf *w,
                      const struct idx_msg *msgs,
                      uint32_t n)
 {
-    if (n == 0 || (msgs == NULL) || (producer_id != 0 && seq == 0)) {
-        set_err(w, TERN_EINVAL);
-        return;
-    }
-    size_t at = cmd_start(w, IDX_CMD_PRODUCE);
-    put_qname(w, queue);
-    tern_wbuf_u64(w, producer_id);
-    tern_wbuf_u64(w, seq);
-    tern_wbuf_u32(w, n);
-    for (uint32_t i = 0; i < n && w->err == 0; i++) {
-        tern_wbuf_u32(w, msgs[i].len);
-        tern_wbuf_put(w, msgs[i].data, msgs[i].len);
-    }
-    cmd_finish(w, at);
+    produce(w, queue, producer_id, seq, plain_at, msgs, n);
+}
+
+void idx_cmd_produce_props(struct tern_wbuf *w,
+                           const char *queue,
+                           uint64_t producer_id,
+                           uint64_t seq,
+                           const struct idx_pmsg *msgs,
+                           uint32_t n)
+{
+    produce(w, queue, producer_id, seq, props_at, msgs, n);
 }
 
 void idx_cmd_group_commit(struct tern_wbuf *w,
@@ -452,6 +537,212 @@ bool idx_acl_pattern_match(const char *pattern, const char *queue)
     return strcmp(pattern, queue) == 0;
 }
 
+/* ---- Properties blocks --------------------------------------------------- */
+
+#define PROPS__VERSION  1
+#define PROPS__HDR_SIZE 14
+
+bool idx_tag_valid(const char *t, size_t len)
+{
+    if (t == NULL || len == 0 || len > IDX_TAG_MAX) {
+        return false;
+    }
+    for (size_t i = 0; i < len; i++) {
+        if (!name_char(t[i])) {
+            return false;
+        }
+    }
+    return true;
+}
+
+void idx_props_encode(struct tern_wbuf *w, const struct idx_props *p)
+{
+    size_t start = w->len;
+    if (w->err != 0) {
+        return;
+    }
+    if (p == NULL || (p->key_len > 0 && p->key == NULL) ||
+        (p->tag_len > 0 && p->tag == NULL) ||
+        (p->n_headers > 0 && p->headers == NULL)) {
+        set_err(w, TERN_EINVAL);
+        return;
+    }
+    if (p->key_len > IDX_KEY_MAX || p->tag_len > IDX_TAG_MAX ||
+        p->n_headers > IDX_HEADERS_MAX) {
+        set_err(w, TERN_ETOOBIG);
+        return;
+    }
+    tern_wbuf_u8(w, PROPS__VERSION);
+    tern_wbuf_u8(w, 0);
+    tern_wbuf_u64(w, p->producer_ts_ms);
+    tern_wbuf_u16(w, (uint16_t)p->key_len);
+    tern_wbuf_u8(w, (uint8_t)p->tag_len);
+    tern_wbuf_u8(w, (uint8_t)p->n_headers);
+    tern_wbuf_put(w, p->key, p->key_len);
+    tern_wbuf_put(w, p->tag, p->tag_len);
+    for (uint32_t i = 0; i < p->n_headers && w->err == 0; i++) {
+        const struct idx_header *h = &p->headers[i];
+        if (h->name_len > IDX_HEADER_NAME_MAX ||
+            h->value_len > IDX_HEADER_VALUE_MAX) {
+            set_err(w, TERN_ETOOBIG);
+            return;
+        }
+        if ((h->name_len > 0 && h->name == NULL) ||
+            (h->value_len > 0 && h->value == NULL)) {
+            set_err(w, TERN_EINVAL);
+            return;
+        }
+        tern_wbuf_u8(w, (uint8_t)h->name_len);
+        tern_wbuf_put(w, h->name, h->name_len);
+        tern_wbuf_u16(w, (uint16_t)h->value_len);
+        tern_wbuf_put(w, h->value, h->value_len);
+    }
+    if (w->err == 0) {
+        int rc = idx_props_check(w->base + start, w->len - start, NULL);
+        if (rc != 0) {
+            set_err(w, rc);
+        }
+    }
+}
+
+static int props_fail(char *errmsg, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int props_fail(char *errmsg, int code, const char *fmt, ...)
+{
+    if (errmsg != NULL) {
+        va_list ap;
+        va_start(ap, fmt);
+        (void)vsnprintf(errmsg, TERN_ERRMSG_SIZE, fmt, ap);
+        va_end(ap);
+    }
+    return code;
+}
+
+/* Parse and check one block; headers are walked and checked, their start
+ * is left in *headers. */
+static int props_parse(const void *p,
+                       size_t len,
+                       struct idx_props *out,
+                       const uint8_t **headers,
+                       char *errmsg)
+{
+    struct tern_cursor c;
+    uint32_t hbytes = 0;
+    tern_cursor_init(&c, p, len);
+    memset(out, 0, sizeof *out);
+    if (p == NULL || len < PROPS__HDR_SIZE) {
+        return props_fail(errmsg, TERN_EMALFORMED,
+                          "properties block of %zu bytes is truncated", len);
+    }
+    if (tern_cursor_u8(&c) != PROPS__VERSION || tern_cursor_u8(&c) != 0) {
+        return props_fail(errmsg, TERN_EMALFORMED,
+                          "properties block: unknown version or flags");
+    }
+    out->producer_ts_ms = tern_cursor_u64(&c);
+    out->key_len = tern_cursor_u16(&c);
+    out->tag_len = tern_cursor_u8(&c);
+    out->n_headers = tern_cursor_u8(&c);
+    if (out->key_len > IDX_KEY_MAX) {
+        return props_fail(errmsg, TERN_ETOOBIG,
+                          "key of %u bytes is over the limit of %u bytes",
+                          out->key_len, IDX_KEY_MAX);
+    }
+    if (out->tag_len > IDX_TAG_MAX) {
+        return props_fail(errmsg, TERN_ETOOBIG,
+                          "tag of %u bytes is over the limit of %u bytes",
+                          out->tag_len, IDX_TAG_MAX);
+    }
+    if (out->n_headers > IDX_HEADERS_MAX) {
+        return props_fail(errmsg, TERN_ETOOBIG,
+                          "%u headers are over the limit of %u headers",
+                          out->n_headers, IDX_HEADERS_MAX);
+    }
+    out->key = (const char *)tern_cursor_bytes(&c, out->key_len);
+    out->tag = (const char *)tern_cursor_bytes(&c, out->tag_len);
+    if (c.err != 0) {
+        return props_fail(errmsg, TERN_EMALFORMED,
+                          "properties block: key or tag truncated");
+    }
+    if (out->tag_len > 0 && !idx_tag_valid(out->tag, out->tag_len)) {
+        return props_fail(errmsg, TERN_EINVAL,
+                          "tag holds a byte outside [A-Za-z0-9._-]");
+    }
+    *headers = c.p;
+    for (uint32_t i = 0; i < out->n_headers; i++) {
+        uint8_t nl = tern_cursor_u8(&c);
+        (void)tern_cursor_bytes(&c, nl);
+        uint16_t vl = tern_cursor_u16(&c);
+        (void)tern_cursor_bytes(&c, vl);
+        if (c.err != 0) {
+            return props_fail(errmsg, TERN_EMALFORMED,
+                              "properties block: header %u truncated", i);
+        }
+        if (nl == 0) {
+            return props_fail(errmsg, TERN_EINVAL, "header %u has no name", i);
+        }
+        if (nl > IDX_HEADER_NAME_MAX) {
+            return props_fail(
+                errmsg, TERN_ETOOBIG,
+                "header name of %u bytes is over the limit of %u bytes", nl,
+                IDX_HEADER_NAME_MAX);
+        }
+        if (vl > IDX_HEADER_VALUE_MAX) {
+            return props_fail(
+                errmsg, TERN_ETOOBIG,
+                "header value of %u bytes is over the limit of %u bytes", vl,
+                IDX_HEADER_VALUE_MAX);
+        }
+        hbytes += (uint32_t)nl + vl;
+    }
+    if (hbytes > IDX_HEADERS_BYTES_MAX) {
+        return props_fail(errmsg, TERN_ETOOBIG,
+                          "headers of %u bytes are over the limit of %u bytes",
+                          hbytes, IDX_HEADERS_BYTES_MAX);
+    }
+    if (tern_cursor_left(&c) != 0) {
+        return props_fail(errmsg, TERN_EMALFORMED,
+                          "properties block: %zu bytes after the last header",
+                          tern_cursor_left(&c));
+    }
+    return 0;
+}
+
+int idx_props_check(const void *p, size_t len, char *errmsg)
+{
+    struct idx_props out;
+    const uint8_t *h = p;
+    return props_parse(p, len, &out, &h, errmsg);
+}
+
+int idx_props_decode(const void *p, size_t len, struct idx_props *out)
+{
+    const uint8_t *h = p;
+    int rc = props_parse(p, len, out, &h, NULL);
+    out->headers = NULL; /* read them with idx_props_header */
+    return rc;
+}
+
+int idx_props_header(const void *p,
+                     size_t len,
+                     uint32_t i,
+                     struct idx_header *h)
+{
+    struct idx_props pr;
+    const uint8_t *hp = p;
+    struct tern_cursor c;
+    if (props_parse(p, len, &pr, &hp, NULL) != 0 || i >= pr.n_headers) {
+        return TERN_EINVAL;
+    }
+    tern_cursor_init(&c, hp, len - (size_t)(hp - (const uint8_t *)p));
+    for (uint32_t k = 0; k <= i; k++) {
+        h->name_len = tern_cursor_u8(&c);
+        h->name = (const char *)tern_cursor_bytes(&c, h->name_len);
+        h->value_len = tern_cursor_u16(&c);
+        h->value = tern_cursor_bytes(&c, h->value_len);
+    }
+    return c.err == 0 ? 0 : TERN_EINVAL;
+}
+
 static uint32_t entry_checksum(const uint8_t *base, size_t len)
 {
     struct tern_checksum_state st;
@@ -598,7 +889,9 @@ static int decode_body(struct tern_cursor *c, struct idx__cmd *cmd)
             return TERN_EMALFORMED;
         }
         break;
-    case IDX_CMD_PRODUCE: {
+    case IDX_CMD_PRODUCE:
+    case IDX_CMD_PRODUCE_PROPS: {
+        bool props = cmd->type == IDX_CMD_PRODUCE_PROPS;
         cmd->queue = get_qname(c, &cmd->queue_len);
         cmd->producer_id = tern_cursor_u64(c);
         cmd->seq = tern_cursor_u64(c);
@@ -607,13 +900,26 @@ static int decode_body(struct tern_cursor *c, struct idx__cmd *cmd)
             break;
         }
         if (cmd->n_msgs == 0 || (cmd->producer_id != 0 && cmd->seq == 0) ||
-            tern_cursor_left(c) / 4 < cmd->n_msgs) {
+            tern_cursor_left(c) / (props ? 8 : 4) < cmd->n_msgs) {
             return TERN_EMALFORMED;
         }
         cmd->msgs = c->p;
+        bool any_props = false;
         for (uint32_t i = 0; i < cmd->n_msgs && c->err == 0; i++) {
             uint32_t len = tern_cursor_u32(c);
             (void)tern_cursor_bytes(c, len);
+            if (props) {
+                uint32_t plen = tern_cursor_u32(c);
+                const uint8_t *pb = tern_cursor_bytes(c, plen);
+                if (c->err == 0 && plen > 0 &&
+                    idx_props_check(pb, plen, NULL) != 0) {
+                    return TERN_EMALFORMED;
+                }
+                any_props = any_props || plen > 0;
+            }
+        }
+        if (props && c->err == 0 && !any_props) {
+            return TERN_EMALFORMED; /* one encoding: that is a PRODUCE */
         }
         cmd->msgs_len = (size_t)(c->p - cmd->msgs);
         break;
@@ -712,6 +1018,9 @@ int idx__entry_next(struct idx__entry *it, struct idx__cmd *cmd)
 void idx__msg_iter_init(struct idx__msg_iter *mi, const struct idx__cmd *cmd)
 {
     tern_cursor_init(&mi->c, cmd->msgs, cmd->msgs_len);
+    mi->with_props = cmd->type == IDX_CMD_PRODUCE_PROPS;
+    mi->props = NULL;
+    mi->props_len = 0;
 }
 
 int idx__msg_iter_next(struct idx__msg_iter *mi,
@@ -723,6 +1032,10 @@ int idx__msg_iter_next(struct idx__msg_iter *mi,
     }
     *len = tern_cursor_u32(&mi->c);
     *data = tern_cursor_bytes(&mi->c, *len);
+    if (mi->with_props) {
+        mi->props_len = tern_cursor_u32(&mi->c);
+        mi->props = tern_cursor_bytes(&mi->c, mi->props_len);
+    }
     return mi->c.err == 0 ? 1 : 0;
 }
 

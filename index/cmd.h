@@ -8,6 +8,7 @@
 #ifndef TERN_IDX_CMD_H
 #define TERN_IDX_CMD_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -42,7 +43,8 @@ struct idx__cmd
     uint64_t seq;
     uint64_t next_offset;
     uint32_t n_msgs;
-    const uint8_t *msgs; /* n_msgs x (u32 len, bytes) */
+    const uint8_t *msgs; /* n_msgs x (u32 len, bytes[, u32 props_len,
+                            props]) */
     size_t msgs_len;
     /* Security metadata commands (types 6..12); the user or namespace
      * name of USER_* / NAMESPACE_* / PRODUCER_INIT is in queue. */
@@ -89,9 +91,13 @@ int idx__entry_next(struct idx__entry *it, struct idx__cmd *cmd);
 struct idx__msg_iter
 {
     struct tern_cursor c;
+    bool with_props;      /* PRODUCE_PROPS */
+    const uint8_t *props; /* the last message's block (props_len 0: none) */
+    uint32_t props_len;
 };
 void idx__msg_iter_init(struct idx__msg_iter *mi, const struct idx__cmd *cmd);
-/* 1 with data/len, 0 at the end. Only valid on validated commands. */
+/* 1 with data/len (and mi->props/props_len of PRODUCE_PROPS), 0 at the
+ * end. Only valid on validated commands. */
 int idx__msg_iter_next(struct idx__msg_iter *mi,
                        const uint8_t **data,
                        uint32_t *len);

@@ -73,7 +73,8 @@ static int dbi_open_all(struct idx_env *e, MDB_txn *txn)
                            &e->dbi_namespaces)) != 0 ||
         (rc = mdb_dbi_open(txn, "producer_ids", MDB_CREATE, &e->dbi_pids)) !=
             0 ||
-        (rc = mdb_dbi_open(txn, "ns_usage", MDB_CREATE, &e->dbi_usage)) != 0) {
+        (rc = mdb_dbi_open(txn, "ns_usage", MDB_CREATE, &e->dbi_usage)) != 0 ||
+        (rc = mdb_dbi_open(txn, "keys", MDB_CREATE, &e->dbi_keys)) != 0) {
         return idx__mdb_err(e, rc, "open dbi");
     }
     return 0;

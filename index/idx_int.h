@@ -31,6 +31,7 @@
 #ifndef TERN_IDX_INT_H
 #define TERN_IDX_INT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -110,12 +111,38 @@ struct idx__msg_val
     uint32_t len;
     uint64_t timestamp_ms; /* append time (docs/MESSAGES.md, "Time") */
     uint64_t producer_id;
+    /* Properties (version 2 rows; all 0 in a version 1 row): */
+    uint32_t props_off; /* byte offset of the block in the record payload */
+    uint32_t props_len; /* 0 = the message has no properties */
+    uint32_t tag_hash;  /* idx__tag_hash of the tag, 0 without one */
+    uint8_t tag_len;    /* 0 = no tag */
+    uint16_t key_len;   /* 0 = no key */
+    const uint8_t *key; /* key_len bytes, borrowed from the decoded row */
 };
-#define IDX__MSG_VAL_SIZE 32
-#define IDX__MSG_KEY_SIZE 16
+#define IDX__MSG_VAL_SIZE    32 /* version 1: no properties */
+#define IDX__MSG_VAL_V2_SIZE 48 /* version 2, before the key bytes */
+#define IDX__MSG_VAL_MAX     (IDX__MSG_VAL_V2_SIZE + IDX_KEY_MAX)
+#define IDX__MSG_KEY_SIZE    16
 void idx__msg_key(uint8_t *key, uint64_t queue_id, uint64_t offset);
-void idx__msg_val_encode(uint8_t *buf, const struct idx__msg_val *m);
+/* Writes version 1 when m->props_len is 0, else version 2; returns the
+ * value length. */
+size_t idx__msg_val_encode(uint8_t *buf, const struct idx__msg_val *m);
+/* m->key borrows from buf. */
 int idx__msg_val_decode(const void *buf, size_t len, struct idx__msg_val *m);
+/* The hash of a tag kept in msgs rows, so a tag filter skips rows without
+ * reading the log (a match is confirmed on the record's own tag). */
+uint32_t idx__tag_hash(const void *tag, size_t len);
+
+/* keys: u64 BE queue id, u8 key_len - 1, key, u64 BE offset -> empty. */
+#define IDX__KEY_ROW_MAX (8 + 1 + IDX_KEY_MAX + 8)
+/* Writes the row key; returns its length. prefix_only leaves the offset
+ * out (the range of one key's rows). */
+size_t idx__key_row(uint8_t *buf,
+                    uint64_t queue_id,
+                    const void *key,
+                    size_t key_len,
+                    uint64_t offset,
+                    bool prefix_only);
 
 /* groups: (queue id BE, name) -> u64 next offset. Returns the key length. */
 size_t idx__group_key(uint8_t *key,
@@ -364,6 +391,15 @@ int idx__index_record(struct idx_env *e,
                       unsigned max,
                       unsigned *n_results);
 
+/* Delete the key index rows of queue queue_id's messages at offsets
+ * [from, to) from the pending txn, reading their keys from the msgs rows
+ * (call it before those rows are deleted; offsets without a row or without
+ * a key are skipped). 0 or a tern code. */
+int idx__key_rows_delete(struct idx_env *e,
+                         uint64_t queue_id,
+                         uint64_t from,
+                         uint64_t to);
+
 /* ---- snapshot.c: manifests (format: snapshot.c) -------------------------- */
 
 struct idx__manifest
@@ -503,6 +539,7 @@ struct idx_env
     MDB_dbi dbi_namespaces;
     MDB_dbi dbi_pids;
     MDB_dbi dbi_usage;
+    MDB_dbi dbi_keys;            /* message key index (keys.c) */
     MDB_txn *wtxn;               /* pending write txn or NULL */
     struct idx__state st;        /* applied state, including pending */
     struct idx__state committed; /* state of the last commit */

@@ -52,13 +52,29 @@
  *   reused (meta next_queue_id), so a re-created queue starts empty and
  *   no read reaches the rows of the old one.
  * DBI "msgs":
- *   key u64 BE queue id, u64 BE offset (16 bytes) -> 32 bytes:
+ *   key u64 BE queue id, u64 BE offset (16 bytes) -> version 1 (a message
+ *   without properties), 32 bytes:
  *     u64 log position of the record, u32 byte offset of the message data
  *     inside the record payload, u32 length, u64 append time in ms (the
  *     entry's append time, docs/MESSAGES.md "Time": never decreasing with
  *     the offset), u64 producer_id.
+ *   or version 2 (a message with properties, docs/MESSAGES.md), 48 +
+ *   key_len bytes: the 32 bytes of version 1, then
+ *     u32 byte offset of the properties block inside the record payload,
+ *     u32 its length (>= 14), u32 tag hash (idx__tag_hash: tern_checksum32
+ *     of the tag bytes; 0 without a tag), u8 tag_len (0..64), u8 version
+ *     (2), u16 key_len (0..256), key_len bytes of the key.
+ *   The length tells the versions apart. The tag hash lets a tag filter
+ *   skip rows without reading the log, as RocketMQ's ConsumeQueue keeps
+ *   a tag hash code; the key is kept so that the key index rows of an
+ *   offset range can be found (idx__key_rows_delete).
  *   Rows below the queue's start_offset may remain until the cleaner
  *   deletes them; reads never look below start_offset.
+ * DBI "keys" (the key index of message get by key):
+ *   key u64 BE queue id, u8 key_len - 1 (keys are 1..256 bytes), key,
+ *   u64 BE offset -> empty. Written with the msgs row; one key's rows are
+ *   contiguous in offset order. The cleaner deletes them with the msgs
+ *   rows (idx__key_rows_delete before the rows of the range go).
  * DBI "groups":
  *   key u64 BE queue id, group name -> u64 next offset.
  * DBI "producers":
@@ -235,19 +251,37 @@ void idx__msg_key(uint8_t *key, uint64_t queue_id, uint64_t offset)
     idx__put_be64(key + 8, offset);
 }
 
-void idx__msg_val_encode(uint8_t *buf, const struct idx__msg_val *m)
+size_t idx__msg_val_encode(uint8_t *buf, const struct idx__msg_val *m)
 {
     tern_put_u64(buf, m->rec_pos);
     tern_put_u32(buf + 8, m->data_off);
     tern_put_u32(buf + 12, m->len);
     tern_put_u64(buf + 16, m->timestamp_ms);
     tern_put_u64(buf + 24, m->producer_id);
+    if (m->props_len == 0) {
+        return IDX__MSG_VAL_SIZE;
+    }
+    tern_put_u32(buf + 32, m->props_off);
+    tern_put_u32(buf + 36, m->props_len);
+    tern_put_u32(buf + 40, m->tag_hash);
+    buf[44] = m->tag_len;
+    buf[45] = 2;
+    tern_put_u16(buf + 46, m->key_len);
+    if (m->key_len > 0) {
+        memcpy(buf + IDX__MSG_VAL_V2_SIZE, m->key, m->key_len);
+    }
+    return IDX__MSG_VAL_V2_SIZE + (size_t)m->key_len;
 }
 
 int idx__msg_val_decode(const void *buf, size_t len, struct idx__msg_val *m)
 {
     const uint8_t *b = buf;
-    if (len != IDX__MSG_VAL_SIZE) {
+    memset(m, 0, sizeof *m);
+    if (len != IDX__MSG_VAL_SIZE &&
+        (len < IDX__MSG_VAL_V2_SIZE || b[45] != 2 ||
+         len != IDX__MSG_VAL_V2_SIZE + (size_t)tern_get_u16(b + 46) ||
+         tern_get_u16(b + 46) > IDX_KEY_MAX || b[44] > IDX_TAG_MAX ||
+         tern_get_u32(b + 36) == 0)) {
         return TERN_ECORRUPT;
     }
     m->rec_pos = tern_get_u64(b);
@@ -255,7 +289,37 @@ int idx__msg_val_decode(const void *buf, size_t len, struct idx__msg_val *m)
     m->len = tern_get_u32(b + 12);
     m->timestamp_ms = tern_get_u64(b + 16);
     m->producer_id = tern_get_u64(b + 24);
+    if (len > IDX__MSG_VAL_SIZE) {
+        m->props_off = tern_get_u32(b + 32);
+        m->props_len = tern_get_u32(b + 36);
+        m->tag_hash = tern_get_u32(b + 40);
+        m->tag_len = b[44];
+        m->key_len = tern_get_u16(b + 46);
+        m->key = b + IDX__MSG_VAL_V2_SIZE;
+    }
     return 0;
+}
+
+uint32_t idx__tag_hash(const void *tag, size_t len)
+{
+    return len > 0 ? tern_checksum32(tag, len) : 0;
+}
+
+size_t idx__key_row(uint8_t *buf,
+                    uint64_t queue_id,
+                    const void *key,
+                    size_t key_len,
+                    uint64_t offset,
+                    bool prefix_only)
+{
+    idx__put_be64(buf, queue_id);
+    buf[8] = (uint8_t)(key_len - 1); /* keys are 1..256 bytes */
+    memcpy(buf + 9, key, key_len);
+    if (prefix_only) {
+        return 9 + key_len;
+    }
+    idx__put_be64(buf + 9 + key_len, offset);
+    return 17 + key_len;
 }
 
 size_t idx__group_key(uint8_t *key,

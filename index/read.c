@@ -1,6 +1,9 @@
 /*
  * Reads: queue listing and lookup, consumer-group offsets, message
- * fetches, and the security metadata (users, grants and their evaluation,
+ * fetches (with the tag filter: rows whose tag hash matches none of the
+ * filter's are skipped without reading the log, a hash match is confirmed
+ * on the record's tag), message get by offset, id and key (the key index,
+ * newest first), and the security metadata (users, grants and their evaluation,
  * namespaces, producer id owners; docs/AUTH.md). Every read runs in its own
  * LMDB read txn (MDB_NOTLS), so it sees flushed state only, never the pending
  * write txn. Message bytes are served from the commit log with pread; each
@@ -79,6 +82,7 @@ int idx_queue_get(struct idx_env *e,
         out->created_index = q.created_index;
         out->bytes = q.bytes;
         out->settings = q.settings;
+        out->id = q.id;
     }
     mdb_txn_abort(txn);
     return rc;
@@ -137,6 +141,7 @@ int idx_queue_list_after(struct idx_env *e,
             .created_index = q.created_index,
             .bytes = q.bytes,
             .settings = q.settings,
+            .id = q.id,
         };
         if (cb(arg, &qi) != 0) {
             break;
@@ -188,6 +193,85 @@ int idx_group_offset(struct idx_env *e,
     return rc;
 }
 
+/* Read (once per record) and check the record of m into *rec; f filled
+ * for the message at off of queue (queue id qid). */
+static int load_msg(struct idx_env *e,
+                    const char *queue,
+                    uint64_t qid,
+                    uint64_t off,
+                    const struct idx__msg_val *m,
+                    struct idx__record *rec,
+                    uint64_t *rec_pos,
+                    struct idx_fetched *f)
+{
+    if (m->rec_pos != *rec_pos) {
+        int rc = idx__log_read_record(e, m->rec_pos, e->log_end, rec);
+        if (rc == TERN_EMALFORMED) {
+            rc = TERN_ECORRUPT;
+        }
+        if (rc != 0) {
+            *rec_pos = UINT64_MAX;
+            tern_errmsg_wrapf(e->errmsg, "fetch %s offset %llu", queue,
+                              (unsigned long long)off);
+            return rc;
+        }
+        *rec_pos = m->rec_pos;
+    }
+    if (m->data_off > rec->payload_len ||
+        m->len > rec->payload_len - m->data_off ||
+        m->props_off > rec->payload_len ||
+        m->props_len > rec->payload_len - m->props_off) {
+        return IDX__CORRUPT(e, "queue %s: message %llu outside its record",
+                            queue, (unsigned long long)off);
+    }
+    memset(f, 0, sizeof *f);
+    f->offset = off;
+    f->timestamp_ms = m->timestamp_ms;
+    f->producer_id = m->producer_id;
+    f->data = rec->payload + m->data_off;
+    f->len = m->len;
+    f->queue_id = qid;
+    if (m->props_len > 0) {
+        f->props = rec->payload + m->props_off;
+        f->props_len = m->props_len;
+    }
+    return 0;
+}
+
+/* Whether the message of row m (loaded as f when the hash matched) has one
+ * of the filter's tags. hashes[i] is idx__tag_hash of tags[i]. */
+static bool tag_hash_match(const struct idx__msg_val *m,
+                           const struct idx_fetch_opts *o,
+                           const uint32_t *hashes)
+{
+    if (m->tag_len == 0) {
+        return false;
+    }
+    for (uint32_t i = 0; i < o->n_tags; i++) {
+        if (hashes[i] == m->tag_hash && o->tags[i].len == m->tag_len) {
+            return true;
+        }
+    }
+    return false;
+}
+
+static bool tag_match(const struct idx_fetched *f,
+                      const struct idx_fetch_opts *o)
+{
+    struct idx_props p;
+    if (f->props_len == 0 ||
+        idx_props_decode(f->props, f->props_len, &p) != 0) {
+        return false;
+    }
+    for (uint32_t i = 0; i < o->n_tags; i++) {
+        if (o->tags[i].len == p.tag_len &&
+            memcmp(o->tags[i].tag, p.tag, p.tag_len) == 0) {
+            return true;
+        }
+    }
+    return false;
+}
+
 int idx_fetch(struct idx_env *e,
               const char *queue,
               uint64_t offset,
@@ -197,6 +281,18 @@ int idx_fetch(struct idx_env *e,
               void *arg,
               uint64_t *next_offset)
 {
+    struct idx_fetch_opts o = {.max_msgs = max_msgs, .max_bytes = max_bytes};
+    return idx_fetch_filtered(e, queue, offset, &o, cb, arg, next_offset);
+}
+
+int idx_fetch_filtered(struct idx_env *e,
+                       const char *queue,
+                       uint64_t offset,
+                       const struct idx_fetch_opts *o,
+                       idx_fetch_cb cb,
+                       void *arg,
+                       uint64_t *next_offset)
+{
     MDB_txn *txn;
     MDB_cursor *cur = NULL;
     struct idx__queue_val q = {0};
@@ -204,8 +300,23 @@ int idx_fetch(struct idx_env *e,
     uint64_t rec_pos = UINT64_MAX; /* record currently in e->rbuf */
     uint64_t off = offset;
     uint64_t bytes = 0;
-    uint32_t count = 0;
+    uint32_t count = 0, scanned = 0;
+    uint32_t hashes[IDX_FETCH_TAGS_MAX];
     *next_offset = offset;
+    if (o->n_tags > IDX_FETCH_TAGS_MAX || (o->n_tags > 0 && o->tags == NULL)) {
+        return idx__fail(e, TERN_EINVAL, __LINE__,
+                         "a tag filter holds at most %u tags",
+                         IDX_FETCH_TAGS_MAX);
+    }
+    for (uint32_t i = 0; i < o->n_tags; i++) {
+        if (!idx_tag_valid(o->tags[i].tag, o->tags[i].len)) {
+            return idx__fail(e, TERN_EINVAL, __LINE__,
+                             "tag %u of the filter is not a tag (1..%u "
+                             "bytes of [A-Za-z0-9._-])",
+                             i, IDX_TAG_MAX);
+        }
+        hashes[i] = idx__tag_hash(o->tags[i].tag, o->tags[i].len);
+    }
     int rc = rtxn_begin(e, &txn);
     if (rc != 0) {
         return rc;
@@ -236,12 +347,14 @@ int idx_fetch(struct idx_env *e,
         rc = idx__mdb_err(e, rc, "cursor open");
         goto out;
     }
-    while (off < q.next_offset && count < max_msgs) {
+    while (off < q.next_offset && count < o->max_msgs &&
+           (o->max_scan == 0 || scanned < o->max_scan)) {
         uint8_t key[IDX__MSG_KEY_SIZE];
         struct idx__msg_val m;
+        struct idx_fetched f;
         MDB_val k, v;
         idx__msg_key(key, q.id, off);
-        if (count == 0) {
+        if (scanned == 0) {
             k.mv_size = sizeof key;
             k.mv_data = key;
             rc = mdb_cursor_get(cur, &k, &v, MDB_SET_KEY);
@@ -259,44 +372,176 @@ int idx_fetch(struct idx_env *e,
                               (unsigned long long)off);
             goto out;
         }
-        if (count > 0 && bytes + m.len > max_bytes) {
+        scanned++;
+        if (o->n_tags > 0 && !tag_hash_match(&m, o, hashes)) {
+            off++;
+            *next_offset = off;
+            continue;
+        }
+        uint64_t size = m.len + (o->with_props ? m.props_len : 0);
+        if (count > 0 && bytes + size > o->max_bytes) {
             break;
         }
-        if (m.rec_pos != rec_pos) {
-            rc = idx__log_read_record(e, m.rec_pos, e->log_end, &rec);
-            if (rc == TERN_EMALFORMED) {
-                rc = TERN_ECORRUPT;
-            }
-            if (rc != 0) {
-                tern_errmsg_wrapf(e->errmsg, "fetch %s offset %llu", queue,
-                                  (unsigned long long)off);
-                goto out;
-            }
-            rec_pos = m.rec_pos;
-        }
-        if (m.data_off > rec.payload_len ||
-            m.len > rec.payload_len - m.data_off) {
-            rc = IDX__CORRUPT(e, "queue %s: message %llu outside its record",
-                              queue, (unsigned long long)off);
+        rc = load_msg(e, queue, q.id, off, &m, &rec, &rec_pos, &f);
+        if (rc != 0) {
             goto out;
         }
-        struct idx_fetched f = {
-            .offset = off,
-            .timestamp_ms = m.timestamp_ms,
-            .producer_id = m.producer_id,
-            .data = rec.payload + m.data_off,
-            .len = m.len,
-        };
-        count++;
-        bytes += m.len;
         off++;
         *next_offset = off;
+        if (o->n_tags > 0 && !tag_match(&f, o)) {
+            continue; /* a hash collision */
+        }
+        count++;
+        bytes += size;
         if (cb(arg, &f) != 0) {
             break;
         }
     }
     rc = 0;
 out:
+    if (cur != NULL) {
+        mdb_cursor_close(cur);
+    }
+    mdb_txn_abort(txn);
+    return rc;
+}
+
+int idx_message_get(struct idx_env *e,
+                    const char *queue,
+                    uint64_t queue_id,
+                    uint64_t offset,
+                    idx_fetch_cb cb,
+                    void *arg)
+{
+    MDB_txn *txn;
+    struct idx__queue_val q = {0};
+    struct idx__record rec = {0};
+    uint64_t rec_pos = UINT64_MAX;
+    uint8_t key[IDX__MSG_KEY_SIZE];
+    struct idx__msg_val m;
+    struct idx_fetched f;
+    int rc = rtxn_begin(e, &txn);
+    if (rc != 0) {
+        return rc;
+    }
+    rc = lookup_queue(e, txn, queue, &q);
+    if (rc != 0) {
+        goto out;
+    }
+    if ((queue_id != 0 && queue_id != q.id) || offset < q.start_offset ||
+        offset >= q.next_offset) {
+        rc = idx__fail(e, TERN_ENOTFOUND, __LINE__,
+                       "no message %llu in queue %s",
+                       (unsigned long long)offset, queue);
+        goto out;
+    }
+    idx__msg_key(key, q.id, offset);
+    MDB_val k = {sizeof key, key}, v;
+    rc = mdb_get(txn, e->dbi_msgs, &k, &v);
+    if (rc != 0 || idx__msg_val_decode(v.mv_data, v.mv_size, &m) != 0) {
+        rc = IDX__CORRUPT(e, "queue %s: index entry %llu", queue,
+                          (unsigned long long)offset);
+        goto out;
+    }
+    rc = load_msg(e, queue, q.id, offset, &m, &rec, &rec_pos, &f);
+    if (rc == 0) {
+        (void)cb(arg, &f);
+    }
+out:
+    mdb_txn_abort(txn);
+    return rc;
+}
+
+int idx_message_get_key(struct idx_env *e,
+                        const char *queue,
+                        const void *key,
+                        size_t key_len,
+                        uint32_t max,
+                        idx_fetch_cb cb,
+                        void *arg,
+                        uint32_t *n)
+{
+    MDB_txn *txn;
+    MDB_cursor *cur = NULL, *mcur = NULL;
+    struct idx__queue_val q = {0};
+    struct idx__record rec = {0};
+    uint64_t rec_pos = UINT64_MAX;
+    uint8_t prefix[IDX__KEY_ROW_MAX], last[IDX__KEY_ROW_MAX];
+    uint32_t got = 0;
+    if (n != NULL) {
+        *n = 0;
+    }
+    if (key == NULL || key_len == 0 || key_len > IDX_KEY_MAX || max == 0) {
+        return idx__fail(e, TERN_EINVAL, __LINE__,
+                         "a key is 1..%u bytes and max at least 1",
+                         IDX_KEY_MAX);
+    }
+    int rc = rtxn_begin(e, &txn);
+    if (rc != 0) {
+        return rc;
+    }
+    rc = lookup_queue(e, txn, queue, &q);
+    if (rc != 0) {
+        goto out;
+    }
+    size_t plen = idx__key_row(prefix, q.id, key, key_len, 0, true);
+    size_t llen = idx__key_row(last, q.id, key, key_len, UINT64_MAX, false);
+    if ((rc = mdb_cursor_open(txn, e->dbi_keys, &cur)) != 0 ||
+        (rc = mdb_cursor_open(txn, e->dbi_msgs, &mcur)) != 0) {
+        rc = idx__mdb_err(e, rc, "cursor open");
+        goto out;
+    }
+    /* Newest first: from the last row of the key (offset UINT64_MAX is
+     * never a row: the first row at or after it, then back). */
+    MDB_val k = {llen, last}, v;
+    int mrc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
+    if (mrc == MDB_NOTFOUND) {
+        mrc = mdb_cursor_get(cur, &k, &v, MDB_LAST);
+    } else if (mrc == 0) {
+        mrc = mdb_cursor_get(cur, &k, &v, MDB_PREV);
+    }
+    for (; mrc == 0 && got < max; mrc = mdb_cursor_get(cur, &k, &v, MDB_PREV)) {
+        if (k.mv_size != plen + 8 || memcmp(k.mv_data, prefix, plen) != 0) {
+            break;
+        }
+        uint64_t off = idx__get_be64((const uint8_t *)k.mv_data + plen);
+        if (off < q.start_offset) {
+            break; /* trimmed: awaiting the cleaner */
+        }
+        uint8_t mkey[IDX__MSG_KEY_SIZE];
+        struct idx__msg_val m;
+        struct idx_fetched f;
+        idx__msg_key(mkey, q.id, off);
+        MDB_val mk = {sizeof mkey, mkey}, mv;
+        rc = mdb_cursor_get(mcur, &mk, &mv, MDB_SET_KEY);
+        if (rc != 0 || idx__msg_val_decode(mv.mv_data, mv.mv_size, &m) != 0) {
+            rc = IDX__CORRUPT(e,
+                              "queue %s: key row of offset %llu has no "
+                              "message",
+                              queue, (unsigned long long)off);
+            goto out;
+        }
+        rc = load_msg(e, queue, q.id, off, &m, &rec, &rec_pos, &f);
+        if (rc != 0) {
+            goto out;
+        }
+        got++;
+        if (cb(arg, &f) != 0) {
+            break;
+        }
+    }
+    if (mrc != 0 && mrc != MDB_NOTFOUND) {
+        rc = idx__mdb_err(e, mrc, "cursor");
+        goto out;
+    }
+    rc = 0;
+    if (n != NULL) {
+        *n = got;
+    }
+out:
+    if (mcur != NULL) {
+        mdb_cursor_close(mcur);
+    }
     if (cur != NULL) {
         mdb_cursor_close(cur);
     }

@@ -144,7 +144,7 @@ static void seal_open(struct node_batcher *b)
 /* A rough size of what r adds to an entry, to seal before the bound. */
 static size_t request_size(const struct proto_request *r)
 {
-    return 64 + r->queue_len + r->group_len + r->msgs_len +
+    return 64 + r->queue_len + r->group_len + r->msgs_len + r->props_len +
            (size_t)r->n_msgs * 8;
 }
 
@@ -287,7 +287,7 @@ int node_batcher_add(struct node_batcher *b,
     char queue[PROTO_MAX_NAME + 1];
     char group[PROTO_MAX_NAME + 1];
     struct node_wreq *w;
-    struct idx_msg *msgs = NULL;
+    struct idx_pmsg *msgs = NULL;
 
     switch (r->op) {
     case PROTO_OP_QUEUE_CREATE:
@@ -338,6 +338,16 @@ int node_batcher_add(struct node_batcher *b,
             msgs[i].len = m.len;
             i++;
         }
+        /* Properties blocks (checked by the server before this). */
+        pos = 0;
+        for (uint32_t k = 0; r->props_len > 0 && k < i; k++) {
+            if (!proto_next_props(r, &pos, &m)) {
+                i = 0;
+                break;
+            }
+            msgs[k].props = m.data;
+            msgs[k].props_len = m.len;
+        }
         if (i != r->n_msgs) {
             tern_free(msgs);
             tern_free(w);
@@ -372,8 +382,8 @@ int node_batcher_add(struct node_batcher *b,
         idx_cmd_queue_delete(&b->open->w, queue);
         break;
     case PROTO_OP_PRODUCE:
-        idx_cmd_produce(&b->open->w, queue, r->producer_id, r->seq, msgs,
-                        r->n_msgs);
+        idx_cmd_produce_props(&b->open->w, queue, r->producer_id, r->seq, msgs,
+                              r->n_msgs);
         break;
     case PROTO_OP_GROUP_FETCH:
         /* A read: nothing changes, the request is answered (served from
@@ -384,6 +394,12 @@ int node_batcher_add(struct node_batcher *b,
         w->max_msgs = r->max_msgs;
         w->max_bytes = r->max_bytes;
         w->wait_ms = r->wait_ms;
+        w->filter.flags = r->flags;
+        w->filter.n_tags = r->n_tags;
+        w->filter.len = (uint16_t)TERN_MIN(r->tags_len, sizeof w->filter.raw);
+        if (w->filter.len > 0) {
+            memcpy(w->filter.raw, r->tags, w->filter.len);
+        }
         break;
     default:
         idx_cmd_group_commit(&b->open->w, queue, group, r->offset);

@@ -20,6 +20,16 @@
  * and freed by the batcher; owner is the requester's (the server's
  * connection, which holds a reference for each request until it is
  * answered). */
+/* A FETCH/GROUP_FETCH's flags (PROTO_FETCH_*) and tag filter as the
+ * request carried them: n_tags records (u8 len, tag) in raw[0..len). */
+struct node_fetch_filter
+{
+    uint8_t flags;
+    uint8_t n_tags;
+    uint16_t len;
+    uint8_t raw[PROTO_MAX_FILTER_TAGS * (1 + PROTO_MAX_TAG)];
+};
+
 struct node_wreq
 {
     struct tern_list link;
@@ -35,6 +45,7 @@ struct node_wreq
     uint32_t max_msgs;
     uint32_t max_bytes;
     uint32_t wait_ms;
+    struct node_fetch_filter filter;
 };
 
 /* One raft command entry in the making or in flight. */

@@ -70,6 +70,9 @@
  *   max_parked            = 10000  ; long-poll fetches waiting, in total
  *   max_parked_per_conn   = 64     ; long-poll fetches per connection
  *   list_page_max         = 1000   ; queues per QUEUE_LIST page
+ *   fetch_scan_max        = 100000 ; messages a tag-filtered fetch
+ *                                  ; examines per answer (it answers
+ *                                  ; with what matched and where to go on)
  *                                  ; Over a bound the client gets
  *                                  ; TERN_ELIMIT naming the key.
  *
@@ -205,6 +208,8 @@ static const char usage_text[] =
     "  --max-parked-per-conn N    long-poll fetches per connection "
     "(default 64)\n"
     "  --list-page-max N          queues per list page (default 1000)\n"
+    "  --fetch-scan-max N         messages a tag-filtered fetch examines\n"
+    "                             per answer (default 100000)\n"
     "  --log-level L              error|warn|info|debug (default info)\n"
     "  --transport T              raft transport: tcp (default), shm "
     "(shared memory,\n"
@@ -300,6 +305,7 @@ static const char usage_text[] =
     "  max_parked = 10000\n"
     "  max_parked_per_conn = 64\n"
     "  list_page_max = 1000\n"
+    "  fetch_scan_max = 100000\n"
     "  [security]\n"
     "  peer_auth = tls\n"
     "  cluster_ca = /etc/tern/ca.pem\n"
@@ -355,6 +361,7 @@ void node_config_init(struct node_config *c)
     c->max_parked = NODE_DEFAULT_MAX_PARKED;
     c->max_parked_per_conn = NODE_DEFAULT_MAX_PARKED_PER_CONN;
     c->list_page_max = NODE_DEFAULT_LIST_PAGE_MAX;
+    c->fetch_scan_max = NODE_DEFAULT_FETCH_SCAN_MAX;
     c->max_term_jump = NODE_DEFAULT_MAX_TERM_JUMP;
     c->peer_handshake_timeout_ms = NODE_DEFAULT_PEER_HANDSHAKE_MS;
     c->peer_max_pending = NODE_DEFAULT_PEER_MAX_PENDING;
@@ -948,6 +955,8 @@ static const struct key keys[] = {
      NODE__UINT(max_parked_per_conn), 1000000},
     {"limits", "list_page_max", "--list-page-max", set_unsigned,
      NODE__UINT(list_page_max), 100000},
+    {"limits", "fetch_scan_max", "--fetch-scan-max", set_unsigned,
+     NODE__UINT(fetch_scan_max), 1000000000},
     {"security", "peer_auth", "--peer-auth", set_peer_auth,
      NODE__INT(peer_auth), 0},
     {"security", "cluster_ca", "--cluster-ca", set_text, NODE__STR(cluster_ca),
@@ -1473,6 +1482,10 @@ static int validate_client_limits(const struct node_config *c, char *errmsg)
                            "64K and client_memory_bytes (%llu)",
                            (unsigned long long)c->max_conn_queued_bytes,
                            (unsigned long long)c->client_memory_bytes);
+        return TERN_EINVAL;
+    }
+    if (c->fetch_scan_max == 0) {
+        tern_errmsg_printf(errmsg, "fetch_scan_max must be > 0");
         return TERN_EINVAL;
     }
     if (c->max_connections == 0 || c->max_connections_per_addr == 0 ||

@@ -31,6 +31,15 @@
  * re-checked after each flush that applied something) or when wait_ms
  * expires (empty answer).
  *
+ * Message properties (docs/MESSAGES.md): a PRODUCE's properties blocks are
+ * checked (idx_props_check) before anything is proposed, and refused with
+ * TERN_EINVAL / TERN_ETOOBIG naming the limit. A FETCH or GROUP_FETCH may
+ * ask for properties and carry a tag filter: idx_fetch_filtered skips the
+ * messages without a matching tag on this node, examining at most
+ * [limits] fetch_scan_max messages per answer, so an answer may hold no
+ * message and still advance next_offset. MESSAGE_GET (by offset, id or
+ * key) is served from the local index on any node, like FETCH.
+ *
  * Connection states: OPEN (reading, answering) -> DRAINING (a fatal frame
  * error was answered; no more reading; closed once the write queue is
  * empty) -> CLOSING (uv_close issued) -> CLOSED (handle closed). The memory
@@ -217,6 +226,7 @@ struct parked
     uint32_t max_bytes;
     bool leader_only;  /* GROUP_FETCH, or FETCH with PROTO_FETCH_LEADER */
     uint64_t deadline; /* uv_now ms */
+    struct node_fetch_filter filter;
 };
 
 /* One log line per second per kind; the rest are counted. */
@@ -554,6 +564,8 @@ struct fetch_ctx
 {
     struct tern_wbuf *w;
     uint32_t n;
+    bool props;    /* PROTO_FETCH_PROPS: the records carry properties */
+    size_t budget; /* MESSAGE_GET: stop once the answer holds this much */
 };
 
 static int fetch_cb(void *arg, const struct idx_fetched *m)
@@ -562,8 +574,45 @@ static int fetch_cb(void *arg, const struct idx_fetched *m)
     tern_wbuf_u64(x->w, m->offset);
     tern_wbuf_u64(x->w, m->timestamp_ms);
     proto_put_blob(x->w, m->data, m->len);
+    if (x->props) {
+        proto_put_blob(x->w, m->props, m->props_len);
+    }
     x->n++;
-    return x->w->err;
+    if (x->w->err != 0) {
+        return x->w->err;
+    }
+    return x->budget > 0 && x->w->len >= x->budget ? 1 : 0;
+}
+
+/* The filter of request r (flags and raw tag records) into *f. */
+static void filter_from_req(const struct proto_request *r,
+                            struct node_fetch_filter *f)
+{
+    memset(f, 0, sizeof(*f));
+    f->flags = r->flags;
+    f->n_tags = r->n_tags;
+    f->len = (uint16_t)TERN_MIN(r->tags_len, sizeof(f->raw));
+    if (f->len > 0) {
+        memcpy(f->raw, r->tags, f->len);
+    }
+}
+
+/* The tags of f as idx_tag records (borrowing from f); returns how many. */
+static uint32_t filter_tags(const struct node_fetch_filter *f,
+                            struct idx_tag *tags)
+{
+    struct tern_cursor cur;
+    uint32_t n = 0;
+    tern_cursor_init(&cur, f->raw, f->len);
+    while (n < f->n_tags && n < IDX_FETCH_TAGS_MAX && cur.err == 0 &&
+           tern_cursor_left(&cur) > 0) {
+        tags[n].len = tern_cursor_u8(&cur);
+        tags[n].tag = (const char *)tern_cursor_bytes(&cur, tags[n].len);
+        if (cur.err == 0) {
+            n++;
+        }
+    }
+    return n;
 }
 
 static void park_arm(struct node_server *s);
@@ -588,8 +637,10 @@ static bool serve_fetch(struct node_conn *c,
                         uint32_t max_msgs,
                         uint32_t max_bytes,
                         uint32_t wait_ms,
-                        bool leader_only)
+                        bool leader_only,
+                        const struct node_fetch_filter *ff)
 {
+    static const struct node_fetch_filter no_filter;
     const struct node_view *v = &c->view;
     struct idx_env *e = view_idx(v);
     const struct node_config *cfg = v->cfg;
@@ -675,6 +726,7 @@ static bool serve_fetch(struct node_conn *c,
             p->max_msgs = max_msgs;
             p->max_bytes = max_bytes;
             p->leader_only = leader_only;
+            p->filter = ff != NULL ? *ff : no_filter;
             p->deadline =
                 uv_now(s->loop) + TERN_MIN(wait_ms, SERVER__MAX_WAIT_MS);
             tern_list_push(&s->parked, &p->link);
@@ -711,13 +763,29 @@ static bool serve_fetch(struct node_conn *c,
     tern_wbuf_u64(&w, qi.next_offset);
     n_pos = w.len;
     tern_wbuf_u32(&w, 0); /* n, patched below */
+    if (ff == NULL) {
+        ff = &no_filter;
+    }
+    struct idx_tag tags[IDX_FETCH_TAGS_MAX];
+    struct idx_fetch_opts o = {
+        .max_msgs = max_msgs,
+        .max_bytes = max_bytes,
+        .tags = tags,
+        .n_tags = filter_tags(ff, tags),
+        .max_scan = cfg->fetch_scan_max,
+        .with_props = (ff->flags & PROTO_FETCH_PROPS) != 0,
+    };
     x.w = &w;
     x.n = 0;
+    x.props = o.with_props;
+    x.budget = 0;
     rv = 0;
     next = offset;
     if (offset < qi.next_offset) {
-        rv = idx_fetch(e, queue, offset, max_msgs, max_bytes, fetch_cb, &x,
-                       &next);
+        rv = idx_fetch_filtered(e, queue, offset, &o, fetch_cb, &x, &next);
+    }
+    if (x.props) {
+        tern_wbuf_u64(&w, qi.id);
     }
     if (rv != 0 || w.err != 0) {
         tern_wbuf_free(&w);
@@ -734,6 +802,71 @@ static bool serve_fetch(struct node_conn *c,
     }
     conn_send(c, &w);
     return false;
+}
+
+/* MESSAGE_GET: by offset, id or key, from the local index (any node). The
+ * answer stops growing once it reaches what the memory bounds leave (at
+ * least one message), as a FETCH's does. */
+static void serve_message_get(struct node_conn *c,
+                              uint64_t request_id,
+                              const struct proto_request *r,
+                              const char *queue)
+{
+    const struct node_view *v = &c->view;
+    struct idx_env *e = view_idx(v);
+    struct idx_queue_info qi;
+    struct tern_wbuf w;
+    struct fetch_ctx x;
+    size_t start, n_pos;
+    int rv;
+    if (e == NULL) {
+        send_error(c, r->op, request_id, TERN_ESHUTDOWN, NULL);
+        return;
+    }
+    rv = idx_queue_get(e, queue, &qi);
+    if (rv != 0) {
+        send_error(c, r->op, request_id, rv, NULL);
+        return;
+    }
+    tern_wbuf_init(&w);
+    start = w.len;
+    proto_frame_begin(&w, PROTO_OP_MESSAGE_GET | PROTO_OP_RESPONSE, request_id,
+                      0);
+    tern_wbuf_u64(&w, qi.id);
+    n_pos = w.len;
+    tern_wbuf_u32(&w, 0); /* n, patched below */
+    x.w = &w;
+    x.n = 0;
+    x.props = true;
+    x.budget = TERN_MAX(
+        TERN_MIN(conn_left(c) / 2, (size_t)(v->cfg->max_frame_bytes / 2)),
+        (size_t)1);
+    if (r->get_by == PROTO_GET_KEY) {
+        rv = idx_message_get_key(e, queue, r->key, r->key_len, r->max_count,
+                                 fetch_cb, &x, NULL);
+    } else {
+        rv = idx_message_get(e, queue,
+                             r->get_by == PROTO_GET_ID ? r->queue_id : 0,
+                             r->offset, fetch_cb, &x);
+    }
+    if (rv != 0 || w.err != 0) {
+        char m[TERN_ERRMSG_SIZE];
+        (void)snprintf(m, sizeof(m), "no message at offset %llu%s",
+                       (unsigned long long)r->offset,
+                       r->get_by == PROTO_GET_ID ? " with that id" : "");
+        tern_wbuf_free(&w);
+        send_error(c, r->op, request_id, rv != 0 ? rv : w.err,
+                   rv == TERN_ENOTFOUND ? m : NULL);
+        return;
+    }
+    tern_put_u32(w.base + n_pos, x.n);
+    rv = proto_frame_end(&w, start);
+    if (rv != 0) {
+        tern_wbuf_free(&w);
+        send_error(c, r->op, request_id, rv, NULL);
+        return;
+    }
+    conn_send(c, &w);
 }
 
 static void parked_free(struct node_server *s, struct parked *p)
@@ -761,7 +894,7 @@ static void parked_answer(struct node_server *s, struct parked *p)
         if (!p->leader_only ||
             !refuse_unless_writable(c, p->op, p->request_id, &st)) {
             serve_fetch(c, p->op, p->request_id, p->queue, p->group, p->offset,
-                        p->max_msgs, p->max_bytes, 0, false);
+                        p->max_msgs, p->max_bytes, 0, false, &p->filter);
         }
     }
     parked_free(s, p);
@@ -1290,6 +1423,20 @@ static void handle_write(struct node_conn *c,
             bytes += msg.len;
             i++;
         }
+        /* Properties: refused here, naming the limit, before anything is
+         * proposed (the validator of every node would refuse them too). */
+        pos = 0;
+        for (i = 0; r->props_len > 0 && proto_next_props(r, &pos, &msg); i++) {
+            char pm[TERN_ERRMSG_SIZE];
+            if (msg.len > 0 &&
+                (rv = idx_props_check(msg.data, msg.len, pm)) != 0) {
+                (void)snprintf(m, sizeof(m), "message %u: %.200s", i, pm);
+                send_error(c, r->op, request_id,
+                           rv == TERN_ETOOBIG ? TERN_ETOOBIG : TERN_EINVAL, m);
+                return;
+            }
+            bytes += msg.len;
+        }
         if (c->srv == NULL) {
             send_error(c, r->op, request_id, TERN_ESHUTDOWN, NULL);
             return;
@@ -1335,8 +1482,10 @@ static void handle_group_fetch(struct node_conn *c,
         return;
     }
     if (v->ops.disk_check(v->arg, m) != 0) {
+        struct node_fetch_filter ff;
+        filter_from_req(r, &ff);
         serve_fetch(c, r->op, request_id, queue, group, 0, r->max_msgs,
-                    r->max_bytes, r->wait_ms, true);
+                    r->max_bytes, r->wait_ms, true, &ff);
         return;
     }
     batch_request(c, request_id, r);
@@ -1355,7 +1504,8 @@ void node_server_respond(struct node_wreq *w)
         } else if (w->op == PROTO_OP_GROUP_FETCH) {
             /* The barrier is applied and flushed: serve the read now. */
             serve_fetch(c, w->op, w->request_id, w->queue, w->group, 0,
-                        w->max_msgs, w->max_bytes, w->wait_ms, true);
+                        w->max_msgs, w->max_bytes, w->wait_ms, true,
+                        &w->filter);
         } else {
             struct tern_wbuf b;
             tern_wbuf_init(&b);
@@ -1525,7 +1675,7 @@ static bool op_has_queue(uint8_t op)
            op == PROTO_OP_PRODUCE || op == PROTO_OP_FETCH ||
            op == PROTO_OP_GROUP_FETCH || op == PROTO_OP_GROUP_COMMIT ||
            op == PROTO_OP_QUEUE_UPDATE || op == PROTO_OP_QUEUE_INFO ||
-           op == PROTO_OP_OFFSET_FOR_TIME;
+           op == PROTO_OP_OFFSET_FOR_TIME || op == PROTO_OP_MESSAGE_GET;
 }
 
 /* QUEUE_INFO and OFFSET_FOR_TIME (docs/MESSAGES.md): served from this
@@ -1640,10 +1790,15 @@ static void handle_request(struct node_conn *c,
                 break;
             }
         }
+        struct node_fetch_filter ff;
+        filter_from_req(r, &ff);
         serve_fetch(c, r->op, request_id, stored, "", r->offset, r->max_msgs,
-                    r->max_bytes, r->wait_ms, leader_only);
+                    r->max_bytes, r->wait_ms, leader_only, &ff);
         break;
     }
+    case PROTO_OP_MESSAGE_GET:
+        serve_message_get(c, request_id, r, stored);
+        break;
     case PROTO_OP_GROUP_FETCH:
         name_copy(group, r->group, r->group_len);
         handle_group_fetch(c, request_id, r, stored, group);
@@ -1691,6 +1846,7 @@ static size_t answer_estimate(const struct node_conn *c,
     switch (r->op) {
     case PROTO_OP_FETCH:
     case PROTO_OP_GROUP_FETCH:
+    case PROTO_OP_MESSAGE_GET:
         return SERVER__FETCH_MIN_ANSWER;
     case PROTO_OP_QUEUE_LIST:
     case PROTO_OP_USER_LIST:

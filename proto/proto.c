@@ -329,6 +329,108 @@ static void get_msg(struct tern_cursor *c, void *item)
     m->data = proto_get_blob(c, &m->len);
 }
 
+int proto_tag_valid(const char *t, size_t len)
+{
+    if (t == NULL || len == 0 || len > PROTO_MAX_TAG) {
+        return 0;
+    }
+    for (size_t i = 0; i < len; i++) {
+        char ch = t[i];
+        if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+              (ch >= '0' && ch <= '9') || ch == '.' || ch == '_' ||
+              ch == '-')) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* The optional flags byte and tag filter of FETCH/GROUP_FETCH; allowed:
+ * the flag bits this op may carry. */
+static int get_fetch_tail(struct tern_cursor *c,
+                          struct proto_request *out,
+                          uint8_t allowed)
+{
+    if (c->err != 0 || tern_cursor_left(c) == 0) {
+        return 0;
+    }
+    out->flags = tern_cursor_u8(c);
+    /* Present only when not 0: one encoding per request. */
+    if (c->err != 0 || out->flags == 0 || (out->flags & ~allowed) != 0) {
+        return TERN_EMALFORMED;
+    }
+    if ((out->flags & PROTO_FETCH_TAGS) == 0) {
+        return 0;
+    }
+    out->n_tags = tern_cursor_u8(c);
+    if (out->n_tags == 0 || out->n_tags > PROTO_MAX_FILTER_TAGS) {
+        return TERN_EMALFORMED;
+    }
+    out->tags = c->p;
+    for (uint8_t i = 0; i < out->n_tags; i++) {
+        uint8_t n = tern_cursor_u8(c);
+        const char *t = (const char *)tern_cursor_bytes(c, n);
+        if (c->err != 0) {
+            return TERN_EMALFORMED;
+        }
+        if (!proto_tag_valid(t, n)) {
+            return TERN_EBADNAME;
+        }
+    }
+    out->tags_len = (size_t)(c->p - out->tags);
+    return 0;
+}
+
+/* PRODUCE's optional properties tail. */
+static int get_produce_tail(struct tern_cursor *c, struct proto_request *out)
+{
+    struct proto_msg m;
+    if (c->err != 0 || tern_cursor_left(c) == 0) {
+        return 0;
+    }
+    if (tern_cursor_u8(c) != PROTO_PRODUCE_PROPS) {
+        return TERN_EMALFORMED;
+    }
+    records_skip(c, out->n_msgs, get_msg, &m, &out->props, &out->props_len);
+    if (c->err != 0) {
+        return TERN_EMALFORMED;
+    }
+    /* One encoding: a tail of empty blocks is no tail. */
+    if (out->props_len == (size_t)out->n_msgs * 4) {
+        return TERN_EMALFORMED;
+    }
+    return 0;
+}
+
+static int get_message_get(struct tern_cursor *c, struct proto_request *out)
+{
+    int rv = get_name(c, &out->queue, &out->queue_len);
+    if (rv != 0) {
+        return rv;
+    }
+    out->get_by = tern_cursor_u8(c);
+    switch (out->get_by) {
+    case PROTO_GET_ID:
+        out->queue_id = tern_cursor_u64(c);
+        /* fall through */
+    case PROTO_GET_OFFSET:
+        out->offset = tern_cursor_u64(c);
+        break;
+    case PROTO_GET_KEY:
+        out->key = proto_get_blob(c, &out->key_len);
+        out->max_count = tern_cursor_u32(c);
+        if (c->err == 0 &&
+            (out->key_len == 0 || out->key_len > PROTO_MAX_KEY ||
+             out->max_count == 0 || out->max_count > PROTO_MESSAGE_GET_MAX)) {
+            return TERN_EMALFORMED;
+        }
+        break;
+    default:
+        return TERN_EMALFORMED;
+    }
+    return 0;
+}
+
 int proto_pattern_valid(const char *p, size_t len)
 {
     if (p == NULL || len == 0 || len > PROTO_MAX_NAME) {
@@ -709,6 +811,9 @@ int proto_decode_request(uint8_t op,
         if (c.err == 0 && out->n_msgs == 0) {
             rv = TERN_EINVAL;
         }
+        if (rv == 0) {
+            rv = get_produce_tail(&c, out);
+        }
         break;
     }
     case PROTO_OP_FETCH:
@@ -717,13 +822,10 @@ int proto_decode_request(uint8_t op,
         out->max_msgs = tern_cursor_u32(&c);
         out->max_bytes = tern_cursor_u32(&c);
         out->wait_ms = tern_cursor_u32(&c);
-        if (rv == 0 && c.err == 0 && tern_cursor_left(&c) > 0) {
-            out->flags = tern_cursor_u8(&c);
-            /* Present only when not 0: one encoding per request. */
-            if (c.err == 0 &&
-                (out->flags == 0 || (out->flags & ~PROTO_FETCH_LEADER) != 0)) {
-                rv = TERN_EMALFORMED;
-            }
+        if (rv == 0) {
+            rv = get_fetch_tail(
+                &c, out,
+                PROTO_FETCH_LEADER | PROTO_FETCH_PROPS | PROTO_FETCH_TAGS);
         }
         break;
     case PROTO_OP_GROUP_FETCH:
@@ -734,6 +836,12 @@ int proto_decode_request(uint8_t op,
         out->max_msgs = tern_cursor_u32(&c);
         out->max_bytes = tern_cursor_u32(&c);
         out->wait_ms = tern_cursor_u32(&c);
+        if (rv == 0) {
+            rv = get_fetch_tail(&c, out, PROTO_FETCH_PROPS | PROTO_FETCH_TAGS);
+        }
+        break;
+    case PROTO_OP_MESSAGE_GET:
+        rv = get_message_get(&c, out);
         break;
     case PROTO_OP_GROUP_COMMIT:
         rv = get_name(&c, &out->queue, &out->queue_len);
@@ -783,6 +891,32 @@ int proto_next_msg(const struct proto_request *r,
                    struct proto_msg *m)
 {
     return records_next(r->msgs, r->msgs_len, pos, get_msg, m);
+}
+
+int proto_next_props(const struct proto_request *r,
+                     size_t *pos,
+                     struct proto_msg *m)
+{
+    return records_next(r->props, r->props_len, pos, get_msg, m);
+}
+
+int proto_next_tag(const struct proto_request *r,
+                   size_t *pos,
+                   const char **tag,
+                   uint8_t *len)
+{
+    struct tern_cursor c;
+    if (r->tags == NULL || *pos >= r->tags_len) {
+        return 0;
+    }
+    tern_cursor_init(&c, r->tags + *pos, r->tags_len - *pos);
+    *len = tern_cursor_u8(&c);
+    *tag = (const char *)tern_cursor_bytes(&c, *len);
+    if (c.err != 0) {
+        return 0;
+    }
+    *pos = r->tags_len - tern_cursor_left(&c);
+    return 1;
 }
 
 int proto_encode_queue_op(struct tern_wbuf *w,
@@ -838,6 +972,126 @@ int proto_encode_produce_at(struct tern_wbuf *w,
         struct proto_msg m;
         at(msgs, i, &m);
         proto_put_blob(w, m.data, m.len);
+    }
+    return proto_frame_end(w, start);
+}
+
+int proto_encode_produce_props(struct tern_wbuf *w,
+                               uint64_t request_id,
+                               const char *queue,
+                               uint64_t producer_id,
+                               uint64_t seq,
+                               proto_pmsg_at_cb at,
+                               const void *msgs,
+                               uint32_t n)
+{
+    size_t start = w->len;
+    struct proto_msg m, p;
+    bool props = false;
+    if (n == 0 || msgs == NULL || at == NULL) {
+        return TERN_EINVAL;
+    }
+    proto_frame_begin(w, PROTO_OP_PRODUCE, request_id, 0);
+    put_name(w, queue);
+    tern_wbuf_u64(w, producer_id);
+    tern_wbuf_u64(w, seq);
+    tern_wbuf_u32(w, n);
+    for (uint32_t i = 0; i < n; i++) {
+        at(msgs, i, &m, &p);
+        proto_put_blob(w, m.data, m.len);
+        props = props || p.len > 0;
+    }
+    if (props) {
+        tern_wbuf_u8(w, PROTO_PRODUCE_PROPS);
+        for (uint32_t i = 0; i < n; i++) {
+            at(msgs, i, &m, &p);
+            proto_put_blob(w, p.data, p.len);
+        }
+    }
+    return proto_frame_end(w, start);
+}
+
+int proto_encode_fetch_filtered(struct tern_wbuf *w,
+                                uint64_t request_id,
+                                const char *queue,
+                                const char *group,
+                                uint64_t offset,
+                                uint32_t max_msgs,
+                                uint32_t max_bytes,
+                                uint32_t wait_ms,
+                                const struct proto_fetch_filter *f)
+{
+    size_t start = w->len;
+    uint8_t flags = f != NULL ? f->flags : 0;
+    uint32_t n_tags = f != NULL ? f->n_tags : 0;
+    uint8_t allowed = group != NULL ? PROTO_FETCH_PROPS
+                                    : PROTO_FETCH_PROPS | PROTO_FETCH_LEADER;
+    if ((flags & ~allowed) != 0 || n_tags > PROTO_MAX_FILTER_TAGS ||
+        (n_tags > 0 && f->tags == NULL)) {
+        return TERN_EINVAL;
+    }
+    for (uint32_t i = 0; i < n_tags; i++) {
+        if (f->tags[i] == NULL ||
+            !proto_tag_valid(f->tags[i],
+                             strnlen(f->tags[i], PROTO_MAX_TAG + 1))) {
+            return TERN_EBADNAME;
+        }
+    }
+    if (n_tags > 0) {
+        flags |= PROTO_FETCH_TAGS;
+    }
+    proto_frame_begin(w, group != NULL ? PROTO_OP_GROUP_FETCH : PROTO_OP_FETCH,
+                      request_id, 0);
+    put_name(w, queue);
+    if (group != NULL) {
+        put_name(w, group);
+    } else {
+        tern_wbuf_u64(w, offset);
+    }
+    tern_wbuf_u32(w, max_msgs);
+    tern_wbuf_u32(w, max_bytes);
+    tern_wbuf_u32(w, wait_ms);
+    if (flags != 0) {
+        tern_wbuf_u8(w, flags);
+    }
+    if (n_tags > 0) {
+        tern_wbuf_u8(w, (uint8_t)n_tags);
+        for (uint32_t i = 0; i < n_tags; i++) {
+            size_t n = strlen(f->tags[i]);
+            tern_wbuf_u8(w, (uint8_t)n);
+            tern_wbuf_put(w, f->tags[i], n);
+        }
+    }
+    return proto_frame_end(w, start);
+}
+
+int proto_encode_message_get(struct tern_wbuf *w,
+                             uint64_t request_id,
+                             const char *queue,
+                             uint64_t queue_id,
+                             uint64_t offset,
+                             const void *key,
+                             uint32_t key_len,
+                             uint32_t max)
+{
+    size_t start = w->len;
+    if (key != NULL && (key_len == 0 || key_len > PROTO_MAX_KEY || max == 0 ||
+                        max > PROTO_MESSAGE_GET_MAX)) {
+        return TERN_EINVAL;
+    }
+    proto_frame_begin(w, PROTO_OP_MESSAGE_GET, request_id, 0);
+    put_name(w, queue);
+    if (key != NULL) {
+        tern_wbuf_u8(w, PROTO_GET_KEY);
+        proto_put_blob(w, key, key_len);
+        tern_wbuf_u32(w, max);
+    } else if (queue_id != 0) {
+        tern_wbuf_u8(w, PROTO_GET_ID);
+        tern_wbuf_u64(w, queue_id);
+        tern_wbuf_u64(w, offset);
+    } else {
+        tern_wbuf_u8(w, PROTO_GET_OFFSET);
+        tern_wbuf_u64(w, offset);
     }
     return proto_frame_end(w, start);
 }
@@ -1000,6 +1254,65 @@ static void get_fetched(struct tern_cursor *c, void *item)
     m->offset = tern_cursor_u64(c);
     m->timestamp_ms = tern_cursor_u64(c);
     m->data = proto_get_blob(c, &m->len);
+    m->props = NULL;
+    m->props_len = 0;
+}
+
+static void get_fetched_props(struct tern_cursor *c, void *item)
+{
+    struct proto_fetched_msg *m = item;
+    get_fetched(c, m);
+    m->props = proto_get_blob(c, &m->props_len);
+}
+
+void proto_put_fetched_props(struct tern_wbuf *w,
+                             const struct proto_fetched_msg *m)
+{
+    tern_wbuf_u64(w, m->offset);
+    tern_wbuf_u64(w, m->timestamp_ms);
+    proto_put_blob(w, m->data, m->len);
+    proto_put_blob(w, m->props, m->props_len);
+}
+
+int proto_encode_fetch_props_resp(struct tern_wbuf *w,
+                                  uint8_t op,
+                                  uint64_t request_id,
+                                  uint64_t next_offset,
+                                  uint64_t end_offset,
+                                  const struct proto_fetched_msg *msgs,
+                                  uint32_t n,
+                                  uint64_t queue_id)
+{
+    size_t start = w->len;
+    if (op != PROTO_OP_FETCH && op != PROTO_OP_GROUP_FETCH) {
+        return TERN_EINVAL;
+    }
+    proto_frame_begin(w, (uint8_t)(op | PROTO_OP_RESPONSE), request_id, 0);
+    tern_wbuf_u64(w, next_offset);
+    tern_wbuf_u64(w, end_offset);
+    tern_wbuf_u32(w, n);
+    for (uint32_t i = 0; i < n; i++) {
+        proto_put_fetched_props(w, &msgs[i]);
+    }
+    tern_wbuf_u64(w, queue_id);
+    return proto_frame_end(w, start);
+}
+
+int proto_encode_message_get_resp(struct tern_wbuf *w,
+                                  uint64_t request_id,
+                                  uint64_t queue_id,
+                                  const struct proto_fetched_msg *msgs,
+                                  uint32_t n)
+{
+    size_t start = w->len;
+    proto_frame_begin(w, PROTO_OP_MESSAGE_GET | PROTO_OP_RESPONSE, request_id,
+                      0);
+    tern_wbuf_u64(w, queue_id);
+    tern_wbuf_u32(w, n);
+    for (uint32_t i = 0; i < n; i++) {
+        proto_put_fetched_props(w, &msgs[i]);
+    }
+    return proto_frame_end(w, start);
 }
 
 int proto_decode_fetch_resp(const void *body,
@@ -1009,6 +1322,7 @@ int proto_decode_fetch_resp(const void *body,
     struct tern_cursor c;
     struct proto_fetched_msg m;
     tern_cursor_init(&c, body, len);
+    memset(out, 0, sizeof *out);
     out->next_offset = tern_cursor_u64(&c);
     out->end_offset = tern_cursor_u64(&c);
     out->n = tern_cursor_u32(&c);
@@ -1016,11 +1330,44 @@ int proto_decode_fetch_resp(const void *body,
     return decode_end(&c, 1, out, sizeof *out);
 }
 
+int proto_decode_fetch_props_resp(const void *body,
+                                  size_t len,
+                                  struct proto_fetch_resp *out)
+{
+    struct tern_cursor c;
+    struct proto_fetched_msg m;
+    tern_cursor_init(&c, body, len);
+    memset(out, 0, sizeof *out);
+    out->with_props = 1;
+    out->next_offset = tern_cursor_u64(&c);
+    out->end_offset = tern_cursor_u64(&c);
+    out->n = tern_cursor_u32(&c);
+    records_skip(&c, out->n, get_fetched_props, &m, &out->msgs, &out->msgs_len);
+    out->queue_id = tern_cursor_u64(&c);
+    return decode_end(&c, 1, out, sizeof *out);
+}
+
+int proto_decode_message_get_resp(const void *body,
+                                  size_t len,
+                                  struct proto_fetch_resp *out)
+{
+    struct tern_cursor c;
+    struct proto_fetched_msg m;
+    tern_cursor_init(&c, body, len);
+    memset(out, 0, sizeof *out);
+    out->with_props = 1;
+    out->queue_id = tern_cursor_u64(&c);
+    out->n = tern_cursor_u32(&c);
+    records_skip(&c, out->n, get_fetched_props, &m, &out->msgs, &out->msgs_len);
+    return decode_end(&c, 1, out, sizeof *out);
+}
+
 int proto_next_fetched(const struct proto_fetch_resp *r,
                        size_t *pos,
                        struct proto_fetched_msg *m)
 {
-    return records_next(r->msgs, r->msgs_len, pos, get_fetched, m);
+    return records_next(r->msgs, r->msgs_len, pos,
+                        r->with_props ? get_fetched_props : get_fetched, m);
 }
 
 /* more < 0: the unpaged answer (no more byte). */

@@ -354,6 +354,135 @@ TERN_API int tern_fetch_result_get(const struct tern_fetch_result *r,
                                    size_t *len);
 TERN_API void tern_fetch_result_free(struct tern_fetch_result *r);
 
+/* ---- Message properties (docs/MESSAGES.md) ----------------------------- */
+
+/* Limits of one message's properties (the server refuses a produce over
+ * one with TERN_EINVAL or TERN_ETOOBIG naming it; libtern checks first). */
+#define TERN_KEY_MAX           256  /* key: 1..256 bytes (any bytes) */
+#define TERN_TAG_MAX           64   /* tag: 1..64 bytes of [A-Za-z0-9._-] */
+#define TERN_HEADERS_MAX       32   /* headers per message */
+#define TERN_HEADER_NAME_MAX   64   /* header name: 1..64 bytes */
+#define TERN_HEADER_VALUE_MAX  1024 /* header value: 0..1024 bytes */
+#define TERN_HEADERS_BYTES_MAX 8192 /* names and values together */
+#define TERN_FILTER_TAGS_MAX   16   /* tags of one fetch filter */
+#define TERN_MESSAGE_GET_MAX   1000 /* messages of one get by key */
+#define TERN_MESSAGE_ID_LEN    32   /* hex digits of a message id */
+
+struct tern_header
+{
+    const char *name; /* NUL-terminated */
+    const void *value;
+    size_t value_len;
+};
+
+/* A message with properties; everything is borrowed for the call. A
+ * message whose key_len is 0, tag NULL (or "") and n_headers 0 has none
+ * (producer_ts_ms alone does not make a message carry properties). */
+struct tern_message
+{
+    const void *data;
+    size_t len;
+    const void *key; /* key_len bytes; key_len 0: no key */
+    size_t key_len;
+    const char *tag; /* NUL-terminated; NULL or "": no tag */
+    const struct tern_header *headers;
+    size_t n_headers;
+    uint64_t producer_ts_ms; /* 0: the client's clock when sent */
+};
+
+/* As tern_produce, with properties. A batch where no message has
+ * properties is sent as tern_produce sends it (servers that predate
+ * properties accept it); otherwise the server must know properties (an
+ * older one answers TERN_EMALFORMED). TERN_EINVAL / TERN_ETOOBIG naming
+ * the limit for properties over one (nothing is sent). A batch that ends
+ * in TERN_ETIMEDOUT is resent with tern_produce_resend only without
+ * properties. */
+TERN_API int tern_produce_messages(struct tern_client *c,
+                                   const char *queue,
+                                   const struct tern_message *msgs,
+                                   size_t n,
+                                   uint64_t *base_offset);
+
+/* Options of tern_fetch_ex and tern_group_fetch_ex. */
+struct tern_fetch_options
+{
+    uint32_t max_msgs;  /* 0: the server's default */
+    uint32_t max_bytes; /* 0: libtern's default */
+    uint32_t wait_ms;   /* long poll */
+    /* Tag filter "tagA || tagB || ..." (at most TERN_FILTER_TAGS_MAX
+     * tags; NULL or "": none; borrowed for the call). Messages without one
+     * of these tags are skipped on the server: they never cross the
+     * network, and tern_fetch_result_next_offset moves past them (an
+     * answer may then hold no message: fetch again from next_offset). */
+    const char *tags;
+    int properties; /* 1: the answer carries the messages' properties */
+};
+/* tern_fetch and tern_group_fetch with options o (borrowed). TERN_EINVAL
+ * for a bad filter (errmsg names the tag). */
+TERN_API int tern_fetch_ex(struct tern_client *c,
+                           const char *queue,
+                           uint64_t offset,
+                           const struct tern_fetch_options *o,
+                           struct tern_fetch_result **out);
+TERN_API int tern_group_fetch_ex(struct tern_client *c,
+                                 const char *queue,
+                                 const char *group,
+                                 const struct tern_fetch_options *o,
+                                 struct tern_fetch_result **out);
+
+/* Properties of a fetched message (all borrowed until
+ * tern_fetch_result_free). Without properties (not asked for, or the
+ * message has none): key_len 0, tag NULL, n_headers 0, producer_ts_ms 0. */
+struct tern_message_props
+{
+    uint64_t append_ts_ms;   /* the leader's append time */
+    uint64_t producer_ts_ms; /* the producer's timestamp */
+    const void *key;
+    size_t key_len;
+    const char *tag; /* tag_len bytes, not NUL-terminated */
+    size_t tag_len;
+    size_t n_headers;
+    /* The message id: TERN_MESSAGE_ID_LEN hex digits (queue id, offset),
+     * NUL-terminated; "" when the answer did not carry the queue id
+     * (properties not asked for). */
+    char id[TERN_MESSAGE_ID_LEN + 1];
+};
+/* Message i (< count): 0 with *out filled, TERN_EINVAL out of range. */
+TERN_API int tern_fetch_result_props(const struct tern_fetch_result *r,
+                                     size_t i,
+                                     struct tern_message_props *out);
+/* Header h (< n_headers) of message i: name (not NUL-terminated) and
+ * value, borrowed until tern_fetch_result_free. 0 or TERN_EINVAL. */
+TERN_API int tern_fetch_result_header(const struct tern_fetch_result *r,
+                                      size_t i,
+                                      size_t h,
+                                      const char **name,
+                                      size_t *name_len,
+                                      const void **value,
+                                      size_t *value_len);
+
+/* Message get (docs/MESSAGES.md, "Query and seek"), served like a fetch
+ * (see read_from), with properties. *out (OUT) as for tern_fetch; its
+ * next and end offsets are 0. TERN_ENOTFOUND: no such message (by offset
+ * or id; an id of another queue, or a message no longer retained). */
+TERN_API int tern_message_get_offset(struct tern_client *c,
+                                     const char *queue,
+                                     uint64_t offset,
+                                     struct tern_fetch_result **out);
+/* id: TERN_MESSAGE_ID_LEN hex digits (TERN_EINVAL otherwise). */
+TERN_API int tern_message_get_id(struct tern_client *c,
+                                 const char *queue,
+                                 const char *id,
+                                 struct tern_fetch_result **out);
+/* The messages with key key[0..key_len) (1..TERN_KEY_MAX bytes), newest
+ * first, at most max (1..TERN_MESSAGE_GET_MAX); none is count 0. */
+TERN_API int tern_message_get_key(struct tern_client *c,
+                                  const char *queue,
+                                  const void *key,
+                                  size_t key_len,
+                                  uint32_t max,
+                                  struct tern_fetch_result **out);
+
 /* ---- Cluster status --------------------------------------------------- */
 
 enum tern_role {

@@ -105,6 +105,8 @@ enum idx_cmd_type {
     /* Retention (docs/MESSAGES.md, "Retention") */
     IDX_CMD_QUEUE_UPDATE = 13,
     IDX_CMD_TRIM = 14,
+    /* Message properties (docs/MESSAGES.md). */
+    IDX_CMD_PRODUCE_PROPS = 15,
 };
 
 /* User and namespace names follow the queue name rule (tern_name_valid)
@@ -174,6 +176,69 @@ struct idx_msg
     const void *data; /* borrowed */
     uint32_t len;
 };
+/* A message with its properties block (format: index/cmd.c, "Properties
+ * block"), both borrowed; props_len 0 = no properties. */
+struct idx_pmsg
+{
+    const void *data;
+    uint32_t len;
+    const void *props;
+    uint32_t props_len;
+};
+
+/* ---- Message properties (docs/MESSAGES.md) ----------------------------- */
+
+/* Limits of one message's properties; a block over any of them is refused
+ * (idx_props_check) and never applied. */
+#define IDX_KEY_MAX           256u  /* key: 1..256 bytes (0 = no key) */
+#define IDX_TAG_MAX           64u   /* tag: 1..64 bytes of [A-Za-z0-9._-] */
+#define IDX_HEADERS_MAX       32u   /* headers per message */
+#define IDX_HEADER_NAME_MAX   64u   /* a header name: 1..64 bytes */
+#define IDX_HEADER_VALUE_MAX  1024u /* a header value: 0..1024 bytes */
+#define IDX_HEADERS_BYTES_MAX 8192u /* sum of names and values */
+/* Largest properties block (header, key, tag, headers). */
+#define IDX_PROPS_MAX                                                          \
+    (14u + IDX_KEY_MAX + IDX_TAG_MAX + 3u * IDX_HEADERS_MAX +                  \
+     IDX_HEADERS_BYTES_MAX)
+
+struct idx_header
+{
+    const char *name; /* borrowed, name_len bytes */
+    uint32_t name_len;
+    const void *value; /* borrowed, value_len bytes */
+    uint32_t value_len;
+};
+struct idx_props
+{
+    uint64_t producer_ts_ms;
+    const char *key; /* borrowed; key_len 0 = no key */
+    uint32_t key_len;
+    const char *tag; /* borrowed; tag_len 0 = no tag */
+    uint32_t tag_len;
+    const struct idx_header *headers; /* borrowed, n_headers of them */
+    uint32_t n_headers;
+};
+/* Whether t[0..len) is a tag (1..IDX_TAG_MAX bytes of [A-Za-z0-9._-]). */
+bool idx_tag_valid(const char *t, size_t len);
+/* Append the properties block of p (borrowed) to w (caller-owned).
+ * Errors as idx_props_check, sticky in w->err. */
+void idx_props_encode(struct tern_wbuf *w, const struct idx_props *p);
+/* Check a properties block p[0..len) (untrusted bytes, borrowed): 0,
+ * TERN_EMALFORMED (not a block: bad version, truncated, trailing bytes),
+ * TERN_EINVAL (a tag with a byte outside [A-Za-z0-9._-], an empty header
+ * name) or TERN_ETOOBIG (over a limit above); errmsg (caller-owned,
+ * TERN_ERRMSG_SIZE, may be NULL) names the limit. */
+int idx_props_check(const void *p, size_t len, char *errmsg);
+/* Decode a checked block into out (pointers borrow from p); headers are
+ * read with idx_props_header. 0 or as idx_props_check. */
+int idx_props_decode(const void *p, size_t len, struct idx_props *out);
+/* Header i (< out->n_headers) of a block decoded by idx_props_decode from
+ * p[0..len): 0 with *h filled (borrowed from p), TERN_EINVAL for i out of
+ * range. */
+int idx_props_header(const void *p,
+                     size_t len,
+                     uint32_t i,
+                     struct idx_header *h);
 
 /* Build one entry into w (caller-owned). Call idx_cmd_begin, then any
  * number of idx_cmd_* adds, then idx_cmd_end, which seals the entry
@@ -238,6 +303,16 @@ void idx_cmd_produce(struct tern_wbuf *w,
                      uint64_t seq,
                      const struct idx_msg *msgs,
                      uint32_t n);
+/* As idx_cmd_produce, with properties: a batch where some message has
+ * them (props_len > 0, each block passing idx_props_check, else
+ * TERN_EINVAL / TERN_ETOOBIG) is written as PRODUCE_PROPS, a batch
+ * without any as PRODUCE (which nodes that predate properties apply). */
+void idx_cmd_produce_props(struct tern_wbuf *w,
+                           const char *queue,
+                           uint64_t producer_id,
+                           uint64_t seq,
+                           const struct idx_pmsg *msgs,
+                           uint32_t n);
 /* Commit a consumer group's next offset to read. Result TERN_ENOQUEUE, or
  * TERN_EOFFSET beyond the queue's next offset. */
 void idx_cmd_group_commit(struct tern_wbuf *w,
@@ -372,6 +447,7 @@ struct idx_queue_info
     uint64_t created_index;             /* raft index of the create */
     uint64_t bytes;                     /* sum of the lengths of its messages */
     struct idx_queue_settings settings; /* retention */
+    uint64_t id; /* queue id (never reused; message ids) */
 };
 typedef int (*idx_queue_cb)(void *arg, const struct idx_queue_info *q);
 /* Calls cb for each queue in name order; a non-zero return stops. */
@@ -391,10 +467,17 @@ int idx_queue_get(struct idx_env *e,
 struct idx_fetched
 {
     uint64_t offset;
-    uint64_t timestamp_ms;
+    uint64_t timestamp_ms; /* append time */
     uint64_t producer_id;
     const void *data; /* borrowed for the callback */
     uint32_t len;
+    /* The message's properties block (idx_props_decode), borrowed for the
+     * callback; props_len 0 = none. Set by idx_fetch_filtered and the
+     * idx_message_get_* calls, 0 from idx_fetch. */
+    const void *props;
+    uint32_t props_len;
+    /* The queue's id: with offset, the message id (docs/MESSAGES.md). */
+    uint64_t queue_id;
 };
 typedef int (*idx_fetch_cb)(void *arg, const struct idx_fetched *m);
 /* Read up to max_msgs messages (and about max_bytes: at least one message
@@ -414,6 +497,66 @@ int idx_fetch(struct idx_env *e,
               idx_fetch_cb cb,
               void *arg,
               uint64_t *next_offset);
+
+/* A tag of a fetch's filter (borrowed). */
+struct idx_tag
+{
+    const char *tag;
+    uint32_t len;
+};
+#define IDX_FETCH_TAGS_MAX 16u
+struct idx_fetch_opts
+{
+    uint32_t max_msgs;
+    uint32_t max_bytes;
+    /* Deliver only messages whose tag is one of tags[0..n_tags) (n_tags
+     * 0: every message; at most IDX_FETCH_TAGS_MAX, each passing
+     * idx_tag_valid, else TERN_EINVAL). A message without a tag matches
+     * no filter. Skipped messages are not delivered and not counted, but
+     * *next_offset moves past them. */
+    const struct idx_tag *tags;
+    uint32_t n_tags;
+    /* Examine at most this many messages per call (0: no limit), matching
+     * or not: a filter that matches nothing in a long queue still answers
+     * in bounded time, with *next_offset where to go on. */
+    uint32_t max_scan;
+    /* Count the properties' bytes against max_bytes (when the caller
+     * sends them on). */
+    bool with_props;
+};
+/* idx_fetch with options o (borrowed): the tag filter, the scan bound,
+ * and the properties in each idx_fetched. Errors as idx_fetch. */
+int idx_fetch_filtered(struct idx_env *e,
+                       const char *queue,
+                       uint64_t offset,
+                       const struct idx_fetch_opts *o,
+                       idx_fetch_cb cb,
+                       void *arg,
+                       uint64_t *next_offset);
+
+/* Message get (docs/MESSAGES.md, "Query and seek"): the message at offset
+ * of queue, delivered to cb once (with its properties). queue_id 0: any;
+ * otherwise the queue's id must be queue_id (a message id names both).
+ * TERN_ENOTFOUND when the queue's id differs or no retained message has
+ * that offset; TERN_ENOQUEUE, TERN_EBADNAME, TERN_ECORRUPT. */
+int idx_message_get(struct idx_env *e,
+                    const char *queue,
+                    uint64_t queue_id,
+                    uint64_t offset,
+                    idx_fetch_cb cb,
+                    void *arg);
+/* The messages of queue with key key[0..key_len) (1..IDX_KEY_MAX bytes,
+ * else TERN_EINVAL), newest first, at most max (1..): one cb call each (a
+ * non-zero return stops). *n (OUT, may be NULL) = how many were
+ * delivered; 0 with no call when the key has no message. */
+int idx_message_get_key(struct idx_env *e,
+                        const char *queue,
+                        const void *key,
+                        size_t key_len,
+                        uint32_t max,
+                        idx_fetch_cb cb,
+                        void *arg,
+                        uint32_t *n);
 
 /* The first offset of queue whose message has append time >= time_ms,
  * or the queue's next offset when none has (OUT *offset). A binary

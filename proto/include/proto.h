@@ -50,7 +50,19 @@
  *                 TERN_ELIMIT. A server without paging answers a paged
  *                 request TERN_EMALFORMED (libtern does not fall back).
  *   PRODUCE       req: str queue, u64 producer_id (0 = none), u64 seq,
- *                      u32 n, n x blob message
+ *                      u32 n, n x blob message,
+ *                      [u8 flags = PROTO_PRODUCE_PROPS (1), n x blob props]
+ *                      The tail (message properties, docs/MESSAGES.md) is
+ *                      present only when some message has properties;
+ *                      props is that message's properties block (format:
+ *                      index/cmd.c, "Properties block"; empty = none). The
+ *                      decoder checks the framing only; the server checks
+ *                      each block's limits before proposing (TERN_EINVAL /
+ *                      TERN_ETOOBIG naming the limit). Old server, new
+ *                      client: a produce with properties is answered
+ *                      TERN_EMALFORMED (trailing bytes), one without them
+ *                      is served as before. New server, old client: no
+ *                      tail, served as before.
  *                 resp: u64 base_offset, u32 count, u8 duplicate
  *   FETCH         req: str queue, u64 offset, u32 max_msgs, u32 max_bytes,
  *                      u32 wait_ms (long poll when nothing to read),
@@ -62,11 +74,39 @@
  *                      know the byte answers TERN_EMALFORMED, which is
  *                      why it is left out when 0 (libtern does not fall
  *                      back: upgrade servers first).
+ *                      Bit 1 PROTO_FETCH_PROPS: the answer carries each
+ *                      message's properties. Bit 2 PROTO_FETCH_TAGS: a tag
+ *                      filter follows the flags byte: u8 n (1..16),
+ *                      n x (u8 len 1..64, tag of [A-Za-z0-9._-]); only
+ *                      messages with one of these tags are sent, the
+ *                      others are skipped on the server (next_offset moves
+ *                      past them; an answer may hold no message and still
+ *                      advance). Added with message properties: a server
+ *                      that predates them answers TERN_EMALFORMED.
  *                 resp: u64 next_offset, u64 end_offset, u32 n,
  *                       n x {u64 offset, u64 timestamp_ms, blob message}
+ *                       with PROTO_FETCH_PROPS:
+ *                       n x {u64 offset, u64 timestamp_ms (append time),
+ *                            blob message, blob props (empty = none)},
+ *                       then u64 queue_id (with an offset, the message
+ *                       id)
  *   GROUP_FETCH   req: str queue, str group, u32 max_msgs, u32 max_bytes,
- *                      u32 wait_ms
+ *                      u32 wait_ms, [u8 flags, tag filter] (flags as
+ *                      FETCH's but PROTO_FETCH_LEADER, present only when
+ *                      not 0; added with message properties)
  *                 resp: as FETCH, starting at the group's committed offset
+ *   MESSAGE_GET   req: str queue, u8 by, then by PROTO_GET_OFFSET (1):
+ *                      u64 offset; PROTO_GET_ID (2): u64 queue_id,
+ *                      u64 offset; PROTO_GET_KEY (3): blob key
+ *                      (1..PROTO_MAX_KEY bytes), u32 max (1..
+ *                      PROTO_MESSAGE_GET_MAX)
+ *                 resp: u64 queue_id, u32 n, n x {u64 offset,
+ *                       u64 timestamp_ms, blob message, blob props}; by
+ *                       key the newest first. A message that does not
+ *                       exist (or an id of another queue) is
+ *                       TERN_ENOTFOUND; a key without messages is n = 0.
+ *                       Op 25, added with message properties: an older
+ *                       server answers TERN_EINVAL "unknown request op".
  *   GROUP_COMMIT  req: str queue, str group, u64 next_offset
  *                 resp: (empty)
  *   STATUS        req: (empty)
@@ -231,6 +271,7 @@ enum proto_op {
     PROTO_OP_QUEUE_UPDATE = 22,
     PROTO_OP_QUEUE_INFO = 23,
     PROTO_OP_OFFSET_FOR_TIME = 24,
+    PROTO_OP_MESSAGE_GET = 25,
     PROTO_OP_ERROR = 0x7f,
     PROTO_OP_RESPONSE = 0x80,
 };
@@ -358,6 +399,18 @@ struct proto_request
         uint8_t overflow;
     } settings;
     uint64_t time_ms;
+    /* Message properties: PRODUCE's props blobs (props_len 0: no tail;
+     * iterate with proto_next_props), FETCH/GROUP_FETCH's tag filter
+     * (n_tags records, iterate with proto_next_tag), MESSAGE_GET. */
+    const uint8_t *props;
+    size_t props_len;
+    uint8_t n_tags;
+    const uint8_t *tags;
+    size_t tags_len;
+    uint8_t get_by; /* PROTO_GET_*; offset and queue_id as it says */
+    uint64_t queue_id;
+    const uint8_t *key; /* PROTO_GET_KEY */
+    uint32_t key_len;   /* max in max_count */
 };
 /* Decode a request body for op; TERN_EMALFORMED (trailing bytes included),
  * TERN_EBADNAME for an invalid queue/group name, TERN_EINVAL for an unknown
@@ -370,6 +423,18 @@ int proto_decode_request(uint8_t op,
 int proto_next_msg(const struct proto_request *r,
                    size_t *pos,
                    struct proto_msg *m);
+
+/* Iterate PRODUCE's properties blocks, in message order (only when
+ * r->props_len > 0): returns 1 and fills m, or 0 at the end. */
+int proto_next_props(const struct proto_request *r,
+                     size_t *pos,
+                     struct proto_msg *m);
+/* Iterate a FETCH/GROUP_FETCH tag filter: 1 with *tag, *len (borrowed),
+ * or 0 at the end. */
+int proto_next_tag(const struct proto_request *r,
+                   size_t *pos,
+                   const char **tag,
+                   uint8_t *len);
 
 /* Request encoders (client side). Each writes one whole frame to w. */
 int proto_encode_queue_op(struct tern_wbuf *w,
@@ -446,7 +511,69 @@ int proto_encode_produce_at(struct tern_wbuf *w,
                             proto_msg_at_cb at,
                             const void *msgs,
                             uint32_t n);
-#define PROTO_FETCH_LEADER 0x01u /* FETCH flags: leader answers only */
+/* Message i and its properties block for proto_encode_produce_props:
+ * fills *m and *props (props->len 0: none; both borrowed until the encoder
+ * returns). */
+typedef void (*proto_pmsg_at_cb)(const void *msgs,
+                                 uint32_t i,
+                                 struct proto_msg *m,
+                                 struct proto_msg *props);
+#define PROTO_PRODUCE_PROPS 0x01u /* PRODUCE tail flags */
+/* PRODUCE with properties: the tail only when some message has a block
+ * (else the same bytes as proto_encode_produce_at). The blocks are not
+ * checked here (the server does). Errors as proto_encode_produce_at. */
+int proto_encode_produce_props(struct tern_wbuf *w,
+                               uint64_t request_id,
+                               const char *queue,
+                               uint64_t producer_id,
+                               uint64_t seq,
+                               proto_pmsg_at_cb at,
+                               const void *msgs,
+                               uint32_t n);
+#define PROTO_FETCH_LEADER    0x01u /* FETCH flags: leader answers only */
+#define PROTO_FETCH_PROPS     0x02u /* the answer carries properties */
+#define PROTO_FETCH_TAGS      0x04u /* a tag filter follows the flags */
+#define PROTO_MAX_TAG         64u   /* a tag: 1..64 bytes of [A-Za-z0-9._-] */
+#define PROTO_MAX_FILTER_TAGS 16u
+#define PROTO_MAX_KEY         256u
+#define PROTO_MESSAGE_GET_MAX 1000u /* messages of one get by key */
+/* Whether t[0..len) is a tag. */
+int proto_tag_valid(const char *t, size_t len);
+/* A tag filter of a fetch: tags[0..n) (NUL-terminated, borrowed). */
+struct proto_fetch_filter
+{
+    uint8_t flags; /* PROTO_FETCH_PROPS (and PROTO_FETCH_LEADER for FETCH) */
+    const char *const *tags;
+    uint32_t n_tags; /* 0..PROTO_MAX_FILTER_TAGS */
+};
+/* FETCH / GROUP_FETCH (group NULL for FETCH) with flags and a tag filter
+ * (f borrowed; NULL or no flags and no tags: the same bytes as
+ * proto_encode_fetch / proto_encode_group_fetch). TERN_EINVAL for bad
+ * flags (PROTO_FETCH_LEADER with a group) or over 16 tags,
+ * TERN_EBADNAME for a tag that is not one. */
+int proto_encode_fetch_filtered(struct tern_wbuf *w,
+                                uint64_t request_id,
+                                const char *queue,
+                                const char *group,
+                                uint64_t offset,
+                                uint32_t max_msgs,
+                                uint32_t max_bytes,
+                                uint32_t wait_ms,
+                                const struct proto_fetch_filter *f);
+#define PROTO_GET_OFFSET 1u
+#define PROTO_GET_ID     2u
+#define PROTO_GET_KEY    3u
+/* MESSAGE_GET by offset (queue_id 0), by id (queue_id and offset) or, when
+ * key is not NULL, by key[0..key_len) (1..PROTO_MAX_KEY bytes), at most
+ * max (1..PROTO_MESSAGE_GET_MAX) messages. TERN_EINVAL, TERN_EBADNAME. */
+int proto_encode_message_get(struct tern_wbuf *w,
+                             uint64_t request_id,
+                             const char *queue,
+                             uint64_t queue_id,
+                             uint64_t offset,
+                             const void *key,
+                             uint32_t key_len,
+                             uint32_t max);
 /* flags: 0 or PROTO_FETCH_LEADER (else TERN_EINVAL). */
 int proto_encode_fetch(struct tern_wbuf *w,
                        uint64_t request_id,
@@ -529,7 +656,28 @@ struct proto_fetched_msg
     uint64_t timestamp_ms;
     const void *data; /* borrowed */
     uint32_t len;
+    const void *props; /* borrowed; the answers with properties only */
+    uint32_t props_len;
 };
+/* One message record of an answer with properties (FETCH with
+ * PROTO_FETCH_PROPS, MESSAGE_GET), for servers that stream them. */
+void proto_put_fetched_props(struct tern_wbuf *w,
+                             const struct proto_fetched_msg *m);
+/* FETCH/GROUP_FETCH answer with properties, then queue_id. */
+int proto_encode_fetch_props_resp(struct tern_wbuf *w,
+                                  uint8_t op,
+                                  uint64_t request_id,
+                                  uint64_t next_offset,
+                                  uint64_t end_offset,
+                                  const struct proto_fetched_msg *msgs,
+                                  uint32_t n,
+                                  uint64_t queue_id);
+/* MESSAGE_GET answer. */
+int proto_encode_message_get_resp(struct tern_wbuf *w,
+                                  uint64_t request_id,
+                                  uint64_t queue_id,
+                                  const struct proto_fetched_msg *msgs,
+                                  uint32_t n);
 /* op is PROTO_OP_FETCH or PROTO_OP_GROUP_FETCH. msgs borrowed. */
 int proto_encode_fetch_resp(struct tern_wbuf *w,
                             uint8_t op,
@@ -545,10 +693,20 @@ struct proto_fetch_resp
     uint32_t n;
     const uint8_t *msgs; /* n records, iterate with proto_next_fetched */
     size_t msgs_len;
+    uint8_t with_props; /* records carry properties */
+    uint64_t queue_id;  /* with_props only */
 };
 int proto_decode_fetch_resp(const void *body,
                             size_t len,
                             struct proto_fetch_resp *out);
+/* The answer to a fetch that asked for PROTO_FETCH_PROPS. */
+int proto_decode_fetch_props_resp(const void *body,
+                                  size_t len,
+                                  struct proto_fetch_resp *out);
+/* The MESSAGE_GET answer, into out (next_offset and end_offset 0). */
+int proto_decode_message_get_resp(const void *body,
+                                  size_t len,
+                                  struct proto_fetch_resp *out);
 /* Returns 1 and fills m (borrowing from the body), or 0 at the end. */
 int proto_next_fetched(const struct proto_fetch_resp *r,
                        size_t *pos,

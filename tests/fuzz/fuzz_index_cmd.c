@@ -91,6 +91,34 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             free(m);
             break;
         }
+        case IDX_CMD_PRODUCE_PROPS: {
+            struct idx__msg_iter mi;
+            struct idx_pmsg *m = malloc(sizeof *m * c.n_msgs);
+            const uint8_t *d;
+            uint32_t len, k = 0;
+            if (m == NULL) {
+                abort();
+            }
+            idx__msg_iter_init(&mi, &c);
+            while (idx__msg_iter_next(&mi, &d, &len) == 1) {
+                if (k >= c.n_msgs || d < data || d + len > data + size ||
+                    (mi.props_len > 0 &&
+                     idx_props_check(mi.props, mi.props_len, NULL) != 0)) {
+                    abort();
+                }
+                m[k].data = d;
+                m[k].len = len;
+                m[k].props = mi.props;
+                m[k].props_len = mi.props_len;
+                k++;
+            }
+            if (k != c.n_msgs) {
+                abort();
+            }
+            idx_cmd_produce_props(&w, q, c.producer_id, c.seq, m, c.n_msgs);
+            free(m);
+            break;
+        }
         case IDX_CMD_USER_SET:
             idx_cmd_user_set(&w, q, c.flags, c.cred, c.cred_len);
             break;

@@ -2,7 +2,8 @@
  * The `tern` CLI (client/cli.c) run as a child process against the fake
  * server: exact output formats other scripts parse (ack log, consume lines,
  * queue list JSON, the admin lists), exit codes and the error line
- * format, the login options, and `tern user hash` (parsed back).
+ * format, the login options, `tern user hash` (parsed back), and the
+ * message property options (--format, --json, --raw, message get).
  */
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -437,4 +438,87 @@ Test(cli, admin_commands)
     }
     cr_expect_neq(strstr(r.err, "no such thing"), NULL, "%s", r.err);
     stop_auth_server(&fs, &a);
+}
+
+/* FETCH with properties and MESSAGE_GET answered with one message that
+ * has a key, a tag, a header and a producer timestamp, and one without. */
+static enum fake_action props_cli_hook(struct fake_server *fs,
+                                       int conn,
+                                       const struct proto_header *h,
+                                       const struct proto_request *r)
+{
+    static const uint8_t block[] = {
+        1,   0,   5,   0,   0,
+        0,   0,   0,   0,   0,   /* version, flags, producer ts */
+        2,   0,   3,   1,        /* key_len, tag_len, headers */
+        'k', '1', 't', 'g', '1', /* key, tag */
+        1,   'h', 1,   0,   'v', /* header h=v */
+    };
+    struct proto_fetched_msg fm[2] = {
+        {0, 1700, "a.bc", 4, block, sizeof block},
+        {1, 1800, "plain", 5, NULL, 0},
+    };
+    struct tern_wbuf w;
+    if (!((r->op == PROTO_OP_FETCH && (r->flags & PROTO_FETCH_PROPS) != 0) ||
+          r->op == PROTO_OP_MESSAGE_GET)) {
+        return FAKE_DEFAULT;
+    }
+    tern_wbuf_init(&w);
+    if (r->op == PROTO_OP_FETCH) {
+        proto_encode_fetch_props_resp(&w, r->op, h->request_id, 2, 2, fm, 2, 7);
+    } else {
+        proto_encode_message_get_resp(&w, h->request_id, 7, fm, 1);
+    }
+    fake_send(fs, conn, &w);
+    tern_wbuf_free(&w);
+    return FAKE_HANDLED;
+}
+
+Test(cli, message_properties_formats)
+{
+    struct fake_server fs;
+    struct cli_run r;
+    cr_assert_eq(fake_start(&fs, props_cli_hook), 0);
+    run_cli(&r, fs.addr, NULL, "queue create q");
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    run_cli(&r, fs.addr, NULL, "consume q --format '%o|%k|%t|%h|%P|%T|%p|%%'");
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    cr_expect_str_eq(r.out,
+                     "0|k1|tg1|h=v|5|1700|a.bc|%\n"
+                     "1||||0|1800|plain|%\n");
+    run_cli(&r, fs.addr, NULL, "consume q --json");
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    cr_expect_str_eq(r.out,
+                     "{\"offset\":0,\"id\":"
+                     "\"00000000000000070000000000000000\",\"append_ts\":1700,"
+                     "\"producer_ts\":5,\"key\":\"k1\",\"tag\":\"tg1\","
+                     "\"headers\":{\"h\":\"v\"},\"payload\":\"a.bc\"}\n"
+                     "{\"offset\":1,\"id\":"
+                     "\"00000000000000070000000000000001\",\"append_ts\":1800,"
+                     "\"producer_ts\":0,\"payload\":\"plain\"}\n");
+    run_cli(&r, fs.addr, NULL, "consume q --raw");
+    cr_expect_str_eq(r.out, "a.bcplain");
+    run_cli(&r, fs.addr, NULL, "message get q --key k1");
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    cr_expect_str_eq(r.out,
+                     "0\t00000000000000070000000000000000\tk1\ttg1\t"
+                     "a.bc\n");
+    /* usage and argument errors */
+    run_cli(&r, fs.addr, NULL, "consume q --format '%x'");
+    cr_expect_eq(r.code, 2);
+    cr_expect(strstr(r.err, "unknown directive") != NULL, "%s", r.err);
+    run_cli(&r, fs.addr, NULL, "message get q");
+    cr_expect_eq(r.code, 2);
+    run_cli(&r, fs.addr, NULL, "message get q --offset 1 --key k");
+    cr_expect_eq(r.code, 2);
+    run_cli(&r, fs.addr, NULL, "message get q --id 12");
+    cr_expect_eq(r.code, 1);
+    cr_expect(strstr(r.err, "message id") != NULL, "%s", r.err);
+    run_cli(&r, fs.addr, "x\n", "produce q --header novalue");
+    cr_expect_eq(r.code, 2);
+    run_cli(&r, fs.addr, "x\n", "produce q --tag 'a b'");
+    cr_expect_eq(r.code, 1);
+    cr_expect(strstr(r.err, "tag") != NULL, "%s", r.err);
+    cr_expect_eq(fake_n_msgs(&fs), 0, "nothing was produced");
+    fake_stop(&fs);
 }

@@ -405,8 +405,8 @@ Test(index_ckpt, retention_by_count_frees_segments)
     cr_expect_gt(idx_log_start(a), 0);
     cr_expect_leq(th_count_segments(th_dir_a), 3,
                   "30 retained messages need at most the last segments "
-                  "(%d of %d left)", th_count_segments(th_dir_a),
-                  segs_before);
+                  "(%d of %d left)",
+                  th_count_segments(th_dir_a), segs_before);
     struct th_msgs ma = {0}, mb = {0};
     cr_assert_eq(th_fetch_all(b, "ring", 100, 1 << 20, &mb), 0);
     cr_expect_eq(mb.n, 30, "%zu retained", mb.n);

@@ -486,8 +486,7 @@ Test(index_retention, trim_by_age_and_stale_plans)
         struct tern_wbuf w;
         tern_wbuf_init(&w);
         idx_cmd_begin(&w, 100000);
-        idx_cmd_trim(&w, "b", bad[i].qid, bad[i].from, bad[i].to,
-                     bad[i].bytes);
+        idx_cmd_trim(&w, "b", bad[i].qid, bad[i].from, bad[i].to, bad[i].bytes);
         cr_assert_eq(run1(e, index++, &w).status, TERN_EINVAL, "case %zu", i);
         cr_assert_eq(info(e, "b").start_offset, 3);
         cr_assert_eq(info(e, "b").bytes, 20);

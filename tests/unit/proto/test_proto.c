@@ -178,7 +178,7 @@ Test(proto, fetch_leader_flag)
     body = w.base + PROTO_HEADER_SIZE;
     cr_assert_leq(h.body_len + 1, sizeof copy);
     memcpy(copy, body, h.body_len);
-    copy[h.body_len - 1] = 0x02; /* unknown bit */
+    copy[h.body_len - 1] = 0x08; /* unknown bit */
     cr_expect_eq(proto_decode_request(PROTO_OP_FETCH, copy, h.body_len, &r),
                  TERN_EMALFORMED);
     copy[h.body_len - 1] = 0; /* 0 is written by leaving the byte out */
@@ -261,8 +261,8 @@ Test(proto, responses_round_trip)
     cr_expect_eq(pr.count, 7);
     cr_expect_eq(pr.duplicate, 1);
 
-    struct proto_fetched_msg fm[2] = {{10, 111, "hello", 5},
-                                      {11, 222, "world!", 6}};
+    struct proto_fetched_msg fm[2] = {{10, 111, "hello", 5, NULL, 0},
+                                      {11, 222, "world!", 6, NULL, 0}};
     struct proto_fetch_resp fr;
     struct proto_fetched_msg got;
     size_t pos = 0;
@@ -543,7 +543,7 @@ Test(proto, rejects_bad_responses)
                  TERN_EMALFORMED);
 
     /* A fetch response claiming more messages than the body holds. */
-    struct proto_fetched_msg fm = {1, 2, "x", 1};
+    struct proto_fetched_msg fm = {1, 2, "x", 1, NULL, 0};
     w.len = 0;
     cr_assert_eq(proto_encode_fetch_resp(&w, PROTO_OP_FETCH, 1, 2, 2, &fm, 1),
                  0);

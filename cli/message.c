@@ -1,0 +1,287 @@
+/*
+ * `tern message get` and the printing of fetched messages with their
+ * properties (docs/MESSAGES.md): the --format directives, --raw and
+ * --json of `tern consume` and `tern message get`, and the
+ * --key/--tag/--header options of `tern produce`.
+ *
+ * --format directives (each message is printed as the format, then a
+ * newline):
+ *   %o offset          %i message id (32 hex digits)
+ *   %k key             %t tag
+ *   %T append time (ms since the epoch, the leader's)
+ *   %P producer timestamp (ms)
+ *   %h headers as name=value,name=value
+ *   %p payload, whole  %% a percent sign
+ *   \t a tab, \n a newline
+ * --raw writes each payload's bytes as they are, nothing else.
+ * --json writes one object per line: {"offset":N,"id":"...",
+ *   "append_ts":N,"producer_ts":N,"key":"...","tag":"...",
+ *   "headers":{"name":"value",...},"payload":"..."} (key, tag and headers
+ *   only when the message has them; bytes outside printable ASCII are
+ *   \u00XX escapes).
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+static void json_bytes(FILE *f, const void *p, size_t len)
+{
+    const unsigned char *s = p;
+    (void)fputc('"', f);
+    for (size_t i = 0; i < len; i++) {
+        if (s[i] == '"' || s[i] == '\\') {
+            (void)fprintf(f, "\\%c", s[i]);
+        } else if (s[i] < 0x20 || s[i] >= 0x7f) {
+            (void)fprintf(f, "\\u%04x", s[i]);
+        } else {
+            (void)fputc(s[i], f);
+        }
+    }
+    (void)fputc('"', f);
+}
+
+static void print_headers(const struct tern_fetch_result *r,
+                          size_t i,
+                          size_t n,
+                          int json)
+{
+    for (size_t h = 0; h < n; h++) {
+        const char *name;
+        const void *value;
+        size_t nl, vl;
+        if (tern_fetch_result_header(r, i, h, &name, &nl, &value, &vl) != 0) {
+            continue;
+        }
+        if (json) {
+            (void)fputs(h > 0 ? "," : "", stdout);
+            json_bytes(stdout, name, nl);
+            (void)fputc(':', stdout);
+            json_bytes(stdout, value, vl);
+        } else {
+            (void)printf("%s%.*s=", h > 0 ? "," : "", (int)nl, name);
+            (void)fwrite(value, 1, vl, stdout);
+        }
+    }
+}
+
+int cli_print_message(const struct tern_fetch_result *r,
+                      size_t i,
+                      const char *format,
+                      int mode)
+{
+    struct tern_message_props p;
+    uint64_t off;
+    const void *data;
+    size_t len;
+    if (tern_fetch_result_get(r, i, &off, NULL, &data, &len) != 0 ||
+        tern_fetch_result_props(r, i, &p) != 0) {
+        return -1;
+    }
+    if (mode == CLI_PRINT_RAW) {
+        (void)fwrite(data, 1, len, stdout);
+        return 0;
+    }
+    if (mode == CLI_PRINT_JSON) {
+        (void)printf("{\"offset\":%" PRIu64
+                     ",\"id\":\"%s\",\"append_ts\":%" PRIu64
+                     ",\"producer_ts\":%" PRIu64,
+                     off, p.id, p.append_ts_ms, p.producer_ts_ms);
+        if (p.key_len > 0) {
+            (void)fputs(",\"key\":", stdout);
+            json_bytes(stdout, p.key, p.key_len);
+        }
+        if (p.tag_len > 0) {
+            (void)fputs(",\"tag\":", stdout);
+            json_bytes(stdout, p.tag, p.tag_len);
+        }
+        if (p.n_headers > 0) {
+            (void)fputs(",\"headers\":{", stdout);
+            print_headers(r, i, p.n_headers, 1);
+            (void)fputc('}', stdout);
+        }
+        (void)fputs(",\"payload\":", stdout);
+        json_bytes(stdout, data, len);
+        (void)fputs("}\n", stdout);
+        return 0;
+    }
+    for (const char *f = format; *f != '\0'; f++) {
+        if (*f == '\\' && (f[1] == 't' || f[1] == 'n')) {
+            (void)putchar(f[1] == 't' ? '\t' : '\n');
+            f++;
+            continue;
+        }
+        if (*f != '%' || f[1] == '\0') {
+            (void)putchar(*f);
+            continue;
+        }
+        switch (*++f) {
+        case 'o':
+            (void)printf("%" PRIu64, off);
+            break;
+        case 'i':
+            (void)fputs(p.id, stdout);
+            break;
+        case 'k':
+            (void)fwrite(p.key != NULL ? p.key : "", 1, p.key_len, stdout);
+            break;
+        case 't':
+            (void)fwrite(p.tag != NULL ? p.tag : "", 1, p.tag_len, stdout);
+            break;
+        case 'T':
+            (void)printf("%" PRIu64, p.append_ts_ms);
+            break;
+        case 'P':
+            (void)printf("%" PRIu64, p.producer_ts_ms);
+            break;
+        case 'h':
+            print_headers(r, i, p.n_headers, 0);
+            break;
+        case 'p':
+            (void)fwrite(data, 1, len, stdout);
+            break;
+        case '%':
+            (void)putchar('%');
+            break;
+        default:
+            (void)putchar('%');
+            (void)putchar(*f);
+            break;
+        }
+    }
+    (void)putchar('\n');
+    return 0;
+}
+
+int cli_format_valid(const char *format)
+{
+    for (const char *f = format; *f != '\0'; f++) {
+        if (*f == '%') {
+            if (f[1] == '\0' || strchr("oiktTPhp%", f[1]) == NULL) {
+                (void)fprintf(stderr,
+                              "tern: --format: unknown directive %%%c "
+                              "(known: %%o %%i %%k %%t %%T %%P %%h %%p "
+                              "%%%%)\n",
+                              f[1] != '\0' ? f[1] : ' ');
+                return -1;
+            }
+            f++;
+        }
+    }
+    return 0;
+}
+
+int cli_parse_header(const char *arg, struct tern_header *h)
+{
+    const char *eq = strchr(arg, '=');
+    size_t n = eq != NULL ? (size_t)(eq - arg) : 0;
+    char *name;
+    if (eq == NULL || n == 0 || n > TERN_HEADER_NAME_MAX) {
+        (void)fprintf(stderr,
+                      "tern: --header \"%s\": expected name=value (name "
+                      "1..%d bytes)\n",
+                      arg, TERN_HEADER_NAME_MAX);
+        return -1;
+    }
+    name = strndup(arg, n);
+    if (name == NULL) {
+        return -1;
+    }
+    h->name = name;
+    h->value = eq + 1;
+    h->value_len = strlen(eq + 1);
+    return 0;
+}
+
+/* `tern message get QUEUE --offset N | --id ID | --key K [--max N]
+ * [--json | --raw | --format F]`. */
+int cli_message(struct tern_client *c, int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"offset", required_argument, NULL, 'o'},
+        {"id", required_argument, NULL, 'i'},
+        {"key", required_argument, NULL, 'k'},
+        {"max", required_argument, NULL, 'm'},
+        {"json", no_argument, NULL, 'j'},
+        {"raw", no_argument, NULL, 'r'},
+        {"format", required_argument, NULL, 'f'},
+        {NULL, 0, NULL, 0},
+    };
+    uint64_t offset = 0, max = 100;
+    const char *id = NULL, *key = NULL;
+    const char *format = "%o\\t%i\\t%k\\t%t\\t%p";
+    int have_offset = 0, mode = CLI_PRINT_FORMAT;
+    struct tern_fetch_result *r = NULL;
+    const char *queue;
+    int ch, rv;
+    if (argc < 2 || strcmp(argv[1], "get") != 0) {
+        cli_usage(stderr);
+        return 2;
+    }
+    argc--;
+    argv++;
+    optind = 1;
+    while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        switch (ch) {
+        case 'o':
+            if (cli_parse_u64("--offset", optarg, &offset) != 0) {
+                return 2;
+            }
+            have_offset = 1;
+            break;
+        case 'i':
+            id = optarg;
+            break;
+        case 'k':
+            key = optarg;
+            break;
+        case 'm':
+            if (cli_parse_u64("--max", optarg, &max) != 0) {
+                return 2;
+            }
+            break;
+        case 'j':
+            mode = CLI_PRINT_JSON;
+            break;
+        case 'r':
+            mode = CLI_PRINT_RAW;
+            break;
+        case 'f':
+            format = optarg;
+            if (cli_format_valid(format) != 0) {
+                return 2;
+            }
+            break;
+        default:
+            cli_usage(stderr);
+            return 2;
+        }
+    }
+    if (optind + 1 != argc || have_offset + (id != NULL) + (key != NULL) != 1 ||
+        max == 0 || max > TERN_MESSAGE_GET_MAX) {
+        cli_usage(stderr);
+        return 2;
+    }
+    queue = argv[optind];
+    if (have_offset) {
+        rv = tern_message_get_offset(c, queue, offset, &r);
+    } else if (id != NULL) {
+        rv = tern_message_get_id(c, queue, id, &r);
+    } else {
+        rv =
+            tern_message_get_key(c, queue, key, strlen(key), (uint32_t)max, &r);
+    }
+    if (rv != 0) {
+        cli_error(c, rv, "message get %s", queue);
+        return 1;
+    }
+    for (size_t i = 0; i < tern_fetch_result_count(r); i++) {
+        (void)cli_print_message(r, i, format, mode);
+    }
+    (void)fflush(stdout);
+    tern_fetch_result_free(r);
+    return 0;
+}
