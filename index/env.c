@@ -85,7 +85,7 @@ int idx__lmdb_clear(struct idx_env *e)
     const MDB_dbi all[] = {e->dbi_meta,   e->dbi_queues,     e->dbi_msgs,
                            e->dbi_groups, e->dbi_producers,  e->dbi_users,
                            e->dbi_acls,   e->dbi_namespaces, e->dbi_pids,
-                           e->dbi_usage};
+                           e->dbi_usage,  e->dbi_keys};
     int rc = idx__txn_begin(e);
     for (size_t i = 0; rc == 0 && i < TERN_ARRAY_SIZE(all); i++) {
         int mrc = mdb_drop(e->wtxn, all[i], 0);
