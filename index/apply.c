@@ -635,11 +635,14 @@ static int apply_produce(struct idx_env *e,
 }
 
 static int apply_group(struct idx_env *e,
+                       uint64_t index,
+                       uint64_t append_ms,
                        const struct idx__cmd *c,
                        struct idx_result *r)
 {
     struct idx__queue_val q = {0};
-    uint8_t key[IDX__GROUP_KEY_MAX], val[8];
+    uint8_t key[IDX__GROUP_KEY_MAX], val[IDX__GROUP_VAL_SIZE];
+    struct idx__group_val g = {c->next_offset, append_ms, index};
     int rc = cmd_queue(e, c, &q, r);
     if (rc != 0) {
         return rc < 0 ? rc : 0;
@@ -649,7 +652,7 @@ static int apply_group(struct idx_env *e,
         return 0;
     }
     size_t kn = idx__group_key(key, q.id, c->group, c->group_len);
-    tern_put_u64(val, c->next_offset);
+    idx__group_val_encode(val, &g);
     MDB_val k = {kn, key}, v = {sizeof val, val};
     rc = mdb_put(e->wtxn, e->dbi_groups, &k, &v, 0);
     return rc != 0 ? idx__mdb_err(e, rc, "put group") : 0;
@@ -995,9 +998,10 @@ int idx__index_record(struct idx_env *e,
                 rc = apply_produce(e, pos, append_ms, payload, &cmd, &r);
                 break;
             case IDX_CMD_GROUP_COMMIT:
-                rc = apply_group(e, &cmd, &r);
+                rc = apply_group(e, index, append_ms, &cmd, &r);
                 break;
             case IDX_CMD_READ_BARRIER:
+            case IDX_CMD_TERM:
                 break; /* result 0, nothing changes */
             case IDX_CMD_USER_SET:
                 rc = apply_user_set(e, index, &cmd);

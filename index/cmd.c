@@ -99,6 +99,15 @@
  *     properties block; props_len 0 = this message has none); at least
  *     one message has a block (a batch without any is a PRODUCE)
  *
+ * Message trace (docs/MESSAGES.md, "Query and seek"), added after message
+ * properties (upgrade every node before a leader proposes one):
+ *   TERM (16):
+ *     u64 term (>= 1): the Raft term of the leader that built the entry.
+ *     The leader's batcher (node/batch.c) puts it first in every entry it
+ *     builds, 13 bytes in all; applying it records nothing (result 0).
+ *     Trace reads it back from the entry of a message; an entry without
+ *     one (older entries) has an unknown term.
+ *
  * Properties block (version 1; the same bytes travel on the wire in
  * PRODUCE and FETCH, proto/include/proto.h; protected by the checksum of
  * the entry or frame that carries it):
@@ -388,6 +397,17 @@ void idx_cmd_group_commit(struct tern_wbuf *w,
 void idx_cmd_read_barrier(struct tern_wbuf *w)
 {
     cmd_finish(w, cmd_start(w, IDX_CMD_READ_BARRIER));
+}
+
+void idx_cmd_term(struct tern_wbuf *w, uint64_t term)
+{
+    if (term == 0) {
+        set_err(w, TERN_EINVAL);
+        return;
+    }
+    size_t at = cmd_start(w, IDX_CMD_TERM);
+    tern_wbuf_u64(w, term);
+    cmd_finish(w, at);
 }
 
 static void put_name_max(struct tern_wbuf *w, const char *name, size_t max)
@@ -930,6 +950,12 @@ static int decode_body(struct tern_cursor *c, struct idx__cmd *cmd)
         cmd->next_offset = tern_cursor_u64(c);
         break;
     case IDX_CMD_READ_BARRIER:
+        break;
+    case IDX_CMD_TERM:
+        cmd->term = tern_cursor_u64(c);
+        if (c->err == 0 && cmd->term == 0) {
+            return TERN_EMALFORMED;
+        }
         break;
     case IDX_CMD_USER_SET:
         cmd->queue = get_name_max(c, &cmd->queue_len, IDX_USER_NAME_MAX);

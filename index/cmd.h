@@ -67,7 +67,8 @@ struct idx__cmd
     struct
     {
         uint64_t queue_id, from, to, bytes;
-    } trim; /* TRIM */
+    } trim;        /* TRIM */
+    uint64_t term; /* TERM */
 };
 
 struct idx__entry

@@ -144,12 +144,26 @@ size_t idx__key_row(uint8_t *buf,
                     uint64_t offset,
                     bool prefix_only);
 
-/* groups: (queue id BE, name) -> u64 next offset. Returns the key length. */
+/* groups: (queue id BE, name) -> idx__group_val. Returns the key length. */
 size_t idx__group_key(uint8_t *key,
                       uint64_t queue_id,
                       const char *group,
                       size_t group_len);
 #define IDX__GROUP_KEY_MAX (8 + TERN_NAME_MAX)
+/* groups value (keys.c): version 2 with the committing entry, or the
+ * 8-byte version 1 (commit_ms and commit_index 0: unknown). */
+struct idx__group_val
+{
+    uint64_t next_offset;  /* the committed offset */
+    uint64_t commit_ms;    /* append time of the GROUP_COMMIT's entry */
+    uint64_t commit_index; /* raft index of that entry */
+};
+#define IDX__GROUP_VAL_SIZE    32
+#define IDX__GROUP_VAL_V1_SIZE 8
+void idx__group_val_encode(uint8_t *buf, const struct idx__group_val *g);
+int idx__group_val_decode(const void *buf,
+                          size_t len,
+                          struct idx__group_val *g);
 
 /* Remembered batch results per (queue, producer) for idempotent retries. */
 #define IDX__DEDUP_WINDOW 32

@@ -76,7 +76,14 @@
  *   contiguous in offset order. The cleaner deletes them with the msgs
  *   rows (idx__key_rows_delete before the rows of the range go).
  * DBI "groups":
- *   key u64 BE queue id, group name -> u64 next offset.
+ *   key u64 BE queue id, group name -> version 2, 32 bytes:
+ *     u64 next offset (the group's committed offset), u32 version (2),
+ *     u32 reserved (0), u64 append time in ms of the entry of the
+ *     GROUP_COMMIT that wrote the row, u64 raft index of that entry.
+ *   or version 1, 8 bytes: the next offset alone (rows of checkpoints
+ *   written before version 2; their commit time and index are unknown,
+ *   read as 0). The length tells the versions apart. Message trace
+ *   (read.c) reports the commit time and index; fetches read the offset.
  * DBI "producers":
  *   key u64 BE queue id, u64 BE producer id (queue first, so a queue's
  *   producers are deleted with one range walk) -> 16 + 20 * n bytes:
@@ -330,6 +337,33 @@ size_t idx__group_key(uint8_t *key,
     idx__put_be64(key, queue_id);
     memcpy(key + 8, group, group_len);
     return 8 + group_len;
+}
+
+void idx__group_val_encode(uint8_t *buf, const struct idx__group_val *g)
+{
+    tern_put_u64(buf, g->next_offset);
+    tern_put_u32(buf + 8, 2);
+    tern_put_u32(buf + 12, 0);
+    tern_put_u64(buf + 16, g->commit_ms);
+    tern_put_u64(buf + 24, g->commit_index);
+}
+
+int idx__group_val_decode(const void *buf, size_t len, struct idx__group_val *g)
+{
+    const uint8_t *b = buf;
+    memset(g, 0, sizeof *g);
+    if (len == IDX__GROUP_VAL_V1_SIZE) {
+        g->next_offset = tern_get_u64(b);
+        return 0;
+    }
+    if (len != IDX__GROUP_VAL_SIZE || tern_get_u32(b + 8) != 2 ||
+        tern_get_u32(b + 12) != 0) {
+        return TERN_ECORRUPT;
+    }
+    g->next_offset = tern_get_u64(b);
+    g->commit_ms = tern_get_u64(b + 16);
+    g->commit_index = tern_get_u64(b + 24);
+    return 0;
 }
 
 void idx__producer_key(uint8_t *key, uint64_t queue_id, uint64_t producer_id)

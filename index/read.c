@@ -3,7 +3,9 @@
  * fetches (with the tag filter: rows whose tag hash matches none of the
  * filter's are skipped without reading the log, a hash match is confirmed
  * on the record's tag), message get by offset, id and key (the key index,
- * newest first), and the security metadata (users, grants and their evaluation,
+ * newest first), message trace (the msgs row, the entry that holds the
+ * message: its TERM and produce commands, and the groups past it), and
+ * the security metadata (users, grants and their evaluation,
  * namespaces, producer id owners; docs/AUTH.md). Every read runs in its own
  * LMDB read txn (MDB_NOTLS), so it sees flushed state only, never the pending
  * write txn. Message bytes are served from the commit log with pread; each
@@ -178,10 +180,11 @@ int idx_group_offset(struct idx_env *e,
         MDB_val k = {kn, key}, v;
         rc = mdb_get(txn, e->dbi_groups, &k, &v);
         if (rc == 0) {
-            if (v.mv_size != 8) {
+            struct idx__group_val g;
+            if (idx__group_val_decode(v.mv_data, v.mv_size, &g) != 0) {
                 rc = IDX__CORRUPT(e, "group value");
             } else {
-                *offset = tern_get_u64(v.mv_data);
+                *offset = g.next_offset;
             }
         } else if (rc == MDB_NOTFOUND) {
             rc = 0;
@@ -545,6 +548,196 @@ out:
     if (cur != NULL) {
         mdb_cursor_close(cur);
     }
+    mdb_txn_abort(txn);
+    return rc;
+}
+
+/* ---- Message trace ------------------------------------------------------- */
+
+/* From the entry of the message (payload, verified): the TERM command and
+ * the produce command whose message bytes hold data_off. */
+static int trace_entry(struct idx_env *e,
+                       const struct idx__record *rec,
+                       const struct idx__msg_val *m,
+                       struct idx_trace *out)
+{
+    struct idx__entry it;
+    struct idx__cmd cmd;
+    const uint8_t *data = rec->payload + m->data_off;
+    bool found = false;
+    int rc = idx__entry_open(&it, rec->payload, rec->payload_len);
+    if (rc != 0) {
+        return IDX__CORRUPT(e, "entry %llu of a message is not a command entry",
+                            (unsigned long long)rec->index);
+    }
+    while ((rc = idx__entry_next(&it, &cmd)) == 1) {
+        if (cmd.type == IDX_CMD_TERM) {
+            out->term = cmd.term;
+            continue;
+        }
+        if (found ||
+            (cmd.type != IDX_CMD_PRODUCE &&
+             cmd.type != IDX_CMD_PRODUCE_PROPS) ||
+            data < cmd.msgs || data >= cmd.msgs + cmd.msgs_len) {
+            continue;
+        }
+        struct idx__msg_iter mi;
+        const uint8_t *p;
+        uint32_t len, i = 0;
+        idx__msg_iter_init(&mi, &cmd);
+        while (idx__msg_iter_next(&mi, &p, &len) == 1) {
+            if (p == data) {
+                out->seq = cmd.seq;
+                out->batch_pos = i;
+                out->batch_count = cmd.n_msgs;
+                found = true;
+                break;
+            }
+            i++;
+        }
+    }
+    if (rc != 0 || !found) {
+        return IDX__CORRUPT(e, "entry %llu holds no message at byte %u",
+                            (unsigned long long)rec->index, m->data_off);
+    }
+    return 0;
+}
+
+/* The groups of queue id qid whose committed offset is past offset. */
+static int trace_groups(struct idx_env *e,
+                        MDB_txn *txn,
+                        uint64_t qid,
+                        uint64_t offset,
+                        idx_trace_group_cb cb,
+                        void *arg)
+{
+    MDB_cursor *cur;
+    uint8_t prefix[8];
+    char name[TERN_NAME_MAX + 1];
+    int rc = mdb_cursor_open(txn, e->dbi_groups, &cur);
+    if (rc != 0) {
+        return idx__mdb_err(e, rc, "cursor open");
+    }
+    idx__put_be64(prefix, qid);
+    MDB_val k = {sizeof prefix, prefix}, v;
+    int mrc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
+    for (; mrc == 0; mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+        struct idx__group_val g;
+        if (k.mv_size <= sizeof prefix ||
+            memcmp(k.mv_data, prefix, sizeof prefix) != 0) {
+            break;
+        }
+        size_t n = k.mv_size - sizeof prefix;
+        const char *gn = (const char *)k.mv_data + sizeof prefix;
+        if (n > TERN_NAME_MAX || !tern_name_valid(gn, n) ||
+            idx__group_val_decode(v.mv_data, v.mv_size, &g) != 0) {
+            rc = IDX__CORRUPT(e, "group row of queue id %llu",
+                              (unsigned long long)qid);
+            break;
+        }
+        if (g.next_offset <= offset) {
+            continue;
+        }
+        memcpy(name, gn, n);
+        name[n] = '\0';
+        struct idx_trace_group tg = {name, g.next_offset, g.commit_ms,
+                                     g.commit_index};
+        if (cb(arg, &tg) != 0) {
+            break;
+        }
+    }
+    if (rc == 0 && mrc != 0 && mrc != MDB_NOTFOUND) {
+        rc = idx__mdb_err(e, mrc, "cursor");
+    }
+    mdb_cursor_close(cur);
+    return rc;
+}
+
+int idx_message_trace(struct idx_env *e,
+                      const char *queue,
+                      uint64_t offset,
+                      struct idx_trace *out,
+                      idx_trace_group_cb cb,
+                      void *arg)
+{
+    MDB_txn *txn;
+    struct idx__queue_val q = {0};
+    struct idx__record rec = {0};
+    uint8_t key[IDX__MSG_KEY_SIZE];
+    struct idx__msg_val m;
+    memset(out, 0, sizeof *out);
+    int rc = rtxn_begin(e, &txn);
+    if (rc != 0) {
+        return rc;
+    }
+    rc = lookup_queue(e, txn, queue, &q);
+    if (rc != 0) {
+        goto out;
+    }
+    if (offset < q.start_offset) {
+        rc = idx__fail(e, TERN_EOFFSET, __LINE__,
+                       "offset %llu is below the queue's first offset %llu "
+                       "(trimmed by retention)",
+                       (unsigned long long)offset,
+                       (unsigned long long)q.start_offset);
+        goto out;
+    }
+    if (offset >= q.next_offset) {
+        rc = idx__fail(e, TERN_EOFFSET, __LINE__,
+                       "offset %llu is at or beyond the queue end %llu",
+                       (unsigned long long)offset,
+                       (unsigned long long)q.next_offset);
+        goto out;
+    }
+    idx__msg_key(key, q.id, offset);
+    MDB_val k = {sizeof key, key}, v;
+    rc = mdb_get(txn, e->dbi_msgs, &k, &v);
+    if (rc != 0 || idx__msg_val_decode(v.mv_data, v.mv_size, &m) != 0) {
+        rc = IDX__CORRUPT(e, "queue %s: index entry %llu", queue,
+                          (unsigned long long)offset);
+        goto out;
+    }
+    rc = idx__log_read_record(e, m.rec_pos, e->log_end, &rec);
+    if (rc != 0) {
+        rc = rc == TERN_EMALFORMED ? TERN_ECORRUPT : rc;
+        tern_errmsg_wrapf(e->errmsg, "trace %s offset %llu", queue,
+                          (unsigned long long)offset);
+        goto out;
+    }
+    if (m.data_off > rec.payload_len || m.len > rec.payload_len - m.data_off ||
+        m.props_off > rec.payload_len ||
+        m.props_len > rec.payload_len - m.props_off) {
+        rc = IDX__CORRUPT(e, "queue %s: message %llu outside its record", queue,
+                          (unsigned long long)offset);
+        goto out;
+    }
+    out->queue_id = q.id;
+    out->offset = offset;
+    out->append_ms = m.timestamp_ms;
+    out->producer_id = m.producer_id;
+    out->len = m.len;
+    out->raft_index = rec.index;
+    if (m.props_len > 0) {
+        struct idx_props p;
+        if (idx_props_decode(rec.payload + m.props_off, m.props_len, &p) != 0) {
+            rc = IDX__CORRUPT(e, "queue %s: properties of message %llu", queue,
+                              (unsigned long long)offset);
+            goto out;
+        }
+        out->key_len = (uint16_t)p.key_len;
+        out->tag_len = (uint8_t)p.tag_len;
+        if (p.key_len > 0) {
+            memcpy(out->key, p.key, p.key_len);
+        }
+        if (p.tag_len > 0) {
+            memcpy(out->tag, p.tag, p.tag_len);
+        }
+    }
+    rc = trace_entry(e, &rec, &m, out);
+    if (rc == 0 && cb != NULL) {
+        rc = trace_groups(e, txn, q.id, offset, cb, arg);
+    }
+out:
     mdb_txn_abort(txn);
     return rc;
 }

@@ -107,6 +107,8 @@ enum idx_cmd_type {
     IDX_CMD_TRIM = 14,
     /* Message properties (docs/MESSAGES.md). */
     IDX_CMD_PRODUCE_PROPS = 15,
+    /* Message trace: the proposing leader's term (docs/MESSAGES.md). */
+    IDX_CMD_TERM = 16,
 };
 
 /* User and namespace names follow the queue name rule (tern_name_valid)
@@ -323,6 +325,10 @@ void idx_cmd_group_commit(struct tern_wbuf *w,
  * knows every entry committed before it is applied too, and that it was
  * still leader when it was committed (linearizable reads, node/batch.c). */
 void idx_cmd_read_barrier(struct tern_wbuf *w);
+/* The Raft term (>= 1, else TERN_EINVAL) of the leader building the entry;
+ * applies nothing (result 0). node/batch.c puts it first in every entry,
+ * so that message trace can name the term a message was proposed in. */
+void idx_cmd_term(struct tern_wbuf *w, uint64_t term);
 /* A name too long for its kind (IDX_USER_NAME_MAX, IDX_NS_NAME_MAX) or
  * failing tern_name_valid, or a bad pattern, is TERN_EBADNAME. */
 /* Create or replace user name (a valid name) with flags (IDX_USER_FLAGS
@@ -566,6 +572,51 @@ int idx_offset_for_time(struct idx_env *e,
                         const char *queue,
                         uint64_t time_ms,
                         uint64_t *offset);
+/* Message trace (docs/MESSAGES.md, "Query and seek"): what the index
+ * knows of one message. */
+struct idx_trace
+{
+    uint64_t queue_id; /* with offset, the message id */
+    uint64_t offset;
+    uint64_t append_ms;   /* append time (docs/MESSAGES.md, "Time") */
+    uint64_t producer_id; /* 0: none */
+    uint64_t seq;         /* seq of the batch it came in (0: none) */
+    uint32_t batch_pos;   /* its position in that batch, from 0 */
+    uint32_t batch_count; /* messages in that batch */
+    uint32_t len;         /* message bytes */
+    uint64_t raft_index;  /* index of the entry that holds it */
+    uint64_t term;        /* term of the leader that proposed the entry
+                             (its TERM command); 0: unknown (an entry
+                             built before TERM existed) */
+    uint16_t key_len;     /* 0: no key */
+    uint8_t tag_len;      /* 0: no tag */
+    uint8_t key[IDX_KEY_MAX];
+    char tag[IDX_TAG_MAX];
+};
+/* A consumer group of the traced message's queue whose committed offset is
+ * past the message (next_offset > offset). commit_ms and commit_index are
+ * those of the group's latest GROUP_COMMIT (not of the commit that first
+ * passed the message); 0 when unknown (a row from an older checkpoint). */
+struct idx_trace_group
+{
+    const char *name; /* borrowed for the callback */
+    uint64_t next_offset;
+    uint64_t commit_ms;
+    uint64_t commit_index;
+};
+typedef int (*idx_trace_group_cb)(void *arg, const struct idx_trace_group *g);
+/* Trace the message at offset of queue into *out (caller-owned), then call
+ * cb (may be NULL) for each group past it, in name order (a non-zero
+ * return stops). Flushed state; the entry holding the message is read
+ * from the log and verified. TERN_EOFFSET below the queue's first offset
+ * (the errmsg names it: trimmed by retention) or at/after its end;
+ * TERN_ENOQUEUE, TERN_EBADNAME, TERN_ECORRUPT, -errno. */
+int idx_message_trace(struct idx_env *e,
+                      const char *queue,
+                      uint64_t offset,
+                      struct idx_trace *out,
+                      idx_trace_group_cb cb,
+                      void *arg);
 /* Append time of the newest applied entry (applied state, pending txn
  * included): docs/MESSAGES.md, "Time". */
 uint64_t idx_last_append_ms(const struct idx_env *e);

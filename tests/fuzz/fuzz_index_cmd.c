@@ -10,7 +10,7 @@
 
 #include "idx_int.h"
 
-/* A command without a name (READ_BARRIER, an anonymous PRODUCER_INIT) has
+/* A command without a name (READ_BARRIER, TERM, an anonymous PRODUCER_INIT) has
  * n == 0. */
 static void copy_name(char *dst, const char *src, uint8_t n)
 {
@@ -66,6 +66,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             break;
         case IDX_CMD_READ_BARRIER:
             idx_cmd_read_barrier(&w);
+            break;
+        case IDX_CMD_TERM:
+            idx_cmd_term(&w, c.term);
             break;
         case IDX_CMD_PRODUCE: {
             struct idx__msg_iter mi;
