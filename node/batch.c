@@ -5,7 +5,9 @@
  * Happy path (one loop iteration on the leader):
  *   1. every write request read in this iteration is added to the OPEN
  *      batch: one idx_cmd_* into one command entry (idx_cmd_begin stamped
- *      with the leader's clock);
+ *      with the leader's clock; a new entry starts with a TERM command
+ *      holding the node's current term, for message trace: 13 bytes, no
+ *      request owns it, its result is skipped when routing);
  *   2. at the end of the iteration (node.c's uv_check) node_batcher_propose
  *      seals it (idx_cmd_end) and proposes it: ONE repl_propose for all of
  *      them. The batch moves to INFLIGHT, keyed by its raft index;
@@ -107,6 +109,11 @@ static struct node_batch *batch_new(struct node_batcher *b)
     tern_wbuf_init(&batch->w);
     batch->batcher = b;
     idx_cmd_begin(&batch->w, b->ops.timestamp_ms(b->arg));
+    uint64_t term = b->ops.term != NULL ? b->ops.term(b->arg) : 0;
+    if (term > 0) {
+        idx_cmd_term(&batch->w, term);
+        batch->n_cmds = batch->n_lead = 1;
+    }
     return batch;
 }
 
@@ -157,8 +164,9 @@ static void name_copy(char *dst, const char *src, uint16_t len)
 /* Open a batch for one more command unless the open one is full. */
 static int open_for(struct node_batcher *b, size_t size)
 {
-    if (b->open != NULL && (b->open->n_cmds >= b->max_cmds ||
-                            b->open->w.len + size > b->max_entry_bytes)) {
+    if (b->open != NULL && b->open->n_cmds > b->open->n_lead &&
+        (b->open->n_cmds >= b->max_cmds ||
+         b->open->w.len + size > b->max_entry_bytes)) {
         seal_open(b);
     }
     if (b->open == NULL) {
@@ -354,7 +362,7 @@ int node_batcher_add(struct node_batcher *b,
             return TERN_EMALFORMED;
         }
     }
-    if (b->open != NULL &&
+    if (b->open != NULL && b->open->n_cmds > b->open->n_lead &&
         (b->open->n_cmds >= b->max_cmds ||
          b->open->w.len + request_size(r) > b->max_entry_bytes)) {
         seal_open(b);
@@ -498,6 +506,7 @@ void node_batcher_on_apply(struct node_batcher *b,
                 0) {
             return; /* another leader's entry at our index */
         }
+        i = batch->n_lead; /* the TERM's result answers nobody */
         for (wl = batch->wreqs.next; wl != &batch->wreqs; wl = wl->next) {
             struct node_wreq *w = TERN_CONTAINER(wl, struct node_wreq, link);
             if (i < n) {

@@ -53,7 +53,8 @@ struct node_batch
 {
     struct tern_list link;
     struct tern_list wreqs;
-    unsigned n_cmds;
+    unsigned n_cmds;    /* commands in the entry (TERM included) */
+    unsigned n_lead;    /* leading commands no request owns (TERM) */
     struct tern_wbuf w; /* entry bytes (moved to repl on propose) */
     size_t len;         /* sealed entry length (without padding) */
     uint8_t head[24];   /* the sealed entry's header (identity) */
@@ -77,6 +78,9 @@ struct node_batcher_ops
     void (*respond)(struct node_wreq *w);
     /* Leader timestamp for new entries (ms since the epoch). */
     uint64_t (*timestamp_ms)(void *arg);
+    /* The node's current Raft term, put first in every new entry as a
+     * TERM command (message trace). NULL, or 0 returned: no TERM. */
+    uint64_t (*term)(void *arg);
 };
 
 struct node_batcher

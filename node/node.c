@@ -320,6 +320,20 @@ static uint64_t batch_timestamp(void *arg)
     return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
+/* The term the batcher stamps on new entries (TERM command): the term
+ * this node is leader in when it builds them. 0 (no TERM) without a
+ * replica. */
+static uint64_t batch_term(void *arg)
+{
+    struct node *n = arg;
+    struct repl_status st;
+    if (n->repl == NULL) {
+        return 0;
+    }
+    repl_get_status(n->repl, &st);
+    return st.term;
+}
+
 /* ---- Bootstrap admin ----------------------------------------------------- */
 
 static int any_user_cb(void *arg, const struct idx_user_info *u)
@@ -987,7 +1001,7 @@ static int node_start(struct node *n, char *errmsg)
 {
     const struct node_config *c = n->cfg;
     static const struct node_batcher_ops bops = {
-        batch_propose, node_server_respond, batch_timestamp};
+        batch_propose, node_server_respond, batch_timestamp, batch_term};
     static const struct node_fsm_ops fops = {fsm_kick, fsm_release_disk,
                                              fsm_fail};
     static const struct node_server_ops sops = {

@@ -86,7 +86,7 @@ static uint64_t fake_time(void *arg)
 static void setup(void)
 {
     static const struct node_batcher_ops ops = {fake_propose, fake_respond,
-                                                fake_time};
+                                                fake_time, NULL};
     memset(&t, 0, sizeof(t));
     t.next_index = 100;
     node_batcher_init(&t.b, &ops, NULL);
@@ -544,4 +544,83 @@ Test(batch, invalid_write_does_not_poison_the_entry)
     cr_assert_eq(t.n_props, 1);
     cr_expect_eq(t.props[0].batch->n_cmds, 1);
     cr_expect_eq(t.n_answers, 0);
+}
+
+static uint64_t fake_term(void *arg)
+{
+    (void)arg;
+    return 9;
+}
+
+/* With a term op every entry starts with a TERM command of that term (13
+ * bytes, counted in n_cmds), whose result answers nobody: the requests
+ * get the results after it, through a real index too. */
+Test(batch, term_first_in_every_entry)
+{
+    static const struct node_batcher_ops ops = {fake_propose, fake_respond,
+                                                fake_time, fake_term};
+    char dir[] = "/tmp/ternd-batch-XXXXXX";
+    char errmsg[TERN_ERRMSG_SIZE] = "";
+    struct idx_options o;
+    struct idx_env *e;
+    struct idx_result res[8];
+    unsigned nr = 0;
+    char cmd[128];
+    struct proto_request r1 = queue_req(PROTO_OP_QUEUE_CREATE, "tq");
+    struct proto_request r2 = produce_req("tq", "one");
+    struct proto_request r3 = produce_req("missing", "two");
+    const uint8_t *b;
+
+    node_batcher_init(&t.b, &ops, NULL);
+    cr_assert_not_null(mkdtemp(dir));
+    memset(&o, 0, sizeof(o));
+    o.dir = dir;
+    cr_assert_eq(idx_open(&o, &e, errmsg), 0, "%s", errmsg);
+    cr_assert_eq(node_batcher_add(&t.b, NULL, 1, &r1), 0);
+    cr_assert_eq(node_batcher_add(&t.b, NULL, 2, &r2), 0);
+    cr_assert_eq(node_batcher_add(&t.b, NULL, 3, &r3), 0);
+    node_batcher_propose(&t.b);
+    cr_assert_eq(t.n_props, 1);
+    cr_expect_eq(t.props[0].batch->n_cmds, 4, "TERM and three requests");
+    b = t.props[0].buf;
+    cr_expect_eq(tern_get_u32(b + 4), 4);
+    cr_expect_eq(b[24], IDX_CMD_TERM, "TERM comes first");
+    cr_expect_eq(tern_get_u32(b + 25), 8);
+    cr_expect_eq(tern_get_u64(b + 29), 9);
+    cr_assert_eq(idx_apply(e, t.props[0].index, t.props[0].buf,
+                           idx_cmd_entry_len(t.props[0].buf, t.props[0].len),
+                           res, 8, &nr),
+                 0, "%s", idx_errmsg(e));
+    cr_assert_eq(nr, 4);
+    node_batcher_on_apply(&t.b, t.props[0].index, t.props[0].buf,
+                          t.props[0].len, res, nr);
+    node_batcher_proposed(t.props[0].batch, 0, t.props[0].index);
+    cr_assert_eq(idx_flush(e), 0);
+    node_batcher_flushed(&t.b);
+    cr_assert_eq(t.n_answers, 3, "nobody is answered for the TERM");
+    cr_expect_eq(t.answers[0].request_id, 1);
+    cr_expect_eq(t.answers[0].status, 0);
+    cr_expect_eq(t.answers[1].status, 0);
+    cr_expect_eq(t.answers[1].result.count, 1);
+    cr_expect_eq(t.answers[2].status, TERN_ENOQUEUE);
+
+    struct idx_trace tr;
+    cr_assert_eq(idx_message_trace(e, "tq", 0, &tr, NULL, NULL), 0, "%s",
+                 idx_errmsg(e));
+    cr_expect_eq(tr.term, 9);
+    cr_expect_eq(tr.raft_index, t.props[0].index);
+
+    /* A second entry gets its own TERM. */
+    add_produces(1, "again");
+    node_batcher_propose(&t.b);
+    cr_assert_eq(t.n_props, 2);
+    cr_expect_eq(((const uint8_t *)t.props[1].buf)[24], IDX_CMD_TERM);
+    cr_expect_eq(t.props[1].batch->n_cmds, 2);
+    node_batcher_proposed(t.props[1].batch, TERN_ESHUTDOWN, t.props[1].index);
+    cr_expect_eq(t.n_answers, 4);
+    cr_expect_eq(t.answers[3].status, TERN_ESHUTDOWN);
+    idx_close(e);
+    cr_assert_lt((size_t)snprintf(cmd, sizeof(cmd), "rm -rf %s", dir),
+                 sizeof(cmd));
+    cr_expect_eq(system(cmd), 0);
 }
