@@ -843,6 +843,10 @@ int proto_decode_request(uint8_t op,
     case PROTO_OP_MESSAGE_GET:
         rv = get_message_get(&c, out);
         break;
+    case PROTO_OP_MESSAGE_TRACE:
+        rv = get_name(&c, &out->queue, &out->queue_len);
+        out->offset = tern_cursor_u64(&c);
+        break;
     case PROTO_OP_GROUP_COMMIT:
         rv = get_name(&c, &out->queue, &out->queue_len);
         if (rv == 0) {
@@ -2071,4 +2075,140 @@ int proto_decode_producer_init_resp(const void *body,
         return TERN_EMALFORMED;
     }
     return 0;
+}
+
+/* ---- MESSAGE_TRACE ---- */
+
+int proto_encode_message_trace(struct tern_wbuf *w,
+                               uint64_t request_id,
+                               const char *queue,
+                               uint64_t offset)
+{
+    size_t start = w->len;
+    proto_frame_begin(w, PROTO_OP_MESSAGE_TRACE, request_id, 0);
+    put_name(w, queue);
+    tern_wbuf_u64(w, offset);
+    return proto_frame_end(w, start);
+}
+
+/* The answer's fixed fields (queue_id .. term) take 68 bytes; the key
+ * blob's length follows them. */
+#define PROTO__TRACE_FIXED 68
+
+size_t proto_trace_begin(struct tern_wbuf *w,
+                         uint64_t request_id,
+                         const struct proto_trace *t)
+{
+    size_t start = w->len;
+    proto_frame_begin(w, PROTO_OP_MESSAGE_TRACE | PROTO_OP_RESPONSE, request_id,
+                      0);
+    if (t->key_len > PROTO_MAX_KEY || t->tag_len > PROTO_MAX_TAG ||
+        (t->key_len > 0 && t->key == NULL) ||
+        (t->tag_len > 0 && t->tag == NULL)) {
+        if (w->err == 0) {
+            w->err = TERN_EINVAL;
+        }
+        return start;
+    }
+    tern_wbuf_u64(w, t->queue_id);
+    tern_wbuf_u64(w, t->offset);
+    tern_wbuf_u64(w, t->append_ms);
+    tern_wbuf_u64(w, t->producer_id);
+    tern_wbuf_u64(w, t->seq);
+    tern_wbuf_u32(w, t->batch_pos);
+    tern_wbuf_u32(w, t->batch_count);
+    tern_wbuf_u32(w, t->len);
+    tern_wbuf_u64(w, t->raft_index);
+    tern_wbuf_u64(w, t->term);
+    proto_put_blob(w, t->key, t->key_len);
+    proto_put_str(w, t->tag, t->tag_len);
+    tern_wbuf_u32(w, 0); /* group count, patched by proto_trace_end */
+    return start;
+}
+
+void proto_put_trace_group(struct tern_wbuf *w,
+                           const struct proto_trace_group *g)
+{
+    proto_put_str(w, g->name, g->name_len);
+    tern_wbuf_u64(w, g->next_offset);
+    tern_wbuf_u64(w, g->commit_ms);
+    tern_wbuf_u64(w, g->commit_index);
+}
+
+size_t proto_trace_group_size(size_t name_len)
+{
+    return 2 + name_len + 24;
+}
+
+int proto_trace_end(struct tern_wbuf *w, size_t start, uint32_t n, int more)
+{
+    tern_wbuf_u8(w, more != 0 ? 1 : 0);
+    if (w->err == 0) {
+        /* The count follows the key blob and the tag str. */
+        uint8_t *b = w->base + start + PROTO_HEADER_SIZE + PROTO__TRACE_FIXED;
+        if (w->len < start + PROTO_HEADER_SIZE + PROTO__TRACE_FIXED + 11) {
+            return TERN_EINVAL; /* not begun by proto_trace_begin */
+        }
+        uint32_t key_len = tern_get_u32(b);
+        uint16_t tag_len = tern_get_u16(b + 4 + key_len);
+        tern_put_u32(b + 6 + key_len + tag_len, n);
+    }
+    return proto_frame_end(w, start);
+}
+
+static void get_trace_group(struct tern_cursor *c, void *item)
+{
+    struct proto_trace_group *g = item;
+    g->name = proto_get_str(c, &g->name_len);
+    g->next_offset = tern_cursor_u64(c);
+    g->commit_ms = tern_cursor_u64(c);
+    g->commit_index = tern_cursor_u64(c);
+    if (c->err == 0 && !tern_name_valid(g->name, g->name_len)) {
+        c->err = TERN_EMALFORMED;
+    }
+}
+
+int proto_decode_message_trace_resp(const void *body,
+                                    size_t len,
+                                    struct proto_trace *out)
+{
+    struct tern_cursor c;
+    struct proto_trace_group g;
+    tern_cursor_init(&c, body, len);
+    memset(out, 0, sizeof *out);
+    out->queue_id = tern_cursor_u64(&c);
+    out->offset = tern_cursor_u64(&c);
+    out->append_ms = tern_cursor_u64(&c);
+    out->producer_id = tern_cursor_u64(&c);
+    out->seq = tern_cursor_u64(&c);
+    out->batch_pos = tern_cursor_u32(&c);
+    out->batch_count = tern_cursor_u32(&c);
+    out->len = tern_cursor_u32(&c);
+    out->raft_index = tern_cursor_u64(&c);
+    out->term = tern_cursor_u64(&c);
+    out->key = proto_get_blob(&c, &out->key_len);
+    out->tag = proto_get_str(&c, &out->tag_len);
+    int ok =
+        out->key_len <= PROTO_MAX_KEY && out->tag_len <= PROTO_MAX_TAG &&
+        (out->tag_len == 0 || proto_tag_valid(out->tag, out->tag_len) != 0) &&
+        out->batch_pos < TERN_MAX(out->batch_count, 1u);
+    out->n_groups = tern_cursor_u32(&c);
+    records_skip(&c, out->n_groups, get_trace_group, &g, &out->groups,
+                 &out->groups_len);
+    out->more = tern_cursor_u8(&c);
+    ok = ok && out->more <= 1;
+    if (out->key_len == 0) {
+        out->key = NULL;
+    }
+    if (out->tag_len == 0) {
+        out->tag = NULL;
+    }
+    return decode_end(&c, ok, out, sizeof *out);
+}
+
+int proto_next_trace_group(const struct proto_trace *t,
+                           size_t *pos,
+                           struct proto_trace_group *g)
+{
+    return records_next(t->groups, t->groups_len, pos, get_trace_group, g);
 }

@@ -107,6 +107,25 @@
  *                       TERN_ENOTFOUND; a key without messages is n = 0.
  *                       Op 25, added with message properties: an older
  *                       server answers TERN_EINVAL "unknown request op".
+ *   MESSAGE_TRACE req: str queue, u64 offset
+ *                 resp: u64 queue_id, u64 offset, u64 append_ms,
+ *                       u64 producer_id (0 none), u64 seq (of its batch;
+ *                       0 none), u32 batch_pos (its position in the batch,
+ *                       < batch_count), u32 batch_count, u32 len (message
+ *                       bytes), u64 raft_index (the entry holding it),
+ *                       u64 term (of the leader that proposed the entry;
+ *                       0 unknown: an entry older than the TERM command),
+ *                       blob key (0..PROTO_MAX_KEY bytes, empty = none),
+ *                       str tag (0..PROTO_MAX_TAG, empty = none),
+ *                       u32 n, n x {str group, u64 next_offset (> offset),
+ *                       u64 commit_ms, u64 commit_index (the group's
+ *                       latest GROUP_COMMIT: its append time and raft
+ *                       index, 0 unknown)}, u8 more (1: more groups are
+ *                       past the message than the answer lists)
+ *                       A trimmed offset is TERN_EOFFSET naming the first
+ *                       offset, as FETCH. Op 26, added with message trace:
+ *                       an older server answers TERN_EINVAL "unknown
+ *                       request op".
  *   GROUP_COMMIT  req: str queue, str group, u64 next_offset
  *                 resp: (empty)
  *   STATUS        req: (empty)
@@ -272,6 +291,7 @@ enum proto_op {
     PROTO_OP_QUEUE_INFO = 23,
     PROTO_OP_OFFSET_FOR_TIME = 24,
     PROTO_OP_MESSAGE_GET = 25,
+    PROTO_OP_MESSAGE_TRACE = 26,
     PROTO_OP_ERROR = 0x7f,
     PROTO_OP_RESPONSE = 0x80,
 };
@@ -711,6 +731,65 @@ int proto_decode_message_get_resp(const void *body,
 int proto_next_fetched(const struct proto_fetch_resp *r,
                        size_t *pos,
                        struct proto_fetched_msg *m);
+
+/* MESSAGE_TRACE (format above). Request: proto_request queue and
+ * offset. */
+int proto_encode_message_trace(struct tern_wbuf *w,
+                               uint64_t request_id,
+                               const char *queue,
+                               uint64_t offset);
+struct proto_trace
+{
+    uint64_t queue_id;
+    uint64_t offset;
+    uint64_t append_ms;
+    uint64_t producer_id;
+    uint64_t seq;
+    uint32_t batch_pos;
+    uint32_t batch_count;
+    uint32_t len;
+    uint64_t raft_index;
+    uint64_t term;
+    const void *key; /* borrowed, key_len bytes (0: none) */
+    uint32_t key_len;
+    const char *tag; /* borrowed, tag_len bytes (0: none) */
+    uint16_t tag_len;
+    /* Decoded answers only: n group records (proto_next_trace_group). */
+    uint32_t n_groups;
+    const uint8_t *groups;
+    size_t groups_len;
+    uint8_t more;
+};
+struct proto_trace_group
+{
+    const char *name; /* borrowed, name_len bytes */
+    uint16_t name_len;
+    uint64_t next_offset;
+    uint64_t commit_ms;
+    uint64_t commit_index;
+};
+/* Server side: begin the answer with t's message fields (t and its
+ * buffers borrowed for the call) and a group count placeholder; returns
+ * the frame start for proto_trace_end. Errors are sticky in w->err. */
+size_t proto_trace_begin(struct tern_wbuf *w,
+                         uint64_t request_id,
+                         const struct proto_trace *t);
+/* One group record (g borrowed). */
+void proto_put_trace_group(struct tern_wbuf *w,
+                           const struct proto_trace_group *g);
+/* Bytes proto_put_trace_group adds for a group named name_len bytes. */
+size_t proto_trace_group_size(size_t name_len);
+/* Patch the count n, append more, seal the frame. TERN_EINVAL for a key
+ * or tag over its bound, else as proto_frame_end. */
+int proto_trace_end(struct tern_wbuf *w, size_t start, uint32_t n, int more);
+/* The answer into out (borrowing from body). TERN_EMALFORMED. */
+int proto_decode_message_trace_resp(const void *body,
+                                    size_t len,
+                                    struct proto_trace *out);
+/* 1 with *g (borrowing from the body), or 0 at the end. */
+int proto_next_trace_group(const struct proto_trace *t,
+                           size_t *pos,
+                           struct proto_trace_group *g);
 
 struct proto_queue_info
 {

@@ -3,7 +3,8 @@
  * arbitrary bytes to the header decoder, the checksum verifier, the request
  * decoders of every op, the error-frame decoder and every response decoder,
  * and walks every iterator (the security metadata ops 10..19 and the
- * authentication ops 20..21 and the message property ops included).
+ * authentication ops 20..21, the message property ops and message trace
+ * included).
  * Decoders must never read out of bounds, and a decoded request must re-encode
  * to a body that decodes to the same fields.
  */
@@ -158,6 +159,9 @@ static int reencode_fetch(struct tern_wbuf *w,
                 &w, 1, q, r->get_by == PROTO_GET_ID ? r->queue_id : 0,
                 r->offset, r->get_by == PROTO_GET_KEY ? r->key : NULL,
                 r->key_len, r->max_count);
+            break;
+        case PROTO_OP_MESSAGE_TRACE:
+            rv = proto_encode_message_trace(&w, 1, q, r->offset);
             break;
         case PROTO_OP_GROUP_COMMIT:
             rv = proto_encode_group_commit(&w, 1, q, g, r->offset);
@@ -326,6 +330,16 @@ static int reencode_fetch(struct tern_wbuf *w,
                 abort();
             }
         }
+        struct proto_trace tr;
+        if (proto_decode_message_trace_resp(d, len, &tr) == 0) {
+            struct proto_trace_group tg;
+            uint32_t n = 0;
+            for (pos = 0; proto_next_trace_group(&tr, &pos, &tg); n++) {
+            }
+            if (n != tr.n_groups) {
+                abort();
+            }
+        }
         if (proto_decode_queue_list_resp(d, len, &ql) == 0) {
             struct proto_queue_info q;
             uint32_t n = 0;
@@ -373,7 +387,7 @@ static int reencode_fetch(struct tern_wbuf *w,
             if (proto_decode_request(data[0], b, blen, &r) == 0) {
                 walk_request(&r);
             }
-            for (int op = PROTO_OP_QUEUE_CREATE; op <= PROTO_OP_MESSAGE_GET;
+            for (int op = PROTO_OP_QUEUE_CREATE; op <= PROTO_OP_MESSAGE_TRACE;
                  op++) {
                 if (proto_decode_request((uint8_t)op, b, blen, &r) == 0) {
                     walk_request(&r);
