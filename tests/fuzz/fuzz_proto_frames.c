@@ -63,342 +63,337 @@ static int reencode_fetch(struct tern_wbuf *w,
                                    k};
     return proto_encode_fetch_filtered(w, 1, q, group, r->offset, r->max_msgs,
                                        r->max_bytes, r->wait_ms, &f);
+}
 
-    /* The security lists, unpaged (old form) or with the paging tail. */
-    static int reencode_list(struct tern_wbuf * w,
-                             const struct proto_request *r)
-    {
-        char u[PROTO_MAX_NAME + 1], a[PROTO_MAX_NAME + 1];
-        char an[PROTO_MAX_NAME + 1], ap[PROTO_MAX_NAME + 1];
-        struct proto_list_cursor after = {a, an, ap};
-        name_copy(u, r->user, r->user_len);
-        name_copy(a, r->after, r->after_len);
-        name_copy(an, r->after_ns, r->after_ns_len);
-        name_copy(ap, r->after_pattern, r->after_pattern_len);
+/* The security lists, unpaged (old form) or with the paging tail. */
+static int reencode_list(struct tern_wbuf *w, const struct proto_request *r)
+{
+    char u[PROTO_MAX_NAME + 1], a[PROTO_MAX_NAME + 1];
+    char an[PROTO_MAX_NAME + 1], ap[PROTO_MAX_NAME + 1];
+    struct proto_list_cursor after = {a, an, ap};
+    name_copy(u, r->user, r->user_len);
+    name_copy(a, r->after, r->after_len);
+    name_copy(an, r->after_ns, r->after_ns_len);
+    name_copy(ap, r->after_pattern, r->after_pattern_len);
+    if (r->paged) {
+        return proto_encode_list_page_req(w, r->op, 1, u, &after, r->max_count);
+    }
+    if (r->op == PROTO_OP_ACL_LIST) {
+        return proto_encode_acl_list(w, 1, u);
+    }
+    return proto_encode_simple(w, r->op, 1);
+}
+
+/* Encode r again from its decoded fields: the body must come out byte for
+ * byte as it went in (every request has one encoding). */
+static void reencode(const struct proto_request *r,
+                     const uint8_t *body,
+                     size_t len)
+{
+    char q[PROTO_MAX_NAME + 1], g[PROTO_MAX_NAME + 1];
+    char u[PROTO_MAX_NAME + 1], n[PROTO_MAX_NAME + 1];
+    char pat[PROTO_MAX_NAME + 1];
+    struct proto_msg *m = NULL, *p = NULL;
+    struct proto_header h;
+    struct tern_wbuf w;
+    const void *b;
+    int rv;
+    name_copy(q, r->queue, r->queue_len);
+    name_copy(g, r->group, r->group_len);
+    tern_wbuf_init(&w);
+    switch (r->op) {
+    case PROTO_OP_QUEUE_CREATE:
+    case PROTO_OP_QUEUE_DELETE:
+        rv = proto_encode_queue_op(&w, r->op, 1, q);
+        break;
+    case PROTO_OP_QUEUE_LIST:
         if (r->paged) {
-            return proto_encode_list_page_req(w, r->op, 1, u, &after,
-                                              r->max_count);
-        }
-        if (r->op == PROTO_OP_ACL_LIST) {
-            return proto_encode_acl_list(w, 1, u);
-        }
-        return proto_encode_simple(w, r->op, 1);
-    }
-
-    /* Encode r again from its decoded fields: the body must come out byte for
-     * byte as it went in (every request has one encoding). */
-    static void reencode(const struct proto_request *r, const uint8_t *body,
-                         size_t len)
-    {
-        char q[PROTO_MAX_NAME + 1], g[PROTO_MAX_NAME + 1];
-        char u[PROTO_MAX_NAME + 1], n[PROTO_MAX_NAME + 1];
-        char pat[PROTO_MAX_NAME + 1];
-        struct proto_msg *m = NULL, *p = NULL;
-        struct proto_header h;
-        struct tern_wbuf w;
-        const void *b;
-        int rv;
-        name_copy(q, r->queue, r->queue_len);
-        name_copy(g, r->group, r->group_len);
-        tern_wbuf_init(&w);
-        switch (r->op) {
-        case PROTO_OP_QUEUE_CREATE:
-        case PROTO_OP_QUEUE_DELETE:
-            rv = proto_encode_queue_op(&w, r->op, 1, q);
-            break;
-        case PROTO_OP_QUEUE_LIST:
-            if (r->paged) {
-                char a[PROTO_MAX_NAME + 1];
-                name_copy(a, r->after, r->after_len);
-                rv = proto_encode_queue_list_req(&w, 1, a, r->max_count);
-            } else {
-                rv = proto_encode_simple(&w, r->op, 1);
-            }
-            break;
-        case PROTO_OP_STATUS:
+            char a[PROTO_MAX_NAME + 1];
+            name_copy(a, r->after, r->after_len);
+            rv = proto_encode_queue_list_req(&w, 1, a, r->max_count);
+        } else {
             rv = proto_encode_simple(&w, r->op, 1);
-            break;
-        case PROTO_OP_PRODUCE: {
-            size_t pos = 0;
-            uint32_t k = 0;
-            m = malloc(sizeof *m * (r->n_msgs > 0 ? r->n_msgs : 1));
-            if (m == NULL) {
-                abort();
-            }
-            while (k < r->n_msgs && proto_next_msg(r, &pos, &m[k])) {
-                k++;
-            }
-            if (r->props_len == 0) {
-                rv = proto_encode_produce(&w, 1, q, r->producer_id, r->seq, m,
-                                          k);
-                break;
-            }
-            p = calloc(r->n_msgs > 0 ? r->n_msgs : 1, sizeof *p);
-            if (p == NULL) {
-                abort();
-            }
-            pos = 0;
-            for (uint32_t i = 0; i < k; i++) {
-                if (!proto_next_props(r, &pos, &p[i])) {
-                    abort();
-                }
-            }
-            struct pm_arr arr = {m, p};
-            rv = proto_encode_produce_props(&w, 1, q, r->producer_id, r->seq,
-                                            pm_arr_at, &arr, k);
-            break;
         }
-        case PROTO_OP_FETCH:
-            rv = reencode_fetch(&w, r, q, NULL);
-            break;
-        case PROTO_OP_GROUP_FETCH:
-            rv = reencode_fetch(&w, r, q, g);
-            break;
-        case PROTO_OP_MESSAGE_GET:
-            rv = proto_encode_message_get(
-                &w, 1, q, r->get_by == PROTO_GET_ID ? r->queue_id : 0,
-                r->offset, r->get_by == PROTO_GET_KEY ? r->key : NULL,
-                r->key_len, r->max_count);
-            break;
-        case PROTO_OP_MESSAGE_TRACE:
-            rv = proto_encode_message_trace(&w, 1, q, r->offset);
-            break;
-        case PROTO_OP_GROUP_COMMIT:
-            rv = proto_encode_group_commit(&w, 1, q, g, r->offset);
-            break;
-        case PROTO_OP_STATS:
-            rv = proto_encode_stats_req(&w, 1, r->flags);
-            break;
-        case PROTO_OP_USER_SET:
-            name_copy(u, r->user, r->user_len);
-            rv = proto_encode_user_set(&w, 1, u, r->bits, r->cred, r->cred_len);
-            break;
-        case PROTO_OP_USER_DELETE:
-            name_copy(u, r->user, r->user_len);
-            rv = proto_encode_name_op(&w, r->op, 1, u);
-            break;
-        case PROTO_OP_NAMESPACE_DELETE:
-            name_copy(n, r->ns, r->ns_len);
-            rv = proto_encode_name_op(&w, r->op, 1, n);
-            break;
-        case PROTO_OP_ACL_SET:
-        case PROTO_OP_ACL_DELETE:
-            name_copy(u, r->user, r->user_len);
-            name_copy(n, r->ns, r->ns_len);
-            name_copy(pat, r->pattern, r->pattern_len);
-            rv = proto_encode_acl_op(&w, r->op, 1, u, n, pat, r->bits);
-            break;
-        case PROTO_OP_USER_LIST:
-        case PROTO_OP_ACL_LIST:
-        case PROTO_OP_NAMESPACE_LIST:
-            rv = reencode_list(&w, r);
-            break;
-        case PROTO_OP_NAMESPACE_SET:
-            name_copy(n, r->ns, r->ns_len);
-            rv = proto_encode_namespace_set(&w, 1, n, r->max_queues,
-                                            r->max_bytes_quota,
-                                            r->produce_bytes_per_s);
-            break;
-        case PROTO_OP_PRODUCER_INIT:
-            rv = proto_encode_simple(&w, r->op, 1);
-            break;
-        case PROTO_OP_AUTH_START: {
-            char mech[PROTO_MAX_MECHANISM + 1];
-            name_copy(mech, r->mechanism, r->mechanism_len);
-            name_copy(n, r->ns, r->ns_len);
-            rv = proto_encode_auth_start(&w, 1, mech, n, r->auth_data,
-                                         r->auth_data_len);
-            break;
-        }
-        case PROTO_OP_AUTH_CONTINUE:
-            rv = proto_encode_auth_continue(&w, 1, r->auth_data,
-                                            r->auth_data_len);
-            break;
-        default:
-            abort();
-        }
-        if (rv != 0 ||
-            proto_frame_parse(w.base, w.len, PROTO_DEFAULT_MAX_BODY, &h, &b) !=
-                0 ||
-            h.body_len != len || (len > 0 && memcmp(b, body, len) != 0)) {
-            abort();
-        }
-        free(m);
-        free(p);
-        tern_wbuf_free(&w);
-    }
-
-    static void walk_request(const struct proto_request *r)
-    {
-        struct proto_msg m;
+        break;
+    case PROTO_OP_STATUS:
+        rv = proto_encode_simple(&w, r->op, 1);
+        break;
+    case PROTO_OP_PRODUCE: {
         size_t pos = 0;
-        uint32_t n = 0;
-        volatile uint8_t sink = 0;
-        while (proto_next_msg(r, &pos, &m)) {
-            if (m.len > 0) {
-                sink ^= ((const uint8_t *)m.data)[m.len - 1];
+        uint32_t k = 0;
+        m = malloc(sizeof *m * (r->n_msgs > 0 ? r->n_msgs : 1));
+        if (m == NULL) {
+            abort();
+        }
+        while (k < r->n_msgs && proto_next_msg(r, &pos, &m[k])) {
+            k++;
+        }
+        if (r->props_len == 0) {
+            rv = proto_encode_produce(&w, 1, q, r->producer_id, r->seq, m, k);
+            break;
+        }
+        p = calloc(r->n_msgs > 0 ? r->n_msgs : 1, sizeof *p);
+        if (p == NULL) {
+            abort();
+        }
+        pos = 0;
+        for (uint32_t i = 0; i < k; i++) {
+            if (!proto_next_props(r, &pos, &p[i])) {
+                abort();
             }
+        }
+        struct pm_arr arr = {m, p};
+        rv = proto_encode_produce_props(&w, 1, q, r->producer_id, r->seq,
+                                        pm_arr_at, &arr, k);
+        break;
+    }
+    case PROTO_OP_FETCH:
+        rv = reencode_fetch(&w, r, q, NULL);
+        break;
+    case PROTO_OP_GROUP_FETCH:
+        rv = reencode_fetch(&w, r, q, g);
+        break;
+    case PROTO_OP_MESSAGE_GET:
+        rv = proto_encode_message_get(
+            &w, 1, q, r->get_by == PROTO_GET_ID ? r->queue_id : 0, r->offset,
+            r->get_by == PROTO_GET_KEY ? r->key : NULL, r->key_len,
+            r->max_count);
+        break;
+    case PROTO_OP_MESSAGE_TRACE:
+        rv = proto_encode_message_trace(&w, 1, q, r->offset);
+        break;
+    case PROTO_OP_GROUP_COMMIT:
+        rv = proto_encode_group_commit(&w, 1, q, g, r->offset);
+        break;
+    case PROTO_OP_STATS:
+        rv = proto_encode_stats_req(&w, 1, r->flags);
+        break;
+    case PROTO_OP_USER_SET:
+        name_copy(u, r->user, r->user_len);
+        rv = proto_encode_user_set(&w, 1, u, r->bits, r->cred, r->cred_len);
+        break;
+    case PROTO_OP_USER_DELETE:
+        name_copy(u, r->user, r->user_len);
+        rv = proto_encode_name_op(&w, r->op, 1, u);
+        break;
+    case PROTO_OP_NAMESPACE_DELETE:
+        name_copy(n, r->ns, r->ns_len);
+        rv = proto_encode_name_op(&w, r->op, 1, n);
+        break;
+    case PROTO_OP_ACL_SET:
+    case PROTO_OP_ACL_DELETE:
+        name_copy(u, r->user, r->user_len);
+        name_copy(n, r->ns, r->ns_len);
+        name_copy(pat, r->pattern, r->pattern_len);
+        rv = proto_encode_acl_op(&w, r->op, 1, u, n, pat, r->bits);
+        break;
+    case PROTO_OP_USER_LIST:
+    case PROTO_OP_ACL_LIST:
+    case PROTO_OP_NAMESPACE_LIST:
+        rv = reencode_list(&w, r);
+        break;
+    case PROTO_OP_NAMESPACE_SET:
+        name_copy(n, r->ns, r->ns_len);
+        rv = proto_encode_namespace_set(&w, 1, n, r->max_queues,
+                                        r->max_bytes_quota,
+                                        r->produce_bytes_per_s);
+        break;
+    case PROTO_OP_PRODUCER_INIT:
+        rv = proto_encode_simple(&w, r->op, 1);
+        break;
+    case PROTO_OP_AUTH_START: {
+        char mech[PROTO_MAX_MECHANISM + 1];
+        name_copy(mech, r->mechanism, r->mechanism_len);
+        name_copy(n, r->ns, r->ns_len);
+        rv = proto_encode_auth_start(&w, 1, mech, n, r->auth_data,
+                                     r->auth_data_len);
+        break;
+    }
+    case PROTO_OP_AUTH_CONTINUE:
+        rv = proto_encode_auth_continue(&w, 1, r->auth_data, r->auth_data_len);
+        break;
+    default:
+        abort();
+    }
+    if (rv != 0 ||
+        proto_frame_parse(w.base, w.len, PROTO_DEFAULT_MAX_BODY, &h, &b) != 0 ||
+        h.body_len != len || (len > 0 && memcmp(b, body, len) != 0)) {
+        abort();
+    }
+    free(m);
+    free(p);
+    tern_wbuf_free(&w);
+}
+
+static void walk_request(const struct proto_request *r)
+{
+    struct proto_msg m;
+    size_t pos = 0;
+    uint32_t n = 0;
+    volatile uint8_t sink = 0;
+    while (proto_next_msg(r, &pos, &m)) {
+        if (m.len > 0) {
+            sink ^= ((const uint8_t *)m.data)[m.len - 1];
+        }
+        n++;
+    }
+    if (r->op == PROTO_OP_PRODUCE && n != r->n_msgs) {
+        abort();
+    }
+    (void)sink;
+}
+
+/* The list answers of the security metadata ops: every record the
+ * decoder counted must come out of the iterator. */
+static void list_responses(const uint8_t *d, size_t len)
+{
+    struct proto_list_resp lr;
+    uint64_t id;
+    size_t pos;
+    uint32_t n;
+    if (proto_decode_list_resp(PROTO_OP_USER_LIST, d, len, &lr) == 0) {
+        struct proto_user_entry e;
+        for (pos = 0, n = 0; proto_next_user(&lr, &pos, &e); n++) {
+        }
+        if (n != lr.n) {
+            abort();
+        }
+    }
+    if (proto_decode_list_resp(PROTO_OP_ACL_LIST, d, len, &lr) == 0) {
+        struct proto_acl_entry e;
+        for (pos = 0, n = 0; proto_next_acl(&lr, &pos, &e); n++) {
+        }
+        if (n != lr.n) {
+            abort();
+        }
+    }
+    if (proto_decode_list_resp(PROTO_OP_NAMESPACE_LIST, d, len, &lr) == 0) {
+        struct proto_namespace_entry e;
+        for (pos = 0, n = 0; proto_next_namespace(&lr, &pos, &e); n++) {
+        }
+        if (n != lr.n) {
+            abort();
+        }
+    }
+    (void)proto_decode_producer_init_resp(d, len, &id);
+    {
+        const void *ad;
+        uint32_t an;
+        if (proto_decode_auth_resp(d, len, &ad, &an) == 0 && an > 0 &&
+            ((const uint8_t *)ad < d || (const uint8_t *)ad + an > d + len)) {
+            abort();
+        }
+    }
+}
+
+static void responses(const uint8_t *d, size_t len)
+{
+    struct proto_produce_resp pr;
+    struct proto_fetch_resp fr;
+    struct proto_queue_list_resp ql;
+    struct proto_status st;
+    struct proto_stats ss;
+    size_t pos;
+    (void)proto_decode_empty_resp(d, len);
+    (void)proto_decode_stats_resp(d, len, &ss);
+    (void)proto_decode_produce_resp(d, len, &pr);
+    if (proto_decode_fetch_resp(d, len, &fr) == 0) {
+        struct proto_fetched_msg m;
+        uint32_t n = 0;
+        pos = 0;
+        while (proto_next_fetched(&fr, &pos, &m)) {
             n++;
         }
-        if (r->op == PROTO_OP_PRODUCE && n != r->n_msgs) {
+        if (n != fr.n) {
             abort();
         }
-        (void)sink;
     }
-
-    /* The list answers of the security metadata ops: every record the
-     * decoder counted must come out of the iterator. */
-    static void list_responses(const uint8_t *d, size_t len)
-    {
-        struct proto_list_resp lr;
-        uint64_t id;
-        size_t pos;
-        uint32_t n;
-        if (proto_decode_list_resp(PROTO_OP_USER_LIST, d, len, &lr) == 0) {
-            struct proto_user_entry e;
-            for (pos = 0, n = 0; proto_next_user(&lr, &pos, &e); n++) {
-            }
-            if (n != lr.n) {
-                abort();
-            }
+    if (proto_decode_fetch_props_resp(d, len, &fr) == 0) {
+        struct proto_fetched_msg m;
+        uint32_t n = 0;
+        for (pos = 0; proto_next_fetched(&fr, &pos, &m); n++) {
         }
-        if (proto_decode_list_resp(PROTO_OP_ACL_LIST, d, len, &lr) == 0) {
-            struct proto_acl_entry e;
-            for (pos = 0, n = 0; proto_next_acl(&lr, &pos, &e); n++) {
-            }
-            if (n != lr.n) {
-                abort();
-            }
-        }
-        if (proto_decode_list_resp(PROTO_OP_NAMESPACE_LIST, d, len, &lr) == 0) {
-            struct proto_namespace_entry e;
-            for (pos = 0, n = 0; proto_next_namespace(&lr, &pos, &e); n++) {
-            }
-            if (n != lr.n) {
-                abort();
-            }
-        }
-        (void)proto_decode_producer_init_resp(d, len, &id);
-        {
-            const void *ad;
-            uint32_t an;
-            if (proto_decode_auth_resp(d, len, &ad, &an) == 0 && an > 0 &&
-                ((const uint8_t *)ad < d ||
-                 (const uint8_t *)ad + an > d + len)) {
-                abort();
-            }
+        if (n != fr.n) {
+            abort();
         }
     }
-
-    static void responses(const uint8_t *d, size_t len)
-    {
-        struct proto_produce_resp pr;
-        struct proto_fetch_resp fr;
-        struct proto_queue_list_resp ql;
-        struct proto_status st;
-        struct proto_stats ss;
-        size_t pos;
-        (void)proto_decode_empty_resp(d, len);
-        (void)proto_decode_stats_resp(d, len, &ss);
-        (void)proto_decode_produce_resp(d, len, &pr);
-        if (proto_decode_fetch_resp(d, len, &fr) == 0) {
-            struct proto_fetched_msg m;
-            uint32_t n = 0;
-            pos = 0;
-            while (proto_next_fetched(&fr, &pos, &m)) {
-                n++;
-            }
-            if (n != fr.n) {
-                abort();
-            }
+    if (proto_decode_message_get_resp(d, len, &fr) == 0) {
+        struct proto_fetched_msg m;
+        uint32_t n = 0;
+        for (pos = 0; proto_next_fetched(&fr, &pos, &m); n++) {
         }
-        if (proto_decode_fetch_props_resp(d, len, &fr) == 0) {
-            struct proto_fetched_msg m;
-            uint32_t n = 0;
-            for (pos = 0; proto_next_fetched(&fr, &pos, &m); n++) {
-            }
-            if (n != fr.n) {
-                abort();
-            }
-        }
-        if (proto_decode_message_get_resp(d, len, &fr) == 0) {
-            struct proto_fetched_msg m;
-            uint32_t n = 0;
-            for (pos = 0; proto_next_fetched(&fr, &pos, &m); n++) {
-            }
-            if (n != fr.n) {
-                abort();
-            }
-        }
-        struct proto_trace tr;
-        if (proto_decode_message_trace_resp(d, len, &tr) == 0) {
-            struct proto_trace_group tg;
-            uint32_t n = 0;
-            for (pos = 0; proto_next_trace_group(&tr, &pos, &tg); n++) {
-            }
-            if (n != tr.n_groups) {
-                abort();
-            }
-        }
-        if (proto_decode_queue_list_resp(d, len, &ql) == 0) {
-            struct proto_queue_info q;
-            uint32_t n = 0;
-            pos = 0;
-            while (proto_next_queue_info(&ql, &pos, &q)) {
-                n++;
-            }
-            if (n != ql.n) {
-                abort();
-            }
-        }
-        if (proto_decode_status_resp(d, len, &st) == 0) {
-            struct proto_member m;
-            uint32_t n = 0;
-            pos = 0;
-            while (proto_next_member(&st, &pos, &m)) {
-                n++;
-            }
-            if (n != st.n_members) {
-                abort();
-            }
+        if (n != fr.n) {
+            abort();
         }
     }
-
-    int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
-    {
-        struct proto_header h;
-        struct proto_request r;
-        struct proto_error e;
-        const void *body;
-
-        if (size >= PROTO_HEADER_SIZE) {
-            if (proto_header_decode(data, PROTO_DEFAULT_MAX_BODY, &h) == 0 &&
-                size - PROTO_HEADER_SIZE >= h.body_len) {
-                (void)proto_frame_verify(data, data + PROTO_HEADER_SIZE,
-                                         h.body_len);
-            }
-            (void)proto_frame_parse(data, size, PROTO_DEFAULT_MAX_BODY, &h,
-                                    &body);
+    struct proto_trace tr;
+    if (proto_decode_message_trace_resp(d, len, &tr) == 0) {
+        struct proto_trace_group tg;
+        uint32_t n = 0;
+        for (pos = 0; proto_next_trace_group(&tr, &pos, &tg); n++) {
         }
-        if (size >= 1) {
-            /* First byte picks the op, the rest is the body. */
-            const uint8_t *b = data + 1;
-            size_t blen = size - 1;
-            if (proto_decode_request(data[0], b, blen, &r) == 0) {
+        if (n != tr.n_groups) {
+            abort();
+        }
+    }
+    if (proto_decode_queue_list_resp(d, len, &ql) == 0) {
+        struct proto_queue_info q;
+        uint32_t n = 0;
+        pos = 0;
+        while (proto_next_queue_info(&ql, &pos, &q)) {
+            n++;
+        }
+        if (n != ql.n) {
+            abort();
+        }
+    }
+    if (proto_decode_status_resp(d, len, &st) == 0) {
+        struct proto_member m;
+        uint32_t n = 0;
+        pos = 0;
+        while (proto_next_member(&st, &pos, &m)) {
+            n++;
+        }
+        if (n != st.n_members) {
+            abort();
+        }
+    }
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    struct proto_header h;
+    struct proto_request r;
+    struct proto_error e;
+    const void *body;
+
+    if (size >= PROTO_HEADER_SIZE) {
+        if (proto_header_decode(data, PROTO_DEFAULT_MAX_BODY, &h) == 0 &&
+            size - PROTO_HEADER_SIZE >= h.body_len) {
+            (void)proto_frame_verify(data, data + PROTO_HEADER_SIZE,
+                                     h.body_len);
+        }
+        (void)proto_frame_parse(data, size, PROTO_DEFAULT_MAX_BODY, &h, &body);
+    }
+    if (size >= 1) {
+        /* First byte picks the op, the rest is the body. */
+        const uint8_t *b = data + 1;
+        size_t blen = size - 1;
+        if (proto_decode_request(data[0], b, blen, &r) == 0) {
+            walk_request(&r);
+        }
+        for (int op = PROTO_OP_QUEUE_CREATE; op <= PROTO_OP_MESSAGE_TRACE;
+             op++) {
+            if (proto_decode_request((uint8_t)op, b, blen, &r) == 0) {
                 walk_request(&r);
+                reencode(&r, b, blen);
             }
-            for (int op = PROTO_OP_QUEUE_CREATE; op <= PROTO_OP_MESSAGE_TRACE;
-                 op++) {
-                if (proto_decode_request((uint8_t)op, b, blen, &r) == 0) {
-                    walk_request(&r);
-                    reencode(&r, b, blen);
-                }
-            }
-            (void)proto_decode_error(b, blen, TERN_ENOTLEADER, &e);
-            (void)proto_decode_error(b, blen, TERN_EINTERNAL, &e);
-            (void)proto_decode_error(b, blen, (int32_t)data[0] - 128, &e);
         }
-        responses(data, size);
-        list_responses(data, size);
-        return 0;
+        (void)proto_decode_error(b, blen, TERN_ENOTLEADER, &e);
+        (void)proto_decode_error(b, blen, TERN_EINTERNAL, &e);
+        (void)proto_decode_error(b, blen, (int32_t)data[0] - 128, &e);
     }
+    responses(data, size);
+    list_responses(data, size);
+    return 0;
+}
