@@ -638,6 +638,7 @@ int node_access_check(struct node_access *a,
     case PROTO_OP_GROUP_FETCH:
     case PROTO_OP_GROUP_COMMIT:
     case PROTO_OP_MESSAGE_GET:
+    case PROTO_OP_MESSAGE_TRACE:
         return check_queue(p, e, r, IDX_PERM_CONSUME, errmsg);
     case PROTO_OP_QUEUE_CREATE:
     case PROTO_OP_QUEUE_DELETE:

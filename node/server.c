@@ -38,7 +38,10 @@
  * messages without a matching tag on this node, examining at most
  * [limits] fetch_scan_max messages per answer, so an answer may hold no
  * message and still advance next_offset. MESSAGE_GET (by offset, id or
- * key) is served from the local index on any node, like FETCH.
+ * key) is served from the local index on any node, like FETCH, and so is
+ * MESSAGE_TRACE (docs/MESSAGES.md, "Query and seek"), whose groups past
+ * the message are bounded as a list page (list_page_max groups, 1 MiB /
+ * half of max_frame_bytes; more = 1 says some were left out).
  *
  * Connection states: OPEN (reading, answering) -> DRAINING (a fatal frame
  * error was answered; no more reading; closed once the write queue is
@@ -1023,6 +1026,102 @@ static size_t list_answer_cap(const struct node_config *cfg, bool paged)
                     (size_t)(cfg->max_frame_bytes / 2));
 }
 
+/* MESSAGE_TRACE: the message's trace from the local index (any node), with
+ * the groups past it: at most list_page_max of them and what fits in a
+ * list page (then more = 1). */
+struct trace_ctx
+{
+    struct tern_wbuf *w;
+    const struct idx_trace *t;
+    uint64_t request_id;
+    size_t start; /* frame start, once begun */
+    bool begun;
+    uint32_t n;
+    uint32_t max_n;
+    size_t max_bytes;
+    bool more;
+};
+
+static void trace_begin(struct trace_ctx *x)
+{
+    const struct idx_trace *t = x->t;
+    struct proto_trace pt = {
+        .queue_id = t->queue_id,
+        .offset = t->offset,
+        .append_ms = t->append_ms,
+        .producer_id = t->producer_id,
+        .seq = t->seq,
+        .batch_pos = t->batch_pos,
+        .batch_count = t->batch_count,
+        .len = t->len,
+        .raft_index = t->raft_index,
+        .term = t->term,
+        .key = t->key,
+        .key_len = t->key_len,
+        .tag = t->tag,
+        .tag_len = t->tag_len,
+    };
+    x->start = proto_trace_begin(x->w, x->request_id, &pt);
+    x->begun = true;
+}
+
+static int trace_group_cb(void *arg, const struct idx_trace_group *g)
+{
+    struct trace_ctx *x = arg;
+    size_t n = strlen(g->name);
+    struct proto_trace_group pg = {g->name, (uint16_t)n, g->next_offset,
+                                   g->commit_ms, g->commit_index};
+    if (!x->begun) {
+        trace_begin(x); /* *x->t is filled before the first group */
+    }
+    if (x->n >= x->max_n ||
+        x->w->len + proto_trace_group_size(n) > x->max_bytes) {
+        x->more = true;
+        return 1;
+    }
+    proto_put_trace_group(x->w, &pg);
+    x->n++;
+    return 0;
+}
+
+static void serve_message_trace(struct node_conn *c,
+                                uint64_t request_id,
+                                const struct proto_request *r,
+                                const char *queue)
+{
+    const struct node_view *v = &c->view;
+    struct idx_env *e = view_idx(v);
+    struct idx_trace t;
+    struct tern_wbuf w;
+    struct trace_ctx x;
+    int rv;
+    if (e == NULL) {
+        send_error(c, r->op, request_id, TERN_ESHUTDOWN, NULL);
+        return;
+    }
+    tern_wbuf_init(&w);
+    memset(&x, 0, sizeof(x));
+    x.w = &w;
+    x.t = &t;
+    x.request_id = request_id;
+    x.max_n = v->cfg->list_page_max;
+    x.max_bytes = list_answer_cap(v->cfg, true);
+    rv = idx_message_trace(e, queue, r->offset, &t, trace_group_cb, &x);
+    if (rv == 0 && !x.begun) {
+        trace_begin(&x);
+    }
+    if (rv == 0) {
+        rv = proto_trace_end(&w, x.start, x.n, x.more);
+    }
+    if (rv != 0) {
+        tern_wbuf_free(&w);
+        send_error(c, r->op, request_id, rv,
+                   rv == TERN_EOFFSET ? idx_errmsg(e) : NULL);
+        return;
+    }
+    conn_send(c, &w);
+}
+
 /* QUEUE_LIST: a page of the queues after r->after (paged), or every queue
  * for an older client's empty request (TERN_ELIMIT when they do not fit in
  * one frame). */
@@ -1675,7 +1774,8 @@ static bool op_has_queue(uint8_t op)
            op == PROTO_OP_PRODUCE || op == PROTO_OP_FETCH ||
            op == PROTO_OP_GROUP_FETCH || op == PROTO_OP_GROUP_COMMIT ||
            op == PROTO_OP_QUEUE_UPDATE || op == PROTO_OP_QUEUE_INFO ||
-           op == PROTO_OP_OFFSET_FOR_TIME || op == PROTO_OP_MESSAGE_GET;
+           op == PROTO_OP_OFFSET_FOR_TIME || op == PROTO_OP_MESSAGE_GET ||
+           op == PROTO_OP_MESSAGE_TRACE;
 }
 
 /* QUEUE_INFO and OFFSET_FOR_TIME (docs/MESSAGES.md): served from this
@@ -1799,6 +1899,9 @@ static void handle_request(struct node_conn *c,
     case PROTO_OP_MESSAGE_GET:
         serve_message_get(c, request_id, r, stored);
         break;
+    case PROTO_OP_MESSAGE_TRACE:
+        serve_message_trace(c, request_id, r, stored);
+        break;
     case PROTO_OP_GROUP_FETCH:
         name_copy(group, r->group, r->group_len);
         handle_group_fetch(c, request_id, r, stored, group);
@@ -1848,6 +1951,8 @@ static size_t answer_estimate(const struct node_conn *c,
     case PROTO_OP_GROUP_FETCH:
     case PROTO_OP_MESSAGE_GET:
         return SERVER__FETCH_MIN_ANSWER;
+    case PROTO_OP_MESSAGE_TRACE:
+        return list_answer_cap(c->view.cfg, true);
     case PROTO_OP_QUEUE_LIST:
     case PROTO_OP_USER_LIST:
     case PROTO_OP_ACL_LIST:
