@@ -483,6 +483,11 @@ static void on_success(struct tern_client *c,
                  : proto_decode_fetch_resp(body, len, &fr);
         break;
     }
+    case PROTO_OP_MESSAGE_TRACE: {
+        struct proto_trace tr;
+        rv = proto_decode_message_trace_resp(body, len, &tr);
+        break;
+    }
     case PROTO_OP_QUEUE_LIST: {
         struct proto_queue_list_resp ql;
         rv = proto_decode_queue_list_resp(body, len, &ql);

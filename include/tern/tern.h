@@ -483,6 +483,61 @@ TERN_API int tern_message_get_key(struct tern_client *c,
                                   uint32_t max,
                                   struct tern_fetch_result **out);
 
+/* ---- Message trace ---------------------------------------------------- */
+
+/* What tern knows of one message (docs/MESSAGES.md, "Query and seek"):
+ * produced, committed, and the consumer groups past it. Served by any
+ * node from its index, like a message get (see read_from). */
+struct tern_message_trace; /* owned result: tern_message_trace_free */
+struct tern_trace_info
+{
+    uint64_t offset;
+    char id[TERN_MESSAGE_ID_LEN + 1]; /* the message id, NUL-terminated */
+    uint64_t append_ms;   /* the leader's append time (ms since the epoch) */
+    uint64_t producer_id; /* 0: produced without a producer id */
+    uint64_t seq;         /* seq of the batch it came in (0: none) */
+    uint32_t batch_pos;   /* its position in that batch, from 0 */
+    uint32_t batch_count; /* messages in that batch */
+    uint32_t len;         /* payload bytes */
+    uint64_t raft_index;  /* the raft index of the entry that holds it */
+    uint64_t term;        /* raft term of the leader that proposed it;
+                             0: unknown (written before terms were logged) */
+    const void *key;      /* borrowed; key_len 0: no key */
+    size_t key_len;
+    const char *tag; /* borrowed, tag_len bytes, not NUL-terminated */
+    size_t tag_len;
+    size_t n_groups; /* groups past the message in this answer */
+    int more_groups; /* 1: the server left out further groups */
+};
+/* A consumer group whose committed offset is past the message. commit_ms
+ * and commit_index are the append time and raft index of the group's
+ * latest commit (not of the commit that first passed the message); 0 when
+ * unknown. */
+struct tern_trace_group
+{
+    const char *name; /* borrowed until tern_message_trace_free */
+    uint64_t committed_offset;
+    uint64_t commit_ms;
+    uint64_t commit_index;
+};
+/* Trace the message at offset of queue. *out (OUT) is caller-owned: free
+ * with tern_message_trace_free. TERN_EOFFSET when the offset is no longer
+ * retained (the errmsg names the queue's first offset) or not yet
+ * written; TERN_ENOQUEUE, TERN_EDENIED (needs consume on the queue). */
+TERN_API int tern_message_trace(struct tern_client *c,
+                                const char *queue,
+                                uint64_t offset,
+                                struct tern_message_trace **out);
+TERN_API void tern_message_trace_free(struct tern_message_trace *t);
+/* The message's fields into *out (caller-owned; its pointers borrow from
+ * t). */
+TERN_API void tern_message_trace_info(const struct tern_message_trace *t,
+                                      struct tern_trace_info *out);
+/* Group i (< n_groups, in name order): 0 with *out, TERN_EINVAL. */
+TERN_API int tern_message_trace_group(const struct tern_message_trace *t,
+                                      size_t i,
+                                      struct tern_trace_group *out);
+
 /* ---- Cluster status --------------------------------------------------- */
 
 enum tern_role {

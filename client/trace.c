@@ -1,0 +1,154 @@
+/*
+ * libtern's message trace (<tern/tern.h>, "Message trace"): one
+ * MESSAGE_TRACE request (proto.h op 26), a read served by any node like
+ * a message get, and the result object built from its answer.
+ *
+ * The object owns a copy of the answer body (the key and tag point into
+ * it) and an array of the groups with NUL-terminated copies of their
+ * names; every accessor borrows from it until tern_message_trace_free.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "client_int.h"
+
+struct tern_message_trace
+{
+    uint8_t *body; /* the answer, owned */
+    struct proto_trace t;
+    struct tern_trace_group *groups; /* n_groups, names in names */
+    char *names;
+};
+
+void tern_message_trace_free(struct tern_message_trace *t)
+{
+    if (t == NULL) {
+        return;
+    }
+    tern_free(t->groups);
+    tern_free(t->names);
+    tern_free(t->body);
+    tern_free(t);
+}
+
+/* The object of an answer body (ownership transferred on 0).
+ * TERN_EMALFORMED, -ENOMEM. */
+static int trace_new(uint8_t *body, size_t len, struct tern_message_trace **out)
+{
+    struct tern_message_trace *t = tern_calloc(1, sizeof *t);
+    struct proto_trace_group g;
+    size_t pos = 0, names_len = 1, k = 0;
+    if (t == NULL) {
+        return -ENOMEM;
+    }
+    if (proto_decode_message_trace_resp(body, len, &t->t) != 0) {
+        tern_free(t);
+        return TERN_EMALFORMED;
+    }
+    while (proto_next_trace_group(&t->t, &pos, &g)) {
+        names_len += (size_t)g.name_len + 1;
+    }
+    t->groups =
+        tern_calloc(t->t.n_groups != 0 ? t->t.n_groups : 1, sizeof *t->groups);
+    t->names = tern_malloc(names_len);
+    if (t->groups == NULL || t->names == NULL) {
+        tern_free(t->groups);
+        tern_free(t->names);
+        tern_free(t);
+        return -ENOMEM;
+    }
+    char *p = t->names;
+    for (pos = 0; k < t->t.n_groups && proto_next_trace_group(&t->t, &pos, &g);
+         k++) {
+        memcpy(p, g.name, g.name_len);
+        p[g.name_len] = '\0';
+        t->groups[k].name = p;
+        t->groups[k].committed_offset = g.next_offset;
+        t->groups[k].commit_ms = g.commit_ms;
+        t->groups[k].commit_index = g.commit_index;
+        p += g.name_len + 1;
+    }
+    t->body = body;
+    *out = t;
+    return 0;
+}
+
+int tern_message_trace(struct tern_client *c,
+                       const char *queue,
+                       uint64_t offset,
+                       struct tern_message_trace **out)
+{
+    struct tern__req *r;
+    int rv;
+    *out = NULL;
+    if (c->in_callback) {
+        tern_errmsg_printf(c->errmsg,
+                           "synchronous call from a completion callback");
+        return TERN_EINVAL;
+    }
+    c->errmsg[0] = '\0';
+    tern__find_leader(c); /* a read: where read_from says, as fetch */
+    r = tern__req_new(c, PROTO_OP_MESSAGE_TRACE, 0);
+    if (r == NULL) {
+        return -ENOMEM;
+    }
+    rv = proto_encode_message_trace(&r->frame, 0, queue, offset);
+    if (rv != 0) {
+        tern_errmsg_printf(c->errmsg,
+                           rv == TERN_EBADNAME
+                               ? "message trace %.200s: a name is 1..%d bytes "
+                                 "of [A-Za-z0-9._-]"
+                               : "message trace %.200s: bad request (%d)",
+                           queue != NULL ? queue : "(null)",
+                           rv == TERN_EBADNAME ? PROTO_MAX_NAME : rv);
+        tern__req_free(r);
+        return rv;
+    }
+    rv = tern__run_sync(c, r);
+    if (rv == 0) {
+        rv = trace_new(r->body, r->body_len, out);
+        if (rv == 0) {
+            r->body = NULL; /* now the object's */
+        } else if (rv == TERN_EMALFORMED) {
+            tern_errmsg_printf(c->errmsg, "message trace: bad answer");
+        }
+    }
+    tern__req_free(r);
+    return rv;
+}
+
+void tern_message_trace_info(const struct tern_message_trace *t,
+                             struct tern_trace_info *out)
+{
+    memset(out, 0, sizeof *out);
+    out->offset = t->t.offset;
+    (void)snprintf(out->id, sizeof out->id, "%016llx%016llx",
+                   (unsigned long long)t->t.queue_id,
+                   (unsigned long long)t->t.offset);
+    out->append_ms = t->t.append_ms;
+    out->producer_id = t->t.producer_id;
+    out->seq = t->t.seq;
+    out->batch_pos = t->t.batch_pos;
+    out->batch_count = t->t.batch_count;
+    out->len = t->t.len;
+    out->raft_index = t->t.raft_index;
+    out->term = t->t.term;
+    out->key = t->t.key;
+    out->key_len = t->t.key_len;
+    out->tag = t->t.tag;
+    out->tag_len = t->t.tag_len;
+    out->n_groups = t->t.n_groups;
+    out->more_groups = t->t.more;
+}
+
+int tern_message_trace_group(const struct tern_message_trace *t,
+                             size_t i,
+                             struct tern_trace_group *out)
+{
+    if (i >= t->t.n_groups) {
+        return TERN_EINVAL;
+    }
+    *out = t->groups[i];
+    return 0;
+}
