@@ -28,6 +28,8 @@
  *                      [--tag 'a || b'] [--format F | --raw | --json]
  *   tern message get QUEUE --offset N | --id ID | --key K [--max N]
  *                      [--format F | --raw | --json]
+ *   tern message trace QUEUE OFFSET [--json]   (cli/trace.c: produced,
+ *                      committed, the groups past it)
  *   tern cluster status [--json]
  *   tern cluster stats [--reset] [--json]
  *   tern bench QUEUE [--size 1024] [--count N] [--window W] [--batch B]
@@ -110,6 +112,7 @@ static void usage(FILE *f)
         "%%T append time ms,\n"
         "    %%P producer time ms, %%h headers name=value,..., %%p payload, "
         "%%%% percent\n"
+        "  message trace QUEUE OFFSET [--json]\n"
         "  cluster status [--json]\n"
         "  cluster stats [--reset] [--json]\n"
         "  bench QUEUE [--size 1024] [--count N] [--window W] "

@@ -64,6 +64,9 @@ int cli_format_valid(const char *format);
  * malloc'd, the caller frees it). 0 or -1 (printed). */
 int cli_parse_header(const char *arg, struct tern_header *h);
 int cli_message(struct tern_client *c, int argc, char **argv);
+/* `tern message trace QUEUE OFFSET [--json]` (cli/trace.c); argv[0] is
+ * "trace". Returns the exit code. */
+int cli_message_trace(struct tern_client *c, int argc, char **argv);
 
 /* bench.c. `tern bench QUEUE ...`; returns the process exit code. */
 int cli_bench(struct tern_client *c, int argc, char **argv);

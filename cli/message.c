@@ -217,6 +217,9 @@ int cli_message(struct tern_client *c, int argc, char **argv)
     struct tern_fetch_result *r = NULL;
     const char *queue;
     int ch, rv;
+    if (argc >= 2 && strcmp(argv[1], "trace") == 0) {
+        return cli_message_trace(c, argc - 1, argv + 1);
+    }
     if (argc < 2 || strcmp(argv[1], "get") != 0) {
         cli_usage(stderr);
         return 2;

@@ -3,7 +3,8 @@
  * server: exact output formats other scripts parse (ack log, consume lines,
  * queue list JSON, the admin lists), exit codes and the error line
  * format, the login options, `tern user hash` (parsed back), and the
- * message property options (--format, --json, --raw, message get).
+ * message property options (--format, --json, --raw, message get) and
+ * message trace (text and JSON).
  */
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -520,5 +521,123 @@ Test(cli, message_properties_formats)
     cr_expect_eq(r.code, 1);
     cr_expect(strstr(r.err, "tag") != NULL, "%s", r.err);
     cr_expect_eq(fake_n_msgs(&fs), 0, "nothing was produced");
+    fake_stop(&fs);
+}
+
+/* MESSAGE_TRACE answered for offset 41 (with a key, a tag and two groups,
+ * one with an unknown commit) and offset 5 (no producer, no key, term
+ * unknown); offset 3 is trimmed. */
+static enum fake_action trace_cli_hook(struct fake_server *fs,
+                                       int conn,
+                                       const struct proto_header *h,
+                                       const struct proto_request *r)
+{
+    struct tern_wbuf w;
+    if (r->op != PROTO_OP_MESSAGE_TRACE) {
+        return FAKE_DEFAULT;
+    }
+    tern_wbuf_init(&w);
+    if (r->offset == 3) {
+        proto_encode_error(&w, r->op, h->request_id, TERN_EOFFSET,
+                           "offset 3 is below the queue's first offset 10 "
+                           "(trimmed by retention)",
+                           0, "");
+    } else if (r->offset == 41) {
+        struct proto_trace t = {
+            .queue_id = 7,
+            .offset = 41,
+            .append_ms = 1700000000123ull,
+            .producer_id = 4294967297ull,
+            .seq = 6,
+            .batch_pos = 1,
+            .batch_count = 2,
+            .len = 11,
+            .raft_index = 812,
+            .term = 3,
+            .key = "k\x01",
+            .key_len = 2,
+            .tag = "paid",
+            .tag_len = 4,
+        };
+        struct proto_trace_group g[2] = {
+            {"audit", 5, 42, 1700000000200ull, 815},
+            {"old", 3, 50, 0, 0},
+        };
+        size_t start = proto_trace_begin(&w, h->request_id, &t);
+        proto_put_trace_group(&w, &g[0]);
+        proto_put_trace_group(&w, &g[1]);
+        (void)proto_trace_end(&w, start, 2, 1);
+    } else {
+        struct proto_trace t = {.queue_id = 7,
+                                .offset = r->offset,
+                                .append_ms = 1000,
+                                .batch_count = 1,
+                                .len = 2,
+                                .raft_index = 9};
+        size_t start = proto_trace_begin(&w, h->request_id, &t);
+        (void)proto_trace_end(&w, start, 0, 0);
+    }
+    fake_send(fs, conn, &w);
+    tern_wbuf_free(&w);
+    return FAKE_HANDLED;
+}
+
+Test(cli, message_trace_text_and_json)
+{
+    struct fake_server fs;
+    struct cli_run r;
+    cr_assert_eq(fake_start(&fs, trace_cli_hook), 0);
+    run_cli(&r, fs.addr, NULL, "message trace orders 41");
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    cr_expect_str_eq(
+        r.out,
+        "message    orders offset 41\n"
+        "id         00000000000000070000000000000029\n"
+        "produced   2023-11-14T22:13:20.123Z (1700000000123 ms)\n"
+        "producer   id 4294967297, batch seq 6, message 2 of 2\n"
+        "size       11 bytes\n"
+        "key        k\\x01\n"
+        "tag        paid\n"
+        "committed  raft index 812, term 3\n"
+        "groups     2 past this message (each group's latest commit)\n"
+        "  audit committed offset 42, at 2023-11-14T22:13:20.200Z (raft "
+        "index 815)\n"
+        "  old committed offset 50, commit time unknown\n"
+        "  (more groups not listed)\n");
+    run_cli(&r, fs.addr, NULL, "message trace orders 41 --json");
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    cr_expect_str_eq(
+        r.out,
+        "{\"queue\":\"orders\",\"offset\":41,\"id\":"
+        "\"00000000000000070000000000000029\",\"append_ms\":1700000000123,"
+        "\"producer_id\":4294967297,\"seq\":6,\"batch_pos\":1,"
+        "\"batch_count\":2,\"size\":11,\"key\":\"k\\u0001\",\"tag\":\"paid\","
+        "\"raft_index\":812,\"term\":3,\"groups\":[{\"name\":\"audit\","
+        "\"committed_offset\":42,\"commit_ms\":1700000000200,"
+        "\"commit_index\":815},{\"name\":\"old\",\"committed_offset\":50,"
+        "\"commit_ms\":null,\"commit_index\":null}],\"more_groups\":true}\n");
+    run_cli(&r, fs.addr, NULL, "message trace orders 5");
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    cr_expect(strstr(r.out, "producer   none, message 1 of 1\n") != NULL, "%s",
+              r.out);
+    cr_expect(strstr(r.out, "committed  raft index 9, term unknown\n") != NULL,
+              "%s", r.out);
+    cr_expect(strstr(r.out, "key ") == NULL, "%s", r.out);
+    run_cli(&r, fs.addr, NULL, "message trace orders 5 --json");
+    cr_expect(strstr(r.out, "\"term\":null,\"groups\":[],") != NULL, "%s",
+              r.out);
+    /* trimmed: the server's message, exit 1 */
+    run_cli(&r, fs.addr, NULL, "message trace orders 3");
+    cr_expect_eq(r.code, 1);
+    cr_expect(strstr(r.err, "first offset 10") != NULL, "%s", r.err);
+    /* argument errors */
+    run_cli(&r, fs.addr, NULL, "message trace orders");
+    cr_expect_eq(r.code, 2);
+    run_cli(&r, fs.addr, NULL, "message trace orders x1");
+    cr_expect_eq(r.code, 2);
+    run_cli(&r, fs.addr, NULL, "message trace orders 1 2");
+    cr_expect_eq(r.code, 2);
+    run_cli(&r, fs.addr, NULL, "message trace orders 1 --bogus");
+    cr_expect_eq(r.code, 2);
     fake_stop(&fs);
 }
