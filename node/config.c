@@ -70,6 +70,7 @@
  *   max_parked            = 10000  ; long-poll fetches waiting, in total
  *   max_parked_per_conn   = 64     ; long-poll fetches per connection
  *   list_page_max         = 1000   ; queues per QUEUE_LIST page
+ *                                  ; (and groups per MESSAGE_TRACE)
  *   fetch_scan_max        = 100000 ; messages a tag-filtered fetch
  *                                  ; examines per answer (it answers
  *                                  ; with what matched and where to go on)
