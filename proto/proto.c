@@ -2174,8 +2174,11 @@ int proto_decode_message_trace_resp(const void *body,
 {
     struct tern_cursor c;
     struct proto_trace_group g;
-    tern_cursor_init(&c, body, len);
     memset(out, 0, sizeof *out);
+    if (body == NULL) {
+        return TERN_EMALFORMED; /* the answer is never empty */
+    }
+    tern_cursor_init(&c, body, len);
     out->queue_id = tern_cursor_u64(&c);
     out->offset = tern_cursor_u64(&c);
     out->append_ms = tern_cursor_u64(&c);
@@ -2188,15 +2191,15 @@ int proto_decode_message_trace_resp(const void *body,
     out->term = tern_cursor_u64(&c);
     out->key = proto_get_blob(&c, &out->key_len);
     out->tag = proto_get_str(&c, &out->tag_len);
-    int ok =
-        out->key_len <= PROTO_MAX_KEY && out->tag_len <= PROTO_MAX_TAG &&
-        (out->tag_len == 0 || proto_tag_valid(out->tag, out->tag_len) != 0) &&
-        out->batch_pos < TERN_MAX(out->batch_count, 1u);
     out->n_groups = tern_cursor_u32(&c);
     records_skip(&c, out->n_groups, get_trace_group, &g, &out->groups,
                  &out->groups_len);
-    out->more = tern_cursor_u8(&c);
-    ok = ok && out->more <= 1;
+    const uint8_t *more = tern_cursor_bytes(&c, 1);
+    out->more = more != NULL ? more[0] : 0;
+    int ok =
+        out->key_len <= PROTO_MAX_KEY && out->tag_len <= PROTO_MAX_TAG &&
+        (out->tag_len == 0 || proto_tag_valid(out->tag, out->tag_len) != 0) &&
+        out->batch_pos < TERN_MAX(out->batch_count, 1u) && out->more <= 1;
     if (out->key_len == 0) {
         out->key = NULL;
     }
