@@ -1,7 +1,8 @@
 /* Login bounds and produce-rate buckets of node/access.c: the per-address
  * failure table (window, eviction of the oldest, bound), the cluster
  * secret handed in (no silent fallback), and buckets of deleted or
- * re-created namespaces against a real index. */
+ * re-created namespaces against a real index, and the permission
+ * MESSAGE_TRACE needs. */
 #include <arpa/inet.h>
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -325,5 +326,55 @@ Test(access, rate_buckets_bounded)
     p = in_ns("n0");
     cr_expect_eq(node_access_rate(acc, &p, env, 1, 4200, errmsg), 0,
                  "a fresh bucket for n0");
+    env_close();
+}
+
+/* One user with one grant on queue "orders" of "default"; returns the
+ * user's created_index. */
+static uint64_t user_with_grant(const char *user, uint32_t perms)
+{
+    struct tern_wbuf w;
+    struct idx_result res[2];
+    unsigned nr = 0;
+    uint64_t index = next_index++;
+    tern_wbuf_init(&w);
+    idx_cmd_begin(&w, 1);
+    idx_cmd_user_set(&w, user, 0, "c", 1);
+    idx_cmd_acl_set(&w, user, "default", "orders", perms);
+    cr_assert_eq(idx_cmd_end(&w), 0);
+    cr_assert_eq(idx_apply(env, index, w.base, w.len, res, 2, &nr), 0, "%s",
+                 idx_errmsg(env));
+    cr_assert_eq(nr, 2);
+    cr_assert_eq(res[0].status, 0);
+    cr_assert_eq(res[1].status, 0);
+    cr_assert_eq(idx_flush(env), 0);
+    tern_wbuf_free(&w);
+    return index;
+}
+
+/* MESSAGE_TRACE needs consume on the queue, as MESSAGE_GET. */
+Test(access, message_trace_needs_consume)
+{
+    struct node_principal carol = in_ns("");
+    struct node_principal pete = in_ns("");
+    struct proto_request r;
+
+    env_open();
+    open_access(20, 16);
+    (void)snprintf(carol.user, sizeof(carol.user), "carol");
+    carol.created_index = user_with_grant("carol", IDX_PERM_CONSUME);
+    (void)snprintf(pete.user, sizeof(pete.user), "pete");
+    pete.created_index = user_with_grant("pete", IDX_PERM_PRODUCE);
+    memset(&r, 0, sizeof(r));
+    r.op = PROTO_OP_MESSAGE_TRACE;
+    r.queue = "orders";
+    r.queue_len = 6;
+    cr_expect_eq(node_access_check(acc, &carol, env, &r, errmsg), 0, "%s",
+                 errmsg);
+    cr_expect_eq(node_access_check(acc, &pete, env, &r, errmsg), TERN_EDENIED);
+    cr_expect(strstr(errmsg, "consume") != NULL, "%s", errmsg);
+    r.queue = "others";
+    cr_expect_eq(node_access_check(acc, &carol, env, &r, errmsg), TERN_EDENIED,
+                 "the grant names one queue");
     env_close();
 }
