@@ -384,6 +384,7 @@ int node_batcher_add(struct node_batcher *b,
         w->max_msgs = r->max_msgs;
         w->max_bytes = r->max_bytes;
         w->wait_ms = r->wait_ms;
+        w->flags = r->flags;
         break;
     default:
         idx_cmd_group_commit(&b->open->w, queue, group, r->offset);

@@ -35,6 +35,7 @@ struct node_wreq
     uint32_t max_msgs;
     uint32_t max_bytes;
     uint32_t wait_ms;
+    uint8_t flags; /* the request's GROUP_FETCH flags (proto.h) */
 };
 
 /* One raft command entry in the making or in flight. */

@@ -217,6 +217,7 @@ struct parked
     uint32_t max_bytes;
     bool leader_only;  /* GROUP_FETCH, or FETCH with PROTO_FETCH_LEADER */
     uint64_t deadline; /* uv_now ms */
+    uint8_t flags;     /* GROUP_FETCH: PROTO_GROUP_FETCH_SKIPPED or 0 */
 };
 
 /* One log line per second per kind; the rest are counted. */
@@ -578,17 +579,20 @@ static bool copy_whole(char *dst, size_t size, const char *src)
 /* Serve a FETCH/GROUP_FETCH. With wait_ms > 0 and nothing readable it is
  * parked (returns true). leader_only: the request may only be answered by a
  * writable leader (the caller checked that now); a parked one is refused
- * instead of served if the node stops being one while it waits. */
-static bool serve_fetch(struct node_conn *c,
-                        uint8_t op,
-                        uint64_t request_id,
-                        const char *queue,
-                        const char *group,
-                        uint64_t offset,
-                        uint32_t max_msgs,
-                        uint32_t max_bytes,
-                        uint32_t wait_ms,
-                        bool leader_only)
+ * instead of served if the node stops being one while it waits. flags: a
+ * GROUP_FETCH's (PROTO_GROUP_FETCH_SKIPPED: the answer ends with the skip
+ * tail, proto.h), 0 for a FETCH. */
+static bool serve_fetch_flags(struct node_conn *c,
+                              uint8_t op,
+                              uint64_t request_id,
+                              const char *queue,
+                              const char *group,
+                              uint64_t offset,
+                              uint32_t max_msgs,
+                              uint32_t max_bytes,
+                              uint32_t wait_ms,
+                              bool leader_only,
+                              uint8_t flags)
 {
     const struct node_view *v = &c->view;
     struct idx_env *e = view_idx(v);
@@ -600,6 +604,7 @@ static bool serve_fetch(struct node_conn *c,
     size_t start;
     size_t n_pos;
     uint32_t cap_bytes;
+    struct proto_group_skip skip = {0, 0};
     int rv;
 
     if (e == NULL) {
@@ -619,9 +624,12 @@ static bool serve_fetch(struct node_conn *c,
         return false;
     }
     if (op == PROTO_OP_GROUP_FETCH && offset < qi.start_offset) {
-        /* A group behind the queue start (or new) reads from the start. */
+        /* A group behind the queue start (or new) reads from the start;
+         * one that had committed reports what retention took from it. */
+        skip.skipped = offset > 0 ? qi.start_offset - offset : 0;
         offset = qi.start_offset;
     }
+    skip.first_offset = offset;
     if (offset < qi.start_offset) {
         char m[128];
         (void)snprintf(m, sizeof(m),
@@ -675,6 +683,7 @@ static bool serve_fetch(struct node_conn *c,
             p->max_msgs = max_msgs;
             p->max_bytes = max_bytes;
             p->leader_only = leader_only;
+            p->flags = flags;
             p->deadline =
                 uv_now(s->loop) + TERN_MIN(wait_ms, SERVER__MAX_WAIT_MS);
             tern_list_push(&s->parked, &p->link);
@@ -726,6 +735,9 @@ static bool serve_fetch(struct node_conn *c,
     }
     tern_put_u64(w.base + start + PROTO_HEADER_SIZE, next);
     tern_put_u32(w.base + n_pos, x.n);
+    if (op == PROTO_OP_GROUP_FETCH && (flags & PROTO_GROUP_FETCH_SKIPPED)) {
+        proto_put_group_skip(&w, &skip);
+    }
     rv = proto_frame_end(&w, start);
     if (rv != 0) {
         tern_wbuf_free(&w);
@@ -734,6 +746,22 @@ static bool serve_fetch(struct node_conn *c,
     }
     conn_send(c, &w);
     return false;
+}
+
+/* serve_fetch_flags without flags (FETCH, and GROUP_FETCH without them). */
+static bool serve_fetch(struct node_conn *c,
+                        uint8_t op,
+                        uint64_t request_id,
+                        const char *queue,
+                        const char *group,
+                        uint64_t offset,
+                        uint32_t max_msgs,
+                        uint32_t max_bytes,
+                        uint32_t wait_ms,
+                        bool leader_only)
+{
+    return serve_fetch_flags(c, op, request_id, queue, group, offset,
+                             max_msgs, max_bytes, wait_ms, leader_only, 0);
 }
 
 static void parked_free(struct node_server *s, struct parked *p)
@@ -760,8 +788,9 @@ static void parked_answer(struct node_server *s, struct parked *p)
         view_status(&s->view, &st);
         if (!p->leader_only ||
             !refuse_unless_writable(c, p->op, p->request_id, &st)) {
-            serve_fetch(c, p->op, p->request_id, p->queue, p->group, p->offset,
-                        p->max_msgs, p->max_bytes, 0, false);
+            serve_fetch_flags(c, p->op, p->request_id, p->queue, p->group,
+                              p->offset, p->max_msgs, p->max_bytes, 0, false,
+                              p->flags);
         }
     }
     parked_free(s, p);
@@ -1335,8 +1364,8 @@ static void handle_group_fetch(struct node_conn *c,
         return;
     }
     if (v->ops.disk_check(v->arg, m) != 0) {
-        serve_fetch(c, r->op, request_id, queue, group, 0, r->max_msgs,
-                    r->max_bytes, r->wait_ms, true);
+        serve_fetch_flags(c, r->op, request_id, queue, group, 0, r->max_msgs,
+                          r->max_bytes, r->wait_ms, true, r->flags);
         return;
     }
     batch_request(c, request_id, r);
@@ -1354,8 +1383,9 @@ void node_server_respond(struct node_wreq *w)
             send_error(c, w->op, w->request_id, w->status, m);
         } else if (w->op == PROTO_OP_GROUP_FETCH) {
             /* The barrier is applied and flushed: serve the read now. */
-            serve_fetch(c, w->op, w->request_id, w->queue, w->group, 0,
-                        w->max_msgs, w->max_bytes, w->wait_ms, true);
+            serve_fetch_flags(c, w->op, w->request_id, w->queue, w->group, 0,
+                              w->max_msgs, w->max_bytes, w->wait_ms, true,
+                              w->flags);
         } else {
             struct tern_wbuf b;
             tern_wbuf_init(&b);
