@@ -75,6 +75,7 @@ static int leader_only_op(uint8_t op)
     case PROTO_OP_NAMESPACE_SET:
     case PROTO_OP_NAMESPACE_DELETE:
     case PROTO_OP_PRODUCER_INIT:
+    case PROTO_OP_QUEUE_UPDATE:
         return 1;
     default:
         return 0;
@@ -472,10 +473,24 @@ static void on_success(struct tern_client *c,
             rv = TERN_EMALFORMED;
         }
         break;
-    case PROTO_OP_FETCH:
-    case PROTO_OP_GROUP_FETCH: {
+    case PROTO_OP_FETCH: {
         struct proto_fetch_resp fr;
         rv = proto_decode_fetch_resp(body, len, &fr);
+        break;
+    }
+    case PROTO_OP_GROUP_FETCH: {
+        /* libtern always asks for the skip tail. */
+        struct proto_fetch_resp fr;
+        struct proto_group_skip skip;
+        rv = proto_decode_group_fetch_resp(body, len, &fr, &skip, NULL);
+        break;
+    }
+    case PROTO_OP_QUEUE_INFO:
+        rv = tern__queue_info_check(body, len);
+        break;
+    case PROTO_OP_OFFSET_FOR_TIME: {
+        uint64_t off = 0;
+        rv = proto_decode_offset_resp(body, len, &off);
         break;
     }
     case PROTO_OP_QUEUE_LIST: {
