@@ -400,8 +400,8 @@ static int parse_retention(int argc,
             return -1;
         }
         if (bad) {
-            (void)fprintf(stderr, "tern: %s: bad value \"%s\" (see usage)\n",
-                          a, v != NULL ? v : "");
+            (void)fprintf(stderr, "tern: %s: bad value \"%s\" (see usage)\n", a,
+                          v != NULL ? v : "");
             return -1;
         }
         (*n_set)++;
@@ -430,18 +430,16 @@ static int cmd_queue_info(struct tern_client *c, int argc, char **argv)
     if (json) {
         (void)printf("{\"queue\":");
         cli_json_string(stdout, argv[2]);
-        (void)printf(",\"start_offset\":%" PRIu64 ",\"next_offset\":%" PRIu64
-                     ",\"messages\":%" PRIu64 ",\"bytes\":%" PRIu64
-                     ",\"created_index\":%" PRIu64 ",\"max_age_ms\":%" PRIu64
-                     ",\"max_bytes\":%" PRIu64 ",\"max_messages\":%" PRIu64
-                     ",\"overflow\":",
-                     tern_queue_info_start_offset(q),
-                     tern_queue_info_next_offset(q),
-                     tern_queue_info_messages(q), tern_queue_info_bytes(q),
-                     tern_queue_info_created_index(q),
-                     tern_queue_info_max_age_ms(q),
-                     tern_queue_info_max_bytes(q),
-                     tern_queue_info_max_messages(q));
+        (void)printf(
+            ",\"start_offset\":%" PRIu64 ",\"next_offset\":%" PRIu64
+            ",\"messages\":%" PRIu64 ",\"bytes\":%" PRIu64
+            ",\"created_index\":%" PRIu64 ",\"max_age_ms\":%" PRIu64
+            ",\"max_bytes\":%" PRIu64 ",\"max_messages\":%" PRIu64
+            ",\"overflow\":",
+            tern_queue_info_start_offset(q), tern_queue_info_next_offset(q),
+            tern_queue_info_messages(q), tern_queue_info_bytes(q),
+            tern_queue_info_created_index(q), tern_queue_info_max_age_ms(q),
+            tern_queue_info_max_bytes(q), tern_queue_info_max_messages(q));
         cli_json_string(stdout,
                         tern_overflow_name(tern_queue_info_overflow(q)));
         (void)printf("}\n");
@@ -489,9 +487,10 @@ static int cmd_queue_settings(struct tern_client *c, int argc, char **argv)
         return 2;
     }
     if (update && n_set == 0) {
-        (void)fprintf(stderr, "tern: queue update %s: nothing to change "
-                              "(give --max-age, --max-bytes, --max-messages "
-                              "or --overflow)\n",
+        (void)fprintf(stderr,
+                      "tern: queue update %s: nothing to change "
+                      "(give --max-age, --max-bytes, --max-messages "
+                      "or --overflow)\n",
                       argv[2]);
         return 2;
     }

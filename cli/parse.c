@@ -209,8 +209,8 @@ int cli_parse_time_ms(const char *s, uint64_t *out)
         strcmp(p, "+00:00") != 0) {
         return -1;
     }
-    if (y < 1970 || mo < 1 || mo > 12 || d < 1 ||
-        d > days_in_month(y, mo) || h > 23 || mi > 59 || sec > 59) {
+    if (y < 1970 || mo < 1 || mo > 12 || d < 1 || d > days_in_month(y, mo) ||
+        h > 23 || mi > 59 || sec > 59) {
         return -1;
     }
     days = days_from_civil(y, mo, d);

@@ -480,8 +480,9 @@ int tern_queue_create_opts(struct tern_client *c,
     }
     rv = tern__queue_settings(o, &s, &mask);
     if (rv != 0) {
-        tern_errmsg_printf(c->errmsg, "queue create: overflow %d is neither "
-                                      "drop-oldest nor reject",
+        tern_errmsg_printf(c->errmsg,
+                           "queue create: overflow %d is neither "
+                           "drop-oldest nor reject",
                            o->overflow);
         return rv;
     }

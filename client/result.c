@@ -23,7 +23,7 @@ struct tern_fetch_result
     uint64_t end_offset;
     size_t n;
     struct tern__fetched *msgs;
-    uint8_t *body; /* copy of the response body */
+    uint8_t *body;         /* copy of the response body */
     uint64_t start_offset; /* tern__fetch_result_set_start */
     uint64_t skipped;
 };

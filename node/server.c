@@ -760,8 +760,8 @@ static bool serve_fetch(struct node_conn *c,
                         uint32_t wait_ms,
                         bool leader_only)
 {
-    return serve_fetch_flags(c, op, request_id, queue, group, offset,
-                             max_msgs, max_bytes, wait_ms, leader_only, 0);
+    return serve_fetch_flags(c, op, request_id, queue, group, offset, max_msgs,
+                             max_bytes, wait_ms, leader_only, 0);
 }
 
 static void parked_free(struct node_server *s, struct parked *p)

@@ -737,8 +737,9 @@ int proto_decode_request(uint8_t op,
         if (rv == 0 && c.err == 0 && tern_cursor_left(&c) > 0) {
             out->flags = tern_cursor_u8(&c);
             /* Present only when not 0, as FETCH's. */
-            if (c.err == 0 && (out->flags == 0 ||
-                               (out->flags & ~PROTO_GROUP_FETCH_SKIPPED) != 0)) {
+            if (c.err == 0 &&
+                (out->flags == 0 ||
+                 (out->flags & ~PROTO_GROUP_FETCH_SKIPPED) != 0)) {
                 rv = TERN_EMALFORMED;
             }
         }
@@ -883,8 +884,8 @@ int proto_encode_group_fetch(struct tern_wbuf *w,
                              uint32_t max_bytes,
                              uint32_t wait_ms)
 {
-    return proto_encode_group_fetch_flags(w, request_id, queue, group,
-                                          max_msgs, max_bytes, wait_ms, 0);
+    return proto_encode_group_fetch_flags(w, request_id, queue, group, max_msgs,
+                                          max_bytes, wait_ms, 0);
 }
 
 int proto_encode_group_fetch_flags(struct tern_wbuf *w,

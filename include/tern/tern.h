@@ -291,8 +291,7 @@ TERN_API uint64_t
 tern_queue_info_created_index(const struct tern_queue_info *q);
 TERN_API uint64_t tern_queue_info_max_age_ms(const struct tern_queue_info *q);
 TERN_API uint64_t tern_queue_info_max_bytes(const struct tern_queue_info *q);
-TERN_API uint64_t
-tern_queue_info_max_messages(const struct tern_queue_info *q);
+TERN_API uint64_t tern_queue_info_max_messages(const struct tern_queue_info *q);
 /* enum tern_overflow (DROP_OLDEST or REJECT). */
 TERN_API int tern_queue_info_overflow(const struct tern_queue_info *q);
 TERN_API void tern_queue_info_free(struct tern_queue_info *q);

@@ -591,7 +591,8 @@ struct proto_group_skip
 };
 /* Append the skip tail s (borrowed) to the answer being built in w (the
  * server writes it after the messages, before proto_frame_end). */
-void proto_put_group_skip(struct tern_wbuf *w, const struct proto_group_skip *s);
+void proto_put_group_skip(struct tern_wbuf *w,
+                          const struct proto_group_skip *s);
 /* A GROUP_FETCH answer with the skip tail: proto_encode_fetch_resp's frame
  * (msgs borrowed), then s (borrowed). */
 int proto_encode_group_fetch_skip_resp(struct tern_wbuf *w,

@@ -113,8 +113,7 @@ Test(cli_parse, times)
     cr_expect_eq(cli_parse_time_ms("2026-12-04T10:60:00Z", &v), -1);
     cr_expect_eq(cli_parse_time_ms("2026-12-04T10:00:60Z", &v), -1);
     cr_expect_eq(cli_parse_time_ms("2026-12-04T10:00:00.Z", &v), -1);
-    cr_expect_eq(cli_parse_time_ms("2026-12-04T10:00:00.1234567890Z", &v),
-                 -1);
+    cr_expect_eq(cli_parse_time_ms("2026-12-04T10:00:00.1234567890Z", &v), -1);
     cr_expect_eq(cli_parse_time_ms("1969-12-31T23:59:59Z", &v), -1);
     cr_expect_eq(cli_parse_time_ms("-5", &v), -1);
     cr_expect_eq(cli_parse_time_ms("99999999999999999999", &v), -1);
@@ -124,14 +123,13 @@ Test(cli_parse, times)
 
 Test(cli_parse, printers_round_trip)
 {
-    static const uint64_t durations[] = {72ull * 3600000, 1800000, 90000,
-                                         1500, 2000, 1};
-    static const char *const duration_text[] = {"72h", "30m", "90s",
-                                                "1500ms", "2s", "1ms"};
-    static const uint64_t sizes[] = {1ull << 30, 256ull << 10, 1000,
-                                     3ull << 40, 1536};
-    static const char *const size_text[] = {"1G", "256K", "1000", "3T",
-                                            "1536"};
+    static const uint64_t durations[] = {
+        72ull * 3600000, 1800000, 90000, 1500, 2000, 1};
+    static const char *const duration_text[] = {"72h",    "30m", "90s",
+                                                "1500ms", "2s",  "1ms"};
+    static const uint64_t sizes[] = {1ull << 30, 256ull << 10, 1000, 3ull << 40,
+                                     1536};
+    static const char *const size_text[] = {"1G", "256K", "1000", "3T", "1536"};
     char buf[32];
     uint64_t back;
     for (size_t i = 0; i < sizeof durations / sizeof durations[0]; i++) {

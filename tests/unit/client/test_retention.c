@@ -38,7 +38,8 @@ static enum fake_action retention_hook(struct fake_server *fs,
                                        const struct proto_request *r)
 {
     struct tern_wbuf w;
-    struct proto_fetched_msg m[2] = {{40, 5000, "m40", 3}, {41, 5001, "m41", 3}};
+    struct proto_fetched_msg m[2] = {{40, 5000, "m40", 3},
+                                     {41, 5001, "m41", 3}};
     tern_wbuf_init(&w);
     switch (r->op) {
     case PROTO_OP_QUEUE_CREATE:
@@ -196,8 +197,7 @@ Test(client_retention, queue_info_object)
     cr_expect_eq(tern_queue_info_max_bytes(q), 262144);
     cr_expect_eq(tern_queue_info_max_messages(q), 10);
     cr_expect_eq(tern_queue_info_overflow(q), TERN_OVERFLOW_REJECT);
-    cr_expect_str_eq(tern_overflow_name(tern_queue_info_overflow(q)),
-                     "reject");
+    cr_expect_str_eq(tern_overflow_name(tern_queue_info_overflow(q)), "reject");
     cr_expect_str_eq(tern_overflow_name(TERN_OVERFLOW_DROP_OLDEST),
                      "drop-oldest");
     cr_expect_str_eq(tern_overflow_name(9), "unknown");
@@ -249,8 +249,7 @@ Test(client_retention, group_fetch_reports_skipped)
     /* An answer without the tail (a server that ignored the flag). */
     seen.old_group_ans = 1;
     r = NULL;
-    cr_expect_eq(tern_group_fetch(c, "q", "g", 10, 0, 0, &r),
-                 TERN_EMALFORMED);
+    cr_expect_eq(tern_group_fetch(c, "q", "g", 10, 0, 0, &r), TERN_EMALFORMED);
     cr_expect_null(r);
     tern_client_free(c);
     fake_stop(&fs);

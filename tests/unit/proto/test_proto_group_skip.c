@@ -85,8 +85,8 @@ Test(proto_group_skip, answer_tail_round_trip)
     size_t pos = 0;
     tern_wbuf_init(&w);
 
-    cr_assert_eq(
-        proto_encode_group_fetch_skip_resp(&w, 9, 42, 50, m, 2, &s), 0);
+    cr_assert_eq(proto_encode_group_fetch_skip_resp(&w, 9, 42, 50, m, 2, &s),
+                 0);
     parse(&w, &h, &body);
     cr_expect_eq(h.op, PROTO_OP_GROUP_FETCH | PROTO_OP_RESPONSE);
     cr_expect_eq(h.request_id, 9);
@@ -140,9 +140,8 @@ Test(proto_group_skip, answer_tail_refused)
     tern_wbuf_init(&w);
 
     /* A plain fetch answer (an older server) is too short or torn. */
-    cr_assert_eq(proto_encode_fetch_resp(&w, PROTO_OP_GROUP_FETCH, 1, 5, 5,
-                                         NULL, 0),
-                 0);
+    cr_assert_eq(
+        proto_encode_fetch_resp(&w, PROTO_OP_GROUP_FETCH, 1, 5, 5, NULL, 0), 0);
     parse(&w, &h, &body);
     cr_expect_eq(
         proto_decode_group_fetch_resp(body, h.body_len, &fr, &back, &fetch_len),
@@ -151,8 +150,8 @@ Test(proto_group_skip, answer_tail_refused)
     cr_expect_eq(back.first_offset, 0);
 
     w.len = 0;
-    cr_assert_eq(
-        proto_encode_group_fetch_skip_resp(&w, 2, 5, 5, NULL, 0, &s), 0);
+    cr_assert_eq(proto_encode_group_fetch_skip_resp(&w, 2, 5, 5, NULL, 0, &s),
+                 0);
     parse(&w, &h, &body);
     cr_assert_leq(h.body_len + 1, sizeof copy);
     memcpy(copy, body, h.body_len);
@@ -168,9 +167,8 @@ Test(proto_group_skip, answer_tail_refused)
         TERN_EMALFORMED);
     cr_expect_eq(back.skipped, 0);
     for (size_t n = 0; n < h.body_len; n++) {
-        cr_expect_eq(
-            proto_decode_group_fetch_resp(body, n, &fr, &back, NULL),
-            TERN_EMALFORMED, "truncated to %zu bytes", n);
+        cr_expect_eq(proto_decode_group_fetch_resp(body, n, &fr, &back, NULL),
+                     TERN_EMALFORMED, "truncated to %zu bytes", n);
     }
     tern_wbuf_free(&w);
 }
