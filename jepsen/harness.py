@@ -1191,6 +1191,10 @@ class Run:
                     "--resend", str(a.resend)]
         if a.workload == "group":
             cmd += ["--group", "1"]
+        if a.workload == "retention":
+            # Queues keep at most --max-messages (drop-oldest): the
+            # checker judges what retention may and may not remove.
+            cmd += ["--max-messages", str(a.max_messages)]
         drv_env = self.make_driver_user(
             ",".join(self.caddr(nm) for nm in self.names))
         self.log("driver: %s (user %s)" % (" ".join(cmd),
@@ -1413,14 +1417,20 @@ def parse_args(argv):
     ap.add_argument("--nemesis", default="partition",
                     help="comma-separated: " + ", ".join(ALL_KINDS))
     ap.add_argument("--workload", default="total-queue",
-                    choices=("total-queue", "idempotent", "group"),
+                    choices=("total-queue", "idempotent", "group",
+                             "retention"),
                     help="total-queue (default; FIFO, offsets and "
                     "lost-on-node are judged on every run), idempotent "
                     "(libtern retries batches with the same producer id + "
                     "seq for --produce-timeout-ms, then the driver resends "
                     "them with tern_produce_resend, --resend times) or "
                     "group (consumers use consumer groups: fetch from the "
-                    "committed offset, commit)")
+                    "committed offset, commit) or retention (queues keep "
+                    "at most --max-messages, drop-oldest: no message is "
+                    "missing before the limit removes it, nothing trimmed "
+                    "is served, every node agrees on the low watermark)")
+    ap.add_argument("--max-messages", type=int, default=40,
+                    help="retention workload: max_messages of each queue")
     ap.add_argument("--produce-timeout-ms", type=int, default=3000,
                     help="idempotent workload: producers' request timeout")
     ap.add_argument("--resend", type=int, default=8,
