@@ -406,14 +406,16 @@ class Run:
         peers = "\n".join("%s = %s,%s" % (p[1:], self.raddr(p), self.caddr(p))
                           for p in self.names)
         cfg = ("[node]\nid = %s\ndata_dir = %s\nclient_addr = %s\n"
-               "raft_addr = %s\nlog_level = %s\n[raft]\n"
+               "raft_addr = %s\nlog_level = %s\nlog_segment_bytes = %s\n"
+               "[raft]\n"
                "election_timeout_ms = %d\nheartbeat_ms = %d\n"
                "snapshot_threshold_bytes = %s\nsnapshot_trailing = %d\n"
                "durability = %s\n"
                "[limits]\nmin_free_disk_bytes = 1M\nreserve_disk_bytes = 16M\n"
                "%s[peers]\n%s\n"
                % (nm[1:], self.data_dir(nm), self.caddr(nm),
-                  self.raddr(nm), self.a.log_level, self.a.election_ms,
+                  self.raddr(nm), self.a.log_level,
+                  self.a.log_segment_bytes, self.a.election_ms,
                   self.a.heartbeat_ms, self.a.snapshot_bytes,
                   self.a.snapshot_trailing, self.a.durability, security,
                   peers))
@@ -1457,6 +1459,11 @@ def parse_args(argv):
     ap.add_argument("--hold-max", type=float, default=8)
     ap.add_argument("--election-ms", type=int, default=150)
     ap.add_argument("--heartbeat-ms", type=int, default=15)
+    ap.add_argument("--log-segment-bytes", default="64M",
+                    help="ternd log_segment_bytes: commit-log segment size "
+                    "and checkpoint interval (small values make retention "
+                    "delete segments and far-behind nodes fetch "
+                    "checkpoints)")
     ap.add_argument("--snapshot-bytes", default="64M",
                     help="ternd snapshot_threshold_bytes (small values, "
                     "e.g. 64K, exercise snapshots and InstallSnapshot)")
