@@ -412,7 +412,7 @@ static int get_message_get(struct tern_cursor *c, struct proto_request *out)
     switch (out->get_by) {
     case PROTO_GET_ID:
         out->queue_id = tern_cursor_u64(c);
-        /* fall through */
+        __attribute__((fallthrough)); /* the offset follows */
     case PROTO_GET_OFFSET:
         out->offset = tern_cursor_u64(c);
         break;

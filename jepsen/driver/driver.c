@@ -102,7 +102,7 @@ struct drv_opts
     double final_timeout_s;
     int drain_quiet;
     int async_window;
-    int group; /* consumers use consumer groups */
+    int group;             /* consumers use consumer groups */
     uint64_t max_messages; /* retention: queues keep at most this many */
 };
 
@@ -1152,7 +1152,8 @@ int main(int argc, char **argv)
     }
     /* Retention: nothing below each node's first offset is served. */
     for (int ni = 0; opts.max_messages > 0 && ni < opts.n_nodes; ni++) {
-        struct tern_client *c = client_new(opts.nodes[ni].addr, TERN_READ_FIRST);
+        struct tern_client *c =
+            client_new(opts.nodes[ni].addr, TERN_READ_FIRST);
         struct sbuf b = {0};
         for (int qi = 0; qi < opts.queues; qi++) {
             uint64_t f = first_offset(c, queue_names[qi]);
@@ -1164,13 +1165,13 @@ int main(int argc, char **argv)
             rv = tern_fetch(c, queue_names[qi], f - 1, 1, 1u << 20, 0, &r);
             hist_begin(&b, atomic_fetch_add(&next_process, 1), "ok",
                        "probe-below", queue_names[qi]);
-            sb_printf(&b,
-                      ",\"node\":\"%s\",\"offset\":%" PRIu64
-                      ",\"served\":%s,\"result\":\"%s\"",
-                      opts.nodes[ni].name, f - 1,
-                      rv == 0 && tern_fetch_result_count(r) > 0 ? "true"
-                                                               : "false",
-                      rv == 0 ? "ok" : tern_err_name(rv));
+            sb_printf(
+                &b,
+                ",\"node\":\"%s\",\"offset\":%" PRIu64
+                ",\"served\":%s,\"result\":\"%s\"",
+                opts.nodes[ni].name, f - 1,
+                rv == 0 && tern_fetch_result_count(r) > 0 ? "true" : "false",
+                rv == 0 ? "ok" : tern_err_name(rv));
             hist_end(&b);
             tern_fetch_result_free(r);
         }
