@@ -18,14 +18,22 @@
  *     external logs in with the TLS client certificate (--user then
  *     names its CN, optional). The namespace ("default" when none) is
  *     the one the commands' queues live in.
- *   tern queue create NAME | queue delete NAME
+ *   tern queue create NAME [RETENTION] | queue delete NAME
+ *   tern queue update NAME RETENTION...   (only the options given change)
+ *   tern queue info NAME [--json]
+ *     RETENTION: [--max-age 72h|30m|10s|0] [--max-bytes 1G|256K|0]
+ *                [--max-messages N|0] [--overflow drop-oldest|reject]
+ *     (0: no limit; an option left out of create: the default, 72h,
+ *     no byte or count limit, drop-oldest)
  *   tern queue list [--json] [--limit N] [--page-size N]
  *   tern produce QUEUE [--count N] [--size S] [--batch B] [--window W]
  *                      [--ack-log FILE] [--id-prefix P]
  *                      [--key K] [--tag T] [--header NAME=VALUE]... [--raw]
- *   tern consume QUEUE [--offset N | --group G] [--max N] [--follow]
- *                      [--idle-exit-ms MS] [--commit]
+ *   tern consume QUEUE [--offset N | --from-time T | --group G] [--max N]
+ *                      [--follow] [--idle-exit-ms MS] [--commit]
  *                      [--tag 'a || b'] [--format F | --raw | --json]
+ *     --from-time: from the first message appended at or after T (RFC 3339
+ *     UTC such as 2026-12-04T10:00:00Z, or ms since the epoch).
  *   tern message get QUEUE --offset N | --id ID | --key K [--max N]
  *                      [--format F | --raw | --json]
  *   tern message trace QUEUE OFFSET [--json]   (cli/trace.c: produced,
@@ -69,7 +77,15 @@
  * (offset -1 when the server acknowledged a retried batch as an old
  * duplicate whose offsets it no longer remembers); payload-id is the
  * payload up to its first '.'. Errors: "tern: <what>: <strerror>" on
- * stderr and a non-zero exit (1 failure, 2 usage).
+ * stderr and a non-zero exit (1 failure, 2 usage). A group consume whose
+ * committed offset retention trimmed says so on stderr, once per group
+ * fetch that skipped: "tern: group G: N messages below the queue's first
+ * offset F were trimmed before they were consumed".
+ * queue info prints "<field>:\t<value>" lines (queue, first offset, next
+ * offset, messages, bytes, max age, max bytes, max messages, overflow;
+ * limits as 72h / 256K, 0 = none); --json one object with start_offset,
+ * next_offset, messages, bytes, created_index, max_age_ms, max_bytes,
+ * max_messages and overflow.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -97,15 +113,24 @@ static void usage(FILE *f)
         "            [--user NAME] [--password-file FILE] [--namespace NS] "
         "[--auth scram|external]\n"
         "            COMMAND ...\n"
-        "  queue create NAME | queue delete NAME\n"
+        "  queue create NAME [RETENTION] | queue delete NAME\n"
+        "  queue update NAME RETENTION...   (only the options given change)\n"
+        "  queue info NAME [--json]\n"
+        "    RETENTION: [--max-age 72h|30m|10s|0] [--max-bytes 1G|256K|0]\n"
+        "               [--max-messages N|0] [--overflow drop-oldest|reject]\n"
+        "    (0 = no limit; create's defaults: 72h, no byte or count limit, "
+        "drop-oldest)\n"
         "  queue list [--json] [--limit N] [--page-size N]\n"
         "  produce QUEUE [--count N] [--size S] [--batch B] [--window W]\n"
         "                [--ack-log FILE] [--id-prefix P]\n"
         "                [--key K] [--tag T] [--header NAME=VALUE]... "
         "[--raw]\n"
-        "  consume QUEUE [--offset N | --group G] [--max N] [--follow]\n"
+        "  consume QUEUE [--offset N | --from-time T | --group G] [--max N] "
+        "[--follow]\n"
         "                [--idle-exit-ms MS] [--commit]\n"
         "                [--tag 'a || b'] [--format F | --raw | --json]\n"
+        "    (T: RFC 3339 UTC such as 2026-12-04T10:00:00Z, or ms since the "
+        "epoch)\n"
         "  message get QUEUE --offset N | --id ID | --key K [--max N]\n"
         "                [--format F | --raw | --json]\n"
         "    --format directives: %%o offset, %%i id, %%k key, %%t tag, "
@@ -366,12 +391,157 @@ static int cmd_queue_list(struct tern_client *c, int argc, char **argv)
     return 0;
 }
 
+/* The RETENTION options in argv[0..argc) into o (initialised by the
+ * caller): 0, or -1 (printed). *n_set (OUT): how many were given. */
+static int parse_retention(int argc,
+                           char **argv,
+                           struct tern_queue_options *o,
+                           int *n_set)
+{
+    *n_set = 0;
+    for (int k = 0; k < argc; k++) {
+        const char *a = argv[k];
+        const char *v = k + 1 < argc ? argv[k + 1] : NULL;
+        int bad = v == NULL;
+        if (v == NULL) {
+            /* an option without its value */
+        } else if (strcmp(a, "--max-age") == 0) {
+            bad = cli_parse_duration_ms(v, &o->max_age_ms) != 0;
+        } else if (strcmp(a, "--max-bytes") == 0) {
+            bad = cli_parse_size(v, &o->max_bytes) != 0 ||
+                  o->max_bytes == TERN_QUEUE_DEFAULT;
+        } else if (strcmp(a, "--max-messages") == 0) {
+            bad = cli_parse_u64(a, v, &o->max_messages) != 0 ||
+                  o->max_messages == TERN_QUEUE_DEFAULT;
+        } else if (strcmp(a, "--overflow") == 0) {
+            if (strcmp(v, "drop-oldest") == 0) {
+                o->overflow = TERN_OVERFLOW_DROP_OLDEST;
+            } else if (strcmp(v, "reject") == 0) {
+                o->overflow = TERN_OVERFLOW_REJECT;
+            } else {
+                bad = 1;
+            }
+        } else {
+            usage(stderr);
+            return -1;
+        }
+        if (bad) {
+            (void)fprintf(stderr, "tern: %s: bad value \"%s\" (see usage)\n", a,
+                          v != NULL ? v : "");
+            return -1;
+        }
+        (*n_set)++;
+        k++;
+    }
+    return 0;
+}
+
+/* `tern queue info NAME [--json]`. */
+static int cmd_queue_info(struct tern_client *c, int argc, char **argv)
+{
+    struct tern_queue_info *q;
+    char age[32], bytes[32];
+    int json;
+    int rv;
+    if (argc < 3 || argc > 4 || (argc == 4 && strcmp(argv[3], "--json") != 0)) {
+        usage(stderr);
+        return 2;
+    }
+    json = argc == 4;
+    rv = tern_queue_info(c, argv[2], &q);
+    if (rv != 0) {
+        cli_error(c, rv, "queue info %s", argv[2]);
+        return 1;
+    }
+    if (json) {
+        (void)printf("{\"queue\":");
+        cli_json_string(stdout, argv[2]);
+        (void)printf(
+            ",\"start_offset\":%" PRIu64 ",\"next_offset\":%" PRIu64
+            ",\"messages\":%" PRIu64 ",\"bytes\":%" PRIu64
+            ",\"created_index\":%" PRIu64 ",\"max_age_ms\":%" PRIu64
+            ",\"max_bytes\":%" PRIu64 ",\"max_messages\":%" PRIu64
+            ",\"overflow\":",
+            tern_queue_info_start_offset(q), tern_queue_info_next_offset(q),
+            tern_queue_info_messages(q), tern_queue_info_bytes(q),
+            tern_queue_info_created_index(q), tern_queue_info_max_age_ms(q),
+            tern_queue_info_max_bytes(q), tern_queue_info_max_messages(q));
+        cli_json_string(stdout,
+                        tern_overflow_name(tern_queue_info_overflow(q)));
+        (void)printf("}\n");
+    } else {
+        cli_format_duration(tern_queue_info_max_age_ms(q), age, sizeof age);
+        cli_format_size(tern_queue_info_max_bytes(q), bytes, sizeof bytes);
+        (void)printf("queue:\t%s\n", argv[2]);
+        (void)printf("first offset:\t%" PRIu64 "\n",
+                     tern_queue_info_start_offset(q));
+        (void)printf("next offset:\t%" PRIu64 "\n",
+                     tern_queue_info_next_offset(q));
+        (void)printf("messages:\t%" PRIu64 "\n", tern_queue_info_messages(q));
+        (void)printf("bytes:\t%" PRIu64 "\n", tern_queue_info_bytes(q));
+        (void)printf("max age:\t%s\n",
+                     tern_queue_info_max_age_ms(q) != 0 ? age : "none");
+        (void)printf("max bytes:\t%s\n",
+                     tern_queue_info_max_bytes(q) != 0 ? bytes : "none");
+        if (tern_queue_info_max_messages(q) != 0) {
+            (void)printf("max messages:\t%" PRIu64 "\n",
+                         tern_queue_info_max_messages(q));
+        } else {
+            (void)printf("max messages:\tnone\n");
+        }
+        (void)printf("overflow:\t%s\n",
+                     tern_overflow_name(tern_queue_info_overflow(q)));
+    }
+    tern_queue_info_free(q);
+    return 0;
+}
+
+/* `tern queue create NAME RETENTION` / `tern queue update NAME
+ * RETENTION...`. */
+static int cmd_queue_settings(struct tern_client *c, int argc, char **argv)
+{
+    struct tern_queue_options o;
+    int update = strcmp(argv[1], "update") == 0;
+    int n_set = 0;
+    int rv;
+    tern_queue_options_init(&o);
+    if (argc < 3 || argv[2][0] == '-' ||
+        parse_retention(argc - 3, argv + 3, &o, &n_set) != 0) {
+        if (argc < 3 || argv[2][0] == '-') {
+            usage(stderr);
+        }
+        return 2;
+    }
+    if (update && n_set == 0) {
+        (void)fprintf(stderr,
+                      "tern: queue update %s: nothing to change "
+                      "(give --max-age, --max-bytes, --max-messages "
+                      "or --overflow)\n",
+                      argv[2]);
+        return 2;
+    }
+    rv = update ? tern_queue_update(c, argv[2], &o)
+                : tern_queue_create_opts(c, argv[2], &o);
+    if (rv != 0) {
+        cli_error(c, rv, "queue %s %s", argv[1], argv[2]);
+        return 1;
+    }
+    return 0;
+}
+
 static int cmd_queue(struct tern_client *c, int argc, char **argv)
 {
     int rv;
     if (argc < 2) {
         usage(stderr);
         return 2;
+    }
+    if (strcmp(argv[1], "update") == 0 ||
+        (strcmp(argv[1], "create") == 0 && argc > 3)) {
+        return cmd_queue_settings(c, argc, argv);
+    }
+    if (strcmp(argv[1], "info") == 0) {
+        return cmd_queue_info(c, argc, argv);
     }
     if (strcmp(argv[1], "create") == 0 || strcmp(argv[1], "delete") == 0) {
         int create = argv[1][0] == 'c';
@@ -883,12 +1053,14 @@ static int cmd_consume(struct tern_client *c, int argc, char **argv)
         {"format", required_argument, NULL, 'F'},
         {"raw", no_argument, NULL, 'r'},
         {"json", no_argument, NULL, 'j'},
+        {"from-time", required_argument, NULL, 'T'},
         {NULL, 0, NULL, 0},
     };
     const char *tags = NULL, *format = NULL;
     int mode = CLI_PRINT_FORMAT, props = 0;
     uint64_t committed = UINT64_MAX; /* last offset this run committed */
     uint64_t offset = 0, max = 0, idle_ms = 0;
+    const char *from_time = NULL;
     int have_offset = 0, have_max = 0, have_idle = 0, follow = 0, commit = 0;
     const char *group = NULL;
     const char *queue;
@@ -945,17 +1117,38 @@ static int cmd_consume(struct tern_client *c, int argc, char **argv)
             mode = CLI_PRINT_JSON;
             props = 1;
             break;
+        case 'T':
+            from_time = optarg;
+            break;
         default:
             usage(stderr);
             return 2;
         }
     }
     if (optind + 1 != argc || (have_offset && group != NULL) ||
-        (commit && group == NULL)) {
+        (commit && group == NULL) ||
+        (from_time != NULL && (have_offset || group != NULL))) {
         usage(stderr);
         return 2;
     }
     queue = argv[optind];
+    if (from_time != NULL) {
+        uint64_t t;
+        int rv;
+        if (cli_parse_time_ms(from_time, &t) != 0) {
+            (void)fprintf(stderr,
+                          "tern: --from-time: bad time \"%s\" (RFC 3339 "
+                          "UTC such as 2026-12-04T10:00:00Z, or ms since "
+                          "the epoch)\n",
+                          from_time);
+            return 2;
+        }
+        rv = tern_offset_for_time(c, queue, t, &offset);
+        if (rv != 0) {
+            cli_error(c, rv, "consume %s: offset for %s", queue, from_time);
+            return 1;
+        }
+    }
     group_pending = group != NULL;
     last_msg_us = cli_now_us();
 
@@ -1004,6 +1197,14 @@ static int cmd_consume(struct tern_client *c, int argc, char **argv)
             }
             cli_error(c, rv, "consume %s", queue);
             return 1;
+        }
+        if (group_pending && tern_fetch_result_skipped(r) > 0) {
+            (void)fprintf(stderr,
+                          "tern: group %s: %" PRIu64
+                          " messages below the queue's first offset %" PRIu64
+                          " were trimmed before they were consumed\n",
+                          group, tern_fetch_result_skipped(r),
+                          tern_fetch_result_start_offset(r));
         }
         n = tern_fetch_result_count(r);
         for (size_t i = 0; i < n; i++) {

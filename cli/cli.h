@@ -1,8 +1,9 @@
 /*
  * Declarations shared by the `tern` CLI sources: cli.c (argument parsing
  * and the queue/produce/consume/cluster commands), admin.c (the
- * user/acl/namespace commands), bench.c (`tern bench`) and util.c (error
- * reporting, number parsing, clock). The CLI uses only the public libtern API.
+ * user/acl/namespace commands), bench.c (`tern bench`), parse.c (the
+ * retention option values) and util.c (error reporting, number parsing,
+ * clock). The CLI uses only the public libtern API.
  */
 #ifndef TERN_CLI_H
 #define TERN_CLI_H
@@ -67,6 +68,21 @@ int cli_message(struct tern_client *c, int argc, char **argv);
 /* `tern message trace QUEUE OFFSET [--json]` (cli/trace.c); argv[0] is
  * "trace". Returns the exit code. */
 int cli_message_trace(struct tern_client *c, int argc, char **argv);
+/* parse.c: the retention option values. Each returns 0 with *out set, or
+ * -1 (nothing printed; *out unchanged). A duration is a decimal number
+ * with a unit ms, s, m, h or d ("0" alone is allowed: no limit), in ms. A
+ * size is a decimal number of bytes, optionally followed by K, M, G or T
+ * (binary: 1K = 1024), itself optionally followed by B or iB. A time is
+ * RFC 3339 in UTC (YYYY-MM-DDTHH:MM:SS[.fraction](Z|+00:00), from 1970)
+ * or a number of ms since the epoch. */
+int cli_parse_duration_ms(const char *s, uint64_t *out);
+int cli_parse_size(const char *s, uint64_t *out);
+int cli_parse_time_ms(const char *s, uint64_t *out);
+/* The inverses for printing into buf[cap] (caller-owned): the largest
+ * whole unit ("72h", "90s", "1500ms"; 0 as "0ms"), ("256K", "1G", "1000";
+ * 0 as "0"). */
+void cli_format_duration(uint64_t ms, char *buf, size_t cap);
+void cli_format_size(uint64_t bytes, char *buf, size_t cap);
 
 /* bench.c. `tern bench QUEUE ...`; returns the process exit code. */
 int cli_bench(struct tern_client *c, int argc, char **argv);

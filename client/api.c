@@ -467,6 +467,126 @@ int tern_queue_list(struct tern_client *c, struct tern_queue_list **out)
     return 0;
 }
 
+/* ---- Queue retention ---- */
+
+int tern_queue_create_opts(struct tern_client *c,
+                           const char *queue,
+                           const struct tern_queue_options *o)
+{
+    struct proto_queue_settings s;
+    struct tern__req *r;
+    uint32_t mask = 0;
+    int rv = check_call(c);
+    if (rv != 0) {
+        return rv;
+    }
+    rv = tern__queue_settings(o, &s, &mask);
+    if (rv != 0) {
+        tern_errmsg_printf(c->errmsg,
+                           "queue create: overflow %d is neither "
+                           "drop-oldest nor reject",
+                           o->overflow);
+        return rv;
+    }
+    if (mask == 0) {
+        return tern_queue_create(c, queue);
+    }
+    rv = sync_req_new(c, PROTO_OP_QUEUE_CREATE, 0, 0, &r);
+    if (rv != 0) {
+        return rv;
+    }
+    rv = proto_encode_queue_create(&r->frame, 0, queue, &s);
+    if (rv != 0) {
+        return encode_fail(c, r, rv, queue != NULL ? queue : "(null)");
+    }
+    rv = tern__run_sync(c, r);
+    tern__req_free(r);
+    return rv;
+}
+
+int tern_queue_update(struct tern_client *c,
+                      const char *queue,
+                      const struct tern_queue_options *o)
+{
+    struct proto_queue_settings s;
+    struct tern__req *r;
+    uint32_t mask = 0;
+    int rv = check_call(c);
+    if (rv != 0) {
+        return rv;
+    }
+    rv = tern__queue_settings(o, &s, &mask);
+    if (rv != 0 || mask == 0) {
+        tern_errmsg_printf(c->errmsg, "queue update: %s",
+                           rv != 0 ? "overflow is neither drop-oldest nor "
+                                     "reject"
+                                   : "no setting to change");
+        return TERN_EINVAL;
+    }
+    rv = sync_req_new(c, PROTO_OP_QUEUE_UPDATE, 0, 0, &r);
+    if (rv != 0) {
+        return rv;
+    }
+    rv = proto_encode_queue_update(&r->frame, 0, queue, mask, &s);
+    if (rv != 0) {
+        return encode_fail(c, r, rv, queue != NULL ? queue : "(null)");
+    }
+    rv = tern__run_sync(c, r);
+    tern__req_free(r);
+    return rv;
+}
+
+int tern_queue_info(struct tern_client *c,
+                    const char *queue,
+                    struct tern_queue_info **out)
+{
+    struct tern__req *r;
+    int rv;
+    *out = NULL;
+    rv = sync_req_new(c, PROTO_OP_QUEUE_INFO, 0, 1, &r);
+    if (rv != 0) {
+        return rv;
+    }
+    rv = proto_encode_queue_info_req(&r->frame, 0, queue);
+    if (rv != 0) {
+        return encode_fail(c, r, rv, queue != NULL ? queue : "(null)");
+    }
+    rv = tern__run_sync(c, r);
+    if (rv == 0) {
+        /* on_success validated the body: NULL means out of memory. */
+        *out = tern__queue_info_new(r->body, r->body_len);
+        if (*out == NULL) {
+            rv = -ENOMEM;
+        }
+    }
+    tern__req_free(r);
+    return rv;
+}
+
+int tern_offset_for_time(struct tern_client *c,
+                         const char *queue,
+                         uint64_t time_ms,
+                         uint64_t *offset)
+{
+    struct tern__req *r;
+    int rv;
+    *offset = 0;
+    rv = sync_req_new(c, PROTO_OP_OFFSET_FOR_TIME, 0, 1, &r);
+    if (rv != 0) {
+        return rv;
+    }
+    rv = proto_encode_offset_for_time(&r->frame, 0, queue, time_ms);
+    if (rv != 0) {
+        return encode_fail(c, r, rv, queue != NULL ? queue : "(null)");
+    }
+    rv = tern__run_sync(c, r);
+    if (rv == 0) {
+        rv = proto_decode_offset_resp(r->body, r->body_len, offset);
+    }
+    tern__req_free(r);
+    return rv;
+}
+
 /* ---- Produce ---- */
 
 /* proto_msg_at_cb over a struct tern_msg array (lengths checked against
@@ -898,7 +1018,11 @@ int tern_fetch(struct tern_client *c,
         &r->frame, 0, queue, offset, max_msgs,
         max_bytes != 0 ? max_bytes : TERN__FETCH_MAX_BYTES_DEFAULT, wait_ms,
         r->leader_only ? PROTO_FETCH_LEADER : 0);
-    return fetch_finish(c, r, rv, queue != NULL ? queue : "(null)", out);
+    rv = fetch_finish(c, r, rv, queue != NULL ? queue : "(null)", out);
+    if (rv == 0) {
+        tern__fetch_result_set_start(*out, offset, 0);
+    }
+    return rv;
 }
 
 int tern_group_fetch(struct tern_client *c,
@@ -916,10 +1040,35 @@ int tern_group_fetch(struct tern_client *c,
     if (rv != 0) {
         return rv;
     }
-    rv = proto_encode_group_fetch(
+    r->result_mode = TERN__RESULT_SKIP;
+    rv = proto_encode_group_fetch_flags(
         &r->frame, 0, queue, group, max_msgs,
-        max_bytes != 0 ? max_bytes : TERN__FETCH_MAX_BYTES_DEFAULT, wait_ms);
-    return fetch_finish(c, r, rv, "group fetch", out);
+        max_bytes != 0 ? max_bytes : TERN__FETCH_MAX_BYTES_DEFAULT, wait_ms,
+        PROTO_GROUP_FETCH_SKIPPED);
+    if (rv != 0) {
+        return encode_fail(c, r, rv, "group fetch");
+    }
+    rv = tern__run_sync(c, r);
+    if (rv == 0) {
+        /* on_success validated the body and its skip tail. */
+        struct proto_fetch_resp fr;
+        struct proto_group_skip skip;
+        size_t fetch_len = 0;
+        rv = proto_decode_group_fetch_resp(r->body, r->body_len, &fr, &skip,
+                                           &fetch_len);
+        if (rv == 0) {
+            *out =
+                tern__fetch_result_new(r->body, fetch_len, TERN__RESULT_PLAIN);
+            if (*out == NULL) {
+                rv = -ENOMEM;
+            } else {
+                tern__fetch_result_set_start(*out, skip.first_offset,
+                                             skip.skipped);
+            }
+        }
+    }
+    tern__req_free(r);
+    return rv;
 }
 
 /* The flags and tag filter of o (tags: caller-owned rows for the parsed

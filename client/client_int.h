@@ -124,6 +124,7 @@ int64_t tern__now_ms(void);
 #define TERN__RESULT_PLAIN 0
 #define TERN__RESULT_PROPS 1
 #define TERN__RESULT_GET   2
+#define TERN__RESULT_SKIP  3 /* a GROUP_FETCH answer with the skip tail */
 struct tern_fetch_result *tern__fetch_result_new(const void *body,
                                                  size_t len,
                                                  int mode);
@@ -175,6 +176,25 @@ int tern__queue_list_add(struct tern_queue_list *l,
 struct tern_status *tern__status_new(const char *server,
                                      const void *body,
                                      size_t len);
+/* Record where a fetch answer starts and, for a group fetch, how many
+ * messages retention trimmed below it (tern_fetch_result_skipped). */
+void tern__fetch_result_set_start(struct tern_fetch_result *r,
+                                  uint64_t start_offset,
+                                  uint64_t skipped);
+
+/* ---- Retention (retention.c) ---- */
+
+/* The wire settings for o (borrowed; NULL: every field default): *s
+ * (OUT) has the built-in default for each default field, *mask (OUT) the
+ * PROTO_SET_* bits of the fields set. 0 or TERN_EINVAL (bad overflow). */
+int tern__queue_settings(const struct tern_queue_options *o,
+                         struct proto_queue_settings *s,
+                         uint32_t *mask);
+/* Validate a QUEUE_INFO answer (engine.c): 0 or TERN_EMALFORMED. */
+int tern__queue_info_check(const void *body, size_t len);
+/* A new caller-owned queue info from a validated QUEUE_INFO body
+ * (borrowed for the call); NULL on ENOMEM or a bad body. */
+struct tern_queue_info *tern__queue_info_new(const void *body, size_t len);
 
 /* ---- Requests and the client ---- */
 

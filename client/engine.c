@@ -75,6 +75,7 @@ static int leader_only_op(uint8_t op)
     case PROTO_OP_NAMESPACE_SET:
     case PROTO_OP_NAMESPACE_DELETE:
     case PROTO_OP_PRODUCER_INIT:
+    case PROTO_OP_QUEUE_UPDATE:
         return 1;
     default:
         return 0;
@@ -476,11 +477,22 @@ static void on_success(struct tern_client *c,
     case PROTO_OP_GROUP_FETCH:
     case PROTO_OP_MESSAGE_GET: {
         struct proto_fetch_resp fr;
+        struct proto_group_skip skip;
         rv = r->result_mode == TERN__RESULT_GET
                  ? proto_decode_message_get_resp(body, len, &fr)
              : r->result_mode == TERN__RESULT_PROPS
                  ? proto_decode_fetch_props_resp(body, len, &fr)
+             : r->result_mode == TERN__RESULT_SKIP
+                 ? proto_decode_group_fetch_resp(body, len, &fr, &skip, NULL)
                  : proto_decode_fetch_resp(body, len, &fr);
+        break;
+    }
+    case PROTO_OP_QUEUE_INFO:
+        rv = tern__queue_info_check(body, len);
+        break;
+    case PROTO_OP_OFFSET_FOR_TIME: {
+        uint64_t off = 0;
+        rv = proto_decode_offset_resp(body, len, &off);
         break;
     }
     case PROTO_OP_MESSAGE_TRACE: {

@@ -26,9 +26,11 @@ struct tern_fetch_result
     uint64_t end_offset;
     size_t n;
     struct tern__fetched *msgs;
-    uint8_t *body;     /* copy of the response body */
-    int with_props;    /* the answer carried properties and queue_id */
-    uint64_t queue_id; /* with_props */
+    uint8_t *body;         /* copy of the response body */
+    int with_props;        /* the answer carried properties and queue_id */
+    uint64_t queue_id;     /* with_props */
+    uint64_t start_offset; /* tern__fetch_result_set_start */
+    uint64_t skipped;
 };
 
 static void *dup_bytes(const void *p, size_t len)
@@ -88,6 +90,24 @@ err_after_body:
 err_after_alloc:
     tern_free(r);
     return NULL;
+}
+
+void tern__fetch_result_set_start(struct tern_fetch_result *r,
+                                  uint64_t start_offset,
+                                  uint64_t skipped)
+{
+    r->start_offset = start_offset;
+    r->skipped = skipped;
+}
+
+uint64_t tern_fetch_result_skipped(const struct tern_fetch_result *r)
+{
+    return r != NULL ? r->skipped : 0;
+}
+
+uint64_t tern_fetch_result_start_offset(const struct tern_fetch_result *r)
+{
+    return r != NULL ? r->start_offset : 0;
 }
 
 size_t tern_fetch_result_count(const struct tern_fetch_result *r)

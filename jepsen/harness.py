@@ -406,14 +406,16 @@ class Run:
         peers = "\n".join("%s = %s,%s" % (p[1:], self.raddr(p), self.caddr(p))
                           for p in self.names)
         cfg = ("[node]\nid = %s\ndata_dir = %s\nclient_addr = %s\n"
-               "raft_addr = %s\nlog_level = %s\n[raft]\n"
+               "raft_addr = %s\nlog_level = %s\nlog_segment_bytes = %s\n"
+               "[raft]\n"
                "election_timeout_ms = %d\nheartbeat_ms = %d\n"
                "snapshot_threshold_bytes = %s\nsnapshot_trailing = %d\n"
                "durability = %s\n"
                "[limits]\nmin_free_disk_bytes = 1M\nreserve_disk_bytes = 16M\n"
                "%s[peers]\n%s\n"
                % (nm[1:], self.data_dir(nm), self.caddr(nm),
-                  self.raddr(nm), self.a.log_level, self.a.election_ms,
+                  self.raddr(nm), self.a.log_level,
+                  self.a.log_segment_bytes, self.a.election_ms,
                   self.a.heartbeat_ms, self.a.snapshot_bytes,
                   self.a.snapshot_trailing, self.a.durability, security,
                   peers))
@@ -1191,6 +1193,10 @@ class Run:
                     "--resend", str(a.resend)]
         if a.workload == "group":
             cmd += ["--group", "1"]
+        if a.workload == "retention":
+            # Queues keep at most --max-messages (drop-oldest): the
+            # checker judges what retention may and may not remove.
+            cmd += ["--max-messages", str(a.max_messages)]
         drv_env = self.make_driver_user(
             ",".join(self.caddr(nm) for nm in self.names))
         self.log("driver: %s (user %s)" % (" ".join(cmd),
@@ -1413,14 +1419,20 @@ def parse_args(argv):
     ap.add_argument("--nemesis", default="partition",
                     help="comma-separated: " + ", ".join(ALL_KINDS))
     ap.add_argument("--workload", default="total-queue",
-                    choices=("total-queue", "idempotent", "group"),
+                    choices=("total-queue", "idempotent", "group",
+                             "retention"),
                     help="total-queue (default; FIFO, offsets and "
                     "lost-on-node are judged on every run), idempotent "
                     "(libtern retries batches with the same producer id + "
                     "seq for --produce-timeout-ms, then the driver resends "
                     "them with tern_produce_resend, --resend times) or "
                     "group (consumers use consumer groups: fetch from the "
-                    "committed offset, commit)")
+                    "committed offset, commit) or retention (queues keep "
+                    "at most --max-messages, drop-oldest: no message is "
+                    "missing before the limit removes it, nothing trimmed "
+                    "is served, every node agrees on the low watermark)")
+    ap.add_argument("--max-messages", type=int, default=40,
+                    help="retention workload: max_messages of each queue")
     ap.add_argument("--produce-timeout-ms", type=int, default=3000,
                     help="idempotent workload: producers' request timeout")
     ap.add_argument("--resend", type=int, default=8,
@@ -1447,6 +1459,11 @@ def parse_args(argv):
     ap.add_argument("--hold-max", type=float, default=8)
     ap.add_argument("--election-ms", type=int, default=150)
     ap.add_argument("--heartbeat-ms", type=int, default=15)
+    ap.add_argument("--log-segment-bytes", default="64M",
+                    help="ternd log_segment_bytes: commit-log segment size "
+                    "and checkpoint interval (small values make retention "
+                    "delete segments and far-behind nodes fetch "
+                    "checkpoints)")
     ap.add_argument("--snapshot-bytes", default="64M",
                     help="ternd snapshot_threshold_bytes (small values, "
                     "e.g. 64K, exercise snapshots and InstallSnapshot)")

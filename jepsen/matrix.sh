@@ -39,8 +39,9 @@ declare -A WL=(
     [snapshots]="--queues 2 --snapshot-bytes 32K --snapshot-trailing 8"
     [idempotent]="--queues 4 --workload idempotent"
     [group]="--queues 2 --workload group"
+    [retention]="--queues 2 --workload retention --max-messages 20 --snapshot-bytes 32K --snapshot-trailing 8 --log-segment-bytes 16K"
 )
-WORKLOADS="queue-1 queue-4 async-pipelined snapshots idempotent group"
+WORKLOADS="queue-1 queue-4 async-pipelined snapshots idempotent group retention"
 # Nemeses (harness --nemesis values; a comma list picks one per round).
 NEMESES="partition partition-leader partition-halves partition-ring
 partition-bridge kill kill-leader kill-majority kill-all pause pause-leader

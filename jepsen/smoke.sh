@@ -1,7 +1,9 @@
 #!/bin/bash
-# Short Jepsen-style smoke suite for tern: 5 runs (kill,
-# pause, partition, power loss, and a mix with tiny snapshot thresholds so
-# snapshots and InstallSnapshot happen), each SMOKE_TIME seconds of faults
+# Short Jepsen-style smoke suite for tern: 6 runs (kill,
+# pause, partition, power loss, a mix with tiny snapshot thresholds so
+# snapshots and InstallSnapshot happen, and retention under kills and
+# partitions with tiny segments, so segments are deleted and restarted or
+# far-behind nodes start from checkpoints), each SMOKE_TIME seconds of faults
 # (default 60) on SMOKE_NODES nodes (default 3); 6.3 min measured on 2
 # cores. Prints a summary table and exits non-zero when any run is not
 # valid (invalid, unknown, harness error, or a node that exited on its
@@ -37,6 +39,7 @@ RUNS=(
     "partition|partition,partition-leader|--queues 4"
     "power-loss|power-loss,power-loss-all|--queues 1"
     "mixed-snapshots|partition,kill,pause,pause-kill,partition-kill|--queues 4 --snapshot-bytes 32K --snapshot-trailing 8"
+    "retention|kill,kill-leader,partition,partition-leader|--queues 2 --workload retention --max-messages 20 --snapshot-bytes 32K --snapshot-trailing 8 --log-segment-bytes 16K"
 )
 i=0
 for spec in "${RUNS[@]}"; do

@@ -45,7 +45,7 @@ struct node_wreq
     uint32_t max_msgs;
     uint32_t max_bytes;
     uint32_t wait_ms;
-    struct node_fetch_filter filter;
+    struct node_fetch_filter filter; /* flags: all of the request's */
 };
 
 /* One raft command entry in the making or in flight. */

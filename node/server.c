@@ -654,6 +654,7 @@ static bool serve_fetch(struct node_conn *c,
     size_t start;
     size_t n_pos;
     uint32_t cap_bytes;
+    struct proto_group_skip skip = {0, 0};
     int rv;
 
     if (e == NULL) {
@@ -673,9 +674,12 @@ static bool serve_fetch(struct node_conn *c,
         return false;
     }
     if (op == PROTO_OP_GROUP_FETCH && offset < qi.start_offset) {
-        /* A group behind the queue start (or new) reads from the start. */
+        /* A group behind the queue start (or new) reads from the start;
+         * one that had committed reports what retention took from it. */
+        skip.skipped = offset > 0 ? qi.start_offset - offset : 0;
         offset = qi.start_offset;
     }
+    skip.first_offset = offset;
     if (offset < qi.start_offset) {
         char m[128];
         (void)snprintf(m, sizeof(m),
@@ -797,6 +801,10 @@ static bool serve_fetch(struct node_conn *c,
     }
     tern_put_u64(w.base + start + PROTO_HEADER_SIZE, next);
     tern_put_u32(w.base + n_pos, x.n);
+    if (op == PROTO_OP_GROUP_FETCH &&
+        (ff->flags & PROTO_GROUP_FETCH_SKIPPED) != 0) {
+        proto_put_group_skip(&w, &skip);
+    }
     rv = proto_frame_end(&w, start);
     if (rv != 0) {
         tern_wbuf_free(&w);

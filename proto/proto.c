@@ -412,7 +412,7 @@ static int get_message_get(struct tern_cursor *c, struct proto_request *out)
     switch (out->get_by) {
     case PROTO_GET_ID:
         out->queue_id = tern_cursor_u64(c);
-        /* fall through */
+        __attribute__((fallthrough)); /* the offset follows */
     case PROTO_GET_OFFSET:
         out->offset = tern_cursor_u64(c);
         break;
@@ -837,7 +837,9 @@ int proto_decode_request(uint8_t op,
         out->max_bytes = tern_cursor_u32(&c);
         out->wait_ms = tern_cursor_u32(&c);
         if (rv == 0) {
-            rv = get_fetch_tail(&c, out, PROTO_FETCH_PROPS | PROTO_FETCH_TAGS);
+            rv = get_fetch_tail(&c, out,
+                                PROTO_GROUP_FETCH_SKIPPED | PROTO_FETCH_PROPS |
+                                    PROTO_FETCH_TAGS);
         }
         break;
     case PROTO_OP_MESSAGE_GET:
@@ -1133,13 +1135,32 @@ int proto_encode_group_fetch(struct tern_wbuf *w,
                              uint32_t max_bytes,
                              uint32_t wait_ms)
 {
+    return proto_encode_group_fetch_flags(w, request_id, queue, group, max_msgs,
+                                          max_bytes, wait_ms, 0);
+}
+
+int proto_encode_group_fetch_flags(struct tern_wbuf *w,
+                                   uint64_t request_id,
+                                   const char *queue,
+                                   const char *group,
+                                   uint32_t max_msgs,
+                                   uint32_t max_bytes,
+                                   uint32_t wait_ms,
+                                   uint8_t flags)
+{
     size_t start = w->len;
+    if ((flags & ~PROTO_GROUP_FETCH_SKIPPED) != 0) {
+        return TERN_EINVAL;
+    }
     proto_frame_begin(w, PROTO_OP_GROUP_FETCH, request_id, 0);
     put_name(w, queue);
     put_name(w, group);
     tern_wbuf_u32(w, max_msgs);
     tern_wbuf_u32(w, max_bytes);
     tern_wbuf_u32(w, wait_ms);
+    if (flags != 0) {
+        tern_wbuf_u8(w, flags);
+    }
     return proto_frame_end(w, start);
 }
 
@@ -1372,6 +1393,67 @@ int proto_next_fetched(const struct proto_fetch_resp *r,
 {
     return records_next(r->msgs, r->msgs_len, pos,
                         r->with_props ? get_fetched_props : get_fetched, m);
+}
+
+void proto_put_group_skip(struct tern_wbuf *w, const struct proto_group_skip *s)
+{
+    tern_wbuf_u64(w, s->skipped);
+    tern_wbuf_u64(w, s->first_offset);
+}
+
+int proto_encode_group_fetch_skip_resp(struct tern_wbuf *w,
+                                       uint64_t request_id,
+                                       uint64_t next_offset,
+                                       uint64_t end_offset,
+                                       const struct proto_fetched_msg *msgs,
+                                       uint32_t n,
+                                       const struct proto_group_skip *s)
+{
+    size_t start = w->len;
+    int rv = proto_encode_fetch_resp(w, PROTO_OP_GROUP_FETCH, request_id,
+                                     next_offset, end_offset, msgs, n);
+    if (rv != 0) {
+        return rv;
+    }
+    /* Sealing again recomputes body_len and the checksum. */
+    proto_put_group_skip(w, s);
+    return proto_frame_end(w, start);
+}
+
+int proto_decode_group_fetch_resp(const void *body,
+                                  size_t len,
+                                  struct proto_fetch_resp *out,
+                                  struct proto_group_skip *skip,
+                                  size_t *fetch_len)
+{
+    struct tern_cursor c;
+    size_t head;
+    int rv = TERN_EMALFORMED;
+    memset(skip, 0, sizeof *skip);
+    if (fetch_len != NULL) {
+        *fetch_len = 0;
+    }
+    if (len < PROTO_GROUP_SKIP_SIZE) {
+        memset(out, 0, sizeof *out);
+        return TERN_EMALFORMED;
+    }
+    head = len - PROTO_GROUP_SKIP_SIZE;
+    tern_cursor_init(&c, (const uint8_t *)body + head, PROTO_GROUP_SKIP_SIZE);
+    skip->skipped = tern_cursor_u64(&c);
+    skip->first_offset = tern_cursor_u64(&c);
+    if (cursor_finish(&c) == 0 && skip->skipped <= skip->first_offset) {
+        rv = proto_decode_fetch_resp(body, head, out);
+    } else {
+        memset(out, 0, sizeof *out);
+    }
+    if (rv != 0) {
+        memset(skip, 0, sizeof *skip);
+        return rv;
+    }
+    if (fetch_len != NULL) {
+        *fetch_len = head;
+    }
+    return 0;
 }
 
 /* more < 0: the unpaged answer (no more byte). */

@@ -11,7 +11,11 @@
  *
  * Settings applied to libraft: pre-vote on, election timeout / heartbeat
  * from the config (150/15 ms by default), tick every min(5, HB/3) ms,
- * entry-count snapshot threshold 64 (the byte threshold in fsm.c governs),
+ * entry-count snapshot threshold 8 (the byte threshold in fsm.c governs:
+ * libraft asks only once this many entries were applied since the last
+ * snapshot, then at every apply while the FSM answers RAFT_BUSY; with 64,
+ * a log of large batched entries, 128 KiB each, took no snapshot for
+ * 8 MiB, so retention freed nothing: found by integration_retention),
  * snapshot trailing from the config, install-snapshot timeout
  * max(2 s, 20 x ET) (see bulk.c: the snapshot libraft sends is a small
  * manifest, so a resend is cheap, while a long timeout would stall a
@@ -42,7 +46,7 @@
 #define REPL__DEFAULT_HB             15
 #define REPL__DEFAULT_SNAPSHOT_BYTES ((uint64_t)64 << 20)
 #define REPL__DEFAULT_TRAILING       256
-#define REPL__ENTRY_THRESHOLD        64
+#define REPL__ENTRY_THRESHOLD        8
 #define REPL__INSTALL_TIMEOUT_MIN_MS 2000
 #define REPL__FRAME_OVERHEAD         1024
 

@@ -208,7 +208,7 @@ stage_format() {
     fi
 }
 
-# Jepsen-style smoke (jepsen/smoke.sh: about 5 runs of kill, pause,
+# Jepsen-style smoke (jepsen/smoke.sh: 6 runs of kill, pause, retention,
 # partitions with network namespaces; needs root). One test per run.
 stage_jepsen() {
     say "jepsen smoke (jepsen/smoke.sh, ${SMOKE_TIME:-60}s per run)"

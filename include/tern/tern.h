@@ -228,6 +228,83 @@ TERN_API uint64_t tern_queue_list_next_offset(const struct tern_queue_list *l,
                                               size_t i);
 TERN_API void tern_queue_list_free(struct tern_queue_list *l);
 
+/* ---- Queue retention (docs/MESSAGES.md "Retention") ------------------- */
+
+struct tern_queue_info;
+
+/* A field of struct tern_queue_options left at this value: "the default"
+ * for tern_queue_create_opts, "unchanged" for tern_queue_update. */
+#define TERN_QUEUE_DEFAULT UINT64_MAX
+/* The built-in retention of a queue created without settings. */
+#define TERN_QUEUE_DEFAULT_MAX_AGE_MS ((uint64_t)72 * 3600 * 1000)
+
+/* What a produce does when it would pass max_bytes or max_messages. */
+enum tern_overflow {
+    TERN_OVERFLOW_DEFAULT = -1,    /* default (drop-oldest) / unchanged */
+    TERN_OVERFLOW_DROP_OLDEST = 0, /* trim the oldest messages */
+    TERN_OVERFLOW_REJECT = 1,      /* refuse it: TERN_EQUEUEFULL */
+};
+/* "drop-oldest", "reject" or "unknown"; static. */
+TERN_API const char *tern_overflow_name(int overflow);
+
+/* Retention settings of a queue. Initialise with tern_queue_options_init
+ * (every field TERN_QUEUE_DEFAULT / TERN_OVERFLOW_DEFAULT), then set the
+ * fields wanted. 0 = no limit for the three limits. */
+struct tern_queue_options
+{
+    uint64_t max_age_ms;   /* messages older than this (append time) are
+                              trimmed; default 72 h */
+    uint64_t max_bytes;    /* retained message bytes; default 0 */
+    uint64_t max_messages; /* retained messages; default 0 */
+    int overflow;          /* enum tern_overflow; default drop-oldest */
+};
+TERN_API void tern_queue_options_init(struct tern_queue_options *o);
+
+/* Create queue with the settings o (borrowed for the call; NULL or every
+ * field default: as tern_queue_create, the server's defaults). Fields
+ * left default get the built-in defaults above. Returns as
+ * tern_queue_create, or TERN_EINVAL for an overflow outside the enum. */
+TERN_API int tern_queue_create_opts(struct tern_client *c,
+                                    const char *queue,
+                                    const struct tern_queue_options *o);
+/* Change the fields of o (borrowed for the call) that are not default;
+ * the others stay as they are. A lowered limit takes effect at the
+ * queue's next trim. TERN_EINVAL when no field is set (or a bad
+ * overflow), TERN_ENOQUEUE. Writes go to the leader. */
+TERN_API int tern_queue_update(struct tern_client *c,
+                               const char *queue,
+                               const struct tern_queue_options *o);
+/* A queue's retained range, size and settings, as the server that
+ * answered applied them (read_from decides which one). *out (OUT) is
+ * caller-owned: free with tern_queue_info_free. */
+TERN_API int tern_queue_info(struct tern_client *c,
+                             const char *queue,
+                             struct tern_queue_info **out);
+/* First retained offset (the low watermark) and the next offset. */
+TERN_API uint64_t tern_queue_info_start_offset(const struct tern_queue_info *q);
+TERN_API uint64_t tern_queue_info_next_offset(const struct tern_queue_info *q);
+/* Retained messages (next - start) and their bytes. */
+TERN_API uint64_t tern_queue_info_messages(const struct tern_queue_info *q);
+TERN_API uint64_t tern_queue_info_bytes(const struct tern_queue_info *q);
+/* Raft index of the create (a re-created queue has a new one). */
+TERN_API uint64_t
+tern_queue_info_created_index(const struct tern_queue_info *q);
+TERN_API uint64_t tern_queue_info_max_age_ms(const struct tern_queue_info *q);
+TERN_API uint64_t tern_queue_info_max_bytes(const struct tern_queue_info *q);
+TERN_API uint64_t tern_queue_info_max_messages(const struct tern_queue_info *q);
+/* enum tern_overflow (DROP_OLDEST or REJECT). */
+TERN_API int tern_queue_info_overflow(const struct tern_queue_info *q);
+TERN_API void tern_queue_info_free(struct tern_queue_info *q);
+
+/* *offset (OUT): the first offset of queue whose append time is at or
+ * after time_ms (ms since the epoch), or the queue's next offset when
+ * there is none; a time before the first retained message gives the
+ * first offset. Served like a fetch (read_from). */
+TERN_API int tern_offset_for_time(struct tern_client *c,
+                                  const char *queue,
+                                  uint64_t time_ms,
+                                  uint64_t *offset);
+
 /* ---- Produce ---------------------------------------------------------- */
 
 /* One message to produce. data is borrowed for the call. */
@@ -352,6 +429,15 @@ TERN_API int tern_fetch_result_get(const struct tern_fetch_result *r,
                                    uint64_t *timestamp_ms,
                                    const void **data,
                                    size_t *len);
+/* Group fetch only (0 otherwise): how many messages between the group's
+ * committed offset and the queue's first offset retention trimmed before
+ * the group read them; the answer then starts at the first offset. */
+TERN_API uint64_t tern_fetch_result_skipped(const struct tern_fetch_result *r);
+/* The offset the answer starts at: for a group fetch the group's committed
+ * offset, or the queue's first offset when it was below it; for a fetch
+ * the offset asked for. */
+TERN_API uint64_t
+tern_fetch_result_start_offset(const struct tern_fetch_result *r);
 TERN_API void tern_fetch_result_free(struct tern_fetch_result *r);
 
 /* ---- Message properties (docs/MESSAGES.md) ----------------------------- */

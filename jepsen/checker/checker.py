@@ -38,6 +38,14 @@ History format, one JSON object per line, format version 1:
       The time of the last "final-heal" (or, failing that, of the last
       nemesis event) is the final heal used for the availability figure.
 
+  Retention (the driver's --max-messages M; docs/MESSAGES.md):
+  {"process": -1, "f": "retention", "value": M} first; "trim-skip" (a
+  reader found its offset below the queue's first offset: "offset", and
+  "first" where it went on); drains and final reads carry "start" (the
+  node's first offset after the read); "probe-below" per node and queue:
+  "served" is true when the node answered a fetch just below its first
+  offset with a message.
+
 Other fields are ignored; lines that are blank are skipped; an unparsable
 line is an error (exit 3).
 
@@ -75,6 +83,20 @@ other than "recovered" and "offset_gaps" makes the verdict invalid):
                 from where the value was read.
   offset_gaps   offsets below the highest read offset of a queue that no
                 read covered (reported only; lost values are judged above).
+  retention     (only with a "retention" event; M = max_messages)
+                acknowledged values below the drain's start are trimmed,
+                not lost (lost and lost_on_node judge only offsets at or
+                above it), and these are invalid:
+                over-trimmed: the drain's start is above end - M (a
+                message removed before the limit reached it);
+                early-trim: a trim-skip to first F although no produce
+                invoked before it got an offset >= F + M - 1 (nothing
+                could have pushed F out yet);
+                watermark-mismatch: a complete final read of a node whose
+                start differs from the drain's;
+                trimmed-served: a probe-below that got a message.
+                Reported only: under-trimmed (start below end - M: the
+                leader had not planned the last trim yet), trimmed.
   group_regression
                 a group-fetch of (queue, group) started below an offset
                 that a group-commit of that group had committed ("ok")
@@ -105,7 +127,7 @@ READ_FS = ("fetch", "drain", "final-read", "consume", "read",
            "group-fetch")
 INVALID_CLASSES = ("lost", "unexpected", "failed_seen", "duplicated",
                    "lost_on_node", "fifo", "offset_conflicts",
-                   "group_regression")
+                   "group_regression", "retention")
 
 
 class HistoryError(Exception):
@@ -171,6 +193,12 @@ def check(events):
     leader_reads = []               # (invoke, queue, end, process, done)
     group_commits = defaultdict(list)   # (queue, group) -> [(done, off)]
     group_fetches = []              # (invoke, queue, group, start, proc)
+    max_messages = None             # retention: the queues' limit
+    drain_start = {}                # queue -> first offset after drain
+    drain_end_off = {}              # queue -> end the drain reached
+    node_starts = []                # (node, queue, start) complete reads
+    trim_skips = []                 # (time, queue, first, process)
+    probes = []                     # probe-below events
 
     for ev in events:
         proc = ev.get("process")
@@ -183,6 +211,23 @@ def check(events):
                 final_heal = t
             continue
         op_count[(f, typ)] += 1
+        if f == "retention":
+            max_messages = ev.get("value")
+            continue
+        if f == "trim-skip":
+            trim_skips.append((t, ev.get("queue"), ev.get("first"), proc))
+            continue
+        if f == "probe-below":
+            probes.append(ev)
+            continue
+        if f in ("drain", "final-read") and typ in ("ok", "fail") and \
+                isinstance(ev.get("start"), int):
+            if f == "drain":
+                drain_start[ev.get("queue")] = ev["start"]
+                drain_end_off[ev.get("queue")] = ev.get("end")
+            elif typ == "ok" and ev.get("complete", True):
+                node_starts.append((ev.get("node"), ev.get("queue"),
+                                    ev["start"]))
         if f == "produce":
             v = ev.get("value")
             q = ev.get("queue")
@@ -273,8 +318,16 @@ def check(events):
     # Lost: for a drained queue, absent from the final drain (the log must
     # still hold every acknowledged message at the end); otherwise never
     # read at all. lost_but_seen: lost values some earlier read had seen.
+    def trimmed(v):
+        a = acked[v]
+        return (max_messages is not None and a["queue"] in drain_start and
+                isinstance(a["offset"], int) and
+                a["offset"] < drain_start[a["queue"]])
+
     def is_lost(v):
         q = acked[v]["queue"]
+        if trimmed(v):
+            return False
         if q in drained:
             return v not in drained[q]
         return v not in read_anywhere
@@ -321,7 +374,8 @@ def check(events):
         if not complete:
             incomplete_nodes.append(node)
             continue
-        missing = sorted(v for v in acked if v not in seen)
+        missing = sorted(v for v in acked if v not in seen and
+                         not trimmed(v))
         if missing:
             lost_on_node[node] = missing
 
@@ -442,6 +496,52 @@ def check(events):
                               "acked_offset": best[0], "acked": best[1],
                               "invoke": inv, "complete": done})
 
+    # ---- retention ----------------------------------------------------------
+    retention = []
+    under_trimmed = []
+    if max_messages is not None:
+        m = max_messages
+        for q, st in sorted(drain_start.items(), key=lambda kv: str(kv[0])):
+            end = drain_end_off.get(q)
+            if not isinstance(end, int):
+                continue
+            if st > max(0, end - m):
+                retention.append({"kind": "over-trimmed", "queue": q,
+                                  "start": st, "end": end})
+            elif st < end - m:
+                under_trimmed.append({"queue": q, "start": st, "end": end})
+        # Offsets whose produce was invoked, with that time.
+        offs = defaultdict(list)    # queue -> [(invoke, offset)]
+        for v, a in acked.items():
+            if isinstance(a["offset"], int):
+                offs[a["queue"]].append((a["invoke"], a["offset"]))
+        for v, where in reads.items():
+            if v in acked or v not in invoke_time:
+                continue
+            for (q, off) in where:
+                offs[q].append((invoke_time[v], off))
+        for (t, q, first, proc) in trim_skips:
+            if not isinstance(first, int) or first == 0:
+                continue
+            need = first + m - 1
+            ok = any(inv is not None and t is not None and inv <= t and
+                     off >= need for (inv, off) in offs.get(q, []))
+            if not ok:
+                retention.append({"kind": "early-trim", "queue": q,
+                                  "first": first, "process": proc,
+                                  "time": t})
+        for (node, q, st) in node_starts:
+            if q in drain_start and st != drain_start[q]:
+                retention.append({"kind": "watermark-mismatch", "node": node,
+                                  "queue": q, "start": st,
+                                  "drain_start": drain_start[q]})
+        for ev in probes:
+            if ev.get("served"):
+                retention.append({"kind": "trimmed-served",
+                                  "node": ev.get("node"),
+                                  "queue": ev.get("queue"),
+                                  "offset": ev.get("offset")})
+
     # ---- availability -------------------------------------------------------
     heal = final_heal if final_heal is not None else last_nemesis
     recovery_s = None
@@ -481,7 +581,13 @@ def check(events):
             "group_commit_ok": op_count[("group-commit", "ok")],
             "fetch_ok": op_count[("fetch", "ok")],
             "final_read_nodes": len(final_reads),
+            "retention": len(retention),
+            "trimmed": sum(1 for v in acked if trimmed(v)),
+            "trim_skips": len(trim_skips),
+            "probes_below": len(probes),
         },
+        "retention": retention,
+        "under_trimmed": under_trimmed,
         "lost": lost,
         "lost_but_seen": lost_but_seen,
         "unexpected": unexpected,
@@ -528,6 +634,11 @@ def format_report(r, limit=10):
     lines.append("attempt %d  acknowledged %d  failed %d  info %d  "
                  "read %d" % (c["attempt"], c["acknowledged"], c["failed"],
                               c["info"], c["read_distinct"]))
+    if c.get("trimmed") or c.get("trim_skips") or c.get("probes_below"):
+        lines.append("retention: trimmed %d  trim-skips %d  probes-below %d"
+                     "  violations %d  under-trimmed %d (reported only)"
+                     % (c["trimmed"], c["trim_skips"], c["probes_below"],
+                        c["retention"], len(r.get("under_trimmed", []))))
     lines.append("lost %d (prefix %d, middle %d, postfix %d; seen before "
                  "%d)  unexpected %d  failed-seen %d  duplicated %d  "
                  "recovered %d"

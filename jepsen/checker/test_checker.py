@@ -4,7 +4,8 @@ Unit tests of jepsen/checker/checker.py on hand-written histories: a valid
 history is judged valid, and every error class (lost prefix/middle/postfix,
 unexpected, failed-seen, duplicated, lost-on-node, FIFO producer-order /
 realtime / nonmonotonic, offset conflicts both ways, consumer-group offset
-regression) is detected and makes
+regression, retention: over-trimmed, early trim, low watermarks that
+differ between nodes, a trimmed message served) is detected and makes
 the verdict invalid; recovered and gaps are reported without invalidating.
 Run: python3 -m unittest -v test_checker  (from this folder), or
 jepsen/run-checker-tests.sh.
@@ -72,6 +73,26 @@ def valid_history(nodes=("n1", "n2", "n3")):
     h.read(20, all_pairs, f="drain")
     for n in nodes:
         h.read(30, all_pairs, f="final-read", node=n)
+    return h
+
+
+def retention_history(m=3, start=3, node_starts=(3, 3, 3), served=False,
+                      skip_first=None):
+    """Queue q keeps m messages; 6 produced (offsets 0..5); the drain and
+    the final reads start at `start`; a reader skipped to skip_first."""
+    h = H()
+    h.add(process=-1, type="info", f="retention", value=m)
+    vals = [h.produce(0, i, offset=i) for i in range(6)]
+    if skip_first is not None:
+        h.add(process=10, type="ok", f="trim-skip", queue="q", offset=0,
+              first=skip_first)
+    pairs = [(i, vals[i]) for i in range(start, 6)]
+    h.read(20, pairs, f="drain", start=start, end=6, complete=True)
+    for n, st in zip(("n1", "n2", "n3"), node_starts):
+        h.read(30, [(i, vals[i]) for i in range(st, 6)], f="final-read",
+               node=n, start=st, end=6, complete=True)
+        h.add(process=31, type="ok", f="probe-below", queue="q", node=n,
+              offset=st - 1, served=served and n == "n2")
     return h
 
 
@@ -432,6 +453,48 @@ class CheckerTest(unittest.TestCase):
         h.produce(0, 0, offset=0)
         h.read(10, [], f="drain")
         return h
+
+
+
+class RetentionTest(unittest.TestCase):
+    def test_trimmed_values_are_not_lost(self):
+        r = checker.check(retention_history().ev)
+        self.assertEqual(r["verdict"], "valid", r)
+        self.assertEqual(r["counts"]["trimmed"], 3)
+        self.assertEqual(r["counts"]["lost"], 0)
+        self.assertEqual(r["counts"]["lost_on_node"], 0)
+
+    def test_over_trimmed(self):
+        r = checker.check(retention_history(start=4,
+                                            node_starts=(4, 4, 4)).ev)
+        self.assertEqual(r["problems"], ["retention"])
+        self.assertEqual(r["retention"][0]["kind"], "over-trimmed")
+
+    def test_under_trimmed_is_reported_only(self):
+        r = checker.check(retention_history(start=2,
+                                            node_starts=(2, 2, 2)).ev)
+        self.assertEqual(r["verdict"], "valid", r)
+        self.assertEqual(len(r["under_trimmed"]), 1)
+
+    def test_watermark_mismatch(self):
+        r = checker.check(retention_history(node_starts=(3, 2, 3)).ev)
+        self.assertEqual(r["problems"], ["retention"])
+        self.assertEqual(r["retention"][0]["kind"], "watermark-mismatch")
+        self.assertEqual(r["retention"][0]["node"], "n2")
+
+    def test_trimmed_served(self):
+        r = checker.check(retention_history(served=True).ev)
+        self.assertEqual(r["problems"], ["retention"])
+        self.assertEqual(r["retention"][0]["kind"], "trimmed-served")
+
+    def test_early_trim(self):
+        # All six were produced before the skip: first 3 is legitimate
+        # (offset 5 >= 3 + 3 - 1), first 4 is not (needs offset 6).
+        r = checker.check(retention_history(skip_first=3).ev)
+        self.assertEqual(r["verdict"], "valid", r)
+        r = checker.check(retention_history(skip_first=4).ev)
+        kinds = sorted(x["kind"] for x in r["retention"])
+        self.assertIn("early-trim", kinds)
 
 
 if __name__ == "__main__":

@@ -26,6 +26,17 @@
  *      to the end the drain saw (bounded by --final-timeout), recorded with
  *      "complete": false when the node did not catch up.
  *
+ * Retention (--max-messages M > 0): the queues are created with
+ * max_messages M, drop-oldest, no max_age (docs/MESSAGES.md), and a first
+ * event {"process":"driver","f":"retention","value":M} says so. A read
+ * below a queue's first offset (TERN_EOFFSET) asks the node for the first
+ * offset (tern_queue_info) and records "trim-skip" {"offset": where it
+ * was, "first": where it goes on}; drains and final reads start at the
+ * first offset and record it as "start" (asked again at the end: the
+ * low watermark of that node after the read); after the final reads, each
+ * node is asked for the message just below its first offset ("probe-
+ * below": "served" true would be a trimmed message served).
+ *
  * Outcomes: a produce that returns 0 is "ok" (with the acknowledged
  * offset); TERN_ENOQUEUE / EBADNAME / ETOOBIG / EINVAL are "fail" (the
  * write cannot have happened); every other error (TERN_ETIMEDOUT,
@@ -91,7 +102,8 @@ struct drv_opts
     double final_timeout_s;
     int drain_quiet;
     int async_window;
-    int group; /* consumers use consumer groups */
+    int group;             /* consumers use consumer groups */
+    uint64_t max_messages; /* retention: queues keep at most this many */
 };
 
 static struct drv_opts opts;
@@ -580,6 +592,18 @@ static void *async_producer_main(void *arg)
     return NULL;
 }
 
+/* The queue's first offset as c's server sees it (UINT64_MAX: unknown). */
+static uint64_t first_offset(struct tern_client *c, const char *q)
+{
+    struct tern_queue_info *qi = NULL;
+    uint64_t f = UINT64_MAX;
+    if (tern_queue_info(c, q, &qi) == 0) {
+        f = tern_queue_info_start_offset(qi);
+        tern_queue_info_free(qi);
+    }
+    return f;
+}
+
 static void *consumer_main(void *arg)
 {
     struct worker *w = arg;
@@ -619,6 +643,17 @@ static void *consumer_main(void *arg)
             tern_fetch_result_free(r);
             atomic_fetch_add(&stat_reads, 1);
             continue;
+        }
+        if (rv == TERN_EOFFSET && opts.max_messages > 0) {
+            uint64_t f = first_offset(c, q);
+            if (f != UINT64_MAX && f > cursor[qi]) {
+                hist_begin(&b, proc, "ok", "trim-skip", q);
+                sb_printf(&b, ",\"offset\":%" PRIu64 ",\"first\":%" PRIu64,
+                          cursor[qi], f);
+                hist_end(&b);
+                cursor[qi] = f;
+                continue;
+            }
         }
         hist_begin(&b, proc, "info", "fetch", q);
         sb_printf(&b, ",\"offset\":%" PRIu64 ",\"read_from\":\"%s\"",
@@ -724,7 +759,16 @@ static int setup_queues(void)
             int proc = atomic_fetch_add(&next_process, 1);
             hist_begin(&b, proc, "invoke", "create-queue", queue_names[i]);
             hist_end(&b);
-            rv = tern_queue_create(c, queue_names[i]);
+            if (opts.max_messages > 0) {
+                struct tern_queue_options qo;
+                tern_queue_options_init(&qo);
+                qo.max_messages = opts.max_messages;
+                qo.max_age_ms = 0;
+                qo.overflow = TERN_OVERFLOW_DROP_OLDEST;
+                rv = tern_queue_create_opts(c, queue_names[i], &qo);
+            } else {
+                rv = tern_queue_create(c, queue_names[i]);
+            }
             if (rv == TERN_EQUEUEEXISTS) {
                 rv = 0;
             }
@@ -790,6 +834,13 @@ static uint64_t read_all(const char *f,
         struct tern_fetch_result *r = NULL;
         int rv = tern_fetch(c, q, off, DRV__FETCH_MAX, 1u << 20,
                             DRV__READ_WAIT_MS, &r);
+        if (rv == TERN_EOFFSET && opts.max_messages > 0) {
+            uint64_t f = first_offset(c, q);
+            if (f != UINT64_MAX && f > off) {
+                off = f; /* retention trimmed below it */
+                continue;
+            }
+        }
         if (rv != 0) {
             errors++;
             tern_client_free(c);
@@ -828,6 +879,7 @@ static uint64_t read_all(const char *f,
     }
     /* Why a read is incomplete: the node's own view (applied index) next
      * to the leader's commit index seen after the drain. */
+    uint64_t start = opts.max_messages > 0 ? first_offset(c, q) : 0;
     uint64_t node_applied = 0;
     int have_status = 0;
     if (!*complete && node != NULL) {
@@ -850,6 +902,9 @@ static uint64_t read_all(const char *f,
     }
     sb_printf(&b, ",\"complete\":%s,\"end\":%" PRIu64 ",\"errors\":%ld",
               *complete ? "true" : "false", off, errors);
+    if (opts.max_messages > 0 && start != UINT64_MAX) {
+        sb_printf(&b, ",\"start\":%" PRIu64, start);
+    }
     if (have_status) {
         sb_printf(&b,
                   ",\"node_applied\":%" PRIu64 ",\"leader_commit\":%" PRIu64,
@@ -878,6 +933,8 @@ static void usage(void)
             "  [--drain-timeout S=60] [--drain-quiet 3]\n"
             "  [--final-timeout S=30] [--async-window W=0 (sync)]\n"
             "  [--group 0|1 (consumers use consumer groups jg<i>)]\n"
+            "  [--max-messages M (retention: queues keep at most M, "
+            "drop-oldest)]\n"
             "  [--ca FILE (TLS, servers verified by FILE) [--cert F --key "
             "F]]\n"
             "environment: TERN_USER, TERN_PASSWORD, TERN_NAMESPACE (log in\n"
@@ -982,6 +1039,8 @@ int main(int argc, char **argv)
             opts.drain_timeout_s = atof(v);
         } else if (strcmp(a, "--drain-quiet") == 0) {
             opts.drain_quiet = atoi(v);
+        } else if (strcmp(a, "--max-messages") == 0) {
+            opts.max_messages = strtoull(v, NULL, 10);
         } else if (strcmp(a, "--group") == 0) {
             opts.group = atoi(v);
         } else if (strcmp(a, "--async-window") == 0) {
@@ -1011,6 +1070,13 @@ int main(int argc, char **argv)
         return 2;
     }
 
+    if (opts.max_messages > 0) {
+        struct sbuf b = {0};
+        hist_begin(&b, -1, "info", "retention", NULL);
+        sb_printf(&b, ",\"value\":%" PRIu64, opts.max_messages);
+        hist_end(&b);
+        sb_free(&b);
+    }
     if (setup_queues() != 0) {
         fprintf(stderr, "driver: queue setup did not complete\n");
         fclose(hist);
@@ -1083,6 +1149,34 @@ int main(int argc, char **argv)
                     opts.nodes[ni].name, queue_names[qi], end,
                     complete ? "complete" : "INCOMPLETE");
         }
+    }
+    /* Retention: nothing below each node's first offset is served. */
+    for (int ni = 0; opts.max_messages > 0 && ni < opts.n_nodes; ni++) {
+        struct tern_client *c =
+            client_new(opts.nodes[ni].addr, TERN_READ_FIRST);
+        struct sbuf b = {0};
+        for (int qi = 0; qi < opts.queues; qi++) {
+            uint64_t f = first_offset(c, queue_names[qi]);
+            struct tern_fetch_result *r = NULL;
+            int rv;
+            if (f == UINT64_MAX || f == 0) {
+                continue;
+            }
+            rv = tern_fetch(c, queue_names[qi], f - 1, 1, 1u << 20, 0, &r);
+            hist_begin(&b, atomic_fetch_add(&next_process, 1), "ok",
+                       "probe-below", queue_names[qi]);
+            sb_printf(
+                &b,
+                ",\"node\":\"%s\",\"offset\":%" PRIu64
+                ",\"served\":%s,\"result\":\"%s\"",
+                opts.nodes[ni].name, f - 1,
+                rv == 0 && tern_fetch_result_count(r) > 0 ? "true" : "false",
+                rv == 0 ? "ok" : tern_err_name(rv));
+            hist_end(&b);
+            tern_fetch_result_free(r);
+        }
+        sb_free(&b);
+        tern_client_free(c);
     }
     fclose(hist);
     return rc;

@@ -91,10 +91,28 @@
  *                       then u64 queue_id (with an offset, the message
  *                       id)
  *   GROUP_FETCH   req: str queue, str group, u32 max_msgs, u32 max_bytes,
- *                      u32 wait_ms, [u8 flags, tag filter] (flags as
- *                      FETCH's but PROTO_FETCH_LEADER, present only when
- *                      not 0; added with message properties)
- *                 resp: as FETCH, starting at the group's committed offset
+ *                      u32 wait_ms, [u8 flags, tag filter] (present only
+ *                      when not 0): bit 0 PROTO_GROUP_FETCH_SKIPPED asks
+ *                      for the skip tail below (added with retention);
+ *                      bits 1 PROTO_FETCH_PROPS and 2 PROTO_FETCH_TAGS
+ *                      and the tag filter as FETCH's (added with message
+ *                      properties); other bits must be 0. An older server
+ *                      answers the byte TERN_EMALFORMED; libtern does not
+ *                      fall back.
+ *                 resp: as FETCH (with properties when asked), starting
+ *                       at the group's committed offset, or at the
+ *                       queue's first offset when retention trimmed the
+ *                       messages at the committed offset; then, only when
+ *                       the request had PROTO_GROUP_FETCH_SKIPPED, the
+ *                       skip tail: u64 skipped (messages between the
+ *                       committed offset and the first offset that the
+ *                       group never read: first_offset - committed; 0
+ *                       when the committed offset is at or above the
+ *                       first offset, or when the group never committed),
+ *                       u64 first_offset (the offset the answer starts
+ *                       at); skipped <= first_offset. The tail is the
+ *                       last 16 bytes of the body
+ *                       (proto_decode_group_fetch_resp).
  *   MESSAGE_GET   req: str queue, u8 by, then by PROTO_GET_OFFSET (1):
  *                      u64 offset; PROTO_GET_ID (2): u64 queue_id,
  *                      u64 offset; PROTO_GET_KEY (3): blob key
@@ -375,7 +393,8 @@ struct proto_request
                             proto_next_msg */
     size_t msgs_len;
     uint8_t flags; /* STATS: PROTO_STATS_RESET or 0; FETCH:
-                      PROTO_FETCH_LEADER or 0 */
+                      PROTO_FETCH_LEADER or 0; GROUP_FETCH:
+                      PROTO_GROUP_FETCH_SKIPPED or 0 */
     /* QUEUE_LIST, USER_LIST, ACL_LIST, NAMESPACE_LIST: paged is 1 for a
      * body with the paging tail (after_len 0: from the start; otherwise a
      * valid name: a queue, user, namespace, or for ACL_LIST the cursor
@@ -610,6 +629,17 @@ int proto_encode_group_fetch(struct tern_wbuf *w,
                              uint32_t max_msgs,
                              uint32_t max_bytes,
                              uint32_t wait_ms);
+/* GROUP_FETCH with flags 0 or PROTO_GROUP_FETCH_SKIPPED (else TERN_EINVAL);
+ * proto_encode_group_fetch is this call with flags 0. */
+#define PROTO_GROUP_FETCH_SKIPPED 0x01u
+int proto_encode_group_fetch_flags(struct tern_wbuf *w,
+                                   uint64_t request_id,
+                                   const char *queue,
+                                   const char *group,
+                                   uint32_t max_msgs,
+                                   uint32_t max_bytes,
+                                   uint32_t wait_ms,
+                                   uint8_t flags);
 int proto_encode_group_commit(struct tern_wbuf *w,
                               uint64_t request_id,
                               const char *queue,
@@ -731,6 +761,37 @@ int proto_decode_message_get_resp(const void *body,
 int proto_next_fetched(const struct proto_fetch_resp *r,
                        size_t *pos,
                        struct proto_fetched_msg *m);
+
+/* The skip tail of a GROUP_FETCH answer (layout above). */
+#define PROTO_GROUP_SKIP_SIZE 16u
+struct proto_group_skip
+{
+    uint64_t skipped;
+    uint64_t first_offset;
+};
+/* Append the skip tail s (borrowed) to the answer being built in w (the
+ * server writes it after the messages, before proto_frame_end). */
+void proto_put_group_skip(struct tern_wbuf *w,
+                          const struct proto_group_skip *s);
+/* A GROUP_FETCH answer with the skip tail: proto_encode_fetch_resp's frame
+ * (msgs borrowed), then s (borrowed). */
+int proto_encode_group_fetch_skip_resp(struct tern_wbuf *w,
+                                       uint64_t request_id,
+                                       uint64_t next_offset,
+                                       uint64_t end_offset,
+                                       const struct proto_fetched_msg *msgs,
+                                       uint32_t n,
+                                       const struct proto_group_skip *s);
+/* Decode the answer to a GROUP_FETCH that asked for the skip tail: out as
+ * proto_decode_fetch_resp over the body without its last
+ * PROTO_GROUP_SKIP_SIZE bytes (*fetch_len, OUT, may be NULL: their
+ * length), *skip (OUT) the tail. TERN_EMALFORMED (also for skipped above
+ * first_offset); out and skip are zeroed then. */
+int proto_decode_group_fetch_resp(const void *body,
+                                  size_t len,
+                                  struct proto_fetch_resp *out,
+                                  struct proto_group_skip *skip,
+                                  size_t *fetch_len);
 
 /* MESSAGE_TRACE (format above). Request: proto_request queue and
  * offset. */

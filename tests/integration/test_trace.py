@@ -8,8 +8,6 @@ a message trimmed by retention answers TERN_EOFFSET naming the first
 offset; an offset past the end and an unknown queue are refused."""
 import json
 import os
-import socket
-import struct
 import sys
 import time
 
@@ -29,21 +27,6 @@ def trace(cl, queue, offset, servers=None):
         except ValueError:
             js = None
     return r.returncode, js, r.stderr
-
-
-def create_with_max_messages(cl, queue, max_messages):
-    """QUEUE_CREATE with the settings tail (proto.h), on the leader's
-    client port: no age limit, max_messages, drop-oldest."""
-    lid = cl.wait_leader()
-    nd = cl.nodes[lid]
-    body = (h.put_str(queue) +
-            struct.pack("<QQQB", 0, 0, max_messages, 0))
-    s = socket.create_connection(("127.0.0.1", nd.client_port), timeout=5)
-    try:
-        s.sendall(h.encode_frame(h.OP["QUEUE_CREATE"], body, request_id=7))
-        return h.recv_frame(s, timeout=10)
-    finally:
-        s.close()
 
 
 def main(c):
@@ -153,9 +136,9 @@ def main(c):
                 "unknown queue (TERN_ENOQUEUE)", err)
 
         c.step("a trimmed message answers TERN_EOFFSET naming the first offset")
-        f = create_with_max_messages(cl, "short", 2)
-        c.check(f is not None and f.status == 0, "create short with "
-                "max_messages 2", f)
+        r = cl.tern("queue", "create", "short", "--max-messages", 2)
+        c.check(r.returncode == 0, "create short with max_messages 2",
+                r.stderr.strip())
         for k in range(4):
             r = cl.tern("produce", "short", "--count", "1", "--size", "8")
             c.check(r.returncode == 0, "produce one message to short (%d)" % k,

@@ -170,6 +170,13 @@ void fake_model_answer(struct fake_server *fs,
             fm[n].len = fs->msg_len[off + n];
             n++;
         }
+        if (r->op == PROTO_OP_GROUP_FETCH &&
+            (r->flags & PROTO_GROUP_FETCH_SKIPPED) != 0) {
+            struct proto_group_skip skip = {0, off};
+            proto_encode_group_fetch_skip_resp(w, h->request_id, off + n,
+                                               fs->n_msgs, fm, n, &skip);
+            return;
+        }
         proto_encode_fetch_resp(w, r->op, h->request_id, off + n, fs->n_msgs,
                                 fm, n);
         return;

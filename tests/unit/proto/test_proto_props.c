@@ -200,11 +200,14 @@ Test(proto_props, fetch_tail_refusals)
     cr_expect_eq(decode_body(PROTO_OP_FETCH, b, base + 1), TERN_EMALFORMED);
     b[base] = 0; /* a zero flags byte is not the one encoding */
     cr_expect_eq(decode_body(PROTO_OP_FETCH, b, base + 1), TERN_EMALFORMED);
-    /* GROUP_FETCH: str "q", str "g", u32 x3, flags: no LEADER bit */
+    /* GROUP_FETCH: str "q", str "g", u32 x3, flags: bit 0 is
+     * PROTO_GROUP_FETCH_SKIPPED there, bit 3 unknown */
     uint8_t g[64] = {1, 0, 'q', 1, 0, 'g'};
     size_t gb = 6 + 12;
-    g[gb] = PROTO_FETCH_LEADER;
+    g[gb] = 0x08;
     cr_expect_eq(decode_body(PROTO_OP_GROUP_FETCH, g, gb + 1), TERN_EMALFORMED);
+    g[gb] = PROTO_GROUP_FETCH_SKIPPED | PROTO_FETCH_PROPS;
+    cr_expect_eq(decode_body(PROTO_OP_GROUP_FETCH, g, gb + 1), 0);
     g[gb] = PROTO_FETCH_PROPS;
     cr_expect_eq(decode_body(PROTO_OP_GROUP_FETCH, g, gb + 1), 0);
 }
