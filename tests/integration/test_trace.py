@@ -7,6 +7,7 @@ key and tag, and the groups past the message with their latest commit;
 a message trimmed by retention answers TERN_EOFFSET naming the first
 offset; an offset past the end and an unknown queue are refused."""
 import json
+import subprocess
 import os
 import sys
 import time
@@ -36,7 +37,7 @@ def main(c):
         r = cl.tern("queue", "create", "orders")
         c.check(r.returncode == 0, "queue create orders", r.stderr.strip())
         data = b"m0\nm1\nm2\n"
-        p = h.subprocess.run(
+        p = subprocess.run(
             [cl.cli, "-s", cl.servers()] + cl.cli_tls +
             ["produce", "orders", "--batch", "2", "--key", "order-7",
              "--tag", "paid"],
