@@ -7,8 +7,8 @@ key and tag, and the groups past the message with their latest commit;
 a message trimmed by retention answers TERN_EOFFSET naming the first
 offset; an offset past the end and an unknown queue are refused."""
 import json
-import subprocess
 import os
+import subprocess
 import sys
 import time
 
