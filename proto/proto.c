@@ -1030,8 +1030,9 @@ int proto_encode_fetch_filtered(struct tern_wbuf *w,
     size_t start = w->len;
     uint8_t flags = f != NULL ? f->flags : 0;
     uint32_t n_tags = f != NULL ? f->n_tags : 0;
-    uint8_t allowed = group != NULL ? PROTO_FETCH_PROPS
-                                    : PROTO_FETCH_PROPS | PROTO_FETCH_LEADER;
+    uint8_t allowed = group != NULL
+                          ? PROTO_FETCH_PROPS | PROTO_GROUP_FETCH_SKIPPED
+                          : PROTO_FETCH_PROPS | PROTO_FETCH_LEADER;
     if ((flags & ~allowed) != 0 || n_tags > PROTO_MAX_FILTER_TAGS ||
         (n_tags > 0 && f->tags == NULL)) {
         return TERN_EINVAL;

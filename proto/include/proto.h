@@ -581,14 +581,16 @@ int proto_tag_valid(const char *t, size_t len);
 /* A tag filter of a fetch: tags[0..n) (NUL-terminated, borrowed). */
 struct proto_fetch_filter
 {
-    uint8_t flags; /* PROTO_FETCH_PROPS (and PROTO_FETCH_LEADER for FETCH) */
+    uint8_t flags; /* PROTO_FETCH_PROPS, and PROTO_FETCH_LEADER for FETCH or
+                      PROTO_GROUP_FETCH_SKIPPED for GROUP_FETCH */
     const char *const *tags;
     uint32_t n_tags; /* 0..PROTO_MAX_FILTER_TAGS */
 };
 /* FETCH / GROUP_FETCH (group NULL for FETCH) with flags and a tag filter
  * (f borrowed; NULL or no flags and no tags: the same bytes as
  * proto_encode_fetch / proto_encode_group_fetch). TERN_EINVAL for bad
- * flags (PROTO_FETCH_LEADER with a group) or over 16 tags,
+ * flags (PROTO_FETCH_LEADER with a group, PROTO_GROUP_FETCH_SKIPPED
+ * without) or over 16 tags,
  * TERN_EBADNAME for a tag that is not one. */
 int proto_encode_fetch_filtered(struct tern_wbuf *w,
                                 uint64_t request_id,

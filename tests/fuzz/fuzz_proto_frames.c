@@ -103,8 +103,20 @@ static void reencode(const struct proto_request *r,
     tern_wbuf_init(&w);
     switch (r->op) {
     case PROTO_OP_QUEUE_CREATE:
+        rv = proto_encode_queue_create(&w, 1, q,
+                                       r->has_settings ? &r->settings : NULL);
+        break;
     case PROTO_OP_QUEUE_DELETE:
         rv = proto_encode_queue_op(&w, r->op, 1, q);
+        break;
+    case PROTO_OP_QUEUE_UPDATE:
+        rv = proto_encode_queue_update(&w, 1, q, r->set_mask, &r->settings);
+        break;
+    case PROTO_OP_QUEUE_INFO:
+        rv = proto_encode_queue_info_req(&w, 1, q);
+        break;
+    case PROTO_OP_OFFSET_FOR_TIME:
+        rv = proto_encode_offset_for_time(&w, 1, q, r->time_ms);
         break;
     case PROTO_OP_QUEUE_LIST:
         if (r->paged) {
