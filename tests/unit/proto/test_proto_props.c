@@ -172,8 +172,11 @@ Test(proto_props, fetch_filter_round_trip)
     struct proto_fetch_filter fm = {0, many, 17};
     cr_expect_eq(proto_encode_fetch_filtered(&w, 1, "q", NULL, 0, 1, 1, 0, &fm),
                  TERN_EINVAL);
-    struct proto_fetch_filter fl = {PROTO_FETCH_LEADER, NULL, 0};
+    /* Bit 0 is the skip request on GROUP_FETCH; bit 3 is nobody's. */
+    struct proto_fetch_filter fl = {0x08, NULL, 0};
     cr_expect_eq(proto_encode_fetch_filtered(&w, 1, "q", "g", 0, 1, 1, 0, &fl),
+                 TERN_EINVAL);
+    cr_expect_eq(proto_encode_fetch_filtered(&w, 1, "q", NULL, 0, 1, 1, 0, &fl),
                  TERN_EINVAL);
     tern_wbuf_free(&v);
     tern_wbuf_free(&w);
