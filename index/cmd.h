@@ -58,9 +58,8 @@ struct idx__cmd
     struct idx_quota quota; /* NAMESPACE_SET */
     /* Retention (types 1, 13, 14). QUEUE_CREATE: has_settings says
      * whether the body had the settings tail. QUEUE_UPDATE: mask
-     * (IDX_SET_*) names the fields of settings it changes. RETAIN: the
-     * page starts after queue[0..queue_len) (empty: the first queue) and
-     * holds at most max_count queues. */
+     * (IDX_SET_*) names the fields of settings it changes. TRIM: the
+     * queue and its trim fields below. */
     struct idx_queue_settings settings;
     bool has_settings;
     uint32_t mask;

@@ -34,9 +34,9 @@
  *                                   ; keep it the same on every node);
  *                                   ; retention frees whole segments
  *                                   ; (4K..1G)
- *   retention_interval_ms = 1000    ; a writable leader proposes RETAIN
+ *   retention_interval_ms = 1000    ; a writable leader plans trims
  *                                   ; (trim by max_age) this often; 0 = off
- *   retention_page = 1024           ; queues per RETAIN (1..65536)
+ *   retention_page = 1024           ; queues planned per pass (1..65536)
  *   clean_batch_rows = 1024         ; LMDB rows the cleaner deletes per
  *                                   ; loop iteration (>= 1; index/clean.c)
  *
@@ -183,9 +183,10 @@ static const char usage_text[] =
     "(default 64M)\n"
     "  --snapshot-trailing N      entries kept after a snapshot (default "
     "256)\n"
-    "  --retention-interval-ms N  leader's RETAIN period (default 1000; "
+    "  --retention-interval-ms N  leader's retention pass period (default "
+    "1000; "
     "0: off)\n"
-    "  --retention-page N         queues per RETAIN (default 1024)\n"
+    "  --retention-page N         queues per retention pass (default 1024)\n"
     "  --clean-batch-rows N       rows the cleaner deletes per iteration "
     "(default 1024)\n"
     "  --max-message-bytes N      default 4M\n"

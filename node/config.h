@@ -46,8 +46,8 @@ struct node_config
     int allow_open_data_dir; /* [node] allow_open_data_dir (default 0) */
     uint64_t max_term_jump;  /* [raft] max_term_jump (raft/io.c) */
     /* [node] retention (docs/MESSAGES.md, "Retention") */
-    unsigned retention_interval_ms; /* RETAIN period of a leader; 0 = off */
-    unsigned retention_page;        /* queues per RETAIN */
+    unsigned retention_interval_ms; /* retention pass period; 0 = off */
+    unsigned retention_page;        /* queues per retention pass */
     unsigned clean_batch_rows;      /* cleaner rows per loop iteration */
     /* [security]: how nodes prove cluster membership to each other */
     int peer_auth;             /* enum node_peer_auth */

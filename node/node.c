@@ -98,7 +98,7 @@ struct node
     uv_timer_t watchdog;
     uv_timer_t retention;
     bool clean_more; /* the cleaner may have work (checked after flush) */
-    /* RETAIN page cursor: the last queue name of the previous page */
+    /* retention pass cursor: the last queue name of the previous page */
     char retain_after[TERN_NAME_MAX + 1];
     /* TRIMs proposed and maybe not applied yet (plan_trim) */
     struct node_trim_pending

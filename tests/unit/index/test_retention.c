@@ -1,8 +1,8 @@
 /* Unit tests of time and retention in index/ (docs/MESSAGES.md, "Time",
  * "Retention", "Query and seek"): the append time stays monotone when a
  * leader's clock steps back; the settings tail of QUEUE_CREATE, QUEUE_UPDATE
- * and RETAIN through the codec; drop-oldest trimming by count and by bytes,
- * reject, a batch too big for the queue; RETAIN by age over pages of
+ * and TRIM through the codec; drop-oldest trimming by count and by bytes,
+ * reject, a batch too big for the queue; trims by age over
  * queues; namespace usage going down with trimming; the row cleaner in
  * bounded batches (trimmed rows, deleted queues); the rebuild at idx_open
  * deriving the same low watermarks; offset for time. */
