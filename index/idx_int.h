@@ -98,7 +98,7 @@ struct idx__queue_val
     uint64_t bytes; /* sum of the lengths of the retained messages */
     struct idx_queue_settings settings;
 };
-#define IDX__QUEUE_VAL_SIZE 88
+#define IDX__QUEUE_VAL_SIZE 80
 void idx__queue_val_encode(uint8_t *buf, const struct idx__queue_val *q);
 int idx__queue_val_decode(const void *buf,
                           size_t len,

@@ -37,7 +37,7 @@
  *     start_offset moved; its msgs rows below it are still to delete.
  * DBI "queues":
  *   key queue name (tern_qname_valid: a plain name of namespace "default"
- *   or "ns%name", no NUL) -> 88 bytes:
+ *   or "ns%name", no NUL) -> 80 bytes:
  *     u32 version (3), u32 flags (0), u64 queue id, u64 created_index,
  *     u64 start_offset (the low watermark: first retained offset),
  *     u64 next_offset, u64 bytes (sum of the lengths of the retained

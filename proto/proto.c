@@ -411,7 +411,12 @@ static int get_message_get(struct tern_cursor *c, struct proto_request *out)
     out->get_by = tern_cursor_u8(c);
     switch (out->get_by) {
     case PROTO_GET_ID:
+        /* Queue ids start at 1; id 0 would be a second spelling of
+         * PROTO_GET_OFFSET. */
         out->queue_id = tern_cursor_u64(c);
+        if (c->err == 0 && out->queue_id == 0) {
+            return TERN_EMALFORMED;
+        }
         __attribute__((fallthrough)); /* the offset follows */
     case PROTO_GET_OFFSET:
         out->offset = tern_cursor_u64(c);

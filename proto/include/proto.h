@@ -114,7 +114,7 @@
  *                       last 16 bytes of the body
  *                       (proto_decode_group_fetch_resp).
  *   MESSAGE_GET   req: str queue, u8 by, then by PROTO_GET_OFFSET (1):
- *                      u64 offset; PROTO_GET_ID (2): u64 queue_id,
+ *                      u64 offset; PROTO_GET_ID (2): u64 queue_id (>= 1),
  *                      u64 offset; PROTO_GET_KEY (3): blob key
  *                      (1..PROTO_MAX_KEY bytes), u32 max (1..
  *                      PROTO_MESSAGE_GET_MAX)

@@ -273,6 +273,41 @@ static void expect_patched(const struct tern_wbuf *w,
     free(b);
 }
 
+/* The queue value (keys.c, DBI "queues") is written whole: every byte
+ * of it comes from the encoder, none from the caller's buffer, and it
+ * decodes back to the same value. */
+Test(index_retention, queue_value_is_written_whole)
+{
+    struct idx__queue_val q = {
+        .id = 7,
+        .created_index = 11,
+        .start_offset = 3,
+        .next_offset = 9,
+        .bytes = 600,
+        .settings = {.max_age_ms = 1000,
+                     .max_bytes = 1 << 20,
+                     .max_messages = 50,
+                     .overflow = IDX_OVERFLOW_REJECT},
+    };
+    uint8_t a[IDX__QUEUE_VAL_SIZE], b[IDX__QUEUE_VAL_SIZE];
+    struct idx__queue_val back;
+    cr_assert_eq(IDX__QUEUE_VAL_SIZE, 4 + 4 + 8 * 8 + 4 + 4);
+    memset(a, 0x00, sizeof a);
+    memset(b, 0xa5, sizeof b);
+    idx__queue_val_encode(a, &q);
+    idx__queue_val_encode(b, &q);
+    cr_assert_eq(memcmp(a, b, sizeof a), 0);
+    cr_assert_eq(idx__queue_val_decode(a, sizeof a, &back), 0);
+    cr_expect(back.id == 7 && back.created_index == 11 &&
+              back.start_offset == 3 && back.next_offset == 9 &&
+              back.bytes == 600);
+    cr_expect(back.settings.max_age_ms == 1000 &&
+              back.settings.max_bytes == 1 << 20 &&
+              back.settings.max_messages == 50 &&
+              back.settings.overflow == IDX_OVERFLOW_REJECT);
+    cr_expect_eq(idx__queue_val_decode(a, sizeof a - 1, &back), TERN_ECORRUPT);
+}
+
 Test(index_retention, validator_rejects_bad_bodies)
 {
     struct tern_wbuf w;

@@ -301,5 +301,10 @@ Test(proto_props, message_get_round_trip)
     cr_expect_eq(decode_body(PROTO_OP_MESSAGE_GET, b, 12), 0);
     cr_expect_eq(decode_body(PROTO_OP_MESSAGE_GET, b, 11), TERN_EMALFORMED);
     cr_expect_eq(decode_body(PROTO_OP_MESSAGE_GET, b, 13), TERN_EMALFORMED);
+    /* by id: id 0 would spell "by offset" a second way */
+    uint8_t c[20] = {1, 0, 'q', PROTO_GET_ID};
+    cr_expect_eq(decode_body(PROTO_OP_MESSAGE_GET, c, 20), TERN_EMALFORMED);
+    c[4] = 1; /* little-endian u64 queue id 1 */
+    cr_expect_eq(decode_body(PROTO_OP_MESSAGE_GET, c, 20), 0);
     tern_wbuf_free(&w);
 }
