@@ -93,7 +93,11 @@ other than "recovered" and "offset_gaps" makes the verdict invalid):
                 invoked before it got an offset >= F + M - 1 (nothing
                 could have pushed F out yet);
                 watermark-mismatch: a complete final read of a node whose
-                start differs from the drain's;
+                start is below the drain's (a trimmed message came back)
+                or above max(drain start, final end - M) (that node
+                removed a message the limit had not reached); a start
+                between the two is a trim the leader planned after the
+                drain, and that node's values below it are trimmed;
                 trimmed-served: a probe-below that got a message.
                 Reported only: under-trimmed (start below end - M: the
                 leader had not planned the last trim yet), trimmed.
@@ -227,7 +231,7 @@ def check(events):
                 drain_end_off[ev.get("queue")] = ev.get("end")
             elif typ == "ok" and ev.get("complete", True):
                 node_starts.append((ev.get("node"), ev.get("queue"),
-                                    ev["start"]))
+                                    ev["start"], ev.get("end")))
         if f == "produce":
             v = ev.get("value")
             q = ev.get("queue")
@@ -324,6 +328,26 @@ def check(events):
                 isinstance(a["offset"], int) and
                 a["offset"] < drain_start[a["queue"]])
 
+    def legal_start(q, st, end):
+        # A node's final start: at or above the drain's (trims are never
+        # undone), at most max(drain start, end - M) (a later trim may
+        # finish what the drain saw under-trimmed, never more).
+        ds = drain_start[q]
+        hi = ds if not isinstance(end, int) else max(ds, end - max_messages)
+        return ds <= st <= hi
+
+    node_start_of = {}
+    if max_messages is not None:
+        for (node, q, st, end) in node_starts:
+            if q in drain_start and legal_start(q, st, end):
+                node_start_of[(node, q)] = st
+
+    def trimmed_on(node, v):
+        a = acked[v]
+        st = node_start_of.get((node, a["queue"]))
+        return (st is not None and isinstance(a["offset"], int) and
+                a["offset"] < st)
+
     def is_lost(v):
         q = acked[v]["queue"]
         if trimmed(v):
@@ -375,7 +399,7 @@ def check(events):
             incomplete_nodes.append(node)
             continue
         missing = sorted(v for v in acked if v not in seen and
-                         not trimmed(v))
+                         not trimmed(v) and not trimmed_on(node, v))
         if missing:
             lost_on_node[node] = missing
 
@@ -530,8 +554,8 @@ def check(events):
                 retention.append({"kind": "early-trim", "queue": q,
                                   "first": first, "process": proc,
                                   "time": t})
-        for (node, q, st) in node_starts:
-            if q in drain_start and st != drain_start[q]:
+        for (node, q, st, end) in node_starts:
+            if q in drain_start and not legal_start(q, st, end):
                 retention.append({"kind": "watermark-mismatch", "node": node,
                                   "queue": q, "start": st,
                                   "drain_start": drain_start[q]})

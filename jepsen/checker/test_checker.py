@@ -482,6 +482,21 @@ class RetentionTest(unittest.TestCase):
         self.assertEqual(r["retention"][0]["kind"], "watermark-mismatch")
         self.assertEqual(r["retention"][0]["node"], "n2")
 
+    def test_trim_after_an_under_trimmed_drain(self):
+        # The drain saw [2, 6) with M = 3; the leader's next pass trimmed
+        # offset 2 before the final reads: trimmed on every node, not lost.
+        r = checker.check(retention_history(start=2,
+                                            node_starts=(3, 3, 3)).ev)
+        self.assertEqual(r["verdict"], "valid", r)
+        self.assertEqual(r["counts"]["lost_on_node"], 0)
+        # Beyond the limit on one node, or below the drain's start.
+        for starts, node in (((3, 4, 3), "n2"), ((2, 2, 1), "n3")):
+            r = checker.check(retention_history(start=2,
+                                                node_starts=starts).ev)
+            self.assertIn("retention", r["problems"], r)
+            self.assertEqual(r["retention"][0]["kind"], "watermark-mismatch")
+            self.assertEqual(r["retention"][0]["node"], node)
+
     def test_trimmed_served(self):
         r = checker.check(retention_history(served=True).ev)
         self.assertEqual(r["problems"], ["retention"])
