@@ -488,6 +488,11 @@ bool idx_sync_failed(const struct idx_env *e)
     return e->sync_failed;
 }
 
+bool idx_map_full(const struct idx_env *e)
+{
+    return e->map_full;
+}
+
 uint64_t idx_security_gen(const struct idx_env *e)
 {
     return e->sec_gen;

@@ -568,6 +568,7 @@ struct idx_env
     /* sticky failure: set by txn.c (idx_flush), apply.c, snapshot.c */
     int failed;       /* sticky error of a failed apply, 0 if none */
     bool sync_failed; /* a log/LMDB sync failed (apply.c, idx_sync) */
+    bool map_full;    /* a write met MDB_MAP_FULL (txn.c) */
     /* what recovery and bulk discards dropped: env.c, log.c, apply.c */
     uint64_t truncated; /* bytes cut from the tail by idx_open */
     uint64_t discarded; /* un-indexed bulk bytes dropped (idx_bulk_discard) */

@@ -41,6 +41,7 @@ int idx__mdb_err(struct idx_env *e, int rc, const char *what)
     int code;
     switch (rc) {
     case MDB_MAP_FULL:
+        e->map_full = true;
         tern_errmsg_printf(e->errmsg,
                            "lmdb %s: MDB_MAP_FULL (map_size %zu bytes): "
                            "raise idx_options.map_size",

@@ -34,6 +34,14 @@
  *                                   ; keep it the same on every node);
  *                                   ; retention frees whole segments
  *                                   ; (4K..1G)
+ *   index_map_bytes = 64G           ; LMDB's map: the largest the index
+ *                                   ; may grow (address space only: the
+ *                                   ; file grows as rows are written);
+ *                                   ; about 150 bytes per message with a
+ *                                   ; key; 16M..16384G. Reached, the
+ *                                   ; node logs "index map full" and
+ *                                   ; stops (fail-stop); restarted with
+ *                                   ; a larger map it loses nothing
  *   retention_interval_ms = 1000    ; a writable leader plans trims
  *                                   ; (trim by max_age) this often; 0 = off
  *   retention_page = 1024           ; queues planned per pass (1..65536)
@@ -282,6 +290,7 @@ static const char usage_text[] =
     "  cluster_name = tern\n"
     "  allow_open_data_dir = false\n"
     "  log_segment_bytes = 64M\n"
+    "  index_map_bytes = 64G\n"
     "  retention_interval_ms = 1000\n"
     "  retention_page = 1024\n"
     "  clean_batch_rows = 1024\n"
@@ -350,6 +359,7 @@ void node_config_init(struct node_config *c)
     c->clean_batch_rows = NODE_DEFAULT_CLEAN_BATCH_ROWS;
     c->max_message_bytes = NODE_DEFAULT_MAX_MESSAGE;
     c->log_segment_bytes = NODE_DEFAULT_LOG_SEGMENT;
+    c->index_map_bytes = NODE_DEFAULT_INDEX_MAP;
     c->max_frame_bytes = NODE_DEFAULT_MAX_FRAME;
     c->min_free_disk_bytes = NODE_DEFAULT_MIN_FREE_DISK;
     c->reserve_disk_bytes = NODE_DEFAULT_RESERVE_DISK;
@@ -911,6 +921,8 @@ static const struct key keys[] = {
      NODE__INT(allow_open_data_dir), 0},
     {"node", "log_segment_bytes", "--log-segment-bytes", set_u64,
      NODE__U64(log_segment_bytes), (uint64_t)1 << 30},
+    {"node", "index_map_bytes", "--index-map-bytes", set_u64,
+     NODE__U64(index_map_bytes), (uint64_t)1 << 44},
     {"node", "retention_interval_ms", "--retention-interval-ms", set_unsigned,
      NODE__UINT(retention_interval_ms), UINT32_MAX},
     {"node", "retention_page", "--retention-page", set_unsigned,
@@ -1606,6 +1618,12 @@ int node_config_validate(struct node_config *c, char *errmsg)
                            "heartbeat_ms (%u) must be > 0 and smaller than "
                            "election_timeout_ms (%u)",
                            c->heartbeat_ms, c->election_timeout_ms);
+        return TERN_EINVAL;
+    }
+    if (c->index_map_bytes < ((uint64_t)16 << 20)) {
+        tern_errmsg_printf(errmsg,
+                           "index_map_bytes (%llu) must be at least 16M",
+                           (unsigned long long)c->index_map_bytes);
         return TERN_EINVAL;
     }
     if (c->log_segment_bytes < 4096) {

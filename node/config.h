@@ -38,6 +38,7 @@ struct node_config
     unsigned follower_busy_poll_us; /* [node] the same while not leader */
     uint64_t max_message_bytes;
     uint64_t log_segment_bytes; /* [node]: index/ segments + checkpoints */
+    uint64_t index_map_bytes;   /* [node]: LMDB's map size (address space) */
     uint64_t max_frame_bytes;
     uint64_t min_free_disk_bytes;
     uint64_t reserve_disk_bytes; /* [limits] reserve_disk_bytes (disk.c) */
@@ -129,6 +130,7 @@ enum node_client_auth {
 #define NODE_DEFAULT_SNAPSHOT_TRAILING   256u
 #define NODE_DEFAULT_MAX_MESSAGE         (4ull << 20)
 #define NODE_DEFAULT_LOG_SEGMENT         (64ull << 20)
+#define NODE_DEFAULT_INDEX_MAP           (64ull << 30)
 #define NODE_DEFAULT_MAX_FRAME           (16ull << 20)
 #define NODE_DEFAULT_MIN_FREE_DISK       (64ull << 20)
 #define NODE_DEFAULT_RESERVE_DISK        (32ull << 20)

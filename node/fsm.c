@@ -45,10 +45,21 @@ void node_fsm_init(struct node_fsm *f,
     f->batcher = batcher;
 }
 
+/* The options of every idx_open of f. */
+static void index_options(const struct node_fsm *f, struct idx_options *io)
+{
+    memset(io, 0, sizeof(*io));
+    io->dir = f->dir;
+    io->max_message = f->max_message;
+    io->segment_bytes = f->segment_bytes;
+    io->map_size = (size_t)f->map_bytes;
+}
+
 int node_fsm_open(struct node_fsm *f,
                   const char *dir,
                   uint32_t max_message,
                   uint64_t segment_bytes,
+                  uint64_t map_bytes,
                   char *errmsg)
 {
     struct idx_options io;
@@ -60,10 +71,8 @@ int node_fsm_open(struct node_fsm *f,
     }
     f->max_message = max_message;
     f->segment_bytes = segment_bytes;
-    memset(&io, 0, sizeof(io));
-    io.dir = f->dir;
-    io.max_message = max_message;
-    io.segment_bytes = segment_bytes;
+    f->map_bytes = map_bytes;
+    index_options(f, &io);
     rv = idx_open(&io, &f->idx, errmsg);
     if (rv != 0) {
         tern_errmsg_wrapf(errmsg, "index %s", f->dir);
@@ -134,10 +143,7 @@ static int reopen(struct node_fsm *f, bool force)
     idx_close(f->idx);
     f->idx = NULL;
     f->dirty = false;
-    memset(&io, 0, sizeof(io));
-    io.dir = f->dir;
-    io.max_message = f->max_message;
-    io.segment_bytes = f->segment_bytes;
+    index_options(f, &io);
     rv = idx_open(&io, &f->idx, errmsg);
     if ((rv == TERN_EFULL || rv == -ENOSPC) &&
         f->ops.release_disk(f->arg, "index reopen: no space left")) {
@@ -164,6 +170,23 @@ static int reopen(struct node_fsm *f, bool force)
     return 0;
 }
 
+/* The index reached its LMDB map, not the disk: releasing the disk
+ * reserve would not help. The failed apply fail-stops the replica (every
+ * node meets it at the same entry); restarted with a larger
+ * index_map_bytes, the node rebuilds the index from the commit log and
+ * loses nothing. Logged at most once a minute. */
+static void map_full(struct node_fsm *f)
+{
+    uint64_t now = uv_now(f->loop);
+    if (f->map_full_logged_at != 0 && now - f->map_full_logged_at < 60000) {
+        return;
+    }
+    f->map_full_logged_at = now;
+    node_log(NODE_LOG_ERROR, "index map full: raise [node] index_map_bytes",
+             "index_map_bytes=%llu detail=\"%s\"",
+             (unsigned long long)f->map_bytes, idx_errmsg(f->idx));
+}
+
 bool node_fsm_flush(struct node_fsm *f)
 {
     int rv;
@@ -174,7 +197,10 @@ bool node_fsm_flush(struct node_fsm *f)
     if (rv != 0) {
         node_log(NODE_LOG_ERROR, "index flush failed", "err=%s detail=\"%s\"",
                  tern_err_name(rv), idx_errmsg(f->idx));
-        if (rv == TERN_EFULL || rv == -ENOSPC) {
+        if (idx_map_full(f->idx)) {
+            map_full(f);
+            f->reopened_at = 0;
+        } else if (rv == TERN_EFULL || rv == -ENOSPC) {
             /* The next apply reopens the env (rebuilt from the commit
              * log) in the space the reserve gives back. */
             (void)f->ops.release_disk(f->arg, "index flush: no space left");
@@ -210,8 +236,10 @@ static int fsm_apply(void *arg, uint64_t index, const void *buf, size_t len)
     len = idx_cmd_entry_len(buf, len);
     rv = idx_apply(f->idx, index, buf, len, f->results, NODE_MAX_CMDS_PER_ENTRY,
                    &nr);
-    if ((rv == TERN_EFULL || rv == -ENOSPC) &&
-        f->ops.release_disk(f->arg, "apply: no space left")) {
+    if (rv == TERN_EFULL && idx_map_full(f->idx)) {
+        map_full(f);
+    } else if ((rv == TERN_EFULL || rv == -ENOSPC) &&
+               f->ops.release_disk(f->arg, "apply: no space left")) {
         /* The reserve's blocks are free now (disk.c): retry once, on a
          * reopened env (a failed apply is sticky). */
         node_log(NODE_LOG_WARN, "retrying the apply in the disk reserve",

@@ -45,9 +45,11 @@ struct node_fsm
     char dir[PATH_MAX];           /* DATA_DIR/index */
     uint32_t max_message;         /* max_message_bytes */
     uint64_t segment_bytes;       /* log_segment_bytes */
+    uint64_t map_bytes;           /* index_map_bytes: LMDB's map size */
     uint64_t reopened_at;         /* uv_now of the last reopen */
     int apply_err;                /* last failed apply's code, 0 after one */
     uint64_t apply_err_logged_at; /* uv_now */
+    uint64_t map_full_logged_at;  /* uv_now of the last "index map full" */
     bool dirty;                   /* applied since the last idx_flush */
     bool failed;                  /* ops.fail was called */
     struct idx_result results[NODE_MAX_CMDS_PER_ENTRY];
@@ -60,12 +62,13 @@ void node_fsm_init(struct node_fsm *f,
                    struct node_batcher *batcher,
                    const struct node_fsm_ops *ops,
                    void *arg);
-/* Open the index in dir (copied) and log what it holds. 0, or a code
- * with errmsg. */
+/* Open the index in dir (copied) with LMDB's map of map_bytes and log
+ * what it holds. 0, or a code with errmsg. */
 int node_fsm_open(struct node_fsm *f,
                   const char *dir,
                   uint32_t max_message,
                   uint64_t segment_bytes,
+                  uint64_t map_bytes,
                   char *errmsg);
 /* OUT: the repl_fsm callbacks over f (out->arg = f). */
 void node_fsm_callbacks(struct node_fsm *f, struct repl_fsm *out);

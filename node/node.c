@@ -1063,7 +1063,7 @@ static int node_start(struct node *n, char *errmsg)
     }
 
     rv = node_fsm_open(&n->fsm, n->index_dir, (uint32_t)c->max_message_bytes,
-                       c->log_segment_bytes, errmsg);
+                       c->log_segment_bytes, c->index_map_bytes, errmsg);
     if (rv != 0) {
         return rv;
     }

@@ -85,6 +85,10 @@ int idx_status(const struct idx_env *e);
  * sync could "succeed" over data that never reached the disk (PostgreSQL's
  * fsyncgate). The caller stops the process and recovers from the raft log. */
 bool idx_sync_failed(const struct idx_env *e);
+/* True once a write met MDB_MAP_FULL (sticky until the env is reopened):
+ * the index reached idx_options.map_size, not the disk; its code is
+ * TERN_EFULL as for a full disk. */
+bool idx_map_full(const struct idx_env *e);
 
 /* ---- Command entries --------------------------------------------------- */
 

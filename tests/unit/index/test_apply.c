@@ -512,6 +512,7 @@ Test(index_apply, map_full)
     cr_expect_neq(strstr(idx_errmsg(e), "MDB_MAP_FULL"), NULL, "%s",
                   idx_errmsg(e));
     cr_expect_eq(idx_status(e), TERN_EFULL);
+    cr_expect(idx_map_full(e), "the map, not the disk");
     unsigned n;
     struct idx_result r[1];
     cr_expect_eq(idx_apply(e, idx++, w.base, w.len, r, 1, &n), TERN_EFULL,

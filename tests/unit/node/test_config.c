@@ -100,6 +100,7 @@ Test(config, defaults)
     cr_expect_eq(cfg.max_message_bytes, 4u << 20);
     cr_expect_eq(cfg.max_frame_bytes, 16u << 20);
     cr_expect_eq(cfg.min_free_disk_bytes, 64u << 20);
+    cr_expect_eq(cfg.index_map_bytes, (uint64_t)64 << 30);
     cr_expect_eq(cfg.memory_durability, 0);
     cr_expect_eq(cfg.busy_poll_us, NODE_DEFAULT_BUSY_POLL_US);
     cr_expect_str_eq(cfg.transport, "tcp");
@@ -232,6 +233,8 @@ Test(config, validation_errors)
         {{"--dev", "--busy-poll-us", "2000000", NULL}, "busy-poll-us"},
         {{"--dev", "--shm-dir", "rel/dir", NULL}, "absolute directory"},
         {{"--dev", "--max-message-bytes", "16M", NULL}, "max_frame_bytes"},
+        {{"--dev", "--index-map-bytes", "8M", NULL}, "at least 16M"},
+        {{"--dev", "--index-map-bytes", "17000G", NULL}, "index-map-bytes"},
         {{"--dev", "--frobnicate", NULL}, "unknown argument"},
         {{"--dev", "--id", NULL}, "needs a value"},
         {{"--dev", "--id", "2", NULL}, "not in its own peer list"},
