@@ -442,7 +442,7 @@ int idx_message_get(struct idx_env *e,
     struct idx__queue_val q = {0};
     struct idx__record rec = {0};
     uint64_t rec_pos = UINT64_MAX;
-    struct idx__msg_val m;
+    struct idx__msg_val m = {0};
     struct idx_fetched f;
     int rc = rtxn_begin(e, &txn);
     if (rc != 0) {
@@ -680,8 +680,8 @@ int idx_message_trace(struct idx_env *e,
     struct idx__queue_val q = {0};
     struct idx__record rec = {0};
     uint64_t rec_pos = UINT64_MAX;
-    struct idx__msg_val m;
-    struct idx_fetched f;
+    struct idx__msg_val m = {0};
+    struct idx_fetched f = {0};
     memset(out, 0, sizeof *out);
     int rc = rtxn_begin(e, &txn);
     if (rc != 0) {
