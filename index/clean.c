@@ -226,77 +226,106 @@ static int mark_del(struct idx_env *e, const char *kind, uint64_t queue_id)
                                          : 0;
 }
 
-/* Rows of deleted queues: msgs, groups, producers of each dead id. */
-static int clean_dead(struct idx_env *e, unsigned budget, unsigned *n)
+/* Add d rows to *n: 1 while the budget has room, 0 once it is spent (the
+ * rows of the mark may not all be gone: the mark stays). */
+static int count_rows(unsigned d, unsigned budget, unsigned *n)
 {
-    while (*n < budget) {
-        uint64_t id = 0;
-        uint8_t prefix[8];
-        unsigned d;
-        int rc = mark_first(e, e->wtxn, IDX__MARK_DEAD, &id, NULL, NULL);
-        if (rc <= 0) {
-            return rc;
-        }
-        idx__put_be64(prefix, id);
-        const MDB_dbi dbis[] = {e->dbi_msgs, e->dbi_groups, e->dbi_producers,
-                                e->dbi_keys};
-        for (size_t i = 0; i < TERN_ARRAY_SIZE(dbis); i++) {
-            rc = clean_prefix(e, dbis[i], prefix, budget - *n, &d);
-            if (rc != 0) {
-                return rc;
-            }
-            *n += d;
-            if (*n >= budget) {
-                return 0; /* maybe more: the mark stays */
-            }
-        }
-        rc = mark_del(e, IDX__MARK_DEAD, id);
+    *n += d;
+    return *n < budget ? 1 : 0;
+}
+
+/* Delete the rows a work mark of queue id stands for (name[0..name_len):
+ * the mark's value), at most budget - *n of them, counted in *n: 1 when
+ * all are gone, 0 when the budget was spent first, or an error. */
+typedef int (*mark_rows_cb)(struct idx_env *e,
+                            uint64_t id,
+                            const char *name,
+                            size_t name_len,
+                            unsigned budget,
+                            unsigned *n);
+
+/* Rows of a deleted queue: msgs, groups, producers, keys of the dead id. */
+static int dead_rows(struct idx_env *e,
+                     uint64_t id,
+                     const char *name,
+                     size_t name_len,
+                     unsigned budget,
+                     unsigned *n)
+{
+    uint8_t prefix[8];
+    unsigned d;
+    (void)name;
+    (void)name_len;
+    idx__put_be64(prefix, id);
+    const MDB_dbi dbis[] = {e->dbi_msgs, e->dbi_groups, e->dbi_producers,
+                            e->dbi_keys};
+    for (size_t i = 0; i < TERN_ARRAY_SIZE(dbis); i++) {
+        int rc = clean_prefix(e, dbis[i], prefix, budget - *n, &d);
         if (rc != 0) {
             return rc;
         }
-        (*n)++;
+        if (count_rows(d, budget, n) == 0) {
+            return 0;
+        }
     }
-    return 0;
+    return 1;
 }
 
-/* msgs rows below the start_offset of each trimmed queue. */
-static int clean_trimmed(struct idx_env *e, unsigned budget, unsigned *n)
+/* msgs rows below the start_offset of the trimmed queue id, stored as
+ * name. */
+static int trimmed_rows(struct idx_env *e,
+                        uint64_t id,
+                        const char *name,
+                        size_t name_len,
+                        unsigned budget,
+                        unsigned *n)
+{
+    MDB_val k = {name_len, (void *)(uintptr_t)name}, v;
+    struct idx__queue_val q;
+    unsigned d;
+    int rc = mdb_get(e->wtxn, e->dbi_queues, &k, &v);
+    if (rc == MDB_NOTFOUND) {
+        return 1;
+    }
+    if (rc != 0) {
+        return idx__mdb_err(e, rc, "get queue");
+    }
+    if (idx__queue_val_decode(v.mv_data, v.mv_size, &q) != 0) {
+        return IDX__CORRUPT(e, "queue value of %.*s", (int)name_len, name);
+    }
+    /* A re-created queue of that name has another id: the "dead" mark of
+     * the old id covers its rows. */
+    if (q.id != id) {
+        return 1;
+    }
+    rc = idx__clean_range(e, id, 0, q.start_offset, budget - *n, &d);
+    if (rc != 0) {
+        return rc;
+    }
+    return count_rows(d, budget, n);
+}
+
+/* The marks of kind, first to last: the rows of each (rows), then the
+ * mark itself, while *n < budget. */
+static int clean_marks(struct idx_env *e,
+                       const char *kind,
+                       mark_rows_cb rows,
+                       unsigned budget,
+                       unsigned *n)
 {
     while (*n < budget) {
         uint64_t id = 0;
         char name[TERN_NAME_MAX];
         size_t name_len = 0;
-        unsigned d;
-        int rc = mark_first(e, e->wtxn, IDX__MARK_TRIM, &id, name, &name_len);
+        int rc = mark_first(e, e->wtxn, kind, &id, name, &name_len);
         if (rc <= 0) {
             return rc;
         }
-        MDB_val k = {name_len, name}, v;
-        struct idx__queue_val q;
-        rc = mdb_get(e->wtxn, e->dbi_queues, &k, &v);
-        if (rc != 0 && rc != MDB_NOTFOUND) {
-            return idx__mdb_err(e, rc, "get queue");
+        rc = rows(e, id, name, name_len, budget, n);
+        if (rc <= 0) {
+            return rc; /* an error, or the budget is spent */
         }
-        if (rc == 0) {
-            if (idx__queue_val_decode(v.mv_data, v.mv_size, &q) != 0) {
-                return IDX__CORRUPT(e, "queue value of %.*s", (int)name_len,
-                                    name);
-            }
-            /* A re-created queue of that name has another id: the
-             * "dead" mark of the old id covers its rows. */
-            if (q.id == id) {
-                rc =
-                    idx__clean_range(e, id, 0, q.start_offset, budget - *n, &d);
-                if (rc != 0) {
-                    return rc;
-                }
-                *n += d;
-                if (*n >= budget) {
-                    return 0; /* maybe more: the mark stays */
-                }
-            }
-        }
-        rc = mark_del(e, IDX__MARK_TRIM, id);
+        rc = mark_del(e, kind, id);
         if (rc != 0) {
             return rc;
         }
@@ -320,9 +349,9 @@ int idx_clean_step(struct idx_env *e, unsigned budget, unsigned *done)
     if (rc != 0) {
         return rc;
     }
-    rc = clean_dead(e, budget, &n);
+    rc = clean_marks(e, IDX__MARK_DEAD, dead_rows, budget, &n);
     if (rc == 0) {
-        rc = clean_trimmed(e, budget, &n);
+        rc = clean_marks(e, IDX__MARK_TRIM, trimmed_rows, budget, &n);
     }
     if (rc != 0) {
         tern_errmsg_wrapf(e->errmsg, "clean");

@@ -197,8 +197,10 @@ int idx_group_offset(struct idx_env *e,
 }
 
 /* Read (once per record) and check the record of m into *rec; f filled
- * for the message at off of queue (queue id qid). */
+ * for the message at off of queue (queue id qid). what names the read in
+ * the errmsg of a record that does not read ("fetch", "trace"). */
 static int load_msg(struct idx_env *e,
+                    const char *what,
                     const char *queue,
                     uint64_t qid,
                     uint64_t off,
@@ -214,7 +216,7 @@ static int load_msg(struct idx_env *e,
         }
         if (rc != 0) {
             *rec_pos = UINT64_MAX;
-            tern_errmsg_wrapf(e->errmsg, "fetch %s offset %llu", queue,
+            tern_errmsg_wrapf(e->errmsg, "%s %s offset %llu", what, queue,
                               (unsigned long long)off);
             return rc;
         }
@@ -237,6 +239,26 @@ static int load_msg(struct idx_env *e,
     if (m->props_len > 0) {
         f->props = rec->payload + m->props_off;
         f->props_len = m->props_len;
+    }
+    return 0;
+}
+
+/* The msgs row of offset of queue (queue id qid, offset retained) into
+ * *m. */
+static int get_msg_row(struct idx_env *e,
+                       MDB_txn *txn,
+                       const char *queue,
+                       uint64_t qid,
+                       uint64_t offset,
+                       struct idx__msg_val *m)
+{
+    uint8_t key[IDX__MSG_KEY_SIZE];
+    idx__msg_key(key, qid, offset);
+    MDB_val k = {sizeof key, key}, v;
+    int rc = mdb_get(txn, e->dbi_msgs, &k, &v);
+    if (rc != 0 || idx__msg_val_decode(v.mv_data, v.mv_size, m) != 0) {
+        return IDX__CORRUPT(e, "queue %s: index entry %llu", queue,
+                            (unsigned long long)offset);
     }
     return 0;
 }
@@ -385,7 +407,7 @@ int idx_fetch_filtered(struct idx_env *e,
         if (count > 0 && bytes + size > o->max_bytes) {
             break;
         }
-        rc = load_msg(e, queue, q.id, off, &m, &rec, &rec_pos, &f);
+        rc = load_msg(e, "fetch", queue, q.id, off, &m, &rec, &rec_pos, &f);
         if (rc != 0) {
             goto out;
         }
@@ -420,8 +442,7 @@ int idx_message_get(struct idx_env *e,
     struct idx__queue_val q = {0};
     struct idx__record rec = {0};
     uint64_t rec_pos = UINT64_MAX;
-    uint8_t key[IDX__MSG_KEY_SIZE];
-    struct idx__msg_val m;
+    struct idx__msg_val m = {0};
     struct idx_fetched f;
     int rc = rtxn_begin(e, &txn);
     if (rc != 0) {
@@ -438,15 +459,10 @@ int idx_message_get(struct idx_env *e,
                        (unsigned long long)offset, queue);
         goto out;
     }
-    idx__msg_key(key, q.id, offset);
-    MDB_val k = {sizeof key, key}, v;
-    rc = mdb_get(txn, e->dbi_msgs, &k, &v);
-    if (rc != 0 || idx__msg_val_decode(v.mv_data, v.mv_size, &m) != 0) {
-        rc = IDX__CORRUPT(e, "queue %s: index entry %llu", queue,
-                          (unsigned long long)offset);
-        goto out;
+    rc = get_msg_row(e, txn, queue, q.id, offset, &m);
+    if (rc == 0) {
+        rc = load_msg(e, "fetch", queue, q.id, offset, &m, &rec, &rec_pos, &f);
     }
-    rc = load_msg(e, queue, q.id, offset, &m, &rec, &rec_pos, &f);
     if (rc == 0) {
         (void)cb(arg, &f);
     }
@@ -524,7 +540,7 @@ int idx_message_get_key(struct idx_env *e,
                               queue, (unsigned long long)off);
             goto out;
         }
-        rc = load_msg(e, queue, q.id, off, &m, &rec, &rec_pos, &f);
+        rc = load_msg(e, "fetch", queue, q.id, off, &m, &rec, &rec_pos, &f);
         if (rc != 0) {
             goto out;
         }
@@ -663,8 +679,9 @@ int idx_message_trace(struct idx_env *e,
     MDB_txn *txn;
     struct idx__queue_val q = {0};
     struct idx__record rec = {0};
-    uint8_t key[IDX__MSG_KEY_SIZE];
-    struct idx__msg_val m;
+    uint64_t rec_pos = UINT64_MAX;
+    struct idx__msg_val m = {0};
+    struct idx_fetched f = {0};
     memset(out, 0, sizeof *out);
     int rc = rtxn_begin(e, &txn);
     if (rc != 0) {
@@ -689,37 +706,22 @@ int idx_message_trace(struct idx_env *e,
                        (unsigned long long)q.next_offset);
         goto out;
     }
-    idx__msg_key(key, q.id, offset);
-    MDB_val k = {sizeof key, key}, v;
-    rc = mdb_get(txn, e->dbi_msgs, &k, &v);
-    if (rc != 0 || idx__msg_val_decode(v.mv_data, v.mv_size, &m) != 0) {
-        rc = IDX__CORRUPT(e, "queue %s: index entry %llu", queue,
-                          (unsigned long long)offset);
-        goto out;
+    rc = get_msg_row(e, txn, queue, q.id, offset, &m);
+    if (rc == 0) {
+        rc = load_msg(e, "trace", queue, q.id, offset, &m, &rec, &rec_pos, &f);
     }
-    rc = idx__log_read_record(e, m.rec_pos, e->log_end, &rec);
     if (rc != 0) {
-        rc = rc == TERN_EMALFORMED ? TERN_ECORRUPT : rc;
-        tern_errmsg_wrapf(e->errmsg, "trace %s offset %llu", queue,
-                          (unsigned long long)offset);
-        goto out;
-    }
-    if (m.data_off > rec.payload_len || m.len > rec.payload_len - m.data_off ||
-        m.props_off > rec.payload_len ||
-        m.props_len > rec.payload_len - m.props_off) {
-        rc = IDX__CORRUPT(e, "queue %s: message %llu outside its record", queue,
-                          (unsigned long long)offset);
         goto out;
     }
     out->queue_id = q.id;
     out->offset = offset;
-    out->append_ms = m.timestamp_ms;
-    out->producer_id = m.producer_id;
-    out->len = m.len;
+    out->append_ms = f.timestamp_ms;
+    out->producer_id = f.producer_id;
+    out->len = f.len;
     out->raft_index = rec.index;
-    if (m.props_len > 0) {
+    if (f.props_len > 0) {
         struct idx_props p;
-        if (idx_props_decode(rec.payload + m.props_off, m.props_len, &p) != 0) {
+        if (idx_props_decode(f.props, f.props_len, &p) != 0) {
             rc = IDX__CORRUPT(e, "queue %s: properties of message %llu", queue,
                               (unsigned long long)offset);
             goto out;

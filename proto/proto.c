@@ -1117,20 +1117,12 @@ int proto_encode_fetch(struct tern_wbuf *w,
                        uint32_t wait_ms,
                        uint8_t flags)
 {
-    size_t start = w->len;
+    struct proto_fetch_filter f = {.flags = flags};
     if ((flags & ~PROTO_FETCH_LEADER) != 0) {
         return TERN_EINVAL;
     }
-    proto_frame_begin(w, PROTO_OP_FETCH, request_id, 0);
-    put_name(w, queue);
-    tern_wbuf_u64(w, offset);
-    tern_wbuf_u32(w, max_msgs);
-    tern_wbuf_u32(w, max_bytes);
-    tern_wbuf_u32(w, wait_ms);
-    if (flags != 0) {
-        tern_wbuf_u8(w, flags);
-    }
-    return proto_frame_end(w, start);
+    return proto_encode_fetch_filtered(w, request_id, queue, NULL, offset,
+                                       max_msgs, max_bytes, wait_ms, &f);
 }
 
 int proto_encode_group_fetch(struct tern_wbuf *w,
@@ -1154,20 +1146,15 @@ int proto_encode_group_fetch_flags(struct tern_wbuf *w,
                                    uint32_t wait_ms,
                                    uint8_t flags)
 {
-    size_t start = w->len;
+    struct proto_fetch_filter f = {.flags = flags};
     if ((flags & ~PROTO_GROUP_FETCH_SKIPPED) != 0) {
         return TERN_EINVAL;
     }
-    proto_frame_begin(w, PROTO_OP_GROUP_FETCH, request_id, 0);
-    put_name(w, queue);
-    put_name(w, group);
-    tern_wbuf_u32(w, max_msgs);
-    tern_wbuf_u32(w, max_bytes);
-    tern_wbuf_u32(w, wait_ms);
-    if (flags != 0) {
-        tern_wbuf_u8(w, flags);
+    if (group == NULL) {
+        return TERN_EBADNAME; /* NULL would ask for a FETCH */
     }
-    return proto_frame_end(w, start);
+    return proto_encode_fetch_filtered(w, request_id, queue, group, 0, max_msgs,
+                                       max_bytes, wait_ms, &f);
 }
 
 int proto_encode_group_commit(struct tern_wbuf *w,
@@ -1255,13 +1242,43 @@ int proto_decode_produce_resp(const void *body,
     return decode_end(&c, out->duplicate <= 1, out, sizeof *out);
 }
 
-int proto_encode_fetch_resp(struct tern_wbuf *w,
-                            uint8_t op,
-                            uint64_t request_id,
-                            uint64_t next_offset,
-                            uint64_t end_offset,
-                            const struct proto_fetched_msg *msgs,
-                            uint32_t n)
+/* One message record of a fetch answer: offset, time, data and, with_props,
+ * the properties blob. */
+static void put_fetched(struct tern_wbuf *w,
+                        const struct proto_fetched_msg *m,
+                        bool with_props)
+{
+    tern_wbuf_u64(w, m->offset);
+    tern_wbuf_u64(w, m->timestamp_ms);
+    proto_put_blob(w, m->data, m->len);
+    if (with_props) {
+        proto_put_blob(w, m->props, m->props_len);
+    }
+}
+
+/* u32 n, then the n message records of msgs (borrowed). */
+static void put_fetched_list(struct tern_wbuf *w,
+                             const struct proto_fetched_msg *msgs,
+                             uint32_t n,
+                             bool with_props)
+{
+    tern_wbuf_u32(w, n);
+    for (uint32_t i = 0; i < n; i++) {
+        put_fetched(w, &msgs[i], with_props);
+    }
+}
+
+/* FETCH/GROUP_FETCH answer; with_props: each record with its properties,
+ * and queue_id after the records. */
+static int encode_fetch_answer(struct tern_wbuf *w,
+                               uint8_t op,
+                               uint64_t request_id,
+                               uint64_t next_offset,
+                               uint64_t end_offset,
+                               const struct proto_fetched_msg *msgs,
+                               uint32_t n,
+                               bool with_props,
+                               uint64_t queue_id)
 {
     size_t start = w->len;
     if (op != PROTO_OP_FETCH && op != PROTO_OP_GROUP_FETCH) {
@@ -1270,13 +1287,23 @@ int proto_encode_fetch_resp(struct tern_wbuf *w,
     proto_frame_begin(w, (uint8_t)(op | PROTO_OP_RESPONSE), request_id, 0);
     tern_wbuf_u64(w, next_offset);
     tern_wbuf_u64(w, end_offset);
-    tern_wbuf_u32(w, n);
-    for (uint32_t i = 0; i < n; i++) {
-        tern_wbuf_u64(w, msgs[i].offset);
-        tern_wbuf_u64(w, msgs[i].timestamp_ms);
-        proto_put_blob(w, msgs[i].data, msgs[i].len);
+    put_fetched_list(w, msgs, n, with_props);
+    if (with_props) {
+        tern_wbuf_u64(w, queue_id);
     }
     return proto_frame_end(w, start);
+}
+
+int proto_encode_fetch_resp(struct tern_wbuf *w,
+                            uint8_t op,
+                            uint64_t request_id,
+                            uint64_t next_offset,
+                            uint64_t end_offset,
+                            const struct proto_fetched_msg *msgs,
+                            uint32_t n)
+{
+    return encode_fetch_answer(w, op, request_id, next_offset, end_offset, msgs,
+                               n, false, 0);
 }
 
 static void get_fetched(struct tern_cursor *c, void *item)
@@ -1299,10 +1326,7 @@ static void get_fetched_props(struct tern_cursor *c, void *item)
 void proto_put_fetched_props(struct tern_wbuf *w,
                              const struct proto_fetched_msg *m)
 {
-    tern_wbuf_u64(w, m->offset);
-    tern_wbuf_u64(w, m->timestamp_ms);
-    proto_put_blob(w, m->data, m->len);
-    proto_put_blob(w, m->props, m->props_len);
+    put_fetched(w, m, true);
 }
 
 int proto_encode_fetch_props_resp(struct tern_wbuf *w,
@@ -1314,19 +1338,8 @@ int proto_encode_fetch_props_resp(struct tern_wbuf *w,
                                   uint32_t n,
                                   uint64_t queue_id)
 {
-    size_t start = w->len;
-    if (op != PROTO_OP_FETCH && op != PROTO_OP_GROUP_FETCH) {
-        return TERN_EINVAL;
-    }
-    proto_frame_begin(w, (uint8_t)(op | PROTO_OP_RESPONSE), request_id, 0);
-    tern_wbuf_u64(w, next_offset);
-    tern_wbuf_u64(w, end_offset);
-    tern_wbuf_u32(w, n);
-    for (uint32_t i = 0; i < n; i++) {
-        proto_put_fetched_props(w, &msgs[i]);
-    }
-    tern_wbuf_u64(w, queue_id);
-    return proto_frame_end(w, start);
+    return encode_fetch_answer(w, op, request_id, next_offset, end_offset, msgs,
+                               n, true, queue_id);
 }
 
 int proto_encode_message_get_resp(struct tern_wbuf *w,
@@ -1339,43 +1352,54 @@ int proto_encode_message_get_resp(struct tern_wbuf *w,
     proto_frame_begin(w, PROTO_OP_MESSAGE_GET | PROTO_OP_RESPONSE, request_id,
                       0);
     tern_wbuf_u64(w, queue_id);
-    tern_wbuf_u32(w, n);
-    for (uint32_t i = 0; i < n; i++) {
-        proto_put_fetched_props(w, &msgs[i]);
-    }
+    put_fetched_list(w, msgs, n, true);
     return proto_frame_end(w, start);
+}
+
+/* u32 n, then n message records (with_props: with their properties) into
+ * out->n, out->msgs and out->msgs_len. */
+static void get_fetched_list(struct tern_cursor *c,
+                             struct proto_fetch_resp *out,
+                             bool with_props)
+{
+    struct proto_fetched_msg m;
+    out->with_props = with_props ? 1 : 0;
+    out->n = tern_cursor_u32(c);
+    records_skip(c, out->n, with_props ? get_fetched_props : get_fetched, &m,
+                 &out->msgs, &out->msgs_len);
+}
+
+/* FETCH/GROUP_FETCH answer; with_props: records with properties, then
+ * queue_id. */
+static int decode_fetch_answer(const void *body,
+                               size_t len,
+                               struct proto_fetch_resp *out,
+                               bool with_props)
+{
+    struct tern_cursor c;
+    tern_cursor_init(&c, body, len);
+    memset(out, 0, sizeof *out);
+    out->next_offset = tern_cursor_u64(&c);
+    out->end_offset = tern_cursor_u64(&c);
+    get_fetched_list(&c, out, with_props);
+    if (with_props) {
+        out->queue_id = tern_cursor_u64(&c);
+    }
+    return decode_end(&c, 1, out, sizeof *out);
 }
 
 int proto_decode_fetch_resp(const void *body,
                             size_t len,
                             struct proto_fetch_resp *out)
 {
-    struct tern_cursor c;
-    struct proto_fetched_msg m;
-    tern_cursor_init(&c, body, len);
-    memset(out, 0, sizeof *out);
-    out->next_offset = tern_cursor_u64(&c);
-    out->end_offset = tern_cursor_u64(&c);
-    out->n = tern_cursor_u32(&c);
-    records_skip(&c, out->n, get_fetched, &m, &out->msgs, &out->msgs_len);
-    return decode_end(&c, 1, out, sizeof *out);
+    return decode_fetch_answer(body, len, out, false);
 }
 
 int proto_decode_fetch_props_resp(const void *body,
                                   size_t len,
                                   struct proto_fetch_resp *out)
 {
-    struct tern_cursor c;
-    struct proto_fetched_msg m;
-    tern_cursor_init(&c, body, len);
-    memset(out, 0, sizeof *out);
-    out->with_props = 1;
-    out->next_offset = tern_cursor_u64(&c);
-    out->end_offset = tern_cursor_u64(&c);
-    out->n = tern_cursor_u32(&c);
-    records_skip(&c, out->n, get_fetched_props, &m, &out->msgs, &out->msgs_len);
-    out->queue_id = tern_cursor_u64(&c);
-    return decode_end(&c, 1, out, sizeof *out);
+    return decode_fetch_answer(body, len, out, true);
 }
 
 int proto_decode_message_get_resp(const void *body,
@@ -1383,13 +1407,10 @@ int proto_decode_message_get_resp(const void *body,
                                   struct proto_fetch_resp *out)
 {
     struct tern_cursor c;
-    struct proto_fetched_msg m;
     tern_cursor_init(&c, body, len);
     memset(out, 0, sizeof *out);
-    out->with_props = 1;
     out->queue_id = tern_cursor_u64(&c);
-    out->n = tern_cursor_u32(&c);
-    records_skip(&c, out->n, get_fetched_props, &m, &out->msgs, &out->msgs_len);
+    get_fetched_list(&c, out, true);
     return decode_end(&c, 1, out, sizeof *out);
 }
 
@@ -1462,6 +1483,18 @@ int proto_decode_group_fetch_resp(const void *body,
     return 0;
 }
 
+/* The more byte that ends a paged list answer, if any bytes are left:
+ * *paged 1 and *more read; 0 when that byte is not 0 or 1, else 1. */
+static int get_more_tail(struct tern_cursor *c, uint8_t *paged, uint8_t *more)
+{
+    if (c->err != 0 || tern_cursor_left(c) == 0) {
+        return 1;
+    }
+    *paged = 1;
+    *more = tern_cursor_u8(c);
+    return *more <= 1;
+}
+
 /* more < 0: the unpaged answer (no more byte). */
 static int encode_queue_list(struct tern_wbuf *w,
                              uint64_t request_id,
@@ -1515,18 +1548,13 @@ int proto_decode_queue_list_resp(const void *body,
 {
     struct tern_cursor c;
     struct proto_queue_info q;
-    int ok = 1;
     tern_cursor_init(&c, body, len);
     out->n = tern_cursor_u32(&c);
     records_skip(&c, out->n, get_queue_info, &q, &out->entries,
                  &out->entries_len);
     out->paged = 0;
     out->more = 0;
-    if (c.err == 0 && tern_cursor_left(&c) > 0) {
-        out->paged = 1;
-        out->more = tern_cursor_u8(&c);
-        ok = out->more <= 1;
-    }
+    int ok = get_more_tail(&c, &out->paged, &out->more);
     return decode_end(&c, ok, out, sizeof *out);
 }
 
@@ -2025,15 +2053,10 @@ int proto_decode_list_resp(uint8_t op,
         return TERN_EINVAL;
     }
     tern_cursor_init(&c, body, len);
-    int ok = 1;
     out->op = op;
     out->n = tern_cursor_u32(&c);
     records_skip(&c, out->n, get, &scratch, &out->entries, &out->entries_len);
-    if (c.err == 0 && tern_cursor_left(&c) > 0) {
-        out->paged = 1;
-        out->more = tern_cursor_u8(&c);
-        ok = out->more <= 1;
-    }
+    int ok = get_more_tail(&c, &out->paged, &out->more);
     return decode_end(&c, ok, out, sizeof *out);
 }
 
