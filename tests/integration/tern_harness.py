@@ -518,6 +518,41 @@ class Cluster:
         self.stop(i)
         self.start_node(i)
 
+    # wall clocks (tests/integration/clockshift) ------------------------------
+    @staticmethod
+    def clockshift_lib():
+        """Path of libtern_clockshift.so: $TERN_CLOCKSHIFT_LIB (CMake
+        passes $<TARGET_FILE:tern_clockshift>), else the one in
+        $TERN_BIN; raises Skip when there is none."""
+        lib = os.environ.get("TERN_CLOCKSHIFT_LIB") or os.path.join(
+            os.environ.get("TERN_BIN", os.path.join(REPO, "build")), "tests",
+            "integration", "clockshift", "libtern_clockshift.so")
+        if not os.path.isfile(lib):
+            raise Skip("clock shim not built: %s" % lib)
+        return lib
+
+    def clockshift(self, i, offset_ms=0):
+        """Run node i (from its next start) under the clock shim with its
+        own offset file <tmp>/nodeN.clock, holding offset_ms."""
+        nd = self.nodes[i]
+        nd.clock_file = os.path.join(self.dir, "node%d.clock" % i)
+        self.set_clock(i, offset_ms)
+        asan = nd.env.get("ASAN_OPTIONS", os.environ.get(
+            "ASAN_OPTIONS", "detect_leaks=1:abort_on_error=0"))
+        nd.env.update({"LD_PRELOAD": self.clockshift_lib(),
+                       "TERN_CLOCKSHIFT_FILE": nd.clock_file,
+                       # the shim is preloaded ahead of an ASan runtime
+                       "ASAN_OPTIONS": asan + ":verify_asan_link_order=0"})
+
+    def set_clock(self, i, offset_ms):
+        """Move node i's wall clock to real time + offset_ms (signed); a
+        running node sees it within the shim's 50 ms re-read period. The
+        file is replaced by rename, so no reader sees half a number."""
+        path = self.nodes[i].clock_file
+        with open(path + ".tmp", "w") as f:
+            f.write("%d\n" % int(offset_ms))
+        os.replace(path + ".tmp", path)
+
     def close(self):
         if self.closed:
             return
