@@ -261,7 +261,11 @@ static int apply_create(struct idx_env *e,
     if (c->has_settings) {
         q.settings = c->settings;
     } else {
-        idx_queue_settings_default(&q.settings);
+        /* Only the earlier release writes a QUEUE_CREATE without settings
+         * (a leader of this one always writes the tail): its queues kept
+         * every message, so they keep them until QUEUE_UPDATE sets limits.
+         * All zero: no limits, drop-oldest. */
+        memset(&q.settings, 0, sizeof q.settings);
     }
     rc = put_queue(e, c->queue, c->queue_len, &q);
     if (rc != 0) {

@@ -34,8 +34,11 @@
  *     not know it finds the entry malformed, so upgrade every node before
  *     a leader proposes one): u64 max_age_ms, u64 max_bytes,
  *     u64 max_messages (0 = no limit), u8 overflow (0 drop-oldest,
- *     1 reject). Without the tail the queue gets the built-in defaults
- *     (idx_queue_settings_default: max_age 72 h, the rest 0, drop-oldest).
+ *     1 reject). A leader of this release always writes the tail (the
+ *     built-in defaults, idx_queue_settings_default, when the client sent
+ *     no settings). Without the tail (entries of the earlier release,
+ *     whose queues kept every message) the queue gets no limits: max_age,
+ *     max_bytes and max_messages 0, drop-oldest.
  *   QUEUE_DELETE (2):
  *     qname
  *   PRODUCE (3):

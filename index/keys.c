@@ -43,7 +43,9 @@
  *     u64 next_offset, u64 bytes (sum of the lengths of the retained
  *     messages, [start_offset, next_offset)), u64 max_age_ms,
  *     u64 max_bytes, u64 max_messages (0 = no limit), u32 overflow
- *     (0 drop-oldest, 1 reject), u32 reserved (0).
+ *     (0 drop-oldest, 1 reject), u32 reserved (0). A queue whose
+ *     QUEUE_CREATE had no settings (the earlier release) has all three
+ *     limits 0 (index/cmd.c).
  *   Version 2 was 48 bytes (up to bytes, which counted every message
  *   appended); version 1 was 40 bytes without bytes.
  *   Deleting a queue removes the key (freeing the name) and writes the

@@ -54,8 +54,11 @@
  * the log never keeps a partial record while the env is open.
  *
  * RECOVERY (idx_open, see env.c). Segment headers are checked here; a bad
- * or missing segment cuts the log at its start. Every record is then
- * scanned from position 0 (LMDB is rebuilt at each open); the first record
+ * or missing segment cuts the log at its start. A header whose magic and
+ * checksum hold but whose version is not 1 was written by a release this
+ * build does not know: idx_open fails with TERN_EVERSION naming the file
+ * and the version, before anything in the directory changes. Every record is
+ * then scanned from position 0 (LMDB is rebuilt at each open); the first record
  * that is short, malformed, fails its checksum or does not increase the
  * raft index ends the log, and everything after it is truncated
  * (ftruncate + fsync). Where and why is kept for idx_cut_note; the raft
@@ -191,6 +194,14 @@ static int seg_header_ok(const uint8_t *h, uint64_t start)
            tern_get_u32(h + 12) == IDX__SEG_HDR_SIZE &&
            tern_get_u64(h + 16) == start &&
            tern_get_u32(h + 28) == tern_checksum32(h, 28);
+}
+
+/* A well-formed header (magic, checksum) of another segment version. */
+static int seg_header_other_version(const uint8_t *h)
+{
+    return memcmp(h, IDX__SEG_MAGIC, 8) == 0 &&
+           tern_get_u32(h + 28) == tern_checksum32(h, 28) &&
+           tern_get_u32(h + 8) != IDX__SEG_VERSION;
 }
 
 static void close_read_fds(struct idx_env *e)
@@ -381,8 +392,23 @@ int idx__log_open(struct idx_env *e)
             goto err_after_list;
         }
         if (stt.st_size < IDX__SEG_HDR_SIZE ||
-            pread(fd, h, sizeof h, 0) != (ssize_t)sizeof h ||
-            !seg_header_ok(h, starts[i])) {
+            pread(fd, h, sizeof h, 0) != (ssize_t)sizeof h) {
+            close(fd);
+            break;
+        }
+        if (seg_header_other_version(h)) {
+            /* Written by a release this build does not know: refused
+             * before anything in the directory changes. */
+            close(fd);
+            rc = idx__fail(e, TERN_EVERSION, __LINE__,
+                           "segment log/%020llu.seg has version %u; this "
+                           "build reads version %u: refusing the data "
+                           "directory",
+                           (unsigned long long)starts[i],
+                           (unsigned)tern_get_u32(h + 8), IDX__SEG_VERSION);
+            goto err_after_list;
+        }
+        if (!seg_header_ok(h, starts[i])) {
             close(fd);
             break;
         }

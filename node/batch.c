@@ -268,8 +268,8 @@ static int add_security(struct node_batcher *b,
     return add_finish(b, w);
 }
 
-/* QUEUE_CREATE (with its settings tail when the request had one) or
- * QUEUE_UPDATE of queue into w. */
+/* QUEUE_CREATE (always with its settings tail: the request's, or the
+ * built-in defaults when it had none) or QUEUE_UPDATE of queue into w. */
 static void add_queue_settings(struct tern_wbuf *w,
                                const char *queue,
                                const struct proto_request *r)
@@ -282,9 +282,15 @@ static void add_queue_settings(struct tern_wbuf *w,
     };
     if (r->op == PROTO_OP_QUEUE_UPDATE) {
         idx_cmd_queue_update(w, queue, r->set_mask, &s);
-    } else {
-        idx_cmd_queue_create_opts(w, queue, r->has_settings ? &s : NULL);
+        return;
     }
+    /* The settings tail is always written: a QUEUE_CREATE without it means
+     * "no limits" (a queue of the earlier release, index/apply.c), so a
+     * client that sent no settings gets the built-in defaults here. */
+    if (!r->has_settings) {
+        idx_queue_settings_default(&s);
+    }
+    idx_cmd_queue_create_opts(w, queue, &s);
 }
 
 int node_batcher_add(struct node_batcher *b,

@@ -162,7 +162,9 @@ struct idx_queue_settings
     uint64_t max_messages;
     uint32_t overflow; /* enum idx_overflow */
 };
-/* Built-in defaults: what a QUEUE_CREATE without settings applies. */
+/* Built-in defaults: what the leader writes into a QUEUE_CREATE whose
+ * client sent no settings (a QUEUE_CREATE without the settings tail, as the
+ * earlier release wrote it, applies no limits). */
 #define IDX_DEFAULT_MAX_AGE_MS ((uint64_t)72 * 3600 * 1000)
 /* The defaults above into *s (caller-owned). */
 void idx_queue_settings_default(struct idx_queue_settings *s);
@@ -272,7 +274,7 @@ void idx_cmd_queue_create(struct tern_wbuf *w, const char *queue);
  * offsets: ids are never reused). */
 void idx_cmd_queue_delete(struct tern_wbuf *w, const char *queue);
 /* QUEUE_CREATE with explicit retention settings s (borrowed; NULL: no
- * settings tail, the built-in defaults apply, as idx_cmd_queue_create).
+ * settings tail, as idx_cmd_queue_create: the queue gets no limits).
  * TERN_EINVAL for an unknown overflow. Results as idx_cmd_queue_create. */
 void idx_cmd_queue_create_opts(struct tern_wbuf *w,
                                const char *queue,

@@ -457,10 +457,11 @@ Test(index_retention, update_changes_masked_fields_only)
     cr_assert_eq(qi.next_offset, 7);
     cr_assert_eq(update(e, 92, "nope", IDX_SET_MAX_AGE, &u).status,
                  TERN_ENOQUEUE);
-    /* A queue without settings gets the defaults. */
+    /* A QUEUE_CREATE without settings (only the earlier release writes
+     * one) gets no limits: its queues kept every message. */
     cr_assert_eq(create_opts(e, 93, "d", NULL), 0);
     qi = info(e, "d");
-    cr_assert_eq(qi.settings.max_age_ms, IDX_DEFAULT_MAX_AGE_MS);
+    cr_assert_eq(qi.settings.max_age_ms, 0);
     cr_assert_eq(qi.settings.max_bytes, 0);
     cr_assert_eq(qi.settings.max_messages, 0);
     cr_assert_eq(qi.settings.overflow, IDX_OVERFLOW_DROP_OLDEST);
@@ -469,6 +470,44 @@ Test(index_retention, update_changes_masked_fields_only)
 
 /* ---- By age ----------------------------------------------------------------
  */
+
+/* A queue of the earlier release (QUEUE_CREATE without settings, entries
+ * without TERM) keeps messages far older than the default max_age through
+ * the leader's plans and a rebuild; QUEUE_UPDATE then trims it as any
+ * queue. */
+Test(index_retention, earlier_release_queue_keeps_everything)
+{
+    const uint64_t day = 24ull * 3600 * 1000;
+    struct idx_env *e = th_open(th_dir_a, 0);
+    uint64_t index = 1;
+    cr_assert_eq(create_opts(e, index++, "old", NULL), 0);
+    for (uint64_t i = 0; i < 6; i++) {
+        cr_assert_eq(produce_at(e, index++, 1000 + i, "old", 1, 10).status, 0);
+    }
+    struct idx_queue_info qi = info(e, "old");
+    cr_assert_eq(qi.settings.max_age_ms, 0);
+    cr_assert_eq(qi.settings.max_bytes, 0);
+    cr_assert_eq(qi.settings.max_messages, 0);
+    cr_assert_eq(qi.settings.overflow, IDX_OVERFLOW_DROP_OLDEST);
+    /* Thirty days later: nothing to trim. */
+    cr_assert_eq(trim_now(e, index++, 30 * day, "old"), 0);
+    cr_assert_eq(trim_now(e, index++, 60 * day, "old"), 0);
+    idx_close(e);
+    e = th_open(th_dir_a, 0);
+    qi = info(e, "old");
+    cr_assert_eq(qi.settings.max_age_ms, 0, "the rebuild keeps no limits");
+    cr_assert_eq(qi.start_offset, 0);
+    cr_assert_eq(qi.next_offset, 6);
+    cr_assert_eq(trim_now(e, index++, 90 * day, "old"), 0);
+    /* Limits set by an update apply at the next plan. */
+    struct idx_queue_settings u = {.max_messages = 2};
+    cr_assert_eq(update(e, index++, "old", IDX_SET_MAX_MESSAGES, &u).status, 0);
+    cr_assert_eq(trim_now(e, index++, 90 * day, "old"), 4);
+    qi = info(e, "old");
+    cr_assert_eq(qi.start_offset, 4);
+    cr_assert_eq(qi.next_offset, 6);
+    idx_close(e);
+}
 
 Test(index_retention, trim_by_age_and_stale_plans)
 {

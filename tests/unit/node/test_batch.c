@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <tern_common.h>
 
@@ -188,6 +189,62 @@ Test(batch, one_entry_per_iteration_answers_after_flush)
         cr_expect_eq(t.answers[i].owner, &owner);
     }
     cr_expect(node_batcher_idle(&t.b));
+}
+
+/* The bytes of command QUEUE_CREATE queue with settings s as the index's
+ * builder writes them, into out (cap bytes); returns their length. */
+static size_t create_cmd_bytes(const char *queue,
+                               const struct idx_queue_settings *s,
+                               uint8_t *out,
+                               size_t cap)
+{
+    struct tern_wbuf w;
+    tern_wbuf_init(&w);
+    idx_cmd_begin(&w, 0);
+    size_t from = w.len;
+    idx_cmd_queue_create_opts(&w, queue, s);
+    cr_assert_eq(w.err, 0);
+    size_t n = w.len - from;
+    cr_assert_leq(n, cap);
+    memcpy(out, w.base + from, n);
+    tern_wbuf_free(&w);
+    return n;
+}
+
+/* A QUEUE_CREATE always carries the settings tail: the client's, or the
+ * built-in defaults (without the tail the index applies no limits, the
+ * meaning kept for queues of the earlier release). */
+Test(batch, queue_create_always_writes_settings)
+{
+    struct proto_request r1 = queue_req(PROTO_OP_QUEUE_CREATE, "q");
+    struct proto_request r2 = queue_req(PROTO_OP_QUEUE_CREATE, "r");
+    r2.has_settings = 1;
+    r2.settings.max_messages = 7;
+    r2.settings.overflow = IDX_OVERFLOW_REJECT;
+    struct idx_queue_settings def;
+    struct idx_queue_settings given = {.max_messages = 7,
+                                       .overflow = IDX_OVERFLOW_REJECT};
+    uint8_t want_q[64];
+    uint8_t want_r[64];
+    uint8_t bare[64];
+    idx_queue_settings_default(&def);
+    cr_assert_neq(def.max_age_ms, 0);
+    size_t nq = create_cmd_bytes("q", &def, want_q, sizeof want_q);
+    size_t nr = create_cmd_bytes("r", &given, want_r, sizeof want_r);
+    size_t nb = create_cmd_bytes("q", NULL, bare, sizeof bare);
+    cr_assert_gt(nq, nb, "the tail makes the command longer");
+
+    cr_assert_eq(node_batcher_add(&t.b, NULL, 1, &r1), 0);
+    cr_assert_eq(node_batcher_add(&t.b, NULL, 2, &r2), 0);
+    node_batcher_propose(&t.b);
+    cr_assert_eq(t.n_props, 1);
+    const uint8_t *buf = t.props[0].buf;
+    size_t len = t.props[0].len;
+    cr_assert_eq(idx_cmd_validate(buf, idx_cmd_entry_len(buf, len)), 0);
+    cr_expect_not_null(memmem(buf, len, want_q, nq),
+                       "defaults written for a create without settings");
+    cr_expect_not_null(memmem(buf, len, want_r, nr),
+                       "the client's settings written as given");
 }
 
 Test(batch, non_write_rejected)
