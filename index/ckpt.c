@@ -350,9 +350,16 @@ int idx__ckpt_read_file(struct idx_env *e,
         goto out;
     }
     rc = idx__ckpt_header_decode(h, pos, hdr);
+    if (rc == TERN_EVERSION) {
+        rc = idx__fail(e, rc, __LINE__,
+                       "checkpoint %s has version %u; this build reads "
+                       "version %u: refusing the data directory",
+                       path, (unsigned)tern_get_u32(h + 8),
+                       (unsigned)CKPT__VERSION);
+        goto out;
+    }
     if (rc != 0) {
-        rc = idx__fail(e, rc, __LINE__, "checkpoint %s: bad header%s", path,
-                       rc == TERN_EVERSION ? " version" : "");
+        rc = idx__fail(e, rc, __LINE__, "checkpoint %s: bad header", path);
         goto out;
     }
     if ((uint64_t)st.st_size != IDX__CKPT_HDR_SIZE + hdr->body_len) {

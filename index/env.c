@@ -172,7 +172,9 @@ static void note_cut(struct idx_env *e, uint64_t pos, const char *why)
  * checkpoint inside the log, whose rows are loaded (retention deleted the
  * head, ckpt.c). A trimmed log without a usable checkpoint cannot be
  * indexed at all: it is dropped whole, noted like a cut, and a peer
- * supplies the state again (raft/bulk.c, start-up restore). */
+ * supplies the state again (raft/bulk.c, start-up restore). A checkpoint
+ * of a version this build does not know is no damage: TERN_EVERSION
+ * refuses the directory and nothing is dropped. */
 static int rebuild_start(struct idx_env *e)
 {
     uint64_t first = idx__log_first(e);
@@ -192,7 +194,9 @@ static int rebuild_start(struct idx_env *e)
             e->log_start = at;
             return 0;
         }
-        if (rc != TERN_ECORRUPT && rc != TERN_EVERSION) {
+        if (rc != TERN_ECORRUPT) {
+            /* TERN_EVERSION: a later release wrote it; refuse the
+             * directory rather than drop the log it stands for. */
             return rc;
         }
         /* Rows already put belong to no state: start over empty. */

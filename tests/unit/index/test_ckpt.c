@@ -318,6 +318,57 @@ Test(index_ckpt, unusable_start_checkpoint_drops_the_log)
     idx_close(peer);
 }
 
+/* A checkpoint a later release wrote (valid header, unknown version) is
+ * not damage: the directory is refused, the log it stands for is kept. */
+Test(index_ckpt, checkpoint_of_a_later_version_refuses_the_directory)
+{
+    struct idx_env *a = open_env(th_dir_a, SEG, SEG);
+    struct tern_wbuf man;
+    (void)workload(a);
+    snapshot_twice(a, &man);
+    uint64_t start = idx_log_start(a), end = idx_log_end(a);
+    cr_assert_gt(start, 0);
+    idx_close(a);
+    tern_wbuf_free(&man);
+    char p[4096];
+    (void)snprintf(p, sizeof p, "%s/log/%020llu.ckpt", th_dir_a,
+                   (unsigned long long)start);
+    size_t n;
+    uint8_t *b = read_file(p, &n);
+    tern_put_u32(b + 8, 2);                       /* version */
+    tern_put_u32(b + 60, tern_checksum32(b, 60)); /* header checksum */
+    FILE *f = fopen(p, "wb");
+    cr_assert_not_null(f);
+    cr_assert_eq(fwrite(b, 1, n, f), n);
+    fclose(f);
+    free(b);
+    char *before = ckpt_names(th_dir_a);
+    struct idx_options o = {
+        .dir = th_dir_a, .segment_bytes = SEG, .checkpoint_bytes = SEG};
+    struct idx_env *e = NULL;
+    char err[TERN_ERRMSG_SIZE] = "";
+    cr_expect_eq(idx_open(&o, &e, err), TERN_EVERSION, "%s", err);
+    cr_expect(strstr(err, "has version 2") != NULL, "%s", err);
+    char *after = ckpt_names(th_dir_a);
+    cr_expect_str_eq(after, before, "no checkpoint removed");
+    free(before);
+    free(after);
+    /* Put back, the directory opens with every record. */
+    b = read_file(p, &n);
+    tern_put_u32(b + 8, 1);
+    tern_put_u32(b + 60, tern_checksum32(b, 60));
+    f = fopen(p, "wb");
+    cr_assert_not_null(f);
+    cr_assert_eq(fwrite(b, 1, n, f), n);
+    fclose(f);
+    free(b);
+    a = open_env(th_dir_a, SEG, SEG);
+    cr_expect_eq(idx_log_start(a), start);
+    cr_expect_eq(idx_log_end(a), end);
+    cr_expect_eq(idx_truncated_bytes(a), 0);
+    idx_close(a);
+}
+
 Test(index_ckpt, version_one_manifest_still_read)
 {
     struct idx_env *a = open_env(th_dir_a, SEG, SEG);
