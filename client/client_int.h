@@ -160,7 +160,8 @@ int tern__props_encode(const struct tern_message *m,
 int tern__props_decode(const void *p,
                        size_t len,
                        struct tern_message_props *out);
-/* Header i of a block: 0 or TERN_EINVAL. */
+/* Header i of a block (p borrowed; OUT pointers may be NULL and borrow
+ * from p): 0 or TERN_EINVAL. */
 int tern__props_header(const void *p,
                        size_t len,
                        size_t i,

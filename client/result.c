@@ -214,27 +214,11 @@ int tern_fetch_result_header(const struct tern_fetch_result *r,
                              const void **value,
                              size_t *value_len)
 {
-    const char *n;
-    const void *v;
-    size_t nl, vl;
-    if (r == NULL || i >= r->n ||
-        tern__props_header(r->msgs[i].props, r->msgs[i].props_len, h, &n, &nl,
-                           &v, &vl) != 0) {
+    if (r == NULL || i >= r->n) {
         return TERN_EINVAL;
     }
-    if (name != NULL) {
-        *name = n;
-    }
-    if (name_len != NULL) {
-        *name_len = nl;
-    }
-    if (value != NULL) {
-        *value = v;
-    }
-    if (value_len != NULL) {
-        *value_len = vl;
-    }
-    return 0;
+    return tern__props_header(r->msgs[i].props, r->msgs[i].props_len, h, name,
+                              name_len, value, value_len);
 }
 
 void tern_fetch_result_free(struct tern_fetch_result *r)
