@@ -1105,19 +1105,13 @@ static int cmd_consume(struct tern_client *c, int argc, char **argv)
         case 'T':
             from_time = optarg;
             break;
-        default: {
+        default:
             /* --format, --raw and --json print properties. */
-            int p = cli_print_option(ch, optarg, &mode, &format);
-            if (p < 0) {
-                return 2;
-            }
-            if (p == 0) {
-                usage(stderr);
+            if (cli_print_option(ch, optarg, &mode, &format) != 0) {
                 return 2;
             }
             props = 1;
             break;
-        }
         }
     }
     if (optind + 1 != argc || (have_offset && group != NULL) ||

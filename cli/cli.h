@@ -66,8 +66,8 @@ int cli_print_message(const struct tern_fetch_result *r,
 int cli_format_valid(const char *format);
 /* The printing options of `tern consume` and `tern message get` as getopt
  * returns them: 'F' --format (arg borrowed into *format), 'r' --raw, 'j'
- * --json (into *mode). 1 when ch is one of them, 0 when it is not, -1 for
- * a bad format (printed; *format unchanged). */
+ * --json (into *mode). 0, or -1 (printed: a bad format, or the usage text
+ * for any other ch) with *mode and *format unchanged. */
 int cli_print_option(int ch, const char *arg, int *mode, const char **format);
 /* "name=value" (arg borrowed: h->value points into it; h->name is
  * malloc'd, the caller frees it). 0 or -1 (printed). */

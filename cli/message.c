@@ -166,15 +166,16 @@ int cli_print_option(int ch, const char *arg, int *mode, const char **format)
             return -1;
         }
         *format = arg;
-        return 1;
+        return 0;
     case 'r':
         *mode = CLI_PRINT_RAW;
-        return 1;
+        return 0;
     case 'j':
         *mode = CLI_PRINT_JSON;
-        return 1;
-    default:
         return 0;
+    default:
+        cli_usage(stderr);
+        return -1;
     }
 }
 
@@ -250,17 +251,11 @@ int cli_message(struct tern_client *c, int argc, char **argv)
                 return 2;
             }
             break;
-        default: {
-            int p = cli_print_option(ch, optarg, &mode, &format);
-            if (p < 0) {
-                return 2;
-            }
-            if (p == 0) {
-                cli_usage(stderr);
+        default:
+            if (cli_print_option(ch, optarg, &mode, &format) != 0) {
                 return 2;
             }
             break;
-        }
         }
     }
     if (optind + 1 != argc || have_offset + (id != NULL) + (key != NULL) != 1 ||

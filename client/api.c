@@ -487,61 +487,60 @@ int tern_queue_list(struct tern_client *c, struct tern_queue_list **out)
 
 /* ---- Queue retention ---- */
 
-int tern_queue_create_opts(struct tern_client *c,
-                           const char *queue,
-                           const struct tern_queue_options *o)
+/* QUEUE_CREATE (the plain create when every field of o is default) or
+ * QUEUE_UPDATE (refused when no field is set) with the settings of o. */
+static int queue_settings_call(struct tern_client *c,
+                               uint8_t op,
+                               const char *queue,
+                               const struct tern_queue_options *o)
 {
     struct proto_queue_settings s;
     struct tern__req *r;
     uint32_t mask = 0;
+    int create = op == PROTO_OP_QUEUE_CREATE;
     int rv = check_call(c);
     if (rv != 0) {
         return rv;
     }
     rv = tern__queue_settings(o, &s, &mask);
-    if (rv != 0) {
+    if (rv != 0 && create) {
         tern_errmsg_printf(c->errmsg,
                            "queue create: overflow %d is neither "
                            "drop-oldest nor reject",
                            o->overflow);
         return rv;
     }
-    if (mask == 0) {
-        return tern_queue_create(c, queue);
-    }
-    rv = sync_req_new(c, PROTO_OP_QUEUE_CREATE, 0, 0, &r);
-    if (rv != 0) {
-        return rv;
-    }
-    rv = proto_encode_queue_create(&r->frame, 0, queue, &s);
-    return sync_call(c, r, rv, queue != NULL ? queue : "(null)", NULL, NULL);
-}
-
-int tern_queue_update(struct tern_client *c,
-                      const char *queue,
-                      const struct tern_queue_options *o)
-{
-    struct proto_queue_settings s;
-    struct tern__req *r;
-    uint32_t mask = 0;
-    int rv = check_call(c);
-    if (rv != 0) {
-        return rv;
-    }
-    rv = tern__queue_settings(o, &s, &mask);
-    if (rv != 0 || mask == 0) {
+    if (rv != 0 || (mask == 0 && !create)) {
         tern_errmsg_printf(c->errmsg, "queue update: %s",
                            rv != 0 ? "overflow is neither drop-oldest nor "
                                      "reject"
                                    : "no setting to change");
         return TERN_EINVAL;
     }
-    rv = sync_req_new(c, PROTO_OP_QUEUE_UPDATE, 0, 0, &r);
+    if (mask == 0) {
+        return tern_queue_create(c, queue);
+    }
+    rv = sync_req_new(c, op, 0, 0, &r);
     if (rv != 0) {
         return rv;
     }
-    rv = proto_encode_queue_update(&r->frame, 0, queue, mask, &s);
+    rv = create ? proto_encode_queue_create(&r->frame, 0, queue, &s)
+                : proto_encode_queue_update(&r->frame, 0, queue, mask, &s);
     return sync_call(c, r, rv, queue != NULL ? queue : "(null)", NULL, NULL);
+}
+
+int tern_queue_create_opts(struct tern_client *c,
+                           const char *queue,
+                           const struct tern_queue_options *o)
+{
+    return queue_settings_call(c, PROTO_OP_QUEUE_CREATE, queue, o);
+}
+
+int tern_queue_update(struct tern_client *c,
+                      const char *queue,
+                      const struct tern_queue_options *o)
+{
+    return queue_settings_call(c, PROTO_OP_QUEUE_UPDATE, queue, o);
 }
 
 /* sync_call's done for QUEUE_INFO: out is a struct tern_queue_info **. */
