@@ -1102,27 +1102,16 @@ static int cmd_consume(struct tern_client *c, int argc, char **argv)
         case 't':
             tags = optarg;
             break;
-        case 'F':
-            format = optarg;
-            props = 1;
-            if (cli_format_valid(format) != 0) {
-                return 2;
-            }
-            break;
-        case 'r':
-            mode = CLI_PRINT_RAW;
-            props = 1;
-            break;
-        case 'j':
-            mode = CLI_PRINT_JSON;
-            props = 1;
-            break;
         case 'T':
             from_time = optarg;
             break;
         default:
-            usage(stderr);
-            return 2;
+            /* --format, --raw and --json print properties. */
+            if (cli_print_option(ch, optarg, &mode, &format) != 0) {
+                return 2;
+            }
+            props = 1;
+            break;
         }
     }
     if (optind + 1 != argc || (have_offset && group != NULL) ||
@@ -1174,19 +1163,12 @@ static int cmd_consume(struct tern_client *c, int argc, char **argv)
                 }
             }
         }
+        /* Without a filter or properties these are the plain fetch and
+         * group fetch, on the wire too. */
         struct tern_fetch_options fo = {want, CLI_FETCH_MAX_BYTES, wait_ms,
                                         tags, props};
-        if (group_pending) {
-            rv = tags != NULL || props
-                     ? tern_group_fetch_ex(c, queue, group, &fo, &r)
-                     : tern_group_fetch(c, queue, group, want,
-                                        CLI_FETCH_MAX_BYTES, wait_ms, &r);
-        } else {
-            rv = tags != NULL || props
-                     ? tern_fetch_ex(c, queue, offset, &fo, &r)
-                     : tern_fetch(c, queue, offset, want, CLI_FETCH_MAX_BYTES,
-                                  wait_ms, &r);
-        }
+        rv = group_pending ? tern_group_fetch_ex(c, queue, group, &fo, &r)
+                           : tern_fetch_ex(c, queue, offset, &fo, &r);
         if (rv != 0) {
             if (follow && consume_retryable(rv)) {
                 /* Keep following through elections and restarts; the

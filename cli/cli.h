@@ -24,6 +24,9 @@ int64_t cli_now_us(void);
 
 /* util.c. Write s as a JSON string (quoted, escaped) to f. */
 void cli_json_string(FILE *f, const char *s);
+/* util.c. Write p[0..len) (borrowed; message bytes, any value) as a JSON
+ * string to f: bytes outside printable ASCII are \u00XX escapes. */
+void cli_json_bytes(FILE *f, const void *p, size_t len);
 
 /* cli.c. Print the usage text to f. */
 void cli_usage(FILE *f);
@@ -61,6 +64,11 @@ int cli_print_message(const struct tern_fetch_result *r,
                       int mode);
 /* 0, or -1 (printed) for an unknown directive. */
 int cli_format_valid(const char *format);
+/* The printing options of `tern consume` and `tern message get` as getopt
+ * returns them: 'F' --format (arg borrowed into *format), 'r' --raw, 'j'
+ * --json (into *mode). 0, or -1 (printed: a bad format, or the usage text
+ * for any other ch) with *mode and *format unchanged. */
+int cli_print_option(int ch, const char *arg, int *mode, const char **format);
 /* "name=value" (arg borrowed: h->value points into it; h->name is
  * malloc'd, the caller frees it). 0 or -1 (printed). */
 int cli_parse_header(const char *arg, struct tern_header *h);

@@ -28,22 +28,6 @@
 
 #include "cli.h"
 
-static void json_bytes(FILE *f, const void *p, size_t len)
-{
-    const unsigned char *s = p;
-    (void)fputc('"', f);
-    for (size_t i = 0; i < len; i++) {
-        if (s[i] == '"' || s[i] == '\\') {
-            (void)fprintf(f, "\\%c", s[i]);
-        } else if (s[i] < 0x20 || s[i] >= 0x7f) {
-            (void)fprintf(f, "\\u%04x", s[i]);
-        } else {
-            (void)fputc(s[i], f);
-        }
-    }
-    (void)fputc('"', f);
-}
-
 static void print_headers(const struct tern_fetch_result *r,
                           size_t i,
                           size_t n,
@@ -58,9 +42,9 @@ static void print_headers(const struct tern_fetch_result *r,
         }
         if (json) {
             (void)fputs(h > 0 ? "," : "", stdout);
-            json_bytes(stdout, name, nl);
+            cli_json_bytes(stdout, name, nl);
             (void)fputc(':', stdout);
-            json_bytes(stdout, value, vl);
+            cli_json_bytes(stdout, value, vl);
         } else {
             (void)printf("%s%.*s=", h > 0 ? "," : "", (int)nl, name);
             (void)fwrite(value, 1, vl, stdout);
@@ -92,11 +76,11 @@ int cli_print_message(const struct tern_fetch_result *r,
                      off, p.id, p.append_ts_ms, p.producer_ts_ms);
         if (p.key_len > 0) {
             (void)fputs(",\"key\":", stdout);
-            json_bytes(stdout, p.key, p.key_len);
+            cli_json_bytes(stdout, p.key, p.key_len);
         }
         if (p.tag_len > 0) {
             (void)fputs(",\"tag\":", stdout);
-            json_bytes(stdout, p.tag, p.tag_len);
+            cli_json_bytes(stdout, p.tag, p.tag_len);
         }
         if (p.n_headers > 0) {
             (void)fputs(",\"headers\":{", stdout);
@@ -104,7 +88,7 @@ int cli_print_message(const struct tern_fetch_result *r,
             (void)fputc('}', stdout);
         }
         (void)fputs(",\"payload\":", stdout);
-        json_bytes(stdout, data, len);
+        cli_json_bytes(stdout, data, len);
         (void)fputs("}\n", stdout);
         return 0;
     }
@@ -174,6 +158,27 @@ int cli_format_valid(const char *format)
     return 0;
 }
 
+int cli_print_option(int ch, const char *arg, int *mode, const char **format)
+{
+    switch (ch) {
+    case 'F':
+        if (cli_format_valid(arg) != 0) {
+            return -1;
+        }
+        *format = arg;
+        return 0;
+    case 'r':
+        *mode = CLI_PRINT_RAW;
+        return 0;
+    case 'j':
+        *mode = CLI_PRINT_JSON;
+        return 0;
+    default:
+        cli_usage(stderr);
+        return -1;
+    }
+}
+
 int cli_parse_header(const char *arg, struct tern_header *h)
 {
     const char *eq = strchr(arg, '=');
@@ -207,7 +212,7 @@ int cli_message(struct tern_client *c, int argc, char **argv)
         {"max", required_argument, NULL, 'm'},
         {"json", no_argument, NULL, 'j'},
         {"raw", no_argument, NULL, 'r'},
-        {"format", required_argument, NULL, 'f'},
+        {"format", required_argument, NULL, 'F'},
         {NULL, 0, NULL, 0},
     };
     uint64_t offset = 0, max = 100;
@@ -246,21 +251,11 @@ int cli_message(struct tern_client *c, int argc, char **argv)
                 return 2;
             }
             break;
-        case 'j':
-            mode = CLI_PRINT_JSON;
-            break;
-        case 'r':
-            mode = CLI_PRINT_RAW;
-            break;
-        case 'f':
-            format = optarg;
-            if (cli_format_valid(format) != 0) {
+        default:
+            if (cli_print_option(ch, optarg, &mode, &format) != 0) {
                 return 2;
             }
             break;
-        default:
-            cli_usage(stderr);
-            return 2;
         }
     }
     if (optind + 1 != argc || have_offset + (id != NULL) + (key != NULL) != 1 ||

@@ -56,22 +56,6 @@ static void text_bytes(FILE *f, const void *p, size_t len)
     }
 }
 
-static void json_bytes(FILE *f, const void *p, size_t len)
-{
-    const unsigned char *s = p;
-    (void)fputc('"', f);
-    for (size_t i = 0; i < len; i++) {
-        if (s[i] == '"' || s[i] == '\\') {
-            (void)fprintf(f, "\\%c", s[i]);
-        } else if (s[i] < 0x20 || s[i] >= 0x7f) {
-            (void)fprintf(f, "\\u%04x", s[i]);
-        } else {
-            (void)fputc(s[i], f);
-        }
-    }
-    (void)fputc('"', f);
-}
-
 /* A number, or null when it is 0 (unknown). */
 static void json_known(FILE *f, const char *name, uint64_t v)
 {
@@ -153,11 +137,11 @@ static void print_json(const char *queue, const struct tern_message_trace *t)
                  in.batch_pos, in.batch_count, in.len);
     if (in.key_len > 0) {
         (void)fputs(",\"key\":", stdout);
-        json_bytes(stdout, in.key, in.key_len);
+        cli_json_bytes(stdout, in.key, in.key_len);
     }
     if (in.tag_len > 0) {
         (void)fputs(",\"tag\":", stdout);
-        json_bytes(stdout, in.tag, in.tag_len);
+        cli_json_bytes(stdout, in.tag, in.tag_len);
     }
     (void)printf(",\"raft_index\":%" PRIu64, in.raft_index);
     json_known(stdout, "term", in.term);

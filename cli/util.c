@@ -1,7 +1,7 @@
 /*
- * Helpers shared by the `tern` command sources (cli.c and bench.c): error
- * reporting in the CLI's one format, option number parsing, JSON strings
- * and a monotonic clock.
+ * Helpers shared by the `tern` command sources (cli.c, bench.c, message.c,
+ * trace.c): error reporting in the CLI's one format, option number
+ * parsing, JSON strings and a monotonic clock.
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -57,18 +57,30 @@ int64_t cli_now_us(void)
     return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
-void cli_json_string(FILE *f, const char *s)
+/* p[0..len) as a JSON string; bytes from 0x7f up are \u00XX escapes
+ * when high is set, as they are otherwise. */
+static void json_escape(FILE *f, const void *p, size_t len, int high)
 {
+    const unsigned char *s = p;
     (void)fputc('"', f);
-    for (; *s != '\0'; s++) {
-        unsigned char ch = (unsigned char)*s;
-        if (ch == '"' || ch == '\\') {
-            (void)fprintf(f, "\\%c", ch);
-        } else if (ch < 0x20) {
-            (void)fprintf(f, "\\u%04x", ch);
+    for (size_t i = 0; i < len; i++) {
+        if (s[i] == '"' || s[i] == '\\') {
+            (void)fprintf(f, "\\%c", s[i]);
+        } else if (s[i] < 0x20 || (high && s[i] >= 0x7f)) {
+            (void)fprintf(f, "\\u%04x", s[i]);
         } else {
-            (void)fputc(ch, f);
+            (void)fputc(s[i], f);
         }
     }
     (void)fputc('"', f);
+}
+
+void cli_json_string(FILE *f, const char *s)
+{
+    json_escape(f, s, strlen(s), 0);
+}
+
+void cli_json_bytes(FILE *f, const void *p, size_t len)
+{
+    json_escape(f, p, len, 1);
 }

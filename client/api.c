@@ -320,6 +320,29 @@ static int encode_fail(struct tern_client *c,
     return rv;
 }
 
+/* Run r (from sync_req_new, consumed here) whose frame encoding returned
+ * enc: on failure encode_fail's answer, else tern__run_sync's; on success
+ * done (NULL: nothing to read) reads the validated answer r->body into
+ * out and returns 0 or an error. */
+static int sync_call(struct tern_client *c,
+                     struct tern__req *r,
+                     int enc,
+                     const char *what,
+                     int (*done)(struct tern__req *r, void *out),
+                     void *out)
+{
+    int rv;
+    if (enc != 0) {
+        return encode_fail(c, r, enc, what);
+    }
+    rv = tern__run_sync(c, r);
+    if (rv == 0 && done != NULL) {
+        rv = done(r, out);
+    }
+    tern__req_free(r);
+    return rv;
+}
+
 /* Start a synchronous call of op: refuse it from a completion callback,
  * follow the leader first when discover is set (reads), then allocate the
  * request (deadline: request timeout + extra_ms). On success *out is
@@ -352,12 +375,7 @@ static int queue_op(struct tern_client *c, uint8_t op, const char *queue)
         return rv;
     }
     rv = proto_encode_queue_op(&r->frame, op, 0, queue);
-    if (rv != 0) {
-        return encode_fail(c, r, rv, queue != NULL ? queue : "(null)");
-    }
-    rv = tern__run_sync(c, r);
-    tern__req_free(r);
-    return rv;
+    return sync_call(c, r, rv, queue != NULL ? queue : "(null)", NULL, NULL);
 }
 
 int tern_queue_create(struct tern_client *c, const char *queue)
@@ -469,71 +487,69 @@ int tern_queue_list(struct tern_client *c, struct tern_queue_list **out)
 
 /* ---- Queue retention ---- */
 
-int tern_queue_create_opts(struct tern_client *c,
-                           const char *queue,
-                           const struct tern_queue_options *o)
+/* QUEUE_CREATE (the plain create when every field of o is default) or
+ * QUEUE_UPDATE (refused when no field is set) with the settings of o. */
+static int queue_settings_call(struct tern_client *c,
+                               uint8_t op,
+                               const char *queue,
+                               const struct tern_queue_options *o)
 {
     struct proto_queue_settings s;
     struct tern__req *r;
     uint32_t mask = 0;
+    int create = op == PROTO_OP_QUEUE_CREATE;
     int rv = check_call(c);
     if (rv != 0) {
         return rv;
     }
     rv = tern__queue_settings(o, &s, &mask);
-    if (rv != 0) {
+    if (rv != 0 && create) {
         tern_errmsg_printf(c->errmsg,
                            "queue create: overflow %d is neither "
                            "drop-oldest nor reject",
                            o->overflow);
         return rv;
     }
-    if (mask == 0) {
-        return tern_queue_create(c, queue);
-    }
-    rv = sync_req_new(c, PROTO_OP_QUEUE_CREATE, 0, 0, &r);
-    if (rv != 0) {
-        return rv;
-    }
-    rv = proto_encode_queue_create(&r->frame, 0, queue, &s);
-    if (rv != 0) {
-        return encode_fail(c, r, rv, queue != NULL ? queue : "(null)");
-    }
-    rv = tern__run_sync(c, r);
-    tern__req_free(r);
-    return rv;
-}
-
-int tern_queue_update(struct tern_client *c,
-                      const char *queue,
-                      const struct tern_queue_options *o)
-{
-    struct proto_queue_settings s;
-    struct tern__req *r;
-    uint32_t mask = 0;
-    int rv = check_call(c);
-    if (rv != 0) {
-        return rv;
-    }
-    rv = tern__queue_settings(o, &s, &mask);
-    if (rv != 0 || mask == 0) {
+    if (rv != 0 || (mask == 0 && !create)) {
         tern_errmsg_printf(c->errmsg, "queue update: %s",
                            rv != 0 ? "overflow is neither drop-oldest nor "
                                      "reject"
                                    : "no setting to change");
         return TERN_EINVAL;
     }
-    rv = sync_req_new(c, PROTO_OP_QUEUE_UPDATE, 0, 0, &r);
+    if (mask == 0) {
+        return tern_queue_create(c, queue);
+    }
+    rv = sync_req_new(c, op, 0, 0, &r);
     if (rv != 0) {
         return rv;
     }
-    rv = proto_encode_queue_update(&r->frame, 0, queue, mask, &s);
-    if (rv != 0) {
-        return encode_fail(c, r, rv, queue != NULL ? queue : "(null)");
-    }
-    rv = tern__run_sync(c, r);
-    tern__req_free(r);
-    return rv;
+    rv = create ? proto_encode_queue_create(&r->frame, 0, queue, &s)
+                : proto_encode_queue_update(&r->frame, 0, queue, mask, &s);
+    return sync_call(c, r, rv, queue != NULL ? queue : "(null)", NULL, NULL);
+}
+
+int tern_queue_create_opts(struct tern_client *c,
+                           const char *queue,
+                           const struct tern_queue_options *o)
+{
+    return queue_settings_call(c, PROTO_OP_QUEUE_CREATE, queue, o);
+}
+
+int tern_queue_update(struct tern_client *c,
+                      const char *queue,
+                      const struct tern_queue_options *o)
+{
+    return queue_settings_call(c, PROTO_OP_QUEUE_UPDATE, queue, o);
+}
+
+/* sync_call's done for QUEUE_INFO: out is a struct tern_queue_info **. */
+static int info_done(struct tern__req *r, void *out)
+{
+    /* on_success validated the body: NULL means out of memory. */
+    struct tern_queue_info **info = out;
+    *info = tern__queue_info_new(r->body, r->body_len);
+    return *info != NULL ? 0 : -ENOMEM;
 }
 
 int tern_queue_info(struct tern_client *c,
@@ -548,19 +564,14 @@ int tern_queue_info(struct tern_client *c,
         return rv;
     }
     rv = proto_encode_queue_info_req(&r->frame, 0, queue);
-    if (rv != 0) {
-        return encode_fail(c, r, rv, queue != NULL ? queue : "(null)");
-    }
-    rv = tern__run_sync(c, r);
-    if (rv == 0) {
-        /* on_success validated the body: NULL means out of memory. */
-        *out = tern__queue_info_new(r->body, r->body_len);
-        if (*out == NULL) {
-            rv = -ENOMEM;
-        }
-    }
-    tern__req_free(r);
-    return rv;
+    return sync_call(c, r, rv, queue != NULL ? queue : "(null)", info_done,
+                     out);
+}
+
+/* sync_call's done for OFFSET_FOR_TIME: out is a uint64_t *. */
+static int offset_done(struct tern__req *r, void *out)
+{
+    return proto_decode_offset_resp(r->body, r->body_len, out);
 }
 
 int tern_offset_for_time(struct tern_client *c,
@@ -576,15 +587,8 @@ int tern_offset_for_time(struct tern_client *c,
         return rv;
     }
     rv = proto_encode_offset_for_time(&r->frame, 0, queue, time_ms);
-    if (rv != 0) {
-        return encode_fail(c, r, rv, queue != NULL ? queue : "(null)");
-    }
-    rv = tern__run_sync(c, r);
-    if (rv == 0) {
-        rv = proto_decode_offset_resp(r->body, r->body_len, offset);
-    }
-    tern__req_free(r);
-    return rv;
+    return sync_call(c, r, rv, queue != NULL ? queue : "(null)", offset_done,
+                     offset);
 }
 
 /* ---- Produce ---- */
@@ -970,105 +974,15 @@ int tern_client_poll(struct tern_client *c, int timeout_ms)
 
 /* ---- Fetch, consumer groups, status ---- */
 
-/* Finish a fetch-like call: r (from sync_req_new, consumed here) was
- * encoded with result enc (what names the call in errmsg); on success *out
- * is a new caller-owned result. */
-static int fetch_finish(struct tern_client *c,
-                        struct tern__req *r,
-                        int enc,
-                        const char *what,
-                        struct tern_fetch_result **out)
+/* sync_call's done for the fetch-like calls: out is a struct
+ * tern_fetch_result ** that gets a new caller-owned result in r's result
+ * mode. */
+static int fetch_done(struct tern__req *r, void *out)
 {
-    int rv;
-    if (enc != 0) {
-        return encode_fail(c, r, enc, what);
-    }
-    rv = tern__run_sync(c, r);
-    if (rv == 0) {
-        *out = tern__fetch_result_new(r->body, r->body_len, r->result_mode);
-        if (*out == NULL) {
-            rv = -ENOMEM;
-        }
-    }
-    tern__req_free(r);
-    return rv;
-}
-
-int tern_fetch(struct tern_client *c,
-               const char *queue,
-               uint64_t offset,
-               uint32_t max_msgs,
-               uint32_t max_bytes,
-               uint32_t wait_ms,
-               struct tern_fetch_result **out)
-{
-    struct tern__req *r;
-    int rv;
-    *out = NULL;
-    rv = sync_req_new(c, PROTO_OP_FETCH, wait_ms, 1, &r);
-    if (rv != 0) {
-        return rv;
-    }
-    /* A READ_LEADER fetch asks the server to answer only as a writable
-     * leader, so a deposed leader redirects it (ENOTLEADER, followed in
-     * on_error) instead of serving its own, possibly older, queue end; its
-     * answer then confirms the leader like a write's (on_success). */
-    r->leader_only = c->opts.read_from == TERN_READ_LEADER;
-    rv = proto_encode_fetch(
-        &r->frame, 0, queue, offset, max_msgs,
-        max_bytes != 0 ? max_bytes : TERN__FETCH_MAX_BYTES_DEFAULT, wait_ms,
-        r->leader_only ? PROTO_FETCH_LEADER : 0);
-    rv = fetch_finish(c, r, rv, queue != NULL ? queue : "(null)", out);
-    if (rv == 0) {
-        tern__fetch_result_set_start(*out, offset, 0);
-    }
-    return rv;
-}
-
-int tern_group_fetch(struct tern_client *c,
-                     const char *queue,
-                     const char *group,
-                     uint32_t max_msgs,
-                     uint32_t max_bytes,
-                     uint32_t wait_ms,
-                     struct tern_fetch_result **out)
-{
-    struct tern__req *r;
-    int rv;
-    *out = NULL;
-    rv = sync_req_new(c, PROTO_OP_GROUP_FETCH, wait_ms, 1, &r);
-    if (rv != 0) {
-        return rv;
-    }
-    r->result_mode = TERN__RESULT_SKIP;
-    rv = proto_encode_group_fetch_flags(
-        &r->frame, 0, queue, group, max_msgs,
-        max_bytes != 0 ? max_bytes : TERN__FETCH_MAX_BYTES_DEFAULT, wait_ms,
-        PROTO_GROUP_FETCH_SKIPPED);
-    if (rv != 0) {
-        return encode_fail(c, r, rv, "group fetch");
-    }
-    rv = tern__run_sync(c, r);
-    if (rv == 0) {
-        /* on_success validated the body and its skip tail. */
-        struct proto_fetch_resp fr;
-        struct proto_group_skip skip;
-        size_t fetch_len = 0;
-        rv = proto_decode_group_fetch_resp(r->body, r->body_len, &fr, &skip,
-                                           &fetch_len);
-        if (rv == 0) {
-            *out =
-                tern__fetch_result_new(r->body, fetch_len, TERN__RESULT_PLAIN);
-            if (*out == NULL) {
-                rv = -ENOMEM;
-            } else {
-                tern__fetch_result_set_start(*out, skip.first_offset,
-                                             skip.skipped);
-            }
-        }
-    }
-    tern__req_free(r);
-    return rv;
+    /* on_success validated the body (and its skip tail). */
+    struct tern_fetch_result **res = out;
+    *res = tern__fetch_result_new(r->body, r->body_len, r->result_mode);
+    return *res != NULL ? 0 : -ENOMEM;
 }
 
 /* The flags and tag filter of o (tags: caller-owned rows for the parsed
@@ -1093,11 +1007,15 @@ static int fetch_filter(struct tern_client *c,
     return 0;
 }
 
-int tern_fetch_ex(struct tern_client *c,
-                  const char *queue,
-                  uint64_t offset,
-                  const struct tern_fetch_options *o,
-                  struct tern_fetch_result **out)
+/* FETCH at offset (group NULL) or GROUP_FETCH of group with options o
+ * (borrowed): the one path of tern_fetch, tern_group_fetch and their _ex
+ * forms. A group fetch always asks for the skip tail. */
+static int fetch_call(struct tern_client *c,
+                      const char *queue,
+                      const char *group,
+                      uint64_t offset,
+                      const struct tern_fetch_options *o,
+                      struct tern_fetch_result **out)
 {
     char tags[TERN_FILTER_TAGS_MAX][TERN_TAG_MAX + 1];
     const char *tp[TERN_FILTER_TAGS_MAX];
@@ -1105,27 +1023,81 @@ int tern_fetch_ex(struct tern_client *c,
     struct tern__req *r;
     int rv;
     *out = NULL;
-    if (o == NULL) {
-        return TERN_EINVAL;
-    }
     rv = fetch_filter(c, o, tags, tp, &f);
     if (rv != 0) {
         return rv;
     }
-    rv = sync_req_new(c, PROTO_OP_FETCH, o->wait_ms, 1, &r);
+    rv = sync_req_new(c, group != NULL ? PROTO_OP_GROUP_FETCH : PROTO_OP_FETCH,
+                      o->wait_ms, 1, &r);
     if (rv != 0) {
         return rv;
     }
-    r->leader_only = c->opts.read_from == TERN_READ_LEADER;
-    if (r->leader_only) {
-        f.flags |= PROTO_FETCH_LEADER;
-    }
     r->result_mode = o->properties ? TERN__RESULT_PROPS : TERN__RESULT_PLAIN;
+    if (group != NULL) {
+        f.flags |= PROTO_GROUP_FETCH_SKIPPED;
+        r->result_mode |= TERN__RESULT_SKIP;
+    } else {
+        /* A READ_LEADER fetch asks the server to answer only as a
+         * writable leader, so a deposed leader redirects it (ENOTLEADER,
+         * followed in on_error) instead of serving its own, possibly
+         * older, queue end; its answer then confirms the leader like a
+         * write's (on_success). */
+        r->leader_only = c->opts.read_from == TERN_READ_LEADER;
+        if (r->leader_only) {
+            f.flags |= PROTO_FETCH_LEADER;
+        }
+    }
     rv = proto_encode_fetch_filtered(
-        &r->frame, 0, queue, NULL, offset, o->max_msgs,
+        &r->frame, 0, queue, group, offset, o->max_msgs,
         o->max_bytes != 0 ? o->max_bytes : TERN__FETCH_MAX_BYTES_DEFAULT,
         o->wait_ms, &f);
-    return fetch_finish(c, r, rv, queue != NULL ? queue : "(null)", out);
+    rv = sync_call(c, r, rv,
+                   group != NULL   ? "group fetch"
+                   : queue != NULL ? queue
+                                   : "(null)",
+                   fetch_done, out);
+    if (rv == 0 && group == NULL) {
+        tern__fetch_result_set_start(*out, offset, 0);
+    }
+    return rv;
+}
+
+int tern_fetch(struct tern_client *c,
+               const char *queue,
+               uint64_t offset,
+               uint32_t max_msgs,
+               uint32_t max_bytes,
+               uint32_t wait_ms,
+               struct tern_fetch_result **out)
+{
+    struct tern_fetch_options o = {max_msgs, max_bytes, wait_ms, NULL, 0};
+    return fetch_call(c, queue, NULL, offset, &o, out);
+}
+
+int tern_group_fetch(struct tern_client *c,
+                     const char *queue,
+                     const char *group,
+                     uint32_t max_msgs,
+                     uint32_t max_bytes,
+                     uint32_t wait_ms,
+                     struct tern_fetch_result **out)
+{
+    struct tern_fetch_options o = {max_msgs, max_bytes, wait_ms, NULL, 0};
+    /* No group is not a name (TERN_EBADNAME, as for an empty one). */
+    return fetch_call(c, queue, group != NULL ? group : "", 0, &o, out);
+}
+
+int tern_fetch_ex(struct tern_client *c,
+                  const char *queue,
+                  uint64_t offset,
+                  const struct tern_fetch_options *o,
+                  struct tern_fetch_result **out)
+{
+    if (o == NULL) {
+        *out = NULL;
+        return TERN_EINVAL;
+    }
+    return fetch_call(c, queue, NULL, offset, o, out);
 }
 
 int tern_group_fetch_ex(struct tern_client *c,
@@ -1134,29 +1106,11 @@ int tern_group_fetch_ex(struct tern_client *c,
                         const struct tern_fetch_options *o,
                         struct tern_fetch_result **out)
 {
-    char tags[TERN_FILTER_TAGS_MAX][TERN_TAG_MAX + 1];
-    const char *tp[TERN_FILTER_TAGS_MAX];
-    struct proto_fetch_filter f;
-    struct tern__req *r;
-    int rv;
-    *out = NULL;
     if (o == NULL || group == NULL) {
+        *out = NULL;
         return TERN_EINVAL;
     }
-    rv = fetch_filter(c, o, tags, tp, &f);
-    if (rv != 0) {
-        return rv;
-    }
-    rv = sync_req_new(c, PROTO_OP_GROUP_FETCH, o->wait_ms, 1, &r);
-    if (rv != 0) {
-        return rv;
-    }
-    r->result_mode = o->properties ? TERN__RESULT_PROPS : TERN__RESULT_PLAIN;
-    rv = proto_encode_fetch_filtered(
-        &r->frame, 0, queue, group, 0, o->max_msgs,
-        o->max_bytes != 0 ? o->max_bytes : TERN__FETCH_MAX_BYTES_DEFAULT,
-        o->wait_ms, &f);
-    return fetch_finish(c, r, rv, "group fetch", out);
+    return fetch_call(c, queue, group, 0, o, out);
 }
 
 /* A MESSAGE_GET by offset (queue_id 0), id or key. */
@@ -1187,7 +1141,8 @@ static int message_get(struct tern_client *c,
     r->result_mode = TERN__RESULT_GET;
     rv = proto_encode_message_get(&r->frame, 0, queue, queue_id, offset, key,
                                   (uint32_t)key_len, max);
-    return fetch_finish(c, r, rv, queue != NULL ? queue : "(null)", out);
+    return sync_call(c, r, rv, queue != NULL ? queue : "(null)", fetch_done,
+                     out);
 }
 
 int tern_message_get_offset(struct tern_client *c,
@@ -1261,12 +1216,7 @@ int tern_group_commit(struct tern_client *c,
         return rv;
     }
     rv = proto_encode_group_commit(&r->frame, 0, queue, group, next_offset);
-    if (rv != 0) {
-        return encode_fail(c, r, rv, "group commit");
-    }
-    rv = tern__run_sync(c, r);
-    tern__req_free(r);
-    return rv;
+    return sync_call(c, r, rv, "group commit", NULL, NULL);
 }
 
 int tern_cluster_status(struct tern_client *c,

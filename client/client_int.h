@@ -120,11 +120,23 @@ int64_t tern__now_ms(void);
  * (borrowed for the call; the object keeps its own copy); NULL on ENOMEM. */
 /* mode: TERN__RESULT_PLAIN (a FETCH answer without properties),
  * TERN__RESULT_PROPS (one with PROTO_FETCH_PROPS), TERN__RESULT_GET (a
- * MESSAGE_GET answer). */
+ * MESSAGE_GET answer); TERN__RESULT_SKIP or'd into PLAIN or PROPS: a
+ * GROUP_FETCH answer that ends with the skip tail (the request had
+ * PROTO_GROUP_FETCH_SKIPPED), whose start offset and skipped count the
+ * result then carries. */
 #define TERN__RESULT_PLAIN 0
 #define TERN__RESULT_PROPS 1
 #define TERN__RESULT_GET   2
-#define TERN__RESULT_SKIP  3 /* a GROUP_FETCH answer with the skip tail */
+#define TERN__RESULT_SKIP  4
+/* Decode a fetch-like answer body (borrowed; fr borrows from it) in mode:
+ * *fr (OUT) the messages, *skip (OUT) the skip tail ({0, 0} without
+ * TERN__RESULT_SKIP). 0 or TERN_EMALFORMED. The one check of such an
+ * answer: on arrival (engine.c) and when building its result. */
+int tern__fetch_decode(const void *body,
+                       size_t len,
+                       int mode,
+                       struct proto_fetch_resp *fr,
+                       struct proto_group_skip *skip);
 struct tern_fetch_result *tern__fetch_result_new(const void *body,
                                                  size_t len,
                                                  int mode);
@@ -148,7 +160,8 @@ int tern__props_encode(const struct tern_message *m,
 int tern__props_decode(const void *p,
                        size_t len,
                        struct tern_message_props *out);
-/* Header i of a block: 0 or TERN_EINVAL. */
+/* Header i of a block (p borrowed; OUT pointers may be NULL and borrow
+ * from p): 0 or TERN_EINVAL. */
 int tern__props_header(const void *p,
                        size_t len,
                        size_t i,

@@ -478,13 +478,7 @@ static void on_success(struct tern_client *c,
     case PROTO_OP_MESSAGE_GET: {
         struct proto_fetch_resp fr;
         struct proto_group_skip skip;
-        rv = r->result_mode == TERN__RESULT_GET
-                 ? proto_decode_message_get_resp(body, len, &fr)
-             : r->result_mode == TERN__RESULT_PROPS
-                 ? proto_decode_fetch_props_resp(body, len, &fr)
-             : r->result_mode == TERN__RESULT_SKIP
-                 ? proto_decode_group_fetch_resp(body, len, &fr, &skip, NULL)
-                 : proto_decode_fetch_resp(body, len, &fr);
+        rv = tern__fetch_decode(body, len, r->result_mode, &fr, &skip);
         break;
     }
     case PROTO_OP_QUEUE_INFO:

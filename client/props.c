@@ -186,10 +186,18 @@ int tern__props_header(const void *p,
         size_t vl = tern_cursor_u16(&c);
         const void *v = tern_cursor_bytes(&c, vl);
         if (k == i) {
-            *name = n;
-            *name_len = nl;
-            *value = v;
-            *value_len = vl;
+            if (name != NULL) {
+                *name = n;
+            }
+            if (name_len != NULL) {
+                *name_len = nl;
+            }
+            if (value != NULL) {
+                *value = v;
+            }
+            if (value_len != NULL) {
+                *value_len = vl;
+            }
         }
     }
     return 0;

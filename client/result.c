@@ -42,11 +42,50 @@ static void *dup_bytes(const void *p, size_t len)
     return d;
 }
 
+int tern__fetch_decode(const void *body,
+                       size_t len,
+                       int mode,
+                       struct proto_fetch_resp *fr,
+                       struct proto_group_skip *skip)
+{
+    int base = mode & ~TERN__RESULT_SKIP;
+    int rv;
+    memset(skip, 0, sizeof *skip);
+    if ((mode & TERN__RESULT_SKIP) != 0) {
+        /* The skip tail is the body's last PROTO_GROUP_SKIP_SIZE bytes,
+         * after the messages (and the queue id of an answer with
+         * properties): u64 skipped, u64 first_offset (proto.h). */
+        const uint8_t *tail;
+        if (len < PROTO_GROUP_SKIP_SIZE) {
+            memset(fr, 0, sizeof *fr);
+            return TERN_EMALFORMED;
+        }
+        len -= PROTO_GROUP_SKIP_SIZE;
+        tail = (const uint8_t *)body + len;
+        skip->skipped = tern_get_u64(tail);
+        skip->first_offset = tern_get_u64(tail + 8);
+        if (skip->skipped > skip->first_offset) {
+            memset(skip, 0, sizeof *skip);
+            memset(fr, 0, sizeof *fr);
+            return TERN_EMALFORMED;
+        }
+    }
+    rv = base == TERN__RESULT_GET ? proto_decode_message_get_resp(body, len, fr)
+         : base == TERN__RESULT_PROPS
+             ? proto_decode_fetch_props_resp(body, len, fr)
+             : proto_decode_fetch_resp(body, len, fr);
+    if (rv != 0) {
+        memset(skip, 0, sizeof *skip);
+    }
+    return rv;
+}
+
 struct tern_fetch_result *tern__fetch_result_new(const void *body,
                                                  size_t len,
                                                  int mode)
 {
     struct proto_fetch_resp fr;
+    struct proto_group_skip skip;
     struct proto_fetched_msg m;
     struct tern_fetch_result *r;
     size_t pos = 0;
@@ -58,14 +97,11 @@ struct tern_fetch_result *tern__fetch_result_new(const void *body,
     if (r->body == NULL) {
         goto err_after_alloc;
     }
-    int rv = mode == TERN__RESULT_GET
-                 ? proto_decode_message_get_resp(r->body, len, &fr)
-             : mode == TERN__RESULT_PROPS
-                 ? proto_decode_fetch_props_resp(r->body, len, &fr)
-                 : proto_decode_fetch_resp(r->body, len, &fr);
-    if (rv != 0) {
+    if (tern__fetch_decode(r->body, len, mode, &fr, &skip) != 0) {
         goto err_after_body;
     }
+    r->start_offset = skip.first_offset;
+    r->skipped = skip.skipped;
     r->with_props = fr.with_props;
     r->queue_id = fr.queue_id;
     r->next_offset = fr.next_offset;
@@ -178,27 +214,11 @@ int tern_fetch_result_header(const struct tern_fetch_result *r,
                              const void **value,
                              size_t *value_len)
 {
-    const char *n;
-    const void *v;
-    size_t nl, vl;
-    if (r == NULL || i >= r->n ||
-        tern__props_header(r->msgs[i].props, r->msgs[i].props_len, h, &n, &nl,
-                           &v, &vl) != 0) {
+    if (r == NULL || i >= r->n) {
         return TERN_EINVAL;
     }
-    if (name != NULL) {
-        *name = n;
-    }
-    if (name_len != NULL) {
-        *name_len = nl;
-    }
-    if (value != NULL) {
-        *value = v;
-    }
-    if (value_len != NULL) {
-        *value_len = vl;
-    }
-    return 0;
+    return tern__props_header(r->msgs[i].props, r->msgs[i].props_len, h, name,
+                              name_len, value, value_len);
 }
 
 void tern_fetch_result_free(struct tern_fetch_result *r)

@@ -510,6 +510,9 @@ TERN_API int tern_fetch_ex(struct tern_client *c,
                            uint64_t offset,
                            const struct tern_fetch_options *o,
                            struct tern_fetch_result **out);
+/* As tern_group_fetch, it asks for the skip report: with a filter or
+ * properties too, tern_fetch_result_skipped and
+ * tern_fetch_result_start_offset tell where the group resumed. */
 TERN_API int tern_group_fetch_ex(struct tern_client *c,
                                  const char *queue,
                                  const char *group,

@@ -6,7 +6,8 @@ time (retention_interval_ms 200), every node holds the same low watermark
 (queue info against each node alone), also after a leader kill and a
 restart of a node; a deleted and re-created queue starts empty with no
 group offset; consume --from-time; a fetch below the low watermark names
-the first offset; a group below it continues there and the CLI says so.
+the first offset; a group below it continues there and the CLI says so,
+also with a tag filter (consume --group --tag).
 
 Disk bound: with [node] log_segment_bytes 64K and [raft]
 snapshot_threshold_bytes 64K (snapshot_trailing 16), producing 2.5 MiB
@@ -281,6 +282,32 @@ def main(c):
                        RAFT_BOUND, total(u), bound),
                     ", ".join("%s: %d files %d bytes" % (k, n, b) for k, (n, b)
                               in sorted(u["files"].items())))
+
+        c.step("a group below the low watermark, with a tag filter")
+        cl.tern("queue", "create", "tgq", "--max-messages", 10, check=True)
+        for n in (5, 50):
+            r = cl.tern("produce", "tgq", "--count", n, "--size", 100,
+                        "--batch", 10, "--tag", "t", timeout=120)
+            c.check(r.returncode == 0, "produce %d tagged t" % n,
+                    r.stderr.strip()[-300:])
+            if n == 5:
+                r = cl.tern("consume", "tgq", "--group", "g", "--tag", "t",
+                            "--commit", "--max", 5)
+                c.check(r.returncode == 0 and
+                        len(h.parse_consume(r.stdout)) == 5,
+                        "group g read and committed 5 tagged t",
+                        r.stderr.strip()[-200:])
+        converge(c, cl, "tgq", "trimmed to 45..55",
+                 lambda q: q["start_offset"] == 45)
+        r = cl.tern("consume", "tgq", "--group", "g", "--tag", "t", "--commit")
+        got = h.parse_consume(r.stdout)
+        c.check(r.returncode == 0 and got and got[0][0] == 45 and
+                len(got) == 10, "consume --group g --tag t continues at 45 "
+                "(%d messages)" % len(got), r.stdout[:200])
+        want = ("tern: group g: 40 messages below the queue's first offset "
+                "45 were trimmed before they were consumed")
+        c.check(want in r.stderr, "the CLI reports the skip with --tag",
+                r.stderr.strip()[-300:])
 
 
 if __name__ == "__main__":

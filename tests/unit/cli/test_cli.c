@@ -3,8 +3,8 @@
  * server: exact output formats other scripts parse (ack log, consume lines,
  * queue list JSON, the admin lists), exit codes and the error line
  * format, the login options, `tern user hash` (parsed back), and the
- * message property options (--format, --json, --raw, message get) and
- * message trace (text and JSON).
+ * message property options (--format, --json, --raw, message get),
+ * message trace (text and JSON) and the group skip line of consume.
  */
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -521,6 +521,61 @@ Test(cli, message_properties_formats)
     cr_expect_eq(r.code, 1);
     cr_expect(strstr(r.err, "tag") != NULL, "%s", r.err);
     cr_expect_eq(fake_n_msgs(&fs), 0, "nothing was produced");
+    fake_stop(&fs);
+}
+
+/* GROUP_FETCH answered as for a group whose committed offset 2 was
+ * trimmed: one message at the first offset 5 (with properties when
+ * asked), then the skip tail (3 skipped) when the request asked for it. */
+static enum fake_action group_skip_cli_hook(struct fake_server *fs,
+                                            int conn,
+                                            const struct proto_header *h,
+                                            const struct proto_request *r)
+{
+    struct proto_fetched_msg fm = {5, 1700, "five", 4, NULL, 0};
+    struct proto_group_skip skip = {3, 5};
+    struct tern_wbuf w;
+    if (r->op != PROTO_OP_GROUP_FETCH) {
+        return FAKE_DEFAULT;
+    }
+    tern_wbuf_init(&w);
+    if ((r->flags & PROTO_FETCH_PROPS) != 0) {
+        proto_encode_fetch_props_resp(&w, r->op, h->request_id, 6, 6, &fm, 1,
+                                      7);
+    } else {
+        proto_encode_fetch_resp(&w, r->op, h->request_id, 6, 6, &fm, 1);
+    }
+    if ((r->flags & PROTO_GROUP_FETCH_SKIPPED) != 0) {
+        proto_put_group_skip(&w, &skip);
+        (void)proto_frame_end(&w, 0);
+    }
+    fake_send(fs, conn, &w);
+    tern_wbuf_free(&w);
+    return FAKE_HANDLED;
+}
+
+/* `tern consume --group` says what retention took from the group, also
+ * with a tag filter or a format (the filtered group fetch asks too). */
+Test(cli, consume_group_skip_line_with_filter)
+{
+    static const char *const args[3] = {
+        "consume q --group g",
+        "consume q --group g --tag t",
+        "consume q --group g --tag t --format '%o %p'",
+    };
+    static const char *const outs[3] = {"5\tfive\n", "5\tfive\n", "5 five\n"};
+    struct fake_server fs;
+    struct cli_run r;
+    cr_assert_eq(fake_start(&fs, group_skip_cli_hook), 0);
+    for (int i = 0; i < 3; i++) {
+        run_cli(&r, fs.addr, NULL, args[i]);
+        cr_assert_eq(r.code, 0, "%s: %s", args[i], r.err);
+        cr_expect_str_eq(r.out, outs[i], "%s", args[i]);
+        cr_expect_str_eq(r.err,
+                         "tern: group g: 3 messages below the queue's first "
+                         "offset 5 were trimmed before they were consumed\n",
+                         "%s", args[i]);
+    }
     fake_stop(&fs);
 }
 

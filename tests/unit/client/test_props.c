@@ -162,7 +162,8 @@ Test(client_props, produce_fetch_and_accessors)
     struct tern_fetch_options g = {10, 0, 0, "refund", 0};
     cr_assert_eq(tern_group_fetch_ex(c, "q", "grp", &g, &r), 0, "%s",
                  tern_client_errmsg(c));
-    cr_expect_eq(seen.fetch_flags, PROTO_FETCH_TAGS);
+    cr_expect_eq(seen.fetch_flags, PROTO_FETCH_TAGS | PROTO_GROUP_FETCH_SKIPPED,
+                 "a group fetch asks for the skip tail");
     cr_expect_eq(seen.n_tags, 1);
     cr_assert_eq(tern_fetch_result_props(r, 0, &p), 0);
     cr_expect_str_eq(p.id, "", "no queue id without properties");

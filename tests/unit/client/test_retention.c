@@ -9,6 +9,7 @@
  */
 #include <criterion/criterion.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include <tern/tern.h>
@@ -28,6 +29,7 @@ static struct
     struct proto_queue_settings settings;
     uint64_t time_ms;
     uint8_t flags;
+    char tag[80];      /* the first tag of a GROUP_FETCH's filter */
     int bad_info;      /* answer QUEUE_INFO with start above next */
     int old_group_ans; /* answer GROUP_FETCH without the skip tail */
 } seen;
@@ -73,9 +75,23 @@ static enum fake_action retention_hook(struct fake_server *fs,
         break;
     case PROTO_OP_GROUP_FETCH: {
         struct proto_group_skip skip = {.skipped = 37, .first_offset = 40};
+        const char *t;
+        uint8_t tl;
+        size_t pos = 0;
         seen.flags = r->flags;
+        seen.tag[0] = '\0';
+        if (proto_next_tag(r, &pos, &t, &tl)) {
+            (void)snprintf(seen.tag, sizeof seen.tag, "%.*s", (int)tl, t);
+        }
         if (seen.old_group_ans) {
             proto_encode_fetch_resp(&w, r->op, h->request_id, 42, 50, m, 2);
+        } else if ((r->flags & PROTO_FETCH_PROPS) != 0) {
+            /* As the server builds it: the answer with properties and
+             * its queue id, then the skip tail last. */
+            proto_encode_fetch_props_resp(&w, r->op, h->request_id, 42, 50, m,
+                                          2, 0xabc);
+            proto_put_group_skip(&w, &skip);
+            proto_frame_end(&w, 0);
         } else {
             proto_encode_group_fetch_skip_resp(&w, h->request_id, 42, 50, m, 2,
                                                &skip);
@@ -250,6 +266,53 @@ Test(client_retention, group_fetch_reports_skipped)
     seen.old_group_ans = 1;
     r = NULL;
     cr_expect_eq(tern_group_fetch(c, "q", "g", 10, 0, 0, &r), TERN_EMALFORMED);
+    cr_expect_null(r);
+    tern_client_free(c);
+    fake_stop(&fs);
+}
+
+/* tern_group_fetch_ex asks for the skip tail too, with a tag filter and
+ * with properties (the tail after the queue id), and its result tells. */
+Test(client_retention, group_fetch_ex_reports_skipped)
+{
+    struct fake_server fs;
+    struct tern_client *c = start(&fs);
+    struct tern_fetch_result *r = NULL;
+    struct tern_message_props p;
+    uint64_t off;
+
+    struct tern_fetch_options o = {10, 0, 0, "paid", 0};
+    cr_assert_eq(tern_group_fetch_ex(c, "q", "g", &o, &r), 0, "%s",
+                 tern_client_errmsg(c));
+    cr_expect_eq(seen.flags, PROTO_GROUP_FETCH_SKIPPED | PROTO_FETCH_TAGS);
+    cr_expect_str_eq(seen.tag, "paid");
+    cr_expect_eq(tern_fetch_result_skipped(r), 37);
+    cr_expect_eq(tern_fetch_result_start_offset(r), 40);
+    cr_assert_eq(tern_fetch_result_count(r), 2);
+    cr_assert_eq(tern_fetch_result_get(r, 0, &off, NULL, NULL, NULL), 0);
+    cr_expect_eq(off, 40);
+    cr_expect_eq(tern_fetch_result_next_offset(r), 42);
+    tern_fetch_result_free(r);
+
+    o.properties = 1;
+    r = NULL;
+    cr_assert_eq(tern_group_fetch_ex(c, "q", "g", &o, &r), 0, "%s",
+                 tern_client_errmsg(c));
+    cr_expect_eq(seen.flags, PROTO_GROUP_FETCH_SKIPPED | PROTO_FETCH_PROPS |
+                                 PROTO_FETCH_TAGS);
+    cr_expect_eq(tern_fetch_result_skipped(r), 37);
+    cr_expect_eq(tern_fetch_result_start_offset(r), 40);
+    cr_assert_eq(tern_fetch_result_count(r), 2);
+    cr_assert_eq(tern_fetch_result_props(r, 1, &p), 0);
+    cr_expect_str_eq(p.id, "0000000000000abc0000000000000029");
+    cr_expect_eq(p.append_ts_ms, 5001);
+    tern_fetch_result_free(r);
+
+    /* An answer without the tail is refused, with properties too. */
+    seen.old_group_ans = 1;
+    r = NULL;
+    o.properties = 0;
+    cr_expect_eq(tern_group_fetch_ex(c, "q", "g", &o, &r), TERN_EMALFORMED);
     cr_expect_null(r);
     tern_client_free(c);
     fake_stop(&fs);

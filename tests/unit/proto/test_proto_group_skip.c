@@ -173,3 +173,61 @@ Test(proto_group_skip, answer_tail_refused)
     }
     tern_wbuf_free(&w);
 }
+
+/* The skip request together with the properties flag and a tag filter:
+ * the request carries all three bits and the tags, and the answer with
+ * properties ends with the skip tail (after the queue id). */
+Test(proto_group_skip, with_props_and_tags)
+{
+    static const char *const tags[2] = {"paid", "refund"};
+    struct proto_fetch_filter f = {
+        PROTO_GROUP_FETCH_SKIPPED | PROTO_FETCH_PROPS, tags, 2};
+    struct proto_group_skip s = {3, 10};
+    struct proto_fetched_msg m = {10, 1000, "ab", 2, "P", 1};
+    struct proto_fetched_msg got;
+    struct proto_fetch_resp fr;
+    struct tern_wbuf w;
+    struct proto_header h;
+    struct proto_request r;
+    const uint8_t *body;
+    const char *t;
+    uint8_t tl;
+    size_t pos = 0;
+    tern_wbuf_init(&w);
+
+    cr_assert_eq(proto_encode_fetch_filtered(&w, 1, "q", "g", 0, 5, 99, 7, &f),
+                 0);
+    parse(&w, &h, &body);
+    cr_expect_eq(h.op, PROTO_OP_GROUP_FETCH);
+    cr_assert_eq(proto_decode_request(h.op, body, h.body_len, &r), 0);
+    cr_expect_eq(r.flags, PROTO_GROUP_FETCH_SKIPPED | PROTO_FETCH_PROPS |
+                              PROTO_FETCH_TAGS);
+    cr_assert_eq(r.n_tags, 2);
+    cr_assert_eq(proto_next_tag(&r, &pos, &t, &tl), 1);
+    cr_expect(tl == 4 && memcmp(t, "paid", 4) == 0);
+    cr_assert_eq(proto_next_tag(&r, &pos, &t, &tl), 1);
+    cr_expect(tl == 6 && memcmp(t, "refund", 6) == 0);
+    cr_expect_eq(proto_next_tag(&r, &pos, &t, &tl), 0);
+
+    /* The answer as the server builds it: the tail goes last. */
+    w.len = 0;
+    cr_assert_eq(proto_encode_fetch_props_resp(&w, PROTO_OP_GROUP_FETCH, 2, 11,
+                                               12, &m, 1, 77),
+                 0);
+    proto_put_group_skip(&w, &s);
+    cr_assert_eq(proto_frame_end(&w, 0), 0);
+    parse(&w, &h, &body);
+    cr_assert_gt(h.body_len, PROTO_GROUP_SKIP_SIZE);
+    cr_expect_eq(tern_get_u64(body + h.body_len - 16), 3, "skipped");
+    cr_expect_eq(tern_get_u64(body + h.body_len - 8), 10, "first_offset");
+    cr_assert_eq(proto_decode_fetch_props_resp(
+                     body, h.body_len - PROTO_GROUP_SKIP_SIZE, &fr),
+                 0);
+    cr_expect_eq(fr.queue_id, 77);
+    cr_expect_eq(fr.next_offset, 11);
+    pos = 0;
+    cr_assert_eq(proto_next_fetched(&fr, &pos, &got), 1);
+    cr_expect_eq(got.offset, 10);
+    cr_expect(got.props_len == 1 && memcmp(got.props, "P", 1) == 0);
+    tern_wbuf_free(&w);
+}
