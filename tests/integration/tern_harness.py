@@ -676,6 +676,19 @@ class Cluster:
             raise RuntimeError("no writable leader within %ss" % timeout)
         return lid
 
+    def queue_info(self, queue, node=None):
+        """`queue info --json` of queue (from node alone when given) as a
+        dict, or None when it fails."""
+        servers = self.nodes[node].client_addr if node else None
+        r = self.tern("queue", "info", queue, "--json", servers=servers,
+                      timeout=15, timeout_ms=3000)
+        if r.returncode != 0:
+            return None
+        try:
+            return json.loads(r.stdout)
+        except ValueError:
+            return None
+
     def wait_applied(self, i, index, timeout=60):
         """Wait until node i's last_applied >= index."""
         def ok():

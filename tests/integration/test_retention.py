@@ -29,7 +29,6 @@ keeps each node's data directory under a bound, checked in two parts
   - the whole directory <= the two plus the disk reserve file
     ([limits] reserve_disk_bytes, 32 MiB by default, preallocated once)
     and 64 KiB of small files (identity, raft metadata)."""
-import json
 import os
 import sys
 import time
@@ -49,13 +48,7 @@ RAFT_BOUND = 3 * RAFT_SEGMENT_BYTES + RAFT_CLOSED_BYTES
 
 
 def info(cl, queue, node=None):
-    """queue info --json of queue (from node alone when given), or None."""
-    servers = cl.nodes[node].client_addr if node else None
-    r = cl.tern("queue", "info", queue, "--json", servers=servers,
-                timeout=15, timeout_ms=3000)
-    if r.returncode != 0:
-        return None
-    return json.loads(r.stdout)
+    return cl.queue_info(queue, node)
 
 
 def produce(c, cl, queue, n, size=100, batch=10, expect_ok=True, window=8):

@@ -115,16 +115,7 @@ print(json.dumps({"jump": d - before}))
 
 
 def info(cl, queue, node=None):
-    """queue info --json of queue (from node alone when given), or None."""
-    servers = cl.nodes[node].client_addr if node else None
-    r = cl.tern("queue", "info", queue, "--json", servers=servers,
-                timeout=15, timeout_ms=3000)
-    if r.returncode != 0:
-        return None
-    try:
-        return json.loads(r.stdout)
-    except ValueError:
-        return None
+    return cl.queue_info(queue, node)
 
 
 def produce(c, cl, queue, n, servers=None):
