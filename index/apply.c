@@ -1134,12 +1134,13 @@ int idx_sync(struct idx_env *e)
     if (rc != 0) {
         return rc;
     }
+    /* The commit log only: LMDB is removed unread and rebuilt from the
+     * log at every open (env.c), so making its pages durable buys
+     * nothing, and with a large index its sync took most of a snapshot's
+     * time on the loop thread (hundreds of ms: longer than an election
+     * timeout). */
     rc = idx__log_sync(e);
-    if (rc != 0) {
-        return sync_failed(e, rc);
-    }
-    rc = mdb_env_sync(e->mdb, 1);
-    return rc != 0 ? sync_failed(e, idx__mdb_err(e, rc, "env sync")) : 0;
+    return rc != 0 ? sync_failed(e, rc) : 0;
 }
 
 int idx_bulk_discard(struct idx_env *e)

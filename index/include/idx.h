@@ -78,7 +78,7 @@ const char *idx_errmsg(const struct idx_env *e);
 /* Sticky failure: 0, or the code of the failed apply (TERN_EFULL, -EIO,
  * ...) after which idx_apply refuses until the env is reopened. */
 int idx_status(const struct idx_env *e);
-/* True once an fdatasync/fsync of the log or LMDB's sync failed (sticky:
+/* True once an fdatasync/fsync of the log failed (sticky:
  * idx_status is that error from then on). Unlike a failed apply, this must
  * not be cured by reopening: after a failed fsync Linux may have dropped
  * the dirty pages while the page cache still shows their bytes, so a later
@@ -441,7 +441,8 @@ int idx_apply(struct idx_env *e,
 /* Commit the pending write transaction (no fsync: the Raft log is the
  * durable source of truth). */
 int idx_flush(struct idx_env *e);
-/* Flush, then fdatasync the log and sync LMDB. */
+/* Flush, then fdatasync the commit log (LMDB is not synced: it is
+ * rebuilt from the log at every open). */
 int idx_sync(struct idx_env *e);
 
 /* ---- Reads (flushed state only) ---------------------------------------- */
