@@ -797,7 +797,8 @@ int idx_props_header(const void *p,
     return c.err == 0 ? 0 : TERN_EINVAL;
 }
 
-/* ---- Shared groups -------------------------------------------------------- */
+/* ---- Shared groups --------------------------------------------------------
+ */
 
 void idx_shared_settings_default(struct idx_shared_settings *s)
 {
@@ -866,7 +867,7 @@ void idx_cmd_shared_config(struct tern_wbuf *w,
     }
     if (!shared_settings_ok(mask, &v, dn)) {
         set_err(w, dn > 0 && !tern_name_valid(v.dlq, dn) ? TERN_EBADNAME
-                                                          : TERN_EINVAL);
+                                                         : TERN_EINVAL);
         return;
     }
     size_t at = cmd_start(w, IDX_CMD_SHARED_CONFIG);
@@ -990,7 +991,8 @@ void idx__dlq_props(struct tern_wbuf *w,
         set_err(w, TERN_EINVAL);
         return;
     }
-    int off_n = snprintf(off_s, sizeof off_s, "%llu", (unsigned long long)offset);
+    int off_n =
+        snprintf(off_s, sizeof off_s, "%llu", (unsigned long long)offset);
     int cnt_n = snprintf(cnt_s, sizeof cnt_s, "%u", count);
     uint32_t dlq_bytes = (uint32_t)(14 + queue_len + 15 + (size_t)off_n + 19 +
                                     (size_t)cnt_n + 15 + reason_len);
@@ -1484,8 +1486,8 @@ int idx__entry_next(struct idx__entry *it, struct idx__cmd *cmd)
 void idx__msg_iter_init(struct idx__msg_iter *mi, const struct idx__cmd *cmd)
 {
     tern_cursor_init(&mi->c, cmd->msgs, cmd->msgs_len);
-    mi->with_props = cmd->type == IDX_CMD_PRODUCE_PROPS ||
-                     cmd->type == IDX_CMD_DEAD_LETTER;
+    mi->with_props =
+        cmd->type == IDX_CMD_PRODUCE_PROPS || cmd->type == IDX_CMD_DEAD_LETTER;
     mi->props = NULL;
     mi->props_len = 0;
 }

@@ -431,9 +431,7 @@ void idx__lease_val_encode(uint8_t *buf, const struct idx__lease_val *l)
     tern_put_u64(buf + 16, l->deadline_ms);
 }
 
-int idx__lease_val_decode(const void *buf,
-                          size_t len,
-                          struct idx__lease_val *l)
+int idx__lease_val_decode(const void *buf, size_t len, struct idx__lease_val *l)
 {
     const uint8_t *b = buf;
     if (len != IDX__LEASE_VAL_SIZE || b[4] > IDX__LEASE_READY || b[5] != 0 ||

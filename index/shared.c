@@ -19,7 +19,8 @@
 
 #include "idx_int.h"
 
-/* ---- Rows ----------------------------------------------------------------- */
+/* ---- Rows -----------------------------------------------------------------
+ */
 
 /* The group row of (queue_id, group) in txn: 0 with *g, 1 when there is
  * none, or a failure code. */
@@ -85,8 +86,7 @@ static int lease_get(struct idx_env *e,
                      struct idx__lease_val *l)
 {
     uint8_t key[IDX__LEASE_KEY_MAX];
-    MDB_val k = {idx__lease_key(key, queue_id, group, group_len, offset,
-                                false),
+    MDB_val k = {idx__lease_key(key, queue_id, group, group_len, offset, false),
                  key},
             v;
     int rc = mdb_get(txn, e->dbi_leases, &k, &v);
@@ -97,8 +97,8 @@ static int lease_get(struct idx_env *e,
         return idx__mdb_err(e, rc, "get lease");
     }
     if (idx__lease_val_decode(v.mv_data, v.mv_size, l) != 0) {
-        return IDX__CORRUPT(e, "lease row of %.*s offset %llu",
-                            (int)group_len, group, (unsigned long long)offset);
+        return IDX__CORRUPT(e, "lease row of %.*s offset %llu", (int)group_len,
+                            group, (unsigned long long)offset);
     }
     return 0;
 }
@@ -111,8 +111,7 @@ static int lease_put(struct idx_env *e,
                      const struct idx__lease_val *l)
 {
     uint8_t key[IDX__LEASE_KEY_MAX], val[IDX__LEASE_VAL_SIZE];
-    MDB_val k = {idx__lease_key(key, queue_id, group, group_len, offset,
-                                false),
+    MDB_val k = {idx__lease_key(key, queue_id, group, group_len, offset, false),
                  key};
     MDB_val v = {sizeof val, val};
     idx__lease_val_encode(val, l);
@@ -127,8 +126,7 @@ static int lease_del(struct idx_env *e,
                      uint64_t offset)
 {
     uint8_t key[IDX__LEASE_KEY_MAX];
-    MDB_val k = {idx__lease_key(key, queue_id, group, group_len, offset,
-                                false),
+    MDB_val k = {idx__lease_key(key, queue_id, group, group_len, offset, false),
                  key};
     int rc = mdb_del(e->wtxn, e->dbi_leases, &k, NULL);
     return rc != 0 ? idx__mdb_err(e, rc, "delete lease") : 0;
@@ -247,8 +245,8 @@ static int dlq_name(const char *queue,
         n = snprintf(out, TERN_NAME_MAX + 1, "%.*s-dlq-%.*s", (int)queue_len,
                      queue, (int)group_len, group);
     } else if (pct != NULL) {
-        n = snprintf(out, TERN_NAME_MAX + 1, "%.*s%s",
-                     (int)(pct - queue + 1), queue, g->settings.dlq);
+        n = snprintf(out, TERN_NAME_MAX + 1, "%.*s%s", (int)(pct - queue + 1),
+                     queue, g->settings.dlq);
     } else {
         n = snprintf(out, TERN_NAME_MAX + 1, "%s", g->settings.dlq);
     }
@@ -259,7 +257,8 @@ static int dlq_name(const char *queue,
     return 0;
 }
 
-/* ---- Apply ---------------------------------------------------------------- */
+/* ---- Apply ----------------------------------------------------------------
+ */
 
 /* The command's shared group into *g: 0; 1 with r->status set (none:
  * TERN_ENOTFOUND; a stream group: TERN_EINVAL); or a failure code. */
@@ -345,8 +344,8 @@ static int apply_deliver(struct idx_env *e,
             l.count = 1;
             g.next++;
         } else {
-            rc = lease_get(e, e->wtxn, q->id, c->group, c->group_len,
-                           it.offset, &l);
+            rc = lease_get(e, e->wtxn, q->id, c->group, c->group_len, it.offset,
+                           &l);
             if (rc < 0) {
                 return rc;
             }
@@ -387,8 +386,8 @@ static int apply_settle(struct idx_env *e,
     }
     for (uint32_t i = 0; i < c->n_items; i++) {
         idx__cmd_settle_item(c, i, &it);
-        rc = lease_get(e, e->wtxn, q->id, c->group, c->group_len, it.offset,
-                       &l);
+        rc =
+            lease_get(e, e->wtxn, q->id, c->group, c->group_len, it.offset, &l);
         if (rc < 0) {
             return rc;
         }
@@ -451,8 +450,7 @@ int idx__shared_dl_check(struct idx_env *e,
     if (rc != 0) {
         return rc < 0 ? rc : 0;
     }
-    rc = lease_get(e, e->wtxn, q->id, c->group, c->group_len, c->dl.offset,
-                   &l);
+    rc = lease_get(e, e->wtxn, q->id, c->group, c->group_len, c->dl.offset, &l);
     if (rc < 0) {
         return rc;
     }
@@ -502,8 +500,7 @@ static int trim_group(struct idx_env *e,
         return rc;
     }
     /* Rows lie in [floor, next): at most window of them. */
-    while ((rc = walk_next(e, &w, g->next_offset, &off, &l)) == 1 &&
-           off < to) {
+    while ((rc = walk_next(e, &w, g->next_offset, &off, &l)) == 1 && off < to) {
         int mrc = mdb_cursor_del(w.cur, 0);
         if (mrc != 0) {
             rc = idx__mdb_err(e, mrc, "delete lease");
@@ -565,7 +562,8 @@ int idx__shared_trim(struct idx_env *e, uint64_t queue_id, uint64_t to)
     return rc;
 }
 
-/* ---- The leader's plans and reads (flushed state) -------------------------- */
+/* ---- The leader's plans and reads (flushed state) --------------------------
+ */
 
 /* A read txn with the queue and its shared group: 0, or a code (errmsg
  * set; the txn is closed). */
@@ -653,7 +651,8 @@ int idx_deliver_plan(struct idx_env *e,
     }
     uint32_t budget = held >= prefetch ? 0 : TERN_MIN(max_n, prefetch - held);
     w.started = false;
-    while (*n < budget && (rc = walk_next(e, &w, g.next_offset, &off, &l)) == 1) {
+    while (*n < budget &&
+           (rc = walk_next(e, &w, g.next_offset, &off, &l)) == 1) {
         if (l.deadline_ms > t) {
             continue;
         }
@@ -728,8 +727,7 @@ int idx_dead_letter_plan(struct idx_env *e,
         rc = IDX__CORRUPT(e, "message row of %s past its record", queue);
         goto out;
     }
-    struct idx_pmsg pm = {p + m.data_off, m.len, p + m.props_off,
-                          m.props_len};
+    struct idx_pmsg pm = {p + m.data_off, m.len, p + m.props_off, m.props_len};
     idx_cmd_dead_letter(w, queue, group, d->offset, d->count, reason, &pm);
     rc = w->err;
 out:

@@ -335,20 +335,20 @@ void idx_cmd_group_commit(struct tern_wbuf *w,
 /* ---- Shared groups (docs/WORKQUEUES.md; format: index/cmd.c) ---------- */
 
 /* Settings of a shared group and their defaults. */
-#define IDX_SHARED_ACK_TIMEOUT_MS  30000u
-#define IDX_SHARED_MAX_DELIVERIES  16u
-#define IDX_SHARED_WINDOW          65536u
-#define IDX_SHARED_PREFETCH        256u /* per consumer, not replicated */
-#define IDX_SHARED_WINDOW_MAX      ((uint32_t)1 << 24)
-#define IDX_SHARED_REASON_MAX      64u
+#define IDX_SHARED_ACK_TIMEOUT_MS 30000u
+#define IDX_SHARED_MAX_DELIVERIES 16u
+#define IDX_SHARED_WINDOW         65536u
+#define IDX_SHARED_PREFETCH       256u /* per consumer, not replicated */
+#define IDX_SHARED_WINDOW_MAX     ((uint32_t)1 << 24)
+#define IDX_SHARED_REASON_MAX     64u
 struct idx_shared_settings
 {
-    uint64_t ack_timeout_ms;        /* >= 1 */
-    uint32_t max_deliveries;        /* >= 1 */
-    uint32_t window;                /* 1..IDX_SHARED_WINDOW_MAX */
-    char dlq[TERN_NAME_MAX + 1];    /* plain name (tern_name_valid) of the
-                                       DLQ in the queue's namespace; "" =
-                                       "<queue>-dlq-<group>" */
+    uint64_t ack_timeout_ms;     /* >= 1 */
+    uint32_t max_deliveries;     /* >= 1 */
+    uint32_t window;             /* 1..IDX_SHARED_WINDOW_MAX */
+    char dlq[TERN_NAME_MAX + 1]; /* plain name (tern_name_valid) of the
+                                    DLQ in the queue's namespace; "" =
+                                    "<queue>-dlq-<group>" */
 };
 /* The defaults above into *s (caller-owned). */
 void idx_shared_settings_default(struct idx_shared_settings *s);
@@ -358,7 +358,7 @@ void idx_shared_settings_default(struct idx_shared_settings *s);
 #define IDX_SHARED_SET_WINDOW         0x4u
 #define IDX_SHARED_SET_DLQ            0x8u
 #define IDX_SHARED_SET_ALL                                                     \
-    (IDX_SHARED_SET_ACK_TIMEOUT | IDX_SHARED_SET_MAX_DELIVERIES |             \
+    (IDX_SHARED_SET_ACK_TIMEOUT | IDX_SHARED_SET_MAX_DELIVERIES |              \
      IDX_SHARED_SET_WINDOW | IDX_SHARED_SET_DLQ)
 /* Create shared group (queue, group) with the defaults overridden by the
  * masked fields of s (borrowed; NULL with mask 0), or change the masked
