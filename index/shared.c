@@ -61,7 +61,7 @@ static int group_put(struct idx_env *e,
 
 int idx__group_is_shared(struct idx_env *e, const void *key, size_t key_len)
 {
-    struct idx__group_val g;
+    struct idx__group_val g = {0};
     MDB_val k = {key_len, (void *)(uintptr_t)key}, v;
     int rc = mdb_get(e->wtxn, e->dbi_groups, &k, &v);
     if (rc == MDB_NOTFOUND) {
@@ -203,7 +203,7 @@ static int floor_settle(struct idx_env *e,
                         struct idx__group_val *g)
 {
     struct lease_walk w;
-    struct idx__lease_val l;
+    struct idx__lease_val l = {0};
     uint64_t off = 0;
     int rc = walk_open(e, e->wtxn, &w, queue_id, group, group_len);
     if (rc != 0) {
@@ -283,7 +283,7 @@ static int apply_config(struct idx_env *e,
                         const struct idx__cmd *c,
                         struct idx_result *r)
 {
-    struct idx__group_val g;
+    struct idx__group_val g = {0};
     char dlq[TERN_NAME_MAX + 1];
     memset(&g, 0, sizeof g);
     int rc = group_get(e, e->wtxn, q->id, c->group, c->group_len, &g);
@@ -326,9 +326,9 @@ static int apply_deliver(struct idx_env *e,
                          const struct idx__cmd *c,
                          struct idx_result *r)
 {
-    struct idx__group_val g;
-    struct idx_deliver_item it;
-    struct idx__lease_val l;
+    struct idx__group_val g = {0};
+    struct idx_deliver_item it = {0};
+    struct idx__lease_val l = {0};
     int rc = cmd_group(e, q, c, &g, r);
     if (rc != 0) {
         return rc < 0 ? rc : 0;
@@ -376,9 +376,9 @@ static int apply_settle(struct idx_env *e,
                         const struct idx__cmd *c,
                         struct idx_result *r)
 {
-    struct idx__group_val g;
-    struct idx_settle_item it;
-    struct idx__lease_val l;
+    struct idx__group_val g = {0};
+    struct idx_settle_item it = {0};
+    struct idx__lease_val l = {0};
     bool floor_gone = false;
     int rc = cmd_group(e, q, c, &g, r);
     if (rc != 0) {
@@ -444,8 +444,8 @@ int idx__shared_dl_check(struct idx_env *e,
                          char *dlq,
                          struct idx_result *r)
 {
-    struct idx__group_val g;
-    struct idx__lease_val l;
+    struct idx__group_val g = {0};
+    struct idx__lease_val l = {0};
     int rc = cmd_group(e, q, c, &g, r);
     if (rc != 0) {
         return rc < 0 ? rc : 0;
@@ -468,7 +468,7 @@ int idx__shared_dl_finish(struct idx_env *e,
                           const struct idx__queue_val *q,
                           const struct idx__cmd *c)
 {
-    struct idx__group_val g;
+    struct idx__group_val g = {0};
     int rc = group_get(e, e->wtxn, q->id, c->group, c->group_len, &g);
     if (rc != 0) {
         return rc < 0 ? rc : IDX__CORRUPT(e, "group of a dead letter gone");
@@ -493,8 +493,8 @@ static int trim_group(struct idx_env *e,
                       struct idx__group_val *g)
 {
     struct lease_walk w;
-    struct idx__lease_val l;
-    uint64_t off;
+    struct idx__lease_val l = {0};
+    uint64_t off = 0;
     int rc = walk_open(e, e->wtxn, &w, queue_id, group, group_len);
     if (rc != 0) {
         return rc;
@@ -528,7 +528,7 @@ int idx__shared_trim(struct idx_env *e, uint64_t queue_id, uint64_t to)
     idx__put_be64(prefix, queue_id);
     int mrc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
     for (; mrc == 0; mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
-        struct idx__group_val g;
+        struct idx__group_val g = {0};
         char name[TERN_NAME_MAX];
         size_t n = k.mv_size - sizeof prefix;
         if (k.mv_size <= sizeof prefix || n > TERN_NAME_MAX ||
@@ -621,12 +621,12 @@ int idx_deliver_plan(struct idx_env *e,
                      uint32_t max_dead,
                      uint32_t *n_dead)
 {
-    MDB_txn *txn;
-    struct idx__queue_val q;
-    struct idx__group_val g;
+    MDB_txn *txn = NULL;
+    struct idx__queue_val q = {0};
+    struct idx__group_val g = {0};
     struct lease_walk w;
-    struct idx__lease_val l;
-    uint64_t off;
+    struct idx__lease_val l = {0};
+    uint64_t off = 0;
     uint32_t held = 0;
     *n = 0;
     *n_dead = 0;
@@ -688,11 +688,11 @@ int idx_dead_letter_plan(struct idx_env *e,
                          const char *reason,
                          struct tern_wbuf *w)
 {
-    MDB_txn *txn;
-    struct idx__queue_val q;
-    struct idx__group_val g;
-    struct idx__msg_val m;
-    struct idx__record rec;
+    MDB_txn *txn = NULL;
+    struct idx__queue_val q = {0};
+    struct idx__group_val g = {0};
+    struct idx__msg_val m = {0};
+    struct idx__record rec = {0};
     uint8_t key[IDX__MSG_KEY_SIZE];
     int rc = read_group(e, queue, group, &txn, &q, &g);
     if (rc != 0) {
@@ -740,12 +740,12 @@ int idx_shared_group_get(struct idx_env *e,
                          const char *group,
                          struct idx_shared_group *out)
 {
-    MDB_txn *txn;
-    struct idx__queue_val q;
-    struct idx__group_val g;
+    MDB_txn *txn = NULL;
+    struct idx__queue_val q = {0};
+    struct idx__group_val g = {0};
     struct lease_walk w;
-    struct idx__lease_val l;
-    uint64_t off;
+    struct idx__lease_val l = {0};
+    uint64_t off = 0;
     int rc = read_group(e, queue, group, &txn, &q, &g);
     if (rc != 0) {
         return rc;
@@ -773,12 +773,12 @@ int idx_shared_leases(struct idx_env *e,
                       int (*cb)(void *arg, const struct idx_lease *l),
                       void *arg)
 {
-    MDB_txn *txn;
-    struct idx__queue_val q;
-    struct idx__group_val g;
+    MDB_txn *txn = NULL;
+    struct idx__queue_val q = {0};
+    struct idx__group_val g = {0};
     struct lease_walk w;
-    struct idx__lease_val l;
-    uint64_t off;
+    struct idx__lease_val l = {0};
+    uint64_t off = 0;
     uint32_t n = 0;
     int rc = read_group(e, queue, group, &txn, &q, &g);
     if (rc != 0) {
