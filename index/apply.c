@@ -480,6 +480,9 @@ static int apply_trim(struct idx_env *e,
     if (rc == 0) {
         rc = idx__mark_put(e, IDX__MARK_TRIM, q.id, c->queue, c->queue_len);
     }
+    if (rc == 0) {
+        rc = idx__shared_trim(e, q.id, c->trim.to);
+    }
     return rc;
 }
 
@@ -646,7 +649,9 @@ static int apply_group(struct idx_env *e,
 {
     struct idx__queue_val q = {0};
     uint8_t key[IDX__GROUP_KEY_MAX], val[IDX__GROUP_VAL_SIZE];
-    struct idx__group_val g = {c->next_offset, append_ms, index};
+    struct idx__group_val g = {.next_offset = c->next_offset,
+                               .commit_ms = append_ms,
+                               .commit_index = index};
     int rc = cmd_queue(e, c, &q, r);
     if (rc != 0) {
         return rc < 0 ? rc : 0;
@@ -656,10 +661,76 @@ static int apply_group(struct idx_env *e,
         return 0;
     }
     size_t kn = idx__group_key(key, q.id, c->group, c->group_len);
-    idx__group_val_encode(val, &g);
-    MDB_val k = {kn, key}, v = {sizeof val, val};
+    rc = idx__group_is_shared(e, key, kn);
+    if (rc != 0) {
+        r->status = TERN_EINVAL; /* a shared group settles, never commits */
+        return rc < 0 ? rc : 0;
+    }
+    MDB_val k = {kn, key}, v = {idx__group_val_encode(val, &g), val};
     rc = mdb_put(e->wtxn, e->dbi_groups, &k, &v, 0);
     return rc != 0 ? idx__mdb_err(e, rc, "put group") : 0;
+}
+
+/* ---- Shared groups (shared.c; docs/WORKQUEUES.md) ----------------------- */
+
+static int apply_shared(struct idx_env *e,
+                        uint64_t t,
+                        const struct idx__cmd *c,
+                        struct idx_result *r)
+{
+    struct idx__queue_val q = {0};
+    int rc = cmd_queue(e, c, &q, r);
+    if (rc != 0) {
+        return rc < 0 ? rc : 0;
+    }
+    return idx__shared_apply(e, &q, t, c, r);
+}
+
+/* DEAD_LETTER: the group's check, the append of the carried message to
+ * the DLQ (created on first use with the default retention, as a
+ * QUEUE_CREATE would), then the row goes. A DLQ that refuses the append
+ * (quota, overflow reject, ...) leaves the row as it was. */
+static int apply_dead_letter(struct idx_env *e,
+                             uint64_t index,
+                             uint64_t pos,
+                             uint64_t append_ms,
+                             uint64_t t,
+                             const uint8_t *payload,
+                             const struct idx__cmd *c,
+                             struct idx_result *r)
+{
+    struct idx__queue_val q = {0}, dq = {0};
+    char dlq[TERN_NAME_MAX + 1];
+    int rc = cmd_queue(e, c, &q, r);
+    if (rc != 0) {
+        return rc < 0 ? rc : 0;
+    }
+    rc = idx__shared_dl_check(e, &q, t, c, dlq, r);
+    if (rc != 1) {
+        return rc;
+    }
+    struct idx__cmd dc = *c;
+    dc.type = IDX_CMD_PRODUCE_PROPS;
+    dc.queue = dlq;
+    dc.queue_len = (uint8_t)strlen(dlq);
+    dc.producer_id = 0;
+    dc.seq = 0;
+    rc = get_queue(e, dc.queue, dc.queue_len, &dq);
+    if (rc == 1) {
+        dc.has_settings = true;
+        idx_queue_settings_default(&dc.settings);
+        rc = apply_create(e, index, &dc, r);
+        if (rc != 0 || r->status != 0) {
+            return rc;
+        }
+    } else if (rc != 0) {
+        return rc;
+    }
+    rc = apply_produce(e, pos, append_ms, payload, &dc, r);
+    if (rc != 0 || r->status != 0) {
+        return rc;
+    }
+    return idx__shared_dl_finish(e, &q, c);
 }
 
 /* ---- Security metadata ------------------------------------------------- */
@@ -1031,6 +1102,15 @@ int idx__index_record(struct idx_env *e,
                 break;
             case IDX_CMD_TRIM:
                 rc = apply_trim(e, &cmd, &r);
+                break;
+            case IDX_CMD_SHARED_CONFIG:
+            case IDX_CMD_DELIVER:
+            case IDX_CMD_SETTLE:
+                rc = apply_shared(e, it.timestamp_ms, &cmd, &r);
+                break;
+            case IDX_CMD_DEAD_LETTER:
+                rc = apply_dead_letter(e, index, pos, append_ms,
+                                       it.timestamp_ms, payload, &cmd, &r);
                 break;
             default:
                 rc = IDX__CORRUPT(e, "validated entry has command type %u",

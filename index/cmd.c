@@ -111,6 +111,37 @@
  *     Trace reads it back from the entry of a message; an entry without
  *     one (older entries) has an unknown term.
  *
+ * Shared groups (docs/WORKQUEUES.md), added after message trace (upgrade
+ * every node before a leader proposes one). group = u8 len + a plain name
+ * (tern_name_valid). Lists hold 1..IDX_SHARED_LIST_MAX (1024) items with
+ * strictly increasing offsets (one item per offset):
+ *   SHARED_CONFIG (17):
+ *     qname, group, u32 mask (IDX_SHARED_SET_ACK_TIMEOUT 1 |
+ *     _MAX_DELIVERIES 2 | _WINDOW 4 | _DLQ 8; 0 = create with the
+ *     defaults or change nothing), u64 ack_timeout_ms (>= 1),
+ *     u32 max_deliveries (>= 1), u32 window (1..2^24), u8 dlq_len, dlq
+ *     (a plain name; 0 bytes = the default name). A field whose bit is
+ *     clear is 0 (dlq_len 0) in the body (one encoding per command).
+ *   DELIVER (18):
+ *     qname, group, u64 consumer_id, u16 n (1..1024),
+ *     n x (u64 offset, u32 count: 0 for a new offset, else the delivery
+ *     count the leader saw on the row)
+ *   SETTLE (19):
+ *     qname, group, u16 n (1..1024),
+ *     n x (u64 offset, u32 count (>= 1), u8 action (0 ack, 1 nack,
+ *     2 extend, 3 release), u64 delay_ms (0 for ack and release))
+ *   DEAD_LETTER (20):
+ *     qname, group, u64 offset, u32 count (>= 1), u8 reason_len (1..64),
+ *     reason ([A-Za-z0-9._-]), u32 len, len bytes of the message,
+ *     u32 props_len, props_len bytes of a properties block (below): the
+ *     message's own block rebuilt by idx__dlq_props: its producer time,
+ *     key and tag, its headers but those named tern-dlq-* (kept in order
+ *     while they and the four below fit IDX_HEADERS_MAX and
+ *     IDX_HEADERS_BYTES_MAX, the rest dropped), then tern-dlq-queue
+ *     (qname), tern-dlq-offset (offset in decimal), tern-dlq-deliveries
+ *     (count in decimal), tern-dlq-reason (reason). The validator rebuilds
+ *     the block from the one it reads and requires the same bytes.
+ *
  * Properties block (version 1; the same bytes travel on the wire in
  * PRODUCE and FETCH, proto/include/proto.h; protected by the checksum of
  * the entry or frame that carries it):
@@ -766,6 +797,307 @@ int idx_props_header(const void *p,
     return c.err == 0 ? 0 : TERN_EINVAL;
 }
 
+/* ---- Shared groups --------------------------------------------------------
+ */
+
+void idx_shared_settings_default(struct idx_shared_settings *s)
+{
+    memset(s, 0, sizeof *s);
+    s->ack_timeout_ms = IDX_SHARED_ACK_TIMEOUT_MS;
+    s->max_deliveries = IDX_SHARED_MAX_DELIVERIES;
+    s->window = IDX_SHARED_WINDOW;
+}
+
+/* Whether the masked fields of s are in range and the others zero. */
+static bool shared_settings_ok(uint32_t mask,
+                               const struct idx_shared_settings *s,
+                               size_t dlq_len)
+{
+    if ((mask & ~IDX_SHARED_SET_ALL) != 0) {
+        return false;
+    }
+    if ((mask & IDX_SHARED_SET_ACK_TIMEOUT) != 0 ? s->ack_timeout_ms == 0
+                                                 : s->ack_timeout_ms != 0) {
+        return false;
+    }
+    if ((mask & IDX_SHARED_SET_MAX_DELIVERIES) != 0 ? s->max_deliveries == 0
+                                                    : s->max_deliveries != 0) {
+        return false;
+    }
+    if ((mask & IDX_SHARED_SET_WINDOW) != 0
+            ? (s->window == 0 || s->window > IDX_SHARED_WINDOW_MAX)
+            : s->window != 0) {
+        return false;
+    }
+    if ((mask & IDX_SHARED_SET_DLQ) == 0 && dlq_len != 0) {
+        return false;
+    }
+    return dlq_len == 0 || tern_name_valid(s->dlq, dlq_len);
+}
+
+void idx_cmd_shared_config(struct tern_wbuf *w,
+                           const char *queue,
+                           const char *group,
+                           uint32_t mask,
+                           const struct idx_shared_settings *s)
+{
+    struct idx_shared_settings v;
+    memset(&v, 0, sizeof v);
+    if (mask != 0 && s == NULL) {
+        set_err(w, TERN_EINVAL);
+        return;
+    }
+    if ((mask & IDX_SHARED_SET_ACK_TIMEOUT) != 0) {
+        v.ack_timeout_ms = s->ack_timeout_ms;
+    }
+    if ((mask & IDX_SHARED_SET_MAX_DELIVERIES) != 0) {
+        v.max_deliveries = s->max_deliveries;
+    }
+    if ((mask & IDX_SHARED_SET_WINDOW) != 0) {
+        v.window = s->window;
+    }
+    size_t dn = 0;
+    if ((mask & IDX_SHARED_SET_DLQ) != 0) {
+        dn = strnlen(s->dlq, sizeof s->dlq);
+        if (dn > TERN_NAME_MAX) {
+            set_err(w, TERN_EBADNAME);
+            return;
+        }
+        memcpy(v.dlq, s->dlq, dn);
+    }
+    if (!shared_settings_ok(mask, &v, dn)) {
+        set_err(w, dn > 0 && !tern_name_valid(v.dlq, dn) ? TERN_EBADNAME
+                                                         : TERN_EINVAL);
+        return;
+    }
+    size_t at = cmd_start(w, IDX_CMD_SHARED_CONFIG);
+    put_qname(w, queue);
+    put_name(w, group);
+    tern_wbuf_u32(w, mask);
+    tern_wbuf_u64(w, v.ack_timeout_ms);
+    tern_wbuf_u32(w, v.max_deliveries);
+    tern_wbuf_u32(w, v.window);
+    tern_wbuf_u8(w, (uint8_t)dn);
+    tern_wbuf_put(w, v.dlq, dn);
+    cmd_finish(w, at);
+}
+
+void idx_cmd_deliver(struct tern_wbuf *w,
+                     const char *queue,
+                     const char *group,
+                     uint64_t consumer_id,
+                     const struct idx_deliver_item *items,
+                     uint32_t n)
+{
+    if (items == NULL || n == 0 || n > IDX_SHARED_LIST_MAX) {
+        set_err(w, TERN_EINVAL);
+        return;
+    }
+    for (uint32_t i = 1; i < n; i++) {
+        if (items[i].offset <= items[i - 1].offset) {
+            set_err(w, TERN_EINVAL);
+            return;
+        }
+    }
+    size_t at = cmd_start(w, IDX_CMD_DELIVER);
+    put_qname(w, queue);
+    put_name(w, group);
+    tern_wbuf_u64(w, consumer_id);
+    tern_wbuf_u16(w, (uint16_t)n);
+    for (uint32_t i = 0; i < n; i++) {
+        tern_wbuf_u64(w, items[i].offset);
+        tern_wbuf_u32(w, items[i].count);
+    }
+    cmd_finish(w, at);
+}
+
+static bool settle_item_ok(uint32_t count, uint32_t action, uint64_t delay)
+{
+    if (count == 0 || action > IDX_SETTLE_RELEASE) {
+        return false;
+    }
+    return (action != IDX_SETTLE_ACK && action != IDX_SETTLE_RELEASE) ||
+           delay == 0;
+}
+
+void idx_cmd_settle(struct tern_wbuf *w,
+                    const char *queue,
+                    const char *group,
+                    const struct idx_settle_item *items,
+                    uint32_t n)
+{
+    if (items == NULL || n == 0 || n > IDX_SHARED_LIST_MAX) {
+        set_err(w, TERN_EINVAL);
+        return;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        if ((i > 0 && items[i].offset <= items[i - 1].offset) ||
+            !settle_item_ok(items[i].count, items[i].action,
+                            items[i].delay_ms)) {
+            set_err(w, TERN_EINVAL);
+            return;
+        }
+    }
+    size_t at = cmd_start(w, IDX_CMD_SETTLE);
+    put_qname(w, queue);
+    put_name(w, group);
+    tern_wbuf_u16(w, (uint16_t)n);
+    for (uint32_t i = 0; i < n; i++) {
+        tern_wbuf_u64(w, items[i].offset);
+        tern_wbuf_u32(w, items[i].count);
+        tern_wbuf_u8(w, (uint8_t)items[i].action);
+        tern_wbuf_u64(w, items[i].delay_ms);
+    }
+    cmd_finish(w, at);
+}
+
+#define DLQ__HEADERS 4
+
+static bool reason_valid(const char *r, size_t len)
+{
+    return idx_tag_valid(r, len) && len <= IDX_SHARED_REASON_MAX;
+}
+
+static void put_header(struct tern_wbuf *w,
+                       const char *name,
+                       const void *value,
+                       size_t value_len)
+{
+    tern_wbuf_u8(w, (uint8_t)strlen(name));
+    tern_wbuf_put(w, name, strlen(name));
+    tern_wbuf_u16(w, (uint16_t)value_len);
+    tern_wbuf_put(w, value, value_len);
+}
+
+static bool is_dlq_header(const struct idx_header *h)
+{
+    return h->name_len >= 9 && memcmp(h->name, "tern-dlq-", 9) == 0;
+}
+
+void idx__dlq_props(struct tern_wbuf *w,
+                    const uint8_t *orig,
+                    uint32_t orig_len,
+                    const char *queue,
+                    size_t queue_len,
+                    uint64_t offset,
+                    uint32_t count,
+                    const char *reason,
+                    size_t reason_len)
+{
+    struct idx_props p;
+    char off_s[24], cnt_s[16];
+    memset(&p, 0, sizeof p);
+    if (orig_len > 0 && idx_props_decode(orig, orig_len, &p) != 0) {
+        set_err(w, TERN_EINVAL);
+        return;
+    }
+    int off_n =
+        snprintf(off_s, sizeof off_s, "%llu", (unsigned long long)offset);
+    int cnt_n = snprintf(cnt_s, sizeof cnt_s, "%u", count);
+    uint32_t dlq_bytes = (uint32_t)(14 + queue_len + 15 + (size_t)off_n + 19 +
+                                    (size_t)cnt_n + 15 + reason_len);
+    uint32_t kept = 0, bytes = 0;
+    size_t start = w->len;
+    tern_wbuf_u8(w, PROPS__VERSION);
+    tern_wbuf_u8(w, 0);
+    tern_wbuf_u64(w, p.producer_ts_ms);
+    tern_wbuf_u16(w, (uint16_t)p.key_len);
+    tern_wbuf_u8(w, (uint8_t)p.tag_len);
+    size_t n_at = w->len;
+    tern_wbuf_u8(w, 0); /* n_headers, set below */
+    tern_wbuf_put(w, p.key, p.key_len);
+    tern_wbuf_put(w, p.tag, p.tag_len);
+    for (uint32_t i = 0; i < p.n_headers; i++) {
+        struct idx_header h;
+        if (idx_props_header(orig, orig_len, i, &h) != 0) {
+            set_err(w, TERN_EINVAL);
+            return;
+        }
+        if (is_dlq_header(&h)) {
+            continue;
+        }
+        uint32_t hb = (uint32_t)h.name_len + h.value_len;
+        if (kept + 1 + DLQ__HEADERS > IDX_HEADERS_MAX ||
+            bytes + hb + dlq_bytes > IDX_HEADERS_BYTES_MAX) {
+            break; /* this one and the rest do not fit */
+        }
+        tern_wbuf_u8(w, (uint8_t)h.name_len);
+        tern_wbuf_put(w, h.name, h.name_len);
+        tern_wbuf_u16(w, (uint16_t)h.value_len);
+        tern_wbuf_put(w, h.value, h.value_len);
+        kept++;
+        bytes += hb;
+    }
+    put_header(w, "tern-dlq-queue", queue, queue_len);
+    put_header(w, "tern-dlq-offset", off_s, (size_t)off_n);
+    put_header(w, "tern-dlq-deliveries", cnt_s, (size_t)cnt_n);
+    put_header(w, "tern-dlq-reason", reason, reason_len);
+    if (w->err == 0) {
+        w->base[n_at] = (uint8_t)(kept + DLQ__HEADERS);
+        if (idx_props_check(w->base + start, w->len - start, NULL) != 0) {
+            set_err(w, TERN_EINVAL);
+        }
+    }
+}
+
+void idx_cmd_dead_letter(struct tern_wbuf *w,
+                         const char *queue,
+                         const char *group,
+                         uint64_t offset,
+                         uint32_t count,
+                         const char *reason,
+                         const struct idx_pmsg *m)
+{
+    size_t rn = reason != NULL ? strnlen(reason, IDX_SHARED_REASON_MAX + 1) : 0;
+    size_t qn = queue != NULL ? strnlen(queue, TERN_NAME_MAX + 1) : 0;
+    if (m == NULL || count == 0 || !reason_valid(reason, rn) ||
+        (m->len > 0 && m->data == NULL) ||
+        (m->props_len > 0 && idx_props_check(m->props, m->props_len, NULL))) {
+        set_err(w, TERN_EINVAL);
+        return;
+    }
+    size_t at = cmd_start(w, IDX_CMD_DEAD_LETTER);
+    put_qname(w, queue);
+    put_name(w, group);
+    tern_wbuf_u64(w, offset);
+    tern_wbuf_u32(w, count);
+    tern_wbuf_u8(w, (uint8_t)rn);
+    tern_wbuf_put(w, reason, rn);
+    tern_wbuf_u32(w, m->len);
+    tern_wbuf_put(w, m->data, m->len);
+    size_t plen_at = w->len;
+    tern_wbuf_u32(w, 0);
+    size_t pstart = w->len;
+    if (w->err == 0) {
+        idx__dlq_props(w, m->props, m->props_len, queue, qn, offset, count,
+                       reason, rn);
+    }
+    if (w->err == 0) {
+        tern_put_u32(w->base + plen_at, (uint32_t)(w->len - pstart));
+    }
+    cmd_finish(w, at);
+}
+
+void idx__cmd_deliver_item(const struct idx__cmd *cmd,
+                           uint32_t i,
+                           struct idx_deliver_item *out)
+{
+    const uint8_t *p = cmd->items + (size_t)i * 12;
+    out->offset = tern_get_u64(p);
+    out->count = tern_get_u32(p + 8);
+}
+
+void idx__cmd_settle_item(const struct idx__cmd *cmd,
+                          uint32_t i,
+                          struct idx_settle_item *out)
+{
+    const uint8_t *p = cmd->items + (size_t)i * 21;
+    out->offset = tern_get_u64(p);
+    out->count = tern_get_u32(p + 8);
+    out->action = p[12];
+    out->delay_ms = tern_get_u64(p + 13);
+}
+
 static uint32_t entry_checksum(const uint8_t *base, size_t len)
 {
     struct tern_checksum_state st;
@@ -867,6 +1199,108 @@ static int get_settings(struct tern_cursor *c, struct idx_queue_settings *s)
     s->overflow = tern_cursor_u8(c);
     return c->err != 0 || s->overflow > IDX_OVERFLOW_REJECT ? TERN_EMALFORMED
                                                             : 0;
+}
+
+/* The list of a DELIVER (item_size 12) or SETTLE (21): u16 n, n items
+ * with strictly increasing offsets. */
+static int get_items(struct tern_cursor *c,
+                     struct idx__cmd *cmd,
+                     size_t item_size)
+{
+    cmd->n_items = tern_cursor_u16(c);
+    if (c->err != 0 || cmd->n_items == 0 ||
+        cmd->n_items > IDX_SHARED_LIST_MAX ||
+        tern_cursor_left(c) / item_size < cmd->n_items) {
+        return TERN_EMALFORMED;
+    }
+    cmd->items = tern_cursor_bytes(c, (size_t)cmd->n_items * item_size);
+    for (uint32_t i = 0; i < cmd->n_items; i++) {
+        const uint8_t *p = cmd->items + (size_t)i * item_size;
+        if (i > 0 && tern_get_u64(p) <= tern_get_u64(p - item_size)) {
+            return TERN_EMALFORMED;
+        }
+        if (item_size == 21 &&
+            !settle_item_ok(tern_get_u32(p + 8), p[12], tern_get_u64(p + 13))) {
+            return TERN_EMALFORMED;
+        }
+    }
+    return 0;
+}
+
+/* DEAD_LETTER's message and its rebuilt properties block. */
+static int get_dead_letter(struct tern_cursor *c, struct idx__cmd *cmd)
+{
+    struct tern_wbuf w;
+    cmd->dl.offset = tern_cursor_u64(c);
+    cmd->dl.count = tern_cursor_u32(c);
+    cmd->reason_len = tern_cursor_u8(c);
+    cmd->reason = (const char *)tern_cursor_bytes(c, cmd->reason_len);
+    if (c->err != 0 || cmd->dl.count == 0 ||
+        !reason_valid(cmd->reason, cmd->reason_len)) {
+        return TERN_EMALFORMED;
+    }
+    cmd->msgs = c->p;
+    cmd->n_msgs = 1;
+    uint32_t len = tern_cursor_u32(c);
+    (void)tern_cursor_bytes(c, len);
+    uint32_t plen = tern_cursor_u32(c);
+    const uint8_t *props = tern_cursor_bytes(c, plen);
+    if (c->err != 0 || plen == 0 || plen > IDX_PROPS_MAX ||
+        idx_props_check(props, plen, NULL) != 0) {
+        return TERN_EMALFORMED;
+    }
+    cmd->msgs_len = (size_t)(c->p - cmd->msgs);
+    tern_wbuf_init(&w);
+    idx__dlq_props(&w, props, plen, cmd->queue, cmd->queue_len, cmd->dl.offset,
+                   cmd->dl.count, cmd->reason, cmd->reason_len);
+    int rc = w.err != 0 || w.len != plen || memcmp(w.base, props, plen) != 0
+                 ? TERN_EMALFORMED
+                 : 0;
+    tern_wbuf_free(&w);
+    return rc;
+}
+
+static int decode_shared(struct tern_cursor *c, struct idx__cmd *cmd)
+{
+    int rc = 0;
+    cmd->queue = get_qname(c, &cmd->queue_len);
+    cmd->group = get_name(c, &cmd->group_len);
+    if (c->err != 0) {
+        return TERN_EMALFORMED;
+    }
+    switch (cmd->type) {
+    case IDX_CMD_SHARED_CONFIG: {
+        cmd->mask = tern_cursor_u32(c);
+        cmd->shared.ack_timeout_ms = tern_cursor_u64(c);
+        cmd->shared.max_deliveries = tern_cursor_u32(c);
+        cmd->shared.window = tern_cursor_u32(c);
+        uint8_t dn = tern_cursor_u8(c);
+        const uint8_t *d = tern_cursor_bytes(c, dn);
+        if (c->err != 0) {
+            return TERN_EMALFORMED;
+        }
+        memcpy(cmd->shared.dlq, d, dn);
+        cmd->shared.dlq[dn] = '\0';
+        if (!shared_settings_ok(cmd->mask, &cmd->shared, dn)) {
+            return TERN_EMALFORMED;
+        }
+        break;
+    }
+    case IDX_CMD_DELIVER:
+        cmd->consumer_id = tern_cursor_u64(c);
+        rc = get_items(c, cmd, 12);
+        break;
+    case IDX_CMD_SETTLE:
+        rc = get_items(c, cmd, 21);
+        break;
+    default:
+        rc = get_dead_letter(c, cmd);
+        break;
+    }
+    if (rc != 0 || c->err != 0 || tern_cursor_left(c) != 0) {
+        return TERN_EMALFORMED;
+    }
+    return 0;
 }
 
 static int decode_body(struct tern_cursor *c, struct idx__cmd *cmd)
@@ -1009,6 +1443,11 @@ static int decode_body(struct tern_cursor *c, struct idx__cmd *cmd)
             cmd->queue = get_name_max(c, &cmd->queue_len, IDX_USER_NAME_MAX);
         }
         break;
+    case IDX_CMD_SHARED_CONFIG:
+    case IDX_CMD_DELIVER:
+    case IDX_CMD_SETTLE:
+    case IDX_CMD_DEAD_LETTER:
+        return decode_shared(c, cmd);
     default:
         return TERN_EMALFORMED;
     }
@@ -1047,7 +1486,8 @@ int idx__entry_next(struct idx__entry *it, struct idx__cmd *cmd)
 void idx__msg_iter_init(struct idx__msg_iter *mi, const struct idx__cmd *cmd)
 {
     tern_cursor_init(&mi->c, cmd->msgs, cmd->msgs_len);
-    mi->with_props = cmd->type == IDX_CMD_PRODUCE_PROPS;
+    mi->with_props =
+        cmd->type == IDX_CMD_PRODUCE_PROPS || cmd->type == IDX_CMD_DEAD_LETTER;
     mi->props = NULL;
     mi->props_len = 0;
 }

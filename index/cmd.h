@@ -68,6 +68,22 @@ struct idx__cmd
         uint64_t queue_id, from, to, bytes;
     } trim;        /* TRIM */
     uint64_t term; /* TERM */
+    /* Shared groups (types 17..20; docs/WORKQUEUES.md). SHARED_CONFIG:
+     * mask (IDX_SHARED_SET_*) and shared. DELIVER, SETTLE: n_items list
+     * items at items (read them with idx__cmd_deliver_item /
+     * idx__cmd_settle_item). DEAD_LETTER: the receipt in dl, the reason,
+     * and the message as one (len, bytes, props_len, props) in msgs. */
+    struct idx_shared_settings shared;
+    uint64_t consumer_id;
+    uint32_t n_items;
+    const uint8_t *items;
+    struct
+    {
+        uint64_t offset;
+        uint32_t count;
+    } dl;
+    const char *reason; /* not NUL-terminated */
+    uint8_t reason_len;
 };
 
 struct idx__entry
@@ -101,5 +117,26 @@ void idx__msg_iter_init(struct idx__msg_iter *mi, const struct idx__cmd *cmd);
 int idx__msg_iter_next(struct idx__msg_iter *mi,
                        const uint8_t **data,
                        uint32_t *len);
+
+/* Item i (< cmd->n_items) of a validated DELIVER / SETTLE. */
+void idx__cmd_deliver_item(const struct idx__cmd *cmd,
+                           uint32_t i,
+                           struct idx_deliver_item *out);
+void idx__cmd_settle_item(const struct idx__cmd *cmd,
+                          uint32_t i,
+                          struct idx_settle_item *out);
+/* The properties block a DEAD_LETTER carries (cmd.c, "DEAD_LETTER"): the
+ * original block orig[0..orig_len) (0 bytes: none) of the message at
+ * offset of queue[0..queue_len), with the dead-letter headers; appended
+ * to w (caller-owned). */
+void idx__dlq_props(struct tern_wbuf *w,
+                    const uint8_t *orig,
+                    uint32_t orig_len,
+                    const char *queue,
+                    size_t queue_len,
+                    uint64_t offset,
+                    uint32_t count,
+                    const char *reason,
+                    size_t reason_len);
 
 #endif /* TERN_IDX_CMD_H */

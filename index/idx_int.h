@@ -13,6 +13,7 @@
  *   snapshot.c  manifests, bulk catch-up, restore
  *   read.c      queue lookups, group offsets, fetches
  *   apply.c     idx_apply, the index writer, idx_sync, idx_bulk_discard
+ *   shared.c    shared groups: apply, TRIM's part, the leader's plans
  *   clean.c     message rows by range and time, the row cleaner
  *   log.c       commit-log segments and records
  *   cmd.c       command entry codec
@@ -20,6 +21,7 @@
  *   txn.c       errors, read buffer, the pending write txn, idx_flush
  *
  *   env.c, snapshot.c -> apply.c -> cmd.c, keys.c, log.c, clean.c
+ *   apply.c -> shared.c -> cmd.c, keys.c, log.c
  *   env.c -> keys.c, log.c;  snapshot.c -> log.c
  *   read.c -> keys.c, log.c, clean.c;  clean.c -> keys.c
  *   every file but cmd.c and keys.c -> txn.c
@@ -154,16 +156,48 @@ size_t idx__group_key(uint8_t *key,
  * 8-byte version 1 (commit_ms and commit_index 0: unknown). */
 struct idx__group_val
 {
-    uint64_t next_offset;  /* the committed offset */
+    uint64_t next_offset;  /* the committed offset; shared: the floor */
     uint64_t commit_ms;    /* append time of the GROUP_COMMIT's entry */
     uint64_t commit_index; /* raft index of that entry */
+    /* Version 3 (a shared group, docs/WORKQUEUES.md): shared set, next
+     * the first offset never delivered, settings (dlq "" = default). */
+    bool shared;
+    uint64_t next;
+    struct idx_shared_settings settings;
 };
 #define IDX__GROUP_VAL_SIZE    32
 #define IDX__GROUP_VAL_V1_SIZE 8
-void idx__group_val_encode(uint8_t *buf, const struct idx__group_val *g);
+#define IDX__GROUP_VAL_V3_SIZE 41 /* before the DLQ name */
+#define IDX__GROUP_VAL_MAX     (IDX__GROUP_VAL_V3_SIZE + TERN_NAME_MAX)
+/* Writes version 2, or version 3 when g->shared; returns the length. */
+size_t idx__group_val_encode(uint8_t *buf, const struct idx__group_val *g);
 int idx__group_val_decode(const void *buf,
                           size_t len,
                           struct idx__group_val *g);
+
+/* leases (keys.c): u64 BE queue id, u8 group_len, group, u64 BE offset
+ * -> idx__lease_val. prefix_only leaves the offset out (one group's
+ * rows); returns the key length. */
+#define IDX__LEASE_KEY_MAX (8 + 1 + TERN_NAME_MAX + 8)
+size_t idx__lease_key(uint8_t *key,
+                      uint64_t queue_id,
+                      const char *group,
+                      size_t group_len,
+                      uint64_t offset,
+                      bool prefix_only);
+#define IDX__LEASE_VAL_SIZE 24
+enum { IDX__LEASE_LEASED = 0, IDX__LEASE_READY = 1 };
+struct idx__lease_val
+{
+    uint32_t count; /* deliveries so far (>= 1) */
+    uint8_t state;  /* IDX__LEASE_* */
+    uint64_t consumer_id;
+    uint64_t deadline_ms; /* leased: lease end; ready: not before */
+};
+void idx__lease_val_encode(uint8_t *buf, const struct idx__lease_val *l);
+int idx__lease_val_decode(const void *buf,
+                          size_t len,
+                          struct idx__lease_val *l);
 
 /* Remembered batch results per (queue, producer) for idempotent retries. */
 #define IDX__DEDUP_WINDOW 32
@@ -390,6 +424,37 @@ int idx__mark_put(struct idx_env *e,
                   const char *name,
                   size_t name_len);
 
+/* ---- shared.c: shared groups (docs/WORKQUEUES.md) ------------------------ */
+
+/* Apply SHARED_CONFIG, DELIVER, SETTLE in the pending txn; t is the
+ * entry's timestamp_ms. Results as idx.h says; 0 or a failure code. */
+int idx__shared_apply(struct idx_env *e,
+                      const struct idx__queue_val *q,
+                      uint64_t t,
+                      const struct idx__cmd *c,
+                      struct idx_result *r);
+/* DEAD_LETTER, in two steps around the DLQ append (apply.c): check
+ * returns 1 when the row of c->dl is there with that count and due by t
+ * (then *dlq, caller's TERN_NAME_MAX + 1 bytes, is the DLQ's stored
+ * name), 0 when the result is already set (a moved row: status 0, count
+ * 0; or the group's refusal), or a failure code; finish deletes the row
+ * and moves the floor. */
+int idx__shared_dl_check(struct idx_env *e,
+                         const struct idx__queue_val *q,
+                         uint64_t t,
+                         const struct idx__cmd *c,
+                         char *dlq,
+                         struct idx_result *r);
+int idx__shared_dl_finish(struct idx_env *e,
+                          const struct idx__queue_val *q,
+                          const struct idx__cmd *c);
+/* TRIM of queue_id to new first offset to: moves floor and next of its
+ * shared groups up to it and deletes their lease rows below it. */
+int idx__shared_trim(struct idx_env *e, uint64_t queue_id, uint64_t to);
+/* Whether the stored group row (k) of a GROUP_COMMIT is a shared one: 1
+ * yes, 0 no or no row, or a failure code. */
+int idx__group_is_shared(struct idx_env *e, const void *key, size_t key_len);
+
 /* ---- apply.c: the index writer ------------------------------------------- */
 
 /* Index one record (already in the log at pos) into the pending txn;
@@ -554,6 +619,7 @@ struct idx_env
     MDB_dbi dbi_pids;
     MDB_dbi dbi_usage;
     MDB_dbi dbi_keys;            /* message key index (keys.c) */
+    MDB_dbi dbi_leases;          /* shared groups' lease rows (keys.c) */
     MDB_txn *wtxn;               /* pending write txn or NULL */
     struct idx__state st;        /* applied state, including pending */
     struct idx__state committed; /* state of the last commit */

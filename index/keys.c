@@ -86,6 +86,25 @@
  *   written before version 2; their commit time and index are unknown,
  *   read as 0). The length tells the versions apart. Message trace
  *   (read.c) reports the commit time and index; fetches read the offset.
+ *   or version 3, a shared group (docs/WORKQUEUES.md), 41 + dlq_len bytes:
+ *     u64 floor (every offset below it is acknowledged, dead-lettered or
+ *     trimmed; read as the group's offset by fetches and trace),
+ *     u32 version (3), u32 mode (1 = shared), u64 next (the first offset
+ *     never delivered), u64 ack_timeout_ms, u32 max_deliveries,
+ *     u32 window, u8 dlq_len (0 = the default DLQ name), dlq (a plain
+ *     name). Versions 1 and 2 are stream groups; a group name keeps its
+ *     mode (GROUP_COMMIT on a version 3 row and SHARED_* on a version 1
+ *     or 2 row are refused).
+ * DBI "leases" (the unacknowledged offsets of shared groups):
+ *   key u64 BE queue id, u8 group_len (1..200), group, u64 BE offset ->
+ *   24 bytes: u32 delivery count (>= 1), u8 state (0 leased, 1 ready),
+ *   u8 reserved (0), u16 reserved (0), u64 consumer id (of the last
+ *   delivery), u64 deadline in ms (leased: the lease's end; ready: not
+ *   before). The length byte makes (queue id, group_len, group) a prefix
+ *   that no other group's key starts with, so one group's rows are one
+ *   contiguous range in offset order; a queue's rows share the 8-byte
+ *   queue id prefix (the cleaner's walk of a deleted queue). Rows exist
+ *   only for offsets in [floor, next) of the group row.
  * DBI "producers":
  *   key u64 BE queue id, u64 BE producer id (queue first, so a queue's
  *   producers are deleted with one range walk) -> 16 + 20 * n bytes:
@@ -341,13 +360,89 @@ size_t idx__group_key(uint8_t *key,
     return 8 + group_len;
 }
 
-void idx__group_val_encode(uint8_t *buf, const struct idx__group_val *g)
+size_t idx__group_val_encode(uint8_t *buf, const struct idx__group_val *g)
 {
+    if (g->shared) {
+        size_t dn = strnlen(g->settings.dlq, TERN_NAME_MAX);
+        tern_put_u64(buf, g->next_offset);
+        tern_put_u32(buf + 8, 3);
+        tern_put_u32(buf + 12, 1);
+        tern_put_u64(buf + 16, g->next);
+        tern_put_u64(buf + 24, g->settings.ack_timeout_ms);
+        tern_put_u32(buf + 32, g->settings.max_deliveries);
+        tern_put_u32(buf + 36, g->settings.window);
+        buf[40] = (uint8_t)dn;
+        memcpy(buf + IDX__GROUP_VAL_V3_SIZE, g->settings.dlq, dn);
+        return IDX__GROUP_VAL_V3_SIZE + dn;
+    }
     tern_put_u64(buf, g->next_offset);
     tern_put_u32(buf + 8, 2);
     tern_put_u32(buf + 12, 0);
     tern_put_u64(buf + 16, g->commit_ms);
     tern_put_u64(buf + 24, g->commit_index);
+    return IDX__GROUP_VAL_SIZE;
+}
+
+/* Version 3 (buf[0..len), len >= IDX__GROUP_VAL_V3_SIZE). */
+static int group_val_v3_decode(const uint8_t *b,
+                               size_t len,
+                               struct idx__group_val *g)
+{
+    size_t dn = b[40];
+    if (tern_get_u32(b + 12) != 1 || len != IDX__GROUP_VAL_V3_SIZE + dn ||
+        (dn > 0 && !tern_name_valid((const char *)b + 41, dn))) {
+        return TERN_ECORRUPT;
+    }
+    g->shared = true;
+    g->next_offset = tern_get_u64(b);
+    g->next = tern_get_u64(b + 16);
+    g->settings.ack_timeout_ms = tern_get_u64(b + 24);
+    g->settings.max_deliveries = tern_get_u32(b + 32);
+    g->settings.window = tern_get_u32(b + 36);
+    memcpy(g->settings.dlq, b + 41, dn);
+    g->settings.dlq[dn] = '\0';
+    return g->next < g->next_offset ? TERN_ECORRUPT : 0;
+}
+
+size_t idx__lease_key(uint8_t *key,
+                      uint64_t queue_id,
+                      const char *group,
+                      size_t group_len,
+                      uint64_t offset,
+                      bool prefix_only)
+{
+    idx__put_be64(key, queue_id);
+    key[8] = (uint8_t)group_len;
+    memcpy(key + 9, group, group_len);
+    if (prefix_only) {
+        return 9 + group_len;
+    }
+    idx__put_be64(key + 9 + group_len, offset);
+    return 17 + group_len;
+}
+
+void idx__lease_val_encode(uint8_t *buf, const struct idx__lease_val *l)
+{
+    tern_put_u32(buf, l->count);
+    buf[4] = l->state;
+    buf[5] = 0;
+    tern_put_u16(buf + 6, 0);
+    tern_put_u64(buf + 8, l->consumer_id);
+    tern_put_u64(buf + 16, l->deadline_ms);
+}
+
+int idx__lease_val_decode(const void *buf, size_t len, struct idx__lease_val *l)
+{
+    const uint8_t *b = buf;
+    if (len != IDX__LEASE_VAL_SIZE || b[4] > IDX__LEASE_READY || b[5] != 0 ||
+        tern_get_u16(b + 6) != 0 || tern_get_u32(b) == 0) {
+        return TERN_ECORRUPT;
+    }
+    l->count = tern_get_u32(b);
+    l->state = b[4];
+    l->consumer_id = tern_get_u64(b + 8);
+    l->deadline_ms = tern_get_u64(b + 16);
+    return 0;
 }
 
 int idx__group_val_decode(const void *buf, size_t len, struct idx__group_val *g)
@@ -357,6 +452,9 @@ int idx__group_val_decode(const void *buf, size_t len, struct idx__group_val *g)
     if (len == IDX__GROUP_VAL_V1_SIZE) {
         g->next_offset = tern_get_u64(b);
         return 0;
+    }
+    if (len >= IDX__GROUP_VAL_V3_SIZE && tern_get_u32(b + 8) == 3) {
+        return group_val_v3_decode(b, len, g);
     }
     if (len != IDX__GROUP_VAL_SIZE || tern_get_u32(b + 8) != 2 ||
         tern_get_u32(b + 12) != 0) {

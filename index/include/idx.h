@@ -113,6 +113,11 @@ enum idx_cmd_type {
     IDX_CMD_PRODUCE_PROPS = 15,
     /* Message trace: the proposing leader's term (docs/MESSAGES.md). */
     IDX_CMD_TERM = 16,
+    /* Work queues: shared groups (docs/WORKQUEUES.md). */
+    IDX_CMD_SHARED_CONFIG = 17,
+    IDX_CMD_DELIVER = 18,
+    IDX_CMD_SETTLE = 19,
+    IDX_CMD_DEAD_LETTER = 20,
 };
 
 /* User and namespace names follow the queue name rule (tern_name_valid)
@@ -327,6 +332,104 @@ void idx_cmd_group_commit(struct tern_wbuf *w,
                           const char *queue,
                           const char *group,
                           uint64_t next_offset);
+/* ---- Shared groups (docs/WORKQUEUES.md; format: index/cmd.c) ---------- */
+
+/* Settings of a shared group and their defaults. */
+#define IDX_SHARED_ACK_TIMEOUT_MS 30000u
+#define IDX_SHARED_MAX_DELIVERIES 16u
+#define IDX_SHARED_WINDOW         65536u
+#define IDX_SHARED_PREFETCH       256u /* per consumer, not replicated */
+#define IDX_SHARED_WINDOW_MAX     ((uint32_t)1 << 24)
+#define IDX_SHARED_REASON_MAX     64u
+struct idx_shared_settings
+{
+    uint64_t ack_timeout_ms;     /* >= 1 */
+    uint32_t max_deliveries;     /* >= 1 */
+    uint32_t window;             /* 1..IDX_SHARED_WINDOW_MAX */
+    char dlq[TERN_NAME_MAX + 1]; /* plain name (tern_name_valid) of the
+                                    DLQ in the queue's namespace; "" =
+                                    "<queue>-dlq-<group>" */
+};
+/* The defaults above into *s (caller-owned). */
+void idx_shared_settings_default(struct idx_shared_settings *s);
+/* SHARED_CONFIG mask: which settings the command sets. */
+#define IDX_SHARED_SET_ACK_TIMEOUT    0x1u
+#define IDX_SHARED_SET_MAX_DELIVERIES 0x2u
+#define IDX_SHARED_SET_WINDOW         0x4u
+#define IDX_SHARED_SET_DLQ            0x8u
+#define IDX_SHARED_SET_ALL                                                     \
+    (IDX_SHARED_SET_ACK_TIMEOUT | IDX_SHARED_SET_MAX_DELIVERIES |              \
+     IDX_SHARED_SET_WINDOW | IDX_SHARED_SET_DLQ)
+/* Create shared group (queue, group) with the defaults overridden by the
+ * masked fields of s (borrowed; NULL with mask 0), or change the masked
+ * settings of an existing one. TERN_EINVAL for an unknown mask bit or an
+ * out-of-range value, TERN_EBADNAME for a bad name. Result: 0,
+ * TERN_ENOQUEUE, TERN_EINVAL (a stream group of that name), TERN_EBADNAME
+ * (the default DLQ name would be longer than TERN_NAME_MAX). */
+void idx_cmd_shared_config(struct tern_wbuf *w,
+                           const char *queue,
+                           const char *group,
+                           uint32_t mask,
+                           const struct idx_shared_settings *s);
+/* One offset of a DELIVER: count 0 = a new offset, else the delivery
+ * count of the row the leader saw (the redelivery's receipt - 1). */
+struct idx_deliver_item
+{
+    uint64_t offset;
+    uint32_t count;
+};
+/* Lease items[0..n) (1..IDX_SHARED_LIST_MAX, borrowed) of (queue, group)
+ * to consumer_id. Result: count and done[] = the offsets leased (each now
+ * has delivery count item.count + 1); TERN_ENOQUEUE, TERN_ENOTFOUND (no
+ * such group), TERN_EINVAL (a stream group). */
+void idx_cmd_deliver(struct tern_wbuf *w,
+                     const char *queue,
+                     const char *group,
+                     uint64_t consumer_id,
+                     const struct idx_deliver_item *items,
+                     uint32_t n);
+enum idx_settle_action {
+    IDX_SETTLE_ACK = 0,     /* done: the row goes */
+    IDX_SETTLE_NACK = 1,    /* ready again at t + delay_ms */
+    IDX_SETTLE_EXTEND = 2,  /* the lease ends at t + delay_ms */
+    IDX_SETTLE_RELEASE = 3, /* the consumer is gone: ready at t */
+};
+/* One receipt (offset, delivery count) and what to do with it; delay_ms
+ * must be 0 for ack and release. */
+struct idx_settle_item
+{
+    uint64_t offset;
+    uint32_t count;
+    uint32_t action; /* enum idx_settle_action */
+    uint64_t delay_ms;
+};
+/* Settle items[0..n) (1..IDX_SHARED_LIST_MAX, borrowed). Result: count
+ * and done[] = the receipts that matched a row; the others are stale and
+ * change nothing. Statuses as idx_cmd_deliver. */
+void idx_cmd_settle(struct tern_wbuf *w,
+                    const char *queue,
+                    const char *group,
+                    const struct idx_settle_item *items,
+                    uint32_t n);
+/* Move the message at offset (whose row has delivery count count and is
+ * due) of (queue, group) to the group's DLQ: m is the message with its
+ * original properties (borrowed); the command carries a properties block
+ * with the original headers (the last ones dropped if the four below do
+ * not fit, any earlier tern-dlq-* headers removed) and tern-dlq-queue,
+ * tern-dlq-offset, tern-dlq-deliveries, tern-dlq-reason appended. reason:
+ * 1..IDX_SHARED_REASON_MAX bytes of [A-Za-z0-9._-]. Result: 0 with
+ * base_offset = the DLQ offset and count 1; 0 with count 0 when the row
+ * moved on (nothing changes); TERN_ENOQUEUE, TERN_ENOTFOUND, TERN_EINVAL,
+ * or the DLQ's refusal (TERN_EQUOTA, TERN_EQUEUEFULL, ...; the row
+ * stays). */
+void idx_cmd_dead_letter(struct tern_wbuf *w,
+                         const char *queue,
+                         const char *group,
+                         uint64_t offset,
+                         uint32_t count,
+                         const char *reason,
+                         const struct idx_pmsg *m);
+
 /* A command that changes nothing (result 0): a leader that sees it applied
  * knows every entry committed before it is applied too, and that it was
  * still leader when it was committed (linearizable reads, node/batch.c). */
@@ -395,12 +498,19 @@ void idx_cmd_pad(struct tern_wbuf *w);
  * idx_options.max_message). */
 int idx_cmd_validate(const void *entry, size_t len);
 
+/* Longest offset list of one DELIVER or SETTLE (docs/WORKQUEUES.md). */
+#define IDX_SHARED_LIST_MAX 1024u
 struct idx_result
 {
     int status;           /* 0 or a tern code (TERN_ENOQUEUE, ...) */
     uint64_t base_offset; /* produce: offset of the first message */
-    uint32_t count;       /* produce: number of messages */
+    uint32_t count;       /* produce: number of messages; DELIVER, SETTLE,
+                             DEAD_LETTER: list items done */
     int duplicate;        /* produce: 1 if this batch was applied before */
+    /* DELIVER and SETTLE: bit i (done[i / 64] >> (i % 64) & 1) set when
+     * list item i was delivered / settled; clear: left out (a plan on a
+     * state that moved) / stale receipt. */
+    uint64_t done[IDX_SHARED_LIST_MAX / 64];
 };
 /* Retention at apply (docs/MESSAGES.md, "Retention"): a produce on a
  * queue with max_messages or max_bytes appends, then (drop-oldest) trims
@@ -656,6 +766,71 @@ int idx_trim_plan(struct idx_env *e,
 void idx_over_limits_drain(struct idx_env *e,
                            void (*cb)(void *arg, const char *queue),
                            void *arg);
+
+/* ---- Shared groups: the leader's plans and reads (shared.c) ------------- */
+
+/* What consumer_id may be given now (t: the leader's clock, flushed
+ * state): leases due by t (ready or expired), oldest offset first, then
+ * new offsets from the group's next, at most max_n (<= the
+ * IDX_SHARED_LIST_MAX of out) and at most prefetch minus the leases the
+ * consumer holds unexpired, new offsets only while next - floor < window.
+ * Due rows whose next delivery would pass max_deliveries go to dead[0..
+ * max_dead) instead (with their count; *n_dead OUT). *n (OUT) items in
+ * out, for idx_cmd_deliver. TERN_ENOQUEUE, TERN_ENOTFOUND, TERN_EINVAL (a
+ * stream group), TERN_EBADNAME. */
+int idx_deliver_plan(struct idx_env *e,
+                     const char *queue,
+                     const char *group,
+                     uint64_t consumer_id,
+                     uint32_t max_n,
+                     uint32_t prefetch,
+                     uint64_t t,
+                     struct idx_deliver_item *out,
+                     uint32_t *n,
+                     struct idx_deliver_item *dead,
+                     uint32_t max_dead,
+                     uint32_t *n_dead);
+/* Append to w (idx_cmd_begin done by the caller, which owns w) the
+ * DEAD_LETTER of candidate d of (queue, group), reading the message's
+ * bytes and properties from the log. TERN_ENOTFOUND when the message is
+ * no longer retained, the codes of idx_message_get, w's error. */
+int idx_dead_letter_plan(struct idx_env *e,
+                         const char *queue,
+                         const char *group,
+                         const struct idx_deliver_item *d,
+                         const char *reason,
+                         struct tern_wbuf *w);
+/* A shared group's state (flushed). */
+struct idx_shared_group
+{
+    struct idx_shared_settings settings;
+    uint64_t floor; /* every offset below is settled or trimmed */
+    uint64_t next;  /* the first offset never delivered */
+    uint64_t rows;  /* lease rows (unacknowledged offsets in [floor, next)) */
+};
+int idx_shared_group_get(struct idx_env *e,
+                         const char *queue,
+                         const char *group,
+                         struct idx_shared_group *out);
+/* One lease row (offset, delivery count, state, consumer, deadline). */
+struct idx_lease
+{
+    uint64_t offset;
+    uint32_t count;
+    uint32_t ready; /* 1: ready (deadline = not before), 0: leased */
+    uint64_t consumer_id;
+    uint64_t deadline_ms;
+};
+/* The group's lease rows from offset from, in offset order, at most max
+ * (one cb call each; a non-zero return stops). Codes as
+ * idx_shared_group_get. */
+int idx_shared_leases(struct idx_env *e,
+                      const char *queue,
+                      const char *group,
+                      uint64_t from,
+                      uint32_t max,
+                      int (*cb)(void *arg, const struct idx_lease *l),
+                      void *arg);
 
 /* ---- The row cleaner (clean.c): local, not replicated ------------------ */
 

@@ -147,6 +147,48 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         case IDX_CMD_PRODUCER_INIT:
             idx_cmd_producer_init(&w, q);
             break;
+        case IDX_CMD_SHARED_CONFIG:
+            copy_name(g, c.group, c.group_len);
+            idx_cmd_shared_config(&w, q, g, c.mask, &c.shared);
+            break;
+        case IDX_CMD_DELIVER:
+        case IDX_CMD_SETTLE: {
+            static struct idx_deliver_item di[IDX_SHARED_LIST_MAX];
+            static struct idx_settle_item si[IDX_SHARED_LIST_MAX];
+            copy_name(g, c.group, c.group_len);
+            for (uint32_t i = 0; i < c.n_items; i++) {
+                if (c.type == IDX_CMD_DELIVER) {
+                    idx__cmd_deliver_item(&c, i, &di[i]);
+                } else {
+                    idx__cmd_settle_item(&c, i, &si[i]);
+                }
+            }
+            if (c.type == IDX_CMD_DELIVER) {
+                idx_cmd_deliver(&w, q, g, c.consumer_id, di, c.n_items);
+            } else {
+                idx_cmd_settle(&w, q, g, si, c.n_items);
+            }
+            break;
+        }
+        case IDX_CMD_DEAD_LETTER: {
+            /* The carried block already has the dead-letter headers; the
+             * builder rebuilds the same block from it. */
+            struct idx__msg_iter mi;
+            struct idx_pmsg m;
+            const uint8_t *d;
+            char reason[IDX_SHARED_REASON_MAX + 1];
+            copy_name(g, c.group, c.group_len);
+            copy_name(reason, c.reason, c.reason_len);
+            idx__msg_iter_init(&mi, &c);
+            if (idx__msg_iter_next(&mi, &d, &m.len) != 1) {
+                abort();
+            }
+            m.data = d;
+            m.props = mi.props;
+            m.props_len = mi.props_len;
+            idx_cmd_dead_letter(&w, q, g, c.dl.offset, c.dl.count, reason, &m);
+            break;
+        }
         default:
             abort();
         }

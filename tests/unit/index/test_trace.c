@@ -81,7 +81,9 @@ Test(index_trace_cmd, term_zero_and_bad_bodies_refused)
 Test(index_trace_cmd, group_value_versions)
 {
     uint8_t b[IDX__GROUP_VAL_SIZE];
-    struct idx__group_val g = {17, 1700000000000ull, 42}, d;
+    struct idx__group_val g = {
+        .next_offset = 17, .commit_ms = 1700000000000ull, .commit_index = 42};
+    struct idx__group_val d;
     idx__group_val_encode(b, &g);
     cr_assert_eq(idx__group_val_decode(b, sizeof b, &d), 0);
     cr_expect_eq(d.next_offset, 17);

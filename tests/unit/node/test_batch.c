@@ -330,7 +330,7 @@ Test(batch, enospc_maps_to_efull)
 Test(batch, other_leaders_entry_at_our_index_is_not_routed)
 {
     struct proto_request r = produce_req("q", "ours");
-    struct idx_result res = {0, 77, 1, 0};
+    struct idx_result res = {.base_offset = 77, .count = 1};
     struct tern_wbuf other;
     struct idx_msg m = {"theirs", 6};
 
@@ -353,7 +353,7 @@ Test(batch, results_with_logical_errors)
 {
     struct proto_request r1 = queue_req(PROTO_OP_QUEUE_CREATE, "q");
     struct proto_request r2 = queue_req(PROTO_OP_QUEUE_CREATE, "q");
-    struct idx_result res[2] = {{0, 0, 0, 0}, {TERN_EQUEUEEXISTS, 0, 0, 0}};
+    struct idx_result res[2] = {{.status = 0}, {.status = TERN_EQUEUEEXISTS}};
     cr_assert_eq(node_batcher_add(&t.b, NULL, 1, &r1), 0);
     cr_assert_eq(node_batcher_add(&t.b, NULL, 2, &r2), 0);
     node_batcher_propose(&t.b);
