@@ -18,7 +18,8 @@
  * WHAT. Every LMDB table whose rows are decided by applying commands
  * alone: meta's state record (last_applied = the raft index of the
  * record before P, log_end = P), queues, groups, producers, users, acls,
- * namespaces, producer_ids, ns_usage. Not the cleaner's work marks in
+ * namespaces, producer_ids, ns_usage, and (table ids 16, 17) the delayed
+ * messages' timers and timer_recs. Not the cleaner's work marks in
  * meta (index/clean.c): a node removes them as its cleaner finishes, so
  * they differ between nodes; and they are not needed after a rebuild
  * from P, where the rows they point at were never re-created (a queue
@@ -86,6 +87,8 @@ static const struct
     {7, offsetof(struct idx_env, dbi_namespaces)},
     {8, offsetof(struct idx_env, dbi_pids)},
     {9, offsetof(struct idx_env, dbi_usage)},
+    {16, offsetof(struct idx_env, dbi_timers)},
+    {17, offsetof(struct idx_env, dbi_timer_recs)},
 };
 
 static MDB_dbi table_dbi(const struct idx_env *e, size_t i)
