@@ -212,7 +212,7 @@ int idx__timer_apply_fire(struct idx_env *e,
         if (rc == 1) {
             r->count++;
         } else {
-            r->dropped++;
+            r->base_offset++; /* dropped (idx_result) */
         }
     }
     return 0;
@@ -323,7 +323,6 @@ int idx_timer_plan(struct idx_env *e,
             break;
         }
         if (tv.rec_pos != rec_pos) {
-            rec_pos = UINT64_MAX;
             rc =
                 idx__log_read_record(e, tv.rec_pos, e->committed.log_end, &rec);
             if (rc != 0) {

@@ -374,7 +374,7 @@ void idx_cmd_produce_delayed(struct tern_wbuf *w,
  * still in "timers" with due_ms <= t has its row deleted and its message
  * appended to its queue as a PRODUCE_PROPS of one message would append it
  * (a queue gone or re-created, or a produce refusal: dropped); keys
- * absent or not due are skipped. Result: count = appended, dropped =
+ * absent or not due are skipped. Result: count = appended, base_offset =
  * dropped. */
 size_t idx_cmd_timer_fire_begin(struct tern_wbuf *w);
 void idx_cmd_timer_fire_add(struct tern_wbuf *w,
@@ -446,11 +446,11 @@ int idx_cmd_validate(const void *entry, size_t len);
 struct idx_result
 {
     int status;           /* 0 or a tern code (TERN_ENOQUEUE, ...) */
-    uint64_t base_offset; /* produce: offset of the first message */
+    uint64_t base_offset; /* produce: offset of the first message;
+                             TIMER_FIRE: messages dropped (queue gone or
+                             re-created, or the produce refused) */
     uint32_t count;       /* produce: number of messages */
     int duplicate;        /* produce: 1 if this batch was applied before */
-    uint32_t dropped;     /* TIMER_FIRE: messages dropped (queue gone or
-                             re-created, or the produce refused) */
 };
 /* Retention at apply (docs/MESSAGES.md, "Retention"): a produce on a
  * queue with max_messages or max_bytes appends, then (drop-oldest) trims

@@ -319,7 +319,7 @@ Test(index_timer, never_appended_before_due_and_fires_once)
     r = fire_key(e, 3, 4999, "q", (struct idx_timer_key){5000, 2, 0});
     cr_expect_eq(r.status, 0);
     cr_expect_eq(r.count, 0);
-    cr_expect_eq(r.dropped, 0);
+    cr_expect_eq(r.base_offset, 0);
     cr_expect_eq(queue_len(e, "q"), 0);
     cr_expect_eq(pending(e), 3);
     /* The leader's plan before the due time has nothing. */
@@ -332,7 +332,7 @@ Test(index_timer, never_appended_before_due_and_fires_once)
     cr_expect_eq(r.count, 1);
     r = fire_key(e, 5, 5001, "q", (struct idx_timer_key){5000, 2, 1});
     cr_expect_eq(r.count, 0, "already fired");
-    cr_expect_eq(r.dropped, 0);
+    cr_expect_eq(r.base_offset, 0);
     cr_expect_eq(queue_len(e, "q"), 1);
     cr_expect_eq(pending(e), 2);
 
@@ -387,7 +387,7 @@ Test(index_timer, queue_missing_deleted_or_recreated)
     struct idx_timer_plan p = fire_planned(e, 5, 2000, 16, 1 << 20, &r, NULL);
     cr_expect_eq(p.keys, 2);
     cr_expect_eq(r.count, 0);
-    cr_expect_eq(r.dropped, 2, "the queue is another incarnation");
+    cr_expect_eq(r.base_offset, 2, "the queue is another incarnation");
     cr_expect_eq(queue_len(e, "q"), 0);
     cr_expect_eq(pending(e), 0);
     idx_close(e);
@@ -460,12 +460,14 @@ static uint8_t *slurp(const char *path, size_t *n)
 {
     FILE *f = fopen(path, "rb");
     cr_assert_not_null(f, "%s", path);
-    fseek(f, 0, SEEK_END);
+    cr_assert_eq(fseek(f, 0, SEEK_END), 0);
     long sz = ftell(f);
-    fseek(f, 0, SEEK_SET);
+    cr_assert_geq(sz, 0);
+    cr_assert_eq(fseek(f, 0, SEEK_SET), 0);
     uint8_t *b = malloc((size_t)sz + 1);
+    cr_assert_not_null(b);
     cr_assert_eq(fread(b, 1, (size_t)sz, f), (size_t)sz);
-    fclose(f);
+    cr_assert_eq(fclose(f), 0);
     *n = (size_t)sz;
     return b;
 }
@@ -602,7 +604,7 @@ Test(index_timer, rebuild_from_a_checkpoint_between_produce_and_fire)
         cr_assert_eq(th_apply(a, before_fire + (uint64_t)f, &fires[f], fr, 1),
                      1);
         cr_expect_eq(fr[0].count, f == 0 ? 2 : 5);
-        cr_expect_eq(fr[0].dropped, 0);
+        cr_expect_eq(fr[0].base_offset, 0);
         tern_wbuf_free(&fires[f]);
     }
     cr_expect_eq(pending(a), 0);
