@@ -89,15 +89,20 @@
  * has a key, a row in the key index "keys", in the same txn. The cleaner
  * (clean.c) deletes a message's key row before its msgs row
  * (idx__key_rows_delete, for trimmed offsets and deleted queues alike).
+ *
+ * Delayed messages (docs/WORKQUEUES.md): PRODUCE_DELAYED and TIMER_FIRE
+ * are applied by timer.c; a fired message goes through the produce path
+ * here (idx__produce_append: quota, retention, rows, bytes), its msgs row
+ * pointing into the TIMER_FIRE record that carries its bytes.
  */
 #include <errno.h>
 
 #include "idx_int.h"
 
-static int get_queue(struct idx_env *e,
-                     const char *name,
-                     size_t n,
-                     struct idx__queue_val *q)
+int idx__queue_get(struct idx_env *e,
+                   const char *name,
+                   size_t n,
+                   struct idx__queue_val *q)
 {
     MDB_val k = {n, (void *)(uintptr_t)name}, v;
     int rc = mdb_get(e->wtxn, e->dbi_queues, &k, &v);
@@ -215,7 +220,7 @@ static int cmd_queue(struct idx_env *e,
                      struct idx__queue_val *q,
                      struct idx_result *r)
 {
-    int rc = get_queue(e, c->queue, c->queue_len, q);
+    int rc = idx__queue_get(e, c->queue, c->queue_len, q);
     if (rc == 1) {
         r->status = TERN_ENOQUEUE;
     }
@@ -231,7 +236,7 @@ static int apply_create(struct idx_env *e,
     struct idx__usage_val u;
     struct idx_quota quota;
     struct ns_ref ns = queue_ns(c);
-    int rc = get_queue(e, c->queue, c->queue_len, &q);
+    int rc = idx__queue_get(e, c->queue, c->queue_len, &q);
     if (rc < 0) {
         return rc;
     }
@@ -510,6 +515,80 @@ static int apply_update(struct idx_env *e,
     return put_queue(e, c->queue, c->queue_len, &q);
 }
 
+int idx__produce_append(struct idx_env *e,
+                        const char *queue,
+                        size_t queue_len,
+                        struct idx__queue_val *q,
+                        uint64_t rec_pos,
+                        uint64_t timestamp_ms,
+                        const uint8_t *payload,
+                        uint64_t producer_id,
+                        const struct idx__msg_iter *mi,
+                        uint32_t n,
+                        uint64_t batch_bytes,
+                        struct idx_result *r)
+{
+    struct idx__usage_val u;
+    struct idx_quota quota;
+    struct idx__msg_iter it = *mi;
+    struct ns_ref ns;
+    const uint8_t *data;
+    uint32_t len;
+    int rc;
+    ns.len = idx__usage_key(queue, queue_len, &ns.name);
+    rc = get_ns(e, ns, &quota);
+    if (rc < 0) {
+        return rc;
+    }
+    rc = get_usage(e, ns, &u);
+    if (rc != 0) {
+        return rc;
+    }
+    if (quota.max_bytes > 0 && (batch_bytes > quota.max_bytes ||
+                                u.bytes > quota.max_bytes - batch_bytes)) {
+        r->status = TERN_EQUOTA;
+        return 0;
+    }
+    r->status = retain_admit(q, n, batch_bytes);
+    if (r->status != 0) {
+        return 0;
+    }
+    r->base_offset = q->next_offset;
+    r->count = n;
+    while (idx__msg_iter_next(&it, &data, &len) == 1) {
+        uint8_t key[IDX__MSG_KEY_SIZE], val[IDX__MSG_VAL_MAX];
+        struct idx__msg_val m = {
+            .rec_pos = rec_pos,
+            .data_off = (uint32_t)(data - payload),
+            .len = len,
+            .timestamp_ms = timestamp_ms,
+            .producer_id = producer_id,
+        };
+        if (it.props_len > 0 && (rc = msg_props(e, payload, &it, &m)) != 0) {
+            return rc;
+        }
+        idx__msg_key(key, q->id, q->next_offset);
+        MDB_val k = {sizeof key, key};
+        MDB_val v = {idx__msg_val_encode(val, &m), val};
+        rc = mdb_put(e->wtxn, e->dbi_msgs, &k, &v, 0);
+        if (rc != 0) {
+            return idx__mdb_err(e, rc, "put message");
+        }
+        if (m.key_len > 0 &&
+            (rc = put_key_row(e, q->id, &m, q->next_offset)) != 0) {
+            return rc;
+        }
+        q->next_offset++;
+    }
+    q->bytes += batch_bytes;
+    u.bytes += batch_bytes;
+    if (q->settings.overflow == IDX_OVERFLOW_DROP_OLDEST && over_limits(q)) {
+        note_over_limits(e, queue, queue_len);
+    }
+    rc = put_queue(e, queue, queue_len, q);
+    return rc == 0 ? put_usage(e, ns, &u) : rc;
+}
+
 static int apply_produce(struct idx_env *e,
                          uint64_t rec_pos,
                          uint64_t timestamp_ms,
@@ -519,10 +598,7 @@ static int apply_produce(struct idx_env *e,
 {
     struct idx__queue_val q = {0};
     struct idx__producer_val pv;
-    struct idx__usage_val u;
-    struct idx_quota quota;
     struct idx__msg_iter mi;
-    struct ns_ref ns = queue_ns(c);
     const uint8_t *data;
     uint32_t len;
     uint64_t batch_bytes = 0; /* < 2^30: the entry holds them */
@@ -566,60 +642,11 @@ static int apply_produce(struct idx_env *e,
             return 0;
         }
     }
-    rc = get_ns(e, ns, &quota);
-    if (rc < 0) {
-        return rc;
-    }
-    rc = get_usage(e, ns, &u);
-    if (rc != 0) {
-        return rc;
-    }
-    if (quota.max_bytes > 0 && (batch_bytes > quota.max_bytes ||
-                                u.bytes > quota.max_bytes - batch_bytes)) {
-        r->status = TERN_EQUOTA;
-        return 0;
-    }
-    r->status = retain_admit(&q, c->n_msgs, batch_bytes);
-    if (r->status != 0) {
-        return 0;
-    }
-    r->base_offset = q.next_offset;
-    r->count = c->n_msgs;
     idx__msg_iter_init(&mi, c);
-    while (idx__msg_iter_next(&mi, &data, &len) == 1) {
-        uint8_t key[IDX__MSG_KEY_SIZE], val[IDX__MSG_VAL_MAX];
-        struct idx__msg_val m = {
-            .rec_pos = rec_pos,
-            .data_off = (uint32_t)(data - payload),
-            .len = len,
-            .timestamp_ms = timestamp_ms,
-            .producer_id = c->producer_id,
-        };
-        if (mi.props_len > 0 && (rc = msg_props(e, payload, &mi, &m)) != 0) {
-            return rc;
-        }
-        idx__msg_key(key, q.id, q.next_offset);
-        MDB_val k = {sizeof key, key};
-        MDB_val v = {idx__msg_val_encode(val, &m), val};
-        rc = mdb_put(e->wtxn, e->dbi_msgs, &k, &v, 0);
-        if (rc != 0) {
-            return idx__mdb_err(e, rc, "put message");
-        }
-        if (m.key_len > 0 && (rc = put_key_row(e, q.id, &m, q.next_offset))) {
-            return rc;
-        }
-        q.next_offset++;
-    }
-    q.bytes += batch_bytes;
-    u.bytes += batch_bytes;
-    if (q.settings.overflow == IDX_OVERFLOW_DROP_OLDEST && over_limits(&q)) {
-        note_over_limits(e, c->queue, c->queue_len);
-    }
-    rc = put_queue(e, c->queue, c->queue_len, &q);
-    if (rc == 0) {
-        rc = put_usage(e, ns, &u);
-    }
-    if (rc != 0) {
+    rc = idx__produce_append(e, c->queue, c->queue_len, &q, rec_pos,
+                             timestamp_ms, payload, c->producer_id, &mi,
+                             c->n_msgs, batch_bytes, r);
+    if (rc != 0 || r->status != 0) {
         return rc;
     }
     if (c->producer_id != 0) {
@@ -715,7 +742,7 @@ static int apply_dead_letter(struct idx_env *e,
     dc.queue_len = (uint8_t)strlen(dlq);
     dc.producer_id = 0;
     dc.seq = 0;
-    rc = get_queue(e, dc.queue, dc.queue_len, &dq);
+    rc = idx__queue_get(e, dc.queue, dc.queue_len, &dq);
     if (rc == 1) {
         dc.has_settings = true;
         idx_queue_settings_default(&dc.settings);
@@ -1058,6 +1085,7 @@ int idx__index_record(struct idx_env *e,
         TERN_INVARIANT(rc == 0);
         /* Append time (docs/MESSAGES.md, "Time"): monotone over the log. */
         uint64_t append_ms = TERN_MAX(it.timestamp_ms, e->st.last_append_ms);
+        uint32_t delayed_no = 0; /* timer message numbers (timer.c) */
         e->st.last_append_ms = append_ms;
         while (idx__entry_next(&it, &cmd) == 1) {
             struct idx_result r = {0};
@@ -1111,6 +1139,14 @@ int idx__index_record(struct idx_env *e,
             case IDX_CMD_DEAD_LETTER:
                 rc = apply_dead_letter(e, index, pos, append_ms,
                                        it.timestamp_ms, payload, &cmd, &r);
+                break;
+            case IDX_CMD_PRODUCE_DELAYED:
+                rc = idx__timer_apply_delayed(e, pos, index, &cmd, &delayed_no,
+                                              &r);
+                break;
+            case IDX_CMD_TIMER_FIRE:
+                rc = idx__timer_apply_fire(e, pos, append_ms, it.timestamp_ms,
+                                           payload, &cmd, &r);
                 break;
             default:
                 rc = IDX__CORRUPT(e, "validated entry has command type %u",

@@ -19,7 +19,8 @@
  * alone: meta's state record (last_applied = the raft index of the
  * record before P, log_end = P), queues, groups, producers, users, acls,
  * namespaces, producer_ids, ns_usage, leases (shared groups,
- * docs/WORKQUEUES.md). Not the cleaner's work marks in
+ * docs/WORKQUEUES.md), and (table ids 16, 17) the delayed messages'
+ * timers and timer_recs. Not the cleaner's work marks in
  * meta (index/clean.c): a node removes them as its cleaner finishes, so
  * they differ between nodes; and they are not needed after a rebuild
  * from P, where the rows they point at were never re-created (a queue
@@ -88,6 +89,8 @@ static const struct
     {8, offsetof(struct idx_env, dbi_pids)},
     {9, offsetof(struct idx_env, dbi_usage)},
     {10, offsetof(struct idx_env, dbi_leases)},
+    {16, offsetof(struct idx_env, dbi_timers)},
+    {17, offsetof(struct idx_env, dbi_timer_recs)},
 };
 
 static MDB_dbi table_dbi(const struct idx_env *e, size_t i)

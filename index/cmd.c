@@ -141,6 +141,25 @@
  *     (qname), tern-dlq-offset (offset in decimal), tern-dlq-deliveries
  *     (count in decimal), tern-dlq-reason (reason). The validator rebuilds
  *     the block from the one it reads and requires the same bytes.
+ * Delayed messages (docs/WORKQUEUES.md, "Delayed and scheduled
+ * messages"), added after TERM (upgrade every node before a leader
+ * proposes one; types 17..20 are shared groups):
+ *   PRODUCE_DELAYED (21):
+ *     u64 due_ms (absolute, the leader's clock), then a PRODUCE_PROPS body
+ *     (qname, u64 producer_id, u64 seq, u32 n_msgs (>= 1), n_msgs x
+ *     (u32 len, bytes, u32 props_len, props)) with two differences: no
+ *     message needs a properties block, and producer_id and seq are 0
+ *     (producer dedup of delayed produces is not built; the fields keep
+ *     the layout of PRODUCE_PROPS). The messages are numbered, for the
+ *     timer keys, across all PRODUCE_DELAYED commands of the entry from 0.
+ *   TIMER_FIRE (22):
+ *     u32 n_keys (1..IDX_TIMER_FIRE_KEYS_MAX = 1024), n_keys x
+ *     (u64 due_ms, u64 raft_index (>= 1), u32 msg_no, qname, u32 len,
+ *     len bytes, u32 props_len, props_len bytes of a properties block
+ *     (0 = none)): a timer key, the queue the leader read from the
+ *     PRODUCE_DELAYED record, and the message and properties it read
+ *     there. The body (u32 n_keys included) is at most
+ *     IDX_TIMER_FIRE_BYTES_MAX (4 MiB) unless it holds one key.
  *
  * Properties block (version 1; the same bytes travel on the wire in
  * PRODUCE and FETCH, proto/include/proto.h; protected by the checksum of
@@ -339,16 +358,19 @@ void idx_cmd_queue_delete(struct tern_wbuf *w, const char *queue)
 /* Both produce builders: message i from at(msgs, i). */
 typedef void (*msg_at_fn)(const void *msgs, uint32_t i, struct idx_pmsg *m);
 
+/* delayed: a PRODUCE_DELAYED due at *delayed, which writes every message's
+ * props_len; else a PRODUCE or, with any properties, a PRODUCE_PROPS. */
 static void produce(struct tern_wbuf *w,
                     const char *queue,
                     uint64_t producer_id,
                     uint64_t seq,
                     msg_at_fn at,
                     const void *msgs,
-                    uint32_t n)
+                    uint32_t n,
+                    const uint64_t *delayed)
 {
     struct idx_pmsg m;
-    bool props = false;
+    bool props = delayed != NULL;
     if (n == 0 || (msgs == NULL) || (producer_id != 0 && seq == 0)) {
         set_err(w, TERN_EINVAL);
         return;
@@ -364,8 +386,12 @@ static void produce(struct tern_wbuf *w,
             props = true;
         }
     }
-    size_t at_len =
-        cmd_start(w, props ? IDX_CMD_PRODUCE_PROPS : IDX_CMD_PRODUCE);
+    size_t at_len = cmd_start(w, delayed != NULL ? IDX_CMD_PRODUCE_DELAYED
+                                 : props         ? IDX_CMD_PRODUCE_PROPS
+                                                 : IDX_CMD_PRODUCE);
+    if (delayed != NULL) {
+        tern_wbuf_u64(w, *delayed);
+    }
     put_qname(w, queue);
     tern_wbuf_u64(w, producer_id);
     tern_wbuf_u64(w, seq);
@@ -403,7 +429,7 @@ void idx_cmd_produce(struct tern_wbuf *w,
                      const struct idx_msg *msgs,
                      uint32_t n)
 {
-    produce(w, queue, producer_id, seq, plain_at, msgs, n);
+    produce(w, queue, producer_id, seq, plain_at, msgs, n, NULL);
 }
 
 void idx_cmd_produce_props(struct tern_wbuf *w,
@@ -413,7 +439,83 @@ void idx_cmd_produce_props(struct tern_wbuf *w,
                            const struct idx_pmsg *msgs,
                            uint32_t n)
 {
-    produce(w, queue, producer_id, seq, props_at, msgs, n);
+    produce(w, queue, producer_id, seq, props_at, msgs, n, NULL);
+}
+
+void idx_cmd_produce_delayed(struct tern_wbuf *w,
+                             const char *queue,
+                             uint64_t due_ms,
+                             const struct idx_pmsg *msgs,
+                             uint32_t n)
+{
+    produce(w, queue, 0, 0, props_at, msgs, n, &due_ms);
+}
+
+size_t idx_cmd_timer_fire_begin(struct tern_wbuf *w)
+{
+    size_t at = cmd_start(w, IDX_CMD_TIMER_FIRE);
+    tern_wbuf_u32(w, 0); /* n_keys, counted by idx_cmd_timer_fire_add */
+    return w->err == 0 ? at : 0;
+}
+
+void idx_cmd_timer_fire_add(struct tern_wbuf *w,
+                            size_t at,
+                            const struct idx_timer_key *k,
+                            const char *queue,
+                            const struct idx_pmsg *m)
+{
+    if (w->err != 0) {
+        return;
+    }
+    if (at == 0 || k == NULL || m == NULL || k->index == 0 ||
+        (m->len > 0 && m->data == NULL)) {
+        set_err(w, TERN_EINVAL);
+        return;
+    }
+    uint32_t n = tern_get_u32(w->base + at + 4);
+    if (n >= IDX_TIMER_FIRE_KEYS_MAX) {
+        set_err(w, TERN_ETOOBIG);
+        return;
+    }
+    if (m->props_len > 0) {
+        int rc = idx_props_check(m->props, m->props_len, NULL);
+        if (rc != 0) {
+            set_err(w, rc == TERN_ETOOBIG ? TERN_ETOOBIG : TERN_EINVAL);
+            return;
+        }
+    }
+    tern_wbuf_u64(w, k->due_ms);
+    tern_wbuf_u64(w, k->index);
+    tern_wbuf_u32(w, k->msg_no);
+    put_qname(w, queue);
+    tern_wbuf_u32(w, m->len);
+    tern_wbuf_put(w, m->data, m->len);
+    tern_wbuf_u32(w, m->props_len);
+    tern_wbuf_put(w, m->props, m->props_len);
+    if (w->err == 0) {
+        tern_put_u32(w->base + at + 4, n + 1);
+    }
+}
+
+void idx_cmd_timer_fire_end(struct tern_wbuf *w, size_t at)
+{
+    if (w->err != 0) {
+        return;
+    }
+    if (at == 0) {
+        set_err(w, TERN_EINVAL);
+        return;
+    }
+    uint32_t n = tern_get_u32(w->base + at + 4);
+    if (n == 0) {
+        set_err(w, TERN_EINVAL);
+        return;
+    }
+    if (n > 1 && w->len - at - 4 > IDX_TIMER_FIRE_BYTES_MAX) {
+        set_err(w, TERN_ETOOBIG);
+        return;
+    }
+    cmd_finish(w, at);
 }
 
 void idx_cmd_group_commit(struct tern_wbuf *w,
@@ -1346,9 +1448,13 @@ static int decode_body(struct tern_cursor *c, struct idx__cmd *cmd)
             return TERN_EMALFORMED;
         }
         break;
+    case IDX_CMD_PRODUCE_DELAYED:
+        cmd->due_ms = tern_cursor_u64(c);
+        __attribute__((fallthrough)); /* a PRODUCE_PROPS body follows */
     case IDX_CMD_PRODUCE:
     case IDX_CMD_PRODUCE_PROPS: {
-        bool props = cmd->type == IDX_CMD_PRODUCE_PROPS;
+        bool delayed = cmd->type == IDX_CMD_PRODUCE_DELAYED;
+        bool props = cmd->type != IDX_CMD_PRODUCE;
         cmd->queue = get_qname(c, &cmd->queue_len);
         cmd->producer_id = tern_cursor_u64(c);
         cmd->seq = tern_cursor_u64(c);
@@ -1357,6 +1463,7 @@ static int decode_body(struct tern_cursor *c, struct idx__cmd *cmd)
             break;
         }
         if (cmd->n_msgs == 0 || (cmd->producer_id != 0 && cmd->seq == 0) ||
+            (delayed && (cmd->producer_id != 0 || cmd->seq != 0)) ||
             tern_cursor_left(c) / (props ? 8 : 4) < cmd->n_msgs) {
             return TERN_EMALFORMED;
         }
@@ -1375,9 +1482,36 @@ static int decode_body(struct tern_cursor *c, struct idx__cmd *cmd)
                 any_props = any_props || plen > 0;
             }
         }
-        if (props && c->err == 0 && !any_props) {
+        if (props && !delayed && c->err == 0 && !any_props) {
             return TERN_EMALFORMED; /* one encoding: that is a PRODUCE */
         }
+        cmd->msgs_len = (size_t)(c->p - cmd->msgs);
+        break;
+    }
+    case IDX_CMD_TIMER_FIRE: {
+        size_t body = tern_cursor_left(c);
+        struct idx__fire_iter fi;
+        struct idx__fire_key k;
+        cmd->n_msgs = tern_cursor_u32(c);
+        if (c->err != 0 || cmd->n_msgs == 0 ||
+            cmd->n_msgs > IDX_TIMER_FIRE_KEYS_MAX ||
+            (cmd->n_msgs > 1 && body > IDX_TIMER_FIRE_BYTES_MAX)) {
+            return TERN_EMALFORMED;
+        }
+        cmd->msgs = c->p;
+        cmd->msgs_len = tern_cursor_left(c);
+        fi.c = *c;
+        for (uint32_t i = 0; i < cmd->n_msgs; i++) {
+            if (idx__fire_iter_next(&fi, &k) != 1 || k.key.index == 0) {
+                return TERN_EMALFORMED;
+            }
+            uint32_t len = tern_get_u32(k.msg);
+            uint32_t plen = tern_get_u32(k.msg + 4 + len);
+            if (plen > 0 && idx_props_check(k.msg + 8 + len, plen, NULL) != 0) {
+                return TERN_EMALFORMED;
+            }
+        }
+        *c = fi.c;
         cmd->msgs_len = (size_t)(c->p - cmd->msgs);
         break;
     }
@@ -1486,8 +1620,45 @@ int idx__entry_next(struct idx__entry *it, struct idx__cmd *cmd)
 void idx__msg_iter_init(struct idx__msg_iter *mi, const struct idx__cmd *cmd)
 {
     tern_cursor_init(&mi->c, cmd->msgs, cmd->msgs_len);
-    mi->with_props =
-        cmd->type == IDX_CMD_PRODUCE_PROPS || cmd->type == IDX_CMD_DEAD_LETTER;
+    mi->with_props = cmd->type == IDX_CMD_PRODUCE_PROPS ||
+                     cmd->type == IDX_CMD_DEAD_LETTER ||
+                     cmd->type == IDX_CMD_PRODUCE_DELAYED;
+    mi->props = NULL;
+    mi->props_len = 0;
+}
+
+void idx__fire_iter_init(struct idx__fire_iter *fi, const struct idx__cmd *cmd)
+{
+    tern_cursor_init(&fi->c, cmd->msgs, cmd->msgs_len);
+}
+
+int idx__fire_iter_next(struct idx__fire_iter *fi, struct idx__fire_key *k)
+{
+    struct tern_cursor *c = &fi->c;
+    if (c->err != 0 || tern_cursor_left(c) == 0) {
+        return 0;
+    }
+    k->key.due_ms = tern_cursor_u64(c);
+    k->key.index = tern_cursor_u64(c);
+    k->key.msg_no = tern_cursor_u32(c);
+    k->queue = get_qname(c, &k->queue_len);
+    k->msg = c->p;
+    uint32_t len = tern_cursor_u32(c);
+    (void)tern_cursor_bytes(c, len);
+    uint32_t plen = tern_cursor_u32(c);
+    (void)tern_cursor_bytes(c, plen);
+    if (c->err != 0) {
+        return 0;
+    }
+    k->msg_len = (size_t)(c->p - k->msg);
+    return 1;
+}
+
+void idx__msg_iter_init_fire(struct idx__msg_iter *mi,
+                             const struct idx__fire_key *k)
+{
+    tern_cursor_init(&mi->c, k->msg, k->msg_len);
+    mi->with_props = true;
     mi->props = NULL;
     mi->props_len = 0;
 }

@@ -84,6 +84,10 @@ struct idx__cmd
     } dl;
     const char *reason; /* not NUL-terminated */
     uint8_t reason_len;
+    /* PRODUCE_DELAYED: the due time; the rest is a PRODUCE_PROPS body in
+     * queue, producer_id, seq, n_msgs, msgs. TIMER_FIRE: n_msgs keys at
+     * msgs[0..msgs_len) (idx__fire_iter). */
+    uint64_t due_ms;
 };
 
 struct idx__entry
@@ -138,5 +142,25 @@ void idx__dlq_props(struct tern_wbuf *w,
                     uint32_t count,
                     const char *reason,
                     size_t reason_len);
+/* Iterate the keys of a (validated) TIMER_FIRE. */
+struct idx__fire_key
+{
+    struct idx_timer_key key;
+    const char *queue; /* not NUL-terminated */
+    uint8_t queue_len;
+    const uint8_t *msg; /* one message as in PRODUCE_PROPS: u32 len,
+                           bytes, u32 props_len, props */
+    size_t msg_len;
+};
+struct idx__fire_iter
+{
+    struct tern_cursor c;
+};
+void idx__fire_iter_init(struct idx__fire_iter *fi, const struct idx__cmd *cmd);
+/* 1 with *k filled (pointers into the entry), 0 at the end. */
+int idx__fire_iter_next(struct idx__fire_iter *fi, struct idx__fire_key *k);
+/* A message iterator over the one message of k (with properties). */
+void idx__msg_iter_init_fire(struct idx__msg_iter *mi,
+                             const struct idx__fire_key *k);
 
 #endif /* TERN_IDX_CMD_H */

@@ -57,7 +57,7 @@
 /* Records indexed per write txn during recovery. */
 #define IDX__RECOVERY_BATCH 1024
 
-/* Open (creating) the ten DBIs of the index in txn. */
+/* Open (creating) the DBIs of the index in txn. */
 static int dbi_open_all(struct idx_env *e, MDB_txn *txn)
 {
     int rc;
@@ -75,7 +75,10 @@ static int dbi_open_all(struct idx_env *e, MDB_txn *txn)
             0 ||
         (rc = mdb_dbi_open(txn, "ns_usage", MDB_CREATE, &e->dbi_usage)) != 0 ||
         (rc = mdb_dbi_open(txn, "keys", MDB_CREATE, &e->dbi_keys)) != 0 ||
-        (rc = mdb_dbi_open(txn, "leases", MDB_CREATE, &e->dbi_leases)) != 0) {
+        (rc = mdb_dbi_open(txn, "leases", MDB_CREATE, &e->dbi_leases)) != 0 ||
+        (rc = mdb_dbi_open(txn, "timers", MDB_CREATE, &e->dbi_timers)) != 0 ||
+        (rc = mdb_dbi_open(txn, "timer_recs", MDB_CREATE,
+                           &e->dbi_timer_recs)) != 0) {
         return idx__mdb_err(e, rc, "open dbi");
     }
     return 0;
@@ -86,7 +89,8 @@ int idx__lmdb_clear(struct idx_env *e)
     const MDB_dbi all[] = {e->dbi_meta,   e->dbi_queues,     e->dbi_msgs,
                            e->dbi_groups, e->dbi_producers,  e->dbi_users,
                            e->dbi_acls,   e->dbi_namespaces, e->dbi_pids,
-                           e->dbi_usage,  e->dbi_keys,       e->dbi_leases};
+                           e->dbi_usage,  e->dbi_keys,       e->dbi_leases,
+                           e->dbi_timers, e->dbi_timer_recs};
     int rc = idx__txn_begin(e);
     for (size_t i = 0; rc == 0 && i < TERN_ARRAY_SIZE(all); i++) {
         int mrc = mdb_drop(e->wtxn, all[i], 0);

@@ -14,6 +14,7 @@
  *   read.c      queue lookups, group offsets, fetches
  *   apply.c     idx_apply, the index writer, idx_sync, idx_bulk_discard
  *   shared.c    shared groups: apply, TRIM's part, the leader's plans
+ *   timer.c     delayed messages: apply, plan, stats
  *   clean.c     message rows by range and time, the row cleaner
  *   log.c       commit-log segments and records
  *   cmd.c       command entry codec
@@ -22,6 +23,9 @@
  *
  *   env.c, snapshot.c -> apply.c -> cmd.c, keys.c, log.c, clean.c
  *   apply.c -> shared.c -> cmd.c, keys.c, log.c
+ *   apply.c <-> timer.c (the one cycle: the writer dispatches the timer
+ *   commands to timer.c, which appends through idx__produce_append);
+ *   snapshot.c -> timer.c (the log start); timer.c -> keys.c, log.c, cmd.c
  *   env.c -> keys.c, log.c;  snapshot.c -> log.c
  *   read.c -> keys.c, log.c, clean.c;  clean.c -> keys.c
  *   every file but cmd.c and keys.c -> txn.c
@@ -308,6 +312,27 @@ size_t idx__usage_key(const char *queue, size_t queue_len, const char **key);
 #define IDX__MARK_TRIM     "trim"
 void idx__mark_key(uint8_t *key, const char *kind, uint64_t queue_id);
 
+/* timers: key (due, raft index, message number; BE) -> idx__timer_val;
+ * timer_recs: u64 BE record position -> rows (keys.c). */
+#define IDX__TIMER_KEY_SIZE     20
+#define IDX__TIMER_VAL_SIZE     32
+#define IDX__TIMER_REC_VAL_SIZE 8
+struct idx__timer_val
+{
+    uint32_t msg_no;
+    uint64_t queue_id;
+    uint64_t created_index; /* the queue's incarnation */
+    uint64_t rec_pos;       /* the PRODUCE_DELAYED record */
+};
+void idx__timer_key(uint8_t *key, const struct idx_timer_key *k);
+int idx__timer_key_decode(const void *buf, size_t len, struct idx_timer_key *k);
+void idx__timer_val_encode(uint8_t *buf, const struct idx__timer_val *t);
+int idx__timer_val_decode(const void *buf,
+                          size_t len,
+                          struct idx__timer_val *t);
+void idx__timer_rec_val_encode(uint8_t *buf, uint32_t rows);
+int idx__timer_rec_val_decode(const void *buf, size_t len, uint32_t *rows);
+
 /* Big-endian u64 for sortable key prefixes. */
 void idx__put_be64(uint8_t *p, uint64_t v);
 uint64_t idx__get_be64(const uint8_t *p);
@@ -470,6 +495,57 @@ int idx__index_record(struct idx_env *e,
                       unsigned max,
                       unsigned *n_results);
 
+/* The queue row of name[0..n) in the pending txn: 0 with *q, 1 when there
+ * is none, or a failure code. */
+int idx__queue_get(struct idx_env *e,
+                   const char *name,
+                   size_t n,
+                   struct idx__queue_val *q);
+/* The produce path shared by PRODUCE, PRODUCE_PROPS and TIMER_FIRE: append
+ * the n messages of mi (borrowed; batch_bytes their bytes, each <=
+ * max_message), which lie in payload, the record at rec_pos, to queue
+ * (q: its row, updated) with append time timestamp_ms: namespace quota,
+ * retention admission, msgs and key rows, bytes, the over-limits note,
+ * the queue and usage rows. r->status TERN_EQUOTA or TERN_EQUEUEFULL
+ * refuses (nothing written); else r->base_offset and r->count. 0 or a
+ * failure code. */
+int idx__produce_append(struct idx_env *e,
+                        const char *queue,
+                        size_t queue_len,
+                        struct idx__queue_val *q,
+                        uint64_t rec_pos,
+                        uint64_t timestamp_ms,
+                        const uint8_t *payload,
+                        uint64_t producer_id,
+                        const struct idx__msg_iter *mi,
+                        uint32_t n,
+                        uint64_t batch_bytes,
+                        struct idx_result *r);
+
+/* ---- timer.c: delayed messages ------------------------------------------- */
+
+/* PRODUCE_DELAYED c of the record at pos (raft index index): a timer row
+ * per message, numbered from *msg_no (IN/OUT: advanced by the command's
+ * messages whatever the result). */
+int idx__timer_apply_delayed(struct idx_env *e,
+                             uint64_t pos,
+                             uint64_t index,
+                             const struct idx__cmd *c,
+                             uint32_t *msg_no,
+                             struct idx_result *r);
+/* TIMER_FIRE c of the record at pos (payload its bytes), entry time t,
+ * append time append_ms. */
+int idx__timer_apply_fire(struct idx_env *e,
+                          uint64_t pos,
+                          uint64_t append_ms,
+                          uint64_t t,
+                          const uint8_t *payload,
+                          const struct idx__cmd *c,
+                          struct idx_result *r);
+/* Lower *need (IN/OUT) to the oldest record a pending timer needs, in the
+ * pending txn. */
+int idx__timer_need(struct idx_env *e, uint64_t *need);
+
 /* Delete the key index rows of queue queue_id's messages at offsets
  * [from, to) from the pending txn, reading their keys from the msgs rows
  * (call it before those rows are deleted; offsets without a row or without
@@ -620,6 +696,8 @@ struct idx_env
     MDB_dbi dbi_usage;
     MDB_dbi dbi_keys;            /* message key index (keys.c) */
     MDB_dbi dbi_leases;          /* shared groups' lease rows (keys.c) */
+    MDB_dbi dbi_timers;          /* delayed messages (keys.c, timer.c) */
+    MDB_dbi dbi_timer_recs;      /* records pending timers need */
     MDB_txn *wtxn;               /* pending write txn or NULL */
     struct idx__state st;        /* applied state, including pending */
     struct idx__state committed; /* state of the last commit */

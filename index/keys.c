@@ -133,6 +133,20 @@
  *   sum of the queue values' bytes of the namespace's queues). Updated in
  *   the same txn as QUEUE_CREATE, QUEUE_DELETE (which gives the queue's
  *   bytes back) and PRODUCE; a namespace without queues has no row.
+ * DBI "timers" (delayed messages, index/timer.c):
+ *   key u64 BE due time ms, u64 BE raft index of the PRODUCE_DELAYED
+ *   entry, u32 BE message number in that entry (20 bytes; due order,
+ *   then log order) -> 32 bytes:
+ *     u32 version (1), u32 message number (as in the key), u64 queue id,
+ *     u64 queue incarnation (the queue's created_index), u64 log position
+ *     of the PRODUCE_DELAYED record.
+ *   Written by PRODUCE_DELAYED, deleted by the TIMER_FIRE that moves it.
+ * DBI "timer_recs" (the log records pending timers need):
+ *   key u64 BE log position of a PRODUCE_DELAYED record -> 8 bytes:
+ *     u32 version (1), u32 its rows in "timers" (>= 1; no row at 0).
+ *   The first key is the oldest record the head of the log must keep
+ *   (snapshot.c); kept with "timers" in the same txn.
+ * Both are in checkpoints (ckpt.c): apply alone decides them.
  */
 #include "idx_int.h"
 
@@ -624,5 +638,72 @@ int idx__pid_val_decode(const void *buf, size_t len, struct idx__pid_val *p)
     p->owner_len = len - 8;
     memcpy(p->owner, b + 8, p->owner_len);
     p->owner[p->owner_len] = '\0';
+    return 0;
+}
+
+/* ---- timers, timer_recs ------------------------------------------------ */
+
+#define IDX__TIMER_VAL_VERSION 1
+
+void idx__timer_key(uint8_t *key, const struct idx_timer_key *k)
+{
+    idx__put_be64(key, k->due_ms);
+    idx__put_be64(key + 8, k->index);
+    key[16] = (uint8_t)(k->msg_no >> 24);
+    key[17] = (uint8_t)(k->msg_no >> 16);
+    key[18] = (uint8_t)(k->msg_no >> 8);
+    key[19] = (uint8_t)k->msg_no;
+}
+
+int idx__timer_key_decode(const void *buf, size_t len, struct idx_timer_key *k)
+{
+    const uint8_t *p = buf;
+    if (len != IDX__TIMER_KEY_SIZE) {
+        return TERN_ECORRUPT;
+    }
+    k->due_ms = idx__get_be64(p);
+    k->index = idx__get_be64(p + 8);
+    k->msg_no = (uint32_t)p[16] << 24 | (uint32_t)p[17] << 16 |
+                (uint32_t)p[18] << 8 | p[19];
+    return 0;
+}
+
+void idx__timer_val_encode(uint8_t *buf, const struct idx__timer_val *t)
+{
+    tern_put_u32(buf, IDX__TIMER_VAL_VERSION);
+    tern_put_u32(buf + 4, t->msg_no);
+    tern_put_u64(buf + 8, t->queue_id);
+    tern_put_u64(buf + 16, t->created_index);
+    tern_put_u64(buf + 24, t->rec_pos);
+}
+
+int idx__timer_val_decode(const void *buf, size_t len, struct idx__timer_val *t)
+{
+    const uint8_t *p = buf;
+    if (len != IDX__TIMER_VAL_SIZE ||
+        tern_get_u32(p) != IDX__TIMER_VAL_VERSION) {
+        return TERN_ECORRUPT;
+    }
+    t->msg_no = tern_get_u32(p + 4);
+    t->queue_id = tern_get_u64(p + 8);
+    t->created_index = tern_get_u64(p + 16);
+    t->rec_pos = tern_get_u64(p + 24);
+    return 0;
+}
+
+void idx__timer_rec_val_encode(uint8_t *buf, uint32_t rows)
+{
+    tern_put_u32(buf, IDX__TIMER_VAL_VERSION);
+    tern_put_u32(buf + 4, rows);
+}
+
+int idx__timer_rec_val_decode(const void *buf, size_t len, uint32_t *rows)
+{
+    const uint8_t *p = buf;
+    if (len != IDX__TIMER_REC_VAL_SIZE ||
+        tern_get_u32(p) != IDX__TIMER_VAL_VERSION || tern_get_u32(p + 4) == 0) {
+        return TERN_ECORRUPT;
+    }
+    *rows = tern_get_u32(p + 4);
     return 0;
 }

@@ -134,7 +134,8 @@ int idx__manifest_decode(const void *buf, size_t len, struct idx__manifest *m)
 /* ---- Retention: the head of the log ------------------------------------- */
 
 /* The first log position any queue still needs: the record of each
- * non-empty queue's first retained message (its start_offset row). */
+ * non-empty queue's first retained message (its start_offset row), and
+ * the oldest record of a pending timer (timer.c). */
 static int needed_pos(struct idx_env *e, uint64_t *out)
 {
     MDB_cursor *cur;
@@ -179,6 +180,10 @@ static int needed_pos(struct idx_env *e, uint64_t *out)
     mdb_cursor_close(cur);
     if (rc != MDB_NOTFOUND) {
         return idx__mdb_err(e, rc, "retention walk");
+    }
+    rc = idx__timer_need(e, &need);
+    if (rc != 0) {
+        return rc;
     }
     *out = need;
     return 0;

@@ -118,6 +118,10 @@ enum idx_cmd_type {
     IDX_CMD_DELIVER = 18,
     IDX_CMD_SETTLE = 19,
     IDX_CMD_DEAD_LETTER = 20,
+    /* Delayed messages (docs/WORKQUEUES.md, "Delayed and scheduled
+     * messages"). */
+    IDX_CMD_PRODUCE_DELAYED = 21,
+    IDX_CMD_TIMER_FIRE = 22,
 };
 
 /* User and namespace names follow the queue name rule (tern_name_valid)
@@ -438,6 +442,50 @@ void idx_cmd_read_barrier(struct tern_wbuf *w);
  * applies nothing (result 0). node/batch.c puts it first in every entry,
  * so that message trace can name the term a message was proposed in. */
 void idx_cmd_term(struct tern_wbuf *w, uint64_t term);
+
+/* ---- Delayed messages (docs/WORKQUEUES.md; apply: index/timer.c) ------- */
+
+/* A pending timer: the key of its row in "timers" (keys.c). msg_no
+ * numbers the messages of all PRODUCE_DELAYED commands of the entry at
+ * raft index index, from 0, in entry order. */
+struct idx_timer_key
+{
+    uint64_t due_ms;
+    uint64_t index;
+    uint32_t msg_no;
+};
+/* Most keys, and most body bytes unless it holds a single key, of one
+ * TIMER_FIRE command (format: index/cmd.c). */
+#define IDX_TIMER_FIRE_KEYS_MAX  1024u
+#define IDX_TIMER_FIRE_BYTES_MAX ((uint32_t)4 << 20)
+/* PRODUCE_DELAYED: msgs[0..n) (borrowed, n >= 1; props_len 0 = none) go
+ * to queue when the leader's clock reaches due_ms (absolute, ms). Result:
+ * count = n, or TERN_ENOQUEUE, TERN_ETOOBIG (a message over max_message);
+ * nothing is appended to the queue until a TIMER_FIRE moves it. Errors in
+ * w->err as the produce builders. */
+void idx_cmd_produce_delayed(struct tern_wbuf *w,
+                             const char *queue,
+                             uint64_t due_ms,
+                             const struct idx_pmsg *msgs,
+                             uint32_t n);
+/* TIMER_FIRE, built key by key: begin returns a handle (0 after an error,
+ * which is sticky in w->err), add appends one key with the message the
+ * leader read for it (queue and m borrowed for the call), end seals the
+ * command: TERN_EINVAL without keys, TERN_ETOOBIG over
+ * IDX_TIMER_FIRE_KEYS_MAX keys or over IDX_TIMER_FIRE_BYTES_MAX body bytes
+ * with more than one key. Apply (t = the entry's timestamp_ms): each key
+ * still in "timers" with due_ms <= t has its row deleted and its message
+ * appended to its queue as a PRODUCE_PROPS of one message would append it
+ * (a queue gone or re-created, or a produce refusal: dropped); keys
+ * absent or not due are skipped. Result: count = appended, base_offset =
+ * dropped. */
+size_t idx_cmd_timer_fire_begin(struct tern_wbuf *w);
+void idx_cmd_timer_fire_add(struct tern_wbuf *w,
+                            size_t at,
+                            const struct idx_timer_key *k,
+                            const char *queue,
+                            const struct idx_pmsg *m);
+void idx_cmd_timer_fire_end(struct tern_wbuf *w, size_t at);
 /* A name too long for its kind (IDX_USER_NAME_MAX, IDX_NS_NAME_MAX) or
  * failing tern_name_valid, or a bad pattern, is TERN_EBADNAME. */
 /* Create or replace user name (a valid name) with flags (IDX_USER_FLAGS
@@ -503,7 +551,9 @@ int idx_cmd_validate(const void *entry, size_t len);
 struct idx_result
 {
     int status;           /* 0 or a tern code (TERN_ENOQUEUE, ...) */
-    uint64_t base_offset; /* produce: offset of the first message */
+    uint64_t base_offset; /* produce: offset of the first message;
+                             TIMER_FIRE: messages dropped (queue gone or
+                             re-created, or the produce refused) */
     uint32_t count;       /* produce: number of messages; DELIVER, SETTLE,
                              DEAD_LETTER: list items done */
     int duplicate;        /* produce: 1 if this batch was applied before */
@@ -831,6 +881,35 @@ int idx_shared_leases(struct idx_env *e,
                       uint32_t max,
                       int (*cb)(void *arg, const struct idx_lease *l),
                       void *arg);
+/* ---- Timer planning (the leader's side of TIMER_FIRE; timer.c) --------- */
+
+/* What one idx_timer_plan call did. */
+struct idx_timer_plan
+{
+    uint32_t keys;      /* keys put in the TIMER_FIRE */
+    uint32_t rows_read; /* rows of "timers" read (keys, plus one not due) */
+    bool more;          /* due rows were left for the next plan (a bound) */
+};
+/* Plan a TIMER_FIRE (flushed state) from the rows of "timers" due by t,
+ * oldest first, at most max_keys (1..IDX_TIMER_FIRE_KEYS_MAX) of them and
+ * at most max_bytes of command body (at least one key whatever its size),
+ * each with its message read from the PRODUCE_DELAYED record in the log:
+ * appended to the entry being built in w (caller-owned, after
+ * idx_cmd_begin with a timestamp >= t) when a row is due, nothing added
+ * when none is (out->keys 0). Reads no row past the first one not due.
+ * 0, TERN_EINVAL (bad bounds), TERN_ECORRUPT (a row or its record),
+ * w->err, -errno. */
+int idx_timer_plan(struct idx_env *e,
+                   uint64_t t,
+                   uint32_t max_keys,
+                   uint32_t max_bytes,
+                   struct tern_wbuf *w,
+                   struct idx_timer_plan *out);
+/* Pending timers (flushed state): *pending (OUT) rows of "timers",
+ * *oldest_due_ms (OUT) the earliest due time (0 without any). */
+int idx_timer_stats(struct idx_env *e,
+                    uint64_t *pending,
+                    uint64_t *oldest_due_ms);
 
 /* ---- The row cleaner (clean.c): local, not replicated ------------------ */
 

@@ -94,7 +94,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             free(m);
             break;
         }
-        case IDX_CMD_PRODUCE_PROPS: {
+        case IDX_CMD_PRODUCE_PROPS:
+        case IDX_CMD_PRODUCE_DELAYED: {
             struct idx__msg_iter mi;
             struct idx_pmsg *m = malloc(sizeof *m * c.n_msgs);
             const uint8_t *d;
@@ -118,8 +119,40 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             if (k != c.n_msgs) {
                 abort();
             }
-            idx_cmd_produce_props(&w, q, c.producer_id, c.seq, m, c.n_msgs);
+            if (c.type == IDX_CMD_PRODUCE_DELAYED) {
+                idx_cmd_produce_delayed(&w, q, c.due_ms, m, c.n_msgs);
+            } else {
+                idx_cmd_produce_props(&w, q, c.producer_id, c.seq, m, c.n_msgs);
+            }
             free(m);
+            break;
+        }
+        case IDX_CMD_TIMER_FIRE: {
+            struct idx__fire_iter fi;
+            struct idx__fire_key fk;
+            uint32_t k = 0;
+            size_t at = idx_cmd_timer_fire_begin(&w);
+            idx__fire_iter_init(&fi, &c);
+            while (idx__fire_iter_next(&fi, &fk) == 1) {
+                struct idx__msg_iter mi;
+                struct idx_pmsg m;
+                const uint8_t *d;
+                idx__msg_iter_init_fire(&mi, &fk);
+                if (idx__msg_iter_next(&mi, &d, &m.len) != 1 || d < data ||
+                    d + m.len > data + size) {
+                    abort();
+                }
+                m.data = d;
+                m.props = mi.props;
+                m.props_len = mi.props_len;
+                copy_name(q, fk.queue, fk.queue_len);
+                idx_cmd_timer_fire_add(&w, at, &fk.key, q, &m);
+                k++;
+            }
+            if (k != c.n_msgs) {
+                abort();
+            }
+            idx_cmd_timer_fire_end(&w, at);
             break;
         }
         case IDX_CMD_USER_SET:
