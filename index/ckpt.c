@@ -24,7 +24,10 @@
  * meta (index/clean.c): a node removes them as its cleaner finishes, so
  * they differ between nodes; and they are not needed after a rebuild
  * from P, where the rows they point at were never re-created (a queue
- * deleted or trimmed before P) or are marked again by the replay. Not msgs: the
+ * deleted or trimmed before P) or are marked again by the replay. Nor
+ * the groups, producers and leases rows of a queue with a "dead" mark:
+ * the cleaner deletes them at each node's own pace, and they belong to
+ * no queue (build_body). Not msgs: the
  * rows of the messages a queue still retains are re-derived by replaying the
  * records at and after P (retention keeps every retained message at or after
  * the checkpoint the log starts at); rows of trimmed messages are gone for
@@ -239,8 +242,32 @@ static int write_all(int fd, const uint8_t *p, size_t n)
 }
 
 /* Serialise the checkpoint tables as the pending txn sees them. */
+/* Tables keyed by u64 BE queue id first whose rows of a deleted queue
+ * the local cleaner removes at its own pace: those rows are left out
+ * while the queue's "dead" mark exists, so every node writes the same
+ * bytes however far its cleaner got. */
+static bool keyed_by_queue(uint8_t id)
+{
+    return id == 3 || id == 4 || id == 10; /* groups, producers, leases */
+}
+
+/* 1 when queue id has a "dead" work mark, 0 when not, or an error. */
+static int queue_dead(struct idx_env *e, uint64_t id)
+{
+    uint8_t key[IDX__MARK_KEY_SIZE];
+    idx__mark_key(key, "dead", id);
+    MDB_val k = {sizeof key, key}, v;
+    int rc = mdb_get(e->wtxn, e->dbi_meta, &k, &v);
+    if (rc == MDB_NOTFOUND) {
+        return 0;
+    }
+    return rc == 0 ? 1 : idx__mdb_err(e, rc, "checkpoint dead mark");
+}
+
 static int build_body(struct idx_env *e, struct tern_wbuf *w, uint32_t *rows)
 {
+    uint64_t last_id = 0;
+    int last_dead = 0;
     *rows = 0;
     for (size_t i = 0; i < TERN_ARRAY_SIZE(ckpt_tables); i++) {
         MDB_cursor *cur;
@@ -256,6 +283,20 @@ static int build_body(struct idx_env *e, struct tern_wbuf *w, uint32_t *rows)
                 (k.mv_size != sizeof IDX__META_KEY_STATE - 1 ||
                  memcmp(k.mv_data, IDX__META_KEY_STATE, k.mv_size) != 0)) {
                 continue; /* the cleaner's marks: local work, see WHAT */
+            }
+            if (keyed_by_queue(ckpt_tables[i].id) && k.mv_size >= 8) {
+                uint64_t id = idx__get_be64(k.mv_data);
+                if (id != last_id) {
+                    last_id = id;
+                    last_dead = queue_dead(e, id);
+                    if (last_dead < 0) {
+                        mdb_cursor_close(cur);
+                        return last_dead;
+                    }
+                }
+                if (last_dead) {
+                    continue;
+                }
             }
             h[0] = ckpt_tables[i].id;
             tern_put_u16(h + 1, (uint16_t)k.mv_size);
