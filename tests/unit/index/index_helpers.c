@@ -5,6 +5,7 @@
 #include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -329,4 +330,46 @@ uint8_t *th_log_bytes(struct idx_env *e, uint64_t *len)
     }
     *len = end;
     return buf;
+}
+
+char *th_log_files(const char *dir, const char *ext)
+{
+    char path[4096], *out = calloc(1, 1);
+    size_t len = 0, el = strlen(ext);
+    struct dirent **list;
+    cr_assert_not_null(out);
+    (void)snprintf(path, sizeof path, "%s/log", dir);
+    int n = scandir(path, &list, NULL, alphasort);
+    cr_assert_geq(n, 0);
+    for (int i = 0; i < n; i++) {
+        const char *s = list[i]->d_name;
+        size_t l = strlen(s);
+        if (l > el && strcmp(s + l - el, ext) == 0) {
+            out = realloc(out, len + l + 2);
+            cr_assert_not_null(out);
+            memcpy(out + len, s, l);
+            len += l;
+            out[len++] = '\n';
+            out[len] = '\0';
+        }
+        free(list[i]);
+    }
+    free(list);
+    return out;
+}
+
+uint8_t *th_read_file(const char *path, size_t *n)
+{
+    FILE *f = fopen(path, "rb");
+    cr_assert_not_null(f, "%s", path);
+    cr_assert_eq(fseek(f, 0, SEEK_END), 0);
+    long sz = ftell(f);
+    cr_assert_geq(sz, 0);
+    cr_assert_eq(fseek(f, 0, SEEK_SET), 0);
+    uint8_t *b = malloc((size_t)sz + 1);
+    cr_assert_not_null(b);
+    cr_assert_eq(fread(b, 1, (size_t)sz, f), (size_t)sz);
+    cr_assert_eq(fclose(f), 0);
+    *n = (size_t)sz;
+    return b;
 }

@@ -84,6 +84,11 @@ void th_flip_byte(const char *path, off_t at);
 void th_truncate(const char *path, off_t size);
 void th_append(const char *path, const void *buf, size_t n);
 void th_copy_file(const char *from, const char *to);
+/* The names of dir/log's files ending in ext, sorted, newline
+ * separated (malloc'd). */
+char *th_log_files(const char *dir, const char *ext);
+/* A whole file (malloc'd, *n bytes). */
+uint8_t *th_read_file(const char *path, size_t *n);
 /* Read all log bytes [0, log_end) through idx_bulk_read; malloc'd. */
 uint8_t *th_log_bytes(struct idx_env *e, uint64_t *len);
 

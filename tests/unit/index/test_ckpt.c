@@ -28,46 +28,6 @@ static struct idx_env *open_env(const char *dir, uint64_t seg, uint64_t ck)
     return th_open_opts(&o);
 }
 
-/* Names of the checkpoint files in dir/log, sorted, newline separated
- * (malloc'd). */
-static char *ckpt_names(const char *dir)
-{
-    char path[4096], *out = calloc(1, 1);
-    size_t len = 0;
-    struct dirent **list;
-    (void)snprintf(path, sizeof path, "%s/log", dir);
-    int n = scandir(path, &list, NULL, alphasort);
-    cr_assert_geq(n, 0);
-    for (int i = 0; i < n; i++) {
-        const char *s = list[i]->d_name;
-        size_t l = strlen(s);
-        if (l > 5 && strcmp(s + l - 5, ".ckpt") == 0) {
-            out = realloc(out, len + l + 2);
-            memcpy(out + len, s, l);
-            len += l;
-            out[len++] = '\n';
-            out[len] = '\0';
-        }
-        free(list[i]);
-    }
-    free(list);
-    return out;
-}
-
-static uint8_t *read_file(const char *path, size_t *n)
-{
-    FILE *f = fopen(path, "rb");
-    cr_assert_not_null(f, "%s", path);
-    fseek(f, 0, SEEK_END);
-    long sz = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    uint8_t *b = malloc((size_t)sz + 1);
-    cr_assert_eq(fread(b, 1, (size_t)sz, f), (size_t)sz);
-    fclose(f);
-    *n = (size_t)sz;
-    return b;
-}
-
 static void group_commit(struct idx_env *e,
                          uint64_t index,
                          const char *q,
@@ -148,7 +108,7 @@ static void expect_keep_same(struct idx_env *a, struct idx_env *b)
  * least min of them). */
 static void expect_same_checkpoints(const char *da, const char *db, int min)
 {
-    char *na = ckpt_names(da), *nb = ckpt_names(db);
+    char *na = th_log_files(da, ".ckpt"), *nb = th_log_files(db, ".ckpt");
     cr_expect_str_eq(na, nb);
     cr_expect_geq(strlen(na), 25 * (size_t)min, "checkpoints: %s", na);
     char *line = strtok(na, "\n");
@@ -157,7 +117,7 @@ static void expect_same_checkpoints(const char *da, const char *db, int min)
         size_t la, lb;
         (void)snprintf(pa, sizeof pa, "%s/log/%s", da, line);
         (void)snprintf(pb, sizeof pb, "%s/log/%s", db, line);
-        uint8_t *ba = read_file(pa, &la), *bb = read_file(pb, &lb);
+        uint8_t *ba = th_read_file(pa, &la), *bb = th_read_file(pb, &lb);
         cr_expect_eq(la, lb, "%s", line);
         cr_expect(la == lb && memcmp(ba, bb, la) == 0, "%s differs", line);
         free(ba);
@@ -379,7 +339,7 @@ Test(index_ckpt, checkpoint_of_a_later_version_refuses_the_directory)
     (void)snprintf(p, sizeof p, "%s/log/%020llu.ckpt", th_dir_a,
                    (unsigned long long)start);
     size_t n;
-    uint8_t *b = read_file(p, &n);
+    uint8_t *b = th_read_file(p, &n);
     tern_put_u32(b + 8, 2);                       /* version */
     tern_put_u32(b + 60, tern_checksum32(b, 60)); /* header checksum */
     FILE *f = fopen(p, "wb");
@@ -387,19 +347,19 @@ Test(index_ckpt, checkpoint_of_a_later_version_refuses_the_directory)
     cr_assert_eq(fwrite(b, 1, n, f), n);
     fclose(f);
     free(b);
-    char *before = ckpt_names(th_dir_a);
+    char *before = th_log_files(th_dir_a, ".ckpt");
     struct idx_options o = {
         .dir = th_dir_a, .segment_bytes = SEG, .checkpoint_bytes = SEG};
     struct idx_env *e = NULL;
     char err[TERN_ERRMSG_SIZE] = "";
     cr_expect_eq(idx_open(&o, &e, err), TERN_EVERSION, "%s", err);
     cr_expect(strstr(err, "has version 2") != NULL, "%s", err);
-    char *after = ckpt_names(th_dir_a);
+    char *after = th_log_files(th_dir_a, ".ckpt");
     cr_expect_str_eq(after, before, "no checkpoint removed");
     free(before);
     free(after);
     /* Put back, the directory opens with every record. */
-    b = read_file(p, &n);
+    b = th_read_file(p, &n);
     tern_put_u32(b + 8, 1);
     tern_put_u32(b + 60, tern_checksum32(b, 60));
     f = fopen(p, "wb");
@@ -490,7 +450,8 @@ Test(index_ckpt, retention_by_count_frees_segments)
     do {
         cr_assert_eq(idx_clean_step(a, 256, &done), 0, "%s", idx_errmsg(a));
     } while (done == 256);
-    char *na = ckpt_names(th_dir_a), *nb = ckpt_names(th_dir_b);
+    char *na = th_log_files(th_dir_a, ".ckpt"),
+         *nb = th_log_files(th_dir_b, ".ckpt");
     cr_expect_str_eq(na, nb);
     free(na);
     free(nb);

@@ -656,21 +656,6 @@ static void workload(struct idx_env *e)
     }
 }
 
-static uint8_t *slurp(const char *path, size_t *n)
-{
-    FILE *f = fopen(path, "rb");
-    cr_assert_not_null(f, "%s", path);
-    cr_assert_eq(fseek(f, 0, SEEK_END), 0);
-    long sz = ftell(f);
-    cr_assert_geq(sz, 0);
-    rewind(f);
-    uint8_t *b = malloc((size_t)sz + 1);
-    cr_assert_eq(fread(b, 1, (size_t)sz, f), (size_t)sz);
-    fclose(f);
-    *n = (size_t)sz;
-    return b;
-}
-
 /* The checkpoint files of a and b are the same, byte for byte; returns
  * how many. */
 static int expect_same_ckpts(const char *a, const char *b)
@@ -688,7 +673,7 @@ static int expect_same_ckpts(const char *a, const char *b)
             char pa[4200], pb[4200];
             (void)snprintf(pa, sizeof pa, "%s/log/%s", a, s);
             (void)snprintf(pb, sizeof pb, "%s/log/%s", b, s);
-            uint8_t *ba = slurp(pa, &na), *bb = slurp(pb, &nb);
+            uint8_t *ba = th_read_file(pa, &na), *bb = th_read_file(pb, &nb);
             cr_expect(na == nb && memcmp(ba, bb, na) == 0, "%s differs", s);
             free(ba);
             free(bb);

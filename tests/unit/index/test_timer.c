@@ -432,46 +432,6 @@ static uint64_t workload(struct idx_env *leader, struct idx_env *follower)
     return i - 1;
 }
 
-static char *dir_listing(const char *dir, const char *ext)
-{
-    char path[4096], *out = calloc(1, 1);
-    size_t len = 0;
-    struct dirent **list;
-    (void)snprintf(path, sizeof path, "%s/log", dir);
-    int n = scandir(path, &list, NULL, alphasort);
-    cr_assert_geq(n, 0);
-    for (int i = 0; i < n; i++) {
-        const char *s = list[i]->d_name;
-        size_t l = strlen(s), el = strlen(ext);
-        if (l > el && strcmp(s + l - el, ext) == 0) {
-            out = realloc(out, len + l + 2);
-            memcpy(out + len, s, l);
-            len += l;
-            out[len++] = '\n';
-            out[len] = '\0';
-        }
-        free(list[i]);
-    }
-    free(list);
-    return out;
-}
-
-static uint8_t *slurp(const char *path, size_t *n)
-{
-    FILE *f = fopen(path, "rb");
-    cr_assert_not_null(f, "%s", path);
-    cr_assert_eq(fseek(f, 0, SEEK_END), 0);
-    long sz = ftell(f);
-    cr_assert_geq(sz, 0);
-    cr_assert_eq(fseek(f, 0, SEEK_SET), 0);
-    uint8_t *b = malloc((size_t)sz + 1);
-    cr_assert_not_null(b);
-    cr_assert_eq(fread(b, 1, (size_t)sz, f), (size_t)sz);
-    cr_assert_eq(fclose(f), 0);
-    *n = (size_t)sz;
-    return b;
-}
-
 static void expect_same_queue(struct idx_env *a, struct idx_env *b)
 {
     struct th_msgs ma = {0}, mb = {0};
@@ -500,8 +460,8 @@ Test(index_timer, two_envs_end_byte_identical)
     cr_expect(la == lb && memcmp(ba, bb, la) == 0, "logs differ");
     free(ba);
     free(bb);
-    char *na = dir_listing(th_dir_a, ".ckpt"),
-         *nb = dir_listing(th_dir_b, ".ckpt");
+    char *na = th_log_files(th_dir_a, ".ckpt"),
+         *nb = th_log_files(th_dir_b, ".ckpt");
     cr_expect_str_eq(na, nb);
     cr_expect_gt(strlen(na), 0, "checkpoints were written");
     for (char *line = strtok(na, "\n"); line != NULL;
@@ -510,7 +470,7 @@ Test(index_timer, two_envs_end_byte_identical)
         size_t sa, sb;
         (void)snprintf(pa, sizeof pa, "%s/log/%s", th_dir_a, line);
         (void)snprintf(pb, sizeof pb, "%s/log/%s", th_dir_b, line);
-        uint8_t *ca = slurp(pa, &sa), *cb = slurp(pb, &sb);
+        uint8_t *ca = th_read_file(pa, &sa), *cb = th_read_file(pb, &sb);
         cr_expect(sa == sb && memcmp(ca, cb, sa) == 0, "%s differs", line);
         free(ca);
         free(cb);
@@ -558,7 +518,7 @@ Test(index_timer, rebuild_from_a_checkpoint_between_produce_and_fire)
 
     /* Cut a's log: delete every segment and checkpoint before the first
      * checkpoint past the second PRODUCE_DELAYED record. */
-    char *ck = dir_listing(th_dir_a, ".ckpt");
+    char *ck = th_log_files(th_dir_a, ".ckpt");
     uint64_t cut = 0;
     for (char *line = strtok(ck, "\n"); line != NULL;
          line = strtok(NULL, "\n")) {
@@ -569,7 +529,7 @@ Test(index_timer, rebuild_from_a_checkpoint_between_produce_and_fire)
     }
     free(ck);
     cr_assert_gt(cut, 0, "a checkpoint after the delayed produces");
-    char *segs = dir_listing(th_dir_a, ".seg");
+    char *segs = th_log_files(th_dir_a, ".seg");
     char *names[256];
     int n = 0;
     for (char *line = strtok(segs, "\n"); line != NULL && n < 256;
@@ -584,7 +544,7 @@ Test(index_timer, rebuild_from_a_checkpoint_between_produce_and_fire)
         }
     }
     free(segs);
-    ck = dir_listing(th_dir_a, ".ckpt");
+    ck = th_log_files(th_dir_a, ".ckpt");
     for (char *line = strtok(ck, "\n"); line != NULL;
          line = strtok(NULL, "\n")) {
         if (strtoull(line, NULL, 10) < cut) {
