@@ -805,6 +805,24 @@ def check_acked_readable(c, where, got, acked):
 
 
 _children = []
+_scratch = []
+
+
+def scratch_dir(prefix):
+    """A temporary directory removed when the test ends (run_test; kept
+    with TERN_KEEP), for files a test makes outside a Cluster."""
+    d = tempfile.mkdtemp(prefix=prefix)
+    _scratch.append(d)
+    return d
+
+
+def _remove_scratch():
+    if os.environ.get("TERN_KEEP"):
+        return
+    for d in _scratch:
+        shutil.rmtree(d, ignore_errors=True)
+    del _scratch[:]
+
 
 
 def _reap_children():
@@ -857,6 +875,7 @@ def run_test(fn):
         _reap_children()
         for c in list(_live_clusters):
             c.close()
+        _remove_scratch()
         checks.failed += _close_failures[0]
     if rc != SKIP_RC:
         rc = 1 if checks.failed else 0

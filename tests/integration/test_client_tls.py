@@ -21,7 +21,6 @@ import os
 import socket
 import struct
 import sys
-import tempfile
 import time
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
@@ -184,7 +183,7 @@ def auto_loopback(c):
 
 
 def main(c):
-    other = tempfile.mkdtemp(prefix="tern-it-foreign-")
+    other = h.scratch_dir("tern-it-foreign-")
     h.make_certs(other, [1], clients=("mallory",))
     three_nodes(c, os.path.join(other, "ca.pem"))
     client_certs(c, other)

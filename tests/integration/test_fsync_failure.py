@@ -12,7 +12,6 @@ cannot be built (no C compiler or liblmdb-dev)."""
 import os
 import subprocess
 import sys
-import tempfile
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -35,7 +34,7 @@ def build_shim(out):
 
 
 def main(c):
-    so = build_shim(tempfile.mkdtemp(prefix="tern-it-shim-"))
+    so = build_shim(h.scratch_dir("tern-it-shim-"))
     raft = {"snapshot_threshold_bytes": 32768, "snapshot_trailing": 16}
     with h.Cluster(3, raft=raft) as cl:
         nd = cl.nodes[3]
