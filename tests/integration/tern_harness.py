@@ -824,7 +824,6 @@ def _remove_scratch():
     del _scratch[:]
 
 
-
 def _reap_children():
     for p in _children:
         if p.poll() is None:
