@@ -821,6 +821,24 @@ int proto_decode_request(uint8_t op,
         }
         break;
     }
+    case PROTO_OP_PRODUCE_DELAYED:
+        rv = get_name(&c, &out->queue, &out->queue_len);
+        if (rv != 0) {
+            break;
+        }
+        out->time_ms = tern_cursor_u64(&c);
+        out->n_msgs = tern_cursor_u32(&c);
+        if (c.err != 0) {
+            break;
+        }
+        records_skip(&c, out->n_msgs, get_msg, &m, &out->msgs, &out->msgs_len);
+        if (c.err == 0 && out->n_msgs == 0) {
+            rv = TERN_EINVAL;
+        }
+        if (rv == 0) {
+            rv = get_produce_tail(&c, out);
+        }
+        break;
     case PROTO_OP_FETCH:
         rv = get_name(&c, &out->queue, &out->queue_len);
         out->offset = tern_cursor_u64(&c);
@@ -1006,6 +1024,39 @@ int proto_encode_produce_props(struct tern_wbuf *w,
     put_name(w, queue);
     tern_wbuf_u64(w, producer_id);
     tern_wbuf_u64(w, seq);
+    tern_wbuf_u32(w, n);
+    for (uint32_t i = 0; i < n; i++) {
+        at(msgs, i, &m, &p);
+        proto_put_blob(w, m.data, m.len);
+        props = props || p.len > 0;
+    }
+    if (props) {
+        tern_wbuf_u8(w, PROTO_PRODUCE_PROPS);
+        for (uint32_t i = 0; i < n; i++) {
+            at(msgs, i, &m, &p);
+            proto_put_blob(w, p.data, p.len);
+        }
+    }
+    return proto_frame_end(w, start);
+}
+
+int proto_encode_produce_delayed(struct tern_wbuf *w,
+                                 uint64_t request_id,
+                                 const char *queue,
+                                 uint64_t when,
+                                 proto_pmsg_at_cb at,
+                                 const void *msgs,
+                                 uint32_t n)
+{
+    size_t start = w->len;
+    struct proto_msg m, p;
+    bool props = false;
+    if (n == 0 || msgs == NULL || at == NULL) {
+        return TERN_EINVAL;
+    }
+    proto_frame_begin(w, PROTO_OP_PRODUCE_DELAYED, request_id, 0);
+    put_name(w, queue);
+    tern_wbuf_u64(w, when);
     tern_wbuf_u32(w, n);
     for (uint32_t i = 0; i < n; i++) {
         at(msgs, i, &m, &p);
@@ -1240,6 +1291,31 @@ int proto_decode_produce_resp(const void *body,
     out->count = tern_cursor_u32(&c);
     out->duplicate = tern_cursor_u8(&c);
     return decode_end(&c, out->duplicate <= 1, out, sizeof *out);
+}
+
+int proto_encode_produce_delayed_resp(struct tern_wbuf *w,
+                                      uint64_t request_id,
+                                      uint32_t count,
+                                      uint64_t due_ms)
+{
+    size_t start = w->len;
+    proto_frame_begin(w, PROTO_OP_PRODUCE_DELAYED | PROTO_OP_RESPONSE,
+                      request_id, 0);
+    tern_wbuf_u32(w, count);
+    tern_wbuf_u64(w, due_ms);
+    return proto_frame_end(w, start);
+}
+
+int proto_decode_produce_delayed_resp(const void *body,
+                                      size_t len,
+                                      uint32_t *count,
+                                      uint64_t *due_ms)
+{
+    struct tern_cursor c;
+    tern_cursor_init(&c, body, len);
+    *count = tern_cursor_u32(&c);
+    *due_ms = tern_cursor_u64(&c);
+    return cursor_finish(&c);
 }
 
 /* One message record of a fetch answer: offset, time, data and, with_props,

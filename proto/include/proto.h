@@ -266,6 +266,22 @@
  *                       or the queue's next offset when none)
  * Errors: TERN_EQUEUEFULL (a produce refused by max_bytes/max_messages),
  * TERN_EOFFSET for a FETCH below the first offset (the message names it).
+ *
+ * Delayed messages (op 31, added with work queues; docs/WORKQUEUES.md,
+ * "Delayed and scheduled messages"; an older server answers TERN_EINVAL
+ * "unknown request op"):
+ *   PRODUCE_DELAYED req: str queue, u64 when, u32 n, n x blob message,
+ *                      [u8 flags = PROTO_PRODUCE_PROPS (1), n x blob props]
+ *                      when: bit 63 PROTO_DELAY_AT set: bits 0..62 are the
+ *                      due time (ms since the epoch); clear: a delay in ms
+ *                      from the leader's clock. The messages are PRODUCE's
+ *                      (same blobs, same optional properties tail, same
+ *                      checks), without producer id and seq (no dedup).
+ *                 resp: u32 count (messages scheduled), u64 due_ms (the
+ *                       absolute due time by the leader's clock: t + delay,
+ *                       or the time asked for, or t when that is past)
+ *                 A due time more than [limits] max_delay_ms ahead is
+ *                 TERN_EINVAL naming the limit; ACL: produce.
  */
 #ifndef TERN_PROTO_H
 #define TERN_PROTO_H
@@ -310,6 +326,7 @@ enum proto_op {
     PROTO_OP_OFFSET_FOR_TIME = 24,
     PROTO_OP_MESSAGE_GET = 25,
     PROTO_OP_MESSAGE_TRACE = 26,
+    PROTO_OP_PRODUCE_DELAYED = 31,
     PROTO_OP_ERROR = 0x7f,
     PROTO_OP_RESPONSE = 0x80,
 };
@@ -437,7 +454,8 @@ struct proto_request
         uint64_t max_messages;
         uint8_t overflow;
     } settings;
-    uint64_t time_ms;
+    uint64_t time_ms; /* PRODUCE_DELAYED: its when field (PROTO_DELAY_AT
+                         bit included) */
     /* Message properties: PRODUCE's props blobs (props_len 0: no tail;
      * iterate with proto_next_props), FETCH/GROUP_FETCH's tag filter
      * (n_tags records, iterate with proto_next_tag), MESSAGE_GET. */
@@ -569,6 +587,20 @@ int proto_encode_produce_props(struct tern_wbuf *w,
                                proto_pmsg_at_cb at,
                                const void *msgs,
                                uint32_t n);
+/* PRODUCE_DELAYED's when: the due time, not a delay (format above). */
+#define PROTO_DELAY_AT ((uint64_t)1 << 63)
+/* PRODUCE_DELAYED of msgs (as proto_encode_produce_props: the properties
+ * tail only when some message has a block) to be appended when the
+ * leader's clock reaches its due time: when = a delay in ms, or a due time
+ * with PROTO_DELAY_AT set. TERN_EINVAL (n 0, msgs or at NULL),
+ * TERN_EBADNAME. */
+int proto_encode_produce_delayed(struct tern_wbuf *w,
+                                 uint64_t request_id,
+                                 const char *queue,
+                                 uint64_t when,
+                                 proto_pmsg_at_cb at,
+                                 const void *msgs,
+                                 uint32_t n);
 #define PROTO_FETCH_LEADER    0x01u /* FETCH flags: leader answers only */
 #define PROTO_FETCH_PROPS     0x02u /* the answer carries properties */
 #define PROTO_FETCH_TAGS      0x04u /* a tag filter follows the flags */
@@ -701,6 +733,16 @@ struct proto_produce_resp
 int proto_decode_produce_resp(const void *body,
                               size_t len,
                               struct proto_produce_resp *out);
+
+/* PRODUCE_DELAYED's answer: count messages scheduled for due_ms. */
+int proto_encode_produce_delayed_resp(struct tern_wbuf *w,
+                                      uint64_t request_id,
+                                      uint32_t count,
+                                      uint64_t due_ms);
+int proto_decode_produce_delayed_resp(const void *body,
+                                      size_t len,
+                                      uint32_t *count,
+                                      uint64_t *due_ms);
 
 struct proto_fetched_msg
 {

@@ -4,7 +4,7 @@
  * decoders of every op, the error-frame decoder and every response decoder,
  * and walks every iterator (the security metadata ops 10..19 and the
  * authentication ops 20..21, the message property ops and message trace
- * included).
+ * included, and the delayed produce, op 31).
  * Decoders must never read out of bounds, and a decoded request must re-encode
  * to a body that decodes to the same fields.
  */
@@ -159,6 +159,28 @@ static void reencode(const struct proto_request *r,
                                         pm_arr_at, &arr, k);
         break;
     }
+    case PROTO_OP_PRODUCE_DELAYED: {
+        size_t pos = 0;
+        uint32_t k = 0;
+        m = malloc(sizeof *m * (r->n_msgs > 0 ? r->n_msgs : 1));
+        p = calloc(r->n_msgs > 0 ? r->n_msgs : 1, sizeof *p);
+        if (m == NULL || p == NULL) {
+            abort();
+        }
+        while (k < r->n_msgs && proto_next_msg(r, &pos, &m[k])) {
+            k++;
+        }
+        pos = 0;
+        for (uint32_t i = 0; r->props_len > 0 && i < k; i++) {
+            if (!proto_next_props(r, &pos, &p[i])) {
+                abort();
+            }
+        }
+        struct pm_arr arr = {m, p};
+        rv = proto_encode_produce_delayed(&w, 1, q, r->time_ms, pm_arr_at, &arr,
+                                          k);
+        break;
+    }
     case PROTO_OP_FETCH:
         rv = reencode_fetch(&w, r, q, NULL);
         break;
@@ -249,7 +271,8 @@ static void walk_request(const struct proto_request *r)
         }
         n++;
     }
-    if (r->op == PROTO_OP_PRODUCE && n != r->n_msgs) {
+    if ((r->op == PROTO_OP_PRODUCE || r->op == PROTO_OP_PRODUCE_DELAYED) &&
+        n != r->n_msgs) {
         abort();
     }
     (void)sink;
@@ -309,6 +332,11 @@ static void responses(const uint8_t *d, size_t len)
     (void)proto_decode_empty_resp(d, len);
     (void)proto_decode_stats_resp(d, len, &ss);
     (void)proto_decode_produce_resp(d, len, &pr);
+    {
+        uint32_t dcount;
+        uint64_t ddue;
+        (void)proto_decode_produce_delayed_resp(d, len, &dcount, &ddue);
+    }
     if (proto_decode_fetch_resp(d, len, &fr) == 0) {
         struct proto_fetched_msg m;
         uint32_t n = 0;
@@ -400,6 +428,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 walk_request(&r);
                 reencode(&r, b, blen);
             }
+        }
+        /* Delayed produce (op 31), outside the range above. */
+        if (proto_decode_request(PROTO_OP_PRODUCE_DELAYED, b, blen, &r) == 0) {
+            walk_request(&r);
+            reencode(&r, b, blen);
         }
         (void)proto_decode_error(b, blen, TERN_ENOTLEADER, &e);
         (void)proto_decode_error(b, blen, TERN_EINTERNAL, &e);
