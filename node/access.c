@@ -633,6 +633,7 @@ int node_access_check(struct node_access *a,
     }
     switch (r->op) {
     case PROTO_OP_PRODUCE:
+    case PROTO_OP_PRODUCE_DELAYED:
         return check_queue(p, e, r, IDX_PERM_PRODUCE, errmsg);
     case PROTO_OP_FETCH:
     case PROTO_OP_GROUP_FETCH:

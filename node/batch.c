@@ -108,7 +108,8 @@ static struct node_batch *batch_new(struct node_batcher *b)
     tern_list_init(&batch->wreqs);
     tern_wbuf_init(&batch->w);
     batch->batcher = b;
-    idx_cmd_begin(&batch->w, b->ops.timestamp_ms(b->arg));
+    batch->ts = b->ops.timestamp_ms(b->arg);
+    idx_cmd_begin(&batch->w, batch->ts);
     uint64_t term = b->ops.term != NULL ? b->ops.term(b->arg) : 0;
     if (term > 0) {
         idx_cmd_term(&batch->w, term);
@@ -307,6 +308,7 @@ int node_batcher_add(struct node_batcher *b,
     case PROTO_OP_QUEUE_CREATE:
     case PROTO_OP_QUEUE_DELETE:
     case PROTO_OP_PRODUCE:
+    case PROTO_OP_PRODUCE_DELAYED:
     case PROTO_OP_GROUP_COMMIT:
     case PROTO_OP_GROUP_FETCH:
     case PROTO_OP_QUEUE_UPDATE:
@@ -334,11 +336,15 @@ int node_batcher_add(struct node_batcher *b,
         (r->n_msgs == 0 || (r->producer_id != 0 && r->seq == 0))) {
         return TERN_EINVAL;
     }
+    if (r->op == PROTO_OP_PRODUCE_DELAYED && r->n_msgs == 0) {
+        return TERN_EINVAL;
+    }
     w = tern_calloc(1, sizeof(*w));
     if (w == NULL) {
         return -ENOMEM;
     }
-    if (r->op == PROTO_OP_PRODUCE && r->n_msgs > 0) {
+    if ((r->op == PROTO_OP_PRODUCE || r->op == PROTO_OP_PRODUCE_DELAYED) &&
+        r->n_msgs > 0) {
         size_t pos = 0;
         struct proto_msg m;
         uint32_t i = 0;
@@ -399,6 +405,19 @@ int node_batcher_add(struct node_batcher *b,
         idx_cmd_produce_props(&b->open->w, queue, r->producer_id, r->seq, msgs,
                               r->n_msgs);
         break;
+    case PROTO_OP_PRODUCE_DELAYED: {
+        /* The leader's clock is the entry's timestamp: apply compares due
+         * times with it. A time asked for that is past is "now". */
+        uint64_t when = r->time_ms & ~PROTO_DELAY_AT;
+        uint64_t t = b->open->ts;
+        if ((r->time_ms & PROTO_DELAY_AT) != 0) {
+            w->due_ms = when > t ? when : t;
+        } else {
+            w->due_ms = when > UINT64_MAX - t ? UINT64_MAX : t + when;
+        }
+        idx_cmd_produce_delayed(&b->open->w, queue, w->due_ms, msgs, r->n_msgs);
+        break;
+    }
     case PROTO_OP_GROUP_FETCH:
         /* A read: nothing changes, the request is answered (served from
          * the index) once the barrier is applied and flushed. */
@@ -447,6 +466,50 @@ int node_batcher_add_trim(struct node_batcher *b,
     tern_list_init(&w->link);
     idx_cmd_trim(&b->open->w, queue, plan->queue_id, plan->from, plan->to,
                  plan->bytes);
+    return add_finish(b, w);
+}
+
+int node_batcher_add_timer_fire(struct node_batcher *b,
+                                node_timer_plan_cb plan,
+                                void *arg,
+                                void *owner,
+                                uint32_t *keys)
+{
+    struct node_batch *batch;
+    struct node_wreq *w;
+    int rv;
+    *keys = 0;
+    /* A fresh entry of its own: a failed plan cannot spoil requests that
+     * share it, and an empty plan is dropped without a proposal. */
+    if (b->open != NULL && b->open->n_cmds > b->open->n_lead) {
+        seal_open(b);
+    }
+    w = tern_calloc(1, sizeof(*w));
+    if (w == NULL) {
+        return -ENOMEM;
+    }
+    if (b->open == NULL) {
+        b->open = batch_new(b);
+        if (b->open == NULL) {
+            tern_free(w);
+            return -ENOMEM;
+        }
+    }
+    batch = b->open;
+    rv = plan(arg, &batch->w, batch->ts, keys);
+    if (rv == 0 && batch->w.err != 0) {
+        rv = batch->w.err;
+    }
+    if (rv != 0 || *keys == 0) {
+        b->open = NULL;
+        batch_free(batch);
+        tern_free(w);
+        *keys = 0;
+        return rv;
+    }
+    tern_list_init(&w->link);
+    w->owner = owner;
+    w->op = NODE_WREQ_TIMER_FIRE;
     return add_finish(b, w);
 }
 

@@ -46,7 +46,11 @@ struct node_wreq
     uint32_t max_bytes;
     uint32_t wait_ms;
     struct node_fetch_filter filter; /* flags: all of the request's */
+    uint64_t due_ms; /* PRODUCE_DELAYED: the absolute due time proposed */
 };
+/* w->op of the leader's own TIMER_FIRE (node_batcher_add_timer_fire): no
+ * client op has this number. */
+#define NODE_WREQ_TIMER_FIRE 0xfeu
 
 /* One raft command entry in the making or in flight. */
 struct node_batch
@@ -59,6 +63,7 @@ struct node_batch
     size_t len;         /* sealed entry length (without padding) */
     uint8_t head[24];   /* the sealed entry's header (identity) */
     uint64_t index;     /* raft index once proposed */
+    uint64_t ts;        /* the entry's timestamp_ms (leader's clock) */
     bool applied;       /* results were routed */
     struct node_batcher *batcher;
 };
@@ -107,7 +112,10 @@ struct node_batcher
 void node_batcher_init(struct node_batcher *b,
                        const struct node_batcher_ops *ops,
                        void *arg);
-/* Add one write request (QUEUE_CREATE/DELETE, PRODUCE, GROUP_COMMIT, and
+/* Add one write request (QUEUE_CREATE/DELETE, PRODUCE, PRODUCE_DELAYED
+ * (its due time: r->time_ms's due time, at least the entry's timestamp,
+ * or that timestamp plus its delay; set in the request's due_ms),
+ * GROUP_COMMIT, and
  * the security metadata writes USER_SET/DELETE, ACL_SET/DELETE,
  * NAMESPACE_SET/DELETE, PRODUCER_INIT) to the open entry; r borrows from the
  * frame and is copied. On error nothing is queued and nothing is answered:
@@ -125,6 +133,25 @@ int node_batcher_add(struct node_batcher *b,
 int node_batcher_add_trim(struct node_batcher *b,
                           const char *queue,
                           const struct idx_trim_plan *plan);
+/* Plan callback of node_batcher_add_timer_fire: append the TIMER_FIRE of
+ * the timers due by t to w (the open entry, stamped t; borrowed for the
+ * call). OUT: *keys, the keys appended (0: nothing due). 0 or a code. */
+typedef int (*node_timer_plan_cb)(void *arg,
+                                  struct tern_wbuf *w,
+                                  uint64_t t,
+                                  uint32_t *keys);
+/* The leader's TIMER_FIRE (docs/WORKQUEUES.md): seals the open entry if it
+ * holds requests, starts a new one and lets plan fill it with the timers
+ * due by that entry's timestamp. When plan appends keys, a request with op
+ * NODE_WREQ_TIMER_FIRE and owner (borrowed) is queued with it and answered
+ * through the respond op like any other (result: count appended,
+ * base_offset dropped); OUT: *keys. Nothing due: the new entry is dropped,
+ * 0 with *keys 0. On error (plan's code, -ENOMEM) nothing is queued. */
+int node_batcher_add_timer_fire(struct node_batcher *b,
+                                node_timer_plan_cb plan,
+                                void *arg,
+                                void *owner,
+                                uint32_t *keys);
 /* Too much is waiting: stop reading client connections. */
 bool node_batcher_congested(const struct node_batcher *b);
 /* Seal the open entry and propose queued entries up to max_inflight. */

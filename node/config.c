@@ -47,6 +47,10 @@
  *   retention_page = 1024           ; queues planned per pass (1..65536)
  *   clean_batch_rows = 1024         ; LMDB rows the cleaner deletes per
  *                                   ; loop iteration (>= 1; index/clean.c)
+ *   timer_interval_ms = 100         ; a writable leader fires the delayed
+ *                                   ; messages come due this often; 0 = off
+ *   timer_batch = 256               ; timers per TIMER_FIRE (1..1024; and
+ *                                   ; at most 4 MiB of messages)
  *
  *   [raft]
  *   election_timeout_ms      = 150
@@ -82,6 +86,9 @@
  *   fetch_scan_max        = 100000 ; messages a tag-filtered fetch
  *                                  ; examines per answer (it answers
  *                                  ; with what matched and where to go on)
+ *   max_delay_ms          = 3456000000 ; furthest due time (40 days) a
+ *                                  ; delayed produce may ask for; further
+ *                                  ; is TERN_EINVAL naming the key
  *                                  ; Over a bound the client gets
  *                                  ; TERN_ELIMIT naming the key.
  *
@@ -294,6 +301,8 @@ static const char usage_text[] =
     "  retention_interval_ms = 1000\n"
     "  retention_page = 1024\n"
     "  clean_batch_rows = 1024\n"
+    "  timer_interval_ms = 100\n"
+    "  timer_batch = 256\n"
     "  [raft]\n"
     "  election_timeout_ms = 150\n"
     "  heartbeat_ms = 15\n"
@@ -317,6 +326,7 @@ static const char usage_text[] =
     "  max_parked_per_conn = 64\n"
     "  list_page_max = 1000\n"
     "  fetch_scan_max = 100000\n"
+    "  max_delay_ms = 3456000000\n"
     "  [security]\n"
     "  peer_auth = tls\n"
     "  cluster_ca = /etc/tern/ca.pem\n"
@@ -357,6 +367,9 @@ void node_config_init(struct node_config *c)
     c->retention_interval_ms = NODE_DEFAULT_RETENTION_INTERVAL_MS;
     c->retention_page = NODE_DEFAULT_RETENTION_PAGE;
     c->clean_batch_rows = NODE_DEFAULT_CLEAN_BATCH_ROWS;
+    c->timer_interval_ms = NODE_DEFAULT_TIMER_INTERVAL_MS;
+    c->timer_batch = NODE_DEFAULT_TIMER_BATCH;
+    c->max_delay_ms = NODE_DEFAULT_MAX_DELAY_MS;
     c->max_message_bytes = NODE_DEFAULT_MAX_MESSAGE;
     c->log_segment_bytes = NODE_DEFAULT_LOG_SEGMENT;
     c->index_map_bytes = NODE_DEFAULT_INDEX_MAP;
@@ -929,6 +942,10 @@ static const struct key keys[] = {
      NODE__UINT(retention_page), IDX_RETAIN_PAGE_MAX},
     {"node", "clean_batch_rows", "--clean-batch-rows", set_unsigned,
      NODE__UINT(clean_batch_rows), 1000000},
+    {"node", "timer_interval_ms", "--timer-interval-ms", set_unsigned,
+     NODE__UINT(timer_interval_ms), 3600000},
+    {"node", "timer_batch", "--timer-batch", set_unsigned,
+     NODE__UINT(timer_batch), IDX_TIMER_FIRE_KEYS_MAX},
     {"raft", "election_timeout_ms", "--election-timeout-ms", set_unsigned,
      NODE__UINT(election_timeout_ms), UINT32_MAX},
     {"raft", "heartbeat_ms", "--heartbeat-ms", set_unsigned,
@@ -971,6 +988,8 @@ static const struct key keys[] = {
      NODE__UINT(list_page_max), 100000},
     {"limits", "fetch_scan_max", "--fetch-scan-max", set_unsigned,
      NODE__UINT(fetch_scan_max), 1000000000},
+    {"limits", "max_delay_ms", "--max-delay-ms", set_u64,
+     NODE__U64(max_delay_ms), (uint64_t)1 << 62},
     {"security", "peer_auth", "--peer-auth", set_peer_auth,
      NODE__INT(peer_auth), 0},
     {"security", "cluster_ca", "--cluster-ca", set_text, NODE__STR(cluster_ca),
@@ -1512,6 +1531,10 @@ static int validate_client_limits(const struct node_config *c, char *errmsg)
                            "frame_timeout_ms, slow_reader_timeout_ms, "
                            "peer_handshake_timeout_ms and peer_max_pending "
                            "must be > 0");
+        return TERN_EINVAL;
+    }
+    if (c->timer_batch == 0) {
+        tern_errmsg_printf(errmsg, "timer_batch must be > 0");
         return TERN_EINVAL;
     }
     if (c->retention_page == 0 || c->clean_batch_rows == 0) {

@@ -50,6 +50,11 @@ struct node_config
     unsigned retention_interval_ms; /* retention pass period; 0 = off */
     unsigned retention_page;        /* queues per retention pass */
     unsigned clean_batch_rows;      /* cleaner rows per loop iteration */
+    /* [node] the timer pass, [limits] max_delay_ms (docs/WORKQUEUES.md,
+     * "Delayed and scheduled messages") */
+    unsigned timer_interval_ms; /* timer pass period; 0 = off */
+    unsigned timer_batch;       /* timer keys per TIMER_FIRE */
+    uint64_t max_delay_ms;      /* furthest due time a produce may ask */
     /* [security]: how nodes prove cluster membership to each other */
     int peer_auth;             /* enum node_peer_auth */
     char *cluster_ca;          /* owned; PEM CA that signs node certs */
@@ -157,6 +162,10 @@ enum node_client_auth {
 #define NODE_DEFAULT_RETENTION_INTERVAL_MS 1000u
 #define NODE_DEFAULT_RETENTION_PAGE        1024u
 #define NODE_DEFAULT_CLEAN_BATCH_ROWS      1024u
+/* [node] timer pass and [limits] max_delay_ms (40 days) */
+#define NODE_DEFAULT_TIMER_INTERVAL_MS 100u
+#define NODE_DEFAULT_TIMER_BATCH       256u
+#define NODE_DEFAULT_MAX_DELAY_MS      (40ull * 24 * 3600 * 1000)
 /* Longest shm_dir: room for "/tern-shm-<ipv4>-<port>.sock" in a unix
  * socket path (107 bytes). */
 #define NODE_SHM_DIR_MAX 64u

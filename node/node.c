@@ -43,6 +43,18 @@
  * TRIM that finds the queue changed is refused at apply and planned
  * again).
  *
+ * Delayed messages (docs/WORKQUEUES.md): every [node] timer_interval_ms a
+ * writable leader whose index holds timers due by its clock
+ * (idx_timer_stats) plans a TIMER_FIRE (idx_timer_plan: at most [node]
+ * timer_batch keys and 4 MiB, oldest first) into an entry of its own
+ * (node_batcher_add_timer_fire) and proposes it. One TIMER_FIRE at a
+ * time: the plan reads flushed state, so a second one planned before the
+ * first is applied would hold the same keys (skipped at apply, but written
+ * to the log). The flag clears when the fire is answered (applied and
+ * flushed, or failed), or after 10 s as lost; when the plan left due
+ * timers behind, the next pass starts at once. A pass that fires logs one
+ * DEBUG line when answered; a plan error logs a WARN at most every 10 s.
+ *
  * Shutdown (SIGTERM/SIGINT): close the client server, answer unproposed
  * writes with TERN_ESHUTDOWN, repl_close (in-flight proposals fail with
  * TERN_ESHUTDOWN), then close the index, then the transport, then our own
@@ -97,6 +109,13 @@ struct node
     uv_signal_t sig_int;
     uv_timer_t watchdog;
     uv_timer_t retention;
+    uv_timer_t timers; /* the timer pass (delayed messages) */
+    /* A TIMER_FIRE proposed and not answered yet: since (uv_now), keys */
+    bool timer_inflight;
+    bool timer_more; /* the last plan left due timers behind */
+    uint64_t timer_since;
+    uint32_t timer_keys;
+    uint64_t timer_warn_ms; /* uv_now of the last plan-error line */
     bool clean_more; /* the cleaner may have work (checked after flush) */
     /* retention pass cursor: the last queue name of the previous page */
     char retain_after[TERN_NAME_MAX + 1];
@@ -486,6 +505,90 @@ static void plan_over_limits(struct node *n)
     idx_over_limits_drain(n->fsm.idx, plan_trim_cb, n);
 }
 
+/* ---- Delayed messages: the timer pass (see the top) ----------------------
+ */
+
+/* A TIMER_FIRE left unanswered this long is taken as lost. */
+#define NODE_TIMER_LOST_MS 10000u
+
+/* node_timer_plan_cb: plan into the leader's fresh entry. */
+static int timer_plan(void *arg,
+                      struct tern_wbuf *w,
+                      uint64_t t,
+                      uint32_t *keys)
+{
+    struct node *n = arg;
+    struct idx_timer_plan p;
+    int rv = idx_timer_plan(n->fsm.idx, t, n->cfg->timer_batch,
+                            IDX_TIMER_FIRE_BYTES_MAX, w, &p);
+    *keys = rv == 0 ? p.keys : 0;
+    n->timer_more = rv == 0 && p.more;
+    return rv;
+}
+
+static void on_timer_pass(uv_timer_t *h)
+{
+    struct node *n = h->data;
+    uint64_t now = uv_now(&n->loop);
+    uint64_t pending = 0, oldest = 0;
+    uint32_t keys = 0;
+    int rv;
+    if (n->stopping || !n->writable || n->fsm.idx == NULL ||
+        idx_status(n->fsm.idx) != 0) {
+        return;
+    }
+    if (n->timer_inflight && now - n->timer_since < NODE_TIMER_LOST_MS) {
+        return;
+    }
+    n->timer_inflight = false;
+    if (idx_timer_stats(n->fsm.idx, &pending, &oldest) != 0 || pending == 0 ||
+        oldest > batch_timestamp(n)) {
+        return;
+    }
+    rv = node_batcher_add_timer_fire(&n->batcher, timer_plan, n, n, &keys);
+    if (rv != 0) {
+        if (now - n->timer_warn_ms >= NODE_TIMER_LOST_MS ||
+            n->timer_warn_ms == 0) {
+            n->timer_warn_ms = now;
+            node_log(NODE_LOG_WARN, "timer pass: no TIMER_FIRE planned",
+                     "pending=%llu oldest_due_ms=%llu err=%s",
+                     (unsigned long long)pending, (unsigned long long)oldest,
+                     tern_err_name(rv));
+        }
+        return;
+    }
+    if (keys > 0) {
+        n->timer_inflight = true;
+        n->timer_since = now;
+        n->timer_keys = keys;
+        node_kick(n);
+    }
+}
+
+/* The batcher's respond op: the node's own TIMER_FIRE ends here, every
+ * other request goes to its connection. */
+static void batch_respond(struct node_wreq *w)
+{
+    struct node *n;
+    if (w->op != NODE_WREQ_TIMER_FIRE || w->owner == NULL) {
+        node_server_respond(w);
+        return;
+    }
+    n = w->owner;
+    n->timer_inflight = false;
+    node_log(NODE_LOG_DEBUG, "timers fired",
+             "keys=%u appended=%u dropped=%llu term=%llu err=%s", n->timer_keys,
+             w->status == 0 ? w->result.count : 0,
+             (unsigned long long)(w->status == 0 ? w->result.base_offset : 0),
+             (unsigned long long)n->term,
+             w->status == 0 ? "-" : tern_err_name(w->status));
+    if (w->status == 0 && n->timer_more && n->handles_init && !n->stopping &&
+        n->cfg->timer_interval_ms > 0) {
+        /* Due timers were left behind: the next pass now. */
+        uv_timer_start(&n->timers, on_timer_pass, 0, n->cfg->timer_interval_ms);
+    }
+}
+
 /* One bounded cleaner step after a flush, while there is work. */
 static void clean_step(struct node *n, bool flushed)
 {
@@ -566,6 +669,7 @@ static void close_own_handles(struct node *n)
     uv_close((uv_handle_t *)&n->sig_int, handle_closed);
     uv_close((uv_handle_t *)&n->watchdog, handle_closed);
     uv_close((uv_handle_t *)&n->retention, handle_closed);
+    uv_close((uv_handle_t *)&n->timers, handle_closed);
 }
 
 static void on_xport_closed(void *arg)
@@ -1000,8 +1104,8 @@ static int load_cluster_secret(struct node *n, char *errmsg)
 static int node_start(struct node *n, char *errmsg)
 {
     const struct node_config *c = n->cfg;
-    static const struct node_batcher_ops bops = {
-        batch_propose, node_server_respond, batch_timestamp, batch_term};
+    static const struct node_batcher_ops bops = {batch_propose, batch_respond,
+                                                 batch_timestamp, batch_term};
     static const struct node_fsm_ops fops = {fsm_kick, fsm_release_disk,
                                              fsm_fail};
     static const struct node_server_ops sops = {
@@ -1021,8 +1125,10 @@ static int node_start(struct node *n, char *errmsg)
     uv_signal_init(&n->loop, &n->sig_int);
     uv_timer_init(&n->loop, &n->watchdog);
     uv_timer_init(&n->loop, &n->retention);
+    uv_timer_init(&n->loop, &n->timers);
     n->watchdog.data = n;
     n->retention.data = n;
+    n->timers.data = n;
     n->clean_more = true; /* the rebuild at open may have left rows */
     n->check.data = n;
     n->sig_term.data = n;
@@ -1035,6 +1141,10 @@ static int node_start(struct node *n, char *errmsg)
     if (c->retention_interval_ms > 0) {
         uv_timer_start(&n->retention, on_retention, c->retention_interval_ms,
                        c->retention_interval_ms);
+    }
+    if (c->timer_interval_ms > 0) {
+        uv_timer_start(&n->timers, on_timer_pass, c->timer_interval_ms,
+                       c->timer_interval_ms);
     }
 
     rv = load_cluster_secret(n, errmsg);

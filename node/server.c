@@ -43,6 +43,14 @@
  * the message are bounded as a list page (list_page_max groups, 1 MiB /
  * half of max_frame_bytes; more = 1 says some were left out).
  *
+ * Delayed messages (docs/WORKQUEUES.md, "Delayed and scheduled
+ * messages"): a PRODUCE_DELAYED is checked as a PRODUCE (message sizes,
+ * properties, the namespace's produce rate; ACL produce) and its due time
+ * against [limits] max_delay_ms by the leader's clock (the batcher's
+ * timestamp op): a delay above it, or a due time further ahead, is
+ * TERN_EINVAL naming the key. The batcher makes the due time absolute by
+ * the entry's timestamp; the answer carries the count and that due time.
+ *
  * Connection states: OPEN (reading, answering) -> DRAINING (a fatal frame
  * error was answered; no more reading; closed once the write queue is
  * empty) -> CLOSING (uv_close issued) -> CLOSED (handle closed). The memory
@@ -1487,6 +1495,38 @@ static void batch_request(struct node_conn *c,
     c->refs++;
 }
 
+/* PRODUCE_DELAYED's due time against [limits] max_delay_ms, by the clock
+ * the batcher stamps entries with: answers TERN_EINVAL naming the key and
+ * returns true when it is too far ahead. m: caller's errmsg buffer. */
+static bool delay_refused(struct node_conn *c,
+                          uint64_t request_id,
+                          const struct proto_request *r,
+                          char *m)
+{
+    const struct node_batcher *b = c->view.batcher;
+    uint64_t max = c->view.cfg->max_delay_ms;
+    uint64_t when = r->time_ms & ~PROTO_DELAY_AT;
+    if ((r->time_ms & PROTO_DELAY_AT) == 0) {
+        if (when <= max) {
+            return false;
+        }
+        (void)snprintf(m, TERN_ERRMSG_SIZE, "delay %llu ms > max_delay_ms %llu",
+                       (unsigned long long)when, (unsigned long long)max);
+    } else {
+        uint64_t now = b->ops.timestamp_ms(b->arg);
+        if (when <= now || when - now <= max) {
+            return false;
+        }
+        (void)snprintf(m, TERN_ERRMSG_SIZE,
+                       "due time %llu is %llu ms ahead > max_delay_ms %llu",
+                       (unsigned long long)when,
+                       (unsigned long long)(when - now),
+                       (unsigned long long)max);
+    }
+    send_error(c, r->op, request_id, TERN_EINVAL, m);
+    return true;
+}
+
 static void handle_write(struct node_conn *c,
                          uint64_t request_id,
                          const struct proto_request *r)
@@ -1508,7 +1548,11 @@ static void handle_write(struct node_conn *c,
     if (refuse_unless_writable(c, r->op, request_id, &st)) {
         return;
     }
-    if (r->op == PROTO_OP_PRODUCE) {
+    if (r->op == PROTO_OP_PRODUCE_DELAYED &&
+        delay_refused(c, request_id, r, m)) {
+        return;
+    }
+    if (r->op == PROTO_OP_PRODUCE || r->op == PROTO_OP_PRODUCE_DELAYED) {
         size_t pos = 0;
         struct proto_msg msg;
         uint32_t i = 0;
@@ -1548,7 +1592,7 @@ static void handle_write(struct node_conn *c,
             send_error(c, r->op, request_id, TERN_ESHUTDOWN, NULL);
             return;
         }
-        if (r->producer_id != 0 &&
+        if (r->op == PROTO_OP_PRODUCE && r->producer_id != 0 &&
             (rv = node_access_producer(c->srv->access, &c->who, view_idx(v),
                                        r->producer_id, m)) != 0) {
             send_error(c, r->op, request_id, rv, m);
@@ -1620,6 +1664,9 @@ void node_server_respond(struct node_wreq *w)
                 proto_encode_produce_resp(&b, w->request_id,
                                           w->result.base_offset,
                                           w->result.count, w->result.duplicate);
+            } else if (w->op == PROTO_OP_PRODUCE_DELAYED) {
+                proto_encode_produce_delayed_resp(&b, w->request_id,
+                                                  w->result.count, w->due_ms);
             } else if (w->op == PROTO_OP_PRODUCER_INIT) {
                 /* The index hands the new id out as base_offset. */
                 proto_encode_producer_init_resp(&b, w->request_id,
@@ -1783,7 +1830,7 @@ static bool op_has_queue(uint8_t op)
            op == PROTO_OP_GROUP_FETCH || op == PROTO_OP_GROUP_COMMIT ||
            op == PROTO_OP_QUEUE_UPDATE || op == PROTO_OP_QUEUE_INFO ||
            op == PROTO_OP_OFFSET_FOR_TIME || op == PROTO_OP_MESSAGE_GET ||
-           op == PROTO_OP_MESSAGE_TRACE;
+           op == PROTO_OP_MESSAGE_TRACE || op == PROTO_OP_PRODUCE_DELAYED;
 }
 
 /* QUEUE_INFO and OFFSET_FOR_TIME (docs/MESSAGES.md): served from this
@@ -1881,6 +1928,7 @@ static void handle_request(struct node_conn *c,
     case PROTO_OP_QUEUE_CREATE:
     case PROTO_OP_QUEUE_DELETE:
     case PROTO_OP_PRODUCE:
+    case PROTO_OP_PRODUCE_DELAYED:
     case PROTO_OP_GROUP_COMMIT:
     case PROTO_OP_QUEUE_UPDATE:
         handle_write(c, request_id, r);
