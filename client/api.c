@@ -638,6 +638,109 @@ static int produce_build(struct tern_client *c,
     return 0;
 }
 
+/* ---- Delayed produce ---- */
+
+/* proto_pmsg_at_cb over a struct tern_msg array: no properties. */
+static void tern_msg_pat(const void *msgs,
+                         uint32_t i,
+                         struct proto_msg *m,
+                         struct proto_msg *p)
+{
+    tern_msg_at(msgs, i, m);
+    p->data = NULL;
+    p->len = 0;
+}
+
+/* sync_call's done for PRODUCE_DELAYED: out is a uint64_t * (or NULL). */
+static int delayed_done(struct tern__req *r, void *out)
+{
+    uint32_t count = 0;
+    uint64_t due = 0;
+    int rv =
+        proto_decode_produce_delayed_resp(r->body, r->body_len, &count, &due);
+    if (rv == 0 && out != NULL) {
+        *(uint64_t *)out = due;
+    }
+    return rv;
+}
+
+/* PRODUCE_DELAYED with its when field (a delay, or PROTO_DELAY_AT and a
+ * due time): the one call behind tern_produce_delayed and tern_produce_at. */
+static int produce_delayed(struct tern_client *c,
+                           const char *queue,
+                           const struct tern_msg *msgs,
+                           size_t n,
+                           uint64_t when,
+                           uint64_t *out_due_ms)
+{
+    struct tern__req *r;
+    int rv;
+    if (out_due_ms != NULL) {
+        *out_due_ms = 0;
+    }
+    rv = check_call(c);
+    if (rv != 0) {
+        return rv;
+    }
+    if (n == 0 || msgs == NULL || n > UINT32_MAX) {
+        tern_errmsg_printf(c->errmsg,
+                           "delayed produce needs 1..2^32-1 messages");
+        return TERN_EINVAL;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (msgs[i].len > c->opts.max_frame) {
+            tern_errmsg_printf(c->errmsg,
+                               "delayed produce to %s: message %zu is larger "
+                               "than a frame",
+                               queue != NULL ? queue : "(null)", i);
+            return TERN_ETOOBIG;
+        }
+    }
+    rv = sync_req_new(c, PROTO_OP_PRODUCE_DELAYED, 0, 0, &r);
+    if (rv != 0) {
+        return rv;
+    }
+    rv = proto_encode_produce_delayed(&r->frame, 0, queue, when, tern_msg_pat,
+                                      msgs, (uint32_t)n);
+    if (rv == 0 && r->frame.len - PROTO_HEADER_SIZE > c->opts.max_frame) {
+        rv = TERN_ETOOBIG;
+    }
+    r->n_msgs = n;
+    return sync_call(c, r, rv, queue != NULL ? queue : "(null)", delayed_done,
+                     out_due_ms);
+}
+
+int tern_produce_delayed(struct tern_client *c,
+                         const char *queue,
+                         const struct tern_msg *msgs,
+                         size_t n,
+                         uint64_t delay_ms,
+                         uint64_t *out_due_ms)
+{
+    if ((delay_ms & PROTO_DELAY_AT) != 0) {
+        tern_errmsg_printf(c->errmsg, "delay %llu ms is out of range",
+                           (unsigned long long)delay_ms);
+        return TERN_EINVAL;
+    }
+    return produce_delayed(c, queue, msgs, n, delay_ms, out_due_ms);
+}
+
+int tern_produce_at(struct tern_client *c,
+                    const char *queue,
+                    const struct tern_msg *msgs,
+                    size_t n,
+                    uint64_t due_ms,
+                    uint64_t *out_due_ms)
+{
+    if ((due_ms & PROTO_DELAY_AT) != 0) {
+        tern_errmsg_printf(c->errmsg, "due time %llu is out of range",
+                           (unsigned long long)due_ms);
+        return TERN_EINVAL;
+    }
+    return produce_delayed(c, queue, msgs, n, due_ms | PROTO_DELAY_AT,
+                           out_due_ms);
+}
+
 /* ---- Produce with properties ---- */
 
 /* The messages of a tern_produce_messages batch for

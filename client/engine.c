@@ -66,6 +66,7 @@ static int leader_only_op(uint8_t op)
     case PROTO_OP_QUEUE_CREATE:
     case PROTO_OP_QUEUE_DELETE:
     case PROTO_OP_PRODUCE:
+    case PROTO_OP_PRODUCE_DELAYED:
     case PROTO_OP_GROUP_COMMIT:
     case PROTO_OP_GROUP_FETCH:
     case PROTO_OP_USER_SET:
@@ -484,6 +485,15 @@ static void on_success(struct tern_client *c,
     case PROTO_OP_QUEUE_INFO:
         rv = tern__queue_info_check(body, len);
         break;
+    case PROTO_OP_PRODUCE_DELAYED: {
+        uint32_t count = 0;
+        uint64_t due = 0;
+        rv = proto_decode_produce_delayed_resp(body, len, &count, &due);
+        if (rv == 0 && count != r->n_msgs) {
+            rv = TERN_EMALFORMED;
+        }
+        break;
+    }
     case PROTO_OP_OFFSET_FOR_TIME: {
         uint64_t off = 0;
         rv = proto_decode_offset_resp(body, len, &off);

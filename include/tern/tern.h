@@ -331,6 +331,32 @@ TERN_API int tern_produce(struct tern_client *c,
                           size_t n,
                           uint64_t *base_offset);
 
+/* Delayed messages (docs/WORKQUEUES.md, "Delayed and scheduled
+ * messages"): msgs[0..n) (n >= 1, borrowed for the call) are stored now
+ * and appended to queue, in order, once the leader's clock reaches their
+ * due time: delay_ms after the leader received them
+ * (tern_produce_delayed), or due_ms, milliseconds since the epoch
+ * (tern_produce_at; a time already past means at once). Until then no
+ * fetch sees them. *out_due_ms (OUT, may be NULL) is the due time the
+ * leader recorded, by its clock. A due time more than the server's
+ * [limits] max_delay_ms ahead (40 days by default) is TERN_EINVAL; a
+ * missing queue TERN_ENOQUEUE. There is no producer dedup: a retry after
+ * an ambiguous outcome (a lost connection or leadership) may schedule the
+ * batch twice. A server without delayed messages answers TERN_EINVAL
+ * "unknown request op". */
+TERN_API int tern_produce_delayed(struct tern_client *c,
+                                  const char *queue,
+                                  const struct tern_msg *msgs,
+                                  size_t n,
+                                  uint64_t delay_ms,
+                                  uint64_t *out_due_ms);
+TERN_API int tern_produce_at(struct tern_client *c,
+                             const char *queue,
+                             const struct tern_msg *msgs,
+                             size_t n,
+                             uint64_t due_ms,
+                             uint64_t *out_due_ms);
+
 /* Resend the batch whose tern_produce (or tern_produce_async) to queue
  * last ended in TERN_ETIMEDOUT, with the producer id and sequence number it
  * was sent with, so the server appends it at most once: 0 with
