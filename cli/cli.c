@@ -29,6 +29,11 @@
  *   tern produce QUEUE [--count N] [--size S] [--batch B] [--window W]
  *                      [--ack-log FILE] [--id-prefix P]
  *                      [--key K] [--tag T] [--header NAME=VALUE]... [--raw]
+ *                      [--delay 10s | --at 2026-12-04T10:00:00Z]
+ *     --delay / --at: delayed messages (docs/WORKQUEUES.md), appended when
+ *     the leader's clock reaches the due time (a delay with a unit: ms, s,
+ *     m, h, d; a time as --from-time's); not with --key, --tag, --header.
+ *     The ack log then has "<id>\tdue=<due time ms>" lines.
  *   tern consume QUEUE [--offset N | --from-time T | --group G] [--max N]
  *                      [--follow] [--idle-exit-ms MS] [--commit]
  *                      [--tag 'a || b'] [--format F | --raw | --json]
@@ -125,6 +130,7 @@ static void usage(FILE *f)
         "                [--ack-log FILE] [--id-prefix P]\n"
         "                [--key K] [--tag T] [--header NAME=VALUE]... "
         "[--raw]\n"
+        "                [--delay 10s | --at 2026-12-04T10:00:00Z]\n"
         "  consume QUEUE [--offset N | --from-time T | --group G] [--max N] "
         "[--follow]\n"
         "                [--idle-exit-ms MS] [--commit]\n"
@@ -593,8 +599,9 @@ struct produce_batch
     char **ids;
     int done;
     int status;
-    uint64_t base_offset;
+    uint64_t base_offset; /* delayed: the due time */
     size_t count;
+    int delayed;
 };
 
 static void batch_free(struct produce_batch *b)
@@ -618,7 +625,10 @@ static void ack_flush(struct produce_state *ps)
         }
         if (b->status == 0 && ps->ack != NULL) {
             for (size_t i = 0; i < b->n; i++) {
-                if (b->count == 0) {
+                if (b->delayed) {
+                    (void)fprintf(ps->ack, "%s\tdue=%" PRIu64 "\n", b->ids[i],
+                                  b->base_offset);
+                } else if (b->count == 0) {
                     /* A duplicate whose offsets the server forgot. */
                     (void)fprintf(ps->ack, "%s\t-1\n", b->ids[i]);
                 } else {
@@ -667,7 +677,13 @@ struct produce_props
     const char *tag;
     struct tern_header headers[TERN_HEADERS_MAX];
     size_t n_headers;
+    /* --delay (PRODUCE_DELAY_IN) or --at (PRODUCE_DELAY_AT): delay_ms is
+     * the delay or the due time; 0 without either */
+    int delay_mode;
+    uint64_t delay_ms;
 };
+#define PRODUCE_DELAY_IN 1
+#define PRODUCE_DELAY_AT 2
 
 static int props_given(const struct produce_props *pp)
 {
@@ -705,6 +721,28 @@ static int produce_send(struct tern_client *c,
     b->c = c;
     b->n = n;
     b->ids = ids;
+    if (pp->delay_mode != 0) {
+        /* Delayed: one synchronous call per batch; the due time is kept
+         * for the ack log. */
+        uint64_t due = 0;
+        rv = pp->delay_mode == PRODUCE_DELAY_IN
+                 ? tern_produce_delayed(c, queue, msgs, n, pp->delay_ms, &due)
+                 : tern_produce_at(c, queue, msgs, n, pp->delay_ms, &due);
+        free(msgs);
+        if (rv != 0 && rv != TERN_ETIMEDOUT) {
+            batch_free(b);
+            return rv;
+        }
+        b->delayed = 1;
+        if (ps->tail != NULL) {
+            ps->tail->next = b;
+        } else {
+            ps->head = b;
+        }
+        ps->tail = b;
+        produce_done(b, rv, due, rv == 0 ? n : 0);
+        return 0;
+    }
     if (props_given(pp)) {
         struct tern_message *tm = calloc(n, sizeof *tm);
         uint64_t base = 0;
@@ -766,6 +804,8 @@ static int cmd_produce(struct tern_client *c, int argc, char **argv)
         {"tag", required_argument, NULL, 't'},
         {"header", required_argument, NULL, 'H'},
         {"raw", no_argument, NULL, 'r'},
+        {"delay", required_argument, NULL, 'd'},
+        {"at", required_argument, NULL, 'A'},
         {NULL, 0, NULL, 0},
     };
     struct produce_props pp;
@@ -799,6 +839,32 @@ static int cmd_produce(struct tern_client *c, int argc, char **argv)
             continue;
         case 'r':
             raw = 1;
+            continue;
+        case 'd':
+        case 'A':
+            if (pp.delay_mode != 0 ||
+                (ch == 'd' ? cli_parse_duration_ms(optarg, &pp.delay_ms)
+                           : cli_parse_time_ms(optarg, &pp.delay_ms)) != 0) {
+                if (pp.delay_mode != 0) {
+                    (void)fprintf(stderr, "tern: --delay and --at: give one\n");
+                } else if (ch == 'd') {
+                    (void)fprintf(stderr,
+                                  "tern: --delay %s: a duration such as 10s, "
+                                  "500ms, 5m, 2h, 1d\n",
+                                  optarg);
+                } else {
+                    (void)fprintf(stderr,
+                                  "tern: --at %s: a time such as "
+                                  "2026-12-04T10:00:00Z or ms since the "
+                                  "epoch\n",
+                                  optarg);
+                }
+                for (size_t h = 0; h < pp.n_headers; h++) {
+                    free((char *)pp.headers[h].name);
+                }
+                return 2;
+            }
+            pp.delay_mode = ch == 'd' ? PRODUCE_DELAY_IN : PRODUCE_DELAY_AT;
             continue;
         case 'H':
             if (pp.n_headers >= TERN_HEADERS_MAX) {
@@ -846,7 +912,8 @@ static int cmd_produce(struct tern_client *c, int argc, char **argv)
         }
     }
     if (optind + 1 != argc || batch == 0 || window == 0 || batch > 100000 ||
-        window > 100000 || size > (64u << 20) || (raw && have_count)) {
+        window > 100000 || size > (64u << 20) || (raw && have_count) ||
+        (pp.delay_mode != 0 && props_given(&pp))) {
         for (size_t h = 0; h < pp.n_headers; h++) {
             free((char *)pp.headers[h].name);
         }
