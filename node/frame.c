@@ -30,7 +30,8 @@
 
 static bool op_known(uint8_t op)
 {
-    return op >= PROTO_OP_QUEUE_CREATE && op <= PROTO_OP_MESSAGE_TRACE;
+    return (op >= PROTO_OP_QUEUE_CREATE && op <= PROTO_OP_MESSAGE_TRACE) ||
+           op == PROTO_OP_PRODUCE_DELAYED;
 }
 
 static void set_error(struct node_frame *f,
