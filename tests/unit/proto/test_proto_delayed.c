@@ -125,7 +125,9 @@ static size_t body(uint8_t *b, uint32_t n, const uint8_t *tail, size_t tail_len)
         b[o + 4] = 'x';
         o += 5;
     }
-    memcpy(b + o, tail, tail_len);
+    if (tail_len > 0) {
+        memcpy(b + o, tail, tail_len);
+    }
     return o + tail_len;
 }
 
