@@ -2,7 +2,8 @@
  * `tern consume QUEUE --group G --shared` and `tern group config`: shared
  * group consumption (docs/WORKQUEUES.md) through tern_receive and
  * tern_settle. Each received message is printed as "offset<TAB>count<TAB>
- * payload"; with --ack the batch is acknowledged after it is printed.
+ * payload id" (the payload up to its first '.'); with --ack the batch is
+ * acknowledged after it is printed.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -92,7 +93,12 @@ int cli_shared_consume(struct tern_client *c,
             (void)tern_fetch_result_get(r, i, NULL, NULL, &data, &len);
             (void)tern_fetch_result_receipt(r, i, &rc);
             (void)printf("%" PRIu64 "\t%" PRIu32 "\t", rc.offset, rc.count);
-            (void)fwrite(data, 1, len, stdout);
+            /* The payload up to its first '.' (tern produce's id), as
+             * the stream consume prints it. */
+            const char *dot = memchr(data, '.', len);
+            (void)fwrite(data, 1,
+                         dot != NULL ? (size_t)(dot - (const char *)data) : len,
+                         stdout);
             (void)putchar('\n');
         }
         (void)fflush(stdout);
@@ -131,9 +137,10 @@ int cli_group(struct tern_client *c, int argc, char **argv)
     uint64_t v;
     int shared = 0, ch, rv;
     if (argc < 2 || strcmp(argv[1], "config") != 0) {
-        (void)fprintf(stderr, "tern: group config QUEUE GROUP --shared "
-                              "[--ack-timeout D] [--max-deliveries N] "
-                              "[--dlq NAME]\n");
+        (void)fprintf(stderr,
+                      "tern: group config QUEUE GROUP --shared "
+                      "[--ack-timeout D] [--max-deliveries N] "
+                      "[--dlq NAME]\n");
         return 2;
     }
     argc--;
@@ -146,8 +153,9 @@ int cli_group(struct tern_client *c, int argc, char **argv)
             break;
         case 'a':
             if (cli_parse_duration_ms(optarg, &v) != 0 || v == 0) {
-                (void)fprintf(stderr, "tern: --ack-timeout: bad duration "
-                                      "\"%s\" (such as 30s)\n",
+                (void)fprintf(stderr,
+                              "tern: --ack-timeout: bad duration "
+                              "\"%s\" (such as 30s)\n",
                               optarg);
                 return 2;
             }

@@ -71,8 +71,9 @@ int tern__fetch_decode(const void *body,
             return TERN_EMALFORMED;
         }
     }
-    rv = base == TERN__RESULT_RECV  ? proto_decode_receive_resp(body, len, fr)
-         : base == TERN__RESULT_GET ? proto_decode_message_get_resp(body, len, fr)
+    rv = base == TERN__RESULT_RECV ? proto_decode_receive_resp(body, len, fr)
+         : base == TERN__RESULT_GET
+             ? proto_decode_message_get_resp(body, len, fr)
          : base == TERN__RESULT_PROPS
              ? proto_decode_fetch_props_resp(body, len, fr)
              : proto_decode_fetch_resp(body, len, fr);

@@ -378,9 +378,9 @@ static int add_shared(struct node_batcher *b,
         }
     }
     w = wreq_new(owner, request_id, r->op);
-    rv = w == NULL ? -ENOMEM
-                   : open_for(b, 64 + 2 * PROTO_MAX_NAME +
-                                     (size_t)r->n_items * 32);
+    rv = w == NULL
+             ? -ENOMEM
+             : open_for(b, 64 + 2 * PROTO_MAX_NAME + (size_t)r->n_items * 32);
     if (rv != 0) {
         tern_free(items);
         tern_free(w);
@@ -418,8 +418,9 @@ int node_batcher_add_deliver(struct node_batcher *b,
         return -ENOMEM;
     }
     w->items = tern_calloc(n, sizeof(*items));
-    rv = w->items == NULL ? -ENOMEM
-                          : open_for(b, 64 + 2 * TERN_NAME_MAX + (size_t)n * 12);
+    rv = w->items == NULL
+             ? -ENOMEM
+             : open_for(b, 64 + 2 * TERN_NAME_MAX + (size_t)n * 12);
     if (rv != 0) {
         tern_free(w->items);
         tern_free(w);

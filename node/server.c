@@ -240,9 +240,9 @@ struct parked
     uint64_t offset;
     uint32_t max_msgs;
     uint32_t max_bytes;
-    bool leader_only;  /* GROUP_FETCH, or FETCH with PROTO_FETCH_LEADER */
+    bool leader_only;     /* GROUP_FETCH, or FETCH with PROTO_FETCH_LEADER */
     uint64_t consumer_id; /* RECEIVE */
-    uint64_t deadline; /* uv_now ms */
+    uint64_t deadline;    /* uv_now ms */
     struct node_fetch_filter filter;
 };
 
@@ -1658,8 +1658,8 @@ struct receive_ctx
 static int receive_cb(void *arg, const struct idx_fetched *m)
 {
     struct receive_ctx *x = arg;
-    struct proto_fetched_msg pm = {m->offset,    m->timestamp_ms, m->data,
-                                   m->len,       m->props,        m->props_len};
+    struct proto_fetched_msg pm = {m->offset, m->timestamp_ms, m->data,
+                                   m->len,    m->props,        m->props_len};
     proto_put_received(x->w, &pm, x->count);
     x->n++;
     return x->w->err;
@@ -1672,8 +1672,8 @@ static int receive_cb(void *arg, const struct idx_fetched *m)
 static void receive_answer(struct node_conn *c, const struct node_wreq *w)
 {
     struct idx_env *e = view_idx(&c->view);
-    size_t cap = TERN_MAX((size_t)(c->view.cfg->max_frame_bytes / 2),
-                          (size_t)1);
+    size_t cap =
+        TERN_MAX((size_t)(c->view.cfg->max_frame_bytes / 2), (size_t)1);
     struct idx_queue_info qi;
     struct tern_wbuf b;
     struct receive_ctx x = {&b, 0, 0};
@@ -1772,8 +1772,7 @@ static bool receive_park(struct node_conn *c,
     }
     if (c->n_parked >= cfg->max_parked_per_conn ||
         s->n_parked >= cfg->max_parked) {
-        (void)snprintf(m, sizeof(m),
-                       "%s reached: too many long polls waiting",
+        (void)snprintf(m, sizeof(m), "%s reached: too many long polls waiting",
                        c->n_parked >= cfg->max_parked_per_conn
                            ? "max_parked_per_conn"
                            : "max_parked");
@@ -1918,10 +1917,8 @@ static void handle_receive(struct node_conn *c,
             send_error(c, r->op, request_id, TERN_ELIMIT, m);
             return;
         }
-        (void)copy_whole(c->shared[i].queue, sizeof c->shared[i].queue,
-                         queue);
-        (void)copy_whole(c->shared[i].group, sizeof c->shared[i].group,
-                         group);
+        (void)copy_whole(c->shared[i].queue, sizeof c->shared[i].queue, queue);
+        (void)copy_whole(c->shared[i].group, sizeof c->shared[i].group, group);
         c->n_shared++;
     }
     c->consumer_id = r->consumer_id;
@@ -2182,12 +2179,11 @@ static bool op_has_queue(uint8_t op)
 {
     return op == PROTO_OP_SHARED_CONFIG || op == PROTO_OP_RECEIVE ||
            op == PROTO_OP_SETTLE || op == PROTO_OP_QUEUE_CREATE ||
-           op == PROTO_OP_QUEUE_DELETE ||
-           op == PROTO_OP_PRODUCE || op == PROTO_OP_FETCH ||
-           op == PROTO_OP_GROUP_FETCH || op == PROTO_OP_GROUP_COMMIT ||
-           op == PROTO_OP_QUEUE_UPDATE || op == PROTO_OP_QUEUE_INFO ||
-           op == PROTO_OP_OFFSET_FOR_TIME || op == PROTO_OP_MESSAGE_GET ||
-           op == PROTO_OP_MESSAGE_TRACE;
+           op == PROTO_OP_QUEUE_DELETE || op == PROTO_OP_PRODUCE ||
+           op == PROTO_OP_FETCH || op == PROTO_OP_GROUP_FETCH ||
+           op == PROTO_OP_GROUP_COMMIT || op == PROTO_OP_QUEUE_UPDATE ||
+           op == PROTO_OP_QUEUE_INFO || op == PROTO_OP_OFFSET_FOR_TIME ||
+           op == PROTO_OP_MESSAGE_GET || op == PROTO_OP_MESSAGE_TRACE;
 }
 
 /* QUEUE_INFO and OFFSET_FOR_TIME (docs/MESSAGES.md): served from this

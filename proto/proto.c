@@ -840,9 +840,8 @@ static int decode_shared(struct tern_cursor *c, struct proto_request *out)
         out->consumer_id = tern_cursor_u64(c);
         out->max_msgs = tern_cursor_u32(c);
         out->wait_ms = tern_cursor_u32(c);
-        if (c->err == 0 &&
-            (out->consumer_id == 0 || out->max_msgs == 0 ||
-             out->max_msgs > PROTO_SHARED_LIST_MAX)) {
+        if (c->err == 0 && (out->consumer_id == 0 || out->max_msgs == 0 ||
+                            out->max_msgs > PROTO_SHARED_LIST_MAX)) {
             return TERN_EMALFORMED;
         }
         return 0;
@@ -884,9 +883,8 @@ int proto_encode_shared_config(struct tern_wbuf *w,
     put_name(w, queue);
     put_name(w, group);
     tern_wbuf_u32(w, mask);
-    tern_wbuf_u64(w, (mask & PROTO_SHARED_SET_ACK_TIMEOUT) != 0
-                         ? s->ack_timeout_ms
-                         : 0);
+    tern_wbuf_u64(
+        w, (mask & PROTO_SHARED_SET_ACK_TIMEOUT) != 0 ? s->ack_timeout_ms : 0);
     tern_wbuf_u32(w, (mask & PROTO_SHARED_SET_MAX_DELIVERIES) != 0
                          ? s->max_deliveries
                          : 0);
@@ -904,8 +902,7 @@ int proto_encode_receive(struct tern_wbuf *w,
                          uint32_t wait_ms)
 {
     size_t start = w->len;
-    if (consumer_id == 0 || max_msgs == 0 ||
-        max_msgs > PROTO_SHARED_LIST_MAX) {
+    if (consumer_id == 0 || max_msgs == 0 || max_msgs > PROTO_SHARED_LIST_MAX) {
         return TERN_EINVAL;
     }
     proto_frame_begin(w, PROTO_OP_RECEIVE, request_id, 0);

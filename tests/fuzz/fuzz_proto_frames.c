@@ -442,8 +442,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (proto_decode_request(data[0], b, blen, &r) == 0) {
             walk_request(&r);
         }
-        for (int op = PROTO_OP_QUEUE_CREATE; op <= PROTO_OP_SETTLE;
-             op++) {
+        for (int op = PROTO_OP_QUEUE_CREATE; op <= PROTO_OP_SETTLE; op++) {
             if (proto_decode_request((uint8_t)op, b, blen, &r) == 0) {
                 walk_request(&r);
                 reencode(&r, b, blen);

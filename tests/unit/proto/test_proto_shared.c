@@ -124,7 +124,9 @@ Test(proto_shared, settle_round_trip_and_refusals)
     struct proto_settle_item it[3] = {
         {.offset = 4, .count = 1, .action = PROTO_SETTLE_ACK},
         {.offset = 9, .count = 2, .action = PROTO_SETTLE_NACK, .delay_ms = 50},
-        {.offset = 10, .count = 1, .action = PROTO_SETTLE_EXTEND,
+        {.offset = 10,
+         .count = 1,
+         .action = PROTO_SETTLE_EXTEND,
          .delay_ms = 60000},
     };
     struct proto_settle_item got;
