@@ -37,6 +37,9 @@
  *   tern consume QUEUE [--offset N | --from-time T | --group G] [--max N]
  *                      [--follow] [--idle-exit-ms MS] [--commit]
  *                      [--tag 'a || b'] [--format F | --raw | --json]
+ *   tern consume QUEUE --group G --shared [--ack] [--max N] [--follow]
+ *   tern group config QUEUE G --shared [--ack-timeout D]
+ *                      [--max-deliveries N] [--dlq NAME]
  *     --from-time: from the first message appended at or after T (RFC 3339
  *     UTC such as 2026-12-04T10:00:00Z, or ms since the epoch).
  *   tern message get QUEUE --offset N | --id ID | --key K [--max N]
@@ -135,6 +138,12 @@ static void usage(FILE *f)
         "[--follow]\n"
         "                [--idle-exit-ms MS] [--commit]\n"
         "                [--tag 'a || b'] [--format F | --raw | --json]\n"
+        "  consume QUEUE --group G --shared [--ack] [--max N] [--follow]\n"
+        "                [--idle-exit-ms MS]\n"
+        "    (prints offset, delivery count and payload per message)\n"
+        "  group config QUEUE G --shared [--ack-timeout 30s] "
+        "[--max-deliveries 16]\n"
+        "                [--dlq NAME]\n"
         "    (T: RFC 3339 UTC such as 2026-12-04T10:00:00Z, or ms since the "
         "epoch)\n"
         "  message get QUEUE --offset N | --id ID | --key K [--max N]\n"
@@ -1121,8 +1130,11 @@ static int cmd_consume(struct tern_client *c, int argc, char **argv)
         {"raw", no_argument, NULL, 'r'},
         {"json", no_argument, NULL, 'j'},
         {"from-time", required_argument, NULL, 'T'},
+        {"shared", no_argument, NULL, 'S'},
+        {"ack", no_argument, NULL, 'A'},
         {NULL, 0, NULL, 0},
     };
+    int shared = 0, ack = 0;
     const char *tags = NULL, *format = NULL;
     int mode = CLI_PRINT_FORMAT, props = 0;
     uint64_t committed = UINT64_MAX; /* last offset this run committed */
@@ -1172,6 +1184,12 @@ static int cmd_consume(struct tern_client *c, int argc, char **argv)
         case 'T':
             from_time = optarg;
             break;
+        case 'S':
+            shared = 1;
+            break;
+        case 'A':
+            ack = 1;
+            break;
         default:
             /* --format, --raw and --json print properties. */
             if (cli_print_option(ch, optarg, &mode, &format) != 0) {
@@ -1188,6 +1206,15 @@ static int cmd_consume(struct tern_client *c, int argc, char **argv)
         return 2;
     }
     queue = argv[optind];
+    if (shared || ack) {
+        if (!shared || group == NULL || have_offset || from_time != NULL ||
+            commit || tags != NULL || props) {
+            usage(stderr);
+            return 2;
+        }
+        return cli_shared_consume(c, queue, group, ack, have_max ? max : 0,
+                                  follow, have_idle ? idle_ms : 0);
+    }
     if (from_time != NULL) {
         uint64_t t;
         int rv;
@@ -1575,6 +1602,8 @@ int main(int argc, char **argv)
         code = cmd_consume(c, argc, argv);
     } else if (strcmp(argv[0], "message") == 0) {
         code = cli_message(c, argc, argv);
+    } else if (strcmp(argv[0], "group") == 0) {
+        code = cli_group(c, argc, argv);
     } else if (strcmp(argv[0], "cluster") == 0) {
         code = cmd_cluster(c, argc, argv);
     } else if (strcmp(argv[0], "bench") == 0) {

@@ -84,6 +84,19 @@ int cli_message_trace(struct tern_client *c, int argc, char **argv);
  * RFC 3339 in UTC (YYYY-MM-DDTHH:MM:SS[.fraction](Z|+00:00), from 1970)
  * or a number of ms since the epoch. */
 int cli_parse_duration_ms(const char *s, uint64_t *out);
+/* shared.c: receive from shared group (queue, group) and print (ack:
+ * acknowledge each batch after printing it; max 0: no limit; follow:
+ * wait for more, until idle_ms without a message when not 0). Exit
+ * code. */
+int cli_shared_consume(struct tern_client *c,
+                       const char *queue,
+                       const char *group,
+                       int ack,
+                       uint64_t max,
+                       int follow,
+                       uint64_t idle_ms);
+/* `tern group config ...` (argv[0] = "group"). Exit code. */
+int cli_group(struct tern_client *c, int argc, char **argv);
 int cli_parse_size(const char *s, uint64_t *out);
 int cli_parse_time_ms(const char *s, uint64_t *out);
 /* The inverses for printing into buf[cap] (caller-owned): the largest

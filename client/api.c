@@ -1322,6 +1322,123 @@ int tern_group_commit(struct tern_client *c,
     return sync_call(c, r, rv, "group commit", NULL, NULL);
 }
 
+/* ---- Shared groups ---- */
+
+int tern_shared_config(struct tern_client *c,
+                       const char *queue,
+                       const char *group,
+                       const struct tern_shared_options *o)
+{
+    struct proto_shared_settings s = {0};
+    uint32_t mask = 0;
+    struct tern__req *r;
+    int rv;
+    if (o != NULL) {
+        mask |= o->ack_timeout_ms != 0 ? PROTO_SHARED_SET_ACK_TIMEOUT : 0;
+        mask |= o->max_deliveries != 0 ? PROTO_SHARED_SET_MAX_DELIVERIES : 0;
+        mask |= o->window != 0 ? PROTO_SHARED_SET_WINDOW : 0;
+        mask |= o->dlq != NULL && o->dlq[0] != '\0' ? PROTO_SHARED_SET_DLQ : 0;
+        s.ack_timeout_ms = o->ack_timeout_ms;
+        s.max_deliveries = o->max_deliveries;
+        s.window = o->window;
+        s.dlq = o->dlq;
+    }
+    rv = sync_req_new(c, PROTO_OP_SHARED_CONFIG, 0, 0, &r);
+    if (rv != 0) {
+        return rv;
+    }
+    rv = proto_encode_shared_config(&r->frame, 0, queue, group, mask, &s);
+    return sync_call(c, r, rv, "shared config", NULL, NULL);
+}
+
+int tern_receive(struct tern_client *c,
+                 const char *queue,
+                 const char *group,
+                 uint32_t max_msgs,
+                 uint32_t wait_ms,
+                 struct tern_fetch_result **out)
+{
+    struct tern__req *r;
+    int rv;
+    *out = NULL;
+    if (max_msgs == 0 || max_msgs > PROTO_SHARED_LIST_MAX) {
+        tern_errmsg_printf(c->errmsg, "receive: max_msgs is 1..%u",
+                           PROTO_SHARED_LIST_MAX);
+        return TERN_EINVAL;
+    }
+    rv = check_call(c);
+    if (rv == 0) {
+        rv = producer_init(c);
+    }
+    if (rv != 0) {
+        return rv;
+    }
+    rv = sync_req_new(c, PROTO_OP_RECEIVE, wait_ms, 0, &r);
+    if (rv != 0) {
+        return rv;
+    }
+    r->result_mode = TERN__RESULT_RECV;
+    rv = proto_encode_receive(&r->frame, 0, queue, group, c->producer_id,
+                              max_msgs, wait_ms);
+    return sync_call(c, r, rv, "receive", fetch_done, out);
+}
+
+/* sync_call's done for tern_settle: out is the caller's items. */
+static int settle_done(struct tern__req *r, void *out)
+{
+    struct tern_settle_item *items = out;
+    const uint8_t *done;
+    uint32_t n = 0;
+    int rv = proto_decode_settle_resp(r->body, r->body_len, &done, &n);
+    for (uint32_t i = 0; rv == 0 && i < n; i++) {
+        items[i].done = done[i];
+    }
+    return rv;
+}
+
+int tern_settle(struct tern_client *c,
+                const char *queue,
+                const char *group,
+                struct tern_settle_item *items,
+                size_t n)
+{
+    struct proto_settle_item *pi;
+    struct tern__req *r;
+    int rv;
+    if (items == NULL || n == 0 || n > PROTO_SHARED_LIST_MAX) {
+        tern_errmsg_printf(c->errmsg, "settle: 1..%u items",
+                           PROTO_SHARED_LIST_MAX);
+        return TERN_EINVAL;
+    }
+    pi = tern_calloc(n, sizeof(*pi));
+    if (pi == NULL) {
+        return -ENOMEM;
+    }
+    for (size_t i = 0; i < n; i++) {
+        pi[i].offset = items[i].receipt.offset;
+        pi[i].count = items[i].receipt.count;
+        pi[i].action = (uint8_t)(items[i].action < 0 || items[i].action > 3
+                                     ? 255
+                                     : items[i].action);
+        pi[i].delay_ms = items[i].delay_ms;
+        items[i].done = 0;
+    }
+    rv = sync_req_new(c, PROTO_OP_SETTLE, 0, 0, &r);
+    if (rv != 0) {
+        tern_free(pi);
+        return rv;
+    }
+    r->n_msgs = n;
+    rv = proto_encode_settle(&r->frame, 0, queue, group, pi, (uint32_t)n);
+    tern_free(pi);
+    if (rv == TERN_EINVAL) {
+        tern_errmsg_printf(c->errmsg,
+                           "settle: receipts in increasing offset order, a "
+                           "known action, no delay for ack and release");
+    }
+    return sync_call(c, r, rv, "settle", settle_done, items);
+}
+
 int tern_cluster_status(struct tern_client *c,
                         const char *address,
                         struct tern_status **out)

@@ -127,6 +127,7 @@ int64_t tern__now_ms(void);
 #define TERN__RESULT_PLAIN 0
 #define TERN__RESULT_PROPS 1
 #define TERN__RESULT_GET   2
+#define TERN__RESULT_RECV  3 /* a RECEIVE answer (receipts) */
 #define TERN__RESULT_SKIP  4
 /* Decode a fetch-like answer body (borrowed; fr borrows from it) in mode:
  * *fr (OUT) the messages, *skip (OUT) the skip tail ({0, 0} without

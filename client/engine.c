@@ -77,6 +77,9 @@ static int leader_only_op(uint8_t op)
     case PROTO_OP_NAMESPACE_DELETE:
     case PROTO_OP_PRODUCER_INIT:
     case PROTO_OP_QUEUE_UPDATE:
+    case PROTO_OP_SHARED_CONFIG:
+    case PROTO_OP_RECEIVE:
+    case PROTO_OP_SETTLE:
         return 1;
     default:
         return 0;
@@ -476,7 +479,8 @@ static void on_success(struct tern_client *c,
         break;
     case PROTO_OP_FETCH:
     case PROTO_OP_GROUP_FETCH:
-    case PROTO_OP_MESSAGE_GET: {
+    case PROTO_OP_MESSAGE_GET:
+    case PROTO_OP_RECEIVE: {
         struct proto_fetch_resp fr;
         struct proto_group_skip skip;
         rv = tern__fetch_decode(body, len, r->result_mode, &fr, &skip);
@@ -490,6 +494,15 @@ static void on_success(struct tern_client *c,
         uint64_t due = 0;
         rv = proto_decode_produce_delayed_resp(body, len, &count, &due);
         if (rv == 0 && count != r->n_msgs) {
+            rv = TERN_EMALFORMED;
+        }
+        break;
+    }
+    case PROTO_OP_SETTLE: {
+        const uint8_t *done;
+        uint32_t n = 0;
+        rv = proto_decode_settle_resp(body, len, &done, &n);
+        if (rv == 0 && n != r->n_msgs) {
             rv = TERN_EMALFORMED;
         }
         break;

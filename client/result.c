@@ -18,6 +18,7 @@ struct tern__fetched
     size_t len;
     const uint8_t *props; /* into body; props_len 0: none */
     size_t props_len;
+    uint32_t count; /* RECEIVE: the delivery count (0 otherwise) */
 };
 
 struct tern_fetch_result
@@ -70,7 +71,9 @@ int tern__fetch_decode(const void *body,
             return TERN_EMALFORMED;
         }
     }
-    rv = base == TERN__RESULT_GET ? proto_decode_message_get_resp(body, len, fr)
+    rv = base == TERN__RESULT_RECV ? proto_decode_receive_resp(body, len, fr)
+         : base == TERN__RESULT_GET
+             ? proto_decode_message_get_resp(body, len, fr)
          : base == TERN__RESULT_PROPS
              ? proto_decode_fetch_props_resp(body, len, fr)
              : proto_decode_fetch_resp(body, len, fr);
@@ -110,7 +113,11 @@ struct tern_fetch_result *tern__fetch_result_new(const void *body,
     if (r->msgs == NULL) {
         goto err_after_body;
     }
-    while (r->n < fr.n && proto_next_fetched(&fr, &pos, &m)) {
+    uint32_t count = 0;
+    while (r->n < fr.n &&
+           (fr.with_counts ? proto_next_received(&fr, &pos, &m, &count)
+                           : proto_next_fetched(&fr, &pos, &m))) {
+        r->msgs[r->n].count = count;
         r->msgs[r->n].offset = m.offset;
         r->msgs[r->n].timestamp_ms = m.timestamp_ms;
         r->msgs[r->n].data = m.data;
@@ -518,4 +525,16 @@ void tern_status_free(struct tern_status *s)
     tern_free(s->transport);
     tern_free(s->durability);
     tern_free(s);
+}
+
+int tern_fetch_result_receipt(const struct tern_fetch_result *r,
+                              size_t i,
+                              struct tern_receipt *out)
+{
+    if (r == NULL || out == NULL || i >= r->n || r->msgs[i].count == 0) {
+        return TERN_EINVAL;
+    }
+    out->offset = r->msgs[i].offset;
+    out->count = r->msgs[i].count;
+    return 0;
 }

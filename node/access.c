@@ -640,7 +640,11 @@ int node_access_check(struct node_access *a,
     case PROTO_OP_GROUP_COMMIT:
     case PROTO_OP_MESSAGE_GET:
     case PROTO_OP_MESSAGE_TRACE:
+    case PROTO_OP_RECEIVE:
+    case PROTO_OP_SETTLE:
         return check_queue(p, e, r, IDX_PERM_CONSUME, errmsg);
+    case PROTO_OP_SHARED_CONFIG:
+        return check_queue(p, e, r, IDX_PERM_MANAGE, errmsg);
     case PROTO_OP_QUEUE_CREATE:
     case PROTO_OP_QUEUE_DELETE:
         return check_queue(p, e, r, IDX_PERM_MANAGE, errmsg);

@@ -93,6 +93,7 @@ static void batch_answer(struct node_batch *batch, int status)
             w->status = status;
         }
         b->ops.respond(w);
+        tern_free(w->items);
         tern_free(w);
     }
     batch_free(batch);
@@ -294,6 +295,200 @@ static void add_queue_settings(struct tern_wbuf *w,
     idx_cmd_queue_create_opts(w, queue, &s);
 }
 
+/* Whether queue and group are names idx_cmd_* takes (it would fail the
+ * whole entry otherwise). */
+static bool shared_names_ok(const char *queue, const char *group)
+{
+    return tern_qname_valid(queue, strnlen(queue, TERN_NAME_MAX + 1)) &&
+           tern_name_valid(group, strnlen(group, TERN_NAME_MAX + 1));
+}
+
+/* A new wreq for owner's request (caller-owned until add_finish). */
+static struct node_wreq *wreq_new(void *owner, uint64_t request_id, uint8_t op)
+{
+    struct node_wreq *w = tern_calloc(1, sizeof(*w));
+    if (w != NULL) {
+        tern_list_init(&w->link);
+        w->owner = owner;
+        w->request_id = request_id;
+        w->op = op;
+    }
+    return w;
+}
+
+/* SHARED_CONFIG and SETTLE of a client (names already stored ones). */
+static int add_shared(struct node_batcher *b,
+                      void *owner,
+                      uint64_t request_id,
+                      const struct proto_request *r)
+{
+    char queue[PROTO_MAX_NAME + 1];
+    char group[PROTO_MAX_NAME + 1];
+    struct idx_shared_settings s;
+    struct idx_settle_item *items = NULL;
+    struct node_wreq *w;
+    int rv;
+    if (r->queue_len == 0 || r->queue_len > PROTO_MAX_NAME ||
+        r->group_len == 0 || r->group_len > PROTO_MAX_NAME) {
+        return TERN_EBADNAME;
+    }
+    name_copy(queue, r->queue, r->queue_len);
+    name_copy(group, r->group, r->group_len);
+    if (!shared_names_ok(queue, group)) {
+        return TERN_EBADNAME;
+    }
+    memset(&s, 0, sizeof s);
+    if (r->op == PROTO_OP_SHARED_CONFIG) {
+        /* idx_cmd_shared_config's ranges, checked here (see above). */
+        uint32_t m = r->set_mask;
+        s.ack_timeout_ms = r->shared.ack_timeout_ms;
+        s.max_deliveries = r->shared.max_deliveries;
+        s.window = r->shared.window;
+        if ((m & ~IDX_SHARED_SET_ALL) != 0 ||
+            ((m & IDX_SHARED_SET_ACK_TIMEOUT) != 0 && s.ack_timeout_ms == 0) ||
+            ((m & IDX_SHARED_SET_MAX_DELIVERIES) != 0 &&
+             s.max_deliveries == 0) ||
+            ((m & IDX_SHARED_SET_WINDOW) != 0 &&
+             (s.window == 0 || s.window > IDX_SHARED_WINDOW_MAX)) ||
+            r->shared.dlq_len > TERN_NAME_MAX) {
+            return TERN_EINVAL;
+        }
+        name_copy(s.dlq, r->shared.dlq != NULL ? r->shared.dlq : "",
+                  r->shared.dlq_len);
+    } else {
+        struct proto_settle_item it;
+        size_t pos = 0;
+        uint32_t i = 0;
+        if (r->n_items == 0 || r->n_items > IDX_SHARED_LIST_MAX) {
+            return TERN_EINVAL;
+        }
+        items = tern_calloc(r->n_items, sizeof(*items));
+        if (items == NULL) {
+            return -ENOMEM;
+        }
+        while (i < r->n_items && proto_next_settle(r, &pos, &it)) {
+            items[i].offset = it.offset;
+            items[i].count = it.count;
+            items[i].action = it.action;
+            items[i].delay_ms = it.delay_ms;
+            i++;
+        }
+        if (i != r->n_items) {
+            tern_free(items);
+            return TERN_EMALFORMED;
+        }
+    }
+    w = wreq_new(owner, request_id, r->op);
+    rv = w == NULL
+             ? -ENOMEM
+             : open_for(b, 64 + 2 * PROTO_MAX_NAME + (size_t)r->n_items * 32);
+    if (rv != 0) {
+        tern_free(items);
+        tern_free(w);
+        return rv;
+    }
+    if (r->op == PROTO_OP_SHARED_CONFIG) {
+        idx_cmd_shared_config(&b->open->w, queue, group, r->set_mask, &s);
+    } else {
+        idx_cmd_settle(&b->open->w, queue, group, items, r->n_items);
+        w->n_items = r->n_items;
+    }
+    tern_free(items);
+    return add_finish(b, w);
+}
+
+int node_batcher_add_deliver(struct node_batcher *b,
+                             void *owner,
+                             uint64_t request_id,
+                             const char *queue,
+                             const char *group,
+                             uint64_t consumer_id,
+                             const struct idx_deliver_item *items,
+                             uint32_t n)
+{
+    struct node_wreq *w;
+    int rv;
+    if (n == 0 || n > IDX_SHARED_LIST_MAX) {
+        return TERN_EINVAL;
+    }
+    if (!shared_names_ok(queue, group)) {
+        return TERN_EBADNAME;
+    }
+    w = wreq_new(owner, request_id, PROTO_OP_RECEIVE);
+    if (w == NULL) {
+        return -ENOMEM;
+    }
+    w->items = tern_calloc(n, sizeof(*items));
+    rv = w->items == NULL
+             ? -ENOMEM
+             : open_for(b, 64 + 2 * TERN_NAME_MAX + (size_t)n * 12);
+    if (rv != 0) {
+        tern_free(w->items);
+        tern_free(w);
+        return rv;
+    }
+    memcpy(w->items, items, n * sizeof(*items));
+    w->n_items = n;
+    name_copy(w->queue, queue, (uint16_t)strlen(queue));
+    name_copy(w->group, group, (uint16_t)strlen(group));
+    idx_cmd_deliver(&b->open->w, queue, group, consumer_id, items, n);
+    return add_finish(b, w);
+}
+
+int node_batcher_add_dead_letter(struct node_batcher *b,
+                                 struct idx_env *e,
+                                 const char *queue,
+                                 const char *group,
+                                 const struct idx_deliver_item *d,
+                                 const char *reason)
+{
+    struct node_wreq *w;
+    size_t before;
+    int rv;
+    if (!shared_names_ok(queue, group)) {
+        return TERN_EBADNAME;
+    }
+    w = wreq_new(NULL, 0, 0);
+    rv = w == NULL ? -ENOMEM : open_for(b, 4096);
+    if (rv != 0) {
+        tern_free(w);
+        return rv;
+    }
+    before = b->open->w.len;
+    rv = idx_dead_letter_plan(e, queue, group, d, reason, &b->open->w);
+    if (rv != 0 && b->open->w.err == 0 && b->open->w.len == before) {
+        /* Nothing was written (the message is gone, say). */
+        tern_free(w);
+        return rv;
+    }
+    return add_finish(b, w);
+}
+
+int node_batcher_add_settle(struct node_batcher *b,
+                            const char *queue,
+                            const char *group,
+                            const struct idx_settle_item *items,
+                            uint32_t n)
+{
+    struct node_wreq *w;
+    int rv;
+    if (n == 0 || n > IDX_SHARED_LIST_MAX) {
+        return TERN_EINVAL;
+    }
+    if (!shared_names_ok(queue, group)) {
+        return TERN_EBADNAME;
+    }
+    w = wreq_new(NULL, 0, 0);
+    rv = w == NULL ? -ENOMEM
+                   : open_for(b, 64 + 2 * TERN_NAME_MAX + (size_t)n * 32);
+    if (rv != 0) {
+        tern_free(w);
+        return rv;
+    }
+    idx_cmd_settle(&b->open->w, queue, group, items, n);
+    return add_finish(b, w);
+}
+
 int node_batcher_add(struct node_batcher *b,
                      void *owner,
                      uint64_t request_id,
@@ -321,6 +516,9 @@ int node_batcher_add(struct node_batcher *b,
     case PROTO_OP_NAMESPACE_DELETE:
     case PROTO_OP_PRODUCER_INIT:
         return add_security(b, owner, request_id, r);
+    case PROTO_OP_SHARED_CONFIG:
+    case PROTO_OP_SETTLE:
+        return add_shared(b, owner, request_id, r);
     default:
         return TERN_EINVAL;
     }

@@ -47,6 +47,10 @@ struct node_wreq
     uint32_t wait_ms;
     struct node_fetch_filter filter; /* flags: all of the request's */
     uint64_t due_ms; /* PRODUCE_DELAYED: the absolute due time proposed */
+    /* RECEIVE: the DELIVER's items (owned, freed with w); SETTLE: the
+     * number of items (the answer has one done byte each). */
+    struct idx_deliver_item *items;
+    uint32_t n_items;
 };
 /* w->op of the leader's own TIMER_FIRE (node_batcher_add_timer_fire): no
  * client op has this number. */
@@ -115,7 +119,7 @@ void node_batcher_init(struct node_batcher *b,
 /* Add one write request (QUEUE_CREATE/DELETE, PRODUCE, PRODUCE_DELAYED
  * (its due time: r->time_ms's due time, at least the entry's timestamp,
  * or that timestamp plus its delay; set in the request's due_ms),
- * GROUP_COMMIT, and
+ * GROUP_COMMIT, SHARED_CONFIG, SETTLE, and
  * the security metadata writes USER_SET/DELETE, ACL_SET/DELETE,
  * NAMESPACE_SET/DELETE, PRODUCER_INIT) to the open entry; r borrows from the
  * frame and is copied. On error nothing is queued and nothing is answered:
@@ -152,6 +156,36 @@ int node_batcher_add_timer_fire(struct node_batcher *b,
                                 void *arg,
                                 void *owner,
                                 uint32_t *keys);
+/* Shared groups (docs/WORKQUEUES.md). A RECEIVE planned by the leader
+ * (idx_deliver_plan): a DELIVER of items[0..n) (1..IDX_SHARED_LIST_MAX,
+ * copied) of (queue, group) (stored names, borrowed) to consumer_id,
+ * answered like a write with the items kept in the wreq (the server reads
+ * the delivered messages once it is applied). TERN_EINVAL, TERN_EBADNAME,
+ * -ENOMEM; nothing is queued on error. */
+int node_batcher_add_deliver(struct node_batcher *b,
+                             void *owner,
+                             uint64_t request_id,
+                             const char *queue,
+                             const char *group,
+                             uint64_t consumer_id,
+                             const struct idx_deliver_item *items,
+                             uint32_t n);
+/* The DEAD_LETTER of candidate d (borrowed) of (queue, group), its
+ * message read from e by idx_dead_letter_plan; nobody is answered. The
+ * codes of idx_dead_letter_plan, TERN_EBADNAME, -ENOMEM. */
+int node_batcher_add_dead_letter(struct node_batcher *b,
+                                 struct idx_env *e,
+                                 const char *queue,
+                                 const char *group,
+                                 const struct idx_deliver_item *d,
+                                 const char *reason);
+/* A SETTLE of items[0..n) (1..IDX_SHARED_LIST_MAX, increasing offsets,
+ * borrowed) nobody waits for: the release of a gone consumer's leases. */
+int node_batcher_add_settle(struct node_batcher *b,
+                            const char *queue,
+                            const char *group,
+                            const struct idx_settle_item *items,
+                            uint32_t n);
 /* Too much is waiting: stop reading client connections. */
 bool node_batcher_congested(const struct node_batcher *b);
 /* Seal the open entry and propose queued entries up to max_inflight. */

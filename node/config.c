@@ -89,6 +89,8 @@
  *   max_delay_ms          = 3456000000 ; furthest due time (40 days) a
  *                                  ; delayed produce may ask for; further
  *                                  ; is TERN_EINVAL naming the key
+ *   shared_prefetch       = 256    ; unacknowledged messages of a shared
+ *                                  ; group one consumer may hold
  *                                  ; Over a bound the client gets
  *                                  ; TERN_ELIMIT naming the key.
  *
@@ -327,6 +329,7 @@ static const char usage_text[] =
     "  list_page_max = 1000\n"
     "  fetch_scan_max = 100000\n"
     "  max_delay_ms = 3456000000\n"
+    "  shared_prefetch = 256\n"
     "  [security]\n"
     "  peer_auth = tls\n"
     "  cluster_ca = /etc/tern/ca.pem\n"
@@ -387,6 +390,7 @@ void node_config_init(struct node_config *c)
     c->max_parked_per_conn = NODE_DEFAULT_MAX_PARKED_PER_CONN;
     c->list_page_max = NODE_DEFAULT_LIST_PAGE_MAX;
     c->fetch_scan_max = NODE_DEFAULT_FETCH_SCAN_MAX;
+    c->shared_prefetch = NODE_DEFAULT_SHARED_PREFETCH;
     c->max_term_jump = NODE_DEFAULT_MAX_TERM_JUMP;
     c->peer_handshake_timeout_ms = NODE_DEFAULT_PEER_HANDSHAKE_MS;
     c->peer_max_pending = NODE_DEFAULT_PEER_MAX_PENDING;
@@ -990,6 +994,8 @@ static const struct key keys[] = {
      NODE__UINT(fetch_scan_max), 1000000000},
     {"limits", "max_delay_ms", "--max-delay-ms", set_u64,
      NODE__U64(max_delay_ms), (uint64_t)1 << 62},
+    {"limits", "shared_prefetch", "--shared-prefetch", set_unsigned,
+     NODE__UINT(shared_prefetch), 1000000},
     {"security", "peer_auth", "--peer-auth", set_peer_auth,
      NODE__INT(peer_auth), 0},
     {"security", "cluster_ca", "--cluster-ca", set_text, NODE__STR(cluster_ca),
@@ -1519,6 +1525,10 @@ static int validate_client_limits(const struct node_config *c, char *errmsg)
     }
     if (c->fetch_scan_max == 0) {
         tern_errmsg_printf(errmsg, "fetch_scan_max must be > 0");
+        return TERN_EINVAL;
+    }
+    if (c->shared_prefetch == 0) {
+        tern_errmsg_printf(errmsg, "shared_prefetch must be > 0");
         return TERN_EINVAL;
     }
     if (c->max_connections == 0 || c->max_connections_per_addr == 0 ||

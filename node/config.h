@@ -95,6 +95,7 @@ struct node_config
     unsigned max_parked_per_conn;      /* long polls per connection */
     unsigned list_page_max;            /* queues per QUEUE_LIST page */
     unsigned fetch_scan_max;           /* a tag-filtered fetch's scan */
+    unsigned shared_prefetch;          /* leases one shared consumer holds */
     struct node_peer *peers;           /* owned array */
     unsigned n_peers;
     bool help; /* --help was given: print usage, do nothing else */
@@ -151,6 +152,7 @@ enum node_client_auth {
 #define NODE_DEFAULT_MAX_PARKED_PER_CONN 64u
 #define NODE_DEFAULT_LIST_PAGE_MAX       1000u
 #define NODE_DEFAULT_FETCH_SCAN_MAX      100000u
+#define NODE_DEFAULT_SHARED_PREFETCH     256u
 #define NODE_DEFAULT_CLUSTER_NAME        "tern"
 #define NODE_DEFAULT_AUTH_FAILURE_DELAY  500u
 #define NODE_DEFAULT_AUTH_FAILURES_MIN   20u

@@ -30,7 +30,7 @@
 
 static bool op_known(uint8_t op)
 {
-    return (op >= PROTO_OP_QUEUE_CREATE && op <= PROTO_OP_MESSAGE_TRACE) ||
+    return (op >= PROTO_OP_QUEUE_CREATE && op <= PROTO_OP_SETTLE) ||
            op == PROTO_OP_PRODUCE_DELAYED;
 }
 

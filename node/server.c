@@ -154,6 +154,10 @@
 #define SERVER__DEFAULT_MAX_MSGS   1000u
 #define SERVER__MAX_MSGS           10000u
 #define SERVER__DEFAULT_MAX_BYTES  (1u << 20)
+#define SERVER__SHARED_GROUPS      4u    /* per connection */
+#define SERVER__SHARED_DEAD        16u   /* dead letters planned per receive */
+#define SERVER__RECEIVE_RECHECK_MS 200u  /* a parked RECEIVE re-plans */
+#define SERVER__RELEASE_SCAN       4096u /* lease rows read at a close */
 
 /* The node as the server sees it (node_server_new's arguments). Each
  * connection has a copy: it can outlive the server. */
@@ -210,6 +214,15 @@ struct node_conn
     struct node_ctls *tls;     /* client_tls: the session (ctls.c), owned */
     struct node_principal who; /* who it authenticated as (access.c) */
     bool auth_wait;            /* a failed login's answer is delayed */
+    /* Shared groups it received from as consumer_id (released when it
+     * closes), at most SERVER__SHARED_GROUPS. */
+    uint64_t consumer_id;
+    unsigned n_shared;
+    struct conn_shared
+    {
+        char queue[TERN_NAME_MAX + 1];
+        char group[TERN_NAME_MAX + 1];
+    } shared[4];
 };
 
 /* A failed login waiting for its answer (serve_auth); holds a reference
@@ -235,8 +248,9 @@ struct parked
     uint64_t offset;
     uint32_t max_msgs;
     uint32_t max_bytes;
-    bool leader_only;  /* GROUP_FETCH, or FETCH with PROTO_FETCH_LEADER */
-    uint64_t deadline; /* uv_now ms */
+    bool leader_only;     /* GROUP_FETCH, or FETCH with PROTO_FETCH_LEADER */
+    uint64_t consumer_id; /* RECEIVE */
+    uint64_t deadline;    /* uv_now ms */
     struct node_fetch_filter filter;
 };
 
@@ -901,6 +915,17 @@ static bool refuse_unless_writable(struct node_conn *c,
                                    uint8_t op,
                                    uint64_t request_id,
                                    const struct repl_status *st);
+static void receive_now(struct node_conn *c,
+                        uint64_t request_id,
+                        const char *queue,
+                        const char *group,
+                        uint64_t consumer_id,
+                        uint32_t max_msgs,
+                        uint32_t wait_ms);
+static bool receive_due(struct node_conn *c,
+                        const char *queue,
+                        const char *group,
+                        uint64_t consumer_id);
 
 /* Answer p now (new data, queue gone, expired, or, for a leader-only
  * request, the node no longer a writable leader: then TERN_ENOTLEADER). */
@@ -908,6 +933,14 @@ static void parked_answer(struct node_server *s, struct parked *p)
 {
     struct node_conn *c = p->c;
     struct repl_status st;
+    if (p->op == PROTO_OP_RECEIVE) {
+        if (conn_live(c)) {
+            receive_now(c, p->request_id, p->queue, p->group, p->consumer_id,
+                        p->max_msgs, 0);
+        }
+        parked_free(s, p);
+        return;
+    }
     if (conn_live(c)) {
         view_status(&s->view, &st);
         if (!p->leader_only ||
@@ -932,6 +965,9 @@ static bool parked_ready(struct node_server *s, struct parked *p, bool writable)
     if (p->leader_only && !writable) {
         return true;
     }
+    if (p->op == PROTO_OP_RECEIVE) {
+        return receive_due(p->c, p->queue, p->group, p->consumer_id);
+    }
     if (p->op == PROTO_OP_GROUP_FETCH &&
         idx_group_offset(e, p->queue, p->group, &offset) != 0) {
         return true;
@@ -950,7 +986,8 @@ static void on_park_timer(uv_timer_t *t)
     while (l != &s->parked) {
         struct parked *p = TERN_CONTAINER(l, struct parked, link);
         l = l->next;
-        if (p->deadline <= now || !conn_live(p->c)) {
+        if (p->deadline <= now || !conn_live(p->c) ||
+            (p->op == PROTO_OP_RECEIVE && parked_ready(s, p, true))) {
             parked_answer(s, p);
         }
     }
@@ -968,6 +1005,10 @@ static void park_arm(struct node_server *s)
     for (l = s->parked.next; l != &s->parked; l = l->next) {
         struct parked *p = TERN_CONTAINER(l, struct parked, link);
         min = TERN_MIN(min, p->deadline);
+        if (p->op == PROTO_OP_RECEIVE) {
+            /* Leases expire without a flush: look again now and then. */
+            min = TERN_MIN(min, now + SERVER__RECEIVE_RECHECK_MS);
+        }
     }
     if (min == UINT64_MAX) {
         uv_timer_stop(&s->park_timer);
@@ -1642,6 +1683,353 @@ static void handle_group_fetch(struct node_conn *c,
     batch_request(c, request_id, r);
 }
 
+/* ---- Shared groups (docs/WORKQUEUES.md) ------------------------------- */
+
+/* The leader's clock for plans: the timestamp new entries get. */
+static uint64_t leader_time(const struct node_conn *c)
+{
+    const struct node_batcher *b = c->view.batcher;
+    return b->ops.timestamp_ms(b->arg);
+}
+
+struct receive_ctx
+{
+    struct tern_wbuf *w;
+    uint32_t count; /* the delivery count of the message being read */
+    uint32_t n;
+};
+
+static int receive_cb(void *arg, const struct idx_fetched *m)
+{
+    struct receive_ctx *x = arg;
+    struct proto_fetched_msg pm = {m->offset, m->timestamp_ms, m->data,
+                                   m->len,    m->props,        m->props_len};
+    proto_put_received(x->w, &pm, x->count);
+    x->n++;
+    return x->w->err;
+}
+
+/* The DELIVER of w is applied and flushed: answer with the messages it
+ * leased, read from the index. An answer stops at half of
+ * max_frame_bytes (at least one message); leases past it are not sent
+ * and come back when they expire. */
+static void receive_answer(struct node_conn *c, const struct node_wreq *w)
+{
+    struct idx_env *e = view_idx(&c->view);
+    size_t cap =
+        TERN_MAX((size_t)(c->view.cfg->max_frame_bytes / 2), (size_t)1);
+    struct idx_queue_info qi;
+    struct tern_wbuf b;
+    struct receive_ctx x = {&b, 0, 0};
+    size_t start;
+    int rv;
+    if (e == NULL) {
+        send_error(c, w->op, w->request_id, TERN_ESHUTDOWN, NULL);
+        return;
+    }
+    rv = idx_queue_get(e, w->queue, &qi);
+    if (rv != 0) {
+        send_error(c, w->op, w->request_id, rv, NULL);
+        return;
+    }
+    tern_wbuf_init(&b);
+    start = proto_receive_begin(&b, w->request_id, qi.id);
+    for (uint32_t i = 0; i < w->n_items && b.err == 0; i++) {
+        if (((w->result.done[i / 64] >> (i % 64)) & 1u) == 0) {
+            continue;
+        }
+        if (x.n > 0 && b.len - start >= cap) {
+            break;
+        }
+        x.count = w->items[i].count + 1;
+        /* A message trimmed meanwhile is skipped (its lease is moot). */
+        (void)idx_message_get(e, w->queue, 0, w->items[i].offset, receive_cb,
+                              &x);
+    }
+    rv = proto_receive_end(&b, start, x.n);
+    if (rv != 0) {
+        tern_wbuf_free(&b);
+        send_error(c, w->op, w->request_id, rv, NULL);
+        return;
+    }
+    conn_send(c, &b);
+}
+
+/* An empty RECEIVE answer. */
+static void receive_empty(struct node_conn *c,
+                          uint64_t request_id,
+                          const char *queue)
+{
+    struct idx_env *e = view_idx(&c->view);
+    struct idx_queue_info qi;
+    struct tern_wbuf b;
+    int rv = e == NULL ? TERN_ESHUTDOWN : idx_queue_get(e, queue, &qi);
+    if (rv != 0) {
+        send_error(c, PROTO_OP_RECEIVE, request_id, rv, NULL);
+        return;
+    }
+    tern_wbuf_init(&b);
+    size_t start = proto_receive_begin(&b, request_id, qi.id);
+    if (proto_receive_end(&b, start, 0) != 0) {
+        tern_wbuf_free(&b);
+        send_error(c, PROTO_OP_RECEIVE, request_id, TERN_EINTERNAL, NULL);
+        return;
+    }
+    conn_send(c, &b);
+}
+
+/* Whether a plan for consumer_id would deliver something now (or fail:
+ * the error is then answered). */
+static bool receive_due(struct node_conn *c,
+                        const char *queue,
+                        const char *group,
+                        uint64_t consumer_id)
+{
+    struct idx_env *e = view_idx(&c->view);
+    struct idx_deliver_item one, dead;
+    uint32_t n = 0, n_dead = 0;
+    if (e == NULL) {
+        return true;
+    }
+    return idx_deliver_plan(e, queue, group, consumer_id, 1,
+                            c->view.cfg->shared_prefetch, leader_time(c), &one,
+                            &n, &dead, 1, &n_dead) != 0 ||
+           n > 0 || n_dead > 0;
+}
+
+/* Park a RECEIVE with nothing to deliver (the fetch long-poll slots and
+ * their bounds). false: answered (bound reached, or no memory). */
+static bool receive_park(struct node_conn *c,
+                         uint64_t request_id,
+                         const char *queue,
+                         const char *group,
+                         uint64_t consumer_id,
+                         uint32_t max_msgs,
+                         uint32_t wait_ms)
+{
+    struct node_server *s = c->srv;
+    const struct node_config *cfg = c->view.cfg;
+    char m[TERN_ERRMSG_SIZE];
+    struct parked *p;
+    if (s == NULL) {
+        return false;
+    }
+    if (c->n_parked >= cfg->max_parked_per_conn ||
+        s->n_parked >= cfg->max_parked) {
+        (void)snprintf(m, sizeof(m), "%s reached: too many long polls waiting",
+                       c->n_parked >= cfg->max_parked_per_conn
+                           ? "max_parked_per_conn"
+                           : "max_parked");
+        send_error(c, PROTO_OP_RECEIVE, request_id, TERN_ELIMIT, m);
+        return true;
+    }
+    p = tern_calloc(1, sizeof(*p));
+    if (p == NULL || !copy_whole(p->queue, sizeof(p->queue), queue) ||
+        !copy_whole(p->group, sizeof(p->group), group)) {
+        tern_free(p);
+        return false;
+    }
+    p->c = c;
+    p->op = PROTO_OP_RECEIVE;
+    p->request_id = request_id;
+    p->max_msgs = max_msgs;
+    p->consumer_id = consumer_id;
+    p->leader_only = true;
+    p->deadline = uv_now(s->loop) + TERN_MIN(wait_ms, SERVER__MAX_WAIT_MS);
+    tern_list_push(&s->parked, &p->link);
+    s->n_parked++;
+    c->n_parked++;
+    c->refs++;
+    park_arm(s);
+    return true;
+}
+
+/* Plan and propose a RECEIVE of consumer_id on the writable leader:
+ * dead letters first (rows past max_deliveries), then the DELIVER, whose
+ * answer follows its apply (receive_answer); nothing due: park for
+ * wait_ms, or answer empty. */
+static void receive_now(struct node_conn *c,
+                        uint64_t request_id,
+                        const char *queue,
+                        const char *group,
+                        uint64_t consumer_id,
+                        uint32_t max_msgs,
+                        uint32_t wait_ms)
+{
+    const struct node_view *v = &c->view;
+    struct idx_env *e = view_idx(v);
+    struct idx_deliver_item dead[SERVER__SHARED_DEAD];
+    struct idx_deliver_item *items;
+    uint32_t n = 0, n_dead = 0;
+    struct repl_status st;
+    char m[TERN_ERRMSG_SIZE];
+    int rv;
+
+    view_status(v, &st);
+    if (refuse_unless_writable(c, PROTO_OP_RECEIVE, request_id, &st)) {
+        return;
+    }
+    if (e == NULL) {
+        send_error(c, PROTO_OP_RECEIVE, request_id, TERN_ESHUTDOWN, NULL);
+        return;
+    }
+    if ((rv = v->ops.disk_check(v->arg, m)) != 0) {
+        send_error(c, PROTO_OP_RECEIVE, request_id, rv, m);
+        return;
+    }
+    max_msgs = TERN_MIN(max_msgs, IDX_SHARED_LIST_MAX);
+    items = tern_calloc(max_msgs, sizeof(*items));
+    if (items == NULL) {
+        send_error(c, PROTO_OP_RECEIVE, request_id, -ENOMEM, NULL);
+        return;
+    }
+    rv = idx_deliver_plan(e, queue, group, consumer_id, max_msgs,
+                          v->cfg->shared_prefetch, leader_time(c), items, &n,
+                          dead, SERVER__SHARED_DEAD, &n_dead);
+    if (rv != 0) {
+        tern_free(items);
+        send_error(c, PROTO_OP_RECEIVE, request_id, rv, NULL);
+        return;
+    }
+    for (uint32_t i = 0; i < n_dead; i++) {
+        int dv = node_batcher_add_dead_letter(v->batcher, e, queue, group,
+                                              &dead[i], "max-deliveries");
+        if (dv != 0) {
+            node_log(NODE_LOG_WARN, "dead letter not proposed",
+                     "queue=%s group=%s offset=%llu err=%s", queue, group,
+                     (unsigned long long)dead[i].offset, tern_err_name(dv));
+        }
+    }
+    if (n > 0) {
+        rv = node_batcher_add_deliver(v->batcher, c, request_id, queue, group,
+                                      consumer_id, items, n);
+        tern_free(items);
+        if (rv != 0) {
+            send_error(c, PROTO_OP_RECEIVE, request_id, rv, NULL);
+            return;
+        }
+        c->refs++;
+        return;
+    }
+    tern_free(items);
+    if (wait_ms > 0 && receive_park(c, request_id, queue, group, consumer_id,
+                                    max_msgs, wait_ms)) {
+        return;
+    }
+    receive_empty(c, request_id, queue);
+}
+
+/* RECEIVE: the consumer id must be the client's (a producer id it may
+ * use); the connection remembers it and the groups it received from, to
+ * release their leases when it closes. */
+static void handle_receive(struct node_conn *c,
+                           uint64_t request_id,
+                           const struct proto_request *r,
+                           const char *queue,
+                           const char *group)
+{
+    char m[TERN_ERRMSG_SIZE];
+    unsigned i;
+    int rv;
+    if (c->srv == NULL) {
+        send_error(c, r->op, request_id, TERN_ESHUTDOWN, NULL);
+        return;
+    }
+    if (c->consumer_id != 0 && c->consumer_id != r->consumer_id) {
+        send_error(c, r->op, request_id, TERN_EINVAL,
+                   "one consumer id per connection");
+        return;
+    }
+    if (c->consumer_id == 0 &&
+        (rv = node_access_producer(c->srv->access, &c->who, view_idx(&c->view),
+                                   r->consumer_id, m)) != 0) {
+        send_error(c, r->op, request_id, rv, m);
+        return;
+    }
+    for (i = 0; i < c->n_shared; i++) {
+        if (strcmp(c->shared[i].queue, queue) == 0 &&
+            strcmp(c->shared[i].group, group) == 0) {
+            break;
+        }
+    }
+    if (i == c->n_shared) {
+        if (c->n_shared == SERVER__SHARED_GROUPS) {
+            (void)snprintf(m, sizeof(m),
+                           "a connection receives from at most %u shared "
+                           "groups",
+                           SERVER__SHARED_GROUPS);
+            send_error(c, r->op, request_id, TERN_ELIMIT, m);
+            return;
+        }
+        (void)copy_whole(c->shared[i].queue, sizeof c->shared[i].queue, queue);
+        (void)copy_whole(c->shared[i].group, sizeof c->shared[i].group, group);
+        c->n_shared++;
+    }
+    c->consumer_id = r->consumer_id;
+    receive_now(c, request_id, queue, group, r->consumer_id, r->max_msgs,
+                r->wait_ms);
+}
+
+struct release_ctx
+{
+    uint64_t consumer_id;
+    struct idx_settle_item items[IDX_SHARED_LIST_MAX];
+    uint32_t n;
+};
+
+static int release_cb(void *arg, const struct idx_lease *l)
+{
+    struct release_ctx *x = arg;
+    if (l->ready == 0 && l->consumer_id == x->consumer_id) {
+        x->items[x->n].offset = l->offset;
+        x->items[x->n].count = l->count;
+        x->items[x->n].action = IDX_SETTLE_RELEASE;
+        x->items[x->n].delay_ms = 0;
+        x->n++;
+    }
+    return x->n == IDX_SHARED_LIST_MAX ? 1 : 0;
+}
+
+/* c is closing: on a writable leader, release the leases its consumer id
+ * holds in the groups it received from (at most IDX_SHARED_LIST_MAX per
+ * group among its first SERVER__RELEASE_SCAN lease rows; the rest end by
+ * expiry). */
+static void release_leases(struct node_conn *c)
+{
+    struct idx_env *e = view_idx(&c->view);
+    struct repl_status st;
+    struct release_ctx *x;
+    if (c->consumer_id == 0 || c->n_shared == 0 || c->srv == NULL ||
+        c->srv->closing || e == NULL) {
+        return;
+    }
+    view_status(&c->view, &st);
+    if (!st.writable) {
+        return;
+    }
+    x = tern_malloc(sizeof(*x));
+    if (x == NULL) {
+        return;
+    }
+    for (unsigned i = 0; i < c->n_shared; i++) {
+        x->consumer_id = c->consumer_id;
+        x->n = 0;
+        if (idx_shared_leases(e, c->shared[i].queue, c->shared[i].group, 0,
+                              SERVER__RELEASE_SCAN, release_cb, x) != 0 ||
+            x->n == 0) {
+            continue;
+        }
+        int rv = node_batcher_add_settle(c->view.batcher, c->shared[i].queue,
+                                         c->shared[i].group, x->items, x->n);
+        node_log(rv == 0 ? NODE_LOG_DEBUG : NODE_LOG_WARN,
+                 rv == 0 ? "leases released" : "lease release not proposed",
+                 "conn=%llu queue=%s group=%s n=%u err=%s",
+                 (unsigned long long)c->id, c->shared[i].queue,
+                 c->shared[i].group, x->n, rv == 0 ? "-" : tern_err_name(rv));
+    }
+    tern_free(x);
+}
+
 void node_server_respond(struct node_wreq *w)
 {
     struct node_conn *c = w->owner;
@@ -1652,6 +2040,17 @@ void node_server_respond(struct node_wreq *w)
         if (w->status != 0) {
             const char *m = tern_strerror(w->status);
             send_error(c, w->op, w->request_id, w->status, m);
+        } else if (w->op == PROTO_OP_RECEIVE) {
+            receive_answer(c, w);
+        } else if (w->op == PROTO_OP_SETTLE) {
+            uint8_t done[IDX_SHARED_LIST_MAX];
+            struct tern_wbuf b;
+            for (uint32_t i = 0; i < w->n_items; i++) {
+                done[i] = (uint8_t)((w->result.done[i / 64] >> (i % 64)) & 1u);
+            }
+            tern_wbuf_init(&b);
+            proto_encode_settle_resp(&b, w->request_id, done, w->n_items);
+            conn_send(c, &b);
         } else if (w->op == PROTO_OP_GROUP_FETCH) {
             /* The barrier is applied and flushed: serve the read now. */
             serve_fetch(c, w->op, w->request_id, w->queue, w->group, 0,
@@ -1825,12 +2224,14 @@ static void serve_auth(struct node_conn *c,
 
 static bool op_has_queue(uint8_t op)
 {
-    return op == PROTO_OP_QUEUE_CREATE || op == PROTO_OP_QUEUE_DELETE ||
-           op == PROTO_OP_PRODUCE || op == PROTO_OP_FETCH ||
-           op == PROTO_OP_GROUP_FETCH || op == PROTO_OP_GROUP_COMMIT ||
-           op == PROTO_OP_QUEUE_UPDATE || op == PROTO_OP_QUEUE_INFO ||
-           op == PROTO_OP_OFFSET_FOR_TIME || op == PROTO_OP_MESSAGE_GET ||
-           op == PROTO_OP_MESSAGE_TRACE || op == PROTO_OP_PRODUCE_DELAYED;
+    return op == PROTO_OP_SHARED_CONFIG || op == PROTO_OP_RECEIVE ||
+           op == PROTO_OP_SETTLE || op == PROTO_OP_QUEUE_CREATE ||
+           op == PROTO_OP_QUEUE_DELETE || op == PROTO_OP_PRODUCE ||
+           op == PROTO_OP_FETCH || op == PROTO_OP_GROUP_FETCH ||
+           op == PROTO_OP_GROUP_COMMIT || op == PROTO_OP_QUEUE_UPDATE ||
+           op == PROTO_OP_QUEUE_INFO || op == PROTO_OP_OFFSET_FOR_TIME ||
+           op == PROTO_OP_MESSAGE_GET || op == PROTO_OP_MESSAGE_TRACE ||
+           op == PROTO_OP_PRODUCE_DELAYED;
 }
 
 /* QUEUE_INFO and OFFSET_FOR_TIME (docs/MESSAGES.md): served from this
@@ -1931,7 +2332,13 @@ static void handle_request(struct node_conn *c,
     case PROTO_OP_PRODUCE_DELAYED:
     case PROTO_OP_GROUP_COMMIT:
     case PROTO_OP_QUEUE_UPDATE:
+    case PROTO_OP_SHARED_CONFIG:
+    case PROTO_OP_SETTLE:
         handle_write(c, request_id, r);
+        break;
+    case PROTO_OP_RECEIVE:
+        name_copy(group, r->group, r->group_len);
+        handle_receive(c, request_id, r, stored, group);
         break;
     case PROTO_OP_QUEUE_INFO:
     case PROTO_OP_OFFSET_FOR_TIME:
@@ -2522,6 +2929,7 @@ static void conn_close(struct node_conn *c)
     }
     c->state = CONN_CLOSING;
     c->reading = false;
+    release_leases(c);
     uv_close((uv_handle_t *)&c->tcp, on_conn_closed);
 }
 

@@ -757,6 +757,193 @@ int proto_decode_offset_resp(const void *body, size_t len, uint64_t *offset)
     return cursor_finish(&c);
 }
 
+/* ---- Shared groups (ops 27..29) ---- */
+
+static void get_settle_item(struct tern_cursor *c, void *item)
+{
+    struct proto_settle_item *it = item;
+    it->offset = tern_cursor_u64(c);
+    it->count = tern_cursor_u32(c);
+    it->action = tern_cursor_u8(c);
+    it->delay_ms = tern_cursor_u64(c);
+}
+
+static int settle_item_ok(const struct proto_settle_item *it)
+{
+    if (it->action > PROTO_SETTLE_RELEASE) {
+        return 0;
+    }
+    return !((it->action == PROTO_SETTLE_ACK ||
+              it->action == PROTO_SETTLE_RELEASE) &&
+             it->delay_ms != 0);
+}
+
+/* SETTLE's items: each valid, offsets strictly increasing. */
+static int get_settle_items(struct tern_cursor *c, struct proto_request *out)
+{
+    struct proto_settle_item it;
+    uint64_t prev = 0;
+    out->n_items = tern_cursor_u32(c);
+    if (c->err != 0 || out->n_items == 0 ||
+        out->n_items > PROTO_SHARED_LIST_MAX) {
+        return TERN_EMALFORMED;
+    }
+    out->items = c->p;
+    for (uint32_t i = 0; i < out->n_items; i++) {
+        get_settle_item(c, &it);
+        if (c->err != 0 || !settle_item_ok(&it) ||
+            (i > 0 && it.offset <= prev)) {
+            return TERN_EMALFORMED;
+        }
+        prev = it.offset;
+    }
+    out->items_len = (size_t)(c->p - out->items);
+    return 0;
+}
+
+static int decode_shared(struct tern_cursor *c, struct proto_request *out)
+{
+    struct proto_shared_settings *s = &out->shared;
+    int rv = get_name(c, &out->queue, &out->queue_len);
+    if (rv == 0) {
+        rv = get_name(c, &out->group, &out->group_len);
+    }
+    if (rv != 0) {
+        return rv;
+    }
+    switch (out->op) {
+    case PROTO_OP_SHARED_CONFIG:
+        out->set_mask = tern_cursor_u32(c);
+        s->ack_timeout_ms = tern_cursor_u64(c);
+        s->max_deliveries = tern_cursor_u32(c);
+        s->window = tern_cursor_u32(c);
+        s->dlq = proto_get_str(c, &s->dlq_len);
+        if (c->err != 0 || s->dlq == NULL ||
+            (out->set_mask & ~PROTO_SHARED_SET_ALL) != 0) {
+            return TERN_EMALFORMED;
+        }
+        /* One encoding: fields outside the mask are zero. */
+        if (((out->set_mask & PROTO_SHARED_SET_ACK_TIMEOUT) == 0 &&
+             s->ack_timeout_ms != 0) ||
+            ((out->set_mask & PROTO_SHARED_SET_MAX_DELIVERIES) == 0 &&
+             s->max_deliveries != 0) ||
+            ((out->set_mask & PROTO_SHARED_SET_WINDOW) == 0 &&
+             s->window != 0) ||
+            ((out->set_mask & PROTO_SHARED_SET_DLQ) == 0 && s->dlq_len != 0)) {
+            return TERN_EMALFORMED;
+        }
+        if (s->dlq_len > 0 && !tern_name_valid(s->dlq, s->dlq_len)) {
+            return TERN_EBADNAME;
+        }
+        return 0;
+    case PROTO_OP_RECEIVE:
+        out->consumer_id = tern_cursor_u64(c);
+        out->max_msgs = tern_cursor_u32(c);
+        out->wait_ms = tern_cursor_u32(c);
+        if (c->err == 0 && (out->consumer_id == 0 || out->max_msgs == 0 ||
+                            out->max_msgs > PROTO_SHARED_LIST_MAX)) {
+            return TERN_EMALFORMED;
+        }
+        return 0;
+    default: /* SETTLE */
+        return get_settle_items(c, out);
+    }
+}
+
+int proto_next_settle(const struct proto_request *r,
+                      size_t *pos,
+                      struct proto_settle_item *it)
+{
+    return records_next(r->items, r->items_len, pos, get_settle_item, it);
+}
+
+int proto_encode_shared_config(struct tern_wbuf *w,
+                               uint64_t request_id,
+                               const char *queue,
+                               const char *group,
+                               uint32_t mask,
+                               const struct proto_shared_settings *s)
+{
+    static const struct proto_shared_settings none = {0};
+    size_t start = w->len;
+    const char *dlq;
+    size_t dlq_len;
+    if ((mask & ~PROTO_SHARED_SET_ALL) != 0 || (s == NULL && mask != 0)) {
+        return TERN_EINVAL;
+    }
+    if (s == NULL) {
+        s = &none;
+    }
+    dlq = (mask & PROTO_SHARED_SET_DLQ) != 0 && s->dlq != NULL ? s->dlq : "";
+    dlq_len = strlen(dlq);
+    if (dlq_len > 0 && !tern_name_valid(dlq, dlq_len)) {
+        return TERN_EBADNAME;
+    }
+    proto_frame_begin(w, PROTO_OP_SHARED_CONFIG, request_id, 0);
+    put_name(w, queue);
+    put_name(w, group);
+    tern_wbuf_u32(w, mask);
+    tern_wbuf_u64(
+        w, (mask & PROTO_SHARED_SET_ACK_TIMEOUT) != 0 ? s->ack_timeout_ms : 0);
+    tern_wbuf_u32(w, (mask & PROTO_SHARED_SET_MAX_DELIVERIES) != 0
+                         ? s->max_deliveries
+                         : 0);
+    tern_wbuf_u32(w, (mask & PROTO_SHARED_SET_WINDOW) != 0 ? s->window : 0);
+    proto_put_str(w, dlq, dlq_len);
+    return proto_frame_end(w, start);
+}
+
+int proto_encode_receive(struct tern_wbuf *w,
+                         uint64_t request_id,
+                         const char *queue,
+                         const char *group,
+                         uint64_t consumer_id,
+                         uint32_t max_msgs,
+                         uint32_t wait_ms)
+{
+    size_t start = w->len;
+    if (consumer_id == 0 || max_msgs == 0 || max_msgs > PROTO_SHARED_LIST_MAX) {
+        return TERN_EINVAL;
+    }
+    proto_frame_begin(w, PROTO_OP_RECEIVE, request_id, 0);
+    put_name(w, queue);
+    put_name(w, group);
+    tern_wbuf_u64(w, consumer_id);
+    tern_wbuf_u32(w, max_msgs);
+    tern_wbuf_u32(w, wait_ms);
+    return proto_frame_end(w, start);
+}
+
+int proto_encode_settle(struct tern_wbuf *w,
+                        uint64_t request_id,
+                        const char *queue,
+                        const char *group,
+                        const struct proto_settle_item *items,
+                        uint32_t n)
+{
+    size_t start = w->len;
+    if (items == NULL || n == 0 || n > PROTO_SHARED_LIST_MAX) {
+        return TERN_EINVAL;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        if (!settle_item_ok(&items[i]) ||
+            (i > 0 && items[i].offset <= items[i - 1].offset)) {
+            return TERN_EINVAL;
+        }
+    }
+    proto_frame_begin(w, PROTO_OP_SETTLE, request_id, 0);
+    put_name(w, queue);
+    put_name(w, group);
+    tern_wbuf_u32(w, n);
+    for (uint32_t i = 0; i < n; i++) {
+        tern_wbuf_u64(w, items[i].offset);
+        tern_wbuf_u32(w, items[i].count);
+        tern_wbuf_u8(w, items[i].action);
+        tern_wbuf_u64(w, items[i].delay_ms);
+    }
+    return proto_frame_end(w, start);
+}
+
 int proto_decode_request(uint8_t op,
                          const void *body,
                          size_t len,
@@ -871,6 +1058,11 @@ int proto_decode_request(uint8_t op,
     case PROTO_OP_MESSAGE_TRACE:
         rv = get_name(&c, &out->queue, &out->queue_len);
         out->offset = tern_cursor_u64(&c);
+        break;
+    case PROTO_OP_SHARED_CONFIG:
+    case PROTO_OP_RECEIVE:
+    case PROTO_OP_SETTLE:
+        rv = decode_shared(&c, out);
         break;
     case PROTO_OP_GROUP_COMMIT:
         rv = get_name(&c, &out->queue, &out->queue_len);
@@ -1399,6 +1591,14 @@ static void get_fetched_props(struct tern_cursor *c, void *item)
     m->props = proto_get_blob(c, &m->props_len);
 }
 
+/* A RECEIVE record: a message with properties, then its count. */
+struct received
+{
+    struct proto_fetched_msg m;
+    uint32_t count;
+};
+static void get_received(struct tern_cursor *c, void *item);
+
 void proto_put_fetched_props(struct tern_wbuf *w,
                              const struct proto_fetched_msg *m)
 {
@@ -1494,6 +1694,10 @@ int proto_next_fetched(const struct proto_fetch_resp *r,
                        size_t *pos,
                        struct proto_fetched_msg *m)
 {
+    if (r->with_counts) {
+        uint32_t count;
+        return proto_next_received(r, pos, m, &count);
+    }
     return records_next(r->msgs, r->msgs_len, pos,
                         r->with_props ? get_fetched_props : get_fetched, m);
 }
@@ -2401,4 +2605,112 @@ int proto_next_trace_group(const struct proto_trace *t,
                            struct proto_trace_group *g)
 {
     return records_next(t->groups, t->groups_len, pos, get_trace_group, g);
+}
+
+/* ---- Shared group answers ---- */
+
+size_t proto_receive_begin(struct tern_wbuf *w,
+                           uint64_t request_id,
+                           uint64_t queue_id)
+{
+    size_t start = w->len;
+    proto_frame_begin(w, PROTO_OP_RECEIVE | PROTO_OP_RESPONSE, request_id, 0);
+    tern_wbuf_u64(w, queue_id);
+    tern_wbuf_u32(w, 0); /* n, patched by proto_receive_end */
+    return start;
+}
+
+void proto_put_received(struct tern_wbuf *w,
+                        const struct proto_fetched_msg *m,
+                        uint32_t count)
+{
+    put_fetched(w, m, true);
+    tern_wbuf_u32(w, count);
+}
+
+int proto_receive_end(struct tern_wbuf *w, size_t start, uint32_t n)
+{
+    if (w->err == 0) {
+        if (w->len < start + PROTO_HEADER_SIZE + 12) {
+            return TERN_EINVAL; /* not begun by proto_receive_begin */
+        }
+        tern_put_u32(w->base + start + PROTO_HEADER_SIZE + 8, n);
+    }
+    return proto_frame_end(w, start);
+}
+
+static void get_received(struct tern_cursor *c, void *item)
+{
+    struct received *x = item;
+    get_fetched_props(c, &x->m);
+    x->count = tern_cursor_u32(c);
+}
+
+int proto_next_received(const struct proto_fetch_resp *r,
+                        size_t *pos,
+                        struct proto_fetched_msg *m,
+                        uint32_t *count)
+{
+    struct received x;
+    if (!r->with_counts ||
+        !records_next(r->msgs, r->msgs_len, pos, get_received, &x)) {
+        return 0;
+    }
+    *m = x.m;
+    *count = x.count;
+    return 1;
+}
+
+int proto_decode_receive_resp(const void *body,
+                              size_t len,
+                              struct proto_fetch_resp *out)
+{
+    struct tern_cursor c;
+    struct received m;
+    tern_cursor_init(&c, body, len);
+    memset(out, 0, sizeof *out);
+    out->queue_id = tern_cursor_u64(&c);
+    out->n = tern_cursor_u32(&c);
+    out->with_props = 1;
+    out->with_counts = 1;
+    if (c.err == 0 && out->n > PROTO_SHARED_LIST_MAX) {
+        return decode_end(&c, 0, out, sizeof *out);
+    }
+    records_skip(&c, out->n, get_received, &m, &out->msgs, &out->msgs_len);
+    return decode_end(&c, 1, out, sizeof *out);
+}
+
+int proto_encode_settle_resp(struct tern_wbuf *w,
+                             uint64_t request_id,
+                             const uint8_t *done,
+                             uint32_t n)
+{
+    size_t start = w->len;
+    proto_frame_begin(w, PROTO_OP_SETTLE | PROTO_OP_RESPONSE, request_id, 0);
+    tern_wbuf_u32(w, n);
+    for (uint32_t i = 0; i < n; i++) {
+        tern_wbuf_u8(w, done[i] != 0 ? 1 : 0);
+    }
+    return proto_frame_end(w, start);
+}
+
+int proto_decode_settle_resp(const void *body,
+                             size_t len,
+                             const uint8_t **done,
+                             uint32_t *n)
+{
+    struct tern_cursor c;
+    int ok = 1;
+    tern_cursor_init(&c, body, len);
+    *n = tern_cursor_u32(&c);
+    *done = tern_cursor_bytes(&c, *n);
+    for (uint32_t i = 0; c.err == 0 && i < *n; i++) {
+        ok = ok && (*done)[i] <= 1;
+    }
+    if (cursor_finish(&c) != 0 || !ok || *n > PROTO_SHARED_LIST_MAX) {
+        *n = 0;
+        *done = NULL;
+        return TERN_EMALFORMED;
+    }
+    return 0;
 }

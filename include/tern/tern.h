@@ -466,6 +466,66 @@ TERN_API uint64_t
 tern_fetch_result_start_offset(const struct tern_fetch_result *r);
 TERN_API void tern_fetch_result_free(struct tern_fetch_result *r);
 
+/* ---- Shared groups (docs/WORKQUEUES.md) -------------------------------- */
+
+/* Settings of a shared group; 0 / NULL: the default at creation, left
+ * unchanged afterwards. */
+struct tern_shared_options
+{
+    uint64_t ack_timeout_ms; /* a lease's length */
+    uint32_t max_deliveries; /* deliveries before the message goes to the
+                                dead-letter queue */
+    uint32_t window;         /* offsets between ack floor and dispatch */
+    const char *dlq;         /* dead-letter queue name (borrowed) */
+};
+/* Create shared group (queue, group) or change its settings (o borrowed,
+ * NULL: the defaults). A stream group of that name: TERN_EINVAL. */
+TERN_API int tern_shared_config(struct tern_client *c,
+                                const char *queue,
+                                const char *group,
+                                const struct tern_shared_options *o);
+/* Receive up to max_msgs (1..1024) messages of shared group (queue,
+ * group), each leased to this client until its ack timeout: waits up to
+ * wait_ms when none is due. The consumer id is the client's producer id
+ * (asked from the leader on first use). *out (OUT) as for tern_fetch,
+ * with properties and a receipt per message. */
+TERN_API int tern_receive(struct tern_client *c,
+                          const char *queue,
+                          const char *group,
+                          uint32_t max_msgs,
+                          uint32_t wait_ms,
+                          struct tern_fetch_result **out);
+/* A received message's receipt: its offset and delivery count. */
+struct tern_receipt
+{
+    uint64_t offset;
+    uint32_t count;
+};
+/* The receipt of message i of a tern_receive result (OUT *out). 0, or
+ * TERN_EINVAL (i out of range, or not a receive result). */
+TERN_API int tern_fetch_result_receipt(const struct tern_fetch_result *r,
+                                       size_t i,
+                                       struct tern_receipt *out);
+#define TERN_SETTLE_ACK     0 /* done with it */
+#define TERN_SETTLE_NACK    1 /* deliver again after delay_ms */
+#define TERN_SETTLE_EXTEND  2 /* keep the lease delay_ms longer from now */
+#define TERN_SETTLE_RELEASE 3 /* give it back at once */
+struct tern_settle_item
+{
+    struct tern_receipt receipt;
+    int action;        /* TERN_SETTLE_* */
+    uint64_t delay_ms; /* nack, extend; 0 for ack and release */
+    int done;          /* OUT: 1 settled, 0 stale (the lease moved on) */
+};
+/* Settle items[0..n) (1..1024, caller-owned; receipts in increasing
+ * offset order) of (queue, group) in one request; each item's done says
+ * whether its receipt still held the lease. */
+TERN_API int tern_settle(struct tern_client *c,
+                         const char *queue,
+                         const char *group,
+                         struct tern_settle_item *items,
+                         size_t n);
+
 /* ---- Message properties (docs/MESSAGES.md) ----------------------------- */
 
 /* Limits of one message's properties (the server refuses a produce over

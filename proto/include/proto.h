@@ -267,6 +267,33 @@
  * Errors: TERN_EQUEUEFULL (a produce refused by max_bytes/max_messages),
  * TERN_EOFFSET for a FETCH below the first offset (the message names it).
  *
+ * Shared groups (ops 27..29, added after ops 25..26; docs/WORKQUEUES.md
+ * "Shared groups"; an older server answers TERN_EINVAL "unknown request
+ * op"). group = str of a valid name. A receipt is (offset, count): the
+ * message's offset and its delivery count.
+ *   SHARED_CONFIG req: str queue, str group, u32 mask (PROTO_SHARED_SET_*:
+ *                      ACK_TIMEOUT 1, MAX_DELIVERIES 2, WINDOW 4, DLQ 8;
+ *                      0 = create with the defaults, others 0),
+ *                      u64 ack_timeout_ms, u32 max_deliveries,
+ *                      u32 window, str dlq ("" = the default name, else a
+ *                      valid name); fields outside mask must be 0 / ""
+ *                 resp: (empty)
+ *   RECEIVE       req: str queue, str group, u64 consumer_id (the
+ *                      client's producer id, PRODUCER_INIT; not 0),
+ *                      u32 max_msgs (1..PROTO_SHARED_LIST_MAX),
+ *                      u32 wait_ms (long poll when nothing is due)
+ *                 resp: u64 queue_id, u32 n, n x {u64 offset,
+ *                       u64 timestamp_ms, blob message, blob props,
+ *                       u32 count (the delivery count: with the offset,
+ *                       the receipt to settle)}
+ *   SETTLE        req: str queue, str group, u32 n (1..
+ *                      PROTO_SHARED_LIST_MAX), n x {u64 offset, u32 count,
+ *                      u8 action (PROTO_SETTLE_ACK 0, NACK 1, EXTEND 2,
+ *                      RELEASE 3), u64 delay_ms (0 for ack and release)};
+ *                      offsets strictly increasing
+ *                 resp: u32 n, n x u8 done (1: settled; 0: stale, the
+ *                       receipt is no longer the message's lease)
+ *
  * Delayed messages (op 31, added with work queues; docs/WORKQUEUES.md,
  * "Delayed and scheduled messages"; an older server answers TERN_EINVAL
  * "unknown request op"):
@@ -326,6 +353,9 @@ enum proto_op {
     PROTO_OP_OFFSET_FOR_TIME = 24,
     PROTO_OP_MESSAGE_GET = 25,
     PROTO_OP_MESSAGE_TRACE = 26,
+    PROTO_OP_SHARED_CONFIG = 27,
+    PROTO_OP_RECEIVE = 28,
+    PROTO_OP_SETTLE = 29,
     PROTO_OP_PRODUCE_DELAYED = 31,
     PROTO_OP_ERROR = 0x7f,
     PROTO_OP_RESPONSE = 0x80,
@@ -468,6 +498,21 @@ struct proto_request
     uint64_t queue_id;
     const uint8_t *key; /* PROTO_GET_KEY */
     uint32_t key_len;   /* max in max_count */
+    /* Shared groups: SHARED_CONFIG (set_mask and shared), RECEIVE
+     * (consumer_id, max_msgs, wait_ms), SETTLE (n_items records, iterate
+     * with proto_next_settle). */
+    struct proto_shared_settings
+    {
+        uint64_t ack_timeout_ms;
+        uint32_t max_deliveries;
+        uint32_t window;
+        const char *dlq; /* borrowed, dlq_len bytes ("" = default) */
+        uint16_t dlq_len;
+    } shared;
+    uint64_t consumer_id;
+    uint32_t n_items;
+    const uint8_t *items;
+    size_t items_len;
 };
 /* Decode a request body for op; TERN_EMALFORMED (trailing bytes included),
  * TERN_EBADNAME for an invalid queue/group name, TERN_EINVAL for an unknown
@@ -697,6 +742,94 @@ int proto_encode_queue_list_req(struct tern_wbuf *w,
  * the client with a tern_cursor and proto_get_*, following the layouts
  * above. */
 
+/* ---- Shared groups (ops 27..29) ---- */
+
+struct proto_fetched_msg;
+struct proto_fetch_resp;
+
+#define PROTO_SHARED_SET_ACK_TIMEOUT    0x1u
+#define PROTO_SHARED_SET_MAX_DELIVERIES 0x2u
+#define PROTO_SHARED_SET_WINDOW         0x4u
+#define PROTO_SHARED_SET_DLQ            0x8u
+#define PROTO_SHARED_SET_ALL            0xfu
+#define PROTO_SHARED_LIST_MAX           1024u
+#define PROTO_SETTLE_ACK                0u
+#define PROTO_SETTLE_NACK               1u
+#define PROTO_SETTLE_EXTEND             2u
+#define PROTO_SETTLE_RELEASE            3u
+/* One SETTLE item. */
+struct proto_settle_item
+{
+    uint64_t offset;
+    uint32_t count;
+    uint8_t action; /* PROTO_SETTLE_* */
+    uint64_t delay_ms;
+};
+/* SHARED_CONFIG: mask PROTO_SHARED_SET_* (else TERN_EINVAL), s borrowed
+ * (NULL only with mask 0; s->dlq NUL-terminated or NULL). TERN_EBADNAME
+ * for a bad name. */
+int proto_encode_shared_config(struct tern_wbuf *w,
+                               uint64_t request_id,
+                               const char *queue,
+                               const char *group,
+                               uint32_t mask,
+                               const struct proto_shared_settings *s);
+/* RECEIVE: consumer_id not 0, max_msgs 1..PROTO_SHARED_LIST_MAX (else
+ * TERN_EINVAL). */
+int proto_encode_receive(struct tern_wbuf *w,
+                         uint64_t request_id,
+                         const char *queue,
+                         const char *group,
+                         uint64_t consumer_id,
+                         uint32_t max_msgs,
+                         uint32_t wait_ms);
+/* SETTLE of items[0..n) (borrowed): n 1..PROTO_SHARED_LIST_MAX, offsets
+ * strictly increasing, actions known, delay 0 for ack and release (else
+ * TERN_EINVAL). */
+int proto_encode_settle(struct tern_wbuf *w,
+                        uint64_t request_id,
+                        const char *queue,
+                        const char *group,
+                        const struct proto_settle_item *items,
+                        uint32_t n);
+/* 1 with *m and *count (the delivery count) of the next record of a
+ * RECEIVE answer, or 0 at the end. */
+int proto_next_received(const struct proto_fetch_resp *r,
+                        size_t *pos,
+                        struct proto_fetched_msg *m,
+                        uint32_t *count);
+/* Iterate a decoded SETTLE's items: 1 with *it, or 0 at the end. */
+int proto_next_settle(const struct proto_request *r,
+                      size_t *pos,
+                      struct proto_settle_item *it);
+/* RECEIVE answer, streamed: proto_receive_begin writes the header,
+ * queue_id and a count placeholder and returns the frame start; add
+ * records with proto_put_received (m borrowed, count its delivery
+ * count); proto_receive_end patches n and seals the frame. */
+size_t proto_receive_begin(struct tern_wbuf *w,
+                           uint64_t request_id,
+                           uint64_t queue_id);
+void proto_put_received(struct tern_wbuf *w,
+                        const struct proto_fetched_msg *m,
+                        uint32_t count);
+int proto_receive_end(struct tern_wbuf *w, size_t start, uint32_t n);
+/* The RECEIVE answer into out (with_props and with_counts set; next and
+ * end offsets 0). Iterate with proto_next_received (proto_next_fetched
+ * works too and skips the counts). TERN_EMALFORMED. */
+int proto_decode_receive_resp(const void *body,
+                              size_t len,
+                              struct proto_fetch_resp *out);
+/* SETTLE answer: done[0..n) of 0 / 1 (borrowed). */
+int proto_encode_settle_resp(struct tern_wbuf *w,
+                             uint64_t request_id,
+                             const uint8_t *done,
+                             uint32_t n);
+/* *done (OUT) borrows n bytes of 0 / 1 from body. TERN_EMALFORMED. */
+int proto_decode_settle_resp(const void *body,
+                             size_t len,
+                             const uint8_t **done,
+                             uint32_t *n);
+
 /* ---- Frame parsing and response codecs ---- */
 
 /* Parse a whole frame that is already in memory: header checks as
@@ -787,8 +920,9 @@ struct proto_fetch_resp
     uint32_t n;
     const uint8_t *msgs; /* n records, iterate with proto_next_fetched */
     size_t msgs_len;
-    uint8_t with_props; /* records carry properties */
-    uint64_t queue_id;  /* with_props only */
+    uint8_t with_props;  /* records carry properties */
+    uint8_t with_counts; /* records carry a delivery count (RECEIVE) */
+    uint64_t queue_id;   /* with_props only */
 };
 int proto_decode_fetch_resp(const void *body,
                             size_t len,

@@ -3,8 +3,8 @@
  * arbitrary bytes to the header decoder, the checksum verifier, the request
  * decoders of every op, the error-frame decoder and every response decoder,
  * and walks every iterator (the security metadata ops 10..19 and the
- * authentication ops 20..21, the message property ops and message trace
- * included, and the delayed produce, op 31).
+ * authentication ops 20..21, the message property ops, message trace,
+ * the shared group ops 27..29 and the delayed produce, op 31, included).
  * Decoders must never read out of bounds, and a decoded request must re-encode
  * to a body that decodes to the same fields.
  */
@@ -37,6 +37,37 @@ static void pm_arr_at(const void *msgs,
     const struct pm_arr *a = msgs;
     *m = a->m[i];
     *p = a->p[i];
+}
+
+/* SHARED_CONFIG, RECEIVE and SETTLE (ops 27..29). */
+static int reencode_shared(struct tern_wbuf *w,
+                           const struct proto_request *r,
+                           const char *q,
+                           const char *g)
+{
+    static struct proto_settle_item items[PROTO_SHARED_LIST_MAX];
+    char dlq[PROTO_MAX_NAME + 1];
+    struct proto_shared_settings s = r->shared;
+    size_t pos = 0;
+    uint32_t k = 0;
+    switch (r->op) {
+    case PROTO_OP_SHARED_CONFIG:
+        name_copy(dlq, s.dlq, s.dlq_len);
+        s.dlq = dlq;
+        return proto_encode_shared_config(w, 1, q, g, r->set_mask, &s);
+    case PROTO_OP_RECEIVE:
+        return proto_encode_receive(w, 1, q, g, r->consumer_id, r->max_msgs,
+                                    r->wait_ms);
+    default:
+        while (k < PROTO_SHARED_LIST_MAX &&
+               proto_next_settle(r, &pos, &items[k])) {
+            k++;
+        }
+        if (k != r->n_items) {
+            abort();
+        }
+        return proto_encode_settle(w, 1, q, g, items, k);
+    }
 }
 
 /* FETCH / GROUP_FETCH (group NULL) with the decoded flags and tags. */
@@ -195,6 +226,11 @@ static void reencode(const struct proto_request *r,
         break;
     case PROTO_OP_MESSAGE_TRACE:
         rv = proto_encode_message_trace(&w, 1, q, r->offset);
+        break;
+    case PROTO_OP_SHARED_CONFIG:
+    case PROTO_OP_RECEIVE:
+    case PROTO_OP_SETTLE:
+        rv = reencode_shared(&w, r, q, g);
         break;
     case PROTO_OP_GROUP_COMMIT:
         rv = proto_encode_group_commit(&w, 1, q, g, r->offset);
@@ -366,6 +402,18 @@ static void responses(const uint8_t *d, size_t len)
             abort();
         }
     }
+    if (proto_decode_receive_resp(d, len, &fr) == 0) {
+        struct proto_fetched_msg m;
+        uint32_t n = 0;
+        for (pos = 0; proto_next_fetched(&fr, &pos, &m); n++) {
+        }
+        if (n != fr.n) {
+            abort();
+        }
+    }
+    const uint8_t *done;
+    uint32_t n_done;
+    (void)proto_decode_settle_resp(d, len, &done, &n_done);
     struct proto_trace tr;
     if (proto_decode_message_trace_resp(d, len, &tr) == 0) {
         struct proto_trace_group tg;
@@ -422,8 +470,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (proto_decode_request(data[0], b, blen, &r) == 0) {
             walk_request(&r);
         }
-        for (int op = PROTO_OP_QUEUE_CREATE; op <= PROTO_OP_MESSAGE_TRACE;
-             op++) {
+        for (int op = PROTO_OP_QUEUE_CREATE; op <= PROTO_OP_SETTLE; op++) {
             if (proto_decode_request((uint8_t)op, b, blen, &r) == 0) {
                 walk_request(&r);
                 reencode(&r, b, blen);
