@@ -8,7 +8,8 @@
 #
 # 1. Pending: N (default 1,000,000) messages of S bytes (default 16) are
 #    produced in batches of B (default 1000) with a delay of one day, so
-#    they all stay pending; then every node's VmRSS and VmHWM (from
+#    they all stay pending; then every node's VmRSS (anonymous and file-
+#    backed: LMDB's map and the log are file pages) and VmHWM (from
 #    /proc/PID/status) and data directory bytes are printed.
 # 2. Precision: P (default 2000) messages produced in batches of 100 with
 #    --delay D (default 5s) are read back once due (bounded wait: the last
@@ -68,9 +69,12 @@ memory() {
         [ -r "/proc/$pid/status" ] || continue
         rss=$(awk '/^VmRSS:/ {print $2}' "/proc/$pid/status")
         hwm=$(awk '/^VmHWM:/ {print $2}' "/proc/$pid/status")
+        anon=$(awk '/^RssAnon:/ {print $2}' "/proc/$pid/status")
+        file=$(awk '/^RssFile:/ {print $2}' "/proc/$pid/status")
         disk=$(du -sb "$dir/$i" | awk '{print $1}')
-        printf '  %s: VmRSS %d MiB, VmHWM %d MiB, data dir %d MiB\n' \
-            "$i" $((rss / 1024)) $((hwm / 1024)) $((disk >> 20))
+        printf '  %s: VmRSS %d MiB (anon %d, file %d), VmHWM %d MiB, data dir %d MiB\n' \
+            "$i" $((rss / 1024)) $((anon / 1024)) $((file / 1024)) \
+            $((hwm / 1024)) $((disk >> 20))
     done
 }
 
