@@ -1197,6 +1197,16 @@ class Run:
             # Queues keep at most --max-messages (drop-oldest): the
             # checker judges what retention may and may not remove.
             cmd += ["--max-messages", str(a.max_messages)]
+        if a.workload == "work-queue":
+            # One shared group per queue, short leases: consumers receive
+            # and ack; the checker judges loss, duplicates after an ack
+            # answered ok, and receipts (docs/WORKQUEUES.md).
+            cmd += ["--workload", "work-queue",
+                    "--ack-timeout-ms", str(a.ack_timeout_ms)]
+        if a.workload == "delayed":
+            # tern_produce_delayed with 0.5-5 s delays: nothing is read
+            # before its due time, nothing due is missing, fired once.
+            cmd += ["--workload", "delayed"]
         drv_env = self.make_driver_user(
             ",".join(self.caddr(nm) for nm in self.names))
         self.log("driver: %s (user %s)" % (" ".join(cmd),
@@ -1224,7 +1234,11 @@ class Run:
         nem.join(a.time + 120)
         if nem.is_alive():
             raise HarnessError("nemesis thread did not finish")
-        budget = (a.recovery + a.drain_timeout * a.queues +
+        # work-queue: a receive-and-ack drain and a DLQ read per queue;
+        # delayed: a wait for the last due time before the drains.
+        budget = (a.recovery + a.drain_timeout * a.queues * (
+                      2 if a.workload == "work-queue" else 1) +
+                  (a.drain_timeout if a.workload == "delayed" else 0) +
                   a.final_timeout * a.queues * self.n + 60)
         try:
             drc = self.driver.wait(timeout=budget)
@@ -1420,7 +1434,7 @@ def parse_args(argv):
                     help="comma-separated: " + ", ".join(ALL_KINDS))
     ap.add_argument("--workload", default="total-queue",
                     choices=("total-queue", "idempotent", "group",
-                             "retention"),
+                             "retention", "work-queue", "delayed"),
                     help="total-queue (default; FIFO, offsets and "
                     "lost-on-node are judged on every run), idempotent "
                     "(libtern retries batches with the same producer id + "
@@ -1430,7 +1444,13 @@ def parse_args(argv):
                     "committed offset, commit) or retention (queues keep "
                     "at most --max-messages, drop-oldest: no message is "
                     "missing before the limit removes it, nothing trimmed "
-                    "is served, every node agrees on the low watermark)")
+                    "is served, every node agrees on the low watermark) "
+                    "or work-queue (a shared group: receive, ack; no loss, "
+                    "no delivery after an ack answered ok) or delayed "
+                    "(tern_produce_delayed: never early, never lost, fired "
+                    "once)")
+    ap.add_argument("--ack-timeout-ms", type=int, default=2000,
+                    help="work-queue workload: the shared group's lease")
     ap.add_argument("--max-messages", type=int, default=40,
                     help="retention workload: max_messages of each queue")
     ap.add_argument("--produce-timeout-ms", type=int, default=3000,

@@ -37,6 +37,23 @@
  * node is asked for the message just below its first offset ("probe-
  * below": "served" true would be a trimmed message served).
  *
+ * Work queue (--workload work-queue, docs/WORKQUEUES.md): the queues get
+ * shared group "jw" (--ack-timeout-ms, --max-deliveries); producers as
+ * above; each consumer receives from the group round robin over the
+ * queues and settles what it got: --skip-pct left to expire, --nack-pct
+ * nacked (100 ms), the rest acked ("receive" and "settle" events with
+ * receipts and per-item outcomes; "retire" when a process frees its
+ * client, which releases its leases). The drain receives and acks every
+ * queue until it stays empty for 3 ack timeouts + 1 s, then reads the
+ * dead-letter queue "<queue>-dlq-jw" ("dlq-read"); no final reads.
+ *
+ * Delayed (--workload delayed): producers use tern_produce_delayed with a
+ * delay uniform in [--delay-min-ms, --delay-max-ms] and record the due
+ * time the leader answered; consumers fetch by offset as above (with the
+ * wall clock of each answer); the drain waits until the latest
+ * acknowledged due time + 2 s has passed ("delayed-wait"), then drains
+ * and reads every node as above.
+ *
  * Outcomes: a produce that returns 0 is "ok" (with the acknowledged
  * offset); TERN_ENOQUEUE / EBADNAME / ETOOBIG / EINVAL are "fail" (the
  * write cannot have happened); every other error (TERN_ETIMEDOUT,
@@ -104,7 +121,20 @@ struct drv_opts
     int async_window;
     int group;             /* consumers use consumer groups */
     uint64_t max_messages; /* retention: queues keep at most this many */
+    int mode;              /* DRV__MODE_*: the --workload */
+    int ack_timeout_ms;    /* work-queue: the shared group's lease */
+    int max_deliveries;    /* work-queue: deliveries before the DLQ */
+    int skip_pct;          /* work-queue: received and left to expire */
+    int nack_pct;          /* work-queue: received and nacked */
+    int delay_min_ms;      /* delayed: each produce's delay, uniform in */
+    int delay_max_ms;      /*   [delay_min_ms, delay_max_ms] */
 };
+
+#define DRV__MODE_QUEUE   0 /* the queue workloads (default) */
+#define DRV__MODE_WQ      1 /* work-queue: one shared group, receive + ack */
+#define DRV__MODE_DELAYED 2 /* delayed: tern_produce_delayed + fetches */
+#define DRV__WQ_GROUP     "jw"
+#define DRV__WQ_RECV_MAX  16
 
 static struct drv_opts opts;
 static char queue_names[DRV__MAX_QUEUES][64];
@@ -119,6 +149,9 @@ static uint64_t drain_commit;
  * none), the least end the final drain must reach. */
 static uint64_t acked_end[DRV__MAX_QUEUES];
 static pthread_mutex_t acked_mu = PTHREAD_MUTEX_INITIALIZER;
+/* Delayed: the latest due time (ms since the epoch, leader's clock) of an
+ * acknowledged delayed produce; the drain waits until it passed. */
+static uint64_t max_due_ms;
 
 static void note_acked(const char *queue, uint64_t off)
 {
@@ -144,6 +177,15 @@ static int64_t now_ns(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* Wall clock (CLOCK_REALTIME) in ms since the epoch: the clock the
+ * leader's due times are in (the nodes run on this machine). */
+static uint64_t wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000ULL + (uint64_t)ts.tv_nsec / 1000000ULL;
 }
 
 static void sleep_ms(int ms)
@@ -454,6 +496,92 @@ static void *producer_main(void *arg)
     return NULL;
 }
 
+/* Delayed producer (--workload delayed): like producer_main, but each
+ * message goes through tern_produce_delayed with a delay uniform in
+ * [--delay-min-ms, --delay-max-ms]. The invoke records "delay_ms" and
+ * "wall_ms" (this machine's wall clock); "ok" records "due_ms", the due
+ * time the leader answered (its clock), and "wall_ms". Delayed produces
+ * have no producer dedup: libtern's own retry after a lost connection or
+ * leadership may schedule the message twice (docs/WORKQUEUES.md). */
+static void *delayed_producer_main(void *arg)
+{
+    struct worker *w = arg;
+    struct sbuf b = {0};
+    struct tern_client *c = producer_new();
+    int proc = atomic_fetch_add(&next_process, 1);
+    long counter = 0;
+    int64_t period_ns = opts.rate > 0 ? 1000000000LL / opts.rate : 0;
+    int64_t next_at = now_ns();
+    int span = opts.delay_max_ms - opts.delay_min_ms + 1;
+
+    for (long ops = 0; ops < opts.max_ops && now_ns() < w->deadline; ops++) {
+        const char *q = queue_names[rand_r(&w->seed) % (unsigned)opts.queues];
+        uint64_t delay =
+            (uint64_t)opts.delay_min_ms + (uint64_t)(rand_r(&w->seed) % span);
+        char value[64];
+        struct tern_msg m;
+        uint64_t due = 0;
+        int rv;
+
+        if (period_ns > 0) {
+            int64_t wait = next_at - now_ns();
+            if (wait > 0) {
+                sleep_ms((int)(wait / 1000000));
+            }
+            next_at += period_ns;
+            if (next_at < now_ns() - period_ns) {
+                next_at = now_ns();
+            }
+        }
+        snprintf(value, sizeof(value), "%d-%ld", proc, counter++);
+        m.data = value;
+        m.len = strlen(value);
+        hist_begin(&b, proc, "invoke", "produce", q);
+        sb_printf(&b,
+                  ",\"value\":\"%s\",\"delay_ms\":%" PRIu64
+                  ",\"wall_ms\":%" PRIu64,
+                  value, delay, wall_ms());
+        hist_end(&b);
+        rv = tern_produce_delayed(c, q, &m, 1, delay, &due);
+        hist_begin(&b, proc,
+                   rv == 0                ? "ok"
+                   : definite_failure(rv) ? "fail"
+                                          : "info",
+                   "produce", q);
+        sb_printf(&b, ",\"value\":\"%s\",\"wall_ms\":%" PRIu64, value,
+                  wall_ms());
+        if (rv == 0) {
+            sb_printf(&b, ",\"due_ms\":%" PRIu64, due);
+        }
+        sb_node(&b, tern_client_leader(c));
+        if (rv != 0) {
+            sb_error(&b, c, rv);
+        }
+        hist_end(&b);
+        if (rv == 0) {
+            pthread_mutex_lock(&acked_mu);
+            if (due > max_due_ms) {
+                max_due_ms = due;
+            }
+            pthread_mutex_unlock(&acked_mu);
+            atomic_fetch_add(&stat_ok, 1);
+            continue;
+        }
+        if (definite_failure(rv)) {
+            atomic_fetch_add(&stat_fail, 1);
+            continue;
+        }
+        atomic_fetch_add(&stat_info, 1);
+        tern_client_free(c);
+        c = producer_new();
+        proc = atomic_fetch_add(&next_process, 1);
+        counter = 0;
+    }
+    tern_client_free(c);
+    sb_free(&b);
+    return NULL;
+}
+
 /* Async producer (--async-window W > 0): tern_produce_async with up to W
  * one-message batches in flight per client. Several ops of one process are
  * then concurrent; the checker's per-producer order check still applies,
@@ -632,6 +760,9 @@ static void *consumer_main(void *arg)
                       ",\"read_from\":\"%s\"",
                       cursor[qi], tern_fetch_result_end_offset(r),
                       read_from == TERN_READ_LEADER ? "leader" : "any");
+            if (opts.mode == DRV__MODE_DELAYED) {
+                sb_printf(&b, ",\"wall_ms\":%" PRIu64, wall_ms());
+            }
             sb_pairs(&b, r, NULL);
             if (read_from == TERN_READ_LEADER) {
                 sb_node(&b, tern_client_leader(c));
@@ -803,7 +934,7 @@ static int setup_queues(void)
  * early; a node's final read: the end the drain reached). Returns the end
  * offset reached. */
 static uint64_t read_all(const char *f,
-                         int qi,
+                         const char *q,
                          const char *servers,
                          int read_from,
                          const char *node,
@@ -812,7 +943,6 @@ static uint64_t read_all(const char *f,
                          double timeout_s,
                          int *complete)
 {
-    const char *q = queue_names[qi];
     int64_t deadline = now_ns() + (int64_t)(timeout_s * 1e9);
     struct sbuf pairs = {0};
     struct sbuf b = {0};
@@ -828,6 +958,9 @@ static uint64_t read_all(const char *f,
     if (node != NULL) {
         sb_printf(&b, ",\"node\":\"%s\"", node);
     }
+    if (opts.mode == DRV__MODE_DELAYED) {
+        sb_printf(&b, ",\"wall_ms\":%" PRIu64, wall_ms());
+    }
     hist_end(&b);
     sb_printf(&pairs, "%s", "");
     for (long it = 0; it < 1000000 && now_ns() < deadline; it++) {
@@ -840,6 +973,10 @@ static uint64_t read_all(const char *f,
                 off = f; /* retention trimmed below it */
                 continue;
             }
+        }
+        if (rv == TERN_ENOQUEUE && strcmp(f, "dlq-read") == 0) {
+            *complete = 1; /* no dead letter ever created the DLQ */
+            break;
         }
         if (rv != 0) {
             errors++;
@@ -917,6 +1054,293 @@ static uint64_t read_all(const char *f,
     return off;
 }
 
+/* ---- work-queue ------------------------------------------------------- */
+
+/* Appends ,"value":[[offset,"id",count],...] of a tern_receive result. */
+static void sb_receipts(struct sbuf *b, const struct tern_fetch_result *r)
+{
+    size_t n = tern_fetch_result_count(r);
+    sb_printf(b, ",\"value\":[");
+    for (size_t i = 0; i < n; i++) {
+        struct tern_receipt rc = {0, 0};
+        const void *data = NULL;
+        size_t len = 0;
+        tern_fetch_result_get(r, i, NULL, NULL, &data, &len);
+        tern_fetch_result_receipt(r, i, &rc);
+        sb_printf(b, "%s[%" PRIu64 ",", i ? "," : "", rc.offset);
+        sb_jstr(b, data != NULL ? data : "", data != NULL ? len : 0);
+        sb_printf(b, ",%" PRIu32 "]", rc.count);
+    }
+    sb_printf(b, "]");
+}
+
+static const char *settle_action_name(int action)
+{
+    switch (action) {
+    case TERN_SETTLE_ACK:
+        return "ack";
+    case TERN_SETTLE_NACK:
+        return "nack";
+    case TERN_SETTLE_EXTEND:
+        return "extend";
+    default:
+        return "release";
+    }
+}
+
+/* One receive and the settle of what it got, as process proc of client c
+ * on queue q: events "receive" (invoke; ok with [offset, id, count] per
+ * message) and "settle" (invoke with [offset, count, action, id] per item;
+ * ok with the outcome "ok" / "stale" appended to each item, or fail / info
+ * with every item "failed" / "info"). skip_pct and nack_pct of the
+ * messages are left to expire or nacked instead of acked. *got (OUT) is
+ * the number of messages received. Returns 0, or the error that ends the
+ * process (the caller retires the client). */
+static int wq_round(struct tern_client *c,
+                    int proc,
+                    const char *q,
+                    uint32_t wait_ms,
+                    int skip_pct,
+                    int nack_pct,
+                    unsigned *seed,
+                    struct sbuf *b,
+                    size_t *got)
+{
+    struct tern_fetch_result *r = NULL;
+    struct tern_settle_item items[DRV__WQ_RECV_MAX * 4];
+    char ids[DRV__WQ_RECV_MAX * 4][64];
+    size_t n, k = 0;
+    int rv;
+
+    *got = 0;
+    hist_begin(b, proc, "invoke", "receive", q);
+    sb_printf(b, ",\"group\":\"%s\"", DRV__WQ_GROUP);
+    hist_end(b);
+    rv = tern_receive(c, q, DRV__WQ_GROUP, DRV__WQ_RECV_MAX, wait_ms, &r);
+    if (rv != 0) {
+        hist_begin(b, proc, definite_failure(rv) ? "fail" : "info", "receive",
+                   q);
+        sb_printf(b, ",\"group\":\"%s\"", DRV__WQ_GROUP);
+        sb_error(b, c, rv);
+        hist_end(b);
+        return rv;
+    }
+    n = tern_fetch_result_count(r);
+    hist_begin(b, proc, "ok", "receive", q);
+    sb_printf(b, ",\"group\":\"%s\"", DRV__WQ_GROUP);
+    sb_receipts(b, r);
+    sb_node(b, tern_client_leader(c));
+    hist_end(b);
+    atomic_fetch_add(&stat_reads, 1);
+    *got = n;
+    for (size_t i = 0; i < n && k < DRV__WQ_RECV_MAX * 4; i++) {
+        struct tern_receipt rc = {0, 0};
+        const void *data = NULL;
+        size_t len = 0;
+        int roll = (int)(rand_r(seed) % 100);
+        if (roll < skip_pct) {
+            continue; /* left to expire: redelivered after ack_timeout */
+        }
+        tern_fetch_result_get(r, i, NULL, NULL, &data, &len);
+        tern_fetch_result_receipt(r, i, &rc);
+        snprintf(ids[k], sizeof(ids[k]), "%.*s", (int)(len < 63 ? len : 63),
+                 data != NULL ? (const char *)data : "");
+        memset(&items[k], 0, sizeof(items[k]));
+        items[k].receipt = rc;
+        items[k].action =
+            roll < skip_pct + nack_pct ? TERN_SETTLE_NACK : TERN_SETTLE_ACK;
+        items[k].delay_ms = items[k].action == TERN_SETTLE_NACK ? 100 : 0;
+        k++;
+    }
+    tern_fetch_result_free(r);
+    if (k == 0) {
+        return 0;
+    }
+    /* Receipts in increasing offset order (tern_settle's contract). */
+    for (size_t i = 1; i < k; i++) {
+        for (size_t j = i;
+             j > 0 && items[j].receipt.offset < items[j - 1].receipt.offset;
+             j--) {
+            struct tern_settle_item t = items[j];
+            char tid[64];
+            items[j] = items[j - 1];
+            items[j - 1] = t;
+            memcpy(tid, ids[j], sizeof(tid));
+            memcpy(ids[j], ids[j - 1], sizeof(tid));
+            memcpy(ids[j - 1], tid, sizeof(tid));
+        }
+    }
+    hist_begin(b, proc, "invoke", "settle", q);
+    sb_printf(b, ",\"group\":\"%s\",\"value\":[", DRV__WQ_GROUP);
+    for (size_t i = 0; i < k; i++) {
+        sb_printf(b, "%s[%" PRIu64 ",%" PRIu32 ",\"%s\",", i ? "," : "",
+                  items[i].receipt.offset, items[i].receipt.count,
+                  settle_action_name(items[i].action));
+        sb_jstr(b, ids[i], strlen(ids[i]));
+        sb_printf(b, "]");
+    }
+    sb_printf(b, "]");
+    hist_end(b);
+    rv = tern_settle(c, q, DRV__WQ_GROUP, items, k);
+    hist_begin(b, proc,
+               rv == 0                ? "ok"
+               : definite_failure(rv) ? "fail"
+                                      : "info",
+               "settle", q);
+    sb_printf(b, ",\"group\":\"%s\",\"value\":[", DRV__WQ_GROUP);
+    for (size_t i = 0; i < k; i++) {
+        const char *out = rv == 0 ? (items[i].done ? "ok" : "stale")
+                          : definite_failure(rv) ? "failed"
+                                                 : "info";
+        sb_printf(b, "%s[%" PRIu64 ",%" PRIu32 ",\"%s\",", i ? "," : "",
+                  items[i].receipt.offset, items[i].receipt.count,
+                  settle_action_name(items[i].action));
+        sb_jstr(b, ids[i], strlen(ids[i]));
+        sb_printf(b, ",\"%s\"]", out);
+    }
+    sb_printf(b, "]");
+    sb_node(b, tern_client_leader(c));
+    if (rv != 0) {
+        sb_error(b, c, rv);
+    }
+    hist_end(b);
+    return rv;
+}
+
+/* Records that process proc frees its client now (the leader releases the
+ * leases of a consumer whose connection closes: a "release" duplicate). */
+static void wq_retire(struct sbuf *b, int proc)
+{
+    hist_begin(b, proc, "info", "retire", NULL);
+    hist_end(b);
+}
+
+/* Work-queue consumer (--workload work-queue): round robin over the
+ * queues, receives from shared group DRV__WQ_GROUP and settles what it
+ * got. Any error retires the process (its client is freed, so the leader
+ * releases its leases) and the thread goes on as a new process with a new
+ * client, i.e. a new consumer id. */
+static void *wq_consumer_main(void *arg)
+{
+    struct worker *w = arg;
+    struct sbuf b = {0};
+    struct tern_client *c = client_new(opts.servers, TERN_READ_LEADER);
+    int proc = atomic_fetch_add(&next_process, 1);
+
+    for (long ops = 0; ops < 10 * opts.max_ops && now_ns() < w->deadline;
+         ops++) {
+        size_t got = 0;
+        int rv =
+            wq_round(c, proc, queue_names[ops % opts.queues], DRV__READ_WAIT_MS,
+                     opts.skip_pct, opts.nack_pct, &w->seed, &b, &got);
+        if (rv == 0) {
+            continue;
+        }
+        wq_retire(&b, proc);
+        tern_client_free(c);
+        c = client_new(opts.servers, TERN_READ_LEADER);
+        proc = atomic_fetch_add(&next_process, 1);
+        sleep_ms(50);
+    }
+    wq_retire(&b, proc);
+    tern_client_free(c);
+    sb_free(&b);
+    return NULL;
+}
+
+/* Creates shared group DRV__WQ_GROUP on every queue (ack timeout and max
+ * deliveries from the options), retrying until --setup-timeout. */
+static int setup_shared(void)
+{
+    struct sbuf b = {0};
+    int64_t deadline = now_ns() + (int64_t)(opts.setup_timeout_s * 1e9);
+    int ok = 1;
+    for (int i = 0; i < opts.queues; i++) {
+        int rv = -1;
+        while (now_ns() < deadline) {
+            struct tern_client *c = client_new(opts.servers, TERN_READ_LEADER);
+            struct tern_shared_options so;
+            int proc = atomic_fetch_add(&next_process, 1);
+            memset(&so, 0, sizeof(so));
+            so.ack_timeout_ms = (uint64_t)opts.ack_timeout_ms;
+            so.max_deliveries = (uint32_t)opts.max_deliveries;
+            hist_begin(&b, proc, "invoke", "shared-config", queue_names[i]);
+            sb_printf(&b,
+                      ",\"group\":\"%s\",\"ack_timeout_ms\":%d,"
+                      "\"max_deliveries\":%d",
+                      DRV__WQ_GROUP, opts.ack_timeout_ms, opts.max_deliveries);
+            hist_end(&b);
+            rv = tern_shared_config(c, queue_names[i], DRV__WQ_GROUP, &so);
+            hist_begin(&b, proc, rv == 0 ? "ok" : "info", "shared-config",
+                       queue_names[i]);
+            sb_printf(&b, ",\"group\":\"%s\"", DRV__WQ_GROUP);
+            if (rv != 0) {
+                sb_error(&b, c, rv);
+                fprintf(stderr, "driver: shared config %s: %s (%s)\n",
+                        queue_names[i], tern_err_name(rv),
+                        tern_client_errmsg(c));
+            }
+            hist_end(&b);
+            tern_client_free(c);
+            if (rv == 0) {
+                break;
+            }
+            sleep_ms(200);
+        }
+        if (rv != 0) {
+            ok = 0;
+        }
+    }
+    sb_free(&b);
+    return ok ? 0 : -1;
+}
+
+/* The work-queue drain of queue qi: receives and acks everything (no skip,
+ * no nack) until nothing came for 3 ack timeouts + 1 s (leases a
+ * vanished consumer held must expire first), bounded by timeout_s; then a
+ * "wq-drain" event with "complete". Returns 1 when complete. */
+static int wq_drain(int qi, double timeout_s)
+{
+    const char *q = queue_names[qi];
+    int64_t deadline = now_ns() + (int64_t)(timeout_s * 1e9);
+    int64_t quiet_ns = (3LL * opts.ack_timeout_ms + 1000) * 1000000LL;
+    int64_t last_got = now_ns();
+    struct tern_client *c = client_new(opts.servers, TERN_READ_LEADER);
+    int proc = atomic_fetch_add(&next_process, 1);
+    struct sbuf b = {0};
+    unsigned seed = 1;
+    int complete = 0;
+    long errors = 0;
+
+    for (long it = 0; it < 1000000 && now_ns() < deadline; it++) {
+        size_t got = 0;
+        int rv = wq_round(c, proc, q, 500, 0, 0, &seed, &b, &got);
+        if (rv != 0) {
+            errors++;
+            wq_retire(&b, proc);
+            tern_client_free(c);
+            c = client_new(opts.servers, TERN_READ_LEADER);
+            proc = atomic_fetch_add(&next_process, 1);
+            sleep_ms(100);
+            continue;
+        }
+        if (got > 0) {
+            last_got = now_ns();
+        } else if (now_ns() - last_got >= quiet_ns) {
+            complete = 1;
+            break;
+        }
+    }
+    wq_retire(&b, proc);
+    tern_client_free(c);
+    hist_begin(&b, proc, "ok", "wq-drain", q);
+    sb_printf(&b, ",\"group\":\"%s\",\"complete\":%s,\"errors\":%ld",
+              DRV__WQ_GROUP, complete ? "true" : "false", errors);
+    hist_end(&b);
+    sb_free(&b);
+    return complete;
+}
+
 /* ---- main ---------------------------------------------------------------- */
 
 static void usage(void)
@@ -935,6 +1359,10 @@ static void usage(void)
             "  [--group 0|1 (consumers use consumer groups jg<i>)]\n"
             "  [--max-messages M (retention: queues keep at most M, "
             "drop-oldest)]\n"
+            "  [--workload queue|work-queue|delayed]\n"
+            "  [--ack-timeout-ms 2000] [--max-deliveries 1000]\n"
+            "  [--skip-pct 5] [--nack-pct 5] (work-queue)\n"
+            "  [--delay-min-ms 500] [--delay-max-ms 5000] (delayed)\n"
             "  [--ca FILE (TLS, servers verified by FILE) [--cert F --key "
             "F]]\n"
             "environment: TERN_USER, TERN_PASSWORD, TERN_NAMESPACE (log in\n"
@@ -986,6 +1414,12 @@ int main(int argc, char **argv)
     opts.final_timeout_s = 30;
     opts.drain_quiet = 3;
     opts.async_window = 0;
+    opts.ack_timeout_ms = 2000;
+    opts.max_deliveries = 1000;
+    opts.skip_pct = 5;
+    opts.nack_pct = 5;
+    opts.delay_min_ms = 500;
+    opts.delay_max_ms = 5000;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -1041,6 +1475,29 @@ int main(int argc, char **argv)
             opts.drain_quiet = atoi(v);
         } else if (strcmp(a, "--max-messages") == 0) {
             opts.max_messages = strtoull(v, NULL, 10);
+        } else if (strcmp(a, "--workload") == 0) {
+            if (strcmp(v, "queue") == 0) {
+                opts.mode = DRV__MODE_QUEUE;
+            } else if (strcmp(v, "work-queue") == 0) {
+                opts.mode = DRV__MODE_WQ;
+            } else if (strcmp(v, "delayed") == 0) {
+                opts.mode = DRV__MODE_DELAYED;
+            } else {
+                usage();
+                return 2;
+            }
+        } else if (strcmp(a, "--ack-timeout-ms") == 0) {
+            opts.ack_timeout_ms = atoi(v);
+        } else if (strcmp(a, "--max-deliveries") == 0) {
+            opts.max_deliveries = atoi(v);
+        } else if (strcmp(a, "--skip-pct") == 0) {
+            opts.skip_pct = atoi(v);
+        } else if (strcmp(a, "--nack-pct") == 0) {
+            opts.nack_pct = atoi(v);
+        } else if (strcmp(a, "--delay-min-ms") == 0) {
+            opts.delay_min_ms = atoi(v);
+        } else if (strcmp(a, "--delay-max-ms") == 0) {
+            opts.delay_max_ms = atoi(v);
         } else if (strcmp(a, "--group") == 0) {
             opts.group = atoi(v);
         } else if (strcmp(a, "--async-window") == 0) {
@@ -1056,7 +1513,11 @@ int main(int argc, char **argv)
         opts.queues > DRV__MAX_QUEUES || opts.producers < 0 ||
         opts.consumers < 0 ||
         opts.producers + opts.consumers > DRV__MAX_THREADS ||
-        opts.time_s <= 0 || opts.max_ops < 1 || opts.drain_quiet < 1) {
+        opts.time_s <= 0 || opts.max_ops < 1 || opts.drain_quiet < 1 ||
+        opts.ack_timeout_ms < 1 || opts.max_deliveries < 1 ||
+        opts.skip_pct < 0 || opts.nack_pct < 0 ||
+        opts.skip_pct + opts.nack_pct > 100 || opts.delay_min_ms < 0 ||
+        opts.delay_max_ms < opts.delay_min_ms) {
         usage();
         return 2;
     }
@@ -1077,7 +1538,22 @@ int main(int argc, char **argv)
         hist_end(&b);
         sb_free(&b);
     }
-    if (setup_queues() != 0) {
+    if (opts.mode != DRV__MODE_QUEUE) {
+        struct sbuf b = {0};
+        hist_begin(&b, -1, "info", "workload", NULL);
+        sb_printf(&b, ",\"value\":\"%s\"",
+                  opts.mode == DRV__MODE_WQ ? "work-queue" : "delayed");
+        if (opts.mode == DRV__MODE_WQ) {
+            sb_printf(&b,
+                      ",\"group\":\"%s\",\"ack_timeout_ms\":%d,"
+                      "\"max_deliveries\":%d",
+                      DRV__WQ_GROUP, opts.ack_timeout_ms, opts.max_deliveries);
+        }
+        hist_end(&b);
+        sb_free(&b);
+    }
+    if (setup_queues() != 0 ||
+        (opts.mode == DRV__MODE_WQ && setup_shared() != 0)) {
         fprintf(stderr, "driver: queue setup did not complete\n");
         fclose(hist);
         return 1;
@@ -1090,13 +1566,16 @@ int main(int argc, char **argv)
         w->index = i < opts.producers ? i : i - opts.producers;
         w->deadline = deadline;
         w->seed = (unsigned)(now_ns() ^ (i * 7919));
-        if (pthread_create(
-                &w->th, NULL,
-                i >= opts.producers
-                    ? (opts.group ? group_consumer_main : consumer_main)
-                : opts.async_window > 0 ? async_producer_main
-                                        : producer_main,
-                w) != 0) {
+        if (pthread_create(&w->th, NULL,
+                           i >= opts.producers
+                               ? (opts.mode == DRV__MODE_WQ ? wq_consumer_main
+                                  : opts.group ? group_consumer_main
+                                               : consumer_main)
+                           : opts.mode == DRV__MODE_DELAYED
+                               ? delayed_producer_main
+                           : opts.async_window > 0 ? async_producer_main
+                                                   : producer_main,
+                           w) != 0) {
             fprintf(stderr, "driver: pthread_create failed\n");
             abort();
         }
@@ -1112,11 +1591,43 @@ int main(int argc, char **argv)
             atomic_load(&stat_info), atomic_load(&stat_reads),
             atomic_load(&stat_resends));
 
+    if (opts.mode == DRV__MODE_DELAYED) {
+        /* Every acknowledged delayed message is due before the drain
+         * starts (+ 2 s for the timer pass and one commit), bounded by
+         * the drain timeout. */
+        uint64_t until = max_due_ms + 2000;
+        int64_t limit = now_ns() + (int64_t)(opts.drain_timeout_s * 1e9);
+        struct sbuf b = {0};
+        while (wall_ms() < until && now_ns() < limit) {
+            sleep_ms(100);
+        }
+        hist_begin(&b, -1, "info", "delayed-wait", NULL);
+        sb_printf(&b, ",\"value\":%" PRIu64 ",\"wall_ms\":%" PRIu64, max_due_ms,
+                  wall_ms());
+        hist_end(&b);
+        sb_free(&b);
+    }
     for (int qi = 0; qi < opts.queues; qi++) {
         int complete = 0;
-        drain_end[qi] = read_all("drain", qi, opts.servers, TERN_READ_LEADER,
-                                 NULL, acked_end[qi], opts.drain_quiet,
-                                 opts.drain_timeout_s, &complete);
+        if (opts.mode == DRV__MODE_WQ) {
+            char dlq[160];
+            int dlq_done = 0;
+            int done = wq_drain(qi, opts.drain_timeout_s);
+            if (!done) {
+                rc = 1;
+            }
+            /* The dead-letter queue: <queue>-dlq-<group>. */
+            snprintf(dlq, sizeof(dlq), "%s-dlq-%s", queue_names[qi],
+                     DRV__WQ_GROUP);
+            read_all("dlq-read", dlq, opts.servers, TERN_READ_LEADER, NULL, 0,
+                     opts.drain_quiet, opts.drain_timeout_s, &dlq_done);
+            fprintf(stderr, "driver: work-queue drain %s: %s\n",
+                    queue_names[qi], done ? "complete" : "INCOMPLETE");
+            continue;
+        }
+        drain_end[qi] = read_all(
+            "drain", queue_names[qi], opts.servers, TERN_READ_LEADER, NULL,
+            acked_end[qi], opts.drain_quiet, opts.drain_timeout_s, &complete);
         fprintf(stderr, "driver: drain %s: end %" PRIu64 " %s\n",
                 queue_names[qi], drain_end[qi],
                 complete ? "complete" : "INCOMPLETE");
@@ -1138,12 +1649,12 @@ int main(int argc, char **argv)
                 "driver: leader commit index after drain: %" PRIu64 "\n",
                 drain_commit);
     }
-    for (int ni = 0; ni < opts.n_nodes; ni++) {
+    for (int ni = 0; opts.mode != DRV__MODE_WQ && ni < opts.n_nodes; ni++) {
         for (int qi = 0; qi < opts.queues; qi++) {
             int complete = 0;
             uint64_t end =
-                read_all("final-read", qi, opts.nodes[ni].addr, TERN_READ_FIRST,
-                         opts.nodes[ni].name, drain_end[qi], 1,
+                read_all("final-read", queue_names[qi], opts.nodes[ni].addr,
+                         TERN_READ_FIRST, opts.nodes[ni].name, drain_end[qi], 1,
                          opts.final_timeout_s, &complete);
             fprintf(stderr, "driver: final read %s %s: end %" PRIu64 " %s\n",
                     opts.nodes[ni].name, queue_names[qi], end,
