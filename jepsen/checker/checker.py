@@ -131,7 +131,33 @@ READ_FS = ("fetch", "drain", "final-read", "consume", "read",
            "group-fetch")
 INVALID_CLASSES = ("lost", "unexpected", "failed_seen", "duplicated",
                    "lost_on_node", "fifo", "offset_conflicts",
-                   "group_regression", "retention")
+                   "group_regression", "retention", "early")
+# Delayed workload: a nemesis event this long before a produce call (or
+# during it) may have made libtern resend it (a documented duplicate).
+FAULT_GRACE_S = 10
+# The clock nemesis's rate variant ("+0 x2") runs a clock at double speed
+# for one hold (2-8 s): it is at most this far ahead when healed.
+CLOCK_RATE_BOUND_S = 10
+
+
+def _clock_bound_ms(ev):
+    """The clock bound a nemesis "clock" event implies, in ms: twice the
+    largest skew it sets (one leader may stamp a due time at +X and
+    another fire it at -X), CLOCK_RATE_BOUND_S for the x2 rate, the
+    harness's largest step (3600 s) when the event does not say."""
+    b = 0
+    for sp in (ev.get("skews") or {}).values():
+        try:
+            b = max(b, abs(int(str(sp).split()[0])))
+        except ValueError:
+            b = max(b, 3600)
+    if isinstance(ev.get("amplitude_s"), (int, float)):
+        b = max(b, abs(ev["amplitude_s"]))
+    if ev.get("variant") == "x2":
+        b = max(b, CLOCK_RATE_BOUND_S)
+    if b == 0:
+        b = 3600
+    return int(2 * b * 1000)
 
 
 class HistoryError(Exception):
@@ -203,6 +229,13 @@ def check(events):
     node_starts = []                # (node, queue, start) complete reads
     trim_skips = []                 # (time, queue, first, process)
     probes = []                     # probe-below events
+    workload = None                 # "work-queue" / "delayed" / None
+    earliest_due = {}               # delayed: value -> invoke wall + delay
+    due_of = {}                     # delayed: value -> due_ms answered
+    read_walls = []                 # delayed: (wall_ms, queue, value, proc)
+    drain_wall = None               # delayed: wall clock the drains began
+    nemesis_times = []
+    clock_bound_ms = 0              # delayed: see "delayed" above
 
     for ev in events:
         proc = ev.get("process")
@@ -213,8 +246,30 @@ def check(events):
             last_nemesis = t if t is not None else last_nemesis
             if f == "final-heal":
                 final_heal = t
+            if t is not None:
+                nemesis_times.append(t)
+            if f == "clock":
+                clock_bound_ms = max(clock_bound_ms, _clock_bound_ms(ev))
             continue
         op_count[(f, typ)] += 1
+        if f == "workload":
+            workload = ev.get("value")
+            if workload == "work-queue":
+                return check_work_queue(events)
+            continue
+        if f == "delayed-wait":
+            drain_wall = ev.get("wall_ms")
+            continue
+        if f == "produce" and isinstance(ev.get("wall_ms"), int):
+            if typ == "invoke" and isinstance(ev.get("delay_ms"), int):
+                earliest_due[ev.get("value")] = ev["wall_ms"] + ev["delay_ms"]
+            if typ == "ok" and isinstance(ev.get("due_ms"), int):
+                due_of[ev.get("value")] = ev["due_ms"]
+        if f == "fetch" and typ == "ok" and isinstance(ev.get("wall_ms"), int):
+            for pair in ev.get("value") or []:
+                if isinstance(pair, list) and len(pair) == 2:
+                    read_walls.append((ev["wall_ms"], ev.get("queue"),
+                                       pair[1], proc))
         if f == "retention":
             max_messages = ev.get("value")
             continue
@@ -348,9 +403,18 @@ def check(events):
         return (st is not None and isinstance(a["offset"], int) and
                 a["offset"] < st)
 
+    # Delayed: an acknowledged message whose due time (+ the clock bound)
+    # had not passed when the drains began is not judged.
+    def not_due(v):
+        if workload != "delayed":
+            return False
+        due = due_of.get(v)
+        return (drain_wall is None or due is None or
+                due + clock_bound_ms > drain_wall)
+
     def is_lost(v):
         q = acked[v]["queue"]
-        if trimmed(v):
+        if trimmed(v) or not_due(v):
             return False
         if q in drained:
             return v not in drained[q]
@@ -380,6 +444,45 @@ def check(events):
     unexpected = sorted(v for v in read_anywhere if v not in attempts)
     failed_seen = sorted(v for v in failed if v in read_anywhere)
     duplicated = sorted(v for v in reads if len(reads[v]) > 1)
+    # Delayed produces have no producer dedup: a retry after an ambiguous
+    # outcome may schedule a message twice (docs/WORKQUEUES.md). Such a
+    # copy is documented: the produce ended info / fail
+    # ("retried-ambiguous"), or it ended ok but a nemesis event happened
+    # during the call or FAULT_GRACE_S before it, so libtern may have
+    # resent it after a lost connection or leadership ("retried-in-call").
+    # Any other value stored twice is invalid (TIMER_FIRE moves a timer
+    # once).
+    delayed_dups = []
+    if workload == "delayed":
+        keep = []
+        for v in duplicated:
+            reason = None
+            a = acked.get(v)
+            if v in infos or v in failed:
+                reason = "retried-ambiguous"
+            elif a is not None and a["invoke"] is not None and \
+                    a["complete"] is not None and \
+                    any(a["invoke"] - FAULT_GRACE_S * 1e9 <= nt <=
+                        a["complete"] for nt in nemesis_times):
+                reason = "retried-in-call"
+            if reason is None:
+                keep.append(v)
+            else:
+                delayed_dups.append({"value": v, "reason": reason,
+                                     "at": sorted(list(x) for x in reads[v])})
+        duplicated = keep
+    # Delayed: read before its earliest possible due time (the produce's
+    # invoke wall clock + its delay) minus the clock bound.
+    early = []
+    early_seen = set()
+    for (w, q, v, proc) in read_walls:
+        e = earliest_due.get(v)
+        if e is not None and w < e - clock_bound_ms and v not in early_seen:
+            early_seen.add(v)
+            early.append({"value": v, "queue": q, "process": proc,
+                          "read_wall_ms": w, "earliest_due_ms": e,
+                          "due_ms": due_of.get(v),
+                          "clock_bound_ms": clock_bound_ms})
     recovered = sorted(v for v in infos if v in read_anywhere)
     # Caught up: for every producer, highest read counter >= highest acked.
     acked_max = {}
@@ -399,7 +502,8 @@ def check(events):
             incomplete_nodes.append(node)
             continue
         missing = sorted(v for v in acked if v not in seen and
-                         not trimmed(v) and not trimmed_on(node, v))
+                         not trimmed(v) and not trimmed_on(node, v) and
+                         not not_due(v))
         if missing:
             lost_on_node[node] = missing
 
@@ -451,9 +555,10 @@ def check(events):
                 return off
         return a["offset"]
 
-    # (a) per producer, per queue, in invoke order.
+    # (a) per producer, per queue, in invoke order (not for delayed
+    # produces: their random delays reorder them by design).
     per_pq = defaultdict(list)
-    for v, a in acked.items():
+    for v, a in (acked.items() if workload != "delayed" else ()):
         p, c = split_id(v)
         off = offset_of(v)
         if off is None or c is None:
@@ -472,7 +577,7 @@ def check(events):
     # (b) realtime per queue: sweep by invoke time, max offset of everything
     # completed before.
     per_q = defaultdict(list)
-    for v, a in acked.items():
+    for v, a in (acked.items() if workload != "delayed" else ()):
         off = offset_of(v)
         if off is None or a["invoke"] is None or a["complete"] is None:
             continue
@@ -609,7 +714,14 @@ def check(events):
             "trimmed": sum(1 for v in acked if trimmed(v)),
             "trim_skips": len(trim_skips),
             "probes_below": len(probes),
+            "early": len(early),
+            "not_due": sum(1 for v in acked if not_due(v)),
+            "delayed_duplicates": len(delayed_dups),
         },
+        "workload": workload or "queue",
+        "early": early,
+        "delayed_duplicates": delayed_dups,
+        "clock_bound_ms": clock_bound_ms,
         "retention": retention,
         "under_trimmed": under_trimmed,
         "lost": lost,
@@ -650,7 +762,254 @@ def check(events):
     return result
 
 
+# ---- work-queue -------------------------------------------------------------
+
+WQ_INVALID_CLASSES = ("lost", "unexpected", "failed_seen", "stored_twice",
+                      "duplicate_after_ack", "offset_conflicts")
+
+
+def check_work_queue(events):
+    """Judge a work-queue history (docs/WORKQUEUES.md, "Duplicates")."""
+    attempts = {}           # value -> queue
+    acked = {}              # value -> (queue, offset or None)
+    failed, infos = set(), set()
+    invoke_time = {}        # (process, f) -> time of the pending invoke
+    # Deliveries and settles by receipt position (queue, offset):
+    # [(invoke, done, process, count, value)] and
+    # [(invoke, done, process, count, value, action, outcome)].
+    deliveries = defaultdict(list)
+    settles = defaultdict(list)
+    pos_values = defaultdict(set)   # (queue, offset) -> values
+    where = defaultdict(set)        # value -> (queue, offset) received at
+    retired = {}            # process -> time it freed its client
+    dlq = set()
+    drains = {}             # queue -> complete
+    ack_timeout_ms = None
+    final_heal = last_nemesis = None
+    produce_ok_times = []
+    for ev in events:
+        proc, typ, f, t = (ev.get("process"), ev.get("type"), ev.get("f"),
+                           _time(ev))
+        q = ev.get("queue")
+        if proc == "nemesis":
+            last_nemesis = t if t is not None else last_nemesis
+            if f == "final-heal":
+                final_heal = t
+            continue
+        if f == "workload":
+            ack_timeout_ms = ev.get("ack_timeout_ms")
+            continue
+        if typ == "invoke":
+            invoke_time[(proc, f)] = t
+        if f == "produce":
+            v = ev.get("value")
+            if typ == "invoke":
+                if v in attempts:
+                    raise HistoryError("produce value %r invoked twice" % v)
+                attempts[v] = q
+            elif typ == "ok":
+                acked[v] = (q, ev.get("offset"))
+                if t is not None:
+                    produce_ok_times.append(t)
+                if isinstance(ev.get("offset"), int):
+                    pos_values[(q, ev["offset"])].add(v)
+            elif typ == "fail":
+                failed.add(v)
+            elif typ == "info":
+                infos.add(v)
+        elif f == "receive" and typ == "ok":
+            inv = invoke_time.get((proc, "receive"))
+            for item in ev.get("value") or []:
+                if not (isinstance(item, list) and len(item) == 3):
+                    raise HistoryError("bad receive item %r" % (item,))
+                off, v, n = item
+                deliveries[(q, off)].append((inv, t, proc, n, v))
+                pos_values[(q, off)].add(v)
+                where[v].add((q, off))
+        elif f == "settle" and typ in ("ok", "fail", "info"):
+            inv = invoke_time.get((proc, "settle"))
+            for item in ev.get("value") or []:
+                if not (isinstance(item, list) and len(item) == 5):
+                    raise HistoryError("bad settle item %r" % (item,))
+                off, n, action, v, outcome = item
+                settles[(q, off)].append((inv, t, proc, n, v, action,
+                                          outcome))
+        elif f == "retire":
+            retired.setdefault(proc, t)
+        elif f == "dlq-read" and typ == "ok":
+            for pair in ev.get("value") or []:
+                if isinstance(pair, list) and len(pair) == 2:
+                    dlq.add(pair[1])
+        elif f == "wq-drain" and typ == "ok":
+            drains[q] = bool(ev.get("complete"))
+
+    def acks(pos, outcomes):
+        return [s for s in settles.get(pos, ()) if s[5] == "ack" and
+                s[6] in outcomes]
+
+    def acked_value(v, outcomes):
+        return any(acks(pos, outcomes) for pos in where.get(v, ()))
+
+    received = set(where)
+    # Lost: an acknowledged produce nobody acked (ok, or info: an ambiguous
+    # ack that may have committed; then nothing delivers it again) and that
+    # is not in the DLQ.
+    lost = sorted(v for v in acked
+                  if not acked_value(v, ("ok", "info")) and v not in dlq)
+    by_ambiguous_ack = sorted(v for v in acked
+                              if not acked_value(v, ("ok",)) and
+                              acked_value(v, ("info",)) and v not in dlq)
+    # The idempotent producer stores each value once.
+    stored_twice = sorted(v for v, ps in where.items() if len(ps) > 1)
+    unexpected = sorted(v for v in received | dlq if v not in attempts)
+    failed_seen = sorted(v for v in failed if v in received or v in dlq)
+    # Offset conflicts: two values at one offset (acks and receives), and
+    # a receipt acked ok whose offset holds another value.
+    offset_conflicts = []
+    for (q, off), vals in sorted(pos_values.items(),
+                                 key=lambda kv: (str(kv[0][0]), kv[0][1])):
+        if len(vals) > 1:
+            offset_conflicts.append({"kind": "values-at-offset", "queue": q,
+                                     "offset": off, "values": sorted(vals)})
+    for (q, off) in sorted(settles, key=lambda p: (str(p[0]), p[1])):
+        for (_i, _d, proc, n, v, _a, _o) in acks((q, off), ("ok",)):
+            held = pos_values.get((q, off), set())
+            if held and held != {v}:
+                offset_conflicts.append({"kind": "ack-of-other-value",
+                                         "queue": q, "offset": off,
+                                         "count": n, "value": v,
+                                         "held": sorted(held),
+                                         "process": proc})
+    # Duplicates: a delivery invoked after an ack of that value was
+    # answered ok is invalid; any other second delivery is documented and
+    # classed by what became of the delivery before it.
+    dup_after_ack = []
+    dup_reasons = defaultdict(int)
+    duplicates = []
+    for (q, off), ds in sorted(deliveries.items(),
+                               key=lambda kv: (str(kv[0][0]), kv[0][1])):
+        ds = sorted(ds, key=lambda d: (d[1] if d[1] is not None else 0))
+        ok_acks = acks((q, off), ("ok",))
+        for d in ds:
+            inv = d[0]
+            prior = [a for a in ok_acks if a[1] is not None and
+                     inv is not None and a[1] < inv]
+            if prior:
+                dup_after_ack.append({"value": d[4], "queue": q,
+                                      "offset": off, "count": d[3],
+                                      "process": d[2], "invoke": inv,
+                                      "acked_count": prior[0][3],
+                                      "acked_by": prior[0][2],
+                                      "ack_done": prior[0][1]})
+        for prev, d in zip(ds, ds[1:]):
+            st = [s for s in settles.get((q, off), ()) if s[2] == prev[2]
+                  and s[3] == prev[3]]
+            outcomes = {(s[5], s[6]) for s in st}
+            if ("nack", "ok") in outcomes:
+                reason = "nack"
+            elif any(o in ("info", "failed") for (_a, o) in outcomes):
+                reason = "leader-change"
+            elif prev[2] in retired and (d[0] is None or
+                                         retired[prev[2]] <= d[0]) and \
+                    not any(o == "ok" for (_a, o) in outcomes):
+                reason = "release"
+            else:
+                reason = "lease-expiry"
+            dup_reasons[reason] += 1
+            duplicates.append({"value": d[4], "queue": q, "offset": off,
+                               "count": d[3], "after_count": prev[3],
+                               "reason": reason})
+    heal = final_heal if final_heal is not None else last_nemesis
+    recovery_s = None
+    if heal is not None:
+        after = [t for t in produce_ok_times if t >= heal]
+        if after:
+            recovery_s = (min(after) - heal) / 1e9
+    counts = {
+        "attempt": len(attempts), "acknowledged": len(acked),
+        "failed": len(failed), "info": len(infos),
+        "received_distinct": len(received),
+        "deliveries": sum(len(d) for d in deliveries.values()),
+        "acked_ok": sum(1 for p in settles if acks(p, ("ok",))),
+        "acked_by_ambiguous_ack": len(by_ambiguous_ack),
+        "stale_acks": sum(len(acks(p, ("stale",))) for p in settles),
+        "stored_twice": len(stored_twice),
+        "dlq": len(dlq), "lost": len(lost), "unexpected": len(unexpected),
+        "failed_seen": len(failed_seen),
+        "duplicate_after_ack": len(dup_after_ack),
+        "duplicates_documented": len(duplicates),
+        "duplicated": len(dup_after_ack),
+        "offset_conflicts": len(offset_conflicts),
+        "fifo": 0, "lost_on_node": 0,
+    }
+    for k in ("nack", "release", "leader-change", "lease-expiry"):
+        counts["dup_" + k.replace("-", "_")] = dup_reasons.get(k, 0)
+    problems = [k for k in WQ_INVALID_CLASSES if counts[k]]
+    incomplete = sorted(str(q) for q, c in drains.items() if not c)
+    undrained = sorted(str(q) for q in {a[0] for a in acked.values()}
+                       if q not in drains)
+    if problems:
+        verdict = "invalid"
+    elif not acked or undrained:
+        verdict = "unknown"
+    else:
+        verdict = "valid"
+    return {"history_version": HISTORY_VERSION, "workload": "work-queue",
+            "ack_timeout_ms": ack_timeout_ms, "counts": counts,
+            "lost": lost, "acked_by_ambiguous_ack": by_ambiguous_ack,
+            "unexpected": unexpected, "failed_seen": failed_seen,
+            "stored_twice": stored_twice,
+            "duplicate_after_ack": dup_after_ack,
+            "duplicates": duplicates[:1000],
+            "offset_conflicts": offset_conflicts,
+            "drain_incomplete": incomplete, "undrained_queues": undrained,
+            "recovery_after_heal_s": recovery_s,
+            "final_heal_seen": heal is not None,
+            "problems": problems, "verdict": verdict}
+
+
+def format_work_queue(r, limit=10):
+    c = r["counts"]
+    lines = ["verdict: %s%s" % (r["verdict"].upper(),
+                                ("  (" + ", ".join(r["problems"]) + ")")
+                                if r["problems"] else "")]
+    lines.append("work-queue: attempt %d  acknowledged %d  failed %d  "
+                 "info %d  received %d  deliveries %d  acked-ok %d  "
+                 "stale-acks %d  dlq %d"
+                 % (c["attempt"], c["acknowledged"], c["failed"], c["info"],
+                    c["received_distinct"], c["deliveries"], c["acked_ok"],
+                    c["stale_acks"], c["dlq"]))
+    lines.append("lost %d (consumed by an ambiguous ack: %d)  unexpected %d"
+                 "  failed-seen %d  stored-twice %d  duplicate-after-ack %d"
+                 "  offset-conflicts %d"
+                 % (c["lost"], c["acked_by_ambiguous_ack"], c["unexpected"],
+                    c["failed_seen"], c["stored_twice"],
+                    c["duplicate_after_ack"], c["offset_conflicts"]))
+    lines.append("documented duplicates %d: lease-expiry %d  release %d  "
+                 "nack %d  leader-change %d"
+                 % (c["duplicates_documented"], c["dup_lease_expiry"],
+                    c["dup_release"], c["dup_nack"], c["dup_leader_change"]))
+    rec = r["recovery_after_heal_s"]
+    if rec is not None:
+        lines.append("recovery after final heal: %.3f s" % rec)
+    if r["drain_incomplete"]:
+        lines.append("drain incomplete on: %s"
+                     % ", ".join(r["drain_incomplete"]))
+    if r["undrained_queues"]:
+        lines.append("queues with acks but no drain: %s"
+                     % ", ".join(r["undrained_queues"]))
+    for k in ("lost", "unexpected", "failed_seen", "stored_twice"):
+        if r[k]:
+            lines.append("  %s: %s" % (k, r[k][:limit]))
+    for k in ("duplicate_after_ack", "offset_conflicts"):
+        for item in r[k][:limit]:
+            lines.append("  %s: %s" % (k, json.dumps(item, sort_keys=True)))
+    return "\n".join(lines)
+
+
 def format_report(r, limit=10):
+    if r.get("workload") == "work-queue":
+        return format_work_queue(r, limit)
     c = r["counts"]
     lines = ["verdict: %s%s" % (r["verdict"].upper(),
                                 ("  (" + ", ".join(r["problems"]) + ")")
@@ -676,6 +1035,13 @@ def format_report(r, limit=10):
                     c["offset_gaps"], r["drain_caught_up"]))
     lines.append("stale-leader-reads %d (reported only)"
                  % c["stale_leader_reads"])
+    if r.get("workload") == "delayed":
+        lines.append("delayed: early %d (clock bound %d ms)  not due at the "
+                     "drain %d (not judged)  documented duplicates %d"
+                     % (c["early"], r["clock_bound_ms"], c["not_due"],
+                        c["delayed_duplicates"]))
+        for item in r["early"][:limit]:
+            lines.append("  early: %s" % json.dumps(item, sort_keys=True))
     rec = r["recovery_after_heal_s"]
     if rec is not None:
         lines.append("recovery after final heal: %.3f s" % rec)

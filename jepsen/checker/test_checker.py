@@ -512,5 +512,254 @@ class RetentionTest(unittest.TestCase):
         self.assertIn("early-trim", kinds)
 
 
+class WQ(H):
+    """A work-queue history: queue q, shared group jw."""
+
+    def __init__(self):
+        super().__init__()
+        self.add(process=-1, type="info", f="workload", value="work-queue",
+                 group="jw", ack_timeout_ms=2000, max_deliveries=1000)
+
+    def receive(self, proc, items, queue="q"):
+        """items: (offset, value, count)."""
+        self.add(process=proc, type="invoke", f="receive", queue=queue,
+                 group="jw")
+        self.add(process=proc, type="ok", f="receive", queue=queue,
+                 group="jw", value=[list(i) for i in items])
+        return self
+
+    def settle(self, proc, items, outcome="ok", queue="q", typ="ok"):
+        """items: (offset, count, action, value); one outcome for all."""
+        self.add(process=proc, type="invoke", f="settle", queue=queue,
+                 group="jw", value=[list(i) for i in items])
+        self.add(process=proc, type=typ, f="settle", queue=queue,
+                 group="jw", value=[list(i) + [outcome] for i in items])
+        return self
+
+    def drain(self, queue="q", dlq=()):
+        self.add(process=99, type="ok", f="wq-drain", queue=queue,
+                 group="jw", complete=True)
+        self.add(process=98, type="invoke", f="dlq-read",
+                 queue=queue + "-dlq-jw")
+        self.add(process=98, type="ok", f="dlq-read",
+                 queue=queue + "-dlq-jw", complete=True,
+                 value=[[i, v] for i, v in enumerate(dlq)])
+        return self
+
+
+def wq_history():
+    """Two values produced, received and acked once each: valid."""
+    h = WQ()
+    a = h.produce(0, 0, offset=0)
+    b = h.produce(0, 1, offset=1)
+    h.receive(10, [(0, a, 1), (1, b, 1)])
+    h.settle(10, [(0, 1, "ack", a), (1, 1, "ack", b)])
+    return h
+
+
+class WorkQueueTest(unittest.TestCase):
+    def judge(self, h):
+        return checker.check(h.ev)
+
+    def test_valid(self):
+        r = self.judge(wq_history().drain())
+        self.assertEqual(r["verdict"], "valid", r)
+        self.assertEqual(r["counts"]["acked_ok"], 2)
+        self.assertEqual(r["counts"]["duplicates_documented"], 0)
+        self.assertIn("work-queue", checker.format_report(r))
+
+    def test_no_drain_is_unknown(self):
+        self.assertEqual(self.judge(wq_history())["verdict"], "unknown")
+
+    def test_lost_unless_acked_or_dead_lettered(self):
+        h = wq_history()
+        c = h.produce(0, 2, offset=2)
+        h.receive(11, [(2, c, 1)])
+        r = self.judge(h.drain())
+        self.assertEqual(r["problems"], ["lost"])
+        self.assertEqual(r["lost"], [c])
+        h = wq_history()
+        c = h.produce(0, 2, offset=2)
+        self.assertEqual(self.judge(h.drain(dlq=[c]))["verdict"], "valid")
+        # An ack whose answer was lost may have committed: not lost.
+        h = wq_history()
+        c = h.produce(0, 2, offset=2)
+        h.receive(11, [(2, c, 1)])
+        h.settle(11, [(2, 1, "ack", c)], outcome="info", typ="info")
+        r = self.judge(h.drain())
+        self.assertEqual(r["verdict"], "valid", r)
+        self.assertEqual(r["counts"]["acked_by_ambiguous_ack"], 1)
+
+    def test_delivery_after_ok_ack_is_invalid(self):
+        h = wq_history()
+        h.receive(11, [(0, "0-0", 2)])
+        r = self.judge(h.drain())
+        self.assertEqual(r["problems"], ["duplicate_after_ack"])
+        d = r["duplicate_after_ack"][0]
+        self.assertEqual((d["offset"], d["count"], d["acked_count"]),
+                         (0, 2, 1))
+
+    def test_documented_duplicates_by_reason(self):
+        h = WQ()
+        vals = [h.produce(0, i, offset=i) for i in range(4)]
+        # 0: not settled (lease expiry); 1: nacked; 2: the receiver's
+        # client was freed (release); 3: the ack's outcome was unknown.
+        h.receive(10, [(i, v, 1) for i, v in enumerate(vals)])
+        h.settle(10, [(1, 1, "nack", vals[1])])
+        h.settle(10, [(3, 1, "ack", vals[3])], outcome="info", typ="info")
+        h.receive(11, [(0, vals[0], 2)])   # before the retire: expiry
+        h.add(process=10, type="info", f="retire")
+        h.receive(11, [(i, v, 2) for i, v in enumerate(vals) if i > 0])
+        h.settle(11, [(i, 2, "ack", v) for i, v in enumerate(vals)])
+        r = self.judge(h.drain())
+        self.assertEqual(r["verdict"], "valid", r)
+        c = r["counts"]
+        self.assertEqual(c["duplicates_documented"], 4)
+        self.assertEqual((c["dup_lease_expiry"], c["dup_nack"],
+                          c["dup_release"], c["dup_leader_change"]),
+                         (1, 1, 1, 1))
+
+    def test_stale_ack_then_redelivery_is_lease_expiry(self):
+        h = WQ()
+        a = h.produce(0, 0, offset=0)
+        h.receive(10, [(0, a, 1)])
+        h.receive(11, [(0, a, 2)])
+        h.settle(10, [(0, 1, "ack", a)], outcome="stale")
+        h.settle(11, [(0, 2, "ack", a)])
+        r = self.judge(h.drain())
+        self.assertEqual(r["verdict"], "valid", r)
+        self.assertEqual(r["counts"]["dup_lease_expiry"], 1)
+        self.assertEqual(r["counts"]["stale_acks"], 1)
+
+    def test_offset_conflict(self):
+        h = WQ()
+        a = h.produce(0, 0, offset=0)
+        b = h.produce(0, 1, offset=1)
+        h.receive(10, [(0, b, 1)])      # offset 0 holds a, yet b came
+        h.settle(10, [(0, 1, "ack", b)])
+        h.receive(11, [(1, b, 1)])
+        h.settle(11, [(1, 1, "ack", b)])
+        h.receive(12, [(0, a, 2)])
+        h.settle(12, [(0, 2, "ack", a)])
+        r = self.judge(h.drain())
+        self.assertIn("offset_conflicts", r["problems"])
+        kinds = {x["kind"] for x in r["offset_conflicts"]}
+        self.assertEqual(kinds, {"values-at-offset", "ack-of-other-value"})
+
+    def test_unexpected_and_failed_seen(self):
+        h = wq_history()
+        f = h.produce(1, 0, result="fail")
+        h.receive(11, [(5, "77-0", 1), (6, f, 1)])
+        h.settle(11, [(5, 1, "ack", "77-0"), (6, 1, "ack", f)])
+        r = self.judge(h.drain())
+        self.assertEqual(sorted(r["problems"]), ["failed_seen",
+                                                 "unexpected"])
+
+
+class DelayedH(H):
+    """A delayed-workload history; wall clock in ms = 1000 + time in ms."""
+
+    def __init__(self):
+        super().__init__()
+        self.add(process=-1, type="info", f="workload", value="delayed")
+
+    def wall(self):
+        return 1000 + self.t // 1_000_000
+
+    def dproduce(self, proc, counter, delay, result="ok", due=None):
+        v = "%s-%d" % (proc, counter)
+        self.add(process=proc, type="invoke", f="produce", queue="q",
+                 value=v, delay_ms=delay, wall_ms=self.wall() + 1)
+        inv = self.wall()
+        done = dict(process=proc, type=result, f="produce", queue="q",
+                    value=v, wall_ms=self.wall() + 1)
+        if result == "ok":
+            done["due_ms"] = due if due is not None else inv + delay
+        self.add(**done)
+        return v
+
+    def fetch(self, proc, pairs, at_wall):
+        """A fetch answered at wall clock at_wall (the clock jumps)."""
+        self.t = max(self.t, (at_wall - 1000 - 1) * 1_000_000)
+        self.add(process=proc, type="invoke", f="fetch", queue="q")
+        self.add(process=proc, type="ok", f="fetch", queue="q",
+                 value=[list(p) for p in pairs], wall_ms=at_wall,
+                 read_from="leader")
+        return self
+
+    def drain(self, pairs, at_wall=100000):
+        self.t = max(self.t, (at_wall - 1000 - 1) * 1_000_000)
+        self.add(process=-1, type="info", f="delayed-wait", value=0,
+                 wall_ms=self.wall() + 1)
+        self.read(20, pairs, f="drain", complete=True)
+        return self
+
+
+class DelayedTest(unittest.TestCase):
+    def judge(self, h):
+        return checker.check(h.ev)
+
+    def test_valid_out_of_order(self):
+        h = DelayedH()
+        a = h.dproduce(0, 0, 3000)
+        b = h.dproduce(0, 1, 500)   # due first: offset 0 (not FIFO)
+        h.fetch(10, [(0, b)], at_wall=2000)
+        h.fetch(10, [(1, a)], at_wall=5000)
+        r = self.judge(h.drain([(0, b), (1, a)]))
+        self.assertEqual(r["verdict"], "valid", r)
+        self.assertEqual(r["counts"]["early"], 0)
+        self.assertIn("delayed:", checker.format_report(r))
+
+    def test_early(self):
+        h = DelayedH()
+        a = h.dproduce(0, 0, 3000)
+        h.fetch(10, [(0, a)], at_wall=2500)
+        r = self.judge(h.drain([(0, a)]))
+        self.assertEqual(r["problems"], ["early"])
+        # Under a clock nemesis the bound (twice the largest skew) covers it.
+        h = DelayedH()
+        h.add(process="nemesis", type="info", f="clock", variant="skew",
+              skews={"n1": "+1", "n2": "-5"})
+        a = h.dproduce(0, 0, 3000)
+        h.fetch(10, [(0, a)], at_wall=2500)
+        r = self.judge(h.drain([(0, a)]))
+        self.assertEqual(r["verdict"], "valid", r)
+        self.assertEqual(r["clock_bound_ms"], 10000)
+
+    def test_lost_only_when_due(self):
+        h = DelayedH()
+        a = h.dproduce(0, 0, 3000)
+        r = self.judge(h.drain([]))
+        self.assertEqual(r["problems"], ["lost"])
+        h = DelayedH()
+        a = h.dproduce(0, 0, 3000, due=10**9)   # not due at the drain
+        r = self.judge(h.drain([]))
+        self.assertNotIn("lost", r["problems"])
+        self.assertEqual(r["counts"]["not_due"], 1)
+        del a
+
+    def test_duplicates(self):
+        # Acknowledged, no fault near the call: fired twice, invalid.
+        h = DelayedH()
+        a = h.dproduce(0, 0, 1000)
+        r = self.judge(h.drain([(0, a), (1, a)]))
+        self.assertEqual(r["problems"], ["duplicated"])
+        # Ambiguous produce, or a fault during the call: documented.
+        h = DelayedH()
+        a = h.dproduce(0, 0, 1000, result="info")
+        r = self.judge(h.drain([(0, a), (1, a)]))
+        self.assertEqual(r["verdict"], "unknown", r)   # nothing acked
+        self.assertEqual(r["delayed_duplicates"][0]["reason"],
+                         "retried-ambiguous")
+        h = DelayedH()
+        b = h.dproduce(0, 0, 1000)
+        h.nemesis("kill")
+        a = h.dproduce(0, 1, 1000)
+        r = self.judge(h.drain([(0, b), (1, a), (2, a)]))
+        self.assertEqual(r["verdict"], "valid", r)
+        self.assertEqual(r["delayed_duplicates"][0]["reason"],
+                         "retried-in-call")
+
+
 if __name__ == "__main__":
     unittest.main()
