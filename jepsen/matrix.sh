@@ -40,8 +40,10 @@ declare -A WL=(
     [idempotent]="--queues 4 --workload idempotent"
     [group]="--queues 2 --workload group"
     [retention]="--queues 2 --workload retention --max-messages 20 --snapshot-bytes 32K --snapshot-trailing 8 --log-segment-bytes 16K"
+    [work-queue]="--queues 2 --workload work-queue"
+    [delayed]="--queues 2 --workload delayed"
 )
-WORKLOADS="queue-1 queue-4 async-pipelined snapshots idempotent group retention"
+WORKLOADS="queue-1 queue-4 async-pipelined snapshots idempotent group retention work-queue delayed"
 # Nemeses (harness --nemesis values; a comma list picks one per round).
 NEMESES="partition partition-leader partition-halves partition-ring
 partition-bridge kill kill-leader kill-majority kill-all pause pause-leader

@@ -1,11 +1,12 @@
 #!/bin/bash
-# Short Jepsen-style smoke suite for tern: 6 runs (kill,
+# Short Jepsen-style smoke suite for tern: 8 runs (kill,
 # pause, partition, power loss, a mix with tiny snapshot thresholds so
 # snapshots and InstallSnapshot happen, and retention under kills and
 # partitions with tiny segments, so segments are deleted and restarted or
 # far-behind nodes start from checkpoints), each SMOKE_TIME seconds of faults
 # (default 60) on SMOKE_NODES nodes (default 3); 6.3 min measured on 2
-# cores. Prints a summary table and exits non-zero when any run is not
+# cores. Then two short runs (at most 30 s of faults each): work-queue
+# under kills and delayed under partitions (docs/WORKQUEUES.md). Prints a summary table and exits non-zero when any run is not
 # valid (invalid, unknown, harness error, or a node that exited on its
 # own). Needs root; see jepsen/README.md.
 # Env: SMOKE_TIME, SMOKE_NODES, TERN_BUILD (build dir with node/ternd,
@@ -32,7 +33,7 @@ fi
 stop=0
 trap 'stop=1' INT TERM
 
-# name | nemesis | extra args
+# name | nemesis | extra args | at most this many seconds of faults
 RUNS=(
     "kill|kill,kill-leader|--queues 1"
     "pause|pause,pause-leader|--queues 1"
@@ -40,17 +41,23 @@ RUNS=(
     "power-loss|power-loss,power-loss-all|--queues 1"
     "mixed-snapshots|partition,kill,pause,pause-kill,partition-kill|--queues 4 --snapshot-bytes 32K --snapshot-trailing 8"
     "retention|kill,kill-leader,partition,partition-leader|--queues 2 --workload retention --max-messages 20 --snapshot-bytes 32K --snapshot-trailing 8 --log-segment-bytes 16K"
+    "work-queue|kill,kill-leader|--queues 2 --workload work-queue|30"
+    "delayed|partition,partition-leader|--queues 1 --workload delayed|30"
 )
 i=0
 for spec in "${RUNS[@]}"; do
     [ "$stop" = 1 ] && break
     i=$((i + 1))
-    IFS='|' read -r name nem extra <<<"$spec"
+    IFS='|' read -r name nem extra cap <<<"$spec"
+    t="$TIME"
+    if [ -n "$cap" ] && [ "${t%.*}" -gt "$cap" ]; then
+        t="$cap"
+    fi
     dir="$OUT/$(printf '%02d' $i)-$name"
-    echo "=== smoke run $i: $name (nemesis $nem, ${TIME}s, $NODES nodes) -> $dir"
+    echo "=== smoke run $i: $name (nemesis $nem, ${t}s, $NODES nodes) -> $dir"
     # shellcheck disable=SC2086
-    timeout --foreground -k 10 $((${TIME%.*} * 3 + 400)) \
-        python3 "$HERE/harness.py" --nodes "$NODES" --time "$TIME" \
+    timeout --foreground -k 10 $((${t%.*} * 3 + 400)) \
+        python3 "$HERE/harness.py" --nodes "$NODES" --time "$t" \
         --nemesis "$nem" --run-dir "$dir" $extra >"$OUT/$name.out" 2>&1
     rc=$?
     echo "rc=$rc" >>"$OUT/$name.out"

@@ -46,6 +46,23 @@ History format, one JSON object per line, format version 1:
   "served" is true when the node answered a fetch just below its first
   offset with a message.
 
+  Work queue and delayed (docs/WORKQUEUES.md): {"process": -1, "f":
+  "workload", "value": "work-queue" | "delayed"} first.
+  work-queue: "receive" (ok: value [[offset, id, count], ...], the
+  receipts of a tern_receive from shared group "group"); "settle"
+  (invoke: value [[offset, count, action, id], ...], action ack / nack /
+  extend / release; ok: the same items with the outcome "ok" or "stale"
+  appended; fail / info: every item "failed" / "info"); "retire" (the
+  process frees its client: the leader releases its leases); "wq-drain"
+  (per queue, after the final heal: "complete"); "dlq-read" (the dead-
+  letter queue "<queue>-dlq-<group>", read as a drain).
+  delayed: produce invoke carries "delay_ms" and "wall_ms" (the driver's
+  wall clock, ms since the epoch), ok "due_ms" (the leader's answer) and
+  "wall_ms"; fetch ok carries "wall_ms" (when the answer came);
+  {"process": -1, "f": "delayed-wait", "wall_ms": W}: the drains began
+  at W, after the latest acknowledged due time + 2 s (or the drain
+  timeout).
+
 Other fields are ignored; lines that are blank are skipped; an unparsable
 line is an error (exit 3).
 
@@ -119,6 +136,54 @@ other than "recovered" and "offset_gaps" makes the verdict invalid):
                 has not stepped down yet (about one election timeout).
                 tern does not promise linearizable plain fetches, so this
                 is reported, not judged.
+
+Work-queue checks (a history whose "workload" is "work-queue" is judged by
+these alone; receipts are keyed by (queue, offset)):
+  lost          an acknowledged produce that no settle acked (answered ok,
+                or info: an ack whose answer was lost may have committed,
+                and then nothing delivers the message again: counted as
+                acked_by_ambiguous_ack) and that is not in the DLQ.
+  duplicate_after_ack
+                a receive of (queue, offset) invoked after an ack of that
+                offset was answered ok (docs/WORKQUEUES.md promises none).
+  offset_conflicts
+                two values at one (queue, offset) (produce acks and
+                receives), and an ack answered ok whose offset holds
+                another value than the one the consumer acked.
+  stored_twice  one value received at two offsets (the producer is
+                idempotent). unexpected and failed_seen as above, over
+                receives and the DLQ.
+  Reported, not judged (the guarantee is at-least-once): every second
+  delivery of an offset, classed by the delivery before it: "nack" (it
+  was nacked ok), "leader-change" (its settle's outcome was info /
+  failed: the entry was not committed), "release" (its consumer freed its
+  client before the redelivery and had not acked), "lease-expiry" (left
+  unsettled, acked stale or too late).
+  Unknown: no acknowledged produce, or a queue without a wq-drain.
+
+Delayed checks (a history whose "workload" is "delayed": the queue checks
+above, less FIFO per producer and realtime, which random delays reorder,
+plus):
+  early         a fetch answered (its wall_ms) before the message's
+                earliest due time, the produce's invoke wall_ms +
+                delay_ms, minus the clock bound. The answered due_ms is
+                not used: a copy libtern resent may be due earlier. The
+                clock bound is 0 without a clock nemesis (the nodes and
+                the driver share this machine's clock), else twice the
+                largest skew a nemesis "clock" event set (one leader may
+                stamp the due time at +X, another fire it at -X; x2 rate:
+                CLOCK_RATE_BOUND_S; unknown: 3600 s).
+  lost          judged only for messages whose due_ms + the clock bound
+                is at or before the delayed-wait wall_ms; later ones are
+                counted as not_due.
+  duplicated    a value stored at two offsets is invalid (a TIMER_FIRE
+                moves a timer once), except (counted as
+                delayed_duplicates) when its produce ended info / fail
+                ("retried-ambiguous") or a nemesis event happened during
+                its call or FAULT_GRACE_S before it ("retried-in-call"):
+                delayed produces have no producer dedup, and libtern
+                resends a request after a lost connection or leadership,
+                which may schedule the message twice.
 """
 
 import argparse
