@@ -142,7 +142,10 @@ these alone; receipts are keyed by (queue, offset)):
   lost          an acknowledged produce that no settle acked (answered ok,
                 or info: an ack whose answer was lost may have committed,
                 and then nothing delivers the message again: counted as
-                acked_by_ambiguous_ack) and that is not in the DLQ.
+                acked_by_ambiguous_ack; or stale for the last delivery
+                of the offset ever received: libtern resent an ack whose
+                first attempt had committed, acked_by_last_stale_ack)
+                and that is not in the DLQ.
   duplicate_after_ack
                 a receive of (queue, offset) invoked after an ack of that
                 offset was answered ok (docs/WORKQUEUES.md promises none).
@@ -915,12 +918,28 @@ def check_work_queue(events):
     def acked_value(v, outcomes):
         return any(acks(pos, outcomes) for pos in where.get(v, ()))
 
+    # libtern resends a settle after a lost connection or leadership; when
+    # the first attempt had committed, the resend answers "stale". A stale
+    # ack of the last delivery of an offset (none with a higher count was
+    # ever received) therefore also consumed it: only an ack of that
+    # receipt, a dead letter or a trim deletes the row.
+    def last_stale(pos):
+        top = max((d[3] for d in deliveries.get(pos, ())), default=0)
+        return any(s[3] >= top for s in acks(pos, ("stale",)))
+
+    def consumed_by_stale(v):
+        return any(last_stale(pos) for pos in where.get(v, ()))
+
     received = set(where)
     # Lost: an acknowledged produce nobody acked (ok, or info: an ambiguous
     # ack that may have committed; then nothing delivers it again) and that
     # is not in the DLQ.
     lost = sorted(v for v in acked
-                  if not acked_value(v, ("ok", "info")) and v not in dlq)
+                  if not acked_value(v, ("ok", "info")) and v not in dlq
+                  and not consumed_by_stale(v))
+    by_stale_ack = sorted(v for v in acked
+                          if not acked_value(v, ("ok", "info")) and
+                          v not in dlq and consumed_by_stale(v))
     by_ambiguous_ack = sorted(v for v in acked
                               if not acked_value(v, ("ok",)) and
                               acked_value(v, ("info",)) and v not in dlq)
@@ -997,6 +1016,7 @@ def check_work_queue(events):
         "deliveries": sum(len(d) for d in deliveries.values()),
         "acked_ok": sum(1 for p in settles if acks(p, ("ok",))),
         "acked_by_ambiguous_ack": len(by_ambiguous_ack),
+        "acked_by_last_stale_ack": len(by_stale_ack),
         "stale_acks": sum(len(acks(p, ("stale",))) for p in settles),
         "stored_twice": len(stored_twice),
         "dlq": len(dlq), "lost": len(lost), "unexpected": len(unexpected),
@@ -1022,6 +1042,7 @@ def check_work_queue(events):
     return {"history_version": HISTORY_VERSION, "workload": "work-queue",
             "ack_timeout_ms": ack_timeout_ms, "counts": counts,
             "lost": lost, "acked_by_ambiguous_ack": by_ambiguous_ack,
+            "acked_by_last_stale_ack": by_stale_ack,
             "unexpected": unexpected, "failed_seen": failed_seen,
             "stored_twice": stored_twice,
             "duplicate_after_ack": dup_after_ack,
@@ -1044,10 +1065,12 @@ def format_work_queue(r, limit=10):
                  % (c["attempt"], c["acknowledged"], c["failed"], c["info"],
                     c["received_distinct"], c["deliveries"], c["acked_ok"],
                     c["stale_acks"], c["dlq"]))
-    lines.append("lost %d (consumed by an ambiguous ack: %d)  unexpected %d"
+    lines.append("lost %d (consumed by an ambiguous ack: %d, by a stale "
+                 "ack of the last delivery: %d)  unexpected %d"
                  "  failed-seen %d  stored-twice %d  duplicate-after-ack %d"
                  "  offset-conflicts %d"
-                 % (c["lost"], c["acked_by_ambiguous_ack"], c["unexpected"],
+                 % (c["lost"], c["acked_by_ambiguous_ack"],
+                    c["acked_by_last_stale_ack"], c["unexpected"],
                     c["failed_seen"], c["stored_twice"],
                     c["duplicate_after_ack"], c["offset_conflicts"]))
     lines.append("documented duplicates %d: lease-expiry %d  release %d  "

@@ -590,6 +590,16 @@ class WorkQueueTest(unittest.TestCase):
         self.assertEqual(r["verdict"], "valid", r)
         self.assertEqual(r["counts"]["acked_by_ambiguous_ack"], 1)
 
+    def test_stale_ack_of_last_delivery_consumed_it(self):
+        # A resent ack whose first attempt committed answers stale.
+        h = WQ()
+        a = h.produce(0, 0, offset=0)
+        h.receive(10, [(0, a, 1)])
+        h.settle(10, [(0, 1, "ack", a)], outcome="stale")
+        r = self.judge(h.drain())
+        self.assertEqual(r["verdict"], "valid", r)
+        self.assertEqual(r["counts"]["acked_by_last_stale_ack"], 1)
+
     def test_delivery_after_ok_ack_is_invalid(self):
         h = wq_history()
         h.receive(11, [(0, "0-0", 2)])
