@@ -533,7 +533,7 @@ static void *delayed_producer_main(void *arg)
                 next_at = now_ns();
             }
         }
-        snprintf(value, sizeof(value), "%d-%ld", proc, counter++);
+        (void)snprintf(value, sizeof(value), "%d-%ld", proc, counter++);
         m.data = value;
         m.len = strlen(value);
         hist_begin(&b, proc, "invoke", "produce", q);
@@ -1143,8 +1143,9 @@ static int wq_round(struct tern_client *c,
         }
         tern_fetch_result_get(r, i, NULL, NULL, &data, &len);
         tern_fetch_result_receipt(r, i, &rc);
-        snprintf(ids[k], sizeof(ids[k]), "%.*s", (int)(len < 63 ? len : 63),
-                 data != NULL ? (const char *)data : "");
+        (void)snprintf(ids[k], sizeof(ids[k]), "%.*s",
+                       (int)(len < 63 ? len : 63),
+                       data != NULL ? (const char *)data : "");
         memset(&items[k], 0, sizeof(items[k]));
         items[k].receipt = rc;
         items[k].action =
@@ -1276,9 +1277,9 @@ static int setup_shared(void)
             sb_printf(&b, ",\"group\":\"%s\"", DRV__WQ_GROUP);
             if (rv != 0) {
                 sb_error(&b, c, rv);
-                fprintf(stderr, "driver: shared config %s: %s (%s)\n",
-                        queue_names[i], tern_err_name(rv),
-                        tern_client_errmsg(c));
+                (void)fprintf(stderr, "driver: shared config %s: %s (%s)\n",
+                              queue_names[i], tern_err_name(rv),
+                              tern_client_errmsg(c));
             }
             hist_end(&b);
             tern_client_free(c);
@@ -1617,12 +1618,12 @@ int main(int argc, char **argv)
                 rc = 1;
             }
             /* The dead-letter queue: <queue>-dlq-<group>. */
-            snprintf(dlq, sizeof(dlq), "%s-dlq-%s", queue_names[qi],
-                     DRV__WQ_GROUP);
+            (void)snprintf(dlq, sizeof(dlq), "%s-dlq-%s", queue_names[qi],
+                           DRV__WQ_GROUP);
             read_all("dlq-read", dlq, opts.servers, TERN_READ_LEADER, NULL, 0,
                      opts.drain_quiet, opts.drain_timeout_s, &dlq_done);
-            fprintf(stderr, "driver: work-queue drain %s: %s\n",
-                    queue_names[qi], done ? "complete" : "INCOMPLETE");
+            (void)fprintf(stderr, "driver: work-queue drain %s: %s\n",
+                          queue_names[qi], done ? "complete" : "INCOMPLETE");
             continue;
         }
         drain_end[qi] = read_all(
