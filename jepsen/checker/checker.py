@@ -58,7 +58,8 @@ History format, one JSON object per line, format version 1:
   letter queue "<queue>-dlq-<group>", read as a drain).
   delayed: produce invoke carries "delay_ms" and "wall_ms" (the driver's
   wall clock, ms since the epoch), ok "due_ms" (the leader's answer) and
-  "wall_ms"; fetch ok carries "wall_ms" (when the answer came);
+  "wall_ms"; fetch ok carries "wall_ms" (when the answer came); reads
+  carry "append_ms", each message's append time in the order of value;
   {"process": -1, "f": "delayed-wait", "wall_ms": W}: the drains began
   at W, after the latest acknowledged due time + 2 s (or the drain
   timeout).
@@ -167,10 +168,14 @@ these alone; receipts are keyed by (queue, offset)):
 Delayed checks (a history whose "workload" is "delayed": the queue checks
 above, less FIFO per producer and realtime, which random delays reorder,
 plus):
-  early         a fetch answered (its wall_ms) before the message's
-                earliest due time, the produce's invoke wall_ms +
-                delay_ms, minus the clock bound. The answered due_ms is
-                not used: a copy libtern resent may be due earlier. The
+  early         "read-early": a fetch answered (its wall_ms) before the
+                message's earliest due time, the produce's invoke
+                wall_ms + delay_ms, minus EARLY_SLOP_MS and the clock
+                bound; "appended-early": a read (fetch, drain, final
+                read) whose "append_ms" (the append time of the entry
+                that fired it, the leader's clock) is below the same.
+                The answered due_ms is not used: a copy libtern resent
+                may be due earlier. The
                 clock bound is 0 without a clock nemesis (the nodes and
                 the driver share this machine's clock), else twice the
                 largest skew a nemesis "clock" event set (one leader may
@@ -203,6 +208,10 @@ READ_FS = ("fetch", "drain", "final-read", "consume", "read",
 INVALID_CLASSES = ("lost", "unexpected", "failed_seen", "duplicated",
                    "lost_on_node", "fifo", "offset_conflicts",
                    "group_regression", "retention", "early")
+# Delayed workload: the leader stamps an entry when it opens it, and a
+# request read later in the same loop iteration joins it, so a due time
+# may be this much earlier than invoke + delay.
+EARLY_SLOP_MS = 5
 # Delayed workload: a message due this long before the drain began must
 # be in it (the timer pass interval plus a commit, with room to spare).
 DUE_MARGIN_MS = 1000
@@ -307,6 +316,7 @@ def check(events):
     earliest_due = {}               # delayed: value -> invoke wall + delay
     due_of = {}                     # delayed: value -> due_ms answered
     read_walls = []                 # delayed: (wall_ms, queue, value, proc)
+    append_times = []               # delayed: (append_ms, queue, value, proc)
     drain_wall = None               # delayed: wall clock the drains began
     nemesis_times = []
     clock_bound_ms = 0              # delayed: see "delayed" above
@@ -344,6 +354,12 @@ def check(events):
                 if isinstance(pair, list) and len(pair) == 2:
                     read_walls.append((ev["wall_ms"], ev.get("queue"),
                                        pair[1], proc))
+        if f in READ_FS and typ in ("ok", "fail") and \
+                isinstance(ev.get("append_ms"), list):
+            for pair, ts in zip(ev.get("value") or [], ev["append_ms"]):
+                if isinstance(pair, list) and len(pair) == 2 and \
+                        isinstance(ts, int):
+                    append_times.append((ts, ev.get("queue"), pair[1], proc))
         if f == "retention":
             max_messages = ev.get("value")
             continue
@@ -551,12 +567,16 @@ def check(events):
     # invoke wall clock + its delay) minus the clock bound.
     early = []
     early_seen = set()
-    for (w, q, v, proc) in read_walls:
-        e = earliest_due.get(v)
-        if e is not None and w < e - clock_bound_ms and v not in early_seen:
-            early_seen.add(v)
-            early.append({"value": v, "queue": q, "process": proc,
-                          "read_wall_ms": w, "earliest_due_ms": e,
+    for kind, lst in (("read-early", read_walls),
+                      ("appended-early", append_times)):
+        for (w, q, v, proc) in lst:
+            e = earliest_due.get(v)
+            if e is None or (kind, v) in early_seen or \
+                    w >= e - EARLY_SLOP_MS - clock_bound_ms:
+                continue
+            early_seen.add((kind, v))
+            early.append({"kind": kind, "value": v, "queue": q,
+                          "process": proc, "at_ms": w, "earliest_due_ms": e,
                           "due_ms": due_of.get(v),
                           "clock_bound_ms": clock_bound_ms})
     recovered = sorted(v for v in infos if v in read_anywhere)

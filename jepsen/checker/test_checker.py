@@ -736,6 +736,18 @@ class DelayedTest(unittest.TestCase):
         self.assertEqual(r["verdict"], "valid", r)
         self.assertEqual(r["clock_bound_ms"], 10000)
 
+    def test_appended_early(self):
+        def run(append_ms):
+            h = DelayedH()
+            a = h.dproduce(0, 0, 3000)   # invoke at wall 1001: due >= 4001
+            h.fetch(10, [(0, a)], at_wall=9000)
+            h.ev[-1]["append_ms"] = [append_ms]
+            return self.judge(h.drain([(0, a)]))
+        r = run(2000)                    # fired 2 s before it was due
+        self.assertEqual(r["problems"], ["early"])
+        self.assertEqual(r["early"][0]["kind"], "appended-early")
+        self.assertEqual(run(4001)["verdict"], "valid")
+
     def test_lost_only_when_due(self):
         h = DelayedH()
         a = h.dproduce(0, 0, 3000)

@@ -50,7 +50,8 @@
  * Delayed (--workload delayed): producers use tern_produce_delayed with a
  * delay uniform in [--delay-min-ms, --delay-max-ms] and record the due
  * time the leader answered; consumers fetch by offset as above (with the
- * wall clock of each answer); the drain waits until the latest
+ * wall clock of each answer, and "append_ms": each message's append time,
+ * also in drains and final reads); the drain waits until the latest
  * acknowledged due time + 2 s has passed ("delayed-wait"), then drains
  * and reads every node as above.
  *
@@ -393,6 +394,17 @@ static size_t sb_pairs(struct sbuf *b,
         }
     }
     sb_printf(b, "]");
+    /* Delayed: each message's append time (the leader's clock of the entry
+     * that appended it), in the order of "value". */
+    if (opts.mode == DRV__MODE_DELAYED) {
+        sb_printf(b, ",\"append_ms\":[");
+        for (size_t i = 0; i < n; i++) {
+            uint64_t ts = 0;
+            tern_fetch_result_get(r, i, NULL, &ts, NULL, NULL);
+            sb_printf(b, "%s%" PRIu64, i ? "," : "", ts);
+        }
+        sb_printf(b, "]");
+    }
     return n;
 }
 
@@ -945,6 +957,7 @@ static uint64_t read_all(const char *f,
 {
     int64_t deadline = now_ns() + (int64_t)(timeout_s * 1e9);
     struct sbuf pairs = {0};
+    struct sbuf appends = {0};
     struct sbuf b = {0};
     struct tern_client *c = client_new(servers, read_from);
     int proc = atomic_fetch_add(&next_process, 1);
@@ -988,10 +1001,11 @@ static uint64_t read_all(const char *f,
         size_t n = tern_fetch_result_count(r);
         uint64_t end = tern_fetch_result_end_offset(r);
         for (size_t i = 0; i < n; i++) {
-            uint64_t o = 0;
+            uint64_t o = 0, ts = 0;
             const void *data = NULL;
             size_t len = 0;
-            tern_fetch_result_get(r, i, &o, NULL, &data, &len);
+            tern_fetch_result_get(r, i, &o, &ts, &data, &len);
+            sb_printf(&appends, "%s%" PRIu64, n_pairs ? "," : "", ts);
             sb_printf(&pairs, "%s[%" PRIu64 ",", n_pairs ? "," : "", o);
             sb_jstr(&pairs, data != NULL ? data : "", data ? len : 0);
             sb_printf(&pairs, "]");
@@ -1048,9 +1062,14 @@ static uint64_t read_all(const char *f,
                   node_applied, drain_commit);
     }
     sb_printf(&b, ",\"value\":[%s]", pairs.p != NULL ? pairs.p : "");
+    if (opts.mode == DRV__MODE_DELAYED) {
+        sb_printf(&b, ",\"append_ms\":[%s]",
+                  appends.p != NULL ? appends.p : "");
+    }
     hist_end(&b);
     sb_free(&b);
     sb_free(&pairs);
+    sb_free(&appends);
     return off;
 }
 
