@@ -6,7 +6,8 @@
 # far-behind nodes start from checkpoints), each SMOKE_TIME seconds of faults
 # (default 60) on SMOKE_NODES nodes (default 3); 6.3 min measured on 2
 # cores. Then two short runs (at most 30 s of faults each): work-queue
-# under kills and delayed under partitions (docs/WORKQUEUES.md). Prints a summary table and exits non-zero when any run is not
+# under kills and delayed under partitions (docs/WORKQUEUES.md; 1.8 min
+# together measured on 2 shared cores). Prints a summary table and exits non-zero when any run is not
 # valid (invalid, unknown, harness error, or a node that exited on its
 # own). Needs root; see jepsen/README.md.
 # Env: SMOKE_TIME, SMOKE_NODES, TERN_BUILD (build dir with node/ternd,
