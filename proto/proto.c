@@ -1197,26 +1197,16 @@ int proto_encode_produce_at(struct tern_wbuf *w,
     return proto_frame_end(w, start);
 }
 
-int proto_encode_produce_props(struct tern_wbuf *w,
-                               uint64_t request_id,
-                               const char *queue,
-                               uint64_t producer_id,
-                               uint64_t seq,
-                               proto_pmsg_at_cb at,
-                               const void *msgs,
-                               uint32_t n)
+/* The messages of a PRODUCE or PRODUCE_DELAYED body, then the
+ * properties tail (flag byte and one block per message) when any
+ * message has properties. */
+static void put_msgs_props(struct tern_wbuf *w,
+                           proto_pmsg_at_cb at,
+                           const void *msgs,
+                           uint32_t n)
 {
-    size_t start = w->len;
     struct proto_msg m, p;
     bool props = false;
-    if (n == 0 || msgs == NULL || at == NULL) {
-        return TERN_EINVAL;
-    }
-    proto_frame_begin(w, PROTO_OP_PRODUCE, request_id, 0);
-    put_name(w, queue);
-    tern_wbuf_u64(w, producer_id);
-    tern_wbuf_u64(w, seq);
-    tern_wbuf_u32(w, n);
     for (uint32_t i = 0; i < n; i++) {
         at(msgs, i, &m, &p);
         proto_put_blob(w, m.data, m.len);
@@ -1229,6 +1219,27 @@ int proto_encode_produce_props(struct tern_wbuf *w,
             proto_put_blob(w, p.data, p.len);
         }
     }
+}
+
+int proto_encode_produce_props(struct tern_wbuf *w,
+                               uint64_t request_id,
+                               const char *queue,
+                               uint64_t producer_id,
+                               uint64_t seq,
+                               proto_pmsg_at_cb at,
+                               const void *msgs,
+                               uint32_t n)
+{
+    size_t start = w->len;
+    if (n == 0 || msgs == NULL || at == NULL) {
+        return TERN_EINVAL;
+    }
+    proto_frame_begin(w, PROTO_OP_PRODUCE, request_id, 0);
+    put_name(w, queue);
+    tern_wbuf_u64(w, producer_id);
+    tern_wbuf_u64(w, seq);
+    tern_wbuf_u32(w, n);
+    put_msgs_props(w, at, msgs, n);
     return proto_frame_end(w, start);
 }
 
@@ -1241,8 +1252,6 @@ int proto_encode_produce_delayed(struct tern_wbuf *w,
                                  uint32_t n)
 {
     size_t start = w->len;
-    struct proto_msg m, p;
-    bool props = false;
     if (n == 0 || msgs == NULL || at == NULL) {
         return TERN_EINVAL;
     }
@@ -1250,18 +1259,7 @@ int proto_encode_produce_delayed(struct tern_wbuf *w,
     put_name(w, queue);
     tern_wbuf_u64(w, when);
     tern_wbuf_u32(w, n);
-    for (uint32_t i = 0; i < n; i++) {
-        at(msgs, i, &m, &p);
-        proto_put_blob(w, m.data, m.len);
-        props = props || p.len > 0;
-    }
-    if (props) {
-        tern_wbuf_u8(w, PROTO_PRODUCE_PROPS);
-        for (uint32_t i = 0; i < n; i++) {
-            at(msgs, i, &m, &p);
-            proto_put_blob(w, p.data, p.len);
-        }
-    }
+    put_msgs_props(w, at, msgs, n);
     return proto_frame_end(w, start);
 }
 
