@@ -671,6 +671,7 @@ static int apply_produce(struct idx_env *e,
 static int apply_group(struct idx_env *e,
                        uint64_t index,
                        uint64_t append_ms,
+                       uint64_t t,
                        const struct idx__cmd *c,
                        struct idx_result *r)
 {
@@ -693,12 +694,31 @@ static int apply_group(struct idx_env *e,
         r->status = TERN_EINVAL; /* a shared group settles, never commits */
         return rc < 0 ? rc : 0;
     }
+    /* A live claim of another consumer refuses it (claim.c). */
+    rc = idx__claim_commit_check(e, key, kn, c->consumer_id, t, r);
+    if (rc != 0) {
+        return rc < 0 ? rc : 0;
+    }
     MDB_val k = {kn, key}, v = {idx__group_val_encode(val, &g), val};
     rc = mdb_put(e->wtxn, e->dbi_groups, &k, &v, 0);
     return rc != 0 ? idx__mdb_err(e, rc, "put group") : 0;
 }
 
 /* ---- Shared groups (shared.c; docs/WORKQUEUES.md) ----------------------- */
+
+/* CLAIM (claim.c; docs/WORKQUEUES.md, "Single active consumer"). */
+static int apply_claim(struct idx_env *e,
+                       uint64_t t,
+                       const struct idx__cmd *c,
+                       struct idx_result *r)
+{
+    struct idx__queue_val q = {0};
+    int rc = cmd_queue(e, c, &q, r);
+    if (rc != 0) {
+        return rc < 0 ? rc : 0;
+    }
+    return idx__claim_apply(e, &q, t, c, r);
+}
 
 static int apply_shared(struct idx_env *e,
                         uint64_t t,
@@ -1101,7 +1121,12 @@ int idx__index_record(struct idx_env *e,
                 rc = apply_produce(e, pos, append_ms, payload, &cmd, &r);
                 break;
             case IDX_CMD_GROUP_COMMIT:
-                rc = apply_group(e, index, append_ms, &cmd, &r);
+            case IDX_CMD_GROUP_COMMIT_AS:
+                rc =
+                    apply_group(e, index, append_ms, it.timestamp_ms, &cmd, &r);
+                break;
+            case IDX_CMD_CLAIM:
+                rc = apply_claim(e, it.timestamp_ms, &cmd, &r);
                 break;
             case IDX_CMD_READ_BARRIER:
             case IDX_CMD_TERM:

@@ -161,6 +161,15 @@
  *     there. The body (u32 n_keys included) is at most
  *     IDX_TIMER_FIRE_BYTES_MAX (4 MiB) unless it holds one key.
  *
+ * Single active consumer of stream groups (docs/WORKQUEUES.md), added
+ * after delayed messages (upgrade every node before a leader proposes
+ * one). group = u8 len + a plain name:
+ *   CLAIM (23):
+ *     qname, group, u64 consumer_id (!= 0), u8 action (1 claim or renew,
+ *     2 release), u32 lease_ms (claim: >= 1; release: 0)
+ *   GROUP_COMMIT_AS (24):
+ *     qname, group, u64 consumer_id (!= 0), u64 next_offset
+ *
  * Properties block (version 1; the same bytes travel on the wire in
  * PRODUCE and FETCH, proto/include/proto.h; protected by the checksum of
  * the entry or frame that carries it):
@@ -526,6 +535,47 @@ void idx_cmd_group_commit(struct tern_wbuf *w,
     size_t at = cmd_start(w, IDX_CMD_GROUP_COMMIT);
     put_qname(w, queue);
     put_name(w, group);
+    tern_wbuf_u64(w, next_offset);
+    cmd_finish(w, at);
+}
+
+void idx_cmd_claim(struct tern_wbuf *w,
+                   const char *queue,
+                   const char *group,
+                   uint64_t consumer_id,
+                   uint32_t action,
+                   uint32_t lease_ms)
+{
+    if (consumer_id == 0 ||
+        (action == IDX_CLAIM_ACQUIRE
+             ? lease_ms == 0
+             : action != IDX_CLAIM_RELEASE || lease_ms != 0)) {
+        set_err(w, TERN_EINVAL);
+        return;
+    }
+    size_t at = cmd_start(w, IDX_CMD_CLAIM);
+    put_qname(w, queue);
+    put_name(w, group);
+    tern_wbuf_u64(w, consumer_id);
+    tern_wbuf_u8(w, (uint8_t)action);
+    tern_wbuf_u32(w, lease_ms);
+    cmd_finish(w, at);
+}
+
+void idx_cmd_group_commit_as(struct tern_wbuf *w,
+                             const char *queue,
+                             const char *group,
+                             uint64_t consumer_id,
+                             uint64_t next_offset)
+{
+    if (consumer_id == 0) {
+        set_err(w, TERN_EINVAL);
+        return;
+    }
+    size_t at = cmd_start(w, IDX_CMD_GROUP_COMMIT_AS);
+    put_qname(w, queue);
+    put_name(w, group);
+    tern_wbuf_u64(w, consumer_id);
     tern_wbuf_u64(w, next_offset);
     cmd_finish(w, at);
 }
@@ -1519,6 +1569,29 @@ static int decode_body(struct tern_cursor *c, struct idx__cmd *cmd)
         cmd->queue = get_qname(c, &cmd->queue_len);
         cmd->group = get_name(c, &cmd->group_len);
         cmd->next_offset = tern_cursor_u64(c);
+        break;
+    case IDX_CMD_CLAIM:
+        cmd->queue = get_qname(c, &cmd->queue_len);
+        cmd->group = get_name(c, &cmd->group_len);
+        cmd->consumer_id = tern_cursor_u64(c);
+        cmd->flags = tern_cursor_u8(c);
+        cmd->lease_ms = tern_cursor_u32(c);
+        if (c->err == 0 &&
+            (cmd->consumer_id == 0 ||
+             (cmd->flags == IDX_CLAIM_ACQUIRE
+                  ? cmd->lease_ms == 0
+                  : cmd->flags != IDX_CLAIM_RELEASE || cmd->lease_ms != 0))) {
+            return TERN_EMALFORMED;
+        }
+        break;
+    case IDX_CMD_GROUP_COMMIT_AS:
+        cmd->queue = get_qname(c, &cmd->queue_len);
+        cmd->group = get_name(c, &cmd->group_len);
+        cmd->consumer_id = tern_cursor_u64(c);
+        cmd->next_offset = tern_cursor_u64(c);
+        if (c->err == 0 && cmd->consumer_id == 0) {
+            return TERN_EMALFORMED;
+        }
         break;
     case IDX_CMD_READ_BARRIER:
         break;

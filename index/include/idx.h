@@ -122,6 +122,9 @@ enum idx_cmd_type {
      * messages"). */
     IDX_CMD_PRODUCE_DELAYED = 21,
     IDX_CMD_TIMER_FIRE = 22,
+    /* Single active consumer of stream groups (docs/WORKQUEUES.md). */
+    IDX_CMD_CLAIM = 23,
+    IDX_CMD_GROUP_COMMIT_AS = 24,
 };
 
 /* User and namespace names follow the queue name rule (tern_name_valid)
@@ -437,6 +440,41 @@ void idx_cmd_dead_letter(struct tern_wbuf *w,
 /* A command that changes nothing (result 0): a leader that sees it applied
  * knows every entry committed before it is applied too, and that it was
  * still leader when it was committed (linearizable reads, node/batch.c). */
+/* ---- Single active consumer of stream groups (claim.c) ------------------
+ * docs/WORKQUEUES.md, "Single active consumer for stream groups". */
+#define IDX_CLAIM_ACQUIRE 1u /* claim, or renew a claim held */
+#define IDX_CLAIM_RELEASE 2u
+/* A claim row: the holder's consumer id, the end of its claim (leader
+ * clock, ms) and the generation (+1 each time the holder changes). */
+struct idx_claim
+{
+    uint64_t holder;
+    uint64_t until_ms;
+    uint64_t generation;
+};
+/* CLAIM of stream group (queue, group) by consumer_id (!= 0): action
+ * IDX_CLAIM_ACQUIRE with lease_ms >= 1, or IDX_CLAIM_RELEASE with
+ * lease_ms 0 (else TERN_EINVAL in w->err). Result: acquire granted,
+ * status 0 and count 1; refused (another holder whose until > t), status
+ * TERN_EBUSY; a shared group, TERN_EINVAL; release: count 1 when the row
+ * was the consumer's and is gone, 0 when it changed nothing. Every
+ * result's claim field holds the row after the command (holder 0: no
+ * row). */
+void idx_cmd_claim(struct tern_wbuf *w,
+                   const char *queue,
+                   const char *group,
+                   uint64_t consumer_id,
+                   uint32_t action,
+                   uint32_t lease_ms);
+/* GROUP_COMMIT by consumer consumer_id (!= 0): as idx_cmd_group_commit,
+ * refused with TERN_EBUSY (claim = the row) while another consumer's
+ * claim is live (until > t). A plain GROUP_COMMIT is refused so while
+ * any claim is live. */
+void idx_cmd_group_commit_as(struct tern_wbuf *w,
+                             const char *queue,
+                             const char *group,
+                             uint64_t consumer_id,
+                             uint64_t next_offset);
 void idx_cmd_read_barrier(struct tern_wbuf *w);
 /* The Raft term (>= 1, else TERN_EINVAL) of the leader building the entry;
  * applies nothing (result 0). node/batch.c puts it first in every entry,
@@ -561,6 +599,8 @@ struct idx_result
      * list item i was delivered / settled; clear: left out (a plan on a
      * state that moved) / stale receipt. */
     uint64_t done[IDX_SHARED_LIST_MAX / 64];
+    /* CLAIM, and GROUP_COMMIT(_AS) refused by a claim: the claim row */
+    struct idx_claim claim;
 };
 /* Retention at apply (docs/MESSAGES.md, "Retention"): a produce on a
  * queue with max_messages or max_bytes appends, then (drop-oldest) trims
@@ -881,6 +921,13 @@ int idx_shared_leases(struct idx_env *e,
                       uint32_t max,
                       int (*cb)(void *arg, const struct idx_lease *l),
                       void *arg);
+/* The claim row of stream group (queue, group) (flushed state): 0 with
+ * *out, or 0 with *out zeroed (holder 0) when there is none. The caller
+ * compares until_ms with its clock. TERN_ENOQUEUE, TERN_EBADNAME. */
+int idx_claim_get(struct idx_env *e,
+                  const char *queue,
+                  const char *group,
+                  struct idx_claim *out);
 /* ---- Timer planning (the leader's side of TIMER_FIRE; timer.c) --------- */
 
 /* What one idx_timer_plan call did. */

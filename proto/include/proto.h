@@ -294,6 +294,23 @@
  *                 resp: u32 n, n x u8 done (1: settled; 0: stale, the
  *                       receipt is no longer the message's lease)
  *
+ * Single active consumer of stream groups (op 30, added with work queues;
+ * docs/WORKQUEUES.md, "Single active consumer for stream groups"; an
+ * older server answers TERN_EINVAL "unknown request op"):
+ *   CLAIM         req: str queue, str group, u8 action (PROTO_CLAIM_ACQUIRE
+ *                      1: claim or renew; PROTO_CLAIM_RELEASE 2),
+ *                      u32 lease_ms (acquire: 0 = the server's default;
+ *                      release: 0). The consumer is the connection's
+ *                      producer id (PRODUCER_INIT; TERN_EINVAL without).
+ *                 resp: u8 granted (acquire: 1 the consumer holds the
+ *                       group until until_ms; 0 another consumer holds
+ *                       it; release: 1 released, 0 it held nothing),
+ *                       u64 holder (0: nobody), u64 until_ms (leader
+ *                       clock, ms since the epoch)
+ *                 A lease outside [limits] claim_lease_min_ms ..
+ *                 claim_lease_max_ms is TERN_EINVAL naming the key; a
+ *                 shared group is TERN_EINVAL; ACL: consume.
+ *
  * Delayed messages (op 31, added with work queues; docs/WORKQUEUES.md,
  * "Delayed and scheduled messages"; an older server answers TERN_EINVAL
  * "unknown request op"):
@@ -356,6 +373,7 @@ enum proto_op {
     PROTO_OP_SHARED_CONFIG = 27,
     PROTO_OP_RECEIVE = 28,
     PROTO_OP_SETTLE = 29,
+    PROTO_OP_CLAIM = 30,
     PROTO_OP_PRODUCE_DELAYED = 31,
     PROTO_OP_ERROR = 0x7f,
     PROTO_OP_RESPONSE = 0x80,
@@ -513,6 +531,8 @@ struct proto_request
     uint32_t n_items;
     const uint8_t *items;
     size_t items_len;
+    /* CLAIM: the action in flags (PROTO_CLAIM_*), lease_ms. */
+    uint32_t lease_ms;
 };
 /* Decode a request body for op; TERN_EMALFORMED (trailing bytes included),
  * TERN_EBADNAME for an invalid queue/group name, TERN_EINVAL for an unknown
@@ -829,6 +849,30 @@ int proto_decode_settle_resp(const void *body,
                              size_t len,
                              const uint8_t **done,
                              uint32_t *n);
+
+/* ---- Single active consumer (op 30) ---- */
+
+#define PROTO_CLAIM_ACQUIRE 1u
+#define PROTO_CLAIM_RELEASE 2u
+/* CLAIM: action PROTO_CLAIM_*, lease_ms 0 for a release (else
+ * TERN_EINVAL); TERN_EBADNAME for a bad name. */
+int proto_encode_claim(struct tern_wbuf *w,
+                       uint64_t request_id,
+                       const char *queue,
+                       const char *group,
+                       uint8_t action,
+                       uint32_t lease_ms);
+int proto_encode_claim_resp(struct tern_wbuf *w,
+                            uint64_t request_id,
+                            uint8_t granted,
+                            uint64_t holder,
+                            uint64_t until_ms);
+/* TERN_EMALFORMED (granted above 1, short or long body). */
+int proto_decode_claim_resp(const void *body,
+                            size_t len,
+                            uint8_t *granted,
+                            uint64_t *holder,
+                            uint64_t *until_ms);
 
 /* ---- Frame parsing and response codecs ---- */
 

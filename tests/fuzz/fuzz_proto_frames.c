@@ -232,6 +232,9 @@ static void reencode(const struct proto_request *r,
     case PROTO_OP_SETTLE:
         rv = reencode_shared(&w, r, q, g);
         break;
+    case PROTO_OP_CLAIM:
+        rv = proto_encode_claim(&w, 1, q, g, r->flags, r->lease_ms);
+        break;
     case PROTO_OP_GROUP_COMMIT:
         rv = proto_encode_group_commit(&w, 1, q, g, r->offset);
         break;
@@ -373,6 +376,11 @@ static void responses(const uint8_t *d, size_t len)
         uint64_t ddue;
         (void)proto_decode_produce_delayed_resp(d, len, &dcount, &ddue);
     }
+    {
+        uint8_t granted;
+        uint64_t holder, until;
+        (void)proto_decode_claim_resp(d, len, &granted, &holder, &until);
+    }
     if (proto_decode_fetch_resp(d, len, &fr) == 0) {
         struct proto_fetched_msg m;
         uint32_t n = 0;
@@ -475,6 +483,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 walk_request(&r);
                 reencode(&r, b, blen);
             }
+        }
+        /* Claim (op 30), outside the range above. */
+        if (proto_decode_request(PROTO_OP_CLAIM, b, blen, &r) == 0) {
+            walk_request(&r);
+            reencode(&r, b, blen);
         }
         /* Delayed produce (op 31), outside the range above. */
         if (proto_decode_request(PROTO_OP_PRODUCE_DELAYED, b, blen, &r) == 0) {
