@@ -860,10 +860,11 @@ static int decode_claim(struct tern_cursor *c, struct proto_request *out)
     if (rv != 0) {
         return rv;
     }
+    out->consumer_id = tern_cursor_u64(c);
     out->flags = tern_cursor_u8(c);
     out->lease_ms = tern_cursor_u32(c);
     if (c->err == 0 &&
-        (out->flags == PROTO_CLAIM_ACQUIRE
+        (out->consumer_id == 0 || out->flags == PROTO_CLAIM_ACQUIRE
              ? false
              : out->flags != PROTO_CLAIM_RELEASE || out->lease_ms != 0)) {
         return TERN_EMALFORMED;
@@ -875,17 +876,20 @@ int proto_encode_claim(struct tern_wbuf *w,
                        uint64_t request_id,
                        const char *queue,
                        const char *group,
+                       uint64_t consumer_id,
                        uint8_t action,
                        uint32_t lease_ms)
 {
     size_t start = w->len;
-    if (action != PROTO_CLAIM_ACQUIRE &&
-        (action != PROTO_CLAIM_RELEASE || lease_ms != 0)) {
+    if (consumer_id == 0 ||
+        (action != PROTO_CLAIM_ACQUIRE &&
+         (action != PROTO_CLAIM_RELEASE || lease_ms != 0))) {
         return TERN_EINVAL;
     }
     proto_frame_begin(w, PROTO_OP_CLAIM, request_id, 0);
     put_name(w, queue);
     put_name(w, group);
+    tern_wbuf_u64(w, consumer_id);
     tern_wbuf_u8(w, action);
     tern_wbuf_u32(w, lease_ms);
     return proto_frame_end(w, start);

@@ -297,11 +297,14 @@
  * Single active consumer of stream groups (op 30, added with work queues;
  * docs/WORKQUEUES.md, "Single active consumer for stream groups"; an
  * older server answers TERN_EINVAL "unknown request op"):
- *   CLAIM         req: str queue, str group, u8 action (PROTO_CLAIM_ACQUIRE
- *                      1: claim or renew; PROTO_CLAIM_RELEASE 2),
- *                      u32 lease_ms (acquire: 0 = the server's default;
- *                      release: 0). The consumer is the connection's
- *                      producer id (PRODUCER_INIT; TERN_EINVAL without).
+ *   CLAIM         req: str queue, str group, u64 consumer_id (the
+ *                      client's producer id, PRODUCER_INIT, as RECEIVE;
+ *                      not 0), u8 action (PROTO_CLAIM_ACQUIRE 1: claim or
+ *                      renew; PROTO_CLAIM_RELEASE 2), u32 lease_ms
+ *                      (acquire: 0 = the server's default; release: 0).
+ *                      The connection keeps the consumer id: its group
+ *                      fetches and commits are checked against claims as
+ *                      that consumer's.
  *                 resp: u8 granted (acquire: 1 the consumer holds the
  *                       group until until_ms; 0 another consumer holds
  *                       it; release: 1 released, 0 it held nothing),
@@ -531,7 +534,7 @@ struct proto_request
     uint32_t n_items;
     const uint8_t *items;
     size_t items_len;
-    /* CLAIM: the action in flags (PROTO_CLAIM_*), lease_ms. */
+    /* CLAIM: consumer_id, the action in flags (PROTO_CLAIM_*), lease_ms. */
     uint32_t lease_ms;
 };
 /* Decode a request body for op; TERN_EMALFORMED (trailing bytes included),
@@ -854,12 +857,13 @@ int proto_decode_settle_resp(const void *body,
 
 #define PROTO_CLAIM_ACQUIRE 1u
 #define PROTO_CLAIM_RELEASE 2u
-/* CLAIM: action PROTO_CLAIM_*, lease_ms 0 for a release (else
- * TERN_EINVAL); TERN_EBADNAME for a bad name. */
+/* CLAIM: consumer_id not 0, action PROTO_CLAIM_*, lease_ms 0 for a
+ * release (else TERN_EINVAL); TERN_EBADNAME for a bad name. */
 int proto_encode_claim(struct tern_wbuf *w,
                        uint64_t request_id,
                        const char *queue,
                        const char *group,
+                       uint64_t consumer_id,
                        uint8_t action,
                        uint32_t lease_ms);
 int proto_encode_claim_resp(struct tern_wbuf *w,

@@ -233,7 +233,8 @@ static void reencode(const struct proto_request *r,
         rv = reencode_shared(&w, r, q, g);
         break;
     case PROTO_OP_CLAIM:
-        rv = proto_encode_claim(&w, 1, q, g, r->flags, r->lease_ms);
+        rv = proto_encode_claim(&w, 1, q, g, r->consumer_id, r->flags,
+                                r->lease_ms);
         break;
     case PROTO_OP_GROUP_COMMIT:
         rv = proto_encode_group_commit(&w, 1, q, g, r->offset);

@@ -1,7 +1,8 @@
 /* Unit tests of CLAIM (op 30) in proto/: the request (acquire with a
  * lease or the server's default, release), its answer, and the
  * refusals of encoder and decoder (unknown action, a release with a
- * lease, bad names, truncated bodies, trailing bytes, granted above 1). */
+ * lease, consumer id 0, bad names, truncated bodies, trailing bytes, granted
+ * above 1). */
 #include <string.h>
 
 #include <criterion/criterion.h>
@@ -27,7 +28,7 @@ Test(proto_claim, request_round_trip)
     struct proto_header h;
     const uint8_t *body;
     tern_wbuf_init(&w);
-    cr_assert_eq(proto_encode_claim(&w, 9, "orders", "billing",
+    cr_assert_eq(proto_encode_claim(&w, 9, "orders", "billing", 0x100000003ULL,
                                     PROTO_CLAIM_ACQUIRE, 2000),
                  0);
     cr_assert_eq(decode_frame(&w, &r, &h, &body), 0);
@@ -35,6 +36,7 @@ Test(proto_claim, request_round_trip)
     cr_expect_eq(h.request_id, 9);
     cr_expect(r.queue_len == 6 && memcmp(r.queue, "orders", 6) == 0);
     cr_expect(r.group_len == 7 && memcmp(r.group, "billing", 7) == 0);
+    cr_expect_eq(r.consumer_id, 0x100000003ULL);
     cr_expect_eq(r.flags, PROTO_CLAIM_ACQUIRE);
     cr_expect_eq(r.lease_ms, 2000);
     /* Every truncation is refused, and so is a trailing byte. */
@@ -57,13 +59,13 @@ Test(proto_claim, request_round_trip)
 
     /* Acquire with lease 0 (the server's default) and a release. */
     w.len = 0;
-    cr_assert_eq(proto_encode_claim(&w, 10, "q", "g", PROTO_CLAIM_ACQUIRE, 0),
-                 0);
+    cr_assert_eq(
+        proto_encode_claim(&w, 10, "q", "g", 5, PROTO_CLAIM_ACQUIRE, 0), 0);
     cr_assert_eq(decode_frame(&w, &r, &h, &body), 0);
     cr_expect(r.flags == PROTO_CLAIM_ACQUIRE && r.lease_ms == 0);
     w.len = 0;
-    cr_assert_eq(proto_encode_claim(&w, 11, "q", "g", PROTO_CLAIM_RELEASE, 0),
-                 0);
+    cr_assert_eq(
+        proto_encode_claim(&w, 11, "q", "g", 5, PROTO_CLAIM_RELEASE, 0), 0);
     cr_assert_eq(decode_frame(&w, &r, &h, &body), 0);
     cr_expect(r.flags == PROTO_CLAIM_RELEASE && r.lease_ms == 0);
     /* A release with a lease, decoded: refused. */
@@ -78,13 +80,17 @@ Test(proto_claim, encoder_refusals)
 {
     struct tern_wbuf w;
     tern_wbuf_init(&w);
-    cr_expect_eq(proto_encode_claim(&w, 1, "q", "g", 0, 10), TERN_EINVAL);
-    cr_expect_eq(proto_encode_claim(&w, 1, "q", "g", 3, 10), TERN_EINVAL);
-    cr_expect_eq(proto_encode_claim(&w, 1, "q", "g", PROTO_CLAIM_RELEASE, 10),
-                 TERN_EINVAL);
+    cr_expect_eq(proto_encode_claim(&w, 1, "q", "g", 5, 0, 10), TERN_EINVAL);
+    cr_expect_eq(proto_encode_claim(&w, 1, "q", "g", 5, 3, 10), TERN_EINVAL);
+    cr_expect_eq(
+        proto_encode_claim(&w, 1, "q", "g", 0, PROTO_CLAIM_ACQUIRE, 10),
+        TERN_EINVAL);
+    cr_expect_eq(
+        proto_encode_claim(&w, 1, "q", "g", 5, PROTO_CLAIM_RELEASE, 10),
+        TERN_EINVAL);
     cr_expect_eq(w.len, 0, "nothing written");
     cr_expect_eq(
-        proto_encode_claim(&w, 1, "bad name", "g", PROTO_CLAIM_ACQUIRE, 10),
+        proto_encode_claim(&w, 1, "bad name", "g", 5, PROTO_CLAIM_ACQUIRE, 10),
         TERN_EBADNAME);
     tern_wbuf_free(&w);
 }
