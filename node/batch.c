@@ -633,10 +633,49 @@ int node_batcher_add(struct node_batcher *b,
         }
         break;
     default:
-        idx_cmd_group_commit(&b->open->w, queue, group, r->offset);
+        /* A connection with a consumer id commits as that consumer
+         * (single active consumer, docs/WORKQUEUES.md). */
+        if (r->consumer_id != 0) {
+            idx_cmd_group_commit_as(&b->open->w, queue, group, r->consumer_id,
+                                    r->offset);
+        } else {
+            idx_cmd_group_commit(&b->open->w, queue, group, r->offset);
+        }
         break;
     }
     tern_free(msgs);
+    return add_finish(b, w);
+}
+
+int node_batcher_add_claim(struct node_batcher *b,
+                           void *owner,
+                           uint64_t request_id,
+                           const char *queue,
+                           const char *group,
+                           uint64_t consumer_id,
+                           uint32_t action,
+                           uint32_t lease_ms)
+{
+    struct node_wreq *w;
+    int rv;
+    if (consumer_id == 0 ||
+        (action == IDX_CLAIM_ACQUIRE
+             ? lease_ms == 0
+             : action != IDX_CLAIM_RELEASE || lease_ms != 0)) {
+        return TERN_EINVAL;
+    }
+    if (!shared_names_ok(queue, group)) {
+        return TERN_EBADNAME;
+    }
+    w = wreq_new(owner, request_id, PROTO_OP_CLAIM);
+    rv = w == NULL ? -ENOMEM : open_for(b, 64 + 2 * TERN_NAME_MAX);
+    if (rv != 0) {
+        tern_free(w);
+        return rv;
+    }
+    name_copy(w->queue, queue, (uint16_t)strlen(queue));
+    name_copy(w->group, group, (uint16_t)strlen(group));
+    idx_cmd_claim(&b->open->w, queue, group, consumer_id, action, lease_ms);
     return add_finish(b, w);
 }
 
