@@ -1439,6 +1439,93 @@ int tern_settle(struct tern_client *c,
     return sync_call(c, r, rv, "settle", settle_done, items);
 }
 
+/* ---- Single active consumer of stream groups ---- */
+
+struct claim_out
+{
+    int *granted;
+    uint64_t *holder;
+    uint64_t *until_ms;
+};
+
+/* sync_call's done for tern_group_claim / tern_group_release. */
+static int claim_done(struct tern__req *r, void *out)
+{
+    struct claim_out *o = out;
+    uint8_t granted = 0;
+    uint64_t holder = 0, until = 0;
+    int rv = proto_decode_claim_resp(r->body, r->body_len, &granted, &holder,
+                                     &until);
+    if (rv == 0) {
+        *o->granted = granted;
+        *o->holder = holder;
+        *o->until_ms = until;
+    }
+    return rv;
+}
+
+static int claim_call(struct tern_client *c,
+                      const char *queue,
+                      const char *group,
+                      uint8_t action,
+                      uint32_t lease_ms,
+                      struct claim_out *o)
+{
+    struct tern__req *r;
+    int rv = check_call(c);
+    if (rv == 0) {
+        rv = producer_init(c);
+    }
+    if (rv == 0) {
+        rv = sync_req_new(c, PROTO_OP_CLAIM, 0, 0, &r);
+    }
+    if (rv != 0) {
+        return rv;
+    }
+    rv = proto_encode_claim(&r->frame, 0, queue, group, c->producer_id, action,
+                            lease_ms);
+    return sync_call(c, r, rv, "claim", claim_done, o);
+}
+
+int tern_group_claim(struct tern_client *c,
+                     const char *queue,
+                     const char *group,
+                     uint32_t lease_ms,
+                     int *granted,
+                     uint64_t *holder,
+                     uint64_t *until_ms)
+{
+    int g = 0;
+    uint64_t h = 0, u = 0;
+    struct claim_out o = {&g, &h, &u};
+    int rv = claim_call(c, queue, group, PROTO_CLAIM_ACQUIRE, lease_ms, &o);
+    if (granted != NULL) {
+        *granted = g;
+    }
+    if (holder != NULL) {
+        *holder = h;
+    }
+    if (until_ms != NULL) {
+        *until_ms = u;
+    }
+    return rv;
+}
+
+int tern_group_release(struct tern_client *c,
+                       const char *queue,
+                       const char *group)
+{
+    int g = 0;
+    uint64_t h = 0, u = 0;
+    struct claim_out o = {&g, &h, &u};
+    return claim_call(c, queue, group, PROTO_CLAIM_RELEASE, 0, &o);
+}
+
+uint64_t tern_client_consumer_id(const struct tern_client *c)
+{
+    return c->producer_id;
+}
+
 int tern_cluster_status(struct tern_client *c,
                         const char *address,
                         struct tern_status **out)

@@ -526,6 +526,34 @@ TERN_API int tern_settle(struct tern_client *c,
                          struct tern_settle_item *items,
                          size_t n);
 
+/* ---- Single active consumer of stream groups (docs/WORKQUEUES.md) ------ */
+
+/* Claim stream group (queue, group) for this client (its consumer id is
+ * its producer id, asked from the leader on first use) for lease_ms (0:
+ * the server's default, 30 s; outside the server's [limits]
+ * claim_lease_min_ms..claim_lease_max_ms: TERN_EINVAL naming the key),
+ * or renew the claim it holds. OUT (each may be NULL): *granted 1 when
+ * this client holds the group until *until_ms (leader clock, ms since
+ * the epoch), 0 when consumer *holder holds it until *until_ms. While
+ * another consumer holds a group, this client's tern_group_fetch and
+ * tern_group_commit on it fail with TERN_EBUSY (the message names the
+ * holder and until when). A shared group: TERN_EINVAL. */
+TERN_API int tern_group_claim(struct tern_client *c,
+                              const char *queue,
+                              const char *group,
+                              uint32_t lease_ms,
+                              int *granted,
+                              uint64_t *holder,
+                              uint64_t *until_ms);
+/* Give up this client's claim of (queue, group) at once (nothing changes
+ * when it holds none). A connection that closes releases its claims
+ * too. */
+TERN_API int tern_group_release(struct tern_client *c,
+                                const char *queue,
+                                const char *group);
+/* The consumer id claims and receives use (0 before the first one). */
+TERN_API uint64_t tern_client_consumer_id(const struct tern_client *c);
+
 /* ---- Message properties (docs/MESSAGES.md) ----------------------------- */
 
 /* Limits of one message's properties (the server refuses a produce over
