@@ -113,7 +113,7 @@ int cli_exclusive_consume(struct tern_client *c,
             renewed = now_ms();
         }
         /* A long poll no longer than the renewal period. */
-        uint32_t wait = follow ? (uint32_t)TERN_MIN(third, 1000u) : 0;
+        uint32_t wait = follow ? (uint32_t)(third < 1000 ? third : 1000) : 0;
         struct tern_fetch_options fo = {want, CLI__EXCL_FETCH_BYTES, wait, NULL,
                                         0};
         rv = tern_group_fetch_ex(c, queue, group, &fo, &r);
