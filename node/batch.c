@@ -530,11 +530,8 @@ int node_batcher_add(struct node_batcher *b,
          r->group_len == 0)) {
         return TERN_EBADNAME;
     }
-    if (r->op == PROTO_OP_PRODUCE &&
+    if ((r->op == PROTO_OP_PRODUCE || r->op == PROTO_OP_PRODUCE_DELAYED) &&
         (r->n_msgs == 0 || (r->producer_id != 0 && r->seq == 0))) {
-        return TERN_EINVAL;
-    }
-    if (r->op == PROTO_OP_PRODUCE_DELAYED && r->n_msgs == 0) {
         return TERN_EINVAL;
     }
     w = tern_calloc(1, sizeof(*w));
@@ -613,7 +610,8 @@ int node_batcher_add(struct node_batcher *b,
         } else {
             w->due_ms = when > UINT64_MAX - t ? UINT64_MAX : t + when;
         }
-        idx_cmd_produce_delayed(&b->open->w, queue, w->due_ms, msgs, r->n_msgs);
+        idx_cmd_produce_delayed(&b->open->w, queue, w->due_ms, r->producer_id,
+                                r->seq, msgs, r->n_msgs);
         break;
     }
     case PROTO_OP_GROUP_FETCH:

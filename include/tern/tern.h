@@ -340,10 +340,11 @@ TERN_API int tern_produce(struct tern_client *c,
  * fetch sees them. *out_due_ms (OUT, may be NULL) is the due time the
  * leader recorded, by its clock. A due time more than the server's
  * [limits] max_delay_ms ahead (40 days by default) is TERN_EINVAL; a
- * missing queue TERN_ENOQUEUE. There is no producer dedup: a retry after
- * an ambiguous outcome (a lost connection or leadership) may schedule the
- * batch twice. A server without delayed messages answers TERN_EINVAL
- * "unknown request op". */
+ * missing queue TERN_ENOQUEUE. The batch carries a producer id and seq of
+ * its own, so the call's resends after a lost connection or leadership
+ * schedule it once (a resend is answered the first due time); only a new
+ * call after a failed one may schedule a batch twice. A server without
+ * delayed messages answers TERN_EINVAL "unknown request op". */
 TERN_API int tern_produce_delayed(struct tern_client *c,
                                   const char *queue,
                                   const struct tern_msg *msgs,
