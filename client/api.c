@@ -1448,9 +1448,10 @@ int tern_settle(struct tern_client *c,
     for (size_t i = 0; i < n; i++) {
         pi[i].offset = items[i].receipt.offset;
         pi[i].count = items[i].receipt.count;
-        pi[i].action = (uint8_t)(items[i].action < 0 || items[i].action > 3
-                                     ? 255
-                                     : items[i].action);
+        pi[i].action =
+            (uint8_t)(items[i].action < 0 || items[i].action > TERN_SETTLE_RETRY
+                          ? 255
+                          : items[i].action);
         pi[i].delay_ms = items[i].delay_ms;
         items[i].done = 0;
     }
@@ -1465,7 +1466,8 @@ int tern_settle(struct tern_client *c,
     if (rv == TERN_EINVAL) {
         tern_errmsg_printf(c->errmsg,
                            "settle: receipts in increasing offset order, a "
-                           "known action, no delay for ack and release");
+                           "known action, no delay for ack, release and "
+                           "retry");
     }
     return sync_call(c, r, rv, "settle", settle_done, items);
 }

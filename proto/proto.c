@@ -770,11 +770,12 @@ static void get_settle_item(struct tern_cursor *c, void *item)
 
 static int settle_item_ok(const struct proto_settle_item *it)
 {
-    if (it->action > PROTO_SETTLE_RELEASE) {
+    if (it->action > PROTO_SETTLE_RETRY) {
         return 0;
     }
     return !((it->action == PROTO_SETTLE_ACK ||
-              it->action == PROTO_SETTLE_RELEASE) &&
+              it->action == PROTO_SETTLE_RELEASE ||
+              it->action == PROTO_SETTLE_RETRY) &&
              it->delay_ms != 0);
 }
 

@@ -289,7 +289,10 @@
  *   SETTLE        req: str queue, str group, u32 n (1..
  *                      PROTO_SHARED_LIST_MAX), n x {u64 offset, u32 count,
  *                      u8 action (PROTO_SETTLE_ACK 0, NACK 1, EXTEND 2,
- *                      RELEASE 3), u64 delay_ms (0 for ack and release)};
+ *                      RELEASE 3, RETRY 4), u64 delay_ms (0 for ack,
+ *                      release and retry)}; RETRY is a nack whose delay
+ *                      the leader takes from the backoff levels by the
+ *                      receipt's delivery count (docs/WORKQUEUES.md)
  *                      offsets strictly increasing
  *                 resp: u32 n, n x u8 done (1: settled; 0: stale, the
  *                       receipt is no longer the message's lease)
@@ -770,6 +773,7 @@ struct proto_fetch_resp;
 #define PROTO_SETTLE_NACK               1u
 #define PROTO_SETTLE_EXTEND             2u
 #define PROTO_SETTLE_RELEASE            3u
+#define PROTO_SETTLE_RETRY              4u /* nack after the backoff level */
 /* One SETTLE item. */
 struct proto_settle_item
 {
