@@ -148,10 +148,11 @@
  *     u64 due_ms (absolute, the leader's clock), then a PRODUCE_PROPS body
  *     (qname, u64 producer_id, u64 seq, u32 n_msgs (>= 1), n_msgs x
  *     (u32 len, bytes, u32 props_len, props)) with two differences: no
- *     message needs a properties block, and producer_id and seq are 0
- *     (producer dedup of delayed produces is not built; the fields keep
- *     the layout of PRODUCE_PROPS). The messages are numbered, for the
- *     timer keys, across all PRODUCE_DELAYED commands of the entry from 0.
+ *     message needs a properties block, and producer_id and seq are
+ *     deduplicated as PRODUCE's (apply.c: the producers row of the queue
+ *     remembers (seq, due_ms, count) of the batches it scheduled; 0 / 0 =
+ *     no dedup). The messages are numbered, for the timer keys, across
+ *     all PRODUCE_DELAYED commands of the entry from 0.
  *   TIMER_FIRE (22):
  *     u32 n_keys (1..IDX_TIMER_FIRE_KEYS_MAX = 1024), n_keys x
  *     (u64 due_ms, u64 raft_index (>= 1), u32 msg_no, qname, u32 len,
@@ -454,10 +455,12 @@ void idx_cmd_produce_props(struct tern_wbuf *w,
 void idx_cmd_produce_delayed(struct tern_wbuf *w,
                              const char *queue,
                              uint64_t due_ms,
+                             uint64_t producer_id,
+                             uint64_t seq,
                              const struct idx_pmsg *msgs,
                              uint32_t n)
 {
-    produce(w, queue, 0, 0, props_at, msgs, n, &due_ms);
+    produce(w, queue, producer_id, seq, props_at, msgs, n, &due_ms);
 }
 
 size_t idx_cmd_timer_fire_begin(struct tern_wbuf *w)
@@ -1513,7 +1516,6 @@ static int decode_body(struct tern_cursor *c, struct idx__cmd *cmd)
             break;
         }
         if (cmd->n_msgs == 0 || (cmd->producer_id != 0 && cmd->seq == 0) ||
-            (delayed && (cmd->producer_id != 0 || cmd->seq != 0)) ||
             tern_cursor_left(c) / (props ? 8 : 4) < cmd->n_msgs) {
             return TERN_EMALFORMED;
         }

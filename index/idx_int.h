@@ -543,6 +543,24 @@ int idx__produce_append(struct idx_env *e,
                         uint64_t batch_bytes,
                         struct idx_result *r);
 
+/* Producer dedup shared by PRODUCE and PRODUCE_DELAYED (apply.c; rules at
+ * the top of apply.c): check before applying a batch (1 answered: a
+ * duplicate or TERN_ESEQUENCE in r; 0 go on with *pv filled; or a failure
+ * code), remember (seq, base, count) after applying it. */
+int idx__producer_check(struct idx_env *e,
+                        uint64_t queue_id,
+                        uint64_t producer_id,
+                        uint64_t seq,
+                        struct idx__producer_val *pv,
+                        struct idx_result *r);
+int idx__producer_remember(struct idx_env *e,
+                           uint64_t queue_id,
+                           uint64_t producer_id,
+                           uint64_t seq,
+                           struct idx__producer_val *pv,
+                           uint64_t base,
+                           uint32_t count);
+
 /* ---- timer.c: delayed messages ------------------------------------------- */
 
 /* PRODUCE_DELAYED c of the record at pos (raft index index): a timer row

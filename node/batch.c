@@ -316,6 +316,18 @@ static struct node_wreq *wreq_new(void *owner, uint64_t request_id, uint8_t op)
     return w;
 }
 
+/* The backoff levels of a SETTLE retry (RocketMQ's delay levels from
+ * 1 s): the delay of a message nacked after its count-th delivery. */
+uint64_t node_retry_delay_ms(uint32_t count)
+{
+    static const uint32_t levels_s[] = {1,   5,   10,   30,   60,   120,
+                                        180, 240, 300,  360,  420,  480,
+                                        540, 600, 1200, 1800, 3600, 7200};
+    size_t n = sizeof levels_s / sizeof levels_s[0];
+    size_t i = count == 0 ? 0 : TERN_MIN((size_t)count - 1, n - 1);
+    return (uint64_t)levels_s[i] * 1000u;
+}
+
 /* SHARED_CONFIG and SETTLE of a client (names already stored ones). */
 static int add_shared(struct node_batcher *b,
                       void *owner,
@@ -371,6 +383,10 @@ static int add_shared(struct node_batcher *b,
             items[i].count = it.count;
             items[i].action = it.action;
             items[i].delay_ms = it.delay_ms;
+            if (it.action == PROTO_SETTLE_RETRY) {
+                items[i].action = IDX_SETTLE_NACK;
+                items[i].delay_ms = node_retry_delay_ms(it.count);
+            }
             i++;
         }
         if (i != r->n_items) {
@@ -530,11 +546,8 @@ int node_batcher_add(struct node_batcher *b,
          r->group_len == 0)) {
         return TERN_EBADNAME;
     }
-    if (r->op == PROTO_OP_PRODUCE &&
+    if ((r->op == PROTO_OP_PRODUCE || r->op == PROTO_OP_PRODUCE_DELAYED) &&
         (r->n_msgs == 0 || (r->producer_id != 0 && r->seq == 0))) {
-        return TERN_EINVAL;
-    }
-    if (r->op == PROTO_OP_PRODUCE_DELAYED && r->n_msgs == 0) {
         return TERN_EINVAL;
     }
     w = tern_calloc(1, sizeof(*w));
@@ -613,7 +626,8 @@ int node_batcher_add(struct node_batcher *b,
         } else {
             w->due_ms = when > UINT64_MAX - t ? UINT64_MAX : t + when;
         }
-        idx_cmd_produce_delayed(&b->open->w, queue, w->due_ms, msgs, r->n_msgs);
+        idx_cmd_produce_delayed(&b->open->w, queue, w->due_ms, r->producer_id,
+                                r->seq, msgs, r->n_msgs);
         break;
     }
     case PROTO_OP_GROUP_FETCH:

@@ -116,6 +116,11 @@ struct node_batcher
 void node_batcher_init(struct node_batcher *b,
                        const struct node_batcher_ops *ops,
                        void *arg);
+/* The delay of a SETTLE retry (PROTO_SETTLE_RETRY) of a message after its
+ * count-th delivery: RocketMQ's backoff levels 1s 5s 10s 30s 1m 2m ... 2h
+ * (docs/WORKQUEUES.md); the last level for every count beyond. */
+uint64_t node_retry_delay_ms(uint32_t count);
+
 /* Add one write request (QUEUE_CREATE/DELETE, PRODUCE, PRODUCE_DELAYED
  * (its due time: r->time_ms's due time, at least the entry's timestamp,
  * or that timestamp plus its delay; set in the request's due_ms),

@@ -1647,7 +1647,7 @@ static void handle_write(struct node_conn *c,
             send_error(c, r->op, request_id, TERN_ESHUTDOWN, NULL);
             return;
         }
-        if (r->op == PROTO_OP_PRODUCE && r->producer_id != 0 &&
+        if (r->producer_id != 0 &&
             (rv = node_access_producer(c->srv->access, &c->who, view_idx(v),
                                        r->producer_id, m)) != 0) {
             send_error(c, r->op, request_id, rv, m);
@@ -2257,8 +2257,10 @@ void node_server_respond(struct node_wreq *w)
                                           w->result.base_offset,
                                           w->result.count, w->result.duplicate);
             } else if (w->op == PROTO_OP_PRODUCE_DELAYED) {
-                proto_encode_produce_delayed_resp(&b, w->request_id,
-                                                  w->result.count, w->due_ms);
+                /* A resend answers the first batch's due time. */
+                proto_encode_produce_delayed_resp(
+                    &b, w->request_id, w->result.count,
+                    w->result.duplicate ? w->result.base_offset : w->due_ms);
             } else if (w->op == PROTO_OP_PRODUCER_INIT) {
                 /* The index hands the new id out as base_offset. */
                 proto_encode_producer_init_resp(&b, w->request_id,

@@ -770,11 +770,12 @@ static void get_settle_item(struct tern_cursor *c, void *item)
 
 static int settle_item_ok(const struct proto_settle_item *it)
 {
-    if (it->action > PROTO_SETTLE_RELEASE) {
+    if (it->action > PROTO_SETTLE_RETRY) {
         return 0;
     }
     return !((it->action == PROTO_SETTLE_ACK ||
-              it->action == PROTO_SETTLE_RELEASE) &&
+              it->action == PROTO_SETTLE_RELEASE ||
+              it->action == PROTO_SETTLE_RETRY) &&
              it->delay_ms != 0);
 }
 
@@ -1099,6 +1100,15 @@ int proto_decode_request(uint8_t op,
             break;
         }
         out->time_ms = tern_cursor_u64(&c);
+        if ((out->time_ms & PROTO_DELAY_DEDUP) != 0) {
+            out->time_ms &= ~PROTO_DELAY_DEDUP;
+            out->producer_id = tern_cursor_u64(&c);
+            out->seq = tern_cursor_u64(&c);
+            if (c.err == 0 && (out->producer_id == 0 || out->seq == 0)) {
+                rv = TERN_EINVAL;
+                break;
+            }
+        }
         out->n_msgs = tern_cursor_u32(&c);
         if (c.err != 0) {
             break;
@@ -1335,17 +1345,26 @@ int proto_encode_produce_delayed(struct tern_wbuf *w,
                                  uint64_t request_id,
                                  const char *queue,
                                  uint64_t when,
+                                 uint64_t producer_id,
+                                 uint64_t seq,
                                  proto_pmsg_at_cb at,
                                  const void *msgs,
                                  uint32_t n)
 {
     size_t start = w->len;
-    if (n == 0 || msgs == NULL || at == NULL) {
+    if (n == 0 || msgs == NULL || at == NULL ||
+        (when & PROTO_DELAY_DEDUP) != 0 || (producer_id != 0 && seq == 0)) {
         return TERN_EINVAL;
     }
     proto_frame_begin(w, PROTO_OP_PRODUCE_DELAYED, request_id, 0);
     put_name(w, queue);
-    tern_wbuf_u64(w, when);
+    if (producer_id != 0) {
+        tern_wbuf_u64(w, when | PROTO_DELAY_DEDUP);
+        tern_wbuf_u64(w, producer_id);
+        tern_wbuf_u64(w, seq);
+    } else {
+        tern_wbuf_u64(w, when);
+    }
     tern_wbuf_u32(w, n);
     put_msgs_props(w, at, msgs, n);
     return proto_frame_end(w, start);

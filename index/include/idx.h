@@ -499,11 +499,16 @@ struct idx_timer_key
 /* PRODUCE_DELAYED: msgs[0..n) (borrowed, n >= 1; props_len 0 = none) go
  * to queue when the leader's clock reaches due_ms (absolute, ms). Result:
  * count = n, or TERN_ENOQUEUE, TERN_ETOOBIG (a message over max_message);
- * nothing is appended to the queue until a TIMER_FIRE moves it. Errors in
- * w->err as the produce builders. */
+ * nothing is appended to the queue until a TIMER_FIRE moves it. With
+ * producer_id != 0 (seq >= 1) the batch is deduplicated as a PRODUCE: a
+ * resend answers duplicate = 1 with the first batch's count and its due
+ * time in base_offset (0 / 0 when forgotten), TERN_ESEQUENCE for a gap.
+ * Errors in w->err as the produce builders. */
 void idx_cmd_produce_delayed(struct tern_wbuf *w,
                              const char *queue,
                              uint64_t due_ms,
+                             uint64_t producer_id,
+                             uint64_t seq,
                              const struct idx_pmsg *msgs,
                              uint32_t n);
 /* TIMER_FIRE, built key by key: begin returns a handle (0 after an error,

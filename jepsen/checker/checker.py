@@ -187,14 +187,11 @@ plus):
                 the leader then fires by this machine's clock); later
                 ones (a due time stamped by a leader whose clock ran
                 ahead) are counted as not_due.
-  duplicated    a value stored at two offsets is invalid (a TIMER_FIRE
-                moves a timer once), except (counted as
-                delayed_duplicates) when its produce ended info / fail
-                ("retried-ambiguous") or a nemesis event happened during
-                its call or FAULT_GRACE_S before it ("retried-in-call"):
-                delayed produces have no producer dedup, and libtern
-                resends a request after a lost connection or leadership,
-                which may schedule the message twice.
+  duplicated    a value stored at two offsets is invalid: a TIMER_FIRE
+                moves a timer once, and delayed produces are
+                deduplicated (libtern resends a call's batch after a
+                lost connection or leadership under the same producer
+                id and seq; the driver never produces a value twice).
 """
 
 import argparse
@@ -536,33 +533,9 @@ def check(events):
     unexpected = sorted(v for v in read_anywhere if v not in attempts)
     failed_seen = sorted(v for v in failed if v in read_anywhere)
     duplicated = sorted(v for v in reads if len(reads[v]) > 1)
-    # Delayed produces have no producer dedup: a retry after an ambiguous
-    # outcome may schedule a message twice (docs/WORKQUEUES.md). Such a
-    # copy is documented: the produce ended info / fail
-    # ("retried-ambiguous"), or it ended ok but a nemesis event happened
-    # during the call or FAULT_GRACE_S before it, so libtern may have
-    # resent it after a lost connection or leadership ("retried-in-call").
-    # Any other value stored twice is invalid (TIMER_FIRE moves a timer
-    # once).
-    delayed_dups = []
-    if workload == "delayed":
-        keep = []
-        for v in duplicated:
-            reason = None
-            a = acked.get(v)
-            if v in infos or v in failed:
-                reason = "retried-ambiguous"
-            elif a is not None and a["invoke"] is not None and \
-                    a["complete"] is not None and \
-                    any(a["invoke"] - FAULT_GRACE_S * 1e9 <= nt <=
-                        a["complete"] for nt in nemesis_times):
-                reason = "retried-in-call"
-            if reason is None:
-                keep.append(v)
-            else:
-                delayed_dups.append({"value": v, "reason": reason,
-                                     "at": sorted(list(x) for x in reads[v])})
-        duplicated = keep
+    # Delayed produces are deduplicated like PRODUCE (libtern resends one
+    # call's batch under the same producer id and seq, docs/WORKQUEUES.md)
+    # and a TIMER_FIRE moves a timer once: a value stored twice is invalid.
     # Delayed: read before its earliest possible due time (the produce's
     # invoke wall clock + its delay) minus the clock bound.
     early = []
@@ -812,11 +785,9 @@ def check(events):
             "probes_below": len(probes),
             "early": len(early),
             "not_due": sum(1 for v in acked if not_due(v)),
-            "delayed_duplicates": len(delayed_dups),
         },
         "workload": workload or "queue",
         "early": early,
-        "delayed_duplicates": delayed_dups,
         "clock_bound_ms": clock_bound_ms,
         "retention": retention,
         "under_trimmed": under_trimmed,
@@ -1153,9 +1124,8 @@ def format_report(r, limit=10):
                  % c["stale_leader_reads"])
     if r.get("workload") == "delayed":
         lines.append("delayed: early %d (clock bound %d ms)  not due at the "
-                     "drain %d (not judged)  documented duplicates %d"
-                     % (c["early"], r["clock_bound_ms"], c["not_due"],
-                        c["delayed_duplicates"]))
+                     "drain %d (not judged)"
+                     % (c["early"], r["clock_bound_ms"], c["not_due"]))
         for item in r["early"][:limit]:
             lines.append("  early: %s" % json.dumps(item, sort_keys=True))
     rec = r["recovery_after_heal_s"]

@@ -208,8 +208,8 @@ static void reencode(const struct proto_request *r,
             }
         }
         struct pm_arr arr = {m, p};
-        rv = proto_encode_produce_delayed(&w, 1, q, r->time_ms, pm_arr_at, &arr,
-                                          k);
+        rv = proto_encode_produce_delayed(&w, 1, q, r->time_ms, r->producer_id,
+                                          r->seq, pm_arr_at, &arr, k);
         break;
     }
     case PROTO_OP_FETCH:
