@@ -7,7 +7,9 @@
  * long when given). Holding it, it renews the claim every lease / 3
  * (before a fetch, when due), fetches from the group's offset, prints
  * "offset<TAB>payload id" per message and commits after each batch. A
- * fetch or commit refused with TERN_EBUSY (the claim lapsed, or a new
+ * batch that arrives when a renewal is due is printed only after the
+ * renewal, and only if the claim had no gap (else it is fetched again). A
+ * fetch or commit refused with TERN_ECLAIMED (the claim lapsed, or a new
  * connection after a leader change) claims again first. At exit the
  * claim is released.
  */
@@ -40,22 +42,26 @@ static int fatal(int rv)
            rv == TERN_EDENIED || rv == TERN_EOFFSET || rv == -ENOMEM;
 }
 
-/* Claim until granted: 0, 1 when wait_ms passed first, or -1 after a
+/* Claim until granted: 0 (*sent: this clock's time just before the
+ * granted request was sent), 1 when wait_ms passed first, or -1 after a
  * fatal error (printed). */
 static int claim_wait(struct tern_client *c,
                       const char *queue,
                       const char *group,
                       uint64_t lease_ms,
                       uint64_t wait_ms,
-                      int *said)
+                      int *said,
+                      int64_t *sent)
 {
     int64_t start = now_ms();
     for (;;) {
         int granted = 0;
         uint64_t holder = 0, until = 0;
+        int64_t at = now_ms();
         int rv = tern_group_claim(c, queue, group, (uint32_t)lease_ms, &granted,
                                   &holder, &until);
         if (rv == 0 && granted) {
+            *sent = at;
             return 0;
         }
         if (rv != 0 && fatal(rv)) {
@@ -86,8 +92,8 @@ int cli_exclusive_consume(struct tern_client *c,
 {
     uint64_t printed = 0;
     int said = 0, code = 0;
-    int64_t renewed;
-    int rv = claim_wait(c, queue, group, lease_ms, wait_ms, &said);
+    int64_t renewed = 0;
+    int rv = claim_wait(c, queue, group, lease_ms, wait_ms, &said, &renewed);
     if (rv != 0) {
         if (rv == 1) {
             (void)fprintf(stderr, "tern: group %s: not granted within --wait\n",
@@ -95,7 +101,6 @@ int cli_exclusive_consume(struct tern_client *c,
         }
         return 1;
     }
-    renewed = now_ms();
     while (max == 0 || printed < max) {
         struct tern_fetch_result *r = NULL;
         uint32_t want = CLI__EXCL_FETCH_MAX;
@@ -105,19 +110,18 @@ int cli_exclusive_consume(struct tern_client *c,
         }
         if ((uint64_t)(now_ms() - renewed) >= third) {
             said = 0;
-            rv = claim_wait(c, queue, group, lease_ms, 0, &said);
+            rv = claim_wait(c, queue, group, lease_ms, 0, &said, &renewed);
             if (rv != 0) {
                 code = 1;
                 break;
             }
-            renewed = now_ms();
         }
         /* A long poll no longer than the renewal period. */
         uint32_t wait = follow ? (uint32_t)(third < 1000 ? third : 1000) : 0;
         struct tern_fetch_options fo = {want, CLI__EXCL_FETCH_BYTES, wait, NULL,
                                         0};
         rv = tern_group_fetch_ex(c, queue, group, &fo, &r);
-        if (rv == TERN_EBUSY) {
+        if (rv == TERN_ECLAIMED) {
             renewed = 0; /* claim again before the next fetch */
             continue;
         }
@@ -131,6 +135,26 @@ int cli_exclusive_consume(struct tern_client *c,
             break;
         }
         size_t n = tern_fetch_result_count(r);
+        if (n > 0 && (uint64_t)(now_ms() - renewed) >= third) {
+            /* The answer may have waited (a long poll, or this process
+             * stopped): print it only under a claim held without a gap.
+             * The claim of `renewed` lasts at least lease_ms of this
+             * clock from it; a renewal granted before that ends is the
+             * same tenure, one granted later may follow another holder,
+             * who may have consumed the batch: fetch again. */
+            int64_t prev = renewed;
+            said = 0;
+            rv = claim_wait(c, queue, group, lease_ms, 0, &said, &renewed);
+            if (rv != 0) {
+                tern_fetch_result_free(r);
+                code = 1;
+                break;
+            }
+            if ((uint64_t)(now_ms() - prev) >= lease_ms) {
+                tern_fetch_result_free(r);
+                continue;
+            }
+        }
         for (size_t i = 0; i < n; i++) {
             uint64_t off;
             const void *data;
@@ -154,10 +178,10 @@ int cli_exclusive_consume(struct tern_client *c,
                 /* Refused by a claim (a new connection) or an election:
                  * claim again, then commit again. */
                 said = 0;
-                if (claim_wait(c, queue, group, lease_ms, 0, &said) != 0) {
+                if (claim_wait(c, queue, group, lease_ms, 0, &said, &renewed) !=
+                    0) {
                     break;
                 }
-                renewed = now_ms();
                 rv = tern_group_commit(c, queue, group, next);
             }
             if (rv != 0) {

@@ -111,7 +111,7 @@ int idx__claim_apply(struct idx_env *e,
         return 0;
     }
     if (rc == 0 && cl.holder != c->consumer_id && cl.until_ms > t) {
-        r->status = TERN_EBUSY;
+        r->status = TERN_ECLAIMED;
         r->claim = cl;
         return 0;
     }
@@ -144,7 +144,7 @@ int idx__claim_commit_check(struct idx_env *e,
         return rc < 0 ? rc : 0;
     }
     if (cl.until_ms > t && (consumer_id == 0 || cl.holder != consumer_id)) {
-        r->status = TERN_EBUSY;
+        r->status = TERN_ECLAIMED;
         r->claim = cl;
         return 1;
     }

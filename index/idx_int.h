@@ -460,7 +460,7 @@ int idx__claim_apply(struct idx_env *e,
                      struct idx_result *r);
 /* The commit check of GROUP_COMMIT (consumer_id 0) and GROUP_COMMIT_AS on
  * group key key[0..key_len) (idx__group_key): 1 with r->status
- * TERN_EBUSY and r->claim when a live claim (until > t) of another
+ * TERN_ECLAIMED and r->claim when a live claim (until > t) of another
  * consumer (any, for consumer_id 0) refuses it, 0 when it may go on, or
  * a failure code. */
 int idx__claim_commit_check(struct idx_env *e,

@@ -196,7 +196,7 @@ int node_batcher_add_settle(struct node_batcher *b,
  * (stored names, borrowed, kept in the wreq) by consumer_id, action
  * IDX_CLAIM_* with lease_ms (0 for a release); owner NULL: nobody is
  * answered (the release of a closed connection's claim). The wreq's
- * result holds the claim row, also when its status is TERN_EBUSY.
+ * result holds the claim row, also when its status is TERN_ECLAIMED.
  * TERN_EINVAL, TERN_EBADNAME, -ENOMEM; nothing is queued on error. */
 int node_batcher_add_claim(struct node_batcher *b,
                            void *owner,

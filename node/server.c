@@ -2060,7 +2060,7 @@ static void claim_busy_msg(char *m,
 }
 
 /* A GROUP_FETCH of a group whose live claim (until above this node's
- * clock) is another consumer's: answers TERN_EBUSY naming holder and
+ * clock) is another consumer's: answers TERN_ECLAIMED naming holder and
  * until and returns true. */
 static bool claim_refuses_fetch(struct node_conn *c,
                                 uint64_t request_id,
@@ -2076,7 +2076,7 @@ static bool claim_refuses_fetch(struct node_conn *c,
         return false;
     }
     claim_busy_msg(m, queue, group, &cl);
-    send_error(c, PROTO_OP_GROUP_FETCH, request_id, TERN_EBUSY, m);
+    send_error(c, PROTO_OP_GROUP_FETCH, request_id, TERN_ECLAIMED, m);
     return true;
 }
 
@@ -2161,13 +2161,13 @@ static void handle_claim(struct node_conn *c,
     c->refs++;
 }
 
-/* The answer of an applied CLAIM (status 0 or TERN_EBUSY), or of a
+/* The answer of an applied CLAIM (status 0 or TERN_ECLAIMED), or of a
  * GROUP_COMMIT a claim refused: true when w was answered here. */
 static bool claim_respond(struct node_conn *c, const struct node_wreq *w)
 {
     const struct idx_claim *cl = &w->result.claim;
     if (w->op == PROTO_OP_CLAIM &&
-        (w->status == 0 || w->status == TERN_EBUSY)) {
+        (w->status == 0 || w->status == TERN_ECLAIMED)) {
         struct tern_wbuf b;
         tern_wbuf_init(&b);
         proto_encode_claim_resp(&b, w->request_id, w->result.count == 1,
@@ -2175,13 +2175,13 @@ static bool claim_respond(struct node_conn *c, const struct node_wreq *w)
         conn_send(c, &b);
         return true;
     }
-    if (w->op == PROTO_OP_GROUP_COMMIT && w->status == TERN_EBUSY &&
+    if (w->op == PROTO_OP_GROUP_COMMIT && w->status == TERN_ECLAIMED &&
         cl->holder != 0) {
         char m[TERN_ERRMSG_SIZE];
         (void)snprintf(
             m, sizeof(m), "the group is held by consumer %llu until %llu (ms)",
             (unsigned long long)cl->holder, (unsigned long long)cl->until_ms);
-        send_error(c, w->op, w->request_id, TERN_EBUSY, m);
+        send_error(c, w->op, w->request_id, TERN_ECLAIMED, m);
         return true;
     }
     return false;

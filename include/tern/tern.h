@@ -541,7 +541,7 @@ TERN_API int tern_settle(struct tern_client *c,
  * this client holds the group until *until_ms (leader clock, ms since
  * the epoch), 0 when consumer *holder holds it until *until_ms. While
  * another consumer holds a group, this client's tern_group_fetch and
- * tern_group_commit on it fail with TERN_EBUSY (the message names the
+ * tern_group_commit on it fail with TERN_ECLAIMED (the message names the
  * holder and until when). A shared group: TERN_EINVAL. */
 TERN_API int tern_group_claim(struct tern_client *c,
                               const char *queue,

@@ -456,7 +456,7 @@ struct idx_claim
  * IDX_CLAIM_ACQUIRE with lease_ms >= 1, or IDX_CLAIM_RELEASE with
  * lease_ms 0 (else TERN_EINVAL in w->err). Result: acquire granted,
  * status 0 and count 1; refused (another holder whose until > t), status
- * TERN_EBUSY; a shared group, TERN_EINVAL; release: count 1 when the row
+ * TERN_ECLAIMED; a shared group, TERN_EINVAL; release: count 1 when the row
  * was the consumer's and is gone, 0 when it changed nothing. Every
  * result's claim field holds the row after the command (holder 0: no
  * row). */
@@ -467,7 +467,7 @@ void idx_cmd_claim(struct tern_wbuf *w,
                    uint32_t action,
                    uint32_t lease_ms);
 /* GROUP_COMMIT by consumer consumer_id (!= 0): as idx_cmd_group_commit,
- * refused with TERN_EBUSY (claim = the row) while another consumer's
+ * refused with TERN_ECLAIMED (claim = the row) while another consumer's
  * claim is live (until > t). A plain GROUP_COMMIT is refused so while
  * any claim is live. */
 void idx_cmd_group_commit_as(struct tern_wbuf *w,

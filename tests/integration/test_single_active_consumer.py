@@ -1,9 +1,12 @@
 #!/usr/bin/env python3
 """Single active consumer takeover on 3 nodes (docs/WORKQUEUES.md): while
 consumer A holds a stream group's claim, B's claim is refused and its
-group fetch gets TERN_EBUSY; A's connection closes -> B is granted at
+group fetch gets TERN_ECLAIMED; A's connection closes -> B is granted at
 once; a consumer that stops renewing (SIGSTOP) is taken over only after
-its lease lapsed, and its later commit never moves the group's offset."""
+its lease lapsed, and when it wakes while the new holder consumes it
+prints nothing more and its commits never move the group's offset; a
+leader kill keeps the claim (the holder goes on through the new leader,
+others still wait)."""
 import os
 import signal
 import sys
@@ -20,8 +23,8 @@ def waiting_line(text):
     """(holder, until_ms) of the first "waiting:" line, or None."""
     for line in text.splitlines():
         p = line.split()
-        if len(p) >= 8 and p[0] == "waiting:":
-            return int(p[5]), int(p[7])
+        if len(p) >= 9 and p[0] == "waiting:":
+            return int(p[6]), int(p[8])
     return None
 
 
@@ -66,7 +69,7 @@ def main(c):
         r = cl.tern("consume", "events", "--group", "g", "--max", 1,
                     timeout=60)
         c.check(r.returncode != 0 and "held by consumer" in r.stderr,
-                "B's group fetch is refused (EBUSY)", r.stderr.strip())
+                "B's group fetch is refused (TERN_ECLAIMED)", r.stderr.strip())
 
         c.step("A exits: B is granted at once")
         pa.terminate()
@@ -97,12 +100,17 @@ def main(c):
         r = cl.tern("produce", "events", "--count", 3, "--size", 16,
                     "--id-prefix", "t", timeout=120)
         c.check(r.returncode == 0, "produce 3 more (60..62)")
-        r = cl.tern("consume", "events", "--group", "g", "--exclusive",
-                    "--lease", LEASE, "--wait", "20s", "--max", 1,
-                    "--follow", timeout=60)
+        out_c = os.path.join(cl.dir, "c.txt")
+        fc = open(out_c, "w")
+        pc = cl.tern_popen("consume", "events", "--group", "g", "--exclusive",
+                           "--lease", LEASE, "--wait", "20s", "--follow",
+                           stdout=fc)
+        c.check(wait_lines(out_c, 3), "C waited, then read 60..62")
         granted = time.time() * 1000
-        w = waiting_line(r.stdout)
-        c.check(w is not None, "C waited first", r.stdout.strip())
+        with open(out_c) as f:
+            text_c = f.read()
+        w = waiting_line(text_c)
+        c.check(w is not None, "C waited first", text_c.strip())
         if w is not None:
             c.check(granted >= w[1] - 50,
                     "C was granted only after the holder's until",
@@ -110,20 +118,67 @@ def main(c):
             c.check(w[1] <= stopped + 2000 + 1000,
                     "the holder's until is within one lease of the stop",
                     (w[1], stopped))
-        c.check(offsets(r.stdout) == [60], "C read offset 60",
-                r.stdout.strip())
+        c.check(offsets(text_c) == [60, 61, 62], "C read 60..62",
+                text_c.strip())
+
+        c.step("the old holder wakes while C holds: it moves nothing")
         pb.send_signal(signal.SIGCONT)
         time.sleep(3)
+        r = cl.tern("produce", "events", "--count", 3, "--size", 16,
+                    "--id-prefix", "u", timeout=120)
+        c.check(r.returncode == 0, "produce 3 more (63..65)")
+        c.check(wait_lines(out_c, 6), "C read 63..65")
         pb.kill()
         pb.wait(timeout=30)
         fb.close()
+        with open(out_b) as f:
+            got_b = offsets(f.read())
+        c.check(got_b == list(range(55, 60)),
+                "the woken holder read nothing more", got_b)
+        pc.terminate()
+        pc.wait(timeout=30)
+        fc.close()
+        with open(out_c) as f:
+            got_c = offsets(f.read())
+        c.check(got_c == list(range(60, 66)), "C read 60..65 once", got_c)
         r = cl.tern("consume", "events", "--group", "g", "--max", 10,
                     timeout=60)
         got = offsets(r.stdout)
-        c.check(r.returncode == 0 and got == [61, 62],
-                "the group's offset is C's commit: the old holder, woken "
-                "after the takeover, moved nothing", (got, r.stderr.strip()))
+        c.check(r.returncode == 0 and got == [],
+                "the group's offset is C's last commit (66): no stale "
+                "commit of the old holder moved it back",
+                (got, r.stderr.strip()))
         c.check(pa.returncode is not None, "A exited")
+
+        c.step("a leader kill keeps the claim: the holder goes on, others "
+               "still wait")
+        out_d = os.path.join(cl.dir, "d.txt")
+        fd = open(out_d, "w")
+        pd = cl.tern_popen("consume", "events", "--group", "g", "--exclusive",
+                           "--lease", LEASE, "--follow", stdout=fd)
+        r = cl.tern("produce", "events", "--count", 2, "--size", 16,
+                    "--id-prefix", "v", timeout=120)
+        c.check(r.returncode == 0 and wait_lines(out_d, 2),
+                "D holds the group and read 66..67")
+        old = cl.leader()
+        cl.kill(old)
+        new = cl.wait_leader(20, exclude=(old,))
+        c.info("leader %s killed, new leader %s" % (old, new))
+        r = cl.tern("produce", "events", "--count", 2, "--size", 16,
+                    "--id-prefix", "w", timeout=120)
+        c.check(r.returncode == 0 and wait_lines(out_d, 4),
+                "D read 68..69 through the new leader")
+        r = cl.tern("consume", "events", "--group", "g", "--exclusive",
+                    "--lease", LEASE, "--wait", "1s", timeout=60)
+        c.check(r.returncode != 0 and waiting_line(r.stdout) is not None,
+                "E's claim is still refused after the failover",
+                r.stdout.strip())
+        pd.terminate()
+        pd.wait(timeout=30)
+        fd.close()
+        with open(out_d) as f:
+            got_d = offsets(f.read())
+        c.check(got_d == list(range(66, 70)), "D read 66..69 once", got_d)
 
 
 if __name__ == "__main__":

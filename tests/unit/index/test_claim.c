@@ -179,7 +179,7 @@ Test(index_claim, claim_renew_refuse_takeover_release_generation)
               r.claim.generation == 1);
     /* Another consumer before until: refused, names holder and until. */
     r = claim(e, i++, 3499, 8, IDX_CLAIM_ACQUIRE, 2000);
-    cr_expect(r.status == TERN_EBUSY && r.count == 0 && r.claim.holder == 7 &&
+    cr_expect(r.status == TERN_ECLAIMED && r.count == 0 && r.claim.holder == 7 &&
               r.claim.until_ms == 3500);
     cr_expect_eq(row(e).holder, 7);
     /* At until (until <= t) it takes over; the generation moves. */
@@ -188,7 +188,7 @@ Test(index_claim, claim_renew_refuse_takeover_release_generation)
               r.claim.until_ms == 4500 && r.claim.generation == 2);
     /* The old holder's renewal is now a refused claim. */
     r = claim(e, i++, 3600, 7, IDX_CLAIM_ACQUIRE, 1000);
-    cr_expect(r.status == TERN_EBUSY && r.claim.holder == 8);
+    cr_expect(r.status == TERN_ECLAIMED && r.claim.holder == 8);
     /* Release by a non-holder changes nothing. */
     r = claim(e, i++, 3600, 7, IDX_CLAIM_RELEASE, 0);
     cr_expect(r.status == 0 && r.count == 0 && r.claim.holder == 8);
@@ -223,15 +223,15 @@ Test(index_claim, commits_are_refused_for_non_holders)
     cr_expect_eq(offset(e), 3);
     /* Another consumer and a plain commit are refused. */
     struct idx_result r = commit(e, i++, 1200, 8, 4);
-    cr_expect(r.status == TERN_EBUSY && r.claim.holder == 7 &&
+    cr_expect(r.status == TERN_ECLAIMED && r.claim.holder == 7 &&
               r.claim.until_ms == 3000);
     r = commit(e, i++, 1200, 0, 4);
-    cr_expect_eq(r.status, TERN_EBUSY);
+    cr_expect_eq(r.status, TERN_ECLAIMED);
     cr_expect_eq(offset(e), 3, "no refused commit moved the offset");
     /* 8 takes over after the lapse; 7's late commit is refused. */
     cr_assert_eq(claim(e, i++, 3000, 8, IDX_CLAIM_ACQUIRE, 2000).status, 0);
     r = commit(e, i++, 3001, 7, 5);
-    cr_expect(r.status == TERN_EBUSY && r.claim.holder == 8);
+    cr_expect(r.status == TERN_ECLAIMED && r.claim.holder == 8);
     cr_expect_eq(commit(e, i++, 3002, 8, 4).status, 0);
     cr_expect_eq(offset(e), 4);
     /* A lapsed claim refuses nobody. */
