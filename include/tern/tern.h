@@ -542,7 +542,12 @@ TERN_API int tern_settle(struct tern_client *c,
  * the epoch), 0 when consumer *holder holds it until *until_ms. While
  * another consumer holds a group, this client's tern_group_fetch and
  * tern_group_commit on it fail with TERN_ECLAIMED (the message names the
- * holder and until when). A shared group: TERN_EINVAL. */
+ * holder and until when). A shared group: TERN_EINVAL. A fetch is checked
+ * when it is served, its answer may arrive late: renew every lease / 3,
+ * and before processing a batch that arrives with a renewal due, renew;
+ * drop the batch when refused, or when granted more than lease_ms after
+ * the previous grant was asked (another consumer may have held the group
+ * meanwhile: group-fetch again). docs/WORKQUEUES.md. */
 TERN_API int tern_group_claim(struct tern_client *c,
                               const char *queue,
                               const char *group,
