@@ -95,7 +95,11 @@ struct consumer
     uint64_t acked;
     uint64_t receive_errors;
     uint64_t settle_errors;
-    uint64_t empty;
+    uint64_t empty;      /* empty answers */
+    uint64_t empty_fast; /* of them, answered before wait_ms / 2 */
+    int64_t recv_us;     /* time in tern_receive */
+    int64_t settle_us;   /* time in tern_settle */
+    uint64_t settles;
 };
 
 struct prod_state
@@ -156,8 +160,8 @@ static int client(const struct opts *o, size_t window, struct tern_client **c)
     co.max_in_flight = (int)window;
     int rv = tern_client_new(o->servers, &co, c);
     if (rv != 0) {
-        fprintf(stderr, "bench_shared: %s: %s\n", o->servers,
-                tern_strerror(rv));
+        (void)fprintf(stderr, "bench_shared: %s: %s\n", o->servers,
+                      tern_strerror(rv));
     }
     return rv;
 }
@@ -250,8 +254,8 @@ static int produce(struct tern_client *c,
         rv = TERN_ETIMEDOUT;
     }
     if (rv != 0) {
-        fprintf(stderr, "bench_shared: produce to %s: %s (%s)\n", run->queue,
-                tern_strerror(rv), tern_client_errmsg(c));
+        (void)fprintf(stderr, "bench_shared: produce to %s: %s (%s)\n",
+                      run->queue, tern_strerror(rv), tern_client_errmsg(c));
     }
 out:
     free(msgs);
@@ -272,13 +276,16 @@ static void *consume(void *arg)
     }
     while (!atomic_load(&run->stop) && now_us() < run->deadline_us) {
         struct tern_fetch_result *r = NULL;
+        int64_t t_call = now_us();
         int rv = tern_receive(c, run->queue, GROUP, o->batch, o->wait_ms, &r);
         int64_t t = now_us();
+        k->recv_us += t - t_call;
         if (rv != 0) {
             k->receive_errors++;
             if (k->receive_errors <= 3) {
-                fprintf(stderr, "bench_shared: consumer %u: receive: %s (%s)\n",
-                        k->id, tern_strerror(rv), tern_client_errmsg(c));
+                (void)fprintf(stderr,
+                              "bench_shared: consumer %u: receive: %s (%s)\n",
+                              k->id, tern_strerror(rv), tern_client_errmsg(c));
             }
             usleep(10000);
             continue;
@@ -286,6 +293,7 @@ static void *consume(void *arg)
         size_t n = tern_fetch_result_count(r);
         if (n == 0) {
             k->empty++;
+            k->empty_fast += t - t_call < (int64_t)o->wait_ms * 500;
         }
         for (size_t i = 0; i < n; i++) {
             const void *data;
@@ -318,12 +326,16 @@ static void *consume(void *arg)
             continue;
         }
         qsort(items, n, sizeof *items, cmp_item);
+        t_call = now_us();
         rv = tern_settle(c, run->queue, GROUP, items, n);
+        k->settle_us += now_us() - t_call;
+        k->settles++;
         if (rv != 0) {
             k->settle_errors++;
             if (k->settle_errors <= 3) {
-                fprintf(stderr, "bench_shared: consumer %u: settle: %s (%s)\n",
-                        k->id, tern_strerror(rv), tern_client_errmsg(c));
+                (void)fprintf(stderr,
+                              "bench_shared: consumer %u: settle: %s (%s)\n",
+                              k->id, tern_strerror(rv), tern_client_errmsg(c));
             }
             continue; /* the leases expire and come back */
         }
@@ -378,8 +390,8 @@ static int setup_queue(struct tern_client *c, const char *queue, int shared)
         rv = tern_shared_config(c, queue, GROUP, NULL);
     }
     if (rv != 0) {
-        fprintf(stderr, "bench_shared: create %s: %s (%s)\n", queue,
-                tern_strerror(rv), tern_client_errmsg(c));
+        (void)fprintf(stderr, "bench_shared: create %s: %s (%s)\n", queue,
+                      tern_strerror(rv), tern_client_errmsg(c));
     }
     return rv;
 }
@@ -492,20 +504,35 @@ static int phase_shared(const struct opts *o,
            "), stale acks %" PRIu64 "\n",
            acked, n, dels, distinct, dups, (uint64_t)atomic_load(&run.stale));
     printf("  per consumer (received/acked/empty receives/errors):");
+    uint64_t recvs = 0, empty = 0, fast = 0, settles = 0;
+    int64_t recv_us = 0, settle_us = 0;
     for (unsigned i = 0; i < started; i++) {
         printf(" %" PRIu64 "/%" PRIu64 "/%" PRIu64 "/%" PRIu64, k[i].received,
                k[i].acked, k[i].empty,
                k[i].receive_errors + k[i].settle_errors);
+        recvs += k[i].settles + k[i].empty;
+        empty += k[i].empty;
+        fast += k[i].empty_fast;
+        settles += k[i].settles;
+        recv_us += k[i].recv_us;
+        settle_us += k[i].settle_us;
     }
     printf("\n");
+    printf("  receives %" PRIu64
+           " (%.0f messages each with any), empty %" PRIu64 " (%" PRIu64
+           " of them before wait/2), mean receive %.1f ms,"
+           " mean settle %.1f ms\n",
+           recvs, settles > 0 ? (double)dels / (double)settles : 0, empty, fast,
+           recvs > 0 ? (double)recv_us / 1e3 / (double)recvs : 0,
+           settles > 0 ? (double)settle_us / 1e3 / (double)settles : 0);
     latency(&run, "produce-to-delivery latency");
     rv = prv == 0 && acked >= n && !atomic_load(&run.failed) ? 0 : 1;
     if (rv != 0) {
-        fprintf(stderr,
-                "bench_shared: phase %c did not finish: %" PRIu64 " of %" PRIu64
-                " acked%s\n",
-                tag, acked, n,
-                atomic_load(&run.failed) ? " (a malformed message)" : "");
+        (void)fprintf(stderr,
+                      "bench_shared: phase %c did not finish: %" PRIu64
+                      " of %" PRIu64 " acked%s\n",
+                      tag, acked, n,
+                      atomic_load(&run.failed) ? " (a malformed message)" : "");
     }
 out:
     tern_client_free(c);
@@ -520,8 +547,8 @@ static uint64_t num(const char *s, const char *what, uint64_t lo, uint64_t hi)
     errno = 0;
     unsigned long long v = strtoull(s, &end, 10);
     if (errno != 0 || *end != '\0' || v < lo || v > hi) {
-        fprintf(stderr, "bench_shared: %s: %" PRIu64 "..%" PRIu64 "\n", what,
-                lo, hi);
+        (void)fprintf(stderr, "bench_shared: %s: %" PRIu64 "..%" PRIu64 "\n",
+                      what, lo, hi);
         exit(2);
     }
     return v;
@@ -598,13 +625,14 @@ int main(int argc, char **argv)
         }
     }
     if (o.servers == NULL || strspn(o.phases, "abc") != strlen(o.phases)) {
-        fprintf(stderr,
-                "usage: bench_shared -s SERVERS [--count N] [--size S]"
-                " [--consumers C] [--batch B] [--produce-batch P]"
-                " [--window W] [--rate R] [--paced-count M] [--wait-ms T]"
-                " [--timeout-s X] [--phases abc]\n");
+        (void)fprintf(stderr,
+                      "usage: bench_shared -s SERVERS [--count N] [--size S]"
+                      " [--consumers C] [--batch B] [--produce-batch P]"
+                      " [--window W] [--rate R] [--paced-count M] [--wait-ms T]"
+                      " [--timeout-s X] [--phases abc]\n");
         return 2;
     }
+    (void)setvbuf(stdout, NULL, _IOLBF, 0);
     printf("shared bench: %" PRIu64
            " x %zu B, produce batches of %zu,"
            " window %zu; %u consumers, receive batch %u, wait %u ms\n",
