@@ -6,7 +6,8 @@
 #
 #   bench/shared.sh [--count N] [--size S] [--consumers C] [--batch B]
 #                   [--produce-batch P] [--window W] [--rate R]
-#                   [--paced-count M] [--timeout-s X] [--phases abc]
+#                   [--paced-count M] [--wait-ms T] [--timeout-s X]
+#                   [--phases abc]
 #
 # Defaults: 200,000 messages of 1024 bytes in produce batches of 16 with
 # 32 in flight; 4 consumers receiving up to 256 each and acking every
@@ -28,10 +29,10 @@ args=()
 while [ $# -gt 0 ]; do
     case "$1" in
     --count | --size | --consumers | --batch | --produce-batch | --window | \
-        --rate | --paced-count | --timeout-s | --phases)
+        --rate | --paced-count | --wait-ms | --timeout-s | --phases)
         [ $# -ge 2 ] || { echo "shared: $1 needs a value" >&2; exit 2; }
         args+=("$1" "$2"); shift 2 ;;
-    *) echo "usage: $0 [--count N] [--size S] [--consumers C] [--batch B] [--produce-batch P] [--window W] [--rate R] [--paced-count M] [--timeout-s X] [--phases abc]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--count N] [--size S] [--consumers C] [--batch B] [--produce-batch P] [--window W] [--rate R] [--paced-count M] [--wait-ms T] [--timeout-s X] [--phases abc]" >&2; exit 2 ;;
     esac
 done
 [ -x "$BS" ] || { echo "shared: $BS not found (build first, or set TERN_BIN)" >&2; exit 1; }
