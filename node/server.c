@@ -1709,8 +1709,12 @@ static uint64_t leader_time(const struct node_conn *c)
 struct receive_ctx
 {
     struct tern_wbuf *w;
-    uint32_t count; /* the delivery count of the message being read */
-    uint32_t n;
+    size_t start; /* the answer frame's start in w */
+    size_t cap;   /* stop adding at this many frame bytes (one at least) */
+    const struct idx_deliver_item *items; /* the DELIVER's, in offset order */
+    uint32_t n_items;
+    uint32_t k; /* the item of the next message */
+    uint32_t n; /* messages added */
 };
 
 static int receive_cb(void *arg, const struct idx_fetched *m)
@@ -1718,24 +1722,33 @@ static int receive_cb(void *arg, const struct idx_fetched *m)
     struct receive_ctx *x = arg;
     struct proto_fetched_msg pm = {m->offset, m->timestamp_ms, m->data,
                                    m->len,    m->props,        m->props_len};
-    proto_put_received(x->w, &pm, x->count);
+    if (x->n > 0 && x->w->len - x->start >= x->cap) {
+        return 1;
+    }
+    while (x->k < x->n_items && x->items[x->k].offset != m->offset) {
+        x->k++;
+    }
+    if (x->k == x->n_items) {
+        return 1; /* cannot happen: idx_messages_get keeps the order */
+    }
+    proto_put_received(x->w, &pm, x->items[x->k].count + 1);
     x->n++;
     return x->w->err;
 }
 
 /* The DELIVER of w is applied and flushed: answer with the messages it
- * leased, read from the index. An answer stops at half of
- * max_frame_bytes (at least one message); leases past it are not sent
- * and come back when they expire. */
+ * leased, read from the index in one pass (a record holding several of
+ * them is read once). An answer stops at half of max_frame_bytes (at
+ * least one message); leases past it are not sent and come back when they
+ * expire. A message trimmed meanwhile is skipped (its lease is moot). */
 static void receive_answer(struct node_conn *c, const struct node_wreq *w)
 {
     struct idx_env *e = view_idx(&c->view);
-    size_t cap =
-        TERN_MAX((size_t)(c->view.cfg->max_frame_bytes / 2), (size_t)1);
     struct idx_queue_info qi;
     struct tern_wbuf b;
-    struct receive_ctx x = {&b, 0, 0};
-    size_t start;
+    struct receive_ctx x = {&b, 0, 0, w->items, w->n_items, 0, 0};
+    uint64_t offs[IDX_SHARED_LIST_MAX];
+    uint32_t n = 0;
     int rv;
     if (e == NULL) {
         send_error(c, w->op, w->request_id, TERN_ESHUTDOWN, NULL);
@@ -1746,21 +1759,18 @@ static void receive_answer(struct node_conn *c, const struct node_wreq *w)
         send_error(c, w->op, w->request_id, rv, NULL);
         return;
     }
-    tern_wbuf_init(&b);
-    start = proto_receive_begin(&b, w->request_id, qi.id);
-    for (uint32_t i = 0; i < w->n_items && b.err == 0; i++) {
-        if (((w->result.done[i / 64] >> (i % 64)) & 1u) == 0) {
-            continue;
+    for (uint32_t i = 0; i < w->n_items && i < IDX_SHARED_LIST_MAX; i++) {
+        if (((w->result.done[i / 64] >> (i % 64)) & 1u) != 0) {
+            offs[n++] = w->items[i].offset;
         }
-        if (x.n > 0 && b.len - start >= cap) {
-            break;
-        }
-        x.count = w->items[i].count + 1;
-        /* A message trimmed meanwhile is skipped (its lease is moot). */
-        (void)idx_message_get(e, w->queue, 0, w->items[i].offset, receive_cb,
-                              &x);
     }
-    rv = proto_receive_end(&b, start, x.n);
+    tern_wbuf_init(&b);
+    x.cap = TERN_MAX((size_t)(c->view.cfg->max_frame_bytes / 2), (size_t)1);
+    x.start = proto_receive_begin(&b, w->request_id, qi.id);
+    rv = n > 0 ? idx_messages_get(e, w->queue, offs, n, receive_cb, &x) : 0;
+    if (rv == 0) {
+        rv = proto_receive_end(&b, x.start, x.n);
+    }
     if (rv != 0) {
         tern_wbuf_free(&b);
         send_error(c, w->op, w->request_id, rv, NULL);

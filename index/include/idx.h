@@ -763,6 +763,17 @@ int idx_message_get(struct idx_env *e,
                     uint64_t offset,
                     idx_fetch_cb cb,
                     void *arg);
+/* The retained messages among offsets[0..n) (borrowed; the order given,
+ * increasing offsets read each record once) of queue, each delivered to
+ * cb with its properties; offsets trimmed or never appended are skipped.
+ * cb returning non-zero stops the walk (0 is returned). TERN_ENOQUEUE,
+ * TERN_EBADNAME, TERN_ECORRUPT. One read txn: the RECEIVE answer. */
+int idx_messages_get(struct idx_env *e,
+                     const char *queue,
+                     const uint64_t *offsets,
+                     uint32_t n,
+                     idx_fetch_cb cb,
+                     void *arg);
 /* The messages of queue with key key[0..key_len) (1..IDX_KEY_MAX bytes,
  * else TERN_EINVAL), newest first, at most max (1..): one cb call each (a
  * non-zero return stops). *n (OUT, may be NULL) = how many were
