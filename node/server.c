@@ -158,6 +158,7 @@
 #define SERVER__CLAIM_GROUPS       4u    /* claimed groups per connection */
 #define SERVER__SHARED_DEAD        16u   /* dead letters planned per receive */
 #define SERVER__RECEIVE_RECHECK_MS 200u  /* a parked RECEIVE re-plans */
+#define SERVER__DELIVERING_MAX     64u   /* groups with a DELIVER in flight */
 #define SERVER__RELEASE_SCAN       4096u /* lease rows read at a close */
 
 /* The node as the server sees it (node_server_new's arguments). Each
@@ -267,6 +268,18 @@ struct log_limit
     unsigned suppressed;
 };
 
+/* A shared group with DELIVERs in flight (planned, not yet answered). The
+ * leader plans from its flushed index, so a second plan before the first
+ * DELIVER applies would choose the same offsets and be refused at apply:
+ * while one is in flight, RECEIVEs that may wait are parked and re-planned
+ * after the flush that answers it. */
+struct delivering
+{
+    char queue[PROTO_MAX_NAME + 1];
+    char group[PROTO_MAX_NAME + 1];
+    unsigned n; /* DELIVERs in flight */
+};
+
 struct node_server
 {
     struct node_view view;
@@ -281,6 +294,8 @@ struct node_server
     struct tern_list conns;
     struct tern_list parked;
     unsigned n_parked;
+    struct delivering delivering[SERVER__DELIVERING_MAX];
+    unsigned n_delivering;
     unsigned n_conns;   /* in conns (open or closing) */
     unsigned n_blocked; /* connections paused or in mem_wait */
     bool waking;        /* wake_blocked is running */
@@ -941,6 +956,47 @@ static bool receive_due(struct node_conn *c,
                         const char *group,
                         uint64_t consumer_id);
 
+/* The slot of (queue, group) in s->delivering, or NULL. */
+static struct delivering *delivering_find(struct node_server *s,
+                                          const char *queue,
+                                          const char *group)
+{
+    for (unsigned i = 0; s != NULL && i < s->n_delivering; i++) {
+        struct delivering *d = &s->delivering[i];
+        if (strcmp(d->queue, queue) == 0 && strcmp(d->group, group) == 0) {
+            return d;
+        }
+    }
+    return NULL;
+}
+
+/* A DELIVER of (queue, group) was proposed (+1) or answered (-1). A full
+ * table counts nothing: plans may then collide (refused at apply, never
+ * wrong). */
+static void delivering_note(struct node_server *s,
+                            const char *queue,
+                            const char *group,
+                            int delta)
+{
+    struct delivering *d = delivering_find(s, queue, group);
+    if (d == NULL && delta > 0 && s != NULL &&
+        s->n_delivering < SERVER__DELIVERING_MAX &&
+        strlen(queue) < sizeof d->queue && strlen(group) < sizeof d->group) {
+        d = &s->delivering[s->n_delivering++];
+        (void)snprintf(d->queue, sizeof d->queue, "%s", queue);
+        (void)snprintf(d->group, sizeof d->group, "%s", group);
+        d->n = 0;
+    }
+    if (d == NULL) {
+        return;
+    }
+    if (delta > 0) {
+        d->n++;
+    } else if (d->n > 0 && --d->n == 0) {
+        *d = s->delivering[--s->n_delivering];
+    }
+}
+
 /* Answer p now (new data, queue gone, expired, or, for a leader-only
  * request, the node no longer a writable leader: then TERN_ENOTLEADER). */
 static void parked_answer(struct node_server *s, struct parked *p)
@@ -948,9 +1004,13 @@ static void parked_answer(struct node_server *s, struct parked *p)
     struct node_conn *c = p->c;
     struct repl_status st;
     if (p->op == PROTO_OP_RECEIVE) {
+        uint64_t now = uv_now(s->loop);
         if (conn_live(c)) {
+            /* The rest of its wait: parked again while another DELIVER of
+             * its group is in flight. */
             receive_now(c, p->request_id, p->queue, p->group, p->consumer_id,
-                        p->max_msgs, 0);
+                        p->max_msgs,
+                        p->deadline > now ? (uint32_t)(p->deadline - now) : 0);
         }
         parked_free(s, p);
         return;
@@ -1815,6 +1875,9 @@ static bool receive_due(struct node_conn *c,
     if (e == NULL) {
         return true;
     }
+    if (delivering_find(c->srv, queue, group) != NULL) {
+        return false; /* re-planned after the flush that answers it */
+    }
     return idx_deliver_plan(e, queue, group, consumer_id, 1,
                             c->view.cfg->shared_prefetch, leader_time(c), &one,
                             &n, &dead, 1, &n_dead) != 0 ||
@@ -1901,6 +1964,11 @@ static void receive_now(struct node_conn *c,
         send_error(c, PROTO_OP_RECEIVE, request_id, rv, m);
         return;
     }
+    if (wait_ms > 0 && delivering_find(c->srv, queue, group) != NULL &&
+        receive_park(c, request_id, queue, group, consumer_id, max_msgs,
+                     wait_ms)) {
+        return;
+    }
     max_msgs = TERN_MIN(max_msgs, IDX_SHARED_LIST_MAX);
     items = tern_calloc(max_msgs, sizeof(*items));
     if (items == NULL) {
@@ -1932,6 +2000,7 @@ static void receive_now(struct node_conn *c,
             send_error(c, PROTO_OP_RECEIVE, request_id, rv, NULL);
             return;
         }
+        delivering_note(c->srv, queue, group, +1);
         c->refs++;
         return;
     }
@@ -2236,6 +2305,9 @@ void node_server_respond(struct node_wreq *w)
     struct node_conn *c = w->owner;
     if (c == NULL) {
         return;
+    }
+    if (w->op == PROTO_OP_RECEIVE) {
+        delivering_note(c->srv, w->queue, w->group, -1);
     }
     if (conn_live(c)) {
         if (claim_respond(c, w)) {
