@@ -1464,10 +1464,12 @@ int tern_settle(struct tern_client *c,
     rv = proto_encode_settle(&r->frame, 0, queue, group, pi, (uint32_t)n);
     tern_free(pi);
     if (rv == TERN_EINVAL) {
+        tern__req_free(r);
         tern_errmsg_printf(c->errmsg,
                            "settle: receipts in increasing offset order, a "
                            "known action, no delay for ack, release and "
                            "retry");
+        return rv;
     }
     return sync_call(c, r, rv, "settle", settle_done, items);
 }

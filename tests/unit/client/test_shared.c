@@ -296,6 +296,8 @@ Test(client_shared, settle_items_done_and_stale)
                                       {{5, 1}, TERN_SETTLE_ACK, 0, 0}};
     cr_expect_eq(tern_settle(c, "jobs", "g", bad, 2), TERN_EINVAL,
                  "offsets must increase");
+    cr_expect_neq(strstr(tern_client_errmsg(c), "increasing offset order"),
+                  NULL, "%s", tern_client_errmsg(c));
     bad[1].receipt.offset = 6;
     bad[1].action = 9;
     cr_expect_eq(tern_settle(c, "jobs", "g", bad, 2), TERN_EINVAL,
