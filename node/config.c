@@ -91,6 +91,9 @@
  *                                  ; is TERN_EINVAL naming the key
  *   shared_prefetch       = 256    ; unacknowledged messages of a shared
  *                                  ; group one consumer may hold
+ *   status_max_rows       = 65536  ; lease rows a GROUP_STATUS answer
+ *                                  ; walks (per group and per page; a
+ *                                  ; group cut there is marked partial)
  *                                  ; Over a bound the client gets
  *                                  ; TERN_ELIMIT naming the key.
  *
@@ -330,6 +333,7 @@ static const char usage_text[] =
     "  fetch_scan_max = 100000\n"
     "  max_delay_ms = 3456000000\n"
     "  shared_prefetch = 256\n"
+    "  status_max_rows = 65536\n"
     "  [security]\n"
     "  peer_auth = tls\n"
     "  cluster_ca = /etc/tern/ca.pem\n"
@@ -391,6 +395,7 @@ void node_config_init(struct node_config *c)
     c->list_page_max = NODE_DEFAULT_LIST_PAGE_MAX;
     c->fetch_scan_max = NODE_DEFAULT_FETCH_SCAN_MAX;
     c->shared_prefetch = NODE_DEFAULT_SHARED_PREFETCH;
+    c->status_max_rows = NODE_DEFAULT_STATUS_MAX_ROWS;
     c->max_term_jump = NODE_DEFAULT_MAX_TERM_JUMP;
     c->peer_handshake_timeout_ms = NODE_DEFAULT_PEER_HANDSHAKE_MS;
     c->peer_max_pending = NODE_DEFAULT_PEER_MAX_PENDING;
@@ -996,6 +1001,8 @@ static const struct key keys[] = {
      NODE__U64(max_delay_ms), (uint64_t)1 << 62},
     {"limits", "shared_prefetch", "--shared-prefetch", set_unsigned,
      NODE__UINT(shared_prefetch), 1000000},
+    {"limits", "status_max_rows", "--status-max-rows", set_unsigned,
+     NODE__UINT(status_max_rows), 1u << 24},
     {"security", "peer_auth", "--peer-auth", set_peer_auth,
      NODE__INT(peer_auth), 0},
     {"security", "cluster_ca", "--cluster-ca", set_text, NODE__STR(cluster_ca),
@@ -1529,6 +1536,10 @@ static int validate_client_limits(const struct node_config *c, char *errmsg)
     }
     if (c->shared_prefetch == 0) {
         tern_errmsg_printf(errmsg, "shared_prefetch must be > 0");
+        return TERN_EINVAL;
+    }
+    if (c->status_max_rows == 0) {
+        tern_errmsg_printf(errmsg, "status_max_rows must be > 0");
         return TERN_EINVAL;
     }
     if (c->max_connections == 0 || c->max_connections_per_addr == 0 ||
