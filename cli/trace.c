@@ -261,8 +261,10 @@ int cli_message_trace(struct tern_client *c, int argc, char **argv)
     rv = tern_message_trace_ex(c, argv[optind], offset, TERN_TRACE_DELIVERIES,
                                &t);
     if (rv == TERN_EMALFORMED) {
-        has_deliveries = 0;
         rv = tern_message_trace(c, argv[optind], offset, &t);
+    }
+    if (rv == 0) {
+        has_deliveries = tern_message_trace_has_deliveries(t);
     }
     if (rv != 0) {
         cli_error(c, rv, "message trace %s %" PRIu64, argv[optind], offset);

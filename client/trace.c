@@ -244,3 +244,8 @@ int tern_message_trace_delivery(const struct tern_message_trace *t,
     *out = t->deliveries[i];
     return 0;
 }
+
+int tern_message_trace_has_deliveries(const struct tern_message_trace *t)
+{
+    return t->t.has_deliveries;
+}

@@ -744,6 +744,10 @@ struct tern_trace_delivery
 TERN_API size_t
 tern_message_trace_delivery_count(const struct tern_message_trace *t,
                                   int *more);
+/* 1 when the answer carried the deliveries (asked for, and the server
+ * sent them), else 0. */
+TERN_API int tern_message_trace_has_deliveries(
+    const struct tern_message_trace *t);
 /* Delivery record i (< count, in group name order): 0 with *out,
  * TERN_EINVAL. */
 TERN_API int tern_message_trace_delivery(const struct tern_message_trace *t,

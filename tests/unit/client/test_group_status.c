@@ -214,6 +214,7 @@ Test(client_group_status, trace_deliveries)
         tern_message_trace_ex(c, "orders", 12, TERN_TRACE_DELIVERIES, &t), 0,
         "%s", tern_client_errmsg(c));
     cr_expect_eq(seen.flags, PROTO_TRACE_DELIVERIES);
+    cr_expect_eq(tern_message_trace_has_deliveries(t), 1);
     cr_assert_eq(tern_message_trace_delivery_count(t, &more), 1);
     cr_expect_eq(more, 0);
     cr_assert_eq(tern_message_trace_delivery(t, 0, &d), 0);
@@ -230,6 +231,7 @@ Test(client_group_status, trace_deliveries)
     cr_assert_eq(tern_message_trace(c, "orders", 12, &t), 0);
     cr_expect_eq(seen.flags, 0);
     cr_expect_eq(tern_message_trace_delivery_count(t, NULL), 0);
+    cr_expect_eq(tern_message_trace_has_deliveries(t), 0);
     tern_message_trace_free(t);
     cr_expect_eq(tern_message_trace_ex(c, "orders", 12, 8, &t), TERN_EINVAL);
     tern_client_free(c);
