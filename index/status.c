@@ -115,7 +115,7 @@ static int shared_walk(struct idx_env *e,
                        struct idx_group_status *s,
                        uint64_t *rows)
 {
-    struct idx_status_consumer track[IDX_STATUS_TRACK_MAX];
+    struct idx_status_consumer track[IDX_STATUS_TRACK_MAX] = {{0, 0}};
     uint8_t prefix[IDX__LEASE_KEY_MAX];
     size_t pn = idx__lease_key(prefix, qid, group, group_len, 0, true);
     MDB_cursor *cur;
@@ -214,7 +214,7 @@ int idx_group_status(struct idx_env *e,
                      uint32_t max_rows,
                      struct idx_group_status *out)
 {
-    MDB_txn *txn;
+    MDB_txn *txn = NULL;
     struct idx__queue_val q = {0};
     uint8_t key[IDX__GROUP_KEY_MAX];
     uint64_t rows;
@@ -279,7 +279,7 @@ int idx_group_status_list(struct idx_env *e,
                           void *arg,
                           bool *more)
 {
-    MDB_txn *txn;
+    MDB_txn *txn = NULL;
     MDB_cursor *cur = NULL;
     struct idx__queue_val q = {0};
     struct idx_group_status s;
@@ -338,7 +338,7 @@ int idx_message_deliveries(struct idx_env *e,
                            int (*cb)(void *arg, const struct idx_delivery *d),
                            void *arg)
 {
-    MDB_txn *txn;
+    MDB_txn *txn = NULL;
     MDB_cursor *cur = NULL;
     struct idx__queue_val q = {0};
     uint8_t key[IDX__GROUP_KEY_MAX];

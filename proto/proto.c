@@ -2746,7 +2746,7 @@ int proto_decode_message_trace_resp(const void *body,
                  &out->groups_len);
     const uint8_t *more = tern_cursor_bytes(&c, 1);
     out->more = more != NULL ? more[0] : 0;
-    int tail_ok = get_delivery_tail(&c, out);
+    int tail_ok = more != NULL ? get_delivery_tail(&c, out) : 1;
     int ok =
         tail_ok && out->key_len <= PROTO_MAX_KEY &&
         out->tag_len <= PROTO_MAX_TAG &&
@@ -2972,50 +2972,59 @@ int proto_group_status_end(struct tern_wbuf *w,
     return proto_frame_end(w, start);
 }
 
-/* One record (a blob) into *g; a bad one sets c->err. */
+/* A byte at c, 0 past the end (c->err set then). */
+static uint8_t get_u8(struct tern_cursor *c)
+{
+    const uint8_t *x = tern_cursor_bytes(c, 1);
+    return x != NULL ? x[0] : 0;
+}
+
+/* One record (a blob) into *g, read in place; a bad one sets c->err. */
 static void get_group_status(struct tern_cursor *c, void *item)
 {
     struct proto_group_status *g = item;
-    struct tern_cursor r;
-    uint32_t len;
-    const uint8_t *b = proto_get_blob(c, &len);
     memset(g, 0, sizeof *g);
-    if (b == NULL) {
+    uint32_t len = tern_cursor_u32(c);
+    if (c->err != 0 || len == 0 || !tern_cursor_need(c, len)) {
+        c->err = TERN_EMALFORMED; /* a record has at least its version */
+        return;
+    }
+    const uint8_t *start = c->p;
+    g->version = get_u8(c);
+    g->group = proto_get_str(c, &g->group_len);
+    g->shared = get_u8(c);
+    g->start = tern_cursor_u64(c);
+    g->end = tern_cursor_u64(c);
+    g->committed = tern_cursor_u64(c);
+    g->next = tern_cursor_u64(c);
+    g->lag = tern_cursor_u64(c);
+    g->commit_ms = tern_cursor_u64(c);
+    g->ack_timeout_ms = tern_cursor_u64(c);
+    g->max_deliveries = tern_cursor_u32(c);
+    g->window = tern_cursor_u32(c);
+    g->dlq = proto_get_str(c, &g->dlq_len);
+    g->dlq_depth = tern_cursor_u64(c);
+    g->in_flight = tern_cursor_u64(c);
+    g->ready = tern_cursor_u64(c);
+    g->oldest_deadline_ms = tern_cursor_u64(c);
+    g->partial = get_u8(c);
+    g->others_held = tern_cursor_u64(c);
+    g->n_consumers = tern_cursor_u16(c);
+    if (c->err == 0 && g->n_consumers <= PROTO_STATUS_CONSUMERS_MAX) {
+        g->consumers_raw = tern_cursor_bytes(c, (size_t)12 * g->n_consumers);
+    }
+    size_t used = (size_t)(c->p - start);
+    /* Version 1 has nothing after the consumers; later ones may: the
+     * rest of the blob is skipped. */
+    if (c->err != 0 || used > len || g->version < 1 || g->shared > 1 ||
+        g->partial > 1 || g->n_consumers > PROTO_STATUS_CONSUMERS_MAX ||
+        !tern_name_valid(g->group, g->group_len) ||
+        (g->dlq_len > 0 && !tern_qname_valid(g->dlq, g->dlq_len)) ||
+        (g->version == 1 && used != len)) {
         c->err = TERN_EMALFORMED;
         return;
     }
-    tern_cursor_init(&r, b, len);
-    g->version = tern_cursor_u8(&r);
-    g->group = proto_get_str(&r, &g->group_len);
-    g->shared = tern_cursor_u8(&r);
-    g->start = tern_cursor_u64(&r);
-    g->end = tern_cursor_u64(&r);
-    g->committed = tern_cursor_u64(&r);
-    g->next = tern_cursor_u64(&r);
-    g->lag = tern_cursor_u64(&r);
-    g->commit_ms = tern_cursor_u64(&r);
-    g->ack_timeout_ms = tern_cursor_u64(&r);
-    g->max_deliveries = tern_cursor_u32(&r);
-    g->window = tern_cursor_u32(&r);
-    g->dlq = proto_get_str(&r, &g->dlq_len);
-    g->dlq_depth = tern_cursor_u64(&r);
-    g->in_flight = tern_cursor_u64(&r);
-    g->ready = tern_cursor_u64(&r);
-    g->oldest_deadline_ms = tern_cursor_u64(&r);
-    g->partial = tern_cursor_u8(&r);
-    g->others_held = tern_cursor_u64(&r);
-    g->n_consumers = tern_cursor_u16(&r);
-    if (r.err == 0 && g->n_consumers <= PROTO_STATUS_CONSUMERS_MAX) {
-        g->consumers_raw = tern_cursor_bytes(&r, 12u * g->n_consumers);
-    }
-    /* Version 1 has nothing after the consumers; later ones may. */
-    if (r.err != 0 || g->version < 1 || g->shared > 1 || g->partial > 1 ||
-        g->n_consumers > PROTO_STATUS_CONSUMERS_MAX ||
-        !tern_name_valid(g->group, g->group_len) ||
-        (g->dlq_len > 0 && !tern_qname_valid(g->dlq, g->dlq_len)) ||
-        (g->version == 1 && tern_cursor_left(&r) != 0)) {
-        c->err = TERN_EMALFORMED;
-    }
+    (void)tern_cursor_bytes(c, len - used);
 }
 
 int proto_decode_group_status_resp(const void *body,
@@ -3025,6 +3034,9 @@ int proto_decode_group_status_resp(const void *body,
     struct tern_cursor c;
     struct proto_group_status g;
     memset(out, 0, sizeof *out);
+    if (body == NULL) {
+        return TERN_EMALFORMED; /* the answer is never empty */
+    }
     tern_cursor_init(&c, body, len);
     out->n = tern_cursor_u32(&c);
     records_skip(&c, out->n, get_group_status, &g, &out->records,
@@ -3047,7 +3059,7 @@ void proto_status_consumer(const struct proto_group_status *g,
 {
     memset(c, 0, sizeof *c);
     if (g->consumers_raw != NULL && i < g->n_consumers) {
-        c->id = tern_get_u64(g->consumers_raw + 12u * i);
-        c->held = tern_get_u32(g->consumers_raw + 12u * i + 8);
+        c->id = tern_get_u64(g->consumers_raw + (size_t)12 * i);
+        c->held = tern_get_u32(g->consumers_raw + (size_t)12 * i + 8);
     }
 }
