@@ -149,6 +149,7 @@ Test(proto_status, group_status_answer_round_trip)
                      TERN_EMALFORMED, "cut %u", cut);
     }
     /* A bad more byte. */
+    cr_assert_gt(h.body_len, 0);
     uint8_t *copy = malloc(h.body_len);
     memcpy(copy, body, h.body_len);
     copy[h.body_len - 1] = 2;
