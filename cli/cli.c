@@ -38,6 +38,8 @@
  *                      [--follow] [--idle-exit-ms MS] [--commit]
  *                      [--tag 'a || b'] [--format F | --raw | --json]
  *   tern consume QUEUE --group G --shared [--ack] [--max N] [--follow]
+ *   tern consume QUEUE --group G --exclusive [--lease 30s] [--wait D]
+ *                      [--max N] [--follow]
  *   tern group config QUEUE G --shared [--ack-timeout D]
  *                      [--max-deliveries N] [--dlq NAME]
  *   tern group status QUEUE [GROUP] [--json]   (cli/status.c)
@@ -142,6 +144,8 @@ static void usage(FILE *f)
         "                [--idle-exit-ms MS] [--commit]\n"
         "                [--tag 'a || b'] [--format F | --raw | --json]\n"
         "  consume QUEUE --group G --shared [--ack] [--max N] [--follow]\n"
+        "  consume QUEUE --group G --exclusive [--lease 30s] [--wait D] "
+        "[--max N] [--follow]\n"
         "                [--idle-exit-ms MS]\n"
         "    (prints offset, delivery count and payload per message)\n"
         "  group config QUEUE G --shared [--ack-timeout 30s] "
@@ -1138,9 +1142,13 @@ static int cmd_consume(struct tern_client *c, int argc, char **argv)
         {"from-time", required_argument, NULL, 'T'},
         {"shared", no_argument, NULL, 'S'},
         {"ack", no_argument, NULL, 'A'},
+        {"exclusive", no_argument, NULL, 'X'},
+        {"lease", required_argument, NULL, 'L'},
+        {"wait", required_argument, NULL, 'W'},
         {NULL, 0, NULL, 0},
     };
-    int shared = 0, ack = 0;
+    int shared = 0, ack = 0, exclusive = 0;
+    uint64_t lease_ms = 30000, excl_wait_ms = 0;
     const char *tags = NULL, *format = NULL;
     int mode = CLI_PRINT_FORMAT, props = 0;
     uint64_t committed = UINT64_MAX; /* last offset this run committed */
@@ -1196,6 +1204,20 @@ static int cmd_consume(struct tern_client *c, int argc, char **argv)
         case 'A':
             ack = 1;
             break;
+        case 'X':
+            exclusive = 1;
+            break;
+        case 'L':
+        case 'W':
+            if (cli_parse_duration_ms(
+                    optarg, ch == 'L' ? &lease_ms : &excl_wait_ms) != 0 ||
+                (ch == 'L' && lease_ms < 3)) {
+                (void)fprintf(stderr, "tern: %s: bad duration \"%s\"\n",
+                              ch == 'L' ? "--lease" : "--wait", optarg);
+                return 2;
+            }
+            exclusive = exclusive || ch == 'L';
+            break;
         default:
             /* --format, --raw and --json print properties. */
             if (cli_print_option(ch, optarg, &mode, &format) != 0) {
@@ -1212,6 +1234,15 @@ static int cmd_consume(struct tern_client *c, int argc, char **argv)
         return 2;
     }
     queue = argv[optind];
+    if (exclusive) {
+        if (shared || ack || group == NULL || have_offset ||
+            from_time != NULL || commit || tags != NULL || props) {
+            usage(stderr);
+            return 2;
+        }
+        return cli_exclusive_consume(c, queue, group, lease_ms, excl_wait_ms,
+                                     have_max ? max : 0, follow);
+    }
     if (shared || ack) {
         if (!shared || group == NULL || have_offset || from_time != NULL ||
             commit || tags != NULL || props) {

@@ -95,6 +95,17 @@ int cli_shared_consume(struct tern_client *c,
                        uint64_t max,
                        int follow,
                        uint64_t idle_ms);
+/* exclusive.c: the single active consumer of stream group (queue,
+ * group): claim for lease_ms (waiting at most wait_ms when not 0), fetch,
+ * print, commit and renew, release at exit (max 0: no limit; follow:
+ * wait for more). Exit code. */
+int cli_exclusive_consume(struct tern_client *c,
+                          const char *queue,
+                          const char *group,
+                          uint64_t lease_ms,
+                          uint64_t wait_ms,
+                          uint64_t max,
+                          int follow);
 /* `tern group config ...` (argv[0] = "group"). Exit code. */
 int cli_group(struct tern_client *c, int argc, char **argv);
 /* status.c. `tern group status ...` (argv[0] "group", argv[1] "status")

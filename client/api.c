@@ -640,6 +640,8 @@ static int produce_build(struct tern_client *c,
 
 /* ---- Delayed produce ---- */
 
+static int producer_init(struct tern_client *c);
+
 /* proto_pmsg_at_cb over a struct tern_msg array: no properties. */
 static void tern_msg_pat(const void *msgs,
                          uint32_t i,
@@ -665,7 +667,14 @@ static int delayed_done(struct tern__req *r, void *out)
 }
 
 /* PRODUCE_DELAYED with its when field (a delay, or PROTO_DELAY_AT and a
- * due time): the one call behind tern_produce_delayed and tern_produce_at. */
+ * due time): the one call behind tern_produce_delayed and tern_produce_at.
+ * Each call carries (producer id, seq) of the queue's delayed state, so a
+ * resend after a lost answer or a leader change schedules nothing twice
+ * (the leader answers the first due time). The delayed producer id is one
+ * of the client's block, apart from the one of its PRODUCEs (whose
+ * sequence numbers follow their own order); after a failed call the next
+ * one takes a fresh id, so a batch whose outcome is unknown never leaves
+ * a gap in front of the next. */
 static int produce_delayed(struct tern_client *c,
                            const char *queue,
                            const struct tern_msg *msgs,
@@ -673,6 +682,7 @@ static int produce_delayed(struct tern_client *c,
                            uint64_t when,
                            uint64_t *out_due_ms)
 {
+    struct tern__pq *pq;
     struct tern__req *r;
     int rv;
     if (out_due_ms != NULL) {
@@ -696,18 +706,40 @@ static int produce_delayed(struct tern_client *c,
             return TERN_ETOOBIG;
         }
     }
+    if (queue == NULL || !tern_name_valid(queue, strlen(queue))) {
+        tern_errmsg_printf(c->errmsg, "delayed produce: bad queue name");
+        return TERN_EBADNAME;
+    }
+    rv = producer_init(c);
+    if (rv != 0) {
+        return rv;
+    }
+    pq = tern__pq_get(c, queue);
+    if (pq == NULL) {
+        return -ENOMEM;
+    }
+    if (pq->delayed_pid == 0) {
+        pq->delayed_pid = tern__producer_id_next(c);
+        pq->delayed_seq = 1;
+    }
     rv = sync_req_new(c, PROTO_OP_PRODUCE_DELAYED, 0, 0, &r);
     if (rv != 0) {
         return rv;
     }
-    rv = proto_encode_produce_delayed(&r->frame, 0, queue, when, tern_msg_pat,
-                                      msgs, (uint32_t)n);
+    rv = proto_encode_produce_delayed(&r->frame, 0, queue, when,
+                                      pq->delayed_pid, pq->delayed_seq,
+                                      tern_msg_pat, msgs, (uint32_t)n);
     if (rv == 0 && r->frame.len - PROTO_HEADER_SIZE > c->opts.max_frame) {
         rv = TERN_ETOOBIG;
     }
     r->n_msgs = n;
-    return sync_call(c, r, rv, queue != NULL ? queue : "(null)", delayed_done,
-                     out_due_ms);
+    rv = sync_call(c, r, rv, queue, delayed_done, out_due_ms);
+    if (rv == 0) {
+        pq->delayed_seq++;
+    } else {
+        pq->delayed_pid = 0;
+    }
+    return rv;
 }
 
 int tern_produce_delayed(struct tern_client *c,
@@ -717,7 +749,7 @@ int tern_produce_delayed(struct tern_client *c,
                          uint64_t delay_ms,
                          uint64_t *out_due_ms)
 {
-    if ((delay_ms & PROTO_DELAY_AT) != 0) {
+    if ((delay_ms & (PROTO_DELAY_AT | PROTO_DELAY_DEDUP)) != 0) {
         tern_errmsg_printf(c->errmsg, "delay %llu ms is out of range",
                            (unsigned long long)delay_ms);
         return TERN_EINVAL;
@@ -732,7 +764,7 @@ int tern_produce_at(struct tern_client *c,
                     uint64_t due_ms,
                     uint64_t *out_due_ms)
 {
-    if ((due_ms & PROTO_DELAY_AT) != 0) {
+    if ((due_ms & (PROTO_DELAY_AT | PROTO_DELAY_DEDUP)) != 0) {
         tern_errmsg_printf(c->errmsg, "due time %llu is out of range",
                            (unsigned long long)due_ms);
         return TERN_EINVAL;
@@ -772,7 +804,6 @@ static uint64_t wall_ms(void)
     return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
-static int producer_init(struct tern_client *c);
 static void produce_base_out(const struct tern__req *r, uint64_t *base_offset);
 
 int tern_produce_messages(struct tern_client *c,
@@ -1417,9 +1448,10 @@ int tern_settle(struct tern_client *c,
     for (size_t i = 0; i < n; i++) {
         pi[i].offset = items[i].receipt.offset;
         pi[i].count = items[i].receipt.count;
-        pi[i].action = (uint8_t)(items[i].action < 0 || items[i].action > 3
-                                     ? 255
-                                     : items[i].action);
+        pi[i].action =
+            (uint8_t)(items[i].action < 0 || items[i].action > TERN_SETTLE_RETRY
+                          ? 255
+                          : items[i].action);
         pi[i].delay_ms = items[i].delay_ms;
         items[i].done = 0;
     }
@@ -1434,9 +1466,97 @@ int tern_settle(struct tern_client *c,
     if (rv == TERN_EINVAL) {
         tern_errmsg_printf(c->errmsg,
                            "settle: receipts in increasing offset order, a "
-                           "known action, no delay for ack and release");
+                           "known action, no delay for ack, release and "
+                           "retry");
     }
     return sync_call(c, r, rv, "settle", settle_done, items);
+}
+
+/* ---- Single active consumer of stream groups ---- */
+
+struct claim_out
+{
+    int *granted;
+    uint64_t *holder;
+    uint64_t *until_ms;
+};
+
+/* sync_call's done for tern_group_claim / tern_group_release. */
+static int claim_done(struct tern__req *r, void *out)
+{
+    struct claim_out *o = out;
+    uint8_t granted = 0;
+    uint64_t holder = 0, until = 0;
+    int rv = proto_decode_claim_resp(r->body, r->body_len, &granted, &holder,
+                                     &until);
+    if (rv == 0) {
+        *o->granted = granted;
+        *o->holder = holder;
+        *o->until_ms = until;
+    }
+    return rv;
+}
+
+static int claim_call(struct tern_client *c,
+                      const char *queue,
+                      const char *group,
+                      uint8_t action,
+                      uint32_t lease_ms,
+                      struct claim_out *o)
+{
+    struct tern__req *r;
+    int rv = check_call(c);
+    if (rv == 0) {
+        rv = producer_init(c);
+    }
+    if (rv == 0) {
+        rv = sync_req_new(c, PROTO_OP_CLAIM, 0, 0, &r);
+    }
+    if (rv != 0) {
+        return rv;
+    }
+    rv = proto_encode_claim(&r->frame, 0, queue, group, c->producer_id, action,
+                            lease_ms);
+    return sync_call(c, r, rv, "claim", claim_done, o);
+}
+
+int tern_group_claim(struct tern_client *c,
+                     const char *queue,
+                     const char *group,
+                     uint32_t lease_ms,
+                     int *granted,
+                     uint64_t *holder,
+                     uint64_t *until_ms)
+{
+    int g = 0;
+    uint64_t h = 0, u = 0;
+    struct claim_out o = {&g, &h, &u};
+    int rv = claim_call(c, queue, group, PROTO_CLAIM_ACQUIRE, lease_ms, &o);
+    if (granted != NULL) {
+        *granted = g;
+    }
+    if (holder != NULL) {
+        *holder = h;
+    }
+    if (until_ms != NULL) {
+        *until_ms = u;
+    }
+    return rv;
+}
+
+int tern_group_release(struct tern_client *c,
+                       const char *queue,
+                       const char *group)
+{
+    int g = 0;
+    uint64_t h = 0, u = 0;
+    struct claim_out o = {&g, &h, &u};
+    return claim_call(c, queue, group, PROTO_CLAIM_RELEASE, 0, &o);
+}
+
+uint64_t tern_client_consumer_id(const struct tern_client *c)
+{
+    return c->producer_id;
 }
 
 /* One STATUS request with flags to address (NULL: where reads go); *r

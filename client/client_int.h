@@ -234,6 +234,10 @@ struct tern__pq
     uint64_t unknown_seq;
     size_t unknown_n;
     uint32_t unknown_sum;
+    /* Delayed produces of this queue (api.c): their own producer id (0 =
+     * take a fresh one at the next call) and next sequence number. */
+    uint64_t delayed_pid;
+    uint64_t delayed_seq;
 };
 
 /* One call's request, from creation to completion (engine.c). */

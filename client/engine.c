@@ -80,6 +80,7 @@ static int leader_only_op(uint8_t op)
     case PROTO_OP_SHARED_CONFIG:
     case PROTO_OP_RECEIVE:
     case PROTO_OP_SETTLE:
+    case PROTO_OP_CLAIM:
         return 1;
     default:
         return 0;
@@ -505,6 +506,12 @@ static void on_success(struct tern_client *c,
         if (rv == 0 && n != r->n_msgs) {
             rv = TERN_EMALFORMED;
         }
+        break;
+    }
+    case PROTO_OP_CLAIM: {
+        uint8_t granted = 0;
+        uint64_t holder = 0, until = 0;
+        rv = proto_decode_claim_resp(body, len, &granted, &holder, &until);
         break;
     }
     case PROTO_OP_OFFSET_FOR_TIME: {

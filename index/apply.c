@@ -28,6 +28,8 @@
  *                              like Kafka's DUPLICATE_SEQUENCE, not retried)
  *   seq > last + 1             status TERN_ESEQUENCE
  * An unknown producer has last = 0, so its first batch must be seq 1.
+ * PRODUCE_DELAYED (timer.c) follows the same rules; its remembered
+ * batches hold the due time where a PRODUCE's hold the base offset.
  *
  * Security metadata (docs/AUTH.md; tables in keys.c): USER_SET creates or
  * replaces (keeping created_index, which binds producer ids to this
@@ -589,6 +591,79 @@ int idx__produce_append(struct idx_env *e,
     return rc == 0 ? put_usage(e, ns, &u) : rc;
 }
 
+/* Producer dedup, before a batch of (producer_id, seq) is applied to the
+ * queue of id queue_id: 1 when it is answered already (r->duplicate with
+ * the remembered base_offset and count, or r->status TERN_ESEQUENCE), 0 to
+ * go on (*pv: the producer's row, for idx__producer_remember), or a failure
+ * code. Producer 0 always goes on. */
+int idx__producer_check(struct idx_env *e,
+                        uint64_t queue_id,
+                        uint64_t producer_id,
+                        uint64_t seq,
+                        struct idx__producer_val *pv,
+                        struct idx_result *r)
+{
+    uint8_t pkey[16];
+    memset(pv, 0, sizeof *pv);
+    if (producer_id == 0) {
+        return 0;
+    }
+    idx__producer_key(pkey, queue_id, producer_id);
+    MDB_val k = {sizeof pkey, pkey}, v;
+    int rc = mdb_get(e->wtxn, e->dbi_producers, &k, &v);
+    if (rc != 0 && rc != MDB_NOTFOUND) {
+        return idx__mdb_err(e, rc, "get producer");
+    }
+    if (rc == 0 && idx__producer_val_decode(v.mv_data, v.mv_size, pv)) {
+        return IDX__CORRUPT(e, "producer value");
+    }
+    if (seq <= pv->last_seq) {
+        r->duplicate = 1;
+        for (uint32_t i = 0; i < pv->n; i++) {
+            if (pv->b[i].seq == seq) {
+                r->base_offset = pv->b[i].base_offset;
+                r->count = pv->b[i].count;
+                break;
+            }
+        }
+        return 1;
+    }
+    if (seq != pv->last_seq + 1) {
+        r->status = TERN_ESEQUENCE;
+        return 1;
+    }
+    return 0;
+}
+
+/* After a batch passed idx__producer_check and was applied: remember
+ * (seq, base, count) as its newest batch in pv (from the check) and store
+ * the row. Producer 0: nothing. 0 or a failure code. */
+int idx__producer_remember(struct idx_env *e,
+                           uint64_t queue_id,
+                           uint64_t producer_id,
+                           uint64_t seq,
+                           struct idx__producer_val *pv,
+                           uint64_t base,
+                           uint32_t count)
+{
+    uint8_t pkey[16], buf[IDX__PRODUCER_VAL_MAX];
+    uint32_t keep = TERN_MIN(pv->n, (uint32_t)IDX__DEDUP_WINDOW - 1);
+    if (producer_id == 0) {
+        return 0;
+    }
+    memmove(&pv->b[1], &pv->b[0], keep * sizeof pv->b[0]);
+    pv->b[0].seq = seq;
+    pv->b[0].base_offset = base;
+    pv->b[0].count = count;
+    pv->n = keep + 1;
+    pv->last_seq = seq;
+    idx__producer_key(pkey, queue_id, producer_id);
+    MDB_val k = {sizeof pkey, pkey};
+    MDB_val v = {idx__producer_val_encode(buf, pv), buf};
+    int rc = mdb_put(e->wtxn, e->dbi_producers, &k, &v, 0);
+    return rc != 0 ? idx__mdb_err(e, rc, "put producer") : 0;
+}
+
 static int apply_produce(struct idx_env *e,
                          uint64_t rec_pos,
                          uint64_t timestamp_ms,
@@ -602,7 +677,6 @@ static int apply_produce(struct idx_env *e,
     const uint8_t *data;
     uint32_t len;
     uint64_t batch_bytes = 0; /* < 2^30: the entry holds them */
-    uint8_t pkey[16];
     int rc = cmd_queue(e, c, &q, r);
     if (rc != 0) {
         return rc < 0 ? rc : 0;
@@ -615,32 +689,9 @@ static int apply_produce(struct idx_env *e,
         }
         batch_bytes += len;
     }
-    memset(&pv, 0, sizeof pv);
-    if (c->producer_id != 0) {
-        idx__producer_key(pkey, q.id, c->producer_id);
-        MDB_val k = {sizeof pkey, pkey}, v;
-        rc = mdb_get(e->wtxn, e->dbi_producers, &k, &v);
-        if (rc != 0 && rc != MDB_NOTFOUND) {
-            return idx__mdb_err(e, rc, "get producer");
-        }
-        if (rc == 0 && idx__producer_val_decode(v.mv_data, v.mv_size, &pv)) {
-            return IDX__CORRUPT(e, "producer value");
-        }
-        if (c->seq <= pv.last_seq) {
-            r->duplicate = 1;
-            for (uint32_t i = 0; i < pv.n; i++) {
-                if (pv.b[i].seq == c->seq) {
-                    r->base_offset = pv.b[i].base_offset;
-                    r->count = pv.b[i].count;
-                    break;
-                }
-            }
-            return 0;
-        }
-        if (c->seq != pv.last_seq + 1) {
-            r->status = TERN_ESEQUENCE;
-            return 0;
-        }
+    rc = idx__producer_check(e, q.id, c->producer_id, c->seq, &pv, r);
+    if (rc != 0) {
+        return rc < 0 ? rc : 0;
     }
     idx__msg_iter_init(&mi, c);
     rc = idx__produce_append(e, c->queue, c->queue_len, &q, rec_pos,
@@ -649,28 +700,14 @@ static int apply_produce(struct idx_env *e,
     if (rc != 0 || r->status != 0) {
         return rc;
     }
-    if (c->producer_id != 0) {
-        uint8_t buf[IDX__PRODUCER_VAL_MAX];
-        uint32_t keep = TERN_MIN(pv.n, (uint32_t)IDX__DEDUP_WINDOW - 1);
-        memmove(&pv.b[1], &pv.b[0], keep * sizeof pv.b[0]);
-        pv.b[0].seq = c->seq;
-        pv.b[0].base_offset = r->base_offset;
-        pv.b[0].count = r->count;
-        pv.n = keep + 1;
-        pv.last_seq = c->seq;
-        MDB_val k = {sizeof pkey, pkey};
-        MDB_val v = {idx__producer_val_encode(buf, &pv), buf};
-        rc = mdb_put(e->wtxn, e->dbi_producers, &k, &v, 0);
-        if (rc != 0) {
-            return idx__mdb_err(e, rc, "put producer");
-        }
-    }
-    return 0;
+    return idx__producer_remember(e, q.id, c->producer_id, c->seq, &pv,
+                                  r->base_offset, r->count);
 }
 
 static int apply_group(struct idx_env *e,
                        uint64_t index,
                        uint64_t append_ms,
+                       uint64_t t,
                        const struct idx__cmd *c,
                        struct idx_result *r)
 {
@@ -693,12 +730,31 @@ static int apply_group(struct idx_env *e,
         r->status = TERN_EINVAL; /* a shared group settles, never commits */
         return rc < 0 ? rc : 0;
     }
+    /* A live claim of another consumer refuses it (claim.c). */
+    rc = idx__claim_commit_check(e, key, kn, c->consumer_id, t, r);
+    if (rc != 0) {
+        return rc < 0 ? rc : 0;
+    }
     MDB_val k = {kn, key}, v = {idx__group_val_encode(val, &g), val};
     rc = mdb_put(e->wtxn, e->dbi_groups, &k, &v, 0);
     return rc != 0 ? idx__mdb_err(e, rc, "put group") : 0;
 }
 
 /* ---- Shared groups (shared.c; docs/WORKQUEUES.md) ----------------------- */
+
+/* CLAIM (claim.c; docs/WORKQUEUES.md, "Single active consumer"). */
+static int apply_claim(struct idx_env *e,
+                       uint64_t t,
+                       const struct idx__cmd *c,
+                       struct idx_result *r)
+{
+    struct idx__queue_val q = {0};
+    int rc = cmd_queue(e, c, &q, r);
+    if (rc != 0) {
+        return rc < 0 ? rc : 0;
+    }
+    return idx__claim_apply(e, &q, t, c, r);
+}
 
 static int apply_shared(struct idx_env *e,
                         uint64_t t,
@@ -1101,7 +1157,12 @@ int idx__index_record(struct idx_env *e,
                 rc = apply_produce(e, pos, append_ms, payload, &cmd, &r);
                 break;
             case IDX_CMD_GROUP_COMMIT:
-                rc = apply_group(e, index, append_ms, &cmd, &r);
+            case IDX_CMD_GROUP_COMMIT_AS:
+                rc =
+                    apply_group(e, index, append_ms, it.timestamp_ms, &cmd, &r);
+                break;
+            case IDX_CMD_CLAIM:
+                rc = apply_claim(e, it.timestamp_ms, &cmd, &r);
                 break;
             case IDX_CMD_READ_BARRIER:
             case IDX_CMD_TERM:

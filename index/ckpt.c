@@ -20,12 +20,14 @@
  * record before P, log_end = P), queues, groups, producers, users, acls,
  * namespaces, producer_ids, ns_usage, leases (shared groups,
  * docs/WORKQUEUES.md), and (table ids 16, 17) the delayed messages'
- * timers and timer_recs. Not the cleaner's work marks in
+ * timers and timer_recs, and (table id 18) the claims of stream groups
+ * (claim.c). Not the cleaner's work marks in
  * meta (index/clean.c): a node removes them as its cleaner finishes, so
  * they differ between nodes; and they are not needed after a rebuild
  * from P, where the rows they point at were never re-created (a queue
  * deleted or trimmed before P) or are marked again by the replay. Nor
- * the groups, producers and leases rows of a queue with a "dead" mark:
+ * the groups, producers, leases and claims rows of a queue with a "dead"
+ * mark:
  * the cleaner deletes them at each node's own pace, and they belong to
  * no queue (build_body). Not msgs: the
  * rows of the messages a queue still retains are re-derived by replaying the
@@ -94,6 +96,7 @@ static const struct
     {10, offsetof(struct idx_env, dbi_leases)},
     {16, offsetof(struct idx_env, dbi_timers)},
     {17, offsetof(struct idx_env, dbi_timer_recs)},
+    {18, offsetof(struct idx_env, dbi_claims)},
 };
 
 static MDB_dbi table_dbi(const struct idx_env *e, size_t i)
@@ -248,7 +251,8 @@ static int write_all(int fd, const uint8_t *p, size_t n)
  * bytes however far its cleaner got. */
 static bool keyed_by_queue(uint8_t id)
 {
-    return id == 3 || id == 4 || id == 10; /* groups, producers, leases */
+    /* groups, producers, leases, claims */
+    return id == 3 || id == 4 || id == 10 || id == 18;
 }
 
 /* 1 when queue id has a "dead" work mark, 0 when not, or an error. */

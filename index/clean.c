@@ -244,8 +244,8 @@ typedef int (*mark_rows_cb)(struct idx_env *e,
                             unsigned budget,
                             unsigned *n);
 
-/* Rows of a deleted queue: msgs, groups, producers, keys, leases of the
- * dead id. */
+/* Rows of a deleted queue: msgs, groups, producers, keys, leases, claims
+ * of the dead id. */
 static int dead_rows(struct idx_env *e,
                      uint64_t id,
                      const char *name,
@@ -259,7 +259,7 @@ static int dead_rows(struct idx_env *e,
     (void)name_len;
     idx__put_be64(prefix, id);
     const MDB_dbi dbis[] = {e->dbi_msgs, e->dbi_groups, e->dbi_producers,
-                            e->dbi_keys, e->dbi_leases};
+                            e->dbi_keys, e->dbi_leases, e->dbi_claims};
     for (size_t i = 0; i < TERN_ARRAY_SIZE(dbis); i++) {
         int rc = clean_prefix(e, dbis[i], prefix, budget - *n, &d);
         if (rc != 0) {

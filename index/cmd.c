@@ -148,10 +148,11 @@
  *     u64 due_ms (absolute, the leader's clock), then a PRODUCE_PROPS body
  *     (qname, u64 producer_id, u64 seq, u32 n_msgs (>= 1), n_msgs x
  *     (u32 len, bytes, u32 props_len, props)) with two differences: no
- *     message needs a properties block, and producer_id and seq are 0
- *     (producer dedup of delayed produces is not built; the fields keep
- *     the layout of PRODUCE_PROPS). The messages are numbered, for the
- *     timer keys, across all PRODUCE_DELAYED commands of the entry from 0.
+ *     message needs a properties block, and producer_id and seq are
+ *     deduplicated as PRODUCE's (apply.c: the producers row of the queue
+ *     remembers (seq, due_ms, count) of the batches it scheduled; 0 / 0 =
+ *     no dedup). The messages are numbered, for the timer keys, across
+ *     all PRODUCE_DELAYED commands of the entry from 0.
  *   TIMER_FIRE (22):
  *     u32 n_keys (1..IDX_TIMER_FIRE_KEYS_MAX = 1024), n_keys x
  *     (u64 due_ms, u64 raft_index (>= 1), u32 msg_no, qname, u32 len,
@@ -160,6 +161,15 @@
  *     PRODUCE_DELAYED record, and the message and properties it read
  *     there. The body (u32 n_keys included) is at most
  *     IDX_TIMER_FIRE_BYTES_MAX (4 MiB) unless it holds one key.
+ *
+ * Single active consumer of stream groups (docs/WORKQUEUES.md), added
+ * after delayed messages (upgrade every node before a leader proposes
+ * one). group = u8 len + a plain name:
+ *   CLAIM (23):
+ *     qname, group, u64 consumer_id (!= 0), u8 action (1 claim or renew,
+ *     2 release), u32 lease_ms (claim: >= 1; release: 0)
+ *   GROUP_COMMIT_AS (24):
+ *     qname, group, u64 consumer_id (!= 0), u64 next_offset
  *
  * Properties block (version 1; the same bytes travel on the wire in
  * PRODUCE and FETCH, proto/include/proto.h; protected by the checksum of
@@ -445,10 +455,12 @@ void idx_cmd_produce_props(struct tern_wbuf *w,
 void idx_cmd_produce_delayed(struct tern_wbuf *w,
                              const char *queue,
                              uint64_t due_ms,
+                             uint64_t producer_id,
+                             uint64_t seq,
                              const struct idx_pmsg *msgs,
                              uint32_t n)
 {
-    produce(w, queue, 0, 0, props_at, msgs, n, &due_ms);
+    produce(w, queue, producer_id, seq, props_at, msgs, n, &due_ms);
 }
 
 size_t idx_cmd_timer_fire_begin(struct tern_wbuf *w)
@@ -526,6 +538,47 @@ void idx_cmd_group_commit(struct tern_wbuf *w,
     size_t at = cmd_start(w, IDX_CMD_GROUP_COMMIT);
     put_qname(w, queue);
     put_name(w, group);
+    tern_wbuf_u64(w, next_offset);
+    cmd_finish(w, at);
+}
+
+void idx_cmd_claim(struct tern_wbuf *w,
+                   const char *queue,
+                   const char *group,
+                   uint64_t consumer_id,
+                   uint32_t action,
+                   uint32_t lease_ms)
+{
+    if (consumer_id == 0 ||
+        (action == IDX_CLAIM_ACQUIRE
+             ? lease_ms == 0
+             : action != IDX_CLAIM_RELEASE || lease_ms != 0)) {
+        set_err(w, TERN_EINVAL);
+        return;
+    }
+    size_t at = cmd_start(w, IDX_CMD_CLAIM);
+    put_qname(w, queue);
+    put_name(w, group);
+    tern_wbuf_u64(w, consumer_id);
+    tern_wbuf_u8(w, (uint8_t)action);
+    tern_wbuf_u32(w, lease_ms);
+    cmd_finish(w, at);
+}
+
+void idx_cmd_group_commit_as(struct tern_wbuf *w,
+                             const char *queue,
+                             const char *group,
+                             uint64_t consumer_id,
+                             uint64_t next_offset)
+{
+    if (consumer_id == 0) {
+        set_err(w, TERN_EINVAL);
+        return;
+    }
+    size_t at = cmd_start(w, IDX_CMD_GROUP_COMMIT_AS);
+    put_qname(w, queue);
+    put_name(w, group);
+    tern_wbuf_u64(w, consumer_id);
     tern_wbuf_u64(w, next_offset);
     cmd_finish(w, at);
 }
@@ -1463,7 +1516,6 @@ static int decode_body(struct tern_cursor *c, struct idx__cmd *cmd)
             break;
         }
         if (cmd->n_msgs == 0 || (cmd->producer_id != 0 && cmd->seq == 0) ||
-            (delayed && (cmd->producer_id != 0 || cmd->seq != 0)) ||
             tern_cursor_left(c) / (props ? 8 : 4) < cmd->n_msgs) {
             return TERN_EMALFORMED;
         }
@@ -1519,6 +1571,29 @@ static int decode_body(struct tern_cursor *c, struct idx__cmd *cmd)
         cmd->queue = get_qname(c, &cmd->queue_len);
         cmd->group = get_name(c, &cmd->group_len);
         cmd->next_offset = tern_cursor_u64(c);
+        break;
+    case IDX_CMD_CLAIM:
+        cmd->queue = get_qname(c, &cmd->queue_len);
+        cmd->group = get_name(c, &cmd->group_len);
+        cmd->consumer_id = tern_cursor_u64(c);
+        cmd->flags = tern_cursor_u8(c);
+        cmd->lease_ms = tern_cursor_u32(c);
+        if (c->err == 0 &&
+            (cmd->consumer_id == 0 ||
+             (cmd->flags == IDX_CLAIM_ACQUIRE
+                  ? cmd->lease_ms == 0
+                  : cmd->flags != IDX_CLAIM_RELEASE || cmd->lease_ms != 0))) {
+            return TERN_EMALFORMED;
+        }
+        break;
+    case IDX_CMD_GROUP_COMMIT_AS:
+        cmd->queue = get_qname(c, &cmd->queue_len);
+        cmd->group = get_name(c, &cmd->group_len);
+        cmd->consumer_id = tern_cursor_u64(c);
+        cmd->next_offset = tern_cursor_u64(c);
+        if (c->err == 0 && cmd->consumer_id == 0) {
+            return TERN_EMALFORMED;
+        }
         break;
     case IDX_CMD_READ_BARRIER:
         break;

@@ -88,6 +88,10 @@ struct idx__cmd
      * queue, producer_id, seq, n_msgs, msgs. TIMER_FIRE: n_msgs keys at
      * msgs[0..msgs_len) (idx__fire_iter). */
     uint64_t due_ms;
+    /* CLAIM: queue, group, consumer_id, flags = the action
+     * (IDX_CLAIM_*), lease_ms. GROUP_COMMIT_AS: queue, group,
+     * consumer_id, next_offset. */
+    uint32_t lease_ms;
 };
 
 struct idx__entry

@@ -78,7 +78,8 @@ static int dbi_open_all(struct idx_env *e, MDB_txn *txn)
         (rc = mdb_dbi_open(txn, "leases", MDB_CREATE, &e->dbi_leases)) != 0 ||
         (rc = mdb_dbi_open(txn, "timers", MDB_CREATE, &e->dbi_timers)) != 0 ||
         (rc = mdb_dbi_open(txn, "timer_recs", MDB_CREATE,
-                           &e->dbi_timer_recs)) != 0) {
+                           &e->dbi_timer_recs)) != 0 ||
+        (rc = mdb_dbi_open(txn, "claims", MDB_CREATE, &e->dbi_claims)) != 0) {
         return idx__mdb_err(e, rc, "open dbi");
     }
     return 0;
@@ -90,7 +91,7 @@ int idx__lmdb_clear(struct idx_env *e)
                            e->dbi_groups, e->dbi_producers,  e->dbi_users,
                            e->dbi_acls,   e->dbi_namespaces, e->dbi_pids,
                            e->dbi_usage,  e->dbi_keys,       e->dbi_leases,
-                           e->dbi_timers, e->dbi_timer_recs};
+                           e->dbi_timers, e->dbi_timer_recs, e->dbi_claims};
     int rc = idx__txn_begin(e);
     for (size_t i = 0; rc == 0 && i < TERN_ARRAY_SIZE(all); i++) {
         int mrc = mdb_drop(e->wtxn, all[i], 0);

@@ -451,6 +451,27 @@ int idx__mark_put(struct idx_env *e,
                   const char *name,
                   size_t name_len);
 
+/* ---- claim.c: single active consumer of stream groups ------------------- */
+
+/* Apply CLAIM of queue q in the pending txn at the entry's time t.
+ * Results as idx.h says; 0 or a failure code. */
+int idx__claim_apply(struct idx_env *e,
+                     const struct idx__queue_val *q,
+                     uint64_t t,
+                     const struct idx__cmd *c,
+                     struct idx_result *r);
+/* The commit check of GROUP_COMMIT (consumer_id 0) and GROUP_COMMIT_AS on
+ * group key key[0..key_len) (idx__group_key): 1 with r->status
+ * TERN_ECLAIMED and r->claim when a live claim (until > t) of another
+ * consumer (any, for consumer_id 0) refuses it, 0 when it may go on, or
+ * a failure code. */
+int idx__claim_commit_check(struct idx_env *e,
+                            const void *key,
+                            size_t key_len,
+                            uint64_t consumer_id,
+                            uint64_t t,
+                            struct idx_result *r);
+
 /* ---- shared.c: shared groups (docs/WORKQUEUES.md) ------------------------ */
 
 /* Apply SHARED_CONFIG, DELIVER, SETTLE in the pending txn; t is the
@@ -533,6 +554,24 @@ int idx__produce_append(struct idx_env *e,
                         uint32_t n,
                         uint64_t batch_bytes,
                         struct idx_result *r);
+
+/* Producer dedup shared by PRODUCE and PRODUCE_DELAYED (apply.c; rules at
+ * the top of apply.c): check before applying a batch (1 answered: a
+ * duplicate or TERN_ESEQUENCE in r; 0 go on with *pv filled; or a failure
+ * code), remember (seq, base, count) after applying it. */
+int idx__producer_check(struct idx_env *e,
+                        uint64_t queue_id,
+                        uint64_t producer_id,
+                        uint64_t seq,
+                        struct idx__producer_val *pv,
+                        struct idx_result *r);
+int idx__producer_remember(struct idx_env *e,
+                           uint64_t queue_id,
+                           uint64_t producer_id,
+                           uint64_t seq,
+                           struct idx__producer_val *pv,
+                           uint64_t base,
+                           uint32_t count);
 
 /* ---- timer.c: delayed messages ------------------------------------------- */
 
@@ -710,6 +749,7 @@ struct idx_env
     MDB_dbi dbi_leases;          /* shared groups' lease rows (keys.c) */
     MDB_dbi dbi_timers;          /* delayed messages (keys.c, timer.c) */
     MDB_dbi dbi_timer_recs;      /* records pending timers need */
+    MDB_dbi dbi_claims;          /* stream groups' claims (claim.c) */
     MDB_txn *wtxn;               /* pending write txn or NULL */
     struct idx__state st;        /* applied state, including pending */
     struct idx__state committed; /* state of the last commit */

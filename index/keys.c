@@ -105,6 +105,8 @@
  *   contiguous range in offset order; a queue's rows share the 8-byte
  *   queue id prefix (the cleaner's walk of a deleted queue). Rows exist
  *   only for offsets in [floor, next) of the group row.
+ * DBI "claims" (single active consumer of stream groups): key as the
+ *   groups key; the value is owned and documented by index/claim.c.
  * DBI "producers":
  *   key u64 BE queue id, u64 BE producer id (queue first, so a queue's
  *   producers are deleted with one range walk) -> 16 + 20 * n bytes:

@@ -431,12 +431,18 @@ out:
     return rc;
 }
 
-int idx_message_get(struct idx_env *e,
-                    const char *queue,
-                    uint64_t queue_id,
-                    uint64_t offset,
-                    idx_fetch_cb cb,
-                    void *arg)
+/* The messages at offsets[0..n) of queue, each record read once while
+ * consecutive offsets share it. strict: an offset not retained (or a
+ * queue id that differs) is TERN_ENOTFOUND; else such offsets are
+ * skipped. cb's non-zero return stops the walk (the call returns 0). */
+static int messages_get(struct idx_env *e,
+                        const char *queue,
+                        uint64_t queue_id,
+                        const uint64_t *offsets,
+                        uint32_t n,
+                        bool strict,
+                        idx_fetch_cb cb,
+                        void *arg)
 {
     MDB_txn *txn;
     struct idx__queue_val q = {0};
@@ -452,23 +458,50 @@ int idx_message_get(struct idx_env *e,
     if (rc != 0) {
         goto out;
     }
-    if ((queue_id != 0 && queue_id != q.id) || offset < q.start_offset ||
-        offset >= q.next_offset) {
-        rc = idx__fail(e, TERN_ENOTFOUND, __LINE__,
-                       "no message %llu in queue %s",
-                       (unsigned long long)offset, queue);
-        goto out;
-    }
-    rc = get_msg_row(e, txn, queue, q.id, offset, &m);
-    if (rc == 0) {
-        rc = load_msg(e, "fetch", queue, q.id, offset, &m, &rec, &rec_pos, &f);
-    }
-    if (rc == 0) {
-        (void)cb(arg, &f);
+    for (uint32_t i = 0; i < n; i++) {
+        uint64_t offset = offsets[i];
+        if ((queue_id != 0 && queue_id != q.id) || offset < q.start_offset ||
+            offset >= q.next_offset) {
+            if (!strict) {
+                continue;
+            }
+            rc = idx__fail(e, TERN_ENOTFOUND, __LINE__,
+                           "no message %llu in queue %s",
+                           (unsigned long long)offset, queue);
+            goto out;
+        }
+        rc = get_msg_row(e, txn, queue, q.id, offset, &m);
+        if (rc == 0) {
+            rc = load_msg(e, "fetch", queue, q.id, offset, &m, &rec, &rec_pos,
+                          &f);
+        }
+        if (rc != 0 || cb(arg, &f) != 0) {
+            break;
+        }
     }
 out:
     mdb_txn_abort(txn);
     return rc;
+}
+
+int idx_message_get(struct idx_env *e,
+                    const char *queue,
+                    uint64_t queue_id,
+                    uint64_t offset,
+                    idx_fetch_cb cb,
+                    void *arg)
+{
+    return messages_get(e, queue, queue_id, &offset, 1, true, cb, arg);
+}
+
+int idx_messages_get(struct idx_env *e,
+                     const char *queue,
+                     const uint64_t *offsets,
+                     uint32_t n,
+                     idx_fetch_cb cb,
+                     void *arg)
+{
+    return messages_get(e, queue, 0, offsets, n, false, cb, arg);
 }
 
 int idx_message_get_key(struct idx_env *e,

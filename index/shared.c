@@ -391,6 +391,13 @@ static int apply_settle(struct idx_env *e,
         if (rc < 0) {
             return rc;
         }
+        if (rc == 1 && it.action == IDX_SETTLE_ACK && it.offset < g.next) {
+            /* Delivered and without a row: acknowledged (maybe by this
+             * very ack, resent after its answer was lost), dead-lettered
+             * or trimmed. Acks are idempotent: done, nothing changes. */
+            done_set(r, i);
+            continue;
+        }
         if (rc == 1 || l.count != it.count ||
             (it.action == IDX_SETTLE_EXTEND && l.state != IDX__LEASE_LEASED)) {
             continue; /* stale: the message moved on */

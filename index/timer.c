@@ -97,6 +97,7 @@ int idx__timer_apply_delayed(struct idx_env *e,
                              struct idx_result *r)
 {
     struct idx__queue_val q;
+    struct idx__producer_val pv;
     struct idx__msg_iter mi;
     const uint8_t *data;
     uint32_t len, base = *msg_no;
@@ -113,6 +114,12 @@ int idx__timer_apply_delayed(struct idx_env *e,
             return 0;
         }
     }
+    /* A resend of a scheduled batch answers its due time (kept where a
+     * PRODUCE keeps the base offset) and schedules nothing. */
+    rc = idx__producer_check(e, q.id, c->producer_id, c->seq, &pv, r);
+    if (rc != 0) {
+        return rc < 0 ? rc : 0;
+    }
     for (uint32_t i = 0; i < c->n_msgs; i++) {
         struct idx_timer_key tk = {c->due_ms, index, base + i};
         struct idx__timer_val tv = {base + i, q.id, q.created_index, pos};
@@ -126,7 +133,9 @@ int idx__timer_apply_delayed(struct idx_env *e,
         }
     }
     r->count = c->n_msgs;
-    return rec_add(e, pos, c->n_msgs);
+    rc = idx__producer_remember(e, q.id, c->producer_id, c->seq, &pv, c->due_ms,
+                                c->n_msgs);
+    return rc != 0 ? rc : rec_add(e, pos, c->n_msgs);
 }
 
 /* Move one due timer (its row tv already deleted): append its message. 1

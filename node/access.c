@@ -642,6 +642,7 @@ int node_access_check(struct node_access *a,
     case PROTO_OP_MESSAGE_TRACE:
     case PROTO_OP_RECEIVE:
     case PROTO_OP_SETTLE:
+    case PROTO_OP_CLAIM:
         return check_queue(p, e, r, IDX_PERM_CONSUME, errmsg);
     case PROTO_OP_SHARED_CONFIG:
         return check_queue(p, e, r, IDX_PERM_MANAGE, errmsg);

@@ -316,6 +316,18 @@ static struct node_wreq *wreq_new(void *owner, uint64_t request_id, uint8_t op)
     return w;
 }
 
+/* The backoff levels of a SETTLE retry (RocketMQ's delay levels from
+ * 1 s): the delay of a message nacked after its count-th delivery. */
+uint64_t node_retry_delay_ms(uint32_t count)
+{
+    static const uint32_t levels_s[] = {1,   5,   10,   30,   60,   120,
+                                        180, 240, 300,  360,  420,  480,
+                                        540, 600, 1200, 1800, 3600, 7200};
+    size_t n = sizeof levels_s / sizeof levels_s[0];
+    size_t i = count == 0 ? 0 : TERN_MIN((size_t)count - 1, n - 1);
+    return (uint64_t)levels_s[i] * 1000u;
+}
+
 /* SHARED_CONFIG and SETTLE of a client (names already stored ones). */
 static int add_shared(struct node_batcher *b,
                       void *owner,
@@ -371,6 +383,10 @@ static int add_shared(struct node_batcher *b,
             items[i].count = it.count;
             items[i].action = it.action;
             items[i].delay_ms = it.delay_ms;
+            if (it.action == PROTO_SETTLE_RETRY) {
+                items[i].action = IDX_SETTLE_NACK;
+                items[i].delay_ms = node_retry_delay_ms(it.count);
+            }
             i++;
         }
         if (i != r->n_items) {
@@ -530,11 +546,8 @@ int node_batcher_add(struct node_batcher *b,
          r->group_len == 0)) {
         return TERN_EBADNAME;
     }
-    if (r->op == PROTO_OP_PRODUCE &&
+    if ((r->op == PROTO_OP_PRODUCE || r->op == PROTO_OP_PRODUCE_DELAYED) &&
         (r->n_msgs == 0 || (r->producer_id != 0 && r->seq == 0))) {
-        return TERN_EINVAL;
-    }
-    if (r->op == PROTO_OP_PRODUCE_DELAYED && r->n_msgs == 0) {
         return TERN_EINVAL;
     }
     w = tern_calloc(1, sizeof(*w));
@@ -613,7 +626,8 @@ int node_batcher_add(struct node_batcher *b,
         } else {
             w->due_ms = when > UINT64_MAX - t ? UINT64_MAX : t + when;
         }
-        idx_cmd_produce_delayed(&b->open->w, queue, w->due_ms, msgs, r->n_msgs);
+        idx_cmd_produce_delayed(&b->open->w, queue, w->due_ms, r->producer_id,
+                                r->seq, msgs, r->n_msgs);
         break;
     }
     case PROTO_OP_GROUP_FETCH:
@@ -633,10 +647,49 @@ int node_batcher_add(struct node_batcher *b,
         }
         break;
     default:
-        idx_cmd_group_commit(&b->open->w, queue, group, r->offset);
+        /* A connection with a consumer id commits as that consumer
+         * (single active consumer, docs/WORKQUEUES.md). */
+        if (r->consumer_id != 0) {
+            idx_cmd_group_commit_as(&b->open->w, queue, group, r->consumer_id,
+                                    r->offset);
+        } else {
+            idx_cmd_group_commit(&b->open->w, queue, group, r->offset);
+        }
         break;
     }
     tern_free(msgs);
+    return add_finish(b, w);
+}
+
+int node_batcher_add_claim(struct node_batcher *b,
+                           void *owner,
+                           uint64_t request_id,
+                           const char *queue,
+                           const char *group,
+                           uint64_t consumer_id,
+                           uint32_t action,
+                           uint32_t lease_ms)
+{
+    struct node_wreq *w;
+    int rv;
+    if (consumer_id == 0 ||
+        (action == IDX_CLAIM_ACQUIRE
+             ? lease_ms == 0
+             : action != IDX_CLAIM_RELEASE || lease_ms != 0)) {
+        return TERN_EINVAL;
+    }
+    if (!shared_names_ok(queue, group)) {
+        return TERN_EBADNAME;
+    }
+    w = wreq_new(owner, request_id, PROTO_OP_CLAIM);
+    rv = w == NULL ? -ENOMEM : open_for(b, 64 + 2 * TERN_NAME_MAX);
+    if (rv != 0) {
+        tern_free(w);
+        return rv;
+    }
+    name_copy(w->queue, queue, (uint16_t)strlen(queue));
+    name_copy(w->group, group, (uint16_t)strlen(group));
+    idx_cmd_claim(&b->open->w, queue, group, consumer_id, action, lease_ms);
     return add_finish(b, w);
 }
 

@@ -116,10 +116,16 @@ struct node_batcher
 void node_batcher_init(struct node_batcher *b,
                        const struct node_batcher_ops *ops,
                        void *arg);
+/* The delay of a SETTLE retry (PROTO_SETTLE_RETRY) of a message after its
+ * count-th delivery: RocketMQ's backoff levels 1s 5s 10s 30s 1m 2m ... 2h
+ * (docs/WORKQUEUES.md); the last level for every count beyond. */
+uint64_t node_retry_delay_ms(uint32_t count);
+
 /* Add one write request (QUEUE_CREATE/DELETE, PRODUCE, PRODUCE_DELAYED
  * (its due time: r->time_ms's due time, at least the entry's timestamp,
  * or that timestamp plus its delay; set in the request's due_ms),
- * GROUP_COMMIT, SHARED_CONFIG, SETTLE, and
+ * GROUP_COMMIT (as GROUP_COMMIT_AS when r->consumer_id is not 0: the
+ * server sets it), SHARED_CONFIG, SETTLE, and
  * the security metadata writes USER_SET/DELETE, ACL_SET/DELETE,
  * NAMESPACE_SET/DELETE, PRODUCER_INIT) to the open entry; r borrows from the
  * frame and is copied. On error nothing is queued and nothing is answered:
@@ -186,6 +192,20 @@ int node_batcher_add_settle(struct node_batcher *b,
                             const char *group,
                             const struct idx_settle_item *items,
                             uint32_t n);
+/* Single active consumer (docs/WORKQUEUES.md): a CLAIM of (queue, group)
+ * (stored names, borrowed, kept in the wreq) by consumer_id, action
+ * IDX_CLAIM_* with lease_ms (0 for a release); owner NULL: nobody is
+ * answered (the release of a closed connection's claim). The wreq's
+ * result holds the claim row, also when its status is TERN_ECLAIMED.
+ * TERN_EINVAL, TERN_EBADNAME, -ENOMEM; nothing is queued on error. */
+int node_batcher_add_claim(struct node_batcher *b,
+                           void *owner,
+                           uint64_t request_id,
+                           const char *queue,
+                           const char *group,
+                           uint64_t consumer_id,
+                           uint32_t action,
+                           uint32_t lease_ms);
 /* Too much is waiting: stop reading client connections. */
 bool node_batcher_congested(const struct node_batcher *b);
 /* Seal the open entry and propose queued entries up to max_inflight. */

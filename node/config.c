@@ -91,6 +91,10 @@
  *                                  ; is TERN_EINVAL naming the key
  *   shared_prefetch       = 256    ; unacknowledged messages of a shared
  *                                  ; group one consumer may hold
+ *   claim_lease_min_ms    = 1000   ; shortest and longest claim of a
+ *   claim_lease_max_ms    = 300000 ; stream group's single active
+ *                                  ; consumer (CLAIM; 0 asks for 30000);
+ *                                  ; outside is TERN_EINVAL naming the key
  *   status_max_rows       = 65536  ; lease rows a GROUP_STATUS answer
  *                                  ; walks (per group and per page; a
  *                                  ; group cut there is marked partial)
@@ -333,6 +337,8 @@ static const char usage_text[] =
     "  fetch_scan_max = 100000\n"
     "  max_delay_ms = 3456000000\n"
     "  shared_prefetch = 256\n"
+    "  claim_lease_min_ms = 1000\n"
+    "  claim_lease_max_ms = 300000\n"
     "  status_max_rows = 65536\n"
     "  [security]\n"
     "  peer_auth = tls\n"
@@ -395,6 +401,8 @@ void node_config_init(struct node_config *c)
     c->list_page_max = NODE_DEFAULT_LIST_PAGE_MAX;
     c->fetch_scan_max = NODE_DEFAULT_FETCH_SCAN_MAX;
     c->shared_prefetch = NODE_DEFAULT_SHARED_PREFETCH;
+    c->claim_lease_min_ms = NODE_DEFAULT_CLAIM_LEASE_MIN_MS;
+    c->claim_lease_max_ms = NODE_DEFAULT_CLAIM_LEASE_MAX_MS;
     c->status_max_rows = NODE_DEFAULT_STATUS_MAX_ROWS;
     c->max_term_jump = NODE_DEFAULT_MAX_TERM_JUMP;
     c->peer_handshake_timeout_ms = NODE_DEFAULT_PEER_HANDSHAKE_MS;
@@ -1001,6 +1009,10 @@ static const struct key keys[] = {
      NODE__U64(max_delay_ms), (uint64_t)1 << 62},
     {"limits", "shared_prefetch", "--shared-prefetch", set_unsigned,
      NODE__UINT(shared_prefetch), 1000000},
+    {"limits", "claim_lease_min_ms", "--claim-lease-min-ms", set_unsigned,
+     NODE__UINT(claim_lease_min_ms), 86400000},
+    {"limits", "claim_lease_max_ms", "--claim-lease-max-ms", set_unsigned,
+     NODE__UINT(claim_lease_max_ms), 86400000},
     {"limits", "status_max_rows", "--status-max-rows", set_unsigned,
      NODE__UINT(status_max_rows), 1u << 24},
     {"security", "peer_auth", "--peer-auth", set_peer_auth,
@@ -1540,6 +1552,13 @@ static int validate_client_limits(const struct node_config *c, char *errmsg)
     }
     if (c->status_max_rows == 0) {
         tern_errmsg_printf(errmsg, "status_max_rows must be > 0");
+        return TERN_EINVAL;
+    }
+    if (c->claim_lease_min_ms == 0 ||
+        c->claim_lease_min_ms > c->claim_lease_max_ms) {
+        tern_errmsg_printf(errmsg,
+                           "claim_lease_min_ms must be 1.."
+                           "claim_lease_max_ms");
         return TERN_EINVAL;
     }
     if (c->max_connections == 0 || c->max_connections_per_addr == 0 ||

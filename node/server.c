@@ -155,6 +155,7 @@
 #define SERVER__MAX_MSGS           10000u
 #define SERVER__DEFAULT_MAX_BYTES  (1u << 20)
 #define SERVER__SHARED_GROUPS      4u    /* per connection */
+#define SERVER__CLAIM_GROUPS       4u    /* claimed groups per connection */
 #define SERVER__SHARED_DEAD        16u   /* dead letters planned per receive */
 #define SERVER__RECEIVE_RECHECK_MS 200u  /* a parked RECEIVE re-plans */
 #define SERVER__RELEASE_SCAN       4096u /* lease rows read at a close */
@@ -223,6 +224,11 @@ struct node_conn
         char queue[TERN_NAME_MAX + 1];
         char group[TERN_NAME_MAX + 1];
     } shared[4];
+    /* Stream groups it claimed as consumer_id (single active consumer;
+     * their claims are released when it closes), at most
+     * SERVER__CLAIM_GROUPS. */
+    unsigned n_claims;
+    struct conn_shared claims[4];
 };
 
 /* A failed login waiting for its answer (serve_auth); holds a reference
@@ -653,6 +659,10 @@ static bool copy_whole(char *dst, size_t size, const char *src)
  * parked (returns true). leader_only: the request may only be answered by a
  * writable leader (the caller checked that now); a parked one is refused
  * instead of served if the node stops being one while it waits. */
+static bool claim_refuses_fetch(struct node_conn *c,
+                                uint64_t request_id,
+                                const char *queue,
+                                const char *group);
 static bool serve_fetch(struct node_conn *c,
                         uint8_t op,
                         uint64_t request_id,
@@ -681,6 +691,10 @@ static bool serve_fetch(struct node_conn *c,
 
     if (e == NULL) {
         send_error(c, op, request_id, TERN_ESHUTDOWN, NULL);
+        return false;
+    }
+    if (op == PROTO_OP_GROUP_FETCH &&
+        claim_refuses_fetch(c, request_id, queue, group)) {
         return false;
     }
     if (op == PROTO_OP_GROUP_FETCH) {
@@ -1818,7 +1832,7 @@ static void handle_write(struct node_conn *c,
             send_error(c, r->op, request_id, TERN_ESHUTDOWN, NULL);
             return;
         }
-        if (r->op == PROTO_OP_PRODUCE && r->producer_id != 0 &&
+        if (r->producer_id != 0 &&
             (rv = node_access_producer(c->srv->access, &c->who, view_idx(v),
                                        r->producer_id, m)) != 0) {
             send_error(c, r->op, request_id, rv, m);
@@ -1880,8 +1894,12 @@ static uint64_t leader_time(const struct node_conn *c)
 struct receive_ctx
 {
     struct tern_wbuf *w;
-    uint32_t count; /* the delivery count of the message being read */
-    uint32_t n;
+    size_t start; /* the answer frame's start in w */
+    size_t cap;   /* stop adding at this many frame bytes (one at least) */
+    const struct idx_deliver_item *items; /* the DELIVER's, in offset order */
+    uint32_t n_items;
+    uint32_t k; /* the item of the next message */
+    uint32_t n; /* messages added */
 };
 
 static int receive_cb(void *arg, const struct idx_fetched *m)
@@ -1889,24 +1907,33 @@ static int receive_cb(void *arg, const struct idx_fetched *m)
     struct receive_ctx *x = arg;
     struct proto_fetched_msg pm = {m->offset, m->timestamp_ms, m->data,
                                    m->len,    m->props,        m->props_len};
-    proto_put_received(x->w, &pm, x->count);
+    if (x->n > 0 && x->w->len - x->start >= x->cap) {
+        return 1;
+    }
+    while (x->k < x->n_items && x->items[x->k].offset != m->offset) {
+        x->k++;
+    }
+    if (x->k == x->n_items) {
+        return 1; /* cannot happen: idx_messages_get keeps the order */
+    }
+    proto_put_received(x->w, &pm, x->items[x->k].count + 1);
     x->n++;
     return x->w->err;
 }
 
 /* The DELIVER of w is applied and flushed: answer with the messages it
- * leased, read from the index. An answer stops at half of
- * max_frame_bytes (at least one message); leases past it are not sent
- * and come back when they expire. */
+ * leased, read from the index in one pass (a record holding several of
+ * them is read once). An answer stops at half of max_frame_bytes (at
+ * least one message); leases past it are not sent and come back when they
+ * expire. A message trimmed meanwhile is skipped (its lease is moot). */
 static void receive_answer(struct node_conn *c, const struct node_wreq *w)
 {
     struct idx_env *e = view_idx(&c->view);
-    size_t cap =
-        TERN_MAX((size_t)(c->view.cfg->max_frame_bytes / 2), (size_t)1);
     struct idx_queue_info qi;
     struct tern_wbuf b;
-    struct receive_ctx x = {&b, 0, 0};
-    size_t start;
+    struct receive_ctx x = {&b, 0, 0, w->items, w->n_items, 0, 0};
+    uint64_t offs[IDX_SHARED_LIST_MAX];
+    uint32_t n = 0;
     int rv;
     if (e == NULL) {
         send_error(c, w->op, w->request_id, TERN_ESHUTDOWN, NULL);
@@ -1917,21 +1944,18 @@ static void receive_answer(struct node_conn *c, const struct node_wreq *w)
         send_error(c, w->op, w->request_id, rv, NULL);
         return;
     }
-    tern_wbuf_init(&b);
-    start = proto_receive_begin(&b, w->request_id, qi.id);
-    for (uint32_t i = 0; i < w->n_items && b.err == 0; i++) {
-        if (((w->result.done[i / 64] >> (i % 64)) & 1u) == 0) {
-            continue;
+    for (uint32_t i = 0; i < w->n_items && i < IDX_SHARED_LIST_MAX; i++) {
+        if (((w->result.done[i / 64] >> (i % 64)) & 1u) != 0) {
+            offs[n++] = w->items[i].offset;
         }
-        if (x.n > 0 && b.len - start >= cap) {
-            break;
-        }
-        x.count = w->items[i].count + 1;
-        /* A message trimmed meanwhile is skipped (its lease is moot). */
-        (void)idx_message_get(e, w->queue, 0, w->items[i].offset, receive_cb,
-                              &x);
     }
-    rv = proto_receive_end(&b, start, x.n);
+    tern_wbuf_init(&b);
+    x.cap = TERN_MAX((size_t)(c->view.cfg->max_frame_bytes / 2), (size_t)1);
+    x.start = proto_receive_begin(&b, w->request_id, qi.id);
+    rv = n > 0 ? idx_messages_get(e, w->queue, offs, n, receive_cb, &x) : 0;
+    if (rv == 0) {
+        rv = proto_receive_end(&b, x.start, x.n);
+    }
     if (rv != 0) {
         tern_wbuf_free(&b);
         send_error(c, w->op, w->request_id, rv, NULL);
@@ -2215,6 +2239,183 @@ static void release_leases(struct node_conn *c)
     tern_free(x);
 }
 
+/* ---- Single active consumer of stream groups (docs/WORKQUEUES.md) ------ */
+
+/* "group G of queue Q is held by consumer X until T" into m. */
+static void claim_busy_msg(char *m,
+                           const char *queue,
+                           const char *group,
+                           const struct idx_claim *cl)
+{
+    (void)snprintf(m, TERN_ERRMSG_SIZE,
+                   "group %s of queue %s is held by consumer %llu until %llu "
+                   "(ms)",
+                   group, queue, (unsigned long long)cl->holder,
+                   (unsigned long long)cl->until_ms);
+}
+
+/* A GROUP_FETCH of a group whose live claim (until above this node's
+ * clock) is another consumer's: answers TERN_ECLAIMED naming holder and
+ * until and returns true. */
+static bool claim_refuses_fetch(struct node_conn *c,
+                                uint64_t request_id,
+                                const char *queue,
+                                const char *group)
+{
+    struct idx_env *e = view_idx(&c->view);
+    struct idx_claim cl;
+    char m[TERN_ERRMSG_SIZE];
+    if (e == NULL || idx_claim_get(e, queue, group, &cl) != 0 ||
+        cl.holder == 0 || cl.holder == c->consumer_id ||
+        cl.until_ms <= leader_time(c)) {
+        return false;
+    }
+    claim_busy_msg(m, queue, group, &cl);
+    send_error(c, PROTO_OP_GROUP_FETCH, request_id, TERN_ECLAIMED, m);
+    return true;
+}
+
+/* CLAIM: a write of the writable leader, by the client's consumer id
+ * (checked and pinned as RECEIVE's), with the lease within [limits]
+ * claim_lease_min_ms..claim_lease_max_ms (0: the default). */
+static void handle_claim(struct node_conn *c,
+                         uint64_t request_id,
+                         const struct proto_request *r,
+                         const char *queue,
+                         const char *group)
+{
+    const struct node_config *cfg = c->view.cfg;
+    uint32_t lease = r->lease_ms;
+    struct repl_status st;
+    char m[TERN_ERRMSG_SIZE];
+    unsigned i;
+    int rv;
+    if (r->flags == PROTO_CLAIM_ACQUIRE) {
+        if (lease == 0) {
+            lease = TERN_MIN(
+                TERN_MAX(NODE_DEFAULT_CLAIM_LEASE_MS, cfg->claim_lease_min_ms),
+                cfg->claim_lease_max_ms);
+        }
+        if (lease < cfg->claim_lease_min_ms ||
+            lease > cfg->claim_lease_max_ms) {
+            (void)snprintf(m, sizeof(m),
+                           "lease %u ms is outside claim_lease_min_ms %u .. "
+                           "claim_lease_max_ms %u",
+                           lease, cfg->claim_lease_min_ms,
+                           cfg->claim_lease_max_ms);
+            send_error(c, r->op, request_id, TERN_EINVAL, m);
+            return;
+        }
+    }
+    view_status(&c->view, &st);
+    if (refuse_unless_writable(c, r->op, request_id, &st)) {
+        return;
+    }
+    if (c->consumer_id != 0 && c->consumer_id != r->consumer_id) {
+        send_error(c, r->op, request_id, TERN_EINVAL,
+                   "one consumer id per connection");
+        return;
+    }
+    if (c->consumer_id == 0 &&
+        (rv = node_access_producer(c->srv->access, &c->who, view_idx(&c->view),
+                                   r->consumer_id, m)) != 0) {
+        send_error(c, r->op, request_id, rv, m);
+        return;
+    }
+    if ((rv = c->view.ops.disk_check(c->view.arg, m)) != 0) {
+        send_error(c, r->op, request_id, rv, m);
+        return;
+    }
+    for (i = 0; i < c->n_claims; i++) {
+        if (strcmp(c->claims[i].queue, queue) == 0 &&
+            strcmp(c->claims[i].group, group) == 0) {
+            break;
+        }
+    }
+    if (i == c->n_claims && r->flags == PROTO_CLAIM_ACQUIRE) {
+        if (c->n_claims == SERVER__CLAIM_GROUPS) {
+            (void)snprintf(m, sizeof(m),
+                           "a connection claims at most %u groups",
+                           SERVER__CLAIM_GROUPS);
+            send_error(c, r->op, request_id, TERN_ELIMIT, m);
+            return;
+        }
+        (void)copy_whole(c->claims[i].queue, sizeof c->claims[i].queue, queue);
+        (void)copy_whole(c->claims[i].group, sizeof c->claims[i].group, group);
+        c->n_claims++;
+    }
+    c->consumer_id = r->consumer_id;
+    rv = node_batcher_add_claim(
+        c->view.batcher, c, request_id, queue, group, r->consumer_id,
+        r->flags == PROTO_CLAIM_ACQUIRE ? IDX_CLAIM_ACQUIRE : IDX_CLAIM_RELEASE,
+        r->flags == PROTO_CLAIM_ACQUIRE ? lease : 0);
+    if (rv != 0) {
+        send_error(c, r->op, request_id, rv, NULL);
+        return;
+    }
+    c->refs++;
+}
+
+/* The answer of an applied CLAIM (status 0 or TERN_ECLAIMED), or of a
+ * GROUP_COMMIT a claim refused: true when w was answered here. */
+static bool claim_respond(struct node_conn *c, const struct node_wreq *w)
+{
+    const struct idx_claim *cl = &w->result.claim;
+    if (w->op == PROTO_OP_CLAIM &&
+        (w->status == 0 || w->status == TERN_ECLAIMED)) {
+        struct tern_wbuf b;
+        tern_wbuf_init(&b);
+        proto_encode_claim_resp(&b, w->request_id, w->result.count == 1,
+                                cl->holder, cl->until_ms);
+        conn_send(c, &b);
+        return true;
+    }
+    if (w->op == PROTO_OP_GROUP_COMMIT && w->status == TERN_ECLAIMED &&
+        cl->holder != 0) {
+        char m[TERN_ERRMSG_SIZE];
+        (void)snprintf(
+            m, sizeof(m), "the group is held by consumer %llu until %llu (ms)",
+            (unsigned long long)cl->holder, (unsigned long long)cl->until_ms);
+        send_error(c, w->op, w->request_id, TERN_ECLAIMED, m);
+        return true;
+    }
+    return false;
+}
+
+/* c is closing: on a writable leader, release the claims its consumer id
+ * holds (one CLAIM release per group it claimed, at most
+ * SERVER__CLAIM_GROUPS; a claim of a group that moved on changes
+ * nothing at apply). */
+static void release_claims(struct node_conn *c)
+{
+    struct idx_env *e = view_idx(&c->view);
+    struct repl_status st;
+    if (c->consumer_id == 0 || c->n_claims == 0 || c->srv == NULL ||
+        c->srv->closing || e == NULL) {
+        return;
+    }
+    view_status(&c->view, &st);
+    if (!st.writable) {
+        return;
+    }
+    for (unsigned i = 0; i < c->n_claims; i++) {
+        struct idx_claim cl;
+        if (idx_claim_get(e, c->claims[i].queue, c->claims[i].group, &cl) !=
+                0 ||
+            cl.holder != c->consumer_id) {
+            continue;
+        }
+        int rv = node_batcher_add_claim(c->view.batcher, NULL, 0,
+                                        c->claims[i].queue, c->claims[i].group,
+                                        c->consumer_id, IDX_CLAIM_RELEASE, 0);
+        node_log(rv == 0 ? NODE_LOG_DEBUG : NODE_LOG_WARN,
+                 rv == 0 ? "claim released" : "claim release not proposed",
+                 "conn=%llu queue=%s group=%s err=%s",
+                 (unsigned long long)c->id, c->claims[i].queue,
+                 c->claims[i].group, rv == 0 ? "-" : tern_err_name(rv));
+    }
+}
+
 void node_server_respond(struct node_wreq *w)
 {
     struct node_conn *c = w->owner;
@@ -2222,7 +2423,9 @@ void node_server_respond(struct node_wreq *w)
         return;
     }
     if (conn_live(c)) {
-        if (w->status != 0) {
+        if (claim_respond(c, w)) {
+            /* answered */
+        } else if (w->status != 0) {
             const char *m = tern_strerror(w->status);
             send_error(c, w->op, w->request_id, w->status, m);
         } else if (w->op == PROTO_OP_RECEIVE) {
@@ -2249,8 +2452,10 @@ void node_server_respond(struct node_wreq *w)
                                           w->result.base_offset,
                                           w->result.count, w->result.duplicate);
             } else if (w->op == PROTO_OP_PRODUCE_DELAYED) {
-                proto_encode_produce_delayed_resp(&b, w->request_id,
-                                                  w->result.count, w->due_ms);
+                /* A resend answers the first batch's due time. */
+                proto_encode_produce_delayed_resp(
+                    &b, w->request_id, w->result.count,
+                    w->result.duplicate ? w->result.base_offset : w->due_ms);
             } else if (w->op == PROTO_OP_PRODUCER_INIT) {
                 /* The index hands the new id out as base_offset. */
                 proto_encode_producer_init_resp(&b, w->request_id,
@@ -2410,13 +2615,14 @@ static void serve_auth(struct node_conn *c,
 static bool op_has_queue(uint8_t op)
 {
     return op == PROTO_OP_SHARED_CONFIG || op == PROTO_OP_RECEIVE ||
-           op == PROTO_OP_SETTLE || op == PROTO_OP_QUEUE_CREATE ||
-           op == PROTO_OP_QUEUE_DELETE || op == PROTO_OP_PRODUCE ||
-           op == PROTO_OP_FETCH || op == PROTO_OP_GROUP_FETCH ||
-           op == PROTO_OP_GROUP_COMMIT || op == PROTO_OP_QUEUE_UPDATE ||
-           op == PROTO_OP_QUEUE_INFO || op == PROTO_OP_OFFSET_FOR_TIME ||
-           op == PROTO_OP_MESSAGE_GET || op == PROTO_OP_MESSAGE_TRACE ||
-           op == PROTO_OP_PRODUCE_DELAYED || op == PROTO_OP_GROUP_STATUS;
+           op == PROTO_OP_SETTLE || op == PROTO_OP_CLAIM ||
+           op == PROTO_OP_QUEUE_CREATE || op == PROTO_OP_QUEUE_DELETE ||
+           op == PROTO_OP_PRODUCE || op == PROTO_OP_FETCH ||
+           op == PROTO_OP_GROUP_FETCH || op == PROTO_OP_GROUP_COMMIT ||
+           op == PROTO_OP_QUEUE_UPDATE || op == PROTO_OP_QUEUE_INFO ||
+           op == PROTO_OP_OFFSET_FOR_TIME || op == PROTO_OP_MESSAGE_GET ||
+           op == PROTO_OP_MESSAGE_TRACE || op == PROTO_OP_PRODUCE_DELAYED ||
+           op == PROTO_OP_GROUP_STATUS;
 }
 
 /* QUEUE_INFO and OFFSET_FOR_TIME (docs/MESSAGES.md): served from this
@@ -2510,7 +2716,17 @@ static void handle_request(struct node_conn *c,
         qr.user_len = (uint16_t)strlen(c->who.user);
     }
 
+    if (req->op == PROTO_OP_GROUP_COMMIT) {
+        /* Commits of a consumer are checked against the group's claim as
+         * its own (GROUP_COMMIT_AS, docs/WORKQUEUES.md). */
+        qr.consumer_id = c->consumer_id;
+    }
+
     switch (r->op) {
+    case PROTO_OP_CLAIM:
+        name_copy(group, r->group, r->group_len);
+        handle_claim(c, request_id, r, stored, group);
+        break;
     case PROTO_OP_QUEUE_CREATE:
     case PROTO_OP_QUEUE_DELETE:
     case PROTO_OP_PRODUCE:
@@ -3119,6 +3335,7 @@ static void conn_close(struct node_conn *c)
     c->state = CONN_CLOSING;
     c->reading = false;
     release_leases(c);
+    release_claims(c);
     uv_close((uv_handle_t *)&c->tcp, on_conn_closed);
 }
 

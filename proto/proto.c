@@ -770,11 +770,12 @@ static void get_settle_item(struct tern_cursor *c, void *item)
 
 static int settle_item_ok(const struct proto_settle_item *it)
 {
-    if (it->action > PROTO_SETTLE_RELEASE) {
+    if (it->action > PROTO_SETTLE_RETRY) {
         return 0;
     }
     return !((it->action == PROTO_SETTLE_ACK ||
-              it->action == PROTO_SETTLE_RELEASE) &&
+              it->action == PROTO_SETTLE_RELEASE ||
+              it->action == PROTO_SETTLE_RETRY) &&
              it->delay_ms != 0);
 }
 
@@ -848,6 +849,91 @@ static int decode_shared(struct tern_cursor *c, struct proto_request *out)
     default: /* SETTLE */
         return get_settle_items(c, out);
     }
+}
+
+/* CLAIM (op 30): names, action, lease. */
+static int decode_claim(struct tern_cursor *c, struct proto_request *out)
+{
+    int rv = get_name(c, &out->queue, &out->queue_len);
+    if (rv == 0) {
+        rv = get_name(c, &out->group, &out->group_len);
+    }
+    if (rv != 0) {
+        return rv;
+    }
+    out->consumer_id = tern_cursor_u64(c);
+    out->flags = tern_cursor_u8(c);
+    out->lease_ms = tern_cursor_u32(c);
+    if (c->err == 0 &&
+        (out->consumer_id == 0 || out->flags == PROTO_CLAIM_ACQUIRE
+             ? false
+             : out->flags != PROTO_CLAIM_RELEASE || out->lease_ms != 0)) {
+        return TERN_EMALFORMED;
+    }
+    return 0;
+}
+
+int proto_encode_claim(struct tern_wbuf *w,
+                       uint64_t request_id,
+                       const char *queue,
+                       const char *group,
+                       uint64_t consumer_id,
+                       uint8_t action,
+                       uint32_t lease_ms)
+{
+    size_t start = w->len;
+    if (consumer_id == 0 ||
+        (action != PROTO_CLAIM_ACQUIRE &&
+         (action != PROTO_CLAIM_RELEASE || lease_ms != 0))) {
+        return TERN_EINVAL;
+    }
+    proto_frame_begin(w, PROTO_OP_CLAIM, request_id, 0);
+    put_name(w, queue);
+    put_name(w, group);
+    tern_wbuf_u64(w, consumer_id);
+    tern_wbuf_u8(w, action);
+    tern_wbuf_u32(w, lease_ms);
+    return proto_frame_end(w, start);
+}
+
+int proto_encode_claim_resp(struct tern_wbuf *w,
+                            uint64_t request_id,
+                            uint8_t granted,
+                            uint64_t holder,
+                            uint64_t until_ms)
+{
+    size_t start = w->len;
+    if (granted > 1) {
+        return TERN_EINVAL;
+    }
+    proto_frame_begin(w, PROTO_OP_CLAIM | PROTO_OP_RESPONSE, request_id, 0);
+    tern_wbuf_u8(w, granted);
+    tern_wbuf_u64(w, holder);
+    tern_wbuf_u64(w, until_ms);
+    return proto_frame_end(w, start);
+}
+
+int proto_decode_claim_resp(const void *body,
+                            size_t len,
+                            uint8_t *granted,
+                            uint64_t *holder,
+                            uint64_t *until_ms)
+{
+    struct tern_cursor c;
+    tern_cursor_init(&c, body, len);
+    *granted = tern_cursor_u8(&c);
+    *holder = tern_cursor_u64(&c);
+    *until_ms = tern_cursor_u64(&c);
+    int rc = cursor_finish(&c);
+    if (rc == 0 && *granted > 1) {
+        rc = TERN_EMALFORMED;
+    }
+    if (rc != 0) {
+        *granted = 0;
+        *holder = 0;
+        *until_ms = 0;
+    }
+    return rc;
 }
 
 int proto_next_settle(const struct proto_request *r,
@@ -1039,6 +1125,15 @@ int proto_decode_request(uint8_t op,
             break;
         }
         out->time_ms = tern_cursor_u64(&c);
+        if ((out->time_ms & PROTO_DELAY_DEDUP) != 0) {
+            out->time_ms &= ~PROTO_DELAY_DEDUP;
+            out->producer_id = tern_cursor_u64(&c);
+            out->seq = tern_cursor_u64(&c);
+            if (c.err == 0 && (out->producer_id == 0 || out->seq == 0)) {
+                rv = TERN_EINVAL;
+                break;
+            }
+        }
         out->n_msgs = tern_cursor_u32(&c);
         if (c.err != 0) {
             break;
@@ -1091,6 +1186,9 @@ int proto_decode_request(uint8_t op,
     case PROTO_OP_RECEIVE:
     case PROTO_OP_SETTLE:
         rv = decode_shared(&c, out);
+        break;
+    case PROTO_OP_CLAIM:
+        rv = decode_claim(&c, out);
         break;
     case PROTO_OP_GROUP_COMMIT:
         rv = get_name(&c, &out->queue, &out->queue_len);
@@ -1275,17 +1373,26 @@ int proto_encode_produce_delayed(struct tern_wbuf *w,
                                  uint64_t request_id,
                                  const char *queue,
                                  uint64_t when,
+                                 uint64_t producer_id,
+                                 uint64_t seq,
                                  proto_pmsg_at_cb at,
                                  const void *msgs,
                                  uint32_t n)
 {
     size_t start = w->len;
-    if (n == 0 || msgs == NULL || at == NULL) {
+    if (n == 0 || msgs == NULL || at == NULL ||
+        (when & PROTO_DELAY_DEDUP) != 0 || (producer_id != 0 && seq == 0)) {
         return TERN_EINVAL;
     }
     proto_frame_begin(w, PROTO_OP_PRODUCE_DELAYED, request_id, 0);
     put_name(w, queue);
-    tern_wbuf_u64(w, when);
+    if (producer_id != 0) {
+        tern_wbuf_u64(w, when | PROTO_DELAY_DEDUP);
+        tern_wbuf_u64(w, producer_id);
+        tern_wbuf_u64(w, seq);
+    } else {
+        tern_wbuf_u64(w, when);
+    }
     tern_wbuf_u32(w, n);
     put_msgs_props(w, at, msgs, n);
     return proto_frame_end(w, start);

@@ -40,7 +40,8 @@
     X(TERN_ETHROTTLED, -31026, "throttled: rate quota exceeded, retry later")  \
     X(TERN_EIDENTITY, -31027, "data directory belongs to another node")        \
     X(TERN_ENOTFOUND, -31028, "no such user, namespace or grant")              \
-    X(TERN_EQUEUEFULL, -31029, "queue full")
+    X(TERN_EQUEUEFULL, -31029, "queue full")                                   \
+    X(TERN_ECLAIMED, -31030, "group held by another consumer")
 
 enum tern_errno {
 #define TERN__ERRNO_ENUM(name, value, msg) name = (value),

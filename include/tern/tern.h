@@ -340,10 +340,11 @@ TERN_API int tern_produce(struct tern_client *c,
  * fetch sees them. *out_due_ms (OUT, may be NULL) is the due time the
  * leader recorded, by its clock. A due time more than the server's
  * [limits] max_delay_ms ahead (40 days by default) is TERN_EINVAL; a
- * missing queue TERN_ENOQUEUE. There is no producer dedup: a retry after
- * an ambiguous outcome (a lost connection or leadership) may schedule the
- * batch twice. A server without delayed messages answers TERN_EINVAL
- * "unknown request op". */
+ * missing queue TERN_ENOQUEUE. The batch carries a producer id and seq of
+ * its own, so the call's resends after a lost connection or leadership
+ * schedule it once (a resend is answered the first due time); only a new
+ * call after a failed one may schedule a batch twice. A server without
+ * delayed messages answers TERN_EINVAL "unknown request op". */
 TERN_API int tern_produce_delayed(struct tern_client *c,
                                   const char *queue,
                                   const struct tern_msg *msgs,
@@ -510,11 +511,15 @@ TERN_API int tern_fetch_result_receipt(const struct tern_fetch_result *r,
 #define TERN_SETTLE_NACK    1 /* deliver again after delay_ms */
 #define TERN_SETTLE_EXTEND  2 /* keep the lease delay_ms longer from now */
 #define TERN_SETTLE_RELEASE 3 /* give it back at once */
+/* Nack after the backoff level of its delivery count, as RocketMQ's
+ * retries: 1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h
+ * for deliveries 1, 2, ... (the last level beyond); delay_ms 0. */
+#define TERN_SETTLE_RETRY 4
 struct tern_settle_item
 {
     struct tern_receipt receipt;
     int action;        /* TERN_SETTLE_* */
-    uint64_t delay_ms; /* nack, extend; 0 for ack and release */
+    uint64_t delay_ms; /* nack, extend; 0 for ack, release and retry */
     int done;          /* OUT: 1 settled, 0 stale (the lease moved on) */
 };
 /* Settle items[0..n) (1..1024, caller-owned; receipts in increasing
@@ -525,6 +530,39 @@ TERN_API int tern_settle(struct tern_client *c,
                          const char *group,
                          struct tern_settle_item *items,
                          size_t n);
+
+/* ---- Single active consumer of stream groups (docs/WORKQUEUES.md) ------ */
+
+/* Claim stream group (queue, group) for this client (its consumer id is
+ * its producer id, asked from the leader on first use) for lease_ms (0:
+ * the server's default, 30 s; outside the server's [limits]
+ * claim_lease_min_ms..claim_lease_max_ms: TERN_EINVAL naming the key),
+ * or renew the claim it holds. OUT (each may be NULL): *granted 1 when
+ * this client holds the group until *until_ms (leader clock, ms since
+ * the epoch), 0 when consumer *holder holds it until *until_ms. While
+ * another consumer holds a group, this client's tern_group_fetch and
+ * tern_group_commit on it fail with TERN_ECLAIMED (the message names the
+ * holder and until when). A shared group: TERN_EINVAL. A fetch is checked
+ * when it is served, its answer may arrive late: renew every lease / 3,
+ * and before processing a batch that arrives with a renewal due, renew;
+ * drop the batch when refused, or when granted more than lease_ms after
+ * the previous grant was asked (another consumer may have held the group
+ * meanwhile: group-fetch again). docs/WORKQUEUES.md. */
+TERN_API int tern_group_claim(struct tern_client *c,
+                              const char *queue,
+                              const char *group,
+                              uint32_t lease_ms,
+                              int *granted,
+                              uint64_t *holder,
+                              uint64_t *until_ms);
+/* Give up this client's claim of (queue, group) at once (nothing changes
+ * when it holds none). A connection that closes releases its claims
+ * too. */
+TERN_API int tern_group_release(struct tern_client *c,
+                                const char *queue,
+                                const char *group);
+/* The consumer id claims and receives use (0 before the first one). */
+TERN_API uint64_t tern_client_consumer_id(const struct tern_client *c);
 
 /* ---- Message properties (docs/MESSAGES.md) ----------------------------- */
 

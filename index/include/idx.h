@@ -122,6 +122,9 @@ enum idx_cmd_type {
      * messages"). */
     IDX_CMD_PRODUCE_DELAYED = 21,
     IDX_CMD_TIMER_FIRE = 22,
+    /* Single active consumer of stream groups (docs/WORKQUEUES.md). */
+    IDX_CMD_CLAIM = 23,
+    IDX_CMD_GROUP_COMMIT_AS = 24,
 };
 
 /* User and namespace names follow the queue name rule (tern_name_valid)
@@ -437,6 +440,41 @@ void idx_cmd_dead_letter(struct tern_wbuf *w,
 /* A command that changes nothing (result 0): a leader that sees it applied
  * knows every entry committed before it is applied too, and that it was
  * still leader when it was committed (linearizable reads, node/batch.c). */
+/* ---- Single active consumer of stream groups (claim.c) ------------------
+ * docs/WORKQUEUES.md, "Single active consumer for stream groups". */
+#define IDX_CLAIM_ACQUIRE 1u /* claim, or renew a claim held */
+#define IDX_CLAIM_RELEASE 2u
+/* A claim row: the holder's consumer id, the end of its claim (leader
+ * clock, ms) and the generation (+1 each time the holder changes). */
+struct idx_claim
+{
+    uint64_t holder;
+    uint64_t until_ms;
+    uint64_t generation;
+};
+/* CLAIM of stream group (queue, group) by consumer_id (!= 0): action
+ * IDX_CLAIM_ACQUIRE with lease_ms >= 1, or IDX_CLAIM_RELEASE with
+ * lease_ms 0 (else TERN_EINVAL in w->err). Result: acquire granted,
+ * status 0 and count 1; refused (another holder whose until > t), status
+ * TERN_ECLAIMED; a shared group, TERN_EINVAL; release: count 1 when the row
+ * was the consumer's and is gone, 0 when it changed nothing. Every
+ * result's claim field holds the row after the command (holder 0: no
+ * row). */
+void idx_cmd_claim(struct tern_wbuf *w,
+                   const char *queue,
+                   const char *group,
+                   uint64_t consumer_id,
+                   uint32_t action,
+                   uint32_t lease_ms);
+/* GROUP_COMMIT by consumer consumer_id (!= 0): as idx_cmd_group_commit,
+ * refused with TERN_ECLAIMED (claim = the row) while another consumer's
+ * claim is live (until > t). A plain GROUP_COMMIT is refused so while
+ * any claim is live. */
+void idx_cmd_group_commit_as(struct tern_wbuf *w,
+                             const char *queue,
+                             const char *group,
+                             uint64_t consumer_id,
+                             uint64_t next_offset);
 void idx_cmd_read_barrier(struct tern_wbuf *w);
 /* The Raft term (>= 1, else TERN_EINVAL) of the leader building the entry;
  * applies nothing (result 0). node/batch.c puts it first in every entry,
@@ -461,11 +499,16 @@ struct idx_timer_key
 /* PRODUCE_DELAYED: msgs[0..n) (borrowed, n >= 1; props_len 0 = none) go
  * to queue when the leader's clock reaches due_ms (absolute, ms). Result:
  * count = n, or TERN_ENOQUEUE, TERN_ETOOBIG (a message over max_message);
- * nothing is appended to the queue until a TIMER_FIRE moves it. Errors in
- * w->err as the produce builders. */
+ * nothing is appended to the queue until a TIMER_FIRE moves it. With
+ * producer_id != 0 (seq >= 1) the batch is deduplicated as a PRODUCE: a
+ * resend answers duplicate = 1 with the first batch's count and its due
+ * time in base_offset (0 / 0 when forgotten), TERN_ESEQUENCE for a gap.
+ * Errors in w->err as the produce builders. */
 void idx_cmd_produce_delayed(struct tern_wbuf *w,
                              const char *queue,
                              uint64_t due_ms,
+                             uint64_t producer_id,
+                             uint64_t seq,
                              const struct idx_pmsg *msgs,
                              uint32_t n);
 /* TIMER_FIRE, built key by key: begin returns a handle (0 after an error,
@@ -561,6 +604,8 @@ struct idx_result
      * list item i was delivered / settled; clear: left out (a plan on a
      * state that moved) / stale receipt. */
     uint64_t done[IDX_SHARED_LIST_MAX / 64];
+    /* CLAIM, and GROUP_COMMIT(_AS) refused by a claim: the claim row */
+    struct idx_claim claim;
 };
 /* Retention at apply (docs/MESSAGES.md, "Retention"): a produce on a
  * queue with max_messages or max_bytes appends, then (drop-oldest) trims
@@ -718,6 +763,17 @@ int idx_message_get(struct idx_env *e,
                     uint64_t offset,
                     idx_fetch_cb cb,
                     void *arg);
+/* The retained messages among offsets[0..n) (borrowed; the order given,
+ * increasing offsets read each record once) of queue, each delivered to
+ * cb with its properties; offsets trimmed or never appended are skipped.
+ * cb returning non-zero stops the walk (0 is returned). TERN_ENOQUEUE,
+ * TERN_EBADNAME, TERN_ECORRUPT. One read txn: the RECEIVE answer. */
+int idx_messages_get(struct idx_env *e,
+                     const char *queue,
+                     const uint64_t *offsets,
+                     uint32_t n,
+                     idx_fetch_cb cb,
+                     void *arg);
 /* The messages of queue with key key[0..key_len) (1..IDX_KEY_MAX bytes,
  * else TERN_EINVAL), newest first, at most max (1..): one cb call each (a
  * non-zero return stops). *n (OUT, may be NULL) = how many were
@@ -973,6 +1029,13 @@ int idx_message_deliveries(struct idx_env *e,
                            int (*cb)(void *arg, const struct idx_delivery *d),
                            void *arg);
 
+/* The claim row of stream group (queue, group) (flushed state): 0 with
+ * *out, or 0 with *out zeroed (holder 0) when there is none. The caller
+ * compares until_ms with its clock. TERN_ENOQUEUE, TERN_EBADNAME. */
+int idx_claim_get(struct idx_env *e,
+                  const char *queue,
+                  const char *group,
+                  struct idx_claim *out);
 /* ---- Timer planning (the leader's side of TIMER_FIRE; timer.c) --------- */
 
 /* What one idx_timer_plan call did. */

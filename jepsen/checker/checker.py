@@ -146,7 +146,12 @@ these alone; receipts are keyed by (queue, offset)):
                 acked_by_ambiguous_ack; or stale for the last delivery
                 of the offset ever received: libtern resent an ack whose
                 first attempt had committed, acked_by_last_stale_ack)
-                and that is not in the DLQ.
+                and that is not in the DLQ. Not judged (held_by_clock):
+                one whose last delivery or settle overlapped a clock
+                fault that may run a clock ahead (a rate change, a
+                positive skew, until its heal-clock): a lease or nack
+                delay stamped by a leader ahead by D lasts D longer
+                (docs/WORKQUEUES.md, "A wrong leader clock").
   duplicate_after_ack
                 a receive of (queue, offset) invoked after an ack of that
                 offset was answered ok (docs/WORKQUEUES.md promises none).
@@ -187,14 +192,11 @@ plus):
                 the leader then fires by this machine's clock); later
                 ones (a due time stamped by a leader whose clock ran
                 ahead) are counted as not_due.
-  duplicated    a value stored at two offsets is invalid (a TIMER_FIRE
-                moves a timer once), except (counted as
-                delayed_duplicates) when its produce ended info / fail
-                ("retried-ambiguous") or a nemesis event happened during
-                its call or FAULT_GRACE_S before it ("retried-in-call"):
-                delayed produces have no producer dedup, and libtern
-                resends a request after a lost connection or leadership,
-                which may schedule the message twice.
+  duplicated    a value stored at two offsets is invalid: a TIMER_FIRE
+                moves a timer once, and delayed produces are
+                deduplicated (libtern resends a call's batch after a
+                lost connection or leadership under the same producer
+                id and seq; the driver never produces a value twice).
 """
 
 import argparse
@@ -536,33 +538,9 @@ def check(events):
     unexpected = sorted(v for v in read_anywhere if v not in attempts)
     failed_seen = sorted(v for v in failed if v in read_anywhere)
     duplicated = sorted(v for v in reads if len(reads[v]) > 1)
-    # Delayed produces have no producer dedup: a retry after an ambiguous
-    # outcome may schedule a message twice (docs/WORKQUEUES.md). Such a
-    # copy is documented: the produce ended info / fail
-    # ("retried-ambiguous"), or it ended ok but a nemesis event happened
-    # during the call or FAULT_GRACE_S before it, so libtern may have
-    # resent it after a lost connection or leadership ("retried-in-call").
-    # Any other value stored twice is invalid (TIMER_FIRE moves a timer
-    # once).
-    delayed_dups = []
-    if workload == "delayed":
-        keep = []
-        for v in duplicated:
-            reason = None
-            a = acked.get(v)
-            if v in infos or v in failed:
-                reason = "retried-ambiguous"
-            elif a is not None and a["invoke"] is not None and \
-                    a["complete"] is not None and \
-                    any(a["invoke"] - FAULT_GRACE_S * 1e9 <= nt <=
-                        a["complete"] for nt in nemesis_times):
-                reason = "retried-in-call"
-            if reason is None:
-                keep.append(v)
-            else:
-                delayed_dups.append({"value": v, "reason": reason,
-                                     "at": sorted(list(x) for x in reads[v])})
-        duplicated = keep
+    # Delayed produces are deduplicated like PRODUCE (libtern resends one
+    # call's batch under the same producer id and seq, docs/WORKQUEUES.md)
+    # and a TIMER_FIRE moves a timer once: a value stored twice is invalid.
     # Delayed: read before its earliest possible due time (the produce's
     # invoke wall clock + its delay) minus the clock bound.
     early = []
@@ -812,11 +790,9 @@ def check(events):
             "probes_below": len(probes),
             "early": len(early),
             "not_due": sum(1 for v in acked if not_due(v)),
-            "delayed_duplicates": len(delayed_dups),
         },
         "workload": workload or "queue",
         "early": early,
-        "delayed_duplicates": delayed_dups,
         "clock_bound_ms": clock_bound_ms,
         "retention": retention,
         "under_trimmed": under_trimmed,
@@ -864,6 +840,15 @@ WQ_INVALID_CLASSES = ("lost", "unexpected", "failed_seen", "stored_twice",
                       "duplicate_after_ack", "offset_conflicts")
 
 
+def _runs_ahead(ev):
+    """Whether a nemesis clock event may put a node's clock ahead: a rate
+    change, or a skew with a positive offset (unknown shapes: yes)."""
+    if ev.get("variant") == "skew":
+        skews = ev.get("skews") or {}
+        return any(not str(x).startswith("-") for x in skews.values())
+    return True
+
+
 def check_work_queue(events):
     """Judge a work-queue history (docs/WORKQUEUES.md, "Duplicates")."""
     attempts = {}           # value -> queue
@@ -883,6 +868,7 @@ def check_work_queue(events):
     ack_timeout_ms = None
     final_heal = last_nemesis = None
     produce_ok_times = []
+    ahead = []              # [start, end] of clock faults that may run ahead
     for ev in events:
         proc, typ, f, t = (ev.get("process"), ev.get("type"), ev.get("f"),
                            _time(ev))
@@ -891,6 +877,11 @@ def check_work_queue(events):
             last_nemesis = t if t is not None else last_nemesis
             if f == "final-heal":
                 final_heal = t
+            if f == "clock" and t is not None and _runs_ahead(ev):
+                ahead.append([t, None])
+            if f in ("heal-clock", "final-heal") and ahead and \
+                    ahead[-1][1] is None:
+                ahead[-1][1] = t
             continue
         if f == "workload":
             ack_timeout_ms = ev.get("ack_timeout_ms")
@@ -958,13 +949,39 @@ def check_work_queue(events):
     def consumed_by_stale(v):
         return any(last_stale(pos) for pos in where.get(v, ()))
 
+    # A lease or a nack's delay ends at the stamping leader's time + the
+    # timeout: stamped while that leader's clock ran ahead by D, it lasts D
+    # longer by a correct clock (docs/WORKQUEUES.md, "A wrong leader
+    # clock"), possibly past the drain. Such a value is held_by_clock:
+    # counted, not judged, when its last delivery or settle overlapped a
+    # clock fault that may run ahead.
+    def under_clock_fault(a, b):
+        a = a if a is not None else b
+        b = b if b is not None else a
+        return a is not None and any(
+            s <= b and (e is None or a <= e) for s, e in ahead)
+
+    def held_by_clock(v):
+        for pos in where.get(v, ()):
+            ds = deliveries.get(pos, ())
+            ss = settles.get(pos, ())
+            last_d = max(ds, key=lambda d: d[1] or 0, default=None)
+            last_s = max(ss, key=lambda s: s[1] or 0, default=None)
+            if last_d is not None and under_clock_fault(last_d[0], last_d[1]):
+                return True
+            if last_s is not None and under_clock_fault(last_s[0], last_s[1]):
+                return True
+        return False
+
     received = set(where)
     # Lost: an acknowledged produce nobody acked (ok, or info: an ambiguous
     # ack that may have committed; then nothing delivers it again) and that
     # is not in the DLQ.
-    lost = sorted(v for v in acked
-                  if not acked_value(v, ("ok", "info")) and v not in dlq
-                  and not consumed_by_stale(v))
+    unacked = sorted(v for v in acked
+                     if not acked_value(v, ("ok", "info")) and v not in dlq
+                     and not consumed_by_stale(v))
+    by_clock = [v for v in unacked if held_by_clock(v)]
+    lost = [v for v in unacked if v not in set(by_clock)]
     by_stale_ack = sorted(v for v in acked
                           if not acked_value(v, ("ok", "info")) and
                           v not in dlq and consumed_by_stale(v))
@@ -1048,6 +1065,7 @@ def check_work_queue(events):
         "stale_acks": sum(len(acks(p, ("stale",))) for p in settles),
         "stored_twice": len(stored_twice),
         "dlq": len(dlq), "lost": len(lost), "unexpected": len(unexpected),
+        "held_by_clock": len(by_clock),
         "failed_seen": len(failed_seen),
         "duplicate_after_ack": len(dup_after_ack),
         "duplicates_documented": len(duplicates),
@@ -1069,7 +1087,8 @@ def check_work_queue(events):
         verdict = "valid"
     return {"history_version": HISTORY_VERSION, "workload": "work-queue",
             "ack_timeout_ms": ack_timeout_ms, "counts": counts,
-            "lost": lost, "acked_by_ambiguous_ack": by_ambiguous_ack,
+            "lost": lost, "held_by_clock": by_clock,
+            "acked_by_ambiguous_ack": by_ambiguous_ack,
             "acked_by_last_stale_ack": by_stale_ack,
             "unexpected": unexpected, "failed_seen": failed_seen,
             "stored_twice": stored_twice,
@@ -1105,6 +1124,10 @@ def format_work_queue(r, limit=10):
                  "nack %d  leader-change %d"
                  % (c["duplicates_documented"], c["dup_lease_expiry"],
                     c["dup_release"], c["dup_nack"], c["dup_leader_change"]))
+    if c.get("held_by_clock"):
+        lines.append("held by a clock ahead (not judged): %d %s"
+                     % (c["held_by_clock"],
+                        json.dumps(r["held_by_clock"][:limit])))
     rec = r["recovery_after_heal_s"]
     if rec is not None:
         lines.append("recovery after final heal: %.3f s" % rec)
@@ -1153,9 +1176,8 @@ def format_report(r, limit=10):
                  % c["stale_leader_reads"])
     if r.get("workload") == "delayed":
         lines.append("delayed: early %d (clock bound %d ms)  not due at the "
-                     "drain %d (not judged)  documented duplicates %d"
-                     % (c["early"], r["clock_bound_ms"], c["not_due"],
-                        c["delayed_duplicates"]))
+                     "drain %d (not judged)"
+                     % (c["early"], r["clock_bound_ms"], c["not_due"]))
         for item in r["early"][:limit]:
             lines.append("  early: %s" % json.dumps(item, sort_keys=True))
     rec = r["recovery_after_heal_s"]

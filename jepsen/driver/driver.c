@@ -512,9 +512,9 @@ static void *producer_main(void *arg)
  * message goes through tern_produce_delayed with a delay uniform in
  * [--delay-min-ms, --delay-max-ms]. The invoke records "delay_ms" and
  * "wall_ms" (this machine's wall clock); "ok" records "due_ms", the due
- * time the leader answered (its clock), and "wall_ms". Delayed produces
- * have no producer dedup: libtern's own retry after a lost connection or
- * leadership may schedule the message twice (docs/WORKQUEUES.md). */
+ * time the leader answered (its clock), and "wall_ms". libtern resends a
+ * call's batch under the same producer id and seq, so its own retries
+ * never schedule a value twice (docs/WORKQUEUES.md). */
 static void *delayed_producer_main(void *arg)
 {
     struct worker *w = arg;

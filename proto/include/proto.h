@@ -289,24 +289,54 @@
  *   SETTLE        req: str queue, str group, u32 n (1..
  *                      PROTO_SHARED_LIST_MAX), n x {u64 offset, u32 count,
  *                      u8 action (PROTO_SETTLE_ACK 0, NACK 1, EXTEND 2,
- *                      RELEASE 3), u64 delay_ms (0 for ack and release)};
+ *                      RELEASE 3, RETRY 4), u64 delay_ms (0 for ack,
+ *                      release and retry)}; RETRY is a nack whose delay
+ *                      the leader takes from the backoff levels by the
+ *                      receipt's delivery count (docs/WORKQUEUES.md)
  *                      offsets strictly increasing
  *                 resp: u32 n, n x u8 done (1: settled; 0: stale, the
  *                       receipt is no longer the message's lease)
  *
+ * Single active consumer of stream groups (op 30, added with work queues;
+ * docs/WORKQUEUES.md, "Single active consumer for stream groups"; an
+ * older server answers TERN_EINVAL "unknown request op"):
+ *   CLAIM         req: str queue, str group, u64 consumer_id (the
+ *                      client's producer id, PRODUCER_INIT, as RECEIVE;
+ *                      not 0), u8 action (PROTO_CLAIM_ACQUIRE 1: claim or
+ *                      renew; PROTO_CLAIM_RELEASE 2), u32 lease_ms
+ *                      (acquire: 0 = the server's default; release: 0).
+ *                      The connection keeps the consumer id: its group
+ *                      fetches and commits are checked against claims as
+ *                      that consumer's.
+ *                 resp: u8 granted (acquire: 1 the consumer holds the
+ *                       group until until_ms; 0 another consumer holds
+ *                       it; release: 1 released, 0 it held nothing),
+ *                       u64 holder (0: nobody), u64 until_ms (leader
+ *                       clock, ms since the epoch)
+ *                 A lease outside [limits] claim_lease_min_ms ..
+ *                 claim_lease_max_ms is TERN_EINVAL naming the key; a
+ *                 shared group is TERN_EINVAL; ACL: consume.
+ *
  * Delayed messages (op 31, added with work queues; docs/WORKQUEUES.md,
  * "Delayed and scheduled messages"; an older server answers TERN_EINVAL
  * "unknown request op"):
- *   PRODUCE_DELAYED req: str queue, u64 when, u32 n, n x blob message,
+ *   PRODUCE_DELAYED req: str queue, u64 when, [u64 producer_id, u64 seq],
+ *                      u32 n, n x blob message,
  *                      [u8 flags = PROTO_PRODUCE_PROPS (1), n x blob props]
- *                      when: bit 63 PROTO_DELAY_AT set: bits 0..62 are the
+ *                      when: bit 63 PROTO_DELAY_AT set: bits 0..61 are the
  *                      due time (ms since the epoch); clear: a delay in ms
- *                      from the leader's clock. The messages are PRODUCE's
- *                      (same blobs, same optional properties tail, same
- *                      checks), without producer id and seq (no dedup).
+ *                      from the leader's clock. Bit 62 PROTO_DELAY_DEDUP
+ *                      set: producer_id (!= 0) and seq (>= 1) follow, and
+ *                      the leader deduplicates by them as PRODUCE does (a
+ *                      resend of an applied batch schedules nothing again
+ *                      and answers the first due time); clear: no dedup.
+ *                      The messages are PRODUCE's (same blobs, same
+ *                      optional properties tail, same checks).
  *                 resp: u32 count (messages scheduled), u64 due_ms (the
  *                       absolute due time by the leader's clock: t + delay,
- *                       or the time asked for, or t when that is past)
+ *                       or the time asked for, or t when that is past; for
+ *                       a resend, the due time of the first; 0 when the
+ *                       leader no longer remembers it)
  *                 A due time more than [limits] max_delay_ms ahead is
  *                 TERN_EINVAL naming the limit; ACL: produce.
  *
@@ -413,6 +443,7 @@ enum proto_op {
     PROTO_OP_SHARED_CONFIG = 27,
     PROTO_OP_RECEIVE = 28,
     PROTO_OP_SETTLE = 29,
+    PROTO_OP_CLAIM = 30,
     PROTO_OP_PRODUCE_DELAYED = 31,
     PROTO_OP_GROUP_STATUS = 32,
     PROTO_OP_ERROR = 0x7f,
@@ -571,6 +602,8 @@ struct proto_request
     uint32_t n_items;
     const uint8_t *items;
     size_t items_len;
+    /* CLAIM: consumer_id, the action in flags (PROTO_CLAIM_*), lease_ms. */
+    uint32_t lease_ms;
 };
 /* Decode a request body for op; TERN_EMALFORMED (trailing bytes included),
  * TERN_EBADNAME for an invalid queue/group name, TERN_EINVAL for an unknown
@@ -691,16 +724,22 @@ int proto_encode_produce_props(struct tern_wbuf *w,
                                const void *msgs,
                                uint32_t n);
 /* PRODUCE_DELAYED's when: the due time, not a delay (format above). */
-#define PROTO_DELAY_AT ((uint64_t)1 << 63)
+#define PROTO_DELAY_AT    ((uint64_t)1 << 63)
+#define PROTO_DELAY_DEDUP ((uint64_t)1 << 62)
 /* PRODUCE_DELAYED of msgs (as proto_encode_produce_props: the properties
  * tail only when some message has a block) to be appended when the
  * leader's clock reaches its due time: when = a delay in ms, or a due time
- * with PROTO_DELAY_AT set. TERN_EINVAL (n 0, msgs or at NULL),
- * TERN_EBADNAME. */
+ * with PROTO_DELAY_AT set (bit 62 must be clear: the encoder sets
+ * PROTO_DELAY_DEDUP itself when producer_id is not 0). The decoder gives
+ * time_ms without PROTO_DELAY_DEDUP, and producer_id / seq (0 / 0 without
+ * dedup). TERN_EINVAL (n 0, msgs or at NULL, bit 62 set in when,
+ * producer_id != 0 with seq 0), TERN_EBADNAME. */
 int proto_encode_produce_delayed(struct tern_wbuf *w,
                                  uint64_t request_id,
                                  const char *queue,
                                  uint64_t when,
+                                 uint64_t producer_id,
+                                 uint64_t seq,
                                  proto_pmsg_at_cb at,
                                  const void *msgs,
                                  uint32_t n);
@@ -815,6 +854,7 @@ struct proto_fetch_resp;
 #define PROTO_SETTLE_NACK               1u
 #define PROTO_SETTLE_EXTEND             2u
 #define PROTO_SETTLE_RELEASE            3u
+#define PROTO_SETTLE_RETRY              4u /* nack after the backoff level */
 /* One SETTLE item. */
 struct proto_settle_item
 {
@@ -887,6 +927,31 @@ int proto_decode_settle_resp(const void *body,
                              size_t len,
                              const uint8_t **done,
                              uint32_t *n);
+
+/* ---- Single active consumer (op 30) ---- */
+
+#define PROTO_CLAIM_ACQUIRE 1u
+#define PROTO_CLAIM_RELEASE 2u
+/* CLAIM: consumer_id not 0, action PROTO_CLAIM_*, lease_ms 0 for a
+ * release (else TERN_EINVAL); TERN_EBADNAME for a bad name. */
+int proto_encode_claim(struct tern_wbuf *w,
+                       uint64_t request_id,
+                       const char *queue,
+                       const char *group,
+                       uint64_t consumer_id,
+                       uint8_t action,
+                       uint32_t lease_ms);
+int proto_encode_claim_resp(struct tern_wbuf *w,
+                            uint64_t request_id,
+                            uint8_t granted,
+                            uint64_t holder,
+                            uint64_t until_ms);
+/* TERN_EMALFORMED (granted above 1, short or long body). */
+int proto_decode_claim_resp(const void *body,
+                            size_t len,
+                            uint8_t *granted,
+                            uint64_t *holder,
+                            uint64_t *until_ms);
 
 /* ---- Frame parsing and response codecs ---- */
 

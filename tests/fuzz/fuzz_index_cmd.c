@@ -120,7 +120,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 abort();
             }
             if (c.type == IDX_CMD_PRODUCE_DELAYED) {
-                idx_cmd_produce_delayed(&w, q, c.due_ms, m, c.n_msgs);
+                idx_cmd_produce_delayed(&w, q, c.due_ms, c.producer_id, c.seq,
+                                        m, c.n_msgs);
             } else {
                 idx_cmd_produce_props(&w, q, c.producer_id, c.seq, m, c.n_msgs);
             }

@@ -214,8 +214,8 @@ static void reencode(const struct proto_request *r,
             }
         }
         struct pm_arr arr = {m, p};
-        rv = proto_encode_produce_delayed(&w, 1, q, r->time_ms, pm_arr_at, &arr,
-                                          k);
+        rv = proto_encode_produce_delayed(&w, 1, q, r->time_ms, r->producer_id,
+                                          r->seq, pm_arr_at, &arr, k);
         break;
     }
     case PROTO_OP_FETCH:
@@ -237,6 +237,10 @@ static void reencode(const struct proto_request *r,
     case PROTO_OP_RECEIVE:
     case PROTO_OP_SETTLE:
         rv = reencode_shared(&w, r, q, g);
+        break;
+    case PROTO_OP_CLAIM:
+        rv = proto_encode_claim(&w, 1, q, g, r->consumer_id, r->flags,
+                                r->lease_ms);
         break;
     case PROTO_OP_GROUP_COMMIT:
         rv = proto_encode_group_commit(&w, 1, q, g, r->offset);
@@ -379,6 +383,11 @@ static void responses(const uint8_t *d, size_t len)
         uint64_t ddue;
         (void)proto_decode_produce_delayed_resp(d, len, &dcount, &ddue);
     }
+    {
+        uint8_t granted;
+        uint64_t holder, until;
+        (void)proto_decode_claim_resp(d, len, &granted, &holder, &until);
+    }
     if (proto_decode_fetch_resp(d, len, &fr) == 0) {
         struct proto_fetched_msg m;
         uint32_t n = 0;
@@ -502,6 +511,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 walk_request(&r);
                 reencode(&r, b, blen);
             }
+        }
+        /* Claim (op 30), outside the range above. */
+        if (proto_decode_request(PROTO_OP_CLAIM, b, blen, &r) == 0) {
+            walk_request(&r);
+            reencode(&r, b, blen);
         }
         /* Delayed produce (op 31) and group status (op 32), outside the
          * range above. */

@@ -4,8 +4,9 @@
  * would (the due time it recorded) and records what the request carried.
  * Checked: the when field (a delay, or PROTO_DELAY_AT and the due time),
  * the messages, the due time handed back, a server refusal passed through
- * with its message, an answer whose count does not match (malformed), and
- * the refusals that send nothing.
+ * with its message, an answer whose count does not match (malformed), the
+ * refusals that send nothing, and the (producer id, seq) pair: the same
+ * on a resend, the next seq after a success, a fresh id after a failure.
  */
 #include <criterion/criterion.h>
 #include <stdint.h>
@@ -25,6 +26,8 @@ static struct
     char first[32];
     int refuse;    /* answer TERN_EINVAL naming the limit */
     int bad_count; /* answer one message fewer than sent */
+    int drop;      /* close the connection instead of answering, once */
+    uint64_t pid[8], seq[8]; /* the (producer id, seq) of each request */
 } seen;
 
 #define NOW_MS 1800000000000ull
@@ -41,8 +44,16 @@ static enum fake_action delayed_hook(struct fake_server *fs,
     if (r->op != PROTO_OP_PRODUCE_DELAYED) {
         return FAKE_DEFAULT;
     }
+    if (seen.n_requests < 8) {
+        seen.pid[seen.n_requests] = r->producer_id;
+        seen.seq[seen.n_requests] = r->seq;
+    }
     seen.n_requests++;
     seen.when = r->time_ms;
+    if (seen.drop) {
+        seen.drop = 0;
+        return FAKE_DROP;
+    }
     seen.n_msgs = r->n_msgs;
     if (proto_next_msg(r, &pos, &m) && m.len < sizeof seen.first) {
         memcpy(seen.first, m.data, m.len);
@@ -126,6 +137,50 @@ Test(client_delayed, refusals)
     seen.bad_count = 1;
     cr_expect_eq(tern_produce_delayed(c, "jobs", two, 2, 9, &due),
                  TERN_EMALFORMED);
+    tern_client_free(c);
+    fake_stop(&fs);
+}
+
+Test(client_delayed, dedup_pair_per_queue)
+{
+    struct fake_server fs;
+    struct tern_client *c = start(&fs);
+    uint64_t due = 0;
+
+    cr_assert_eq(tern_produce_delayed(c, "jobs", two, 2, 100, &due), 0, "%s",
+                 tern_client_errmsg(c));
+    cr_assert_eq(tern_produce_delayed(c, "jobs", two, 1, 100, &due), 0);
+    cr_assert_eq(seen.n_requests, 2);
+    cr_expect_neq(seen.pid[0], 0);
+    cr_expect_eq(seen.seq[0], 1);
+    cr_expect_eq(seen.pid[1], seen.pid[0]);
+    cr_expect_eq(seen.seq[1], 2);
+
+    /* A lost answer: the resend carries the same pair. */
+    seen.drop = 1;
+    cr_assert_eq(tern_produce_delayed(c, "jobs", two, 1, 100, &due), 0, "%s",
+                 tern_client_errmsg(c));
+    cr_assert_eq(seen.n_requests, 4);
+    cr_expect_eq(seen.pid[2], seen.pid[0]);
+    cr_expect_eq(seen.seq[2], 3);
+    cr_expect_eq(seen.pid[3], seen.pid[0]);
+    cr_expect_eq(seen.seq[3], 3);
+
+    /* After a failure the next call takes a fresh id from seq 1. */
+    seen.refuse = 1;
+    cr_expect_eq(tern_produce_delayed(c, "jobs", two, 1, 9, &due), TERN_EINVAL);
+    seen.refuse = 0;
+    cr_assert_eq(tern_produce_delayed(c, "jobs", two, 1, 9, &due), 0);
+    cr_assert_eq(seen.n_requests, 6);
+    cr_expect_eq(seen.seq[4], 4);
+    cr_expect_neq(seen.pid[5], 0);
+    cr_expect_neq(seen.pid[5], seen.pid[0]);
+    cr_expect_eq(seen.seq[5], 1);
+
+    /* Another queue has its own sequence. */
+    cr_assert_eq(tern_produce_at(c, "other", two, 1, NOW_MS, &due), 0);
+    cr_expect_eq(seen.seq[6], 1);
+    cr_expect_neq(seen.pid[6], 0);
     tern_client_free(c);
     fake_stop(&fs);
 }

@@ -514,6 +514,42 @@ Test(index_props_apply, get_by_offset_id_and_key)
     idx_close(e);
 }
 
+static int got_two_cb(void *arg, const struct idx_fetched *f)
+{
+    struct got *g = arg;
+    (void)got_cb(arg, f);
+    return g->n == 2 ? 1 : 0;
+}
+
+/* The RECEIVE answer's read: the retained messages among a list of
+ * offsets, in the order given, skipping the others; the callback stops
+ * it. */
+Test(index_props_apply, get_a_list_of_offsets)
+{
+    struct idx_env *e = th_open(th_dir_a, 0);
+    th_create(e, 1, "q");
+    produce_keyed(e, 2, "q", 0, 40, 3);
+    produce_keyed(e, 3, "q", 40, 40, 3);
+    cr_assert_eq(idx_flush(e), 0);
+    uint64_t offs[6] = {3, 4, 39, 40, 79, 80};
+    struct got g = {0};
+    cr_assert_eq(idx_messages_get(e, "q", offs, 6, got_cb, &g), 0);
+    cr_assert_eq(g.n, 5, "80 was never appended: skipped");
+    for (uint32_t i = 0; i < 5; i++) {
+        cr_expect_eq(g.off[i], offs[i]);
+        char want[8];
+        (void)snprintf(want, sizeof want, "k%u", (unsigned)(offs[i] % 3));
+        cr_expect_str_eq(g.key[i], want);
+    }
+    cr_expect_eq(g.pts[2], 1039, "its properties came with it");
+    memset(&g, 0, sizeof g);
+    cr_assert_eq(idx_messages_get(e, "q", offs, 6, got_two_cb, &g), 0);
+    cr_expect_eq(g.n, 2, "the callback stopped the walk");
+    cr_expect_eq(idx_messages_get(e, "nope", offs, 1, got_cb, &g),
+                 TERN_ENOQUEUE);
+    idx_close(e);
+}
+
 static int count_keys_rows(struct idx_env *e)
 {
     MDB_txn *txn;

@@ -395,6 +395,15 @@ Test(index_shared, ack_deletes_and_moves_floor_stale_changes_nothing)
     cr_expect_eq(r.count, 0);
     cr_expect_eq(row(e, 2).count, 1);
     cr_expect_eq(group(e).rows, 1);
+    /* Acks are idempotent: acking an acknowledged offset again (a resend
+     * whose first attempt committed) answers done and changes nothing. */
+    r = settle1(e, i++, 1000, 0, 1, IDX_SETTLE_ACK, 0);
+    cr_expect(r.count == 1 && done(&r, 0));
+    cr_expect_eq(group(e).floor, 2);
+    cr_expect_eq(group(e).rows, 1);
+    /* An offset never delivered (>= next) is stale. */
+    r = settle1(e, i++, 1000, 4, 1, IDX_SETTLE_ACK, 0);
+    cr_expect_eq(r.count, 0);
     /* Ack the last: floor = next. */
     cr_expect_eq(settle1(e, i++, 1000, 2, 1, IDX_SETTLE_ACK, 0).count, 1);
     cr_expect_eq(group(e).floor, 3);
@@ -748,8 +757,10 @@ Test(index_shared, trim_moves_groups_and_queue_delete_leaves_rows_to_cleaner)
     cr_expect_eq(row(e, 3).count, 1);
     struct idx_shared_group g = group(e);
     cr_expect(g.floor == 3 && g.next == 4 && g.rows == 1);
-    /* Acking a trimmed message answers stale. */
-    cr_expect_eq(settle1(e, i++, 1000, 0, 1, IDX_SETTLE_ACK, 0).count, 0);
+    /* Acking a trimmed message answers done (no work left on it); a nack
+     * of it is stale. */
+    cr_expect_eq(settle1(e, i++, 1000, 0, 1, IDX_SETTLE_ACK, 0).count, 1);
+    cr_expect_eq(settle1(e, i++, 1000, 1, 1, IDX_SETTLE_NACK, 5).count, 0);
     /* TRIM past next: next moves too. */
     tern_wbuf_init(&w);
     idx_cmd_begin(&w, 1000);

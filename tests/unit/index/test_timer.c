@@ -3,7 +3,8 @@
  * appended before the due time, fired once, a queue deleted and
  * re-created meanwhile, a rebuild from a checkpoint between the produce
  * and the fire, two envs ending byte-identical, bounded plans over
- * 100,000 pending timers, and the log start held by a pending timer. */
+ * 100,000 pending timers, the log start held by a pending timer, and
+ * producer dedup of a resent delayed batch. */
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <stdio.h>
@@ -38,13 +39,16 @@ static void props_with_key(struct tern_wbuf *pw, const char *key)
 }
 
 /* Apply a PRODUCE_DELAYED of n messages "d<i>" (message 0 with key "k0")
- * due at due, entry time ts; returns the result. */
-static struct idx_result delayed(struct idx_env *e,
-                                 uint64_t index,
-                                 uint64_t ts,
-                                 const char *q,
-                                 uint64_t due,
-                                 uint32_t n)
+ * due at due, entry time ts, by producer (pid, seq) (0, 0: no dedup);
+ * returns the result. */
+static struct idx_result delayed_as(struct idx_env *e,
+                                    uint64_t index,
+                                    uint64_t ts,
+                                    const char *q,
+                                    uint64_t due,
+                                    uint32_t n,
+                                    uint64_t pid,
+                                    uint64_t seq)
 {
     struct tern_wbuf w, pw;
     struct idx_result r[1];
@@ -62,13 +66,23 @@ static struct idx_result delayed(struct idx_env *e,
     }
     tern_wbuf_init(&w);
     idx_cmd_begin(&w, ts);
-    idx_cmd_produce_delayed(&w, q, due, m, n);
+    idx_cmd_produce_delayed(&w, q, due, pid, seq, m, n);
     cr_assert_eq(th_apply(e, index, &w, r, 1), 1);
     tern_wbuf_free(&w);
     tern_wbuf_free(&pw);
     free(m);
     free(text);
     return r[0];
+}
+
+static struct idx_result delayed(struct idx_env *e,
+                                 uint64_t index,
+                                 uint64_t ts,
+                                 const char *q,
+                                 uint64_t due,
+                                 uint32_t n)
+{
+    return delayed_as(e, index, ts, q, due, n, 0, 0);
 }
 
 /* Plan at t (flushed state) into a TIMER_FIRE entry stamped t and apply
@@ -181,7 +195,7 @@ Test(index_timer, codec_round_trip_and_truncation_refusals)
     struct idx_timer_key k = {5000, 9, 1};
     tern_wbuf_init(&w);
     idx_cmd_begin(&w, 1234);
-    idx_cmd_produce_delayed(&w, "ns%q", 5000, m, 2);
+    idx_cmd_produce_delayed(&w, "ns%q", 5000, 0, 0, m, 2);
     size_t at = idx_cmd_timer_fire_begin(&w);
     idx_cmd_timer_fire_add(&w, at, &k, "ns%q", &m[0]);
     idx_cmd_timer_fire_add(&w, at, &k, "q2", &m[1]);
@@ -230,7 +244,7 @@ Test(index_timer, codec_round_trip_and_truncation_refusals)
     for (int type = 0; type < 2; type++) {
         idx_cmd_begin(&one, 1234);
         if (type == 0) {
-            idx_cmd_produce_delayed(&one, "ns%q", 5000, m, 2);
+            idx_cmd_produce_delayed(&one, "ns%q", 5000, 0, 0, m, 2);
         } else {
             at = idx_cmd_timer_fire_begin(&one);
             idx_cmd_timer_fire_add(&one, at, &k, "ns%q", &m[0]);
@@ -254,7 +268,7 @@ Test(index_timer, codec_round_trip_and_truncation_refusals)
     uint8_t body[64] = {0}, *b;
     size_t n;
     idx_cmd_begin(&one, 1);
-    idx_cmd_produce_delayed(&one, "q", 10, &m[1], 1);
+    idx_cmd_produce_delayed(&one, "q", 10, 0, 0, &m[1], 1);
     cr_assert_eq(idx_cmd_end(&one), 0);
     b = one_command(one.base, IDX_CMD_PRODUCE_DELAYED, one.base + 29,
                     tern_get_u32(one.base + 25), &n);
@@ -364,6 +378,53 @@ Test(index_timer, never_appended_before_due_and_fires_once)
         0);
     cr_expect_eq(got, 1);
     cr_expect_eq(seen, 1);
+    idx_close(e);
+}
+
+Test(index_timer, producer_dedup_schedules_a_resend_once)
+{
+    struct idx_env *e = open_env(th_dir_a, 0, 0);
+    struct idx_result r;
+    uint64_t pid = (5ull << 32) | 1;
+    th_create(e, 1, "q");
+    r = delayed_as(e, 2, 1000, "q", 5000, 2, pid, 1);
+    cr_expect_eq(r.status, 0);
+    cr_expect_eq(r.count, 2);
+    cr_expect_eq(r.duplicate, 0);
+    cr_expect_eq(pending(e), 2);
+    /* The resend after a leader change is stamped later (another due
+     * time): it answers the first batch's count and due time. */
+    r = delayed_as(e, 3, 1700, "q", 5700, 2, pid, 1);
+    cr_expect_eq(r.status, 0);
+    cr_expect_eq(r.duplicate, 1);
+    cr_expect_eq(r.count, 2);
+    cr_expect_eq(r.base_offset, 5000, "the first due time");
+    cr_expect_eq(pending(e), 2, "nothing scheduled twice");
+    /* A gap is refused; the next in order schedules. */
+    r = delayed_as(e, 4, 1800, "q", 5800, 1, pid, 3);
+    cr_expect_eq(r.status, TERN_ESEQUENCE);
+    cr_expect_eq(pending(e), 2);
+    r = delayed_as(e, 5, 1900, "q", 5900, 1, pid, 2);
+    cr_expect_eq(r.status, 0);
+    cr_expect_eq(r.duplicate, 0);
+    cr_expect_eq(pending(e), 3);
+    /* A refused batch (no queue) leaves the producer where it was. */
+    r = delayed_as(e, 6, 2000, "nope", 6000, 1, pid, 3);
+    cr_expect_eq(r.status, TERN_ENOQUEUE);
+    r = delayed_as(e, 7, 2100, "q", 6100, 1, pid, 3);
+    cr_expect_eq(r.status, 0);
+    cr_expect_eq(r.duplicate, 0);
+    cr_expect_eq(pending(e), 4);
+    /* The same pair on another queue is another producer row. */
+    th_create(e, 8, "q2");
+    r = delayed_as(e, 9, 2200, "q2", 6200, 1, pid, 1);
+    cr_expect_eq(r.duplicate, 0);
+    cr_expect_eq(pending(e), 5);
+    /* Everything fires once. */
+    struct idx_timer_plan p = fire_planned(e, 10, 7000, 64, 1 << 20, &r, NULL);
+    cr_expect_eq(p.keys, 5);
+    cr_expect_eq(queue_len(e, "q"), 4);
+    cr_expect_eq(queue_len(e, "q2"), 1);
     idx_close(e);
 }
 

@@ -681,3 +681,52 @@ Test(batch, term_first_in_every_entry)
                  sizeof(cmd));
     cr_expect_eq(system(cmd), 0);
 }
+
+/* The backoff levels of a SETTLE retry, by delivery count. */
+Test(batch, retry_delay_levels)
+{
+    cr_expect_eq(node_retry_delay_ms(0), 1000);
+    cr_expect_eq(node_retry_delay_ms(1), 1000);
+    cr_expect_eq(node_retry_delay_ms(2), 5000);
+    cr_expect_eq(node_retry_delay_ms(4), 30000);
+    cr_expect_eq(node_retry_delay_ms(5), 60000);
+    cr_expect_eq(node_retry_delay_ms(16), 1800000);
+    cr_expect_eq(node_retry_delay_ms(18), 7200000);
+    cr_expect_eq(node_retry_delay_ms(UINT32_MAX), 7200000);
+}
+
+/* A SETTLE retry reaches the log as a nack with the level's delay: the
+ * leader decides the delay, apply only reads it. */
+Test(batch, settle_retry_becomes_nack_with_level_delay)
+{
+    struct proto_settle_item in[2] = {
+        {.offset = 4, .count = 3, .action = PROTO_SETTLE_RETRY},
+        {.offset = 9, .count = 1, .action = PROTO_SETTLE_ACK}};
+    struct idx_settle_item want[2] = {
+        {.offset = 4, .count = 3, .action = IDX_SETTLE_NACK, .delay_ms = 10000},
+        {.offset = 9, .count = 1, .action = IDX_SETTLE_ACK}};
+    struct tern_wbuf fw, cw;
+    struct proto_header h;
+    struct proto_request r;
+    const void *body = NULL;
+    tern_wbuf_init(&fw);
+    cr_assert_eq(proto_encode_settle(&fw, 1, "q", "g", in, 2), 0);
+    cr_assert_eq(
+        proto_frame_parse(fw.base, fw.len, PROTO_DEFAULT_MAX_BODY, &h, &body),
+        0);
+    cr_assert_eq(proto_decode_request(h.op, body, h.body_len, &r), 0);
+    tern_wbuf_init(&cw);
+    idx_cmd_begin(&cw, 0);
+    size_t from = cw.len;
+    idx_cmd_settle(&cw, "q", "g", want, 2);
+    cr_assert_eq(cw.err, 0);
+
+    cr_assert_eq(node_batcher_add(&t.b, NULL, 1, &r), 0);
+    node_batcher_propose(&t.b);
+    cr_assert_eq(t.n_props, 1);
+    cr_expect_not_null(
+        memmem(t.props[0].buf, t.props[0].len, cw.base + from, cw.len - from),
+        "the retry is a nack of 10 s (third delivery)");
+    tern_wbuf_free(&cw);
+    tern_wbuf_free(&fw);
+}

@@ -47,7 +47,8 @@ Test(proto_delayed, delay_round_trip)
     size_t pos = 0;
     tern_wbuf_init(&w);
     cr_assert_eq(
-        proto_encode_produce_delayed(&w, 5, "jobs", 10000, dm_at, in, 2), 0);
+        proto_encode_produce_delayed(&w, 5, "jobs", 10000, 0, 0, dm_at, in, 2),
+        0);
     cr_assert_eq(decode_frame(&w, &r, &h), 0);
     cr_expect_eq(h.op, PROTO_OP_PRODUCE_DELAYED);
     cr_expect_eq(h.request_id, 5);
@@ -76,7 +77,7 @@ Test(proto_delayed, due_time_with_props)
     size_t pos = 0;
     tern_wbuf_init(&w);
     cr_assert_eq(proto_encode_produce_delayed(&w, 1, "q", due | PROTO_DELAY_AT,
-                                              dm_at, in, 2),
+                                              0, 0, dm_at, in, 2),
                  0);
     cr_assert_eq(decode_frame(&w, &r, &h), 0);
     cr_expect_eq(r.time_ms & PROTO_DELAY_AT, PROTO_DELAY_AT);
@@ -96,15 +97,83 @@ Test(proto_delayed, encoder_refusals)
     struct tern_wbuf w;
     struct dm in[1] = {{"a", NULL}};
     tern_wbuf_init(&w);
-    cr_expect_eq(proto_encode_produce_delayed(&w, 1, "q", 1, dm_at, in, 0),
-                 TERN_EINVAL);
-    cr_expect_eq(proto_encode_produce_delayed(&w, 1, "q", 1, NULL, in, 1),
-                 TERN_EINVAL);
-    cr_expect_eq(proto_encode_produce_delayed(&w, 1, "q", 1, dm_at, NULL, 1),
+    cr_expect_eq(
+        proto_encode_produce_delayed(&w, 1, "q", 1, 0, 0, dm_at, in, 0),
+        TERN_EINVAL);
+    cr_expect_eq(proto_encode_produce_delayed(&w, 1, "q", 1, 0, 0, NULL, in, 1),
                  TERN_EINVAL);
     cr_expect_eq(
-        proto_encode_produce_delayed(&w, 1, "bad name", 1, dm_at, in, 1),
+        proto_encode_produce_delayed(&w, 1, "q", 1, 0, 0, dm_at, NULL, 1),
+        TERN_EINVAL);
+    cr_expect_eq(
+        proto_encode_produce_delayed(&w, 1, "bad name", 1, 0, 0, dm_at, in, 1),
         TERN_EBADNAME);
+    /* Bit 62 is the encoder's own flag; a producer id needs a seq. */
+    cr_expect_eq(proto_encode_produce_delayed(&w, 1, "q", PROTO_DELAY_DEDUP, 0,
+                                              0, dm_at, in, 1),
+                 TERN_EINVAL);
+    cr_expect_eq(
+        proto_encode_produce_delayed(&w, 1, "q", 1, 77, 0, dm_at, in, 1),
+        TERN_EINVAL);
+    tern_wbuf_free(&w);
+}
+
+Test(proto_delayed, dedup_pair_round_trip)
+{
+    struct tern_wbuf w;
+    struct proto_request r;
+    struct proto_header h;
+    struct proto_msg m;
+    struct dm in[1] = {{"job", "P"}};
+    uint64_t due = 1767000000000ull;
+    size_t pos = 0;
+    tern_wbuf_init(&w);
+    cr_assert_eq(
+        proto_encode_produce_delayed(&w, 3, "q", due | PROTO_DELAY_AT,
+                                     (7ull << 32) | 2, 41, dm_at, in, 1),
+        0);
+    cr_assert_eq(decode_frame(&w, &r, &h), 0);
+    cr_expect_eq(r.time_ms, due | PROTO_DELAY_AT);
+    cr_expect_eq(r.producer_id, (7ull << 32) | 2);
+    cr_expect_eq(r.seq, 41);
+    cr_expect_eq(r.n_msgs, 1);
+    cr_assert_eq(proto_next_msg(&r, &pos, &m), 1);
+    cr_expect_eq(m.len, 3);
+    cr_expect_eq(memcmp(m.data, "job", 3), 0);
+    pos = 0;
+    cr_assert_eq(proto_next_props(&r, &pos, &m), 1);
+    cr_expect_eq(m.len, 1);
+    tern_wbuf_free(&w);
+    /* Without the pair the fields decode as 0 (no dedup). */
+    tern_wbuf_init(&w);
+    cr_assert_eq(
+        proto_encode_produce_delayed(&w, 4, "q", 500, 0, 0, dm_at, in, 1), 0);
+    cr_assert_eq(decode_frame(&w, &r, &h), 0);
+    cr_expect_eq(r.time_ms, 500);
+    cr_expect_eq(r.producer_id, 0);
+    cr_expect_eq(r.seq, 0);
+    tern_wbuf_free(&w);
+}
+
+Test(proto_delayed, dedup_flag_with_zero_pair_refused)
+{
+    /* A frame that sets bit 62 but carries producer id 0 is refused. */
+    struct tern_wbuf w;
+    struct proto_request r;
+    struct proto_header h;
+    struct dm in[1] = {{"j", NULL}};
+    tern_wbuf_init(&w);
+    cr_assert_eq(
+        proto_encode_produce_delayed(&w, 4, "q", 500, 9, 1, dm_at, in, 1), 0);
+    const void *body = NULL;
+    uint8_t copy[64];
+    cr_assert_eq(
+        proto_frame_parse(w.base, w.len, PROTO_DEFAULT_MAX_BODY, &h, &body), 0);
+    cr_assert_leq(h.body_len, sizeof copy);
+    memcpy(copy, body, h.body_len);
+    /* body: str "q" (u16 len + 1 byte), u64 when, then the producer id */
+    memset(copy + 2 + 1 + 8, 0, 8);
+    cr_expect_eq(proto_decode_request(h.op, copy, h.body_len, &r), TERN_EINVAL);
     tern_wbuf_free(&w);
 }
 

@@ -154,8 +154,13 @@ Test(proto_shared, settle_round_trip_and_refusals)
     it[0].delay_ms = 5; /* an ack has no delay */
     cr_expect_eq(proto_encode_settle(&w, 4, "jobs", "g", it, 3), TERN_EINVAL);
     it[0].delay_ms = 0;
-    it[2].action = 4;
+    it[2].action = 5;
     cr_expect_eq(proto_encode_settle(&w, 4, "jobs", "g", it, 3), TERN_EINVAL);
+    /* A retry takes its delay from the leader's levels: none given. */
+    it[2].action = PROTO_SETTLE_RETRY;
+    cr_expect_eq(proto_encode_settle(&w, 4, "jobs", "g", it, 3), TERN_EINVAL);
+    it[2].delay_ms = 0;
+    cr_expect_eq(proto_encode_settle(&w, 4, "jobs", "g", it, 3), 0);
     tern_wbuf_free(&w);
 }
 
