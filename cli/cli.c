@@ -42,6 +42,9 @@
  *                      [--max N] [--follow]
  *   tern group config QUEUE G --shared [--ack-timeout D]
  *                      [--max-deliveries N] [--dlq NAME]
+ *   tern group status QUEUE [GROUP] [--json]   (cli/status.c)
+ *   tern dlq list [QUEUE] [--json]
+ *   tern dlq redrive DLQ [--to QUEUE] [--max N] [--group NAME]
  *     --from-time: from the first message appended at or after T (RFC 3339
  *     UTC such as 2026-12-04T10:00:00Z, or ms since the epoch).
  *   tern message get QUEUE --offset N | --id ID | --key K [--max N]
@@ -148,6 +151,9 @@ static void usage(FILE *f)
         "  group config QUEUE G --shared [--ack-timeout 30s] "
         "[--max-deliveries 16]\n"
         "                [--dlq NAME]\n"
+        "  group status QUEUE [GROUP] [--json]\n"
+        "  dlq list [QUEUE] [--json]\n"
+        "  dlq redrive DLQ [--to QUEUE] [--max N] [--group tern-redrive]\n"
         "    (T: RFC 3339 UTC such as 2026-12-04T10:00:00Z, or ms since the "
         "epoch)\n"
         "  message get QUEUE --offset N | --id ID | --key K [--max N]\n"
@@ -1430,6 +1436,31 @@ static int cmd_stats(struct tern_client *c, int argc, char **argv)
 
 /* ---- cluster status ---- */
 
+/* The node's pending delayed messages (left out for a server that
+ * predates the count). */
+static void print_timers_text(const struct tern_status *s)
+{
+    uint64_t pending, oldest;
+    if (tern_status_timers(s, &pending, &oldest) != 0) {
+        return;
+    }
+    (void)printf("timers:        %" PRIu64 " pending", pending);
+    if (pending > 0) {
+        (void)printf(", oldest due %" PRIu64 " ms", oldest);
+    }
+    (void)printf("\n");
+}
+
+static void print_timers_json(const struct tern_status *s)
+{
+    uint64_t pending, oldest;
+    if (tern_status_timers(s, &pending, &oldest) == 0) {
+        (void)printf(",\"timers_pending\":%" PRIu64
+                     ",\"timers_oldest_due_ms\":%" PRIu64,
+                     pending, oldest);
+    }
+}
+
 static int cmd_cluster(struct tern_client *c, int argc, char **argv)
 {
     struct tern_status *s;
@@ -1476,7 +1507,9 @@ static int cmd_cluster(struct tern_client *c, int argc, char **argv)
             cli_json_string(stdout, tern_status_member_client_address(s, i));
             (void)printf("}");
         }
-        (void)printf("]}\n");
+        (void)printf("]");
+        print_timers_json(s);
+        (void)printf("}\n");
     } else {
         (void)printf("server:        %s\n", tern_status_server(s));
         (void)printf("node id:       %" PRIu64 "\n", tern_status_node_id(s));
@@ -1496,6 +1529,7 @@ static int cmd_cluster(struct tern_client *c, int argc, char **argv)
                      tern_status_writable(s) ? "yes" : "no");
         (void)printf("transport:     %s\n", tern_status_transport(s));
         (void)printf("durability:    %s\n", tern_status_durability(s));
+        print_timers_text(s);
         (void)printf("members:\n");
         for (size_t i = 0; i < tern_status_member_count(s); i++) {
             (void)printf("  %" PRIu64 "  raft %s  client %s\n",
@@ -1633,8 +1667,13 @@ int main(int argc, char **argv)
         code = cmd_consume(c, argc, argv);
     } else if (strcmp(argv[0], "message") == 0) {
         code = cli_message(c, argc, argv);
+    } else if (strcmp(argv[0], "group") == 0 && argc >= 2 &&
+               strcmp(argv[1], "status") == 0) {
+        code = cli_group_status(c, argc, argv);
     } else if (strcmp(argv[0], "group") == 0) {
         code = cli_group(c, argc, argv);
+    } else if (strcmp(argv[0], "dlq") == 0) {
+        code = cli_dlq(c, argc, argv);
     } else if (strcmp(argv[0], "cluster") == 0) {
         code = cmd_cluster(c, argc, argv);
     } else if (strcmp(argv[0], "bench") == 0) {

@@ -108,6 +108,10 @@ int cli_exclusive_consume(struct tern_client *c,
                           int follow);
 /* `tern group config ...` (argv[0] = "group"). Exit code. */
 int cli_group(struct tern_client *c, int argc, char **argv);
+/* status.c. `tern group status ...` (argv[0] "group", argv[1] "status")
+ * and `tern dlq list|redrive ...` (argv[0] "dlq"); the exit code. */
+int cli_group_status(struct tern_client *c, int argc, char **argv);
+int cli_dlq(struct tern_client *c, int argc, char **argv);
 int cli_parse_size(const char *s, uint64_t *out);
 int cli_parse_time_ms(const char *s, uint64_t *out);
 /* The inverses for printing into buf[cap] (caller-owned): the largest

@@ -14,13 +14,21 @@
  *   groups     N past this message (each group's latest commit)
  *     NAME committed offset N, at TIME (raft index N) | commit time unknown
  *   [  (more groups not listed)]
+ *   deliveries N shared groups
+ *     NAME never delivered | acknowledged or dead-lettered
+ *        | leased to consumer C until TIME (delivery N)
+ *        | ready at TIME (delivery N)
+ *   [  (more shared groups not listed)]
+ *   (the deliveries lines are left out with a server that predates them)
  * JSON form, one object: {"queue":"...","offset":N,"id":"...",
  *   "append_ms":N,"producer_id":N,"seq":N,"batch_pos":N,"batch_count":N,
  *   "size":N,"key":"...","tag":"...","raft_index":N,"term":N,
  *   "groups":[{"name":"...","committed_offset":N,"commit_ms":N,
  *   "commit_index":N}],"more_groups":false}; key and tag only when the
  *   message has them, null for an unknown term, commit_ms or
- *   commit_index.
+ *   commit_index; then "deliveries":[{"group":"...","state":"new" |
+ *   "settled" | "leased" | "ready","count":N,"consumer_id":N,
+ *   "deadline_ms":N}],"more_deliveries":false when the server sent them.
  */
 #include <getopt.h>
 #include <inttypes.h>
@@ -66,7 +74,48 @@ static void json_known(FILE *f, const char *name, uint64_t v)
     }
 }
 
-static void print_text(const char *queue, const struct tern_message_trace *t)
+static void print_deliveries_text(const struct tern_message_trace *t,
+                                  int has_deliveries)
+{
+    struct tern_trace_delivery d;
+    char when[64];
+    int more = 0;
+    size_t n = tern_message_trace_delivery_count(t, &more);
+    if (!has_deliveries) {
+        return;
+    }
+    (void)printf("deliveries %zu shared groups\n", n);
+    for (size_t i = 0; i < n; i++) {
+        if (tern_message_trace_delivery(t, i, &d) != 0) {
+            continue;
+        }
+        fmt_time(when, sizeof when, d.deadline_ms);
+        switch (d.state) {
+        case TERN_DELIVERY_NEW:
+            (void)printf("  %s never delivered\n", d.group);
+            break;
+        case TERN_DELIVERY_SETTLED:
+            (void)printf("  %s acknowledged or dead-lettered\n", d.group);
+            break;
+        case TERN_DELIVERY_LEASED:
+            (void)printf("  %s leased to consumer %" PRIu64
+                         " until %s (delivery %u)\n",
+                         d.group, d.consumer_id, when, d.count);
+            break;
+        default:
+            (void)printf("  %s ready at %s (delivery %u)\n", d.group, when,
+                         d.count);
+            break;
+        }
+    }
+    if (more) {
+        (void)fputs("  (more shared groups not listed)\n", stdout);
+    }
+}
+
+static void print_text(const char *queue,
+                       const struct tern_message_trace *t,
+                       int has_deliveries)
 {
     struct tern_trace_info in;
     struct tern_trace_group g;
@@ -121,9 +170,12 @@ static void print_text(const char *queue, const struct tern_message_trace *t)
     if (in.more_groups) {
         (void)fputs("  (more groups not listed)\n", stdout);
     }
+    print_deliveries_text(t, has_deliveries);
 }
 
-static void print_json(const char *queue, const struct tern_message_trace *t)
+static void print_json(const char *queue,
+                       const struct tern_message_trace *t,
+                       int has_deliveries)
 {
     struct tern_trace_info in;
     struct tern_trace_group g;
@@ -157,7 +209,27 @@ static void print_json(const char *queue, const struct tern_message_trace *t)
         json_known(stdout, "commit_index", g.commit_index);
         (void)fputc('}', stdout);
     }
-    (void)printf("],\"more_groups\":%s}\n", in.more_groups ? "true" : "false");
+    (void)printf("],\"more_groups\":%s", in.more_groups ? "true" : "false");
+    if (has_deliveries) {
+        struct tern_trace_delivery d;
+        int more = 0;
+        size_t n = tern_message_trace_delivery_count(t, &more);
+        (void)fputs(",\"deliveries\":[", stdout);
+        for (size_t i = 0; i < n; i++) {
+            if (tern_message_trace_delivery(t, i, &d) != 0) {
+                continue;
+            }
+            (void)fputs(i > 0 ? ",{\"group\":" : "{\"group\":", stdout);
+            cli_json_string(stdout, d.group);
+            (void)printf(
+                ",\"state\":\"%s\",\"count\":%u,\"consumer_id\":%" PRIu64
+                ",\"deadline_ms\":%" PRIu64 "}",
+                tern_delivery_state_name(d.state), d.count, d.consumer_id,
+                d.deadline_ms);
+        }
+        (void)printf("],\"more_deliveries\":%s", more ? "true" : "false");
+    }
+    (void)fputs("}\n", stdout);
 }
 
 int cli_message_trace(struct tern_client *c, int argc, char **argv)
@@ -184,15 +256,24 @@ int cli_message_trace(struct tern_client *c, int argc, char **argv)
     if (cli_parse_u64("OFFSET", argv[optind + 1], &offset) != 0) {
         return 2;
     }
-    rv = tern_message_trace(c, argv[optind], offset, &t);
+    /* With the deliveries; a server that predates them refuses the flag. */
+    int has_deliveries = 1;
+    rv = tern_message_trace_ex(c, argv[optind], offset, TERN_TRACE_DELIVERIES,
+                               &t);
+    if (rv == TERN_EMALFORMED) {
+        rv = tern_message_trace(c, argv[optind], offset, &t);
+    }
+    if (rv == 0) {
+        has_deliveries = tern_message_trace_has_deliveries(t);
+    }
     if (rv != 0) {
         cli_error(c, rv, "message trace %s %" PRIu64, argv[optind], offset);
         return 1;
     }
     if (json) {
-        print_json(argv[optind], t);
+        print_json(argv[optind], t, has_deliveries);
     } else {
-        print_text(argv[optind], t);
+        print_text(argv[optind], t, has_deliveries);
     }
     (void)fflush(stdout);
     tern_message_trace_free(t);

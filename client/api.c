@@ -1561,30 +1561,50 @@ uint64_t tern_client_consumer_id(const struct tern_client *c)
     return c->producer_id;
 }
 
-int tern_cluster_status(struct tern_client *c,
-                        const char *address,
-                        struct tern_status **out)
+/* One STATUS request with flags to address (NULL: where reads go); *r
+ * (OUT) is the finished request (caller-owned) when it ran. */
+static int status_run(struct tern_client *c,
+                      const char *address,
+                      uint8_t flags,
+                      struct tern__req **r)
 {
-    struct tern__req *r;
-    int rv;
-    *out = NULL;
-    rv = sync_req_new(c, PROTO_OP_STATUS, 0, address == NULL, &r);
+    int rv = sync_req_new(c, PROTO_OP_STATUS, 0, address == NULL, r);
     if (rv != 0) {
         return rv;
     }
     if (address != NULL) {
-        r->target = tern__find_or_add_server(c, address, strlen(address));
-        if (r->target < 0) {
+        (*r)->target = tern__find_or_add_server(c, address, strlen(address));
+        if ((*r)->target < 0) {
             tern_errmsg_printf(c->errmsg, "bad server address \"%s\"", address);
-            tern__req_free(r);
+            tern__req_free(*r);
+            *r = NULL;
             return TERN_EINVAL;
         }
     }
-    rv = proto_encode_simple(&r->frame, PROTO_OP_STATUS, 0);
+    rv = proto_encode_status_req(&(*r)->frame, 0, flags);
     if (rv != 0) {
-        return encode_fail(c, r, rv, "status");
+        rv = encode_fail(c, *r, rv, "status");
+        *r = NULL;
+        return rv;
     }
-    rv = tern__run_sync(c, r);
+    return tern__run_sync(c, *r);
+}
+
+int tern_cluster_status(struct tern_client *c,
+                        const char *address,
+                        struct tern_status **out)
+{
+    struct tern__req *r = NULL;
+    int rv;
+    *out = NULL;
+    rv = status_run(c, address, PROTO_STATUS_TIMERS, &r);
+    if (rv == TERN_EMALFORMED && r != NULL) {
+        /* A server that predates the timer tail refuses the flags byte:
+         * ask again as before. */
+        tern__req_free(r);
+        r = NULL;
+        rv = status_run(c, address, 0, &r);
+    }
     if (rv == 0) {
         *out = tern__status_new(c->servers[r->answered_by]->addr, r->body,
                                 r->body_len);
@@ -1592,7 +1612,9 @@ int tern_cluster_status(struct tern_client *c,
             rv = -ENOMEM;
         }
     }
-    tern__req_free(r);
+    if (r != NULL) {
+        tern__req_free(r);
+    }
     return rv;
 }
 

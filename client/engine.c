@@ -524,6 +524,11 @@ static void on_success(struct tern_client *c,
         rv = proto_decode_message_trace_resp(body, len, &tr);
         break;
     }
+    case PROTO_OP_GROUP_STATUS: {
+        struct proto_group_status_resp gs;
+        rv = proto_decode_group_status_resp(body, len, &gs);
+        break;
+    }
     case PROTO_OP_QUEUE_LIST: {
         struct proto_queue_list_resp ql;
         rv = proto_decode_queue_list_resp(body, len, &ql);

@@ -368,6 +368,9 @@ struct tern_status
     char *durability; /* owned */
     size_t n;
     struct tern__member *members;
+    int has_timers; /* the timer tail was in the answer */
+    uint64_t timers_pending;
+    uint64_t timers_oldest_due_ms;
 };
 
 static char *dup_str(const char *s, size_t len)
@@ -404,6 +407,9 @@ struct tern_status *tern__status_new(const char *server,
     s->commit_index = ps.commit_index;
     s->last_applied = ps.last_applied;
     s->writable = ps.writable;
+    s->has_timers = ps.has_timers;
+    s->timers_pending = ps.timers_pending;
+    s->timers_oldest_due_ms = ps.timers_oldest_due_ms;
     s->server = dup_str(server, strlen(server));
     s->leader_address = dup_str(ps.leader_address, ps.leader_address_len);
     s->transport = dup_str(ps.transport, ps.transport_len);
@@ -537,4 +543,13 @@ int tern_fetch_result_receipt(const struct tern_fetch_result *r,
     out->offset = r->msgs[i].offset;
     out->count = r->msgs[i].count;
     return 0;
+}
+
+int tern_status_timers(const struct tern_status *s,
+                       uint64_t *pending,
+                       uint64_t *oldest_due_ms)
+{
+    *pending = s->timers_pending;
+    *oldest_due_ms = s->timers_oldest_due_ms;
+    return s->has_timers ? 0 : TERN_ENOTFOUND;
 }

@@ -19,6 +19,9 @@ struct tern_message_trace
     struct proto_trace t;
     struct tern_trace_group *groups; /* n_groups, names in names */
     char *names;
+    struct tern_trace_delivery *deliveries; /* n_deliveries, names in
+                                               dnames */
+    char *dnames;
 };
 
 void tern_message_trace_free(struct tern_message_trace *t)
@@ -28,8 +31,41 @@ void tern_message_trace_free(struct tern_message_trace *t)
     }
     tern_free(t->groups);
     tern_free(t->names);
+    tern_free(t->deliveries);
+    tern_free(t->dnames);
     tern_free(t->body);
     tern_free(t);
+}
+
+/* The delivery records of t's decoded answer, with NUL-terminated group
+ * names. 0 or -ENOMEM (nothing allocated then). */
+static int deliveries_new(struct tern_message_trace *t)
+{
+    struct proto_delivery d;
+    size_t pos = 0, len = 1, k = 0;
+    while (proto_next_delivery(&t->t, &pos, &d)) {
+        len += (size_t)d.group_len + 1;
+    }
+    t->deliveries = tern_calloc(t->t.n_deliveries != 0 ? t->t.n_deliveries : 1,
+                                sizeof *t->deliveries);
+    t->dnames = tern_malloc(len);
+    if (t->deliveries == NULL || t->dnames == NULL) {
+        tern_free(t->deliveries);
+        tern_free(t->dnames);
+        t->deliveries = NULL;
+        t->dnames = NULL;
+        return -ENOMEM;
+    }
+    char *p = t->dnames;
+    for (pos = 0; k < t->t.n_deliveries && proto_next_delivery(&t->t, &pos, &d);
+         k++) {
+        memcpy(p, d.group, d.group_len);
+        p[d.group_len] = '\0';
+        t->deliveries[k] = (struct tern_trace_delivery){
+            p, d.state, d.count, d.consumer_id, d.deadline_ms};
+        p += d.group_len + 1;
+    }
+    return 0;
 }
 
 /* The object of an answer body (ownership transferred on 0).
@@ -69,6 +105,12 @@ static int trace_new(uint8_t *body, size_t len, struct tern_message_trace **out)
         t->groups[k].commit_index = g.commit_index;
         p += g.name_len + 1;
     }
+    if (deliveries_new(t) != 0) {
+        tern_free(t->groups);
+        tern_free(t->names);
+        tern_free(t);
+        return -ENOMEM;
+    }
     t->body = body;
     *out = t;
     return 0;
@@ -78,6 +120,15 @@ int tern_message_trace(struct tern_client *c,
                        const char *queue,
                        uint64_t offset,
                        struct tern_message_trace **out)
+{
+    return tern_message_trace_ex(c, queue, offset, 0, out);
+}
+
+int tern_message_trace_ex(struct tern_client *c,
+                          const char *queue,
+                          uint64_t offset,
+                          unsigned flags,
+                          struct tern_message_trace **out)
 {
     struct tern__req *r;
     int rv;
@@ -93,7 +144,12 @@ int tern_message_trace(struct tern_client *c,
     if (r == NULL) {
         return -ENOMEM;
     }
-    rv = proto_encode_message_trace(&r->frame, 0, queue, offset);
+    rv = (flags & ~TERN_TRACE_DELIVERIES) != 0
+             ? TERN_EINVAL
+             : proto_encode_message_trace_flags(
+                   &r->frame, 0, queue, offset,
+                   (flags & TERN_TRACE_DELIVERIES) != 0 ? PROTO_TRACE_DELIVERIES
+                                                        : 0);
     if (rv != 0) {
         tern_errmsg_printf(c->errmsg,
                            rv == TERN_EBADNAME
@@ -151,4 +207,45 @@ int tern_message_trace_group(const struct tern_message_trace *t,
     }
     *out = t->groups[i];
     return 0;
+}
+
+const char *tern_delivery_state_name(int state)
+{
+    switch (state) {
+    case TERN_DELIVERY_NEW:
+        return "new";
+    case TERN_DELIVERY_SETTLED:
+        return "settled";
+    case TERN_DELIVERY_LEASED:
+        return "leased";
+    case TERN_DELIVERY_READY:
+        return "ready";
+    default:
+        return "unknown";
+    }
+}
+
+size_t tern_message_trace_delivery_count(const struct tern_message_trace *t,
+                                         int *more)
+{
+    if (more != NULL) {
+        *more = t->t.deliveries_more;
+    }
+    return t->t.n_deliveries;
+}
+
+int tern_message_trace_delivery(const struct tern_message_trace *t,
+                                size_t i,
+                                struct tern_trace_delivery *out)
+{
+    if (i >= t->t.n_deliveries) {
+        return TERN_EINVAL;
+    }
+    *out = t->deliveries[i];
+    return 0;
+}
+
+int tern_message_trace_has_deliveries(const struct tern_message_trace *t)
+{
+    return t->t.has_deliveries;
 }

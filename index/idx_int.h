@@ -12,6 +12,7 @@
  *   env.c       open (recovery), close, accessors
  *   snapshot.c  manifests, bulk catch-up, restore
  *   read.c      queue lookups, group offsets, fetches
+ *   status.c    group status and delivery states (reads only)
  *   apply.c     idx_apply, the index writer, idx_sync, idx_bulk_discard
  *   shared.c    shared groups: apply, TRIM's part, the leader's plans
  *   timer.c     delayed messages: apply, plan, stats
@@ -28,6 +29,7 @@
  *   snapshot.c -> timer.c (the log start); timer.c -> keys.c, log.c, cmd.c
  *   env.c -> keys.c, log.c;  snapshot.c -> log.c
  *   read.c -> keys.c, log.c, clean.c;  clean.c -> keys.c
+ *   status.c -> shared.c (the DLQ name), keys.c
  *   every file but cmd.c and keys.c -> txn.c
  *   cmd.c, keys.c and txn.c call no other file of index/.
  *
@@ -500,6 +502,16 @@ int idx__shared_trim(struct idx_env *e, uint64_t queue_id, uint64_t to);
 /* Whether the stored group row (k) of a GROUP_COMMIT is a shared one: 1
  * yes, 0 no or no row, or a failure code. */
 int idx__group_is_shared(struct idx_env *e, const void *key, size_t key_len);
+/* The DLQ's stored name of shared group g (group[0..group_len)) of
+ * queue[0..queue_len) into out (TERN_NAME_MAX + 1 bytes): its dlq setting
+ * in the queue's namespace, or "<queue>-dlq-<group>". 0, or TERN_EBADNAME
+ * when that is no valid queue name (status.c reads it). */
+int idx__shared_dlq_name(const char *queue,
+                         size_t queue_len,
+                         const char *group,
+                         size_t group_len,
+                         const struct idx__group_val *g,
+                         char *out);
 
 /* ---- apply.c: the index writer ------------------------------------------- */
 

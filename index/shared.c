@@ -806,3 +806,13 @@ int idx_shared_leases(struct idx_env *e,
     mdb_txn_abort(txn);
     return rc < 0 ? rc : 0;
 }
+
+int idx__shared_dlq_name(const char *queue,
+                         size_t queue_len,
+                         const char *group,
+                         size_t group_len,
+                         const struct idx__group_val *g,
+                         char *out)
+{
+    return dlq_name(queue, queue_len, group, group_len, g, out);
+}

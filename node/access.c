@@ -646,6 +646,13 @@ int node_access_check(struct node_access *a,
         return check_queue(p, e, r, IDX_PERM_CONSUME, errmsg);
     case PROTO_OP_SHARED_CONFIG:
         return check_queue(p, e, r, IDX_PERM_MANAGE, errmsg);
+    case PROTO_OP_GROUP_STATUS: {
+        /* Consumers and operators alike: consume, or else manage. */
+        char scratch[TERN_ERRMSG_SIZE];
+        return check_queue(p, e, r, IDX_PERM_CONSUME, scratch) == 0
+                   ? 0
+                   : check_queue(p, e, r, IDX_PERM_MANAGE, errmsg);
+    }
     case PROTO_OP_QUEUE_CREATE:
     case PROTO_OP_QUEUE_DELETE:
         return check_queue(p, e, r, IDX_PERM_MANAGE, errmsg);

@@ -95,6 +95,9 @@
  *   claim_lease_max_ms    = 300000 ; stream group's single active
  *                                  ; consumer (CLAIM; 0 asks for 30000);
  *                                  ; outside is TERN_EINVAL naming the key
+ *   status_max_rows       = 65536  ; lease rows a GROUP_STATUS answer
+ *                                  ; walks (per group and per page; a
+ *                                  ; group cut there is marked partial)
  *                                  ; Over a bound the client gets
  *                                  ; TERN_ELIMIT naming the key.
  *
@@ -336,6 +339,7 @@ static const char usage_text[] =
     "  shared_prefetch = 256\n"
     "  claim_lease_min_ms = 1000\n"
     "  claim_lease_max_ms = 300000\n"
+    "  status_max_rows = 65536\n"
     "  [security]\n"
     "  peer_auth = tls\n"
     "  cluster_ca = /etc/tern/ca.pem\n"
@@ -399,6 +403,7 @@ void node_config_init(struct node_config *c)
     c->shared_prefetch = NODE_DEFAULT_SHARED_PREFETCH;
     c->claim_lease_min_ms = NODE_DEFAULT_CLAIM_LEASE_MIN_MS;
     c->claim_lease_max_ms = NODE_DEFAULT_CLAIM_LEASE_MAX_MS;
+    c->status_max_rows = NODE_DEFAULT_STATUS_MAX_ROWS;
     c->max_term_jump = NODE_DEFAULT_MAX_TERM_JUMP;
     c->peer_handshake_timeout_ms = NODE_DEFAULT_PEER_HANDSHAKE_MS;
     c->peer_max_pending = NODE_DEFAULT_PEER_MAX_PENDING;
@@ -1008,6 +1013,8 @@ static const struct key keys[] = {
      NODE__UINT(claim_lease_min_ms), 86400000},
     {"limits", "claim_lease_max_ms", "--claim-lease-max-ms", set_unsigned,
      NODE__UINT(claim_lease_max_ms), 86400000},
+    {"limits", "status_max_rows", "--status-max-rows", set_unsigned,
+     NODE__UINT(status_max_rows), 1u << 24},
     {"security", "peer_auth", "--peer-auth", set_peer_auth,
      NODE__INT(peer_auth), 0},
     {"security", "cluster_ca", "--cluster-ca", set_text, NODE__STR(cluster_ca),
@@ -1541,6 +1548,10 @@ static int validate_client_limits(const struct node_config *c, char *errmsg)
     }
     if (c->shared_prefetch == 0) {
         tern_errmsg_printf(errmsg, "shared_prefetch must be > 0");
+        return TERN_EINVAL;
+    }
+    if (c->status_max_rows == 0) {
+        tern_errmsg_printf(errmsg, "status_max_rows must be > 0");
         return TERN_EINVAL;
     }
     if (c->claim_lease_min_ms == 0 ||

@@ -98,7 +98,8 @@ struct node_config
     unsigned shared_prefetch;          /* leases one shared consumer holds */
     unsigned claim_lease_min_ms;       /* bounds of a CLAIM's lease */
     unsigned claim_lease_max_ms;
-    struct node_peer *peers; /* owned array */
+    unsigned status_max_rows; /* lease rows one GROUP_STATUS walks */
+    struct node_peer *peers;  /* owned array */
     unsigned n_peers;
     bool help; /* --help was given: print usage, do nothing else */
 };
@@ -158,6 +159,7 @@ enum node_client_auth {
 #define NODE_DEFAULT_CLAIM_LEASE_MIN_MS  1000u
 #define NODE_DEFAULT_CLAIM_LEASE_MAX_MS  300000u
 #define NODE_DEFAULT_CLAIM_LEASE_MS      30000u /* a CLAIM asking 0 */
+#define NODE_DEFAULT_STATUS_MAX_ROWS     65536u
 #define NODE_DEFAULT_CLUSTER_NAME        "tern"
 #define NODE_DEFAULT_AUTH_FAILURE_DELAY  500u
 #define NODE_DEFAULT_AUTH_FAILURES_MIN   20u

@@ -1215,6 +1215,67 @@ static int trace_group_cb(void *arg, const struct idx_trace_group *g)
     return 0;
 }
 
+/* The delivery tail of a trace (PROTO_TRACE_DELIVERIES): the message's
+ * state in each shared group of the queue, as many as fit with the
+ * groups in the trace's bounds (then dmore = 1). */
+struct deliveries_ctx
+{
+    struct proto_delivery *d;
+    char (*names)[TERN_NAME_MAX + 1];
+    uint32_t n;
+    uint32_t max_n;
+    size_t bytes;
+    size_t max_bytes;
+    bool more;
+};
+
+static int delivery_cb(void *arg, const struct idx_delivery *d)
+{
+    struct deliveries_ctx *x = arg;
+    size_t len = strlen(d->group);
+    if (x->n >= x->max_n ||
+        x->bytes + proto_delivery_size(len) > x->max_bytes) {
+        x->more = true;
+        return 1;
+    }
+    memcpy(x->names[x->n], d->group, len + 1);
+    x->d[x->n] = (struct proto_delivery){
+        x->names[x->n], (uint16_t)len,  (uint8_t)d->state,
+        d->count,       d->consumer_id, d->deadline_ms,
+    };
+    x->bytes += proto_delivery_size(len);
+    x->n++;
+    return 0;
+}
+
+static int trace_deliveries_end(struct idx_env *e,
+                                const char *queue,
+                                uint64_t offset,
+                                struct trace_ctx *t)
+{
+    struct deliveries_ctx x;
+    uint32_t cap = TERN_MIN(t->max_n, 1000u);
+    int rv;
+    memset(&x, 0, sizeof(x));
+    x.max_n = TERN_MAX(cap, 1u);
+    x.max_bytes = t->max_bytes > t->w->len ? t->max_bytes - t->w->len : 0;
+    x.d = calloc(x.max_n, sizeof(*x.d));
+    x.names = calloc(x.max_n, sizeof(*x.names));
+    if (x.d == NULL || x.names == NULL) {
+        rv = -ENOMEM;
+        goto out;
+    }
+    rv = idx_message_deliveries(e, queue, offset, delivery_cb, &x);
+    if (rv == 0) {
+        rv = proto_trace_end_deliveries(t->w, t->start, t->n, t->more, x.d, x.n,
+                                        x.more);
+    }
+out:
+    free(x.d);
+    free(x.names);
+    return rv;
+}
+
 static void serve_message_trace(struct node_conn *c,
                                 uint64_t request_id,
                                 const struct proto_request *r,
@@ -1241,13 +1302,130 @@ static void serve_message_trace(struct node_conn *c,
     if (rv == 0 && !x.begun) {
         trace_begin(&x);
     }
-    if (rv == 0) {
+    if (rv == 0 && (r->flags & PROTO_TRACE_DELIVERIES) != 0) {
+        rv = trace_deliveries_end(e, queue, r->offset, &x);
+    } else if (rv == 0) {
         rv = proto_trace_end(&w, x.start, x.n, x.more);
     }
     if (rv != 0) {
         tern_wbuf_free(&w);
         send_error(c, r->op, request_id, rv,
                    rv == TERN_EOFFSET ? idx_errmsg(e) : NULL);
+        return;
+    }
+    conn_send(c, &w);
+}
+
+/* GROUP_STATUS (docs/WORKQUEUES.md, "Group status"): one group, or a page
+ * of the queue's groups after r->after, from the local index (any node;
+ * it may lag the leader by replication), by the leader clock of
+ * leader_time. At most list_page_max groups (and r->max_count), what fits
+ * in a list page, and [limits] status_max_rows lease rows per group and
+ * per page. */
+static uint64_t leader_time(const struct node_conn *c);
+static void name_copy(char *dst, const char *src, uint16_t len);
+
+struct gstatus_ctx
+{
+    struct tern_wbuf *w;
+    uint32_t n;
+    uint32_t max_n;
+    size_t max_bytes;
+    bool more;
+};
+
+static int gstatus_cb(void *arg, const struct idx_group_status *s)
+{
+    struct gstatus_ctx *x = arg;
+    struct proto_status_consumer cons[IDX_STATUS_CONSUMERS_MAX];
+    /* The DLQ as the client names it: without the namespace. */
+    const char *dlq = strchr(s->dlq, '%');
+    dlq = dlq != NULL ? dlq + 1 : s->dlq;
+    struct proto_group_status g = {
+        .group = s->name,
+        .group_len = (uint16_t)strlen(s->name),
+        .shared = s->shared ? 1 : 0,
+        .start = s->start,
+        .end = s->end,
+        .committed = s->committed,
+        .next = s->next,
+        .lag = s->lag,
+        .commit_ms = s->commit_ms,
+        .ack_timeout_ms = s->shared ? s->settings.ack_timeout_ms : 0,
+        .max_deliveries = s->shared ? s->settings.max_deliveries : 0,
+        .window = s->shared ? s->settings.window : 0,
+        .dlq = dlq,
+        .dlq_len = (uint16_t)strlen(dlq),
+        .dlq_depth = s->dlq_depth,
+        .in_flight = s->in_flight,
+        .ready = s->ready,
+        .oldest_deadline_ms = s->oldest_deadline_ms,
+        .partial = s->partial ? 1 : 0,
+        .others_held = s->others_held,
+        .n_consumers = (uint16_t)s->n_consumers,
+        .consumers = cons,
+    };
+    for (uint32_t i = 0; i < s->n_consumers; i++) {
+        cons[i].id = s->consumers[i].id;
+        cons[i].held = s->consumers[i].held;
+    }
+    if (x->n > 0 && x->w->len + proto_group_status_size(&g) > x->max_bytes) {
+        x->more = true;
+        return 1;
+    }
+    proto_put_group_status(x->w, &g);
+    x->n++;
+    return 0;
+}
+
+static void serve_group_status(struct node_conn *c,
+                               uint64_t request_id,
+                               const struct proto_request *r,
+                               const char *queue)
+{
+    const struct node_config *cfg = c->view.cfg;
+    struct idx_env *e = view_idx(&c->view);
+    char group[TERN_NAME_MAX + 1], after[TERN_NAME_MAX + 1];
+    struct tern_wbuf w;
+    struct gstatus_ctx x;
+    bool more = false;
+    size_t start;
+    int rv;
+    if (e == NULL) {
+        send_error(c, r->op, request_id, TERN_ESHUTDOWN, NULL);
+        return;
+    }
+    name_copy(group, r->group, r->group_len);
+    name_copy(after, r->after, r->after_len);
+    memset(&x, 0, sizeof(x));
+    tern_wbuf_init(&w);
+    x.w = &w;
+    x.max_n = cfg->list_page_max;
+    if (r->max_count > 0) {
+        x.max_n = TERN_MIN(x.max_n, r->max_count);
+    }
+    x.max_bytes = list_answer_cap(cfg, true);
+    start = proto_group_status_begin(&w, request_id);
+    if (group[0] != '\0') {
+        struct idx_group_status s;
+        rv = idx_group_status(e, queue, group, leader_time(c),
+                              cfg->status_max_rows, &s);
+        if (rv == 0) {
+            (void)gstatus_cb(&x, &s);
+        }
+    } else {
+        rv = idx_group_status_list(e, queue, after, x.max_n, leader_time(c),
+                                   cfg->status_max_rows, cfg->status_max_rows,
+                                   gstatus_cb, &x, &more);
+    }
+    if (rv == 0) {
+        rv = proto_group_status_end(&w, start, x.n, more || x.more);
+    }
+    if (rv != 0) {
+        char m[TERN_ERRMSG_SIZE];
+        tern_wbuf_free(&w);
+        tern_errmsg_printf(m, "no group %s on this queue", group);
+        send_error(c, r->op, request_id, rv, rv == TERN_ENOTFOUND ? m : NULL);
         return;
     }
     conn_send(c, &w);
@@ -1325,7 +1503,9 @@ static void serve_list(struct node_conn *c,
     conn_send(c, &w);
 }
 
-static void serve_status(struct node_conn *c, uint64_t request_id)
+static void serve_status(struct node_conn *c,
+                         uint64_t request_id,
+                         uint8_t flags)
 {
     const struct node_config *cfg = c->view.cfg;
     struct proto_member members[64];
@@ -1361,6 +1541,11 @@ static void serve_status(struct node_conn *c, uint64_t request_id)
     ps.durability_len = (uint16_t)strlen(ps.durability);
     ps.n_members = nm;
     ps.members = members;
+    if ((flags & PROTO_STATUS_TIMERS) != 0 && view_idx(&c->view) != NULL &&
+        idx_timer_stats(view_idx(&c->view), &ps.timers_pending,
+                        &ps.timers_oldest_due_ms) == 0) {
+        ps.has_timers = 1;
+    }
     tern_wbuf_init(&w);
     if (proto_encode_status_resp(&w, request_id, &ps) != 0) {
         tern_wbuf_free(&w);
@@ -2508,7 +2693,8 @@ static bool op_has_queue(uint8_t op)
            op == PROTO_OP_GROUP_FETCH || op == PROTO_OP_GROUP_COMMIT ||
            op == PROTO_OP_QUEUE_UPDATE || op == PROTO_OP_QUEUE_INFO ||
            op == PROTO_OP_OFFSET_FOR_TIME || op == PROTO_OP_MESSAGE_GET ||
-           op == PROTO_OP_MESSAGE_TRACE || op == PROTO_OP_PRODUCE_DELAYED;
+           op == PROTO_OP_MESSAGE_TRACE || op == PROTO_OP_PRODUCE_DELAYED ||
+           op == PROTO_OP_GROUP_STATUS;
 }
 
 /* QUEUE_INFO and OFFSET_FOR_TIME (docs/MESSAGES.md): served from this
@@ -2652,6 +2838,9 @@ static void handle_request(struct node_conn *c,
     case PROTO_OP_MESSAGE_TRACE:
         serve_message_trace(c, request_id, r, stored);
         break;
+    case PROTO_OP_GROUP_STATUS:
+        serve_group_status(c, request_id, r, stored);
+        break;
     case PROTO_OP_GROUP_FETCH:
         name_copy(group, r->group, r->group_len);
         handle_group_fetch(c, request_id, r, stored, group);
@@ -2660,7 +2849,7 @@ static void handle_request(struct node_conn *c,
         serve_list(c, request_id, r);
         break;
     case PROTO_OP_STATUS:
-        serve_status(c, request_id);
+        serve_status(c, request_id, r->flags);
         break;
     case PROTO_OP_STATS:
         serve_stats(c, request_id, r->flags);
@@ -2702,6 +2891,7 @@ static size_t answer_estimate(const struct node_conn *c,
     case PROTO_OP_MESSAGE_GET:
         return SERVER__FETCH_MIN_ANSWER;
     case PROTO_OP_MESSAGE_TRACE:
+    case PROTO_OP_GROUP_STATUS:
         return list_answer_cap(c->view.cfg, true);
     case PROTO_OP_QUEUE_LIST:
     case PROTO_OP_USER_LIST:

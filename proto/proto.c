@@ -1030,6 +1030,20 @@ int proto_encode_settle(struct tern_wbuf *w,
     return proto_frame_end(w, start);
 }
 
+/* An optional flags byte that ends a request (STATUS, MESSAGE_TRACE):
+ * absent, or not 0 and within allowed. */
+static int get_flags_tail(struct tern_cursor *c,
+                          struct proto_request *out,
+                          uint8_t allowed)
+{
+    if (c->err != 0 || tern_cursor_left(c) == 0) {
+        return 0;
+    }
+    out->flags = tern_cursor_u8(c);
+    return out->flags == 0 || (out->flags & ~allowed) != 0 ? TERN_EMALFORMED
+                                                           : 0;
+}
+
 int proto_decode_request(uint8_t op,
                          const void *body,
                          size_t len,
@@ -1072,6 +1086,17 @@ int proto_decode_request(uint8_t op,
         rv = get_list_tail(&c, out, PROTO_MAX_NAME);
         break;
     case PROTO_OP_STATUS:
+        rv = get_flags_tail(&c, out, PROTO_STATUS_TIMERS);
+        break;
+    case PROTO_OP_GROUP_STATUS:
+        rv = get_name(&c, &out->queue, &out->queue_len);
+        if (rv == 0) {
+            rv = get_after(&c, &out->group, &out->group_len, PROTO_MAX_NAME);
+        }
+        if (rv == 0) {
+            rv = get_after(&c, &out->after, &out->after_len, PROTO_MAX_NAME);
+        }
+        out->max_count = tern_cursor_u32(&c);
         break;
     case PROTO_OP_PRODUCE: {
         rv = get_name(&c, &out->queue, &out->queue_len);
@@ -1153,6 +1178,9 @@ int proto_decode_request(uint8_t op,
     case PROTO_OP_MESSAGE_TRACE:
         rv = get_name(&c, &out->queue, &out->queue_len);
         out->offset = tern_cursor_u64(&c);
+        if (rv == 0) {
+            rv = get_flags_tail(&c, out, PROTO_TRACE_DELIVERIES);
+        }
         break;
     case PROTO_OP_SHARED_CONFIG:
     case PROTO_OP_RECEIVE:
@@ -1973,6 +2001,11 @@ int proto_encode_status_resp(struct tern_wbuf *w,
         proto_put_str(w, m->raft_address, m->raft_address_len);
         proto_put_str(w, m->client_address, m->client_address_len);
     }
+    if (st->has_timers) {
+        tern_wbuf_u8(w, 1); /* tail version */
+        tern_wbuf_u64(w, st->timers_pending);
+        tern_wbuf_u64(w, st->timers_oldest_due_ms);
+    }
     return proto_frame_end(w, start);
 }
 
@@ -2005,7 +2038,20 @@ int proto_decode_status_resp(const void *body,
     out->n_members = tern_cursor_u32(&c);
     records_skip(&c, out->n_members, get_member, &m, &out->members_raw,
                  &out->members_raw_len);
-    return decode_end(&c, 1, out, sizeof *out);
+    int ok = 1;
+    if (c.err == 0 && tern_cursor_left(&c) > 0) {
+        /* The timer tail: version 1 fields; a later version's extra
+         * fields are skipped. */
+        uint8_t version = tern_cursor_u8(&c);
+        out->has_timers = 1;
+        out->timers_pending = tern_cursor_u64(&c);
+        out->timers_oldest_due_ms = tern_cursor_u64(&c);
+        ok = version >= 1;
+        if (c.err == 0 && version > 1) {
+            (void)tern_cursor_bytes(&c, tern_cursor_left(&c));
+        }
+    }
+    return decode_end(&c, ok, out, sizeof *out);
 }
 
 int proto_next_member(const struct proto_status *st,
@@ -2636,9 +2682,9 @@ size_t proto_trace_group_size(size_t name_len)
     return 2 + name_len + 24;
 }
 
-int proto_trace_end(struct tern_wbuf *w, size_t start, uint32_t n, int more)
+/* Patch the group count n of a trace answer begun at start, then seal. */
+static int trace_seal(struct tern_wbuf *w, size_t start, uint32_t n)
 {
-    tern_wbuf_u8(w, more != 0 ? 1 : 0);
     if (w->err == 0) {
         /* The count follows the key blob and the tag str. */
         uint8_t *b = w->base + start + PROTO_HEADER_SIZE + PROTO__TRACE_FIXED;
@@ -2648,6 +2694,80 @@ int proto_trace_end(struct tern_wbuf *w, size_t start, uint32_t n, int more)
         uint32_t key_len = tern_get_u32(b);
         uint16_t tag_len = tern_get_u16(b + 4 + key_len);
         tern_put_u32(b + 6 + key_len + tag_len, n);
+    }
+    return proto_frame_end(w, start);
+}
+
+int proto_trace_end(struct tern_wbuf *w, size_t start, uint32_t n, int more)
+{
+    tern_wbuf_u8(w, more != 0 ? 1 : 0);
+    return trace_seal(w, start, n);
+}
+
+int proto_trace_end_deliveries(struct tern_wbuf *w,
+                               size_t start,
+                               uint32_t n,
+                               int more,
+                               const struct proto_delivery *d,
+                               uint32_t nd,
+                               int dmore)
+{
+    tern_wbuf_u8(w, more != 0 ? 1 : 0);
+    tern_wbuf_u8(w, 1); /* tail version */
+    tern_wbuf_u32(w, nd);
+    for (uint32_t i = 0; i < nd; i++) {
+        if (d[i].state > PROTO_DELIVERY_READY ||
+            !tern_name_valid(d[i].group, d[i].group_len)) {
+            if (w->err == 0) {
+                w->err = TERN_EINVAL;
+            }
+            break;
+        }
+        proto_put_str(w, d[i].group, d[i].group_len);
+        tern_wbuf_u8(w, d[i].state);
+        tern_wbuf_u32(w, d[i].count);
+        tern_wbuf_u64(w, d[i].consumer_id);
+        tern_wbuf_u64(w, d[i].deadline_ms);
+    }
+    tern_wbuf_u8(w, dmore != 0 ? 1 : 0);
+    return trace_seal(w, start, n);
+}
+
+size_t proto_delivery_size(size_t name_len)
+{
+    return 2 + name_len + 1 + 4 + 8 + 8;
+}
+
+int proto_encode_message_trace_flags(struct tern_wbuf *w,
+                                     uint64_t request_id,
+                                     const char *queue,
+                                     uint64_t offset,
+                                     uint8_t flags)
+{
+    size_t start = w->len;
+    if ((flags & ~PROTO_TRACE_DELIVERIES) != 0) {
+        return TERN_EINVAL;
+    }
+    proto_frame_begin(w, PROTO_OP_MESSAGE_TRACE, request_id, 0);
+    put_name(w, queue);
+    tern_wbuf_u64(w, offset);
+    if (flags != 0) {
+        tern_wbuf_u8(w, flags);
+    }
+    return proto_frame_end(w, start);
+}
+
+int proto_encode_status_req(struct tern_wbuf *w,
+                            uint64_t request_id,
+                            uint8_t flags)
+{
+    size_t start = w->len;
+    if ((flags & ~PROTO_STATUS_TIMERS) != 0) {
+        return TERN_EINVAL;
+    }
+    proto_frame_begin(w, PROTO_OP_STATUS, request_id, 0);
+    if (flags != 0) {
+        tern_wbuf_u8(w, flags);
     }
     return proto_frame_end(w, start);
 }
@@ -2662,6 +2782,47 @@ static void get_trace_group(struct tern_cursor *c, void *item)
     if (c->err == 0 && !tern_name_valid(g->name, g->name_len)) {
         c->err = TERN_EMALFORMED;
     }
+}
+
+static void get_delivery(struct tern_cursor *c, void *item)
+{
+    struct proto_delivery *d = item;
+    d->group = proto_get_str(c, &d->group_len);
+    d->state = tern_cursor_u8(c);
+    d->count = tern_cursor_u32(c);
+    d->consumer_id = tern_cursor_u64(c);
+    d->deadline_ms = tern_cursor_u64(c);
+    if (c->err == 0 && (!tern_name_valid(d->group, d->group_len) ||
+                        d->state > PROTO_DELIVERY_READY)) {
+        c->err = TERN_EMALFORMED;
+    }
+}
+
+/* The delivery tail of a MESSAGE_TRACE answer, when bytes are left: 1 when
+ * absent or well formed (a later version's extra bytes skipped), else 0. */
+static int get_delivery_tail(struct tern_cursor *c, struct proto_trace *out)
+{
+    struct proto_delivery d;
+    if (c->err != 0 || tern_cursor_left(c) == 0) {
+        return 1;
+    }
+    uint8_t version = tern_cursor_u8(c);
+    out->has_deliveries = 1;
+    out->n_deliveries = tern_cursor_u32(c);
+    records_skip(c, out->n_deliveries, get_delivery, &d, &out->deliveries,
+                 &out->deliveries_len);
+    out->deliveries_more = tern_cursor_u8(c);
+    if (c->err == 0 && version > 1) {
+        (void)tern_cursor_bytes(c, tern_cursor_left(c));
+    }
+    return version >= 1 && out->deliveries_more <= 1;
+}
+
+int proto_next_delivery(const struct proto_trace *t,
+                        size_t *pos,
+                        struct proto_delivery *d)
+{
+    return records_next(t->deliveries, t->deliveries_len, pos, get_delivery, d);
 }
 
 int proto_decode_message_trace_resp(const void *body,
@@ -2692,8 +2853,10 @@ int proto_decode_message_trace_resp(const void *body,
                  &out->groups_len);
     const uint8_t *more = tern_cursor_bytes(&c, 1);
     out->more = more != NULL ? more[0] : 0;
+    int tail_ok = more != NULL ? get_delivery_tail(&c, out) : 1;
     int ok =
-        out->key_len <= PROTO_MAX_KEY && out->tag_len <= PROTO_MAX_TAG &&
+        tail_ok && out->key_len <= PROTO_MAX_KEY &&
+        out->tag_len <= PROTO_MAX_TAG &&
         (out->tag_len == 0 || proto_tag_valid(out->tag, out->tag_len) != 0) &&
         out->batch_pos < TERN_MAX(out->batch_count, 1u) && out->more <= 1;
     if (out->key_len == 0) {
@@ -2818,4 +2981,192 @@ int proto_decode_settle_resp(const void *body,
         return TERN_EMALFORMED;
     }
     return 0;
+}
+
+/* ---- GROUP_STATUS (op 32) ---- */
+
+int proto_encode_group_status(struct tern_wbuf *w,
+                              uint64_t request_id,
+                              const char *queue,
+                              const char *group,
+                              const char *after,
+                              uint32_t max_count)
+{
+    size_t start = w->len;
+    size_t gn = group != NULL ? strlen(group) : 0;
+    size_t an = after != NULL ? strlen(after) : 0;
+    if ((gn > 0 && !tern_name_valid(group, gn)) ||
+        (an > 0 && !tern_name_valid(after, an))) {
+        return TERN_EBADNAME;
+    }
+    proto_frame_begin(w, PROTO_OP_GROUP_STATUS, request_id, 0);
+    put_name(w, queue);
+    proto_put_str(w, gn > 0 ? group : "", gn);
+    proto_put_str(w, an > 0 ? after : "", an);
+    tern_wbuf_u32(w, max_count);
+    return proto_frame_end(w, start);
+}
+
+size_t proto_group_status_begin(struct tern_wbuf *w, uint64_t request_id)
+{
+    size_t start = w->len;
+    proto_frame_begin(w, PROTO_OP_GROUP_STATUS | PROTO_OP_RESPONSE, request_id,
+                      0);
+    tern_wbuf_u32(w, 0); /* n, patched by proto_group_status_end */
+    return start;
+}
+
+/* Version 1 record bytes after the blob length, without the strings and
+ * the consumers. */
+#define PROTO__GSTATUS_FIXED (1 + 2 + 1 + 7 * 8 + 4 + 4 + 2 + 4 * 8 + 1 + 8 + 2)
+
+size_t proto_group_status_size(const struct proto_group_status *g)
+{
+    return 4 + PROTO__GSTATUS_FIXED + g->group_len + g->dlq_len +
+           12 * (size_t)g->n_consumers;
+}
+
+void proto_put_group_status(struct tern_wbuf *w,
+                            const struct proto_group_status *g)
+{
+    if (g->n_consumers > PROTO_STATUS_CONSUMERS_MAX ||
+        (g->n_consumers > 0 && g->consumers == NULL) ||
+        !tern_name_valid(g->group, g->group_len)) {
+        if (w->err == 0) {
+            w->err = TERN_EINVAL;
+        }
+        return;
+    }
+    tern_wbuf_u32(w, (uint32_t)(proto_group_status_size(g) - 4));
+    tern_wbuf_u8(w, PROTO_GROUP_STATUS_VERSION);
+    proto_put_str(w, g->group, g->group_len);
+    tern_wbuf_u8(w, g->shared ? 1 : 0);
+    tern_wbuf_u64(w, g->start);
+    tern_wbuf_u64(w, g->end);
+    tern_wbuf_u64(w, g->committed);
+    tern_wbuf_u64(w, g->next);
+    tern_wbuf_u64(w, g->lag);
+    tern_wbuf_u64(w, g->commit_ms);
+    tern_wbuf_u64(w, g->ack_timeout_ms);
+    tern_wbuf_u32(w, g->max_deliveries);
+    tern_wbuf_u32(w, g->window);
+    proto_put_str(w, g->dlq != NULL ? g->dlq : "", g->dlq_len);
+    tern_wbuf_u64(w, g->dlq_depth);
+    tern_wbuf_u64(w, g->in_flight);
+    tern_wbuf_u64(w, g->ready);
+    tern_wbuf_u64(w, g->oldest_deadline_ms);
+    tern_wbuf_u8(w, g->partial ? 1 : 0);
+    tern_wbuf_u64(w, g->others_held);
+    tern_wbuf_u16(w, g->n_consumers);
+    for (uint16_t i = 0; i < g->n_consumers; i++) {
+        tern_wbuf_u64(w, g->consumers[i].id);
+        tern_wbuf_u32(w, g->consumers[i].held);
+    }
+}
+
+int proto_group_status_end(struct tern_wbuf *w,
+                           size_t start,
+                           uint32_t n,
+                           int more)
+{
+    tern_wbuf_u8(w, more != 0 ? 1 : 0);
+    if (w->err == 0) {
+        if (w->len < start + PROTO_HEADER_SIZE + 5) {
+            return TERN_EINVAL; /* not begun by proto_group_status_begin */
+        }
+        tern_put_u32(w->base + start + PROTO_HEADER_SIZE, n);
+    }
+    return proto_frame_end(w, start);
+}
+
+/* A byte at c, 0 past the end (c->err set then). */
+static uint8_t get_u8(struct tern_cursor *c)
+{
+    const uint8_t *x = tern_cursor_bytes(c, 1);
+    return x != NULL ? x[0] : 0;
+}
+
+/* One record (a blob) into *g, read in place; a bad one sets c->err. */
+static void get_group_status(struct tern_cursor *c, void *item)
+{
+    struct proto_group_status *g = item;
+    memset(g, 0, sizeof *g);
+    uint32_t len = tern_cursor_u32(c);
+    if (c->err != 0 || len == 0 || !tern_cursor_need(c, len)) {
+        c->err = TERN_EMALFORMED; /* a record has at least its version */
+        return;
+    }
+    const uint8_t *start = c->p;
+    g->version = get_u8(c);
+    g->group = proto_get_str(c, &g->group_len);
+    g->shared = get_u8(c);
+    g->start = tern_cursor_u64(c);
+    g->end = tern_cursor_u64(c);
+    g->committed = tern_cursor_u64(c);
+    g->next = tern_cursor_u64(c);
+    g->lag = tern_cursor_u64(c);
+    g->commit_ms = tern_cursor_u64(c);
+    g->ack_timeout_ms = tern_cursor_u64(c);
+    g->max_deliveries = tern_cursor_u32(c);
+    g->window = tern_cursor_u32(c);
+    g->dlq = proto_get_str(c, &g->dlq_len);
+    g->dlq_depth = tern_cursor_u64(c);
+    g->in_flight = tern_cursor_u64(c);
+    g->ready = tern_cursor_u64(c);
+    g->oldest_deadline_ms = tern_cursor_u64(c);
+    g->partial = get_u8(c);
+    g->others_held = tern_cursor_u64(c);
+    g->n_consumers = tern_cursor_u16(c);
+    if (c->err == 0 && g->n_consumers <= PROTO_STATUS_CONSUMERS_MAX) {
+        g->consumers_raw = tern_cursor_bytes(c, (size_t)12 * g->n_consumers);
+    }
+    size_t used = (size_t)(c->p - start);
+    /* Version 1 has nothing after the consumers; later ones may: the
+     * rest of the blob is skipped. */
+    if (c->err != 0 || used > len || g->version < 1 || g->shared > 1 ||
+        g->partial > 1 || g->n_consumers > PROTO_STATUS_CONSUMERS_MAX ||
+        !tern_name_valid(g->group, g->group_len) ||
+        (g->dlq_len > 0 && !tern_qname_valid(g->dlq, g->dlq_len)) ||
+        (g->version == 1 && used != len)) {
+        c->err = TERN_EMALFORMED;
+        return;
+    }
+    (void)tern_cursor_bytes(c, len - used);
+}
+
+int proto_decode_group_status_resp(const void *body,
+                                   size_t len,
+                                   struct proto_group_status_resp *out)
+{
+    struct tern_cursor c;
+    struct proto_group_status g;
+    memset(out, 0, sizeof *out);
+    if (body == NULL) {
+        return TERN_EMALFORMED; /* the answer is never empty */
+    }
+    tern_cursor_init(&c, body, len);
+    out->n = tern_cursor_u32(&c);
+    records_skip(&c, out->n, get_group_status, &g, &out->records,
+                 &out->records_len);
+    const uint8_t *more = tern_cursor_bytes(&c, 1);
+    out->more = more != NULL ? more[0] : 0;
+    return decode_end(&c, out->more <= 1, out, sizeof *out);
+}
+
+int proto_next_group_status(const struct proto_group_status_resp *r,
+                            size_t *pos,
+                            struct proto_group_status *g)
+{
+    return records_next(r->records, r->records_len, pos, get_group_status, g);
+}
+
+void proto_status_consumer(const struct proto_group_status *g,
+                           uint32_t i,
+                           struct proto_status_consumer *c)
+{
+    memset(c, 0, sizeof *c);
+    if (g->consumers_raw != NULL && i < g->n_consumers) {
+        c->id = tern_get_u64(g->consumers_raw + (size_t)12 * i);
+        c->held = tern_get_u32(g->consumers_raw + (size_t)12 * i + 8);
+    }
 }

@@ -751,6 +751,103 @@ TERN_API int tern_message_trace_group(const struct tern_message_trace *t,
                                       size_t i,
                                       struct tern_trace_group *out);
 
+/* Message trace with deliveries: flags TERN_TRACE_DELIVERIES asks also
+ * for the message's state in each shared group of the queue (a server
+ * that predates it answers TERN_EMALFORMED). flags 0 is
+ * tern_message_trace. */
+#define TERN_TRACE_DELIVERIES 0x1u
+TERN_API int tern_message_trace_ex(struct tern_client *c,
+                                   const char *queue,
+                                   uint64_t offset,
+                                   unsigned flags,
+                                   struct tern_message_trace **out);
+enum tern_delivery_state {
+    TERN_DELIVERY_NEW = 0,     /* never delivered to the group */
+    TERN_DELIVERY_SETTLED = 1, /* acknowledged or dead-lettered */
+    TERN_DELIVERY_LEASED = 2,  /* leased to consumer_id until deadline_ms */
+    TERN_DELIVERY_READY = 3,   /* waiting for a delivery from deadline_ms */
+};
+/* "new", "settled", "leased", "ready" or "unknown"; static. */
+TERN_API const char *tern_delivery_state_name(int state);
+struct tern_trace_delivery
+{
+    const char *group; /* borrowed until tern_message_trace_free */
+    int state;         /* enum tern_delivery_state */
+    uint32_t count;    /* deliveries so far */
+    uint64_t consumer_id;
+    uint64_t deadline_ms; /* leased: lease end; ready: not before */
+};
+/* Shared groups in the answer (0 without TERN_TRACE_DELIVERIES); *more
+ * (OUT, may be NULL) 1 when the server left some out. */
+TERN_API size_t
+tern_message_trace_delivery_count(const struct tern_message_trace *t,
+                                  int *more);
+/* 1 when the answer carried the deliveries (asked for, and the server
+ * sent them), else 0. */
+TERN_API int tern_message_trace_has_deliveries(
+    const struct tern_message_trace *t);
+/* Delivery record i (< count, in group name order): 0 with *out,
+ * TERN_EINVAL. */
+TERN_API int tern_message_trace_delivery(const struct tern_message_trace *t,
+                                         size_t i,
+                                         struct tern_trace_delivery *out);
+
+/* ---- Group status (docs/WORKQUEUES.md, "Group status") ---------------- */
+
+/* The state of a queue's consumer groups, from the index of the server
+ * reads go to (see read_from; it may lag the leader by replication). */
+struct tern_group_status_list; /* owned result: tern_group_status_free */
+struct tern_group_status
+{
+    const char *name;        /* borrowed until tern_group_status_free */
+    int shared;              /* 1: a shared group, 0: a stream group */
+    uint64_t start;          /* the queue's first retained offset */
+    uint64_t end;            /* the queue's next offset */
+    uint64_t committed;      /* stream: the committed offset; shared: the ack
+                                floor (every offset below it is settled) */
+    uint64_t next;           /* shared: first offset never delivered */
+    uint64_t lag;            /* end - max(committed, start) */
+    uint64_t commit_ms;      /* stream: time of the latest commit (0 unknown) */
+    uint64_t ack_timeout_ms; /* shared settings */
+    uint32_t max_deliveries;
+    uint32_t window;
+    const char *dlq;    /* shared: the DLQ's queue name; "" otherwise */
+    uint64_t dlq_depth; /* messages in the DLQ (0: none yet) */
+    uint64_t in_flight; /* unexpired leases */
+    uint64_t ready;     /* nacked, released or expired, waiting */
+    uint64_t oldest_deadline_ms; /* earliest lease end (0: none) */
+    int partial;                 /* 1: the server's row bound cut the counts */
+    uint64_t others_held;        /* leases of consumers not listed */
+    size_t n_consumers; /* tern_group_status_consumer, most held first */
+};
+/* Status of group of queue, or (group NULL or "") a page of the queue's
+ * groups whose names sort after after (NULL or "": from the first), at
+ * most max (0: the server's page size). *out (OUT) is caller-owned.
+ * TERN_ENOTFOUND (no such group), TERN_ENOQUEUE, TERN_EDENIED (needs
+ * consume or manage on the queue). */
+TERN_API int tern_group_status(struct tern_client *c,
+                               const char *queue,
+                               const char *group,
+                               const char *after,
+                               uint32_t max,
+                               struct tern_group_status_list **out);
+TERN_API void tern_group_status_free(struct tern_group_status_list *l);
+/* Groups in the answer; *more (OUT, may be NULL) 1 when groups follow the
+ * last one (ask again with its name as after). */
+TERN_API size_t tern_group_status_count(const struct tern_group_status_list *l,
+                                        int *more);
+/* Group i (< count): 0 with *out, TERN_EINVAL. */
+TERN_API int tern_group_status_get(const struct tern_group_status_list *l,
+                                   size_t i,
+                                   struct tern_group_status *out);
+/* Consumer j (< n_consumers) of group i: 0 with *id and *held (leases it
+ * holds), TERN_EINVAL. */
+TERN_API int tern_group_status_consumer(const struct tern_group_status_list *l,
+                                        size_t i,
+                                        size_t j,
+                                        uint64_t *id,
+                                        uint32_t *held);
+
 /* ---- Cluster status --------------------------------------------------- */
 
 enum tern_role {
@@ -789,6 +886,12 @@ TERN_API const char *tern_status_member_raft_address(
 TERN_API const char *tern_status_member_client_address(
     const struct tern_status *s,
     size_t i);
+/* Pending delayed messages in the server's index: 0 with *pending and
+ * *oldest_due_ms (0: none), or TERN_ENOTFOUND from a server that predates
+ * the count. */
+TERN_API int tern_status_timers(const struct tern_status *s,
+                                uint64_t *pending,
+                                uint64_t *oldest_due_ms);
 TERN_API void tern_status_free(struct tern_status *s);
 
 /* ---- Replication latency ----------------------------------------------- */

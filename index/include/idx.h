@@ -937,6 +937,98 @@ int idx_shared_leases(struct idx_env *e,
                       uint32_t max,
                       int (*cb)(void *arg, const struct idx_lease *l),
                       void *arg);
+/* ---- Group status and delivery states (status.c; flushed state) ------- */
+
+/* Consumers named in one group status (the ones holding most leases). */
+#define IDX_STATUS_CONSUMERS_MAX 16u
+/* Distinct consumers one status walk counts; leases of others are summed
+ * in others_held. */
+#define IDX_STATUS_TRACK_MAX 256u
+struct idx_status_consumer
+{
+    uint64_t id;   /* consumer id (a producer id of the client) */
+    uint32_t held; /* unexpired leases it holds */
+};
+/* One group of a queue (docs/WORKQUEUES.md, "Group status"). */
+struct idx_group_status
+{
+    char name[TERN_NAME_MAX + 1];
+    bool shared;
+    uint64_t start;     /* the queue's first retained offset */
+    uint64_t end;       /* the queue's next offset */
+    uint64_t committed; /* stream: the committed offset; shared: floor */
+    uint64_t next;      /* shared: first offset never delivered; stream:
+                           = committed */
+    uint64_t lag;       /* end - max(committed, start) */
+    uint64_t commit_ms; /* stream: latest GROUP_COMMIT's append time (0
+                           unknown) */
+    /* Shared groups only (zero for stream groups). */
+    struct idx_shared_settings settings;
+    char dlq[TERN_NAME_MAX + 1]; /* the DLQ's stored name ("" if invalid) */
+    uint64_t dlq_depth;          /* its end - first offset; 0: none yet */
+    uint64_t in_flight;          /* rows leased with deadline > now */
+    uint64_t ready; /* rows ready, or leased with deadline <= now */
+    uint64_t oldest_deadline_ms; /* earliest deadline of in-flight rows */
+    uint32_t n_consumers;        /* consumers[0..n_consumers), most first */
+    uint32_t consumers_seen;     /* distinct consumers counted (bounded
+                                    by IDX_STATUS_TRACK_MAX) */
+    uint64_t others_held;        /* leases of consumers past that bound */
+    bool partial;                /* the walk stopped at max_rows rows */
+    struct idx_status_consumer consumers[IDX_STATUS_CONSUMERS_MAX];
+};
+/* Status of group (a valid name) of queue into *out (caller-owned) by the
+ * clock now_ms, walking at most max_rows (>= 1) lease rows. TERN_ENOQUEUE,
+ * TERN_ENOTFOUND (no such group), TERN_EBADNAME, TERN_ECORRUPT. */
+int idx_group_status(struct idx_env *e,
+                     const char *queue,
+                     const char *group,
+                     uint64_t now_ms,
+                     uint32_t max_rows,
+                     struct idx_group_status *out);
+/* The groups of queue whose names sort after after ("" or NULL: from the
+ * first), in name order, at most max (>= 1): one cb call each with its
+ * status (borrowed for the call; a non-zero return stops), each walk
+ * bounded by max_rows as idx_group_status, and by max_total_rows lease
+ * rows for the whole page (a group that starts past that bound is not
+ * listed). *more (OUT) is set when groups follow the last one listed.
+ * TERN_ENOQUEUE, TERN_EBADNAME, TERN_ECORRUPT. */
+int idx_group_status_list(struct idx_env *e,
+                          const char *queue,
+                          const char *after,
+                          uint32_t max,
+                          uint64_t now_ms,
+                          uint32_t max_rows,
+                          uint64_t max_total_rows,
+                          int (*cb)(void *arg,
+                                    const struct idx_group_status *g),
+                          void *arg,
+                          bool *more);
+/* Where the message at offset stands in one shared group. */
+enum idx_delivery_state {
+    IDX_DELIVERY_NEW = 0,     /* never delivered: offset >= next */
+    IDX_DELIVERY_SETTLED = 1, /* acknowledged or dead-lettered: below
+                                 floor, or no row in [floor, next) */
+    IDX_DELIVERY_LEASED = 2,  /* leased to consumer_id until deadline_ms */
+    IDX_DELIVERY_READY = 3,   /* ready again from deadline_ms */
+};
+struct idx_delivery
+{
+    const char *group; /* borrowed for the callback */
+    uint32_t state;    /* enum idx_delivery_state */
+    uint32_t count;    /* deliveries so far (leased / ready) */
+    uint64_t consumer_id;
+    uint64_t deadline_ms;
+};
+/* For each shared group of queue, in name order, the state of the
+ * message at offset (one cb call each; a non-zero return stops). No
+ * check that offset is retained (idx_message_trace does it).
+ * TERN_ENOQUEUE, TERN_EBADNAME, TERN_ECORRUPT. */
+int idx_message_deliveries(struct idx_env *e,
+                           const char *queue,
+                           uint64_t offset,
+                           int (*cb)(void *arg, const struct idx_delivery *d),
+                           void *arg);
+
 /* The claim row of stream group (queue, group) (flushed state): 0 with
  * *out, or 0 with *out zeroed (holder 0) when there is none. The caller
  * compares until_ms with its clock. TERN_ENOQUEUE, TERN_EBADNAME. */

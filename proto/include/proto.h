@@ -339,6 +339,63 @@
  *                       leader no longer remembers it)
  *                 A due time more than [limits] max_delay_ms ahead is
  *                 TERN_EINVAL naming the limit; ACL: produce.
+ *
+ * Group status (op 32 and two request flags, added with work queues;
+ * docs/WORKQUEUES.md, "Group status"; an older server answers op 32
+ * TERN_EINVAL "unknown request op" and the flags bytes TERN_EMALFORMED;
+ * libtern does not fall back). Served by any node from its index, so the
+ * state may lag the leader's by replication. ACL: consume or manage.
+ *   GROUP_STATUS  req: str queue, str group ("" = every group of the
+ *                      queue, paged), str after ("" or a valid name: with
+ *                      group "", the groups whose names sort after it),
+ *                      u32 max_count (0 = the server's page size)
+ *                 resp: u32 n, n x blob record, u8 more (1: groups follow
+ *                       the last one listed; ask again with it as after).
+ *                       A record starts with u8 version; version 1 is
+ *                       u8 version (1), str group, u8 shared (0 stream,
+ *                       1 shared), u64 start (the queue's first offset),
+ *                       u64 end (its next offset), u64 committed (stream:
+ *                       the committed offset; shared: floor), u64 next
+ *                       (shared: first offset never delivered; stream:
+ *                       committed), u64 lag (end - max(committed, start)),
+ *                       u64 commit_ms (stream: append time of the latest
+ *                       commit, 0 unknown), u64 ack_timeout_ms,
+ *                       u32 max_deliveries, u32 window, str dlq (the DLQ's
+ *                       queue name as the client names it, "" for stream
+ *                       groups), u64 dlq_depth (its end - first offset, 0
+ *                       when it does not exist yet), u64 in_flight (leases
+ *                       unexpired by the node's clock), u64 ready (rows
+ *                       waiting: nacked, released, expired), u64
+ *                       oldest_deadline_ms (earliest lease end, 0 none),
+ *                       u8 partial (1: the lease walk stopped at
+ *                       [limits] status_max_rows), u64 others_held (leases
+ *                       of consumers past the ones counted),
+ *                       u16 n (0..PROTO_STATUS_CONSUMERS_MAX), n x
+ *                       {u64 consumer_id, u32 held}, most held first.
+ *                       A later version appends fields: a decoder reads
+ *                       the version 1 fields of any version >= 1 and
+ *                       skips the rest of the blob.
+ *                 A named group that does not exist is TERN_ENOTFOUND.
+ *   MESSAGE_TRACE req: [u8 flags] after the offset, present only when not
+ *                      0: bit 0 PROTO_TRACE_DELIVERIES asks for the
+ *                      delivery tail; other bits must be 0.
+ *                 resp: with PROTO_TRACE_DELIVERIES, after the more byte:
+ *                       u8 version (1), u32 n, n x {str group, u8 state
+ *                       (PROTO_DELIVERY_NEW 0: never delivered; SETTLED 1:
+ *                       acknowledged or dead-lettered; LEASED 2: leased to
+ *                       consumer_id until deadline_ms; READY 3: ready
+ *                       again from deadline_ms), u32 count (deliveries
+ *                       so far), u64 consumer_id, u64 deadline_ms}, u8
+ *                       more; one record per shared group of the queue.
+ *                       A later version appends fields after these.
+ *   STATUS        req: [u8 flags], present only when not 0: bit 0
+ *                      PROTO_STATUS_TIMERS asks for the timer tail; other
+ *                      bits must be 0.
+ *                 resp: with PROTO_STATUS_TIMERS, after the members:
+ *                       u8 version (1), u64 timers_pending (delayed
+ *                       messages not yet due or not yet fired, by this
+ *                       node's index), u64 timers_oldest_due_ms (0 none).
+ *                       A later version appends fields.
  */
 #ifndef TERN_PROTO_H
 #define TERN_PROTO_H
@@ -388,6 +445,7 @@ enum proto_op {
     PROTO_OP_SETTLE = 29,
     PROTO_OP_CLAIM = 30,
     PROTO_OP_PRODUCE_DELAYED = 31,
+    PROTO_OP_GROUP_STATUS = 32,
     PROTO_OP_ERROR = 0x7f,
     PROTO_OP_RESPONSE = 0x80,
 };
@@ -1062,7 +1120,14 @@ struct proto_trace
     uint32_t n_groups;
     const uint8_t *groups;
     size_t groups_len;
-    uint8_t more;
+    uint8_t more; /* The delivery tail (decoded answers only): has_deliveries is
+                   * 1 when it was there; n_deliveries records
+                   * (proto_next_delivery). */
+    uint8_t has_deliveries;
+    uint32_t n_deliveries;
+    const uint8_t *deliveries;
+    size_t deliveries_len;
+    uint8_t deliveries_more;
 };
 struct proto_trace_group
 {
@@ -1140,6 +1205,11 @@ struct proto_member
 };
 struct proto_status
 {
+    /* The timer tail: has_timers 1 when it is there (encoding: write
+     * it). */
+    uint8_t has_timers;
+    uint64_t timers_pending;
+    uint64_t timers_oldest_due_ms;
     uint64_t node_id;
     uint8_t role;
     uint64_t leader_id;
@@ -1416,5 +1486,134 @@ int proto_encode_producer_init_resp(struct tern_wbuf *w,
 int proto_decode_producer_init_resp(const void *body,
                                     size_t len,
                                     uint64_t *producer_id);
+
+/* ---- Group status, trace deliveries, status timers (op 32, flags) ---- */
+
+#define PROTO_TRACE_DELIVERIES     0x01u /* MESSAGE_TRACE request flags */
+#define PROTO_STATUS_TIMERS        0x01u /* STATUS request flags */
+#define PROTO_STATUS_CONSUMERS_MAX 64u
+#define PROTO_GROUP_STATUS_VERSION 1u
+#define PROTO_DELIVERY_NEW         0u
+#define PROTO_DELIVERY_SETTLED     1u
+#define PROTO_DELIVERY_LEASED      2u
+#define PROTO_DELIVERY_READY       3u
+/* GROUP_STATUS request: group NULL or "" = every group (paged by after,
+ * NULL or "" = from the first; max_count 0 = the server's page size).
+ * TERN_EBADNAME for a bad name. */
+int proto_encode_group_status(struct tern_wbuf *w,
+                              uint64_t request_id,
+                              const char *queue,
+                              const char *group,
+                              const char *after,
+                              uint32_t max_count);
+struct proto_status_consumer
+{
+    uint64_t id;
+    uint32_t held;
+};
+/* One record (version 1 fields; strings borrowed). */
+struct proto_group_status
+{
+    uint8_t version;
+    const char *group;
+    uint16_t group_len;
+    uint8_t shared;
+    uint64_t start;
+    uint64_t end;
+    uint64_t committed;
+    uint64_t next;
+    uint64_t lag;
+    uint64_t commit_ms;
+    uint64_t ack_timeout_ms;
+    uint32_t max_deliveries;
+    uint32_t window;
+    const char *dlq;
+    uint16_t dlq_len;
+    uint64_t dlq_depth;
+    uint64_t in_flight;
+    uint64_t ready;
+    uint64_t oldest_deadline_ms;
+    uint8_t partial;
+    uint64_t others_held;
+    uint16_t n_consumers;
+    /* Encoding: consumers points at n_consumers entries (borrowed).
+     * Decoding: raw records, iterate with proto_next_status_consumer. */
+    const struct proto_status_consumer *consumers;
+    const uint8_t *consumers_raw;
+};
+/* GROUP_STATUS answer, streamed: begin writes the header and a count
+ * placeholder and returns the frame start; proto_put_group_status adds a
+ * record (g borrowed; TERN_EINVAL sticky in w->err for over
+ * PROTO_STATUS_CONSUMERS_MAX consumers); proto_group_status_end patches n,
+ * appends more and seals the frame. */
+size_t proto_group_status_begin(struct tern_wbuf *w, uint64_t request_id);
+void proto_put_group_status(struct tern_wbuf *w,
+                            const struct proto_group_status *g);
+/* Bytes proto_put_group_status adds for g. */
+size_t proto_group_status_size(const struct proto_group_status *g);
+int proto_group_status_end(struct tern_wbuf *w,
+                           size_t start,
+                           uint32_t n,
+                           int more);
+struct proto_group_status_resp
+{
+    uint32_t n;
+    const uint8_t *records; /* iterate with proto_next_group_status */
+    size_t records_len;
+    uint8_t more;
+};
+/* The answer into out (borrowing from body): every record is checked.
+ * TERN_EMALFORMED. */
+int proto_decode_group_status_resp(const void *body,
+                                   size_t len,
+                                   struct proto_group_status_resp *out);
+/* 1 with *g (borrowing from the body), or 0 at the end. */
+int proto_next_group_status(const struct proto_group_status_resp *r,
+                            size_t *pos,
+                            struct proto_group_status *g);
+/* Consumer i (< g->n_consumers) of a decoded record into *c. */
+void proto_status_consumer(const struct proto_group_status *g,
+                           uint32_t i,
+                           struct proto_status_consumer *c);
+
+/* MESSAGE_TRACE with request flags (0: the same bytes as
+ * proto_encode_message_trace; else PROTO_TRACE_DELIVERIES, others
+ * TERN_EINVAL). */
+int proto_encode_message_trace_flags(struct tern_wbuf *w,
+                                     uint64_t request_id,
+                                     const char *queue,
+                                     uint64_t offset,
+                                     uint8_t flags);
+struct proto_delivery
+{
+    const char *group; /* borrowed */
+    uint16_t group_len;
+    uint8_t state; /* PROTO_DELIVERY_* */
+    uint32_t count;
+    uint64_t consumer_id;
+    uint64_t deadline_ms;
+};
+/* Server side, instead of proto_trace_end for a request with
+ * PROTO_TRACE_DELIVERIES: the more byte of the groups, then the delivery
+ * tail d[0..nd) (borrowed) and dmore, then seal. Errors as
+ * proto_trace_end. */
+int proto_trace_end_deliveries(struct tern_wbuf *w,
+                               size_t start,
+                               uint32_t n,
+                               int more,
+                               const struct proto_delivery *d,
+                               uint32_t nd,
+                               int dmore);
+/* Bytes one delivery record of a group named name_len bytes takes. */
+size_t proto_delivery_size(size_t name_len);
+/* 1 with *d (borrowing from the body) of a decoded trace's tail, or 0. */
+int proto_next_delivery(const struct proto_trace *t,
+                        size_t *pos,
+                        struct proto_delivery *d);
+/* STATUS request with flags (0: the same bytes as proto_encode_simple;
+ * else PROTO_STATUS_TIMERS, others TERN_EINVAL). */
+int proto_encode_status_req(struct tern_wbuf *w,
+                            uint64_t request_id,
+                            uint8_t flags);
 
 #endif /* TERN_PROTO_H */

@@ -159,8 +159,14 @@ static void reencode(const struct proto_request *r,
         }
         break;
     case PROTO_OP_STATUS:
-        rv = proto_encode_simple(&w, r->op, 1);
+        rv = proto_encode_status_req(&w, 1, r->flags);
         break;
+    case PROTO_OP_GROUP_STATUS: {
+        char a[PROTO_MAX_NAME + 1];
+        name_copy(a, r->after, r->after_len);
+        rv = proto_encode_group_status(&w, 1, q, g, a, r->max_count);
+        break;
+    }
     case PROTO_OP_PRODUCE: {
         size_t pos = 0;
         uint32_t k = 0;
@@ -225,7 +231,7 @@ static void reencode(const struct proto_request *r,
             r->max_count);
         break;
     case PROTO_OP_MESSAGE_TRACE:
-        rv = proto_encode_message_trace(&w, 1, q, r->offset);
+        rv = proto_encode_message_trace_flags(&w, 1, q, r->offset, r->flags);
         break;
     case PROTO_OP_SHARED_CONFIG:
     case PROTO_OP_RECEIVE:
@@ -432,6 +438,27 @@ static void responses(const uint8_t *d, size_t len)
         if (n != tr.n_groups) {
             abort();
         }
+        struct proto_delivery dv;
+        n = 0;
+        for (pos = 0; proto_next_delivery(&tr, &pos, &dv); n++) {
+        }
+        if (n != tr.n_deliveries) {
+            abort();
+        }
+    }
+    struct proto_group_status_resp gs;
+    if (proto_decode_group_status_resp(d, len, &gs) == 0) {
+        struct proto_group_status g;
+        struct proto_status_consumer sc;
+        uint32_t n = 0;
+        for (pos = 0; proto_next_group_status(&gs, &pos, &g); n++) {
+            for (uint32_t i = 0; i < g.n_consumers; i++) {
+                proto_status_consumer(&g, i, &sc);
+            }
+        }
+        if (n != gs.n) {
+            abort();
+        }
     }
     if (proto_decode_queue_list_resp(d, len, &ql) == 0) {
         struct proto_queue_info q;
@@ -490,8 +517,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             walk_request(&r);
             reencode(&r, b, blen);
         }
-        /* Delayed produce (op 31), outside the range above. */
+        /* Delayed produce (op 31) and group status (op 32), outside the
+         * range above. */
         if (proto_decode_request(PROTO_OP_PRODUCE_DELAYED, b, blen, &r) == 0) {
+            walk_request(&r);
+            reencode(&r, b, blen);
+        }
+        if (proto_decode_request(PROTO_OP_GROUP_STATUS, b, blen, &r) == 0) {
             walk_request(&r);
             reencode(&r, b, blen);
         }

@@ -1,0 +1,155 @@
+/*
+ * `tern group status` and `tern dlq list` (cli/status.c) run as a child
+ * process against the fake server, whose hook answers GROUP_STATUS in two
+ * pages: the table (every page, the consumers column, stream groups with
+ * "-"), the JSON lines, `dlq list QUEUE` (shared groups only), and the
+ * usage errors (nothing sent).
+ */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <tern/tern.h>
+
+#include "fake_server.h"
+
+static struct
+{
+    int n_requests;
+    char after[64];
+} seen;
+
+static const struct proto_status_consumer cons[2] = {{7, 3}, {9, 1}};
+
+static enum fake_action status_hook(struct fake_server *fs,
+                                    int conn,
+                                    const struct proto_header *h,
+                                    const struct proto_request *r)
+{
+    struct tern_wbuf w;
+    if (r->op != PROTO_OP_GROUP_STATUS) {
+        return FAKE_DEFAULT;
+    }
+    seen.n_requests++;
+    (void)snprintf(seen.after, sizeof seen.after, "%.*s", (int)r->after_len,
+                   r->after != NULL ? r->after : "");
+    tern_wbuf_init(&w);
+    size_t start = proto_group_status_begin(&w, h->request_id);
+    if (r->after_len == 0) {
+        struct proto_group_status a = {
+            .group = "a",
+            .group_len = 1,
+            .shared = 1,
+            .end = 40,
+            .committed = 10,
+            .next = 14,
+            .lag = 30,
+            .ack_timeout_ms = 30000,
+            .max_deliveries = 16,
+            .window = 65536,
+            .dlq = "q-dlq-a",
+            .dlq_len = 7,
+            .dlq_depth = 1,
+            .in_flight = 4,
+            .n_consumers = 2,
+            .consumers = cons,
+        };
+        proto_put_group_status(&w, &a);
+        cr_assert_eq(proto_group_status_end(&w, start, 1, 1), 0);
+    } else {
+        struct proto_group_status b = {
+            .group = "b",
+            .group_len = 1,
+            .end = 40,
+            .committed = 38,
+            .next = 38,
+            .lag = 2,
+        };
+        proto_put_group_status(&w, &b);
+        cr_assert_eq(proto_group_status_end(&w, start, 1, 0), 0);
+    }
+    fake_send(fs, conn, &w);
+    tern_wbuf_free(&w);
+    return FAKE_HANDLED;
+}
+
+struct cli_run
+{
+    int code;
+    char out[4096];
+};
+
+static void slurp(const char *path, char *buf, size_t cap)
+{
+    FILE *f = fopen(path, "r");
+    size_t n = 0;
+    if (f != NULL) {
+        n = fread(buf, 1, cap - 1, f);
+        (void)fclose(f);
+    }
+    buf[n] = '\0';
+}
+
+/* Run `tern -s addr --timeout-ms 2000 <args>`; stdout into r->out. */
+static void run_cli(struct cli_run *r, const char *addr, const char *args)
+{
+    char dir[] = "/tmp/tern-cli-status-XXXXXX";
+    char cmd[2048], out[128];
+    int st;
+    cr_assert_not_null(mkdtemp(dir));
+    (void)snprintf(out, sizeof out, "%s/out", dir);
+    (void)snprintf(cmd, sizeof cmd,
+                   "%s -s %s --timeout-ms 2000 %s </dev/null >%s 2>/dev/null",
+                   TERN_CLI_PATH, addr, args, out);
+    st = system(cmd);
+    r->code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    slurp(out, r->out, sizeof r->out);
+    (void)unlink(out);
+    (void)rmdir(dir);
+}
+
+Test(cli_status, group_status_pages_and_dlq_list)
+{
+    struct fake_server fs;
+    struct cli_run r;
+    memset(&seen, 0, sizeof seen);
+    cr_assert_eq(fake_start(&fs, status_hook), 0);
+
+    run_cli(&r, fs.addr, "group status q");
+    cr_expect_eq(r.code, 0);
+    cr_expect_eq(seen.n_requests, 2, "two pages");
+    cr_expect_str_eq(seen.after, "a", "the second page after the first");
+    cr_expect_str_eq(r.out,
+                     "group\tmode\tcommitted\tnext\tend\tlag\tin-flight\t"
+                     "ready\tconsumers\tdlq\tdepth\n"
+                     "a\tshared\t10\t14\t40\t30\t4\t0\t7:3,9:1\tq-dlq-a\t1\n"
+                     "b\tstream\t38\t38\t40\t2\t-\t-\t-\t-\t-\n");
+
+    run_cli(&r, fs.addr, "group status q a --json");
+    cr_expect_eq(r.code, 0);
+    cr_expect_neq(strstr(r.out, "\"group\":\"a\",\"mode\":\"shared\""), NULL,
+                  "%s", r.out);
+    cr_expect_neq(strstr(r.out,
+                         "\"consumers\":[{\"id\":7,\"leases\":3},"
+                         "{\"id\":9,\"leases\":1}]"),
+                  NULL, "%s", r.out);
+
+    run_cli(&r, fs.addr, "dlq list q");
+    cr_expect_eq(r.code, 0);
+    cr_expect_str_eq(r.out, "dlq\tqueue\tgroup\tdepth\nq-dlq-a\tq\ta\t1\n");
+
+    /* Usage errors send nothing. */
+    int before = seen.n_requests;
+    run_cli(&r, fs.addr, "group status");
+    cr_expect_eq(r.code, 2);
+    run_cli(&r, fs.addr, "group status q a b");
+    cr_expect_eq(r.code, 2);
+    run_cli(&r, fs.addr, "dlq redrive");
+    cr_expect_eq(r.code, 2);
+    run_cli(&r, fs.addr, "dlq nothing");
+    cr_expect_eq(r.code, 2);
+    cr_expect_eq(seen.n_requests, before);
+    fake_stop(&fs);
+}

@@ -1,0 +1,299 @@
+/* Unit tests of group status in proto/: the GROUP_STATUS request (one
+ * group, every group paged) and its answer of versioned records with
+ * consumers, a later record version with extra fields, the decoder's
+ * refusals (every truncation, bad more byte, too many consumers); the
+ * MESSAGE_TRACE request flags and the delivery tail of its answer, and an
+ * answer without the tail still decoding; the STATUS request flags and
+ * the timer tail. */
+#include <stdlib.h>
+#include <string.h>
+
+#include <criterion/criterion.h>
+
+#include <proto.h>
+
+static const uint8_t *parse(const struct tern_wbuf *w, struct proto_header *h)
+{
+    const void *body = NULL;
+    cr_assert_eq(
+        proto_frame_parse(w->base, w->len, PROTO_DEFAULT_MAX_BODY, h, &body),
+        0);
+    cr_assert_eq(PROTO_HEADER_SIZE + h->body_len, w->len);
+    return body;
+}
+
+Test(proto_status, group_status_request)
+{
+    struct tern_wbuf w;
+    struct proto_header h;
+    struct proto_request r;
+    tern_wbuf_init(&w);
+    cr_assert_eq(proto_encode_group_status(&w, 3, "orders", "workers", NULL, 0),
+                 0);
+    const uint8_t *body = parse(&w, &h);
+    cr_expect_eq(h.op, PROTO_OP_GROUP_STATUS);
+    cr_assert_eq(proto_decode_request(h.op, body, h.body_len, &r), 0);
+    cr_expect(r.queue_len == 6 && memcmp(r.queue, "orders", 6) == 0);
+    cr_expect(r.group_len == 7 && memcmp(r.group, "workers", 7) == 0);
+    cr_expect_eq(r.after_len, 0);
+    for (uint32_t cut = 0; cut < h.body_len; cut++) {
+        cr_expect_neq(proto_decode_request(h.op, body, cut, &r), 0);
+    }
+    w.len = 0;
+    cr_assert_eq(proto_encode_group_status(&w, 3, "orders", "", "g1", 50), 0);
+    body = parse(&w, &h);
+    cr_assert_eq(proto_decode_request(h.op, body, h.body_len, &r), 0);
+    cr_expect_eq(r.group_len, 0);
+    cr_expect(r.after_len == 2 && memcmp(r.after, "g1", 2) == 0);
+    cr_expect_eq(r.max_count, 50);
+    w.len = 0;
+    cr_expect_eq(
+        proto_encode_group_status(&w, 3, "orders", "bad name", NULL, 0),
+        TERN_EBADNAME);
+    tern_wbuf_free(&w);
+}
+
+static struct proto_status_consumer consumers[2] = {{7, 5}, {9, 1}};
+
+static void put_records(struct tern_wbuf *w, size_t *start, int more)
+{
+    struct proto_group_status s = {
+        .group = "workers",
+        .group_len = 7,
+        .shared = 1,
+        .start = 3,
+        .end = 100,
+        .committed = 10,
+        .next = 20,
+        .lag = 90,
+        .ack_timeout_ms = 30000,
+        .max_deliveries = 16,
+        .window = 65536,
+        .dlq = "orders-dlq-workers",
+        .dlq_len = 18,
+        .dlq_depth = 2,
+        .in_flight = 6,
+        .ready = 4,
+        .oldest_deadline_ms = 1234,
+        .partial = 1,
+        .others_held = 8,
+        .n_consumers = 2,
+        .consumers = consumers,
+    };
+    struct proto_group_status t = {
+        .group = "audit",
+        .group_len = 5,
+        .start = 3,
+        .end = 100,
+        .committed = 50,
+        .next = 50,
+        .lag = 50,
+        .commit_ms = 99,
+    };
+    *start = proto_group_status_begin(w, 8);
+    size_t before = w->len;
+    proto_put_group_status(w, &s);
+    cr_assert_eq(w->len - before, proto_group_status_size(&s));
+    proto_put_group_status(w, &t);
+    cr_assert_eq(proto_group_status_end(w, *start, 2, more), 0);
+}
+
+Test(proto_status, group_status_answer_round_trip)
+{
+    struct tern_wbuf w;
+    struct proto_header h;
+    struct proto_group_status_resp a;
+    struct proto_group_status g;
+    struct proto_status_consumer c;
+    size_t start, pos = 0;
+    tern_wbuf_init(&w);
+    put_records(&w, &start, 1);
+    const uint8_t *body = parse(&w, &h);
+    cr_expect_eq(h.op, PROTO_OP_GROUP_STATUS | PROTO_OP_RESPONSE);
+    cr_assert_eq(proto_decode_group_status_resp(body, h.body_len, &a), 0);
+    cr_expect_eq(a.n, 2);
+    cr_expect_eq(a.more, 1);
+    cr_assert(proto_next_group_status(&a, &pos, &g));
+    cr_expect_eq(g.version, 1);
+    cr_expect(g.group_len == 7 && memcmp(g.group, "workers", 7) == 0);
+    cr_expect_eq(g.shared, 1);
+    cr_expect_eq(g.start, 3);
+    cr_expect_eq(g.end, 100);
+    cr_expect_eq(g.committed, 10);
+    cr_expect_eq(g.next, 20);
+    cr_expect_eq(g.lag, 90);
+    cr_expect_eq(g.ack_timeout_ms, 30000);
+    cr_expect_eq(g.max_deliveries, 16);
+    cr_expect_eq(g.window, 65536);
+    cr_expect(g.dlq_len == 18 && memcmp(g.dlq, "orders-dlq-workers", 18) == 0);
+    cr_expect_eq(g.dlq_depth, 2);
+    cr_expect_eq(g.in_flight, 6);
+    cr_expect_eq(g.ready, 4);
+    cr_expect_eq(g.oldest_deadline_ms, 1234);
+    cr_expect_eq(g.partial, 1);
+    cr_expect_eq(g.others_held, 8);
+    cr_assert_eq(g.n_consumers, 2);
+    proto_status_consumer(&g, 0, &c);
+    cr_expect(c.id == 7 && c.held == 5);
+    proto_status_consumer(&g, 1, &c);
+    cr_expect(c.id == 9 && c.held == 1);
+    cr_assert(proto_next_group_status(&a, &pos, &g));
+    cr_expect(g.group_len == 5 && memcmp(g.group, "audit", 5) == 0);
+    cr_expect_eq(g.shared, 0);
+    cr_expect_eq(g.commit_ms, 99);
+    cr_expect_eq(g.dlq_len, 0);
+    cr_expect_eq(g.n_consumers, 0);
+    cr_expect_not(proto_next_group_status(&a, &pos, &g));
+    for (uint32_t cut = 0; cut < h.body_len; cut++) {
+        cr_expect_eq(proto_decode_group_status_resp(body, cut, &a),
+                     TERN_EMALFORMED, "cut %u", cut);
+    }
+    /* A bad more byte. */
+    cr_assert_gt(h.body_len, 0);
+    uint8_t *copy = malloc(h.body_len);
+    memcpy(copy, body, h.body_len);
+    copy[h.body_len - 1] = 2;
+    cr_expect_eq(proto_decode_group_status_resp(copy, h.body_len, &a),
+                 TERN_EMALFORMED);
+    free(copy);
+    tern_wbuf_free(&w);
+}
+
+/* A record of a later version: its extra fields are skipped; version 1
+ * with extra bytes is refused. */
+Test(proto_status, later_record_version)
+{
+    struct tern_wbuf w;
+    struct proto_header h;
+    struct proto_group_status_resp a;
+    struct proto_group_status g;
+    size_t start, pos = 0;
+    tern_wbuf_init(&w);
+    put_records(&w, &start, 0);
+    const uint8_t *body = parse(&w, &h);
+    /* Rebuild the body with the first record grown by 9 bytes. */
+    uint32_t rec_len = tern_get_u32(body + 4);
+    size_t nlen = h.body_len + 9;
+    uint8_t *b = calloc(1, nlen);
+    memcpy(b, body, 4);
+    tern_put_u32(b + 4, rec_len + 9);
+    memcpy(b + 8, body + 8, rec_len);
+    memcpy(b + 8 + rec_len + 9, body + 8 + rec_len, h.body_len - 8 - rec_len);
+    cr_expect_eq(proto_decode_group_status_resp(b, nlen, &a), TERN_EMALFORMED);
+    b[8] = 2; /* the version */
+    cr_assert_eq(proto_decode_group_status_resp(b, nlen, &a), 0);
+    cr_assert(proto_next_group_status(&a, &pos, &g));
+    cr_expect_eq(g.version, 2);
+    cr_expect_eq(g.lag, 90);
+    cr_assert(proto_next_group_status(&a, &pos, &g));
+    cr_expect(g.group_len == 5 && memcmp(g.group, "audit", 5) == 0);
+    free(b);
+    tern_wbuf_free(&w);
+}
+
+Test(proto_status, trace_deliveries)
+{
+    struct tern_wbuf w;
+    struct proto_header h;
+    struct proto_request r;
+    struct proto_trace t = {.queue_id = 1, .offset = 4, .batch_count = 1};
+    struct proto_trace out;
+    struct proto_delivery d[2] = {
+        {"g", 1, PROTO_DELIVERY_LEASED, 2, 77, 5000},
+        {"h", 1, PROTO_DELIVERY_SETTLED, 0, 0, 0},
+    };
+    struct proto_delivery x;
+    size_t pos = 0;
+    tern_wbuf_init(&w);
+    cr_assert_eq(
+        proto_encode_message_trace_flags(&w, 2, "q", 4, PROTO_TRACE_DELIVERIES),
+        0);
+    const uint8_t *body = parse(&w, &h);
+    cr_assert_eq(proto_decode_request(h.op, body, h.body_len, &r), 0);
+    cr_expect_eq(r.flags, PROTO_TRACE_DELIVERIES);
+    cr_expect_eq(r.offset, 4);
+    w.len = 0;
+    cr_expect_eq(proto_encode_message_trace_flags(&w, 2, "q", 4, 2),
+                 TERN_EINVAL);
+    /* Flags 0 are the old request's bytes; an explicit 0 byte is refused. */
+    w.len = 0;
+    cr_assert_eq(proto_encode_message_trace_flags(&w, 2, "q", 4, 0), 0);
+    body = parse(&w, &h);
+    cr_assert_eq(proto_decode_request(h.op, body, h.body_len, &r), 0);
+    cr_expect_eq(r.flags, 0);
+    uint8_t zero[32];
+    memcpy(zero, body, h.body_len);
+    zero[h.body_len] = 0;
+    cr_expect_eq(proto_decode_request(h.op, zero, h.body_len + 1, &r),
+                 TERN_EMALFORMED);
+
+    w.len = 0;
+    size_t start = proto_trace_begin(&w, 2, &t);
+    cr_assert_eq(proto_trace_end_deliveries(&w, start, 0, 0, d, 2, 1), 0);
+    body = parse(&w, &h);
+    cr_assert_eq(proto_decode_message_trace_resp(body, h.body_len, &out), 0);
+    cr_expect_eq(out.has_deliveries, 1);
+    cr_expect_eq(out.n_deliveries, 2);
+    cr_expect_eq(out.deliveries_more, 1);
+    cr_assert(proto_next_delivery(&out, &pos, &x));
+    cr_expect(x.group_len == 1 && x.group[0] == 'g');
+    cr_expect_eq(x.state, PROTO_DELIVERY_LEASED);
+    cr_expect_eq(x.count, 2);
+    cr_expect_eq(x.consumer_id, 77);
+    cr_expect_eq(x.deadline_ms, 5000);
+    cr_assert(proto_next_delivery(&out, &pos, &x));
+    cr_expect_eq(x.state, PROTO_DELIVERY_SETTLED);
+    cr_expect_not(proto_next_delivery(&out, &pos, &x));
+    size_t tail = 1 + 4 + 2 * proto_delivery_size(1) + 1;
+    for (size_t cut = h.body_len - tail + 1; cut < h.body_len; cut++) {
+        cr_expect_eq(proto_decode_message_trace_resp(body, cut, &out),
+                     TERN_EMALFORMED, "cut %zu", cut);
+    }
+    /* Without the tail (what an older server sends) it still decodes. */
+    cr_assert_eq(proto_decode_message_trace_resp(body, h.body_len - tail, &out),
+                 0);
+    cr_expect_eq(out.has_deliveries, 0);
+    cr_expect_eq(out.n_deliveries, 0);
+    tern_wbuf_free(&w);
+}
+
+Test(proto_status, status_timers)
+{
+    struct tern_wbuf w;
+    struct proto_header h;
+    struct proto_request r;
+    struct proto_status st, out;
+    tern_wbuf_init(&w);
+    cr_assert_eq(proto_encode_status_req(&w, 1, PROTO_STATUS_TIMERS), 0);
+    const uint8_t *body = parse(&w, &h);
+    cr_assert_eq(proto_decode_request(h.op, body, h.body_len, &r), 0);
+    cr_expect_eq(r.flags, PROTO_STATUS_TIMERS);
+    w.len = 0;
+    cr_expect_eq(proto_encode_status_req(&w, 1, 4), TERN_EINVAL);
+    w.len = 0;
+    cr_assert_eq(proto_encode_status_req(&w, 1, 0), 0);
+    cr_expect_eq(w.len, PROTO_HEADER_SIZE); /* the old empty request */
+
+    memset(&st, 0, sizeof st);
+    st.node_id = 1;
+    st.transport = "tcp";
+    st.transport_len = 3;
+    st.durability = "disk";
+    st.durability_len = 4;
+    st.leader_address = "";
+    st.has_timers = 1;
+    st.timers_pending = 12;
+    st.timers_oldest_due_ms = 1700000000000ull;
+    w.len = 0;
+    cr_assert_eq(proto_encode_status_resp(&w, 1, &st), 0);
+    body = parse(&w, &h);
+    cr_assert_eq(proto_decode_status_resp(body, h.body_len, &out), 0);
+    cr_expect_eq(out.has_timers, 1);
+    cr_expect_eq(out.timers_pending, 12);
+    cr_expect_eq(out.timers_oldest_due_ms, 1700000000000ull);
+    cr_expect_eq(proto_decode_status_resp(body, h.body_len - 1, &out),
+                 TERN_EMALFORMED);
+    cr_assert_eq(proto_decode_status_resp(body, h.body_len - 17, &out), 0);
+    cr_expect_eq(out.has_timers, 0);
+    tern_wbuf_free(&w);
+}
