@@ -75,7 +75,12 @@ static void print_group_text(const struct tern_group_status_list *l, size_t i)
                  g.name, g.shared ? "shared" : "stream", g.committed, g.next,
                  g.end, g.lag);
     if (!g.shared) {
-        (void)printf("\t-\t-\t-\t-\t-\n");
+        /* consumers: the claim holder of a single active consumer */
+        if (g.claim_holder != 0) {
+            (void)printf("\t-\t-\t%" PRIu64 ":claim\t-\t-\n", g.claim_holder);
+        } else {
+            (void)printf("\t-\t-\t-\t-\t-\n");
+        }
         return;
     }
     (void)printf("\t%" PRIu64 "%s\t%" PRIu64 "\t", g.in_flight,
@@ -104,7 +109,9 @@ static void print_group_json(const char *queue,
                  g.shared ? "shared" : "stream", g.committed, g.next, g.start,
                  g.end, g.lag);
     if (!g.shared) {
-        (void)printf(",\"commit_ms\":%" PRIu64 "}\n", g.commit_ms);
+        (void)printf(",\"commit_ms\":%" PRIu64 ",\"claim_holder\":%" PRIu64
+                     ",\"claim_until_ms\":%" PRIu64 "}\n",
+                     g.commit_ms, g.claim_holder, g.claim_until_ms);
         return;
     }
     (void)printf(",\"in_flight\":%" PRIu64 ",\"ready\":%" PRIu64

@@ -97,6 +97,8 @@ static int list_new(uint8_t *body,
         s->partial = g.partial;
         s->others_held = g.others_held;
         s->n_consumers = g.n_consumers;
+        s->claim_holder = g.claim_holder;
+        s->claim_until_ms = g.claim_until_ms;
     }
     l->body = body;
     *out = l;

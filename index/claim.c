@@ -74,6 +74,15 @@ static int claim_get(struct idx_env *e,
     return 0;
 }
 
+int idx__claim_read(struct idx_env *e,
+                    MDB_txn *txn,
+                    const void *key,
+                    size_t key_len,
+                    struct idx_claim *c)
+{
+    return claim_get(e, txn, key, key_len, c);
+}
+
 static uint64_t add_sat(uint64_t a, uint64_t b)
 {
     return a > UINT64_MAX - b ? UINT64_MAX : a + b;

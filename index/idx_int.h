@@ -460,6 +460,13 @@ int idx__claim_apply(struct idx_env *e,
                      uint64_t t,
                      const struct idx__cmd *c,
                      struct idx_result *r);
+/* The claim row of the groups key key[0..key_len) in txn: 0 with *c, 1
+ * when there is none (*c zeroed), or a failure code. */
+int idx__claim_read(struct idx_env *e,
+                    MDB_txn *txn,
+                    const void *key,
+                    size_t key_len,
+                    struct idx_claim *c);
 /* The commit check of GROUP_COMMIT (consumer_id 0) and GROUP_COMMIT_AS on
  * group key key[0..key_len) (idx__group_key): 1 with r->status
  * TERN_ECLAIMED and r->claim when a live claim (until > t) of another

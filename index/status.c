@@ -193,7 +193,15 @@ static int one_status(struct idx_env *e,
     uint64_t from = TERN_MAX(s->committed, s->start);
     s->lag = s->end > from ? s->end - from : 0;
     if (!g.shared) {
-        return 0;
+        uint8_t key[IDX__GROUP_KEY_MAX];
+        struct idx_claim cl;
+        size_t kn = idx__group_key(key, q->id, name, n);
+        int rc = idx__claim_read(e, txn, key, kn, &cl);
+        if (rc == 0 && cl.until_ms > now_ms) {
+            s->claim_holder = cl.holder;
+            s->claim_until_ms = cl.until_ms;
+        }
+        return rc < 0 ? rc : 0;
     }
     s->settings = g.settings;
     if (idx__shared_dlq_name(queue, strlen(queue), name, n, &g, s->dlq) != 0) {

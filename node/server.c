@@ -1364,6 +1364,8 @@ static int gstatus_cb(void *arg, const struct idx_group_status *s)
         .others_held = s->others_held,
         .n_consumers = (uint16_t)s->n_consumers,
         .consumers = cons,
+        .claim_holder = s->claim_holder,
+        .claim_until_ms = s->claim_until_ms,
     };
     for (uint32_t i = 0; i < s->n_consumers; i++) {
         cons[i].id = s->consumers[i].id;

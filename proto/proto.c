@@ -3023,7 +3023,7 @@ size_t proto_group_status_begin(struct tern_wbuf *w, uint64_t request_id)
 size_t proto_group_status_size(const struct proto_group_status *g)
 {
     return 4 + PROTO__GSTATUS_FIXED + g->group_len + g->dlq_len +
-           12 * (size_t)g->n_consumers;
+           12 * (size_t)g->n_consumers + 16;
 }
 
 void proto_put_group_status(struct tern_wbuf *w,
@@ -3062,6 +3062,8 @@ void proto_put_group_status(struct tern_wbuf *w,
         tern_wbuf_u64(w, g->consumers[i].id);
         tern_wbuf_u32(w, g->consumers[i].held);
     }
+    tern_wbuf_u64(w, g->claim_holder); /* version 2 */
+    tern_wbuf_u64(w, g->claim_until_ms);
 }
 
 int proto_group_status_end(struct tern_wbuf *w,
@@ -3120,14 +3122,18 @@ static void get_group_status(struct tern_cursor *c, void *item)
     if (c->err == 0 && g->n_consumers <= PROTO_STATUS_CONSUMERS_MAX) {
         g->consumers_raw = tern_cursor_bytes(c, (size_t)12 * g->n_consumers);
     }
+    if (g->version >= 2) {
+        g->claim_holder = tern_cursor_u64(c);
+        g->claim_until_ms = tern_cursor_u64(c);
+    }
     size_t used = (size_t)(c->p - start);
-    /* Version 1 has nothing after the consumers; later ones may: the
-     * rest of the blob is skipped. */
+    /* Versions 1 and 2 end there; later ones may not: the rest of the
+     * blob is skipped. */
     if (c->err != 0 || used > len || g->version < 1 || g->shared > 1 ||
         g->partial > 1 || g->n_consumers > PROTO_STATUS_CONSUMERS_MAX ||
         !tern_name_valid(g->group, g->group_len) ||
         (g->dlq_len > 0 && !tern_qname_valid(g->dlq, g->dlq_len)) ||
-        (g->version == 1 && used != len)) {
+        (g->version <= 2 && used != len)) {
         c->err = TERN_EMALFORMED;
         return;
     }

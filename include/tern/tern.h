@@ -819,6 +819,10 @@ struct tern_group_status
     int partial;                 /* 1: the server's row bound cut the counts */
     uint64_t others_held;        /* leases of consumers not listed */
     size_t n_consumers; /* tern_group_status_consumer, most held first */
+    /* Stream groups: the single active consumer holding the group, until
+     * when (node clock, ms; docs/WORKQUEUES.md); 0 and 0 when none. */
+    uint64_t claim_holder;
+    uint64_t claim_until_ms;
 };
 /* Status of group of queue, or (group NULL or "") a page of the queue's
  * groups whose names sort after after (NULL or "": from the first), at

@@ -975,6 +975,9 @@ struct idx_group_status
     uint64_t others_held;        /* leases of consumers past that bound */
     bool partial;                /* the walk stopped at max_rows rows */
     struct idx_status_consumer consumers[IDX_STATUS_CONSUMERS_MAX];
+    /* Stream groups: the live claim (until > now_ms), or 0 and 0. */
+    uint64_t claim_holder;
+    uint64_t claim_until_ms;
 };
 /* Status of group (a valid name) of queue into *out (caller-owned) by the
  * clock now_ms, walking at most max_rows (>= 1) lease rows. TERN_ENOQUEUE,

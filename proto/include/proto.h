@@ -372,9 +372,13 @@
  *                       of consumers past the ones counted),
  *                       u16 n (0..PROTO_STATUS_CONSUMERS_MAX), n x
  *                       {u64 consumer_id, u32 held}, most held first.
+ *                       Version 2 appends u64 claim_holder and u64
+ *                       claim_until_ms: a stream group's live claim (the
+ *                       single active consumer, until by the node's
+ *                       clock), 0 and 0 when none.
  *                       A later version appends fields: a decoder reads
- *                       the version 1 fields of any version >= 1 and
- *                       skips the rest of the blob.
+ *                       the fields of its versions and skips the rest of
+ *                       the blob.
  *                 A named group that does not exist is TERN_ENOTFOUND.
  *   MESSAGE_TRACE req: [u8 flags] after the offset, present only when not
  *                      0: bit 0 PROTO_TRACE_DELIVERIES asks for the
@@ -1492,7 +1496,7 @@ int proto_decode_producer_init_resp(const void *body,
 #define PROTO_TRACE_DELIVERIES     0x01u /* MESSAGE_TRACE request flags */
 #define PROTO_STATUS_TIMERS        0x01u /* STATUS request flags */
 #define PROTO_STATUS_CONSUMERS_MAX 64u
-#define PROTO_GROUP_STATUS_VERSION 1u
+#define PROTO_GROUP_STATUS_VERSION 2u
 #define PROTO_DELIVERY_NEW         0u
 #define PROTO_DELIVERY_SETTLED     1u
 #define PROTO_DELIVERY_LEASED      2u
@@ -1540,6 +1544,8 @@ struct proto_group_status
      * Decoding: raw records, iterate with proto_next_status_consumer. */
     const struct proto_status_consumer *consumers;
     const uint8_t *consumers_raw;
+    uint64_t claim_holder; /* version 2: 0 = no live claim */
+    uint64_t claim_until_ms;
 };
 /* GROUP_STATUS answer, streamed: begin writes the header and a count
  * placeholder and returns the frame start; proto_put_group_status adds a

@@ -7,6 +7,7 @@ its lease lapsed, and when it wakes while the new holder consumes it
 prints nothing more and its commits never move the group's offset; a
 leader kill keeps the claim (the holder goes on through the new leader,
 others still wait)."""
+import json
 import os
 import signal
 import sys
@@ -160,6 +161,12 @@ def main(c):
                     "--id-prefix", "v", timeout=120)
         c.check(r.returncode == 0 and wait_lines(out_d, 2),
                 "D holds the group and read 66..67")
+        r = cl.tern("group", "status", "events", "g", "--json", timeout=60)
+        st = json.loads(r.stdout.splitlines()[0]) if r.returncode == 0 and \
+            r.stdout.strip() else {}
+        c.check(st.get("mode") == "stream" and st.get("claim_holder", 0) != 0
+                and st.get("claim_until_ms", 0) > time.time() * 1000 - 5000,
+                "group status names D as the claim holder", r.stdout.strip())
         old = cl.leader()
         cl.kill(old)
         new = cl.wait_leader(20, exclude=(old,))

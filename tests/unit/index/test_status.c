@@ -164,6 +164,20 @@ Test(index_status, stream_group_and_errors)
     cr_expect_eq(s.commit_ms, 1002); /* append times never go back */
     cr_expect_eq(s.in_flight, 0);
     cr_expect_str_eq(s.dlq, "");
+    cr_expect_eq(s.claim_holder, 0, "no single active consumer");
+
+    /* A claim of consumer 5 until 3000 + 2000: shown while live. */
+    struct tern_wbuf w;
+    tern_wbuf_init(&w);
+    idx_cmd_begin(&w, 3000);
+    idx_cmd_claim(&w, "q", "s", 5, IDX_CLAIM_ACQUIRE, 2000);
+    run(e, 10, &w);
+    cr_assert_eq(idx_group_status(e, "q", "s", 4999, 1000, &s), 0);
+    cr_expect_eq(s.claim_holder, 5);
+    cr_expect_eq(s.claim_until_ms, 5000);
+    cr_assert_eq(idx_group_status(e, "q", "s", 5000, 1000, &s), 0);
+    cr_expect_eq(s.claim_holder, 0, "lapsed");
+    cr_expect_eq(s.claim_until_ms, 0);
 
     cr_expect_eq(idx_group_status(e, "q", "nope", 0, 10, &s), TERN_ENOTFOUND);
     cr_expect_eq(idx_group_status(e, "nope", "g", 0, 10, &s), TERN_ENOQUEUE);

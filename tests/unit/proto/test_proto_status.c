@@ -89,6 +89,8 @@ static void put_records(struct tern_wbuf *w, size_t *start, int more)
         .next = 50,
         .lag = 50,
         .commit_ms = 99,
+        .claim_holder = 77,
+        .claim_until_ms = 1800000000000ull,
     };
     *start = proto_group_status_begin(w, 8);
     size_t before = w->len;
@@ -114,7 +116,7 @@ Test(proto_status, group_status_answer_round_trip)
     cr_expect_eq(a.n, 2);
     cr_expect_eq(a.more, 1);
     cr_assert(proto_next_group_status(&a, &pos, &g));
-    cr_expect_eq(g.version, 1);
+    cr_expect_eq(g.version, 2);
     cr_expect(g.group_len == 7 && memcmp(g.group, "workers", 7) == 0);
     cr_expect_eq(g.shared, 1);
     cr_expect_eq(g.start, 3);
@@ -143,6 +145,8 @@ Test(proto_status, group_status_answer_round_trip)
     cr_expect_eq(g.commit_ms, 99);
     cr_expect_eq(g.dlq_len, 0);
     cr_expect_eq(g.n_consumers, 0);
+    cr_expect_eq(g.claim_holder, 77, "version 2: the claim");
+    cr_expect_eq(g.claim_until_ms, 1800000000000ull);
     cr_expect_not(proto_next_group_status(&a, &pos, &g));
     for (uint32_t cut = 0; cut < h.body_len; cut++) {
         cr_expect_eq(proto_decode_group_status_resp(body, cut, &a),
@@ -159,8 +163,8 @@ Test(proto_status, group_status_answer_round_trip)
     tern_wbuf_free(&w);
 }
 
-/* A record of a later version: its extra fields are skipped; version 1
- * with extra bytes is refused. */
+/* A record of a later version: its extra fields are skipped; version 2
+ * with extra bytes is refused, and so is version 1 with the claim's. */
 Test(proto_status, later_record_version)
 {
     struct tern_wbuf w;
@@ -180,10 +184,12 @@ Test(proto_status, later_record_version)
     memcpy(b + 8, body + 8, rec_len);
     memcpy(b + 8 + rec_len + 9, body + 8 + rec_len, h.body_len - 8 - rec_len);
     cr_expect_eq(proto_decode_group_status_resp(b, nlen, &a), TERN_EMALFORMED);
-    b[8] = 2; /* the version */
+    b[8] = 1;
+    cr_expect_eq(proto_decode_group_status_resp(b, nlen, &a), TERN_EMALFORMED);
+    b[8] = 3; /* the version */
     cr_assert_eq(proto_decode_group_status_resp(b, nlen, &a), 0);
     cr_assert(proto_next_group_status(&a, &pos, &g));
-    cr_expect_eq(g.version, 2);
+    cr_expect_eq(g.version, 3);
     cr_expect_eq(g.lag, 90);
     cr_assert(proto_next_group_status(&a, &pos, &g));
     cr_expect(g.group_len == 5 && memcmp(g.group, "audit", 5) == 0);
