@@ -864,10 +864,11 @@ static int decode_claim(struct tern_cursor *c, struct proto_request *out)
     out->consumer_id = tern_cursor_u64(c);
     out->flags = tern_cursor_u8(c);
     out->lease_ms = tern_cursor_u32(c);
-    if (c->err == 0 &&
-        (out->consumer_id == 0 || out->flags == PROTO_CLAIM_ACQUIRE
-             ? false
-             : out->flags != PROTO_CLAIM_RELEASE || out->lease_ms != 0)) {
+    /* The encoder's rules: a consumer id, and acquire, or release with
+     * lease 0. */
+    bool action_ok = out->flags == PROTO_CLAIM_ACQUIRE ||
+                     (out->flags == PROTO_CLAIM_RELEASE && out->lease_ms == 0);
+    if (c->err == 0 && (out->consumer_id == 0 || !action_ok)) {
         return TERN_EMALFORMED;
     }
     return 0;

@@ -73,6 +73,16 @@ Test(proto_claim, request_round_trip)
     longer[h.body_len - 4] = 1;
     cr_expect_eq(proto_decode_request(PROTO_OP_CLAIM, longer, h.body_len, &r),
                  TERN_EMALFORMED);
+    /* Consumer id 0 (the 8 bytes before the action), decoded: refused,
+     * whatever the action (found by fuzz_proto_frames). */
+    for (uint8_t action = 0; action < 3; action++) {
+        memcpy(longer, body, h.body_len);
+        memset(longer + h.body_len - 13, 0, 8);
+        longer[h.body_len - 5] = action;
+        cr_expect_eq(
+            proto_decode_request(PROTO_OP_CLAIM, longer, h.body_len, &r),
+            TERN_EMALFORMED, "action %u", action);
+    }
     tern_wbuf_free(&w);
 }
 
