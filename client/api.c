@@ -320,16 +320,13 @@ static int encode_fail(struct tern_client *c,
     return rv;
 }
 
-/* Run r (from sync_req_new, consumed here) whose frame encoding returned
- * enc: on failure encode_fail's answer, else tern__run_sync's; on success
- * done (NULL: nothing to read) reads the validated answer r->body into
- * out and returns 0 or an error. */
-static int sync_call(struct tern_client *c,
-                     struct tern__req *r,
-                     int enc,
-                     const char *what,
-                     int (*done)(struct tern__req *r, void *out),
-                     void *out)
+/* Declared in client_int.h. */
+int tern__sync_call(struct tern_client *c,
+                    struct tern__req *r,
+                    int enc,
+                    const char *what,
+                    int (*done)(struct tern__req *r, void *out),
+                    void *out)
 {
     int rv;
     if (enc != 0) {
@@ -343,17 +340,12 @@ static int sync_call(struct tern_client *c,
     return rv;
 }
 
-/* Start a synchronous call of op: refuse it from a completion callback,
- * follow the leader first when discover is set (reads), then allocate the
- * request (deadline: request timeout + extra_ms). On success *out is
- * caller-owned: encode into its frame, then tern__run_sync and
- * tern__req_free it, or
- * hand it to encode_fail. On failure *out is NULL. */
-static int sync_req_new(struct tern_client *c,
-                        uint8_t op,
-                        uint32_t extra_ms,
-                        int discover,
-                        struct tern__req **out)
+/* Declared in client_int.h. */
+int tern__sync_req_new(struct tern_client *c,
+                       uint8_t op,
+                       uint32_t extra_ms,
+                       int discover,
+                       struct tern__req **out)
 {
     int rv = check_call(c);
     *out = NULL;
@@ -370,12 +362,13 @@ static int sync_req_new(struct tern_client *c,
 static int queue_op(struct tern_client *c, uint8_t op, const char *queue)
 {
     struct tern__req *r;
-    int rv = sync_req_new(c, op, 0, 0, &r);
+    int rv = tern__sync_req_new(c, op, 0, 0, &r);
     if (rv != 0) {
         return rv;
     }
     rv = proto_encode_queue_op(&r->frame, op, 0, queue);
-    return sync_call(c, r, rv, queue != NULL ? queue : "(null)", NULL, NULL);
+    return tern__sync_call(c, r, rv, queue != NULL ? queue : "(null)", NULL,
+                           NULL);
 }
 
 int tern_queue_create(struct tern_client *c, const char *queue)
@@ -396,7 +389,7 @@ static int queue_list_step(struct tern_client *c,
                            int *more)
 {
     struct tern__req *r;
-    int rv = sync_req_new(c, PROTO_OP_QUEUE_LIST, 0, 1, &r);
+    int rv = tern__sync_req_new(c, PROTO_OP_QUEUE_LIST, 0, 1, &r);
     if (rv != 0) {
         return rv;
     }
@@ -520,13 +513,14 @@ static int queue_settings_call(struct tern_client *c,
     if (mask == 0) {
         return tern_queue_create(c, queue);
     }
-    rv = sync_req_new(c, op, 0, 0, &r);
+    rv = tern__sync_req_new(c, op, 0, 0, &r);
     if (rv != 0) {
         return rv;
     }
     rv = create ? proto_encode_queue_create(&r->frame, 0, queue, &s)
                 : proto_encode_queue_update(&r->frame, 0, queue, mask, &s);
-    return sync_call(c, r, rv, queue != NULL ? queue : "(null)", NULL, NULL);
+    return tern__sync_call(c, r, rv, queue != NULL ? queue : "(null)", NULL,
+                           NULL);
 }
 
 int tern_queue_create_opts(struct tern_client *c,
@@ -559,13 +553,13 @@ int tern_queue_info(struct tern_client *c,
     struct tern__req *r;
     int rv;
     *out = NULL;
-    rv = sync_req_new(c, PROTO_OP_QUEUE_INFO, 0, 1, &r);
+    rv = tern__sync_req_new(c, PROTO_OP_QUEUE_INFO, 0, 1, &r);
     if (rv != 0) {
         return rv;
     }
     rv = proto_encode_queue_info_req(&r->frame, 0, queue);
-    return sync_call(c, r, rv, queue != NULL ? queue : "(null)", info_done,
-                     out);
+    return tern__sync_call(c, r, rv, queue != NULL ? queue : "(null)",
+                           info_done, out);
 }
 
 /* sync_call's done for OFFSET_FOR_TIME: out is a uint64_t *. */
@@ -582,13 +576,13 @@ int tern_offset_for_time(struct tern_client *c,
     struct tern__req *r;
     int rv;
     *offset = 0;
-    rv = sync_req_new(c, PROTO_OP_OFFSET_FOR_TIME, 0, 1, &r);
+    rv = tern__sync_req_new(c, PROTO_OP_OFFSET_FOR_TIME, 0, 1, &r);
     if (rv != 0) {
         return rv;
     }
     rv = proto_encode_offset_for_time(&r->frame, 0, queue, time_ms);
-    return sync_call(c, r, rv, queue != NULL ? queue : "(null)", offset_done,
-                     offset);
+    return tern__sync_call(c, r, rv, queue != NULL ? queue : "(null)",
+                           offset_done, offset);
 }
 
 /* ---- Produce ---- */
@@ -722,7 +716,7 @@ static int produce_delayed(struct tern_client *c,
         pq->delayed_pid = tern__producer_id_next(c);
         pq->delayed_seq = 1;
     }
-    rv = sync_req_new(c, PROTO_OP_PRODUCE_DELAYED, 0, 0, &r);
+    rv = tern__sync_req_new(c, PROTO_OP_PRODUCE_DELAYED, 0, 0, &r);
     if (rv != 0) {
         return rv;
     }
@@ -733,7 +727,7 @@ static int produce_delayed(struct tern_client *c,
         rv = TERN_ETOOBIG;
     }
     r->n_msgs = n;
-    rv = sync_call(c, r, rv, queue, delayed_done, out_due_ms);
+    rv = tern__sync_call(c, r, rv, queue, delayed_done, out_due_ms);
     if (rv == 0) {
         pq->delayed_seq++;
     } else {
@@ -1161,8 +1155,9 @@ static int fetch_call(struct tern_client *c,
     if (rv != 0) {
         return rv;
     }
-    rv = sync_req_new(c, group != NULL ? PROTO_OP_GROUP_FETCH : PROTO_OP_FETCH,
-                      o->wait_ms, 1, &r);
+    rv = tern__sync_req_new(
+        c, group != NULL ? PROTO_OP_GROUP_FETCH : PROTO_OP_FETCH, o->wait_ms, 1,
+        &r);
     if (rv != 0) {
         return rv;
     }
@@ -1185,11 +1180,11 @@ static int fetch_call(struct tern_client *c,
         &r->frame, 0, queue, group, offset, o->max_msgs,
         o->max_bytes != 0 ? o->max_bytes : TERN__FETCH_MAX_BYTES_DEFAULT,
         o->wait_ms, &f);
-    rv = sync_call(c, r, rv,
-                   group != NULL   ? "group fetch"
-                   : queue != NULL ? queue
-                                   : "(null)",
-                   fetch_done, out);
+    rv = tern__sync_call(c, r, rv,
+                         group != NULL   ? "group fetch"
+                         : queue != NULL ? queue
+                                         : "(null)",
+                         fetch_done, out);
     if (rv == 0 && group == NULL) {
         tern__fetch_result_set_start(*out, offset, 0);
     }
@@ -1268,15 +1263,15 @@ static int message_get(struct tern_client *c,
                            TERN_KEY_MAX, TERN_MESSAGE_GET_MAX);
         return TERN_EINVAL;
     }
-    rv = sync_req_new(c, PROTO_OP_MESSAGE_GET, 0, 1, &r);
+    rv = tern__sync_req_new(c, PROTO_OP_MESSAGE_GET, 0, 1, &r);
     if (rv != 0) {
         return rv;
     }
     r->result_mode = TERN__RESULT_GET;
     rv = proto_encode_message_get(&r->frame, 0, queue, queue_id, offset, key,
                                   (uint32_t)key_len, max);
-    return sync_call(c, r, rv, queue != NULL ? queue : "(null)", fetch_done,
-                     out);
+    return tern__sync_call(c, r, rv, queue != NULL ? queue : "(null)",
+                           fetch_done, out);
 }
 
 int tern_message_get_offset(struct tern_client *c,
@@ -1345,12 +1340,12 @@ int tern_group_commit(struct tern_client *c,
                       uint64_t next_offset)
 {
     struct tern__req *r;
-    int rv = sync_req_new(c, PROTO_OP_GROUP_COMMIT, 0, 0, &r);
+    int rv = tern__sync_req_new(c, PROTO_OP_GROUP_COMMIT, 0, 0, &r);
     if (rv != 0) {
         return rv;
     }
     rv = proto_encode_group_commit(&r->frame, 0, queue, group, next_offset);
-    return sync_call(c, r, rv, "group commit", NULL, NULL);
+    return tern__sync_call(c, r, rv, "group commit", NULL, NULL);
 }
 
 /* ---- Shared groups ---- */
@@ -1374,12 +1369,12 @@ int tern_shared_config(struct tern_client *c,
         s.window = o->window;
         s.dlq = o->dlq;
     }
-    rv = sync_req_new(c, PROTO_OP_SHARED_CONFIG, 0, 0, &r);
+    rv = tern__sync_req_new(c, PROTO_OP_SHARED_CONFIG, 0, 0, &r);
     if (rv != 0) {
         return rv;
     }
     rv = proto_encode_shared_config(&r->frame, 0, queue, group, mask, &s);
-    return sync_call(c, r, rv, "shared config", NULL, NULL);
+    return tern__sync_call(c, r, rv, "shared config", NULL, NULL);
 }
 
 int tern_receive(struct tern_client *c,
@@ -1404,14 +1399,14 @@ int tern_receive(struct tern_client *c,
     if (rv != 0) {
         return rv;
     }
-    rv = sync_req_new(c, PROTO_OP_RECEIVE, wait_ms, 0, &r);
+    rv = tern__sync_req_new(c, PROTO_OP_RECEIVE, wait_ms, 0, &r);
     if (rv != 0) {
         return rv;
     }
     r->result_mode = TERN__RESULT_RECV;
     rv = proto_encode_receive(&r->frame, 0, queue, group, c->producer_id,
                               max_msgs, wait_ms);
-    return sync_call(c, r, rv, "receive", fetch_done, out);
+    return tern__sync_call(c, r, rv, "receive", fetch_done, out);
 }
 
 /* sync_call's done for tern_settle: out is the caller's items. */
@@ -1455,7 +1450,7 @@ int tern_settle(struct tern_client *c,
         pi[i].delay_ms = items[i].delay_ms;
         items[i].done = 0;
     }
-    rv = sync_req_new(c, PROTO_OP_SETTLE, 0, 0, &r);
+    rv = tern__sync_req_new(c, PROTO_OP_SETTLE, 0, 0, &r);
     if (rv != 0) {
         tern_free(pi);
         return rv;
@@ -1471,7 +1466,7 @@ int tern_settle(struct tern_client *c,
                            "retry");
         return rv;
     }
-    return sync_call(c, r, rv, "settle", settle_done, items);
+    return tern__sync_call(c, r, rv, "settle", settle_done, items);
 }
 
 /* ---- Single active consumer of stream groups ---- */
@@ -1512,14 +1507,14 @@ static int claim_call(struct tern_client *c,
         rv = producer_init(c);
     }
     if (rv == 0) {
-        rv = sync_req_new(c, PROTO_OP_CLAIM, 0, 0, &r);
+        rv = tern__sync_req_new(c, PROTO_OP_CLAIM, 0, 0, &r);
     }
     if (rv != 0) {
         return rv;
     }
     rv = proto_encode_claim(&r->frame, 0, queue, group, c->producer_id, action,
                             lease_ms);
-    return sync_call(c, r, rv, "claim", claim_done, o);
+    return tern__sync_call(c, r, rv, "claim", claim_done, o);
 }
 
 int tern_group_claim(struct tern_client *c,
@@ -1568,7 +1563,7 @@ static int status_run(struct tern_client *c,
                       uint8_t flags,
                       struct tern__req **r)
 {
-    int rv = sync_req_new(c, PROTO_OP_STATUS, 0, address == NULL, r);
+    int rv = tern__sync_req_new(c, PROTO_OP_STATUS, 0, address == NULL, r);
     if (rv != 0) {
         return rv;
     }
@@ -1638,7 +1633,7 @@ int tern_replication_stats(struct tern_client *c,
     const char *server;
     int rv;
     memset(out, 0, sizeof *out);
-    rv = sync_req_new(c, PROTO_OP_STATS, 0, address == NULL, &r);
+    rv = tern__sync_req_new(c, PROTO_OP_STATS, 0, address == NULL, &r);
     if (rv != 0) {
         return rv;
     }

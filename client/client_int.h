@@ -364,6 +364,27 @@ uint64_t tern__producer_id_next(struct tern_client *c);
 /* The producer state of queue (borrowed for the call), created on first
  * use with the client's producer id and sequence 1; owned by c until
  * tern__pq_free_all. NULL on ENOMEM. */
+/* The synchronous call path (api.c). tern__sync_req_new starts a call of
+ * op: refuses it from a completion callback, follows the leader first
+ * when discover is set (reads), allocates the request (deadline: request
+ * timeout + extra_ms). On success *out is caller-owned: encode into its
+ * frame, then hand it to tern__sync_call. On failure *out is NULL. */
+int tern__sync_req_new(struct tern_client *c,
+                       uint8_t op,
+                       uint32_t extra_ms,
+                       int discover,
+                       struct tern__req **out);
+/* Run r (from tern__sync_req_new, consumed here) whose frame encoding
+ * returned enc: on failure an errmsg naming what (the call and its
+ * queue), else tern__run_sync's answer; on success done (NULL: nothing to
+ * read) reads the validated answer r->body into out (it may take the
+ * body: set r->body NULL) and returns 0 or an error. */
+int tern__sync_call(struct tern_client *c,
+                    struct tern__req *r,
+                    int enc,
+                    const char *what,
+                    int (*done)(struct tern__req *r, void *out),
+                    void *out);
 struct tern__pq *tern__pq_get(struct tern_client *c, const char *queue);
 void tern__pq_free_all(struct tern_client *c);
 /* Check a produce call's arguments (errmsg on c) and find or make the

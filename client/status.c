@@ -9,6 +9,7 @@
  * tern_group_status_free.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "client_int.h"
@@ -105,6 +106,16 @@ static int list_new(uint8_t *body,
     return 0;
 }
 
+/* tern__sync_call's done: the list takes the answer's body. */
+static int status_done(struct tern__req *r, void *out)
+{
+    int rv = list_new(r->body, r->body_len, out);
+    if (rv == 0) {
+        r->body = NULL; /* now the list's */
+    }
+    return rv;
+}
+
 int tern_group_status(struct tern_client *c,
                       const char *queue,
                       const char *group,
@@ -113,42 +124,17 @@ int tern_group_status(struct tern_client *c,
                       struct tern_group_status_list **out)
 {
     struct tern__req *r;
-    int rv;
+    char what[TERN_NAME_MAX + 16];
     *out = NULL;
-    if (c->in_callback) {
-        tern_errmsg_printf(c->errmsg,
-                           "synchronous call from a completion callback");
-        return TERN_EINVAL;
-    }
-    c->errmsg[0] = '\0';
-    tern__find_leader(c); /* a read: where read_from says, as fetch */
-    r = tern__req_new(c, PROTO_OP_GROUP_STATUS, 0);
-    if (r == NULL) {
-        return -ENOMEM;
-    }
-    rv = proto_encode_group_status(&r->frame, 0, queue, group, after, max);
+    /* A read: where read_from says, as fetch. */
+    int rv = tern__sync_req_new(c, PROTO_OP_GROUP_STATUS, 0, 1, &r);
     if (rv != 0) {
-        tern_errmsg_printf(c->errmsg,
-                           rv == TERN_EBADNAME
-                               ? "group status %.200s: a name is 1..%d bytes "
-                                 "of [A-Za-z0-9._-]"
-                               : "group status %.200s: bad request (%d)",
-                           queue != NULL ? queue : "(null)",
-                           rv == TERN_EBADNAME ? PROTO_MAX_NAME : rv);
-        tern__req_free(r);
         return rv;
     }
-    rv = tern__run_sync(c, r);
-    if (rv == 0) {
-        rv = list_new(r->body, r->body_len, out);
-        if (rv == 0) {
-            r->body = NULL; /* now the object's */
-        } else if (rv == TERN_EMALFORMED) {
-            tern_errmsg_printf(c->errmsg, "group status: bad answer");
-        }
-    }
-    tern__req_free(r);
-    return rv;
+    (void)snprintf(what, sizeof what, "group status %.200s",
+                   queue != NULL ? queue : "(null)");
+    rv = proto_encode_group_status(&r->frame, 0, queue, group, after, max);
+    return tern__sync_call(c, r, rv, what, status_done, out);
 }
 
 size_t tern_group_status_count(const struct tern_group_status_list *l,

@@ -124,6 +124,16 @@ int tern_message_trace(struct tern_client *c,
     return tern_message_trace_ex(c, queue, offset, 0, out);
 }
 
+/* tern__sync_call's done: the trace takes the answer's body. */
+static int trace_done(struct tern__req *r, void *out)
+{
+    int rv = trace_new(r->body, r->body_len, out);
+    if (rv == 0) {
+        r->body = NULL; /* now the trace's */
+    }
+    return rv;
+}
+
 int tern_message_trace_ex(struct tern_client *c,
                           const char *queue,
                           uint64_t offset,
@@ -131,47 +141,22 @@ int tern_message_trace_ex(struct tern_client *c,
                           struct tern_message_trace **out)
 {
     struct tern__req *r;
-    int rv;
+    char what[TERN_NAME_MAX + 16];
     *out = NULL;
-    if (c->in_callback) {
-        tern_errmsg_printf(c->errmsg,
-                           "synchronous call from a completion callback");
-        return TERN_EINVAL;
+    /* A read: where read_from says, as fetch. */
+    int rv = tern__sync_req_new(c, PROTO_OP_MESSAGE_TRACE, 0, 1, &r);
+    if (rv != 0) {
+        return rv;
     }
-    c->errmsg[0] = '\0';
-    tern__find_leader(c); /* a read: where read_from says, as fetch */
-    r = tern__req_new(c, PROTO_OP_MESSAGE_TRACE, 0);
-    if (r == NULL) {
-        return -ENOMEM;
-    }
+    (void)snprintf(what, sizeof what, "message trace %.200s",
+                   queue != NULL ? queue : "(null)");
     rv = (flags & ~TERN_TRACE_DELIVERIES) != 0
              ? TERN_EINVAL
              : proto_encode_message_trace_flags(
                    &r->frame, 0, queue, offset,
                    (flags & TERN_TRACE_DELIVERIES) != 0 ? PROTO_TRACE_DELIVERIES
                                                         : 0);
-    if (rv != 0) {
-        tern_errmsg_printf(c->errmsg,
-                           rv == TERN_EBADNAME
-                               ? "message trace %.200s: a name is 1..%d bytes "
-                                 "of [A-Za-z0-9._-]"
-                               : "message trace %.200s: bad request (%d)",
-                           queue != NULL ? queue : "(null)",
-                           rv == TERN_EBADNAME ? PROTO_MAX_NAME : rv);
-        tern__req_free(r);
-        return rv;
-    }
-    rv = tern__run_sync(c, r);
-    if (rv == 0) {
-        rv = trace_new(r->body, r->body_len, out);
-        if (rv == 0) {
-            r->body = NULL; /* now the object's */
-        } else if (rv == TERN_EMALFORMED) {
-            tern_errmsg_printf(c->errmsg, "message trace: bad answer");
-        }
-    }
-    tern__req_free(r);
-    return rv;
+    return tern__sync_call(c, r, rv, what, trace_done, out);
 }
 
 void tern_message_trace_info(const struct tern_message_trace *t,
