@@ -742,31 +742,25 @@ static int apply_group(struct idx_env *e,
 
 /* ---- Shared groups (shared.c; docs/WORKQUEUES.md) ----------------------- */
 
-/* CLAIM (claim.c; docs/WORKQUEUES.md, "Single active consumer"). */
-static int apply_claim(struct idx_env *e,
-                       uint64_t t,
-                       const struct idx__cmd *c,
-                       struct idx_result *r)
+/* A command of a queue's groups applied by fn (idx__shared_apply for
+ * SHARED_CONFIG, DELIVER, SETTLE; idx__claim_apply for CLAIM, "Single
+ * active consumer"): the queue's row first (TERN_ENOQUEUE otherwise). */
+static int apply_on_queue(struct idx_env *e,
+                          uint64_t t,
+                          const struct idx__cmd *c,
+                          struct idx_result *r,
+                          int (*fn)(struct idx_env *e,
+                                    const struct idx__queue_val *q,
+                                    uint64_t t,
+                                    const struct idx__cmd *c,
+                                    struct idx_result *r))
 {
     struct idx__queue_val q = {0};
     int rc = cmd_queue(e, c, &q, r);
     if (rc != 0) {
         return rc < 0 ? rc : 0;
     }
-    return idx__claim_apply(e, &q, t, c, r);
-}
-
-static int apply_shared(struct idx_env *e,
-                        uint64_t t,
-                        const struct idx__cmd *c,
-                        struct idx_result *r)
-{
-    struct idx__queue_val q = {0};
-    int rc = cmd_queue(e, c, &q, r);
-    if (rc != 0) {
-        return rc < 0 ? rc : 0;
-    }
-    return idx__shared_apply(e, &q, t, c, r);
+    return fn(e, &q, t, c, r);
 }
 
 /* DEAD_LETTER: the group's check, the append of the carried message to
@@ -1162,7 +1156,8 @@ int idx__index_record(struct idx_env *e,
                     apply_group(e, index, append_ms, it.timestamp_ms, &cmd, &r);
                 break;
             case IDX_CMD_CLAIM:
-                rc = apply_claim(e, it.timestamp_ms, &cmd, &r);
+                rc = apply_on_queue(e, it.timestamp_ms, &cmd, &r,
+                                    idx__claim_apply);
                 break;
             case IDX_CMD_READ_BARRIER:
             case IDX_CMD_TERM:
@@ -1195,7 +1190,8 @@ int idx__index_record(struct idx_env *e,
             case IDX_CMD_SHARED_CONFIG:
             case IDX_CMD_DELIVER:
             case IDX_CMD_SETTLE:
-                rc = apply_shared(e, it.timestamp_ms, &cmd, &r);
+                rc = apply_on_queue(e, it.timestamp_ms, &cmd, &r,
+                                    idx__shared_apply);
                 break;
             case IDX_CMD_DEAD_LETTER:
                 rc = apply_dead_letter(e, index, pos, append_ms,

@@ -2199,6 +2199,28 @@ static void receive_now(struct node_conn *c,
     receive_empty(c, request_id, queue);
 }
 
+/* RECEIVE and CLAIM name the consumer: the client's producer id, which
+ * its user may use; one per connection. true: refused (answered). */
+static bool consumer_refused(struct node_conn *c,
+                             uint64_t request_id,
+                             const struct proto_request *r)
+{
+    char m[TERN_ERRMSG_SIZE];
+    int rv;
+    if (c->consumer_id != 0 && c->consumer_id != r->consumer_id) {
+        send_error(c, r->op, request_id, TERN_EINVAL,
+                   "one consumer id per connection");
+        return true;
+    }
+    if (c->consumer_id == 0 &&
+        (rv = node_access_producer(c->srv->access, &c->who, view_idx(&c->view),
+                                   r->consumer_id, m)) != 0) {
+        send_error(c, r->op, request_id, rv, m);
+        return true;
+    }
+    return false;
+}
+
 /* RECEIVE: the consumer id must be the client's (a producer id it may
  * use); the connection remembers it and the groups it received from, to
  * release their leases when it closes. */
@@ -2210,20 +2232,11 @@ static void handle_receive(struct node_conn *c,
 {
     char m[TERN_ERRMSG_SIZE];
     unsigned i;
-    int rv;
     if (c->srv == NULL) {
         send_error(c, r->op, request_id, TERN_ESHUTDOWN, NULL);
         return;
     }
-    if (c->consumer_id != 0 && c->consumer_id != r->consumer_id) {
-        send_error(c, r->op, request_id, TERN_EINVAL,
-                   "one consumer id per connection");
-        return;
-    }
-    if (c->consumer_id == 0 &&
-        (rv = node_access_producer(c->srv->access, &c->who, view_idx(&c->view),
-                                   r->consumer_id, m)) != 0) {
-        send_error(c, r->op, request_id, rv, m);
+    if (consumer_refused(c, request_id, r)) {
         return;
     }
     for (i = 0; i < c->n_shared; i++) {
@@ -2382,15 +2395,7 @@ static void handle_claim(struct node_conn *c,
     if (refuse_unless_writable(c, r->op, request_id, &st)) {
         return;
     }
-    if (c->consumer_id != 0 && c->consumer_id != r->consumer_id) {
-        send_error(c, r->op, request_id, TERN_EINVAL,
-                   "one consumer id per connection");
-        return;
-    }
-    if (c->consumer_id == 0 &&
-        (rv = node_access_producer(c->srv->access, &c->who, view_idx(&c->view),
-                                   r->consumer_id, m)) != 0) {
-        send_error(c, r->op, request_id, rv, m);
+    if (consumer_refused(c, request_id, r)) {
         return;
     }
     if ((rv = c->view.ops.disk_check(c->view.arg, m)) != 0) {
