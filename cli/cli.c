@@ -32,7 +32,8 @@
  *                      [--delay 10s | --at 2026-12-04T10:00:00Z]
  *     --delay / --at: delayed messages (docs/WORKQUEUES.md), appended when
  *     the leader's clock reaches the due time (a delay with a unit: ms, s,
- *     m, h, d; a time as --from-time's); not with --key, --tag, --header.
+ *     m, h, d; a time as --from-time's); with --key, --tag, --header the
+ *     messages carry them when they come due.
  *     The ack log then has "<id>\tdue=<due time ms>" lines.
  *   tern consume QUEUE [--offset N | --from-time T | --group G] [--max N]
  *                      [--follow] [--idle-exit-ms MS] [--commit]
@@ -740,31 +741,11 @@ static int produce_send(struct tern_client *c,
     b->c = c;
     b->n = n;
     b->ids = ids;
-    if (pp->delay_mode != 0) {
-        /* Delayed: one synchronous call per batch; the due time is kept
-         * for the ack log. */
-        uint64_t due = 0;
-        rv = pp->delay_mode == PRODUCE_DELAY_IN
-                 ? tern_produce_delayed(c, queue, msgs, n, pp->delay_ms, &due)
-                 : tern_produce_at(c, queue, msgs, n, pp->delay_ms, &due);
-        free(msgs);
-        if (rv != 0 && rv != TERN_ETIMEDOUT) {
-            batch_free(b);
-            return rv;
-        }
-        b->delayed = 1;
-        if (ps->tail != NULL) {
-            ps->tail->next = b;
-        } else {
-            ps->head = b;
-        }
-        ps->tail = b;
-        produce_done(b, rv, due, rv == 0 ? n : 0);
-        return 0;
-    }
-    if (props_given(pp)) {
+    if (pp->delay_mode != 0 || props_given(pp)) {
+        /* One synchronous call per batch: with properties, or delayed
+         * (the due time is kept for the ack log). */
         struct tern_message *tm = calloc(n, sizeof *tm);
-        uint64_t base = 0;
+        uint64_t out = 0;
         if (tm == NULL) {
             free(msgs);
             batch_free(b);
@@ -779,20 +760,28 @@ static int produce_send(struct tern_client *c,
             tm[i].headers = pp->headers;
             tm[i].n_headers = pp->n_headers;
         }
-        rv = tern_produce_messages(c, queue, tm, n, &base);
+        if (pp->delay_mode == PRODUCE_DELAY_IN) {
+            rv = tern_produce_messages_delayed(c, queue, tm, n, pp->delay_ms,
+                                               &out);
+        } else if (pp->delay_mode == PRODUCE_DELAY_AT) {
+            rv = tern_produce_messages_at(c, queue, tm, n, pp->delay_ms, &out);
+        } else {
+            rv = tern_produce_messages(c, queue, tm, n, &out);
+        }
         free(tm);
         free(msgs);
         if (rv != 0 && rv != TERN_ETIMEDOUT) {
             batch_free(b);
             return rv; /* refused before or by the server: nothing sent */
         }
+        b->delayed = pp->delay_mode != 0;
         if (ps->tail != NULL) {
             ps->tail->next = b;
         } else {
             ps->head = b;
         }
         ps->tail = b;
-        produce_done(b, rv, base, rv == 0 ? n : 0);
+        produce_done(b, rv, out, rv == 0 ? n : 0);
         return 0;
     }
     rv = tern_produce_async(c, queue, msgs, n, produce_done, b);
@@ -931,8 +920,7 @@ static int cmd_produce(struct tern_client *c, int argc, char **argv)
         }
     }
     if (optind + 1 != argc || batch == 0 || window == 0 || batch > 100000 ||
-        window > 100000 || size > (64u << 20) || (raw && have_count) ||
-        (pp.delay_mode != 0 && props_given(&pp))) {
+        window > 100000 || size > (64u << 20) || (raw && have_count)) {
         for (size_t h = 0; h < pp.n_headers; h++) {
             free((char *)pp.headers[h].name);
         }

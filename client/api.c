@@ -671,7 +671,8 @@ static int delayed_done(struct tern__req *r, void *out)
  * a gap in front of the next. */
 static int produce_delayed(struct tern_client *c,
                            const char *queue,
-                           const struct tern_msg *msgs,
+                           proto_pmsg_at_cb at,
+                           const void *msgs,
                            size_t n,
                            uint64_t when,
                            uint64_t *out_due_ms)
@@ -692,7 +693,9 @@ static int produce_delayed(struct tern_client *c,
         return TERN_EINVAL;
     }
     for (size_t i = 0; i < n; i++) {
-        if (msgs[i].len > c->opts.max_frame) {
+        struct proto_msg m, p;
+        at(msgs, (uint32_t)i, &m, &p);
+        if (m.len > c->opts.max_frame) {
             tern_errmsg_printf(c->errmsg,
                                "delayed produce to %s: message %zu is larger "
                                "than a frame",
@@ -720,9 +723,9 @@ static int produce_delayed(struct tern_client *c,
     if (rv != 0) {
         return rv;
     }
-    rv = proto_encode_produce_delayed(&r->frame, 0, queue, when,
-                                      pq->delayed_pid, pq->delayed_seq,
-                                      tern_msg_pat, msgs, (uint32_t)n);
+    rv =
+        proto_encode_produce_delayed(&r->frame, 0, queue, when, pq->delayed_pid,
+                                     pq->delayed_seq, at, msgs, (uint32_t)n);
     if (rv == 0 && r->frame.len - PROTO_HEADER_SIZE > c->opts.max_frame) {
         rv = TERN_ETOOBIG;
     }
@@ -748,7 +751,8 @@ int tern_produce_delayed(struct tern_client *c,
                            (unsigned long long)delay_ms);
         return TERN_EINVAL;
     }
-    return produce_delayed(c, queue, msgs, n, delay_ms, out_due_ms);
+    return produce_delayed(c, queue, tern_msg_pat, msgs, n, delay_ms,
+                           out_due_ms);
 }
 
 int tern_produce_at(struct tern_client *c,
@@ -763,8 +767,8 @@ int tern_produce_at(struct tern_client *c,
                            (unsigned long long)due_ms);
         return TERN_EINVAL;
     }
-    return produce_delayed(c, queue, msgs, n, due_ms | PROTO_DELAY_AT,
-                           out_due_ms);
+    return produce_delayed(c, queue, tern_msg_pat, msgs, n,
+                           due_ms | PROTO_DELAY_AT, out_due_ms);
 }
 
 /* ---- Produce with properties ---- */
@@ -800,6 +804,104 @@ static uint64_t wall_ms(void)
 
 static void produce_base_out(const struct tern__req *r, uint64_t *base_offset);
 
+/* The properties blocks of msgs[0..n) into pbuf (block i at off[i], len[i]
+ * bytes, 0 = none), their payloads into plain[i]; *props: some message
+ * has a block. 0, or the refusal of a property over a limit (errmsg). */
+static int props_build(struct tern_client *c,
+                       const struct tern_message *msgs,
+                       size_t n,
+                       uint64_t now,
+                       struct tern_msg *plain,
+                       struct tern_wbuf *pbuf,
+                       size_t *off,
+                       size_t *len,
+                       bool *props)
+{
+    *props = false;
+    for (size_t i = 0; i < n; i++) {
+        plain[i].data = msgs[i].data;
+        plain[i].len = msgs[i].len;
+        off[i] = pbuf->len;
+        if (tern__props_has(&msgs[i])) {
+            int rv = tern__props_encode(&msgs[i], i, now, pbuf, c->errmsg);
+            if (rv != 0) {
+                return rv;
+            }
+            *props = true;
+        }
+        len[i] = pbuf->len - off[i];
+    }
+    return 0;
+}
+
+/* tern_produce_messages_delayed and _at: when as produce_delayed's. */
+static int produce_messages_delayed(struct tern_client *c,
+                                    const char *queue,
+                                    const struct tern_message *msgs,
+                                    size_t n,
+                                    uint64_t when,
+                                    uint64_t *out_due_ms)
+{
+    struct tern_msg *plain = NULL;
+    size_t *off = NULL, *len = NULL;
+    struct tern_wbuf pbuf;
+    bool props = false;
+    int rv;
+    if (n == 0 || msgs == NULL || n > UINT32_MAX) {
+        tern_errmsg_printf(c->errmsg,
+                           "delayed produce needs 1..2^32-1 messages");
+        return TERN_EINVAL;
+    }
+    tern_wbuf_init(&pbuf);
+    plain = tern_calloc(n, sizeof *plain);
+    off = tern_calloc(n, sizeof *off);
+    len = tern_calloc(n, sizeof *len);
+    rv = plain == NULL || off == NULL || len == NULL
+             ? -ENOMEM
+             : props_build(c, msgs, n, wall_ms(), plain, &pbuf, off, len,
+                           &props);
+    if (rv == 0) {
+        struct pmsgs x = {msgs, pbuf.base, off, len};
+        rv = produce_delayed(c, queue, pmsg_at, &x, n, when, out_due_ms);
+    }
+    tern_free(len);
+    tern_free(off);
+    tern_free(plain);
+    tern_wbuf_free(&pbuf);
+    return rv;
+}
+
+int tern_produce_messages_delayed(struct tern_client *c,
+                                  const char *queue,
+                                  const struct tern_message *msgs,
+                                  size_t n,
+                                  uint64_t delay_ms,
+                                  uint64_t *out_due_ms)
+{
+    if ((delay_ms & (PROTO_DELAY_AT | PROTO_DELAY_DEDUP)) != 0) {
+        tern_errmsg_printf(c->errmsg, "delay %llu ms is out of range",
+                           (unsigned long long)delay_ms);
+        return TERN_EINVAL;
+    }
+    return produce_messages_delayed(c, queue, msgs, n, delay_ms, out_due_ms);
+}
+
+int tern_produce_messages_at(struct tern_client *c,
+                             const char *queue,
+                             const struct tern_message *msgs,
+                             size_t n,
+                             uint64_t due_ms,
+                             uint64_t *out_due_ms)
+{
+    if ((due_ms & (PROTO_DELAY_AT | PROTO_DELAY_DEDUP)) != 0) {
+        tern_errmsg_printf(c->errmsg, "due time %llu is out of range",
+                           (unsigned long long)due_ms);
+        return TERN_EINVAL;
+    }
+    return produce_messages_delayed(c, queue, msgs, n, due_ms | PROTO_DELAY_AT,
+                                    out_due_ms);
+}
+
 int tern_produce_messages(struct tern_client *c,
                           const char *queue,
                           const struct tern_message *msgs,
@@ -829,18 +931,9 @@ int tern_produce_messages(struct tern_client *c,
         rv = -ENOMEM;
         goto out;
     }
-    for (size_t i = 0; i < n; i++) {
-        plain[i].data = msgs[i].data;
-        plain[i].len = msgs[i].len;
-        off[i] = pbuf.len;
-        if (tern__props_has(&msgs[i])) {
-            rv = tern__props_encode(&msgs[i], i, now, &pbuf, c->errmsg);
-            if (rv != 0) {
-                goto out;
-            }
-            props = true;
-        }
-        len[i] = pbuf.len - off[i];
+    rv = props_build(c, msgs, n, now, plain, &pbuf, off, len, &props);
+    if (rv != 0) {
+        goto out;
     }
     if (!props) {
         rv = tern_produce(c, queue, plain, n, base_offset);

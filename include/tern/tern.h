@@ -612,6 +612,20 @@ TERN_API int tern_produce_messages(struct tern_client *c,
                                    const struct tern_message *msgs,
                                    size_t n,
                                    uint64_t *base_offset);
+/* As tern_produce_delayed and tern_produce_at, with properties (a key, a
+ * tag, headers: the message carries them when it comes due). */
+TERN_API int tern_produce_messages_delayed(struct tern_client *c,
+                                           const char *queue,
+                                           const struct tern_message *msgs,
+                                           size_t n,
+                                           uint64_t delay_ms,
+                                           uint64_t *out_due_ms);
+TERN_API int tern_produce_messages_at(struct tern_client *c,
+                                      const char *queue,
+                                      const struct tern_message *msgs,
+                                      size_t n,
+                                      uint64_t due_ms,
+                                      uint64_t *out_due_ms);
 
 /* Options of tern_fetch_ex and tern_group_fetch_ex. */
 struct tern_fetch_options

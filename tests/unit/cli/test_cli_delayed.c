@@ -3,7 +3,8 @@
  * the fake server, whose hook answers PRODUCE_DELAYED with the due time
  * the leader would record: the when field sent (a delay in ms, or the due
  * time with PROTO_DELAY_AT), the ack log lines "<id>\tdue=<ms>", and the
- * usage errors (a bad duration or time, both options, properties).
+ * usage errors (a bad duration or time, both options), and properties
+ * carried by delayed messages.
  */
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -22,6 +23,7 @@ static struct
     int n_requests;
     uint64_t when;
     uint32_t n_msgs;
+    uint32_t n_props; /* messages with a properties block */
 } seen;
 
 static enum fake_action delayed_hook(struct fake_server *fs,
@@ -37,6 +39,12 @@ static enum fake_action delayed_hook(struct fake_server *fs,
     seen.n_requests++;
     seen.when = r->time_ms;
     seen.n_msgs = r->n_msgs;
+    seen.n_props = 0;
+    size_t pos = 0;
+    struct proto_msg m;
+    while (r->props_len > 0 && proto_next_props(r, &pos, &m)) {
+        seen.n_props += m.len > 0 ? 1 : 0;
+    }
     tern_wbuf_init(&w);
     proto_encode_produce_delayed_resp(
         &w, h->request_id, r->n_msgs,
@@ -121,9 +129,15 @@ Test(cli_delayed, delay_and_at_with_ack_log)
     cr_expect_neq(strstr(r.err, "--at tomorrow"), NULL, "%s", r.err);
     run_cli(&r, fs.addr, "produce jobs --count 1 --delay 1s --at 5");
     cr_expect_eq(r.code, 2);
-    run_cli(&r, fs.addr, "produce jobs --count 1 --delay 1s --tag t");
-    cr_expect_eq(r.code, 2);
     cr_expect_eq(seen.n_requests, 3);
+    /* With properties: the delayed messages carry them. */
+    run_cli(&r, fs.addr,
+            "produce jobs --count 2 --batch 2 --delay 1s --tag t --key k");
+    cr_expect_eq(r.code, 0, "%s", r.err);
+    cr_expect_eq(seen.n_requests, 4, "%d %s", seen.n_requests, r.err);
+    cr_expect_eq(seen.n_msgs, 2);
+    cr_expect_eq(seen.n_props, 2);
+    cr_expect_eq(seen.when, 1000, "%llu", (unsigned long long)seen.when);
     fake_stop(&fs);
     (void)unlink(ack);
 }

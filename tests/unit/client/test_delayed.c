@@ -28,6 +28,8 @@ static struct
     int bad_count; /* answer one message fewer than sent */
     int drop;      /* close the connection instead of answering, once */
     uint64_t pid[8], seq[8]; /* the (producer id, seq) of each request */
+    char key0[16];           /* the first message's key, if any */
+    uint32_t n_props;        /* properties blocks that are not empty */
 } seen;
 
 #define NOW_MS 1800000000000ull
@@ -58,6 +60,20 @@ static enum fake_action delayed_hook(struct fake_server *fs,
     if (proto_next_msg(r, &pos, &m) && m.len < sizeof seen.first) {
         memcpy(seen.first, m.data, m.len);
         seen.first[m.len] = '\0';
+    }
+    seen.n_props = 0;
+    seen.key0[0] = '\0';
+    pos = 0;
+    for (uint32_t i = 0; r->props_len > 0 && proto_next_props(r, &pos, &m);
+         i++) {
+        if (m.len == 0) {
+            continue;
+        }
+        seen.n_props++;
+        /* The block's layout is the index's; the key's bytes are in it. */
+        if (i == 0 && memmem(m.data, m.len, "order-7", 7) != NULL) {
+            memcpy(seen.key0, "order-7", 8);
+        }
     }
     tern_wbuf_init(&w);
     when = r->time_ms & ~PROTO_DELAY_AT;
@@ -181,6 +197,39 @@ Test(client_delayed, dedup_pair_per_queue)
     cr_assert_eq(tern_produce_at(c, "other", two, 1, NOW_MS, &due), 0);
     cr_expect_eq(seen.seq[6], 1);
     cr_expect_neq(seen.pid[6], 0);
+    tern_client_free(c);
+    fake_stop(&fs);
+}
+
+Test(client_delayed, with_properties)
+{
+    struct fake_server fs;
+    struct tern_client *c = start(&fs);
+    uint64_t due = 0;
+    struct tern_header h = {"src", "web", 3};
+    struct tern_message m[2] = {
+        {.data = "a", .len = 1, .key = "order-7", .key_len = 7, .tag = "paid"},
+        {.data = "b", .len = 1, .headers = &h, .n_headers = 1}};
+
+    cr_assert_eq(tern_produce_messages_delayed(c, "jobs", m, 2, 500, &due), 0,
+                 "%s", tern_client_errmsg(c));
+    cr_expect_eq(seen.when, 500);
+    cr_expect_eq(seen.n_msgs, 2);
+    cr_expect_eq(seen.n_props, 2, "both messages carry their properties");
+    cr_expect_str_eq(seen.key0, "order-7");
+    cr_expect_eq(due, NOW_MS + 500);
+    cr_expect_neq(seen.pid[0], 0, "deduplicated as the plain ones");
+
+    cr_assert_eq(tern_produce_messages_at(c, "jobs", m, 1, NOW_MS + 9, &due),
+                 0);
+    cr_expect_eq(seen.when, PROTO_DELAY_AT | (NOW_MS + 9));
+    cr_expect_eq(seen.seq[1], seen.seq[0] + 1);
+
+    /* A property over its limit is refused before anything is sent. */
+    m[0].tag = "not a tag";
+    cr_expect_eq(tern_produce_messages_delayed(c, "jobs", m, 1, 5, &due),
+                 TERN_EINVAL);
+    cr_expect_eq(seen.n_requests, 2);
     tern_client_free(c);
     fake_stop(&fs);
 }
