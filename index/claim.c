@@ -61,8 +61,8 @@ static int claim_get(struct idx_env *e,
 {
     MDB_val k = {key_len, (void *)(uintptr_t)key}, v;
     int rc = mdb_get(txn, e->dbi_claims, &k, &v);
+    memset(c, 0, sizeof *c);
     if (rc == MDB_NOTFOUND) {
-        memset(c, 0, sizeof *c);
         return 1;
     }
     if (rc != 0) {
