@@ -179,8 +179,8 @@ Test(index_claim, claim_renew_refuse_takeover_release_generation)
               r.claim.generation == 1);
     /* Another consumer before until: refused, names holder and until. */
     r = claim(e, i++, 3499, 8, IDX_CLAIM_ACQUIRE, 2000);
-    cr_expect(r.status == TERN_ECLAIMED && r.count == 0 && r.claim.holder == 7 &&
-              r.claim.until_ms == 3500);
+    cr_expect(r.status == TERN_ECLAIMED && r.count == 0 &&
+              r.claim.holder == 7 && r.claim.until_ms == 3500);
     cr_expect_eq(row(e).holder, 7);
     /* At until (until <= t) it takes over; the generation moves. */
     r = claim(e, i++, 3500, 8, IDX_CLAIM_ACQUIRE, 1000);
