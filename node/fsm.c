@@ -223,6 +223,15 @@ static int fsm_apply(void *arg, uint64_t index, const void *buf, size_t len)
     if (stop_if_sync_failed(f)) {
         return idx_status(f->idx);
     }
+    if (idx_status(f->idx) != 0 && idx_map_full(f->idx)) {
+        /* A reopen would rebuild the index into a map of the same size
+         * and fill it again, and its failure would look like a full disk
+         * (the reserve released for nothing): fail-stop (map_full). */
+        if (!f->failed) {
+            fail(f);
+        }
+        return idx_status(f->idx);
+    }
     if (idx_status(f->idx) != 0) {
         /* A failed apply (disk full, I/O error) is sticky until the env is
          * reopened; repl retries the entry, so reopen (at most once a
