@@ -91,7 +91,10 @@
  * (offset -1 when the server acknowledged a retried batch as an old
  * duplicate whose offsets it no longer remembers); payload-id is the
  * payload up to its first '.'. Errors: "tern: <what>: <strerror>" on
- * stderr and a non-zero exit (1 failure, 2 usage). A group consume whose
+ * stderr and a non-zero exit (1 failure, 2 usage: an unknown command or
+ * global option is named and fails before any connection). `tern
+ * --version` prints the CLI's version and the loaded libtern's. A group
+ * consume whose
  * committed offset retention trimmed says so on stderr, once per group
  * fetch that skipped: "tern: group G: N messages below the queue's first
  * offset F were trimmed before they were consumed".
@@ -104,6 +107,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1532,6 +1536,36 @@ static int cmd_cluster(struct tern_client *c, int argc, char **argv)
 
 /* ---- main ---- */
 
+/* The options main takes before the command (each with a value). */
+static bool global_option(const char *a)
+{
+    static const char *const names[] = {
+        "-s",     "--servers", "--timeout-ms", "--read-from",     "--ca",
+        "--cert", "--key",     "--user",       "--password-file", "--namespace",
+        "--auth"};
+    for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
+        if (strcmp(a, names[k]) == 0) {
+            return true;
+        }
+    }
+    return false;
+}
+
+/* The commands main dispatches (a word for anything else fails at once,
+ * before any connection). */
+static bool known_command(const char *w)
+{
+    static const char *const names[] = {
+        "queue",   "produce", "consume", "message", "group",    "dlq",
+        "cluster", "bench",   "user",    "acl",     "namespace"};
+    for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
+        if (strcmp(w, names[k]) == 0) {
+            return true;
+        }
+    }
+    return false;
+}
+
 int main(int argc, char **argv)
 {
     const char *servers = getenv("TERN_SERVERS");
@@ -1563,19 +1597,41 @@ int main(int argc, char **argv)
             usage(stdout);
             return 0;
         }
+        if (strcmp(a, "--version") == 0) {
+            int lib = tern_version_number();
+            (void)printf("tern %d.%d.%d (libtern %d.%d.%d)\n",
+                         TERN_VERSION_MAJOR, TERN_VERSION_MINOR,
+                         TERN_VERSION_PATCH, lib / 10000, lib / 100 % 100,
+                         lib % 100);
+            return 0;
+        }
         if (strcmp(a, "--tls") == 0 || strcmp(a, "--no-tls") == 0) {
             tls = strcmp(a, "--tls") == 0 && tls >= 0 ? 1 : -1;
             i++;
             continue;
         }
+        if (!global_option(a)) {
+            (void)fprintf(stderr,
+                          "tern: unknown option '%s' (tern --help lists "
+                          "them)\n",
+                          a);
+            return 2;
+        }
         if (val == NULL) {
-            usage(stderr);
+            (void)fprintf(stderr, "tern: %s needs a value\n", a);
             return 2;
         }
         if (strcmp(a, "-s") == 0 || strcmp(a, "--servers") == 0) {
             servers = val;
         } else if (strcmp(a, "--timeout-ms") == 0) {
-            if (cli_parse_u64(a, val, &v) != 0 || v == 0 || v > INT32_MAX) {
+            if (cli_parse_u64(a, val, &v) != 0) {
+                return 2;
+            }
+            if (v == 0 || v > INT32_MAX) {
+                (void)fprintf(stderr,
+                              "tern: --timeout-ms %s: a request timeout of "
+                              "1..%d ms\n",
+                              val, INT32_MAX);
                 return 2;
             }
             o.request_timeout_ms = (int)v;
@@ -1595,14 +1651,17 @@ int main(int argc, char **argv)
             auth_ns = val;
         } else if (strcmp(a, "--auth") == 0) {
             auth_mech = val;
-        } else {
-            usage(stderr);
-            return 2;
         }
         i += 2;
     }
     if (i >= argc) {
         usage(stderr);
+        return 2;
+    }
+    if (!known_command(argv[i])) {
+        (void)fprintf(stderr,
+                      "tern: unknown command '%s' (tern --help lists them)\n",
+                      argv[i]);
         return 2;
     }
     if (strcmp(argv[i], "user") == 0 && i + 1 < argc &&
@@ -1619,7 +1678,8 @@ int main(int argc, char **argv)
     } else if (strcmp(read_from, "first") == 0) {
         o.read_from = TERN_READ_FIRST;
     } else {
-        usage(stderr);
+        (void)fprintf(stderr, "tern: --read-from %s: any, leader or first\n",
+                      read_from);
         return 2;
     }
     /* The window of produce/bench is set on the client below. */

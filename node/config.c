@@ -290,6 +290,7 @@ static const char usage_text[] =
     "                             above ours (default 1048576)\n"
     "  --pid-file F               write the pid to F\n"
     "  --help                     this text\n"
+    "  --version                  print the version and exit\n"
     "exit codes: 0 clean stop, 1 runtime failure, 2 bad configuration\n"
     "\n"
     "INI file format:\n"

@@ -135,6 +135,8 @@ Test(cli, queue_produce_consume_formats)
     cr_expect_eq(strncmp(r.out, "{\"queue\":\"orders\"", 17), 0, "%s", r.out);
     run_cli(&r, fs.addr, NULL, "frobnicate");
     cr_expect_eq(r.code, 2);
+    cr_expect_neq(strstr(r.err, "unknown command 'frobnicate'"), NULL, "%s",
+                  r.err);
 
     (void)unlink(ack);
     fake_stop(&fs);
@@ -695,4 +697,36 @@ Test(cli, message_trace_text_and_json)
     run_cli(&r, fs.addr, NULL, "message trace orders 1 --bogus");
     cr_expect_eq(r.code, 2);
     fake_stop(&fs);
+}
+
+/* Usage errors name what is wrong and fail before any connection (the
+ * address given is never listened on); --version needs no server. */
+Test(cli, usage_errors_name_the_word_and_version)
+{
+    struct cli_run r;
+    const char *nowhere = "127.0.0.1:1";
+    run_cli(&r, nowhere, NULL, "--version");
+    cr_expect_eq(r.code, 0, "%s", r.err);
+    char want[64];
+    (void)snprintf(want, sizeof want, "tern %d.%d.%d (libtern ",
+                   TERN_VERSION_MAJOR, TERN_VERSION_MINOR, TERN_VERSION_PATCH);
+    cr_expect_eq(strncmp(r.out, want, strlen(want)), 0, "%s", r.out);
+    run_cli(&r, nowhere, NULL, "--timeout-ms 0 queue list");
+    cr_expect_eq(r.code, 2);
+    cr_expect_neq(strstr(r.err, "--timeout-ms 0: a request timeout of 1.."),
+                  NULL, "%s", r.err);
+    run_cli(&r, nowhere, NULL, "--bogus x queue list");
+    cr_expect_eq(r.code, 2);
+    cr_expect_neq(strstr(r.err, "unknown option '--bogus'"), NULL, "%s", r.err);
+    run_cli(&r, nowhere, NULL, "--read-from nowhere queue list");
+    cr_expect_eq(r.code, 2);
+    cr_expect_neq(strstr(r.err, "--read-from nowhere: any, leader or first"),
+                  NULL, "%s", r.err);
+    run_cli(&r, nowhere, NULL, "--user");
+    cr_expect_eq(r.code, 2);
+    cr_expect_neq(strstr(r.err, "--user needs a value"), NULL, "%s", r.err);
+    run_cli(&r, nowhere, NULL, "frobnicate now");
+    cr_expect_eq(r.code, 2);
+    cr_expect_neq(strstr(r.err, "unknown command 'frobnicate'"), NULL, "%s",
+                  r.err);
 }
