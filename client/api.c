@@ -739,6 +739,24 @@ static int produce_delayed(struct tern_client *c,
     return rv;
 }
 
+/* The when field of PRODUCE_DELAYED for ms (a delay, or with at a due
+ * time): 0 and *when, or TERN_EINVAL (errmsg) when ms uses the field's
+ * flag bits. */
+static int when_field(struct tern_client *c,
+                      uint64_t ms,
+                      bool at,
+                      uint64_t *when)
+{
+    if ((ms & (PROTO_DELAY_AT | PROTO_DELAY_DEDUP)) != 0) {
+        tern_errmsg_printf(c->errmsg, "%s %llu%s is out of range",
+                           at ? "due time" : "delay", (unsigned long long)ms,
+                           at ? "" : " ms");
+        return TERN_EINVAL;
+    }
+    *when = at ? ms | PROTO_DELAY_AT : ms;
+    return 0;
+}
+
 int tern_produce_delayed(struct tern_client *c,
                          const char *queue,
                          const struct tern_msg *msgs,
@@ -746,13 +764,11 @@ int tern_produce_delayed(struct tern_client *c,
                          uint64_t delay_ms,
                          uint64_t *out_due_ms)
 {
-    if ((delay_ms & (PROTO_DELAY_AT | PROTO_DELAY_DEDUP)) != 0) {
-        tern_errmsg_printf(c->errmsg, "delay %llu ms is out of range",
-                           (unsigned long long)delay_ms);
-        return TERN_EINVAL;
-    }
-    return produce_delayed(c, queue, tern_msg_pat, msgs, n, delay_ms,
-                           out_due_ms);
+    uint64_t when;
+    int rv = when_field(c, delay_ms, false, &when);
+    return rv != 0 ? rv
+                   : produce_delayed(c, queue, tern_msg_pat, msgs, n, when,
+                                     out_due_ms);
 }
 
 int tern_produce_at(struct tern_client *c,
@@ -762,13 +778,11 @@ int tern_produce_at(struct tern_client *c,
                     uint64_t due_ms,
                     uint64_t *out_due_ms)
 {
-    if ((due_ms & (PROTO_DELAY_AT | PROTO_DELAY_DEDUP)) != 0) {
-        tern_errmsg_printf(c->errmsg, "due time %llu is out of range",
-                           (unsigned long long)due_ms);
-        return TERN_EINVAL;
-    }
-    return produce_delayed(c, queue, tern_msg_pat, msgs, n,
-                           due_ms | PROTO_DELAY_AT, out_due_ms);
+    uint64_t when;
+    int rv = when_field(c, due_ms, true, &when);
+    return rv != 0 ? rv
+                   : produce_delayed(c, queue, tern_msg_pat, msgs, n, when,
+                                     out_due_ms);
 }
 
 /* ---- Produce with properties ---- */
@@ -804,34 +818,57 @@ static uint64_t wall_ms(void)
 
 static void produce_base_out(const struct tern__req *r, uint64_t *base_offset);
 
-/* The properties blocks of msgs[0..n) into pbuf (block i at off[i], len[i]
- * bytes, 0 = none), their payloads into plain[i]; *props: some message
- * has a block. 0, or the refusal of a property over a limit (errmsg). */
+/* A batch of tern_messages made ready to send: plain[i] the payloads,
+ * pbuf the properties blocks (block i at off[i], len[i] bytes, 0 = none),
+ * props whether some message has a block. Owned; props_free frees. */
+struct props_batch
+{
+    struct tern_msg *plain;
+    size_t *off;
+    size_t *len;
+    struct tern_wbuf pbuf;
+    bool props;
+};
+
+/* Fill b for msgs[0..n) (n >= 1). 0, -ENOMEM, or the refusal of a
+ * property over a limit (errmsg). b is props_free'd by the caller either
+ * way. */
 static int props_build(struct tern_client *c,
                        const struct tern_message *msgs,
                        size_t n,
                        uint64_t now,
-                       struct tern_msg *plain,
-                       struct tern_wbuf *pbuf,
-                       size_t *off,
-                       size_t *len,
-                       bool *props)
+                       struct props_batch *b)
 {
-    *props = false;
+    memset(b, 0, sizeof *b);
+    tern_wbuf_init(&b->pbuf);
+    b->plain = tern_calloc(n, sizeof *b->plain);
+    b->off = tern_calloc(n, sizeof *b->off);
+    b->len = tern_calloc(n, sizeof *b->len);
+    if (b->plain == NULL || b->off == NULL || b->len == NULL) {
+        return -ENOMEM;
+    }
     for (size_t i = 0; i < n; i++) {
-        plain[i].data = msgs[i].data;
-        plain[i].len = msgs[i].len;
-        off[i] = pbuf->len;
+        b->plain[i].data = msgs[i].data;
+        b->plain[i].len = msgs[i].len;
+        b->off[i] = b->pbuf.len;
         if (tern__props_has(&msgs[i])) {
-            int rv = tern__props_encode(&msgs[i], i, now, pbuf, c->errmsg);
+            int rv = tern__props_encode(&msgs[i], i, now, &b->pbuf, c->errmsg);
             if (rv != 0) {
                 return rv;
             }
-            *props = true;
+            b->props = true;
         }
-        len[i] = pbuf->len - off[i];
+        b->len[i] = b->pbuf.len - b->off[i];
     }
     return 0;
+}
+
+static void props_free(struct props_batch *b)
+{
+    tern_free(b->len);
+    tern_free(b->off);
+    tern_free(b->plain);
+    tern_wbuf_free(&b->pbuf);
 }
 
 /* tern_produce_messages_delayed and _at: when as produce_delayed's. */
@@ -842,32 +879,19 @@ static int produce_messages_delayed(struct tern_client *c,
                                     uint64_t when,
                                     uint64_t *out_due_ms)
 {
-    struct tern_msg *plain = NULL;
-    size_t *off = NULL, *len = NULL;
-    struct tern_wbuf pbuf;
-    bool props = false;
+    struct props_batch b;
     int rv;
     if (n == 0 || msgs == NULL || n > UINT32_MAX) {
         tern_errmsg_printf(c->errmsg,
                            "delayed produce needs 1..2^32-1 messages");
         return TERN_EINVAL;
     }
-    tern_wbuf_init(&pbuf);
-    plain = tern_calloc(n, sizeof *plain);
-    off = tern_calloc(n, sizeof *off);
-    len = tern_calloc(n, sizeof *len);
-    rv = plain == NULL || off == NULL || len == NULL
-             ? -ENOMEM
-             : props_build(c, msgs, n, wall_ms(), plain, &pbuf, off, len,
-                           &props);
+    rv = props_build(c, msgs, n, wall_ms(), &b);
     if (rv == 0) {
-        struct pmsgs x = {msgs, pbuf.base, off, len};
+        struct pmsgs x = {msgs, b.pbuf.base, b.off, b.len};
         rv = produce_delayed(c, queue, pmsg_at, &x, n, when, out_due_ms);
     }
-    tern_free(len);
-    tern_free(off);
-    tern_free(plain);
-    tern_wbuf_free(&pbuf);
+    props_free(&b);
     return rv;
 }
 
@@ -878,12 +902,11 @@ int tern_produce_messages_delayed(struct tern_client *c,
                                   uint64_t delay_ms,
                                   uint64_t *out_due_ms)
 {
-    if ((delay_ms & (PROTO_DELAY_AT | PROTO_DELAY_DEDUP)) != 0) {
-        tern_errmsg_printf(c->errmsg, "delay %llu ms is out of range",
-                           (unsigned long long)delay_ms);
-        return TERN_EINVAL;
-    }
-    return produce_messages_delayed(c, queue, msgs, n, delay_ms, out_due_ms);
+    uint64_t when;
+    int rv = when_field(c, delay_ms, false, &when);
+    return rv != 0
+               ? rv
+               : produce_messages_delayed(c, queue, msgs, n, when, out_due_ms);
 }
 
 int tern_produce_messages_at(struct tern_client *c,
@@ -893,13 +916,11 @@ int tern_produce_messages_at(struct tern_client *c,
                              uint64_t due_ms,
                              uint64_t *out_due_ms)
 {
-    if ((due_ms & (PROTO_DELAY_AT | PROTO_DELAY_DEDUP)) != 0) {
-        tern_errmsg_printf(c->errmsg, "due time %llu is out of range",
-                           (unsigned long long)due_ms);
-        return TERN_EINVAL;
-    }
-    return produce_messages_delayed(c, queue, msgs, n, due_ms | PROTO_DELAY_AT,
-                                    out_due_ms);
+    uint64_t when;
+    int rv = when_field(c, due_ms, true, &when);
+    return rv != 0
+               ? rv
+               : produce_messages_delayed(c, queue, msgs, n, when, out_due_ms);
 }
 
 int tern_produce_messages(struct tern_client *c,
@@ -908,12 +929,9 @@ int tern_produce_messages(struct tern_client *c,
                           size_t n,
                           uint64_t *base_offset)
 {
-    struct tern_msg *plain = NULL;
-    size_t *off = NULL, *len = NULL;
-    struct tern_wbuf pbuf;
+    struct props_batch b;
     struct tern__req *r = NULL;
     struct tern__pq *pq;
-    bool props = false;
     uint64_t now = wall_ms();
     int rv = check_call(c);
     if (rv != 0) {
@@ -923,23 +941,15 @@ int tern_produce_messages(struct tern_client *c,
         tern_errmsg_printf(c->errmsg, "produce needs 1..2^32-1 messages");
         return TERN_EINVAL;
     }
-    tern_wbuf_init(&pbuf);
-    plain = tern_calloc(n, sizeof *plain);
-    off = tern_calloc(n, sizeof *off);
-    len = tern_calloc(n, sizeof *len);
-    if (plain == NULL || off == NULL || len == NULL) {
-        rv = -ENOMEM;
-        goto out;
-    }
-    rv = props_build(c, msgs, n, now, plain, &pbuf, off, len, &props);
+    rv = props_build(c, msgs, n, now, &b);
     if (rv != 0) {
         goto out;
     }
-    if (!props) {
-        rv = tern_produce(c, queue, plain, n, base_offset);
+    if (!b.props) {
+        rv = tern_produce(c, queue, b.plain, n, base_offset);
         goto out;
     }
-    rv = tern__produce_check(c, queue, plain, n, &pq);
+    rv = tern__produce_check(c, queue, b.plain, n, &pq);
     if (rv == 0) {
         rv = producer_init(c);
     }
@@ -954,7 +964,7 @@ int tern_produce_messages(struct tern_client *c,
         rv = -ENOMEM;
         goto out;
     }
-    struct pmsgs x = {msgs, pbuf.base, off, len};
+    struct pmsgs x = {msgs, b.pbuf.base, b.off, b.len};
     rv = proto_encode_produce_props(&r->frame, 0, queue, pq->producer_id,
                                     pq->next_seq, pmsg_at, &x, (uint32_t)n);
     if (rv == 0 && r->frame.len - PROTO_HEADER_SIZE > c->opts.max_frame) {
@@ -968,7 +978,7 @@ int tern_produce_messages(struct tern_client *c,
     r->pid = pq->producer_id;
     r->seq = pq->next_seq;
     r->n_msgs = n;
-    r->msg_sum = tern__batch_checksum(plain, n);
+    r->msg_sum = tern__batch_checksum(b.plain, n);
     r->pq = pq;
     pq->next_seq++;
     rv = tern__run_sync(c, r);
@@ -979,10 +989,7 @@ out:
     if (r != NULL) {
         tern__req_free(r);
     }
-    tern_free(len);
-    tern_free(off);
-    tern_free(plain);
-    tern_wbuf_free(&pbuf);
+    props_free(&b);
     return rv;
 }
 
