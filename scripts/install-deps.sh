@@ -13,6 +13,9 @@ packages=(
     libraft-dev libuv1-dev liblmdb-dev libibverbs-dev librdmacm-dev
     libcriterion-dev libxxhash-dev libinih-dev
     libssl-dev openssl            # auth/: TLS, HMAC, SCRAM; test certificates
+    libmicrohttpd-dev             # node/: metrics and health endpoint
+    libsystemd-dev                # node/: sd_notify readiness, journald
+    dpkg-dev fakeroot             # make deb: Debian packages
     python3                       # integration tests, scripts
     iproute2 procps               # ss/ip, ps/pgrep for scripts
     nftables                      # jepsen/: partitions inside namespaces
