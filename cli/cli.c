@@ -54,6 +54,8 @@
  *                      committed, the groups past it)
  *   tern cluster status [--json]
  *   tern cluster stats [--reset] [--json]
+ *   tern cluster add ID RAFT_ADDR CLIENT_ADDR [--wait-ms N]
+ *   tern cluster remove ID   (docs/MEMBERSHIP.md)
  *   tern bench QUEUE [--size 1024] [--count N] [--window W] [--batch B]
  *                    [--replication] [--json]
  *   tern user set NAME [--admin] [--cert]
@@ -170,6 +172,8 @@ static void usage(FILE *f)
         "  message trace QUEUE OFFSET [--json]\n"
         "  cluster status [--json]\n"
         "  cluster stats [--reset] [--json]\n"
+        "  cluster add ID RAFT_ADDR CLIENT_ADDR [--wait-ms N]\n"
+        "  cluster remove ID\n"
         "  bench QUEUE [--size 1024] [--count N] [--window W] "
         "[--batch B] [--replication] [--json]\n"
         "  user set NAME [--admin] [--cert] [--password-file F | "
@@ -1453,6 +1457,39 @@ static void print_timers_json(const struct tern_status *s)
     }
 }
 
+/* `tern cluster add ID RAFT_ADDR CLIENT_ADDR [--wait-ms N]` and `tern
+ * cluster remove ID`: membership changes, answered once done. */
+static int cmd_member(struct tern_client *c, int argc, char **argv)
+{
+    uint64_t id = 0;
+    uint64_t wait_ms = 0;
+    bool add = strcmp(argv[1], "add") == 0;
+    int rv;
+    if ((add && argc != 5 && argc != 7) || (!add && argc != 3) ||
+        (add && argc == 7 && strcmp(argv[5], "--wait-ms") != 0)) {
+        usage(stderr);
+        return 2;
+    }
+    if (cli_parse_u64("ID", argv[2], &id) != 0 || id == 0) {
+        (void)fprintf(stderr, "tern: cluster %s: ID must be a number > 0\n",
+                      argv[1]);
+        return 2;
+    }
+    if (add && argc == 7 &&
+        (cli_parse_u64("--wait-ms", argv[6], &wait_ms) != 0 ||
+         wait_ms > UINT32_MAX)) {
+        return 2;
+    }
+    rv = add ? tern_cluster_add(c, id, argv[3], argv[4], (uint32_t)wait_ms)
+             : tern_cluster_remove(c, id);
+    if (rv != 0) {
+        cli_error(c, rv, add ? "cluster add" : "cluster remove");
+        return 1;
+    }
+    (void)printf("node %" PRIu64 " %s\n", id, add ? "added: voter" : "removed");
+    return 0;
+}
+
 static int cmd_cluster(struct tern_client *c, int argc, char **argv)
 {
     struct tern_status *s;
@@ -1460,6 +1497,10 @@ static int cmd_cluster(struct tern_client *c, int argc, char **argv)
     int rv;
     if (argc >= 2 && strcmp(argv[1], "stats") == 0) {
         return cmd_stats(c, argc, argv);
+    }
+    if (argc >= 2 &&
+        (strcmp(argv[1], "add") == 0 || strcmp(argv[1], "remove") == 0)) {
+        return cmd_member(c, argc, argv);
     }
     if (argc < 2 || strcmp(argv[1], "status") != 0 || argc > 3 ||
         (argc == 3 && strcmp(argv[2], "--json") != 0)) {
@@ -1497,9 +1538,19 @@ static int cmd_cluster(struct tern_client *c, int argc, char **argv)
             cli_json_string(stdout, tern_status_member_raft_address(s, i));
             (void)printf(",\"client_address\":");
             cli_json_string(stdout, tern_status_member_client_address(s, i));
+            if (tern_status_member_role(s, i) >= 0) {
+                (void)printf(",\"role\":");
+                cli_json_string(stdout, tern_member_role_name(
+                                            tern_status_member_role(s, i)));
+            }
             (void)printf("}");
         }
         (void)printf("]");
+        if (tern_status_self_role(s) >= 0) {
+            (void)printf(",\"member_role\":");
+            cli_json_string(stdout,
+                            tern_member_role_name(tern_status_self_role(s)));
+        }
         print_timers_json(s);
         (void)printf("}\n");
     } else {
@@ -1522,12 +1573,25 @@ static int cmd_cluster(struct tern_client *c, int argc, char **argv)
         (void)printf("transport:     %s\n", tern_status_transport(s));
         (void)printf("durability:    %s\n", tern_status_durability(s));
         print_timers_text(s);
+        if (tern_status_self_role(s) == TERN_MEMBER_ABSENT) {
+            (void)printf(
+                "membership:    absent: not in the cluster "
+                "configuration; waiting to be added\n");
+        } else if (tern_status_self_role(s) >= 0) {
+            (void)printf("membership:    %s\n",
+                         tern_member_role_name(tern_status_self_role(s)));
+        }
         (void)printf("members:\n");
         for (size_t i = 0; i < tern_status_member_count(s); i++) {
-            (void)printf("  %" PRIu64 "  raft %s  client %s\n",
-                         tern_status_member_id(s, i),
-                         tern_status_member_raft_address(s, i),
-                         tern_status_member_client_address(s, i));
+            (void)printf(
+                "  %" PRIu64 "  raft %s  client %s%s%s\n",
+                tern_status_member_id(s, i),
+                tern_status_member_raft_address(s, i),
+                tern_status_member_client_address(s, i),
+                tern_status_member_role(s, i) >= 0 ? "  " : "",
+                tern_status_member_role(s, i) >= 0
+                    ? tern_member_role_name(tern_status_member_role(s, i))
+                    : "");
         }
     }
     tern_status_free(s);

@@ -1713,6 +1713,52 @@ int tern_cluster_status(struct tern_client *c,
     return rv;
 }
 
+/* ---- Membership ---- */
+
+static int member_done(struct tern__req *r, void *out)
+{
+    uint8_t role = 0;
+    int rv = proto_decode_member_resp(r->body, r->body_len, &role);
+    (void)out;
+    return rv;
+}
+
+static int member_call(struct tern_client *c,
+                       uint8_t action,
+                       uint64_t id,
+                       const char *raft_address,
+                       const char *client_address,
+                       uint32_t timeout_ms)
+{
+    struct tern__req *r;
+    /* The leader answers once the change is done: wait for its bound. */
+    uint32_t extra = action == PROTO_MEMBER_ADD
+                         ? (timeout_ms != 0 ? timeout_ms : 120000u) + 5000u
+                         : 30000u;
+    int rv = tern__sync_req_new(c, PROTO_OP_MEMBER, extra, 0, &r);
+    if (rv != 0) {
+        return rv;
+    }
+    rv = proto_encode_member_req(&r->frame, 0, action, id, raft_address,
+                                 client_address, timeout_ms);
+    return tern__sync_call(c, r, rv, "cluster membership", member_done, NULL);
+}
+
+int tern_cluster_add(struct tern_client *c,
+                     uint64_t id,
+                     const char *raft_address,
+                     const char *client_address,
+                     uint32_t timeout_ms)
+{
+    return member_call(c, PROTO_MEMBER_ADD, id, raft_address, client_address,
+                       timeout_ms);
+}
+
+int tern_cluster_remove(struct tern_client *c, uint64_t id)
+{
+    return member_call(c, PROTO_MEMBER_REMOVE, id, "", "", 0);
+}
+
 /* Copy len bytes of s into dst[size] as a NUL-terminated string. */
 static void copy_str(char *dst, size_t size, const char *s, size_t len)
 {

@@ -544,6 +544,11 @@ static void on_success(struct tern_client *c,
         rv = proto_decode_stats_resp(body, len, &st);
         break;
     }
+    case PROTO_OP_MEMBER: {
+        uint8_t role = 0;
+        rv = proto_decode_member_resp(body, len, &role);
+        break;
+    }
     case PROTO_OP_USER_LIST:
     case PROTO_OP_ACL_LIST:
     case PROTO_OP_NAMESPACE_LIST: {

@@ -351,6 +351,7 @@ struct tern__member
     uint64_t id;
     char *raft_address;   /* owned */
     char *client_address; /* owned */
+    int role;             /* enum tern_member_role, -1 unknown */
 };
 
 struct tern_status
@@ -371,6 +372,7 @@ struct tern_status
     int has_timers; /* the timer tail was in the answer */
     uint64_t timers_pending;
     uint64_t timers_oldest_due_ms;
+    int self_role; /* enum tern_member_role, -1 unknown */
 };
 
 static char *dup_str(const char *s, size_t len)
@@ -410,6 +412,7 @@ struct tern_status *tern__status_new(const char *server,
     s->has_timers = ps.has_timers;
     s->timers_pending = ps.timers_pending;
     s->timers_oldest_due_ms = ps.timers_oldest_due_ms;
+    s->self_role = ps.has_membership ? ps.self_role : -1;
     s->server = dup_str(server, strlen(server));
     s->leader_address = dup_str(ps.leader_address, ps.leader_address_len);
     s->transport = dup_str(ps.transport, ps.transport_len);
@@ -425,6 +428,9 @@ struct tern_status *tern__status_new(const char *server,
         m->id = pm.id;
         m->raft_address = dup_str(pm.raft_address, pm.raft_address_len);
         m->client_address = dup_str(pm.client_address, pm.client_address_len);
+        m->role = ps.has_membership && s->n < ps.n_member_roles
+                      ? ps.member_roles[s->n]
+                      : -1;
         s->n++;
         if (m->raft_address == NULL || m->client_address == NULL) {
             goto err;
@@ -543,6 +549,32 @@ int tern_fetch_result_receipt(const struct tern_fetch_result *r,
     out->offset = r->msgs[i].offset;
     out->count = r->msgs[i].count;
     return 0;
+}
+
+int tern_status_self_role(const struct tern_status *s)
+{
+    return s->self_role;
+}
+
+int tern_status_member_role(const struct tern_status *s, size_t i)
+{
+    return i < s->n ? s->members[i].role : -1;
+}
+
+const char *tern_member_role_name(int role)
+{
+    switch (role) {
+    case TERN_MEMBER_STANDBY:
+        return "standby";
+    case TERN_MEMBER_VOTER:
+        return "voter";
+    case TERN_MEMBER_SPARE:
+        return "spare";
+    case TERN_MEMBER_ABSENT:
+        return "absent";
+    default:
+        return "unknown";
+    }
 }
 
 int tern_status_timers(const struct tern_status *s,

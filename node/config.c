@@ -29,6 +29,11 @@
  *                                   ; printable ASCII, no spaces, 1..64
  *   allow_open_data_dir = false     ; true: start even if the data dir is
  *                                   ; group/world accessible (a warning)
+ *   join = false                    ; true: this node joins a running
+ *                                   ; cluster (`tern cluster add`): it
+ *                                   ; never bootstraps a configuration and
+ *                                   ; waits for the leader; implied when
+ *                                   ; [peers] does not list this node
  *   log_segment_bytes = 64M         ; commit-log segment size, also the
  *                                   ; checkpoint interval (index/ckpt.c:
  *                                   ; keep it the same on every node);
@@ -278,6 +283,8 @@ static const char usage_text[] =
     "  --cluster-name N           cluster name recorded in DATA_DIR/IDENTITY "
     "(default\n"
     "                             tern; printable ASCII, no spaces, 1..64)\n"
+    "  --join B                   true: join a running cluster (wait to "
+    "be added; never bootstrap)\n"
     "  --allow-open-data-dir B    true: start although the data dir is "
     "group or\n"
     "                             world accessible (default false)\n"
@@ -306,6 +313,7 @@ static const char usage_text[] =
     "  log_level = info\n"
     "  cluster_name = tern\n"
     "  allow_open_data_dir = false\n"
+    "  join = false\n"
     "  log_segment_bytes = 64M\n"
     "  index_map_bytes = 64G\n"
     "  retention_interval_ms = 1000\n"
@@ -950,6 +958,7 @@ static const struct key keys[] = {
      NODE__STR(cluster_name), 0},
     {"node", "allow_open_data_dir", "--allow-open-data-dir", set_bool,
      NODE__INT(allow_open_data_dir), 0},
+    {"node", "join", "--join", set_bool, NODE__INT(join), 0},
     {"node", "log_segment_bytes", "--log-segment-bytes", set_u64,
      NODE__U64(log_segment_bytes), (uint64_t)1 << 30},
     {"node", "index_map_bytes", "--index-map-bytes", set_u64,
@@ -1638,23 +1647,31 @@ int node_config_validate(struct node_config *c, char *errmsg)
         }
         self = node_config_peer(c, c->id);
     }
-    if (self == NULL) {
+    if (self == NULL && (c->raft_addr == NULL || c->client_addr == NULL)) {
         tern_errmsg_printf(errmsg,
                            "node %llu is not in its own peer list (add "
-                           "--peer %llu=RAFTADDR,CLIENTADDR)",
+                           "--peer %llu=RAFTADDR,CLIENTADDR, or give "
+                           "--raft-addr and --client-addr to join a running "
+                           "cluster)",
                            (unsigned long long)c->id,
                            (unsigned long long)c->id);
         return TERN_EINVAL;
     }
-    rv = own_addr(&c->raft_addr, self->raft_addr, "raft_addr", "raft", c->id,
-                  errmsg);
-    if (rv != 0) {
-        return rv;
-    }
-    rv = own_addr(&c->client_addr, self->client_addr, "client_addr", "client",
-                  c->id, errmsg);
-    if (rv != 0) {
-        return rv;
+    if (self == NULL) {
+        /* A node the peers do not list can only join: bootstrapping a
+         * configuration without itself would make no sense. */
+        c->join = 1;
+    } else {
+        rv = own_addr(&c->raft_addr, self->raft_addr, "raft_addr", "raft",
+                      c->id, errmsg);
+        if (rv != 0) {
+            return rv;
+        }
+        rv = own_addr(&c->client_addr, self->client_addr, "client_addr",
+                      "client", c->id, errmsg);
+        if (rv != 0) {
+            return rv;
+        }
     }
     for (unsigned i = 0; i < c->n_peers; i++) {
         for (unsigned j = i + 1; j < c->n_peers; j++) {

@@ -45,6 +45,9 @@ struct node_config
     /* Data directory identity and privacy (ident.c) */
     char *cluster_name;      /* owned; [node] cluster_name; NULL: "tern" */
     int allow_open_data_dir; /* [node] allow_open_data_dir (default 0) */
+    int join;                /* [node] join: join a running cluster (never
+                                bootstrap); set by validate when [peers]
+                                does not list this node */
     uint64_t max_term_jump;  /* [raft] max_term_jump (raft/io.c) */
     /* [node] retention (docs/MESSAGES.md, "Retention") */
     unsigned retention_interval_ms; /* retention pass period; 0 = off */

@@ -147,6 +147,12 @@ struct node
                                    per failed attempt up to 48 s */
     char raft_dir[PATH_MAX];
     char index_dir[PATH_MAX];
+    /* Membership (raft/member.c): the role last logged, when a node not
+     * in the configuration last said so, and the scratch copy of the
+     * configuration server_client_addr reads. */
+    int member_role_logged; /* enum repl_member_role; -1: none yet */
+    uint64_t absent_logged_at;
+    struct repl_member members[REPL_MEMBERS_MAX];
     /* Raft messages refused before the core (raft/io.c): the counts last
      * logged and when (one line per burst, at most every 10 s). */
     uint64_t logged_terms_refused;
@@ -246,6 +252,67 @@ static int server_disk_check(void *arg, char *errmsg)
     struct node *n = arg;
     disk_poll(n, false);
     return node_disk_refuse(&n->disk, errmsg);
+}
+
+static void server_members(void *arg,
+                           struct repl_member *out,
+                           unsigned cap,
+                           unsigned *count)
+{
+    struct node *n = arg;
+    *count = 0;
+    if (n->repl != NULL && !n->stopping) {
+        repl_members(n->repl, out, cap, count);
+    }
+}
+
+static int server_member_change(void *arg,
+                                uint8_t action,
+                                uint64_t id,
+                                const char *raft_addr,
+                                const char *client_addr,
+                                unsigned timeout_ms,
+                                repl_change_cb cb,
+                                void *data)
+{
+    struct node *n = arg;
+    int rv;
+    if (n->repl == NULL || n->stopping) {
+        return TERN_ESHUTDOWN;
+    }
+    if (action == PROTO_MEMBER_ADD) {
+        rv = repl_member_add(n->repl, id, raft_addr, client_addr, timeout_ms,
+                             cb, data);
+    } else {
+        rv = repl_member_remove(n->repl, id, cb, data);
+    }
+    node_log(
+        rv == 0 ? NODE_LOG_INFO : NODE_LOG_WARN,
+        rv == 0 ? "membership change started" : "membership change refused",
+        "action=%s id=%llu raft_addr=%s client_addr=%s err=%s",
+        action == PROTO_MEMBER_ADD ? "add" : "remove", (unsigned long long)id,
+        raft_addr[0] != '\0' ? raft_addr : "-",
+        client_addr[0] != '\0' ? client_addr : "-",
+        rv == 0 ? "-" : tern_err_name(rv));
+    return rv;
+}
+
+/* Member id's client address: the one kept with it in the raft
+ * configuration (members added at run time), else its [peers] line. */
+static const char *server_client_addr(void *arg, uint64_t id)
+{
+    struct node *n = arg;
+    const struct node_peer *p = node_config_peer(n->cfg, id);
+    if (n->repl != NULL && !n->stopping && id != 0) {
+        unsigned count = 0;
+        repl_members(n->repl, n->members, REPL_MEMBERS_MAX, &count);
+        for (unsigned i = 0; i < count && i < REPL_MEMBERS_MAX; i++) {
+            if (n->members[i].id == id && n->members[i].meta[0] != '\0') {
+                return n->members[i].meta;
+            }
+        }
+    }
+    return p != NULL ? p->client_addr : NULL;
 }
 
 /* ---- The state machine's view of the node (struct node_fsm_ops) ------- */
@@ -870,6 +937,35 @@ static void log_refused(struct node *n, const struct repl_status *st)
     n->refused_logged_at = now;
 }
 
+/* This node's place in the configuration: one line when its role changes,
+ * and while it is not in the configuration one WARN line at start and
+ * then every 10 s (a node to be added with `tern cluster add`, or one that
+ * was removed: it takes no part until it is added). */
+static void log_membership(struct node *n, const struct repl_status *st)
+{
+    uint64_t now = uv_now(&n->loop);
+    if (st->member_role != n->member_role_logged &&
+        st->member_role != REPL_MEMBER_ABSENT) {
+        node_log(NODE_LOG_INFO, "cluster membership",
+                 "id=%llu role=%s members=%u", (unsigned long long)n->cfg->id,
+                 repl_member_role_name(st->member_role), st->n_members);
+    }
+    if (st->member_role == REPL_MEMBER_ABSENT &&
+        (n->member_role_logged != REPL_MEMBER_ABSENT ||
+         now - n->absent_logged_at >= 10000)) {
+        node_log(NODE_LOG_WARN,
+                 "not in the cluster configuration; waiting to be added",
+                 "id=%llu raft_addr=%s client_addr=%s join=%s members=%u "
+                 "hint=\"on the cluster: tern cluster add %llu %s %s\"",
+                 (unsigned long long)n->cfg->id, n->cfg->raft_addr,
+                 n->cfg->client_addr, n->cfg->join ? "true" : "false",
+                 st->n_members, (unsigned long long)n->cfg->id,
+                 n->cfg->raft_addr, n->cfg->client_addr);
+        n->absent_logged_at = now;
+    }
+    n->member_role_logged = st->member_role;
+}
+
 static void on_watchdog(uv_timer_t *t)
 {
     struct node *n = t->data;
@@ -892,6 +988,7 @@ static void on_watchdog(uv_timer_t *t)
         n->last_fsm_error = st.fsm_error;
     }
     log_refused(n, &st);
+    log_membership(n, &st);
     if (st.term_exhausted) {
         node_log(NODE_LOG_ERROR, "raft term reached its bound (2^62)",
                  "term=%llu (a new election would need a higher term)",
@@ -1109,7 +1206,9 @@ static int node_start(struct node *n, char *errmsg)
     static const struct node_fsm_ops fops = {fsm_kick, fsm_release_disk,
                                              fsm_fail};
     static const struct node_server_ops sops = {
-        server_idx, server_status, server_latency, server_disk_check};
+        server_idx,        server_status,  server_latency,
+        server_disk_check, server_members, server_member_change,
+        server_client_addr};
     struct repl_config rc;
     struct repl_peer *rpeers = NULL;
     struct repl_fsm fsm;
@@ -1207,6 +1306,7 @@ static int node_start(struct node *n, char *errmsg)
     rc.durability =
         c->memory_durability ? REPL_DURABILITY_MEMORY : REPL_DURABILITY_DISK;
     rc.max_term_jump = c->max_term_jump;
+    rc.join = c->join != 0;
     rv = repl_config_validate(&rc, errmsg);
     if (rv == 0) {
         node_fsm_callbacks(&n->fsm, &fsm);
@@ -1355,6 +1455,7 @@ int node_run(const struct node_config *c)
         return 1;
     }
     n->cfg_view = *c;
+    n->member_role_logged = -1;
     node_transport_init(&n->transport, &n->loop, &n->cfg_view, c->transport);
     n->cfg_view.transport = n->transport.name;
     n->cfg = &n->cfg_view;

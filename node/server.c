@@ -181,6 +181,12 @@ static void view_status(const struct node_view *v, struct repl_status *out)
     v->ops.status(v->arg, out);
 }
 
+/* Member id's client address, or NULL (borrowed until the next op). */
+static const char *view_client_addr(const struct node_view *v, uint64_t id)
+{
+    return v->ops.client_addr(v->arg, id);
+}
+
 enum conn_state {
     CONN_OPEN = 0,
     CONN_DRAINING,
@@ -589,12 +595,12 @@ static void send_error(struct node_conn *c,
     }
     if (status == TERN_ENOTLEADER) {
         struct repl_status st;
-        const struct node_peer *p;
+        const char *a;
         view_status(&c->view, &st);
         leader_id = st.leader_id;
-        p = node_config_peer(c->view.cfg, leader_id);
-        if (p != NULL) {
-            leader_addr = p->client_addr;
+        a = view_client_addr(&c->view, leader_id);
+        if (a != NULL) {
+            leader_addr = a;
         }
     }
     tern_wbuf_init(&w);
@@ -1505,33 +1511,77 @@ static void serve_list(struct node_conn *c,
     conn_send(c, &w);
 }
 
-static void serve_status(struct node_conn *c,
-                         uint64_t request_id,
-                         uint8_t flags)
+/* The members STATUS lists: the raft configuration the node knows (with
+ * each member's client address: kept with it, else its [peers] line, else
+ * ""), or the [peers] lines while the node has no configuration (a node
+ * waiting to join). cm (scratch) holds the configuration's strings;
+ * roles[i] is members[i]'s role. Returns the count. */
+static unsigned status_members(struct node_conn *c,
+                               struct proto_member *members,
+                               uint8_t *roles,
+                               struct repl_member *cm,
+                               unsigned cap)
 {
     const struct node_config *cfg = c->view.cfg;
-    struct proto_member members[64];
-    struct proto_status ps;
-    struct repl_status st;
-    const struct node_peer *lp;
-    struct tern_wbuf w;
-    unsigned nm = TERN_MIN(cfg->n_peers, (unsigned)TERN_ARRAY_SIZE(members));
-
-    view_status(&c->view, &st);
-    lp = node_config_peer(cfg, st.leader_id);
-    for (unsigned i = 0; i < nm; i++) {
+    unsigned n = 0;
+    c->view.ops.members(c->view.arg, cm, cap, &n);
+    n = TERN_MIN(n, cap);
+    for (unsigned i = 0; i < n; i++) {
+        const struct node_peer *p = node_config_peer(cfg, cm[i].id);
+        const char *ca = cm[i].meta[0] != '\0' ? cm[i].meta
+                         : p != NULL           ? p->client_addr
+                                               : "";
+        members[i].id = cm[i].id;
+        members[i].raft_address = cm[i].address;
+        members[i].raft_address_len = (uint16_t)strlen(cm[i].address);
+        members[i].client_address = ca;
+        members[i].client_address_len = (uint16_t)strlen(ca);
+        roles[i] = (uint8_t)cm[i].role;
+    }
+    if (n > 0) {
+        return n;
+    }
+    n = TERN_MIN(cfg->n_peers, cap);
+    for (unsigned i = 0; i < n; i++) {
         members[i].id = cfg->peers[i].id;
         members[i].raft_address = cfg->peers[i].raft_addr;
         members[i].raft_address_len = (uint16_t)strlen(cfg->peers[i].raft_addr);
         members[i].client_address = cfg->peers[i].client_addr;
         members[i].client_address_len =
             (uint16_t)strlen(cfg->peers[i].client_addr);
+        roles[i] = PROTO_MEMBER_ABSENT; /* not in a configuration known */
     }
+    return n;
+}
+
+static void serve_status(struct node_conn *c,
+                         uint64_t request_id,
+                         uint8_t flags)
+{
+    const struct node_config *cfg = c->view.cfg;
+    struct proto_member members[REPL_MEMBERS_MAX];
+    uint8_t roles[REPL_MEMBERS_MAX];
+    struct repl_member *cm;
+    struct proto_status ps;
+    struct repl_status st;
+    const char *la;
+    struct tern_wbuf w;
+    unsigned nm;
+    int rv;
+
+    cm = tern_calloc(REPL_MEMBERS_MAX, sizeof(*cm));
+    if (cm == NULL) {
+        send_error(c, PROTO_OP_STATUS, request_id, -ENOMEM, NULL);
+        return;
+    }
+    view_status(&c->view, &st);
+    nm = status_members(c, members, roles, cm, REPL_MEMBERS_MAX);
+    la = view_client_addr(&c->view, st.leader_id);
     memset(&ps, 0, sizeof(ps));
     ps.node_id = cfg->id;
     ps.role = (uint8_t)st.role;
     ps.leader_id = st.leader_id;
-    ps.leader_address = lp != NULL ? lp->client_addr : "";
+    ps.leader_address = la != NULL ? la : "";
     ps.leader_address_len = (uint16_t)strlen(ps.leader_address);
     ps.term = st.term;
     ps.commit_index = st.commit_index;
@@ -1547,15 +1597,121 @@ static void serve_status(struct node_conn *c,
         idx_timer_stats(view_idx(&c->view), &ps.timers_pending,
                         &ps.timers_oldest_due_ms) == 0) {
         ps.has_timers = 1;
+        ps.has_membership = 1;
+        ps.self_role = (uint8_t)st.member_role;
+        ps.member_roles = roles;
     }
     tern_wbuf_init(&w);
-    if (proto_encode_status_resp(&w, request_id, &ps) != 0) {
+    rv = proto_encode_status_resp(&w, request_id, &ps);
+    tern_free(cm);
+    if (rv != 0) {
         tern_wbuf_free(&w);
         send_error(c, PROTO_OP_STATUS, request_id, TERN_EINTERNAL,
                    "cannot encode status");
         return;
     }
     conn_send(c, &w);
+}
+
+/* ---- MEMBER (op 34) ------------------------------------------------------ */
+
+struct member_req
+{
+    struct node_conn *c; /* a reference until the answer */
+    uint64_t request_id;
+    uint8_t action;
+    uint64_t id;
+};
+
+static void member_done(void *data, int status, int reached)
+{
+    struct member_req *m = data;
+    struct node_conn *c = m->c;
+    const char *what = m->action == PROTO_MEMBER_ADD ? "add" : "remove";
+    node_log(
+        status == 0 ? NODE_LOG_INFO : NODE_LOG_WARN,
+        status == 0 ? "membership change done" : "membership change failed",
+        "action=%s id=%llu role=%s err=%s", what, (unsigned long long)m->id,
+        repl_member_role_name(reached),
+        status == 0 ? "-" : tern_err_name(status));
+    if (conn_live(c)) {
+        if (status == 0) {
+            struct tern_wbuf w;
+            tern_wbuf_init(&w);
+            (void)proto_encode_member_resp(&w, m->request_id, (uint8_t)reached);
+            conn_send(c, &w);
+        } else {
+            char msg[TERN_ERRMSG_SIZE];
+            (void)snprintf(msg, sizeof(msg),
+                           "%s of node %llu: %s; its role now: %s", what,
+                           (unsigned long long)m->id, tern_strerror(status),
+                           repl_member_role_name(reached));
+            send_error(c, PROTO_OP_MEMBER, m->request_id, status, msg);
+        }
+    }
+    conn_unref(c);
+    tern_free(m);
+}
+
+static void handle_member(struct node_conn *c,
+                          uint64_t request_id,
+                          const struct proto_request *r)
+{
+    char raft[PROTO_MEMBER_ADDR_MAX + 1];
+    char client[PROTO_MEMBER_ADDR_MAX + 1];
+    char msg[TERN_ERRMSG_SIZE];
+    struct member_req *m;
+    int rv;
+
+    (void)snprintf(raft, sizeof(raft), "%.*s", (int)r->raft_address_len,
+                   r->raft_address);
+    (void)snprintf(client, sizeof(client), "%.*s", (int)r->client_address_len,
+                   r->client_address);
+    m = tern_calloc(1, sizeof(*m));
+    if (m == NULL) {
+        send_error(c, r->op, request_id, -ENOMEM, NULL);
+        return;
+    }
+    m->c = c;
+    m->request_id = request_id;
+    m->action = r->flags;
+    m->id = r->member_id;
+    rv = c->view.ops.member_change(c->view.arg, r->flags, r->member_id, raft,
+                                   client, r->wait_ms, member_done, m);
+    if (rv != 0) {
+        tern_free(m);
+        switch (rv) {
+        case TERN_ECHANGING:
+            (void)snprintf(msg, sizeof(msg),
+                           "another membership change is in progress "
+                           "(uncommitted configuration or a member "
+                           "catching up); retry once it is done");
+            break;
+        case TERN_ELASTVOTER:
+            (void)snprintf(msg, sizeof(msg),
+                           "node %llu is the only voter; add another "
+                           "first",
+                           (unsigned long long)r->member_id);
+            break;
+        case TERN_ENOTMEMBER:
+            (void)snprintf(msg, sizeof(msg),
+                           "node %llu is not in the cluster configuration",
+                           (unsigned long long)r->member_id);
+            break;
+        case TERN_EINVAL:
+            (void)snprintf(msg, sizeof(msg),
+                           "node %llu: already a voter, or the id or raft "
+                           "address of another member",
+                           (unsigned long long)r->member_id);
+            break;
+        default:
+            send_error(c, r->op, request_id, rv, NULL);
+            return;
+        }
+        send_error(c, r->op, request_id, rv, msg);
+        return;
+    }
+    c->refs++;
 }
 
 /* STATS: this node's replication latency summary (leader append ->
@@ -1762,17 +1918,17 @@ static bool refuse_unless_writable(struct node_conn *c,
                                    const struct repl_status *st)
 {
     const struct node_config *cfg = c->view.cfg;
-    const struct node_peer *p;
+    const char *p;
     char m[TERN_ERRMSG_SIZE];
 
     if (st->writable) {
         return false;
     }
-    p = node_config_peer(cfg, st->leader_id);
+    p = view_client_addr(&c->view, st->leader_id);
     if (st->leader_id != 0 && st->leader_id != cfg->id && p != NULL) {
         (void)snprintf(m, sizeof(m),
                        "not the leader; leader is node %llu at %s",
-                       (unsigned long long)st->leader_id, p->client_addr);
+                       (unsigned long long)st->leader_id, p);
     } else if (st->leader_id == cfg->id) {
         (void)snprintf(m, sizeof(m), "leader not ready for writes yet");
     } else {
@@ -2857,6 +3013,9 @@ static void handle_request(struct node_conn *c,
         break;
     case PROTO_OP_STATUS:
         serve_status(c, request_id, r->flags);
+        break;
+    case PROTO_OP_MEMBER:
+        handle_member(c, request_id, r);
         break;
     case PROTO_OP_STATS:
         serve_stats(c, request_id, r->flags);

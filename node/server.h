@@ -32,6 +32,27 @@ struct node_server_ops
     /* 0, or TERN_EFULL with a message into errmsg while the disk alarm is
      * on. */
     int (*disk_check)(void *arg, char *errmsg);
+    /* Membership (raft/repl.h, "Membership"). OUT: the configuration the
+     * node knows, out[0..cap) (caller-owned), *n its size (0 when raft
+     * is not running). */
+    void (*members)(void *arg,
+                    struct repl_member *out,
+                    unsigned cap,
+                    unsigned *n);
+    /* Start a MEMBER change (action PROTO_MEMBER_ADD or _REMOVE; the
+     * strings are copied, "" for REMOVE): 0 and cb(data, ...) once it
+     * ends, or a code and no cb (repl_member_add/_remove). */
+    int (*member_change)(void *arg,
+                         uint8_t action,
+                         uint64_t id,
+                         const char *raft_addr,
+                         const char *client_addr,
+                         unsigned timeout_ms,
+                         repl_change_cb cb,
+                         void *data);
+    /* Member id's client address (for redirects and status), or NULL
+     * when unknown; borrowed until the next call of any op. */
+    const char *(*client_addr)(void *arg, uint64_t id);
 };
 
 /* Listen on cfg->client_addr. cfg, batcher and arg are borrowed and must

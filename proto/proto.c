@@ -1033,6 +1033,104 @@ int proto_encode_settle(struct tern_wbuf *w,
 
 /* An optional flags byte that ends a request (STATUS, MESSAGE_TRACE):
  * absent, or not 0 and within allowed. */
+/* An address of MEMBER: 1..PROTO_MEMBER_ADDR_MAX printable bytes, no ','
+ * nor space. */
+static bool member_addr_valid(const char *a, size_t len)
+{
+    if (a == NULL || len == 0 || len > PROTO_MEMBER_ADDR_MAX) {
+        return false;
+    }
+    for (size_t i = 0; i < len; i++) {
+        if (a[i] <= ' ' || a[i] > '~' || a[i] == ',') {
+            return false;
+        }
+    }
+    return true;
+}
+
+static int decode_member(struct tern_cursor *c, struct proto_request *out)
+{
+    out->flags = tern_cursor_u8(c);
+    out->member_id = tern_cursor_u64(c);
+    out->raft_address = proto_get_str(c, &out->raft_address_len);
+    out->client_address = proto_get_str(c, &out->client_address_len);
+    out->wait_ms = tern_cursor_u32(c);
+    if (c->err != 0) {
+        return TERN_EMALFORMED;
+    }
+    if (out->member_id == 0) {
+        return TERN_EMALFORMED;
+    }
+    switch (out->flags) {
+    case PROTO_MEMBER_ADD:
+        return member_addr_valid(out->raft_address, out->raft_address_len) &&
+                       member_addr_valid(out->client_address,
+                                         out->client_address_len)
+                   ? 0
+                   : TERN_EMALFORMED;
+    case PROTO_MEMBER_REMOVE:
+        return out->raft_address_len == 0 && out->client_address_len == 0 &&
+                       out->wait_ms == 0
+                   ? 0
+                   : TERN_EMALFORMED;
+    default:
+        return TERN_EMALFORMED;
+    }
+}
+
+int proto_encode_member_req(struct tern_wbuf *w,
+                            uint64_t request_id,
+                            uint8_t action,
+                            uint64_t id,
+                            const char *raft_address,
+                            const char *client_address,
+                            uint32_t timeout_ms)
+{
+    size_t start = w->len;
+    size_t rl = raft_address != NULL ? strlen(raft_address) : 0;
+    size_t cl = client_address != NULL ? strlen(client_address) : 0;
+    if (id == 0 ||
+        (action == PROTO_MEMBER_ADD &&
+         (!member_addr_valid(raft_address, rl) ||
+          !member_addr_valid(client_address, cl))) ||
+        (action == PROTO_MEMBER_REMOVE &&
+         (rl != 0 || cl != 0 || timeout_ms != 0)) ||
+        (action != PROTO_MEMBER_ADD && action != PROTO_MEMBER_REMOVE)) {
+        return TERN_EINVAL;
+    }
+    proto_frame_begin(w, PROTO_OP_MEMBER, request_id, 0);
+    tern_wbuf_u8(w, action);
+    tern_wbuf_u64(w, id);
+    proto_put_str(w, raft_address != NULL ? raft_address : "", (uint16_t)rl);
+    proto_put_str(w, client_address != NULL ? client_address : "",
+                  (uint16_t)cl);
+    tern_wbuf_u32(w, timeout_ms);
+    return proto_frame_end(w, start);
+}
+
+int proto_encode_member_resp(struct tern_wbuf *w,
+                             uint64_t request_id,
+                             uint8_t role)
+{
+    size_t start = w->len;
+    proto_frame_begin(w, PROTO_OP_MEMBER | PROTO_OP_RESPONSE, request_id, 0);
+    tern_wbuf_u8(w, role);
+    return proto_frame_end(w, start);
+}
+
+int proto_decode_member_resp(const void *body, size_t len, uint8_t *role)
+{
+    struct tern_cursor c;
+    int rc;
+    tern_cursor_init(&c, body, len);
+    *role = tern_cursor_u8(&c);
+    rc = cursor_finish(&c);
+    if (rc == 0 && *role > PROTO_MEMBER_ABSENT) {
+        rc = TERN_EMALFORMED;
+    }
+    return rc;
+}
+
 static int get_flags_tail(struct tern_cursor *c,
                           struct proto_request *out,
                           uint8_t allowed)
@@ -1088,6 +1186,9 @@ int proto_decode_request(uint8_t op,
         break;
     case PROTO_OP_STATUS:
         rv = get_flags_tail(&c, out, PROTO_STATUS_TIMERS);
+        break;
+    case PROTO_OP_MEMBER:
+        rv = decode_member(&c, out);
         break;
     case PROTO_OP_GROUP_STATUS:
         rv = get_name(&c, &out->queue, &out->queue_len);
@@ -2003,9 +2104,14 @@ int proto_encode_status_resp(struct tern_wbuf *w,
         proto_put_str(w, m->client_address, m->client_address_len);
     }
     if (st->has_timers) {
-        tern_wbuf_u8(w, 1); /* tail version */
+        tern_wbuf_u8(w, st->has_membership ? 2 : 1); /* tail version */
         tern_wbuf_u64(w, st->timers_pending);
         tern_wbuf_u64(w, st->timers_oldest_due_ms);
+        if (st->has_membership) {
+            tern_wbuf_u8(w, st->self_role);
+            tern_wbuf_u32(w, st->n_members);
+            tern_wbuf_put(w, st->member_roles, st->n_members);
+        }
     }
     return proto_frame_end(w, start);
 }
@@ -2048,7 +2154,18 @@ int proto_decode_status_resp(const void *body,
         out->timers_pending = tern_cursor_u64(&c);
         out->timers_oldest_due_ms = tern_cursor_u64(&c);
         ok = version >= 1;
-        if (c.err == 0 && version > 1) {
+        if (c.err == 0 && version >= 2) {
+            out->has_membership = 1;
+            out->self_role = tern_cursor_u8(&c);
+            out->n_member_roles = tern_cursor_u32(&c);
+            if (c.err == 0 && (out->n_member_roles != out->n_members ||
+                               out->self_role > PROTO_MEMBER_ABSENT)) {
+                ok = 0;
+            }
+            out->member_roles =
+                ok ? tern_cursor_bytes(&c, out->n_member_roles) : NULL;
+        }
+        if (c.err == 0 && ok && version > 2) {
             (void)tern_cursor_bytes(&c, tern_cursor_left(&c));
         }
     }

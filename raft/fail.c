@@ -63,9 +63,11 @@ int repl_err_from_raft(int rv)
     case RAFT_BADROLE:
     case RAFT_INVALID:
     case RAFT_NAMETOOLONG:
-    case RAFT_CANTCHANGE:
     case RAFT_CANTBOOTSTRAP:
         return TERN_EINVAL;
+    case RAFT_CANTCHANGE:
+        return TERN_ECHANGING; /* a configuration change is uncommitted or
+                                  a promotion is catching up */
     case RAFT_NOTFOUND:
         return -ENOENT;
     case RAFT_UNAUTHORIZED:

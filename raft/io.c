@@ -607,6 +607,7 @@ static void io_tick(struct raft_io *inner)
     repl_bulk_tick(r);
     repl_lat_poll(r);
     repl_poll(r);
+    repl_member_tick(r);
 }
 
 static void io_inner_recv(struct raft_io *inner, struct raft_message *msg)
@@ -1155,13 +1156,17 @@ static int send_part(struct repl *r,
                      struct repl_frame *f)
 {
     struct send_req *s = tern_calloc(1, sizeof *s);
+    char xaddr[REPL_WIRE_ADDR_MAX + 1];
     int rv;
     if (s == NULL) {
         return -ENOMEM;
     }
     s->xs.data = s;
     s->g = g;
-    rv = xport_send(r->xport, &s->xs, peer_id, addr, f->iov, f->n_iov,
+    /* A configuration address may carry the member's META after a ','
+     * (repl.h, "Membership"): the xport gets the raft address only. */
+    repl_member_raft_addr(addr, xaddr, sizeof xaddr);
+    rv = xport_send(r->xport, &s->xs, peer_id, xaddr, f->iov, f->n_iov,
                     send_done);
     if (rv != 0) {
         tern_free(s);
@@ -1404,10 +1409,28 @@ void repl_io_deliver(struct repl *r, struct repl_wire *w)
     repl_poll(r);
 }
 
-/* A voter of the configuration other than ourselves. */
-static bool known_sender(const struct repl *r, uint64_t id)
+/* A member of the configuration (or of the configured peers) other than
+ * ourselves. */
+static bool known_sender(struct repl *r, uint64_t id)
 {
     if (id == r->id) {
+        return false;
+    }
+    for (unsigned i = 0; i < r->n_peers; i++) {
+        if (r->peers[i].id == id) {
+            return true;
+        }
+    }
+    /* A joining node that has no configuration yet cannot know who leads
+     * now (members may have changed since its [peers] were written): it
+     * takes any sender the xport let through (peer authentication, when
+     * on, proved a node of the cluster), and from its first
+     * configuration on, the members it lists. */
+    if (r->join && r->raft.configuration.n == 0) {
+        return true;
+    }
+    /* A member added since the last tick (member.c). */
+    if (repl_peers_sync(r) != 0) {
         return false;
     }
     for (unsigned i = 0; i < r->n_peers; i++) {

@@ -208,7 +208,7 @@ int repl_config_validate(struct repl_config *c, char *errmsg)
             self = true;
         }
     }
-    if (!self) {
+    if (!self && !c->join) {
         tern_errmsg_printf(errmsg, "repl: id %llu not among peers",
                            (unsigned long long)c->id);
         return TERN_EINVAL;
@@ -327,6 +327,7 @@ static int create(uv_loop_t *loop,
     r->snapshot_threshold_bytes = c.snapshot_threshold_bytes;
     r->snapshot_trailing = c.snapshot_trailing;
     r->durability = c.durability;
+    r->join = c.join;
     r->fsm = *fsm;
     r->state_cb = state_cb;
     r->state_arg = state_arg;
@@ -464,6 +465,11 @@ int repl_start(struct repl *r, char *errmsg)
     struct raft_configuration conf;
     int rv;
 
+    if (r->join) {
+        /* Never bootstrap: the configuration comes from the leader that
+         * adds this node (member.c). */
+        goto start;
+    }
     raft_configuration_init(&conf);
     for (unsigned i = 0; i < r->n_peers; i++) {
         rv = raft_configuration_add(&conf, r->peers[i].id, r->peers[i].address,
@@ -482,6 +488,7 @@ int repl_start(struct repl *r, char *errmsg)
                            raft_errmsg(&r->raft));
         return repl_err_from_raft(rv);
     }
+start:
     rv = raft_start(&r->raft);
     if (rv != 0) {
         tern_errmsg_printf(errmsg, "repl: start: %s", raft_errmsg(&r->raft));
@@ -598,6 +605,8 @@ void repl_get_status(struct repl *r, struct repl_status *out)
     out->meta_load = r->io.meta_load;
     out->meta_prev_term = r->io.meta_prev_term;
     out->meta_prev_vote = r->io.meta_prev_vote;
+    out->member_role = repl_self_role(r);
+    out->n_members = r->raft.configuration.n;
 }
 
 struct transfer_req
@@ -669,6 +678,7 @@ static void raft_closed(struct raft *raft)
          * never touches it again. */
         tern_free(p);
     }
+    repl_member_close(r);
     free_repl(r);
     if (cb != NULL) {
         cb(arg);

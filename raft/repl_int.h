@@ -283,6 +283,17 @@ struct repl_lat_state
     struct repl_latency stages[REPL_STAGE__COUNT];
 };
 
+/* ---- member.c: membership changes -------------------------------------- */
+
+struct repl_member_change;
+
+struct repl_member_state
+{
+    struct repl_member_change *change; /* the change under way, or NULL */
+    bool self_absent; /* stats: self not in the configuration at the last
+                         tick */
+};
+
 /* ---- the replica -------------------------------------------------------- */
 
 struct repl
@@ -305,6 +316,7 @@ struct repl
     uint64_t snapshot_threshold_bytes;
     unsigned snapshot_trailing;
     enum repl_durability durability;
+    bool join; /* repl_config.join: never bootstrap */
     struct repl_fsm fsm;
     repl_state_cb state_cb;
     void *state_arg;
@@ -317,11 +329,12 @@ struct repl
     /* fail.c: sticky fail-stop code (0 = healthy). */
     int failed;
 
-    struct repl_io_state io;       /* io.c */
-    struct repl_guard_state guard; /* guard.c */
-    struct repl_fsm_glue glue;     /* fsm.c */
-    struct repl_bulk_state bulk;   /* bulk.c */
-    struct repl_lat_state lat;     /* latency.c */
+    struct repl_io_state io;         /* io.c */
+    struct repl_guard_state guard;   /* guard.c */
+    struct repl_fsm_glue glue;       /* fsm.c */
+    struct repl_bulk_state bulk;     /* bulk.c */
+    struct repl_lat_state lat;       /* latency.c */
+    struct repl_member_state member; /* member.c */
 };
 
 /* ---- io.c ---------------------------------------------------------------- */
@@ -400,6 +413,22 @@ void repl_bulk_abort(struct repl *r);
  * stays the caller's. */
 int repl_bulk_restore_later(struct repl *r, struct raft_buffer *manifest);
 bool repl_bulk_restore_pending(const struct repl *r);
+
+/* ---- member.c ------------------------------------------------------------ */
+
+/* Add every server of libraft's configuration missing from r->peers (and
+ * the guard's per-peer array beside it): members added at run time are
+ * known senders and bulk sources from then on. Members removed stay (a
+ * message from them is harmless to the core). 0 or -ENOMEM. */
+int repl_peers_sync(struct repl *r);
+/* The raft (xport) part of a configuration address: the text before the
+ * first ',' (repl.h, "Membership"), into out (cap bytes, NUL-terminated,
+ * cut when longer). */
+void repl_member_raft_addr(const char *address, char *out, size_t cap);
+/* Every tick: drive the change under way (catch-up wait, deadline). */
+void repl_member_tick(struct repl *r);
+/* raft is closed: fail the change under way (TERN_ESHUTDOWN). */
+void repl_member_close(struct repl *r);
 
 /* ---- fail.c -------------------------------------------------------------- */
 

@@ -41,7 +41,10 @@
     X(TERN_EIDENTITY, -31027, "data directory belongs to another node")        \
     X(TERN_ENOTFOUND, -31028, "no such user, namespace or grant")              \
     X(TERN_EQUEUEFULL, -31029, "queue full")                                   \
-    X(TERN_ECLAIMED, -31030, "group held by another consumer")
+    X(TERN_ECLAIMED, -31030, "group held by another consumer")                 \
+    X(TERN_ECHANGING, -31031, "a membership change is in progress")            \
+    X(TERN_ELASTVOTER, -31032, "refused: would leave no voter")                \
+    X(TERN_ENOTMEMBER, -31033, "not a member of the cluster configuration")
 
 enum tern_errno {
 #define TERN__ERRNO_ENUM(name, value, msg) name = (value),

@@ -910,7 +910,51 @@ TERN_API const char *tern_status_member_client_address(
 TERN_API int tern_status_timers(const struct tern_status *s,
                                 uint64_t *pending,
                                 uint64_t *oldest_due_ms);
+/* Membership (docs/MEMBERSHIP.md): the role of the server answering in
+ * the cluster configuration it knows, and the role of member i, as enum
+ * tern_member_role; -1 from a server that predates membership changes
+ * (or i out of range). */
+TERN_API int tern_status_self_role(const struct tern_status *s);
+TERN_API int tern_status_member_role(const struct tern_status *s, size_t i);
 TERN_API void tern_status_free(struct tern_status *s);
+
+/* ---- Membership changes (docs/MEMBERSHIP.md) ----------------------------- */
+
+enum tern_member_role {
+    TERN_MEMBER_STANDBY = 0, /* replicated to, does not vote */
+    TERN_MEMBER_VOTER = 1,
+    TERN_MEMBER_SPARE = 2,  /* in the configuration, not replicated to */
+    TERN_MEMBER_ABSENT = 3, /* not in the configuration */
+};
+/* "standby", "voter", "spare", "absent" or "unknown"; static. */
+TERN_API const char *tern_member_role_name(int role);
+
+/* Add node id to the cluster: the leader adds it as a non-voter,
+ * replicates to it (snapshot + bulk copy, then entries) and makes it a
+ * voter once it has caught up. The node must be running with an empty
+ * data dir in join mode (ternd --join true, or [peers] without itself).
+ * raft_address and client_address are its "host:port" addresses
+ * (borrowed for the call; the client address is kept in the replicated
+ * configuration, for redirects and status on every node). timeout_ms
+ * bounds the change on the leader (0: the server's default, 120 s); the
+ * call waits that long plus the client's request timeout. 0 once the node
+ * is a voter; else TERN_ECHANGING (another change is under way),
+ * TERN_EINVAL (already a voter, an id or raft address of another
+ * member), TERN_ETIMEDOUT / TERN_ENOCONN / TERN_ELEADERSHIPLOST (the
+ * node keeps the role it reached, named in tern_client_errmsg: call again
+ * to go on, or remove it), TERN_ENOTLEADER, TERN_EDENIED (admin only). */
+TERN_API int tern_cluster_add(struct tern_client *c,
+                              uint64_t id,
+                              const char *raft_address,
+                              const char *client_address,
+                              uint32_t timeout_ms);
+/* Remove node id from the cluster configuration; returns once the new
+ * configuration is committed. Removing the leader is allowed (it steps
+ * down once committed and the others elect a leader). TERN_ENOTMEMBER,
+ * TERN_ELASTVOTER (the only voter), TERN_ECHANGING, TERN_ENOTLEADER,
+ * TERN_EDENIED, TERN_ELEADERSHIPLOST (outcome unknown: check with
+ * tern_cluster_status). */
+TERN_API int tern_cluster_remove(struct tern_client *c, uint64_t id);
 
 /* ---- Replication latency ----------------------------------------------- */
 

@@ -396,10 +396,33 @@
  *                      PROTO_STATUS_TIMERS asks for the timer tail; other
  *                      bits must be 0.
  *                 resp: with PROTO_STATUS_TIMERS, after the members:
- *                       u8 version (1), u64 timers_pending (delayed
+ *                       u8 version (2; 1 from a server that predates
+ *                       membership changes), u64 timers_pending (delayed
  *                       messages not yet due or not yet fired, by this
- *                       node's index), u64 timers_oldest_due_ms (0 none).
+ *                       node's index), u64 timers_oldest_due_ms (0 none);
+ *                       version 2 goes on with u8 self_role (this node's
+ *                       role in the cluster configuration it knows:
+ *                       PROTO_MEMBER_STANDBY 0, VOTER 1, SPARE 2, ABSENT 3
+ *                       = not in it), u32 n, n x u8 role of members[i]
+ *                       (same order and count as the members list, which
+ *                       is then the raft configuration).
  *                       A later version appends fields.
+ *
+ * Membership (op 34, added with online membership changes: an older
+ * server answers TERN_EINVAL "unknown request op"; op 35 is reserved):
+ *   MEMBER        req: u8 action (PROTO_MEMBER_ADD 1, PROTO_MEMBER_REMOVE
+ *                      2), u64 id (> 0), str raft_address, str
+ *                      client_address (ADD: "host:port" each, 1..
+ *                      PROTO_MEMBER_ADDR_MAX bytes, no ','; REMOVE: both
+ *                      ""), u32 timeout_ms (ADD: bound of the whole change,
+ *                      0 = the server's default; REMOVE: 0)
+ *                 resp: u8 role (the member's role once done: VOTER after
+ *                       ADD, ABSENT after REMOVE)
+ *                 Leader only (TERN_ENOTLEADER with the leader's address
+ *                 otherwise); cluster admin. One change at a time:
+ *                 TERN_ECHANGING while one is under way. The answer comes
+ *                 when the change is committed (ADD: once the member is a
+ *                 voter); a failure's message names the role reached.
  */
 #ifndef TERN_PROTO_H
 #define TERN_PROTO_H
@@ -450,6 +473,7 @@ enum proto_op {
     PROTO_OP_CLAIM = 30,
     PROTO_OP_PRODUCE_DELAYED = 31,
     PROTO_OP_GROUP_STATUS = 32,
+    PROTO_OP_MEMBER = 34,
     PROTO_OP_ERROR = 0x7f,
     PROTO_OP_RESPONSE = 0x80,
 };
@@ -608,7 +632,38 @@ struct proto_request
     size_t items_len;
     /* CLAIM: consumer_id, the action in flags (PROTO_CLAIM_*), lease_ms. */
     uint32_t lease_ms;
+    /* MEMBER: the action in flags (PROTO_MEMBER_ADD/REMOVE), the timeout
+     * in wait_ms; addresses borrowed from the body. */
+    uint64_t member_id;
+    const char *raft_address;
+    uint16_t raft_address_len;
+    const char *client_address;
+    uint16_t client_address_len;
 };
+
+/* MEMBER (op 34): actions and the roles of the STATUS tail. */
+#define PROTO_MEMBER_ADD      1u
+#define PROTO_MEMBER_REMOVE   2u
+#define PROTO_MEMBER_ADDR_MAX 127u
+enum proto_member_role {
+    PROTO_MEMBER_STANDBY = 0,
+    PROTO_MEMBER_VOTER = 1,
+    PROTO_MEMBER_SPARE = 2,
+    PROTO_MEMBER_ABSENT = 3,
+};
+/* MEMBER request (client side): addresses NUL-terminated ("" for
+ * REMOVE). TERN_EINVAL for a bad action or address. */
+int proto_encode_member_req(struct tern_wbuf *w,
+                            uint64_t request_id,
+                            uint8_t action,
+                            uint64_t id,
+                            const char *raft_address,
+                            const char *client_address,
+                            uint32_t timeout_ms);
+int proto_encode_member_resp(struct tern_wbuf *w,
+                             uint64_t request_id,
+                             uint8_t role);
+int proto_decode_member_resp(const void *body, size_t len, uint8_t *role);
 /* Decode a request body for op; TERN_EMALFORMED (trailing bytes included),
  * TERN_EBADNAME for an invalid queue/group name, TERN_EINVAL for an unknown
  * op. */
@@ -1214,6 +1269,15 @@ struct proto_status
     uint8_t has_timers;
     uint64_t timers_pending;
     uint64_t timers_oldest_due_ms;
+    /* Version 2 of the tail (with has_timers): has_membership 1, this
+     * node's role (enum proto_member_role) and one role per member
+     * (encoding: member_roles points at n_members bytes, borrowed;
+     * decoding: member_roles_raw holds n_member_roles bytes, borrowed
+     * from the body). */
+    uint8_t has_membership;
+    uint8_t self_role;
+    const uint8_t *member_roles;
+    uint32_t n_member_roles;
     uint64_t node_id;
     uint8_t role;
     uint64_t leader_id;

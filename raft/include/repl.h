@@ -163,8 +163,14 @@ struct repl_config
                                       missing), also holding tern's term record
                                       (raft/meta.c); NULL (tests over a fake inner
                                       io only): no term record */
-    const struct repl_peer *peers; /* all voters, self included */
+    const struct repl_peer *peers; /* all voters, self included (with
+                                      join: the members to expect
+                                      messages from, self optional) */
     unsigned n_peers;
+    bool join; /* a node joining a running cluster (raft/member.c): never
+                  bootstrap a configuration; wait for the leader to add
+                  and contact it (its configuration comes with the first
+                  entries or snapshot it receives) */
     unsigned election_timeout_ms;      /* default 150 */
     unsigned heartbeat_ms;             /* default 15; < election timeout */
     uint64_t snapshot_threshold_bytes; /* applied bytes between snapshots;
@@ -280,6 +286,11 @@ struct repl_status
     int meta_load;
     uint64_t meta_prev_term;
     uint64_t meta_prev_vote;
+    /* Membership (repl.h, "Membership"): this node's role in the latest
+     * configuration it knows (enum repl_member_role; ABSENT: not in it,
+     * waiting to be added, or removed) and that configuration's size. */
+    int member_role;
+    unsigned n_members;
 };
 void repl_get_status(struct repl *r, struct repl_status *out);
 
@@ -367,6 +378,90 @@ void repl_set_disk_full(struct repl *r, bool full);
 
 /* Ask the leader to hand over leadership to id (0: any voter). */
 int repl_transfer(struct repl *r, uint64_t id);
+
+/* ---- Membership (raft/member.c) ----------------------------------------
+ *
+ * The configuration is libraft's: every change is a RAFT_CHANGE entry, and
+ * snapshots carry the configuration they cover, so every member and every
+ * node that catches up learns it with the log. A member's address in that
+ * configuration is "RAFTADDR" or "RAFTADDR,META": META is an opaque string
+ * of the caller's (node/ keeps the member's client address there), cut
+ * off before the address reaches the xport. Members bootstrapped from
+ * repl_config.peers carry no META.
+ *
+ * One change at a time: while a change made through these calls is under
+ * way, or libraft holds an uncommitted configuration or a promotion in
+ * catch-up, another change fails with TERN_ECHANGING. Changes are made by
+ * a writable leader only (TERN_ENOTLEADER otherwise). */
+#define REPL_MEMBER_META_MAX 127
+#define REPL_MEMBERS_MAX     64
+
+/* libraft's roles (numbering kept), and ABSENT for "not in the
+ * configuration". */
+enum repl_member_role {
+    REPL_MEMBER_STANDBY = 0, /* replicated to, does not vote */
+    REPL_MEMBER_VOTER = 1,
+    REPL_MEMBER_SPARE = 2, /* in the configuration, not replicated to */
+    REPL_MEMBER_ABSENT = 3,
+};
+/* Static name ("standby", "voter", "spare", "absent"); "?" otherwise. */
+const char *repl_member_role_name(int role);
+
+struct repl_member
+{
+    uint64_t id;
+    int role; /* enum repl_member_role */
+    char address[256];
+    char meta[REPL_MEMBER_META_MAX + 1]; /* "" when none */
+};
+
+/* The latest configuration this node knows (possibly not committed yet),
+ * copied into out[0..cap) (caller-owned); *n (OUT) is the number of
+ * members, which may exceed cap. */
+void repl_members(struct repl *r,
+                  struct repl_member *out,
+                  unsigned cap,
+                  unsigned *n);
+/* This node's role in that configuration (REPL_MEMBER_ABSENT when it is
+ * not in it, e.g. a joining node not added yet, or a removed one). */
+int repl_self_role(struct repl *r);
+
+/* A change's result: status 0 when the change completed (add: the node
+ * is a voter; remove: the configuration without it is committed), else
+ * a code. reached is the role the member holds in this leader's
+ * configuration when cb runs (add: SPARE or STANDBY when the promotion
+ * failed half-way; ABSENT when the first step failed). */
+typedef void (*repl_change_cb)(void *data, int status, int reached);
+
+/* Add a member: libraft's raft_add (spare), raft_assign standby (the
+ * leader replicates to it: snapshot + bulk copy, then entries), and once
+ * its log has reached the leader's commit index, raft_assign voter
+ * (libraft's own catch-up rounds then run for what remains). address is
+ * its raft address, meta (may be NULL) the string kept beside it; both
+ * copied. timeout_ms bounds the whole change (0: 120 s): then cb gets
+ * TERN_ETIMEDOUT and the member stays at the role reached (remove it, or
+ * add again to go on: an add of a member already present continues from
+ * its role). Fails at once with TERN_ENOTLEADER, TERN_ECHANGING,
+ * TERN_EINVAL (id 0, bad address, a meta with ',' or too long, an id
+ * already a voter, the address of another member), -ENOMEM; cb is then
+ * not called. */
+int repl_member_add(struct repl *r,
+                    uint64_t id,
+                    const char *address,
+                    const char *meta,
+                    unsigned timeout_ms,
+                    repl_change_cb cb,
+                    void *data);
+
+/* Remove a member (raft_remove). Removing the leader itself is allowed:
+ * libraft commits the new configuration and the leader then steps down,
+ * and the other voters elect a leader among themselves. Fails at once with
+ * TERN_ENOTLEADER, TERN_ECHANGING, TERN_ENOTMEMBER (no such id),
+ * TERN_ELASTVOTER (the only voter), -ENOMEM. */
+int repl_member_remove(struct repl *r,
+                       uint64_t id,
+                       repl_change_cb cb,
+                       void *data);
 
 /* Stop raft; pending proposals fail with TERN_ESHUTDOWN; cb(arg) runs once
  * closed (asynchronously: keep running the loop), r is freed before it

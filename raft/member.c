@@ -1,0 +1,462 @@
+/*
+ * raft/member.c: membership changes over libraft 0.15 (repl.h,
+ * "Membership"): adding a member in steps, removing one, the view of the
+ * configuration for node/, and keeping r->peers (known senders, bulk
+ * sources) in step with the configuration.
+ *
+ * Adding, happy path (one struct repl_member_change, r->member.change):
+ *   SPARE    raft_add: the member is in the configuration, not replicated
+ *            to; committed -> cb -> STANDBY is submitted from the next tick
+ *   STANDBY  raft_assign(standby): the leader replicates to it (a new,
+ *            empty node gets an InstallSnapshot: the bulk copy of bulk.c,
+ *            then entries); committed -> CATCHUP
+ *   CATCHUP  every tick: once the member's match index (libraft's
+ *            leader_state.progress, public in 0.15) reaches the commit
+ *            index of the moment STANDBY committed (the state the member
+ *            had to fetch; under a steady write load the live commit
+ *            index stays a little ahead of any follower), VOTER is
+ *            submitted
+ *   VOTER    raft_assign(voter): libraft runs its catch-up rounds for
+ *            what is left (at most max_catch_up_rounds rounds, each
+ *            shorter than an election timeout, else it gives up with
+ *            RAFT_NOCONNECTION), then appends the configuration; committed
+ *            -> the caller's cb(0, VOTER).
+ * Each raft change callback only records the next step; the submission
+ * happens on the next tick, outside libraft's applyChange.
+ *
+ * Failure modes: the leader loses its leadership or term (libraft fails
+ * the pending change with RAFT_LEADERSHIPLOST; a step waiting on our side
+ * sees the term move) -> TERN_ELEADERSHIPLOST with the role reached; a
+ * promotion abandoned by libraft (RAFT_NOCONNECTION) goes back to CATCHUP
+ * until the deadline; the deadline passes while no libraft change is
+ * pending -> TERN_ETIMEDOUT (a pending libraft change cannot be withdrawn:
+ * its own outcome is awaited); the replica closes -> TERN_ESHUTDOWN. The
+ * member keeps the role it reached: an add of it again continues from
+ * there, a remove takes it out.
+ *
+ * One change at a time. libraft refuses a change while a configuration is
+ * uncommitted or a promotion is in catch-up (RAFT_CANTCHANGE, which
+ * fail.c translates to TERN_ECHANGING); between our steps no libraft
+ * change is pending, so r->member.change refuses the others.
+ *
+ * libraft 0.15 caveat (membershipRollback): a follower that must drop an
+ * uncommitted configuration entry (a new leader's log lacks it) decodes
+ * the last committed configuration from its log; when that entry was
+ * already compacted into a snapshot, 0.15 dereferences NULL. Keeping
+ * changes short (one at a time, each committed before the next, a
+ * writable leader whose post-election barrier is applied) keeps the
+ * uncommitted window small; it is not closed.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "repl_int.h"
+
+#define MEMBER__DEFAULT_TIMEOUT_MS 120000u
+
+enum member_step {
+    STEP_SPARE = 1,
+    STEP_STANDBY,
+    STEP_CATCHUP,
+    STEP_VOTER,
+    STEP_REMOVE,
+};
+
+struct repl_member_change
+{
+    struct raft_change req;
+    struct repl *r;
+    enum member_step step;
+    bool in_raft; /* req is pending in libraft */
+    bool submit;  /* submit step on the next tick */
+    uint64_t id;
+    uint64_t term;     /* the leader's term at the start */
+    uint64_t deadline; /* io time, ms */
+    uint64_t target;   /* CATCHUP: the commit index when it began */
+    char address[256]; /* "RAFTADDR[,META]" */
+    repl_change_cb cb;
+    void *data;
+};
+
+const char *repl_member_role_name(int role)
+{
+    switch (role) {
+    case REPL_MEMBER_STANDBY:
+        return "standby";
+    case REPL_MEMBER_VOTER:
+        return "voter";
+    case REPL_MEMBER_SPARE:
+        return "spare";
+    case REPL_MEMBER_ABSENT:
+        return "absent";
+    default:
+        return "?";
+    }
+}
+
+void repl_member_raft_addr(const char *address, char *out, size_t cap)
+{
+    size_t n = strcspn(address, ",");
+    if (cap == 0) {
+        return;
+    }
+    if (n >= cap) {
+        n = cap - 1;
+    }
+    memcpy(out, address, n);
+    out[n] = '\0';
+}
+
+static const struct raft_server *conf_get(const struct repl *r, uint64_t id)
+{
+    for (unsigned i = 0; i < r->raft.configuration.n; i++) {
+        if (r->raft.configuration.servers[i].id == id) {
+            return &r->raft.configuration.servers[i];
+        }
+    }
+    return NULL;
+}
+
+static int role_of(const struct repl *r, uint64_t id)
+{
+    const struct raft_server *s = conf_get(r, id);
+    return s != NULL ? s->role : REPL_MEMBER_ABSENT;
+}
+
+static uint64_t now_ms(struct repl *r)
+{
+    return r->raft.io->time(r->raft.io);
+}
+
+int repl_peers_sync(struct repl *r)
+{
+    for (unsigned i = 0; i < r->raft.configuration.n; i++) {
+        const struct raft_server *s = &r->raft.configuration.servers[i];
+        struct repl_peer *np;
+        struct repl_peer_ack *na;
+        char addr[256];
+        bool known = false;
+        for (unsigned j = 0; j < r->n_peers; j++) {
+            if (r->peers[j].id == s->id) {
+                known = true;
+                break;
+            }
+        }
+        if (known) {
+            continue;
+        }
+        repl_member_raft_addr(s->address, addr, sizeof addr);
+        np = tern_realloc(r->peers, (r->n_peers + 1) * sizeof *np);
+        if (np == NULL) {
+            return -ENOMEM;
+        }
+        r->peers = np;
+        na = tern_realloc(r->guard.peer_acks, (r->n_peers + 1) * sizeof *na);
+        if (na == NULL) {
+            return -ENOMEM;
+        }
+        r->guard.peer_acks = na;
+        memset(&na[r->n_peers], 0, sizeof *na);
+        np[r->n_peers].id = s->id;
+        np[r->n_peers].address = tern_strdup(addr);
+        if (np[r->n_peers].address == NULL) {
+            return -ENOMEM;
+        }
+        r->n_peers++;
+    }
+    return 0;
+}
+
+void repl_members(struct repl *r,
+                  struct repl_member *out,
+                  unsigned cap,
+                  unsigned *n)
+{
+    *n = r->raft.configuration.n;
+    for (unsigned i = 0; i < r->raft.configuration.n && i < cap; i++) {
+        const struct raft_server *s = &r->raft.configuration.servers[i];
+        const char *comma = strchr(s->address, ',');
+        out[i].id = s->id;
+        out[i].role = s->role;
+        repl_member_raft_addr(s->address, out[i].address,
+                              sizeof out[i].address);
+        (void)snprintf(out[i].meta, sizeof out[i].meta, "%s",
+                       comma != NULL ? comma + 1 : "");
+    }
+}
+
+int repl_self_role(struct repl *r)
+{
+    return role_of(r, r->id);
+}
+
+/* ---- changes ------------------------------------------------------------ */
+
+static void finish(struct repl_member_change *m, int status)
+{
+    struct repl *r = m->r;
+    repl_change_cb cb = m->cb;
+    void *data = m->data;
+    int reached = role_of(r, m->id);
+    r->member.change = NULL;
+    tern_free(m);
+    if (cb != NULL) {
+        cb(data, status, reached);
+    }
+}
+
+static void change_cb(struct raft_change *req, int status)
+{
+    struct repl_member_change *m = req->data;
+    struct repl *r = m->r;
+    m->in_raft = false;
+    if (r->closing) {
+        finish(m, TERN_ESHUTDOWN);
+        return;
+    }
+    if (status != 0) {
+        if (m->step == STEP_VOTER && status == RAFT_NOCONNECTION &&
+            now_ms(r) < m->deadline) {
+            m->step = STEP_CATCHUP; /* libraft gave the promotion up */
+            return;
+        }
+        finish(m, repl_err_from_raft(status));
+        return;
+    }
+    switch (m->step) {
+    case STEP_SPARE:
+        m->step = STEP_STANDBY;
+        m->submit = true;
+        break;
+    case STEP_STANDBY:
+        m->step = STEP_CATCHUP;
+        m->target = r->raft.commit_index;
+        break;
+    case STEP_CATCHUP:
+    case STEP_VOTER:
+    case STEP_REMOVE:
+        finish(m, 0);
+        break;
+    }
+}
+
+/* Hand m's step to libraft. 0, or a tern code (cb not called). */
+static int submit(struct repl_member_change *m)
+{
+    struct repl *r = m->r;
+    int rv;
+    m->req.data = m;
+    switch (m->step) {
+    case STEP_SPARE:
+        rv = raft_add(&r->raft, &m->req, m->id, m->address, change_cb);
+        break;
+    case STEP_STANDBY:
+        rv = raft_assign(&r->raft, &m->req, m->id, RAFT_STANDBY, change_cb);
+        break;
+    case STEP_VOTER:
+        rv = raft_assign(&r->raft, &m->req, m->id, RAFT_VOTER, change_cb);
+        break;
+    case STEP_REMOVE:
+        rv = raft_remove(&r->raft, &m->req, m->id, change_cb);
+        break;
+    default:
+        return TERN_EINTERNAL;
+    }
+    if (rv != 0) {
+        return repl_err_from_raft(rv);
+    }
+    m->in_raft = true;
+    return 0;
+}
+
+void repl_member_tick(struct repl *r)
+{
+    struct repl_member_change *m = r->member.change;
+    int rv;
+
+    r->member.self_absent = conf_get(r, r->id) == NULL;
+    if (r->raft.configuration.n > 0) {
+        (void)repl_peers_sync(r); /* retried on the next tick */
+    }
+    if (m == NULL || m->in_raft || r->closing) {
+        return;
+    }
+    if (raft_state(&r->raft) != RAFT_LEADER ||
+        r->raft.current_term != m->term) {
+        finish(m, TERN_ELEADERSHIPLOST);
+        return;
+    }
+    if (now_ms(r) >= m->deadline) {
+        finish(m, TERN_ETIMEDOUT);
+        return;
+    }
+    if (m->step == STEP_CATCHUP) {
+        unsigned i;
+        for (i = 0; i < r->raft.configuration.n; i++) {
+            if (r->raft.configuration.servers[i].id == m->id) {
+                break;
+            }
+        }
+        if (i == r->raft.configuration.n) {
+            finish(m, TERN_ENOTMEMBER);
+            return;
+        }
+        if (r->raft.leader_state.progress == NULL ||
+            r->raft.leader_state.progress[i].match_index < m->target) {
+            return;
+        }
+        m->step = STEP_VOTER;
+        m->submit = true;
+    }
+    if (m->submit) {
+        m->submit = false;
+        rv = submit(m);
+        if (rv == TERN_ECHANGING) {
+            m->submit = true; /* libraft still commits: next tick */
+        } else if (rv != 0) {
+            finish(m, rv);
+        }
+    }
+}
+
+void repl_member_close(struct repl *r)
+{
+    if (r->member.change != NULL) {
+        finish(r->member.change, TERN_ESHUTDOWN);
+    }
+}
+
+static int may_change(struct repl *r)
+{
+    if (r->closing) {
+        return TERN_ESHUTDOWN;
+    }
+    repl_poll(r);
+    if (r->failed != 0 || raft_state(&r->raft) != RAFT_LEADER ||
+        !r->guard.writable) {
+        return TERN_ENOTLEADER;
+    }
+    if (r->member.change != NULL || r->raft.configuration_uncommitted_index ||
+        r->raft.leader_state.promotee_id != 0) {
+        return TERN_ECHANGING;
+    }
+    return 0;
+}
+
+static struct repl_member_change *change_new(struct repl *r,
+                                             uint64_t id,
+                                             enum member_step step,
+                                             unsigned timeout_ms,
+                                             repl_change_cb cb,
+                                             void *data)
+{
+    struct repl_member_change *m = tern_calloc(1, sizeof *m);
+    if (m == NULL) {
+        return NULL;
+    }
+    m->r = r;
+    m->id = id;
+    m->step = step;
+    m->term = r->raft.current_term;
+    m->deadline =
+        now_ms(r) + (timeout_ms != 0 ? timeout_ms : MEMBER__DEFAULT_TIMEOUT_MS);
+    m->cb = cb;
+    m->data = data;
+    return m;
+}
+
+int repl_member_add(struct repl *r,
+                    uint64_t id,
+                    const char *address,
+                    const char *meta,
+                    unsigned timeout_ms,
+                    repl_change_cb cb,
+                    void *data)
+{
+    const struct raft_server *s;
+    struct repl_member_change *m;
+    enum member_step step = STEP_SPARE;
+    char raft_addr[256];
+    int rv = may_change(r);
+    if (rv != 0) {
+        return rv;
+    }
+    if (id == 0 || address == NULL || address[0] == '\0' ||
+        strchr(address, ',') != NULL || strlen(address) > REPL_WIRE_ADDR_MAX ||
+        (meta != NULL &&
+         (strchr(meta, ',') != NULL || strlen(meta) > REPL_MEMBER_META_MAX)) ||
+        strlen(address) + 1 + (meta != NULL ? strlen(meta) : 0) >= 256) {
+        return TERN_EINVAL;
+    }
+    for (unsigned i = 0; i < r->raft.configuration.n; i++) {
+        const struct raft_server *o = &r->raft.configuration.servers[i];
+        repl_member_raft_addr(o->address, raft_addr, sizeof raft_addr);
+        if (o->id != id && strcmp(raft_addr, address) == 0) {
+            return TERN_EINVAL; /* another member's address */
+        }
+    }
+    s = conf_get(r, id);
+    if (s != NULL) {
+        repl_member_raft_addr(s->address, raft_addr, sizeof raft_addr);
+        if (s->role == RAFT_VOTER || strcmp(raft_addr, address) != 0) {
+            return TERN_EINVAL; /* already a voter, or another node's id */
+        }
+        step = s->role == RAFT_SPARE ? STEP_STANDBY : STEP_CATCHUP;
+    }
+    m = change_new(r, id, step, timeout_ms, cb, data);
+    if (m == NULL) {
+        return -ENOMEM;
+    }
+    if (meta != NULL && meta[0] != '\0') {
+        (void)snprintf(m->address, sizeof m->address, "%s,%s", address, meta);
+    } else {
+        (void)snprintf(m->address, sizeof m->address, "%s", address);
+    }
+    m->target = r->raft.commit_index;
+    if (step != STEP_CATCHUP) {
+        rv = submit(m);
+        if (rv != 0) {
+            tern_free(m);
+            return rv;
+        }
+    }
+    r->member.change = m;
+    return 0;
+}
+
+int repl_member_remove(struct repl *r,
+                       uint64_t id,
+                       repl_change_cb cb,
+                       void *data)
+{
+    const struct raft_server *s;
+    struct repl_member_change *m;
+    unsigned voters = 0;
+    int rv = may_change(r);
+    if (rv != 0) {
+        return rv;
+    }
+    s = conf_get(r, id);
+    if (s == NULL) {
+        return TERN_ENOTMEMBER;
+    }
+    for (unsigned i = 0; i < r->raft.configuration.n; i++) {
+        if (r->raft.configuration.servers[i].role == RAFT_VOTER) {
+            voters++;
+        }
+    }
+    if (s->role == RAFT_VOTER && voters <= 1) {
+        return TERN_ELASTVOTER;
+    }
+    m = change_new(r, id, STEP_REMOVE, 0, cb, data);
+    if (m == NULL) {
+        return -ENOMEM;
+    }
+    rv = submit(m);
+    if (rv != 0) {
+        tern_free(m);
+        return rv;
+    }
+    r->member.change = m;
+    return 0;
+}
