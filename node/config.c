@@ -1659,7 +1659,20 @@ int node_config_validate(struct node_config *c, char *errmsg)
     }
     if (self == NULL) {
         /* A node the peers do not list can only join: bootstrapping a
-         * configuration without itself would make no sense. */
+         * configuration without itself would make no sense. Its own
+         * addresses must be its own. */
+        for (unsigned i = 0; i < c->n_peers; i++) {
+            if (strcmp(c->peers[i].raft_addr, c->raft_addr) == 0 ||
+                strcmp(c->peers[i].client_addr, c->client_addr) == 0) {
+                tern_errmsg_printf(errmsg,
+                                   "node %llu is not in its own peer list "
+                                   "and uses peer %llu's address (%s, %s)",
+                                   (unsigned long long)c->id,
+                                   (unsigned long long)c->peers[i].id,
+                                   c->raft_addr, c->client_addr);
+                return TERN_EINVAL;
+            }
+        }
         c->join = 1;
     } else {
         rv = own_addr(&c->raft_addr, self->raft_addr, "raft_addr", "raft",

@@ -4,7 +4,8 @@
  * decoders of every op, the error-frame decoder and every response decoder,
  * and walks every iterator (the security metadata ops 10..19 and the
  * authentication ops 20..21, the message property ops, message trace,
- * the shared group ops 27..29 and the delayed produce, op 31, included).
+ * the shared group ops 27..29, the delayed produce, op 31, and the
+ * membership changes, op 34, included).
  * Decoders must never read out of bounds, and a decoded request must re-encode
  * to a body that decodes to the same fields.
  */
@@ -245,6 +246,14 @@ static void reencode(const struct proto_request *r,
     case PROTO_OP_GROUP_COMMIT:
         rv = proto_encode_group_commit(&w, 1, q, g, r->offset);
         break;
+    case PROTO_OP_MEMBER: {
+        char ra[PROTO_MEMBER_ADDR_MAX + 1], ca[PROTO_MEMBER_ADDR_MAX + 1];
+        name_copy(ra, r->raft_address, r->raft_address_len);
+        name_copy(ca, r->client_address, r->client_address_len);
+        rv = proto_encode_member_req(&w, 1, r->flags, r->member_id, ra, ca,
+                                     r->wait_ms);
+        break;
+    }
     case PROTO_OP_STATS:
         rv = proto_encode_stats_req(&w, 1, r->flags);
         break;
@@ -388,6 +397,13 @@ static void responses(const uint8_t *d, size_t len)
         uint64_t holder, until;
         (void)proto_decode_claim_resp(d, len, &granted, &holder, &until);
     }
+    {
+        uint8_t role;
+        if (proto_decode_member_resp(d, len, &role) == 0 &&
+            role > PROTO_MEMBER_ABSENT) {
+            abort();
+        }
+    }
     if (proto_decode_fetch_resp(d, len, &fr) == 0) {
         struct proto_fetched_msg m;
         uint32_t n = 0;
@@ -481,6 +497,18 @@ static void responses(const uint8_t *d, size_t len)
         if (n != st.n_members) {
             abort();
         }
+        if (st.has_membership) {
+            /* One role per member, each read in bounds. */
+            unsigned sum = 0;
+            if (st.n_member_roles != st.n_members ||
+                st.self_role > PROTO_MEMBER_ABSENT) {
+                abort();
+            }
+            for (uint32_t i = 0; i < st.n_member_roles; i++) {
+                sum += st.member_roles[i];
+            }
+            (void)sum;
+        }
     }
 }
 
@@ -524,6 +552,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             reencode(&r, b, blen);
         }
         if (proto_decode_request(PROTO_OP_GROUP_STATUS, b, blen, &r) == 0) {
+            walk_request(&r);
+            reencode(&r, b, blen);
+        }
+        /* Membership changes (op 34). */
+        if (proto_decode_request(PROTO_OP_MEMBER, b, blen, &r) == 0) {
             walk_request(&r);
             reencode(&r, b, blen);
         }

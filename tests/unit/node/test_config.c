@@ -183,6 +183,46 @@ Test(config, dev_with_override)
     cr_expect_str_eq(cfg.data_dir, "/tmp/devx");
 }
 
+/* A node its [peers] do not list joins a running cluster (membership,
+ * raft/member.c): with its own addresses it is accepted in join mode. */
+Test(config, not_in_peers_is_join_mode)
+{
+    char *path = write_tmp(three_nodes);
+    ARGS("--config", path, "--id", "4", "--raft-addr", "127.0.0.1:27504",
+         "--client-addr", "127.0.0.1:27404");
+    int rv = node_config_parse_args(&cfg, argc_, argv_, errmsg);
+    unlink(path);
+    cr_assert_eq(rv, 0, "%s", errmsg);
+    cr_expect_eq(cfg.join, 1);
+    cr_expect_null(node_config_peer(&cfg, 4));
+    cr_expect_eq(cfg.n_peers, 3);
+    cr_expect_str_eq(cfg.raft_addr, "127.0.0.1:27504");
+}
+
+/* join = true on a node its peers list: it still never bootstraps. */
+Test(config, join_flag_on_a_listed_node)
+{
+    char *path = write_tmp(three_nodes);
+    ARGS("--config", path, "--join", "true");
+    int rv = node_config_parse_args(&cfg, argc_, argv_, errmsg);
+    unlink(path);
+    cr_assert_eq(rv, 0, "%s", errmsg);
+    cr_expect_eq(cfg.join, 1);
+    cr_expect_eq(cfg.id, 2);
+}
+
+/* Outside its peers, a node must not take a peer's addresses. */
+Test(config, join_with_a_peer_address_refused)
+{
+    char *path = write_tmp(three_nodes);
+    ARGS("--config", path, "--id", "4", "--raft-addr", "127.0.0.1:17501",
+         "--client-addr", "127.0.0.1:27404");
+    int rv = node_config_parse_args(&cfg, argc_, argv_, errmsg);
+    unlink(path);
+    cr_expect_eq(rv, TERN_EINVAL);
+    cr_expect_not_null(strstr(errmsg, "uses peer 1's address"), "%s", errmsg);
+}
+
 Test(config, help)
 {
     ARGS("--bogus", "--help");
