@@ -229,7 +229,9 @@ int cluster_try_start(struct cluster *c, unsigned i, char *errmsg)
     int rv;
 
     cr_assert(!nd->up);
-    for (unsigned k = 0; k < c->n; k++) {
+    unsigned n_peers = c->n_boot != 0 ? c->n_boot : c->n;
+
+    for (unsigned k = 0; k < n_peers; k++) {
         peers[k].id = c->nodes[k].id;
         peers[k].address = c->nodes[k].addr;
     }
@@ -242,7 +244,8 @@ int cluster_try_start(struct cluster *c, unsigned i, char *errmsg)
     cfg.address = nd->addr;
     cfg.data_dir = c->meta ? nd->meta_dir : NULL;
     cfg.peers = peers;
-    cfg.n_peers = c->n;
+    cfg.n_peers = n_peers;
+    cfg.join = i >= n_peers;
     cfg.snapshot_threshold_bytes = c->snapshot_bytes;
     cfg.snapshot_trailing = c->trailing;
     cfg.durability = c->durability;

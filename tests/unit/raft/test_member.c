@@ -1,0 +1,200 @@
+/*
+ * tests/unit/raft/test_member.c: membership changes (raft/member.c) on the
+ * deterministic cluster harness: a node started in join mode is added
+ * (spare -> standby -> caught up -> voter) and applies every entry; a
+ * second change while one waits for its member is refused
+ * (TERN_ECHANGING); an add that cannot finish times out at the role it
+ * reached; removing the leader hands the cluster to the others; removing
+ * a stranger or the only voter is refused.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include <criterion/criterion.h>
+
+#include "cluster.h"
+
+static struct cluster cl;
+
+struct change_result
+{
+    bool done;
+    int status;
+    int reached;
+};
+
+static void change_cb(void *data, int status, int reached)
+{
+    struct change_result *r = data;
+    cr_expect(!r->done, "change callback fired twice");
+    r->done = true;
+    r->status = status;
+    r->reached = reached;
+}
+
+static bool pred_done(struct cluster *c, void *arg)
+{
+    (void)c;
+    return ((struct change_result *)arg)->done;
+}
+
+static int role_in(struct repl *r, uint64_t id, char *meta, size_t cap)
+{
+    struct repl_member m[REPL_MEMBERS_MAX];
+    unsigned n = 0;
+    repl_members(r, m, REPL_MEMBERS_MAX, &n);
+    for (unsigned i = 0; i < n && i < REPL_MEMBERS_MAX; i++) {
+        if (m[i].id == id) {
+            if (meta != NULL) {
+                (void)snprintf(meta, cap, "%s", m[i].meta);
+            }
+            return m[i].role;
+        }
+    }
+    return REPL_MEMBER_ABSENT;
+}
+
+/* Start the boot nodes [0, n_boot) and wait for a writable leader. */
+static int start_boot(unsigned n, unsigned n_boot)
+{
+    cluster_init(&cl, n);
+    cl.n_boot = n_boot;
+    for (unsigned i = 0; i < n_boot; i++) {
+        cluster_start(&cl, i);
+    }
+    cr_assert(
+        cluster_step_until(&cl, pred_writable_leader, NULL, CLUSTER_STEPS));
+    return cluster_writable_leader(&cl);
+}
+
+Test(member, join_node_added_as_voter_applies_everything)
+{
+    struct change_result res = {0};
+    char meta[REPL_MEMBER_META_MAX + 1];
+    uint64_t last = 0;
+    int l = start_boot(4, 3);
+    cluster_propose_applied(&cl, (unsigned)l, 40, 64, 1, &last);
+    cluster_start(&cl, 3);
+    cluster_steps(&cl, 200);
+    cr_expect_eq(repl_self_role(cl.nodes[3].repl), REPL_MEMBER_ABSENT,
+                 "a joining node is not in any configuration yet");
+    cr_assert_eq(repl_member_add(cl.nodes[l].repl, 4, cl.nodes[3].addr,
+                                 "127.0.0.1:7404", 0, change_cb, &res),
+                 0);
+    cr_assert(cluster_step_until(&cl, pred_done, &res, CLUSTER_STEPS));
+    cr_expect_eq(res.status, 0, "%s", tern_strerror(res.status));
+    cr_expect_eq(res.reached, REPL_MEMBER_VOTER);
+    cr_expect_eq(role_in(cl.nodes[l].repl, 4, meta, sizeof meta),
+                 REPL_MEMBER_VOTER);
+    cr_expect_str_eq(meta, "127.0.0.1:7404");
+    cluster_propose_applied(&cl, (unsigned)l, 10, 64, 2, &last);
+    cr_expect_eq(cl.nodes[3].applied_index, last);
+    cr_expect_eq(repl_self_role(cl.nodes[3].repl), REPL_MEMBER_VOTER);
+    cluster_fini(&cl);
+}
+
+Test(member, second_change_refused_while_one_waits)
+{
+    struct change_result res = {0};
+    struct change_result other = {0};
+    uint64_t last = 0;
+    int l = start_boot(5, 3);
+    cluster_propose_applied(&cl, (unsigned)l, 10, 64, 1, &last);
+    /* Node 4 is not running: the add stops at standby, catching up. */
+    cr_assert_eq(repl_member_add(cl.nodes[l].repl, 4, cl.nodes[3].addr, NULL, 0,
+                                 change_cb, &res),
+                 0);
+    cluster_steps(&cl, 2000);
+    cr_expect(!res.done);
+    cr_expect_eq(role_in(cl.nodes[l].repl, 4, NULL, 0), REPL_MEMBER_STANDBY);
+    cr_expect_eq(repl_member_add(cl.nodes[l].repl, 5, cl.nodes[4].addr, NULL, 0,
+                                 change_cb, &other),
+                 TERN_ECHANGING);
+    cr_expect_eq(repl_member_remove(cl.nodes[l].repl, 2, change_cb, &other),
+                 TERN_ECHANGING);
+    cr_expect(!other.done);
+    /* The node comes up: the add completes. */
+    cluster_start(&cl, 3);
+    cr_assert(cluster_step_until(&cl, pred_done, &res, CLUSTER_STEPS));
+    cr_expect_eq(res.status, 0, "%s", tern_strerror(res.status));
+    cr_expect_eq(role_in(cl.nodes[l].repl, 4, NULL, 0), REPL_MEMBER_VOTER);
+    cluster_fini(&cl);
+}
+
+Test(member, add_times_out_at_the_role_reached)
+{
+    struct change_result res = {0};
+    int l = start_boot(4, 3);
+    cr_assert_eq(repl_member_add(cl.nodes[l].repl, 4, cl.nodes[3].addr, NULL,
+                                 500, change_cb, &res),
+                 0);
+    cr_assert(cluster_step_until(&cl, pred_done, &res, CLUSTER_STEPS));
+    cr_expect_eq(res.status, TERN_ETIMEDOUT, "%s", tern_strerror(res.status));
+    cr_expect_eq(res.reached, REPL_MEMBER_STANDBY);
+    /* Taken out again, and not a voter meanwhile: the leader still
+     * commits with the three voters. */
+    res.done = false;
+    cr_assert_eq(repl_member_remove(cl.nodes[l].repl, 4, change_cb, &res), 0);
+    cr_assert(cluster_step_until(&cl, pred_done, &res, CLUSTER_STEPS));
+    cr_expect_eq(res.status, 0);
+    cr_expect_eq(role_in(cl.nodes[l].repl, 4, NULL, 0), REPL_MEMBER_ABSENT);
+    cluster_fini(&cl);
+}
+
+static bool pred_other_leader(struct cluster *c, void *arg)
+{
+    int old = *(int *)arg;
+    int l = cluster_writable_leader(c);
+    return l >= 0 && l != old;
+}
+
+Test(member, remove_leader_and_refusals)
+{
+    struct change_result res = {0};
+    uint64_t last = 0;
+    int l = start_boot(3, 3);
+    int nl;
+    cluster_propose_applied(&cl, (unsigned)l, 10, 64, 1, &last);
+    cr_expect_eq(repl_member_remove(cl.nodes[l].repl, 9, change_cb, &res),
+                 TERN_ENOTMEMBER);
+    cr_expect_eq(repl_member_add(cl.nodes[l].repl, 2, cl.nodes[1].addr, NULL, 0,
+                                 change_cb, &res),
+                 TERN_EINVAL, "an id that is already a voter");
+    cr_expect_eq(repl_member_add(cl.nodes[l].repl, 7, cl.nodes[1].addr, NULL, 0,
+                                 change_cb, &res),
+                 TERN_EINVAL, "another member's address");
+    cr_expect_eq(repl_member_add(cl.nodes[l].repl, 7, "127.0.0.1:9100", "a,b",
+                                 0, change_cb, &res),
+                 TERN_EINVAL, "a ',' in the meta");
+    {
+        int f = cluster_other(&cl, l, l);
+        cr_expect_eq(repl_member_remove(cl.nodes[f].repl, 1, change_cb, &res),
+                     TERN_ENOTLEADER);
+    }
+    cr_assert_eq(
+        repl_member_remove(cl.nodes[l].repl, cl.nodes[l].id, change_cb, &res),
+        0);
+    cr_assert(cluster_step_until(&cl, pred_done, &res, CLUSTER_STEPS));
+    cr_expect_eq(res.status, 0, "%s", tern_strerror(res.status));
+    cr_expect_eq(res.reached, REPL_MEMBER_ABSENT);
+    cr_expect_eq(repl_self_role(cl.nodes[l].repl), REPL_MEMBER_ABSENT);
+    cr_assert(cluster_step_until(&cl, pred_other_leader, &l, CLUSTER_STEPS));
+    nl = cluster_writable_leader(&cl);
+    cr_expect_eq(role_in(cl.nodes[nl].repl, cl.nodes[l].id, NULL, 0),
+                 REPL_MEMBER_ABSENT);
+    cluster_propose_n(&cl, (unsigned)nl, 5, 64, 2, &last);
+    cr_assert(
+        cluster_step_until(&cl, pred_leader_committed, &last, CLUSTER_STEPS),
+        "two voters left commit");
+    cluster_fini(&cl);
+}
+
+Test(member, the_only_voter_is_not_removed)
+{
+    struct change_result res = {0};
+    int l = start_boot(1, 1);
+    cr_expect_eq(repl_member_remove(cl.nodes[l].repl, 1, change_cb, &res),
+                 TERN_ELASTVOTER);
+    cr_expect(!res.done);
+    cluster_fini(&cl);
+}
