@@ -56,6 +56,7 @@
  *   tern cluster stats [--reset] [--json]
  *   tern cluster add ID RAFT_ADDR CLIENT_ADDR [--wait-ms N]
  *   tern cluster remove ID   (docs/MEMBERSHIP.md)
+ *   tern cluster rejoin ID RAFT_ADDR CLIENT_ADDR [--wait-ms N]
  *   tern bench QUEUE [--size 1024] [--count N] [--window W] [--batch B]
  *                    [--replication] [--json]
  *   tern user set NAME [--admin] [--cert]
@@ -174,6 +175,7 @@ static void usage(FILE *f)
         "  cluster stats [--reset] [--json]\n"
         "  cluster add ID RAFT_ADDR CLIENT_ADDR [--wait-ms N]\n"
         "  cluster remove ID\n"
+        "  cluster rejoin ID RAFT_ADDR CLIENT_ADDR [--wait-ms N]\n"
         "  bench QUEUE [--size 1024] [--count N] [--window W] "
         "[--batch B] [--replication] [--json]\n"
         "  user set NAME [--admin] [--cert] [--password-file F | "
@@ -1457,13 +1459,17 @@ static void print_timers_json(const struct tern_status *s)
     }
 }
 
-/* `tern cluster add ID RAFT_ADDR CLIENT_ADDR [--wait-ms N]` and `tern
- * cluster remove ID`: membership changes, answered once done. */
+/* `tern cluster add ID RAFT_ADDR CLIENT_ADDR [--wait-ms N]`, `tern
+ * cluster remove ID` and `tern cluster rejoin ID RAFT_ADDR CLIENT_ADDR
+ * [--wait-ms N]` (remove, when it is a member, then add: a node that lost
+ * its data comes back as a voter only this way, docs/MEMBERSHIP.md):
+ * membership changes, answered once done. */
 static int cmd_member(struct tern_client *c, int argc, char **argv)
 {
     uint64_t id = 0;
     uint64_t wait_ms = 0;
-    bool add = strcmp(argv[1], "add") == 0;
+    bool rejoin = strcmp(argv[1], "rejoin") == 0;
+    bool add = rejoin || strcmp(argv[1], "add") == 0;
     int rv;
     if ((add && argc != 5 && argc != 7) || (!add && argc != 3) ||
         (add && argc == 7 && strcmp(argv[5], "--wait-ms") != 0)) {
@@ -1480,13 +1486,26 @@ static int cmd_member(struct tern_client *c, int argc, char **argv)
          wait_ms > UINT32_MAX)) {
         return 2;
     }
+    if (rejoin) {
+        rv = tern_cluster_remove(c, id);
+        if (rv != 0 && rv != TERN_ENOTMEMBER) {
+            cli_error(c, rv, "cluster rejoin: remove");
+            return 1;
+        }
+    }
     rv = add ? tern_cluster_add(c, id, argv[3], argv[4], (uint32_t)wait_ms)
              : tern_cluster_remove(c, id);
     if (rv != 0) {
-        cli_error(c, rv, add ? "cluster add" : "cluster remove");
+        cli_error(c, rv,
+                  rejoin ? "cluster rejoin: add"
+                  : add  ? "cluster add"
+                         : "cluster remove");
         return 1;
     }
-    (void)printf("node %" PRIu64 " %s\n", id, add ? "added: voter" : "removed");
+    (void)printf("node %" PRIu64 " %s\n", id,
+                 rejoin ? "rejoined: voter"
+                 : add  ? "added: voter"
+                        : "removed");
     return 0;
 }
 
@@ -1499,7 +1518,8 @@ static int cmd_cluster(struct tern_client *c, int argc, char **argv)
         return cmd_stats(c, argc, argv);
     }
     if (argc >= 2 &&
-        (strcmp(argv[1], "add") == 0 || strcmp(argv[1], "remove") == 0)) {
+        (strcmp(argv[1], "add") == 0 || strcmp(argv[1], "remove") == 0 ||
+         strcmp(argv[1], "rejoin") == 0)) {
         return cmd_member(c, argc, argv);
     }
     if (argc < 2 || strcmp(argv[1], "status") != 0 || argc > 3 ||

@@ -152,6 +152,7 @@ struct node
      * configuration server_client_addr reads. */
     int member_role_logged; /* enum repl_member_role; -1: none yet */
     uint64_t absent_logged_at;
+    uint64_t rejoin_logged_at; /* the "lost its data" line (10 s) */
     struct repl_member members[REPL_MEMBERS_MAX];
     /* Raft messages refused before the core (raft/io.c): the counts last
      * logged and when (one line per burst, at most every 10 s). */
@@ -950,6 +951,17 @@ static void log_membership(struct node *n, const struct repl_status *st)
                  "id=%llu role=%s members=%u", (unsigned long long)n->cfg->id,
                  repl_member_role_name(st->member_role), st->n_members);
     }
+    if (st->rejoin_needed && now - n->rejoin_logged_at >= 10000) {
+        node_log(NODE_LOG_ERROR,
+                 "lost its data but still counted as a voter: not voting",
+                 "id=%llu votes_withheld=%llu hint=\"on the cluster: tern "
+                 "cluster rejoin %llu %s %s\"",
+                 (unsigned long long)n->cfg->id,
+                 (unsigned long long)st->votes_withheld,
+                 (unsigned long long)n->cfg->id, n->cfg->raft_addr,
+                 n->cfg->client_addr);
+        n->rejoin_logged_at = now;
+    }
     if (st->member_role == REPL_MEMBER_ABSENT &&
         (n->member_role_logged != REPL_MEMBER_ABSENT ||
          now - n->absent_logged_at >= 10000)) {
@@ -1100,6 +1112,21 @@ static int check_data_dir(struct node *n, char *errmsg)
  * node may have acknowledged (a voter that forgets acknowledged entries
  * can elect a leader without them). Counts those files in dir and copies
  * the greatest name (the newest) into newest (cap bytes, may be NULL). */
+/* Whether raft_uv never wrote its metadata in dir (a new or wiped raft
+ * directory). */
+static bool raft_dir_pristine(const char *dir)
+{
+    char path[PATH_MAX];
+    struct stat sb;
+    for (int k = 1; k <= 2; k++) {
+        int w = snprintf(path, sizeof(path), "%s/metadata%d", dir, k);
+        if (w < 0 || (size_t)w >= sizeof(path) || stat(path, &sb) == 0) {
+            return false;
+        }
+    }
+    return true;
+}
+
 static unsigned count_corrupt_segments(const char *dir,
                                        char *newest,
                                        size_t cap)
@@ -1283,6 +1310,25 @@ static int node_start(struct node *n, char *errmsg)
     }
     node_log(NODE_LOG_INFO, "transport selected", "requested=%s selected=%s",
              n->transport.requested, n->transport.name);
+
+    /* The raft log (with the term and vote) lost under an index that
+     * applied entries: this node may have voted and acknowledged entries
+     * it no longer has. Bootstrapping anew would let it vote with what is
+     * left; only a rejoin (join mode, then remove + add) is safe
+     * (docs/MEMBERSHIP.md, "Rejoin"). */
+    if (!c->join && raft_dir_pristine(n->raft_dir) &&
+        idx_last_applied(n->fsm.idx) > 0) {
+        tern_errmsg_printf(errmsg,
+                           "the raft log is gone (no raft/metadata1 or 2) "
+                           "but the index applied up to %llu: this node "
+                           "lost its votes and log and must not vote under "
+                           "id %llu; start it with join = true and run `tern "
+                           "cluster rejoin %llu %s %s` on the cluster",
+                           (unsigned long long)idx_last_applied(n->fsm.idx),
+                           (unsigned long long)c->id, (unsigned long long)c->id,
+                           c->raft_addr, c->client_addr);
+        return TERN_ECORRUPT;
+    }
 
     rpeers = tern_calloc(c->n_peers, sizeof(*rpeers));
     if (rpeers == NULL) {

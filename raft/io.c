@@ -596,10 +596,12 @@ static void io_tick(struct raft_io *inner)
      * election timer) while it still persists entries or a snapshot, or
      * fetches the bulk data of one (it is behind: no use as a candidate),
      * nor while its disk is full (guard.c item 11). */
+    /* Nor does a node that may not vote (member.c, "Votes"): a node
+     * rejoining after a loss must not stand for election either. */
     if (r->failed == 0 &&
         (!r->guard.hold_ticks || raft_state(&r->raft) == RAFT_LEADER ||
          (r->io.n_unacked == 0 && r->io.install_index == 0 &&
-          !r->bulk.fetch.active && !r->disk_full))) {
+          !r->bulk.fetch.active && !r->disk_full && repl_member_may_vote(r)))) {
         r->io.tick_cb(&r->io.outer);
     } else if (r->failed == 0) {
         r->io.ticks_withheld++;
@@ -1524,6 +1526,14 @@ void repl_xport_recv(void *arg, uint64_t from, const void *buf, size_t len)
         r->io.terms_refused++;
         r->io.refused_term = msg_term(&w.msg);
         r->io.refused_from = from;
+        repl_wire_release(&w);
+        return;
+    }
+    if ((w.type == RAFT_IO_REQUEST_VOTE || w.type == RAFT_IO_TIMEOUT_NOW) &&
+        !repl_member_may_vote(r)) {
+        /* Not a voter, or rejoining after a loss (repl.h, "Votes"): no
+         * vote, and no candidacy on a leader's TimeoutNow either. */
+        r->member.votes_withheld++;
         repl_wire_release(&w);
         return;
     }

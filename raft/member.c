@@ -39,6 +39,12 @@
  * fail.c translates to TERN_ECHANGING); between our steps no libraft
  * change is pending, so r->member.change refuses the others.
  *
+ * Votes (repl.h): RequestVotes (and pre-votes) reach the core only on a
+ * node its configuration lists as a voter and that is not waiting to be
+ * re-added after starting empty in join mode (rejoin_wait, set by
+ * repl_start, cleared once the node sees itself as spare or standby).
+ * Dropping a RequestVote is a lost message to Raft: always safe.
+ *
  * libraft 0.15 caveat (membershipRollback): a follower that must drop an
  * uncommitted configuration entry (a new leader's log lacks it) decodes
  * the last committed configuration from its log; when that entry was
@@ -190,6 +196,16 @@ int repl_self_role(struct repl *r)
     return role_of(r, r->id);
 }
 
+bool repl_member_may_vote(struct repl *r)
+{
+    int role = role_of(r, r->id);
+    if (r->member.rejoin_wait &&
+        (role == REPL_MEMBER_SPARE || role == REPL_MEMBER_STANDBY)) {
+        r->member.rejoin_wait = false; /* added by the add path */
+    }
+    return role == REPL_MEMBER_VOTER && !r->member.rejoin_wait;
+}
+
 /* ---- changes ------------------------------------------------------------ */
 
 static void finish(struct repl_member_change *m, int status)
@@ -275,6 +291,7 @@ void repl_member_tick(struct repl *r)
     int rv;
 
     r->member.self_absent = conf_get(r, r->id) == NULL;
+    (void)repl_member_may_vote(r); /* ends the rejoin wait when due */
     if (r->raft.configuration.n > 0) {
         (void)repl_peers_sync(r); /* retried on the next tick */
     }

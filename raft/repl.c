@@ -494,6 +494,9 @@ start:
         tern_errmsg_printf(errmsg, "repl: start: %s", raft_errmsg(&r->raft));
         return repl_err_from_raft(rv);
     }
+    /* A joining node that starts with nothing (member.c, "Votes"). */
+    r->member.rejoin_wait = r->join && r->raft.configuration.n == 0 &&
+                            raft_last_index(&r->raft) == 0;
     repl_poll(r);
     return 0;
 }
@@ -607,6 +610,9 @@ void repl_get_status(struct repl *r, struct repl_status *out)
     out->meta_prev_vote = r->io.meta_prev_vote;
     out->member_role = repl_self_role(r);
     out->n_members = r->raft.configuration.n;
+    out->votes_withheld = r->member.votes_withheld;
+    out->rejoin_needed =
+        r->member.rejoin_wait && out->member_role == REPL_MEMBER_VOTER;
 }
 
 struct transfer_req

@@ -290,8 +290,11 @@ struct repl_member_change;
 struct repl_member_state
 {
     struct repl_member_change *change; /* the change under way, or NULL */
-    bool self_absent; /* stats: self not in the configuration at the last
-                         tick */
+    bool self_absent;        /* stats: self not in the configuration at the last
+                                tick */
+    bool rejoin_wait;        /* joined with nothing: no votes until seen as
+                                a non-voter (repl.h, "Votes") */
+    uint64_t votes_withheld; /* stats: RequestVotes dropped */
 };
 
 /* ---- the replica -------------------------------------------------------- */
@@ -425,6 +428,9 @@ int repl_peers_sync(struct repl *r);
  * first ',' (repl.h, "Membership"), into out (cap bytes, NUL-terminated,
  * cut when longer). */
 void repl_member_raft_addr(const char *address, char *out, size_t cap);
+/* Whether this node may grant a vote now (repl.h, "Votes"); also ends
+ * the rejoin wait once the node sees itself as a non-voter. */
+bool repl_member_may_vote(struct repl *r);
 /* Every tick: drive the change under way (catch-up wait, deadline). */
 void repl_member_tick(struct repl *r);
 /* raft is closed: fail the change under way (TERN_ESHUTDOWN). */

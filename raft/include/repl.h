@@ -291,6 +291,13 @@ struct repl_status
      * waiting to be added, or removed) and that configuration's size. */
     int member_role;
     unsigned n_members;
+    /* Votes (member.c, "Votes"): RequestVotes this node dropped because
+     * it may not vote (counter), and rejoin_needed: it joined with an
+     * empty data dir and the configuration already counts it as a voter
+     * (it lost its data under this id): it never votes until it is
+     * removed and added again (tern cluster rejoin). */
+    uint64_t votes_withheld;
+    bool rejoin_needed;
 };
 void repl_get_status(struct repl *r, struct repl_status *out);
 
@@ -425,6 +432,22 @@ void repl_members(struct repl *r,
 /* This node's role in that configuration (REPL_MEMBER_ABSENT when it is
  * not in it, e.g. a joining node not added yet, or a removed one). */
 int repl_self_role(struct repl *r);
+
+/* Votes. A node grants no vote (RequestVote and pre-vote requests are
+ * dropped before the core, status.votes_withheld) and never stands for
+ * election (no election ticks, TimeoutNow dropped) while its
+ * configuration does not list it as a voter, and a node that started in
+ * join mode with
+ * an empty log grants none until it has seen itself as a non-voter
+ * (spare or standby) in its configuration, i.e. until it was added, or
+ * removed and added again, by the add path. A node whose data was lost
+ * (wiped, or rebuilt after a damaged log) and that comes back under its
+ * old id in join mode therefore never votes with what it lost: the
+ * cluster may have counted its votes and acknowledgements, and only a
+ * removal committed without it (which puts every entry it acknowledged
+ * on a majority of the others) followed by an add makes it a voter again
+ * (docs/MEMBERSHIP.md, "Rejoin"). Withholding a vote is always safe in
+ * Raft; it can only delay an election. */
 
 /* A change's result: status 0 when the change completed (add: the node
  * is a voter; remove: the configuration without it is committed), else

@@ -245,7 +245,7 @@ int cluster_try_start(struct cluster *c, unsigned i, char *errmsg)
     cfg.data_dir = c->meta ? nd->meta_dir : NULL;
     cfg.peers = peers;
     cfg.n_peers = n_peers;
-    cfg.join = i >= n_peers;
+    cfg.join = i >= n_peers || nd->join;
     cfg.snapshot_threshold_bytes = c->snapshot_bytes;
     cfg.snapshot_trailing = c->trailing;
     cfg.durability = c->durability;

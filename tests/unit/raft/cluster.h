@@ -76,6 +76,7 @@ struct cnode
     int fail_apply;     /* next apply returns this */
     int timeout_offset; /* >= 0: fixed election timeout ET + offset */
     char meta_dir[64];  /* c->meta: the repl's data_dir */
+    bool join;          /* start in join mode (also implied by n_boot) */
 };
 
 struct cluster

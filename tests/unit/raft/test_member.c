@@ -5,7 +5,8 @@
  * second change while one waits for its member is refused
  * (TERN_ECHANGING); an add that cannot finish times out at the role it
  * reached; removing the leader hands the cluster to the others; removing
- * a stranger or the only voter is refused.
+ * a stranger or the only voter is refused; a wiped node back under its
+ * old id in join mode never votes until it is removed and added again.
  */
 #include <stdio.h>
 #include <string.h>
@@ -196,5 +197,84 @@ Test(member, the_only_voter_is_not_removed)
     cr_expect_eq(repl_member_remove(cl.nodes[l].repl, 1, change_cb, &res),
                  TERN_ELASTVOTER);
     cr_expect(!res.done);
+    cluster_fini(&cl);
+}
+
+static bool pred_rejoin_needed(struct cluster *c, void *arg)
+{
+    struct repl_status st;
+    unsigned f = *(unsigned *)arg;
+    if (!c->nodes[f].up) {
+        return false;
+    }
+    repl_get_status(c->nodes[f].repl, &st);
+    return st.rejoin_needed;
+}
+
+static bool pred_self_voter(struct cluster *c, void *arg)
+{
+    unsigned f = *(unsigned *)arg;
+    return c->nodes[f].up &&
+           repl_self_role(c->nodes[f].repl) == REPL_MEMBER_VOTER;
+}
+
+Test(member, wiped_node_never_votes_until_rejoined)
+{
+    struct change_result res = {0};
+    struct repl_status st;
+    uint64_t last = 0;
+    int l = start_boot(3, 3);
+    unsigned f = (unsigned)cluster_other(&cl, l, l);
+    unsigned g = (unsigned)cluster_other(&cl, l, (int)f);
+    struct cnode *nf = &cl.nodes[f];
+    cluster_propose_applied(&cl, (unsigned)l, 30, 64, 1, &last);
+
+    /* Node f loses everything and comes back under its id, joining. */
+    cluster_crash(&cl, f);
+    fake_disk_close(&nf->disk);
+    fake_disk_init(&nf->disk);
+    nf->stream_len = 0;
+    nf->applied_index = 0;
+    nf->join = true;
+    cluster_start(&cl, f);
+    cr_assert(cluster_step_until(&cl, pred_rejoin_needed, &f, CLUSTER_STEPS),
+              "the wiped node learns it is still counted as a voter");
+
+    /* Without the leader, the other voter cannot win: f withholds its
+     * vote (it may have acknowledged entries it no longer has). */
+    cluster_crash(&cl, (unsigned)l);
+    cluster_steps(&cl, 30000);
+    cr_expect_lt(cluster_leader(&cl), 0, "no leader with a wiped voter");
+    repl_get_status(nf->repl, &st);
+    cr_expect_gt(st.votes_withheld, 0);
+
+    /* The old leader returns; remove f and add it again. */
+    cluster_start(&cl, (unsigned)l);
+    cr_assert(
+        cluster_step_until(&cl, pred_writable_leader, NULL, CLUSTER_STEPS));
+    l = cluster_writable_leader(&cl);
+    cr_assert_eq(repl_member_remove(cl.nodes[l].repl, nf->id, change_cb, &res),
+                 0);
+    cr_assert(cluster_step_until(&cl, pred_done, &res, CLUSTER_STEPS));
+    cr_expect_eq(res.status, 0, "%s", tern_strerror(res.status));
+    res.done = false;
+    cr_assert_eq(repl_member_add(cl.nodes[l].repl, nf->id, nf->addr, NULL, 0,
+                                 change_cb, &res),
+                 0);
+    cr_assert(cluster_step_until(&cl, pred_done, &res, CLUSTER_STEPS));
+    cr_expect_eq(res.status, 0, "%s", tern_strerror(res.status));
+    cr_assert(cluster_step_until(&cl, pred_self_voter, &f, CLUSTER_STEPS),
+              "the re-added node learns it is a voter");
+    repl_get_status(nf->repl, &st);
+    cr_expect(!st.rejoin_needed);
+
+    /* f votes again: without the leader, f and g elect one. */
+    cluster_propose_applied(&cl, (unsigned)l, 5, 64, 2, &last);
+    cr_expect_eq(nf->applied_index, last);
+    cluster_crash(&cl, (unsigned)l);
+    cr_assert(
+        cluster_step_until(&cl, pred_writable_leader, NULL, CLUSTER_STEPS));
+    cr_expect(cluster_writable_leader(&cl) == (int)f ||
+              cluster_writable_leader(&cl) == (int)g);
     cluster_fini(&cl);
 }

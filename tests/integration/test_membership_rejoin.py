@@ -1,0 +1,124 @@
+#!/usr/bin/env python3
+"""A node that lost its data never votes under its old identity
+(docs/MEMBERSHIP.md, "Rejoin"):
+
+- a follower's data dir is wiped and it comes back under its id in join
+  mode: the cluster still counts it as a voter, so it says it lost its
+  data and does not vote; `tern cluster rejoin` (remove, then add) makes
+  it a voter again and it serves every acknowledged message alone;
+- a follower whose raft log alone is lost (its index survived) is refused
+  at start without join mode (it must not bootstrap and vote), and
+  rejoins the same way with it.
+Every acknowledged message is read back from the cluster at the end."""
+import os
+import shutil
+import sys
+import time
+
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import tern_harness as h  # noqa: E402
+
+LOST_LINE = "lost its data but still counted as a voter: not voting"
+
+
+def set_join(nd):
+    with open(nd.config) as f:
+        text = f.read()
+    if "join = true" not in text:
+        text = text.replace("[node]\n", "[node]\njoin = true\n", 1)
+    with open(nd.config, "w") as f:
+        f.write(text)
+
+
+def produce(cl, c, tag, n, acks):
+    r = cl.tern("produce", "q", "--count", n, "--size", 64, "--ack-log", acks,
+                "--id-prefix", tag, timeout=120)
+    c.check(r.returncode == 0, "produce %d (%s) exit 0" % (n, tag),
+            r.stderr.strip()[-300:])
+
+
+def rejoin(cl, c, i):
+    nd = cl.nodes[i]
+    r = cl.tern("cluster", "rejoin", i, nd.raft_addr, nd.client_addr,
+                servers=cl.servers([k for k in cl.nodes if k != i]),
+                timeout=150)
+    c.check(r.returncode == 0 and "rejoined: voter" in r.stdout,
+            "tern cluster rejoin %d" % i,
+            "rc=%d %s %s" % (r.returncode, r.stdout, r.stderr.strip()))
+
+
+def main(c):
+    raft = {"snapshot_threshold_bytes": 65536, "snapshot_trailing": 16}
+    with h.Cluster(3, raft=raft) as cl:
+        c.step("start 3 nodes, produce")
+        leader = cl.start()
+        cl.tern("queue", "create", "q", check=True)
+        acks = [os.path.join(cl.dir, "acks-%d.txt" % k) for k in range(3)]
+        produce(cl, c, "a", 1500, acks[0])
+
+        victim = [i for i in cl.nodes if i != leader][0]
+        c.step("wipe node %d's data dir, restart it under its id, joining"
+               % victim)
+        cl.kill(victim)
+        nd = cl.nodes[victim]
+        shutil.rmtree(nd.data_dir)
+        os.makedirs(nd.data_dir, mode=0o700)
+        set_join(nd)
+        cl.start_node(victim)
+        ok = h.poll(lambda: LOST_LINE in nd.log_text(), 20)
+        c.check(ok, "node %d logs '%s'" % (victim, LOST_LINE),
+                nd.log_text()[-600:])
+        produce(cl, c, "b", 500, acks[1])
+
+        c.step("rejoin node %d (remove, then add)" % victim)
+        rejoin(cl, c, victim)
+        lid = cl.wait_leader(20)
+        target = (cl.status(lid) or {}).get("last_applied") or 0
+        c.check(cl.wait_applied(victim, target, 60),
+                "node %d applied up to %d" % (victim, target))
+        acked = h.read_ack_log(acks[0]) + h.read_ack_log(acks[1])
+        got = cl.consume_all("q", servers=nd.client_addr, expect=len(acked))
+        h.check_acked_readable(c, "node %d alone" % victim, got, acked)
+
+        other = [i for i in cl.nodes if i not in (lid, victim)][0]
+        c.step("node %d loses its raft log only: refused at start, then "
+               "rejoins" % other)
+        no = cl.nodes[other]
+        cl.kill(other)
+        shutil.rmtree(os.path.join(no.data_dir, "raft"))
+        cl.start_node(other)
+        rc = None
+        try:
+            rc = no.proc.wait(timeout=20)
+        except Exception:  # noqa: BLE001 - reported below
+            pass
+        c.check(rc is not None and rc != 0,
+                "node %d refuses to start without join mode (rc=%s)" %
+                (other, rc))
+        c.check("must not vote under id %d" % other in no.log_text(),
+                "the refusal says it must not vote under its id",
+                no.log_text()[-600:])
+        set_join(no)
+        cl.start_node(other)
+        time.sleep(0.5)
+        c.check(no.alive(), "node %d runs in join mode" % other)
+        rejoin(cl, c, other)
+
+        c.step("produce more, read everything from each node")
+        produce(cl, c, "c", 500, acks[2])
+        acked = []
+        for a in acks:
+            acked += h.read_ack_log(a)
+        lid = cl.wait_leader(20)
+        target = (cl.status(lid) or {}).get("last_applied") or 0
+        for i in cl.nodes:
+            c.check(cl.wait_applied(i, target, 60),
+                    "node %d applied up to %d" % (i, target))
+            got = cl.consume_all("q", servers=cl.nodes[i].client_addr,
+                                 expect=len(acked))
+            h.check_acked_readable(c, "node %d alone" % i, got, acked)
+
+
+if __name__ == "__main__":
+    h.run_test(main)
