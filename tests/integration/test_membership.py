@@ -255,9 +255,11 @@ def main(c):
         n0 = len(load.acked())
         h.poll(lambda: len(load.acked()) >= n0 + 2 * BATCH, 60)
         cl.start_node(6)
+        t0 = time.monotonic()
         r = add(cl, 6, servers())
         c.check(r.returncode == 0 and "added: voter" in r.stdout,
-                "cluster add 6 (wiped node, new id)",
+                "cluster add 6 (wiped node, new id) (%.1f s)" %
+                (time.monotonic() - t0),
                 "rc=%d %s %s" % (r.returncode, r.stdout, r.stderr))
         members.append(6)
         c.check("restored snapshot" in cl.nodes[6].log_text(),
