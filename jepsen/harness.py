@@ -104,7 +104,8 @@ ALL_KINDS = ("partition", "partition-one", "partition-leader",
              "kill", "kill-leader", "kill-majority", "kill-all", "pause",
              "pause-leader", "power-loss", "power-loss-all", "disk-full",
              "disk-full-all", "bitflip", "truncate", "clock", "delay",
-             "loss", "pause-kill", "partition-kill", "none")
+             "loss", "pause-kill", "partition-kill", "member",
+             "member-wipe", "none")
 
 
 class HarnessError(Exception):
@@ -149,6 +150,8 @@ class Run:
         self.created_ns = []
         self.procs = {}         # name -> Popen
         self.killed = set()     # names we killed and not restarted
+        self.removed = set()    # removed from the cluster, to add back
+        self.joining = set()    # started in join mode (member-wipe)
         self.paused = set()
         self.partitioned = False
         self.crashes = []       # (name, returncode, time)
@@ -405,6 +408,10 @@ class Run:
             security += "client_auth = off\n"
         peers = "\n".join("%s = %s,%s" % (p[1:], self.raddr(p), self.caddr(p))
                           for p in self.names)
+        if nm in self.joining:
+            # A wiped node: joins the running cluster, never bootstraps,
+            # never votes until it is added again (docs/MEMBERSHIP.md).
+            security = "[node]\njoin = true\n" + security
         cfg = ("[node]\nid = %s\ndata_dir = %s\nclient_addr = %s\n"
                "raft_addr = %s\nlog_level = %s\nlog_segment_bytes = %s\n"
                "[raft]\n"
@@ -681,8 +688,74 @@ class Run:
             nm = rnd.choice(self.names)
         return nm, nm == ld
 
+    # ---- membership (docs/MEMBERSHIP.md) -----------------------------------
+
+    def member_cli(self, nm, *args, timeout=60):
+        """`tern cluster ...` sent to every node but nm (the leader
+        answers; its answer comes once the change is done)."""
+        servers = ",".join(self.caddr(x) for x in self.names if x != nm)
+        return self.sh(["ip", "netns", "exec", self.cns, self.tern, "-s",
+                        servers, "--timeout-ms", "2000"] +
+                       self.client_tls_args() + ["cluster"] + list(args),
+                       check=False, quiet=True, timeout=timeout)
+
+    def member_remove(self, rnd, wipe):
+        """Shrink: remove a follower, or for "member" a third of the time
+        the leader (it steps down once the change commits), with `tern
+        cluster remove`; member-wipe also kills the removed node, wipes
+        its data dir and restarts it empty in join mode (a replaced
+        machine under the same id). Heal: grow it back (`tern cluster
+        add`). Returns the heal function."""
+        ld = self.find_leader()
+        cands = [x for x in self.names if x != ld and x not in self.killed
+                 and x not in self.paused and x not in self.removed]
+        if not ld or not cands or self.removed:
+            return lambda: None
+        nm = rnd.choice(cands)
+        if not wipe and rnd.random() < 1 / 3:
+            nm = ld
+        r = self.member_cli(nm, "remove", nm[1:])
+        self.nemesis_event("member-remove", node=nm, ok=r.returncode == 0,
+                           err=r.stderr.strip()[-200:])
+        if r.returncode != 0:
+            return lambda: None
+        self.removed.add(nm)
+        if wipe:
+            p = self.procs[nm]
+            if p.poll() is None:
+                os.kill(p.pid, signal.SIGKILL)
+                p.wait(timeout=10)
+            shutil.rmtree(self.data_dir(nm), ignore_errors=True)
+            self.joining.add(nm)
+            self.write_config(nm)
+            self.killed.discard(nm)
+            self.start_node(nm)
+            self.nemesis_event("wipe-restart", node=nm,
+                               pid=self.procs[nm].pid)
+        return lambda: self.member_add(nm)
+
+    def member_add(self, nm, tries=4):
+        """Add nm back (bounded retries: another change or an election
+        may be under way). It stays removed when every try failed (the
+        final heal tries again)."""
+        if nm not in self.removed:
+            return
+        for k in range(tries):
+            r = self.member_cli(nm, "add", nm[1:], self.raddr(nm),
+                                self.caddr(nm), "--wait-ms", "20000",
+                                timeout=60)
+            self.nemesis_event("member-add", node=nm, attempt=k,
+                               ok=r.returncode == 0,
+                               err=r.stderr.strip()[-200:])
+            if r.returncode == 0:
+                self.removed.discard(nm)
+                return
+            time.sleep(1.0)
+
     def fault(self, kind, rnd):
         """Applies one fault; returns a heal function."""
+        if kind in ("member", "member-wipe"):
+            return self.member_remove(rnd, kind == "member-wipe")
         if kind.startswith("partition") and kind != "partition-kill":
             variants = {"partition": ["one", "leader", "halves"] +
                         (["ring", "bridge"] if self.n >= 5 else []),
@@ -1059,6 +1132,8 @@ class Run:
         self.heal_partition()
         self.heal_delay()
         self.heal_clock()
+        for nm in sorted(self.removed):
+            self.member_add(nm)
         for nm in list(self.balloons):
             self.empty_disk(nm)
         for nm in list(self.paused):
