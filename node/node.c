@@ -856,7 +856,7 @@ static void disk_hand_over(struct node *n, const struct repl_status *st)
 {
     uint64_t now = uv_now(&n->loop);
     int rv;
-    if (!n->disk.alarm || st->role != REPL_LEADER || n->cfg->n_peers < 2) {
+    if (!n->disk.alarm || st->role != REPL_LEADER || st->n_members < 2) {
         n->disk_alarm_since = 0;
         n->disk_hand_over_ms = 3000;
         return;
@@ -1411,7 +1411,7 @@ static int node_start(struct node *n, char *errmsg)
                      (unsigned long long)st.meta_prev_term,
                      (unsigned long long)st.meta_prev_vote);
         }
-        if (applied > st.last_index && c->n_peers == 1) {
+        if (applied > st.last_index && st.n_members == 1) {
             tern_errmsg_printf(errmsg,
                                "index last_applied %llu is ahead of the "
                                "raft log (last index %llu): the raft log "
