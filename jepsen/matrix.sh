@@ -48,7 +48,8 @@ WORKLOADS="queue-1 queue-4 async-pipelined snapshots idempotent group retention 
 NEMESES="partition partition-leader partition-halves partition-ring
 partition-bridge kill kill-leader kill-majority kill-all pause pause-leader
 power-loss power-loss-all disk-full disk-full-all bitflip truncate clock
-loss delay pause-kill partition-kill partition,kill,pause"
+loss delay pause-kill partition-kill partition,kill,pause member member-wipe
+member,member-wipe,kill,partition"
 EXTRA=()
 
 while [ $# -gt 0 ]; do
