@@ -65,6 +65,9 @@
  *   durability               = disk  ; disk | memory (same on all nodes)
  *   max_term_jump            = 1048576 ; refuse raft messages whose term is
  *                                   ; more than this above ours (raft/io.c)
+ *   auto_rejoin              = true ; the leader removes and adds back a
+ *                                   ; voter that lost data it had
+ *                                   ; acknowledged (docs/MEMBERSHIP.md)
  *
  *   [limits]
  *   max_message_bytes   = 4M       ; largest message payload
@@ -295,6 +298,9 @@ static const char usage_text[] =
     "  --max-term-jump N          refuse raft messages whose term is more "
     "than N\n"
     "                             above ours (default 1048576)\n"
+    "  --auto-rejoin B            leader removes and adds back a voter that "
+    "lost data\n"
+    "                             (default true)\n"
     "  --pid-file F               write the pid to F\n"
     "  --help                     this text\n"
     "  --version                  print the version and exit\n"
@@ -328,6 +334,7 @@ static const char usage_text[] =
     "  snapshot_trailing = 256\n"
     "  durability = disk\n"
     "  max_term_jump = 1048576\n"
+    "  auto_rejoin = true\n"
     "  [limits]\n"
     "  max_message_bytes = 4M\n"
     "  max_frame_bytes = 16M\n"
@@ -414,6 +421,7 @@ void node_config_init(struct node_config *c)
     c->claim_lease_max_ms = NODE_DEFAULT_CLAIM_LEASE_MAX_MS;
     c->status_max_rows = NODE_DEFAULT_STATUS_MAX_ROWS;
     c->max_term_jump = NODE_DEFAULT_MAX_TERM_JUMP;
+    c->auto_rejoin = 1;
     c->peer_handshake_timeout_ms = NODE_DEFAULT_PEER_HANDSHAKE_MS;
     c->peer_max_pending = NODE_DEFAULT_PEER_MAX_PENDING;
     c->auth_failure_delay_ms = NODE_DEFAULT_AUTH_FAILURE_DELAY;
@@ -985,6 +993,8 @@ static const struct key keys[] = {
      NODE__INT(memory_durability), 0},
     {"raft", "max_term_jump", "--max-term-jump", set_u64,
      NODE__U64(max_term_jump), UINT64_MAX},
+    {"raft", "auto_rejoin", "--auto-rejoin", set_bool, NODE__INT(auto_rejoin),
+     0},
     {"limits", "max_message_bytes", "--max-message-bytes", set_u64,
      NODE__U64(max_message_bytes), UINT32_MAX},
     {"limits", "max_frame_bytes", "--max-frame-bytes", set_u64,

@@ -49,6 +49,8 @@ struct node_config
                                 bootstrap); set by validate when [peers]
                                 does not list this node */
     uint64_t max_term_jump;  /* [raft] max_term_jump (raft/io.c) */
+    int auto_rejoin;         /* [raft] auto_rejoin (raft/member.c; default
+                                1) */
     /* [node] retention (docs/MESSAGES.md, "Retention") */
     unsigned retention_interval_ms; /* retention pass period; 0 = off */
     unsigned retention_page;        /* queues per retention pass */

@@ -152,7 +152,8 @@ struct node
      * configuration server_client_addr reads. */
     int member_role_logged; /* enum repl_member_role; -1: none yet */
     uint64_t absent_logged_at;
-    uint64_t rejoin_logged_at; /* the "lost its data" line (10 s) */
+    uint64_t rejoin_logged_at;    /* the "lost its data" line (10 s) */
+    uint64_t auto_rejoins_logged; /* status.auto_rejoins last logged */
     struct repl_member members[REPL_MEMBERS_MAX];
     /* Raft messages refused before the core (raft/io.c): the counts last
      * logged and when (one line per burst, at most every 10 s). */
@@ -951,6 +952,15 @@ static void log_membership(struct node *n, const struct repl_status *st)
                  "id=%llu role=%s members=%u", (unsigned long long)n->cfg->id,
                  repl_member_role_name(st->member_role), st->n_members);
     }
+    if (st->auto_rejoins != n->auto_rejoins_logged) {
+        node_log(NODE_LOG_WARN,
+                 "voter answered with less than it acknowledged (lost "
+                 "data): removing it and adding it back",
+                 "id=%llu auto_rejoins=%llu",
+                 (unsigned long long)st->auto_rejoin_id,
+                 (unsigned long long)st->auto_rejoins);
+        n->auto_rejoins_logged = st->auto_rejoins;
+    }
     if (st->rejoin_needed && now - n->rejoin_logged_at >= 10000) {
         node_log(NODE_LOG_ERROR,
                  "lost its data but still counted as a voter: not voting",
@@ -1353,6 +1363,7 @@ static int node_start(struct node *n, char *errmsg)
         c->memory_durability ? REPL_DURABILITY_MEMORY : REPL_DURABILITY_DISK;
     rc.max_term_jump = c->max_term_jump;
     rc.join = c->join != 0;
+    rc.no_auto_rejoin = c->auto_rejoin == 0;
     rv = repl_config_validate(&rc, errmsg);
     if (rv == 0) {
         node_fsm_callbacks(&n->fsm, &fsm);

@@ -394,6 +394,8 @@ static void track_result(struct repl *r, const struct raft_message *m)
             p->acked = res->last_log_index;
         }
     } else if (res->last_log_index < p->acked) {
+        /* A log shorter than what it acknowledged in this term. */
+        repl_member_amnesia(r, m->server_id);
         p->acked = res->last_log_index;
         p->probe = true;
     }

@@ -45,6 +45,13 @@
  * repl_start, cleared once the node sees itself as spare or standby).
  * Dropping a RequestVote is a lost message to Raft: always safe.
  *
+ * Automatic rejoin (repl.h): guard.c reports a voter whose answer shows
+ * a log shorter than what it acknowledged to this leader in this term
+ * (with disk durability an acknowledged entry is on its disk: only a
+ * lost disk or directory makes it shorter); the next tick starts a change
+ * of its own, REJOIN (raft_remove), then the add's steps from SPARE with
+ * the member's address string as it was, and no caller callback.
+ *
  * libraft 0.15 caveat (membershipRollback): a follower that must drop an
  * uncommitted configuration entry (a new leader's log lacks it) decodes
  * the last committed configuration from its log; when that entry was
@@ -61,6 +68,7 @@
 #define MEMBER__DEFAULT_TIMEOUT_MS 120000u
 
 enum member_step {
+    STEP_REJOIN = 0, /* automatic rejoin: remove, then the add's steps */
     STEP_SPARE = 1,
     STEP_STANDBY,
     STEP_CATCHUP,
@@ -83,6 +91,14 @@ struct repl_member_change
     repl_change_cb cb;
     void *data;
 };
+
+static struct repl_member_change *change_new(struct repl *r,
+                                             uint64_t id,
+                                             enum member_step step,
+                                             unsigned timeout_ms,
+                                             repl_change_cb cb,
+                                             void *data);
+static void start_rejoin(struct repl *r);
 
 const char *repl_member_role_name(int role)
 {
@@ -240,6 +256,10 @@ static void change_cb(struct raft_change *req, int status)
         return;
     }
     switch (m->step) {
+    case STEP_REJOIN:
+        m->step = STEP_SPARE; /* removed: add it back */
+        m->submit = true;
+        break;
     case STEP_SPARE:
         m->step = STEP_STANDBY;
         m->submit = true;
@@ -272,6 +292,7 @@ static int submit(struct repl_member_change *m)
     case STEP_VOTER:
         rv = raft_assign(&r->raft, &m->req, m->id, RAFT_VOTER, change_cb);
         break;
+    case STEP_REJOIN:
     case STEP_REMOVE:
         rv = raft_remove(&r->raft, &m->req, m->id, change_cb);
         break;
@@ -294,6 +315,10 @@ void repl_member_tick(struct repl *r)
     (void)repl_member_may_vote(r); /* ends the rejoin wait when due */
     if (r->raft.configuration.n > 0) {
         (void)repl_peers_sync(r); /* retried on the next tick */
+    }
+    if (m == NULL && r->member.amnesia_id != 0 && !r->closing) {
+        start_rejoin(r);
+        return;
     }
     if (m == NULL || m->in_raft || r->closing) {
         return;
@@ -334,6 +359,49 @@ void repl_member_tick(struct repl *r)
             finish(m, rv);
         }
     }
+}
+
+void repl_member_amnesia(struct repl *r, uint64_t id)
+{
+    if (r->member.auto_rejoin && r->durability == REPL_DURABILITY_DISK &&
+        id != r->id) {
+        r->member.amnesia_id = id;
+    }
+}
+
+/* Automatic rejoin of amnesia_id (repl.h), from the tick. */
+static void start_rejoin(struct repl *r)
+{
+    const struct raft_server *s;
+    struct repl_member_change *m;
+    uint64_t id = r->member.amnesia_id;
+    unsigned voters = 0;
+    if (id == 0 || r->member.change != NULL ||
+        raft_state(&r->raft) != RAFT_LEADER || !r->guard.writable ||
+        r->raft.configuration_uncommitted_index != 0 ||
+        r->raft.leader_state.promotee_id != 0) {
+        return; /* kept: tried again on the next tick */
+    }
+    r->member.amnesia_id = 0;
+    s = conf_get(r, id);
+    for (unsigned i = 0; i < r->raft.configuration.n; i++) {
+        voters += r->raft.configuration.servers[i].role == RAFT_VOTER;
+    }
+    if (s == NULL || s->role != RAFT_VOTER || voters < 2) {
+        return;
+    }
+    m = change_new(r, id, STEP_REJOIN, 0, NULL, NULL);
+    if (m == NULL) {
+        return;
+    }
+    (void)snprintf(m->address, sizeof m->address, "%s", s->address);
+    if (submit(m) != 0) {
+        tern_free(m);
+        return;
+    }
+    r->member.change = m;
+    r->member.auto_rejoins++;
+    r->member.auto_rejoin_id = id;
 }
 
 void repl_member_close(struct repl *r)

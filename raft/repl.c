@@ -328,6 +328,7 @@ static int create(uv_loop_t *loop,
     r->snapshot_trailing = c.snapshot_trailing;
     r->durability = c.durability;
     r->join = c.join;
+    r->member.auto_rejoin = !c.no_auto_rejoin;
     r->fsm = *fsm;
     r->state_cb = state_cb;
     r->state_arg = state_arg;
@@ -611,6 +612,8 @@ void repl_get_status(struct repl *r, struct repl_status *out)
     out->member_role = repl_self_role(r);
     out->n_members = r->raft.configuration.n;
     out->votes_withheld = r->member.votes_withheld;
+    out->auto_rejoins = r->member.auto_rejoins;
+    out->auto_rejoin_id = r->member.auto_rejoin_id;
     out->rejoin_needed =
         r->member.rejoin_wait && out->member_role == REPL_MEMBER_VOTER;
 }

@@ -295,6 +295,11 @@ struct repl_member_state
     bool rejoin_wait;        /* joined with nothing: no votes until seen as
                                 a non-voter (repl.h, "Votes") */
     uint64_t votes_withheld; /* stats: RequestVotes dropped */
+    bool auto_rejoin;        /* repl_config: !no_auto_rejoin */
+    uint64_t amnesia_id;     /* a voter that reported less than it acked,
+                                to rejoin from the next tick (0: none) */
+    uint64_t auto_rejoins;   /* stats */
+    uint64_t auto_rejoin_id;
 };
 
 /* ---- the replica -------------------------------------------------------- */
@@ -431,6 +436,10 @@ void repl_member_raft_addr(const char *address, char *out, size_t cap);
 /* Whether this node may grant a vote now (repl.h, "Votes"); also ends
  * the rejoin wait once the node sees itself as a non-voter. */
 bool repl_member_may_vote(struct repl *r);
+/* Leader: voter id answered with last_log_index below what it had
+ * acknowledged in this term (guard.c); member.c decides (repl.h,
+ * "Automatic rejoin"). */
+void repl_member_amnesia(struct repl *r, uint64_t id);
 /* Every tick: drive the change under way (catch-up wait, deadline). */
 void repl_member_tick(struct repl *r);
 /* raft is closed: fail the change under way (TERN_ESHUTDOWN). */

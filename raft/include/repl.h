@@ -182,6 +182,11 @@ struct repl_config
                                           should use the same value (a
                                           memory-mode node counts entries
                                           that are only in its memory) */
+    bool no_auto_rejoin;               /* leader: do not remove and add
+                                          back a voter that reports less
+                                          than it acknowledged (member.c,
+                                          "Automatic rejoin"); default
+                                          (false): do */
     uint64_t max_term_jump;            /* refuse messages whose term is
                                           more than this above ours
                                           (REPL_TERM_MAX above); default
@@ -298,6 +303,10 @@ struct repl_status
      * removed and added again (tern cluster rejoin). */
     uint64_t votes_withheld;
     bool rejoin_needed;
+    /* Leader: voters it removed and added back after they reported less
+     * than they had acknowledged (counter), and the last one's id. */
+    uint64_t auto_rejoins;
+    uint64_t auto_rejoin_id;
 };
 void repl_get_status(struct repl *r, struct repl_status *out);
 
@@ -485,6 +494,15 @@ int repl_member_remove(struct repl *r,
                        uint64_t id,
                        repl_change_cb cb,
                        void *data);
+
+/* Automatic rejoin (member.c): with disk durability, a voter that
+ * answers this leader with a log shorter than what it acknowledged to it
+ * in the same term has lost data (a wiped or replaced disk restarted
+ * under its id). The leader then removes it and adds it back (the steps
+ * of repl_member_add, no caller callback), so its forgotten votes and
+ * acknowledgements stop counting as soon as the removal commits. Not in
+ * memory durability (there a crash loses unwritten entries by design),
+ * not while another change is under way (retried on the next report). */
 
 /* Stop raft; pending proposals fail with TERN_ESHUTDOWN; cb(arg) runs once
  * closed (asynchronously: keep running the loop), r is freed before it

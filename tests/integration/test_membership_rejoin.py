@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """A node that lost its data never votes under its old identity
-(docs/MEMBERSHIP.md, "Rejoin"):
+(docs/MEMBERSHIP.md, "Rejoin"). With `[raft] auto_rejoin = false`:
 
 - a follower's data dir is wiped and it comes back under its id in join
   mode: the cluster still counts it as a voter, so it says it lost its
@@ -9,7 +9,10 @@
 - a follower whose raft log alone is lost (its index survived) is refused
   at start without join mode (it must not bootstrap and vote), and
   rejoins the same way with it.
-Every acknowledged message is read back from the cluster at the end."""
+With the default (auto_rejoin = true), a wiped follower restarted under
+its id is removed and added back by the leader by itself, in join mode
+and out of it.
+Every acknowledged message is read back from each node at the end."""
 import os
 import shutil
 import sys
@@ -48,8 +51,62 @@ def rejoin(cl, c, i):
             "rc=%d %s %s" % (r.returncode, r.stdout, r.stderr.strip()))
 
 
-def main(c):
+def read_back(cl, c, acks):
+    acked = []
+    for a in acks:
+        acked += h.read_ack_log(a)
+    lid = cl.wait_leader(20)
+    target = (cl.status(lid) or {}).get("last_applied") or 0
+    for i in cl.nodes:
+        c.check(cl.wait_applied(i, target, 60),
+                "node %d applied up to %d" % (i, target))
+        got = cl.consume_all("q", servers=cl.nodes[i].client_addr,
+                             expect=len(acked))
+        h.check_acked_readable(c, "node %d alone" % i, got, acked)
+
+
+def wipe_restart(cl, i, join):
+    nd = cl.nodes[i]
+    cl.kill(i)
+    shutil.rmtree(nd.data_dir)
+    os.makedirs(nd.data_dir, mode=0o700)
+    if join:
+        set_join(nd)
+    cl.start_node(i)
+
+
+def automatic(c):
     raft = {"snapshot_threshold_bytes": 65536, "snapshot_trailing": 16}
+    with h.Cluster(3, raft=raft) as cl:
+        c.step("automatic: start 3 nodes, produce")
+        cl.start()
+        cl.tern("queue", "create", "q", check=True)
+        acks = [os.path.join(cl.dir, "auto-%d.txt" % k) for k in range(3)]
+        produce(cl, c, "a", 1000, acks[0])
+        for k, join in enumerate((True, False)):
+            lid = cl.wait_leader(20)
+            victim = [i for i in cl.nodes if i != lid][0]
+            c.step("wipe node %d, restart it under its id (%s): the leader "
+                   "rejoins it by itself" %
+                   (victim, "join mode" if join else "not joining"))
+            before = cl.nodes[lid].log_text().count("lost data): removing")
+            wipe_restart(cl, victim, join)
+            ok = h.poll(lambda: cl.nodes[lid].log_text().count(
+                "lost data): removing") > before, 20)
+            c.check(ok, "leader %d logs that it removes and adds back node "
+                    "%d" % (lid, victim))
+            ok = h.poll(lambda: (cl.status(victim) or {}).get(
+                "member_role") == "voter", 30)
+            c.check(ok, "node %d is a voter again" % victim,
+                    cl.status(victim))
+            produce(cl, c, "b%d" % k, 300, acks[1 + k])
+        read_back(cl, c, acks)
+
+
+def main(c):
+    automatic(c)
+    raft = {"snapshot_threshold_bytes": 65536, "snapshot_trailing": 16,
+            "auto_rejoin": "false"}
     with h.Cluster(3, raft=raft) as cl:
         c.step("start 3 nodes, produce")
         leader = cl.start()
@@ -60,12 +117,8 @@ def main(c):
         victim = [i for i in cl.nodes if i != leader][0]
         c.step("wipe node %d's data dir, restart it under its id, joining"
                % victim)
-        cl.kill(victim)
         nd = cl.nodes[victim]
-        shutil.rmtree(nd.data_dir)
-        os.makedirs(nd.data_dir, mode=0o700)
-        set_join(nd)
-        cl.start_node(victim)
+        wipe_restart(cl, victim, True)
         ok = h.poll(lambda: LOST_LINE in nd.log_text(), 20)
         c.check(ok, "node %d logs '%s'" % (victim, LOST_LINE),
                 nd.log_text()[-600:])
@@ -107,17 +160,7 @@ def main(c):
 
         c.step("produce more, read everything from each node")
         produce(cl, c, "c", 500, acks[2])
-        acked = []
-        for a in acks:
-            acked += h.read_ack_log(a)
-        lid = cl.wait_leader(20)
-        target = (cl.status(lid) or {}).get("last_applied") or 0
-        for i in cl.nodes:
-            c.check(cl.wait_applied(i, target, 60),
-                    "node %d applied up to %d" % (i, target))
-            got = cl.consume_all("q", servers=cl.nodes[i].client_addr,
-                                 expect=len(acked))
-            h.check_acked_readable(c, "node %d alone" % i, got, acked)
+        read_back(cl, c, acks)
 
 
 if __name__ == "__main__":

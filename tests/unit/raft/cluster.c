@@ -246,6 +246,7 @@ int cluster_try_start(struct cluster *c, unsigned i, char *errmsg)
     cfg.peers = peers;
     cfg.n_peers = n_peers;
     cfg.join = i >= n_peers || nd->join;
+    cfg.no_auto_rejoin = c->no_auto_rejoin;
     cfg.snapshot_threshold_bytes = c->snapshot_bytes;
     cfg.snapshot_trailing = c->trailing;
     cfg.durability = c->durability;

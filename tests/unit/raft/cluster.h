@@ -96,6 +96,7 @@ struct cluster
     bool refuse_over_bulk;  /* FSM: old index/ contract (see top) */
     bool meta;              /* nodes keep a term record (see top) */
     uint64_t max_term_jump; /* repl_config.max_term_jump (0: default) */
+    bool no_auto_rejoin;    /* repl_config.no_auto_rejoin */
     unsigned n_boot;        /* membership: nodes [0, n_boot) bootstrap the
                                configuration, the others start in join
                                mode with those as peers (0: all of n) */

@@ -6,7 +6,10 @@
  * (TERN_ECHANGING); an add that cannot finish times out at the role it
  * reached; removing the leader hands the cluster to the others; removing
  * a stranger or the only voter is refused; a wiped node back under its
- * old id in join mode never votes until it is removed and added again.
+ * old id in join mode never votes until it is removed and added again,
+ * and the leader removes and adds back by itself a voter that answers
+ * with less than it acknowledged (a wiped node restarted in or out of
+ * join mode).
  */
 #include <stdio.h>
 #include <string.h>
@@ -228,6 +231,11 @@ Test(member, wiped_node_never_votes_until_rejoined)
     unsigned g = (unsigned)cluster_other(&cl, l, (int)f);
     struct cnode *nf = &cl.nodes[f];
     cluster_propose_applied(&cl, (unsigned)l, 30, 64, 1, &last);
+    /* The operator's path: the leader's automatic rejoin is off. */
+    for (unsigned i = 0; i < 3; i++) {
+        cl.nodes[i].repl->member.auto_rejoin = false;
+    }
+    cl.no_auto_rejoin = true;
 
     /* Node f loses everything and comes back under its id, joining. */
     cluster_crash(&cl, f);
@@ -276,5 +284,81 @@ Test(member, wiped_node_never_votes_until_rejoined)
         cluster_step_until(&cl, pred_writable_leader, NULL, CLUSTER_STEPS));
     cr_expect(cluster_writable_leader(&cl) == (int)f ||
               cluster_writable_leader(&cl) == (int)g);
+    cluster_fini(&cl);
+}
+
+static bool pred_auto_rejoined(struct cluster *c, void *arg)
+{
+    unsigned f = *(unsigned *)arg;
+    int l = cluster_writable_leader(c);
+    struct repl_status st;
+    if (l < 0 || !c->nodes[f].up) {
+        return false;
+    }
+    repl_get_status(c->nodes[l].repl, &st);
+    return st.auto_rejoins > 0 && c->nodes[l].repl->member.change == NULL &&
+           repl_self_role(c->nodes[f].repl) == REPL_MEMBER_VOTER;
+}
+
+static void wipe_and_restart(unsigned f, bool join)
+{
+    struct cnode *nf = &cl.nodes[f];
+    cluster_crash(&cl, f);
+    fake_disk_close(&nf->disk);
+    fake_disk_init(&nf->disk);
+    nf->stream_len = 0;
+    nf->applied_index = 0;
+    nf->join = join;
+    cluster_start(&cl, f);
+}
+
+static void auto_rejoin(bool join)
+{
+    struct repl_status st;
+    uint64_t last = 0;
+    int l = start_boot(3, 3);
+    unsigned f = (unsigned)cluster_other(&cl, l, l);
+    cluster_propose_applied(&cl, (unsigned)l, 30, 64, 1, &last);
+    wipe_and_restart(f, join);
+    cr_assert(cluster_step_until(&cl, pred_auto_rejoined, &f, CLUSTER_STEPS),
+              "the leader removes and adds back the wiped voter");
+    repl_get_status(cl.nodes[l].repl, &st);
+    cr_expect_eq(st.auto_rejoins, 1);
+    cr_expect_eq(st.auto_rejoin_id, cl.nodes[f].id);
+    cluster_propose_applied(&cl, (unsigned)l, 5, 64, 2, &last);
+    cr_expect_eq(cl.nodes[f].applied_index, last);
+    repl_get_status(cl.nodes[f].repl, &st);
+    cr_expect(!st.rejoin_needed);
+    cluster_fini(&cl);
+}
+
+Test(member, leader_rejoins_a_wiped_voter_by_itself)
+{
+    auto_rejoin(false);
+}
+
+Test(member, leader_rejoins_a_wiped_joining_voter_by_itself)
+{
+    auto_rejoin(true);
+}
+
+Test(member, no_auto_rejoin_in_memory_durability)
+{
+    struct repl_status st;
+    uint64_t last = 0;
+    int l;
+    unsigned f;
+    cluster_init(&cl, 3);
+    cl.durability = REPL_DURABILITY_MEMORY;
+    cluster_start_all(&cl);
+    cr_assert(
+        cluster_step_until(&cl, pred_writable_leader, NULL, CLUSTER_STEPS));
+    l = cluster_writable_leader(&cl);
+    f = (unsigned)cluster_other(&cl, l, l);
+    cluster_propose_applied(&cl, (unsigned)l, 30, 64, 1, &last);
+    wipe_and_restart(f, false);
+    cluster_propose_applied(&cl, (unsigned)l, 5, 64, 2, &last);
+    repl_get_status(cl.nodes[l].repl, &st);
+    cr_expect_eq(st.auto_rejoins, 0, "memory mode loses entries by design");
     cluster_fini(&cl);
 }
