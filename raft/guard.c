@@ -394,8 +394,14 @@ static void track_result(struct repl *r, const struct raft_message *m)
             p->acked = res->last_log_index;
         }
     } else if (res->last_log_index < p->acked) {
-        /* A log shorter than what it acknowledged in this term. */
-        repl_member_amnesia(r, m->server_id);
+        /* Nothing left (an empty log, or only a bootstrap entry) after
+         * it acknowledged more in this term: its log is gone (member.c,
+         * "Automatic rejoin"). A shorter but not empty log is no proof:
+         * 0.15 followers report their whole log in a success, a tail
+         * that a conflict may truncate later. */
+        if (res->last_log_index <= 1 && p->acked > 1) {
+            repl_member_amnesia(r, m->server_id);
+        }
         p->acked = res->last_log_index;
         p->probe = true;
     }

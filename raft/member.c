@@ -45,10 +45,14 @@
  * repl_start, cleared once the node sees itself as spare or standby).
  * Dropping a RequestVote is a lost message to Raft: always safe.
  *
- * Automatic rejoin (repl.h): guard.c reports a voter whose answer shows
- * a log shorter than what it acknowledged to this leader in this term
- * (with disk durability an acknowledged entry is on its disk: only a
- * lost disk or directory makes it shorter); the next tick starts a change
+ * Automatic rejoin (repl.h): guard.c reports a voter whose rejection
+ * shows an empty log (last index 0, or 1: only a bootstrap entry) after
+ * it acknowledged more to this leader in this term (with disk durability
+ * an acknowledged entry is on its disk: only a lost disk or directory
+ * empties it; a log that is merely shorter is no proof, 0.15 followers
+ * acknowledge their whole log, a divergent tail included, which a
+ * conflict truncates later: seen in a jepsen partition run before this
+ * rule, a false positive); the next tick starts a change
  * of its own, REJOIN (raft_remove), then the add's steps from SPARE with
  * the member's address string as it was, and no caller callback.
  *

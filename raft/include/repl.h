@@ -496,13 +496,14 @@ int repl_member_remove(struct repl *r,
                        void *data);
 
 /* Automatic rejoin (member.c): with disk durability, a voter that
- * answers this leader with a log shorter than what it acknowledged to it
- * in the same term has lost data (a wiped or replaced disk restarted
- * under its id). The leader then removes it and adds it back (the steps
- * of repl_member_add, no caller callback), so its forgotten votes and
- * acknowledgements stop counting as soon as the removal commits. Not in
- * memory durability (there a crash loses unwritten entries by design),
- * not while another change is under way (retried on the next report). */
+ * answers this leader with an empty log (or one holding only a bootstrap
+ * entry) after it acknowledged more to it in the same term has lost its
+ * data (a wiped or replaced disk restarted under its id). The leader then
+ * removes it and adds it back (the steps of repl_member_add, no caller
+ * callback), so its forgotten votes and acknowledgements stop counting as soon
+ * as the removal commits. Not in memory durability (there a crash loses
+ * unwritten entries by design), not while another change is under way (retried
+ * on the next report). */
 
 /* Stop raft; pending proposals fail with TERN_ESHUTDOWN; cb(arg) runs once
  * closed (asynchronously: keep running the loop), r is freed before it
