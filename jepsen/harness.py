@@ -105,7 +105,7 @@ ALL_KINDS = ("partition", "partition-one", "partition-leader",
              "pause-leader", "power-loss", "power-loss-all", "disk-full",
              "disk-full-all", "bitflip", "truncate", "clock", "delay",
              "loss", "pause-kill", "partition-kill", "member",
-             "member-wipe", "none")
+             "member-wipe", "wipe", "none")
 
 
 class HarnessError(Exception):
@@ -752,10 +752,59 @@ class Run:
                 return
             time.sleep(1.0)
 
+    def wipe(self, rnd):
+        """A follower loses its disk and comes back empty under its id in
+        join mode, still a voter: it must not vote until the leader
+        (which saw its acknowledgements) removes and adds it back by
+        itself. Heal: wait (bounded) for that, else `tern cluster
+        rejoin` it."""
+        ld = self.find_leader()
+        cands = [x for x in self.names if x != ld and x not in self.killed
+                 and x not in self.paused and x not in self.removed]
+        if not ld or not cands or self.removed:
+            return lambda: None
+        nm = rnd.choice(cands)
+        p = self.procs[nm]
+        if p.poll() is None:
+            os.kill(p.pid, signal.SIGKILL)
+            p.wait(timeout=10)
+        shutil.rmtree(self.data_dir(nm), ignore_errors=True)
+        self.joining.add(nm)
+        self.write_config(nm)
+        log = os.path.join(self.dir, nm, "ternd.log")
+        start = os.path.getsize(log) if os.path.exists(log) else 0
+        self.start_node(nm)
+        self.nemesis_event("wipe", node=nm, pid=self.procs[nm].pid)
+
+        def added_back():
+            try:
+                with open(log, errors="replace") as fh:
+                    fh.seek(start)
+                    text = fh.read()
+            except OSError:
+                return False
+            return "msg=\"added to the cluster: may vote\"" in text
+
+        def heal():
+            for _ in range(30):
+                if added_back():
+                    self.nemesis_event("wipe-rejoined", node=nm, auto=True)
+                    return
+                time.sleep(0.5)
+            r = self.member_cli(nm, "rejoin", nm[1:], self.raddr(nm),
+                                self.caddr(nm), "--wait-ms", "20000",
+                                timeout=90)
+            self.nemesis_event("wipe-rejoined", node=nm, auto=False,
+                               ok=r.returncode == 0,
+                               err=r.stderr.strip()[-200:])
+        return heal
+
     def fault(self, kind, rnd):
         """Applies one fault; returns a heal function."""
         if kind in ("member", "member-wipe"):
             return self.member_remove(rnd, kind == "member-wipe")
+        if kind == "wipe":
+            return self.wipe(rnd)
         if kind.startswith("partition") and kind != "partition-kill":
             variants = {"partition": ["one", "leader", "halves"] +
                         (["ring", "bridge"] if self.n >= 5 else []),

@@ -49,7 +49,7 @@ NEMESES="partition partition-leader partition-halves partition-ring
 partition-bridge kill kill-leader kill-majority kill-all pause pause-leader
 power-loss power-loss-all disk-full disk-full-all bitflip truncate clock
 loss delay pause-kill partition-kill partition,kill,pause member member-wipe
-member,member-wipe,kill,partition"
+wipe member,member-wipe,wipe,kill,partition"
 EXTRA=()
 
 while [ $# -gt 0 ]; do

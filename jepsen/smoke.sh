@@ -9,7 +9,8 @@
 # under kills and delayed under partitions (docs/WORKQUEUES.md; 1.8 min
 # together measured on 2 shared cores), and membership changes (remove
 # and add back, the leader too; a removed node wiped and added back
-# empty; docs/MEMBERSHIP.md; about 45 s measured). Prints a summary table and exits non-zero when any run is not
+# empty; a voter wiped, rejoined by the leader by itself;
+# docs/MEMBERSHIP.md; about 45 s measured). Prints a summary table and exits non-zero when any run is not
 # valid (invalid, unknown, harness error, or a node that exited on its
 # own). Needs root; see jepsen/README.md.
 # Env: SMOKE_TIME, SMOKE_NODES, TERN_BUILD (build dir with node/ternd,
@@ -46,7 +47,7 @@ RUNS=(
     "retention|kill,kill-leader,partition,partition-leader|--queues 2 --workload retention --max-messages 20 --snapshot-bytes 32K --snapshot-trailing 8 --log-segment-bytes 16K"
     "work-queue|kill,kill-leader|--queues 2 --workload work-queue|30"
     "delayed|partition,partition-leader|--queues 1 --workload delayed|30"
-    "membership|member,member-wipe|--queues 1 --snapshot-bytes 32K --snapshot-trailing 8|30"
+    "membership|member,member-wipe,wipe|--queues 1 --snapshot-bytes 32K --snapshot-trailing 8|30"
 )
 i=0
 for spec in "${RUNS[@]}"; do

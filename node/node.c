@@ -154,6 +154,7 @@ struct node
     uint64_t absent_logged_at;
     uint64_t rejoin_logged_at;    /* the "lost its data" line (10 s) */
     uint64_t auto_rejoins_logged; /* status.auto_rejoins last logged */
+    bool rejoin_wait_logged;      /* status.rejoin_wait at the last poll */
     struct repl_member members[REPL_MEMBERS_MAX];
     /* Raft messages refused before the core (raft/io.c): the counts last
      * logged and when (one line per burst, at most every 10 s). */
@@ -952,6 +953,12 @@ static void log_membership(struct node *n, const struct repl_status *st)
                  "id=%llu role=%s members=%u", (unsigned long long)n->cfg->id,
                  repl_member_role_name(st->member_role), st->n_members);
     }
+    if (n->rejoin_wait_logged && !st->rejoin_wait) {
+        node_log(NODE_LOG_INFO, "added to the cluster: may vote",
+                 "id=%llu role=%s", (unsigned long long)n->cfg->id,
+                 repl_member_role_name(st->member_role));
+    }
+    n->rejoin_wait_logged = st->rejoin_wait;
     if (st->auto_rejoins != n->auto_rejoins_logged) {
         node_log(NODE_LOG_WARN,
                  "voter answered with less than it acknowledged (lost "

@@ -612,6 +612,7 @@ void repl_get_status(struct repl *r, struct repl_status *out)
     out->member_role = repl_self_role(r);
     out->n_members = r->raft.configuration.n;
     out->votes_withheld = r->member.votes_withheld;
+    out->rejoin_wait = r->member.rejoin_wait;
     out->auto_rejoins = r->member.auto_rejoins;
     out->auto_rejoin_id = r->member.auto_rejoin_id;
     out->rejoin_needed =

@@ -302,6 +302,8 @@ struct repl_status
      * (it lost its data under this id): it never votes until it is
      * removed and added again (tern cluster rejoin). */
     uint64_t votes_withheld;
+    bool rejoin_wait; /* started empty in join mode, not yet seen as a
+                         non-voter: no vote (repl.h, "Votes") */
     bool rejoin_needed;
     /* Leader: voters it removed and added back after they reported less
      * than they had acknowledged (counter), and the last one's id. */
