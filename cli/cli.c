@@ -65,6 +65,7 @@
  *   tern namespace set NS [--max-queues N] [--max-bytes N]
  *                         [--produce-rate BYTES_PER_S]
  *   tern namespace delete NS | namespace list [--json]
+ *   tern admin backup [--node HOST:PORT] [--verify] [--wait-ms N] DIR
  *
  * Admin output: user list "<name>\t<admin,cert|admin|cert|->\t<password|->"
  * per user; acl list "<user>\t<namespace>\t<pattern>\t<perms>" per grant
@@ -182,6 +183,7 @@ static void usage(FILE *f)
         "  namespace set NS [--max-queues N] [--max-bytes N] "
         "[--produce-rate BYTES_PER_S]\n"
         "  namespace delete NS | namespace list [--json]\n"
+        "  admin backup [--node HOST:PORT] [--verify] [--wait-ms N] DIR\n"
         "  (user, acl and namespace list read every page of the server's "
         "list, in order)\n"
         "Login: --user NAME (or TERN_USER) with --password-file FILE (or "
@@ -1557,7 +1559,7 @@ static bool known_command(const char *w)
 {
     static const char *const names[] = {
         "queue",   "produce", "consume", "message", "group",    "dlq",
-        "cluster", "bench",   "user",    "acl",     "namespace"};
+        "cluster", "bench",   "user",    "acl",     "namespace", "admin"};
     for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
         if (strcmp(w, names[k]) == 0) {
             return true;
@@ -1732,6 +1734,8 @@ int main(int argc, char **argv)
         code = cli_acl(c, argc, argv);
     } else if (strcmp(argv[0], "namespace") == 0) {
         code = cli_namespace(c, argc, argv);
+    } else if (strcmp(argv[0], "admin") == 0) {
+        code = cli_admin(c, argc, argv);
     } else {
         usage(stderr);
         code = 2;

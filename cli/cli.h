@@ -37,6 +37,8 @@ int cli_user(struct tern_client *c, int argc, char **argv);
 int cli_user_hash(int argc, char **argv);
 int cli_acl(struct tern_client *c, int argc, char **argv);
 int cli_namespace(struct tern_client *c, int argc, char **argv);
+/* tern admin backup: an online backup of one node (docs/OPERATIONS.md). */
+int cli_admin(struct tern_client *c, int argc, char **argv);
 /* Longest password read, plus its line end and NUL. */
 #define CLI_PASSWORD_MAX 1027
 /* Read the first line of f (what names it in errors) into buf[cap]

@@ -1,7 +1,8 @@
 /*
  * libtern's administration calls (<tern/tern.h>, "Users, grants,
  * namespaces"): USER_*, ACL_* and NAMESPACE_* requests (proto.h ops
- * 10..18) and the list objects built from their answers.
+ * 10..18) and the list objects built from their answers; BACKUP (op 36,
+ * "Backups"), sent to one server and never retried elsewhere.
  *
  * Writes are leader-only requests (engine.c follows the leader as for a
  * queue create; a delete retried after a lost answer that then finds
@@ -675,4 +676,76 @@ void tern_namespace_list_free(struct tern_namespace_list *l)
         admin_list_clear(&l->l);
         tern_free(l);
     }
+}
+
+/* ---- Backups ---- */
+
+int tern_admin_backup(struct tern_client *c,
+                      const char *address,
+                      const char *dir,
+                      uint32_t flags,
+                      uint32_t timeout_ms,
+                      struct tern_backup_info *out)
+{
+    struct tern__req *r;
+    struct proto_backup_info b;
+    const char *server;
+    size_t n;
+    int rv;
+    if (out != NULL) {
+        memset(out, 0, sizeof *out);
+    }
+    if ((flags & ~TERN_BACKUP_VERIFY) != 0 || dir == NULL || dir[0] != '/') {
+        tern_errmsg_printf(c->errmsg,
+                           "backup: the directory must be an absolute path "
+                           "on the server's host");
+        return TERN_EINVAL;
+    }
+    rv = tern__sync_req_new(c, PROTO_OP_BACKUP, timeout_ms, address == NULL,
+                            &r);
+    if (rv != 0) {
+        return rv;
+    }
+    if (address != NULL) {
+        r->target = tern__find_or_add_server(c, address, strlen(address));
+        if (r->target < 0) {
+            tern_errmsg_printf(c->errmsg, "bad server address \"%s\"",
+                               address);
+            tern__req_free(r);
+            return TERN_EINVAL;
+        }
+    }
+    rv = proto_encode_backup(&r->frame, 0,
+                             (flags & TERN_BACKUP_VERIFY) != 0
+                                 ? (uint8_t)PROTO_BACKUP_VERIFY
+                                 : 0,
+                             dir);
+    if (rv != 0) {
+        tern_errmsg_printf(c->errmsg, "backup: path of 1..%u bytes",
+                           PROTO_BACKUP_PATH_MAX);
+        tern__req_free(r);
+        return rv;
+    }
+    rv = tern__run_sync(c, r);
+    if (rv == 0 && out != NULL) {
+        /* on_success validated the body. */
+        rv = proto_decode_backup_resp(r->body, r->body_len, &b);
+        if (rv == 0) {
+            server = c->servers[r->answered_by]->addr;
+            n = TERN_MIN(strlen(server), sizeof out->server - 1);
+            memcpy(out->server, server, n);
+            n = TERN_MIN((size_t)b.cluster_len, sizeof out->cluster - 1);
+            memcpy(out->cluster, b.cluster, n);
+            out->node_id = b.node_id;
+            out->term = b.term;
+            out->last_applied = b.last_applied;
+            out->log_start = b.log_start;
+            out->log_end = b.log_end;
+            out->n_files = b.n_files;
+            out->total_bytes = b.total_bytes;
+            out->created_ms = b.created_ms;
+        }
+    }
+    tern__req_free(r);
+    return rv;
 }

@@ -544,6 +544,11 @@ static void on_success(struct tern_client *c,
         rv = proto_decode_stats_resp(body, len, &st);
         break;
     }
+    case PROTO_OP_BACKUP: {
+        struct proto_backup_info b;
+        rv = proto_decode_backup_resp(body, len, &b);
+        break;
+    }
     case PROTO_OP_USER_LIST:
     case PROTO_OP_ACL_LIST:
     case PROTO_OP_NAMESPACE_LIST: {

@@ -137,6 +137,7 @@
 #include <tern_common.h>
 
 #include "access.h"
+#include "backup.h"
 #include "ctls.h"
 #include "frame.h"
 #include "log.h"
@@ -2750,6 +2751,81 @@ static void serve_queue_read(struct node_conn *c,
     conn_send(c, &w);
 }
 
+/* BACKUP (op 36, docs/OPERATIONS.md): node/backup.c runs the job off the
+ * loop; the answer goes out when it ends, if the connection is still
+ * open (the job holds a reference to it). */
+struct backup_wait
+{
+    struct node_conn *c;
+    uint64_t request_id;
+};
+
+static void backup_done(void *arg,
+                        int status,
+                        const struct idx_backup_info *info,
+                        const char *errmsg)
+{
+    struct backup_wait *bw = arg;
+    struct node_conn *c = bw->c;
+    if (conn_live(c)) {
+        if (status != 0) {
+            send_error(c, PROTO_OP_BACKUP, bw->request_id, status, errmsg);
+        } else {
+            struct proto_backup_info b = {
+                .cluster = info->cluster,
+                .cluster_len = (uint16_t)strlen(info->cluster),
+                .node_id = info->node_id,
+                .term = info->term,
+                .last_applied = info->last_applied,
+                .log_start = info->log_start,
+                .log_end = info->log_end,
+                .n_files = info->n_files,
+                .total_bytes = info->total_bytes,
+                .created_ms = info->created_ms,
+            };
+            struct tern_wbuf w;
+            tern_wbuf_init(&w);
+            if (proto_encode_backup_resp(&w, bw->request_id, &b) != 0) {
+                tern_wbuf_free(&w);
+                send_error(c, PROTO_OP_BACKUP, bw->request_id, -ENOMEM, NULL);
+            } else {
+                conn_send(c, &w);
+            }
+        }
+    }
+    conn_unref(c);
+    tern_free(bw);
+}
+
+static void serve_backup(struct node_conn *c,
+                         uint64_t request_id,
+                         const struct proto_request *r)
+{
+    char dir[PROTO_BACKUP_PATH_MAX + 1];
+    char m[TERN_ERRMSG_SIZE] = "";
+    struct repl_status st;
+    struct backup_wait *bw = tern_malloc(sizeof *bw);
+    int rv;
+    if (bw == NULL) {
+        send_error(c, r->op, request_id, -ENOMEM, NULL);
+        return;
+    }
+    memcpy(dir, r->path, r->path_len);
+    dir[r->path_len] = '\0';
+    view_status(&c->view, &st);
+    bw->c = c;
+    bw->request_id = request_id;
+    rv = node_backup_start(c->srv->loop, view_idx(&c->view), c->view.cfg,
+                           st.term, dir, (r->flags & PROTO_BACKUP_VERIFY) != 0,
+                           backup_done, bw, m);
+    if (rv != 0) {
+        tern_free(bw);
+        send_error(c, r->op, request_id, rv, m);
+        return;
+    }
+    c->refs++;
+}
+
 static void handle_request(struct node_conn *c,
                            uint64_t request_id,
                            const struct proto_request *req)
@@ -2874,6 +2950,9 @@ static void handle_request(struct node_conn *c,
     case PROTO_OP_ACL_LIST:
     case PROTO_OP_NAMESPACE_LIST:
         serve_security_list(c, request_id, r);
+        break;
+    case PROTO_OP_BACKUP:
+        serve_backup(c, request_id, r);
         break;
     default:
         send_error(c, r->op, request_id, TERN_EINVAL, "unknown request op");

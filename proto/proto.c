@@ -1220,6 +1220,16 @@ int proto_decode_request(uint8_t op,
     case PROTO_OP_AUTH_CONTINUE:
         rv = decode_auth(&c, out);
         break;
+    case PROTO_OP_BACKUP:
+        out->flags = tern_cursor_u8(&c);
+        out->path = proto_get_str(&c, &out->path_len);
+        if (c.err == 0 &&
+            ((out->flags & ~PROTO_BACKUP_VERIFY) != 0 || out->path_len == 0 ||
+             out->path_len > PROTO_BACKUP_PATH_MAX ||
+             memchr(out->path, '\0', out->path_len) != NULL)) {
+            rv = TERN_EMALFORMED;
+        }
+        break;
     default:
         rv = TERN_EINVAL;
         break;
@@ -3176,4 +3186,71 @@ void proto_status_consumer(const struct proto_group_status *g,
         c->id = tern_get_u64(g->consumers_raw + (size_t)12 * i);
         c->held = tern_get_u32(g->consumers_raw + (size_t)12 * i + 8);
     }
+}
+
+/* ---- BACKUP (op 36) ---- */
+
+int proto_encode_backup(struct tern_wbuf *w,
+                        uint64_t request_id,
+                        uint8_t flags,
+                        const char *dir)
+{
+    size_t start = w->len;
+    size_t n = dir != NULL ? strlen(dir) : 0;
+    if ((flags & ~PROTO_BACKUP_VERIFY) != 0 || n == 0 ||
+        n > PROTO_BACKUP_PATH_MAX) {
+        return TERN_EINVAL;
+    }
+    proto_frame_begin(w, PROTO_OP_BACKUP, request_id, 0);
+    tern_wbuf_u8(w, flags);
+    proto_put_str(w, dir, n);
+    return proto_frame_end(w, start);
+}
+
+int proto_encode_backup_resp(struct tern_wbuf *w,
+                             uint64_t request_id,
+                             const struct proto_backup_info *b)
+{
+    size_t start = w->len;
+    proto_frame_begin(w, PROTO_OP_BACKUP | PROTO_OP_RESPONSE, request_id, 0);
+    tern_wbuf_u8(w, PROTO_BACKUP_VERSION);
+    proto_put_str(w, b->cluster, b->cluster_len);
+    tern_wbuf_u64(w, b->node_id);
+    tern_wbuf_u64(w, b->term);
+    tern_wbuf_u64(w, b->last_applied);
+    tern_wbuf_u64(w, b->log_start);
+    tern_wbuf_u64(w, b->log_end);
+    tern_wbuf_u32(w, b->n_files);
+    tern_wbuf_u64(w, b->total_bytes);
+    tern_wbuf_u64(w, b->created_ms);
+    return proto_frame_end(w, start);
+}
+
+int proto_decode_backup_resp(const void *body,
+                             size_t len,
+                             struct proto_backup_info *out)
+{
+    struct tern_cursor c;
+    uint8_t version;
+    memset(out, 0, sizeof *out);
+    tern_cursor_init(&c, body, len);
+    version = tern_cursor_u8(&c);
+    if (c.err == 0 && version == 0) {
+        return TERN_EMALFORMED;
+    }
+    out->cluster = proto_get_str(&c, &out->cluster_len);
+    out->node_id = tern_cursor_u64(&c);
+    out->term = tern_cursor_u64(&c);
+    out->last_applied = tern_cursor_u64(&c);
+    out->log_start = tern_cursor_u64(&c);
+    out->log_end = tern_cursor_u64(&c);
+    out->n_files = tern_cursor_u32(&c);
+    out->total_bytes = tern_cursor_u64(&c);
+    out->created_ms = tern_cursor_u64(&c);
+    if (c.err != 0) {
+        memset(out, 0, sizeof *out);
+        return TERN_EMALFORMED;
+    }
+    /* A later version appends fields: the rest is skipped. */
+    return 0;
 }

@@ -450,6 +450,7 @@ enum proto_op {
     PROTO_OP_CLAIM = 30,
     PROTO_OP_PRODUCE_DELAYED = 31,
     PROTO_OP_GROUP_STATUS = 32,
+    PROTO_OP_BACKUP = 36,
     PROTO_OP_ERROR = 0x7f,
     PROTO_OP_RESPONSE = 0x80,
 };
@@ -608,6 +609,10 @@ struct proto_request
     size_t items_len;
     /* CLAIM: consumer_id, the action in flags (PROTO_CLAIM_*), lease_ms. */
     uint32_t lease_ms;
+    /* BACKUP: the directory on the node's host (borrowed, path_len bytes,
+     * no NUL), the action in flags (PROTO_BACKUP_VERIFY or 0). */
+    const char *path;
+    uint16_t path_len;
 };
 /* Decode a request body for op; TERN_EMALFORMED (trailing bytes included),
  * TERN_EBADNAME for an invalid queue/group name, TERN_EINVAL for an unknown
@@ -1621,5 +1626,53 @@ int proto_next_delivery(const struct proto_trace *t,
 int proto_encode_status_req(struct tern_wbuf *w,
                             uint64_t request_id,
                             uint8_t flags);
+
+/* ---- BACKUP (op 36; docs/OPERATIONS.md, "Backup and restore") ----
+ *
+ *   BACKUP  req: u8 flags (0: take a backup; PROTO_BACKUP_VERIFY: check
+ *                the backup at path; other bits TERN_EMALFORMED), str path
+ *                (1..PROTO_BACKUP_PATH_MAX bytes, no NUL: an absolute
+ *                directory on the host of the node that serves the
+ *                request, which must not exist or be empty and lie outside
+ *                the node's data directory)
+ *           resp: u8 version (1), str cluster, u64 node_id, u64 term,
+ *                 u64 last_applied, u64 log_start, u64 log_end,
+ *                 u32 n_files, u64 total_bytes, u64 created_ms: the
+ *                 backup's manifest, summed up. A later version appends
+ *                 fields.
+ * Served by the node that receives it (any role), with admin permission;
+ * the answer comes when the copy is complete. TERN_EBACKUP while a backup
+ * of that node runs, TERN_EFULL when its disk lacks the room, TERN_EINVAL
+ * for a refused path, TERN_ECORRUPT for a backup that fails verification.
+ */
+#define PROTO_BACKUP_VERIFY   0x01u
+#define PROTO_BACKUP_PATH_MAX 4095u
+#define PROTO_BACKUP_VERSION  1u
+struct proto_backup_info
+{
+    const char *cluster; /* borrowed (decode) or caller-owned (encode) */
+    uint16_t cluster_len;
+    uint64_t node_id;
+    uint64_t term;
+    uint64_t last_applied;
+    uint64_t log_start;
+    uint64_t log_end;
+    uint32_t n_files;
+    uint64_t total_bytes;
+    uint64_t created_ms;
+};
+/* BACKUP request. dir caller-owned. TERN_EINVAL for bad flags or a path
+ * that is empty, too long or holds a NUL. */
+int proto_encode_backup(struct tern_wbuf *w,
+                        uint64_t request_id,
+                        uint8_t flags,
+                        const char *dir);
+int proto_encode_backup_resp(struct tern_wbuf *w,
+                             uint64_t request_id,
+                             const struct proto_backup_info *b);
+/* Strings in *out borrow from body. 0 or TERN_EMALFORMED/TERN_EVERSION. */
+int proto_decode_backup_resp(const void *body,
+                             size_t len,
+                             struct proto_backup_info *out);
 
 #endif /* TERN_PROTO_H */

@@ -373,4 +373,16 @@ int repl_transfer(struct repl *r, uint64_t id);
  * runs. The xport is not closed: close it after cb. */
 void repl_close(struct repl *r, void (*cb)(void *arg), void *arg);
 
+/* Seed c->data_dir, which must hold no raft state, with an initial
+ * snapshot at index (term 1) whose configuration is c's peers, all
+ * voters, and whose data is manifest (len bytes, caller-owned: the FSM's
+ * restore receives it at start), so the node starts after index instead
+ * of bootstrapping (raft/seed.c). Blocking, on a loop of its own; call
+ * before repl_new. 0, or a code with errmsg. */
+int repl_seed_snapshot(const struct repl_config *c,
+                       uint64_t index,
+                       const void *manifest,
+                       size_t len,
+                       char *errmsg);
+
 #endif /* TERN_REPL_H */
