@@ -4,7 +4,8 @@
  * decoders of every op, the error-frame decoder and every response decoder,
  * and walks every iterator (the security metadata ops 10..19 and the
  * authentication ops 20..21, the message property ops, message trace,
- * the shared group ops 27..29 and the delayed produce, op 31, included).
+ * the shared group ops 27..29, the delayed produce, op 31, and the backup,
+ * op 36, included).
  * Decoders must never read out of bounds, and a decoded request must re-encode
  * to a body that decodes to the same fields.
  */
@@ -377,6 +378,10 @@ static void responses(const uint8_t *d, size_t len)
     size_t pos;
     (void)proto_decode_empty_resp(d, len);
     (void)proto_decode_stats_resp(d, len, &ss);
+    {
+        struct proto_backup_info bk;
+        (void)proto_decode_backup_resp(d, len, &bk);
+    }
     (void)proto_decode_produce_resp(d, len, &pr);
     {
         uint32_t dcount;
@@ -526,6 +531,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (proto_decode_request(PROTO_OP_GROUP_STATUS, b, blen, &r) == 0) {
             walk_request(&r);
             reencode(&r, b, blen);
+        }
+        /* Backup (op 36): the path and flags re-encode to the same body. */
+        if (proto_decode_request(PROTO_OP_BACKUP, b, blen, &r) == 0) {
+            char dir[PROTO_BACKUP_PATH_MAX + 1];
+            struct tern_wbuf w;
+            name_copy(dir, r.path, r.path_len);
+            tern_wbuf_init(&w);
+            if (proto_encode_backup(&w, 1, r.flags, dir) != 0 ||
+                w.len != PROTO_HEADER_SIZE + blen ||
+                memcmp(w.base + PROTO_HEADER_SIZE, b, blen) != 0) {
+                abort();
+            }
+            tern_wbuf_free(&w);
         }
         (void)proto_decode_error(b, blen, TERN_ENOTLEADER, &e);
         (void)proto_decode_error(b, blen, TERN_EINTERNAL, &e);
