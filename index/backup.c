@@ -68,10 +68,11 @@
  *
  * VERIFY reads MANIFEST, checks every file's size and checksum, that no
  * other file is in log/, that the segments are contiguous and reach
- * log_end, and the record at last_rec_pos. INSTALL copies log/ into a new
- * index directory (or nothing, for a node that fetches the log from a
- * peer) and hands back the snapshot manifest Raft's initial snapshot
- * carries (node/restore.c).
+ * log_end, and the record at last_rec_pos. INSTALL verifies and copies
+ * log/ into a new index directory, or (without the log, for a node that
+ * fetches it from a peer, which checks every record it receives) reads
+ * only MANIFEST; either way it hands back the snapshot manifest Raft's
+ * initial snapshot carries (node/backup.c, raft/seed.c).
  */
 #include <dirent.h>
 #include <errno.h>
@@ -1367,7 +1368,7 @@ int idx_backup_install(const char *dir,
 {
     struct idx__backup_manifest m;
     char src[IDX__PATH_BUF], dst[IDX__PATH_BUF];
-    int rc = idx_backup_verify(dir, info, errmsg);
+    int rc = with_log ? idx_backup_verify(dir, info, errmsg) : 0;
     if (rc != 0) {
         return rc;
     }
@@ -1377,6 +1378,9 @@ int idx_backup_install(const char *dir,
     }
     idx__manifest_encode(manifest, &m.snap);
     if (!with_log) {
+        if (info != NULL) {
+            info_from(&m, info);
+        }
         goto out;
     }
     (void)snprintf(dst, sizeof dst, "%s", index_dir);

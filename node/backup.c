@@ -8,11 +8,13 @@
  * at a time as well.
  *
  * Restore (ternd --restore-from DIR [--restore-snapshot-only]) runs before
- * the node starts: the backup is verified, its cluster name must differ
+ * the node starts: the backup's manifest is read, its cluster name must differ
  * from the new configuration's (a restored cluster is a new cluster: its
  * data directories get the new name in IDENTITY, so a directory of the old
  * cluster is refused by the new one and the other way round), the data
- * directory must be new, index/ installs the commit log and raft/ seeds
+ * directory must be new, index/ verifies the backup and installs its
+ * commit log (not with --restore-snapshot-only: that node needs only the
+ * MANIFEST and fetches the log from a peer at start), raft/ seeds
  * the initial snapshot at the backup's last applied index; the normal
  * start then rebuilds the index from the log and restores the snapshot.
  */
@@ -205,7 +207,9 @@ int node_backup_restore(const struct node_config *c,
         tern_errmsg_printf(errmsg, "data dir missing or too long");
         return TERN_EINVAL;
     }
-    rv = idx_backup_verify(dir, &info, errmsg);
+    /* The manifest first (checksummed), for the cluster name; the files
+     * are verified as they are installed. */
+    rv = idx_backup_install(dir, index_dir, false, manifest, &info, errmsg);
     if (rv != 0) {
         tern_errmsg_wrapf(errmsg, "backup %s refused", dir);
         return rv;
@@ -222,11 +226,12 @@ int node_backup_restore(const struct node_config *c,
     if (rv != 0) {
         return rv;
     }
-    rv = idx_backup_install(dir, index_dir, !snapshot_only, manifest, &info,
-                            errmsg);
-    if (rv != 0) {
-        tern_errmsg_wrapf(errmsg, "install backup %s", dir);
-        return rv;
+    if (!snapshot_only) {
+        rv = idx_backup_install(dir, index_dir, true, manifest, &info, errmsg);
+        if (rv != 0) {
+            tern_errmsg_wrapf(errmsg, "backup %s refused", dir);
+            return rv;
+        }
     }
     if (info.last_applied == 0) {
         node_log(NODE_LOG_INFO, "restored an empty backup", "dir=%s", dir);

@@ -36,8 +36,9 @@ int node_backup_start(uv_loop_t *loop,
                       char *errmsg);
 
 /* ternd --restore-from DIR: seed cfg's new data directory from the backup
- * at dir (verified first): the commit log (unless snapshot_only: the node
- * then fetches it from a peer at start) and the initial raft snapshot.
+ * at dir: the commit log, verified (unless snapshot_only: only dir/MANIFEST
+ * is read and the node fetches the log from a peer at start), and the
+ * initial raft snapshot.
  * The backup's cluster name must differ from cfg's. 0, or a code with
  * errmsg (TERN_EINVAL for a refused restore, TERN_ECORRUPT for a damaged
  * backup). */

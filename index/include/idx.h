@@ -1317,10 +1317,11 @@ bool idx_backup_holds(const struct idx_env *e);
 int idx_backup_verify(const char *dir,
                       struct idx_backup_info *info,
                       char *errmsg);
-/* Verify dir, then (with_log) copy its commit log into index_dir/log,
- * which must not exist, so idx_open rebuilds the index from it. OUT:
- * manifest, the snapshot manifest (idx_restore's format) of the state
- * the backup covers, and *info (may be NULL). */
+/* With with_log: verify dir, then copy its commit log into
+ * index_dir/log, which must not exist, so idx_open rebuilds the index from
+ * it. Without: read only dir/MANIFEST (checksummed) and write nothing.
+ * OUT: manifest, the snapshot manifest (idx_restore's format) of the
+ * state the backup covers, and *info (may be NULL). */
 int idx_backup_install(const char *dir,
                        const char *index_dir,
                        bool with_log,

@@ -16,7 +16,8 @@ More is produced after the backup (queue "after").
 
 Cluster B (3 new nodes, another cluster_name): node 1 and node 2 are
 restored with `ternd --restore-from`, node 3 with
---restore-snapshot-only (it fetches the log from a peer). Every node
+--restore-snapshot-only from a directory holding only the backup's
+MANIFEST (it fetches the log from a peer). Every node
 serves every message acknowledged before the backup began at the same
 offset with the same contents (keys, headers), the groups' committed
 offsets are back, "after" does not exist, and new produces continue the
@@ -230,10 +231,14 @@ def phase_b(c, nc, bdir, state):
     c.check(r.returncode == 1 and "not a backup" in r.stderr,
             "a directory without a manifest is refused", r.stderr.strip())
 
-    c.step("cluster B: restore node 1, 2 from the backup, 3 by snapshot")
+    c.step("cluster B: restore node 1, 2 from the backup, node 3 from its "
+           "MANIFEST alone (the log comes from a peer)")
     for i in (1, 2):
         nc.nodes[i].args = ["--restore-from", bdir]
-    nc.nodes[3].args = ["--restore-from", bdir, "--restore-snapshot-only"]
+    only = os.path.join(nc.dir, "manifest-only")
+    os.makedirs(only)
+    shutil.copy(os.path.join(bdir, "MANIFEST"), only)
+    nc.nodes[3].args = ["--restore-from", only, "--restore-snapshot-only"]
     leader = nc.start(timeout=40)
     for nd in nc.nodes.values():
         nd.args = []
