@@ -537,8 +537,9 @@ int cli_namespace(struct tern_client *c, int argc, char **argv)
 
 /* ---- admin backup ---- */
 
-/* tern admin backup [--node HOST:PORT] [--verify] [--wait-ms N] DIR: DIR
- * is on the node's host. Prints "backup DIR on SERVER: cluster C node N
+/* tern admin backup [--node HOST:PORT] [--verify] [--any-state]
+ * [--wait-ms N] DIR: DIR is on the node's host; --any-state: do not wait
+ * for what the leader acknowledged (tern_admin_backup). Prints "backup DIR on SERVER: cluster C node N
  * term T last_applied A log [S, E) files F bytes B" ("verified" for
  * --verify). */
 int cli_admin(struct tern_client *c, int argc, char **argv)
@@ -557,6 +558,8 @@ int cli_admin(struct tern_client *c, int argc, char **argv)
             node = argv[++i];
         } else if (strcmp(argv[i], "--verify") == 0) {
             flags |= TERN_BACKUP_VERIFY;
+        } else if (strcmp(argv[i], "--any-state") == 0) {
+            flags |= TERN_BACKUP_ANY_STATE;
         } else if (strcmp(argv[i], "--wait-ms") == 0 && i + 1 < argc) {
             if (cli_parse_u64("--wait-ms", argv[++i], &wait_ms) != 0 ||
                 wait_ms > UINT32_MAX) {
@@ -581,14 +584,13 @@ int cli_admin(struct tern_client *c, int argc, char **argv)
                   (flags & TERN_BACKUP_VERIFY) != 0 ? " --verify" : "");
         return 1;
     }
-    (void)printf("backup %s %s %s: cluster %s node %llu term %llu "
-                 "last_applied %llu log [%llu, %llu) files %u bytes %llu\n",
-                 dir, (flags & TERN_BACKUP_VERIFY) != 0 ? "verified on" : "on",
-                 info.server, info.cluster, (unsigned long long)info.node_id,
-                 (unsigned long long)info.term,
-                 (unsigned long long)info.last_applied,
-                 (unsigned long long)info.log_start,
-                 (unsigned long long)info.log_end, info.n_files,
-                 (unsigned long long)info.total_bytes);
+    (void)printf(
+        "backup %s %s %s: cluster %s node %llu term %llu "
+        "last_applied %llu log [%llu, %llu) files %u bytes %llu\n",
+        dir, (flags & TERN_BACKUP_VERIFY) != 0 ? "verified on" : "on",
+        info.server, info.cluster, (unsigned long long)info.node_id,
+        (unsigned long long)info.term, (unsigned long long)info.last_applied,
+        (unsigned long long)info.log_start, (unsigned long long)info.log_end,
+        info.n_files, (unsigned long long)info.total_bytes);
     return 0;
 }

@@ -65,7 +65,8 @@
  *   tern namespace set NS [--max-queues N] [--max-bytes N]
  *                         [--produce-rate BYTES_PER_S]
  *   tern namespace delete NS | namespace list [--json]
- *   tern admin backup [--node HOST:PORT] [--verify] [--wait-ms N] DIR
+ *   tern admin backup [--node HOST:PORT] [--verify] [--any-state]
+ *                     [--wait-ms N] DIR
  *
  * Admin output: user list "<name>\t<admin,cert|admin|cert|->\t<password|->"
  * per user; acl list "<user>\t<namespace>\t<pattern>\t<perms>" per grant
@@ -183,7 +184,8 @@ static void usage(FILE *f)
         "  namespace set NS [--max-queues N] [--max-bytes N] "
         "[--produce-rate BYTES_PER_S]\n"
         "  namespace delete NS | namespace list [--json]\n"
-        "  admin backup [--node HOST:PORT] [--verify] [--wait-ms N] DIR\n"
+        "  admin backup [--node HOST:PORT] [--verify] [--any-state]\n"
+        "               [--wait-ms N] DIR\n"
         "  (user, acl and namespace list read every page of the server's "
         "list, in order)\n"
         "Login: --user NAME (or TERN_USER) with --password-file FILE (or "
@@ -1558,7 +1560,7 @@ static bool global_option(const char *a)
 static bool known_command(const char *w)
 {
     static const char *const names[] = {
-        "queue",   "produce", "consume", "message", "group",    "dlq",
+        "queue",   "produce", "consume", "message", "group",     "dlq",
         "cluster", "bench",   "user",    "acl",     "namespace", "admin"};
     for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
         if (strcmp(w, names[k]) == 0) {

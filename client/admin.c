@@ -680,6 +680,48 @@ void tern_namespace_list_free(struct tern_namespace_list *l)
 
 /* ---- Backups ---- */
 
+/* The commit index of the writable leader, asked now: everything
+ * acknowledged before is at or below it. Asks the server reads go to, then
+ * the leader it names. */
+static int leader_commit(struct tern_client *c, uint64_t *out)
+{
+    struct tern_status *st = NULL;
+    char addr[256];
+    int rv = tern_cluster_status(c, NULL, &st);
+    if (rv == 0 && !(tern_status_role(st) == TERN_ROLE_LEADER &&
+                     tern_status_writable(st))) {
+        const char *la = tern_status_leader_address(st);
+        size_t n = la != NULL ? strlen(la) : 0;
+        if (n == 0 || n >= sizeof addr) {
+            tern_status_free(st);
+            tern_errmsg_printf(c->errmsg,
+                               "backup: no writable leader known, so what "
+                               "was acknowledged is unknown (--any-state "
+                               "backs up the node as it is)");
+            return TERN_ENOTLEADER;
+        }
+        memcpy(addr, la, n + 1);
+        tern_status_free(st);
+        st = NULL;
+        rv = tern_cluster_status(c, addr, &st);
+        if (rv == 0 && !(tern_status_role(st) == TERN_ROLE_LEADER &&
+                         tern_status_writable(st))) {
+            tern_status_free(st);
+            tern_errmsg_printf(c->errmsg,
+                               "backup: %s is no writable leader (an "
+                               "election?): retry, or --any-state",
+                               addr);
+            return TERN_ENOTLEADER;
+        }
+    }
+    if (rv != 0) {
+        return rv;
+    }
+    *out = tern_status_commit_index(st);
+    tern_status_free(st);
+    return 0;
+}
+
 int tern_admin_backup(struct tern_client *c,
                       const char *address,
                       const char *dir,
@@ -690,36 +732,42 @@ int tern_admin_backup(struct tern_client *c,
     struct tern__req *r;
     struct proto_backup_info b;
     const char *server;
+    uint64_t min_applied = 0;
     size_t n;
     int rv;
     if (out != NULL) {
         memset(out, 0, sizeof *out);
     }
-    if ((flags & ~TERN_BACKUP_VERIFY) != 0 || dir == NULL || dir[0] != '/') {
+    if ((flags & ~(TERN_BACKUP_VERIFY | TERN_BACKUP_ANY_STATE)) != 0 ||
+        dir == NULL || dir[0] != '/') {
         tern_errmsg_printf(c->errmsg,
                            "backup: the directory must be an absolute path "
                            "on the server's host");
         return TERN_EINVAL;
     }
-    rv = tern__sync_req_new(c, PROTO_OP_BACKUP, timeout_ms, address == NULL,
-                            &r);
+    if ((flags & (TERN_BACKUP_VERIFY | TERN_BACKUP_ANY_STATE)) == 0) {
+        rv = leader_commit(c, &min_applied);
+        if (rv != 0) {
+            return rv;
+        }
+    }
+    rv =
+        tern__sync_req_new(c, PROTO_OP_BACKUP, timeout_ms, address == NULL, &r);
     if (rv != 0) {
         return rv;
     }
     if (address != NULL) {
         r->target = tern__find_or_add_server(c, address, strlen(address));
         if (r->target < 0) {
-            tern_errmsg_printf(c->errmsg, "bad server address \"%s\"",
-                               address);
+            tern_errmsg_printf(c->errmsg, "bad server address \"%s\"", address);
             tern__req_free(r);
             return TERN_EINVAL;
         }
     }
-    rv = proto_encode_backup(&r->frame, 0,
-                             (flags & TERN_BACKUP_VERIFY) != 0
-                                 ? (uint8_t)PROTO_BACKUP_VERIFY
-                                 : 0,
-                             dir);
+    rv = proto_encode_backup(
+        &r->frame, 0,
+        (flags & TERN_BACKUP_VERIFY) != 0 ? (uint8_t)PROTO_BACKUP_VERIFY : 0,
+        dir, min_applied);
     if (rv != 0) {
         tern_errmsg_printf(c->errmsg, "backup: path of 1..%u bytes",
                            PROTO_BACKUP_PATH_MAX);

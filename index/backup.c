@@ -115,6 +115,7 @@ struct idx_backup
     char cluster[IDX_BACKUP_CLUSTER_MAX + 1];
     uint64_t node_id;
     uint64_t term;
+    uint64_t min_applied;
     uint64_t log_start; /* noted at begin; held by the trim hold */
     uint64_t ckpt_size;
     uint32_t ckpt_sum;
@@ -515,9 +516,8 @@ static int check_target(const struct idx_backup_options *o,
         while ((de = readdir(d)) != NULL) {
             if (strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0) {
                 closedir(d);
-                tern_errmsg_printf(errmsg,
-                                   "backup target %s exists and is not empty",
-                                   o->dir);
+                tern_errmsg_printf(
+                    errmsg, "backup target %s exists and is not empty", o->dir);
                 return TERN_EINVAL;
             }
         }
@@ -537,8 +537,10 @@ static int check_target(const struct idx_backup_options *o,
          * dir unless it is inside; a name of ".." is refused. */
         if (strcmp(slash + 1, "..") == 0 || strcmp(slash + 1, ".") == 0 ||
             slash[1] == '\0') {
-            tern_errmsg_printf(errmsg, "backup target %s names no new "
-                               "directory", o->dir);
+            tern_errmsg_printf(errmsg,
+                               "backup target %s names no new "
+                               "directory",
+                               o->dir);
             return TERN_EINVAL;
         }
     }
@@ -635,13 +637,15 @@ int idx_backup_begin(struct idx_env *e,
     (void)snprintf(b->cluster, sizeof b->cluster, "%s", o->cluster);
     b->node_id = o->node_id;
     b->term = o->term;
+    b->min_applied = o->min_applied;
     b->env = e;
     b->mdb = e->mdb;
     b->log_start = e->log_start;
     if (b->log_start > 0) {
         b->ckpt_size = idx__ckpt_file_size(e, b->log_start, &b->ckpt_sum);
         if (b->ckpt_size == 0) {
-            tern_errmsg_printf(errmsg, "the checkpoint at the log start %llu "
+            tern_errmsg_printf(errmsg,
+                               "the checkpoint at the log start %llu "
                                "is missing",
                                (unsigned long long)b->log_start);
             tern_free(b);
@@ -677,8 +681,7 @@ static int copied_state(const char *lmdb_dir,
         return TERN_EINTERNAL;
     }
     (void)mdb_env_set_maxdbs(env, 32);
-    rc = mdb_env_open(env, lmdb_dir, MDB_RDONLY | MDB_NOLOCK | MDB_NOTLS,
-                      0600);
+    rc = mdb_env_open(env, lmdb_dir, MDB_RDONLY | MDB_NOLOCK | MDB_NOTLS, 0600);
     if (rc == 0) {
         rc = mdb_txn_begin(env, NULL, MDB_RDONLY, &txn);
     }
@@ -726,8 +729,8 @@ static int add_file(struct idx__backup_manifest *m,
         m->files = p;
         *cap = nc;
     }
-    (void)snprintf(m->files[m->n_files].name,
-                   sizeof m->files[m->n_files].name, "%s", name);
+    (void)snprintf(m->files[m->n_files].name, sizeof m->files[m->n_files].name,
+                   "%s", name);
     m->files[m->n_files].size = size;
     m->files[m->n_files].checksum = sum;
     m->n_files++;
@@ -820,9 +823,8 @@ static int read_record_at(const char *dir,
             }
             size = (uint64_t)sb.st_size - IDX__SEG_HDR;
             while (at >= s && at < s + size && at < want_end) {
-                size_t n = (size_t)TERN_MIN(
-                    TERN_MIN(s + size, want_end) - at,
-                    (uint64_t)IDX__BACKUP_CHUNK);
+                size_t n = (size_t)TERN_MIN(TERN_MIN(s + size, want_end) - at,
+                                            (uint64_t)IDX__BACKUP_CHUNK);
                 uint8_t *dst = pass == 0 ? hdr + got : buf;
                 ssize_t k = pread(fd, dst, n, (off_t)(at - s + IDX__SEG_HDR));
                 if (k <= 0) {
@@ -981,6 +983,14 @@ static int run(struct idx_backup *b)
     if (rc != 0) {
         return rc;
     }
+    if (st.last_applied < b->min_applied) {
+        tern_errmsg_printf(b->errmsg,
+                           "the index copy covers raft index %llu, below "
+                           "the %llu asked for (not flushed yet): retry",
+                           (unsigned long long)st.last_applied,
+                           (unsigned long long)b->min_applied);
+        return TERN_EBUSY;
+    }
     (void)snprintf(path, sizeof path, "%s/lmdb/data.mdb", b->dir);
     rc = file_sum(path, &size, &sum);
     if (rc == 0) {
@@ -1000,7 +1010,8 @@ static int run(struct idx_backup *b)
     m.snap.ckpt_sum = b->ckpt_sum;
     if (st.log_end < b->log_start) {
         rc = TERN_EINTERNAL;
-        tern_errmsg_printf(b->errmsg, "the index copy ends before the log "
+        tern_errmsg_printf(b->errmsg,
+                           "the index copy ends before the log "
                            "start");
         goto out;
     }
@@ -1173,7 +1184,8 @@ int idx_backup_end(struct idx_backup *b,
     return rc;
 }
 
-/* ---- Verify and install (any thread, blocking) ---------------------------- */
+/* ---- Verify and install (any thread, blocking) ----------------------------
+ */
 
 /* Read and decode dir/MANIFEST. The caller frees m. */
 static int load_manifest(const char *dir,
@@ -1196,8 +1208,8 @@ static int load_manifest(const char *dir,
     if (fd < 0) {
         rc = -errno;
         tern_errmsg_printf(errmsg,
-                           "%s: %s (not a backup, or an unfinished one)",
-                           path, strerror(errno));
+                           "%s: %s (not a backup, or an unfinished one)", path,
+                           strerror(errno));
         return rc;
     }
     if (fstat(fd, &sb) != 0 || sb.st_size <= 0 ||
@@ -1314,16 +1326,16 @@ static int check_files(const char *dir,
             }
         }
         if (size < IDX__SEG_HDR || (i > 0 && (*segs)[i] != end)) {
-            tern_errmsg_printf(errmsg, "backup segments are not contiguous "
+            tern_errmsg_printf(errmsg,
+                               "backup segments are not contiguous "
                                "at %llu",
                                (unsigned long long)(*segs)[i]);
             return TERN_ECORRUPT;
         }
         end = (*segs)[i] + size - IDX__SEG_HDR;
     }
-    if (m->snap.log_end > 0 &&
-        (*n_segs == 0 || end != m->snap.log_end ||
-         (*segs)[0] > m->snap.log_start)) {
+    if (m->snap.log_end > 0 && (*n_segs == 0 || end != m->snap.log_end ||
+                                (*segs)[0] > m->snap.log_start)) {
         tern_errmsg_printf(errmsg,
                            "backup segments cover [%llu, %llu), the manifest "
                            "needs [%llu, %llu)",
@@ -1392,8 +1404,8 @@ int idx_backup_install(const char *dir,
     (void)snprintf(dst, sizeof dst, "%s/log", index_dir);
     if (mkdir(dst, 0700) != 0) {
         rc = -errno;
-        tern_errmsg_printf(errmsg, "mkdir %s: %s (the index must be new)",
-                           dst, strerror(errno));
+        tern_errmsg_printf(errmsg, "mkdir %s: %s (the index must be new)", dst,
+                           strerror(errno));
         goto out;
     }
     for (uint32_t i = 0; i < m.n_files; i++) {
@@ -1407,7 +1419,8 @@ int idx_backup_install(const char *dir,
         rc = copy_prefix(src, dst, m.files[i].size, &sum, NULL, errmsg);
         if (rc == 0 && sum != m.files[i].checksum) {
             rc = TERN_ECORRUPT;
-            tern_errmsg_printf(errmsg, "backup file %s changed while it was "
+            tern_errmsg_printf(errmsg,
+                               "backup file %s changed while it was "
                                "copied",
                                m.files[i].name);
         }

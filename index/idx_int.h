@@ -9,6 +9,7 @@
  * Files of index/ and who calls whom (a DAG, top first; no file calls a
  * file above it):
  *
+ *   backup.c    backups: manifest, copy, verify, install
  *   env.c       open (recovery), close, accessors
  *   snapshot.c  manifests, bulk catch-up, restore
  *   read.c      queue lookups, group offsets, fetches
@@ -22,6 +23,10 @@
  *   keys.c      LMDB key and value codecs
  *   txn.c       errors, read buffer, the pending write txn, idx_flush
  *
+ *   backup.c -> snapshot.c (manifest codec), ckpt.c, log.c (record
+ *   header, first position), keys.c (state row); the one call into it
+ *   is idx_close's idx__backup_detach (env.c); snapshot.c only reads
+ *   e->backup (the trim hold)
  *   env.c, snapshot.c -> apply.c -> cmd.c, keys.c, log.c, clean.c
  *   apply.c -> shared.c -> cmd.c, keys.c, log.c
  *   apply.c <-> timer.c (the one cycle: the writer dispatches the timer

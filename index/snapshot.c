@@ -34,7 +34,8 @@
  * before this one still names a log this node can verify); segments that
  * end at or before it and older checkpoints are deleted, and the manifest
  * names the new log start and its checkpoint. A trimmed log never trims
- * to a checkpoint larger than its own position (see below).
+ * to a checkpoint larger than its own position (see below). Nothing is
+ * trimmed while a backup runs (backup.c copies from the log start).
  *
  * A follower whose log ends before the manifest's log_start cannot
  * continue from its own log. The bulk stream then starts ckpt_size bytes
@@ -210,7 +211,7 @@ static int trim_head(struct idx_env *e)
 {
     uint64_t need = 0, to = 0;
     int rc;
-    if (idx_backup_holds(e)) {
+    if (e->backup != NULL) {
         return 0; /* a backup copies from the log start (backup.c) */
     }
     rc = needed_pos(e, &need);

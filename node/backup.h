@@ -12,6 +12,19 @@
 
 #include "config.h"
 #include "idx.h"
+#include "repl.h"
+
+/* How long a BACKUP waits for the node to apply the index it asks for. */
+#define NODE_BACKUP_WAIT_MS 30000
+
+/* Where a job finds the node's index and raft status at each step (the
+ * index may be reopened, or gone while the node stops: NULL). */
+struct node_backup_source
+{
+    struct idx_env *(*idx)(void *arg);
+    void (*status)(void *arg, struct repl_status *out);
+    void *arg;
+};
 
 /* Called on the loop thread when a backup or verify job ends: status 0
  * with *info (borrowed for the call), or a code with errmsg. */
@@ -20,17 +33,19 @@ typedef void (*node_backup_cb)(void *arg,
                                const struct idx_backup_info *info,
                                const char *errmsg);
 
-/* Start a backup of e into dir (server-side path), or with verify a check
- * of the backup at dir, on libuv's thread pool. cfg, e borrowed (e must
- * stay open or be closed by idx_close, which cancels the job); dir
- * copied. term: the node's raft term now. 0 and cb later (always, once),
- * or a code with errmsg and no callback (TERN_EBACKUP: one at a time). */
+/* Start a backup of the node's index into dir (server-side path), or with
+ * verify a check of the backup at dir, on libuv's thread pool. A backup
+ * first waits (a timer, up to NODE_BACKUP_WAIT_MS) until raft has applied
+ * min_applied on this node (0: no wait). cfg and src borrowed until the
+ * callback (an index closed meanwhile cancels the job); dir copied. 0 and
+ * cb later (always, once), or a code with errmsg and no callback
+ * (TERN_EBACKUP: one at a time). */
 int node_backup_start(uv_loop_t *loop,
-                      struct idx_env *e,
+                      const struct node_backup_source *src,
                       const struct node_config *cfg,
-                      uint64_t term,
                       const char *dir,
                       bool verify,
+                      uint64_t min_applied,
                       node_backup_cb cb,
                       void *arg,
                       char *errmsg);

@@ -28,14 +28,13 @@ static int verify_backup(const char *dir)
                       errmsg, tern_err_name(rv));
         return 1;
     }
-    (void)printf("backup %s ok: cluster %s node %llu term %llu "
-                 "last_applied %llu log [%llu, %llu) files %u bytes %llu\n",
-                 dir, info.cluster, (unsigned long long)info.node_id,
-                 (unsigned long long)info.term,
-                 (unsigned long long)info.last_applied,
-                 (unsigned long long)info.log_start,
-                 (unsigned long long)info.log_end, info.n_files,
-                 (unsigned long long)info.total_bytes);
+    (void)printf(
+        "backup %s ok: cluster %s node %llu term %llu "
+        "last_applied %llu log [%llu, %llu) files %u bytes %llu\n",
+        dir, info.cluster, (unsigned long long)info.node_id,
+        (unsigned long long)info.term, (unsigned long long)info.last_applied,
+        (unsigned long long)info.log_start, (unsigned long long)info.log_end,
+        info.n_files, (unsigned long long)info.total_bytes);
     return 0;
 }
 
@@ -60,8 +59,7 @@ int main(int argc, char **argv)
         if (strcmp(argv[i], "--verify-backup") == 0 ||
             strcmp(argv[i], "--restore-from") == 0) {
             if (i + 1 >= argc) {
-                (void)fprintf(stderr, "ternd: %s needs a directory\n",
-                              argv[i]);
+                (void)fprintf(stderr, "ternd: %s needs a directory\n", argv[i]);
                 return 2;
             }
             if (argv[i][2] == 'v') {

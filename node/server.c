@@ -2803,7 +2803,8 @@ static void serve_backup(struct node_conn *c,
 {
     char dir[PROTO_BACKUP_PATH_MAX + 1];
     char m[TERN_ERRMSG_SIZE] = "";
-    struct repl_status st;
+    struct node_backup_source src = {c->view.ops.idx, c->view.ops.status,
+                                     c->view.arg};
     struct backup_wait *bw = tern_malloc(sizeof *bw);
     int rv;
     if (bw == NULL) {
@@ -2812,12 +2813,11 @@ static void serve_backup(struct node_conn *c,
     }
     memcpy(dir, r->path, r->path_len);
     dir[r->path_len] = '\0';
-    view_status(&c->view, &st);
     bw->c = c;
     bw->request_id = request_id;
-    rv = node_backup_start(c->srv->loop, view_idx(&c->view), c->view.cfg,
-                           st.term, dir, (r->flags & PROTO_BACKUP_VERIFY) != 0,
-                           backup_done, bw, m);
+    rv = node_backup_start(c->srv->loop, &src, c->view.cfg, dir,
+                           (r->flags & PROTO_BACKUP_VERIFY) != 0,
+                           r->min_applied, backup_done, bw, m);
     if (rv != 0) {
         tern_free(bw);
         send_error(c, r->op, request_id, rv, m);

@@ -1223,6 +1223,7 @@ int proto_decode_request(uint8_t op,
     case PROTO_OP_BACKUP:
         out->flags = tern_cursor_u8(&c);
         out->path = proto_get_str(&c, &out->path_len);
+        out->min_applied = tern_cursor_u64(&c);
         if (c.err == 0 &&
             ((out->flags & ~PROTO_BACKUP_VERIFY) != 0 || out->path_len == 0 ||
              out->path_len > PROTO_BACKUP_PATH_MAX ||
@@ -3193,7 +3194,8 @@ void proto_status_consumer(const struct proto_group_status *g,
 int proto_encode_backup(struct tern_wbuf *w,
                         uint64_t request_id,
                         uint8_t flags,
-                        const char *dir)
+                        const char *dir,
+                        uint64_t min_applied)
 {
     size_t start = w->len;
     size_t n = dir != NULL ? strlen(dir) : 0;
@@ -3204,6 +3206,7 @@ int proto_encode_backup(struct tern_wbuf *w,
     proto_frame_begin(w, PROTO_OP_BACKUP, request_id, 0);
     tern_wbuf_u8(w, flags);
     proto_put_str(w, dir, n);
+    tern_wbuf_u64(w, min_applied);
     return proto_frame_end(w, start);
 }
 

@@ -159,8 +159,8 @@ int repl_seed_snapshot(const struct repl_config *c,
         rv = repl_err_from_raft(rv);
         goto err_after_uv;
     }
-    rv = s->io.load(&s->io, &term, &vote, &loaded, &start, &entries,
-                    &n_entries);
+    rv =
+        s->io.load(&s->io, &term, &vote, &loaded, &start, &entries, &n_entries);
     if (rv != 0) {
         tern_errmsg_printf(errmsg, "repl: seed: load: %s", s->io.errmsg);
         rv = repl_err_from_raft(rv);

@@ -41,7 +41,7 @@
     X(TERN_EIDENTITY, -31027, "data directory belongs to another node")        \
     X(TERN_ENOTFOUND, -31028, "no such user, namespace or grant")              \
     X(TERN_EQUEUEFULL, -31029, "queue full")                                   \
-    X(TERN_ECLAIMED, -31030, "group held by another consumer")               \
+    X(TERN_ECLAIMED, -31030, "group held by another consumer")                 \
     X(TERN_EBACKUP, -31036, "a backup of this node is already running")
 
 enum tern_errno {

@@ -956,10 +956,10 @@ TERN_API int tern_replication_stats(struct tern_client *c,
 /* What a backup holds, from its manifest. */
 struct tern_backup_info
 {
-    char server[128];  /* "host:port" that answered */
-    char cluster[65];  /* [node] cluster_name of the node backed up */
-    uint64_t node_id;  /* that node */
-    uint64_t term;     /* its raft term when the backup began */
+    char server[128];      /* "host:port" that answered */
+    char cluster[65];      /* [node] cluster_name of the node backed up */
+    uint64_t node_id;      /* that node */
+    uint64_t term;         /* its raft term when the backup began */
     uint64_t last_applied; /* raft index the backup covers */
     uint64_t log_start;    /* the commit-log range it holds */
     uint64_t log_end;
@@ -967,16 +967,23 @@ struct tern_backup_info
     uint64_t total_bytes;
     uint64_t created_ms; /* the node's wall clock when it was written */
 };
-#define TERN_BACKUP_VERIFY 1u
+#define TERN_BACKUP_VERIFY    1u
+#define TERN_BACKUP_ANY_STATE 2u
 /* Ask one server (address "host:port", borrowed; NULL: where reads go) to
  * write a consistent online backup of its state into dir, an absolute
  * directory on that server's host that must not exist or be empty and
  * lie outside its data directory; with flags TERN_BACKUP_VERIFY, to check
- * the backup at dir instead. Needs admin permission. Waits up to the
- * request timeout plus timeout_ms for the copy. *out (OUT, caller-owned
- * storage; may be NULL) is filled on success. TERN_EBACKUP while a backup
- * of that server runs, TERN_EFULL when its disk lacks the room,
- * TERN_ECORRUPT when verification fails; tern_client_errmsg says why. */
+ * the backup at dir instead. The backup holds everything acknowledged
+ * before the call: the call first reads the writable leader's commit
+ * index and the server waits until it has applied it (TERN_ENOTLEADER
+ * when no writable leader answers; TERN_BACKUP_ANY_STATE skips this and
+ * backs up the server's state as it is, e.g. of a cluster without a
+ * quorum). Needs admin permission. Waits up to the request timeout plus
+ * timeout_ms for the copy. *out (OUT, caller-owned storage; may be NULL)
+ * is filled on success. TERN_EBACKUP while a backup of that server runs,
+ * TERN_EFULL when its disk lacks the room, TERN_EBUSY when it lags the
+ * leader too far, TERN_ECORRUPT when verification fails;
+ * tern_client_errmsg says why. */
 TERN_API int tern_admin_backup(struct tern_client *c,
                                const char *address,
                                const char *dir,

@@ -1260,7 +1260,7 @@ uint64_t idx_discarded_bytes(const struct idx_env *e);
 
 /* ---- Backups (index/backup.c; docs/OPERATIONS.md) ---------------------- */
 
-#define IDX_BACKUP_CLUSTER_MAX    64
+#define IDX_BACKUP_CLUSTER_MAX     64
 #define IDX_SNAPSHOT_MANIFEST_SIZE 64
 
 struct idx_backup;
@@ -1287,6 +1287,10 @@ struct idx_backup_options
     uint64_t node_id;
     uint64_t term;
     uint64_t min_free_bytes; /* free space to leave beside the copy */
+    /* the index must cover at least this raft index (idx_last_applied
+     * when the caller decided to back up), else the job fails with
+     * TERN_EBUSY: the copy sees flushed state only */
+    uint64_t min_applied;
 };
 
 /* Loop thread. Check the target (absolute, outside data_dir, missing or

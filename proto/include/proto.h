@@ -610,9 +610,11 @@ struct proto_request
     /* CLAIM: consumer_id, the action in flags (PROTO_CLAIM_*), lease_ms. */
     uint32_t lease_ms;
     /* BACKUP: the directory on the node's host (borrowed, path_len bytes,
-     * no NUL), the action in flags (PROTO_BACKUP_VERIFY or 0). */
+     * no NUL), the action in flags (PROTO_BACKUP_VERIFY or 0), the raft
+     * index the node must have applied first. */
     const char *path;
     uint16_t path_len;
+    uint64_t min_applied;
 };
 /* Decode a request body for op; TERN_EMALFORMED (trailing bytes included),
  * TERN_EBADNAME for an invalid queue/group name, TERN_EINVAL for an unknown
@@ -1634,7 +1636,12 @@ int proto_encode_status_req(struct tern_wbuf *w,
  *                (1..PROTO_BACKUP_PATH_MAX bytes, no NUL: an absolute
  *                directory on the host of the node that serves the
  *                request, which must not exist or be empty and lie outside
- *                the node's data directory)
+ *                the node's data directory), u64 min_applied (the node
+ *                first waits, up to NODE_BACKUP_WAIT_MS, until raft has
+ *                applied this index there: the leader's commit index when
+ *                the client asked, so the backup holds everything
+ *                acknowledged before; 0: back up the node's state as it
+ *                is)
  *           resp: u8 version (1), str cluster, u64 node_id, u64 term,
  *                 u64 last_applied, u64 log_start, u64 log_end,
  *                 u32 n_files, u64 total_bytes, u64 created_ms: the
@@ -1643,7 +1650,8 @@ int proto_encode_status_req(struct tern_wbuf *w,
  * Served by the node that receives it (any role), with admin permission;
  * the answer comes when the copy is complete. TERN_EBACKUP while a backup
  * of that node runs, TERN_EFULL when its disk lacks the room, TERN_EINVAL
- * for a refused path, TERN_ECORRUPT for a backup that fails verification.
+ * for a refused path, TERN_ECORRUPT for a backup that fails verification,
+ * TERN_EBUSY when the node did not reach min_applied in time.
  */
 #define PROTO_BACKUP_VERIFY   0x01u
 #define PROTO_BACKUP_PATH_MAX 4095u
@@ -1666,7 +1674,8 @@ struct proto_backup_info
 int proto_encode_backup(struct tern_wbuf *w,
                         uint64_t request_id,
                         uint8_t flags,
-                        const char *dir);
+                        const char *dir,
+                        uint64_t min_applied);
 int proto_encode_backup_resp(struct tern_wbuf *w,
                              uint64_t request_id,
                              const struct proto_backup_info *b);

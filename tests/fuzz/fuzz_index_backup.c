@@ -28,8 +28,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     }
     for (uint32_t i = 0; i < m.n_files; i++) {
-        if (!idx__backup_name_valid(m.files[i].name,
-                                    strlen(m.files[i].name)) ||
+        if (!idx__backup_name_valid(m.files[i].name, strlen(m.files[i].name)) ||
             strstr(m.files[i].name, "..") != NULL) {
             abort();
         }

@@ -538,7 +538,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             struct tern_wbuf w;
             name_copy(dir, r.path, r.path_len);
             tern_wbuf_init(&w);
-            if (proto_encode_backup(&w, 1, r.flags, dir) != 0 ||
+            if (proto_encode_backup(&w, 1, r.flags, dir, r.min_applied) != 0 ||
                 w.len != PROTO_HEADER_SIZE + blen ||
                 memcmp(w.base + PROTO_HEADER_SIZE, b, blen) != 0) {
                 abort();

@@ -39,12 +39,12 @@ static void sample_manifest(struct idx__backup_manifest *m,
     (void)snprintf(files[0].name, sizeof files[0].name, "lmdb/data.mdb");
     files[0].size = 81920;
     files[0].checksum = 1;
-    (void)snprintf(files[1].name, sizeof files[1].name,
-                   "log/%020llu.seg", 65000ULL);
+    (void)snprintf(files[1].name, sizeof files[1].name, "log/%020llu.seg",
+                   65000ULL);
     files[1].size = 835032;
     files[1].checksum = 2;
-    (void)snprintf(files[2].name, sizeof files[2].name,
-                   "log/%020llu.ckpt", 65536ULL);
+    (void)snprintf(files[2].name, sizeof files[2].name, "log/%020llu.ckpt",
+                   65536ULL);
     files[2].size = 4000;
     files[2].checksum = 3;
 }
@@ -92,8 +92,7 @@ Test(index_backup, manifest_damage_refused)
         for (unsigned bit = 0; bit < 8; bit++) {
             w.base[i] ^= (uint8_t)(1u << bit);
             int rc = idx__backup_manifest_decode(w.base, w.len, &d);
-            cr_expect_neq(rc, 0, "flip of bit %u at byte %zu accepted", bit,
-                          i);
+            cr_expect_neq(rc, 0, "flip of bit %u at byte %zu accepted", bit, i);
             if (rc == 0) {
                 idx__backup_manifest_free(&d);
             }
@@ -113,9 +112,13 @@ Test(index_backup, names_outside_the_backup_refused)
     struct idx__backup_file files[3];
     struct idx__backup_manifest m, d;
     struct tern_wbuf w;
-    static const char *const bad[] = {
-        "../etc/passwd", "log/../../x.seg", "/abs", "log/1.seg",
-        "log/0000000000000000000a.seg", "lmdb/lock.mdb", ""};
+    static const char *const bad[] = {"../etc/passwd",
+                                      "log/../../x.seg",
+                                      "/abs",
+                                      "log/1.seg",
+                                      "log/0000000000000000000a.seg",
+                                      "lmdb/lock.mdb",
+                                      ""};
     for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
         cr_expect(!idx__backup_name_valid(bad[k], strlen(bad[k])), "%s",
                   bad[k]);
@@ -210,8 +213,7 @@ Test(index_backup, backup_verify_install)
     (void)th_produce(a, 202, "q", 0, 202, 3);
     cr_assert_eq(idx_flush(a), 0);
 
-    cr_assert_eq(idx_backup_install(bk, into, true, snap, NULL, m), 0, "%s",
-                 m);
+    cr_assert_eq(idx_backup_install(bk, into, true, snap, NULL, m), 0, "%s", m);
     c = th_open(into, 4096);
     cr_assert_eq(idx_restore(c, snap, sizeof snap), 0, "%s", idx_errmsg(c));
     cr_expect_eq(idx_last_applied(c), info.last_applied);
@@ -303,7 +305,7 @@ Test(index_backup, close_abandons_a_queued_job)
         .dir = bk, .data_dir = th_dir_a, .cluster = "old", .node_id = 1};
     workload(a, 10);
     cr_assert_eq(idx_backup_begin(a, &o, &b, m), 0, "%s", m);
-    idx_close(a); /* before the worker started */
+    idx_close(a);      /* before the worker started */
     idx_backup_run(b); /* does nothing */
     cr_expect_eq(idx_backup_end(b, NULL, m), TERN_ECANCELED);
     cr_expect_neq(idx_backup_verify(bk, NULL, m), 0);

@@ -26,13 +26,14 @@ Test(proto_backup, request)
     struct proto_request r;
     uint8_t bad[64];
     tern_wbuf_init(&w);
-    cr_assert_eq(proto_encode_backup(&w, 9, PROTO_BACKUP_VERIFY, "/srv/bk/1"),
+    cr_assert_eq(proto_encode_backup(&w, 9, PROTO_BACKUP_VERIFY, "/srv/bk/1", 4242),
                  0);
     const uint8_t *body = parse(&w, &h);
     cr_expect_eq(h.op, PROTO_OP_BACKUP);
     cr_assert_eq(proto_decode_request(h.op, body, h.body_len, &r), 0);
     cr_expect_eq(r.flags, PROTO_BACKUP_VERIFY);
     cr_expect(r.path_len == 9 && memcmp(r.path, "/srv/bk/1", 9) == 0);
+    cr_expect_eq(r.min_applied, 4242);
     for (uint32_t cut = 0; cut < h.body_len; cut++) {
         cr_expect_neq(proto_decode_request(h.op, body, cut, &r), 0);
     }
@@ -50,16 +51,16 @@ Test(proto_backup, request)
     tern_wbuf_free(&w);
 
     tern_wbuf_init(&w);
-    cr_expect_eq(proto_encode_backup(&w, 1, 0, ""), TERN_EINVAL);
-    cr_expect_eq(proto_encode_backup(&w, 1, 0x80, "/x"), TERN_EINVAL);
+    cr_expect_eq(proto_encode_backup(&w, 1, 0, "", 0), TERN_EINVAL);
+    cr_expect_eq(proto_encode_backup(&w, 1, 0x80, "/x", 0), TERN_EINVAL);
     char *big = malloc(PROTO_BACKUP_PATH_MAX + 2);
     cr_assert_not_null(big);
     memset(big, 'a', PROTO_BACKUP_PATH_MAX + 1);
     big[0] = '/';
     big[PROTO_BACKUP_PATH_MAX + 1] = '\0';
-    cr_expect_eq(proto_encode_backup(&w, 1, 0, big), TERN_EINVAL);
+    cr_expect_eq(proto_encode_backup(&w, 1, 0, big, 0), TERN_EINVAL);
     big[PROTO_BACKUP_PATH_MAX] = '\0';
-    cr_expect_eq(proto_encode_backup(&w, 1, 0, big), 0);
+    cr_expect_eq(proto_encode_backup(&w, 1, 0, big, 0), 0);
     free(big);
     tern_wbuf_free(&w);
 }
