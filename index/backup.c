@@ -1151,7 +1151,7 @@ void idx__backup_detach(struct idx_env *e)
     if (!atomic_compare_exchange_strong(&b->state, &expected, BK_ABANDONED)) {
         /* Running: it stops at its next chunk. */
         while (atomic_load(&b->state) == BK_RUNNING) {
-            struct timespec ts = {0, 2 * 1000 * 1000};
+            struct timespec ts = {0, 2000000L};
             (void)nanosleep(&ts, NULL);
         }
     }

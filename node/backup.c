@@ -144,8 +144,7 @@ static int job_begin(struct job *j, struct idx_env *e, char *errmsg)
     }
     node_log(NODE_LOG_INFO, "backup started",
              "dir=%s term=%llu min_applied=%llu", j->dir,
-             (unsigned long long)st.term,
-             (unsigned long long)j->min_applied);
+             (unsigned long long)st.term, (unsigned long long)j->min_applied);
     return 0;
 }
 
@@ -178,8 +177,7 @@ static void on_wait(uv_timer_t *t)
                        "leader had committed, within %d ms: it lags the "
                        "leader; retry, or back up another node",
                        (unsigned long long)st.last_applied,
-                       (unsigned long long)j->min_applied,
-                       NODE_BACKUP_WAIT_MS);
+                       (unsigned long long)j->min_applied, NODE_BACKUP_WAIT_MS);
 finish:
     uv_timer_stop(&j->timer);
     job_finish(j);
@@ -203,8 +201,9 @@ int node_backup_start(uv_loop_t *loop,
         return TERN_ESHUTDOWN;
     }
     if (strlen(dir) >= sizeof j->dir || dir[0] != '/') {
-        tern_errmsg_printf(errmsg, "backup directory must be an absolute "
-                                   "path on the node's host");
+        tern_errmsg_printf(errmsg,
+                           "backup directory must be an absolute "
+                           "path on the node's host");
         return TERN_EINVAL;
     }
     if (verify && verify_running) {
@@ -236,8 +235,7 @@ int node_backup_start(uv_loop_t *loop,
         rv = uv_queue_work(loop, &j->work, job_work, job_done);
         if (rv != 0) {
             tern_free(j);
-            tern_errmsg_printf(errmsg, "queue the verify: %s",
-                               uv_strerror(rv));
+            tern_errmsg_printf(errmsg, "queue the verify: %s", uv_strerror(rv));
             return rv;
         }
         verify_running = true;

@@ -70,6 +70,7 @@ Test(index_backup, manifest_round_trip)
     cr_expect_eq(d.snap.ckpt_sum, 0x1234);
     cr_expect_str_eq(d.cluster, "prod-eu");
     cr_assert_eq(d.n_files, 3);
+    cr_assert_not_null(d.files);
     for (unsigned i = 0; i < 3; i++) {
         cr_expect_str_eq(d.files[i].name, files[i].name);
         cr_expect_eq(d.files[i].size, files[i].size);

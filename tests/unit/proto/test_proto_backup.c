@@ -26,8 +26,8 @@ Test(proto_backup, request)
     struct proto_request r;
     uint8_t bad[64];
     tern_wbuf_init(&w);
-    cr_assert_eq(proto_encode_backup(&w, 9, PROTO_BACKUP_VERIFY, "/srv/bk/1", 4242),
-                 0);
+    cr_assert_eq(
+        proto_encode_backup(&w, 9, PROTO_BACKUP_VERIFY, "/srv/bk/1", 4242), 0);
     const uint8_t *body = parse(&w, &h);
     cr_expect_eq(h.op, PROTO_OP_BACKUP);
     cr_assert_eq(proto_decode_request(h.op, body, h.body_len, &r), 0);
