@@ -539,10 +539,9 @@ int cli_namespace(struct tern_client *c, int argc, char **argv)
 
 /* tern admin backup [--node HOST:PORT] [--verify] [--any-state]
  * [--wait-ms N] DIR: DIR is on the node's host; --any-state: do not wait
- * for what the leader acknowledged (tern_admin_backup). Prints "backup DIR on
- * SERVER: cluster C node N term T last_applied A log [S, E) files F bytes B"
- * ("verified" for
- * --verify). */
+ * for what the leader acknowledged (tern_admin_backup). Prints "backup
+ * DIR on SERVER: cluster C node N term T last_applied A log [S, E) files
+ * F bytes B" ("verified on" with --verify). */
 int cli_admin(struct tern_client *c, int argc, char **argv)
 {
     struct tern_backup_info info;
