@@ -89,6 +89,18 @@ int main(int argc, char **argv)
     }
     if (c.help) {
         (void)fputs(node_config_usage(), stdout);
+        (void)fputs(
+            "\nBackups (docs/OPERATIONS.md, \"Backup and restore\"):\n"
+            "  --verify-backup DIR      check a backup, exit 0 if "
+            "sound, 1 if not\n"
+            "  --restore-from DIR       seed this new node's empty "
+            "data dir from a\n"
+            "                           backup, then start (the "
+            "cluster_name must differ)\n"
+            "  --restore-snapshot-only  with --restore-from: only "
+            "DIR/MANIFEST, the log\n"
+            "                           comes from a peer\n",
+            stdout);
         node_config_free(&c);
         return 0;
     }
