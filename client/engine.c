@@ -81,6 +81,7 @@ static int leader_only_op(uint8_t op)
     case PROTO_OP_RECEIVE:
     case PROTO_OP_SETTLE:
     case PROTO_OP_CLAIM:
+    case PROTO_OP_CLUSTER_TRANSFER:
         return 1;
     default:
         return 0;
@@ -549,6 +550,16 @@ static void on_success(struct tern_client *c,
     case PROTO_OP_NAMESPACE_LIST: {
         struct proto_list_resp lr;
         rv = proto_decode_list_resp(r->op, body, len, &lr);
+        break;
+    }
+    case PROTO_OP_CLUSTER_TRANSFER: {
+        uint64_t leader = 0, term = 0;
+        rv = proto_decode_cluster_transfer_resp(body, len, &leader, &term);
+        if (rv == 0 && c->leader == i) {
+            /* The answering server led; now another node does: the next
+             * leader-only request learns where from its redirect. */
+            c->leader_confirmed = 0;
+        }
         break;
     }
     case PROTO_OP_PRODUCER_INIT: {
