@@ -597,7 +597,8 @@ static void send_error(struct node_conn *c,
         struct repl_status st;
         const struct node_peer *p;
         view_status(&c->view, &st);
-        leader_id = st.leader_id;
+        /* A leader handing over hints the node about to lead. */
+        leader_id = st.transfer_to != 0 ? st.transfer_to : st.leader_id;
         p = node_config_peer(c->view.cfg, leader_id);
         if (p != NULL) {
             leader_addr = p->client_addr;
@@ -1773,6 +1774,16 @@ static bool refuse_unless_writable(struct node_conn *c,
 
     if (st->writable) {
         return false;
+    }
+    if (st->transfer_to != 0 &&
+        (p = node_config_peer(cfg, st->transfer_to)) != NULL) {
+        /* Handing over: point the client at the node about to lead. */
+        (void)snprintf(m, sizeof(m),
+                       "not the leader; leadership is moving to node %llu "
+                       "at %s",
+                       (unsigned long long)st->transfer_to, p->client_addr);
+        send_error(c, op, request_id, TERN_ENOTLEADER, m);
+        return true;
     }
     p = node_config_peer(cfg, st->leader_id);
     if (st->leader_id != 0 && st->leader_id != cfg->id && p != NULL) {

@@ -557,6 +557,8 @@ int repl_propose(struct repl *r,
     return 0;
 }
 
+static uint64_t transfer_target(struct repl *r);
+
 void repl_get_status(struct repl *r, struct repl_status *out)
 {
     memset(out, 0, sizeof *out);
@@ -585,6 +587,7 @@ void repl_get_status(struct repl *r, struct repl_status *out)
     out->last_counted = r->io.acked_index;
     out->durability = r->durability;
     out->writable = r->guard.writable;
+    out->transfer_to = transfer_target(r);
     out->fsm_error = r->glue.fsm_error;
     out->failed = r->failed;
     out->disk_full = r->disk_full;
@@ -631,6 +634,15 @@ struct transfer_req
     bool settling;
     uint64_t settle_until;
 };
+
+/* The target of a transfer this leader is running (0: none). */
+static uint64_t transfer_target(struct repl *r)
+{
+    struct transfer_req *t = r->transfer;
+    return t != NULL && !t->settling && raft_state(&r->raft) == RAFT_LEADER
+               ? t->req.id
+               : 0;
+}
 
 static void transfer_finish(struct transfer_req *t, int status, uint64_t lid)
 {
