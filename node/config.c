@@ -816,9 +816,8 @@ static int set_log_format(struct node_config *c,
 {
     int f = node_log_format_parse(v);
     if (f < 0) {
-        tern_errmsg_printf(errmsg,
-                           "%s: log format '%s' is not one of text|json",
-                           what, v);
+        tern_errmsg_printf(
+            errmsg, "%s: log format '%s' is not one of text|json", what, v);
         return TERN_EINVAL;
     }
     *(int *)field_of(c, k) = f;
@@ -997,8 +996,7 @@ static const struct key keys[] = {
     {"node", "timer_batch", "--timer-batch", set_unsigned,
      NODE__UINT(timer_batch), IDX_TIMER_FIRE_KEYS_MAX},
     {"log", "file", "--log-file", set_text, NODE__STR(log_file), 0},
-    {"log", "format", "--log-format", set_log_format, NODE__INT(log_format),
-     0},
+    {"log", "format", "--log-format", set_log_format, NODE__INT(log_format), 0},
     {"raft", "election_timeout_ms", "--election-timeout-ms", set_unsigned,
      NODE__UINT(election_timeout_ms), UINT32_MAX},
     {"raft", "heartbeat_ms", "--heartbeat-ms", set_unsigned,

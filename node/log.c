@@ -47,9 +47,9 @@
 static uint64_t log_node_id;
 static enum node_log_level log_level = NODE_LOG_INFO;
 static enum node_log_format log_format = NODE_LOG_TEXT;
-static bool log_journal;               /* stderr is the journal's stream */
-static int log_fd = STDERR_FILENO;     /* stderr or the [log] file */
-static char *log_path;                 /* [log] file, NULL: stderr */
+static bool log_journal;           /* stderr is the journal's stream */
+static int log_fd = STDERR_FILENO; /* stderr or the [log] file */
+static char *log_path;             /* [log] file, NULL: stderr */
 
 static const char *const level_names[] = {"error", "warn", "info", "debug"};
 static const char *const level_tags[] = {"ERROR", "WARN", "INFO", "DEBUG"};
@@ -419,8 +419,8 @@ size_t node_log_format_line(char *buf,
         put_str(&b, "{");
         if (!style->journal) {
             gmtime_r(&ts->tv_sec, &tm);
-            size_t k = strftime(tmp, sizeof tmp, "\"ts\":\"%Y-%m-%dT%H:%M:%S",
-                                &tm);
+            size_t k =
+                strftime(tmp, sizeof tmp, "\"ts\":\"%Y-%m-%dT%H:%M:%S", &tm);
             (void)snprintf(tmp + k, sizeof tmp - k, ".%03ldZ\",",
                            ts->tv_nsec / 1000000L);
             put_str(&b, tmp);

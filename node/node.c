@@ -120,9 +120,9 @@ struct node
     uv_signal_t sig_int;
     uv_signal_t sig_hup;
     uv_timer_t watchdog;
-    uv_timer_t handover; /* bounds the hand-over at shutdown */
-    bool handing_over;   /* a stop signal came while leader: transferring */
-    bool handover_done;  /* stop at the end of this loop iteration */
+    uv_timer_t handover;     /* bounds the hand-over at shutdown */
+    bool handing_over;       /* a stop signal came while leader: transferring */
+    bool handover_done;      /* stop at the end of this loop iteration */
     uint64_t handover_since; /* uv_now when the hand-over began */
     uv_timer_t retention;
     uv_timer_t timers; /* the timer pass (delayed messages) */
@@ -954,7 +954,7 @@ static void on_watchdog(uv_timer_t *t)
     }
 }
 
-/* ---- Hand-over at shutdown ------------------------------------------------ */
+/* ---- Hand-over at shutdown ---------------------------------------------- */
 
 /* The hand-over ended (cb, the bound, or a second signal): stop at the end
  * of this loop iteration (never from inside raft's callbacks). */
@@ -994,8 +994,8 @@ static void on_handover_timer(uv_timer_t *t)
 {
     struct node *n = t->data;
     node_log(NODE_LOG_WARN, "leadership hand-over timed out, stopping anyway",
-             "ms=%llu", (unsigned long long)(uv_now(&n->loop) -
-                                             n->handover_since));
+             "ms=%llu",
+             (unsigned long long)(uv_now(&n->loop) - n->handover_since));
     handover_end(n);
 }
 
@@ -1067,7 +1067,8 @@ static void on_sighup(uv_signal_t *h, int signum)
     (void)signum;
     rv = node_log_reopen(m);
     if (rv != 0) {
-        node_log(NODE_LOG_ERROR, "log reopen failed, still writing the old file",
+        node_log(NODE_LOG_ERROR,
+                 "log reopen failed, still writing the old file",
                  "err=%s detail=\"%s\"", tern_err_name(rv), m);
         return;
     }
@@ -1511,11 +1512,11 @@ int node_run(const struct node_config *c)
     int rv;
 
     node_log_setup(c->id, (enum node_log_level)c->log_level);
-    rv = node_log_open(c->log_file, (enum node_log_format)c->log_format,
-                       errmsg);
+    rv =
+        node_log_open(c->log_file, (enum node_log_format)c->log_format, errmsg);
     if (rv != 0) {
-        node_log(NODE_LOG_ERROR, "cannot open the log file", "err=%s detail=\"%s\"",
-                 tern_err_name(rv), errmsg);
+        node_log(NODE_LOG_ERROR, "cannot open the log file",
+                 "err=%s detail=\"%s\"", tern_err_name(rv), errmsg);
         return 2;
     }
     (void)signal(SIGPIPE, SIG_IGN);

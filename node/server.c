@@ -2596,10 +2596,9 @@ static void transfer_done(void *data,
                                "complete within an election timeout",
                                (unsigned long long)target);
             } else {
-                (void)snprintf(m, sizeof(m),
-                               "leadership transfer to node %llu: %s",
-                               (unsigned long long)target,
-                               tern_strerror(status));
+                (void)snprintf(
+                    m, sizeof(m), "leadership transfer to node %llu: %s",
+                    (unsigned long long)target, tern_strerror(status));
             }
             send_error(c, PROTO_OP_CLUSTER_TRANSFER, t->request_id, status, m);
         }

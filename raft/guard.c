@@ -481,9 +481,8 @@ bool repl_guard_recv(struct repl *r, struct raft_message *m)
              * (progressIsUpToDate: next_index), not acknowledged, and
              * never again: hold it until our appends are durable rather
              * than let the transfer time out (repl_guard_tick). */
-            size_t alen = m->server_address != NULL
-                              ? strlen(m->server_address)
-                              : 0;
+            size_t alen =
+                m->server_address != NULL ? strlen(m->server_address) : 0;
             if (alen < sizeof r->guard.held_timeout_now.addr) {
                 r->guard.held_timeout_now.set = true;
                 r->guard.held_timeout_now.from = m->server_id;

@@ -321,8 +321,8 @@ struct repl
     void *state_arg;
     bool disk_full; /* repl_set_disk_full (guard.c item 11) */
     bool closing;   /* repl_close called */
-    struct transfer_req *transfer; /* the transfer under way, or being
-                                      decided (repl.c) */
+    /* the transfer under way, or being decided (repl.c) */
+    struct transfer_req *transfer;
     struct tern_list proposals;
     void (*close_cb)(void *arg);
     void *close_arg;

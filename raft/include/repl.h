@@ -257,7 +257,8 @@ struct repl_status
                               ahead of it in memory mode */
     enum repl_durability durability;
     bool writable;
-    uint64_t transfer_to; /* a leader handing over: the target (else 0) */
+    /* a leader handing over: the target (else 0) */
+    uint64_t transfer_to;
     int fsm_error;  /* last repl_fsm.apply/restore error (0: none) */
     int failed;     /* non-zero: fail-stopped after a log write or FSM apply
                        error; the replica no longer takes part (role

@@ -539,8 +539,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             reencode(&r, b, blen);
         }
         /* Leadership transfer (op 33). */
-        if (proto_decode_request(PROTO_OP_CLUSTER_TRANSFER, b, blen, &r) ==
-            0) {
+        if (proto_decode_request(PROTO_OP_CLUSTER_TRANSFER, b, blen, &r) == 0) {
             walk_request(&r);
             reencode(&r, b, blen);
         }

@@ -5,8 +5,10 @@ made by fixtures/make-old-data-dir.sh) under this build (docs/MESSAGES.md,
 offset with its bytes, the group offset and the user's password are kept,
 the old queues have no limits and nothing is trimmed by retention passes,
 new produces with properties and the trace of an old message work, a
-restart of every node keeps all that, and `queue update --max-messages`
-then trims. Then a copy of one node's directory with a segment header of
+rolling restart of every node under a produce load (followers first, the
+leader last after a leadership transfer: docs/OPERATIONS.md, "Upgrades")
+has zero client errors, loses and duplicates nothing and keeps all that,
+and `queue update --max-messages` then trims. Then a copy of one node's directory with a segment header of
 an unknown version (checksum recomputed) is refused at start, naming the
 file and the version, and left byte-identical."""
 import hashlib
@@ -20,6 +22,7 @@ import tarfile
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import ops_util  # noqa: E402
 import tern_harness as th  # noqa: E402
 
 FIXTURE = os.path.join(os.path.dirname(os.path.abspath(__file__)),
@@ -208,9 +211,20 @@ def main():
             c.check(r.returncode == 0 and "max age:\tnone" in r.stdout,
                     "queue info says max age none", r.stdout)
 
-            c.step("restart every node")
-            for i in cl.nodes:
-                cl.restart(i)
+            c.step("rolling restart under a produce load (followers "
+                   "first, the leader last after a transfer)")
+            cl.tern("queue", "create", "rolling", check=True)
+            load = ops_util.ProduceLoad(cl, "rolling", max_s=120).start()
+            c.check(load.wait_acks(300, 60), "load running",
+                    len(load.acked()))
+            ops_util.rolling_restart(cl, c)
+            load.wait_acks(len(load.acked()) + 300, 30)
+            c.check(load.stop(), "load stopped")
+            acked = load.acked()
+            c.check(not load.errors, "zero client errors over %d rounds" %
+                    load.rounds, load.errors[:3])
+            got = cl.consume_all("rolling", expect=len(acked), timeout=60)
+            th.check_acked_readable(c, "rolling", got, acked)
             cl.wait_leader(timeout=60)
             check_state(c, cl, man, login_ns, pwfile, "restarted")
 

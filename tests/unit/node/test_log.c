@@ -23,8 +23,8 @@ static const char *fmt(enum node_log_format f,
                        const char *kv)
 {
     struct node_log_style st = {f, journal};
-    size_t n = node_log_format_line(line, sizeof line - 1, &st, &ts0, lvl, 7,
-                                    msg, kv);
+    size_t n =
+        node_log_format_line(line, sizeof line - 1, &st, &ts0, lvl, 7, msg, kv);
     cr_assert_gt(n, 0);
     cr_assert_eq(line[n - 1], '\n', "a line ends in a newline");
     line[n] = '\0';
@@ -36,9 +36,10 @@ Test(node_log, text_line)
 {
     fmt(NODE_LOG_TEXT, false, NODE_LOG_INFO, "leader \"changed\"\n",
         "role=leader term=3");
-    cr_expect_str_eq(line, "ts=2026-12-02T14:41:00.123Z level=INFO node=7 "
-                           "msg=\"leader \\\"changed\\\"?\" role=leader "
-                           "term=3\n");
+    cr_expect_str_eq(line,
+                     "ts=2026-12-02T14:41:00.123Z level=INFO node=7 "
+                     "msg=\"leader \\\"changed\\\"?\" role=leader "
+                     "term=3\n");
 }
 
 Test(node_log, json_line_fields_and_numbers)
@@ -46,13 +47,14 @@ Test(node_log, json_line_fields_and_numbers)
     fmt(NODE_LOG_JSON, false, NODE_LOG_WARN, "disk full",
         "free_bytes=1024 path=/var/lib/tern detail=\"no \\\"space\\\" left\" "
         "neg=-5 lead0=007 big=123456789012345678901");
-    cr_expect_str_eq(line, "{\"ts\":\"2026-12-02T14:41:00.123Z\","
-                           "\"level\":\"warn\",\"node\":7,\"msg\":\"disk "
-                           "full\",\"free_bytes\":1024,"
-                           "\"path\":\"/var/lib/tern\","
-                           "\"detail\":\"no \\\"space\\\" left\","
-                           "\"neg\":-5,\"lead0\":\"007\","
-                           "\"big\":\"123456789012345678901\"}\n");
+    cr_expect_str_eq(line,
+                     "{\"ts\":\"2026-12-02T14:41:00.123Z\","
+                     "\"level\":\"warn\",\"node\":7,\"msg\":\"disk "
+                     "full\",\"free_bytes\":1024,"
+                     "\"path\":\"/var/lib/tern\","
+                     "\"detail\":\"no \\\"space\\\" left\","
+                     "\"neg\":-5,\"lead0\":\"007\","
+                     "\"big\":\"123456789012345678901\"}\n");
 }
 
 Test(node_log, json_escapes_control_chars_and_bad_utf8)
@@ -76,10 +78,11 @@ Test(node_log, json_field_values_escaped)
 {
     fmt(NODE_LOG_JSON, false, NODE_LOG_DEBUG, "m",
         "user=\"a\\\\b\xff\" bare=x\x02y \"stray");
-    cr_expect_str_eq(line, "{\"ts\":\"2026-12-02T14:41:00.123Z\","
-                           "\"level\":\"debug\",\"node\":7,\"msg\":\"m\","
-                           "\"user\":\"a\\\\b\\ufffd\",\"bare\":\"x\\u0002y\","
-                           "\"_\":\"\\\"stray\"}\n");
+    cr_expect_str_eq(line,
+                     "{\"ts\":\"2026-12-02T14:41:00.123Z\","
+                     "\"level\":\"debug\",\"node\":7,\"msg\":\"m\","
+                     "\"user\":\"a\\\\b\\ufffd\",\"bare\":\"x\\u0002y\","
+                     "\"_\":\"\\\"stray\"}\n");
 }
 
 Test(node_log, journald_prefix_without_timestamp)
@@ -131,17 +134,15 @@ Test(node_log, cut_lines_stay_well_formed)
         memcpy(kv + i, "k=\"\x01\xe2\x82\xac\" ", 8);
     }
     for (size_t size = 256; size <= sizeof buf; size += 37) {
-        size_t n = node_log_format_line(buf, size, &js, &ts0, NODE_LOG_INFO,
-                                        1, msg, kv);
+        size_t n = node_log_format_line(buf, size, &js, &ts0, NODE_LOG_INFO, 1,
+                                        msg, kv);
         cr_assert(n > 0 && n <= size, "size %zu: %zu", size, n);
         cr_expect_eq(buf[n - 1], '\n');
-        cr_expect(json_closed(buf, n - 1), "size %zu: %.*s", size, (int)n,
-                  buf);
+        cr_expect(json_closed(buf, n - 1), "size %zu: %.*s", size, (int)n, buf);
         cr_expect_eq(buf[n - 2], '}');
         n = node_log_format_line(buf, size, &js, &ts0, NODE_LOG_INFO, 1, "m",
                                  kv);
-        cr_expect(json_closed(buf, n - 1), "size %zu: %.*s", size, (int)n,
-                  buf);
+        cr_expect(json_closed(buf, n - 1), "size %zu: %.*s", size, (int)n, buf);
         n = node_log_format_line(buf, size, &tx, &ts0, NODE_LOG_INFO, 1, msg,
                                  kv);
         cr_assert(n > 0 && n <= size);

@@ -57,7 +57,8 @@ Test(proto_transfer, answer_round_trip_and_refusals)
     cr_expect_eq(h.op, PROTO_OP_CLUSTER_TRANSFER | PROTO_OP_RESPONSE);
     cr_expect_eq(h.body_len, 16);
     cr_assert_eq(
-        proto_decode_cluster_transfer_resp(body, h.body_len, &leader, &term), 0);
+        proto_decode_cluster_transfer_resp(body, h.body_len, &leader, &term),
+        0);
     cr_expect(leader == 2 && term == 0x1234);
     cr_expect_eq(proto_decode_cluster_transfer_resp(body, 15, &leader, &term),
                  TERN_EMALFORMED);

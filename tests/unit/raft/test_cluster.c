@@ -624,12 +624,12 @@ Test(cluster, transfer_refusals_and_any_voter)
     cr_expect_eq(repl_transfer_start(r, 99, transfer_done, &o, NULL, m),
                  TERN_ENOTVOTER);
     cr_expect(strstr(m, "no node 99") != NULL, "%s", m);
-    cr_expect_eq(repl_transfer_start(r, cl.nodes[l].id, transfer_done, &o,
-                                     NULL, m),
-                 TERN_ENOTVOTER);
-    cr_expect_eq(repl_transfer_start(cl.nodes[f].repl, 0, transfer_done, &o,
-                                     NULL, m),
-                 TERN_ENOTLEADER);
+    cr_expect_eq(
+        repl_transfer_start(r, cl.nodes[l].id, transfer_done, &o, NULL, m),
+        TERN_ENOTVOTER);
+    cr_expect_eq(
+        repl_transfer_start(cl.nodes[f].repl, 0, transfer_done, &o, NULL, m),
+        TERN_ENOTLEADER);
     cr_assert_eq(repl_transfer_start(r, 0, transfer_done, &o, &target, m), 0,
                  "%s", m);
     cr_expect(target != 0 && target != cl.nodes[l].id);
