@@ -125,7 +125,7 @@ static void usage(FILE *f)
 {
     (void)fprintf(
         f,
-        "usage: tern [-s ADDR[,ADDR...]] [--timeout-ms N] "
+        "usage: tern [-s|--servers ADDR[,ADDR...]] [--timeout-ms N] "
         "[--read-from any|leader|first]\n"
         "            [--tls] [--no-tls] [--ca FILE] [--cert FILE --key FILE]\n"
         "            [--user NAME] [--password-file FILE] [--namespace NS] "
@@ -195,7 +195,11 @@ static void usage(FILE *f)
         "connected to;\n"
         "  --cert/--key (or TERN_CERT/TERN_KEY) present a client "
         "certificate;\n"
-        "  --no-tls turns TLS off whatever the environment says.\n");
+        "  --no-tls turns TLS off whatever the environment says.\n"
+        "Servers: -s/--servers (or TERN_SERVERS; default 127.0.0.1:7400).\n"
+        "tern --version prints the versions of tern and libtern; "
+        "tern --help this text.\n"
+        "Exit codes: 0 success, 1 failure, 2 usage.\n");
 }
 
 void cli_usage(FILE *f)

@@ -23,6 +23,8 @@
  *                                   ; AppendEntries after each answer
  *                                   ; (costs a CPU per node under load)
  *   log_level   = info              ; error | warn | info | debug
+ *   pid_file    = /run/tern/ternd.pid ; write the pid here (removed at a
+ *                                   ; clean stop)
  *   cluster_name = tern             ; recorded in DATA_DIR/IDENTITY with the
  *                                   ; id; a data dir of another cluster or
  *                                   ; node is refused (node/ident.c);
@@ -288,6 +290,33 @@ static const char usage_text[] =
     "  --max-term-jump N          refuse raft messages whose term is more "
     "than N\n"
     "                             above ours (default 1048576)\n"
+    "  --index-map-bytes N        LMDB map: the largest the index may "
+    "grow\n"
+    "                             (default 64G, 16M..16384G)\n"
+    "  --timer-interval-ms N      leader fires due delayed messages this "
+    "often\n"
+    "                             (default 100; 0: off)\n"
+    "  --timer-batch N            timers per fire (default 256, 1..1024)\n"
+    "  --max-delay-ms N           furthest due time of a delayed produce\n"
+    "                             (default 3456000000, 40 days)\n"
+    "  --shared-prefetch N        unacknowledged messages one shared-group\n"
+    "                             consumer may hold (default 256)\n"
+    "  --claim-lease-min-ms N     shortest single-active-consumer claim "
+    "(default 1000)\n"
+    "  --claim-lease-max-ms N     longest claim (default 300000)\n"
+    "  --status-max-rows N        lease rows a group status answer walks\n"
+    "                             (default 65536)\n"
+    "  --peer-handshake-timeout-ms N  peer handshake deadline (default "
+    "5000)\n"
+    "  --peer-max-pending N       peer handshakes in progress at once "
+    "(default 64)\n"
+    "  --client-auth M            client login: auto (default: required "
+    "unless --dev\n"
+    "                             or client_addr is loopback), on or off\n"
+    "  --bootstrap-admin NAME     admin a leader creates while no user "
+    "exists\n"
+    "  --bootstrap-admin-cred C   its credential (`tern user hash` prints "
+    "it)\n"
     "  --pid-file F               write the pid to F\n"
     "  --help                     this text\n"
     "  --version                  print the version and exit\n"
@@ -305,6 +334,7 @@ static const char usage_text[] =
     "  follower_busy_poll_us = 0\n"
     "  log_level = info\n"
     "  cluster_name = tern\n"
+    "  pid_file = /run/tern/ternd.pid\n"
     "  allow_open_data_dir = false\n"
     "  log_segment_bytes = 64M\n"
     "  index_map_bytes = 64G\n"

@@ -86,6 +86,7 @@
 #include "idx.h"
 #include "log.h"
 #include "node.h"
+#include "notify.h"
 #include "repl.h"
 #include "server.h"
 #include "transport.h"
@@ -290,6 +291,7 @@ static void on_state(void *arg,
     n->leader_id = leader_id;
     n->term = term;
     n->writable = writable;
+    node_notify_role(role_name(role), term, writable);
     if (was_writable && !writable && n->server != NULL) {
         /* Parked leader-only fetches are refused now (server.c). */
         node_server_wake(n->server);
@@ -759,6 +761,7 @@ static void node_stop(struct node *n)
     }
     log_stages(n);
     n->stopping = true;
+    node_notify_stopping();
     if (n->server != NULL) {
         struct node_server *s = n->server;
         n->server = NULL;
@@ -1408,6 +1411,7 @@ int node_run(const struct node_config *c)
         node_log(NODE_LOG_INFO, "started",
                  "client_addr=%s raft_addr=%s data_dir=%s", c->client_addr,
                  c->raft_addr, c->data_dir);
+        node_notify_ready(c->client_addr);
     }
     uv_run(&n->loop, UV_RUN_DEFAULT);
     rv = uv_loop_close(&n->loop);
