@@ -37,7 +37,8 @@
  *     The ack log then has "<id>\tdue=<due time ms>" lines.
  *   tern consume QUEUE [--offset N | --from-time T | --group G] [--max N]
  *                      [--follow] [--idle-exit-ms MS] [--commit]
- *                      [--tag 'a || b'] [--format F | --raw | --json]
+ *                      [--tag 'a || b'] [--format raw|text|json|F]
+ *                      [--delimiter D]   (--raw, --json: --format raw, json)
  *   tern consume QUEUE --group G --shared [--ack] [--max N] [--follow]
  *   tern consume QUEUE --group G --exclusive [--lease 30s] [--wait D]
  *                      [--max N] [--follow]
@@ -90,9 +91,13 @@
  * the ack log has "<payload-id>\t<offset>\n" per acknowledged message
  * (offset -1 when the server acknowledged a retried batch as an old
  * duplicate whose offsets it no longer remembers); payload-id is the
- * payload up to its first '.'. Errors: "tern: <what>: <strerror>" on
- * stderr and a non-zero exit (1 failure, 2 usage: an unknown command or
- * global option is named and fails before any connection). `tern
+ * payload up to its first '.' (consume --format text prints the same;
+ * --format raw and json print payloads whole, cli/message.c). Errors:
+ * "tern: <what>: <strerror>" on stderr and a non-zero exit: 1 the server
+ * refused or failed a request, 2 usage (an unknown command or global
+ * option is named and fails before any connection), 3 no server could be
+ * reached (every server refused the connection or did not resolve;
+ * nothing was sent), 4 no answer before the deadline (outcome unknown). `tern
  * --version` prints the CLI's version and the loaded libtern's. A group
  * consume whose
  * committed offset retention trimmed says so on stderr, once per group
@@ -147,7 +152,13 @@ static void usage(FILE *f)
         "  consume QUEUE [--offset N | --from-time T | --group G] [--max N] "
         "[--follow]\n"
         "                [--idle-exit-ms MS] [--commit]\n"
-        "                [--tag 'a || b'] [--format F | --raw | --json]\n"
+        "                [--tag 'a || b'] [--format raw|text|json|F] "
+        "[--delimiter D]\n"
+        "    (default: \"<offset>\\t<payload up to its first '.'>\" per "
+        "message, as --format text;\n"
+        "    raw: payload bytes then the delimiter, default \\n; json: one "
+        "object per line;\n"
+        "    --raw and --json are --format raw and --format json)\n"
         "  consume QUEUE --group G --shared [--ack] [--max N] [--follow]\n"
         "  consume QUEUE --group G --exclusive [--lease 30s] [--wait D] "
         "[--max N] [--follow]\n"
@@ -162,7 +173,7 @@ static void usage(FILE *f)
         "    (T: RFC 3339 UTC such as 2026-12-04T10:00:00Z, or ms since the "
         "epoch)\n"
         "  message get QUEUE --offset N | --id ID | --key K [--max N]\n"
-        "                [--format F | --raw | --json]\n"
+        "                [--format raw|text|json|F] [--delimiter D]\n"
         "    --format directives: %%o offset, %%i id, %%k key, %%t tag, "
         "%%T append time ms,\n"
         "    %%P producer time ms, %%h headers name=value,..., %%p payload, "
@@ -195,7 +206,13 @@ static void usage(FILE *f)
         "connected to;\n"
         "  --cert/--key (or TERN_CERT/TERN_KEY) present a client "
         "certificate;\n"
-        "  --no-tls turns TLS off whatever the environment says.\n");
+        "  --no-tls turns TLS off whatever the environment says.\n"
+        "Exit codes: 0 ok; 1 the server refused or failed a request; 2 "
+        "usage error\n"
+        "  (nothing sent); 3 no server reachable (connection refused, "
+        "unknown host;\n"
+        "  nothing sent); 4 no answer before --timeout-ms (outcome "
+        "unknown).\n");
 }
 
 void cli_usage(FILE *f)
@@ -306,13 +323,6 @@ static int cli_tls(struct tern_client *c,
         return 2;
     }
     return 0;
-}
-
-/* Length of the payload id: bytes up to the first '.'. */
-static size_t payload_id_len(const void *data, size_t len)
-{
-    const char *dot = memchr(data, '.', len);
-    return dot != NULL ? (size_t)(dot - (const char *)data) : len;
 }
 
 /* ---- queue ---- */
@@ -1095,6 +1105,7 @@ static int cmd_produce(struct tern_client *c, int argc, char **argv)
         (void)fclose(ps.ack);
     }
     if (ps.first_error != 0) {
+        cli_note_error(ps.first_error);
         (void)fprintf(stderr, "tern: produce %s: %s%s%s%s\n", queue,
                       tern_strerror(ps.first_error),
                       ps.first_errmsg[0] != '\0' ? " (" : "", ps.first_errmsg,
@@ -1131,6 +1142,7 @@ static int cmd_consume(struct tern_client *c, int argc, char **argv)
         {"format", required_argument, NULL, 'F'},
         {"raw", no_argument, NULL, 'r'},
         {"json", no_argument, NULL, 'j'},
+        {"delimiter", required_argument, NULL, 'D'},
         {"from-time", required_argument, NULL, 'T'},
         {"shared", no_argument, NULL, 'S'},
         {"ack", no_argument, NULL, 'A'},
@@ -1141,8 +1153,9 @@ static int cmd_consume(struct tern_client *c, int argc, char **argv)
     };
     int shared = 0, ack = 0, exclusive = 0;
     uint64_t lease_ms = 30000, excl_wait_ms = 0;
-    const char *tags = NULL, *format = NULL;
-    int mode = CLI_PRINT_FORMAT, props = 0;
+    const char *tags = NULL;
+    struct cli_print pr;
+    int props = 0;
     uint64_t committed = UINT64_MAX; /* last offset this run committed */
     uint64_t offset = 0, max = 0, idle_ms = 0;
     const char *from_time = NULL;
@@ -1154,6 +1167,7 @@ static int cmd_consume(struct tern_client *c, int argc, char **argv)
     int group_pending;
     int ch;
 
+    cli_print_init(&pr, "%p");
     optind = 1;
     while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (ch) {
@@ -1211,14 +1225,16 @@ static int cmd_consume(struct tern_client *c, int argc, char **argv)
             exclusive = exclusive || ch == 'L';
             break;
         default:
-            /* --format, --raw and --json print properties. */
-            if (cli_print_option(ch, optarg, &mode, &format) != 0) {
+            /* --format, --raw, --json and --delimiter. */
+            if (cli_print_option(ch, optarg, &pr) != 0) {
                 return 2;
             }
-            props = 1;
             break;
         }
     }
+    /* JSON and format strings print properties: ask for them. */
+    props =
+        pr.given && (pr.mode == CLI_PRINT_JSON || pr.mode == CLI_PRINT_FORMAT);
     if (optind + 1 != argc || (have_offset && group != NULL) ||
         (commit && group == NULL) ||
         (from_time != NULL && (have_offset || group != NULL))) {
@@ -1226,9 +1242,10 @@ static int cmd_consume(struct tern_client *c, int argc, char **argv)
         return 2;
     }
     queue = argv[optind];
+    pr.queue = queue;
     if (exclusive) {
         if (shared || ack || group == NULL || have_offset ||
-            from_time != NULL || commit || tags != NULL || props) {
+            from_time != NULL || commit || tags != NULL || pr.given) {
             usage(stderr);
             return 2;
         }
@@ -1237,7 +1254,7 @@ static int cmd_consume(struct tern_client *c, int argc, char **argv)
     }
     if (shared || ack) {
         if (!shared || group == NULL || have_offset || from_time != NULL ||
-            commit || tags != NULL || props) {
+            commit || tags != NULL || pr.given) {
             usage(stderr);
             return 2;
         }
@@ -1317,14 +1334,13 @@ static int cmd_consume(struct tern_client *c, int argc, char **argv)
             const void *data;
             size_t len;
             printed++;
-            if (props) {
-                (void)cli_print_message(r, i, format != NULL ? format : "%p",
-                                        mode);
+            if (pr.given) {
+                (void)cli_print_message(r, i, &pr);
                 continue;
             }
             (void)tern_fetch_result_get(r, i, &off, NULL, &data, &len);
             (void)printf("%" PRIu64 "\t", off);
-            (void)fwrite(data, 1, payload_id_len(data, len), stdout);
+            (void)fwrite(data, 1, cli_payload_id_len(data, len), stdout);
             (void)putchar('\n');
         }
         (void)fflush(stdout);
@@ -1737,5 +1753,5 @@ int main(int argc, char **argv)
         code = 2;
     }
     tern_client_free(c);
-    return code;
+    return cli_exit_code(code);
 }

@@ -13,6 +13,20 @@
 
 #include <tern/tern.h>
 
+/* Exit codes of `tern` (documented in the usage text and README.md). */
+#define CLI_EXIT_OK      0 /* done */
+#define CLI_EXIT_ERROR   1 /* the server refused or failed the request */
+#define CLI_EXIT_USAGE   2 /* bad command, option or value; nothing sent */
+#define CLI_EXIT_CONNECT 3 /* no server could be reached; nothing sent */
+#define CLI_EXIT_TIMEOUT 4 /* no answer before the deadline: outcome unknown   \
+                            */
+/* util.c. The exit code for a command that returned code after the
+ * errors it reported: CLI_EXIT_ERROR becomes CLI_EXIT_CONNECT or
+ * CLI_EXIT_TIMEOUT when the first error reported (cli_error or
+ * cli_note_error) was a connection failure or a timeout. */
+int cli_exit_code(int code);
+/* Record rv (a libtern code) as reported, for cli_exit_code. */
+void cli_note_error(int rv);
 /* util.c. Print "tern: <what>: <strerror>[ (<detail>)]" to stderr. */
 void cli_error(struct tern_client *c, int rv, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -55,20 +69,46 @@ void cli_format_perms(uint32_t perms, char *buf, size_t cap);
 /* message.c: printing fetched messages (directives of --format in
  * message.c's header comment), `tern message get`. */
 #define CLI_PRINT_FORMAT 0 /* the --format string */
-#define CLI_PRINT_RAW    1 /* payload bytes as they are */
+#define CLI_PRINT_RAW    1 /* payload bytes as they are, then the delimiter */
 #define CLI_PRINT_JSON   2 /* one JSON object per line */
+#define CLI_PRINT_TEXT   3 /* "<offset>\t<payload id>" (consume's default) */
+/* How messages are printed: mode, the format string of CLI_PRINT_FORMAT,
+ * the queue named in JSON, the delimiter written after each raw payload
+ * (delim[0..delim_len), default "\n"). Strings borrowed from argv. */
+struct cli_print
+{
+    int mode;
+    const char *format;
+    const char *queue;
+    char delim[64];
+    size_t delim_len;
+    int given; /* a --format, --raw or --json was given */
+};
+/* Defaults: mode CLI_PRINT_FORMAT with format, delimiter "\n". */
+void cli_print_init(struct cli_print *p, const char *format);
 /* Print message i of r; 0 or -1. */
 int cli_print_message(const struct tern_fetch_result *r,
                       size_t i,
-                      const char *format,
-                      int mode);
+                      const struct cli_print *p);
 /* 0, or -1 (printed) for an unknown directive. */
 int cli_format_valid(const char *format);
 /* The printing options of `tern consume` and `tern message get` as getopt
- * returns them: 'F' --format (arg borrowed into *format), 'r' --raw, 'j'
- * --json (into *mode). 0, or -1 (printed: a bad format, or the usage text
- * for any other ch) with *mode and *format unchanged. */
-int cli_print_option(int ch, const char *arg, int *mode, const char **format);
+ * returns them: 'F' --format (raw, text, json, or a format string; arg
+ * borrowed), 'r' --raw, 'j' --json, 'D' --delimiter (with \n, \t, \0
+ * and \\ escapes). 0, or -1 (printed: a bad format or delimiter, or the
+ * usage text for any other ch). */
+int cli_print_option(int ch, const char *arg, struct cli_print *p);
+/* Length of the payload id: the bytes of data[0..len) up to the first
+ * '.' (the produce --count payloads are "<id>...." padding). */
+size_t cli_payload_id_len(const void *data, size_t len);
+/* util.c. JSON value helpers: s[0..len) is well-formed UTF-8 (no
+ * overlong forms, surrogates or code points past U+10FFFF); write valid
+ * UTF-8 p[0..len) as a JSON string (control characters, '"' and '\\'
+ * escaped, the rest as it is); write p[0..len) in base64 (RFC 4648, with
+ * padding) between quotes. */
+int cli_utf8_valid(const void *s, size_t len);
+void cli_json_utf8(FILE *f, const void *p, size_t len);
+void cli_json_base64(FILE *f, const void *p, size_t len);
 /* "name=value" (arg borrowed: h->value points into it; h->name is
  * malloc'd, the caller frees it). 0 or -1 (printed). */
 int cli_parse_header(const char *arg, struct tern_header *h);

@@ -12,6 +12,34 @@
 
 #include "cli.h"
 
+/* The first error reported by this process (0: none). */
+static int first_error;
+
+void cli_note_error(int rv)
+{
+    if (first_error == 0) {
+        first_error = rv;
+    }
+}
+
+int cli_exit_code(int code)
+{
+    if (code != CLI_EXIT_ERROR) {
+        return code;
+    }
+    switch (first_error) {
+    case -ECONNREFUSED:
+    case -EHOSTUNREACH:
+    case -ENETUNREACH:
+    case -EADDRNOTAVAIL:
+        return CLI_EXIT_CONNECT;
+    case TERN_ETIMEDOUT:
+        return CLI_EXIT_TIMEOUT;
+    default:
+        return code;
+    }
+}
+
 void cli_error(struct tern_client *c, int rv, const char *fmt, ...)
 {
     va_list ap;
@@ -20,6 +48,7 @@ void cli_error(struct tern_client *c, int rv, const char *fmt, ...)
     if (strcmp(detail, tern_strerror(rv)) == 0) {
         detail = "";
     }
+    cli_note_error(rv);
     (void)fputs("tern: ", stderr);
     va_start(ap, fmt);
     (void)vfprintf(stderr, fmt, ap);
@@ -83,4 +112,108 @@ void cli_json_string(FILE *f, const char *s)
 void cli_json_bytes(FILE *f, const void *p, size_t len)
 {
     json_escape(f, p, len, 1);
+}
+
+int cli_utf8_valid(const void *s, size_t len)
+{
+    const unsigned char *p = s;
+    size_t i = 0;
+    while (i < len) {
+        unsigned char b = p[i];
+        uint32_t cp;
+        size_t n;
+        if (b < 0x80) {
+            i++;
+            continue;
+        }
+        if (b >= 0xc2 && b <= 0xdf) {
+            n = 1;
+            cp = b & 0x1fu;
+        } else if (b >= 0xe0 && b <= 0xef) {
+            n = 2;
+            cp = b & 0x0fu;
+        } else if (b >= 0xf0 && b <= 0xf4) {
+            n = 3;
+            cp = b & 0x07u;
+        } else {
+            return 0; /* a continuation byte, 0xc0/0xc1 or 0xf5.. */
+        }
+        if (len - i <= n) {
+            return 0;
+        }
+        for (size_t k = 1; k <= n; k++) {
+            if ((p[i + k] & 0xc0) != 0x80) {
+                return 0;
+            }
+            cp = (cp << 6) | (p[i + k] & 0x3fu);
+        }
+        if ((n == 2 && cp < 0x800) || (n == 3 && cp < 0x10000) ||
+            cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) {
+            return 0; /* overlong, past U+10FFFF, or a surrogate */
+        }
+        i += n + 1;
+    }
+    return 1;
+}
+
+void cli_json_utf8(FILE *f, const void *p, size_t len)
+{
+    const unsigned char *s = p;
+    (void)fputc('"', f);
+    for (size_t i = 0; i < len; i++) {
+        switch (s[i]) {
+        case '"':
+        case '\\':
+            (void)fprintf(f, "\\%c", s[i]);
+            break;
+        case '\n':
+            (void)fputs("\\n", f);
+            break;
+        case '\r':
+            (void)fputs("\\r", f);
+            break;
+        case '\t':
+            (void)fputs("\\t", f);
+            break;
+        case '\b':
+            (void)fputs("\\b", f);
+            break;
+        case '\f':
+            (void)fputs("\\f", f);
+            break;
+        default:
+            if (s[i] < 0x20 || s[i] == 0x7f) {
+                (void)fprintf(f, "\\u%04x", s[i]);
+            } else {
+                (void)fputc(s[i], f);
+            }
+            break;
+        }
+    }
+    (void)fputc('"', f);
+}
+
+void cli_json_base64(FILE *f, const void *p, size_t len)
+{
+    static const char tab[] =
+        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    const unsigned char *s = p;
+    size_t i = 0;
+    (void)fputc('"', f);
+    for (; i + 3 <= len; i += 3) {
+        uint32_t v = (uint32_t)s[i] << 16 | (uint32_t)s[i + 1] << 8 | s[i + 2];
+        (void)fputc(tab[v >> 18], f);
+        (void)fputc(tab[(v >> 12) & 63], f);
+        (void)fputc(tab[(v >> 6) & 63], f);
+        (void)fputc(tab[v & 63], f);
+    }
+    if (len - i == 1) {
+        uint32_t v = (uint32_t)s[i] << 16;
+        (void)fprintf(f, "%c%c==", tab[v >> 18], tab[(v >> 12) & 63]);
+    } else if (len - i == 2) {
+        uint32_t v = (uint32_t)s[i] << 16 | (uint32_t)s[i + 1] << 8;
+        (void)fprintf(f, "%c%c%c=", tab[v >> 18], tab[(v >> 12) & 63],
+                      tab[(v >> 6) & 63]);
+    }
+    (void)fputc('"', f);
 }
