@@ -840,6 +840,7 @@ static int cmd_produce(struct tern_client *c, int argc, char **argv)
     const char *queue;
     struct produce_state ps;
     uint64_t produced = 0;
+    struct cli_progress prog;
     int64_t t0 = cli_now_us();
     int rv = 0;
     int ch;
@@ -947,6 +948,7 @@ static int cmd_produce(struct tern_client *c, int argc, char **argv)
         prefix = prefix_buf;
     }
     memset(&ps, 0, sizeof ps);
+    cli_progress_init(&prog, "produce", 1);
     if (ack_path != NULL) {
         ps.ack = fopen(ack_path, "a");
         if (ps.ack == NULL) {
@@ -1088,6 +1090,7 @@ static int cmd_produce(struct tern_client *c, int argc, char **argv)
         if (rv != 0) {
             break;
         }
+        cli_progress_tick(&prog, ps.acked);
     }
     /* Drain what is in flight; their outcome decides the exit code too. */
     while (tern_client_pending(c) > 0) {
@@ -1096,7 +1099,9 @@ static int cmd_produce(struct tern_client *c, int argc, char **argv)
             rv = rv != 0 ? rv : prv;
             break;
         }
+        cli_progress_tick(&prog, ps.acked);
     }
+    cli_progress_end(&prog);
     free(line);
     for (size_t h = 0; h < pp.n_headers; h++) {
         free((char *)pp.headers[h].name);
@@ -1129,7 +1134,10 @@ static int consume_retryable(int rv)
            rv != TERN_EINVAL && rv != -ENOMEM;
 }
 
-static int cmd_consume(struct tern_client *c, int argc, char **argv)
+/* The progress line of `tern consume` (when stdout is not a terminal). */
+static struct cli_progress consume_prog;
+
+static int consume_run(struct tern_client *c, int argc, char **argv)
 {
     static const struct option opts[] = {
         {"offset", required_argument, NULL, 'o'},
@@ -1280,6 +1288,7 @@ static int cmd_consume(struct tern_client *c, int argc, char **argv)
     }
     group_pending = group != NULL;
     last_msg_us = cli_now_us();
+    cli_progress_init(&consume_prog, "consume", !isatty(STDOUT_FILENO));
 
     while (!have_max || printed < max) {
         struct tern_fetch_result *r = NULL;
@@ -1344,6 +1353,7 @@ static int cmd_consume(struct tern_client *c, int argc, char **argv)
             (void)putchar('\n');
         }
         (void)fflush(stdout);
+        cli_progress_tick(&consume_prog, printed);
         /* A tag filter may answer no message and still move on: the
          * skipped messages count as read (and are committed past). */
         uint64_t next = tern_fetch_result_next_offset(r);
@@ -1377,6 +1387,15 @@ static int cmd_consume(struct tern_client *c, int argc, char **argv)
         tern_fetch_result_free(r);
     }
     return 0;
+}
+
+static int cmd_consume(struct tern_client *c, int argc, char **argv)
+{
+    int code;
+    memset(&consume_prog, 0, sizeof consume_prog);
+    code = consume_run(c, argc, argv);
+    cli_progress_end(&consume_prog);
+    return code;
 }
 
 /* ---- cluster stats ---- */

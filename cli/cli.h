@@ -18,8 +18,9 @@
 #define CLI_EXIT_ERROR   1 /* the server refused or failed the request */
 #define CLI_EXIT_USAGE   2 /* bad command, option or value; nothing sent */
 #define CLI_EXIT_CONNECT 3 /* no server could be reached; nothing sent */
-#define CLI_EXIT_TIMEOUT 4 /* no answer before the deadline: outcome unknown   \
-                            */
+#define CLI_EXIT_TIMEOUT                                                       \
+    4 /* no answer before the deadline: outcome unknown                        \
+       */
 /* util.c. The exit code for a command that returned code after the
  * errors it reported: CLI_EXIT_ERROR becomes CLI_EXIT_CONNECT or
  * CLI_EXIT_TIMEOUT when the first error reported (cli_error or
@@ -41,6 +42,23 @@ void cli_json_string(FILE *f, const char *s);
 /* util.c. Write p[0..len) (borrowed; message bytes, any value) as a JSON
  * string to f: bytes outside printable ASCII are \u00XX escapes. */
 void cli_json_bytes(FILE *f, const void *p, size_t len);
+
+/* util.c. The progress line of long produces and consumes: "<what>: N
+ * msgs, R msg/s, E s" on stderr, redrawn in place at most 4 times a second
+ * (the first tick draws at once), erased by cli_progress_end; only when
+ * stderr is a terminal (and, for a command that prints messages, stdout is
+ * not: on = 0 then). */
+struct cli_progress
+{
+    int on;
+    int drawn;
+    const char *what; /* borrowed */
+    int64_t t0_us;
+    int64_t last_us;
+};
+void cli_progress_init(struct cli_progress *p, const char *what, int on);
+void cli_progress_tick(struct cli_progress *p, uint64_t count);
+void cli_progress_end(struct cli_progress *p);
 
 /* cli.c. Print the usage text to f. */
 void cli_usage(FILE *f);

@@ -4,16 +4,20 @@
  * parsing, JSON strings and a monotonic clock.
  */
 #include <errno.h>
+#include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cli.h"
 
 /* The first error reported by this process (0: none). */
 static int first_error;
+/* The progress line on screen, erased before an error is printed. */
+static struct cli_progress *active_progress;
 
 void cli_note_error(int rv)
 {
@@ -49,6 +53,9 @@ void cli_error(struct tern_client *c, int rv, const char *fmt, ...)
         detail = "";
     }
     cli_note_error(rv);
+    if (active_progress != NULL) {
+        cli_progress_end(active_progress);
+    }
     (void)fputs("tern: ", stderr);
     va_start(ap, fmt);
     (void)vfprintf(stderr, fmt, ap);
@@ -216,4 +223,49 @@ void cli_json_base64(FILE *f, const void *p, size_t len)
                       tab[(v >> 6) & 63]);
     }
     (void)fputc('"', f);
+}
+
+/* Redraw interval of the progress line: 4 Hz at most. */
+#define CLI__PROGRESS_US 250000
+
+void cli_progress_init(struct cli_progress *p, const char *what, int on)
+{
+    memset(p, 0, sizeof *p);
+    p->on = on && isatty(STDERR_FILENO);
+    p->what = what;
+    p->t0_us = cli_now_us();
+    if (p->on) {
+        active_progress = p;
+    }
+}
+
+void cli_progress_tick(struct cli_progress *p, uint64_t count)
+{
+    int64_t now;
+    double secs;
+    if (!p->on) {
+        return;
+    }
+    now = cli_now_us();
+    if (p->drawn && now - p->last_us < CLI__PROGRESS_US) {
+        return;
+    }
+    secs = (double)(now - p->t0_us) / 1e6;
+    (void)fprintf(stderr, "\r%s: %" PRIu64 " msgs, %.0f msg/s, %.1f s\033[K",
+                  p->what, count, secs > 0 ? (double)count / secs : 0.0, secs);
+    (void)fflush(stderr);
+    p->drawn = 1;
+    p->last_us = now;
+}
+
+void cli_progress_end(struct cli_progress *p)
+{
+    if (p->on && p->drawn) {
+        (void)fputs("\r\033[K", stderr);
+        (void)fflush(stderr);
+    }
+    p->drawn = 0;
+    if (active_progress == p) {
+        active_progress = NULL;
+    }
 }
