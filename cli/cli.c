@@ -1601,6 +1601,33 @@ static bool known_command(const char *w)
     return false;
 }
 
+/* The connection settings main used, for cli_client_new. */
+static struct
+{
+    const char *servers;
+    struct tern_client_options o;
+    int tls;
+    const char *ca, *cert, *key;
+    const char *mech, *user, *pwfile, *ns;
+} conf;
+
+int cli_client_new(struct tern_client **out)
+{
+    struct tern_client *c;
+    int rv = tern_client_new(conf.servers, &conf.o, &c);
+    if (rv != 0) {
+        cli_error(NULL, rv, "servers \"%s\"", conf.servers);
+        return -1;
+    }
+    if (cli_tls(c, conf.tls, conf.ca, conf.cert, conf.key) != 0 ||
+        cli_auth(c, conf.mech, conf.user, conf.pwfile, conf.ns) != 0) {
+        tern_client_free(c);
+        return -1;
+    }
+    *out = c;
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     const char *servers = getenv("TERN_SERVERS");
@@ -1727,6 +1754,16 @@ int main(int argc, char **argv)
             }
         }
     }
+    conf.servers = servers;
+    conf.o = o;
+    conf.tls = tls;
+    conf.ca = ca;
+    conf.cert = cert;
+    conf.key = key;
+    conf.mech = auth_mech;
+    conf.user = auth_user;
+    conf.pwfile = auth_pwfile;
+    conf.ns = auth_ns;
     rv = tern_client_new(servers, &o, &c);
     if (rv != 0) {
         cli_error(NULL, rv, "servers \"%s\"", servers);

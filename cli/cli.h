@@ -60,6 +60,10 @@ void cli_progress_init(struct cli_progress *p, const char *what, int on);
 void cli_progress_tick(struct cli_progress *p, uint64_t count);
 void cli_progress_end(struct cli_progress *p);
 
+/* cli.c. Another client with the servers, options, TLS and login main
+ * set up (for a second connection, e.g. bench --mode e2e's consumer);
+ * *out caller-owned (tern_client_free). 0, or -1 (printed). */
+int cli_client_new(struct tern_client **out);
 /* cli.c. Print the usage text to f. */
 void cli_usage(FILE *f);
 
@@ -177,6 +181,27 @@ int cli_parse_time_ms(const char *s, uint64_t *out);
  * 0 as "0"). */
 void cli_format_duration(uint64_t ms, char *buf, size_t cap);
 void cli_format_size(uint64_t bytes, char *buf, size_t cap);
+
+/* histogram.c: the latency histogram of `tern bench` (log2 buckets of
+ * us: bucket 0 below 1 us, bucket k in [2^(k-1), 2^k)). */
+#define CLI_HIST_BUCKETS 40
+struct cli_hist
+{
+    uint64_t count[CLI_HIST_BUCKETS];
+    uint64_t peak; /* the largest count */
+    int lo, hi;    /* first and last non-empty bucket (hi < lo: none) */
+    size_t n;
+    int64_t p50, p90, p99, p999, max;
+};
+/* Nearest-rank percentile p (0..1) of sorted[0..n) (0 when n is 0). */
+int64_t cli_hist_pct(const int64_t *sorted, size_t n, double p);
+/* Fill h from sorted[0..n) (ascending, us; borrowed). */
+void cli_hist_fill(struct cli_hist *h, const int64_t *sorted, size_t n);
+/* The bar chart: one line per bucket from lo to hi ("  lo .. hi |###
+ * count"), then the percentiles line. */
+void cli_hist_print(FILE *f, const struct cli_hist *h, const char *title);
+/* The same as an SVG document on f; 0, or -1 on a write error. */
+int cli_hist_svg(FILE *f, const struct cli_hist *h, const char *title);
 
 /* bench.c. `tern bench QUEUE ...`; returns the process exit code. */
 int cli_bench(struct tern_client *c, int argc, char **argv);
