@@ -56,7 +56,8 @@
  *   tern cluster status [--json]
  *   tern cluster stats [--reset] [--json]
  *   tern bench QUEUE [--size 1024] [--count N] [--window W] [--batch B]
- *                    [--replication] [--json]
+ *                    [--replication] [--json] [--mode produce|consume|e2e]
+ *                    [--duration D] [--histogram-svg FILE]
  *   tern user set NAME [--admin] [--cert]
  *                 [--password-file F | --password-stdin | --no-password]
  *   tern user delete NAME | user list [--json]
@@ -183,6 +184,8 @@ static void usage(FILE *f)
         "  cluster stats [--reset] [--json]\n"
         "  bench QUEUE [--size 1024] [--count N] [--window W] "
         "[--batch B] [--replication] [--json]\n"
+        "        [--mode produce|consume|e2e] [--duration D] "
+        "[--histogram-svg FILE]\n"
         "  user set NAME [--admin] [--cert] [--password-file F | "
         "--password-stdin | --no-password]\n"
         "  user delete NAME | user list [--json]\n"
