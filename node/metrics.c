@@ -320,7 +320,7 @@ static uint64_t repl_bucket_hi(unsigned b)
     }
     p = b / s_n + REPL_LATENCY_SUB_BITS - 1;
     shift = p - REPL_LATENCY_SUB_BITS;
-    top = (uint64_t)(s_n + b % s_n + 1);
+    top = (uint64_t)s_n + b % s_n + 1;
     if (top > (UINT64_MAX >> shift)) {
         return UINT64_MAX;
     }
@@ -872,9 +872,10 @@ static void render_snap(struct node_metrics *m, struct node_expo *e, bool fresh)
         l[1] = (struct node_label){"group", s->groups[i].name};
         node_expo_u64(e, "tern_group_lag_messages", l, 2, s->groups[i].lag);
     }
-    node_expo_family(e, "tern_metrics_truncated", "gauge",
-                     "1 when queues or groups were left out ([metrics] "
-                     "max_queues, max_groups).");
+    node_expo_family(
+        e, "tern_metrics_truncated", "gauge",
+        "1 when queues or groups may have been left out ([metrics] "
+        "max_queues, max_groups).");
     node_expo_u64(e, "tern_metrics_truncated", NULL, 0, s->truncated);
     node_expo_family(e, "tern_metrics_stale", "gauge",
                      "1 when the loop did not answer this scrape in time "
