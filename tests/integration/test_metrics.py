@@ -10,7 +10,8 @@ one node's role gauge says leader; the leader reports the lag of both
 peers; the queue's depth is N on every node; a group's lag shrinks after
 a consume with a group commit; after a kill of the leader the survivors'
 readyz is 200 again with a new leader; a node started alone (no quorum)
-answers readyz 503 "no leader"."""
+answers readyz 503 "no leader"; a token file readable by others stops
+ternd at start with exit code 2."""
 import math
 import os
 import re
@@ -314,6 +315,18 @@ def main(c):
         c.check(s is not None and
                 value(s, "tern_raft_role", role="leader") == 0,
                 "its role gauge is not leader")
+
+        c.step("a token file readable by others is refused at start")
+        cl.stop(alone)
+        os.chmod(token_file, 0o644)
+        cl.start_node(alone)
+        try:
+            rc = cl.nodes[alone].proc.wait(timeout=20)
+        except Exception:  # noqa: BLE001 - reported by the check
+            rc = None
+        c.check(rc == 2, "node %d exits 2" % alone, rc)
+        c.check("must not be accessible by group or others" in
+                cl.nodes[alone].log_text(), "the log says why")
 
 
 if __name__ == "__main__":
