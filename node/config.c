@@ -147,6 +147,20 @@
  *   auth_failure_sources = 4096    ; addresses whose failures are counted
  *                                  ; at once (the oldest is forgotten)
  *
+ *   [metrics]                      ; HTTP metrics/health endpoint
+ *                                  ; (node/metrics.c, docs/OPERATIONS.md)
+ *   listen = 127.0.0.1:9401        ; host:port; unset (default): off.
+ *                                  ; Bind loopback; expose it only
+ *                                  ; behind token_file or a firewall
+ *   token_file = /etc/tern/metrics.token ; first line: the bearer token
+ *                                  ; every request must carry (mode 0600)
+ *   max_queues = 1000              ; queues reported per scrape
+ *   max_groups = 1000              ; groups reported per scrape
+ *   max_connections = 16           ; HTTP connections at once (1..1024)
+ *   connection_timeout_s = 10      ; idle HTTP connection closed after
+ *   ready_max_lag = 1000           ; /readyz: applied index at most this
+ *                                  ; many entries behind the commit index
+ *
  *   [peers]                        ; every voter, this node included
  *   1 = 127.0.0.1:7501,127.0.0.1:7401   ; <id> = <raft_addr>,<client_addr>
  *   2 = 127.0.0.1:7502,127.0.0.1:7402
@@ -389,6 +403,14 @@ static const char usage_text[] =
     "  auth_failure_delay_ms = 500\n"
     "  auth_failures_per_minute = 20\n"
     "  auth_failure_sources = 4096\n"
+    "  [metrics]\n"
+    "  listen = 127.0.0.1:9401\n"
+    "  token_file = /etc/tern/metrics.token\n"
+    "  max_queues = 1000\n"
+    "  max_groups = 1000\n"
+    "  max_connections = 16\n"
+    "  connection_timeout_s = 10\n"
+    "  ready_max_lag = 1000\n"
     "  [peers]\n"
     "  1 = 127.0.0.1:7501,127.0.0.1:7401\n"
     "  2 = 127.0.0.1:7502,127.0.0.1:7402\n"
@@ -435,6 +457,11 @@ void node_config_init(struct node_config *c)
     c->claim_lease_min_ms = NODE_DEFAULT_CLAIM_LEASE_MIN_MS;
     c->claim_lease_max_ms = NODE_DEFAULT_CLAIM_LEASE_MAX_MS;
     c->status_max_rows = NODE_DEFAULT_STATUS_MAX_ROWS;
+    c->metrics_max_queues = NODE_DEFAULT_METRICS_MAX_QUEUES;
+    c->metrics_max_groups = NODE_DEFAULT_METRICS_MAX_GROUPS;
+    c->metrics_max_connections = NODE_DEFAULT_METRICS_MAX_CONNS;
+    c->metrics_timeout_s = NODE_DEFAULT_METRICS_TIMEOUT_S;
+    c->metrics_ready_max_lag = NODE_DEFAULT_METRICS_READY_LAG;
     c->max_term_jump = NODE_DEFAULT_MAX_TERM_JUMP;
     c->peer_handshake_timeout_ms = NODE_DEFAULT_PEER_HANDSHAKE_MS;
     c->peer_max_pending = NODE_DEFAULT_PEER_MAX_PENDING;
@@ -460,6 +487,8 @@ void node_config_free(struct node_config *c)
     tern_free(c->transport);
     tern_free(c->shm_dir);
     tern_free(c->pid_file);
+    tern_free(c->metrics_listen);
+    tern_free(c->metrics_token_file);
     tern_free(c->cluster_name);
     tern_free(c->cluster_ca);
     tern_free(c->node_cert);
@@ -1077,6 +1106,20 @@ static const struct key keys[] = {
      set_unsigned, NODE__UINT(auth_failures_per_minute), 1000000},
     {"security", "auth_failure_sources", "--auth-failure-sources", set_unsigned,
      NODE__UINT(auth_failure_sources), 1000000},
+    {"metrics", "listen", "--metrics-listen", set_addr,
+     NODE__STR(metrics_listen), 0},
+    {"metrics", "token_file", "--metrics-token-file", set_text,
+     NODE__STR(metrics_token_file), 0},
+    {"metrics", "max_queues", "--metrics-max-queues", set_unsigned,
+     NODE__UINT(metrics_max_queues), 1000000},
+    {"metrics", "max_groups", "--metrics-max-groups", set_unsigned,
+     NODE__UINT(metrics_max_groups), 1000000},
+    {"metrics", "max_connections", "--metrics-max-connections", set_unsigned,
+     NODE__UINT(metrics_max_connections), 1024},
+    {"metrics", "connection_timeout_s", "--metrics-connection-timeout-s",
+     set_unsigned, NODE__UINT(metrics_timeout_s), 3600},
+    {"metrics", "ready_max_lag", "--metrics-ready-max-lag", set_u64,
+     NODE__U64(metrics_ready_max_lag), UINT64_MAX},
 };
 
 /* The row of INI key name in section, or NULL. */

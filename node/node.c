@@ -85,6 +85,7 @@
 #include "ident.h"
 #include "idx.h"
 #include "log.h"
+#include "metrics.h"
 #include "node.h"
 #include "notify.h"
 #include "repl.h"
@@ -103,6 +104,7 @@ struct node
     struct node_fsm fsm; /* the index behind raft's state machine */
     struct repl *repl;
     struct node_server *server;
+    struct node_metrics *metrics; /* [metrics] endpoint; NULL: off */
     struct node_batcher batcher;
     uv_check_t check;
     uv_idle_t idle;
@@ -238,6 +240,24 @@ static void server_latency(void *arg, struct repl_latency *out, bool reset)
     if (n->repl != NULL && !n->stopping) {
         repl_get_latency(n->repl, out, reset);
     }
+}
+
+/* ---- The metrics endpoint's view of the node (metrics.h) -------------- */
+
+static void metrics_latency(void *arg, struct repl_latency *out)
+{
+    server_latency(arg, out, false);
+}
+
+static unsigned metrics_progress(void *arg,
+                                 struct repl_progress *out,
+                                 unsigned max)
+{
+    struct node *n = arg;
+    if (n->repl == NULL || n->stopping) {
+        return 0;
+    }
+    return repl_get_progress(n->repl, out, max);
 }
 
 /* 0, or TERN_EFULL with a message while the disk alarm is on (statvfs,
@@ -762,6 +782,13 @@ static void node_stop(struct node *n)
     log_stages(n);
     n->stopping = true;
     node_notify_stopping();
+    if (n->metrics != NULL) {
+        if (n->server != NULL) {
+            node_server_set_metrics(n->server, NULL);
+        }
+        node_metrics_close(n->metrics);
+        n->metrics = NULL;
+    }
     if (n->server != NULL) {
         struct node_server *s = n->server;
         n->server = NULL;
@@ -1294,6 +1321,24 @@ static int node_start(struct node *n, char *errmsg)
         }
         tern_errmsg_wrapf(errmsg, "client server on %s", c->client_addr);
         return rv;
+    }
+    {
+        const struct node_metrics_source msrc = {
+            n,          server_status, metrics_latency, metrics_progress,
+            server_idx, &n->disk,      &n->transport};
+        rv = node_metrics_new(&n->loop, c, &msrc, &n->metrics, errmsg);
+        if (rv != 0) {
+            if (rv == TERN_EINVAL) {
+                n->exit_code = 2; /* [metrics]: a token file refused */
+            }
+            return rv;
+        }
+        node_server_set_metrics(n->server, n->metrics);
+        if (n->metrics != NULL) {
+            node_log(NODE_LOG_INFO, "metrics endpoint", "listen=%s token=%s",
+                     c->metrics_listen,
+                     c->metrics_token_file != NULL ? "required" : "none");
+        }
     }
     if (c->pid_file != NULL) {
         rv = write_pid_file(c->pid_file, errmsg);
