@@ -56,10 +56,10 @@
  * DEBUG line when answered; a plan error logs a WARN at most every 10 s.
  *
  * Shutdown (SIGTERM/SIGINT): a leader with other voters first hands its
- * leadership over (repl_transfer_start with id 0: a voter whose log is
- * caught up) and waits for the transfer to end, at most one election
- * timeout + 500 ms; meanwhile it takes no new writes (TERN_ENOTLEADER, so
- * libtern moves to another node) and its proposals in flight end with
+ * leadership over (repl_transfer_start to the voter with the highest match
+ * index, repl_get_progress) and waits for the transfer to end, at most one
+ * election timeout + 500 ms; meanwhile it takes no new writes (TERN_ENOTLEADER,
+ * so libtern moves to another node) and its proposals in flight end with
  * TERN_ELEADERSHIPLOST when it steps down (libtern resends them, the
  * producer id makes that idempotent). A second signal stops at once.
  * Then: close the client server, answer unproposed writes with
@@ -96,7 +96,9 @@
 #include "ident.h"
 #include "idx.h"
 #include "log.h"
+#include "metrics.h"
 #include "node.h"
+#include "notify.h"
 #include "repl.h"
 #include "server.h"
 #include "transport.h"
@@ -113,6 +115,7 @@ struct node
     struct node_fsm fsm; /* the index behind raft's state machine */
     struct repl *repl;
     struct node_server *server;
+    struct node_metrics *metrics; /* [metrics] endpoint; NULL: off */
     struct node_batcher batcher;
     uv_check_t check;
     uv_idle_t idle;
@@ -278,6 +281,24 @@ static void server_latency(void *arg, struct repl_latency *out, bool reset)
     }
 }
 
+/* ---- The metrics endpoint's view of the node (metrics.h) -------------- */
+
+static void metrics_latency(void *arg, struct repl_latency *out)
+{
+    server_latency(arg, out, false);
+}
+
+static unsigned metrics_progress(void *arg,
+                                 struct repl_progress *out,
+                                 unsigned max)
+{
+    struct node *n = arg;
+    if (n->repl == NULL || n->stopping) {
+        return 0;
+    }
+    return repl_get_progress(n->repl, out, max);
+}
+
 /* 0, or TERN_EFULL with a message while the disk alarm is on (statvfs,
  * cached ~100 ms). */
 static int server_disk_check(void *arg, char *errmsg)
@@ -329,6 +350,7 @@ static void on_state(void *arg,
     n->leader_id = leader_id;
     n->term = term;
     n->writable = writable;
+    node_notify_role(role_name(role), term, writable);
     if (was_writable && !writable && n->server != NULL) {
         /* Parked leader-only fetches are refused now (server.c). */
         node_server_wake(n->server);
@@ -800,6 +822,14 @@ static void node_stop(struct node *n)
     }
     log_stages(n);
     n->stopping = true;
+    node_notify_stopping();
+    if (n->metrics != NULL) {
+        if (n->server != NULL) {
+            node_server_set_metrics(n->server, NULL);
+        }
+        node_metrics_close(n->metrics);
+        n->metrics = NULL;
+    }
     if (n->server != NULL) {
         struct node_server *s = n->server;
         n->server = NULL;
@@ -999,6 +1029,22 @@ static void on_handover_timer(uv_timer_t *t)
     handover_end(n);
 }
 
+/* The voter with the highest match index (ties: configuration order), or
+ * 0 (then raft picks one whose log is up to date). */
+static uint64_t most_caught_up(struct node *n)
+{
+    struct repl_progress pr[64];
+    unsigned np = repl_get_progress(n->repl, pr, TERN_ARRAY_SIZE(pr));
+    uint64_t best = 0, best_match = 0;
+    for (unsigned i = 0; i < np; i++) {
+        if (best == 0 || pr[i].match_index > best_match) {
+            best = pr[i].id;
+            best_match = pr[i].match_index;
+        }
+    }
+    return best;
+}
+
 /* A stop signal on a leader with other voters: start the hand-over.
  * Returns whether it started (else stop now). */
 static bool handover_start(struct node *n, const char *sig)
@@ -1016,7 +1062,8 @@ static bool handover_start(struct node *n, const char *sig)
     }
     n->handover_since = uv_now(&n->loop);
     n->handing_over = true;
-    rv = repl_transfer_start(n->repl, 0, on_handover_done, n, &target, m);
+    rv = repl_transfer_start(n->repl, most_caught_up(n), on_handover_done, n,
+                             &target, m);
     if (rv == TERN_EBUSY) {
         /* A client's transfer is under way: wait for it to end (the
          * watchdog sees the role change), within the same bound. */
@@ -1027,6 +1074,7 @@ static bool handover_start(struct node *n, const char *sig)
                  "signal=%s err=%s detail=\"%s\"", sig, tern_err_name(rv), m);
         return false;
     }
+    node_notify_stopping();
     uv_timer_start(&n->handover, on_handover_timer,
                    (uint64_t)n->cfg->election_timeout_ms + 500u, 0);
     node_log(NODE_LOG_INFO, "stopping: handing leadership over first",
@@ -1456,6 +1504,24 @@ static int node_start(struct node *n, char *errmsg)
         tern_errmsg_wrapf(errmsg, "client server on %s", c->client_addr);
         return rv;
     }
+    {
+        const struct node_metrics_source msrc = {
+            n,          server_status, metrics_latency, metrics_progress,
+            server_idx, &n->disk,      &n->transport};
+        rv = node_metrics_new(&n->loop, c, &msrc, &n->metrics, errmsg);
+        if (rv != 0) {
+            if (rv == TERN_EINVAL) {
+                n->exit_code = 2; /* [metrics]: a token file refused */
+            }
+            return rv;
+        }
+        node_server_set_metrics(n->server, n->metrics);
+        if (n->metrics != NULL) {
+            node_log(NODE_LOG_INFO, "metrics endpoint", "listen=%s token=%s",
+                     c->metrics_listen,
+                     c->metrics_token_file != NULL ? "required" : "none");
+        }
+    }
     if (c->pid_file != NULL) {
         rv = write_pid_file(c->pid_file, errmsg);
         if (rv != 0) {
@@ -1579,6 +1645,7 @@ int node_run(const struct node_config *c)
         node_log(NODE_LOG_INFO, "started",
                  "client_addr=%s raft_addr=%s data_dir=%s", c->client_addr,
                  c->raft_addr, c->data_dir);
+        node_notify_ready(c->client_addr);
     }
     uv_run(&n->loop, UV_RUN_DEFAULT);
     rv = uv_loop_close(&n->loop);

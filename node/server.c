@@ -146,6 +146,7 @@
 #include "ctls.h"
 #include "frame.h"
 #include "log.h"
+#include "metrics.h"
 #include "server.h"
 
 #define SERVER__READ_CHUNK         ((size_t)64 << 10)
@@ -326,6 +327,7 @@ struct node_server
     bool closing;
     void (*close_cb)(void *arg);
     void *close_arg;
+    struct node_metrics *metrics; /* borrowed; NULL: none */
 };
 
 struct out
@@ -592,6 +594,9 @@ static void send_error(struct node_conn *c,
 
     if (status == -ENOSPC) {
         status = TERN_EFULL;
+    }
+    if (c->srv != NULL) {
+        node_metrics_error(c->srv->metrics, op, status);
     }
     if (status == TERN_ENOTLEADER) {
         struct repl_status st;
@@ -2518,6 +2523,15 @@ void node_server_respond(struct node_wreq *w)
     if (w->op == PROTO_OP_RECEIVE) {
         delivering_note(c->srv, w->queue, w->group, -1);
     }
+    if (c->srv != NULL &&
+        (w->op == PROTO_OP_PRODUCE || w->op == PROTO_OP_PRODUCE_DELAYED)) {
+        if (w->status == 0) {
+            node_metrics_produced(c->srv->metrics, w->result.count,
+                                  w->msg_bytes);
+        }
+        node_metrics_produce_latency(c->srv->metrics,
+                                     uv_hrtime() - w->added_ns);
+    }
     if (conn_live(c)) {
         if (claim_respond(c, w)) {
             /* answered */
@@ -2858,6 +2872,9 @@ static void handle_request(struct node_conn *c,
     const struct proto_request *r = req;
     int rv;
 
+    if (c->srv != NULL) {
+        node_metrics_request(c->srv->metrics, req->op);
+    }
     if (req->op == PROTO_OP_AUTH_START || req->op == PROTO_OP_AUTH_CONTINUE) {
         serve_auth(c, request_id, req);
         return;
@@ -3354,6 +3371,11 @@ static void wake_blocked(struct node_server *s)
     s->waking = false;
 }
 
+void node_server_set_metrics(struct node_server *s, struct node_metrics *m)
+{
+    s->metrics = m;
+}
+
 void node_server_update_reading(struct node_server *s)
 {
     struct tern_list *l = s->conns.next;
@@ -3493,6 +3515,7 @@ static void on_conn_closed(uv_handle_t *h)
     if (s != NULL) {
         tern_list_remove(&c->link);
         s->n_conns--;
+        node_metrics_conn(s->metrics, false);
         c->srv = NULL;
         node_log(NODE_LOG_DEBUG, "client disconnected", "conn=%llu",
                  (unsigned long long)c->id);
@@ -3618,6 +3641,7 @@ static void accept_fd(struct node_server *s, int fd, uint32_t ip)
     }
     tern_list_push(&s->conns, &c->link);
     s->n_conns++;
+    node_metrics_conn(s->metrics, true);
     s->open_handles++;
     if (uv_tcp_open(&c->tcp, fd) != 0) {
         (void)close(fd);

@@ -62,6 +62,10 @@ void node_server_respond(struct node_wreq *w);
 /* Re-check parked FETCHes after a flush that made new data visible (or a
  * change of leadership). */
 void node_server_wake(struct node_server *s);
+/* Count requests, errors, produces and connections into m (metrics.h;
+ * borrowed until node_server_close; NULL: stop counting). */
+struct node_metrics;
+void node_server_set_metrics(struct node_server *s, struct node_metrics *m);
 /* Resume/stop reading according to the batcher's congestion. */
 void node_server_update_reading(struct node_server *s);
 

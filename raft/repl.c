@@ -603,6 +603,31 @@ void repl_get_status(struct repl *r, struct repl_status *out)
     out->meta_prev_vote = r->io.meta_prev_vote;
 }
 
+unsigned repl_get_progress(struct repl *r,
+                           struct repl_progress *out,
+                           unsigned max)
+{
+    unsigned n = 0;
+
+    /* libraft 0.15 keeps leader_state.progress parallel to
+     * configuration.servers while it leads (notes on the 0.15 pin in
+     * docs/ARCHITECTURE.md). */
+    if (r->closing || r->raft.state != RAFT_LEADER ||
+        r->raft.leader_state.progress == NULL) {
+        return 0;
+    }
+    for (unsigned i = 0; i < r->raft.configuration.n && n < max; i++) {
+        const struct raft_server *s = &r->raft.configuration.servers[i];
+        if (s->id == r->raft.id || s->role != RAFT_VOTER) {
+            continue;
+        }
+        out[n].id = s->id;
+        out[n].match_index = r->raft.leader_state.progress[i].match_index;
+        n++;
+    }
+    return n;
+}
+
 /* A leadership transfer under way (at most one: libraft 0.15 keeps one
  * in r->transfer and refuses a second with RAFT_NOTLEADER).
  *

@@ -10,7 +10,11 @@
  * address it carries (or to the next server); connection errors and "no
  * leader" answers retry the other servers with a small back-off, until the
  * request's deadline (request_timeout_ms). A request whose deadline passes
- * fails with TERN_ETIMEDOUT: its outcome is unknown.
+ * fails with TERN_ETIMEDOUT: its outcome is unknown. Until the client's
+ * first connection to any server comes up, a request fails at once, with
+ * that server's error (-ECONNREFUSED, or -EHOSTUNREACH for a name that does
+ * not resolve; tern_client_errmsg() names each server), once every server
+ * refused or did not resolve: nothing was sent, so the outcome is known.
  *
  * Idempotent producer: before its first produce each client asks the
  * leader for a block of producer ids (PRODUCER_INIT; a server without it:

@@ -285,6 +285,19 @@ struct repl_status
 };
 void repl_get_status(struct repl *r, struct repl_status *out);
 
+/* A voter's replication progress as the leader sees it. */
+struct repl_progress
+{
+    uint64_t id;
+    uint64_t match_index; /* highest index it reported as stored */
+};
+/* On a leader: OUT out[0..n) for the voters other than itself (at most
+ * max, configuration order; out caller-owned), n returned. 0 when this
+ * replica does not lead. Loop thread only. */
+unsigned repl_get_progress(struct repl *r,
+                           struct repl_progress *out,
+                           unsigned max);
+
 /* Replication latency (for `tern bench`): on a leader, the time from the
  * leader's local append of a batch of entries (one repl_propose, or the
  * post-election barrier) to the moment its commit index covers the
