@@ -11,6 +11,7 @@ has zero client errors, loses and duplicates nothing and keeps all that,
 and `queue update --max-messages` then trims. Then a copy of one node's directory with a segment header of
 an unknown version (checksum recomputed) is refused at start, naming the
 file and the version, and left byte-identical."""
+import base64
 import hashlib
 import json
 import os
@@ -32,6 +33,9 @@ FIXTURE = os.path.join(os.path.dirname(os.path.abspath(__file__)),
 def ports_free(ports):
     for p in ports:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            # As ternd binds (libuv sets SO_REUSEADDR): a port whose
+            # connections of a previous run are in TIME_WAIT is free.
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 s.bind(("127.0.0.1", p))
             except OSError:
@@ -58,6 +62,14 @@ def adopt_configs(cl, root, man):
         nd.raft_addr = "127.0.0.1:%d" % nd.raft_port
 
 
+def payload_bytes(m):
+    """A consume --json message's payload: a UTF-8 string, or base64 when
+    "payload_encoding" says so (tern.1, --format json)."""
+    if m.get("payload_encoding") == "base64":
+        return base64.b64decode(m["payload"])
+    return m["payload"].encode("utf-8")
+
+
 def read_queue(cl, q, n, login):
     """Every message of q from offset 0 as {offset: bytes} (bounded)."""
     got = {}
@@ -72,7 +84,7 @@ def read_queue(cl, q, n, login):
         if not lines:
             break
         for m in lines:
-            got[m["offset"]] = m["payload"].encode("latin-1")
+            got[m["offset"]] = payload_bytes(m)
     return got
 
 
@@ -241,7 +253,7 @@ def main():
             want = {m["offset"]: m["sha256"] for m in
                     man["queues"]["default/big"]["messages"]}
             c.check(len(got) == 10 and all(
-                hashlib.sha256(m["payload"].encode("latin-1")).hexdigest()
+                hashlib.sha256(payload_bytes(m)).hexdigest()
                 == want[m["offset"]] for m in got),
                 "the retained ones are intact")
             for i in cl.nodes:
