@@ -37,7 +37,8 @@
  *     The ack log then has "<id>\tdue=<due time ms>" lines.
  *   tern consume QUEUE [--offset N | --from-time T | --group G] [--max N]
  *                      [--follow] [--idle-exit-ms MS] [--commit]
- *                      [--tag 'a || b'] [--format F | --raw | --json]
+ *                      [--tag 'a || b'] [--format raw|text|json|F]
+ *                      [--delimiter D]   (--raw, --json: --format raw, json)
  *   tern consume QUEUE --group G --shared [--ack] [--max N] [--follow]
  *   tern consume QUEUE --group G --exclusive [--lease 30s] [--wait D]
  *                      [--max N] [--follow]
@@ -54,8 +55,11 @@
  *                      committed, the groups past it)
  *   tern cluster status [--json]
  *   tern cluster stats [--reset] [--json]
+ *   tern cluster transfer [--to ID]   (hand leadership over; admin; prints
+ *                      "leader: <id>" once the new leader took over)
  *   tern bench QUEUE [--size 1024] [--count N] [--window W] [--batch B]
- *                    [--replication] [--json]
+ *                    [--replication] [--json] [--mode produce|consume|e2e]
+ *                    [--duration D] [--histogram-svg FILE]
  *   tern user set NAME [--admin] [--cert]
  *                 [--password-file F | --password-stdin | --no-password]
  *   tern user delete NAME | user list [--json]
@@ -92,9 +96,13 @@
  * the ack log has "<payload-id>\t<offset>\n" per acknowledged message
  * (offset -1 when the server acknowledged a retried batch as an old
  * duplicate whose offsets it no longer remembers); payload-id is the
- * payload up to its first '.'. Errors: "tern: <what>: <strerror>" on
- * stderr and a non-zero exit (1 failure, 2 usage: an unknown command or
- * global option is named and fails before any connection). `tern
+ * payload up to its first '.' (consume --format text prints the same;
+ * --format raw and json print payloads whole, cli/message.c). Errors:
+ * "tern: <what>: <strerror>" on stderr and a non-zero exit: 1 the server
+ * refused or failed a request, 2 usage (an unknown command or global
+ * option is named and fails before any connection), 3 no server could be
+ * reached (every server refused the connection or did not resolve;
+ * nothing was sent), 4 no answer before the deadline (outcome unknown). `tern
  * --version` prints the CLI's version and the loaded libtern's. A group
  * consume whose
  * committed offset retention trimmed says so on stderr, once per group
@@ -127,7 +135,7 @@ static void usage(FILE *f)
 {
     (void)fprintf(
         f,
-        "usage: tern [-s ADDR[,ADDR...]] [--timeout-ms N] "
+        "usage: tern [-s|--servers ADDR[,ADDR...]] [--timeout-ms N] "
         "[--read-from any|leader|first]\n"
         "            [--tls] [--no-tls] [--ca FILE] [--cert FILE --key FILE]\n"
         "            [--user NAME] [--password-file FILE] [--namespace NS] "
@@ -149,7 +157,13 @@ static void usage(FILE *f)
         "  consume QUEUE [--offset N | --from-time T | --group G] [--max N] "
         "[--follow]\n"
         "                [--idle-exit-ms MS] [--commit]\n"
-        "                [--tag 'a || b'] [--format F | --raw | --json]\n"
+        "                [--tag 'a || b'] [--format raw|text|json|F] "
+        "[--delimiter D]\n"
+        "    (default: \"<offset>\\t<payload up to its first '.'>\" per "
+        "message, as --format text;\n"
+        "    raw: payload bytes then the delimiter, default \\n; json: one "
+        "object per line;\n"
+        "    --raw and --json are --format raw and --format json)\n"
         "  consume QUEUE --group G --shared [--ack] [--max N] [--follow]\n"
         "  consume QUEUE --group G --exclusive [--lease 30s] [--wait D] "
         "[--max N] [--follow]\n"
@@ -164,7 +178,7 @@ static void usage(FILE *f)
         "    (T: RFC 3339 UTC such as 2026-12-04T10:00:00Z, or ms since the "
         "epoch)\n"
         "  message get QUEUE --offset N | --id ID | --key K [--max N]\n"
-        "                [--format F | --raw | --json]\n"
+        "                [--format raw|text|json|F] [--delimiter D]\n"
         "    --format directives: %%o offset, %%i id, %%k key, %%t tag, "
         "%%T append time ms,\n"
         "    %%P producer time ms, %%h headers name=value,..., %%p payload, "
@@ -172,8 +186,11 @@ static void usage(FILE *f)
         "  message trace QUEUE OFFSET [--json]\n"
         "  cluster status [--json]\n"
         "  cluster stats [--reset] [--json]\n"
+        "  cluster transfer [--to ID]\n"
         "  bench QUEUE [--size 1024] [--count N] [--window W] "
         "[--batch B] [--replication] [--json]\n"
+        "        [--mode produce|consume|e2e] [--duration D] "
+        "[--histogram-svg FILE]\n"
         "  user set NAME [--admin] [--cert] [--password-file F | "
         "--password-stdin | --no-password]\n"
         "  user delete NAME | user list [--json]\n"
@@ -199,7 +216,16 @@ static void usage(FILE *f)
         "connected to;\n"
         "  --cert/--key (or TERN_CERT/TERN_KEY) present a client "
         "certificate;\n"
-        "  --no-tls turns TLS off whatever the environment says.\n");
+        "  --no-tls turns TLS off whatever the environment says.\n"
+        "Servers: -s/--servers (or TERN_SERVERS; default 127.0.0.1:7400).\n"
+        "tern --version prints the versions of tern and libtern; "
+        "tern --help this text.\n"
+        "Exit codes: 0 ok; 1 the server refused or failed a request; 2 "
+        "usage error\n"
+        "  (nothing sent); 3 no server reachable (connection refused, "
+        "unknown host;\n"
+        "  nothing sent); 4 no answer before --timeout-ms (outcome "
+        "unknown).\n");
 }
 
 void cli_usage(FILE *f)
@@ -310,13 +336,6 @@ static int cli_tls(struct tern_client *c,
         return 2;
     }
     return 0;
-}
-
-/* Length of the payload id: bytes up to the first '.'. */
-static size_t payload_id_len(const void *data, size_t len)
-{
-    const char *dot = memchr(data, '.', len);
-    return dot != NULL ? (size_t)(dot - (const char *)data) : len;
 }
 
 /* ---- queue ---- */
@@ -834,6 +853,7 @@ static int cmd_produce(struct tern_client *c, int argc, char **argv)
     const char *queue;
     struct produce_state ps;
     uint64_t produced = 0;
+    struct cli_progress prog;
     int64_t t0 = cli_now_us();
     int rv = 0;
     int ch;
@@ -941,6 +961,7 @@ static int cmd_produce(struct tern_client *c, int argc, char **argv)
         prefix = prefix_buf;
     }
     memset(&ps, 0, sizeof ps);
+    cli_progress_init(&prog, "produce", 1);
     if (ack_path != NULL) {
         ps.ack = fopen(ack_path, "a");
         if (ps.ack == NULL) {
@@ -1082,6 +1103,7 @@ static int cmd_produce(struct tern_client *c, int argc, char **argv)
         if (rv != 0) {
             break;
         }
+        cli_progress_tick(&prog, ps.acked);
     }
     /* Drain what is in flight; their outcome decides the exit code too. */
     while (tern_client_pending(c) > 0) {
@@ -1090,7 +1112,9 @@ static int cmd_produce(struct tern_client *c, int argc, char **argv)
             rv = rv != 0 ? rv : prv;
             break;
         }
+        cli_progress_tick(&prog, ps.acked);
     }
+    cli_progress_end(&prog);
     free(line);
     for (size_t h = 0; h < pp.n_headers; h++) {
         free((char *)pp.headers[h].name);
@@ -1099,6 +1123,7 @@ static int cmd_produce(struct tern_client *c, int argc, char **argv)
         (void)fclose(ps.ack);
     }
     if (ps.first_error != 0) {
+        cli_note_error(ps.first_error);
         (void)fprintf(stderr, "tern: produce %s: %s%s%s%s\n", queue,
                       tern_strerror(ps.first_error),
                       ps.first_errmsg[0] != '\0' ? " (" : "", ps.first_errmsg,
@@ -1122,7 +1147,10 @@ static int consume_retryable(int rv)
            rv != TERN_EINVAL && rv != -ENOMEM;
 }
 
-static int cmd_consume(struct tern_client *c, int argc, char **argv)
+/* The progress line of `tern consume` (when stdout is not a terminal). */
+static struct cli_progress consume_prog;
+
+static int consume_run(struct tern_client *c, int argc, char **argv)
 {
     static const struct option opts[] = {
         {"offset", required_argument, NULL, 'o'},
@@ -1135,6 +1163,7 @@ static int cmd_consume(struct tern_client *c, int argc, char **argv)
         {"format", required_argument, NULL, 'F'},
         {"raw", no_argument, NULL, 'r'},
         {"json", no_argument, NULL, 'j'},
+        {"delimiter", required_argument, NULL, 'D'},
         {"from-time", required_argument, NULL, 'T'},
         {"shared", no_argument, NULL, 'S'},
         {"ack", no_argument, NULL, 'A'},
@@ -1145,8 +1174,9 @@ static int cmd_consume(struct tern_client *c, int argc, char **argv)
     };
     int shared = 0, ack = 0, exclusive = 0;
     uint64_t lease_ms = 30000, excl_wait_ms = 0;
-    const char *tags = NULL, *format = NULL;
-    int mode = CLI_PRINT_FORMAT, props = 0;
+    const char *tags = NULL;
+    struct cli_print pr;
+    int props = 0;
     uint64_t committed = UINT64_MAX; /* last offset this run committed */
     uint64_t offset = 0, max = 0, idle_ms = 0;
     const char *from_time = NULL;
@@ -1158,6 +1188,7 @@ static int cmd_consume(struct tern_client *c, int argc, char **argv)
     int group_pending;
     int ch;
 
+    cli_print_init(&pr, "%p");
     optind = 1;
     while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (ch) {
@@ -1215,14 +1246,16 @@ static int cmd_consume(struct tern_client *c, int argc, char **argv)
             exclusive = exclusive || ch == 'L';
             break;
         default:
-            /* --format, --raw and --json print properties. */
-            if (cli_print_option(ch, optarg, &mode, &format) != 0) {
+            /* --format, --raw, --json and --delimiter. */
+            if (cli_print_option(ch, optarg, &pr) != 0) {
                 return 2;
             }
-            props = 1;
             break;
         }
     }
+    /* JSON and format strings print properties: ask for them. */
+    props =
+        pr.given && (pr.mode == CLI_PRINT_JSON || pr.mode == CLI_PRINT_FORMAT);
     if (optind + 1 != argc || (have_offset && group != NULL) ||
         (commit && group == NULL) ||
         (from_time != NULL && (have_offset || group != NULL))) {
@@ -1230,9 +1263,10 @@ static int cmd_consume(struct tern_client *c, int argc, char **argv)
         return 2;
     }
     queue = argv[optind];
+    pr.queue = queue;
     if (exclusive) {
         if (shared || ack || group == NULL || have_offset ||
-            from_time != NULL || commit || tags != NULL || props) {
+            from_time != NULL || commit || tags != NULL || pr.given) {
             usage(stderr);
             return 2;
         }
@@ -1241,7 +1275,7 @@ static int cmd_consume(struct tern_client *c, int argc, char **argv)
     }
     if (shared || ack) {
         if (!shared || group == NULL || have_offset || from_time != NULL ||
-            commit || tags != NULL || props) {
+            commit || tags != NULL || pr.given) {
             usage(stderr);
             return 2;
         }
@@ -1267,6 +1301,7 @@ static int cmd_consume(struct tern_client *c, int argc, char **argv)
     }
     group_pending = group != NULL;
     last_msg_us = cli_now_us();
+    cli_progress_init(&consume_prog, "consume", !isatty(STDOUT_FILENO));
 
     while (!have_max || printed < max) {
         struct tern_fetch_result *r = NULL;
@@ -1321,17 +1356,17 @@ static int cmd_consume(struct tern_client *c, int argc, char **argv)
             const void *data;
             size_t len;
             printed++;
-            if (props) {
-                (void)cli_print_message(r, i, format != NULL ? format : "%p",
-                                        mode);
+            if (pr.given) {
+                (void)cli_print_message(r, i, &pr);
                 continue;
             }
             (void)tern_fetch_result_get(r, i, &off, NULL, &data, &len);
             (void)printf("%" PRIu64 "\t", off);
-            (void)fwrite(data, 1, payload_id_len(data, len), stdout);
+            (void)fwrite(data, 1, cli_payload_id_len(data, len), stdout);
             (void)putchar('\n');
         }
         (void)fflush(stdout);
+        cli_progress_tick(&consume_prog, printed);
         /* A tag filter may answer no message and still move on: the
          * skipped messages count as read (and are committed past). */
         uint64_t next = tern_fetch_result_next_offset(r);
@@ -1365,6 +1400,15 @@ static int cmd_consume(struct tern_client *c, int argc, char **argv)
         tern_fetch_result_free(r);
     }
     return 0;
+}
+
+static int cmd_consume(struct tern_client *c, int argc, char **argv)
+{
+    int code;
+    memset(&consume_prog, 0, sizeof consume_prog);
+    code = consume_run(c, argc, argv);
+    cli_progress_end(&consume_prog);
+    return code;
 }
 
 /* ---- cluster stats ---- */
@@ -1457,6 +1501,32 @@ static void print_timers_json(const struct tern_status *s)
     }
 }
 
+/* `tern cluster transfer [--to ID]`: hand the leadership over to node ID
+ * (default: a caught-up voter the leader picks) and print the new leader
+ * once it took over. */
+static int cmd_transfer(struct tern_client *c, int argc, char **argv)
+{
+    uint64_t to = 0, leader = 0;
+    int rv;
+    for (int k = 2; k < argc; k++) {
+        if (strcmp(argv[k], "--to") == 0 && k + 1 < argc) {
+            if (cli_parse_u64("--to", argv[++k], &to) != 0) {
+                return 2;
+            }
+        } else {
+            usage(stderr);
+            return 2;
+        }
+    }
+    rv = tern_cluster_transfer(c, to, &leader);
+    if (rv != 0) {
+        cli_error(c, rv, "cluster transfer");
+        return 1;
+    }
+    (void)printf("leader: %" PRIu64 "\n", leader);
+    return 0;
+}
+
 static int cmd_cluster(struct tern_client *c, int argc, char **argv)
 {
     struct tern_status *s;
@@ -1464,6 +1534,9 @@ static int cmd_cluster(struct tern_client *c, int argc, char **argv)
     int rv;
     if (argc >= 2 && strcmp(argv[1], "stats") == 0) {
         return cmd_stats(c, argc, argv);
+    }
+    if (argc >= 2 && strcmp(argv[1], "transfer") == 0) {
+        return cmd_transfer(c, argc, argv);
     }
     if (argc < 2 || strcmp(argv[1], "status") != 0 || argc > 3 ||
         (argc == 3 && strcmp(argv[2], "--json") != 0)) {
@@ -1568,6 +1641,33 @@ static bool known_command(const char *w)
         }
     }
     return false;
+}
+
+/* The connection settings main used, for cli_client_new. */
+static struct
+{
+    const char *servers;
+    struct tern_client_options o;
+    int tls;
+    const char *ca, *cert, *key;
+    const char *mech, *user, *pwfile, *ns;
+} conf;
+
+int cli_client_new(struct tern_client **out)
+{
+    struct tern_client *c;
+    int rv = tern_client_new(conf.servers, &conf.o, &c);
+    if (rv != 0) {
+        cli_error(NULL, rv, "servers \"%s\"", conf.servers);
+        return -1;
+    }
+    if (cli_tls(c, conf.tls, conf.ca, conf.cert, conf.key) != 0 ||
+        cli_auth(c, conf.mech, conf.user, conf.pwfile, conf.ns) != 0) {
+        tern_client_free(c);
+        return -1;
+    }
+    *out = c;
+    return 0;
 }
 
 int main(int argc, char **argv)
@@ -1696,6 +1796,16 @@ int main(int argc, char **argv)
             }
         }
     }
+    conf.servers = servers;
+    conf.o = o;
+    conf.tls = tls;
+    conf.ca = ca;
+    conf.cert = cert;
+    conf.key = key;
+    conf.mech = auth_mech;
+    conf.user = auth_user;
+    conf.pwfile = auth_pwfile;
+    conf.ns = auth_ns;
     rv = tern_client_new(servers, &o, &c);
     if (rv != 0) {
         cli_error(NULL, rv, "servers \"%s\"", servers);
@@ -1743,5 +1853,5 @@ int main(int argc, char **argv)
         code = 2;
     }
     tern_client_free(c);
-    return code;
+    return cli_exit_code(code);
 }

@@ -51,6 +51,12 @@
  * TERN_EINVAL naming the key. The batcher makes the due time absolute by
  * the entry's timestamp; the answer carries the count and that due time.
  *
+ * Leadership transfer (CLUSTER_TRANSFER, admin): only the leader starts
+ * one (others answer TERN_ENOTLEADER with the leader hint); the request
+ * holds a connection reference until the node's transfer callback
+ * answers it with the new leader, or with the error (TERN_ETRANSFER,
+ * TERN_ESHUTDOWN), so an answer to a closed connection is dropped.
+ *
  * Connection states: OPEN (reading, answering) -> DRAINING (a fatal frame
  * error was answered; no more reading; closed once the write queue is
  * empty) -> CLOSING (uv_close issued) -> CLOSED (handle closed). The memory
@@ -141,6 +147,7 @@
 #include "ctls.h"
 #include "frame.h"
 #include "log.h"
+#include "metrics.h"
 #include "server.h"
 
 #define SERVER__READ_CHUNK         ((size_t)64 << 10)
@@ -321,6 +328,7 @@ struct node_server
     bool closing;
     void (*close_cb)(void *arg);
     void *close_arg;
+    struct node_metrics *metrics; /* borrowed; NULL: none */
 };
 
 struct out
@@ -588,11 +596,15 @@ static void send_error(struct node_conn *c,
     if (status == -ENOSPC) {
         status = TERN_EFULL;
     }
+    if (c->srv != NULL) {
+        node_metrics_error(c->srv->metrics, op, status);
+    }
     if (status == TERN_ENOTLEADER) {
         struct repl_status st;
         const struct node_peer *p;
         view_status(&c->view, &st);
-        leader_id = st.leader_id;
+        /* A leader handing over hints the node about to lead. */
+        leader_id = st.transfer_to != 0 ? st.transfer_to : st.leader_id;
         p = node_config_peer(c->view.cfg, leader_id);
         if (p != NULL) {
             leader_addr = p->client_addr;
@@ -1769,6 +1781,16 @@ static bool refuse_unless_writable(struct node_conn *c,
     if (st->writable) {
         return false;
     }
+    if (st->transfer_to != 0 &&
+        (p = node_config_peer(cfg, st->transfer_to)) != NULL) {
+        /* Handing over: point the client at the node about to lead. */
+        (void)snprintf(m, sizeof(m),
+                       "not the leader; leadership is moving to node %llu "
+                       "at %s",
+                       (unsigned long long)st->transfer_to, p->client_addr);
+        send_error(c, op, request_id, TERN_ENOTLEADER, m);
+        return true;
+    }
     p = node_config_peer(cfg, st->leader_id);
     if (st->leader_id != 0 && st->leader_id != cfg->id && p != NULL) {
         (void)snprintf(m, sizeof(m),
@@ -2502,6 +2524,15 @@ void node_server_respond(struct node_wreq *w)
     if (w->op == PROTO_OP_RECEIVE) {
         delivering_note(c->srv, w->queue, w->group, -1);
     }
+    if (c->srv != NULL &&
+        (w->op == PROTO_OP_PRODUCE || w->op == PROTO_OP_PRODUCE_DELAYED)) {
+        if (w->status == 0) {
+            node_metrics_produced(c->srv->metrics, w->result.count,
+                                  w->msg_bytes);
+        }
+        node_metrics_produce_latency(c->srv->metrics,
+                                     uv_hrtime() - w->added_ns);
+    }
     if (conn_live(c)) {
         if (claim_respond(c, w)) {
             /* answered */
@@ -2547,6 +2578,86 @@ void node_server_respond(struct node_wreq *w)
         }
     }
     conn_unref(c);
+}
+
+/* ---- Leadership transfer ------------------------------------------------ */
+
+struct transfer_wait
+{
+    struct node_conn *c; /* holds a reference */
+    uint64_t request_id;
+};
+
+static void transfer_done(void *data,
+                          int status,
+                          uint64_t target,
+                          uint64_t leader_id,
+                          uint64_t term)
+{
+    struct transfer_wait *t = data;
+    struct node_conn *c = t->c;
+    char m[TERN_ERRMSG_SIZE];
+    if (conn_live(c)) {
+        if (status == 0) {
+            struct tern_wbuf w;
+            tern_wbuf_init(&w);
+            proto_encode_cluster_transfer_resp(&w, t->request_id, leader_id,
+                                               term);
+            conn_send(c, &w);
+        } else {
+            if (status == TERN_ETRANSFER) {
+                (void)snprintf(m, sizeof(m),
+                               "leadership transfer to node %llu did not "
+                               "complete within an election timeout",
+                               (unsigned long long)target);
+            } else {
+                (void)snprintf(
+                    m, sizeof(m), "leadership transfer to node %llu: %s",
+                    (unsigned long long)target, tern_strerror(status));
+            }
+            send_error(c, PROTO_OP_CLUSTER_TRANSFER, t->request_id, status, m);
+        }
+    }
+    conn_unref(c);
+    tern_free(t);
+}
+
+static void handle_transfer(struct node_conn *c,
+                            uint64_t request_id,
+                            const struct proto_request *r)
+{
+    struct transfer_wait *t;
+    struct repl_status st;
+    char m[TERN_ERRMSG_SIZE];
+    int rv;
+    view_status(&c->view, &st);
+    if (st.role != REPL_LEADER) {
+        (void)refuse_unless_writable(c, r->op, request_id, &st);
+        return;
+    }
+    if (r->to_id == c->view.cfg->id) {
+        /* Leads already: done (so a resent request is answered alike). */
+        struct tern_wbuf w;
+        tern_wbuf_init(&w);
+        proto_encode_cluster_transfer_resp(&w, request_id, r->to_id, st.term);
+        conn_send(c, &w);
+        return;
+    }
+    t = tern_malloc(sizeof(*t));
+    if (t == NULL) {
+        send_error(c, r->op, request_id, -ENOMEM, NULL);
+        return;
+    }
+    t->c = c;
+    t->request_id = request_id;
+    m[0] = '\0';
+    rv = c->view.ops.transfer(c->view.arg, r->to_id, transfer_done, t, m);
+    if (rv != 0) {
+        tern_free(t);
+        send_error(c, r->op, request_id, rv, m[0] != '\0' ? m : NULL);
+        return;
+    }
+    c->refs++;
 }
 
 /* ---- Frames -------------------------------------------------------------- */
@@ -2837,6 +2948,9 @@ static void handle_request(struct node_conn *c,
     const struct proto_request *r = req;
     int rv;
 
+    if (c->srv != NULL) {
+        node_metrics_request(c->srv->metrics, req->op);
+    }
     if (req->op == PROTO_OP_AUTH_START || req->op == PROTO_OP_AUTH_CONTINUE) {
         serve_auth(c, request_id, req);
         return;
@@ -2950,6 +3064,9 @@ static void handle_request(struct node_conn *c,
     case PROTO_OP_ACL_LIST:
     case PROTO_OP_NAMESPACE_LIST:
         serve_security_list(c, request_id, r);
+        break;
+    case PROTO_OP_CLUSTER_TRANSFER:
+        handle_transfer(c, request_id, r);
         break;
     case PROTO_OP_BACKUP:
         serve_backup(c, request_id, r);
@@ -3333,6 +3450,11 @@ static void wake_blocked(struct node_server *s)
     s->waking = false;
 }
 
+void node_server_set_metrics(struct node_server *s, struct node_metrics *m)
+{
+    s->metrics = m;
+}
+
 void node_server_update_reading(struct node_server *s)
 {
     struct tern_list *l = s->conns.next;
@@ -3472,6 +3594,7 @@ static void on_conn_closed(uv_handle_t *h)
     if (s != NULL) {
         tern_list_remove(&c->link);
         s->n_conns--;
+        node_metrics_conn(s->metrics, false);
         c->srv = NULL;
         node_log(NODE_LOG_DEBUG, "client disconnected", "conn=%llu",
                  (unsigned long long)c->id);
@@ -3597,6 +3720,7 @@ static void accept_fd(struct node_server *s, int fd, uint32_t ip)
     }
     tern_list_push(&s->conns, &c->link);
     s->n_conns++;
+    node_metrics_conn(s->metrics, true);
     s->open_handles++;
     if (uv_tcp_open(&c->tcp, fd) != 0) {
         (void)close(fd);

@@ -42,6 +42,8 @@
     X(TERN_ENOTFOUND, -31028, "no such user, namespace or grant")              \
     X(TERN_EQUEUEFULL, -31029, "queue full")                                   \
     X(TERN_ECLAIMED, -31030, "group held by another consumer")                 \
+    X(TERN_ENOTVOTER, -31034, "no such voter to hand leadership to")           \
+    X(TERN_ETRANSFER, -31035, "leadership transfer did not complete")          \
     X(TERN_EBACKUP, -31036, "a backup of this node is already running")
 
 enum tern_errno {

@@ -10,7 +10,11 @@
  * address it carries (or to the next server); connection errors and "no
  * leader" answers retry the other servers with a small back-off, until the
  * request's deadline (request_timeout_ms). A request whose deadline passes
- * fails with TERN_ETIMEDOUT: its outcome is unknown.
+ * fails with TERN_ETIMEDOUT: its outcome is unknown. Until the client's
+ * first connection to any server comes up, a request fails at once, with
+ * that server's error (-ECONNREFUSED, or -EHOSTUNREACH for a name that does
+ * not resolve; tern_client_errmsg() names each server), once every server
+ * refused or did not resolve: nothing was sent, so the outcome is known.
  *
  * Idempotent producer: before its first produce each client asks the
  * leader for a block of producer ids (PRODUCER_INIT; a server without it:
@@ -911,6 +915,21 @@ TERN_API int tern_status_timers(const struct tern_status *s,
                                 uint64_t *pending,
                                 uint64_t *oldest_due_ms);
 TERN_API void tern_status_free(struct tern_status *s);
+
+/* Hand the leadership over to node to_id, or with to_id 0 to a voter
+ * whose log is caught up (the leader picks it), and wait until the new
+ * leader has taken over (about a round trip when the target is caught
+ * up; the leader gives up after one election timeout). Admin only. Sent
+ * to the leader (found as writes are). *new_leader (OUT, may be NULL):
+ * the id of the node that leads now. Asking for the node that leads
+ * already succeeds at once. TERN_ENOTVOTER: to_id is not a node of the
+ * cluster, or not a voter, or there is no other voter; TERN_ETRANSFER:
+ * the transfer did not complete (the old leader may lead on);
+ * TERN_EBUSY: a transfer is under way already; TERN_EDENIED: not an
+ * admin. Details in tern_client_errmsg. */
+TERN_API int tern_cluster_transfer(struct tern_client *c,
+                                   uint64_t to_id,
+                                   uint64_t *new_leader);
 
 /* ---- Replication latency ----------------------------------------------- */
 

@@ -400,6 +400,22 @@
  *                       messages not yet due or not yet fired, by this
  *                       node's index), u64 timers_oldest_due_ms (0 none).
  *                       A later version appends fields.
+ *
+ * Leadership transfer (op 33, added with rolling restarts; docs/OPERATIONS.md,
+ * "Upgrades"; an older server answers TERN_EINVAL "unknown request op").
+ * ACL: admin. Served by the leader only: any other node answers
+ * TERN_ENOTLEADER with the leader hint.
+ *   CLUSTER_TRANSFER req: u64 to_id (0 = the leader picks a caught-up
+ *                      voter)
+ *                 resp: u64 leader_id (the new leader, not the node that
+ *                       answers), u64 term (the term it leads in, as the
+ *                       old leader learned it; 0 unknown)
+ *                 Answered once the transfer completed, or with an error:
+ *                 TERN_ENOTVOTER (to_id is not a node of the cluster, or
+ *                 not a voter, or the leader itself), TERN_ETRANSFER (it
+ *                 did not complete within an election timeout, or another
+ *                 node won the election), TERN_EBUSY (a transfer is
+ *                 already under way), TERN_ESHUTDOWN (the leader stopped).
  */
 #ifndef TERN_PROTO_H
 #define TERN_PROTO_H
@@ -450,6 +466,7 @@ enum proto_op {
     PROTO_OP_CLAIM = 30,
     PROTO_OP_PRODUCE_DELAYED = 31,
     PROTO_OP_GROUP_STATUS = 32,
+    PROTO_OP_CLUSTER_TRANSFER = 33,
     PROTO_OP_BACKUP = 36,
     PROTO_OP_ERROR = 0x7f,
     PROTO_OP_RESPONSE = 0x80,
@@ -609,6 +626,8 @@ struct proto_request
     size_t items_len;
     /* CLAIM: consumer_id, the action in flags (PROTO_CLAIM_*), lease_ms. */
     uint32_t lease_ms;
+    /* CLUSTER_TRANSFER: the node to hand leadership to (0: any voter). */
+    uint64_t to_id;
     /* BACKUP: the directory on the node's host (borrowed, path_len bytes,
      * no NUL), the action in flags (PROTO_BACKUP_VERIFY or 0), the raft
      * index the node must have applied first. */
@@ -1628,6 +1647,20 @@ int proto_next_delivery(const struct proto_trace *t,
 int proto_encode_status_req(struct tern_wbuf *w,
                             uint64_t request_id,
                             uint8_t flags);
+/* CLUSTER_TRANSFER request (to_id 0: any caught-up voter) and its answer
+ * (format above). */
+int proto_encode_cluster_transfer(struct tern_wbuf *w,
+                                  uint64_t request_id,
+                                  uint64_t to_id);
+int proto_encode_cluster_transfer_resp(struct tern_wbuf *w,
+                                       uint64_t request_id,
+                                       uint64_t leader_id,
+                                       uint64_t term);
+/* TERN_EMALFORMED for a wrong length or a leader_id of 0. */
+int proto_decode_cluster_transfer_resp(const void *body,
+                                       size_t len,
+                                       uint64_t *leader_id,
+                                       uint64_t *term);
 
 /* ---- BACKUP (op 36; docs/OPERATIONS.md, "Backup and restore") ----
  *

@@ -110,6 +110,11 @@ Test(cli, queue_produce_consume_formats)
     run_cli(&r, fs.addr, NULL, "consume orders");
     cr_expect_eq(r.code, 0, "%s", r.err);
     cr_expect_str_eq(r.out, "0\tp-0\n1\tp-1\n2\tp-2\n3\thello\n4\tworld\n");
+    /* --format text is the default line; raw prints the payloads whole */
+    run_cli(&r, fs.addr, NULL, "consume orders --format text");
+    cr_expect_str_eq(r.out, "0\tp-0\n1\tp-1\n2\tp-2\n3\thello\n4\tworld\n");
+    run_cli(&r, fs.addr, NULL, "consume orders --offset 3 --format raw");
+    cr_expect_str_eq(r.out, "hello\nworld.x\n");
     run_cli(&r, fs.addr, NULL, "consume orders --offset 1 --max 2");
     cr_expect_str_eq(r.out, "1\tp-1\n2\tp-2\n");
     run_cli(&r, fs.addr, NULL,
@@ -443,8 +448,9 @@ Test(cli, admin_commands)
     stop_auth_server(&fs, &a);
 }
 
-/* FETCH with properties and MESSAGE_GET answered with one message that
- * has a key, a tag, a header and a producer timestamp, and one without. */
+/* FETCH (with properties when asked) and MESSAGE_GET answered with one
+ * message that has a key, a tag, a header and a producer timestamp, and
+ * one without. */
 static enum fake_action props_cli_hook(struct fake_server *fs,
                                        int conn,
                                        const struct proto_header *h,
@@ -462,12 +468,13 @@ static enum fake_action props_cli_hook(struct fake_server *fs,
         {1, 1800, "plain", 5, NULL, 0},
     };
     struct tern_wbuf w;
-    if (!((r->op == PROTO_OP_FETCH && (r->flags & PROTO_FETCH_PROPS) != 0) ||
-          r->op == PROTO_OP_MESSAGE_GET)) {
+    if (r->op != PROTO_OP_FETCH && r->op != PROTO_OP_MESSAGE_GET) {
         return FAKE_DEFAULT;
     }
     tern_wbuf_init(&w);
-    if (r->op == PROTO_OP_FETCH) {
+    if (r->op == PROTO_OP_FETCH && (r->flags & PROTO_FETCH_PROPS) == 0) {
+        proto_encode_fetch_resp(&w, r->op, h->request_id, 2, 2, fm, 2);
+    } else if (r->op == PROTO_OP_FETCH) {
         proto_encode_fetch_props_resp(&w, r->op, h->request_id, 2, 2, fm, 2, 7);
     } else {
         proto_encode_message_get_resp(&w, h->request_id, 7, fm, 1);
@@ -492,15 +499,27 @@ Test(cli, message_properties_formats)
     run_cli(&r, fs.addr, NULL, "consume q --json");
     cr_assert_eq(r.code, 0, "%s", r.err);
     cr_expect_str_eq(r.out,
-                     "{\"offset\":0,\"id\":"
+                     "{\"queue\":\"q\",\"offset\":0,\"id\":"
                      "\"00000000000000070000000000000000\",\"append_ts\":1700,"
                      "\"producer_ts\":5,\"key\":\"k1\",\"tag\":\"tg1\","
                      "\"headers\":{\"h\":\"v\"},\"payload\":\"a.bc\"}\n"
-                     "{\"offset\":1,\"id\":"
+                     "{\"queue\":\"q\",\"offset\":1,\"id\":"
                      "\"00000000000000070000000000000001\",\"append_ts\":1800,"
-                     "\"producer_ts\":0,\"payload\":\"plain\"}\n");
+                     "\"payload\":\"plain\"}\n");
+    run_cli(&r, fs.addr, NULL, "consume q --format json");
+    cr_expect_eq(strncmp(r.out, "{\"queue\":\"q\",\"offset\":0,", 24), 0, "%s",
+                 r.out);
     run_cli(&r, fs.addr, NULL, "consume q --raw");
+    cr_expect_str_eq(r.out, "a.bc\nplain\n", "%d %s", r.code, r.err);
+    run_cli(&r, fs.addr, NULL, "consume q --format raw --delimiter ''");
     cr_expect_str_eq(r.out, "a.bcplain");
+    run_cli(&r, fs.addr, NULL, "consume q --format raw --delimiter '\\t|'");
+    cr_expect_str_eq(r.out, "a.bc\t|plain\t|");
+    run_cli(&r, fs.addr, NULL, "consume q --delimiter '\\q'");
+    cr_expect_eq(r.code, 2);
+    cr_expect(strstr(r.err, "unknown escape") != NULL, "%s", r.err);
+    run_cli(&r, fs.addr, NULL, "consume q --format text");
+    cr_expect_str_eq(r.out, "0\ta\n1\tplain\n");
     run_cli(&r, fs.addr, NULL, "message get q --key k1");
     cr_assert_eq(r.code, 0, "%s", r.err);
     cr_expect_str_eq(r.out,
@@ -729,4 +748,51 @@ Test(cli, usage_errors_name_the_word_and_version)
     cr_expect_eq(r.code, 2);
     cr_expect_neq(strstr(r.err, "unknown command 'frobnicate'"), NULL, "%s",
                   r.err);
+    run_cli(&r, nowhere, NULL, "bench q --mode sideways");
+    cr_expect_eq(r.code, 2);
+    cr_expect_neq(strstr(r.err, "--mode sideways: produce, consume or e2e"),
+                  NULL, "%s", r.err);
+    run_cli(&r, nowhere, NULL, "bench q --mode e2e --size 4");
+    cr_expect_eq(r.code, 2);
+    run_cli(&r, nowhere, NULL, "--help");
+    cr_expect_eq(r.code, 0);
+    cr_expect_neq(strstr(r.out, "Exit codes: 0 ok; 1 the server refused"), NULL,
+                  "%s", r.out);
+}
+
+/* Nothing listens on the address: the command fails at once with the
+ * reason and exit code 3, not after the request timeout with "outcome
+ * unknown"; an unresolvable name and a list of refusing servers too. */
+Test(cli, refused_connection_exit_code)
+{
+    struct cli_run r;
+    run_cli(&r, "127.0.0.1:1", NULL, "queue list");
+    cr_expect_eq(r.code, 3, "%s", r.err);
+    cr_expect_neq(strstr(r.err, "connect 127.0.0.1:1: Connection refused"),
+                  NULL, "%s", r.err);
+    cr_expect_null(strstr(r.err, "outcome unknown"), "%s", r.err);
+    run_cli(&r, "127.0.0.1:1,127.0.0.1:2", "x\n", "produce q");
+    cr_expect_eq(r.code, 3, "%s", r.err);
+    cr_expect_neq(strstr(r.err, "connect 127.0.0.1:2: Connection refused"),
+                  NULL, "%s", r.err);
+    run_cli(&r, "no-such-host.invalid:7400", NULL, "cluster status");
+    cr_expect_eq(r.code, 3, "%s", r.err);
+    cr_expect_neq(strstr(r.err, "resolve no-such-host.invalid:7400"), NULL,
+                  "%s", r.err);
+}
+
+/* One server refuses, the other answers: the command works. */
+Test(cli, one_refused_one_up_works)
+{
+    struct fake_server fs;
+    struct cli_run r;
+    char servers[128];
+    cr_assert_eq(fake_start(&fs, NULL), 0);
+    (void)snprintf(servers, sizeof servers, "127.0.0.1:1,%s", fs.addr);
+    run_cli(&r, servers, NULL, "queue create q");
+    cr_expect_eq(r.code, 0, "%s", r.err);
+    run_cli(&r, servers, NULL, "queue list");
+    cr_expect_eq(r.code, 0, "%s", r.err);
+    cr_expect_neq(strstr(r.out, "q\t"), NULL, "%s", r.out);
+    fake_stop(&fs);
 }
