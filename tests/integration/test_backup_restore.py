@@ -12,7 +12,8 @@ runs at the same time. The backup verifies (`tern admin backup --verify`
 and `ternd --verify-backup`); a refused target (inside the data dir, not
 empty) and a damaged copy (a flipped byte in a segment) are refused with
 a clear error, and so is a restore that keeps the old cluster name.
-More is produced after the backup (queue "after").
+More is produced after the backup (queue "after"). With one node of
+three up (no quorum) a backup is refused, and `--any-state` takes it.
 
 Cluster B (3 new nodes, another cluster_name): node 1 and node 2 are
 restored with `ternd --restore-from`, node 3 with
@@ -301,6 +302,26 @@ def main(c):
         phase_a(c, cl, bdir, state)
         for i in cl.nodes:
             cl.stop(i)
+        c.step("without a quorum: refused unless --any-state")
+        cl.start_node(1)
+        alone = cl.nodes[1].client_addr
+        c.check(h.poll(lambda: cl.status(1), 20) is not None,
+                "node 1 alone answers status")
+        r = cl.tern("admin", "backup", "--node", alone,
+                    os.path.join(cl.dir, "bk-noq"), servers=alone,
+                    timeout_ms=3000)
+        c.check(r.returncode != 0 and "no writable leader" in r.stderr,
+                "a backup without a leader is refused", r.stderr.strip())
+        noq = os.path.join(cl.dir, "bk-any")
+        r = cl.tern("admin", "backup", "--node", alone, "--any-state", noq,
+                    servers=alone, timeout_ms=3000)
+        c.check(r.returncode == 0, "--any-state backs up node 1 as it is",
+                r.stderr.strip())
+        r = subprocess.run([cl.ternd, "--verify-backup", noq],
+                           capture_output=True, text=True, timeout=60)
+        c.check(r.returncode == 0, "and that backup verifies",
+                r.stderr.strip())
+        cl.stop(1)
         node_b = dict(node, cluster_name="restored")
         with h.Cluster(3, raft=raft, node=node) as same:
             c.step("a restore that keeps the old cluster name is refused")
