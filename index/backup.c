@@ -56,7 +56,8 @@
  *   72     8     log_start       where the copied log starts
  *   80     8     ckpt_size       that checkpoint's file size
  *   88     1     c: cluster name length (1..IDX_BACKUP_CLUSTER_MAX)
- *   89     c     cluster name ([node] cluster_name of the node)
+ *   89     c     cluster name ([node] cluster_name of the node: bytes
+ *                0x21..0x7e)
  *   then n_files x { u8 name length k (1..IDX__BACKUP_NAME_MAX), k bytes
  *                    name, u64 size, u32 tern_checksum32 of the file }
  *   len-4  4     tern_checksum32 over [0, len-4)
@@ -138,6 +139,21 @@ static bool digits(const char *s, size_t n)
     return true;
 }
 
+/* A cluster name as node/ allows it: 1..IDX_BACKUP_CLUSTER_MAX bytes of
+ * printable ASCII without spaces. */
+static bool cluster_valid(const char *s, size_t n)
+{
+    if (n == 0 || n > IDX_BACKUP_CLUSTER_MAX) {
+        return false;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if ((unsigned char)s[i] <= 0x20 || (unsigned char)s[i] >= 0x7f) {
+            return false;
+        }
+    }
+    return true;
+}
+
 bool idx__backup_name_valid(const char *name, size_t n)
 {
     if (n == 13 && memcmp(name, "lmdb/data.mdb", 13) == 0) {
@@ -157,8 +173,7 @@ int idx__backup_manifest_encode(const struct idx__backup_manifest *m,
     size_t start = w->len;
     size_t cn = strlen(m->cluster);
     uint8_t *len_at;
-    if (cn == 0 || cn > IDX_BACKUP_CLUSTER_MAX ||
-        m->n_files > IDX__BACKUP_MAX_FILES) {
+    if (!cluster_valid(m->cluster, cn) || m->n_files > IDX__BACKUP_MAX_FILES) {
         return TERN_EINVAL;
     }
     for (uint32_t i = 0; i < m->n_files; i++) {
@@ -265,7 +280,7 @@ int idx__backup_manifest_decode(const void *buf,
         return TERN_EMALFORMED;
     }
     const uint8_t *name = tern_cursor_bytes(&c, cn);
-    if (name == NULL) {
+    if (name == NULL || !cluster_valid((const char *)name, cn)) {
         return TERN_EMALFORMED;
     }
     memcpy(m->cluster, name, cn);
@@ -589,8 +604,7 @@ int idx_backup_begin(struct idx_env *e,
                            "(one at a time per node)");
         return TERN_EBACKUP;
     }
-    if (o->cluster == NULL || o->cluster[0] == '\0' ||
-        strlen(o->cluster) > IDX_BACKUP_CLUSTER_MAX) {
+    if (o->cluster == NULL || !cluster_valid(o->cluster, strlen(o->cluster))) {
         tern_errmsg_printf(errmsg, "bad cluster name for the manifest");
         return TERN_EINVAL;
     }

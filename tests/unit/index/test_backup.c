@@ -113,6 +113,7 @@ Test(index_backup, names_outside_the_backup_refused)
     struct idx__backup_file files[3];
     struct idx__backup_manifest m, d;
     struct tern_wbuf w;
+    uint8_t *at;
     static const char *const bad[] = {"../etc/passwd",
                                       "log/../../x.seg",
                                       "/abs",
@@ -125,6 +126,22 @@ Test(index_backup, names_outside_the_backup_refused)
                   bad[k]);
     }
     cr_expect(idx__backup_name_valid("log/00000000000000065536.ckpt", 29));
+    /* A cluster name with a byte outside 0x21..0x7e (found by fuzzing: a
+     * NUL made the name re-encode shorter). */
+    sample_manifest(&m, files);
+    tern_wbuf_init(&w);
+    cr_assert_eq(idx__backup_manifest_encode(&m, &w), 0);
+    at = memmem(w.base, w.len, "prod-eu", 7);
+    cr_assert_not_null(at);
+    at[4] = '\0';
+    tern_put_u32(w.base + w.len - 4, tern_checksum32(w.base, w.len - 4));
+    cr_expect_eq(idx__backup_manifest_decode(w.base, w.len, &d),
+                 TERN_EMALFORMED);
+    tern_wbuf_free(&w);
+    (void)snprintf(m.cluster, sizeof m.cluster, "two words");
+    tern_wbuf_init(&w);
+    cr_expect_eq(idx__backup_manifest_encode(&m, &w), TERN_EINVAL);
+    tern_wbuf_free(&w);
     sample_manifest(&m, files);
     (void)snprintf(files[1].name, sizeof files[1].name, "log/../x.seg");
     tern_wbuf_init(&w);
@@ -136,7 +153,7 @@ Test(index_backup, names_outside_the_backup_refused)
     sample_manifest(&m, files);
     tern_wbuf_init(&w);
     cr_assert_eq(idx__backup_manifest_encode(&m, &w), 0);
-    uint8_t *at = memmem(w.base, w.len, files[1].name, strlen(files[1].name));
+    at = memmem(w.base, w.len, files[1].name, strlen(files[1].name));
     cr_assert_not_null(at);
     memcpy(at, "../../../../../../../etc/x.seg", 28);
     tern_put_u32(w.base + w.len - 4, tern_checksum32(w.base, w.len - 4));
