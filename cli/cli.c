@@ -445,7 +445,8 @@ static int parse_retention(int argc,
                            int *n_set)
 {
     *n_set = 0;
-    for (int k = 0; k < argc; k++) {
+    /* Options come in pairs: each step consumes an option and its value. */
+    for (int k = 0; k < argc; k += 2) {
         const char *a = argv[k];
         const char *v = k + 1 < argc ? argv[k + 1] : NULL;
         int bad = v == NULL;
@@ -477,7 +478,6 @@ static int parse_retention(int argc,
             return -1;
         }
         (*n_set)++;
-        k++;
     }
     return 0;
 }
