@@ -13,6 +13,7 @@
 
 #include <tern/tern.h>
 
+#include "cli_run.h"
 #include "fake_server.h"
 
 static struct
@@ -75,41 +76,6 @@ static enum fake_action status_hook(struct fake_server *fs,
     return FAKE_HANDLED;
 }
 
-struct cli_run
-{
-    int code;
-    char out[4096];
-};
-
-static void slurp(const char *path, char *buf, size_t cap)
-{
-    FILE *f = fopen(path, "r");
-    size_t n = 0;
-    if (f != NULL) {
-        n = fread(buf, 1, cap - 1, f);
-        (void)fclose(f);
-    }
-    buf[n] = '\0';
-}
-
-/* Run `tern -s addr --timeout-ms 2000 <args>`; stdout into r->out. */
-static void run_cli(struct cli_run *r, const char *addr, const char *args)
-{
-    char dir[] = "/tmp/tern-cli-status-XXXXXX";
-    char cmd[2048], out[128];
-    int st;
-    cr_assert_not_null(mkdtemp(dir));
-    (void)snprintf(out, sizeof out, "%s/out", dir);
-    (void)snprintf(cmd, sizeof cmd,
-                   "%s -s %s --timeout-ms 2000 %s </dev/null >%s 2>/dev/null",
-                   TERN_CLI_PATH, addr, args, out);
-    st = system(cmd);
-    r->code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-    slurp(out, r->out, sizeof r->out);
-    (void)unlink(out);
-    (void)rmdir(dir);
-}
-
 Test(cli_status, group_status_pages_and_dlq_list)
 {
     struct fake_server fs;
@@ -117,7 +83,7 @@ Test(cli_status, group_status_pages_and_dlq_list)
     memset(&seen, 0, sizeof seen);
     cr_assert_eq(fake_start(&fs, status_hook), 0);
 
-    run_cli(&r, fs.addr, "group status q");
+    cli_run_tern(&r, fs.addr, NULL, "group status q");
     cr_expect_eq(r.code, 0);
     cr_expect_eq(seen.n_requests, 2, "two pages");
     cr_expect_str_eq(seen.after, "a", "the second page after the first");
@@ -127,7 +93,7 @@ Test(cli_status, group_status_pages_and_dlq_list)
                      "a\tshared\t10\t14\t40\t30\t4\t0\t7:3,9:1\tq-dlq-a\t1\n"
                      "b\tstream\t38\t38\t40\t2\t-\t-\t-\t-\t-\n");
 
-    run_cli(&r, fs.addr, "group status q a --json");
+    cli_run_tern(&r, fs.addr, NULL, "group status q a --json");
     cr_expect_eq(r.code, 0);
     cr_expect_neq(strstr(r.out, "\"group\":\"a\",\"mode\":\"shared\""), NULL,
                   "%s", r.out);
@@ -136,19 +102,19 @@ Test(cli_status, group_status_pages_and_dlq_list)
                          "{\"id\":9,\"leases\":1}]"),
                   NULL, "%s", r.out);
 
-    run_cli(&r, fs.addr, "dlq list q");
+    cli_run_tern(&r, fs.addr, NULL, "dlq list q");
     cr_expect_eq(r.code, 0);
     cr_expect_str_eq(r.out, "dlq\tqueue\tgroup\tdepth\nq-dlq-a\tq\ta\t1\n");
 
     /* Usage errors send nothing. */
     int before = seen.n_requests;
-    run_cli(&r, fs.addr, "group status");
+    cli_run_tern(&r, fs.addr, NULL, "group status");
     cr_expect_eq(r.code, 2);
-    run_cli(&r, fs.addr, "group status q a b");
+    cli_run_tern(&r, fs.addr, NULL, "group status q a b");
     cr_expect_eq(r.code, 2);
-    run_cli(&r, fs.addr, "dlq redrive");
+    cli_run_tern(&r, fs.addr, NULL, "dlq redrive");
     cr_expect_eq(r.code, 2);
-    run_cli(&r, fs.addr, "dlq nothing");
+    cli_run_tern(&r, fs.addr, NULL, "dlq nothing");
     cr_expect_eq(r.code, 2);
     cr_expect_eq(seen.n_requests, before);
     fake_stop(&fs);
