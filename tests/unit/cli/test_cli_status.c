@@ -3,7 +3,9 @@
  * process against the fake server, whose hook answers GROUP_STATUS in two
  * pages: the table (every page, the consumers column, stream groups with
  * "-"), the JSON lines, `dlq list QUEUE` (shared groups only), and the
- * usage errors (nothing sent).
+ * usage errors (nothing sent); `tern cluster status` with every member's
+ * version (asked of each member, "-" / null when unreachable or another
+ * node answers) and from a server that predates the version.
  */
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -117,5 +119,127 @@ Test(cli_status, group_status_pages_and_dlq_list)
     cli_run_tern(&r, fs.addr, NULL, "dlq nothing");
     cr_expect_eq(r.code, 2);
     cr_expect_eq(seen.n_requests, before);
+    fake_stop(&fs);
+}
+
+/* ---- cluster status: every member's version ---- */
+
+/* Two fake servers answer STATUS as nodes 1 and 2 of a four-member
+ * cluster; member 3 has no server at its address, member 4's address is
+ * node 1's (so node 1 answers there, not node 4). */
+static struct
+{
+    struct fake_server *node[2];
+    char dead[64];
+    int n_status[2];
+} cl;
+
+static enum fake_action cluster_hook(struct fake_server *fs,
+                                     int conn,
+                                     const struct proto_header *h,
+                                     const struct proto_request *r)
+{
+    struct tern_wbuf w;
+    int k = fs == cl.node[0] ? 0 : 1;
+    const char *a1 = cl.node[0]->addr;
+    const char *a2 = cl.node[1]->addr;
+    struct proto_member m[4] = {
+        {1, "127.0.0.1:1", 11, a1, (uint16_t)strlen(a1)},
+        {2, "127.0.0.1:2", 11, a2, (uint16_t)strlen(a2)},
+        {3, "127.0.0.1:3", 11, cl.dead, (uint16_t)strlen(cl.dead)},
+        {4, "127.0.0.1:4", 11, a1, (uint16_t)strlen(a1)},
+    };
+    static const char *const version[2] = {"9.8.7", "9.8.10"};
+    if (r->op != PROTO_OP_STATUS) {
+        return FAKE_DEFAULT;
+    }
+    cl.n_status[k]++;
+    struct proto_status st = {
+        .node_id = (uint64_t)k + 1,
+        .role = k == 0 ? 3 : 1,
+        .leader_id = 1,
+        .leader_address = a1,
+        .leader_address_len = (uint16_t)strlen(a1),
+        .term = 7,
+        .transport = "tcp",
+        .transport_len = 3,
+        .durability = "disk",
+        .durability_len = 4,
+        .n_members = 4,
+        .members = m,
+        .has_timers = (r->flags & PROTO_STATUS_TIMERS) != 0,
+        .server_version = version[k],
+        .server_version_len = (uint16_t)strlen(version[k]),
+    };
+    tern_wbuf_init(&w);
+    cr_assert_eq(proto_encode_status_resp(&w, h->request_id, &st), 0);
+    fake_send(fs, conn, &w);
+    tern_wbuf_free(&w);
+    return FAKE_HANDLED;
+}
+
+Test(cli_status, cluster_status_member_versions)
+{
+    struct fake_server a, b, gone;
+    struct cli_run r;
+    memset(&cl, 0, sizeof cl);
+    cl.node[0] = &a;
+    cl.node[1] = &b;
+    /* A port nothing listens on: a fake server's, once stopped. */
+    cr_assert_eq(fake_start(&gone, NULL), 0);
+    (void)snprintf(cl.dead, sizeof cl.dead, "%s", gone.addr);
+    fake_stop(&gone);
+    cr_assert_eq(fake_start(&a, cluster_hook), 0);
+    cr_assert_eq(fake_start(&b, cluster_hook), 0);
+
+    cli_run_tern(&r, a.addr, NULL, "cluster status");
+    cr_expect_eq(r.code, 0, "%s", r.err);
+    cr_expect_neq(strstr(r.out, "version:       9.8.7\n"), NULL, "%s", r.out);
+    cr_expect_neq(strstr(r.out, "  1  raft 127.0.0.1:1  client "), NULL);
+    cr_expect_neq(strstr(r.out, "  version 9.8.7\n  2  raft"), NULL, "%s",
+                  r.out);
+    cr_expect_neq(strstr(r.out, "  version 9.8.10\n  3  raft"), NULL, "%s",
+                  r.out);
+    cr_expect_neq(strstr(r.out, "  version -\n  4  raft"), NULL, "%s", r.out);
+    cr_expect_eq(strcmp(r.out + strlen(r.out) - 12, "  version -\n"), 0,
+                 "node 1 answering at member 4's address: %s", r.out);
+    /* Node 1 answered the command and member 4's probe; node 2 its own. */
+    cr_expect_eq(cl.n_status[0], 2);
+    cr_expect_eq(cl.n_status[1], 1);
+
+    cli_run_tern(&r, b.addr, NULL, "cluster status --json");
+    cr_expect_eq(r.code, 0, "%s", r.err);
+    cr_expect_neq(strstr(r.out, ",\"version\":\"9.8.10\",\"members\":["), NULL,
+                  "%s", r.out);
+    cr_expect_neq(strstr(r.out,
+                         "{\"id\":1,\"raft_address\":\"127.0.0.1:1\","
+                         "\"client_address\":"),
+                  NULL, "%s", r.out);
+    cr_expect_neq(strstr(r.out, "\",\"version\":\"9.8.7\"},{\"id\":2,"), NULL,
+                  "%s", r.out);
+    cr_expect_neq(strstr(r.out, "\",\"version\":\"9.8.10\"},{\"id\":3,"), NULL,
+                  "%s", r.out);
+    cr_expect_neq(strstr(r.out, "\",\"version\":null},{\"id\":4,"), NULL, "%s",
+                  r.out);
+    cr_expect_neq(strstr(r.out, "\",\"version\":null}]"), NULL, "%s", r.out);
+    fake_stop(&b);
+    fake_stop(&a);
+}
+
+/* A server that predates the version (no tail): "-" and null. */
+Test(cli_status, cluster_status_without_versions)
+{
+    struct fake_server fs;
+    struct cli_run r;
+    cr_assert_eq(fake_start(&fs, NULL), 0);
+    cli_run_tern(&r, fs.addr, NULL, "cluster status");
+    cr_expect_eq(r.code, 0, "%s", r.err);
+    cr_expect_neq(strstr(r.out, "version:       -\n"), NULL, "%s", r.out);
+    cr_expect_neq(strstr(r.out, "  version -\n"), NULL, "%s", r.out);
+    cli_run_tern(&r, fs.addr, NULL, "cluster status --json");
+    cr_expect_eq(r.code, 0, "%s", r.err);
+    cr_expect_neq(strstr(r.out, ",\"version\":null,\"members\":["), NULL, "%s",
+                  r.out);
+    cr_expect_neq(strstr(r.out, ",\"version\":null}]"), NULL, "%s", r.out);
     fake_stop(&fs);
 }
