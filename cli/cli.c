@@ -55,6 +55,8 @@
  *                      committed, the groups past it)
  *   tern cluster status [--json]
  *   tern cluster stats [--reset] [--json]
+ *   tern cluster transfer [--to ID]   (hand leadership over; admin; prints
+ *                      "leader: <id>" once the new leader took over)
  *   tern bench QUEUE [--size 1024] [--count N] [--window W] [--batch B]
  *                    [--replication] [--json] [--mode produce|consume|e2e]
  *                    [--duration D] [--histogram-svg FILE]
@@ -182,6 +184,7 @@ static void usage(FILE *f)
         "  message trace QUEUE OFFSET [--json]\n"
         "  cluster status [--json]\n"
         "  cluster stats [--reset] [--json]\n"
+        "  cluster transfer [--to ID]\n"
         "  bench QUEUE [--size 1024] [--count N] [--window W] "
         "[--batch B] [--replication] [--json]\n"
         "        [--mode produce|consume|e2e] [--duration D] "
@@ -1504,6 +1507,32 @@ static void print_version_json(const char *v)
     }
 }
 
+/* `tern cluster transfer [--to ID]`: hand the leadership over to node ID
+ * (default: a caught-up voter the leader picks) and print the new leader
+ * once it took over. */
+static int cmd_transfer(struct tern_client *c, int argc, char **argv)
+{
+    uint64_t to = 0, leader = 0;
+    int rv;
+    for (int k = 2; k < argc; k++) {
+        if (strcmp(argv[k], "--to") == 0 && k + 1 < argc) {
+            if (cli_parse_u64("--to", argv[++k], &to) != 0) {
+                return 2;
+            }
+        } else {
+            usage(stderr);
+            return 2;
+        }
+    }
+    rv = tern_cluster_transfer(c, to, &leader);
+    if (rv != 0) {
+        cli_error(c, rv, "cluster transfer");
+        return 1;
+    }
+    (void)printf("leader: %" PRIu64 "\n", leader);
+    return 0;
+}
+
 static int cmd_cluster(struct tern_client *c, int argc, char **argv)
 {
     struct tern_status *s;
@@ -1512,6 +1541,9 @@ static int cmd_cluster(struct tern_client *c, int argc, char **argv)
     int rv;
     if (argc >= 2 && strcmp(argv[1], "stats") == 0) {
         return cmd_stats(c, argc, argv);
+    }
+    if (argc >= 2 && strcmp(argv[1], "transfer") == 0) {
+        return cmd_transfer(c, argc, argv);
     }
     if (argc < 2 || strcmp(argv[1], "status") != 0 || argc > 3 ||
         (argc == 3 && strcmp(argv[2], "--json") != 0)) {

@@ -260,6 +260,32 @@ int tern_namespace_delete(struct tern_client *c, const char *ns)
     return name_delete(c, PROTO_OP_NAMESPACE_DELETE, ns);
 }
 
+/* ---- Leadership transfer ---- */
+
+int tern_cluster_transfer(struct tern_client *c,
+                          uint64_t to_id,
+                          uint64_t *new_leader)
+{
+    uint8_t *body = NULL;
+    size_t len = 0;
+    uint64_t leader = 0, term = 0;
+    int rv;
+    struct tern__req *r = admin_req(c, PROTO_OP_CLUSTER_TRANSFER, &rv);
+    if (r == NULL) {
+        return rv;
+    }
+    rv = proto_encode_cluster_transfer(&r->frame, 0, to_id);
+    rv = admin_run(c, r, rv, "leadership transfer", &body, &len);
+    if (rv == 0) {
+        rv = proto_decode_cluster_transfer_resp(body, len, &leader, &term);
+    }
+    tern_free(body);
+    if (rv == 0 && new_leader != NULL) {
+        *new_leader = leader;
+    }
+    return rv;
+}
+
 /* ---- List objects ---- */
 
 /* One entry of any of the three lists. */

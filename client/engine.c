@@ -21,6 +21,8 @@
  *     the guess moves to the next server;
  *   - TERN_ENOTLEADER: the leader guess becomes the hinted address (added to
  *     the server list if new), or the next server; the request is re-queued;
+ *     a server that hints itself (a leader not ready for writes yet) is
+ *     asked again after the back-off;
  *   - TERN_ENOLEADER, ESHUTDOWN, EBUSY, ENOCONN, ELEADERSHIPLOST: re-queued
  *     with back-off (produce is idempotent, so an ambiguous outcome is safe
  *     to retry);
@@ -85,6 +87,7 @@ static int leader_only_op(uint8_t op)
     case PROTO_OP_RECEIVE:
     case PROTO_OP_SETTLE:
     case PROTO_OP_CLAIM:
+    case PROTO_OP_CLUSTER_TRANSFER:
         return 1;
     default:
         return 0;
@@ -605,6 +608,16 @@ static void on_success(struct tern_client *c,
         rv = proto_decode_list_resp(r->op, body, len, &lr);
         break;
     }
+    case PROTO_OP_CLUSTER_TRANSFER: {
+        uint64_t leader = 0, term = 0;
+        rv = proto_decode_cluster_transfer_resp(body, len, &leader, &term);
+        if (rv == 0 && c->leader == i) {
+            /* The answering server led; now another node does: the next
+             * leader-only request learns where from its redirect. */
+            c->leader_confirmed = 0;
+        }
+        break;
+    }
     case PROTO_OP_PRODUCER_INIT: {
         uint64_t pid = 0;
         rv = proto_decode_producer_init_resp(body, len, &pid);
@@ -664,11 +677,24 @@ static void on_error(struct tern_client *c,
             to = tern__find_or_add_server(c, e->leader_address,
                                           e->leader_address_len);
         }
-        if (to < 0 || to == i) {
+        if (to == i) {
+            /* It leads but is not ready for writes yet (its barrier after
+             * the election, e.g. just after a leadership transfer): ask it
+             * again after the base back-off (growing after 5 attempts)
+             * rather than go round the others. */
+            req_retry(c, r, now,
+                      backoff_ms(c, r->attempts <= 5 ? 1 : r->attempts - 4));
+            return;
+        }
+        if (to < 0) {
             to = next_server(c, i);
         }
         leader_moved(c, i, to);
-        req_retry(c, r, now, r->attempts <= 2 ? 0 : backoff_ms(c, r->attempts));
+        /* Two redirects at once, then the back-off from its base: a
+         * redirect without a hint usually means an election (or a
+         * leadership transfer) of a few ms is under way. */
+        req_retry(c, r, now,
+                  r->attempts <= 2 ? 0 : backoff_ms(c, r->attempts - 2));
         return;
     }
     if (is_retryable(status)) {

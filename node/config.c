@@ -54,6 +54,13 @@
  *   timer_batch = 256               ; timers per TIMER_FIRE (1..1024; and
  *                                   ; at most 4 MiB of messages)
  *
+ *   [log]
+ *   file   = /var/log/tern/ternd.log ; append the event log to this file
+ *                                  ; instead of stderr; reopened on SIGHUP
+ *                                  ; (logrotate: rename, then SIGHUP)
+ *   format = text                  ; text (key=value) | json (one object
+ *                                  ; per line); node/log.c
+ *
  *   [raft]
  *   election_timeout_ms      = 150
  *   heartbeat_ms             = 15  ; < election_timeout_ms
@@ -253,6 +260,9 @@ static const char usage_text[] =
     "  --fetch-scan-max N         messages a tag-filtered fetch examines\n"
     "                             per answer (default 100000)\n"
     "  --log-level L              error|warn|info|debug (default info)\n"
+    "  --log-file F               append the log to F, reopened on SIGHUP\n"
+    "                             (default: stderr)\n"
+    "  --log-format F             text (default) | json\n"
     "  --transport T              raft transport: tcp (default), shm "
     "(shared memory,\n"
     "                             tcp fallback), rdma (verbs, tcp fallback) "
@@ -370,6 +380,9 @@ static const char usage_text[] =
     "  clean_batch_rows = 1024\n"
     "  timer_interval_ms = 100\n"
     "  timer_batch = 256\n"
+    "  [log]\n"
+    "  file = /var/log/tern/ternd.log\n"
+    "  format = text\n"
     "  [raft]\n"
     "  election_timeout_ms = 150\n"
     "  heartbeat_ms = 15\n"
@@ -495,6 +508,7 @@ static void peers_free(struct node_peer *p, unsigned n)
 void node_config_free(struct node_config *c)
 {
     tern_free(c->data_dir);
+    tern_free(c->log_file);
     tern_free(c->client_addr);
     tern_free(c->raft_addr);
     tern_free(c->transport);
@@ -865,6 +879,23 @@ static int set_log_level(struct node_config *c,
     return 0;
 }
 
+/* int member (enum node_log_format): text | json. */
+static int set_log_format(struct node_config *c,
+                          const struct key *k,
+                          const char *v,
+                          const char *what,
+                          char *errmsg)
+{
+    int f = node_log_format_parse(v);
+    if (f < 0) {
+        tern_errmsg_printf(
+            errmsg, "%s: log format '%s' is not one of text|json", what, v);
+        return TERN_EINVAL;
+    }
+    *(int *)field_of(c, k) = f;
+    return 0;
+}
+
 /* int member, true for memory: disk | memory. */
 static int set_durability(struct node_config *c,
                           const struct key *k,
@@ -1036,6 +1067,8 @@ static const struct key keys[] = {
      NODE__UINT(timer_interval_ms), 3600000},
     {"node", "timer_batch", "--timer-batch", set_unsigned,
      NODE__UINT(timer_batch), IDX_TIMER_FIRE_KEYS_MAX},
+    {"log", "file", "--log-file", set_text, NODE__STR(log_file), 0},
+    {"log", "format", "--log-format", set_log_format, NODE__INT(log_format), 0},
     {"raft", "election_timeout_ms", "--election-timeout-ms", set_unsigned,
      NODE__UINT(election_timeout_ms), UINT32_MAX},
     {"raft", "heartbeat_ms", "--heartbeat-ms", set_unsigned,

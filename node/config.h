@@ -29,6 +29,9 @@ struct node_config
     char *shm_dir;     /* owned; transport shm: socket directory ("/tmp") */
     char *pid_file;    /* owned; NULL: none */
     int log_level;     /* enum node_log_level */
+    char *log_file;    /* owned; [log] file: append to it (NULL: stderr);
+                          reopened on SIGHUP */
+    int log_format;    /* [log] format: enum node_log_format */
     unsigned election_timeout_ms;
     unsigned heartbeat_ms;
     uint64_t snapshot_bytes;

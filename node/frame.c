@@ -32,7 +32,7 @@ static bool op_known(uint8_t op)
 {
     return (op >= PROTO_OP_QUEUE_CREATE && op <= PROTO_OP_SETTLE) ||
            op == PROTO_OP_CLAIM || op == PROTO_OP_PRODUCE_DELAYED ||
-           op == PROTO_OP_GROUP_STATUS;
+           op == PROTO_OP_GROUP_STATUS || op == PROTO_OP_CLUSTER_TRANSFER;
 }
 
 static void set_error(struct node_frame *f,

@@ -55,10 +55,21 @@
  * timers behind, the next pass starts at once. A pass that fires logs one
  * DEBUG line when answered; a plan error logs a WARN at most every 10 s.
  *
- * Shutdown (SIGTERM/SIGINT): close the client server, answer unproposed
- * writes with TERN_ESHUTDOWN, repl_close (in-flight proposals fail with
+ * Shutdown (SIGTERM/SIGINT): a leader with other voters first hands its
+ * leadership over (repl_transfer_start to the voter with the highest match
+ * index, repl_get_progress) and waits for the transfer to end, at most one
+ * election timeout + 500 ms; meanwhile it takes no new writes (TERN_ENOTLEADER,
+ * so libtern moves to another node) and its proposals in flight end with
+ * TERN_ELEADERSHIPLOST when it steps down (libtern resends them, the
+ * producer id makes that idempotent). A second signal stops at once.
+ * Then: close the client server, answer unproposed writes with
+ * TERN_ESHUTDOWN, repl_close (in-flight proposals fail with
  * TERN_ESHUTDOWN), then close the index, then the transport, then our own
  * handles; uv_run returns and main exits 0.
+ *
+ * SIGHUP reopens the [log] file (logrotate: rename it, then send SIGHUP)
+ * and logs "log reopened"; nothing else is re-read (the configuration,
+ * TLS files and the cluster secret take effect on restart).
  */
 #include <dirent.h>
 #include <errno.h>
@@ -110,7 +121,12 @@ struct node
     uv_idle_t idle;
     uv_signal_t sig_term;
     uv_signal_t sig_int;
+    uv_signal_t sig_hup;
     uv_timer_t watchdog;
+    uv_timer_t handover;     /* bounds the hand-over at shutdown */
+    bool handing_over;       /* a stop signal came while leader: transferring */
+    bool handover_done;      /* stop at the end of this loop iteration */
+    uint64_t handover_since; /* uv_now when the hand-over began */
     uv_timer_t retention;
     uv_timer_t timers; /* the timer pass (delayed messages) */
     /* A TIMER_FIRE proposed and not answered yet: since (uv_now), keys */
@@ -178,6 +194,7 @@ static const char *role_name(enum repl_role r)
 }
 
 static void node_stop(struct node *n);
+static void handover_end(struct node *n);
 
 /* ---- Loop and disk ---------------------------------------------------- */
 
@@ -231,6 +248,28 @@ static void server_status(void *arg, struct repl_status *out)
     if (n->repl != NULL && !n->stopping) {
         repl_get_status(n->repl, out);
     }
+}
+
+static int server_transfer(void *arg,
+                           uint64_t to_id,
+                           repl_transfer_cb cb,
+                           void *data,
+                           char *errmsg)
+{
+    struct node *n = arg;
+    uint64_t target = 0;
+    int rv;
+    if (n->repl == NULL || n->stopping || n->handing_over) {
+        tern_errmsg_printf(errmsg, "the node is stopping");
+        return TERN_ESHUTDOWN;
+    }
+    rv = repl_transfer_start(n->repl, to_id, cb, data, &target, errmsg);
+    node_log(rv == 0 ? NODE_LOG_INFO : NODE_LOG_WARN,
+             "leadership transfer asked by a client",
+             "to=%llu target=%llu result=%s detail=\"%s\"",
+             (unsigned long long)to_id, (unsigned long long)target,
+             rv == 0 ? "started" : tern_err_name(rv), rv == 0 ? "" : errmsg);
+    return rv;
 }
 
 static void server_latency(void *arg, struct repl_latency *out, bool reset)
@@ -647,7 +686,7 @@ static void on_check(uv_check_t *h)
     bool flushed = false;
 
     n->loop_iters++;
-    if (n->fatal && !n->stopping) {
+    if ((n->fatal || n->handover_done) && !n->stopping) {
         node_stop(n);
     }
     if (!n->stopping) {
@@ -689,7 +728,9 @@ static void close_own_handles(struct node *n)
     uv_close((uv_handle_t *)&n->idle, handle_closed);
     uv_close((uv_handle_t *)&n->sig_term, handle_closed);
     uv_close((uv_handle_t *)&n->sig_int, handle_closed);
+    uv_close((uv_handle_t *)&n->sig_hup, handle_closed);
     uv_close((uv_handle_t *)&n->watchdog, handle_closed);
+    uv_close((uv_handle_t *)&n->handover, handle_closed);
     uv_close((uv_handle_t *)&n->retention, handle_closed);
     uv_close((uv_handle_t *)&n->timers, handle_closed);
 }
@@ -910,6 +951,14 @@ static void on_watchdog(uv_timer_t *t)
     log_auth_refused(n);
     disk_poll(n, false);
     repl_get_status(n->repl, &st);
+    if (n->handing_over && st.role != REPL_LEADER && st.leader_id != 0 &&
+        st.leader_id != n->cfg->id) {
+        node_log(NODE_LOG_INFO, "leadership handed over, stopping",
+                 "leader=%llu term=%llu ms=%llu",
+                 (unsigned long long)st.leader_id, (unsigned long long)st.term,
+                 (unsigned long long)(uv_now(&n->loop) - n->handover_since));
+        handover_end(n);
+    }
     disk_hand_over(n, &st);
     if (st.fsm_error != n->last_fsm_error) {
         node_log(st.fsm_error != 0 ? NODE_LOG_ERROR : NODE_LOG_INFO,
@@ -935,17 +984,144 @@ static void on_watchdog(uv_timer_t *t)
     }
 }
 
+/* ---- Hand-over at shutdown ---------------------------------------------- */
+
+/* The hand-over ended (cb, the bound, or a second signal): stop at the end
+ * of this loop iteration (never from inside raft's callbacks). */
+static void handover_end(struct node *n)
+{
+    if (!n->handing_over) {
+        return;
+    }
+    n->handing_over = false;
+    uv_timer_stop(&n->handover);
+    n->handover_done = true;
+    node_kick(n);
+}
+
+static void on_handover_done(void *data,
+                             int status,
+                             uint64_t target,
+                             uint64_t leader_id,
+                             uint64_t term)
+{
+    struct node *n = data;
+    if (status == TERN_ESHUTDOWN || !n->handing_over) {
+        return; /* stopping already */
+    }
+    node_log(status == 0 ? NODE_LOG_INFO : NODE_LOG_WARN,
+             status == 0 ? "leadership handed over, stopping"
+                         : "leadership hand-over failed, stopping anyway",
+             "target=%llu leader=%llu term=%llu err=%s ms=%llu",
+             (unsigned long long)target, (unsigned long long)leader_id,
+             (unsigned long long)term,
+             status == 0 ? "none" : tern_err_name(status),
+             (unsigned long long)(uv_now(&n->loop) - n->handover_since));
+    handover_end(n);
+}
+
+static void on_handover_timer(uv_timer_t *t)
+{
+    struct node *n = t->data;
+    node_log(NODE_LOG_WARN, "leadership hand-over timed out, stopping anyway",
+             "ms=%llu",
+             (unsigned long long)(uv_now(&n->loop) - n->handover_since));
+    handover_end(n);
+}
+
+/* The voter with the highest match index (ties: configuration order), or
+ * 0 (then raft picks one whose log is up to date). */
+static uint64_t most_caught_up(struct node *n)
+{
+    struct repl_progress pr[64];
+    unsigned np = repl_get_progress(n->repl, pr, TERN_ARRAY_SIZE(pr));
+    uint64_t best = 0, best_match = 0;
+    for (unsigned i = 0; i < np; i++) {
+        if (best == 0 || pr[i].match_index > best_match) {
+            best = pr[i].id;
+            best_match = pr[i].match_index;
+        }
+    }
+    return best;
+}
+
+/* A stop signal on a leader with other voters: start the hand-over.
+ * Returns whether it started (else stop now). */
+static bool handover_start(struct node *n, const char *sig)
+{
+    struct repl_status st;
+    char m[TERN_ERRMSG_SIZE] = "";
+    uint64_t target = 0;
+    int rv;
+    if (n->repl == NULL || n->cfg->n_peers < 2) {
+        return false;
+    }
+    repl_get_status(n->repl, &st);
+    if (st.role != REPL_LEADER) {
+        return false;
+    }
+    n->handover_since = uv_now(&n->loop);
+    n->handing_over = true;
+    rv = repl_transfer_start(n->repl, most_caught_up(n), on_handover_done, n,
+                             &target, m);
+    if (rv == TERN_EBUSY) {
+        /* A client's transfer is under way: wait for it to end (the
+         * watchdog sees the role change), within the same bound. */
+        target = 0;
+    } else if (rv != 0) {
+        n->handing_over = false;
+        node_log(NODE_LOG_WARN, "cannot hand leadership over, stopping",
+                 "signal=%s err=%s detail=\"%s\"", sig, tern_err_name(rv), m);
+        return false;
+    }
+    node_notify_stopping();
+    uv_timer_start(&n->handover, on_handover_timer,
+                   (uint64_t)n->cfg->election_timeout_ms + 500u, 0);
+    node_log(NODE_LOG_INFO, "stopping: handing leadership over first",
+             "signal=%s target=%llu term=%llu bound_ms=%u", sig,
+             (unsigned long long)target, (unsigned long long)st.term,
+             n->cfg->election_timeout_ms + 500u);
+    return true;
+}
+
 static void on_signal(uv_signal_t *h, int signum)
 {
     struct node *n = h->data;
+    const char *sig = signum == SIGINT ? "INT" : "TERM";
     if (n->stopping) {
         node_log(NODE_LOG_WARN, "signal during shutdown ignored", "signal=%s",
-                 signum == SIGINT ? "INT" : "TERM");
+                 sig);
         return;
     }
-    node_log(NODE_LOG_INFO, "stopping", "signal=%s",
-             signum == SIGINT ? "INT" : "TERM");
+    if (n->handing_over) {
+        node_log(NODE_LOG_WARN, "second signal: stopping without waiting",
+                 "signal=%s", sig);
+        handover_end(n);
+        return;
+    }
+    if (handover_start(n, sig)) {
+        return;
+    }
+    node_log(NODE_LOG_INFO, "stopping", "signal=%s", sig);
     node_stop(n);
+}
+
+/* SIGHUP: reopen the log file (nothing else is re-read). */
+static void on_sighup(uv_signal_t *h, int signum)
+{
+    char m[TERN_ERRMSG_SIZE] = "";
+    int rv;
+    (void)h;
+    (void)signum;
+    rv = node_log_reopen(m);
+    if (rv != 0) {
+        node_log(NODE_LOG_ERROR,
+                 "log reopen failed, still writing the old file",
+                 "err=%s detail=\"%s\"", tern_err_name(rv), m);
+        return;
+    }
+    node_log(NODE_LOG_INFO, "log reopened", "to_file=%s",
+             node_log_to_file() ? "true" : "false");
 }
 
 static int mkdir_p(const char *path, char *errmsg)
@@ -1139,7 +1315,8 @@ static int node_start(struct node *n, char *errmsg)
     static const struct node_fsm_ops fops = {fsm_kick, fsm_release_disk,
                                              fsm_fail};
     static const struct node_server_ops sops = {
-        server_idx, server_status, server_latency, server_disk_check};
+        server_idx, server_status, server_latency, server_disk_check,
+        server_transfer};
     struct repl_config rc;
     struct repl_peer *rpeers = NULL;
     struct repl_fsm fsm;
@@ -1153,7 +1330,9 @@ static int node_start(struct node *n, char *errmsg)
     uv_idle_init(&n->loop, &n->idle);
     uv_signal_init(&n->loop, &n->sig_term);
     uv_signal_init(&n->loop, &n->sig_int);
+    uv_signal_init(&n->loop, &n->sig_hup);
     uv_timer_init(&n->loop, &n->watchdog);
+    uv_timer_init(&n->loop, &n->handover);
     uv_timer_init(&n->loop, &n->retention);
     uv_timer_init(&n->loop, &n->timers);
     n->watchdog.data = n;
@@ -1163,10 +1342,13 @@ static int node_start(struct node *n, char *errmsg)
     n->check.data = n;
     n->sig_term.data = n;
     n->sig_int.data = n;
+    n->sig_hup.data = n;
+    n->handover.data = n;
     n->handles_init = true;
     uv_check_start(&n->check, on_check);
     uv_signal_start(&n->sig_term, on_signal, SIGTERM);
     uv_signal_start(&n->sig_int, on_signal, SIGINT);
+    uv_signal_start(&n->sig_hup, on_sighup, SIGHUP);
     uv_timer_start(&n->watchdog, on_watchdog, 100, 100);
     if (c->retention_interval_ms > 0) {
         uv_timer_start(&n->retention, on_retention, c->retention_interval_ms,
@@ -1396,6 +1578,13 @@ int node_run(const struct node_config *c)
     int rv;
 
     node_log_setup(c->id, (enum node_log_level)c->log_level);
+    rv =
+        node_log_open(c->log_file, (enum node_log_format)c->log_format, errmsg);
+    if (rv != 0) {
+        node_log(NODE_LOG_ERROR, "cannot open the log file",
+                 "err=%s detail=\"%s\"", tern_err_name(rv), errmsg);
+        return 2;
+    }
     (void)signal(SIGPIPE, SIG_IGN);
     n = tern_calloc(1, sizeof(*n));
     if (n == NULL) {

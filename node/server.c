@@ -51,6 +51,12 @@
  * TERN_EINVAL naming the key. The batcher makes the due time absolute by
  * the entry's timestamp; the answer carries the count and that due time.
  *
+ * Leadership transfer (CLUSTER_TRANSFER, admin): only the leader starts
+ * one (others answer TERN_ENOTLEADER with the leader hint); the request
+ * holds a connection reference until the node's transfer callback
+ * answers it with the new leader, or with the error (TERN_ETRANSFER,
+ * TERN_ESHUTDOWN), so an answer to a closed connection is dropped.
+ *
  * Connection states: OPEN (reading, answering) -> DRAINING (a fatal frame
  * error was answered; no more reading; closed once the write queue is
  * empty) -> CLOSING (uv_close issued) -> CLOSED (handle closed). The memory
@@ -597,7 +603,8 @@ static void send_error(struct node_conn *c,
         struct repl_status st;
         const struct node_peer *p;
         view_status(&c->view, &st);
-        leader_id = st.leader_id;
+        /* A leader handing over hints the node about to lead. */
+        leader_id = st.transfer_to != 0 ? st.transfer_to : st.leader_id;
         p = node_config_peer(c->view.cfg, leader_id);
         if (p != NULL) {
             leader_addr = p->client_addr;
@@ -1780,6 +1787,16 @@ static bool refuse_unless_writable(struct node_conn *c,
     if (st->writable) {
         return false;
     }
+    if (st->transfer_to != 0 &&
+        (p = node_config_peer(cfg, st->transfer_to)) != NULL) {
+        /* Handing over: point the client at the node about to lead. */
+        (void)snprintf(m, sizeof(m),
+                       "not the leader; leadership is moving to node %llu "
+                       "at %s",
+                       (unsigned long long)st->transfer_to, p->client_addr);
+        send_error(c, op, request_id, TERN_ENOTLEADER, m);
+        return true;
+    }
     p = node_config_peer(cfg, st->leader_id);
     if (st->leader_id != 0 && st->leader_id != cfg->id && p != NULL) {
         (void)snprintf(m, sizeof(m),
@@ -2569,6 +2586,86 @@ void node_server_respond(struct node_wreq *w)
     conn_unref(c);
 }
 
+/* ---- Leadership transfer ------------------------------------------------ */
+
+struct transfer_wait
+{
+    struct node_conn *c; /* holds a reference */
+    uint64_t request_id;
+};
+
+static void transfer_done(void *data,
+                          int status,
+                          uint64_t target,
+                          uint64_t leader_id,
+                          uint64_t term)
+{
+    struct transfer_wait *t = data;
+    struct node_conn *c = t->c;
+    char m[TERN_ERRMSG_SIZE];
+    if (conn_live(c)) {
+        if (status == 0) {
+            struct tern_wbuf w;
+            tern_wbuf_init(&w);
+            proto_encode_cluster_transfer_resp(&w, t->request_id, leader_id,
+                                               term);
+            conn_send(c, &w);
+        } else {
+            if (status == TERN_ETRANSFER) {
+                (void)snprintf(m, sizeof(m),
+                               "leadership transfer to node %llu did not "
+                               "complete within an election timeout",
+                               (unsigned long long)target);
+            } else {
+                (void)snprintf(
+                    m, sizeof(m), "leadership transfer to node %llu: %s",
+                    (unsigned long long)target, tern_strerror(status));
+            }
+            send_error(c, PROTO_OP_CLUSTER_TRANSFER, t->request_id, status, m);
+        }
+    }
+    conn_unref(c);
+    tern_free(t);
+}
+
+static void handle_transfer(struct node_conn *c,
+                            uint64_t request_id,
+                            const struct proto_request *r)
+{
+    struct transfer_wait *t;
+    struct repl_status st;
+    char m[TERN_ERRMSG_SIZE];
+    int rv;
+    view_status(&c->view, &st);
+    if (st.role != REPL_LEADER) {
+        (void)refuse_unless_writable(c, r->op, request_id, &st);
+        return;
+    }
+    if (r->to_id == c->view.cfg->id) {
+        /* Leads already: done (so a resent request is answered alike). */
+        struct tern_wbuf w;
+        tern_wbuf_init(&w);
+        proto_encode_cluster_transfer_resp(&w, request_id, r->to_id, st.term);
+        conn_send(c, &w);
+        return;
+    }
+    t = tern_malloc(sizeof(*t));
+    if (t == NULL) {
+        send_error(c, r->op, request_id, -ENOMEM, NULL);
+        return;
+    }
+    t->c = c;
+    t->request_id = request_id;
+    m[0] = '\0';
+    rv = c->view.ops.transfer(c->view.arg, r->to_id, transfer_done, t, m);
+    if (rv != 0) {
+        tern_free(t);
+        send_error(c, r->op, request_id, rv, m[0] != '\0' ? m : NULL);
+        return;
+    }
+    c->refs++;
+}
+
 /* ---- Frames -------------------------------------------------------------- */
 
 /* The source address of c, printable, into addr (caller-owned,
@@ -2898,6 +2995,9 @@ static void handle_request(struct node_conn *c,
     case PROTO_OP_ACL_LIST:
     case PROTO_OP_NAMESPACE_LIST:
         serve_security_list(c, request_id, r);
+        break;
+    case PROTO_OP_CLUSTER_TRANSFER:
+        handle_transfer(c, request_id, r);
         break;
     default:
         send_error(c, r->op, request_id, TERN_EINVAL, "unknown request op");

@@ -32,6 +32,14 @@ struct node_server_ops
     /* 0, or TERN_EFULL with a message into errmsg while the disk alarm is
      * on. */
     int (*disk_check)(void *arg, char *errmsg);
+    /* CLUSTER_TRANSFER: start handing leadership to to_id (0: a caught-up
+     * voter) as repl_transfer_start does; cb(data, ...) runs once it ends
+     * (never when this fails). 0, or a code with errmsg. */
+    int (*transfer)(void *arg,
+                    uint64_t to_id,
+                    repl_transfer_cb cb,
+                    void *data,
+                    char *errmsg);
 };
 
 /* Listen on cfg->client_addr. cfg, batcher and arg are borrowed and must

@@ -1198,6 +1198,9 @@ int proto_decode_request(uint8_t op,
         }
         out->offset = tern_cursor_u64(&c);
         break;
+    case PROTO_OP_CLUSTER_TRANSFER:
+        out->to_id = tern_cursor_u64(&c);
+        break;
     case PROTO_OP_STATS:
         out->flags = tern_cursor_u8(&c);
         if (c.err == 0 && (out->flags & ~PROTO_STATS_RESET) != 0) {
@@ -3187,4 +3190,46 @@ void proto_status_consumer(const struct proto_group_status *g,
         c->id = tern_get_u64(g->consumers_raw + (size_t)12 * i);
         c->held = tern_get_u32(g->consumers_raw + (size_t)12 * i + 8);
     }
+}
+
+/* ---- Leadership transfer (op 33) ---- */
+
+int proto_encode_cluster_transfer(struct tern_wbuf *w,
+                                  uint64_t request_id,
+                                  uint64_t to_id)
+{
+    size_t start = w->len;
+    proto_frame_begin(w, PROTO_OP_CLUSTER_TRANSFER, request_id, 0);
+    tern_wbuf_u64(w, to_id);
+    return proto_frame_end(w, start);
+}
+
+int proto_encode_cluster_transfer_resp(struct tern_wbuf *w,
+                                       uint64_t request_id,
+                                       uint64_t leader_id,
+                                       uint64_t term)
+{
+    size_t start = w->len;
+    proto_frame_begin(w, PROTO_OP_CLUSTER_TRANSFER | PROTO_OP_RESPONSE,
+                      request_id, 0);
+    tern_wbuf_u64(w, leader_id);
+    tern_wbuf_u64(w, term);
+    return proto_frame_end(w, start);
+}
+
+int proto_decode_cluster_transfer_resp(const void *body,
+                                       size_t len,
+                                       uint64_t *leader_id,
+                                       uint64_t *term)
+{
+    struct tern_cursor c;
+    int rv;
+    tern_cursor_init(&c, body, len);
+    *leader_id = tern_cursor_u64(&c);
+    *term = tern_cursor_u64(&c);
+    rv = cursor_finish(&c);
+    if (rv == 0 && *leader_id == 0) {
+        rv = TERN_EMALFORMED;
+    }
+    return rv;
 }

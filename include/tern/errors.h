@@ -41,7 +41,9 @@
     X(TERN_EIDENTITY, -31027, "data directory belongs to another node")        \
     X(TERN_ENOTFOUND, -31028, "no such user, namespace or grant")              \
     X(TERN_EQUEUEFULL, -31029, "queue full")                                   \
-    X(TERN_ECLAIMED, -31030, "group held by another consumer")
+    X(TERN_ECLAIMED, -31030, "group held by another consumer")                 \
+    X(TERN_ENOTVOTER, -31034, "no such voter to hand leadership to")           \
+    X(TERN_ETRANSFER, -31035, "leadership transfer did not complete")
 
 enum tern_errno {
 #define TERN__ERRNO_ENUM(name, value, msg) name = (value),

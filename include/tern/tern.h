@@ -919,6 +919,21 @@ TERN_API int tern_status_timers(const struct tern_status *s,
 TERN_API const char *tern_status_version(const struct tern_status *s);
 TERN_API void tern_status_free(struct tern_status *s);
 
+/* Hand the leadership over to node to_id, or with to_id 0 to a voter
+ * whose log is caught up (the leader picks it), and wait until the new
+ * leader has taken over (about a round trip when the target is caught
+ * up; the leader gives up after one election timeout). Admin only. Sent
+ * to the leader (found as writes are). *new_leader (OUT, may be NULL):
+ * the id of the node that leads now. Asking for the node that leads
+ * already succeeds at once. TERN_ENOTVOTER: to_id is not a node of the
+ * cluster, or not a voter, or there is no other voter; TERN_ETRANSFER:
+ * the transfer did not complete (the old leader may lead on);
+ * TERN_EBUSY: a transfer is under way already; TERN_EDENIED: not an
+ * admin. Details in tern_client_errmsg. */
+TERN_API int tern_cluster_transfer(struct tern_client *c,
+                                   uint64_t to_id,
+                                   uint64_t *new_leader);
+
 /* ---- Replication latency ----------------------------------------------- */
 
 /* One server's replication latency summary: on a leader, the time from its

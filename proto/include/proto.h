@@ -408,6 +408,22 @@
  *                       an empty server_version. A later version appends
  *                       fields; a decoder reads the fields it knows and
  *                       skips the rest.
+ *
+ * Leadership transfer (op 33, added with rolling restarts; docs/OPERATIONS.md,
+ * "Upgrades"; an older server answers TERN_EINVAL "unknown request op").
+ * ACL: admin. Served by the leader only: any other node answers
+ * TERN_ENOTLEADER with the leader hint.
+ *   CLUSTER_TRANSFER req: u64 to_id (0 = the leader picks a caught-up
+ *                      voter)
+ *                 resp: u64 leader_id (the new leader, not the node that
+ *                       answers), u64 term (the term it leads in, as the
+ *                       old leader learned it; 0 unknown)
+ *                 Answered once the transfer completed, or with an error:
+ *                 TERN_ENOTVOTER (to_id is not a node of the cluster, or
+ *                 not a voter, or the leader itself), TERN_ETRANSFER (it
+ *                 did not complete within an election timeout, or another
+ *                 node won the election), TERN_EBUSY (a transfer is
+ *                 already under way), TERN_ESHUTDOWN (the leader stopped).
  */
 #ifndef TERN_PROTO_H
 #define TERN_PROTO_H
@@ -458,6 +474,7 @@ enum proto_op {
     PROTO_OP_CLAIM = 30,
     PROTO_OP_PRODUCE_DELAYED = 31,
     PROTO_OP_GROUP_STATUS = 32,
+    PROTO_OP_CLUSTER_TRANSFER = 33,
     PROTO_OP_ERROR = 0x7f,
     PROTO_OP_RESPONSE = 0x80,
 };
@@ -616,6 +633,8 @@ struct proto_request
     size_t items_len;
     /* CLAIM: consumer_id, the action in flags (PROTO_CLAIM_*), lease_ms. */
     uint32_t lease_ms;
+    /* CLUSTER_TRANSFER: the node to hand leadership to (0: any voter). */
+    uint64_t to_id;
 };
 /* Decode a request body for op; TERN_EMALFORMED (trailing bytes included),
  * TERN_EBADNAME for an invalid queue/group name, TERN_EINVAL for an unknown
@@ -1638,5 +1657,19 @@ int proto_next_delivery(const struct proto_trace *t,
 int proto_encode_status_req(struct tern_wbuf *w,
                             uint64_t request_id,
                             uint8_t flags);
+/* CLUSTER_TRANSFER request (to_id 0: any caught-up voter) and its answer
+ * (format above). */
+int proto_encode_cluster_transfer(struct tern_wbuf *w,
+                                  uint64_t request_id,
+                                  uint64_t to_id);
+int proto_encode_cluster_transfer_resp(struct tern_wbuf *w,
+                                       uint64_t request_id,
+                                       uint64_t leader_id,
+                                       uint64_t term);
+/* TERN_EMALFORMED for a wrong length or a leader_id of 0. */
+int proto_decode_cluster_transfer_resp(const void *body,
+                                       size_t len,
+                                       uint64_t *leader_id,
+                                       uint64_t *term);
 
 #endif /* TERN_PROTO_H */

@@ -257,6 +257,8 @@ struct repl_status
                               ahead of it in memory mode */
     enum repl_durability durability;
     bool writable;
+    /* a leader handing over: the target (else 0) */
+    uint64_t transfer_to;
     int fsm_error;  /* last repl_fsm.apply/restore error (0: none) */
     int failed;     /* non-zero: fail-stopped after a log write or FSM apply
                        error; the replica no longer takes part (role
@@ -378,7 +380,31 @@ void repl_get_stages(struct repl *r, struct repl_latency *out, bool reset);
  * writes. */
 void repl_set_disk_full(struct repl *r, bool full);
 
-/* Ask the leader to hand over leadership to id (0: any voter). */
+/* Leadership transfer: the leader hands leadership over to voter id, or
+ * with id 0 to the first voter whose log matches the leader's last index
+ * (libraft 0.15's choice; the last voter when none does yet). Writes stop
+ * (not writable) until it ends. cb(data, status, target, leader_id, term)
+ * runs once on the loop thread when it ends: status 0, leader_id the
+ * target (now leader in term); TERN_ETRANSFER: the target did not win
+ * within an election timeout (the leader may still lead: then writes
+ * reopen), or another node won; TERN_ESHUTDOWN: repl_close ran first
+ * (cb runs inside it; do not call repl_* from cb then). cb may be NULL.
+ * Fails without calling cb: TERN_ENOTLEADER, TERN_EBUSY (a transfer is
+ * under way), TERN_ENOTVOTER (id unknown, not a voter, ourselves, or no
+ * other voter), TERN_ESHUTDOWN; errmsg says why. *target (OUT, may be
+ * NULL) is the chosen target. */
+typedef void (*repl_transfer_cb)(void *data,
+                                 int status,
+                                 uint64_t target,
+                                 uint64_t leader_id,
+                                 uint64_t term);
+int repl_transfer_start(struct repl *r,
+                        uint64_t id,
+                        repl_transfer_cb cb,
+                        void *data,
+                        uint64_t *target,
+                        char *errmsg);
+/* repl_transfer_start without a callback. */
 int repl_transfer(struct repl *r, uint64_t id);
 
 /* Stop raft; pending proposals fail with TERN_ESHUTDOWN; cb(arg) runs once

@@ -4,8 +4,9 @@
  * decoders of every op, the error-frame decoder and every response decoder,
  * and walks every iterator (the security metadata ops 10..19 and the
  * authentication ops 20..21, the message property ops, message trace,
- * the shared group ops 27..29 and the delayed produce, op 31, included;
- * the STATUS answer's tail in its versions with the server version).
+ * the shared group ops 27..29, the delayed produce, op 31, and the
+ * leadership transfer, op 33, included; the STATUS answer's tail in its
+ * versions with the server version).
  * Decoders must never read out of bounds, and a decoded request must re-encode
  * to a body that decodes to the same fields.
  */
@@ -293,6 +294,9 @@ static void reencode(const struct proto_request *r,
     case PROTO_OP_AUTH_CONTINUE:
         rv = proto_encode_auth_continue(&w, 1, r->auth_data, r->auth_data_len);
         break;
+    case PROTO_OP_CLUSTER_TRANSFER:
+        rv = proto_encode_cluster_transfer(&w, 1, r->to_id);
+        break;
     default:
         abort();
     }
@@ -388,6 +392,13 @@ static void responses(const uint8_t *d, size_t len)
         uint8_t granted;
         uint64_t holder, until;
         (void)proto_decode_claim_resp(d, len, &granted, &holder, &until);
+    }
+    {
+        uint64_t leader, term;
+        if (proto_decode_cluster_transfer_resp(d, len, &leader, &term) == 0 &&
+            leader == 0) {
+            abort();
+        }
     }
     if (proto_decode_fetch_resp(d, len, &fr) == 0) {
         struct proto_fetched_msg m;
@@ -526,6 +537,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             reencode(&r, b, blen);
         }
         if (proto_decode_request(PROTO_OP_GROUP_STATUS, b, blen, &r) == 0) {
+            walk_request(&r);
+            reencode(&r, b, blen);
+        }
+        /* Leadership transfer (op 33). */
+        if (proto_decode_request(PROTO_OP_CLUSTER_TRANSFER, b, blen, &r) == 0) {
             walk_request(&r);
             reencode(&r, b, blen);
         }
