@@ -178,8 +178,38 @@ static enum fake_action cluster_hook(struct fake_server *fs,
     return FAKE_HANDLED;
 }
 
+/* Runs `tern cluster status [--json]` at addr; it exits 0 and its stdout
+ * holds every string of want (NULL-terminated). The stdout is left in *r
+ * (OUT). */
+static void status_has(struct cli_run *r,
+                       const char *addr,
+                       const char *args,
+                       const char *const *want)
+{
+    cli_run_tern(r, addr, NULL, args);
+    cr_expect_eq(r->code, 0, "%s: %s", args, r->err);
+    for (; *want != NULL; want++) {
+        cr_expect_neq(strstr(r->out, *want), NULL, "%s: no \"%s\" in %s", args,
+                      *want, r->out);
+    }
+}
+
 Test(cli_status, cluster_status_member_versions)
 {
+    static const char *const text[] = {
+        "version:       9.8.7\n",     "  1  raft 127.0.0.1:1  client ",
+        "  version 9.8.7\n  2  raft", "  version 9.8.10\n  3  raft",
+        "  version -\n  4  raft",     NULL,
+    };
+    static const char *const json[] = {
+        ",\"version\":\"9.8.10\",\"members\":[",
+        "{\"id\":1,\"raft_address\":\"127.0.0.1:1\",\"client_address\":",
+        "\",\"version\":\"9.8.7\"},{\"id\":2,",
+        "\",\"version\":\"9.8.10\"},{\"id\":3,",
+        "\",\"version\":null},{\"id\":4,",
+        "\",\"version\":null}]",
+        NULL,
+    };
     struct fake_server a, b, gone;
     struct cli_run r;
     memset(&cl, 0, sizeof cl);
@@ -192,36 +222,14 @@ Test(cli_status, cluster_status_member_versions)
     cr_assert_eq(fake_start(&a, cluster_hook), 0);
     cr_assert_eq(fake_start(&b, cluster_hook), 0);
 
-    cli_run_tern(&r, a.addr, NULL, "cluster status");
-    cr_expect_eq(r.code, 0, "%s", r.err);
-    cr_expect_neq(strstr(r.out, "version:       9.8.7\n"), NULL, "%s", r.out);
-    cr_expect_neq(strstr(r.out, "  1  raft 127.0.0.1:1  client "), NULL);
-    cr_expect_neq(strstr(r.out, "  version 9.8.7\n  2  raft"), NULL, "%s",
-                  r.out);
-    cr_expect_neq(strstr(r.out, "  version 9.8.10\n  3  raft"), NULL, "%s",
-                  r.out);
-    cr_expect_neq(strstr(r.out, "  version -\n  4  raft"), NULL, "%s", r.out);
-    cr_expect_eq(strcmp(r.out + strlen(r.out) - 12, "  version -\n"), 0,
-                 "node 1 answering at member 4's address: %s", r.out);
+    status_has(&r, a.addr, "cluster status", text);
+    /* Member 4's line is the last: node 1 answered at its address. */
+    cr_expect_eq(strcmp(r.out + strlen(r.out) - 12, "  version -\n"), 0, "%s",
+                 r.out);
     /* Node 1 answered the command and member 4's probe; node 2 its own. */
     cr_expect_eq(cl.n_status[0], 2);
     cr_expect_eq(cl.n_status[1], 1);
-
-    cli_run_tern(&r, b.addr, NULL, "cluster status --json");
-    cr_expect_eq(r.code, 0, "%s", r.err);
-    cr_expect_neq(strstr(r.out, ",\"version\":\"9.8.10\",\"members\":["), NULL,
-                  "%s", r.out);
-    cr_expect_neq(strstr(r.out,
-                         "{\"id\":1,\"raft_address\":\"127.0.0.1:1\","
-                         "\"client_address\":"),
-                  NULL, "%s", r.out);
-    cr_expect_neq(strstr(r.out, "\",\"version\":\"9.8.7\"},{\"id\":2,"), NULL,
-                  "%s", r.out);
-    cr_expect_neq(strstr(r.out, "\",\"version\":\"9.8.10\"},{\"id\":3,"), NULL,
-                  "%s", r.out);
-    cr_expect_neq(strstr(r.out, "\",\"version\":null},{\"id\":4,"), NULL, "%s",
-                  r.out);
-    cr_expect_neq(strstr(r.out, "\",\"version\":null}]"), NULL, "%s", r.out);
+    status_has(&r, b.addr, "cluster status --json", json);
     fake_stop(&b);
     fake_stop(&a);
 }
@@ -229,17 +237,14 @@ Test(cli_status, cluster_status_member_versions)
 /* A server that predates the version (no tail): "-" and null. */
 Test(cli_status, cluster_status_without_versions)
 {
+    static const char *const text[] = {"version:       -\n", "  version -\n",
+                                       NULL};
+    static const char *const json[] = {",\"version\":null,\"members\":[",
+                                       ",\"version\":null}]", NULL};
     struct fake_server fs;
     struct cli_run r;
     cr_assert_eq(fake_start(&fs, NULL), 0);
-    cli_run_tern(&r, fs.addr, NULL, "cluster status");
-    cr_expect_eq(r.code, 0, "%s", r.err);
-    cr_expect_neq(strstr(r.out, "version:       -\n"), NULL, "%s", r.out);
-    cr_expect_neq(strstr(r.out, "  version -\n"), NULL, "%s", r.out);
-    cli_run_tern(&r, fs.addr, NULL, "cluster status --json");
-    cr_expect_eq(r.code, 0, "%s", r.err);
-    cr_expect_neq(strstr(r.out, ",\"version\":null,\"members\":["), NULL, "%s",
-                  r.out);
-    cr_expect_neq(strstr(r.out, ",\"version\":null}]"), NULL, "%s", r.out);
+    status_has(&r, fs.addr, "cluster status", text);
+    status_has(&r, fs.addr, "cluster status --json", json);
     fake_stop(&fs);
 }
