@@ -488,7 +488,8 @@ static int namespace_set(struct tern_client *c, int argc, char **argv)
         cli_usage(stderr);
         return 2;
     }
-    for (int k = 3; k < argc; k++) {
+    /* Options come in pairs: each step consumes an option and its value. */
+    for (int k = 3; k < argc; k += 2) {
         uint64_t *dst;
         if (strcmp(argv[k], "--max-queues") == 0) {
             dst = &q;
@@ -503,7 +504,6 @@ static int namespace_set(struct tern_client *c, int argc, char **argv)
         if (k + 1 >= argc || cli_parse_u64(argv[k], argv[k + 1], dst) != 0) {
             return 2;
         }
-        k++;
     }
     rv = tern_namespace_set(c, argv[2], q, b, r);
     if (rv != 0) {

@@ -452,7 +452,8 @@ static int parse_retention(int argc,
                            int *n_set)
 {
     *n_set = 0;
-    for (int k = 0; k < argc; k++) {
+    /* Options come in pairs: each step consumes an option and its value. */
+    for (int k = 0; k < argc; k += 2) {
         const char *a = argv[k];
         const char *v = k + 1 < argc ? argv[k + 1] : NULL;
         int bad = v == NULL;
@@ -484,7 +485,6 @@ static int parse_retention(int argc,
             return -1;
         }
         (*n_set)++;
-        k++;
     }
     return 0;
 }
@@ -1501,6 +1501,16 @@ static void print_timers_json(const struct tern_status *s)
     }
 }
 
+/* A version for JSON: the string, or null when unknown. */
+static void print_version_json(const char *v)
+{
+    if (v[0] != '\0') {
+        cli_json_string(stdout, v);
+    } else {
+        (void)printf("null");
+    }
+}
+
 /* `tern cluster transfer [--to ID]`: hand the leadership over to node ID
  * (default: a caught-up voter the leader picks) and print the new leader
  * once it took over. */
@@ -1530,6 +1540,7 @@ static int cmd_transfer(struct tern_client *c, int argc, char **argv)
 static int cmd_cluster(struct tern_client *c, int argc, char **argv)
 {
     struct tern_status *s;
+    char(*ver)[CLI_VERSION_MAX];
     int json;
     int rv;
     if (argc >= 2 && strcmp(argv[1], "stats") == 0) {
@@ -1549,6 +1560,14 @@ static int cmd_cluster(struct tern_client *c, int argc, char **argv)
         cli_error(c, rv, "cluster status");
         return 1;
     }
+    /* Every member's version, "" unknown (at least one entry). */
+    ver = calloc(tern_status_member_count(s) + 1, sizeof *ver);
+    if (ver == NULL) {
+        tern_status_free(s);
+        cli_error(c, -ENOMEM, "cluster status");
+        return 1;
+    }
+    cli_member_versions(s, ver);
     if (json) {
         (void)printf("{\"server\":");
         cli_json_string(stdout, tern_status_server(s));
@@ -1567,6 +1586,8 @@ static int cmd_cluster(struct tern_client *c, int argc, char **argv)
         cli_json_string(stdout, tern_status_transport(s));
         (void)printf(",\"durability\":");
         cli_json_string(stdout, tern_status_durability(s));
+        (void)printf(",\"version\":");
+        print_version_json(tern_status_version(s));
         (void)printf(",\"members\":[");
         for (size_t i = 0; i < tern_status_member_count(s); i++) {
             (void)printf("%s{\"id\":%" PRIu64 ",\"raft_address\":",
@@ -1574,6 +1595,8 @@ static int cmd_cluster(struct tern_client *c, int argc, char **argv)
             cli_json_string(stdout, tern_status_member_raft_address(s, i));
             (void)printf(",\"client_address\":");
             cli_json_string(stdout, tern_status_member_client_address(s, i));
+            (void)printf(",\"version\":");
+            print_version_json(ver[i]);
             (void)printf("}");
         }
         (void)printf("]");
@@ -1582,6 +1605,9 @@ static int cmd_cluster(struct tern_client *c, int argc, char **argv)
     } else {
         (void)printf("server:        %s\n", tern_status_server(s));
         (void)printf("node id:       %" PRIu64 "\n", tern_status_node_id(s));
+        (void)printf("version:       %s\n", tern_status_version(s)[0] != '\0'
+                                                ? tern_status_version(s)
+                                                : "-");
         (void)printf("role:          %s\n",
                      tern_role_name(tern_status_role(s)));
         (void)printf("leader:        %" PRIu64 " %s\n",
@@ -1601,12 +1627,14 @@ static int cmd_cluster(struct tern_client *c, int argc, char **argv)
         print_timers_text(s);
         (void)printf("members:\n");
         for (size_t i = 0; i < tern_status_member_count(s); i++) {
-            (void)printf("  %" PRIu64 "  raft %s  client %s\n",
+            (void)printf("  %" PRIu64 "  raft %s  client %s  version %s\n",
                          tern_status_member_id(s, i),
                          tern_status_member_raft_address(s, i),
-                         tern_status_member_client_address(s, i));
+                         tern_status_member_client_address(s, i),
+                         ver[i][0] != '\0' ? ver[i] : "-");
         }
     }
+    free(ver);
     tern_status_free(s);
     return 0;
 }
@@ -1653,12 +1681,16 @@ static struct
     const char *mech, *user, *pwfile, *ns;
 } conf;
 
-int cli_client_new(struct tern_client **out)
+/* A client to servers with options o (borrowed for the call) and the
+ * TLS and login main set up: cli_client_new's contract. */
+static int client_new_with(const char *servers,
+                           const struct tern_client_options *o,
+                           struct tern_client **out)
 {
     struct tern_client *c;
-    int rv = tern_client_new(conf.servers, &conf.o, &c);
+    int rv = tern_client_new(servers, o, &c);
     if (rv != 0) {
-        cli_error(NULL, rv, "servers \"%s\"", conf.servers);
+        cli_error(NULL, rv, "servers \"%s\"", servers);
         return -1;
     }
     if (cli_tls(c, conf.tls, conf.ca, conf.cert, conf.key) != 0 ||
@@ -1668,6 +1700,24 @@ int cli_client_new(struct tern_client **out)
     }
     *out = c;
     return 0;
+}
+
+int cli_client_new(struct tern_client **out)
+{
+    return client_new_with(conf.servers, &conf.o, out);
+}
+
+int cli_client_probe_new(const char *server,
+                         int timeout_ms,
+                         struct tern_client **out)
+{
+    struct tern_client_options o = conf.o;
+    o.read_from = TERN_READ_FIRST;
+    o.connect_timeout_ms = timeout_ms;
+    if (o.request_timeout_ms == 0 || o.request_timeout_ms > timeout_ms) {
+        o.request_timeout_ms = timeout_ms;
+    }
+    return client_new_with(server, &o, out);
 }
 
 int main(int argc, char **argv)

@@ -2,8 +2,9 @@
  * Declarations shared by the `tern` CLI sources: cli.c (argument parsing
  * and the queue/produce/consume/cluster commands), admin.c (the
  * user/acl/namespace commands), bench.c (`tern bench`), parse.c (the
- * retention option values) and util.c (error reporting, number parsing,
- * clock). The CLI uses only the public libtern API.
+ * retention option values), util.c (error reporting, number parsing,
+ * clock) and cluster.c (the member versions of `tern cluster status`). The CLI
+ * uses only the public libtern API.
  */
 #ifndef TERN_CLI_H
 #define TERN_CLI_H
@@ -64,6 +65,25 @@ void cli_progress_end(struct cli_progress *p);
  * set up (for a second connection, e.g. bench --mode e2e's consumer);
  * *out caller-owned (tern_client_free). 0, or -1 (printed). */
 int cli_client_new(struct tern_client **out);
+/* cli.c. Like cli_client_new, but to server alone ("host:port", borrowed
+ * for the call), reading from it, with connection and request timeouts of
+ * at most timeout_ms. */
+int cli_client_probe_new(const char *server,
+                         int timeout_ms,
+                         struct tern_client **out);
+
+/* cluster.c. Longest version string kept for a member, with its NUL. */
+#define CLI_VERSION_MAX 65
+/* How long `tern cluster status` waits for a member's own answer. */
+#define CLI_PROBE_TIMEOUT_MS 500
+/* The software version of each member of s (borrowed), into out[i] for
+ * member i (out: tern_status_member_count(s) entries, caller-owned): the
+ * answering server's from s itself, every other member's from its own
+ * STATUS answer, asked of its client address by all members at once with
+ * CLI_PROBE_TIMEOUT_MS; "" when unknown (unreachable, no answer in time,
+ * another node answering there, or a server that predates the field). */
+void cli_member_versions(const struct tern_status *s,
+                         char (*out)[CLI_VERSION_MAX]);
 /* cli.c. Print the usage text to f. */
 void cli_usage(FILE *f);
 

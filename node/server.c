@@ -140,6 +140,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <tern/tern.h>
 #include <tern_common.h>
 
 #include "access.h"
@@ -1528,6 +1529,7 @@ static void serve_status(struct node_conn *c,
     struct repl_status st;
     const struct node_peer *lp;
     struct tern_wbuf w;
+    char version[32];
     unsigned nm = TERN_MIN(cfg->n_peers, (unsigned)TERN_ARRAY_SIZE(members));
 
     view_status(&c->view, &st);
@@ -1560,6 +1562,11 @@ static void serve_status(struct node_conn *c,
         idx_timer_stats(view_idx(&c->view), &ps.timers_pending,
                         &ps.timers_oldest_due_ms) == 0) {
         ps.has_timers = 1;
+        /* The tail carries this ternd's version too (tail version 2). */
+        (void)snprintf(version, sizeof(version), "%d.%d.%d", TERN_VERSION_MAJOR,
+                       TERN_VERSION_MINOR, TERN_VERSION_PATCH);
+        ps.server_version = version;
+        ps.server_version_len = (uint16_t)strlen(version);
     }
     tern_wbuf_init(&w);
     if (proto_encode_status_resp(&w, request_id, &ps) != 0) {

@@ -1998,6 +1998,9 @@ int proto_encode_status_resp(struct tern_wbuf *w,
                              const struct proto_status *st)
 {
     size_t start = w->len;
+    if (st->has_timers && st->server_version_len > PROTO_MAX_SERVER_VERSION) {
+        return TERN_EINVAL;
+    }
     proto_frame_begin(w, PROTO_OP_STATUS | PROTO_OP_RESPONSE, request_id, 0);
     tern_wbuf_u64(w, st->node_id);
     tern_wbuf_u8(w, st->role);
@@ -2017,9 +2020,11 @@ int proto_encode_status_resp(struct tern_wbuf *w,
         proto_put_str(w, m->client_address, m->client_address_len);
     }
     if (st->has_timers) {
-        tern_wbuf_u8(w, 1); /* tail version */
+        tern_wbuf_u8(w, PROTO_STATUS_TAIL_VERSION);
         tern_wbuf_u64(w, st->timers_pending);
         tern_wbuf_u64(w, st->timers_oldest_due_ms);
+        proto_put_str(w, st->server_version != NULL ? st->server_version : "",
+                      st->server_version != NULL ? st->server_version_len : 0);
     }
     return proto_frame_end(w, start);
 }
@@ -2054,15 +2059,21 @@ int proto_decode_status_resp(const void *body,
     records_skip(&c, out->n_members, get_member, &m, &out->members_raw,
                  &out->members_raw_len);
     int ok = 1;
+    out->server_version = "";
     if (c.err == 0 && tern_cursor_left(&c) > 0) {
-        /* The timer tail: version 1 fields; a later version's extra
-         * fields are skipped. */
+        /* The tail: version 1 fields (timers), version 2 adds the server
+         * version; a later version's extra fields are skipped. */
         uint8_t version = tern_cursor_u8(&c);
         out->has_timers = 1;
         out->timers_pending = tern_cursor_u64(&c);
         out->timers_oldest_due_ms = tern_cursor_u64(&c);
         ok = version >= 1;
-        if (c.err == 0 && version > 1) {
+        if (version >= 2) {
+            const char *v = proto_get_str(&c, &out->server_version_len);
+            out->server_version = v != NULL ? v : "";
+            ok = ok && out->server_version_len <= PROTO_MAX_SERVER_VERSION;
+        }
+        if (c.err == 0 && version > PROTO_STATUS_TAIL_VERSION) {
             (void)tern_cursor_bytes(&c, tern_cursor_left(&c));
         }
     }

@@ -914,6 +914,9 @@ TERN_API const char *tern_status_member_client_address(
 TERN_API int tern_status_timers(const struct tern_status *s,
                                 uint64_t *pending,
                                 uint64_t *oldest_due_ms);
+/* The answering server's software version ("MAJOR.MINOR.PATCH"), or ""
+ * from a server that predates it. */
+TERN_API const char *tern_status_version(const struct tern_status *s);
 TERN_API void tern_status_free(struct tern_status *s);
 
 /* Hand the leadership over to node to_id, or with to_id 0 to a voter

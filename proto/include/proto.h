@@ -396,10 +396,18 @@
  *                      PROTO_STATUS_TIMERS asks for the timer tail; other
  *                      bits must be 0.
  *                 resp: with PROTO_STATUS_TIMERS, after the members:
- *                       u8 version (1), u64 timers_pending (delayed
- *                       messages not yet due or not yet fired, by this
- *                       node's index), u64 timers_oldest_due_ms (0 none).
- *                       A later version appends fields.
+ *                       u8 version (PROTO_STATUS_TAIL_VERSION, 2), u64
+ *                       timers_pending (delayed messages not yet due or
+ *                       not yet fired, by this node's index), u64
+ *                       timers_oldest_due_ms (0 none); from version 2:
+ *                       str server_version (the answering ternd's
+ *                       software version, "MAJOR.MINOR.PATCH", at most
+ *                       PROTO_MAX_SERVER_VERSION bytes). A version 1
+ *                       tail (a server that predates server_version)
+ *                       ends after timers_oldest_due_ms and decodes with
+ *                       an empty server_version. A later version appends
+ *                       fields; a decoder reads the fields it knows and
+ *                       skips the rest.
  *
  * Leadership transfer (op 33, added with rolling restarts; docs/OPERATIONS.md,
  * "Upgrades"; an older server answers TERN_EINVAL "unknown request op").
@@ -1240,6 +1248,11 @@ struct proto_status
     uint8_t has_timers;
     uint64_t timers_pending;
     uint64_t timers_oldest_due_ms;
+    /* In the tail from version 2: the answering server's software version
+     * (borrowed; "" with server_version_len 0 when a version 1 tail or
+     * no tail was decoded). Encoding: written with the tail. */
+    const char *server_version;
+    uint16_t server_version_len;
     uint64_t node_id;
     uint8_t role;
     uint64_t leader_id;
@@ -1527,6 +1540,10 @@ int proto_decode_producer_init_resp(const void *body,
 #define PROTO_DELIVERY_SETTLED     1u
 #define PROTO_DELIVERY_LEASED      2u
 #define PROTO_DELIVERY_READY       3u
+/* Version of the STATUS answer's tail this encoder writes, and the
+ * longest server_version it carries. */
+#define PROTO_STATUS_TAIL_VERSION 2u
+#define PROTO_MAX_SERVER_VERSION  64u
 /* GROUP_STATUS request: group NULL or "" = every group (paged by after,
  * NULL or "" = from the first; max_count 0 = the server's page size).
  * TERN_EBADNAME for a bad name. */

@@ -5,7 +5,8 @@
  * and walks every iterator (the security metadata ops 10..19 and the
  * authentication ops 20..21, the message property ops, message trace,
  * the shared group ops 27..29, the delayed produce, op 31, the
- * leadership transfer, op 33, and the backup, op 36, included).
+ * leadership transfer, op 33, and the backup, op 36, included; the STATUS
+ * answer's tail in its versions with the server version).
  * Decoders must never read out of bounds, and a decoded request must re-encode
  * to a body that decodes to the same fields.
  */
@@ -493,7 +494,8 @@ static void responses(const uint8_t *d, size_t len)
         while (proto_next_member(&st, &pos, &m)) {
             n++;
         }
-        if (n != st.n_members) {
+        if (n != st.n_members || st.server_version == NULL ||
+            st.server_version_len > PROTO_MAX_SERVER_VERSION) {
             abort();
         }
     }
