@@ -14,6 +14,8 @@
 #                       default 120 s; JEPSEN_NODES, default 5)
 #   make jepsen-smoke   Jepsen-style smoke runs (network namespaces, root)
 #   make test-rxe       only the soft-RoCE stage
+#   make deb     Debian packages (ternd, tern-cli, libtern0, libtern-dev)
+#                in build-deb/ from a Release build (scripts/deb.sh)
 #   make build | asan | fuzz | clean | format | format-check | tidy
 SHELL := /bin/bash
 JOBS ?= 2
@@ -22,7 +24,7 @@ export JOBS
 # Our C sources (never build dirs or third-party code).
 C_FILES = $(shell scripts/c-files.sh)
 
-.PHONY: all deps build test asan fuzz demo clean format format-check tidy jepsen jepsen-smoke test-rxe
+.PHONY: all deps build test asan fuzz demo deb clean format format-check tidy jepsen jepsen-smoke test-rxe
 
 all: build
 
@@ -53,8 +55,11 @@ test-rxe: deps
 demo: build
 	@TERN_BIN=$(CURDIR)/build scripts/demo.sh
 
+deb: deps
+	@scripts/deb.sh
+
 clean:
-	rm -rf build build-asan build-fuzz
+	rm -rf build build-asan build-fuzz build-deb
 
 format:
 	@command -v clang-format >/dev/null || scripts/install-deps.sh

@@ -1,5 +1,5 @@
 /*
- * `tern user|acl|namespace ...`: the CLI's administration commands
+ * `tern user|acl|namespace|admin ...`: the CLI's administration commands
  * (libtern's tern_user_* / tern_acl_* / tern_namespace_* calls), and the
  * password input they and the login share. Syntax and output formats are
  * in cli.c's header comment. A password is read from a file or stdin
@@ -488,7 +488,8 @@ static int namespace_set(struct tern_client *c, int argc, char **argv)
         cli_usage(stderr);
         return 2;
     }
-    for (int k = 3; k < argc; k++) {
+    /* Options come in pairs: each step consumes an option and its value. */
+    for (int k = 3; k < argc; k += 2) {
         uint64_t *dst;
         if (strcmp(argv[k], "--max-queues") == 0) {
             dst = &q;
@@ -503,7 +504,6 @@ static int namespace_set(struct tern_client *c, int argc, char **argv)
         if (k + 1 >= argc || cli_parse_u64(argv[k], argv[k + 1], dst) != 0) {
             return 2;
         }
-        k++;
     }
     rv = tern_namespace_set(c, argv[2], q, b, r);
     if (rv != 0) {
@@ -533,4 +533,64 @@ int cli_namespace(struct tern_client *c, int argc, char **argv)
     }
     cli_usage(stderr);
     return 2;
+}
+
+/* ---- admin backup ---- */
+
+/* tern admin backup [--node HOST:PORT] [--verify] [--any-state]
+ * [--wait-ms N] DIR: DIR is on the node's host; --any-state: do not wait
+ * for what the leader acknowledged (tern_admin_backup). Prints "backup
+ * DIR on SERVER: cluster C node N term T last_applied A log [S, E) files
+ * F bytes B" ("verified on" with --verify). */
+int cli_admin(struct tern_client *c, int argc, char **argv)
+{
+    struct tern_backup_info info;
+    const char *node = NULL, *dir = NULL;
+    uint32_t flags = 0;
+    uint64_t wait_ms = 600000;
+    int rv;
+    if (argc < 3 || strcmp(argv[1], "backup") != 0) {
+        cli_usage(stderr);
+        return 2;
+    }
+    for (int i = 2; i < argc; i++) {
+        if (strcmp(argv[i], "--node") == 0 && i + 1 < argc) {
+            node = argv[++i];
+        } else if (strcmp(argv[i], "--verify") == 0) {
+            flags |= TERN_BACKUP_VERIFY;
+        } else if (strcmp(argv[i], "--any-state") == 0) {
+            flags |= TERN_BACKUP_ANY_STATE;
+        } else if (strcmp(argv[i], "--wait-ms") == 0 && i + 1 < argc) {
+            if (cli_parse_u64("--wait-ms", argv[++i], &wait_ms) != 0 ||
+                wait_ms > UINT32_MAX) {
+                return 2;
+            }
+        } else if (argv[i][0] != '-' && dir == NULL) {
+            dir = argv[i];
+        } else {
+            (void)fprintf(stderr, "tern admin backup: unexpected '%s'\n",
+                          argv[i]);
+            cli_usage(stderr);
+            return 2;
+        }
+    }
+    if (dir == NULL) {
+        cli_usage(stderr);
+        return 2;
+    }
+    rv = tern_admin_backup(c, node, dir, flags, (uint32_t)wait_ms, &info);
+    if (rv != 0) {
+        cli_error(c, rv, "admin backup %s%s", dir,
+                  (flags & TERN_BACKUP_VERIFY) != 0 ? " --verify" : "");
+        return 1;
+    }
+    (void)printf(
+        "backup %s %s %s: cluster %s node %llu term %llu "
+        "last_applied %llu log [%llu, %llu) files %u bytes %llu\n",
+        dir, (flags & TERN_BACKUP_VERIFY) != 0 ? "verified on" : "on",
+        info.server, info.cluster, (unsigned long long)info.node_id,
+        (unsigned long long)info.term, (unsigned long long)info.last_applied,
+        (unsigned long long)info.log_start, (unsigned long long)info.log_end,
+        info.n_files, (unsigned long long)info.total_bytes);
+    return 0;
 }

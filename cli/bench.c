@@ -17,10 +17,27 @@
  * count differs from the number of batches sent. If the leader changed
  * during the run, the figures cover only the new leader's part (a warning
  * says so).
+ *
+ * [--mode produce|consume|e2e] [--duration D] [--histogram-svg FILE]:
+ *   produce (default): as above; the latency is per batch.
+ *   consume: read the queue back from its first offset (fetches of up to
+ *     --batch messages, at least 100; the queue must hold messages, e.g.
+ *     from a produce run), at most --count messages; the latency is per
+ *     fetch, the throughput what was read.
+ *   e2e: a consumer on a second connection, in its own thread, long-polls
+ *     the queue from its end while this thread produces; each payload
+ *     starts with the send time (CLOCK_MONOTONIC us, 8 bytes little
+ *     endian, so --size is at least 8), and the latency is per message,
+ *     from the produce call to its delivery to the consumer.
+ *   Every mode stops after --count messages or --duration (default 60s),
+ *   whichever comes first. The table shows a log2 histogram of the
+ *   latencies (histogram.c) and p50/p90/p99/p999/max; --histogram-svg
+ *   writes the same histogram as an SVG file.
  */
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -69,14 +86,120 @@ static int cmp_i64(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-static int64_t pct(const int64_t *v, size_t n, double p)
+#define BENCH_PRODUCE 0
+#define BENCH_CONSUME 1
+#define BENCH_E2E     2
+static const char *const mode_names[] = {"produce", "consume", "e2e"};
+static const char *const mode_units[] = {"batch", "fetch", "msg"};
+static const char *const mode_titles[] = {"produce", "fetch",
+                                          "produce-to-delivery"};
+
+/* consume mode: read queue from its first offset, up to count messages or
+ * the deadline; one latency sample per fetch into st. */
+static int bench_consume(struct tern_client *c,
+                         const char *queue,
+                         uint64_t count,
+                         uint64_t batch,
+                         int64_t deadline_us,
+                         struct bench_state *st,
+                         uint64_t *bytes)
 {
-    size_t i;
-    if (n == 0) {
-        return 0;
+    struct tern_queue_info *q;
+    uint64_t off, end;
+    int rv = tern_queue_info(c, queue, &q);
+    if (rv != 0) {
+        return rv;
     }
-    i = (size_t)(p * (double)(n - 1) + 0.5);
-    return v[i < n ? i : n - 1];
+    off = tern_queue_info_start_offset(q);
+    end = tern_queue_info_next_offset(q);
+    tern_queue_info_free(q);
+    if (off == end) {
+        (void)fprintf(stderr,
+                      "tern: bench --mode consume: %s holds no message "
+                      "(fill it with tern bench %s first)\n",
+                      queue, queue);
+        return TERN_EINVAL;
+    }
+    while (st->acked < count && off < end && cli_now_us() < deadline_us) {
+        struct tern_fetch_result *r;
+        uint64_t want = count - st->acked;
+        int64_t t = cli_now_us();
+        size_t n;
+        want = want < batch ? want : batch;
+        rv = tern_fetch(c, queue, off, (uint32_t)want, 4u << 20, 0, &r);
+        if (rv != 0) {
+            return rv;
+        }
+        st->lat_us[st->n_lat++] = cli_now_us() - t;
+        n = tern_fetch_result_count(r);
+        for (size_t i = 0; i < n; i++) {
+            const void *d;
+            size_t len;
+            if (tern_fetch_result_get(r, i, NULL, NULL, &d, &len) == 0) {
+                *bytes += len;
+            }
+        }
+        st->acked += n;
+        off = tern_fetch_result_next_offset(r);
+        tern_fetch_result_free(r);
+        if (n == 0) {
+            break;
+        }
+    }
+    return 0;
+}
+
+/* e2e mode: the consumer thread's state. */
+struct bench_e2e
+{
+    struct tern_client *c; /* the consumer's own client */
+    const char *queue;
+    uint64_t offset; /* where the run's messages start */
+    uint64_t count;
+    int64_t deadline_us;
+    int64_t *lat_us; /* count entries */
+    size_t n_lat;
+    int error;
+};
+
+static uint64_t get_le64(const unsigned char *p)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--) {
+        v = v << 8 | p[i];
+    }
+    return v;
+}
+
+static void *bench_e2e_consumer(void *arg)
+{
+    struct bench_e2e *e = arg;
+    uint64_t off = e->offset;
+    while (e->n_lat < __atomic_load_n(&e->count, __ATOMIC_RELAXED) &&
+           cli_now_us() < e->deadline_us) {
+        struct tern_fetch_result *r;
+        int rv = tern_fetch(e->c, e->queue, off, 1000, 4u << 20, 100, &r);
+        int64_t now = cli_now_us();
+        size_t n;
+        if (rv != 0) {
+            e->error = rv;
+            break;
+        }
+        n = tern_fetch_result_count(r);
+        for (size_t i = 0;
+             i < n && e->n_lat < __atomic_load_n(&e->count, __ATOMIC_RELAXED);
+             i++) {
+            const void *d;
+            size_t len;
+            if (tern_fetch_result_get(r, i, NULL, NULL, &d, &len) == 0 &&
+                len >= 8) {
+                e->lat_us[e->n_lat++] = now - (int64_t)get_le64(d);
+            }
+        }
+        off = tern_fetch_result_next_offset(r);
+        tern_fetch_result_free(r);
+    }
+    return NULL;
 }
 
 int cli_bench(struct tern_client *c, int argc, char **argv)
@@ -88,8 +211,20 @@ int cli_bench(struct tern_client *c, int argc, char **argv)
         {"batch", required_argument, NULL, 'b'},
         {"json", no_argument, NULL, 'j'},
         {"replication", no_argument, NULL, 'r'},
+        {"mode", required_argument, NULL, 'M'},
+        {"duration", required_argument, NULL, 'd'},
+        {"histogram-svg", required_argument, NULL, 'H'},
         {NULL, 0, NULL, 0},
     };
+    int mode = BENCH_PRODUCE;
+    uint64_t duration_ms = 60000;
+    const char *svg = NULL;
+    uint64_t bytes = 0;
+    struct bench_e2e e2e;
+    pthread_t e2e_thread;
+    int e2e_started = 0;
+    int64_t deadline_us;
+    struct cli_hist hist;
     uint64_t size = 1024, count = 10000, window = 1, batch = 1;
     int json = 0;
     int repl = 0;
@@ -106,6 +241,7 @@ int cli_bench(struct tern_client *c, int argc, char **argv)
     int rv;
     FILE *table;
 
+    memset(&e2e, 0, sizeof e2e);
     optind = 1;
     while ((ch = getopt_long(argc, argv, "", opts, &idx)) != -1) {
         uint64_t *dst;
@@ -128,6 +264,34 @@ int cli_bench(struct tern_client *c, int argc, char **argv)
         case 'r':
             repl = 1;
             continue;
+        case 'M':
+            if (strcmp(optarg, "produce") == 0) {
+                mode = BENCH_PRODUCE;
+            } else if (strcmp(optarg, "consume") == 0) {
+                mode = BENCH_CONSUME;
+            } else if (strcmp(optarg, "e2e") == 0) {
+                mode = BENCH_E2E;
+            } else {
+                (void)fprintf(stderr,
+                              "tern: bench --mode %s: produce, consume or "
+                              "e2e\n",
+                              optarg);
+                return 2;
+            }
+            continue;
+        case 'd':
+            if (cli_parse_duration_ms(optarg, &duration_ms) != 0 ||
+                duration_ms == 0) {
+                (void)fprintf(stderr,
+                              "tern: bench --duration %s: a duration such "
+                              "as 10s or 500ms\n",
+                              optarg);
+                return 2;
+            }
+            continue;
+        case 'H':
+            svg = optarg;
+            continue;
         default:
             return 2;
         }
@@ -136,15 +300,20 @@ int cli_bench(struct tern_client *c, int argc, char **argv)
         }
     }
     if (optind + 1 != argc || count == 0 || window == 0 || batch == 0 ||
-        batch > 100000 || window > 100000 || size > (64u << 20)) {
+        batch > 100000 || window > 100000 || size > (64u << 20) ||
+        (mode == BENCH_E2E && size < 8) || (mode != BENCH_PRODUCE && repl)) {
         (void)fprintf(stderr,
                       "usage: tern bench QUEUE [--size 1024] [--count N] "
                       "[--window W] [--batch B] [--replication] "
-                      "[--json]\n");
+                      "[--json]\n"
+                      "                  [--mode produce|consume|e2e] "
+                      "[--duration 60s] [--histogram-svg FILE]\n"
+                      "  (e2e: --size at least 8; --replication: produce "
+                      "mode only)\n");
         return 2;
     }
     queue = argv[optind];
-    rv = tern_queue_create(c, queue);
+    rv = mode == BENCH_CONSUME ? 0 : tern_queue_create(c, queue);
     if (rv != 0 && rv != TERN_EQUEUEEXISTS) {
         cli_error(c, rv, "bench: create %s", queue);
         return 1;
@@ -180,10 +349,60 @@ int cli_bench(struct tern_client *c, int argc, char **argv)
         msgs[i].data = payload;
         msgs[i].len = (size_t)size;
     }
+    if (mode == BENCH_E2E) {
+        struct tern_queue_info *q;
+        e2e.queue = queue;
+        e2e.count = count;
+        e2e.lat_us = calloc((size_t)count, sizeof *e2e.lat_us);
+        rv = e2e.lat_us == NULL ? -ENOMEM : tern_queue_info(c, queue, &q);
+        if (rv == 0) {
+            e2e.offset = tern_queue_info_next_offset(q);
+            tern_queue_info_free(q);
+            rv = cli_client_new(&e2e.c) != 0 ? TERN_EINVAL : 0;
+        }
+        if (rv != 0) {
+            free(e2e.lat_us);
+            free(st.lat_us);
+            free(msgs);
+            free(payload);
+            cli_error(c, rv, "bench %s: e2e consumer", queue);
+            return 1;
+        }
+        /* Each message gets its own payload buffer for its send time. */
+        free(payload);
+        payload = malloc((size_t)(size * batch));
+        if (payload == NULL) {
+            tern_client_free(e2e.c);
+            free(e2e.lat_us);
+            free(st.lat_us);
+            free(msgs);
+            cli_error(c, -ENOMEM, "bench");
+            return 1;
+        }
+        memset(payload, 'b', (size_t)(size * batch));
+        for (uint64_t i = 0; i < batch; i++) {
+            msgs[i].data = payload + i * size;
+        }
+    }
 
     t0 = cli_now_us();
+    deadline_us = t0 + (int64_t)duration_ms * 1000;
+    if (mode == BENCH_E2E) {
+        e2e.deadline_us = deadline_us + 5000000; /* the tail may lag */
+        if (pthread_create(&e2e_thread, NULL, bench_e2e_consumer, &e2e) != 0) {
+            e2e.error = -EAGAIN;
+        } else {
+            e2e_started = 1;
+        }
+    }
     rv = 0;
-    while (sent < count && st.first_error == 0) {
+    if (mode == BENCH_CONSUME) {
+        rv = bench_consume(c, queue, count, batch < 100 ? 100 : batch,
+                           deadline_us, &st, &bytes);
+        sent = count; /* nothing to produce */
+    }
+    while (sent < count && st.first_error == 0 && e2e.error == 0 &&
+           cli_now_us() < deadline_us) {
         struct bench_batch *b;
         size_t n = (size_t)(count - sent < batch ? count - sent : batch);
         while (tern_client_pending(c) >= window && st.first_error == 0) {
@@ -204,6 +423,15 @@ int cli_bench(struct tern_client *c, int argc, char **argv)
         b->st = &st;
         b->n = n;
         b->sent_us = cli_now_us();
+        if (mode == BENCH_E2E) {
+            for (size_t k = 0; k < n; k++) {
+                unsigned char *p = (unsigned char *)payload + k * size;
+                uint64_t v = (uint64_t)b->sent_us;
+                for (int j = 0; j < 8; j++) {
+                    p[j] = (unsigned char)(v >> (8 * j));
+                }
+            }
+        }
         rv = tern_produce_async(c, queue, msgs, n, bench_done, b);
         if (rv != 0) {
             free(b);
@@ -217,6 +445,21 @@ int cli_bench(struct tern_client *c, int argc, char **argv)
         if (tern_client_poll(c, -1) < 0) {
             break;
         }
+    }
+    if (e2e_started) {
+        /* The consumer stops at what was sent (or its deadline). */
+        __atomic_store_n(&e2e.count, st.acked, __ATOMIC_RELAXED);
+        (void)pthread_join(e2e_thread, NULL);
+        tern_client_free(e2e.c);
+        free(st.lat_us);
+        st.lat_us = e2e.lat_us; /* the latencies reported are e2e's */
+        st.n_lat = e2e.n_lat;
+        if (e2e.error != 0 && st.first_error == 0) {
+            st.first_error = e2e.error;
+        }
+    } else if (mode == BENCH_E2E) {
+        tern_client_free(e2e.c);
+        free(e2e.lat_us);
     }
     t1 = cli_now_us();
     if (repl) {
@@ -244,26 +487,47 @@ int cli_bench(struct tern_client *c, int argc, char **argv)
     {
         double secs = (double)(t1 - t0) / 1e6;
         double mps = secs > 0 ? (double)st.acked / secs : 0;
-        double mbs = mps * (double)size / 1e6;
-        int64_t p50 = pct(st.lat_us, st.n_lat, 0.50);
-        int64_t p99 = pct(st.lat_us, st.n_lat, 0.99);
-        int64_t p999 = pct(st.lat_us, st.n_lat, 0.999);
-        int64_t mx = st.n_lat > 0 ? st.lat_us[st.n_lat - 1] : 0;
+        double mbs = mode == BENCH_CONSUME ? (double)bytes / 1e6 / secs
+                                           : mps * (double)size / 1e6;
+        int64_t p50, p99, p999, mx;
+        cli_hist_fill(&hist, st.lat_us, st.n_lat);
+        p50 = hist.p50;
+        p99 = hist.p99;
+        p999 = hist.p999;
+        mx = hist.max;
+        if (secs <= 0) {
+            mbs = 0;
+        }
         table = json ? stderr : stdout;
         (void)fprintf(table,
-                      "bench %s: size %" PRIu64 " B, count %" PRIu64
+                      "bench %s: mode %s, size %" PRIu64 " B, count %" PRIu64
                       ", window %" PRIu64 ", batch %" PRIu64 "\n",
-                      queue, size, count, window, batch);
-        (void)fprintf(
-            table, "  acknowledged   %" PRIu64 " msgs (%" PRIu64 " errors)\n",
-            st.acked, st.errors);
+                      queue, mode_names[mode], size, count, window, batch);
+        (void)fprintf(table, "  %-14s %" PRIu64 " msgs (%" PRIu64 " errors)\n",
+                      mode == BENCH_CONSUME ? "read" : "acknowledged", st.acked,
+                      st.errors);
         (void)fprintf(table, "  elapsed        %.3f s\n", secs);
         (void)fprintf(table, "  throughput     %.0f msgs/s  %.2f MB/s\n", mps,
                       mbs);
         (void)fprintf(table,
-                      "  latency/batch  p50 %" PRId64 " us  p99 %" PRId64
+                      "  latency/%-6s p50 %" PRId64 " us  p99 %" PRId64
                       " us  p999 %" PRId64 " us  max %" PRId64 " us\n",
-                      p50, p99, p999, mx);
+                      mode_units[mode], p50, p99, p999, mx);
+        cli_hist_print(table, &hist, mode_titles[mode]);
+        if (svg != NULL) {
+            FILE *f = fopen(svg, "w");
+            char title[256];
+            (void)snprintf(title, sizeof title, "tern bench %s: %s latency",
+                           queue, mode_titles[mode]);
+            if (f == NULL || cli_hist_svg(f, &hist, title) != 0) {
+                cli_error(NULL, -(errno != 0 ? errno : EIO), "write %s", svg);
+                rv = rv != 0 ? rv : -EIO;
+            }
+            if (f != NULL && fclose(f) != 0 && rv == 0) {
+                cli_error(NULL, -errno, "write %s", svg);
+                rv = -EIO;
+            }
+        }
         if (repl) {
             (void)fprintf(table,
                           "  replication (leader append->commit)  p50 %.1f us"
@@ -280,9 +544,10 @@ int cli_bench(struct tern_client *c, int argc, char **argv)
                 ",\"acked\":%" PRIu64 ",\"errors\":%" PRIu64
                 ",\"elapsed_s\":%.6f,\"msgs_per_s\":%.1f,\"mb_per_s\":%.3f"
                 ",\"latency_us\":{\"p50\":%" PRId64 ",\"p99\":%" PRId64
-                ",\"p999\":%" PRId64 ",\"max\":%" PRId64 "}",
+                ",\"p999\":%" PRId64 ",\"max\":%" PRId64 ",\"p90\":%" PRId64
+                "},\"mode\":\"%s\"",
                 queue, size, count, window, batch, st.acked, st.errors, secs,
-                mps, mbs, p50, p99, p999, mx);
+                mps, mbs, p50, p99, p999, mx, hist.p90, mode_names[mode]);
             if (repl) {
                 (void)printf(
                     ",\"replication_us\":{\"p50\":%.3f,\"p99\":%.3f"

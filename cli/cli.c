@@ -37,7 +37,8 @@
  *     The ack log then has "<id>\tdue=<due time ms>" lines.
  *   tern consume QUEUE [--offset N | --from-time T | --group G] [--max N]
  *                      [--follow] [--idle-exit-ms MS] [--commit]
- *                      [--tag 'a || b'] [--format F | --raw | --json]
+ *                      [--tag 'a || b'] [--format raw|text|json|F]
+ *                      [--delimiter D]   (--raw, --json: --format raw, json)
  *   tern consume QUEUE --group G --shared [--ack] [--max N] [--follow]
  *   tern consume QUEUE --group G --exclusive [--lease 30s] [--wait D]
  *                      [--max N] [--follow]
@@ -57,8 +58,11 @@
  *   tern cluster add ID RAFT_ADDR CLIENT_ADDR [--wait-ms N]
  *   tern cluster remove ID   (docs/MEMBERSHIP.md)
  *   tern cluster rejoin ID RAFT_ADDR CLIENT_ADDR [--wait-ms N]
+ *   tern cluster transfer [--to ID]   (hand leadership over; admin; prints
+ *                      "leader: <id>" once the new leader took over)
  *   tern bench QUEUE [--size 1024] [--count N] [--window W] [--batch B]
- *                    [--replication] [--json]
+ *                    [--replication] [--json] [--mode produce|consume|e2e]
+ *                    [--duration D] [--histogram-svg FILE]
  *   tern user set NAME [--admin] [--cert]
  *                 [--password-file F | --password-stdin | --no-password]
  *   tern user delete NAME | user list [--json]
@@ -68,6 +72,8 @@
  *   tern namespace set NS [--max-queues N] [--max-bytes N]
  *                         [--produce-rate BYTES_PER_S]
  *   tern namespace delete NS | namespace list [--json]
+ *   tern admin backup [--node HOST:PORT] [--verify] [--any-state]
+ *                     [--wait-ms N] DIR
  *
  * Admin output: user list "<name>\t<admin,cert|admin|cert|->\t<password|->"
  * per user; acl list "<user>\t<namespace>\t<pattern>\t<perms>" per grant
@@ -93,9 +99,13 @@
  * the ack log has "<payload-id>\t<offset>\n" per acknowledged message
  * (offset -1 when the server acknowledged a retried batch as an old
  * duplicate whose offsets it no longer remembers); payload-id is the
- * payload up to its first '.'. Errors: "tern: <what>: <strerror>" on
- * stderr and a non-zero exit (1 failure, 2 usage: an unknown command or
- * global option is named and fails before any connection). `tern
+ * payload up to its first '.' (consume --format text prints the same;
+ * --format raw and json print payloads whole, cli/message.c). Errors:
+ * "tern: <what>: <strerror>" on stderr and a non-zero exit: 1 the server
+ * refused or failed a request, 2 usage (an unknown command or global
+ * option is named and fails before any connection), 3 no server could be
+ * reached (every server refused the connection or did not resolve;
+ * nothing was sent), 4 no answer before the deadline (outcome unknown). `tern
  * --version` prints the CLI's version and the loaded libtern's. A group
  * consume whose
  * committed offset retention trimmed says so on stderr, once per group
@@ -128,7 +138,7 @@ static void usage(FILE *f)
 {
     (void)fprintf(
         f,
-        "usage: tern [-s ADDR[,ADDR...]] [--timeout-ms N] "
+        "usage: tern [-s|--servers ADDR[,ADDR...]] [--timeout-ms N] "
         "[--read-from any|leader|first]\n"
         "            [--tls] [--no-tls] [--ca FILE] [--cert FILE --key FILE]\n"
         "            [--user NAME] [--password-file FILE] [--namespace NS] "
@@ -150,7 +160,13 @@ static void usage(FILE *f)
         "  consume QUEUE [--offset N | --from-time T | --group G] [--max N] "
         "[--follow]\n"
         "                [--idle-exit-ms MS] [--commit]\n"
-        "                [--tag 'a || b'] [--format F | --raw | --json]\n"
+        "                [--tag 'a || b'] [--format raw|text|json|F] "
+        "[--delimiter D]\n"
+        "    (default: \"<offset>\\t<payload up to its first '.'>\" per "
+        "message, as --format text;\n"
+        "    raw: payload bytes then the delimiter, default \\n; json: one "
+        "object per line;\n"
+        "    --raw and --json are --format raw and --format json)\n"
         "  consume QUEUE --group G --shared [--ack] [--max N] [--follow]\n"
         "  consume QUEUE --group G --exclusive [--lease 30s] [--wait D] "
         "[--max N] [--follow]\n"
@@ -165,7 +181,7 @@ static void usage(FILE *f)
         "    (T: RFC 3339 UTC such as 2026-12-04T10:00:00Z, or ms since the "
         "epoch)\n"
         "  message get QUEUE --offset N | --id ID | --key K [--max N]\n"
-        "                [--format F | --raw | --json]\n"
+        "                [--format raw|text|json|F] [--delimiter D]\n"
         "    --format directives: %%o offset, %%i id, %%k key, %%t tag, "
         "%%T append time ms,\n"
         "    %%P producer time ms, %%h headers name=value,..., %%p payload, "
@@ -176,8 +192,11 @@ static void usage(FILE *f)
         "  cluster add ID RAFT_ADDR CLIENT_ADDR [--wait-ms N]\n"
         "  cluster remove ID\n"
         "  cluster rejoin ID RAFT_ADDR CLIENT_ADDR [--wait-ms N]\n"
+        "  cluster transfer [--to ID]\n"
         "  bench QUEUE [--size 1024] [--count N] [--window W] "
         "[--batch B] [--replication] [--json]\n"
+        "        [--mode produce|consume|e2e] [--duration D] "
+        "[--histogram-svg FILE]\n"
         "  user set NAME [--admin] [--cert] [--password-file F | "
         "--password-stdin | --no-password]\n"
         "  user delete NAME | user list [--json]\n"
@@ -188,6 +207,8 @@ static void usage(FILE *f)
         "  namespace set NS [--max-queues N] [--max-bytes N] "
         "[--produce-rate BYTES_PER_S]\n"
         "  namespace delete NS | namespace list [--json]\n"
+        "  admin backup [--node HOST:PORT] [--verify] [--any-state]\n"
+        "               [--wait-ms N] DIR\n"
         "  (user, acl and namespace list read every page of the server's "
         "list, in order)\n"
         "Login: --user NAME (or TERN_USER) with --password-file FILE (or "
@@ -201,7 +222,16 @@ static void usage(FILE *f)
         "connected to;\n"
         "  --cert/--key (or TERN_CERT/TERN_KEY) present a client "
         "certificate;\n"
-        "  --no-tls turns TLS off whatever the environment says.\n");
+        "  --no-tls turns TLS off whatever the environment says.\n"
+        "Servers: -s/--servers (or TERN_SERVERS; default 127.0.0.1:7400).\n"
+        "tern --version prints the versions of tern and libtern; "
+        "tern --help this text.\n"
+        "Exit codes: 0 ok; 1 the server refused or failed a request; 2 "
+        "usage error\n"
+        "  (nothing sent); 3 no server reachable (connection refused, "
+        "unknown host;\n"
+        "  nothing sent); 4 no answer before --timeout-ms (outcome "
+        "unknown).\n");
 }
 
 void cli_usage(FILE *f)
@@ -312,13 +342,6 @@ static int cli_tls(struct tern_client *c,
         return 2;
     }
     return 0;
-}
-
-/* Length of the payload id: bytes up to the first '.'. */
-static size_t payload_id_len(const void *data, size_t len)
-{
-    const char *dot = memchr(data, '.', len);
-    return dot != NULL ? (size_t)(dot - (const char *)data) : len;
 }
 
 /* ---- queue ---- */
@@ -435,7 +458,8 @@ static int parse_retention(int argc,
                            int *n_set)
 {
     *n_set = 0;
-    for (int k = 0; k < argc; k++) {
+    /* Options come in pairs: each step consumes an option and its value. */
+    for (int k = 0; k < argc; k += 2) {
         const char *a = argv[k];
         const char *v = k + 1 < argc ? argv[k + 1] : NULL;
         int bad = v == NULL;
@@ -467,7 +491,6 @@ static int parse_retention(int argc,
             return -1;
         }
         (*n_set)++;
-        k++;
     }
     return 0;
 }
@@ -836,6 +859,7 @@ static int cmd_produce(struct tern_client *c, int argc, char **argv)
     const char *queue;
     struct produce_state ps;
     uint64_t produced = 0;
+    struct cli_progress prog;
     int64_t t0 = cli_now_us();
     int rv = 0;
     int ch;
@@ -943,6 +967,7 @@ static int cmd_produce(struct tern_client *c, int argc, char **argv)
         prefix = prefix_buf;
     }
     memset(&ps, 0, sizeof ps);
+    cli_progress_init(&prog, "produce", 1);
     if (ack_path != NULL) {
         ps.ack = fopen(ack_path, "a");
         if (ps.ack == NULL) {
@@ -1084,6 +1109,7 @@ static int cmd_produce(struct tern_client *c, int argc, char **argv)
         if (rv != 0) {
             break;
         }
+        cli_progress_tick(&prog, ps.acked);
     }
     /* Drain what is in flight; their outcome decides the exit code too. */
     while (tern_client_pending(c) > 0) {
@@ -1092,7 +1118,9 @@ static int cmd_produce(struct tern_client *c, int argc, char **argv)
             rv = rv != 0 ? rv : prv;
             break;
         }
+        cli_progress_tick(&prog, ps.acked);
     }
+    cli_progress_end(&prog);
     free(line);
     for (size_t h = 0; h < pp.n_headers; h++) {
         free((char *)pp.headers[h].name);
@@ -1101,6 +1129,7 @@ static int cmd_produce(struct tern_client *c, int argc, char **argv)
         (void)fclose(ps.ack);
     }
     if (ps.first_error != 0) {
+        cli_note_error(ps.first_error);
         (void)fprintf(stderr, "tern: produce %s: %s%s%s%s\n", queue,
                       tern_strerror(ps.first_error),
                       ps.first_errmsg[0] != '\0' ? " (" : "", ps.first_errmsg,
@@ -1124,7 +1153,10 @@ static int consume_retryable(int rv)
            rv != TERN_EINVAL && rv != -ENOMEM;
 }
 
-static int cmd_consume(struct tern_client *c, int argc, char **argv)
+/* The progress line of `tern consume` (when stdout is not a terminal). */
+static struct cli_progress consume_prog;
+
+static int consume_run(struct tern_client *c, int argc, char **argv)
 {
     static const struct option opts[] = {
         {"offset", required_argument, NULL, 'o'},
@@ -1137,6 +1169,7 @@ static int cmd_consume(struct tern_client *c, int argc, char **argv)
         {"format", required_argument, NULL, 'F'},
         {"raw", no_argument, NULL, 'r'},
         {"json", no_argument, NULL, 'j'},
+        {"delimiter", required_argument, NULL, 'D'},
         {"from-time", required_argument, NULL, 'T'},
         {"shared", no_argument, NULL, 'S'},
         {"ack", no_argument, NULL, 'A'},
@@ -1147,8 +1180,9 @@ static int cmd_consume(struct tern_client *c, int argc, char **argv)
     };
     int shared = 0, ack = 0, exclusive = 0;
     uint64_t lease_ms = 30000, excl_wait_ms = 0;
-    const char *tags = NULL, *format = NULL;
-    int mode = CLI_PRINT_FORMAT, props = 0;
+    const char *tags = NULL;
+    struct cli_print pr;
+    int props = 0;
     uint64_t committed = UINT64_MAX; /* last offset this run committed */
     uint64_t offset = 0, max = 0, idle_ms = 0;
     const char *from_time = NULL;
@@ -1160,6 +1194,7 @@ static int cmd_consume(struct tern_client *c, int argc, char **argv)
     int group_pending;
     int ch;
 
+    cli_print_init(&pr, "%p");
     optind = 1;
     while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (ch) {
@@ -1217,14 +1252,16 @@ static int cmd_consume(struct tern_client *c, int argc, char **argv)
             exclusive = exclusive || ch == 'L';
             break;
         default:
-            /* --format, --raw and --json print properties. */
-            if (cli_print_option(ch, optarg, &mode, &format) != 0) {
+            /* --format, --raw, --json and --delimiter. */
+            if (cli_print_option(ch, optarg, &pr) != 0) {
                 return 2;
             }
-            props = 1;
             break;
         }
     }
+    /* JSON and format strings print properties: ask for them. */
+    props =
+        pr.given && (pr.mode == CLI_PRINT_JSON || pr.mode == CLI_PRINT_FORMAT);
     if (optind + 1 != argc || (have_offset && group != NULL) ||
         (commit && group == NULL) ||
         (from_time != NULL && (have_offset || group != NULL))) {
@@ -1232,9 +1269,10 @@ static int cmd_consume(struct tern_client *c, int argc, char **argv)
         return 2;
     }
     queue = argv[optind];
+    pr.queue = queue;
     if (exclusive) {
         if (shared || ack || group == NULL || have_offset ||
-            from_time != NULL || commit || tags != NULL || props) {
+            from_time != NULL || commit || tags != NULL || pr.given) {
             usage(stderr);
             return 2;
         }
@@ -1243,7 +1281,7 @@ static int cmd_consume(struct tern_client *c, int argc, char **argv)
     }
     if (shared || ack) {
         if (!shared || group == NULL || have_offset || from_time != NULL ||
-            commit || tags != NULL || props) {
+            commit || tags != NULL || pr.given) {
             usage(stderr);
             return 2;
         }
@@ -1269,6 +1307,7 @@ static int cmd_consume(struct tern_client *c, int argc, char **argv)
     }
     group_pending = group != NULL;
     last_msg_us = cli_now_us();
+    cli_progress_init(&consume_prog, "consume", !isatty(STDOUT_FILENO));
 
     while (!have_max || printed < max) {
         struct tern_fetch_result *r = NULL;
@@ -1323,17 +1362,17 @@ static int cmd_consume(struct tern_client *c, int argc, char **argv)
             const void *data;
             size_t len;
             printed++;
-            if (props) {
-                (void)cli_print_message(r, i, format != NULL ? format : "%p",
-                                        mode);
+            if (pr.given) {
+                (void)cli_print_message(r, i, &pr);
                 continue;
             }
             (void)tern_fetch_result_get(r, i, &off, NULL, &data, &len);
             (void)printf("%" PRIu64 "\t", off);
-            (void)fwrite(data, 1, payload_id_len(data, len), stdout);
+            (void)fwrite(data, 1, cli_payload_id_len(data, len), stdout);
             (void)putchar('\n');
         }
         (void)fflush(stdout);
+        cli_progress_tick(&consume_prog, printed);
         /* A tag filter may answer no message and still move on: the
          * skipped messages count as read (and are committed past). */
         uint64_t next = tern_fetch_result_next_offset(r);
@@ -1367,6 +1406,15 @@ static int cmd_consume(struct tern_client *c, int argc, char **argv)
         tern_fetch_result_free(r);
     }
     return 0;
+}
+
+static int cmd_consume(struct tern_client *c, int argc, char **argv)
+{
+    int code;
+    memset(&consume_prog, 0, sizeof consume_prog);
+    code = consume_run(c, argc, argv);
+    cli_progress_end(&consume_prog);
+    return code;
 }
 
 /* ---- cluster stats ---- */
@@ -1509,9 +1557,46 @@ static int cmd_member(struct tern_client *c, int argc, char **argv)
     return 0;
 }
 
+/* A version for JSON: the string, or null when unknown. */
+static void print_version_json(const char *v)
+{
+    if (v[0] != '\0') {
+        cli_json_string(stdout, v);
+    } else {
+        (void)printf("null");
+    }
+}
+
+/* `tern cluster transfer [--to ID]`: hand the leadership over to node ID
+ * (default: a caught-up voter the leader picks) and print the new leader
+ * once it took over. */
+static int cmd_transfer(struct tern_client *c, int argc, char **argv)
+{
+    uint64_t to = 0, leader = 0;
+    int rv;
+    for (int k = 2; k < argc; k++) {
+        if (strcmp(argv[k], "--to") == 0 && k + 1 < argc) {
+            if (cli_parse_u64("--to", argv[++k], &to) != 0) {
+                return 2;
+            }
+        } else {
+            usage(stderr);
+            return 2;
+        }
+    }
+    rv = tern_cluster_transfer(c, to, &leader);
+    if (rv != 0) {
+        cli_error(c, rv, "cluster transfer");
+        return 1;
+    }
+    (void)printf("leader: %" PRIu64 "\n", leader);
+    return 0;
+}
+
 static int cmd_cluster(struct tern_client *c, int argc, char **argv)
 {
     struct tern_status *s;
+    char(*ver)[CLI_VERSION_MAX];
     int json;
     int rv;
     if (argc >= 2 && strcmp(argv[1], "stats") == 0) {
@@ -1521,6 +1606,9 @@ static int cmd_cluster(struct tern_client *c, int argc, char **argv)
         (strcmp(argv[1], "add") == 0 || strcmp(argv[1], "remove") == 0 ||
          strcmp(argv[1], "rejoin") == 0)) {
         return cmd_member(c, argc, argv);
+    }
+    if (argc >= 2 && strcmp(argv[1], "transfer") == 0) {
+        return cmd_transfer(c, argc, argv);
     }
     if (argc < 2 || strcmp(argv[1], "status") != 0 || argc > 3 ||
         (argc == 3 && strcmp(argv[2], "--json") != 0)) {
@@ -1533,6 +1621,14 @@ static int cmd_cluster(struct tern_client *c, int argc, char **argv)
         cli_error(c, rv, "cluster status");
         return 1;
     }
+    /* Every member's version, "" unknown (at least one entry). */
+    ver = calloc(tern_status_member_count(s) + 1, sizeof *ver);
+    if (ver == NULL) {
+        tern_status_free(s);
+        cli_error(c, -ENOMEM, "cluster status");
+        return 1;
+    }
+    cli_member_versions(s, ver);
     if (json) {
         (void)printf("{\"server\":");
         cli_json_string(stdout, tern_status_server(s));
@@ -1551,6 +1647,8 @@ static int cmd_cluster(struct tern_client *c, int argc, char **argv)
         cli_json_string(stdout, tern_status_transport(s));
         (void)printf(",\"durability\":");
         cli_json_string(stdout, tern_status_durability(s));
+        (void)printf(",\"version\":");
+        print_version_json(tern_status_version(s));
         (void)printf(",\"members\":[");
         for (size_t i = 0; i < tern_status_member_count(s); i++) {
             (void)printf("%s{\"id\":%" PRIu64 ",\"raft_address\":",
@@ -1563,6 +1661,8 @@ static int cmd_cluster(struct tern_client *c, int argc, char **argv)
                 cli_json_string(stdout, tern_member_role_name(
                                             tern_status_member_role(s, i)));
             }
+            (void)printf(",\"version\":");
+            print_version_json(ver[i]);
             (void)printf("}");
         }
         (void)printf("]");
@@ -1576,6 +1676,9 @@ static int cmd_cluster(struct tern_client *c, int argc, char **argv)
     } else {
         (void)printf("server:        %s\n", tern_status_server(s));
         (void)printf("node id:       %" PRIu64 "\n", tern_status_node_id(s));
+        (void)printf("version:       %s\n", tern_status_version(s)[0] != '\0'
+                                                ? tern_status_version(s)
+                                                : "-");
         (void)printf("role:          %s\n",
                      tern_role_name(tern_status_role(s)));
         (void)printf("leader:        %" PRIu64 " %s\n",
@@ -1603,17 +1706,24 @@ static int cmd_cluster(struct tern_client *c, int argc, char **argv)
         }
         (void)printf("members:\n");
         for (size_t i = 0; i < tern_status_member_count(s); i++) {
-            (void)printf(
-                "  %" PRIu64 "  raft %s  client %s%s%s\n",
-                tern_status_member_id(s, i),
-                tern_status_member_raft_address(s, i),
-                tern_status_member_client_address(s, i),
-                tern_status_member_role(s, i) >= 0 ? "  " : "",
-                tern_status_member_role(s, i) >= 0
-                    ? tern_member_role_name(tern_status_member_role(s, i))
-                    : "");
+            (void)printf("  %" PRIu64 "  raft %s  client %s  version %s\n",
+                         tern_status_member_id(s, i),
+                         tern_status_member_raft_address(s, i),
+                         tern_status_member_client_address(s, i),
+                         ver[i][0] != '\0' ? ver[i] : "-");
+        }
+        if (tern_status_self_role(s) >= 0) {
+            /* Each member's role in the configuration the node knows. */
+            (void)printf("roles:        ");
+            for (size_t i = 0; i < tern_status_member_count(s); i++) {
+                (void)printf(
+                    " %" PRIu64 " %s", tern_status_member_id(s, i),
+                    tern_member_role_name(tern_status_member_role(s, i)));
+            }
+            (void)printf("\n");
         }
     }
+    free(ver);
     tern_status_free(s);
     return 0;
 }
@@ -1640,14 +1750,63 @@ static bool global_option(const char *a)
 static bool known_command(const char *w)
 {
     static const char *const names[] = {
-        "queue",   "produce", "consume", "message", "group",    "dlq",
-        "cluster", "bench",   "user",    "acl",     "namespace"};
+        "queue",   "produce", "consume", "message", "group",     "dlq",
+        "cluster", "bench",   "user",    "acl",     "namespace", "admin"};
     for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
         if (strcmp(w, names[k]) == 0) {
             return true;
         }
     }
     return false;
+}
+
+/* The connection settings main used, for cli_client_new. */
+static struct
+{
+    const char *servers;
+    struct tern_client_options o;
+    int tls;
+    const char *ca, *cert, *key;
+    const char *mech, *user, *pwfile, *ns;
+} conf;
+
+/* A client to servers with options o (borrowed for the call) and the
+ * TLS and login main set up: cli_client_new's contract. */
+static int client_new_with(const char *servers,
+                           const struct tern_client_options *o,
+                           struct tern_client **out)
+{
+    struct tern_client *c;
+    int rv = tern_client_new(servers, o, &c);
+    if (rv != 0) {
+        cli_error(NULL, rv, "servers \"%s\"", servers);
+        return -1;
+    }
+    if (cli_tls(c, conf.tls, conf.ca, conf.cert, conf.key) != 0 ||
+        cli_auth(c, conf.mech, conf.user, conf.pwfile, conf.ns) != 0) {
+        tern_client_free(c);
+        return -1;
+    }
+    *out = c;
+    return 0;
+}
+
+int cli_client_new(struct tern_client **out)
+{
+    return client_new_with(conf.servers, &conf.o, out);
+}
+
+int cli_client_probe_new(const char *server,
+                         int timeout_ms,
+                         struct tern_client **out)
+{
+    struct tern_client_options o = conf.o;
+    o.read_from = TERN_READ_FIRST;
+    o.connect_timeout_ms = timeout_ms;
+    if (o.request_timeout_ms == 0 || o.request_timeout_ms > timeout_ms) {
+        o.request_timeout_ms = timeout_ms;
+    }
+    return client_new_with(server, &o, out);
 }
 
 int main(int argc, char **argv)
@@ -1776,6 +1935,16 @@ int main(int argc, char **argv)
             }
         }
     }
+    conf.servers = servers;
+    conf.o = o;
+    conf.tls = tls;
+    conf.ca = ca;
+    conf.cert = cert;
+    conf.key = key;
+    conf.mech = auth_mech;
+    conf.user = auth_user;
+    conf.pwfile = auth_pwfile;
+    conf.ns = auth_ns;
     rv = tern_client_new(servers, &o, &c);
     if (rv != 0) {
         cli_error(NULL, rv, "servers \"%s\"", servers);
@@ -1816,10 +1985,12 @@ int main(int argc, char **argv)
         code = cli_acl(c, argc, argv);
     } else if (strcmp(argv[0], "namespace") == 0) {
         code = cli_namespace(c, argc, argv);
+    } else if (strcmp(argv[0], "admin") == 0) {
+        code = cli_admin(c, argc, argv);
     } else {
         usage(stderr);
         code = 2;
     }
     tern_client_free(c);
-    return code;
+    return cli_exit_code(code);
 }

@@ -13,12 +13,21 @@
  *   %h headers as name=value,name=value
  *   %p payload, whole  %% a percent sign
  *   \t a tab, \n a newline
- * --raw writes each payload's bytes as they are, nothing else.
- * --json writes one object per line: {"offset":N,"id":"...",
- *   "append_ts":N,"producer_ts":N,"key":"...","tag":"...",
- *   "headers":{"name":"value",...},"payload":"..."} (key, tag and headers
- *   only when the message has them; bytes outside printable ASCII are
- *   \u00XX escapes).
+ * --format raw (or --raw) writes each payload's bytes as they are, then
+ * the delimiter (--delimiter, default "\n"; "" for none), nothing else.
+ * --format text is consume's default line, "<offset>\t<payload id>"
+ * (the payload up to its first '.').
+ * --format json (or --json) writes one object per line:
+ *   {"queue":"...","offset":N,"id":"...","append_ts":N,"producer_ts":N,
+ *   "key":"...","tag":"...","headers":{"name":"value",...},
+ *   "payload":"..."} (producer_ts, key, tag and headers only when the
+ *   message has them; append_ts and producer_ts in ms since the epoch).
+ *   A payload that is valid UTF-8 is a JSON string of it (control
+ *   characters, '"' and '\\' escaped); any other payload is its base64
+ *   (RFC 4648) with "payload_encoding":"base64" after it. Keys, tags and
+ *   headers are strings of their UTF-8, or, when not valid UTF-8, of their
+ *   bytes with those outside printable ASCII as \u00XX escapes.
+ * Any other --format value is a format string of the directives above.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -27,6 +36,17 @@
 #include <string.h>
 
 #include "cli.h"
+
+/* A key, tag or header as a JSON string: its UTF-8, or its bytes with
+ * \u00XX escapes when it is not valid UTF-8. */
+static void json_text(const void *p, size_t len)
+{
+    if (cli_utf8_valid(p, len)) {
+        cli_json_utf8(stdout, p, len);
+    } else {
+        cli_json_bytes(stdout, p, len);
+    }
+}
 
 static void print_headers(const struct tern_fetch_result *r,
                           size_t i,
@@ -42,9 +62,9 @@ static void print_headers(const struct tern_fetch_result *r,
         }
         if (json) {
             (void)fputs(h > 0 ? "," : "", stdout);
-            cli_json_bytes(stdout, name, nl);
+            json_text(name, nl);
             (void)fputc(':', stdout);
-            cli_json_bytes(stdout, value, vl);
+            json_text(value, vl);
         } else {
             (void)printf("%s%.*s=", h > 0 ? "," : "", (int)nl, name);
             (void)fwrite(value, 1, vl, stdout);
@@ -52,44 +72,89 @@ static void print_headers(const struct tern_fetch_result *r,
     }
 }
 
+size_t cli_payload_id_len(const void *data, size_t len)
+{
+    const char *dot = memchr(data, '.', len);
+    return dot != NULL ? (size_t)(dot - (const char *)data) : len;
+}
+
+void cli_print_init(struct cli_print *p, const char *format)
+{
+    memset(p, 0, sizeof *p);
+    p->mode = CLI_PRINT_FORMAT;
+    p->format = format;
+    p->delim[0] = '\n';
+    p->delim_len = 1;
+}
+
+static void print_json(const struct tern_fetch_result *r,
+                       size_t i,
+                       const struct cli_print *pr,
+                       const struct tern_message_props *p,
+                       uint64_t off,
+                       const void *data,
+                       size_t len)
+{
+    int utf8 = cli_utf8_valid(data, len);
+    (void)fputs("{\"queue\":", stdout);
+    json_text(pr->queue != NULL ? pr->queue : "",
+              pr->queue != NULL ? strlen(pr->queue) : 0);
+    (void)printf(",\"offset\":%" PRIu64 ",\"id\":\"%s\",\"append_ts\":%" PRIu64,
+                 off, p->id, p->append_ts_ms);
+    if (p->producer_ts_ms != 0) {
+        (void)printf(",\"producer_ts\":%" PRIu64, p->producer_ts_ms);
+    }
+    if (p->key_len > 0) {
+        (void)fputs(",\"key\":", stdout);
+        json_text(p->key, p->key_len);
+    }
+    if (p->tag_len > 0) {
+        (void)fputs(",\"tag\":", stdout);
+        json_text(p->tag, p->tag_len);
+    }
+    if (p->n_headers > 0) {
+        (void)fputs(",\"headers\":{", stdout);
+        print_headers(r, i, p->n_headers, 1);
+        (void)fputc('}', stdout);
+    }
+    (void)fputs(",\"payload\":", stdout);
+    if (utf8) {
+        cli_json_utf8(stdout, data, len);
+    } else {
+        cli_json_base64(stdout, data, len);
+        (void)fputs(",\"payload_encoding\":\"base64\"", stdout);
+    }
+    (void)fputs("}\n", stdout);
+}
+
 int cli_print_message(const struct tern_fetch_result *r,
                       size_t i,
-                      const char *format,
-                      int mode)
+                      const struct cli_print *pr)
 {
     struct tern_message_props p;
+    const char *format = pr->format;
     uint64_t off;
     const void *data;
     size_t len;
-    if (tern_fetch_result_get(r, i, &off, NULL, &data, &len) != 0 ||
-        tern_fetch_result_props(r, i, &p) != 0) {
+    if (tern_fetch_result_get(r, i, &off, NULL, &data, &len) != 0) {
         return -1;
     }
-    if (mode == CLI_PRINT_RAW) {
+    if (pr->mode == CLI_PRINT_RAW) {
         (void)fwrite(data, 1, len, stdout);
+        (void)fwrite(pr->delim, 1, pr->delim_len, stdout);
         return 0;
     }
-    if (mode == CLI_PRINT_JSON) {
-        (void)printf("{\"offset\":%" PRIu64
-                     ",\"id\":\"%s\",\"append_ts\":%" PRIu64
-                     ",\"producer_ts\":%" PRIu64,
-                     off, p.id, p.append_ts_ms, p.producer_ts_ms);
-        if (p.key_len > 0) {
-            (void)fputs(",\"key\":", stdout);
-            cli_json_bytes(stdout, p.key, p.key_len);
-        }
-        if (p.tag_len > 0) {
-            (void)fputs(",\"tag\":", stdout);
-            cli_json_bytes(stdout, p.tag, p.tag_len);
-        }
-        if (p.n_headers > 0) {
-            (void)fputs(",\"headers\":{", stdout);
-            print_headers(r, i, p.n_headers, 1);
-            (void)fputc('}', stdout);
-        }
-        (void)fputs(",\"payload\":", stdout);
-        cli_json_bytes(stdout, data, len);
-        (void)fputs("}\n", stdout);
+    if (pr->mode == CLI_PRINT_TEXT) {
+        (void)printf("%" PRIu64 "\t", off);
+        (void)fwrite(data, 1, cli_payload_id_len(data, len), stdout);
+        (void)putchar('\n');
+        return 0;
+    }
+    if (tern_fetch_result_props(r, i, &p) != 0) {
+        return -1;
+    }
+    if (pr->mode == CLI_PRINT_JSON) {
+        print_json(r, i, pr, &p, off, data, len);
         return 0;
     }
     for (const char *f = format; *f != '\0'; f++) {
@@ -158,21 +223,74 @@ int cli_format_valid(const char *format)
     return 0;
 }
 
-int cli_print_option(int ch, const char *arg, int *mode, const char **format)
+/* The --delimiter value with its escapes into p; 0 or -1 (printed). */
+static int parse_delimiter(const char *arg, struct cli_print *p)
+{
+    size_t n = 0;
+    for (const char *a = arg; *a != '\0'; a++) {
+        char ch = *a;
+        if (ch == '\\') {
+            switch (a[1]) {
+            case 'n':
+                ch = '\n';
+                break;
+            case 't':
+                ch = '\t';
+                break;
+            case '0':
+                ch = '\0';
+                break;
+            case '\\':
+                ch = '\\';
+                break;
+            default:
+                (void)fprintf(stderr,
+                              "tern: --delimiter: unknown escape \\%c "
+                              "(known: \\n \\t \\0 \\\\)\n",
+                              a[1] != '\0' ? a[1] : ' ');
+                return -1;
+            }
+            a++;
+        }
+        if (n >= sizeof p->delim) {
+            (void)fprintf(stderr, "tern: --delimiter: at most %zu bytes\n",
+                          sizeof p->delim);
+            return -1;
+        }
+        p->delim[n++] = ch;
+    }
+    p->delim_len = n;
+    return 0;
+}
+
+int cli_print_option(int ch, const char *arg, struct cli_print *p)
 {
     switch (ch) {
     case 'F':
-        if (cli_format_valid(arg) != 0) {
+        if (strcmp(arg, "raw") == 0) {
+            p->mode = CLI_PRINT_RAW;
+        } else if (strcmp(arg, "json") == 0) {
+            p->mode = CLI_PRINT_JSON;
+        } else if (strcmp(arg, "text") == 0) {
+            p->mode = CLI_PRINT_TEXT;
+        } else if (cli_format_valid(arg) != 0) {
             return -1;
+        } else {
+            p->mode = CLI_PRINT_FORMAT;
+            p->format = arg;
         }
-        *format = arg;
+        p->given = 1;
         return 0;
     case 'r':
-        *mode = CLI_PRINT_RAW;
+        p->mode = CLI_PRINT_RAW;
+        p->given = 1;
         return 0;
     case 'j':
-        *mode = CLI_PRINT_JSON;
+        p->mode = CLI_PRINT_JSON;
+        p->given = 1;
         return 0;
+    case 'D':
+        return parse_delimiter(arg, p);
     default:
         cli_usage(stderr);
         return -1;
@@ -213,12 +331,13 @@ int cli_message(struct tern_client *c, int argc, char **argv)
         {"json", no_argument, NULL, 'j'},
         {"raw", no_argument, NULL, 'r'},
         {"format", required_argument, NULL, 'F'},
+        {"delimiter", required_argument, NULL, 'D'},
         {NULL, 0, NULL, 0},
     };
     uint64_t offset = 0, max = 100;
     const char *id = NULL, *key = NULL;
-    const char *format = "%o\\t%i\\t%k\\t%t\\t%p";
-    int have_offset = 0, mode = CLI_PRINT_FORMAT;
+    struct cli_print pr;
+    int have_offset = 0;
     struct tern_fetch_result *r = NULL;
     const char *queue;
     int ch, rv;
@@ -231,6 +350,7 @@ int cli_message(struct tern_client *c, int argc, char **argv)
     }
     argc--;
     argv++;
+    cli_print_init(&pr, "%o\\t%i\\t%k\\t%t\\t%p");
     optind = 1;
     while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (ch) {
@@ -252,7 +372,7 @@ int cli_message(struct tern_client *c, int argc, char **argv)
             }
             break;
         default:
-            if (cli_print_option(ch, optarg, &mode, &format) != 0) {
+            if (cli_print_option(ch, optarg, &pr) != 0) {
                 return 2;
             }
             break;
@@ -264,6 +384,7 @@ int cli_message(struct tern_client *c, int argc, char **argv)
         return 2;
     }
     queue = argv[optind];
+    pr.queue = queue;
     if (have_offset) {
         rv = tern_message_get_offset(c, queue, offset, &r);
     } else if (id != NULL) {
@@ -277,7 +398,7 @@ int cli_message(struct tern_client *c, int argc, char **argv)
         return 1;
     }
     for (size_t i = 0; i < tern_fetch_result_count(r); i++) {
-        (void)cli_print_message(r, i, format, mode);
+        (void)cli_print_message(r, i, &pr);
     }
     (void)fflush(stdout);
     tern_fetch_result_free(r);

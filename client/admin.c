@@ -1,7 +1,8 @@
 /*
  * libtern's administration calls (<tern/tern.h>, "Users, grants,
  * namespaces"): USER_*, ACL_* and NAMESPACE_* requests (proto.h ops
- * 10..18) and the list objects built from their answers.
+ * 10..18) and the list objects built from their answers; BACKUP (op 36,
+ * "Backups"), sent to one server and never retried elsewhere.
  *
  * Writes are leader-only requests (engine.c follows the leader as for a
  * queue create; a delete retried after a lost answer that then finds
@@ -258,6 +259,32 @@ int tern_namespace_set(struct tern_client *c,
 int tern_namespace_delete(struct tern_client *c, const char *ns)
 {
     return name_delete(c, PROTO_OP_NAMESPACE_DELETE, ns);
+}
+
+/* ---- Leadership transfer ---- */
+
+int tern_cluster_transfer(struct tern_client *c,
+                          uint64_t to_id,
+                          uint64_t *new_leader)
+{
+    uint8_t *body = NULL;
+    size_t len = 0;
+    uint64_t leader = 0, term = 0;
+    int rv;
+    struct tern__req *r = admin_req(c, PROTO_OP_CLUSTER_TRANSFER, &rv);
+    if (r == NULL) {
+        return rv;
+    }
+    rv = proto_encode_cluster_transfer(&r->frame, 0, to_id);
+    rv = admin_run(c, r, rv, "leadership transfer", &body, &len);
+    if (rv == 0) {
+        rv = proto_decode_cluster_transfer_resp(body, len, &leader, &term);
+    }
+    tern_free(body);
+    if (rv == 0 && new_leader != NULL) {
+        *new_leader = leader;
+    }
+    return rv;
 }
 
 /* ---- List objects ---- */
@@ -675,4 +702,124 @@ void tern_namespace_list_free(struct tern_namespace_list *l)
         admin_list_clear(&l->l);
         tern_free(l);
     }
+}
+
+/* ---- Backups ---- */
+
+/* The commit index of the writable leader, asked now: everything
+ * acknowledged before is at or below it. Asks the server reads go to, then
+ * the leader it names. */
+static int leader_commit(struct tern_client *c, uint64_t *out)
+{
+    struct tern_status *st = NULL;
+    char addr[256];
+    int rv = tern_cluster_status(c, NULL, &st);
+    if (rv == 0 && !(tern_status_role(st) == TERN_ROLE_LEADER &&
+                     tern_status_writable(st))) {
+        const char *la = tern_status_leader_address(st);
+        size_t n = la != NULL ? strlen(la) : 0;
+        if (n == 0 || n >= sizeof addr) {
+            tern_status_free(st);
+            tern_errmsg_printf(c->errmsg,
+                               "backup: no writable leader known, so what "
+                               "was acknowledged is unknown (--any-state "
+                               "backs up the node as it is)");
+            return TERN_ENOTLEADER;
+        }
+        memcpy(addr, la, n + 1);
+        tern_status_free(st);
+        st = NULL;
+        rv = tern_cluster_status(c, addr, &st);
+        if (rv == 0 && !(tern_status_role(st) == TERN_ROLE_LEADER &&
+                         tern_status_writable(st))) {
+            tern_status_free(st);
+            tern_errmsg_printf(c->errmsg,
+                               "backup: %s is no writable leader (an "
+                               "election?): retry, or --any-state",
+                               addr);
+            return TERN_ENOTLEADER;
+        }
+    }
+    if (rv != 0) {
+        return rv;
+    }
+    *out = tern_status_commit_index(st);
+    tern_status_free(st);
+    return 0;
+}
+
+int tern_admin_backup(struct tern_client *c,
+                      const char *address,
+                      const char *dir,
+                      uint32_t flags,
+                      uint32_t timeout_ms,
+                      struct tern_backup_info *out)
+{
+    struct tern__req *r;
+    struct proto_backup_info b;
+    const char *server;
+    uint64_t min_applied = 0;
+    size_t n;
+    int rv;
+    if (out != NULL) {
+        memset(out, 0, sizeof *out);
+    }
+    if ((flags & ~(TERN_BACKUP_VERIFY | TERN_BACKUP_ANY_STATE)) != 0 ||
+        dir == NULL || dir[0] != '/') {
+        tern_errmsg_printf(c->errmsg,
+                           "backup: the directory must be an absolute path "
+                           "on the server's host");
+        return TERN_EINVAL;
+    }
+    if ((flags & (TERN_BACKUP_VERIFY | TERN_BACKUP_ANY_STATE)) == 0) {
+        rv = leader_commit(c, &min_applied);
+        if (rv != 0) {
+            return rv;
+        }
+    }
+    rv =
+        tern__sync_req_new(c, PROTO_OP_BACKUP, timeout_ms, address == NULL, &r);
+    if (rv != 0) {
+        return rv;
+    }
+    if (address != NULL) {
+        r->target = tern__find_or_add_server(c, address, strlen(address));
+        if (r->target < 0) {
+            tern_errmsg_printf(c->errmsg, "bad server address \"%s\"", address);
+            tern__req_free(r);
+            return TERN_EINVAL;
+        }
+    }
+    rv = proto_encode_backup(
+        &r->frame, 0,
+        (flags & TERN_BACKUP_VERIFY) != 0 ? (uint8_t)PROTO_BACKUP_VERIFY : 0,
+        dir, min_applied);
+    if (rv != 0) {
+        tern_errmsg_printf(c->errmsg, "backup: path of 1..%u bytes",
+                           PROTO_BACKUP_PATH_MAX);
+        tern__req_free(r);
+        return rv;
+    }
+    rv = tern__run_sync(c, r);
+    if (rv == 0 && out != NULL) {
+        /* on_success validated the body. */
+        rv = proto_decode_backup_resp(r->body, r->body_len, &b);
+        if (rv == 0) {
+            server = c->servers[r->answered_by]->addr;
+            n = TERN_MIN(strlen(server), sizeof out->server - 1);
+            memcpy(out->server, server, n);
+            n = TERN_MIN((size_t)b.cluster_len, sizeof out->cluster - 1);
+            memcpy(out->cluster, b.cluster, n);
+            out->node_id = b.node_id;
+            out->term = b.term;
+            out->last_applied = b.last_applied;
+            out->log_start = b.log_start;
+            out->log_end = b.log_end;
+            out->n_files = b.n_files;
+            out->total_bytes = b.total_bytes;
+            out->created_ms = b.created_ms;
+        }
+    }
+    tern__req_free(r);
+    return rv;
 }

@@ -57,9 +57,11 @@ struct tern__server
     int connect_timeout_ms;   /* of the current attempt */
     int64_t retry_after;      /* no reconnect before this (back-off) */
     int failures;             /* consecutive connection failures */
-    struct tern_wbuf out;     /* frames not yet written; owned */
-    size_t out_off;           /* bytes of out already written */
-    uint8_t *in;              /* bytes read, not yet parsed; owned */
+    int hard_error;       /* the last attempt was refused or found no host (its
+                             -errno) while the client never connected; else 0 */
+    struct tern_wbuf out; /* frames not yet written; owned */
+    size_t out_off;       /* bytes of out already written */
+    uint8_t *in;          /* bytes read, not yet parsed; owned */
     size_t in_len;
     size_t in_cap;
     char errmsg[TERN_ERRMSG_SIZE]; /* why the last connection failed */
@@ -303,6 +305,7 @@ struct tern_client
     int leader; /* index of the leader guess */
     int leader_confirmed;
     int read_cur;         /* READ_ANY: current read server */
+    int ever_connected;   /* a TCP connection to some server came up */
     uint64_t producer_id; /* 0 until pid_state is known */
     enum tern__pid_state pid_state;
     uint32_t pid_next_k;     /* ISSUED: last k used by a renumber */

@@ -21,12 +21,17 @@
  *     the guess moves to the next server;
  *   - TERN_ENOTLEADER: the leader guess becomes the hinted address (added to
  *     the server list if new), or the next server; the request is re-queued;
+ *     a server that hints itself (a leader not ready for writes yet) is
+ *     asked again after the back-off;
  *   - TERN_ENOLEADER, ESHUTDOWN, EBUSY, ENOCONN, ELEADERSHIPLOST: re-queued
  *     with back-off (produce is idempotent, so an ambiguous outcome is safe
  *     to retry);
  *   - TERN_ESEQUENCE on a produce: the queue's batches are rewound or
  *     renumbered (producer.c) and resent in sequence order;
- *   - the deadline passes: TERN_ETIMEDOUT (outcome unknown).
+ *   - the deadline passes: TERN_ETIMEDOUT (outcome unknown);
+ *   - no connection ever came up and every server refused it or did not
+ *     resolve (connect_hard_fail): every request fails at once with that
+ *     -errno, as none was ever sent.
  *
  * Login (tern_client_set_auth): a connection that comes up (TCP, then
  * TLS) goes to state AUTH and runs login.c's exchange before it is READY;
@@ -39,6 +44,7 @@
  * deadline starts at admission.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "client_int.h"
@@ -81,6 +87,7 @@ static int leader_only_op(uint8_t op)
     case PROTO_OP_RECEIVE:
     case PROTO_OP_SETTLE:
     case PROTO_OP_CLAIM:
+    case PROTO_OP_CLUSTER_TRANSFER:
         return 1;
     default:
         return 0;
@@ -296,10 +303,54 @@ static int req_target(struct tern_client *c, const struct tern__req *r)
     }
 }
 
+/* A connection attempt failed in a way that retrying within the request
+ * deadline is not expected to change: refused, no route, no such host. */
+static int hard_connect_error(int code)
+{
+    return code == -ECONNREFUSED || code == -EHOSTUNREACH ||
+           code == -ENETUNREACH || code == -EADDRNOTAVAIL;
+}
+
+/* Before any connection ever came up: when every server's last attempt
+ * failed hard, fail every request now with that code (the last server's)
+ * and each server's reason, instead of retrying until the deadline
+ * (nothing was sent, so the outcome is known). */
+static void connect_hard_fail(struct tern_client *c, int code)
+{
+    char why[TERN_ERRMSG_SIZE];
+    size_t used = 0;
+    if (c->ever_connected) {
+        return;
+    }
+    for (int i = 0; i < c->n_servers; i++) {
+        if (c->servers[i]->hard_error == 0) {
+            return;
+        }
+    }
+    why[0] = '\0';
+    for (int i = 0; i < c->n_servers && used + 1 < sizeof why; i++) {
+        int n = snprintf(why + used, sizeof why - used, "%s%s",
+                         i > 0 ? "; " : "", c->servers[i]->errmsg);
+        if (n < 0) {
+            break;
+        }
+        used += (size_t)n;
+    }
+    for (struct tern__req *r = c->head; r != NULL;) {
+        struct tern__req *next = r->next;
+        if (r->state == TERN__REQ_QUEUED) {
+            tern_errmsg_printf(r->errmsg, "%s", why);
+            req_complete(c, r, code);
+        }
+        r = next;
+    }
+}
+
 /* The connection to server i failed: close it, re-queue what was on it. */
 static void server_fail(struct tern_client *c, int i, int code, int64_t now)
 {
     struct tern__server *s = c->servers[i];
+    s->hard_error = !c->ever_connected && hard_connect_error(code) ? code : 0;
     tern__server_close(s);
     s->failures++;
     s->retry_after = now + backoff_ms(c, s->failures);
@@ -329,6 +380,9 @@ static void server_fail(struct tern_client *c, int i, int code, int64_t now)
     }
     if (c->read_cur == i) {
         c->read_cur = next_server(c, i);
+    }
+    if (s->hard_error != 0) {
+        connect_hard_fail(c, code);
     }
 }
 
@@ -386,6 +440,9 @@ static int server_ready(struct tern_client *c, int i, int64_t now)
         if (rv != 0) {
             server_fail(c, i, rv, now);
             return 0;
+        }
+        if (s->state != TERN__CONN_CONNECTING) {
+            c->ever_connected = 1;
         }
         if (server_up(c, i, now) != 0) {
             return 0;
@@ -549,11 +606,26 @@ static void on_success(struct tern_client *c,
         rv = proto_decode_member_resp(body, len, &role);
         break;
     }
+    case PROTO_OP_BACKUP: {
+        struct proto_backup_info b;
+        rv = proto_decode_backup_resp(body, len, &b);
+        break;
+    }
     case PROTO_OP_USER_LIST:
     case PROTO_OP_ACL_LIST:
     case PROTO_OP_NAMESPACE_LIST: {
         struct proto_list_resp lr;
         rv = proto_decode_list_resp(r->op, body, len, &lr);
+        break;
+    }
+    case PROTO_OP_CLUSTER_TRANSFER: {
+        uint64_t leader = 0, term = 0;
+        rv = proto_decode_cluster_transfer_resp(body, len, &leader, &term);
+        if (rv == 0 && c->leader == i) {
+            /* The answering server led; now another node does: the next
+             * leader-only request learns where from its redirect. */
+            c->leader_confirmed = 0;
+        }
         break;
     }
     case PROTO_OP_PRODUCER_INIT: {
@@ -615,11 +687,24 @@ static void on_error(struct tern_client *c,
             to = tern__find_or_add_server(c, e->leader_address,
                                           e->leader_address_len);
         }
-        if (to < 0 || to == i) {
+        if (to == i) {
+            /* It leads but is not ready for writes yet (its barrier after
+             * the election, e.g. just after a leadership transfer): ask it
+             * again after the base back-off (growing after 5 attempts)
+             * rather than go round the others. */
+            req_retry(c, r, now,
+                      backoff_ms(c, r->attempts <= 5 ? 1 : r->attempts - 4));
+            return;
+        }
+        if (to < 0) {
             to = next_server(c, i);
         }
         leader_moved(c, i, to);
-        req_retry(c, r, now, r->attempts <= 2 ? 0 : backoff_ms(c, r->attempts));
+        /* Two redirects at once, then the back-off from its base: a
+         * redirect without a hint usually means an election (or a
+         * leadership transfer) of a few ms is under way. */
+        req_retry(c, r, now,
+                  r->attempts <= 2 ? 0 : backoff_ms(c, r->attempts - 2));
         return;
     }
     if (is_retryable(status)) {
@@ -847,6 +932,7 @@ int tern__step(struct tern_client *c, int64_t until)
                     server_fail(c, i, rv, now);
                     continue;
                 }
+                c->ever_connected = 1;
                 if (s->state != TERN__CONN_READY) {
                     continue; /* TLS handshake under way */
                 }

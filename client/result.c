@@ -373,6 +373,7 @@ struct tern_status
     uint64_t timers_pending;
     uint64_t timers_oldest_due_ms;
     int self_role; /* enum tern_member_role, -1 unknown */
+    char *version; /* owned; "" from a server that predates it */
 };
 
 static char *dup_str(const char *s, size_t len)
@@ -417,10 +418,12 @@ struct tern_status *tern__status_new(const char *server,
     s->leader_address = dup_str(ps.leader_address, ps.leader_address_len);
     s->transport = dup_str(ps.transport, ps.transport_len);
     s->durability = dup_str(ps.durability, ps.durability_len);
+    s->version = dup_str(ps.server_version, ps.server_version_len);
     s->members =
         tern_calloc(ps.n_members != 0 ? ps.n_members : 1, sizeof *s->members);
     if (s->server == NULL || s->leader_address == NULL ||
-        s->transport == NULL || s->durability == NULL || s->members == NULL) {
+        s->transport == NULL || s->durability == NULL || s->version == NULL ||
+        s->members == NULL) {
         goto err;
     }
     while (s->n < ps.n_members && proto_next_member(&ps, &pos, &pm)) {
@@ -536,6 +539,7 @@ void tern_status_free(struct tern_status *s)
     tern_free(s->leader_address);
     tern_free(s->transport);
     tern_free(s->durability);
+    tern_free(s->version);
     tern_free(s);
 }
 
@@ -584,4 +588,8 @@ int tern_status_timers(const struct tern_status *s,
     *pending = s->timers_pending;
     *oldest_due_ms = s->timers_oldest_due_ms;
     return s->has_timers ? 0 : TERN_ENOTFOUND;
+}
+const char *tern_status_version(const struct tern_status *s)
+{
+    return s->version;
 }

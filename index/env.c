@@ -434,6 +434,7 @@ void idx_close(struct idx_env *e)
      * prefix of the log, so committing it is safe. */
     (void)idx_sync(e);
     idx__txn_abort(e);
+    idx__backup_detach(e);
     mdb_env_close(e->mdb);
     idx__log_close(e);
     if (e->stage.fd >= 0) {

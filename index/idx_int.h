@@ -9,6 +9,7 @@
  * Files of index/ and who calls whom (a DAG, top first; no file calls a
  * file above it):
  *
+ *   backup.c    backups: manifest, copy, verify, install
  *   env.c       open (recovery), close, accessors
  *   snapshot.c  manifests, bulk catch-up, restore
  *   read.c      queue lookups, group offsets, fetches
@@ -22,6 +23,10 @@
  *   keys.c      LMDB key and value codecs
  *   txn.c       errors, read buffer, the pending write txn, idx_flush
  *
+ *   backup.c -> snapshot.c (manifest codec), ckpt.c, log.c (record
+ *   header, first position), keys.c (state row); the one call into it
+ *   is idx_close's idx__backup_detach (env.c); snapshot.c only reads
+ *   e->backup (the trim hold)
  *   env.c, snapshot.c -> apply.c -> cmd.c, keys.c, log.c, clean.c
  *   apply.c -> shared.c -> cmd.c, keys.c, log.c
  *   apply.c <-> timer.c (the one cycle: the writer dispatches the timer
@@ -632,6 +637,47 @@ struct idx__manifest
 /* Pure decoder: 0, TERN_EMALFORMED or TERN_EVERSION. */
 int idx__manifest_decode(const void *buf, size_t len, struct idx__manifest *m);
 
+/* Encode m as a version 2 manifest into b (IDX__MANIFEST_SIZE bytes). */
+void idx__manifest_encode(uint8_t *b, const struct idx__manifest *m);
+
+/* ---- backup.c: backups (format: backup.c) -------------------------------- */
+
+#define IDX__BACKUP_MAX_FILES    100000u
+#define IDX__BACKUP_NAME_MAX     29 /* "log/" + 20 digits + ".ckpt" */
+#define IDX__BACKUP_MANIFEST_MAX ((size_t)8 << 20)
+struct idx__backup_file
+{
+    char name[IDX__BACKUP_NAME_MAX + 1];
+    uint64_t size;
+    uint32_t checksum;
+};
+struct idx__backup_manifest
+{
+    uint64_t created_ms;
+    uint64_t node_id;
+    uint64_t term;
+    struct idx__manifest snap; /* what the copy covers */
+    char cluster[IDX_BACKUP_CLUSTER_MAX + 1];
+    uint32_t n_files;
+    struct idx__backup_file *files; /* decode: tern_malloc'd, owned by m */
+};
+/* Is name one a manifest may list ("lmdb/data.mdb", "log/<20 digits>.seg"
+ * or ".ckpt")? Pure. */
+bool idx__backup_name_valid(const char *name, size_t n);
+/* Append m's encoding to w (caller-owned). 0, TERN_EINVAL (bad name or
+ * count) or TERN_ETOOBIG. */
+int idx__backup_manifest_encode(const struct idx__backup_manifest *m,
+                                struct tern_wbuf *w);
+/* Pure decoder of untrusted bytes: 0, TERN_EMALFORMED, TERN_ECORRUPT
+ * (checksum), TERN_EVERSION or -ENOMEM. On success m->files is allocated:
+ * idx__backup_manifest_free. */
+int idx__backup_manifest_decode(const void *buf,
+                                size_t len,
+                                struct idx__backup_manifest *m);
+void idx__backup_manifest_free(struct idx__backup_manifest *m);
+/* idx_close: cancel the running backup and wait for its worker. */
+void idx__backup_detach(struct idx_env *e);
+
 /* env.c: empty every table in the pending txn (a rebase on a fetched
  * checkpoint, snapshot.c). */
 int idx__lmdb_clear(struct idx_env *e);
@@ -731,6 +777,9 @@ struct idx_env
         int fd;
     } stage;
     uint64_t prev_snap_end;
+    /* backup.c: the running backup, or NULL; while set the head of the
+     * log is not trimmed (snapshot.c) */
+    struct idx_backup *backup;
 
     /* apply.c writes, read.c drains (idx_over_limits_drain): queues a
      * produce left over a drop-oldest limit, for the leader's planner */

@@ -34,7 +34,8 @@
  * before this one still names a log this node can verify); segments that
  * end at or before it and older checkpoints are deleted, and the manifest
  * names the new log start and its checkpoint. A trimmed log never trims
- * to a checkpoint larger than its own position (see below).
+ * to a checkpoint larger than its own position (see below). Nothing is
+ * trimmed while a backup runs (backup.c copies from the log start).
  *
  * A follower whose log ends before the manifest's log_start cannot
  * continue from its own log. The bulk stream then starts ckpt_size bytes
@@ -131,6 +132,22 @@ int idx__manifest_decode(const void *buf, size_t len, struct idx__manifest *m)
     return 0;
 }
 
+void idx__manifest_encode(uint8_t *b, const struct idx__manifest *m)
+{
+    tern_put_u32(b, IDX__MANIFEST_MAGIC);
+    tern_put_u16(b + 4, IDX__MANIFEST_VERSION);
+    tern_put_u16(b + 6, 0);
+    tern_put_u64(b + 8, m->last_applied);
+    tern_put_u64(b + 16, m->log_end);
+    tern_put_u64(b + 24, m->last_rec_pos);
+    tern_put_u32(b + 32, m->last_rec_checksum);
+    tern_put_u32(b + 36, m->ckpt_sum);
+    tern_put_u64(b + 40, m->log_start);
+    tern_put_u64(b + 48, m->ckpt_size);
+    tern_put_u32(b + 56, 0);
+    tern_put_u32(b + 60, tern_checksum32(b, 60));
+}
+
 /* ---- Retention: the head of the log ------------------------------------- */
 
 /* The first log position any queue still needs: the record of each
@@ -193,7 +210,11 @@ static int needed_pos(struct idx_env *e, uint64_t *out)
 static int trim_head(struct idx_env *e)
 {
     uint64_t need = 0, to = 0;
-    int rc = needed_pos(e, &need);
+    int rc;
+    if (e->backup != NULL) {
+        return 0; /* a backup copies from the log start (backup.c) */
+    }
+    rc = needed_pos(e, &need);
     if (rc != 0) {
         return rc;
     }
@@ -248,18 +269,16 @@ int idx_snapshot(struct idx_env *e, struct tern_wbuf *w)
     if (b == NULL) {
         return w->err != 0 ? w->err : -ENOMEM;
     }
-    tern_put_u32(b, IDX__MANIFEST_MAGIC);
-    tern_put_u16(b + 4, IDX__MANIFEST_VERSION);
-    tern_put_u16(b + 6, 0);
-    tern_put_u64(b + 8, e->committed.last_applied);
-    tern_put_u64(b + 16, e->committed.log_end);
-    tern_put_u64(b + 24, e->committed.last_rec_pos);
-    tern_put_u32(b + 32, e->committed.last_rec_checksum);
-    tern_put_u32(b + 36, ckpt_sum);
-    tern_put_u64(b + 40, e->log_start);
-    tern_put_u64(b + 48, ckpt_size);
-    tern_put_u32(b + 56, 0);
-    tern_put_u32(b + 60, tern_checksum32(b, 60));
+    struct idx__manifest m = {
+        .last_applied = e->committed.last_applied,
+        .log_end = e->committed.log_end,
+        .last_rec_pos = e->committed.last_rec_pos,
+        .last_rec_checksum = e->committed.last_rec_checksum,
+        .log_start = e->log_start,
+        .ckpt_size = ckpt_size,
+        .ckpt_sum = ckpt_sum,
+    };
+    idx__manifest_encode(b, &m);
     w->len += IDX__MANIFEST_SIZE;
     e->prev_snap_end = e->committed.log_end;
     return 0;

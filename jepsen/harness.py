@@ -1676,6 +1676,17 @@ def main(argv=None):
     if os.geteuid() != 0:
         print("harness: needs root (network namespaces)", file=sys.stderr)
         return 3
+    # Never judge with a stale driver: its Makefile rebuilds it when
+    # driver.c, tern.h or libtern.so is newer (a no-op otherwise).
+    default_driver = os.path.join(a.build, "jepsen", "tern-jepsen-driver")
+    if a.driver == default_driver and os.path.exists(
+            os.path.join(a.build, "client", "libtern.so")):
+        mk = subprocess.run(["make", "-s", "-C",
+                             os.path.join(HERE, "driver"),
+                             "BUILD=" + a.build])
+        if mk.returncode != 0:
+            print("harness: building the driver failed", file=sys.stderr)
+            return 3
     kinds = a.nemesis.split(",")
     need = [a.ternd, a.tern, a.driver]
     if any(k in POWERLOSS_KINDS for k in kinds):

@@ -26,9 +26,8 @@ STAMP="$(date -u +%Y%m%dT%H%M%SZ)"
 OUT="/tmp/jepsen-runs/smoke-$STAMP"
 mkdir -p "$OUT"
 
-if [ ! -x "$BUILD/jepsen/tern-jepsen-driver" ]; then
-    make -s -C "$HERE/driver" BUILD="$BUILD" || exit 3
-fi
+# The driver's Makefile rebuilds it when its sources or libtern changed.
+make -s -C "$HERE/driver" BUILD="$BUILD" || exit 3
 if [ ! -x "$BUILD/jepsen/tern-powerloss-restore" ] ||
     [ ! -f "$BUILD/jepsen/libtern_powerloss.so" ]; then
     make -s -C "$HERE/powerloss" OUT="$BUILD/jepsen" || exit 3

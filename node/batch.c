@@ -52,6 +52,8 @@
 
 #include <string.h>
 
+#include <uv.h>
+
 #include "batch.h"
 
 void node_batcher_init(struct node_batcher *b,
@@ -567,8 +569,10 @@ int node_batcher_add(struct node_batcher *b,
         while (i < r->n_msgs && proto_next_msg(r, &pos, &m)) {
             msgs[i].data = m.data;
             msgs[i].len = m.len;
+            w->msg_bytes += m.len;
             i++;
         }
+        w->added_ns = uv_hrtime();
         /* Properties blocks (checked by the server before this). */
         pos = 0;
         for (uint32_t k = 0; r->props_len > 0 && k < i; k++) {

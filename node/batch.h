@@ -51,6 +51,10 @@ struct node_wreq
      * number of items (the answer has one done byte each). */
     struct idx_deliver_item *items;
     uint32_t n_items;
+    /* PRODUCE and PRODUCE_DELAYED, for the metrics (metrics.h): when the
+     * request was added (uv_hrtime) and its messages' bytes. */
+    uint64_t added_ns;
+    uint64_t msg_bytes;
 };
 /* w->op of the leader's own TIMER_FIRE (node_batcher_add_timer_fire): no
  * client op has this number. */

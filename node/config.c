@@ -23,6 +23,8 @@
  *                                   ; AppendEntries after each answer
  *                                   ; (costs a CPU per node under load)
  *   log_level   = info              ; error | warn | info | debug
+ *   pid_file    = /run/tern/ternd.pid ; write the pid here (removed at a
+ *                                   ; clean stop)
  *   cluster_name = tern             ; recorded in DATA_DIR/IDENTITY with the
  *                                   ; id; a data dir of another cluster or
  *                                   ; node is refused (node/ident.c);
@@ -56,6 +58,13 @@
  *                                   ; messages come due this often; 0 = off
  *   timer_batch = 256               ; timers per TIMER_FIRE (1..1024; and
  *                                   ; at most 4 MiB of messages)
+ *
+ *   [log]
+ *   file   = /var/log/tern/ternd.log ; append the event log to this file
+ *                                  ; instead of stderr; reopened on SIGHUP
+ *                                  ; (logrotate: rename, then SIGHUP)
+ *   format = text                  ; text (key=value) | json (one object
+ *                                  ; per line); node/log.c
  *
  *   [raft]
  *   election_timeout_ms      = 150
@@ -153,6 +162,20 @@
  *   auth_failure_sources = 4096    ; addresses whose failures are counted
  *                                  ; at once (the oldest is forgotten)
  *
+ *   [metrics]                      ; HTTP metrics/health endpoint
+ *                                  ; (node/metrics.c, docs/OPERATIONS.md)
+ *   listen = 127.0.0.1:9401        ; host:port; unset (default): off.
+ *                                  ; Bind loopback; expose it only
+ *                                  ; behind token_file or a firewall
+ *   token_file = /etc/tern/metrics.token ; first line: the bearer token
+ *                                  ; every request must carry (mode 0600)
+ *   max_queues = 1000              ; queues reported per scrape
+ *   max_groups = 1000              ; groups reported per scrape
+ *   max_connections = 16           ; HTTP connections at once (1..1024)
+ *   connection_timeout_s = 10      ; idle HTTP connection closed after
+ *   ready_max_lag = 1000           ; /readyz: applied index at most this
+ *                                  ; many entries behind the commit index
+ *
  *   [peers]                        ; every voter, this node included
  *   1 = 127.0.0.1:7501,127.0.0.1:7401   ; <id> = <raft_addr>,<client_addr>
  *   2 = 127.0.0.1:7502,127.0.0.1:7402
@@ -245,6 +268,9 @@ static const char usage_text[] =
     "  --fetch-scan-max N         messages a tag-filtered fetch examines\n"
     "                             per answer (default 100000)\n"
     "  --log-level L              error|warn|info|debug (default info)\n"
+    "  --log-file F               append the log to F, reopened on SIGHUP\n"
+    "                             (default: stderr)\n"
+    "  --log-format F             text (default) | json\n"
     "  --transport T              raft transport: tcp (default), shm "
     "(shared memory,\n"
     "                             tcp fallback), rdma (verbs, tcp fallback) "
@@ -301,6 +327,46 @@ static const char usage_text[] =
     "  --auto-rejoin B            leader removes and adds back a voter that "
     "lost data\n"
     "                             (default true)\n"
+    "  --index-map-bytes N        LMDB map: the largest the index may "
+    "grow\n"
+    "                             (default 64G, 16M..16384G)\n"
+    "  --timer-interval-ms N      leader fires due delayed messages this "
+    "often\n"
+    "                             (default 100; 0: off)\n"
+    "  --timer-batch N            timers per fire (default 256, 1..1024)\n"
+    "  --max-delay-ms N           furthest due time of a delayed produce\n"
+    "                             (default 3456000000, 40 days)\n"
+    "  --shared-prefetch N        unacknowledged messages one shared-group\n"
+    "                             consumer may hold (default 256)\n"
+    "  --claim-lease-min-ms N     shortest single-active-consumer claim "
+    "(default 1000)\n"
+    "  --claim-lease-max-ms N     longest claim (default 300000)\n"
+    "  --status-max-rows N        lease rows a group status answer walks\n"
+    "                             (default 65536)\n"
+    "  --peer-handshake-timeout-ms N  peer handshake deadline (default "
+    "5000)\n"
+    "  --peer-max-pending N       peer handshakes in progress at once "
+    "(default 64)\n"
+    "  --client-auth M            client login: auto (default: required "
+    "unless --dev\n"
+    "                             or client_addr is loopback), on or off\n"
+    "  --bootstrap-admin NAME     admin a leader creates while no user "
+    "exists\n"
+    "  --bootstrap-admin-cred C   its credential (`tern user hash` prints "
+    "it)\n"
+    "  --metrics-listen H:P       HTTP /metrics, /healthz, /readyz "
+    "(default off)\n"
+    "  --metrics-token-file F     bearer token every metrics request "
+    "carries\n"
+    "  --metrics-max-queues N     queues reported per scrape (default "
+    "1000)\n"
+    "  --metrics-max-groups N     groups reported per scrape (default "
+    "1000)\n"
+    "  --metrics-max-connections N  HTTP connections at once (default 16)\n"
+    "  --metrics-connection-timeout-s N  idle HTTP connection closed "
+    "(default 10)\n"
+    "  --metrics-ready-max-lag N  /readyz: applied may trail commit by N "
+    "(default 1000)\n"
     "  --pid-file F               write the pid to F\n"
     "  --help                     this text\n"
     "  --version                  print the version and exit\n"
@@ -318,6 +384,7 @@ static const char usage_text[] =
     "  follower_busy_poll_us = 0\n"
     "  log_level = info\n"
     "  cluster_name = tern\n"
+    "  pid_file = /run/tern/ternd.pid\n"
     "  allow_open_data_dir = false\n"
     "  join = false\n"
     "  log_segment_bytes = 64M\n"
@@ -327,6 +394,9 @@ static const char usage_text[] =
     "  clean_batch_rows = 1024\n"
     "  timer_interval_ms = 100\n"
     "  timer_batch = 256\n"
+    "  [log]\n"
+    "  file = /var/log/tern/ternd.log\n"
+    "  format = text\n"
     "  [raft]\n"
     "  election_timeout_ms = 150\n"
     "  heartbeat_ms = 15\n"
@@ -374,6 +444,14 @@ static const char usage_text[] =
     "  auth_failure_delay_ms = 500\n"
     "  auth_failures_per_minute = 20\n"
     "  auth_failure_sources = 4096\n"
+    "  [metrics]\n"
+    "  listen = 127.0.0.1:9401\n"
+    "  token_file = /etc/tern/metrics.token\n"
+    "  max_queues = 1000\n"
+    "  max_groups = 1000\n"
+    "  max_connections = 16\n"
+    "  connection_timeout_s = 10\n"
+    "  ready_max_lag = 1000\n"
     "  [peers]\n"
     "  1 = 127.0.0.1:7501,127.0.0.1:7401\n"
     "  2 = 127.0.0.1:7502,127.0.0.1:7402\n"
@@ -420,6 +498,11 @@ void node_config_init(struct node_config *c)
     c->claim_lease_min_ms = NODE_DEFAULT_CLAIM_LEASE_MIN_MS;
     c->claim_lease_max_ms = NODE_DEFAULT_CLAIM_LEASE_MAX_MS;
     c->status_max_rows = NODE_DEFAULT_STATUS_MAX_ROWS;
+    c->metrics_max_queues = NODE_DEFAULT_METRICS_MAX_QUEUES;
+    c->metrics_max_groups = NODE_DEFAULT_METRICS_MAX_GROUPS;
+    c->metrics_max_connections = NODE_DEFAULT_METRICS_MAX_CONNS;
+    c->metrics_timeout_s = NODE_DEFAULT_METRICS_TIMEOUT_S;
+    c->metrics_ready_max_lag = NODE_DEFAULT_METRICS_READY_LAG;
     c->max_term_jump = NODE_DEFAULT_MAX_TERM_JUMP;
     c->auto_rejoin = 1;
     c->peer_handshake_timeout_ms = NODE_DEFAULT_PEER_HANDSHAKE_MS;
@@ -441,11 +524,14 @@ static void peers_free(struct node_peer *p, unsigned n)
 void node_config_free(struct node_config *c)
 {
     tern_free(c->data_dir);
+    tern_free(c->log_file);
     tern_free(c->client_addr);
     tern_free(c->raft_addr);
     tern_free(c->transport);
     tern_free(c->shm_dir);
     tern_free(c->pid_file);
+    tern_free(c->metrics_listen);
+    tern_free(c->metrics_token_file);
     tern_free(c->cluster_name);
     tern_free(c->cluster_ca);
     tern_free(c->node_cert);
@@ -809,6 +895,23 @@ static int set_log_level(struct node_config *c,
     return 0;
 }
 
+/* int member (enum node_log_format): text | json. */
+static int set_log_format(struct node_config *c,
+                          const struct key *k,
+                          const char *v,
+                          const char *what,
+                          char *errmsg)
+{
+    int f = node_log_format_parse(v);
+    if (f < 0) {
+        tern_errmsg_printf(
+            errmsg, "%s: log format '%s' is not one of text|json", what, v);
+        return TERN_EINVAL;
+    }
+    *(int *)field_of(c, k) = f;
+    return 0;
+}
+
 /* int member, true for memory: disk | memory. */
 static int set_durability(struct node_config *c,
                           const struct key *k,
@@ -981,6 +1084,8 @@ static const struct key keys[] = {
      NODE__UINT(timer_interval_ms), 3600000},
     {"node", "timer_batch", "--timer-batch", set_unsigned,
      NODE__UINT(timer_batch), IDX_TIMER_FIRE_KEYS_MAX},
+    {"log", "file", "--log-file", set_text, NODE__STR(log_file), 0},
+    {"log", "format", "--log-format", set_log_format, NODE__INT(log_format), 0},
     {"raft", "election_timeout_ms", "--election-timeout-ms", set_unsigned,
      NODE__UINT(election_timeout_ms), UINT32_MAX},
     {"raft", "heartbeat_ms", "--heartbeat-ms", set_unsigned,
@@ -1066,6 +1171,20 @@ static const struct key keys[] = {
      set_unsigned, NODE__UINT(auth_failures_per_minute), 1000000},
     {"security", "auth_failure_sources", "--auth-failure-sources", set_unsigned,
      NODE__UINT(auth_failure_sources), 1000000},
+    {"metrics", "listen", "--metrics-listen", set_addr,
+     NODE__STR(metrics_listen), 0},
+    {"metrics", "token_file", "--metrics-token-file", set_text,
+     NODE__STR(metrics_token_file), 0},
+    {"metrics", "max_queues", "--metrics-max-queues", set_unsigned,
+     NODE__UINT(metrics_max_queues), 1000000},
+    {"metrics", "max_groups", "--metrics-max-groups", set_unsigned,
+     NODE__UINT(metrics_max_groups), 1000000},
+    {"metrics", "max_connections", "--metrics-max-connections", set_unsigned,
+     NODE__UINT(metrics_max_connections), 1024},
+    {"metrics", "connection_timeout_s", "--metrics-connection-timeout-s",
+     set_unsigned, NODE__UINT(metrics_timeout_s), 3600},
+    {"metrics", "ready_max_lag", "--metrics-ready-max-lag", set_u64,
+     NODE__U64(metrics_ready_max_lag), UINT64_MAX},
 };
 
 /* The row of INI key name in section, or NULL. */

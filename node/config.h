@@ -29,6 +29,9 @@ struct node_config
     char *shm_dir;     /* owned; transport shm: socket directory ("/tmp") */
     char *pid_file;    /* owned; NULL: none */
     int log_level;     /* enum node_log_level */
+    char *log_file;    /* owned; [log] file: append to it (NULL: stderr);
+                          reopened on SIGHUP */
+    int log_format;    /* [log] format: enum node_log_format */
     unsigned election_timeout_ms;
     unsigned heartbeat_ms;
     uint64_t snapshot_bytes;
@@ -104,7 +107,15 @@ struct node_config
     unsigned claim_lease_min_ms;       /* bounds of a CLAIM's lease */
     unsigned claim_lease_max_ms;
     unsigned status_max_rows; /* lease rows one GROUP_STATUS walks */
-    struct node_peer *peers;  /* owned array */
+    /* [metrics]: the metrics and health endpoint (node/metrics.c) */
+    char *metrics_listen;             /* owned; NULL: no endpoint */
+    char *metrics_token_file;         /* owned; NULL: no bearer token asked */
+    unsigned metrics_max_queues;      /* queues reported per scrape */
+    unsigned metrics_max_groups;      /* groups reported per scrape */
+    unsigned metrics_max_connections; /* HTTP connections at once */
+    unsigned metrics_timeout_s;       /* per HTTP connection */
+    uint64_t metrics_ready_max_lag;   /* /readyz: commit - applied bound */
+    struct node_peer *peers;          /* owned array */
     unsigned n_peers;
     bool help; /* --help was given: print usage, do nothing else */
 };
@@ -171,6 +182,13 @@ enum node_client_auth {
 #define NODE_DEFAULT_AUTH_FAIL_SOURCES   4096u
 #define NODE_CLUSTER_NAME_MAX            64u
 #define NODE_DEFAULT_MAX_TERM_JUMP       (1ull << 20)
+
+/* [metrics] keys */
+#define NODE_DEFAULT_METRICS_MAX_QUEUES 1000u
+#define NODE_DEFAULT_METRICS_MAX_GROUPS 1000u
+#define NODE_DEFAULT_METRICS_MAX_CONNS  16u
+#define NODE_DEFAULT_METRICS_TIMEOUT_S  10u
+#define NODE_DEFAULT_METRICS_READY_LAG  1000u
 
 /* [node] retention keys */
 #define NODE_DEFAULT_RETENTION_INTERVAL_MS 1000u

@@ -32,7 +32,8 @@ static bool op_known(uint8_t op)
 {
     return (op >= PROTO_OP_QUEUE_CREATE && op <= PROTO_OP_SETTLE) ||
            op == PROTO_OP_CLAIM || op == PROTO_OP_PRODUCE_DELAYED ||
-           op == PROTO_OP_GROUP_STATUS || op == PROTO_OP_MEMBER;
+           op == PROTO_OP_GROUP_STATUS || op == PROTO_OP_CLUSTER_TRANSFER ||
+           op == PROTO_OP_BACKUP || op == PROTO_OP_MEMBER;
 }
 
 static void set_error(struct node_frame *f,

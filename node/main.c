@@ -1,7 +1,9 @@
 /*
  * ternd: the tern server process. Parses the configuration (config.c),
  * then runs the node (node.c) until SIGTERM/SIGINT; --version prints the
- * version and exits.
+ * version and exits. --verify-backup DIR checks a backup and exits;
+ * --restore-from DIR [--restore-snapshot-only] seeds a new data directory
+ * from a backup (backup.c) before the node starts.
  * Exit codes: 0 clean stop, 1 runtime failure, 2 bad configuration.
  */
 #include <stdio.h>
@@ -10,14 +12,39 @@
 #include <tern/tern.h>
 #include <tern_common.h>
 
+#include "backup.h"
 #include "config.h"
+#include "log.h"
 #include "node.h"
+
+/* ternd --verify-backup DIR: 0 when the backup is sound, 1 if not. */
+static int verify_backup(const char *dir)
+{
+    struct idx_backup_info info;
+    char errmsg[TERN_ERRMSG_SIZE] = "";
+    int rv = idx_backup_verify(dir, &info, errmsg);
+    if (rv != 0) {
+        (void)fprintf(stderr, "ternd: backup %s is not usable: %s (%s)\n", dir,
+                      errmsg, tern_err_name(rv));
+        return 1;
+    }
+    (void)printf(
+        "backup %s ok: cluster %s node %llu term %llu "
+        "last_applied %llu log [%llu, %llu) files %u bytes %llu\n",
+        dir, info.cluster, (unsigned long long)info.node_id,
+        (unsigned long long)info.term, (unsigned long long)info.last_applied,
+        (unsigned long long)info.log_start, (unsigned long long)info.log_end,
+        info.n_files, (unsigned long long)info.total_bytes);
+    return 0;
+}
 
 int main(int argc, char **argv)
 {
     struct node_config c;
     char errmsg[TERN_ERRMSG_SIZE] = "";
-    int rv;
+    const char *restore_from = NULL;
+    bool snapshot_only = false;
+    int rv, kept = 1;
 
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--version") == 0) {
@@ -25,6 +52,32 @@ int main(int argc, char **argv)
                          TERN_VERSION_MINOR, TERN_VERSION_PATCH);
             return 0;
         }
+    }
+    /* The backup flags are taken out before the configuration parses the
+     * rest. */
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--verify-backup") == 0 ||
+            strcmp(argv[i], "--restore-from") == 0) {
+            if (i + 1 >= argc) {
+                (void)fprintf(stderr, "ternd: %s needs a directory\n", argv[i]);
+                return 2;
+            }
+            if (argv[i][2] == 'v') {
+                return verify_backup(argv[i + 1]);
+            }
+            restore_from = argv[++i];
+        } else if (strcmp(argv[i], "--restore-snapshot-only") == 0) {
+            snapshot_only = true;
+        } else {
+            argv[kept++] = argv[i];
+        }
+    }
+    argc = kept;
+    if (snapshot_only && restore_from == NULL) {
+        (void)fprintf(stderr,
+                      "ternd: --restore-snapshot-only goes with "
+                      "--restore-from\n");
+        return 2;
     }
     node_config_init(&c);
     rv = node_config_parse_args(&c, argc, argv, errmsg);
@@ -36,8 +89,31 @@ int main(int argc, char **argv)
     }
     if (c.help) {
         (void)fputs(node_config_usage(), stdout);
+        (void)fputs(
+            "\nBackups (docs/OPERATIONS.md, \"Backup and restore\"):\n"
+            "  --verify-backup DIR      check a backup, exit 0 if "
+            "sound, 1 if not\n"
+            "  --restore-from DIR       seed this new node's empty "
+            "data dir from a\n"
+            "                           backup, then start (the "
+            "cluster_name must differ)\n"
+            "  --restore-snapshot-only  with --restore-from: only "
+            "DIR/MANIFEST, the log\n"
+            "                           comes from a peer\n",
+            stdout);
         node_config_free(&c);
         return 0;
+    }
+    if (restore_from != NULL) {
+        rv = node_backup_restore(&c, restore_from, snapshot_only, errmsg);
+        if (rv != 0) {
+            (void)fprintf(stderr, "ternd: restore from %s: %s (%s)\n",
+                          restore_from, errmsg, tern_err_name(rv));
+            node_log(NODE_LOG_ERROR, "restore failed", "dir=%s err=%s",
+                     restore_from, tern_err_name(rv));
+            node_config_free(&c);
+            return rv == TERN_EINVAL ? 2 : 1;
+        }
     }
     rv = node_run(&c);
     node_config_free(&c);

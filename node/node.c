@@ -55,10 +55,21 @@
  * timers behind, the next pass starts at once. A pass that fires logs one
  * DEBUG line when answered; a plan error logs a WARN at most every 10 s.
  *
- * Shutdown (SIGTERM/SIGINT): close the client server, answer unproposed
- * writes with TERN_ESHUTDOWN, repl_close (in-flight proposals fail with
+ * Shutdown (SIGTERM/SIGINT): a leader with other voters first hands its
+ * leadership over (repl_transfer_start to the voter with the highest match
+ * index, repl_get_progress) and waits for the transfer to end, at most one
+ * election timeout + 500 ms; meanwhile it takes no new writes (TERN_ENOTLEADER,
+ * so libtern moves to another node) and its proposals in flight end with
+ * TERN_ELEADERSHIPLOST when it steps down (libtern resends them, the
+ * producer id makes that idempotent). A second signal stops at once.
+ * Then: close the client server, answer unproposed writes with
+ * TERN_ESHUTDOWN, repl_close (in-flight proposals fail with
  * TERN_ESHUTDOWN), then close the index, then the transport, then our own
  * handles; uv_run returns and main exits 0.
+ *
+ * SIGHUP reopens the [log] file (logrotate: rename it, then send SIGHUP)
+ * and logs "log reopened"; nothing else is re-read (the configuration,
+ * TLS files and the cluster secret take effect on restart).
  */
 #include <dirent.h>
 #include <errno.h>
@@ -85,7 +96,9 @@
 #include "ident.h"
 #include "idx.h"
 #include "log.h"
+#include "metrics.h"
 #include "node.h"
+#include "notify.h"
 #include "repl.h"
 #include "server.h"
 #include "transport.h"
@@ -102,12 +115,18 @@ struct node
     struct node_fsm fsm; /* the index behind raft's state machine */
     struct repl *repl;
     struct node_server *server;
+    struct node_metrics *metrics; /* [metrics] endpoint; NULL: off */
     struct node_batcher batcher;
     uv_check_t check;
     uv_idle_t idle;
     uv_signal_t sig_term;
     uv_signal_t sig_int;
+    uv_signal_t sig_hup;
     uv_timer_t watchdog;
+    uv_timer_t handover;     /* bounds the hand-over at shutdown */
+    bool handing_over;       /* a stop signal came while leader: transferring */
+    bool handover_done;      /* stop at the end of this loop iteration */
+    uint64_t handover_since; /* uv_now when the hand-over began */
     uv_timer_t retention;
     uv_timer_t timers; /* the timer pass (delayed messages) */
     /* A TIMER_FIRE proposed and not answered yet: since (uv_now), keys */
@@ -184,6 +203,7 @@ static const char *role_name(enum repl_role r)
 }
 
 static void node_stop(struct node *n);
+static void handover_end(struct node *n);
 
 /* ---- Loop and disk ---------------------------------------------------- */
 
@@ -239,6 +259,28 @@ static void server_status(void *arg, struct repl_status *out)
     }
 }
 
+static int server_transfer(void *arg,
+                           uint64_t to_id,
+                           repl_transfer_cb cb,
+                           void *data,
+                           char *errmsg)
+{
+    struct node *n = arg;
+    uint64_t target = 0;
+    int rv;
+    if (n->repl == NULL || n->stopping || n->handing_over) {
+        tern_errmsg_printf(errmsg, "the node is stopping");
+        return TERN_ESHUTDOWN;
+    }
+    rv = repl_transfer_start(n->repl, to_id, cb, data, &target, errmsg);
+    node_log(rv == 0 ? NODE_LOG_INFO : NODE_LOG_WARN,
+             "leadership transfer asked by a client",
+             "to=%llu target=%llu result=%s detail=\"%s\"",
+             (unsigned long long)to_id, (unsigned long long)target,
+             rv == 0 ? "started" : tern_err_name(rv), rv == 0 ? "" : errmsg);
+    return rv;
+}
+
 static void server_latency(void *arg, struct repl_latency *out, bool reset)
 {
     struct node *n = arg;
@@ -246,6 +288,24 @@ static void server_latency(void *arg, struct repl_latency *out, bool reset)
     if (n->repl != NULL && !n->stopping) {
         repl_get_latency(n->repl, out, reset);
     }
+}
+
+/* ---- The metrics endpoint's view of the node (metrics.h) -------------- */
+
+static void metrics_latency(void *arg, struct repl_latency *out)
+{
+    server_latency(arg, out, false);
+}
+
+static unsigned metrics_progress(void *arg,
+                                 struct repl_progress *out,
+                                 unsigned max)
+{
+    struct node *n = arg;
+    if (n->repl == NULL || n->stopping) {
+        return 0;
+    }
+    return repl_get_progress(n->repl, out, max);
 }
 
 /* 0, or TERN_EFULL with a message while the disk alarm is on (statvfs,
@@ -360,6 +420,7 @@ static void on_state(void *arg,
     n->leader_id = leader_id;
     n->term = term;
     n->writable = writable;
+    node_notify_role(role_name(role), term, writable);
     if (was_writable && !writable && n->server != NULL) {
         /* Parked leader-only fetches are refused now (server.c). */
         node_server_wake(n->server);
@@ -695,7 +756,7 @@ static void on_check(uv_check_t *h)
     bool flushed = false;
 
     n->loop_iters++;
-    if (n->fatal && !n->stopping) {
+    if ((n->fatal || n->handover_done) && !n->stopping) {
         node_stop(n);
     }
     if (!n->stopping) {
@@ -737,7 +798,9 @@ static void close_own_handles(struct node *n)
     uv_close((uv_handle_t *)&n->idle, handle_closed);
     uv_close((uv_handle_t *)&n->sig_term, handle_closed);
     uv_close((uv_handle_t *)&n->sig_int, handle_closed);
+    uv_close((uv_handle_t *)&n->sig_hup, handle_closed);
     uv_close((uv_handle_t *)&n->watchdog, handle_closed);
+    uv_close((uv_handle_t *)&n->handover, handle_closed);
     uv_close((uv_handle_t *)&n->retention, handle_closed);
     uv_close((uv_handle_t *)&n->timers, handle_closed);
 }
@@ -829,6 +892,14 @@ static void node_stop(struct node *n)
     }
     log_stages(n);
     n->stopping = true;
+    node_notify_stopping();
+    if (n->metrics != NULL) {
+        if (n->server != NULL) {
+            node_server_set_metrics(n->server, NULL);
+        }
+        node_metrics_close(n->metrics);
+        n->metrics = NULL;
+    }
     if (n->server != NULL) {
         struct node_server *s = n->server;
         n->server = NULL;
@@ -1005,6 +1076,14 @@ static void on_watchdog(uv_timer_t *t)
     log_auth_refused(n);
     disk_poll(n, false);
     repl_get_status(n->repl, &st);
+    if (n->handing_over && st.role != REPL_LEADER && st.leader_id != 0 &&
+        st.leader_id != n->cfg->id) {
+        node_log(NODE_LOG_INFO, "leadership handed over, stopping",
+                 "leader=%llu term=%llu ms=%llu",
+                 (unsigned long long)st.leader_id, (unsigned long long)st.term,
+                 (unsigned long long)(uv_now(&n->loop) - n->handover_since));
+        handover_end(n);
+    }
     disk_hand_over(n, &st);
     if (st.fsm_error != n->last_fsm_error) {
         node_log(st.fsm_error != 0 ? NODE_LOG_ERROR : NODE_LOG_INFO,
@@ -1031,17 +1110,144 @@ static void on_watchdog(uv_timer_t *t)
     }
 }
 
+/* ---- Hand-over at shutdown ---------------------------------------------- */
+
+/* The hand-over ended (cb, the bound, or a second signal): stop at the end
+ * of this loop iteration (never from inside raft's callbacks). */
+static void handover_end(struct node *n)
+{
+    if (!n->handing_over) {
+        return;
+    }
+    n->handing_over = false;
+    uv_timer_stop(&n->handover);
+    n->handover_done = true;
+    node_kick(n);
+}
+
+static void on_handover_done(void *data,
+                             int status,
+                             uint64_t target,
+                             uint64_t leader_id,
+                             uint64_t term)
+{
+    struct node *n = data;
+    if (status == TERN_ESHUTDOWN || !n->handing_over) {
+        return; /* stopping already */
+    }
+    node_log(status == 0 ? NODE_LOG_INFO : NODE_LOG_WARN,
+             status == 0 ? "leadership handed over, stopping"
+                         : "leadership hand-over failed, stopping anyway",
+             "target=%llu leader=%llu term=%llu err=%s ms=%llu",
+             (unsigned long long)target, (unsigned long long)leader_id,
+             (unsigned long long)term,
+             status == 0 ? "none" : tern_err_name(status),
+             (unsigned long long)(uv_now(&n->loop) - n->handover_since));
+    handover_end(n);
+}
+
+static void on_handover_timer(uv_timer_t *t)
+{
+    struct node *n = t->data;
+    node_log(NODE_LOG_WARN, "leadership hand-over timed out, stopping anyway",
+             "ms=%llu",
+             (unsigned long long)(uv_now(&n->loop) - n->handover_since));
+    handover_end(n);
+}
+
+/* The voter with the highest match index (ties: configuration order), or
+ * 0 (then raft picks one whose log is up to date). */
+static uint64_t most_caught_up(struct node *n)
+{
+    struct repl_progress pr[64];
+    unsigned np = repl_get_progress(n->repl, pr, TERN_ARRAY_SIZE(pr));
+    uint64_t best = 0, best_match = 0;
+    for (unsigned i = 0; i < np; i++) {
+        if (best == 0 || pr[i].match_index > best_match) {
+            best = pr[i].id;
+            best_match = pr[i].match_index;
+        }
+    }
+    return best;
+}
+
+/* A stop signal on a leader with other voters: start the hand-over.
+ * Returns whether it started (else stop now). */
+static bool handover_start(struct node *n, const char *sig)
+{
+    struct repl_status st;
+    char m[TERN_ERRMSG_SIZE] = "";
+    uint64_t target = 0;
+    int rv;
+    if (n->repl == NULL || n->cfg->n_peers < 2) {
+        return false;
+    }
+    repl_get_status(n->repl, &st);
+    if (st.role != REPL_LEADER) {
+        return false;
+    }
+    n->handover_since = uv_now(&n->loop);
+    n->handing_over = true;
+    rv = repl_transfer_start(n->repl, most_caught_up(n), on_handover_done, n,
+                             &target, m);
+    if (rv == TERN_EBUSY) {
+        /* A client's transfer is under way: wait for it to end (the
+         * watchdog sees the role change), within the same bound. */
+        target = 0;
+    } else if (rv != 0) {
+        n->handing_over = false;
+        node_log(NODE_LOG_WARN, "cannot hand leadership over, stopping",
+                 "signal=%s err=%s detail=\"%s\"", sig, tern_err_name(rv), m);
+        return false;
+    }
+    node_notify_stopping();
+    uv_timer_start(&n->handover, on_handover_timer,
+                   (uint64_t)n->cfg->election_timeout_ms + 500u, 0);
+    node_log(NODE_LOG_INFO, "stopping: handing leadership over first",
+             "signal=%s target=%llu term=%llu bound_ms=%u", sig,
+             (unsigned long long)target, (unsigned long long)st.term,
+             n->cfg->election_timeout_ms + 500u);
+    return true;
+}
+
 static void on_signal(uv_signal_t *h, int signum)
 {
     struct node *n = h->data;
+    const char *sig = signum == SIGINT ? "INT" : "TERM";
     if (n->stopping) {
         node_log(NODE_LOG_WARN, "signal during shutdown ignored", "signal=%s",
-                 signum == SIGINT ? "INT" : "TERM");
+                 sig);
         return;
     }
-    node_log(NODE_LOG_INFO, "stopping", "signal=%s",
-             signum == SIGINT ? "INT" : "TERM");
+    if (n->handing_over) {
+        node_log(NODE_LOG_WARN, "second signal: stopping without waiting",
+                 "signal=%s", sig);
+        handover_end(n);
+        return;
+    }
+    if (handover_start(n, sig)) {
+        return;
+    }
+    node_log(NODE_LOG_INFO, "stopping", "signal=%s", sig);
     node_stop(n);
+}
+
+/* SIGHUP: reopen the log file (nothing else is re-read). */
+static void on_sighup(uv_signal_t *h, int signum)
+{
+    char m[TERN_ERRMSG_SIZE] = "";
+    int rv;
+    (void)h;
+    (void)signum;
+    rv = node_log_reopen(m);
+    if (rv != 0) {
+        node_log(NODE_LOG_ERROR,
+                 "log reopen failed, still writing the old file",
+                 "err=%s detail=\"%s\"", tern_err_name(rv), m);
+        return;
+    }
+    node_log(NODE_LOG_INFO, "log reopened", "to_file=%s",
+             node_log_to_file() ? "true" : "false");
 }
 
 static int mkdir_p(const char *path, char *errmsg)
@@ -1250,9 +1456,9 @@ static int node_start(struct node *n, char *errmsg)
     static const struct node_fsm_ops fops = {fsm_kick, fsm_release_disk,
                                              fsm_fail};
     static const struct node_server_ops sops = {
-        server_idx,        server_status,  server_latency,
-        server_disk_check, server_members, server_member_change,
-        server_client_addr};
+        server_idx,         server_status,  server_latency,
+        server_disk_check,  server_members, server_member_change,
+        server_client_addr, server_transfer};
     struct repl_config rc;
     struct repl_peer *rpeers = NULL;
     struct repl_fsm fsm;
@@ -1266,7 +1472,9 @@ static int node_start(struct node *n, char *errmsg)
     uv_idle_init(&n->loop, &n->idle);
     uv_signal_init(&n->loop, &n->sig_term);
     uv_signal_init(&n->loop, &n->sig_int);
+    uv_signal_init(&n->loop, &n->sig_hup);
     uv_timer_init(&n->loop, &n->watchdog);
+    uv_timer_init(&n->loop, &n->handover);
     uv_timer_init(&n->loop, &n->retention);
     uv_timer_init(&n->loop, &n->timers);
     n->watchdog.data = n;
@@ -1276,10 +1484,13 @@ static int node_start(struct node *n, char *errmsg)
     n->check.data = n;
     n->sig_term.data = n;
     n->sig_int.data = n;
+    n->sig_hup.data = n;
+    n->handover.data = n;
     n->handles_init = true;
     uv_check_start(&n->check, on_check);
     uv_signal_start(&n->sig_term, on_signal, SIGTERM);
     uv_signal_start(&n->sig_int, on_signal, SIGINT);
+    uv_signal_start(&n->sig_hup, on_sighup, SIGHUP);
     uv_timer_start(&n->watchdog, on_watchdog, 100, 100);
     if (c->retention_interval_ms > 0) {
         uv_timer_start(&n->retention, on_retention, c->retention_interval_ms,
@@ -1456,6 +1667,24 @@ static int node_start(struct node *n, char *errmsg)
         tern_errmsg_wrapf(errmsg, "client server on %s", c->client_addr);
         return rv;
     }
+    {
+        const struct node_metrics_source msrc = {
+            n,          server_status, metrics_latency, metrics_progress,
+            server_idx, &n->disk,      &n->transport};
+        rv = node_metrics_new(&n->loop, c, &msrc, &n->metrics, errmsg);
+        if (rv != 0) {
+            if (rv == TERN_EINVAL) {
+                n->exit_code = 2; /* [metrics]: a token file refused */
+            }
+            return rv;
+        }
+        node_server_set_metrics(n->server, n->metrics);
+        if (n->metrics != NULL) {
+            node_log(NODE_LOG_INFO, "metrics endpoint", "listen=%s token=%s",
+                     c->metrics_listen,
+                     c->metrics_token_file != NULL ? "required" : "none");
+        }
+    }
     if (c->pid_file != NULL) {
         rv = write_pid_file(c->pid_file, errmsg);
         if (rv != 0) {
@@ -1512,6 +1741,13 @@ int node_run(const struct node_config *c)
     int rv;
 
     node_log_setup(c->id, (enum node_log_level)c->log_level);
+    rv =
+        node_log_open(c->log_file, (enum node_log_format)c->log_format, errmsg);
+    if (rv != 0) {
+        node_log(NODE_LOG_ERROR, "cannot open the log file",
+                 "err=%s detail=\"%s\"", tern_err_name(rv), errmsg);
+        return 2;
+    }
     (void)signal(SIGPIPE, SIG_IGN);
     n = tern_calloc(1, sizeof(*n));
     if (n == NULL) {
@@ -1573,6 +1809,7 @@ int node_run(const struct node_config *c)
         node_log(NODE_LOG_INFO, "started",
                  "client_addr=%s raft_addr=%s data_dir=%s", c->client_addr,
                  c->raft_addr, c->data_dir);
+        node_notify_ready(c->client_addr);
     }
     uv_run(&n->loop, UV_RUN_DEFAULT);
     rv = uv_loop_close(&n->loop);

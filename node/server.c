@@ -51,6 +51,12 @@
  * TERN_EINVAL naming the key. The batcher makes the due time absolute by
  * the entry's timestamp; the answer carries the count and that due time.
  *
+ * Leadership transfer (CLUSTER_TRANSFER, admin): only the leader starts
+ * one (others answer TERN_ENOTLEADER with the leader hint); the request
+ * holds a connection reference until the node's transfer callback
+ * answers it with the new leader, or with the error (TERN_ETRANSFER,
+ * TERN_ESHUTDOWN), so an answer to a closed connection is dropped.
+ *
  * Connection states: OPEN (reading, answering) -> DRAINING (a fatal frame
  * error was answered; no more reading; closed once the write queue is
  * empty) -> CLOSING (uv_close issued) -> CLOSED (handle closed). The memory
@@ -134,12 +140,15 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <tern/tern.h>
 #include <tern_common.h>
 
 #include "access.h"
+#include "backup.h"
 #include "ctls.h"
 #include "frame.h"
 #include "log.h"
+#include "metrics.h"
 #include "server.h"
 
 #define SERVER__READ_CHUNK         ((size_t)64 << 10)
@@ -326,6 +335,7 @@ struct node_server
     bool closing;
     void (*close_cb)(void *arg);
     void *close_arg;
+    struct node_metrics *metrics; /* borrowed; NULL: none */
 };
 
 struct out
@@ -593,11 +603,15 @@ static void send_error(struct node_conn *c,
     if (status == -ENOSPC) {
         status = TERN_EFULL;
     }
+    if (c->srv != NULL) {
+        node_metrics_error(c->srv->metrics, op, status);
+    }
     if (status == TERN_ENOTLEADER) {
         struct repl_status st;
         const char *a;
         view_status(&c->view, &st);
-        leader_id = st.leader_id;
+        /* A leader handing over hints the node about to lead. */
+        leader_id = st.transfer_to != 0 ? st.transfer_to : st.leader_id;
         a = view_client_addr(&c->view, leader_id);
         if (a != NULL) {
             leader_addr = a;
@@ -1566,6 +1580,7 @@ static void serve_status(struct node_conn *c,
     struct repl_status st;
     const char *la;
     struct tern_wbuf w;
+    char version[32];
     unsigned nm;
     int rv;
 
@@ -1600,6 +1615,11 @@ static void serve_status(struct node_conn *c,
         ps.has_membership = 1;
         ps.self_role = (uint8_t)st.member_role;
         ps.member_roles = roles;
+        /* The tail carries this ternd's version too (tail version 2). */
+        (void)snprintf(version, sizeof(version), "%d.%d.%d", TERN_VERSION_MAJOR,
+                       TERN_VERSION_MINOR, TERN_VERSION_PATCH);
+        ps.server_version = version;
+        ps.server_version_len = (uint16_t)strlen(version);
     }
     tern_wbuf_init(&w);
     rv = proto_encode_status_resp(&w, request_id, &ps);
@@ -1923,6 +1943,16 @@ static bool refuse_unless_writable(struct node_conn *c,
 
     if (st->writable) {
         return false;
+    }
+    if (st->transfer_to != 0 &&
+        (p = view_client_addr(&c->view, st->transfer_to)) != NULL) {
+        /* Handing over: point the client at the node about to lead. */
+        (void)snprintf(m, sizeof(m),
+                       "not the leader; leadership is moving to node %llu "
+                       "at %s",
+                       (unsigned long long)st->transfer_to, p);
+        send_error(c, op, request_id, TERN_ENOTLEADER, m);
+        return true;
     }
     p = view_client_addr(&c->view, st->leader_id);
     if (st->leader_id != 0 && st->leader_id != cfg->id && p != NULL) {
@@ -2657,6 +2687,15 @@ void node_server_respond(struct node_wreq *w)
     if (w->op == PROTO_OP_RECEIVE) {
         delivering_note(c->srv, w->queue, w->group, -1);
     }
+    if (c->srv != NULL &&
+        (w->op == PROTO_OP_PRODUCE || w->op == PROTO_OP_PRODUCE_DELAYED)) {
+        if (w->status == 0) {
+            node_metrics_produced(c->srv->metrics, w->result.count,
+                                  w->msg_bytes);
+        }
+        node_metrics_produce_latency(c->srv->metrics,
+                                     uv_hrtime() - w->added_ns);
+    }
     if (conn_live(c)) {
         if (claim_respond(c, w)) {
             /* answered */
@@ -2702,6 +2741,86 @@ void node_server_respond(struct node_wreq *w)
         }
     }
     conn_unref(c);
+}
+
+/* ---- Leadership transfer ------------------------------------------------ */
+
+struct transfer_wait
+{
+    struct node_conn *c; /* holds a reference */
+    uint64_t request_id;
+};
+
+static void transfer_done(void *data,
+                          int status,
+                          uint64_t target,
+                          uint64_t leader_id,
+                          uint64_t term)
+{
+    struct transfer_wait *t = data;
+    struct node_conn *c = t->c;
+    char m[TERN_ERRMSG_SIZE];
+    if (conn_live(c)) {
+        if (status == 0) {
+            struct tern_wbuf w;
+            tern_wbuf_init(&w);
+            proto_encode_cluster_transfer_resp(&w, t->request_id, leader_id,
+                                               term);
+            conn_send(c, &w);
+        } else {
+            if (status == TERN_ETRANSFER) {
+                (void)snprintf(m, sizeof(m),
+                               "leadership transfer to node %llu did not "
+                               "complete within an election timeout",
+                               (unsigned long long)target);
+            } else {
+                (void)snprintf(
+                    m, sizeof(m), "leadership transfer to node %llu: %s",
+                    (unsigned long long)target, tern_strerror(status));
+            }
+            send_error(c, PROTO_OP_CLUSTER_TRANSFER, t->request_id, status, m);
+        }
+    }
+    conn_unref(c);
+    tern_free(t);
+}
+
+static void handle_transfer(struct node_conn *c,
+                            uint64_t request_id,
+                            const struct proto_request *r)
+{
+    struct transfer_wait *t;
+    struct repl_status st;
+    char m[TERN_ERRMSG_SIZE];
+    int rv;
+    view_status(&c->view, &st);
+    if (st.role != REPL_LEADER) {
+        (void)refuse_unless_writable(c, r->op, request_id, &st);
+        return;
+    }
+    if (r->to_id == c->view.cfg->id) {
+        /* Leads already: done (so a resent request is answered alike). */
+        struct tern_wbuf w;
+        tern_wbuf_init(&w);
+        proto_encode_cluster_transfer_resp(&w, request_id, r->to_id, st.term);
+        conn_send(c, &w);
+        return;
+    }
+    t = tern_malloc(sizeof(*t));
+    if (t == NULL) {
+        send_error(c, r->op, request_id, -ENOMEM, NULL);
+        return;
+    }
+    t->c = c;
+    t->request_id = request_id;
+    m[0] = '\0';
+    rv = c->view.ops.transfer(c->view.arg, r->to_id, transfer_done, t, m);
+    if (rv != 0) {
+        tern_free(t);
+        send_error(c, r->op, request_id, rv, m[0] != '\0' ? m : NULL);
+        return;
+    }
+    c->refs++;
 }
 
 /* ---- Frames -------------------------------------------------------------- */
@@ -2906,6 +3025,81 @@ static void serve_queue_read(struct node_conn *c,
     conn_send(c, &w);
 }
 
+/* BACKUP (op 36, docs/OPERATIONS.md): node/backup.c runs the job off the
+ * loop; the answer goes out when it ends, if the connection is still
+ * open (the job holds a reference to it). */
+struct backup_wait
+{
+    struct node_conn *c;
+    uint64_t request_id;
+};
+
+static void backup_done(void *arg,
+                        int status,
+                        const struct idx_backup_info *info,
+                        const char *errmsg)
+{
+    struct backup_wait *bw = arg;
+    struct node_conn *c = bw->c;
+    if (conn_live(c)) {
+        if (status != 0) {
+            send_error(c, PROTO_OP_BACKUP, bw->request_id, status, errmsg);
+        } else {
+            struct proto_backup_info b = {
+                .cluster = info->cluster,
+                .cluster_len = (uint16_t)strlen(info->cluster),
+                .node_id = info->node_id,
+                .term = info->term,
+                .last_applied = info->last_applied,
+                .log_start = info->log_start,
+                .log_end = info->log_end,
+                .n_files = info->n_files,
+                .total_bytes = info->total_bytes,
+                .created_ms = info->created_ms,
+            };
+            struct tern_wbuf w;
+            tern_wbuf_init(&w);
+            if (proto_encode_backup_resp(&w, bw->request_id, &b) != 0) {
+                tern_wbuf_free(&w);
+                send_error(c, PROTO_OP_BACKUP, bw->request_id, -ENOMEM, NULL);
+            } else {
+                conn_send(c, &w);
+            }
+        }
+    }
+    conn_unref(c);
+    tern_free(bw);
+}
+
+static void serve_backup(struct node_conn *c,
+                         uint64_t request_id,
+                         const struct proto_request *r)
+{
+    char dir[PROTO_BACKUP_PATH_MAX + 1];
+    char m[TERN_ERRMSG_SIZE] = "";
+    struct node_backup_source src = {c->view.ops.idx, c->view.ops.status,
+                                     c->view.arg};
+    struct backup_wait *bw = tern_malloc(sizeof *bw);
+    int rv;
+    if (bw == NULL) {
+        send_error(c, r->op, request_id, -ENOMEM, NULL);
+        return;
+    }
+    memcpy(dir, r->path, r->path_len);
+    dir[r->path_len] = '\0';
+    bw->c = c;
+    bw->request_id = request_id;
+    rv = node_backup_start(c->srv->loop, &src, c->view.cfg, dir,
+                           (r->flags & PROTO_BACKUP_VERIFY) != 0,
+                           r->min_applied, backup_done, bw, m);
+    if (rv != 0) {
+        tern_free(bw);
+        send_error(c, r->op, request_id, rv, m);
+        return;
+    }
+    c->refs++;
+}
+
 static void handle_request(struct node_conn *c,
                            uint64_t request_id,
                            const struct proto_request *req)
@@ -2917,6 +3111,9 @@ static void handle_request(struct node_conn *c,
     const struct proto_request *r = req;
     int rv;
 
+    if (c->srv != NULL) {
+        node_metrics_request(c->srv->metrics, req->op);
+    }
     if (req->op == PROTO_OP_AUTH_START || req->op == PROTO_OP_AUTH_CONTINUE) {
         serve_auth(c, request_id, req);
         return;
@@ -3033,6 +3230,12 @@ static void handle_request(struct node_conn *c,
     case PROTO_OP_ACL_LIST:
     case PROTO_OP_NAMESPACE_LIST:
         serve_security_list(c, request_id, r);
+        break;
+    case PROTO_OP_CLUSTER_TRANSFER:
+        handle_transfer(c, request_id, r);
+        break;
+    case PROTO_OP_BACKUP:
+        serve_backup(c, request_id, r);
         break;
     default:
         send_error(c, r->op, request_id, TERN_EINVAL, "unknown request op");
@@ -3413,6 +3616,11 @@ static void wake_blocked(struct node_server *s)
     s->waking = false;
 }
 
+void node_server_set_metrics(struct node_server *s, struct node_metrics *m)
+{
+    s->metrics = m;
+}
+
 void node_server_update_reading(struct node_server *s)
 {
     struct tern_list *l = s->conns.next;
@@ -3552,6 +3760,7 @@ static void on_conn_closed(uv_handle_t *h)
     if (s != NULL) {
         tern_list_remove(&c->link);
         s->n_conns--;
+        node_metrics_conn(s->metrics, false);
         c->srv = NULL;
         node_log(NODE_LOG_DEBUG, "client disconnected", "conn=%llu",
                  (unsigned long long)c->id);
@@ -3677,6 +3886,7 @@ static void accept_fd(struct node_server *s, int fd, uint32_t ip)
     }
     tern_list_push(&s->conns, &c->link);
     s->n_conns++;
+    node_metrics_conn(s->metrics, true);
     s->open_handles++;
     if (uv_tcp_open(&c->tcp, fd) != 0) {
         (void)close(fd);

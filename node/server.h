@@ -53,6 +53,14 @@ struct node_server_ops
     /* Member id's client address (for redirects and status), or NULL
      * when unknown; borrowed until the next call of any op. */
     const char *(*client_addr)(void *arg, uint64_t id);
+    /* CLUSTER_TRANSFER: start handing leadership to to_id (0: a caught-up
+     * voter) as repl_transfer_start does; cb(data, ...) runs once it ends
+     * (never when this fails). 0, or a code with errmsg. */
+    int (*transfer)(void *arg,
+                    uint64_t to_id,
+                    repl_transfer_cb cb,
+                    void *data,
+                    char *errmsg);
 };
 
 /* Listen on cfg->client_addr. cfg, batcher and arg are borrowed and must
@@ -75,6 +83,10 @@ void node_server_respond(struct node_wreq *w);
 /* Re-check parked FETCHes after a flush that made new data visible (or a
  * change of leadership). */
 void node_server_wake(struct node_server *s);
+/* Count requests, errors, produces and connections into m (metrics.h;
+ * borrowed until node_server_close; NULL: stop counting). */
+struct node_metrics;
+void node_server_set_metrics(struct node_server *s, struct node_metrics *m);
 /* Resume/stop reading according to the batcher's congestion. */
 void node_server_update_reading(struct node_server *s);
 

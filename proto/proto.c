@@ -1299,6 +1299,9 @@ int proto_decode_request(uint8_t op,
         }
         out->offset = tern_cursor_u64(&c);
         break;
+    case PROTO_OP_CLUSTER_TRANSFER:
+        out->to_id = tern_cursor_u64(&c);
+        break;
     case PROTO_OP_STATS:
         out->flags = tern_cursor_u8(&c);
         if (c.err == 0 && (out->flags & ~PROTO_STATS_RESET) != 0) {
@@ -1320,6 +1323,17 @@ int proto_decode_request(uint8_t op,
     case PROTO_OP_AUTH_START:
     case PROTO_OP_AUTH_CONTINUE:
         rv = decode_auth(&c, out);
+        break;
+    case PROTO_OP_BACKUP:
+        out->flags = tern_cursor_u8(&c);
+        out->path = proto_get_str(&c, &out->path_len);
+        out->min_applied = tern_cursor_u64(&c);
+        if (c.err == 0 &&
+            ((out->flags & ~PROTO_BACKUP_VERIFY) != 0 || out->path_len == 0 ||
+             out->path_len > PROTO_BACKUP_PATH_MAX ||
+             memchr(out->path, '\0', out->path_len) != NULL)) {
+            rv = TERN_EMALFORMED;
+        }
         break;
     default:
         rv = TERN_EINVAL;
@@ -2085,6 +2099,9 @@ int proto_encode_status_resp(struct tern_wbuf *w,
                              const struct proto_status *st)
 {
     size_t start = w->len;
+    if (st->has_timers && st->server_version_len > PROTO_MAX_SERVER_VERSION) {
+        return TERN_EINVAL;
+    }
     proto_frame_begin(w, PROTO_OP_STATUS | PROTO_OP_RESPONSE, request_id, 0);
     tern_wbuf_u64(w, st->node_id);
     tern_wbuf_u8(w, st->role);
@@ -2104,9 +2121,12 @@ int proto_encode_status_resp(struct tern_wbuf *w,
         proto_put_str(w, m->client_address, m->client_address_len);
     }
     if (st->has_timers) {
-        tern_wbuf_u8(w, st->has_membership ? 2 : 1); /* tail version */
+        tern_wbuf_u8(w, st->has_membership ? PROTO_STATUS_TAIL_VERSION_MEMBERS
+                                           : PROTO_STATUS_TAIL_VERSION);
         tern_wbuf_u64(w, st->timers_pending);
         tern_wbuf_u64(w, st->timers_oldest_due_ms);
+        proto_put_str(w, st->server_version != NULL ? st->server_version : "",
+                      st->server_version != NULL ? st->server_version_len : 0);
         if (st->has_membership) {
             tern_wbuf_u8(w, st->self_role);
             tern_wbuf_u32(w, st->n_members);
@@ -2146,15 +2166,21 @@ int proto_decode_status_resp(const void *body,
     records_skip(&c, out->n_members, get_member, &m, &out->members_raw,
                  &out->members_raw_len);
     int ok = 1;
+    out->server_version = "";
     if (c.err == 0 && tern_cursor_left(&c) > 0) {
-        /* The timer tail: version 1 fields; a later version's extra
-         * fields are skipped. */
+        /* The tail: version 1 fields (timers), version 2 adds the server
+         * version; a later version's extra fields are skipped. */
         uint8_t version = tern_cursor_u8(&c);
         out->has_timers = 1;
         out->timers_pending = tern_cursor_u64(&c);
         out->timers_oldest_due_ms = tern_cursor_u64(&c);
         ok = version >= 1;
-        if (c.err == 0 && version >= 2) {
+        if (version >= 2) {
+            const char *v = proto_get_str(&c, &out->server_version_len);
+            out->server_version = v != NULL ? v : "";
+            ok = ok && out->server_version_len <= PROTO_MAX_SERVER_VERSION;
+        }
+        if (c.err == 0 && version >= PROTO_STATUS_TAIL_VERSION_MEMBERS) {
             out->has_membership = 1;
             out->self_role = tern_cursor_u8(&c);
             out->n_member_roles = tern_cursor_u32(&c);
@@ -2165,7 +2191,7 @@ int proto_decode_status_resp(const void *body,
             out->member_roles =
                 ok ? tern_cursor_bytes(&c, out->n_member_roles) : NULL;
         }
-        if (c.err == 0 && ok && version > 2) {
+        if (c.err == 0 && ok && version > PROTO_STATUS_TAIL_VERSION_MEMBERS) {
             (void)tern_cursor_bytes(&c, tern_cursor_left(&c));
         }
     }
@@ -3293,4 +3319,115 @@ void proto_status_consumer(const struct proto_group_status *g,
         c->id = tern_get_u64(g->consumers_raw + (size_t)12 * i);
         c->held = tern_get_u32(g->consumers_raw + (size_t)12 * i + 8);
     }
+}
+
+/* ---- Leadership transfer (op 33) ---- */
+
+int proto_encode_cluster_transfer(struct tern_wbuf *w,
+                                  uint64_t request_id,
+                                  uint64_t to_id)
+{
+    size_t start = w->len;
+    proto_frame_begin(w, PROTO_OP_CLUSTER_TRANSFER, request_id, 0);
+    tern_wbuf_u64(w, to_id);
+    return proto_frame_end(w, start);
+}
+
+int proto_encode_cluster_transfer_resp(struct tern_wbuf *w,
+                                       uint64_t request_id,
+                                       uint64_t leader_id,
+                                       uint64_t term)
+{
+    size_t start = w->len;
+    proto_frame_begin(w, PROTO_OP_CLUSTER_TRANSFER | PROTO_OP_RESPONSE,
+                      request_id, 0);
+    tern_wbuf_u64(w, leader_id);
+    tern_wbuf_u64(w, term);
+    return proto_frame_end(w, start);
+}
+
+int proto_decode_cluster_transfer_resp(const void *body,
+                                       size_t len,
+                                       uint64_t *leader_id,
+                                       uint64_t *term)
+{
+    struct tern_cursor c;
+    int rv;
+    tern_cursor_init(&c, body, len);
+    *leader_id = tern_cursor_u64(&c);
+    *term = tern_cursor_u64(&c);
+    rv = cursor_finish(&c);
+    if (rv == 0 && *leader_id == 0) {
+        rv = TERN_EMALFORMED;
+    }
+    return rv;
+}
+
+/* ---- BACKUP (op 36) ---- */
+
+int proto_encode_backup(struct tern_wbuf *w,
+                        uint64_t request_id,
+                        uint8_t flags,
+                        const char *dir,
+                        uint64_t min_applied)
+{
+    size_t start = w->len;
+    size_t n = dir != NULL ? strlen(dir) : 0;
+    if ((flags & ~PROTO_BACKUP_VERIFY) != 0 || n == 0 ||
+        n > PROTO_BACKUP_PATH_MAX) {
+        return TERN_EINVAL;
+    }
+    proto_frame_begin(w, PROTO_OP_BACKUP, request_id, 0);
+    tern_wbuf_u8(w, flags);
+    proto_put_str(w, dir, n);
+    tern_wbuf_u64(w, min_applied);
+    return proto_frame_end(w, start);
+}
+
+int proto_encode_backup_resp(struct tern_wbuf *w,
+                             uint64_t request_id,
+                             const struct proto_backup_info *b)
+{
+    size_t start = w->len;
+    proto_frame_begin(w, PROTO_OP_BACKUP | PROTO_OP_RESPONSE, request_id, 0);
+    tern_wbuf_u8(w, PROTO_BACKUP_VERSION);
+    proto_put_str(w, b->cluster, b->cluster_len);
+    tern_wbuf_u64(w, b->node_id);
+    tern_wbuf_u64(w, b->term);
+    tern_wbuf_u64(w, b->last_applied);
+    tern_wbuf_u64(w, b->log_start);
+    tern_wbuf_u64(w, b->log_end);
+    tern_wbuf_u32(w, b->n_files);
+    tern_wbuf_u64(w, b->total_bytes);
+    tern_wbuf_u64(w, b->created_ms);
+    return proto_frame_end(w, start);
+}
+
+int proto_decode_backup_resp(const void *body,
+                             size_t len,
+                             struct proto_backup_info *out)
+{
+    struct tern_cursor c;
+    uint8_t version;
+    memset(out, 0, sizeof *out);
+    tern_cursor_init(&c, body, len);
+    version = tern_cursor_u8(&c);
+    if (c.err == 0 && version == 0) {
+        return TERN_EMALFORMED;
+    }
+    out->cluster = proto_get_str(&c, &out->cluster_len);
+    out->node_id = tern_cursor_u64(&c);
+    out->term = tern_cursor_u64(&c);
+    out->last_applied = tern_cursor_u64(&c);
+    out->log_start = tern_cursor_u64(&c);
+    out->log_end = tern_cursor_u64(&c);
+    out->n_files = tern_cursor_u32(&c);
+    out->total_bytes = tern_cursor_u64(&c);
+    out->created_ms = tern_cursor_u64(&c);
+    if (c.err != 0) {
+        memset(out, 0, sizeof *out);
+        return TERN_EMALFORMED;
+    }
+    /* A later version appends fields: the rest is skipped. */
+    return 0;
 }

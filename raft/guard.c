@@ -66,8 +66,15 @@
  *    raft's tick (only election timers run on non-leaders' ticks; the
  *    conversion then happens on the first tick after the writes settle,
  *    which is the upstream fix's behaviour; also while a bulk fetch runs,
- *    bulk.c), and we drop incoming TimeoutNow while appends or an install
- *    are in flight. Tested: test_cluster.c "tick_withheld".
+ *    bulk.c), and we drop incoming TimeoutNow while an install is in
+ *    flight. A TimeoutNow that comes while appends are in flight is held
+ *    and handed to raft on the first tick after they are acknowledged
+ *    (repl_guard_tick; dropped after an election timeout or a role
+ *    change): 0.15's leader sends it once the target was *sent*
+ *    everything (progressIsUpToDate compares next_index), which under
+ *    load is before the target has persisted it, and never resends it,
+ *    so dropping it made every transfer under load time out.
+ *    Tested: test_cluster.c "tick_withheld", "transfer_under_load".
  * 5. #423 commit index ahead of what the follower stores/matches: when an
  *    AppendEntries brings nothing new, 0.15's follower sets commit_index =
  *    min(leader_commit, logLastIndex) at once: past the prefix this message
@@ -329,6 +336,7 @@ void repl_poll(struct repl *r)
     if (changed) {
         emit(r);
     }
+    repl_transfer_poll(r);
 }
 
 /* Item 6: rebase an AppendEntries whose prev_log_index lies below our
@@ -472,8 +480,28 @@ bool repl_guard_recv(struct repl *r, struct raft_message *m)
         return true;
     }
     case RAFT_IO_TIMEOUT_NOW:
-        if (r->io.n_unacked != 0 || r->io.install_index != 0 || r->disk_full) {
+        if (r->io.install_index != 0 || r->disk_full) {
             r->guard.timeout_now_dropped++;
+            return false;
+        }
+        if (r->io.n_unacked != 0) {
+            /* 0.15's leader sends TimeoutNow once everything is *sent*
+             * (progressIsUpToDate: next_index), not acknowledged, and
+             * never again: hold it until our appends are durable rather
+             * than let the transfer time out (repl_guard_tick). */
+            size_t alen =
+                m->server_address != NULL ? strlen(m->server_address) : 0;
+            if (alen < sizeof r->guard.held_timeout_now.addr) {
+                r->guard.held_timeout_now.set = true;
+                r->guard.held_timeout_now.from = m->server_id;
+                r->guard.held_timeout_now.at = r->raft.io->time(r->raft.io);
+                memcpy(r->guard.held_timeout_now.addr,
+                       alen > 0 ? m->server_address : "", alen);
+                r->guard.held_timeout_now.addr[alen] = '\0';
+                r->guard.held_timeout_now.msg = m->timeout_now;
+            } else {
+                r->guard.timeout_now_dropped++;
+            }
             return false;
         }
         return true;
@@ -501,4 +529,33 @@ const struct raft_message *repl_guard_send(struct repl *r,
     copy->request_vote.last_log_term = t;
     r->guard.vote_rewrites++;
     return copy;
+}
+
+void repl_guard_tick(struct repl *r)
+{
+    struct raft_message m;
+    if (!r->guard.held_timeout_now.set) {
+        return;
+    }
+    if (r->raft.io->time(r->raft.io) - r->guard.held_timeout_now.at >
+            r->election_timeout_ms ||
+        raft_state(&r->raft) != RAFT_FOLLOWER) {
+        r->guard.held_timeout_now.set = false; /* stale: the leader gave up */
+        r->guard.timeout_now_dropped++;
+        return;
+    }
+    if (r->io.n_unacked != 0 || r->io.install_index != 0 || r->disk_full ||
+        r->closing || r->failed != 0 || r->io.recv_cb == NULL) {
+        return;
+    }
+    r->guard.held_timeout_now.set = false;
+    memset(&m, 0, sizeof m);
+    m.type = RAFT_IO_TIMEOUT_NOW;
+    m.server_id = r->guard.held_timeout_now.from;
+    m.server_address = r->guard.held_timeout_now.addr;
+    m.timeout_now = r->guard.held_timeout_now.msg;
+    r->guard.timeout_now_delivered++;
+    /* raft checks again that the sender is our leader, the term and that
+     * our log matches the leader's last entry. */
+    r->io.recv_cb(&r->io.outer, &m);
 }

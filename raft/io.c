@@ -608,6 +608,7 @@ static void io_tick(struct raft_io *inner)
     }
     repl_bulk_tick(r);
     repl_lat_poll(r);
+    repl_guard_tick(r);
     repl_poll(r);
     repl_member_tick(r);
 }

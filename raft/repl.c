@@ -568,6 +568,8 @@ int repl_propose(struct repl *r,
     return 0;
 }
 
+static uint64_t transfer_target(struct repl *r);
+
 void repl_get_status(struct repl *r, struct repl_status *out)
 {
     memset(out, 0, sizeof *out);
@@ -596,6 +598,7 @@ void repl_get_status(struct repl *r, struct repl_status *out)
     out->last_counted = r->io.acked_index;
     out->durability = r->durability;
     out->writable = r->guard.writable;
+    out->transfer_to = transfer_target(r);
     out->fsm_error = r->glue.fsm_error;
     out->failed = r->failed;
     out->disk_full = r->disk_full;
@@ -619,50 +622,236 @@ void repl_get_status(struct repl *r, struct repl_status *out)
         r->member.rejoin_wait && out->member_role == REPL_MEMBER_VOTER;
 }
 
+unsigned repl_get_progress(struct repl *r,
+                           struct repl_progress *out,
+                           unsigned max)
+{
+    unsigned n = 0;
+
+    /* libraft 0.15 keeps leader_state.progress parallel to
+     * configuration.servers while it leads (notes on the 0.15 pin in
+     * docs/ARCHITECTURE.md). */
+    if (r->closing || r->raft.state != RAFT_LEADER ||
+        r->raft.leader_state.progress == NULL) {
+        return 0;
+    }
+    for (unsigned i = 0; i < r->raft.configuration.n && n < max; i++) {
+        const struct raft_server *s = &r->raft.configuration.servers[i];
+        if (s->id == r->raft.id || s->role != RAFT_VOTER) {
+            continue;
+        }
+        out[n].id = s->id;
+        out[n].match_index = r->raft.leader_state.progress[i].match_index;
+        n++;
+    }
+    return n;
+}
+
+/* A leadership transfer under way (at most one: libraft 0.15 keeps one
+ * in r->transfer and refuses a second with RAFT_NOTLEADER).
+ *
+ * Happy path: raft_transfer picks the target (id 0: the first voter
+ * whose match index is our last index, else the last voter) and sends it
+ * TimeoutNow once its log is up to date; the target starts an election
+ * that disrupts us, we step down on its higher term, and the first
+ * message from it as leader completes the transfer (recv.c: our current
+ * leader is the target) and fires transfer_cb.
+ *
+ * Failure modes, all ending in transfer_cb (0.15 has no status in it, so
+ * the outcome is read from raft's state): the target does not win within
+ * an election timeout (the tick gives up: we are still leader, or another
+ * node won, or no leader is known yet) -> TERN_ETRANSFER; raft closes or
+ * goes unavailable -> TERN_ESHUTDOWN / TERN_ETRANSFER. While a transfer is
+ * under way raft_apply refuses new entries (0.15) and raft_leader reports
+ * no leader; entries already appended keep replicating and may commit
+ * under the new leader (their proposals fail with TERN_ELEADERSHIPLOST). */
 struct transfer_req
 {
     struct raft_transfer req;
     struct repl *r;
     uint64_t term;
+    repl_transfer_cb cb;
+    void *data;
+    /* raft gave up while an election was under way (we no longer lead,
+     * no leader known): the outcome is decided by repl_transfer_poll once
+     * a leader is known, or settle_until (raft io time) passes. */
+    bool settling;
+    uint64_t settle_until;
 };
+
+/* The target of a transfer this leader is running (0: none). */
+static uint64_t transfer_target(struct repl *r)
+{
+    struct transfer_req *t = r->transfer;
+    return t != NULL && !t->settling && raft_state(&r->raft) == RAFT_LEADER
+               ? t->req.id
+               : 0;
+}
+
+static void transfer_finish(struct transfer_req *t, int status, uint64_t lid)
+{
+    struct repl *r = t->r;
+    if (r->transfer == t) {
+        r->transfer = NULL;
+    }
+    if (t->cb != NULL) {
+        t->cb(t->data, status, t->req.id, status == 0 ? lid : 0,
+              status == 0 ? r->raft.current_term : 0);
+    }
+    tern_free(t);
+}
+
+/* The outcome of t from raft's state now: 1 decided (*status), 0 not
+ * yet (an election is under way). */
+static int transfer_outcome(struct transfer_req *t, int *status, uint64_t *lid)
+{
+    struct repl *r = t->r;
+    raft_id id = 0;
+    const char *addr = NULL;
+    int state = raft_state(&r->raft);
+    raft_leader(&r->raft, &id, &addr);
+    *lid = id;
+    if (state == RAFT_LEADER || r->failed != 0 || state == RAFT_UNAVAILABLE) {
+        *status = TERN_ETRANSFER; /* we lead on, or cannot take part */
+        return 1;
+    }
+    if (id == 0) {
+        return 0;
+    }
+    *status = id == t->req.id ? 0 : TERN_ETRANSFER;
+    return 1;
+}
 
 static void transfer_cb(struct raft_transfer *req)
 {
     struct transfer_req *t = req->data;
     struct repl *r = t->r;
-    /* Done or given up (the core times a transfer out after an election
-     * timeout): if we still lead the same term, writes reopen. */
+    uint64_t lid = 0;
+    int status = TERN_ESHUTDOWN;
+
     if (!r->closing) {
+        /* Done or given up (the core times a transfer out after an
+         * election timeout): if we still lead the same term, writes
+         * reopen. */
         repl_guard_transfer(r, false, t->term);
+        if (transfer_outcome(t, &status, &lid) == 0) {
+            t->settling = true;
+            t->settle_until =
+                r->raft.io->time(r->raft.io) + r->election_timeout_ms;
+            return;
+        }
     }
-    tern_free(t);
+    transfer_finish(t, status, lid);
 }
 
-int repl_transfer(struct repl *r, uint64_t id)
+void repl_transfer_poll(struct repl *r)
+{
+    struct transfer_req *t = r->transfer;
+    uint64_t lid = 0;
+    int status = TERN_ESHUTDOWN;
+    if (t == NULL || !t->settling) {
+        return;
+    }
+    if (!r->closing && transfer_outcome(t, &status, &lid) == 0) {
+        if (r->raft.io->time(r->raft.io) < t->settle_until) {
+            return;
+        }
+        status = TERN_ETRANSFER;
+    }
+    transfer_finish(t, status, lid);
+}
+
+/* Whether id is a voter of raft's current configuration (struct raft is
+ * public in 0.15). */
+static int voter_role(struct repl *r, uint64_t id)
+{
+    const struct raft_configuration *c = &r->raft.configuration;
+    for (unsigned i = 0; i < c->n; i++) {
+        if (c->servers[i].id == id) {
+            return c->servers[i].role;
+        }
+    }
+    return -1;
+}
+
+int repl_transfer_start(struct repl *r,
+                        uint64_t id,
+                        repl_transfer_cb cb,
+                        void *data,
+                        uint64_t *target,
+                        char *errmsg)
 {
     struct transfer_req *t;
     int rv;
     if (r->closing) {
+        tern_errmsg_printf(errmsg, "raft is closing");
         return TERN_ESHUTDOWN;
     }
-    if (raft_state(&r->raft) != RAFT_LEADER) {
+    if (raft_state(&r->raft) != RAFT_LEADER || r->failed != 0) {
+        tern_errmsg_printf(errmsg, "not the leader");
         return TERN_ENOTLEADER;
+    }
+    if (r->transfer != NULL) {
+        tern_errmsg_printf(errmsg,
+                           "a leadership transfer to node %llu is already "
+                           "under way",
+                           (unsigned long long)r->transfer->req.id);
+        return TERN_EBUSY;
+    }
+    if (id != 0) {
+        int role = voter_role(r, id);
+        if (id == r->raft.id) {
+            tern_errmsg_printf(errmsg, "node %llu is the leader already",
+                               (unsigned long long)id);
+            return TERN_ENOTVOTER;
+        }
+        if (role < 0) {
+            tern_errmsg_printf(errmsg, "no node %llu in the cluster",
+                               (unsigned long long)id);
+            return TERN_ENOTVOTER;
+        }
+        if (role != RAFT_VOTER) {
+            tern_errmsg_printf(errmsg,
+                               "node %llu is not a voter (%s): only a voter "
+                               "can lead",
+                               (unsigned long long)id,
+                               role == RAFT_STANDBY ? "standby" : "spare");
+            return TERN_ENOTVOTER;
+        }
     }
     t = tern_calloc(1, sizeof *t);
     if (t == NULL) {
+        tern_errmsg_printf(errmsg, "out of memory");
         return -ENOMEM;
     }
     t->req.data = t;
     t->r = r;
     t->term = r->guard.role_term;
+    t->cb = cb;
+    t->data = data;
     rv = raft_transfer(&r->raft, &t->req, id, transfer_cb);
     if (rv != 0) {
         tern_free(t);
+        if (rv == RAFT_NOTFOUND || rv == RAFT_BADID) {
+            tern_errmsg_printf(errmsg, "no other voter to hand leadership to");
+            return TERN_ENOTVOTER;
+        }
+        tern_errmsg_printf(errmsg, "raft_transfer: %s", raft_errmsg(&r->raft));
         return repl_err_from_raft(rv);
+    }
+    r->transfer = t;
+    if (target != NULL) {
+        *target = t->req.id;
     }
     /* Writes stop at once (raft_apply refuses them during a transfer). */
     repl_guard_transfer(r, true, t->term);
     return 0;
+}
+
+int repl_transfer(struct repl *r, uint64_t id)
+{
+    char errmsg[TERN_ERRMSG_SIZE];
+    return repl_transfer_start(r, id, NULL, NULL, NULL, errmsg);
 }
 
 void repl_set_disk_full(struct repl *r, bool full)
@@ -712,6 +901,9 @@ void repl_close(struct repl *r, void (*cb)(void *arg), void *arg)
         (void)xport_start(r->xport, noop_recv, NULL);
     }
     r->closing = true;
+    if (r->transfer != NULL && r->transfer->settling) {
+        transfer_finish(r->transfer, TERN_ESHUTDOWN, 0);
+    }
     raft_close(&r->raft, raft_closed);
 }
 

@@ -204,6 +204,17 @@ struct repl_guard_state
     uint64_t ae_held_off;          /* stats: AppendEntries dropped during a
                                       fetch or install (item 9) */
     uint64_t ae_disk_full_dropped; /* stats: dropped for item 11 */
+    /* Item 4: a TimeoutNow that came while appends were in flight, held
+     * for the tick after they are acknowledged (repl_guard_tick). */
+    struct
+    {
+        bool set;
+        uint64_t from;
+        uint64_t at; /* raft io time it came */
+        char addr[REPL_WIRE_ADDR_MAX + 1];
+        struct raft_timeout_now msg;
+    } held_timeout_now;
+    uint64_t timeout_now_delivered; /* stats: held ones delivered */
 };
 
 /* ---- fsm.c: the raft_fsm glue ------------------------------------------ */
@@ -330,6 +341,8 @@ struct repl
     void *state_arg;
     bool disk_full; /* repl_set_disk_full (guard.c item 11) */
     bool closing;   /* repl_close called */
+    /* the transfer under way, or being decided (repl.c) */
+    struct transfer_req *transfer;
     struct tern_list proposals;
     void (*close_cb)(void *arg);
     void *close_arg;
@@ -388,6 +401,12 @@ bool repl_guard_force_probe(struct repl *r, uint64_t peer_id);
 /* Poll raft's role/leader/term; reset the guard, submit the barrier and
  * emit state callbacks on changes. */
 void repl_poll(struct repl *r);
+/* guard.c: on each tick (outside raft's callbacks), hand raft a held
+ * TimeoutNow once its appends are acknowledged (item 4). */
+void repl_guard_tick(struct repl *r);
+/* repl.c: decide a leadership transfer that raft gave up on during an
+ * election, once a leader is known (called from repl_poll). */
+void repl_transfer_poll(struct repl *r);
 /* Recompute writable from barrier/transfer/failure state; emit on change. */
 void repl_update_writable(struct repl *r);
 /* A leadership transfer started (true) or ended (false) in term: writes

@@ -6,7 +6,8 @@
 #   up          write configs, start every node, wait (bounded) for a
 #               writable leader
 #   down        SIGTERM every node by PID, SIGKILL after a timeout
-#   status      per-node process state and `tern cluster status`
+#   status      per-node process state and `tern cluster status`; exits 1
+#               when a node is down or not answering (named on stderr)
 #   kill N      kill -9 node N (PID from its pid file)
 #   start N     start node N (with its config from `up`, if there is one)
 #   restart N   stop node N (SIGTERM, then SIGKILL) and start it again
@@ -263,6 +264,9 @@ down)
     exit $rc
     ;;
 status)
+    # Exit status: 0 when every node runs and answers, 1 otherwise (the
+    # last line names the nodes that are down or not answering).
+    down=""
     for i in $(seq 1 $NODES); do
         pid=$(node_pid "$i")
         if [ -n "$pid" ]; then
@@ -271,13 +275,20 @@ status)
                 # shellcheck disable=SC2086
                 set -- $st
                 st="role=$1 writable=$2 last_applied=$3 commit_index=$4 leader=$5"
+            else
+                down="$down $i"
             fi
             echo "node $i: pid $pid, client $(client_addr "$i"): ${st:-not answering}"
         else
             echo "node $i: not running"
+            down="$down $i"
         fi
     done
     probe_cli -s "$(servers)" --timeout-ms 2000 cluster status || true
+    if [ -n "$down" ]; then
+        echo "cluster: node(s)$down down or not answering" >&2
+        exit 1
+    fi
     ;;
 kill)
     check_node "${2:-}"

@@ -44,7 +44,10 @@
     X(TERN_ECLAIMED, -31030, "group held by another consumer")                 \
     X(TERN_ECHANGING, -31031, "a membership change is in progress")            \
     X(TERN_ELASTVOTER, -31032, "refused: would leave no voter")                \
-    X(TERN_ENOTMEMBER, -31033, "not a member of the cluster configuration")
+    X(TERN_ENOTMEMBER, -31033, "not a member of the cluster configuration")    \
+    X(TERN_ENOTVOTER, -31034, "no such voter to hand leadership to")           \
+    X(TERN_ETRANSFER, -31035, "leadership transfer did not complete")          \
+    X(TERN_EBACKUP, -31036, "a backup of this node is already running")
 
 enum tern_errno {
 #define TERN__ERRNO_ENUM(name, value, msg) name = (value),

@@ -10,7 +10,11 @@
  * address it carries (or to the next server); connection errors and "no
  * leader" answers retry the other servers with a small back-off, until the
  * request's deadline (request_timeout_ms). A request whose deadline passes
- * fails with TERN_ETIMEDOUT: its outcome is unknown.
+ * fails with TERN_ETIMEDOUT: its outcome is unknown. Until the client's
+ * first connection to any server comes up, a request fails at once, with
+ * that server's error (-ECONNREFUSED, or -EHOSTUNREACH for a name that does
+ * not resolve; tern_client_errmsg() names each server), once every server
+ * refused or did not resolve: nothing was sent, so the outcome is known.
  *
  * Idempotent producer: before its first produce each client asks the
  * leader for a block of producer ids (PRODUCER_INIT; a server without it:
@@ -910,6 +914,24 @@ TERN_API const char *tern_status_member_client_address(
 TERN_API int tern_status_timers(const struct tern_status *s,
                                 uint64_t *pending,
                                 uint64_t *oldest_due_ms);
+/* The answering server's software version ("MAJOR.MINOR.PATCH"), or ""
+ * from a server that predates it. */
+TERN_API const char *tern_status_version(const struct tern_status *s);
+
+/* Hand the leadership over to node to_id, or with to_id 0 to a voter
+ * whose log is caught up (the leader picks it), and wait until the new
+ * leader has taken over (about a round trip when the target is caught
+ * up; the leader gives up after one election timeout). Admin only. Sent
+ * to the leader (found as writes are). *new_leader (OUT, may be NULL):
+ * the id of the node that leads now. Asking for the node that leads
+ * already succeeds at once. TERN_ENOTVOTER: to_id is not a node of the
+ * cluster, or not a voter, or there is no other voter; TERN_ETRANSFER:
+ * the transfer did not complete (the old leader may lead on);
+ * TERN_EBUSY: a transfer is under way already; TERN_EDENIED: not an
+ * admin. Details in tern_client_errmsg. */
+TERN_API int tern_cluster_transfer(struct tern_client *c,
+                                   uint64_t to_id,
+                                   uint64_t *new_leader);
 /* Membership (docs/MEMBERSHIP.md): the role of the server answering in
  * the cluster configuration it knows, and the role of member i, as enum
  * tern_member_role; -1 from a server that predates membership changes
@@ -994,6 +1016,46 @@ TERN_API int tern_replication_stats(struct tern_client *c,
                                     const char *address,
                                     int reset,
                                     struct tern_repl_stats *out);
+
+/* ---- Backups (docs/OPERATIONS.md, "Backup and restore") ---- */
+
+/* What a backup holds, from its manifest. */
+struct tern_backup_info
+{
+    char server[128];      /* "host:port" that answered */
+    char cluster[65];      /* [node] cluster_name of the node backed up */
+    uint64_t node_id;      /* that node */
+    uint64_t term;         /* its raft term when the backup began */
+    uint64_t last_applied; /* raft index the backup covers */
+    uint64_t log_start;    /* the commit-log range it holds */
+    uint64_t log_end;
+    uint32_t n_files;
+    uint64_t total_bytes;
+    uint64_t created_ms; /* the node's wall clock when it was written */
+};
+#define TERN_BACKUP_VERIFY    1u
+#define TERN_BACKUP_ANY_STATE 2u
+/* Ask one server (address "host:port", borrowed; NULL: where reads go) to
+ * write a consistent online backup of its state into dir, an absolute
+ * directory on that server's host that must not exist or be empty and
+ * lie outside its data directory; with flags TERN_BACKUP_VERIFY, to check
+ * the backup at dir instead. The backup holds everything acknowledged
+ * before the call: the call first reads the writable leader's commit
+ * index and the server waits until it has applied it (TERN_ENOTLEADER
+ * when no writable leader answers; TERN_BACKUP_ANY_STATE skips this and
+ * backs up the server's state as it is, e.g. of a cluster without a
+ * quorum). Needs admin permission. Waits up to the request timeout plus
+ * timeout_ms for the copy. *out (OUT, caller-owned storage; may be NULL)
+ * is filled on success. TERN_EBACKUP while a backup of that server runs,
+ * TERN_EFULL when its disk lacks the room, TERN_EBUSY when it lags the
+ * leader too far, TERN_ECORRUPT when verification fails;
+ * tern_client_errmsg says why. */
+TERN_API int tern_admin_backup(struct tern_client *c,
+                               const char *address,
+                               const char *dir,
+                               uint32_t flags,
+                               uint32_t timeout_ms,
+                               struct tern_backup_info *out);
 
 /* ---- Users, grants, namespaces (cluster administrators) --------------- */
 

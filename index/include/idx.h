@@ -1258,4 +1258,79 @@ int idx_bulk_discard(struct idx_env *e);
 /* Bytes dropped by idx_bulk_discard since idx_open. */
 uint64_t idx_discarded_bytes(const struct idx_env *e);
 
+/* ---- Backups (index/backup.c; docs/OPERATIONS.md) ---------------------- */
+
+#define IDX_BACKUP_CLUSTER_MAX     64
+#define IDX_SNAPSHOT_MANIFEST_SIZE 64
+
+struct idx_backup;
+
+/* What a backup holds (its manifest, summed up). */
+struct idx_backup_info
+{
+    uint64_t created_ms;   /* wall clock of the node that wrote it */
+    uint64_t node_id;      /* that node */
+    uint64_t term;         /* its raft term when the backup began */
+    uint64_t last_applied; /* raft index the backup covers */
+    uint64_t log_start;    /* commit-log range it holds */
+    uint64_t log_end;
+    uint32_t n_files;
+    uint64_t total_bytes; /* sum of the file sizes */
+    char cluster[IDX_BACKUP_CLUSTER_MAX + 1];
+};
+
+struct idx_backup_options
+{
+    const char *dir;      /* absolute; missing (parent exists) or empty */
+    const char *data_dir; /* the node's data dir: dir must be outside */
+    const char *cluster;  /* cluster name for the manifest */
+    uint64_t node_id;
+    uint64_t term;
+    uint64_t min_free_bytes; /* free space to leave beside the copy */
+    /* the index must cover at least this raft index (idx_last_applied
+     * when the caller decided to back up), else the job fails with
+     * TERN_EBUSY: the copy sees flushed state only */
+    uint64_t min_applied;
+};
+
+/* Loop thread. Check the target (absolute, outside data_dir, missing or
+ * empty, enough free disk), create it, note the log start and hold the
+ * head of the log until idx_backup_end. o is caller-owned. OUT: *out, the
+ * job, owned by the caller until idx_backup_end frees it. TERN_EBACKUP
+ * while another backup of e runs, TERN_EFULL when the disk is too full,
+ * TERN_EINVAL for a bad target; errmsg says which. */
+int idx_backup_begin(struct idx_env *e,
+                     const struct idx_backup_options *o,
+                     struct idx_backup **out,
+                     char *errmsg);
+/* Worker thread (blocking): copy LMDB, the log it covers and write the
+ * manifest. The result is read by idx_backup_end. Does nothing when
+ * idx_close came first. */
+void idx_backup_run(struct idx_backup *b);
+/* Loop thread, after idx_backup_run returned (or was never started):
+ * release the hold, free b. 0 with *info filled (info may be NULL), or the
+ * backup's error with errmsg. */
+int idx_backup_end(struct idx_backup *b,
+                   struct idx_backup_info *info,
+                   char *errmsg);
+/* Is a backup of e running (the head of the log is held)? */
+bool idx_backup_holds(const struct idx_env *e);
+/* Any thread, blocking: check dir's manifest, every file's size and
+ * checksum, the segments' coverage and the last record. 0 with *info
+ * (may be NULL), TERN_ECORRUPT / TERN_EVERSION / -errno with errmsg. */
+int idx_backup_verify(const char *dir,
+                      struct idx_backup_info *info,
+                      char *errmsg);
+/* With with_log: verify dir, then copy its commit log into
+ * index_dir/log, which must not exist, so idx_open rebuilds the index from
+ * it. Without: read only dir/MANIFEST (checksummed) and write nothing.
+ * OUT: manifest, the snapshot manifest (idx_restore's format) of the
+ * state the backup covers, and *info (may be NULL). */
+int idx_backup_install(const char *dir,
+                       const char *index_dir,
+                       bool with_log,
+                       uint8_t manifest[IDX_SNAPSHOT_MANIFEST_SIZE],
+                       struct idx_backup_info *info,
+                       char *errmsg);
+
 #endif /* TERN_IDX_H */

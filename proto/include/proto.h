@@ -396,17 +396,39 @@
  *                      PROTO_STATUS_TIMERS asks for the timer tail; other
  *                      bits must be 0.
  *                 resp: with PROTO_STATUS_TIMERS, after the members:
- *                       u8 version (2; 1 from a server that predates
- *                       membership changes), u64 timers_pending (delayed
- *                       messages not yet due or not yet fired, by this
- *                       node's index), u64 timers_oldest_due_ms (0 none);
- *                       version 2 goes on with u8 self_role (this node's
- *                       role in the cluster configuration it knows:
- *                       PROTO_MEMBER_STANDBY 0, VOTER 1, SPARE 2, ABSENT 3
- *                       = not in it), u32 n, n x u8 role of members[i]
- *                       (same order and count as the members list, which
- *                       is then the raft configuration).
- *                       A later version appends fields.
+ *                       u8 version (PROTO_STATUS_TAIL_VERSION, 2), u64
+ *                       timers_pending (delayed messages not yet due or
+ *                       not yet fired, by this node's index), u64
+ *                       timers_oldest_due_ms (0 none); from version 2:
+ *                       str server_version (the answering ternd's
+ *                       software version, "MAJOR.MINOR.PATCH", at most
+ *                       PROTO_MAX_SERVER_VERSION bytes). A version 1
+ *                       tail (a server that predates server_version)
+ *                       ends after timers_oldest_due_ms and decodes with
+ *                       an empty server_version. Version 3
+ * (PROTO_STATUS_TAIL_VERSION_MEMBERS, written by a server with membership
+ * changes when it knows a configuration) goes on with u8 self_role (this node's
+ * role in the cluster configuration it knows: PROTO_MEMBER_STANDBY 0, VOTER 1,
+ * SPARE 2, ABSENT 3 = not in it), u32 n, n x u8 role of members[i] (same order
+ * and count as the members list, which is then the raft configuration). A later
+ * version appends fields; a decoder reads the fields it knows and skips the
+ *                       rest.
+ *
+ * Leadership transfer (op 33, added with rolling restarts; docs/OPERATIONS.md,
+ * "Upgrades"; an older server answers TERN_EINVAL "unknown request op").
+ * ACL: admin. Served by the leader only: any other node answers
+ * TERN_ENOTLEADER with the leader hint.
+ *   CLUSTER_TRANSFER req: u64 to_id (0 = the leader picks a caught-up
+ *                      voter)
+ *                 resp: u64 leader_id (the new leader, not the node that
+ *                       answers), u64 term (the term it leads in, as the
+ *                       old leader learned it; 0 unknown)
+ *                 Answered once the transfer completed, or with an error:
+ *                 TERN_ENOTVOTER (to_id is not a node of the cluster, or
+ *                 not a voter, or the leader itself), TERN_ETRANSFER (it
+ *                 did not complete within an election timeout, or another
+ *                 node won the election), TERN_EBUSY (a transfer is
+ *                 already under way), TERN_ESHUTDOWN (the leader stopped).
  *
  * Membership (op 34, added with online membership changes: an older
  * server answers TERN_EINVAL "unknown request op"; op 35 is reserved):
@@ -473,7 +495,9 @@ enum proto_op {
     PROTO_OP_CLAIM = 30,
     PROTO_OP_PRODUCE_DELAYED = 31,
     PROTO_OP_GROUP_STATUS = 32,
+    PROTO_OP_CLUSTER_TRANSFER = 33,
     PROTO_OP_MEMBER = 34,
+    PROTO_OP_BACKUP = 36,
     PROTO_OP_ERROR = 0x7f,
     PROTO_OP_RESPONSE = 0x80,
 };
@@ -639,6 +663,14 @@ struct proto_request
     uint16_t raft_address_len;
     const char *client_address;
     uint16_t client_address_len;
+    /* CLUSTER_TRANSFER: the node to hand leadership to (0: any voter). */
+    uint64_t to_id;
+    /* BACKUP: the directory on the node's host (borrowed, path_len bytes,
+     * no NUL), the action in flags (PROTO_BACKUP_VERIFY or 0), the raft
+     * index the node must have applied first. */
+    const char *path;
+    uint16_t path_len;
+    uint64_t min_applied;
 };
 
 /* MEMBER (op 34): actions and the roles of the STATUS tail. */
@@ -1269,7 +1301,12 @@ struct proto_status
     uint8_t has_timers;
     uint64_t timers_pending;
     uint64_t timers_oldest_due_ms;
-    /* Version 2 of the tail (with has_timers): has_membership 1, this
+    /* In the tail from version 2: the answering server's software version
+     * (borrowed; "" with server_version_len 0 when a version 1 tail or
+     * no tail was decoded). Encoding: written with the tail. */
+    const char *server_version;
+    uint16_t server_version_len;
+    /* Version 3 of the tail (with has_timers): has_membership 1, this
      * node's role (enum proto_member_role) and one role per member
      * (encoding: member_roles points at n_members bytes, borrowed;
      * decoding: member_roles_raw holds n_member_roles bytes, borrowed
@@ -1565,6 +1602,12 @@ int proto_decode_producer_init_resp(const void *body,
 #define PROTO_DELIVERY_SETTLED     1u
 #define PROTO_DELIVERY_LEASED      2u
 #define PROTO_DELIVERY_READY       3u
+/* Version of the STATUS answer's tail this encoder writes, and the
+ * longest server_version it carries. */
+#define PROTO_STATUS_TAIL_VERSION 2u
+/* The tail with the members' roles (membership changes). */
+#define PROTO_STATUS_TAIL_VERSION_MEMBERS 3u
+#define PROTO_MAX_SERVER_VERSION          64u
 /* GROUP_STATUS request: group NULL or "" = every group (paged by after,
  * NULL or "" = from the first; max_count 0 = the server's page size).
  * TERN_EBADNAME for a bad name. */
@@ -1685,5 +1728,74 @@ int proto_next_delivery(const struct proto_trace *t,
 int proto_encode_status_req(struct tern_wbuf *w,
                             uint64_t request_id,
                             uint8_t flags);
+/* CLUSTER_TRANSFER request (to_id 0: any caught-up voter) and its answer
+ * (format above). */
+int proto_encode_cluster_transfer(struct tern_wbuf *w,
+                                  uint64_t request_id,
+                                  uint64_t to_id);
+int proto_encode_cluster_transfer_resp(struct tern_wbuf *w,
+                                       uint64_t request_id,
+                                       uint64_t leader_id,
+                                       uint64_t term);
+/* TERN_EMALFORMED for a wrong length or a leader_id of 0. */
+int proto_decode_cluster_transfer_resp(const void *body,
+                                       size_t len,
+                                       uint64_t *leader_id,
+                                       uint64_t *term);
+
+/* ---- BACKUP (op 36; docs/OPERATIONS.md, "Backup and restore") ----
+ *
+ *   BACKUP  req: u8 flags (0: take a backup; PROTO_BACKUP_VERIFY: check
+ *                the backup at path; other bits TERN_EMALFORMED), str path
+ *                (1..PROTO_BACKUP_PATH_MAX bytes, no NUL: an absolute
+ *                directory on the host of the node that serves the
+ *                request, which must not exist or be empty and lie outside
+ *                the node's data directory), u64 min_applied (the node
+ *                first waits, up to NODE_BACKUP_WAIT_MS, until raft has
+ *                applied this index there: the leader's commit index when
+ *                the client asked, so the backup holds everything
+ *                acknowledged before; 0: back up the node's state as it
+ *                is)
+ *           resp: u8 version (1), str cluster, u64 node_id, u64 term,
+ *                 u64 last_applied, u64 log_start, u64 log_end,
+ *                 u32 n_files, u64 total_bytes, u64 created_ms: the
+ *                 backup's manifest, summed up. A later version appends
+ *                 fields.
+ * Served by the node that receives it (any role), with admin permission;
+ * the answer comes when the copy is complete. TERN_EBACKUP while a backup
+ * of that node runs, TERN_EFULL when its disk lacks the room, TERN_EINVAL
+ * for a refused path, TERN_ECORRUPT for a backup that fails verification,
+ * TERN_EBUSY when the node did not reach min_applied in time.
+ */
+#define PROTO_BACKUP_VERIFY   0x01u
+#define PROTO_BACKUP_PATH_MAX 4095u
+#define PROTO_BACKUP_VERSION  1u
+struct proto_backup_info
+{
+    const char *cluster; /* borrowed (decode) or caller-owned (encode) */
+    uint16_t cluster_len;
+    uint64_t node_id;
+    uint64_t term;
+    uint64_t last_applied;
+    uint64_t log_start;
+    uint64_t log_end;
+    uint32_t n_files;
+    uint64_t total_bytes;
+    uint64_t created_ms;
+};
+/* BACKUP request. dir caller-owned. TERN_EINVAL for bad flags or a path
+ * that is empty, too long or holds a NUL. */
+int proto_encode_backup(struct tern_wbuf *w,
+                        uint64_t request_id,
+                        uint8_t flags,
+                        const char *dir,
+                        uint64_t min_applied);
+int proto_encode_backup_resp(struct tern_wbuf *w,
+                             uint64_t request_id,
+                             const struct proto_backup_info *b);
+/* Strings in *out borrow from body. 0 or TERN_EMALFORMED/TERN_EVERSION. */
+int proto_decode_backup_resp(const void *body,
+                             size_t len,
+                             struct proto_backup_info *out);
 
 #endif /* TERN_PROTO_H */

@@ -268,6 +268,8 @@ struct repl_status
                               ahead of it in memory mode */
     enum repl_durability durability;
     bool writable;
+    /* a leader handing over: the target (else 0) */
+    uint64_t transfer_to;
     int fsm_error;  /* last repl_fsm.apply/restore error (0: none) */
     int failed;     /* non-zero: fail-stopped after a log write or FSM apply
                        error; the replica no longer takes part (role
@@ -311,6 +313,19 @@ struct repl_status
     uint64_t auto_rejoin_id;
 };
 void repl_get_status(struct repl *r, struct repl_status *out);
+
+/* A voter's replication progress as the leader sees it. */
+struct repl_progress
+{
+    uint64_t id;
+    uint64_t match_index; /* highest index it reported as stored */
+};
+/* On a leader: OUT out[0..n) for the voters other than itself (at most
+ * max, configuration order; out caller-owned), n returned. 0 when this
+ * replica does not lead. Loop thread only. */
+unsigned repl_get_progress(struct repl *r,
+                           struct repl_progress *out,
+                           unsigned max);
 
 /* Replication latency (for `tern bench`): on a leader, the time from the
  * leader's local append of a batch of entries (one repl_propose, or the
@@ -394,7 +409,31 @@ void repl_get_stages(struct repl *r, struct repl_latency *out, bool reset);
  * writes. */
 void repl_set_disk_full(struct repl *r, bool full);
 
-/* Ask the leader to hand over leadership to id (0: any voter). */
+/* Leadership transfer: the leader hands leadership over to voter id, or
+ * with id 0 to the first voter whose log matches the leader's last index
+ * (libraft 0.15's choice; the last voter when none does yet). Writes stop
+ * (not writable) until it ends. cb(data, status, target, leader_id, term)
+ * runs once on the loop thread when it ends: status 0, leader_id the
+ * target (now leader in term); TERN_ETRANSFER: the target did not win
+ * within an election timeout (the leader may still lead: then writes
+ * reopen), or another node won; TERN_ESHUTDOWN: repl_close ran first
+ * (cb runs inside it; do not call repl_* from cb then). cb may be NULL.
+ * Fails without calling cb: TERN_ENOTLEADER, TERN_EBUSY (a transfer is
+ * under way), TERN_ENOTVOTER (id unknown, not a voter, ourselves, or no
+ * other voter), TERN_ESHUTDOWN; errmsg says why. *target (OUT, may be
+ * NULL) is the chosen target. */
+typedef void (*repl_transfer_cb)(void *data,
+                                 int status,
+                                 uint64_t target,
+                                 uint64_t leader_id,
+                                 uint64_t term);
+int repl_transfer_start(struct repl *r,
+                        uint64_t id,
+                        repl_transfer_cb cb,
+                        void *data,
+                        uint64_t *target,
+                        char *errmsg);
+/* repl_transfer_start without a callback. */
 int repl_transfer(struct repl *r, uint64_t id);
 
 /* ---- Membership (raft/member.c) ----------------------------------------
@@ -511,5 +550,17 @@ int repl_member_remove(struct repl *r,
  * closed (asynchronously: keep running the loop), r is freed before it
  * runs. The xport is not closed: close it after cb. */
 void repl_close(struct repl *r, void (*cb)(void *arg), void *arg);
+
+/* Seed c->data_dir, which must hold no raft state, with an initial
+ * snapshot at index (term 1) whose configuration is c's peers, all
+ * voters, and whose data is manifest (len bytes, caller-owned: the FSM's
+ * restore receives it at start), so the node starts after index instead
+ * of bootstrapping (raft/seed.c). Blocking, on a loop of its own; call
+ * before repl_new. 0, or a code with errmsg. */
+int repl_seed_snapshot(const struct repl_config *c,
+                       uint64_t index,
+                       const void *manifest,
+                       size_t len,
+                       char *errmsg);
 
 #endif /* TERN_REPL_H */

@@ -417,6 +417,11 @@ struct xport_fallback_stats
  * x must be a fallback transport (else TERN_EINVAL). */
 int xport_fallback_stats(const struct xport *x,
                          struct xport_fallback_stats *out /* OUT */);
+/* 1 if peer_id's next send goes over the fast path, 0 if over the slow
+ * one, -ENOENT for a peer never sent to, TERN_EINVAL if x is not a
+ * fallback transport (the node's metrics report it per peer; also in
+ * xport_test.h). */
+int xport_fallback_peer_fast(const struct xport *x, uint64_t peer_id);
 /* Number of RDMA devices visible to this process (0 when tern_rdma was
  * built without verbs). */
 int xport_rdma_device_count(void);

@@ -4,8 +4,10 @@
  * decoders of every op, the error-frame decoder and every response decoder,
  * and walks every iterator (the security metadata ops 10..19 and the
  * authentication ops 20..21, the message property ops, message trace,
- * the shared group ops 27..29, the delayed produce, op 31, and the
- * membership changes, op 34, included).
+ * the shared group ops 27..29, the delayed produce, op 31, the
+ * leadership transfer, op 33, the membership changes, op 34, and the
+ * backup, op 36, included; the STATUS answer's tail in its versions with
+ * the server version and the members' roles).
  * Decoders must never read out of bounds, and a decoded request must re-encode
  * to a body that decodes to the same fields.
  */
@@ -301,6 +303,9 @@ static void reencode(const struct proto_request *r,
     case PROTO_OP_AUTH_CONTINUE:
         rv = proto_encode_auth_continue(&w, 1, r->auth_data, r->auth_data_len);
         break;
+    case PROTO_OP_CLUSTER_TRANSFER:
+        rv = proto_encode_cluster_transfer(&w, 1, r->to_id);
+        break;
     default:
         abort();
     }
@@ -386,6 +391,10 @@ static void responses(const uint8_t *d, size_t len)
     size_t pos;
     (void)proto_decode_empty_resp(d, len);
     (void)proto_decode_stats_resp(d, len, &ss);
+    {
+        struct proto_backup_info bk;
+        (void)proto_decode_backup_resp(d, len, &bk);
+    }
     (void)proto_decode_produce_resp(d, len, &pr);
     {
         uint32_t dcount;
@@ -396,6 +405,13 @@ static void responses(const uint8_t *d, size_t len)
         uint8_t granted;
         uint64_t holder, until;
         (void)proto_decode_claim_resp(d, len, &granted, &holder, &until);
+    }
+    {
+        uint64_t leader, term;
+        if (proto_decode_cluster_transfer_resp(d, len, &leader, &term) == 0 &&
+            leader == 0) {
+            abort();
+        }
     }
     {
         uint8_t role;
@@ -494,7 +510,8 @@ static void responses(const uint8_t *d, size_t len)
         while (proto_next_member(&st, &pos, &m)) {
             n++;
         }
-        if (n != st.n_members) {
+        if (n != st.n_members || st.server_version == NULL ||
+            st.server_version_len > PROTO_MAX_SERVER_VERSION) {
             abort();
         }
         if (st.has_membership) {
@@ -559,6 +576,24 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (proto_decode_request(PROTO_OP_MEMBER, b, blen, &r) == 0) {
             walk_request(&r);
             reencode(&r, b, blen);
+        }
+        /* Leadership transfer (op 33). */
+        if (proto_decode_request(PROTO_OP_CLUSTER_TRANSFER, b, blen, &r) == 0) {
+            walk_request(&r);
+            reencode(&r, b, blen);
+        }
+        /* Backup (op 36): the path and flags re-encode to the same body. */
+        if (proto_decode_request(PROTO_OP_BACKUP, b, blen, &r) == 0) {
+            char dir[PROTO_BACKUP_PATH_MAX + 1];
+            struct tern_wbuf w;
+            name_copy(dir, r.path, r.path_len);
+            tern_wbuf_init(&w);
+            if (proto_encode_backup(&w, 1, r.flags, dir, r.min_applied) != 0 ||
+                w.len != PROTO_HEADER_SIZE + blen ||
+                memcmp(w.base + PROTO_HEADER_SIZE, b, blen) != 0) {
+                abort();
+            }
+            tern_wbuf_free(&w);
         }
         (void)proto_decode_error(b, blen, TERN_ENOTLEADER, &e);
         (void)proto_decode_error(b, blen, TERN_EINTERNAL, &e);

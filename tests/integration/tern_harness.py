@@ -364,6 +364,7 @@ class Node:
         self.log = os.path.join(cluster.dir, "node%d.log" % nid)
         self.pid_file = os.path.join(cluster.dir, "node%d.pid" % nid)
         self.env = {}  # extra environment for this node's ternd
+        self.args = []  # extra ternd arguments (the next start only)
         self.proc = None
 
     @property
@@ -476,7 +477,8 @@ class Cluster:
         env.setdefault("UBSAN_OPTIONS", "print_stacktrace=1")
         env.update(nd.env)
         nd.proc = subprocess.Popen(
-            [self.ternd, "--config", nd.config, "--pid-file", nd.pid_file],
+            [self.ternd, "--config", nd.config, "--pid-file", nd.pid_file]
+            + [str(a) for a in nd.args],
             stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT,
             env=env, start_new_session=True)
         logf.close()

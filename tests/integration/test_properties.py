@@ -152,12 +152,14 @@ def main(c):
         blob = bytes(range(256)) + b"\n\x00tail\r\n"
         r = run(cl, ["produce", "events", "--raw", "--key", "bin"], blob)
         c.check(r.returncode == 0, "produce --raw", r.stderr.decode()[-300:])
-        r = run(cl, ["message", "get", "events", "--key", "bin", "--raw"])
+        r = run(cl, ["message", "get", "events", "--key", "bin", "--raw",
+                     "--delimiter", ""])
         c.check(r.stdout == blob, "message get --raw returns the bytes",
                 "%d bytes" % len(r.stdout))
         r = run(cl, ["consume", "events", "--offset", 6, "--max", 1,
                      "--raw"])
-        c.check(r.stdout == blob, "consume --raw returns the bytes",
+        c.check(r.stdout == blob + b"\n",
+                "consume --raw returns the bytes and the delimiter",
                 "%d bytes" % len(r.stdout))
 
         c.step("properties over a limit are refused whole")

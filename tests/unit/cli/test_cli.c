@@ -16,55 +16,8 @@
 #include <tern/tern.h>
 
 #include "auth_fake.h"
+#include "cli_run.h"
 #include "fake_server.h"
-
-struct cli_run
-{
-    int code;
-    char out[8192];
-    char err[4096];
-};
-
-static void slurp(const char *path, char *buf, size_t cap)
-{
-    FILE *f = fopen(path, "r");
-    size_t n = 0;
-    if (f != NULL) {
-        n = fread(buf, 1, cap - 1, f);
-        (void)fclose(f);
-    }
-    buf[n] = '\0';
-}
-
-/* Run `tern -s addr --timeout-ms 2000 <args>` with stdin from `input`. */
-static void run_cli(struct cli_run *r,
-                    const char *addr,
-                    const char *input,
-                    const char *args)
-{
-    char dir[] = "/tmp/tern-cli-test-XXXXXX";
-    char cmd[2048], out[128], err[128], in[128];
-    int st;
-    cr_assert_not_null(mkdtemp(dir));
-    (void)snprintf(out, sizeof out, "%s/out", dir);
-    (void)snprintf(err, sizeof err, "%s/err", dir);
-    (void)snprintf(in, sizeof in, "%s/in", dir);
-    FILE *f = fopen(in, "w");
-    cr_assert_not_null(f);
-    (void)fputs(input != NULL ? input : "", f);
-    (void)fclose(f);
-    (void)snprintf(cmd, sizeof cmd,
-                   "%s -s %s --timeout-ms 2000 %s <%s >%s 2>%s", TERN_CLI_PATH,
-                   addr, args, in, out, err);
-    st = system(cmd);
-    r->code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-    slurp(out, r->out, sizeof r->out);
-    slurp(err, r->err, sizeof r->err);
-    (void)unlink(out);
-    (void)unlink(err);
-    (void)unlink(in);
-    (void)rmdir(dir);
-}
 
 Test(cli, queue_produce_consume_formats)
 {
@@ -78,9 +31,9 @@ Test(cli, queue_produce_consume_formats)
     (void)close(fd);
     cr_assert_eq(fake_start(&fs, NULL), 0);
 
-    run_cli(&r, fs.addr, NULL, "queue create orders");
+    cli_run_tern(&r, fs.addr, NULL, "queue create orders");
     cr_expect_eq(r.code, 0, "%s", r.err);
-    run_cli(&r, fs.addr, NULL, "queue create orders");
+    cli_run_tern(&r, fs.addr, NULL, "queue create orders");
     cr_expect_eq(r.code, 1);
     cr_expect_eq(strncmp(r.err,
                          "tern: queue create orders: queue already "
@@ -92,9 +45,9 @@ Test(cli, queue_produce_consume_formats)
                    "produce orders --count 3 --size 8 --batch 2 --window 2 "
                    "--ack-log %s --id-prefix p",
                    ack);
-    run_cli(&r, fs.addr, NULL, args);
+    cli_run_tern(&r, fs.addr, NULL, args);
     cr_expect_eq(r.code, 0, "%s", r.err);
-    slurp(ack, buf, sizeof buf);
+    cli_slurp(ack, buf, sizeof buf);
     cr_expect_str_eq(buf, "p-0\t0\np-1\t1\np-2\t2\n");
     cr_expect_eq(fake_n_msgs(&fs), 3);
     char *m0 = fake_msg(&fs, 0);
@@ -102,38 +55,44 @@ Test(cli, queue_produce_consume_formats)
     free(m0);
 
     (void)snprintf(args, sizeof args, "produce orders --ack-log %s", ack);
-    run_cli(&r, fs.addr, "hello\nworld.x\n", args);
+    cli_run_tern(&r, fs.addr, "hello\nworld.x\n", args);
     cr_expect_eq(r.code, 0, "%s", r.err);
-    slurp(ack, buf, sizeof buf);
+    cli_slurp(ack, buf, sizeof buf);
     cr_expect_str_eq(buf, "p-0\t0\np-1\t1\np-2\t2\nhello\t3\nworld.x\t4\n");
 
-    run_cli(&r, fs.addr, NULL, "consume orders");
+    cli_run_tern(&r, fs.addr, NULL, "consume orders");
     cr_expect_eq(r.code, 0, "%s", r.err);
     cr_expect_str_eq(r.out, "0\tp-0\n1\tp-1\n2\tp-2\n3\thello\n4\tworld\n");
-    run_cli(&r, fs.addr, NULL, "consume orders --offset 1 --max 2");
+    /* --format text is the default line; raw prints the payloads whole */
+    cli_run_tern(&r, fs.addr, NULL, "consume orders --format text");
+    cr_expect_str_eq(r.out, "0\tp-0\n1\tp-1\n2\tp-2\n3\thello\n4\tworld\n");
+    cli_run_tern(&r, fs.addr, NULL, "consume orders --offset 3 --format raw");
+    cr_expect_str_eq(r.out, "hello\nworld.x\n");
+    cli_run_tern(&r, fs.addr, NULL, "consume orders --offset 1 --max 2");
     cr_expect_str_eq(r.out, "1\tp-1\n2\tp-2\n");
-    run_cli(&r, fs.addr, NULL,
-            "consume orders --offset 5 --follow --idle-exit-ms 200");
+    cli_run_tern(&r, fs.addr, NULL,
+                 "consume orders --offset 5 --follow --idle-exit-ms 200");
     cr_expect_eq(r.code, 0, "%s", r.err);
     cr_expect_str_eq(r.out, "");
 
-    run_cli(&r, fs.addr, NULL, "queue list --json");
+    cli_run_tern(&r, fs.addr, NULL, "queue list --json");
     cr_expect_eq(r.code, 0);
     cr_expect_str_eq(r.out,
                      "{\"queues\":[{\"name\":\"orders\","
                      "\"start_offset\":0,\"next_offset\":5}]}\n");
-    run_cli(&r, fs.addr, NULL, "cluster status --json");
+    cli_run_tern(&r, fs.addr, NULL, "cluster status --json");
     cr_expect_eq(r.code, 0);
     cr_expect_neq(strstr(r.out, "\"role\":\"leader\""), NULL, "%s", r.out);
 
-    run_cli(&r, fs.addr, NULL, "produce nosuch --count 2");
+    cli_run_tern(&r, fs.addr, NULL, "produce nosuch --count 2");
     cr_expect_eq(r.code, 1);
     cr_expect_eq(strncmp(r.err, "tern: produce nosuch: no such queue", 35), 0,
                  "%s", r.err);
-    run_cli(&r, fs.addr, NULL, "bench orders --count 20 --window 4 --json");
+    cli_run_tern(&r, fs.addr, NULL,
+                 "bench orders --count 20 --window 4 --json");
     cr_expect_eq(r.code, 0, "%s", r.err);
     cr_expect_eq(strncmp(r.out, "{\"queue\":\"orders\"", 17), 0, "%s", r.out);
-    run_cli(&r, fs.addr, NULL, "frobnicate");
+    cli_run_tern(&r, fs.addr, NULL, "frobnicate");
     cr_expect_eq(r.code, 2);
     cr_expect_neq(strstr(r.err, "unknown command 'frobnicate'"), NULL, "%s",
                   r.err);
@@ -148,11 +107,11 @@ Test(cli, cluster_stats_and_bench_replication)
     struct cli_run r;
     cr_assert_eq(fake_start(&fs, NULL), 0);
 
-    run_cli(&r, fs.addr, NULL, "queue create q");
+    cli_run_tern(&r, fs.addr, NULL, "queue create q");
     cr_assert_eq(r.code, 0, "%s", r.err);
-    run_cli(&r, fs.addr, NULL, "produce q --count 2");
+    cli_run_tern(&r, fs.addr, NULL, "produce q --count 2");
     cr_assert_eq(r.code, 0, "%s", r.err);
-    run_cli(&r, fs.addr, NULL, "cluster stats --json");
+    cli_run_tern(&r, fs.addr, NULL, "cluster stats --json");
     cr_expect_eq(r.code, 0, "%s", r.err);
     {
         char want[512];
@@ -165,7 +124,7 @@ Test(cli, cluster_stats_and_bench_replication)
                        fs.addr);
         cr_expect_str_eq(r.out, want);
     }
-    run_cli(&r, fs.addr, NULL, "cluster stats --reset");
+    cli_run_tern(&r, fs.addr, NULL, "cluster stats --reset");
     cr_expect_eq(r.code, 0, "%s", r.err);
     cr_expect_neq(strstr(r.out, "samples:       2 (0 dropped)\n"), NULL, "%s",
                   r.out);
@@ -174,18 +133,18 @@ Test(cli, cluster_stats_and_bench_replication)
                          "  min 1.0  p50 1.0  p90 1.8  p99 2.0  p99.9 2.0  "
                          "max 2.0  mean 1.5\n(counters reset)\n"),
                   NULL, "%s", r.out);
-    run_cli(&r, fs.addr, NULL, "cluster stats");
+    cli_run_tern(&r, fs.addr, NULL, "cluster stats");
     cr_expect_neq(strstr(r.out, "samples:       0 (0 dropped)\n"), NULL, "%s",
                   r.out);
-    run_cli(&r, fs.addr, NULL, "cluster stats --bogus");
+    cli_run_tern(&r, fs.addr, NULL, "cluster stats --bogus");
     cr_expect_eq(r.code, 2);
 
     /* The bench resets the counters after creating the queue, so the 20
      * produce requests are all it sees (fake: sample k took k us). */
-    run_cli(&r, fs.addr, NULL, "produce q --count 5");
+    cli_run_tern(&r, fs.addr, NULL, "produce q --count 5");
     cr_assert_eq(r.code, 0, "%s", r.err);
-    run_cli(&r, fs.addr, NULL,
-            "bench q --count 20 --window 4 --replication --json");
+    cli_run_tern(&r, fs.addr, NULL,
+                 "bench q --count 20 --window 4 --replication --json");
     cr_expect_eq(r.code, 0, "%s", r.err);
     cr_expect_neq(strstr(r.out,
                          ",\"replication_us\":{\"p50\":10.000,\"p99\":19.800,"
@@ -198,7 +157,7 @@ Test(cli, cluster_stats_and_bench_replication)
                          "10.0 us  p99 19.8 us"),
                   NULL, "%s", r.err);
     /* Without --replication: no STATS request, no replication figures. */
-    run_cli(&r, fs.addr, NULL, "bench q --count 3 --json");
+    cli_run_tern(&r, fs.addr, NULL, "bench q --count 3 --json");
     cr_expect_eq(r.code, 0, "%s", r.err);
     cr_expect_null(strstr(r.out, "replication"), "%s", r.out);
     fake_stop(&fs);
@@ -228,7 +187,8 @@ Test(cli, user_hash_parses_back)
     char pwf[64];
     size_t len;
 
-    run_cli(&r, "127.0.0.1:1", "s3cret pw\n", "user hash --password-stdin");
+    cli_run_tern(&r, "127.0.0.1:1", "s3cret pw\n",
+                 "user hash --password-stdin");
     cr_assert_eq(r.code, 0, "%s", r.err);
     len = strcspn(r.out, "\n");
     cr_expect_eq(r.out[len], '\n');
@@ -247,17 +207,18 @@ Test(cli, user_hash_parses_back)
     {
         char args[128];
         (void)snprintf(args, sizeof args, "user hash --password-file %s", pwf);
-        run_cli(&r, "127.0.0.1:1", NULL, args);
+        cli_run_tern(&r, "127.0.0.1:1", NULL, args);
     }
     cr_expect_eq(r.code, 0, "%s", r.err);
     cr_expect_eq(strncmp(r.out, "SCRAM-SHA-256$4096:", 19), 0, "%s", r.out);
     (void)unlink(pwf);
 
-    run_cli(&r, "127.0.0.1:1", NULL, "user hash");
+    cli_run_tern(&r, "127.0.0.1:1", NULL, "user hash");
     cr_expect_eq(r.code, 2);
-    run_cli(&r, "127.0.0.1:1", "", "user hash --password-stdin");
+    cli_run_tern(&r, "127.0.0.1:1", "", "user hash --password-stdin");
     cr_expect_eq(r.code, 1);
-    run_cli(&r, "127.0.0.1:1", "caf\xc3\xa9\n", "user hash --password-stdin");
+    cli_run_tern(&r, "127.0.0.1:1", "caf\xc3\xa9\n",
+                 "user hash --password-stdin");
     cr_expect_eq(r.code, 1);
     cr_expect_eq(strncmp(r.err, "tern: user hash", 15), 0, "%s", r.err);
 }
@@ -279,7 +240,7 @@ Test(cli, login_options_and_environment)
                    "--user alice --password-file %s --namespace acme "
                    "queue create q",
                    pwf);
-    run_cli(&r, fs.addr, NULL, args);
+    cli_run_tern(&r, fs.addr, NULL, args);
     cr_expect_eq(r.code, 0, "%s", r.err);
     s = snap(&fs, &a);
     cr_expect_eq(s.logins, 1);
@@ -290,7 +251,7 @@ Test(cli, login_options_and_environment)
     cr_assert_eq(setenv("TERN_USER", "alice", 1), 0);
     cr_assert_eq(setenv("TERN_PASSWORD", AUTHSRV_PASSWORD, 1), 0);
     cr_assert_eq(setenv("TERN_NAMESPACE", "env-ns", 1), 0);
-    run_cli(&r, fs.addr, NULL, "queue list");
+    cli_run_tern(&r, fs.addr, NULL, "queue list");
     cr_expect_eq(r.code, 0, "%s", r.err);
     cr_expect_str_eq(snap(&fs, &a).last_ns, "env-ns");
     cr_expect_eq(snap(&fs, &a).logins, 2);
@@ -298,7 +259,7 @@ Test(cli, login_options_and_environment)
     /* A wrong password: the error line names the failure and the reason. */
     (void)snprintf(args, sizeof args,
                    "--user alice --password-file %s queue create q2", bad);
-    run_cli(&r, fs.addr, NULL, args);
+    cli_run_tern(&r, fs.addr, NULL, args);
     cr_expect_eq(r.code, 1);
     cr_expect_eq(
         strncmp(r.err, "tern: queue create q2: authentication failed (", 46), 0,
@@ -308,18 +269,18 @@ Test(cli, login_options_and_environment)
 
     /* No password anywhere, a password on the command line, a bad
      * mechanism: usage errors, nothing sent. */
-    run_cli(&r, fs.addr, NULL, "queue list");
+    cli_run_tern(&r, fs.addr, NULL, "queue list");
     cr_expect_eq(r.code, 2);
     cr_expect_neq(strstr(r.err, "needs a password"), NULL, "%s", r.err);
-    run_cli(&r, fs.addr, NULL, "--password hunter2 queue list");
+    cli_run_tern(&r, fs.addr, NULL, "--password hunter2 queue list");
     cr_expect_eq(r.code, 2);
-    run_cli(&r, fs.addr, NULL, "--auth kerberos queue list");
+    cli_run_tern(&r, fs.addr, NULL, "--auth kerberos queue list");
     cr_expect_eq(r.code, 2);
-    run_cli(&r, fs.addr, NULL, "--auth external queue list");
+    cli_run_tern(&r, fs.addr, NULL, "--auth external queue list");
     cr_expect_eq(r.code, 2); /* needs TLS */
     cr_assert_eq(unsetenv("TERN_USER"), 0);
     cr_assert_eq(unsetenv("TERN_NAMESPACE"), 0);
-    run_cli(&r, fs.addr, NULL, "--namespace acme queue list");
+    cli_run_tern(&r, fs.addr, NULL, "--namespace acme queue list");
     cr_expect_eq(r.code, 2);
     cr_expect_eq(snap(&fs, &a).logins, 2); /* the wrong password's failed */
 
@@ -340,7 +301,8 @@ Test(cli, admin_commands)
     start_auth_server(&fs, &a);
     a.require_auth = 0;
 
-    run_cli(&r, fs.addr, "bob pw\n", "user set bob --admin --password-stdin");
+    cli_run_tern(&r, fs.addr, "bob pw\n",
+                 "user set bob --admin --password-stdin");
     cr_expect_eq(r.code, 0, "%s", r.err);
     s = snap(&fs, &a);
     cr_expect_str_eq(s.user, "bob");
@@ -353,52 +315,55 @@ Test(cli, admin_commands)
                  0);
     cr_expect_eq(
         memcmp(cred.stored_key, again.stored_key, sizeof cred.stored_key), 0);
-    run_cli(&r, fs.addr, NULL, "user set app --cert --no-password");
+    cli_run_tern(&r, fs.addr, NULL, "user set app --cert --no-password");
     cr_expect_eq(r.code, 0, "%s", r.err);
     s = snap(&fs, &a);
     cr_expect_eq(s.user_flags, TERN_USER_CERT);
     cr_expect_eq(s.user_cred_len, 0);
-    run_cli(&r, fs.addr, NULL, "user set app"); /* which password? */
+    cli_run_tern(&r, fs.addr, NULL, "user set app"); /* which password? */
     cr_expect_eq(r.code, 2);
-    run_cli(&r, fs.addr, "x\n", "user set app --no-password --password-stdin");
+    cli_run_tern(&r, fs.addr, "x\n",
+                 "user set app --no-password --password-stdin");
     cr_expect_eq(r.code, 2);
-    run_cli(&r, fs.addr, NULL, "user set app --no-password"); /* no --cert */
+    cli_run_tern(&r, fs.addr, NULL,
+                 "user set app --no-password"); /* no --cert */
     cr_expect_eq(r.code, 1);
     cr_expect_eq(snap(&fs, &a).user_sets, 2);
 
-    run_cli(&r, fs.addr, NULL, "user list");
+    cli_run_tern(&r, fs.addr, NULL, "user list");
     cr_expect_eq(r.code, 0, "%s", r.err);
     cr_expect_str_eq(r.out, "alice\tadmin\tpassword\nnode-app\tcert\t-\n");
-    run_cli(&r, fs.addr, NULL, "user list --json");
+    cli_run_tern(&r, fs.addr, NULL, "user list --json");
     cr_expect_str_eq(r.out,
                      "{\"users\":[{\"name\":\"alice\",\"admin\":true,"
                      "\"cert\":false,\"password\":true},{\"name\":"
                      "\"node-app\",\"admin\":false,\"cert\":true,"
                      "\"password\":false}]}\n");
-    run_cli(&r, fs.addr, NULL, "user delete bob");
+    cli_run_tern(&r, fs.addr, NULL, "user delete bob");
     cr_expect_eq(r.code, 0, "%s", r.err);
 
-    run_cli(&r, fs.addr, NULL, "acl set bob acme orders.* produce,consume");
+    cli_run_tern(&r, fs.addr, NULL,
+                 "acl set bob acme orders.* produce,consume");
     cr_expect_eq(r.code, 0, "%s", r.err);
     s = snap(&fs, &a);
     cr_expect_str_eq(s.acl_pattern, "orders.*");
     cr_expect_eq(s.acl_perms, TERN_PERM_PRODUCE | TERN_PERM_CONSUME);
-    run_cli(&r, fs.addr, NULL, "acl set bob acme '*' all");
+    cli_run_tern(&r, fs.addr, NULL, "acl set bob acme '*' all");
     cr_expect_eq(snap(&fs, &a).acl_perms, TERN_PERM_ALL);
-    run_cli(&r, fs.addr, NULL, "acl set bob acme '*' manage,admin");
+    cli_run_tern(&r, fs.addr, NULL, "acl set bob acme '*' manage,admin");
     cr_expect_eq(snap(&fs, &a).acl_perms, TERN_PERM_MANAGE | TERN_PERM_ADMIN);
-    run_cli(&r, fs.addr, NULL, "acl set bob acme '*' read");
+    cli_run_tern(&r, fs.addr, NULL, "acl set bob acme '*' read");
     cr_expect_eq(r.code, 2);
-    run_cli(&r, fs.addr, NULL, "acl set bob acme");
+    cli_run_tern(&r, fs.addr, NULL, "acl set bob acme");
     cr_expect_eq(r.code, 2);
-    run_cli(&r, fs.addr, NULL, "acl list bob");
+    cli_run_tern(&r, fs.addr, NULL, "acl list bob");
     cr_expect_eq(r.code, 0, "%s", r.err);
     cr_expect_str_eq(snap(&fs, &a).acl_user, "bob");
     cr_expect_str_eq(r.out,
                      "bob\tacme\torders.*\tproduce,consume\n"
                      "bob\tdefault\t*\tall\n"
                      "carol\tacme\taudit\tconsume\n");
-    run_cli(&r, fs.addr, NULL, "acl list --json");
+    cli_run_tern(&r, fs.addr, NULL, "acl list --json");
     cr_expect_str_eq(snap(&fs, &a).acl_user, "");
     cr_expect_eq(strncmp(r.out,
                          "{\"grants\":[{\"user\":\"bob\",\"namespace\":"
@@ -406,32 +371,32 @@ Test(cli, admin_commands)
                          "\"produce,consume\"}",
                          86),
                  0, "%s", r.out);
-    run_cli(&r, fs.addr, NULL, "acl delete bob acme orders.*");
+    cli_run_tern(&r, fs.addr, NULL, "acl delete bob acme orders.*");
     cr_expect_eq(r.code, 0, "%s", r.err);
     cr_expect_eq(snap(&fs, &a).last_op, PROTO_OP_ACL_DELETE);
 
-    run_cli(&r, fs.addr, NULL,
-            "namespace set acme --max-queues 10 --max-bytes 1048576 "
-            "--produce-rate 4096");
+    cli_run_tern(&r, fs.addr, NULL,
+                 "namespace set acme --max-queues 10 --max-bytes 1048576 "
+                 "--produce-rate 4096");
     cr_expect_eq(r.code, 0, "%s", r.err);
     s = snap(&fs, &a);
     cr_expect_str_eq(s.ns_name, "acme");
     cr_expect_eq(s.ns_q[0], 10);
     cr_expect_eq(s.ns_q[1], 1048576);
     cr_expect_eq(s.ns_q[2], 4096);
-    run_cli(&r, fs.addr, NULL, "namespace set acme --max-queues many");
+    cli_run_tern(&r, fs.addr, NULL, "namespace set acme --max-queues many");
     cr_expect_eq(r.code, 2);
-    run_cli(&r, fs.addr, NULL, "namespace list");
+    cli_run_tern(&r, fs.addr, NULL, "namespace list");
     cr_expect_eq(r.code, 0, "%s", r.err);
     cr_expect_str_eq(r.out, "acme\t10\t1048576\t4096\ndefault\t0\t0\t0\n");
-    run_cli(&r, fs.addr, NULL, "namespace delete acme");
+    cli_run_tern(&r, fs.addr, NULL, "namespace delete acme");
     cr_expect_eq(r.code, 0, "%s", r.err);
 
     /* Errors: the CLI's error line with the server's reason. */
     (void)pthread_mutex_lock(&fs.mu);
     a.notfound_deletes = 1;
     (void)pthread_mutex_unlock(&fs.mu);
-    run_cli(&r, fs.addr, NULL, "namespace delete acme");
+    cli_run_tern(&r, fs.addr, NULL, "namespace delete acme");
     cr_expect_eq(r.code, 1);
     {
         const char *want =
@@ -443,8 +408,9 @@ Test(cli, admin_commands)
     stop_auth_server(&fs, &a);
 }
 
-/* FETCH with properties and MESSAGE_GET answered with one message that
- * has a key, a tag, a header and a producer timestamp, and one without. */
+/* FETCH (with properties when asked) and MESSAGE_GET answered with one
+ * message that has a key, a tag, a header and a producer timestamp, and
+ * one without. */
 static enum fake_action props_cli_hook(struct fake_server *fs,
                                        int conn,
                                        const struct proto_header *h,
@@ -462,12 +428,13 @@ static enum fake_action props_cli_hook(struct fake_server *fs,
         {1, 1800, "plain", 5, NULL, 0},
     };
     struct tern_wbuf w;
-    if (!((r->op == PROTO_OP_FETCH && (r->flags & PROTO_FETCH_PROPS) != 0) ||
-          r->op == PROTO_OP_MESSAGE_GET)) {
+    if (r->op != PROTO_OP_FETCH && r->op != PROTO_OP_MESSAGE_GET) {
         return FAKE_DEFAULT;
     }
     tern_wbuf_init(&w);
-    if (r->op == PROTO_OP_FETCH) {
+    if (r->op == PROTO_OP_FETCH && (r->flags & PROTO_FETCH_PROPS) == 0) {
+        proto_encode_fetch_resp(&w, r->op, h->request_id, 2, 2, fm, 2);
+    } else if (r->op == PROTO_OP_FETCH) {
         proto_encode_fetch_props_resp(&w, r->op, h->request_id, 2, 2, fm, 2, 7);
     } else {
         proto_encode_message_get_resp(&w, h->request_id, 7, fm, 1);
@@ -482,44 +449,58 @@ Test(cli, message_properties_formats)
     struct fake_server fs;
     struct cli_run r;
     cr_assert_eq(fake_start(&fs, props_cli_hook), 0);
-    run_cli(&r, fs.addr, NULL, "queue create q");
+    cli_run_tern(&r, fs.addr, NULL, "queue create q");
     cr_assert_eq(r.code, 0, "%s", r.err);
-    run_cli(&r, fs.addr, NULL, "consume q --format '%o|%k|%t|%h|%P|%T|%p|%%'");
+    cli_run_tern(&r, fs.addr, NULL,
+                 "consume q --format '%o|%k|%t|%h|%P|%T|%p|%%'");
     cr_assert_eq(r.code, 0, "%s", r.err);
     cr_expect_str_eq(r.out,
                      "0|k1|tg1|h=v|5|1700|a.bc|%\n"
                      "1||||0|1800|plain|%\n");
-    run_cli(&r, fs.addr, NULL, "consume q --json");
+    cli_run_tern(&r, fs.addr, NULL, "consume q --json");
     cr_assert_eq(r.code, 0, "%s", r.err);
     cr_expect_str_eq(r.out,
-                     "{\"offset\":0,\"id\":"
+                     "{\"queue\":\"q\",\"offset\":0,\"id\":"
                      "\"00000000000000070000000000000000\",\"append_ts\":1700,"
                      "\"producer_ts\":5,\"key\":\"k1\",\"tag\":\"tg1\","
                      "\"headers\":{\"h\":\"v\"},\"payload\":\"a.bc\"}\n"
-                     "{\"offset\":1,\"id\":"
+                     "{\"queue\":\"q\",\"offset\":1,\"id\":"
                      "\"00000000000000070000000000000001\",\"append_ts\":1800,"
-                     "\"producer_ts\":0,\"payload\":\"plain\"}\n");
-    run_cli(&r, fs.addr, NULL, "consume q --raw");
+                     "\"payload\":\"plain\"}\n");
+    cli_run_tern(&r, fs.addr, NULL, "consume q --format json");
+    cr_expect_eq(strncmp(r.out, "{\"queue\":\"q\",\"offset\":0,", 24), 0, "%s",
+                 r.out);
+    cli_run_tern(&r, fs.addr, NULL, "consume q --raw");
+    cr_expect_str_eq(r.out, "a.bc\nplain\n", "%d %s", r.code, r.err);
+    cli_run_tern(&r, fs.addr, NULL, "consume q --format raw --delimiter ''");
     cr_expect_str_eq(r.out, "a.bcplain");
-    run_cli(&r, fs.addr, NULL, "message get q --key k1");
+    cli_run_tern(&r, fs.addr, NULL,
+                 "consume q --format raw --delimiter '\\t|'");
+    cr_expect_str_eq(r.out, "a.bc\t|plain\t|");
+    cli_run_tern(&r, fs.addr, NULL, "consume q --delimiter '\\q'");
+    cr_expect_eq(r.code, 2);
+    cr_expect(strstr(r.err, "unknown escape") != NULL, "%s", r.err);
+    cli_run_tern(&r, fs.addr, NULL, "consume q --format text");
+    cr_expect_str_eq(r.out, "0\ta\n1\tplain\n");
+    cli_run_tern(&r, fs.addr, NULL, "message get q --key k1");
     cr_assert_eq(r.code, 0, "%s", r.err);
     cr_expect_str_eq(r.out,
                      "0\t00000000000000070000000000000000\tk1\ttg1\t"
                      "a.bc\n");
     /* usage and argument errors */
-    run_cli(&r, fs.addr, NULL, "consume q --format '%x'");
+    cli_run_tern(&r, fs.addr, NULL, "consume q --format '%x'");
     cr_expect_eq(r.code, 2);
     cr_expect(strstr(r.err, "unknown directive") != NULL, "%s", r.err);
-    run_cli(&r, fs.addr, NULL, "message get q");
+    cli_run_tern(&r, fs.addr, NULL, "message get q");
     cr_expect_eq(r.code, 2);
-    run_cli(&r, fs.addr, NULL, "message get q --offset 1 --key k");
+    cli_run_tern(&r, fs.addr, NULL, "message get q --offset 1 --key k");
     cr_expect_eq(r.code, 2);
-    run_cli(&r, fs.addr, NULL, "message get q --id 12");
+    cli_run_tern(&r, fs.addr, NULL, "message get q --id 12");
     cr_expect_eq(r.code, 1);
     cr_expect(strstr(r.err, "message id") != NULL, "%s", r.err);
-    run_cli(&r, fs.addr, "x\n", "produce q --header novalue");
+    cli_run_tern(&r, fs.addr, "x\n", "produce q --header novalue");
     cr_expect_eq(r.code, 2);
-    run_cli(&r, fs.addr, "x\n", "produce q --tag 'a b'");
+    cli_run_tern(&r, fs.addr, "x\n", "produce q --tag 'a b'");
     cr_expect_eq(r.code, 1);
     cr_expect(strstr(r.err, "tag") != NULL, "%s", r.err);
     cr_expect_eq(fake_n_msgs(&fs), 0, "nothing was produced");
@@ -570,7 +551,7 @@ Test(cli, consume_group_skip_line_with_filter)
     struct cli_run r;
     cr_assert_eq(fake_start(&fs, group_skip_cli_hook), 0);
     for (int i = 0; i < 3; i++) {
-        run_cli(&r, fs.addr, NULL, args[i]);
+        cli_run_tern(&r, fs.addr, NULL, args[i]);
         cr_assert_eq(r.code, 0, "%s: %s", args[i], r.err);
         cr_expect_str_eq(r.out, outs[i], "%s", args[i]);
         cr_expect_str_eq(r.err,
@@ -644,7 +625,7 @@ Test(cli, message_trace_text_and_json)
     struct fake_server fs;
     struct cli_run r;
     cr_assert_eq(fake_start(&fs, trace_cli_hook), 0);
-    run_cli(&r, fs.addr, NULL, "message trace orders 41");
+    cli_run_tern(&r, fs.addr, NULL, "message trace orders 41");
     cr_assert_eq(r.code, 0, "%s", r.err);
     cr_expect_str_eq(
         r.out,
@@ -661,7 +642,7 @@ Test(cli, message_trace_text_and_json)
         "index 815)\n"
         "  old committed offset 50, commit time unknown\n"
         "  (more groups not listed)\n");
-    run_cli(&r, fs.addr, NULL, "message trace orders 41 --json");
+    cli_run_tern(&r, fs.addr, NULL, "message trace orders 41 --json");
     cr_assert_eq(r.code, 0, "%s", r.err);
     cr_expect_str_eq(
         r.out,
@@ -673,28 +654,28 @@ Test(cli, message_trace_text_and_json)
         "\"committed_offset\":42,\"commit_ms\":1700000000200,"
         "\"commit_index\":815},{\"name\":\"old\",\"committed_offset\":50,"
         "\"commit_ms\":null,\"commit_index\":null}],\"more_groups\":true}\n");
-    run_cli(&r, fs.addr, NULL, "message trace orders 5");
+    cli_run_tern(&r, fs.addr, NULL, "message trace orders 5");
     cr_assert_eq(r.code, 0, "%s", r.err);
     cr_expect(strstr(r.out, "producer   none, message 1 of 1\n") != NULL, "%s",
               r.out);
     cr_expect(strstr(r.out, "committed  raft index 9, term unknown\n") != NULL,
               "%s", r.out);
     cr_expect(strstr(r.out, "key ") == NULL, "%s", r.out);
-    run_cli(&r, fs.addr, NULL, "message trace orders 5 --json");
+    cli_run_tern(&r, fs.addr, NULL, "message trace orders 5 --json");
     cr_expect(strstr(r.out, "\"term\":null,\"groups\":[],") != NULL, "%s",
               r.out);
     /* trimmed: the server's message, exit 1 */
-    run_cli(&r, fs.addr, NULL, "message trace orders 3");
+    cli_run_tern(&r, fs.addr, NULL, "message trace orders 3");
     cr_expect_eq(r.code, 1);
     cr_expect(strstr(r.err, "first offset 10") != NULL, "%s", r.err);
     /* argument errors */
-    run_cli(&r, fs.addr, NULL, "message trace orders");
+    cli_run_tern(&r, fs.addr, NULL, "message trace orders");
     cr_expect_eq(r.code, 2);
-    run_cli(&r, fs.addr, NULL, "message trace orders x1");
+    cli_run_tern(&r, fs.addr, NULL, "message trace orders x1");
     cr_expect_eq(r.code, 2);
-    run_cli(&r, fs.addr, NULL, "message trace orders 1 2");
+    cli_run_tern(&r, fs.addr, NULL, "message trace orders 1 2");
     cr_expect_eq(r.code, 2);
-    run_cli(&r, fs.addr, NULL, "message trace orders 1 --bogus");
+    cli_run_tern(&r, fs.addr, NULL, "message trace orders 1 --bogus");
     cr_expect_eq(r.code, 2);
     fake_stop(&fs);
 }
@@ -705,28 +686,75 @@ Test(cli, usage_errors_name_the_word_and_version)
 {
     struct cli_run r;
     const char *nowhere = "127.0.0.1:1";
-    run_cli(&r, nowhere, NULL, "--version");
+    cli_run_tern(&r, nowhere, NULL, "--version");
     cr_expect_eq(r.code, 0, "%s", r.err);
     char want[64];
     (void)snprintf(want, sizeof want, "tern %d.%d.%d (libtern ",
                    TERN_VERSION_MAJOR, TERN_VERSION_MINOR, TERN_VERSION_PATCH);
     cr_expect_eq(strncmp(r.out, want, strlen(want)), 0, "%s", r.out);
-    run_cli(&r, nowhere, NULL, "--timeout-ms 0 queue list");
+    cli_run_tern(&r, nowhere, NULL, "--timeout-ms 0 queue list");
     cr_expect_eq(r.code, 2);
     cr_expect_neq(strstr(r.err, "--timeout-ms 0: a request timeout of 1.."),
                   NULL, "%s", r.err);
-    run_cli(&r, nowhere, NULL, "--bogus x queue list");
+    cli_run_tern(&r, nowhere, NULL, "--bogus x queue list");
     cr_expect_eq(r.code, 2);
     cr_expect_neq(strstr(r.err, "unknown option '--bogus'"), NULL, "%s", r.err);
-    run_cli(&r, nowhere, NULL, "--read-from nowhere queue list");
+    cli_run_tern(&r, nowhere, NULL, "--read-from nowhere queue list");
     cr_expect_eq(r.code, 2);
     cr_expect_neq(strstr(r.err, "--read-from nowhere: any, leader or first"),
                   NULL, "%s", r.err);
-    run_cli(&r, nowhere, NULL, "--user");
+    cli_run_tern(&r, nowhere, NULL, "--user");
     cr_expect_eq(r.code, 2);
     cr_expect_neq(strstr(r.err, "--user needs a value"), NULL, "%s", r.err);
-    run_cli(&r, nowhere, NULL, "frobnicate now");
+    cli_run_tern(&r, nowhere, NULL, "frobnicate now");
     cr_expect_eq(r.code, 2);
     cr_expect_neq(strstr(r.err, "unknown command 'frobnicate'"), NULL, "%s",
                   r.err);
+    cli_run_tern(&r, nowhere, NULL, "bench q --mode sideways");
+    cr_expect_eq(r.code, 2);
+    cr_expect_neq(strstr(r.err, "--mode sideways: produce, consume or e2e"),
+                  NULL, "%s", r.err);
+    cli_run_tern(&r, nowhere, NULL, "bench q --mode e2e --size 4");
+    cr_expect_eq(r.code, 2);
+    cli_run_tern(&r, nowhere, NULL, "--help");
+    cr_expect_eq(r.code, 0);
+    cr_expect_neq(strstr(r.out, "Exit codes: 0 ok; 1 the server refused"), NULL,
+                  "%s", r.out);
+}
+
+/* Nothing listens on the address: the command fails at once with the
+ * reason and exit code 3, not after the request timeout with "outcome
+ * unknown"; an unresolvable name and a list of refusing servers too. */
+Test(cli, refused_connection_exit_code)
+{
+    struct cli_run r;
+    cli_run_tern(&r, "127.0.0.1:1", NULL, "queue list");
+    cr_expect_eq(r.code, 3, "%s", r.err);
+    cr_expect_neq(strstr(r.err, "connect 127.0.0.1:1: Connection refused"),
+                  NULL, "%s", r.err);
+    cr_expect_null(strstr(r.err, "outcome unknown"), "%s", r.err);
+    cli_run_tern(&r, "127.0.0.1:1,127.0.0.1:2", "x\n", "produce q");
+    cr_expect_eq(r.code, 3, "%s", r.err);
+    cr_expect_neq(strstr(r.err, "connect 127.0.0.1:2: Connection refused"),
+                  NULL, "%s", r.err);
+    cli_run_tern(&r, "no-such-host.invalid:7400", NULL, "cluster status");
+    cr_expect_eq(r.code, 3, "%s", r.err);
+    cr_expect_neq(strstr(r.err, "resolve no-such-host.invalid:7400"), NULL,
+                  "%s", r.err);
+}
+
+/* One server refuses, the other answers: the command works. */
+Test(cli, one_refused_one_up_works)
+{
+    struct fake_server fs;
+    struct cli_run r;
+    char servers[128];
+    cr_assert_eq(fake_start(&fs, NULL), 0);
+    (void)snprintf(servers, sizeof servers, "127.0.0.1:1,%s", fs.addr);
+    cli_run_tern(&r, servers, NULL, "queue create q");
+    cr_expect_eq(r.code, 0, "%s", r.err);
+    cli_run_tern(&r, servers, NULL, "queue list");
+    cr_expect_eq(r.code, 0, "%s", r.err);
+    cr_expect_neq(strstr(r.out, "q\t"), NULL, "%s", r.out);
+    fake_stop(&fs);
 }

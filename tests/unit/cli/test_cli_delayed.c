@@ -14,6 +14,7 @@
 
 #include <tern/tern.h>
 
+#include "cli_run.h"
 #include "fake_server.h"
 
 #define NOW_MS 1800000000000ull
@@ -54,41 +55,6 @@ static enum fake_action delayed_hook(struct fake_server *fs,
     return FAKE_HANDLED;
 }
 
-struct cli_run
-{
-    int code;
-    char err[4096];
-};
-
-static void slurp(const char *path, char *buf, size_t cap)
-{
-    FILE *f = fopen(path, "r");
-    size_t n = 0;
-    if (f != NULL) {
-        n = fread(buf, 1, cap - 1, f);
-        (void)fclose(f);
-    }
-    buf[n] = '\0';
-}
-
-/* Run `tern -s addr --timeout-ms 2000 <args>` with stdin empty. */
-static void run_cli(struct cli_run *r, const char *addr, const char *args)
-{
-    char dir[] = "/tmp/tern-cli-delayed-XXXXXX";
-    char cmd[2048], err[128];
-    int st;
-    cr_assert_not_null(mkdtemp(dir));
-    (void)snprintf(err, sizeof err, "%s/err", dir);
-    (void)snprintf(cmd, sizeof cmd,
-                   "%s -s %s --timeout-ms 2000 %s </dev/null >/dev/null 2>%s",
-                   TERN_CLI_PATH, addr, args, err);
-    st = system(cmd);
-    r->code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-    slurp(err, r->err, sizeof r->err);
-    (void)unlink(err);
-    (void)rmdir(dir);
-}
-
 Test(cli_delayed, delay_and_at_with_ack_log)
 {
     struct fake_server fs;
@@ -105,34 +71,35 @@ Test(cli_delayed, delay_and_at_with_ack_log)
                    "produce jobs --count 3 --batch 2 --delay 10s "
                    "--ack-log %s --id-prefix d",
                    ack);
-    run_cli(&r, fs.addr, args);
+    cli_run_tern(&r, fs.addr, NULL, args);
     cr_expect_eq(r.code, 0, "%s", r.err);
     cr_expect_eq(seen.n_requests, 2, "batches of 2 and 1");
     cr_expect_eq(seen.when, 10000);
     cr_expect_eq(seen.n_msgs, 1);
-    slurp(ack, buf, sizeof buf);
+    cli_slurp(ack, buf, sizeof buf);
     cr_expect_str_eq(buf,
                      "d-0\tdue=1800000010000\nd-1\tdue=1800000010000\n"
                      "d-2\tdue=1800000010000\n");
 
-    run_cli(&r, fs.addr, "produce jobs --count 1 --at 2026-12-04T10:00:00Z");
+    cli_run_tern(&r, fs.addr, NULL,
+                 "produce jobs --count 1 --at 2026-12-04T10:00:00Z");
     cr_expect_eq(r.code, 0, "%s", r.err);
     cr_expect_eq(seen.when, PROTO_DELAY_AT | 1796378400000ull);
     cr_expect_eq(seen.n_requests, 3);
 
     /* Usage errors send nothing. */
-    run_cli(&r, fs.addr, "produce jobs --count 1 --delay 10");
+    cli_run_tern(&r, fs.addr, NULL, "produce jobs --count 1 --delay 10");
     cr_expect_eq(r.code, 2);
     cr_expect_neq(strstr(r.err, "--delay 10: a duration"), NULL, "%s", r.err);
-    run_cli(&r, fs.addr, "produce jobs --count 1 --at tomorrow");
+    cli_run_tern(&r, fs.addr, NULL, "produce jobs --count 1 --at tomorrow");
     cr_expect_eq(r.code, 2);
     cr_expect_neq(strstr(r.err, "--at tomorrow"), NULL, "%s", r.err);
-    run_cli(&r, fs.addr, "produce jobs --count 1 --delay 1s --at 5");
+    cli_run_tern(&r, fs.addr, NULL, "produce jobs --count 1 --delay 1s --at 5");
     cr_expect_eq(r.code, 2);
     cr_expect_eq(seen.n_requests, 3);
     /* With properties: the delayed messages carry them. */
-    run_cli(&r, fs.addr,
-            "produce jobs --count 2 --batch 2 --delay 1s --tag t --key k");
+    cli_run_tern(&r, fs.addr, NULL,
+                 "produce jobs --count 2 --batch 2 --delay 1s --tag t --key k");
     cr_expect_eq(r.code, 0, "%s", r.err);
     cr_expect_eq(seen.n_requests, 4, "%d %s", seen.n_requests, r.err);
     cr_expect_eq(seen.n_msgs, 2);

@@ -1,9 +1,11 @@
 /*
  * libtern's deadlines and tern_produce_resend: TERN_ETIMEDOUT when the
- * server never answers or nothing listens, then resending the batch with
- * the unknown outcome (appended once, or TERN_ESEQUENCE behind a gap).
+ * server never answers or stops listening, -ECONNREFUSED at once when
+ * nothing ever listened, then resending the batch with the unknown outcome
+ * (appended once, or TERN_ESEQUENCE behind a gap).
  */
 #include <criterion/criterion.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -42,7 +44,24 @@ Test(client, timeout_when_nothing_listens)
     (void)snprintf(addr, sizeof addr, "%s", fs.addr);
     fake_stop(&fs); /* the port is now closed */
     c = client_for(addr, 300, 8);
-    cr_expect_eq(tern_queue_create(c, "q"), TERN_ETIMEDOUT);
+    /* Never connected: refused at once, nothing was sent. */
+    cr_expect_eq(tern_queue_create(c, "q"), -ECONNREFUSED);
+    cr_expect_neq(strstr(tern_client_errmsg(c), "refused"), NULL, "%s",
+                  tern_client_errmsg(c));
+    tern_client_free(c);
+}
+
+/* Once a connection came up, a server that goes away is retried until the
+ * deadline: TERN_ETIMEDOUT, with the refusal as the last error. */
+Test(client, timeout_when_server_stops_listening)
+{
+    struct fake_server fs;
+    struct tern_client *c;
+    cr_assert_eq(fake_start(&fs, NULL), 0);
+    c = client_for(fs.addr, 300, 8);
+    create_queue(c, "q");
+    fake_stop(&fs); /* the port is now closed */
+    cr_expect_eq(tern_queue_create(c, "q2"), TERN_ETIMEDOUT);
     cr_expect_neq(strstr(tern_client_errmsg(c), "refused"), NULL, "%s",
                   tern_client_errmsg(c));
     tern_client_free(c);

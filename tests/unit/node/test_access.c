@@ -378,3 +378,39 @@ Test(access, message_trace_needs_consume)
                  "the grant names one queue");
     env_close();
 }
+
+/* CLUSTER_TRANSFER is a cluster admin op: every queue permission is not
+ * enough, the admin flag is. */
+Test(access, cluster_transfer_needs_admin)
+{
+    struct node_principal mo = in_ns("");
+    struct node_principal root = in_ns("");
+    struct proto_request r;
+    struct tern_wbuf w;
+    struct idx_result res[1];
+    unsigned nr = 0;
+
+    env_open();
+    open_access(20, 16);
+    (void)snprintf(mo.user, sizeof(mo.user), "mo");
+    mo.created_index = user_with_grant(
+        "mo", IDX_PERM_PRODUCE | IDX_PERM_CONSUME | IDX_PERM_MANAGE);
+    (void)snprintf(root.user, sizeof(root.user), "root");
+    root.created_index = next_index++;
+    tern_wbuf_init(&w);
+    idx_cmd_begin(&w, 1);
+    idx_cmd_user_set(&w, "root", IDX_USER_ADMIN, "c", 1);
+    cr_assert_eq(idx_cmd_end(&w), 0);
+    cr_assert_eq(idx_apply(env, root.created_index, w.base, w.len, res, 1, &nr),
+                 0, "%s", idx_errmsg(env));
+    cr_assert_eq(idx_flush(env), 0);
+    tern_wbuf_free(&w);
+    memset(&r, 0, sizeof(r));
+    r.op = PROTO_OP_CLUSTER_TRANSFER;
+    r.to_id = 2;
+    cr_expect_eq(node_access_check(acc, &mo, env, &r, errmsg), TERN_EDENIED);
+    cr_expect(strstr(errmsg, "admin") != NULL, "%s", errmsg);
+    cr_expect_eq(node_access_check(acc, &root, env, &r, errmsg), 0, "%s",
+                 errmsg);
+    env_close();
+}

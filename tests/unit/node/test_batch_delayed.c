@@ -12,9 +12,10 @@
 #include <tern_common.h>
 
 #include "batch.h"
+#include "batch_fixture.h"
 #include "idx.h"
 
-#define T0 1700000000000ull
+#define T0 BATCH_FIXTURE_T0
 
 struct dl_answer
 {
@@ -27,37 +28,11 @@ struct dl_answer
 
 static struct
 {
-    struct node_batcher b;
-    struct node_batch *batch[16];
-    void *buf[16];
-    size_t len[16];
-    uint64_t index[16];
-    unsigned n_props;
+    struct batch_fixture f;
     struct dl_answer answers[64];
     unsigned n_answers;
-    uint64_t now;
-    struct idx_env *e;
-    char dir[64];
     int plan_rv; /* plan_cb: fail with this instead of planning */
 } t;
-
-static int dl_propose(void *arg,
-                      struct node_batch *batch,
-                      void *buf,
-                      size_t len,
-                      uint64_t *index)
-{
-    (void)arg;
-    cr_assert_lt(t.n_props, TERN_ARRAY_SIZE(t.buf));
-    cr_assert_eq(idx_cmd_validate(buf, idx_cmd_entry_len(buf, len)), 0);
-    *index = 10 + t.n_props;
-    t.batch[t.n_props] = batch;
-    t.buf[t.n_props] = buf;
-    t.len[t.n_props] = len;
-    t.index[t.n_props] = *index;
-    t.n_props++;
-    return 0;
-}
 
 static void dl_respond(struct node_wreq *w)
 {
@@ -66,59 +41,22 @@ static void dl_respond(struct node_wreq *w)
         (struct dl_answer){w->owner, w->op, w->status, w->result, w->due_ms};
 }
 
-static uint64_t dl_time(void *arg)
-{
-    (void)arg;
-    return t.now;
-}
-
 static void setup(void)
 {
-    static const struct node_batcher_ops ops = {dl_propose, dl_respond, dl_time,
-                                                NULL};
-    char errmsg[TERN_ERRMSG_SIZE] = "";
-    struct idx_options o;
     memset(&t, 0, sizeof(t));
-    t.now = T0;
-    node_batcher_init(&t.b, &ops, NULL);
-    (void)snprintf(t.dir, sizeof(t.dir), "/tmp/ternd-delayed-XXXXXX");
-    cr_assert_not_null(mkdtemp(t.dir));
-    memset(&o, 0, sizeof(o));
-    o.dir = t.dir;
-    cr_assert_eq(idx_open(&o, &t.e, errmsg), 0, "%s", errmsg);
+    batch_fixture_setup(&t.f, "delayed", dl_respond);
 }
 
 static void teardown(void)
 {
-    char cmd[128];
-    for (unsigned i = 0; i < t.n_props; i++) {
-        tern_free(t.buf[i]);
-    }
-    idx_close(t.e);
-    cr_assert_lt((size_t)snprintf(cmd, sizeof(cmd), "rm -rf %s", t.dir),
-                 sizeof(cmd));
-    cr_expect_eq(system(cmd), 0);
+    batch_fixture_teardown(&t.f);
 }
 
 TestSuite(batch_delayed, .init = setup, .fini = teardown);
 
-/* Propose what is open, apply and flush every new proposal, answer. */
 static void run_entries(void)
 {
-    unsigned first = t.n_props;
-    node_batcher_propose(&t.b);
-    for (unsigned i = first; i < t.n_props; i++) {
-        struct idx_result res[16];
-        unsigned nr = 0;
-        cr_assert_eq(
-            idx_apply(t.e, t.index[i], t.buf[i],
-                      idx_cmd_entry_len(t.buf[i], t.len[i]), res, 16, &nr),
-            0, "%s", idx_errmsg(t.e));
-        node_batcher_on_apply(&t.b, t.index[i], t.buf[i], t.len[i], res, nr);
-        node_batcher_proposed(t.batch[i], 0, t.index[i]);
-    }
-    cr_assert_eq(idx_flush(t.e), 0);
-    node_batcher_flushed(&t.b);
+    batch_fixture_run(&t.f);
 }
 
 static struct proto_request req(uint8_t op, const char *queue)
@@ -161,7 +99,7 @@ static int plan_cb(void *arg, struct tern_wbuf *w, uint64_t now, uint32_t *keys)
     if (t.plan_rv != 0) {
         return t.plan_rv;
     }
-    rv = idx_timer_plan(t.e, now, 256, IDX_TIMER_FIRE_BYTES_MAX, w, &p);
+    rv = idx_timer_plan(t.f.e, now, 256, IDX_TIMER_FIRE_BYTES_MAX, w, &p);
     *keys = p.keys;
     return rv;
 }
@@ -177,7 +115,7 @@ static unsigned queue_len(const char *queue)
 {
     unsigned n = 0;
     uint64_t next = 0;
-    cr_assert_eq(idx_fetch(t.e, queue, 0, 100, 1u << 20, count_cb, &n, &next),
+    cr_assert_eq(idx_fetch(t.f.e, queue, 0, 100, 1u << 20, count_cb, &n, &next),
                  0);
     return n;
 }
@@ -191,11 +129,11 @@ Test(batch_delayed, due_time_is_absolute_by_the_entry_clock)
         delayed("dq", "at", PROTO_DELAY_AT | (T0 + 60000));
     struct proto_request d4 = delayed("nosuch", "x", 1);
     uint64_t pending = 0, oldest = 0;
-    cr_assert_eq(node_batcher_add(&t.b, NULL, 1, &c), 0);
-    cr_assert_eq(node_batcher_add(&t.b, NULL, 2, &d1), 0);
-    cr_assert_eq(node_batcher_add(&t.b, NULL, 3, &d2), 0);
-    cr_assert_eq(node_batcher_add(&t.b, NULL, 4, &d3), 0);
-    cr_assert_eq(node_batcher_add(&t.b, NULL, 5, &d4), 0);
+    cr_assert_eq(node_batcher_add(&t.f.b, NULL, 1, &c), 0);
+    cr_assert_eq(node_batcher_add(&t.f.b, NULL, 2, &d1), 0);
+    cr_assert_eq(node_batcher_add(&t.f.b, NULL, 3, &d2), 0);
+    cr_assert_eq(node_batcher_add(&t.f.b, NULL, 4, &d3), 0);
+    cr_assert_eq(node_batcher_add(&t.f.b, NULL, 5, &d4), 0);
     run_entries();
     cr_assert_eq(t.n_answers, 5);
     cr_expect_eq(t.answers[1].status, 0);
@@ -204,7 +142,7 @@ Test(batch_delayed, due_time_is_absolute_by_the_entry_clock)
     cr_expect_eq(t.answers[2].due_ms, T0, "a past due time is now");
     cr_expect_eq(t.answers[3].due_ms, T0 + 60000);
     cr_expect_eq(t.answers[4].status, TERN_ENOQUEUE);
-    cr_assert_eq(idx_timer_stats(t.e, &pending, &oldest), 0);
+    cr_assert_eq(idx_timer_stats(t.f.e, &pending, &oldest), 0);
     cr_expect_eq(pending, 3);
     cr_expect_eq(oldest, T0);
     cr_expect_eq(queue_len("dq"), 0, "nothing is in the queue yet");
@@ -214,8 +152,8 @@ Test(batch_delayed, zero_messages_refused)
 {
     struct proto_request d = delayed("dq", "x", 1);
     d.n_msgs = 0;
-    cr_expect_eq(node_batcher_add(&t.b, NULL, 1, &d), TERN_EINVAL);
-    cr_expect_null(t.b.open);
+    cr_expect_eq(node_batcher_add(&t.f.b, NULL, 1, &d), TERN_EINVAL);
+    cr_expect_null(t.f.b.open);
 }
 
 Test(batch_delayed, fire_only_when_due_then_exactly_once)
@@ -225,27 +163,27 @@ Test(batch_delayed, fire_only_when_due_then_exactly_once)
     int owner = 0;
     uint32_t keys = 99;
     uint64_t pending = 0, oldest = 0;
-    cr_assert_eq(node_batcher_add(&t.b, NULL, 1, &c), 0);
-    cr_assert_eq(node_batcher_add(&t.b, NULL, 2, &d), 0);
+    cr_assert_eq(node_batcher_add(&t.f.b, NULL, 1, &c), 0);
+    cr_assert_eq(node_batcher_add(&t.f.b, NULL, 2, &d), 0);
     run_entries();
-    cr_assert_eq(t.n_props, 1);
+    cr_assert_eq(t.f.n_props, 1);
 
     /* Not due: no entry at all. */
-    t.now = T0 + 999;
+    t.f.now = T0 + 999;
     cr_assert_eq(
-        node_batcher_add_timer_fire(&t.b, plan_cb, NULL, &owner, &keys), 0);
+        node_batcher_add_timer_fire(&t.f.b, plan_cb, NULL, &owner, &keys), 0);
     cr_expect_eq(keys, 0);
-    cr_expect_null(t.b.open, "an empty plan leaves no entry");
-    node_batcher_propose(&t.b);
-    cr_expect_eq(t.n_props, 1);
+    cr_expect_null(t.f.b.open, "an empty plan leaves no entry");
+    node_batcher_propose(&t.f.b);
+    cr_expect_eq(t.f.n_props, 1);
 
     /* Due: one TIMER_FIRE, answered to its owner after the flush. */
-    t.now = T0 + 1000;
+    t.f.now = T0 + 1000;
     cr_assert_eq(
-        node_batcher_add_timer_fire(&t.b, plan_cb, NULL, &owner, &keys), 0);
+        node_batcher_add_timer_fire(&t.f.b, plan_cb, NULL, &owner, &keys), 0);
     cr_expect_eq(keys, 1);
     run_entries();
-    cr_assert_eq(t.n_props, 2);
+    cr_assert_eq(t.f.n_props, 2);
     cr_assert_eq(t.n_answers, 3);
     cr_expect_eq(t.answers[2].op, NODE_WREQ_TIMER_FIRE);
     cr_expect_eq(t.answers[2].owner, &owner);
@@ -253,16 +191,16 @@ Test(batch_delayed, fire_only_when_due_then_exactly_once)
     cr_expect_eq(t.answers[2].result.count, 1);
     cr_expect_eq(t.answers[2].result.base_offset, 0, "nothing dropped");
     cr_expect_eq(queue_len("dq"), 1);
-    cr_assert_eq(idx_timer_stats(t.e, &pending, &oldest), 0);
+    cr_assert_eq(idx_timer_stats(t.f.e, &pending, &oldest), 0);
     cr_expect_eq(pending, 0);
 
     /* Nothing left: the next pass proposes nothing. */
-    t.now += 5000;
+    t.f.now += 5000;
     cr_assert_eq(
-        node_batcher_add_timer_fire(&t.b, plan_cb, NULL, &owner, &keys), 0);
+        node_batcher_add_timer_fire(&t.f.b, plan_cb, NULL, &owner, &keys), 0);
     cr_expect_eq(keys, 0);
-    node_batcher_propose(&t.b);
-    cr_expect_eq(t.n_props, 2);
+    node_batcher_propose(&t.f.b);
+    cr_expect_eq(t.f.n_props, 2);
     cr_expect_eq(queue_len("dq"), 1);
 }
 
@@ -273,14 +211,14 @@ Test(batch_delayed, deleted_queue_is_dropped_at_fire)
     struct proto_request del = req(PROTO_OP_QUEUE_DELETE, "dq");
     int owner = 0;
     uint32_t keys = 0;
-    cr_assert_eq(node_batcher_add(&t.b, NULL, 1, &c), 0);
-    cr_assert_eq(node_batcher_add(&t.b, NULL, 2, &d), 0);
+    cr_assert_eq(node_batcher_add(&t.f.b, NULL, 1, &c), 0);
+    cr_assert_eq(node_batcher_add(&t.f.b, NULL, 2, &d), 0);
     run_entries();
-    cr_assert_eq(node_batcher_add(&t.b, NULL, 3, &del), 0);
+    cr_assert_eq(node_batcher_add(&t.f.b, NULL, 3, &del), 0);
     run_entries();
-    t.now = T0 + 10;
+    t.f.now = T0 + 10;
     cr_assert_eq(
-        node_batcher_add_timer_fire(&t.b, plan_cb, NULL, &owner, &keys), 0);
+        node_batcher_add_timer_fire(&t.f.b, plan_cb, NULL, &owner, &keys), 0);
     cr_assert_eq(keys, 1);
     run_entries();
     cr_assert_eq(t.n_answers, 4);
@@ -295,23 +233,23 @@ Test(batch_delayed, fire_gets_an_entry_of_its_own_and_plan_errors_queue_nothing)
     struct proto_request d = delayed("dq", "m", 0);
     int owner = 0;
     uint32_t keys = 7;
-    cr_assert_eq(node_batcher_add(&t.b, NULL, 1, &c), 0);
-    cr_assert_eq(node_batcher_add(&t.b, NULL, 2, &d), 0);
+    cr_assert_eq(node_batcher_add(&t.f.b, NULL, 1, &c), 0);
+    cr_assert_eq(node_batcher_add(&t.f.b, NULL, 2, &d), 0);
     run_entries();
     /* A request waits in the open entry; the failed plan leaves it be. */
     struct proto_request c2 = req(PROTO_OP_QUEUE_CREATE, "other");
-    cr_assert_eq(node_batcher_add(&t.b, NULL, 3, &c2), 0);
+    cr_assert_eq(node_batcher_add(&t.f.b, NULL, 3, &c2), 0);
     t.plan_rv = TERN_ECORRUPT;
     cr_expect_eq(
-        node_batcher_add_timer_fire(&t.b, plan_cb, NULL, &owner, &keys),
+        node_batcher_add_timer_fire(&t.f.b, plan_cb, NULL, &owner, &keys),
         TERN_ECORRUPT);
     cr_expect_eq(keys, 0);
     t.plan_rv = 0;
     cr_assert_eq(
-        node_batcher_add_timer_fire(&t.b, plan_cb, NULL, &owner, &keys), 0);
+        node_batcher_add_timer_fire(&t.f.b, plan_cb, NULL, &owner, &keys), 0);
     cr_expect_eq(keys, 1);
     run_entries();
-    cr_expect_eq(t.n_props, 3, "the create and the fire: two entries");
+    cr_expect_eq(t.f.n_props, 3, "the create and the fire: two entries");
     cr_assert_eq(t.n_answers, 4);
     cr_expect_eq(t.answers[2].op, PROTO_OP_QUEUE_CREATE);
     cr_expect_eq(t.answers[2].status, 0);

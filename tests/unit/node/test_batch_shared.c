@@ -13,10 +13,11 @@
 #include <tern_common.h>
 
 #include "batch.h"
+#include "batch_fixture.h"
 #include "cmd.h"
 #include "idx.h"
 
-#define T0 1700000000000ull
+#define T0 BATCH_FIXTURE_T0
 
 struct sh_answer
 {
@@ -30,36 +31,10 @@ struct sh_answer
 
 static struct
 {
-    struct node_batcher b;
-    struct node_batch *batch[16];
-    void *buf[16];
-    size_t len[16];
-    uint64_t index[16];
-    unsigned n_props;
+    struct batch_fixture f;
     struct sh_answer answers[32];
     unsigned n_answers;
-    uint64_t now;
-    struct idx_env *e;
-    char dir[64];
 } t;
-
-static int sh_propose(void *arg,
-                      struct node_batch *batch,
-                      void *buf,
-                      size_t len,
-                      uint64_t *index)
-{
-    (void)arg;
-    cr_assert_lt(t.n_props, TERN_ARRAY_SIZE(t.buf));
-    cr_assert_eq(idx_cmd_validate(buf, idx_cmd_entry_len(buf, len)), 0);
-    *index = 10 + t.n_props;
-    t.batch[t.n_props] = batch;
-    t.buf[t.n_props] = buf;
-    t.len[t.n_props] = len;
-    t.index[t.n_props] = *index;
-    t.n_props++;
-    return 0;
-}
 
 static void sh_respond(struct node_wreq *w)
 {
@@ -78,72 +53,35 @@ static void sh_respond(struct node_wreq *w)
     }
 }
 
-static uint64_t sh_time(void *arg)
-{
-    (void)arg;
-    return t.now;
-}
-
 static void setup(void)
 {
-    static const struct node_batcher_ops ops = {sh_propose, sh_respond, sh_time,
-                                                NULL};
-    char errmsg[TERN_ERRMSG_SIZE] = "";
-    struct idx_options o;
     memset(&t, 0, sizeof(t));
-    t.now = T0;
-    node_batcher_init(&t.b, &ops, NULL);
-    (void)snprintf(t.dir, sizeof(t.dir), "/tmp/ternd-shared-XXXXXX");
-    cr_assert_not_null(mkdtemp(t.dir));
-    memset(&o, 0, sizeof(o));
-    o.dir = t.dir;
-    cr_assert_eq(idx_open(&o, &t.e, errmsg), 0, "%s", errmsg);
+    batch_fixture_setup(&t.f, "shared", sh_respond);
 }
 
 static void teardown(void)
 {
-    char cmd[128];
-    for (unsigned i = 0; i < t.n_props; i++) {
-        tern_free(t.buf[i]);
-    }
-    idx_close(t.e);
-    cr_assert_lt((size_t)snprintf(cmd, sizeof(cmd), "rm -rf %s", t.dir),
-                 sizeof(cmd));
-    cr_expect_eq(system(cmd), 0);
+    batch_fixture_teardown(&t.f);
 }
 
 TestSuite(batch_shared, .init = setup, .fini = teardown);
 
-/* Propose what is open, apply and flush every new proposal, answer. */
 static void run_entries(void)
 {
-    unsigned first = t.n_props;
-    node_batcher_propose(&t.b);
-    for (unsigned i = first; i < t.n_props; i++) {
-        struct idx_result res[16];
-        unsigned nr = 0;
-        cr_assert_eq(
-            idx_apply(t.e, t.index[i], t.buf[i],
-                      idx_cmd_entry_len(t.buf[i], t.len[i]), res, 16, &nr),
-            0, "%s", idx_errmsg(t.e));
-        node_batcher_on_apply(&t.b, t.index[i], t.buf[i], t.len[i], res, nr);
-        node_batcher_proposed(t.batch[i], 0, t.index[i]);
-    }
-    cr_assert_eq(idx_flush(t.e), 0);
-    node_batcher_flushed(&t.b);
+    batch_fixture_run(&t.f);
 }
 
-/* The only command of proposal i, decoded (pointers into t.buf[i]). */
+/* The only command of proposal i, decoded (pointers into t.f.buf[i]). */
 static struct idx__cmd only_cmd(unsigned i)
 {
     struct idx__entry it;
     struct idx__cmd cmd;
-    cr_assert_lt(i, t.n_props);
-    cr_assert_eq(
-        idx__entry_open(&it, t.buf[i], idx_cmd_entry_len(t.buf[i], t.len[i])),
-        0);
+    cr_assert_lt(i, t.f.n_props);
+    cr_assert_eq(idx__entry_open(&it, t.f.buf[i],
+                                 idx_cmd_entry_len(t.f.buf[i], t.f.len[i])),
+                 0);
     cr_assert_eq(it.n, 1);
-    cr_assert_eq(it.timestamp_ms, t.now);
+    cr_assert_eq(it.timestamp_ms, t.f.now);
     cr_assert_eq(idx__entry_next(&it, &cmd), 1);
     return cmd;
 }
@@ -200,9 +138,9 @@ static void prepare(unsigned n, uint32_t md)
     struct proto_request c = req(PROTO_OP_QUEUE_CREATE, "wq");
     struct proto_request p = produce("wq", n, 1);
     struct proto_request s = shared_config("wq", "g", 1000, md);
-    cr_assert_eq(node_batcher_add(&t.b, NULL, 1, &c), 0);
-    cr_assert_eq(node_batcher_add(&t.b, NULL, 2, &p), 0);
-    cr_assert_eq(node_batcher_add(&t.b, NULL, 3, &s), 0);
+    cr_assert_eq(node_batcher_add(&t.f.b, NULL, 1, &c), 0);
+    cr_assert_eq(node_batcher_add(&t.f.b, NULL, 2, &p), 0);
+    cr_assert_eq(node_batcher_add(&t.f.b, NULL, 3, &s), 0);
     run_entries();
     cr_assert_eq(t.n_answers, 3);
     for (unsigned i = 0; i < 3; i++) {
@@ -235,7 +173,7 @@ static struct lease_log leases(void)
 {
     struct lease_log log;
     memset(&log, 0, sizeof(log));
-    cr_assert_eq(idx_shared_leases(t.e, "wq", "g", 0, 8, lease_cb, &log), 0);
+    cr_assert_eq(idx_shared_leases(t.f.e, "wq", "g", 0, 8, lease_cb, &log), 0);
     return log;
 }
 
@@ -245,12 +183,12 @@ Test(batch_shared, deliver_lands_in_the_entry_and_routes_the_done_bits)
     struct idx_deliver_item it;
     int owner = 0;
     prepare(3, 16);
-    t.now = T0 + 100;
-    cr_assert_eq(node_batcher_add_deliver(&t.b, &owner, 42, "wq", "g",
+    t.f.now = T0 + 100;
+    cr_assert_eq(node_batcher_add_deliver(&t.f.b, &owner, 42, "wq", "g",
                                           9ull << 32, items, 3),
                  0);
     items[0].offset = 99; /* copied: the caller's array is free again */
-    unsigned at = t.n_props;
+    unsigned at = t.f.n_props;
     run_entries();
 
     struct idx__cmd cmd = only_cmd(at);
@@ -300,28 +238,29 @@ Test(batch_shared, deliver_and_settle_bounds_queue_nothing)
     cr_assert_not_null(many);
     cr_assert_not_null(smany);
     cr_expect_eq(
-        node_batcher_add_deliver(&t.b, NULL, 1, "wq", "g", 1ull << 32, d, 0),
+        node_batcher_add_deliver(&t.f.b, NULL, 1, "wq", "g", 1ull << 32, d, 0),
         TERN_EINVAL);
-    cr_expect_eq(node_batcher_add_deliver(&t.b, NULL, 1, "wq", "g", 1ull << 32,
-                                          many, IDX_SHARED_LIST_MAX + 1),
-                 TERN_EINVAL);
     cr_expect_eq(
-        node_batcher_add_deliver(&t.b, NULL, 1, "w q", "g", 1ull << 32, d, 1),
+        node_batcher_add_deliver(&t.f.b, NULL, 1, "wq", "g", 1ull << 32, many,
+                                 IDX_SHARED_LIST_MAX + 1),
+        TERN_EINVAL);
+    cr_expect_eq(
+        node_batcher_add_deliver(&t.f.b, NULL, 1, "w q", "g", 1ull << 32, d, 1),
         TERN_EBADNAME);
     cr_expect_eq(
-        node_batcher_add_deliver(&t.b, NULL, 1, "wq", "", 1ull << 32, d, 1),
+        node_batcher_add_deliver(&t.f.b, NULL, 1, "wq", "", 1ull << 32, d, 1),
         TERN_EBADNAME);
-    cr_expect_eq(node_batcher_add_settle(&t.b, "wq", "g", s, 0), TERN_EINVAL);
-    cr_expect_eq(node_batcher_add_settle(&t.b, "wq", "g", smany,
+    cr_expect_eq(node_batcher_add_settle(&t.f.b, "wq", "g", s, 0), TERN_EINVAL);
+    cr_expect_eq(node_batcher_add_settle(&t.f.b, "wq", "g", smany,
                                          IDX_SHARED_LIST_MAX + 1),
                  TERN_EINVAL);
-    cr_expect_eq(node_batcher_add_settle(&t.b, "wq", "g/x", s, 1),
+    cr_expect_eq(node_batcher_add_settle(&t.f.b, "wq", "g/x", s, 1),
                  TERN_EBADNAME);
-    cr_expect_eq(node_batcher_add_dead_letter(&t.b, t.e, "", "g", d, "r"),
+    cr_expect_eq(node_batcher_add_dead_letter(&t.f.b, t.f.e, "", "g", d, "r"),
                  TERN_EBADNAME);
-    cr_expect_null(t.b.open, "nothing was queued");
-    node_batcher_propose(&t.b);
-    cr_expect_eq(t.n_props, 0);
+    cr_expect_null(t.f.b.open, "nothing was queued");
+    node_batcher_propose(&t.f.b);
+    cr_expect_eq(t.f.n_props, 0);
     tern_free(many);
     tern_free(smany);
 }
@@ -334,7 +273,7 @@ Test(batch_shared, leader_settle_releases_and_client_settle_answers_done)
     struct idx_settle_item it;
     prepare(3, 16);
     cr_assert_eq(
-        node_batcher_add_deliver(&t.b, NULL, 1, "wq", "g", 9ull << 32, d, 3),
+        node_batcher_add_deliver(&t.f.b, NULL, 1, "wq", "g", 9ull << 32, d, 3),
         0);
     run_entries();
     cr_assert_eq(t.answers[0].result.count, 3);
@@ -342,9 +281,9 @@ Test(batch_shared, leader_settle_releases_and_client_settle_answers_done)
 
     /* The leader's release of a gone consumer: nobody waits, the result
      * is still routed (done for offset 0, stale for the wrong count). */
-    t.now = T0 + 50;
-    cr_assert_eq(node_batcher_add_settle(&t.b, "wq", "g", rel, 2), 0);
-    unsigned at = t.n_props;
+    t.f.now = T0 + 50;
+    cr_assert_eq(node_batcher_add_settle(&t.f.b, "wq", "g", rel, 2), 0);
+    unsigned at = t.f.n_props;
     run_entries();
     struct idx__cmd cmd = only_cmd(at);
     cr_expect_eq(cmd.type, IDX_CMD_SETTLE);
@@ -379,7 +318,7 @@ Test(batch_shared, leader_settle_releases_and_client_settle_answers_done)
                              w.len - PROTO_HEADER_SIZE, &r),
         0);
     int owner = 0;
-    cr_assert_eq(node_batcher_add(&t.b, &owner, 5, &r), 0);
+    cr_assert_eq(node_batcher_add(&t.f.b, &owner, 5, &r), 0);
     run_entries();
     tern_wbuf_free(&w);
     cr_assert_eq(t.n_answers, 1);
@@ -438,15 +377,15 @@ Test(batch_shared, dead_letter_moves_the_message_and_routes_its_offset)
     uint32_t n = 9, n_dead = 9;
     prepare(2, 1);
     cr_assert_eq(
-        node_batcher_add_deliver(&t.b, NULL, 1, "wq", "g", 9ull << 32, d, 2),
+        node_batcher_add_deliver(&t.f.b, NULL, 1, "wq", "g", 9ull << 32, d, 2),
         0);
     run_entries();
     t.n_answers = 0;
 
     /* The lease of offset 1 expires; with max_deliveries 1 the plan makes
      * it a dead-letter candidate instead of a redelivery. */
-    t.now = T0 + 1000;
-    cr_assert_eq(idx_deliver_plan(t.e, "wq", "g", 9ull << 32, 4, 256, t.now,
+    t.f.now = T0 + 1000;
+    cr_assert_eq(idx_deliver_plan(t.f.e, "wq", "g", 9ull << 32, 4, 256, t.f.now,
                                   plan, &n, dead, 4, &n_dead),
                  0);
     cr_expect_eq(n, 0);
@@ -454,10 +393,10 @@ Test(batch_shared, dead_letter_moves_the_message_and_routes_its_offset)
     cr_expect_eq(dead[1].offset, 1);
     cr_expect_eq(dead[1].count, 1);
 
-    cr_assert_eq(node_batcher_add_dead_letter(&t.b, t.e, "wq", "g", &dead[1],
-                                              "max-deliveries"),
+    cr_assert_eq(node_batcher_add_dead_letter(&t.f.b, t.f.e, "wq", "g",
+                                              &dead[1], "max-deliveries"),
                  0);
-    unsigned at = t.n_props;
+    unsigned at = t.f.n_props;
     run_entries();
     struct idx__cmd cmd = only_cmd(at);
     cr_expect_eq(cmd.type, IDX_CMD_DEAD_LETTER);
@@ -482,7 +421,7 @@ Test(batch_shared, dead_letter_moves_the_message_and_routes_its_offset)
 
     struct got g;
     memset(&g, 0, sizeof(g));
-    cr_assert_eq(idx_message_get(t.e, "wq-dlq-g", 0, 0, get_cb, &g), 0);
+    cr_assert_eq(idx_message_get(t.f.e, "wq-dlq-g", 0, 0, get_cb, &g), 0);
     cr_expect_str_eq(g.data, "m1");
     cr_expect_eq(g.n_headers, 4);
     cr_expect_str_eq(g.reason, "max-deliveries");
@@ -494,13 +433,13 @@ Test(batch_shared, dead_letter_moves_the_message_and_routes_its_offset)
     /* The same candidate again: its row moved on, count 0, nothing
      * appended. */
     t.n_answers = 0;
-    cr_assert_eq(node_batcher_add_dead_letter(&t.b, t.e, "wq", "g", &dead[1],
-                                              "max-deliveries"),
+    cr_assert_eq(node_batcher_add_dead_letter(&t.f.b, t.f.e, "wq", "g",
+                                              &dead[1], "max-deliveries"),
                  0);
     run_entries();
     cr_assert_eq(t.n_answers, 1);
     cr_expect_eq(t.answers[0].status, 0);
     cr_expect_eq(t.answers[0].result.count, 0);
-    cr_expect_eq(idx_message_get(t.e, "wq-dlq-g", 0, 1, get_cb, &g),
+    cr_expect_eq(idx_message_get(t.f.e, "wq-dlq-g", 0, 1, get_cb, &g),
                  TERN_ENOTFOUND);
 }

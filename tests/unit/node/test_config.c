@@ -849,3 +849,20 @@ Test(config, bootstrap_admin_and_peer_bounds)
     cr_expect(strstr(e, "peer_max_pending") != NULL, "%s", e);
     node_config_free(&c);
 }
+
+Test(config, log_section)
+{
+    static const char text[] =
+        "[node]\nid = 1\ndata_dir = /tmp/s1\n"
+        "[log]\nfile = /var/log/tern/ternd.log\n"
+        "format = json\n";
+    cr_expect_eq(cfg.log_format, NODE_LOG_TEXT); /* the default */
+    cr_expect_null(cfg.log_file);
+    cr_assert_eq(node_config_load_string(&cfg, text, "t", errmsg), 0, "%s",
+                 errmsg);
+    cr_expect_str_eq(cfg.log_file, "/var/log/tern/ternd.log");
+    cr_expect_eq(cfg.log_format, NODE_LOG_JSON);
+    cr_expect_neq(
+        node_config_load_string(&cfg, "[log]\nformat = xml\n", "t", errmsg), 0);
+    cr_expect(strstr(errmsg, "text|json") != NULL, "%s", errmsg);
+}

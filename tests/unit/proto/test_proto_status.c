@@ -4,7 +4,7 @@
  * refusals (every truncation, bad more byte, too many consumers); the
  * MESSAGE_TRACE request flags and the delivery tail of its answer, and an
  * answer without the tail still decoding; the STATUS request flags and
- * the timer tail. */
+ * the answer's tail in its versions (timers; the server version). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -290,6 +290,8 @@ Test(proto_status, status_timers)
     st.has_timers = 1;
     st.timers_pending = 12;
     st.timers_oldest_due_ms = 1700000000000ull;
+    st.server_version = "0.1.0";
+    st.server_version_len = 5;
     w.len = 0;
     cr_assert_eq(proto_encode_status_resp(&w, 1, &st), 0);
     body = parse(&w, &h);
@@ -297,9 +299,118 @@ Test(proto_status, status_timers)
     cr_expect_eq(out.has_timers, 1);
     cr_expect_eq(out.timers_pending, 12);
     cr_expect_eq(out.timers_oldest_due_ms, 1700000000000ull);
+    cr_expect_eq(out.server_version_len, 5);
+    cr_expect_eq(memcmp(out.server_version, "0.1.0", 5), 0);
     cr_expect_eq(proto_decode_status_resp(body, h.body_len - 1, &out),
                  TERN_EMALFORMED);
-    cr_assert_eq(proto_decode_status_resp(body, h.body_len - 17, &out), 0);
+    /* Without the tail (a server that predates it) it still decodes. */
+    cr_assert_eq(proto_decode_status_resp(body, h.body_len - 24, &out), 0);
     cr_expect_eq(out.has_timers, 0);
+    cr_expect_eq(out.server_version_len, 0);
+    cr_expect_str_eq(out.server_version, "");
+    tern_wbuf_free(&w);
+}
+
+/* The tail's versions: 1 (timers only, what a server that predates the
+ * server version sends), 2 (this encoder), a later one with more fields
+ * (skipped), and the bounds of server_version. */
+Test(proto_status, status_tail_versions)
+{
+    struct tern_wbuf w;
+    struct proto_header h;
+    struct proto_status st, out;
+    uint8_t body[512];
+    char longv[PROTO_MAX_SERVER_VERSION + 2];
+    memset(&st, 0, sizeof st);
+    st.node_id = 2;
+    st.transport = "shm";
+    st.transport_len = 3;
+    st.durability = "disk";
+    st.durability_len = 4;
+    st.leader_address = "";
+    st.has_timers = 1;
+    st.timers_pending = 3;
+    st.timers_oldest_due_ms = 99;
+    st.server_version = "1.22.333";
+    st.server_version_len = 8;
+    tern_wbuf_init(&w);
+    cr_assert_eq(proto_encode_status_resp(&w, 1, &st), 0);
+    const uint8_t *b = parse(&w, &h);
+    size_t len = h.body_len;
+    size_t tail = len - (1 + 8 + 8 + 2 + 8); /* where the tail starts */
+    cr_assert_leq(len + 8, sizeof body);
+    memcpy(body, b, len);
+    cr_expect_eq(body[tail], PROTO_STATUS_TAIL_VERSION);
+
+    /* Version 1: the same fields up to the timers, no server version. */
+    body[tail] = 1;
+    cr_assert_eq(proto_decode_status_resp(body, len - 10, &out), 0);
+    cr_expect_eq(out.has_timers, 1);
+    cr_expect_eq(out.timers_pending, 3);
+    cr_expect_eq(out.timers_oldest_due_ms, 99);
+    cr_expect_eq(out.server_version_len, 0);
+    cr_expect_str_eq(out.server_version, "");
+    /* A version 1 tail is exact: bytes after it are malformed. */
+    cr_expect_eq(proto_decode_status_resp(body, len, &out), TERN_EMALFORMED);
+    /* Version 0 is no version. */
+    body[tail] = 0;
+    cr_expect_eq(proto_decode_status_resp(body, len, &out), TERN_EMALFORMED);
+
+    /* Version 2 is exact: a cut string or trailing bytes are malformed. */
+    body[tail] = 2;
+    cr_expect_eq(proto_decode_status_resp(body, len - 1, &out),
+                 TERN_EMALFORMED);
+    memcpy(body + len, "new", 3);
+    cr_expect_eq(proto_decode_status_resp(body, len + 3, &out),
+                 TERN_EMALFORMED);
+    /* A later version: the known fields (version 3 adds the members'
+     * roles: self_role ABSENT, n = n_members = 0), the rest skipped. */
+    body[tail] = PROTO_STATUS_TAIL_VERSION_MEMBERS + 1;
+    memcpy(body + len, "\x03\0\0\0\0new", 8);
+    cr_assert_eq(proto_decode_status_resp(body, len + 8, &out), 0);
+    cr_expect_eq(out.has_membership, 1);
+    cr_expect_eq(out.self_role, PROTO_MEMBER_ABSENT);
+    cr_expect_eq(out.timers_pending, 3);
+    cr_expect_eq(out.server_version_len, 8);
+    cr_expect_eq(memcmp(out.server_version, "1.22.333", 8), 0);
+
+    /* The longest server version goes; one byte more is refused both
+     * ways. */
+    memset(longv, 'v', sizeof longv);
+    st.server_version = longv;
+    st.server_version_len = PROTO_MAX_SERVER_VERSION;
+    w.len = 0;
+    cr_assert_eq(proto_encode_status_resp(&w, 1, &st), 0);
+    b = parse(&w, &h);
+    cr_assert_eq(proto_decode_status_resp(b, h.body_len, &out), 0);
+    cr_expect_eq(out.server_version_len, PROTO_MAX_SERVER_VERSION);
+    st.server_version_len = PROTO_MAX_SERVER_VERSION + 1;
+    w.len = 0;
+    cr_expect_eq(proto_encode_status_resp(&w, 1, &st), TERN_EINVAL);
+    st.server_version_len = 8;
+    st.server_version = "1.22.333";
+    w.len = 0;
+    cr_assert_eq(proto_encode_status_resp(&w, 1, &st), 0);
+    b = parse(&w, &h);
+    len = h.body_len;
+    memcpy(body, b, len);
+    /* The same answer with a 65-byte string in place of the 8 bytes. */
+    len -= 2 + 8;
+    body[len] = (uint8_t)(PROTO_MAX_SERVER_VERSION + 1);
+    body[len + 1] = 0;
+    cr_assert_leq(len + 2 + PROTO_MAX_SERVER_VERSION + 1, sizeof body);
+    memset(body + len + 2, 'v', PROTO_MAX_SERVER_VERSION + 1);
+    cr_expect_eq(proto_decode_status_resp(
+                     body, len + 2 + PROTO_MAX_SERVER_VERSION + 1, &out),
+                 TERN_EMALFORMED);
+    /* A NULL server_version is encoded as the empty string. */
+    st.server_version = NULL;
+    st.server_version_len = 0;
+    w.len = 0;
+    cr_assert_eq(proto_encode_status_resp(&w, 1, &st), 0);
+    b = parse(&w, &h);
+    cr_assert_eq(proto_decode_status_resp(b, h.body_len, &out), 0);
+    cr_expect_eq(out.server_version_len, 0);
+    cr_expect_not_null(out.server_version);
     tern_wbuf_free(&w);
 }

@@ -542,6 +542,106 @@ Test(cluster, transfer_moves_writable_leadership)
     cluster_fini(&cl);
 }
 
+struct transfer_out
+{
+    int calls;
+    int status;
+    uint64_t target, leader, term;
+};
+
+static void transfer_done(void *data,
+                          int status,
+                          uint64_t target,
+                          uint64_t leader,
+                          uint64_t term)
+{
+    struct transfer_out *o = data;
+    o->calls++;
+    o->status = status;
+    o->target = target;
+    o->leader = leader;
+    o->term = term;
+}
+
+static bool pred_transfer_done(struct cluster *c, void *arg)
+{
+    (void)c;
+    return ((struct transfer_out *)arg)->calls > 0;
+}
+
+/* A transfer started while entries are in flight (the target has been
+ * sent them, not persisted them: 0.15 sends TimeoutNow then) completes:
+ * the target holds the TimeoutNow until its appends are acknowledged. */
+Test(cluster, transfer_under_load)
+{
+    uint64_t last = 0;
+    struct transfer_out o = {0};
+    char m[TERN_ERRMSG_SIZE];
+    uint64_t target = 0;
+    int l, f;
+    cluster_init(&cl, 3);
+    l = start_all_elect(&cl);
+    f = other_follower(&cl, l, l);
+    propose_applied(&cl, (unsigned)l, 3, 32, 1, &last);
+    for (unsigned round = 0; round < 5; round++) {
+        propose_n(&cl, (unsigned)l, 4, 64, 2 + round, &last);
+        steps(&cl, 1);
+    }
+    cr_assert_eq(repl_transfer_start(cl.nodes[l].repl, cl.nodes[f].id,
+                                     transfer_done, &o, &target, m),
+                 0, "%s", m);
+    cr_expect_eq(target, cl.nodes[f].id);
+    cr_assert(cluster_step_until(&cl, pred_transfer_done, &o, STEPS));
+    cr_expect_eq(o.calls, 1);
+    cr_expect_eq(o.status, 0, "status %d", o.status);
+    cr_expect_eq(o.leader, cl.nodes[f].id);
+    cr_expect_eq(o.target, cl.nodes[f].id);
+    cr_expect_gt(o.term, 0);
+    /* The TimeoutNow came before the appends were durable: held, then
+     * delivered (dropping it made the transfer time out). */
+    cr_expect_eq(cl.nodes[f].repl->guard.timeout_now_delivered, 1);
+    cr_expect_eq(cl.nodes[f].repl->guard.timeout_now_dropped, 0);
+    {
+        struct node_pred p = {(unsigned)f};
+        cr_assert(cluster_step_until(&cl, pred_node_writable, &p, STEPS));
+    }
+    cr_assert(cluster_step_until(&cl, pred_all_applied, &last, STEPS));
+    assert_streams_equal(&cl);
+    cluster_fini(&cl);
+}
+
+/* The refusals, each without a callback; id 0 picks a voter. */
+Test(cluster, transfer_refusals_and_any_voter)
+{
+    struct transfer_out o = {0};
+    char m[TERN_ERRMSG_SIZE];
+    uint64_t target = 0;
+    int l, f;
+    cluster_init(&cl, 3);
+    l = start_all_elect(&cl);
+    f = other_follower(&cl, l, l);
+    struct repl *r = cl.nodes[l].repl;
+    cr_expect_eq(repl_transfer_start(r, 99, transfer_done, &o, NULL, m),
+                 TERN_ENOTVOTER);
+    cr_expect(strstr(m, "no node 99") != NULL, "%s", m);
+    cr_expect_eq(
+        repl_transfer_start(r, cl.nodes[l].id, transfer_done, &o, NULL, m),
+        TERN_ENOTVOTER);
+    cr_expect_eq(
+        repl_transfer_start(cl.nodes[f].repl, 0, transfer_done, &o, NULL, m),
+        TERN_ENOTLEADER);
+    cr_assert_eq(repl_transfer_start(r, 0, transfer_done, &o, &target, m), 0,
+                 "%s", m);
+    cr_expect(target != 0 && target != cl.nodes[l].id);
+    cr_expect_eq(repl_transfer_start(r, 0, transfer_done, &o, NULL, m),
+                 TERN_EBUSY);
+    cr_expect_eq(o.calls, 0, "no callback for a refused call");
+    cr_assert(cluster_step_until(&cl, pred_transfer_done, &o, STEPS));
+    cr_expect_eq(o.status, 0);
+    cr_expect_eq(o.leader, target);
+    cluster_fini(&cl);
+}
+
 static bool pred_fetch_active(struct cluster *c, void *arg)
 {
     unsigned i = ((struct node_pred *)arg)->i;
