@@ -18,6 +18,9 @@
  * during the run, the figures cover only the new leader's part (a warning
  * says so).
  *
+ * --latencies FILE: write every latency sample (us, one per line, sorted;
+ * what the percentiles are taken from) to FILE, for plotting a CDF.
+ *
  * --stages (implies --replication): also fetch the leader's breakdown of
  * the commit path over the same samples (tern_replication_stages: leader
  * append durable, AppendEntries sent, follower result received, commit,
@@ -268,6 +271,7 @@ int cli_bench(struct tern_client *c, int argc, char **argv)
         {"json", no_argument, NULL, 'j'},
         {"replication", no_argument, NULL, 'r'},
         {"stages", no_argument, NULL, 'S'},
+        {"latencies", required_argument, NULL, 'L'},
         {"mode", required_argument, NULL, 'M'},
         {"duration", required_argument, NULL, 'd'},
         {"histogram-svg", required_argument, NULL, 'H'},
@@ -276,6 +280,7 @@ int cli_bench(struct tern_client *c, int argc, char **argv)
     int mode = BENCH_PRODUCE;
     uint64_t duration_ms = 60000;
     const char *svg = NULL;
+    const char *lat_path = NULL;
     uint64_t bytes = 0;
     struct bench_e2e e2e;
     pthread_t e2e_thread;
@@ -356,6 +361,9 @@ int cli_bench(struct tern_client *c, int argc, char **argv)
         case 'H':
             svg = optarg;
             continue;
+        case 'L':
+            lat_path = optarg;
+            continue;
         default:
             return 2;
         }
@@ -371,7 +379,8 @@ int cli_bench(struct tern_client *c, int argc, char **argv)
                       "[--window W] [--batch B] [--replication] "
                       "[--stages] [--json]\n"
                       "                  [--mode produce|consume|e2e] "
-                      "[--duration 60s] [--histogram-svg FILE]\n"
+                      "[--duration 60s] [--histogram-svg FILE] "
+                      "[--latencies FILE]\n"
                       "  (e2e: --size at least 8; --replication, "
                       "--stages: produce mode only)\n");
         return 2;
@@ -592,6 +601,17 @@ int cli_bench(struct tern_client *c, int argc, char **argv)
             if (f != NULL && fclose(f) != 0 && rv == 0) {
                 cli_error(NULL, -errno, "write %s", svg);
                 rv = -EIO;
+            }
+        }
+        if (lat_path != NULL) {
+            FILE *f = fopen(lat_path, "w");
+            for (size_t i = 0; f != NULL && i < st.n_lat; i++) {
+                (void)fprintf(f, "%" PRId64 "\n", st.lat_us[i]);
+            }
+            if (f == NULL || fclose(f) != 0) {
+                cli_error(NULL, -(errno != 0 ? errno : EIO), "write %s",
+                          lat_path);
+                rv = rv != 0 ? rv : -EIO;
             }
         }
         if (repl) {
