@@ -118,8 +118,24 @@ cluster() { "$ROOT/scripts/cluster.sh" --dir "$tern_dir" --base-port "$tern_base
 
 # Teardown: the tern cluster (by its pid files), then every PID a helper
 # recorded (peers.py writes DIR/pids; it stops them itself unless killed).
+child=
+# Run a step in the background and wait for it, so that a signal reaches
+# the trap at once (bash runs traps only between commands); cleanup stops
+# the step first (peers.py tears its cluster down on SIGTERM).
+step() {
+    "$@" &
+    child=$!
+    local rc=0
+    wait "$child" || rc=$?
+    child=
+    return "$rc"
+}
 cleanup() {
     local f pid
+    if [ -n "$child" ] && kill -0 "$child" 2>/dev/null; then
+        kill -TERM "$child" 2>/dev/null || true
+        for _ in $(seq 1 300); do kill -0 "$child" 2>/dev/null || break; sleep 0.1; done
+    fi
     if [ -n "$tern_base" ] && [ -d "$tern_dir" ]; then
         cluster down >/dev/null 2>&1 || true
     fi
@@ -135,7 +151,7 @@ cleanup() {
     [ "$keep" = 1 ] || rm -rf "$work"
 }
 trap cleanup EXIT
-trap 'exit 130' INT TERM
+trap 'trap - EXIT; cleanup; exit 130' INT TERM
 
 say() { echo "== $*" >&2; }
 say "tern compare: commit $commit, $build_type build ($TERN_BIN), peers: ${peers:-none}, $([ "$quick" = 1 ] && echo quick || echo full) mode, results in $res"
@@ -143,13 +159,13 @@ say "tern compare: commit $commit, $build_type build ($TERN_BIN), peers: ${peers
 # ---- floors ----
 say "floor: write(1 KiB)+fdatasync, 1/2/3 writers, $fsync_n each, in $work"
 mkdir -p "$work/floor"
-timeout "$STEP_TIMEOUT" python3 "$HERE/floors.py" fsync "$work/floor" --n "$fsync_n" \
+step timeout "$STEP_TIMEOUT" python3 "$HERE/floors.py" fsync "$work/floor" --n "$fsync_n" \
     >"$res/floors.json" || echo "compare: fsync floor failed" >&2
 cat "$res/floors.json" >&2
 xpin=
 [ "$(nproc)" -ge 2 ] && xpin=-P
 say "floor: TCP loopback round trip, 1 KiB (bench_xport)"
-timeout "$STEP_TIMEOUT" "$XPORT" -n 20000 -w 2000 -s 1024 -m 0 $xpin \
+step timeout "$STEP_TIMEOUT" "$XPORT" -n 20000 -w 2000 -s 1024 -m 0 $xpin \
     >"$res/xport.txt" 2>"$res/xport.err" || echo "compare: bench_xport failed" >&2
 tail -n 1 "$res/xport.txt" >"$res/xport.json" || true
 grep "tcp loopback" "$res/xport.txt" >&2 || true
@@ -159,7 +175,7 @@ tern_base=$("$ROOT/scripts/cluster.sh" free-base)
 say "tern: 3 nodes, durability disk, ports $((tern_base + 1))-$((tern_base + 3))"
 TERN_LOG_LEVEL=warn cluster up >/dev/null
 servers=$(cluster servers)
-T() { timeout "$STEP_TIMEOUT" "$CLI" -s "$servers" "$@"; }
+T() { step timeout "$STEP_TIMEOUT" "$CLI" -s "$servers" "$@"; }
 T bench cmp-warm --count "$warm" --size 1024 >/dev/null
 T bench cmp --count "$seq_n" --size 1024 --window 1 --stages --json \
     --latencies "$res/tern.lat" >"$res/tern-seq.json" 2>"$res/tern-seq.txt" ||
@@ -172,7 +188,7 @@ grep -E "throughput|latency/" "$res/tern-pipe.txt" >&2 || true
 cluster down >/dev/null
 tern_base=
 say "tern: failover, $trials trials (bench/failover.sh)"
-timeout "$STEP_TIMEOUT" "$ROOT/bench/failover.sh" --trials "$trials" \
+step timeout "$STEP_TIMEOUT" "$ROOT/bench/failover.sh" --trials "$trials" \
     --dir "$work/failover" >"$res/tern-failover.txt" 2>&1 ||
     echo "compare: tern failover bench reported failures" >&2
 grep -v '^{' "$res/tern-failover.txt" >&2 || true
@@ -183,7 +199,7 @@ base=$(( $("$ROOT/scripts/cluster.sh" free-base) ))
 for p in $peers; do
     say "$p: 3 nodes"
     base=$((base + 40))
-    timeout "$STEP_TIMEOUT" python3 "$HERE/peers.py" "$p" --dir "$work/$p" \
+    step timeout "$STEP_TIMEOUT" python3 "$HERE/peers.py" "$p" --dir "$work/$p" \
         --seq "$seq_n" --warmup "$warm" --pipe "$pipe_n" --window 256 \
         --trials "$peer_trials" --lat "$res/$p.lat" --base-port "$base" \
         >"$res/$p.json" || echo "compare: $p failed (see the table)" >&2

@@ -58,8 +58,9 @@
  *   tern cluster transfer [--to ID]   (hand leadership over; admin; prints
  *                      "leader: <id>" once the new leader took over)
  *   tern bench QUEUE [--size 1024] [--count N] [--window W] [--batch B]
- *                    [--replication] [--json] [--mode produce|consume|e2e]
- *                    [--duration D] [--histogram-svg FILE]
+ *                    [--replication] [--stages] [--json]
+ *                    [--mode produce|consume|e2e] [--duration D]
+ *                    [--histogram-svg FILE] [--latencies FILE]
  *   tern user set NAME [--admin] [--cert]
  *                 [--password-file F | --password-stdin | --no-password]
  *   tern user delete NAME | user list [--json]
@@ -188,9 +189,9 @@ static void usage(FILE *f)
         "  cluster stats [--reset] [--json]\n"
         "  cluster transfer [--to ID]\n"
         "  bench QUEUE [--size 1024] [--count N] [--window W] "
-        "[--batch B] [--replication] [--json]\n"
+        "[--batch B] [--replication] [--stages] [--json]\n"
         "        [--mode produce|consume|e2e] [--duration D] "
-        "[--histogram-svg FILE]\n"
+        "[--histogram-svg FILE] [--latencies FILE]\n"
         "  user set NAME [--admin] [--cert] [--password-file F | "
         "--password-stdin | --no-password]\n"
         "  user delete NAME | user list [--json]\n"

@@ -845,13 +845,15 @@ def main(argv):
     cls = {"nats": Nats, "rabbitmq": Rabbit, "etcd": Etcd}[argv[1]]
     p = cls(procs, a["dir"], a["base"])
 
-    def on_signal(sig, _frame):
-        raise KeyboardInterrupt("signal %d" % sig)
-    signal.signal(signal.SIGTERM, on_signal)
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    task = loop.create_task(measure(p, a))
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, task.cancel)
     rc = 0
     try:
-        res = asyncio.get_event_loop().run_until_complete(measure(p, a))
-    except (KeyboardInterrupt, Exception) as e:  # report, then tear down
+        res = loop.run_until_complete(task)
+    except (asyncio.CancelledError, Exception) as e:  # report, tear down
         res = {"peer": argv[1], "error": "%s: %s" % (type(e).__name__, e)}
         rc = 1
     finally:

@@ -11,7 +11,7 @@ message; a bad --mode, e2e with --size < 8 and --replication outside
 produce exit 2 with the usage; an SVG path that cannot be written exits
 1 naming it. --stages prints the leader's stage table next to the
 client-observed latency (every commit sampled once per leader stage) and
-"stages_us" in the JSON. No figure is asserted: only what the output
+"stages_us" in the JSON; --latencies writes every sample, sorted. No figure is asserted: only what the output
 says and that it is consistent."""
 import json
 import os
@@ -172,9 +172,17 @@ def main(c):
         check_json(c, "produce --json", r, "produce", 200, "produce", 200)
 
         c.step("produce --stages: the leader's stage table")
-        r = bench(cl, "bs", "--count", 100, "--stages")
+        lat = os.path.join(cl.dir, "lat.txt")
+        r = bench(cl, "bs", "--count", 100, "--stages", "--latencies", lat)
         c.check(r.returncode == 0, "bench --stages exits 0", r.stderr)
         check_stages(c, r.stdout, 100)
+        try:
+            with open(lat) as f:
+                v = [int(x) for x in f.read().split()]
+        except (OSError, ValueError):
+            v = []
+        c.check(len(v) == 100 and v == sorted(v) and v[0] >= 0,
+                "--latencies: 100 samples, sorted", v[:5])
         r = bench(cl, "bs", "--count", 50, "--stages", "--json")
         c.check(r.returncode == 0, "bench --stages --json exits 0", r.stderr)
         check_stages(c, r.stderr, 50)
