@@ -72,8 +72,10 @@ if [ "$quick" = 1 ]; then
 else
     seq_n=5000 warm=500 pipe_n=50000 trials=10 peer_trials=3 fsync_n=3000
 fi
-[ -x "$CLI" ] && [ -x "$TERN_BIN/node/ternd" ] ||
-    { echo "compare: $CLI or ternd not found (make build)" >&2; exit 1; }
+if [ ! -x "$CLI" ] || [ ! -x "$TERN_BIN/node/ternd" ]; then
+    echo "compare: $CLI or ternd not found (make build)" >&2
+    exit 1
+fi
 [ -x "$XPORT" ] || { echo "compare: $XPORT not found (make build)" >&2; exit 1; }
 build_type=$(sed -n 's/^CMAKE_BUILD_TYPE:[A-Z]*=//p' "$TERN_BIN/CMakeCache.txt" 2>/dev/null)
 build_type=${build_type:-unknown}
@@ -142,11 +144,17 @@ cleanup() {
     for f in "$work"/*/pids; do
         [ -f "$f" ] || continue
         while read -r pid; do
-            [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && kill -TERM "$pid" 2>/dev/null || true
+            if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+                kill -TERM "$pid" 2>/dev/null || true
+            fi
         done <"$f"
     done
     for f in "$work"/rabbitmq/cmp*.beam.pid; do
-        [ -f "$f" ] && pid=$(cat "$f") && kill -0 "$pid" 2>/dev/null && kill -KILL "$pid" 2>/dev/null || true
+        [ -f "$f" ] || continue
+        pid=$(cat "$f")
+        if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+            kill -KILL "$pid" 2>/dev/null || true
+        fi
     done
     [ "$keep" = 1 ] || rm -rf "$work"
 }

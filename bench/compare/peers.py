@@ -857,6 +857,10 @@ def main(argv):
         res = {"peer": argv[1], "error": "%s: %s" % (type(e).__name__, e)}
         rc = 1
     finally:
+        for t in asyncio.all_tasks(loop):  # readers of open connections
+            t.cancel()
+        loop.run_until_complete(asyncio.sleep(0))
+        loop.close()
         if isinstance(p, Rabbit):
             p.stop()
         procs.stop_all()
