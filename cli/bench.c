@@ -18,6 +18,19 @@
  * during the run, the figures cover only the new leader's part (a warning
  * says so).
  *
+ * --latencies FILE: write every latency sample (us, one per line, sorted;
+ * what the percentiles are taken from) to FILE, for plotting a CDF.
+ *
+ * --stages (implies --replication): also fetch the leader's breakdown of
+ * the commit path over the same samples (tern_replication_stages: leader
+ * append durable, AppendEntries sent, follower result received, commit,
+ * apply) and print a p50/p99 table per stage next to the client-observed
+ * latency, with the part outside the commit (client to leader, batching,
+ * reply: observed p50 - append->commit p50 - apply p50). JSON: "stages_us",
+ * {name: {p50, p99, count}}. The stages run partly in parallel (the
+ * leader's own disk write overlaps the follower's round trip), so they
+ * do not add up to the total.
+ *
  * [--mode produce|consume|e2e] [--duration D] [--histogram-svg FILE]:
  *   produce (default): as above; the latency is per batch.
  *   consume: read the queue back from its first offset (fetches of up to
@@ -43,6 +56,52 @@
 #include <string.h>
 
 #include "cli.h"
+
+/* What each leader stage of `tern bench --stages` covers (struct
+ * tern_repl_stage names); stages not listed print under their own name. */
+static const struct
+{
+    const char *name;
+    const char *what;
+} stage_titles[] = {
+    {"leader_disk", "leader append durable (own disk write)"},
+    {"append_to_post", "leader append -> AppendEntries sent"},
+    {"post_to_result", "-> follower durable + ack (round trip)"},
+    {"result_to_commit", "-> commit index covers it"},
+    {"apply", "FSM apply (one entry)"},
+};
+
+static const char *stage_title(const char *name)
+{
+    for (size_t i = 0; i < sizeof stage_titles / sizeof stage_titles[0]; i++) {
+        if (strcmp(stage_titles[i].name, name) == 0) {
+            return stage_titles[i].what;
+        }
+    }
+    return name;
+}
+
+static const struct tern_repl_stage *
+stage_find(const struct tern_repl_stage *sg, unsigned n, const char *name)
+{
+    for (unsigned i = 0; i < n; i++) {
+        if (strcmp(sg[i].name, name) == 0) {
+            return &sg[i];
+        }
+    }
+    return NULL;
+}
+
+/* One row of the stage table (nothing for a stage without samples: a
+ * follower's own stages on a leader). */
+static void stage_row(FILE *f, const struct tern_repl_stage *s)
+{
+    if (s != NULL && s->count > 0) {
+        (void)fprintf(f, "      %-40s %9.1f %9.1f %9" PRIu64 "\n",
+                      stage_title(s->name), (double)s->p50_ns / 1e3,
+                      (double)s->p99_ns / 1e3, s->count);
+    }
+}
 
 struct bench_state
 {
@@ -211,6 +270,8 @@ int cli_bench(struct tern_client *c, int argc, char **argv)
         {"batch", required_argument, NULL, 'b'},
         {"json", no_argument, NULL, 'j'},
         {"replication", no_argument, NULL, 'r'},
+        {"stages", no_argument, NULL, 'S'},
+        {"latencies", required_argument, NULL, 'L'},
         {"mode", required_argument, NULL, 'M'},
         {"duration", required_argument, NULL, 'd'},
         {"histogram-svg", required_argument, NULL, 'H'},
@@ -219,6 +280,7 @@ int cli_bench(struct tern_client *c, int argc, char **argv)
     int mode = BENCH_PRODUCE;
     uint64_t duration_ms = 60000;
     const char *svg = NULL;
+    const char *lat_path = NULL;
     uint64_t bytes = 0;
     struct bench_e2e e2e;
     pthread_t e2e_thread;
@@ -231,6 +293,9 @@ int cli_bench(struct tern_client *c, int argc, char **argv)
     int repl_failed = 0;
     char leader[128] = "";
     struct tern_repl_stats rs;
+    int stages = 0;
+    struct tern_repl_stage sg[TERN_REPL_MAX_STAGES];
+    unsigned n_sg = 0;
     int ch, idx = 0;
     const char *queue;
     struct bench_state st;
@@ -264,6 +329,10 @@ int cli_bench(struct tern_client *c, int argc, char **argv)
         case 'r':
             repl = 1;
             continue;
+        case 'S':
+            repl = 1;
+            stages = 1;
+            continue;
         case 'M':
             if (strcmp(optarg, "produce") == 0) {
                 mode = BENCH_PRODUCE;
@@ -292,6 +361,9 @@ int cli_bench(struct tern_client *c, int argc, char **argv)
         case 'H':
             svg = optarg;
             continue;
+        case 'L':
+            lat_path = optarg;
+            continue;
         default:
             return 2;
         }
@@ -305,11 +377,12 @@ int cli_bench(struct tern_client *c, int argc, char **argv)
         (void)fprintf(stderr,
                       "usage: tern bench QUEUE [--size 1024] [--count N] "
                       "[--window W] [--batch B] [--replication] "
-                      "[--json]\n"
+                      "[--stages] [--json]\n"
                       "                  [--mode produce|consume|e2e] "
-                      "[--duration 60s] [--histogram-svg FILE]\n"
-                      "  (e2e: --size at least 8; --replication: produce "
-                      "mode only)\n");
+                      "[--duration 60s] [--histogram-svg FILE] "
+                      "[--latencies FILE]\n"
+                      "  (e2e: --size at least 8; --replication, "
+                      "--stages: produce mode only)\n");
         return 2;
     }
     queue = argv[optind];
@@ -469,7 +542,9 @@ int cli_bench(struct tern_client *c, int argc, char **argv)
         if (moved) {
             (void)snprintf(leader, sizeof leader, "%s", l);
         }
-        srv = tern_replication_stats(c, leader, 0, &rs);
+        srv = stages ? tern_replication_stages(c, leader, 0, &rs, sg,
+                                               TERN_REPL_MAX_STAGES, &n_sg)
+                     : tern_replication_stats(c, leader, 0, &rs);
         if (srv != 0) {
             cli_error(c, srv, "bench: replication stats");
             memset(&rs, 0, sizeof rs);
@@ -528,6 +603,17 @@ int cli_bench(struct tern_client *c, int argc, char **argv)
                 rv = -EIO;
             }
         }
+        if (lat_path != NULL) {
+            FILE *f = fopen(lat_path, "w");
+            for (size_t i = 0; f != NULL && i < st.n_lat; i++) {
+                (void)fprintf(f, "%" PRId64 "\n", st.lat_us[i]);
+            }
+            if (f == NULL || fclose(f) != 0) {
+                cli_error(NULL, -(errno != 0 ? errno : EIO), "write %s",
+                          lat_path);
+                rv = rv != 0 ? rv : -EIO;
+            }
+        }
         if (repl) {
             (void)fprintf(table,
                           "  replication (leader append->commit)  p50 %.1f us"
@@ -536,6 +622,39 @@ int cli_bench(struct tern_client *c, int argc, char **argv)
                           (double)rs.p50_ns / 1e3, (double)rs.p99_ns / 1e3,
                           (double)rs.p999_ns / 1e3, (double)rs.max_ns / 1e3,
                           rs.count, rs.node_id, rs.transport, rs.durability);
+        }
+        if (stages && !repl_failed) {
+            const struct tern_repl_stage *ap = stage_find(sg, n_sg, "apply");
+            double apply = ap != NULL ? (double)ap->p50_ns / 1e3 : 0;
+            double rest = (double)p50 - (double)rs.p50_ns / 1e3 - apply;
+            (void)fprintf(table,
+                          "  stages (leader node %" PRIu64
+                          ", p50/p99 us, bucket upper bounds)\n"
+                          "    %-42s %9s %9s %9s\n"
+                          "    %-42s %9" PRId64 " %9" PRId64
+                          " %9zu\n"
+                          "    %-42s %9.1f %9.1f %9" PRIu64 "\n",
+                          rs.node_id, "stage", "p50", "p99", "count",
+                          "client produce (observed)", p50, p99, st.n_lat,
+                          "leader append -> commit", (double)rs.p50_ns / 1e3,
+                          (double)rs.p99_ns / 1e3, rs.count);
+            /* The known stages in the commit path's order, then any
+             * other the server names. */
+            for (size_t k = 0; k < sizeof stage_titles / sizeof stage_titles[0];
+                 k++) {
+                stage_row(table, stage_find(sg, n_sg, stage_titles[k].name));
+            }
+            for (unsigned i = 0; i < n_sg; i++) {
+                if (stage_title(sg[i].name) == sg[i].name) {
+                    stage_row(table, &sg[i]);
+                }
+            }
+            (void)fprintf(table,
+                          "    %-42s %9.1f\n"
+                          "    (the leader's disk write runs alongside the "
+                          "round trip: stages overlap)\n",
+                          "outside the commit (wire, batching, reply)",
+                          rest > 0 ? rest : 0);
         }
         if (json) {
             (void)printf(
@@ -558,6 +677,17 @@ int cli_bench(struct tern_client *c, int argc, char **argv)
                     (double)rs.p999_ns / 1e3, (double)rs.max_ns / 1e3,
                     (double)rs.mean_ns / 1e3, rs.count, rs.node_id,
                     rs.transport, rs.durability);
+            }
+            if (stages) {
+                (void)printf(",\"stages_us\":{");
+                for (unsigned i = 0; i < n_sg; i++) {
+                    (void)printf(
+                        "%s\"%s\":{\"p50\":%.3f,\"p99\":%.3f"
+                        ",\"count\":%" PRIu64 "}",
+                        i ? "," : "", sg[i].name, (double)sg[i].p50_ns / 1e3,
+                        (double)sg[i].p99_ns / 1e3, sg[i].count);
+                }
+                (void)printf("}");
             }
             (void)printf("}\n");
         }

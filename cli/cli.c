@@ -61,8 +61,9 @@
  *   tern cluster transfer [--to ID]   (hand leadership over; admin; prints
  *                      "leader: <id>" once the new leader took over)
  *   tern bench QUEUE [--size 1024] [--count N] [--window W] [--batch B]
- *                    [--replication] [--json] [--mode produce|consume|e2e]
- *                    [--duration D] [--histogram-svg FILE]
+ *                    [--replication] [--stages] [--json]
+ *                    [--mode produce|consume|e2e] [--duration D]
+ *                    [--histogram-svg FILE] [--latencies FILE]
  *   tern user set NAME [--admin] [--cert]
  *                 [--password-file F | --password-stdin | --no-password]
  *   tern user delete NAME | user list [--json]
@@ -194,9 +195,9 @@ static void usage(FILE *f)
         "  cluster rejoin ID RAFT_ADDR CLIENT_ADDR [--wait-ms N]\n"
         "  cluster transfer [--to ID]\n"
         "  bench QUEUE [--size 1024] [--count N] [--window W] "
-        "[--batch B] [--replication] [--json]\n"
+        "[--batch B] [--replication] [--stages] [--json]\n"
         "        [--mode produce|consume|e2e] [--duration D] "
-        "[--histogram-svg FILE]\n"
+        "[--histogram-svg FILE] [--latencies FILE]\n"
         "  user set NAME [--admin] [--cert] [--password-file F | "
         "--password-stdin | --no-password]\n"
         "  user delete NAME | user list [--json]\n"

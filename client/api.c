@@ -1769,16 +1769,24 @@ static void copy_str(char *dst, size_t size, const char *s, size_t len)
     dst[len] = '\0';
 }
 
-int tern_replication_stats(struct tern_client *c,
-                           const char *address,
-                           int reset,
-                           struct tern_repl_stats *out)
+/* STATS with flags; the stage tail into stages[max] / *n_stages when
+ * stages is not NULL. */
+static int replication_stats(struct tern_client *c,
+                             const char *address,
+                             uint8_t flags,
+                             struct tern_repl_stats *out,
+                             struct tern_repl_stage *stages,
+                             unsigned max,
+                             unsigned *n_stages)
 {
     struct tern__req *r;
     struct proto_stats st;
     const char *server;
     int rv;
     memset(out, 0, sizeof *out);
+    if (n_stages != NULL) {
+        *n_stages = 0;
+    }
     rv = tern__sync_req_new(c, PROTO_OP_STATS, 0, address == NULL, &r);
     if (rv != 0) {
         return rv;
@@ -1791,8 +1799,7 @@ int tern_replication_stats(struct tern_client *c,
             return TERN_EINVAL;
         }
     }
-    rv = proto_encode_stats_req(&r->frame, 0,
-                                reset != 0 ? PROTO_STATS_RESET : 0);
+    rv = proto_encode_stats_req(&r->frame, 0, flags);
     if (rv != 0) {
         return encode_fail(c, r, rv, "replication stats");
     }
@@ -1819,7 +1826,41 @@ int tern_replication_stats(struct tern_client *c,
         out->p99_ns = st.p99_ns;
         out->p999_ns = st.p999_ns;
         out->max_ns = st.max_ns;
+        for (unsigned i = 0; stages != NULL && i < st.n_stages && i < max;
+             i++) {
+            struct tern_repl_stage *o = &stages[i];
+            copy_str(o->name, sizeof o->name, st.stages[i].name,
+                     st.stages[i].name_len);
+            o->count = st.stages[i].count;
+            o->p50_ns = st.stages[i].p50_ns;
+            o->p99_ns = st.stages[i].p99_ns;
+            *n_stages = i + 1;
+        }
     }
     tern__req_free(r);
     return rv;
+}
+
+int tern_replication_stats(struct tern_client *c,
+                           const char *address,
+                           int reset,
+                           struct tern_repl_stats *out)
+{
+    return replication_stats(c, address, reset != 0 ? PROTO_STATS_RESET : 0,
+                             out, NULL, 0, NULL);
+}
+
+int tern_replication_stages(struct tern_client *c,
+                            const char *address,
+                            int reset,
+                            struct tern_repl_stats *out,
+                            struct tern_repl_stage *stages,
+                            unsigned max,
+                            unsigned *n_stages)
+{
+    uint8_t flags = PROTO_STATS_STAGES;
+    if (reset != 0) {
+        flags |= PROTO_STATS_RESET;
+    }
+    return replication_stats(c, address, flags, out, stages, max, n_stages);
 }

@@ -290,6 +290,15 @@ static void server_latency(void *arg, struct repl_latency *out, bool reset)
     }
 }
 
+static void server_stages(void *arg, struct repl_latency *out)
+{
+    struct node *n = arg;
+    memset(out, 0, REPL_STAGE__COUNT * sizeof(*out));
+    if (n->repl != NULL && !n->stopping) {
+        repl_get_stages(n->repl, out, false);
+    }
+}
+
 /* ---- The metrics endpoint's view of the node (metrics.h) -------------- */
 
 static void metrics_latency(void *arg, struct repl_latency *out)
@@ -1456,9 +1465,9 @@ static int node_start(struct node *n, char *errmsg)
     static const struct node_fsm_ops fops = {fsm_kick, fsm_release_disk,
                                              fsm_fail};
     static const struct node_server_ops sops = {
-        server_idx,         server_status,  server_latency,
-        server_disk_check,  server_members, server_member_change,
-        server_client_addr, server_transfer};
+        server_idx,         server_status,   server_latency,
+        server_disk_check,  server_members,  server_member_change,
+        server_client_addr, server_transfer, server_stages};
     struct repl_config rc;
     struct repl_peer *rpeers = NULL;
     struct repl_fsm fsm;

@@ -1752,8 +1752,31 @@ static void serve_stats(struct node_conn *c, uint64_t request_id, uint8_t flags)
         return;
     }
     view_status(&c->view, &st);
-    c->view.ops.latency(c->view.arg, lat, (flags & PROTO_STATS_RESET) != 0);
     memset(&ps, 0, sizeof(ps));
+    if ((flags & PROTO_STATS_STAGES) != 0) {
+        /* Before the latency op: its reset clears the stages too. */
+        struct repl_latency *sg = tern_calloc(REPL_STAGE__COUNT, sizeof(*sg));
+        if (sg == NULL) {
+            tern_free(lat);
+            send_error(c, PROTO_OP_STATS, request_id, -ENOMEM, NULL);
+            return;
+        }
+        ps.has_stages = 1;
+        if (c->view.ops.stages != NULL) {
+            c->view.ops.stages(c->view.arg, sg);
+            for (unsigned i = 0;
+                 i < REPL_STAGE__COUNT && i < PROTO_STATS_MAX_STAGES; i++) {
+                struct proto_stats_stage *p = &ps.stages[ps.n_stages++];
+                p->name = repl_stage_name(i);
+                p->name_len = (uint16_t)strlen(p->name);
+                p->count = sg[i].count;
+                p->p50_ns = repl_latency_quantile(&sg[i], 0.50);
+                p->p99_ns = repl_latency_quantile(&sg[i], 0.99);
+            }
+        }
+        tern_free(sg);
+    }
+    c->view.ops.latency(c->view.arg, lat, (flags & PROTO_STATS_RESET) != 0);
     ps.node_id = cfg->id;
     ps.role = (uint8_t)st.role;
     ps.transport = cfg->transport;

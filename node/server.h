@@ -61,6 +61,11 @@ struct node_server_ops
                     repl_transfer_cb cb,
                     void *data,
                     char *errmsg);
+    /* OUT: out[REPL_STAGE__COUNT] (caller-owned), the stage breakdown of
+     * the replication latency (zeroed when raft is not running); never
+     * resets (the latency op's reset covers the stages). May be NULL:
+     * STATS then answers no stage. */
+    void (*stages)(void *arg, struct repl_latency *out);
 };
 
 /* Listen on cfg->client_addr. cfg, batcher and arg are borrowed and must

@@ -1304,7 +1304,8 @@ int proto_decode_request(uint8_t op,
         break;
     case PROTO_OP_STATS:
         out->flags = tern_cursor_u8(&c);
-        if (c.err == 0 && (out->flags & ~PROTO_STATS_RESET) != 0) {
+        if (c.err == 0 &&
+            (out->flags & ~(PROTO_STATS_RESET | PROTO_STATS_STAGES)) != 0) {
             rv = TERN_EMALFORMED;
         }
         break;
@@ -2259,7 +2260,7 @@ int proto_encode_stats_req(struct tern_wbuf *w,
                            uint8_t flags)
 {
     size_t start = w->len;
-    if ((flags & ~PROTO_STATS_RESET) != 0) {
+    if ((flags & ~(PROTO_STATS_RESET | PROTO_STATS_STAGES)) != 0) {
         return TERN_EINVAL;
     }
     proto_frame_begin(w, PROTO_OP_STATS, request_id, 0);
@@ -2272,6 +2273,16 @@ int proto_encode_stats_resp(struct tern_wbuf *w,
                             const struct proto_stats *st)
 {
     size_t start = w->len;
+    if (st->has_stages) {
+        if (st->n_stages > PROTO_STATS_MAX_STAGES) {
+            return TERN_EINVAL;
+        }
+        for (unsigned i = 0; i < st->n_stages; i++) {
+            if (st->stages[i].name_len > PROTO_STATS_MAX_STAGE_NAME) {
+                return TERN_EINVAL;
+            }
+        }
+    }
     proto_frame_begin(w, PROTO_OP_STATS | PROTO_OP_RESPONSE, request_id, 0);
     tern_wbuf_u64(w, st->node_id);
     tern_wbuf_u8(w, st->role);
@@ -2286,6 +2297,18 @@ int proto_encode_stats_resp(struct tern_wbuf *w,
     tern_wbuf_u64(w, st->p99_ns);
     tern_wbuf_u64(w, st->p999_ns);
     tern_wbuf_u64(w, st->max_ns);
+    if (st->has_stages) {
+        tern_wbuf_u8(w, PROTO_STATS_TAIL_VERSION);
+        tern_wbuf_u8(w, st->n_stages);
+        for (unsigned i = 0; i < st->n_stages; i++) {
+            const struct proto_stats_stage *sg = &st->stages[i];
+            proto_put_str(w, sg->name != NULL ? sg->name : "",
+                          sg->name != NULL ? sg->name_len : 0);
+            tern_wbuf_u64(w, sg->count);
+            tern_wbuf_u64(w, sg->p50_ns);
+            tern_wbuf_u64(w, sg->p99_ns);
+        }
+    }
     return proto_frame_end(w, start);
 }
 
@@ -2309,7 +2332,28 @@ int proto_decode_stats_resp(const void *body,
     out->p99_ns = tern_cursor_u64(&c);
     out->p999_ns = tern_cursor_u64(&c);
     out->max_ns = tern_cursor_u64(&c);
-    return decode_end(&c, 1, out, sizeof *out);
+    int ok = 1;
+    if (c.err == 0 && tern_cursor_left(&c) > 0) {
+        /* The stage tail: version 2 (the answer without a tail is
+         * version 1); a later version's extra fields are skipped. */
+        uint8_t version = tern_cursor_u8(&c);
+        out->has_stages = 1;
+        out->n_stages = tern_cursor_u8(&c);
+        ok = version >= PROTO_STATS_TAIL_VERSION &&
+             out->n_stages <= PROTO_STATS_MAX_STAGES;
+        for (unsigned i = 0; ok && c.err == 0 && i < out->n_stages; i++) {
+            struct proto_stats_stage *sg = &out->stages[i];
+            sg->name = proto_get_str(&c, &sg->name_len);
+            sg->count = tern_cursor_u64(&c);
+            sg->p50_ns = tern_cursor_u64(&c);
+            sg->p99_ns = tern_cursor_u64(&c);
+            ok = sg->name_len <= PROTO_STATS_MAX_STAGE_NAME;
+        }
+        if (ok && c.err == 0 && version > PROTO_STATS_TAIL_VERSION) {
+            (void)tern_cursor_bytes(&c, tern_cursor_left(&c));
+        }
+    }
+    return decode_end(&c, ok, out, sizeof *out);
 }
 
 /* ---- Security metadata (ops 10..19) ---- */

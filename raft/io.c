@@ -742,6 +742,7 @@ static void ack(struct repl *r, struct append_req *a, int status)
     }
     if (status == 0) {
         repl_lat_f_ack(r, a->last);
+        repl_lat_synced(r, a->last);
     }
     a->outer_req->cb = a->cb;
     a->cb(a->outer_req, status);

@@ -13,8 +13,9 @@
  * Stage breakdown (repl.h, enum repl_stage), for profiling the commit
  * path: a pending leader append also records when the first AppendEntries
  * carrying it was posted and when the first successful result covering
- * it arrived (two cursors into the ring: posts and results cover
- * prefixes, so marking is amortised O(1)); a follower times the newest
+ * it arrived, and when the leader's own append covering it became
+ * durable (three cursors into the ring: posts, results and local appends
+ * cover prefixes, so marking is amortised O(1)); a follower times the newest
  * AppendEntries with entries from its arrival to its result. Stages use
  * the same histogram as the total.
  */
@@ -124,12 +125,18 @@ void repl_lat_append(struct repl *r, uint64_t last)
     p->t0_ns = r->lat.now();
     p->post_ns = 0;
     p->res_ns = 0;
+    p->disk_ns = 0;
     r->lat.n++;
 }
 
+enum mark_what { MARK_POST, MARK_RESULT, MARK_DISK };
+
 /* Stamp now into the pending appends from *cursor on whose index is <=
- * last: their post_ns (post) or res_ns. */
-static void mark(struct repl *r, unsigned *cursor, uint64_t last, bool post)
+ * last: their post_ns, res_ns or disk_ns (what). */
+static void mark(struct repl *r,
+                 unsigned *cursor,
+                 uint64_t last,
+                 enum mark_what what)
 {
     uint64_t now = 0;
     while (*cursor < r->lat.n) {
@@ -141,10 +148,12 @@ static void mark(struct repl *r, unsigned *cursor, uint64_t last, bool post)
         if (now == 0) {
             now = r->lat.now();
         }
-        if (post) {
+        if (what == MARK_POST) {
             p->post_ns = now;
-        } else {
+        } else if (what == MARK_RESULT) {
             p->res_ns = now;
+        } else {
+            p->disk_ns = now;
         }
         (*cursor)++;
     }
@@ -152,12 +161,17 @@ static void mark(struct repl *r, unsigned *cursor, uint64_t last, bool post)
 
 void repl_lat_posted(struct repl *r, uint64_t last)
 {
-    mark(r, &r->lat.posted, last, true);
+    mark(r, &r->lat.posted, last, MARK_POST);
 }
 
 void repl_lat_resulted(struct repl *r, uint64_t last)
 {
-    mark(r, &r->lat.resulted, last, false);
+    mark(r, &r->lat.resulted, last, MARK_RESULT);
+}
+
+void repl_lat_synced(struct repl *r, uint64_t last)
+{
+    mark(r, &r->lat.synced, last, MARK_DISK);
 }
 
 void repl_lat_f_recv(struct repl *r)
@@ -226,6 +240,7 @@ void repl_lat_poll(struct repl *r)
         repl_lat_stage(r, REPL_STAGE_POST_TO_RESULT, p->post_ns, p->res_ns);
         repl_lat_stage(r, REPL_STAGE_RESULT_TO_COMMIT, p->res_ns,
                        p->res_ns != 0 ? now : 0);
+        repl_lat_stage(r, REPL_STAGE_LEADER_DISK, p->t0_ns, p->disk_ns);
         r->lat.head = (r->lat.head + 1) % REPL_LAT_PENDING;
         r->lat.n--;
         if (r->lat.posted > 0) {
@@ -233,6 +248,9 @@ void repl_lat_poll(struct repl *r)
         }
         if (r->lat.resulted > 0) {
             r->lat.resulted--;
+        }
+        if (r->lat.synced > 0) {
+            r->lat.synced--;
         }
     }
 }
@@ -251,6 +269,9 @@ void repl_lat_forget(struct repl *r, uint64_t index)
     }
     if (r->lat.resulted > r->lat.n) {
         r->lat.resulted = r->lat.n;
+    }
+    if (r->lat.synced > r->lat.n) {
+        r->lat.synced = r->lat.n;
     }
 }
 
@@ -272,9 +293,9 @@ void repl_get_latency(struct repl *r, struct repl_latency *out, bool reset)
 }
 
 static const char *const stage_names[REPL_STAGE__COUNT] = {
-    "append_to_post", "post_to_result", "result_to_commit",
-    "f_decode",       "f_core",         "f_ack",
-    "f_post",         "f_total",        "apply",
+    "append_to_post", "post_to_result", "result_to_commit", "f_decode",
+    "f_core",         "f_ack",          "f_post",           "f_total",
+    "apply",          "leader_disk",
 };
 
 const char *repl_stage_name(unsigned stage)

@@ -268,6 +268,7 @@ struct repl_lat_pending
     uint64_t t0_ns;
     uint64_t post_ns; /* first AppendEntries covering index posted */
     uint64_t res_ns;  /* first successful result covering index received */
+    uint64_t disk_ns; /* the leader's own append covering index durable */
 };
 /* Follower side of the stage breakdown: the newest AppendEntries with
  * entries, from its arrival to its result. */
@@ -289,6 +290,7 @@ struct repl_lat_state
     uint64_t (*now)(void); /* monotonic ns; tests may replace it */
     unsigned posted;       /* pending[head..+posted) have post_ns */
     unsigned resulted;     /* pending[head..+resulted) have res_ns */
+    unsigned synced;       /* pending[head..+synced) have disk_ns */
     uint64_t recv_ns;      /* arrival time of the frame being decoded */
     struct repl_lat_follower f;
     struct repl_latency stages[REPL_STAGE__COUNT];
@@ -487,9 +489,11 @@ void repl_lat_forget(struct repl *r, uint64_t index);
  * result for up to last arrived. Follower: a frame arrived (before
  * decoding); a decoded AppendEntries goes to the core; the core appended;
  * raft's append cb fired for up to last; the result for up to last was
- * handed to the xport. Each costs a clock read at most. */
+ * handed to the xport. Leader: its own append up to last is durable
+ * (synced). Each costs a clock read at most. */
 void repl_lat_posted(struct repl *r, uint64_t last);
 void repl_lat_resulted(struct repl *r, uint64_t last);
+void repl_lat_synced(struct repl *r, uint64_t last);
 void repl_lat_f_recv(struct repl *r);
 void repl_lat_f_core(struct repl *r, uint64_t last);
 void repl_lat_f_append(struct repl *r);

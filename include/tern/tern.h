@@ -1017,6 +1017,37 @@ TERN_API int tern_replication_stats(struct tern_client *c,
                                     int reset,
                                     struct tern_repl_stats *out);
 
+/* One stage of the commit path (what `tern bench --stages` prints): the
+ * leader's histogram of that stage over the same samples and reset as
+ * tern_repl_stats. Names (raft/include/repl.h enum repl_stage):
+ * "leader_disk" (leader append -> its own append durable),
+ * "append_to_post" (-> first AppendEntries carrying it sent),
+ * "post_to_result" (-> first follower result covering it: the follower's
+ * durable append plus the round trip, as seen by the leader),
+ * "result_to_commit", "apply" (one FSM apply); "f_*" are a follower's
+ * own stages (count 0 on a leader). */
+#define TERN_REPL_MAX_STAGES 32
+struct tern_repl_stage
+{
+    char name[32]; /* NUL-terminated */
+    uint64_t count;
+    uint64_t p50_ns; /* histogram bucket upper bounds, as tern_repl_stats */
+    uint64_t p99_ns;
+};
+
+/* tern_replication_stats plus the stage breakdown: stages[0..*n_stages)
+ * (OUT, caller-owned, at most max entries; extra stages are dropped) in
+ * the server's order. reset as tern_replication_stats (the stages start
+ * over too). A server that predates the stage breakdown answers
+ * TERN_EINVAL. *out and *n_stages zeroed on failure. */
+TERN_API int tern_replication_stages(struct tern_client *c,
+                                     const char *address,
+                                     int reset,
+                                     struct tern_repl_stats *out,
+                                     struct tern_repl_stage *stages,
+                                     unsigned max,
+                                     unsigned *n_stages);
+
 /* ---- Backups (docs/OPERATIONS.md, "Backup and restore") ---- */
 
 /* What a backup holds, from its manifest. */

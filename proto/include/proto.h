@@ -155,7 +155,9 @@
  *                                   str client_address}
  *   STATS         req: u8 flags (bit 0 PROTO_STATS_RESET: start the
  *                      node's latency counters over after this answer;
- *                      other bits must be 0)
+ *                      bit 1 PROTO_STATS_STAGES: append the stage tail;
+ *                      other bits must be 0; an older server answers
+ *                      TERN_EINVAL to bit 1)
  *                 resp: u64 node_id, u8 role (repl_role numbering),
  *                       str transport, str durability,
  *                       u64 count, u64 dropped, u64 sum_ns, u64 min_ns,
@@ -167,6 +169,16 @@
  *                 quantiles are histogram bucket upper bounds (at
  *                 most 6.25% above), 0 when count is 0. Only a leader samples;
  *                 any node answers. Served on any node, never redirected.
+ *                 With PROTO_STATS_STAGES, a tail after max_ns: u8 version
+ *                 (PROTO_STATS_TAIL_VERSION, 2: the answer without a tail
+ *                 is version 1), u8 n (at most PROTO_STATS_MAX_STAGES),
+ *                 n x {str name (at most PROTO_STATS_MAX_STAGE_NAME
+ *                 bytes), u64 count, u64 p50_ns, u64 p99_ns}: the commit
+ *                 path's stages (raft/include/repl.h enum repl_stage,
+ *                 repl_stage_name), same histograms and reset as the
+ *                 total. A later version appends fields after the
+ *                 stages; a decoder reads what it knows and skips the
+ *                 rest.
  *
  * Security metadata (ops 10..19, added after the first release of version
  * 1: an older server answers TERN_EINVAL "unknown request op"; design in
@@ -1358,9 +1370,16 @@ int proto_frame_set_producer(void *frame,
 
 /* ---- STATS (replication latency summary) ---- */
 
-#define PROTO_STATS_RESET 0x01u
+#define PROTO_STATS_RESET  0x01u
+#define PROTO_STATS_STAGES 0x02u
+/* Version of the STATS answer's stage tail this encoder writes, and its
+ * bounds. */
+#define PROTO_STATS_TAIL_VERSION   2u
+#define PROTO_STATS_MAX_STAGES     32u
+#define PROTO_STATS_MAX_STAGE_NAME 32u
 
-/* STATS request; flags is 0 or PROTO_STATS_RESET (else TERN_EINVAL). */
+/* STATS request; flags is a mix of PROTO_STATS_RESET and
+ * PROTO_STATS_STAGES (else TERN_EINVAL). */
 int proto_encode_stats_req(struct tern_wbuf *w,
                            uint64_t request_id,
                            uint8_t flags);
@@ -1382,8 +1401,21 @@ struct proto_stats
     uint64_t p99_ns;
     uint64_t p999_ns;
     uint64_t max_ns;
+    /* The stage tail (PROTO_STATS_STAGES): written and decoded when
+     * has_stages; names borrowed (from body when decoding). */
+    uint8_t has_stages;
+    uint8_t n_stages;
+    struct proto_stats_stage
+    {
+        const char *name; /* name_len bytes */
+        uint16_t name_len;
+        uint64_t count;
+        uint64_t p50_ns;
+        uint64_t p99_ns;
+    } stages[PROTO_STATS_MAX_STAGES];
 };
-/* The *_len fields of st are used for the strings when encoding. */
+/* The *_len fields of st are used for the strings when encoding;
+ * TERN_EINVAL if n_stages or a stage name is over its bound. */
 int proto_encode_stats_resp(struct tern_wbuf *w,
                             uint64_t request_id,
                             const struct proto_stats *st);

@@ -383,6 +383,10 @@ uint64_t repl_latency_quantile(const struct repl_latency *l, double q);
  *                              after the commit, on a follower usually
  *                              inside F_ACK..F_POST: libraft 0.15 applies
  *                              before it answers)
+ *   leader:   LEADER_DISK      leader append -> its own append is durable
+ *                              (raft's append callback; memory mode: the
+ *                              deferred completion); runs alongside
+ *                              APPEND_TO_POST..POST_TO_RESULT
  * Post stamps are taken just before the hand-off to the xport.
  * POST_TO_RESULT - F_TOTAL is the transport (both ways) plus wake-ups. */
 enum repl_stage {
@@ -395,6 +399,7 @@ enum repl_stage {
     REPL_STAGE_F_POST,
     REPL_STAGE_F_TOTAL,
     REPL_STAGE_APPLY,
+    REPL_STAGE_LEADER_DISK,
     REPL_STAGE__COUNT
 };
 /* Static short name of a stage ("append_to_post", ...); "?" otherwise. */

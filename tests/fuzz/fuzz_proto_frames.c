@@ -390,7 +390,18 @@ static void responses(const uint8_t *d, size_t len)
     struct proto_stats ss;
     size_t pos;
     (void)proto_decode_empty_resp(d, len);
-    (void)proto_decode_stats_resp(d, len, &ss);
+    if (proto_decode_stats_resp(d, len, &ss) == 0) {
+        /* Stage names borrow from the body, within their bound. */
+        for (unsigned i = 0; i < ss.n_stages; i++) {
+            const uint8_t *nm = (const uint8_t *)ss.stages[i].name;
+            if (ss.n_stages > PROTO_STATS_MAX_STAGES ||
+                ss.stages[i].name_len > PROTO_STATS_MAX_STAGE_NAME ||
+                (ss.stages[i].name_len > 0 &&
+                 (nm < d || nm + ss.stages[i].name_len > d + len))) {
+                abort();
+            }
+        }
+    }
     {
         struct proto_backup_info bk;
         (void)proto_decode_backup_resp(d, len, &bk);

@@ -9,8 +9,10 @@ xml.etree) with one bar per bucket; --duration ends a run before --count.
 Errors: consume of an empty queue and of a missing one exit 1 with a
 message; a bad --mode, e2e with --size < 8 and --replication outside
 produce exit 2 with the usage; an SVG path that cannot be written exits
-1 naming it. No figure is asserted: only what the output says and that
-it is consistent."""
+1 naming it. --stages prints the leader's stage table next to the
+client-observed latency (every commit sampled once per leader stage) and
+"stages_us" in the JSON; --latencies writes every sample, sorted. No figure is asserted: only what the output
+says and that it is consistent."""
 import json
 import os
 import re
@@ -112,6 +114,37 @@ def check_svg(c, path, title, samples):
             "SVG: title and percentiles", texts[:200])
 
 
+def check_stages(c, text, samples):
+    """The --stages table in text: the observed row with samples, the
+    append->commit row, the leader's disk row with as many samples as
+    commits (one node: nothing to wait for but its own disk), apply, and
+    the remainder outside the commit."""
+    num = r"\s+(\d+(?:\.\d+)?)"
+    m = re.search(r"  stages \(leader node \d+, p50/p99 us, bucket upper "
+                  r"bounds\)\n    stage\s+p50\s+p99\s+count\n"
+                  r"    client produce \(observed\)" + num * 3 + r"\n"
+                  r"    leader append -> commit" + num * 3 + r"\n"
+                  r"((?:      .*\n)+)"
+                  r"    outside the commit \(wire, batching, reply\)" + num,
+                  text)
+    if not c.check(m is not None, "--stages: table", text[-900:]):
+        return
+    c.check(int(m.group(3)) == samples, "--stages: observed row has %d "
+            "samples" % samples, m.group(3))
+    commits = int(m.group(6))
+    rows = {}
+    for ln in m.group(7).splitlines():
+        rm = re.match(r"      (.+?)" + num * 3 + r"$", ln)
+        if rm:
+            rows[rm.group(1)] = (float(rm.group(2)), float(rm.group(3)),
+                                 int(rm.group(4)))
+    disk = rows.get("leader append durable (own disk write)")
+    c.check(disk is not None and disk[2] == commits and
+            disk[0] <= disk[1], "--stages: leader disk row, one sample per "
+            "commit", (commits, rows))
+    c.check("FSM apply (one entry)" in rows, "--stages: apply row", rows)
+
+
 def bench(cl, *args):
     return cl.tern("bench", *args, timeout=90, timeout_ms=10000)
 
@@ -137,6 +170,36 @@ def main(c):
         r = bench(cl, "bq", "--count", 200, "--size", 64, "--json")
         c.check(r.returncode == 0, "bench produce --json exits 0", r.stderr)
         check_json(c, "produce --json", r, "produce", 200, "produce", 200)
+
+        c.step("produce --stages: the leader's stage table")
+        lat = os.path.join(cl.dir, "lat.txt")
+        r = bench(cl, "bs", "--count", 100, "--stages", "--latencies", lat)
+        c.check(r.returncode == 0, "bench --stages exits 0", r.stderr)
+        check_stages(c, r.stdout, 100)
+        try:
+            with open(lat) as f:
+                v = [int(x) for x in f.read().split()]
+        except (OSError, ValueError):
+            v = []
+        c.check(len(v) == 100 and v == sorted(v) and v[0] >= 0,
+                "--latencies: 100 samples, sorted", v[:5])
+        r = bench(cl, "bs", "--count", 50, "--stages", "--json")
+        c.check(r.returncode == 0, "bench --stages --json exits 0", r.stderr)
+        check_stages(c, r.stderr, 50)
+        try:
+            js = json.loads(r.stdout)
+        except ValueError:
+            js = {}
+        sg = js.get("stages_us", {})
+        commits = js.get("replication_us", {}).get("count", 0)
+        c.check(commits >= 50 and sg.get("leader_disk", {}).get("count") ==
+                commits and sg.get("apply", {}).get("count", 0) >= commits,
+                "JSON: stages_us counts every commit once (leader_disk) and "
+                "every apply", (commits, sg))
+        c.check(all(0 <= v["p50"] <= v["p99"] for v in sg.values()) and
+                all(v["count"] == 0 for k, v in sg.items()
+                    if k.startswith("f_")),
+                "JSON: p50 <= p99; a leader has no follower stage", sg)
 
         c.step("consume: reads back what produce wrote")
         r = bench(cl, "bq", "--mode", "consume", "--count", 300,

@@ -227,6 +227,15 @@ void fake_model_answer(struct fake_server *fs,
             .p999_ns = n * 999,
             .max_ns = n * 1000,
         };
+        if ((r->flags & PROTO_STATS_STAGES) != 0) {
+            /* Two stages: "leader_disk" took k/2 us, "apply" 1 us. */
+            st.has_stages = 1;
+            st.n_stages = 2;
+            st.stages[0] = (struct proto_stats_stage){
+                "leader_disk", 11, n, (n + 1) / 2 * 500, n * 495};
+            st.stages[1] =
+                (struct proto_stats_stage){"apply", 5, n, 1000, 1000};
+        }
         proto_encode_stats_resp(w, h->request_id, &st);
         if ((r->flags & PROTO_STATS_RESET) != 0) {
             fs->stats_count = 0;

@@ -161,6 +161,49 @@ Test(client, replication_stats)
     fake_stop(&fs);
 }
 
+/* tern_replication_stages: the summary plus the stage tail, in the
+ * server's order, cut at max; reset covers both. */
+Test(client, replication_stages)
+{
+    struct fake_server fs;
+    struct tern_client *c;
+    struct tern_msg m = {"x", 1};
+    struct tern_repl_stats s;
+    struct tern_repl_stage sg[4];
+    unsigned n = 99;
+    int resets;
+
+    cr_assert_eq(fake_start(&fs, NULL), 0);
+    c = client_for(fs.addr, 2000, 8);
+    create_queue(c, "q");
+    for (int i = 0; i < 4; i++) {
+        cr_assert_eq(tern_produce(c, "q", &m, 1, NULL), 0);
+    }
+    cr_assert_eq(tern_replication_stages(c, NULL, 0, &s, sg, 4, &n), 0, "%s",
+                 tern_client_errmsg(c));
+    cr_expect_eq(s.count, 4);
+    cr_expect_eq(s.p50_ns, 2000);
+    cr_assert_eq(n, 2);
+    cr_expect_str_eq(sg[0].name, "leader_disk");
+    cr_expect_eq(sg[0].count, 4);
+    cr_expect_eq(sg[0].p50_ns, 1000);
+    cr_expect_eq(sg[0].p99_ns, 1980);
+    cr_expect_str_eq(sg[1].name, "apply");
+    cr_expect_eq(sg[1].p99_ns, 1000);
+
+    /* max 1: the first stage only; reset starts the server over. */
+    cr_assert_eq(tern_replication_stages(c, fs.addr, 1, &s, sg, 1, &n), 0);
+    cr_expect_eq(n, 1);
+    cr_expect_str_eq(sg[0].name, "leader_disk");
+    cr_expect_eq(stats_count(&fs, &resets), 0);
+    cr_expect_eq(resets, 1);
+    cr_assert_eq(tern_replication_stages(c, fs.addr, 0, &s, sg, 4, &n), 0);
+    cr_expect_eq(n, 2);
+    cr_expect_eq(sg[0].count, 0);
+    tern_client_free(c);
+    fake_stop(&fs);
+}
+
 /* A server that does not know STATS (or fails it), then one that answers
  * garbage. */
 static enum fake_action stats_error_hook(struct fake_server *fs,
@@ -171,7 +214,8 @@ static enum fake_action stats_error_hook(struct fake_server *fs,
     if (r->op != PROTO_OP_STATS) {
         return FAKE_DEFAULT;
     }
-    if (fs->counter++ == 0) {
+    if ((r->flags & PROTO_STATS_STAGES) != 0 || fs->counter++ == 0) {
+        /* As a server that predates the stage tail refuses its flag. */
         fake_send_error(fs, conn, h, TERN_EINVAL, NULL);
     } else {
         struct tern_wbuf w;
@@ -197,6 +241,15 @@ Test(client, replication_stats_errors)
     cr_expect_eq(s.server[0], '\0');
     cr_expect_eq(tern_replication_stats(c, fs.addr, 0, &s), TERN_EMALFORMED);
     cr_expect_eq(s.count, 0);
+    {
+        /* An older server refuses the stages flag: nothing filled. */
+        struct tern_repl_stage sg[2];
+        unsigned n = 7;
+        cr_expect_eq(tern_replication_stages(c, fs.addr, 0, &s, sg, 2, &n),
+                     TERN_EINVAL);
+        cr_expect_eq(n, 0);
+        cr_expect_eq(s.count, 0);
+    }
     tern_client_free(c);
     fake_stop(&fs);
 }

@@ -665,9 +665,9 @@ Test(proto, stats_request_round_trip)
     /* Undefined flag bits: refused by the encoder (nothing written) and
      * by the decoder. */
     w.len = 0;
-    cr_expect_eq(proto_encode_stats_req(&w, 1, 0x02), TERN_EINVAL);
+    cr_expect_eq(proto_encode_stats_req(&w, 1, 0x04), TERN_EINVAL);
     cr_expect_eq(w.len, 0);
-    cr_expect_eq(proto_decode_request(PROTO_OP_STATS, "\x03", 1, &r),
+    cr_expect_eq(proto_decode_request(PROTO_OP_STATS, "\x05", 1, &r),
                  TERN_EMALFORMED);
     cr_expect_eq(r.flags, 0);
     /* Missing flags byte, trailing byte. */
@@ -751,6 +751,92 @@ Test(proto, stats_response_round_trip)
         cr_expect_eq(proto_decode_stats_resp(more, h.body_len + 1, &out),
                      TERN_EMALFORMED);
     }
+    tern_wbuf_free(&w);
+}
+
+/* STATS with the stage tail: the request's PROTO_STATS_STAGES bit, the
+ * answer's version 2 tail (every stage's name and quantiles), bounds,
+ * and a later version's extra fields skipped. */
+Test(proto, stats_stage_tail_round_trip)
+{
+    static const char *const names[] = {"leader_disk", "post_to_result",
+                                        "apply"};
+    struct tern_wbuf w;
+    struct proto_header h;
+    struct proto_request r;
+    struct proto_stats in, out;
+    const uint8_t *body;
+    uint8_t more[512];
+    tern_wbuf_init(&w);
+    cr_assert_eq(
+        proto_encode_stats_req(&w, 79, PROTO_STATS_RESET | PROTO_STATS_STAGES),
+        0);
+    parse_request(&w, &h, &r);
+    cr_expect_eq(r.flags, PROTO_STATS_RESET | PROTO_STATS_STAGES);
+
+    w.len = 0;
+    fill_stats(&in);
+    in.has_stages = 1;
+    in.n_stages = 3;
+    for (unsigned i = 0; i < 3; i++) {
+        in.stages[i].name = names[i];
+        in.stages[i].name_len = (uint16_t)strlen(names[i]);
+        in.stages[i].count = 100 + i;
+        in.stages[i].p50_ns = 1000 * (i + 1);
+        in.stages[i].p99_ns = 9000 * (i + 1);
+    }
+    cr_assert_eq(proto_encode_stats_resp(&w, 10, &in), 0);
+    body = parse_one(&w, &h);
+    /* version 1 body, u8 version, u8 n, 3 x (str + 3 x u64) */
+    cr_expect_eq(h.body_len, 8 + 1 + 9 + 8 + 9 * 8 + 2 + (2 + 11) + (2 + 14) +
+                                 (2 + 5) + 3 * 24);
+    cr_assert_eq(proto_decode_stats_resp(body, h.body_len, &out), 0);
+    cr_expect_eq(out.p50_ns, 11000);
+    cr_expect_eq(out.has_stages, 1);
+    cr_assert_eq(out.n_stages, 3);
+    for (unsigned i = 0; i < 3; i++) {
+        cr_expect(streq(out.stages[i].name, out.stages[i].name_len, names[i]));
+        cr_expect_eq(out.stages[i].count, 100 + i);
+        cr_expect_eq(out.stages[i].p50_ns, 1000 * (i + 1));
+        cr_expect_eq(out.stages[i].p99_ns, 9000 * (i + 1));
+    }
+    /* A truncated stage is malformed (the body without the tail is a
+     * version 1 answer and decodes, without stages). */
+    for (uint32_t n = 8 + 1 + 9 + 8 + 9 * 8 + 1; n < h.body_len; n++) {
+        cr_expect_eq(proto_decode_stats_resp(body, n, &out), TERN_EMALFORMED,
+                     "truncated at %u", n);
+        cr_expect_eq(out.n_stages, 0);
+    }
+    cr_assert_eq(proto_decode_stats_resp(body, 8 + 1 + 9 + 8 + 9 * 8, &out), 0);
+    cr_expect_eq(out.has_stages, 0);
+
+    /* A later version's extra fields are skipped; an earlier version
+     * (a tail is version 2 at least) is malformed. */
+    cr_assert_lt(h.body_len + 5, sizeof more);
+    memcpy(more, body, h.body_len);
+    memcpy(more + h.body_len, "extra", 5);
+    more[8 + 1 + 9 + 8 + 9 * 8] = PROTO_STATS_TAIL_VERSION + 1;
+    cr_assert_eq(proto_decode_stats_resp(more, h.body_len + 5, &out), 0);
+    cr_expect_eq(out.n_stages, 3);
+    cr_expect_eq(out.stages[2].p99_ns, 27000);
+    more[8 + 1 + 9 + 8 + 9 * 8] = PROTO_STATS_TAIL_VERSION;
+    cr_expect_eq(proto_decode_stats_resp(more, h.body_len + 5, &out),
+                 TERN_EMALFORMED);
+    more[8 + 1 + 9 + 8 + 9 * 8] = 1;
+    cr_expect_eq(proto_decode_stats_resp(more, h.body_len, &out),
+                 TERN_EMALFORMED);
+    /* More stages than the bound: refused both ways. */
+    more[8 + 1 + 9 + 8 + 9 * 8] = PROTO_STATS_TAIL_VERSION;
+    more[8 + 1 + 9 + 8 + 9 * 8 + 1] = PROTO_STATS_MAX_STAGES + 1;
+    cr_expect_eq(proto_decode_stats_resp(more, h.body_len, &out),
+                 TERN_EMALFORMED);
+    w.len = 0;
+    in.n_stages = PROTO_STATS_MAX_STAGES + 1;
+    cr_expect_eq(proto_encode_stats_resp(&w, 11, &in), TERN_EINVAL);
+    in.n_stages = 1;
+    in.stages[0].name_len = PROTO_STATS_MAX_STAGE_NAME + 1;
+    cr_expect_eq(proto_encode_stats_resp(&w, 11, &in), TERN_EINVAL);
+    cr_expect_eq(w.len, 0);
     tern_wbuf_free(&w);
 }
 

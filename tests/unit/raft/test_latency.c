@@ -154,6 +154,10 @@ Test(latency, stage_breakdown_counts_every_commit)
                       st[REPL_STAGE_RESULT_TO_COMMIT].sum_ns,
                   lat.sum_ns);
     cr_expect_geq(st[REPL_STAGE_APPLY].count, 20);
+    /* The leader's own append is durable before the entry commits. */
+    cr_expect_eq(st[REPL_STAGE_LEADER_DISK].count, 20);
+    cr_expect_leq(st[REPL_STAGE_LEADER_DISK].sum_ns, lat.sum_ns);
+    cr_expect_str_eq(repl_stage_name(REPL_STAGE_LEADER_DISK), "leader_disk");
     for (unsigned i = 0; i < cl.n; i++) {
         if ((int)i == l) {
             continue;
@@ -162,6 +166,7 @@ Test(latency, stage_breakdown_counts_every_commit)
         cr_expect_eq(st[REPL_STAGE_F_TOTAL].count, 20, "node %u", i);
         cr_expect_eq(st[REPL_STAGE_F_DECODE].count, 20);
         cr_expect_eq(st[REPL_STAGE_APPEND_TO_POST].count, 0);
+        cr_expect_eq(st[REPL_STAGE_LEADER_DISK].count, 0);
         repl_get_stages(cl.nodes[i].repl, st, false);
         cr_expect_eq(st[REPL_STAGE_F_TOTAL].count, 0, "reset");
         cr_expect_str_eq(repl_stage_name(REPL_STAGE_F_TOTAL), "f_total");
