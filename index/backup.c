@@ -743,8 +743,11 @@ static int add_file(struct idx__backup_manifest *m,
         m->files = p;
         *cap = nc;
     }
-    (void)snprintf(m->files[m->n_files].name, sizeof m->files[m->n_files].name,
-                   "%s", name);
+    size_t len = strlen(name);
+    if (len >= sizeof m->files[m->n_files].name) {
+        return TERN_ELIMIT;
+    }
+    memcpy(m->files[m->n_files].name, name, len + 1);
     m->files[m->n_files].size = size;
     m->files[m->n_files].checksum = sum;
     m->n_files++;

@@ -8,12 +8,12 @@
  *   GET /readyz   200 "ready" while the node takes part in a working
  *                 cluster, else 503 with the reason as text: the loop
  *                 does not answer, raft fail-stopped, the replica is not
- *                 running (not a member), no leader is known, the disk
- *                 alarm is on, or the applied index is more than
- *                 [metrics] ready_max_lag entries behind the commit index.
- * Any other path is 404, any method but GET and HEAD 405. With [metrics]
- * token_file set every path asks for "Authorization: Bearer <token>"
- * (401 otherwise; compared in constant time).
+ *                 running, the node is not a voter of the configuration
+ *                 it knows (absent, standby, spare), no leader is known, the
+ * disk alarm is on, or the applied index is more than [metrics] ready_max_lag
+ * entries behind the commit index. Any other path is 404, any method but GET
+ * and HEAD 405. With [metrics] token_file set every path asks for
+ * "Authorization: Bearer <token>" (401 otherwise; compared in constant time).
  *
  * Bounds: [metrics] max_connections connections at once (MHD's connection
  * limit; 4 per source address), connection_timeout_s per connection, 16
@@ -926,6 +926,11 @@ static void readiness(struct node_metrics *m, bool fresh, char *why, size_t cap)
                        tern_err_name(s->st.failed));
     } else if (s->st.role == REPL_UNAVAILABLE) {
         (void)snprintf(why, cap, "not a member: raft is not running");
+    } else if (s->st.member_role != REPL_MEMBER_VOTER) {
+        /* A node waiting to be added, catching up as a standby or
+         * removed serves no quorum yet (docs/MEMBERSHIP.md). */
+        (void)snprintf(why, cap, "not a voter of the configuration: %s",
+                       repl_member_role_name(s->st.member_role));
     } else if (s->st.leader_id == 0) {
         (void)snprintf(why, cap, "no leader");
     } else if (s->disk_alarm) {

@@ -21,6 +21,8 @@ import os
 import sys
 import threading
 import time
+import urllib.error
+import urllib.request
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -114,6 +116,18 @@ def add(cl, nid, servers, wait_ms=None):
     return cl.tern(*args, servers=servers, timeout=150)
 
 
+def readyz(port):
+    """(status, body) of GET /readyz on the [metrics] port."""
+    try:
+        with urllib.request.urlopen("http://127.0.0.1:%d/readyz" % port,
+                                    timeout=5) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+    except (urllib.error.URLError, OSError) as e:
+        return None, str(e)
+
+
 def main(c):
     # Snapshots every 64 KiB with 16 trailing entries: a new node is past
     # the log's start and catches up by snapshot + bulk copy.
@@ -126,6 +140,9 @@ def main(c):
 
         for i in cl.nodes:
             set_peers(cl, cl.nodes[i], [1, 2, 3])
+        mport = h.free_ports(1)[0]
+        with open(cl.nodes[4].config, "a") as f:
+            f.write("\n[metrics]\nlisten = 127.0.0.1:%d\n" % mport)
         c.step("start nodes 1-3 (peers 1-3), node 4 in join mode")
         for i in (1, 2, 3, 4):
             cl.start_node(i)
@@ -144,6 +161,10 @@ def main(c):
         c.check("not in the cluster configuration" in r.stdout,
                 "text status of node 4 says it is not in the configuration",
                 r.stdout[-400:])
+        st, body = readyz(mport)
+        c.check(st == 503 and "not a voter of the configuration: absent"
+                in body, "node 4's /readyz: 503, not a voter (absent)",
+                (st, body))
         c.check(member_roles(cl, leader) == {1: "voter", 2: "voter",
                                              3: "voter"},
                 "leader's configuration: voters 1-3",
@@ -171,6 +192,8 @@ def main(c):
         c.check(h.poll(lambda: (status_json(cl, 4) or {}).get(
             "member_role") == "voter", 10) is not None,
             "node 4's own role: voter")
+        c.check(h.poll(lambda: readyz(mport)[0] == 200, 10) is not None,
+                "node 4's /readyz: 200 once a voter", readyz(mport))
 
         c.step("grow 4 -> 5: add node 5 before it runs; a second change "
                "meanwhile is refused")
