@@ -29,13 +29,12 @@ every node applied the commit index and the leader's log is quiet; then,
 
 Prints one line per trial, a summary table and a JSON line.
 
-    cmake -S . -B build-rel -DCMAKE_BUILD_TYPE=Release -DTERN_WERROR=OFF
+    cmake -S . -B build-rel -DCMAKE_BUILD_TYPE=Release
     cmake --build build-rel -j2 --target ternd tern_cli
     TERN_BIN=$PWD/build-rel bench/join.py [--count N] [--size B]
         [--trials T] [--fill-s S]
 
-(-DTERN_WERROR=OFF: gcc 12 at -O2 warns -Wformat-truncation in
-index/backup.c.) Node 4's log shows the phases: "snapshot catch-up
+Node 4's log shows the phases: "snapshot catch-up
 from=0 to=N" when the bulk fetch starts, "restored snapshot" once the
 bytes are fetched and indexed (idx_restore), then the membership lines.
 
