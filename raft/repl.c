@@ -511,6 +511,20 @@ int repl_propose(struct repl *r,
 
 static uint64_t transfer_target(struct repl *r);
 
+const char *repl_role_name(enum repl_role r)
+{
+    switch (r) {
+    case REPL_FOLLOWER:
+        return "follower";
+    case REPL_CANDIDATE:
+        return "candidate";
+    case REPL_LEADER:
+        return "leader";
+    default:
+        return "unavailable";
+    }
+}
+
 void repl_get_status(struct repl *r, struct repl_status *out)
 {
     memset(out, 0, sizeof *out);
