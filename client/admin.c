@@ -777,18 +777,9 @@ int tern_admin_backup(struct tern_client *c,
             return rv;
         }
     }
-    rv =
-        tern__sync_req_new(c, PROTO_OP_BACKUP, timeout_ms, address == NULL, &r);
+    rv = tern__sync_req_at(c, PROTO_OP_BACKUP, timeout_ms, address, &r);
     if (rv != 0) {
         return rv;
-    }
-    if (address != NULL) {
-        r->target = tern__find_or_add_server(c, address, strlen(address));
-        if (r->target < 0) {
-            tern_errmsg_printf(c->errmsg, "bad server address \"%s\"", address);
-            tern__req_free(r);
-            return TERN_EINVAL;
-        }
     }
     rv = proto_encode_backup(
         &r->frame, 0,

@@ -359,6 +359,26 @@ int tern__sync_req_new(struct tern_client *c,
     return *out != NULL ? 0 : -ENOMEM;
 }
 
+int tern__sync_req_at(struct tern_client *c,
+                      uint8_t op,
+                      uint32_t extra_ms,
+                      const char *address,
+                      struct tern__req **out)
+{
+    int rv = tern__sync_req_new(c, op, extra_ms, address == NULL, out);
+    if (rv != 0 || address == NULL) {
+        return rv;
+    }
+    (*out)->target = tern__find_or_add_server(c, address, strlen(address));
+    if ((*out)->target < 0) {
+        tern_errmsg_printf(c->errmsg, "bad server address \"%s\"", address);
+        tern__req_free(*out);
+        *out = NULL;
+        return TERN_EINVAL;
+    }
+    return 0;
+}
+
 static int queue_op(struct tern_client *c, uint8_t op, const char *queue)
 {
     struct tern__req *r;
@@ -1663,18 +1683,9 @@ static int status_run(struct tern_client *c,
                       uint8_t flags,
                       struct tern__req **r)
 {
-    int rv = tern__sync_req_new(c, PROTO_OP_STATUS, 0, address == NULL, r);
+    int rv = tern__sync_req_at(c, PROTO_OP_STATUS, 0, address, r);
     if (rv != 0) {
         return rv;
-    }
-    if (address != NULL) {
-        (*r)->target = tern__find_or_add_server(c, address, strlen(address));
-        if ((*r)->target < 0) {
-            tern_errmsg_printf(c->errmsg, "bad server address \"%s\"", address);
-            tern__req_free(*r);
-            *r = NULL;
-            return TERN_EINVAL;
-        }
     }
     rv = proto_encode_status_req(&(*r)->frame, 0, flags);
     if (rv != 0) {
@@ -1787,17 +1798,9 @@ static int replication_stats(struct tern_client *c,
     if (n_stages != NULL) {
         *n_stages = 0;
     }
-    rv = tern__sync_req_new(c, PROTO_OP_STATS, 0, address == NULL, &r);
+    rv = tern__sync_req_at(c, PROTO_OP_STATS, 0, address, &r);
     if (rv != 0) {
         return rv;
-    }
-    if (address != NULL) {
-        r->target = tern__find_or_add_server(c, address, strlen(address));
-        if (r->target < 0) {
-            tern_errmsg_printf(c->errmsg, "bad server address \"%s\"", address);
-            tern__req_free(r);
-            return TERN_EINVAL;
-        }
     }
     rv = proto_encode_stats_req(&r->frame, 0, flags);
     if (rv != 0) {

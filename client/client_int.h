@@ -377,6 +377,15 @@ int tern__sync_req_new(struct tern_client *c,
                        uint32_t extra_ms,
                        int discover,
                        struct tern__req **out);
+/* tern__sync_req_new for a call to address (borrowed for the call; a
+ * "host:port", added to the client's servers if new), or, when address is
+ * NULL, to where reads go (the leader followed first). On failure *out
+ * is NULL; a bad address is TERN_EINVAL with an errmsg naming it. */
+int tern__sync_req_at(struct tern_client *c,
+                      uint8_t op,
+                      uint32_t extra_ms,
+                      const char *address,
+                      struct tern__req **out);
 /* Run r (from tern__sync_req_new, consumed here) whose frame encoding
  * returned enc: on failure an errmsg naming what (the call and its
  * queue), else tern__run_sync's answer; on success done (NULL: nothing to

@@ -721,14 +721,7 @@ class Run:
             return lambda: None
         self.removed.add(nm)
         if wipe:
-            p = self.procs[nm]
-            if p.poll() is None:
-                os.kill(p.pid, signal.SIGKILL)
-                p.wait(timeout=10)
-            shutil.rmtree(self.data_dir(nm), ignore_errors=True)
-            self.joining.add(nm)
-            self.write_config(nm)
-            self.killed.discard(nm)
+            self.wipe_disk(nm)
             self.start_node(nm)
             self.nemesis_event("wipe-restart", node=nm,
                                pid=self.procs[nm].pid)
@@ -764,13 +757,7 @@ class Run:
         if not ld or not cands or self.removed:
             return lambda: None
         nm = rnd.choice(cands)
-        p = self.procs[nm]
-        if p.poll() is None:
-            os.kill(p.pid, signal.SIGKILL)
-            p.wait(timeout=10)
-        shutil.rmtree(self.data_dir(nm), ignore_errors=True)
-        self.joining.add(nm)
-        self.write_config(nm)
+        self.wipe_disk(nm)
         log = os.path.join(self.dir, nm, "ternd.log")
         start = os.path.getsize(log) if os.path.exists(log) else 0
         self.start_node(nm)
@@ -976,6 +963,19 @@ class Run:
         raise HarnessError("unknown nemesis %r" % kind)
 
     # ---- process, power-loss and corruption helpers ------------------------
+
+    def wipe_disk(self, nm):
+        """Kill nm (-9) if it runs and delete its data directory; its
+        config then starts it empty, in join mode under its id (the
+        caller starts it)."""
+        p = self.procs[nm]
+        if p.poll() is None:
+            os.kill(p.pid, signal.SIGKILL)
+            p.wait(timeout=10)
+        shutil.rmtree(self.data_dir(nm), ignore_errors=True)
+        self.joining.add(nm)
+        self.write_config(nm)
+        self.killed.discard(nm)
 
     def kill_nodes(self, victims):
         for nm in victims:

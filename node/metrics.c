@@ -693,20 +693,6 @@ static bool refresh(struct node_metrics *m)
     return m->snap.gen >= want;
 }
 
-static const char *role_label(enum repl_role r)
-{
-    switch (r) {
-    case REPL_FOLLOWER:
-        return "follower";
-    case REPL_CANDIDATE:
-        return "candidate";
-    case REPL_LEADER:
-        return "leader";
-    default:
-        return "unavailable";
-    }
-}
-
 static void render_counters(struct node_metrics *m, struct node_expo *e)
 {
     uint64_t counts[NODE_METRICS_BUCKETS + 1];
@@ -775,7 +761,7 @@ static void render_snap(struct node_metrics *m, struct node_expo *e, bool fresh)
     node_expo_family(e, "tern_raft_role", "gauge",
                      "1 for this node's raft role, 0 for the others.");
     for (unsigned i = 0; i < TERN_ARRAY_SIZE(roles); i++) {
-        l[0] = (struct node_label){"role", role_label(roles[i])};
+        l[0] = (struct node_label){"role", repl_role_name(roles[i])};
         node_expo_u64(e, "tern_raft_role", l, 1, s->st.role == roles[i]);
     }
     node_expo_family(e, "tern_raft_leader_id", "gauge",

@@ -188,20 +188,6 @@ struct node
     struct auth_secret secret;
 };
 
-static const char *role_name(enum repl_role r)
-{
-    switch (r) {
-    case REPL_FOLLOWER:
-        return "follower";
-    case REPL_CANDIDATE:
-        return "candidate";
-    case REPL_LEADER:
-        return "leader";
-    default:
-        return "unavailable";
-    }
-}
-
 static void node_stop(struct node *n);
 static void handover_end(struct node *n);
 
@@ -420,16 +406,16 @@ static void on_state(void *arg,
     node_log(NODE_LOG_INFO, "raft state changed",
              "role=%s leader=%llu leader_client_addr=%s term=%llu "
              "writable=%s prev_role=%s prev_leader=%llu prev_term=%llu",
-             role_name(role), (unsigned long long)leader_id,
+             repl_role_name(role), (unsigned long long)leader_id,
              lp != NULL ? lp->client_addr : "-", (unsigned long long)term,
-             writable ? "true" : "false", role_name(n->role),
+             writable ? "true" : "false", repl_role_name(n->role),
              (unsigned long long)n->leader_id, (unsigned long long)n->term);
     bool was_writable = n->writable;
     n->role = role;
     n->leader_id = leader_id;
     n->term = term;
     n->writable = writable;
-    node_notify_role(role_name(role), term, writable);
+    node_notify_role(repl_role_name(role), term, writable);
     if (was_writable && !writable && n->server != NULL) {
         /* Parked leader-only fetches are refused now (server.c). */
         node_server_wake(n->server);

@@ -1633,12 +1633,49 @@ static void serve_status(struct node_conn *c,
     conn_send(c, &w);
 }
 
+/* ---- Answers from a completion callback ---------------------------------- */
+
+/* A request answered when an operation started by its handler completes
+ * (membership change, leadership transfer, backup). The handler takes a
+ * reference on c (c->refs++) once the operation started, so its callback
+ * runs on a valid connection and answers only if it is still open
+ * (conn_live); conn_wait_end drops the reference. */
+struct conn_wait
+{
+    struct node_conn *c;
+    uint64_t request_id;
+};
+
+/* Allocate size bytes (zeroed; a struct that starts with a struct
+ * conn_wait) for request_id on c. NULL after answering op with -ENOMEM. */
+static void *conn_wait_new(struct node_conn *c,
+                           uint8_t op,
+                           uint64_t request_id,
+                           size_t size)
+{
+    struct conn_wait *w = tern_calloc(1, size);
+    if (w == NULL) {
+        send_error(c, op, request_id, -ENOMEM, NULL);
+        return NULL;
+    }
+    w->c = c;
+    w->request_id = request_id;
+    return w;
+}
+
+/* The callback is done with w: drop its reference on the connection and
+ * free w (from conn_wait_new). */
+static void conn_wait_end(struct conn_wait *w)
+{
+    conn_unref(w->c);
+    tern_free(w);
+}
+
 /* ---- MEMBER (op 34) ------------------------------------------------------ */
 
 struct member_req
 {
-    struct node_conn *c; /* a reference until the answer */
-    uint64_t request_id;
+    struct conn_wait wait; /* first: a reference until the answer */
     uint8_t action;
     uint64_t id;
 };
@@ -1646,7 +1683,7 @@ struct member_req
 static void member_done(void *data, int status, int reached)
 {
     struct member_req *m = data;
-    struct node_conn *c = m->c;
+    struct node_conn *c = m->wait.c;
     const char *what = m->action == PROTO_MEMBER_ADD ? "add" : "remove";
     node_log(
         status == 0 ? NODE_LOG_INFO : NODE_LOG_WARN,
@@ -1658,7 +1695,8 @@ static void member_done(void *data, int status, int reached)
         if (status == 0) {
             struct tern_wbuf w;
             tern_wbuf_init(&w);
-            (void)proto_encode_member_resp(&w, m->request_id, (uint8_t)reached);
+            (void)proto_encode_member_resp(&w, m->wait.request_id,
+                                           (uint8_t)reached);
             conn_send(c, &w);
         } else {
             char msg[TERN_ERRMSG_SIZE];
@@ -1666,11 +1704,10 @@ static void member_done(void *data, int status, int reached)
                            "%s of node %llu: %s; its role now: %s", what,
                            (unsigned long long)m->id, tern_strerror(status),
                            repl_member_role_name(reached));
-            send_error(c, PROTO_OP_MEMBER, m->request_id, status, msg);
+            send_error(c, PROTO_OP_MEMBER, m->wait.request_id, status, msg);
         }
     }
-    conn_unref(c);
-    tern_free(m);
+    conn_wait_end(&m->wait);
 }
 
 static void handle_member(struct node_conn *c,
@@ -1687,13 +1724,10 @@ static void handle_member(struct node_conn *c,
                    r->raft_address);
     (void)snprintf(client, sizeof(client), "%.*s", (int)r->client_address_len,
                    r->client_address);
-    m = tern_calloc(1, sizeof(*m));
+    m = conn_wait_new(c, r->op, request_id, sizeof(*m));
     if (m == NULL) {
-        send_error(c, r->op, request_id, -ENOMEM, NULL);
         return;
     }
-    m->c = c;
-    m->request_id = request_id;
     m->action = r->flags;
     m->id = r->member_id;
     rv = c->view.ops.member_change(c->view.arg, r->flags, r->member_id, raft,
@@ -2768,19 +2802,13 @@ void node_server_respond(struct node_wreq *w)
 
 /* ---- Leadership transfer ------------------------------------------------ */
 
-struct transfer_wait
-{
-    struct node_conn *c; /* holds a reference */
-    uint64_t request_id;
-};
-
 static void transfer_done(void *data,
                           int status,
                           uint64_t target,
                           uint64_t leader_id,
                           uint64_t term)
 {
-    struct transfer_wait *t = data;
+    struct conn_wait *t = data;
     struct node_conn *c = t->c;
     char m[TERN_ERRMSG_SIZE];
     if (conn_live(c)) {
@@ -2804,15 +2832,14 @@ static void transfer_done(void *data,
             send_error(c, PROTO_OP_CLUSTER_TRANSFER, t->request_id, status, m);
         }
     }
-    conn_unref(c);
-    tern_free(t);
+    conn_wait_end(t);
 }
 
 static void handle_transfer(struct node_conn *c,
                             uint64_t request_id,
                             const struct proto_request *r)
 {
-    struct transfer_wait *t;
+    struct conn_wait *t;
     struct repl_status st;
     char m[TERN_ERRMSG_SIZE];
     int rv;
@@ -2829,13 +2856,10 @@ static void handle_transfer(struct node_conn *c,
         conn_send(c, &w);
         return;
     }
-    t = tern_malloc(sizeof(*t));
+    t = conn_wait_new(c, r->op, request_id, sizeof(*t));
     if (t == NULL) {
-        send_error(c, r->op, request_id, -ENOMEM, NULL);
         return;
     }
-    t->c = c;
-    t->request_id = request_id;
     m[0] = '\0';
     rv = c->view.ops.transfer(c->view.arg, r->to_id, transfer_done, t, m);
     if (rv != 0) {
@@ -3050,19 +3074,14 @@ static void serve_queue_read(struct node_conn *c,
 
 /* BACKUP (op 36, docs/OPERATIONS.md): node/backup.c runs the job off the
  * loop; the answer goes out when it ends, if the connection is still
- * open (the job holds a reference to it). */
-struct backup_wait
-{
-    struct node_conn *c;
-    uint64_t request_id;
-};
+ * open (the job holds a reference to it: struct conn_wait). */
 
 static void backup_done(void *arg,
                         int status,
                         const struct idx_backup_info *info,
                         const char *errmsg)
 {
-    struct backup_wait *bw = arg;
+    struct conn_wait *bw = arg;
     struct node_conn *c = bw->c;
     if (conn_live(c)) {
         if (status != 0) {
@@ -3090,8 +3109,7 @@ static void backup_done(void *arg,
             }
         }
     }
-    conn_unref(c);
-    tern_free(bw);
+    conn_wait_end(bw);
 }
 
 static void serve_backup(struct node_conn *c,
@@ -3102,16 +3120,13 @@ static void serve_backup(struct node_conn *c,
     char m[TERN_ERRMSG_SIZE] = "";
     struct node_backup_source src = {c->view.ops.idx, c->view.ops.status,
                                      c->view.arg};
-    struct backup_wait *bw = tern_malloc(sizeof *bw);
+    struct conn_wait *bw = conn_wait_new(c, r->op, request_id, sizeof *bw);
     int rv;
     if (bw == NULL) {
-        send_error(c, r->op, request_id, -ENOMEM, NULL);
         return;
     }
     memcpy(dir, r->path, r->path_len);
     dir[r->path_len] = '\0';
-    bw->c = c;
-    bw->request_id = request_id;
     rv = node_backup_start(c->srv->loop, &src, c->view.cfg, dir,
                            (r->flags & PROTO_BACKUP_VERIFY) != 0,
                            r->min_applied, backup_done, bw, m);

@@ -5,8 +5,8 @@
  * once, before the first replica).
  *
  * Production: repl_new creates an inner raft_uv over data_dir with a dummy
- * raft_uv_transport (raft_uv_init requires one; ours never listens or
- * connects, all traffic goes through the xport, io.c). Tests use
+ * raft_uv_transport (raft_uv_init requires one; null_transport.c's never
+ * listens or connects, all traffic goes through the xport, io.c). Tests use
  * repl_new_with_io with a fake inner io.
  *
  * Settings applied to libraft: pre-vote on, election timeout / heartbeat
@@ -216,61 +216,6 @@ int repl_config_validate(struct repl_config *c, char *errmsg)
     return 0;
 }
 
-/* ---- dummy raft_uv transport ------------------------------------------- */
-
-struct dummy_transport
-{
-    struct raft_uv_transport t;
-    uv_loop_t *loop;
-    uv_timer_t timer;
-    raft_uv_transport_close_cb cb;
-};
-
-static int dummy_init(struct raft_uv_transport *t,
-                      raft_id id,
-                      const char *address)
-{
-    (void)t;
-    (void)id;
-    (void)address;
-    return 0;
-}
-static int dummy_listen(struct raft_uv_transport *t, raft_uv_accept_cb cb)
-{
-    (void)t;
-    (void)cb;
-    return 0;
-}
-static int dummy_connect(struct raft_uv_transport *t,
-                         struct raft_uv_connect *req,
-                         raft_id id,
-                         const char *address,
-                         raft_uv_connect_cb cb)
-{
-    (void)t;
-    (void)req;
-    (void)id;
-    (void)address;
-    (void)cb;
-    return RAFT_NOCONNECTION;
-}
-static void dummy_closed(uv_handle_t *h)
-{
-    struct dummy_transport *d = h->data;
-    d->cb(&d->t);
-}
-static void dummy_close(struct raft_uv_transport *t,
-                        raft_uv_transport_close_cb cb)
-{
-    struct dummy_transport *d = (struct dummy_transport *)t;
-    /* Deferred to the loop: raft_uv must not see its close cb run inside
-     * its own close call. */
-    d->cb = cb;
-    uv_timer_init(d->loop, &d->timer);
-    d->timer.data = d;
-    uv_close((uv_handle_t *)&d->timer, dummy_closed);
-}
-
 /* ---- life cycle ------------------------------------------------------- */
 
 static void free_repl(struct repl *r)
@@ -412,7 +357,7 @@ int repl_new(uv_loop_t *loop,
              struct repl **out,
              char *errmsg)
 {
-    struct dummy_transport *d;
+    struct repl_null_transport *d;
     struct raft_io *inner;
     int rv;
 
@@ -438,11 +383,7 @@ int repl_new(uv_loop_t *loop,
         tern_free(inner);
         return -ENOMEM;
     }
-    d->loop = loop;
-    d->t.init = dummy_init;
-    d->t.listen = dummy_listen;
-    d->t.connect = dummy_connect;
-    d->t.close = dummy_close;
+    repl_null_transport_init(d, loop);
     rv = raft_uv_init(inner, loop, c->data_dir, &d->t);
     if (rv != 0) {
         tern_errmsg_printf(errmsg, "repl: raft_uv_init %s: %s", c->data_dir,
@@ -569,6 +510,20 @@ int repl_propose(struct repl *r,
 }
 
 static uint64_t transfer_target(struct repl *r);
+
+const char *repl_role_name(enum repl_role r)
+{
+    switch (r) {
+    case REPL_FOLLOWER:
+        return "follower";
+    case REPL_CANDIDATE:
+        return "candidate";
+    case REPL_LEADER:
+        return "leader";
+    default:
+        return "unavailable";
+    }
+}
 
 void repl_get_status(struct repl *r, struct repl_status *out)
 {

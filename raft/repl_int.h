@@ -21,6 +21,7 @@
 #include <stdint.h>
 
 #include <raft.h>
+#include <raft/uv.h>
 
 #include <tern_common.h>
 
@@ -503,6 +504,23 @@ void repl_lat_f_post(struct repl *r, uint64_t last);
 void repl_lat_stage(struct repl *r, unsigned stage, uint64_t from, uint64_t to);
 /* The monotonic clock of the samples, 0 if none is set (tests). */
 uint64_t repl_lat_now(struct repl *r);
+
+/* ---- null_transport.c: raft_uv's transport, unused ---------------------- */
+
+/* The transport given to raft_uv_init by repl.c and seed.c: it never
+ * listens or connects (raft messages go through the xport, io.c); its
+ * close completes on the loop. Caller-owned storage, which must outlive
+ * the raft_uv instance's close. */
+struct repl_null_transport
+{
+    struct raft_uv_transport t; /* first: what raft_uv sees */
+    uv_loop_t *loop;
+    uv_timer_t timer; /* defers the close callback to the loop */
+    raft_uv_transport_close_cb cb;
+};
+
+/* Set up n for raft_uv_init(..., &n->t) on loop (borrowed). */
+void repl_null_transport_init(struct repl_null_transport *n, uv_loop_t *loop);
 
 /* ---- test hooks ---------------------------------------------------------- */
 

@@ -32,59 +32,13 @@
 
 struct seed
 {
-    struct raft_uv_transport t;
+    struct repl_null_transport t;
     struct raft_io io;
     uv_loop_t loop;
-    uv_timer_t timer;
-    raft_uv_transport_close_cb tcb;
     bool put_done;
     int put_status;
     bool closed;
 };
-
-static int t_init(struct raft_uv_transport *t, raft_id id, const char *address)
-{
-    (void)t;
-    (void)id;
-    (void)address;
-    return 0;
-}
-
-static int t_listen(struct raft_uv_transport *t, raft_uv_accept_cb cb)
-{
-    (void)t;
-    (void)cb;
-    return 0;
-}
-
-static int t_connect(struct raft_uv_transport *t,
-                     struct raft_uv_connect *req,
-                     raft_id id,
-                     const char *address,
-                     raft_uv_connect_cb cb)
-{
-    (void)t;
-    (void)req;
-    (void)id;
-    (void)address;
-    (void)cb;
-    return RAFT_NOCONNECTION;
-}
-
-static void t_closed(uv_handle_t *h)
-{
-    struct seed *s = h->data;
-    s->tcb(&s->t);
-}
-
-static void t_close(struct raft_uv_transport *t, raft_uv_transport_close_cb cb)
-{
-    struct seed *s = (struct seed *)t;
-    s->tcb = cb;
-    uv_timer_init(&s->loop, &s->timer);
-    s->timer.data = s;
-    uv_close((uv_handle_t *)&s->timer, t_closed);
-}
 
 static void put_cb(struct raft_io_snapshot_put *req, int status)
 {
@@ -140,12 +94,9 @@ int repl_seed_snapshot(const struct repl_config *c,
         tern_errmsg_printf(errmsg, "repl: seed: loop: %s", uv_strerror(rv));
         return rv;
     }
-    s->t.init = t_init;
-    s->t.listen = t_listen;
-    s->t.connect = t_connect;
-    s->t.close = t_close;
+    repl_null_transport_init(&s->t, &s->loop);
     raft_configuration_init(&snap.configuration);
-    rv = raft_uv_init(&s->io, &s->loop, c->data_dir, &s->t);
+    rv = raft_uv_init(&s->io, &s->loop, c->data_dir, &s->t.t);
     if (rv != 0) {
         tern_errmsg_printf(errmsg, "repl: raft_uv_init %s: %s", c->data_dir,
                            s->io.errmsg);

@@ -78,7 +78,9 @@ mkdir -p "$dir"
 dir=$(cd "$dir" && pwd)
 
 die() { echo "cluster: $*" >&2; exit 1; }
-client_addr() { echo "127.0.0.1:$((base + $1))"; }
+# client_addr, probe_cli, node_state
+# shellcheck source=scripts/lib-cluster.sh
+. "$ROOT/scripts/lib-cluster.sh"
 raft_addr() { echo "127.0.0.1:$((base + 100 + $1))"; }
 servers() {
     local i out=
@@ -197,28 +199,6 @@ stop_node() { # i signal timeout_s
     [ -z "$(node_pid "$i")" ] || die "node $i (pid $pid) did not exit"
     rm -f "$dir/node$i.pid"
     echo "node $i stopped (pid $pid, SIG$sig)"
-}
-
-# The CLI as the script's probes run it: TLS when the client port has it.
-probe_cli() {
-    case "${TERN_SECURITY_EXTRA:-}" in
-    *client_tls*=*on*) "$TERN_CLI" --ca "$dir/certs/ca.pem" "$@" ;;
-    *) "$TERN_CLI" "$@" ;;
-    esac
-}
-
-# `tern cluster status --json` of node i alone -> "role writable
-# last_applied commit_index leader_id" (empty when it does not answer).
-node_state() { # i
-    local out
-    out=$(probe_cli -s "$(client_addr "$1")" --timeout-ms 1000 \
-        cluster status --json 2>/dev/null) || return 0
-    printf '%s' "$out" | python3 -c '
-import json, sys
-j = json.load(sys.stdin)
-print(j["role"], int(j["writable"]), j["last_applied"], j["commit_index"],
-      j["leader_id"])
-' 2>/dev/null || true
 }
 
 leader_once() {

@@ -42,29 +42,10 @@ done
 [ -d "$dir" ] || { echo "rolling-restart: no cluster directory $dir" >&2; exit 2; }
 dir=$(cd "$dir" && pwd)
 cluster() { "$ROOT/scripts/cluster.sh" --dir "$dir" --base-port "$base" "$@"; }
-client_addr() { echo "127.0.0.1:$((base + $1))"; }
 say() { echo "rolling-restart: $*"; }
-
-# The CLI as cluster.sh's probes run it: TLS when the client port has it.
-cli() {
-    case "${TERN_SECURITY_EXTRA:-}" in
-    *client_tls*=*on*) "$TERN_CLI" --ca "$dir/certs/ca.pem" "$@" ;;
-    *) "$TERN_CLI" "$@" ;;
-    esac
-}
-
-# `tern cluster status --json` of node i alone -> "role leader_id
-# last_applied commit_index" (empty when it does not answer).
-node_state() { # i
-    local out
-    out=$(cli -s "$(client_addr "$1")" --timeout-ms 1000 \
-        cluster status --json 2>/dev/null) || return 0
-    printf '%s' "$out" | python3 -c '
-import json, sys
-j = json.load(sys.stdin)
-print(j["role"], j["leader_id"], j["last_applied"], j["commit_index"])
-' 2>/dev/null || true
-}
+# client_addr, probe_cli, node_state
+# shellcheck source=scripts/lib-cluster.sh
+. "$ROOT/scripts/lib-cluster.sh"
 
 now_ms() { echo $(($(date +%s%N) / 1000000)); }
 
@@ -76,7 +57,7 @@ wait_caught_up() { # i
     deadline=$((t0 + ${TERN_CATCH_UP_TIMEOUT:-60} * 1000))
     while :; do
         st=$(node_state "$i")
-        lid=$(echo "$st" | awk '{print $2}')
+        lid=$(echo "$st" | awk '{print $5}')
         [ -n "$st" ] && [ "${lid:-0}" != 0 ] && break
         [ "$(now_ms)" -lt "$deadline" ] || { say "node $i not back"; return 1; }
         sleep 0.1
@@ -101,7 +82,7 @@ servers=$(cluster servers)
 for i in $order; do
     if [ "$i" = "$leader" ]; then
         t0=$(now_ms)
-        if out=$(cli -s "$servers" --timeout-ms 10000 cluster transfer 2>&1); then
+        if out=$(probe_cli -s "$servers" --timeout-ms 10000 cluster transfer 2>&1); then
             say "node $i handed leadership over ($out, $(($(now_ms) - t0)) ms)"
         else
             say "transfer failed ($out); SIGTERM hands over instead"

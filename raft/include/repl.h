@@ -32,6 +32,9 @@ enum repl_role {
     REPL_CANDIDATE,
     REPL_LEADER,
 };
+/* Static name ("follower", "candidate", "leader"); "unavailable"
+ * otherwise. */
+const char *repl_role_name(enum repl_role r);
 
 /* The state machine, implemented by node/ on top of index/. All callbacks
  * run on the loop thread. Buffers passed in are borrowed for the call. */
