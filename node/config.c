@@ -77,6 +77,9 @@
  *   auto_rejoin              = true ; the leader removes and adds back a
  *                                   ; voter that lost data it had
  *                                   ; acknowledged (docs/MEMBERSHIP.md)
+ *   rejoin_on_corrupt        = true ; a raft log that fails its checksums
+ *                                   ; at start is moved aside and the
+ *                                   ; node rejoins (docs/MEMBERSHIP.md)
  *
  *   [limits]
  *   max_message_bytes   = 4M       ; largest message payload
@@ -327,6 +330,11 @@ static const char usage_text[] =
     "  --auto-rejoin B            leader removes and adds back a voter that "
     "lost data\n"
     "                             (default true)\n"
+    "  --rejoin-on-corrupt B      a raft log that fails its checksums at "
+    "start is\n"
+    "                             moved aside (raft.corrupt-TIME) and the "
+    "node\n"
+    "                             rejoins as a non-voter (default true)\n"
     "  --index-map-bytes N        LMDB map: the largest the index may "
     "grow\n"
     "                             (default 64G, 16M..16384G)\n"
@@ -405,6 +413,7 @@ static const char usage_text[] =
     "  durability = disk\n"
     "  max_term_jump = 1048576\n"
     "  auto_rejoin = true\n"
+    "  rejoin_on_corrupt = true\n"
     "  [limits]\n"
     "  max_message_bytes = 4M\n"
     "  max_frame_bytes = 16M\n"
@@ -505,6 +514,7 @@ void node_config_init(struct node_config *c)
     c->metrics_ready_max_lag = NODE_DEFAULT_METRICS_READY_LAG;
     c->max_term_jump = NODE_DEFAULT_MAX_TERM_JUMP;
     c->auto_rejoin = 1;
+    c->rejoin_on_corrupt = 1;
     c->peer_handshake_timeout_ms = NODE_DEFAULT_PEER_HANDSHAKE_MS;
     c->peer_max_pending = NODE_DEFAULT_PEER_MAX_PENDING;
     c->auth_failure_delay_ms = NODE_DEFAULT_AUTH_FAILURE_DELAY;
@@ -1100,6 +1110,8 @@ static const struct key keys[] = {
      NODE__U64(max_term_jump), UINT64_MAX},
     {"raft", "auto_rejoin", "--auto-rejoin", set_bool, NODE__INT(auto_rejoin),
      0},
+    {"raft", "rejoin_on_corrupt", "--rejoin-on-corrupt", set_bool,
+     NODE__INT(rejoin_on_corrupt), 0},
     {"limits", "max_message_bytes", "--max-message-bytes", set_u64,
      NODE__U64(max_message_bytes), UINT32_MAX},
     {"limits", "max_frame_bytes", "--max-frame-bytes", set_u64,

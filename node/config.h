@@ -54,6 +54,10 @@ struct node_config
     uint64_t max_term_jump;  /* [raft] max_term_jump (raft/io.c) */
     int auto_rejoin;         /* [raft] auto_rejoin (raft/member.c; default
                                 1) */
+    int rejoin_on_corrupt;   /* [raft] rejoin_on_corrupt: a raft log that
+                                fails its checksums at start is moved aside
+                                and the node starts in join mode (node.c;
+                                default 1) */
     /* [node] retention (docs/MESSAGES.md, "Retention") */
     unsigned retention_interval_ms; /* retention pass period; 0 = off */
     unsigned retention_page;        /* queues per retention pass */

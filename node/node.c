@@ -186,6 +186,11 @@ struct node
     /* The cluster secret, loaded at start when cluster_secret_file is set
      * (then cfg_view.cluster_secret points here); wiped on free. */
     struct auth_secret secret;
+    /* The raft log failed its checksums at start (repl_start's
+     * TERN_ECORRUPT or a corrupt-* segment raft_uv moved aside) and
+     * [raft] rejoin_on_corrupt allows a rejoin: node_run moves the raft
+     * directory aside and starts again in join mode. */
+    bool raft_corrupt;
 };
 
 static void node_stop(struct node *n);
@@ -887,7 +892,9 @@ static void node_stop(struct node *n)
     }
     log_stages(n);
     n->stopping = true;
-    node_notify_stopping();
+    if (!n->raft_corrupt) {
+        node_notify_stopping(); /* else node_run starts again at once */
+    }
     if (n->metrics != NULL) {
         if (n->server != NULL) {
             node_server_set_metrics(n->server, NULL);
@@ -1345,6 +1352,80 @@ static bool raft_dir_pristine(const char *dir)
     return true;
 }
 
+/* Whether a raft log that fails its checksums may be moved aside for a
+ * rejoin: [raft] rejoin_on_corrupt is on and some other node can give the
+ * log back (a single-node cluster has no one to catch up from). */
+static bool can_rejoin(const struct node_config *c)
+{
+    if (!c->rejoin_on_corrupt) {
+        return false;
+    }
+    for (unsigned i = 0; i < c->n_peers; i++) {
+        if (c->peers[i].id != c->id) {
+            return true;
+        }
+    }
+    return false;
+}
+
+/* Rename DIR/raft to DIR/raft.corrupt-<UTC YYYYmmddTHHMMSSZ> (never
+ * deleted: the operator keeps it for analysis) and sync DIR so that the
+ * rename survives a crash; the new path goes to moved (cap bytes). 0 or a
+ * negative code with errmsg. */
+static int quarantine_raft_dir(const char *data_dir,
+                               char *moved,
+                               size_t cap,
+                               char *errmsg)
+{
+    char from[PATH_MAX];
+    char stamp[32];
+    struct tm tm;
+    time_t now = time(NULL);
+    int fd;
+    int w;
+    int rv;
+
+    if (gmtime_r(&now, &tm) == NULL ||
+        strftime(stamp, sizeof stamp, "%Y%m%dT%H%M%SZ", &tm) == 0) {
+        tern_errmsg_printf(errmsg, "raft log quarantine: no UTC time");
+        return TERN_EINVAL;
+    }
+    w = snprintf(from, sizeof from, "%s/raft", data_dir);
+    if (w < 0 || (size_t)w >= sizeof from) {
+        tern_errmsg_printf(errmsg, "data dir path too long");
+        return TERN_EINVAL;
+    }
+    w = snprintf(moved, cap, "%s/raft.corrupt-%s", data_dir, stamp);
+    if (w < 0 || (size_t)w >= cap) {
+        tern_errmsg_printf(errmsg, "data dir path too long");
+        return TERN_EINVAL;
+    }
+    /* rename() would replace an empty directory of that name: refuse
+     * any existing one instead. */
+    if (access(moved, F_OK) == 0) {
+        tern_errmsg_printf(errmsg, "raft log quarantine: %s exists", moved);
+        return -EEXIST;
+    }
+    if (rename(from, moved) != 0) {
+        rv = -errno;
+        tern_errmsg_printf(errmsg, "raft log quarantine: rename %s to %s: %s",
+                           from, moved, tern_strerror(rv));
+        return rv;
+    }
+    fd = open(data_dir, O_RDONLY | O_DIRECTORY);
+    if (fd < 0 || fsync(fd) != 0) {
+        rv = -errno;
+        if (fd >= 0) {
+            close(fd);
+        }
+        tern_errmsg_printf(errmsg, "raft log quarantine: fsync %s: %s",
+                           data_dir, tern_strerror(rv));
+        return rv;
+    }
+    close(fd);
+    return 0;
+}
+
 static unsigned count_corrupt_segments(const char *dir,
                                        char *newest,
                                        size_t cap)
@@ -1592,6 +1673,7 @@ static int node_start(struct node *n, char *errmsg)
     rv = repl_start(n->repl, errmsg);
     if (rv != 0) {
         tern_errmsg_wrapf(errmsg, "raft start");
+        n->raft_corrupt = rv == TERN_ECORRUPT && can_rejoin(c);
         return rv;
     }
     /* Also on every later start: the entries stay dropped. An operator
@@ -1603,6 +1685,7 @@ static int node_start(struct node *n, char *errmsg)
                            "moved the segment to raft/%s and dropped its "
                            "entries (maybe acknowledged); must not vote",
                            corrupt_name);
+        n->raft_corrupt = can_rejoin(c);
         return TERN_ECORRUPT;
     }
     {
@@ -1729,20 +1812,19 @@ static void raise_nofile(struct node_config *c)
     }
 }
 
-int node_run(const struct node_config *c)
+/* One run of the node, from start to the end of its loop; returns the
+ * exit code. With raft_corrupt non-NULL, a start refused because the raft
+ * log fails its checksums (node->raft_corrupt) is not logged as a failure:
+ * *raft_corrupt is set, the reason copied to detail (TERN_ERRMSG_SIZE) and
+ * node_run decides. */
+static int run_node(const struct node_config *c,
+                    bool *raft_corrupt,
+                    char *detail)
 {
     char errmsg[TERN_ERRMSG_SIZE] = "";
     struct node *n;
     int rv;
 
-    node_log_setup(c->id, (enum node_log_level)c->log_level);
-    rv =
-        node_log_open(c->log_file, (enum node_log_format)c->log_format, errmsg);
-    if (rv != 0) {
-        node_log(NODE_LOG_ERROR, "cannot open the log file",
-                 "err=%s detail=\"%s\"", tern_err_name(rv), errmsg);
-        return 2;
-    }
     (void)signal(SIGPIPE, SIG_IGN);
     n = tern_calloc(1, sizeof(*n));
     if (n == NULL) {
@@ -1793,7 +1875,13 @@ int node_run(const struct node_config *c)
     }
     raise_nofile(&n->cfg_view);
     rv = node_start(n, errmsg);
-    if (rv != 0) {
+    if (rv != 0 && n->raft_corrupt && raft_corrupt != NULL) {
+        *raft_corrupt = true;
+        (void)snprintf(detail, TERN_ERRMSG_SIZE, "%s", errmsg);
+        n->exit_code = 1;
+        node_stop(n);
+    } else if (rv != 0) {
+        n->raft_corrupt = false;
         node_log(NODE_LOG_ERROR, "start failed", "err=%s detail=\"%s\"",
                  tern_err_name(rv), errmsg);
         if (n->exit_code == 0) {
@@ -1816,8 +1904,60 @@ int node_run(const struct node_config *c)
         unlink(c->pid_file);
     }
     rv = n->exit_code;
-    node_log(NODE_LOG_INFO, "stopped", "exit_code=%d", rv);
+    if (!n->raft_corrupt) {
+        node_log(NODE_LOG_INFO, "stopped", "exit_code=%d", rv);
+    }
     auth_wipe(&n->secret, sizeof(n->secret));
     tern_free(n);
     return rv;
+}
+
+/* A raft log that fails its checksums at start (docs/MEMBERSHIP.md,
+ * "Rejoin"): this node may have voted and acknowledged entries it can no
+ * longer read, so it must never vote with what is left. With [raft]
+ * rejoin_on_corrupt the raft directory is moved aside (never deleted;
+ * refused as before if that fails) and the node starts again in join mode
+ * with an empty raft log: it grants no vote and stands for no election
+ * until it was removed and added again, by the leader's auto_rejoin or by
+ * `tern cluster rejoin`; it then catches up from its peers. */
+int node_run(const struct node_config *c)
+{
+    char errmsg[TERN_ERRMSG_SIZE] = "";
+    char detail[TERN_ERRMSG_SIZE] = "";
+    char moved[PATH_MAX];
+    struct node_config jc;
+    bool corrupt = false;
+    int rv;
+
+    node_log_setup(c->id, (enum node_log_level)c->log_level);
+    rv =
+        node_log_open(c->log_file, (enum node_log_format)c->log_format, errmsg);
+    if (rv != 0) {
+        node_log(NODE_LOG_ERROR, "cannot open the log file",
+                 "err=%s detail=\"%s\"", tern_err_name(rv), errmsg);
+        return 2;
+    }
+    rv = run_node(c, &corrupt, detail);
+    if (!corrupt) {
+        return rv;
+    }
+    rv = quarantine_raft_dir(c->data_dir, moved, sizeof moved, errmsg);
+    if (rv != 0) {
+        node_log(NODE_LOG_ERROR, "start failed",
+                 "err=%s detail=\"%s\" quarantine=\"%s\"",
+                 tern_err_name(TERN_ECORRUPT), detail, errmsg);
+        node_log(NODE_LOG_INFO, "stopped", "exit_code=1");
+        return 1;
+    }
+    node_log(NODE_LOG_ERROR,
+             "raft log fails its checksums: moved aside, rejoining as a "
+             "non-voter (no vote until removed and added again)",
+             "err=%s detail=\"%s\" moved_to=%s hint=\"on the cluster (if the "
+             "leader does not re-add it by itself): tern cluster rejoin %llu "
+             "%s %s\"",
+             tern_err_name(TERN_ECORRUPT), detail, moved,
+             (unsigned long long)c->id, c->raft_addr, c->client_addr);
+    jc = *c;
+    jc.join = 1;
+    return run_node(&jc, NULL, NULL);
 }

@@ -12,7 +12,15 @@
 With the default (auto_rejoin = true), a wiped follower restarted under
 its id is removed and added back by the leader by itself, in join mode
 and out of it.
+A follower whose raft log fails its checksums at start (a byte flipped in
+a closed raft segment while it was stopped) runs with the default
+`[raft] rejoin_on_corrupt = true`: its raft dir is moved aside to
+raft.corrupt-<time> (kept), its log says so and names the segment, it
+does not vote, and it is re-added by the leader (auto_rejoin) or by
+`tern cluster rejoin` (auto_rejoin = false); the refusal with the option
+off is test_stopped_node_corruption.py.
 Every acknowledged message is read back from each node at the end."""
+import glob
 import os
 import shutil
 import sys
@@ -23,6 +31,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import tern_harness as h  # noqa: E402
 
 LOST_LINE = "lost its data but still counted as a voter: not voting"
+MOVED_LINE = "raft log fails its checksums: moved aside"
 
 
 def set_join(nd):
@@ -75,6 +84,89 @@ def wipe_restart(cl, i, join):
     cl.start_node(i)
 
 
+def corrupt_raft_log(c, nd, acks, last):
+    """Flip one byte of a payload id inside a closed raft segment of the
+    stopped node nd, the last closed one (last: raft_uv 0.15 moves it aside
+    as corrupt-* and loads without it) or an earlier one (its load fails);
+    returns the segment's name."""
+    ids = []
+    for a in acks:
+        ids += [x[0] for x in h.read_ack_log(a)]
+    d = os.path.join(nd.data_dir, "raft")
+    segs = sorted((p for p in glob.glob(os.path.join(d, "*-*"))
+                   if os.path.basename(p)[0].isdigit()), reverse=True)
+    for seg in (segs[:1] if last else segs[1:]):
+        with open(seg, "rb") as f:
+            data = f.read()
+        lo, hi = len(data) // 5, len(data) * 4 // 5
+        for pid in ids[::7]:
+            at = data.find(pid.encode() + b".", lo, hi)
+            if at >= 0:
+                off = at + len(pid) - 1
+                with open(seg, "r+b") as f:
+                    f.seek(off)
+                    f.write(bytes([data[off] ^ 0x01]))
+                c.info("%s: flipped byte %d (id %s)" % (seg, off, pid))
+                return os.path.basename(seg)
+    c.check(False, "found a payload id in a closed raft segment of node %d"
+            % nd.id, segs)
+    return None
+
+
+def start_after_load_failure(cl, i):
+    """libraft 0.15 leaks the entries of a closed segment whose load fails
+    (test_stopped_node_corruption.py): suppress leaks in libraft only."""
+    supp = os.path.join(cl.dir, "lsan-libraft.supp")
+    with open(supp, "w") as f:
+        f.write("leak:libraft.so\n")
+    old = os.environ.get("LSAN_OPTIONS")
+    os.environ["LSAN_OPTIONS"] = "suppressions=%s:print_suppressions=0" % supp
+    try:
+        cl.start_node(i)
+    finally:
+        if old is None:
+            del os.environ["LSAN_OPTIONS"]
+        else:
+            os.environ["LSAN_OPTIONS"] = old
+
+
+def corrupt_restart(cl, c, victim, acks, last):
+    """Stop victim, damage its raft log, start it: it must run in join
+    mode with its old raft dir moved aside and say so. Returns the
+    quarantined directory."""
+    nd = cl.nodes[victim]
+    rc = cl.stop(victim)
+    c.check(rc == 0, "node %d exited 0" % victim, rc)
+    seg = corrupt_raft_log(c, nd, acks, last)
+    log_before = len(nd.log_text())
+    start_after_load_failure(cl, victim)
+    st = h.poll(lambda: cl.status(victim) or
+                (not nd.alive() and "exited"), 20, interval=0.2)
+    c.check(st not in (None, "exited"), "node %d with a damaged raft log "
+            "runs and answers status" % victim, nd.log_text()[-800:])
+    if isinstance(st, dict):
+        c.check(not st.get("is_leader"), "node %d is not the leader" % victim,
+                st)
+    log = nd.log_text()[log_before:]
+    line = next((x for x in log.splitlines() if MOVED_LINE in x), "")
+    c.check(line != "", "node %d logs '%s'" % (victim, MOVED_LINE),
+            log[-800:])
+    c.check(seg is not None and seg in line and "checksum" in line,
+            "the line names the damaged segment %s" % seg, line[:600])
+    c.check("tern cluster rejoin %d" % victim in line,
+            "the line gives the rejoin command", line[:600])
+    moved = glob.glob(os.path.join(nd.data_dir, "raft.corrupt-*"))
+    c.check(len(moved) == 1 and ("moved_to=%s" % moved[0]) in line,
+            "the old raft dir was moved to the place the log names",
+            "%s %s" % (moved, line[:600]))
+    if moved and seg:
+        kept = [f for f in os.listdir(moved[0])
+                if f == seg or f.endswith("-" + seg)]
+        c.check(kept, "the damaged segment is kept in %s" % moved[0],
+                os.listdir(moved[0]))
+    return moved[0] if moved else None
+
+
 def automatic(c):
     raft = {"snapshot_threshold_bytes": 65536, "snapshot_trailing": 16}
     with h.Cluster(3, raft=raft) as cl:
@@ -100,7 +192,23 @@ def automatic(c):
             c.check(ok, "node %d is a voter again" % victim,
                     cl.status(victim))
             produce(cl, c, "b%d" % k, 300, acks[1 + k])
+        lid = cl.wait_leader(20)
+        victim = [i for i in cl.nodes if i != lid][0]
+        c.step("node %d's raft log fails its checksums: it rejoins as a "
+               "non-voter, the leader adds it back by itself" % victim)
+        before = cl.nodes[lid].log_text().count("lost data): removing")
+        moved = corrupt_restart(cl, c, victim, acks, False)
+        ok = h.poll(lambda: cl.nodes[lid].log_text().count(
+            "lost data): removing") > before, 20)
+        c.check(ok, "leader %d removes and adds back node %d" % (lid, victim))
+        ok = h.poll(lambda: (cl.status(victim) or {}).get(
+            "member_role") == "voter", 30)
+        c.check(ok, "node %d is a voter again" % victim, cl.status(victim))
+        acks.append(os.path.join(cl.dir, "auto-3.txt"))
+        produce(cl, c, "b2", 300, acks[3])
         read_back(cl, c, acks)
+        c.check(moved is not None and os.path.isdir(moved),
+                "the quarantined raft dir %s still exists" % moved)
 
 
 def main(c):
@@ -161,6 +269,24 @@ def main(c):
         c.step("produce more, read everything from each node")
         produce(cl, c, "c", 500, acks[2])
         read_back(cl, c, acks)
+
+        lid = cl.wait_leader(20)
+        victim = [i for i in cl.nodes if i != lid][0]
+        c.step("node %d's raft log fails its checksums (auto_rejoin off): "
+               "it waits without voting, `tern cluster rejoin` re-adds it"
+               % victim)
+        nd = cl.nodes[victim]
+        log_before = len(nd.log_text())
+        moved = corrupt_restart(cl, c, victim, acks, True)
+        ok = h.poll(lambda: LOST_LINE in nd.log_text()[log_before:], 20)
+        c.check(ok, "node %d logs '%s'" % (victim, LOST_LINE),
+                nd.log_text()[-600:])
+        acks.append(os.path.join(cl.dir, "acks-3.txt"))
+        produce(cl, c, "d", 300, acks[3])
+        rejoin(cl, c, victim)
+        read_back(cl, c, acks)
+        c.check(moved is not None and os.path.isdir(moved),
+                "the quarantined raft dir %s still exists" % moved)
 
 
 if __name__ == "__main__":

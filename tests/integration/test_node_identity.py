@@ -8,9 +8,11 @@ each case and restarted after it:
                  names both identities; the dir is byte-identical after;
   wrong_cluster: the follower's own id with --cluster-name other: exit 2;
   term_flip:     a byte of the term flipped in raft/metadata1 and 2 of the
-                 stopped follower: it refuses to start (exit 1, both values
-                 in the log) while the other two keep serving; restored,
-                 it starts and catches up;
+                 stopped follower: with `[raft] rejoin_on_corrupt = false`
+                 it refuses to start (exit 1, both values in the log)
+                 while the other two keep serving; restored, it starts
+                 and catches up (with the default it would move its raft
+                 dir aside and rejoin: test_membership_rejoin.py);
   open_dir:      the data dir chmod 755: refused (exit 2, the log says
                  chmod 700); with allow_open_data_dir = true it starts and
                  warns;
@@ -84,7 +86,7 @@ def restart_caught_up(c, cl, i, what):
 
 
 def main(c):
-    with h.Cluster(3) as cl:
+    with h.Cluster(3, raft={"rejoin_on_corrupt": "false"}) as cl:
         c.step("start 3 nodes, produce")
         leader = cl.start()
         cl.tern("queue", "create", QUEUE, check=True)

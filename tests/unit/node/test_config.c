@@ -866,3 +866,35 @@ Test(config, log_section)
         node_config_load_string(&cfg, "[log]\nformat = xml\n", "t", errmsg), 0);
     cr_expect(strstr(errmsg, "text|json") != NULL, "%s", errmsg);
 }
+
+/* [raft] rejoin_on_corrupt: on by default, off from the file or the flag,
+ * the flag over the file, a non-boolean refused with the key named. */
+Test(config, rejoin_on_corrupt)
+{
+    cr_expect_eq(cfg.rejoin_on_corrupt, 1); /* the default */
+    cr_assert_eq(node_config_load_string(
+                     &cfg, "[raft]\nrejoin_on_corrupt = false\n", "t", errmsg),
+                 0, "%s", errmsg);
+    cr_expect_eq(cfg.rejoin_on_corrupt, 0);
+    cr_assert_eq(node_config_load_string(
+                     &cfg, "[raft]\nrejoin_on_corrupt = true\n", "t", errmsg),
+                 0, "%s", errmsg);
+    cr_expect_eq(cfg.rejoin_on_corrupt, 1);
+    cr_expect_neq(node_config_load_string(
+                      &cfg, "[raft]\nrejoin_on_corrupt = maybe\n", "t", errmsg),
+                  0);
+    cr_expect(strstr(errmsg, "rejoin_on_corrupt") != NULL, "%s", errmsg);
+}
+
+Test(config, rejoin_on_corrupt_flag)
+{
+    char *path = write_tmp("[raft]\nrejoin_on_corrupt = true\n");
+    ARGS("--config", path, "--id", "1", "--data-dir", "/tmp/x", "--client-addr",
+         "127.0.0.1:7401", "--raft-addr", "127.0.0.1:7501", "--cluster-ca",
+         "/c.pem", "--node-cert", "/n.pem", "--node-key", "/n.key",
+         "--rejoin-on-corrupt", "false");
+    int rv = node_config_parse_args(&cfg, argc_, argv_, errmsg);
+    unlink(path);
+    cr_assert_eq(rv, 0, "%s", errmsg);
+    cr_expect_eq(cfg.rejoin_on_corrupt, 0);
+}
