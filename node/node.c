@@ -1181,11 +1181,13 @@ static bool handover_start(struct node *n, const char *sig)
     char m[TERN_ERRMSG_SIZE] = "";
     uint64_t target = 0;
     int rv;
-    if (n->repl == NULL || n->cfg->n_peers < 2) {
+    if (n->repl == NULL) {
         return false;
     }
     repl_get_status(n->repl, &st);
-    if (st.role != REPL_LEADER) {
+    /* The members of the configuration, not the [peers] lines: a
+     * cluster may have grown by `tern cluster add`. */
+    if (st.role != REPL_LEADER || st.n_members < 2) {
         return false;
     }
     n->handover_since = uv_now(&n->loop);

@@ -56,6 +56,21 @@
  * of its own, REJOIN (raft_remove), then the add's steps from SPARE with
  * the member's address string as it was, and no caller callback.
  *
+ * The rejoin marker: rejoin_wait is kept on disk as the file
+ * DATA_DIR/rejoin-wait (raft_uv's directory; its presence is the record,
+ * its one line "tern rejoin-wait v1" only names it). repl_start creates
+ * it, file and directory fsynced, when a join-mode node starts with an
+ * empty log (before any entry can reach it), and sets rejoin_wait
+ * whenever the file exists; it is removed (directory fsynced) once the
+ * node sees itself as spare or standby. Without it a node restarted
+ * between its data loss and its re-add (a crash, a rolling restart, the
+ * second start of rejoin_on_corrupt with join = false in the file) would
+ * find a configuration that counts it as a voter in the entries it got
+ * meanwhile and vote with a log that lacks what it once acknowledged. A
+ * removal that is lost in a crash only leaves the node waiting (it logs
+ * that it is still counted as a voter, and `tern cluster rejoin` ends
+ * it): safe.
+ *
  * libraft 0.15 caveat (membershipRollback): a follower that must drop an
  * uncommitted configuration entry (a new leader's log lacks it) decodes
  * the last committed configuration from its log; when that entry was
@@ -65,7 +80,10 @@
  * uncommitted window small; it is not closed.
  */
 #include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "repl_int.h"
 
@@ -216,12 +234,110 @@ int repl_self_role(struct repl *r)
     return role_of(r, r->id);
 }
 
+#define MEMBER__REJOIN_MARK "rejoin-wait"
+
+static int fsync_dir(const char *dir)
+{
+    int rv = 0;
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) {
+        return -errno;
+    }
+    if (fsync(fd) != 0) {
+        rv = -errno;
+    }
+    close(fd);
+    return rv;
+}
+
+static int mark_path(const struct repl *r, char *out, size_t cap)
+{
+    int n = snprintf(out, cap, "%s/" MEMBER__REJOIN_MARK, r->data_dir);
+    return n < 0 || (size_t)n >= cap ? -ENAMETOOLONG : 0;
+}
+
+int repl_member_rejoin_mark_load(struct repl *r, bool *present, char *errmsg)
+{
+    char path[4096];
+    int rv;
+    *present = false;
+    if (r->data_dir == NULL) {
+        return 0;
+    }
+    rv = mark_path(r, path, sizeof path);
+    if (rv == 0 && access(path, F_OK) != 0) {
+        rv = errno == ENOENT ? 0 : -errno;
+        if (rv == 0) {
+            return 0;
+        }
+    }
+    if (rv != 0) {
+        tern_errmsg_printf(errmsg, "repl: %s/" MEMBER__REJOIN_MARK ": %s",
+                           r->data_dir, strerror(-rv));
+        return rv;
+    }
+    *present = true;
+    return 0;
+}
+
+int repl_member_rejoin_mark_store(struct repl *r, char *errmsg)
+{
+    static const char line[] = "tern rejoin-wait v1\n";
+    char path[4096];
+    int fd = -1;
+    int rv;
+    if (r->data_dir == NULL) {
+        return 0;
+    }
+    rv = mark_path(r, path, sizeof path);
+    if (rv != 0) {
+        goto out;
+    }
+    fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        rv = -errno;
+        goto out;
+    }
+    if (write(fd, line, sizeof line - 1) != (ssize_t)(sizeof line - 1)) {
+        rv = errno != 0 ? -errno : -EIO;
+        goto out_close;
+    }
+    if (fsync(fd) != 0) {
+        rv = -errno;
+        goto out_close;
+    }
+    rv = fsync_dir(r->data_dir);
+out_close:
+    close(fd);
+out:
+    if (rv != 0) {
+        tern_errmsg_printf(errmsg,
+                           "repl: create %s/" MEMBER__REJOIN_MARK ": %s",
+                           r->data_dir, strerror(-rv));
+    }
+    return rv;
+}
+
+/* The wait ends: remove the marker. A failure is logged by the caller's
+ * stats only (the node then keeps waiting after a restart: safe). */
+static void rejoin_mark_remove(struct repl *r)
+{
+    char path[4096];
+    if (r->data_dir == NULL || mark_path(r, path, sizeof path) != 0) {
+        return;
+    }
+    if (unlink(path) == 0) {
+        (void)fsync_dir(r->data_dir);
+    }
+}
+
 bool repl_member_may_vote(struct repl *r)
 {
     int role = role_of(r, r->id);
     if (r->member.rejoin_wait &&
         (role == REPL_MEMBER_SPARE || role == REPL_MEMBER_STANDBY)) {
         r->member.rejoin_wait = false; /* added by the add path */
+        rejoin_mark_remove(r);
     }
     return role == REPL_MEMBER_VOTER && !r->member.rejoin_wait;
 }

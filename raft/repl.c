@@ -405,8 +405,13 @@ int repl_new(uv_loop_t *loop,
 int repl_start(struct repl *r, char *errmsg)
 {
     struct raft_configuration conf;
+    bool mark = false;
     int rv;
 
+    rv = repl_member_rejoin_mark_load(r, &mark, errmsg);
+    if (rv != 0) {
+        return rv;
+    }
     if (r->join) {
         /* Never bootstrap: the configuration comes from the leader that
          * adds this node (member.c). */
@@ -436,9 +441,18 @@ start:
         tern_errmsg_printf(errmsg, "repl: start: %s", raft_errmsg(&r->raft));
         return repl_err_from_raft(rv);
     }
-    /* A joining node that starts with nothing (member.c, "Votes"). */
-    r->member.rejoin_wait = r->join && r->raft.configuration.n == 0 &&
-                            raft_last_index(&r->raft) == 0;
+    /* A joining node that starts with nothing, or one that did and was
+     * not re-added yet (member.c, "Votes" and "The rejoin marker"). The
+     * marker is durable before the loop runs, so before any entry or
+     * vote request can reach this node. */
+    r->member.rejoin_wait = mark || (r->join && r->raft.configuration.n == 0 &&
+                                     raft_last_index(&r->raft) == 0);
+    if (r->member.rejoin_wait && !mark) {
+        rv = repl_member_rejoin_mark_store(r, errmsg);
+        if (rv != 0) {
+            return rv;
+        }
+    }
     repl_poll(r);
     return 0;
 }

@@ -456,8 +456,15 @@ int repl_peers_sync(struct repl *r);
  * cut when longer). */
 void repl_member_raft_addr(const char *address, char *out, size_t cap);
 /* Whether this node may grant a vote now (repl.h, "Votes"); also ends
- * the rejoin wait once the node sees itself as a non-voter. */
+ * the rejoin wait once the node sees itself as a non-voter (and removes
+ * its marker file). */
 bool repl_member_may_vote(struct repl *r);
+/* The rejoin wait on disk (member.c, "The rejoin marker"): *present says
+ * whether DATA_DIR/rejoin-wait exists. 0 or -errno with errmsg. */
+int repl_member_rejoin_mark_load(struct repl *r, bool *present, char *errmsg);
+/* Create the marker durably (file and directory fsynced). 0 or -errno
+ * with errmsg. */
+int repl_member_rejoin_mark_store(struct repl *r, char *errmsg);
 /* Leader: voter id answered with last_log_index below what it had
  * acknowledged in this term (guard.c); member.c decides (repl.h,
  * "Automatic rejoin"). */
