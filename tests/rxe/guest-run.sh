@@ -16,7 +16,8 @@
 #            print its path
 #   -v       copy the whole console (kernel, /init) to stderr
 # Env: TERN_RXE_CACHE (see guest-build.sh); TERN_RXE_ACCEL=tcg|kvm (default:
-#      kvm when /dev/kvm is usable, else tcg with one host thread per vCPU).
+#      kvm when /dev/kvm is usable, falling back to tcg when KVM cannot
+#      start the guest; else tcg with one host thread per vCPU).
 # Output: the script's stdout and stderr on stdout, as the guest prints them
 # (between the console markers of guest-init.sh); this script's own lines
 # and the guest's /init diagnostics on stderr.
@@ -74,73 +75,112 @@ elif [ -n "$CMD" ]; then
     printf '%s\n' "$CMD" >"$RUN/cmd.sh"
 fi
 
-ACCEL=${TERN_RXE_ACCEL:-}
-if [ -z "$ACCEL" ]; then
-    ACCEL=tcg
-    if [ -r /dev/kvm ] && [ -w /dev/kvm ]; then ACCEL=kvm; fi
+# Accelerators to try: TERN_RXE_ACCEL, else KVM when /dev/kvm is usable
+# and TCG after it (a nested KVM can refuse the guest's CPU at start, e.g.
+# "failed to set MSR 0x10a"; the guest then never begins and TCG runs it).
+if [ -n "${TERN_RXE_ACCEL:-}" ]; then
+    accels=("$TERN_RXE_ACCEL")
+elif [ -r /dev/kvm ] && [ -w /dev/kvm ]; then
+    accels=(kvm tcg)
+else
+    accels=(tcg)
 fi
-case $ACCEL in
-kvm) accel=(-accel kvm -cpu host) ;;
-tcg) accel=(-accel "tcg,thread=multi" -cpu max) ;;
-*) log "TERN_RXE_ACCEL must be tcg or kvm"; exit 2 ;;
-esac
+for a in "${accels[@]}"; do
+    case $a in
+    kvm | tcg) ;;
+    *) log "TERN_RXE_ACCEL must be tcg or kvm"; exit 2 ;;
+    esac
+done
 append="console=ttyS0 quiet loglevel=4 panic=-1 oops=panic"
-qemu=(qemu-system-x86_64 -nodefaults -no-user-config -no-reboot
-    -machine pc "${accel[@]}" -m "$MEM" -smp "$CPUS"
-    -display none -nic none -kernel "$GUEST_KERNEL" -initrd "$GUEST_INITRD"
-    -virtfs "local,path=$RUN,mount_tag=run,security_model=none,id=run")
-# qboot is a minimal firmware that starts a PVH kernel faster than SeaBIOS.
-if [ -f /usr/share/qemu/qboot.rom ]; then
-    qemu+=(-bios /usr/share/qemu/qboot.rom)
-fi
 if [ -n "$WORK" ]; then
-    qemu+=(-virtfs "local,path=$WORK,mount_tag=work,security_model=none,id=work")
     append="$append tern.work=1"
-fi
-qemu+=(-append "$append")
-guarded=(setpriv --pdeathsig TERM timeout --foreground -k 5 "$TMO"
-    setpriv --pdeathsig KILL "${qemu[@]}")
-
-if [ $INTERACTIVE = 1 ]; then
-    "${guarded[@]}" -serial mon:stdio || true
-    exit 0
 fi
 
 # The console: every line to console.log; the command's lines to stdout.
 BEGIN_MARK="<<<tern-guest begin>>>"
 END_MARK="<<<tern-guest end rc="
-rc="" state=boot
-t0=$SECONDS
-exec 3>"$RUN/console.log"
-set +e
-"${guarded[@]}" -serial stdio </dev/null 2>"$RUN/qemu.err" |
-    while IFS= read -r line || [ -n "$line" ]; do
-        line=${line%$'\r'}
-        printf '%s\n' "$line" >&3
-        [ $VERBOSE = 0 ] || printf '%s\n' "$line" >&2
-        case $state in
-        boot)
-            if [ "$line" = "$BEGIN_MARK" ]; then
-                state=running
-            elif [ $VERBOSE = 0 ] && [ "${line#tern-guest: }" != "$line" ]; then
-                printf '%s\n' "$line" >&2
-            fi
-            ;;
-        running)
-            case $line in
-            "$END_MARK"*">>>")
-                rc=${line#"$END_MARK"}
-                rc=${rc%">>>"}
-                state=finished
+
+# Boot the guest once with accelerator $1; sets rc (the command's exit
+# status, or not a number), qrc (QEMU's) and began (1 once the command
+# started).
+boot_guest() {
+    local accel
+    case $1 in
+    kvm) accel=(-accel kvm -cpu host) ;;
+    tcg) accel=(-accel "tcg,thread=multi" -cpu max) ;;
+    esac
+    qemu=(qemu-system-x86_64 -nodefaults -no-user-config -no-reboot
+        -machine pc "${accel[@]}" -m "$MEM" -smp "$CPUS"
+        -display none -nic none -kernel "$GUEST_KERNEL" -initrd "$GUEST_INITRD"
+        -virtfs "local,path=$RUN,mount_tag=run,security_model=none,id=run")
+    # qboot is a minimal firmware that starts a PVH kernel faster than
+    # SeaBIOS.
+    if [ -f /usr/share/qemu/qboot.rom ]; then
+        qemu+=(-bios /usr/share/qemu/qboot.rom)
+    fi
+    if [ -n "$WORK" ]; then
+        qemu+=(-virtfs "local,path=$WORK,mount_tag=work,security_model=none,id=work")
+    fi
+    qemu+=(-append "$append")
+    guarded=(setpriv --pdeathsig TERM timeout --foreground -k 5 "$TMO"
+        setpriv --pdeathsig KILL "${qemu[@]}")
+    if [ $INTERACTIVE = 1 ]; then
+        "${guarded[@]}" -serial mon:stdio || true
+        exit 0
+    fi
+    rc="" began=0
+    local state=boot
+    exec 3>"$RUN/console.log"
+    set +e
+    "${guarded[@]}" -serial stdio </dev/null 2>"$RUN/qemu.err" |
+        while IFS= read -r line || [ -n "$line" ]; do
+            line=${line%$'\r'}
+            printf '%s\n' "$line" >&3
+            [ $VERBOSE = 0 ] || printf '%s\n' "$line" >&2
+            case $state in
+            boot)
+                if [ "$line" = "$BEGIN_MARK" ]; then
+                    state=running
+                elif [ $VERBOSE = 0 ] && [ "${line#tern-guest: }" != "$line" ]; then
+                    printf '%s\n' "$line" >&2
+                fi
                 ;;
-            *) printf '%s\n' "$line" ;;
+            running)
+                case $line in
+                "$END_MARK"*">>>")
+                    rc=${line#"$END_MARK"}
+                    rc=${rc%">>>"}
+                    state=finished
+                    ;;
+                *) printf '%s\n' "$line" ;;
+                esac
+                ;;
             esac
-            ;;
-        esac
-    done
-qrc=${PIPESTATUS[0]}
-set -e
-exec 3>&-
+        done
+    qrc=${PIPESTATUS[0]}
+    set -e
+    exec 3>&-
+    if grep -qxF "$BEGIN_MARK" "$RUN/console.log"; then began=1; fi
+    # The pipeline's loop ran in a subshell: the command's status comes
+    # from its end mark in the console log, or from the rc file.
+    if grep -q "^$END_MARK[0-9]*>>>" "$RUN/console.log"; then
+        rc=$(grep "^$END_MARK[0-9]*>>>" "$RUN/console.log" | tail -n 1)
+        rc=${rc#"$END_MARK"}
+        rc=${rc%">>>"}
+    fi
+}
+
+t0=$SECONDS
+for ACCEL in "${accels[@]}"; do
+    boot_guest "$ACCEL"
+    if [[ $rc =~ ^[0-9]+$ ]] || [ "$began" = 1 ] ||
+        [ "$ACCEL" = "${accels[-1]}" ]; then
+        break
+    fi
+    log "$ACCEL could not start the guest (QEMU exited with $qrc):"
+    if [ -s "$RUN/qemu.err" ]; then sed 's/^/qemu: /' "$RUN/qemu.err" >&2; fi
+    log "trying the next accelerator"
+done
 
 if ! [[ $rc =~ ^[0-9]+$ ]]; then
     rc=$(cat "$RUN/rc" 2>/dev/null || true)
