@@ -124,9 +124,11 @@ raft_tcp_conns() { # i
 
 # `tern cluster status --json` of node i alone, one field.
 status_json() { timeout 10 "$TERN" -s "$(client_addr "$1")" --timeout-ms 2000 cluster status --json 2>/dev/null; }
-jnum() { sed -n "s/.*\"$1\":\([0-9][0-9]*\).*/\1/p"; }
-jstr() { sed -n "s/.*\"$1\":\"\([^\"]*\)\".*/\1/p"; }
-jbool() { sed -n "s/.*\"$1\":\([a-z]*\).*/\1/p"; }
+# The first occurrence of a key: the top-level field, which precedes the
+# "members" array (whose entries carry a "role" of their own).
+jnum() { grep -o "\"$1\":[0-9][0-9]*" | head -n 1 | sed 's/.*://'; }
+jstr() { grep -o "\"$1\":\"[^\"]*\"" | head -n 1 | sed 's/^[^:]*:"//; s/"$//'; }
+jbool() { grep -o "\"$1\":[a-z][a-z]*" | head -n 1 | sed 's/.*://'; }
 node_field() { # i field kind(num|str|bool)
     local j
     j=$(status_json "$1") || return 0
