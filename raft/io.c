@@ -909,6 +909,11 @@ static int io_append(struct raft_io *io,
         }
     }
     a->n = n;
+    for (unsigned i = 0; i < n && r->member.rejoin_wait; i++) {
+        if (entries[i].type == RAFT_CHANGE) {
+            repl_member_conf_seen(r, &entries[i].buf);
+        }
+    }
     if (r->durability == REPL_DURABILITY_MEMORY) {
         a->copy = copy_entries(entries, n, &a->bytes);
         if (a->copy == NULL) {

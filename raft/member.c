@@ -331,6 +331,57 @@ static void rejoin_mark_remove(struct repl *r)
     }
 }
 
+int repl_member_conf_role(const void *buf, size_t len, raft_id id, int *role)
+{
+    const uint8_t *p = buf;
+    const uint8_t *end = p + len;
+    uint64_t n = 0;
+    int found = 1;
+
+    if (len < 9 || p[0] != 1) {
+        return TERN_EMALFORMED;
+    }
+    for (int i = 0; i < 8; i++) {
+        n |= (uint64_t)p[1 + i] << (8 * i);
+    }
+    p += 9;
+    for (uint64_t k = 0; k < n; k++) {
+        uint64_t sid = 0;
+        const uint8_t *nul;
+        if ((size_t)(end - p) < 8) {
+            return TERN_EMALFORMED;
+        }
+        for (int i = 0; i < 8; i++) {
+            sid |= (uint64_t)p[i] << (8 * i);
+        }
+        p += 8;
+        nul = memchr(p, 0, (size_t)(end - p));
+        if (nul == NULL || end - (nul + 1) < 1) {
+            return TERN_EMALFORMED;
+        }
+        p = nul + 1;
+        if (sid == id && found == 1) {
+            *role = *p;
+            found = 0;
+        }
+        p++;
+    }
+    return found;
+}
+
+void repl_member_conf_seen(struct repl *r, const struct raft_buffer *buf)
+{
+    int role = -1;
+    if (!r->member.rejoin_wait ||
+        repl_member_conf_role(buf->base, buf->len, r->id, &role) != 0) {
+        return;
+    }
+    if (role == REPL_MEMBER_SPARE || role == REPL_MEMBER_STANDBY) {
+        r->member.rejoin_wait = false; /* added back by the add path */
+        rejoin_mark_remove(r);
+    }
+}
+
 bool repl_member_may_vote(struct repl *r)
 {
     int role = role_of(r, r->id);

@@ -459,6 +459,16 @@ void repl_member_raft_addr(const char *address, char *out, size_t cap);
  * the rejoin wait once the node sees itself as a non-voter (and removes
  * its marker file). */
 bool repl_member_may_vote(struct repl *r);
+/* The role of server id in a RAFT_CHANGE entry's payload, libraft 0.15's
+ * encoding (configuration.c): u8 format 1, u64 LE server count, then per
+ * server u64 LE id, NUL-terminated address, u8 role; padding after. 0 with
+ * *role set, 1 when id is absent, TERN_EMALFORMED. Reads buf only. */
+int repl_member_conf_role(const void *buf, size_t len, raft_id id, int *role);
+/* A RAFT_CHANGE entry reaches this node's log (io.c, append): ends the
+ * rejoin wait when it names this node a spare or standby, the add path's
+ * first steps. Every such entry passes here, so the end of the wait does
+ * not depend on a tick falling between the add's steps. */
+void repl_member_conf_seen(struct repl *r, const struct raft_buffer *buf);
 /* The rejoin wait on disk (member.c, "The rejoin marker"): *present says
  * whether DATA_DIR/rejoin-wait exists. 0 or -errno with errmsg. */
 int repl_member_rejoin_mark_load(struct repl *r, bool *present, char *errmsg);

@@ -378,7 +378,7 @@ void cluster_step(struct cluster *c)
     }
     c->clock++;
     for (unsigned k = 0; k < c->n; k++) {
-        if (c->nodes[k].up) {
+        if (c->nodes[k].up && !c->nodes[k].no_ticks) {
             fake_io_maybe_tick(c->nodes[k].io);
         }
     }

@@ -77,6 +77,8 @@ struct cnode
     int timeout_offset; /* >= 0: fixed election timeout ET + offset */
     char meta_dir[64];  /* c->meta: the repl's data_dir */
     bool join;          /* start in join mode (also implied by n_boot) */
+    bool no_ticks;      /* its clock ticks are withheld (entries still
+                           arrive: a follower needs no tick for them) */
 };
 
 struct cluster

@@ -261,6 +261,10 @@ Test(member, wiped_node_never_votes_until_rejoined)
     cr_assert(
         cluster_step_until(&cl, pred_writable_leader, NULL, CLUSTER_STEPS));
     l = cluster_writable_leader(&cl);
+    /* No tick of f falls between the add's steps (a slow loop, a burst
+     * of entries): the wait must end from the configuration entries
+     * themselves, or f would never vote again. */
+    nf->no_ticks = true;
     cr_assert_eq(repl_member_remove(cl.nodes[l].repl, nf->id, change_cb, &res),
                  0);
     cr_assert(cluster_step_until(&cl, pred_done, &res, CLUSTER_STEPS));
@@ -273,6 +277,9 @@ Test(member, wiped_node_never_votes_until_rejoined)
     cr_expect_eq(res.status, 0, "%s", tern_strerror(res.status));
     cr_assert(cluster_step_until(&cl, pred_self_voter, &f, CLUSTER_STEPS),
               "the re-added node learns it is a voter");
+    cr_expect(!nf->repl->member.rejoin_wait,
+              "the wait ended without a tick between the add's steps");
+    nf->no_ticks = false;
     repl_get_status(nf->repl, &st);
     cr_expect(!st.rejoin_needed);
 
@@ -361,4 +368,37 @@ Test(member, no_auto_rejoin_in_memory_durability)
     repl_get_status(cl.nodes[l].repl, &st);
     cr_expect_eq(st.auto_rejoins, 0, "memory mode loses entries by design");
     cluster_fini(&cl);
+}
+
+/* The decoder of libraft's configuration entries (member.c) against
+ * libraft's own encoder; a cut or foreign buffer is refused. */
+Test(member, conf_role_reads_libraft_encoding)
+{
+    struct raft_configuration c;
+    struct raft_buffer b;
+    int role = -1;
+    raft_configuration_init(&c);
+    cr_assert_eq(raft_configuration_add(&c, 1, "10.0.0.1:7501", RAFT_VOTER),
+                 0);
+    cr_assert_eq(raft_configuration_add(&c, 7, "h7:7501,h7:7601", RAFT_SPARE),
+                 0);
+    cr_assert_eq(raft_configuration_add(&c, 3, "", RAFT_STANDBY), 0);
+    cr_assert_eq(raft_configuration_encode(&c, &b), 0);
+    cr_expect_eq(repl_member_conf_role(b.base, b.len, 1, &role), 0);
+    cr_expect_eq(role, RAFT_VOTER);
+    cr_expect_eq(repl_member_conf_role(b.base, b.len, 7, &role), 0);
+    cr_expect_eq(role, RAFT_SPARE);
+    cr_expect_eq(repl_member_conf_role(b.base, b.len, 3, &role), 0);
+    cr_expect_eq(role, RAFT_STANDBY);
+    cr_expect_eq(repl_member_conf_role(b.base, b.len, 9, &role), 1);
+    /* Every cut inside the servers is malformed (padding may follow). */
+    for (size_t n = 0; n < 9 + 8 + 14 + 1; n++) {
+        cr_expect_eq(repl_member_conf_role(b.base, n, 1, &role),
+                     TERN_EMALFORMED, "cut at %zu", n);
+    }
+    ((uint8_t *)b.base)[0] = 2;
+    cr_expect_eq(repl_member_conf_role(b.base, b.len, 1, &role),
+                 TERN_EMALFORMED);
+    raft_free(b.base);
+    raft_configuration_close(&c);
 }
