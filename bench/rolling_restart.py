@@ -113,7 +113,7 @@ def one_run(k):
         ids = ack_ids(acks)
         got = run([CLI, "-s", servers, "consume", "q", "--offset", "0"],
                   timeout=120).stdout
-        read = [ln.split("\t")[1] for ln in got.splitlines()
+        read = [ln.split("\t")[1].split(".", 1)[0] for ln in got.splitlines()
                 if "\t" in ln]
         seen = set(read)
         res.update(rounds=rounds[0], acked=len(ids), client_errors=len(errors),

@@ -96,12 +96,14 @@
  * properties and whole payloads; message get prints "<offset>\t<id>\t
  * <key>\t<tag>\t<payload>" per message unless told otherwise.
  *
- * Output formats: consume prints "<offset>\t<payload-id>\n" per message;
- * the ack log has "<payload-id>\t<offset>\n" per acknowledged message
- * (offset -1 when the server acknowledged a retried batch as an old
- * duplicate whose offsets it no longer remembers); payload-id is the
- * payload up to its first '.' (consume --format text prints the same;
- * --format raw and json print payloads whole, cli/message.c). Errors:
+ * Output formats: consume prints "<offset>\t<payload>\n" per message,
+ * the payload whole with '\\', tab, newline, carriage return and other
+ * control bytes escaped (--format text, cli/message.c; a shared consumer
+ * puts the delivery count between the two); the ack log has
+ * "<payload-id>\t<offset>\n" per acknowledged message (offset -1 when the
+ * server acknowledged a retried batch as an old duplicate whose offsets
+ * it no longer remembers); payload-id is the payload up to its first '.'
+ * (produce --count payloads are "<id>" then '.' padding). Errors:
  * "tern: <what>: <strerror>" on stderr and a non-zero exit: 1 the server
  * refused or failed a request, 2 usage (an unknown command or global
  * option is named and fails before any connection), 3 no server could be
@@ -163,8 +165,9 @@ static void usage(FILE *f)
         "                [--idle-exit-ms MS] [--commit]\n"
         "                [--tag 'a || b'] [--format raw|text|json|F] "
         "[--delimiter D]\n"
-        "    (default: \"<offset>\\t<payload up to its first '.'>\" per "
-        "message, as --format text;\n"
+        "    (default: \"<offset>\\t<payload>\" per message, as --format "
+        "text: the payload\n"
+        "    whole, with \\\\, tab, newline and control bytes escaped;\n"
         "    raw: payload bytes then the delimiter, default \\n; json: one "
         "object per line;\n"
         "    --raw and --json are --format raw and --format json)\n"
@@ -1369,8 +1372,7 @@ static int consume_run(struct tern_client *c, int argc, char **argv)
             }
             (void)tern_fetch_result_get(r, i, &off, NULL, &data, &len);
             (void)printf("%" PRIu64 "\t", off);
-            (void)fwrite(data, 1, cli_payload_id_len(data, len), stdout);
-            (void)putchar('\n');
+            cli_print_payload(stdout, data, len);
         }
         (void)fflush(stdout);
         cli_progress_tick(&consume_prog, printed);

@@ -115,7 +115,7 @@ void cli_format_perms(uint32_t perms, char *buf, size_t cap);
 #define CLI_PRINT_FORMAT 0 /* the --format string */
 #define CLI_PRINT_RAW    1 /* payload bytes as they are, then the delimiter */
 #define CLI_PRINT_JSON   2 /* one JSON object per line */
-#define CLI_PRINT_TEXT   3 /* "<offset>\t<payload id>" (consume's default) */
+#define CLI_PRINT_TEXT   3 /* "<offset>\t<payload, escaped>" (the default) */
 /* How messages are printed: mode, the format string of CLI_PRINT_FORMAT,
  * the queue named in JSON, the delimiter written after each raw payload
  * (delim[0..delim_len), default "\n"). Strings borrowed from argv. */
@@ -142,9 +142,11 @@ int cli_format_valid(const char *format);
  * and \\ escapes). 0, or -1 (printed: a bad format or delimiter, or the
  * usage text for any other ch). */
 int cli_print_option(int ch, const char *arg, struct cli_print *p);
-/* Length of the payload id: the bytes of data[0..len) up to the first
- * '.' (the produce --count payloads are "<id>...." padding). */
-size_t cli_payload_id_len(const void *data, size_t len);
+/* The payload part of consume's text line (--format text, the default,
+ * after "<offset>\t"): the whole payload data[0..len) with separators,
+ * '\\' and control bytes escaped (cli/message.c), then a newline. Reads
+ * data only. */
+void cli_print_payload(FILE *out, const void *data, size_t len);
 /* util.c. JSON value helpers: s[0..len) is well-formed UTF-8 (no
  * overlong forms, surrogates or code points past U+10FFFF); write valid
  * UTF-8 p[0..len) as a JSON string (control characters, '"' and '\\'

@@ -160,12 +160,8 @@ int cli_exclusive_consume(struct tern_client *c,
             const void *data;
             size_t len;
             (void)tern_fetch_result_get(r, i, &off, NULL, &data, &len);
-            const char *dot = memchr(data, '.', len);
             (void)printf("%" PRIu64 "\t", off);
-            (void)fwrite(data, 1,
-                         dot != NULL ? (size_t)(dot - (const char *)data) : len,
-                         stdout);
-            (void)putchar('\n');
+            cli_print_payload(stdout, data, len);
         }
         (void)fflush(stdout);
         printed += n;

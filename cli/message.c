@@ -15,8 +15,11 @@
  *   \t a tab, \n a newline
  * --format raw (or --raw) writes each payload's bytes as they are, then
  * the delimiter (--delimiter, default "\n"; "" for none), nothing else.
- * --format text is consume's default line, "<offset>\t<payload id>"
- * (the payload up to its first '.').
+ * --format text is consume's default line, "<offset>\t<payload>": the
+ * payload whole, with '\\', tab, newline and carriage return written as
+ * \\\\, \\t, \\n and \\r, other control bytes (and every byte >= 0x80
+ * of a payload that is not valid UTF-8) as \\xHH: one line per message,
+ * and a payload that is text reads as itself.
  * --format json (or --json) writes one object per line:
  *   {"queue":"...","offset":N,"id":"...","append_ts":N,"producer_ts":N,
  *   "key":"...","tag":"...","headers":{"name":"value",...},
@@ -72,10 +75,45 @@ static void print_headers(const struct tern_fetch_result *r,
     }
 }
 
-size_t cli_payload_id_len(const void *data, size_t len)
+/* Whether byte b of a text line is written as an escape: the line's
+ * separators and '\\', other control bytes, and bytes >= 0x80 of a
+ * payload that is not valid UTF-8. */
+static int text_escaped(unsigned char b, int utf8)
 {
-    const char *dot = memchr(data, '.', len);
-    return dot != NULL ? (size_t)(dot - (const char *)data) : len;
+    return b < 0x20 || b == 0x7f || b == '\\' || (b >= 0x80 && !utf8);
+}
+
+void cli_print_payload(FILE *out, const void *data, size_t len)
+{
+    const unsigned char *p = data;
+    int utf8 = cli_utf8_valid(data, len);
+    size_t run = 0;
+    for (size_t i = 0; i < len; i++) {
+        unsigned char b = p[i];
+        if (!text_escaped(b, utf8)) {
+            continue;
+        }
+        (void)fwrite(p + run, 1, i - run, out);
+        run = i + 1;
+        switch (b) {
+        case '\\':
+            (void)fputs("\\\\", out);
+            break;
+        case '\t':
+            (void)fputs("\\t", out);
+            break;
+        case '\n':
+            (void)fputs("\\n", out);
+            break;
+        case '\r':
+            (void)fputs("\\r", out);
+            break;
+        default:
+            (void)fprintf(out, "\\x%02x", b);
+        }
+    }
+    (void)fwrite(p + run, 1, len - run, out);
+    (void)fputc('\n', out);
 }
 
 void cli_print_init(struct cli_print *p, const char *format)
@@ -146,8 +184,7 @@ int cli_print_message(const struct tern_fetch_result *r,
     }
     if (pr->mode == CLI_PRINT_TEXT) {
         (void)printf("%" PRIu64 "\t", off);
-        (void)fwrite(data, 1, cli_payload_id_len(data, len), stdout);
-        (void)putchar('\n');
+        cli_print_payload(stdout, data, len);
         return 0;
     }
     if (tern_fetch_result_props(r, i, &p) != 0) {

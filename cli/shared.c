@@ -92,14 +92,10 @@ int cli_shared_consume(struct tern_client *c,
             size_t len;
             (void)tern_fetch_result_get(r, i, NULL, NULL, &data, &len);
             (void)tern_fetch_result_receipt(r, i, &rc);
+            /* "<offset>\t<count>\t<payload>": the delivery count in the
+             * stream consume's text line. */
             (void)printf("%" PRIu64 "\t%" PRIu32 "\t", rc.offset, rc.count);
-            /* The payload up to its first '.' (tern produce's id), as
-             * the stream consume prints it. */
-            const char *dot = memchr(data, '.', len);
-            (void)fwrite(data, 1,
-                         dot != NULL ? (size_t)(dot - (const char *)data) : len,
-                         stdout);
-            (void)putchar('\n');
+            cli_print_payload(stdout, data, len);
         }
         (void)fflush(stdout);
         printed += n;

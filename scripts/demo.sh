@@ -79,7 +79,7 @@ check() { # condition-exit-code description
 }
 rc_of() { if "$@"; then echo 0; else echo 1; fi; }
 ids_of_acks() { cut -f1 "$@" | sort -u; }         # ack log: id \t offset
-ids_of_consume() { cut -f2 "$1" | sort; }          # consume: offset \t id
+ids_of_consume() { cut -f2 "$1" | cut -d. -f1 | sort; } # offset \t id...
 
 # Consume QUEUE from offset 0 through SERVERS into FILE until it holds at
 # least N lines (a follower may still be applying; bounded to 20 s).
@@ -123,8 +123,8 @@ check "$(rc_of [ "$n" -eq "$COUNT" ])" "read $n messages in $(ms_since "$t0") ms
 ids_of_acks "$work/acks1.txt" >"$work/acked1.ids"
 ids_of_consume "$work/read1.txt" >"$work/read1.ids"
 check "$(rc_of [ -z "$(comm -23 "$work/acked1.ids" "$work/read1.ids")" ])" "every acknowledged id read from the follower"
-first=$(awk -F'\t' 'NR == 1 { print $2 }' "$work/read1.txt")
-last=$(awk -F'\t' 'END { print $2 }' "$work/read1.txt")
+first=$(awk -F'\t' 'NR == 1 { split($2, p, "."); print p[1] }' "$work/read1.txt")
+last=$(awk -F'\t' 'END { split($2, p, "."); print p[1] }' "$work/read1.txt")
 check "$(rc_of [ "$first/$last" = "demo-0/demo-$((COUNT - 1))" ])" "ids in production order (demo-0 .. demo-$((COUNT - 1)))"
 
 echo

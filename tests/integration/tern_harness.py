@@ -730,13 +730,20 @@ def normalize_status(js):
     return out
 
 
+def payload_id(payload):
+    """The id of a `tern produce --count` payload ("<id>" then '.'
+    padding): its text up to the first '.', as the ack log names it."""
+    return payload.split(".", 1)[0]
+
+
 def parse_consume(text):
-    """'<offset>\\t<payload-id>' lines -> [(offset, id)]."""
+    """`tern consume` text lines, '<offset>\\t<payload>' -> [(offset,
+    payload id)]."""
     out = []
     for line in text.splitlines():
         parts = line.rstrip("\n").split("\t")
         if len(parts) >= 2 and parts[0].isdigit():
-            out.append((int(parts[0]), parts[1]))
+            out.append((int(parts[0]), payload_id(parts[1])))
     return out
 
 

@@ -2,7 +2,8 @@
 """The `tern` CLI against 3 real nodes: consume --format raw|text|json
 prints payloads with dots, newlines, binary bytes and headers whole (JSON:
 UTF-8 strings, base64 with payload_encoding for other bytes); the default
-output stays "<offset>\\t<payload up to its first '.'>"; a refused
+output, "<offset>\\t<payload>", prints each payload whole on one line
+(separators, '\\' and control bytes escaped); a refused
 connection fails with the reason and exit code 3, and one refused server
 beside live ones does not matter; the progress line is drawn on a terminal
 (a pty) and never into a pipe; scripts/cluster.sh status exits 1 and names
@@ -68,12 +69,24 @@ def check_formats(c, cl):
         r = run(cl, ["produce", "fmt", "--raw"], blob)
         c.check(r.returncode == 0, "produce --raw", r.stderr)
 
-    c.step("default and --format text: offset and payload id (to '.')")
+    c.step("default and --format text: offset and the whole payload, "
+           "escaped, one line each")
     r = run(cl, ["consume", "fmt"])
     lines = r.stdout.split(b"\n")
-    c.check(lines[0] == b"0\ta" and lines[1] == "1\thé wörld".encode() and
-            lines[2] == b"2\tline1",
-            "default lines unchanged", r.stdout[:80])
+    c.check(len(lines) == 5 and lines[4] == b"", "one line per message",
+            r.stdout[:200])
+    c.check(lines[0] == b"0\ta.b.c", "a payload with dots is whole",
+            lines[0])
+    c.check(lines[1] == "1\thé wörld".encode(), "UTF-8 as itself",
+            lines[1])
+    c.check(lines[2] == b"2\tline1\\nline2.\\tend",
+            "newline and tab escaped", lines[2])
+    want = b"3\t" + b"".join(
+        {0x5c: b"\\\\", 0x09: b"\\t", 0x0a: b"\\n", 0x0d: b"\\r"}.get(
+            b, b"\\x%02x" % b if b < 0x20 or b >= 0x7f else bytes([b]))
+        for b in binary)
+    c.check(lines[3] == want, "binary bytes as \\xHH, '\\' doubled",
+            lines[3][:120])
     t = run(cl, ["consume", "fmt", "--format", "text"])
     c.check(t.stdout == r.stdout, "--format text is the default output")
 
@@ -123,7 +136,7 @@ def check_connect_errors(c, cl):
     c.step("one refused server beside the live ones: works")
     r = run(cl, ["consume", "fmt", "--max", 1],
             servers=dead + "," + cl.servers())
-    c.check(r.returncode == 0 and r.stdout == b"0\ta\n",
+    c.check(r.returncode == 0 and r.stdout == b"0\ta.b.c\n",
             "consume through the live servers", r.stderr)
 
 

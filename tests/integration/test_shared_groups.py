@@ -16,12 +16,14 @@ import tern_harness as h  # noqa: E402
 
 
 def parse_shared(text):
-    """'<offset>\\t<count>\\t<id>' lines -> [(offset, count, id)]."""
+    """'<offset>\\t<count>\\t<payload>' lines -> [(offset, count, payload
+    id)]."""
     out = []
     for line in text.splitlines():
         parts = line.split("\t")
         if len(parts) >= 3 and parts[0].isdigit() and parts[1].isdigit():
-            out.append((int(parts[0]), int(parts[1]), parts[2]))
+            out.append((int(parts[0]), int(parts[1]),
+                        h.payload_id(parts[2])))
     return out
 
 

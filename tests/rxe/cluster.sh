@@ -266,13 +266,14 @@ consume_from() { # i q out
 }
 
 # Acked ids of ack log $1 missing from consume output $2 (an ack line with
-# an offset must appear at that offset; offset -1 = id anywhere).
+# an offset must appear at that offset; offset -1 = id anywhere). A consume
+# line is the offset, a tab and the payload: its id, then '.' padding.
 missing_acks() { # ack consume
-    awk -F'\t' 'NR == FNR { at[$1 "\t" $2] = 1; id[$2] = 1; next }
+    awk -F'\t' 'NR == FNR { sub(/\..*/, "", $2); at[$1 "\t" $2] = 1; id[$2] = 1; next }
         ($2 == "-1" && !($1 in id)) || ($2 != "-1" && !(($2 "\t" $1) in at)) { m++ }
         END { print m + 0 }' "$2" "$1"
 }
-dup_ids() { awk -F'\t' '{ n[$2]++ } END { for (k in n) if (n[k] > 1) d++; print d + 0 }' "$1"; }
+dup_ids() { awk -F'\t' '{ sub(/\..*/, "", $2); n[$2]++ } END { for (k in n) if (n[k] > 1) d++; print d + 0 }' "$1"; }
 
 # Check that every node in "$nodes" holds every acked id of ack file in
 # queue q, waiting first until it applied the leader's commit index.

@@ -62,14 +62,16 @@ Test(cli, queue_produce_consume_formats)
 
     cli_run_tern(&r, fs.addr, NULL, "consume orders");
     cr_expect_eq(r.code, 0, "%s", r.err);
-    cr_expect_str_eq(r.out, "0\tp-0\n1\tp-1\n2\tp-2\n3\thello\n4\tworld\n");
+    cr_expect_str_eq(r.out, "0\tp-0.....\n1\tp-1.....\n2\tp-2.....\n"
+                            "3\thello\n4\tworld.x\n");
     /* --format text is the default line; raw prints the payloads whole */
     cli_run_tern(&r, fs.addr, NULL, "consume orders --format text");
-    cr_expect_str_eq(r.out, "0\tp-0\n1\tp-1\n2\tp-2\n3\thello\n4\tworld\n");
+    cr_expect_str_eq(r.out, "0\tp-0.....\n1\tp-1.....\n2\tp-2.....\n"
+                            "3\thello\n4\tworld.x\n");
     cli_run_tern(&r, fs.addr, NULL, "consume orders --offset 3 --format raw");
     cr_expect_str_eq(r.out, "hello\nworld.x\n");
     cli_run_tern(&r, fs.addr, NULL, "consume orders --offset 1 --max 2");
-    cr_expect_str_eq(r.out, "1\tp-1\n2\tp-2\n");
+    cr_expect_str_eq(r.out, "1\tp-1.....\n2\tp-2.....\n");
     cli_run_tern(&r, fs.addr, NULL,
                  "consume orders --offset 5 --follow --idle-exit-ms 200");
     cr_expect_eq(r.code, 0, "%s", r.err);
@@ -481,7 +483,7 @@ Test(cli, message_properties_formats)
     cr_expect_eq(r.code, 2);
     cr_expect(strstr(r.err, "unknown escape") != NULL, "%s", r.err);
     cli_run_tern(&r, fs.addr, NULL, "consume q --format text");
-    cr_expect_str_eq(r.out, "0\ta\n1\tplain\n");
+    cr_expect_str_eq(r.out, "0\ta.bc\n1\tplain\n");
     cli_run_tern(&r, fs.addr, NULL, "message get q --key k1");
     cr_assert_eq(r.code, 0, "%s", r.err);
     cr_expect_str_eq(r.out,
