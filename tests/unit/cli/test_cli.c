@@ -62,12 +62,14 @@ Test(cli, queue_produce_consume_formats)
 
     cli_run_tern(&r, fs.addr, NULL, "consume orders");
     cr_expect_eq(r.code, 0, "%s", r.err);
-    cr_expect_str_eq(r.out, "0\tp-0.....\n1\tp-1.....\n2\tp-2.....\n"
-                            "3\thello\n4\tworld.x\n");
+    cr_expect_str_eq(r.out,
+                     "0\tp-0.....\n1\tp-1.....\n2\tp-2.....\n"
+                     "3\thello\n4\tworld.x\n");
     /* --format text is the default line; raw prints the payloads whole */
     cli_run_tern(&r, fs.addr, NULL, "consume orders --format text");
-    cr_expect_str_eq(r.out, "0\tp-0.....\n1\tp-1.....\n2\tp-2.....\n"
-                            "3\thello\n4\tworld.x\n");
+    cr_expect_str_eq(r.out,
+                     "0\tp-0.....\n1\tp-1.....\n2\tp-2.....\n"
+                     "3\thello\n4\tworld.x\n");
     cli_run_tern(&r, fs.addr, NULL, "consume orders --offset 3 --format raw");
     cr_expect_str_eq(r.out, "hello\nworld.x\n");
     cli_run_tern(&r, fs.addr, NULL, "consume orders --offset 1 --max 2");
