@@ -317,9 +317,8 @@ static int next_server(const struct tern_client *c, int i)
 static int server_suspect(const struct tern_client *c, int i, int64_t now)
 {
     const struct tern__server *s = c->servers[i];
-    return now < s->silent_until ||
-           (s->state == TERN__CONN_CLOSED && s->failures > 0 &&
-            now < s->retry_after);
+    return now < s->silent_until || (s->state == TERN__CONN_CLOSED &&
+                                     s->failures > 0 && now < s->retry_after);
 }
 
 /* The server after i that is not suspect, else simply the next one. */
@@ -474,8 +473,7 @@ static int follows_leader(const struct tern_client *c,
 static int64_t attempt_timeout(const struct tern_client *c,
                                const struct tern__req *r)
 {
-    return (int64_t)c->opts.attempt_timeout_ms
-           << TERN_MIN(r->silent_aborts, 4);
+    return (int64_t)c->opts.attempt_timeout_ms << TERN_MIN(r->silent_aborts, 4);
 }
 
 /* When r's server last showed life for this attempt. */

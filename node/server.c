@@ -1164,8 +1164,7 @@ void node_server_wake(struct node_server *s)
     while (l != &s->parked) {
         struct parked *p = TERN_CONTAINER(l, struct parked, link);
         l = l->next;
-        if (p->hold ? hold_ready(s, p, &st)
-                    : parked_ready(s, p, st.writable)) {
+        if (p->hold ? hold_ready(s, p, &st) : parked_ready(s, p, st.writable)) {
             parked_answer(s, p);
             any = true;
         }

@@ -175,8 +175,7 @@ static enum fake_action slow_hook(struct fake_server *fs,
         fs->counter = 0;
         return FAKE_HANDLED;
     }
-    if (r->op == PROTO_OP_STATUS && fs->n_deferred > 0 &&
-        ++fs->counter >= 4) {
+    if (r->op == PROTO_OP_STATUS && fs->n_deferred > 0 && ++fs->counter >= 4) {
         fake_flush_deferred(fs, 0);
     }
     return FAKE_DEFAULT;
