@@ -16,6 +16,7 @@
 #define TERN__DEFAULT_REQUEST_TIMEOUT_MS 5000
 #define TERN__DEFAULT_BACKOFF_MS         25
 #define TERN__DEFAULT_WINDOW             32
+#define TERN__DEFAULT_ATTEMPT_TIMEOUT_MS 300
 #define TERN__FETCH_MAX_BYTES_DEFAULT    (1u << 20)
 
 /* ---- Client lifetime ---- */
@@ -34,6 +35,7 @@ void tern_client_options_init(struct tern_client_options *o)
     o->max_in_flight = TERN__DEFAULT_WINDOW;
     o->read_from = TERN_READ_LEADER;
     o->max_frame = PROTO_DEFAULT_MAX_BODY;
+    o->attempt_timeout_ms = TERN__DEFAULT_ATTEMPT_TIMEOUT_MS;
 }
 
 int tern_client_new(const char *servers,
@@ -71,6 +73,9 @@ int tern_client_new(const char *servers,
         }
         if (opts->max_frame > 0) {
             c->opts.max_frame = opts->max_frame;
+        }
+        if (opts->attempt_timeout_ms != 0) {
+            c->opts.attempt_timeout_ms = opts->attempt_timeout_ms;
         }
     }
     p = servers;

@@ -80,6 +80,13 @@ struct tern__server
     uint64_t auth_id;
     uint8_t auth_op;
     int logged_in; /* the login of this connection succeeded */
+    /* Liveness (engine.c, attempt deadlines): when bytes last came from
+     * this server (monotonic ms; 0: never), whether a STATUS probe is
+     * on the wire with no byte since, and until when the server counts
+     * as silent (an attempt on it was abandoned; 0: not silent). */
+    int64_t last_rx;
+    int probe_pending;
+    int64_t silent_until;
 };
 
 /* Split "host:port" / "[v6]:port" (addr[0..len), borrowed) into s
@@ -258,6 +265,8 @@ struct tern__req
     int srv;         /* server index while SENT */
     int answered_by; /* server index of the successful answer */
     int attempts;
+    int silent_aborts; /* attempts abandoned on a silent server */
+    int64_t sent_at;   /* when the current attempt was sent */
     int seq_errors;
     int64_t deadline;
     int64_t not_before;

@@ -129,6 +129,7 @@ void tern__server_close(struct tern__server *s)
     s->out.err = 0;
     s->out_off = 0;
     s->in_len = 0;
+    s->probe_pending = 0;
 }
 
 void tern__server_free(struct tern__server *s)

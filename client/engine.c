@@ -28,6 +28,12 @@
  *     to retry);
  *   - TERN_ESEQUENCE on a produce: the queue's batches are rewound or
  *     renumbered (producer.c) and resent in sequence order;
+ *   - TERN_ELEADERSHIPLOST from a leader-following request (the leader
+ *     stepped down with the write in flight): handled like
+ *     TERN_ENOTLEADER, the hint (the new leader, when the deposed one
+ *     knows it) or the next server;
+ *   - the server of an attempt is silent (attempt deadlines, below): the
+ *     attempt is abandoned and the request goes to another server;
  *   - the deadline passes: TERN_ETIMEDOUT (outcome unknown);
  *   - no connection ever came up and every server refused it or did not
  *     resolve (connect_hard_fail): every request fails at once with that
@@ -38,6 +44,29 @@
  * requests wait queued meanwhile. A refused login fails the requests
  * waiting for that server with TERN_EAUTH, like a refused certificate,
  * without trying another server.
+ *
+ * Attempt deadlines (attempt_timeout_ms, T): a request that follows the
+ * leader (leader-only, or a read with read_from LEADER, no fixed target)
+ * is abandoned on its server when that server has sent no byte at all
+ * for T since the attempt was sent: a paused or cut-off process, whose
+ * TCP connection stays up, is then left within about T instead of at the
+ * request deadline. After T/2 of silence the engine sends the server a
+ * STATUS probe (its answer matches no request and is dropped), so a
+ * server that is alive but slow to commit (a large batch, a slow disk)
+ * keeps talking and is never abandoned; answers to any other request
+ * count too. Happy path of an abandon: the attempt is detached (a late
+ * answer is ignored), later batches of its queue are taken back with it
+ * (producer.c keeps sequence order), the server counts as silent for
+ * 4T (until it sends a byte, or its connection fails), the leader guess
+ * moves to the next server that is neither silent nor failing, and the
+ * request is resent at once under the same producer id and sequence, so
+ * the cluster appends it once whichever copy lands. Failure modes: a
+ * follower that still hints the silent server (it has not noticed yet)
+ * is asked again after the base back-off, without growing it, and holds
+ * the write itself once it has no leader (server.c); T doubles per
+ * abandon of the same request (up to 16x), so a server whose loop is
+ * stalled longer than T is given longer each time instead of a resend
+ * loop; request_timeout_ms still ends the request with TERN_ETIMEDOUT.
  *
  * Async window: an async batch is admitted to the window (max_in_flight)
  * in list order and stays admitted across retries until it completes; its
@@ -283,6 +312,27 @@ static int next_server(const struct tern_client *c, int i)
     return (i + 1) % c->n_servers;
 }
 
+/* Is server i a poor target right now: silent since an attempt on it was
+ * abandoned, or its connection failed and is in back-off? */
+static int server_suspect(const struct tern_client *c, int i, int64_t now)
+{
+    const struct tern__server *s = c->servers[i];
+    return now < s->silent_until || (s->state == TERN__CONN_CLOSED &&
+                                     s->failures > 0 && now < s->retry_after);
+}
+
+/* The server after i that is not suspect, else simply the next one. */
+static int next_live_server(const struct tern_client *c, int i, int64_t now)
+{
+    for (int k = 1; k < c->n_servers; k++) {
+        int j = (i + k) % c->n_servers;
+        if (!server_suspect(c, j, now)) {
+            return j;
+        }
+    }
+    return next_server(c, i);
+}
+
 /* The server r goes to: its fixed target, the leader guess for
  * leader-only requests, else the one read_from picks. */
 static int req_target(struct tern_client *c, const struct tern__req *r)
@@ -409,6 +459,99 @@ static void expire(struct tern_client *c, int64_t now)
     }
 }
 
+/* ---- Attempt deadlines (top of the file) ---- */
+
+/* Does r go wherever the leader is (so another server may take it)? */
+static int follows_leader(const struct tern_client *c,
+                          const struct tern__req *r)
+{
+    return r->target < 0 &&
+           (r->leader_only || c->opts.read_from == TERN_READ_LEADER);
+}
+
+/* The attempt timeout of r: T doubled per abandoned attempt, up to 16x. */
+static int64_t attempt_timeout(const struct tern_client *c,
+                               const struct tern__req *r)
+{
+    return (int64_t)c->opts.attempt_timeout_ms << TERN_MIN(r->silent_aborts, 4);
+}
+
+/* When r's server last showed life for this attempt. */
+static int64_t attempt_quiet_since(const struct tern_client *c,
+                                   const struct tern__req *r)
+{
+    return TERN_MAX(r->sent_at, c->servers[r->srv]->last_rx);
+}
+
+/* Ask server i for its status: any answer proves it alive. */
+static void send_probe(struct tern_client *c, int i)
+{
+    struct tern__server *s = c->servers[i];
+    if (s->state != TERN__CONN_READY) {
+        return;
+    }
+    if (proto_encode_simple(&s->out, PROTO_OP_STATUS, ++c->next_id) != 0 ||
+        s->out.err != 0) {
+        s->out.err = 0; /* ENOMEM: no probe this time */
+        return;
+    }
+    s->probe_pending = 1;
+}
+
+/* Abandon r's attempt on its silent server i and send r elsewhere. */
+static void abandon_attempt(struct tern_client *c,
+                            struct tern__req *r,
+                            int64_t t,
+                            int64_t now)
+{
+    int i = r->srv;
+    struct tern__server *s = c->servers[i];
+    s->silent_until = now + 4 * t;
+    tern_errmsg_printf(r->errmsg,
+                       "%s: no answer and no sign of life within the "
+                       "attempt timeout (%lld ms)",
+                       s->addr, (long long)t);
+    r->attempts++;
+    r->silent_aborts++;
+    req_retry(c, r, now, 0);
+    if (c->leader == i) {
+        leader_moved(c, i, next_live_server(c, i, now));
+    }
+}
+
+/* Abandon the attempts whose server has been silent for their attempt
+ * timeout; probe the servers silent for half of it. */
+static void check_attempts(struct tern_client *c, int64_t now)
+{
+    if (c->opts.attempt_timeout_ms <= 0 || c->n_servers < 2) {
+        return;
+    }
+    for (struct tern__req *r = c->head; r != NULL;) {
+        struct tern__req *next = r->next;
+        if (r->state == TERN__REQ_SENT && follows_leader(c, r)) {
+            int64_t t = attempt_timeout(c, r);
+            int64_t quiet = now - attempt_quiet_since(c, r);
+            if (quiet >= t) {
+                abandon_attempt(c, r, t, now);
+                /* Later batches of its queue may have been taken back
+                 * (next is still on the list, maybe QUEUED now). */
+            } else if (quiet >= t / 2 && !c->servers[r->srv]->probe_pending) {
+                send_probe(c, r->srv);
+            }
+        }
+        r = next;
+    }
+}
+
+/* The next time check_attempts has something to do for r (SENT). */
+static int64_t attempt_wake(const struct tern_client *c,
+                            const struct tern__req *r)
+{
+    int64_t t = attempt_timeout(c, r);
+    int64_t q = attempt_quiet_since(c, r);
+    return c->servers[r->srv]->probe_pending ? q + t : q + t / 2;
+}
+
 /* ---- Sending ---- */
 
 /* Server i's connection may just have come up (READY): start the login
@@ -492,6 +635,7 @@ static void pump(struct tern_client *c, int64_t now)
                     sent = 1;
                     r->state = TERN__REQ_SENT;
                     r->srv = i;
+                    r->sent_at = now;
                 }
             }
         }
@@ -681,11 +825,26 @@ static void on_error(struct tern_client *c,
         tern_errmsg_printf(r->errmsg, "%s: %s", s->addr, tern_strerror(status));
     }
     r->attempts++;
-    if (status == TERN_ENOTLEADER && !fixed) {
+    if ((status == TERN_ENOTLEADER || status == TERN_ELEADERSHIPLOST) &&
+        !fixed) {
         int to = -1;
         if (e->leader_address_len > 0) {
             to = tern__find_or_add_server(c, e->leader_address,
                                           e->leader_address_len);
+        }
+        if (status == TERN_ENOTLEADER && to >= 0 && to != i &&
+            server_suspect(c, to, now)) {
+            /* It still names a leader that went silent or whose
+             * connection failed: that leader is probably paused or gone
+             * and this server has not noticed yet. Ask it again after the
+             * base back-off; once it knows no leader it holds the write
+             * until an election ends and hints the winner. The bounce
+             * is not counted, so the redirects after it start from the
+             * base back-off. */
+            r->attempts--;
+            leader_moved(c, -1, i);
+            req_retry(c, r, now, backoff_ms(c, 1));
+            return;
         }
         if (to == i) {
             /* It leads but is not ready for writes yet (its barrier after
@@ -697,7 +856,7 @@ static void on_error(struct tern_client *c,
             return;
         }
         if (to < 0) {
-            to = next_server(c, i);
+            to = next_live_server(c, i, now);
         }
         leader_moved(c, i, to);
         /* Two redirects at once, then the back-off from its base: a
@@ -865,11 +1024,16 @@ int tern__step(struct tern_client *c, int64_t until)
     int rv;
 
     expire(c, now);
+    check_attempts(c, now);
     pump(c, now);
     flush_all(c, now);
 
     for (struct tern__req *r = c->head; r != NULL; r = r->next) {
         wake = TERN_MIN(wake, r->deadline);
+        if (r->state == TERN__REQ_SENT && c->opts.attempt_timeout_ms > 0 &&
+            c->n_servers > 1 && follows_leader(c, r)) {
+            wake = TERN_MIN(wake, attempt_wake(c, r));
+        }
         if (r->state == TERN__REQ_QUEUED) {
             any_queued = 1;
             if (r->not_before > now) {
@@ -985,7 +1149,14 @@ int tern__step(struct tern_client *c, int64_t until)
             }
         }
         if ((re & (POLLIN | POLLHUP | POLLERR)) != 0) {
+            size_t before = s->in_len;
             rv = tern__server_read(s);
+            if (rv == 0 && s->in_len > before) {
+                /* A sign of life (attempt deadlines). */
+                s->last_rx = now;
+                s->probe_pending = 0;
+                s->silent_until = 0;
+            }
             if (rv == 0) {
                 rv = parse_frames(c, i, now);
             }

@@ -81,7 +81,8 @@ for d in sorted(os.listdir(out)):
     try:
         s = json.load(open(p))
     except (OSError, ValueError):
-        rows.append((d, "?", "error", "", "", "", "", "", "", "", "", ""))
+        rows.append((d, "?", "error", "", "", "", "", "", "", "", "", "",
+                     ""))
         bad += 1
         continue
     c = s.get("counts", {})
@@ -96,9 +97,11 @@ for d in sorted(os.listdir(out)):
                  c.get("duplicated", ""), c.get("unexpected", ""),
                  c.get("fifo", ""), c.get("lost_on_node", ""),
                  len(s.get("crashes", [])),
-                 "%.3f" % rec if rec is not None else "none"))
+                 "%.3f" % rec if rec is not None else "none",
+                 c.get("longest_write_gap_ms", "-")))
 hdr = ("run", "nemesis", "verdict", "acked", "info", "lost", "dup",
-       "unexp", "fifo", "lost-on-node", "crashes", "recovery-s")
+       "unexp", "fifo", "lost-on-node", "crashes", "recovery-s",
+       "write-gap-ms")
 w = [max(len(str(r[i])) for r in rows + [hdr]) for i in range(len(hdr))]
 for r in [hdr] + rows:
     print("  ".join(str(x).ljust(w[i]) for i, x in enumerate(r)))

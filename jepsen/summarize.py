@@ -5,8 +5,10 @@ Reads every summary.json (written by harness.py at the end of a run) found
 under the given directories, and prints one row per nemesis (or per
 workload x nemesis with --by workload,nemesis): runs, verdicts, acknowledged
 messages, lost, duplicated, unexpected, FIFO violations, lost-on-node,
-node crashes, and the median and max recovery time after the final heal
-(seconds from the final heal to the first successful produce).
+node crashes, the median and max recovery time after the final heal
+(seconds from the final heal to the first successful produce), and the
+longest write gap of the runs (ms without an acknowledged produce in a
+fault window: checker.py, "write gaps").
 
     summarize.py DIR... [--by nemesis|workload,nemesis|nodes,nemesis]
                         [--markdown] [--json OUT]
@@ -22,7 +24,7 @@ import sys
 
 COLS = ("runs", "valid", "invalid", "other", "acked", "resent", "lost", "dup",
         "unexp", "fifo", "lost-on-node", "crashes", "rec-median-s",
-        "rec-max-s")
+        "rec-max-s", "gap-max-ms")
 
 
 def find_summaries(dirs):
@@ -59,7 +61,7 @@ def aggregate(summaries, by):
                                 "lost": 0,
                                 "dup": 0, "unexp": 0, "fifo": 0,
                                 "lost-on-node": 0, "crashes": 0,
-                                "rec": [], "bad_dirs": []})
+                                "rec": [], "gaps": [], "bad_dirs": []})
         c = s.get("counts") or {}
         r["runs"] += 1
         v = s.get("verdict")
@@ -82,13 +84,16 @@ def aggregate(summaries, by):
         rec = s.get("recovery_after_heal_s")
         if rec is not None:
             r["rec"].append(float(rec))
+        if c.get("longest_write_gap_ms") is not None:
+            r["gaps"].append(int(c["longest_write_gap_ms"]))
     return rows
 
 
 def cells(r):
     med = "%.3f" % statistics.median(r["rec"]) if r["rec"] else "none"
     mx = "%.3f" % max(r["rec"]) if r["rec"] else "none"
-    return [str(r[c]) for c in COLS[:-2]] + [med, mx]
+    gap = str(max(r["gaps"])) if r["gaps"] else "none"
+    return [str(r[c]) for c in COLS[:-3]] + [med, mx, gap]
 
 
 def main(argv=None):

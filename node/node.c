@@ -416,13 +416,15 @@ static void on_state(void *arg,
              writable ? "true" : "false", repl_role_name(n->role),
              (unsigned long long)n->leader_id, (unsigned long long)n->term);
     bool was_writable = n->writable;
+    bool leader_changed = leader_id != n->leader_id;
     n->role = role;
     n->leader_id = leader_id;
     n->term = term;
     n->writable = writable;
     node_notify_role(repl_role_name(role), term, writable);
-    if (was_writable && !writable && n->server != NULL) {
-        /* Parked leader-only fetches are refused now (server.c). */
+    if ((was_writable != writable || leader_changed) && n->server != NULL) {
+        /* Parked leader-only fetches are refused now, writes held for a
+         * leader are answered with the hint (server.c). */
         node_server_wake(n->server);
     }
     /* Busy-poll where answers come back at once: a leader's AppendEntries.

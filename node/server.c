@@ -169,6 +169,7 @@
 #define SERVER__RECEIVE_RECHECK_MS 200u  /* a parked RECEIVE re-plans */
 #define SERVER__DELIVERING_MAX     64u   /* groups with a DELIVER in flight */
 #define SERVER__RELEASE_SCAN       4096u /* lease rows read at a close */
+#define SERVER__HOLD_MAX           256u  /* writes held for a leader */
 
 /* The node as the server sees it (node_server_new's arguments). Each
  * connection has a copy: it can outlive the server. */
@@ -274,6 +275,7 @@ struct parked
     uint64_t consumer_id; /* RECEIVE */
     uint64_t deadline;    /* uv_now ms */
     struct node_fetch_filter filter;
+    bool hold; /* a write held until a leader is known (hold_write) */
 };
 
 /* One log line per second per kind; the rest are counted. */
@@ -309,6 +311,7 @@ struct node_server
     struct tern_list conns;
     struct tern_list parked;
     unsigned n_parked;
+    unsigned n_held; /* of n_parked: writes held for a leader */
     struct delivering delivering[SERVER__DELIVERING_MAX];
     unsigned n_delivering;
     unsigned n_conns;   /* in conns (open or closing) */
@@ -606,7 +609,9 @@ static void send_error(struct node_conn *c,
     if (c->srv != NULL) {
         node_metrics_error(c->srv->metrics, op, status);
     }
-    if (status == TERN_ENOTLEADER) {
+    if (status == TERN_ENOTLEADER || status == TERN_ELEADERSHIPLOST) {
+        /* A deposed leader's failed writes carry the new leader too,
+         * when it is known already. */
         struct repl_status st;
         const char *a;
         view_status(&c->view, &st);
@@ -956,6 +961,9 @@ static void parked_free(struct node_server *s, struct parked *p)
     tern_list_remove(&p->link);
     s->n_parked--;
     p->c->n_parked--;
+    if (p->hold) {
+        s->n_held--;
+    }
     conn_unref(p->c);
     tern_free(p);
 }
@@ -964,6 +972,34 @@ static bool refuse_unless_writable(struct node_conn *c,
                                    uint8_t op,
                                    uint64_t request_id,
                                    const struct repl_status *st);
+
+/* Answer a held write (hold_write) with what the node knows now: the
+ * leader hint, "no leader known" when the hold timed out, or, when this
+ * node has become a writable leader, TERN_ENOTLEADER naming itself (the
+ * client sends the write again, here). */
+static void hold_answer(struct node_server *s, struct parked *p)
+{
+    struct node_conn *c = p->c;
+    struct repl_status st;
+    if (!conn_live(c)) {
+        return;
+    }
+    view_status(&s->view, &st);
+    if (!refuse_unless_writable(c, p->op, p->request_id, &st)) {
+        send_error(c, p->op, p->request_id, TERN_ENOTLEADER,
+                   "leader elected while the write waited: send it again");
+    }
+}
+
+/* Is a held write ready to be answered: this node writable, a transfer
+ * naming the next leader, or another node known as the leader? */
+static bool hold_ready(const struct node_server *s,
+                       const struct parked *p,
+                       const struct repl_status *st)
+{
+    return !conn_live(p->c) || st->writable || st->transfer_to != 0 ||
+           (st->leader_id != 0 && st->leader_id != s->view.cfg->id);
+}
 static void receive_now(struct node_conn *c,
                         uint64_t request_id,
                         const char *queue,
@@ -1023,6 +1059,11 @@ static void parked_answer(struct node_server *s, struct parked *p)
 {
     struct node_conn *c = p->c;
     struct repl_status st;
+    if (p->hold) {
+        hold_answer(s, p);
+        parked_free(s, p);
+        return;
+    }
     if (p->op == PROTO_OP_RECEIVE) {
         uint64_t now = uv_now(s->loop);
         if (conn_live(c)) {
@@ -1123,7 +1164,7 @@ void node_server_wake(struct node_server *s)
     while (l != &s->parked) {
         struct parked *p = TERN_CONTAINER(l, struct parked, link);
         l = l->next;
-        if (parked_ready(s, p, st.writable)) {
+        if (p->hold ? hold_ready(s, p, &st) : parked_ready(s, p, st.writable)) {
             parked_answer(s, p);
             any = true;
         }
@@ -2072,6 +2113,48 @@ static bool delay_refused(struct node_conn *c,
     return true;
 }
 
+/* A write reached a node that knows no leader (an election is under
+ * way) or leads without being writable yet (its barrier after the
+ * election): hold it, at most one election timeout, and answer it with
+ * the leader hint as soon as the node knows one (node_server_wake, which
+ * node.c calls when the leader or writability changes), so the client
+ * learns the new leader from the answer instead of polling the nodes.
+ * Bounded by SERVER__HOLD_MAX in total and by the parked-fetch limits
+ * (max_parked, max_parked_per_conn); past them, or out of memory, the
+ * write is answered at once as before. Returns whether it was held. */
+static bool hold_write(struct node_conn *c,
+                       uint8_t op,
+                       uint64_t request_id,
+                       const struct repl_status *st)
+{
+    struct node_server *s = c->srv;
+    const struct node_config *cfg = c->view.cfg;
+    struct parked *p;
+    if (s == NULL || s->closing || st->writable || st->transfer_to != 0 ||
+        (st->leader_id != 0 && st->leader_id != cfg->id) ||
+        cfg->election_timeout_ms == 0 || s->n_held >= SERVER__HOLD_MAX ||
+        s->n_parked >= cfg->max_parked ||
+        c->n_parked >= cfg->max_parked_per_conn) {
+        return false;
+    }
+    p = tern_calloc(1, sizeof(*p));
+    if (p == NULL) {
+        return false;
+    }
+    p->c = c;
+    p->op = op;
+    p->request_id = request_id;
+    p->hold = true;
+    p->deadline = uv_now(s->loop) + cfg->election_timeout_ms;
+    tern_list_push(&s->parked, &p->link);
+    s->n_parked++;
+    s->n_held++;
+    c->n_parked++;
+    c->refs++;
+    park_arm(s);
+    return true;
+}
+
 static void handle_write(struct node_conn *c,
                          uint64_t request_id,
                          const struct proto_request *r)
@@ -2090,7 +2173,8 @@ static void handle_write(struct node_conn *c,
         send_error(c, r->op, request_id, rv, m);
         return;
     }
-    if (refuse_unless_writable(c, r->op, request_id, &st)) {
+    if (hold_write(c, r->op, request_id, &st) ||
+        refuse_unless_writable(c, r->op, request_id, &st)) {
         return;
     }
     if (r->op == PROTO_OP_PRODUCE_DELAYED &&

@@ -110,6 +110,22 @@ struct tern_client_options
     int read_from;          /* enum tern_read_from; default LEADER */
     uint32_t max_frame;     /* largest response body accepted;
                                default 16 MiB */
+    int attempt_timeout_ms; /* a request that follows the leader (writes,
+                               leader reads) abandons its server when
+                               that server sent no byte at all for this
+                               long since the attempt was sent, and goes
+                               on with another server (the idempotent
+                               producer makes a resent batch safe). The
+                               engine asks a quiet server for its status
+                               after half of it, so a server that is slow
+                               but alive (a large batch, a slow disk) is
+                               never abandoned. Doubled for each attempt
+                               of a request so abandoned, up to 16x.
+                               Within request_timeout_ms, which still
+                               ends the request. Default 300 (twice
+                               ternd's default election timeout): set it
+                               to about twice the cluster's
+                               election_timeout_ms; negative: off */
 };
 TERN_API void tern_client_options_init(struct tern_client_options *o);
 

@@ -126,6 +126,16 @@ other than "recovered" and "offset_gaps" makes the verdict invalid):
                 backwards (redelivery of consumed messages). Sound with
                 one consumer per group (the driver's group workload),
                 since commits of one consumer only grow.
+  write gaps    (reported only) per fault window: from a nemesis event
+                that starts a fault (any but the heals: heal-partition,
+                resume, restart, ...; HEAL_EVENTS) to the next one, the
+                longest time without an acknowledged produce: from the
+                fault's start to the first "ok" of a produce completed
+                after it, then between consecutive "ok"s (all producers
+                together), while in the window. A window without any ack
+                counts to its end (the next fault, or the last event).
+                counts.longest_write_gap_ms is the largest over the run,
+                "write_gaps" the largest per fault kind.
   stale_leader_reads
                 (reported only) fetches with "read_from": "leader" whose
                 answer's queue end ("end") is at or below the offset of a
@@ -200,6 +210,7 @@ plus):
 """
 
 import argparse
+import bisect
 import json
 import sys
 from collections import defaultdict
@@ -283,6 +294,41 @@ def _time(ev):
     return t if isinstance(t, (int, float)) else None
 
 
+# Nemesis events that end a fault rather than start one (write gaps).
+HEAL_EVENTS = frozenset((
+    "heal", "heal-partition", "resume", "restart", "restart-crashed",
+    "heal-clock", "heal-delay", "heal-disk-full", "final-heal",
+    "wipe-restart", "wipe-rejoined", "member-add", "crash-detected"))
+
+
+def write_gaps(produce_ok_times, nemesis, end_time):
+    """Longest write gap per fault window (see "write gaps" above).
+    produce_ok_times: completion times (ns) of ok produces; nemesis: list
+    of (time ns, f) of nemesis events; end_time: the last event's time.
+    Returns (longest gap in ms or None, {f: longest gap ms})."""
+    oks = sorted(produce_ok_times)
+    starts = sorted((t, f) for (t, f) in nemesis
+                    if f not in HEAL_EVENTS and t is not None)
+    per_kind = {}
+    longest = None
+    for k, (start, f) in enumerate(starts):
+        stop = starts[k + 1][0] if k + 1 < len(starts) else None
+        lo = bisect.bisect_left(oks, start)
+        hi = len(oks) if stop is None else bisect.bisect_left(oks, stop)
+        prev = start
+        gap = 0
+        for t in oks[lo:hi]:
+            gap = max(gap, t - prev)
+            prev = t
+        if lo == hi:
+            last = stop if stop is not None else end_time
+            gap = max(gap, (last if last is not None else start) - start)
+        ms = int(round(gap / 1e6))
+        per_kind[f] = max(per_kind.get(f, 0), ms)
+        longest = ms if longest is None else max(longest, ms)
+    return longest, per_kind
+
+
 def check(events):
     """Judge a history (list of event dicts). Returns a result dict."""
     attempts = {}          # value -> queue
@@ -321,6 +367,8 @@ def check(events):
     append_times = []               # delayed: (append_ms, queue, value, proc)
     drain_wall = None               # delayed: wall clock the drains began
     nemesis_times = []
+    nemesis_kinds = []              # (time, f) of nemesis events
+    end_time = None                 # the latest event time
     clock_bound_ms = 0              # delayed: see "delayed" above
 
     for ev in events:
@@ -328,12 +376,15 @@ def check(events):
         typ = ev.get("type")
         f = ev.get("f")
         t = _time(ev)
+        if t is not None:
+            end_time = t if end_time is None else max(end_time, t)
         if proc == "nemesis":
             last_nemesis = t if t is not None else last_nemesis
             if f == "final-heal":
                 final_heal = t
             if t is not None:
                 nemesis_times.append(t)
+                nemesis_kinds.append((t, f))
             if f == "clock":
                 clock_bound_ms = max(clock_bound_ms, _clock_bound_ms(ev))
             continue
@@ -753,6 +804,9 @@ def check(events):
         if after:
             recovery_s = (min(after) - heal) / 1e9
 
+    longest_gap_ms, gaps_by_kind = write_gaps(produce_ok_times,
+                                              nemesis_kinds, end_time)
+
     n_attempt = len(attempts)
     n_acked = len(acked)
     n_lost = len(lost_values)
@@ -790,7 +844,9 @@ def check(events):
             "probes_below": len(probes),
             "early": len(early),
             "not_due": sum(1 for v in acked if not_due(v)),
+            "longest_write_gap_ms": longest_gap_ms,
         },
+        "write_gaps": gaps_by_kind,
         "workload": workload or "queue",
         "early": early,
         "clock_bound_ms": clock_bound_ms,
@@ -1174,6 +1230,11 @@ def format_report(r, limit=10):
                     c["offset_gaps"], r["drain_caught_up"]))
     lines.append("stale-leader-reads %d (reported only)"
                  % c["stale_leader_reads"])
+    if c.get("longest_write_gap_ms") is not None:
+        lines.append("longest write gap %d ms (reported only; per fault: %s)"
+                     % (c["longest_write_gap_ms"],
+                        ", ".join("%s %d" % kv for kv in
+                                  sorted(r["write_gaps"].items()))))
     if r.get("workload") == "delayed":
         lines.append("delayed: early %d (clock bound %d ms)  not due at the "
                      "drain %d (not judged)"

@@ -812,5 +812,64 @@ class DelayedTest(unittest.TestCase):
         self.assertIn("duplicated", r["problems"])
 
 
+class WriteGapTest(unittest.TestCase):
+    """The longest write gap per fault window (reported, never judged)."""
+
+    def ack(self, h, proc, counter, at_ms):
+        v = "%s-%d" % (proc, counter)
+        h.add(process=proc, type="invoke", f="produce", queue="q", value=v,
+              time=(at_ms - 1) * 1_000_000)
+        h.add(process=proc, type="ok", f="produce", queue="q", value=v,
+              node="n1", offset=counter, time=at_ms * 1_000_000)
+        return v
+
+    def at(self, h, f, at_ms):
+        h.add(process="nemesis", type="info", f=f, time=at_ms * 1_000_000)
+
+    def test_gap_runs_from_the_fault_to_the_next_ack(self):
+        h = H()
+        vals = []
+        t = 10
+        for k in range(5):           # before any fault: 10 ms apart
+            vals.append(self.ack(h, 1, k, t))
+            t += 10
+        self.at(h, "pause", 100)     # the leader stops at 100 ms
+        vals.append(self.ack(h, 1, 5, 105))   # one ack still lands
+        vals.append(self.ack(h, 1, 6, 845))   # then 740 ms nothing
+        self.at(h, "resume", 900)    # a heal does not open a window
+        vals.append(self.ack(h, 1, 7, 1900))  # the gap after the heal counts
+        self.at(h, "start-partition", 2000)
+        vals.append(self.ack(h, 1, 8, 2300))  # 300 ms from the fault
+        vals.append(self.ack(h, 1, 9, 2350))
+        self.at(h, "final-heal", 2400)
+        h.read(2, [(k, v) for k, v in enumerate(vals)], f="drain")
+        r = checker.check(h.ev)
+        self.assertEqual(r["verdict"], "valid")
+        self.assertEqual(r["write_gaps"], {"pause": 1055,
+                                           "start-partition": 300})
+        self.assertEqual(r["counts"]["longest_write_gap_ms"], 1055)
+        self.assertIn("longest write gap 1055 ms", checker.format_report(r))
+
+    def test_window_without_ack_counts_to_its_end(self):
+        h = H()
+        v0 = self.ack(h, 1, 0, 10)
+        self.at(h, "kill", 50)
+        self.at(h, "kill", 450)      # a new fault closes the first window
+        v1 = self.ack(h, 1, 1, 500)
+        self.at(h, "final-heal", 600)
+        h.read(2, [(0, v0), (1, v1)], f="drain", time=700 * 1_000_000)
+        r = checker.check(h.ev)
+        self.assertEqual(r["write_gaps"], {"kill": 400})
+        self.assertEqual(r["counts"]["longest_write_gap_ms"], 400)
+
+    def test_no_fault_no_gap(self):
+        h = H()
+        v0 = self.ack(h, 1, 0, 10)
+        h.read(2, [(0, v0)], f="drain")
+        r = checker.check(h.ev)
+        self.assertIsNone(r["counts"]["longest_write_gap_ms"])
+        self.assertEqual(r["write_gaps"], {})
+
+
 if __name__ == "__main__":
     unittest.main()

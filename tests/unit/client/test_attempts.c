@@ -1,0 +1,221 @@
+/*
+ * libtern's attempt deadlines (attempt_timeout_ms): a leader that goes
+ * silent (a paused process: its connection stays up, nothing comes back)
+ * is abandoned for another server and the batch lands there once under
+ * its producer id and sequence; the request deadline still ends a request
+ * no server answers; a leader that is slow to answer a write but answers
+ * the engine's STATUS probes is never abandoned.
+ */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include <tern/tern.h>
+#include <tern_common.h>
+
+#include "client_fixture.h"
+#include "fake_server.h"
+
+/* Hook: while fs->counter is non-zero the server is "paused": it reads
+ * every request and answers none (STATUS probes included). */
+static enum fake_action pausable_hook(struct fake_server *fs,
+                                      int conn,
+                                      const struct proto_header *h,
+                                      const struct proto_request *r)
+{
+    (void)conn;
+    (void)h;
+    (void)r;
+    return fs->counter != 0 ? FAKE_SILENT : FAKE_DEFAULT;
+}
+
+static void set_paused(struct fake_server *fs, int paused)
+{
+    (void)pthread_mutex_lock(&fs->mu);
+    fs->counter = paused;
+    (void)pthread_mutex_unlock(&fs->mu);
+}
+
+/* A client for servers with the given request and attempt timeouts. */
+static struct tern_client *client_with(const char *servers,
+                                       int request_timeout_ms,
+                                       int attempt_timeout_ms)
+{
+    struct tern_client_options o;
+    struct tern_client *c = NULL;
+    tern_client_options_init(&o);
+    o.request_timeout_ms = request_timeout_ms;
+    o.attempt_timeout_ms = attempt_timeout_ms;
+    o.retry_backoff_ms = 5;
+    o.connect_timeout_ms = 500;
+    cr_assert_eq(tern_client_new(servers, &o, &c), 0);
+    return c;
+}
+
+/* Create queue q on the fake server at addr alone. */
+static void create_on(const char *addr, const char *q)
+{
+    struct tern_client *c = client_for(addr, 2000, 8);
+    create_queue(c, q);
+    tern_client_free(c);
+}
+
+Test(client, silent_leader_is_abandoned_after_the_attempt_timeout)
+{
+    struct fake_server a, b;
+    struct tern_client *c;
+    struct tern_msg m = {"x", 1};
+    struct fake_record ra, rb;
+    char servers[160];
+    uint64_t base = 99;
+    int64_t t0, took;
+    cr_assert_eq(fake_start(&a, pausable_hook), 0);
+    cr_assert_eq(fake_start(&b, NULL), 0);
+    create_on(a.addr, "q");
+    create_on(b.addr, "q");
+    (void)snprintf(servers, sizeof servers, "%s,%s", a.addr, b.addr);
+
+    /* A leads: the first batch lands there. */
+    c = client_with(servers, 5000, 100);
+    cr_assert_eq(tern_produce(c, "q", &m, 1, &base), 0, "%s",
+                 tern_client_errmsg(c));
+    cr_expect_eq(base, 0);
+    cr_assert_str_eq(tern_client_leader(c), a.addr);
+    cr_expect_eq(fake_n_records(&a), 1);
+
+    /* B holds A's log (replication): the producer's first batch. */
+    (void)pthread_mutex_lock(&a.mu);
+    (void)pthread_mutex_lock(&b.mu);
+    b.dedup_producer = a.dedup_producer;
+    b.dedup_last_seq = a.dedup_last_seq;
+    b.dedup_base = a.dedup_base;
+    b.dedup_count = a.dedup_count;
+    (void)pthread_mutex_unlock(&b.mu);
+    (void)pthread_mutex_unlock(&a.mu);
+
+    /* A is paused: the next batch goes to B before the request deadline
+     * (5 s: TERN_ETIMEDOUT otherwise), once. */
+    set_paused(&a, 1);
+    t0 = now_ms();
+    cr_assert_eq(tern_produce(c, "q", &m, 1, &base), 0, "%s",
+                 tern_client_errmsg(c));
+    took = now_ms() - t0;
+    cr_log_info("silent leader left after %lld ms", (long long)took);
+    cr_expect_eq(base, 0); /* B's log had nothing yet */
+    cr_assert_str_eq(tern_client_leader(c), b.addr);
+    cr_assert_eq(fake_n_records(&a), 2);
+    cr_assert_eq(fake_n_records(&b), 1);
+    /* The resend is the same batch: same producer id and sequence, so a
+     * cluster that had appended A's copy answers B's as a duplicate. */
+    ra = fake_record_at(&a, 1);
+    rb = fake_record_at(&b, 0);
+    cr_expect_eq(ra.producer_id, rb.producer_id);
+    cr_expect_eq(ra.seq, rb.seq);
+    cr_expect_eq(fake_n_msgs(&b), 1);
+
+    /* A wakes up and answers nothing of use (its answers were to
+     * abandoned attempts); later batches stay on B, each appended once. */
+    set_paused(&a, 0);
+    cr_assert_eq(tern_produce(c, "q", &m, 1, &base), 0);
+    cr_expect_eq(base, 1);
+    cr_expect_eq(fake_n_records(&b), 2);
+    cr_expect_eq(fake_n_msgs(&b), 2);
+    cr_expect_eq(fake_n_records(&a), 2);
+    tern_client_free(c);
+    fake_stop(&a);
+    fake_stop(&b);
+}
+
+Test(client, silent_cluster_still_times_out_at_the_request_deadline)
+{
+    struct fake_server a, b;
+    struct tern_client *c;
+    struct tern_msg m = {"x", 1};
+    char servers[160];
+    int64_t t0, took;
+    cr_assert_eq(fake_start(&a, pausable_hook), 0);
+    cr_assert_eq(fake_start(&b, pausable_hook), 0);
+    create_on(a.addr, "q");
+    create_on(b.addr, "q");
+    (void)snprintf(servers, sizeof servers, "%s,%s", a.addr, b.addr);
+    c = client_with(servers, 1200, 100);
+    cr_assert_eq(tern_produce(c, "q", &m, 1, NULL), 0);
+    set_paused(&a, 1);
+    set_paused(&b, 1);
+    t0 = now_ms();
+    cr_expect_eq(tern_produce(c, "q", &m, 1, NULL), TERN_ETIMEDOUT);
+    took = now_ms() - t0;
+    cr_expect_geq(took, 1100);
+    cr_expect_neq(tern_client_errmsg(c)[0], '\0');
+    /* The attempt timeout doubles per abandon (100, 200, 400, 800 ms):
+     * within 1.2 s the batch was sent a handful of times, not in a loop. */
+    cr_expect_leq(fake_n_records(&a) + fake_n_records(&b), 1 + 5);
+    cr_expect_geq(fake_n_records(&b), 1);
+    cr_log_info("sends while the cluster was silent: %d",
+                fake_n_records(&a) + fake_n_records(&b) - 1);
+    tern_client_free(c);
+    fake_stop(&a);
+    fake_stop(&b);
+}
+
+/* Hook: a leader slow to commit: PRODUCE answers are held back until the
+ * fourth STATUS request after it (the engine's probes), which the model
+ * answers at once. */
+static enum fake_action slow_hook(struct fake_server *fs,
+                                  int conn,
+                                  const struct proto_header *h,
+                                  const struct proto_request *r)
+{
+    struct tern_wbuf w;
+    if (r->op == PROTO_OP_PRODUCE) {
+        tern_wbuf_init(&w);
+        fake_model_answer(fs, h, r, &w);
+        fake_defer(fs, conn, &w);
+        tern_wbuf_free(&w);
+        fs->counter = 0;
+        return FAKE_HANDLED;
+    }
+    if (r->op == PROTO_OP_STATUS && fs->n_deferred > 0 && ++fs->counter >= 4) {
+        fake_flush_deferred(fs, 0);
+    }
+    return FAKE_DEFAULT;
+}
+
+Test(client, slow_but_answering_leader_is_not_abandoned)
+{
+    struct fake_server a, b;
+    struct tern_client *c;
+    struct tern_msg m = {"x", 1};
+    char servers[160];
+    uint64_t base = 99;
+    int64_t t0, took;
+    cr_assert_eq(fake_start(&a, NULL), 0);
+    cr_assert_eq(fake_start(&b, NULL), 0);
+    create_on(a.addr, "q");
+    create_on(b.addr, "q");
+    (void)snprintf(servers, sizeof servers, "%s,%s", a.addr, b.addr);
+    c = client_with(servers, 5000, 100);
+    cr_assert_eq(tern_produce(c, "q", &m, 1, &base), 0);
+    cr_assert_str_eq(tern_client_leader(c), a.addr);
+
+    (void)pthread_mutex_lock(&a.mu);
+    a.hook = slow_hook;
+    (void)pthread_mutex_unlock(&a.mu);
+    t0 = now_ms();
+    cr_assert_eq(tern_produce(c, "q", &m, 1, &base), 0, "%s",
+                 tern_client_errmsg(c));
+    took = now_ms() - t0;
+    cr_log_info("slow answer after %lld ms", (long long)took);
+    /* Answered after four probes, i.e. past the attempt timeout (each
+     * probe goes out after half of it without a byte)... */
+    cr_expect_geq(took, 100);
+    /* ...by A, with the batch sent once, and B never asked. */
+    cr_expect_eq(base, 1);
+    cr_expect_eq(fake_n_records(&a), 2);
+    cr_expect_eq(fake_n_records(&b), 0);
+    cr_expect_eq(fake_n_msgs(&a), 2);
+    cr_expect_str_eq(tern_client_leader(c), a.addr);
+    tern_client_free(c);
+    fake_stop(&a);
+    fake_stop(&b);
+}
