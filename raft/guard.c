@@ -294,8 +294,8 @@ void repl_poll(struct repl *r)
     const char *laddr = NULL;
     bool changed = false;
 
-    if (r->closing || !r->io.started) {
-        return;
+    if (r->closing || !r->io.started || r->core_failing > 0) {
+        return; /* inside a step-down: touch nothing (repl_int.h) */
     }
     role = r->failed != 0 ? RAFT_UNAVAILABLE : raft_state(&r->raft);
     if (role == RAFT_UNAVAILABLE && r->failed == 0) {

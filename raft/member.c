@@ -423,7 +423,9 @@ static void change_cb(struct raft_change *req, int status)
             m->step = STEP_CATCHUP; /* libraft gave the promotion up */
             return;
         }
+        r->core_failing++; /* maybe inside a step-down (repl_int.h) */
         finish(m, repl_err_from_raft(status));
+        r->core_failing--;
         return;
     }
     switch (m->step) {
@@ -586,6 +588,9 @@ static int may_change(struct repl *r)
 {
     if (r->closing) {
         return TERN_ESHUTDOWN;
+    }
+    if (r->core_failing > 0) {
+        return TERN_ELEADERSHIPLOST; /* inside a step-down (repl_int.h) */
     }
     repl_poll(r);
     if (r->failed != 0 || raft_state(&r->raft) != RAFT_LEADER ||

@@ -463,11 +463,14 @@ static void apply_cb(struct raft_apply *req, int status, void *result)
     (void)result;
     tern_list_remove(&p->link);
     if (p->cb != NULL) {
+        struct repl *r = p->r;
         int code = repl_err_from_raft(status);
-        if (status != 0 && p->r->closing) {
+        if (status != 0 && r->closing) {
             code = TERN_ESHUTDOWN;
         }
+        r->core_failing += status != 0;
         p->cb(p->data, code, req->index);
+        r->core_failing -= status != 0;
     }
     tern_free(p);
 }
@@ -485,6 +488,9 @@ int repl_propose(struct repl *r,
 
     if (r->closing) {
         return TERN_ESHUTDOWN;
+    }
+    if (r->core_failing > 0) {
+        return TERN_ELEADERSHIPLOST; /* inside a step-down (repl_int.h) */
     }
     repl_poll(r);
     if (!r->guard.writable || r->failed != 0) {
@@ -698,6 +704,7 @@ static void transfer_cb(struct raft_transfer *req)
     uint64_t lid = 0;
     int status = TERN_ESHUTDOWN;
 
+    r->core_failing++; /* the core may be mid step-down (repl_int.h) */
     if (!r->closing) {
         /* Done or given up (the core times a transfer out after an
          * election timeout): if we still lead the same term, writes
@@ -707,10 +714,12 @@ static void transfer_cb(struct raft_transfer *req)
             t->settling = true;
             t->settle_until =
                 r->raft.io->time(r->raft.io) + r->election_timeout_ms;
+            r->core_failing--;
             return;
         }
     }
     transfer_finish(t, status, lid);
+    r->core_failing--;
 }
 
 void repl_transfer_poll(struct repl *r)
@@ -756,7 +765,8 @@ int repl_transfer_start(struct repl *r,
         tern_errmsg_printf(errmsg, "raft is closing");
         return TERN_ESHUTDOWN;
     }
-    if (raft_state(&r->raft) != RAFT_LEADER || r->failed != 0) {
+    if (raft_state(&r->raft) != RAFT_LEADER || r->failed != 0 ||
+        r->core_failing > 0) {
         tern_errmsg_printf(errmsg, "not the leader");
         return TERN_ENOTLEADER;
     }

@@ -344,6 +344,17 @@ struct repl
     void *state_arg;
     bool disk_full; /* repl_set_disk_full (guard.c item 11) */
     bool closing;   /* repl_close called */
+    /* > 0 while a callback of libraft's runs for a request it fails (a
+     * step-down fails every pending apply, barrier, change and transfer
+     * before it updates its state: raft_state still says leader while
+     * the leader's progress array is already freed). Callers up the
+     * stack (node/, answering clients) may ask for the status or propose
+     * again; repl_poll then touches nothing and the calls that would
+     * enter libraft refuse (TERN_ELEADERSHIPLOST): a raft_barrier there
+     * dereferenced the freed progress array (a SIGSTOPped leader resumed
+     * under load crashed so). The poll after the delivery or tick that
+     * caused the step-down catches up. */
+    unsigned core_failing;
     /* the transfer under way, or being decided (repl.c) */
     struct transfer_req *transfer;
     struct tern_list proposals;

@@ -489,6 +489,75 @@ Test(cluster, propose_callbacks_and_close)
     cluster_fini(&cl);
 }
 
+/* What node/ does when a step-down fails its writes: answer the client
+ * (which asks for the status, and so polls) and maybe propose the next
+ * batch, from inside the callback. libraft 0.15 fails them while it still
+ * says leader with its progress array freed: a barrier or an apply from
+ * there dereferenced NULL (a SIGSTOPped leader resumed under load). */
+struct stepdown_probe
+{
+    struct repl *r;
+    int calls;
+    int status;
+    int propose_rv;
+    enum repl_role role_seen;
+};
+
+static void stepdown_cb(void *data, int status, uint64_t index)
+{
+    struct stepdown_probe *p = data;
+    struct repl_status st;
+    void *buf = tern_calloc(1, 8);
+    uint64_t idx;
+    (void)index;
+    p->calls++;
+    p->status = status;
+    repl_get_status(p->r, &st);
+    p->role_seen = st.role;
+    p->propose_rv = repl_propose(p->r, buf, 8, NULL, NULL, &idx);
+    if (p->propose_rv != 0) {
+        tern_free(buf);
+    }
+}
+
+Test(cluster, stepdown_callbacks_may_reenter)
+{
+    struct stepdown_probe probe[4] = {{0}};
+    uint64_t idx = 0;
+    int l;
+    cluster_init(&cl, 3);
+    l = start_all_elect(&cl);
+
+    /* Cut the leader off with writes pending: it steps down after an
+     * election timeout without a quorum's contact and fails them. */
+    cluster_isolate(&cl, l, true);
+    for (unsigned i = 0; i < 4; i++) {
+        void *buf = tern_calloc(1, 8);
+        probe[i].r = cl.nodes[l].repl;
+        cr_assert_eq(repl_propose(cl.nodes[l].repl, buf, 8, stepdown_cb,
+                                  &probe[i], &idx),
+                     0);
+    }
+    for (unsigned n = 0; n < STEPS && probe[3].calls == 0; n++) {
+        cluster_step(&cl);
+    }
+    for (unsigned i = 0; i < 4; i++) {
+        cr_expect_eq(probe[i].calls, 1, "write %u answered once", i);
+        cr_expect_eq(probe[i].status, TERN_ELEADERSHIPLOST, "%s",
+                     tern_strerror(probe[i].status));
+        cr_expect_eq(probe[i].propose_rv, TERN_ELEADERSHIPLOST,
+                     "a proposal from inside the step-down is refused");
+    }
+    /* The poll after the step-down catches up: a follower now. */
+    steps(&cl, 100);
+    struct repl_status st;
+    repl_get_status(cl.nodes[l].repl, &st);
+    cr_expect_neq(st.role, REPL_LEADER);
+    cluster_isolate(&cl, l, false);
+    cr_assert(cluster_step_until(&cl, pred_writable_leader, NULL, STEPS));
+    cluster_fini(&cl);
+}
+
 Test(cluster, failed_apply_fail_stops_then_restart_catches_up)
 {
     uint64_t last = 0;
