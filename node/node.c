@@ -88,6 +88,7 @@
 #include <auth.h>
 #include <proto.h>
 #include <tern_common.h>
+#include <tern/tern.h>
 
 #include "batch.h"
 #include "config.h"
@@ -1847,8 +1848,9 @@ static int run_node(const struct node_config *c,
         tern_free(n);
         return 1;
     }
-    node_log(NODE_LOG_INFO, "starting", "pid=%ld version=%s", (long)getpid(),
-             "0.1.0");
+    node_log(NODE_LOG_INFO, "starting", "pid=%ld version=%d.%d.%d",
+             (long)getpid(), TERN_VERSION_MAJOR, TERN_VERSION_MINOR,
+             TERN_VERSION_PATCH);
     log_config(c);
     if (c->peer_auth == NODE_PEER_AUTH_NONE && !c->dev) {
         node_log(NODE_LOG_WARN,

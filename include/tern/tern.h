@@ -49,7 +49,7 @@ extern "C" {
 #endif
 
 #define TERN_VERSION_MAJOR 0
-#define TERN_VERSION_MINOR 1
+#define TERN_VERSION_MINOR 2
 #define TERN_VERSION_PATCH 0
 #define TERN_VERSION_NUMBER                                                    \
     (TERN_VERSION_MAJOR * 10000 + TERN_VERSION_MINOR * 100 + TERN_VERSION_PATCH)
@@ -94,7 +94,10 @@ enum tern_read_from {
 };
 
 /* Client options. Initialise with tern_client_options_init, then change
- * fields. A value of 0 means "the default". */
+ * fields. A value of 0 means "the default". The caller allocates it and
+ * new fields are only appended: before 1.0 a minor release may append one
+ * (0.2.0 appended attempt_timeout_ms), so rebuild against the header of
+ * the libtern you run with. */
 struct tern_client_options
 {
     int connect_timeout_ms; /* per connection attempt; default 1000 */
