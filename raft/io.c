@@ -780,6 +780,7 @@ static void append_done(struct raft_io_append *inner_req, int status)
         ack(r, a, status);
     }
     tern_free(a);
+    repl_guard_release(r); /* guard.c item 1: our barrier may be durable */
 }
 
 /* Deliver the held commit index (see the top of the file) once the held

@@ -61,8 +61,8 @@
  */
 #include "repl_int.h"
 
-#define REPL_LOST_TRIES    3u
-#define REPL_LOST_RETRY_MS 10u
+#define REPL_LOST_TRIES    5u
+#define REPL_LOST_RETRY_MS 2u
 
 unsigned repl_lost_stagger_ms(unsigned election_timeout_ms)
 {

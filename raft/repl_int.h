@@ -182,6 +182,11 @@ struct repl_peer_ack
     uint64_t term;
     uint64_t acked;
     bool probe;
+    /* Item 1: the newest successful result neutralised before our
+     * barrier was durable, handed to the core once it is (its
+     * last_log_index; term: the term it answered in; 0: none). */
+    uint64_t held_term;
+    uint64_t held_last;
 };
 
 struct repl_guard_state
@@ -216,6 +221,8 @@ struct repl_guard_state
         struct raft_timeout_now msg;
     } held_timeout_now;
     uint64_t timeout_now_delivered; /* stats: held ones delivered */
+    uint64_t results_released;      /* stats: item 1's held results */
+    bool releasing;                 /* repl_guard_release is running */
 };
 
 /* ---- fsm.c: the raft_fsm glue ------------------------------------------ */
@@ -430,6 +437,10 @@ void repl_poll(struct repl *r);
 /* guard.c: on each tick (outside raft's callbacks), hand raft a held
  * TimeoutNow once its appends are acknowledged (item 4). */
 void repl_guard_tick(struct repl *r);
+/* Leader: hand the core the results item 1 neutralised before the
+ * barrier was durable here, once it is (io.c, after an append completed;
+ * every tick). Outside raft's callbacks only. */
+void repl_guard_release(struct repl *r);
 /* repl.c: decide a leadership transfer that raft gave up on during an
  * election, once a leader is known (called from repl_poll). */
 void repl_transfer_poll(struct repl *r);
