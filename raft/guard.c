@@ -22,6 +22,13 @@
  *    while its barrier write is slow) but progressMaybeUpdate() finds
  *    nothing new, so neither match_index nor the commit index moves
  *    (equivalent to dropping it, for safety). Rejections always pass.
+ *    The newest neutralised result per peer is kept and handed to the
+ *    core once our durable index reaches b (repl_guard_release: after
+ *    that append completes, and on ticks): the answer to the new
+ *    leader's first heartbeat is what moves 0.15's progress from probe to
+ *    pipeline, so without it the barrier would wait for the next
+ *    heartbeat interval before going out (HB ms more before a new leader
+ *    is writable). A late copy of a message the follower sent: safe.
  *    Why this suffices: results pass only when durable >= b, and then the
  *    core's last_stored >= b too (we update durable_index right before the
  *    append callback that advances last_stored; the leader's own appends
@@ -449,6 +456,11 @@ bool repl_guard_recv(struct repl *r, struct raft_message *m)
              * while its own barrier write is slow), but
              * progressMaybeUpdate() sees nothing new, so neither
              * match_index nor the commit index moves. */
+            struct repl_peer_ack *p = peer_ack(r, m->server_id);
+            if (p != NULL && b != 0 && res->term == r->raft.current_term) {
+                p->held_term = res->term; /* repl_guard_release */
+                p->held_last = res->last_log_index;
+            }
             m->append_entries_result.last_log_index = 0;
             r->guard.dropped++;
             return true;
@@ -531,8 +543,46 @@ const struct raft_message *repl_guard_send(struct repl *r,
     return copy;
 }
 
+void repl_guard_release(struct repl *r)
+{
+    uint64_t term = r->raft.current_term;
+    uint64_t b = r->guard.barrier_index;
+    if (r->guard.releasing || b == 0 || r->io.acked_index < b || r->closing ||
+        r->failed != 0 || r->io.recv_cb == NULL ||
+        raft_state(&r->raft) != RAFT_LEADER) {
+        return;
+    }
+    r->guard.releasing = true;
+    for (unsigned i = 0; i < r->n_peers; i++) {
+        struct repl_peer_ack *p = &r->guard.peer_acks[i];
+        struct raft_message m;
+        if (p->held_term == 0) {
+            continue;
+        }
+        if (p->held_term != term || raft_state(&r->raft) != RAFT_LEADER) {
+            p->held_term = 0;
+            continue;
+        }
+        memset(&m, 0, sizeof m);
+        m.type = RAFT_IO_APPEND_ENTRIES_RESULT;
+        m.server_id = r->peers[i].id;
+        m.server_address = r->peers[i].address;
+        m.append_entries_result.term = p->held_term;
+        m.append_entries_result.rejected = 0;
+        m.append_entries_result.last_log_index = p->held_last;
+        p->held_term = 0;
+        r->guard.results_released++;
+        /* A late copy of what the follower sent: the core treats it as
+         * any delayed message (its term and index are checked). */
+        r->io.recv_cb(&r->io.outer, &m);
+    }
+    r->guard.releasing = false;
+    repl_poll(r);
+}
+
 void repl_guard_tick(struct repl *r)
 {
+    repl_guard_release(r);
     struct raft_message m;
     if (!r->guard.held_timeout_now.set) {
         return;

@@ -586,6 +586,12 @@ static void io_tick(struct raft_io *inner)
         }
         return;
     }
+    repl_io_tick(r);
+    repl_lost_tick(r);
+}
+
+void repl_io_tick(struct repl *r)
+{
     if (r->closing || r->io.tick_cb == NULL) {
         return;
     }
@@ -643,6 +649,7 @@ static int io_start(struct raft_io *io,
         copy_errmsg(r);
         return rv;
     }
+    repl_lost_start(r);
     rv = xport_start(r->xport, repl_xport_recv, r);
     if (rv != 0) {
         (void)snprintf(r->io.outer.errmsg, sizeof r->io.outer.errmsg,
@@ -773,6 +780,7 @@ static void append_done(struct raft_io_append *inner_req, int status)
         ack(r, a, status);
     }
     tern_free(a);
+    repl_guard_release(r); /* guard.c item 1: our barrier may be durable */
 }
 
 /* Deliver the held commit index (see the top of the file) once the held
@@ -1077,7 +1085,7 @@ static int io_snapshot_get(struct raft_io *io,
 static raft_time io_time(struct raft_io *io)
 {
     struct repl *r = outer_repl(io);
-    return r->inner->time(r->inner);
+    return r->inner->time(r->inner) + r->lost.offset; /* lost.c, 2. */
 }
 
 static int io_random(struct raft_io *io, int min, int max)
@@ -1387,8 +1395,12 @@ static bool hold_commit(struct repl *r, struct repl_wire *w)
 void repl_io_deliver(struct repl *r, struct repl_wire *w)
 {
     bool held;
-    if (r->closing || r->failed != 0 || r->io.recv_cb == NULL ||
-        !repl_guard_recv(r, &w->msg)) {
+    if (r->closing || r->failed != 0 || r->io.recv_cb == NULL) {
+        repl_wire_release(w);
+        return;
+    }
+    repl_lost_recv(r, &w->msg);
+    if (!repl_guard_recv(r, &w->msg)) {
         repl_wire_release(w);
         return;
     }

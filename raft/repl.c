@@ -274,6 +274,7 @@ static int create(uv_loop_t *loop,
     r->durability = c.durability;
     r->join = c.join;
     r->member.auto_rejoin = !c.no_auto_rejoin;
+    r->lost.on = !c.no_peer_down;
     r->fsm = *fsm;
     r->state_cb = state_cb;
     r->state_arg = state_arg;

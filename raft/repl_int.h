@@ -182,6 +182,11 @@ struct repl_peer_ack
     uint64_t term;
     uint64_t acked;
     bool probe;
+    /* Item 1: the newest successful result neutralised before our
+     * barrier was durable, handed to the core once it is (its
+     * last_log_index; term: the term it answered in; 0: none). */
+    uint64_t held_term;
+    uint64_t held_last;
 };
 
 struct repl_guard_state
@@ -216,6 +221,8 @@ struct repl_guard_state
         struct raft_timeout_now msg;
     } held_timeout_now;
     uint64_t timeout_now_delivered; /* stats: held ones delivered */
+    uint64_t results_released;      /* stats: item 1's held results */
+    bool releasing;                 /* repl_guard_release is running */
 };
 
 /* ---- fsm.c: the raft_fsm glue ------------------------------------------ */
@@ -316,6 +323,25 @@ struct repl_member_state
     uint64_t auto_rejoin_id;
 };
 
+/* ---- lost.c: acting on a leader's lost connection ----------------------- */
+
+struct repl_lost_state
+{
+    bool on;                /* act on peer-down signals (repl_config) */
+    uint64_t offset;        /* ms added to the inner clock (io_time); grows */
+    uint64_t leader_id;     /* episode: the leader whose connection closed (0:
+                               none) */
+    uint64_t term;          /* episode: the term it led */
+    uint64_t since;         /* episode: inner io time of the signal */
+    uint64_t act_at;        /* inner io time of the next action (0: none) */
+    unsigned tries;         /* timer expiries in this episode */
+    uint64_t signals;       /* stats: peer-down signals received */
+    uint64_t episodes;      /* stats: signals about the current leader */
+    uint64_t acted;         /* stats: election timers expired */
+    uint64_t false_signals; /* stats: the leader spoke after its signal */
+    uint64_t votes_unstuck; /* stats: RequestVotes given disrupt_leader */
+};
+
 /* ---- the replica -------------------------------------------------------- */
 
 struct repl
@@ -370,6 +396,7 @@ struct repl
     struct repl_bulk_state bulk;     /* bulk.c */
     struct repl_lat_state lat;       /* latency.c */
     struct repl_member_state member; /* member.c */
+    struct repl_lost_state lost;     /* lost.c */
 };
 
 /* ---- io.c ---------------------------------------------------------------- */
@@ -394,6 +421,9 @@ void repl_io_deliver(struct repl *r, struct repl_wire *w);
  * order). Runs from the loop's idle handle; tests without a loop call it
  * directly. Returns how many fired. */
 size_t repl_io_run_deferred(struct repl *r);
+/* Run what a tick of the inner io runs (raft's tick through the gates of
+ * guard.c item 4, then the polls), now. Outside raft's callbacks only. */
+void repl_io_tick(struct repl *r);
 
 /* ---- guard.c ------------------------------------------------------------- */
 
@@ -418,6 +448,10 @@ void repl_poll(struct repl *r);
 /* guard.c: on each tick (outside raft's callbacks), hand raft a held
  * TimeoutNow once its appends are acknowledged (item 4). */
 void repl_guard_tick(struct repl *r);
+/* Leader: hand the core the results item 1 neutralised before the
+ * barrier was durable here, once it is (io.c, after an append completed;
+ * every tick). Outside raft's callbacks only. */
+void repl_guard_release(struct repl *r);
 /* repl.c: decide a leadership transfer that raft gave up on during an
  * election, once a leader is known (called from repl_poll). */
 void repl_transfer_poll(struct repl *r);
@@ -494,6 +528,18 @@ void repl_member_amnesia(struct repl *r, uint64_t id);
 void repl_member_tick(struct repl *r);
 /* raft is closed: fail the change under way (TERN_ESHUTDOWN). */
 void repl_member_close(struct repl *r);
+
+/* ---- lost.c -------------------------------------------------------------- */
+
+/* Listen to the xport's peer-down signal (before xport_start). */
+void repl_lost_start(struct repl *r);
+/* Every tick: the staggered action and the pre-vote retries. */
+void repl_lost_tick(struct repl *r);
+/* A received message on its way to the core: a message of the lost leader
+ * ends the episode; a RequestVote during one gets disrupt_leader. */
+void repl_lost_recv(struct repl *r, struct raft_message *m);
+/* Delay between two voters' turns (lost.c, 1.) for an election timeout. */
+unsigned repl_lost_stagger_ms(unsigned election_timeout_ms);
 
 /* ---- fail.c -------------------------------------------------------------- */
 

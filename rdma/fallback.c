@@ -418,6 +418,13 @@ static void on_inner_recv(void *arg,
     }
 }
 
+/* Either backend's peer-down signal is ours (a hint either way). */
+static void on_inner_peer_down(void *arg, uint64_t peer_id)
+{
+    struct fb_xport *x = arg;
+    xport__peer_down(&x->base, peer_id);
+}
+
 /* ---- lifecycle --------------------------------------------------------- */
 
 static int fb_start(struct xport *base)
@@ -428,6 +435,8 @@ static int fb_start(struct xport *base)
     if (x->closing) {
         return TERN_ESHUTDOWN;
     }
+    xport_set_peer_down(x->slow, on_inner_peer_down, x);
+    xport_set_peer_down(x->fast, on_inner_peer_down, x);
     rc = xport_start(x->slow, on_inner_recv, x);
     if (rc == 0) {
         rc = xport_start(x->fast, on_inner_recv, x);

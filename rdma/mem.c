@@ -217,6 +217,18 @@ size_t xport_mem_net_deliver(struct xport_mem_net *net,
     return done;
 }
 
+int xport_mem_net_peer_down(struct xport_mem_net *net,
+                            uint64_t from,
+                            uint64_t to)
+{
+    struct mem_xport *dst = find_xport(net, to);
+    if (dst == NULL || !dst->started || dst->base.peer_down_cb == NULL) {
+        return 0;
+    }
+    xport__peer_down(&dst->base, from);
+    return 1;
+}
+
 size_t xport_mem_net_drop(struct xport_mem_net *net,
                           uint64_t from,
                           uint64_t to,

@@ -102,6 +102,13 @@ int xport_ringx_conn_detach(struct xport_ringx_conn *c, int status)
     return 1;
 }
 
+void xport_ringx_peer_down(struct xport_ringx_conn *c)
+{
+    if (c->state == XPORT_RINGX_UP && !c->x->closing) {
+        xport__peer_down(&c->x->base, c->remote_id);
+    }
+}
+
 static void conn_close(struct xport_ringx_conn *c, int status)
 {
     c->x->medium->conn_close(c, status);

@@ -155,6 +155,11 @@ void xport_ringx_conn_unlink(struct xport_ringx_conn *c);
  * if it was the current connection. */
 int xport_ringx_conn_detach(struct xport_ringx_conn *c, int status);
 
+/* The medium saw c's peer go away (EOF or hangup on the socket, the CM's
+ * DISCONNECTED): if c was UP and x is not closing, report the peer-down
+ * signal (xport.h) for c's remote id. Call before closing c. */
+void xport_ringx_peer_down(struct xport_ringx_conn *c);
+
 /* Write what waits in p's queue into its ring while space lasts, then
  * ring the doorbell once. */
 void xport_ringx_flush(struct xport_ringx_peer *p);

@@ -1204,6 +1204,7 @@ fail:
     } else if (c->rc.peer != NULL && c->rc.state == XPORT_RINGX_CONNECTING) {
         c->rc.peer->base.retry_after = uv_now(x->loop) + x->retry_ms;
     }
+    xport_ringx_peer_down(&c->rc); /* after what it wrote was delivered */
     conn_close(&c->rc, TERN_ENOCONN);
 }
 

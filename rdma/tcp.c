@@ -69,7 +69,8 @@
  *     network; the next send after it reconnects (lazily: nothing
  *     reconnects without a send);
  *   - an established connection breaks (EOF, reset, write error): same, but
- *     the next send reconnects at once;
+ *     the next send reconnects at once; EOF or a reset read on it is
+ *     also reported as the peer-down signal (xport_set_peer_down);
  *   - per-peer bytes handed to libuv and not yet completed would exceed
  *     max_queued_bytes: the send completes with TERN_EBUSY (a single message
  *     is always accepted when nothing is queued);
@@ -829,8 +830,19 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
     }
     if (nread < 0) {
         /* EOF, reset, ENOBUFS. Before the handshake or HELLO finished,
-         * with TLS on, the other side gave up proving itself. */
+         * with TLS on, the other side gave up proving itself. An
+         * established connection breaking is the peer-down signal
+         * (xport.h); x is not closing (our own close stops reads). */
+        uint64_t down = 0;
+        if (c->peer != NULL && c->state == CONN_UP) {
+            down = c->peer->base.id;
+        } else if (c->peer == NULL && c->hello_seen) {
+            down = c->from_id;
+        }
         conn_close(c);
+        if (down != 0 && !c->x->closing) {
+            xport__peer_down(&c->x->base, down);
+        }
         return;
     }
     if (c->tls != NULL) {

@@ -566,6 +566,7 @@ static void on_cm_event(struct verbs_xport *x,
                 xport_vconn_drain(c);
             }
         }
+        xport_ringx_peer_down(&c->rc); /* after what it announced */
         xport_vconn_close(c, TERN_ENOCONN);
         break;
     default: /* errors, rejections, unreachable, device removal */

@@ -92,8 +92,22 @@ void xport_stats_add(struct xport_stats *sum, const struct xport_stats *add)
     }
 }
 
+void xport_set_peer_down(struct xport *x, xport_peer_down_cb cb, void *arg)
+{
+    x->peer_down_cb = cb;
+    x->peer_down_arg = arg;
+}
+
+void xport__peer_down(struct xport *x, uint64_t peer_id)
+{
+    if (x->peer_down_cb != NULL && peer_id != 0) {
+        x->peer_down_cb(x->peer_down_arg, peer_id);
+    }
+}
+
 void xport_close(struct xport *x, xport_close_cb cb, void *arg)
 {
+    x->peer_down_cb = NULL;
     x->close_cb = cb;
     x->close_arg = arg;
     x->ops->close(x);

@@ -42,7 +42,13 @@ struct xport
     void *recv_arg;
     xport_close_cb close_cb;
     void *close_arg;
+    xport_peer_down_cb peer_down_cb; /* xport_set_peer_down */
+    void *peer_down_arg;
 };
+
+/* A backend saw an established connection with peer_id break (xport.h,
+ * "Peer-down signal"): tell the user, if it asked. */
+void xport__peer_down(struct xport *x, uint64_t peer_id);
 
 /* Called by a backend once fully closed: runs the user's close callback,
  * then the backend's free function. */

@@ -195,6 +195,12 @@ struct repl_config
                                           (REPL_TERM_MAX above); default
                                           (0) REPL_DEFAULT_MAX_TERM_JUMP;
                                           UINT64_MAX: no jump bound */
+    bool no_peer_down;                 /* ignore the xport's peer-down
+                                          signal (raft/lost.c): a
+                                          follower waits out its election
+                                          timeout after its leader died;
+                                          default (false): it starts a
+                                          pre-vote at once */
 };
 
 /* Fill defaults for zero fields, then check invariants (HB < ET, ids

@@ -132,6 +132,21 @@ const char *xport_name(const struct xport *x);
 int xport_set_epoch(struct xport *x, uint64_t epoch);
 int xport_set_fence(struct xport *x, uint64_t fence);
 
+/* Peer-down signal. cb(arg, peer_id) runs on the loop thread when an
+ * established connection with peer_id (either direction) breaks for a
+ * reason this node did not choose: EOF, a reset, a failed read or write.
+ * A killed process's sockets are closed by its kernel at once, so this is
+ * the earliest sign a peer died; it is only a hint (a reset connection
+ * to a live peer gives it too, and a host that vanishes silently gives
+ * none until TCP's timeouts). Several may come for one failure (one per
+ * connection). Never from inside xport_send, never after xport_close.
+ * tcp, shm and verbs report it; the fallback composite passes its two
+ * backends' on; mem reports what the test injects
+ * (xport_mem_net_peer_down). cb NULL: off (the default). arg is
+ * borrowed until xport_close. */
+typedef void (*xport_peer_down_cb)(void *arg, uint64_t peer_id);
+void xport_set_peer_down(struct xport *x, xport_peer_down_cb cb, void *arg);
+
 /* Busy-polling: after a send, keep the loop polling for the answer for
  * up to us microseconds instead of sleeping until a wake-up (how each
  * backend polls: its section below). us = 0 (the default): off. Costs up

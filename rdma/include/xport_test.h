@@ -51,6 +51,12 @@ size_t xport_mem_net_drop(struct xport_mem_net *net,
                           size_t n);
 /* Fire every deferred send callback. Returns how many fired. */
 size_t xport_mem_net_complete(struct xport_mem_net *net);
+/* Give to's transport the peer-down signal for from (xport.h), as a
+ * kernel closing a dead process's connections would; runs to's callback
+ * inside. Returns 1 if to had a callback to run, else 0. */
+int xport_mem_net_peer_down(struct xport_mem_net *net,
+                            uint64_t from,
+                            uint64_t to);
 
 /*
  * ---- ring backends: epoch and fence of one backend --------------------------

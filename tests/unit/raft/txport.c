@@ -80,8 +80,14 @@ static void t_recv(void *arg, uint64_t from, const void *msg, size_t len)
     }
 }
 
+static void t_peer_down(void *arg, uint64_t peer_id)
+{
+    xport__peer_down(arg, peer_id);
+}
+
 static int t_start(struct xport *x)
 {
+    xport_set_peer_down(tx(x)->inner, t_peer_down, x);
     return xport_start(tx(x)->inner, t_recv, x);
 }
 

@@ -661,6 +661,44 @@ static void t_sender_restart(const struct backend *be)
     close_and_wait(b);
 }
 
+/* The peer-down signal (xport_set_peer_down): the receiver reports the
+ * sender's id once the sender's connection closes (the sender closing its
+ * transport here; a killed process's kernel closes it the same way), not
+ * while it lives, and never after its own close. */
+struct downs
+{
+    int count;
+    uint64_t last;
+};
+
+static void on_down(void *arg, uint64_t peer_id)
+{
+    struct downs *d = arg;
+    d->count++;
+    d->last = peer_id;
+}
+
+static void t_peer_down_on_close(const struct backend *be)
+{
+    struct profile pr = {0};
+    static struct sink sink;
+    struct downs d = {0};
+    char a_addr[ADDR_MAX], b_addr[ADDR_MAX];
+    struct xport *a = be->make(&loop_a, 1, &pr, a_addr);
+    struct xport *b = be->make(&loop_b, 2, &pr, b_addr);
+
+    sink_init(&sink);
+    xport_set_peer_down(b, on_down, &d);
+    cr_assert_eq(xport_start(b, on_recv, &sink), 0);
+    warm_up(a, 2, b_addr, &sink);
+    warm_up(a, 2, b_addr, &sink);
+    cr_expect_eq(d.count, 0, "no signal while the sender lives");
+    close_and_wait(a);
+    run_until(&d.count, 1);
+    cr_expect_eq(d.last, 1);
+    close_and_wait(b);
+}
+
 static struct
 {
     int sends_done;
@@ -833,3 +871,4 @@ CONFORMANCE(peer_restart)
 CONFORMANCE(sender_restart)
 CONFORMANCE(close_cancels)
 CONFORMANCE(reply_and_close_from_recv_callback)
+CONFORMANCE(peer_down_on_close)

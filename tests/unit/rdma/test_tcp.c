@@ -707,3 +707,55 @@ Test(tcp, connect_timeout_when_syns_go_unanswered)
     }
     close(lfd);
 }
+
+/* The peer-down signal (xport_set_peer_down): b reports a's id once a's
+ * connections close (here a closes its transport; a killed process's
+ * kernel closes them the same way), once per established connection
+ * (a -> b inbound, b -> a outbound), and a, which closed itself, reports
+ * nothing. */
+struct downs
+{
+    int count;
+    uint64_t ids[8];
+};
+
+static void on_down(void *arg, uint64_t peer_id)
+{
+    struct downs *d = arg;
+    if (d->count < 8) {
+        d->ids[d->count] = peer_id;
+    }
+    d->count++;
+}
+
+Test(tcp, peer_down_on_closed_connections)
+{
+    static struct sreq ra, rb;
+    static struct sink sa, sb;
+    struct downs da = {0}, db = {0};
+    char a_addr[32], b_addr[32];
+    struct xport *a = make_tcp(10, NULL, a_addr);
+    struct xport *b = make_tcp(20, NULL, b_addr);
+    int done = 0;
+
+    memset(&sa, 0, sizeof sa);
+    memset(&sb, 0, sizeof sb);
+    xport_set_peer_down(a, on_down, &da);
+    xport_set_peer_down(b, on_down, &db);
+    cr_assert_eq(xport_start(a, on_recv, &sa), 0);
+    cr_assert_eq(xport_start(b, on_recv, &sb), 0);
+    cr_assert_eq(send_msg(a, &ra, 20, b_addr, 0, 16, &done), 0);
+    cr_assert_eq(send_msg(b, &rb, 10, a_addr, 0, 16, &done), 0);
+    run_until(&done, 2);
+    run_until(&sa.count, 1);
+    run_until(&sb.count, 1);
+    cr_expect_eq(db.count, 0, "no signal while both live");
+    close_and_wait(a);
+    run_until(&db.count, 2);
+    for (int i = 0; i < db.count && i < 8; i++) {
+        cr_expect_eq(db.ids[i], 10);
+    }
+    cr_expect_eq(da.count, 0, "a closed itself: no signal");
+    close_and_wait(b);
+    cr_expect_eq(db.count, 2, "none after b's own close");
+}

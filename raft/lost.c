@@ -1,0 +1,236 @@
+/*
+ * raft/lost.c: acting at once on a leader's lost connection. A killed
+ * leader's kernel closes its sockets at once, so its followers learn of the
+ * death within a round trip (the xport's peer-down signal, xport.h), while
+ * libraft 0.15 would wait out a randomized election timeout in [ET, 2ET)
+ * and, worse, every follower refuses RequestVotes (pre-votes included) as
+ * long as it remembers a leader, however old (recv_request_vote.c). This
+ * file turns the signal into an election started at once.
+ *
+ * Episode. A follower whose current leader is peer P gets P's peer-down
+ * signal: the episode (r->lost) records P, the term and the time. It ends
+ * when the term changes, a leader other than P is known, the node stops
+ * being a follower or candidate, a message from P arrives (AppendEntries
+ * or InstallSnapshot of the episode's term or later: P lives, the signal
+ * was a connection reset), or 2 * ET after the signal (the normal timers
+ * rule again).
+ *
+ * 1. Who goes first. Among the voters of the configuration other than P,
+ *    ranked by id, the k-th (k = 0, 1, ...) acts REPL_LOST_STAGGER(ET) * k
+ *    ms after the signal (ET / 3 each: longer than a pre-vote round, the
+ *    term and vote fsyncs and the RequestVote on loopback, so when both
+ *    followers see the close at once the first one's election is decided
+ *    before the second starts its own: no split vote). The first one's
+ *    pre-vote fails only if its log is behind the other's; the second then
+ *    wins on its turn.
+ * 2. Acting = expiring the election timer. 0.15 has no call for it, but
+ *    our raft_io owns time(): r->lost.offset (ms, only grows) is added to
+ *    the inner io's clock (io.c io_time) by exactly what the running timer
+ *    still lacks (from struct raft's public election_timer_start and
+ *    randomized_election_timeout), and a tick is run at once through the
+ *    usual gates (io.c repl_io_tick: no tick while appends are in flight,
+ *    the disk is full, the node may not vote...; a gated node converts on
+ *    its next allowed tick, its timer already expired). The core converts
+ *    to a pre-vote candidate: no term change yet.
+ *    A candidate still in pre-vote REPL_LOST_RETRY_MS later (its pre-vote
+ *    reached a follower that had not seen the close yet) expires its timer
+ *    again, which re-sends the pre-vote; at most REPL_LOST_TRIES times.
+ * 3. Voting. While in an episode, a RequestVote (pre-vote or real) from a
+ *    voter other than P is handed to the core with disrupt_leader set, so
+ *    the core's "I still have a leader" refusal does not apply (it does not
+ *    touch the log comparison nor the one-vote-per-term rule: safety is
+ *    unchanged, only the stickiness, which protects a live leader, is
+ *    lifted for a leader this node saw die).
+ *
+ * False signals. A reset connection to a live leader starts an episode on
+ * one follower: its pre-vote goes to P (a leader refuses) and to the other
+ * follower, which still hears P, so has no episode, and refuses; the
+ * candidate stays in pre-vote without changing its term and returns to
+ * follower at P's next heartbeat. Nothing is disrupted. Only if every
+ * follower of a majority loses its connections to a live P at once (then
+ * P is cut off from them anyway) is a new leader elected, in a new term,
+ * as if their timers had expired.
+ *
+ * Other users of io time (checked): the core's leader-side timers
+ * (heartbeats, contact quorum, promotion rounds) and ours (member.c change
+ * deadlines, repl.c transfer settling) measure differences taken while
+ * leading; the offset only moves while following, before an election, so
+ * they see a constant shift. guard.c item 4's held TimeoutNow (a follower)
+ * may expire up to 2 * ET early: it is dropped, and this election replaces
+ * it. bulk.c reads the inner clock, latency.c the monotonic ns clock.
+ */
+#include "repl_int.h"
+
+#define REPL_LOST_TRIES    5u
+#define REPL_LOST_RETRY_MS 2u
+
+unsigned repl_lost_stagger_ms(unsigned election_timeout_ms)
+{
+    return TERN_MAX(1u, election_timeout_ms / 3);
+}
+
+/* Raft's clock (with the offset) and the inner io's (without): episode
+ * times use the latter, so moving the former does not age them. */
+static uint64_t raft_now(struct repl *r)
+{
+    return r->raft.io->time(r->raft.io);
+}
+
+static uint64_t now_ms(struct repl *r)
+{
+    return r->inner->time(r->inner);
+}
+
+static uint64_t current_leader(struct repl *r)
+{
+    raft_id id = 0;
+    const char *addr = NULL;
+    raft_leader(&r->raft, &id, &addr);
+    return id;
+}
+
+static void episode_end(struct repl *r)
+{
+    r->lost.leader_id = 0;
+    r->lost.act_at = 0;
+    r->lost.tries = 0;
+}
+
+/* Rank of this node among the voters other than lost (by id): 0 first. */
+static unsigned rank_of(struct repl *r, uint64_t lost)
+{
+    unsigned k = 0;
+    for (unsigned i = 0; i < r->raft.configuration.n; i++) {
+        const struct raft_server *s = &r->raft.configuration.servers[i];
+        if (s->role == RAFT_VOTER && s->id != lost && s->id < r->id) {
+            k++;
+        }
+    }
+    return k;
+}
+
+/* Whether the episode still holds (top of the file); ends it if not. */
+static bool episode_valid(struct repl *r)
+{
+    int state;
+    uint64_t lid;
+    if (r->lost.leader_id == 0) {
+        return false;
+    }
+    state = raft_state(&r->raft);
+    lid = state == RAFT_FOLLOWER ? current_leader(r) : 0;
+    if (r->closing || r->failed != 0 || r->raft.current_term != r->lost.term ||
+        (state != RAFT_FOLLOWER && state != RAFT_CANDIDATE) ||
+        (lid != 0 && lid != r->lost.leader_id) ||
+        now_ms(r) - r->lost.since > 2 * (uint64_t)r->election_timeout_ms) {
+        episode_end(r);
+        return false;
+    }
+    return true;
+}
+
+/* Move the clock so the running election timer has expired (2.). */
+static void expire_timer(struct repl *r)
+{
+    int state = raft_state(&r->raft);
+    unsigned timeout;
+    uint64_t elapsed = raft_now(r) - r->raft.election_timer_start;
+    if (state == RAFT_FOLLOWER) {
+        timeout = r->raft.follower_state.randomized_election_timeout;
+    } else if (state == RAFT_CANDIDATE) {
+        timeout = r->raft.candidate_state.randomized_election_timeout;
+    } else {
+        return;
+    }
+    if (elapsed < timeout) {
+        r->lost.offset += timeout - elapsed;
+    }
+}
+
+static void act(struct repl *r)
+{
+    r->lost.tries++;
+    r->lost.acted++;
+    expire_timer(r);
+    r->lost.act_at = now_ms(r) + REPL_LOST_RETRY_MS; /* before the tick:
+                                                         it checks us */
+    repl_io_tick(r);
+}
+
+static void on_peer_down(void *arg, uint64_t peer_id)
+{
+    struct repl *r = arg;
+    unsigned rank;
+    if (r->closing || r->failed != 0 || !r->lost.on) {
+        return;
+    }
+    r->lost.signals++;
+    if (raft_state(&r->raft) != RAFT_FOLLOWER || current_leader(r) != peer_id ||
+        r->lost.leader_id == peer_id) {
+        return; /* not our leader, or already in this episode */
+    }
+    r->lost.leader_id = peer_id;
+    r->lost.term = r->raft.current_term;
+    r->lost.since = now_ms(r);
+    r->lost.tries = 0;
+    r->lost.episodes++;
+    rank = rank_of(r, peer_id);
+    if (rank == 0) {
+        act(r);
+    } else {
+        r->lost.act_at =
+            r->lost.since +
+            (uint64_t)rank * repl_lost_stagger_ms(r->election_timeout_ms);
+    }
+}
+
+void repl_lost_start(struct repl *r)
+{
+    xport_set_peer_down(r->xport, on_peer_down, r);
+}
+
+void repl_lost_tick(struct repl *r)
+{
+    if (!episode_valid(r) || r->lost.act_at == 0 ||
+        now_ms(r) < r->lost.act_at) {
+        return;
+    }
+    if (r->lost.tries == 0) {
+        act(r); /* our turn came (1.) */
+        return;
+    }
+    if (raft_state(&r->raft) == RAFT_CANDIDATE &&
+        r->raft.candidate_state.in_pre_vote &&
+        r->lost.tries < REPL_LOST_TRIES) {
+        act(r); /* pre-vote again (2.) */
+        return;
+    }
+    if (raft_state(&r->raft) == RAFT_FOLLOWER &&
+        r->lost.tries < REPL_LOST_TRIES) {
+        act(r); /* the earlier tick was gated: try again */
+        return;
+    }
+    r->lost.act_at = 0; /* the election runs, or gave up: timers rule */
+}
+
+void repl_lost_recv(struct repl *r, struct raft_message *m)
+{
+    if (r->lost.leader_id == 0) {
+        return;
+    }
+    if (m->server_id == r->lost.leader_id) {
+        if ((m->type == RAFT_IO_APPEND_ENTRIES &&
+             m->append_entries.term >= r->lost.term) ||
+            (m->type == RAFT_IO_INSTALL_SNAPSHOT &&
+             m->install_snapshot.term >= r->lost.term)) {
+            r->lost.false_signals++;
+            episode_end(r); /* it lives */
+        }
+        return;
+    }
+    if (m->type == RAFT_IO_REQUEST_VOTE && !m->request_vote.disrupt_leader &&
+        episode_valid(r)) {
+        m->request_vote.disrupt_leader = true; /* 3. */
+        r->lost.votes_unstuck++;
+    }
+}
