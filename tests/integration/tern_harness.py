@@ -813,6 +813,40 @@ def check_acked_readable(c, where, got, acked):
     return dups
 
 
+def finish_producer(c, p, acks, n, timeout=150):
+    """Wait for a background `tern produce --count n --ack-log acks`
+    (tern_popen), check it exited 0 with all n ids in its ack log and no id
+    acknowledged twice. Returns the ack log [(id, offset)]."""
+    try:
+        out, err = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        out, err = p.communicate()
+    c.check(p.returncode == 0, "producer exit 0 (all %d acknowledged)" % n,
+            "rc=%s: %s" % (p.returncode, (err or "").strip()[-500:]))
+    acked = read_ack_log(acks)
+    ids = [a[0] for a in acked]
+    c.info("%d acknowledged" % len(acked))
+    if p.returncode == 0:
+        c.check(len(acked) == n, "exit 0 means all %d ids are in the ack "
+                "log" % n, len(acked))
+    c.check(not duplicates(ids), "no id acknowledged twice",
+            duplicates(ids))
+    return acked
+
+
+def check_same_sequence(c, cl, node, ref, got, what):
+    """Node `node` applies up to what node `ref` applied, then returns the
+    same consume sequence `got` (read before from elsewhere) alone."""
+    target = (cl.status(ref) or {}).get("last_applied") or 0
+    c.check(cl.wait_applied(node, target, 60),
+            "node %d applied up to %d" % (node, target))
+    again = cl.consume_all("q", servers=cl.nodes[node].client_addr,
+                           expect=len(got))
+    c.check(again == got, "%s node returns the same sequence" % what,
+            "%d vs %d messages" % (len(again), len(got)))
+
+
 _children = []
 _scratch = []
 

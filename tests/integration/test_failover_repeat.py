@@ -9,7 +9,6 @@ acknowledged twice, and every node serves the same sequence. The terms
 each election took are reported (one round: the next term), not asserted
 on, and nothing here is timed."""
 import os
-import subprocess
 import sys
 import time
 
@@ -65,19 +64,7 @@ def main(c):
                     "kill %d: node %d restarted, applied up to %d" %
                     (k + 1, leader, target))
             leader = new_leader
-        try:
-            out, err = p.communicate(timeout=150)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            out, err = p.communicate()
-        c.check(p.returncode == 0, "producer exit 0 (all %d acknowledged)" %
-                N, "rc=%s: %s" % (p.returncode, err.strip()[-500:]))
-
-        acked = h.read_ack_log(acks)
-        ack_ids = [a[0] for a in acked]
-        c.info("%d acknowledged" % len(acked))
-        c.check(not h.duplicates(ack_ids), "no id acknowledged twice",
-                h.duplicates(ack_ids))
+        acked = h.finish_producer(c, p, acks, N)
 
         c.step("read everything back, from each node alone")
         target = (cl.status(leader) or {}).get("last_applied") or 0

@@ -6,7 +6,6 @@ acknowledged offset, and no id may appear twice (the idempotent producer
 allows none); duplicates are reported. The killed node, restarted, must
 serve the same sequence."""
 import os
-import subprocess
 import sys
 import time
 
@@ -41,24 +40,9 @@ def main(c):
         new_leader = cl.wait_leader(20, exclude=(leader,))
         c.info("new leader node %d after %.0f ms" %
                (new_leader, 1000 * (time.monotonic() - t_kill)))
-        try:
-            out, err = p.communicate(timeout=150)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            out, err = p.communicate()
-        c.check(p.returncode == 0, "producer exit 0 (all %d acknowledged)" %
-                N, "rc=%s: %s" % (p.returncode, err.strip()[-500:]))
-
-        acked = h.read_ack_log(acks)
-        ack_ids = [a[0] for a in acked]
-        c.info("%d acknowledged" % len(acked))
+        acked = h.finish_producer(c, p, acks, N)
         c.check(len(acked) > n_before, "acks continued after the failover",
                 len(acked))
-        if p.returncode == 0:
-            c.check(len(acked) == N, "exit 0 means all %d ids are in the "
-                    "ack log" % N, len(acked))
-        c.check(not h.duplicates(ack_ids), "no id acknowledged twice",
-                h.duplicates(ack_ids))
 
         c.step("read everything back from the survivors")
         survivors = [i for i in cl.nodes if i != leader]
@@ -67,14 +51,7 @@ def main(c):
 
         c.step("restart node %d, read from it alone" % leader)
         cl.start_node(leader)
-        st = cl.status(new_leader)
-        target = (st or {}).get("last_applied") or 0
-        c.check(cl.wait_applied(leader, target, 60),
-                "node %d applied up to %d" % (leader, target))
-        got2 = cl.consume_all("q", servers=cl.nodes[leader].client_addr,
-                              expect=len(got))
-        c.check(got2 == got, "restarted node returns the same sequence",
-                "%d vs %d messages" % (len(got2), len(got)))
+        h.check_same_sequence(c, cl, leader, new_leader, got, "restarted")
 
 
 if __name__ == "__main__":

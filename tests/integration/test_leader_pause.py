@@ -10,7 +10,6 @@ The longest time without a new acknowledgement after the pause is printed
 as info (a figure, not a judged one)."""
 import os
 import signal
-import subprocess
 import sys
 import time
 
@@ -66,35 +65,14 @@ def main(c):
 
         c.step("resume node %d, let the producer finish" % leader)
         cl.nodes[leader].proc.send_signal(signal.SIGCONT)
-        try:
-            out, err = p.communicate(timeout=150)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            out, err = p.communicate()
-        c.check(p.returncode == 0, "producer exit 0 (all %d acknowledged)" %
-                N, "rc=%s: %s" % (p.returncode, err.strip()[-500:]))
-        acked = h.read_ack_log(acks)
-        ack_ids = [a[0] for a in acked]
-        c.info("%d acknowledged" % len(acked))
-        if p.returncode == 0:
-            c.check(len(acked) == N, "exit 0 means all %d ids are in the "
-                    "ack log" % N, len(acked))
-        c.check(not h.duplicates(ack_ids), "no id acknowledged twice",
-                h.duplicates(ack_ids))
+        acked = h.finish_producer(c, p, acks, N)
 
         c.step("read everything back from the new leader")
         got = cl.consume_all("q", servers=[new_leader], expect=len(acked))
         h.check_acked_readable(c, "new leader", got, acked)
 
         c.step("node %d catches up and returns the same sequence" % leader)
-        st = cl.status(new_leader)
-        target = (st or {}).get("last_applied") or 0
-        c.check(cl.wait_applied(leader, target, 60),
-                "node %d applied up to %d" % (leader, target))
-        got2 = cl.consume_all("q", servers=cl.nodes[leader].client_addr,
-                              expect=len(got))
-        c.check(got2 == got, "resumed node returns the same sequence",
-                "%d vs %d messages" % (len(got2), len(got)))
+        h.check_same_sequence(c, cl, leader, new_leader, got, "resumed")
 
 
 if __name__ == "__main__":
