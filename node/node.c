@@ -87,8 +87,8 @@
 
 #include <auth.h>
 #include <proto.h>
-#include <tern_common.h>
 #include <tern/tern.h>
+#include <tern_common.h>
 
 #include "batch.h"
 #include "config.h"
