@@ -47,14 +47,15 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 now_ms() { echo $(($(date +%s%N) / 1000000)); }
 pid_of() { tr -dc '0-9' <"$work/node$1.pid"; }
-rss() { # i -> "VmRSS VmHWM" in kB
-    awk '/^VmRSS:/{r=$2} /^VmHWM:/{h=$2} END{print r+0, h+0}' "/proc/$(pid_of "$1")/status"
+rss() { # i -> "VmRSS VmHWM RssAnon RssFile" in kB
+    awk '/^VmRSS:/{r=$2} /^VmHWM:/{h=$2} /^RssAnon:/{a=$2} /^RssFile:/{f=$2}
+         END{print r+0, h+0, a+0, f+0}' "/proc/$(pid_of "$1")/status"
 }
 mem_report() { # label
     for i in 1 2 3; do
-        read -r r h < <(rss "$i")
-        printf '%s: node %d VmRSS %d kB VmHWM %d kB, data dir %s MB\n' "$1" "$i" \
-            "$r" "$h" "$(($(du -sb "$work/node$i" | awk '{print $1}') / 1000000))"
+        read -r r h a f < <(rss "$i")
+        printf '%s: node %d VmRSS %d kB (anonymous %d kB, file-backed %d kB: LMDB pages) VmHWM %d kB, data dir %s MB\n' \
+            "$1" "$i" "$r" "$a" "$f" "$h" "$(($(du -sb "$work/node$i" | awk '{print $1}') / 1000000))"
     done
 }
 
@@ -64,7 +65,7 @@ echo "scale_queues: $queues queues with one message each, $threads threads"
 "$BS" fill -s "$all" --queues "$queues" --threads "$threads"
 sleep 2 # followers apply the tail
 mem_report "after fill"
-read -r rss_fill _ < <(rss 1)
+read -r rss_fill _ anon_fill _ < <(rss 1)
 "$BS" list -s "$all" --queues "$queues" --page-size 1000 | tee "$work/list.out"
 last_q=$(printf 'q%07d' $((queues - 1)))
 
@@ -95,9 +96,9 @@ echo "restart of every node to serving: $all_ms ms"
 for i in 1 2 3; do grep 'index opened' "$work/node$i.log" | tail -n 1 || true; done
 sleep 2
 mem_report "after restart"
-read -r rss_restart _ < <(rss 1)
+read -r rss_restart _ anon_restart _ < <(rss 1)
 lf=$(sed -n 's/^list_first_ms=//p' "$work/list.out")
 lm=$(sed -n 's/^list_middle_ms=//p' "$work/list.out")
 ll=$(sed -n 's/^list_last_ms=//p' "$work/list.out")
-printf '{"bench":"scale_queues","queues":%d,"restart_one_ms":%d,"restart_all_ms":%d,"rss_kb_after_fill":%d,"rss_kb_after_restart":%d,"list_page_first_ms":%s,"list_page_middle_ms":%s,"list_page_last_ms":%s}\n' \
-    "$queues" "$one_ms" "$all_ms" "$rss_fill" "$rss_restart" "$lf" "$lm" "$ll"
+printf '{"bench":"scale_queues","queues":%d,"restart_one_ms":%d,"restart_all_ms":%d,"rss_kb_after_fill":%d,"rss_kb_after_restart":%d,"anon_kb_after_fill":%d,"anon_kb_after_restart":%d,"list_page_first_ms":%s,"list_page_middle_ms":%s,"list_page_last_ms":%s}\n' \
+    "$queues" "$one_ms" "$all_ms" "$rss_fill" "$rss_restart" "$anon_fill" "$anon_restart" "$lf" "$lm" "$ll"
