@@ -51,6 +51,18 @@ rss() { # i -> "VmRSS VmHWM RssAnon RssFile" in kB
     awk '/^VmRSS:/{r=$2} /^VmHWM:/{h=$2} /^RssAnon:/{a=$2} /^RssFile:/{f=$2}
          END{print r+0, h+0, a+0, f+0}' "/proc/$(pid_of "$1")/status"
 }
+# kill -9 node i and wait (10 s at most) until its process is gone or a
+# zombie: only then are its files (the index lock) closed.
+kill_node() { # i
+    local pid
+    pid=$(pid_of "$1")
+    cluster kill "$1" >/dev/null
+    for _ in $(seq 1 100); do
+        [ -e "/proc/$pid" ] || return 0
+        [ "$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)" = Z ] && return 0
+        sleep 0.1
+    done
+}
 mem_report() { # label
     for i in 1 2 3; do
         read -r r h a f < <(rss "$i")
@@ -72,7 +84,7 @@ last_q=$(printf 'q%07d' $((queues - 1)))
 # One follower.
 leader=$(cluster leader)
 f=$((leader % 3 + 1))
-cluster kill "$f" >/dev/null
+kill_node "$f"
 t0=$(now_ms)
 "$BS" serve -s "127.0.0.1:$((base + f)),$all" --read-first --queue "$last_q" \
     --deadline-ms 120000 >"$work/serve1.out" &
@@ -82,9 +94,10 @@ wait "$probe"
 one_ms=$(($(sed -n 's/^serving_at_ms=//p' "$work/serve1.out") - t0))
 echo "restart of follower $f to serving: $one_ms ms"
 grep 'index opened' "$work/node$f.log" | tail -n 1 || true
+grep -h 'loop thread stalled' "$work"/node?.log | tail -n 5 || true
 
 # Every node.
-for i in 1 2 3; do cluster kill "$i" >/dev/null; done
+for i in 1 2 3; do kill_node "$i"; done
 t0=$(now_ms)
 "$BS" serve -s "$all" --queue "$last_q" --deadline-ms 120000 \
     >"$work/serve3.out" &
