@@ -202,12 +202,13 @@ def main():
         print("%d connections over max_connections: %d got TERN_ELIMIT "
               "naming max_connections (%d failed to connect)"
               % (a.over, over_limit, extra_failed))
-        alive = subprocess.run(args + ["status"], stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL).returncode == 0
         for s in socks + extra:
             s.close()
         socks, extra = [], []
         time.sleep(2)
+        # Once they are closed (at the limit, a status probe is refused).
+        alive = subprocess.run(args + ["status"], stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL).returncode == 0
         after = mem(pid)
         per_conn = (held["VmRSS"] - before["VmRSS"]) * 1024.0 / max(
             served, 1)
