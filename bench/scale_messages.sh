@@ -11,7 +11,8 @@
 # iflag=direct, bs 4 MiB: no page cache involved), the files are dropped
 # again, and bench_scale consume reads the whole queue from offset 0
 # through the leader. Prints the consumer's rate in commit-log bytes per
-# second against the floor, and one JSON line.
+# second against the floor, then reads the queue again from a warm cache
+# (the consumer's own ceiling), and one JSON line.
 #
 #   bench/scale_messages.sh [--count N] [--size S] [--nodes 1|2|3]
 #                           [--max-minutes M]
@@ -130,9 +131,15 @@ t0=$(date +%s%N)
 cons_ns=$(($(date +%s%N) - t0))
 cons=$(python3 -c "print(round($log_bytes / ($cons_ns / 1e9) / 1e6, 1))")
 echo "consumer from a cold cache: $cons MB/s of commit log ($(python3 -c "print(round(100 * $cons / $floor))")% of the floor)"
+# The same read again from a warm page cache: what the consumer does when
+# the disk is not in the way.
+"$BS" consume -s "127.0.0.1:$((base + leader))" --read-first --queue scale \
+    --count "$count" | sed 's/^consume:/consume (warm cache):/; s/consume_/warm_consume_/g' |
+    tee "$work/consume-warm.out"
 sr=$(sed -n 's/^produce_start_rate=\([0-9]*\).*/\1/p' "$work/produce.out")
 er=$(sed -n 's/.*produce_end_rate=\([0-9]*\).*/\1/p' "$work/produce.out")
 ar=$(sed -n 's/.*produce_rate=\([0-9]*\)$/\1/p' "$work/produce.out")
 pm=$(sed -n 's/.*consume_payload_mb_s=//p' "$work/consume.out")
-printf '{"bench":"scale_messages","count":%d,"size":%d,"nodes":%d,"produce_start_rate":%s,"produce_end_rate":%s,"produce_rate":%s,"log_bytes":%d,"floor_mb_s":%s,"consume_log_mb_s":%s,"consume_payload_mb_s":%s}\n' \
-    "$count" "$size" "$nodes" "$sr" "$er" "$ar" "$log_bytes" "$floor" "$cons" "$pm"
+wm=$(sed -n 's/.*warm_consume_payload_mb_s=//p' "$work/consume-warm.out")
+printf '{"bench":"scale_messages","count":%d,"size":%d,"nodes":%d,"produce_start_rate":%s,"produce_end_rate":%s,"produce_rate":%s,"log_bytes":%d,"floor_mb_s":%s,"consume_log_mb_s":%s,"consume_payload_mb_s":%s,"warm_consume_payload_mb_s":%s}\n' \
+    "$count" "$size" "$nodes" "$sr" "$er" "$ar" "$log_bytes" "$floor" "$cons" "$pm" "$wm"
