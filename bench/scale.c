@@ -159,7 +159,8 @@ static int cmd_fill(const struct opts *o)
         done += f[i].done;
     }
     double s = (double)(now_us() - t0) / 1e6;
-    printf("fill: %" PRIu64 " queues created with one message each in "
+    printf("fill: %" PRIu64
+           " queues created with one message each in "
            "%.1f s (%.0f queues/s, %u threads)\n",
            done, s, (double)done / s, o->threads);
     free(f);
@@ -195,8 +196,8 @@ static int cmd_serve(const struct opts *o)
         struct timespec ts = {0, 10 * 1000 * 1000};
         nanosleep(&ts, NULL);
     }
-    fprintf(stderr, "bench_scale: serve: not serving after %" PRIu64
-            " ms (last: %s)\n",
+    fprintf(stderr,
+            "bench_scale: serve: not serving after %" PRIu64 " ms (last: %s)\n",
             o->deadline_ms, tern_err_name(last));
     return 1;
 }
@@ -233,9 +234,10 @@ static int cmd_list(const struct opts *o)
             tern_queue_list_free(l);
             worst = us > worst ? us : worst;
         }
-        printf("list page %s (after \"%s\"): %zu names, slowest of 5: "
-               "%.2f ms\n",
-               where[w], after, got, (double)worst / 1000.0);
+        printf(
+            "list page %s (after \"%s\"): %zu names, slowest of 5: "
+            "%.2f ms\n",
+            where[w], after, got, (double)worst / 1000.0);
         printf("list_%s_ms=%.2f\n", where[w], (double)worst / 1000.0);
     }
     tern_client_free(c);
@@ -320,7 +322,8 @@ static int cmd_produce(const struct opts *o)
                 first = rate;
             }
             last = rate;
-            printf("produce: %" PRIu64 " acked, %.0f msg/s over the last "
+            printf("produce: %" PRIu64
+                   " acked, %.0f msg/s over the last "
                    "%" PRIu64 "\n",
                    p.acked, rate, p.acked - mark_n);
             fflush(stdout);
@@ -330,13 +333,15 @@ static int cmd_produce(const struct opts *o)
         }
     }
     double s = (double)(now_us() - t0) / 1e6;
-    printf("produce: %" PRIu64 " messages of %zu B in %.1f s: %.0f msg/s, "
+    printf("produce: %" PRIu64
+           " messages of %zu B in %.1f s: %.0f msg/s, "
            "%.1f MB/s\n",
            p.acked, o->size, s, (double)p.acked / s,
            (double)p.acked * (double)o->size / s / 1e6);
-    printf("produce_start_rate=%.0f produce_end_rate=%.0f "
-           "produce_rate=%.0f\n",
-           first, last, (double)p.acked / s);
+    printf(
+        "produce_start_rate=%.0f produce_end_rate=%.0f "
+        "produce_rate=%.0f\n",
+        first, last, (double)p.acked / s);
     tern_client_free(c);
     free(msgs);
     free(buf);
@@ -354,8 +359,8 @@ static int cmd_consume(const struct opts *o)
         struct tern_fetch_result *r = NULL;
         int rv = tern_fetch(c, o->queue, off, 1000000, o->max_bytes, 0, &r);
         if (rv != 0) {
-            fprintf(stderr, "bench_scale: fetch at %" PRIu64 ": %s: %s\n",
-                    off, tern_err_name(rv), tern_client_errmsg(c));
+            fprintf(stderr, "bench_scale: fetch at %" PRIu64 ": %s: %s\n", off,
+                    tern_err_name(rv), tern_client_errmsg(c));
             return 1;
         }
         size_t k = tern_fetch_result_count(r);
@@ -368,17 +373,18 @@ static int cmd_consume(const struct opts *o)
         off = tern_fetch_result_next_offset(r);
         tern_fetch_result_free(r);
         if (k == 0) {
-            fprintf(stderr, "bench_scale: consume: queue ends at %" PRIu64
-                    "\n", off);
+            fprintf(stderr, "bench_scale: consume: queue ends at %" PRIu64 "\n",
+                    off);
             return 1;
         }
     }
     double s = (double)(now_us() - t0) / 1e6;
-    printf("consume: %" PRIu64 " messages, %" PRIu64 " payload bytes in "
+    printf("consume: %" PRIu64 " messages, %" PRIu64
+           " payload bytes in "
            "%.2f s: %.0f msg/s, %.1f MB/s of payload\n",
            n, bytes, s, (double)n / s, (double)bytes / s / 1e6);
-    printf("consume_msgs_per_s=%.0f consume_payload_mb_s=%.1f\n",
-           (double)n / s, (double)bytes / s / 1e6);
+    printf("consume_msgs_per_s=%.0f consume_payload_mb_s=%.1f\n", (double)n / s,
+           (double)bytes / s / 1e6);
     tern_client_free(c);
     return 0;
 }
@@ -406,8 +412,8 @@ static uint64_t num(const char *s)
 
 int main(int argc, char **argv)
 {
-    struct opts o = {NULL, NULL, 1000000, 0,   32, 60000, 1000,
-                     0,    128,  256,     32,  4u << 20, 0};
+    struct opts o = {NULL, NULL, 1000000, 0,  32,       60000, 1000,
+                     0,    128,  256,     32, 4u << 20, 0};
     if (argc < 2) {
         usage();
     }
@@ -452,8 +458,8 @@ int main(int argc, char **argv)
             usage();
         }
     }
-    if (o.servers == NULL || o.threads < 1 || o.threads > 1024 ||
-        o.batch < 1 || o.size < 1 || o.window < 1 || o.page_size < 1) {
+    if (o.servers == NULL || o.threads < 1 || o.threads > 1024 || o.batch < 1 ||
+        o.size < 1 || o.window < 1 || o.page_size < 1) {
         usage();
     }
     if (strcmp(cmd, "fill") == 0) {

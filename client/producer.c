@@ -67,8 +67,7 @@ uint64_t tern__producer_id_next(struct tern_client *c)
 static uint32_t pq_hash(const char *queue)
 {
     uint32_t h = 2166136261u;
-    for (const unsigned char *p = (const unsigned char *)queue; *p != 0;
-         p++) {
+    for (const unsigned char *p = (const unsigned char *)queue; *p != 0; p++) {
         h = (h ^ *p) * 16777619u;
     }
     return h;

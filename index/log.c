@@ -825,7 +825,8 @@ static void log_will_need(struct idx_env *e, uint64_t from, uint64_t to)
  * thread answers; a read elsewhere (by key, by offset) asks for nothing. */
 static void log_read_ahead(struct idx_env *e, uint64_t pos, uint64_t end)
 {
-    if (pos == e->read_next && end + LOG__READ_AHEAD / 2 > e->read_ahead_until) {
+    if (pos == e->read_next &&
+        end + LOG__READ_AHEAD / 2 > e->read_ahead_until) {
         uint64_t from = TERN_MAX(end, e->read_ahead_until);
         uint64_t to = TERN_MIN(end + LOG__READ_AHEAD, e->log_end);
         if (from < to) {
