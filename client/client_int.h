@@ -231,7 +231,9 @@ enum tern__req_state {
 struct tern__pq
 {
     struct tern__pq *next;
-    char *queue; /* owned */
+    struct tern__pq *hnext; /* next in its bucket of c->pq_table */
+    uint32_t hash;          /* of queue (producer.c) */
+    char *queue;            /* owned */
     uint64_t producer_id;
     uint64_t next_seq;
     int blocked_round; /* pump round in which a batch could not be sent */
@@ -323,6 +325,11 @@ struct tern_client
     struct tern__req *head; /* not-done requests, creation order */
     struct tern__req *tail;
     struct tern__pq *pqs;
+    /* Lookup of pqs by queue name (producer.c): chained buckets, a power
+     * of two, doubled when there are more states than buckets; owned. */
+    struct tern__pq **pq_table;
+    size_t pq_buckets;
+    size_t n_pqs;
     size_t async_pending;        /* async requests not completed */
     size_t async_admitted;       /* async requests admitted to the window */
     struct tern__req *done_head; /* completed async, callbacks not fired */

@@ -3,7 +3,8 @@
  * a block the leader issued (PRODUCER_INIT, asked by api.c before the
  * first produce: id n << 32, the client may use n << 32 | k for every
  * k < 2^32), or a random id with a server that predates issued ids; each
- * queue it produces to gets its own state (struct tern__pq): the
+ * queue it produces to gets its own state (struct tern__pq, found by a
+ * hash of the queue name, c->pq_table): the
  * producer id its batches carry and the next sequence number, starting at
  * 1. A retried batch keeps its (producer id, sequence), so the server
  * appends it once and answers a retry with the original offsets.
@@ -62,11 +63,49 @@ uint64_t tern__producer_id_next(struct tern_client *c)
     return c->producer_id | c->pid_next_k;
 }
 
+/* FNV-1a of a queue name: the bucket of its state in c->pq_table. */
+static uint32_t pq_hash(const char *queue)
+{
+    uint32_t h = 2166136261u;
+    for (const unsigned char *p = (const unsigned char *)queue; *p != 0; p++) {
+        h = (h ^ *p) * 16777619u;
+    }
+    return h;
+}
+
+/* Rebuild c->pq_table with nb buckets (a power of two). On ENOMEM the old
+ * table stays (lookups stay correct, only longer). */
+static void pq_table_resize(struct tern_client *c, size_t nb)
+{
+    struct tern__pq **t = tern_calloc(nb, sizeof *t);
+    if (t == NULL) {
+        return;
+    }
+    for (struct tern__pq *pq = c->pqs; pq != NULL; pq = pq->next) {
+        size_t b = pq->hash & (nb - 1);
+        pq->hnext = t[b];
+        t[b] = pq;
+    }
+    tern_free(c->pq_table);
+    c->pq_table = t;
+    c->pq_buckets = nb;
+}
+
+/* A client that produces to many queues keeps one state per queue: the
+ * lookup is a hash (constant time), not a walk of every state. */
 struct tern__pq *tern__pq_get(struct tern_client *c, const char *queue)
 {
     struct tern__pq *pq;
-    for (pq = c->pqs; pq != NULL; pq = pq->next) {
-        if (strcmp(pq->queue, queue) == 0) {
+    uint32_t h = pq_hash(queue);
+    if (c->pq_table == NULL) {
+        pq_table_resize(c, 64);
+        if (c->pq_table == NULL) {
+            return NULL;
+        }
+    }
+    for (pq = c->pq_table[h & (c->pq_buckets - 1)]; pq != NULL;
+         pq = pq->hnext) {
+        if (pq->hash == h && strcmp(pq->queue, queue) == 0) {
             return pq;
         }
     }
@@ -79,10 +118,17 @@ struct tern__pq *tern__pq_get(struct tern_client *c, const char *queue)
         tern_free(pq);
         return NULL;
     }
+    pq->hash = h;
     pq->producer_id = c->producer_id;
     pq->next_seq = 1;
     pq->next = c->pqs;
     c->pqs = pq;
+    pq->hnext = c->pq_table[h & (c->pq_buckets - 1)];
+    c->pq_table[h & (c->pq_buckets - 1)] = pq;
+    c->n_pqs++;
+    if (c->n_pqs > c->pq_buckets) {
+        pq_table_resize(c, c->pq_buckets * 2);
+    }
     return pq;
 }
 
@@ -94,6 +140,10 @@ void tern__pq_free_all(struct tern_client *c)
         tern_free(pq->queue);
         tern_free(pq);
     }
+    tern_free(c->pq_table);
+    c->pq_table = NULL;
+    c->pq_buckets = 0;
+    c->n_pqs = 0;
 }
 
 /* Checksum of a batch's messages (lengths and bytes), to tell a resend of

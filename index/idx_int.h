@@ -831,6 +831,11 @@ struct idx_env
     /* record read buffer: grown by txn.c, filled by log.c */
     uint8_t *rbuf;
     size_t rbuf_cap;
+    /* log.c, idx__log_read_record: the position after the last record
+     * read (a read there is sequential) and how far the kernel has been
+     * asked to read ahead (POSIX_FADV_WILLNEED). */
+    uint64_t read_next;
+    uint64_t read_ahead_until;
 };
 
 #endif /* TERN_IDX_INT_H */

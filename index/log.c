@@ -65,6 +65,12 @@
  * log or a peer re-supplies the records after the cut (raft/bulk.c).
  * Un-indexed bulk bytes of an abandoned fetch are cut by idx_bulk_discard
  * (apply.c) before the next append.
+ *
+ * READ-AHEAD. A record read right where the previous one ended (a
+ * consumer streaming a queue) keeps 8 MiB ahead of it requested from the
+ * kernel (POSIX_FADV_WILLNEED), so a consumer catching up from a cold page
+ * cache has the disk reading while the loop thread answers; other reads
+ * request nothing.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -474,6 +480,8 @@ void idx__log_close(struct idx_env *e)
     e->n_segs = 0;
     e->cap_segs = 0;
     e->open_fds = 0;
+    e->read_next = 0;
+    e->read_ahead_until = 0;
 }
 
 /* Index of the segment holding pos (the last one whose start <= pos). */
@@ -784,6 +792,51 @@ int idx__log_sync(struct idx_env *e)
     return 0;
 }
 
+/* Bytes a sequential reader has the kernel read ahead of it. */
+#define LOG__READ_AHEAD ((uint64_t)8 << 20)
+
+/* Ask the kernel to read [from, to) of the log into the page cache in the
+ * background (POSIX_FADV_WILLNEED starts the reads and returns). Only a
+ * hint: errors are ignored, the reads that follow work without it. */
+static void log_will_need(struct idx_env *e, uint64_t from, uint64_t to)
+{
+    size_t i = seg_find(e, from);
+    while (from < to && i < e->n_segs) {
+        struct idx__seg *s = &e->segs[i];
+        int fd = -1;
+        if (from >= s->start + s->size) {
+            i++;
+            continue;
+        }
+        uint64_t n = TERN_MIN(to, s->start + s->size) - from;
+        if (seg_fd(e, i, &fd) == 0) {
+            (void)posix_fadvise(fd,
+                                (off_t)(IDX__SEG_HDR_SIZE + (from - s->start)),
+                                (off_t)n, POSIX_FADV_WILLNEED);
+        }
+        from += n;
+        i++;
+    }
+}
+
+/* A record read right after the previous one (a consumer streaming a
+ * queue, a rebuild) keeps LOG__READ_AHEAD bytes ahead of it in flight,
+ * renewed when half of it is consumed, so the disk works while the loop
+ * thread answers; a read elsewhere (by key, by offset) asks for nothing. */
+static void log_read_ahead(struct idx_env *e, uint64_t pos, uint64_t end)
+{
+    if (pos == e->read_next &&
+        end + LOG__READ_AHEAD / 2 > e->read_ahead_until) {
+        uint64_t from = TERN_MAX(end, e->read_ahead_until);
+        uint64_t to = TERN_MIN(end + LOG__READ_AHEAD, e->log_end);
+        if (from < to) {
+            log_will_need(e, from, to);
+            e->read_ahead_until = to;
+        }
+    }
+    e->read_next = end;
+}
+
 int idx__log_read_record(struct idx_env *e,
                          uint64_t pos,
                          uint64_t limit,
@@ -829,5 +882,6 @@ int idx__log_read_record(struct idx_env *e,
                             (unsigned long long)pos);
     }
     rec->payload = e->rbuf + IDX__REC_HDR_SIZE;
+    log_read_ahead(e, pos, pos + IDX__REC_HDR_SIZE + rec->payload_len);
     return 0;
 }

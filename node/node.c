@@ -124,6 +124,7 @@ struct node
     uv_signal_t sig_int;
     uv_signal_t sig_hup;
     uv_timer_t watchdog;
+    uint64_t watchdog_at;    /* uv_now of the last watchdog tick (0: none) */
     uv_timer_t handover;     /* bounds the hand-over at shutdown */
     bool handing_over;       /* a stop signal came while leader: transferring */
     bool handover_done;      /* stop at the end of this loop iteration */
@@ -1078,6 +1079,17 @@ static void on_watchdog(uv_timer_t *t)
     if (n->stopping || n->repl == NULL) {
         return;
     }
+    /* The loop thread was busy (or the process stopped) for longer than an
+     * election timeout: followers may have started an election. */
+    uint64_t now = uv_now(&n->loop);
+    if (n->watchdog_at != 0 &&
+        now - n->watchdog_at > 100u + n->cfg->election_timeout_ms) {
+        node_log(NODE_LOG_WARN, "loop thread stalled",
+                 "ms=%llu election_timeout_ms=%u",
+                 (unsigned long long)(now - n->watchdog_at - 100u),
+                 n->cfg->election_timeout_ms);
+    }
+    n->watchdog_at = now;
     log_auth_refused(n);
     disk_poll(n, false);
     repl_get_status(n->repl, &st);

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs a local 3-node tern cluster on loopback.
+# Runs a local tern cluster of 3 nodes (or TERN_NODES) on loopback.
 #
 #   scripts/cluster.sh [--dir DIR] [--base-port P] COMMAND
 #
@@ -26,11 +26,14 @@
 # signalled by the PID in their pid file, after checking that the PID still
 # runs ternd with that node's config.
 #
-# Environment: TERN_BIN (build dir, default <repo>/build), or TERND and
+# Environment: TERN_NODES (1..3, default 3: nodes of the cluster; give the
+# same value to every command on one DIR), TERN_BIN (build dir, default
+# <repo>/build), or TERND and
 # TERN_CLI for the binaries themselves; TERN_ELECTION_TIMEOUT_MS (150),
 # TERN_HEARTBEAT_MS (15), TERN_LOG_LEVEL (info), TERN_RAFT_EXTRA and
 # TERN_NODE_EXTRA (extra "key = value" lines, newline separated, for the
-# [raft] and [node] sections), TERN_UP_TIMEOUT (15 s), TERN_PEER_AUTH
+# [raft] and [node] sections), TERN_LIMITS_EXTRA (the same, for a [limits]
+# section: max_connections, ...), TERN_UP_TIMEOUT (15 s), TERN_PEER_AUTH
 # (tls), TERN_SECURITY_EXTRA (extra [security] lines: client_tls,
 # client_auth, bootstrap_admin, ...). With `client_tls = on` there, the
 # script's own status probes speak TLS and verify the nodes with
@@ -41,7 +44,11 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 TERN_BIN=${TERN_BIN:-$ROOT/build}
 TERND=${TERND:-$TERN_BIN/node/ternd}
 TERN_CLI=${TERN_CLI:-$TERN_BIN/cli/tern}
-NODES=3
+NODES=${TERN_NODES:-3}
+case "$NODES" in
+1 | 2 | 3) ;;
+*) echo "cluster.sh: TERN_NODES must be 1, 2 or 3" >&2; exit 2 ;;
+esac
 
 dir=./tern-cluster
 base=7400
@@ -119,6 +126,11 @@ write_config() { # i
         echo "node_key = $dir/certs/node$i.key"
         echo "cluster_secret_file = $dir/certs/cluster.secret"
         [ -n "${TERN_SECURITY_EXTRA:-}" ] && printf '%s\n' "$TERN_SECURITY_EXTRA"
+        if [ -n "${TERN_LIMITS_EXTRA:-}" ]; then
+            echo
+            echo "[limits]"
+            printf '%s\n' "$TERN_LIMITS_EXTRA"
+        fi
         echo
         echo "[peers]"
         for p in $(seq 1 $NODES); do

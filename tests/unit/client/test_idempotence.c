@@ -227,3 +227,56 @@ Test(client, drop_with_batches_in_flight_resends_in_order_once)
     tern_client_free(c);
     fake_stop(&fs);
 }
+
+/* ---- A producer of many queues ---- */
+
+/* Appends a PRODUCE to whatever queue it names (the model knows one). */
+static enum fake_action any_queue_hook(struct fake_server *fs,
+                                       int conn,
+                                       const struct proto_header *h,
+                                       const struct proto_request *r)
+{
+    if (r->op != PROTO_OP_PRODUCE) {
+        return FAKE_DEFAULT;
+    }
+    struct tern_wbuf w;
+    tern_wbuf_init(&w);
+    (void)proto_encode_produce_resp(&w, h->request_id, (uint64_t)fs->counter,
+                                    r->n_msgs, 0);
+    fs->counter += (int)r->n_msgs;
+    fake_send(fs, conn, &w);
+    tern_wbuf_free(&w);
+    return FAKE_HANDLED;
+}
+
+#define MANY_QUEUES 120
+
+Test(client, many_queues_each_keep_their_own_sequence)
+{
+    struct fake_server fs;
+    struct tern_client *c;
+    struct tern_msg m = {"x", 1};
+    char q[16];
+    cr_assert_eq(fake_start(&fs, any_queue_hook), 0);
+    c = client_for(fs.addr, 3000, 8);
+    /* Round 1 in name order, round 2 in reverse: more queues than the
+     * producer's first lookup table has buckets. */
+    for (int round = 0; round < 2; round++) {
+        for (int i = 0; i < MANY_QUEUES; i++) {
+            int k = round == 0 ? i : MANY_QUEUES - 1 - i;
+            (void)snprintf(q, sizeof q, "mq%03d", k);
+            cr_assert_eq(tern_produce(c, q, &m, 1, NULL), 0, "%s: %s", q,
+                         tern_client_errmsg(c));
+        }
+    }
+    cr_assert_eq(fake_n_records(&fs), 2 * MANY_QUEUES);
+    for (int i = 0; i < 2 * MANY_QUEUES; i++) {
+        struct fake_record r = fake_record_at(&fs, i);
+        cr_expect_eq(r.producer_id, tern_client_producer_id(c),
+                     "record %d: one producer id for every queue", i);
+        cr_expect_eq(r.seq, (uint64_t)(i < MANY_QUEUES ? 1 : 2),
+                     "record %d: the queue's own next sequence", i);
+    }
+    tern_client_free(c);
+    fake_stop(&fs);
+}
