@@ -98,10 +98,11 @@ for d in sorted(os.listdir(out)):
                  c.get("fifo", ""), c.get("lost_on_node", ""),
                  len(s.get("crashes", [])),
                  "%.3f" % rec if rec is not None else "none",
-                 c.get("longest_write_gap_ms", "-")))
+                 c.get("longest_write_gap_ms", "-"),
+                 c.get("longest_write_gap_up_ms", "-")))
 hdr = ("run", "nemesis", "verdict", "acked", "info", "lost", "dup",
        "unexp", "fifo", "lost-on-node", "crashes", "recovery-s",
-       "write-gap-ms")
+       "write-gap-ms", "gap-majority-up-ms")
 w = [max(len(str(r[i])) for r in rows + [hdr]) for i in range(len(hdr))]
 for r in [hdr] + rows:
     print("  ".join(str(x).ljust(w[i]) for i, x in enumerate(r)))

@@ -8,7 +8,8 @@ messages, lost, duplicated, unexpected, FIFO violations, lost-on-node,
 node crashes, the median and max recovery time after the final heal
 (seconds from the final heal to the first successful produce), and the
 longest write gap of the runs (ms without an acknowledged produce in a
-fault window: checker.py, "write gaps").
+fault window: checker.py, "write gaps"), also counted only while a
+majority of the nodes ran (gap-up-max-ms).
 
     summarize.py DIR... [--by nemesis|workload,nemesis|nodes,nemesis]
                         [--markdown] [--json OUT]
@@ -24,7 +25,7 @@ import sys
 
 COLS = ("runs", "valid", "invalid", "other", "acked", "resent", "lost", "dup",
         "unexp", "fifo", "lost-on-node", "crashes", "rec-median-s",
-        "rec-max-s", "gap-max-ms")
+        "rec-max-s", "gap-max-ms", "gap-up-max-ms")
 
 
 def find_summaries(dirs):
@@ -61,7 +62,8 @@ def aggregate(summaries, by):
                                 "lost": 0,
                                 "dup": 0, "unexp": 0, "fifo": 0,
                                 "lost-on-node": 0, "crashes": 0,
-                                "rec": [], "gaps": [], "bad_dirs": []})
+                                "rec": [], "gaps": [], "gaps_up": [],
+                                "bad_dirs": []})
         c = s.get("counts") or {}
         r["runs"] += 1
         v = s.get("verdict")
@@ -86,6 +88,8 @@ def aggregate(summaries, by):
             r["rec"].append(float(rec))
         if c.get("longest_write_gap_ms") is not None:
             r["gaps"].append(int(c["longest_write_gap_ms"]))
+        if c.get("longest_write_gap_up_ms") is not None:
+            r["gaps_up"].append(int(c["longest_write_gap_up_ms"]))
     return rows
 
 
@@ -93,7 +97,8 @@ def cells(r):
     med = "%.3f" % statistics.median(r["rec"]) if r["rec"] else "none"
     mx = "%.3f" % max(r["rec"]) if r["rec"] else "none"
     gap = str(max(r["gaps"])) if r["gaps"] else "none"
-    return [str(r[c]) for c in COLS[:-3]] + [med, mx, gap]
+    gap_up = str(max(r["gaps_up"])) if r["gaps_up"] else "none"
+    return [str(r[c]) for c in COLS[:-4]] + [med, mx, gap, gap_up]
 
 
 def main(argv=None):

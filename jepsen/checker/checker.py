@@ -135,7 +135,13 @@ other than "recovered" and "offset_gaps" makes the verdict invalid):
                 together), while in the window. A window without any ack
                 counts to its end (the next fault, or the last event).
                 counts.longest_write_gap_ms is the largest over the run,
-                "write_gaps" the largest per fault kind.
+                "write_gaps" the largest per fault kind. The same without
+                the time no majority of the nodes ran (a node is down from
+                a kill, pause, power-loss or wipe naming it to the restart,
+                resume or wipe-restart naming it; nodes are those the
+                nemesis and the acknowledgements name): no system can
+                write then, so this is the client's recovery once it could
+                (counts.longest_write_gap_up_ms, "write_gaps_up").
   stale_leader_reads
                 (reported only) fetches with "read_from": "leader" whose
                 answer's queue end ("end") is at or below the offset of a
@@ -301,10 +307,52 @@ HEAL_EVENTS = frozenset((
     "wipe-restart", "wipe-rejoined", "member-add", "crash-detected"))
 
 
-def write_gaps(produce_ok_times, nemesis, end_time):
+# Nemesis events that take the nodes they name down, and that bring one
+# back (write gaps with a majority up).
+DOWN_EVENTS = frozenset(("kill", "pause", "power-loss", "wipe"))
+UP_EVENTS = frozenset(("restart", "resume", "wipe-restart",
+                       "restart-crashed"))
+
+
+def no_majority_spans(nemesis_nodes, n_nodes):
+    """[(start ns, end ns or None)] while fewer than a majority of n_nodes
+    ran. nemesis_nodes: time-ordered (time ns, f, [node names])."""
+    if n_nodes <= 0:
+        return []
+    down = set()
+    spans = []
+    start = None
+    for t, f, nodes in nemesis_nodes:
+        if f in DOWN_EVENTS:
+            down.update(nodes)
+        elif f in UP_EVENTS:
+            down.difference_update(nodes)
+        elif f == "final-heal":
+            down.clear()
+        lost = n_nodes - len(down) < n_nodes // 2 + 1
+        if lost and start is None:
+            start = t
+        elif not lost and start is not None:
+            spans.append((start, t))
+            start = None
+    if start is not None:
+        spans.append((start, None))
+    return spans
+
+
+def _overlap(lo, hi, spans):
+    total = 0
+    for s, e in spans:
+        e = hi if e is None else e
+        total += max(0, min(hi, e) - max(lo, s))
+    return total
+
+
+def write_gaps(produce_ok_times, nemesis, end_time, spans=()):
     """Longest write gap per fault window (see "write gaps" above).
     produce_ok_times: completion times (ns) of ok produces; nemesis: list
-    of (time ns, f) of nemesis events; end_time: the last event's time.
+    of (time ns, f) of nemesis events; end_time: the last event's time;
+    spans: time without a majority (no_majority_spans), not counted.
     Returns (longest gap in ms or None, {f: longest gap ms})."""
     oks = sorted(produce_ok_times)
     starts = sorted((t, f) for (t, f) in nemesis
@@ -318,11 +366,12 @@ def write_gaps(produce_ok_times, nemesis, end_time):
         prev = start
         gap = 0
         for t in oks[lo:hi]:
-            gap = max(gap, t - prev)
+            gap = max(gap, t - prev - _overlap(prev, t, spans))
             prev = t
         if lo == hi:
             last = stop if stop is not None else end_time
-            gap = max(gap, (last if last is not None else start) - start)
+            last = last if last is not None else start
+            gap = max(gap, last - start - _overlap(start, last, spans))
         ms = int(round(gap / 1e6))
         per_kind[f] = max(per_kind.get(f, 0), ms)
         longest = ms if longest is None else max(longest, ms)
@@ -347,6 +396,8 @@ def check(events):
     final_heal = None
     last_nemesis = None
     produce_ok_times = []           # completion times of produce ok
+    nemesis_nodes = []              # (time, f, [node]) of nemesis events
+    ok_nodes = set()                # nodes named by ok produces
     op_count = defaultdict(int)
     drain_queues = set()
     drained = {}                    # queue -> values in its final drain
@@ -385,6 +436,9 @@ def check(events):
             if t is not None:
                 nemesis_times.append(t)
                 nemesis_kinds.append((t, f))
+                named = ev.get("nodes") or ([ev["node"]] if ev.get("node")
+                                            else [])
+                nemesis_nodes.append((t, f, [str(x) for x in named]))
             if f == "clock":
                 clock_bound_ms = max(clock_bound_ms, _clock_bound_ms(ev))
             continue
@@ -448,6 +502,8 @@ def check(events):
                             "process": proc}
                 if t is not None:
                     produce_ok_times.append(t)
+                if ev.get("node"):
+                    ok_nodes.add(str(ev["node"]))
                 if off is not None:
                     pos_values[(q, off)].add(v)
             elif typ == "fail":
@@ -806,6 +862,14 @@ def check(events):
 
     longest_gap_ms, gaps_by_kind = write_gaps(produce_ok_times,
                                               nemesis_kinds, end_time)
+    names = set(ok_nodes)
+    for _t, _f, nodes in nemesis_nodes:
+        names.update(nodes)
+    spans = no_majority_spans(sorted(nemesis_nodes, key=lambda x: x[0]),
+                              len(names))
+    longest_up_ms, gaps_up_by_kind = write_gaps(produce_ok_times,
+                                                nemesis_kinds, end_time,
+                                                spans)
 
     n_attempt = len(attempts)
     n_acked = len(acked)
@@ -845,8 +909,10 @@ def check(events):
             "early": len(early),
             "not_due": sum(1 for v in acked if not_due(v)),
             "longest_write_gap_ms": longest_gap_ms,
+            "longest_write_gap_up_ms": longest_up_ms,
         },
         "write_gaps": gaps_by_kind,
+        "write_gaps_up": gaps_up_by_kind,
         "workload": workload or "queue",
         "early": early,
         "clock_bound_ms": clock_bound_ms,
@@ -1235,6 +1301,12 @@ def format_report(r, limit=10):
                      % (c["longest_write_gap_ms"],
                         ", ".join("%s %d" % kv for kv in
                                   sorted(r["write_gaps"].items()))))
+    if c.get("longest_write_gap_up_ms") is not None:
+        lines.append("longest write gap with a majority up %d ms (per "
+                     "fault: %s)"
+                     % (c["longest_write_gap_up_ms"],
+                        ", ".join("%s %d" % kv for kv in
+                                  sorted(r["write_gaps_up"].items()))))
     if r.get("workload") == "delayed":
         lines.append("delayed: early %d (clock bound %d ms)  not due at the "
                      "drain %d (not judged)"

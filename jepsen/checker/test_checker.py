@@ -862,6 +862,32 @@ class WriteGapTest(unittest.TestCase):
         self.assertEqual(r["write_gaps"], {"kill": 400})
         self.assertEqual(r["counts"]["longest_write_gap_ms"], 400)
 
+    def test_time_without_a_majority_is_not_counted_up(self):
+        h = H()
+        vals = [self.ack(h, 1, 0, 10)]          # n1 acknowledges (3 nodes)
+        h.add(process="nemesis", type="info", f="pause", nodes=["n3"],
+              time=100 * 1_000_000)             # one down: a majority runs
+        vals.append(self.ack(h, 1, 1, 300))     # 200 ms from the fault
+        h.add(process="nemesis", type="info", f="power-loss",
+              nodes=["n1", "n2"], time=1000 * 1_000_000)  # all down
+        h.add(process="nemesis", type="info", f="restart", node="n1",
+              time=4000 * 1_000_000)            # 2 of 3 run again
+        h.add(process="nemesis", type="info", f="resume", node="n3",
+              time=4000 * 1_000_000)
+        h.add(process="nemesis", type="info", f="restart", node="n2",
+              time=4100 * 1_000_000)
+        vals.append(self.ack(h, 1, 2, 4250))    # 250 ms after a majority
+        self.at(h, "final-heal", 4300)
+        h.read(2, [(k, v) for k, v in enumerate(vals)], f="drain")
+        r = checker.check(h.ev)
+        self.assertEqual(r["verdict"], "valid")
+        self.assertEqual(r["write_gaps"], {"pause": 200,
+                                           "power-loss": 3250})
+        self.assertEqual(r["write_gaps_up"], {"pause": 200,
+                                              "power-loss": 250})
+        self.assertEqual(r["counts"]["longest_write_gap_up_ms"], 250)
+        self.assertIn("majority up 250 ms", checker.format_report(r))
+
     def test_no_fault_no_gap(self):
         h = H()
         v0 = self.ack(h, 1, 0, 10)
