@@ -757,6 +757,7 @@ static void clean_step(struct node *n, bool flushed)
 static void on_check(uv_check_t *h)
 {
     struct node *n = h->data;
+    struct node_server *corked;
     bool flushed = false;
 
     n->loop_iters++;
@@ -768,6 +769,12 @@ static void on_check(uv_check_t *h)
         node_batcher_propose(&n->batcher);
     }
     flushed = node_fsm_flush(&n->fsm);
+    /* Answers go out with one write per connection (server.h); the server
+     * is freed only in its close callback, so corked stays valid here. */
+    corked = n->server;
+    if (corked != NULL) {
+        node_server_cork(corked);
+    }
     node_batcher_flushed(&n->batcher);
     if (flushed) {
         plan_over_limits(n);
@@ -777,6 +784,11 @@ static void on_check(uv_check_t *h)
         if (flushed) {
             node_server_wake(n->server);
         }
+    }
+    if (corked != NULL) {
+        node_server_uncork(corked);
+    }
+    if (n->server != NULL) {
         node_server_update_reading(n->server);
     }
     if (n->idle_on) {

@@ -170,6 +170,8 @@
 #define SERVER__DELIVERING_MAX     64u   /* groups with a DELIVER in flight */
 #define SERVER__RELEASE_SCAN       4096u /* lease rows read at a close */
 #define SERVER__HOLD_MAX           256u  /* writes held for a leader */
+/* Answer bytes a corked connection holds before writing them. */
+#define SERVER__CORK_MAX (256u << 10)
 
 /* The node as the server sees it (node_server_new's arguments). Each
  * connection has a copy: it can outlive the server. */
@@ -231,7 +233,13 @@ struct node_conn
                                   or the connection is paused */
     struct node_ctls *tls;     /* client_tls: the session (ctls.c), owned */
     struct node_principal who; /* who it authenticated as (access.c) */
-    bool auth_wait;            /* a failed login's answer is delayed */
+    /* Answers held while the server is corked (node_server_cork), written
+     * with one uv_write at the uncork; on srv->corked_conns (holding a
+     * reference) while in_cork. */
+    struct tern_wbuf cork;
+    struct tern_list cork_link;
+    bool in_cork;
+    bool auth_wait; /* a failed login's answer is delayed */
     /* Shared groups it received from as consumer_id (released when it
      * closes), at most SERVER__SHARED_GROUPS. */
     uint64_t consumer_id;
@@ -317,6 +325,8 @@ struct node_server
     unsigned n_conns;   /* in conns (open or closing) */
     unsigned n_blocked; /* connections paused or in mem_wait */
     bool waking;        /* wake_blocked is running */
+    bool corked;        /* answers are held per connection (cork below) */
+    struct tern_list corked_conns; /* conns holding answers, struct node_conn */
     unsigned max_conns; /* max_connections, maybe lowered by the node */
     uint64_t mem_used;  /* read buffers + queued answers, all conns */
     struct log_limit log_refused;
@@ -494,6 +504,7 @@ static void conn_unref(struct node_conn *c)
     if (--c->refs == 0) {
         TERN_ASSERT(c->state == CONN_CLOSED);
         node_principal_clear(&c->who);
+        tern_wbuf_free(&c->cork);
         tern_free(c->rbuf);
         tern_free(c);
     }
@@ -565,7 +576,7 @@ static void conn_write(struct node_conn *c, uint8_t *base, size_t len)
 
 /* Send the frame(s) in w (sealed first under client_tls); w's buffer is
  * taken over (w is reset). */
-static void conn_send(struct node_conn *c, struct tern_wbuf *w)
+static void conn_send_now(struct node_conn *c, struct tern_wbuf *w)
 {
     uint8_t *base = w->base;
     size_t len = w->len;
@@ -591,6 +602,63 @@ static void conn_send(struct node_conn *c, struct tern_wbuf *w)
     }
     tern_wbuf_init(w);
     conn_write(c, base, len);
+}
+
+/* Write the answers c holds (cork) now; c stays on the corked list. */
+static void cork_write(struct node_conn *c)
+{
+    struct tern_wbuf w;
+    if (!c->in_cork || c->cork.len == 0) {
+        return;
+    }
+    w = c->cork;
+    tern_wbuf_init(&c->cork);
+    conn_send_now(c, &w);
+}
+
+/* Send the frame(s) in w, as conn_send_now; while the server is corked
+ * they are appended to the connection's held answers instead (in order),
+ * which go out with one write (and under client_tls, one seal) at the
+ * uncork or once SERVER__CORK_MAX bytes are held. */
+static void conn_send(struct node_conn *c, struct tern_wbuf *w)
+{
+    struct node_server *s = c->srv;
+    if (s == NULL || !s->corked || !conn_live(c) || w->err != 0 ||
+        w->len == 0) {
+        conn_send_now(c, w);
+        return;
+    }
+    tern_wbuf_put(&c->cork, w->base, w->len);
+    tern_wbuf_free(w);
+    if (!c->in_cork) {
+        c->in_cork = true;
+        c->refs++;
+        tern_list_push(&s->corked_conns, &c->cork_link);
+    }
+    if (c->cork.err != 0 || c->cork.len >= SERVER__CORK_MAX) {
+        cork_write(c);
+    }
+}
+
+void node_server_cork(struct node_server *s)
+{
+    s->corked = true;
+}
+
+void node_server_uncork(struct node_server *s)
+{
+    s->corked = false;
+    while (!tern_list_empty(&s->corked_conns)) {
+        struct node_conn *c =
+            TERN_CONTAINER(s->corked_conns.next, struct node_conn, cork_link);
+        tern_list_remove(&c->cork_link);
+        if (conn_live(c)) {
+            cork_write(c);
+        }
+        tern_wbuf_free(&c->cork);
+        c->in_cork = false;
+        conn_unref(c);
+    }
 }
 
 static void send_error(struct node_conn *c,
@@ -3401,6 +3469,7 @@ static void conn_drain(struct node_conn *c)
     if (c->state != CONN_OPEN) {
         return;
     }
+    cork_write(c);
     c->state = CONN_DRAINING;
     set_blocked(c, &c->paused, false);
     set_blocked(c, &c->mem_wait, false);
@@ -3901,6 +3970,7 @@ static void conn_close(struct node_conn *c)
     if (c->state == CONN_CLOSING || c->state == CONN_CLOSED) {
         return;
     }
+    cork_write(c); /* what it answered before the close, as uncorked */
     c->state = CONN_CLOSING;
     c->reading = false;
     release_leases(c);
@@ -4177,6 +4247,7 @@ int node_server_new(uv_loop_t *loop,
     s->listen_fd = fd;
     tern_list_init(&s->conns);
     tern_list_init(&s->parked);
+    tern_list_init(&s->corked_conns);
     rv = uv_poll_init(loop, &s->listener, fd);
     if (rv != 0) {
         (void)close(fd);

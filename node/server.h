@@ -85,6 +85,14 @@ void node_server_close(struct node_server *s, void (*cb)(void *arg), void *arg);
  * connection (w->owner), if that is still open, and drop the request's
  * reference to it. Works after node_server_close. */
 void node_server_respond(struct node_wreq *w);
+/* Hold every answer per connection until node_server_uncork, which
+ * writes each connection's held answers with one write (one seal under
+ * client_tls): a flush that answers many requests of a connection costs
+ * one syscall, not one per answer. A connection that drains or closes
+ * writes what it holds first; at most 256 KiB are held per connection
+ * (more is written at once). Pair them within one loop callback. */
+void node_server_cork(struct node_server *s);
+void node_server_uncork(struct node_server *s);
 /* Re-check parked FETCHes after a flush that made new data visible (or a
  * change of leadership). */
 void node_server_wake(struct node_server *s);
