@@ -618,4 +618,17 @@ void repl_set_guard(struct repl *r, bool enabled);
 uint64_t repl_guard_drops(const struct repl *r);
 uint64_t repl_vote_rewrites(const struct repl *r);
 
+/* crc.c: raft_uv's batch checksum (libraft's byteCrc32) 8 bytes at a
+ * time; the link's --wrap=byteCrc32 routes raft_uv's calls to it when
+ * libraft is linked statically (TERN_RAFT_FAST_CRC). buf is borrowed for
+ * the call. repl__real_crc32 is libraft's own, for the equivalence test. */
+#ifdef TERN_RAFT_FAST_CRC
+uint32_t repl__wrap_crc32(const void *buf,
+                          size_t size,
+                          uint32_t init) __asm__("__wrap_byteCrc32");
+uint32_t repl__real_crc32(const void *buf,
+                          size_t size,
+                          uint32_t init) __asm__("__real_byteCrc32");
+#endif
+
 #endif /* TERN_REPL_INT_H */
