@@ -152,20 +152,23 @@
  */
 #include "idx_int.h"
 
+/* Big-endian (keys sort by memcmp): one store or load, swapped on a
+ * little-endian host. */
 void idx__put_be64(uint8_t *p, uint64_t v)
 {
-    for (int i = 7; i >= 0; i--) {
-        p[i] = (uint8_t)v;
-        v >>= 8;
-    }
+#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_BIG_ENDIAN__
+    v = __builtin_bswap64(v);
+#endif
+    memcpy(p, &v, sizeof v);
 }
 
 uint64_t idx__get_be64(const uint8_t *p)
 {
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++) {
-        v = (v << 8) | p[i];
-    }
+    uint64_t v;
+    memcpy(&v, p, sizeof v);
+#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_BIG_ENDIAN__
+    v = __builtin_bswap64(v);
+#endif
     return v;
 }
 
