@@ -158,6 +158,12 @@ for P in libtern0 libtern-dev tern-cli ternd; do
     sed -e "s/@VERSION@/$VERSION/g" -e "s/@ARCH@/$ARCH/g" \
         -e "s/@SIZE@/$size/g" -e "s/@DEPENDS@/$deps/g" \
         "$ROOT/dist/debian/$P/control.in" >"$WORK/$P/DEBIAN/control"
+    # ternd links libraft statically when libraft.a exists (raft/crc.c):
+    # name the source it was built from (Debian's Built-Using).
+    if [ "$P" = ternd ] && ! readelf -d "$WORK/ternd/usr/sbin/ternd" | grep -q 'libraft\.so'; then
+        built=$(dpkg-query -W -f='${source:Package} (= ${source:Version})' libraft-dev)
+        sed -i "/^Depends:/a Built-Using: $built" "$WORK/$P/DEBIAN/control"
+    fi
     (cd "$WORK/$P" && find . -path ./DEBIAN -prune -o -type f -printf '%P\0' |
         sort -z | xargs -0 -r md5sum >DEBIAN/md5sums)
     deb=$OUT/${P}_${VERSION}_$ARCH.deb
