@@ -1111,7 +1111,7 @@ int idx__index_record(struct idx_env *e,
      * bytes on every node). */
     if (pos > 0 &&
         pos / e->checkpoint_bytes != e->st.last_rec_pos / e->checkpoint_bytes) {
-        rc = idx__ckpt_write(e, pos);
+        rc = e->ckpt_live ? idx__ckpt_start(e, pos) : idx__ckpt_write(e, pos);
         if (rc != 0) {
             return rc;
         }
@@ -1276,8 +1276,10 @@ int idx_apply(struct idx_env *e,
         e->failed = rc;
         return rc;
     }
+    e->ckpt_live = e->ckpt_background;
     rc = idx__index_record(e, pos, index, entry, (uint32_t)len, checksum,
                            results, max, n_results);
+    e->ckpt_live = false;
     if (rc != 0) {
         tern_errmsg_wrapf(e->errmsg, "apply %llu", (unsigned long long)index);
         idx__txn_abort(e);

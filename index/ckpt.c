@@ -36,6 +36,25 @@
  * good. Tables that differ between nodes (what a local cleaner has done)
  * are never in a checkpoint.
  *
+ * BACKGROUND (idx_options.background_checkpoints, the node's setting).
+ * Copying the tables on the loop thread held it 0.2-0.5 s at 1 M queues
+ * (docs/ARCHITECTURE.md), on every node at once. So idx_apply, at P,
+ * commits the pending write txn (the state before P: LMDB is rebuilt
+ * from the log at every open, env.c, so an early commit loses nothing),
+ * opens an LMDB read txn on it (the env is MDB_NOTLS, so a worker may use
+ * and end it) and leaves a job (idx_ckpt_take) that a worker writes
+ * (idx_ckpt_run: the same bytes as an inline write at P, then the
+ * directory's fsync). Only idx_ckpt_end puts P in the list e->ckpts,
+ * which is all trims, manifests and serving look at; until then the
+ * previous checkpoint is the newest, and a trim never passes it, so no
+ * log P would need is deleted before P's file is durable. One job at a
+ * time: the next position waits for the running job (or writes an
+ * unstarted one itself). Skipping instead would leave this node without
+ * a checkpoint its peers have, which a peer's manifest may name. A crash
+ * or idx_close before the write finished leaves a .tmp (removed by
+ * idx__ckpt_scan) and the previous checkpoint; the rebuild at the next
+ * open writes P again (it replays from an earlier checkpoint).
+ *
  * FILE <dir>/log/%020llu.ckpt (named by P), written to a .tmp file,
  * fsync'ed and renamed; the directory is fsync'ed with the log's next
  * sync. Layout (integers little-endian; encoded/decoded byte by byte, be
@@ -65,10 +84,12 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "idx_int.h"
@@ -244,7 +265,24 @@ static int write_all(int fd, const uint8_t *p, size_t n)
     return 0;
 }
 
-/* Serialise the checkpoint tables as the pending txn sees them. */
+/* What a checkpoint is read from: a txn and the tables' handles (copied,
+ * so a worker thread needs nothing of the env). */
+struct ckpt_src
+{
+    MDB_txn *txn;
+    MDB_dbi meta;
+    MDB_dbi dbi[TERN_ARRAY_SIZE(ckpt_tables)];
+};
+
+static void src_init(struct ckpt_src *s, const struct idx_env *e, MDB_txn *txn)
+{
+    s->txn = txn;
+    s->meta = e->dbi_meta;
+    for (size_t i = 0; i < TERN_ARRAY_SIZE(ckpt_tables); i++) {
+        s->dbi[i] = table_dbi(e, i);
+    }
+}
+
 /* Tables keyed by u64 BE queue id first whose rows of a deleted queue
  * the local cleaner removes at its own pace: those rows are left out
  * while the queue's "dead" mark exists, so every node writes the same
@@ -255,20 +293,24 @@ static bool keyed_by_queue(uint8_t id)
     return id == 3 || id == 4 || id == 10 || id == 18;
 }
 
-/* 1 when queue id has a "dead" work mark, 0 when not, or an error. */
-static int queue_dead(struct idx_env *e, uint64_t id)
+/* *dead: whether queue id has a "dead" work mark. 0 or an LMDB code. */
+static int queue_dead(const struct ckpt_src *s, uint64_t id, int *dead)
 {
     uint8_t key[IDX__MARK_KEY_SIZE];
     idx__mark_key(key, "dead", id);
     MDB_val k = {sizeof key, key}, v;
-    int rc = mdb_get(e->wtxn, e->dbi_meta, &k, &v);
-    if (rc == MDB_NOTFOUND) {
-        return 0;
-    }
-    return rc == 0 ? 1 : idx__mdb_err(e, rc, "checkpoint dead mark");
+    int rc = mdb_get(s->txn, s->meta, &k, &v);
+    *dead = rc == 0;
+    return rc == MDB_NOTFOUND ? 0 : rc;
 }
 
-static int build_body(struct idx_env *e, struct tern_wbuf *w, uint32_t *rows)
+/* Serialise the checkpoint tables as s->txn sees them. 0, an LMDB code
+ * (*what says where) or -ENOMEM. Touches no env: runs on the
+ * loop thread (idx__ckpt_write) or a worker (idx_ckpt_run). */
+static int build_body(const struct ckpt_src *s,
+                      struct tern_wbuf *w,
+                      uint32_t *rows,
+                      const char **what)
 {
     uint64_t last_id = 0;
     int last_dead = 0;
@@ -276,9 +318,10 @@ static int build_body(struct idx_env *e, struct tern_wbuf *w, uint32_t *rows)
     for (size_t i = 0; i < TERN_ARRAY_SIZE(ckpt_tables); i++) {
         MDB_cursor *cur;
         MDB_val k, v;
-        int rc = mdb_cursor_open(e->wtxn, table_dbi(e, i), &cur);
+        int rc = mdb_cursor_open(s->txn, s->dbi[i], &cur);
         if (rc != 0) {
-            return idx__mdb_err(e, rc, "checkpoint cursor");
+            *what = "checkpoint cursor";
+            return rc;
         }
         for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0;
              rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
@@ -292,10 +335,11 @@ static int build_body(struct idx_env *e, struct tern_wbuf *w, uint32_t *rows)
                 uint64_t id = idx__get_be64(k.mv_data);
                 if (id != last_id) {
                     last_id = id;
-                    last_dead = queue_dead(e, id);
-                    if (last_dead < 0) {
+                    rc = queue_dead(s, id, &last_dead);
+                    if (rc != 0) {
                         mdb_cursor_close(cur);
-                        return last_dead;
+                        *what = "checkpoint dead mark";
+                        return rc;
                     }
                 }
                 if (last_dead) {
@@ -312,40 +356,46 @@ static int build_body(struct idx_env *e, struct tern_wbuf *w, uint32_t *rows)
         }
         mdb_cursor_close(cur);
         if (rc != MDB_NOTFOUND) {
-            return idx__mdb_err(e, rc, "checkpoint walk");
+            *what = "checkpoint walk";
+            return rc;
         }
         if (w->err != 0) {
-            return idx__fail(e, w->err, __LINE__,
-                             "checkpoint body: out of memory");
+            *what = "checkpoint body";
+            return -ENOMEM;
         }
     }
     return 0;
 }
 
-int idx__ckpt_write(struct idx_env *e, uint64_t pos)
+/* Write the file at path from s (its .tmp, fsync, rename and, with
+ * sync_dir, fsync of the directory). 0, an LMDB code with *what set,
+ * -ENOMEM, or an errno (positive) with *what NULL. Touches no env. */
+static int write_file(const struct ckpt_src *s,
+                      const char *log_dir,
+                      const char *path,
+                      uint64_t pos,
+                      const struct idx__state *st,
+                      bool sync_dir,
+                      const char **what)
 {
-    char path[4096], tmp[4100];
+    char tmp[4100];
     uint8_t h[IDX__CKPT_HDR_SIZE];
     struct tern_wbuf w;
     uint32_t rows = 0;
-    int fd, err, rc;
+    int fd, err;
 
-    TERN_INVARIANT(e->st.log_end == pos);
-    idx__ckpt_path(e, pos, path, sizeof path);
-    if (access(path, F_OK) == 0) {
-        return ckpts_insert(e, pos); /* written before (a rebuild) */
-    }
     tern_wbuf_init(&w);
-    rc = build_body(e, &w, &rows);
-    if (rc != 0) {
+    err = build_body(s, &w, &rows, what);
+    if (err != 0) {
         goto out;
     }
-    header_encode(h, pos, &e->st, rows, w.len, tern_checksum32(w.base, w.len));
+    *what = NULL; /* an errno from here on */
+    header_encode(h, pos, st, rows, w.len, tern_checksum32(w.base, w.len));
     (void)snprintf(tmp, sizeof tmp, "%s.tmp", path);
     fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (fd < 0) {
         err = errno;
-        goto io_err;
+        goto out;
     }
     err = write_all(fd, h, sizeof h);
     if (err == 0) {
@@ -360,17 +410,223 @@ int idx__ckpt_write(struct idx_env *e, uint64_t pos)
     }
     if (err != 0) {
         (void)unlink(tmp);
-        goto io_err;
+        goto out;
     }
-    e->dir_dirty = 1;
-    rc = ckpts_insert(e, pos);
-    goto out;
-
-io_err:
-    rc = idx__fail(e, err == ENOSPC || err == EDQUOT ? TERN_EFULL : -err,
-                   __LINE__, "checkpoint %s: %s", path, strerror(err));
+    if (sync_dir) {
+        int dfd = open(log_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (dfd < 0 || fsync(dfd) != 0) {
+            err = errno;
+        }
+        if (dfd >= 0) {
+            close(dfd);
+        }
+    }
 out:
     tern_wbuf_free(&w);
+    return err;
+}
+
+/* An error of write_file into e's errmsg and a tern code. */
+static int write_err(struct idx_env *e,
+                     const char *path,
+                     int err,
+                     const char *what)
+{
+    if (err == -ENOMEM) {
+        return idx__fail(e, -ENOMEM, __LINE__, "checkpoint %s: out of memory",
+                         path);
+    }
+    if (what != NULL) {
+        return idx__mdb_err(e, err, what);
+    }
+    return idx__fail(e, err == ENOSPC || err == EDQUOT ? TERN_EFULL : -err,
+                     __LINE__, "checkpoint %s: %s", path, strerror(err));
+}
+
+int idx__ckpt_write(struct idx_env *e, uint64_t pos)
+{
+    char path[4096];
+    struct ckpt_src src;
+    const char *what = NULL;
+
+    TERN_INVARIANT(e->st.log_end == pos);
+    idx__ckpt_path(e, pos, path, sizeof path);
+    if (access(path, F_OK) == 0) {
+        return ckpts_insert(e, pos); /* written before (a rebuild) */
+    }
+    src_init(&src, e, e->wtxn);
+    int err = write_file(&src, e->log_dir, path, pos, &e->st, false, &what);
+    if (err != 0) {
+        return write_err(e, path, err, what);
+    }
+    e->dir_dirty = 1; /* the directory is synced with the log's next sync */
+    return ckpts_insert(e, pos);
+}
+
+/* ---- Writing in a worker (see BACKGROUND at the top) --------------------- */
+
+/* Job states (struct idx_ckpt_job.state). */
+enum {
+    CJ_QUEUED = 0,    /* started, no thread writes it yet */
+    CJ_RUNNING = 1,   /* a thread writes it */
+    CJ_DONE = 2,      /* written or failed (err, what set) */
+    CJ_ABANDONED = 3, /* idx_close or a restore came first: never written */
+};
+
+struct idx_ckpt_job
+{
+    /* loop thread only */
+    struct idx_env *env; /* NULL once settled (idx_ckpt_end frees) */
+    bool taken;          /* handed out by idx_ckpt_take */
+    /* set before the job is handed out, read-only after */
+    struct ckpt_src src; /* src.txn: the read txn, aborted by the writer */
+    struct idx__state st;
+    uint64_t pos;
+    char path[4096];
+    char log_dir[4096];
+    /* the writer's: read after CJ_DONE */
+    atomic_int state;
+    int err;
+    const char *what;
+};
+
+/* Write j (whichever thread wins it from CJ_QUEUED). */
+static void job_write(struct idx_ckpt_job *j)
+{
+    int expected = CJ_QUEUED;
+    if (!atomic_compare_exchange_strong(&j->state, &expected, CJ_RUNNING)) {
+        return; /* written by the loop, or abandoned */
+    }
+    j->err = write_file(&j->src, j->log_dir, j->path, j->pos, &j->st, true,
+                        &j->what);
+    mdb_txn_abort(j->src.txn); /* MDB_NOTLS: any thread may end it */
+    j->src.txn = NULL;
+    atomic_store(&j->state, CJ_DONE);
+}
+
+/* Loop thread: finish the env's job, if any. Abandon (idx_close, a
+ * restore) drops one no thread writes yet; else the loop writes it
+ * itself. Either way waits for a running writer. A written checkpoint
+ * joins the list; a failed write fails the env like a failed apply (the
+ * next apply returns it, a reopen writes the checkpoint again). */
+static int job_settle(struct idx_env *e, bool abandon)
+{
+    struct idx_ckpt_job *j = e->ckpt_job;
+    int rc = 0;
+    if (j == NULL) {
+        return 0;
+    }
+    if (abandon) {
+        int expected = CJ_QUEUED;
+        if (atomic_compare_exchange_strong(&j->state, &expected,
+                                           CJ_ABANDONED)) {
+            mdb_txn_abort(j->src.txn);
+            j->src.txn = NULL;
+        }
+    } else {
+        job_write(j);
+    }
+    while (atomic_load(&j->state) == CJ_RUNNING) {
+        struct timespec ts = {0, 1000000L};
+        (void)nanosleep(&ts, NULL);
+    }
+    if (atomic_load(&j->state) == CJ_DONE) {
+        if (j->err != 0) {
+            rc = write_err(e, j->path, j->err, j->what);
+            if (e->failed == 0) {
+                e->failed = rc;
+            }
+        } else {
+            rc = ckpts_insert(e, j->pos);
+        }
+    }
+    e->ckpt_job = NULL;
+    if (j->taken) {
+        j->env = NULL; /* idx_ckpt_end frees it */
+    } else {
+        tern_free(j);
+    }
+    return rc;
+}
+
+int idx__ckpt_start(struct idx_env *e, uint64_t pos)
+{
+    struct idx_ckpt_job *j;
+    MDB_txn *rtxn;
+    int rc;
+
+    TERN_INVARIANT(e->st.log_end == pos);
+    /* At most one in flight: the previous one is finished first. */
+    rc = job_settle(e, false);
+    if (rc != 0) {
+        return rc;
+    }
+    j = tern_calloc(1, sizeof *j);
+    if (j == NULL) {
+        return idx__fail(e, -ENOMEM, __LINE__, "checkpoint job: %s",
+                         strerror(ENOMEM));
+    }
+    idx__ckpt_path(e, pos, j->path, sizeof j->path);
+    if (access(j->path, F_OK) == 0) {
+        tern_free(j);
+        return ckpts_insert(e, pos); /* written before (a rebuild) */
+    }
+    /* The state before pos, committed: LMDB is rebuilt from the log at
+     * every open (env.c), so an early commit costs no durability. */
+    rc = idx_flush(e);
+    if (rc != 0) {
+        tern_free(j);
+        return rc;
+    }
+    rc = mdb_txn_begin(e->mdb, NULL, MDB_RDONLY, &rtxn);
+    if (rc != 0) {
+        tern_free(j);
+        return idx__mdb_err(e, rc, "checkpoint read txn");
+    }
+    j->env = e;
+    src_init(&j->src, e, rtxn);
+    j->st = e->st;
+    j->pos = pos;
+    (void)snprintf(j->log_dir, sizeof j->log_dir, "%s", e->log_dir);
+    atomic_init(&j->state, CJ_QUEUED);
+    e->ckpt_job = j;
+    return idx__txn_begin(e);
+}
+
+void idx__ckpt_abandon(struct idx_env *e)
+{
+    (void)job_settle(e, true);
+}
+
+struct idx_ckpt_job *idx_ckpt_take(struct idx_env *e)
+{
+    struct idx_ckpt_job *j = e->ckpt_job;
+    if (j == NULL || j->taken) {
+        return NULL;
+    }
+    j->taken = true;
+    return j;
+}
+
+void idx_ckpt_run(struct idx_ckpt_job *j)
+{
+    job_write(j);
+}
+
+int idx_ckpt_end(struct idx_ckpt_job *j, char *errmsg)
+{
+    int rc = 0;
+    if (j->env != NULL) {
+        struct idx_env *e = j->env;
+        TERN_INVARIANT(e->ckpt_job == j);
+        j->taken = false; /* settle frees it */
+        rc = job_settle(e, false);
+        if (rc != 0) {
+            tern_errmsg_printf(errmsg, "%s", e->errmsg);
+        }
+    } else {
+        tern_free(j);
+    }
     return rc;
 }
 
@@ -608,5 +864,6 @@ void idx__ckpt_drop_before(struct idx_env *e, uint64_t pos)
 
 void idx__ckpt_forget_all(struct idx_env *e)
 {
+    idx__ckpt_abandon(e); /* a pending one would be left on disk */
     idx__ckpt_drop_before(e, UINT64_MAX);
 }

@@ -348,6 +348,7 @@ int idx_open(const struct idx_options *o, struct idx_env **out, char *errmsg)
         o->segment_bytes != 0 ? o->segment_bytes : IDX__DEFAULT_SEGMENT_BYTES;
     e->checkpoint_bytes =
         o->checkpoint_bytes != 0 ? o->checkpoint_bytes : e->segment_bytes;
+    e->ckpt_background = o->background_checkpoints;
     e->stage.fd = -1;
     e->max_message =
         o->max_message != 0 ? o->max_message : IDX__DEFAULT_MAX_MESSAGE;
@@ -432,6 +433,7 @@ void idx_close(struct idx_env *e)
     }
     /* After a failed apply the pending txn (if any) still describes a
      * prefix of the log, so committing it is safe. */
+    idx__ckpt_abandon(e); /* before its read txn's env goes */
     (void)idx_sync(e);
     idx__txn_abort(e);
     idx__backup_detach(e);

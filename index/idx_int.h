@@ -705,6 +705,13 @@ int idx__ckpt_scan(struct idx_env *e);
 /* Write the checkpoint at pos (== e->st.log_end) from the pending txn;
  * nothing if the file exists. */
 int idx__ckpt_write(struct idx_env *e, uint64_t pos);
+/* The same in the background (ckpt.c, BACKGROUND): finish the previous
+ * job, commit the pending txn, open a read txn on it and leave the job in
+ * e->ckpt_job for idx_ckpt_take; a new pending txn is open on return. */
+int idx__ckpt_start(struct idx_env *e, uint64_t pos);
+/* Drop the pending job unless a thread writes it (then wait for it; a
+ * written one joins the list). idx_close and idx__ckpt_forget_all. */
+void idx__ckpt_abandon(struct idx_env *e);
 int idx__ckpt_header_decode(const uint8_t *h,
                             uint64_t pos,
                             struct idx__ckpt_hdr *out);
@@ -763,6 +770,12 @@ struct idx_env
     size_t n_ckpts;
     size_t cap_ckpts;
     uint64_t checkpoint_bytes;
+    /* ckpt.c: background checkpoints (idx_options.background_checkpoints)
+     * and the one job in flight or NULL; apply.c: whether the record being
+     * indexed comes from idx_apply (rebuilds write synchronously) */
+    bool ckpt_background;
+    bool ckpt_live;
+    struct idx_ckpt_job *ckpt_job;
 
     /* snapshot.c: a checkpoint being fetched from a peer (bulk bytes
      * below the manifest's log_start), and the log end the previous

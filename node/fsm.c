@@ -53,6 +53,65 @@ static void index_options(const struct node_fsm *f, struct idx_options *io)
     io->max_message = f->max_message;
     io->segment_bytes = f->segment_bytes;
     io->map_size = (size_t)f->map_bytes;
+    io->background_checkpoints = true;
+}
+
+/* A checkpoint written on libuv's thread pool (index/ckpt.c,
+ * BACKGROUND): the loop thread keeps applying meanwhile. */
+struct ckpt_work
+{
+    uv_work_t work;
+    struct idx_ckpt_job *job;
+    uint64_t started_ns;
+};
+
+static void ckpt_work(uv_work_t *w)
+{
+    struct ckpt_work *c = w->data;
+    idx_ckpt_run(c->job);
+}
+
+static void ckpt_done(uv_work_t *w, int status)
+{
+    struct ckpt_work *c = w->data;
+    (void)status; /* UV_ECANCELED never happens: nothing cancels it */
+    char errmsg[TERN_ERRMSG_SIZE];
+    int rv = idx_ckpt_end(c->job, errmsg);
+    if (rv != 0) {
+        /* The env failed as an apply would: the next apply reopens it,
+         * and the rebuild writes the checkpoint again. */
+        node_log(NODE_LOG_ERROR, "checkpoint failed", "err=%s detail=\"%s\"",
+                 tern_err_name(rv), errmsg);
+    } else {
+        node_log(NODE_LOG_INFO, "checkpoint written", "ms=%llu",
+                 (unsigned long long)((uv_hrtime() - c->started_ns) / 1000000));
+    }
+    tern_free(c);
+}
+
+/* Hand the checkpoint job the last apply left (if any) to a worker. */
+static void ckpt_queue(struct node_fsm *f)
+{
+    struct idx_ckpt_job *j = idx_ckpt_take(f->idx);
+    struct ckpt_work *c;
+    if (j == NULL) {
+        return;
+    }
+    c = tern_calloc(1, sizeof *c);
+    if (c != NULL) {
+        c->job = j;
+        c->work.data = c;
+        c->started_ns = uv_hrtime();
+        if (uv_queue_work(f->loop, &c->work, ckpt_work, ckpt_done) == 0) {
+            return;
+        }
+        tern_free(c);
+    }
+    /* No worker: write it here, as before background checkpoints. */
+    char errmsg[TERN_ERRMSG_SIZE];
+    if (idx_ckpt_end(j, errmsg) != 0) {
+        node_log(NODE_LOG_ERROR, "checkpoint failed", "detail=\"%s\"", errmsg);
+    }
 }
 
 int node_fsm_open(struct node_fsm *f,
@@ -275,6 +334,7 @@ static int fsm_apply(void *arg, uint64_t index, const void *buf, size_t len)
     }
     f->apply_err = 0;
     f->dirty = true;
+    ckpt_queue(f);
     f->ops.kick(f->arg);
     node_batcher_on_apply(f->batcher, index, buf, len, f->results, nr);
     return 0;

@@ -43,6 +43,10 @@ struct idx_options
     /* a checkpoint of the metadata every this many log bytes (index/
      * ckpt.c); 0 = segment_bytes */
     uint64_t checkpoint_bytes;
+    /* write the checkpoints idx_apply reaches in a worker thread (the
+     * caller runs idx_ckpt_take/run/end, below) instead of inside the
+     * apply; idx_open and idx_restore always write theirs inline */
+    bool background_checkpoints;
 };
 
 /* Open (creating if needed). Verifies every record of the log and cuts
@@ -54,6 +58,29 @@ struct idx_options
 int idx_open(const struct idx_options *o, struct idx_env **out, char *errmsg);
 /* Flushes, syncs, closes, frees. */
 void idx_close(struct idx_env *e);
+
+/* ---- Checkpoints in the background (index/ckpt.c) ---------------------
+ * With idx_options.background_checkpoints, an idx_apply that reaches a
+ * checkpoint position commits the state before it and leaves a job that
+ * writes the checkpoint from an LMDB read txn. The checkpoint counts
+ * (trims, snapshot manifests, serving) only once the file is fsynced and
+ * idx_ckpt_end (or the next checkpoint position) added it. At most one
+ * job at a time: an apply reaching the next position first waits for the
+ * running one, or writes a job nobody started itself. */
+struct idx_ckpt_job;
+/* Loop thread, after idx_apply: the job it left, or NULL (none, or
+ * handed out already). Owned by the caller until idx_ckpt_end. */
+struct idx_ckpt_job *idx_ckpt_take(struct idx_env *e);
+/* Any thread (blocking: reads the tables, writes and fsyncs the file).
+ * Does nothing when the loop thread wrote it first or idx_close dropped
+ * it. */
+void idx_ckpt_run(struct idx_ckpt_job *j);
+/* Loop thread, after idx_ckpt_run returned or instead of it (the job is
+ * then written here): add the checkpoint to the env's list and free j.
+ * 0, or the write's error with errmsg (TERN_ERRMSG_SIZE, caller's), which
+ * also fails the env as a failed apply would (idx_status). After
+ * idx_close only frees j. */
+int idx_ckpt_end(struct idx_ckpt_job *j, char *errmsg);
 
 /* Raft index of the last applied entry (0 if none). */
 uint64_t idx_last_applied(const struct idx_env *e);
