@@ -16,16 +16,19 @@
  * (XPORT_ADAPT_HORIZON times the cap): heartbeats, an idle cluster and a
  * peer that stopped answering all fall outside it, so an idle node never
  * spins (a leader's heartbeat answers are within it, but those rounds end
- * with the answer, one round trip per heartbeat). Otherwise one round of
- * at most the cap, centred on the expected arrival: it starts half a cap
- * before the first unanswered send plus the lower quartile of the kept
- * gaps (or at once, if that has passed: a leader's round trip is shorter
- * than the cap, so it spins from its send), and lasts the cap. The
- * backend ends a round at the first arrival and runs a round that starts
- * later from a timer, so the wake-up is paid before the message comes,
- * off the round trip.
+ * with the answer, one round trip per heartbeat). Otherwise a window of
+ * one cap placed where the answer is expected: over the earliest densest
+ * cluster of kept gaps (the one cap wide stretch holding the most of
+ * them, centred on them), never before the send (a leader's round trip is
+ * shorter than the cap, so it spins from its send). The backend ends a
+ * round at the first arrival and runs a round that starts later from a
+ * timer, so the wake-up is paid before the message comes, off the round
+ * trip; since that wake-up itself takes time (on a VM, an idle vCPU's:
+ * tens of microseconds), the timer is set earlier by how late the recent
+ * ones ran (a moving average, at most half a cap), so a round spins at
+ * most one and a half caps.
  *
- * Cost bound: at most one round of at most the cap per send, and none
+ * Cost bound: at most one round of at most 1.5 caps per send, and none
  * while idle; a round's arrival (or the end of the round) re-plans. A
  * prediction that keeps missing costs the cap per exchange and still
  * saves nothing; it is the horizon that bounds how long the node keeps
@@ -67,12 +70,13 @@ static int predictable(const struct xport_adapt *a)
     return 1;
 }
 
-/* The lower quartile of the kept gaps (insertion sort of a copy: at most
- * XPORT_ADAPT_GAPS values). */
-static uint64_t low_gap(const struct xport_adapt *a)
+/* Where the window opens, after the send: over the earliest stretch of
+ * one cap that holds the most kept gaps, centred on the gaps in it, not
+ * before 0 (insertion sort of a copy: at most XPORT_ADAPT_GAPS values). */
+static uint64_t window_offset(const struct xport_adapt *a)
 {
-    uint64_t s[XPORT_ADAPT_GAPS];
-    unsigned n = a->n;
+    uint64_t s[XPORT_ADAPT_GAPS], spread, slack;
+    unsigned n = a->n, best = 0, best_count = 0;
 
     for (unsigned i = 0; i < n; i++) {
         uint64_t v = a->gaps[i];
@@ -82,13 +86,25 @@ static uint64_t low_gap(const struct xport_adapt *a)
         }
         s[j] = v;
     }
-    return s[n / 4];
+    for (unsigned i = 0; i < n; i++) {
+        unsigned count = 0;
+        while (i + count < n && s[i + count] - s[i] <= a->cap_ns) {
+            count++;
+        }
+        if (count > best_count) {
+            best = i;
+            best_count = count;
+        }
+    }
+    spread = s[best + best_count - 1] - s[best];
+    slack = (a->cap_ns - spread) / 2;
+    return s[best] > slack ? s[best] - slack : 0;
 }
 
 struct xport_adapt_plan xport_adapt_sent(struct xport_adapt *a, uint64_t now)
 {
     struct xport_adapt_plan p = {0, 0};
-    uint64_t expect, start;
+    uint64_t open, start;
 
     if (a->cap_ns == 0) {
         return p;
@@ -104,15 +120,24 @@ struct xport_adapt_plan xport_adapt_sent(struct xport_adapt *a, uint64_t now)
     if (!predictable(a)) {
         return p;
     }
-    expect = a->sent_at + low_gap(a);
-    start = expect > a->sent_at + a->cap_ns / 2 ? expect - a->cap_ns / 2
-                                                : a->sent_at;
-    if (start < now) {
-        start = now;
+    open = a->sent_at + window_offset(a);
+    if (open + a->cap_ns <= now) {
+        return p; /* the window has passed (a later send) */
     }
-    p.start = start;
-    p.until = start + a->cap_ns;
+    start = open > a->sent_at + a->late_ns ? open - a->late_ns : a->sent_at;
+    p.start = start > now ? start : now;
+    p.until = open + a->cap_ns;
     return p;
+}
+
+void xport_adapt_woke(struct xport_adapt *a, uint64_t due, uint64_t now)
+{
+    uint64_t late = now > due ? now - due : 0;
+
+    a->late_ns = a->late_ns - a->late_ns / 4 + late / 4;
+    if (a->late_ns > a->cap_ns / 2) {
+        a->late_ns = a->cap_ns / 2;
+    }
 }
 
 void xport_adapt_received(struct xport_adapt *a, uint64_t now)

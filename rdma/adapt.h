@@ -26,6 +26,7 @@ struct xport_adapt
     uint64_t gaps[XPORT_ADAPT_GAPS]; /* recent send->arrival gaps, a ring */
     unsigned n;                      /* gaps recorded, at most the size */
     unsigned next;                   /* where the next gap goes */
+    uint64_t late_ns; /* how late planned wake-ups run (moving average) */
 };
 
 /* A round the backend should run: spin from start until `until` (or an
@@ -42,15 +43,21 @@ void xport_adapt_init(struct xport_adapt *a, unsigned cap_us);
 /* A message was handed to the medium at now. Returns the round to run:
  * none while off, while fewer than XPORT_ADAPT_NEED gaps are known, or
  * while any of the last XPORT_ADAPT_NEED was longer than the horizon (an
- * idle or slow peer: the node sleeps). Otherwise a round of at most the
- * cap, placed around the expected arrival: from (first unanswered send +
- * a low quantile of the recent gaps - cap / 2), or from now if that is
- * earlier, to cap after its start. A send whose earlier send is still
- * unanswered after the horizon records that as an idle gap first. */
+ * idle or slow peer: the node sleeps). Otherwise a window of one cap
+ * after the first unanswered send, centred on the earliest densest
+ * cluster of recent gaps (the most gaps one cap apart); the round starts
+ * at the window minus how late planned wake-ups run (at most half a cap),
+ * or now if that has passed, and ends with the window. A send whose
+ * earlier send is still unanswered after the horizon records that as an
+ * idle gap first. */
 struct xport_adapt_plan xport_adapt_sent(struct xport_adapt *a, uint64_t now);
 
 /* A message arrived at now: the gap since the first unanswered send is
  * recorded (nothing if no send waits). */
 void xport_adapt_received(struct xport_adapt *a, uint64_t now);
+
+/* A planned round due at `due` (a plan's start later than its send) was
+ * woken at now: learn how late wake-ups run. */
+void xport_adapt_woke(struct xport_adapt *a, uint64_t due, uint64_t now);
 
 #endif /* TERN_XPORT_ADAPT_H */

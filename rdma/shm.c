@@ -264,6 +264,7 @@ struct shm_xport
     struct xport_adapt adapt; /* adaptive poll policy (cap 0 = off) */
     struct xport_wake wake;   /* starts a planned round later */
     uint64_t wake_until;      /* that round's deadline; 0 = none pending */
+    uint64_t wake_at;         /* when the pending wake-up is due */
     uv_timer_t sweep;
     struct shm_counters stats;
     int lpoll_ok, epoll_ok;
@@ -923,13 +924,16 @@ static void round_start(struct shm_xport *x, uint64_t until)
 static void on_wake(uv_poll_t *h, int status, int events)
 {
     struct shm_xport *x = h->data;
-    uint64_t until = x->wake_until;
+    uint64_t until = x->wake_until, now = uv_hrtime();
 
     (void)status;
     (void)events;
     xport_wake_fired(&x->wake);
     x->wake_until = 0;
-    if (!x->r.closing && until != 0 && uv_hrtime() < until) {
+    if (until != 0) {
+        xport_adapt_woke(&x->adapt, x->wake_at, now);
+    }
+    if (!x->r.closing && until != 0 && now < until) {
         round_start(x, until);
     }
 }
@@ -958,6 +962,7 @@ static void spin_arm(struct xport_ringx *r)
             round_start(x, p.until);
         } else if (x->wake.fd >= 0) {
             x->wake_until = p.until;
+            x->wake_at = p.start;
             xport_wake_at(&x->wake, p.start);
         }
         return;

@@ -227,6 +227,7 @@ struct tcp_xport
     struct xport_adapt adapt; /* adaptive poll policy (cap 0 = off) */
     struct xport_wake wake;   /* starts a planned round later */
     uint64_t wake_until;      /* that round's deadline; 0 = none pending */
+    uint64_t wake_at;         /* when the pending wake-up is due */
     uint64_t spins;           /* busy-poll rounds started */
     uint64_t spin_hits;       /* rounds ended by an arriving message */
     uv_timer_t sweep; /* connect timeouts; runs while a connect is pending */
@@ -296,13 +297,16 @@ static void round_start(struct tcp_xport *x, uint64_t until)
 static void on_wake(uv_poll_t *h, int status, int events)
 {
     struct tcp_xport *x = h->data;
-    uint64_t until = x->wake_until;
+    uint64_t until = x->wake_until, now = uv_hrtime();
 
     (void)status;
     (void)events;
     xport_wake_fired(&x->wake);
     x->wake_until = 0;
-    if (!x->closing && until != 0 && uv_hrtime() < until) {
+    if (until != 0) {
+        xport_adapt_woke(&x->adapt, x->wake_at, now);
+    }
+    if (!x->closing && until != 0 && now < until) {
         round_start(x, until);
     }
 }
@@ -338,6 +342,7 @@ static void spin_arm(struct tcp_xport *x)
         round_start(x, p.until);
     } else if (x->wake.fd >= 0) {
         x->wake_until = p.until;
+        x->wake_at = p.start;
         xport_wake_at(&x->wake, p.start);
     }
 }

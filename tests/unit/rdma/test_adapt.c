@@ -70,12 +70,13 @@ Test(adapt, follower_round_is_placed_around_the_expected_arrival)
     cr_expect_eq(p.until, now + 325 * US, "half a cap late");
 }
 
-Test(adapt, round_uses_the_lower_quartile_of_recent_gaps)
+Test(adapt, window_covers_the_earliest_densest_cluster_of_gaps)
 {
     struct xport_adapt a;
     uint64_t now = T0;
     struct xport_adapt_plan p;
-    /* Sorted: 100 120 200 300 400 500 600 700; n / 4 = 2 -> 200 us. */
+    /* Sorted: 100 120 200 | 300 400 500 600 700: one cap (100 us) from
+     * 100 holds three gaps, no other stretch more. */
     const unsigned gaps[XPORT_ADAPT_GAPS] = {500, 100, 700, 300,
                                              200, 600, 120, 400};
 
@@ -84,14 +85,42 @@ Test(adapt, round_uses_the_lower_quartile_of_recent_gaps)
         (void)exchange(&a, &now, gaps[i] * US, 5 * US);
     }
     p = xport_adapt_sent(&a, now);
-    cr_expect_eq(p.start, now + 150 * US);
-    cr_expect_eq(p.until, now + 250 * US);
-    /* The oldest gap goes first: a new shorter one replaces 500. */
+    cr_expect_eq(p.start, now + 100 * US);
+    cr_expect_eq(p.until, now + 200 * US);
+    /* The oldest gap goes first: 80 replaces 500. 80 100 120 (spread
+     * 40 us) is the earliest cluster of three: the window is centred on
+     * it, 30 us of slack on each side. */
     xport_adapt_received(&a, now + 80 * US);
     now += 100 * US;
     p = xport_adapt_sent(&a, now);
-    /* 80 100 120 200 300 400 600 700 -> 120 us. */
-    cr_expect_eq(p.start, now + 70 * US);
+    cr_expect_eq(p.start, now + 50 * US);
+    cr_expect_eq(p.until, now + 150 * US);
+}
+
+Test(adapt, late_wake_ups_move_the_timer_earlier)
+{
+    struct xport_adapt a;
+    uint64_t now = T0;
+    struct xport_adapt_plan p;
+
+    xport_adapt_init(&a, 100);
+    for (unsigned i = 0; i < XPORT_ADAPT_GAPS; i++) {
+        (void)exchange(&a, &now, 400 * US, 5 * US);
+    }
+    /* Window 350..450 us after the send. A wake-up 40 us late: the
+     * moving average (a quarter of each new figure) is 10 us. */
+    xport_adapt_woke(&a, now, now + 40 * US);
+    cr_expect_eq(a.late_ns, 10 * US);
+    p = xport_adapt_sent(&a, now);
+    cr_expect_eq(p.start, now + 340 * US, "the timer goes 10 us early");
+    cr_expect_eq(p.until, now + 450 * US, "the window still ends on time");
+    /* Early wake-ups count as on time; lateness is capped at half a cap. */
+    xport_adapt_woke(&a, now, now - 5 * US);
+    cr_expect_eq(a.late_ns, 7500);
+    for (int i = 0; i < 40; i++) {
+        xport_adapt_woke(&a, now, now + 1000 * US);
+    }
+    cr_expect_eq(a.late_ns, 50 * US);
 }
 
 Test(adapt, idle_gap_stops_rounds_until_exchanges_are_short_again)
@@ -172,13 +201,17 @@ Test(adapt, gap_runs_from_the_first_unanswered_send)
     for (unsigned i = 0; i < a.n; i++) {
         cr_expect_eq(a.gaps[i], 40 * US, "gap %u", i);
     }
-    /* A second send inside the round does not start it later than now,
-     * and keeps it at the cap from its start. */
+    /* A second send inside the window starts the round now, and the
+     * window still ends one cap after the first send; once the window
+     * has passed, a send plans nothing. */
     p = xport_adapt_sent(&a, now);
     cr_expect_eq(p.start, now);
+    cr_expect_eq(p.until, now + 100 * US);
     p = xport_adapt_sent(&a, now + 30 * US);
     cr_expect_eq(p.start, now + 30 * US);
-    cr_expect_eq(p.until, now + 130 * US);
+    cr_expect_eq(p.until, now + 100 * US);
+    p = xport_adapt_sent(&a, now + 100 * US);
+    cr_expect_eq(p.until, 0);
 }
 
 Test(adapt, arrival_without_send_is_ignored)
