@@ -22,14 +22,16 @@
  *                                   ; leader: spin for the next
  *                                   ; AppendEntries after each answer
  *                                   ; (costs a CPU per node under load)
- *   adaptive_poll_us = 50           ; transport=shm|tcp (rdma: ignored),
- *                                   ; while busy-polling is off: spin up
- *                                   ; to this long per send, only while
- *                                   ; the recent exchanges came back
- *                                   ; within 16 times it (a follower
- *                                   ; wakes shortly before the next
- *                                   ; AppendEntries is due; rdma/adapt.c);
- *                                   ; an idle node sleeps; 0 = off
+ *   adaptive_poll_us = 200          ; transport=shm|tcp (rdma: ignored),
+ *                                   ; durability=memory (disk: off),
+ *                                   ; while busy-polling is off: spin
+ *                                   ; about this long (at most 1.5 times)
+ *                                   ; per send, only while the recent
+ *                                   ; exchanges came back within 16
+ *                                   ; times it (a follower wakes shortly
+ *                                   ; before the next AppendEntries is
+ *                                   ; due; rdma/adapt.c); an idle node
+ *                                   ; sleeps; 0 = off
  *   log_level   = info              ; error | warn | info | debug
  *   pid_file    = /run/tern/ternd.pid ; write the pid here (removed at a
  *                                   ; clean stop)
@@ -300,12 +302,13 @@ static const char usage_text[] =
     "  --follower-busy-poll-us N  shm: the same while not leader, for the "
     "next\n"
     "                             AppendEntries (default 0: off)\n"
-    "  --adaptive-poll-us N       shm, tcp, while busy-polling is off: spin "
-    "up to\n"
-    "                             N us per send, only while the recent "
-    "exchanges\n"
-    "                             came back within 16 N us (default 50; 0: "
-    "off)\n"
+    "  --adaptive-poll-us N       shm, tcp, durability memory, while "
+    "busy-polling\n"
+    "                             is off: spin about N us (at most 1.5 N) "
+    "per send,\n"
+    "                             only while the recent exchanges came "
+    "back\n"
+    "                             within 16 N us (default 200; 0: off)\n"
     "  --peer-auth A              tls (default; --dev: none) or none\n"
     "  --cluster-ca F             PEM CA that signs the node certificates\n"
     "  --node-cert F              this node's PEM certificate (CN node-<id>)\n"
@@ -404,7 +407,7 @@ static const char usage_text[] =
     "  shm_dir = /tmp\n"
     "  busy_poll_us = 0\n"
     "  follower_busy_poll_us = 0\n"
-    "  adaptive_poll_us = 50\n"
+    "  adaptive_poll_us = 200\n"
     "  log_level = info\n"
     "  cluster_name = tern\n"
     "  pid_file = /run/tern/ternd.pid\n"

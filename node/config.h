@@ -165,7 +165,7 @@ enum node_client_auth {
 #define NODE_DEFAULT_MIN_FREE_DISK       (64ull << 20)
 #define NODE_DEFAULT_RESERVE_DISK        (32ull << 20)
 #define NODE_DEFAULT_BUSY_POLL_US        0u
-#define NODE_DEFAULT_ADAPTIVE_POLL_US    50u
+#define NODE_DEFAULT_ADAPTIVE_POLL_US    200u
 #define NODE_DEFAULT_CLIENT_MEMORY       (256ull << 20)
 #define NODE_DEFAULT_MAX_CONN_QUEUED     (32ull << 20)
 #define NODE_DEFAULT_MAX_CONNECTIONS     4096u
