@@ -23,6 +23,7 @@
 #                        [--transports "tcp shm"] [--durabilities "disk memory"]
 #                        [--modes "seq pipe"] [--stages] [--out DIR]
 #                        [--busy-poll US] [--follower-busy-poll US] [--pin]
+#                        [--adaptive-poll US] [--idle-cpu SECONDS]
 #
 # --stages: run the nodes at log level info and print, per cluster, each
 # node's "replication stages" line (ternd's shutdown log: the commit path
@@ -36,6 +37,15 @@
 # it runs.
 # --follower-busy-poll US sets follower_busy_poll_us alone (default: the
 # --busy-poll value; 0 = only the leader polls).
+#
+# --adaptive-poll US: adaptive_poll_us of every node (default: ternd's
+# default; 0 = off): spin up to US microseconds after a send only while
+# the recent exchanges were answered within US (node/config.c).
+#
+# CPU: each row also gives the CPU the three nodes used during its run
+# (percent of one CPU, per node, utime+stime from /proc/PID/stat), and
+# --idle-cpu SECONDS (default 10; 0 = skip) measures each node's CPU
+# while idle after the runs (1 s after the last one, over SECONDS).
 #
 # --pin: once a cluster is up, pin each node's loop thread (its main
 # thread: taskset by PID; libuv's worker threads stay free) to a CPU: the
@@ -71,6 +81,8 @@ modes="seq pipe"
 stages=0
 busy=0
 fbusy=
+adaptive=
+idle_secs=10
 pin=0
 out=
 usage() {
@@ -87,6 +99,8 @@ while [ $# -gt 0 ]; do
     --modes) modes=$2; shift 2 ;;
     --busy-poll) busy=$2; shift 2 ;;
     --follower-busy-poll) fbusy=$2; shift 2 ;;
+    --adaptive-poll) adaptive=$2; shift 2 ;;
+    --idle-cpu) idle_secs=$2; shift 2 ;;
     --stages) stages=1; shift ;;
     --pin) pin=1; shift ;;
     --out) out=$2; shift 2 ;;
@@ -152,22 +166,64 @@ pin_nodes() {
     echo "leader $leader:${desc}"
 }
 
+# CPU ticks (utime + stime, all threads) of node i, or nothing.
+node_ticks() { # i
+    local pid
+    pid=$(tr -dc '0-9' <"$dir/node$1.pid" 2>/dev/null) || return 0
+    [ -n "$pid" ] || return 0
+    # Fields after the ")" that ends the command name: utime is the 12th,
+    # stime the 13th.
+    sed 's/^.*) //' "/proc/$pid/stat" 2>/dev/null | awk '{ print $12 + $13 }'
+}
+# Ticks of nodes 1..3 on one line ("- " for a node not found).
+all_ticks() {
+    local i t line=
+    for i in 1 2 3; do
+        t=$(node_ticks "$i")
+        line="$line ${t:--}"
+    done
+    echo "$line"
+}
+# Percent of one CPU per node between two all_ticks lines over SECS.
+cpu_pct() { # "before" "after" secs
+    python3 - "$1" "$2" "$3" <<'PCT'
+import os, sys
+hz = os.sysconf("SC_CLK_TCK")
+a, b, secs = sys.argv[1].split(), sys.argv[2].split(), float(sys.argv[3])
+out = []
+for x, y in zip(a, b):
+    out.append("-" if "-" in (x, y) or secs <= 0
+               else "%.1f" % (100.0 * (int(y) - int(x)) / hz / secs))
+print(" ".join(out))
+PCT
+}
+now_s() { date +%s.%N; }
+
 # One bench run; appends "transport durability mode json" to $res/runs.
 run_bench() { # transport durability mode window count servers
     local t=$1 d=$2 mode=$3 window=$4 count=$5 servers=$6 q j
     q="bench-$mode"
+    local t0 t1 c0 c1
     timeout "$STEP_TIMEOUT" "$CLI" -s "$servers" bench "$q-warm" --size "$size" \
         --count "$warm" --window "$window" --json >/dev/null 2>&1 || true
+    c0=$(all_ticks)
+    t0=$(now_s)
     if ! j=$(timeout "$STEP_TIMEOUT" "$CLI" -s "$servers" bench "$q" --size "$size" \
         --count "$count" --window "$window" --replication --json \
         2>>"$res/bench-$t-$d.err"); then
         echo "replication: bench $t/$d/$mode failed (see $res/bench-$t-$d.err)" >&2
         j=null
     fi
+    t1=$(now_s)
+    c1=$(all_ticks)
+    printf '%s %s %s %s\n' "$t" "$d" "$mode" \
+        "$(cpu_pct "$c0" "$c1" "$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')")" >>"$res/cpu"
     printf '%s %s %s %s\n' "$t" "$d" "$mode" "$j" >>"$res/runs"
 }
 
 : >"$res/runs"
+: >"$res/cpu"
+: >"$res/idle"
 for t in $transports; do
     for d in $durabilities; do
         dir=$work/cluster-$t-$d
@@ -182,6 +238,10 @@ for t in $transports; do
             extra="$extra
 busy_poll_us = $busy
 follower_busy_poll_us = $fbusy"
+        fi
+        if [ -n "$adaptive" ]; then
+            extra="$extra
+adaptive_poll_us = $adaptive"
         fi
         if ! TERN_NODE_EXTRA="$extra" TERN_RAFT_EXTRA="durability = $d" \
             TERN_LOG_LEVEL=$level cluster up >"$res/up-$t-$d.log" 2>&1; then
@@ -204,6 +264,13 @@ follower_busy_poll_us = $fbusy"
         "$CLI" -s "$servers" cluster status --json >"$res/status-$t-$d.json" 2>/dev/null || true
         case " $modes " in *" seq "*) run_bench "$t" "$d" seq 1 "$seq_count" "$servers" ;; esac
         case " $modes " in *" pipe "*) run_bench "$t" "$d" pipe 64 "$pipe_count" "$servers" ;; esac
+        if [ "$idle_secs" != 0 ]; then
+            sleep 1
+            c0=$(all_ticks)
+            sleep "$idle_secs"
+            c1=$(all_ticks)
+            printf '%s %s %s\n' "$t" "$d" "$(cpu_pct "$c0" "$c1" "$idle_secs")" >>"$res/idle"
+        fi
         cluster down >"$res/down-$t-$d.log" 2>&1 || echo "replication: cluster $t/$d did not stop cleanly" >&2
         if [ "$stages" = 1 ]; then
             for i in 1 2 3; do
@@ -268,9 +335,23 @@ case " $transports " in
     ;;
 esac
 
-python3 - "$res/runs" "$res/xport.json" "$rdma_floor" "$size" "$res/pins" "$xpin" <<'EOF'
+python3 - "$res/runs" "$res/xport.json" "$rdma_floor" "$size" "$res/pins" "$xpin" \
+    "$res/cpu" "$res/idle" <<'EOF'
 import json, sys
 runs_path, xport_path, rdma_floor, size, pins_path, xpin = sys.argv[1:7]
+cpu_path, idle_path = sys.argv[7:9]
+def table(path, keys):  # first `keys` words -> the rest, as a string
+    d = {}
+    try:
+        for line in open(path):
+            w = line.split()
+            if len(w) > keys:
+                d[tuple(w[:keys])] = "/".join(w[keys:])
+    except OSError:
+        pass
+    return d
+run_cpu = table(cpu_path, 3)
+idle_cpu = table(idle_path, 2)
 floor_cpus = "0,1" if xpin == "-P" else None
 pins = {}  # (transport, durability) -> (leader id, "node1:cpu0 ...")
 try:
@@ -299,9 +380,12 @@ for line in open(runs_path):
 def f(v, w=9, p=1):
     return f"{v:{w}.{p}f}" if v is not None else f"{'-':>{w}}"
 hdr = (f"{'transport':<9} {'durab':<6} {'mode':<10} {'repl p50':>9} {'repl p99':>9} "
-       f"{'prod p50':>9} {'prod p99':>9} {'msgs/s':>9} {'floor':<12} {'floor p50':>9} {'ratio':>6}")
+       f"{'prod p50':>9} {'prod p99':>9} {'msgs/s':>9} {'floor':<12} {'floor p50':>9} {'ratio':>6} "
+       f"{'run cpu%':>17} {'idle cpu%':>14}")
 print(f"replication latency (leader append->commit) vs client produce latency, "
       f"{size} B messages, microseconds")
+print("run cpu% / idle cpu%: percent of one CPU used by node1/node2/node3 "
+      "during the run / while idle after the runs")
 print(hdr)
 print("-" * len(hdr))
 out = []
@@ -321,7 +405,8 @@ for t, d, mode, j in rows:
         pin = (pin[0], pin[1] + f" (leader moved to node {r['node_id']})")
     print(f"{t:<9} {d:<6} {label:<10} {f(rp50)} {f(rp99)} "
           f"{f(j['latency_us']['p50'], p=0)} {f(j['latency_us']['p99'], p=0)} "
-          f"{f(j['msgs_per_s'], p=0)} {name:<12} {f(fl, p=2)} {f(ratio, 6, 2)}")
+          f"{f(j['msgs_per_s'], p=0)} {name:<12} {f(fl, p=2)} {f(ratio, 6, 2)} "
+          f"{run_cpu.get((t, d, mode), '-'):>17} {idle_cpu.get((t, d), '-'):>14}")
     out.append({"transport": t, "durability": d, "mode": mode, "ok": True,
                 "node_transport": r.get("transport"),
                 "repl_p50_us": rp50, "repl_p99_us": rp99,
@@ -330,6 +415,8 @@ for t, d, mode, j in rows:
                 "produce_p99_us": j["latency_us"]["p99"],
                 "msgs_per_s": j["msgs_per_s"], "errors": j["errors"],
                 "floor": name, "floor_p50_us": fl, "ratio": ratio,
+                "run_cpu_pct": run_cpu.get((t, d, mode)),
+                "idle_cpu_pct": idle_cpu.get((t, d)),
                 "pinning": pin[1] if pin else None})
 for (t, d), (lead, desc) in sorted(pins.items()):
     print(f"pinned (taskset, after election) {t}/{d}: leader node {lead}; {desc}")

@@ -22,6 +22,16 @@
  *                                   ; leader: spin for the next
  *                                   ; AppendEntries after each answer
  *                                   ; (costs a CPU per node under load)
+ *   adaptive_poll_us = 200          ; transport=shm|tcp (rdma: ignored),
+ *                                   ; durability=memory (disk: off),
+ *                                   ; while busy-polling is off: spin
+ *                                   ; about this long (at most 1.5 times)
+ *                                   ; per send, only while the recent
+ *                                   ; exchanges came back within 16
+ *                                   ; times it (a follower wakes shortly
+ *                                   ; before the next AppendEntries is
+ *                                   ; due; rdma/adapt.c); an idle node
+ *                                   ; sleeps; 0 = off
  *   log_level   = info              ; error | warn | info | debug
  *   pid_file    = /run/tern/ternd.pid ; write the pid here (removed at a
  *                                   ; clean stop)
@@ -292,6 +302,13 @@ static const char usage_text[] =
     "  --follower-busy-poll-us N  shm: the same while not leader, for the "
     "next\n"
     "                             AppendEntries (default 0: off)\n"
+    "  --adaptive-poll-us N       shm, tcp, durability memory, while "
+    "busy-polling\n"
+    "                             is off: spin about N us (at most 1.5 N) "
+    "per send,\n"
+    "                             only while the recent exchanges came "
+    "back\n"
+    "                             within 16 N us (default 200; 0: off)\n"
     "  --peer-auth A              tls (default; --dev: none) or none\n"
     "  --cluster-ca F             PEM CA that signs the node certificates\n"
     "  --node-cert F              this node's PEM certificate (CN node-<id>)\n"
@@ -390,6 +407,7 @@ static const char usage_text[] =
     "  shm_dir = /tmp\n"
     "  busy_poll_us = 0\n"
     "  follower_busy_poll_us = 0\n"
+    "  adaptive_poll_us = 200\n"
     "  log_level = info\n"
     "  cluster_name = tern\n"
     "  pid_file = /run/tern/ternd.pid\n"
@@ -478,6 +496,7 @@ void node_config_init(struct node_config *c)
     c->election_timeout_ms = NODE_DEFAULT_ELECTION_TIMEOUT_MS;
     c->heartbeat_ms = NODE_DEFAULT_HEARTBEAT_MS;
     c->busy_poll_us = NODE_DEFAULT_BUSY_POLL_US;
+    c->adaptive_poll_us = NODE_DEFAULT_ADAPTIVE_POLL_US;
     c->snapshot_bytes = NODE_DEFAULT_SNAPSHOT_BYTES;
     c->snapshot_trailing = NODE_DEFAULT_SNAPSHOT_TRAILING;
     c->retention_interval_ms = NODE_DEFAULT_RETENTION_INTERVAL_MS;
@@ -1072,6 +1091,8 @@ static const struct key keys[] = {
      NODE__UINT(busy_poll_us), 1000000},
     {"node", "follower_busy_poll_us", "--follower-busy-poll-us", set_unsigned,
      NODE__UINT(follower_busy_poll_us), 1000000},
+    {"node", "adaptive_poll_us", "--adaptive-poll-us", set_unsigned,
+     NODE__UINT(adaptive_poll_us), 1000000},
     {"node", "log_level", "--log-level", set_log_level, NODE__INT(log_level),
      0},
     {"node", "pid_file", "--pid-file", set_text, NODE__STR(pid_file), 0},

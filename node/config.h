@@ -39,6 +39,7 @@ struct node_config
     int memory_durability; /* [raft] durability = memory (default disk) */
     unsigned busy_poll_us; /* [node] busy_poll_us: shm leader busy-poll */
     unsigned follower_busy_poll_us; /* [node] the same while not leader */
+    unsigned adaptive_poll_us;      /* [node] adaptive poll cap; 0 = off */
     uint64_t max_message_bytes;
     uint64_t log_segment_bytes; /* [node]: index/ segments + checkpoints */
     uint64_t index_map_bytes;   /* [node]: LMDB's map size (address space) */
@@ -164,6 +165,7 @@ enum node_client_auth {
 #define NODE_DEFAULT_MIN_FREE_DISK       (64ull << 20)
 #define NODE_DEFAULT_RESERVE_DISK        (32ull << 20)
 #define NODE_DEFAULT_BUSY_POLL_US        0u
+#define NODE_DEFAULT_ADAPTIVE_POLL_US    200u
 #define NODE_DEFAULT_CLIENT_MEMORY       (256ull << 20)
 #define NODE_DEFAULT_MAX_CONN_QUEUED     (32ull << 20)
 #define NODE_DEFAULT_MAX_CONNECTIONS     4096u

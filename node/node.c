@@ -436,6 +436,12 @@ static void on_state(void *arg,
     unsigned spin_us = role == REPL_LEADER ? n->cfg->busy_poll_us
                                            : n->cfg->follower_busy_poll_us;
     (void)node_transport_set_busy_poll(&n->transport, spin_us);
+    /* Otherwise spin only while exchanges come back soon (rdma/adapt.c),
+     * in memory mode: on disk a commit waits for fsyncs, and spinning
+     * took their CPU (slower, bench/RESULTS.md "Adaptive polling"). */
+    (void)node_transport_set_adaptive_poll(
+        &n->transport,
+        n->cfg->memory_durability ? n->cfg->adaptive_poll_us : 0);
 }
 
 /* ---- Batcher ops -------------------------------------------------------- */

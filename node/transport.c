@@ -22,9 +22,10 @@
  * and exposes its rings only to peers that prove it.
  *
  * Busy-polling (node_transport_set_busy_poll, on every change of raft
- * role) and the counters of the shutdown line (node_transport_stats) go
- * through the transport interface; the fallback composite forwards them
- * to its children, so node/ never reaches into them.
+ * role), adaptive polling (node_transport_set_adaptive_poll, likewise) and the
+ * counters of the shutdown line (node_transport_stats) go through the transport
+ * interface; the fallback composite forwards them to its children, so node/
+ * never reaches into them.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -287,6 +288,11 @@ int node_transport_set_busy_poll(struct node_transport *t, unsigned us)
     /* The composite forwards to both of its children: the fast path polls
      * its rings or CQs, tcp its sockets while a peer is on it. */
     return t->xport != NULL ? xport_set_busy_poll(t->xport, us) : 0;
+}
+
+int node_transport_set_adaptive_poll(struct node_transport *t, unsigned us)
+{
+    return t->xport != NULL ? xport_set_adaptive_poll(t->xport, us) : 0;
 }
 
 void node_transport_stats(const struct node_transport *t,

@@ -48,6 +48,10 @@ int node_transport_start(struct node_transport *t, char *errmsg);
  * (xport_set_busy_poll; a fallback composite forwards it to both
  * children). 0 or a code. */
 int node_transport_set_busy_poll(struct node_transport *t, unsigned us);
+/* Adaptive polling with a cap of us microseconds (0: off)
+ * (xport_set_adaptive_poll; a composite forwards it to both children).
+ * 0 or a code. */
+int node_transport_set_adaptive_poll(struct node_transport *t, unsigned us);
 /* OUT: the transport's counters (xport_get_stats: a composite sums its
  * children's and adds its own); caller-owned, zeroed first. */
 void node_transport_stats(const struct node_transport *t,

@@ -63,8 +63,9 @@
  * than the fast backend's max_message go over the slow backend (no state
  * change): max_message of the composite is the slow backend's.
  *
- * Epoch and fence (xport_set_epoch/xport_set_fence) and busy-polling
- * (xport_set_busy_poll) go to both backends; xport_get_stats sums both
+ * Epoch and fence (xport_set_epoch/xport_set_fence), busy-polling
+ * (xport_set_busy_poll) and adaptive polling (xport_set_adaptive_poll) go
+ * to both backends; xport_get_stats sums both
  * backends' counters and adds the composite's own (fast_sends ...).
  * Start: both are started; the recv callback of the composite is looked up
  * at delivery, so re-pointing it (repl_close) works as for any backend.
@@ -474,6 +475,14 @@ static int fb_set_busy_poll(struct xport *base, unsigned us)
     return rc != 0 ? rc : rc2;
 }
 
+static int fb_set_adaptive_poll(struct xport *base, unsigned us)
+{
+    struct fb_xport *x = (struct fb_xport *)base;
+    int rc = xport_set_adaptive_poll(x->fast, us);
+    int rc2 = xport_set_adaptive_poll(x->slow, us);
+    return rc != 0 ? rc : rc2;
+}
+
 static void fb_get_stats(const struct xport *base, struct xport_stats *out)
 {
     const struct fb_xport *x = (const struct fb_xport *)base;
@@ -560,6 +569,7 @@ int xport_fallback_new(uv_loop_t *loop,
     x->ops.set_epoch = fb_set_epoch;
     x->ops.set_fence = fb_set_fence;
     x->ops.set_busy_poll = fb_set_busy_poll;
+    x->ops.set_adaptive_poll = fb_set_adaptive_poll;
     x->ops.get_stats = fb_get_stats;
     (void)snprintf(x->name, sizeof x->name, "%s+%s", xport_name(fast),
                    xport_name(slow));

@@ -113,6 +113,14 @@
  * sleeps (also when the round is skipped: the rings were marked awake).
  * Adaptive back-off after consecutive empty rounds.
  *
+ * Adaptive polling (xport_set_adaptive_poll, when busy-polling is off):
+ * the same rounds, but only those the policy plans (rdma/adapt.c, from
+ * the recent send->arrival gaps) and bounded by its cap. A round due at
+ * once starts from the send as above; one due later (a follower waiting
+ * for the next AppendEntries) is started by a timerfd wake-up
+ * (xport_wake) at its start. An arrival (a ring found ready before
+ * delivery) is recorded and cancels a pending wake-up.
+ *
  * Peers, the send path, queues, delivery and fencing are the ring driver's
  * (rdma/ringx.c); this file is the medium: sockets, memfds, the doorbell
  * and busy-polling. Send path, happy case: connected, nothing queued, ring
@@ -145,6 +153,7 @@
  *     already decided keep theirs), then the close callback runs once every
  *     handle is closed.
  */
+#include "adapt.h"
 #include "ringx.h"
 
 #include <errno.h>
@@ -248,10 +257,14 @@ struct shm_xport
     uv_poll_t lpoll;
     uv_poll_t epoll;
     uv_prepare_t spin;
-    unsigned spin_us;     /* busy-poll budget; 0 = off */
-    uint64_t spin_until;  /* uv_hrtime deadline of the pending round */
-    unsigned spin_misses; /* consecutive empty rounds */
-    unsigned spin_skip;   /* sends left without a round */
+    unsigned spin_us;         /* busy-poll budget; 0 = off */
+    uint64_t spin_until;      /* uv_hrtime deadline of the pending round */
+    unsigned spin_misses;     /* consecutive empty rounds */
+    unsigned spin_skip;       /* sends left without a round */
+    struct xport_adapt adapt; /* adaptive poll policy (cap 0 = off) */
+    struct xport_wake wake;   /* starts a planned round later */
+    uint64_t wake_until;      /* that round's deadline; 0 = none pending */
+    uint64_t wake_at;         /* when the pending wake-up is due */
     uv_timer_t sweep;
     struct shm_counters stats;
     int lpoll_ok, epoll_ok;
@@ -771,11 +784,29 @@ static struct conn *conn_new(struct shm_xport *x,
 
 /* ---- receiving --------------------------------------------------------- */
 
+static int rings_ready(struct shm_xport *x)
+{
+    for (struct conn *c = inbound_first(x); c != NULL; c = inbound_after(c)) {
+        if (xport_ring_rx_ready(&c->rc.rx)) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
 /* Deliver what every inbound ring holds, write what waits for credit,
  * then ask senders for a doorbell and re-check before the loop sleeps. */
 static void receive_all(struct shm_xport *x)
 {
     int again = 0;
+
+    /* Before delivery, which may send the answer: the arrival closes the
+     * adaptive poll's gap (adapt.h) and a pending wake-up is moot. */
+    if (x->adapt.cap_ns != 0 && x->r.started && rings_ready(x)) {
+        xport_adapt_received(&x->adapt, uv_hrtime());
+        x->wake_until = 0;
+        xport_wake_cancel(&x->wake);
+    }
 
     for (struct conn *c = inbound_first(x); c != NULL && !x->r.closing;
          c = inbound_after(c)) {
@@ -818,16 +849,6 @@ static void on_efd(uv_poll_t *h, int status, int events)
     receive_all(x);
 }
 
-static int rings_ready(struct shm_xport *x)
-{
-    for (struct conn *c = inbound_first(x); c != NULL; c = inbound_after(c)) {
-        if (xport_ring_rx_ready(&c->rc.rx)) {
-            return 1;
-        }
-    }
-    return 0;
-}
-
 /* One busy-poll round (see the top of the file), right before the loop
  * would sleep. */
 static void on_spin(uv_prepare_t *h)
@@ -840,7 +861,7 @@ static void on_spin(uv_prepare_t *h)
     if (x->r.closing) {
         return;
     }
-    if (x->spin_us != 0 && now < x->spin_until) {
+    if ((x->spin_us != 0 || x->adapt.cap_ns != 0) && now < x->spin_until) {
         x->stats.spins++;
         while (!(hit = rings_ready(x)) && now < x->spin_until) {
             __builtin_ia32_pause();
@@ -850,7 +871,8 @@ static void on_spin(uv_prepare_t *h)
         if (hit) {
             x->stats.spin_hits++;
             x->spin_misses = 0;
-        } else if (++x->spin_misses >= SHM__SPIN_MISS_LIMIT) {
+        } else if (x->spin_us != 0 &&
+                   ++x->spin_misses >= SHM__SPIN_MISS_LIMIT) {
             x->spin_misses = 0;
             x->spin_skip = SHM__SPIN_SKIP;
         }
@@ -874,25 +896,82 @@ int xport_shm_set_busy_poll(struct xport *base, unsigned us)
     return 0;
 }
 
-/* A send went into a ring: arm a busy-poll round if enabled. */
-static void spin_arm(struct xport_ringx *r)
+int xport_shm_set_adaptive_poll(struct xport *base, unsigned us)
 {
-    struct shm_xport *x = shm_of(r);
+    struct shm_xport *x = (struct shm_xport *)base;
+    if (base == NULL || base->ops != &shm_ops) {
+        return TERN_EINVAL;
+    }
+    xport_adapt_init(&x->adapt, us);
+    x->wake_until = 0;
+    xport_wake_cancel(&x->wake);
+    return 0;
+}
 
-    if (x->spin_us == 0) {
-        return;
-    }
-    if (x->spin_skip > 0) {
-        x->spin_skip--;
-        return;
-    }
-    x->spin_until = uv_hrtime() + (uint64_t)x->spin_us * 1000u;
+/* Start a round that spins until the uv_hrtime deadline until. */
+static void round_start(struct shm_xport *x, uint64_t until)
+{
+    x->spin_until = until;
     /* Awake from now on: an answer faster than the loop's way to the
      * round rings no doorbell either. on_spin re-arms. */
     for (struct conn *c = inbound_first(x); c != NULL; c = inbound_after(c)) {
         put_le64_atomic(c->ring_map + SHM__OFF_ARMED, 0, __ATOMIC_SEQ_CST);
     }
     uv_prepare_start(&x->spin, on_spin);
+}
+
+/* A planned round is due (xport_wake). */
+static void on_wake(uv_poll_t *h, int status, int events)
+{
+    struct shm_xport *x = h->data;
+    uint64_t until = x->wake_until, now = uv_hrtime();
+
+    (void)status;
+    (void)events;
+    xport_wake_fired(&x->wake);
+    x->wake_until = 0;
+    if (until != 0) {
+        xport_adapt_woke(&x->adapt, x->wake_at, now);
+    }
+    if (!x->r.closing && until != 0 && now < until) {
+        round_start(x, until);
+    }
+}
+
+/* A send went into a ring: arm a busy-poll round if enabled, else the
+ * round the adaptive poll plans, if any. */
+static void spin_arm(struct xport_ringx *r)
+{
+    struct shm_xport *x = shm_of(r);
+
+    if (x->spin_us == 0) {
+        uint64_t now;
+        struct xport_adapt_plan p;
+
+        if (x->adapt.cap_ns == 0) {
+            return;
+        }
+        now = uv_hrtime();
+        p = xport_adapt_sent(&x->adapt, now);
+        if (p.until == 0) {
+            return;
+        }
+        if (p.start <= now) {
+            x->wake_until = 0;
+            xport_wake_cancel(&x->wake);
+            round_start(x, p.until);
+        } else if (x->wake.fd >= 0) {
+            x->wake_until = p.until;
+            x->wake_at = p.start;
+            xport_wake_at(&x->wake, p.start);
+        }
+        return;
+    }
+    if (x->spin_skip > 0) {
+        x->spin_skip--;
+        return;
+    }
+    round_start(x, uv_hrtime() + (uint64_t)x->spin_us * 1000u);
 }
 
 /* ---- the handshake (top of the file) ---------------------------------- */
@@ -1408,6 +1487,9 @@ static void shm_close(struct xport *base)
     }
     uv_close((uv_handle_t *)&x->sweep, xport_ringx_handle_closed);
     uv_close((uv_handle_t *)&x->spin, xport_ringx_handle_closed);
+    if (x->wake.fd >= 0) {
+        xport_wake_close(&x->wake, xport_ringx_handle_closed);
+    }
     xport_ringx_cancel(&x->r);
     xport_ringx_maybe_finish(&x->r);
 }
@@ -1439,6 +1521,7 @@ static const struct xport_ops shm_ops = {
     .set_epoch = xport_ringx_set_epoch,
     .set_fence = xport_ringx_set_fence,
     .set_busy_poll = xport_shm_set_busy_poll,
+    .set_adaptive_poll = xport_shm_set_adaptive_poll,
     .get_stats = shm_get_stats,
 };
 
@@ -1575,6 +1658,9 @@ int xport_shm_new(uv_loop_t *loop,
     (void)uv_timer_init(loop, &x->sweep);
     x->sweep.data = x;
     x->r.handles = 2; /* sweep, spin */
+    if (xport_wake_init(&x->wake, loop, x, on_wake) == 0) {
+        x->r.handles++; /* else no planned round starts later */
+    }
     /* A failed uv_poll_init leaves no trace in the loop; from here on
      * failures unwind through shm_close (asynchronously, no callback). */
     rc = uv_poll_init(loop, &x->lpoll, lsock);

@@ -91,6 +91,11 @@
  * thread from the round trip at the cost of a CPU while it spins.
  * xport_get_stats counts the rounds (spins) and the rounds a message
  * ended (spin_hits); tcp's only other counter is auth_refused.
+ * Adaptive polling (xport_set_adaptive_poll, when busy-polling is off):
+ * the same rounds, only those the policy plans (rdma/adapt.c), bounded by
+ * its cap; a round due later is started by a timerfd wake-up
+ * (xport_wake). A received message is recorded before it is delivered
+ * and cancels a pending wake-up.
  * Completions decided inside xport_send (EBUSY, ENOCONN during back-off)
  * are queued on a list drained by a uv_idle handle, so no callback ever
  * runs inside xport_send.
@@ -98,6 +103,7 @@
  * SIGPIPE: libuv writes with write(2)/writev(2), not send(MSG_NOSIGNAL), and
  * does not ignore SIGPIPE; the process (ternd, tests) must ignore it.
  */
+#include "adapt.h"
 #include "sendq.h"
 #include "tcp_frame.h"
 
@@ -227,10 +233,14 @@ struct tcp_xport
     size_t max_queued;
     unsigned retry_ms;
     uv_tcp_t listener;
-    uv_idle_t idle;         /* drains the deferred-completion list */
-    struct xport_spin spin; /* busy-poll (xport_int.h) */
-    uint64_t spins;         /* busy-poll rounds started */
-    uint64_t spin_hits;     /* rounds ended by an arriving message */
+    uv_idle_t idle;           /* drains the deferred-completion list */
+    struct xport_spin spin;   /* busy-poll (xport_int.h) */
+    struct xport_adapt adapt; /* adaptive poll policy (cap 0 = off) */
+    struct xport_wake wake;   /* starts a planned round later */
+    uint64_t wake_until;      /* that round's deadline; 0 = none pending */
+    uint64_t wake_at;         /* when the pending wake-up is due */
+    uint64_t spins;           /* busy-poll rounds started */
+    uint64_t spin_hits;       /* rounds ended by an arriving message */
     uv_timer_t sweep; /* connect timeouts; runs while a connect is pending */
     struct xport_peer *peers; /* of struct peer */
     struct conn *inbound;     /* head of the inbound list */
@@ -285,14 +295,79 @@ static void on_spin(uv_idle_t *h)
     }
 }
 
+/* Start (or move the deadline of) a round ending at until. */
+static void round_start(struct tcp_xport *x, uint64_t until)
+{
+    if (!x->spin.on) {
+        x->spins++;
+    }
+    xport_spin_until(&x->spin, until);
+}
+
+/* A planned round is due (xport_wake). */
+static void on_wake(uv_poll_t *h, int status, int events)
+{
+    struct tcp_xport *x = h->data;
+    uint64_t until = x->wake_until, now = uv_hrtime();
+
+    (void)status;
+    (void)events;
+    xport_wake_fired(&x->wake);
+    x->wake_until = 0;
+    if (until != 0) {
+        xport_adapt_woke(&x->adapt, x->wake_at, now);
+    }
+    if (!x->closing && until != 0 && now < until) {
+        round_start(x, until);
+    }
+}
+
+/* A send was handed to libuv: a busy-poll round if enabled, else the
+ * round the adaptive poll plans, if any. */
 static void spin_arm(struct tcp_xport *x)
 {
-    if (!x->closing) {
-        if (x->spin.us != 0 && !x->spin.on) {
+    uint64_t now;
+    struct xport_adapt_plan p;
+
+    if (x->closing) {
+        return;
+    }
+    if (x->spin.us != 0) {
+        if (!x->spin.on) {
             x->spins++;
         }
         xport_spin_arm(&x->spin);
+        return;
     }
+    if (x->adapt.cap_ns == 0) {
+        return;
+    }
+    now = uv_hrtime();
+    p = xport_adapt_sent(&x->adapt, now);
+    if (p.until == 0) {
+        return;
+    }
+    if (p.start <= now) {
+        x->wake_until = 0;
+        xport_wake_cancel(&x->wake);
+        round_start(x, p.until);
+    } else if (x->wake.fd >= 0) {
+        x->wake_until = p.until;
+        x->wake_at = p.start;
+        xport_wake_at(&x->wake, p.start);
+    }
+}
+
+int xport_tcp_set_adaptive_poll(struct xport *base, unsigned us)
+{
+    struct tcp_xport *x = (struct tcp_xport *)base;
+    if (base == NULL || base->ops != &tcp_ops) {
+        return TERN_EINVAL;
+    }
+    xport_adapt_init(&x->adapt, us);
+    x->wake_until = 0;
+    xport_wake_cancel(&x->wake);
+    return 0;
 }
 
 int xport_tcp_set_busy_poll(struct xport *base, unsigned us)
@@ -613,6 +688,12 @@ static int inbound_frame(struct conn *c, const struct xport_tcp_frame *f)
         x->spin_hits++;
     }
     xport_spin_stop(&x->spin); /* what the round waited for has come */
+    if (x->adapt.cap_ns != 0) {
+        /* Before delivery, which may send the answer (adapt.h). */
+        xport_adapt_received(&x->adapt, uv_hrtime());
+        x->wake_until = 0;
+        xport_wake_cancel(&x->wake);
+    }
     if (x->base.recv_cb != NULL) {
         x->base.recv_cb(x->base.recv_arg, c->from_id, f->payload, f->len);
     }
@@ -1290,6 +1371,9 @@ static void tcp_close(struct xport *base)
     x->closing = 1;
     xport_spin_stop(&x->spin);
     uv_close((uv_handle_t *)&x->spin.idle, on_handle_closed);
+    if (x->wake.fd >= 0) {
+        xport_wake_close(&x->wake, on_handle_closed);
+    }
     uv_close((uv_handle_t *)&x->listener, on_handle_closed);
     uv_close((uv_handle_t *)&x->sweep, on_handle_closed);
     for (struct peer *p = peer_first(x); p != NULL; p = peer_next(p)) {
@@ -1320,6 +1404,7 @@ static const struct xport_ops tcp_ops = {
     .max_message = tcp_max_message,
     .close = tcp_close,
     .set_busy_poll = xport_tcp_set_busy_poll,
+    .set_adaptive_poll = xport_tcp_set_adaptive_poll,
     .get_stats = tcp_get_stats,
 };
 
@@ -1428,6 +1513,9 @@ int xport_tcp_new(uv_loop_t *loop,
     x->sweep.data = x;
     xport_spin_init(&x->spin, loop, x, on_spin);
     x->handles = 3;
+    if (xport_wake_init(&x->wake, loop, x, on_wake) == 0) {
+        x->handles++; /* else no planned round starts later */
+    }
     rc = uv_tcp_open(&x->listener, fd);
     if (rc != 0) {
         tern_errmsg_printf(errmsg, "tcp: adopt listen socket: %s",

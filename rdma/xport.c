@@ -5,6 +5,9 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/timerfd.h>
+#include <time.h>
+#include <unistd.h>
 
 #include <tern_common.h>
 
@@ -56,6 +59,15 @@ int xport_set_busy_poll(struct xport *x, unsigned us)
         return TERN_EINVAL;
     }
     return x->ops->set_busy_poll != NULL ? x->ops->set_busy_poll(x, us) : 0;
+}
+
+int xport_set_adaptive_poll(struct xport *x, unsigned us)
+{
+    if (x == NULL) {
+        return TERN_EINVAL;
+    }
+    return x->ops->set_adaptive_poll != NULL ? x->ops->set_adaptive_poll(x, us)
+                                             : 0;
 }
 
 int xport_get_stats(const struct xport *x, struct xport_stats *out)
@@ -230,4 +242,91 @@ void xport_spin_set(struct xport_spin *s, unsigned us)
 int xport_spin_expired(const struct xport_spin *s)
 {
     return uv_hrtime() >= s->until;
+}
+
+void xport_spin_until(struct xport_spin *s, uint64_t until)
+{
+    s->until = until;
+    if (!s->on) {
+        uv_idle_start(&s->idle, s->cb);
+        s->on = 1;
+    }
+}
+
+int xport_wake_init(struct xport_wake *w,
+                    uv_loop_t *loop,
+                    void *data,
+                    uv_poll_cb cb)
+{
+    int rc;
+
+    w->armed = 0;
+    w->fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+    if (w->fd < 0) {
+        return -errno;
+    }
+    rc = uv_poll_init(loop, &w->poll, w->fd);
+    if (rc != 0) {
+        goto err_after_fd;
+    }
+    w->poll.data = data;
+    rc = uv_poll_start(&w->poll, UV_READABLE, cb);
+    if (rc != 0) {
+        /* The handle exists: closing it is the caller's (as on success). */
+        return 0;
+    }
+    return 0;
+
+err_after_fd:
+    close(w->fd);
+    w->fd = -1;
+    return rc;
+}
+
+void xport_wake_at(struct xport_wake *w, uint64_t when)
+{
+    struct itimerspec its;
+
+    if (w->fd < 0) {
+        return;
+    }
+    memset(&its, 0, sizeof its);
+    /* uv_hrtime is CLOCK_MONOTONIC in nanoseconds; 0 would disarm. */
+    its.it_value.tv_sec = (time_t)(when / 1000000000u);
+    its.it_value.tv_nsec = (long)(when % 1000000000u);
+    if (when == 0) {
+        its.it_value.tv_nsec = 1;
+    }
+    if (timerfd_settime(w->fd, TFD_TIMER_ABSTIME, &its, NULL) == 0) {
+        w->armed = 1;
+    }
+}
+
+void xport_wake_cancel(struct xport_wake *w)
+{
+    struct itimerspec its;
+
+    if (w->fd < 0 || !w->armed) {
+        return;
+    }
+    memset(&its, 0, sizeof its);
+    (void)timerfd_settime(w->fd, 0, &its, NULL);
+    w->armed = 0;
+}
+
+void xport_wake_fired(struct xport_wake *w)
+{
+    uint64_t n;
+
+    (void)!read(w->fd, &n, sizeof n);
+    w->armed = 0;
+}
+
+void xport_wake_close(struct xport_wake *w, uv_close_cb cb)
+{
+    /* uv_close stops polling at once, so the fd may go now. */
+    uv_close((uv_handle_t *)&w->poll, cb);
+    close(w->fd);
+    w->fd = -1;
+    w->armed = 0;
 }

@@ -29,6 +29,8 @@ struct xport_ops
     /* Optional (NULL: the backend does not poll; xport_set_busy_poll then
      * returns 0 and does nothing). */
     int (*set_busy_poll)(struct xport *x, unsigned us);
+    /* Optional (NULL: xport_set_adaptive_poll returns 0, does nothing). */
+    int (*set_adaptive_poll)(struct xport *x, unsigned us);
     /* Optional (NULL: every counter stays 0): fill in the counters this
      * backend keeps; out arrives zeroed. */
     void (*get_stats)(const struct xport *x, struct xport_stats *out);
@@ -105,5 +107,35 @@ void xport_spin_arm(struct xport_spin *s); /* no-op when us == 0 */
 void xport_spin_stop(struct xport_spin *s);
 void xport_spin_set(struct xport_spin *s, unsigned us); /* 0 also stops */
 int xport_spin_expired(const struct xport_spin *s);
+/* Run a round until the uv_hrtime deadline until, whatever s->us (an
+ * adaptive round, adapt.h). */
+void xport_spin_until(struct xport_spin *s, uint64_t until);
+
+/* A one-shot wake-up of the loop at a uv_hrtime instant with microsecond
+ * resolution (uv_timer has milliseconds): a timerfd under uv_poll. The
+ * adaptive poll (adapt.h) starts a round that is due later from it, so
+ * the loop's own wake-up is paid before the message comes. */
+struct xport_wake
+{
+    uv_poll_t poll; /* poll.data: the backend */
+    int fd;         /* the timerfd; -1: none (init failed) */
+    int armed;
+};
+/* Create the timerfd and its poll handle on loop; cb runs when it fires
+ * and calls xport_wake_fired. 0, or -errno (then w->fd is -1 and no
+ * handle exists: the backend runs only rounds due at once). */
+int xport_wake_init(struct xport_wake *w,
+                    uv_loop_t *loop,
+                    void *data,
+                    uv_poll_cb cb);
+/* Fire once at the uv_hrtime instant when (replaces a pending one). */
+void xport_wake_at(struct xport_wake *w, uint64_t when);
+/* Disarm a pending wake-up (no syscall if none is pending). */
+void xport_wake_cancel(struct xport_wake *w);
+/* In cb: consume the expiration. */
+void xport_wake_fired(struct xport_wake *w);
+/* Close the handle (cb: the backend's handle-closed callback) and the
+ * timerfd. Only after a successful xport_wake_init. */
+void xport_wake_close(struct xport_wake *w, uv_close_cb cb);
 
 #endif /* TERN_XPORT_INT_H */

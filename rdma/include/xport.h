@@ -156,6 +156,18 @@ void xport_set_peer_down(struct xport *x, xport_peer_down_cb cb, void *arg);
  * and does nothing. Returns 0, or TERN_EINVAL (x is NULL). */
 int xport_set_busy_poll(struct xport *x, unsigned us);
 
+/* Adaptive polling: spin for what comes back only while the recent
+ * exchanges came back soon, at most us microseconds per send (the policy:
+ * rdma/adapt.c). A leader spins from its send to the first answer; a
+ * follower under steady load wakes itself (a timer) shortly before the
+ * next AppendEntries is due and spins until it lands; an idle node, or
+ * one whose peers answer late, sleeps. us = 0 (the default): off. While
+ * busy-polling is on (xport_set_busy_poll), it takes precedence. tcp and
+ * shm poll this way; the fallback composite passes us to both of its
+ * backends; other backends (mem, verbs) return 0 and do nothing. Returns
+ * 0, or TERN_EINVAL (x is NULL). */
+int xport_set_adaptive_poll(struct xport *x, unsigned us);
+
 /* Counters since creation, for diagnostics (node/ logs them at shutdown).
  * A backend fills in the ones it keeps and leaves the others 0; the
  * fallback composite reports the sum of its two backends' counters plus
@@ -280,11 +292,17 @@ struct xport_shm_stats
  * that found nothing, the next 64 sends do not spin. This function is the
  * same for an shm x (else TERN_EINVAL). */
 int xport_shm_set_busy_poll(struct xport *x, unsigned us);
+/* xport_set_adaptive_poll on shm (rounds as above, planned by
+ * rdma/adapt.c). TERN_EINVAL if x is not shm. */
+int xport_shm_set_adaptive_poll(struct xport *x, unsigned us);
 /* xport_set_busy_poll on tcp: after each send handed to the socket, keep
  * the loop polling (no sleep) for up to us microseconds or until a frame
  * arrives (rdma/tcp.c). This function is the same for a tcp x (else
  * TERN_EINVAL). */
 int xport_tcp_set_busy_poll(struct xport *x, unsigned us);
+/* xport_set_adaptive_poll on tcp (rounds as above, planned by
+ * rdma/adapt.c). TERN_EINVAL if x is not tcp. */
+int xport_tcp_set_adaptive_poll(struct xport *x, unsigned us);
 /* shm's counters since creation (xport_get_stats reports the generic
  * ones among them). x must be an shm transport (else TERN_EINVAL). */
 int xport_shm_stats(const struct xport *x,

@@ -1,5 +1,6 @@
-/* Unit tests of the transport-generic busy-poll and counter operations
- * (xport_set_busy_poll, xport_get_stats): a backend that does not poll
+/* Unit tests of the transport-generic busy-poll, adaptive poll and
+ * counter operations (xport_set_busy_poll, xport_set_adaptive_poll,
+ * xport_get_stats): a backend that does not poll
  * (mem) accepts the call and reports zeros; tcp and shm count their
  * busy-poll rounds; the fallback composite (fast = shm, slow = tcp on
  * loopback) passes the budget to both of its backends and reports the sum
@@ -228,6 +229,61 @@ Test(poll_stats, fallback_sums_backends_and_its_own)
     cr_expect_eq(shm.spin_hits, ss.spin_hits);
     cr_expect_eq(shm.spin_ns, ss.spin_ns);
     cr_expect_eq(shm.credit_waits, ss.credit_waits);
+    close_and_wait(a.x);
+    close_and_wait(b.x);
+}
+
+/* n ping-pongs a -> b -> a over addresses ab (b's) and ba (a's). */
+static void ping_pong(struct pnode *a,
+                      struct pnode *b,
+                      const char *ab,
+                      const char *ba,
+                      int n,
+                      unsigned *k)
+{
+    for (int i = 0; i < n; i++) {
+        int want_b = b->received + 1, want_a = a->received + 1;
+        cr_assert_eq(send_and_wait(a->x, 2, ab, (*k)++, 64), 0);
+        run_until(&b->received, want_b);
+        cr_assert_eq(send_and_wait(b->x, 1, ba, (*k)++, 64), 0);
+        run_until(&a->received, want_a);
+    }
+}
+
+/* Adaptive polling through the composite: no round while the policy is
+ * still learning (fewer than XPORT_ADAPT_NEED answered sends), rounds on
+ * both backends once answers came back within the horizon (a cap of
+ * 10 ms: a horizon of 160 ms, far above a loopback round trip), none once
+ * it is set to 0. */
+Test(poll_stats, adaptive_poll_spins_only_once_answers_come_back)
+{
+    struct pnode a, b;
+    struct xport_stats before, after;
+    unsigned k = 0;
+
+    pnode_make(&a, 1);
+    pnode_make(&b, 2);
+    cr_assert_eq(xport_set_adaptive_poll(a.x, 10000), 0);
+    ping_pong(&a, &b, b.tcp_addr, a.tcp_addr, 4, &k);
+    after = stats_of(a.tcp);
+    cr_expect_eq(after.spins, 0, "4 answered sends: still learning");
+    ping_pong(&a, &b, b.tcp_addr, a.tcp_addr, 3, &k);
+    after = stats_of(a.tcp);
+    cr_expect_geq(after.spins, 1, "tcp: rounds once answers come fast");
+    cr_expect_leq(after.spins, 3, "at most one round per send");
+
+    /* shm: the first sends connect each way (queued, no round). */
+    ping_pong(&a, &b, b.combined, a.combined, 8, &k);
+    after = stats_of(a.shm);
+    cr_expect_geq(after.spins, 1, "shm: rounds once answers come fast");
+
+    cr_assert_eq(xport_set_adaptive_poll(a.x, 0), 0);
+    before = stats_of(a.x);
+    ping_pong(&a, &b, b.combined, a.combined, 3, &k);
+    ping_pong(&a, &b, b.tcp_addr, a.tcp_addr, 3, &k);
+    after = stats_of(a.x);
+    cr_expect_eq(after.spins, before.spins, "no round once off");
+    cr_expect_eq(xport_set_adaptive_poll(NULL, 1), TERN_EINVAL);
     close_and_wait(a.x);
     close_and_wait(b.x);
 }
