@@ -92,9 +92,16 @@ def run(c, transport, adaptive_us):
                     "no node ran a round with polling off", counters)
 
 
+# The policy plans rounds only while the last exchanges came back within
+# 16 windows: a window of 2 ms (a 32 ms horizon) keeps that true on a
+# slow host too (a sanitizer build under load takes well over the 1.6 ms
+# of a 100 us window), so the checks judge the mechanism, not the speed.
+WINDOW_US = 2000
+
+
 def main(c):
-    run(c, "tcp", 100)
-    run(c, "shm", 100)
+    run(c, "tcp", WINDOW_US)
+    run(c, "shm", WINDOW_US)
     run(c, "tcp", 0)
 
 
