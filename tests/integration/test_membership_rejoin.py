@@ -120,23 +120,6 @@ def corrupt_raft_log(c, nd, acks, last):
     return None
 
 
-def start_after_load_failure(cl, i):
-    """libraft 0.15 leaks the entries of a closed segment whose load fails
-    (test_stopped_node_corruption.py): suppress leaks in libraft only."""
-    supp = os.path.join(cl.dir, "lsan-libraft.supp")
-    with open(supp, "w") as f:
-        f.write("leak:libraft.so\n")
-    old = os.environ.get("LSAN_OPTIONS")
-    os.environ["LSAN_OPTIONS"] = "suppressions=%s:print_suppressions=0" % supp
-    try:
-        cl.start_node(i)
-    finally:
-        if old is None:
-            del os.environ["LSAN_OPTIONS"]
-        else:
-            os.environ["LSAN_OPTIONS"] = old
-
-
 def corrupt_restart(cl, c, victim, acks, last):
     """Stop victim, damage its raft log, start it: it must run in join
     mode with its old raft dir moved aside and say so. Returns the
@@ -146,7 +129,7 @@ def corrupt_restart(cl, c, victim, acks, last):
     c.check(rc == 0, "node %d exited 0" % victim, rc)
     seg = corrupt_raft_log(c, nd, acks, last)
     log_before = len(nd.log_text())
-    start_after_load_failure(cl, victim)
+    cl.start_node_load_failure(victim)
     st = h.poll(lambda: cl.status(victim) or
                 (not nd.alive() and "exited"), 20, interval=0.2)
     c.check(st not in (None, "exited"), "node %d with a damaged raft log "

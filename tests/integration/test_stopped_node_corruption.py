@@ -135,25 +135,6 @@ def damage(c, case, nd, acked):
     raise ValueError(case)
 
 
-def start_libraft_load_failure(cl, i):
-    """Start node i whose raft load is expected to fail. libraft 0.15 leaks
-    the entries of a closed segment whose load fails (2 x 1400 B, the
-    process exits right after): under LeakSanitizer, suppress leaks whose
-    stack is in libraft only, for this start."""
-    supp = os.path.join(cl.dir, "lsan-libraft.supp")
-    with open(supp, "w") as f:
-        f.write("leak:libraft.so\n")
-    old = os.environ.get("LSAN_OPTIONS")
-    os.environ["LSAN_OPTIONS"] = "suppressions=%s:print_suppressions=0" % supp
-    try:
-        cl.start_node(i)
-    finally:
-        if old is None:
-            del os.environ["LSAN_OPTIONS"]
-        else:
-            os.environ["LSAN_OPTIONS"] = old
-
-
 def served_matches(c, where, got, ref):
     """Every message node returned equals the leader's at that offset."""
     ref_by = dict(ref)
@@ -214,7 +195,7 @@ def run_case(c, case, kind, config, expect):
 
         c.step("%s: restart node %d (expect %s)" % (case, victim, expect))
         if kind.startswith("raft_"):
-            start_libraft_load_failure(cl, victim)
+            cl.start_node_load_failure(victim)
         else:
             cl.start_node(victim)
         st = h.poll(lambda: cl.status(victim) or
@@ -236,7 +217,7 @@ def run_case(c, case, kind, config, expect):
             refused(c, case, nd, new_log, needles)
             # A supervisor restarts it: still refused (nothing was repaired).
             log_before = len(nd.log_text())
-            start_libraft_load_failure(cl, victim)
+            cl.start_node_load_failure(victim)
             st = h.poll(lambda: cl.status(victim) or
                         (not nd.alive() and "exited"), 15, interval=0.2)
             c.check(st == "exited", "%s: node %d refused again on the next "
