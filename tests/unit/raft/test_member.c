@@ -379,7 +379,8 @@ Test(member, conf_role_reads_libraft_encoding)
     int role = -1;
     raft_configuration_init(&c);
     cr_assert_eq(raft_configuration_add(&c, 1, "10.0.0.1:7501", RAFT_VOTER), 0);
-    cr_assert_eq(raft_configuration_add(&c, 7, "h7:7501,h7:7601", RAFT_SPARE),
+    cr_assert_eq(raft_configuration_add(&c, 7, "10.0.0.7:7501,10.0.0.7:7601",
+                                        RAFT_SPARE),
                  0);
     cr_assert_eq(raft_configuration_add(&c, 3, "", RAFT_STANDBY), 0);
     cr_assert_eq(raft_configuration_encode(&c, &b), 0);
