@@ -320,6 +320,13 @@ struct node_server
     struct tern_list parked;
     unsigned n_parked;
     unsigned n_held; /* of n_parked: writes held for a leader */
+    /* A walk of `parked` is running (node_server_wake, on_park_timer): an
+     * answer may ask for the status, which can report a state change and
+     * wake the server again from inside the walk; that nested wake only
+     * sets wake_again (a nested walk would free the entry the outer one
+     * holds next: seen under ASan at a SIGTERM hand-over). */
+    bool walking;
+    bool wake_again;
     struct delivering delivering[SERVER__DELIVERING_MAX];
     unsigned n_delivering;
     unsigned n_conns;   /* in conns (open or closing) */
@@ -1181,11 +1188,18 @@ static bool parked_ready(struct node_server *s, struct parked *p, bool writable)
     return offset != qi.next_offset;
 }
 
+static bool wake_walk(struct node_server *s);
+
 static void on_park_timer(uv_timer_t *t)
 {
     struct node_server *s = t->data;
     uint64_t now = uv_now(s->loop);
     struct tern_list *l = s->parked.next;
+    if (s->walking) {
+        return; /* re-armed by the walk running */
+    }
+    s->walking = true;
+    s->wake_again = false;
     while (l != &s->parked) {
         struct parked *p = TERN_CONTAINER(l, struct parked, link);
         l = l->next;
@@ -1194,6 +1208,11 @@ static void on_park_timer(uv_timer_t *t)
             parked_answer(s, p);
         }
     }
+    while (s->wake_again) {
+        s->wake_again = false;
+        (void)wake_walk(s);
+    }
+    s->walking = false;
     park_arm(s);
 }
 
@@ -1220,14 +1239,14 @@ static void park_arm(struct node_server *s)
     uv_timer_start(&s->park_timer, on_park_timer, min > now ? min - now : 0, 0);
 }
 
-void node_server_wake(struct node_server *s)
+/* One pass over the parked requests with the status as it is now:
+ * answer those ready. Returns whether any was answered. s->walking is set
+ * by the caller. */
+static bool wake_walk(struct node_server *s)
 {
     struct tern_list *l = s->parked.next;
     struct repl_status st;
     bool any = false;
-    if (s->n_parked == 0) {
-        return; /* the common case, after every flush */
-    }
     view_status(&s->view, &st);
     while (l != &s->parked) {
         struct parked *p = TERN_CONTAINER(l, struct parked, link);
@@ -1237,6 +1256,25 @@ void node_server_wake(struct node_server *s)
             any = true;
         }
     }
+    return any;
+}
+
+void node_server_wake(struct node_server *s)
+{
+    bool any = false;
+    if (s->n_parked == 0) {
+        return; /* the common case, after every flush */
+    }
+    if (s->walking) {
+        s->wake_again = true; /* the running walk passes again */
+        return;
+    }
+    s->walking = true;
+    do {
+        s->wake_again = false;
+        any |= wake_walk(s);
+    } while (s->wake_again);
+    s->walking = false;
     if (any) {
         park_arm(s);
     }
