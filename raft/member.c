@@ -236,20 +236,6 @@ int repl_self_role(struct repl *r)
 
 #define MEMBER__REJOIN_MARK "rejoin-wait"
 
-static int fsync_dir(const char *dir)
-{
-    int rv = 0;
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0) {
-        return -errno;
-    }
-    if (fsync(fd) != 0) {
-        rv = -errno;
-    }
-    close(fd);
-    return rv;
-}
-
 static int mark_path(const struct repl *r, char *out, size_t cap)
 {
     int n = snprintf(out, cap, "%s/" MEMBER__REJOIN_MARK, r->data_dir);
@@ -306,7 +292,7 @@ int repl_member_rejoin_mark_store(struct repl *r, char *errmsg)
         rv = -errno;
         goto out_close;
     }
-    rv = fsync_dir(r->data_dir);
+    rv = repl_fsync_dir(r->data_dir);
 out_close:
     close(fd);
 out:
@@ -327,7 +313,7 @@ static void rejoin_mark_remove(struct repl *r)
         return;
     }
     if (unlink(path) == 0) {
-        (void)fsync_dir(r->data_dir);
+        (void)repl_fsync_dir(r->data_dir);
     }
 }
 

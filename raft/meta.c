@@ -174,7 +174,7 @@ int repl_meta_read(const char *dir, struct repl_meta_rec *out, char *errmsg)
     return 0;
 }
 
-static int fsync_dir(const char *dir)
+int repl_fsync_dir(const char *dir)
 {
     int rv = 0;
     int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -245,7 +245,7 @@ int repl_meta_write(const char *dir,
         rv = -errno;
     }
     if (rv == 0) {
-        rv = fsync_dir(dir);
+        rv = repl_fsync_dir(dir);
     }
     if (rv != 0) {
         (void)unlink(tmp);

@@ -514,6 +514,9 @@ int repl_member_conf_role(const void *buf, size_t len, raft_id id, int *role);
  * first steps. Every such entry passes here, so the end of the wait does
  * not depend on a tick falling between the add's steps. */
 void repl_member_conf_seen(struct repl *r, const struct raft_buffer *buf);
+/* fsync the directory dir (a file created, renamed or removed in it
+ * becomes durable). 0 or -errno. (meta.c) */
+int repl_fsync_dir(const char *dir);
 /* The rejoin wait on disk (member.c, "The rejoin marker"): *present says
  * whether DATA_DIR/rejoin-wait exists. 0 or -errno with errmsg. */
 int repl_member_rejoin_mark_load(struct repl *r, bool *present, char *errmsg);

@@ -945,25 +945,10 @@ static void spin_arm(struct xport_ringx *r)
     struct shm_xport *x = shm_of(r);
 
     if (x->spin_us == 0) {
-        uint64_t now;
-        struct xport_adapt_plan p;
-
-        if (x->adapt.cap_ns == 0) {
-            return;
-        }
-        now = uv_hrtime();
-        p = xport_adapt_sent(&x->adapt, now);
-        if (p.until == 0) {
-            return;
-        }
-        if (p.start <= now) {
-            x->wake_until = 0;
-            xport_wake_cancel(&x->wake);
-            round_start(x, p.until);
-        } else if (x->wake.fd >= 0) {
-            x->wake_until = p.until;
-            x->wake_at = p.start;
-            xport_wake_at(&x->wake, p.start);
+        uint64_t until =
+            xport_adapt_arm(&x->adapt, &x->wake, &x->wake_until, &x->wake_at);
+        if (until != 0) {
+            round_start(x, until);
         }
         return;
     }

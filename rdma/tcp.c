@@ -326,8 +326,7 @@ static void on_wake(uv_poll_t *h, int status, int events)
  * round the adaptive poll plans, if any. */
 static void spin_arm(struct tcp_xport *x)
 {
-    uint64_t now;
-    struct xport_adapt_plan p;
+    uint64_t until;
 
     if (x->closing) {
         return;
@@ -339,22 +338,9 @@ static void spin_arm(struct tcp_xport *x)
         xport_spin_arm(&x->spin);
         return;
     }
-    if (x->adapt.cap_ns == 0) {
-        return;
-    }
-    now = uv_hrtime();
-    p = xport_adapt_sent(&x->adapt, now);
-    if (p.until == 0) {
-        return;
-    }
-    if (p.start <= now) {
-        x->wake_until = 0;
-        xport_wake_cancel(&x->wake);
-        round_start(x, p.until);
-    } else if (x->wake.fd >= 0) {
-        x->wake_until = p.until;
-        x->wake_at = p.start;
-        xport_wake_at(&x->wake, p.start);
+    until = xport_adapt_arm(&x->adapt, &x->wake, &x->wake_until, &x->wake_at);
+    if (until != 0) {
+        round_start(x, until);
     }
 }
 

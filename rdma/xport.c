@@ -2,6 +2,8 @@
  * small helpers every backend shares (xport_int.h). */
 #include "xport_int.h"
 
+#include "adapt.h"
+
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -300,6 +302,35 @@ void xport_wake_at(struct xport_wake *w, uint64_t when)
     if (timerfd_settime(w->fd, TFD_TIMER_ABSTIME, &its, NULL) == 0) {
         w->armed = 1;
     }
+}
+
+uint64_t xport_adapt_arm(struct xport_adapt *a,
+                         struct xport_wake *w,
+                         uint64_t *wake_until,
+                         uint64_t *wake_at)
+{
+    uint64_t now;
+    struct xport_adapt_plan p;
+
+    if (a->cap_ns == 0) {
+        return 0;
+    }
+    now = uv_hrtime();
+    p = xport_adapt_sent(a, now);
+    if (p.until == 0) {
+        return 0;
+    }
+    if (p.start <= now) {
+        *wake_until = 0;
+        xport_wake_cancel(w);
+        return p.until;
+    }
+    if (w->fd >= 0) {
+        *wake_until = p.until;
+        *wake_at = p.start;
+        xport_wake_at(w, p.start);
+    }
+    return 0;
 }
 
 void xport_wake_cancel(struct xport_wake *w)

@@ -134,6 +134,17 @@ void xport_wake_at(struct xport_wake *w, uint64_t when);
 void xport_wake_cancel(struct xport_wake *w);
 /* In cb: consume the expiration. */
 void xport_wake_fired(struct xport_wake *w);
+struct xport_adapt;
+/* A send under adaptive polling (adapt.h), shared by tcp and shm: plan a
+ * round with xport_adapt_sent. One due now: any pending wake-up is
+ * cancelled (*wake_until = 0) and its deadline returned, for the caller
+ * to start. One due later: w is armed at its start, recorded in
+ * *wake_at and *wake_until (the round the wake-up starts), and 0 is
+ * returned, as when no round is planned or adaptive polling is off. */
+uint64_t xport_adapt_arm(struct xport_adapt *a,
+                         struct xport_wake *w,
+                         uint64_t *wake_until,
+                         uint64_t *wake_at);
 /* Close the handle (cb: the backend's handle-closed callback) and the
  * timerfd. Only after a successful xport_wake_init. */
 void xport_wake_close(struct xport_wake *w, uv_close_cb cb);
