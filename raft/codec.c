@@ -340,16 +340,20 @@ int repl_codec_encode_bulk(uint64_t sender_id,
     return finish_frame(f);
 }
 
+void repl_wire_drop_entries(struct raft_append_entries *a)
+{
+    if (a->entries != NULL) {
+        raft_free(a->entries[0].batch);
+        raft_free(a->entries);
+    }
+    a->entries = NULL;
+    a->n_entries = 0;
+}
+
 void repl_wire_release(struct repl_wire *w)
 {
     if (w->type == RAFT_IO_APPEND_ENTRIES) {
-        struct raft_append_entries *a = &w->msg.append_entries;
-        if (a->entries != NULL) {
-            raft_free(a->entries[0].batch);
-            raft_free(a->entries);
-        }
-        a->entries = NULL;
-        a->n_entries = 0;
+        repl_wire_drop_entries(&w->msg.append_entries);
     } else if (w->type == RAFT_IO_INSTALL_SNAPSHOT) {
         raft_configuration_close(&w->msg.install_snapshot.conf);
         raft_configuration_init(&w->msg.install_snapshot.conf);

@@ -156,15 +156,26 @@
  *    alarm). A follower whose file system is full would fail its next
  *    append or apply and fail-stop (items 7, fsm.c), and a restarted node
  *    on a still-full disk fail-stops again. While the alarm is on, an
- *    incoming AppendEntries that carries entries is dropped (heartbeats
- *    still pass, clamped by item 5, so entries we already hold are applied
+ *    incoming AppendEntries loses its entries and is delivered as a
+ *    heartbeat (clamped by item 5, so entries we already hold are applied
  *    in node/'s reserve), ticks are withheld (io.c: a node that takes no
  *    entries falls behind and must not stand for election; it still
  *    votes) and TimeoutNow is dropped (no leadership for a full node).
- *    Dropping is what a lossy link does; the leader keeps probing and the
- *    follower catches up once the alarm clears. Liveness cost: a full
- *    node is as good as partitioned for writes. Tested: test_cluster.c
- *    "disk_full_follower_takes_no_entries".
+ *    Sending fewer entries is always a valid AppendEntries; the leader
+ *    keeps probing and the follower catches up once the alarm clears.
+ *    Dropping the whole message instead cost the leader its contact with
+ *    every full follower: once an entry was in flight 0.15 sends no empty
+ *    heartbeat, so with every follower full the leader stepped down after
+ *    an election timeout and, the full nodes standing for nothing, the
+ *    cluster had no leader (not even for reads) until space came back.
+ *    The answer to a stripped message is clamped to its prev_log_index
+ *    (repl_guard_send): 0.15 answers a heartbeat with its last_stored,
+ *    and entries past prev_log_index may be a stale suffix the leader's
+ *    entries would have replaced. Liveness cost: a full node is as good
+ *    as partitioned for writes. Tested: test_cluster.c
+ *    "disk_full_follower_takes_no_entries",
+ *    "every_follower_full_leader_keeps_leading" and
+ *    "full_follower_stale_suffix_never_matches".
  * Not mitigated: #466's on-disk hole handling inside raft_uv itself; the
  *    ambiguity of LEADERSHIPLOST (clients must dedupe).
  */
@@ -475,8 +486,12 @@ bool repl_guard_recv(struct repl *r, struct raft_message *m)
             return false;
         }
         if (r->disk_full && a->n_entries > 0) {
-            r->guard.ae_disk_full_dropped++; /* item 11 */
-            return false;
+            /* Item 11: delivered as a heartbeat, so the leader keeps its
+             * contact with us; its answer claims prev_log_index only. */
+            r->guard.ae_disk_full_dropped++;
+            repl_wire_drop_entries(a);
+            r->guard.stripped = true;
+            r->guard.stripped_prev = a->prev_log_index;
         }
         rebase_below_snapshot(r, a);
         last_new = a->prev_log_index + a->n_entries;
@@ -528,6 +543,16 @@ const struct raft_message *repl_guard_send(struct repl *r,
 {
     uint64_t d = r->io.acked_index;
     uint64_t t;
+    if (r->guard.stripped && m->type == RAFT_IO_APPEND_ENTRIES_RESULT &&
+        m->append_entries_result.rejected == 0 &&
+        m->append_entries_result.last_log_index > r->guard.stripped_prev) {
+        /* Item 11: 0.15 answers a heartbeat with its last_stored, past
+         * the prefix the message validated; the leader would count a
+         * stale suffix of ours as a match of its own entries there. */
+        *copy = *m;
+        copy->append_entries_result.last_log_index = r->guard.stripped_prev;
+        return copy;
+    }
     if (m->type != RAFT_IO_REQUEST_VOTE ||
         m->request_vote.last_log_index <= d) {
         return m;

@@ -1415,6 +1415,7 @@ void repl_io_deliver(struct repl *r, struct repl_wire *w)
     }
     /* raft takes ownership of the entries array/batch and snapshot data. */
     r->io.recv_cb(&r->io.outer, &w->msg);
+    r->guard.stripped = false; /* its answer went out inside recv_cb */
     if (held) {
         if (r->io.next_index <= r->io.hold.index) {
             r->io.hold.index = 0; /* rejected: nothing appended */

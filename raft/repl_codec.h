@@ -81,6 +81,9 @@ void repl_frame_release(struct repl_frame *f);
 int repl_codec_decode(const void *buf, size_t len, struct repl_wire *w);
 /* Free what a decoded (undelivered) Raft message owns. */
 void repl_wire_release(struct repl_wire *w);
+/* Free a decoded AppendEntries' entries (array + batch) and leave it a
+ * heartbeat: entries NULL, n_entries 0. */
+void repl_wire_drop_entries(struct raft_append_entries *a);
 /* Configuration codec (configurationDecode is not exported by 0.15). */
 int repl_conf_encode(const struct raft_configuration *c, struct tern_wbuf *w);
 int repl_conf_decode(struct tern_cursor *cur, struct raft_configuration *c);

@@ -209,7 +209,12 @@ struct repl_guard_state
     uint64_t ae_rebased;           /* stats: AppendEntries rebased (item 6) */
     uint64_t ae_held_off;          /* stats: AppendEntries dropped during a
                                       fetch or install (item 9) */
-    uint64_t ae_disk_full_dropped; /* stats: dropped for item 11 */
+    uint64_t ae_disk_full_dropped; /* stats: stripped for item 11 */
+    /* Item 11: the AppendEntries being delivered lost its entries; its
+     * answer may claim no more than prev_log_index (repl_guard_send). Set
+     * by repl_guard_recv, cleared by repl_io_deliver after delivery. */
+    bool stripped;
+    uint64_t stripped_prev;
     /* Item 4: a TimeoutNow that came while appends were in flight, held
      * for the tick after they are acknowledged (repl_guard_tick). */
     struct

@@ -284,7 +284,8 @@ struct repl_status
                        error; the replica no longer takes part (role
                        REPL_UNAVAILABLE): close and restart it */
     bool disk_full; /* repl_set_disk_full(true) in force */
-    uint64_t disk_full_dropped; /* AppendEntries dropped while full */
+    uint64_t disk_full_dropped; /* AppendEntries stripped of their entries
+                                   while full */
     /* Received messages refused before the core (raft/io.c): a term out
      * of bounds (REPL_TERM_MAX), and a sender id outside the
      * configuration; the newest refused term and its sender, the newest

@@ -1612,3 +1612,130 @@ Test(cluster, disk_full_follower_takes_no_entries)
     cr_expect(!cl.conflict);
     cluster_fini(&cl);
 }
+
+/* Both followers full while an entry is in flight: 0.15 then sends them no
+ * empty heartbeat, only AppendEntries with that entry. Dropped whole, they
+ * cost the leader its quorum contact: it stepped down after an election
+ * timeout and, the full nodes standing for nothing, the cluster had no
+ * leader (so no reads, and no "disk full" answer) until space came back.
+ * Stripped to heartbeats they keep the leader leading, and nothing
+ * commits: no follower takes the entry. */
+Test(cluster, every_follower_full_leader_keeps_leading)
+{
+    uint64_t last = 0, before;
+    struct repl_status st0, st;
+    int l, f, g;
+    cluster_init(&cl, 3);
+    l = start_all_elect(&cl);
+    f = other_follower(&cl, l, l);
+    g = other_follower(&cl, l, f);
+    propose_applied(&cl, (unsigned)l, 5, 32, 1, &last);
+    before = last;
+    repl_get_status(cl.nodes[l].repl, &st0);
+    repl_set_disk_full(cl.nodes[f].repl, true);
+    repl_set_disk_full(cl.nodes[g].repl, true);
+
+    propose_n(&cl, (unsigned)l, 3, 32, 2, &last);
+    {
+        uint64_t until = cl.clock + 3000; /* 20 election timeouts */
+        while (cl.clock < until) {
+            cluster_step(&cl);
+        }
+    }
+    repl_get_status(cl.nodes[l].repl, &st);
+    cr_expect_eq(st.role, REPL_LEADER, "the leader stepped down");
+    cr_expect_eq(st.term, st0.term);
+    cr_expect_eq(st.commit_index, before, "committed %llu without a copy",
+                 (unsigned long long)st.commit_index);
+    cr_expect_eq(cl.nodes[f].applied_index, before);
+    cr_expect_eq(cl.nodes[g].applied_index, before);
+    repl_get_status(cl.nodes[f].repl, &st);
+    cr_expect_eq(st.last_index, before, "a full follower took entries");
+    cr_expect_gt(st.disk_full_dropped, 0);
+
+    repl_set_disk_full(cl.nodes[f].repl, false);
+    repl_set_disk_full(cl.nodes[g].repl, false);
+    cr_assert(cluster_step_until(&cl, pred_all_applied, &last, STEPS));
+    cr_expect_eq(cluster_leader(&cl), l);
+    assert_streams_equal(&cl);
+    cr_expect(!cl.conflict);
+    cluster_fini(&cl);
+}
+
+/* A writable leader other than node a, or -1. */
+static int writable_besides(struct cluster *c, int a)
+{
+    for (unsigned k = 0; k < c->n; k++) {
+        if ((int)k != a && c->nodes[k].up && c->nodes[k].role == REPL_LEADER &&
+            c->nodes[k].writable) {
+            return (int)k;
+        }
+    }
+    return -1;
+}
+
+static bool pred_writable_besides(struct cluster *c, void *arg)
+{
+    return writable_besides(c, *(const int *)arg) >= 0;
+}
+
+/* A full follower answers a stripped AppendEntries as a heartbeat, and
+ * 0.15 answers a heartbeat with its last_stored: past the prefix the
+ * message checked. A deposed leader's full log holds a longer stale
+ * suffix; the new leader, with it as its only live follower, must count
+ * none of that suffix as a copy of its own entries. */
+Test(cluster, full_follower_stale_suffix_never_matches)
+{
+    uint64_t last = 0, stale = 0, committed;
+    struct repl_status st;
+    int a, b, c;
+    cluster_init(&cl, 3);
+    a = start_all_elect(&cl);
+    propose_applied(&cl, (unsigned)a, 5, 32, 1, &last);
+
+    /* a, cut off, appends a long suffix nobody else gets. */
+    cluster_isolate(&cl, (unsigned)a, true);
+    propose_n(&cl, (unsigned)a, 30, 32, 2, &stale);
+    steps(&cl, 50);
+    cr_assert_eq(fake_disk_last_index(&cl.nodes[a].disk), stale);
+
+    /* b and c elect a leader of their own and commit a short log. */
+    cr_assert(cluster_step_until(&cl, pred_writable_besides, &a, STEPS));
+    b = writable_besides(&cl, a);
+    c = other_follower(&cl, a, b);
+    propose_n(&cl, (unsigned)b, 3, 32, 3, &last);
+    {
+        uint64_t want[2] = {(uint64_t)b, last};
+        cr_assert(cluster_step_until(&cl, pred_node_applied, want, STEPS));
+    }
+    committed = last;
+    cr_assert_lt(committed, stale, "the stale suffix must be the longer");
+
+    /* c goes; a comes back full: b's only live follower. */
+    cluster_isolate(&cl, (unsigned)c, true);
+    repl_set_disk_full(cl.nodes[a].repl, true);
+    cluster_isolate(&cl, (unsigned)a, false);
+    cluster_link(&cl, (unsigned)a, (unsigned)c, false);
+    propose_n(&cl, (unsigned)b, 3, 32, 4, &last);
+    {
+        uint64_t until = cl.clock + 3000;
+        while (cl.clock < until) {
+            cluster_step(&cl);
+        }
+    }
+    repl_get_status(cl.nodes[b].repl, &st);
+    cr_expect_eq(st.role, REPL_LEADER, "the leader lost a's contact");
+    cr_expect_eq(st.commit_index, committed,
+                 "committed %llu with one copy (a's stale suffix counted)",
+                 (unsigned long long)st.commit_index);
+    repl_get_status(cl.nodes[a].repl, &st);
+    cr_expect_gt(st.disk_full_dropped, 0);
+
+    /* Space back, c back: one history everywhere. */
+    repl_set_disk_full(cl.nodes[a].repl, false);
+    cluster_isolate(&cl, (unsigned)c, false);
+    cr_assert(cluster_step_until(&cl, pred_all_applied, &last, STEPS));
+    assert_streams_equal(&cl);
+    cr_expect(!cl.conflict);
+    cluster_fini(&cl);
+}
