@@ -7,8 +7,8 @@
 #   - a follower is killed (-9) and started again: restart to serving is
 #     the time from its start to the first produce and fetch (the fetch
 #     served by that node) of an existing queue that succeed;
-#   - every node is killed and all are started again: the same, through
-#     any node;
+#   - every node is killed and all are started again at once: the same,
+#     through any node;
 #   - every node's VmRSS/VmHWM (/proc/PID/status) is printed after the
 #     fill and after the restarts, with the node's data directory size and
 #     its "index opened" log line (how long the index rebuild took).
@@ -51,15 +51,20 @@ rss() { # i -> "VmRSS VmHWM RssAnon RssFile" in kB
     awk '/^VmRSS:/{r=$2} /^VmHWM:/{h=$2} /^RssAnon:/{a=$2} /^RssFile:/{f=$2}
          END{print r+0, h+0, a+0, f+0}' "/proc/$(pid_of "$1")/status"
 }
-# kill -9 node i and wait (10 s at most) until its process is gone or a
-# zombie: only then are its files (the index lock) closed.
+# kill -9 node i and wait (10 s at most) until its index lock is free: the
+# process gone, or a zombie whose other threads (a thread-pool fsync in
+# the kernel) have also exited and closed its files.
 kill_node() { # i
-    local pid
+    local pid lock
     pid=$(pid_of "$1")
+    lock=$work/node$1/index/LOCK
     cluster kill "$1" >/dev/null
     for _ in $(seq 1 100); do
-        [ -e "/proc/$pid" ] || return 0
-        [ "$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)" = Z ] && return 0
+        if [ ! -e "/proc/$pid" ] ||
+            [ "$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)" = Z ]; then
+            [ ! -e "$lock" ] && return 0
+            flock -n -x "$lock" true 2>/dev/null && return 0
+        fi
         sleep 0.1
     done
 }
@@ -102,10 +107,14 @@ t0=$(now_ms)
 "$BS" serve -s "$all" --queue "$last_q" --deadline-ms 120000 \
     >"$work/serve3.out" &
 probe=$!
-for i in 1 2 3; do cluster start "$i" >/dev/null; done
+# All at once, as after a power loss: `cluster start` returns once the
+# node has written its pid file, which ternd does when it serves (after
+# its index rebuild), so one after another would add the rebuilds up.
+for i in 1 2 3; do cluster start "$i" >/dev/null & done
 wait "$probe"
 all_ms=$(($(sed -n 's/^serving_at_ms=//p' "$work/serve3.out") - t0))
 echo "restart of every node to serving: $all_ms ms"
+wait # the starts: every node has rebuilt its index
 for i in 1 2 3; do grep 'index opened' "$work/node$i.log" | tail -n 1 || true; done
 sleep 2
 mem_report "after restart"
