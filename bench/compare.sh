@@ -17,7 +17,8 @@
 #            (one in flight, `tern bench --stages`, which also gives the
 #            leader's stage breakdown), pipelined throughput (window 256),
 #            kill -9 of the leader to the next acknowledged produce
-#            (bench/failover.sh, its own cluster).
+#            (bench/failover.sh --single: one long-lived libtern producer,
+#            as the peers' publishers are; its own cluster).
 #   peers    NATS JetStream R3, RabbitMQ quorum queue, etcd: the same three
 #            metrics with our own minimal clients (bench/compare/peers.py:
 #            NATS text protocol, AMQP 0-9-1 with publisher confirms, etcd's
@@ -31,7 +32,7 @@
 # (--quick and --no-record: into the output dir only).
 #
 # Defaults: 5000 sequential messages (after 500 of warm-up), 50000
-# pipelined, 10 tern failover trials, 3 per peer (a peer restarts its
+# pipelined, 20 tern failover trials, 3 per peer (a peer restarts its
 # killed node in 5-30 s). --quick: 500 / 5000, 2 tern trials and 1 per
 # peer, nothing recorded. All state lives in a temp dir (--out keeps the
 # raw results there instead: the dir is kept); every process is started
@@ -70,7 +71,7 @@ if [ "$quick" = 1 ]; then
     seq_n=500 warm=100 pipe_n=5000 trials=2 peer_trials=1 fsync_n=500
     record=0
 else
-    seq_n=5000 warm=500 pipe_n=50000 trials=10 peer_trials=3 fsync_n=3000
+    seq_n=5000 warm=500 pipe_n=50000 trials=20 peer_trials=3 fsync_n=3000
 fi
 if [ ! -x "$CLI" ] || [ ! -x "$TERN_BIN/node/ternd" ]; then
     echo "compare: $CLI or ternd not found (make build)" >&2
@@ -195,9 +196,9 @@ T bench cmp-pipe --count "$pipe_n" --size 1024 --window 256 --json \
 grep -E "throughput|latency/" "$res/tern-pipe.txt" >&2 || true
 cluster down >/dev/null
 tern_base=
-say "tern: failover, $trials trials (bench/failover.sh)"
-step timeout "$STEP_TIMEOUT" "$ROOT/bench/failover.sh" --trials "$trials" \
-    --dir "$work/failover" >"$res/tern-failover.txt" 2>&1 ||
+say "tern: failover, $trials trials (bench/failover.sh --single)"
+step timeout "$STEP_TIMEOUT" "$ROOT/bench/failover.sh" --single \
+    --trials "$trials" --dir "$work/failover" >"$res/tern-failover.txt" 2>&1 ||
     echo "compare: tern failover bench reported failures" >&2
 grep -v '^{' "$res/tern-failover.txt" >&2 || true
 grep '^{' "$res/tern-failover.txt" | tail -n 1 >"$res/tern-failover.json" || true

@@ -69,7 +69,8 @@ def collect(res):
                     "n": seq.get("acked")},
             "pipe": {"msgs_per_s": pipe.get("msgs_per_s"),
                      "window": pipe.get("window")},
-            "failover": {"median_ms": fo.get("median_ms"),
+            "failover": {"median_ms": fo.get("median_ms", fo.get("p50_ms")),
+                         "p90_ms": fo.get("p90_ms"), "mode": fo.get("mode"),
                          "min_ms": fo.get("min_ms"),
                          "max_ms": fo.get("max_ms"), "ok": fo.get("ok"),
                          "trials": fo.get("trials")},
@@ -108,6 +109,8 @@ def table(floors, tcp, seq, systems, cols):
          else "failed" for s in cols])
     row("  ratio to the floor", "1x",
         [ratio(get(s, "seq", "p50_us"), seq_floor) for s in cols])
+    row("  ratio to fdatasync, 2 writers alone", "%s" % fmt(f2, " us"),
+        [ratio(get(s, "seq", "p50_us"), f2) for s in cols])
     row("sequential produce p99", "-",
         [fmt(get(s, "seq", "p99_us"), " us") for s in cols])
     row("pipelined throughput, window 256", "-",
