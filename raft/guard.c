@@ -368,12 +368,7 @@ static void rebase_below_snapshot(struct repl *r, struct raft_append_entries *a)
     }
     if (p + a->n_entries <= s) {
         /* Everything it carries is inside our snapshot. */
-        if (a->entries != NULL) {
-            raft_free(a->entries[0].batch);
-            raft_free(a->entries);
-        }
-        a->entries = NULL;
-        a->n_entries = 0;
+        repl_wire_drop_entries(a);
     } else {
         uint64_t k = s - p; /* entries[k - 1] is index s */
         if (a->entries[k - 1].term != r->io.snap_term) {
