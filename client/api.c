@@ -53,6 +53,7 @@ int tern_client_new(const char *servers,
     if (c == NULL) {
         return -ENOMEM;
     }
+    c->pq_max = TERN__PQ_MAX;
     tern_client_options_init(&c->opts);
     if (opts != NULL) {
         if (opts->connect_timeout_ms > 0) {
@@ -755,7 +756,9 @@ static int produce_delayed(struct tern_client *c,
         rv = TERN_ETOOBIG;
     }
     r->n_msgs = n;
+    tern__pq_hold(pq); /* the call may run callbacks that make states */
     rv = tern__sync_call(c, r, rv, queue, delayed_done, out_due_ms);
+    tern__pq_release(pq);
     if (rv == 0) {
         pq->delayed_seq++;
     } else {
@@ -976,13 +979,15 @@ int tern_produce_messages(struct tern_client *c,
     }
     rv = tern__produce_check(c, queue, b.plain, n, &pq);
     if (rv == 0) {
+        tern__pq_hold(pq); /* producer_init may run callbacks */
         rv = producer_init(c);
+        tern__pq_release(pq);
     }
     if (rv != 0) {
         goto out;
     }
     if (pq->producer_id == 0) {
-        pq->producer_id = c->producer_id;
+        pq->producer_id = tern__pq_first_id(c);
     }
     r = tern__req_new(c, PROTO_OP_PRODUCE, 0);
     if (r == NULL) {
@@ -1005,6 +1010,7 @@ int tern_produce_messages(struct tern_client *c,
     r->n_msgs = n;
     r->msg_sum = tern__batch_checksum(b.plain, n);
     r->pq = pq;
+    tern__pq_hold(pq);
     pq->next_seq++;
     rv = tern__run_sync(c, r);
     if (rv == 0) {
@@ -1083,20 +1089,23 @@ static int produce_new(struct tern_client *c,
     int rv = tern__produce_check(c, queue, msgs, n, &pq);
     *out = NULL;
     if (rv == 0) {
+        tern__pq_hold(pq); /* producer_init may run callbacks */
         rv = producer_init(c);
+        tern__pq_release(pq);
     }
     if (rv != 0) {
         return rv;
     }
     if (pq->producer_id == 0) {
         /* Made before the id was known (by a tern_produce_resend). */
-        pq->producer_id = c->producer_id;
+        pq->producer_id = tern__pq_first_id(c);
     }
     rv = produce_build(c, queue, msgs, n, pq->producer_id, pq->next_seq, out);
     if (rv != 0) {
         return rv;
     }
     (*out)->pq = pq;
+    tern__pq_hold(pq);
     pq->next_seq++;
     return 0;
 }
@@ -1160,6 +1169,7 @@ int tern_produce_resend(struct tern_client *c,
         return rv;
     }
     r->resend_of = pq;
+    tern__pq_hold(pq);
     rv = tern__run_sync(c, r);
     if (rv == 0) {
         produce_base_out(r, base_offset);

@@ -228,10 +228,17 @@ enum tern__req_state {
 };
 
 /* Per-queue producer state (producer.c), owned by the client. */
+/* At most this many per-queue producer states are kept (producer.c,
+ * "Bound"): past it, the least recently used one that no request holds is
+ * dropped. */
+#define TERN__PQ_MAX 65536u
+
 struct tern__pq
 {
+    struct tern__pq *prev;  /* c->pqs, most recently used first */
     struct tern__pq *next;
     struct tern__pq *hnext; /* next in its bucket of c->pq_table */
+    uint32_t refs; /* requests holding it (pq, resend_of), and pins */
     uint32_t hash;          /* of queue (producer.c) */
     char *queue;            /* owned */
     uint64_t producer_id;
@@ -324,7 +331,10 @@ struct tern_client
     uint64_t next_id;
     struct tern__req *head; /* not-done requests, creation order */
     struct tern__req *tail;
-    struct tern__pq *pqs;
+    struct tern__pq *pqs; /* most recently used first */
+    struct tern__pq *pqs_tail;
+    size_t pq_max; /* TERN__PQ_MAX (tests lower it) */
+    uint64_t pq_dropped; /* states dropped at the bound */
     /* Lookup of pqs by queue name (producer.c): chained buckets, a power
      * of two, doubled when there are more states than buckets; owned. */
     struct tern__pq **pq_table;
@@ -415,6 +425,14 @@ int tern__sync_call(struct tern_client *c,
                     void *out);
 struct tern__pq *tern__pq_get(struct tern_client *c, const char *queue);
 void tern__pq_free_all(struct tern_client *c);
+/* The producer id a new state of c starts with (0 while the client's id
+ * is unknown): the client's own, or a fresh one once states were dropped
+ * at the bound. */
+uint64_t tern__pq_first_id(struct tern_client *c);
+/* A request (or a call, while it runs the engine) holds pq: it is not
+ * dropped at the bound until released. */
+void tern__pq_hold(struct tern__pq *pq);
+void tern__pq_release(struct tern__pq *pq);
 /* Check a produce call's arguments (errmsg on c) and find or make the
  * queue's producer state (OUT: *pq, borrowed from c). */
 int tern__produce_check(struct tern_client *c,

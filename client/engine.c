@@ -227,6 +227,12 @@ void tern__req_free(struct tern__req *r)
     if (r == NULL) {
         return;
     }
+    if (r->pq != NULL) {
+        tern__pq_release(r->pq);
+    }
+    if (r->resend_of != NULL) {
+        tern__pq_release(r->resend_of);
+    }
     tern_wbuf_free(&r->frame);
     tern_free(r->body);
     tern_free(r);

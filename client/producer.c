@@ -32,6 +32,18 @@
  * tern_produce_resend can send the same batch again under the same pair;
  * the resend's answer resolves it (rules in <tern/tern.h>).
  *
+ * Bound: a client keeps at most c->pq_max (TERN__PQ_MAX) states. Past
+ * it, making a state drops the least recently used one that no request
+ * holds (refs: a request's pq or resend_of, and a call that runs the
+ * engine while it keeps a state pins it). A dropped queue's next produce
+ * starts a fresh state: the next producer id of the block (as a
+ * renumber does) and sequence 1, which the server takes like a new
+ * producer; what is lost is only the queue's unknown outcome, so a
+ * tern_produce_resend must come before the client has produced to
+ * TERN__PQ_MAX other queues. If every state is held (more requests
+ * outstanding than the bound), the state is made anyway: those are
+ * bounded by the requests themselves.
+ *
  * This file decides numbering and order; engine.c decides when to apply
  * it (on which answers) and sends the frames.
  */
@@ -91,6 +103,78 @@ static void pq_table_resize(struct tern_client *c, size_t nb)
     c->pq_buckets = nb;
 }
 
+static void pq_unlink(struct tern_client *c, struct tern__pq *pq)
+{
+    if (pq->prev != NULL) {
+        pq->prev->next = pq->next;
+    } else {
+        c->pqs = pq->next;
+    }
+    if (pq->next != NULL) {
+        pq->next->prev = pq->prev;
+    } else {
+        c->pqs_tail = pq->prev;
+    }
+    pq->prev = pq->next = NULL;
+}
+
+static void pq_push_front(struct tern_client *c, struct tern__pq *pq)
+{
+    pq->prev = NULL;
+    pq->next = c->pqs;
+    if (c->pqs != NULL) {
+        c->pqs->prev = pq;
+    } else {
+        c->pqs_tail = pq;
+    }
+    c->pqs = pq;
+}
+
+/* Drop the least recently used state no request holds (see "Bound");
+ * looks at most 64 from the old end. */
+static void pq_drop_one(struct tern_client *c)
+{
+    struct tern__pq *pq = c->pqs_tail;
+    for (int k = 0; pq != NULL && k < 64; k++, pq = pq->prev) {
+        if (pq->refs == 0) {
+            struct tern__pq **pp = &c->pq_table[pq->hash & (c->pq_buckets - 1)];
+            while (*pp != pq) {
+                pp = &(*pp)->hnext;
+            }
+            *pp = pq->hnext;
+            pq_unlink(c, pq);
+            tern_free(pq->queue);
+            tern_free(pq);
+            c->n_pqs--;
+            c->pq_dropped++;
+            return;
+        }
+    }
+}
+
+uint64_t tern__pq_first_id(struct tern_client *c)
+{
+    /* A queue seen before may have left its state at the bound: then a
+     * fresh producer id, never the old one at sequence 1 again (the
+     * server would take the batch for a duplicate of the old first). */
+    if (c->producer_id == 0) {
+        return 0; /* not known yet: the produce asks for it first */
+    }
+    return c->pq_dropped > 0 ? tern__producer_id_next(c) : c->producer_id;
+}
+
+void tern__pq_hold(struct tern__pq *pq)
+{
+    pq->refs++;
+}
+
+void tern__pq_release(struct tern__pq *pq)
+{
+    if (pq->refs > 0) {
+        pq->refs--;
+    }
+}
+
 /* A client that produces to many queues keeps one state per queue: the
  * lookup is a hash (constant time), not a walk of every state. */
 struct tern__pq *tern__pq_get(struct tern_client *c, const char *queue)
@@ -106,8 +190,15 @@ struct tern__pq *tern__pq_get(struct tern_client *c, const char *queue)
     for (pq = c->pq_table[h & (c->pq_buckets - 1)]; pq != NULL;
          pq = pq->hnext) {
         if (pq->hash == h && strcmp(pq->queue, queue) == 0) {
+            if (pq != c->pqs) {
+                pq_unlink(c, pq);
+                pq_push_front(c, pq);
+            }
             return pq;
         }
+    }
+    if (c->n_pqs >= c->pq_max) {
+        pq_drop_one(c);
     }
     pq = tern_calloc(1, sizeof *pq);
     if (pq == NULL) {
@@ -119,10 +210,9 @@ struct tern__pq *tern__pq_get(struct tern_client *c, const char *queue)
         return NULL;
     }
     pq->hash = h;
-    pq->producer_id = c->producer_id;
+    pq->producer_id = tern__pq_first_id(c);
     pq->next_seq = 1;
-    pq->next = c->pqs;
-    c->pqs = pq;
+    pq_push_front(c, pq);
     pq->hnext = c->pq_table[h & (c->pq_buckets - 1)];
     c->pq_table[h & (c->pq_buckets - 1)] = pq;
     c->n_pqs++;
@@ -140,6 +230,7 @@ void tern__pq_free_all(struct tern_client *c)
         tern_free(pq->queue);
         tern_free(pq);
     }
+    c->pqs_tail = NULL;
     tern_free(c->pq_table);
     c->pq_table = NULL;
     c->pq_buckets = 0;

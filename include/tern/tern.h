@@ -393,7 +393,11 @@ TERN_API int tern_produce_at(struct tern_client *c,
  * unknown, the batch stays resendable. Any other answer resolves it. The
  * client keeps one such batch per queue: a later timeout to the same queue
  * replaces it. A resend may land after batches produced since, so per-queue
- * order holds only if the caller sent nothing to queue in between. */
+ * order holds only if the caller sent nothing to queue in between.
+ * Bound: a client keeps the producer state of at most 65,536 queues; past
+ * that the least recently used queue with nothing outstanding loses its
+ * state (its next produce goes on under a fresh producer id), and with it
+ * a batch to resend: resend before producing to 65,536 other queues. */
 TERN_API int tern_produce_resend(struct tern_client *c,
                                  const char *queue,
                                  const struct tern_msg *msgs,

@@ -7,11 +7,13 @@
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <tern/tern.h>
 #include <tern_common.h>
 
 #include "client_fixture.h"
+#include "client_int.h"
 #include "fake_server.h"
 
 /* ---- Retry after a dropped connection ---- */
@@ -277,6 +279,137 @@ Test(client, many_queues_each_keep_their_own_sequence)
         cr_expect_eq(r.seq, (uint64_t)(i < MANY_QUEUES ? 1 : 2),
                      "record %d: the queue's own next sequence", i);
     }
+    tern_client_free(c);
+    fake_stop(&fs);
+}
+
+/* ---- The bound of per-queue states (producer.c, "Bound") ---- */
+
+/* Record i must carry producer id pid and sequence seq. */
+static void expect_record(struct fake_server *fs,
+                          int i,
+                          uint64_t pid,
+                          uint64_t seq)
+{
+    struct fake_record r = fake_record_at(fs, i);
+    cr_expect_eq(r.producer_id, pid, "record %d: producer id %llx, want %llx",
+                 i, (unsigned long long)r.producer_id,
+                 (unsigned long long)pid);
+    cr_expect_eq(r.seq, seq, "record %d: seq %llu, want %llu", i,
+                 (unsigned long long)r.seq, (unsigned long long)seq);
+}
+
+static void produce_to(struct tern_client *c, const char *q)
+{
+    struct tern_msg m = {"x", 1};
+    cr_assert_eq(tern_produce(c, q, &m, 1, NULL), 0, "%s: %s", q,
+                 tern_client_errmsg(c));
+}
+
+/* Past the bound the least recently used state goes; the queue's next
+ * produce starts under a fresh producer id. Reusing the old id at
+ * sequence 1 would be taken by the server for a duplicate of the old
+ * first batch: acknowledged, never appended. */
+Test(client, queue_states_are_bounded_and_a_dropped_queue_starts_fresh)
+{
+    struct fake_server fs;
+    struct tern_client *c;
+    uint64_t base, q4_pid, q1_pid;
+    cr_assert_eq(fake_start(&fs, any_queue_hook), 0);
+    c = client_for(fs.addr, 3000, 8);
+    c->pq_max = 4;
+    produce_to(c, "q0");
+    base = tern_client_producer_id(c);
+    produce_to(c, "q1");
+    produce_to(c, "q2");
+    produce_to(c, "q3");
+    produce_to(c, "q0"); /* used: q1 is now the least recently used */
+    produce_to(c, "q4"); /* drops q1 */
+    produce_to(c, "q1"); /* drops q2; q1 starts again */
+    produce_to(c, "q0"); /* kept all along */
+    cr_assert_eq(fake_n_records(&fs), 8);
+    for (int i = 0; i < 4; i++) {
+        expect_record(&fs, i, base, 1);
+    }
+    expect_record(&fs, 4, base, 2);
+    q4_pid = fake_record_at(&fs, 5).producer_id;
+    q1_pid = fake_record_at(&fs, 6).producer_id;
+    cr_expect_neq(q4_pid, base, "a state made after a drop: fresh id");
+    expect_record(&fs, 5, q4_pid, 1);
+    cr_expect_neq(q1_pid, base, "q1 came back under its old id");
+    cr_expect_neq(q1_pid, q4_pid);
+    expect_record(&fs, 6, q1_pid, 1);
+    expect_record(&fs, 7, base, 3);
+    cr_expect_eq(c->n_pqs, 4);
+    cr_expect_eq(c->pq_dropped, 2);
+    tern_client_free(c);
+    fake_stop(&fs);
+}
+
+/* The first PRODUCE of queue "held" is kept unanswered until released. */
+static enum fake_action hold_first_hook(struct fake_server *fs,
+                                        int conn,
+                                        const struct proto_header *h,
+                                        const struct proto_request *r)
+{
+    if (r->op == PROTO_OP_PRODUCE && r->queue_len == 4 &&
+        memcmp(r->queue, "held", 4) == 0 && fs->n_deferred == 0 &&
+        fs->peer_addr[0] == '\0') {
+        struct tern_wbuf w;
+        tern_wbuf_init(&w);
+        (void)proto_encode_produce_resp(&w, h->request_id, 0, r->n_msgs, 0);
+        fake_defer(fs, conn, &w);
+        tern_wbuf_free(&w);
+        fs->peer_addr[0] = 'x'; /* deferred once */
+        return FAKE_HANDLED;
+    }
+    return any_queue_hook(fs, conn, h, r);
+}
+
+static void flush_deferred(struct fake_server *fs)
+{
+    pthread_mutex_lock(&fs->mu);
+    fake_flush_deferred(fs, 0);
+    pthread_mutex_unlock(&fs->mu);
+}
+
+/* A state a request holds is never dropped, even as the least recently
+ * used: its batch's answer and the queue's next sequence need it. */
+Test(client, a_held_queue_state_is_not_dropped)
+{
+    struct fake_server fs;
+    struct tern_client *c;
+    struct done_log log = {0};
+    struct done_ctx ctx = {&log, 0};
+    struct tern_msg m = {"x", 1};
+    uint64_t base;
+    int held_rec = -1;
+    cr_assert_eq(fake_start(&fs, hold_first_hook), 0);
+    c = client_for(fs.addr, 5000, 8);
+    c->pq_max = 2;
+    produce_to(c, "a");
+    base = tern_client_producer_id(c);
+    cr_assert_eq(tern_produce_async(c, "held", &m, 1, on_done, &ctx), 0);
+    for (int i = 0; i < 200 && fake_n_records(&fs) < 2; i++) {
+        (void)tern_client_poll(c, 10);
+    }
+    cr_assert_eq(fake_n_records(&fs), 2, "the held batch never arrived");
+    produce_to(c, "b"); /* "a" goes: "held" is older but held */
+    produce_to(c, "c"); /* "b" goes */
+    flush_deferred(&fs);
+    drain(c);
+    cr_expect_eq(log.n, 1);
+    cr_expect_eq(log.status[0], 0);
+    produce_to(c, "held");
+    for (int i = 0; i < fake_n_records(&fs); i++) {
+        if (fake_record_at(&fs, i).seq == 2) {
+            held_rec = i;
+        }
+    }
+    cr_expect_eq(held_rec, fake_n_records(&fs) - 1,
+                 "\"held\" went on with its own sequence");
+    expect_record(&fs, fake_n_records(&fs) - 1, base, 2);
+    cr_expect_eq(c->pq_dropped, 2);
     tern_client_free(c);
     fake_stop(&fs);
 }
