@@ -328,6 +328,29 @@ err_after_txn:
     return rc;
 }
 
+/* flock the directory's LOCK (e->lock_fd), retrying every 20 ms for up
+ * to wait_ms while another env holds it. 0, TERN_EBUSY or -errno. */
+static int lock_dir(struct idx_env *e, unsigned wait_ms)
+{
+    unsigned waited = 0;
+    for (;;) {
+        if (flock(e->lock_fd, LOCK_EX | LOCK_NB) == 0) {
+            return 0;
+        }
+        if (errno != EWOULDBLOCK) {
+            return idx__fail(e, -errno, __LINE__, "flock: %s",
+                             strerror(errno));
+        }
+        if (waited >= wait_ms) {
+            return idx__fail(e, TERN_EBUSY, __LINE__,
+                             "directory in use by another env%s",
+                             wait_ms > 0 ? " (waited for it)" : "");
+        }
+        (void)usleep(20 * 1000);
+        waited += 20;
+    }
+}
+
 int idx_open(const struct idx_options *o, struct idx_env **out, char *errmsg)
 {
     struct idx_env *e;
@@ -379,12 +402,8 @@ int idx_open(const struct idx_options *o, struct idx_env **out, char *errmsg)
                            strerror(errno));
             goto err_after_alloc;
         }
-        if (flock(e->lock_fd, LOCK_EX | LOCK_NB) != 0) {
-            rc = errno == EWOULDBLOCK
-                     ? idx__fail(e, TERN_EBUSY, __LINE__,
-                                 "directory in use by another env")
-                     : idx__fail(e, -errno, __LINE__, "flock: %s",
-                                 strerror(errno));
+        rc = lock_dir(e, o->lock_wait_ms);
+        if (rc != 0) {
             goto err_after_lock;
         }
     }

@@ -132,6 +132,9 @@ int node_fsm_open(struct node_fsm *f,
     f->segment_bytes = segment_bytes;
     f->map_bytes = map_bytes;
     index_options(f, &io);
+    /* At start only: a node restarted right after a kill -9 may find its
+     * lock still held by the old process's last threads. */
+    io.lock_wait_ms = 5000;
     rv = idx_open(&io, &f->idx, errmsg);
     if (rv != 0) {
         tern_errmsg_wrapf(errmsg, "index %s", f->dir);

@@ -47,6 +47,11 @@ struct idx_options
      * caller runs idx_ckpt_take/run/end, below) instead of inside the
      * apply; idx_open and idx_restore always write theirs inline */
     bool background_checkpoints;
+    /* When another env (a process still exiting: a killed node whose
+     * thread-pool threads have not yet left the kernel) holds the
+     * directory's lock, retry for this long before TERN_EBUSY; 0 = fail
+     * at once. Blocks the calling thread meanwhile. */
+    unsigned lock_wait_ms;
 };
 
 /* Open (creating if needed). Verifies every record of the log and cuts

@@ -4,9 +4,12 @@
  * small tmpfs; the modes index/ creates its files and directories with. */
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
 #include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/file.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -500,6 +503,64 @@ Test(index_recovery, second_open_of_a_dir_is_refused)
     cr_expect_eq(idx_open(&o, &e2, err), TERN_EBUSY, "%s", err);
     cr_expect_null(e2);
     idx_close(e);
+    e = th_open(dir, 0);
+    idx_close(e);
+}
+
+/* Another holder of the directory's lock (as a killed node's last
+ * threads are): holds it for hold_ms, then closes it. */
+struct lock_holder
+{
+    int fd;
+    unsigned hold_ms;
+};
+
+static void *release_later(void *arg)
+{
+    struct lock_holder *h = arg;
+    usleep(h->hold_ms * 1000);
+    close(h->fd);
+    return NULL;
+}
+
+static int hold_lock(const char *d)
+{
+    char p[512];
+    int fd;
+    cr_assert_lt((size_t)snprintf(p, sizeof p, "%s/LOCK", d), sizeof p);
+    fd = open(p, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    cr_assert_geq(fd, 0);
+    cr_assert_eq(flock(fd, LOCK_EX | LOCK_NB), 0);
+    return fd;
+}
+
+Test(index_recovery, open_waits_for_a_lock_being_released)
+{
+    struct idx_env *e = th_open(dir, 0), *e2 = NULL;
+    struct idx_options o = {.dir = dir, .lock_wait_ms = 3000};
+    char err[TERN_ERRMSG_SIZE] = "";
+    struct lock_holder h;
+    pthread_t t;
+    idx_close(e);
+
+    /* Held for 200 ms: an open that waits gets it. */
+    h.fd = hold_lock(dir);
+    h.hold_ms = 200;
+    cr_assert_eq(pthread_create(&t, NULL, release_later, &h), 0);
+    cr_expect_eq(idx_open(&o, &e2, err), 0, "%s", err);
+    pthread_join(t, NULL);
+    idx_close(e2);
+    e2 = NULL;
+
+    /* Held throughout: refused once the wait is over, and at once
+     * without one. */
+    h.fd = hold_lock(dir);
+    o.lock_wait_ms = 100;
+    cr_expect_eq(idx_open(&o, &e2, err), TERN_EBUSY, "%s", err);
+    cr_expect_null(e2);
+    o.lock_wait_ms = 0;
+    cr_expect_eq(idx_open(&o, &e2, err), TERN_EBUSY, "%s", err);
+    close(h.fd);
     e = th_open(dir, 0);
     idx_close(e);
 }
