@@ -235,10 +235,10 @@ enum tern__req_state {
 
 struct tern__pq
 {
-    struct tern__pq *prev;  /* c->pqs, most recently used first */
+    struct tern__pq *prev; /* c->pqs, most recently used first */
     struct tern__pq *next;
     struct tern__pq *hnext; /* next in its bucket of c->pq_table */
-    uint32_t refs; /* requests holding it (pq, resend_of), and pins */
+    uint32_t refs;          /* requests holding it (pq, resend_of), and pins */
     uint32_t hash;          /* of queue (producer.c) */
     char *queue;            /* owned */
     uint64_t producer_id;
@@ -333,7 +333,7 @@ struct tern_client
     struct tern__req *tail;
     struct tern__pq *pqs; /* most recently used first */
     struct tern__pq *pqs_tail;
-    size_t pq_max; /* TERN__PQ_MAX (tests lower it) */
+    size_t pq_max;       /* TERN__PQ_MAX (tests lower it) */
     uint64_t pq_dropped; /* states dropped at the bound */
     /* Lookup of pqs by queue name (producer.c): chained buckets, a power
      * of two, doubled when there are more states than buckets; owned. */

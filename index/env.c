@@ -338,8 +338,7 @@ static int lock_dir(struct idx_env *e, unsigned wait_ms)
             return 0;
         }
         if (errno != EWOULDBLOCK) {
-            return idx__fail(e, -errno, __LINE__, "flock: %s",
-                             strerror(errno));
+            return idx__fail(e, -errno, __LINE__, "flock: %s", strerror(errno));
         }
         if (waited >= wait_ms) {
             return idx__fail(e, TERN_EBUSY, __LINE__,

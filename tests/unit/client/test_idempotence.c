@@ -293,8 +293,7 @@ static void expect_record(struct fake_server *fs,
 {
     struct fake_record r = fake_record_at(fs, i);
     cr_expect_eq(r.producer_id, pid, "record %d: producer id %llx, want %llx",
-                 i, (unsigned long long)r.producer_id,
-                 (unsigned long long)pid);
+                 i, (unsigned long long)r.producer_id, (unsigned long long)pid);
     cr_expect_eq(r.seq, seq, "record %d: seq %llu, want %llu", i,
                  (unsigned long long)r.seq, (unsigned long long)seq);
 }

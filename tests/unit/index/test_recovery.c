@@ -5,8 +5,8 @@
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <pthread.h>
 #include <ftw.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/file.h>
