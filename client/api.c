@@ -1097,7 +1097,7 @@ static int produce_new(struct tern_client *c,
         return rv;
     }
     if (pq->producer_id == 0) {
-        /* Made before the id was known (by a tern_produce_resend). */
+        /* Made before the client's id was known. */
         pq->producer_id = tern__pq_first_id(c);
     }
     rv = produce_build(c, queue, msgs, n, pq->producer_id, pq->next_seq, out);
@@ -1156,11 +1156,7 @@ int tern_produce_resend(struct tern_client *c,
     if (rv != 0) {
         return rv;
     }
-    rv = tern__produce_check(c, queue, msgs, n, &pq);
-    if (rv != 0) {
-        return rv;
-    }
-    rv = tern__produce_resend_check(c, pq, queue, msgs, n);
+    rv = tern__resend_check(c, queue, msgs, n, &pq);
     if (rv != 0) {
         return rv;
     }

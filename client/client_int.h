@@ -424,6 +424,8 @@ int tern__sync_call(struct tern_client *c,
                     int (*done)(struct tern__req *r, void *out),
                     void *out);
 struct tern__pq *tern__pq_get(struct tern_client *c, const char *queue);
+/* The state of queue if the client has one (not made), else NULL. */
+struct tern__pq *tern__pq_find(struct tern_client *c, const char *queue);
 void tern__pq_free_all(struct tern_client *c);
 /* The producer id a new state of c starts with (0 while the client's id
  * is unknown): the client's own, or a fresh one once states were dropped
@@ -440,6 +442,14 @@ int tern__produce_check(struct tern_client *c,
                         const struct tern_msg *msgs,
                         size_t n,
                         struct tern__pq **pq);
+/* tern_produce_resend's: the same checks, the queue's state only found
+ * (never made), and a batch with an unknown outcome required (OUT: *pq,
+ * borrowed from c). */
+int tern__resend_check(struct tern_client *c,
+                       const char *queue,
+                       const struct tern_msg *msgs,
+                       size_t n,
+                       struct tern__pq **pq);
 /* Checksum of a batch's messages, to tell a resend of the same batch from
  * another one. */
 uint32_t tern__batch_checksum(const struct tern_msg *msgs, size_t n);

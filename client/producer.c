@@ -40,14 +40,17 @@
  * renumber does) and sequence 1, which the server takes like a new
  * producer; what is lost is only the queue's unknown outcome, so a
  * tern_produce_resend must come before the client has produced to
- * TERN__PQ_MAX other queues. If every state is held (more requests
- * outstanding than the bound), the state is made anyway: those are
- * bounded by the requests themselves.
+ * TERN__PQ_MAX other queues. If the 64 least recently used states are all
+ * held (more requests outstanding than that), the state is made anyway:
+ * those are bounded by the requests themselves. Each state made after a
+ * drop is a new (producer id, queue) row on the servers (kept until the
+ * queue is deleted).
  *
  * This file decides numbering and order; engine.c decides when to apply
  * it (on which answers) and sends the frames.
  */
 #include <errno.h>
+#include <stdbool.h>
 #include <sys/random.h>
 
 #include "client_int.h"
@@ -68,10 +71,14 @@ uint64_t tern__producer_id_new(void)
 
 uint64_t tern__producer_id_next(struct tern_client *c)
 {
-    if (c->pid_state != TERN__PID_ISSUED) {
+    if (c->pid_state != TERN__PID_ISSUED || c->pid_next_k == UINT32_MAX) {
+        /* Past the last k of the block a k again could meet a (producer
+         * id, queue) the server remembers, which would take a new batch
+         * for a duplicate: a random id instead (a server that checks ids
+         * against the blocks it issued refuses it, a clear error). */
         return tern__producer_id_new();
     }
-    c->pid_next_k = c->pid_next_k == UINT32_MAX ? 1 : c->pid_next_k + 1;
+    c->pid_next_k++;
     return c->producer_id | c->pid_next_k;
 }
 
@@ -175,6 +182,21 @@ void tern__pq_release(struct tern__pq *pq)
     }
 }
 
+struct tern__pq *tern__pq_find(struct tern_client *c, const char *queue)
+{
+    uint32_t h = pq_hash(queue);
+    if (c->pq_table == NULL) {
+        return NULL;
+    }
+    for (struct tern__pq *pq = c->pq_table[h & (c->pq_buckets - 1)]; pq != NULL;
+         pq = pq->hnext) {
+        if (pq->hash == h && strcmp(pq->queue, queue) == 0) {
+            return pq;
+        }
+    }
+    return NULL;
+}
+
 /* A client that produces to many queues keeps one state per queue: the
  * lookup is a hash (constant time), not a walk of every state. */
 struct tern__pq *tern__pq_get(struct tern_client *c, const char *queue)
@@ -255,12 +277,13 @@ uint32_t tern__batch_checksum(const struct tern_msg *msgs, size_t n)
 }
 
 /* Check a produce call's arguments and find (or make) the queue's producer
- * state. */
-int tern__produce_check(struct tern_client *c,
-                        const char *queue,
-                        const struct tern_msg *msgs,
-                        size_t n,
-                        struct tern__pq **pq)
+ * state; a resend only finds it (NULL when there is none). */
+static int produce_check(struct tern_client *c,
+                         const char *queue,
+                         const struct tern_msg *msgs,
+                         size_t n,
+                         bool make,
+                         struct tern__pq **pq)
 {
     if (queue == NULL || !tern_name_valid(queue, strlen(queue))) {
         tern_errmsg_printf(c->errmsg, "queue name \"%s\"",
@@ -280,8 +303,34 @@ int tern__produce_check(struct tern_client *c,
             return msgs[k].data == NULL ? TERN_EINVAL : TERN_ETOOBIG;
         }
     }
+    if (!make) {
+        *pq = tern__pq_find(c, queue);
+        return 0;
+    }
     *pq = tern__pq_get(c, queue);
     return *pq != NULL ? 0 : -ENOMEM;
+}
+
+int tern__produce_check(struct tern_client *c,
+                        const char *queue,
+                        const struct tern_msg *msgs,
+                        size_t n,
+                        struct tern__pq **pq)
+{
+    return produce_check(c, queue, msgs, n, true, pq);
+}
+
+int tern__resend_check(struct tern_client *c,
+                       const char *queue,
+                       const struct tern_msg *msgs,
+                       size_t n,
+                       struct tern__pq **pq)
+{
+    int rv = produce_check(c, queue, msgs, n, false, pq);
+    if (rv == 0) {
+        rv = tern__produce_resend_check(c, *pq, queue, msgs, n);
+    }
+    return rv;
 }
 
 int tern__produce_resend_check(struct tern_client *c,
@@ -290,7 +339,7 @@ int tern__produce_resend_check(struct tern_client *c,
                                const struct tern_msg *msgs,
                                size_t n)
 {
-    if (!pq->unknown_valid) {
+    if (pq == NULL || !pq->unknown_valid) {
         tern_errmsg_printf(
             c->errmsg, "resend to %s: no batch with an unknown outcome", queue);
         return TERN_EINVAL;

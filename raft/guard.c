@@ -164,17 +164,34 @@
  *    Sending fewer entries is always a valid AppendEntries; the leader
  *    keeps probing and the follower catches up once the alarm clears.
  *    Dropping the whole message instead cost the leader its contact with
- *    every full follower: once an entry was in flight 0.15 sends no empty
- *    heartbeat, so with every follower full the leader stepped down after
- *    an election timeout and, the full nodes standing for nothing, the
- *    cluster had no leader (not even for reads) until space came back.
- *    The answer to a stripped message is clamped to its prev_log_index
- *    (repl_guard_send): 0.15 answers a heartbeat with its last_stored,
- *    and entries past prev_log_index may be a stale suffix the leader's
- *    entries would have replaced. Liveness cost: a full node is as good
+ *    every full follower: with an entry in flight 0.15 sends a follower
+ *    the entry (its empty pipeline heartbeat is rejected and the probe
+ *    that follows carries entries), so with every follower full the
+ *    leader stepped down after an election timeout and, the full nodes
+ *    standing for nothing, the cluster had no leader (not even for reads)
+ *    until space came back. The answer to a stripped message claims its
+ *    prev_log_index only (item 12). Liveness cost: a full node is as good
  *    as partitioned for writes. Tested: test_cluster.c
  *    "disk_full_follower_takes_no_entries",
  *    "every_follower_full_leader_keeps_leading" and
+ *    "full_follower_stale_suffix_never_matches".
+ * 12. A follower's success answer claims only what it matched (found in
+ *    review). 0.15 answers an AppendEntries with its last_stored, also
+ *    past the prefix the message checked (the synchronous path of an
+ *    empty or already-held AppendEntries, and an append completing after
+ *    the leader changed), and the leader takes min(that, its last index)
+ *    as the follower's match: a deposed leader's stale suffix, beyond the
+ *    new leader's first heartbeat's prev_log_index, counted as a copy of
+ *    the new leader's barrier written there meanwhile, which committed
+ *    with one real copy. Each follower keeps the highest index it matched
+ *    the leader of a term on (an AppendEntries raft took: an append it
+ *    caused or a success answer inside its delivery, prev_log_index +
+ *    n_entries; an InstallSnapshot it took: the snapshot's index), and a
+ *    success result claims no more in that term, nothing in another
+ *    (repl_guard_send). Lowering a match is always safe; it only delays
+ *    the leader's view. Tested: test_cluster.c
+ *    "late_heartbeat_answer_never_counts_a_stale_suffix" (the barrier
+ *    committed with one copy without it) and
  *    "full_follower_stale_suffix_never_matches".
  * Not mitigated: #466's on-disk hole handling inside raft_uv itself; the
  *    ambiguity of LEADERSHIPLOST (clients must dedupe).
@@ -482,11 +499,10 @@ bool repl_guard_recv(struct repl *r, struct raft_message *m)
         }
         if (r->disk_full && a->n_entries > 0) {
             /* Item 11: delivered as a heartbeat, so the leader keeps its
-             * contact with us; its answer claims prev_log_index only. */
+             * contact with us; its answer claims prev_log_index only
+             * (item 12). */
             r->guard.ae_disk_full_dropped++;
             repl_wire_drop_entries(a);
-            r->guard.stripped = true;
-            r->guard.stripped_prev = a->prev_log_index;
         }
         rebase_below_snapshot(r, a);
         last_new = a->prev_log_index + a->n_entries;
@@ -538,15 +554,21 @@ const struct raft_message *repl_guard_send(struct repl *r,
 {
     uint64_t d = r->io.acked_index;
     uint64_t t;
-    if (r->guard.stripped && m->type == RAFT_IO_APPEND_ENTRIES_RESULT &&
-        m->append_entries_result.rejected == 0 &&
-        m->append_entries_result.last_log_index > r->guard.stripped_prev) {
-        /* Item 11: 0.15 answers a heartbeat with its last_stored, past
-         * the prefix the message validated; the leader would count a
-         * stale suffix of ours as a match of its own entries there. */
-        *copy = *m;
-        copy->append_entries_result.last_log_index = r->guard.stripped_prev;
-        return copy;
+    if (m->type == RAFT_IO_APPEND_ENTRIES_RESULT &&
+        m->append_entries_result.rejected == 0 && r->guard.enabled) {
+        /* Item 12: no more than what we matched in the result's term. */
+        const struct raft_append_entries_result *res =
+            &m->append_entries_result;
+        uint64_t cap;
+        repl_guard_matched(r); /* a success answer inside a delivery */
+        cap = r->guard.match_term == res->term ? r->guard.match_cap : 0;
+        if (res->last_log_index > cap) {
+            *copy = *m;
+            copy->append_entries_result.last_log_index = cap;
+            r->guard.results_capped++;
+            return copy;
+        }
+        return m;
     }
     if (m->type != RAFT_IO_REQUEST_VOTE ||
         m->request_vote.last_log_index <= d) {
@@ -561,6 +583,20 @@ const struct raft_message *repl_guard_send(struct repl *r,
     copy->request_vote.last_log_term = t;
     r->guard.vote_rewrites++;
     return copy;
+}
+
+void repl_guard_matched(struct repl *r)
+{
+    if (!r->guard.deliv_set) {
+        return;
+    }
+    if (r->guard.match_term != r->guard.deliv_term) {
+        r->guard.match_term = r->guard.deliv_term;
+        r->guard.match_cap = 0;
+    }
+    if (r->guard.deliv_last > r->guard.match_cap) {
+        r->guard.match_cap = r->guard.deliv_last;
+    }
 }
 
 void repl_guard_release(struct repl *r)

@@ -899,6 +899,9 @@ static int io_append(struct raft_io *io,
     if (r->failed != 0) {
         return RAFT_IOERR;
     }
+    if (raft_state(&r->raft) == RAFT_FOLLOWER) {
+        repl_guard_matched(r); /* the delivered AppendEntries was taken */
+    }
     a = tern_calloc(1, sizeof *a);
     if (a == NULL) {
         return RAFT_NOMEM;
@@ -1035,6 +1038,9 @@ static int io_snapshot_put(struct raft_io *io,
     p->index = snapshot->index;
     p->term = snapshot->term;
     p->install = trailing == 0;
+    if (p->install) {
+        repl_guard_matched(r); /* the delivered InstallSnapshot was taken */
+    }
     p->inner_req.data = req->data;
     flush_inner(r); /* raft_uv orders them before the snapshot */
     rv = r->inner->snapshot_put(r->inner, trailing, &p->inner_req, snapshot,
@@ -1413,9 +1419,20 @@ void repl_io_deliver(struct repl *r, struct repl_wire *w)
                w->msg.append_entries_result.rejected == 0) {
         repl_lat_resulted(r, w->msg.append_entries_result.last_log_index);
     }
+    /* Item 12 (guard.c): what accepting it matches, for its answer. */
+    if (w->msg.type == RAFT_IO_APPEND_ENTRIES) {
+        r->guard.deliv_set = true;
+        r->guard.deliv_term = w->msg.append_entries.term;
+        r->guard.deliv_last = w->msg.append_entries.prev_log_index +
+                              w->msg.append_entries.n_entries;
+    } else if (w->msg.type == RAFT_IO_INSTALL_SNAPSHOT) {
+        r->guard.deliv_set = true;
+        r->guard.deliv_term = w->msg.install_snapshot.term;
+        r->guard.deliv_last = w->msg.install_snapshot.last_index;
+    }
     /* raft takes ownership of the entries array/batch and snapshot data. */
     r->io.recv_cb(&r->io.outer, &w->msg);
-    r->guard.stripped = false; /* its answer went out inside recv_cb */
+    r->guard.deliv_set = false;
     if (held) {
         if (r->io.next_index <= r->io.hold.index) {
             r->io.hold.index = 0; /* rejected: nothing appended */

@@ -210,11 +210,18 @@ struct repl_guard_state
     uint64_t ae_held_off;          /* stats: AppendEntries dropped during a
                                       fetch or install (item 9) */
     uint64_t ae_disk_full_dropped; /* stats: stripped for item 11 */
-    /* Item 11: the AppendEntries being delivered lost its entries; its
-     * answer may claim no more than prev_log_index (repl_guard_send). Set
-     * by repl_guard_recv, cleared by repl_io_deliver after delivery. */
-    bool stripped;
-    uint64_t stripped_prev;
+    /* Item 12: the highest index this follower has matched the leader
+     * of match_term on (an AppendEntries accepted: prev_log_index +
+     * n_entries; a snapshot installed: its index). A successful result
+     * claims no more (repl_guard_send). While an AppendEntries or an
+     * InstallSnapshot is being delivered (repl_io_deliver), deliv_* hold
+     * its term and what accepting it matches. */
+    uint64_t match_term;
+    uint64_t match_cap;
+    bool deliv_set;
+    uint64_t deliv_term;
+    uint64_t deliv_last;
+    uint64_t results_capped; /* stats: results lowered by item 12 */
     /* Item 4: a TimeoutNow that came while appends were in flight, held
      * for the tick after they are acknowledged (repl_guard_tick). */
     struct
@@ -431,6 +438,11 @@ size_t repl_io_run_deferred(struct repl *r);
 void repl_io_tick(struct repl *r);
 
 /* ---- guard.c ------------------------------------------------------------- */
+
+/* Item 12: the AppendEntries or InstallSnapshot being delivered was
+ * accepted (a success answer or an append/install it caused): what it
+ * matches counts for this follower's results. */
+void repl_guard_matched(struct repl *r);
 
 /* Fill r->guard (after r->n_peers is set). Returns 0 or -ENOMEM. */
 int repl_guard_init(struct repl *r);

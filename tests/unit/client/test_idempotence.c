@@ -393,8 +393,8 @@ Test(client, a_held_queue_state_is_not_dropped)
         (void)tern_client_poll(c, 10);
     }
     cr_assert_eq(fake_n_records(&fs), 2, "the held batch never arrived");
-    produce_to(c, "b"); /* "a" goes: "held" is older but held */
-    produce_to(c, "c"); /* "b" goes */
+    produce_to(c, "b"); /* "a", the least recently used, goes */
+    produce_to(c, "c"); /* "held" is older than "b" but held: "b" goes */
     flush_deferred(&fs);
     drain(c);
     cr_expect_eq(log.n, 1);
@@ -409,6 +409,26 @@ Test(client, a_held_queue_state_is_not_dropped)
                  "\"held\" went on with its own sequence");
     expect_record(&fs, fake_n_records(&fs) - 1, base, 2);
     cr_expect_eq(c->pq_dropped, 2);
+    tern_client_free(c);
+    fake_stop(&fs);
+}
+
+/* A resend to a queue without a state fails without making one (and so
+ * without dropping the state of another queue at the bound). */
+Test(client, resend_without_a_state_makes_none)
+{
+    struct fake_server fs;
+    struct tern_client *c;
+    struct tern_msg m = {"x", 1};
+    cr_assert_eq(fake_start(&fs, any_queue_hook), 0);
+    c = client_for(fs.addr, 3000, 8);
+    c->pq_max = 2;
+    produce_to(c, "a");
+    produce_to(c, "b");
+    cr_expect_eq(tern_produce_resend(c, "never", &m, 1, NULL), TERN_EINVAL);
+    cr_expect_eq(c->n_pqs, 2);
+    cr_expect_eq(c->pq_dropped, 0);
+    cr_expect_null(tern__pq_find(c, "never"));
     tern_client_free(c);
     fake_stop(&fs);
 }

@@ -1652,6 +1652,8 @@ Test(cluster, every_follower_full_leader_keeps_leading)
     repl_get_status(cl.nodes[f].repl, &st);
     cr_expect_eq(st.last_index, before, "a full follower took entries");
     cr_expect_gt(st.disk_full_dropped, 0);
+    repl_get_status(cl.nodes[g].repl, &st);
+    cr_expect_eq(st.last_index, before, "a full follower took entries");
 
     repl_set_disk_full(cl.nodes[f].repl, false);
     repl_set_disk_full(cl.nodes[g].repl, false);
@@ -1659,6 +1661,78 @@ Test(cluster, every_follower_full_leader_keeps_leading)
     cr_expect_eq(cluster_leader(&cl), l);
     assert_streams_equal(&cl);
     cr_expect(!cl.conflict);
+    cluster_fini(&cl);
+}
+
+static bool pred_not_leader(struct cluster *c, void *arg)
+{
+    unsigned i = ((struct node_pred *)arg)->i;
+    return c->nodes[i].role != REPL_LEADER;
+}
+
+static bool pred_leader_besides_0(struct cluster *c, void *arg)
+{
+    (void)arg;
+    for (unsigned k = 1; k < c->n; k++) {
+        if (c->nodes[k].up && c->nodes[k].role == REPL_LEADER) {
+            return true;
+        }
+    }
+    return false;
+}
+
+/* Guard item 12 without a full disk: a deposed leader S1 keeps a longer
+ * stale suffix (L+1..L+5 of its term). S3 wins the next term while S1
+ * hears it; S3's first heartbeat (prev_log_index L, its last index then)
+ * matches S1 at L, and 0.15 answers it with S1's last_stored (L+5). S3,
+ * which meanwhile appended its barrier at L+1, took min(L+5, L+1): a
+ * match of its barrier that S1 does not hold, and committed it. S1's disk
+ * is frozen, and S2's once it voted, so neither stores the barrier for
+ * real: nothing of S3's term may commit. */
+Test(cluster, late_heartbeat_answer_never_counts_a_stale_suffix)
+{
+    struct node_pred p0 = {0};
+    uint64_t last = 0, stale = 0;
+    struct repl_status st;
+    int n, m;
+    cluster_init(&cl, 3);
+    cl.nodes[0].timeout_offset = 0;
+    cl.nodes[1].timeout_offset = 40;
+    cl.nodes[2].timeout_offset = 120;
+    start_all(&cl);
+    cr_assert(cluster_step_until(&cl, pred_node_writable, &p0, STEPS));
+    propose_applied(&cl, 0, 2, 32, 1, &last);
+
+    /* S1 cut off appends L+1..L+5 and steps down (no quorum contact);
+     * S2 and S3 stand for nothing meanwhile. */
+    cl.nodes[1].no_ticks = true;
+    cl.nodes[2].no_ticks = true;
+    cluster_isolate(&cl, 0, true);
+    propose_n(&cl, 0, 5, 32, 2, &stale);
+    cr_assert_eq(stale, last + 5);
+    cr_assert(cluster_step_until(&cl, pred_not_leader, &p0, STEPS));
+    cr_assert_eq(fake_disk_last_index(&cl.nodes[0].disk), stale);
+
+    /* S1 back, with a disk that completes nothing and no ticks (it stands
+     * for nothing: its longer log would win). S3 stands, S2 votes for it
+     * but stores nothing either: only S1's answers can count. */
+    cl.nodes[0].frozen = true;
+    cl.nodes[0].no_ticks = true;
+    cl.nodes[1].no_ticks = false;
+    cl.nodes[2].no_ticks = false;
+    cluster_isolate(&cl, 0, false);
+    cr_assert(cluster_step_until(&cl, pred_leader_besides_0, NULL, STEPS));
+    n = cl.nodes[1].role == REPL_LEADER ? 1 : 2;
+    m = 3 - n;
+    cl.nodes[m].frozen = true; /* it voted; it stores nothing more */
+    steps(&cl, 3000);
+    repl_get_status(cl.nodes[n].repl, &st);
+    cr_expect_eq(st.role, REPL_LEADER);
+    cr_expect_eq(st.commit_index, last,
+                 "the leader committed %llu with S1's stale suffix counted "
+                 "as a copy",
+                 (unsigned long long)st.commit_index);
+    cr_expect_eq(fake_disk_last_index(&cl.nodes[0].disk), stale);
     cluster_fini(&cl);
 }
 
