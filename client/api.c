@@ -54,6 +54,7 @@ int tern_client_new(const char *servers,
         return -ENOMEM;
     }
     c->pq_max = TERN__PQ_MAX;
+    tern_list_init(&c->pq_lru);
     tern_client_options_init(&c->opts);
     if (opts != NULL) {
         if (opts->connect_timeout_ms > 0) {

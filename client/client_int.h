@@ -235,8 +235,7 @@ enum tern__req_state {
 
 struct tern__pq
 {
-    struct tern__pq *prev; /* c->pqs, most recently used first */
-    struct tern__pq *next;
+    struct tern_list lru;   /* on c->pq_lru, most recently used last */
     struct tern__pq *hnext; /* next in its bucket of c->pq_table */
     uint32_t refs;          /* requests holding it (pq, resend_of), and pins */
     uint32_t hash;          /* of queue (producer.c) */
@@ -331,11 +330,10 @@ struct tern_client
     uint64_t next_id;
     struct tern__req *head; /* not-done requests, creation order */
     struct tern__req *tail;
-    struct tern__pq *pqs; /* most recently used first */
-    struct tern__pq *pqs_tail;
-    size_t pq_max;       /* TERN__PQ_MAX (tests lower it) */
-    uint64_t pq_dropped; /* states dropped at the bound */
-    /* Lookup of pqs by queue name (producer.c): chained buckets, a power
+    struct tern_list pq_lru; /* every state, least recently used first */
+    size_t pq_max;           /* TERN__PQ_MAX (tests lower it) */
+    uint64_t pq_dropped;     /* states dropped at the bound */
+    /* Lookup of the states by queue name (producer.c): chained buckets, a power
      * of two, doubled when there are more states than buckets; owned. */
     struct tern__pq **pq_table;
     size_t pq_buckets;

@@ -100,7 +100,8 @@ static void pq_table_resize(struct tern_client *c, size_t nb)
     if (t == NULL) {
         return;
     }
-    for (struct tern__pq *pq = c->pqs; pq != NULL; pq = pq->next) {
+    for (struct tern_list *l = c->pq_lru.next; l != &c->pq_lru; l = l->next) {
+        struct tern__pq *pq = TERN_CONTAINER(l, struct tern__pq, lru);
         size_t b = pq->hash & (nb - 1);
         pq->hnext = t[b];
         t[b] = pq;
@@ -110,46 +111,20 @@ static void pq_table_resize(struct tern_client *c, size_t nb)
     c->pq_buckets = nb;
 }
 
-static void pq_unlink(struct tern_client *c, struct tern__pq *pq)
-{
-    if (pq->prev != NULL) {
-        pq->prev->next = pq->next;
-    } else {
-        c->pqs = pq->next;
-    }
-    if (pq->next != NULL) {
-        pq->next->prev = pq->prev;
-    } else {
-        c->pqs_tail = pq->prev;
-    }
-    pq->prev = pq->next = NULL;
-}
-
-static void pq_push_front(struct tern_client *c, struct tern__pq *pq)
-{
-    pq->prev = NULL;
-    pq->next = c->pqs;
-    if (c->pqs != NULL) {
-        c->pqs->prev = pq;
-    } else {
-        c->pqs_tail = pq;
-    }
-    c->pqs = pq;
-}
-
 /* Drop the least recently used state no request holds (see "Bound");
  * looks at most 64 from the old end. */
 static void pq_drop_one(struct tern_client *c)
 {
-    struct tern__pq *pq = c->pqs_tail;
-    for (int k = 0; pq != NULL && k < 64; k++, pq = pq->prev) {
+    struct tern_list *l = c->pq_lru.next;
+    for (int k = 0; l != &c->pq_lru && k < 64; k++, l = l->next) {
+        struct tern__pq *pq = TERN_CONTAINER(l, struct tern__pq, lru);
         if (pq->refs == 0) {
             struct tern__pq **pp = &c->pq_table[pq->hash & (c->pq_buckets - 1)];
             while (*pp != pq) {
                 pp = &(*pp)->hnext;
             }
             *pp = pq->hnext;
-            pq_unlink(c, pq);
+            tern_list_remove(&pq->lru);
             tern_free(pq->queue);
             tern_free(pq);
             c->n_pqs--;
@@ -212,10 +187,8 @@ struct tern__pq *tern__pq_get(struct tern_client *c, const char *queue)
     for (pq = c->pq_table[h & (c->pq_buckets - 1)]; pq != NULL;
          pq = pq->hnext) {
         if (pq->hash == h && strcmp(pq->queue, queue) == 0) {
-            if (pq != c->pqs) {
-                pq_unlink(c, pq);
-                pq_push_front(c, pq);
-            }
+            tern_list_remove(&pq->lru);
+            tern_list_push(&c->pq_lru, &pq->lru);
             return pq;
         }
     }
@@ -234,7 +207,7 @@ struct tern__pq *tern__pq_get(struct tern_client *c, const char *queue)
     pq->hash = h;
     pq->producer_id = tern__pq_first_id(c);
     pq->next_seq = 1;
-    pq_push_front(c, pq);
+    tern_list_push(&c->pq_lru, &pq->lru);
     pq->hnext = c->pq_table[h & (c->pq_buckets - 1)];
     c->pq_table[h & (c->pq_buckets - 1)] = pq;
     c->n_pqs++;
@@ -246,13 +219,13 @@ struct tern__pq *tern__pq_get(struct tern_client *c, const char *queue)
 
 void tern__pq_free_all(struct tern_client *c)
 {
-    while (c->pqs != NULL) {
-        struct tern__pq *pq = c->pqs;
-        c->pqs = pq->next;
+    while (!tern_list_empty(&c->pq_lru)) {
+        struct tern__pq *pq =
+            TERN_CONTAINER(c->pq_lru.next, struct tern__pq, lru);
+        tern_list_remove(&pq->lru);
         tern_free(pq->queue);
         tern_free(pq);
     }
-    c->pqs_tail = NULL;
     tern_free(c->pq_table);
     c->pq_table = NULL;
     c->pq_buckets = 0;

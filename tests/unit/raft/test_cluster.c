@@ -1557,16 +1557,25 @@ Test(cluster, startup_restore_moves_on_from_a_failing_peer)
  * leadership transfer; the other two carry on. Once the alarm clears it
  * catches up. Without item 11 its log grows (or it starts an election) and
  * the expectations below fail. */
+/* Three nodes, a leader (returned) and its followers *f and *g, five
+ * entries applied everywhere up to *last. */
+static int three_with_five_applied(int *f, int *g, uint64_t *last)
+{
+    int l;
+    cluster_init(&cl, 3);
+    l = start_all_elect(&cl);
+    *f = other_follower(&cl, l, l);
+    *g = other_follower(&cl, l, *f);
+    propose_applied(&cl, (unsigned)l, 5, 32, 1, last);
+    return l;
+}
+
 Test(cluster, disk_full_follower_takes_no_entries)
 {
     uint64_t last = 0;
     struct repl_status st0, st;
-    int l, f, g;
-    cluster_init(&cl, 3);
-    l = start_all_elect(&cl);
-    f = other_follower(&cl, l, l);
-    g = other_follower(&cl, l, f);
-    propose_applied(&cl, (unsigned)l, 5, 32, 1, &last);
+    int f, g;
+    int l = three_with_five_applied(&f, &g, &last);
     repl_get_status(cl.nodes[f].repl, &st0);
     repl_set_disk_full(cl.nodes[f].repl, true);
 
@@ -1624,12 +1633,8 @@ Test(cluster, every_follower_full_leader_keeps_leading)
 {
     uint64_t last = 0, before;
     struct repl_status st0, st;
-    int l, f, g;
-    cluster_init(&cl, 3);
-    l = start_all_elect(&cl);
-    f = other_follower(&cl, l, l);
-    g = other_follower(&cl, l, f);
-    propose_applied(&cl, (unsigned)l, 5, 32, 1, &last);
+    int f, g;
+    int l = three_with_five_applied(&f, &g, &last);
     before = last;
     repl_get_status(cl.nodes[l].repl, &st0);
     repl_set_disk_full(cl.nodes[f].repl, true);
