@@ -373,3 +373,27 @@ uint8_t *th_read_file(const char *path, size_t *n)
     *n = (size_t)sz;
     return b;
 }
+
+/* The checkpoint files of dirs a and b are the same, byte for byte (at
+ * least min of them). */
+void th_expect_same_checkpoints(const char *da, const char *db, int min)
+{
+    char *na = th_log_files(da, ".ckpt"), *nb = th_log_files(db, ".ckpt");
+    cr_expect_str_eq(na, nb);
+    cr_expect_geq(strlen(na), 25 * (size_t)min, "checkpoints: %s", na);
+    char *line = strtok(na, "\n");
+    while (line != NULL) {
+        char pa[4096], pb[4096];
+        size_t la, lb;
+        (void)snprintf(pa, sizeof pa, "%s/log/%s", da, line);
+        (void)snprintf(pb, sizeof pb, "%s/log/%s", db, line);
+        uint8_t *ba = th_read_file(pa, &la), *bb = th_read_file(pb, &lb);
+        cr_expect_eq(la, lb, "%s", line);
+        cr_expect(la == lb && memcmp(ba, bb, la) == 0, "%s differs", line);
+        free(ba);
+        free(bb);
+        line = strtok(NULL, "\n");
+    }
+    free(na);
+    free(nb);
+}

@@ -89,6 +89,9 @@ void th_copy_file(const char *from, const char *to);
 char *th_log_files(const char *dir, const char *ext);
 /* A whole file (malloc'd, *n bytes). */
 uint8_t *th_read_file(const char *path, size_t *n);
+/* Criterion expectations: the checkpoint files of the index dirs da and db
+ * are the same, byte for byte, and there are at least min of them. */
+void th_expect_same_checkpoints(const char *da, const char *db, int min);
 /* Read all log bytes [0, log_end) through idx_bulk_read; malloc'd. */
 uint8_t *th_log_bytes(struct idx_env *e, uint64_t *len);
 

@@ -104,30 +104,6 @@ static void expect_keep_same(struct idx_env *a, struct idx_env *b)
     cr_expect_eq(gb, 5);
 }
 
-/* The checkpoint files of dirs a and b are the same, byte for byte (at
- * least min of them). */
-static void expect_same_checkpoints(const char *da, const char *db, int min)
-{
-    char *na = th_log_files(da, ".ckpt"), *nb = th_log_files(db, ".ckpt");
-    cr_expect_str_eq(na, nb);
-    cr_expect_geq(strlen(na), 25 * (size_t)min, "checkpoints: %s", na);
-    char *line = strtok(na, "\n");
-    while (line != NULL) {
-        char pa[4096], pb[4096];
-        size_t la, lb;
-        (void)snprintf(pa, sizeof pa, "%s/log/%s", da, line);
-        (void)snprintf(pb, sizeof pb, "%s/log/%s", db, line);
-        uint8_t *ba = th_read_file(pa, &la), *bb = th_read_file(pb, &lb);
-        cr_expect_eq(la, lb, "%s", line);
-        cr_expect(la == lb && memcmp(ba, bb, la) == 0, "%s differs", line);
-        free(ba);
-        free(bb);
-        line = strtok(NULL, "\n");
-    }
-    free(na);
-    free(nb);
-}
-
 Test(index_ckpt, same_checkpoints_on_every_node)
 {
     /* Different segment sizes, the same checkpoint interval: the same
@@ -136,7 +112,7 @@ Test(index_ckpt, same_checkpoints_on_every_node)
     struct idx_env *b = open_env(th_dir_b, 3000, SEG);
     (void)workload(a);
     (void)workload(b);
-    expect_same_checkpoints(th_dir_a, th_dir_b, 6);
+    th_expect_same_checkpoints(th_dir_a, th_dir_b, 6);
     idx_close(a);
     idx_close(b);
 }
@@ -174,7 +150,7 @@ Test(index_ckpt, same_checkpoints_whatever_the_cleaner_did)
         }
         cr_assert_eq(idx_flush(e), 0);
     }
-    expect_same_checkpoints(th_dir_a, th_dir_b, 3);
+    th_expect_same_checkpoints(th_dir_a, th_dir_b, 3);
     idx_close(a);
     idx_close(b);
 }

@@ -133,30 +133,6 @@ static uint64_t workload(struct idx_env *e, struct jobs *s, int empty_queues)
     return i - 1;
 }
 
-/* The checkpoint files of dirs a and b are the same, byte for byte (at
- * least min of them). */
-static void expect_same_checkpoints(const char *da, const char *db, int min)
-{
-    char *na = th_log_files(da, ".ckpt"), *nb = th_log_files(db, ".ckpt");
-    cr_expect_str_eq(na, nb);
-    cr_expect_geq(strlen(na), 25 * (size_t)min, "checkpoints: %s", na);
-    char *line = strtok(na, "\n");
-    while (line != NULL) {
-        char pa[4096], pb[4096];
-        size_t la, lb;
-        (void)snprintf(pa, sizeof pa, "%s/log/%s", da, line);
-        (void)snprintf(pb, sizeof pb, "%s/log/%s", db, line);
-        uint8_t *ba = th_read_file(pa, &la), *bb = th_read_file(pb, &lb);
-        cr_expect_eq(la, lb, "%s", line);
-        cr_expect(la == lb && memcmp(ba, bb, la) == 0, "%s differs", line);
-        free(ba);
-        free(bb);
-        line = strtok(NULL, "\n");
-    }
-    free(na);
-    free(nb);
-}
-
 static void expect_keep_same(struct idx_env *a, struct idx_env *b)
 {
     struct th_msgs ma = {0}, mb = {0};
@@ -202,7 +178,7 @@ Test(index_ckpt_bg, written_while_applying_equals_inline)
     cr_expect_null(idx_ckpt_take(a), "an inline env leaves no jobs");
     end_pending(&s);
     cr_expect_geq(s.taken, 6);
-    expect_same_checkpoints(th_dir_a, th_dir_b, 6);
+    th_expect_same_checkpoints(th_dir_a, th_dir_b, 6);
     expect_keep_same(a, b);
     idx_close(a);
     idx_close(b);
@@ -222,7 +198,7 @@ Test(index_ckpt_bg, next_position_writes_an_unstarted_job)
     char errmsg[TERN_ERRMSG_SIZE] = "";
     cr_assert_not_null(j);
     cr_assert_eq(idx_ckpt_end(j, errmsg), 0, "%s", errmsg);
-    expect_same_checkpoints(th_dir_a, th_dir_b, 6);
+    th_expect_same_checkpoints(th_dir_a, th_dir_b, 6);
     expect_keep_same(a, b);
     idx_close(a);
     idx_close(b);
@@ -257,7 +233,7 @@ Test(index_ckpt_bg, close_before_the_write_keeps_the_previous_one)
     b = open_env(th_dir_b, true);
     cr_expect(!ckpt_exists(th_dir_b, p, ".tmp"), "the torn file is removed");
     cr_expect(ckpt_exists(th_dir_b, p, ""), "the rebuild wrote it");
-    expect_same_checkpoints(th_dir_a, th_dir_b, 6);
+    th_expect_same_checkpoints(th_dir_a, th_dir_b, 6);
     expect_keep_same(a, b);
     idx_close(a);
     idx_close(b);
