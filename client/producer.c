@@ -176,20 +176,17 @@ struct tern__pq *tern__pq_find(struct tern_client *c, const char *queue)
  * lookup is a hash (constant time), not a walk of every state. */
 struct tern__pq *tern__pq_get(struct tern_client *c, const char *queue)
 {
-    struct tern__pq *pq;
+    struct tern__pq *pq = tern__pq_find(c, queue);
     uint32_t h = pq_hash(queue);
+    if (pq != NULL) {
+        tern_list_remove(&pq->lru); /* now the most recently used */
+        tern_list_push(&c->pq_lru, &pq->lru);
+        return pq;
+    }
     if (c->pq_table == NULL) {
         pq_table_resize(c, 64);
         if (c->pq_table == NULL) {
             return NULL;
-        }
-    }
-    for (pq = c->pq_table[h & (c->pq_buckets - 1)]; pq != NULL;
-         pq = pq->hnext) {
-        if (pq->hash == h && strcmp(pq->queue, queue) == 0) {
-            tern_list_remove(&pq->lru);
-            tern_list_push(&c->pq_lru, &pq->lru);
-            return pq;
         }
     }
     if (c->n_pqs >= c->pq_max) {
