@@ -36,6 +36,7 @@ void tern_client_options_init(struct tern_client_options *o)
     o->read_from = TERN_READ_LEADER;
     o->max_frame = PROTO_DEFAULT_MAX_BODY;
     o->attempt_timeout_ms = TERN__DEFAULT_ATTEMPT_TIMEOUT_MS;
+    o->fetch_read_ahead = 1;
 }
 
 int tern_client_new(const char *servers,
@@ -78,6 +79,9 @@ int tern_client_new(const char *servers,
         }
         if (opts->attempt_timeout_ms != 0) {
             c->opts.attempt_timeout_ms = opts->attempt_timeout_ms;
+        }
+        if (opts->fetch_read_ahead != 0) {
+            c->opts.fetch_read_ahead = opts->fetch_read_ahead;
         }
     }
     p = servers;
@@ -129,7 +133,8 @@ void tern_client_free(struct tern_client *c)
     }
     /* Cancel what is pending; sync requests cannot be pending here. */
     c->closing = 1;
-    tern__cancel_all(c);
+    tern__cancel_all(c); /* the read-ahead too: it is on the list */
+    tern__req_free(c->ahead);
     for (int i = 0; i < c->n_servers; i++) {
         tern__server_free(c->servers[i]);
         tern_free(c->servers[i]);
@@ -1241,7 +1246,7 @@ static int fetch_done(struct tern__req *r, void *out)
 {
     /* on_success validated the body (and its skip tail). */
     struct tern_fetch_result **res = out;
-    *res = tern__fetch_result_new(r->body, r->body_len, r->result_mode);
+    *res = tern__fetch_result_new(&r->body, r->body_len, r->result_mode);
     return *res != NULL ? 0 : -ENOMEM;
 }
 
@@ -1267,9 +1272,119 @@ static int fetch_filter(struct tern_client *c,
     return 0;
 }
 
+/* Encode into r (from tern__req_new) the FETCH at offset (group NULL) or
+ * GROUP_FETCH of group with options o and filter f0 (borrowed), and set
+ * r's result mode and leader rule. A group fetch always asks for the skip
+ * tail. 0 or the encoder's code. */
+static int fetch_encode(struct tern_client *c,
+                        struct tern__req *r,
+                        const char *queue,
+                        const char *group,
+                        uint64_t offset,
+                        const struct tern_fetch_options *o,
+                        const struct proto_fetch_filter *f0)
+{
+    struct proto_fetch_filter f = *f0;
+    r->result_mode = o->properties ? TERN__RESULT_PROPS : TERN__RESULT_PLAIN;
+    if (group != NULL) {
+        f.flags |= PROTO_GROUP_FETCH_SKIPPED;
+        r->result_mode |= TERN__RESULT_SKIP;
+    } else {
+        /* A READ_LEADER fetch asks the server to answer only as a
+         * writable leader, so a deposed leader redirects it (ENOTLEADER,
+         * followed in on_error) instead of serving its own, possibly
+         * older, queue end; its answer then confirms the leader like a
+         * write's (on_success). */
+        r->leader_only = c->opts.read_from == TERN_READ_LEADER;
+        if (r->leader_only) {
+            f.flags |= PROTO_FETCH_LEADER;
+        }
+    }
+    return proto_encode_fetch_filtered(
+        &r->frame, 0, queue, group, offset, o->max_msgs,
+        o->max_bytes != 0 ? o->max_bytes : TERN__FETCH_MAX_BYTES_DEFAULT,
+        o->wait_ms, &f);
+}
+
+/* A fetch answer from offset that stopped on a limit with more of the
+ * queue left: it moved on and its next offset is below the queue's end. */
+static int fetch_stopped_on_limit(const struct tern_fetch_result *res,
+                                  uint64_t offset)
+{
+    uint64_t next = tern_fetch_result_next_offset(res);
+    return next > offset && next < tern_fetch_result_end_offset(res);
+}
+
+/* Two FETCH requests that ask the same: op, mode and body bytes (the
+ * header differs only in request id and checksum). */
+static int same_fetch(const struct tern__req *a, const struct tern__req *b)
+{
+    return a->op == b->op && a->result_mode == b->result_mode &&
+           a->leader_only == b->leader_only && a->frame.len == b->frame.len &&
+           memcmp(a->frame.base + PROTO_HEADER_SIZE,
+                  b->frame.base + PROTO_HEADER_SIZE,
+                  a->frame.len - PROTO_HEADER_SIZE) == 0;
+}
+
+/* The read-ahead's answer for r (a plain FETCH from offset, encoded, not
+ * sent) into *out (new, caller-owned): 1 when the read-ahead asked the
+ * same and its answer stopped on a limit, else 0 (r then goes out
+ * itself). Either way the read-ahead is used up. */
+static int fetch_ahead_take(struct tern_client *c,
+                            const struct tern__req *r,
+                            uint64_t offset,
+                            struct tern_fetch_result **out)
+{
+    struct tern__req *a = c->ahead;
+    int got = 0;
+    c->ahead = NULL;
+    if (a == NULL) {
+        return 0;
+    }
+    if (same_fetch(a, r) && tern__run_sync_listed(c, a) == 0 &&
+        fetch_done(a, out) == 0) {
+        got = fetch_stopped_on_limit(*out, offset);
+        if (!got) {
+            tern_fetch_result_free(*out);
+            *out = NULL;
+        }
+    }
+    /* A failed read-ahead is not the caller's failure: r asks again. */
+    c->errmsg[0] = '\0';
+    tern__req_cancel(c, a);
+    return got;
+}
+
+/* After a plain FETCH from offset answered res: when that answer stopped
+ * on a limit and read-ahead is on, send the same fetch from res's next
+ * offset now (c->ahead). Best effort: on ENOMEM there is none. */
+static void fetch_ahead_start(struct tern_client *c,
+                              const char *queue,
+                              uint64_t offset,
+                              const struct tern_fetch_options *o,
+                              const struct proto_fetch_filter *f,
+                              const struct tern_fetch_result *res)
+{
+    struct tern__req *a;
+    if (c->opts.fetch_read_ahead < 0 || !fetch_stopped_on_limit(res, offset)) {
+        return;
+    }
+    a = tern__req_new(c, PROTO_OP_FETCH, o->wait_ms);
+    if (a == NULL) {
+        return;
+    }
+    if (fetch_encode(c, a, queue, NULL, tern_fetch_result_next_offset(res), o,
+                     f) != 0) {
+        tern__req_free(a);
+        return;
+    }
+    c->ahead = a;
+    tern__start_sync(c, a);
+}
+
 /* FETCH at offset (group NULL) or GROUP_FETCH of group with options o
  * (borrowed): the one path of tern_fetch, tern_group_fetch and their _ex
- * forms. A group fetch always asks for the skip tail. */
+ * forms. */
 static int fetch_call(struct tern_client *c,
                       const char *queue,
                       const char *group,
@@ -1293,32 +1408,19 @@ static int fetch_call(struct tern_client *c,
     if (rv != 0) {
         return rv;
     }
-    r->result_mode = o->properties ? TERN__RESULT_PROPS : TERN__RESULT_PLAIN;
+    rv = fetch_encode(c, r, queue, group, offset, o, &f);
     if (group != NULL) {
-        f.flags |= PROTO_GROUP_FETCH_SKIPPED;
-        r->result_mode |= TERN__RESULT_SKIP;
-    } else {
-        /* A READ_LEADER fetch asks the server to answer only as a
-         * writable leader, so a deposed leader redirects it (ENOTLEADER,
-         * followed in on_error) instead of serving its own, possibly
-         * older, queue end; its answer then confirms the leader like a
-         * write's (on_success). */
-        r->leader_only = c->opts.read_from == TERN_READ_LEADER;
-        if (r->leader_only) {
-            f.flags |= PROTO_FETCH_LEADER;
-        }
+        return tern__sync_call(c, r, rv, "group fetch", fetch_done, out);
     }
-    rv = proto_encode_fetch_filtered(
-        &r->frame, 0, queue, group, offset, o->max_msgs,
-        o->max_bytes != 0 ? o->max_bytes : TERN__FETCH_MAX_BYTES_DEFAULT,
-        o->wait_ms, &f);
-    rv = tern__sync_call(c, r, rv,
-                         group != NULL   ? "group fetch"
-                         : queue != NULL ? queue
-                                         : "(null)",
-                         fetch_done, out);
-    if (rv == 0 && group == NULL) {
+    if (rv == 0 && fetch_ahead_take(c, r, offset, out)) {
+        tern__req_free(r);
+    } else {
+        rv = tern__sync_call(c, r, rv, queue != NULL ? queue : "(null)",
+                             fetch_done, out);
+    }
+    if (rv == 0) {
         tern__fetch_result_set_start(*out, offset, 0);
+        fetch_ahead_start(c, queue, offset, o, &f, *out);
     }
     return rv;
 }

@@ -147,7 +147,10 @@ int tern__fetch_decode(const void *body,
                        int mode,
                        struct proto_fetch_resp *fr,
                        struct proto_group_skip *skip);
-struct tern_fetch_result *tern__fetch_result_new(const void *body,
+/* A fetch result that takes *body (a tern_malloc'd validated answer of
+ * len bytes) on success, leaving *body NULL; on ENOMEM *body stays the
+ * caller's. */
+struct tern_fetch_result *tern__fetch_result_new(uint8_t **body,
                                                  size_t len,
                                                  int mode);
 
@@ -344,7 +347,11 @@ struct tern_client
     struct tern__req *done_tail;
     int in_callback;
     int closing; /* inside tern_client_free */
-    int round;   /* pump round, for per-queue blocking */
+    /* tern_fetch's read-ahead (api.c): a plain FETCH sent ahead of the
+     * call that will ask it, or NULL. Owned; on the request list until
+     * answered. */
+    struct tern__req *ahead;
+    int round; /* pump round, for per-queue blocking */
     struct pollfd *pfds;
     struct auth_tls_ctx *tls_ctx; /* tern_client_set_tls; owned */
     char errmsg[TERN_ERRMSG_SIZE];
@@ -491,6 +498,15 @@ void tern__req_free(struct tern__req *r);
 /* Run r (encoded, not on the list) to completion; returns r->status, with
  * the detail copied to c's errmsg on failure. r stays caller-owned. */
 int tern__run_sync(struct tern_client *c, struct tern__req *r);
+/* Put sync r (encoded, not on the list, caller-owned) on the list and on
+ * the wire now, without waiting: tern__run_sync_listed later waits for
+ * its answer, tern__req_cancel drops it. */
+void tern__start_sync(struct tern_client *c, struct tern__req *r);
+/* tern__run_sync for r already started with tern__start_sync. */
+int tern__run_sync_listed(struct tern_client *c, struct tern__req *r);
+/* Take sync r (started or done, caller-owned) off the list and the wire
+ * (a late answer is dropped) and free it. */
+void tern__req_cancel(struct tern_client *c, struct tern__req *r);
 /* Queue async r (encoded, cb set; ownership transferred): its deadline
  * starts when it enters the window, its callback fires from a later step
  * (or tern__cancel_all). */

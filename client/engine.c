@@ -1181,6 +1181,27 @@ int tern__step(struct tern_client *c, int64_t until)
 int tern__run_sync(struct tern_client *c, struct tern__req *r)
 {
     list_append(c, r);
+    return tern__run_sync_listed(c, r);
+}
+
+void tern__start_sync(struct tern_client *c, struct tern__req *r)
+{
+    int64_t now = tern__now_ms();
+    list_append(c, r);
+    pump(c, now);
+    flush_all(c, now);
+}
+
+void tern__req_cancel(struct tern_client *c, struct tern__req *r)
+{
+    if (r->state != TERN__REQ_DONE) {
+        req_complete(c, r, TERN_ECANCELED);
+    }
+    tern__req_free(r);
+}
+
+int tern__run_sync_listed(struct tern_client *c, struct tern__req *r)
+{
     while (r->state != TERN__REQ_DONE) {
         int rv = tern__step(c, r->deadline);
         if (rv < 0 && r->state != TERN__REQ_DONE) {

@@ -34,15 +34,6 @@ struct tern_fetch_result
     uint64_t skipped;
 };
 
-static void *dup_bytes(const void *p, size_t len)
-{
-    void *d = tern_malloc(len != 0 ? len : 1);
-    if (d != NULL && len != 0) {
-        memcpy(d, p, len);
-    }
-    return d;
-}
-
 int tern__fetch_decode(const void *body,
                        size_t len,
                        int mode,
@@ -83,7 +74,7 @@ int tern__fetch_decode(const void *body,
     return rv;
 }
 
-struct tern_fetch_result *tern__fetch_result_new(const void *body,
+struct tern_fetch_result *tern__fetch_result_new(uint8_t **body,
                                                  size_t len,
                                                  int mode)
 {
@@ -96,12 +87,8 @@ struct tern_fetch_result *tern__fetch_result_new(const void *body,
     if (r == NULL) {
         return NULL;
     }
-    r->body = dup_bytes(body, len);
-    if (r->body == NULL) {
+    if (tern__fetch_decode(*body, len, mode, &fr, &skip) != 0) {
         goto err_after_alloc;
-    }
-    if (tern__fetch_decode(r->body, len, mode, &fr, &skip) != 0) {
-        goto err_after_body;
     }
     r->start_offset = skip.first_offset;
     r->skipped = skip.skipped;
@@ -109,9 +96,9 @@ struct tern_fetch_result *tern__fetch_result_new(const void *body,
     r->queue_id = fr.queue_id;
     r->next_offset = fr.next_offset;
     r->end_offset = fr.end_offset;
-    r->msgs = tern_calloc(fr.n != 0 ? fr.n : 1, sizeof *r->msgs);
+    r->msgs = tern_malloc((fr.n != 0 ? fr.n : 1) * sizeof *r->msgs);
     if (r->msgs == NULL) {
-        goto err_after_body;
+        goto err_after_alloc;
     }
     uint32_t count = 0;
     while (r->n < fr.n &&
@@ -126,10 +113,10 @@ struct tern_fetch_result *tern__fetch_result_new(const void *body,
         r->msgs[r->n].props_len = m.props_len;
         r->n++;
     }
+    r->body = *body; /* the messages point into it: now the result's */
+    *body = NULL;
     return r;
 
-err_after_body:
-    tern_free(r->body);
 err_after_alloc:
     tern_free(r);
     return NULL;

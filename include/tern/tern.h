@@ -129,6 +129,20 @@ struct tern_client_options
                                ternd's default election timeout): set it
                                to about twice the cluster's
                                election_timeout_ms; negative: off */
+    int fetch_read_ahead;   /* tern_fetch and tern_fetch_ex stream: after
+                               an answer that stopped on a limit with more
+                               of the queue left (next offset below its
+                               end), the same fetch at the next offset is
+                               sent at once, and its answer waits in the
+                               client, at most one answer of max_bytes,
+                               so the server reads while the caller
+                               works. The next call that asks exactly
+                               that gets it if it too stopped on a limit
+                               (never an answer that ended at the queue's
+                               end, so an acknowledged produce is always
+                               seen); any other call leaves it unused.
+                               Its end offset is that of when it was read.
+                               Default on; negative: off */
 };
 TERN_API void tern_client_options_init(struct tern_client_options *o);
 

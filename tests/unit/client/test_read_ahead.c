@@ -1,0 +1,269 @@
+/*
+ * tern_fetch's read-ahead (tern_client_options.fetch_read_ahead) against
+ * the fake server: the next fetch is asked while the caller works and
+ * served from that answer; an answer that reached the queue's end is
+ * never served (an acknowledged produce is seen); a different fetch, a
+ * failed read-ahead and a client freed with one in flight all end clean;
+ * off, one request per call.
+ */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <tern/tern.h>
+
+#include "client_fixture.h"
+#include "fake_server.h"
+
+#define RA_MAX 256
+
+/* What the hook saw and does (fs->hook_arg; fs->mu held). */
+struct ra_log
+{
+    int n;
+    uint64_t offset[RA_MAX]; /* FETCH offsets in arrival order */
+    int fail_at;             /* >= 0: the first FETCH from this offset
+                                is answered TERN_ENOQUEUE (final) */
+    int silent_at;           /* >= 0: FETCH from here is never answered */
+};
+
+static enum fake_action ra_hook(struct fake_server *fs,
+                                int conn,
+                                const struct proto_header *h,
+                                const struct proto_request *r)
+{
+    struct ra_log *l = fs->hook_arg;
+    if (l == NULL || r->op != PROTO_OP_FETCH) {
+        return FAKE_DEFAULT;
+    }
+    if (l->n < RA_MAX) {
+        l->offset[l->n++] = r->offset;
+    }
+    if (l->silent_at >= 0 && r->offset == (uint64_t)l->silent_at) {
+        return FAKE_SILENT;
+    }
+    if (l->fail_at >= 0 && r->offset == (uint64_t)l->fail_at) {
+        l->fail_at = -1;
+        fake_send_error(fs, conn, h, TERN_ENOQUEUE, NULL);
+        return FAKE_HANDLED;
+    }
+    return FAKE_DEFAULT;
+}
+
+/* How many FETCH requests from offset the server saw so far. */
+static int fetches_at(struct fake_server *fs, struct ra_log *l, uint64_t off)
+{
+    int n = 0;
+    pthread_mutex_lock(&fs->mu);
+    for (int i = 0; i < l->n; i++) {
+        n += l->offset[i] == off;
+    }
+    pthread_mutex_unlock(&fs->mu);
+    return n;
+}
+
+static int fetches(struct fake_server *fs, struct ra_log *l)
+{
+    int n;
+    pthread_mutex_lock(&fs->mu);
+    n = l->n;
+    pthread_mutex_unlock(&fs->mu);
+    return n;
+}
+
+/* Wait (bounded) until the server saw n FETCH requests. */
+static void wait_fetches(struct fake_server *fs, struct ra_log *l, int n)
+{
+    int64_t end = now_ms() + 5000;
+    while (fetches(fs, l) < n && now_ms() < end) {
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+    cr_assert_geq(fetches(fs, l), n, "the server saw %d fetches, not %d",
+                  fetches(fs, l), n);
+}
+
+static void start(struct fake_server *fs, struct ra_log *l)
+{
+    memset(l, 0, sizeof *l);
+    l->fail_at = -1;
+    l->silent_at = -1;
+    cr_assert_eq(fake_start(fs, ra_hook), 0);
+    pthread_mutex_lock(&fs->mu);
+    fs->hook_arg = l;
+    pthread_mutex_unlock(&fs->mu);
+}
+
+static struct tern_client *client_ra(const char *addr, int read_ahead)
+{
+    struct tern_client_options o;
+    struct tern_client *c = NULL;
+    tern_client_options_init(&o);
+    cr_expect_eq(o.fetch_read_ahead, 1, "read-ahead is on by default");
+    o.request_timeout_ms = 2000;
+    o.retry_backoff_ms = 5;
+    o.fetch_read_ahead = read_ahead;
+    cr_assert_eq(tern_client_new(addr, &o, &c), 0);
+    return c;
+}
+
+/* Produce n messages "m<i>" to q, from number first. */
+static void produce_n(struct tern_client *c, int first, int n)
+{
+    char text[32][8];
+    struct tern_msg m[32];
+    cr_assert_leq(n, 32);
+    for (int i = 0; i < n; i++) {
+        int len = snprintf(text[i], sizeof text[i], "m%d", first + i);
+        m[i].data = text[i];
+        m[i].len = (size_t)len;
+    }
+    cr_assert_eq(tern_produce(c, "q", m, (size_t)n, NULL), 0);
+}
+
+/* Fetch up to max from off and check it holds "m<off>".. in order;
+ * returns the count. */
+static size_t fetch_check(struct tern_client *c, uint64_t off, uint32_t max)
+{
+    struct tern_fetch_result *r = NULL;
+    size_t n;
+    cr_assert_eq(tern_fetch(c, "q", off, max, 0, 0, &r), 0, "%s",
+                 tern_client_errmsg(c));
+    n = tern_fetch_result_count(r);
+    for (size_t i = 0; i < n; i++) {
+        const void *data;
+        size_t len;
+        uint64_t o;
+        char want[32];
+        cr_assert_eq(tern_fetch_result_get(r, i, &o, NULL, &data, &len), 0);
+        int wl =
+            snprintf(want, sizeof want, "m%llu", (unsigned long long)(off + i));
+        cr_expect_eq(o, off + i);
+        cr_expect(len == (size_t)wl && memcmp(data, want, len) == 0,
+                  "message %zu of the fetch from %llu", i,
+                  (unsigned long long)off);
+    }
+    cr_expect_eq(tern_fetch_result_next_offset(r), off + n);
+    tern_fetch_result_free(r);
+    return n;
+}
+
+Test(client_read_ahead, the_next_fetch_is_served_from_the_read_ahead)
+{
+    struct fake_server fs;
+    struct ra_log l;
+    start(&fs, &l);
+    struct tern_client *c = client_ra(fs.addr, 0);
+    create_queue(c, "q");
+    produce_n(c, 0, 30);
+    cr_expect_eq(fetch_check(c, 0, 10), 10);
+    /* The read-ahead from 10 went out with the first answer. */
+    wait_fetches(&fs, &l, 2);
+    cr_expect_eq(fetches_at(&fs, &l, 10), 1);
+    cr_expect_eq(fetch_check(c, 10, 10), 10);
+    cr_expect_eq(fetches_at(&fs, &l, 10), 1, "10 was asked again");
+    cr_expect_eq(fetch_check(c, 20, 10), 10);
+    cr_expect_eq(fetches_at(&fs, &l, 20), 2,
+                 "20's read-ahead reached the end: asked again");
+    /* 20's answer reached the end (30): no read-ahead from 30. */
+    cr_expect_eq(fetches_at(&fs, &l, 30), 0);
+    tern_client_free(c);
+    fake_stop(&fs);
+}
+
+Test(client_read_ahead, an_answer_that_reached_the_end_is_never_served)
+{
+    struct fake_server fs;
+    struct ra_log l;
+    start(&fs, &l);
+    struct tern_client *c = client_ra(fs.addr, 0);
+    create_queue(c, "q");
+    produce_n(c, 0, 15);
+    cr_expect_eq(fetch_check(c, 0, 10), 10);
+    /* The read-ahead from 10 is answered 10..14: the queue's end. */
+    wait_fetches(&fs, &l, 2);
+    produce_n(c, 15, 5);
+    /* The acknowledged 15..19 are seen: 10 is asked again. */
+    cr_expect_eq(fetch_check(c, 10, 10), 10);
+    cr_expect_eq(fetches_at(&fs, &l, 10), 2);
+    tern_client_free(c);
+    fake_stop(&fs);
+}
+
+Test(client_read_ahead, a_different_fetch_leaves_it_unused)
+{
+    struct fake_server fs;
+    struct ra_log l;
+    start(&fs, &l);
+    struct tern_client *c = client_ra(fs.addr, 0);
+    create_queue(c, "q");
+    produce_n(c, 0, 30);
+    cr_expect_eq(fetch_check(c, 0, 10), 10);
+    wait_fetches(&fs, &l, 2);
+    /* Another offset, then another limit: each asked fresh. */
+    cr_expect_eq(fetch_check(c, 25, 10), 5);
+    cr_expect_eq(fetch_check(c, 0, 5), 5);
+    wait_fetches(&fs, &l, 5); /* 0, 10, 25, 0, and 5 read ahead */
+    cr_expect_eq(fetches_at(&fs, &l, 5), 1);
+    cr_expect_eq(fetch_check(c, 5, 10), 10);
+    cr_expect_eq(fetches_at(&fs, &l, 5), 2, "a limit of 10 is not 5's");
+    cr_expect_eq(fetches_at(&fs, &l, 10), 1);
+    tern_client_free(c);
+    fake_stop(&fs);
+}
+
+Test(client_read_ahead, a_failed_read_ahead_is_asked_again)
+{
+    struct fake_server fs;
+    struct ra_log l;
+    start(&fs, &l);
+    pthread_mutex_lock(&fs.mu);
+    l.fail_at = 10;
+    pthread_mutex_unlock(&fs.mu);
+    struct tern_client *c = client_ra(fs.addr, 0);
+    create_queue(c, "q");
+    produce_n(c, 0, 30);
+    cr_expect_eq(fetch_check(c, 0, 10), 10);
+    wait_fetches(&fs, &l, 2);
+    cr_expect_eq(fetch_check(c, 10, 10), 10);
+    cr_expect_eq(fetches_at(&fs, &l, 10), 2);
+    cr_expect_str_eq(tern_client_errmsg(c), "");
+    tern_client_free(c);
+    fake_stop(&fs);
+}
+
+Test(client_read_ahead, a_client_freed_with_one_in_flight_frees_it)
+{
+    struct fake_server fs;
+    struct ra_log l;
+    start(&fs, &l);
+    pthread_mutex_lock(&fs.mu);
+    l.silent_at = 10;
+    pthread_mutex_unlock(&fs.mu);
+    struct tern_client *c = client_ra(fs.addr, 0);
+    create_queue(c, "q");
+    produce_n(c, 0, 30);
+    cr_expect_eq(fetch_check(c, 0, 10), 10);
+    wait_fetches(&fs, &l, 2);
+    /* Other calls run while it is unanswered (the sanitizers see a
+     * leak or a use after free of it). */
+    cr_expect_eq(fetch_check(c, 20, 5), 5);
+    tern_client_free(c);
+    fake_stop(&fs);
+}
+
+Test(client_read_ahead, off_asks_once_per_call)
+{
+    struct fake_server fs;
+    struct ra_log l;
+    start(&fs, &l);
+    struct tern_client *c = client_ra(fs.addr, -1);
+    create_queue(c, "q");
+    produce_n(c, 0, 30);
+    cr_expect_eq(fetch_check(c, 0, 10), 10);
+    cr_expect_eq(fetch_check(c, 10, 10), 10);
+    cr_expect_eq(fetches(&fs, &l), 2);
+    cr_expect_eq(fetches_at(&fs, &l, 10), 1);
+    tern_client_free(c);
+    fake_stop(&fs);
+}
