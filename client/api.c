@@ -36,7 +36,6 @@ void tern_client_options_init(struct tern_client_options *o)
     o->read_from = TERN_READ_LEADER;
     o->max_frame = PROTO_DEFAULT_MAX_BODY;
     o->attempt_timeout_ms = TERN__DEFAULT_ATTEMPT_TIMEOUT_MS;
-    o->fetch_read_ahead = 1;
 }
 
 int tern_client_new(const char *servers,
@@ -1356,8 +1355,10 @@ static int fetch_ahead_take(struct tern_client *c,
 }
 
 /* After a plain FETCH from offset answered res: when that answer stopped
- * on a limit and read-ahead is on, send the same fetch from res's next
- * offset now (c->ahead). Best effort: on ENOMEM there is none. */
+ * on a limit and read-ahead is on (tern.h: by default not for
+ * READ_LEADER, whose answers are the leader's state at the call), send the same
+ * fetch from res's next offset now (c->ahead). Best effort: on ENOMEM there is
+ * none. */
 static void fetch_ahead_start(struct tern_client *c,
                               const char *queue,
                               uint64_t offset,
@@ -1366,7 +1367,10 @@ static void fetch_ahead_start(struct tern_client *c,
                               const struct tern_fetch_result *res)
 {
     struct tern__req *a;
-    if (c->opts.fetch_read_ahead < 0 || !fetch_stopped_on_limit(res, offset)) {
+    int on =
+        c->opts.fetch_read_ahead > 0 || (c->opts.fetch_read_ahead == 0 &&
+                                         c->opts.read_from != TERN_READ_LEADER);
+    if (!on || !fetch_stopped_on_limit(res, offset)) {
         return;
     }
     a = tern__req_new(c, PROTO_OP_FETCH, o->wait_ms);

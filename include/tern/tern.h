@@ -139,10 +139,16 @@ struct tern_client_options
                                works. The next call that asks exactly
                                that gets it if it too stopped on a limit
                                (never an answer that ended at the queue's
-                               end, so an acknowledged produce is always
-                               seen); any other call leaves it unused.
-                               Its end offset is that of when it was read.
-                               Default on; negative: off */
+                               end, so a message acknowledged before the
+                               call is always reached); any other call
+                               leaves it unused. Its end offset is the
+                               queue's end when it was read, which can be
+                               below a produce acknowledged before the
+                               call. Default: on for READ_ANY and
+                               READ_FIRST, off for READ_LEADER (whose
+                               answers are the leader's state at the
+                               call); 1: on for every read_from;
+                               negative: off */
 };
 TERN_API void tern_client_options_init(struct tern_client_options *o);
 

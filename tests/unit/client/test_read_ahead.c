@@ -4,7 +4,8 @@
  * served from that answer; an answer that reached the queue's end is
  * never served (an acknowledged produce is seen); a different fetch, a
  * failed read-ahead and a client freed with one in flight all end clean;
- * off, one request per call.
+ * off, one request per call; by default on for READ_ANY and READ_FIRST,
+ * off for READ_LEADER.
  */
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -94,17 +95,28 @@ static void start(struct fake_server *fs, struct ra_log *l)
     pthread_mutex_unlock(&fs->mu);
 }
 
-static struct tern_client *client_ra(const char *addr, int read_ahead)
+/* A client with fetch_read_ahead read_ahead reading from read_from. */
+static struct tern_client *client_from(const char *addr,
+                                       int read_ahead,
+                                       int read_from)
 {
     struct tern_client_options o;
     struct tern_client *c = NULL;
     tern_client_options_init(&o);
-    cr_expect_eq(o.fetch_read_ahead, 1, "read-ahead is on by default");
+    cr_expect_eq(o.fetch_read_ahead, 0, "the default is 0");
     o.request_timeout_ms = 2000;
     o.retry_backoff_ms = 5;
     o.fetch_read_ahead = read_ahead;
+    o.read_from = read_from;
     cr_assert_eq(tern_client_new(addr, &o, &c), 0);
     return c;
+}
+
+/* Read-ahead on (1), from the leader. */
+static struct tern_client *client_ra(const char *addr, int read_ahead)
+{
+    return client_from(addr, read_ahead != 0 ? read_ahead : 1,
+                       TERN_READ_LEADER);
 }
 
 /* Produce n messages "m<i>" to q, from number first. */
@@ -252,18 +264,37 @@ Test(client_read_ahead, a_client_freed_with_one_in_flight_frees_it)
     fake_stop(&fs);
 }
 
-Test(client_read_ahead, off_asks_once_per_call)
+/* Fetch 0..9 and 10..19 of 30 with read-ahead setting ra from read_from;
+ * returns how many FETCH requests the server saw, after waiting up to
+ * 300 ms for a third (on: 0, 10 and 20 read ahead; off: 0 and 10). */
+static int fetches_for(int ra, int read_from)
 {
     struct fake_server fs;
     struct ra_log l;
+    int n;
     start(&fs, &l);
-    struct tern_client *c = client_ra(fs.addr, -1);
+    struct tern_client *c = client_from(fs.addr, ra, read_from);
     create_queue(c, "q");
     produce_n(c, 0, 30);
     cr_expect_eq(fetch_check(c, 0, 10), 10);
     cr_expect_eq(fetch_check(c, 10, 10), 10);
-    cr_expect_eq(fetches(&fs, &l), 2);
     cr_expect_eq(fetches_at(&fs, &l, 10), 1);
+    int64_t end = now_ms() + 300;
+    while (fetches(&fs, &l) < 3 && now_ms() < end) {
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+    n = fetches(&fs, &l);
     tern_client_free(c);
     fake_stop(&fs);
+    return n;
+}
+
+Test(client_read_ahead, default_on_for_any_and_first_off_for_leader)
+{
+    cr_expect_eq(fetches_for(0, TERN_READ_ANY), 3);
+    cr_expect_eq(fetches_for(0, TERN_READ_FIRST), 3);
+    cr_expect_eq(fetches_for(1, TERN_READ_LEADER), 3);
+    cr_expect_eq(fetches_for(0, TERN_READ_LEADER), 2);
+    cr_expect_eq(fetches_for(-1, TERN_READ_ANY), 2);
 }
