@@ -112,13 +112,6 @@ static struct tern_client *client_from(const char *addr,
     return c;
 }
 
-/* Read-ahead on (1), from the leader. */
-static struct tern_client *client_ra(const char *addr, int read_ahead)
-{
-    return client_from(addr, read_ahead != 0 ? read_ahead : 1,
-                       TERN_READ_LEADER);
-}
-
 /* Produce n messages "m<i>" to q, from number first. */
 static void produce_n(struct tern_client *c, int first, int n)
 {
@@ -160,108 +153,109 @@ static size_t fetch_check(struct tern_client *c, uint64_t off, uint32_t max)
     return n;
 }
 
-Test(client_read_ahead, the_next_fetch_is_served_from_the_read_ahead)
+/* One case: the fake server with the hook's settings, a client, queue q
+ * holding m0..m<n-1>. */
+struct ra_case
 {
     struct fake_server fs;
     struct ra_log l;
-    start(&fs, &l);
-    struct tern_client *c = client_ra(fs.addr, 0);
-    create_queue(c, "q");
-    produce_n(c, 0, 30);
-    cr_expect_eq(fetch_check(c, 0, 10), 10);
-    /* The read-ahead from 10 went out with the first answer. */
-    wait_fetches(&fs, &l, 2);
-    cr_expect_eq(fetches_at(&fs, &l, 10), 1);
-    cr_expect_eq(fetch_check(c, 10, 10), 10);
-    cr_expect_eq(fetches_at(&fs, &l, 10), 1, "10 was asked again");
-    cr_expect_eq(fetch_check(c, 20, 10), 10);
-    cr_expect_eq(fetches_at(&fs, &l, 20), 2,
+    struct tern_client *c;
+};
+
+static void ra_begin(struct ra_case *t,
+                     int n,
+                     int fail_at,
+                     int silent_at,
+                     int read_ahead,
+                     int read_from)
+{
+    start(&t->fs, &t->l);
+    pthread_mutex_lock(&t->fs.mu);
+    t->l.fail_at = fail_at;
+    t->l.silent_at = silent_at;
+    pthread_mutex_unlock(&t->fs.mu);
+    t->c = client_from(t->fs.addr, read_ahead, read_from);
+    create_queue(t->c, "q");
+    for (int i = 0; i < n; i += 30) {
+        produce_n(t->c, i, n - i < 30 ? n - i : 30);
+    }
+}
+
+static void ra_end(struct ra_case *t)
+{
+    tern_client_free(t->c);
+    fake_stop(&t->fs);
+}
+
+/* ra_begin with read-ahead on from the leader, then fetch 0..9 and wait
+ * for the read-ahead from 10 to reach the server. */
+static void ra_begin_ahead(struct ra_case *t, int n, int fail_at, int silent_at)
+{
+    ra_begin(t, n, fail_at, silent_at, 1, TERN_READ_LEADER);
+    cr_expect_eq(fetch_check(t->c, 0, 10), 10);
+    wait_fetches(&t->fs, &t->l, 2);
+    cr_expect_eq(fetches_at(&t->fs, &t->l, 10), 1);
+}
+
+Test(client_read_ahead, the_next_fetch_is_served_from_the_read_ahead)
+{
+    struct ra_case t;
+    ra_begin_ahead(&t, 30, -1, -1);
+    cr_expect_eq(fetch_check(t.c, 10, 10), 10);
+    cr_expect_eq(fetches_at(&t.fs, &t.l, 10), 1, "10 was asked again");
+    cr_expect_eq(fetch_check(t.c, 20, 10), 10);
+    cr_expect_eq(fetches_at(&t.fs, &t.l, 20), 2,
                  "20's read-ahead reached the end: asked again");
     /* 20's answer reached the end (30): no read-ahead from 30. */
-    cr_expect_eq(fetches_at(&fs, &l, 30), 0);
-    tern_client_free(c);
-    fake_stop(&fs);
+    cr_expect_eq(fetches_at(&t.fs, &t.l, 30), 0);
+    ra_end(&t);
 }
 
 Test(client_read_ahead, an_answer_that_reached_the_end_is_never_served)
 {
-    struct fake_server fs;
-    struct ra_log l;
-    start(&fs, &l);
-    struct tern_client *c = client_ra(fs.addr, 0);
-    create_queue(c, "q");
-    produce_n(c, 0, 15);
-    cr_expect_eq(fetch_check(c, 0, 10), 10);
+    struct ra_case t;
     /* The read-ahead from 10 is answered 10..14: the queue's end. */
-    wait_fetches(&fs, &l, 2);
-    produce_n(c, 15, 5);
+    ra_begin_ahead(&t, 15, -1, -1);
+    produce_n(t.c, 15, 5);
     /* The acknowledged 15..19 are seen: 10 is asked again. */
-    cr_expect_eq(fetch_check(c, 10, 10), 10);
-    cr_expect_eq(fetches_at(&fs, &l, 10), 2);
-    tern_client_free(c);
-    fake_stop(&fs);
+    cr_expect_eq(fetch_check(t.c, 10, 10), 10);
+    cr_expect_eq(fetches_at(&t.fs, &t.l, 10), 2);
+    ra_end(&t);
 }
 
 Test(client_read_ahead, a_different_fetch_leaves_it_unused)
 {
-    struct fake_server fs;
-    struct ra_log l;
-    start(&fs, &l);
-    struct tern_client *c = client_ra(fs.addr, 0);
-    create_queue(c, "q");
-    produce_n(c, 0, 30);
-    cr_expect_eq(fetch_check(c, 0, 10), 10);
-    wait_fetches(&fs, &l, 2);
+    struct ra_case t;
+    ra_begin_ahead(&t, 30, -1, -1);
     /* Another offset, then another limit: each asked fresh. */
-    cr_expect_eq(fetch_check(c, 25, 10), 5);
-    cr_expect_eq(fetch_check(c, 0, 5), 5);
-    wait_fetches(&fs, &l, 5); /* 0, 10, 25, 0, and 5 read ahead */
-    cr_expect_eq(fetches_at(&fs, &l, 5), 1);
-    cr_expect_eq(fetch_check(c, 5, 10), 10);
-    cr_expect_eq(fetches_at(&fs, &l, 5), 2, "a limit of 10 is not 5's");
-    cr_expect_eq(fetches_at(&fs, &l, 10), 1);
-    tern_client_free(c);
-    fake_stop(&fs);
+    cr_expect_eq(fetch_check(t.c, 25, 10), 5);
+    cr_expect_eq(fetch_check(t.c, 0, 5), 5);
+    wait_fetches(&t.fs, &t.l, 5); /* 0, 10, 25, 0, and 5 read ahead */
+    cr_expect_eq(fetches_at(&t.fs, &t.l, 5), 1);
+    cr_expect_eq(fetch_check(t.c, 5, 10), 10);
+    cr_expect_eq(fetches_at(&t.fs, &t.l, 5), 2, "a limit of 10 is not 5's");
+    cr_expect_eq(fetches_at(&t.fs, &t.l, 10), 1);
+    ra_end(&t);
 }
 
 Test(client_read_ahead, a_failed_read_ahead_is_asked_again)
 {
-    struct fake_server fs;
-    struct ra_log l;
-    start(&fs, &l);
-    pthread_mutex_lock(&fs.mu);
-    l.fail_at = 10;
-    pthread_mutex_unlock(&fs.mu);
-    struct tern_client *c = client_ra(fs.addr, 0);
-    create_queue(c, "q");
-    produce_n(c, 0, 30);
-    cr_expect_eq(fetch_check(c, 0, 10), 10);
-    wait_fetches(&fs, &l, 2);
-    cr_expect_eq(fetch_check(c, 10, 10), 10);
-    cr_expect_eq(fetches_at(&fs, &l, 10), 2);
-    cr_expect_str_eq(tern_client_errmsg(c), "");
-    tern_client_free(c);
-    fake_stop(&fs);
+    struct ra_case t;
+    ra_begin_ahead(&t, 30, 10, -1);
+    cr_expect_eq(fetch_check(t.c, 10, 10), 10);
+    cr_expect_eq(fetches_at(&t.fs, &t.l, 10), 2);
+    cr_expect_str_eq(tern_client_errmsg(t.c), "");
+    ra_end(&t);
 }
 
 Test(client_read_ahead, a_client_freed_with_one_in_flight_frees_it)
 {
-    struct fake_server fs;
-    struct ra_log l;
-    start(&fs, &l);
-    pthread_mutex_lock(&fs.mu);
-    l.silent_at = 10;
-    pthread_mutex_unlock(&fs.mu);
-    struct tern_client *c = client_ra(fs.addr, 0);
-    create_queue(c, "q");
-    produce_n(c, 0, 30);
-    cr_expect_eq(fetch_check(c, 0, 10), 10);
-    wait_fetches(&fs, &l, 2);
+    struct ra_case t;
+    ra_begin_ahead(&t, 30, -1, 10);
     /* Other calls run while it is unanswered (the sanitizers see a
      * leak or a use after free of it). */
-    cr_expect_eq(fetch_check(c, 20, 5), 5);
-    tern_client_free(c);
-    fake_stop(&fs);
+    cr_expect_eq(fetch_check(t.c, 20, 5), 5);
+    ra_end(&t);
 }
 
 /* Fetch 0..9 and 10..19 of 30 with read-ahead setting ra from read_from;
@@ -269,24 +263,19 @@ Test(client_read_ahead, a_client_freed_with_one_in_flight_frees_it)
  * 300 ms for a third (on: 0, 10 and 20 read ahead; off: 0 and 10). */
 static int fetches_for(int ra, int read_from)
 {
-    struct fake_server fs;
-    struct ra_log l;
+    struct ra_case t;
     int n;
-    start(&fs, &l);
-    struct tern_client *c = client_from(fs.addr, ra, read_from);
-    create_queue(c, "q");
-    produce_n(c, 0, 30);
-    cr_expect_eq(fetch_check(c, 0, 10), 10);
-    cr_expect_eq(fetch_check(c, 10, 10), 10);
-    cr_expect_eq(fetches_at(&fs, &l, 10), 1);
+    ra_begin(&t, 30, -1, -1, ra, read_from);
+    cr_expect_eq(fetch_check(t.c, 0, 10), 10);
+    cr_expect_eq(fetch_check(t.c, 10, 10), 10);
+    cr_expect_eq(fetches_at(&t.fs, &t.l, 10), 1);
     int64_t end = now_ms() + 300;
-    while (fetches(&fs, &l) < 3 && now_ms() < end) {
+    while (fetches(&t.fs, &t.l) < 3 && now_ms() < end) {
         struct timespec ts = {0, 1000000};
         nanosleep(&ts, NULL);
     }
-    n = fetches(&fs, &l);
-    tern_client_free(c);
-    fake_stop(&fs);
+    n = fetches(&t.fs, &t.l);
+    ra_end(&t);
     return n;
 }
 
