@@ -86,6 +86,11 @@ struct tern__server
      * as silent (an attempt on it was abandoned; 0: not silent). */
     int64_t last_rx;
     int probe_pending;
+    /* Frame version 2 (proto.h, HELLO): HELLO is on this connection's
+     * wire; its answer said the server takes version 2 (requests then go
+     * in version 2). Reset by tern__server_close. */
+    int hello_sent;
+    int xxh3;
     int64_t silent_until;
 };
 

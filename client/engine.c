@@ -601,6 +601,21 @@ static int server_ready(struct tern_client *c, int i, int64_t now)
     return 0;
 }
 
+/* Before the first request on s's connection: HELLO asking for frames
+ * of version 2 (proto.h), not waited for; its answer matches no request
+ * (dispatch). ENOMEM: none on this connection, which stays in version 1. */
+static void send_hello(struct tern_client *c, struct tern__server *s)
+{
+    if (s->hello_sent) {
+        return;
+    }
+    s->hello_sent = 1;
+    if (proto_encode_hello(&s->out, ++c->next_id, PROTO_FEATURE_XXH3) != 0 ||
+        s->out.err != 0) {
+        s->out.err = 0;
+    }
+}
+
 /* Send what can be sent, in list order.
  * Window: an async batch is "admitted" when fewer than max_in_flight async
  * batches are admitted; it stays admitted, across retries, until it
@@ -629,9 +644,11 @@ static void pump(struct tern_client *c, int64_t now)
             int i = req_target(c, r);
             if (server_ready(c, i, now)) {
                 struct tern__server *s = c->servers[i];
+                send_hello(c, s);
                 r->id = ++c->next_id;
-                (void)proto_frame_set_request_id(r->frame.base, r->frame.len,
-                                                 r->id);
+                (void)proto_frame_seal_request(
+                    r->frame.base, r->frame.len, r->id,
+                    s->xxh3 ? PROTO_VERSION_XXH3 : TERN_PROTO_VERSION);
                 tern_wbuf_put(&s->out, r->frame.base, r->frame.len);
                 if (s->out.err != 0) {
                     /* ENOMEM: keep the request queued, try again later. */
@@ -940,6 +957,16 @@ static int dispatch(struct tern_client *c,
     if ((h->op & PROTO_OP_RESPONSE) == 0) {
         tern_errmsg_printf(s->errmsg, "%s: unexpected request frame", s->addr);
         return TERN_EMALFORMED;
+    }
+    if (op == PROTO_OP_HELLO) {
+        /* send_hello's answer; an older server's TERN_EINVAL keeps the
+         * connection in version 1. */
+        uint32_t taken = 0;
+        if (h->status == 0 &&
+            proto_decode_hello_resp(body, h->body_len, &taken) == 0) {
+            s->xxh3 = (taken & PROTO_FEATURE_XXH3) != 0;
+        }
+        return 0;
     }
     for (r = c->head; r != NULL; r = r->next) {
         if (r->state == TERN__REQ_SENT && r->srv == i &&

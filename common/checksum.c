@@ -1,4 +1,5 @@
-/* The one checksum of every tern format: XXH32, seed "tern". */
+/* The checksum of every tern format: XXH32, seed "tern"; and XXH3 for
+ * the client protocol's frames of version 2. */
 #define XXH_STATIC_LINKING_ONLY
 #include <xxhash.h>
 
@@ -29,4 +30,9 @@ void tern_checksum32_update(struct tern_checksum_state *st,
 uint32_t tern_checksum32_end(struct tern_checksum_state *st)
 {
     return XXH32_digest((XXH32_state_t *)(void *)st);
+}
+
+uint32_t tern_checksum32_xxh3(const void *buf, size_t len, uint64_t seed)
+{
+    return (uint32_t)XXH3_64bits_withSeed(buf, len, seed);
 }

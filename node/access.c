@@ -604,7 +604,7 @@ int node_access_check(struct node_access *a,
     if (rv != 0) {
         return rv;
     }
-    if (r->op == PROTO_OP_STATUS) {
+    if (r->op == PROTO_OP_STATUS || r->op == PROTO_OP_HELLO) {
         return 0;
     }
     if (p->state != NODE_PRINCIPAL_DONE) {

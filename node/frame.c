@@ -33,7 +33,8 @@ static bool op_known(uint8_t op)
     return (op >= PROTO_OP_QUEUE_CREATE && op <= PROTO_OP_SETTLE) ||
            op == PROTO_OP_CLAIM || op == PROTO_OP_PRODUCE_DELAYED ||
            op == PROTO_OP_GROUP_STATUS || op == PROTO_OP_CLUSTER_TRANSFER ||
-           op == PROTO_OP_BACKUP || op == PROTO_OP_MEMBER;
+           op == PROTO_OP_BACKUP || op == PROTO_OP_MEMBER ||
+           op == PROTO_OP_HELLO;
 }
 
 static void set_error(struct node_frame *f,
@@ -77,11 +78,11 @@ void node_frame_next(const uint8_t *buf,
             return;
         }
         f->request_id = tern_get_u64(buf + 8);
-        if (buf[2] != TERN_PROTO_VERSION) {
+        if (buf[2] < TERN_PROTO_VERSION || buf[2] > PROTO_VERSION_MAX) {
             (void)snprintf(m, sizeof(m),
                            "protocol version %u not supported "
-                           "(this server speaks %u)",
-                           buf[2], TERN_PROTO_VERSION);
+                           "(this server speaks %u to %u)",
+                           buf[2], TERN_PROTO_VERSION, PROTO_VERSION_MAX);
             set_error(f, NODE_FRAME_FATAL, PROTO_OP_ERROR, TERN_EVERSION, m);
             return;
         }

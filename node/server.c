@@ -224,14 +224,16 @@ struct node_conn
     bool paused;     /* stopped on a memory bound, frames kept */
     bool mem_wait;   /* no read buffer: the budget was exhausted */
     uint64_t id;
-    uint32_t peer_ip;          /* source IPv4 address, network order */
-    size_t queued;             /* answer bytes handed to the socket */
-    unsigned n_parked;         /* its parked fetches */
-    uint64_t last_request_ms;  /* uv_now of the last request (or accept) */
-    uint64_t frame_start_ms;   /* a partial frame began (0: none) */
-    uint64_t progress_ms;      /* last progress while answers are pending
-                                  or the connection is paused */
-    struct node_ctls *tls;     /* client_tls: the session (ctls.c), owned */
+    uint32_t peer_ip;         /* source IPv4 address, network order */
+    size_t queued;            /* answer bytes handed to the socket */
+    unsigned n_parked;        /* its parked fetches */
+    uint64_t last_request_ms; /* uv_now of the last request (or accept) */
+    uint64_t frame_start_ms;  /* a partial frame began (0: none) */
+    uint64_t progress_ms;     /* last progress while answers are pending
+                                 or the connection is paused */
+    struct node_ctls *tls;    /* client_tls: the session (ctls.c), owned */
+    bool xxh3; /* HELLO asked for PROTO_FEATURE_XXH3: message-carrying
+                  answers go in frame version 2 */
     struct node_principal who; /* who it authenticated as (access.c) */
     /* Answers held while the server is corked (node_server_cork), written
      * with one uv_write at the uncork; on srv->corked_conns (holding a
@@ -672,6 +674,36 @@ static void send_error(struct node_conn *c,
                        uint8_t op,
                        uint64_t request_id,
                        int status,
+                       const char *message);
+
+/* The frame version of c's message-carrying answers (FETCH, GROUP_FETCH,
+ * MESSAGE_GET): 2 once its client's HELLO asked for it (proto.h). */
+static uint8_t answer_version(const struct node_conn *c)
+{
+    return c->xxh3 ? PROTO_VERSION_XXH3 : TERN_PROTO_VERSION;
+}
+
+/* HELLO: take the features of the request this server knows. */
+static void serve_hello(struct node_conn *c,
+                        uint64_t request_id,
+                        uint32_t features)
+{
+    struct tern_wbuf w;
+    uint32_t taken = features & PROTO_FEATURE_XXH3;
+    c->xxh3 = (taken & PROTO_FEATURE_XXH3) != 0;
+    tern_wbuf_init(&w);
+    if (proto_encode_hello_resp(&w, request_id, taken) != 0) {
+        tern_wbuf_free(&w);
+        send_error(c, PROTO_OP_HELLO, request_id, -ENOMEM, NULL);
+        return;
+    }
+    conn_send(c, &w);
+}
+
+static void send_error(struct node_conn *c,
+                       uint8_t op,
+                       uint64_t request_id,
+                       int status,
                        const char *message)
 {
     struct tern_wbuf w;
@@ -916,7 +948,8 @@ static bool serve_fetch(struct node_conn *c,
 
     tern_wbuf_init(&w);
     start = w.len;
-    proto_frame_begin(&w, (uint8_t)(op | PROTO_OP_RESPONSE), request_id, 0);
+    proto_frame_begin_v(&w, answer_version(c),
+                        (uint8_t)(op | PROTO_OP_RESPONSE), request_id, 0);
     tern_wbuf_u64(&w, 0); /* next_offset, patched below */
     tern_wbuf_u64(&w, qi.next_offset);
     n_pos = w.len;
@@ -992,8 +1025,9 @@ static void serve_message_get(struct node_conn *c,
     }
     tern_wbuf_init(&w);
     start = w.len;
-    proto_frame_begin(&w, PROTO_OP_MESSAGE_GET | PROTO_OP_RESPONSE, request_id,
-                      0);
+    proto_frame_begin_v(&w, answer_version(c),
+                        PROTO_OP_MESSAGE_GET | PROTO_OP_RESPONSE, request_id,
+                        0);
     tern_wbuf_u64(&w, qi.id);
     n_pos = w.len;
     tern_wbuf_u32(&w, 0); /* n, patched below */
@@ -3438,6 +3472,9 @@ static void handle_request(struct node_conn *c,
         break;
     case PROTO_OP_STATUS:
         serve_status(c, request_id, r->flags);
+        break;
+    case PROTO_OP_HELLO:
+        serve_hello(c, request_id, r->bits);
         break;
     case PROTO_OP_MEMBER:
         handle_member(c, request_id, r);

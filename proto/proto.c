@@ -29,6 +29,31 @@
 /* Longest error message we put on the wire. */
 #define PROTO__MAX_ERROR_MESSAGE 1024
 
+/* The checksum of a frame (header bytes with its version, body): by the
+ * version byte. 0 with *sum, or TERN_EVERSION for an unknown version. */
+static int frame_sum(const uint8_t *hdr,
+                     const void *body,
+                     size_t body_len,
+                     uint32_t *sum)
+{
+    if (hdr[PROTO__OFF_VERSION] == PROTO_VERSION_XXH3) {
+        uint32_t seed = tern_checksum32(hdr, PROTO__CHECKED_HEADER);
+        *sum = tern_checksum32_xxh3(body_len > 0 ? body : hdr, body_len, seed);
+        return 0;
+    }
+    if (hdr[PROTO__OFF_VERSION] == TERN_PROTO_VERSION) {
+        struct tern_checksum_state st;
+        tern_checksum32_begin(&st);
+        tern_checksum32_update(&st, hdr, PROTO__CHECKED_HEADER);
+        if (body_len > 0) {
+            tern_checksum32_update(&st, body, body_len);
+        }
+        *sum = tern_checksum32_end(&st);
+        return 0;
+    }
+    return TERN_EVERSION;
+}
+
 int proto_header_decode(const void *buf,
                         uint32_t max_body,
                         struct proto_header *h)
@@ -43,7 +68,7 @@ int proto_header_decode(const void *buf,
     h->request_id = tern_get_u64(b + PROTO__OFF_REQUEST_ID);
     h->status = (int32_t)tern_get_u32(b + PROTO__OFF_STATUS);
     h->checksum = tern_get_u32(b + PROTO__OFF_CHECKSUM);
-    if (h->version != TERN_PROTO_VERSION) {
+    if (h->version < TERN_PROTO_VERSION || h->version > PROTO_VERSION_MAX) {
         return TERN_EVERSION;
     }
     if (h->body_len > max_body) {
@@ -56,15 +81,12 @@ int proto_frame_verify(const void *header_bytes,
                        const void *body,
                        size_t body_len)
 {
-    struct tern_checksum_state st;
-    uint32_t want =
-        tern_get_u32((const uint8_t *)header_bytes + PROTO__OFF_CHECKSUM);
-    tern_checksum32_begin(&st);
-    tern_checksum32_update(&st, header_bytes, PROTO__CHECKED_HEADER);
-    if (body_len > 0) {
-        tern_checksum32_update(&st, body, body_len);
+    const uint8_t *hdr = header_bytes;
+    uint32_t sum;
+    if (frame_sum(hdr, body, body_len, &sum) != 0) {
+        return TERN_ECORRUPT;
     }
-    return tern_checksum32_end(&st) == want ? 0 : TERN_ECORRUPT;
+    return sum == tern_get_u32(hdr + PROTO__OFF_CHECKSUM) ? 0 : TERN_ECORRUPT;
 }
 
 int proto_frame_parse(const void *buf,
@@ -98,9 +120,18 @@ void proto_frame_begin(struct tern_wbuf *w,
                        uint64_t request_id,
                        int32_t status)
 {
+    proto_frame_begin_v(w, TERN_PROTO_VERSION, op, request_id, status);
+}
+
+void proto_frame_begin_v(struct tern_wbuf *w,
+                         uint8_t version,
+                         uint8_t op,
+                         uint64_t request_id,
+                         int32_t status)
+{
     uint8_t hdr[PROTO_HEADER_SIZE];
     tern_put_u16(hdr + PROTO__OFF_MAGIC, PROTO_MAGIC);
-    hdr[PROTO__OFF_VERSION] = TERN_PROTO_VERSION;
+    hdr[PROTO__OFF_VERSION] = version;
     hdr[PROTO__OFF_OP] = op;
     tern_put_u32(hdr + PROTO__OFF_BODY_LEN, 0);
     tern_put_u64(hdr + PROTO__OFF_REQUEST_ID, request_id);
@@ -137,15 +168,14 @@ int proto_frame_end(struct tern_wbuf *w, size_t frame_start)
     }
     hdr = w->base + frame_start;
     tern_put_u32(hdr + PROTO__OFF_BODY_LEN, (uint32_t)body_len);
-    tern_put_u32(hdr + PROTO__OFF_CHECKSUM, 0);
     {
-        struct tern_checksum_state st;
-        tern_checksum32_begin(&st);
-        tern_checksum32_update(&st, hdr, PROTO__CHECKED_HEADER);
-        if (body_len > 0) {
-            tern_checksum32_update(&st, hdr + PROTO_HEADER_SIZE, body_len);
+        uint32_t sum = 0;
+        rv = frame_sum(hdr, hdr + PROTO_HEADER_SIZE, body_len, &sum);
+        if (rv != 0) {
+            w->len = frame_start; /* a version this build does not write */
+            return rv;
         }
-        tern_put_u32(hdr + PROTO__OFF_CHECKSUM, tern_checksum32_end(&st));
+        tern_put_u32(hdr + PROTO__OFF_CHECKSUM, sum);
     }
     return 0;
 }
@@ -1325,6 +1355,9 @@ int proto_decode_request(uint8_t op,
     case PROTO_OP_AUTH_CONTINUE:
         rv = decode_auth(&c, out);
         break;
+    case PROTO_OP_HELLO:
+        out->bits = tern_cursor_u32(&c);
+        break;
     case PROTO_OP_BACKUP:
         out->flags = tern_cursor_u8(&c);
         out->path = proto_get_str(&c, &out->path_len);
@@ -2209,15 +2242,17 @@ int proto_next_member(const struct proto_status *st,
 
 /* ---- In-place rewrites (libtern re-sends) ---- */
 
-static void reseal(uint8_t *frame, size_t body_len)
+/* Recompute the checksum of a frame whose length matched its header;
+ * TERN_EVERSION (frame unchanged) for a version this build does not
+ * write. */
+static int reseal(uint8_t *frame, size_t body_len)
 {
-    struct tern_checksum_state st;
-    tern_checksum32_begin(&st);
-    tern_checksum32_update(&st, frame, PROTO__CHECKED_HEADER);
-    if (body_len > 0) {
-        tern_checksum32_update(&st, frame + PROTO_HEADER_SIZE, body_len);
+    uint32_t sum;
+    int rv = frame_sum(frame, frame + PROTO_HEADER_SIZE, body_len, &sum);
+    if (rv == 0) {
+        tern_put_u32(frame + PROTO__OFF_CHECKSUM, sum);
     }
-    tern_put_u32(frame + PROTO__OFF_CHECKSUM, tern_checksum32_end(&st));
+    return rv;
 }
 
 int proto_frame_set_request_id(void *frame, size_t len, uint64_t request_id)
@@ -2228,8 +2263,25 @@ int proto_frame_set_request_id(void *frame, size_t len, uint64_t request_id)
         return TERN_EMALFORMED;
     }
     tern_put_u64(f + PROTO__OFF_REQUEST_ID, request_id);
-    reseal(f, len - PROTO_HEADER_SIZE);
-    return 0;
+    return reseal(f, len - PROTO_HEADER_SIZE);
+}
+
+int proto_frame_seal_request(void *frame,
+                             size_t len,
+                             uint64_t request_id,
+                             uint8_t version)
+{
+    uint8_t *f = frame;
+    if (len < PROTO_HEADER_SIZE ||
+        len - PROTO_HEADER_SIZE != tern_get_u32(f + PROTO__OFF_BODY_LEN)) {
+        return TERN_EMALFORMED;
+    }
+    if (version != TERN_PROTO_VERSION && version != PROTO_VERSION_XXH3) {
+        return TERN_EVERSION;
+    }
+    f[PROTO__OFF_VERSION] = version;
+    tern_put_u64(f + PROTO__OFF_REQUEST_ID, request_id);
+    return reseal(f, len - PROTO_HEADER_SIZE);
 }
 
 int proto_frame_set_producer(void *frame,
@@ -2249,8 +2301,7 @@ int proto_frame_set_producer(void *frame,
     }
     tern_put_u64(f + PROTO_HEADER_SIZE + 2 + qlen, producer_id);
     tern_put_u64(f + PROTO_HEADER_SIZE + 2 + qlen + 8, seq);
-    reseal(f, len - PROTO_HEADER_SIZE);
-    return 0;
+    return reseal(f, len - PROTO_HEADER_SIZE);
 }
 
 /* ---- STATS ---- */
@@ -3474,4 +3525,40 @@ int proto_decode_backup_resp(const void *body,
     }
     /* A later version appends fields: the rest is skipped. */
     return 0;
+}
+
+/* ---- HELLO ---- */
+
+static int encode_u32_frame(struct tern_wbuf *w,
+                            uint8_t op,
+                            uint64_t request_id,
+                            uint32_t v)
+{
+    size_t start = w->len;
+    proto_frame_begin(w, op, request_id, 0);
+    tern_wbuf_u32(w, v);
+    return proto_frame_end(w, start);
+}
+
+int proto_encode_hello(struct tern_wbuf *w,
+                       uint64_t request_id,
+                       uint32_t features)
+{
+    return encode_u32_frame(w, PROTO_OP_HELLO, request_id, features);
+}
+
+int proto_encode_hello_resp(struct tern_wbuf *w,
+                            uint64_t request_id,
+                            uint32_t features)
+{
+    return encode_u32_frame(w, PROTO_OP_HELLO | PROTO_OP_RESPONSE, request_id,
+                            features);
+}
+
+int proto_decode_hello_resp(const void *body, size_t len, uint32_t *out)
+{
+    struct tern_cursor c;
+    tern_cursor_init(&c, body, len);
+    *out = tern_cursor_u32(&c);
+    return decode_end(&c, 1, out, sizeof *out);
 }

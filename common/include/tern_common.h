@@ -46,6 +46,9 @@ void tern_checksum32_update(struct tern_checksum_state *st,
                             const void *buf,
                             size_t len);
 uint32_t tern_checksum32_end(struct tern_checksum_state *st);
+/* The checksum of client protocol frames of version 2 (proto.h): the low
+ * 32 bits of XXH3_64bits of buf with seed. */
+uint32_t tern_checksum32_xxh3(const void *buf, size_t len, uint64_t seed);
 
 /* Allocator hooks. Everything our modules allocate goes through these, so
  * tests can inject failures. tern_alloc_fail_after(n): the n-th next

@@ -7,7 +7,8 @@
  *
  *   offset size field
  *   0      2    magic       0x6E74 ("tn")
- *   2      1    version     TERN_PROTO_VERSION (1)
+ *   2      1    version     TERN_PROTO_VERSION (1) or PROTO_VERSION_XXH3
+ *                           (2): which checksum the frame carries
  *   3      1    op          request op; responses set bit 0x80
  *   4      4    body_len    bytes after the header (<= receiver's limit)
  *   8      8    request_id  chosen by the client, echoed in the response;
@@ -15,8 +16,26 @@
  *                           responses may come back in any order
  *   16     4    status      int32: 0 in requests; 0 or a tern error code in
  *                           responses
- *   20     4    checksum    tern_checksum32 over header bytes 0..19, then
- *                           the body
+ *   20     4    checksum    version 1: tern_checksum32 over header bytes
+ *                           0..19, then the body. Version 2:
+ *                           tern_checksum32_xxh3 of the body seeded with
+ *                           tern_checksum32 of header bytes 0..19 (XXH3,
+ *                           several times faster than XXH32 on the large
+ *                           answers of a consumer and the batches of a
+ *                           producer)
+ *
+ * Versions. The two versions differ only in the checksum. A receiver of
+ * this release takes both; older ones take version 1 only (and close the
+ * connection on another), so each side uses version 2 only once the
+ * other has said it takes it, with HELLO (below): libtern sends HELLO
+ * asking for PROTO_FEATURE_XXH3 before its first request on every
+ * connection, without waiting for the answer. A server that takes the
+ * feature answers the message-carrying requests (FETCH, GROUP_FETCH,
+ * MESSAGE_GET) of that connection in version 2 from then on, its other
+ * answers in version 1; an older server answers HELLO with TERN_EINVAL
+ * ("unknown request op") and the connection goes on in version 1.
+ * libtern sends its requests in version 2 once HELLO's answer named the
+ * feature, and in version 1 again after every reconnect.
  *
  * Body primitives: u8/u16/u32/u64; str = u16 length + bytes (no NUL);
  * blob = u32 length + bytes.
@@ -442,6 +461,15 @@
  *                 node won the election), TERN_EBUSY (a transfer is
  *                 already under way), TERN_ESHUTDOWN (the leader stopped).
  *
+ * Features (op 37, added with frame version 2: an older server answers
+ * TERN_EINVAL "unknown request op" and keeps the connection):
+ *   HELLO         req: u32 features the client takes (PROTO_FEATURE_XXH3
+ *                      1: frames of version 2; bits this server does not
+ *                      know are ignored)
+ *                 resp: u32 those of them this server takes
+ *                 Any node answers it, before or without a login (as
+ *                 STATUS). Repeating it on a connection is harmless.
+ *
  * Membership (op 34, added with online membership changes: an older
  * server answers TERN_EINVAL "unknown request op"; op 35 is reserved):
  *   MEMBER        req: u8 action (PROTO_MEMBER_ADD 1, PROTO_MEMBER_REMOVE
@@ -466,8 +494,12 @@
 
 #include <tern_common.h>
 
-#define PROTO_MAGIC            0x6E74
-#define TERN_PROTO_VERSION     1
+#define PROTO_MAGIC        0x6E74
+#define TERN_PROTO_VERSION 1
+#define PROTO_VERSION_XXH3 2 /* checksum tern_checksum32_xxh3 */
+#define PROTO_VERSION_MAX  2
+/* HELLO features. */
+#define PROTO_FEATURE_XXH3     0x1u /* frames of version 2 */
 #define PROTO_HEADER_SIZE      24
 #define PROTO_DEFAULT_MAX_BODY (16u * 1024u * 1024u)
 /* Longest queue or group name on the wire: common's name rule
@@ -510,6 +542,7 @@ enum proto_op {
     PROTO_OP_CLUSTER_TRANSFER = 33,
     PROTO_OP_MEMBER = 34,
     PROTO_OP_BACKUP = 36,
+    PROTO_OP_HELLO = 37,
     PROTO_OP_ERROR = 0x7f,
     PROTO_OP_RESPONSE = 0x80,
 };
@@ -524,23 +557,32 @@ struct proto_header
     uint32_t checksum;
 };
 
-/* Decode and check a header (magic, version, body_len <= max_body).
- * TERN_EMALFORMED / TERN_EVERSION / TERN_ETOOBIG. */
+/* Decode and check a header (magic, version 1..PROTO_VERSION_MAX,
+ * body_len <= max_body). TERN_EMALFORMED / TERN_EVERSION / TERN_ETOOBIG. */
 int proto_header_decode(const void *buf,
                         uint32_t max_body,
                         struct proto_header *h);
-/* Verify a frame's checksum given its raw header bytes and body.
+/* Verify a frame's checksum given its raw header bytes and body, by the
+ * header's version (a version this build does not know never matches).
  * TERN_ECORRUPT on mismatch. */
 int proto_frame_verify(const void *header_bytes,
                        const void *body,
                        size_t body_len);
 
 /* Encoding: proto_frame_begin writes a header placeholder into w,
- * body primitives follow, proto_frame_end fills body_len and checksum. */
+ * body primitives follow, proto_frame_end fills body_len and the
+ * checksum of the header's version. proto_frame_begin writes version 1;
+ * proto_frame_begin_v the version given (TERN_PROTO_VERSION or
+ * PROTO_VERSION_XXH3). */
 void proto_frame_begin(struct tern_wbuf *w,
                        uint8_t op,
                        uint64_t request_id,
                        int32_t status);
+void proto_frame_begin_v(struct tern_wbuf *w,
+                         uint8_t version,
+                         uint8_t op,
+                         uint64_t request_id,
+                         int32_t status);
 int proto_frame_end(struct tern_wbuf *w, size_t frame_start);
 void proto_put_str(struct tern_wbuf *w, const char *s, size_t len);
 void proto_put_blob(struct tern_wbuf *w, const void *p, uint32_t len);
@@ -614,7 +656,8 @@ struct proto_request
     uint16_t ns_len;
     const char *pattern; /* ACL_SET/DELETE */
     uint16_t pattern_len;
-    uint32_t bits;       /* USER_SET: PROTO_USER_*; ACL_SET: PROTO_PERM_* */
+    uint32_t bits;       /* USER_SET: PROTO_USER_*; ACL_SET: PROTO_PERM_*;
+                            HELLO: PROTO_FEATURE_* */
     const uint8_t *cred; /* USER_SET */
     uint32_t cred_len;
     uint64_t max_queues; /* NAMESPACE_SET quotas */
@@ -1361,6 +1404,14 @@ int proto_next_member(const struct proto_status *st,
 /* Rewrite the request id of a whole encoded frame in place and recompute
  * its checksum (libtern re-sends a frame under a new id). */
 int proto_frame_set_request_id(void *frame, size_t len, uint64_t request_id);
+/* libtern's send of an encoded request frame: request id and version
+ * (TERN_PROTO_VERSION or PROTO_VERSION_XXH3) rewritten in place, checksum
+ * computed once. TERN_EMALFORMED if the frame's length does not match
+ * its header, TERN_EVERSION for another version. */
+int proto_frame_seal_request(void *frame,
+                             size_t len,
+                             uint64_t request_id,
+                             uint8_t version);
 /* Rewrite producer_id and seq of an encoded PRODUCE frame in place and
  * recompute its checksum. TERN_EMALFORMED if frame is not a PRODUCE frame. */
 int proto_frame_set_producer(void *frame,
@@ -1829,5 +1880,18 @@ int proto_encode_backup_resp(struct tern_wbuf *w,
 int proto_decode_backup_resp(const void *body,
                              size_t len,
                              struct proto_backup_info *out);
+
+/* ---- HELLO ---- */
+
+/* HELLO asking for features (PROTO_FEATURE_*); its answer with the
+ * features taken; the answer's features into *out (0 or
+ * TERN_EMALFORMED). The request decodes into proto_request.bits. */
+int proto_encode_hello(struct tern_wbuf *w,
+                       uint64_t request_id,
+                       uint32_t features);
+int proto_encode_hello_resp(struct tern_wbuf *w,
+                            uint64_t request_id,
+                            uint32_t features);
+int proto_decode_hello_resp(const void *body, size_t len, uint32_t *out);
 
 #endif /* TERN_PROTO_H */

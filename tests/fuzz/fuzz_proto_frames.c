@@ -6,8 +6,9 @@
  * authentication ops 20..21, the message property ops, message trace,
  * the shared group ops 27..29, the delayed produce, op 31, the
  * leadership transfer, op 33, the membership changes, op 34, and the
- * backup, op 36, included; the STATUS answer's tail in its versions with
- * the server version and the members' roles).
+ * backup, op 36, and HELLO, op 37, included; the STATUS answer's tail in
+ * its versions with the server version and the members' roles; frames of
+ * both versions, each sealed in the other and back).
  * Decoders must never read out of bounds, and a decoded request must re-encode
  * to a body that decodes to the same fields.
  */
@@ -553,7 +554,29 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             (void)proto_frame_verify(data, data + PROTO_HEADER_SIZE,
                                      h.body_len);
         }
-        (void)proto_frame_parse(data, size, PROTO_DEFAULT_MAX_BODY, &h, &body);
+        if (proto_frame_parse(data, size, PROTO_DEFAULT_MAX_BODY, &h, &body) ==
+            0) {
+            /* Sealed in the other frame version and back, a frame is the
+             * same bytes, and verifies in both. */
+            size_t flen = PROTO_HEADER_SIZE + (size_t)h.body_len;
+            uint8_t other = h.version == PROTO_VERSION_XXH3
+                                ? TERN_PROTO_VERSION
+                                : PROTO_VERSION_XXH3;
+            uint8_t *f = malloc(flen);
+            if (f != NULL) {
+                memcpy(f, data, flen);
+                if (proto_frame_seal_request(f, flen, h.request_id, other) !=
+                        0 ||
+                    proto_frame_verify(f, f + PROTO_HEADER_SIZE, h.body_len) !=
+                        0 ||
+                    proto_frame_seal_request(f, flen, h.request_id,
+                                             h.version) != 0 ||
+                    memcmp(f, data, flen) != 0) {
+                    abort();
+                }
+                free(f);
+            }
+        }
     }
     if (size >= 1) {
         /* First byte picks the op, the rest is the body. */
@@ -592,6 +615,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (proto_decode_request(PROTO_OP_CLUSTER_TRANSFER, b, blen, &r) == 0) {
             walk_request(&r);
             reencode(&r, b, blen);
+        }
+        /* HELLO (op 37): re-encodes to the same body; its answer. */
+        if (proto_decode_request(PROTO_OP_HELLO, b, blen, &r) == 0) {
+            struct tern_wbuf w;
+            tern_wbuf_init(&w);
+            if (proto_encode_hello(&w, 1, r.bits) != 0 ||
+                w.len != PROTO_HEADER_SIZE + blen ||
+                memcmp(w.base + PROTO_HEADER_SIZE, b, blen) != 0) {
+                abort();
+            }
+            tern_wbuf_free(&w);
+        }
+        {
+            uint32_t features;
+            (void)proto_decode_hello_resp(b, blen, &features);
         }
         /* Backup (op 36): the path and flags re-encode to the same body. */
         if (proto_decode_request(PROTO_OP_BACKUP, b, blen, &r) == 0) {

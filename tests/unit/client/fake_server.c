@@ -261,7 +261,21 @@ static void handle_frame(struct fake_server *fs,
     struct tern_wbuf w;
     enum fake_action a = FAKE_DEFAULT;
     int rv = proto_decode_request(h->op, body, h->body_len, &r);
+    if (h->op == PROTO_OP_HELLO) {
+        fs->n_hello++;
+        tern_wbuf_init(&w);
+        if (fs->speaks_hello && rv == 0) {
+            proto_encode_hello_resp(&w, h->request_id,
+                                    r.bits & PROTO_FEATURE_XXH3);
+        } else {
+            answer_error(&w, h, TERN_EINVAL);
+        }
+        fake_send(fs, i, &w);
+        tern_wbuf_free(&w);
+        return;
+    }
     fs->n_requests++;
+    fs->last_version = h->version;
     if (rv != 0) {
         tern_wbuf_init(&w);
         answer_error(&w, h, rv);

@@ -81,6 +81,14 @@ struct fake_server
      * STATS reset, and the number of resets seen. */
     uint64_t stats_count;
     int stats_resets;
+    /* Frame version 2 (proto.h): speaks_hello 0 answers HELLO as a
+     * server before it does (TERN_EINVAL, unknown op), 1 takes
+     * PROTO_FEATURE_XXH3. HELLOs are not requests for n_requests or the
+     * hook; n_hello counts them. last_version: the version byte of the
+     * last other request. */
+    int speaks_hello;
+    int n_hello;
+    uint8_t last_version;
     /* Free-form state for hooks. */
     int counter;
     char peer_addr[64]; /* leader hint for NOT_LEADER hooks */

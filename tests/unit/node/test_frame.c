@@ -97,6 +97,34 @@ Test(frame, bad_version_is_fatal)
     cr_expect_eq(f.request_id, 9);
 }
 
+/* Frame version 2 (XXH3 checksum) is a request like version 1; its
+ * checksum is checked the same way. */
+Test(frame, version_2_request_is_taken_and_checked)
+{
+    struct node_frame f;
+    cr_assert_eq(proto_encode_queue_op(&w, PROTO_OP_QUEUE_CREATE, 42, "q1"), 0);
+    cr_assert_eq(
+        proto_frame_seal_request(w.base, w.len, 43, PROTO_VERSION_XXH3), 0);
+    node_frame_next(w.base, w.len, MAX_BODY, &f);
+    cr_assert_eq(f.action, NODE_FRAME_REQUEST);
+    cr_expect_eq(f.request_id, 43);
+    cr_expect_eq(f.req.queue_len, 2);
+    w.base[w.len - 1] ^= 1;
+    node_frame_next(w.base, w.len, MAX_BODY, &f);
+    cr_expect_eq(f.action, NODE_FRAME_FATAL);
+    cr_expect_eq(f.status, TERN_ECORRUPT);
+}
+
+Test(frame, hello_is_a_request)
+{
+    struct node_frame f;
+    cr_assert_eq(proto_encode_hello(&w, 5, PROTO_FEATURE_XXH3), 0);
+    node_frame_next(w.base, w.len, MAX_BODY, &f);
+    cr_assert_eq(f.action, NODE_FRAME_REQUEST);
+    cr_expect_eq(f.op, PROTO_OP_HELLO);
+    cr_expect_eq(f.req.bits, PROTO_FEATURE_XXH3);
+}
+
 Test(frame, oversized_is_fatal_before_the_body_arrives)
 {
     struct node_frame f;

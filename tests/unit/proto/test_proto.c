@@ -372,7 +372,10 @@ Test(proto, rejects_bad_headers)
     cr_expect_eq(proto_header_decode(buf, PROTO_DEFAULT_MAX_BODY, &h),
                  TERN_EMALFORMED);
     memcpy(buf, w.base, w.len);
-    buf[2] = 2;
+    buf[2] = PROTO_VERSION_MAX + 1;
+    cr_expect_eq(proto_header_decode(buf, PROTO_DEFAULT_MAX_BODY, &h),
+                 TERN_EVERSION);
+    buf[2] = 0;
     cr_expect_eq(proto_header_decode(buf, PROTO_DEFAULT_MAX_BODY, &h),
                  TERN_EVERSION);
     memcpy(buf, w.base, w.len);
