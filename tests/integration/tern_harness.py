@@ -5,8 +5,10 @@ temp dir, waits with bounded polling for a writable leader (through
 `tern cluster status --json` against each node), kills/stops/restarts nodes
 by PID, runs the `tern` CLI, and always reaps every child it started
 (try/finally in run_test plus an atexit hook). Also carries a pure-Python
-XXH32 (the checksum of every tern frame) and encoders/decoders for the
-24-byte client frame header, for raw-socket tests.
+XXH32 (the checksum of every tern format), XXH3 through ctypes from the
+system's libxxhash (the checksum of client frames of version 2) and
+encoders/decoders for the 24-byte client frame header, for raw-socket
+tests.
 
 Every cluster authenticates its nodes to each other (peer_auth = tls):
 Cluster makes the cluster's credentials once, with scripts/tern-certs.sh,
@@ -97,6 +99,31 @@ def tern_checksum32(data):
     return xxh32(data, TERN_SEED)
 
 
+_libxxhash = None
+
+
+def xxh3_64(data, seed):
+    """XXH3_64bits_withSeed from the system's libxxhash (ternd's own)."""
+    global _libxxhash
+    if _libxxhash is None:
+        import ctypes
+        lib = ctypes.CDLL("libxxhash.so.0")
+        lib.XXH3_64bits_withSeed.restype = ctypes.c_uint64
+        lib.XXH3_64bits_withSeed.argtypes = [ctypes.c_char_p, ctypes.c_size_t,
+                                            ctypes.c_uint64]
+        _libxxhash = lib
+    return _libxxhash.XXH3_64bits_withSeed(data, len(data), seed)
+
+
+def frame_checksum(head20, body, version):
+    """The checksum of a client frame (proto.h): version 1 XXH32 over the
+    checked header and the body, version 2 XXH3 of the body seeded with
+    XXH32 of the checked header."""
+    if version == 2:
+        return xxh3_64(body, tern_checksum32(head20)) & 0xFFFFFFFF
+    return tern_checksum32(head20 + body)
+
+
 # ---- client frames (layout: proto/include/proto.h) ---------------------------
 
 PROTO_MAGIC = 0x6E74
@@ -105,7 +132,7 @@ HEADER = struct.Struct("<HBBIQiI")  # magic ver op body_len req_id status csum
 assert HEADER.size == 24
 OP = {"QUEUE_CREATE": 1, "QUEUE_DELETE": 2, "QUEUE_LIST": 3, "PRODUCE": 4,
       "FETCH": 5, "GROUP_FETCH": 6, "GROUP_COMMIT": 7, "STATUS": 8,
-      "STATS": 9, "ERROR": 0x7F}
+      "STATS": 9, "HELLO": 37, "ERROR": 0x7F}
 OP_RESPONSE = 0x80
 ERR = {-31001: "TERN_ENOTLEADER", -31002: "TERN_ENOLEADER",
        -31003: "TERN_ECORRUPT", -31004: "TERN_EFULL", -31005: "TERN_ETOOBIG",
@@ -123,7 +150,8 @@ def encode_frame(op, body=b"", request_id=1, status=0, magic=PROTO_MAGIC,
     """One frame; body_len/checksum/magic/version may be forced wrong."""
     blen = len(body) if body_len is None else body_len
     head = HEADER.pack(magic, version, op, blen, request_id, status, 0)[:20]
-    csum = tern_checksum32(head + body) if checksum is None else checksum
+    csum = (frame_checksum(head, body, version) if checksum is None
+            else checksum)
     return head + struct.pack("<I", csum) + body
 
 
@@ -141,8 +169,8 @@ class Frame:
         (self.magic, self.version, self.op, self.body_len, self.request_id,
          self.status, self.checksum) = HEADER.unpack(raw_header)
         self.body = body
-        self.checksum_ok = (tern_checksum32(raw_header[:20] + body) ==
-                            self.checksum)
+        self.checksum_ok = (frame_checksum(raw_header[:20], body,
+                                           self.version) == self.checksum)
 
     def error_message(self):
         """The str message of an error body ('' when it cannot be parsed)."""

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """(e) bad client frames, sent over raw sockets to a node: garbage bytes,
 bad magic, bad version, a truncated header or body then close, an
-oversized body_len, a bad checksum, an unknown op, a malformed body. The
+oversized body_len, a bad checksum, an unknown op, a malformed body; and
+frame version 2 (XXH3 checksums) once HELLO asked for it. The
 node answers with error frames (closing the connection when it cannot find
 the next frame boundary), keeps the connection for recoverable errors (a
 valid frame on the same connection still works), keeps running, and
@@ -129,6 +130,38 @@ def main(c):
                                         request_id=77),
                          h.CODE["TERN_EBADNAME"],
                          h.OP["QUEUE_CREATE"] | h.OP_RESPONSE)
+
+        c.step("frame version 2 (XXH3) after HELLO")
+        fetch = (h.put_str("bf") +
+                 struct.pack("<QIII", 0, 10, 65536, 0))
+        with connect(nd) as s:
+            s.sendall(h.encode_frame(h.OP["FETCH"], fetch, request_id=1))
+            f = h.recv_frame(s, timeout=5)
+            c.check(isinstance(f, h.Frame) and f.status == 0 and
+                    f.version == 1 and f.checksum_ok,
+                    "without HELLO a FETCH is answered in version 1", f)
+            s.sendall(h.encode_frame(h.OP["HELLO"], struct.pack("<I", 1),
+                                     request_id=2))
+            f = h.recv_frame(s, timeout=5)
+            c.check(isinstance(f, h.Frame) and f.status == 0 and
+                    f.op == h.OP["HELLO"] | h.OP_RESPONSE and
+                    f.body == struct.pack("<I", 1) and f.checksum_ok,
+                    "HELLO takes the XXH3 feature", f)
+            s.sendall(h.encode_frame(h.OP["FETCH"], fetch, request_id=3))
+            f = h.recv_frame(s, timeout=5)
+            c.check(isinstance(f, h.Frame) and f.status == 0 and
+                    f.version == 2 and f.checksum_ok,
+                    "after HELLO a FETCH is answered in version 2 (XXH3)", f)
+            s.sendall(h.encode_frame(h.OP["STATUS"], request_id=4,
+                                     version=2))
+            f = h.recv_frame(s, timeout=5)
+            c.check(isinstance(f, h.Frame) and f.status == 0 and
+                    f.request_id == 4 and f.checksum_ok,
+                    "a version 2 request is served", f)
+        fatal_case(c, nd, "version 2 with a bad checksum",
+                   h.encode_frame(h.OP["QUEUE_CREATE"], h.put_str("zz"),
+                                  version=2, checksum=0xDEADBEEF),
+                   h.CODE["TERN_ECORRUPT"])
 
         c.step("100 random-garbage connections against every node")
         for i in range(100):
