@@ -43,36 +43,41 @@ static void round_trip(struct tern_client *c)
     tern_fetch_result_free(r);
 }
 
-Test(client_frame_version, an_older_server_keeps_version_1)
+/* Against a fake speaking HELLO or not, with hook: create q, then
+ * `trips` round trips; *n_hello and *version as the fake saw them. */
+static void run_case(int hello,
+                     fake_hook_cb hook,
+                     int trips,
+                     int *n_hello,
+                     int *version)
 {
     struct fake_server fs;
-    int n_hello, version;
-    start_fake(&fs, NULL, 0);
+    start_fake(&fs, hook, hello);
     struct tern_client *c = client_for(fs.addr, 2000, 8);
     create_queue(c, "q");
-    round_trip(c);
-    round_trip(c);
-    seen(&fs, &n_hello, &version);
-    cr_expect_eq(n_hello, 1, "one HELLO per connection");
-    cr_expect_eq(version, TERN_PROTO_VERSION);
+    for (int i = 0; i < trips; i++) {
+        round_trip(c);
+    }
+    seen(&fs, n_hello, version);
     tern_client_free(c);
     fake_stop(&fs);
 }
 
+Test(client_frame_version, an_older_server_keeps_version_1)
+{
+    int n_hello, version;
+    run_case(0, NULL, 2, &n_hello, &version);
+    cr_expect_eq(n_hello, 1, "one HELLO per connection");
+    cr_expect_eq(version, TERN_PROTO_VERSION);
+}
+
 Test(client_frame_version, a_server_that_takes_xxh3_gets_version_2)
 {
-    struct fake_server fs;
     int n_hello, version;
-    start_fake(&fs, NULL, 1);
-    struct tern_client *c = client_for(fs.addr, 2000, 8);
     /* HELLO's answer comes before the first request's. */
-    create_queue(c, "q");
-    round_trip(c);
-    seen(&fs, &n_hello, &version);
+    run_case(1, NULL, 1, &n_hello, &version);
     cr_expect_eq(n_hello, 1);
     cr_expect_eq(version, PROTO_VERSION_XXH3);
-    tern_client_free(c);
-    fake_stop(&fs);
 }
 
 /* Drops the connection at the first FETCH (fs->counter). */
@@ -91,17 +96,10 @@ static enum fake_action drop_first_fetch(struct fake_server *fs,
 
 Test(client_frame_version, a_reconnect_says_hello_again)
 {
-    struct fake_server fs;
     int n_hello, version;
-    start_fake(&fs, drop_first_fetch, 1);
-    struct tern_client *c = client_for(fs.addr, 2000, 8);
-    create_queue(c, "q");
-    round_trip(c); /* its fetch is retried on a new connection */
-    seen(&fs, &n_hello, &version);
+    /* The first round trip's fetch is retried on a new connection, which
+     * says HELLO again and goes on in version 2. */
+    run_case(1, drop_first_fetch, 2, &n_hello, &version);
     cr_expect_eq(n_hello, 2);
-    round_trip(c);
-    seen(&fs, &n_hello, &version);
     cr_expect_eq(version, PROTO_VERSION_XXH3);
-    tern_client_free(c);
-    fake_stop(&fs);
 }
