@@ -146,6 +146,15 @@ void tern_client_free(struct tern_client *c)
     tern_free(c);
 }
 
+/* Drop the fetch read-ahead (off the wire; a late answer is dropped). */
+static void fetch_ahead_drop(struct tern_client *c)
+{
+    if (c->ahead != NULL) {
+        tern__req_cancel(c, c->ahead);
+        c->ahead = NULL;
+    }
+}
+
 int tern_client_set_tls(struct tern_client *c,
                         const char *ca_file,
                         const char *cert_file,
@@ -172,7 +181,9 @@ int tern_client_set_tls(struct tern_client *c,
     if (rv != 0) {
         return rv;
     }
-    /* Connections made so far were plaintext (or used the old files). */
+    /* Connections made so far were plaintext (or used the old files); a
+     * read-ahead asked on them is not the new connections' answer. */
+    fetch_ahead_drop(c);
     for (int i = 0; i < c->n_servers; i++) {
         tern__server_close(c->servers[i]);
     }
@@ -265,7 +276,9 @@ int tern_client_set_auth(struct tern_client *c,
             return -ENOMEM;
         }
     }
-    /* Connections open so far logged in as someone else (or not at all). */
+    /* Connections open so far logged in as someone else (or not at all),
+     * and a read-ahead was asked as them: the new identity asks afresh. */
+    fetch_ahead_drop(c);
     for (int i = 0; i < c->n_servers; i++) {
         tern__server_close(c->servers[i]);
     }
@@ -1340,8 +1353,12 @@ static int fetch_ahead_take(struct tern_client *c,
     if (a == NULL) {
         return 0;
     }
-    if (same_fetch(a, r) && tern__run_sync_listed(c, a) == 0 &&
-        fetch_done(a, out) == 0) {
+    if (!same_fetch(a, r)) {
+        tern__req_cancel(c, a);
+        return 0;
+    }
+    tern__req_ask(a, r->deadline);
+    if (tern__run_sync_listed(c, a) == 0 && fetch_done(a, out) == 0) {
         got = fetch_stopped_on_limit(*out, offset);
         if (!got) {
             tern_fetch_result_free(*out);
@@ -1382,6 +1399,11 @@ static void fetch_ahead_start(struct tern_client *c,
         tern__req_free(a);
         return;
     }
+    /* Until a call asks for it, nobody waits: no deadline (the server may
+     * answer while the caller works, and it is read at the next step) and
+     * no attempt timeout (an unread answer is not a silent server). */
+    a->unasked = 1;
+    a->deadline = INT64_MAX;
     c->ahead = a;
     tern__start_sync(c, a);
 }

@@ -275,6 +275,8 @@ struct tern__req
                         op, or a READ_LEADER fetch (PROTO_FETCH_LEADER) */
     int is_async;
     int admitted; /* async: inside the window (its deadline runs) */
+    int unasked;  /* a read-ahead no call has asked for yet (api.c): no
+                     deadline and no attempt timeout until tern__req_ask */
     int target;   /* fixed server index, or -1: chosen by the rules */
     enum tern__req_state state;
     uint64_t id;     /* current attempt's request id; 0 when not on the wire */
@@ -512,6 +514,10 @@ int tern__run_sync_listed(struct tern_client *c, struct tern__req *r);
 /* Take sync r (started or done, caller-owned) off the list and the wire
  * (a late answer is dropped) and free it. */
 void tern__req_cancel(struct tern_client *c, struct tern__req *r);
+/* A call now waits for r (unasked until now): its deadline becomes
+ * deadline and, if it is on the wire, its attempt clock starts now (the
+ * server may have answered while nobody read). */
+void tern__req_ask(struct tern__req *r, int64_t deadline);
 /* Queue async r (encoded, cb set; ownership transferred): its deadline
  * starts when it enters the window, its callback fires from a later step
  * (or tern__cancel_all). */

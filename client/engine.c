@@ -534,7 +534,7 @@ static void check_attempts(struct tern_client *c, int64_t now)
     }
     for (struct tern__req *r = c->head; r != NULL;) {
         struct tern__req *next = r->next;
-        if (r->state == TERN__REQ_SENT && follows_leader(c, r)) {
+        if (r->state == TERN__REQ_SENT && !r->unasked && follows_leader(c, r)) {
             int64_t t = attempt_timeout(c, r);
             int64_t quiet = now - attempt_quiet_since(c, r);
             if (quiet >= t) {
@@ -1063,8 +1063,9 @@ int tern__step(struct tern_client *c, int64_t until)
 
     for (struct tern__req *r = c->head; r != NULL; r = r->next) {
         wake = TERN_MIN(wake, r->deadline);
-        if (r->state == TERN__REQ_SENT && c->opts.attempt_timeout_ms > 0 &&
-            c->n_servers > 1 && follows_leader(c, r)) {
+        if (r->state == TERN__REQ_SENT && !r->unasked &&
+            c->opts.attempt_timeout_ms > 0 && c->n_servers > 1 &&
+            follows_leader(c, r)) {
             wake = TERN_MIN(wake, attempt_wake(c, r));
         }
         if (r->state == TERN__REQ_QUEUED) {
@@ -1225,6 +1226,15 @@ void tern__req_cancel(struct tern_client *c, struct tern__req *r)
         req_complete(c, r, TERN_ECANCELED);
     }
     tern__req_free(r);
+}
+
+void tern__req_ask(struct tern__req *r, int64_t deadline)
+{
+    r->unasked = 0;
+    r->deadline = deadline;
+    if (r->state == TERN__REQ_SENT) {
+        r->sent_at = tern__now_ms();
+    }
 }
 
 int tern__run_sync_listed(struct tern_client *c, struct tern__req *r)

@@ -287,3 +287,47 @@ Test(client_read_ahead, default_on_for_any_and_first_off_for_leader)
     cr_expect_eq(fetches_for(0, TERN_READ_LEADER), 2);
     cr_expect_eq(fetches_for(-1, TERN_READ_ANY), 2);
 }
+
+/* A new identity drops the read-ahead asked as the old one (the
+ * connections close under it): the next fetch asks afresh, at once. */
+Test(client_read_ahead, a_new_identity_asks_afresh)
+{
+    struct ra_case t;
+    ra_begin_ahead(&t, 30, -1, -1);
+    cr_assert_eq(tern_client_set_auth(t.c, NULL), 0);
+    cr_expect_eq(fetch_check(t.c, 10, 10), 10);
+    cr_expect_eq(fetches_at(&t.fs, &t.l, 10), 2);
+    ra_end(&t);
+}
+
+/* A caller that works longer than the attempt timeout between fetches
+ * (the read-ahead's answer waits unread in the socket) does not make the
+ * leader look silent: nothing goes to the other server. */
+Test(client_read_ahead, an_unread_answer_is_not_a_silent_leader)
+{
+    struct ra_case t;
+    struct fake_server other;
+    struct ra_log lo;
+    struct tern_client_options o;
+    char servers[160];
+    ra_begin(&t, 30, -1, -1, 1, TERN_READ_LEADER);
+    start(&other, &lo);
+    (void)snprintf(servers, sizeof servers, "%s,%s", t.fs.addr, other.addr);
+    tern_client_options_init(&o);
+    o.request_timeout_ms = 2000;
+    o.retry_backoff_ms = 5;
+    o.attempt_timeout_ms = 40;
+    o.fetch_read_ahead = 1;
+    struct tern_client *c = NULL;
+    cr_assert_eq(tern_client_new(servers, &o, &c), 0);
+    cr_expect_eq(fetch_check(c, 0, 10), 10);
+    wait_fetches(&t.fs, &t.l, 2);
+    struct timespec ts = {0, 200 * 1000000};
+    nanosleep(&ts, NULL); /* five attempt timeouts of work */
+    cr_expect_eq(fetch_check(c, 10, 10), 10);
+    cr_expect_eq(fetches_at(&t.fs, &t.l, 10), 1, "served from the read-ahead");
+    cr_expect_eq(fetches(&other, &lo), 0, "the other server was asked");
+    tern_client_free(c);
+    fake_stop(&other);
+    ra_end(&t);
+}
