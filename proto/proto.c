@@ -1356,7 +1356,11 @@ int proto_decode_request(uint8_t op,
         rv = decode_auth(&c, out);
         break;
     case PROTO_OP_HELLO:
+        /* Fields a later client appends after the features are skipped. */
         out->bits = tern_cursor_u32(&c);
+        if (c.err == 0) {
+            (void)tern_cursor_bytes(&c, tern_cursor_left(&c));
+        }
         break;
     case PROTO_OP_BACKUP:
         out->flags = tern_cursor_u8(&c);

@@ -49,7 +49,7 @@ extern "C" {
 #endif
 
 #define TERN_VERSION_MAJOR 0
-#define TERN_VERSION_MINOR 2
+#define TERN_VERSION_MINOR 3
 #define TERN_VERSION_PATCH 0
 #define TERN_VERSION_NUMBER                                                    \
     (TERN_VERSION_MAJOR * 10000 + TERN_VERSION_MINOR * 100 + TERN_VERSION_PATCH)
@@ -96,7 +96,8 @@ enum tern_read_from {
 /* Client options. Initialise with tern_client_options_init, then change
  * fields. A value of 0 means "the default". The caller allocates it and
  * new fields are only appended: before 1.0 a minor release may append one
- * (0.2.0 appended attempt_timeout_ms), so rebuild against the header of
+ * (0.2.0 appended attempt_timeout_ms, 0.3.0
+ * fetch_read_ahead), so rebuild against the header of
  * the libtern you run with. */
 struct tern_client_options
 {
@@ -141,10 +142,11 @@ struct tern_client_options
                                (never an answer that ended at the queue's
                                end, so a message acknowledged before the
                                call is always reached); any other call
-                               leaves it unused. Its end offset is the
-                               queue's end when it was read, which can be
-                               below a produce acknowledged before the
-                               call. Default: on for READ_ANY and
+                               leaves it unused. It is the queue as it
+                               was when read: its end offset can be below
+                               a produce acknowledged before the call,
+                               and a queue deleted and created again
+                               since is not seen. Default: on for READ_ANY and
                                READ_FIRST, off for READ_LEADER (whose
                                answers are the leader's state at the
                                call); 1: on for every read_from;

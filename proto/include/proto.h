@@ -465,7 +465,8 @@
  * TERN_EINVAL "unknown request op" and keeps the connection):
  *   HELLO         req: u32 features the client takes (PROTO_FEATURE_XXH3
  *                      1: frames of version 2; bits this server does not
- *                      know are ignored)
+ *                      know are ignored), then whatever a later release
+ *                      appends (skipped)
  *                 resp: u32 those of them this server takes
  *                 Any node answers it, before or without a login (as
  *                 STATUS). Repeating it on a connection is harmless.
