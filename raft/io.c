@@ -1317,6 +1317,7 @@ static int io_send(struct raft_io *io,
         return RAFT_NOCONNECTION;
     }
     m = repl_guard_send(r, message, &copy);
+    repl_lost_sent(r, m);
     /* Stage stamps before the hand-off: a doorbell may let the peer run
      * before we do again. */
     if (m->type == RAFT_IO_APPEND_ENTRIES && m->append_entries.n_entries > 0) {
@@ -1433,6 +1434,7 @@ void repl_io_deliver(struct repl *r, struct repl_wire *w)
     /* raft takes ownership of the entries array/batch and snapshot data. */
     r->io.recv_cb(&r->io.outer, &w->msg);
     r->guard.deliv_set = false;
+    repl_lost_delivered(r);
     if (held) {
         if (r->io.next_index <= r->io.hold.index) {
             r->io.hold.index = 0; /* rejected: nothing appended */

@@ -1,5 +1,6 @@
 /*
- * raft/lost.c: acting at once on a leader's lost connection. A killed
+ * raft/lost.c: acting at once on a leader's loss (4. and 5. below: when no
+ * connection closes). A killed
  * leader's kernel closes its sockets at once, so its followers learn of the
  * death within a round trip (the xport's peer-down signal, xport.h), while
  * libraft 0.15 would wait out a randomized election timeout in [ET, 2ET)
@@ -50,6 +51,42 @@
  * follower of a majority loses its connections to a live P at once (then
  * P is cut off from them anyway) is a new leader elected, in a new term,
  * as if their timers had expired.
+ *
+ * Without a signal. A leader cut off by the network (packets dropped, no
+ * connection closed) gives no signal: each follower's own timer, drawn in
+ * [ET, 2ET), runs out. Two more rules keep that to one round:
+ * 4. A silent leader is no leader. 0.15 refuses every vote while a
+ *    follower remembers a leader, however long ago it last heard from it,
+ *    so the first follower to time out was refused by the other until the
+ *    other's own timer ran out too (the later of two timers, not the
+ *    earlier). Section 4.2.3 of the Raft thesis refuses only "within the
+ *    minimum election timeout of hearing from a current leader": a
+ *    RequestVote (pre-vote or real) reaching a follower whose leader has
+ *    been silent for at least ET (raft's election_timer_start, which every
+ *    AppendEntries and InstallSnapshot from the leader restarts) is handed
+ *    to the core with disrupt_leader set. As in 3., only the stickiness is
+ *    lifted, never the log comparison nor one vote per term; a live leader
+ *    is heard every heartbeat (ET / 10), so it is never disrupted. This
+ *    node's own timer would have made it stop following at the same age
+ *    anyway, which is also why leader-side contact checks see no change.
+ * 5. Two pre-vote candidates. When both followers time out within a
+ *    message's flight of each other, each is a pre-vote candidate without
+ *    a leader, each grants the other's pre-vote, both stand in the next
+ *    term and split the vote: a second round, and with timers this close
+ *    sometimes a third. A pre-vote candidate that gets a pre-vote for the
+ *    same next term from a voter whose log is not more up to date than
+ *    the one it advertised itself (the durable one, guard.c item 3) takes
+ *    the round: on equal logs the lower id wins, and the higher id's
+ *    pre-vote is refused (made to advertise an empty log, as guard.c
+ *    neutralises rather than drops); a log behind ours the core refuses by
+ *    itself. Either way the sender has no leader any more, so it would
+ *    grant ours: our pre-vote is sent again at once (the timer expired as
+ *    in 2.), not after our own timer runs out again. Bound: REPL_LOST_TRIES
+ *    refusals and re-sends per term; later pre-votes are left to the core,
+ *    so nodes that reach different majorities (a partial partition) cannot
+ *    hold each other up for ever. Refusing a vote is always safe; only
+ *    liveness is at stake, and the lower id's pre-vote still needs a
+ *    majority like any other.
  *
  * Other users of io time (checked): the core's leader-side timers
  * (heartbeats, contact quorum, promotion rounds) and ours (member.c change
@@ -213,8 +250,86 @@ void repl_lost_tick(struct repl *r)
     r->lost.act_at = 0; /* the election runs, or gave up: timers rule */
 }
 
+/* Is id a voter of the configuration? */
+static bool is_voter(const struct repl *r, uint64_t id)
+{
+    for (unsigned i = 0; i < r->raft.configuration.n; i++) {
+        const struct raft_server *s = &r->raft.configuration.servers[i];
+        if (s->id == id) {
+            return s->role == RAFT_VOTER;
+        }
+    }
+    return false;
+}
+
+/* 4.: a vote reaching a follower whose leader has been silent >= ET. */
+static void silent_leader(struct repl *r, struct raft_message *m)
+{
+    struct raft_request_vote *v = &m->request_vote;
+    if (v->disrupt_leader || raft_state(&r->raft) != RAFT_FOLLOWER ||
+        current_leader(r) == 0 ||
+        raft_now(r) - r->raft.election_timer_start <
+            (uint64_t)r->election_timeout_ms) {
+        return;
+    }
+    v->disrupt_leader = true;
+    r->lost.stale_unstuck++;
+}
+
+/* Order of two advertised logs by (last term, last index): <0, 0, >0. */
+static int log_order(uint64_t term_a,
+                     uint64_t index_a,
+                     uint64_t term_b,
+                     uint64_t index_b)
+{
+    if (term_a != term_b) {
+        return term_a < term_b ? -1 : 1;
+    }
+    if (index_a != index_b) {
+        return index_a < index_b ? -1 : 1;
+    }
+    return 0;
+}
+
+/* 5.: a pre-vote reaching us while we are a pre-vote candidate. */
+static void pre_vote_race(struct repl *r, struct raft_message *m)
+{
+    struct raft_request_vote *v = &m->request_vote;
+    uint64_t next = r->raft.current_term + 1;
+    int order;
+    if (!v->pre_vote || raft_state(&r->raft) != RAFT_CANDIDATE ||
+        !r->raft.candidate_state.in_pre_vote || r->lost.my_pre_term != next ||
+        v->term != next || m->server_id == r->id ||
+        !is_voter(r, m->server_id)) {
+        return;
+    }
+    if (r->lost.race_term != r->raft.current_term) {
+        r->lost.race_term = r->raft.current_term;
+        r->lost.race_resends = 0;
+    }
+    order = log_order(r->lost.my_pre_last, r->lost.my_pre_index,
+                      v->last_log_term, v->last_log_index);
+    if (order < 0 || r->lost.race_resends >= REPL_LOST_TRIES) {
+        return; /* theirs is ahead (the core grants it), or we gave up */
+    }
+    if (order == 0) {
+        if (r->id > m->server_id || r->lost.my_pre_index == 0) {
+            return; /* theirs to take (an empty log is never refused) */
+        }
+        r->lost.ties_refused++;
+        v->last_log_index = 0; /* our log is not empty: the core refuses */
+        v->last_log_term = 0;
+    }
+    r->lost.race_resends++;
+    r->lost.resend = true;
+}
+
 void repl_lost_recv(struct repl *r, struct raft_message *m)
 {
+    if (m->type == RAFT_IO_REQUEST_VOTE && is_voter(r, m->server_id)) {
+        silent_leader(r, m);
+        pre_vote_race(r, m);
+    }
     if (r->lost.leader_id == 0) {
         return;
     }
@@ -232,5 +347,30 @@ void repl_lost_recv(struct repl *r, struct raft_message *m)
         episode_valid(r)) {
         m->request_vote.disrupt_leader = true; /* 3. */
         r->lost.votes_unstuck++;
+    }
+}
+
+void repl_lost_delivered(struct repl *r)
+{
+    if (!r->lost.resend) {
+        return;
+    }
+    r->lost.resend = false;
+    if (r->closing || r->failed != 0 ||
+        raft_state(&r->raft) != RAFT_CANDIDATE ||
+        !r->raft.candidate_state.in_pre_vote) {
+        return;
+    }
+    r->lost.resends++;
+    expire_timer(r);
+    repl_io_tick(r);
+}
+
+void repl_lost_sent(struct repl *r, const struct raft_message *m)
+{
+    if (m->type == RAFT_IO_REQUEST_VOTE && m->request_vote.pre_vote) {
+        r->lost.my_pre_term = m->request_vote.term;
+        r->lost.my_pre_index = m->request_vote.last_log_index;
+        r->lost.my_pre_last = m->request_vote.last_log_term;
     }
 }

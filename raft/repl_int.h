@@ -352,6 +352,16 @@ struct repl_lost_state
     uint64_t acted;         /* stats: election timers expired */
     uint64_t false_signals; /* stats: the leader spoke after its signal */
     uint64_t votes_unstuck; /* stats: RequestVotes given disrupt_leader */
+    /* 4. and 5. (elections without a closed connection). */
+    uint64_t stale_unstuck; /* stats: votes let past a leader silent >= ET */
+    uint64_t my_pre_term;   /* our last pre-vote as sent: its term, */
+    uint64_t my_pre_index;  /* last log index */
+    uint64_t my_pre_last;   /* and last log term (0 term: none sent) */
+    uint64_t race_term;     /* the term of race_resends */
+    unsigned race_resends;  /* refusals and re-sends in race_term (5.) */
+    bool resend;            /* re-send our pre-vote after this delivery */
+    uint64_t ties_refused;  /* stats: equal-log pre-votes refused (5.) */
+    uint64_t resends;       /* stats: pre-votes re-sent at once (5.) */
 };
 
 /* ---- the replica -------------------------------------------------------- */
@@ -558,6 +568,10 @@ void repl_lost_tick(struct repl *r);
 /* A received message on its way to the core: a message of the lost leader
  * ends the episode; a RequestVote during one gets disrupt_leader. */
 void repl_lost_recv(struct repl *r, struct raft_message *m);
+/* After the core took a received message: a pre-vote to re-send (5.). */
+void repl_lost_delivered(struct repl *r);
+/* A message on its way out, as sent (after guard.c's rewrites). */
+void repl_lost_sent(struct repl *r, const struct raft_message *m);
 /* Delay between two voters' turns (lost.c, 1.) for an election timeout. */
 unsigned repl_lost_stagger_ms(unsigned election_timeout_ms);
 

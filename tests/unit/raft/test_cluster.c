@@ -332,6 +332,12 @@ static bool pending_append_then_leader_dies(bool hold, uint64_t *rewrites)
     propose_n(&cl, (unsigned)l, 1, 32, 9, &last);
     steps(&cl, 50);
     cr_assert_gt(fake_io_pending(cl.nodes[f].io), 0);
+    /* f's timer runs out first: the other follower, whose leader is
+     * silent by then, would otherwise elect itself with f's vote before f
+     * ever stands (lost.c item 4). */
+    cl.nodes[f].repl->raft.follower_state.randomized_election_timeout = 150;
+    cl.nodes[other_follower(&cl, l, f)]
+        .repl->raft.follower_state.randomized_election_timeout = 299;
     cluster_crash(&cl, (unsigned)l);
     for (unsigned s = 0; s < 3000; s++) {
         cluster_step(&cl);

@@ -5,7 +5,9 @@
  * before an election timeout would have fired; a false signal about a live
  * leader changes no term and elects no one; both followers signalled at
  * once elect one leader in one round (no split vote), also when the first
- * in turn has the shorter log. Time is the harness clock (1 ms a step when
+ * in turn has the shorter log. Without a signal (a leader cut off by the
+ * network): a silent leader holds no votes, and followers whose timers
+ * run out together elect one leader in one round. Time is the harness clock (1 ms a step when
  * nothing else can happen), so these are assertions on logic, not speed.
  */
 #include <criterion/criterion.h>
@@ -208,6 +210,158 @@ Test(lost, first_in_turn_behind_second_wins)
     /* The committed entries survived. */
     cluster_propose_applied(&cl, (unsigned)l2, 2, 64, 3, &last);
     cr_expect_eq(cl.nodes[first].n_applied, 9);
+    cr_expect(!cl.conflict);
+    cluster_fini(&cl);
+}
+
+/* ---- A leader cut off without a closed connection (4. and 5.) ---- */
+
+/* Fix the election timers of every node but l: the running follower
+ * timers to ET + offset[k] (k: rank among them), and every later draw
+ * (candidate timers) to ET + draw. */
+static void fix_timers(int l, const unsigned *offset, int draw)
+{
+    unsigned k = 0;
+    for (unsigned i = 0; i < cl.n; i++) {
+        if ((int)i == l) {
+            continue;
+        }
+        cr_assert_eq(raft_state(&cl.nodes[i].repl->raft), RAFT_FOLLOWER);
+        cl.nodes[i].repl->raft.follower_state.randomized_election_timeout =
+            ET + offset[k++];
+        cl.nodes[i].io->fixed_random = draw;
+    }
+}
+
+/* A writable leader other than *(int *)arg. */
+static bool pred_other_writable(struct cluster *c, void *arg)
+{
+    int old = *(int *)arg;
+    for (unsigned i = 0; i < c->n; i++) {
+        if ((int)i != old && c->nodes[i].up && c->nodes[i].writable) {
+            return true;
+        }
+    }
+    return false;
+}
+
+/* Cut l off (its links drop messages; nothing closes) and step until
+ * another node is a writable leader; returns it, *took ms after the cut.
+ * l is joined again (it steps down when it hears the new term). */
+static int cut_and_elect(int l, uint64_t *took)
+{
+    uint64_t t0 = cl.clock;
+    int l2;
+    cluster_isolate(&cl, (unsigned)l, true);
+    cr_assert(cluster_step_until(&cl, pred_other_writable, &l, STEPS));
+    *took = cl.clock - t0;
+    for (l2 = 0; l2 < (int)cl.n && (l2 == l || !cl.nodes[l2].writable); l2++) {
+    }
+    cluster_isolate(&cl, (unsigned)l, false);
+    return l2;
+}
+
+/* Both followers' timers run out in the same millisecond, and every later
+ * timer too: without 5. each grants the other's pre-vote, both stand in
+ * the next term, split the vote, and do so again on every round. */
+Test(lost, cut_off_leader_tie_one_round)
+{
+    static const unsigned same[] = {5, 5};
+    uint64_t last = 0, term0, took;
+    int l, l2, low;
+    cluster_init(&cl, 3);
+    l = cluster_elect(&cl);
+    cluster_propose_applied(&cl, (unsigned)l, 5, 64, 1, &last);
+    low = cluster_other(&cl, l, -1);
+    term0 = term_of((unsigned)l);
+    fix_timers(l, same, 0);
+    l2 = cut_and_elect(l, &took);
+    cr_expect_eq(l2, low, "the lower id wins a tie");
+    cr_expect_eq(term_of((unsigned)l2), term0 + 1, "one round");
+    cr_expect_eq(leaders_in(term0 + 1), 1);
+    cr_expect_lt(took, ET + 40, "took %llu ms", (unsigned long long)took);
+    cr_expect_geq(cl.nodes[low].repl->lost.ties_refused, 1);
+    cr_expect_geq(cl.nodes[low].repl->lost.resends, 1);
+    cr_expect_eq(cl.nodes[low].repl->lost.acted, 0); /* no signal */
+    cluster_propose_applied(&cl, (unsigned)l2, 3, 64, 2, &last);
+    cr_assert(cluster_step_until(&cl, pred_all_applied, &last, STEPS));
+    cr_expect(!cl.conflict);
+    cluster_fini(&cl);
+}
+
+/* The same with five nodes: four followers time out at once. */
+Test(lost, cut_off_leader_tie_of_four_one_round)
+{
+    static const unsigned same[] = {5, 5, 5, 5};
+    uint64_t last = 0, term0, took;
+    int l, l2;
+    cluster_init(&cl, 5);
+    l = cluster_elect(&cl);
+    cluster_propose_applied(&cl, (unsigned)l, 5, 64, 1, &last);
+    term0 = term_of((unsigned)l);
+    fix_timers(l, same, 0);
+    l2 = cut_and_elect(l, &took);
+    cr_expect_eq(l2, cluster_other(&cl, l, -1), "the lowest id wins");
+    cr_expect_eq(term_of((unsigned)l2), term0 + 1, "one round");
+    cr_expect_eq(leaders_in(term0 + 1), 1);
+    cr_expect_lt(took, ET + 40, "took %llu ms", (unsigned long long)took);
+    cluster_propose_applied(&cl, (unsigned)l2, 3, 64, 2, &last);
+    cr_expect(!cl.conflict);
+    cluster_fini(&cl);
+}
+
+/* The first follower's timer runs out at ET + 5, the other's at 2 ET - 1.
+ * Without 4. the other refuses every vote until its own timer runs out
+ * (it still remembers the leader): the later timer, not the earlier. */
+Test(lost, silent_leader_holds_no_votes)
+{
+    static const unsigned apart[] = {5, ET - 1};
+    uint64_t last = 0, term0, took;
+    int l, l2, first, second;
+    cluster_init(&cl, 3);
+    l = cluster_elect(&cl);
+    cluster_propose_applied(&cl, (unsigned)l, 5, 64, 1, &last);
+    first = cluster_other(&cl, l, -1);
+    second = cluster_other(&cl, l, first);
+    term0 = term_of((unsigned)l);
+    fix_timers(l, apart, 0);
+    l2 = cut_and_elect(l, &took);
+    cr_expect_eq(l2, first);
+    cr_expect_eq(term_of((unsigned)l2), term0 + 1, "one round");
+    cr_expect_lt(took, ET + 40, "took %llu ms", (unsigned long long)took);
+    cr_expect_geq(cl.nodes[second].repl->lost.stale_unstuck, 1);
+    cluster_propose_applied(&cl, (unsigned)l2, 3, 64, 2, &last);
+    cr_expect(!cl.conflict);
+    cluster_fini(&cl);
+}
+
+/* The control for 4.: a follower cut off from a live leader times out and
+ * asks for votes; the other follower hears the leader every heartbeat, so
+ * it refuses, and nothing changes. */
+Test(lost, live_leader_keeps_its_votes)
+{
+    static const unsigned apart[] = {5, ET - 1};
+    uint64_t last = 0, term0;
+    int l, first, second;
+    cluster_init(&cl, 3);
+    l = cluster_elect(&cl);
+    cluster_propose_applied(&cl, (unsigned)l, 5, 64, 1, &last);
+    first = cluster_other(&cl, l, -1);
+    second = cluster_other(&cl, l, first);
+    term0 = term_of((unsigned)l);
+    fix_timers(l, apart, 0);
+    cluster_link(&cl, (unsigned)l, (unsigned)first, false);
+    for (unsigned s = 0; s < 6 * ET; s++) {
+        cluster_step(&cl);
+    }
+    cr_expect_eq(raft_state(&cl.nodes[first].repl->raft), RAFT_CANDIDATE);
+    cr_expect_eq(term_of((unsigned)l), term0);
+    cr_expect_eq(term_of((unsigned)second), term0);
+    cr_expect_eq(leader_seen((unsigned)second), cl.nodes[l].id);
+    cr_expect_eq(cl.nodes[second].repl->lost.stale_unstuck, 0);
+    cr_expect(cl.nodes[l].writable);
+    cluster_link(&cl, (unsigned)l, (unsigned)first, true);
+    cluster_propose_applied(&cl, (unsigned)l, 3, 64, 2, &last);
     cr_expect(!cl.conflict);
     cluster_fini(&cl);
 }
