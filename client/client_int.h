@@ -92,6 +92,11 @@ struct tern__server
     int hello_sent;
     int xxh3;
     int64_t silent_until;
+    /* Leader watch (engine.c, attempt deadlines): the request id of the
+     * STATUS asked while another server is quiet (0: none on the wire;
+     * reset by tern__server_close) and when it was sent. */
+    uint64_t watch_id;
+    int64_t watch_at;
 };
 
 /* Split "host:port" / "[v6]:port" (addr[0..len), borrowed) into s
@@ -338,6 +343,7 @@ struct tern_client
     uint32_t pid_next_k;     /* ISSUED: last k used by a renumber */
     struct tern__auth *auth; /* tern_client_set_auth; owned, or NULL */
     uint64_t next_id;
+    int64_t watch_next;     /* engine.c: the next leader watch round (ms) */
     struct tern__req *head; /* not-done requests, creation order */
     struct tern__req *tail;
     struct tern_list pq_lru; /* every state, least recently used first */

@@ -130,6 +130,7 @@ void tern__server_close(struct tern__server *s)
     s->out_off = 0;
     s->in_len = 0;
     s->probe_pending = 0;
+    s->watch_id = 0;
     s->hello_sent = 0;
     s->xxh3 = 0;
 }

@@ -25,7 +25,9 @@
  *     asked again after the back-off;
  *   - TERN_ENOLEADER, ESHUTDOWN, EBUSY, ENOCONN, ELEADERSHIPLOST: re-queued
  *     with back-off (produce is idempotent, so an ambiguous outcome is safe
- *     to retry);
+ *     to retry), to the next server that has not gone silent; a "no
+ *     leader" answer the server held (an election under way) is retried
+ *     after the base back-off, without growth;
  *   - TERN_ESEQUENCE on a produce: the queue's batches are rewound or
  *     renumbered (producer.c) and resent in sequence order;
  *   - TERN_ELEADERSHIPLOST from a leader-following request (the leader
@@ -54,10 +56,15 @@
  * STATUS probe (its answer matches no request and is dropped), so a
  * server that is alive but slow to commit (a large batch, a slow disk)
  * keeps talking and is never abandoned; answers to any other request
- * count too. Happy path of an abandon: the attempt is detached (a late
- * answer is ignored), later batches of its queue are taken back with it
- * (producer.c keeps sequence order), the server counts as silent for
- * 4T (until it sends a byte, or its connection fails), the leader guess
+ * count too. Leader watch: from T/2 of silence on, the other servers are
+ * asked for their status every T/4 (connected first if need be); one that
+ * answers it is a writable leader takes the quiet server's attempts at
+ * once, as an abandon would, so a leader cut off by the network costs the
+ * client the election, not T. A follower's answer moves nothing (it may
+ * still follow the quiet server). Happy path of an abandon: the attempt is
+ * detached (a late answer is ignored), later batches of its queue are taken
+ * back with it (producer.c keeps sequence order), the server counts as silent
+ * for 4T (until it sends a byte, or its connection fails), the leader guess
  * moves to the next server that is neither silent nor failing, and the
  * request is resent at once under the same producer id and sequence, so
  * the cluster appends it once whichever copy lands. Failure modes: a
@@ -525,8 +532,89 @@ static void abandon_attempt(struct tern_client *c,
     }
 }
 
+static int server_ready(struct tern_client *c, int i, int64_t now);
+
+/* Leader watch: server `quiet` has been quiet for half an attempt timeout
+ * t; every other server is asked for its status (connected first if need
+ * be), again every t/4 while that lasts. One that answers that it leads
+ * and takes writes gets the quiet server's attempts at once (watch_answer)
+ * instead of after the rest of the timeout: a leader cut off by the
+ * network is replaced within an election, and this is how the client
+ * hears of it. */
+static void watch_others(struct tern_client *c,
+                         int quiet,
+                         int64_t t,
+                         int64_t now)
+{
+    int connecting = 0;
+    if (now < c->watch_next) {
+        return;
+    }
+    for (int j = 0; j < c->n_servers; j++) {
+        struct tern__server *s = c->servers[j];
+        if (j == quiet) {
+            continue;
+        }
+        if (!server_ready(c, j, now)) {
+            connecting = 1; /* asked once it is up */
+            continue;
+        }
+        if (s->watch_id != 0 && now - s->watch_at < t) {
+            continue; /* still asked */
+        }
+        if (proto_encode_simple(&s->out, PROTO_OP_STATUS, ++c->next_id) != 0 ||
+            s->out.err != 0) {
+            s->out.err = 0; /* ENOMEM: not this round */
+            continue;
+        }
+        s->watch_id = c->next_id;
+        s->watch_at = now;
+    }
+    /* A connection just started is asked as soon as it is up. */
+    c->watch_next = now + TERN_MAX(connecting ? TERN_MIN(t / 4, 10) : t / 4, 1);
+}
+
+/* The answer to watch_others' STATUS from server i. */
+static void watch_answer(struct tern_client *c,
+                         int i,
+                         const struct proto_header *h,
+                         const uint8_t *body,
+                         int64_t now)
+{
+    struct proto_status st;
+    int moved = -1;
+    if (h->status != 0 ||
+        proto_decode_status_resp(body, h->body_len, &st) != 0 || !st.writable ||
+        st.leader_id != st.node_id || st.node_id == 0) {
+        return; /* not a writable leader */
+    }
+    for (struct tern__req *r = c->head; r != NULL;) {
+        struct tern__req *next = r->next;
+        if (r->state == TERN__REQ_SENT && !r->unasked && r->srv != i &&
+            follows_leader(c, r)) {
+            int64_t t = attempt_timeout(c, r);
+            if (now - attempt_quiet_since(c, r) >= t / 2) {
+                struct tern__server *q = c->servers[r->srv];
+                q->silent_until = now + 4 * t;
+                tern_errmsg_printf(
+                    r->errmsg, "%s: quiet for %lld ms while %s leads", q->addr,
+                    (long long)(now - attempt_quiet_since(c, r)),
+                    c->servers[i]->addr);
+                moved = r->srv;
+                r->attempts++;
+                req_retry(c, r, now, 0);
+            }
+        }
+        r = next;
+    }
+    if (moved >= 0) {
+        leader_moved(c, moved, i);
+    }
+}
+
 /* Abandon the attempts whose server has been silent for their attempt
- * timeout; probe the servers silent for half of it. */
+ * timeout; probe the servers silent for half of it, and watch the others
+ * (watch_others). */
 static void check_attempts(struct tern_client *c, int64_t now)
 {
     if (c->opts.attempt_timeout_ms <= 0 || c->n_servers < 2) {
@@ -541,8 +629,11 @@ static void check_attempts(struct tern_client *c, int64_t now)
                 abandon_attempt(c, r, t, now);
                 /* Later batches of its queue may have been taken back
                  * (next is still on the list, maybe QUEUED now). */
-            } else if (quiet >= t / 2 && !c->servers[r->srv]->probe_pending) {
-                send_probe(c, r->srv);
+            } else if (quiet >= t / 2) {
+                if (!c->servers[r->srv]->probe_pending) {
+                    send_probe(c, r->srv);
+                }
+                watch_others(c, r->srv, t, now);
             }
         }
         r = next;
@@ -555,7 +646,10 @@ static int64_t attempt_wake(const struct tern_client *c,
 {
     int64_t t = attempt_timeout(c, r);
     int64_t q = attempt_quiet_since(c, r);
-    return c->servers[r->srv]->probe_pending ? q + t : q + t / 2;
+    /* Past half of t, the next watch round too (never earlier than half
+     * of t: watch_next may be an older round's). */
+    int64_t w = TERN_MAX(c->watch_next, q + t / 2);
+    return c->servers[r->srv]->probe_pending ? TERN_MIN(q + t, w) : q + t / 2;
 }
 
 /* ---- Sending ---- */
@@ -890,15 +984,25 @@ static void on_error(struct tern_client *c,
         return;
     }
     if (is_retryable(status)) {
+        int64_t delay = backoff_ms(c, r->attempts);
         if (!fixed && (status == TERN_ENOLEADER || status == TERN_ESHUTDOWN ||
                        status == TERN_ENOCONN)) {
+            /* Not back to a server that went silent: it would hold the
+             * request for a (doubled) attempt timeout. */
             if (r->leader_only || c->opts.read_from == TERN_READ_LEADER) {
-                leader_moved(c, i, next_server(c, i));
+                leader_moved(c, i, next_live_server(c, i, now));
             } else if (c->read_cur == i) {
-                c->read_cur = next_server(c, i);
+                c->read_cur = next_live_server(c, i, now);
             }
         }
-        req_retry(c, r, now, backoff_ms(c, r->attempts));
+        if (status == TERN_ENOLEADER && now - r->sent_at >= backoff_ms(c, 1)) {
+            /* The server held the write while it knew no leader (an
+             * election, server.c hold_write) and paced us already: the
+             * next server at once, so a long election adds no growing
+             * back-off after its end. */
+            delay = backoff_ms(c, 1);
+        }
+        req_retry(c, r, now, delay);
         return;
     }
     if (status == TERN_ESEQUENCE && r->pq != NULL) {
@@ -957,6 +1061,12 @@ static int dispatch(struct tern_client *c,
     if ((h->op & PROTO_OP_RESPONSE) == 0) {
         tern_errmsg_printf(s->errmsg, "%s: unexpected request frame", s->addr);
         return TERN_EMALFORMED;
+    }
+    if (op == PROTO_OP_STATUS && s->watch_id != 0 &&
+        h->request_id == s->watch_id) {
+        s->watch_id = 0;
+        watch_answer(c, i, h, body, now);
+        return 0;
     }
     if (op == PROTO_OP_HELLO) {
         /* send_hello's answer; an older server's TERN_EINVAL keeps the

@@ -204,6 +204,13 @@ void fake_model_answer(struct fake_server *fs,
             .n_members = 1,
             .members = &mem,
         };
+        if (fs->status_follower) {
+            st.role = 1; /* a follower of node 2, at peer_addr */
+            st.leader_id = 2;
+            st.leader_address = fs->peer_addr;
+            st.leader_address_len = (uint16_t)strlen(fs->peer_addr);
+            st.writable = 0;
+        }
         proto_encode_status_resp(w, h->request_id, &st);
         return;
     }

@@ -89,6 +89,9 @@ struct fake_server
     int speaks_hello;
     int n_hello;
     uint8_t last_version;
+    /* STATUS answers: 0 as the writable leader (node 1), 1 as a follower
+     * of node 2 at peer_addr. */
+    int status_follower;
     /* Free-form state for hooks. */
     int counter;
     char peer_addr[64]; /* leader hint for NOT_LEADER hooks */

@@ -193,6 +193,10 @@ Test(client, slow_but_answering_leader_is_not_abandoned)
     cr_assert_eq(fake_start(&b, NULL), 0);
     create_on(a.addr, "q");
     create_on(b.addr, "q");
+    (void)pthread_mutex_lock(&b.mu);
+    b.status_follower = 1; /* the leader watch hears A leads */
+    (void)snprintf(b.peer_addr, sizeof b.peer_addr, "%s", a.addr);
+    (void)pthread_mutex_unlock(&b.mu);
     (void)snprintf(servers, sizeof servers, "%s,%s", a.addr, b.addr);
     c = client_with(servers, 5000, 100);
     cr_assert_eq(tern_produce(c, "q", &m, 1, &base), 0);
@@ -215,6 +219,147 @@ Test(client, slow_but_answering_leader_is_not_abandoned)
     cr_expect_eq(fake_n_records(&b), 0);
     cr_expect_eq(fake_n_msgs(&a), 2);
     cr_expect_str_eq(tern_client_leader(c), a.addr);
+    tern_client_free(c);
+    fake_stop(&a);
+    fake_stop(&b);
+}
+
+/* An election after the leader went silent: until elect_at (ms, 0: not
+ * set yet, set by the first write asked) B and C know no leader and
+ * answer writes TERN_ENOLEADER at once; then C leads and B names it. */
+static int64_t elect_at;
+
+static enum fake_action electing_hook(struct fake_server *fs,
+                                      int conn,
+                                      const struct proto_header *h,
+                                      const struct proto_request *r)
+{
+    int64_t now = now_ms();
+    int64_t at;
+    if (r->op != PROTO_OP_PRODUCE) {
+        return FAKE_DEFAULT;
+    }
+    at = __atomic_load_n(&elect_at, __ATOMIC_SEQ_CST);
+    if (at == 0) {
+        at = now + 250;
+        __atomic_store_n(&elect_at, at, __ATOMIC_SEQ_CST);
+    }
+    if (now < at) {
+        fake_send_error(fs, conn, h, TERN_ENOLEADER, NULL);
+        return FAKE_HANDLED;
+    }
+    if (fs->peer_addr[0] != '\0') {
+        fake_send_error(fs, conn, h, TERN_ENOTLEADER, fs->peer_addr);
+        return FAKE_HANDLED;
+    }
+    return FAKE_DEFAULT;
+}
+
+/* A silent, B and C answer "no leader" for a while (A's successor is
+ * being elected): the engine goes round B and C, never back to A while A
+ * is silent (it would wait there a doubled attempt timeout), and the
+ * batch lands on C once. */
+Test(client, no_leader_answers_skip_the_silent_server)
+{
+    struct fake_server a, b, cc;
+    struct tern_client *c;
+    struct tern_msg m = {"x", 1};
+    char servers[240];
+    int64_t t0, took;
+    cr_assert_eq(fake_start(&a, pausable_hook), 0);
+    cr_assert_eq(fake_start(&b, electing_hook), 0);
+    cr_assert_eq(fake_start(&cc, electing_hook), 0);
+    create_on(a.addr, "q");
+    create_on(b.addr, "q");
+    create_on(cc.addr, "q");
+    (void)snprintf(b.peer_addr, sizeof b.peer_addr, "%s", cc.addr);
+    (void)snprintf(servers, sizeof servers, "%s,%s,%s", a.addr, b.addr,
+                   cc.addr);
+    c = client_with(servers, 5000, 100);
+    cr_assert_eq(tern_produce(c, "q", &m, 1, NULL), 0);
+    cr_assert_str_eq(tern_client_leader(c), a.addr);
+    set_paused(&a, 1);
+    t0 = now_ms();
+    cr_assert_eq(tern_produce(c, "q", &m, 1, NULL), 0, "%s",
+                 tern_client_errmsg(c));
+    took = now_ms() - t0;
+    cr_log_info("landed %lld ms after the leader went silent", (long long)took);
+    cr_expect_str_eq(tern_client_leader(c), cc.addr);
+    /* A saw the first batch and the abandoned attempt of the second,
+     * nothing after: A is silent for 4 attempt timeouts (400 ms) after the
+     * abandon, longer than the election (250 ms after B's first answer). */
+    cr_expect_eq(fake_n_records(&a), 2);
+    cr_expect_geq(fake_n_requests(&b) + fake_n_requests(&cc), 2 + 2,
+                  "went round B and C");
+    cr_expect_eq(fake_n_msgs(&cc), 1);
+    tern_client_free(c);
+    fake_stop(&a);
+    fake_stop(&b);
+    fake_stop(&cc);
+}
+
+/* The leader watch: A goes silent; B follows A (its status says so), C
+ * has been elected. Half an attempt timeout into the silence the engine
+ * asks B and C for their status and moves the batch to C at once: the
+ * request deadline (900 ms) is shorter than the attempt timeout (1000
+ * ms), so without the watch the request would end in TERN_ETIMEDOUT. */
+Test(client, leader_watch_moves_to_the_new_leader)
+{
+    struct fake_server a, b, cc;
+    struct tern_client *c;
+    struct tern_msg m = {"x", 1};
+    char servers[240];
+    cr_assert_eq(fake_start(&a, pausable_hook), 0);
+    cr_assert_eq(fake_start(&b, NULL), 0);
+    cr_assert_eq(fake_start(&cc, NULL), 0);
+    create_on(a.addr, "q");
+    create_on(b.addr, "q");
+    create_on(cc.addr, "q");
+    (void)pthread_mutex_lock(&b.mu);
+    b.status_follower = 1;
+    (void)snprintf(b.peer_addr, sizeof b.peer_addr, "%s", a.addr);
+    (void)pthread_mutex_unlock(&b.mu);
+    (void)snprintf(servers, sizeof servers, "%s,%s,%s", a.addr, b.addr,
+                   cc.addr);
+    c = client_with(servers, 900, 1000);
+    cr_assert_eq(tern_produce(c, "q", &m, 1, NULL), 0);
+    cr_assert_str_eq(tern_client_leader(c), a.addr);
+    set_paused(&a, 1);
+    cr_assert_eq(tern_produce(c, "q", &m, 1, NULL), 0, "%s",
+                 tern_client_errmsg(c));
+    cr_expect_str_eq(tern_client_leader(c), cc.addr);
+    cr_expect_eq(fake_n_records(&a), 2);
+    cr_expect_eq(fake_n_records(&b), 0, "B follows A: never asked to write");
+    cr_expect_eq(fake_n_msgs(&cc), 1);
+    tern_client_free(c);
+    fake_stop(&a);
+    fake_stop(&b);
+    fake_stop(&cc);
+}
+
+/* The control: the others all follow the silent A (no election yet), so
+ * the watch moves nothing and the request waits out its deadline. */
+Test(client, leader_watch_never_moves_to_a_follower)
+{
+    struct fake_server a, b;
+    struct tern_client *c;
+    struct tern_msg m = {"x", 1};
+    char servers[160];
+    cr_assert_eq(fake_start(&a, pausable_hook), 0);
+    cr_assert_eq(fake_start(&b, NULL), 0);
+    create_on(a.addr, "q");
+    create_on(b.addr, "q");
+    (void)pthread_mutex_lock(&b.mu);
+    b.status_follower = 1;
+    (void)snprintf(b.peer_addr, sizeof b.peer_addr, "%s", a.addr);
+    (void)pthread_mutex_unlock(&b.mu);
+    (void)snprintf(servers, sizeof servers, "%s,%s", a.addr, b.addr);
+    c = client_with(servers, 900, 1000);
+    cr_assert_eq(tern_produce(c, "q", &m, 1, NULL), 0);
+    set_paused(&a, 1);
+    cr_expect_eq(tern_produce(c, "q", &m, 1, NULL), TERN_ETIMEDOUT);
+    cr_expect_eq(fake_n_records(&b), 0);
+    cr_expect_geq(fake_n_requests(&b), 1 + 1, "B was watched");
     tern_client_free(c);
     fake_stop(&a);
     fake_stop(&b);

@@ -7,8 +7,9 @@
  * once elect one leader in one round (no split vote), also when the first
  * in turn has the shorter log. Without a signal (a leader cut off by the
  * network): a silent leader holds no votes, and followers whose timers
- * run out together elect one leader in one round. Time is the harness clock (1 ms a step when
- * nothing else can happen), so these are assertions on logic, not speed.
+ * run out together elect one leader in one round. Time is the harness clock (1
+ * ms a step when nothing else can happen), so these are assertions on logic,
+ * not speed.
  */
 #include <criterion/criterion.h>
 
