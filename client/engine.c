@@ -57,7 +57,7 @@
  * server that is alive but slow to commit (a large batch, a slow disk)
  * keeps talking and is never abandoned; answers to any other request
  * count too. Leader watch: from T/2 of silence on, the other servers are
- * asked for their status every T/4 (connected first if need be); one that
+ * asked for their status every T/6 (connected first if need be); one that
  * answers it is a writable leader takes the quiet server's attempts at
  * once, as an abandon would, so a leader cut off by the network costs the
  * client the election, not T. A follower's answer moves nothing (it may
@@ -536,7 +536,7 @@ static int server_ready(struct tern_client *c, int i, int64_t now);
 
 /* Leader watch: server `quiet` has been quiet for half an attempt timeout
  * t; every other server is asked for its status (connected first if need
- * be), again every t/4 while that lasts. One that answers that it leads
+ * be), again every t/6 while that lasts. One that answers that it leads
  * and takes writes gets the quiet server's attempts at once (watch_answer)
  * instead of after the rest of the timeout: a leader cut off by the
  * network is replaced within an election, and this is how the client
@@ -571,7 +571,7 @@ static void watch_others(struct tern_client *c,
         s->watch_at = now;
     }
     /* A connection just started is asked as soon as it is up. */
-    c->watch_next = now + TERN_MAX(connecting ? TERN_MIN(t / 4, 10) : t / 4, 1);
+    c->watch_next = now + TERN_MAX(connecting ? TERN_MIN(t / 6, 10) : t / 6, 1);
 }
 
 /* The answer to watch_others' STATUS from server i. */

@@ -69,6 +69,10 @@
  *    is heard every heartbeat (ET / 10), so it is never disrupted. This
  *    node's own timer would have made it stop following at the same age
  *    anyway, which is also why leader-side contact checks see no change.
+ *    When that vote is then refused because the candidate's log is behind
+ *    ours (the durable one we would advertise), an election is due that
+ *    only a node like us can win: we stand at once (our timer expired as
+ *    in 2.) instead of when our own timer runs out, up to ET later.
  * 5. Two pre-vote candidates. When both followers time out within a
  *    message's flight of each other, each is a pre-vote candidate without
  *    a leader, each grants the other's pre-vote, both stand in the next
@@ -262,20 +266,6 @@ static bool is_voter(const struct repl *r, uint64_t id)
     return false;
 }
 
-/* 4.: a vote reaching a follower whose leader has been silent >= ET. */
-static void silent_leader(struct repl *r, struct raft_message *m)
-{
-    struct raft_request_vote *v = &m->request_vote;
-    if (v->disrupt_leader || raft_state(&r->raft) != RAFT_FOLLOWER ||
-        current_leader(r) == 0 ||
-        raft_now(r) - r->raft.election_timer_start <
-            (uint64_t)r->election_timeout_ms) {
-        return;
-    }
-    v->disrupt_leader = true;
-    r->lost.stale_unstuck++;
-}
-
 /* Order of two advertised logs by (last term, last index): <0, 0, >0. */
 static int log_order(uint64_t term_a,
                      uint64_t index_a,
@@ -289,6 +279,31 @@ static int log_order(uint64_t term_a,
         return index_a < index_b ? -1 : 1;
     }
     return 0;
+}
+
+/* The term of our durable last entry, as our RequestVote advertises it
+ * (guard.c item 3); 0 when unknown (nothing is then taken as behind). */
+static uint64_t our_last_term(struct repl *r)
+{
+    return r->io.acked_index == 0 ? 0 : repl_io_term_of(r, r->io.acked_index);
+}
+
+/* 4.: a vote reaching a follower whose leader has been silent >= ET. */
+static void silent_leader(struct repl *r, struct raft_message *m)
+{
+    struct raft_request_vote *v = &m->request_vote;
+    if (v->disrupt_leader || raft_state(&r->raft) != RAFT_FOLLOWER ||
+        current_leader(r) == 0 ||
+        raft_now(r) - r->raft.election_timer_start <
+            (uint64_t)r->election_timeout_ms) {
+        return;
+    }
+    v->disrupt_leader = true;
+    r->lost.stale_unstuck++;
+    if (log_order(v->last_log_term, v->last_log_index, our_last_term(r),
+                  r->io.acked_index) < 0) {
+        r->lost.stand = true; /* 4., a candidate behind us */
+    }
 }
 
 /* 5.: a pre-vote reaching us while we are a pre-vote candidate. */
@@ -352,16 +367,21 @@ void repl_lost_recv(struct repl *r, struct raft_message *m)
 
 void repl_lost_delivered(struct repl *r)
 {
-    if (!r->lost.resend) {
-        return;
-    }
+    bool resend = r->lost.resend, stand = r->lost.stand;
+    int state = raft_state(&r->raft);
     r->lost.resend = false;
-    if (r->closing || r->failed != 0 ||
-        raft_state(&r->raft) != RAFT_CANDIDATE ||
-        !r->raft.candidate_state.in_pre_vote) {
+    r->lost.stand = false;
+    if (r->closing || r->failed != 0) {
         return;
     }
-    r->lost.resends++;
+    if (resend && state == RAFT_CANDIDATE &&
+        r->raft.candidate_state.in_pre_vote) {
+        r->lost.resends++;
+    } else if (stand && state == RAFT_FOLLOWER && current_leader(r) != 0) {
+        r->lost.stood++;
+    } else {
+        return;
+    }
     expire_timer(r);
     repl_io_tick(r);
 }

@@ -360,6 +360,8 @@ struct repl_lost_state
     uint64_t race_term;     /* the term of race_resends */
     unsigned race_resends;  /* refusals and re-sends in race_term (5.) */
     bool resend;            /* re-send our pre-vote after this delivery */
+    bool stand;             /* stand ourselves after this delivery (4.) */
+    uint64_t stood;         /* stats: elections started by 4. */
     uint64_t ties_refused;  /* stats: equal-log pre-votes refused (5.) */
     uint64_t resends;       /* stats: pre-votes re-sent at once (5.) */
 };

@@ -366,3 +366,33 @@ Test(lost, live_leader_keeps_its_votes)
     cr_expect(!cl.conflict);
     cluster_fini(&cl);
 }
+
+/* The first follower to time out has the shorter log: the other refuses
+ * its pre-vote on the log comparison and, its leader silent for ET by
+ * then, stands at once (4.) instead of when its own timer (2 ET - 1)
+ * runs out. */
+Test(lost, behind_candidate_makes_the_other_stand)
+{
+    static const unsigned apart[] = {20, ET - 1};
+    uint64_t last = 0, term0, took;
+    int l, l2, behind, ahead;
+    cluster_init(&cl, 3);
+    l = cluster_elect(&cl);
+    cluster_propose_applied(&cl, (unsigned)l, 5, 64, 1, &last);
+    behind = cluster_other(&cl, l, -1);
+    ahead = cluster_other(&cl, l, behind);
+    cluster_link(&cl, (unsigned)l, (unsigned)behind, false);
+    cluster_propose_n(&cl, (unsigned)l, 3, 64, 2, &last);
+    cr_assert(cluster_step_until(&cl, pred_leader_committed, &last, STEPS));
+    term0 = term_of((unsigned)l);
+    fix_timers(l, apart, 0);
+    l2 = cut_and_elect(l, &took);
+    cr_expect_eq(l2, ahead);
+    cr_expect_eq(term_of((unsigned)l2), term0 + 1, "one round");
+    cr_expect_lt(took, ET + 60, "took %llu ms", (unsigned long long)took);
+    cr_expect_geq(cl.nodes[ahead].repl->lost.stood, 1);
+    cluster_propose_applied(&cl, (unsigned)l2, 2, 64, 3, &last);
+    cr_expect_eq(cl.nodes[behind].n_applied, 10);
+    cr_expect(!cl.conflict);
+    cluster_fini(&cl);
+}
