@@ -574,7 +574,10 @@ static void watch_others(struct tern_client *c,
     c->watch_next = now + TERN_MAX(connecting ? TERN_MIN(t / 6, 10) : t / 6, 1);
 }
 
-/* The answer to watch_others' STATUS from server i. */
+/* The answer to watch_others' STATUS from server i: if i leads and takes
+ * writes, the quiet server's attempts move to it, it becomes the leader
+ * guess unless a write confirmed another, and writes in a back-off go at
+ * once. */
 static void watch_answer(struct tern_client *c,
                          int i,
                          const struct proto_header *h,
@@ -609,6 +612,19 @@ static void watch_answer(struct tern_client *c,
     }
     if (moved >= 0) {
         leader_moved(c, moved, i);
+    } else if (c->leader != i && !c->leader_confirmed) {
+        leader_moved(c, c->leader, i); /* a guess after redirects */
+    }
+    if (c->leader != i) {
+        return;
+    }
+    /* Writes waiting out a back-off after "not the leader" answers from
+     * the others: the leader is known now. */
+    for (struct tern__req *r = c->head; r != NULL; r = r->next) {
+        if (r->state == TERN__REQ_QUEUED && r->not_before > now &&
+            follows_leader(c, r)) {
+            r->not_before = now;
+        }
     }
 }
 

@@ -1101,13 +1101,15 @@ static void hold_answer(struct node_server *s, struct parked *p)
 }
 
 /* Is a held write ready to be answered: this node writable, a transfer
- * naming the next leader, or another node known as the leader? */
+ * naming the next leader, or another node known as the leader and heard
+ * from? */
 static bool hold_ready(const struct node_server *s,
                        const struct parked *p,
                        const struct repl_status *st)
 {
     return !conn_live(p->c) || st->writable || st->transfer_to != 0 ||
-           (st->leader_id != 0 && st->leader_id != s->view.cfg->id);
+           (st->leader_id != 0 && st->leader_id != s->view.cfg->id &&
+            !st->leader_silent);
 }
 static void receive_now(struct node_conn *c,
                         uint64_t request_id,
@@ -2254,7 +2256,9 @@ static bool delay_refused(struct node_conn *c,
 }
 
 /* A write reached a node that knows no leader (an election is under
- * way) or leads without being writable yet (its barrier after the
+ * way), follows a leader it has not heard from for an election timeout
+ * (cut off or gone: an election is due; naming it would send the client
+ * there), or leads without being writable yet (its barrier after the
  * election): hold it, at most one election timeout, and answer it with
  * the leader hint as soon as the node knows one (node_server_wake, which
  * node.c calls when the leader or writability changes), so the client
@@ -2271,7 +2275,8 @@ static bool hold_write(struct node_conn *c,
     const struct node_config *cfg = c->view.cfg;
     struct parked *p;
     if (s == NULL || s->closing || st->writable || st->transfer_to != 0 ||
-        (st->leader_id != 0 && st->leader_id != cfg->id) ||
+        (st->leader_id != 0 && st->leader_id != cfg->id &&
+         !st->leader_silent) ||
         cfg->election_timeout_ms == 0 || s->n_held >= SERVER__HOLD_MAX ||
         s->n_parked >= cfg->max_parked ||
         c->n_parked >= cfg->max_parked_per_conn) {

@@ -288,14 +288,18 @@ static uint64_t our_last_term(struct repl *r)
     return r->io.acked_index == 0 ? 0 : repl_io_term_of(r, r->io.acked_index);
 }
 
+bool repl_lost_leader_silent(struct repl *r)
+{
+    return raft_state(&r->raft) == RAFT_FOLLOWER && current_leader(r) != 0 &&
+           raft_now(r) - r->raft.election_timer_start >=
+               (uint64_t)r->election_timeout_ms;
+}
+
 /* 4.: a vote reaching a follower whose leader has been silent >= ET. */
 static void silent_leader(struct repl *r, struct raft_message *m)
 {
     struct raft_request_vote *v = &m->request_vote;
-    if (v->disrupt_leader || raft_state(&r->raft) != RAFT_FOLLOWER ||
-        current_leader(r) == 0 ||
-        raft_now(r) - r->raft.election_timer_start <
-            (uint64_t)r->election_timeout_ms) {
+    if (v->disrupt_leader || !repl_lost_leader_silent(r)) {
         return;
     }
     v->disrupt_leader = true;

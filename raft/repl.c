@@ -566,6 +566,7 @@ void repl_get_status(struct repl *r, struct repl_status *out)
         break;
     }
     out->leader_id = r->guard.leader_id;
+    out->leader_silent = repl_lost_leader_silent(r);
     out->term = r->io.term;
     out->commit_index = r->raft.commit_index;
     out->last_applied = raft_last_applied(&r->raft);

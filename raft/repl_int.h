@@ -570,6 +570,8 @@ void repl_lost_tick(struct repl *r);
 /* A received message on its way to the core: a message of the lost leader
  * ends the episode; a RequestVote during one gets disrupt_leader. */
 void repl_lost_recv(struct repl *r, struct raft_message *m);
+/* A follower whose leader has been silent for ET (4.). */
+bool repl_lost_leader_silent(struct repl *r);
 /* After the core took a received message: a pre-vote to re-send (5.). */
 void repl_lost_delivered(struct repl *r);
 /* A message on its way out, as sent (after guard.c's rewrites). */

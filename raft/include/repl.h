@@ -266,6 +266,10 @@ struct repl_status
     uint64_t id;
     enum repl_role role;
     uint64_t leader_id; /* 0 if unknown */
+    /* A follower that has not heard from leader_id for an election
+     * timeout: it is probably gone (raft/lost.c 4.: it holds no votes),
+     * and a new leader may be on its way. */
+    bool leader_silent;
     uint64_t term;
     uint64_t commit_index;
     uint64_t last_applied;

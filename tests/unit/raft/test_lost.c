@@ -396,3 +396,38 @@ Test(lost, behind_candidate_makes_the_other_stand)
     cr_expect(!cl.conflict);
     cluster_fini(&cl);
 }
+
+/* Status: a follower reports its leader silent once it has not heard from
+ * it for ET (ternd then holds writes instead of naming that leader), and
+ * not before, nor while the leader is heard. */
+Test(lost, status_reports_a_silent_leader)
+{
+    static const unsigned late[] = {ET - 1, ET - 1};
+    struct repl_status st;
+    uint64_t last = 0;
+    int l, f;
+    cluster_init(&cl, 3);
+    l = cluster_elect(&cl);
+    cluster_propose_applied(&cl, (unsigned)l, 3, 64, 1, &last);
+    f = cluster_other(&cl, l, -1);
+    fix_timers(l, late, (int)ET - 1);
+    for (unsigned s = 0; s < 3 * ET; s++) {
+        cluster_step(&cl);
+        repl_get_status(cl.nodes[f].repl, &st);
+        cr_assert(!st.leader_silent, "heard every heartbeat");
+    }
+    cluster_isolate(&cl, (unsigned)l, true);
+    cluster_steps(&cl, ET / 2);
+    repl_get_status(cl.nodes[f].repl, &st);
+    cr_expect(!st.leader_silent, "silent for ET / 2 only");
+    cr_expect_eq(st.leader_id, cl.nodes[l].id);
+    cluster_steps(&cl, ET / 2 + 20);
+    repl_get_status(cl.nodes[f].repl, &st);
+    cr_expect(st.leader_silent, "silent for ET + 20 ms");
+    cr_expect_eq(st.leader_id, cl.nodes[l].id, "still its last leader");
+    cluster_isolate(&cl, (unsigned)l, false);
+    cluster_steps(&cl, 40);
+    repl_get_status(cl.nodes[f].repl, &st);
+    cr_expect(!st.leader_silent, "heard again");
+    cluster_fini(&cl);
+}
