@@ -344,6 +344,7 @@ struct tern_client
     struct tern__auth *auth; /* tern_client_set_auth; owned, or NULL */
     uint64_t next_id;
     int64_t watch_next;     /* engine.c: the next leader watch round (ms) */
+    uint64_t watch_term;    /* engine.c: the highest term a watch saw */
     struct tern__req *head; /* not-done requests, creation order */
     struct tern__req *tail;
     struct tern_list pq_lru; /* every state, least recently used first */

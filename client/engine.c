@@ -56,8 +56,9 @@
  * STATUS probe (its answer matches no request and is dropped), so a
  * server that is alive but slow to commit (a large batch, a slow disk)
  * keeps talking and is never abandoned; answers to any other request
- * count too. Leader watch: from T/2 of silence on, the other servers are
- * asked for their status every T/6 (connected first if need be); one that
+ * count too. Leader watch: once the probe has gone unanswered for T/6,
+ * the other servers are asked for their status every T/6 (connected first
+ * if need be; an answer from a term older than one seen is ignored); one that
  * answers it is a writable leader takes the quiet server's attempts at
  * once, as an abandon would, so a leader cut off by the network costs the
  * client the election, not T. A follower's answer moves nothing (it may
@@ -534,12 +535,12 @@ static void abandon_attempt(struct tern_client *c,
 
 static int server_ready(struct tern_client *c, int i, int64_t now);
 
-/* Leader watch: server `quiet` has been quiet for half an attempt timeout
- * t; every other server is asked for its status (connected first if need
- * be), again every t/6 while that lasts. One that answers that it leads
- * and takes writes gets the quiet server's attempts at once (watch_answer)
- * instead of after the rest of the timeout: a leader cut off by the
- * network is replaced within an election, and this is how the client
+/* Leader watch: server `quiet` has not answered the probe sent after half
+ * an attempt timeout t within t/6; every other server is asked for its
+ * status (connected first if need be), again every t/6 while that lasts. One
+ * that answers that it leads and takes writes gets the quiet server's attempts
+ * at once (watch_answer) instead of after the rest of the timeout: a leader cut
+ * off by the network is replaced within an election, and this is how the client
  * hears of it. */
 static void watch_others(struct tern_client *c,
                          int quiet,
@@ -575,9 +576,9 @@ static void watch_others(struct tern_client *c,
 }
 
 /* The answer to watch_others' STATUS from server i: if i leads and takes
- * writes, the quiet server's attempts move to it, it becomes the leader
- * guess unless a write confirmed another, and writes in a back-off go at
- * once. */
+ * writes, in a term no older than any answer seen, the quiet server's
+ * attempts move to it, it becomes the leader guess, and writes in a
+ * back-off go at once. */
 static void watch_answer(struct tern_client *c,
                          int i,
                          const struct proto_header *h,
@@ -587,8 +588,14 @@ static void watch_answer(struct tern_client *c,
     struct proto_status st;
     int moved = -1;
     if (h->status != 0 ||
-        proto_decode_status_resp(body, h->body_len, &st) != 0 || !st.writable ||
-        st.leader_id != st.node_id || st.node_id == 0) {
+        proto_decode_status_resp(body, h->body_len, &st) != 0) {
+        return;
+    }
+    if (st.term < c->watch_term) {
+        return; /* older than an answer seen already (a deposed leader) */
+    }
+    c->watch_term = st.term;
+    if (!st.writable || st.leader_id != st.node_id || st.node_id == 0) {
         return; /* not a writable leader */
     }
     for (struct tern__req *r = c->head; r != NULL;) {
@@ -610,14 +617,10 @@ static void watch_answer(struct tern_client *c,
         }
         r = next;
     }
-    if (moved >= 0) {
-        leader_moved(c, moved, i);
-    } else if (c->leader != i && !c->leader_confirmed) {
-        leader_moved(c, c->leader, i); /* a guess after redirects */
-    }
-    if (c->leader != i) {
+    if (moved < 0) {
         return;
     }
+    leader_moved(c, moved, i);
     /* Writes waiting out a back-off after "not the leader" answers from
      * the others: the leader is known now. */
     for (struct tern__req *r = c->head; r != NULL; r = r->next) {
@@ -648,8 +651,9 @@ static void check_attempts(struct tern_client *c, int64_t now)
             } else if (quiet >= t / 2) {
                 if (!c->servers[r->srv]->probe_pending) {
                     send_probe(c, r->srv);
+                } else if (quiet >= t / 2 + t / 6) {
+                    watch_others(c, r->srv, t, now);
                 }
-                watch_others(c, r->srv, t, now);
             }
         }
         r = next;
@@ -662,9 +666,9 @@ static int64_t attempt_wake(const struct tern_client *c,
 {
     int64_t t = attempt_timeout(c, r);
     int64_t q = attempt_quiet_since(c, r);
-    /* Past half of t, the next watch round too (never earlier than half
-     * of t: watch_next may be an older round's). */
-    int64_t w = TERN_MAX(c->watch_next, q + t / 2);
+    /* Once the probe has gone unanswered for t/6, the next watch round
+     * too (never earlier: watch_next may be an older round's). */
+    int64_t w = TERN_MAX(c->watch_next, q + t / 2 + t / 6);
     return c->servers[r->srv]->probe_pending ? TERN_MIN(q + t, w) : q + t / 2;
 }
 
@@ -927,6 +931,19 @@ static void on_success(struct tern_client *c,
     req_complete(c, r, rv);
 }
 
+/* Did r's server hold it before answering "no leader" (an election under
+ * way: server.c hold_write holds a write up to an election timeout and
+ * answers TERN_ENOTLEADER without a hint if none was elected)? Such an
+ * answer paced the client already: the next server is asked after the
+ * base back-off, without growth, so a long election adds no grown
+ * back-off after its end. */
+static int answer_was_held(const struct tern_client *c,
+                           const struct tern__req *r,
+                           int64_t now)
+{
+    return now - r->sent_at >= 2 * backoff_ms(c, 1);
+}
+
 static int is_retryable(int status)
 {
     switch (status) {
@@ -989,12 +1006,19 @@ static void on_error(struct tern_client *c,
             return;
         }
         if (to < 0) {
-            to = next_live_server(c, i, now);
+            int64_t delay =
+                r->attempts <= 2 ? 0 : backoff_ms(c, r->attempts - 2);
+            if (answer_was_held(c, r, now)) {
+                delay = TERN_MIN(delay, backoff_ms(c, 1));
+            }
+            leader_moved(c, i, next_live_server(c, i, now));
+            /* Two redirects at once, then the back-off from its base: a
+             * redirect without a hint usually means an election (or a
+             * leadership transfer) of a few ms is under way. */
+            req_retry(c, r, now, delay);
+            return;
         }
         leader_moved(c, i, to);
-        /* Two redirects at once, then the back-off from its base: a
-         * redirect without a hint usually means an election (or a
-         * leadership transfer) of a few ms is under way. */
         req_retry(c, r, now,
                   r->attempts <= 2 ? 0 : backoff_ms(c, r->attempts - 2));
         return;
@@ -1011,11 +1035,7 @@ static void on_error(struct tern_client *c,
                 c->read_cur = next_live_server(c, i, now);
             }
         }
-        if (status == TERN_ENOLEADER && now - r->sent_at >= backoff_ms(c, 1)) {
-            /* The server held the write while it knew no leader (an
-             * election, server.c hold_write) and paced us already: the
-             * next server at once, so a long election adds no growing
-             * back-off after its end. */
+        if (status == TERN_ENOLEADER && answer_was_held(c, r, now)) {
             delay = backoff_ms(c, 1);
         }
         req_retry(c, r, now, delay);

@@ -1242,6 +1242,12 @@ static void on_park_timer(uv_timer_t *t)
         if (p->deadline <= now || !conn_live(p->c) ||
             (p->op == PROTO_OP_RECEIVE && parked_ready(s, p, true))) {
             parked_answer(s, p);
+        } else if (p->hold) {
+            struct repl_status st;
+            view_status(&s->view, &st);
+            if (hold_ready(s, p, &st)) {
+                parked_answer(s, p); /* a silent leader heard again */
+            }
         }
     }
     while (s->wake_again) {
@@ -1266,6 +1272,10 @@ static void park_arm(struct node_server *s)
         if (p->op == PROTO_OP_RECEIVE) {
             /* Leases expire without a flush: look again now and then. */
             min = TERN_MIN(min, now + SERVER__RECEIVE_RECHECK_MS);
+        } else if (p->hold) {
+            /* A silent leader heard again changes no leader nor role, so
+             * nothing wakes the hold: look again every heartbeat. */
+            min = TERN_MIN(min, now + TERN_MAX(1u, s->view.cfg->heartbeat_ms));
         }
     }
     if (min == UINT64_MAX) {

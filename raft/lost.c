@@ -62,8 +62,10 @@
  *    earlier). Section 4.2.3 of the Raft thesis refuses only "within the
  *    minimum election timeout of hearing from a current leader": a
  *    RequestVote (pre-vote or real) reaching a follower whose leader has
- *    been silent for at least ET (raft's election_timer_start, which every
- *    AppendEntries and InstallSnapshot from the leader restarts) is handed
+ *    been silent for at least ET (the later of raft's election_timer_start,
+ *    which every AppendEntries and InstallSnapshot from the leader
+ *    restarts, and the last such message seen here, also one guard.c
+ *    keeps from the core while a snapshot is installed) is handed
  *    to the core with disrupt_leader set. As in 3., only the stickiness is
  *    lifted, never the log comparison nor one vote per term; a live leader
  *    is heard every heartbeat (ET / 10), so it is never disrupted. This
@@ -85,11 +87,17 @@
  *    neutralises rather than drops); a log behind ours the core refuses by
  *    itself. Either way the sender has no leader any more, so it would
  *    grant ours: our pre-vote is sent again at once (the timer expired as
- *    in 2.), not after our own timer runs out again. Bound: REPL_LOST_TRIES
- *    refusals and re-sends per term; later pre-votes are left to the core,
- *    so nodes that reach different majorities (a partial partition) cannot
- *    hold each other up for ever. Refusing a vote is always safe; only
- *    liveness is at stake, and the lower id's pre-vote still needs a
+ *    in 2.), not after our own timer runs out again, unless the sender's
+ *    grant is counted already (a re-send restarts the count). The higher
+ *    id, for its part, stands aside for ET: grants of its own pre-vote are
+ *    handed to the core as refusals, so with five voters the second
+ *    lowest cannot pass the pre-vote on the others' grants beside the
+ *    lowest and split the real vote with it. Bounds, per term:
+ *    REPL_LOST_TIES refused ties and REPL_LOST_TRIES re-sends, later
+ *    pre-votes being left to the core, and standing aside ends after ET,
+ *    so nodes that reach different majorities (a partial partition)
+ *    cannot hold each other up for long. Refusing a vote is always safe;
+ *    only liveness is at stake, and the lower id's pre-vote still needs a
  *    majority like any other.
  *
  * Other users of io time (checked): the core's leader-side timers
@@ -104,6 +112,7 @@
 
 #define REPL_LOST_TRIES    5u
 #define REPL_LOST_RETRY_MS 2u
+#define REPL_LOST_TIES     2u /* tied pre-votes refused per term (5.) */
 
 unsigned repl_lost_stagger_ms(unsigned election_timeout_ms)
 {
@@ -290,9 +299,9 @@ static uint64_t our_last_term(struct repl *r)
 
 bool repl_lost_leader_silent(struct repl *r)
 {
+    uint64_t heard = TERN_MAX(r->raft.election_timer_start, r->lost.heard_at);
     return raft_state(&r->raft) == RAFT_FOLLOWER && current_leader(r) != 0 &&
-           raft_now(r) - r->raft.election_timer_start >=
-               (uint64_t)r->election_timeout_ms;
+           raft_now(r) - heard >= (uint64_t)r->election_timeout_ms;
 }
 
 /* 4.: a vote reaching a follower whose leader has been silent >= ET. */
@@ -310,11 +319,30 @@ static void silent_leader(struct repl *r, struct raft_message *m)
     }
 }
 
+/* Index of voter id among the configuration's voters (the core's
+ * candidate_state.votes), or n if it is none. */
+static unsigned voter_index(const struct repl *r, uint64_t id)
+{
+    unsigned k = 0;
+    for (unsigned i = 0; i < r->raft.configuration.n; i++) {
+        const struct raft_server *s = &r->raft.configuration.servers[i];
+        if (s->role != RAFT_VOTER) {
+            continue;
+        }
+        if (s->id == id) {
+            return k;
+        }
+        k++;
+    }
+    return r->raft.configuration.n;
+}
+
 /* 5.: a pre-vote reaching us while we are a pre-vote candidate. */
 static void pre_vote_race(struct repl *r, struct raft_message *m)
 {
     struct raft_request_vote *v = &m->request_vote;
     uint64_t next = r->raft.current_term + 1;
+    unsigned k;
     int order;
     if (!v->pre_vote || raft_state(&r->raft) != RAFT_CANDIDATE ||
         !r->raft.candidate_state.in_pre_vote || r->lost.my_pre_term != next ||
@@ -324,23 +352,57 @@ static void pre_vote_race(struct repl *r, struct raft_message *m)
     }
     if (r->lost.race_term != r->raft.current_term) {
         r->lost.race_term = r->raft.current_term;
+        r->lost.race_ties = 0;
         r->lost.race_resends = 0;
+        r->lost.yield_until = 0;
     }
     order = log_order(r->lost.my_pre_last, r->lost.my_pre_index,
                       v->last_log_term, v->last_log_index);
-    if (order < 0 || r->lost.race_resends >= REPL_LOST_TRIES) {
-        return; /* theirs is ahead (the core grants it), or we gave up */
+    if (order < 0) {
+        return; /* theirs is ahead: the core grants it */
+    }
+    if (order == 0 && r->lost.my_pre_index == 0) {
+        return; /* both empty: never refused */
+    }
+    if (order == 0 && r->id > m->server_id) {
+        /* Theirs to take: the core grants it, and we stand aside for
+         * this round (our own pre-vote's grants do not count for ET),
+         * or two of us could pass the pre-vote with different majorities
+         * and split the real vote. */
+        r->lost.yield_until = now_ms(r) + r->election_timeout_ms;
+        return;
     }
     if (order == 0) {
-        if (r->id > m->server_id || r->lost.my_pre_index == 0) {
-            return; /* theirs to take (an empty log is never refused) */
+        if (r->lost.race_ties >= REPL_LOST_TIES) {
+            return; /* left to the core */
         }
+        r->lost.race_ties++;
         r->lost.ties_refused++;
         v->last_log_index = 0; /* our log is not empty: the core refuses */
         v->last_log_term = 0;
     }
+    k = voter_index(r, m->server_id);
+    if (r->lost.race_resends >= REPL_LOST_TRIES ||
+        k >= r->raft.configuration.n || r->raft.candidate_state.votes[k]) {
+        return; /* no more re-sends, or its grant is counted already */
+    }
     r->lost.race_resends++;
     r->lost.resend = true;
+}
+
+/* 5.: our pre-vote granted while we stand aside for a lower id. */
+static void pre_vote_result(struct repl *r, struct raft_message *m)
+{
+    struct raft_request_vote_result *res = &m->request_vote_result;
+    if (res->pre_vote != raft_tribool_true || !res->vote_granted ||
+        r->lost.yield_until == 0 || r->lost.race_term != r->raft.current_term ||
+        raft_state(&r->raft) != RAFT_CANDIDATE ||
+        !r->raft.candidate_state.in_pre_vote ||
+        now_ms(r) >= r->lost.yield_until) {
+        return;
+    }
+    res->vote_granted = false; /* a refusal changes nothing in the core */
+    r->lost.grants_yielded++;
 }
 
 void repl_lost_recv(struct repl *r, struct raft_message *m)
@@ -348,6 +410,16 @@ void repl_lost_recv(struct repl *r, struct raft_message *m)
     if (m->type == RAFT_IO_REQUEST_VOTE && is_voter(r, m->server_id)) {
         silent_leader(r, m);
         pre_vote_race(r, m);
+    } else if (m->type == RAFT_IO_REQUEST_VOTE_RESULT) {
+        pre_vote_result(r, m);
+    } else if ((m->type == RAFT_IO_APPEND_ENTRIES &&
+                m->append_entries.term >= r->raft.current_term) ||
+               (m->type == RAFT_IO_INSTALL_SNAPSHOT &&
+                m->install_snapshot.term >= r->raft.current_term)) {
+        /* A leader speaks, also when guard.c keeps the message from the
+         * core (a snapshot being installed, a bulk fetch): 4. must not
+         * take a live leader for a silent one. */
+        r->lost.heard_at = raft_now(r);
     }
     if (r->lost.leader_id == 0) {
         return;

@@ -353,17 +353,23 @@ struct repl_lost_state
     uint64_t false_signals; /* stats: the leader spoke after its signal */
     uint64_t votes_unstuck; /* stats: RequestVotes given disrupt_leader */
     /* 4. and 5. (elections without a closed connection). */
-    uint64_t stale_unstuck; /* stats: votes let past a leader silent >= ET */
-    uint64_t my_pre_term;   /* our last pre-vote as sent: its term, */
-    uint64_t my_pre_index;  /* last log index */
-    uint64_t my_pre_last;   /* and last log term (0 term: none sent) */
-    uint64_t race_term;     /* the term of race_resends */
-    unsigned race_resends;  /* refusals and re-sends in race_term (5.) */
-    bool resend;            /* re-send our pre-vote after this delivery */
-    bool stand;             /* stand ourselves after this delivery (4.) */
-    uint64_t stood;         /* stats: elections started by 4. */
-    uint64_t ties_refused;  /* stats: equal-log pre-votes refused (5.) */
-    uint64_t resends;       /* stats: pre-votes re-sent at once (5.) */
+    uint64_t stale_unstuck;  /* stats: votes let past a leader silent >= ET */
+    uint64_t my_pre_term;    /* our last pre-vote as sent: its term, */
+    uint64_t my_pre_index;   /* last log index */
+    uint64_t my_pre_last;    /* and last log term (0 term: none sent) */
+    uint64_t race_term;      /* the term of the race_ counts and yield */
+    unsigned race_ties;      /* tied pre-votes refused in race_term (5.) */
+    unsigned race_resends;   /* pre-votes re-sent at once in race_term */
+    uint64_t yield_until;    /* inner io ms: our pre-vote grants count as
+                                refusals until then (5.; 0: none) */
+    uint64_t heard_at;       /* raft time of the last AppendEntries or
+                                InstallSnapshot of our term or later (4.) */
+    uint64_t grants_yielded; /* stats: our pre-vote grants set aside (5.) */
+    bool resend;             /* re-send our pre-vote after this delivery */
+    bool stand;              /* stand ourselves after this delivery (4.) */
+    uint64_t stood;          /* stats: elections started by 4. */
+    uint64_t ties_refused;   /* stats: equal-log pre-votes refused (5.) */
+    uint64_t resends;        /* stats: pre-votes re-sent at once (5.) */
 };
 
 /* ---- the replica -------------------------------------------------------- */

@@ -306,6 +306,19 @@ Test(lost, cut_off_leader_tie_of_four_one_round)
     cr_expect_eq(term_of((unsigned)l2), term0 + 1, "one round");
     cr_expect_eq(leaders_in(term0 + 1), 1);
     cr_expect_lt(took, ET + 40, "took %llu ms", (unsigned long long)took);
+    /* Nobody else stood in that term: the others stood aside, so their
+     * votes all went to the winner (the second lowest passing its own
+     * pre-vote on the two highest's grants would have voted for itself,
+     * and a network delivering its RequestVotes first would split). */
+    for (unsigned i = 0; i < cl.n; i++) {
+        if ((int)i != l) {
+            cr_expect_eq(cl.nodes[i].repl->raft.voted_for, cl.nodes[l2].id,
+                         "node %u voted for %llu", i,
+                         (unsigned long long)cl.nodes[i].repl->raft.voted_for);
+        }
+    }
+    cr_expect_geq(cl.nodes[cluster_other(&cl, l, l2)].repl->lost.grants_yielded,
+                  1);
     cluster_propose_applied(&cl, (unsigned)l2, 3, 64, 2, &last);
     cr_expect(!cl.conflict);
     cluster_fini(&cl);
