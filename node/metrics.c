@@ -767,6 +767,10 @@ static void render_snap(struct node_metrics *m, struct node_expo *e, bool fresh)
     node_expo_family(e, "tern_raft_leader_id", "gauge",
                      "Id of the leader this node knows (0: none).");
     node_expo_u64(e, "tern_raft_leader_id", NULL, 0, s->st.leader_id);
+    node_expo_family(e, "tern_raft_leader_silent", "gauge",
+                     "1 on a follower that has not heard from its leader "
+                     "for an election timeout.");
+    node_expo_u64(e, "tern_raft_leader_silent", NULL, 0, s->st.leader_silent);
     node_expo_family(e, "tern_raft_commit_index", "gauge",
                      "Raft commit index.");
     node_expo_u64(e, "tern_raft_commit_index", NULL, 0, s->st.commit_index);

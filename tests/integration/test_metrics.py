@@ -250,6 +250,8 @@ def main(c):
                 leader, leaders)
         c.check(all(value(now[i], "tern_raft_leader_id") == leader
                     for i in cl.nodes), "every node names the leader")
+        c.check(all(value(now[i], "tern_raft_leader_silent") == 0
+                    for i in cl.nodes), "no node finds its leader silent")
         for p in cl.nodes:
             if p == leader:
                 continue
