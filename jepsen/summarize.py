@@ -9,7 +9,7 @@ node crashes, the median and max recovery time after the final heal
 (seconds from the final heal to the first successful produce), and the
 longest write gap of the runs (ms without an acknowledged produce in a
 fault window: checker.py, "write gaps"), also counted only while a
-majority of the nodes ran (gap-up-max-ms).
+running node reached a majority of the nodes (gap-up-max-ms).
 
     summarize.py DIR... [--by nemesis|workload,nemesis|nodes,nemesis]
                         [--markdown] [--json OUT]

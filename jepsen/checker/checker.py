@@ -136,11 +136,14 @@ other than "recovered" and "offset_gaps" makes the verdict invalid):
                 counts to its end (the next fault, or the last event).
                 counts.longest_write_gap_ms is the largest over the run,
                 "write_gaps" the largest per fault kind. The same without
-                the time no majority of the nodes ran (a node is down from
-                a kill, pause, power-loss or wipe naming it to the restart,
-                resume or wipe-restart naming it; nodes are those the
-                nemesis and the acknowledgements name): no system can
-                write then, so this is the client's recovery once it could
+                the time no running node reached a majority of the nodes
+                (a node is down from a kill, pause, power-loss or wipe
+                naming it to the restart, resume or wipe-restart naming
+                it; a partition limits whom a node reaches: its group, the
+                ring's neighbours, everyone for a bridge node, until the
+                heal; nodes are those the nemesis and the
+                acknowledgements name): no system can write then, so this
+                is the client's recovery once it could
                 (counts.longest_write_gap_up_ms, "write_gaps_up").
   stale_leader_reads
                 (reported only) fetches with "read_from": "leader" whose
@@ -314,22 +317,68 @@ UP_EVENTS = frozenset(("restart", "resume", "wipe-restart",
                        "restart-crashed"))
 
 
+def partition_reach(ev, names):
+    """node -> the nodes it reaches (itself included) under a
+    start-partition event: "reach" (ring) as given; "groups" with a
+    "bridge" node that reaches everyone; plain "groups" (each its own)."""
+    names = set(names) | {str(n) for g in ev.get("groups") or [] for n in g}
+    if isinstance(ev.get("reach"), dict):
+        reach = {str(k): {str(x) for x in v} | {str(k)}
+                 for k, v in ev["reach"].items()}
+    else:
+        reach = {}
+        for g in ev.get("groups") or []:
+            side = {str(x) for x in g}
+            if ev.get("bridge"):
+                side.add(str(ev["bridge"]))
+            for nm in g:
+                reach[str(nm)] = set(side)
+        if ev.get("bridge"):
+            reach[str(ev["bridge"])] = set(names)
+    for nm in names:
+        reach.setdefault(nm, {nm})
+    return reach
+
+
+def _majority_connected(names, down, reach):
+    """Does some running node reach a majority of names that run (itself
+    included)? reach None: the network is whole."""
+    up = set(names) - down
+    need = len(names) // 2 + 1
+    if reach is None:
+        return len(up) >= need
+    return any(len((reach.get(nm) or {nm}) & up) >= need for nm in up)
+
+
 def no_majority_spans(nemesis_nodes, n_nodes):
-    """[(start ns, end ns or None)] while fewer than a majority of n_nodes
-    ran. nemesis_nodes: time-ordered (time ns, f, [node names])."""
-    if n_nodes <= 0:
+    """[(start ns, end ns or None)] while no running node reaches a
+    majority of the nodes that run (fewer than a majority run, or a
+    partition leaves no side with one). nemesis_nodes: time-ordered
+    (time ns, f, [node names]) or (time ns, f, [node names], reach) with
+    reach the start-partition's partition_reach (None otherwise);
+    n_nodes: how many nodes, or their names."""
+    names = ({str(x) for x in n_nodes} if not isinstance(n_nodes, int)
+             else {"n%d" % (i + 1) for i in range(n_nodes)})
+    if not names:
         return []
     down = set()
+    reach = None
     spans = []
     start = None
-    for t, f, nodes in nemesis_nodes:
+    for item in nemesis_nodes:
+        t, f, nodes = item[0], item[1], item[2]
         if f in DOWN_EVENTS:
             down.update(nodes)
         elif f in UP_EVENTS:
             down.difference_update(nodes)
         elif f == "final-heal":
             down.clear()
-        lost = n_nodes - len(down) < n_nodes // 2 + 1
+            reach = None
+        elif f == "heal-partition":
+            reach = None
+        elif f == "start-partition" and len(item) > 3:
+            reach = item[3]
+        lost = not _majority_connected(names, down, reach)
         if lost and start is None:
             start = t
         elif not lost and start is not None:
@@ -438,7 +487,8 @@ def check(events):
                 nemesis_kinds.append((t, f))
                 named = ev.get("nodes") or ([ev["node"]] if ev.get("node")
                                             else [])
-                nemesis_nodes.append((t, f, [str(x) for x in named]))
+                nemesis_nodes.append((t, f, [str(x) for x in named],
+                                      ev if f == "start-partition" else None))
             if f == "clock":
                 clock_bound_ms = max(clock_bound_ms, _clock_bound_ms(ev))
             continue
@@ -863,10 +913,16 @@ def check(events):
     longest_gap_ms, gaps_by_kind = write_gaps(produce_ok_times,
                                               nemesis_kinds, end_time)
     names = set(ok_nodes)
-    for _t, _f, nodes in nemesis_nodes:
+    for _t, _f, nodes, pev in nemesis_nodes:
         names.update(nodes)
-    spans = no_majority_spans(sorted(nemesis_nodes, key=lambda x: x[0]),
-                              len(names))
+        if pev is not None:
+            names.update(str(n) for g in pev.get("groups") or [] for n in g)
+            names.update(str(n) for n in (pev.get("reach") or {}))
+    timeline = [(t, f, nodes,
+                 partition_reach(pev, names) if pev is not None else None)
+                for t, f, nodes, pev in sorted(nemesis_nodes,
+                                               key=lambda x: x[0])]
+    spans = no_majority_spans(timeline, names)
     longest_up_ms, gaps_up_by_kind = write_gaps(produce_ok_times,
                                                 nemesis_kinds, end_time,
                                                 spans)

@@ -888,6 +888,49 @@ class WriteGapTest(unittest.TestCase):
         self.assertEqual(r["counts"]["longest_write_gap_up_ms"], 250)
         self.assertIn("majority up 250 ms", checker.format_report(r))
 
+    def test_a_partition_without_a_connected_majority_is_not_counted_up(self):
+        h = H()
+        vals = [self.ack(h, 1, 0, 10)]
+        h.add(process="nemesis", type="info", f="start-partition",
+              groups=[["n1"], ["n2", "n3"]], time=100 * 1_000_000)
+        vals.append(self.ack(h, 1, 1, 300))     # the majority side elects
+        h.add(process="nemesis", type="info", f="kill", node="n2",
+              time=1000 * 1_000_000)            # 2 of 3 run, none connected
+        h.add(process="nemesis", type="info", f="heal-partition",
+              time=5000 * 1_000_000)            # n1 and n3 meet again
+        vals.append(self.ack(h, 1, 2, 5200))    # 200 ms after the heal
+        h.add(process="nemesis", type="info", f="restart", node="n2",
+              time=5300 * 1_000_000)
+        self.at(h, "final-heal", 5400)
+        h.read(2, [(k, v) for k, v in enumerate(vals)], f="drain")
+        r = checker.check(h.ev)
+        self.assertEqual(r["verdict"], "valid")
+        self.assertEqual(r["write_gaps"], {"start-partition": 200,
+                                           "kill": 4200})
+        self.assertEqual(r["write_gaps_up"], {"start-partition": 200,
+                                              "kill": 200})
+
+    def test_ring_and_bridge_keep_a_connected_majority(self):
+        names = ["n%d" % i for i in range(1, 6)]
+        ring = {"reach": {"n1": ["n5", "n2"], "n2": ["n1", "n3"],
+                          "n3": ["n2", "n4"], "n4": ["n3", "n5"],
+                          "n5": ["n4", "n1"]}}
+        bridge = {"groups": [["n2", "n3"], ["n4", "n5"]], "bridge": "n1"}
+        halves = {"groups": [["n1", "n2"], ["n3", "n4"], ["n5"]]}
+        for ev, connected in ((ring, True), (bridge, True),
+                              (halves, False)):
+            reach = checker.partition_reach(ev, names)
+            spans = checker.no_majority_spans(
+                [(0, "start-partition", [], reach),
+                 (10, "heal-partition", [], None)], names)
+            self.assertEqual(spans == [], connected, (ev, spans))
+        # The bridge node down: its two sides of two are minorities.
+        reach = checker.partition_reach(bridge, names)
+        spans = checker.no_majority_spans(
+            [(0, "start-partition", [], reach), (5, "kill", ["n1"], None),
+             (10, "heal-partition", [], None)], names)
+        self.assertEqual(spans, [(5, 10)])
+
     def test_no_fault_no_gap(self):
         h = H()
         v0 = self.ack(h, 1, 0, 10)
