@@ -591,13 +591,14 @@ static void watch_answer(struct tern_client *c,
         proto_decode_status_resp(body, h->body_len, &st) != 0) {
         return;
     }
+    if (!st.writable || st.leader_id != st.node_id || st.node_id == 0) {
+        return; /* not a writable leader (its term says nothing: a cut-off
+                   candidate raises its own) */
+    }
     if (st.term < c->watch_term) {
-        return; /* older than an answer seen already (a deposed leader) */
+        return; /* older than a leader seen already (a deposed one) */
     }
     c->watch_term = st.term;
-    if (!st.writable || st.leader_id != st.node_id || st.node_id == 0) {
-        return; /* not a writable leader */
-    }
     for (struct tern__req *r = c->head; r != NULL;) {
         struct tern__req *next = r->next;
         if (r->state == TERN__REQ_SENT && !r->unasked && r->srv != i &&
@@ -620,7 +621,7 @@ static void watch_answer(struct tern_client *c,
     if (moved < 0) {
         return;
     }
-    leader_moved(c, moved, i);
+    leader_moved(c, -1, i);
     /* Writes waiting out a back-off after "not the leader" answers from
      * the others: the leader is known now. */
     for (struct tern__req *r = c->head; r != NULL; r = r->next) {
@@ -1000,9 +1001,13 @@ static void on_error(struct tern_client *c,
             /* It leads but is not ready for writes yet (its barrier after
              * the election, e.g. just after a leadership transfer): ask it
              * again after the base back-off (growing after 5 attempts)
-             * rather than go round the others. */
-            req_retry(c, r, now,
-                      backoff_ms(c, r->attempts <= 5 ? 1 : r->attempts - 4));
+             * rather than go round the others; at once if it held the
+             * write until it was ready (server.c hold_write). */
+            req_retry(
+                c, r, now,
+                answer_was_held(c, r, now)
+                    ? 0
+                    : backoff_ms(c, r->attempts <= 5 ? 1 : r->attempts - 4));
             return;
         }
         if (to < 0) {

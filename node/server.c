@@ -722,8 +722,12 @@ static void send_error(struct node_conn *c,
         struct repl_status st;
         const char *a;
         view_status(&c->view, &st);
-        /* A leader handing over hints the node about to lead. */
-        leader_id = st.transfer_to != 0 ? st.transfer_to : st.leader_id;
+        /* A leader handing over hints the node about to lead; a leader
+         * silent for an election timeout is not hinted (an election is
+         * due: the client asks the others). */
+        leader_id = st.transfer_to != 0 ? st.transfer_to
+                    : st.leader_silent  ? 0
+                                        : st.leader_id;
         a = view_client_addr(&c->view, leader_id);
         if (a != NULL) {
             leader_addr = a;
@@ -1231,23 +1235,20 @@ static void on_park_timer(uv_timer_t *t)
     struct node_server *s = t->data;
     uint64_t now = uv_now(s->loop);
     struct tern_list *l = s->parked.next;
+    struct repl_status st;
     if (s->walking) {
         return; /* re-armed by the walk running */
     }
+    view_status(&s->view, &st);
     s->walking = true;
     s->wake_again = false;
     while (l != &s->parked) {
         struct parked *p = TERN_CONTAINER(l, struct parked, link);
         l = l->next;
         if (p->deadline <= now || !conn_live(p->c) ||
-            (p->op == PROTO_OP_RECEIVE && parked_ready(s, p, true))) {
-            parked_answer(s, p);
-        } else if (p->hold) {
-            struct repl_status st;
-            view_status(&s->view, &st);
-            if (hold_ready(s, p, &st)) {
-                parked_answer(s, p); /* a silent leader heard again */
-            }
+            (p->op == PROTO_OP_RECEIVE && parked_ready(s, p, true)) ||
+            (p->hold && hold_ready(s, p, &st))) {
+            parked_answer(s, p); /* the last: a silent leader heard again */
         }
     }
     while (s->wake_again) {
@@ -2205,7 +2206,12 @@ static bool refuse_unless_writable(struct node_conn *c,
         return true;
     }
     p = view_client_addr(&c->view, st->leader_id);
-    if (st->leader_id != 0 && st->leader_id != cfg->id && p != NULL) {
+    if (st->leader_id != 0 && st->leader_id != cfg->id && st->leader_silent) {
+        (void)snprintf(m, sizeof(m),
+                       "not the leader; leader node %llu silent for an "
+                       "election timeout",
+                       (unsigned long long)st->leader_id);
+    } else if (st->leader_id != 0 && st->leader_id != cfg->id && p != NULL) {
         (void)snprintf(m, sizeof(m),
                        "not the leader; leader is node %llu at %s",
                        (unsigned long long)st->leader_id, p);

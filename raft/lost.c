@@ -62,10 +62,12 @@
  *    earlier). Section 4.2.3 of the Raft thesis refuses only "within the
  *    minimum election timeout of hearing from a current leader": a
  *    RequestVote (pre-vote or real) reaching a follower whose leader has
- *    been silent for at least ET (the later of raft's election_timer_start,
+ *    been silent for at least ET (both by raft's election_timer_start,
  *    which every AppendEntries and InstallSnapshot from the leader
- *    restarts, and the last such message seen here, also one guard.c
- *    keeps from the core while a snapshot is installed) is handed
+ *    restarts, and by the inner clock since the last such message of our
+ *    leader and term seen here, also one guard.c keeps from the core
+ *    while a snapshot is installed; so neither the offset of 2. nor a held
+ *    heartbeat makes a live leader silent) is handed
  *    to the core with disrupt_leader set. As in 3., only the stickiness is
  *    lifted, never the log comparison nor one vote per term; a live leader
  *    is heard every heartbeat (ET / 10), so it is never disrupted. This
@@ -92,11 +94,13 @@
  *    id, for its part, stands aside for ET: grants of its own pre-vote are
  *    handed to the core as refusals, so with five voters the second
  *    lowest cannot pass the pre-vote on the others' grants beside the
- *    lowest and split the real vote with it. Bounds, per term:
- *    REPL_LOST_TIES refused ties and REPL_LOST_TRIES re-sends, later
- *    pre-votes being left to the core, and standing aside ends after ET,
- *    so nodes that reach different majorities (a partial partition)
- *    cannot hold each other up for long. Refusing a vote is always safe;
+ *    lowest and split the real vote with it; when that ends, a candidate
+ *    whose grants were set aside sends its pre-vote again at once.
+ *    Bounds, per term: REPL_LOST_TIES refused ties, REPL_LOST_TRIES
+ *    re-sends, later pre-votes being left to the core, and one ET of
+ *    standing aside (neither refusing nor re-sending meanwhile), so nodes
+ *    that reach different majorities (a partial partition) cannot hold
+ *    each other up for long. Refusing a vote is always safe;
  *    only liveness is at stake, and the lower id's pre-vote still needs a
  *    majority like any other.
  *
@@ -239,8 +243,11 @@ void repl_lost_start(struct repl *r)
     xport_set_peer_down(r->xport, on_peer_down, r);
 }
 
+static void yield_tick(struct repl *r);
+
 void repl_lost_tick(struct repl *r)
 {
+    yield_tick(r);
     if (!episode_valid(r) || r->lost.act_at == 0 ||
         now_ms(r) < r->lost.act_at) {
         return;
@@ -299,9 +306,16 @@ static uint64_t our_last_term(struct repl *r)
 
 bool repl_lost_leader_silent(struct repl *r)
 {
-    uint64_t heard = TERN_MAX(r->raft.election_timer_start, r->lost.heard_at);
+    uint64_t et = r->election_timeout_ms;
+    /* Both clocks: raft's (the core's own view, restarted by a new
+     * leader or a granted vote) and the inner one without the offset of
+     * 2. (heard_at: the leader's messages as they arrive, also those
+     * guard.c keeps from the core while a snapshot is installed), so
+     * neither a moved clock nor a held heartbeat makes a live leader
+     * silent. */
     return raft_state(&r->raft) == RAFT_FOLLOWER && current_leader(r) != 0 &&
-           raft_now(r) - heard >= (uint64_t)r->election_timeout_ms;
+           raft_now(r) - r->raft.election_timer_start >= et &&
+           now_ms(r) - r->lost.heard_at >= et;
 }
 
 /* 4.: a vote reaching a follower whose leader has been silent >= ET. */
@@ -355,6 +369,8 @@ static void pre_vote_race(struct repl *r, struct raft_message *m)
         r->lost.race_ties = 0;
         r->lost.race_resends = 0;
         r->lost.yield_until = 0;
+        r->lost.yielded = false;
+        r->lost.grants_dropped = false;
     }
     order = log_order(r->lost.my_pre_last, r->lost.my_pre_index,
                       v->last_log_term, v->last_log_index);
@@ -365,12 +381,18 @@ static void pre_vote_race(struct repl *r, struct raft_message *m)
         return; /* both empty: never refused */
     }
     if (order == 0 && r->id > m->server_id) {
-        /* Theirs to take: the core grants it, and we stand aside for
-         * this round (our own pre-vote's grants do not count for ET),
-         * or two of us could pass the pre-vote with different majorities
-         * and split the real vote. */
-        r->lost.yield_until = now_ms(r) + r->election_timeout_ms;
+        /* Theirs to take: the core grants it, and we stand aside once a
+         * term (our own pre-vote's grants do not count for ET), or two
+         * of us could pass the pre-vote with different majorities and
+         * split the real vote. */
+        if (!r->lost.yielded) {
+            r->lost.yielded = true;
+            r->lost.yield_until = now_ms(r) + r->election_timeout_ms;
+        }
         return;
+    }
+    if (r->lost.yield_until != 0) {
+        return; /* standing aside: no refusals nor re-sends of ours */
     }
     if (order == 0) {
         if (r->lost.race_ties >= REPL_LOST_TIES) {
@@ -403,6 +425,33 @@ static void pre_vote_result(struct repl *r, struct raft_message *m)
     }
     res->vote_granted = false; /* a refusal changes nothing in the core */
     r->lost.grants_yielded++;
+    r->lost.grants_dropped = true;
+}
+
+/* The end of standing aside (5.): a candidate whose grants were set aside
+ * asks again at once rather than at its next timer; one that is no
+ * candidate any more just ends it. */
+static void yield_tick(struct repl *r)
+{
+    bool dropped = r->lost.grants_dropped;
+    if (r->lost.yield_until == 0 || now_ms(r) < r->lost.yield_until) {
+        if (r->lost.yield_until != 0 &&
+            (raft_state(&r->raft) != RAFT_CANDIDATE ||
+             r->lost.race_term != r->raft.current_term)) {
+            r->lost.yield_until = 0; /* elected someone, or left */
+        }
+        return;
+    }
+    r->lost.yield_until = 0;
+    r->lost.grants_dropped = false;
+    if (dropped && raft_state(&r->raft) == RAFT_CANDIDATE &&
+        r->raft.candidate_state.in_pre_vote &&
+        r->lost.race_term == r->raft.current_term && !r->closing &&
+        r->failed == 0) {
+        r->lost.resends++;
+        expire_timer(r);
+        repl_io_tick(r);
+    }
 }
 
 void repl_lost_recv(struct repl *r, struct raft_message *m)
@@ -412,14 +461,15 @@ void repl_lost_recv(struct repl *r, struct raft_message *m)
         pre_vote_race(r, m);
     } else if (m->type == RAFT_IO_REQUEST_VOTE_RESULT) {
         pre_vote_result(r, m);
-    } else if ((m->type == RAFT_IO_APPEND_ENTRIES &&
-                m->append_entries.term >= r->raft.current_term) ||
-               (m->type == RAFT_IO_INSTALL_SNAPSHOT &&
-                m->install_snapshot.term >= r->raft.current_term)) {
-        /* A leader speaks, also when guard.c keeps the message from the
+    } else if (m->server_id == current_leader(r) &&
+               ((m->type == RAFT_IO_APPEND_ENTRIES &&
+                 m->append_entries.term == r->raft.current_term) ||
+                (m->type == RAFT_IO_INSTALL_SNAPSHOT &&
+                 m->install_snapshot.term == r->raft.current_term))) {
+        /* Our leader speaks, also when guard.c keeps the message from the
          * core (a snapshot being installed, a bulk fetch): 4. must not
          * take a live leader for a silent one. */
-        r->lost.heard_at = raft_now(r);
+        r->lost.heard_at = now_ms(r);
     }
     if (r->lost.leader_id == 0) {
         return;

@@ -362,8 +362,10 @@ struct repl_lost_state
     unsigned race_resends;   /* pre-votes re-sent at once in race_term */
     uint64_t yield_until;    /* inner io ms: our pre-vote grants count as
                                 refusals until then (5.; 0: none) */
-    uint64_t heard_at;       /* raft time of the last AppendEntries or
-                                InstallSnapshot of our term or later (4.) */
+    uint64_t heard_at;       /* inner io ms of the last AppendEntries or
+                                InstallSnapshot of our leader (4.) */
+    bool yielded;            /* stood aside once in race_term (5.) */
+    bool grants_dropped;     /* grants set aside in this standing aside */
     uint64_t grants_yielded; /* stats: our pre-vote grants set aside (5.) */
     bool resend;             /* re-send our pre-vote after this delivery */
     bool stand;              /* stand ourselves after this delivery (4.) */

@@ -221,6 +221,7 @@ plus):
 import argparse
 import bisect
 import json
+import re
 import sys
 from collections import defaultdict
 
@@ -322,6 +323,10 @@ def partition_reach(ev, names):
     start-partition event: "reach" (ring) as given; "groups" with a
     "bridge" node that reaches everyone; plain "groups" (each its own)."""
     names = set(names) | {str(n) for g in ev.get("groups") or [] for n in g}
+    if ev.get("bridge"):
+        names.add(str(ev["bridge"]))
+    if not isinstance(ev.get("reach"), dict) and not ev.get("groups"):
+        return None  # a shape this checker does not know: the whole net
     if isinstance(ev.get("reach"), dict):
         reach = {str(k): {str(x) for x in v} | {str(k)}
                  for k, v in ev["reach"].items()}
@@ -912,12 +917,17 @@ def check(events):
 
     longest_gap_ms, gaps_by_kind = write_gaps(produce_ok_times,
                                               nemesis_kinds, end_time)
-    names = set(ok_nodes)
+    # The nodes: those the nemesis names, and those acknowledgements name
+    # by a node name (the driver writes a raw address when it cannot map
+    # one, which is no node of its own).
+    names = {n for n in ok_nodes if re.match(r"^n[0-9]+$", str(n))}
     for _t, _f, nodes, pev in nemesis_nodes:
         names.update(nodes)
         if pev is not None:
             names.update(str(n) for g in pev.get("groups") or [] for n in g)
             names.update(str(n) for n in (pev.get("reach") or {}))
+            if pev.get("bridge"):
+                names.add(str(pev["bridge"]))
     timeline = [(t, f, nodes,
                  partition_reach(pev, names) if pev is not None else None)
                 for t, f, nodes, pev in sorted(nemesis_nodes,

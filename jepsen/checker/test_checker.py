@@ -924,12 +924,26 @@ class WriteGapTest(unittest.TestCase):
                 [(0, "start-partition", [], reach),
                  (10, "heal-partition", [], None)], names)
             self.assertEqual(spans == [], connected, (ev, spans))
+        # A shape the checker does not know counts as the whole network.
+        self.assertIsNone(checker.partition_reach({"variant": "x"}, names))
         # The bridge node down: its two sides of two are minorities.
         reach = checker.partition_reach(bridge, names)
         spans = checker.no_majority_spans(
             [(0, "start-partition", [], reach), (5, "kill", ["n1"], None),
              (10, "heal-partition", [], None)], names)
         self.assertEqual(spans, [(5, 10)])
+
+    def test_bridge_node_named_only_by_the_bridge_counts(self):
+        h = H()
+        vals = [self.ack(h, 1, 0, 10)]
+        h.add(process="nemesis", type="info", f="start-partition",
+              variant="bridge", bridge="n3", groups=[["n1"], ["n2"]],
+              time=100 * 1_000_000)
+        vals.append(self.ack(h, 1, 1, 520))     # 420 ms, n3 reaches all
+        self.at(h, "final-heal", 600)
+        h.read(2, [(k, v) for k, v in enumerate(vals)], f="drain")
+        r = checker.check(h.ev)
+        self.assertEqual(r["write_gaps_up"], {"start-partition": 420})
 
     def test_no_fault_no_gap(self):
         h = H()
