@@ -224,6 +224,34 @@ Test(client, slow_but_answering_leader_is_not_abandoned)
     fake_stop(&b);
 }
 
+/* Three servers for the tests below: A (pausable_hook) leading, B and C
+ * with the given hooks, queue "q" created on each; B's leader hints name
+ * A (follows 'a') or C ('c'), and with 'a' its STATUS answers say it
+ * follows A (else the fake's default, a writable leader). The servers
+ * list "A,B,C" is written to servers[size]. */
+static void start_three(struct fake_server *a,
+                        struct fake_server *b,
+                        struct fake_server *cc,
+                        fake_hook_cb b_hook,
+                        fake_hook_cb c_hook,
+                        char follows,
+                        char *servers,
+                        size_t size)
+{
+    cr_assert_eq(fake_start(a, pausable_hook), 0);
+    cr_assert_eq(fake_start(b, b_hook), 0);
+    cr_assert_eq(fake_start(cc, c_hook), 0);
+    create_on(a->addr, "q");
+    create_on(b->addr, "q");
+    create_on(cc->addr, "q");
+    (void)pthread_mutex_lock(&b->mu);
+    b->status_follower = follows == 'a';
+    (void)snprintf(b->peer_addr, sizeof b->peer_addr, "%s",
+                   follows == 'a' ? a->addr : cc->addr);
+    (void)pthread_mutex_unlock(&b->mu);
+    (void)snprintf(servers, size, "%s,%s,%s", a->addr, b->addr, cc->addr);
+}
+
 /* An election after the leader went silent, as ternd answers it: until
  * elect_at (ms; 0: not set yet, set by the first write asked) B and C
  * know no leader, answer writes TERN_ENOTLEADER without a hint (a held
@@ -271,18 +299,11 @@ Test(client, no_leader_answers_skip_the_silent_server)
     struct tern_msg m = {"x", 1};
     char servers[240];
     int64_t t0, took;
-    cr_assert_eq(fake_start(&a, pausable_hook), 0);
-    cr_assert_eq(fake_start(&b, electing_hook), 0);
-    cr_assert_eq(fake_start(&cc, electing_hook), 0);
-    create_on(a.addr, "q");
-    create_on(b.addr, "q");
-    create_on(cc.addr, "q");
+    start_three(&a, &b, &cc, electing_hook, electing_hook, 'c', servers,
+                sizeof servers);
     (void)pthread_mutex_lock(&b.mu);
-    b.counter = 1;
-    (void)snprintf(b.peer_addr, sizeof b.peer_addr, "%s", cc.addr);
+    b.counter = 1; /* B follows C once elected (electing_hook) */
     (void)pthread_mutex_unlock(&b.mu);
-    (void)snprintf(servers, sizeof servers, "%s,%s,%s", a.addr, b.addr,
-                   cc.addr);
     c = client_with(servers, 5000, 100);
     cr_assert_eq(tern_produce(c, "q", &m, 1, NULL), 0);
     cr_assert_str_eq(tern_client_leader(c), a.addr);
@@ -317,18 +338,7 @@ Test(client, leader_watch_moves_to_the_new_leader)
     struct tern_client *c;
     struct tern_msg m = {"x", 1};
     char servers[240];
-    cr_assert_eq(fake_start(&a, pausable_hook), 0);
-    cr_assert_eq(fake_start(&b, NULL), 0);
-    cr_assert_eq(fake_start(&cc, NULL), 0);
-    create_on(a.addr, "q");
-    create_on(b.addr, "q");
-    create_on(cc.addr, "q");
-    (void)pthread_mutex_lock(&b.mu);
-    b.status_follower = 1;
-    (void)snprintf(b.peer_addr, sizeof b.peer_addr, "%s", a.addr);
-    (void)pthread_mutex_unlock(&b.mu);
-    (void)snprintf(servers, sizeof servers, "%s,%s,%s", a.addr, b.addr,
-                   cc.addr);
+    start_three(&a, &b, &cc, NULL, NULL, 'a', servers, sizeof servers);
     c = client_with(servers, 900, 1000);
     cr_assert_eq(tern_produce(c, "q", &m, 1, NULL), 0);
     cr_assert_str_eq(tern_client_leader(c), a.addr);

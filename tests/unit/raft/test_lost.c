@@ -262,6 +262,33 @@ static int cut_and_elect(int l, uint64_t *took)
     return l2;
 }
 
+/* The end of a test: leader l takes 3 more writes, nothing conflicts. */
+static void end_with_writes(int l, uint64_t *last)
+{
+    cluster_propose_applied(&cl, (unsigned)l, 3, 64, 2, last);
+    cr_expect(!cl.conflict);
+    cluster_fini(&cl);
+}
+
+/* A cluster of n with an elected leader (returned) and 5 entries applied
+ * (*last); *term0 its term; *first and *second the two followers of
+ * lowest index (lowest ids; second -1 for n < 3). */
+static int start_settled(unsigned n,
+                         uint64_t *last,
+                         uint64_t *term0,
+                         int *first,
+                         int *second)
+{
+    int l;
+    cluster_init(&cl, n);
+    l = cluster_elect(&cl);
+    cluster_propose_applied(&cl, (unsigned)l, 5, 64, 1, last);
+    *term0 = term_of((unsigned)l);
+    *first = cluster_other(&cl, l, -1);
+    *second = cluster_other(&cl, l, *first);
+    return l;
+}
+
 /* Both followers' timers run out in the same millisecond, and every later
  * timer too: without 5. each grants the other's pre-vote, both stand in
  * the next term, split the vote, and do so again on every round. */
@@ -269,12 +296,8 @@ Test(lost, cut_off_leader_tie_one_round)
 {
     static const unsigned same[] = {5, 5};
     uint64_t last = 0, term0, took;
-    int l, l2, low;
-    cluster_init(&cl, 3);
-    l = cluster_elect(&cl);
-    cluster_propose_applied(&cl, (unsigned)l, 5, 64, 1, &last);
-    low = cluster_other(&cl, l, -1);
-    term0 = term_of((unsigned)l);
+    int l, l2, low, high;
+    l = start_settled(3, &last, &term0, &low, &high);
     fix_timers(l, same, 0);
     l2 = cut_and_elect(l, &took);
     cr_expect_eq(l2, low, "the lower id wins a tie");
@@ -295,14 +318,11 @@ Test(lost, cut_off_leader_tie_of_four_one_round)
 {
     static const unsigned same[] = {5, 5, 5, 5};
     uint64_t last = 0, term0, took;
-    int l, l2;
-    cluster_init(&cl, 5);
-    l = cluster_elect(&cl);
-    cluster_propose_applied(&cl, (unsigned)l, 5, 64, 1, &last);
-    term0 = term_of((unsigned)l);
+    int l, l2, first, second;
+    l = start_settled(5, &last, &term0, &first, &second);
     fix_timers(l, same, 0);
     l2 = cut_and_elect(l, &took);
-    cr_expect_eq(l2, cluster_other(&cl, l, -1), "the lowest id wins");
+    cr_expect_eq(l2, first, "the lowest id wins");
     cr_expect_eq(term_of((unsigned)l2), term0 + 1, "one round");
     cr_expect_eq(leaders_in(term0 + 1), 1);
     cr_expect_lt(took, ET + 40, "took %llu ms", (unsigned long long)took);
@@ -317,11 +337,8 @@ Test(lost, cut_off_leader_tie_of_four_one_round)
                          (unsigned long long)cl.nodes[i].repl->raft.voted_for);
         }
     }
-    cr_expect_geq(cl.nodes[cluster_other(&cl, l, l2)].repl->lost.grants_yielded,
-                  1);
-    cluster_propose_applied(&cl, (unsigned)l2, 3, 64, 2, &last);
-    cr_expect(!cl.conflict);
-    cluster_fini(&cl);
+    cr_expect_geq(cl.nodes[second].repl->lost.grants_yielded, 1);
+    end_with_writes(l2, &last);
 }
 
 /* The first follower's timer runs out at ET + 5, the other's at 2 ET - 1.
@@ -332,21 +349,14 @@ Test(lost, silent_leader_holds_no_votes)
     static const unsigned apart[] = {5, ET - 1};
     uint64_t last = 0, term0, took;
     int l, l2, first, second;
-    cluster_init(&cl, 3);
-    l = cluster_elect(&cl);
-    cluster_propose_applied(&cl, (unsigned)l, 5, 64, 1, &last);
-    first = cluster_other(&cl, l, -1);
-    second = cluster_other(&cl, l, first);
-    term0 = term_of((unsigned)l);
+    l = start_settled(3, &last, &term0, &first, &second);
     fix_timers(l, apart, 0);
     l2 = cut_and_elect(l, &took);
     cr_expect_eq(l2, first);
     cr_expect_eq(term_of((unsigned)l2), term0 + 1, "one round");
     cr_expect_lt(took, ET + 40, "took %llu ms", (unsigned long long)took);
     cr_expect_geq(cl.nodes[second].repl->lost.stale_unstuck, 1);
-    cluster_propose_applied(&cl, (unsigned)l2, 3, 64, 2, &last);
-    cr_expect(!cl.conflict);
-    cluster_fini(&cl);
+    end_with_writes(l2, &last);
 }
 
 /* The control for 4.: a follower cut off from a live leader times out and
@@ -357,12 +367,7 @@ Test(lost, live_leader_keeps_its_votes)
     static const unsigned apart[] = {5, ET - 1};
     uint64_t last = 0, term0;
     int l, first, second;
-    cluster_init(&cl, 3);
-    l = cluster_elect(&cl);
-    cluster_propose_applied(&cl, (unsigned)l, 5, 64, 1, &last);
-    first = cluster_other(&cl, l, -1);
-    second = cluster_other(&cl, l, first);
-    term0 = term_of((unsigned)l);
+    l = start_settled(3, &last, &term0, &first, &second);
     fix_timers(l, apart, 0);
     cluster_link(&cl, (unsigned)l, (unsigned)first, false);
     for (unsigned s = 0; s < 6 * ET; s++) {
@@ -375,9 +380,7 @@ Test(lost, live_leader_keeps_its_votes)
     cr_expect_eq(cl.nodes[second].repl->lost.stale_unstuck, 0);
     cr_expect(cl.nodes[l].writable);
     cluster_link(&cl, (unsigned)l, (unsigned)first, true);
-    cluster_propose_applied(&cl, (unsigned)l, 3, 64, 2, &last);
-    cr_expect(!cl.conflict);
-    cluster_fini(&cl);
+    end_with_writes(l, &last);
 }
 
 /* The first follower to time out has the shorter log: the other refuses
@@ -389,11 +392,7 @@ Test(lost, behind_candidate_makes_the_other_stand)
     static const unsigned apart[] = {20, ET - 1};
     uint64_t last = 0, term0, took;
     int l, l2, behind, ahead;
-    cluster_init(&cl, 3);
-    l = cluster_elect(&cl);
-    cluster_propose_applied(&cl, (unsigned)l, 5, 64, 1, &last);
-    behind = cluster_other(&cl, l, -1);
-    ahead = cluster_other(&cl, l, behind);
+    l = start_settled(3, &last, &term0, &behind, &ahead);
     cluster_link(&cl, (unsigned)l, (unsigned)behind, false);
     cluster_propose_n(&cl, (unsigned)l, 3, 64, 2, &last);
     cr_assert(cluster_step_until(&cl, pred_leader_committed, &last, STEPS));
