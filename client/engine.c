@@ -25,9 +25,7 @@
  *     asked again after the back-off;
  *   - TERN_ENOLEADER, ESHUTDOWN, EBUSY, ENOCONN, ELEADERSHIPLOST: re-queued
  *     with back-off (produce is idempotent, so an ambiguous outcome is safe
- *     to retry), to the next server that has not gone silent; a "no
- *     leader" answer the server held (an election under way) is retried
- *     after the base back-off, without growth;
+ *     to retry), to the next server that has not gone silent;
  *   - TERN_ESEQUENCE on a produce: the queue's batches are rewound or
  *     renumbered (producer.c) and resent in sequence order;
  *   - TERN_ELEADERSHIPLOST from a leader-following request (the leader
@@ -513,21 +511,31 @@ static void send_probe(struct tern_client *c, int i)
 }
 
 /* Abandon r's attempt on its silent server i and send r elsewhere. */
+/* Leave r's attempt on its quiet server (attempt timeout t): the server
+ * counts as silent for 4t and r is resent at once, elsewhere. The caller
+ * has said why in r->errmsg and moves the leader guess. */
+static void leave_attempt(struct tern_client *c,
+                          struct tern__req *r,
+                          int64_t t,
+                          int64_t now)
+{
+    c->servers[r->srv]->silent_until = now + 4 * t;
+    r->attempts++;
+    req_retry(c, r, now, 0);
+}
+
 static void abandon_attempt(struct tern_client *c,
                             struct tern__req *r,
                             int64_t t,
                             int64_t now)
 {
     int i = r->srv;
-    struct tern__server *s = c->servers[i];
-    s->silent_until = now + 4 * t;
     tern_errmsg_printf(r->errmsg,
                        "%s: no answer and no sign of life within the "
                        "attempt timeout (%lld ms)",
-                       s->addr, (long long)t);
-    r->attempts++;
+                       c->servers[i]->addr, (long long)t);
     r->silent_aborts++;
-    req_retry(c, r, now, 0);
+    leave_attempt(c, r, t, now);
     if (c->leader == i) {
         leader_moved(c, i, next_live_server(c, i, now));
     }
@@ -605,15 +613,13 @@ static void watch_answer(struct tern_client *c,
             follows_leader(c, r)) {
             int64_t t = attempt_timeout(c, r);
             if (now - attempt_quiet_since(c, r) >= t / 2) {
-                struct tern__server *q = c->servers[r->srv];
-                q->silent_until = now + 4 * t;
-                tern_errmsg_printf(
-                    r->errmsg, "%s: quiet for %lld ms while %s leads", q->addr,
-                    (long long)(now - attempt_quiet_since(c, r)),
-                    c->servers[i]->addr);
+                tern_errmsg_printf(r->errmsg,
+                                   "%s: quiet for %lld ms while %s leads",
+                                   c->servers[r->srv]->addr,
+                                   (long long)(now - attempt_quiet_since(c, r)),
+                                   c->servers[i]->addr);
                 moved = r->srv;
-                r->attempts++;
-                req_retry(c, r, now, 0);
+                leave_attempt(c, r, t, now);
             }
         }
         r = next;
@@ -968,6 +974,7 @@ static void on_error(struct tern_client *c,
 {
     struct tern__server *s = c->servers[i];
     int retried = r->attempts > 0;
+    int64_t delay;
     int fixed = r->target >= 0 ||
                 (!r->leader_only && c->opts.read_from != TERN_READ_LEADER);
     tern_errmsg_printf(r->errmsg, "%s: %.*s", s->addr, (int)e->message_len,
@@ -1010,26 +1017,21 @@ static void on_error(struct tern_client *c,
                     : backoff_ms(c, r->attempts <= 5 ? 1 : r->attempts - 4));
             return;
         }
+        /* Two redirects at once, then the back-off from its base: a
+         * redirect without a hint usually means an election (or a
+         * leadership transfer) of a few ms is under way. */
+        delay = r->attempts <= 2 ? 0 : backoff_ms(c, r->attempts - 2);
         if (to < 0) {
-            int64_t delay =
-                r->attempts <= 2 ? 0 : backoff_ms(c, r->attempts - 2);
+            to = next_live_server(c, i, now);
             if (answer_was_held(c, r, now)) {
                 delay = TERN_MIN(delay, backoff_ms(c, 1));
             }
-            leader_moved(c, i, next_live_server(c, i, now));
-            /* Two redirects at once, then the back-off from its base: a
-             * redirect without a hint usually means an election (or a
-             * leadership transfer) of a few ms is under way. */
-            req_retry(c, r, now, delay);
-            return;
         }
         leader_moved(c, i, to);
-        req_retry(c, r, now,
-                  r->attempts <= 2 ? 0 : backoff_ms(c, r->attempts - 2));
+        req_retry(c, r, now, delay);
         return;
     }
     if (is_retryable(status)) {
-        int64_t delay = backoff_ms(c, r->attempts);
         if (!fixed && (status == TERN_ENOLEADER || status == TERN_ESHUTDOWN ||
                        status == TERN_ENOCONN)) {
             /* Not back to a server that went silent: it would hold the
@@ -1040,10 +1042,7 @@ static void on_error(struct tern_client *c,
                 c->read_cur = next_live_server(c, i, now);
             }
         }
-        if (status == TERN_ENOLEADER && answer_was_held(c, r, now)) {
-            delay = backoff_ms(c, 1);
-        }
-        req_retry(c, r, now, delay);
+        req_retry(c, r, now, backoff_ms(c, r->attempts));
         return;
     }
     if (status == TERN_ESEQUENCE && r->pq != NULL) {

@@ -690,7 +690,7 @@ static void serve_hello(struct node_conn *c,
 {
     struct tern_wbuf w;
     uint32_t taken = features & PROTO_FEATURE_XXH3;
-    c->xxh3 = (taken & PROTO_FEATURE_XXH3) != 0;
+    c->xxh3 = taken != 0;
     tern_wbuf_init(&w);
     if (proto_encode_hello_resp(&w, request_id, taken) != 0) {
         tern_wbuf_free(&w);
@@ -1104,16 +1104,22 @@ static void hold_answer(struct node_server *s, struct parked *p)
     }
 }
 
-/* Is a held write ready to be answered: this node writable, a transfer
- * naming the next leader, or another node known as the leader and heard
- * from? */
+/* Does the node know where writes go: it is writable, a transfer names
+ * the next leader, or another node leads and is heard from? Otherwise a
+ * write is held (hold_write). */
+static bool writes_have_a_home(const struct repl_status *st, uint64_t self)
+{
+    return st->writable || st->transfer_to != 0 ||
+           (st->leader_id != 0 && st->leader_id != self && !st->leader_silent);
+}
+
+/* Is a held write ready to be answered (writes_have_a_home, or its
+ * connection is gone)? */
 static bool hold_ready(const struct node_server *s,
                        const struct parked *p,
                        const struct repl_status *st)
 {
-    return !conn_live(p->c) || st->writable || st->transfer_to != 0 ||
-           (st->leader_id != 0 && st->leader_id != s->view.cfg->id &&
-            !st->leader_silent);
+    return !conn_live(p->c) || writes_have_a_home(st, s->view.cfg->id);
 }
 static void receive_now(struct node_conn *c,
                         uint64_t request_id,
@@ -2290,9 +2296,7 @@ static bool hold_write(struct node_conn *c,
     struct node_server *s = c->srv;
     const struct node_config *cfg = c->view.cfg;
     struct parked *p;
-    if (s == NULL || s->closing || st->writable || st->transfer_to != 0 ||
-        (st->leader_id != 0 && st->leader_id != cfg->id &&
-         !st->leader_silent) ||
+    if (s == NULL || s->closing || writes_have_a_home(st, cfg->id) ||
         cfg->election_timeout_ms == 0 || s->n_held >= SERVER__HOLD_MAX ||
         s->n_parked >= cfg->max_parked ||
         c->n_parked >= cfg->max_parked_per_conn) {

@@ -201,6 +201,13 @@ static void expire_timer(struct repl *r)
     }
 }
 
+/* Expire the running election timer and tick at once (2.). */
+static void expire_now(struct repl *r)
+{
+    expire_timer(r);
+    repl_io_tick(r);
+}
+
 static void act(struct repl *r)
 {
     r->lost.tries++;
@@ -270,16 +277,28 @@ void repl_lost_tick(struct repl *r)
     r->lost.act_at = 0; /* the election runs, or gave up: timers rule */
 }
 
+/* Index of voter id among the configuration's voters (the core's
+ * candidate_state.votes), or n if it is none. */
+static unsigned voter_index(const struct repl *r, uint64_t id)
+{
+    unsigned k = 0;
+    for (unsigned i = 0; i < r->raft.configuration.n; i++) {
+        const struct raft_server *s = &r->raft.configuration.servers[i];
+        if (s->role != RAFT_VOTER) {
+            continue;
+        }
+        if (s->id == id) {
+            return k;
+        }
+        k++;
+    }
+    return r->raft.configuration.n;
+}
+
 /* Is id a voter of the configuration? */
 static bool is_voter(const struct repl *r, uint64_t id)
 {
-    for (unsigned i = 0; i < r->raft.configuration.n; i++) {
-        const struct raft_server *s = &r->raft.configuration.servers[i];
-        if (s->id == id) {
-            return s->role == RAFT_VOTER;
-        }
-    }
-    return false;
+    return voter_index(r, id) < r->raft.configuration.n;
 }
 
 /* Order of two advertised logs by (last term, last index): <0, 0, >0. */
@@ -331,24 +350,6 @@ static void silent_leader(struct repl *r, struct raft_message *m)
                   r->io.acked_index) < 0) {
         r->lost.stand = true; /* 4., a candidate behind us */
     }
-}
-
-/* Index of voter id among the configuration's voters (the core's
- * candidate_state.votes), or n if it is none. */
-static unsigned voter_index(const struct repl *r, uint64_t id)
-{
-    unsigned k = 0;
-    for (unsigned i = 0; i < r->raft.configuration.n; i++) {
-        const struct raft_server *s = &r->raft.configuration.servers[i];
-        if (s->role != RAFT_VOTER) {
-            continue;
-        }
-        if (s->id == id) {
-            return k;
-        }
-        k++;
-    }
-    return r->raft.configuration.n;
 }
 
 /* 5.: a pre-vote reaching us while we are a pre-vote candidate. */
@@ -449,8 +450,7 @@ static void yield_tick(struct repl *r)
         r->lost.race_term == r->raft.current_term && !r->closing &&
         r->failed == 0) {
         r->lost.resends++;
-        expire_timer(r);
-        repl_io_tick(r);
+        expire_now(r);
     }
 }
 
@@ -508,8 +508,7 @@ void repl_lost_delivered(struct repl *r)
     } else {
         return;
     }
-    expire_timer(r);
-    repl_io_tick(r);
+    expire_now(r);
 }
 
 void repl_lost_sent(struct repl *r, const struct raft_message *m)
