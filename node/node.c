@@ -172,6 +172,7 @@ struct node
      * in the configuration last said so, and the scratch copy of the
      * configuration server_client_addr reads. */
     int member_role_logged; /* enum repl_member_role; -1: none yet */
+    bool caught_up_logged;  /* "index caught up" was logged */
     uint64_t absent_logged_at;
     uint64_t rejoin_logged_at;    /* the "lost its data" line (10 s) */
     uint64_t auto_rejoins_logged; /* status.auto_rejoins last logged */
@@ -1132,6 +1133,15 @@ static void on_watchdog(uv_timer_t *t)
     }
     log_refused(n, &st);
     log_membership(n, &st);
+    if (st.caught_up && !n->caught_up_logged) {
+        /* From here on, logins are judged (server.c auth_caught_up). */
+        node_log(NODE_LOG_INFO, "index caught up with the log",
+                 "last_applied=%llu caught_up_to=%llu role=%s",
+                 (unsigned long long)st.last_applied,
+                 (unsigned long long)st.catch_up_to,
+                 st.role == REPL_LEADER ? "leader" : "follower");
+        n->caught_up_logged = true;
+    }
     if (st.term_exhausted) {
         node_log(NODE_LOG_ERROR, "raft term reached its bound (2^62)",
                  "term=%llu (a new election would need a higher term)",

@@ -3193,6 +3193,36 @@ static void auth_fail(struct node_conn *c,
     tern_list_push(&s->auth_waits, &w->link); /* due is never earlier */
 }
 
+/* May this node judge a login: has its index caught up with what the
+ * cluster committed while it was down (repl_status.caught_up)? A node
+ * that has not could miss a user created, deleted or given a new password
+ * meanwhile, and would refuse a good login as a bad one, or take an old
+ * password. Until then every AUTH_START is TERN_EBUSY, before any name
+ * or proof is looked at: the answer tells nothing about a user, and no
+ * guess is judged, so it counts as no failure. If not, m gets why. */
+static bool auth_caught_up(struct node_conn *c, char *m)
+{
+    struct repl_status st;
+    view_status(&c->view, &st);
+    if (st.caught_up) {
+        return true;
+    }
+    if (st.catch_up_to == 0) {
+        (void)snprintf(m, TERN_ERRMSG_SIZE,
+                       "the node has heard from no leader since it started, "
+                       "so its users may be out of date: retry, or log in "
+                       "on another node");
+    } else {
+        (void)snprintf(m, TERN_ERRMSG_SIZE,
+                       "the node is catching up with the log (applied %llu "
+                       "of %llu), so its users may be out of date: retry, "
+                       "or log in on another node",
+                       (unsigned long long)st.last_applied,
+                       (unsigned long long)st.catch_up_to);
+    }
+    return false;
+}
+
 /* AUTH_START / AUTH_CONTINUE (access.c): the answer; TERN_ETHROTTLED for
  * an AUTH_START from an address over auth_failures_per_minute; or, after
  * auth_failure_delay_ms, TERN_EAUTH and the connection is closed once it
@@ -3227,6 +3257,10 @@ static void serve_auth(struct node_conn *c,
                      (unsigned long long)s->auth_throttled, dropped, m);
         }
         send_error(c, r->op, request_id, TERN_ETHROTTLED, m);
+        return;
+    }
+    if (r->op == PROTO_OP_AUTH_START && !auth_caught_up(c, m)) {
+        send_error(c, r->op, request_id, TERN_EBUSY, m);
         return;
     }
     rv = node_access_auth(s->access, &c->who, view_idx(&c->view), r, cn, &reply,

@@ -1411,6 +1411,7 @@ void repl_io_deliver(struct repl *r, struct repl_wire *w)
         repl_wire_release(w);
         return;
     }
+    repl_catch_note(r, &w->msg);
     held = hold_commit(r, w);
     if (w->msg.type == RAFT_IO_APPEND_ENTRIES &&
         w->msg.append_entries.n_entries > 0) {

@@ -546,6 +546,30 @@ const char *repl_role_name(enum repl_role r)
     }
 }
 
+void repl_catch_note(struct repl *r, const struct raft_message *m)
+{
+    /* Any AppendEntries of the current term or a later one comes from
+     * the leader of its term (one per term); the guard has refused
+     * absurd terms and strangers already. */
+    if (r->catch_marked || m->type != RAFT_IO_APPEND_ENTRIES ||
+        m->append_entries.term < r->raft.current_term) {
+        return;
+    }
+    r->catch_marked = true;
+    r->catch_mark = m->append_entries.leader_commit;
+}
+
+/* Has the index caught up since the start (repl_status.caught_up)? */
+static bool catch_up(struct repl *r, const struct repl_status *st)
+{
+    if (!r->caught_up &&
+        ((st->role == REPL_LEADER && st->writable) ||
+         (r->catch_marked && st->last_applied >= r->catch_mark))) {
+        r->caught_up = true;
+    }
+    return r->caught_up;
+}
+
 void repl_get_status(struct repl *r, struct repl_status *out)
 {
     memset(out, 0, sizeof *out);
@@ -575,6 +599,7 @@ void repl_get_status(struct repl *r, struct repl_status *out)
     out->last_counted = r->io.acked_index;
     out->durability = r->durability;
     out->writable = r->guard.writable;
+    out->catch_up_to = r->catch_marked ? r->catch_mark : 0;
     out->transfer_to = transfer_target(r);
     out->fsm_error = r->glue.fsm_error;
     out->failed = r->failed;
@@ -597,6 +622,7 @@ void repl_get_status(struct repl *r, struct repl_status *out)
     out->auto_rejoin_id = r->member.auto_rejoin_id;
     out->rejoin_needed =
         r->member.rejoin_wait && out->member_role == REPL_MEMBER_VOTER;
+    out->caught_up = catch_up(r, out);
 }
 
 unsigned repl_get_progress(struct repl *r,

@@ -416,6 +416,12 @@ struct repl
     /* the transfer under way, or being decided (repl.c) */
     struct transfer_req *transfer;
     struct tern_list proposals;
+    /* Caught up since the start (repl.c, repl_status.caught_up): the
+     * commit index the first leader heard from reported (marked), and
+     * the sticky result. */
+    bool catch_marked;
+    bool caught_up;
+    uint64_t catch_mark;
     void (*close_cb)(void *arg);
     void *close_arg;
 
@@ -430,6 +436,9 @@ struct repl
     struct repl_member_state member; /* member.c */
     struct repl_lost_state lost;     /* lost.c */
 };
+
+/* repl.c: note an accepted message for the catch-up mark. */
+void repl_catch_note(struct repl *r, const struct raft_message *m);
 
 /* ---- io.c ---------------------------------------------------------------- */
 

@@ -281,6 +281,14 @@ struct repl_status
                               ahead of it in memory mode */
     enum repl_durability durability;
     bool writable;
+    /* The index has applied what the cluster had committed when this
+     * replica started: as a leader, it is writable (its term's barrier is
+     * applied); as a follower, last_applied reached catch_up_to, the
+     * commit index in the first AppendEntries it accepted from a leader.
+     * Sticky until the replica is closed. Until then its tables (users,
+     * grants) may miss what was committed while it was down. */
+    bool caught_up;
+    uint64_t catch_up_to; /* 0 until a leader was heard */
     /* a leader handing over: the target (else 0) */
     uint64_t transfer_to;
     int fsm_error;  /* last repl_fsm.apply/restore error (0: none) */

@@ -8,7 +8,8 @@ unknown user's salt is the same on every node and every time; a second
 exchange, a bad mechanism or an unknown namespace are refused; a stored
 credential that is not one is refused; EXTERNAL logs in a certificate user
 by its CN over TLS; a user deleted after login loses the connection's
-rights."""
+rights; a node that was down while a user was created answers every login
+TERN_EBUSY until it has caught up with the log."""
 import os
 import sys
 
@@ -208,6 +209,61 @@ def external_libtern(c, cl, k, cert):
             "fails", r.stderr.strip())
 
 
+def wait_status(nd, timeout=20):
+    def up():
+        try:
+            with a.Conn(nd, timeout=2) as k:
+                return k.rpc("STATUS")[0] == 0
+        except OSError:
+            return False
+    return h.poll(up, timeout, interval=0.2)
+
+
+def late_node(c, cl, k):
+    """A node that was down while a user was created answers every login
+    TERN_EBUSY (the same for that user, a wrong password and a stranger)
+    until its index has caught up with the log; then the user logs in."""
+    c.step("a node that has not caught up refuses logins as busy")
+    lid = cl.wait_leader()
+    f = [i for i in cl.nodes if i != lid][0]
+    cl.stop(f)
+    c.check(k.user_set("carol", "carol-pw")[0] == 0,
+            "USER_SET carol while node %d is down" % f)
+    k.close()
+    for i in cl.nodes:
+        if i != f:
+            cl.stop(i)
+    failed = cl.nodes[f].log_text().count("client authentication failed")
+    cl.start_node(f)
+    c.check(wait_status(cl.nodes[f]), "node %d answers STATUS alone" % f)
+    for user, pw in (("carol", "carol-pw"), ("carol", "wrong"),
+                     ("nobody", "x"), ("admin", "admin-pw")):
+        with a.Conn(cl.nodes[f]) as t:
+            st, m = t.scram(user, pw)
+        c.check(st == a.EBUSY and "heard from no leader" in m,
+                "alone, %s/%s: TERN_EBUSY, nothing judged" % (user, pw),
+                (st, m))
+    with a.Conn(cl.nodes[f]) as t:
+        st, m = t.external("carol")
+    c.check(st == a.EBUSY, "EXTERNAL too: TERN_EBUSY", (st, m))
+    c.check(cl.nodes[f].log_text().count("client authentication failed")
+            == failed, "no login was judged, so none failed")
+    for i in cl.nodes:
+        if i != f:
+            cl.start_node(i)
+
+    def carol():
+        with a.Conn(cl.nodes[f]) as t:
+            return t.scram("carol", "carol-pw")[0] == 0
+    c.check(h.poll(carol, 30, interval=0.2),
+            "carol logs in on node %d once it caught up" % f)
+    c.check("index caught up with the log" in cl.nodes[f].log_text(),
+            "node %d logged that it caught up" % f)
+    with a.Conn(cl.nodes[f]) as t:
+        st, m = t.scram("carol", "wrong")
+    c.check(st == a.EAUTH, "then a wrong password is TERN_EAUTH", (st, m))
+
+
 def main(c):
     with a.admin_cluster(3) as cl:
         cl.start()
@@ -229,7 +285,7 @@ def main(c):
             c.check(st == 0 and [u[0] for u in users] ==
                     ["admin", "alice", "bob"],
                     "users after the restart", users)
-            k.close()
+            late_node(c, cl, k)
         c.check("bootstrap admin proposed" in "".join(
             nd.log_text() for nd in cl.nodes.values()),
             "a node logged the bootstrap proposal")

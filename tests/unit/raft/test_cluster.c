@@ -143,6 +143,88 @@ Test(cluster, leader_failure_new_leader)
     cluster_fini(&cl);
 }
 
+static bool caught_up(struct cluster *c, unsigned i)
+{
+    struct repl_status st;
+    repl_get_status(c->nodes[i].repl, &st);
+    return st.caught_up;
+}
+
+static bool pred_heard(struct cluster *c, void *arg)
+{
+    struct repl_status st;
+    repl_get_status(c->nodes[*(unsigned *)arg].repl, &st);
+    return st.catch_up_to != 0;
+}
+
+/* repl_status.caught_up (what node/ judges logins by): a follower that
+ * was down while entries were committed is not caught up until it has
+ * applied what the leader had committed when it first heard from it;
+ * isolated, it hears no leader and stays so; a leader is caught up once
+ * writable; once caught up, a node stays so. */
+Test(cluster, restarted_follower_catches_up_before_it_says_so)
+{
+    uint64_t last = 0;
+    struct repl_status st;
+    unsigned f;
+    int l;
+    cluster_init(&cl, 3);
+    l = start_all_elect(&cl);
+    propose_applied(&cl, (unsigned)l, 5, 32, 1, &last);
+    for (unsigned i = 0; i < cl.n; i++) {
+        cr_expect(caught_up(&cl, i), "node %u", i);
+    }
+    f = (unsigned)cluster_other(&cl, l, -1);
+    cluster_crash(&cl, f);
+    propose_n(&cl, (unsigned)l, 200, 256, 2, &last);
+    cr_assert(cluster_step_until(&cl, pred_leader_committed, &last, STEPS));
+
+    cluster_isolate(&cl, f, true);
+    cluster_start(&cl, f);
+    steps(&cl, 3000);
+    repl_get_status(cl.nodes[f].repl, &st);
+    cr_expect(!st.caught_up, "isolated since its start: no leader heard");
+    cr_expect_eq(st.catch_up_to, 0);
+    cr_expect(st.last_applied < last);
+    cr_expect(caught_up(&cl, (unsigned)l), "the leader stays caught up");
+
+    cluster_isolate(&cl, f, false);
+    cr_assert(cluster_step_until(&cl, pred_heard, &f, STEPS));
+    repl_get_status(cl.nodes[f].repl, &st);
+    cr_expect_geq(st.catch_up_to, last,
+                  "the first AppendEntries heard carries the commit index");
+    cr_expect_eq(st.caught_up, st.last_applied >= st.catch_up_to);
+    cr_expect(!st.caught_up, "applied %llu of %llu",
+              (unsigned long long)st.last_applied,
+              (unsigned long long)st.catch_up_to);
+    cr_assert(cluster_step_until(&cl, pred_all_applied, &last, STEPS));
+    cr_expect(caught_up(&cl, f));
+
+    /* Sticky: cut off again, it still says so. */
+    cluster_isolate(&cl, f, true);
+    steps(&cl, 3000);
+    cr_expect(caught_up(&cl, f));
+    cluster_isolate(&cl, f, false);
+
+    /* Everyone down and back: the new leader is caught up once writable,
+     * each follower once it applied its mark. */
+    for (unsigned i = 0; i < cl.n; i++) {
+        cluster_crash(&cl, i);
+    }
+    cluster_start_all(&cl);
+    for (unsigned i = 0; i < cl.n; i++) {
+        cr_expect(!caught_up(&cl, i), "node %u before any election", i);
+    }
+    l = wait_writable_leader(&cl);
+    cr_expect(caught_up(&cl, (unsigned)l));
+    propose_applied(&cl, (unsigned)l, 1, 32, 3, &last);
+    for (unsigned i = 0; i < cl.n; i++) {
+        cr_expect(caught_up(&cl, i), "node %u after the restart", i);
+    }
+    cr_expect(!cl.conflict);
+    cluster_fini(&cl);
+}
+
 Test(cluster, barrier_gates_writes)
 {
     int l;
