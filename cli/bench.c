@@ -1,11 +1,15 @@
 /*
  * `tern bench QUEUE [--size 1024] [--count N] [--window W] [--batch B]
  * [--replication] [--json]`: produce load generator. Sends N messages of S
- * bytes in batches of B (default 1 message per request) with at most W
- * batches in flight (W = 1: sequential), measures per-batch latency from
- * the send call to the acknowledgement, and reports p50/p99/p999/max
- * latency and throughput. Output: a human table on stdout; with --json the
- * table goes to stderr and stdout gets one JSON object line. The queue is
+ * bytes in calls of B (default 1 message per tern_produce_async call)
+ * with at most W calls pending (W = 1: sequential), measures per-call
+ * latency from the send call to the acknowledgement, and reports
+ * p50/p99/p999/max latency and throughput. libtern keeps at most
+ * --max-in-flight batches on the wire (its default, 32) and merges the
+ * calls that wait behind them (--merge-bytes, default 64 KiB; 0: off),
+ * as a Kafka producer batches, so W above 32 means larger batches, not
+ * more of them. Output: a human table on stdout; with --json the table
+ * goes to stderr and stdout gets one JSON object line. The queue is
  * created if missing.
  *
  * --replication: reset the leader's replication latency counters (STATS
@@ -267,6 +271,8 @@ int cli_bench(struct tern_client *c, int argc, char **argv)
         {"size", required_argument, NULL, 'z'},
         {"count", required_argument, NULL, 'n'},
         {"window", required_argument, NULL, 'w'},
+        {"max-in-flight", required_argument, NULL, 'I'},
+        {"merge-bytes", required_argument, NULL, 'G'},
         {"batch", required_argument, NULL, 'b'},
         {"json", no_argument, NULL, 'j'},
         {"replication", no_argument, NULL, 'r'},
@@ -320,6 +326,9 @@ int cli_bench(struct tern_client *c, int argc, char **argv)
         case 'w':
             dst = &window;
             break;
+        case 'I':
+        case 'G':
+            continue; /* the client's options (cli.c cli_client_new) */
         case 'b':
             dst = &batch;
             break;

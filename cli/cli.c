@@ -27,6 +27,7 @@
  *     no byte or count limit, drop-oldest)
  *   tern queue list [--json] [--limit N] [--page-size N]
  *   tern produce QUEUE [--count N] [--size S] [--batch B] [--window W]
+ *                      [--max-in-flight M] [--merge-bytes N]
  *                      [--ack-log FILE] [--id-prefix P]
  *                      [--key K] [--tag T] [--header NAME=VALUE]... [--raw]
  *                      [--delay 10s | --at 2026-12-04T10:00:00Z]
@@ -61,6 +62,7 @@
  *   tern cluster transfer [--to ID]   (hand leadership over; admin; prints
  *                      "leader: <id>" once the new leader took over)
  *   tern bench QUEUE [--size 1024] [--count N] [--window W] [--batch B]
+ *                    [--max-in-flight M] [--merge-bytes N]
  *                    [--replication] [--stages] [--json]
  *                    [--mode produce|consume|e2e] [--duration D]
  *                    [--histogram-svg FILE] [--latencies FILE]
@@ -156,6 +158,7 @@ static void usage(FILE *f)
         "drop-oldest)\n"
         "  queue list [--json] [--limit N] [--page-size N]\n"
         "  produce QUEUE [--count N] [--size S] [--batch B] [--window W]\n"
+        "                [--max-in-flight M] [--merge-bytes N]\n"
         "                [--ack-log FILE] [--id-prefix P]\n"
         "                [--key K] [--tag T] [--header NAME=VALUE]... "
         "[--raw]\n"
@@ -199,6 +202,7 @@ static void usage(FILE *f)
         "  cluster transfer [--to ID]\n"
         "  bench QUEUE [--size 1024] [--count N] [--window W] "
         "[--batch B] [--replication] [--stages] [--json]\n"
+        "        [--max-in-flight M] [--merge-bytes N]\n"
         "        [--mode produce|consume|e2e] [--duration D] "
         "[--histogram-svg FILE] [--latencies FILE]\n"
         "  user set NAME [--admin] [--cert] [--password-file F | "
@@ -843,6 +847,8 @@ static int cmd_produce(struct tern_client *c, int argc, char **argv)
         {"size", required_argument, NULL, 'z'},
         {"batch", required_argument, NULL, 'b'},
         {"window", required_argument, NULL, 'w'},
+        {"max-in-flight", required_argument, NULL, 'I'},
+        {"merge-bytes", required_argument, NULL, 'G'},
         {"ack-log", required_argument, NULL, 'a'},
         {"id-prefix", required_argument, NULL, 'p'},
         {"key", required_argument, NULL, 'k'},
@@ -943,6 +949,9 @@ static int cmd_produce(struct tern_client *c, int argc, char **argv)
         case 'w':
             dst = &window;
             break;
+        case 'I':
+        case 'G':
+            continue; /* the client's options (cli.c cli_client_new) */
         case 'a':
             ack_path = optarg;
             continue;
@@ -1928,14 +1937,20 @@ int main(int argc, char **argv)
                       read_from);
         return 2;
     }
-    /* The window of produce/bench is set on the client below. */
+    /* produce/bench: --window W is how many calls they keep pending;
+     * libtern's own window of batches on the wire (max_in_flight, 32 by
+     * default) and its merging of the calls waiting behind it are
+     * --max-in-flight and --merge-bytes (0: no merging). */
     for (int k = i + 1; k + 1 < argc; k++) {
-        if (strcmp(argv[k], "--window") == 0) {
-            uint64_t w;
-            if (cli_parse_u64("--window", argv[k + 1], &w) == 0 && w > 0 &&
-                w <= 100000) {
-                o.max_in_flight = (int)w;
-            }
+        uint64_t v;
+        if (strcmp(argv[k], "--max-in-flight") == 0 &&
+            cli_parse_u64("--max-in-flight", argv[k + 1], &v) == 0 && v > 0 &&
+            v <= 100000) {
+            o.max_in_flight = (int)v;
+        } else if (strcmp(argv[k], "--merge-bytes") == 0 &&
+                   cli_parse_u64("--merge-bytes", argv[k + 1], &v) == 0 &&
+                   v <= INT32_MAX) {
+            o.produce_merge_bytes = v == 0 ? -1 : (int)v;
         }
     }
     conf.servers = servers;

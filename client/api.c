@@ -17,7 +17,12 @@
 #define TERN__DEFAULT_BACKOFF_MS         25
 #define TERN__DEFAULT_WINDOW             32
 #define TERN__DEFAULT_ATTEMPT_TIMEOUT_MS 300
-#define TERN__FETCH_MAX_BYTES_DEFAULT    (1u << 20)
+#define TERN__DEFAULT_MERGE_BYTES        65536
+/* Calls merged into one batch at most, and how far back from the end of
+ * the request list produce_merge looks for the batch to grow. */
+#define TERN__MERGE_MAX_CALLS         1024u
+#define TERN__MERGE_SCAN              64
+#define TERN__FETCH_MAX_BYTES_DEFAULT (1u << 20)
 
 /* ---- Client lifetime ---- */
 
@@ -36,6 +41,7 @@ void tern_client_options_init(struct tern_client_options *o)
     o->read_from = TERN_READ_LEADER;
     o->max_frame = PROTO_DEFAULT_MAX_BODY;
     o->attempt_timeout_ms = TERN__DEFAULT_ATTEMPT_TIMEOUT_MS;
+    o->produce_merge_bytes = TERN__DEFAULT_MERGE_BYTES;
 }
 
 int tern_client_new(const char *servers,
@@ -81,6 +87,9 @@ int tern_client_new(const char *servers,
         }
         if (opts->fetch_read_ahead != 0) {
             c->opts.fetch_read_ahead = opts->fetch_read_ahead;
+        }
+        if (opts->produce_merge_bytes != 0) {
+            c->opts.produce_merge_bytes = opts->produce_merge_bytes;
         }
     }
     p = servers;
@@ -642,6 +651,16 @@ static void tern_msg_at(const void *msgs, uint32_t i, struct proto_msg *m)
 
 /* Build a PRODUCE request carrying (pid, seq): copies msgs into the
  * frame. */
+/* Bytes msgs[0..n) take in a PRODUCE frame (length prefix and payload). */
+static uint64_t msgs_wire_bytes(const struct tern_msg *msgs, size_t n)
+{
+    uint64_t b = 0;
+    for (size_t k = 0; k < n; k++) {
+        b += 4 + (uint64_t)msgs[k].len;
+    }
+    return b;
+}
+
 static int produce_build(struct tern_client *c,
                          const char *queue,
                          const struct tern_msg *msgs,
@@ -672,6 +691,7 @@ static int produce_build(struct tern_client *c,
     r->seq = seq;
     r->n_msgs = n;
     r->msg_sum = tern__batch_checksum(msgs, n);
+    r->msg_bytes = msgs_wire_bytes(msgs, n);
     *out = r;
     return 0;
 }
@@ -1192,6 +1212,87 @@ int tern_produce_resend(struct tern_client *c,
     return rv;
 }
 
+/* The batch an async produce to pq may join: the newest request of the
+ * list, within TERN__MERGE_SCAN of its end, that carries a batch of pq;
+ * it qualifies only while the window is full and it waits behind it,
+ * never sent (so no server has seen its producer id and sequence) and
+ * still the last sequence of its queue. NULL if none. (Calls made before
+ * the engine ran, with room in the window, stay batches of their own.) */
+static struct tern__req *merge_target(struct tern_client *c,
+                                      const struct tern__pq *pq)
+{
+    struct tern__req *r = c->tail;
+    for (int k = 0; r != NULL && k < TERN__MERGE_SCAN; k++, r = r->prev) {
+        if (r->pq != pq) {
+            continue;
+        }
+        if (c->async_admitted < (size_t)c->opts.max_in_flight ||
+            r->op != PROTO_OP_PRODUCE || !r->is_async || r->admitted ||
+            r->state != TERN__REQ_QUEUED || r->attempts != 0 || r->id != 0 ||
+            r->resend_of != NULL || r->pid != pq->producer_id ||
+            r->seq + 1 != pq->next_seq) {
+            return NULL;
+        }
+        return r;
+    }
+    return NULL;
+}
+
+/* Kafka's producer fills a batch while its requests are in flight; so
+ * does this: an async produce whose queue already has a batch waiting
+ * behind the full window (merge_target) joins that batch, up to
+ * opts.produce_merge_bytes of messages and TERN__MERGE_MAX_CALLS calls,
+ * instead of waiting as a batch of its own. The batch keeps its producer
+ * id and sequence; each call keeps its callback and gets its own
+ * messages' offsets (engine.c fire_parts). Returns 1 if merged (the call
+ * is then pending), 0 if not (no target, over a bound, or no memory: the
+ * call goes on as a batch of its own). */
+static int produce_merge(struct tern_client *c,
+                         struct tern__pq *pq,
+                         const struct tern_msg *msgs,
+                         size_t n,
+                         tern_produce_cb cb,
+                         void *arg)
+{
+    struct tern__req *r;
+    uint64_t add;
+    if (c->opts.produce_merge_bytes <= 0 || n > UINT32_MAX) {
+        return 0;
+    }
+    r = merge_target(c, pq);
+    if (r == NULL || r->n_parts >= TERN__MERGE_MAX_CALLS) {
+        return 0;
+    }
+    add = msgs_wire_bytes(msgs, n);
+    if (r->msg_bytes + add > (uint64_t)c->opts.produce_merge_bytes ||
+        r->frame.len - PROTO_HEADER_SIZE + add > c->opts.max_frame) {
+        return 0;
+    }
+    if (r->n_parts == r->parts_cap) {
+        size_t cap_parts = r->parts_cap == 0 ? 4 : 2 * r->parts_cap;
+        struct tern__part *p =
+            tern_realloc(r->parts, cap_parts * sizeof *r->parts);
+        if (p == NULL) {
+            return 0;
+        }
+        r->parts = p;
+        r->parts_cap = cap_parts;
+    }
+    if (proto_produce_append(&r->frame, tern_msg_at, msgs, (uint32_t)n) != 0) {
+        return 0;
+    }
+    if (r->n_parts == 0) {
+        r->parts[0] = (struct tern__part){r->cb, r->arg, r->n_msgs};
+        r->n_parts = 1;
+    }
+    r->parts[r->n_parts++] = (struct tern__part){cb, arg, n};
+    r->n_msgs += n;
+    r->msg_bytes += add;
+    r->msg_sum = 0; /* producer.c reads the sum from the frame if needed */
+    c->async_pending++;
+    return 1;
+}
+
 int tern_produce_async(struct tern_client *c,
                        const char *queue,
                        const struct tern_msg *msgs,
@@ -1199,6 +1300,7 @@ int tern_produce_async(struct tern_client *c,
                        tern_produce_cb cb,
                        void *arg)
 {
+    struct tern__pq *pq;
     struct tern__req *r;
     int rv;
     if (cb == NULL) {
@@ -1208,6 +1310,13 @@ int tern_produce_async(struct tern_client *c,
     if (c->closing) {
         tern_errmsg_printf(c->errmsg, "the client is being freed");
         return TERN_ESHUTDOWN;
+    }
+    rv = tern__produce_check(c, queue, msgs, n, &pq);
+    if (rv != 0) {
+        return rv;
+    }
+    if (produce_merge(c, pq, msgs, n, cb, arg)) {
+        return 0;
     }
     rv = produce_new(c, queue, msgs, n, &r);
     if (rv != 0) {

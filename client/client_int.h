@@ -271,6 +271,16 @@ struct tern__pq
 };
 
 /* One call's request, from creation to completion (engine.c). */
+/* One tern_produce_async call of a merged batch (api.c produce_merge):
+ * its callback and how many of the batch's messages are its own, in call
+ * order. */
+struct tern__part
+{
+    tern_produce_cb cb;
+    void *arg;
+    size_t n;
+};
+
 struct tern__req
 {
     struct tern__req *prev;
@@ -298,8 +308,10 @@ struct tern__req
     struct tern__pq *resend_of; /* tern_produce_resend: whose unknown */
     uint64_t pid;               /* produce: producer id in the frame */
     uint64_t seq;
-    uint32_t msg_sum; /* produce: tern__batch_checksum of the messages */
-    int result_mode;  /* fetch-like: TERN__RESULT_* of the answer */
+    uint32_t msg_sum;   /* produce: tern__batch_checksum of the messages */
+    uint64_t msg_bytes; /* produce: bytes of its messages in the frame
+                           (4 per message plus the payload) */
+    int result_mode;    /* fetch-like: TERN__RESULT_* of the answer */
     size_t n_msgs;
     /* Outcome. */
     int status;
@@ -309,6 +321,12 @@ struct tern__req
     struct proto_produce_resp produce;
     tern_produce_cb cb;
     void *arg;
+    /* Async produce calls merged into this batch (api.c produce_merge):
+     * parts[0..n_parts) in call order, the first being cb/arg's call;
+     * NULL while it carries one call. Owned. */
+    struct tern__part *parts;
+    size_t n_parts;
+    size_t parts_cap;
     struct tern__req *done_next; /* async completions to fire */
 };
 

@@ -241,6 +241,7 @@ void tern__req_free(struct tern__req *r)
     }
     tern_wbuf_free(&r->frame);
     tern_free(r->body);
+    tern_free(r->parts);
     tern_free(r);
 }
 
@@ -269,6 +270,31 @@ static void req_complete(struct tern_client *c, struct tern__req *r, int status)
     }
 }
 
+/* The callbacks of a merged batch, one per call in call order, each
+ * with its own messages' offsets (the batch's are consecutive); a
+ * duplicate whose offsets are unknown is that for every call, a failure
+ * fails every call. Returns how many. */
+static int fire_parts(struct tern_client *c, struct tern__req *r)
+{
+    uint64_t base = r->produce.base_offset;
+    bool known = r->status == 0 && r->produce.count != 0;
+    for (size_t k = 0; k < r->n_parts; k++) {
+        const struct tern__part *p = &r->parts[k];
+        c->async_pending--;
+        if (r->status != 0) {
+            tern_errmsg_printf(c->errmsg,
+                               "%s (a batch of %zu merged calls; this "
+                               "is call %zu)",
+                               r->errmsg, r->n_parts, k + 1);
+        }
+        c->in_callback++;
+        p->cb(p->arg, r->status, known ? base : 0, known ? p->n : 0);
+        c->in_callback--;
+        base += p->n;
+    }
+    return (int)r->n_parts;
+}
+
 /* Fire callbacks of completed async requests; returns how many. */
 static int fire_completions(struct tern_client *c)
 {
@@ -278,6 +304,11 @@ static int fire_completions(struct tern_client *c)
         c->done_head = r->done_next;
         if (c->done_head == NULL) {
             c->done_tail = NULL;
+        }
+        if (r->n_parts > 0) {
+            n += fire_parts(c, r);
+            tern__req_free(r);
+            continue;
         }
         c->async_pending--;
         if (r->status != 0) {

@@ -231,17 +231,43 @@ void tern__pq_free_all(struct tern_client *c)
 
 /* Checksum of a batch's messages (lengths and bytes), to tell a resend of
  * the same batch from another one. */
+static void sum_msg(struct tern_checksum_state *st, const void *data, size_t n)
+{
+    uint8_t len[8];
+    tern_put_u64(len, (uint64_t)n);
+    tern_checksum32_update(st, len, sizeof len);
+    if (n > 0) {
+        tern_checksum32_update(st, data, n);
+    }
+}
+
 uint32_t tern__batch_checksum(const struct tern_msg *msgs, size_t n)
 {
     struct tern_checksum_state st;
     tern_checksum32_begin(&st);
     for (size_t k = 0; k < n; k++) {
-        uint8_t len[8];
-        tern_put_u64(len, (uint64_t)msgs[k].len);
-        tern_checksum32_update(&st, len, sizeof len);
-        if (msgs[k].len > 0) {
-            tern_checksum32_update(&st, msgs[k].data, msgs[k].len);
-        }
+        sum_msg(&st, msgs[k].data, msgs[k].len);
+    }
+    return tern_checksum32_end(&st);
+}
+
+/* tern__batch_checksum of the messages r's PRODUCE frame carries: a
+ * merged batch (api.c produce_merge) keeps no running sum. */
+static uint32_t frame_batch_checksum(const struct tern__req *r)
+{
+    struct tern_checksum_state st;
+    struct proto_request q;
+    struct proto_msg m;
+    size_t pos = 0;
+    if (r->frame.len < PROTO_HEADER_SIZE ||
+        proto_decode_request(PROTO_OP_PRODUCE,
+                             r->frame.base + PROTO_HEADER_SIZE,
+                             r->frame.len - PROTO_HEADER_SIZE, &q) != 0) {
+        return r->msg_sum; /* never: the client built the frame */
+    }
+    tern_checksum32_begin(&st);
+    while (proto_next_msg(&q, &pos, &m)) {
+        sum_msg(&st, m.data, m.len);
     }
     return tern_checksum32_end(&st);
 }
@@ -384,7 +410,7 @@ void tern__produce_note_outcome(const struct tern__req *r, int status)
         pq->unknown_pid = r->pid;
         pq->unknown_seq = r->seq;
         pq->unknown_n = r->n_msgs;
-        pq->unknown_sum = r->msg_sum;
+        pq->unknown_sum = r->n_parts > 0 ? frame_batch_checksum(r) : r->msg_sum;
     } else if (r->resend_of != NULL && pq->unknown_valid &&
                pq->unknown_pid == r->pid && pq->unknown_seq == r->seq) {
         pq->unknown_valid = 0; /* resolved: appended once, or never */

@@ -2288,6 +2288,48 @@ int proto_frame_seal_request(void *frame,
     return reseal(f, len - PROTO_HEADER_SIZE);
 }
 
+int proto_produce_append(struct tern_wbuf *w,
+                         proto_msg_at_cb at,
+                         const void *msgs,
+                         uint32_t n)
+{
+    size_t old = w->len, count_at, qlen;
+    uint32_t count;
+    if (w->err != 0) {
+        return w->err;
+    }
+    if (old < PROTO_HEADER_SIZE + 2 ||
+        w->base[PROTO__OFF_OP] != PROTO_OP_PRODUCE ||
+        old - PROTO_HEADER_SIZE !=
+            tern_get_u32(w->base + PROTO__OFF_BODY_LEN)) {
+        return TERN_EMALFORMED;
+    }
+    qlen = tern_get_u16(w->base + PROTO_HEADER_SIZE);
+    count_at = PROTO_HEADER_SIZE + 2 + qlen + 16;
+    if (old < count_at + 4 || n == 0 || at == NULL) {
+        return TERN_EMALFORMED;
+    }
+    count = tern_get_u32(w->base + count_at);
+    if (count > UINT32_MAX - n) {
+        return TERN_ETOOBIG;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        struct proto_msg m;
+        at(msgs, i, &m);
+        proto_put_blob(w, m.data, m.len);
+    }
+    if (w->err != 0 || w->len - PROTO_HEADER_SIZE > UINT32_MAX) {
+        int rv = w->err != 0 ? w->err : TERN_ETOOBIG;
+        w->len = old; /* the frame as it was, still whole */
+        w->err = 0;
+        return rv;
+    }
+    tern_put_u32(w->base + count_at, count + n);
+    tern_put_u32(w->base + PROTO__OFF_BODY_LEN,
+                 (uint32_t)(w->len - PROTO_HEADER_SIZE));
+    return 0;
+}
+
 int proto_frame_set_producer(void *frame,
                              size_t len,
                              uint64_t producer_id,

@@ -49,7 +49,7 @@ extern "C" {
 #endif
 
 #define TERN_VERSION_MAJOR 0
-#define TERN_VERSION_MINOR 3
+#define TERN_VERSION_MINOR 4
 #define TERN_VERSION_PATCH 0
 #define TERN_VERSION_NUMBER                                                    \
     (TERN_VERSION_MAJOR * 10000 + TERN_VERSION_MINOR * 100 + TERN_VERSION_PATCH)
@@ -97,60 +97,72 @@ enum tern_read_from {
  * fields. A value of 0 means "the default". The caller allocates it and
  * new fields are only appended: before 1.0 a minor release may append one
  * (0.2.0 appended attempt_timeout_ms, 0.3.0
- * fetch_read_ahead), so rebuild against the header of
+ * fetch_read_ahead, 0.4.0 produce_merge_bytes), so rebuild against the
+ * header of
  * the libtern you run with. */
 struct tern_client_options
 {
-    int connect_timeout_ms; /* per connection attempt; default 1000 */
-    int request_timeout_ms; /* deadline of each request; default 5000.
-                               Long-poll fetches add their wait_ms; an
-                               async batch's clock starts when it enters
-                               the window (see tern_produce_async). */
-    int retry_backoff_ms;   /* first retry delay, doubled per attempt up to
-                               16x; default 25 */
-    int max_in_flight;      /* async produce window; default 32 (the
-                               server remembers 32 batches per producer
-                               and queue for idempotent retries) */
-    int read_from;          /* enum tern_read_from; default LEADER */
-    uint32_t max_frame;     /* largest response body accepted;
-                               default 16 MiB */
-    int attempt_timeout_ms; /* a request that follows the leader (writes,
-                               leader reads) abandons its server when
-                               that server sent no byte at all for this
-                               long since the attempt was sent, and goes
-                               on with another server (the idempotent
-                               producer makes a resent batch safe). The
-                               engine asks a quiet server for its status
-                               after half of it, so a server that is slow
-                               but alive (a large batch, a slow disk) is
-                               never abandoned. Doubled for each attempt
-                               of a request so abandoned, up to 16x.
-                               Within request_timeout_ms, which still
-                               ends the request. Default 300 (twice
-                               ternd's default election timeout): set it
-                               to about twice the cluster's
-                               election_timeout_ms; negative: off */
-    int fetch_read_ahead;   /* tern_fetch and tern_fetch_ex stream: after
-                               an answer that stopped on a limit with more
-                               of the queue left (next offset below its
-                               end), the same fetch at the next offset is
-                               sent at once, and its answer waits in the
-                               client, at most one answer of max_bytes,
-                               so the server reads while the caller
-                               works. The next call that asks exactly
-                               that gets it if it too stopped on a limit
-                               (never an answer that ended at the queue's
-                               end, so a message acknowledged before the
-                               call is always reached); any other call
-                               leaves it unused. It is the queue as it
-                               was when read: its end offset can be below
-                               a produce acknowledged before the call,
-                               and a queue deleted and created again
-                               since is not seen. Default: on for READ_ANY and
-                               READ_FIRST, off for READ_LEADER (whose
-                               answers are the leader's state at the
-                               call); 1: on for every read_from;
-                               negative: off */
+    int connect_timeout_ms;  /* per connection attempt; default 1000 */
+    int request_timeout_ms;  /* deadline of each request; default 5000.
+                                Long-poll fetches add their wait_ms; an
+                                async batch's clock starts when it enters
+                                the window (see tern_produce_async). */
+    int retry_backoff_ms;    /* first retry delay, doubled per attempt up to
+                                16x; default 25 */
+    int max_in_flight;       /* async produce window; default 32 (the
+                                server remembers 32 batches per producer
+                                and queue for idempotent retries) */
+    int read_from;           /* enum tern_read_from; default LEADER */
+    uint32_t max_frame;      /* largest response body accepted;
+                                default 16 MiB */
+    int attempt_timeout_ms;  /* a request that follows the leader (writes,
+                                leader reads) abandons its server when
+                                that server sent no byte at all for this
+                                long since the attempt was sent, and goes
+                                on with another server (the idempotent
+                                producer makes a resent batch safe). The
+                                engine asks a quiet server for its status
+                                after half of it, so a server that is slow
+                                but alive (a large batch, a slow disk) is
+                                never abandoned. Doubled for each attempt
+                                of a request so abandoned, up to 16x.
+                                Within request_timeout_ms, which still
+                                ends the request. Default 300 (twice
+                                ternd's default election timeout): set it
+                                to about twice the cluster's
+                                election_timeout_ms; negative: off */
+    int fetch_read_ahead;    /* tern_fetch and tern_fetch_ex stream: after
+                                an answer that stopped on a limit with more
+                                of the queue left (next offset below its
+                                end), the same fetch at the next offset is
+                                sent at once, and its answer waits in the
+                                client, at most one answer of max_bytes,
+                                so the server reads while the caller
+                                works. The next call that asks exactly
+                                that gets it if it too stopped on a limit
+                                (never an answer that ended at the queue's
+                                end, so a message acknowledged before the
+                                call is always reached); any other call
+                                leaves it unused. It is the queue as it
+                                was when read: its end offset can be below
+                                a produce acknowledged before the call,
+                                and a queue deleted and created again
+                                since is not seen. Default: on for READ_ANY and
+                                READ_FIRST, off for READ_LEADER (whose
+                                answers are the leader's state at the
+                                call); 1: on for every read_from;
+                                negative: off */
+    int produce_merge_bytes; /* tern_produce_async: a call to a queue
+                               whose last batch still waits behind the
+                               full window (max_in_flight), never sent,
+                               joins that batch while the batch's
+                               messages stay within this many bytes
+                               (4 per message plus its payload), as a
+                               Kafka producer fills its batch while its
+                               requests are in flight. Default 65536;
+                               negative: off (every call its own batch).
+                               Keep it within the servers' [limits]
+                               max_frame_bytes (16 MiB by default) */
 };
 TERN_API void tern_client_options_init(struct tern_client_options *o);
 
@@ -443,8 +455,15 @@ typedef void (*tern_produce_cb)(void *arg,
  * (sent, or being retried) at a time; the others wait in the client, in
  * order, and their deadline starts only when they enter the window.
  * Batches to one queue are appended in the order of the calls, also across
- * retries and leader changes. Returns 0 (cb will fire exactly once) or an
- * error (cb never fires). */
+ * retries and leader changes. While its queue's last batch waits behind
+ * the full window, a call joins that batch (options.produce_merge_bytes):
+ * the merged calls are appended together, atomically and in call order,
+ * and each callback gets its own messages' offsets and count; a failure
+ * fails them all, its detail naming the merged calls. A merged batch that
+ * ends in TERN_ETIMEDOUT is resent whole: tern_produce_resend takes the
+ * messages of all its calls, in order (or set produce_merge_bytes
+ * negative to resend call by call). tern_client_pending counts calls.
+ * Returns 0 (cb will fire exactly once) or an error (cb never fires). */
 TERN_API int tern_produce_async(struct tern_client *c,
                                 const char *queue,
                                 const struct tern_msg *msgs,

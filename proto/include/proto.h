@@ -1413,6 +1413,18 @@ int proto_frame_seal_request(void *frame,
                              size_t len,
                              uint64_t request_id,
                              uint8_t version);
+/* Grow the PRODUCE frame w holds (exactly one frame, at offset 0, from
+ * proto_encode_produce[_at]: messages only, no properties tail) by
+ * msgs[0..n) (borrowed for the call): their blobs are appended, and the
+ * message count and body length updated in place. The checksum is left
+ * as it was, so the frame must be sealed (proto_frame_seal_request)
+ * before it is sent, as libtern seals every request at its send.
+ * TERN_EMALFORMED if w holds no such frame, TERN_ETOOBIG past the
+ * count's or the length's bound; w is unchanged on any error. */
+int proto_produce_append(struct tern_wbuf *w,
+                         proto_msg_at_cb at,
+                         const void *msgs,
+                         uint32_t n);
 /* Rewrite producer_id and seq of an encoded PRODUCE frame in place and
  * recompute its checksum. TERN_EMALFORMED if frame is not a PRODUCE frame. */
 int proto_frame_set_producer(void *frame,

@@ -163,3 +163,246 @@ Test(client, async_errors_never_fire_callbacks)
     tern_client_free(c);
     cr_expect_eq(log.n, 0);
 }
+
+/* ---- Calls behind a full window join the waiting batch ---- */
+
+/* Calls per test below: 2 that fill a window of 2, then 10 with 1, 2 or
+ * 3 messages each ("c<call>.<k>"). */
+#define MERGE_FIRST 2
+#define MERGE_CALLS 12
+
+static size_t merge_n(int i)
+{
+    return i < MERGE_FIRST ? 1 : (size_t)(i % 3) + 1;
+}
+
+struct merge_ctx
+{
+    struct done_ctx d; /* first: on_done's argument */
+    struct tern_client *c;
+    char errmsg[TERN_ERRMSG_SIZE];
+};
+
+static void on_merge_done(void *arg, int status, uint64_t base, size_t count)
+{
+    struct merge_ctx *m = arg;
+    on_done(&m->d, status, base, count);
+    if (status != 0) {
+        (void)snprintf(m->errmsg, sizeof m->errmsg, "%s",
+                       tern_client_errmsg(m->c));
+    }
+}
+
+/* The messages of call i (payload buffers in bufs[i]). */
+static void merge_msgs(int i, char bufs[][3][32], struct tern_msg *m)
+{
+    for (size_t k = 0; k < merge_n(i); k++) {
+        (void)snprintf(bufs[i][k], sizeof bufs[i][k], "c%d.%d", i, (int)k);
+        m[k].data = bufs[i][k];
+        m[k].len = strlen(bufs[i][k]);
+    }
+}
+
+/* Two calls fill the window (sent: the slow hook keeps their answers 20
+ * ms away), then ten more while it is full. */
+static void merge_calls(struct tern_client *c,
+                        struct done_log *log,
+                        struct merge_ctx *ctx,
+                        char bufs[][3][32])
+{
+    memset(log, 0, sizeof *log);
+    for (int i = 0; i < MERGE_CALLS; i++) {
+        struct tern_msg m[3];
+        merge_msgs(i, bufs, m);
+        ctx[i].d.log = log;
+        ctx[i].d.idx = i;
+        ctx[i].c = c;
+        ctx[i].errmsg[0] = '\0';
+        cr_assert_eq(
+            tern_produce_async(c, "q", m, merge_n(i), on_merge_done, &ctx[i]),
+            0);
+        if (i + 1 == MERGE_FIRST) {
+            cr_assert_geq(tern_client_poll(c, 0), 0); /* both on the wire */
+        }
+    }
+    cr_expect_eq(tern_client_pending(c), MERGE_CALLS, "pending counts calls");
+}
+
+Test(client, async_calls_behind_a_full_window_merge)
+{
+    struct fake_server fs;
+    struct tern_client *c;
+    struct done_log log;
+    struct merge_ctx ctx[MERGE_CALLS];
+    char bufs[MERGE_CALLS][3][32];
+    uint64_t off = 0;
+    cr_assert_eq(fake_start(&fs, slow_hook), 0);
+    c = client_for(fs.addr, 5000, MERGE_FIRST);
+    create_queue(c, "q");
+    merge_calls(c, &log, ctx, bufs);
+    memset(bufs, 0, sizeof bufs); /* merged messages were copied too */
+    drain(c);
+    cr_assert_eq(log.n, MERGE_CALLS);
+    for (int i = 0; i < MERGE_CALLS; i++) {
+        cr_expect_eq(log.status[i], 0, "call %d: %s", i,
+                     tern_strerror(log.status[i]));
+        cr_expect_eq(log.base[i], off, "call %d: its own first offset", i);
+        cr_expect_eq(log.count[i], merge_n(i), "call %d: its own count", i);
+        cr_expect_eq(log.order[i], i, "callbacks in call order");
+        off += merge_n(i);
+    }
+    cr_assert_eq(fake_n_records(&fs), MERGE_FIRST + 1,
+                 "two batches, then the ten calls as one");
+    for (int i = 0; i < fake_n_records(&fs); i++) {
+        cr_expect_eq(fake_record_at(&fs, i).seq, (uint64_t)i + 1);
+    }
+    cr_expect_eq(fake_record_at(&fs, MERGE_FIRST).n_msgs, off - MERGE_FIRST);
+    off = 0;
+    for (int i = 0; i < MERGE_CALLS; i++) {
+        for (size_t k = 0; k < merge_n(i); k++, off++) {
+            char want[32];
+            char *got = fake_msg(&fs, off);
+            (void)snprintf(want, sizeof want, "c%d.%d", i, (int)k);
+            cr_expect_str_eq(got, want, "message %llu",
+                             (unsigned long long)off);
+            free(got);
+        }
+    }
+    tern_client_free(c);
+    fake_stop(&fs);
+}
+
+/* produce_merge_bytes: a cap on the merged messages' bytes (4 per message
+ * plus payload); negative turns merging off. */
+static int merge_records(int merge_bytes)
+{
+    struct fake_server fs;
+    struct tern_client_options o;
+    struct tern_client *c;
+    struct done_log log;
+    struct merge_ctx ctx[MERGE_CALLS];
+    char bufs[MERGE_CALLS][3][32];
+    int n;
+    cr_assert_eq(fake_start(&fs, slow_hook), 0);
+    tern_client_options_init(&o);
+    o.retry_backoff_ms = 5;
+    o.max_in_flight = MERGE_FIRST;
+    o.produce_merge_bytes = merge_bytes;
+    cr_assert_eq(tern_client_new(fs.addr, &o, &c), 0);
+    create_queue(c, "q");
+    merge_calls(c, &log, ctx, bufs);
+    drain(c);
+    cr_assert_eq(log.n, MERGE_CALLS);
+    for (int i = 0; i < MERGE_CALLS; i++) {
+        cr_expect_eq(log.status[i], 0);
+        cr_expect_eq(log.count[i], merge_n(i));
+    }
+    n = fake_n_records(&fs);
+    tern_client_free(c);
+    fake_stop(&fs);
+    return n;
+}
+
+Test(client, async_merge_bytes_bound_the_batch)
+{
+    /* Each message "cI.K" is 4 or 5 bytes, 8-9 with its length: a cap of
+     * 40 holds at most 4 messages, so the ten calls (20 messages, no call
+     * above 3) need at least 5 batches, at most 10. */
+    int n = merge_records(40);
+    cr_expect_geq(n, MERGE_FIRST + 5, "%d batches", n);
+    cr_expect_lt(n, MERGE_FIRST + 10, "%d batches: some merged", n);
+    cr_expect_eq(merge_records(-1), MERGE_CALLS, "off: a batch per call");
+}
+
+/* The merged batch (the third PRODUCE) fails for good. */
+static enum fake_action fail_third_produce_hook(struct fake_server *fs,
+                                                int conn,
+                                                const struct proto_header *h,
+                                                const struct proto_request *r)
+{
+    if (r->op == PROTO_OP_PRODUCE && fs->counter++ == MERGE_FIRST) {
+        fake_send_error(fs, conn, h, TERN_EQUOTA, NULL);
+        return FAKE_HANDLED;
+    }
+    return slow_hook(fs, conn, h, r);
+}
+
+Test(client, merged_batch_failure_fails_every_call)
+{
+    struct fake_server fs;
+    struct tern_client *c;
+    struct done_log log;
+    struct merge_ctx ctx[MERGE_CALLS];
+    char bufs[MERGE_CALLS][3][32];
+    cr_assert_eq(fake_start(&fs, fail_third_produce_hook), 0);
+    c = client_for(fs.addr, 5000, MERGE_FIRST);
+    create_queue(c, "q");
+    merge_calls(c, &log, ctx, bufs);
+    drain(c);
+    cr_assert_eq(log.n, MERGE_CALLS);
+    for (int i = 0; i < MERGE_CALLS; i++) {
+        cr_expect_eq(log.status[i], i < MERGE_FIRST ? 0 : TERN_EQUOTA,
+                     "call %d", i);
+        if (i >= MERGE_FIRST) {
+            char want[64];
+            (void)snprintf(want, sizeof want, "this is call %d)",
+                           i - MERGE_FIRST + 1);
+            cr_expect(
+                strstr(ctx[i].errmsg, "a batch of 10 merged calls") != NULL &&
+                    strstr(ctx[i].errmsg, want) != NULL,
+                "call %d: \"%s\"", i, ctx[i].errmsg);
+        }
+    }
+    cr_expect_eq(tern_client_pending(c), 0);
+    tern_client_free(c);
+    fake_stop(&fs);
+}
+
+/* The merged batch is never answered until the test says so. */
+static int answer_merged;
+
+static enum fake_action hold_third_produce_hook(struct fake_server *fs,
+                                                int conn,
+                                                const struct proto_header *h,
+                                                const struct proto_request *r)
+{
+    if (r->op == PROTO_OP_PRODUCE && r->seq > MERGE_FIRST &&
+        !__atomic_load_n(&answer_merged, __ATOMIC_ACQUIRE)) {
+        return FAKE_HANDLED; /* no answer */
+    }
+    return slow_hook(fs, conn, h, r);
+}
+
+Test(client, merged_batch_timeout_resends_whole)
+{
+    struct fake_server fs;
+    struct tern_client *c;
+    struct done_log log;
+    struct merge_ctx ctx[MERGE_CALLS];
+    char bufs[MERGE_CALLS][3][32];
+    struct tern_msg all[3 * MERGE_CALLS], one[3];
+    size_t n_all = 0;
+    uint64_t base = 0;
+    __atomic_store_n(&answer_merged, 0, __ATOMIC_RELEASE);
+    cr_assert_eq(fake_start(&fs, hold_third_produce_hook), 0);
+    c = client_for(fs.addr, 400, MERGE_FIRST);
+    create_queue(c, "q");
+    merge_calls(c, &log, ctx, bufs);
+    drain(c);
+    cr_assert_eq(log.n, MERGE_CALLS);
+    for (int i = MERGE_FIRST; i < MERGE_CALLS; i++) {
+        cr_expect_eq(log.status[i], TERN_ETIMEDOUT, "call %d", i);
+        merge_msgs(i, bufs, all + n_all);
+        n_all += merge_n(i);
+    }
+    merge_msgs(MERGE_FIRST, bufs, one);
+    cr_expect_eq(tern_produce_resend(c, "q", one, merge_n(MERGE_FIRST), &base),
+                 TERN_EINVAL, "one call's messages are not the batch");
+    __atomic_store_n(&answer_merged, 1, __ATOMIC_RELEASE);
+    cr_assert_eq(tern_produce_resend(c, "q", all, n_all, &base), 0, "%s",
+                 tern_client_errmsg(c));
+    cr_expect_eq(base, MERGE_FIRST, "appended after the two first batches");
+    cr_expect_eq(fake_n_msgs(&fs), MERGE_FIRST + n_all);
+    tern_client_free(c);
+    fake_stop(&fs);
+}

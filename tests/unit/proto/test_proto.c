@@ -123,6 +123,60 @@ Test(proto, produce_round_trip)
     tern_wbuf_free(&w);
 }
 
+static void pmsg_at(const void *msgs, uint32_t i, struct proto_msg *m)
+{
+    *m = ((const struct proto_msg *)msgs)[i];
+}
+
+/* proto_produce_append: the grown frame, once sealed, is the frame of all
+ * the messages encoded at once, byte for byte; refusals leave it whole. */
+Test(proto, produce_append_equals_one_encoding)
+{
+    struct tern_wbuf w, all;
+    struct proto_header h;
+    struct proto_request r;
+    struct proto_msg in[5] = {
+        {"alpha", 5}, {"", 0}, {"gamma-long", 10}, {"d", 1}, {"epsilon", 7}};
+    struct proto_msg m;
+    size_t pos = 0, len;
+    int n = 0;
+    tern_wbuf_init(&w);
+    tern_wbuf_init(&all);
+    cr_assert_eq(
+        proto_encode_produce_at(&w, 0, "queue-a", 7, 9, pmsg_at, in, 2), 0);
+    cr_assert_eq(proto_produce_append(&w, pmsg_at, in + 2, 1), 0);
+    cr_assert_eq(proto_produce_append(&w, pmsg_at, in + 3, 2), 0);
+    cr_assert_eq(
+        proto_frame_seal_request(w.base, w.len, 42, TERN_PROTO_VERSION), 0);
+    cr_assert_eq(proto_encode_produce(&all, 42, "queue-a", 7, 9, in, 5), 0);
+    cr_assert_eq(w.len, all.len);
+    cr_expect_eq(memcmp(w.base, all.base, w.len), 0);
+    parse_request(&w, &h, &r);
+    cr_expect_eq(r.n_msgs, 5);
+    while (proto_next_msg(&r, &pos, &m)) {
+        cr_assert_lt(n, 5);
+        cr_expect_eq(m.len, in[n].len);
+        cr_expect_eq(memcmp(m.data, in[n].data, m.len), 0);
+        n++;
+    }
+    cr_expect_eq(n, 5);
+
+    /* Not a PRODUCE, a cut frame, no messages: refused, w as it was. */
+    len = w.len;
+    cr_expect_eq(proto_produce_append(&w, pmsg_at, in, 0), TERN_EMALFORMED);
+    w.len = len - 1;
+    cr_expect_eq(proto_produce_append(&w, pmsg_at, in, 1), TERN_EMALFORMED);
+    cr_expect_eq(w.len, len - 1);
+    w.len = len;
+    cr_expect_eq(memcmp(w.base, all.base, w.len), 0);
+    all.len = 0;
+    cr_assert_eq(proto_encode_simple(&all, PROTO_OP_STATUS, 1), 0);
+    cr_expect_eq(proto_produce_append(&all, pmsg_at, in, 1), TERN_EMALFORMED);
+    cr_expect_eq(all.len, PROTO_HEADER_SIZE);
+    tern_wbuf_free(&w);
+    tern_wbuf_free(&all);
+}
+
 Test(proto, fetch_and_group_round_trip)
 {
     struct tern_wbuf w;
