@@ -322,6 +322,12 @@ static struct tern_client *client_new_timeout(const char *servers,
     o.request_timeout_ms = timeout_ms;
     o.connect_timeout_ms = opts.connect_timeout_ms;
     o.read_from = read_from;
+    if (opts.async_window > 0) {
+        /* libtern's window a quarter of the calls pending, so that the
+         * calls waiting behind it merge into shared batches (libtern's
+         * produce_merge_bytes): merged batches are under test too. */
+        o.max_in_flight = opts.async_window / 4 > 0 ? opts.async_window / 4 : 1;
+    }
     int rv = tern_client_new(servers, &o, &c);
     if (rv != 0) {
         fprintf(stderr, "driver: tern_client_new(%s): %s\n", servers,
@@ -595,10 +601,11 @@ static void *delayed_producer_main(void *arg)
 }
 
 /* Async producer (--async-window W > 0): tern_produce_async with up to W
- * one-message batches in flight per client. Several ops of one process are
- * then concurrent; the checker's per-producer order check still applies,
- * because libtern promises that batches to one queue are appended in call
- * order (counter order). After an "info" completion the process drains its
+ * one-message calls pending per client, libtern's window W/4 batches
+ * (client_new_timeout), so the calls behind it merge. Several ops of one
+ * process are then concurrent; the checker's per-producer order check still
+ * applies, because libtern promises that batches to one queue are appended in
+ * call order (counter order). After an "info" completion the process drains its
  * client (bounded), frees it and continues as a new process. */
 struct async_ctx
 {
