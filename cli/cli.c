@@ -1943,13 +1943,25 @@ int main(int argc, char **argv)
      * --max-in-flight and --merge-bytes (0: no merging). */
     for (int k = i + 1; k + 1 < argc; k++) {
         uint64_t v;
-        if (strcmp(argv[k], "--max-in-flight") == 0 &&
-            cli_parse_u64("--max-in-flight", argv[k + 1], &v) == 0 && v > 0 &&
-            v <= 100000) {
+        if (strcmp(argv[k], "--max-in-flight") == 0) {
+            if (cli_parse_u64("--max-in-flight", argv[k + 1], &v) != 0) {
+                return 2;
+            }
+            if (v == 0 || v > 100000) {
+                (void)fprintf(stderr, "tern: --max-in-flight %s: 1 to 100000\n",
+                              argv[k + 1]);
+                return 2;
+            }
             o.max_in_flight = (int)v;
-        } else if (strcmp(argv[k], "--merge-bytes") == 0 &&
-                   cli_parse_u64("--merge-bytes", argv[k + 1], &v) == 0 &&
-                   v <= INT32_MAX) {
+        } else if (strcmp(argv[k], "--merge-bytes") == 0) {
+            if (cli_parse_u64("--merge-bytes", argv[k + 1], &v) != 0) {
+                return 2;
+            }
+            if (v > INT32_MAX) {
+                (void)fprintf(stderr, "tern: --merge-bytes %s: 0 (off) to %d\n",
+                              argv[k + 1], INT32_MAX);
+                return 2;
+            }
             o.produce_merge_bytes = v == 0 ? -1 : (int)v;
         }
     }

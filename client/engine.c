@@ -277,7 +277,10 @@ static void req_complete(struct tern_client *c, struct tern__req *r, int status)
 static int fire_parts(struct tern_client *c, struct tern__req *r)
 {
     uint64_t base = r->produce.base_offset;
-    bool known = r->status == 0 && r->produce.count != 0;
+    /* Offsets only for the batch's own count: a duplicate of a batch the
+     * server no longer remembers answers 0, and any other count cannot
+     * be split among the calls (each then gets "offsets unknown"). */
+    bool known = r->status == 0 && r->produce.count == r->n_msgs;
     for (size_t k = 0; k < r->n_parts; k++) {
         const struct tern__part *p = &r->parts[k];
         c->async_pending--;

@@ -1401,17 +1401,18 @@ static bool hold_commit(struct repl *r, struct repl_wire *w)
 
 void repl_io_deliver(struct repl *r, struct repl_wire *w)
 {
+    struct repl_catch_probe catch;
     bool held;
     if (r->closing || r->failed != 0 || r->io.recv_cb == NULL) {
         repl_wire_release(w);
         return;
     }
     repl_lost_recv(r, &w->msg);
+    repl_catch_note(r, &w->msg, &catch);
     if (!repl_guard_recv(r, &w->msg)) {
         repl_wire_release(w);
         return;
     }
-    repl_catch_note(r, &w->msg);
     held = hold_commit(r, w);
     if (w->msg.type == RAFT_IO_APPEND_ENTRIES &&
         w->msg.append_entries.n_entries > 0) {
@@ -1436,6 +1437,7 @@ void repl_io_deliver(struct repl *r, struct repl_wire *w)
     r->io.recv_cb(&r->io.outer, &w->msg);
     r->guard.deliv_set = false;
     repl_lost_delivered(r);
+    repl_catch_delivered(r, &catch);
     if (held) {
         if (r->io.next_index <= r->io.hold.index) {
             r->io.hold.index = 0; /* rejected: nothing appended */

@@ -546,17 +546,41 @@ const char *repl_role_name(enum repl_role r)
     }
 }
 
-void repl_catch_note(struct repl *r, const struct raft_message *m)
+void repl_catch_note(struct repl *r,
+                     const struct raft_message *m,
+                     struct repl_catch_probe *p)
 {
-    /* Any AppendEntries of the current term or a later one comes from
-     * the leader of its term (one per term); the guard has refused
-     * absurd terms and strangers already. */
-    if (r->catch_marked || m->type != RAFT_IO_APPEND_ENTRIES ||
-        m->append_entries.term < r->raft.current_term) {
+    const struct raft_append_entries *a = &m->append_entries;
+    p->ae = !r->catch_marked && m->type == RAFT_IO_APPEND_ENTRIES;
+    if (p->ae) {
+        p->term = a->term;
+        p->commit = a->leader_commit;
+        p->prev = a->prev_log_index;
+        p->n = a->n_entries;
+    }
+}
+
+void repl_catch_delivered(struct repl *r, const struct repl_catch_probe *p)
+{
+    /* An AppendEntries of the current term comes from its one leader.
+     * Its leader_commit is that leader's commit index only if the sender
+     * did not lower it: io.c's split caps each part's at the part's last
+     * index, so a message whose commit reaches its own last entry may be
+     * such a part (a heartbeat carries the leader's last index as its
+     * prev, so its commit is whole). Taken only when the core has all of
+     * it (commit_index reached it: not refused, not lowered by the guard
+     * or a memory-mode hold), and when it is an entry of the leader's own
+     * term: then the leader's barrier is committed, and with it everything
+     * committed before its term (a new leader's commit index lags its
+     * predecessor's until then). */
+    if (!p->ae || r->catch_marked || p->term != r->raft.current_term ||
+        (p->n > 0 && p->commit >= p->prev + p->n) || p->commit == 0 ||
+        r->raft.commit_index < p->commit ||
+        repl_io_term_of(r, p->commit) != p->term) {
         return;
     }
     r->catch_marked = true;
-    r->catch_mark = m->append_entries.leader_commit;
+    r->catch_mark = p->commit;
 }
 
 /* Has the index caught up since the start (repl_status.caught_up)? */

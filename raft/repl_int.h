@@ -417,8 +417,8 @@ struct repl
     struct transfer_req *transfer;
     struct tern_list proposals;
     /* Caught up since the start (repl.c, repl_status.caught_up): the
-     * commit index the first leader heard from reported (marked), and
-     * the sticky result. */
+     * first whole commit index of a leader of the current term that
+     * covers an entry of its own term (marked), and the sticky result. */
     bool catch_marked;
     bool caught_up;
     uint64_t catch_mark;
@@ -437,8 +437,20 @@ struct repl
     struct repl_lost_state lost;     /* lost.c */
 };
 
-/* repl.c: note an accepted message for the catch-up mark. */
-void repl_catch_note(struct repl *r, const struct raft_message *m);
+/* repl.c: the catch-up mark (repl_status.caught_up). repl_catch_note
+ * takes an incoming message's AppendEntries fields before the guard and
+ * the core change them; repl_catch_delivered, after the core took it,
+ * sets the mark if the message carried its leader's whole commit index
+ * and the core has all of it. */
+struct repl_catch_probe
+{
+    bool ae;
+    uint64_t term, commit, prev, n;
+};
+void repl_catch_note(struct repl *r,
+                     const struct raft_message *m,
+                     struct repl_catch_probe *p);
+void repl_catch_delivered(struct repl *r, const struct repl_catch_probe *p);
 
 /* ---- io.c ---------------------------------------------------------------- */
 

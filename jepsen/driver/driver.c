@@ -326,7 +326,10 @@ static struct tern_client *client_new_timeout(const char *servers,
         /* libtern's window a quarter of the calls pending, so that the
          * calls waiting behind it merge into shared batches (libtern's
          * produce_merge_bytes): merged batches are under test too. */
-        o.max_in_flight = opts.async_window / 4 > 0 ? opts.async_window / 4 : 1;
+        int w = opts.async_window / 4;
+        /* At most 32: the batches the server remembers per producer and
+         * queue for a retry's original offsets. */
+        o.max_in_flight = w < 1 ? 1 : w > 32 ? 32 : w;
     }
     int rv = tern_client_new(servers, &o, &c);
     if (rv != 0) {

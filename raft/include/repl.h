@@ -283,12 +283,17 @@ struct repl_status
     bool writable;
     /* The index has applied what the cluster had committed when this
      * replica started: as a leader, it is writable (its term's barrier is
-     * applied); as a follower, last_applied reached catch_up_to, the
-     * commit index in the first AppendEntries it accepted from a leader.
-     * Sticky until the replica is closed. Until then its tables (users,
-     * grants) may miss what was committed while it was down. */
+     * applied); as a follower, last_applied reached catch_up_to, the first
+     * commit index a leader of the current term sent it whole (not capped
+     * by a split), that it took whole, and that covers an entry of that
+     * leader's own term (so its barrier, and everything committed before
+     * it). Sticky until the replica is closed. Until then its tables
+     * (users, grants) may miss what was committed while it was down.
+     * Limit: a leader that has lost its quorum without knowing it yet
+     * (for at most an election timeout) can give a follower that hears
+     * only from it a mark below what a newer leader committed. */
     bool caught_up;
-    uint64_t catch_up_to; /* 0 until a leader was heard */
+    uint64_t catch_up_to; /* 0 until such a commit index was heard */
     /* a leader handing over: the target (else 0) */
     uint64_t transfer_to;
     int fsm_error;  /* last repl_fsm.apply/restore error (0: none) */

@@ -406,3 +406,58 @@ Test(client, merged_batch_timeout_resends_whole)
     tern_client_free(c);
     fake_stop(&fs);
 }
+
+/* tern_client_free with a merged batch on the wire: every call is
+ * cancelled once, in call order. */
+Test(client, merged_free_cancels_each_call_once)
+{
+    struct fake_server fs;
+    struct tern_client *c;
+    struct done_log log;
+    struct merge_ctx ctx[MERGE_CALLS];
+    char bufs[MERGE_CALLS][3][32];
+    cr_assert_eq(fake_start(&fs, silent_hook), 0);
+    c = client_for(fs.addr, 5000, MERGE_FIRST);
+    create_queue(c, "q");
+    merge_calls(c, &log, ctx, bufs);
+    cr_expect_eq(tern_client_poll(c, 30), 0);
+    tern_client_free(c);
+    cr_expect_eq(log.n, MERGE_CALLS);
+    for (int i = 0; i < MERGE_CALLS; i++) {
+        cr_expect_eq(log.status[i], TERN_ECANCELED, "call %d", i);
+        cr_expect_eq(log.order[i], i);
+    }
+    fake_stop(&fs);
+}
+
+/* The first batch fails for good: the second gets TERN_ESEQUENCE and
+ * the queue is renumbered, the merged batch with it. */
+Test(client, merged_batch_renumbered_after_a_failed_batch)
+{
+    struct fake_server fs;
+    struct tern_client *c;
+    struct done_log log;
+    struct merge_ctx ctx[MERGE_CALLS];
+    char bufs[MERGE_CALLS][3][32];
+    uint64_t off = 0;
+    cr_assert_eq(fake_start(&fs, fail_first_produce_hook), 0);
+    c = client_for(fs.addr, 5000, MERGE_FIRST);
+    create_queue(c, "q");
+    merge_calls(c, &log, ctx, bufs);
+    drain(c);
+    cr_assert_eq(log.n, MERGE_CALLS);
+    cr_expect_eq(log.status[0], TERN_ETOOBIG);
+    for (int i = 1; i < MERGE_CALLS; i++) {
+        cr_expect_eq(log.status[i], 0, "call %d: %s", i,
+                     tern_strerror(log.status[i]));
+        cr_expect_eq(log.base[i], off, "call %d", i);
+        cr_expect_eq(log.count[i], merge_n(i), "call %d", i);
+        off += merge_n(i);
+    }
+    for (uint64_t k = 0; k < off; k++) {
+        free(fake_msg(&fs, k));
+    }
+    cr_expect_eq(fake_n_msgs(&fs), off);
+    tern_client_free(c);
+    fake_stop(&fs);
+}

@@ -150,13 +150,6 @@ static bool caught_up(struct cluster *c, unsigned i)
     return st.caught_up;
 }
 
-static bool pred_heard(struct cluster *c, void *arg)
-{
-    struct repl_status st;
-    repl_get_status(c->nodes[*(unsigned *)arg].repl, &st);
-    return st.catch_up_to != 0;
-}
-
 /* repl_status.caught_up (what node/ judges logins by): a follower that
  * was down while entries were committed is not caught up until it has
  * applied what the leader had committed when it first heard from it;
@@ -189,14 +182,18 @@ Test(cluster, restarted_follower_catches_up_before_it_says_so)
     cr_expect(caught_up(&cl, (unsigned)l), "the leader stays caught up");
 
     cluster_isolate(&cl, f, false);
-    cr_assert(cluster_step_until(&cl, pred_heard, &f, STEPS));
-    repl_get_status(cl.nodes[f].repl, &st);
+    for (unsigned s = 0; s < STEPS; s++) {
+        cluster_step(&cl);
+        repl_get_status(cl.nodes[f].repl, &st);
+        if (st.catch_up_to != 0) {
+            break;
+        }
+        cr_assert(!st.caught_up, "caught up without a mark, applied %llu",
+                  (unsigned long long)st.last_applied);
+    }
     cr_expect_geq(st.catch_up_to, last,
-                  "the first AppendEntries heard carries the commit index");
+                  "the mark covers what was committed before the start");
     cr_expect_eq(st.caught_up, st.last_applied >= st.catch_up_to);
-    cr_expect(!st.caught_up, "applied %llu of %llu",
-              (unsigned long long)st.last_applied,
-              (unsigned long long)st.catch_up_to);
     cr_assert(cluster_step_until(&cl, pred_all_applied, &last, STEPS));
     cr_expect(caught_up(&cl, f));
 
@@ -1904,5 +1901,106 @@ Test(cluster, full_follower_stale_suffix_never_matches)
     cr_assert(cluster_step_until(&cl, pred_all_applied, &last, STEPS));
     assert_streams_equal(&cl);
     cr_expect(!cl.conflict);
+    cluster_fini(&cl);
+}
+
+/* Does a node (only, or any when only < 0) say caught_up while neither
+ * raft nor its FSM has applied last, an index the cluster committed
+ * before? Then *who, *applied and *mark say which and where. */
+static bool early_caught_up(struct cluster *c,
+                            uint64_t last,
+                            int only,
+                            int *who,
+                            uint64_t *applied,
+                            uint64_t *mark)
+{
+    for (unsigned i = 0; i < c->n; i++) {
+        struct repl_status st;
+        if (!c->nodes[i].up || (only >= 0 && (int)i != only)) {
+            continue;
+        }
+        repl_get_status(c->nodes[i].repl, &st);
+        if (st.caught_up && st.last_applied < last &&
+            c->nodes[i].applied_index < last) {
+            *who = (int)i;
+            *applied = st.last_applied > c->nodes[i].applied_index
+                           ? st.last_applied
+                           : c->nodes[i].applied_index;
+            *mark = st.catch_up_to;
+            return true;
+        }
+    }
+    return false;
+}
+
+/* A new leader's commit index can lag what its predecessor committed:
+ * a restarted follower that marks the new leader's first leader_commit
+ * says caught_up before it applied the predecessor's last commits. */
+Test(cluster, not_caught_up_by_a_lagging_new_leader)
+{
+    uint64_t last = 0;
+    struct repl_status st;
+    int l, f, g, who = -1;
+    uint64_t applied = 0, mark = 0;
+    bool early = false;
+    cluster_init(&cl, 3);
+    l = start_all_elect(&cl);
+    propose_applied(&cl, (unsigned)l, 5, 32, 1, &last);
+    f = cluster_other(&cl, l, -1);
+    g = cluster_other(&cl, l, f);
+    cluster_crash(&cl, (unsigned)f);
+    propose_n(&cl, (unsigned)l, 3, 32, 2, &last); /* "the user change" */
+    cr_assert(cluster_step_until(&cl, pred_leader_committed, &last, STEPS));
+    cluster_crash(&cl, (unsigned)l); /* before g hears the new commit */
+    repl_get_status(cl.nodes[g].repl, &st);
+    cr_log_info("g commit %llu applied %llu, cluster committed %llu",
+                (unsigned long long)st.commit_index,
+                (unsigned long long)st.last_applied, (unsigned long long)last);
+    cluster_start(&cl, (unsigned)f);
+    for (unsigned s = 0; s < STEPS && !early; s++) {
+        cluster_step(&cl);
+        early = early_caught_up(&cl, last, f, &who, &applied, &mark);
+        if (pred_all_applied(&cl, &last)) {
+            break;
+        }
+    }
+    cr_expect(!early,
+              "node %d says caught_up (mark %llu) having applied %llu of "
+              "the %llu committed",
+              who, (unsigned long long)mark, (unsigned long long)applied,
+              (unsigned long long)last);
+    cluster_fini(&cl);
+}
+
+/* The whole cluster restarts right after a commit the followers have not
+ * heard of: the new leader's first heartbeats carry its restarted
+ * commit index. */
+Test(cluster, not_caught_up_early_after_full_restart)
+{
+    uint64_t last = 0;
+    int l, who = -1;
+    uint64_t applied = 0, mark = 0;
+    bool early = false;
+    cluster_init(&cl, 3);
+    l = start_all_elect(&cl);
+    propose_applied(&cl, (unsigned)l, 5, 32, 1, &last);
+    propose_n(&cl, (unsigned)l, 3, 32, 2, &last);
+    cr_assert(cluster_step_until(&cl, pred_leader_committed, &last, STEPS));
+    for (unsigned i = 0; i < cl.n; i++) {
+        cluster_crash(&cl, i);
+    }
+    cluster_start_all(&cl);
+    for (unsigned s = 0; s < STEPS && !early; s++) {
+        cluster_step(&cl);
+        early = early_caught_up(&cl, last, -1, &who, &applied, &mark);
+        if (pred_all_applied(&cl, &last)) {
+            break;
+        }
+    }
+    cr_expect(!early,
+              "node %d says caught_up (mark %llu) having applied %llu of "
+              "the %llu committed",
+              who, (unsigned long long)mark, (unsigned long long)applied,
+              (unsigned long long)last);
     cluster_fini(&cl);
 }
