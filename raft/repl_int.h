@@ -696,6 +696,15 @@ uint32_t repl__wrap_crc32(const void *buf,
 uint32_t repl__real_crc32(const void *buf,
                           size_t size,
                           uint32_t init) __asm__("__real_byteCrc32");
+/* prealloc.c: raft_uv's allocation of an open segment, then zeros over
+ * it (--wrap=UvOsFallocate); -errno on failure. repl__real_fallocate is
+ * libraft's own. */
+int repl__wrap_fallocate(int fd,
+                         off_t offset,
+                         off_t len) __asm__("__wrap_UvOsFallocate");
+int repl__real_fallocate(int fd,
+                         off_t offset,
+                         off_t len) __asm__("__real_UvOsFallocate");
 #endif
 
 #endif /* TERN_REPL_INT_H */
