@@ -228,6 +228,23 @@ static void merge_calls(struct tern_client *c,
     cr_expect_eq(tern_client_pending(c), MERGE_CALLS, "pending counts calls");
 }
 
+/* A fake server with hook, a client with a window of MERGE_FIRST and
+ * request timeout timeout_ms (returned), queue "q", and merge_calls. */
+static struct tern_client *merge_start(struct fake_server *fs,
+                                       fake_hook_cb hook,
+                                       int timeout_ms,
+                                       struct done_log *log,
+                                       struct merge_ctx *ctx,
+                                       char bufs[][3][32])
+{
+    struct tern_client *c;
+    cr_assert_eq(fake_start(fs, hook), 0);
+    c = client_for(fs->addr, timeout_ms, MERGE_FIRST);
+    create_queue(c, "q");
+    merge_calls(c, log, ctx, bufs);
+    return c;
+}
+
 Test(client, async_calls_behind_a_full_window_merge)
 {
     struct fake_server fs;
@@ -236,10 +253,7 @@ Test(client, async_calls_behind_a_full_window_merge)
     struct merge_ctx ctx[MERGE_CALLS];
     char bufs[MERGE_CALLS][3][32];
     uint64_t off = 0;
-    cr_assert_eq(fake_start(&fs, slow_hook), 0);
-    c = client_for(fs.addr, 5000, MERGE_FIRST);
-    create_queue(c, "q");
-    merge_calls(c, &log, ctx, bufs);
+    c = merge_start(&fs, slow_hook, 5000, &log, ctx, bufs);
     memset(bufs, 0, sizeof bufs); /* merged messages were copied too */
     drain(c);
     cr_assert_eq(log.n, MERGE_CALLS);
@@ -334,10 +348,7 @@ Test(client, merged_batch_failure_fails_every_call)
     struct done_log log;
     struct merge_ctx ctx[MERGE_CALLS];
     char bufs[MERGE_CALLS][3][32];
-    cr_assert_eq(fake_start(&fs, fail_third_produce_hook), 0);
-    c = client_for(fs.addr, 5000, MERGE_FIRST);
-    create_queue(c, "q");
-    merge_calls(c, &log, ctx, bufs);
+    c = merge_start(&fs, fail_third_produce_hook, 5000, &log, ctx, bufs);
     drain(c);
     cr_assert_eq(log.n, MERGE_CALLS);
     for (int i = 0; i < MERGE_CALLS; i++) {
@@ -384,10 +395,7 @@ Test(client, merged_batch_timeout_resends_whole)
     size_t n_all = 0;
     uint64_t base = 0;
     __atomic_store_n(&answer_merged, 0, __ATOMIC_RELEASE);
-    cr_assert_eq(fake_start(&fs, hold_third_produce_hook), 0);
-    c = client_for(fs.addr, 400, MERGE_FIRST);
-    create_queue(c, "q");
-    merge_calls(c, &log, ctx, bufs);
+    c = merge_start(&fs, hold_third_produce_hook, 400, &log, ctx, bufs);
     drain(c);
     cr_assert_eq(log.n, MERGE_CALLS);
     for (int i = MERGE_FIRST; i < MERGE_CALLS; i++) {
@@ -416,10 +424,7 @@ Test(client, merged_free_cancels_each_call_once)
     struct done_log log;
     struct merge_ctx ctx[MERGE_CALLS];
     char bufs[MERGE_CALLS][3][32];
-    cr_assert_eq(fake_start(&fs, silent_hook), 0);
-    c = client_for(fs.addr, 5000, MERGE_FIRST);
-    create_queue(c, "q");
-    merge_calls(c, &log, ctx, bufs);
+    c = merge_start(&fs, silent_hook, 5000, &log, ctx, bufs);
     cr_expect_eq(tern_client_poll(c, 30), 0);
     tern_client_free(c);
     cr_expect_eq(log.n, MERGE_CALLS);
@@ -440,10 +445,7 @@ Test(client, merged_batch_renumbered_after_a_failed_batch)
     struct merge_ctx ctx[MERGE_CALLS];
     char bufs[MERGE_CALLS][3][32];
     uint64_t off = 0;
-    cr_assert_eq(fake_start(&fs, fail_first_produce_hook), 0);
-    c = client_for(fs.addr, 5000, MERGE_FIRST);
-    create_queue(c, "q");
-    merge_calls(c, &log, ctx, bufs);
+    c = merge_start(&fs, fail_first_produce_hook, 5000, &log, ctx, bufs);
     drain(c);
     cr_assert_eq(log.n, MERGE_CALLS);
     cr_expect_eq(log.status[0], TERN_ETOOBIG);

@@ -92,13 +92,9 @@ Test(append_split, lagging_follower_catches_up_through_split_append_entries)
     cluster_fini(&cl);
 }
 
-/* Steps until every node applied last; true if follower f said
- * caught_up before it (raft and FSM) had applied last, with *applied and
- * *mark where it did. */
-static bool caught_up_early(int f,
-                            uint64_t last,
-                            uint64_t *applied,
-                            uint64_t *mark)
+/* Steps until every node applied last, expecting follower f never to say
+ * caught_up before it (raft and FSM) had applied last. */
+static void expect_not_early(int f, uint64_t last)
 {
     struct repl_status st;
     for (unsigned s = 0; s < STEPS; s++) {
@@ -106,15 +102,33 @@ static bool caught_up_early(int f,
         repl_get_status(cl.nodes[f].repl, &st);
         if (st.caught_up && st.last_applied < last &&
             cl.nodes[f].applied_index < last) {
-            *applied = st.last_applied;
-            *mark = st.catch_up_to;
-            return true;
+            cr_expect_fail(
+                "caught_up with mark %llu at applied %llu, the "
+                "cluster committed %llu before the follower "
+                "started",
+                (unsigned long long)st.catch_up_to,
+                (unsigned long long)st.last_applied, (unsigned long long)last);
+            return;
         }
         if (pred_all_applied(&cl, &last)) {
-            break;
+            return;
         }
     }
-    return false;
+}
+
+/* Three nodes over the txport with SMALL_MAX messages, a leader (returned)
+ * and *f another node, 5 entries applied everywhere (*last). */
+static int split_cluster(int *f, uint64_t *last)
+{
+    int l;
+    cluster_init(&cl, 3);
+    cl.use_txport = true;
+    cl.fencing = true;
+    cl.max_message = SMALL_MAX;
+    l = cluster_elect(&cl);
+    *f = cluster_other(&cl, l, l);
+    cluster_propose_applied(&cl, (unsigned)l, 5, 96, 1, last);
+    return l;
 }
 
 /* repl_status.caught_up with split AppendEntries: each part carries a
@@ -123,37 +137,19 @@ static bool caught_up_early(int f,
  * while the others commit, or cut off, restarted and let back in). */
 Test(append_split, restarted_follower_caught_up_once_applied)
 {
-    uint64_t last = 0, applied = 0, mark = 0;
-    int l, f;
-    cluster_init(&cl, 3);
-    cl.use_txport = true;
-    cl.fencing = true;
-    cl.max_message = SMALL_MAX;
-    l = cluster_elect(&cl);
-    f = cluster_other(&cl, l, l);
-    cluster_propose_applied(&cl, (unsigned)l, 5, 96, 1, &last);
+    uint64_t last = 0;
+    int f, l = split_cluster(&f, &last);
     cluster_crash(&cl, (unsigned)f);
     cluster_propose_applied(&cl, (unsigned)l, 300, 96, 2, &last);
     cluster_start(&cl, (unsigned)f);
-    cr_expect(!caught_up_early(f, last, &applied, &mark),
-              "caught_up with mark %llu at applied %llu, the cluster "
-              "committed %llu before the follower started",
-              (unsigned long long)mark, (unsigned long long)applied,
-              (unsigned long long)last);
+    expect_not_early(f, last);
     cluster_fini(&cl);
 }
 
 Test(append_split, cut_follower_not_caught_up_after_first_part)
 {
-    uint64_t last = 0, applied = 0, mark = 0;
-    int l, f;
-    cluster_init(&cl, 3);
-    cl.use_txport = true;
-    cl.fencing = true;
-    cl.max_message = SMALL_MAX;
-    l = cluster_elect(&cl);
-    f = cluster_other(&cl, l, l);
-    cluster_propose_applied(&cl, (unsigned)l, 5, 96, 1, &last);
+    uint64_t last = 0;
+    int f, l = split_cluster(&f, &last);
     cluster_isolate(&cl, (unsigned)f, true);
     cluster_propose_n(&cl, (unsigned)l, 300, 96, 2, &last);
     cr_assert(cluster_step_until(&cl, pred_leader_committed, &last, STEPS));
@@ -161,10 +157,6 @@ Test(append_split, cut_follower_not_caught_up_after_first_part)
     cluster_crash(&cl, (unsigned)f);
     cluster_start(&cl, (unsigned)f);
     cluster_isolate(&cl, (unsigned)f, false);
-    cr_expect(!caught_up_early(f, last, &applied, &mark),
-              "caught_up with mark %llu at applied %llu, the cluster "
-              "committed %llu before the follower started",
-              (unsigned long long)mark, (unsigned long long)applied,
-              (unsigned long long)last);
+    expect_not_early(f, last);
     cluster_fini(&cl);
 }

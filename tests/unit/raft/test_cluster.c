@@ -1933,6 +1933,27 @@ static bool early_caught_up(struct cluster *c,
     return false;
 }
 
+/* Step until every node applied last, expecting no node (only, or any
+ * when only < 0) to say caught_up before it applied last. */
+static void expect_never_early(int only, uint64_t last)
+{
+    int who = -1;
+    uint64_t applied = 0, mark = 0;
+    bool early = false;
+    for (unsigned s = 0; s < STEPS && !early; s++) {
+        cluster_step(&cl);
+        early = early_caught_up(&cl, last, only, &who, &applied, &mark);
+        if (pred_all_applied(&cl, &last)) {
+            break;
+        }
+    }
+    cr_expect(!early,
+              "node %d says caught_up (mark %llu) having applied %llu of "
+              "the %llu committed",
+              who, (unsigned long long)mark, (unsigned long long)applied,
+              (unsigned long long)last);
+}
+
 /* A new leader's commit index can lag what its predecessor committed:
  * a restarted follower that marks the new leader's first leader_commit
  * says caught_up before it applied the predecessor's last commits. */
@@ -1940,9 +1961,7 @@ Test(cluster, not_caught_up_by_a_lagging_new_leader)
 {
     uint64_t last = 0;
     struct repl_status st;
-    int l, f, g, who = -1;
-    uint64_t applied = 0, mark = 0;
-    bool early = false;
+    int l, f, g;
     cluster_init(&cl, 3);
     l = start_all_elect(&cl);
     propose_applied(&cl, (unsigned)l, 5, 32, 1, &last);
@@ -1957,18 +1976,7 @@ Test(cluster, not_caught_up_by_a_lagging_new_leader)
                 (unsigned long long)st.commit_index,
                 (unsigned long long)st.last_applied, (unsigned long long)last);
     cluster_start(&cl, (unsigned)f);
-    for (unsigned s = 0; s < STEPS && !early; s++) {
-        cluster_step(&cl);
-        early = early_caught_up(&cl, last, f, &who, &applied, &mark);
-        if (pred_all_applied(&cl, &last)) {
-            break;
-        }
-    }
-    cr_expect(!early,
-              "node %d says caught_up (mark %llu) having applied %llu of "
-              "the %llu committed",
-              who, (unsigned long long)mark, (unsigned long long)applied,
-              (unsigned long long)last);
+    expect_never_early(f, last);
     cluster_fini(&cl);
 }
 
@@ -1978,9 +1986,7 @@ Test(cluster, not_caught_up_by_a_lagging_new_leader)
 Test(cluster, not_caught_up_early_after_full_restart)
 {
     uint64_t last = 0;
-    int l, who = -1;
-    uint64_t applied = 0, mark = 0;
-    bool early = false;
+    int l;
     cluster_init(&cl, 3);
     l = start_all_elect(&cl);
     propose_applied(&cl, (unsigned)l, 5, 32, 1, &last);
@@ -1990,17 +1996,6 @@ Test(cluster, not_caught_up_early_after_full_restart)
         cluster_crash(&cl, i);
     }
     cluster_start_all(&cl);
-    for (unsigned s = 0; s < STEPS && !early; s++) {
-        cluster_step(&cl);
-        early = early_caught_up(&cl, last, -1, &who, &applied, &mark);
-        if (pred_all_applied(&cl, &last)) {
-            break;
-        }
-    }
-    cr_expect(!early,
-              "node %d says caught_up (mark %llu) having applied %llu of "
-              "the %llu committed",
-              who, (unsigned long long)mark, (unsigned long long)applied,
-              (unsigned long long)last);
+    expect_never_early(-1, last);
     cluster_fini(&cl);
 }
