@@ -1116,21 +1116,20 @@ static int producer_init(struct tern_client *c)
 }
 
 /* Build a PRODUCE request that takes the next sequence number of the
- * queue. */
+ * queue, whose producer state pq tern__produce_check gave with the
+ * checked messages. */
 static int produce_new(struct tern_client *c,
                        const char *queue,
                        const struct tern_msg *msgs,
                        size_t n,
+                       struct tern__pq *pq,
                        struct tern__req **out)
 {
-    struct tern__pq *pq;
-    int rv = tern__produce_check(c, queue, msgs, n, &pq);
+    int rv;
     *out = NULL;
-    if (rv == 0) {
-        tern__pq_hold(pq); /* producer_init may run callbacks */
-        rv = producer_init(c);
-        tern__pq_release(pq);
-    }
+    tern__pq_hold(pq); /* producer_init may run callbacks */
+    rv = producer_init(c);
+    tern__pq_release(pq);
     if (rv != 0) {
         return rv;
     }
@@ -1165,12 +1164,16 @@ int tern_produce(struct tern_client *c,
                  size_t n,
                  uint64_t *base_offset)
 {
+    struct tern__pq *pq;
     struct tern__req *r;
     int rv = check_call(c);
+    if (rv == 0) {
+        rv = tern__produce_check(c, queue, msgs, n, &pq);
+    }
     if (rv != 0) {
         return rv;
     }
-    rv = produce_new(c, queue, msgs, n, &r);
+    rv = produce_new(c, queue, msgs, n, pq, &r);
     if (rv != 0) {
         return rv;
     }
@@ -1318,7 +1321,7 @@ int tern_produce_async(struct tern_client *c,
     if (produce_merge(c, pq, msgs, n, cb, arg)) {
         return 0;
     }
-    rv = produce_new(c, queue, msgs, n, &r);
+    rv = produce_new(c, queue, msgs, n, pq, &r);
     if (rv != 0) {
         return rv;
     }
