@@ -1225,12 +1225,14 @@ static struct tern__req *merge_target(struct tern_client *c,
                                       const struct tern__pq *pq)
 {
     struct tern__req *r = c->tail;
+    if (c->async_admitted < (size_t)c->opts.max_in_flight) {
+        return NULL; /* room in the window: no scan on the common path */
+    }
     for (int k = 0; r != NULL && k < TERN__MERGE_SCAN; k++, r = r->prev) {
         if (r->pq != pq) {
             continue;
         }
-        if (c->async_admitted < (size_t)c->opts.max_in_flight ||
-            r->op != PROTO_OP_PRODUCE || !r->is_async || r->admitted ||
+        if (r->op != PROTO_OP_PRODUCE || !r->is_async || r->admitted ||
             r->state != TERN__REQ_QUEUED || r->attempts != 0 || r->id != 0 ||
             r->resend_of != NULL || r->pid != pq->producer_id ||
             r->seq + 1 != pq->next_seq) {
