@@ -372,6 +372,9 @@ int idx_open(const struct idx_options *o, struct idx_env **out, char *errmsg)
         o->checkpoint_bytes != 0 ? o->checkpoint_bytes : e->segment_bytes;
     e->ckpt_background = o->background_checkpoints;
     e->stage.fd = -1;
+    e->gen = idx__next_gen();
+    tern_list_init(&e->readers);
+    e->view_max_segs = IDX__VIEW_MAX_SEGS;
     e->max_message =
         o->max_message != 0 ? o->max_message : IDX__DEFAULT_MAX_MESSAGE;
     e->dir = tern_strdup(o->dir);
@@ -451,7 +454,8 @@ void idx_close(struct idx_env *e)
     }
     /* After a failed apply the pending txn (if any) still describes a
      * prefix of the log, so committing it is safe. */
-    idx__ckpt_abandon(e); /* before its read txn's env goes */
+    idx__ckpt_abandon(e);    /* before its read txn's env goes */
+    idx__readers_abandon(e); /* the same for fetches on other threads */
     (void)idx_sync(e);
     idx__txn_abort(e);
     idx__backup_detach(e);

@@ -59,12 +59,20 @@
  * the source line. */
 int idx__fail(struct idx_env *e, int code, int line, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+/* The same into errmsg (TERN_ERRMSG_SIZE bytes): for code that touches
+ * no env (an idx_reader on another thread). */
+int idx__failm(char *errmsg, int code, int line, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 /* Line-stamped error return for corruption/misuse sites (SQLite _BKPT). */
 #define IDX__CORRUPT(e, ...)                                                   \
     idx__fail((e), TERN_ECORRUPT, __LINE__, __VA_ARGS__)
+#define IDX__CORRUPTM(errmsg, ...)                                             \
+    idx__failm((errmsg), TERN_ECORRUPT, __LINE__, __VA_ARGS__)
 /* Translate an LMDB return code into a tern code, errmsg "lmdb <what>:
  * ...". MDB_MAP_FULL, ENOSPC and EDQUOT are TERN_EFULL. */
 int idx__mdb_err(struct idx_env *e, int rc, const char *what);
+/* The same into errmsg, for reads (no MDB_MAP_FULL bookkeeping). */
+int idx__mdb_errm(char *errmsg, int rc, const char *what);
 /* An EIO from mdb_txn_commit while fewer than IDX__SHORT_WRITE_FREE bytes
  * are free is a full disk (see txn.c). Pure, for tests: rc the commit's
  * code, free_bytes the free bytes after the failure, have_free whether
@@ -75,6 +83,8 @@ int idx__commit_err_code(int rc, uint64_t free_bytes, int have_free);
 int idx__commit_eio(struct idx_env *e);
 /* Grow e->rbuf to at least n bytes. 0 or -ENOMEM. */
 int idx__rbuf_reserve(struct idx_env *e, size_t n);
+/* Grow *buf (capacity *cap) to at least n bytes. 0 or -ENOMEM (errmsg). */
+int idx__buf_reserve(uint8_t **buf, size_t *cap, size_t n, char *errmsg);
 /* Open the pending write txn e->wtxn unless it is open. 0 or a tern code. */
 int idx__txn_begin(struct idx_env *e);
 /* Drop the pending write txn (if any) and the applied state it described
@@ -379,6 +389,43 @@ void idx__record_header_encode(void *hdr,
                                uint64_t index,
                                const void *payload,
                                uint32_t payload_len);
+
+/* A copy of the env's segment table from the segment holding a position
+ * on (at most e->view_max_segs segments), read through its own fds and
+ * buffer: what an idx_reader reads on another thread, touching no env.
+ * idx__logview_init on the loop thread; the rest on any one thread. */
+#define IDX__VIEW_MAX_SEGS 4096
+struct idx__logview
+{
+    struct idx__seg *segs; /* copied; fd: this view's, -1 until opened */
+    size_t n_segs;
+    unsigned open_fds; /* of segs, at most LOG__VIEW_OPEN_FDS (log.c) */
+    bool capped;       /* segments after the copied ones exist */
+    uint64_t log_end;  /* end of the copied segments' bytes */
+    char *log_dir;     /* copied */
+    uint8_t *rbuf;     /* record read buffer */
+    size_t rbuf_cap;
+    uint64_t ahead_until; /* read-ahead asked up to here */
+    char *errmsg;         /* TERN_ERRMSG_SIZE bytes, the owner's */
+};
+/* 0 or -ENOMEM (errmsg). from must be at or after the log's first
+ * segment start. */
+int idx__logview_init(struct idx__logview *v,
+                      const struct idx_env *e,
+                      uint64_t from,
+                      char *errmsg);
+/* idx__log_read_record through v (limit: the view's end), with the same
+ * read-ahead; -EAGAIN when the record may lie past a capped view. */
+int idx__logview_read_record(struct idx__logview *v,
+                             uint64_t pos,
+                             struct idx__record *rec);
+void idx__logview_close(struct idx__logview *v);
+/* A process-wide increasing number: a new env and every cut of its log
+ * take the next one (e->gen). */
+uint64_t idx__next_gen(void);
+/* read.c: idx_close abandons the readers not yet run and waits for the
+ * running ones. */
+void idx__readers_abandon(struct idx_env *e);
 
 /* Scan log/ into the segment table (bad or non-contiguous segments cut
  * the log), creating the first segment of an empty log. */
@@ -840,6 +887,13 @@ struct idx_env
     char cut_note[TERN_ERRMSG_SIZE]; /* where idx_open cut the log, or "" */
     /* last error detail: every file, mostly through idx__fail */
     char errmsg[TERN_ERRMSG_SIZE];
+
+    /* log.c: the generation of the log's bytes (idx__next_gen at open and
+     * at every cut or deleted segment); read.c: idx_readers started on
+     * this env and not yet ended (loop thread only) */
+    uint64_t gen;
+    struct tern_list readers;
+    size_t view_max_segs; /* IDX__VIEW_MAX_SEGS; tests lower it */
 
     /* record read buffer: grown by txn.c, filled by log.c */
     uint8_t *rbuf;

@@ -75,6 +75,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -174,13 +175,34 @@ int idx__record_decode(const void *buf,
 
 /* ---- Segment table ------------------------------------------------------- */
 
+static void seg_path_in(const char *log_dir,
+                        uint64_t start,
+                        char *buf,
+                        size_t cap)
+{
+    (void)snprintf(buf, cap, "%s/%020llu.seg", log_dir,
+                   (unsigned long long)start);
+}
+
 static void seg_path(const struct idx_env *e,
                      uint64_t start,
                      char *buf,
                      size_t cap)
 {
-    (void)snprintf(buf, cap, "%s/%020llu.seg", e->log_dir,
-                   (unsigned long long)start);
+    seg_path_in(e->log_dir, start, buf, cap);
+}
+
+uint64_t idx__next_gen(void)
+{
+    static atomic_uint_fast64_t next = 1;
+    return (uint64_t)atomic_fetch_add(&next, 1);
+}
+
+/* Bytes a reader may have read at their positions were cut or deleted:
+ * an idx_reader started before is stale (read.c). */
+static void log_changed(struct idx_env *e)
+{
+    e->gen = idx__next_gen();
 }
 
 static void seg_header_encode(uint8_t *h, uint64_t start)
@@ -322,6 +344,7 @@ static void drop_segs_from(struct idx_env *e, size_t i, uint64_t *lost)
         seg_path(e, e->segs[j].start, path, sizeof path);
         unlink(path);
         *lost += e->segs[j].size;
+        log_changed(e);
     }
     if (i < e->n_segs) {
         e->dir_dirty = 1;
@@ -484,13 +507,14 @@ void idx__log_close(struct idx_env *e)
     e->read_ahead_until = 0;
 }
 
-/* Index of the segment holding pos (the last one whose start <= pos). */
-static size_t seg_find(const struct idx_env *e, uint64_t pos)
+/* Index of the segment of segs[0..n) holding pos (the last one whose
+ * start <= pos). */
+static size_t seg_find_in(const struct idx__seg *segs, size_t n, uint64_t pos)
 {
-    size_t lo = 0, hi = e->n_segs;
+    size_t lo = 0, hi = n;
     while (hi - lo > 1) {
         size_t mid = lo + (hi - lo) / 2;
-        if (e->segs[mid].start <= pos) {
+        if (segs[mid].start <= pos) {
             lo = mid;
         } else {
             hi = mid;
@@ -499,35 +523,74 @@ static size_t seg_find(const struct idx_env *e, uint64_t pos)
     return lo;
 }
 
-int idx__log_pread(struct idx_env *e, uint64_t pos, void *buf, size_t n)
+static size_t seg_find(const struct idx_env *e, uint64_t pos)
+{
+    return seg_find_in(e->segs, e->n_segs, pos);
+}
+
+/* What a read goes through: a segment table (sorted, contiguous), the end
+ * of its bytes, where errors go and how the fd of segment i is found. The
+ * env (loop thread) opens its segments on demand into a bounded cache
+ * (seg_fd); an idx__logview (any one thread) opens its own. */
+struct seg_src
+{
+    struct idx__seg *segs;
+    size_t n_segs;
+    uint64_t log_end;
+    char *errmsg;
+    int (*fd_of)(void *arg, size_t i, int *fd);
+    void *arg;
+};
+
+static int env_fd_of(void *arg, size_t i, int *fd)
+{
+    return seg_fd(arg, i, fd);
+}
+
+static void env_src(struct idx_env *e, struct seg_src *s)
+{
+    s->segs = e->segs;
+    s->n_segs = e->n_segs;
+    s->log_end = e->log_end;
+    s->errmsg = e->errmsg;
+    s->fd_of = env_fd_of;
+    s->arg = e;
+}
+
+static int src_pread(const struct seg_src *src,
+                     uint64_t pos,
+                     void *buf,
+                     size_t n)
 {
     uint8_t *out = buf;
-    if (pos < e->segs[0].start) {
-        return idx__fail(e, TERN_EINVAL, __LINE__,
-                         "log read at %llu: the log starts at %llu "
-                         "(retention deleted what was before)",
-                         (unsigned long long)pos,
-                         (unsigned long long)e->segs[0].start);
+    if (pos < src->segs[0].start) {
+        return idx__failm(src->errmsg, TERN_EINVAL, __LINE__,
+                          "log read at %llu: the log starts at %llu "
+                          "(retention deleted what was before)",
+                          (unsigned long long)pos,
+                          (unsigned long long)src->segs[0].start);
     }
-    if (pos > e->log_end || n > e->log_end - pos) {
-        return idx__fail(
-            e, TERN_EINVAL, __LINE__, "log read [%llu,+%zu) beyond end %llu",
-            (unsigned long long)pos, n, (unsigned long long)e->log_end);
+    if (pos > src->log_end || n > src->log_end - pos) {
+        return idx__failm(src->errmsg, TERN_EINVAL, __LINE__,
+                          "log read [%llu,+%zu) beyond end %llu",
+                          (unsigned long long)pos, n,
+                          (unsigned long long)src->log_end);
     }
-    size_t i = seg_find(e, pos);
+    size_t i = seg_find_in(src->segs, src->n_segs, pos);
     while (n > 0) {
         int fd = -1;
-        struct idx__seg *s = &e->segs[i];
+        const struct idx__seg *s = &src->segs[i];
         uint64_t in_seg = s->start + s->size - pos;
         if (pos < s->start || in_seg == 0) {
             i++;
-            if (i >= e->n_segs) {
-                return IDX__CORRUPT(e, "log segment table hole at %llu",
-                                    (unsigned long long)pos);
+            if (i >= src->n_segs) {
+                return IDX__CORRUPTM(src->errmsg,
+                                     "log segment table hole at %llu",
+                                     (unsigned long long)pos);
             }
             continue;
         }
-        int rc = seg_fd(e, i, &fd);
+        int rc = src->fd_of(src->arg, i, &fd);
         if (rc != 0) {
             return rc;
         }
@@ -538,18 +601,26 @@ int idx__log_pread(struct idx_env *e, uint64_t pos, void *buf, size_t n)
             if (errno == EINTR) {
                 continue;
             }
-            return idx__fail(e, -errno, __LINE__, "log read: %s",
-                             strerror(errno));
+            return idx__failm(src->errmsg, -errno, __LINE__, "log read: %s",
+                              strerror(errno));
         }
         if (got == 0) {
-            return IDX__CORRUPT(e, "log segment %llu shorter than expected",
-                                (unsigned long long)s->start);
+            return IDX__CORRUPTM(src->errmsg,
+                                 "log segment %llu shorter than expected",
+                                 (unsigned long long)s->start);
         }
         out += got;
         pos += (uint64_t)got;
         n -= (size_t)got;
     }
     return 0;
+}
+
+int idx__log_pread(struct idx_env *e, uint64_t pos, void *buf, size_t n)
+{
+    struct seg_src src;
+    env_src(e, &src);
+    return src_pread(&src, pos, buf, n);
 }
 
 /* Write all of buf at file offset off of the active segment; on failure
@@ -591,6 +662,7 @@ static int active_write(struct idx_env *e,
             int err = w < 0 ? errno : ENOSPC;
             /* Roll back the partial write: the log must end on a record
              * boundary while the env is open. */
+            log_changed(e);
             if (ftruncate(fd, base) != 0) {
                 return idx__fail(e, -errno, __LINE__,
                                  "commit log rollback failed: %s",
@@ -681,6 +753,7 @@ int idx__log_drop_head(struct idx_env *e, uint64_t pos)
     while (drop + 1 < e->n_segs &&
            e->segs[drop].start + e->segs[drop].size <= pos) {
         struct idx__seg *sg = &e->segs[drop];
+        log_changed(e);
         if (sg->fd >= 0) {
             close(sg->fd);
             e->open_fds--;
@@ -738,6 +811,9 @@ int idx__log_truncate(struct idx_env *e, uint64_t pos)
     int rc = seg_fd(e, i, &fd);
     if (rc != 0) {
         return rc;
+    }
+    if (pos < s->start + s->size) {
+        log_changed(e);
     }
     if (ftruncate(fd, (off_t)(IDX__SEG_HDR_SIZE + (pos - s->start))) != 0 ||
         fsync(fd) != 0) {
@@ -798,18 +874,18 @@ int idx__log_sync(struct idx_env *e)
 /* Ask the kernel to read [from, to) of the log into the page cache in the
  * background (POSIX_FADV_WILLNEED starts the reads and returns). Only a
  * hint: errors are ignored, the reads that follow work without it. */
-static void log_will_need(struct idx_env *e, uint64_t from, uint64_t to)
+static void src_will_need(const struct seg_src *src, uint64_t from, uint64_t to)
 {
-    size_t i = seg_find(e, from);
-    while (from < to && i < e->n_segs) {
-        struct idx__seg *s = &e->segs[i];
+    size_t i = seg_find_in(src->segs, src->n_segs, from);
+    while (from < to && i < src->n_segs) {
+        const struct idx__seg *s = &src->segs[i];
         int fd = -1;
         if (from >= s->start + s->size) {
             i++;
             continue;
         }
         uint64_t n = TERN_MIN(to, s->start + s->size) - from;
-        if (seg_fd(e, i, &fd) == 0) {
+        if (src->fd_of(src->arg, i, &fd) == 0) {
             (void)posix_fadvise(fd,
                                 (off_t)(IDX__SEG_HDR_SIZE + (from - s->start)),
                                 (off_t)n, POSIX_FADV_WILLNEED);
@@ -819,22 +895,87 @@ static void log_will_need(struct idx_env *e, uint64_t from, uint64_t to)
     }
 }
 
-/* A record read right after the previous one (a consumer streaming a
- * queue, a rebuild) keeps LOG__READ_AHEAD bytes ahead of it in flight,
- * renewed when half of it is consumed, so the disk works while the loop
- * thread answers; a read elsewhere (by key, by offset) asks for nothing. */
-static void log_read_ahead(struct idx_env *e, uint64_t pos, uint64_t end)
+/* Keep LOG__READ_AHEAD bytes past end requested from the kernel,
+ * renewed when half of it is consumed (*until: how far it was asked). */
+static void src_read_ahead(const struct seg_src *src,
+                           uint64_t end,
+                           uint64_t *until)
 {
-    if (pos == e->read_next &&
-        end + LOG__READ_AHEAD / 2 > e->read_ahead_until) {
-        uint64_t from = TERN_MAX(end, e->read_ahead_until);
-        uint64_t to = TERN_MIN(end + LOG__READ_AHEAD, e->log_end);
+    if (end + LOG__READ_AHEAD / 2 > *until) {
+        uint64_t from = TERN_MAX(end, *until);
+        uint64_t to = TERN_MIN(end + LOG__READ_AHEAD, src->log_end);
         if (from < to) {
-            log_will_need(e, from, to);
-            e->read_ahead_until = to;
+            src_will_need(src, from, to);
+            *until = to;
         }
     }
+}
+
+/* A record read right after the previous one (a consumer streaming a
+ * queue, a rebuild) keeps the read-ahead going, so the disk works while
+ * the loop thread answers; a read elsewhere (by key, by offset) asks for
+ * nothing. */
+static void log_read_ahead(struct idx_env *e, uint64_t pos, uint64_t end)
+{
+    if (pos == e->read_next) {
+        struct seg_src src;
+        env_src(e, &src);
+        src_read_ahead(&src, end, &e->read_ahead_until);
+    }
     e->read_next = end;
+}
+
+/* Read the record at pos (ending at or before limit) into *buf (capacity
+ * *cap, grown) and check it: header, bound, checksum. */
+static int src_read_record(const struct seg_src *src,
+                           uint8_t **buf,
+                           size_t *cap,
+                           uint64_t pos,
+                           uint64_t limit,
+                           struct idx__record *rec)
+{
+    int rc;
+    if (limit > src->log_end) {
+        limit = src->log_end;
+    }
+    if (pos > limit || limit - pos < IDX__REC_HDR_SIZE) {
+        return idx__failm(src->errmsg, TERN_EMALFORMED, __LINE__,
+                          "short record at %llu", (unsigned long long)pos);
+    }
+    rc = idx__buf_reserve(buf, cap, IDX__REC_HDR_SIZE, src->errmsg);
+    if (rc != 0) {
+        return rc;
+    }
+    rc = src_pread(src, pos, *buf, IDX__REC_HDR_SIZE);
+    if (rc != 0) {
+        return rc;
+    }
+    if (idx__record_header_decode(*buf, rec) != 0) {
+        return idx__failm(src->errmsg, TERN_EMALFORMED, __LINE__,
+                          "bad record header at %llu", (unsigned long long)pos);
+    }
+    if (limit - pos - IDX__REC_HDR_SIZE < rec->payload_len) {
+        return idx__failm(src->errmsg, TERN_EMALFORMED, __LINE__,
+                          "record at %llu runs past the log end",
+                          (unsigned long long)pos);
+    }
+    rc = idx__buf_reserve(
+        buf, cap, IDX__REC_HDR_SIZE + (size_t)rec->payload_len, src->errmsg);
+    if (rc != 0) {
+        return rc;
+    }
+    rc = src_pread(src, pos + IDX__REC_HDR_SIZE, *buf + IDX__REC_HDR_SIZE,
+                   rec->payload_len);
+    if (rc != 0) {
+        return rc;
+    }
+    if (idx__record_checksum(*buf, *buf + IDX__REC_HDR_SIZE,
+                             rec->payload_len) != rec->checksum) {
+        return IDX__CORRUPTM(src->errmsg, "record checksum mismatch at %llu",
+                             (unsigned long long)pos);
+    }
+    rec->payload = *buf + IDX__REC_HDR_SIZE;
+    return 0;
 }
 
 int idx__log_read_record(struct idx_env *e,
@@ -842,46 +983,116 @@ int idx__log_read_record(struct idx_env *e,
                          uint64_t limit,
                          struct idx__record *rec)
 {
-    int rc;
-    if (limit > e->log_end) {
-        limit = e->log_end;
+    struct seg_src src;
+    env_src(e, &src);
+    int rc = src_read_record(&src, &e->rbuf, &e->rbuf_cap, pos, limit, rec);
+    if (rc == 0) {
+        log_read_ahead(e, pos, pos + IDX__REC_HDR_SIZE + rec->payload_len);
     }
-    if (pos > limit || limit - pos < IDX__REC_HDR_SIZE) {
-        return idx__fail(e, TERN_EMALFORMED, __LINE__, "short record at %llu",
-                         (unsigned long long)pos);
+    return rc;
+}
+
+/* ---- Log views (idx_reader) ---------------------------------------------- */
+
+/* Segment files one view keeps open at once. */
+#define LOG__VIEW_OPEN_FDS 8u
+
+static int view_fd_of(void *arg, size_t i, int *fd)
+{
+    struct idx__logview *v = arg;
+    if (v->segs[i].fd < 0) {
+        char path[4096];
+        if (v->open_fds >= LOG__VIEW_OPEN_FDS) {
+            /* Reads go forward: the segments behind are done with. */
+            for (size_t k = 0; k < v->n_segs; k++) {
+                if (v->segs[k].fd >= 0) {
+                    close(v->segs[k].fd);
+                    v->segs[k].fd = -1;
+                }
+            }
+            v->open_fds = 0;
+        }
+        seg_path_in(v->log_dir, v->segs[i].start, path, sizeof path);
+        int f = open(path, O_RDONLY | O_CLOEXEC);
+        if (f < 0) {
+            return idx__failm(v->errmsg, -errno, __LINE__, "open %s: %s", path,
+                              strerror(errno));
+        }
+        (void)posix_fadvise(f, 0, 0, POSIX_FADV_SEQUENTIAL);
+        v->segs[i].fd = f;
+        v->open_fds++;
     }
-    rc = idx__rbuf_reserve(e, IDX__REC_HDR_SIZE);
-    if (rc != 0) {
-        return rc;
-    }
-    rc = idx__log_pread(e, pos, e->rbuf, IDX__REC_HDR_SIZE);
-    if (rc != 0) {
-        return rc;
-    }
-    if (idx__record_header_decode(e->rbuf, rec) != 0) {
-        return idx__fail(e, TERN_EMALFORMED, __LINE__,
-                         "bad record header at %llu", (unsigned long long)pos);
-    }
-    if (limit - pos - IDX__REC_HDR_SIZE < rec->payload_len) {
-        return idx__fail(e, TERN_EMALFORMED, __LINE__,
-                         "record at %llu runs past the log end",
-                         (unsigned long long)pos);
-    }
-    rc = idx__rbuf_reserve(e, IDX__REC_HDR_SIZE + (size_t)rec->payload_len);
-    if (rc != 0) {
-        return rc;
-    }
-    rc = idx__log_pread(e, pos + IDX__REC_HDR_SIZE, e->rbuf + IDX__REC_HDR_SIZE,
-                        rec->payload_len);
-    if (rc != 0) {
-        return rc;
-    }
-    if (idx__record_checksum(e->rbuf, e->rbuf + IDX__REC_HDR_SIZE,
-                             rec->payload_len) != rec->checksum) {
-        return IDX__CORRUPT(e, "record checksum mismatch at %llu",
-                            (unsigned long long)pos);
-    }
-    rec->payload = e->rbuf + IDX__REC_HDR_SIZE;
-    log_read_ahead(e, pos, pos + IDX__REC_HDR_SIZE + rec->payload_len);
+    *fd = v->segs[i].fd;
     return 0;
+}
+
+static void view_src(struct idx__logview *v, struct seg_src *s)
+{
+    s->segs = v->segs;
+    s->n_segs = v->n_segs;
+    s->log_end = v->log_end;
+    s->errmsg = v->errmsg;
+    s->fd_of = view_fd_of;
+    s->arg = v;
+}
+
+int idx__logview_init(struct idx__logview *v,
+                      const struct idx_env *e,
+                      uint64_t from,
+                      char *errmsg)
+{
+    size_t i = seg_find(e, from);
+    size_t n = TERN_MIN(e->n_segs - i, e->view_max_segs);
+    memset(v, 0, sizeof *v);
+    v->errmsg = errmsg;
+    v->segs = tern_malloc(n * sizeof *v->segs);
+    v->log_dir = tern_strdup(e->log_dir);
+    if (v->segs == NULL || v->log_dir == NULL) {
+        tern_free(v->segs);
+        tern_free(v->log_dir);
+        v->segs = NULL;
+        v->log_dir = NULL;
+        return idx__failm(errmsg, -ENOMEM, __LINE__, "log view: %s",
+                          strerror(ENOMEM));
+    }
+    for (size_t k = 0; k < n; k++) {
+        v->segs[k].start = e->segs[i + k].start;
+        v->segs[k].size = e->segs[i + k].size;
+        v->segs[k].fd = -1;
+        v->segs[k].dirty = 0;
+    }
+    v->n_segs = n;
+    v->capped = i + n < e->n_segs;
+    v->log_end = v->segs[n - 1].start + v->segs[n - 1].size;
+    return 0;
+}
+
+int idx__logview_read_record(struct idx__logview *v,
+                             uint64_t pos,
+                             struct idx__record *rec)
+{
+    struct seg_src src;
+    view_src(v, &src);
+    int rc =
+        src_read_record(&src, &v->rbuf, &v->rbuf_cap, pos, v->log_end, rec);
+    if (rc == 0) {
+        src_read_ahead(&src, pos + IDX__REC_HDR_SIZE + rec->payload_len,
+                       &v->ahead_until);
+    } else if (v->capped) {
+        rc = -EAGAIN; /* maybe past the copied segments: the env reads it */
+    }
+    return rc;
+}
+
+void idx__logview_close(struct idx__logview *v)
+{
+    for (size_t i = 0; i < v->n_segs; i++) {
+        if (v->segs[i].fd >= 0) {
+            close(v->segs[i].fd);
+        }
+    }
+    tern_free(v->segs);
+    tern_free(v->log_dir);
+    tern_free(v->rbuf);
+    memset(v, 0, sizeof *v);
 }

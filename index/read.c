@@ -20,7 +20,10 @@
  * to), and every position LMDB stores was written before it was indexed.
  */
 #include <errno.h>
+#include <stdatomic.h>
+#include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "idx_int.h"
 
@@ -44,26 +47,38 @@ static int rtxn_begin(struct idx_env *e, MDB_txn **txn)
     return rc != 0 ? idx__mdb_err(e, rc, "begin read txn") : 0;
 }
 
+/* The queue row of name in txn (dbi: the queues table). Errors into
+ * errmsg. */
+static int lookup_queue_in(MDB_txn *txn,
+                           MDB_dbi dbi,
+                           char *errmsg,
+                           const char *name,
+                           struct idx__queue_val *q)
+{
+    if (!qname_valid(name)) {
+        return idx__failm(errmsg, TERN_EBADNAME, __LINE__,
+                          "invalid queue name");
+    }
+    MDB_val k = {strlen(name), (void *)(uintptr_t)name}, v;
+    int rc = mdb_get(txn, dbi, &k, &v);
+    if (rc == MDB_NOTFOUND) {
+        return idx__failm(errmsg, TERN_ENOQUEUE, __LINE__, "no queue %s", name);
+    }
+    if (rc != 0) {
+        return idx__mdb_errm(errmsg, rc, "get queue");
+    }
+    if (idx__queue_val_decode(v.mv_data, v.mv_size, q) != 0) {
+        return IDX__CORRUPTM(errmsg, "queue value of %s", name);
+    }
+    return 0;
+}
+
 static int lookup_queue(struct idx_env *e,
                         MDB_txn *txn,
                         const char *name,
                         struct idx__queue_val *q)
 {
-    if (!qname_valid(name)) {
-        return idx__fail(e, TERN_EBADNAME, __LINE__, "invalid queue name");
-    }
-    MDB_val k = {strlen(name), (void *)(uintptr_t)name}, v;
-    int rc = mdb_get(txn, e->dbi_queues, &k, &v);
-    if (rc == MDB_NOTFOUND) {
-        return idx__fail(e, TERN_ENOQUEUE, __LINE__, "no queue %s", name);
-    }
-    if (rc != 0) {
-        return idx__mdb_err(e, rc, "get queue");
-    }
-    if (idx__queue_val_decode(v.mv_data, v.mv_size, q) != 0) {
-        return IDX__CORRUPT(e, "queue value of %s", name);
-    }
-    return 0;
+    return lookup_queue_in(txn, e->dbi_queues, e->errmsg, name, q);
 }
 
 int idx_queue_get(struct idx_env *e,
@@ -196,27 +211,54 @@ int idx_group_offset(struct idx_env *e,
     return rc;
 }
 
+/* What a message read goes through: an env (the loop thread) or an
+ * idx_reader's log view (another thread, touching no env). */
+struct rd
+{
+    MDB_txn *txn;
+    MDB_dbi dbi_queues;
+    MDB_dbi dbi_msgs;
+    char *errmsg; /* TERN_ERRMSG_SIZE bytes */
+    struct idx_env *e;
+    struct idx__logview *view; /* when e is NULL */
+    const atomic_bool *cancel; /* set: stop (-EAGAIN); NULL: none */
+};
+
+static void rd_env(struct rd *rd, struct idx_env *e, MDB_txn *txn)
+{
+    rd->txn = txn;
+    rd->dbi_queues = e->dbi_queues;
+    rd->dbi_msgs = e->dbi_msgs;
+    rd->errmsg = e->errmsg;
+    rd->e = e;
+    rd->view = NULL;
+    rd->cancel = NULL;
+}
+
 /* Read (once per record) and check the record of m into *rec; f filled
  * for the message at off of queue (queue id qid). what names the read in
  * the errmsg of a record that does not read ("fetch", "trace"). */
-static int load_msg(struct idx_env *e,
-                    const char *what,
-                    const char *queue,
-                    uint64_t qid,
-                    uint64_t off,
-                    const struct idx__msg_val *m,
-                    struct idx__record *rec,
-                    uint64_t *rec_pos,
-                    struct idx_fetched *f)
+static int load_msg_via(const struct rd *rd,
+                        const char *what,
+                        const char *queue,
+                        uint64_t qid,
+                        uint64_t off,
+                        const struct idx__msg_val *m,
+                        struct idx__record *rec,
+                        uint64_t *rec_pos,
+                        struct idx_fetched *f)
 {
     if (m->rec_pos != *rec_pos) {
-        int rc = idx__log_read_record(e, m->rec_pos, e->log_end, rec);
+        int rc =
+            rd->e != NULL
+                ? idx__log_read_record(rd->e, m->rec_pos, rd->e->log_end, rec)
+                : idx__logview_read_record(rd->view, m->rec_pos, rec);
         if (rc == TERN_EMALFORMED) {
             rc = TERN_ECORRUPT;
         }
         if (rc != 0) {
             *rec_pos = UINT64_MAX;
-            tern_errmsg_wrapf(e->errmsg, "%s %s offset %llu", what, queue,
+            tern_errmsg_wrapf(rd->errmsg, "%s %s offset %llu", what, queue,
                               (unsigned long long)off);
             return rc;
         }
@@ -226,8 +268,9 @@ static int load_msg(struct idx_env *e,
         m->len > rec->payload_len - m->data_off ||
         m->props_off > rec->payload_len ||
         m->props_len > rec->payload_len - m->props_off) {
-        return IDX__CORRUPT(e, "queue %s: message %llu outside its record",
-                            queue, (unsigned long long)off);
+        return IDX__CORRUPTM(rd->errmsg,
+                             "queue %s: message %llu outside its record", queue,
+                             (unsigned long long)off);
     }
     memset(f, 0, sizeof *f);
     f->offset = off;
@@ -241,6 +284,21 @@ static int load_msg(struct idx_env *e,
         f->props_len = m->props_len;
     }
     return 0;
+}
+
+static int load_msg(struct idx_env *e,
+                    const char *what,
+                    const char *queue,
+                    uint64_t qid,
+                    uint64_t off,
+                    const struct idx__msg_val *m,
+                    struct idx__record *rec,
+                    uint64_t *rec_pos,
+                    struct idx_fetched *f)
+{
+    struct rd rd;
+    rd_env(&rd, e, NULL);
+    return load_msg_via(&rd, what, queue, qid, off, m, rec, rec_pos, f);
 }
 
 /* The msgs row of offset of queue (queue id qid, offset retained) into
@@ -310,15 +368,15 @@ int idx_fetch(struct idx_env *e,
     return idx_fetch_filtered(e, queue, offset, &o, cb, arg, next_offset);
 }
 
-int idx_fetch_filtered(struct idx_env *e,
-                       const char *queue,
-                       uint64_t offset,
-                       const struct idx_fetch_opts *o,
-                       idx_fetch_cb cb,
-                       void *arg,
-                       uint64_t *next_offset)
+/* The fetch of idx_fetch_filtered in rd->txn (which the caller ends). */
+static int fetch_in(const struct rd *rd,
+                    const char *queue,
+                    uint64_t offset,
+                    const struct idx_fetch_opts *o,
+                    idx_fetch_cb cb,
+                    void *arg,
+                    uint64_t *next_offset)
 {
-    MDB_txn *txn;
     MDB_cursor *cur = NULL;
     struct idx__queue_val q = {0};
     struct idx__record rec = {0};
@@ -329,47 +387,44 @@ int idx_fetch_filtered(struct idx_env *e,
     uint32_t hashes[IDX_FETCH_TAGS_MAX];
     *next_offset = offset;
     if (o->n_tags > IDX_FETCH_TAGS_MAX || (o->n_tags > 0 && o->tags == NULL)) {
-        return idx__fail(e, TERN_EINVAL, __LINE__,
-                         "a tag filter holds at most %u tags",
-                         IDX_FETCH_TAGS_MAX);
+        return idx__failm(rd->errmsg, TERN_EINVAL, __LINE__,
+                          "a tag filter holds at most %u tags",
+                          IDX_FETCH_TAGS_MAX);
     }
     for (uint32_t i = 0; i < o->n_tags; i++) {
         if (!idx_tag_valid(o->tags[i].tag, o->tags[i].len)) {
-            return idx__fail(e, TERN_EINVAL, __LINE__,
-                             "tag %u of the filter is not a tag (1..%u "
-                             "bytes of [A-Za-z0-9._-])",
-                             i, IDX_TAG_MAX);
+            return idx__failm(rd->errmsg, TERN_EINVAL, __LINE__,
+                              "tag %u of the filter is not a tag (1..%u "
+                              "bytes of [A-Za-z0-9._-])",
+                              i, IDX_TAG_MAX);
         }
         hashes[i] = idx__tag_hash(o->tags[i].tag, o->tags[i].len);
     }
-    int rc = rtxn_begin(e, &txn);
-    if (rc != 0) {
-        return rc;
-    }
-    rc = lookup_queue(e, txn, queue, &q);
+    int rc = lookup_queue_in(rd->txn, rd->dbi_queues, rd->errmsg, queue, &q);
     if (rc != 0) {
         goto out;
     }
     if (offset < q.start_offset) {
         /* Trimmed by retention: name the low watermark (the wire carries
          * this message to the client). */
-        rc = idx__fail(e, TERN_EOFFSET, __LINE__,
-                       "offset %llu of %s is below its first offset %llu "
-                       "(trimmed by retention)",
-                       (unsigned long long)offset, queue,
-                       (unsigned long long)q.start_offset);
+        rc = idx__failm(rd->errmsg, TERN_EOFFSET, __LINE__,
+                        "offset %llu of %s is below its first offset %llu "
+                        "(trimmed by retention)",
+                        (unsigned long long)offset, queue,
+                        (unsigned long long)q.start_offset);
         goto out;
     }
     if (offset > q.next_offset) {
-        rc = idx__fail(
-            e, TERN_EOFFSET, __LINE__, "offset %llu outside [%llu,%llu] of %s",
-            (unsigned long long)offset, (unsigned long long)q.start_offset,
-            (unsigned long long)q.next_offset, queue);
+        rc = idx__failm(rd->errmsg, TERN_EOFFSET, __LINE__,
+                        "offset %llu outside [%llu,%llu] of %s",
+                        (unsigned long long)offset,
+                        (unsigned long long)q.start_offset,
+                        (unsigned long long)q.next_offset, queue);
         goto out;
     }
-    rc = mdb_cursor_open(txn, e->dbi_msgs, &cur);
+    rc = mdb_cursor_open(rd->txn, rd->dbi_msgs, &cur);
     if (rc != 0) {
-        rc = idx__mdb_err(e, rc, "cursor open");
+        rc = idx__mdb_errm(rd->errmsg, rc, "cursor open");
         goto out;
     }
     while (off < q.next_offset && count < o->max_msgs &&
@@ -388,16 +443,21 @@ int idx_fetch_filtered(struct idx_env *e,
         }
         if (rc != 0 || k.mv_size != sizeof key ||
             memcmp(k.mv_data, key, sizeof key) != 0) {
-            rc = IDX__CORRUPT(e, "queue %s: index entry %llu missing", queue,
-                              (unsigned long long)off);
+            rc = IDX__CORRUPTM(rd->errmsg, "queue %s: index entry %llu missing",
+                               queue, (unsigned long long)off);
             goto out;
         }
         if (idx__msg_val_decode(v.mv_data, v.mv_size, &m) != 0) {
-            rc = IDX__CORRUPT(e, "queue %s: index entry %llu", queue,
-                              (unsigned long long)off);
+            rc = IDX__CORRUPTM(rd->errmsg, "queue %s: index entry %llu", queue,
+                               (unsigned long long)off);
             goto out;
         }
         scanned++;
+        if (rd->cancel != NULL &&
+            atomic_load_explicit(rd->cancel, memory_order_relaxed)) {
+            rc = -EAGAIN; /* idx_close waits for this reader */
+            goto out;
+        }
         if (o->n_tags > 0 && !tag_hash_match(&m, o, hashes)) {
             off++;
             *next_offset = off;
@@ -407,7 +467,8 @@ int idx_fetch_filtered(struct idx_env *e,
         if (count > 0 && bytes + size > o->max_bytes) {
             break;
         }
-        rc = load_msg(e, "fetch", queue, q.id, off, &m, &rec, &rec_pos, &f);
+        rc =
+            load_msg_via(rd, "fetch", queue, q.id, off, &m, &rec, &rec_pos, &f);
         if (rc != 0) {
             goto out;
         }
@@ -427,7 +488,176 @@ out:
     if (cur != NULL) {
         mdb_cursor_close(cur);
     }
+    return rc;
+}
+
+int idx_fetch_filtered(struct idx_env *e,
+                       const char *queue,
+                       uint64_t offset,
+                       const struct idx_fetch_opts *o,
+                       idx_fetch_cb cb,
+                       void *arg,
+                       uint64_t *next_offset)
+{
+    MDB_txn *txn;
+    struct rd rd;
+    *next_offset = offset;
+    int rc = rtxn_begin(e, &txn);
+    if (rc != 0) {
+        return rc;
+    }
+    rd_env(&rd, e, txn);
+    rc = fetch_in(&rd, queue, offset, o, cb, arg, next_offset);
     mdb_txn_abort(txn);
+    return rc;
+}
+
+/* ---- Fetches on another thread (idx_reader) ------------------------------ */
+
+/* Reader states (struct idx_reader.state), as the checkpoint job's. */
+enum {
+    RD_QUEUED = 0,    /* started, no thread fetches yet */
+    RD_RUNNING = 1,   /* a thread fetches */
+    RD_DONE = 2,      /* fetched; the read txn is ended */
+    RD_ABANDONED = 3, /* idx_close came first: never fetched */
+};
+
+struct idx_reader
+{
+    /* loop thread only */
+    struct idx_env *env;   /* NULL once idx_close abandoned or waited */
+    struct tern_list link; /* in env->readers */
+    uint64_t gen;          /* env->gen at the start */
+    /* set at the start, read-only after */
+    char queue[TERN_NAME_MAX + 1];
+    uint64_t offset;
+    struct rd rd; /* rd.txn: ended by the fetching thread */
+    struct idx__logview view;
+    /* the fetching thread's */
+    atomic_int state;
+    atomic_bool cancel; /* idx_close: stop at the next message */
+    char errmsg[TERN_ERRMSG_SIZE];
+};
+
+int idx_reader_start(struct idx_env *e,
+                     const char *queue,
+                     uint64_t offset,
+                     struct idx_reader **out)
+{
+    struct idx__queue_val q = {0};
+    struct idx__msg_val m;
+    uint64_t from = idx__log_first(e);
+    MDB_txn *txn;
+    *out = NULL;
+    if (!qname_valid(queue)) {
+        return idx__fail(e, TERN_EBADNAME, __LINE__, "invalid queue name");
+    }
+    struct idx_reader *r = tern_calloc(1, sizeof *r);
+    if (r == NULL) {
+        return idx__fail(e, -ENOMEM, __LINE__, "reader: %s", strerror(ENOMEM));
+    }
+    int rc = rtxn_begin(e, &txn);
+    if (rc != 0) {
+        tern_free(r);
+        return rc;
+    }
+    /* The view starts at the record of the first message, if retained. */
+    if (lookup_queue(e, txn, queue, &q) == 0 && offset >= q.start_offset &&
+        offset < q.next_offset &&
+        get_msg_row(e, txn, queue, q.id, offset, &m) == 0 &&
+        m.rec_pos >= from && m.rec_pos < e->log_end) {
+        from = m.rec_pos;
+    }
+    e->errmsg[0] = '\0';
+    rc = idx__logview_init(&r->view, e, from, e->errmsg);
+    if (rc != 0) {
+        mdb_txn_abort(txn);
+        tern_free(r);
+        return rc;
+    }
+    (void)snprintf(r->queue, sizeof r->queue, "%s", queue);
+    r->offset = offset;
+    rd_env(&r->rd, e, txn);
+    r->rd.e = NULL;
+    r->rd.view = &r->view;
+    r->rd.errmsg = r->errmsg;
+    r->rd.cancel = &r->cancel;
+    r->view.errmsg = r->errmsg;
+    r->env = e;
+    r->gen = e->gen;
+    atomic_init(&r->state, RD_QUEUED);
+    atomic_init(&r->cancel, false);
+    tern_list_push(&e->readers, &r->link);
+    *out = r;
+    return 0;
+}
+
+int idx_reader_fetch(struct idx_reader *r,
+                     const struct idx_fetch_opts *o,
+                     idx_fetch_cb cb,
+                     void *arg,
+                     uint64_t *next_offset)
+{
+    int expected = RD_QUEUED;
+    int rc;
+    *next_offset = r->offset;
+    if (!atomic_compare_exchange_strong(&r->state, &expected, RD_RUNNING)) {
+        return -EAGAIN; /* abandoned by idx_close */
+    }
+    rc = fetch_in(&r->rd, r->queue, r->offset, o, cb, arg, next_offset);
+    mdb_txn_abort(r->rd.txn); /* MDB_NOTLS: any thread may end it */
+    r->rd.txn = NULL;
+    idx__logview_close(&r->view);
+    atomic_store(&r->state, RD_DONE);
+    return rc;
+}
+
+uint64_t idx_generation(const struct idx_env *e)
+{
+    return e->gen;
+}
+
+const char *idx_reader_errmsg(const struct idx_reader *r)
+{
+    return r->errmsg;
+}
+
+/* Loop thread: settle r against its env (abandon it if no thread fetches
+ * it yet, else wait for the fetch) and detach it. */
+static void reader_settle(struct idx_reader *r)
+{
+    int expected = RD_QUEUED;
+    if (atomic_compare_exchange_strong(&r->state, &expected, RD_ABANDONED)) {
+        mdb_txn_abort(r->rd.txn);
+        r->rd.txn = NULL;
+        idx__logview_close(&r->view);
+    }
+    atomic_store(&r->cancel, true);
+    while (atomic_load(&r->state) == RD_RUNNING) {
+        struct timespec ts = {0, 1000000L};
+        (void)nanosleep(&ts, NULL);
+    }
+    tern_list_remove(&r->link);
+    r->env = NULL;
+}
+
+void idx__readers_abandon(struct idx_env *e)
+{
+    while (!tern_list_empty(&e->readers)) {
+        reader_settle(TERN_CONTAINER(e->readers.next, struct idx_reader, link));
+    }
+}
+
+int idx_reader_end(struct idx_reader *r)
+{
+    int rc = -EAGAIN;
+    if (r->env != NULL) {
+        bool same = r->env->gen == r->gen;
+        bool fetched = atomic_load(&r->state) == RD_DONE;
+        reader_settle(r);
+        rc = same && fetched ? 0 : -EAGAIN;
+    }
+    tern_free(r);
     return rc;
 }
 

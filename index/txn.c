@@ -21,32 +21,45 @@
 
 #include "idx_int.h"
 
-int idx__fail(struct idx_env *e, int code, int line, const char *fmt, ...)
+static int vfail(char *errmsg, int code, int line, const char *fmt, va_list ap)
 {
     char msg[TERN_ERRMSG_SIZE];
-    va_list ap;
-    va_start(ap, fmt);
     (void)vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
     if (code == TERN_ECORRUPT) {
-        tern_errmsg_printf(e->errmsg, "%s (index:%d)", msg, line);
+        tern_errmsg_printf(errmsg, "%s (index:%d)", msg, line);
     } else {
-        tern_errmsg_printf(e->errmsg, "%s", msg);
+        tern_errmsg_printf(errmsg, "%s", msg);
     }
     return code;
 }
 
-int idx__mdb_err(struct idx_env *e, int rc, const char *what)
+int idx__fail(struct idx_env *e, int code, int line, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    code = vfail(e->errmsg, code, line, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+int idx__failm(char *errmsg, int code, int line, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    code = vfail(errmsg, code, line, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+int idx__mdb_errm(char *errmsg, int rc, const char *what)
 {
     int code;
     switch (rc) {
     case MDB_MAP_FULL:
-        e->map_full = true;
-        tern_errmsg_printf(e->errmsg,
-                           "lmdb %s: MDB_MAP_FULL (map_size %zu bytes): "
-                           "raise idx_options.map_size",
-                           what, e->map_size);
-        return TERN_EFULL;
+    case ENOSPC:
+    case EDQUOT:
+        code = TERN_EFULL;
+        break;
     case MDB_CORRUPTED:
     case MDB_PAGE_NOTFOUND:
     case MDB_INVALID:
@@ -55,16 +68,25 @@ int idx__mdb_err(struct idx_env *e, int rc, const char *what)
     case MDB_VERSION_MISMATCH:
         code = TERN_EVERSION;
         break;
-    case ENOSPC:
-    case EDQUOT:
-        code = TERN_EFULL;
-        break;
     default:
         code = rc > 0 ? -rc : TERN_EINTERNAL;
         break;
     }
-    tern_errmsg_printf(e->errmsg, "lmdb %s: %s", what, mdb_strerror(rc));
+    tern_errmsg_printf(errmsg, "lmdb %s: %s", what, mdb_strerror(rc));
     return code;
+}
+
+int idx__mdb_err(struct idx_env *e, int rc, const char *what)
+{
+    if (rc == MDB_MAP_FULL) {
+        e->map_full = true;
+        tern_errmsg_printf(e->errmsg,
+                           "lmdb %s: MDB_MAP_FULL (map_size %zu bytes): "
+                           "raise idx_options.map_size",
+                           what, e->map_size);
+        return TERN_EFULL;
+    }
+    return idx__mdb_errm(e->errmsg, rc, what);
 }
 
 int idx__commit_err_code(int rc, uint64_t free_bytes, int have_free)
@@ -96,22 +118,28 @@ int idx__commit_eio(struct idx_env *e)
     return code;
 }
 
-int idx__rbuf_reserve(struct idx_env *e, size_t n)
+int idx__buf_reserve(uint8_t **buf, size_t *cap, size_t n, char *errmsg)
 {
-    if (n <= e->rbuf_cap) {
+    if (n <= *cap) {
         return 0;
     }
-    size_t cap = e->rbuf_cap != 0 ? e->rbuf_cap : 4096;
-    while (cap < n) {
-        cap *= 2;
+    size_t c = *cap != 0 ? *cap : 4096;
+    while (c < n) {
+        c *= 2;
     }
-    uint8_t *p = tern_realloc(e->rbuf, cap);
+    uint8_t *p = tern_realloc(*buf, c);
     if (p == NULL) {
-        return idx__fail(e, -ENOMEM, __LINE__, "read buffer of %zu bytes", cap);
+        return idx__failm(errmsg, -ENOMEM, __LINE__, "read buffer of %zu bytes",
+                          c);
     }
-    e->rbuf = p;
-    e->rbuf_cap = cap;
+    *buf = p;
+    *cap = c;
     return 0;
+}
+
+int idx__rbuf_reserve(struct idx_env *e, size_t n)
+{
+    return idx__buf_reserve(&e->rbuf, &e->rbuf_cap, n, e->errmsg);
 }
 
 int idx__txn_begin(struct idx_env *e)

@@ -784,6 +784,42 @@ int idx_fetch_filtered(struct idx_env *e,
                        void *arg,
                        uint64_t *next_offset);
 
+/* A fetch run by another thread (node/server.c hands large reads to the
+ * thread pool, so the loop thread keeps answering). idx_reader_start, on
+ * the loop thread, takes a snapshot: an LMDB read txn and a copy of the
+ * segment table from the record of (queue, offset) on (the reader opens
+ * those files itself). idx_reader_fetch, on any one thread, then runs
+ * idx_fetch_filtered against that snapshot, touching no env; its cb
+ * runs on that thread. idx_reader_end, on the loop thread, frees the
+ * reader and says whether what the fetch delivered may be served: 0, or
+ * -EAGAIN when bytes of the log were cut or deleted since the start (a
+ * truncation, retention, a rebase, or the env was closed), so the
+ * delivered messages may not be the log's: fetch again through the env.
+ *
+ * Lifetime: idx_close abandons a reader no thread has started to fetch
+ * (its fetch then returns -EAGAIN at once) and waits for one being
+ * fetched; every started reader must still be ended. Memory: the reader
+ * is the library's until idx_reader_end; queue is copied. */
+struct idx_reader;
+/* The generation of e's log bytes: process-wide unique, changed by every
+ * cut of the log or deleted segment, and new for each idx_open. Equal
+ * values: what was read from the log then is still its bytes. */
+uint64_t idx_generation(const struct idx_env *e);
+/* 0 and *out, or a tern code (errmsg in idx_errmsg(e)). */
+int idx_reader_start(struct idx_env *e,
+                     const char *queue,
+                     uint64_t offset,
+                     struct idx_reader **out);
+/* Once. Returns as idx_fetch_filtered (errmsg in idx_reader_errmsg), or
+ * -EAGAIN for an abandoned reader or a read past the copied table. */
+int idx_reader_fetch(struct idx_reader *r,
+                     const struct idx_fetch_opts *o,
+                     idx_fetch_cb cb,
+                     void *arg,
+                     uint64_t *next_offset);
+const char *idx_reader_errmsg(const struct idx_reader *r);
+int idx_reader_end(struct idx_reader *r);
+
 /* Message get (docs/MESSAGES.md, "Query and seek"): the message at offset
  * of queue, delivered to cb once (with its properties). queue_id 0: any;
  * otherwise the queue's id must be queue_id (a message id names both).

@@ -1,0 +1,238 @@
+/* Unit tests of idx_reader (index/read.c): a fetch run on another thread
+ * against the snapshot taken at idx_reader_start delivers what
+ * idx_fetch_filtered delivers on the env, and only what was there at the
+ * start; a cut of the log or a deleted segment makes it stale
+ * (idx_reader_end: -EAGAIN); idx_close abandons a reader not yet run, and
+ * stops and waits for one being run; a view capped at view_max_segs segments
+ * hands a read past them back to the env. Fetches run on a real second
+ * thread; the callbacks there only record (no Criterion asserts off the
+ * main thread). */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <idx.h>
+
+#include "idx_int.h"
+#include "index_helpers.h"
+
+TestSuite(index_reader, .init = th_dirs_init, .fini = th_dirs_fini);
+
+#define RT_MAX 4096
+
+/* What a fetch delivered, recorded by rec_cb. */
+struct rec
+{
+    uint64_t offset[RT_MAX];
+    char text[RT_MAX][32];
+    size_t n;
+    /* rec_cb sleeps this long at its first call, after setting entered */
+    unsigned stall_ms;
+    atomic_bool entered;
+    atomic_bool left;
+};
+
+static int rec_cb(void *arg, const struct idx_fetched *f)
+{
+    struct rec *r = arg;
+    if (r->n == 0 && r->stall_ms > 0) {
+        atomic_store(&r->entered, true);
+        struct timespec ts = {0, (long)r->stall_ms * 1000000L};
+        (void)nanosleep(&ts, NULL);
+    }
+    if (r->n < RT_MAX) {
+        r->offset[r->n] = f->offset;
+        size_t k =
+            f->len < sizeof r->text[0] - 1 ? f->len : sizeof r->text[0] - 1;
+        memcpy(r->text[r->n], f->data, k);
+        r->text[r->n][k] = '\0';
+        r->n++;
+    }
+    return 0;
+}
+
+/* One idx_reader_fetch on its own thread. */
+struct run
+{
+    struct idx_reader *r;
+    struct idx_fetch_opts o;
+    struct rec *rec;
+    uint64_t next;
+    int rc;
+};
+
+static void *run_thread(void *arg)
+{
+    struct run *x = arg;
+    x->rc = idx_reader_fetch(x->r, &x->o, rec_cb, x->rec, &x->next);
+    atomic_store(&x->rec->left, true);
+    return NULL;
+}
+
+static void fetch_on_thread(struct run *x)
+{
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, run_thread, x), 0);
+    cr_assert_eq(pthread_join(t, NULL), 0);
+}
+
+/* A queue q of n_batches produces of per messages each. */
+static struct idx_env *filled(uint64_t segment_bytes,
+                              uint32_t n_batches,
+                              uint32_t per)
+{
+    struct idx_env *e = th_open(th_dir_a, segment_bytes);
+    th_create(e, 1, "q");
+    for (uint32_t b = 0; b < n_batches; b++) {
+        th_produce(e, 2 + b, "q", 0, b, per);
+    }
+    cr_assert_eq(idx_flush(e), 0);
+    return e;
+}
+
+Test(index_reader, fetch_on_another_thread_equals_the_env_fetch)
+{
+    /* Small segments: the records of one fetch span several files. */
+    struct idx_env *e = filled(512, 40, 5);
+    static struct rec env_rec, rd_rec;
+    struct idx_fetch_opts o = {.max_msgs = 60, .max_bytes = 1 << 20};
+    uint64_t env_next = 0;
+    cr_assert_gt(th_count_segments(th_dir_a), 4);
+    cr_assert_eq(
+        idx_fetch_filtered(e, "q", 17, &o, rec_cb, &env_rec, &env_next), 0);
+    struct run x = {.o = o, .rec = &rd_rec};
+    cr_assert_eq(idx_reader_start(e, "q", 17, &x.r), 0);
+    fetch_on_thread(&x);
+    cr_assert_eq(x.rc, 0);
+    cr_assert_eq(idx_reader_end(x.r), 0);
+    cr_assert_eq(env_rec.n, 60);
+    cr_assert_eq(rd_rec.n, env_rec.n);
+    cr_assert_eq(x.next, env_next);
+    for (size_t i = 0; i < rd_rec.n; i++) {
+        cr_expect_eq(rd_rec.offset[i], 17 + i);
+        cr_expect_str_eq(rd_rec.text[i], env_rec.text[i]);
+    }
+    idx_close(e);
+}
+
+Test(index_reader, sees_the_index_as_it_was_at_the_start)
+{
+    struct idx_env *e = filled(4096, 4, 10);
+    static struct rec rec;
+    struct run x = {.o = {.max_msgs = 1000, .max_bytes = 1 << 20}, .rec = &rec};
+    cr_assert_eq(idx_reader_start(e, "q", 0, &x.r), 0);
+    /* Applied and flushed after the start: not the reader's. */
+    th_produce(e, 10, "q", 0, 4, 10);
+    cr_assert_eq(idx_flush(e), 0);
+    fetch_on_thread(&x);
+    cr_assert_eq(x.rc, 0);
+    cr_assert_eq(rec.n, 40);
+    cr_assert_eq(x.next, 40);
+    cr_assert_eq(idx_reader_end(x.r), 0);
+    idx_close(e);
+}
+
+Test(index_reader, stale_after_a_segment_is_deleted)
+{
+    struct idx_env *e = filled(512, 40, 5);
+    static struct rec rec;
+    struct run x = {.o = {.max_msgs = 1000, .max_bytes = 1 << 20}, .rec = &rec};
+    cr_assert_eq(idx_reader_start(e, "q", 0, &x.r), 0);
+    /* What retention does at a snapshot: the head segments go. */
+    cr_assert_eq(idx__log_drop_head(e, idx_log_end(e) / 2), 0);
+    fetch_on_thread(&x);
+    cr_assert_eq(idx_reader_end(x.r), -EAGAIN);
+    idx_close(e);
+}
+
+Test(index_reader, stale_after_the_log_is_cut)
+{
+    struct idx_env *e = filled(4096, 10, 5);
+    static struct rec rec;
+    struct run x = {.o = {.max_msgs = 1000, .max_bytes = 1 << 20}, .rec = &rec};
+    cr_assert_eq(idx_reader_start(e, "q", 0, &x.r), 0);
+    fetch_on_thread(&x);
+    cr_assert_eq(x.rc, 0);
+    /* Cut after the fetch, before its end: still not servable. */
+    cr_assert_eq(idx__log_truncate(e, idx_log_end(e) - 1), 0);
+    cr_assert_eq(idx_reader_end(x.r), -EAGAIN);
+    idx_close(e);
+}
+
+Test(index_reader, unknown_queue_fails_with_the_readers_errmsg)
+{
+    struct idx_env *e = filled(4096, 1, 1);
+    static struct rec rec;
+    struct run x = {.o = {.max_msgs = 10, .max_bytes = 1 << 20}, .rec = &rec};
+    cr_assert_eq(idx_reader_start(e, "nope", 0, &x.r), 0);
+    fetch_on_thread(&x);
+    cr_assert_eq(x.rc, TERN_ENOQUEUE);
+    cr_assert(strstr(idx_reader_errmsg(x.r), "no queue nope") != NULL,
+              "errmsg: %s", idx_reader_errmsg(x.r));
+    cr_assert_eq(idx_reader_end(x.r), 0);
+    cr_assert_eq(idx_reader_start(e, "bad name!", 0, &x.r), TERN_EBADNAME);
+    idx_close(e);
+}
+
+Test(index_reader, close_abandons_a_reader_not_yet_run)
+{
+    struct idx_env *e = filled(4096, 2, 5);
+    static struct rec rec;
+    struct run x = {.o = {.max_msgs = 10, .max_bytes = 1 << 20}, .rec = &rec};
+    cr_assert_eq(idx_reader_start(e, "q", 0, &x.r), 0);
+    idx_close(e);
+    fetch_on_thread(&x);
+    cr_assert_eq(x.rc, -EAGAIN);
+    cr_assert_eq(rec.n, 0);
+    cr_assert_eq(idx_reader_end(x.r), -EAGAIN);
+}
+
+Test(index_reader, close_stops_and_waits_for_a_reader_being_run)
+{
+    struct idx_env *e = filled(4096, 2, 5);
+    static struct rec rec;
+    struct run x = {.o = {.max_msgs = 10, .max_bytes = 1 << 20}, .rec = &rec};
+    pthread_t t;
+    rec.stall_ms = 200;
+    cr_assert_eq(idx_reader_start(e, "q", 0, &x.r), 0);
+    cr_assert_eq(pthread_create(&t, NULL, run_thread, &x), 0);
+    for (int i = 0; i < 5000 && !atomic_load(&rec.entered); i++) {
+        struct timespec ts = {0, 1000000L};
+        (void)nanosleep(&ts, NULL);
+    }
+    cr_assert(atomic_load(&rec.entered));
+    idx_close(e); /* asks the fetch to stop, waits for it in rec_cb */
+    cr_assert(atomic_load(&rec.left));
+    cr_assert_eq(pthread_join(t, NULL), 0);
+    cr_assert_eq(x.rc, -EAGAIN);
+    cr_assert_eq(rec.n, 1); /* stopped at the next message */
+    cr_assert_eq(idx_reader_end(x.r), -EAGAIN); /* its env is gone */
+}
+
+Test(index_reader, a_read_past_a_capped_view_goes_back_to_the_env)
+{
+    /* A segment per record: more segments than a view copies. */
+    uint32_t n = 200;
+    struct idx_env *e = filled(16, n, 1);
+    e->view_max_segs = 64;
+    static struct rec rec;
+    struct run x = {.o = {.max_msgs = n, .max_bytes = 1 << 30}, .rec = &rec};
+    cr_assert_geq(th_count_segments(th_dir_a), (int)n);
+    cr_assert_eq(idx_reader_start(e, "q", 0, &x.r), 0);
+    fetch_on_thread(&x);
+    cr_assert_eq(x.rc, -EAGAIN, "rc %d after %zu messages", x.rc, rec.n);
+    cr_assert_eq(rec.n, 64); /* the copied segments, one message each */
+    cr_assert_eq(idx_reader_end(x.r), 0); /* the log did not change */
+    /* Near the end the copy reaches the log end: served whole. */
+    memset(&rec, 0, sizeof rec);
+    cr_assert_eq(idx_reader_start(e, "q", n - 40, &x.r), 0);
+    fetch_on_thread(&x);
+    cr_assert_eq(x.rc, 0);
+    cr_assert_eq(rec.n, 40);
+    cr_assert_eq(idx_reader_end(x.r), 0);
+    idx_close(e);
+}
