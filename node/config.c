@@ -116,6 +116,11 @@
  *   fetch_scan_max        = 100000 ; messages a tag-filtered fetch
  *                                  ; examines per answer (it answers
  *                                  ; with what matched and where to go on)
+ *   fetch_threads         = 2      ; FETCHes of many messages read on
+ *                                  ; the thread pool at once, beside the
+ *                                  ; loop thread (0: all on the loop); a
+ *                                  ; next FETCH is read ahead only while
+ *                                  ; another stays free
  *   max_delay_ms          = 3456000000 ; furthest due time (40 days) a
  *                                  ; delayed produce may ask for; further
  *                                  ; is TERN_EINVAL naming the key
@@ -448,6 +453,7 @@ static const char usage_text[] =
     "  max_parked_per_conn = 64\n"
     "  list_page_max = 1000\n"
     "  fetch_scan_max = 100000\n"
+    "  fetch_threads = 2\n"
     "  max_delay_ms = 3456000000\n"
     "  shared_prefetch = 256\n"
     "  claim_lease_min_ms = 1000\n"
@@ -522,6 +528,7 @@ void node_config_init(struct node_config *c)
     c->max_parked_per_conn = NODE_DEFAULT_MAX_PARKED_PER_CONN;
     c->list_page_max = NODE_DEFAULT_LIST_PAGE_MAX;
     c->fetch_scan_max = NODE_DEFAULT_FETCH_SCAN_MAX;
+    c->fetch_threads = NODE_DEFAULT_FETCH_THREADS;
     c->shared_prefetch = NODE_DEFAULT_SHARED_PREFETCH;
     c->claim_lease_min_ms = NODE_DEFAULT_CLAIM_LEASE_MIN_MS;
     c->claim_lease_max_ms = NODE_DEFAULT_CLAIM_LEASE_MAX_MS;
@@ -1163,6 +1170,8 @@ static const struct key keys[] = {
      NODE__UINT(list_page_max), 100000},
     {"limits", "fetch_scan_max", "--fetch-scan-max", set_unsigned,
      NODE__UINT(fetch_scan_max), 1000000000},
+    {"limits", "fetch_threads", "--fetch-threads", set_unsigned,
+     NODE__UINT(fetch_threads), NODE_FETCH_THREADS_MAX},
     {"limits", "max_delay_ms", "--max-delay-ms", set_u64,
      NODE__U64(max_delay_ms), (uint64_t)1 << 62},
     {"limits", "shared_prefetch", "--shared-prefetch", set_unsigned,

@@ -108,6 +108,7 @@ struct node_config
     unsigned max_parked_per_conn;      /* long polls per connection */
     unsigned list_page_max;            /* queues per QUEUE_LIST page */
     unsigned fetch_scan_max;           /* a tag-filtered fetch's scan */
+    unsigned fetch_threads;            /* FETCHes read off the loop */
     unsigned shared_prefetch;          /* leases one shared consumer holds */
     unsigned claim_lease_min_ms;       /* bounds of a CLAIM's lease */
     unsigned claim_lease_max_ms;
@@ -177,17 +178,21 @@ enum node_client_auth {
 #define NODE_DEFAULT_MAX_PARKED_PER_CONN 64u
 #define NODE_DEFAULT_LIST_PAGE_MAX       1000u
 #define NODE_DEFAULT_FETCH_SCAN_MAX      100000u
-#define NODE_DEFAULT_SHARED_PREFETCH     256u
-#define NODE_DEFAULT_CLAIM_LEASE_MIN_MS  1000u
-#define NODE_DEFAULT_CLAIM_LEASE_MAX_MS  300000u
-#define NODE_DEFAULT_CLAIM_LEASE_MS      30000u /* a CLAIM asking 0 */
-#define NODE_DEFAULT_STATUS_MAX_ROWS     65536u
-#define NODE_DEFAULT_CLUSTER_NAME        "tern"
-#define NODE_DEFAULT_AUTH_FAILURE_DELAY  500u
-#define NODE_DEFAULT_AUTH_FAILURES_MIN   20u
-#define NODE_DEFAULT_AUTH_FAIL_SOURCES   4096u
-#define NODE_CLUSTER_NAME_MAX            64u
-#define NODE_DEFAULT_MAX_TERM_JUMP       (1ull << 20)
+#define NODE_DEFAULT_FETCH_THREADS       2u
+/* The thread pool ternd sizes (UV_THREADPOOL_SIZE) holds these beside the
+ * 4 threads libuv gives raft_uv, checkpoints and backups. */
+#define NODE_FETCH_THREADS_MAX          16u
+#define NODE_DEFAULT_SHARED_PREFETCH    256u
+#define NODE_DEFAULT_CLAIM_LEASE_MIN_MS 1000u
+#define NODE_DEFAULT_CLAIM_LEASE_MAX_MS 300000u
+#define NODE_DEFAULT_CLAIM_LEASE_MS     30000u /* a CLAIM asking 0 */
+#define NODE_DEFAULT_STATUS_MAX_ROWS    65536u
+#define NODE_DEFAULT_CLUSTER_NAME       "tern"
+#define NODE_DEFAULT_AUTH_FAILURE_DELAY 500u
+#define NODE_DEFAULT_AUTH_FAILURES_MIN  20u
+#define NODE_DEFAULT_AUTH_FAIL_SOURCES  4096u
+#define NODE_CLUSTER_NAME_MAX           64u
+#define NODE_DEFAULT_MAX_TERM_JUMP      (1ull << 20)
 
 /* [metrics] keys */
 #define NODE_DEFAULT_METRICS_MAX_QUEUES 1000u

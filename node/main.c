@@ -1,12 +1,15 @@
 /*
  * ternd: the tern server process. Parses the configuration (config.c),
- * then runs the node (node.c) until SIGTERM/SIGINT; --version prints the
- * version and exits. --verify-backup DIR checks a backup and exits;
+ * sizes libuv's thread pool (4 + [limits] fetch_threads; a smaller
+ * UV_THREADPOOL_SIZE set by the environment lowers fetch_threads), then runs
+ * the node (node.c) until SIGTERM/SIGINT; --version prints the version and
+ * exits. --verify-backup DIR checks a backup and exits;
  * --restore-from DIR [--restore-snapshot-only] seeds a new data directory
  * from a backup (backup.c) before the node starts.
  * Exit codes: 0 clean stop, 1 runtime failure, 2 bad configuration.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <tern/tern.h>
@@ -103,6 +106,26 @@ int main(int argc, char **argv)
             stdout);
         node_config_free(&c);
         return 0;
+    }
+    /* libuv's pool (4 threads unless the environment says otherwise) also
+     * serves raft_uv, checkpoints and backups: the fetches read there get
+     * threads of their own beside those. Before any loop exists. */
+    const char *pool = getenv("UV_THREADPOOL_SIZE");
+    if (pool == NULL) {
+        char n[16];
+        (void)snprintf(n, sizeof(n), "%u", 4u + c.fetch_threads);
+        (void)setenv("UV_THREADPOOL_SIZE", n, 0);
+    } else {
+        unsigned long n = strtoul(pool, NULL, 10);
+        unsigned fit = n > 4 ? (unsigned)(n - 4) : 0;
+        if (fit < c.fetch_threads) {
+            (void)fprintf(stderr,
+                          "ternd: UV_THREADPOOL_SIZE=%s leaves room for "
+                          "%u of fetch_threads=%u beside the 4 threads of "
+                          "raft_uv, checkpoints and backups: using %u\n",
+                          pool, fit, c.fetch_threads, fit);
+            c.fetch_threads = fit;
+        }
     }
     if (restore_from != NULL) {
         rv = node_backup_restore(&c, restore_from, snapshot_only, errmsg);

@@ -337,6 +337,7 @@ struct metrics_counters
     _Atomic uint64_t produce_bytes;
     _Atomic uint64_t conns_open;
     _Atomic uint64_t conns_accepted;
+    _Atomic uint64_t fetch_pool[NODE_METRICS__POOL];
     struct node_histo produce_latency;
 };
 
@@ -500,6 +501,13 @@ void node_metrics_conn(struct node_metrics *m, bool opened)
         bump(&m->c.conns_open, 1);
     } else {
         atomic_fetch_sub_explicit(&m->c.conns_open, 1, memory_order_relaxed);
+    }
+}
+
+void node_metrics_fetch_pool(struct node_metrics *m, enum node_metrics_pool k)
+{
+    if (m != NULL) {
+        bump(&m->c.fetch_pool[k], 1);
     }
 }
 
@@ -746,6 +754,18 @@ static void render_counters(struct node_metrics *m, struct node_expo *e)
                      "Client connections accepted.");
     node_expo_u64(e, "tern_client_connections_accepted_total", NULL, 0,
                   load(&m->c.conns_accepted));
+    static const char *const pool_kinds[NODE_METRICS__POOL] = {
+        "read", "ahead", "ahead_served", "reread"};
+    node_expo_family(e, "tern_fetch_pool_total", "counter",
+                     "FETCHes read on the thread pool (read), next FETCHes "
+                     "read ahead (ahead), read-aheads that answered their "
+                     "FETCH (ahead_served), and pooled reads read again on "
+                     "the loop (reread).");
+    for (unsigned k = 0; k < NODE_METRICS__POOL; k++) {
+        struct node_label kind[] = {{"kind", pool_kinds[k]}};
+        node_expo_u64(e, "tern_fetch_pool_total", kind, 1,
+                      load(&m->c.fetch_pool[k]));
+    }
 }
 
 static void render_snap(struct node_metrics *m, struct node_expo *e, bool fresh)

@@ -123,6 +123,16 @@ void node_metrics_produced(struct node_metrics *m,
 void node_metrics_produce_latency(struct node_metrics *m, uint64_t latency_ns);
 /* A client connection accepted (opened) or gone (closed). */
 void node_metrics_conn(struct node_metrics *m, bool opened);
+/* FETCHes read on the thread pool (server.c, fetch_job). */
+enum node_metrics_pool {
+    NODE_METRICS_POOL_READ = 0,     /* a FETCH read on the pool */
+    NODE_METRICS_POOL_AHEAD,        /* a next FETCH read ahead */
+    NODE_METRICS_POOL_AHEAD_SERVED, /* a read-ahead answered its FETCH */
+    NODE_METRICS_POOL_REREAD,       /* read again on the loop (stale, or a
+                                       read-ahead that reached the end) */
+    NODE_METRICS__POOL
+};
+void node_metrics_fetch_pool(struct node_metrics *m, enum node_metrics_pool k);
 
 /* ---- The endpoint ---------------------------------------------------------
  */

@@ -29,7 +29,8 @@
  * GROUP_FETCH) at the end of the queue with wait_ms > 0 is parked and
  * answered after a flush makes new data visible (every parked fetch is
  * re-checked after each flush that applied something) or when wait_ms
- * expires (empty answer).
+ * expires (empty answer). A FETCH of many messages is read on the thread
+ * pool, and the next one read ahead (fetch_job, below).
  *
  * Message properties (docs/MESSAGES.md): a PRODUCE's properties blocks are
  * checked (idx_props_check) before anything is proposed, and refused with
@@ -163,6 +164,11 @@
 #define SERVER__DEFAULT_MAX_MSGS   1000u
 #define SERVER__MAX_MSGS           10000u
 #define SERVER__DEFAULT_MAX_BYTES  (1u << 20)
+/* A FETCH is read on the thread pool (fetch_job) when at least this many
+ * messages are there to read and asked for: a consumer catching up, not
+ * one at the tail, whose few messages are answered at once. */
+#define SERVER__POOL_MIN_MSGS      64u
+#define SERVER__OFF_REQUEST_ID     8u    /* in a frame header (proto.c) */
 #define SERVER__SHARED_GROUPS      4u    /* per connection */
 #define SERVER__CLAIM_GROUPS       4u    /* claimed groups per connection */
 #define SERVER__SHARED_DEAD        16u   /* dead letters planned per receive */
@@ -226,6 +232,9 @@ struct node_conn
     uint64_t id;
     uint32_t peer_ip;         /* source IPv4 address, network order */
     size_t queued;            /* answer bytes handed to the socket */
+    size_t reserved;          /* bytes its fetches read on the pool may
+                                 answer with (fetch_job) */
+    struct fetch_job *ahead;  /* the next FETCH read ahead, or NULL */
     unsigned n_parked;        /* its parked fetches */
     uint64_t last_request_ms; /* uv_now of the last request (or accept) */
     uint64_t frame_start_ms;  /* a partial frame began (0: none) */
@@ -353,7 +362,10 @@ struct node_server
     uint64_t tls_plaintext;  /* clients that spoke without TLS */
     uint32_t max_body;
     uint64_t next_conn_id;
-    unsigned open_handles;
+    unsigned open_handles; /* and fetch_jobs on the pool */
+    unsigned n_fetch_jobs; /* FETCHes read on the pool (fetch_threads) */
+    bool fetch_inline;     /* serve_fetch must not hand its read over */
+    bool starting_ahead;   /* fetch_job_start starts a read-ahead */
     bool closing;
     void (*close_cb)(void *arg);
     void *close_arg;
@@ -373,6 +385,7 @@ static void conn_drain(struct node_conn *c);
 static void conn_update_reading(struct node_conn *c);
 static void conn_process(struct node_conn *c);
 static void wake_blocked(struct node_server *s);
+static void server_handle_closed(struct node_server *s);
 
 /* ---- Limits: memory, rate-limited logs ----------------------------------- */
 
@@ -436,8 +449,8 @@ static size_t conn_left(const struct node_conn *c)
     if (s == NULL) {
         return SERVER__FETCH_MIN_ANSWER;
     }
-    conn_left = c->queued < cfg->max_conn_queued_bytes
-                    ? cfg->max_conn_queued_bytes - c->queued
+    conn_left = c->queued + c->reserved < cfg->max_conn_queued_bytes
+                    ? cfg->max_conn_queued_bytes - c->queued - c->reserved
                     : 0;
     glob_left = s->mem_used < cfg->client_memory_bytes
                     ? cfg->client_memory_bytes - s->mem_used
@@ -457,7 +470,8 @@ static bool conn_admit(const struct node_conn *c, size_t est, size_t own)
     if (s == NULL) {
         return true;
     }
-    if (c->queued > 0 && c->queued + est > cfg->max_conn_queued_bytes) {
+    size_t held = c->queued + c->reserved;
+    if (held > 0 && held + est > cfg->max_conn_queued_bytes) {
         return false;
     }
     return s->mem_used + glob_est <= cfg->client_memory_bytes;
@@ -806,6 +820,414 @@ static bool copy_whole(char *dst, size_t size, const char *src)
     return k >= 0 && (size_t)k < size;
 }
 
+/* ---- Fetches read on the thread pool ------------------------------------ */
+
+/* A FETCH of many messages is read on libuv's thread pool: an idx_reader
+ * (a snapshot of the index and of the log's segment table, index/read.c)
+ * is taken here on the loop thread, a pool thread reads the messages and
+ * builds and checksums the whole answer frame, and the loop thread sends
+ * it. The loop keeps answering meanwhile. At most fetch_threads at once;
+ * the rest are read on the loop as before. The answer is the one
+ * serve_fetch would have built at the start (the snapshot is taken then).
+ * When the log was cut while it was read (idx_reader_end: -EAGAIN), the
+ * answer is dropped and the fetch read again on the loop.
+ *
+ * Read-ahead: after a pooled answer that stopped on a limit with more of
+ * the queue left, the same fetch at its next offset is read on the pool
+ * (one per connection, c->ahead), as libtern's read-ahead asks it next;
+ * it is built for the next request id. The FETCH that asks exactly that
+ * (queue and queue id, offset, bounds, filter, with no cut of the log
+ * since) takes it, or claims it while it is read; any other FETCH drops
+ * it. One that reached the queue end is never served (a produce
+ * acknowledged before the FETCH must be in its answer), nor one that
+ * failed: those are dropped when read, or read again on the loop when
+ * claimed. Its end_offset is the queue's end when it was read. Bounds: a
+ * read-ahead takes a pool slot only while another stays free for FETCHes
+ * asked, and room only within the connection's bound and half of the
+ * server's; one unclaimed for SERVER__AHEAD_IDLE_MS, or in the way of a
+ * request that does not fit, is dropped.
+ *
+ * Lifetime: a job holds a reference on the connection and counts as an
+ * open handle of the server (a closing server waits for it); its room
+ * (max_bytes and the per-message overhead, then the built answer's size)
+ * is reserved against the connection's and the server's memory bounds
+ * until it is handed to the socket or freed. */
+#define SERVER__AHEAD_IDLE_MS 2000u
+
+struct fetch_job
+{
+    uv_work_t work;
+    struct node_server *s;
+    struct node_conn *c; /* a reference */
+    struct idx_reader *r;
+    uint8_t op;
+    uint64_t request_id; /* the one the answer is built for */
+    char queue[TERN_NAME_MAX + 1];
+    uint64_t offset;
+    uint32_t max_msgs; /* as cut to the memory bounds */
+    uint32_t max_bytes;
+    uint32_t raw_max_msgs; /* as asked */
+    uint32_t raw_max_bytes;
+    bool leader_only;
+    size_t reserved;
+    uint64_t gen;                /* idx_generation at the start */
+    struct node_fetch_filter ff; /* the tags borrow from ff.raw */
+    struct idx_tag tags[IDX_FETCH_TAGS_MAX];
+    struct idx_fetch_opts o;
+    uint64_t queue_id;
+    uint64_t end_offset;
+    /* the pool thread's, read by the loop after it */
+    struct tern_wbuf w;
+    size_t start;
+    size_t n_pos;
+    struct fetch_ctx x;
+    uint64_t next;
+    int rv;
+    int valid; /* idx_reader_end's */
+    /* loop thread: the read-ahead's state */
+    bool is_ahead;
+    bool running;
+    bool claimed; /* a FETCH waits for it: claim_rid */
+    bool orphan;  /* dropped while running: freed when read */
+    uint64_t claim_rid;
+    uint64_t done_ms; /* uv_now when read */
+};
+
+static bool serve_fetch(struct node_conn *c,
+                        uint8_t op,
+                        uint64_t request_id,
+                        const char *queue,
+                        const char *group,
+                        uint64_t offset,
+                        uint32_t max_msgs,
+                        uint32_t max_bytes,
+                        uint32_t wait_ms,
+                        bool leader_only,
+                        const struct node_fetch_filter *ff);
+
+/* The answer frame of a FETCH up to its messages (next_offset and n
+ * patched once they are known). */
+static void fetch_frame_begin(struct tern_wbuf *w,
+                              uint8_t version,
+                              uint8_t op,
+                              uint64_t request_id,
+                              uint64_t end_offset,
+                              size_t *start,
+                              size_t *n_pos)
+{
+    *start = w->len;
+    proto_frame_begin_v(w, version, (uint8_t)(op | PROTO_OP_RESPONSE),
+                        request_id, 0);
+    tern_wbuf_u64(w, 0); /* next_offset, patched below */
+    tern_wbuf_u64(w, end_offset);
+    *n_pos = w->len;
+    tern_wbuf_u32(w, 0); /* n, patched below */
+}
+
+static void fetch_job_work(uv_work_t *req)
+{
+    struct fetch_job *j = req->data;
+    j->rv = idx_reader_fetch(j->r, &j->o, fetch_cb, &j->x, &j->next);
+    if (j->rv != 0 || j->w.err != 0) {
+        return;
+    }
+    if (j->x.props) {
+        tern_wbuf_u64(&j->w, j->queue_id);
+    }
+    tern_put_u64(j->w.base + j->start + PROTO_HEADER_SIZE, j->next);
+    tern_put_u32(j->w.base + j->n_pos, j->x.n);
+    j->rv = proto_frame_end(&j->w, j->start);
+}
+
+/* Keep keep of j's reserved room, return the rest: through the server
+ * (the connection may be closed, c->srv NULL). wake: from a loop
+ * callback, so connections waiting for memory may go on. */
+static void fetch_job_release(struct fetch_job *j, size_t keep, bool wake)
+{
+    struct node_server *s = j->s;
+    size_t n = j->reserved > keep ? j->reserved - keep : 0;
+    TERN_ASSERT(s->mem_used >= n && j->c->reserved >= n);
+    j->c->reserved -= n;
+    s->mem_used -= n;
+    j->reserved -= n;
+    if (wake && n > 0 && s->n_blocked > 0 && !s->closing) {
+        wake_blocked(s);
+    }
+}
+
+static void fetch_job_free(struct fetch_job *j, bool wake)
+{
+    struct node_server *s = j->s;
+    if (j->c->ahead == j) {
+        j->c->ahead = NULL;
+    }
+    fetch_job_release(j, 0, wake);
+    tern_wbuf_free(&j->w);
+    conn_unref(j->c);
+    tern_free(j);
+    server_handle_closed(s);
+}
+
+/* Drop c's read-ahead: freed now, or when its read ends. */
+static void fetch_ahead_drop(struct node_conn *c)
+{
+    struct fetch_job *j = c->ahead;
+    if (j == NULL) {
+        return;
+    }
+    c->ahead = NULL;
+    if (j->running) {
+        j->orphan = true;
+    } else {
+        fetch_job_free(j, false);
+    }
+}
+
+static bool fetch_job_start(struct node_conn *c,
+                            struct idx_env *e,
+                            uint8_t op,
+                            uint64_t request_id,
+                            const char *queue,
+                            uint64_t offset,
+                            uint32_t max_msgs,
+                            uint32_t max_bytes,
+                            uint32_t raw_max_msgs,
+                            uint32_t raw_max_bytes,
+                            bool leader_only,
+                            const struct node_fetch_filter *ff,
+                            const struct idx_queue_info *qi);
+
+/* The room a job of these bounds reserves. */
+static size_t fetch_job_room(uint32_t max_msgs, uint32_t max_bytes)
+{
+    return (size_t)max_bytes + (size_t)max_msgs * SERVER__FETCH_MSG_OVERHEAD +
+           PROTO_HEADER_SIZE + 64;
+}
+
+/* After j's answer (to request rid), which stopped on a limit with more of
+ * the queue left, read the same fetch at its next offset ahead. */
+static void fetch_ahead_start(struct fetch_job *j, uint64_t rid)
+{
+    struct node_conn *c = j->c;
+    struct node_server *s = j->s;
+    const struct node_config *cfg = c->view.cfg;
+    struct idx_env *e = view_idx(&c->view);
+    struct idx_queue_info qi;
+    size_t room = fetch_job_room(j->max_msgs, j->max_bytes);
+    if (j->leader_only || c->ahead != NULL || e == NULL || j->x.n == 0 ||
+        j->next >= j->end_offset || s->n_fetch_jobs + 1 >= cfg->fetch_threads ||
+        !conn_admit(c, room, 0) ||
+        s->mem_used + room > cfg->client_memory_bytes / 2 ||
+        idx_queue_get(e, j->queue, &qi) != 0 || qi.id != j->queue_id ||
+        j->next < qi.start_offset) {
+        return;
+    }
+    s->starting_ahead = true;
+    (void)fetch_job_start(c, e, j->op, rid + 1, j->queue, j->next, j->max_msgs,
+                          j->max_bytes, j->raw_max_msgs, j->raw_max_bytes,
+                          false, &j->ff, &qi);
+    s->starting_ahead = false;
+}
+
+/* Answer j's FETCH (request rid) with what it read; frees j. */
+static void fetch_job_deliver(struct fetch_job *j, uint64_t rid)
+{
+    struct node_conn *c = j->c;
+    struct node_server *s = j->s;
+    int rv;
+    if (c->ahead == j) {
+        c->ahead = NULL; /* a close inside the sends below must not free j */
+    }
+    fetch_job_release(j, 0, false);
+    if (j->valid != 0 || j->rv == -EAGAIN ||
+        (j->is_ahead && (j->rv != 0 || j->next >= j->end_offset))) {
+        /* The log changed under the read, or a read-ahead that is not the
+         * answer now: read it here. */
+        node_metrics_fetch_pool(s->metrics, NODE_METRICS_POOL_REREAD);
+        s->fetch_inline = true;
+        (void)serve_fetch(c, j->op, rid, j->queue, "", j->offset,
+                          j->raw_max_msgs, j->raw_max_bytes, 0, j->leader_only,
+                          &j->ff);
+        s->fetch_inline = false;
+        fetch_job_free(j, false);
+        return;
+    }
+    rv = j->rv != 0 ? j->rv : j->w.err;
+    if (rv == 0 && rid != j->request_id) {
+        rv = proto_frame_set_request_id(j->w.base + j->start,
+                                        j->w.len - j->start, rid);
+    }
+    if (rv != 0) {
+        send_error(c, j->op, rid, rv, NULL);
+        fetch_job_free(j, false);
+        return;
+    }
+    if (j->is_ahead) {
+        node_metrics_fetch_pool(s->metrics, NODE_METRICS_POOL_AHEAD_SERVED);
+    }
+    fetch_ahead_start(j, rid);
+    conn_send(c, &j->w);
+    fetch_job_free(j, false);
+}
+
+static void fetch_job_done(uv_work_t *req, int status)
+{
+    struct fetch_job *j = req->data;
+    struct node_conn *c = j->c;
+    struct node_server *s = j->s;
+    (void)status; /* UV_ECANCELED never happens: nothing cancels it */
+    j->valid = idx_reader_end(j->r);
+    j->r = NULL;
+    j->running = false;
+    s->n_fetch_jobs--;
+    if (!conn_live(c) || s->closing || j->orphan) {
+        fetch_job_free(j, true);
+        return;
+    }
+    if (j->is_ahead && !j->claimed) {
+        if (j->valid != 0 || j->rv != 0 || j->w.err != 0 ||
+            j->next >= j->end_offset) {
+            fetch_ahead_drop(c); /* never served: free it now */
+            return;
+        }
+        j->done_ms = uv_now(s->loop);
+        fetch_job_release(j, j->w.cap, true); /* the answer's own size */
+        return; /* waits on c->ahead for its FETCH */
+    }
+    fetch_job_deliver(j, j->is_ahead ? j->claim_rid : j->request_id);
+    if (s->n_blocked > 0 && !s->closing) {
+        wake_blocked(s);
+    }
+}
+
+/* Whether c's read-ahead answers this FETCH: taken (answered or claimed)
+ * or, when it does not match, dropped. */
+static bool fetch_ahead_take(struct node_conn *c,
+                             struct idx_env *e,
+                             uint64_t request_id,
+                             const char *queue,
+                             uint64_t offset,
+                             uint32_t max_msgs,
+                             uint32_t max_bytes,
+                             bool leader_only,
+                             const struct node_fetch_filter *ff,
+                             uint64_t queue_id)
+{
+    struct fetch_job *j = c->ahead;
+    if (j == NULL || j->claimed) {
+        return false; /* a claimed one answers its own FETCH */
+    }
+    if (leader_only || j->offset != offset || j->raw_max_msgs != max_msgs ||
+        j->raw_max_bytes != max_bytes || j->queue_id != queue_id ||
+        idx_generation(e) != j->gen || strcmp(j->queue, queue) != 0 ||
+        memcmp(&j->ff, ff, sizeof(*ff)) != 0) {
+        fetch_ahead_drop(c);
+        return false;
+    }
+    if (j->running) {
+        j->claimed = true;
+        j->claim_rid = request_id;
+        return true;
+    }
+    fetch_job_deliver(j, request_id);
+    return true;
+}
+
+/* The idle bound of c's read-ahead (conn_sweep). */
+static void fetch_ahead_sweep(struct node_conn *c, uint64_t now)
+{
+    struct fetch_job *j = c->ahead;
+    if (j != NULL && !j->running && !j->claimed &&
+        now - j->done_ms >= SERVER__AHEAD_IDLE_MS) {
+        fetch_ahead_drop(c);
+    }
+}
+
+/* Hand the FETCH (checked, its bounds cut by serve_fetch) to the pool;
+ * false when it is to be read here instead (no room on the pool, too few
+ * messages to be worth the hand-off, or no reader). */
+static bool fetch_job_start(struct node_conn *c,
+                            struct idx_env *e,
+                            uint8_t op,
+                            uint64_t request_id,
+                            const char *queue,
+                            uint64_t offset,
+                            uint32_t max_msgs,
+                            uint32_t max_bytes,
+                            uint32_t raw_max_msgs,
+                            uint32_t raw_max_bytes,
+                            bool leader_only,
+                            const struct node_fetch_filter *ff,
+                            const struct idx_queue_info *qi)
+{
+    struct node_server *s = c->srv;
+    const struct node_config *cfg = c->view.cfg;
+    struct fetch_job *j;
+    if (s == NULL || s->closing || s->fetch_inline || op != PROTO_OP_FETCH ||
+        s->n_fetch_jobs >= cfg->fetch_threads ||
+        max_msgs < SERVER__POOL_MIN_MSGS ||
+        qi->next_offset - offset < SERVER__POOL_MIN_MSGS ||
+        strlen(queue) >= sizeof(j->queue)) {
+        return false;
+    }
+    j = tern_calloc(1, sizeof(*j));
+    if (j == NULL) {
+        return false;
+    }
+    if (idx_reader_start(e, queue, offset, &j->r) != 0) {
+        tern_free(j);
+        return false;
+    }
+    j->work.data = j;
+    j->s = s;
+    j->c = c;
+    j->op = op;
+    j->request_id = request_id;
+    (void)snprintf(j->queue, sizeof(j->queue), "%s", queue);
+    j->offset = offset;
+    j->max_msgs = max_msgs;
+    j->max_bytes = max_bytes;
+    j->raw_max_msgs = raw_max_msgs;
+    j->raw_max_bytes = raw_max_bytes;
+    j->leader_only = leader_only;
+    j->gen = idx_generation(e);
+    j->ff = *ff;
+    j->queue_id = qi->id;
+    j->end_offset = qi->next_offset;
+    j->o.max_msgs = max_msgs;
+    j->o.max_bytes = max_bytes;
+    j->o.tags = j->tags;
+    j->o.n_tags = filter_tags(&j->ff, j->tags);
+    j->o.max_scan = cfg->fetch_scan_max;
+    j->o.with_props = (ff->flags & PROTO_FETCH_PROPS) != 0;
+    tern_wbuf_init(&j->w);
+    fetch_frame_begin(&j->w, answer_version(c), op, request_id, qi->next_offset,
+                      &j->start, &j->n_pos);
+    j->x.w = &j->w;
+    j->x.props = j->o.with_props;
+    j->next = offset;
+    j->running = true;
+    j->is_ahead = s->starting_ahead;
+    if (uv_queue_work(s->loop, &j->work, fetch_job_work, fetch_job_done) != 0) {
+        (void)idx_reader_end(j->r);
+        tern_wbuf_free(&j->w);
+        tern_free(j);
+        return false;
+    }
+    j->reserved = fetch_job_room(max_msgs, max_bytes);
+    c->reserved += j->reserved;
+    mem_add(c, j->reserved);
+    c->refs++;
+    s->n_fetch_jobs++;
+    s->open_handles++;
+    if (j->is_ahead) {
+        c->ahead = j;
+    }
+    node_metrics_fetch_pool(s->metrics, j->is_ahead ? NODE_METRICS_POOL_AHEAD
+                                                    : NODE_METRICS_POOL_READ);
+    return true;
+}
+
 /* Serve a FETCH/GROUP_FETCH. With wait_ms > 0 and nothing readable it is
  * parked (returns true). leader_only: the request may only be answered by a
  * writable leader (the caller checked that now); a parked one is refused
@@ -931,6 +1353,13 @@ static bool serve_fetch(struct node_conn *c,
             return true;
         }
     }
+    uint32_t raw_max_msgs = max_msgs;
+    uint32_t raw_max_bytes = max_bytes;
+    if (op == PROTO_OP_FETCH && offset < qi.next_offset &&
+        fetch_ahead_take(c, e, request_id, queue, offset, max_msgs, max_bytes,
+                         leader_only, ff != NULL ? ff : &no_filter, qi.id)) {
+        return false;
+    }
     if (max_msgs == 0) {
         max_msgs = SERVER__DEFAULT_MAX_MSGS;
     }
@@ -950,17 +1379,18 @@ static bool serve_fetch(struct node_conn *c,
         max_msgs = (uint32_t)TERN_MAX(TERN_MIN((size_t)max_msgs, msgs), 1);
     }
 
-    tern_wbuf_init(&w);
-    start = w.len;
-    proto_frame_begin_v(&w, answer_version(c),
-                        (uint8_t)(op | PROTO_OP_RESPONSE), request_id, 0);
-    tern_wbuf_u64(&w, 0); /* next_offset, patched below */
-    tern_wbuf_u64(&w, qi.next_offset);
-    n_pos = w.len;
-    tern_wbuf_u32(&w, 0); /* n, patched below */
     if (ff == NULL) {
         ff = &no_filter;
     }
+    if (offset < qi.next_offset &&
+        fetch_job_start(c, e, op, request_id, queue, offset, max_msgs,
+                        max_bytes, raw_max_msgs, raw_max_bytes, leader_only, ff,
+                        &qi)) {
+        return false;
+    }
+    tern_wbuf_init(&w);
+    fetch_frame_begin(&w, answer_version(c), op, request_id, qi.next_offset,
+                      &start, &n_pos);
     struct idx_tag tags[IDX_FETCH_TAGS_MAX];
     struct idx_fetch_opts o = {
         .max_msgs = max_msgs,
@@ -3692,6 +4122,10 @@ static void conn_process(struct node_conn *c)
             size_t est = f.action == NODE_FRAME_REQUEST
                              ? answer_estimate(c, &f.req)
                              : SERVER__SMALL_ANSWER;
+            if (!conn_admit(c, est, f.consumed) && c->ahead != NULL &&
+                !c->ahead->claimed) {
+                fetch_ahead_drop(c); /* its room, for a request asked */
+            }
             if (!conn_admit(c, est, f.consumed)) {
                 blocked = true;
                 break;
@@ -3980,6 +4414,7 @@ static void conn_sweep(struct node_server *s, struct node_conn *c, uint64_t now)
     if (!conn_live(c)) {
         return;
     }
+    fetch_ahead_sweep(c, now);
     if ((c->queued > 0 || c->paused) &&
         now - c->progress_ms >= cfg->slow_reader_timeout_ms) {
         log_closed(s, c, now, "slow_reader_timeout_ms");
@@ -4105,6 +4540,7 @@ static void conn_close(struct node_conn *c)
         return;
     }
     cork_write(c); /* what it answered before the close, as uncorked */
+    fetch_ahead_drop(c);
     c->state = CONN_CLOSING;
     c->reading = false;
     release_leases(c);

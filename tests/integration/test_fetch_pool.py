@@ -1,0 +1,326 @@
+#!/usr/bin/env python3
+"""FETCHes read on the thread pool and read ahead (node/server.c,
+fetch_job): a consumer streaming a queue in answers of 100 messages gets
+every message once, in order, with its own request ids and valid
+checksums (frame versions 1 and 2, so the resealed frame of an answer read
+ahead is checked in both); a FETCH at another offset drops the read-ahead
+and is answered right; two FETCHes asking the read-ahead at once are both
+answered; a read-ahead that reached the queue end is never served (a
+message acknowledged before the FETCH is in its answer); a queue deleted
+and created again is never answered from the old read-ahead; a connection
+closed with a read-ahead pending leaves the node serving; under tight
+memory bounds, FETCHes read on the pool of connections closed at once
+return their room (a fresh FETCH is still answered whole), and a
+connection whose read-ahead holds its room is still answered; and the same
+stream with [limits] fetch_threads = 0 (every read on the loop) gives the
+same messages. The node's tern_fetch_pool_total counters show which
+path each step took."""
+import os
+import re
+import socket
+import struct
+import sys
+import time
+import urllib.request
+
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import tern_harness as h  # noqa: E402
+
+N = 3000
+STEP = 100
+
+
+class Conn:
+    """A raw client connection; requests may be pipelined."""
+
+    def __init__(self, port, xxh3=False):
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.rid = 0
+        self.version = h.PROTO_VERSION
+        if xxh3:
+            f = self.rpc(h.OP["HELLO"], struct.pack("<I", 1))
+            if f is None or f.status != 0:
+                raise RuntimeError("HELLO refused: %r" % f)
+            self.version = 2
+
+    def send(self, op, body):
+        self.rid += 1
+        self.sock.sendall(h.encode_frame(op, body, request_id=self.rid,
+                                         version=self.version))
+        return self.rid
+
+    def recv(self, timeout=10):
+        return h.recv_frame(self.sock, timeout=timeout)
+
+    def rpc(self, op, body):
+        self.send(op, body)
+        return self.recv()
+
+    def close(self):
+        self.sock.close()
+
+
+TOKEN = "fetch-pool-metrics-token"
+
+
+def with_metrics(cl):
+    """Give node 1 a [metrics] endpoint; returns its port."""
+    port = h.free_ports(1)[0]
+    token_file = os.path.join(cl.dir, "metrics.token")
+    with open(token_file, "w") as f:
+        f.write(TOKEN + "\n")
+    os.chmod(token_file, 0o600)
+    with open(cl.nodes[1].config, "a") as f:
+        f.write("\n[metrics]\nlisten = 127.0.0.1:%d\ntoken_file = %s\n" %
+                (port, token_file))
+    return port
+
+
+def pool_counts(port):
+    """{kind: value} of tern_fetch_pool_total."""
+    req = urllib.request.Request("http://127.0.0.1:%d/metrics" % port)
+    req.add_header("Authorization", "Bearer " + TOKEN)
+    with urllib.request.urlopen(req, timeout=5) as r:
+        text = r.read().decode()
+    return {m.group(1): int(m.group(2)) for m in re.finditer(
+        r'^tern_fetch_pool_total\{kind="(\w+)"\} (\d+)$', text, re.M)}
+
+
+def grew(before, after, kinds):
+    return all(after.get(k, 0) > before.get(k, 0) for k in kinds)
+
+
+def fetch_body(q, offset, max_msgs=STEP):
+    return h.put_str(q) + struct.pack("<QIII", offset, max_msgs, 1 << 20, 0)
+
+
+def decode_fetch(f):
+    """(next_offset, end_offset, [(offset, payload)])."""
+    nxt, end, n = struct.unpack_from("<QQI", f.body, 0)
+    at, out = 20, []
+    for _ in range(n):
+        off, _ts = struct.unpack_from("<QQ", f.body, at)
+        (ln,) = struct.unpack_from("<I", f.body, at + 16)
+        out.append((off, f.body[at + 20:at + 20 + ln].decode()))
+        at += 20 + ln
+    return nxt, end, out
+
+
+def produce(conn, q, prefix, first, n, pad=0):
+    msgs = [("%s-%d" % (prefix, i)).encode() + b"." * pad
+            for i in range(first, first + n)]
+    body = (h.put_str(q) + struct.pack("<QQI", 0, 0, len(msgs)) +
+            b"".join(h.put_blob(m) for m in msgs))
+    f = conn.rpc(h.OP["PRODUCE"], body)
+    return f is not None and f.status == 0
+
+
+def fill(c, conn, q, prefix, n, pad=0):
+    f = conn.rpc(h.OP["QUEUE_CREATE"], h.put_str(q))
+    c.check(f is not None and f.status == 0, "create %s" % q, f)
+    ok = all(produce(conn, q, prefix, i, 500, pad) for i in range(0, n, 500))
+    c.check(ok, "%d messages produced to %s" % (n, q))
+
+
+def stream(c, conn, q, what):
+    """Read q from 0 to its end in answers of STEP; checks each answer."""
+    got, off, bad = [], 0, []
+    for _ in range(N // STEP + 10):
+        rid = conn.send(h.OP["FETCH"], fetch_body(q, off))
+        f = conn.recv()
+        if (f is None or f.status != 0 or f.request_id != rid or
+                not f.checksum_ok or f.version != conn.version):
+            bad.append(f)
+            break
+        nxt, _end, msgs = decode_fetch(f)
+        got += msgs
+        if not msgs:
+            break
+        off = nxt
+    c.check(not bad, "%s: every answer ok, with its request id, version "
+            "and checksum" % what, bad[:1])
+    want = [(i, "m-%d" % i) for i in range(N)]
+    c.check(got == want, "%s: the %d messages once each, in order" %
+            (what, N), (len(got), got[:2], got[-2:]))
+
+
+def main(c):
+    with h.Cluster(1) as cl:
+        c.step("start a node, fill a queue of %d messages" % N)
+        mport = with_metrics(cl)
+        cl.start()
+        port = cl.nodes[1].client_port
+        conn = Conn(port)
+        fill(c, conn, "q", "m", N)
+
+        c.step("stream the queue, frame versions 1 and 2")
+        k0 = pool_counts(mport)
+        stream(c, conn, "q", "version 1")
+        v2 = Conn(port, xxh3=True)
+        stream(c, v2, "q", "version 2")
+        v2.close()
+        k1 = pool_counts(mport)
+        c.check(grew(k0, k1, ("read", "ahead", "ahead_served")),
+                "read on the pool, read ahead, and served from it", k1)
+
+        c.step("a FETCH elsewhere drops the read-ahead")
+        f = conn.rpc(h.OP["FETCH"], fetch_body("q", 0))
+        c.check(f.status == 0 and decode_fetch(f)[0] == STEP,
+                "answer at 0 stopped at %d" % STEP, f)
+        f = conn.rpc(h.OP["FETCH"], fetch_body("q", 1234, 7))
+        nxt, _, msgs = decode_fetch(f)
+        c.check(msgs == [(1234 + i, "m-%d" % (1234 + i)) for i in range(7)]
+                and nxt == 1241, "FETCH at 1234 answered with its messages",
+                msgs[:2])
+        f = conn.rpc(h.OP["FETCH"], fetch_body("q", STEP))
+        _, _, msgs = decode_fetch(f)
+        c.check([m[0] for m in msgs] == list(range(STEP, 2 * STEP)),
+                "FETCH at %d after it: right messages" % STEP, msgs[:2])
+
+        c.step("two FETCHes asking the read-ahead at once")
+        f = conn.rpc(h.OP["FETCH"], fetch_body("q", 1000))
+        a = conn.send(h.OP["FETCH"], fetch_body("q", 1100))
+        b = conn.send(h.OP["FETCH"], fetch_body("q", 1100))
+        answers = {}
+        for _ in range(2):
+            f = conn.recv()
+            answers[f.request_id] = f
+        ok = sorted(answers) == [a, b]
+        for f in answers.values():
+            _, _, msgs = decode_fetch(f)
+            ok = ok and f.checksum_ok and \
+                [m[0] for m in msgs] == list(range(1100, 1200))
+        c.check(ok, "both answered with offsets 1100..1199", answers)
+
+        c.step("a read-ahead that reached the end is not served")
+        k0 = pool_counts(mport)
+        fill(c, conn, "tail", "m", 500)
+        f = conn.rpc(h.OP["FETCH"], fetch_body("tail", 0, 400))
+        c.check(decode_fetch(f)[0] == 400, "answer at 0 stopped at 400", f)
+        time.sleep(0.3)  # the read-ahead at 400 (100 messages) is done
+        c.check(produce(conn, "tail", "m", 500, 10), "10 more acknowledged")
+        f = conn.rpc(h.OP["FETCH"], fetch_body("tail", 400, 400))
+        nxt, end, msgs = decode_fetch(f)
+        c.check(len(msgs) == 110 and nxt == 510 and end == 510 and
+                msgs[-1] == (509, "m-509"),
+                "FETCH at 400 holds the 10 acknowledged after the read",
+                (len(msgs), nxt, end))
+        k1 = pool_counts(mport)
+        c.check(grew(k0, k1, ("ahead",)) and
+                k1["ahead_served"] == k0["ahead_served"],
+                "a read-ahead was read, and not served", (k0, k1))
+
+        c.step("a queue deleted and created again")
+        fill(c, conn, "re", "m", 1000)
+        f = conn.rpc(h.OP["FETCH"], fetch_body("re", 0))
+        time.sleep(0.3)  # the read-ahead at 100 holds old messages
+        f = conn.rpc(h.OP["QUEUE_DELETE"], h.put_str("re"))
+        c.check(f.status == 0, "delete re", f)
+        f = conn.rpc(h.OP["QUEUE_CREATE"], h.put_str("re"))
+        c.check(f.status == 0, "create re again", f)
+        ok = all(produce(conn, "re", "new", i, 500) for i in (0, 500))
+        c.check(ok, "1000 new messages")
+        f = conn.rpc(h.OP["FETCH"], fetch_body("re", STEP))
+        _, _, msgs = decode_fetch(f)
+        c.check(f.status == 0 and msgs and msgs[0] == (STEP, "new-%d" % STEP),
+                "FETCH at %d reads the new queue" % STEP, msgs[:1])
+
+        c.step("a connection closed with a read-ahead pending")
+        for _ in range(20):
+            k = Conn(port)
+            k.send(h.OP["FETCH"], fetch_body("q", 0))
+            k.recv()
+            k.send(h.OP["FETCH"], fetch_body("q", STEP))
+            k.close()
+        f = conn.rpc(h.OP["FETCH"], fetch_body("q", 2900))
+        c.check(f is not None and f.status == 0 and
+                len(decode_fetch(f)[2]) == 100,
+                "the node still serves after 20 such closes", f)
+        conn.close()
+        c.check(cl.nodes[1].alive(), "node alive")
+
+    with h.Cluster(1, limits={"max_conn_queued_bytes": "128K"}) as cl:
+        c.step("a connection bound of 128K, messages of about 200 bytes")
+        cl.start()
+        port = cl.nodes[1].client_port
+        conn = Conn(port)
+        fill(c, conn, "q", "m", 5000, pad=200)
+        off, n_ok = 0, 0
+        for _ in range(4):
+            # each answer is cut to the connection's 128K; a read-ahead
+            # holding that much room would keep the next FETCH waiting
+            # (until the read-ahead's idle bound, 2 s)
+            conn.send(h.OP["FETCH"], fetch_body("q", off, 1000))
+            try:
+                f = conn.recv(timeout=1.5)
+            except socket.timeout:
+                break
+            if f is None or f.status != 0:
+                print("  answer: %r" % f)
+                break
+            nxt, _, msgs = decode_fetch(f)
+            if not msgs or msgs[0][0] != off:
+                print("  answer at %d: %r" % (off, msgs[:1]))
+                break
+            n_ok += 1
+            off = nxt
+        c.check(n_ok == 4, "4 FETCHes in a row on one connection answered",
+                n_ok)
+        conn.close()
+
+    with h.Cluster(1, limits={"client_memory_bytes": "4M",
+                              "max_conn_queued_bytes": "4M",
+                              "max_frame_bytes": "1M",
+                              "max_message_bytes": "512K"}) as cl:
+        c.step("a server bound of 4M: connections closed while read")
+        cl.start()
+        port = cl.nodes[1].client_port
+        conn = Conn(port)
+        fill(c, conn, "q", "m", 5000, pad=200)
+        conn.close()
+        def probe():
+            k = Conn(port)
+            k.send(h.OP["FETCH"], fetch_body("q", 0, 1000))
+            try:
+                f = k.recv()
+                n = len(decode_fetch(f)[2]) if f is not None else 0
+            except socket.timeout:
+                n = None
+            k.close()
+            return n
+
+        before = probe()
+        for _ in range(12):
+            k = socket.create_connection(("127.0.0.1", port), timeout=5)
+            k.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                         struct.pack("ii", 1, 0))
+            # a FETCH, then a bad magic: the node closes at once, while the
+            # FETCH may still be read on the pool
+            k.sendall(h.encode_frame(h.OP["FETCH"], h.put_str("q") +
+                                     struct.pack("<QIII", 0, 1000, 512 << 10,
+                                                 0)) + b"\0" * 24)
+            k.close()
+            time.sleep(0.05)
+        time.sleep(0.5)
+        after = probe()
+        c.check(before and after == before,
+                "after 12 such closes a FETCH is answered as before",
+                (before, after))
+
+    with h.Cluster(1, limits={"fetch_threads": 0}) as cl:
+        c.step("fetch_threads = 0: every read on the loop")
+        mport = with_metrics(cl)
+        cl.start()
+        conn = Conn(cl.nodes[1].client_port)
+        fill(c, conn, "q", "m", N)
+        stream(c, conn, "q", "fetch_threads 0")
+        conn.close()
+        k = pool_counts(mport)
+        c.check(sum(k.values()) == 0 and len(k) == 4,
+                "nothing read on the pool", k)
+
+
+if __name__ == "__main__":
+    h.run_test(main)
