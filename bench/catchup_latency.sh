@@ -19,7 +19,8 @@
 #   bench/catchup_latency.sh [--count N] [--rounds R] [--seq N]
 #
 # Every process is started here and stopped by its PID (the consumer loop
-# by its PID, the nodes by scripts/cluster.sh down); the directory is
+# runs in a session of its own and is stopped by its process group, the
+# nodes by scripts/cluster.sh down); the directory is
 # removed at the end, also on error. Binaries: TERN_BIN (default
 # <repo>/build).
 set -euo pipefail
@@ -46,7 +47,7 @@ base=$("$ROOT/scripts/cluster.sh" free-base)
 cluster() { "$ROOT/scripts/cluster.sh" --dir "$work" --base-port "$base" "$@"; }
 loop=
 cleanup() {
-    [ -n "$loop" ] && kill "$loop" 2>/dev/null || true
+    [ -n "$loop" ] && kill -- "-$loop" 2>/dev/null || true
     cluster down >/dev/null 2>&1 || true
     rm -rf "$work"
 }
@@ -73,15 +74,16 @@ for r in $(seq 1 "$rounds"); do
                 --count "$count" | sed -n 's/.*consume_payload_mb_s=//p')
             rate="$rate $x"
         done
-        (for _ in $(seq 1 12); do
-            timeout 120 "$BS" consume -s "$lead" --read-first --queue scale \
-                --count "$count" >/dev/null 2>&1 || true
-        done) &
+        # setsid: the loop leads its own process group, stopped whole
+        setsid bash -c 'for _ in $(seq 1 12); do
+            timeout 120 "$0" consume -s "$1" --read-first --queue scale \
+                --count "$2" >/dev/null 2>&1 || true
+        done' "$BS" "$lead" "$count" &
         loop=$!
         sleep 0.3
         out=$(timeout 300 "$CLI" -s "$(cluster servers)" bench "lat$r$ft" \
             --size 1024 --count "$seq" --window 1 | grep -m 1 'p50 .* p90 ')
-        kill "$loop" 2>/dev/null || true
+        kill -- "-$loop" 2>/dev/null || true
         wait "$loop" 2>/dev/null || true
         loop=
         p50=$(sed -n 's/.*p50 \([0-9]*\) us.*/\1/p' <<<"$out")

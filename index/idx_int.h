@@ -399,7 +399,7 @@ struct idx__logview
 {
     struct idx__seg *segs; /* copied; fd: this view's, -1 until opened */
     size_t n_segs;
-    unsigned open_fds; /* of segs, at most LOG__VIEW_OPEN_FDS (log.c) */
+    unsigned open_fds; /* of segs, at most IDX_READER_MAX_FDS */
     bool capped;       /* segments after the copied ones exist */
     uint64_t log_end;  /* end of the copied segments' bytes */
     char *log_dir;     /* copied */

@@ -994,15 +994,12 @@ int idx__log_read_record(struct idx_env *e,
 
 /* ---- Log views (idx_reader) ---------------------------------------------- */
 
-/* Segment files one view keeps open at once. */
-#define LOG__VIEW_OPEN_FDS 8u
-
 static int view_fd_of(void *arg, size_t i, int *fd)
 {
     struct idx__logview *v = arg;
     if (v->segs[i].fd < 0) {
         char path[4096];
-        if (v->open_fds >= LOG__VIEW_OPEN_FDS) {
+        if (v->open_fds >= IDX_READER_MAX_FDS) {
             /* Reads go forward: the segments behind are done with. */
             for (size_t k = 0; k < v->n_segs; k++) {
                 if (v->segs[k].fd >= 0) {

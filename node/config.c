@@ -285,6 +285,8 @@ static const char usage_text[] =
     "  --list-page-max N          queues per list page (default 1000)\n"
     "  --fetch-scan-max N         messages a tag-filtered fetch examines\n"
     "                             per answer (default 100000)\n"
+    "  --fetch-threads N          FETCHes read on the thread pool at once\n"
+    "                             (default 2; 0: all on the loop)\n"
     "  --log-level L              error|warn|info|debug (default info)\n"
     "  --log-file F               append the log to F, reopened on SIGHUP\n"
     "                             (default: stderr)\n"

@@ -760,7 +760,8 @@ static void render_counters(struct node_metrics *m, struct node_expo *e)
                      "FETCHes read on the thread pool (read), next FETCHes "
                      "read ahead (ahead), read-aheads that answered their "
                      "FETCH (ahead_served), and pooled reads read again on "
-                     "the loop (reread).");
+                     "the loop (reread: the log was cut, the read failed, "
+                     "or a claimed read-ahead reached the queue end).");
     for (unsigned k = 0; k < NODE_METRICS__POOL; k++) {
         struct node_label kind[] = {{"kind", pool_kinds[k]}};
         node_expo_u64(e, "tern_fetch_pool_total", kind, 1,

@@ -128,8 +128,9 @@ enum node_metrics_pool {
     NODE_METRICS_POOL_READ = 0,     /* a FETCH read on the pool */
     NODE_METRICS_POOL_AHEAD,        /* a next FETCH read ahead */
     NODE_METRICS_POOL_AHEAD_SERVED, /* a read-ahead answered its FETCH */
-    NODE_METRICS_POOL_REREAD,       /* read again on the loop (stale, or a
-                                       read-ahead that reached the end) */
+    NODE_METRICS_POOL_REREAD,       /* read again on the loop (stale, failed,
+                                       or a claimed read-ahead that reached
+                                       the end) */
     NODE_METRICS__POOL
 };
 void node_metrics_fetch_pool(struct node_metrics *m, enum node_metrics_pool k);

@@ -1826,8 +1826,11 @@ static int node_start(struct node *n, char *errmsg)
  * max_connections plus the node's own descriptors. */
 static void raise_nofile(struct node_config *c)
 {
+    /* and the segment files of the fetches read on the thread pool */
+    unsigned margin =
+        NODE__NOFILE_MARGIN + c->fetch_threads * IDX_READER_MAX_FDS;
     struct rlimit rl;
-    rlim_t want = (rlim_t)c->max_connections + NODE__NOFILE_MARGIN;
+    rlim_t want = (rlim_t)c->max_connections + margin;
     if (getrlimit(RLIMIT_NOFILE, &rl) != 0) {
         node_log(NODE_LOG_WARN, "getrlimit(RLIMIT_NOFILE) failed", "err=%s",
                  strerror(errno));
@@ -1846,13 +1849,13 @@ static void raise_nofile(struct node_config *c)
              "nofile=%llu max_connections=%u", (unsigned long long)rl.rlim_cur,
              c->max_connections);
     if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < want) {
-        unsigned cap = rl.rlim_cur > (rlim_t)2 * NODE__NOFILE_MARGIN
-                           ? (unsigned)(rl.rlim_cur - NODE__NOFILE_MARGIN)
+        unsigned cap = rl.rlim_cur > (rlim_t)2 * margin
+                           ? (unsigned)(rl.rlim_cur - margin)
                            : (unsigned)(rl.rlim_cur / 2);
         node_log(NODE_LOG_WARN, "max_connections lowered to fit RLIMIT_NOFILE",
                  "max_connections=%u lowered_to=%u nofile=%llu margin=%u",
                  c->max_connections, TERN_MAX(cap, 1u),
-                 (unsigned long long)rl.rlim_cur, NODE__NOFILE_MARGIN);
+                 (unsigned long long)rl.rlim_cur, margin);
         c->max_connections = TERN_MAX(cap, 1u);
     }
 }

@@ -168,7 +168,6 @@
  * messages are there to read and asked for: a consumer catching up, not
  * one at the tail, whose few messages are answered at once. */
 #define SERVER__POOL_MIN_MSGS      64u
-#define SERVER__OFF_REQUEST_ID     8u    /* in a frame header (proto.c) */
 #define SERVER__SHARED_GROUPS      4u    /* per connection */
 #define SERVER__CLAIM_GROUPS       4u    /* claimed groups per connection */
 #define SERVER__SHARED_DEAD        16u   /* dead letters planned per receive */
@@ -235,6 +234,8 @@ struct node_conn
     size_t reserved;          /* bytes its fetches read on the pool may
                                  answer with (fetch_job) */
     struct fetch_job *ahead;  /* the next FETCH read ahead, or NULL */
+    unsigned jobs;            /* FETCHes asked, read on the pool: a
+                                 draining connection answers them first */
     unsigned n_parked;        /* its parked fetches */
     uint64_t last_request_ms; /* uv_now of the last request (or accept) */
     uint64_t frame_start_ms;  /* a partial frame began (0: none) */
@@ -553,7 +554,7 @@ static void on_write(uv_write_t *req, int status)
         node_log(NODE_LOG_DEBUG, "client write failed", "conn=%llu err=%s",
                  (unsigned long long)c->id, uv_strerror(status));
         conn_close(c);
-    } else if (c->state == CONN_DRAINING && c->writes == 0) {
+    } else if (c->state == CONN_DRAINING && c->writes == 0 && c->jobs == 0) {
         conn_close(c);
     } else if (c->state == CONN_OPEN) {
         conn_update_reading(c);
@@ -905,6 +906,11 @@ static bool serve_fetch(struct node_conn *c,
                         bool leader_only,
                         const struct node_fetch_filter *ff);
 
+static bool refuse_unless_writable(struct node_conn *c,
+                                   uint8_t op,
+                                   uint64_t request_id,
+                                   const struct repl_status *st);
+
 /* The answer frame of a FETCH up to its messages (next_offset and n
  * patched once they are known). */
 static void fetch_frame_begin(struct tern_wbuf *w,
@@ -958,8 +964,13 @@ static void fetch_job_release(struct fetch_job *j, size_t keep, bool wake)
 static void fetch_job_free(struct fetch_job *j, bool wake)
 {
     struct node_server *s = j->s;
-    if (j->c->ahead == j) {
-        j->c->ahead = NULL;
+    struct node_conn *c = j->c;
+    if (c->ahead == j) {
+        c->ahead = NULL;
+    }
+    if (!j->is_ahead && --c->jobs == 0 && c->state == CONN_DRAINING &&
+        c->writes == 0) {
+        conn_close(c);
     }
     fetch_job_release(j, 0, wake);
     tern_wbuf_free(&j->w);
@@ -1039,11 +1050,21 @@ static void fetch_job_deliver(struct fetch_job *j, uint64_t rid)
         c->ahead = NULL; /* a close inside the sends below must not free j */
     }
     fetch_job_release(j, 0, false);
-    if (j->valid != 0 || j->rv == -EAGAIN ||
-        (j->is_ahead && (j->rv != 0 || j->next >= j->end_offset))) {
-        /* The log changed under the read, or a read-ahead that is not the
-         * answer now: read it here. */
+    if (j->valid != 0 || j->rv != 0 || j->w.err != 0 ||
+        (j->is_ahead && j->next >= j->end_offset)) {
+        /* The log changed under the read, the read failed (a data error
+         * reads the same on the loop; a descriptor or memory shortage of
+         * the pool's may not), or a read-ahead that is not the answer
+         * now: read it here, as a FETCH asked now. */
+        struct repl_status st;
         node_metrics_fetch_pool(s->metrics, NODE_METRICS_POOL_REREAD);
+        if (j->leader_only) {
+            view_status(&c->view, &st);
+            if (refuse_unless_writable(c, j->op, rid, &st)) {
+                fetch_job_free(j, false);
+                return;
+            }
+        }
         s->fetch_inline = true;
         (void)serve_fetch(c, j->op, rid, j->queue, "", j->offset,
                           j->raw_max_msgs, j->raw_max_bytes, 0, j->leader_only,
@@ -1052,21 +1073,22 @@ static void fetch_job_deliver(struct fetch_job *j, uint64_t rid)
         fetch_job_free(j, false);
         return;
     }
-    rv = j->rv != 0 ? j->rv : j->w.err;
-    if (rv == 0 && rid != j->request_id) {
+    if (rid != j->request_id) {
         rv = proto_frame_set_request_id(j->w.base + j->start,
                                         j->w.len - j->start, rid);
-    }
-    if (rv != 0) {
-        send_error(c, j->op, rid, rv, NULL);
-        fetch_job_free(j, false);
-        return;
+        if (rv != 0) {
+            send_error(c, j->op, rid, rv, NULL);
+            fetch_job_free(j, false);
+            return;
+        }
     }
     if (j->is_ahead) {
         node_metrics_fetch_pool(s->metrics, NODE_METRICS_POOL_AHEAD_SERVED);
     }
-    fetch_ahead_start(j, rid);
     conn_send(c, &j->w);
+    if (conn_live(c)) {
+        fetch_ahead_start(j, rid); /* its room beside the answer queued */
+    }
     fetch_job_free(j, false);
 }
 
@@ -1087,7 +1109,8 @@ static void fetch_job_done(uv_work_t *req, int status)
     if (j->is_ahead && !j->claimed) {
         if (j->valid != 0 || j->rv != 0 || j->w.err != 0 ||
             j->next >= j->end_offset) {
-            fetch_ahead_drop(c); /* never served: free it now */
+            c->ahead = NULL; /* never served: free it now */
+            fetch_job_free(j, true);
             return;
         }
         j->done_ms = uv_now(s->loop);
@@ -1139,7 +1162,8 @@ static void fetch_ahead_sweep(struct node_conn *c, uint64_t now)
     struct fetch_job *j = c->ahead;
     if (j != NULL && !j->running && !j->claimed &&
         now - j->done_ms >= SERVER__AHEAD_IDLE_MS) {
-        fetch_ahead_drop(c);
+        c->ahead = NULL;
+        fetch_job_free(j, true);
     }
 }
 
@@ -1222,6 +1246,8 @@ static bool fetch_job_start(struct node_conn *c,
     s->open_handles++;
     if (j->is_ahead) {
         c->ahead = j;
+    } else {
+        c->jobs++;
     }
     node_metrics_fetch_pool(s->metrics, j->is_ahead ? NODE_METRICS_POOL_AHEAD
                                                     : NODE_METRICS_POOL_READ);
@@ -1510,11 +1536,6 @@ static void parked_free(struct node_server *s, struct parked *p)
     conn_unref(p->c);
     tern_free(p);
 }
-
-static bool refuse_unless_writable(struct node_conn *c,
-                                   uint8_t op,
-                                   uint64_t request_id,
-                                   const struct repl_status *st);
 
 /* Answer a held write (hold_write) with what the node knows now: the
  * leader hint, "no leader known" when the hold timed out, or, when this
@@ -4041,7 +4062,7 @@ static void conn_drain(struct node_conn *c)
         uv_read_stop((uv_stream_t *)&c->tcp);
         c->reading = false;
     }
-    if (c->writes == 0) {
+    if (c->writes == 0 && c->jobs == 0) {
         conn_close(c);
     }
 }

@@ -801,6 +801,8 @@ int idx_fetch_filtered(struct idx_env *e,
  * fetched; every started reader must still be ended. Memory: the reader
  * is the library's until idx_reader_end; queue is copied. */
 struct idx_reader;
+/* Segment files one reader holds open at most. */
+#define IDX_READER_MAX_FDS 8u
 /* The generation of e's log bytes: process-wide unique, changed by every
  * cut of the log or deleted segment, and new for each idx_open. Equal
  * values: what was read from the log then is still its bytes. */

@@ -2,8 +2,9 @@
 """FETCHes read on the thread pool and read ahead (node/server.c,
 fetch_job): a consumer streaming a queue in answers of 100 messages gets
 every message once, in order, with its own request ids and valid
-checksums (frame versions 1 and 2, so the resealed frame of an answer read
-ahead is checked in both); a FETCH at another offset drops the read-ahead
+checksums (frame versions 1 and 2; every other FETCH skips a request id,
+so answers read ahead for the next id are resealed, in both versions);
+a FETCH pipelined before a bad frame is answered before the close; a FETCH at another offset drops the read-ahead
 and is answered right; two FETCHes asking the read-ahead at once are both
 answered; a read-ahead that reached the queue end is never served (a
 message acknowledged before the FETCH is in its answer); a queue deleted
@@ -127,7 +128,8 @@ def fill(c, conn, q, prefix, n, pad=0):
 def stream(c, conn, q, what):
     """Read q from 0 to its end in answers of STEP; checks each answer."""
     got, off, bad = [], 0, []
-    for _ in range(N // STEP + 10):
+    for i in range(N // STEP + 10):
+        conn.rid += i % 2  # not the id an answer read ahead was built for
         rid = conn.send(h.OP["FETCH"], fetch_body(q, off))
         f = conn.recv()
         if (f is None or f.status != 0 or f.request_id != rid or
@@ -227,6 +229,25 @@ def main(c):
         c.check(f.status == 0 and msgs and msgs[0] == (STEP, "new-%d" % STEP),
                 "FETCH at %d reads the new queue" % STEP, msgs[:1])
 
+        c.step("a FETCH pipelined before a bad frame")
+        ok = 0
+        for _ in range(5):
+            k = Conn(port)
+            rid = k.rid + 1
+            k.sock.sendall(h.encode_frame(h.OP["FETCH"], fetch_body("q", 0),
+                                          request_id=rid) + b"\0" * 24)
+            frames = []
+            for _ in range(3):  # the bad frame's error, the answer, EOF
+                f = k.recv()
+                if f is None:
+                    break
+                frames.append(f)
+            ok += any(f.request_id == rid and f.status == 0 and
+                      len(decode_fetch(f)[2]) == STEP for f in frames)
+            k.close()
+        c.check(ok == 5, "answered before the connection closes (5 of 5)",
+                ok)
+
         c.step("a connection closed with a read-ahead pending")
         for _ in range(20):
             k = Conn(port)
@@ -275,6 +296,7 @@ def main(c):
                               "max_frame_bytes": "1M",
                               "max_message_bytes": "512K"}) as cl:
         c.step("a server bound of 4M: connections closed while read")
+        mport = with_metrics(cl)
         cl.start()
         port = cl.nodes[1].client_port
         conn = Conn(port)
@@ -292,6 +314,7 @@ def main(c):
             return n
 
         before = probe()
+        k0 = pool_counts(mport)
         for _ in range(12):
             k = socket.create_connection(("127.0.0.1", port), timeout=5)
             k.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
@@ -308,6 +331,9 @@ def main(c):
         c.check(before and after == before,
                 "after 12 such closes a FETCH is answered as before",
                 (before, after))
+        k1 = pool_counts(mport)
+        c.check(k1["read"] - k0["read"] >= 6,
+                "most of those FETCHes were read on the pool", (k0, k1))
 
     with h.Cluster(1, limits={"fetch_threads": 0}) as cl:
         c.step("fetch_threads = 0: every read on the loop")
