@@ -21,7 +21,11 @@
 
 #include "idx_int.h"
 
-static int vfail(char *errmsg, int code, int line, const char *fmt, va_list ap)
+__attribute__((format(printf, 4, 0))) static int vfail(char *errmsg,
+                                                       int code,
+                                                       int line,
+                                                       const char *fmt,
+                                                       va_list ap)
 {
     char msg[TERN_ERRMSG_SIZE];
     (void)vsnprintf(msg, sizeof msg, fmt, ap);
