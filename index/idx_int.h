@@ -808,6 +808,7 @@ struct idx_env
     unsigned open_fds;
     uint64_t log_end; /* end of the bytes in the segment files */
     int dir_dirty;    /* a segment was created or removed since sync */
+    uint64_t wb_pos;  /* log.c: writeback started up to here */
     /* env.c and snapshot.c: the first position the log holds records
      * from (0, or the checkpoint it was trimmed to or restored from) */
     uint64_t log_start;

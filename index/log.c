@@ -50,8 +50,10 @@
  * the Raft log is the durable source of truth and replays what a crash
  * loses (idx_apply skips what is already applied). idx_sync fdatasyncs
  * every segment written since the last sync and fsyncs log/ when segments
- * were created or removed. A failed write is rolled back with ftruncate so
- * the log never keeps a partial record while the env is open.
+ * were created or removed. Every LOG__WRITEBACK_BYTES (1 MiB) appended, the
+ * kernel is asked to start writing them back (log_writeback), so that wait
+ * is short. A failed write is rolled back with ftruncate so the log never
+ * keeps a partial record while the env is open.
  *
  * RECOVERY (idx_open, see env.c). Segment headers are checked here; a bad
  * or missing segment cuts the log at its start. A header whose magic and
@@ -89,6 +91,8 @@
 #define IDX__SEG_HDR_SIZE 32
 #define IDX__REC_MAGIC    0x52435254U /* "TRCR" little-endian */
 #define IDX__REC_VERSION  1
+/* Appended bytes after which their writeback is started (log_writeback). */
+#define LOG__WRITEBACK_BYTES ((uint64_t)1 << 20)
 /* Segment files kept open for reading before the cache is dropped. */
 #define IDX__MAX_OPEN_SEGS 32
 
@@ -623,6 +627,30 @@ int idx__log_pread(struct idx_env *e, uint64_t pos, void *buf, size_t n)
     return src_pread(&src, pos, buf, n);
 }
 
+/* Start the kernel writing the active segment's bytes back once
+ * LOG__WRITEBACK_BYTES have been appended since the last start, without
+ * waiting for them (sync_file_range SYNC_FILE_RANGE_WRITE), as RocksDB's
+ * bytes_per_sync and PostgreSQL's wal_writer_flush_after do: the
+ * fdatasync of a snapshot (idx_sync, on the loop thread) then finds
+ * little left to write, instead of everything since the last one. Best
+ * effort: durability is still idx_sync's. from: the log end before the
+ * bytes just written (where a new or cut segment starts over). */
+static void log_writeback(struct idx_env *e,
+                          const struct idx__seg *s,
+                          int fd,
+                          uint64_t from)
+{
+    if (e->wb_pos < s->start || e->wb_pos > from) {
+        e->wb_pos = TERN_MAX(s->start, TERN_MIN(e->wb_pos, from));
+    }
+    if (e->log_end - e->wb_pos >= LOG__WRITEBACK_BYTES) {
+        (void)sync_file_range(
+            fd, (off_t)(IDX__SEG_HDR_SIZE + (e->wb_pos - s->start)),
+            (off_t)(e->log_end - e->wb_pos), SYNC_FILE_RANGE_WRITE);
+        e->wb_pos = e->log_end;
+    }
+}
+
 /* Write all of buf at file offset off of the active segment; on failure
  * truncate the segment back to its old size. */
 static int active_write(struct idx_env *e,
@@ -675,6 +703,7 @@ static int active_write(struct idx_env *e,
     s->size += total;
     s->dirty = 1;
     e->log_end += total;
+    log_writeback(e, s, fd, e->log_end - total);
     return 0;
 }
 
