@@ -52,8 +52,8 @@
  * every segment written since the last sync and fsyncs log/ when segments
  * were created or removed. Every LOG__WRITEBACK_BYTES (1 MiB) appended, the
  * kernel is asked to start writing them back (log_writeback), so that wait
- * is short. A failed write is rolled back with ftruncate so the log never
- * keeps a partial record while the env is open.
+ * is mostly for what is already in flight. A failed write is rolled back with
+ * ftruncate so the log never keeps a partial record while the env is open.
  *
  * RECOVERY (idx_open, see env.c). Segment headers are checked here; a bad
  * or missing segment cuts the log at its start. A header whose magic and
@@ -93,6 +93,7 @@
 #define IDX__REC_VERSION  1
 /* Appended bytes after which their writeback is started (log_writeback). */
 #define LOG__WRITEBACK_BYTES ((uint64_t)1 << 20)
+#define LOG__PAGE            ((uint64_t)4096)
 /* Segment files kept open for reading before the cache is dropped. */
 #define IDX__MAX_OPEN_SEGS 32
 
@@ -485,6 +486,7 @@ int idx__log_open(struct idx_env *e)
         }
     }
     e->log_end = e->segs[e->n_segs - 1].start + e->segs[e->n_segs - 1].size;
+    e->wb_pos = e->log_end;
     tern_free(starts);
     return 0;
 
@@ -627,27 +629,42 @@ int idx__log_pread(struct idx_env *e, uint64_t pos, void *buf, size_t n)
     return src_pread(&src, pos, buf, n);
 }
 
-/* Start the kernel writing the active segment's bytes back once
- * LOG__WRITEBACK_BYTES have been appended since the last start, without
- * waiting for them (sync_file_range SYNC_FILE_RANGE_WRITE), as RocksDB's
- * bytes_per_sync and PostgreSQL's wal_writer_flush_after do: the
- * fdatasync of a snapshot (idx_sync, on the loop thread) then finds
- * little left to write, instead of everything since the last one. Best
- * effort: durability is still idx_sync's. from: the log end before the
- * bytes just written (where a new or cut segment starts over). */
-static void log_writeback(struct idx_env *e,
-                          const struct idx__seg *s,
-                          int fd,
-                          uint64_t from)
+/* Start the kernel writing appended bytes back once LOG__WRITEBACK_BYTES
+ * have accumulated since the last start, without waiting for them
+ * (sync_file_range SYNC_FILE_RANGE_WRITE), as RocksDB's bytes_per_sync and
+ * PostgreSQL's backend_flush_after do: the fdatasync of a snapshot
+ * (idx_sync, on the loop thread) then finds little left to write, instead
+ * of everything since the last one. The range ends on a page boundary, so
+ * the next append never writes into a page under writeback (which stable-
+ * page devices make wait); a segment left by a roll gets its tail. Best
+ * effort: durability is still idx_sync's, and a write error here still
+ * reaches its fdatasync. e->wb_pos: the position writeback was started up
+ * to (the log end at open; lowered by a truncation). */
+static void writeback_range(int fd, uint64_t from_off, uint64_t to_off)
 {
-    if (e->wb_pos < s->start || e->wb_pos > from) {
-        e->wb_pos = TERN_MAX(s->start, TERN_MIN(e->wb_pos, from));
+    if (to_off > from_off) {
+        (void)sync_file_range(fd, (off_t)from_off, (off_t)(to_off - from_off),
+                              SYNC_FILE_RANGE_WRITE);
     }
-    if (e->log_end - e->wb_pos >= LOG__WRITEBACK_BYTES) {
-        (void)sync_file_range(
-            fd, (off_t)(IDX__SEG_HDR_SIZE + (e->wb_pos - s->start)),
-            (off_t)(e->log_end - e->wb_pos), SYNC_FILE_RANGE_WRITE);
-        e->wb_pos = e->log_end;
+}
+
+static void log_writeback(struct idx_env *e)
+{
+    const struct idx__seg *s = &e->segs[e->n_segs - 1];
+    if (e->wb_pos < s->start) {
+        /* The segment before rolled: the rest of it, whole. */
+        const struct idx__seg *p = e->n_segs > 1 ? s - 1 : NULL;
+        if (p != NULL && p->fd >= 0 && e->wb_pos >= p->start) {
+            writeback_range(p->fd, IDX__SEG_HDR_SIZE + (e->wb_pos - p->start),
+                            IDX__SEG_HDR_SIZE + p->size);
+        }
+        e->wb_pos = s->start;
+    }
+    uint64_t from = IDX__SEG_HDR_SIZE + (e->wb_pos - s->start);
+    uint64_t to = (IDX__SEG_HDR_SIZE + s->size) & ~(LOG__PAGE - 1);
+    if (to >= from + LOG__WRITEBACK_BYTES && s->fd >= 0) {
+        writeback_range(s->fd, from, to);
+        e->wb_pos = s->start + (to - IDX__SEG_HDR_SIZE);
     }
 }
 
@@ -703,7 +720,7 @@ static int active_write(struct idx_env *e,
     s->size += total;
     s->dirty = 1;
     e->log_end += total;
-    log_writeback(e, s, fd, e->log_end - total);
+    log_writeback(e);
     return 0;
 }
 
@@ -809,6 +826,7 @@ int idx__log_reset(struct idx_env *e, uint64_t pos)
     uint64_t lost = 0;
     drop_segs_from(e, 0, &lost);
     e->log_end = pos;
+    e->wb_pos = pos;
     return seg_create(e);
 }
 
@@ -850,6 +868,7 @@ int idx__log_truncate(struct idx_env *e, uint64_t pos)
     }
     s->size = pos - s->start;
     e->log_end = pos;
+    e->wb_pos = TERN_MIN(e->wb_pos, pos);
     if (e->dir_dirty) {
         int dfd = open(e->log_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         if (dfd >= 0) {
