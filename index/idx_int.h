@@ -405,8 +405,11 @@ struct idx__logview
     char *log_dir;     /* copied */
     uint8_t *rbuf;     /* record read buffer */
     size_t rbuf_cap;
-    uint64_t ahead_until; /* read-ahead asked up to here */
-    char *errmsg;         /* TERN_ERRMSG_SIZE bytes, the owner's */
+    /* read-ahead asked over [ahead_from, ahead_until): by this view, or
+     * by the readers before it (idx__logview_init) */
+    uint64_t ahead_from;
+    uint64_t ahead_until;
+    char *errmsg; /* TERN_ERRMSG_SIZE bytes, the owner's */
 };
 /* 0 or -ENOMEM (errmsg). from must be at or after the log's first
  * segment start. */
@@ -904,6 +907,13 @@ struct idx_env
      * asked to read ahead (POSIX_FADV_WILLNEED). */
     uint64_t read_next;
     uint64_t read_ahead_until;
+    /* read.c: the range the last idx_reader asked to be read ahead (its
+     * view's ahead_from/ahead_until, handed back by idx_reader_end): the
+     * next reader starting inside it asks only for what lies past it,
+     * not 8 MiB again for each answer of a consumer streaming a queue.
+     * Cleared when the log is cut. */
+    uint64_t view_ahead_from;
+    uint64_t view_ahead_until;
 };
 
 #endif /* TERN_IDX_INT_H */

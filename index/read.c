@@ -533,7 +533,9 @@ struct idx_reader
     uint64_t offset;
     struct rd rd; /* rd.txn: ended by the fetching thread */
     struct idx__logview view;
-    /* the fetching thread's */
+    /* the fetching thread's; read by the loop once state is RD_DONE */
+    uint64_t ahead_from; /* the view's read-ahead range, at its close */
+    uint64_t ahead_until;
     atomic_int state;
     atomic_bool cancel; /* idx_close: stop at the next message */
     char errmsg[TERN_ERRMSG_SIZE];
@@ -607,6 +609,8 @@ int idx_reader_fetch(struct idx_reader *r,
     rc = fetch_in(&r->rd, r->queue, r->offset, o, cb, arg, next_offset);
     mdb_txn_abort(r->rd.txn); /* MDB_NOTLS: any thread may end it */
     r->rd.txn = NULL;
+    r->ahead_from = r->view.ahead_from;
+    r->ahead_until = r->view.ahead_until;
     idx__logview_close(&r->view);
     atomic_store(&r->state, RD_DONE);
     return rc;
@@ -652,10 +656,16 @@ int idx_reader_end(struct idx_reader *r)
 {
     int rc = -EAGAIN;
     if (r->env != NULL) {
-        bool same = r->env->gen == r->gen;
+        struct idx_env *e = r->env;
+        bool same = e->gen == r->gen;
         bool fetched = atomic_load(&r->state) == RD_DONE;
         reader_settle(r);
         rc = same && fetched ? 0 : -EAGAIN;
+        if (rc == 0 && r->ahead_until > r->ahead_from) {
+            /* the next reader of this stream asks only for what follows */
+            e->view_ahead_from = r->ahead_from;
+            e->view_ahead_until = r->ahead_until;
+        }
     }
     tern_free(r);
     return rc;

@@ -9,10 +9,12 @@
  * main thread). */
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include <idx.h>
@@ -233,5 +235,140 @@ Test(index_reader, a_read_past_a_capped_view_goes_back_to_the_env)
     cr_assert_eq(x.rc, 0);
     cr_assert_eq(rec.n, 40);
     cr_assert_eq(idx_reader_end(x.r), 0);
+    idx_close(e);
+}
+
+/* posix_fadvise is wrapped for this binary (--wrap,
+ * tests/unit/index/CMakeLists.txt): the WILLNEED calls are recorded with
+ * their file's inode and passed on. */
+#define WN_MAX 1024
+static struct
+{
+    ino_t ino[WN_MAX];
+    off_t off[WN_MAX];
+    off_t len[WN_MAX];
+    unsigned n;
+    bool on;
+} wn;
+
+int __real_posix_fadvise(int fd, off_t off, off_t len, int advice);
+int __wrap_posix_fadvise(int fd, off_t off, off_t len, int advice);
+int __wrap_posix_fadvise(int fd, off_t off, off_t len, int advice)
+{
+    struct stat st;
+    if (wn.on && advice == POSIX_FADV_WILLNEED && wn.n < WN_MAX &&
+        fstat(fd, &st) == 0) {
+        wn.ino[wn.n] = st.st_ino;
+        wn.off[wn.n] = off;
+        wn.len[wn.n] = len;
+        wn.n++;
+    }
+    return __real_posix_fadvise(fd, off, len, advice);
+}
+
+/* Bytes asked by more than one recorded WILLNEED call. */
+static off_t willneed_overlap(void)
+{
+    off_t twice = 0;
+    for (unsigned i = 0; i < wn.n; i++) {
+        for (unsigned k = i + 1; k < wn.n; k++) {
+            off_t lo = wn.off[i] > wn.off[k] ? wn.off[i] : wn.off[k];
+            off_t hi_i = wn.off[i] + wn.len[i], hi_k = wn.off[k] + wn.len[k];
+            off_t hi = hi_i < hi_k ? hi_i : hi_k;
+            if (wn.ino[i] == wn.ino[k] && lo < hi) {
+                twice += hi - lo;
+            }
+        }
+    }
+    return twice;
+}
+
+/* A queue q of n_batches records of 64 messages of 4000 bytes (256 KiB a
+ * record); *first_end: where the first of them ends in the log. */
+static struct idx_env *filled_big(uint64_t segment_bytes,
+                                  uint32_t n_batches,
+                                  uint64_t *first_end)
+{
+    static char data[4000];
+    struct idx_msg msgs[64];
+    struct idx_env *e = th_open(th_dir_a, segment_bytes);
+    memset(data, 'm', sizeof data);
+    for (int i = 0; i < 64; i++) {
+        msgs[i].data = data;
+        msgs[i].len = sizeof data;
+    }
+    th_create(e, 1, "q");
+    for (uint32_t b = 0; b < n_batches; b++) {
+        struct tern_wbuf w;
+        struct idx_result r[1];
+        tern_wbuf_init(&w);
+        idx_cmd_begin(&w, 1000 + b);
+        idx_cmd_produce(&w, "q", 0, 0, msgs, 64);
+        cr_assert_eq(th_apply(e, 2 + b, &w, r, 1), 1);
+        tern_wbuf_free(&w);
+        if (b == 0) {
+            *first_end = idx_log_end(e);
+        }
+    }
+    cr_assert_eq(idx_flush(e), 0);
+    return e;
+}
+
+/* Readers of 512 messages (2 MiB) each, one after the other, from
+ * offset from to the queue's end; the messages read. */
+static uint64_t read_stream(struct idx_env *e, uint64_t from, uint64_t end)
+{
+    static struct rec rec;
+    uint64_t n = 0;
+    while (from < end) {
+        uint32_t max = end - from < 512 ? (uint32_t)(end - from) : 512;
+        struct run x = {.o = {.max_msgs = max, .max_bytes = 8 << 20},
+                        .rec = &rec};
+        rec.n = 0;
+        cr_assert_eq(idx_reader_start(e, "q", from, &x.r), 0);
+        fetch_on_thread(&x);
+        cr_assert_eq(x.rc, 0, "%s", idx_reader_errmsg(x.r));
+        cr_assert_eq(idx_reader_end(x.r), 0);
+        cr_assert_eq(x.next, from + rec.n);
+        cr_assert_gt(rec.n, 0);
+        n += rec.n;
+        from = x.next;
+    }
+    return n;
+}
+
+Test(index_reader, readers_streaming_a_queue_ask_the_kernel_once_per_byte)
+{
+    /* 48 records of 256 KiB in segments of 4 MiB: a 12 MiB log, read by
+     * 6 readers of 2 MiB, each of which used to ask for the 8 MiB after
+     * it. */
+    uint64_t first_end = 0;
+    struct idx_env *e = filled_big(4u << 20, 48, &first_end);
+    struct idx_queue_info qi;
+    cr_assert_eq(idx_queue_get(e, "q", &qi), 0);
+    memset(&wn, 0, sizeof wn);
+    wn.on = true;
+    cr_assert_eq(read_stream(e, 0, qi.next_offset), 48 * 64);
+    wn.on = false;
+    off_t asked = 0;
+    for (unsigned i = 0; i < wn.n; i++) {
+        asked += wn.len[i];
+    }
+    cr_expect_gt(wn.n, 2, "the read-ahead was renewed");
+    cr_expect_eq(willneed_overlap(), 0, "%lld bytes asked twice",
+                 (long long)willneed_overlap());
+    /* Everything after the first record, asked once. */
+    cr_expect_eq((uint64_t)asked, idx_log_end(e) - first_end,
+                 "asked %lld of %llu after %llu", (long long)asked,
+                 (unsigned long long)idx_log_end(e),
+                 (unsigned long long)first_end);
+
+    /* A cut forgets the range: a reader after it asks again. */
+    memset(&wn, 0, sizeof wn);
+    wn.on = true;
+    cr_assert_eq(idx__log_truncate(e, idx_log_end(e) - 1), 0);
+    cr_assert_eq(read_stream(e, 45 * 64, 46 * 64), 64);
+    wn.on = false;
+    cr_expect_gt(wn.n, 0, "a reader after a cut asks for its read-ahead");
     idx_close(e);
 }
