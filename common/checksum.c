@@ -1,5 +1,6 @@
 /* The checksum of every tern format: XXH32, seed "tern"; and XXH3 for
- * the client protocol's frames of version 2. */
+ * the client protocol's frames of version 2, commit-log records of
+ * version 2 and command entries that carry the XXH3 flag. */
 #define XXH_STATIC_LINKING_ONLY
 #include <xxhash.h>
 
@@ -9,6 +10,10 @@
 
 _Static_assert(sizeof(struct tern_checksum_state) >= sizeof(XXH32_state_t),
                "checksum state too small");
+_Static_assert(sizeof(struct tern_checksum3_state) >= sizeof(XXH3_state_t) &&
+                   _Alignof(struct tern_checksum3_state) >=
+                       _Alignof(XXH3_state_t),
+               "XXH3 state too small");
 
 uint32_t tern_checksum32(const void *buf, size_t len)
 {
@@ -35,4 +40,23 @@ uint32_t tern_checksum32_end(struct tern_checksum_state *st)
 uint32_t tern_checksum32_xxh3(const void *buf, size_t len, uint64_t seed)
 {
     return (uint32_t)XXH3_64bits_withSeed(buf, len, seed);
+}
+
+void tern_checksum32_xxh3_begin(struct tern_checksum3_state *st, uint64_t seed)
+{
+    XXH3_state_t *x = (XXH3_state_t *)(void *)st;
+    XXH3_INITSTATE(x);
+    (void)XXH3_64bits_reset_withSeed(x, seed);
+}
+
+void tern_checksum32_xxh3_update(struct tern_checksum3_state *st,
+                                 const void *buf,
+                                 size_t len)
+{
+    (void)XXH3_64bits_update((XXH3_state_t *)(void *)st, buf, len);
+}
+
+uint32_t tern_checksum32_xxh3_end(struct tern_checksum3_state *st)
+{
+    return (uint32_t)XXH3_64bits_digest((XXH3_state_t *)(void *)st);
 }

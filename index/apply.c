@@ -1269,8 +1269,8 @@ int idx_apply(struct idx_env *e,
         e->failed = rc;
         return rc;
     }
-    rc =
-        idx__log_append_record(e, index, entry, (uint32_t)len, &pos, &checksum);
+    rc = idx__log_append_record(e, idx__entry_record_version(entry, len), index,
+                                entry, (uint32_t)len, &pos, &checksum);
     if (rc != 0) {
         tern_errmsg_wrapf(e->errmsg, "apply %llu", (unsigned long long)index);
         e->failed = rc;

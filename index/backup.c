@@ -813,7 +813,7 @@ static int read_record_at(const char *dir,
     uint8_t hdr[IDX__REC_HDR_SIZE];
     uint8_t *buf = NULL;
     struct idx__record r;
-    struct tern_checksum_state st;
+    struct idx__record_sum st;
     uint64_t at = pos, end;
     size_t got = 0;
     int rc = 0;
@@ -850,7 +850,7 @@ static int read_record_at(const char *dir,
                     goto out;
                 }
                 if (pass == 1) {
-                    tern_checksum32_update(&st, buf, (size_t)k);
+                    idx__record_sum_update(&st, buf, (size_t)k);
                 } else {
                     got += (size_t)k;
                 }
@@ -873,13 +873,12 @@ static int read_record_at(const char *dir,
                 rc = -ENOMEM;
                 goto out;
             }
-            tern_checksum32_begin(&st);
-            tern_checksum32_update(&st, hdr, 20);
+            idx__record_sum_begin(&st, hdr);
         }
     }
     *index = r.index;
     *sum_stored = r.checksum;
-    *sum_computed = tern_checksum32_end(&st);
+    *sum_computed = idx__record_sum_end(&st);
 out:
     tern_free(buf);
     return rc;

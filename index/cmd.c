@@ -10,13 +10,30 @@
  *
  *   offset size  field
  *   0      2     version        = 1
- *   2      2     flags          = 0 (anything else is rejected)
+ *   2      2     flags          0 or IDX__CMD_FLAG_XXH3 (1); anything
+ *                               else is rejected
  *   4      4     n_commands     1..65536
  *   8      8     timestamp_ms   leader wall clock, stamped on every message
  *   16     4     total_len      length of the whole entry, header included
- *   20     4     checksum       tern_checksum32 over bytes [0,20) followed
- *                               by bytes [24,total_len)
+ *   20     4     checksum       flags 0: tern_checksum32 (XXH32) over bytes
+ *                               [0,20) followed by bytes [24,total_len).
+ *                               IDX__CMD_FLAG_XXH3: tern_checksum32_xxh3 of
+ *                               bytes [24,total_len) seeded with
+ *                               tern_checksum32 of bytes [0,20)
  *   24     ...   n_commands commands, back to back, nothing after the last
+ *
+ * The XXH3 flag (idx_cmd_flag_xxh3; added after the first release of
+ * version 1) also makes the entry's commit-log record a version 2 one
+ * (XXH3, index/log.c): on a producer's path the entry is checksummed once
+ * when built and once on every node that applies it, and its record once
+ * more on every node and at every read. A node that does not know the
+ * flag finds the entry malformed, records it unapplied and in a record of
+ * version 1 where the others write version 2, and the logs then differ
+ * in that record's checksum, which snapshots and checkpoints compare. So
+ * a leader flags its entries only once the cluster has switched
+ * (idx_xxh3_in_use: a new cluster, or one whose last entry was flagged)
+ * or an operator has said every node knows the flag ([raft]
+ * entry_checksum = xxh3 in node/; docs/OPERATIONS.md, "Upgrades").
  *
  * Command: u8 type, u32 body_len, body_len bytes of body. The body must be
  * consumed exactly by its decoder. A queue name (qname below) is u8 len +
@@ -217,6 +234,13 @@ void idx_cmd_begin(struct tern_wbuf *w, uint64_t timestamp_ms)
     tern_put_u16(hdr, IDX__CMD_VERSION);
     tern_put_u64(hdr + 8, timestamp_ms);
     tern_wbuf_put(w, hdr, sizeof hdr);
+}
+
+void idx_cmd_flag_xxh3(struct tern_wbuf *w)
+{
+    if (w->err == 0 && w->len >= IDX__CMD_HDR_SIZE) {
+        tern_put_u16(w->base + 2, IDX__CMD_FLAG_XXH3);
+    }
 }
 
 /* Start a command: writes type and a length placeholder, bumps the count.
@@ -1255,6 +1279,11 @@ void idx__cmd_settle_item(const struct idx__cmd *cmd,
 
 static uint32_t entry_checksum(const uint8_t *base, size_t len)
 {
+    if ((tern_get_u16(base + 2) & IDX__CMD_FLAG_XXH3) != 0) {
+        return tern_checksum32_xxh3(base + IDX__CMD_HDR_SIZE,
+                                    len - IDX__CMD_HDR_SIZE,
+                                    tern_checksum32(base, 20));
+    }
     struct tern_checksum_state st;
     tern_checksum32_begin(&st);
     tern_checksum32_update(&st, base, 20);
@@ -1284,6 +1313,15 @@ int idx_cmd_end(struct tern_wbuf *w)
 
 /* ---- Decoder ------------------------------------------------------------- */
 
+uint16_t idx__entry_record_version(const void *entry, size_t len)
+{
+    const uint8_t *b = entry;
+    return len >= IDX__CMD_HDR_SIZE && tern_get_u16(b) == IDX__CMD_VERSION &&
+                   (tern_get_u16(b + 2) & IDX__CMD_FLAG_XXH3) != 0
+               ? IDX__REC_VERSION_XXH3
+               : IDX__REC_VERSION_XXH32;
+}
+
 int idx__entry_open(struct idx__entry *it, const void *entry, size_t len)
 {
     const uint8_t *b = entry;
@@ -1294,7 +1332,8 @@ int idx__entry_open(struct idx__entry *it, const void *entry, size_t len)
     if (tern_get_u16(b) != IDX__CMD_VERSION) {
         return TERN_EVERSION;
     }
-    if (tern_get_u16(b + 2) != 0 || tern_get_u32(b + 16) != len) {
+    if ((tern_get_u16(b + 2) & ~IDX__CMD_FLAG_XXH3) != 0 ||
+        tern_get_u32(b + 16) != len) {
         return TERN_EMALFORMED;
     }
     it->n = tern_get_u32(b + 4);

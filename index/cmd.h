@@ -26,6 +26,10 @@
 #define IDX__CHECKSUM_OK(stored, computed) ((stored) == (computed))
 #endif
 
+/* Commit-log record versions (index/log.c): the checksum each carries. */
+#define IDX__REC_VERSION_XXH32 1
+#define IDX__REC_VERSION_XXH3  2
+
 /* Largest record payload (one Raft entry) the log accepts or decodes. */
 #define IDX__RECORD_MAX_PAYLOAD ((uint32_t)1 << 30)
 
@@ -103,6 +107,16 @@ struct idx__entry
     uint64_t timestamp_ms;
     struct tern_cursor c;
 };
+
+/* Entry header flags (cmd.c, "Entry layout"). */
+#define IDX__CMD_FLAG_XXH3                                                     \
+    0x0001u /* XXH3 checksums: the entry's own and                             \
+               its commit-log record's (version 2) */
+
+/* The commit-log record version of an entry's bytes (any bytes: the
+ * malformed ones are recorded too): 2 when its header carries
+ * IDX__CMD_FLAG_XXH3, else 1. The same on every node. */
+uint16_t idx__entry_record_version(const void *entry, size_t len);
 
 /* Check the entry header (version, flags, length, checksum, count) and
  * position the iterator on the first command. entry is borrowed by *it.

@@ -364,7 +364,7 @@ struct idx__record
 {
     uint64_t index;         /* raft index */
     uint32_t payload_len;   /* bytes after the header */
-    uint32_t checksum;      /* over header[0..20) + payload */
+    uint32_t checksum;      /* of its version (log.c): header[0..20), payload */
     const uint8_t *payload; /* set by idx__record_decode only */
 };
 
@@ -372,10 +372,24 @@ struct idx__record
  * version, flags, length bound. Does not check the checksum. 0 or
  * TERN_EMALFORMED. */
 int idx__record_header_decode(const void *hdr, struct idx__record *out);
-/* Checksum of a record given its header bytes and payload. */
+/* Checksum of a record given its header bytes (their version says
+ * which) and payload. */
 uint32_t idx__record_checksum(const void *hdr,
                               const void *payload,
                               size_t payload_len);
+/* The same, over a payload given in pieces: begin with the header, update
+ * with each piece, end. */
+struct idx__record_sum
+{
+    bool xxh3;
+    struct tern_checksum_state x32;
+    struct tern_checksum3_state x3;
+};
+void idx__record_sum_begin(struct idx__record_sum *rs, const void *hdr);
+void idx__record_sum_update(struct idx__record_sum *rs,
+                            const void *buf,
+                            size_t len);
+uint32_t idx__record_sum_end(struct idx__record_sum *rs);
 /* Pure decoder of one whole record at buf[0..len): header checks, payload
  * bound, checksum. On success fills *out (payload borrowed from buf) and
  * *size (OUT: header + payload bytes). TERN_EMALFORMED if short or
@@ -384,8 +398,10 @@ int idx__record_decode(const void *buf,
                        size_t len,
                        struct idx__record *out,
                        size_t *size);
-/* Encode a record header for (index, payload) into hdr. */
+/* Encode a record header of version (IDX__REC_VERSION_*) for (index,
+ * payload) into hdr. */
 void idx__record_header_encode(void *hdr,
+                               uint16_t version,
                                uint64_t index,
                                const void *payload,
                                uint32_t payload_len);
@@ -436,9 +452,11 @@ int idx__log_open(struct idx_env *e);
 void idx__log_close(struct idx_env *e);
 /* Read n stream bytes at pos into buf (caller-owned), across segments. */
 int idx__log_pread(struct idx_env *e, uint64_t pos, void *buf, size_t n);
-/* Append one record at the log end: *pos (OUT) its position, *checksum
- * (OUT) its record checksum. A failed write is rolled back. */
+/* Append one record of version (idx__entry_record_version of payload) at
+ * the log end: *pos (OUT) its position, *checksum (OUT) its record
+ * checksum. A failed write is rolled back. */
 int idx__log_append_record(struct idx_env *e,
+                           uint16_t version,
                            uint64_t index,
                            const void *payload,
                            uint32_t len,
@@ -914,6 +932,11 @@ struct idx_env
      * Cleared when the log is cut. */
     uint64_t view_ahead_from;
     uint64_t view_ahead_until;
+    /* idx_xxh3_in_use: the version of the record at xxh3_pos, read in
+     * generation xxh3_gen (0: not read, -1: unreadable) */
+    uint64_t xxh3_pos;
+    uint64_t xxh3_gen;
+    int xxh3_version;
 };
 
 #endif /* TERN_IDX_INT_H */

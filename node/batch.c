@@ -113,6 +113,9 @@ static struct node_batch *batch_new(struct node_batcher *b)
     batch->batcher = b;
     batch->ts = b->ops.timestamp_ms(b->arg);
     idx_cmd_begin(&batch->w, batch->ts);
+    if (b->ops.xxh3 != NULL && b->ops.xxh3(b->arg)) {
+        idx_cmd_flag_xxh3(&batch->w);
+    }
     uint64_t term = b->ops.term != NULL ? b->ops.term(b->arg) : 0;
     if (term > 0) {
         idx_cmd_term(&batch->w, term);

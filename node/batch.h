@@ -94,6 +94,9 @@ struct node_batcher_ops
     /* The node's current Raft term, put first in every new entry as a
      * TERM command (message trace). NULL, or 0 returned: no TERM. */
     uint64_t (*term)(void *arg);
+    /* Whether new entries carry the XXH3 flag (idx_cmd_flag_xxh3). NULL:
+     * never. */
+    bool (*xxh3)(void *arg);
 };
 
 struct node_batcher

@@ -82,6 +82,12 @@
  *   snapshot_threshold_bytes = 64M
  *   snapshot_trailing        = 256
  *   durability               = disk  ; disk | memory (same on all nodes)
+ *   entry_checksum           = auto  ; auto | xxh3 | xxh32: whether a
+ *                                   ; leader flags its entries XXH3
+ *                                   ; (index/cmd.c); auto: once the
+ *                                   ; cluster has switched (a new one, or
+ *                                   ; its last entry was); xxh3: switch
+ *                                   ; an upgraded cluster
  *   max_term_jump            = 1048576 ; refuse raft messages whose term is
  *                                   ; more than this above ours (raft/io.c)
  *   auto_rejoin              = true ; the leader removes and adds back a
@@ -303,6 +309,11 @@ static const char usage_text[] =
     "memory;\n"
     "                             see raft/repl.h for what crashes lose); "
     "same on all nodes\n"
+    "  --entry-checksum C         auto (default: XXH3 entries once the "
+    "cluster\n"
+    "                             has switched), xxh3 (switch it: every "
+    "node runs\n"
+    "                             0.4.0 or later) or xxh32\n"
     "  --busy-poll-us N           shm: a leader spins up to N us for "
     "answers after\n"
     "                             a send (default 0: off)\n"
@@ -436,6 +447,7 @@ static const char usage_text[] =
     "  snapshot_threshold_bytes = 64M\n"
     "  snapshot_trailing = 256\n"
     "  durability = disk\n"
+    "  entry_checksum = auto\n"
     "  max_term_jump = 1048576\n"
     "  auto_rejoin = true\n"
     "  rejoin_on_corrupt = true\n"
@@ -966,6 +978,25 @@ static int set_durability(struct node_config *c,
     return 0;
 }
 
+/* int member: enum node_entry_checksum. */
+static int set_entry_checksum(struct node_config *c,
+                              const struct key *k,
+                              const char *v,
+                              const char *what,
+                              char *errmsg)
+{
+    static const char *const names[] = {"auto", "xxh3", "xxh32"};
+    for (int i = 0; i < 3; i++) {
+        if (strcmp(v, names[i]) == 0) {
+            *(int *)field_of(c, k) = i;
+            return 0;
+        }
+    }
+    tern_errmsg_printf(
+        errmsg, "%s: entry_checksum '%s' is not auto, xxh3 or xxh32", what, v);
+    return TERN_EINVAL;
+}
+
 /* char * member: a cluster name (node_config_cluster_name_valid). */
 static int set_cluster_name(struct node_config *c,
                             const struct key *k,
@@ -1136,6 +1167,8 @@ static const struct key keys[] = {
      NODE__UINT(snapshot_trailing), UINT32_MAX},
     {"raft", "durability", "--durability", set_durability,
      NODE__INT(memory_durability), 0},
+    {"raft", "entry_checksum", "--entry-checksum", set_entry_checksum,
+     NODE__INT(entry_checksum), 0},
     {"raft", "max_term_jump", "--max-term-jump", set_u64,
      NODE__U64(max_term_jump), UINT64_MAX},
     {"raft", "auto_rejoin", "--auto-rejoin", set_bool, NODE__INT(auto_rejoin),

@@ -19,6 +19,17 @@ struct node_peer
 
 struct auth_secret; /* auth.h */
 
+/* [raft] entry_checksum: whether a leader flags its entries XXH3
+ * (index/cmd.c). auto: once the cluster has switched (idx_xxh3_in_use: a
+ * new cluster, or the last entry applied was flagged); xxh3: always (every
+ * node runs a release that knows the flag: this switches an upgraded
+ * cluster, and auto keeps it switched); xxh32: never. */
+enum node_entry_checksum {
+    NODE_ENTRY_CHECKSUM_AUTO = 0,
+    NODE_ENTRY_CHECKSUM_XXH3,
+    NODE_ENTRY_CHECKSUM_XXH32,
+};
+
 struct node_config
 {
     uint64_t id;
@@ -37,6 +48,7 @@ struct node_config
     uint64_t snapshot_bytes;
     unsigned snapshot_trailing;
     int memory_durability; /* [raft] durability = memory (default disk) */
+    int entry_checksum;    /* [raft] entry_checksum: NODE_ENTRY_CHECKSUM_* */
     unsigned busy_poll_us; /* [node] busy_poll_us: shm leader busy-poll */
     unsigned follower_busy_poll_us; /* [node] the same while not leader */
     unsigned adaptive_poll_us;      /* [node] adaptive poll cap; 0 = off */

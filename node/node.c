@@ -495,6 +495,20 @@ static uint64_t batch_term(void *arg)
     return st.term;
 }
 
+/* Whether the batcher flags new entries XXH3 ([raft] entry_checksum). */
+static bool batch_xxh3(void *arg)
+{
+    struct node *n = arg;
+    switch (n->cfg->entry_checksum) {
+    case NODE_ENTRY_CHECKSUM_XXH3:
+        return true;
+    case NODE_ENTRY_CHECKSUM_XXH32:
+        return false;
+    default:
+        return n->fsm.idx != NULL && idx_xxh3_in_use(n->fsm.idx);
+    }
+}
+
 /* ---- Bootstrap admin ----------------------------------------------------- */
 
 static int any_user_cb(void *arg, const struct idx_user_info *u)
@@ -1572,8 +1586,8 @@ static int load_cluster_secret(struct node *n, char *errmsg)
 static int node_start(struct node *n, char *errmsg)
 {
     const struct node_config *c = n->cfg;
-    static const struct node_batcher_ops bops = {batch_propose, batch_respond,
-                                                 batch_timestamp, batch_term};
+    static const struct node_batcher_ops bops = {
+        batch_propose, batch_respond, batch_timestamp, batch_term, batch_xxh3};
     static const struct node_fsm_ops fops = {fsm_kick, fsm_release_disk,
                                              fsm_fail};
     static const struct node_server_ops sops = {

@@ -49,6 +49,19 @@ uint32_t tern_checksum32_end(struct tern_checksum_state *st);
 /* The checksum of client protocol frames of version 2 (proto.h): the low
  * 32 bits of XXH3_64bits of buf with seed. */
 uint32_t tern_checksum32_xxh3(const void *buf, size_t len, uint64_t seed);
+/* Incremental form of tern_checksum32_xxh3 (the same value for the same
+ * bytes however they are split): state starts at
+ * tern_checksum32_xxh3_begin(). The state must be 64-byte aligned: on the
+ * stack or in a static, not inside memory from tern_malloc (16 bytes). */
+struct tern_checksum3_state
+{
+    _Alignas(64) unsigned char opaque[640];
+};
+void tern_checksum32_xxh3_begin(struct tern_checksum3_state *st, uint64_t seed);
+void tern_checksum32_xxh3_update(struct tern_checksum3_state *st,
+                                 const void *buf,
+                                 size_t len);
+uint32_t tern_checksum32_xxh3_end(struct tern_checksum3_state *st);
 
 /* Allocator hooks. Everything our modules allocate goes through these, so
  * tests can inject failures. tern_alloc_fail_after(n): the n-th next

@@ -89,6 +89,12 @@ int idx_ckpt_end(struct idx_ckpt_job *j, char *errmsg);
 
 /* Raft index of the last applied entry (0 if none). */
 uint64_t idx_last_applied(const struct idx_env *e);
+/* Whether the cluster has switched its entries to XXH3: nothing applied
+ * yet (a new cluster, whose first leader may start flagged), or the last
+ * applied entry carried the flag (its record is of version 2). An entry's
+ * flag is the same on every node, so this is too once they applied the
+ * same entries. Reads the last record's header once per new record. */
+bool idx_xxh3_in_use(struct idx_env *e);
 /* Byte position of the end of the commit log. */
 uint64_t idx_log_end(const struct idx_env *e);
 /* First log position the node still holds records from: 0, or the
@@ -306,6 +312,13 @@ int idx_props_header(const void *p,
  * queue q of namespace "default", "ns%q" for queue q of namespace ns
  * (tern_qname_join). Group, user and namespace names are plain. */
 void idx_cmd_begin(struct tern_wbuf *w, uint64_t timestamp_ms);
+/* Mark the entry begun in w with the XXH3 flag (index/cmd.c): its own
+ * checksum and its commit-log record's are XXH3. A node of a release
+ * before the flag finds such an entry malformed (it records it unapplied,
+ * in a record of version 1, where nodes that know the flag write version
+ * 2): propose flagged entries only once every node knows it
+ * (idx_xxh3_in_use, [raft] entry_checksum in node/). */
+void idx_cmd_flag_xxh3(struct tern_wbuf *w);
 /* Result TERN_EQUEUEEXISTS if the queue exists, else TERN_ENOTFOUND for
  * "ns%q" when namespace ns does not exist, else TERN_EQUOTA when the
  * namespace's max_queues > 0 and it already has that many queues. */

@@ -43,6 +43,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     tern_wbuf_init(&w);
     idx_cmd_begin(&w, it.timestamp_ms);
+    /* The builder sets the XXH3 flag; an accepted entry may be without it
+     * (an earlier release's): rebuild with the input's flags. */
+    tern_put_u16(w.base + 2, tern_get_u16(data + 2));
     while ((rc = idx__entry_next(&it, &c)) == 1) {
         copy_name(q, c.queue, c.queue_len);
         switch (c.type) {

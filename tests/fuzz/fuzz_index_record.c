@@ -35,7 +35,8 @@ static void scan_records(const uint8_t *p, size_t n)
             r.payload != p + IDX__REC_HDR_SIZE) {
             abort();
         }
-        idx__record_header_encode(hdr, r.index, r.payload, r.payload_len);
+        idx__record_header_encode(hdr, tern_get_u16(p + 4), r.index, r.payload,
+                                  r.payload_len);
         if (memcmp(hdr, p, 20) != 0) { /* [20,24) is the checksum */
             abort();
         }

@@ -8,9 +8,15 @@ new produces with properties and the trace of an old message work, a
 rolling restart of every node under a produce load (followers first, the
 leader last after a leadership transfer: docs/OPERATIONS.md, "Upgrades")
 has zero client errors, loses and duplicates nothing and keeps all that,
-and `queue update --max-messages` then trims. Then a copy of one node's directory with a segment header of
-an unknown version (checksum recomputed) is refused at start, naming the
-file and the version, and left byte-identical."""
+and `queue update --max-messages` then trims. The fixture's commit-log
+segments stay of version 1, and this build appends only to segments of
+version 2 (index/log.c, "Segment versions"): records of version 1 while
+the upgraded cluster is not switched ([raft] entry_checksum = auto), of
+version 2 (XXH3) once every node ran with entry_checksum = xxh3, and
+still after a restart in auto. Then a
+copy of one node's directory with a segment header of an unknown version
+(checksum recomputed) is refused at start, naming the file and the
+version, and left byte-identical."""
 import base64
 import hashlib
 import json
@@ -140,6 +146,46 @@ def tree_hashes(d):
     return out
 
 
+def log_versions(node_dir):
+    """([(segment file, header version, size)], [record versions in log
+    order])
+    of a node's commit log (index/log.c), read from the files: the
+    records are walked from the first segment's start (a record boundary
+    while nothing was trimmed, as in this test)."""
+    seg_dir = os.path.join(node_dir, "index", "log")
+    segs, stream = [], b""
+    for f in sorted(x for x in os.listdir(seg_dir) if x.endswith(".seg")):
+        with open(os.path.join(seg_dir, f), "rb") as fh:
+            b = fh.read()
+        segs.append((f, int.from_bytes(b[8:12], "little"), len(b)))
+        stream += b[32:]
+    recs, pos = [], 0
+    while pos + 24 <= len(stream) and stream[pos:pos + 4] == b"TRCR":
+        recs.append(int.from_bytes(stream[pos + 4:pos + 6], "little"))
+        pos += 24 + int.from_bytes(stream[pos + 16:pos + 20], "little")
+    return segs, recs
+
+
+def check_log_versions(c, cl, root, old_segs, want_last, what):
+    """Every node's log: the fixture's segments (old_segs[i]: their
+    log_versions entries at the start) unchanged, still version 1 and
+    never appended to, every later segment version 2, and (polled, a
+    follower may lag) the last record of version want_last."""
+    for i in (1, 2, 3):
+        d = os.path.join(root, "node%d" % i)
+        got = th.poll(lambda: (lambda v: v if v[1] and v[1][-1] == want_last
+                               else None)(log_versions(d)), 20)
+        segs, recs = got or log_versions(d)
+        c.check(got is not None, "node %d, %s: the last record is version %d"
+                % (i, what, want_last), recs[-3:])
+        n = len(old_segs[i])
+        c.check(segs[:n] == old_segs[i] and all(s[1] == 1 for s in segs[:n])
+                and all(s[1] == 2 for s in segs[n:]),
+                "node %d, %s: the fixture's %d segments are unchanged, "
+                "version 1; this build's are version 2" % (i, what, n),
+                segs)
+
+
 def refusal(c, cl, root, man, ternd):
     c.step("refusal: a segment header of an unknown version")
     copy = os.path.join(root, "refused")
@@ -195,6 +241,8 @@ def main():
             f.write(u["password"] + "\n")
         login_ns = ["--user", u["name"], "--password-file", pwfile,
                     "--namespace", "ns1"]
+        old_segs = {i: log_versions(os.path.join(root, "node%d" % i))[0]
+                    for i in (1, 2, 3)}
         with th.Cluster(n=3) as cl:
             adopt_configs(cl, root, man)
             c.step("start this build on the earlier release's directories")
@@ -222,10 +270,18 @@ def main():
             r = cl.tern("queue", "info", "plain")
             c.check(r.returncode == 0 and "max age:\tnone" in r.stdout,
                     "queue info says max age none", r.stdout)
+            # Upgraded, not switched ([raft] entry_checksum = auto): the
+            # new entries stay unflagged, their records version 1, but in
+            # a segment of version 2 (index/log.c, "Segment versions").
+            check_log_versions(c, cl, root, old_segs, 1, "upgraded")
 
             c.step("rolling restart under a produce load (followers "
                    "first, the leader last after a transfer)")
             cl.tern("queue", "create", "rolling", check=True)
+            # Every node restarts with entry_checksum = xxh3: once all run
+            # it, the cluster switches to XXH3 entries.
+            for nd in cl.nodes.values():
+                nd.args = ["--entry-checksum", "xxh3"]
             load = ops_util.ProduceLoad(cl, "rolling", max_s=120).start()
             c.check(load.wait_acks(300, 60), "load running",
                     len(load.acked()))
@@ -239,6 +295,7 @@ def main():
             th.check_acked_readable(c, "rolling", got, acked)
             cl.wait_leader(timeout=60)
             check_state(c, cl, man, login_ns, pwfile, "restarted")
+            check_log_versions(c, cl, root, old_segs, 2, "switched")
 
             c.step("queue update --max-messages trims as on a new queue")
             r = cl.tern("queue", "update", "big", "--max-messages", 10)
@@ -256,6 +313,14 @@ def main():
                 hashlib.sha256(payload_bytes(m)).hexdigest()
                 == want[m["offset"]] for m in got),
                 "the retained ones are intact")
+
+            c.step("restarted with entry_checksum = auto: stays switched")
+            for i in cl.nodes:
+                cl.stop(i)
+            cl.start(timeout=60)
+            r = cl.tern("produce", "plain", "--count", 2, "--size", 20)
+            c.check(r.returncode == 0, "produce after the restart", r.stderr)
+            check_log_versions(c, cl, root, old_segs, 2, "auto")
             for i in cl.nodes:
                 cl.stop(i)
             refusal(c, cl, root, man, cl.ternd)

@@ -33,6 +33,32 @@ Test(common, checksum_incremental_matches_oneshot)
     cr_expect_neq(tern_checksum32("a", 1), tern_checksum32("b", 1));
 }
 
+Test(common, xxh3_incremental_matches_oneshot_at_every_split)
+{
+    /* Lengths across XXH3's internal boundaries (16, 128, 240 bytes, its
+     * 256-byte buffer and 1 KiB stripes), split at several points. */
+    static uint8_t b[5000];
+    static const size_t lens[] = {0,   1,   16,  17,   128,  129,
+                                  240, 241, 256, 1024, 1025, 4999};
+    for (size_t i = 0; i < sizeof b; i++) {
+        b[i] = (uint8_t)(i * 131 + 7);
+    }
+    for (size_t k = 0; k < sizeof lens / sizeof lens[0]; k++) {
+        size_t n = lens[k];
+        uint32_t one = tern_checksum32_xxh3(b, n, 0x1234);
+        for (size_t cut = 0; cut <= n; cut += n / 3 + 1) {
+            struct tern_checksum3_state st;
+            tern_checksum32_xxh3_begin(&st, 0x1234);
+            tern_checksum32_xxh3_update(&st, b, cut);
+            tern_checksum32_xxh3_update(&st, b + cut, n - cut);
+            cr_expect_eq(tern_checksum32_xxh3_end(&st), one,
+                         "length %zu split at %zu", n, cut);
+        }
+    }
+    cr_expect_neq(tern_checksum32_xxh3(b, 100, 1),
+                  tern_checksum32_xxh3(b, 100, 2), "the seed counts");
+}
+
 Test(common, cursor_bounds_are_sticky)
 {
     uint8_t buf[5] = {1, 2, 0, 0, 0};

@@ -80,6 +80,10 @@ unsigned th_apply(struct idx_env *e,
     unsigned n = 99;
     int rc = idx_cmd_end(w);
     cr_assert_eq(rc, 0, "idx_cmd_end: %s", tern_strerror(rc));
+    if (th_entry_xxh3) {
+        idx_cmd_flag_xxh3(w); /* as a leader of a switched cluster */
+        th_entry_reseal(w->base, w->len);
+    }
     cr_assert_eq(idx_cmd_validate(w->base, w->len), 0);
     rc = idx_apply(e, index, w->base, w->len, res, max, &n);
     cr_assert_eq(rc, 0, "idx_apply %llu: %s (%s)", (unsigned long long)index,
@@ -114,6 +118,23 @@ void th_msg_text(char *buf,
         buf[n + k] = (char)('a' + (k % 26));
         buf[n + k + 1] = '\0';
     }
+}
+
+bool th_entry_xxh3;
+
+void th_entry_reseal(uint8_t *b, size_t len)
+{
+    struct tern_checksum_state st;
+    tern_put_u32(b + 16, (uint32_t)len);
+    if ((tern_get_u16(b + 2) & 1) != 0) {
+        tern_put_u32(b + 20, tern_checksum32_xxh3(b + 24, len - 24,
+                                                  tern_checksum32(b, 20)));
+        return;
+    }
+    tern_checksum32_begin(&st);
+    tern_checksum32_update(&st, b, 20);
+    tern_checksum32_update(&st, b + 24, len - 24);
+    tern_put_u32(b + 20, tern_checksum32_end(&st));
 }
 
 struct idx_result th_produce(struct idx_env *e,

@@ -4,6 +4,7 @@
 #ifndef TERN_TEST_INDEX_HELPERS_H
 #define TERN_TEST_INDEX_HELPERS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -23,6 +24,16 @@ void th_dirs_init(void);
 void th_dirs_fini(void);
 
 struct idx_env *th_open(const char *dir, uint64_t segment_bytes);
+/* Set the length and checksum of the command entry at b[0..len) after a
+ * test edited it, computed here from the format at the top of
+ * index/cmd.c: XXH3 seeded with the XXH32 of header bytes [0,20) when the
+ * entry carries the XXH3 flag (1), else XXH32 of those bytes and the
+ * body. */
+void th_entry_reseal(uint8_t *b, size_t len);
+/* Set: th_apply flags its entries XXH3 (idx_cmd_flag_xxh3: XXH3
+ * checksums, records of version 2); clear (the default): as an earlier
+ * release, or a cluster not switched, built them. */
+extern bool th_entry_xxh3;
 struct idx_env *th_open_opts(const struct idx_options *o);
 
 /* Apply one entry at index, asserting success; returns n_results. */

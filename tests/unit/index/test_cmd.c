@@ -6,18 +6,7 @@
 #include <idx.h>
 
 #include "idx_int.h"
-
-/* Recompute the entry checksum after a test edits the bytes, so that the
- * edit itself (not the checksum) is what the validator must catch. */
-static void reseal(uint8_t *b, size_t len)
-{
-    struct tern_checksum_state st;
-    tern_put_u32(b + 16, (uint32_t)len);
-    tern_checksum32_begin(&st);
-    tern_checksum32_update(&st, b, 20);
-    tern_checksum32_update(&st, b + 24, len - 24);
-    tern_put_u32(b + 20, tern_checksum32_end(&st));
-}
+#include "index_helpers.h"
 
 static void build_sample(struct tern_wbuf *w)
 {
@@ -138,7 +127,7 @@ static size_t raw_entry(uint8_t *buf,
     tern_put_u32(buf + 25, body_len);
     memcpy(buf + 29, body, body_len);
     size_t len = 29 + body_len;
-    reseal(buf, len);
+    th_entry_reseal(buf, len);
     return len;
 }
 
@@ -240,26 +229,38 @@ Test(index_cmd, rejects_header_malformations)
     }
     /* Version. */
     tern_put_u16(b, 2);
-    reseal(b, len);
+    th_entry_reseal(b, len);
     cr_expect_eq(idx_cmd_validate(b, len), TERN_EVERSION);
     tern_put_u16(b, 1);
-    /* Flags. */
-    tern_put_u16(b + 2, 1);
-    reseal(b, len);
-    cr_expect_eq(idx_cmd_validate(b, len), TERN_EMALFORMED);
+    /* Flags: none (XXH32) or XXH3 (1, idx_cmd_flag_xxh3); any other bit,
+     * alone or beside it, is malformed. */
+    cr_expect_eq(tern_get_u16(b + 2), 0, "unflagged unless asked");
+    idx_cmd_flag_xxh3(&w);
+    cr_expect_eq(tern_get_u16(b + 2), 1);
+    th_entry_reseal(b, len);
+    cr_expect_eq(idx_cmd_validate(b, len), 0, "an XXH3 entry");
+    for (unsigned bit = 1; bit < 16; bit++) {
+        for (unsigned with = 0; with < 2; with++) {
+            tern_put_u16(b + 2, (uint16_t)(with | 1u << bit));
+            th_entry_reseal(b, len);
+            cr_expect_eq(idx_cmd_validate(b, len), TERN_EMALFORMED,
+                         "flag bit %u (with XXH3: %u)", bit, with);
+        }
+    }
     tern_put_u16(b + 2, 0);
+    th_entry_reseal(b, len);
     /* Count: zero, too many, too few. */
     tern_put_u32(b + 4, 0);
-    reseal(b, len);
+    th_entry_reseal(b, len);
     cr_expect_eq(idx_cmd_validate(b, len), TERN_EMALFORMED);
     tern_put_u32(b + 4, 5);
-    reseal(b, len);
+    th_entry_reseal(b, len);
     cr_expect_eq(idx_cmd_validate(b, len), TERN_EMALFORMED);
     tern_put_u32(b + 4, 3);
-    reseal(b, len);
+    th_entry_reseal(b, len);
     cr_expect_eq(idx_cmd_validate(b, len), TERN_EMALFORMED, "trailing cmd");
     tern_put_u32(b + 4, 4);
-    reseal(b, len);
+    th_entry_reseal(b, len);
     cr_expect_eq(idx_cmd_validate(b, len), 0);
     /* total_len disagreeing with the buffer. */
     tern_put_u32(b + 16, (uint32_t)len + 1);
@@ -269,7 +270,7 @@ Test(index_cmd, rejects_header_malformations)
     uint8_t *big = malloc(len + 3);
     memcpy(big, b, len);
     memset(big + len, 0, 3);
-    reseal(big, len + 3);
+    th_entry_reseal(big, len + 3);
     cr_expect_eq(idx_cmd_validate(big, len + 3), TERN_EMALFORMED);
     free(big);
     tern_wbuf_free(&w);
@@ -290,10 +291,10 @@ Test(index_cmd, rejects_body_malformations)
     /* Body length beyond the entry. */
     len = raw_entry(buf, 1, IDX_CMD_QUEUE_CREATE, body, 2);
     tern_put_u32(buf + 25, 3);
-    reseal(buf, len);
+    th_entry_reseal(buf, len);
     cr_expect_eq(idx_cmd_validate(buf, len), TERN_EMALFORMED);
     tern_put_u32(buf + 25, UINT32_MAX);
-    reseal(buf, len);
+    th_entry_reseal(buf, len);
     cr_expect_eq(idx_cmd_validate(buf, len), TERN_EMALFORMED);
     /* Body with trailing bytes. */
     body[2] = 'x';

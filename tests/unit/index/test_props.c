@@ -12,16 +12,6 @@
 #include "idx_int.h"
 #include "index_helpers.h"
 
-static void reseal(uint8_t *b, size_t len)
-{
-    struct tern_checksum_state st;
-    tern_put_u32(b + 16, (uint32_t)len);
-    tern_checksum32_begin(&st);
-    tern_checksum32_update(&st, b, 20);
-    tern_checksum32_update(&st, b + 24, len - 24);
-    tern_put_u32(b + 20, tern_checksum32_end(&st));
-}
-
 /* A block with key, tag and two headers into w (fresh). */
 static void sample_props(struct tern_wbuf *w, const char *key, const char *tag)
 {
@@ -231,24 +221,24 @@ Test(index_props, truncated_and_oversized_commands)
     for (int delta = -1; delta <= 1; delta += 2) {
         memcpy(copy, w.base, w.len);
         tern_put_u32(copy + plen_at, (uint32_t)((int)p.len + delta));
-        reseal(copy, w.len);
+        th_entry_reseal(copy, w.len);
         cr_expect_eq(idx_cmd_validate(copy, w.len), TERN_EMALFORMED);
     }
     /* a block cut short inside a well-framed command */
     memcpy(copy, w.base, w.len);
     tern_put_u32(copy + plen_at, (uint32_t)p.len - 1);
     tern_put_u32(copy + 25, tern_get_u32(copy + 25) - 1);
-    reseal(copy, w.len - 1);
+    th_entry_reseal(copy, w.len - 1);
     cr_expect_eq(idx_cmd_validate(copy, w.len - 1), TERN_EMALFORMED);
     /* a key length over the limit inside the command */
     memcpy(copy, w.base, w.len);
     tern_put_u16(copy + plen_at + 4 + 10, IDX_KEY_MAX + 1);
-    reseal(copy, w.len);
+    th_entry_reseal(copy, w.len);
     cr_expect_eq(idx_cmd_validate(copy, w.len), TERN_EMALFORMED);
     /* n_msgs larger than the body can hold */
     memcpy(copy, w.base, w.len);
     tern_put_u32(copy + body + 2 + 16, 1000);
-    reseal(copy, w.len);
+    th_entry_reseal(copy, w.len);
     cr_expect_eq(idx_cmd_validate(copy, w.len), TERN_EMALFORMED);
     free(copy);
     tern_wbuf_free(&w);

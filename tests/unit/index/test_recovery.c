@@ -9,6 +9,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/file.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
@@ -16,6 +17,7 @@
 
 #include <idx.h>
 
+#include "idx_int.h"
 #include "index_helpers.h"
 
 static char *dir;
@@ -674,4 +676,160 @@ Test(index_recovery, torn_tail_at_every_byte)
     expect_q_upto(e, N);
     idx_close(e);
     free(seg);
+}
+
+/* ---- Segment versions (index/log.c, "Segment versions") --------------- */
+
+/* Version of the header of the segment starting at start. */
+static uint32_t seg_version(uint64_t start)
+{
+    char p[4096];
+    uint8_t h[32];
+    cr_assert_lt((size_t)snprintf(p, sizeof p, "%s/log/%020llu.seg", dir,
+                                  (unsigned long long)start),
+                 sizeof p);
+    FILE *f = fopen(p, "rb");
+    cr_assert_not_null(f, "%s", p);
+    cr_assert_eq(fread(h, 1, sizeof h, f), sizeof h);
+    fclose(f);
+    return tern_get_u32(h + 8);
+}
+
+/* Rewrite the header of segment 0 as version v (checksum resealed). */
+static void set_seg0_version(uint32_t v)
+{
+    char *p = segment0();
+    int fd = open(p, O_RDWR);
+    uint8_t h[32];
+    cr_assert_geq(fd, 0);
+    cr_assert_eq(pread(fd, h, sizeof h, 0), (ssize_t)sizeof h);
+    tern_put_u32(h + 8, v);
+    tern_put_u32(h + 28, tern_checksum32(h, 28));
+    cr_assert_eq(pwrite(fd, h, sizeof h, 0), (ssize_t)sizeof h);
+    close(fd);
+    free(p);
+}
+
+/* Version of the record at pos. */
+static uint16_t rec_version(struct idx_env *e, uint64_t pos)
+{
+    uint8_t h[24];
+    cr_assert_eq(idx__log_pread(e, pos, h, sizeof h), 0);
+    return tern_get_u16(h + 4);
+}
+
+/* A data directory of an earlier release: one version 1 segment of
+ * version 1 records. This build reads it, and appends its own records
+ * (version 2) only after rolling to a version 2 segment, so that the
+ * earlier release, which would cut a version 2 record as a torn tail,
+ * refuses the directory instead. */
+Test(index_recovery, a_version_1_segment_is_read_but_never_appended_to)
+{
+    struct idx_env *e = th_open(dir, 1 << 20);
+    populate_range(e, 1, 6);
+    cr_expect_eq(rec_version(e, ends[5]), 1);
+    idx_close(e);
+    set_seg0_version(1);
+
+    e = reopen_expect(1 << 20, 0, 6);
+    expect_q_upto(e, 6);
+    cr_expect_eq(th_count_segments(dir), 1);
+    th_entry_xxh3 = true;
+    populate_range(e, 7, N);
+    th_entry_xxh3 = false;
+    cr_expect_eq(th_count_segments(dir), 2, "rolled before the first append");
+    cr_expect_eq(seg_version(0), 1);
+    cr_expect_eq(seg_version(ends[6]), 2);
+    cr_expect_eq(rec_version(e, ends[6]), 2);
+    cr_expect_eq(rec_version(e, ends[5]), 1);
+    cr_assert_eq(idx_flush(e), 0);
+    expect_q_upto(e, N);
+    idx_close(e);
+
+    e = reopen_expect(1 << 20, 0, N);
+    expect_q_upto(e, N);
+    cr_expect_eq(idx_log_end(e), ends[N]);
+    idx_close(e);
+}
+
+/* The same for bulk bytes (a peer's records copied by position), and for
+ * a log cut back into a version 1 segment. */
+Test(index_recovery, bulk_bytes_and_a_cut_never_append_to_a_version_1_segment)
+{
+    struct idx_env *e = th_open(dir, 1 << 20);
+    populate_range(e, 1, 6);
+    idx_close(e);
+    set_seg0_version(1);
+    e = reopen_expect(1 << 20, 0, 6);
+    cr_assert_eq(idx__log_write_raw(e, idx_log_end(e), "abc", 3), 0);
+    cr_expect_eq(th_count_segments(dir), 2);
+    cr_expect_eq(seg_version(ends[6]), 2);
+    /* Cut back into segment 0: the next append rolls again. */
+    cr_assert_eq(idx__log_truncate(e, ends[5]), 0);
+    cr_expect_eq(th_count_segments(dir), 1);
+    cr_assert_eq(idx__log_write_raw(e, idx_log_end(e), "abc", 3), 0);
+    cr_expect_eq(th_count_segments(dir), 2);
+    cr_expect_eq(seg_version(0), 1);
+    cr_expect_eq(seg_version(ends[5]), 2);
+    idx_close(e);
+}
+
+/* An empty version 1 segment (an earlier release rolled, then stopped)
+ * gets its header rewritten: a new segment would take its name. */
+Test(index_recovery, an_empty_version_1_segment_is_rewritten)
+{
+    struct idx_env *e = th_open(dir, 1 << 20);
+    idx_close(e);
+    set_seg0_version(1);
+    e = reopen_expect(1 << 20, 0, 0);
+    populate_range(e, 1, 3);
+    cr_expect_eq(th_count_segments(dir), 1);
+    cr_expect_eq(e->n_segs, 1, "one segment in the table too");
+    cr_expect_eq(seg_version(0), 2);
+    idx_close(e);
+    e = reopen_expect(1 << 20, 0, 3);
+    expect_q_upto(e, 3);
+    idx_close(e);
+}
+
+/* A segment version this build does not know refuses the directory and
+ * changes nothing. */
+Test(index_recovery, an_unknown_segment_version_refuses_the_directory)
+{
+    populate_closed(1 << 20);
+    set_seg0_version(3);
+    char *p = segment0();
+    off_t size = th_file_size(p);
+    struct idx_options o = {.dir = dir, .segment_bytes = 1 << 20};
+    struct idx_env *e = NULL;
+    char err[TERN_ERRMSG_SIZE] = "";
+    cr_expect_eq(idx_open(&o, &e, err), TERN_EVERSION, "%s", err);
+    cr_expect(strstr(err, "has version 3") != NULL, "%s", err);
+    cr_expect_eq(th_file_size(p), size, "nothing cut");
+    free(p);
+    set_seg0_version(2);
+    e = reopen_expect(1 << 20, 0, N);
+    expect_q_upto(e, N);
+    idx_close(e);
+}
+
+/* idx_xxh3_in_use: a new log is (its first leader may start flagged);
+ * then it follows the last applied entry's flag, across a reopen. */
+Test(index_recovery, xxh3_in_use_follows_the_last_entry)
+{
+    struct idx_env *e = th_open(dir, 1 << 20);
+    cr_expect(idx_xxh3_in_use(e), "nothing applied");
+    populate_range(e, 1, 3);
+    cr_expect(!idx_xxh3_in_use(e), "an unflagged entry last");
+    th_entry_xxh3 = true;
+    populate_range(e, 4, 5);
+    th_entry_xxh3 = false;
+    cr_expect(idx_xxh3_in_use(e), "a flagged entry last");
+    cr_expect_eq(rec_version(e, ends[4]), 2);
+    idx_close(e);
+    e = reopen_expect(1 << 20, 0, 5);
+    cr_expect(idx_xxh3_in_use(e), "after a reopen");
+    populate_range(e, 6, 6);
+    cr_expect(!idx_xxh3_in_use(e), "each entry carries its own flag");
+    idx_close(e);
 }

@@ -141,16 +141,6 @@ static uint64_t setup(struct idx_env *e,
 
 /* ---- codec --------------------------------------------------------------- */
 
-static void fix_checksum(uint8_t *b, size_t len)
-{
-    struct tern_checksum_state st;
-    tern_put_u32(b + 16, (uint32_t)len);
-    tern_checksum32_begin(&st);
-    tern_checksum32_update(&st, b, 20);
-    tern_checksum32_update(&st, b + IDX__CMD_HDR_SIZE, len - 24);
-    tern_put_u32(b + 20, tern_checksum32_end(&st));
-}
-
 /* Every shortening of the one command of entry w (body_len and the
  * entry's length cut alike) is refused. */
 static void expect_truncations_refused(const struct tern_wbuf *w)
@@ -163,7 +153,7 @@ static void expect_truncations_refused(const struct tern_wbuf *w)
         uint8_t *b = malloc(len);
         memcpy(b, w->base, len);
         tern_put_u32(b + 25, cut);
-        fix_checksum(b, len);
+        th_entry_reseal(b, len);
         cr_expect_eq(idx_cmd_validate(b, len), TERN_EMALFORMED,
                      "type %u cut to %u of %u", w->base[24], cut, body);
         free(b);

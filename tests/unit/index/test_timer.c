@@ -155,17 +155,6 @@ static uint64_t pending(struct idx_env *e)
     return n;
 }
 
-/* Recompute the entry checksum and length after a test edits the bytes. */
-static void reseal(uint8_t *b, size_t len)
-{
-    struct tern_checksum_state st;
-    tern_put_u32(b + 16, (uint32_t)len);
-    tern_checksum32_begin(&st);
-    tern_checksum32_update(&st, b, 20);
-    tern_checksum32_update(&st, b + 24, len - 24);
-    tern_put_u32(b + 20, tern_checksum32_end(&st));
-}
-
 /* An entry of one command (type, body[0..n)), sealed; malloc'd. */
 static uint8_t *one_command(const uint8_t *hdr24,
                             uint8_t type,
@@ -180,7 +169,7 @@ static uint8_t *one_command(const uint8_t *hdr24,
     tern_put_u32(b + 25, n);
     memcpy(b + 29, body, n);
     *len = 29 + (size_t)n;
-    reseal(b, *len);
+    th_entry_reseal(b, *len);
     return b;
 }
 
@@ -274,7 +263,7 @@ Test(index_timer, codec_round_trip_and_truncation_refusals)
                     tern_get_u32(one.base + 25), &n);
     cr_expect_eq(idx_cmd_validate(b, n), 0);
     tern_put_u64(b + 29 + 8 + 2, 5); /* producer_id after due, "q" */
-    reseal(b, n);
+    th_entry_reseal(b, n);
     cr_expect_eq(idx_cmd_validate(b, n), TERN_EMALFORMED);
     free(b);
     b = one_command(one.base, IDX_CMD_TIMER_FIRE, body, 4, &n);
@@ -286,7 +275,7 @@ Test(index_timer, codec_round_trip_and_truncation_refusals)
     idx_cmd_timer_fire_end(&one, at);
     cr_assert_eq(idx_cmd_end(&one), 0);
     tern_put_u64(one.base + 29 + 4 + 8, 0); /* raft index */
-    reseal(one.base, one.len);
+    th_entry_reseal(one.base, one.len);
     cr_expect_eq(idx_cmd_validate(one.base, one.len), TERN_EMALFORMED);
 
     /* Builder bounds: 1025 keys, no keys, raft index 0. */

@@ -87,7 +87,7 @@ static uint64_t fake_time(void *arg)
 static void setup(void)
 {
     static const struct node_batcher_ops ops = {fake_propose, fake_respond,
-                                                fake_time, NULL};
+                                                fake_time, NULL, NULL};
     memset(&t, 0, sizeof(t));
     t.next_index = 100;
     node_batcher_init(&t.b, &ops, NULL);
@@ -609,13 +609,66 @@ static uint64_t fake_term(void *arg)
     return 9;
 }
 
+static bool fake_xxh3_on;
+static bool fake_xxh3(void *arg)
+{
+    (void)arg;
+    return fake_xxh3_on;
+}
+
+/* With an xxh3 op an entry carries the XXH3 flag when it says so at the
+ * entry's start; without one, never. The flagged entry validates and
+ * applies into a record of version 2 (through a real index). */
+Test(batch, xxh3_flag_follows_the_op)
+{
+    static const struct node_batcher_ops ops = {fake_propose, fake_respond,
+                                                fake_time, NULL, fake_xxh3};
+    char dir[] = "/tmp/ternd-batch-XXXXXX";
+    char errmsg[TERN_ERRMSG_SIZE] = "";
+    char cmd[128];
+    struct idx_options o;
+    struct idx_env *e;
+    struct idx_result res[4];
+    unsigned nr = 0;
+    struct proto_request r1 = queue_req(PROTO_OP_QUEUE_CREATE, "xq");
+
+    node_batcher_init(&t.b, &ops, NULL);
+    fake_xxh3_on = false;
+    add_produces(1, "a");
+    node_batcher_propose(&t.b);
+    fake_xxh3_on = true;
+    cr_assert_eq(node_batcher_add(&t.b, NULL, 7, &r1), 0);
+    node_batcher_propose(&t.b);
+    cr_assert_eq(t.n_props, 2);
+    cr_expect_eq(tern_get_u16((const uint8_t *)t.props[0].buf + 2), 0,
+                 "off: no flag");
+    cr_expect_eq(tern_get_u16((const uint8_t *)t.props[1].buf + 2), 1,
+                 "on: the XXH3 flag");
+    size_t len = idx_cmd_entry_len(t.props[1].buf, t.props[1].len);
+    cr_expect_eq(idx_cmd_validate(t.props[1].buf, len), 0);
+    cr_assert_not_null(mkdtemp(dir));
+    memset(&o, 0, sizeof(o));
+    o.dir = dir;
+    cr_assert_eq(idx_open(&o, &e, errmsg), 0, "%s", errmsg);
+    cr_assert_eq(idx_apply(e, 1, t.props[1].buf, len, res, 4, &nr), 0, "%s",
+                 idx_errmsg(e));
+    cr_expect_eq(res[0].status, 0, "the flagged entry applies");
+    cr_expect(idx_xxh3_in_use(e));
+    idx_close(e);
+    cr_assert_lt((size_t)snprintf(cmd, sizeof(cmd), "rm -rf %s", dir),
+                 sizeof(cmd));
+    cr_assert_eq(system(cmd), 0);
+    node_batcher_proposed(t.props[0].batch, TERN_ESHUTDOWN, t.props[0].index);
+    node_batcher_proposed(t.props[1].batch, TERN_ESHUTDOWN, t.props[1].index);
+}
+
 /* With a term op every entry starts with a TERM command of that term (13
  * bytes, counted in n_cmds), whose result answers nobody: the requests
  * get the results after it, through a real index too. */
 Test(batch, term_first_in_every_entry)
 {
     static const struct node_batcher_ops ops = {fake_propose, fake_respond,
-                                                fake_time, fake_term};
+                                                fake_time, fake_term, NULL};
     char dir[] = "/tmp/ternd-batch-XXXXXX";
     char errmsg[TERN_ERRMSG_SIZE] = "";
     struct idx_options o;
