@@ -852,6 +852,9 @@ int idx__log_append_record(struct idx_env *e,
         return rc;
     }
     *checksum = tern_get_u32(h + 20);
+    e->xxh3_pos = *pos; /* idx_xxh3_in_use need not read it back */
+    e->xxh3_gen = e->gen;
+    e->xxh3_version = version;
     return 0;
 }
 
@@ -928,8 +931,14 @@ bool idx_xxh3_in_use(struct idx_env *e)
 {
     uint8_t h[IDX__REC_HDR_SIZE];
     uint64_t pos = e->st.last_rec_pos;
+    if (e->failed != 0 || e->n_segs == 0) {
+        return false;
+    }
     if (e->st.last_applied == 0) {
-        return true;
+        /* A new cluster, if this build made the directory: the empty
+         * version 1 segment of an earlier release's (a cluster that never
+         * committed a command entry, now being upgraded) says not. */
+        return e->segs[0].version == IDX__SEG_VERSION;
     }
     if (pos != e->xxh3_pos || e->gen != e->xxh3_gen || e->xxh3_version == 0) {
         /* The record may be gone (a log rebased past it): not switched,

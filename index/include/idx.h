@@ -90,10 +90,11 @@ int idx_ckpt_end(struct idx_ckpt_job *j, char *errmsg);
 /* Raft index of the last applied entry (0 if none). */
 uint64_t idx_last_applied(const struct idx_env *e);
 /* Whether the cluster has switched its entries to XXH3: nothing applied
- * yet (a new cluster, whose first leader may start flagged), or the last
- * applied entry carried the flag (its record is of version 2). An entry's
- * flag is the same on every node, so this is too once they applied the
- * same entries. Reads the last record's header once per new record. */
+ * yet in a directory this build created (a new cluster, whose first
+ * leader may start flagged), or the last applied entry carried the flag
+ * (its record is of version 2). An entry's flag is the same on every
+ * node, so this is too once they applied the same entries. Known from the
+ * append, or read back from the last record's header. */
 bool idx_xxh3_in_use(struct idx_env *e);
 /* Byte position of the end of the commit log. */
 uint64_t idx_log_end(const struct idx_env *e);

@@ -392,7 +392,7 @@ class Node:
         self.log = os.path.join(cluster.dir, "node%d.log" % nid)
         self.pid_file = os.path.join(cluster.dir, "node%d.pid" % nid)
         self.env = {}  # extra environment for this node's ternd
-        self.args = []  # extra ternd arguments (the next start only)
+        self.args = []  # extra ternd arguments (every start until reset)
         self.proc = None
 
     @property

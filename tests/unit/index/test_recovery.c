@@ -813,12 +813,20 @@ Test(index_recovery, an_unknown_segment_version_refuses_the_directory)
     idx_close(e);
 }
 
-/* idx_xxh3_in_use: a new log is (its first leader may start flagged);
- * then it follows the last applied entry's flag, across a reopen. */
+/* idx_xxh3_in_use: a new log is (its first leader may start flagged), but
+ * not the empty one of an earlier release; then it follows the last
+ * applied entry's flag, across a reopen. */
 Test(index_recovery, xxh3_in_use_follows_the_last_entry)
 {
     struct idx_env *e = th_open(dir, 1 << 20);
-    cr_expect(idx_xxh3_in_use(e), "nothing applied");
+    idx_close(e);
+    set_seg0_version(1);
+    e = th_open(dir, 1 << 20);
+    cr_expect(!idx_xxh3_in_use(e), "an earlier release's empty log");
+    idx_close(e);
+    set_seg0_version(2);
+    e = th_open(dir, 1 << 20);
+    cr_expect(idx_xxh3_in_use(e), "nothing applied, made by this build");
     populate_range(e, 1, 3);
     cr_expect(!idx_xxh3_in_use(e), "an unflagged entry last");
     th_entry_xxh3 = true;

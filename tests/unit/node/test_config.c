@@ -102,6 +102,7 @@ Test(config, defaults)
     cr_expect_eq(cfg.min_free_disk_bytes, 64u << 20);
     cr_expect_eq(cfg.index_map_bytes, (uint64_t)64 << 30);
     cr_expect_eq(cfg.memory_durability, 0);
+    cr_expect_eq(cfg.entry_checksum, NODE_ENTRY_CHECKSUM_AUTO);
     cr_expect_eq(cfg.busy_poll_us, NODE_DEFAULT_BUSY_POLL_US);
     cr_expect_str_eq(cfg.transport, "tcp");
     cr_expect_str_eq(cfg.shm_dir, "/tmp");
@@ -137,6 +138,22 @@ Test(config, transport_and_durability)
     cr_expect_str_eq(cfg.transport, "shm");
     cr_expect_str_eq(cfg.shm_dir, "/run/tern");
     cr_expect_eq(cfg.memory_durability, 1);
+}
+
+Test(config, entry_checksum)
+{
+    static char v[3][6] = {"auto", "xxh3", "xxh32"};
+    static const int want[] = {NODE_ENTRY_CHECKSUM_AUTO,
+                               NODE_ENTRY_CHECKSUM_XXH3,
+                               NODE_ENTRY_CHECKSUM_XXH32};
+    for (int i = 0; i < 3; i++) {
+        ARGS("--dev", "--entry-checksum", v[i]);
+        cr_assert_eq(node_config_parse_args(&cfg, argc_, argv_, errmsg), 0,
+                     "%s", errmsg);
+        cr_expect_eq(cfg.entry_checksum, want[i], "%s", v[i]);
+        node_config_free(&cfg);
+        node_config_init(&cfg);
+    }
 }
 
 Test(config, busy_poll_us)
@@ -270,6 +287,7 @@ Test(config, validation_errors)
         {{"--dev", "--transport", "verbs", NULL}, "only tcp"},
         {{"--dev", "--log-level", "loud", NULL}, "log level"},
         {{"--dev", "--durability", "ram", NULL}, "not disk or memory"},
+        {{"--dev", "--entry-checksum", "crc", NULL}, "not auto, xxh3 or xxh32"},
         {{"--dev", "--busy-poll-us", "2000000", NULL}, "busy-poll-us"},
         {{"--dev", "--shm-dir", "rel/dir", NULL}, "absolute directory"},
         {{"--dev", "--max-message-bytes", "16M", NULL}, "max_frame_bytes"},
