@@ -755,13 +755,15 @@ static void render_counters(struct node_metrics *m, struct node_expo *e)
     node_expo_u64(e, "tern_client_connections_accepted_total", NULL, 0,
                   load(&m->c.conns_accepted));
     static const char *const pool_kinds[NODE_METRICS__POOL] = {
-        "read", "ahead", "ahead_served", "reread"};
+        "read", "ahead", "ahead_served", "reread", "ahead_next"};
     node_expo_family(e, "tern_fetch_pool_total", "counter",
                      "FETCHes read on the thread pool (read), next FETCHes "
                      "read ahead (ahead), read-aheads that answered their "
                      "FETCH (ahead_served), and pooled reads read again on "
                      "the loop (reread: the log was cut, the read failed, "
-                     "or a claimed read-ahead reached the queue end).");
+                     "or a claimed read-ahead reached the queue end), and "
+                     "read-aheads of the answer after the next (ahead_next, "
+                     "counted in ahead too).");
     for (unsigned k = 0; k < NODE_METRICS__POOL; k++) {
         struct node_label kind[] = {{"kind", pool_kinds[k]}};
         node_expo_u64(e, "tern_fetch_pool_total", kind, 1,

@@ -131,6 +131,8 @@ enum node_metrics_pool {
     NODE_METRICS_POOL_REREAD,       /* read again on the loop (stale, failed,
                                        or a claimed read-ahead that reached
                                        the end) */
+    NODE_METRICS_POOL_AHEAD_NEXT,   /* the one after read ahead too (also
+                                       counted as ahead) */
     NODE_METRICS__POOL
 };
 void node_metrics_fetch_pool(struct node_metrics *m, enum node_metrics_pool k);

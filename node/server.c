@@ -234,6 +234,9 @@ struct node_conn
     size_t reserved;          /* bytes its fetches read on the pool may
                                  answer with (fetch_job) */
     struct fetch_job *ahead;  /* the next FETCH read ahead, or NULL */
+    struct fetch_job *ahead2; /* the one after it (predicted), or NULL;
+                                 only beside ahead */
+    uint32_t ahead_last_n;    /* messages of the last pooled answer */
     unsigned jobs;            /* FETCHes asked, read on the pool: a
                                  draining connection answers them first */
     unsigned n_parked;        /* its parked fetches */
@@ -366,7 +369,8 @@ struct node_server
     unsigned open_handles; /* and fetch_jobs on the pool */
     unsigned n_fetch_jobs; /* FETCHes read on the pool (fetch_threads) */
     bool fetch_inline;     /* serve_fetch must not hand its read over */
-    bool starting_ahead;   /* fetch_job_start starts a read-ahead */
+    int starting_ahead;    /* fetch_job_start starts a read-ahead: 1 the
+                              next (c->ahead), 2 the one after (ahead2) */
     bool closing;
     void (*close_cb)(void *arg);
     void *close_arg;
@@ -839,14 +843,21 @@ static bool copy_whole(char *dst, size_t size, const char *src)
  * it is built for the next request id. The FETCH that asks exactly that
  * (queue and queue id, offset, bounds, filter, with no cut of the log
  * since) takes it, or claims it while it is read; any other FETCH drops
- * it. One that reached the queue end is never served (a produce
- * acknowledged before the FETCH must be in its answer), nor one that
- * failed: those are dropped when read, or read again on the loop when
- * claimed. Its end_offset is the queue's end when it was read. Bounds: a
- * read-ahead takes a pool slot only while another stays free for FETCHes
- * asked, and room only within the connection's bound and half of the
- * server's; one unclaimed for SERVER__AHEAD_IDLE_MS, or in the way of a
- * request that does not fit, is dropped.
+ * it. Once two answers in a row held as many messages, the one after it
+ * is read too, on another pool thread (c->ahead2, at the offset that
+ * count predicts, for the request id after): a consumer streaming a
+ * queue then has two answers read at once. It moves up when the first
+ * is taken, if the first ended where it starts; otherwise it is dropped
+ * (unfiltered fetches only: a wrong guess costs one read). One that
+ * reached the queue end is never served (a produce acknowledged before
+ * the FETCH must be in its answer), nor one that failed: those are
+ * dropped when read, or read again on the loop when claimed. Its
+ * end_offset is the queue's end when it was read. Bounds: a read-ahead
+ * takes a pool slot only while another stays free for FETCHes asked (so
+ * the second needs fetch_threads >= 3), and room only within the
+ * connection's bound and half of the server's; one unclaimed for
+ * SERVER__AHEAD_IDLE_MS, or in the way of a request that does not fit,
+ * is dropped (the second with the first).
  *
  * Lifetime: a job holds a reference on the connection and counts as an
  * open handle of the server (a closing server waits for it); its room
@@ -961,12 +972,18 @@ static void fetch_job_release(struct fetch_job *j, size_t keep, bool wake)
     }
 }
 
+static void fetch_ahead_drop(struct node_conn *c);
+
 static void fetch_job_free(struct fetch_job *j, bool wake)
 {
     struct node_server *s = j->s;
     struct node_conn *c = j->c;
+    if (c->ahead2 == j) {
+        c->ahead2 = NULL;
+    }
     if (c->ahead == j) {
         c->ahead = NULL;
+        fetch_ahead_drop(c); /* the one after it, alone, is of no use */
     }
     if (!j->is_ahead && --c->jobs == 0 && c->state == CONN_DRAINING &&
         c->writes == 0) {
@@ -979,18 +996,28 @@ static void fetch_job_free(struct fetch_job *j, bool wake)
     server_handle_closed(s);
 }
 
-/* Drop c's read-ahead: freed now, or when its read ends. */
-static void fetch_ahead_drop(struct node_conn *c)
+/* Drop j, a read-ahead already detached from its connection: freed now,
+ * or when its read ends. */
+static void fetch_ahead_drop_one(struct fetch_job *j)
 {
-    struct fetch_job *j = c->ahead;
-    if (j == NULL) {
-        return;
-    }
-    c->ahead = NULL;
     if (j->running) {
         j->orphan = true;
     } else {
         fetch_job_free(j, false);
+    }
+}
+
+/* Drop c's read-aheads. */
+static void fetch_ahead_drop(struct node_conn *c)
+{
+    struct fetch_job *a = c->ahead, *b = c->ahead2;
+    c->ahead = NULL;
+    c->ahead2 = NULL;
+    if (b != NULL) {
+        fetch_ahead_drop_one(b);
+    }
+    if (a != NULL) {
+        fetch_ahead_drop_one(a);
     }
 }
 
@@ -1015,9 +1042,12 @@ static size_t fetch_job_room(uint32_t max_msgs, uint32_t max_bytes)
            PROTO_HEADER_SIZE + 64;
 }
 
-/* After j's answer (to request rid), which stopped on a limit with more of
- * the queue left, read the same fetch at its next offset ahead. */
-static void fetch_ahead_start(struct fetch_job *j, uint64_t rid)
+/* Read j's fetch ahead at offset (request id rid) into c->ahead (slot 1)
+ * or c->ahead2 (slot 2), if the pool and the memory bounds have room. */
+static void fetch_ahead_one(struct fetch_job *j,
+                            uint64_t offset,
+                            uint64_t rid,
+                            int slot)
 {
     struct node_conn *c = j->c;
     struct node_server *s = j->s;
@@ -1025,19 +1055,45 @@ static void fetch_ahead_start(struct fetch_job *j, uint64_t rid)
     struct idx_env *e = view_idx(&c->view);
     struct idx_queue_info qi;
     size_t room = fetch_job_room(j->max_msgs, j->max_bytes);
-    if (j->leader_only || c->ahead != NULL || e == NULL || j->x.n == 0 ||
-        j->next >= j->end_offset || s->n_fetch_jobs + 1 >= cfg->fetch_threads ||
+    if (e == NULL || s->n_fetch_jobs + 1 >= cfg->fetch_threads ||
         !conn_admit(c, room, 0) ||
         s->mem_used + room > cfg->client_memory_bytes / 2 ||
         idx_queue_get(e, j->queue, &qi) != 0 || qi.id != j->queue_id ||
-        j->next < qi.start_offset) {
+        offset < qi.start_offset || offset >= qi.next_offset) {
         return;
     }
-    s->starting_ahead = true;
-    (void)fetch_job_start(c, e, j->op, rid + 1, j->queue, j->next, j->max_msgs,
+    s->starting_ahead = slot;
+    (void)fetch_job_start(c, e, j->op, rid, j->queue, offset, j->max_msgs,
                           j->max_bytes, j->raw_max_msgs, j->raw_max_bytes,
                           false, &j->ff, &qi);
-    s->starting_ahead = false;
+    s->starting_ahead = 0;
+}
+
+/* After j's answer (to request rid), which stopped on a limit with more of
+ * the queue left, read the same fetch at its next offset ahead, and the
+ * one after it when the last two answers held as many messages. A
+ * read-ahead moved up from the second slot stays if it starts where j
+ * ended. */
+static void fetch_ahead_start(struct fetch_job *j, uint64_t rid)
+{
+    struct node_conn *c = j->c;
+    uint32_t prev_n = c->ahead_last_n;
+    c->ahead_last_n = j->x.n;
+    if (c->ahead != NULL &&
+        (c->ahead->offset != j->next || c->ahead->queue_id != j->queue_id)) {
+        fetch_ahead_drop(c); /* predicted wrong */
+    }
+    if (j->leader_only || j->x.n == 0 || j->next >= j->end_offset) {
+        return;
+    }
+    if (c->ahead == NULL) {
+        fetch_ahead_one(j, j->next, rid + 1, 1);
+    }
+    if (c->ahead != NULL && c->ahead2 == NULL && j->o.n_tags == 0 &&
+        j->x.n == prev_n) {
+        fetch_ahead_one(j, c->ahead->offset + j->x.n, c->ahead->request_id + 1,
+                        2);
+    }
 }
 
 /* Answer j's FETCH (request rid) with what it read; frees j. */
@@ -1047,7 +1103,10 @@ static void fetch_job_deliver(struct fetch_job *j, uint64_t rid)
     struct node_server *s = j->s;
     int rv;
     if (c->ahead == j) {
-        c->ahead = NULL; /* a close inside the sends below must not free j */
+        /* a close inside the sends below must not free j; the one after
+         * it moves up (fetch_ahead_start checks it) */
+        c->ahead = c->ahead2;
+        c->ahead2 = NULL;
     }
     fetch_job_release(j, 0, false);
     if (j->valid != 0 || j->rv != 0 || j->w.err != 0 ||
@@ -1109,8 +1168,7 @@ static void fetch_job_done(uv_work_t *req, int status)
     if (j->is_ahead && !j->claimed) {
         if (j->valid != 0 || j->rv != 0 || j->w.err != 0 ||
             j->next >= j->end_offset) {
-            c->ahead = NULL; /* never served: free it now */
-            fetch_job_free(j, true);
+            fetch_job_free(j, true); /* never served: free it now */
             return;
         }
         j->done_ms = uv_now(s->loop);
@@ -1159,11 +1217,14 @@ static bool fetch_ahead_take(struct node_conn *c,
 /* The idle bound of c's read-ahead (conn_sweep). */
 static void fetch_ahead_sweep(struct node_conn *c, uint64_t now)
 {
+    struct fetch_job *b = c->ahead2;
+    if (b != NULL && !b->running && now - b->done_ms >= SERVER__AHEAD_IDLE_MS) {
+        fetch_job_free(b, true);
+    }
     struct fetch_job *j = c->ahead;
     if (j != NULL && !j->running && !j->claimed &&
         now - j->done_ms >= SERVER__AHEAD_IDLE_MS) {
-        c->ahead = NULL;
-        fetch_job_free(j, true);
+        fetch_job_free(j, true); /* and the one after it */
     }
 }
 
@@ -1231,7 +1292,7 @@ static bool fetch_job_start(struct node_conn *c,
     j->x.props = j->o.with_props;
     j->next = offset;
     j->running = true;
-    j->is_ahead = s->starting_ahead;
+    j->is_ahead = s->starting_ahead != 0;
     if (uv_queue_work(s->loop, &j->work, fetch_job_work, fetch_job_done) != 0) {
         (void)idx_reader_end(j->r);
         tern_wbuf_free(&j->w);
@@ -1244,10 +1305,15 @@ static bool fetch_job_start(struct node_conn *c,
     c->refs++;
     s->n_fetch_jobs++;
     s->open_handles++;
-    if (j->is_ahead) {
+    if (s->starting_ahead == 2) {
+        c->ahead2 = j;
+    } else if (j->is_ahead) {
         c->ahead = j;
     } else {
         c->jobs++;
+    }
+    if (s->starting_ahead == 2) {
+        node_metrics_fetch_pool(s->metrics, NODE_METRICS_POOL_AHEAD_NEXT);
     }
     node_metrics_fetch_pool(s->metrics, j->is_ahead ? NODE_METRICS_POOL_AHEAD
                                                     : NODE_METRICS_POOL_READ);
@@ -4143,6 +4209,11 @@ static void conn_process(struct node_conn *c)
             size_t est = f.action == NODE_FRAME_REQUEST
                              ? answer_estimate(c, &f.req)
                              : SERVER__SMALL_ANSWER;
+            if (!conn_admit(c, est, f.consumed) && c->ahead2 != NULL) {
+                struct fetch_job *b = c->ahead2;
+                c->ahead2 = NULL;
+                fetch_ahead_drop_one(b); /* its room, for a request asked */
+            }
             if (!conn_admit(c, est, f.consumed) && c->ahead != NULL &&
                 !c->ahead->claimed) {
                 fetch_ahead_drop(c); /* its room, for a request asked */

@@ -14,8 +14,10 @@ memory bounds, FETCHes read on the pool of connections closed at once
 return their room (a fresh FETCH is still answered whole), and a
 connection whose read-ahead holds its room is still answered; and the same
 stream with [limits] fetch_threads = 0 (every read on the loop) gives the
-same messages. The node's tern_fetch_pool_total counters show which
-path each step took."""
+same messages. With fetch_threads = 3 the answer after the next is read
+too, at the offset the last answers' count predicts, and a wrong guess
+(answers that change size) loses nothing. The node's
+tern_fetch_pool_total counters show which path each step took."""
 import os
 import re
 import socket
@@ -344,8 +346,57 @@ def main(c):
         stream(c, conn, "q", "fetch_threads 0")
         conn.close()
         k = pool_counts(mport)
-        c.check(sum(k.values()) == 0 and len(k) == 4,
+        c.check(sum(k.values()) == 0 and len(k) == 5,
                 "nothing read on the pool", k)
+
+    with h.Cluster(1, limits={"fetch_threads": 3}) as cl:
+        c.step("fetch_threads = 3: the answer after the next read too")
+        mport = with_metrics(cl)
+        cl.start()
+        conn = Conn(cl.nodes[1].client_port)
+        fill(c, conn, "q", "m", N)
+        k0 = pool_counts(mport)
+        stream(c, conn, "q", "two read ahead")
+        k1 = pool_counts(mport)
+        c.check(grew(k0, k1, ("ahead_next", "ahead_served")) and
+                k1["ahead_served"] - k0["ahead_served"] >= N // STEP // 2,
+                "answers read two ahead, most answers served from them",
+                (k0, k1))
+
+        c.step("a wrong guess of the answer after the next is dropped")
+        # 300 messages of 5 bytes, then 300 of 1005: answers of at most
+        # 500 bytes hold 100 small ones (twice: the answer after the next
+        # is guessed at 400), then one large one each (the guess is wrong).
+        f = conn.rpc(h.OP["QUEUE_CREATE"], h.put_str("var"))
+        ok = f is not None and f.status == 0
+        ok = ok and produce(conn, "var", "s", 0, 100) and \
+            produce(conn, "var", "s", 100, 200)
+        ok = ok and all(produce(conn, "var", "L", i, 100, 1000)
+                        for i in (300, 400, 500))
+        c.check(ok, "600 messages in var")
+        k0 = pool_counts(mport)
+        got, off, bad = [], 100, []
+        for _ in range(700):
+            body = h.put_str("var") + struct.pack("<QIII", off, 1000, 500, 0)
+            rid = conn.send(h.OP["FETCH"], body)
+            f = conn.recv()
+            if f is None or f.status != 0 or f.request_id != rid:
+                bad.append(f)
+                break
+            nxt, _end, msgs = decode_fetch(f)
+            got += msgs
+            if not msgs:
+                break
+            off = nxt
+        want = [(i, "s-%d" % i) for i in range(100, 300)] + \
+            [(i, "L-%d" % i + "." * 1000) for i in range(300, 600)]
+        k1 = pool_counts(mport)
+        c.check(not bad and got == want,
+                "every message from 100 once, in order",
+                (bad[:1], len(got), got[:1], got[-1:]))
+        c.check(grew(k0, k1, ("ahead_next",)),
+                "the answer after the next was guessed", (k0, k1))
+        conn.close()
 
 
 if __name__ == "__main__":
