@@ -127,12 +127,16 @@ def fill(c, conn, q, prefix, n, pad=0):
     c.check(ok, "%d messages produced to %s" % (n, q))
 
 
-def stream(c, conn, q, what):
-    """Read q from 0 to its end in answers of STEP; checks each answer."""
-    got, off, bad = [], 0, []
-    for i in range(N // STEP + 10):
-        conn.rid += i % 2  # not the id an answer read ahead was built for
-        rid = conn.send(h.OP["FETCH"], fetch_body(q, off))
+def read_on(conn, body_at, off, rounds, skip_ids=False):
+    """FETCH body_at(off) from off on, one answer at a time, until an
+    empty answer (at most rounds): ([(offset, payload)], [bad answer]).
+    skip_ids: every other FETCH skips a request id (not the id an answer
+    read ahead was built for)."""
+    got, bad = [], []
+    for i in range(rounds):
+        if skip_ids:
+            conn.rid += i % 2
+        rid = conn.send(h.OP["FETCH"], body_at(off))
         f = conn.recv()
         if (f is None or f.status != 0 or f.request_id != rid or
                 not f.checksum_ok or f.version != conn.version):
@@ -143,6 +147,13 @@ def stream(c, conn, q, what):
         if not msgs:
             break
         off = nxt
+    return got, bad
+
+
+def stream(c, conn, q, what):
+    """Read q from 0 to its end in answers of STEP; checks each answer."""
+    got, bad = read_on(conn, lambda off: fetch_body(q, off), 0,
+                       N // STEP + 10, skip_ids=True)
     c.check(not bad, "%s: every answer ok, with its request id, version "
             "and checksum" % what, bad[:1])
     want = [(i, "m-%d" % i) for i in range(N)]
@@ -375,19 +386,8 @@ def main(c):
                         for i in (300, 400, 500))
         c.check(ok, "600 messages in var")
         k0 = pool_counts(mport)
-        got, off, bad = [], 100, []
-        for _ in range(700):
-            body = h.put_str("var") + struct.pack("<QIII", off, 1000, 500, 0)
-            rid = conn.send(h.OP["FETCH"], body)
-            f = conn.recv()
-            if f is None or f.status != 0 or f.request_id != rid:
-                bad.append(f)
-                break
-            nxt, _end, msgs = decode_fetch(f)
-            got += msgs
-            if not msgs:
-                break
-            off = nxt
+        got, bad = read_on(conn, lambda off: h.put_str("var") + struct.pack(
+            "<QIII", off, 1000, 500, 0), 100, 700)
         want = [(i, "s-%d" % i) for i in range(100, 300)] + \
             [(i, "L-%d" % i + "." * 1000) for i in range(300, 600)]
         k1 = pool_counts(mport)
