@@ -126,8 +126,8 @@
  *                                  ; the thread pool at once, beside the
  *                                  ; loop thread (0: all on the loop); a
  *                                  ; next FETCH is read ahead only while
- *                                  ; another stays free (from 3: the one
- *                                  ; after it too)
+ *                                  ; another stays free, and the one
+ *                                  ; after it (both at once from 3)
  *   max_delay_ms          = 3456000000 ; furthest due time (40 days) a
  *                                  ; delayed produce may ask for; further
  *                                  ; is TERN_EINVAL naming the key

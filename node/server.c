@@ -854,10 +854,11 @@ static bool copy_whole(char *dst, size_t size, const char *src)
  * dropped when read, or read again on the loop when claimed. Its
  * end_offset is the queue's end when it was read. Bounds: a read-ahead
  * takes a pool slot only while another stays free for FETCHes asked (so
- * the second needs fetch_threads >= 3), and room only within the
- * connection's bound and half of the server's; one unclaimed for
- * SERVER__AHEAD_IDLE_MS, or in the way of a request that does not fit,
- * is dropped (the second with the first).
+ * the two are read at once only from fetch_threads 3), and room only
+ * within the connection's bound and half of the server's; one unclaimed
+ * for SERVER__AHEAD_IDLE_MS, or in the way of a request that does not
+ * fit, is dropped (the second with the first). A FETCH waiting on a
+ * claimed one counts in c->jobs, so a draining connection answers it.
  *
  * Lifetime: a job holds a reference on the connection and counts as an
  * open handle of the server (a closing server waits for it); its room
@@ -985,8 +986,8 @@ static void fetch_job_free(struct fetch_job *j, bool wake)
         c->ahead = NULL;
         fetch_ahead_drop(c); /* the one after it, alone, is of no use */
     }
-    if (!j->is_ahead && --c->jobs == 0 && c->state == CONN_DRAINING &&
-        c->writes == 0) {
+    if ((!j->is_ahead || j->claimed) && --c->jobs == 0 &&
+        c->state == CONN_DRAINING && c->writes == 0) {
         conn_close(c);
     }
     fetch_job_release(j, 0, wake);
@@ -1071,19 +1072,23 @@ static void fetch_ahead_one(struct fetch_job *j,
 
 /* After j's answer (to request rid), which stopped on a limit with more of
  * the queue left, read the same fetch at its next offset ahead, and the
- * one after it when the last two answers held as many messages. A
- * read-ahead moved up from the second slot stays if it starts where j
- * ended. */
-static void fetch_ahead_start(struct fetch_job *j, uint64_t rid)
+ * one after it when the last two answers held as many messages. promoted:
+ * c->ahead was j's second slot, moved up as j was delivered; it stays if
+ * it starts where j ended. Any other read-ahead of c (another stream's,
+ * maybe claimed by a FETCH) is left alone, and then nothing starts. */
+static void fetch_ahead_start(struct fetch_job *j, uint64_t rid, bool promoted)
 {
     struct node_conn *c = j->c;
     uint32_t prev_n = c->ahead_last_n;
     c->ahead_last_n = j->x.n;
-    if (c->ahead != NULL &&
+    if (promoted &&
         (c->ahead->offset != j->next || c->ahead->queue_id != j->queue_id)) {
-        fetch_ahead_drop(c); /* predicted wrong */
+        fetch_ahead_drop(c); /* predicted wrong (never claimed: unserved) */
+    } else if (!promoted && c->ahead != NULL) {
+        return;
     }
-    if (j->leader_only || j->x.n == 0 || j->next >= j->end_offset) {
+    if (c->state != CONN_OPEN || j->leader_only || j->x.n == 0 ||
+        j->next >= j->end_offset) {
         return;
     }
     if (c->ahead == NULL) {
@@ -1101,10 +1106,12 @@ static void fetch_job_deliver(struct fetch_job *j, uint64_t rid)
 {
     struct node_conn *c = j->c;
     struct node_server *s = j->s;
+    bool promoted = false;
     int rv;
     if (c->ahead == j) {
         /* a close inside the sends below must not free j; the one after
          * it moves up (fetch_ahead_start checks it) */
+        promoted = c->ahead2 != NULL;
         c->ahead = c->ahead2;
         c->ahead2 = NULL;
     }
@@ -1146,7 +1153,9 @@ static void fetch_job_deliver(struct fetch_job *j, uint64_t rid)
     }
     conn_send(c, &j->w);
     if (conn_live(c)) {
-        fetch_ahead_start(j, rid); /* its room beside the answer queued */
+        /* its room beside the answer queued; c->ahead may have gone with
+         * a close in the send */
+        fetch_ahead_start(j, rid, promoted && c->ahead != NULL);
     }
     fetch_job_free(j, false);
 }
@@ -1208,6 +1217,7 @@ static bool fetch_ahead_take(struct node_conn *c,
     if (j->running) {
         j->claimed = true;
         j->claim_rid = request_id;
+        c->jobs++; /* a draining connection answers it first */
         return true;
     }
     fetch_job_deliver(j, request_id);

@@ -16,7 +16,9 @@ connection whose read-ahead holds its room is still answered; and the same
 stream with [limits] fetch_threads = 0 (every read on the loop) gives the
 same messages. With fetch_threads = 3 the answer after the next is read
 too, at the offset the last answers' count predicts, and a wrong guess
-(answers that change size) loses nothing. The node's
+(answers that change size) loses nothing. With 2 and 3, a FETCH that
+claimed a running read-ahead is answered when a FETCH of another queue
+is read first, and when a bad frame after it drains the connection. The node's
 tern_fetch_pool_total counters show which path each step took."""
 import os
 import re
@@ -150,6 +152,51 @@ def read_on(conn, body_at, off, rounds, skip_ids=False):
     return got, bad
 
 
+def recv_exact(sock, n):
+    b = b""
+    while len(b) < n:
+        k = sock.recv(n - len(b))
+        if not k:
+            return None
+        b += k
+    return b
+
+
+def claim_beside(c, conn, what):
+    """A FETCH that claims a running read-ahead of queue "big" (5,000
+    messages of 100 bytes an answer, asked as soon as the header of the
+    answer before it arrives) while a pooled FETCH of queue "small"
+    finishes first (the client sleeps meanwhile, leaving the CPUs to the
+    two reads): both are answered, right, five times over."""
+    ok, answers, k = True, {}, 0
+    for k in range(5):
+        off = 5000 * (2 * k)
+        conn.send(h.OP["FETCH"], fetch_body("big", off, 5000))
+        head = recv_exact(conn.sock, h.HEADER.size)
+        a = conn.send(h.OP["FETCH"], fetch_body("big", off + 5000, 5000))
+        b = conn.send(h.OP["FETCH"], fetch_body("small", 0, 64))
+        time.sleep(0.05)  # no client CPU: the small read ends first
+        body_len = struct.unpack_from("<I", head, 4)[0] if head else 0
+        ok = ok and head is not None and \
+            recv_exact(conn.sock, body_len) is not None
+        answers = {}
+        for _ in range(2):
+            f = conn.recv(timeout=10)
+            if f is None:
+                break
+            answers[f.request_id] = f
+        ok = ok and sorted(answers) == [a, b]
+        if not ok:
+            break
+        _, _, msgs = decode_fetch(answers[a])
+        ok = ok and [m[0] for m in msgs] == list(range(off + 5000,
+                                                       off + 10000))
+        _, _, msgs = decode_fetch(answers[b])
+        ok = ok and [m[0] for m in msgs] == list(range(64))
+    c.check(ok, "%s: the claimed read-ahead and the other queue's FETCH "
+            "both answered right" % what, (k, sorted(answers)))
+
+
 def stream(c, conn, q, what):
     """Read q from 0 to its end in answers of STEP; checks each answer."""
     got, bad = read_on(conn, lambda off: fetch_body(q, off), 0,
@@ -227,6 +274,11 @@ def main(c):
                 k1["ahead_served"] == k0["ahead_served"],
                 "a read-ahead was read, and not served", (k0, k1))
 
+        c.step("a FETCH claims a read-ahead while another queue's is read")
+        fill(c, conn, "big", "b", 50000, 100)
+        fill(c, conn, "small", "s", 500)
+        claim_beside(c, conn, "fetch_threads 2")
+
         c.step("a queue deleted and created again")
         fill(c, conn, "re", "m", 1000)
         f = conn.rpc(h.OP["FETCH"], fetch_body("re", 0))
@@ -260,6 +312,33 @@ def main(c):
             k.close()
         c.check(ok == 5, "answered before the connection closes (5 of 5)",
                 ok)
+
+        c.step("a FETCH that claimed a read-ahead, before a bad frame")
+        ok = 0
+        for _ in range(5):
+            k = Conn(port)
+            k.send(h.OP["FETCH"], fetch_body("big", 0, 5000))
+            head = recv_exact(k.sock, h.HEADER.size)
+            rid = k.rid + 1
+            k.sock.sendall(h.encode_frame(
+                h.OP["FETCH"], fetch_body("big", 5000, 5000),
+                request_id=rid) + b"\0" * 24)
+            time.sleep(0.05)  # the read-ahead at 5000 is claimed, read
+            if head is None or recv_exact(k.sock, struct.unpack_from(
+                    "<I", head, 4)[0]) is None:
+                k.close()
+                continue
+            frames = []
+            for _ in range(3):  # the bad frame's error, the answer, EOF
+                f = k.recv()
+                if f is None:
+                    break
+                frames.append(f)
+            ok += any(f.request_id == rid and f.status == 0 and
+                      len(decode_fetch(f)[2]) == 5000 for f in frames)
+            k.close()
+        c.check(ok == 5, "the claimed read-ahead answered before the "
+                "connection closes (5 of 5)", ok)
 
         c.step("a connection closed with a read-ahead pending")
         for _ in range(20):
@@ -394,8 +473,14 @@ def main(c):
         c.check(not bad and got == want,
                 "every message from 100 once, in order",
                 (bad[:1], len(got), got[:1], got[-1:]))
-        c.check(grew(k0, k1, ("ahead_next",)),
-                "the answer after the next was guessed", (k0, k1))
+        c.check(grew(k0, k1, ("ahead_next",)) and
+                k1["ahead"] - k1["ahead_served"] >
+                k0["ahead"] - k0["ahead_served"],
+                "the answer after the next was guessed, and a guess dropped",
+                (k0, k1))
+        fill(c, conn, "big", "b", 50000, 100)
+        fill(c, conn, "small", "s", 500)
+        claim_beside(c, conn, "fetch_threads 3")
         conn.close()
 
 
