@@ -187,7 +187,8 @@ class Frame:
                              self.error_message()))
 
 
-def _recv_exact(sock, n):
+def recv_exact(sock, n):
+    """Exactly n bytes from sock, or None at EOF."""
     buf = b""
     while len(buf) < n:
         chunk = sock.recv(n - len(buf))
@@ -202,13 +203,13 @@ def recv_frame(sock, timeout=5.0):
     Raises socket.timeout when nothing arrives in time."""
     sock.settimeout(timeout)
     try:
-        head = _recv_exact(sock, HEADER.size)
+        head = recv_exact(sock, HEADER.size)
         if head is None:
             return None
         (_, _, _, blen, _, _, _) = HEADER.unpack(head)
         if blen > 64 * 1024 * 1024:
             raise ValueError("response body_len %d is absurd" % blen)
-        body = _recv_exact(sock, blen) if blen else b""
+        body = recv_exact(sock, blen) if blen else b""
         if body is None:
             return None
     except (ConnectionResetError, BrokenPipeError):

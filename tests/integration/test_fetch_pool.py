@@ -152,14 +152,17 @@ def read_on(conn, body_at, off, rounds, skip_ids=False):
     return got, bad
 
 
-def recv_exact(sock, n):
-    b = b""
-    while len(b) < n:
-        k = sock.recv(n - len(b))
-        if not k:
-            return None
-        b += k
-    return b
+def answered_before_close(k, rid, n):
+    """Whether k gets an answer to rid of n messages before its server
+    closes it (at most the bad frame's error, the answer and EOF)."""
+    frames = []
+    for _ in range(3):
+        f = k.recv()
+        if f is None:
+            break
+        frames.append(f)
+    return any(f.request_id == rid and f.status == 0 and
+               len(decode_fetch(f)[2]) == n for f in frames)
 
 
 def claim_beside(c, conn, what):
@@ -172,13 +175,13 @@ def claim_beside(c, conn, what):
     for k in range(5):
         off = 5000 * (2 * k)
         conn.send(h.OP["FETCH"], fetch_body("big", off, 5000))
-        head = recv_exact(conn.sock, h.HEADER.size)
+        head = h.recv_exact(conn.sock, h.HEADER.size)
         a = conn.send(h.OP["FETCH"], fetch_body("big", off + 5000, 5000))
         b = conn.send(h.OP["FETCH"], fetch_body("small", 0, 64))
         time.sleep(0.05)  # no client CPU: the small read ends first
         body_len = struct.unpack_from("<I", head, 4)[0] if head else 0
         ok = ok and head is not None and \
-            recv_exact(conn.sock, body_len) is not None
+            h.recv_exact(conn.sock, body_len) is not None
         answers = {}
         for _ in range(2):
             f = conn.recv(timeout=10)
@@ -301,14 +304,7 @@ def main(c):
             rid = k.rid + 1
             k.sock.sendall(h.encode_frame(h.OP["FETCH"], fetch_body("q", 0),
                                           request_id=rid) + b"\0" * 24)
-            frames = []
-            for _ in range(3):  # the bad frame's error, the answer, EOF
-                f = k.recv()
-                if f is None:
-                    break
-                frames.append(f)
-            ok += any(f.request_id == rid and f.status == 0 and
-                      len(decode_fetch(f)[2]) == STEP for f in frames)
+            ok += answered_before_close(k, rid, STEP)
             k.close()
         c.check(ok == 5, "answered before the connection closes (5 of 5)",
                 ok)
@@ -318,24 +314,17 @@ def main(c):
         for _ in range(5):
             k = Conn(port)
             k.send(h.OP["FETCH"], fetch_body("big", 0, 5000))
-            head = recv_exact(k.sock, h.HEADER.size)
+            head = h.recv_exact(k.sock, h.HEADER.size)
             rid = k.rid + 1
             k.sock.sendall(h.encode_frame(
                 h.OP["FETCH"], fetch_body("big", 5000, 5000),
                 request_id=rid) + b"\0" * 24)
             time.sleep(0.05)  # the read-ahead at 5000 is claimed, read
-            if head is None or recv_exact(k.sock, struct.unpack_from(
+            if head is None or h.recv_exact(k.sock, struct.unpack_from(
                     "<I", head, 4)[0]) is None:
                 k.close()
                 continue
-            frames = []
-            for _ in range(3):  # the bad frame's error, the answer, EOF
-                f = k.recv()
-                if f is None:
-                    break
-                frames.append(f)
-            ok += any(f.request_id == rid and f.status == 0 and
-                      len(decode_fetch(f)[2]) == 5000 for f in frames)
+            ok += answered_before_close(k, rid, 5000)
             k.close()
         c.check(ok == 5, "the claimed read-ahead answered before the "
                 "connection closes (5 of 5)", ok)
