@@ -1152,10 +1152,8 @@ static void fetch_job_deliver(struct fetch_job *j, uint64_t rid)
         node_metrics_fetch_pool(s->metrics, NODE_METRICS_POOL_AHEAD_SERVED);
     }
     conn_send(c, &j->w);
-    if (conn_live(c)) {
-        /* its room beside the answer queued; c->ahead may have gone with
-         * a close in the send */
-        fetch_ahead_start(j, rid, promoted && c->ahead != NULL);
+    if (conn_live(c)) { /* a close in the send dropped the read-aheads */
+        fetch_ahead_start(j, rid, promoted); /* its room beside the answer */
     }
     fetch_job_free(j, false);
 }

@@ -200,6 +200,17 @@ def claim_beside(c, conn, what):
             "both answered right" % what, (k, sorted(answers)))
 
 
+def started(c, cl, n=N, pad=0):
+    """Start cl's node 1 with a metrics endpoint and fill queue q with n
+    messages: (metrics port, client port, a connection)."""
+    mport = with_metrics(cl)
+    cl.start()
+    port = cl.nodes[1].client_port
+    conn = Conn(port)
+    fill(c, conn, "q", "m", n, pad)
+    return mport, port, conn
+
+
 def stream(c, conn, q, what):
     """Read q from 0 to its end in answers of STEP; checks each answer."""
     got, bad = read_on(conn, lambda off: fetch_body(q, off), 0,
@@ -214,11 +225,7 @@ def stream(c, conn, q, what):
 def main(c):
     with h.Cluster(1) as cl:
         c.step("start a node, fill a queue of %d messages" % N)
-        mport = with_metrics(cl)
-        cl.start()
-        port = cl.nodes[1].client_port
-        conn = Conn(port)
-        fill(c, conn, "q", "m", N)
+        mport, port, conn = started(c, cl)
 
         c.step("stream the queue, frame versions 1 and 2")
         k0 = pool_counts(mport)
@@ -377,11 +384,7 @@ def main(c):
                               "max_frame_bytes": "1M",
                               "max_message_bytes": "512K"}) as cl:
         c.step("a server bound of 4M: connections closed while read")
-        mport = with_metrics(cl)
-        cl.start()
-        port = cl.nodes[1].client_port
-        conn = Conn(port)
-        fill(c, conn, "q", "m", 5000, pad=200)
+        mport, port, conn = started(c, cl, 5000, pad=200)
         conn.close()
         def probe():
             k = Conn(port)
@@ -418,10 +421,7 @@ def main(c):
 
     with h.Cluster(1, limits={"fetch_threads": 0}) as cl:
         c.step("fetch_threads = 0: every read on the loop")
-        mport = with_metrics(cl)
-        cl.start()
-        conn = Conn(cl.nodes[1].client_port)
-        fill(c, conn, "q", "m", N)
+        mport, _, conn = started(c, cl)
         stream(c, conn, "q", "fetch_threads 0")
         conn.close()
         k = pool_counts(mport)
@@ -430,10 +430,7 @@ def main(c):
 
     with h.Cluster(1, limits={"fetch_threads": 3}) as cl:
         c.step("fetch_threads = 3: the answer after the next read too")
-        mport = with_metrics(cl)
-        cl.start()
-        conn = Conn(cl.nodes[1].client_port)
-        fill(c, conn, "q", "m", N)
+        mport, _, conn = started(c, cl)
         k0 = pool_counts(mport)
         stream(c, conn, "q", "two read ahead")
         k1 = pool_counts(mport)
