@@ -103,11 +103,21 @@ int cli_shared_consume(struct tern_client *c,
             last_msg_us = cli_now_us();
         }
         if (ack && n > 0) {
+            /* Following, a retryable failure is tried again a few times,
+             * then reported and passed over: the leases come back at
+             * their ack timeout. */
             rv = ack_all(c, queue, group, r);
-            if (rv != 0 && !(follow && retryable(rv))) {
+            for (int t = 0; rv != 0 && follow && retryable(rv) && t < 3; t++) {
+                struct timespec ts = {0, 100000000L};
+                (void)nanosleep(&ts, NULL);
+                rv = ack_all(c, queue, group, r);
+            }
+            if (rv != 0) {
                 cli_error(c, rv, "ack %s/%s", queue, group);
-                tern_fetch_result_free(r);
-                return 1;
+                if (!(follow && retryable(rv))) {
+                    tern_fetch_result_free(r);
+                    return 1;
+                }
             }
         }
         tern_fetch_result_free(r);

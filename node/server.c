@@ -2977,8 +2977,9 @@ struct receive_ctx
     size_t cap;   /* stop adding at this many frame bytes (one at least) */
     const struct idx_deliver_item *items; /* the DELIVER's, in offset order */
     uint32_t n_items;
-    uint32_t k; /* the item of the next message */
-    uint32_t n; /* messages added */
+    uint32_t k;    /* the item of the next message */
+    uint32_t n;    /* messages added */
+    uint32_t sent; /* items[0..sent) are answered (or were trimmed) */
 };
 
 static int receive_cb(void *arg, const struct idx_fetched *m)
@@ -2997,20 +2998,70 @@ static int receive_cb(void *arg, const struct idx_fetched *m)
     }
     proto_put_received(x->w, &pm, x->items[x->k].count + 1);
     x->n++;
+    x->sent = x->k + 1;
     return x->w->err;
+}
+
+/* The leases w's DELIVER granted from items[from] on will not reach their
+ * consumer: its connection closed while the DELIVER committed (the close
+ * found no row to release, as release_leases reads applied state), or the
+ * answer was full. On a writable leader they are released now, as on a
+ * close, instead of waiting for the ack timeout. */
+static void release_granted(struct node_conn *c,
+                            const struct node_wreq *w,
+                            uint32_t from)
+{
+    struct idx_settle_item *items;
+    struct repl_status st;
+    uint32_t n = 0;
+    int rv;
+    if (from >= w->n_items) {
+        return;
+    }
+    /* c->srv is gone once c closed; a stopping node reports itself not
+     * writable. */
+    view_status(&c->view, &st);
+    if (!st.writable) {
+        return;
+    }
+    items = tern_calloc(w->n_items - from, sizeof(*items));
+    if (items == NULL) {
+        return;
+    }
+    for (uint32_t i = from; i < w->n_items && i < IDX_SHARED_LIST_MAX; i++) {
+        if (((w->result.done[i / 64] >> (i % 64)) & 1u) != 0) {
+            items[n].offset = w->items[i].offset;
+            items[n].count = w->items[i].count + 1;
+            items[n].action = IDX_SETTLE_RELEASE;
+            n++;
+        }
+    }
+    rv = n == 0 ? 0
+                : node_batcher_add_settle(c->view.batcher, w->queue, w->group,
+                                          items, n);
+    if (n > 0) {
+        node_log(rv == 0 ? NODE_LOG_DEBUG : NODE_LOG_WARN,
+                 rv == 0 ? "undelivered leases released"
+                         : "undelivered lease release not proposed",
+                 "conn=%llu queue=%s group=%s n=%u err=%s",
+                 (unsigned long long)c->id, w->queue, w->group, n,
+                 rv == 0 ? "-" : tern_err_name(rv));
+    }
+    tern_free(items);
 }
 
 /* The DELIVER of w is applied and flushed: answer with the messages it
  * leased, read from the index in one pass (a record holding several of
  * them is read once). An answer stops at half of max_frame_bytes (at
- * least one message); leases past it are not sent and come back when they
- * expire. A message trimmed meanwhile is skipped (its lease is moot). */
+ * least one message); leases past it are not sent and are released
+ * (release_granted). A message trimmed meanwhile is skipped (its lease is
+ * moot). */
 static void receive_answer(struct node_conn *c, const struct node_wreq *w)
 {
     struct idx_env *e = view_idx(&c->view);
     struct idx_queue_info qi;
     struct tern_wbuf b;
-    struct receive_ctx x = {&b, 0, 0, w->items, w->n_items, 0, 0};
+    struct receive_ctx x = {&b, 0, 0, w->items, w->n_items, 0, 0, 0};
     uint64_t offs[IDX_SHARED_LIST_MAX];
     uint32_t n = 0;
     int rv;
@@ -3038,9 +3089,11 @@ static void receive_answer(struct node_conn *c, const struct node_wreq *w)
     if (rv != 0) {
         tern_wbuf_free(&b);
         send_error(c, w->op, w->request_id, rv, NULL);
+        release_granted(c, w, 0);
         return;
     }
     conn_send(c, &b);
+    release_granted(c, w, x.sent);
 }
 
 /* An empty RECEIVE answer. */
@@ -3526,6 +3579,9 @@ void node_server_respond(struct node_wreq *w)
         }
         node_metrics_produce_latency(c->srv->metrics,
                                      uv_hrtime() - w->added_ns);
+    }
+    if (!conn_live(c) && w->op == PROTO_OP_RECEIVE && w->status == 0) {
+        release_granted(c, w, 0);
     }
     if (conn_live(c)) {
         if (claim_respond(c, w)) {

@@ -132,7 +132,8 @@ HEADER = struct.Struct("<HBBIQiI")  # magic ver op body_len req_id status csum
 assert HEADER.size == 24
 OP = {"QUEUE_CREATE": 1, "QUEUE_DELETE": 2, "QUEUE_LIST": 3, "PRODUCE": 4,
       "FETCH": 5, "GROUP_FETCH": 6, "GROUP_COMMIT": 7, "STATUS": 8,
-      "STATS": 9, "HELLO": 37, "ERROR": 0x7F}
+      "STATS": 9, "PRODUCER_INIT": 19, "RECEIVE": 28, "SETTLE": 29,
+      "HELLO": 37, "ERROR": 0x7F}
 OP_RESPONSE = 0x80
 ERR = {-31001: "TERN_ENOTLEADER", -31002: "TERN_ENOLEADER",
        -31003: "TERN_ECORRUPT", -31004: "TERN_EFULL", -31005: "TERN_ETOOBIG",

@@ -4,9 +4,13 @@ get disjoint messages that together are all; unacknowledged messages of a
 consumer that goes away are delivered again to another (release on close,
 and ack timeout after a kill -9); a message delivered max_deliveries times
 lands in the dead-letter queue with the tern-dlq-* headers; a leader kill
-during shared consumption loses no message and leaves none stuck."""
+during shared consumption loses no message and leaves none stuck. Leases
+no answer carries are released at once: those of a DELIVER that commits
+after its consumer closed, and those past a full answer."""
 import os
 import signal
+import socket
+import struct
 import sys
 import time
 
@@ -102,6 +106,30 @@ def main(c):
                     {x[2] for x in first}),
                 "the released ones come with delivery count 2")
 
+        c.step("a consumer that closes while its delivery commits")
+        ids = produce(c, cl, "slow", 5, "r")
+        port = cl.nodes[cl.wait_leader()].client_port
+        sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+        sock.sendall(h.encode_frame(h.OP["PRODUCER_INIT"], request_id=1))
+        f = h.recv_frame(sock)
+        c.check(f is not None and f.status == 0 and len(f.body) == 8,
+                "a raw client gets a consumer id", f)
+        if f is not None and len(f.body) == 8:
+            # The RECEIVE and the close arrive together: its DELIVER is
+            # proposed, the close finds no lease applied yet to release.
+            body = (h.put_str("slow") + h.put_str("g") + f.body +
+                    struct.pack("<II", 10, 0))
+            sock.sendall(h.encode_frame(h.OP["RECEIVE"], body,
+                                        request_id=2))
+        sock.close()
+        r = drain(cl, "slow", "g")
+        again = parse_shared(r.stdout)
+        c.check({g[2] for g in again} == set(ids),
+                "the next consumer gets all 5 (the leases granted after "
+                "the close released, not held for 600 s)", r.stdout[-300:] + r.stderr[-300:])
+        c.check(all(g[1] == 2 for g in again),
+                "each with delivery count 2", again)
+
         c.step("ack timeout after kill -9 of a consumer")
         ids = produce(c, cl, "slow", 5, "k")
         r = cl.tern("group", "config", "slow", "g", "--shared",
@@ -181,6 +209,37 @@ def main(c):
                 {g[2] for g in parse_shared(r.stdout)} <= set(ids),
                 "nothing stuck: a later consumer finds only redeliveries "
                 "of unacked ones (%d)" % len(parse_shared(r.stdout)))
+    full_answer(c)
+
+
+def full_answer(c):
+    """An answer stops at half of max_frame_bytes: the leases past it are
+    released at once (a long poll waits for their release to commit), so
+    one consume gets all 10 over several answers well before its idle
+    exit, not after the 600 s ack timeout."""
+    with h.Cluster(1, limits={"max_frame_bytes": "64K",
+                              "max_message_bytes": "16K"}) as cl:
+        c.step("a full answer releases the leases it could not carry")
+        cl.start()
+        r = cl.tern("queue", "create", "big")
+        c.check(r.returncode == 0, "queue create big", r.stderr.strip())
+        r = cl.tern("produce", "big", "--count", 10, "--size", 12000,
+                    "--id-prefix", "b", timeout=120)
+        c.check(r.returncode == 0, "produce 10 x 12,000 B", r.stderr.strip())
+        r = cl.tern("group", "config", "big", "g", "--shared",
+                    "--ack-timeout", "600s")
+        c.check(r.returncode == 0, "big g shared, 600 s ack timeout",
+                r.stderr.strip())
+        r = cl.tern("consume", "big", "--group", "g", "--shared", "--max", 10,
+                    "--follow", "--idle-exit-ms", 5000)
+        got = parse_shared(r.stdout)
+        c.check(r.returncode == 0 and
+                {g[2] for g in got} == {"b-%d" % i for i in range(10)},
+                "one consume gets all 10 (not held for 600 s)",
+                r.stdout[-300:] + r.stderr[-300:])
+        c.check(any(g[1] > 1 for g in got),
+                "the ones past a full answer come with a later delivery "
+                "count", got)
 
 
 if __name__ == "__main__":
