@@ -104,20 +104,25 @@ int cli_shared_consume(struct tern_client *c,
         }
         if (ack && n > 0) {
             /* Following, a retryable failure is tried again a few times,
-             * then reported and passed over: the leases come back at
-             * their ack timeout. */
+             * then passed over with a warning (it does not make the exit
+             * status): the messages come again, released when the
+             * connection closed or at their ack timeout. */
             rv = ack_all(c, queue, group, r);
             for (int t = 0; rv != 0 && follow && retryable(rv) && t < 3; t++) {
                 struct timespec ts = {0, 100000000L};
                 (void)nanosleep(&ts, NULL);
                 rv = ack_all(c, queue, group, r);
             }
-            if (rv != 0) {
+            if (rv != 0 && follow && retryable(rv)) {
+                (void)fprintf(stderr,
+                              "tern: warning: ack %s/%s: %s (%s); those "
+                              "messages come again\n",
+                              queue, group, tern_strerror(rv),
+                              tern_client_errmsg(c));
+            } else if (rv != 0) {
                 cli_error(c, rv, "ack %s/%s", queue, group);
-                if (!(follow && retryable(rv))) {
-                    tern_fetch_result_free(r);
-                    return 1;
-                }
+                tern_fetch_result_free(r);
+                return 1;
             }
         }
         tern_fetch_result_free(r);

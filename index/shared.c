@@ -615,11 +615,50 @@ static int read_group(struct idx_env *e,
     return rc;
 }
 
+/* Whether the message at off (queue id qid) still fits a plan bounded by
+ * max_bytes (0: unbounded) that holds *bytes in n items (the first always
+ * fits); if so, its data and properties are counted into *bytes. A
+ * message without a row (trimmed) counts 0. 1 fits, 0 not, or a code. */
+static int plan_fits(struct idx_env *e,
+                     MDB_txn *txn,
+                     uint64_t qid,
+                     uint64_t off,
+                     uint64_t max_bytes,
+                     uint32_t n,
+                     uint64_t *bytes)
+{
+    uint8_t key[IDX__MSG_KEY_SIZE];
+    struct idx__msg_val m = {0};
+    MDB_val k = {sizeof key, key}, v;
+    if (max_bytes == 0) {
+        return 1;
+    }
+    idx__msg_key(key, qid, off);
+    int rc = mdb_get(txn, e->dbi_msgs, &k, &v);
+    if (rc == MDB_NOTFOUND) {
+        return 1;
+    }
+    if (rc != 0) {
+        return idx__mdb_err(e, rc, "get message");
+    }
+    if (idx__msg_val_decode(v.mv_data, v.mv_size, &m) != 0) {
+        return IDX__CORRUPT(e, "queue id %llu: index entry %llu",
+                            (unsigned long long)qid, (unsigned long long)off);
+    }
+    uint64_t size = (uint64_t)m.len + m.props_len;
+    if (n > 0 && *bytes + size > max_bytes) {
+        return 0;
+    }
+    *bytes += size;
+    return 1;
+}
+
 int idx_deliver_plan(struct idx_env *e,
                      const char *queue,
                      const char *group,
                      uint64_t consumer_id,
                      uint32_t max_n,
+                     uint64_t max_bytes,
                      uint32_t prefetch,
                      uint64_t t,
                      struct idx_deliver_item *out,
@@ -633,8 +672,9 @@ int idx_deliver_plan(struct idx_env *e,
     struct idx__group_val g = {0};
     struct lease_walk w;
     struct idx__lease_val l = {0};
-    uint64_t off = 0;
+    uint64_t off = 0, bytes = 0;
     uint32_t held = 0;
+    int fits = 1;
     *n = 0;
     *n_dead = 0;
     int rc = read_group(e, queue, group, &txn, &q, &g);
@@ -670,17 +710,26 @@ int idx_deliver_plan(struct idx_env *e,
             }
             continue;
         }
+        fits = plan_fits(e, txn, q.id, off, max_bytes, *n, &bytes);
+        if (fits <= 0) {
+            break;
+        }
         out[(*n)++] = d;
     }
-    if (rc < 0) {
+    if (rc < 0 || fits < 0) {
+        rc = fits < 0 ? fits : rc;
         goto close;
     }
     rc = 0;
-    for (uint64_t o = g.next; *n < budget && o < q.next_offset &&
+    for (uint64_t o = g.next; fits == 1 && *n < budget && o < q.next_offset &&
                               o - g.next_offset < g.settings.window;
          o++) {
-        out[(*n)++] = (struct idx_deliver_item){o, 0};
+        fits = plan_fits(e, txn, q.id, o, max_bytes, *n, &bytes);
+        if (fits == 1) {
+            out[(*n)++] = (struct idx_deliver_item){o, 0};
+        }
     }
+    rc = fits < 0 ? fits : 0;
 close:
     mdb_cursor_close(w.cur);
 out:

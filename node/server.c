@@ -168,13 +168,16 @@
  * messages are there to read and asked for: a consumer catching up, not
  * one at the tail, whose few messages are answered at once. */
 #define SERVER__POOL_MIN_MSGS      64u
-#define SERVER__SHARED_GROUPS      4u    /* per connection */
-#define SERVER__CLAIM_GROUPS       4u    /* claimed groups per connection */
-#define SERVER__SHARED_DEAD        16u   /* dead letters planned per receive */
-#define SERVER__RECEIVE_RECHECK_MS 200u  /* a parked RECEIVE re-plans */
-#define SERVER__DELIVERING_MAX     64u   /* groups with a DELIVER in flight */
-#define SERVER__RELEASE_SCAN       4096u /* lease rows read at a close */
-#define SERVER__HOLD_MAX           256u  /* writes held for a leader */
+#define SERVER__SHARED_GROUPS      4u   /* per connection */
+#define SERVER__CLAIM_GROUPS       4u   /* claimed groups per connection */
+#define SERVER__SHARED_DEAD        16u  /* dead letters planned per receive */
+#define SERVER__RECEIVE_RECHECK_MS 200u /* a parked RECEIVE re-plans */
+/* A RECEIVE answer's record around a message's data and properties: u64
+ * offset, u64 timestamp, u32 len, u32 props_len, u32 delivery count. */
+#define SERVER__RECEIVED_FRAMING 28u
+#define SERVER__DELIVERING_MAX   64u   /* groups with a DELIVER in flight */
+#define SERVER__RELEASE_SCAN     4096u /* lease rows read at a close */
+#define SERVER__HOLD_MAX         256u  /* writes held for a leader */
 /* Answer bytes a corked connection holds before writing them. */
 #define SERVER__CORK_MAX (256u << 10)
 
@@ -263,6 +266,7 @@ struct node_conn
     {
         char queue[TERN_NAME_MAX + 1];
         char group[TERN_NAME_MAX + 1];
+        unsigned delivering; /* its DELIVERs in flight (conn_delivering) */
     } shared[4];
     /* Stream groups it claimed as consumer_id (single active consumer;
      * their claims are released when it closes), at most
@@ -772,12 +776,9 @@ struct fetch_ctx
 static int fetch_cb(void *arg, const struct idx_fetched *m)
 {
     struct fetch_ctx *x = arg;
-    tern_wbuf_u64(x->w, m->offset);
-    tern_wbuf_u64(x->w, m->timestamp_ms);
-    proto_put_blob(x->w, m->data, m->len);
-    if (x->props) {
-        proto_put_blob(x->w, m->props, m->props_len);
-    }
+    struct proto_fetched_msg pm = {m->offset, m->timestamp_ms, m->data,
+                                   m->len,    m->props,        m->props_len};
+    proto_put_fetched(x->w, &pm, x->props);
     x->n++;
     if (x->w->err != 0) {
         return x->w->err;
@@ -1697,6 +1698,33 @@ static void delivering_note(struct node_server *s,
     } else if (d->n > 0 && --d->n == 0) {
         *d = s->delivering[--s->n_delivering];
     }
+}
+
+/* A DELIVER of c for (queue, group) proposed (+1) or answered (-1): the
+ * server's in-flight count (delivering_note) and c's own, which
+ * on_conn_closed hands back when c goes before its answers (c->srv is gone
+ * then, and a count left in the server would park the group's long polls
+ * to their deadlines for good). */
+static void conn_delivering(struct node_conn *c,
+                            const char *queue,
+                            const char *group,
+                            int delta)
+{
+    for (unsigned i = 0; i < c->n_shared; i++) {
+        struct conn_shared *g = &c->shared[i];
+        if (strcmp(g->queue, queue) != 0 || strcmp(g->group, group) != 0) {
+            continue;
+        }
+        if (delta > 0) {
+            g->delivering++;
+        } else if (g->delivering > 0) {
+            g->delivering--;
+        } else {
+            return; /* handed back at the close */
+        }
+        break;
+    }
+    delivering_note(c->srv, queue, group, delta);
 }
 
 /* Answer p now (new data, queue gone, expired, or, for a leader-only
@@ -3002,6 +3030,12 @@ static int receive_cb(void *arg, const struct idx_fetched *m)
     return x->w->err;
 }
 
+/* A RECEIVE answer stops adding messages at this many frame bytes. */
+static size_t receive_cap(const struct node_conn *c)
+{
+    return TERN_MAX((size_t)(c->view.cfg->max_frame_bytes / 2), (size_t)1);
+}
+
 /* The leases w's DELIVER granted from items[from] on will not reach their
  * consumer: its connection closed while the DELIVER committed (the close
  * found no row to release, as release_leases reads applied state), or the
@@ -3072,6 +3106,7 @@ static void receive_answer(struct node_conn *c, const struct node_wreq *w)
     rv = idx_queue_get(e, w->queue, &qi);
     if (rv != 0) {
         send_error(c, w->op, w->request_id, rv, NULL);
+        release_granted(c, w, 0);
         return;
     }
     for (uint32_t i = 0; i < w->n_items && i < IDX_SHARED_LIST_MAX; i++) {
@@ -3080,7 +3115,7 @@ static void receive_answer(struct node_conn *c, const struct node_wreq *w)
         }
     }
     tern_wbuf_init(&b);
-    x.cap = TERN_MAX((size_t)(c->view.cfg->max_frame_bytes / 2), (size_t)1);
+    x.cap = receive_cap(c);
     x.start = proto_receive_begin(&b, w->request_id, qi.id);
     rv = n > 0 ? idx_messages_get(e, w->queue, offs, n, receive_cb, &x) : 0;
     if (rv == 0) {
@@ -3135,7 +3170,7 @@ static bool receive_due(struct node_conn *c,
     if (delivering_find(c->srv, queue, group) != NULL) {
         return false; /* re-planned after the flush that answers it */
     }
-    return idx_deliver_plan(e, queue, group, consumer_id, 1,
+    return idx_deliver_plan(e, queue, group, consumer_id, 1, 0,
                             c->view.cfg->shared_prefetch, leader_time(c), &one,
                             &n, &dead, 1, &n_dead) != 0 ||
            n > 0 || n_dead > 0;
@@ -3207,6 +3242,7 @@ static void receive_now(struct node_conn *c,
     uint32_t n = 0, n_dead = 0;
     struct repl_status st;
     char m[TERN_ERRMSG_SIZE];
+    size_t cap;
     int rv;
 
     view_status(v, &st);
@@ -3232,9 +3268,16 @@ static void receive_now(struct node_conn *c,
         send_error(c, PROTO_OP_RECEIVE, request_id, -ENOMEM, NULL);
         return;
     }
-    rv = idx_deliver_plan(e, queue, group, consumer_id, max_msgs,
-                          v->cfg->shared_prefetch, leader_time(c), items, &n,
-                          dead, SERVER__SHARED_DEAD, &n_dead);
+    /* Planned to fit one answer: the messages' bytes within its cap less
+     * each record's framing. */
+    cap = receive_cap(c);
+    rv =
+        idx_deliver_plan(e, queue, group, consumer_id, max_msgs,
+                         cap > (size_t)max_msgs * SERVER__RECEIVED_FRAMING
+                             ? cap - (size_t)max_msgs * SERVER__RECEIVED_FRAMING
+                             : 1,
+                         v->cfg->shared_prefetch, leader_time(c), items, &n,
+                         dead, SERVER__SHARED_DEAD, &n_dead);
     if (rv != 0) {
         tern_free(items);
         send_error(c, PROTO_OP_RECEIVE, request_id, rv, NULL);
@@ -3257,7 +3300,7 @@ static void receive_now(struct node_conn *c,
             send_error(c, PROTO_OP_RECEIVE, request_id, rv, NULL);
             return;
         }
-        delivering_note(c->srv, queue, group, +1);
+        conn_delivering(c, queue, group, +1);
         c->refs++;
         return;
     }
@@ -3569,7 +3612,7 @@ void node_server_respond(struct node_wreq *w)
         return;
     }
     if (w->op == PROTO_OP_RECEIVE) {
-        delivering_note(c->srv, w->queue, w->group, -1);
+        conn_delivering(c, w->queue, w->group, -1);
     }
     if (c->srv != NULL &&
         (w->op == PROTO_OP_PRODUCE || w->op == PROTO_OP_PRODUCE_DELAYED)) {
@@ -4674,6 +4717,11 @@ static void on_conn_closed(uv_handle_t *h)
         mem_sub(c, NODE_CTLS_COST);
     }
     if (s != NULL) {
+        for (unsigned i = 0; i < c->n_shared; i++) {
+            for (; c->shared[i].delivering > 0; c->shared[i].delivering--) {
+                delivering_note(s, c->shared[i].queue, c->shared[i].group, -1);
+            }
+        }
         tern_list_remove(&c->link);
         s->n_conns--;
         node_metrics_conn(s->metrics, false);

@@ -1799,16 +1799,33 @@ int proto_decode_produce_delayed_resp(const void *body,
 
 /* One message record of a fetch answer: offset, time, data and, with_props,
  * the properties blob. */
+/* One message record: u64 offset, u64 timestamp_ms, u32 len, data[len],
+ * with_props: u32 props_len, props[props_len]. One reserve for the whole
+ * record: a consumer's answer carries thousands of small ones. */
 static void put_fetched(struct tern_wbuf *w,
                         const struct proto_fetched_msg *m,
                         bool with_props)
 {
-    tern_wbuf_u64(w, m->offset);
-    tern_wbuf_u64(w, m->timestamp_ms);
-    proto_put_blob(w, m->data, m->len);
-    if (with_props) {
-        proto_put_blob(w, m->props, m->props_len);
+    size_t n =
+        20 + (size_t)m->len + (with_props ? 4 + (size_t)m->props_len : 0);
+    uint8_t *d = tern_wbuf_reserve(w, n);
+    if (d == NULL) {
+        return;
     }
+    tern_put_u64(d, m->offset);
+    tern_put_u64(d + 8, m->timestamp_ms);
+    tern_put_u32(d + 16, m->len);
+    if (m->len > 0) {
+        memcpy(d + 20, m->data, m->len);
+    }
+    if (with_props) {
+        d += 20 + m->len;
+        tern_put_u32(d, m->props_len);
+        if (m->props_len > 0) {
+            memcpy(d + 4, m->props, m->props_len);
+        }
+    }
+    w->len += n;
 }
 
 /* u32 n, then the n message records of msgs (borrowed). */
@@ -1886,10 +1903,11 @@ struct received
 };
 static void get_received(struct tern_cursor *c, void *item);
 
-void proto_put_fetched_props(struct tern_wbuf *w,
-                             const struct proto_fetched_msg *m)
+void proto_put_fetched(struct tern_wbuf *w,
+                       const struct proto_fetched_msg *m,
+                       bool with_props)
 {
-    put_fetched(w, m, true);
+    put_fetched(w, m, with_props);
 }
 
 int proto_encode_fetch_props_resp(struct tern_wbuf *w,

@@ -1156,10 +1156,12 @@ struct proto_fetched_msg
     const void *props; /* borrowed; the answers with properties only */
     uint32_t props_len;
 };
-/* One message record of an answer with properties (FETCH with
- * PROTO_FETCH_PROPS, MESSAGE_GET), for servers that stream them. */
-void proto_put_fetched_props(struct tern_wbuf *w,
-                             const struct proto_fetched_msg *m);
+/* One message record of a FETCH/GROUP_FETCH answer (with_props: with
+ * its properties, as PROTO_FETCH_PROPS and MESSAGE_GET answers carry
+ * them), for servers that stream them; m borrowed, copied into w. */
+void proto_put_fetched(struct tern_wbuf *w,
+                       const struct proto_fetched_msg *m,
+                       bool with_props);
 /* FETCH/GROUP_FETCH answer with properties, then queue_id. */
 int proto_encode_fetch_props_resp(struct tern_wbuf *w,
                                   uint8_t op,
