@@ -63,6 +63,13 @@ void tern_wbuf_init(struct tern_wbuf *w)
     w->err = 0;
 }
 
+void tern_wbuf_init_cap(struct tern_wbuf *w, size_t cap)
+{
+    tern_wbuf_init(w);
+    w->base = cap > 0 ? tern_malloc(cap) : NULL;
+    w->cap = w->base != NULL ? cap : 0;
+}
+
 void tern_wbuf_free(struct tern_wbuf *w)
 {
     tern_free(w->base);

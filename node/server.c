@@ -1294,7 +1294,14 @@ static bool fetch_job_start(struct node_conn *c,
     j->o.n_tags = filter_tags(&j->ff, j->tags);
     j->o.max_scan = cfg->fetch_scan_max;
     j->o.with_props = (ff->flags & PROTO_FETCH_PROPS) != 0;
-    tern_wbuf_init(&j->w);
+    /* At most the room the job is counted at (j->reserved below), for
+     * the messages the queue has: a large answer is written without the
+     * copies of growing by doubling (pages it does not fill are never
+     * touched). */
+    tern_wbuf_init_cap(
+        &j->w, fetch_job_room((uint32_t)TERN_MIN((uint64_t)max_msgs,
+                                                 qi->next_offset - offset),
+                              max_bytes));
     fetch_frame_begin(&j->w, answer_version(c), op, request_id, qi->next_offset,
                       &j->start, &j->n_pos);
     j->x.w = &j->w;

@@ -202,6 +202,10 @@ struct tern_wbuf
     int err;
 };
 void tern_wbuf_init(struct tern_wbuf *w);
+/* tern_wbuf_init with room for cap bytes when memory allows (a hint: no
+ * error when it does not, the buffer then grows as usual). An encoder that
+ * knows its bound saves the copies of growing by doubling. */
+void tern_wbuf_init_cap(struct tern_wbuf *w, size_t cap);
 void tern_wbuf_free(struct tern_wbuf *w);
 /* Ensure room for n more bytes; returns a pointer to write at or NULL. */
 uint8_t *tern_wbuf_reserve(struct tern_wbuf *w, size_t n);

@@ -100,6 +100,41 @@ Test(common, alloc_failure_injection)
     tern_wbuf_free(&w);
 }
 
+Test(common, wbuf_init_cap_fills_without_moving_and_is_only_a_hint)
+{
+    struct tern_wbuf w;
+    uint8_t chunk[100];
+    memset(chunk, 7, sizeof chunk);
+    tern_wbuf_init_cap(&w, 1000);
+    cr_assert_eq(w.err, 0);
+    cr_assert_eq(w.cap, 1000);
+    const uint8_t *base = w.base;
+    for (int i = 0; i < 10; i++) {
+        tern_wbuf_put(&w, chunk, sizeof chunk);
+    }
+    cr_expect_eq(w.base, base, "1000 bytes fit the room given");
+    cr_expect_eq(w.len, 1000);
+    tern_wbuf_put(&w, chunk, 1);
+    cr_expect_eq(w.len, 1001, "past the room it grows as usual");
+    cr_expect_eq(w.err, 0);
+    tern_wbuf_free(&w);
+    /* Out of memory: an empty buffer without an error, which then grows
+     * (or fails) as tern_wbuf_init's would. */
+    tern_alloc_fail_after(0);
+    tern_wbuf_init_cap(&w, 1000);
+    tern_alloc_fail_after(-1);
+    cr_expect_eq(w.err, 0);
+    cr_expect_eq(w.cap, 0);
+    cr_expect_null(w.base);
+    tern_wbuf_u32(&w, 5);
+    cr_expect_eq(w.err, 0);
+    cr_expect_eq(w.len, 4);
+    tern_wbuf_free(&w);
+    tern_wbuf_init_cap(&w, 0);
+    cr_expect_null(w.base);
+    cr_expect_eq(w.cap, 0);
+}
+
 Test(common, name_rule)
 {
     cr_expect(tern_name_valid("orders", 6));
