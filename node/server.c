@@ -1044,6 +1044,25 @@ static size_t fetch_job_room(uint32_t max_msgs, uint32_t max_bytes)
            PROTO_HEADER_SIZE + 64;
 }
 
+/* The room an answer from offset starts with (tern_wbuf_init_cap) when
+ * the queue has a large read there (SERVER__POOL_MIN_MSGS messages up to
+ * next_offset): its bound for the messages there are, so it is written
+ * without the copies of growing by doubling (a pool job is counted at
+ * least this much; pages it does not fill are never touched). 0 for a
+ * small read. */
+static size_t fetch_answer_room(uint32_t max_msgs,
+                                uint32_t max_bytes,
+                                uint64_t offset,
+                                uint64_t next_offset)
+{
+    uint64_t avail = next_offset > offset ? next_offset - offset : 0;
+    if (avail < SERVER__POOL_MIN_MSGS) {
+        return 0;
+    }
+    return fetch_job_room((uint32_t)TERN_MIN((uint64_t)max_msgs, avail),
+                          max_bytes);
+}
+
 /* Read j's fetch ahead at offset (request id rid) into c->ahead (slot 1)
  * or c->ahead2 (slot 2), if the pool and the memory bounds have room. */
 static void fetch_ahead_one(struct fetch_job *j,
@@ -1294,14 +1313,8 @@ static bool fetch_job_start(struct node_conn *c,
     j->o.n_tags = filter_tags(&j->ff, j->tags);
     j->o.max_scan = cfg->fetch_scan_max;
     j->o.with_props = (ff->flags & PROTO_FETCH_PROPS) != 0;
-    /* At most the room the job is counted at (j->reserved below), for
-     * the messages the queue has: a large answer is written without the
-     * copies of growing by doubling (pages it does not fill are never
-     * touched). */
     tern_wbuf_init_cap(
-        &j->w, fetch_job_room((uint32_t)TERN_MIN((uint64_t)max_msgs,
-                                                 qi->next_offset - offset),
-                              max_bytes));
+        &j->w, fetch_answer_room(max_msgs, max_bytes, offset, qi->next_offset));
     fetch_frame_begin(&j->w, answer_version(c), op, request_id, qi->next_offset,
                       &j->start, &j->n_pos);
     j->x.w = &j->w;
@@ -1496,7 +1509,8 @@ static bool serve_fetch(struct node_conn *c,
                         &qi)) {
         return false;
     }
-    tern_wbuf_init(&w);
+    tern_wbuf_init_cap(
+        &w, fetch_answer_room(max_msgs, max_bytes, offset, qi.next_offset));
     fetch_frame_begin(&w, answer_version(c), op, request_id, qi.next_offset,
                       &start, &n_pos);
     struct idx_tag tags[IDX_FETCH_TAGS_MAX];
