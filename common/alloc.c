@@ -70,6 +70,18 @@ void tern_wbuf_init_cap(struct tern_wbuf *w, size_t cap)
     w->cap = w->base != NULL ? cap : 0;
 }
 
+void tern_wbuf_trim(struct tern_wbuf *w, size_t slack)
+{
+    if (w->err == 0 && w->base != NULL && w->len > 0 &&
+        w->cap - w->len > slack) {
+        uint8_t *p = tern_realloc(w->base, w->len);
+        if (p != NULL) {
+            w->base = p;
+            w->cap = w->len;
+        }
+    }
+}
+
 void tern_wbuf_free(struct tern_wbuf *w)
 {
     tern_free(w->base);

@@ -616,15 +616,16 @@ static int read_group(struct idx_env *e,
 }
 
 /* Whether the message at off (queue id qid) still fits a plan bounded by
- * max_bytes (0: unbounded) that holds *bytes in n items (the first always
- * fits); if so, its data and properties are counted into *bytes. A
- * message without a row (trimmed) counts 0. 1 fits, 0 not, or a code. */
+ * max_bytes (0: unbounded) that counts *bytes so far (the first message
+ * counted always fits); if so, its data, properties and msg_overhead are
+ * counted into *bytes. A message without a row (trimmed, skipped by the
+ * answer) counts 0. 1 fits, 0 not, or a code. */
 static int plan_fits(struct idx_env *e,
                      MDB_txn *txn,
                      uint64_t qid,
                      uint64_t off,
                      uint64_t max_bytes,
-                     uint32_t n,
+                     uint32_t msg_overhead,
                      uint64_t *bytes)
 {
     uint8_t key[IDX__MSG_KEY_SIZE];
@@ -645,8 +646,8 @@ static int plan_fits(struct idx_env *e,
         return IDX__CORRUPT(e, "queue id %llu: index entry %llu",
                             (unsigned long long)qid, (unsigned long long)off);
     }
-    uint64_t size = (uint64_t)m.len + m.props_len;
-    if (n > 0 && *bytes + size > max_bytes) {
+    uint64_t size = (uint64_t)m.len + m.props_len + msg_overhead;
+    if (*bytes > 0 && *bytes + size > max_bytes) {
         return 0;
     }
     *bytes += size;
@@ -659,6 +660,7 @@ int idx_deliver_plan(struct idx_env *e,
                      uint64_t consumer_id,
                      uint32_t max_n,
                      uint64_t max_bytes,
+                     uint32_t msg_overhead,
                      uint32_t prefetch,
                      uint64_t t,
                      struct idx_deliver_item *out,
@@ -710,7 +712,7 @@ int idx_deliver_plan(struct idx_env *e,
             }
             continue;
         }
-        fits = plan_fits(e, txn, q.id, off, max_bytes, *n, &bytes);
+        fits = plan_fits(e, txn, q.id, off, max_bytes, msg_overhead, &bytes);
         if (fits <= 0) {
             break;
         }
@@ -724,7 +726,7 @@ int idx_deliver_plan(struct idx_env *e,
     for (uint64_t o = g.next; fits == 1 && *n < budget && o < q.next_offset &&
                               o - g.next_offset < g.settings.window;
          o++) {
-        fits = plan_fits(e, txn, q.id, o, max_bytes, *n, &bytes);
+        fits = plan_fits(e, txn, q.id, o, max_bytes, msg_overhead, &bytes);
         if (fits == 1) {
             out[(*n)++] = (struct idx_deliver_item){o, 0};
         }

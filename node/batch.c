@@ -185,19 +185,22 @@ static int open_for(struct node_batcher *b, size_t size)
     return 0;
 }
 
-/* w's command was just added to the open entry: queue w with it. */
+/* w's command was just added to the open entry: queue w with it. When
+ * the entry buffer turned unusable (out of memory), the requests it holds
+ * are answered with that error (their calls returned 0 before), and this
+ * call fails: w is freed, never answered, as a failing call never fires
+ * its callback (its caller answers, or counts a reference, only by the
+ * code it gets). */
 static int add_finish(struct node_batcher *b, struct node_wreq *w)
 {
     if (b->open->w.err != 0) {
-        /* The entry buffer is unusable: fail what it holds, and this
-         * request with it. */
         struct node_batch *broken = b->open;
         int err = broken->w.err;
         b->open = NULL;
-        tern_list_push(&broken->wreqs, &w->link);
-        broken->n_cmds++;
         batch_answer(broken, err);
-        return 0;
+        tern_free(w->items);
+        tern_free(w);
+        return err == -ENOSPC ? TERN_EFULL : err;
     }
     tern_list_push(&b->open->wreqs, &w->link);
     b->open->n_cmds++;

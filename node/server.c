@@ -152,18 +152,22 @@
 #include "metrics.h"
 #include "server.h"
 
-#define SERVER__READ_CHUNK         ((size_t)64 << 10)
-#define SERVER__FETCH_MIN_ANSWER   ((size_t)64 << 10)
-#define SERVER__SMALL_ANSWER       ((size_t)4 << 10)
-#define SERVER__LIST_PAGE_BYTES    ((size_t)1 << 20)
-#define SERVER__FETCH_MSG_OVERHEAD 20u /* u64 offset, u64 ts, u32 len */
-#define SERVER__ACCEPT_BATCH       64
-#define SERVER__ACCEPT_BACKOFF_MS  100
-#define SERVER__LISTEN_BACKLOG     511
-#define SERVER__MAX_WAIT_MS        60000u
-#define SERVER__DEFAULT_MAX_MSGS   1000u
-#define SERVER__MAX_MSGS           10000u
-#define SERVER__DEFAULT_MAX_BYTES  (1u << 20)
+#define SERVER__READ_CHUNK           ((size_t)64 << 10)
+#define SERVER__FETCH_MIN_ANSWER     ((size_t)64 << 10)
+#define SERVER__SMALL_ANSWER         ((size_t)4 << 10)
+#define SERVER__LIST_PAGE_BYTES      ((size_t)1 << 20)
+#define SERVER__FETCH_MSG_OVERHEAD   20u /* u64 offset, u64 ts, u32 len */
+#define SERVER__FETCH_PROPS_OVERHEAD 4u  /* u32 props_len, with properties */
+/* An answer begun at its bound gives back the room it did not fill past
+ * this much (tern_wbuf_trim). */
+#define SERVER__ANSWER_SLACK      ((size_t)64 << 10)
+#define SERVER__ACCEPT_BATCH      64
+#define SERVER__ACCEPT_BACKOFF_MS 100
+#define SERVER__LISTEN_BACKLOG    511
+#define SERVER__MAX_WAIT_MS       60000u
+#define SERVER__DEFAULT_MAX_MSGS  1000u
+#define SERVER__MAX_MSGS          10000u
+#define SERVER__DEFAULT_MAX_BYTES (1u << 20)
 /* A FETCH is read on the thread pool (fetch_job) when at least this many
  * messages are there to read and asked for: a consumer catching up, not
  * one at the tail, whose few messages are answered at once. */
@@ -173,8 +177,11 @@
 #define SERVER__SHARED_DEAD        16u  /* dead letters planned per receive */
 #define SERVER__RECEIVE_RECHECK_MS 200u /* a parked RECEIVE re-plans */
 /* A RECEIVE answer's record around a message's data and properties: u64
- * offset, u64 timestamp, u32 len, u32 props_len, u32 delivery count. */
+ * offset, u64 timestamp, u32 len, u32 props_len, u32 delivery count; and
+ * the answer's bytes before its records: the frame header, u64 queue id,
+ * u32 n (proto_receive_begin). */
 #define SERVER__RECEIVED_FRAMING 28u
+#define SERVER__RECEIVE_PREFIX   (PROTO_HEADER_SIZE + 12u)
 #define SERVER__DELIVERING_MAX   64u   /* groups with a DELIVER in flight */
 #define SERVER__RELEASE_SCAN     4096u /* lease rows read at a close */
 #define SERVER__HOLD_MAX         256u  /* writes held for a leader */
@@ -956,6 +963,8 @@ static void fetch_job_work(uv_work_t *req)
     tern_put_u64(j->w.base + j->start + PROTO_HEADER_SIZE, j->next);
     tern_put_u32(j->w.base + j->n_pos, j->x.n);
     j->rv = proto_frame_end(&j->w, j->start);
+    /* Begun at its bound: a read-ahead waits counted at its capacity. */
+    tern_wbuf_trim(&j->w, SERVER__ANSWER_SLACK);
 }
 
 /* Keep keep of j's reserved room, return the rest: through the server
@@ -1047,20 +1056,22 @@ static size_t fetch_job_room(uint32_t max_msgs, uint32_t max_bytes)
 /* The room an answer from offset starts with (tern_wbuf_init_cap) when
  * the queue has a large read there (SERVER__POOL_MIN_MSGS messages up to
  * next_offset): its bound for the messages there are, so it is written
- * without the copies of growing by doubling (a pool job is counted at
- * least this much; pages it does not fill are never touched). 0 for a
- * small read. */
+ * without the copies of growing by doubling (pages it does not fill are
+ * never touched, and the room past SERVER__ANSWER_SLACK is given back once
+ * it is written). 0 for a small read. */
 static size_t fetch_answer_room(uint32_t max_msgs,
                                 uint32_t max_bytes,
                                 uint64_t offset,
-                                uint64_t next_offset)
+                                uint64_t next_offset,
+                                bool with_props)
 {
     uint64_t avail = next_offset > offset ? next_offset - offset : 0;
+    uint32_t n = (uint32_t)TERN_MIN((uint64_t)max_msgs, avail);
     if (avail < SERVER__POOL_MIN_MSGS) {
         return 0;
     }
-    return fetch_job_room((uint32_t)TERN_MIN((uint64_t)max_msgs, avail),
-                          max_bytes);
+    return fetch_job_room(n, max_bytes) +
+           (with_props ? (size_t)n * SERVER__FETCH_PROPS_OVERHEAD : 0);
 }
 
 /* Read j's fetch ahead at offset (request id rid) into c->ahead (slot 1)
@@ -1314,7 +1325,8 @@ static bool fetch_job_start(struct node_conn *c,
     j->o.max_scan = cfg->fetch_scan_max;
     j->o.with_props = (ff->flags & PROTO_FETCH_PROPS) != 0;
     tern_wbuf_init_cap(
-        &j->w, fetch_answer_room(max_msgs, max_bytes, offset, qi->next_offset));
+        &j->w, fetch_answer_room(max_msgs, max_bytes, offset, qi->next_offset,
+                                 j->o.with_props));
     fetch_frame_begin(&j->w, answer_version(c), op, request_id, qi->next_offset,
                       &j->start, &j->n_pos);
     j->x.w = &j->w;
@@ -1510,7 +1522,8 @@ static bool serve_fetch(struct node_conn *c,
         return false;
     }
     tern_wbuf_init_cap(
-        &w, fetch_answer_room(max_msgs, max_bytes, offset, qi.next_offset));
+        &w, fetch_answer_room(max_msgs, max_bytes, offset, qi.next_offset,
+                              (ff->flags & PROTO_FETCH_PROPS) != 0));
     fetch_frame_begin(&w, answer_version(c), op, request_id, qi.next_offset,
                       &start, &n_pos);
     struct idx_tag tags[IDX_FETCH_TAGS_MAX];
@@ -1551,6 +1564,7 @@ static bool serve_fetch(struct node_conn *c,
         send_error(c, op, request_id, rv, NULL);
         return false;
     }
+    tern_wbuf_trim(&w, SERVER__ANSWER_SLACK); /* queued at its length */
     conn_send(c, &w);
     return false;
 }
@@ -1743,9 +1757,11 @@ static void conn_delivering(struct node_conn *c,
         } else {
             return; /* handed back at the close */
         }
-        break;
+        delivering_note(c->srv, queue, group, delta);
+        return;
     }
-    delivering_note(c->srv, queue, group, delta);
+    /* Not a group of c's (handle_receive registers each first): counted
+     * nowhere, so nothing could hand it back. */
 }
 
 /* Answer p now (new data, queue gone, expired, or, for a leader-only
@@ -3191,7 +3207,7 @@ static bool receive_due(struct node_conn *c,
     if (delivering_find(c->srv, queue, group) != NULL) {
         return false; /* re-planned after the flush that answers it */
     }
-    return idx_deliver_plan(e, queue, group, consumer_id, 1, 0,
+    return idx_deliver_plan(e, queue, group, consumer_id, 1, 0, 0,
                             c->view.cfg->shared_prefetch, leader_time(c), &one,
                             &n, &dead, 1, &n_dead) != 0 ||
            n > 0 || n_dead > 0;
@@ -3289,16 +3305,15 @@ static void receive_now(struct node_conn *c,
         send_error(c, PROTO_OP_RECEIVE, request_id, -ENOMEM, NULL);
         return;
     }
-    /* Planned to fit one answer: the messages' bytes within its cap less
-     * each record's framing. */
+    /* Planned to fit one answer: its records (each message's bytes and
+     * framing) within its cap less the bytes before them; receive_cb adds
+     * a record while the answer is under the cap. */
     cap = receive_cap(c);
-    rv =
-        idx_deliver_plan(e, queue, group, consumer_id, max_msgs,
-                         cap > (size_t)max_msgs * SERVER__RECEIVED_FRAMING
-                             ? cap - (size_t)max_msgs * SERVER__RECEIVED_FRAMING
-                             : 1,
-                         v->cfg->shared_prefetch, leader_time(c), items, &n,
-                         dead, SERVER__SHARED_DEAD, &n_dead);
+    rv = idx_deliver_plan(
+        e, queue, group, consumer_id, max_msgs,
+        cap > SERVER__RECEIVE_PREFIX ? cap - SERVER__RECEIVE_PREFIX : 1,
+        SERVER__RECEIVED_FRAMING, v->cfg->shared_prefetch, leader_time(c),
+        items, &n, dead, SERVER__SHARED_DEAD, &n_dead);
     if (rv != 0) {
         tern_free(items);
         send_error(c, PROTO_OP_RECEIVE, request_id, rv, NULL);

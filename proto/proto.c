@@ -1797,11 +1797,9 @@ int proto_decode_produce_delayed_resp(const void *body,
     return cursor_finish(&c);
 }
 
-/* One message record of a fetch answer: offset, time, data and, with_props,
- * the properties blob. */
-/* One message record: u64 offset, u64 timestamp_ms, u32 len, data[len],
- * with_props: u32 props_len, props[props_len]. One reserve for the whole
- * record: a consumer's answer carries thousands of small ones. */
+/* One message record of a fetch answer: u64 offset, u64 timestamp_ms, u32 len,
+ * data[len], with_props: u32 props_len, props[props_len]. One reserve for the
+ * whole record: a consumer's answer carries thousands of small ones. */
 static void put_fetched(struct tern_wbuf *w,
                         const struct proto_fetched_msg *m,
                         bool with_props)

@@ -206,6 +206,10 @@ void tern_wbuf_init(struct tern_wbuf *w);
  * error when it does not, the buffer then grows as usual). An encoder that
  * knows its bound saves the copies of growing by doubling. */
 void tern_wbuf_init_cap(struct tern_wbuf *w, size_t cap);
+/* Give back the room past w->len when more than slack bytes of it are
+ * unused (a hint: the buffer stays as it is when memory does not allow),
+ * e.g. an answer begun at its bound that came out smaller. */
+void tern_wbuf_trim(struct tern_wbuf *w, size_t slack);
 void tern_wbuf_free(struct tern_wbuf *w);
 /* Ensure room for n more bytes; returns a pointer to write at or NULL. */
 uint8_t *tern_wbuf_reserve(struct tern_wbuf *w, size_t n);

@@ -964,8 +964,9 @@ void idx_over_limits_drain(struct idx_env *e,
  * new offsets from the group's next, at most max_n (<= the
  * IDX_SHARED_LIST_MAX of out) and at most prefetch minus the leases the
  * consumer holds unexpired, new offsets only while next - floor < window;
- * max_bytes > 0: the planned messages' data and properties at most
- * max_bytes (one message at least), so the answer carries every lease.
+ * max_bytes > 0: the planned messages' data and properties, plus
+ * msg_overhead each (their framing in the answer), at most max_bytes (one
+ * message at least), so the answer carries every lease.
  * Due rows whose next delivery would pass max_deliveries go to dead[0..
  * max_dead) instead (with their count; *n_dead OUT). *n (OUT) items in
  * out, for idx_cmd_deliver. TERN_ENOQUEUE, TERN_ENOTFOUND, TERN_EINVAL (a
@@ -976,6 +977,7 @@ int idx_deliver_plan(struct idx_env *e,
                      uint64_t consumer_id,
                      uint32_t max_n,
                      uint64_t max_bytes,
+                     uint32_t msg_overhead,
                      uint32_t prefetch,
                      uint64_t t,
                      struct idx_deliver_item *out,

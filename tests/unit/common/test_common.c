@@ -135,6 +135,33 @@ Test(common, wbuf_init_cap_fills_without_moving_and_is_only_a_hint)
     cr_expect_eq(w.cap, 0);
 }
 
+Test(common, wbuf_trim_gives_back_the_room_past_its_slack)
+{
+    struct tern_wbuf w;
+    tern_wbuf_init_cap(&w, 1 << 20);
+    tern_wbuf_u64(&w, 42);
+    tern_wbuf_trim(&w, 1 << 20);
+    cr_expect_eq(w.cap, 1 << 20, "within the slack: kept");
+    tern_wbuf_trim(&w, 4096);
+    cr_expect_eq(w.cap, 8);
+    cr_expect_eq(w.len, 8);
+    cr_expect_eq(tern_get_u64(w.base), 42);
+    tern_wbuf_u32(&w, 7);
+    cr_expect_eq(w.err, 0, "it grows again after");
+    cr_expect_eq(w.len, 12);
+    tern_wbuf_free(&w);
+    /* Out of memory: left as it was. */
+    tern_wbuf_init_cap(&w, 1 << 20);
+    tern_wbuf_u64(&w, 42);
+    tern_alloc_fail_after(0);
+    tern_wbuf_trim(&w, 0);
+    tern_alloc_fail_after(-1);
+    cr_expect_eq(w.cap, 1 << 20);
+    cr_expect_eq(w.err, 0);
+    cr_expect_eq(tern_get_u64(w.base), 42);
+    tern_wbuf_free(&w);
+}
+
 Test(common, name_rule)
 {
     cr_expect(tern_name_valid("orders", 6));

@@ -93,13 +93,14 @@ static void plan_bytes(struct idx_env *e,
                        uint64_t consumer,
                        uint32_t max_n,
                        uint64_t max_bytes,
+                       uint32_t overhead,
                        uint32_t prefetch,
                        uint64_t t,
                        struct plan *p)
 {
     cr_assert_eq(
-        idx_deliver_plan(e, "q", "g", consumer, max_n, max_bytes, prefetch, t,
-                         p->out, &p->n, p->dead, 16, &p->n_dead),
+        idx_deliver_plan(e, "q", "g", consumer, max_n, max_bytes, overhead,
+                         prefetch, t, p->out, &p->n, p->dead, 16, &p->n_dead),
         0, "%s", idx_errmsg(e));
 }
 
@@ -110,7 +111,7 @@ static void plan(struct idx_env *e,
                  uint64_t t,
                  struct plan *p)
 {
-    plan_bytes(e, consumer, max_n, 0, prefetch, t, p);
+    plan_bytes(e, consumer, max_n, 0, 0, prefetch, t, p);
 }
 
 static int grab(void *arg, const struct idx_lease *l)
@@ -577,37 +578,41 @@ Test(index_shared, plan_keeps_window_and_prefetch)
     idx_close(e);
 }
 
-static int lengths_cb(void *arg, const struct idx_fetched *f)
-{
-    ((uint64_t *)arg)[f->offset] = f->len;
-    return 0;
-}
-
 Test(index_shared, plan_fits_the_answer_bytes)
 {
     struct idx_env *e = th_open(th_dir_a, 0);
-    uint64_t i = setup(e, 6, 0, NULL);
-    uint64_t len[6] = {0}, next = 0;
+    static char big[1000], small[10];
+    struct idx_msg msgs[4] = {
+        {big, 1000}, {big, 1000}, {big, 1000}, {small, 10}};
+    struct tern_wbuf w;
     struct plan p;
-    cr_assert_eq(idx_fetch(e, "q", 0, 6, UINT32_MAX, lengths_cb, len, &next),
-                 0);
-    /* New offsets: as many as their bytes allow, one at least. */
-    plan_bytes(e, 7, 100, len[0] + len[1] + len[2] - 1, 100, 1000, &p);
-    cr_expect_eq(p.n, 2);
-    plan_bytes(e, 7, 100, 1, 100, 1000, &p);
+    uint64_t i = 4;
+    th_create(e, 1, "q");
+    tern_wbuf_init(&w);
+    idx_cmd_begin(&w, 1000);
+    idx_cmd_produce(&w, "q", 0, 0, msgs, 4);
+    cr_assert_eq(run1(e, 2, &w).count, 4);
+    cr_assert_eq(config(e, 3, "g", 0, NULL).status, 0);
+    /* New offsets: as many as their bytes and framing (28 each here)
+     * allow, one at least. */
+    plan_bytes(e, 7, 100, 2 * 1028 + 1027, 28, 100, 1000, &p);
+    cr_expect_eq(p.n, 2, "the framing counts");
+    plan_bytes(e, 7, 100, 1, 28, 100, 1000, &p);
     cr_assert_eq(p.n, 1, "one message even past the bound");
-    plan_bytes(e, 7, 100, len[0] + len[1] + len[2], 100, 1000, &p);
+    plan_bytes(e, 7, 100, 3 * 1028, 28, 100, 1000, &p);
     cr_assert_eq(p.n, 3);
     cr_expect_eq(deliver(e, i++, 1000, 7, p.out, p.n).count, 3);
-    /* Due leases (expired at 1000 + 30 s) count the same way, and nothing
-     * new follows a plan that is full. */
-    plan_bytes(e, 8, 100, len[0] + len[1], 100, 1000 + 31000, &p);
-    cr_assert_eq(p.n, 2);
+    /* Due leases (expired at 1000 + 30 s) count the same way, one at
+     * least; a plan full in them takes no new offset, not even the small
+     * one that would fit the room left. */
+    plan_bytes(e, 8, 100, 1, 28, 100, 1000 + 31000, &p);
+    cr_assert_eq(p.n, 1);
     cr_expect_eq(p.out[0].offset, 0);
     cr_expect_eq(p.out[0].count, 1);
+    plan_bytes(e, 8, 100, 2 * 1028 + 100, 28, 100, 1000 + 31000, &p);
+    cr_assert_eq(p.n, 2);
     cr_expect_eq(p.out[1].offset, 1);
-    plan_bytes(e, 8, 100, len[0] + len[1] + len[2] + len[3], 100, 1000 + 31000,
-               &p);
+    plan_bytes(e, 8, 100, 3 * 1028 + 38, 28, 100, 1000 + 31000, &p);
     cr_assert_eq(p.n, 4);
     cr_expect_eq(p.out[3].offset, 3);
     cr_expect_eq(p.out[3].count, 0);
@@ -665,7 +670,7 @@ Test(index_shared, mode_refusals)
     cr_expect_eq(run1(e, i++, &w).status, TERN_ENOTFOUND);
     struct plan p;
     uint32_t n, nd;
-    cr_expect_eq(idx_deliver_plan(e, "q", "stream", 7, 1, 0, 1, 0, p.out, &n,
+    cr_expect_eq(idx_deliver_plan(e, "q", "stream", 7, 1, 0, 0, 1, 0, p.out, &n,
                                   p.dead, 1, &nd),
                  TERN_EINVAL);
     idx_close(e);

@@ -394,6 +394,40 @@ Test(batch, oom_answers_instead_of_leaking)
     cr_expect(node_batcher_idle(&t.b));
 }
 
+/* The open entry's buffer cannot grow for a request: the requests it
+ * held are answered with the error, and the call that hit it fails
+ * without an answer (its caller answers from the code; before, it was
+ * answered inside the call that returned 0, ahead of the caller's own
+ * bookkeeping). */
+Test(batch, unusable_entry_fails_the_call_and_answers_the_others)
+{
+    struct proto_request r = produce_req("q", "a");
+    static struct idx_settle_item items[IDX_SHARED_LIST_MAX];
+    for (uint32_t i = 0; i < IDX_SHARED_LIST_MAX; i++) {
+        items[i].offset = i;
+        items[i].count = 1;
+        items[i].action = IDX_SETTLE_ACK;
+    }
+    cr_assert_eq(node_batcher_add(&t.b, NULL, 1, &r), 0);
+    cr_assert_eq(t.n_answers, 0);
+    /* The settle's request is allocated, the entry's growth fails. */
+    tern_alloc_fail_after(1);
+    int rv =
+        node_batcher_add_settle(&t.b, "q", "g", items, IDX_SHARED_LIST_MAX);
+    tern_alloc_fail_after(-1);
+    cr_expect_eq(rv, -ENOMEM);
+    cr_assert_eq(t.n_answers, 1, "only the request the entry held");
+    cr_expect_eq(t.answers[0].request_id, 1);
+    cr_expect_eq(t.answers[0].status, -ENOMEM);
+    node_batcher_propose(&t.b);
+    cr_expect_eq(t.n_props, 0);
+    cr_expect(node_batcher_idle(&t.b));
+    /* The next request opens a new entry. */
+    cr_assert_eq(node_batcher_add(&t.b, NULL, 2, &r), 0);
+    node_batcher_propose(&t.b);
+    cr_expect_eq(t.n_props, 1);
+}
+
 /* The real index applies the entry we built and the results come back in
  * request order. */
 Test(batch, round_trip_through_index)

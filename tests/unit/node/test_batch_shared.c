@@ -385,7 +385,7 @@ Test(batch_shared, dead_letter_moves_the_message_and_routes_its_offset)
     /* The lease of offset 1 expires; with max_deliveries 1 the plan makes
      * it a dead-letter candidate instead of a redelivery. */
     t.f.now = T0 + 1000;
-    cr_assert_eq(idx_deliver_plan(t.f.e, "wq", "g", 9ull << 32, 4, 0, 256,
+    cr_assert_eq(idx_deliver_plan(t.f.e, "wq", "g", 9ull << 32, 4, 0, 0, 256,
                                   t.f.now, plan, &n, dead, 4, &n_dead),
                  0);
     cr_expect_eq(n, 0);
