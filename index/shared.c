@@ -616,17 +616,19 @@ static int read_group(struct idx_env *e,
 }
 
 /* Whether the message at off (queue id qid) still fits a plan bounded by
- * max_bytes (0: unbounded) that counts *bytes so far (the first message
- * counted always fits); if so, its data, properties and msg_overhead are
- * counted into *bytes. A message without a row (trimmed, skipped by the
- * answer) counts 0. 1 fits, 0 not, or a code. */
+ * max_bytes (0: unbounded) that counts *bytes of *counted messages so far
+ * (the first message counted always fits); if so, it is counted: its
+ * data, properties and msg_overhead. A message without a row (trimmed,
+ * skipped by the answer) fits and is not counted. 1 fits, 0 not, or a
+ * code. */
 static int plan_fits(struct idx_env *e,
                      MDB_txn *txn,
                      uint64_t qid,
                      uint64_t off,
                      uint64_t max_bytes,
                      uint32_t msg_overhead,
-                     uint64_t *bytes)
+                     uint64_t *bytes,
+                     uint32_t *counted)
 {
     uint8_t key[IDX__MSG_KEY_SIZE];
     struct idx__msg_val m = {0};
@@ -647,10 +649,11 @@ static int plan_fits(struct idx_env *e,
                             (unsigned long long)qid, (unsigned long long)off);
     }
     uint64_t size = (uint64_t)m.len + m.props_len + msg_overhead;
-    if (*bytes > 0 && *bytes + size > max_bytes) {
+    if (*counted > 0 && *bytes + size > max_bytes) {
         return 0;
     }
     *bytes += size;
+    (*counted)++;
     return 1;
 }
 
@@ -675,7 +678,7 @@ int idx_deliver_plan(struct idx_env *e,
     struct lease_walk w;
     struct idx__lease_val l = {0};
     uint64_t off = 0, bytes = 0;
-    uint32_t held = 0;
+    uint32_t held = 0, counted = 0;
     int fits = 1;
     *n = 0;
     *n_dead = 0;
@@ -712,7 +715,8 @@ int idx_deliver_plan(struct idx_env *e,
             }
             continue;
         }
-        fits = plan_fits(e, txn, q.id, off, max_bytes, msg_overhead, &bytes);
+        fits = plan_fits(e, txn, q.id, off, max_bytes, msg_overhead, &bytes,
+                         &counted);
         if (fits <= 0) {
             break;
         }
@@ -726,7 +730,8 @@ int idx_deliver_plan(struct idx_env *e,
     for (uint64_t o = g.next; fits == 1 && *n < budget && o < q.next_offset &&
                               o - g.next_offset < g.settings.window;
          o++) {
-        fits = plan_fits(e, txn, q.id, o, max_bytes, msg_overhead, &bytes);
+        fits = plan_fits(e, txn, q.id, o, max_bytes, msg_overhead, &bytes,
+                         &counted);
         if (fits == 1) {
             out[(*n)++] = (struct idx_deliver_item){o, 0};
         }

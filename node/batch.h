@@ -135,7 +135,9 @@ uint64_t node_retry_delay_ms(uint32_t count);
  * server sets it), SHARED_CONFIG, SETTLE, and
  * the security metadata writes USER_SET/DELETE, ACL_SET/DELETE,
  * NAMESPACE_SET/DELETE, PRODUCER_INIT) to the open entry; r borrows from the
- * frame and is copied. On error nothing is queued and nothing is answered:
+ * frame and is copied. On error this request is not queued and not
+ * answered (when the open entry's buffer could not grow, the requests it
+ * held are answered with that error during the call):
  * TERN_EINVAL for an op that is not a write, a produce without messages or with
  * a producer id and seq 0; TERN_EBADNAME for an empty or long name;
  * TERN_EMALFORMED; -ENOMEM. */

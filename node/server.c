@@ -1047,9 +1047,14 @@ static bool fetch_job_start(struct node_conn *c,
                             const struct idx_queue_info *qi);
 
 /* The room a job of these bounds reserves. */
-static size_t fetch_job_room(uint32_t max_msgs, uint32_t max_bytes)
+static size_t fetch_job_room(uint32_t max_msgs,
+                             uint32_t max_bytes,
+                             bool with_props)
 {
-    return (size_t)max_bytes + (size_t)max_msgs * SERVER__FETCH_MSG_OVERHEAD +
+    return (size_t)max_bytes +
+           (size_t)max_msgs *
+               (SERVER__FETCH_MSG_OVERHEAD +
+                (with_props ? SERVER__FETCH_PROPS_OVERHEAD : 0)) +
            PROTO_HEADER_SIZE + 64;
 }
 
@@ -1070,8 +1075,7 @@ static size_t fetch_answer_room(uint32_t max_msgs,
     if (avail < SERVER__POOL_MIN_MSGS) {
         return 0;
     }
-    return fetch_job_room(n, max_bytes) +
-           (with_props ? (size_t)n * SERVER__FETCH_PROPS_OVERHEAD : 0);
+    return fetch_job_room(n, max_bytes, with_props);
 }
 
 /* Read j's fetch ahead at offset (request id rid) into c->ahead (slot 1)
@@ -1086,7 +1090,7 @@ static void fetch_ahead_one(struct fetch_job *j,
     const struct node_config *cfg = c->view.cfg;
     struct idx_env *e = view_idx(&c->view);
     struct idx_queue_info qi;
-    size_t room = fetch_job_room(j->max_msgs, j->max_bytes);
+    size_t room = fetch_job_room(j->max_msgs, j->max_bytes, j->o.with_props);
     if (e == NULL || s->n_fetch_jobs + 1 >= cfg->fetch_threads ||
         !conn_admit(c, room, 0) ||
         s->mem_used + room > cfg->client_memory_bytes / 2 ||
@@ -1340,7 +1344,7 @@ static bool fetch_job_start(struct node_conn *c,
         tern_free(j);
         return false;
     }
-    j->reserved = fetch_job_room(max_msgs, max_bytes);
+    j->reserved = fetch_job_room(max_msgs, max_bytes, j->o.with_props);
     c->reserved += j->reserved;
     mem_add(c, j->reserved);
     c->refs++;
