@@ -1108,8 +1108,10 @@ int idx__index_record(struct idx_env *e,
     }
     /* The first record of each checkpoint_bytes block of the log gets a
      * checkpoint of the state before it (ckpt.c: same positions, same
-     * bytes on every node). */
-    if (pos > 0 &&
+     * bytes on every node). Not after an entry of a later release this
+     * node only recorded (idx_refused_newer): its state lacks what the
+     * peers' checkpoint at that position holds. */
+    if (pos > 0 && !e->refused_newer &&
         pos / e->checkpoint_bytes != e->st.last_rec_pos / e->checkpoint_bytes) {
         rc = e->ckpt_live ? idx__ckpt_start(e, pos) : idx__ckpt_write(e, pos);
         if (rc != 0) {
@@ -1120,6 +1122,10 @@ int idx__index_record(struct idx_env *e,
         /* Recorded but not applied: one TERN_EMALFORMED result per
          * announced command (1 if the header is unreadable). */
         unsigned want = 1;
+        if (!e->refused_newer && idx__entry_newer(payload, len)) {
+            e->refused_newer = true;
+            e->refused_pos = pos;
+        }
         if (len >= IDX__CMD_HDR_SIZE) {
             uint32_t hn = tern_get_u32(payload + 4);
             if (hn >= 1 && hn <= IDX__CMD_MAX_COMMANDS) {
@@ -1336,6 +1342,14 @@ int idx_bulk_discard(struct idx_env *e)
     }
     e->discarded += n;
     return 0;
+}
+
+bool idx_refused_newer(const struct idx_env *e, uint64_t *pos)
+{
+    if (pos != NULL) {
+        *pos = e->refused_newer ? e->refused_pos : 0;
+    }
+    return e->refused_newer;
 }
 
 uint64_t idx_discarded_bytes(const struct idx_env *e)

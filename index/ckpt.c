@@ -15,6 +15,17 @@
  * can serve another's checkpoint, raft/bulk.c). Rebuilds (idx_open,
  * idx_restore) write the ones that are missing.
  *
+ * A node that could not apply an entry (one of a later release:
+ * idx_refused_newer) holds less than its peers from there on, so it
+ * writes no checkpoint after that record; restarted on the later release,
+ * its rebuild applies the entry and writes the missing ones. An earlier
+ * release did write them: one that met an XXH3 entry (0.4.0) recorded it
+ * unapplied in a record of version 1, and its checkpoints after it in its
+ * version 1 segments lack the entry. The rebuild at idx_open, which finds
+ * such a record (env.c), writes those checkpoints again over the old
+ * files (the rebuild starts at the oldest checkpoint, which the head
+ * trims then reach).
+ *
  * WHAT. Every LMDB table whose rows are decided by applying commands
  * alone: meta's state record (last_applied = the raft index of the
  * record before P, log_end = P), queues, groups, producers, users, acls,
@@ -451,7 +462,8 @@ int idx__ckpt_write(struct idx_env *e, uint64_t pos)
 
     TERN_INVARIANT(e->st.log_end == pos);
     idx__ckpt_path(e, pos, path, sizeof path);
-    if (access(path, F_OK) == 0) {
+    if (access(path, F_OK) == 0 && !(e->stale_ckpts && pos > e->stale_from &&
+                                     idx__log_in_v1_segment(e, pos))) {
         return ckpts_insert(e, pos); /* written before (a rebuild) */
     }
     src_init(&src, e, e->wtxn);

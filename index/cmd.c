@@ -1819,6 +1819,36 @@ void idx_cmd_pad(struct tern_wbuf *w)
     }
 }
 
+bool idx__entry_newer(const void *entry, size_t len)
+{
+    const uint8_t *b = entry;
+    struct tern_cursor c;
+    if (entry == NULL || len < IDX__CMD_HDR_SIZE) {
+        return false;
+    }
+    if (tern_get_u16(b) != IDX__CMD_VERSION ||
+        (tern_get_u16(b + 2) & ~IDX__CMD_FLAG_XXH3) != 0) {
+        return true; /* its checksum may be one this build cannot compute */
+    }
+    if (tern_get_u32(b + 16) != len ||
+        !IDX__CHECKSUM_OK(tern_get_u32(b + 20), entry_checksum(b, len))) {
+        return false; /* damaged: every release refuses it */
+    }
+    tern_cursor_init(&c, b + IDX__CMD_HDR_SIZE, len - IDX__CMD_HDR_SIZE);
+    for (uint32_t i = 0, n = tern_get_u32(b + 4);
+         i < n && i < IDX__CMD_MAX_COMMANDS; i++) {
+        uint8_t type = tern_cursor_u8(&c);
+        uint32_t body_len = tern_cursor_u32(&c);
+        if (tern_cursor_bytes(&c, body_len) == NULL || c.err != 0) {
+            return false;
+        }
+        if (type == 0 || type > IDX_CMD_GROUP_COMMIT_AS) {
+            return true;
+        }
+    }
+    return false;
+}
+
 int idx_cmd_validate(const void *entry, size_t len)
 {
     struct idx__entry it;

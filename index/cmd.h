@@ -122,6 +122,16 @@ uint16_t idx__entry_record_version(const void *entry, size_t len);
  * position the iterator on the first command. entry is borrowed by *it.
  * 0 or TERN_EMALFORMED / TERN_EVERSION. */
 int idx__entry_open(struct idx__entry *it, const void *entry, size_t len);
+/* Whether an entry idx_cmd_validate refuses was written by a later
+ * release rather than damaged or malformed by every release's rules: its
+ * header version is not IDX__CMD_VERSION, its header carries a flag this
+ * build does not know, or (header and checksum good) one of its commands
+ * has a type this build does not know. A later release applies such an
+ * entry, so a node that only records it holds less than its peers from
+ * there on (apply.c: no checkpoints after it). A known command with a
+ * value this build does not know inside its body (say, a new overflow
+ * mode) cannot be told from a malformed one and answers false. */
+bool idx__entry_newer(const void *entry, size_t len);
 /* Decode the next command (pointers into the entry). 1 with *cmd filled,
  * 0 at the end (all n commands seen and no bytes left), TERN_EMALFORMED. */
 int idx__entry_next(struct idx__entry *it, struct idx__cmd *cmd);

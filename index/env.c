@@ -252,6 +252,8 @@ static int reconcile(struct idx_env *e)
     if (rc != 0) {
         goto err_after_txn;
     }
+    e->refused_newer = false;
+    e->stale_ckpts = false;
     memset(&s, 0, sizeof s);
     s.next_queue_id = 1;
     s.next_producer_id = 1;
@@ -292,6 +294,15 @@ static int reconcile(struct idx_env *e)
         if (rec.index <= e->st.last_applied) {
             note_cut(e, pos, "raft index not increasing");
             break;
+        }
+        if (!e->stale_ckpts &&
+            rec.version <
+                idx__entry_record_version(rec.payload, rec.payload_len)) {
+            /* An XXH3 entry in a record of version 1: an earlier release
+             * recorded it unapplied (it knew no XXH3). This build applies
+             * it; the checkpoints that release wrote after it lack it. */
+            e->stale_ckpts = true;
+            e->stale_from = pos;
         }
         rc = idx__index_record(e, pos, rec.index, rec.payload, rec.payload_len,
                                rec.checksum, NULL, 0, NULL);

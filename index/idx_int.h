@@ -362,6 +362,7 @@ uint64_t idx__get_be64(const uint8_t *p);
 
 struct idx__record
 {
+    uint16_t version;       /* IDX__REC_VERSION_* */
     uint64_t index;         /* raft index */
     uint32_t payload_len;   /* bytes after the header */
     uint32_t checksum;      /* of its version (log.c): header[0..20), payload */
@@ -475,6 +476,8 @@ int idx__log_drop_head(struct idx_env *e, uint64_t pos);
 int idx__log_reset(struct idx_env *e, uint64_t pos);
 /* Position of the first byte the segment files hold. */
 uint64_t idx__log_first(const struct idx_env *e);
+/* Is pos inside a segment of version 1 (an earlier release's, log.c)? */
+bool idx__log_in_v1_segment(const struct idx_env *e, uint64_t pos);
 /* Bytes of the segment files on disk (headers included). */
 uint64_t idx__log_disk_bytes(const struct idx_env *e);
 /* "log/<file>.seg offset N" of the stream position pos (pos <= log_end)
@@ -845,6 +848,17 @@ struct idx_env
     bool ckpt_background;
     bool ckpt_live;
     struct idx_ckpt_job *ckpt_job;
+    /* apply.c: the first record since the state was last rebuilt that
+     * holds an entry of a later release (idx__entry_newer), recorded
+     * unapplied: no checkpoint is written after it (idx_refused_newer) */
+    bool refused_newer;
+    uint64_t refused_pos;
+    /* env.c (a rebuild): the first record of a version 1 segment that an
+     * earlier release recorded unapplied (an XXH3 entry in a record of
+     * version 1); a checkpoint file in a version 1 segment after it was
+     * written without it, and the rebuild writes it again (ckpt.c) */
+    bool stale_ckpts;
+    uint64_t stale_from;
 
     /* snapshot.c: a checkpoint being fetched from a peer (bulk bytes
      * below the manifest's log_start), and the log end the previous

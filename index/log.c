@@ -203,6 +203,7 @@ int idx__record_header_decode(const void *hdr, struct idx__record *out)
         tern_get_u16(h + 6) != 0) {
         return TERN_EMALFORMED;
     }
+    out->version = version;
     out->index = tern_get_u64(h + 8);
     out->payload_len = tern_get_u32(h + 16);
     out->checksum = tern_get_u32(h + 20);
@@ -962,6 +963,12 @@ bool idx_xxh3_in_use(struct idx_env *e)
 uint64_t idx__log_first(const struct idx_env *e)
 {
     return e->segs[0].start;
+}
+
+bool idx__log_in_v1_segment(const struct idx_env *e, uint64_t pos)
+{
+    return e->n_segs > 0 && pos < e->log_end &&
+           e->segs[seg_find(e, pos)].version == 1;
 }
 
 uint64_t idx__log_disk_bytes(const struct idx_env *e)

@@ -389,6 +389,7 @@ static int stage_adopt(struct idx_env *e)
     if (rc == 0) {
         e->log_start = at;
         e->cut_note[0] = '\0';
+        e->refused_newer = false; /* the peer's state, which has it */
         rc = idx_flush(e);
     }
     if (rc == 0) {

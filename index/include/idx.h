@@ -128,6 +128,15 @@ bool idx_sync_failed(const struct idx_env *e);
  * the index reached idx_options.map_size, not the disk; its code is
  * TERN_EFULL as for a full disk. */
 bool idx_map_full(const struct idx_env *e);
+/* True once this env recorded an entry of a later release that it could
+ * not apply (an unknown entry version, header flag or command type: its
+ * results are TERN_EMALFORMED), with the record's log position in *pos
+ * (may be NULL). Its peers on that release did apply it, so from there
+ * on this node's index lacks what they hold: it writes no checkpoint
+ * after that record (one would carry the gap into retention and to
+ * peers), and once it runs the later release its rebuild applies the
+ * entry from the log. Cleared by a rebuild that no longer meets one. */
+bool idx_refused_newer(const struct idx_env *e, uint64_t *pos);
 
 /* ---- Command entries --------------------------------------------------- */
 

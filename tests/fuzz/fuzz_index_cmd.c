@@ -2,8 +2,11 @@
  * goes through idx_cmd_validate; an accepted entry is decoded and rebuilt
  * with the idx_cmd_* builder, which must reproduce it byte for byte (the
  * format has one encoding per entry, so anything else is a decoder bug).
+ * idx__entry_newer reads every input too, and never calls an accepted
+ * entry a later release's.
  * Build with -DFUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION so that checksums
  * do not stop mutated inputs (see IDX__CHECKSUM_OK). */
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,11 +35,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     char q[TERN_NAME_MAX + 1], g[TERN_NAME_MAX + 1];
     char ns[TERN_NAME_MAX + 1], pat[256];
     int rc = idx_cmd_validate(data, size);
+    bool newer = idx__entry_newer(data, size);
     if (rc != 0) {
         if (rc != TERN_EMALFORMED && rc != TERN_EVERSION) {
             abort();
         }
         return 0;
+    }
+    if (newer) {
+        abort(); /* an entry this build applies is no later release's */
     }
     if (idx__entry_open(&it, data, size) != 0) {
         abort();

@@ -454,3 +454,269 @@ Test(index_ckpt, retention_by_count_frees_segments)
     idx_close(a);
     idx_close(b);
 }
+
+/* ---- Entries a node recorded without applying them ------------------------
+ */
+
+/* Positions of the checkpoint files of dir, ascending; *n of them. */
+static uint64_t *ckpt_positions(const char *dir, size_t *n)
+{
+    char *names = th_log_files(dir, ".ckpt");
+    uint64_t *v = calloc(strlen(names) / 25 + 1, sizeof *v);
+    cr_assert_not_null(v);
+    *n = 0;
+    for (char *l = strtok(names, "\n"); l != NULL; l = strtok(NULL, "\n")) {
+        v[(*n)++] = strtoull(l, NULL, 10);
+    }
+    free(names);
+    return v;
+}
+
+static uint8_t *ckpt_bytes(const char *dir, uint64_t pos, size_t *len)
+{
+    char p[4096];
+    cr_assert_lt((size_t)snprintf(p, sizeof p, "%s/log/%020llu.ckpt", dir,
+                                  (unsigned long long)pos),
+                 sizeof p);
+    return th_read_file(p, len);
+}
+
+/* Do dir a and dir b hold the same checkpoint file at pos? */
+static bool same_ckpt(const char *da, const char *db, uint64_t pos)
+{
+    size_t la, lb;
+    uint8_t *ba = ckpt_bytes(da, pos, &la), *bb = ckpt_bytes(db, pos, &lb);
+    bool same = la == lb && memcmp(ba, bb, la) == 0;
+    free(ba);
+    free(bb);
+    return same;
+}
+
+/* Entries 1..last: "keep" created, then produces of 3 messages, except
+ * entry `special`, the ended entry *special_w (applied with idx_apply as
+ * it is: it may be refused). Its log position in *special_pos. */
+static void run_with(struct idx_env *e,
+                     uint64_t special,
+                     struct tern_wbuf *special_w,
+                     uint64_t last,
+                     uint64_t *special_pos,
+                     int want_status)
+{
+    uint64_t seq = 1;
+    th_create(e, 1, "keep");
+    for (uint64_t i = 2; i <= last; i++) {
+        if (i != special) {
+            struct idx_result r = th_produce(e, i, "keep", 9, seq++, 3);
+            cr_assert_eq(r.status, 0, "%s", tern_strerror(r.status));
+            continue;
+        }
+        struct idx_result r[2];
+        unsigned n = 0;
+        *special_pos = idx_log_end(e);
+        cr_assert_eq(idx_apply(e, i, special_w->base, special_w->len, r, 2, &n),
+                     0, "%s", idx_errmsg(e));
+        cr_assert_eq(n, 2);
+        cr_expect_eq(r[0].status, want_status, "%s",
+                     tern_strerror(r[0].status));
+    }
+    cr_assert_eq(idx_flush(e), 0);
+}
+
+/* A group commit of "keep"/"g" to 5 and a TERM in one entry. With
+ * `later`, the TERM's type byte becomes 200: a command of a later release
+ * (the same length), which this build does not know. */
+static void commit_and_term(struct tern_wbuf *w, bool later, bool xxh3)
+{
+    idx_cmd_begin(w, 1150); /* the time produces around entry 150 carry */
+    idx_cmd_group_commit(w, "keep", "g", 5);
+    idx_cmd_term(w, 3);
+    cr_assert_eq(idx_cmd_end(w), 0);
+    if (later) {
+        w->base[w->len - 13] = 200; /* u8 type, u32 length, u64 term */
+    }
+    if (xxh3) {
+        idx_cmd_flag_xxh3(w);
+    }
+    th_entry_reseal(w->base, w->len);
+}
+
+/* A node meets an entry of a later release (a command type it does not
+ * know): it records it unapplied (TERN_EMALFORMED), as its peers on that
+ * release do not, so its state lacks the entry from there on. Its
+ * checkpoints up to the entry are its peers' bytes; after it, it writes
+ * none (a checkpoint there would carry the gap into a rebuild from it, a
+ * trim and a peer's catch-up), also after a reopen that meets it again. */
+Test(index_ckpt, an_entry_of_a_later_release_stops_the_checkpoints_after_it)
+{
+    struct idx_env *a = open_env(th_dir_a, SEG, SEG);
+    struct idx_env *b = open_env(th_dir_b, SEG, SEG); /* the peers */
+    struct tern_wbuf wa, wb;
+    uint64_t pa = 0, pb = 0, pos = 0;
+    tern_wbuf_init(&wa);
+    tern_wbuf_init(&wb);
+    commit_and_term(&wa, true, false);
+    commit_and_term(&wb, false, false);
+    cr_assert_eq(wa.len, wb.len);
+    cr_assert_neq(idx_cmd_validate(wa.base, wa.len), 0);
+    run_with(a, 150, &wa, 400, &pa, TERN_EMALFORMED);
+    run_with(b, 150, &wb, 400, &pb, 0);
+    cr_assert_eq(pa, pb);
+    cr_expect(idx_refused_newer(a, &pos));
+    cr_expect_eq(pos, pa);
+    cr_expect(!idx_refused_newer(b, NULL));
+    uint64_t g = 99;
+    cr_expect_eq(idx_group_offset(a, "keep", "g", &g), 0);
+    cr_expect_eq(g, 0, "a lacks the commit");
+    cr_expect_eq(idx_group_offset(b, "keep", "g", &g), 0);
+    cr_expect_eq(g, 5);
+
+    for (int round = 0; round < 2; round++) {
+        size_t na, nb, before = 0, after = 0;
+        uint64_t *ca = ckpt_positions(th_dir_a, &na);
+        uint64_t *cb = ckpt_positions(th_dir_b, &nb);
+        for (size_t k = 0; k < nb; k++) {
+            if (cb[k] <= pa) {
+                cr_expect(k < na && ca[k] == cb[k] &&
+                              same_ckpt(th_dir_a, th_dir_b, cb[k]),
+                          "round %d: checkpoint %llu is the peers' bytes",
+                          round, (unsigned long long)cb[k]);
+                before++;
+            } else {
+                after++;
+            }
+        }
+        cr_expect_geq(before, 3, "round %d", round);
+        cr_expect_geq(after, 3, "round %d", round);
+        cr_expect_eq(na, before, "round %d: none after %llu on a", round,
+                     (unsigned long long)pa);
+        free(ca);
+        free(cb);
+        if (round == 0) {
+            /* Reopened on this build: the rebuild meets it again. */
+            idx_close(a);
+            a = open_env(th_dir_a, SEG, SEG);
+            cr_expect_eq(idx_truncated_bytes(a), 0, "%s", idx_cut_note(a));
+            pos = 0;
+            cr_expect(idx_refused_newer(a, &pos));
+            cr_expect_eq(pos, pa);
+        }
+    }
+    struct th_msgs ma = {0}, mb = {0};
+    cr_assert_eq(th_fetch_all(a, "keep", 100, 1 << 20, &ma), 0);
+    cr_assert_eq(th_fetch_all(b, "keep", 100, 1 << 20, &mb), 0);
+    cr_expect_eq(ma.n, 3 * 398);
+    th_msgs_expect_eq(&ma, &mb);
+    th_msgs_free(&ma);
+    th_msgs_free(&mb);
+    tern_wbuf_free(&wa);
+    tern_wbuf_free(&wb);
+    idx_close(a);
+    idx_close(b);
+}
+
+/* Rewrite the record at stream position pos of dir's one segment as
+ * version 1 (XXH32 over header bytes [0,20) and the payload), and the
+ * segment's header as version 1: what an earlier release, which knew no
+ * XXH3, wrote for an XXH3 entry it could not apply. */
+static void as_earlier_release(const char *dir, uint64_t pos)
+{
+    char *seg = th_last_segment(dir);
+    size_t len;
+    uint8_t *b = th_read_file(seg, &len);
+    uint8_t *r = b + 32 + pos;
+    cr_assert_lt(32 + pos + 24, len);
+    uint32_t plen = tern_get_u32(r + 16);
+    struct tern_checksum_state st;
+    tern_put_u16(r + 4, 1);
+    tern_checksum32_begin(&st);
+    tern_checksum32_update(&st, r, 20);
+    tern_checksum32_update(&st, r + 24, plen);
+    tern_put_u32(r + 20, tern_checksum32_end(&st));
+    tern_put_u32(b + 8, 1);
+    tern_put_u32(b + 28, tern_checksum32(b, 28));
+    FILE *f = fopen(seg, "wb");
+    cr_assert_not_null(f);
+    cr_assert_eq(fwrite(b, 1, len, f), len);
+    cr_assert_eq(fclose(f), 0);
+    free(b);
+    free(seg);
+}
+
+/* An earlier release (version 1 segments, no XXH3) that met an XXH3
+ * entry recorded it unapplied in a record of version 1 and went on
+ * writing checkpoints without it. This build's rebuild applies the entry
+ * and writes those checkpoints again, so that a rebuild from one (once
+ * the head is trimmed to it) or a peer fetching one gets the state with
+ * the entry. */
+Test(
+    index_ckpt,
+    checkpoints_an_earlier_release_wrote_without_an_xxh3_entry_are_written_again)
+{
+    struct idx_env *a = open_env(th_dir_a, 1 << 20, SEG);
+    struct idx_env *b = open_env(th_dir_b, 1 << 20, SEG);
+    struct tern_wbuf wa, wb;
+    uint64_t pa = 0, pb = 0;
+    tern_wbuf_init(&wa);
+    tern_wbuf_init(&wb);
+    commit_and_term(&wa, false, true);
+    commit_and_term(&wb, false, true);
+    wb.base[20] ^= 0x55; /* damaged: refused alike, the same length */
+    run_with(a, 150, &wa, 400, &pa, 0);
+    run_with(b, 150, &wb, 400, &pb, TERN_EMALFORMED);
+    cr_assert_eq(pa, pb);
+    cr_expect(!idx_refused_newer(b, NULL), "damage is no later release");
+    idx_close(a);
+    idx_close(b);
+
+    /* b's checkpoints after the entry are what the earlier release wrote
+     * (without it): copy them over a's, keeping a's to compare. */
+    size_t na, nb, after = 0;
+    uint64_t *ca = ckpt_positions(th_dir_a, &na);
+    uint64_t *cb = ckpt_positions(th_dir_b, &nb);
+    cr_assert_eq(na, nb);
+    char *keep = th_tmpdir();
+    char sub[4096];
+    cr_assert_lt((size_t)snprintf(sub, sizeof sub, "%s/log", keep), sizeof sub);
+    cr_assert_eq(mkdir(sub, 0700), 0);
+    for (size_t k = 0; k < na; k++) {
+        cr_assert_eq(ca[k], cb[k]);
+        char from[4096], to[4096], mine[4096];
+        (void)snprintf(from, sizeof from, "%s/log/%020llu.ckpt", th_dir_b,
+                       (unsigned long long)ca[k]);
+        (void)snprintf(to, sizeof to, "%s/log/%020llu.ckpt", th_dir_a,
+                       (unsigned long long)ca[k]);
+        (void)snprintf(mine, sizeof mine, "%s/log/%020llu.ckpt", keep,
+                       (unsigned long long)ca[k]);
+        if (ca[k] <= pa) {
+            cr_expect(same_ckpt(th_dir_a, th_dir_b, ca[k]));
+            continue;
+        }
+        cr_expect(!same_ckpt(th_dir_a, th_dir_b, ca[k]), "%llu lacks the entry",
+                  (unsigned long long)ca[k]);
+        th_copy_file(to, mine);
+        th_copy_file(from, to);
+        after++;
+    }
+    cr_assert_geq(after, 3);
+    as_earlier_release(th_dir_a, pa);
+
+    a = open_env(th_dir_a, 1 << 20, SEG);
+    cr_expect_eq(idx_truncated_bytes(a), 0, "%s", idx_cut_note(a));
+    cr_expect_eq(idx_last_applied(a), 400);
+    uint64_t g = 0;
+    cr_expect_eq(idx_group_offset(a, "keep", "g", &g), 0);
+    cr_expect_eq(g, 5);
+    for (size_t k = 0; k < na; k++) {
+        if (ca[k] > pa) {
+            cr_expect(same_ckpt(th_dir_a, keep, ca[k]),
+                      "checkpoint %llu written again with the entry",
+                      (unsigned long long)ca[k]);
+        }
+    }
+    idx_close(a);
+    free(ca);
+    free(cb);
+    th_rmdir(keep);
+    tern_wbuf_free(&wa);
+    tern_wbuf_free(&wb);
+}

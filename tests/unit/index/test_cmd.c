@@ -405,3 +405,48 @@ Test(index_cmd, read_barrier_round_trip)
     cr_expect_eq(idx__entry_next(&it, &c), 0);
     tern_wbuf_free(&w);
 }
+
+/* Which refused entries a later release wrote (idx__entry_newer: the node
+ * that records them lacks what its peers applied) and which every release
+ * refuses (damaged, malformed): only the first stop checkpoints (ckpt.c). */
+Test(index_cmd, newer_tells_a_later_release_from_damage)
+{
+    struct tern_wbuf w;
+    build_sample(&w);
+    cr_expect(!idx__entry_newer(w.base, w.len), "valid");
+    size_t type_at = IDX__CMD_HDR_SIZE; /* the first command's type */
+
+    /* Unknown entry version, unknown header flag: newer. */
+    uint8_t *b = malloc(w.len);
+    cr_assert_not_null(b);
+    memcpy(b, w.base, w.len);
+    tern_put_u16(b, 2);
+    cr_expect(idx__entry_newer(b, w.len), "entry version 2");
+    memcpy(b, w.base, w.len);
+    tern_put_u16(b + 2, 0x0002);
+    cr_expect(idx__entry_newer(b, w.len), "an unknown flag");
+    /* An unknown command type, the checksum resealed: newer. */
+    memcpy(b, w.base, w.len);
+    b[type_at] = 200;
+    th_entry_reseal(b, w.len);
+    cr_expect_neq(idx_cmd_validate(b, w.len), 0);
+    cr_expect(idx__entry_newer(b, w.len), "command type 200");
+    b[type_at] = 0;
+    th_entry_reseal(b, w.len);
+    cr_expect(idx__entry_newer(b, w.len), "command type 0");
+    /* The same without the reseal (damage), a known command with a bad
+     * body, a short entry, a length that does not match: not newer. */
+    memcpy(b, w.base, w.len);
+    b[type_at] = 200;
+    cr_expect(!idx__entry_newer(b, w.len), "checksum does not hold");
+    memcpy(b, w.base, w.len);
+    b[type_at + 5] = 0; /* QUEUE_CREATE's name length */
+    th_entry_reseal(b, w.len);
+    cr_expect_neq(idx_cmd_validate(b, w.len), 0);
+    cr_expect(!idx__entry_newer(b, w.len), "a known command, bad body");
+    cr_expect(!idx__entry_newer(w.base, IDX__CMD_HDR_SIZE - 1), "short");
+    cr_expect(!idx__entry_newer(w.base, w.len - 1), "length");
+    cr_expect(!idx__entry_newer(NULL, 0));
+    free(b);
+    tern_wbuf_free(&w);
+}
