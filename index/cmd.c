@@ -1826,7 +1826,10 @@ bool idx__entry_newer(const void *entry, size_t len)
     if (entry == NULL || len < IDX__CMD_HDR_SIZE) {
         return false;
     }
-    if (tern_get_u16(b) != IDX__CMD_VERSION ||
+    if (tern_get_u16(b) == 0) {
+        return false;
+    }
+    if (tern_get_u16(b) > IDX__CMD_VERSION ||
         (tern_get_u16(b + 2) & ~IDX__CMD_FLAG_XXH3) != 0) {
         return true; /* its checksum may be one this build cannot compute */
     }
@@ -1842,7 +1845,7 @@ bool idx__entry_newer(const void *entry, size_t len)
         if (tern_cursor_bytes(&c, body_len) == NULL || c.err != 0) {
             return false;
         }
-        if (type == 0 || type > IDX_CMD_GROUP_COMMIT_AS) {
+        if (type > IDX__CMD_TYPE_LAST) {
             return true;
         }
     }

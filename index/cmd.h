@@ -35,6 +35,9 @@
 
 #define IDX__CMD_HDR_SIZE     24
 #define IDX__CMD_MAX_COMMANDS 65536u
+/* The highest command type this build knows (enum idx_cmd_type): move it
+ * with each new type (idx__entry_newer). */
+#define IDX__CMD_TYPE_LAST IDX_CMD_GROUP_COMMIT_AS
 
 struct idx__cmd
 {
@@ -124,9 +127,10 @@ uint16_t idx__entry_record_version(const void *entry, size_t len);
 int idx__entry_open(struct idx__entry *it, const void *entry, size_t len);
 /* Whether an entry idx_cmd_validate refuses was written by a later
  * release rather than damaged or malformed by every release's rules: its
- * header version is not IDX__CMD_VERSION, its header carries a flag this
- * build does not know, or (header and checksum good) one of its commands
- * has a type this build does not know. A later release applies such an
+ * header version is above IDX__CMD_VERSION, its header carries a flag
+ * this build does not know, or (header and checksum good) one of its
+ * commands has a type above IDX__CMD_TYPE_LAST. Version 0 and type 0 are
+ * no release's: malformed. A later release applies such an
  * entry, so a node that only records it holds less than its peers from
  * there on (apply.c: no checkpoints after it). A known command with a
  * value this build does not know inside its body (say, a new overflow

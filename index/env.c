@@ -325,6 +325,7 @@ static int reconcile(struct idx_env *e)
     if (rc != 0) {
         return rc;
     }
+    e->stale_ckpts = false; /* only the rebuild writes them again */
     if (pos < e->log_end) {
         e->truncated += e->log_end - pos;
         rc = idx__log_truncate(e, pos);

@@ -338,15 +338,17 @@ static int fsm_apply(void *arg, uint64_t index, const void *buf, size_t len)
     f->apply_err = 0;
     f->dirty = true;
     uint64_t newer_pos;
-    if (!f->newer_logged && idx_refused_newer(f->idx, &newer_pos)) {
+    if (idx_refused_newer(f->idx, &newer_pos) &&
+        (!f->newer_logged || f->newer_logged_pos != newer_pos)) {
         /* Its peers applied what this node only recorded: upgrade it. */
         node_log(NODE_LOG_WARN,
                  "entry of a later release recorded unapplied: this node's "
                  "index lacks it and writes no checkpoint until it runs "
                  "that release",
-                 "index=%llu log_pos=%llu", (unsigned long long)index,
-                 (unsigned long long)newer_pos);
+                 "log_pos=%llu applied_index=%llu",
+                 (unsigned long long)newer_pos, (unsigned long long)index);
         f->newer_logged = true;
+        f->newer_logged_pos = newer_pos;
     }
     ckpt_queue(f);
     f->ops.kick(f->arg);

@@ -52,7 +52,8 @@ struct node_fsm
     uint64_t map_full_logged_at;  /* uv_now of the last "index map full" */
     bool dirty;                   /* applied since the last idx_flush */
     bool failed;                  /* ops.fail was called */
-    bool newer_logged; /* idx_refused_newer was logged for this env */
+    bool newer_logged;            /* idx_refused_newer was logged ... */
+    uint64_t newer_logged_pos;    /* ... for the record at this position */
     struct idx_result results[NODE_MAX_CMDS_PER_ENTRY];
 };
 

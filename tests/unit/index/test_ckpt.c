@@ -713,6 +713,34 @@ Test(
                       (unsigned long long)ca[k]);
         }
     }
+    /* This build's checkpoints (in its version 2 segments) are its own:
+     * kept as they are, even past the record (a changed byte stays). */
+    uint64_t seq = 1000;
+    for (uint64_t i = 401; idx_log_end(a) < ca[na - 1] + 3 * SEG; i++) {
+        (void)th_produce(a, i, "keep", 9, seq++, 3);
+    }
+    cr_assert_eq(idx_flush(a), 0);
+    idx_close(a);
+    size_t n2;
+    uint64_t *c2 = ckpt_positions(th_dir_a, &n2);
+    cr_assert_geq(n2, na + 2);
+    char mark[4096];
+    (void)snprintf(mark, sizeof mark, "%s/log/%020llu.ckpt", th_dir_a,
+                   (unsigned long long)c2[n2 - 1]);
+    size_t mlen;
+    uint8_t *mb = th_read_file(mark, &mlen);
+    cr_assert_gt(mlen, 80);
+    th_flip_byte(mark, 70);
+    a = open_env(th_dir_a, 1 << 20, SEG);
+    cr_expect_eq(idx_truncated_bytes(a), 0, "%s", idx_cut_note(a));
+    size_t mlen2;
+    uint8_t *mb2 = th_read_file(mark, &mlen2);
+    cr_expect(mlen2 == mlen && mb2[70] == (uint8_t)(mb[70] ^ 0x5a) &&
+                  memcmp(mb2, mb, 70) == 0,
+              "a version 2 segment's checkpoint is not written again");
+    free(mb);
+    free(mb2);
+    free(c2);
     idx_close(a);
     free(ca);
     free(cb);

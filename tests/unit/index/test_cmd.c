@@ -431,9 +431,17 @@ Test(index_cmd, newer_tells_a_later_release_from_damage)
     th_entry_reseal(b, w.len);
     cr_expect_neq(idx_cmd_validate(b, w.len), 0);
     cr_expect(idx__entry_newer(b, w.len), "command type 200");
+    b[type_at] = IDX__CMD_TYPE_LAST + 1;
+    th_entry_reseal(b, w.len);
+    cr_expect(idx__entry_newer(b, w.len), "the type after the last");
+    /* Version 0 and type 0 are no release's: malformed, not newer. */
     b[type_at] = 0;
     th_entry_reseal(b, w.len);
-    cr_expect(idx__entry_newer(b, w.len), "command type 0");
+    cr_expect_neq(idx_cmd_validate(b, w.len), 0);
+    cr_expect(!idx__entry_newer(b, w.len), "command type 0");
+    memcpy(b, w.base, w.len);
+    tern_put_u16(b, 0);
+    cr_expect(!idx__entry_newer(b, w.len), "entry version 0");
     /* The same without the reseal (damage), a known command with a bad
      * body, a short entry, a length that does not match: not newer. */
     memcpy(b, w.base, w.len);
