@@ -8,6 +8,7 @@
  * from a backup (backup.c) before the node starts.
  * Exit codes: 0 clean stop, 1 runtime failure, 2 bad configuration.
  */
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,6 +40,31 @@ static int verify_backup(const char *dir)
         (unsigned long long)info.log_start, (unsigned long long)info.log_end,
         info.n_files, (unsigned long long)info.total_bytes);
     return 0;
+}
+
+/* glibc's allocator, set for a server that allocates and frees buffers of
+ * a MiB and more all the time (each fetch answer, on the thread pool, is
+ * freed on the loop thread once sent). By default a buffer above the mmap
+ * threshold (128 KiB, raised by glibc to the largest one freed so far) is
+ * an mmap of its own, and the top of a heap above the trim threshold is
+ * given back at each free: either way the next answer starts on fresh
+ * pages, a page fault every 4 KiB (plus the munmap's TLB shootdowns),
+ * which under a hypervisor cost ternd 4x the CPU of a consumer's read-back
+ * (docs/ARCHITECTURE.md, "Answers on reused pages"). Fixed thresholds keep
+ * such buffers in the heaps, to be reused. What the process holds stays at
+ * its peak (freed memory below 128 MiB per heap top is kept), which the
+ * bounds on answers, read-aheads and client buffers already bound. */
+#define TERND_MMAP_THRESHOLD (32 << 20) /* glibc's largest allowed */
+#define TERND_TRIM_THRESHOLD (128 << 20)
+
+static void tune_malloc(void)
+{
+    if (mallopt(M_MMAP_THRESHOLD, TERND_MMAP_THRESHOLD) != 1 ||
+        mallopt(M_TRIM_THRESHOLD, TERND_TRIM_THRESHOLD) != 1) {
+        (void)fprintf(stderr,
+                      "ternd: mallopt refused a threshold; large "
+                      "answers allocate fresh pages\n");
+    }
 }
 
 int main(int argc, char **argv)
@@ -76,6 +102,7 @@ int main(int argc, char **argv)
         }
     }
     argc = kept;
+    tune_malloc();
     if (snapshot_only && restore_from == NULL) {
         (void)fprintf(stderr,
                       "ternd: --restore-snapshot-only goes with "
