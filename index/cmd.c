@@ -1819,6 +1819,51 @@ void idx_cmd_pad(struct tern_wbuf *w)
     }
 }
 
+int idx__entry_produce_msgs(const void *entry,
+                            size_t len,
+                            size_t at,
+                            size_t *start,
+                            size_t *end,
+                            bool *with_props)
+{
+    const uint8_t *b = entry;
+    struct tern_cursor c, body;
+    if (entry == NULL || len < IDX__CMD_HDR_SIZE || at >= len) {
+        return 0;
+    }
+    tern_cursor_init(&c, b + IDX__CMD_HDR_SIZE, len - IDX__CMD_HDR_SIZE);
+    for (uint32_t i = 0, n = tern_get_u32(b + 4);
+         i < n && i < IDX__CMD_MAX_COMMANDS; i++) {
+        uint8_t type = tern_cursor_u8(&c);
+        uint32_t body_len = tern_cursor_u32(&c);
+        const uint8_t *p = tern_cursor_bytes(&c, body_len);
+        if (p == NULL || c.err != 0) {
+            return 0;
+        }
+        size_t from = (size_t)(p - b);
+        if (at < from || at - from >= body_len) {
+            continue;
+        }
+        if (type != IDX_CMD_PRODUCE && type != IDX_CMD_PRODUCE_PROPS) {
+            return 0;
+        }
+        tern_cursor_init(&body, p, body_len);
+        uint8_t qlen = tern_cursor_u8(&body);
+        (void)tern_cursor_bytes(&body, qlen);
+        (void)tern_cursor_u64(&body); /* producer id */
+        (void)tern_cursor_u64(&body); /* seq */
+        (void)tern_cursor_u32(&body); /* n_msgs */
+        if (body.err != 0) {
+            return 0;
+        }
+        *start = (size_t)(body.p - b);
+        *end = from + body_len;
+        *with_props = type == IDX_CMD_PRODUCE_PROPS;
+        return 1;
+    }
+    return 0;
+}
+
 bool idx__entry_newer(const void *entry, size_t len)
 {
     const uint8_t *b = entry;

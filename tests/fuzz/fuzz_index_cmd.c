@@ -3,7 +3,8 @@
  * with the idx_cmd_* builder, which must reproduce it byte for byte (the
  * format has one encoding per entry, so anything else is a decoder bug).
  * idx__entry_newer reads every input too, and never calls an accepted
- * entry a later release's.
+ * entry a later release's; idx__entry_produce_msgs (the fetch's walk,
+ * read.c) never names a message list outside the input.
  * Build with -DFUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION so that checksums
  * do not stop mutated inputs (see IDX__CHECKSUM_OK). */
 #include <stdbool.h>
@@ -36,6 +37,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     char ns[TERN_NAME_MAX + 1], pat[256];
     int rc = idx_cmd_validate(data, size);
     bool newer = idx__entry_newer(data, size);
+    for (size_t at = 0; at < size; at += 1 + size / 8) {
+        size_t start = 0, end = 0;
+        bool with_props;
+        if (idx__entry_produce_msgs(data, size, at, &start, &end,
+                                    &with_props) == 1 &&
+            !(start <= end && end <= size && at < end)) {
+            abort(); /* a message list outside the entry */
+        }
+    }
     if (rc != 0) {
         if (rc != TERN_EMALFORMED && rc != TERN_EVERSION) {
             abort();

@@ -611,3 +611,176 @@ Test(index_props_apply, key_rows_deleted_with_messages)
     cr_expect_eq(n, 2);
     idx_close(e);
 }
+
+/* ---- A fetch reads a command's messages from its record ------------------ */
+
+struct seen
+{
+    uint32_t n;
+    struct
+    {
+        uint64_t off, ts, pid, qid;
+        uint32_t len, plen;
+        char data[128];
+        uint8_t props[128];
+    } m[64];
+};
+
+static int seen_cb(void *arg, const struct idx_fetched *f)
+{
+    struct seen *s = arg;
+    cr_assert_lt(s->n, 64);
+    cr_assert_lt(f->len, sizeof s->m[0].data);
+    cr_assert_leq(f->props_len, sizeof s->m[0].props);
+    s->m[s->n].off = f->offset;
+    s->m[s->n].ts = f->timestamp_ms;
+    s->m[s->n].pid = f->producer_id;
+    s->m[s->n].qid = f->queue_id;
+    s->m[s->n].len = f->len;
+    s->m[s->n].plen = f->props_len;
+    memset(s->m[s->n].data, 0, sizeof s->m[0].data);
+    memcpy(s->m[s->n].data, f->data, f->len);
+    if (f->props_len > 0) {
+        memcpy(s->m[s->n].props, f->props, f->props_len);
+    }
+    s->n++;
+    return 0;
+}
+
+/* Entry `index`: plain produces of n1 and n2 messages into q (two
+ * commands, producer pid, sequences seq and seq + 1) around one into r. */
+static void produce_two(struct idx_env *e,
+                        uint64_t index,
+                        uint64_t pid,
+                        uint64_t seq,
+                        uint32_t n1,
+                        uint32_t n2)
+{
+    struct tern_wbuf w;
+    struct idx_result r[3];
+    struct idx_msg m[16];
+    char text[16][24];
+    cr_assert(n1 <= 16 && n2 <= 16);
+    for (uint32_t i = 0; i < 16; i++) {
+        (void)snprintf(text[i], sizeof text[i], "x%llu.%u",
+                       (unsigned long long)index, i);
+        m[i] = (struct idx_msg){text[i], (uint32_t)strlen(text[i])};
+    }
+    tern_wbuf_init(&w);
+    idx_cmd_begin(&w, 7000 + index);
+    idx_cmd_produce(&w, "q", pid, seq, m, n1);
+    idx_cmd_produce(&w, "r", 0, 0, m, 2);
+    idx_cmd_produce(&w, "q", pid, seq + 1, m + n1, n2);
+    cr_assert_eq(th_apply(e, index, &w, r, 3), 3);
+    for (int i = 0; i < 3; i++) {
+        cr_assert_eq(r[i].status, 0);
+    }
+    tern_wbuf_free(&w);
+}
+
+/* After its first row, a fetch reads the rest of a PRODUCE command's
+ * messages from the record instead of their rows (read.c, "walk"). What
+ * it delivers must be what the rows say: every fetch, from every offset,
+ * with every count and a byte bound, against one-message fetches (which
+ * read a row each). The queue mixes PRODUCE_PROPS commands (messages
+ * with and without properties), plain PRODUCE commands, two commands of
+ * the queue in one entry with another queue's between, one-message
+ * commands, a group commit entry between, and a trimmed head. */
+Test(index_props_apply, fetches_read_commands_from_their_records_as_rows_say)
+{
+    struct idx_env *e = th_open(th_dir_a, 1 << 20);
+    uint64_t index = 1;
+    th_create(e, index++, "q");
+    th_create(e, index++, "r");
+    produce_keyed(e, index++, "q", 0, 7, 3);
+    produce_two(e, index++, 5, 1, 3, 4);
+    produce_keyed(e, index++, "q", 14, 1, 3);
+    (void)th_produce(e, index++, "q", 0, 1, 1);
+    {
+        struct tern_wbuf w;
+        struct idx_result r;
+        tern_wbuf_init(&w);
+        idx_cmd_begin(&w, 9000);
+        idx_cmd_group_commit(&w, "q", "g", 3);
+        cr_assert_eq(th_apply(e, index++, &w, &r, 1), 1);
+        tern_wbuf_free(&w);
+    }
+    produce_keyed(e, index++, "q", 16, 12, 4);
+    produce_two(e, index++, 5, 3, 1, 5);
+    (void)th_produce(e, index++, "q", 0, 2, 6);
+    cr_assert_eq(idx_flush(e), 0);
+    struct idx_queue_info qi;
+    cr_assert_eq(idx_queue_get(e, "q", &qi), 0);
+    uint64_t n = qi.next_offset;
+    cr_assert_eq(n, 7 + 7 + 1 + 1 + 12 + 6 + 6);
+
+    for (int pass = 0; pass < 2; pass++) {
+        uint64_t from = qi.start_offset;
+        struct seen *one = calloc(1, sizeof *one);
+        cr_assert_not_null(one);
+        for (uint64_t o = from; o < n; o++) {
+            uint64_t next;
+            struct idx_fetch_opts op = {.max_msgs = 1, .max_bytes = 1 << 20};
+            cr_assert_eq(
+                idx_fetch_filtered(e, "q", o, &op, seen_cb, one, &next), 0);
+            cr_assert_eq(next, o + 1);
+        }
+        cr_assert_eq(one->n, n - from);
+        const uint32_t counts[] = {2, 3, 5, 8, 13, 1000};
+        for (uint64_t start = from; start < n; start++) {
+            for (size_t ci = 0; ci < sizeof counts / sizeof counts[0]; ci++) {
+                for (int b = 0; b < 3; b++) {
+                    struct seen s = {0};
+                    uint64_t next;
+                    struct idx_fetch_opts op = {.max_msgs = counts[ci],
+                                                .max_bytes = b == 0   ? 1 << 20
+                                                             : b == 1 ? 40
+                                                                      : 150,
+                                                .with_props = b == 2};
+                    cr_assert_eq(idx_fetch_filtered(e, "q", start, &op, seen_cb,
+                                                    &s, &next),
+                                 0);
+                    cr_assert_geq(s.n, 1);
+                    cr_expect_eq(next, start + s.n);
+                    if (b == 0) {
+                        cr_expect_eq(s.n,
+                                     TERN_MIN((uint64_t)counts[ci], n - start));
+                    }
+                    for (uint32_t k = 0; k < s.n; k++) {
+                        uint64_t i = start + k - from;
+                        cr_assert_eq(s.m[k].off, one->m[i].off);
+                        cr_assert_eq(s.m[k].len, one->m[i].len);
+                        cr_assert_str_eq(s.m[k].data, one->m[i].data,
+                                         "offset %llu from %llu",
+                                         (unsigned long long)s.m[k].off,
+                                         (unsigned long long)start);
+                        cr_assert_eq(s.m[k].ts, one->m[i].ts);
+                        cr_assert_eq(s.m[k].pid, one->m[i].pid);
+                        cr_assert_eq(s.m[k].qid, one->m[i].qid);
+                        cr_assert_eq(s.m[k].plen, one->m[i].plen);
+                        cr_assert_eq(
+                            memcmp(s.m[k].props, one->m[i].props, s.m[k].plen),
+                            0);
+                    }
+                }
+            }
+        }
+        free(one);
+        if (pass == 1) {
+            break;
+        }
+        /* Again with the head trimmed into the middle of a command. */
+        struct tern_wbuf w;
+        struct idx_result r;
+        tern_wbuf_init(&w);
+        idx_cmd_begin(&w, 9900);
+        idx_cmd_trim(&w, "q", qi.id, 0, 4, 8); /* "m0".."m3" */
+        cr_assert_eq(th_apply(e, index++, &w, &r, 1), 1);
+        cr_assert_eq(r.status, 0, "%s", tern_strerror(r.status));
+        tern_wbuf_free(&w);
+        cr_assert_eq(idx_flush(e), 0);
+        cr_assert_eq(idx_queue_get(e, "q", &qi), 0);
+        cr_assert_eq(qi.start_offset, 4);
+    }
+    idx_close(e);
+}
