@@ -557,6 +557,9 @@ int idx__produce_append(struct idx_env *e,
     }
     r->base_offset = q->next_offset;
     r->count = n;
+    /* One row per message, consecutive offsets, all from the command
+     * alone: a fetch reads the rows after a command's first from its
+     * record instead (read.c, "walk"): keep them derived so. */
     while (idx__msg_iter_next(&it, &data, &len) == 1) {
         uint8_t key[IDX__MSG_KEY_SIZE], val[IDX__MSG_VAL_MAX];
         struct idx__msg_val m = {

@@ -1822,6 +1822,7 @@ void idx_cmd_pad(struct tern_wbuf *w)
 int idx__entry_produce_msgs(const void *entry,
                             size_t len,
                             size_t at,
+                            struct idx__entry_scan *s,
                             size_t *start,
                             size_t *end,
                             bool *with_props)
@@ -1831,9 +1832,14 @@ int idx__entry_produce_msgs(const void *entry,
     if (entry == NULL || len < IDX__CMD_HDR_SIZE || at >= len) {
         return 0;
     }
-    tern_cursor_init(&c, b + IDX__CMD_HDR_SIZE, len - IDX__CMD_HDR_SIZE);
-    for (uint32_t i = 0, n = tern_get_u32(b + 4);
+    if (s->pos < IDX__CMD_HDR_SIZE || s->pos >= len || at < s->pos) {
+        s->pos = IDX__CMD_HDR_SIZE;
+        s->i = 0;
+    }
+    tern_cursor_init(&c, b + s->pos, len - s->pos);
+    for (uint32_t i = s->i, n = tern_get_u32(b + 4);
          i < n && i < IDX__CMD_MAX_COMMANDS; i++) {
+        size_t here = (size_t)(c.p - b);
         uint8_t type = tern_cursor_u8(&c);
         uint32_t body_len = tern_cursor_u32(&c);
         const uint8_t *p = tern_cursor_bytes(&c, body_len);
@@ -1841,9 +1847,14 @@ int idx__entry_produce_msgs(const void *entry,
             return 0;
         }
         size_t from = (size_t)(p - b);
-        if (at < from || at - from >= body_len) {
+        if (at < from) {
+            return 0; /* in a command's type and length */
+        }
+        if (at - from >= body_len) {
             continue;
         }
+        s->pos = here;
+        s->i = i;
         if (type != IDX_CMD_PRODUCE && type != IDX_CMD_PRODUCE_PROPS) {
             return 0;
         }

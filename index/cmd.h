@@ -139,15 +139,26 @@ bool idx__entry_newer(const void *entry, size_t len);
 /* Decode the next command (pointers into the entry). 1 with *cmd filled,
  * 0 at the end (all n commands seen and no bytes left), TERN_EMALFORMED. */
 int idx__entry_next(struct idx__entry *it, struct idx__cmd *cmd);
+/* Where a scan of an entry's commands resumes: the byte offset of a
+ * command's type byte and its number (both 0: the first command). */
+struct idx__entry_scan
+{
+    size_t pos;
+    uint32_t i;
+};
 /* The message list of the PRODUCE or PRODUCE_PROPS command of entry
  * whose body holds byte `at` (an entry recorded and applied, whose record
  * checksum held: the commands are not validated again, only bounded):
  * 1 with [*start, *end) the list's bytes (offsets in the entry; each
  * message u32 len, bytes, and with *with_props u32 props_len, props),
- * 0 when `at` lies in a command of another type or in none. */
+ * 0 when `at` lies in a command of another type or in none. The scan
+ * starts at *s when `at` lies past it (else at the first command) and
+ * leaves *s at the command holding `at`, so that the lookups of one
+ * record's messages in increasing order read each header once. */
 int idx__entry_produce_msgs(const void *entry,
                             size_t len,
                             size_t at,
+                            struct idx__entry_scan *s,
                             size_t *start,
                             size_t *end,
                             bool *with_props);

@@ -388,6 +388,10 @@ struct walk
     bool with_props;
     uint64_t timestamp_ms;
     uint64_t producer_id;
+    /* where the lookups in the record at scan_rec_pos resume (an entry
+     * of the batcher holds up to thousands of one-message commands) */
+    struct idx__entry_scan scan;
+    uint64_t scan_rec_pos;
 };
 
 /* Start walking after row m, whose record is loaded in rec at rec_pos. */
@@ -399,8 +403,12 @@ static void walk_start(struct walk *w,
     size_t start, end;
     bool with_props;
     w->p = NULL;
+    if (w->scan_rec_pos != rec_pos) {
+        memset(&w->scan, 0, sizeof w->scan);
+        w->scan_rec_pos = rec_pos;
+    }
     if (idx__entry_produce_msgs(rec->payload, rec->payload_len, m->data_off,
-                                &start, &end, &with_props) != 1) {
+                                &w->scan, &start, &end, &with_props) != 1) {
         return;
     }
     /* Past the message: its bytes, and its properties block (which
@@ -473,7 +481,7 @@ static int fetch_in(const struct rd *rd,
     struct idx__queue_val q = {0};
     struct idx__record rec = {0};
     uint64_t rec_pos = UINT64_MAX; /* record currently in e->rbuf */
-    struct walk walk = {0};
+    struct walk walk = {.scan_rec_pos = UINT64_MAX};
     uint64_t cur_at = UINT64_MAX; /* the offset whose row cur is on */
     uint64_t off = offset;
     uint64_t bytes = 0;

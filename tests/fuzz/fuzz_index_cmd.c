@@ -40,7 +40,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     for (size_t at = 0; at < size; at += 1 + size / 8) {
         size_t start = 0, end = 0;
         bool with_props;
-        if (idx__entry_produce_msgs(data, size, at, &start, &end,
+        struct idx__entry_scan scan = {0};
+        if (idx__entry_produce_msgs(data, size, at, &scan, &start, &end,
                                     &with_props) == 1 &&
             !(start <= end && end <= size && at < end)) {
             abort(); /* a message list outside the entry */
@@ -65,6 +66,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     tern_put_u16(w.base + 2, tern_get_u16(data + 2));
     while ((rc = idx__entry_next(&it, &c)) == 1) {
         copy_name(q, c.queue, c.queue_len);
+        if (c.type == IDX_CMD_PRODUCE || c.type == IDX_CMD_PRODUCE_PROPS) {
+            /* The walk's lookup finds exactly the decoded message list. */
+            struct idx__entry_scan sc = {0};
+            size_t at = (size_t)(c.msgs - data), s0 = 0, e0 = 0;
+            bool wp = false;
+            if (idx__entry_produce_msgs(data, size, at, &sc, &s0, &e0, &wp) !=
+                    1 ||
+                s0 != at || e0 != at + c.msgs_len ||
+                wp != (c.type == IDX_CMD_PRODUCE_PROPS)) {
+                abort();
+            }
+        }
         switch (c.type) {
         case IDX_CMD_QUEUE_CREATE:
             idx_cmd_queue_create_opts(&w, q,

@@ -678,12 +678,46 @@ static void produce_two(struct idx_env *e,
     tern_wbuf_free(&w);
 }
 
+/* Entry `index`: one PRODUCE_PROPS command into q whose messages have a
+ * properties block or none, one of them empty: "a" (key), "", "bb",
+ * "ccc" (tag), "d". */
+static void produce_mixed(struct idx_env *e, uint64_t index)
+{
+    struct tern_wbuf w, p1, p2;
+    struct idx_props a = {.key = "ka", .key_len = 2};
+    struct idx_props c = {.tag = "t", .tag_len = 1};
+    tern_wbuf_init(&p1);
+    tern_wbuf_init(&p2);
+    idx_props_encode(&p1, &a);
+    idx_props_encode(&p2, &c);
+    cr_assert(p1.err == 0 && p2.err == 0);
+    struct idx_pmsg m[5] = {
+        {"a", 1, p1.base, (uint32_t)p1.len},
+        {"", 0, NULL, 0},
+        {"bb", 2, NULL, 0},
+        {"ccc", 3, p2.base, (uint32_t)p2.len},
+        {"d", 1, NULL, 0},
+    };
+    tern_wbuf_init(&w);
+    idx_cmd_begin(&w, 8000 + index);
+    idx_cmd_produce_props(&w, "q", 0, 0, m, 5);
+    cr_assert_eq(idx_cmd_end(&w), 0);
+    cr_assert_eq(w.base[IDX__CMD_HDR_SIZE], IDX_CMD_PRODUCE_PROPS);
+    struct idx_result r;
+    cr_assert_eq(th_apply(e, index, &w, &r, 1), 1);
+    cr_assert_eq(r.status, 0);
+    tern_wbuf_free(&w);
+    tern_wbuf_free(&p1);
+    tern_wbuf_free(&p2);
+}
+
 /* After its first row, a fetch reads the rest of a PRODUCE command's
  * messages from the record instead of their rows (read.c, "walk"). What
  * it delivers must be what the rows say: every fetch, from every offset,
  * with every count and a byte bound, against one-message fetches (which
  * read a row each). The queue mixes PRODUCE_PROPS commands (messages
- * with and without properties), plain PRODUCE commands, two commands of
+ * with and without properties, one empty), plain PRODUCE commands, two
+ * commands of
  * the queue in one entry with another queue's between, one-message
  * commands, a group commit entry between, and a trimmed head. */
 Test(index_props_apply, fetches_read_commands_from_their_records_as_rows_say)
@@ -706,13 +740,14 @@ Test(index_props_apply, fetches_read_commands_from_their_records_as_rows_say)
         tern_wbuf_free(&w);
     }
     produce_keyed(e, index++, "q", 16, 12, 4);
+    produce_mixed(e, index++);
     produce_two(e, index++, 5, 3, 1, 5);
     (void)th_produce(e, index++, "q", 0, 2, 6);
     cr_assert_eq(idx_flush(e), 0);
     struct idx_queue_info qi;
     cr_assert_eq(idx_queue_get(e, "q", &qi), 0);
     uint64_t n = qi.next_offset;
-    cr_assert_eq(n, 7 + 7 + 1 + 1 + 12 + 6 + 6);
+    cr_assert_eq(n, 7 + 7 + 1 + 1 + 12 + 5 + 6 + 6);
 
     for (int pass = 0; pass < 2; pass++) {
         uint64_t from = qi.start_offset;
