@@ -1705,6 +1705,18 @@ static int decode_body(struct tern_cursor *c, struct idx__cmd *cmd)
     return 0;
 }
 
+/* One command's framing at c (u8 type, u32 body length, body): the body
+ * with *type and *body_len, or NULL when c holds less (c->err set). */
+static const uint8_t *cmd_frame(struct tern_cursor *c,
+                                uint8_t *type,
+                                uint32_t *body_len)
+{
+    *type = tern_cursor_u8(c);
+    *body_len = tern_cursor_u32(c);
+    const uint8_t *p = tern_cursor_bytes(c, *body_len);
+    return c->err != 0 ? NULL : p;
+}
+
 int idx__entry_next(struct idx__entry *it, struct idx__cmd *cmd)
 {
     struct tern_cursor body;
@@ -1715,9 +1727,8 @@ int idx__entry_next(struct idx__entry *it, struct idx__cmd *cmd)
     if (it->i == it->n) {
         return tern_cursor_left(&it->c) == 0 ? 0 : TERN_EMALFORMED;
     }
-    cmd->type = tern_cursor_u8(&it->c);
-    uint32_t body_len = tern_cursor_u32(&it->c);
-    const uint8_t *p = tern_cursor_bytes(&it->c, body_len);
+    uint32_t body_len;
+    const uint8_t *p = cmd_frame(&it->c, &cmd->type, &body_len);
     if (p == NULL) {
         return TERN_EMALFORMED;
     }
@@ -1840,10 +1851,10 @@ int idx__entry_produce_msgs(const void *entry,
     for (uint32_t i = s->i, n = tern_get_u32(b + 4);
          i < n && i < IDX__CMD_MAX_COMMANDS; i++) {
         size_t here = (size_t)(c.p - b);
-        uint8_t type = tern_cursor_u8(&c);
-        uint32_t body_len = tern_cursor_u32(&c);
-        const uint8_t *p = tern_cursor_bytes(&c, body_len);
-        if (p == NULL || c.err != 0) {
+        uint8_t type;
+        uint32_t body_len;
+        const uint8_t *p = cmd_frame(&c, &type, &body_len);
+        if (p == NULL) {
             return 0;
         }
         size_t from = (size_t)(p - b);
@@ -1896,9 +1907,9 @@ bool idx__entry_newer(const void *entry, size_t len)
     tern_cursor_init(&c, b + IDX__CMD_HDR_SIZE, len - IDX__CMD_HDR_SIZE);
     for (uint32_t i = 0, n = tern_get_u32(b + 4);
          i < n && i < IDX__CMD_MAX_COMMANDS; i++) {
-        uint8_t type = tern_cursor_u8(&c);
-        uint32_t body_len = tern_cursor_u32(&c);
-        if (tern_cursor_bytes(&c, body_len) == NULL || c.err != 0) {
+        uint8_t type;
+        uint32_t body_len;
+        if (cmd_frame(&c, &type, &body_len) == NULL) {
             return false;
         }
         if (type > IDX__CMD_TYPE_LAST) {
