@@ -68,11 +68,13 @@ static const struct
     const char *name;
     const char *what;
 } stage_titles[] = {
+    {"request_to_propose", "request read -> entry proposed"},
     {"leader_disk", "leader append durable (own disk write)"},
     {"append_to_post", "leader append -> AppendEntries sent"},
     {"post_to_result", "-> follower durable + ack (round trip)"},
     {"result_to_commit", "-> commit index covers it"},
     {"apply", "FSM apply (one entry)"},
+    {"apply_to_answer", "applied -> answer queued"},
 };
 
 static const char *stage_title(const char *name)

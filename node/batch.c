@@ -15,9 +15,13 @@
  *      index and copies the i-th idx_result to the i-th request;
  *   4. the propose callback (node_batcher_proposed, status 0) moves the
  *      batch to DONE;
- *   5. after the next idx_flush (group commit) node_batcher_flushed answers
- *      every request of the DONE batches: an acknowledged message is
- *      already visible to fetches.
+ *   5. right before the next idx_flush (group commit),
+ *      node_batcher_answer_produces answers the DONE batches' produces
+ *      (their answer is the apply's result alone), then after it
+ *      node_batcher_flushed answers the other requests (some read the
+ *      index). The flush runs before the loop reads any further request,
+ *      so an acknowledged message is visible to every fetch that can
+ *      follow the acknowledgement.
  *
  * Bounds and backpressure: an entry is sealed at max_entry_bytes or
  * max_cmds (a single request bigger than the bound gets an entry of its
@@ -797,6 +801,7 @@ void node_batcher_propose(struct node_batcher *b)
 
         tern_list_remove(&batch->link);
         b->n_queued--;
+        batch->proposed_ns = uv_hrtime();
         rv = b->ops.propose(b->arg, batch, batch->w.base, batch->w.len, &index);
         if (rv != 0) {
             batch_answer(batch, rv);
@@ -824,6 +829,7 @@ void node_batcher_on_apply(struct node_batcher *b,
         struct node_batch *batch = TERN_CONTAINER(l, struct node_batch, link);
         struct tern_list *wl;
         unsigned i = 0;
+        uint64_t now;
 
         if (batch->index != index) {
             continue;
@@ -837,8 +843,11 @@ void node_batcher_on_apply(struct node_batcher *b,
             return; /* another leader's entry at our index */
         }
         i = batch->n_lead; /* the TERM's result answers nobody */
+        now = uv_hrtime();
         for (wl = batch->wreqs.next; wl != &batch->wreqs; wl = wl->next) {
             struct node_wreq *w = TERN_CONTAINER(wl, struct node_wreq, link);
+            w->proposed_ns = batch->proposed_ns;
+            w->applied_ns = now;
             if (i < n) {
                 w->result = results[i];
                 w->status = results[i].status;
@@ -871,6 +880,26 @@ void node_batcher_proposed(struct node_batch *batch, int status, uint64_t index)
     }
     tern_list_push(&b->done, &batch->link);
     b->n_done++;
+}
+
+void node_batcher_answer_produces(struct node_batcher *b)
+{
+    for (struct tern_list *l = b->done.next; l != &b->done; l = l->next) {
+        struct node_batch *batch = TERN_CONTAINER(l, struct node_batch, link);
+        struct tern_list *wl = batch->wreqs.next;
+        while (wl != &batch->wreqs) {
+            struct node_wreq *w = TERN_CONTAINER(wl, struct node_wreq, link);
+            wl = wl->next;
+            if (w->op != PROTO_OP_PRODUCE &&
+                w->op != PROTO_OP_PRODUCE_DELAYED) {
+                continue;
+            }
+            tern_list_remove(&w->link);
+            b->ops.respond(w);
+            tern_free(w->items);
+            tern_free(w);
+        }
+    }
 }
 
 void node_batcher_flushed(struct node_batcher *b)

@@ -55,6 +55,10 @@ struct node_wreq
      * request was added (uv_hrtime) and its messages' bytes. */
     uint64_t added_ns;
     uint64_t msg_bytes;
+    /* When its entry was proposed and applied on this node (uv_hrtime; 0:
+     * not yet), for the stage breakdown (server.c). */
+    uint64_t proposed_ns;
+    uint64_t applied_ns;
 };
 /* w->op of the leader's own TIMER_FIRE (node_batcher_add_timer_fire): no
  * client op has this number. */
@@ -65,14 +69,15 @@ struct node_batch
 {
     struct tern_list link;
     struct tern_list wreqs;
-    unsigned n_cmds;    /* commands in the entry (TERM included) */
-    unsigned n_lead;    /* leading commands no request owns (TERM) */
-    struct tern_wbuf w; /* entry bytes (moved to repl on propose) */
-    size_t len;         /* sealed entry length (without padding) */
-    uint8_t head[24];   /* the sealed entry's header (identity) */
-    uint64_t index;     /* raft index once proposed */
-    uint64_t ts;        /* the entry's timestamp_ms (leader's clock) */
-    bool applied;       /* results were routed */
+    unsigned n_cmds;      /* commands in the entry (TERM included) */
+    unsigned n_lead;      /* leading commands no request owns (TERM) */
+    struct tern_wbuf w;   /* entry bytes (moved to repl on propose) */
+    size_t len;           /* sealed entry length (without padding) */
+    uint8_t head[24];     /* the sealed entry's header (identity) */
+    uint64_t index;       /* raft index once proposed */
+    uint64_t ts;          /* the entry's timestamp_ms (leader's clock) */
+    uint64_t proposed_ns; /* uv_hrtime at repl_propose */
+    bool applied;         /* results were routed */
     struct node_batcher *batcher;
 };
 
@@ -232,6 +237,11 @@ void node_batcher_on_apply(struct node_batcher *b,
 void node_batcher_proposed(struct node_batch *batch,
                            int status,
                            uint64_t index);
+/* Answer the done batches' produces (PRODUCE, PRODUCE_DELAYED: their
+ * answer is their result alone) before the index flush that covers
+ * them; the caller flushes before it reads any further request (node.c's
+ * on_check), so nothing can ask for the message before it is visible. */
+void node_batcher_answer_produces(struct node_batcher *b);
 /* idx_flush covered everything applied so far: answer the done batches. */
 void node_batcher_flushed(struct node_batcher *b);
 /* Answer every request not yet proposed with status (shutdown). */

@@ -19,14 +19,15 @@
  * node's view of the configuration (cfg_view.cluster_secret).
  *
  * One loop iteration: a uv_check handle (end of every iteration) first
- * proposes the write batch collected during the iteration, then flushes
- * the index once if anything was applied (group commit, fsm.c), then
- * releases the answers of the batches whose apply that flush covered, then
- * wakes parked FETCHes. So an acknowledged message is immediately
- * fetchable, on this node. A uv_idle handle is started whenever work is
- * pending so the loop never blocks in poll with an unflushed apply. A
- * 100 ms watchdog timer polls the disk space, hands leadership over when
- * the leader's disk is full, and watches raft for a fail-stop.
+ * proposes the write batch collected during the iteration, then answers
+ * the applied produces, then flushes the index once if anything was
+ * applied (group commit, fsm.c), then releases the other answers of the
+ * batches whose apply that flush covered, then wakes parked FETCHes. So an
+ * acknowledged message is immediately fetchable, on this node. A uv_idle handle
+ * is started whenever work is pending so the loop never blocks in poll with an
+ * unflushed apply. A 100 ms watchdog timer polls the disk space, hands
+ * leadership over when the leader's disk is full, and watches raft for a
+ * fail-stop.
  *
  * Retention (docs/MESSAGES.md): after each flush the row cleaner
  * (idx_clean_step, [node] clean_batch_rows rows per iteration, local to
@@ -788,6 +789,15 @@ static void on_check(uv_check_t *h)
     if (!n->stopping) {
         bootstrap_admin(n);
         node_batcher_propose(&n->batcher);
+    }
+    /* Produce answers leave before the index flush: it runs before the
+     * loop reads another request (batch.c, step 5). */
+    if (n->server != NULL) {
+        node_server_cork(n->server);
+        node_batcher_answer_produces(&n->batcher);
+        node_server_uncork(n->server);
+    } else {
+        node_batcher_answer_produces(&n->batcher);
     }
     flushed = node_fsm_flush(&n->fsm);
     /* Answers go out with one write per connection (server.h); the server

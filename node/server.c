@@ -188,6 +188,23 @@
 /* Answer bytes a corked connection holds before writing them. */
 #define SERVER__CORK_MAX (256u << 10)
 
+/* The node's own stages of a produce (PRODUCE and PRODUCE_DELAYED
+ * answered with success), named in STATS after raft's (repl.h):
+ *   to_propose  request decoded and added to a batch -> its entry handed
+ *               to raft (the rest of the loop iteration: other requests,
+ *               the batch sealed at the end of it)
+ *   to_answer   its entry applied by the FSM -> its answer queued on the
+ *               connection (the rest of the commit's loop iteration; the
+ *               write itself leaves at the uncork right after)
+ * Between them lie raft's append -> commit and the apply. */
+enum node_stage {
+    NODE_STAGE_TO_PROPOSE = 0,
+    NODE_STAGE_TO_ANSWER,
+    NODE_STAGE__COUNT
+};
+static const char *const node_stage_names[NODE_STAGE__COUNT] = {
+    "request_to_propose", "apply_to_answer"};
+
 /* The node as the server sees it (node_server_new's arguments). Each
  * connection has a copy: it can outlive the server. */
 struct node_view
@@ -386,6 +403,9 @@ struct node_server
     void (*close_cb)(void *arg);
     void *close_arg;
     struct node_metrics *metrics; /* borrowed; NULL: none */
+    /* The node's part of a produce around its commit (STATS' stage
+     * tail after raft's, reset with it): NODE_STAGE_*. */
+    struct repl_latency stages[NODE_STAGE__COUNT];
 };
 
 struct out
@@ -2602,7 +2622,21 @@ static void serve_stats(struct node_conn *c, uint64_t request_id, uint8_t flags)
                 p->p99_ns = repl_latency_quantile(&sg[i], 0.99);
             }
         }
+        for (unsigned i = 0; c->srv != NULL && i < NODE_STAGE__COUNT &&
+                             ps.n_stages < PROTO_STATS_MAX_STAGES;
+             i++) {
+            const struct repl_latency *l = &c->srv->stages[i];
+            struct proto_stats_stage *p = &ps.stages[ps.n_stages++];
+            p->name = node_stage_names[i];
+            p->name_len = (uint16_t)strlen(p->name);
+            p->count = l->count;
+            p->p50_ns = repl_latency_quantile(l, 0.50);
+            p->p99_ns = repl_latency_quantile(l, 0.99);
+        }
         tern_free(sg);
+    }
+    if ((flags & PROTO_STATS_RESET) != 0 && c->srv != NULL) {
+        memset(c->srv->stages, 0, sizeof(c->srv->stages));
     }
     c->view.ops.latency(c->view.arg, lat, (flags & PROTO_STATS_RESET) != 0);
     ps.node_id = cfg->id;
@@ -3660,8 +3694,14 @@ void node_server_respond(struct node_wreq *w)
             node_metrics_produced(c->srv->metrics, w->result.count,
                                   w->msg_bytes);
         }
-        node_metrics_produce_latency(c->srv->metrics,
-                                     uv_hrtime() - w->added_ns);
+        uint64_t now = uv_hrtime();
+        node_metrics_produce_latency(c->srv->metrics, now - w->added_ns);
+        if (w->status == 0 && w->applied_ns != 0) {
+            repl_latency_record(&c->srv->stages[NODE_STAGE_TO_PROPOSE],
+                                w->proposed_ns - w->added_ns);
+            repl_latency_record(&c->srv->stages[NODE_STAGE_TO_ANSWER],
+                                now - w->applied_ns);
+        }
     }
     if (!conn_live(c) && w->op == PROTO_OP_RECEIVE && w->status == 0) {
         release_granted(c, w, 0);

@@ -75,14 +75,16 @@ struct repl_io_state
      * durable_index. */
     uint64_t acked_index;
     unsigned n_unacked;       /* appends whose raft cb has not fired */
-    struct tern_list unacked; /* memory mode: those, submission order */
-    uv_idle_t idle;           /* memory mode: fires deferred acks */
+    struct tern_list unacked; /* memory mode: those, submission order;
+                                 disk mode: deferred ones that failed */
+    uv_idle_t idle;           /* fires deferred acks, completes quiet
+                                 answers */
     bool idle_init;
     bool idle_closed;
-    /* Memory mode, follower ("Follower apply off the answer path"): the
-     * commit index of the newest accepted AppendEntries, held back from
-     * the core until its entries are acked and answered. index 0: nothing
-     * held. */
+    /* Follower ("Follower apply off the answer path", io.c): the commit
+     * index of the newest accepted AppendEntries, held back from the core
+     * until its entries are acked and answered (disk mode: delivered as
+     * far as durable at once). index 0: nothing held. */
     struct
     {
         uint64_t index;  /* the AppendEntries' last entry */
@@ -103,6 +105,10 @@ struct repl_io_state
     uv_timer_t flush_timer;
     bool flush_timer_closed;
     uint64_t inner_flushes; /* stats: hand-overs of pending appends */
+    /* Disk mode, set by repl_propose around raft_apply: the leader's own
+     * append waits in inner_pending until its AppendEntries are sent
+     * ("A leader's own write after its AppendEntries", io.c). */
+    bool defer_appends;
 
     /* libraft 0.15 truncate/close race ("Close and truncate"): truncates
      * handed to the inner io, the newest of them known finished (an
@@ -474,6 +480,9 @@ void repl_io_deliver(struct repl *r, struct repl_wire *w);
  * order). Runs from the loop's idle handle; tests without a loop call it
  * directly. Returns how many fired. */
 size_t repl_io_run_deferred(struct repl *r);
+/* Hand the appends waiting in inner_pending to the inner io now (a
+ * leader's deferred own write; memory mode's coalesced ones). */
+void repl_io_flush_deferred(struct repl *r);
 /* Run what a tick of the inner io runs (raft's tick through the gates of
  * guard.c item 4, then the polls), now. Outside raft's callbacks only. */
 void repl_io_tick(struct repl *r);

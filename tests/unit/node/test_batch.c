@@ -139,6 +139,10 @@ static void add_produces(unsigned n, const char *payload)
     }
 }
 
+static struct proto_request group_req(uint8_t op,
+                                      const char *queue,
+                                      const char *group);
+
 static struct proto_request queue_req(uint8_t op, const char *queue)
 {
     struct proto_request r;
@@ -188,6 +192,64 @@ Test(batch, one_entry_per_iteration_answers_after_flush)
         cr_expect_eq(t.answers[i].result.base_offset, 10ull * i);
         cr_expect_eq(t.answers[i].owner, &owner);
     }
+    cr_expect(node_batcher_idle(&t.b));
+}
+
+/* Produces are answered before the index flush (their answer is the
+ * apply's result), everything else of the same entry only after it: a
+ * GROUP_FETCH reads the index, a queue definition or a group commit must
+ * be visible once answered. Only applied and completed entries answer. */
+Test(batch, produces_answer_before_the_flush_the_rest_after)
+{
+    struct proto_request r1 = queue_req(PROTO_OP_QUEUE_CREATE, "q");
+    struct proto_request r2 = produce_req("q", "hello");
+    struct proto_request r3 = group_req(PROTO_OP_GROUP_COMMIT, "q", "g");
+    struct proto_request r4 = produce_req("q", "world");
+    struct proto_request r5 = group_req(PROTO_OP_GROUP_FETCH, "q", "g");
+    struct proto_request r6 = produce_req("q", "later");
+
+    r3.offset = 1;
+    cr_assert_eq(node_batcher_add(&t.b, NULL, 1, &r1), 0);
+    cr_assert_eq(node_batcher_add(&t.b, NULL, 2, &r2), 0);
+    cr_assert_eq(node_batcher_add(&t.b, NULL, 3, &r3), 0);
+    cr_assert_eq(node_batcher_add(&t.b, NULL, 4, &r4), 0);
+    cr_assert_eq(node_batcher_add(&t.b, NULL, 5, &r5), 0);
+    node_batcher_propose(&t.b);
+    cr_assert_eq(node_batcher_add(&t.b, NULL, 6, &r6), 0);
+    node_batcher_propose(&t.b);
+    cr_assert_eq(t.n_props, 2);
+
+    node_batcher_answer_produces(&t.b);
+    cr_expect_eq(t.n_answers, 0, "nothing applied yet");
+    apply_fake(&t.props[0], 5);
+    node_batcher_answer_produces(&t.b);
+    cr_expect_eq(t.n_answers, 0, "applied, but its proposal not completed");
+    node_batcher_proposed(t.props[0].batch, 0, t.props[0].index);
+
+    node_batcher_answer_produces(&t.b);
+    cr_assert_eq(t.n_answers, 2, "the first entry's two produces");
+    cr_expect_eq(t.answers[0].request_id, 2);
+    cr_expect_eq(t.answers[0].result.base_offset, 10);
+    cr_expect_eq(t.answers[1].request_id, 4);
+    cr_expect_eq(t.answers[1].result.base_offset, 30);
+    node_batcher_answer_produces(&t.b);
+    cr_expect_eq(t.n_answers, 2, "each answered once");
+
+    node_batcher_flushed(&t.b);
+    cr_assert_eq(t.n_answers, 5, "then the rest, after the flush");
+    cr_expect_eq(t.answers[2].request_id, 1);
+    cr_expect_eq(t.answers[3].request_id, 3);
+    cr_expect_eq(t.answers[4].request_id, 5);
+    cr_expect_eq(t.answers[4].op, PROTO_OP_GROUP_FETCH);
+    cr_expect_not(node_batcher_idle(&t.b), "the second entry is in flight");
+
+    apply_fake(&t.props[1], 2);
+    node_batcher_proposed(t.props[1].batch, 0, t.props[1].index);
+    node_batcher_answer_produces(&t.b);
+    cr_assert_eq(t.n_answers, 6);
+    cr_expect_eq(t.answers[5].request_id, 6);
+    node_batcher_flushed(&t.b);
+    cr_expect_eq(t.n_answers, 6);
     cr_expect(node_batcher_idle(&t.b));
 }
 

@@ -310,6 +310,9 @@ static int f_append(struct raft_io *io,
         f->fail_next_submit = 0;
         return rv; /* nothing queued, no callback */
     }
+    if (f->on_append != NULL) {
+        f->on_append(f->on_append_arg, f->next_index, n);
+    }
     op = calloc(1, sizeof *op);
     op->type = OP_APPEND;
     op->index = f->next_index;

@@ -68,6 +68,10 @@ struct fake_io
     int fail_next_append; /* status to fail the next append with */
     int fail_next_submit; /* the next append call returns this */
     int fixed_random;     /* >= 0: random() returns min + this (capped) */
+    /* Called at every append submission (first index, count), before it
+     * is queued; NULL: none. */
+    void (*on_append)(void *arg, uint64_t first, unsigned n);
+    void *on_append_arg;
 };
 
 /* Initialise an inner io over disk with the cluster clock. */

@@ -386,3 +386,155 @@ Test(durability, memory_mode_failed_hand_over_fail_stops)
     cr_expect_neq(dead_status[1], 0);
     cluster_fini(&cl);
 }
+
+/* ---- disk mode: the order of the commit path's steps (io.c) ---------- */
+
+static struct
+{
+    int leader;
+    uint64_t first;
+    size_t pending[CLUSTER_MAX];
+    unsigned calls;
+} order;
+
+static void record_sends_at_append(void *arg, uint64_t first, unsigned n)
+{
+    (void)arg;
+    (void)n;
+    order.calls++;
+    order.first = first;
+    for (unsigned i = 0; i < cl.n; i++) {
+        order.pending[i] =
+            (int)i == order.leader
+                ? 0
+                : xport_mem_net_pending(cl.net, id_of(order.leader), id_of(i));
+    }
+}
+
+/* The leader hands its own write of a proposal to the disk only after the
+ * AppendEntries carrying it went to every follower (io.c "A leader's own
+ * write after its AppendEntries"): the followers' disk writes, which the
+ * commit waits for, start one disk submission earlier. The entry still
+ * commits and applies everywhere. */
+Test(durability, disk_mode_leader_writes_after_its_append_entries_left)
+{
+    uint64_t prev = 0, e = 0;
+    cluster_init(&cl, 3);
+    cl.durability = REPL_DURABILITY_DISK;
+    int l = cluster_elect(&cl);
+    cluster_propose_applied(&cl, (unsigned)l, 2, 32, 1, &prev);
+    cluster_steps(&cl, 50);
+    xport_mem_net_complete(cl.net);
+    for (unsigned i = 0; i < cl.n; i++) {
+        if ((int)i != l) {
+            while (xport_mem_net_pending(cl.net, id_of(l), id_of(i)) > 0) {
+                cr_assert_eq(
+                    xport_mem_net_deliver(cl.net, id_of(l), id_of(i), 1), 1);
+            }
+        }
+    }
+    memset(&order, 0, sizeof order);
+    order.leader = l;
+    cl.nodes[l].io->on_append = record_sends_at_append;
+    cluster_propose_n(&cl, (unsigned)l, 1, 32, 7, &e);
+    cr_assert_eq(order.calls, 1, "one disk write for the proposal");
+    cr_expect_eq(order.first, e);
+    for (unsigned i = 0; i < cl.n; i++) {
+        if ((int)i != l) {
+            cr_expect_geq(order.pending[i], 1,
+                          "node %u: its AppendEntries left before the "
+                          "leader's own write",
+                          i);
+        }
+    }
+    cl.nodes[l].io->on_append = NULL;
+    cr_assert(cluster_step_until(&cl, pred_all_applied, &e, STEPS));
+    cr_expect(!cl.conflict);
+    cluster_fini(&cl);
+}
+
+/* A deferred write that the disk refuses to start fail-stops the leader
+ * like a failed write (guard.c item 7); raft hears of it from the next
+ * loop turn, and the others elect a leader that commits. */
+Test(durability, disk_mode_deferred_write_that_fails_to_start_fail_stops)
+{
+    uint64_t prev = 0, e = 0, e2 = 0;
+    struct repl_status st;
+    cluster_init(&cl, 3);
+    cl.durability = REPL_DURABILITY_DISK;
+    int l = cluster_elect(&cl);
+    cluster_propose_applied(&cl, (unsigned)l, 2, 32, 1, &prev);
+    cl.nodes[l].io->fail_next_submit = RAFT_IOERR;
+    cluster_propose_n(&cl, (unsigned)l, 1, 32, 7, &e);
+    repl_get_status(cl.nodes[l].repl, &st);
+    cr_expect_neq(st.failed, 0, "the leader fail-stopped");
+    cr_assert(cluster_step_until(&cl, pred_writable_leader, NULL, STEPS * 4));
+    int l2 = cluster_writable_leader(&cl);
+    cr_assert_neq(l2, l);
+    cluster_propose_n(&cl, (unsigned)l2, 1, 32, 8, &e2);
+    cr_expect(cluster_step_until(&cl, pred_leader_committed, &e2, STEPS),
+              "the new leader commits");
+    cr_expect(!cl.conflict);
+    cluster_fini(&cl);
+}
+
+/* A follower applies the entries an AppendEntries newly commits while it
+ * writes the message's own entries, not between the write and its answer
+ * (io.c "Follower apply off the answer path", disk mode): with its disk
+ * frozen, the commit is applied and no answer has gone yet; the answer
+ * leaves when the write completes. */
+Test(durability, disk_mode_follower_applies_while_its_append_is_written)
+{
+    uint64_t prev = 0, e1 = 0, e2 = 0;
+    struct repl_status st;
+    int l, f;
+    cluster_init(&cl, 3);
+    cl.durability = REPL_DURABILITY_DISK;
+    l = cluster_elect(&cl);
+    f = cluster_other(&cl, l, l);
+    cluster_propose_applied(&cl, (unsigned)l, 2, 32, 1, &prev);
+    cluster_propose_n(&cl, (unsigned)l, 1, 32, 2, &e1);
+    cr_assert(cluster_step_until(&cl, pred_leader_committed, &e1, STEPS));
+    xport_mem_net_complete(cl.net);
+    repl_get_status(cl.nodes[f].repl, &st);
+    cr_assert_geq(st.last_counted, e1);
+    cr_assert_lt(cl.nodes[f].applied_index, e1, "f learns the commit later");
+    cr_assert_eq(xport_mem_net_pending(cl.net, id_of(f), id_of(l)), 0);
+    cl.nodes[f].frozen = true;
+    cluster_propose_n(&cl, (unsigned)l, 1, 32, 3, &e2);
+    cr_assert_geq(xport_mem_net_pending(cl.net, id_of(l), id_of(f)), 1);
+    while (xport_mem_net_pending(cl.net, id_of(l), id_of(f)) > 0) {
+        cr_assert_eq(xport_mem_net_deliver(cl.net, id_of(l), id_of(f), 1), 1);
+    }
+    cr_expect_eq(fake_io_pending(cl.nodes[f].io), 1, "e2 is being written");
+    cr_expect_geq(cl.nodes[f].applied_index, e1,
+                  "e1 applied while e2 is written");
+    cr_expect_eq(xport_mem_net_pending(cl.net, id_of(f), id_of(l)), 0,
+                 "no answer before the write");
+    cr_expect_geq(cl.nodes[f].repl->io.holds_delivered, 1);
+    cl.nodes[f].frozen = false;
+    cr_assert(cluster_step_until(&cl, pred_all_applied, &e2, STEPS));
+    cr_expect(!cl.conflict);
+    cluster_fini(&cl);
+}
+
+/* With the hold, disk-mode followers apply every entry, in order, under a
+ * stream of proposals of varied sizes. */
+Test(durability, disk_mode_followers_apply_every_entry)
+{
+    uint64_t last = 0;
+    cluster_init(&cl, 3);
+    cl.durability = REPL_DURABILITY_DISK;
+    int l = cluster_elect(&cl);
+    for (unsigned k = 0; k < 40; k++) {
+        cluster_propose_applied(&cl, (unsigned)l, 1 + k % 3, 64, 10 + k, &last);
+    }
+    for (unsigned i = 0; i < cl.n; i++) {
+        cr_expect_eq(cl.nodes[i].applied_index, last, "node %u", i);
+        if ((int)i != l) {
+            cr_expect_gt(cl.nodes[i].repl->io.holds_delivered, 0, "node %u", i);
+        }
+    }
+    cr_expect(!cl.conflict);
+    cluster_fini(&cl);
+}
