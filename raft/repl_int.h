@@ -694,8 +694,8 @@ void repl_set_guard(struct repl *r, bool enabled);
 uint64_t repl_guard_drops(const struct repl *r);
 uint64_t repl_vote_rewrites(const struct repl *r);
 
-/* crc.c: raft_uv's batch checksum (libraft's byteCrc32) 8 bytes at a
- * time; the link's --wrap=byteCrc32 routes raft_uv's calls to it when
+/* crc.c: raft_uv's batch checksum (libraft's byteCrc32) by ISA-L's
+ * crc32_ieee; the link's --wrap=byteCrc32 routes raft_uv's calls to it when
  * libraft is linked statically (TERN_RAFT_FAST_CRC). buf is borrowed for
  * the call. repl__real_crc32 is libraft's own, for the equivalence test. */
 #ifdef TERN_RAFT_FAST_CRC

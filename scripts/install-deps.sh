@@ -12,6 +12,7 @@ packages=(
     clang-format clang-tidy       # make format / make tidy
     libraft-dev libuv1-dev liblmdb-dev libibverbs-dev librdmacm-dev
     libcriterion-dev libxxhash-dev libinih-dev
+    libisal-dev                   # raft/: raft_uv's batch checksum (ISA-L CRC)
     libssl-dev openssl            # auth/: TLS, HMAC, SCRAM; test certificates
     libmicrohttpd-dev             # node/: metrics and health endpoint
     libsystemd-dev                # node/: sd_notify readiness, journald
