@@ -147,11 +147,13 @@ def floor_lines(floors, tcp):
     return out
 
 
-STAGES = (("leader_disk", "leader append durable (its own fdatasync)"),
+STAGES = (("request_to_propose", "request read -> entry proposed"),
+          ("leader_disk", "leader append durable (its own fdatasync)"),
           ("append_to_post", "leader append -> AppendEntries sent"),
           ("post_to_result", "-> follower durable + ack (round trip)"),
           ("result_to_commit", "-> commit index covers it"),
-          ("apply", "FSM apply"))
+          ("apply", "FSM apply"),
+          ("apply_to_answer", "applied -> answer queued"))
 
 
 def stage_lines(seq):
@@ -175,6 +177,12 @@ def stage_lines(seq):
         rest = lat["p50"] - rep["p50"] - (sg.get("apply", {}).get("p50") or 0)
         out.append("| outside the commit (wire, batching, reply), p50 "
                    "difference | %s | |" % fmt(max(rest, 0), " us", 1))
+        node = sum((sg.get(k, {}).get("p50") or 0)
+                   for k in ("request_to_propose", "apply_to_answer"))
+        if node > 0:
+            out.append("| &nbsp;&nbsp;of which the client, the wire and "
+                       "wake-ups (without the node's two stages) | %s | |"
+                       % fmt(max(rest - node, 0), " us", 1))
     return out
 
 
