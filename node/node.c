@@ -791,7 +791,9 @@ static void on_check(uv_check_t *h)
         node_batcher_propose(&n->batcher);
     }
     /* Produce answers leave before the index flush: it runs before the
-     * loop reads another request (batch.c, step 5). */
+     * loop reads another request (batch.c, step 5). The uncork only
+     * writes: it must neither read a connection nor wake parked fetches
+     * (those wait for the flush, below). */
     if (n->server != NULL) {
         node_server_cork(n->server);
         node_batcher_answer_produces(&n->batcher);

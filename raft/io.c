@@ -124,7 +124,9 @@
  * of appends is kept (every path that orders against appends flushes
  * inner_pending first, as in memory mode), and a write that fails to
  * start fail-stops the replica; raft's callback then gets RAFT_IOERR from
- * the next loop turn (the idle handle), never inside append. Other
+ * the next loop turn (the idle handle), never inside append. Its
+ * AppendEntries have left by then, so, as for a write that fails after
+ * it started, the proposal's outcome is unknown (repl.h: -EIO). Other
  * leader appends (barriers, configuration changes) go at once.
  *
  * Coalesced inner writes (memory mode). raft's cb no longer waits for the
@@ -870,9 +872,17 @@ static void deliver_hold(struct repl *r)
     if (m.append_entries.prev_log_term == 0 || !repl_guard_recv(r, &m)) {
         return;
     }
+    /* Not contact with the leader: the real message reset the election
+     * timer when it came. In disk mode this runs after a write completes,
+     * which may be after the leader died (lost.c may have expired the
+     * timer meanwhile): keep the timer as it was. */
+    raft_time timer = r->raft.election_timer_start;
     r->io.quiet_results = true;
     r->io.recv_cb(&r->io.outer, &m);
     r->io.quiet_results = false;
+    if (raft_state(&r->raft) == RAFT_FOLLOWER) {
+        r->raft.election_timer_start = timer;
+    }
     r->io.holds_delivered++;
 }
 

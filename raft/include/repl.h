@@ -245,8 +245,9 @@ int repl_start(struct repl *r, char *errmsg);
 /* Propose one command entry. buf is tern_malloc'd; ownership passes to repl
  * on success (return 0). *index (OUT) is the entry's raft index; the FSM's
  * apply for that index runs before cb. cb gets 0 once applied, or
- * TERN_ENOTLEADER / TERN_ELEADERSHIPLOST (outcome unknown: the entry may
- * still commit) / TERN_ESHUTDOWN / TERN_EFULL / -EIO. Fails with
+ * TERN_ENOTLEADER / TERN_ELEADERSHIPLOST / -EIO (outcome unknown: the
+ * entry may still commit; -EIO: this node's disk write failed, its
+ * AppendEntries may have left) / TERN_ESHUTDOWN / TERN_EFULL. Fails with
  * TERN_ENOTLEADER when not writable, TERN_ETOOBIG when len exceeds the
  * xport's largest message minus 1 KiB of framing, TERN_EINVAL when len is
  * not a multiple of 8: raft_uv 0.15 writes entry payloads unpadded but

@@ -538,3 +538,44 @@ Test(durability, disk_mode_followers_apply_every_entry)
     cr_expect(!cl.conflict);
     cluster_fini(&cl);
 }
+
+/* The held commit delivered after a write completes is not contact with
+ * the leader: the follower's election timer keeps the value the real
+ * AppendEntries gave it (else a follower whose leader died meanwhile
+ * would wait a whole timeout more before it stands). */
+Test(durability, disk_mode_held_commit_does_not_reset_the_election_timer)
+{
+    uint64_t prev = 0, e1 = 0, e2 = 0;
+    int l, f;
+    cluster_init(&cl, 3);
+    cl.durability = REPL_DURABILITY_DISK;
+    l = cluster_elect(&cl);
+    f = cluster_other(&cl, l, l);
+    cluster_propose_applied(&cl, (unsigned)l, 2, 32, 1, &prev);
+    cluster_steps(&cl, 50);
+    xport_mem_net_complete(cl.net);
+    cl.nodes[f].frozen = true;
+    cluster_propose_n(&cl, (unsigned)l, 1, 32, 2, &e1);
+    cr_assert(cluster_step_until(&cl, pred_leader_committed, &e1, STEPS));
+    cr_assert_lt(cl.nodes[f].applied_index, e1);
+    cr_assert_geq(fake_io_pending(cl.nodes[f].io), 1, "e1 is being written");
+    /* e2 brings commit = e1, which f cannot apply yet: held. */
+    cluster_propose_n(&cl, (unsigned)l, 1, 32, 3, &e2);
+    while (xport_mem_net_pending(cl.net, id_of(l), id_of(f)) > 0) {
+        cr_assert_eq(xport_mem_net_deliver(cl.net, id_of(l), id_of(f), 1), 1);
+    }
+    cr_assert_lt(cl.nodes[f].applied_index, e1, "e1 is not durable on f");
+    raft_time timer = cl.nodes[f].repl->raft.election_timer_start;
+    uint64_t held = cl.nodes[f].repl->io.holds_delivered;
+    cl.clock += 40; /* no message from the leader meanwhile */
+    cr_assert_geq(fake_io_complete(cl.nodes[f].io, 1), 1);
+    cr_expect_geq(cl.nodes[f].applied_index, e1,
+                  "applied once durable, from the held commit");
+    cr_expect_gt(cl.nodes[f].repl->io.holds_delivered, held);
+    cr_expect_eq(cl.nodes[f].repl->raft.election_timer_start, timer,
+                 "the election timer is the real message's");
+    cl.nodes[f].frozen = false;
+    cr_assert(cluster_step_until(&cl, pred_all_applied, &e2, STEPS));
+    cr_expect(!cl.conflict);
+    cluster_fini(&cl);
+}
