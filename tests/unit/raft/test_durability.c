@@ -185,6 +185,30 @@ static uint64_t id_of(int i)
     return cl.nodes[i].id;
 }
 
+/* A 3-node cluster in mode d where entry *e1 is committed at the leader
+ * *l and stored on follower *f, which has not learnt the commit yet; no
+ * message is in flight from f to l. */
+static void commit_unknown_to_a_follower(enum repl_durability d,
+                                         int *l,
+                                         int *f,
+                                         uint64_t *e1)
+{
+    uint64_t prev = 0;
+    struct repl_status st;
+    cluster_init(&cl, 3);
+    cl.durability = d;
+    *l = cluster_elect(&cl);
+    *f = cluster_other(&cl, *l, *l);
+    cluster_propose_applied(&cl, (unsigned)*l, 2, 32, 1, &prev);
+    cluster_propose_n(&cl, (unsigned)*l, 1, 32, 2, e1);
+    cr_assert(cluster_step_until(&cl, pred_leader_committed, e1, STEPS));
+    xport_mem_net_complete(cl.net);
+    repl_get_status(cl.nodes[*f].repl, &st);
+    cr_assert_geq(st.last_counted, *e1);
+    cr_assert_lt(cl.nodes[*f].applied_index, *e1, "f learns the commit later");
+    cr_assert_eq(xport_mem_net_pending(cl.net, id_of(*f), id_of(*l)), 0);
+}
+
 /* A follower answers an AppendEntries before it applies the entries the
  * message newly commits (io.c "Follower apply off the answer path"): its
  * FSM apply fails (the replica fail-stops, refusing every later send), yet
@@ -192,24 +216,11 @@ static uint64_t id_of(int i)
  * by the held commit index (not by the answer's path). */
 Test(durability, memory_mode_follower_answers_before_it_applies)
 {
-    uint64_t prev = 0, e1 = 0, e2 = 0;
+    uint64_t e1 = 0, e2 = 0;
     struct repl_status st;
     int l, f;
-    cluster_init(&cl, 3);
-    cl.durability = REPL_DURABILITY_MEMORY;
-    l = cluster_elect(&cl);
-    f = cluster_other(&cl, l, l);
-    cluster_propose_applied(&cl, (unsigned)l, 2, 32, 1, &prev);
-    /* e1 commits; f holds it but has not learnt the commit yet. */
-    cluster_propose_n(&cl, (unsigned)l, 1, 32, 2, &e1);
-    cr_assert(cluster_step_until(&cl, pred_leader_committed, &e1, STEPS));
-    xport_mem_net_complete(cl.net);
-    repl_get_status(cl.nodes[f].repl, &st);
-    cr_assert_geq(st.last_counted, e1);
-    cr_assert_lt(cl.nodes[f].applied_index, e1, "f learns the commit later");
-    /* e2's AppendEntries carries commit = e1. Drain f's inbound queue and
-     * its answers so that only the new message is in flight. */
-    cr_assert_eq(xport_mem_net_pending(cl.net, id_of(f), id_of(l)), 0);
+    commit_unknown_to_a_follower(REPL_DURABILITY_MEMORY, &l, &f, &e1);
+    /* e2's AppendEntries carries commit = e1. */
     cluster_propose_n(&cl, (unsigned)l, 1, 32, 3, &e2);
     cr_assert_geq(xport_mem_net_pending(cl.net, id_of(l), id_of(f)), 1);
     cl.nodes[f].fail_apply = TERN_EINVAL;
@@ -227,12 +238,13 @@ Test(durability, memory_mode_follower_answers_before_it_applies)
 }
 
 /* With the hold, followers still apply everything, in order, and the
- * leader's commit path is unchanged (same entries, same payloads). */
-Test(durability, memory_mode_followers_apply_every_entry)
+ * leader's commit path is unchanged (same entries, same payloads), under
+ * a stream of proposals of varied sizes. */
+static void followers_apply_every_entry(enum repl_durability d)
 {
     uint64_t last = 0;
     cluster_init(&cl, 3);
-    cl.durability = REPL_DURABILITY_MEMORY;
+    cl.durability = d;
     int l = cluster_elect(&cl);
     for (unsigned k = 0; k < 40; k++) {
         cluster_propose_applied(&cl, (unsigned)l, 1 + k % 3, 64, 10 + k, &last);
@@ -245,6 +257,11 @@ Test(durability, memory_mode_followers_apply_every_entry)
     }
     cr_expect(!cl.conflict);
     cluster_fini(&cl);
+}
+
+Test(durability, memory_mode_followers_apply_every_entry)
+{
+    followers_apply_every_entry(REPL_DURABILITY_MEMORY);
 }
 
 /* Coalesced inner writes: a memory-mode append reaches the inner (disk)
@@ -485,21 +502,9 @@ Test(durability, disk_mode_deferred_write_that_fails_to_start_fail_stops)
  * leaves when the write completes. */
 Test(durability, disk_mode_follower_applies_while_its_append_is_written)
 {
-    uint64_t prev = 0, e1 = 0, e2 = 0;
-    struct repl_status st;
+    uint64_t e1 = 0, e2 = 0;
     int l, f;
-    cluster_init(&cl, 3);
-    cl.durability = REPL_DURABILITY_DISK;
-    l = cluster_elect(&cl);
-    f = cluster_other(&cl, l, l);
-    cluster_propose_applied(&cl, (unsigned)l, 2, 32, 1, &prev);
-    cluster_propose_n(&cl, (unsigned)l, 1, 32, 2, &e1);
-    cr_assert(cluster_step_until(&cl, pred_leader_committed, &e1, STEPS));
-    xport_mem_net_complete(cl.net);
-    repl_get_status(cl.nodes[f].repl, &st);
-    cr_assert_geq(st.last_counted, e1);
-    cr_assert_lt(cl.nodes[f].applied_index, e1, "f learns the commit later");
-    cr_assert_eq(xport_mem_net_pending(cl.net, id_of(f), id_of(l)), 0);
+    commit_unknown_to_a_follower(REPL_DURABILITY_DISK, &l, &f, &e1);
     cl.nodes[f].frozen = true;
     cluster_propose_n(&cl, (unsigned)l, 1, 32, 3, &e2);
     cr_assert_geq(xport_mem_net_pending(cl.net, id_of(l), id_of(f)), 1);
@@ -518,25 +523,9 @@ Test(durability, disk_mode_follower_applies_while_its_append_is_written)
     cluster_fini(&cl);
 }
 
-/* With the hold, disk-mode followers apply every entry, in order, under a
- * stream of proposals of varied sizes. */
 Test(durability, disk_mode_followers_apply_every_entry)
 {
-    uint64_t last = 0;
-    cluster_init(&cl, 3);
-    cl.durability = REPL_DURABILITY_DISK;
-    int l = cluster_elect(&cl);
-    for (unsigned k = 0; k < 40; k++) {
-        cluster_propose_applied(&cl, (unsigned)l, 1 + k % 3, 64, 10 + k, &last);
-    }
-    for (unsigned i = 0; i < cl.n; i++) {
-        cr_expect_eq(cl.nodes[i].applied_index, last, "node %u", i);
-        if ((int)i != l) {
-            cr_expect_gt(cl.nodes[i].repl->io.holds_delivered, 0, "node %u", i);
-        }
-    }
-    cr_expect(!cl.conflict);
-    cluster_fini(&cl);
+    followers_apply_every_entry(REPL_DURABILITY_DISK);
 }
 
 /* The held commit delivered after a write completes is not contact with
