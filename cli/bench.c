@@ -26,9 +26,10 @@
  * what the percentiles are taken from) to FILE, for plotting a CDF.
  *
  * --stages (implies --replication): also fetch the leader's breakdown of
- * the commit path over the same samples (tern_replication_stages: leader
- * append durable, AppendEntries sent, follower result received, commit,
- * apply) and print a p50/p99 table per stage next to the client-observed
+ * the commit path over the same samples (tern_replication_stages: request
+ * read -> entry proposed, leader append durable, AppendEntries sent,
+ * follower result received, commit, apply, applied -> answer queued) and
+ * print a p50/p99 table per stage next to the client-observed
  * latency, with the part outside the commit (client to leader, batching,
  * reply: observed p50 - append->commit p50 - apply p50). JSON: "stages_us",
  * {name: {p50, p99, count}}. The stages run partly in parallel (the
