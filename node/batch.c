@@ -85,6 +85,15 @@ static void batch_free(struct node_batch *batch)
 
 /* Answer every request of batch with status (unless already set to a
  * result) and free the batch. batch must be on no list. */
+/* Answer w (taken off its batch) and free it. */
+static void wreq_answer(struct node_batcher *b, struct node_wreq *w)
+{
+    tern_list_remove(&w->link);
+    b->ops.respond(w);
+    tern_free(w->items);
+    tern_free(w);
+}
+
 static void batch_answer(struct node_batch *batch, int status)
 {
     struct node_batcher *b = batch->batcher;
@@ -94,13 +103,10 @@ static void batch_answer(struct node_batch *batch, int status)
     while (!tern_list_empty(&batch->wreqs)) {
         struct node_wreq *w =
             TERN_CONTAINER(batch->wreqs.next, struct node_wreq, link);
-        tern_list_remove(&w->link);
         if (status != 0) {
             w->status = status;
         }
-        b->ops.respond(w);
-        tern_free(w->items);
-        tern_free(w);
+        wreq_answer(b, w);
     }
     batch_free(batch);
 }
@@ -890,14 +896,10 @@ void node_batcher_answer_produces(struct node_batcher *b)
         while (wl != &batch->wreqs) {
             struct node_wreq *w = TERN_CONTAINER(wl, struct node_wreq, link);
             wl = wl->next;
-            if (w->op != PROTO_OP_PRODUCE &&
-                w->op != PROTO_OP_PRODUCE_DELAYED) {
-                continue;
+            if (w->op == PROTO_OP_PRODUCE ||
+                w->op == PROTO_OP_PRODUCE_DELAYED) {
+                wreq_answer(b, w);
             }
-            tern_list_remove(&w->link);
-            b->ops.respond(w);
-            tern_free(w->items);
-            tern_free(w);
         }
     }
 }

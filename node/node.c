@@ -790,21 +790,21 @@ static void on_check(uv_check_t *h)
         bootstrap_admin(n);
         node_batcher_propose(&n->batcher);
     }
-    /* Produce answers leave before the index flush: it runs before the
+    /* Answers go out with one write per connection (server.h); the server
+     * is freed only in its close callback, so corked stays valid here.
+     * Produce answers leave before the index flush: it runs before the
      * loop reads another request (batch.c, step 5). The uncork only
      * writes: it must neither read a connection nor wake parked fetches
      * (those wait for the flush, below). */
-    if (n->server != NULL) {
-        node_server_cork(n->server);
-        node_batcher_answer_produces(&n->batcher);
-        node_server_uncork(n->server);
-    } else {
-        node_batcher_answer_produces(&n->batcher);
+    corked = n->server;
+    if (corked != NULL) {
+        node_server_cork(corked);
+    }
+    node_batcher_answer_produces(&n->batcher);
+    if (corked != NULL) {
+        node_server_uncork(corked);
     }
     flushed = node_fsm_flush(&n->fsm);
-    /* Answers go out with one write per connection (server.h); the server
-     * is freed only in its close callback, so corked stays valid here. */
-    corked = n->server;
     if (corked != NULL) {
         node_server_cork(corked);
     }

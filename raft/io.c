@@ -221,7 +221,8 @@ struct append_req
     struct tern_list link; /* r->io.inner_pending until handed to the
                               inner io, then r->io.appends while the
                               inner is pending */
-    struct tern_list ack_link; /* r->io.unacked (memory mode) */
+    struct tern_list ack_link; /* r->io.unacked (memory mode; disk mode:
+                                  a deferred one that failed to start) */
 };
 
 /* One raft send (or one bulk frame): one or more xport sends (parts). */
