@@ -442,9 +442,17 @@ static void flush_timer_cb(uv_timer_t *t)
     flush_inner(t->data);
 }
 
+void repl_io_defer_appends(struct repl *r)
+{
+    r->io.defer_appends = r->durability == REPL_DURABILITY_DISK;
+}
+
 void repl_io_flush_deferred(struct repl *r)
 {
-    flush_inner(r);
+    if (r->io.defer_appends) {
+        r->io.defer_appends = false;
+        flush_inner(r);
+    }
 }
 
 /* An inner truncate may still be in flight: an append submitted after the

@@ -520,12 +520,9 @@ int repl_propose(struct repl *r,
     tern_list_push(&r->proposals, &p->link);
     /* Disk mode: the leader's own write goes to the disk after the
      * AppendEntries have left (io.c), not before them. */
-    r->io.defer_appends = r->durability == REPL_DURABILITY_DISK;
+    repl_io_defer_appends(r);
     rv = raft_apply(&r->raft, &p->req, &b, 1, apply_cb);
-    if (r->io.defer_appends) {
-        r->io.defer_appends = false;
-        repl_io_flush_deferred(r);
-    }
+    repl_io_flush_deferred(r);
     if (rv != 0) {
         tern_list_remove(&p->link);
         tern_free(p);

@@ -105,9 +105,9 @@ struct repl_io_state
     uv_timer_t flush_timer;
     bool flush_timer_closed;
     uint64_t inner_flushes; /* stats: hand-overs of pending appends */
-    /* Disk mode, set by repl_propose around raft_apply: the leader's own
-     * append waits in inner_pending until its AppendEntries are sent
-     * ("A leader's own write after its AppendEntries", io.c). */
+    /* Disk mode, set around raft_apply (repl_io_defer_appends): the
+     * leader's own append waits in inner_pending until its AppendEntries
+     * are sent ("A leader's own write after its AppendEntries", io.c). */
     bool defer_appends;
 
     /* libraft 0.15 truncate/close race ("Close and truncate"): truncates
@@ -480,8 +480,11 @@ void repl_io_deliver(struct repl *r, struct repl_wire *w);
  * order). Runs from the loop's idle handle; tests without a loop call it
  * directly. Returns how many fired. */
 size_t repl_io_run_deferred(struct repl *r);
-/* Hand the appends waiting in inner_pending to the inner io now (a
- * leader's deferred own write; memory mode's coalesced ones). */
+/* Around raft_apply (repl_propose): in disk mode, hold the leader's own
+ * appends back until repl_io_flush_deferred hands them to the inner io
+ * ("A leader's own write after its AppendEntries", io.c); no-op in
+ * memory mode, whose coalesced appends keep their own timer. */
+void repl_io_defer_appends(struct repl *r);
 void repl_io_flush_deferred(struct repl *r);
 /* Run what a tick of the inner io runs (raft's tick through the gates of
  * guard.c item 4, then the polls), now. Outside raft's callbacks only. */
