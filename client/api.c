@@ -1372,7 +1372,9 @@ static int fetch_done(struct tern__req *r, void *out)
 {
     /* on_success validated the body (and its skip tail). */
     struct tern_fetch_result **res = out;
-    *res = tern__fetch_result_new(&r->body, r->body_len, r->result_mode);
+    *res = tern__fetch_result_new(
+        &r->body, r->body_len,
+        r->result_mode | (r->runs ? TERN__RESULT_RUNS : 0));
     return *res != NULL ? 0 : -ENOMEM;
 }
 

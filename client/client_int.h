@@ -91,6 +91,9 @@ struct tern__server
      * in version 2). Reset by tern__server_close. */
     int hello_sent;
     int xxh3;
+    /* HELLO's answer took PROTO_FEATURE_RUNS: this connection's FETCH
+     * answers come in the runs layout (proto.h). Reset with xxh3. */
+    int runs;
     int64_t silent_until;
     /* Leader watch (engine.c, attempt deadlines): the request id of the
      * STATUS asked while another server is quiet (0: none on the wire;
@@ -148,6 +151,9 @@ int64_t tern__now_ms(void);
 #define TERN__RESULT_GET   2
 #define TERN__RESULT_RECV  3 /* a RECEIVE answer (receipts) */
 #define TERN__RESULT_SKIP  4
+/* Or'd into PLAIN or PROPS: a FETCH answer in the runs layout (the
+ * connection that answered took PROTO_FEATURE_RUNS). */
+#define TERN__RESULT_RUNS 8
 /* Decode a fetch-like answer body (borrowed; fr borrows from it) in mode:
  * *fr (OUT) the messages, *skip (OUT) the skip tail ({0, 0} without
  * TERN__RESULT_SKIP). 0 or TERN_EMALFORMED. The one check of such an
@@ -312,6 +318,7 @@ struct tern__req
     uint64_t msg_bytes; /* produce: bytes of its messages in the frame
                            (4 per message plus the payload) */
     int result_mode;    /* fetch-like: TERN__RESULT_* of the answer */
+    int runs; /* FETCH: answered in the runs layout (set with the answer) */
     size_t n_msgs;
     /* Outcome. */
     int status;

@@ -133,6 +133,7 @@ void tern__server_close(struct tern__server *s)
     s->watch_id = 0;
     s->hello_sent = 0;
     s->xxh3 = 0;
+    s->runs = 0;
 }
 
 void tern__server_free(struct tern__server *s)

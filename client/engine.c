@@ -765,7 +765,8 @@ static void send_hello(struct tern_client *c, struct tern__server *s)
         return;
     }
     s->hello_sent = 1;
-    if (proto_encode_hello(&s->out, ++c->next_id, PROTO_FEATURE_XXH3) != 0 ||
+    if (proto_encode_hello(&s->out, ++c->next_id,
+                           PROTO_FEATURE_XXH3 | PROTO_FEATURE_RUNS) != 0 ||
         s->out.err != 0) {
         s->out.err = 0;
     }
@@ -863,7 +864,12 @@ static void on_success(struct tern_client *c,
     case PROTO_OP_RECEIVE: {
         struct proto_fetch_resp fr;
         struct proto_group_skip skip;
-        rv = tern__fetch_decode(body, len, r->result_mode, &fr, &skip);
+        /* The server answered a FETCH in the layout its connection took
+         * with HELLO, which went out before any request on it. */
+        r->runs = r->op == PROTO_OP_FETCH && c->servers[i]->runs;
+        rv = tern__fetch_decode(
+            body, len, r->result_mode | (r->runs ? TERN__RESULT_RUNS : 0), &fr,
+            &skip);
         break;
     }
     case PROTO_OP_QUEUE_INFO:
@@ -1149,6 +1155,7 @@ static int dispatch(struct tern_client *c,
         if (h->status == 0 &&
             proto_decode_hello_resp(body, h->body_len, &taken) == 0) {
             s->xxh3 = (taken & PROTO_FEATURE_XXH3) != 0;
+            s->runs = (taken & PROTO_FEATURE_RUNS) != 0;
         }
         return 0;
     }

@@ -40,7 +40,7 @@ int tern__fetch_decode(const void *body,
                        struct proto_fetch_resp *fr,
                        struct proto_group_skip *skip)
 {
-    int base = mode & ~TERN__RESULT_SKIP;
+    int base = mode & ~(TERN__RESULT_SKIP | TERN__RESULT_RUNS);
     int rv;
     memset(skip, 0, sizeof *skip);
     if ((mode & TERN__RESULT_SKIP) != 0) {
@@ -62,6 +62,15 @@ int tern__fetch_decode(const void *body,
             return TERN_EMALFORMED;
         }
     }
+    if ((mode & TERN__RESULT_RUNS) != 0 &&
+        (base == TERN__RESULT_PLAIN || base == TERN__RESULT_PROPS)) {
+        rv = proto_decode_fetch_runs_resp(body, len, base == TERN__RESULT_PROPS,
+                                          fr);
+        if (rv != 0) {
+            memset(skip, 0, sizeof *skip);
+        }
+        return rv;
+    }
     rv = base == TERN__RESULT_RECV ? proto_decode_receive_resp(body, len, fr)
          : base == TERN__RESULT_GET
              ? proto_decode_message_get_resp(body, len, fr)
@@ -81,8 +90,8 @@ struct tern_fetch_result *tern__fetch_result_new(uint8_t **body,
     struct proto_fetch_resp fr;
     struct proto_group_skip skip;
     struct proto_fetched_msg m;
+    struct proto_fetch_iter it = {0};
     struct tern_fetch_result *r;
-    size_t pos = 0;
     r = tern_calloc(1, sizeof *r);
     if (r == NULL) {
         return NULL;
@@ -102,8 +111,8 @@ struct tern_fetch_result *tern__fetch_result_new(uint8_t **body,
     }
     uint32_t count = 0;
     while (r->n < fr.n &&
-           (fr.with_counts ? proto_next_received(&fr, &pos, &m, &count)
-                           : proto_next_fetched(&fr, &pos, &m))) {
+           (fr.with_counts ? proto_next_received(&fr, &it.pos, &m, &count)
+                           : proto_fetch_iter_next(&fr, &it, &m))) {
         r->msgs[r->n].count = count;
         r->msgs[r->n].offset = m.offset;
         r->msgs[r->n].timestamp_ms = m.timestamp_ms;

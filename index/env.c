@@ -482,6 +482,7 @@ void idx_close(struct idx_env *e)
     tern_free(e->log_dir);
     tern_free(e->lmdb_dir);
     tern_free(e->rbuf);
+    tern_free(e->held_buf);
     tern_free(e);
 }
 

@@ -412,6 +412,8 @@ void idx__record_header_encode(void *hdr,
  * buffer: what an idx_reader reads on another thread, touching no env.
  * idx__logview_init on the loop thread; the rest on any one thread. */
 #define IDX__VIEW_MAX_SEGS 4096
+/* The largest record buffer handed from one idx_reader to the next. */
+#define IDX__HELD_MAX ((size_t)16 << 20)
 struct idx__logview
 {
     struct idx__seg *segs; /* copied; fd: this view's, -1 until opened */
@@ -422,6 +424,10 @@ struct idx__logview
     char *log_dir;     /* copied */
     uint8_t *rbuf;     /* record read buffer */
     size_t rbuf_cap;
+    /* the position of the checked record in rbuf (UINT64_MAX: none); a
+     * read of it takes it from there (a record handed over from the
+     * reader before, env held_buf) */
+    uint64_t rbuf_pos;
     /* read-ahead asked over [ahead_from, ahead_until): by this view, or
      * by the readers before it (idx__logview_init) */
     uint64_t ahead_from;
@@ -946,6 +952,17 @@ struct idx_env
      * Cleared when the log is cut. */
     uint64_t view_ahead_from;
     uint64_t view_ahead_until;
+    /* read.c: the record the last idx_reader read last (bytes checked,
+     * header included), handed back by idx_reader_end and on to the next
+     * reader that starts at it: a consumer's answers of about 1 MiB over
+     * records of about as much would otherwise read and check the
+     * record at each answer's start twice. Valid while held_gen is
+     * e->gen (a cut takes a new generation); owned (freed by idx_close,
+     * or when replaced). At most IDX__HELD_MAX bytes. */
+    uint8_t *held_buf;
+    size_t held_cap;
+    uint64_t held_pos;
+    uint64_t held_gen;
     /* idx_xxh3_in_use: the version of the record at xxh3_pos, read in
      * generation xxh3_gen (0: not read, -1: unreadable) */
     uint64_t xxh3_pos;

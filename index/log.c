@@ -1231,6 +1231,7 @@ int idx__logview_init(struct idx__logview *v,
     size_t n = TERN_MIN(e->n_segs - i, e->view_max_segs);
     memset(v, 0, sizeof *v);
     v->errmsg = errmsg;
+    v->rbuf_pos = UINT64_MAX;
     v->segs = tern_malloc(n * sizeof *v->segs);
     v->log_dir = tern_strdup(e->log_dir);
     if (v->segs == NULL || v->log_dir == NULL) {
@@ -1266,9 +1267,19 @@ int idx__logview_read_record(struct idx__logview *v,
 {
     struct seg_src src;
     view_src(v, &src);
+    if (pos == v->rbuf_pos && idx__record_header_decode(v->rbuf, rec) == 0) {
+        /* Read and checked already (by this view or the reader before
+         * it, in this generation of the log). */
+        rec->payload = v->rbuf + IDX__REC_HDR_SIZE;
+        src_read_ahead(&src, pos + IDX__REC_HDR_SIZE + rec->payload_len,
+                       &v->ahead_from, &v->ahead_until);
+        return 0;
+    }
+    v->rbuf_pos = UINT64_MAX;
     int rc =
         src_read_record(&src, &v->rbuf, &v->rbuf_cap, pos, v->log_end, rec);
     if (rc == 0) {
+        v->rbuf_pos = pos;
         src_read_ahead(&src, pos + IDX__REC_HDR_SIZE + rec->payload_len,
                        &v->ahead_from, &v->ahead_until);
     } else if (v->capped) {

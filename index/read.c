@@ -468,6 +468,86 @@ static bool walk_next(struct walk *w, uint64_t rec_pos, struct idx__msg_val *m)
     return true;
 }
 
+/* Where fetch_in is in its bounds, for fetch_run. */
+struct fetch_pos
+{
+    uint64_t off; /* the next offset to deliver */
+    uint64_t bytes;
+    uint32_t count;
+    uint32_t scanned;
+};
+
+/* Whether f, read through its row, starts a run: walk w (just started
+ * after it) stands in its PRODUCE list, and the list's own framing of f
+ * agrees with the row (its u32 len, and props_len in a list with
+ * properties). */
+static bool run_head_ok(const struct walk *w, const struct idx_fetched *f)
+{
+    const uint8_t *d = f->data;
+    if (w->p == NULL || d - 4 < w->payload || tern_get_u32(d - 4) != f->len) {
+        return false;
+    }
+    return !w->with_props || tern_get_u32(d + f->len) == f->props_len;
+}
+
+/* Deliver f (at fp->off, its size counted in size, the first of its list:
+ * run_head_ok) and the messages after it in the list that the bounds
+ * allow, as one run to o->run_cb. Moves fp past them and ends the walk.
+ * 1: the callback asked to stop; 0: go on. */
+static int fetch_run(struct walk *w,
+                     const struct idx_fetch_opts *o,
+                     const struct idx_fetched *f,
+                     uint64_t size,
+                     uint64_t queue_next,
+                     struct fetch_pos *fp,
+                     void *arg)
+{
+    const uint8_t *start = (const uint8_t *)f->data - 4;
+    const uint8_t *p = w->p;
+    uint32_t n = 1;
+    uint64_t b = fp->bytes + size;
+    while (p < w->end && fp->off + n < queue_next &&
+           fp->count + n < o->max_msgs &&
+           (o->max_scan == 0 || fp->scanned + n <= o->max_scan)) {
+        size_t left = (size_t)(w->end - p);
+        uint32_t len, plen = 0;
+        size_t step;
+        if (left < 4 || (len = tern_get_u32(p)) > left - 4) {
+            break;
+        }
+        step = 4 + (size_t)len;
+        if (w->with_props) {
+            if (left - step < 4 ||
+                (plen = tern_get_u32(p + step)) > left - step - 4) {
+                break;
+            }
+            step += 4 + (size_t)plen;
+        }
+        uint64_t sz = len + (o->with_props ? plen : 0);
+        if (b + sz > o->max_bytes) {
+            break;
+        }
+        p += step;
+        b += sz;
+        n++;
+    }
+    struct idx_fetched_run run = {
+        .offset = fp->off,
+        .count = n,
+        .timestamp_ms = f->timestamp_ms,
+        .list = start,
+        .list_len = (size_t)(p - start),
+        .props = w->with_props,
+        .queue_id = f->queue_id,
+    };
+    fp->off += n;
+    fp->count += n;
+    fp->bytes = b;
+    fp->scanned += n - 1;
+    w->p = NULL; /* the next message is read through its row */
+    return o->run_cb(arg, &run) != 0 ? 1 : 0;
+}
+
 /* The fetch of idx_fetch_filtered in rd->txn (which the caller ends). */
 static int fetch_in(const struct rd *rd,
                     const char *queue,
@@ -581,6 +661,20 @@ static int fetch_in(const struct rd *rd,
         }
         if (!walked && o->n_tags == 0) {
             walk_start(&walk, &rec, rec_pos, &m);
+            if (o->run_cb != NULL && run_head_ok(&walk, &f)) {
+                struct fetch_pos fp = {off, bytes, count, scanned};
+                int stop =
+                    fetch_run(&walk, o, &f, size, q.next_offset, &fp, arg);
+                off = fp.off;
+                *next_offset = off;
+                bytes = fp.bytes;
+                count = fp.count;
+                scanned = fp.scanned;
+                if (stop) {
+                    break;
+                }
+                continue;
+            }
         }
         off++;
         *next_offset = off;
@@ -646,6 +740,9 @@ struct idx_reader
     /* the fetching thread's; read by the loop once state is RD_DONE */
     uint64_t ahead_from; /* the view's read-ahead range, at its close */
     uint64_t ahead_until;
+    uint8_t *last_buf; /* the view's last checked record, at its close */
+    size_t last_cap;   /* (owned; idx_reader_end hands it to the env) */
+    uint64_t last_pos; /* UINT64_MAX: none */
     atomic_int state;
     atomic_bool cancel; /* idx_close: stop at the next message */
     char errmsg[TERN_ERRMSG_SIZE];
@@ -687,6 +784,15 @@ int idx_reader_start(struct idx_env *e,
         tern_free(r);
         return rc;
     }
+    r->last_pos = UINT64_MAX;
+    if (e->held_buf != NULL && e->held_pos == from && e->held_gen == e->gen) {
+        /* The reader before this one ended in this record: start with it
+         * (read and checked in this generation of the log). */
+        r->view.rbuf = e->held_buf;
+        r->view.rbuf_cap = e->held_cap;
+        r->view.rbuf_pos = from;
+        e->held_buf = NULL;
+    }
     (void)snprintf(r->queue, sizeof r->queue, "%s", queue);
     r->offset = offset;
     rd_env(&r->rd, e, txn);
@@ -721,6 +827,12 @@ int idx_reader_fetch(struct idx_reader *r,
     r->rd.txn = NULL;
     r->ahead_from = r->view.ahead_from;
     r->ahead_until = r->view.ahead_until;
+    if (r->view.rbuf_pos != UINT64_MAX && r->view.rbuf_cap <= IDX__HELD_MAX) {
+        r->last_buf = r->view.rbuf;
+        r->last_cap = r->view.rbuf_cap;
+        r->last_pos = r->view.rbuf_pos;
+        r->view.rbuf = NULL;
+    }
     idx__logview_close(&r->view);
     atomic_store(&r->state, RD_DONE);
     return rc;
@@ -776,7 +888,17 @@ int idx_reader_end(struct idx_reader *r)
             e->view_ahead_from = r->ahead_from;
             e->view_ahead_until = r->ahead_until;
         }
+        if (rc == 0 && r->last_buf != NULL) {
+            /* and starts with the record this one ended in */
+            tern_free(e->held_buf);
+            e->held_buf = r->last_buf;
+            e->held_cap = r->last_cap;
+            e->held_pos = r->last_pos;
+            e->held_gen = e->gen;
+            r->last_buf = NULL;
+        }
     }
+    tern_free(r->last_buf);
     tern_free(r);
     return rc;
 }

@@ -158,6 +158,10 @@
 #define SERVER__LIST_PAGE_BYTES      ((size_t)1 << 20)
 #define SERVER__FETCH_MSG_OVERHEAD   20u /* u64 offset, u64 ts, u32 len */
 #define SERVER__FETCH_PROPS_OVERHEAD 4u  /* u32 props_len, with properties */
+/* The runs layout's worst case a message (proto.h): a run of one with
+ * properties, its part head (u8 kind, u64 offset, u64 ts, u32 count, u32
+ * len) and u32 len, u32 props_len. */
+#define SERVER__FETCH_RUNS_OVERHEAD 33u
 /* An answer begun at its bound gives back the room it did not fill past
  * this much (tern_wbuf_trim). */
 #define SERVER__ANSWER_SLACK      ((size_t)64 << 10)
@@ -274,6 +278,8 @@ struct node_conn
     struct node_ctls *tls;    /* client_tls: the session (ctls.c), owned */
     bool xxh3; /* HELLO asked for PROTO_FEATURE_XXH3: message-carrying
                   answers go in frame version 2 */
+    bool runs; /* HELLO asked for PROTO_FEATURE_RUNS: FETCH answers go in
+                  the runs layout */
     struct node_principal who; /* who it authenticated as (access.c) */
     /* Answers held while the server is corked (node_server_cork), written
      * with one uv_write at the uncork; on srv->corked_conns (holding a
@@ -739,8 +745,9 @@ static void serve_hello(struct node_conn *c,
                         uint32_t features)
 {
     struct tern_wbuf w;
-    uint32_t taken = features & PROTO_FEATURE_XXH3;
-    c->xxh3 = taken != 0;
+    uint32_t taken = features & (PROTO_FEATURE_XXH3 | PROTO_FEATURE_RUNS);
+    c->xxh3 = (taken & PROTO_FEATURE_XXH3) != 0;
+    c->runs = (taken & PROTO_FEATURE_RUNS) != 0;
     tern_wbuf_init(&w);
     if (proto_encode_hello_resp(&w, request_id, taken) != 0) {
         tern_wbuf_free(&w);
@@ -798,6 +805,8 @@ struct fetch_ctx
     uint32_t n;
     bool props;    /* PROTO_FETCH_PROPS: the records carry properties */
     size_t budget; /* MESSAGE_GET: stop once the answer holds this much */
+    bool runs;     /* a FETCH answer in the runs layout (answer_runs) */
+    uint32_t n_parts;
 };
 
 static int fetch_cb(void *arg, const struct idx_fetched *m)
@@ -805,12 +814,34 @@ static int fetch_cb(void *arg, const struct idx_fetched *m)
     struct fetch_ctx *x = arg;
     struct proto_fetched_msg pm = {m->offset, m->timestamp_ms, m->data,
                                    m->len,    m->props,        m->props_len};
-    proto_put_fetched(x->w, &pm, x->props);
+    if (x->runs) {
+        proto_put_fetch_message(x->w, &pm);
+        x->n_parts++;
+    } else {
+        proto_put_fetched(x->w, &pm, x->props);
+    }
     x->n++;
     if (x->w->err != 0) {
         return x->w->err;
     }
     return x->budget > 0 && x->w->len >= x->budget ? 1 : 0;
+}
+
+/* The runs layout: a run of a producer's batch, its bytes copied once. */
+static int fetch_run_cb(void *arg, const struct idx_fetched_run *r)
+{
+    struct fetch_ctx *x = arg;
+    proto_put_fetch_run(x->w, r->offset, r->timestamp_ms, r->count, r->props,
+                        r->list, r->list_len);
+    x->n += r->count;
+    x->n_parts++;
+    return x->w->err;
+}
+
+/* Whether c answers a FETCH-like request of op in the runs layout. */
+static bool answer_runs(const struct node_conn *c, uint8_t op)
+{
+    return c->runs && op == PROTO_OP_FETCH;
 }
 
 /* The filter of request r (flags and raw tag records) into *f. */
@@ -951,9 +982,10 @@ static bool refuse_unless_writable(struct node_conn *c,
                                    uint64_t request_id,
                                    const struct repl_status *st);
 
-/* The answer frame of a FETCH up to its messages (next_offset and n
- * patched once they are known). */
+/* The answer frame of a FETCH up to its messages, in x's layout
+ * (next_offset and the counts patched by fetch_frame_end). */
 static void fetch_frame_begin(struct tern_wbuf *w,
+                              const struct fetch_ctx *x,
                               uint8_t version,
                               uint8_t op,
                               uint64_t request_id,
@@ -961,6 +993,11 @@ static void fetch_frame_begin(struct tern_wbuf *w,
                               size_t *start,
                               size_t *n_pos)
 {
+    if (x->runs) {
+        *start = proto_fetch_runs_begin(w, version, request_id, end_offset);
+        *n_pos = 0;
+        return;
+    }
     *start = w->len;
     proto_frame_begin_v(w, version, (uint8_t)(op | PROTO_OP_RESPONSE),
                         request_id, 0);
@@ -970,6 +1007,53 @@ static void fetch_frame_begin(struct tern_wbuf *w,
     tern_wbuf_u32(w, 0); /* n, patched below */
 }
 
+/* Seal the answer fetch_frame_begin began (w without error): next_offset,
+ * the counts, queue_id where the layout carries it, then skip's tail
+ * (GROUP_FETCH; NULL: none). */
+static int fetch_frame_end(struct tern_wbuf *w,
+                           const struct fetch_ctx *x,
+                           size_t start,
+                           size_t n_pos,
+                           uint64_t next,
+                           uint64_t queue_id,
+                           const struct proto_group_skip *skip)
+{
+    if (x->runs) {
+        return proto_fetch_runs_end(w, start, next, x->n, x->n_parts, queue_id);
+    }
+    if (x->props) {
+        tern_wbuf_u64(w, queue_id);
+    }
+    tern_put_u64(w->base + start + PROTO_HEADER_SIZE, next);
+    tern_put_u32(w->base + n_pos, x->n);
+    if (skip != NULL) {
+        proto_put_group_skip(w, skip);
+    }
+    return proto_frame_end(w, start);
+}
+
+/* The room a message takes in an answer beyond its bytes. */
+static size_t fetch_msg_overhead(bool with_props, bool runs)
+{
+    if (runs) {
+        return SERVER__FETCH_RUNS_OVERHEAD;
+    }
+    return SERVER__FETCH_MSG_OVERHEAD +
+           (with_props ? SERVER__FETCH_PROPS_OVERHEAD : 0);
+}
+
+/* The fetch options of an answer in x's layout: a runs answer takes the
+ * messages of producers' batches as runs, and counts (and carries) every
+ * message's properties. */
+static void fetch_opts_layout(struct idx_fetch_opts *o,
+                              const struct fetch_ctx *x)
+{
+    if (x->runs) {
+        o->run_cb = fetch_run_cb;
+        o->with_props = true;
+    }
+}
+
 static void fetch_job_work(uv_work_t *req)
 {
     struct fetch_job *j = req->data;
@@ -977,12 +1061,8 @@ static void fetch_job_work(uv_work_t *req)
     if (j->rv != 0 || j->w.err != 0) {
         return;
     }
-    if (j->x.props) {
-        tern_wbuf_u64(&j->w, j->queue_id);
-    }
-    tern_put_u64(j->w.base + j->start + PROTO_HEADER_SIZE, j->next);
-    tern_put_u32(j->w.base + j->n_pos, j->x.n);
-    j->rv = proto_frame_end(&j->w, j->start);
+    j->rv = fetch_frame_end(&j->w, &j->x, j->start, j->n_pos, j->next,
+                            j->queue_id, NULL);
     /* Begun at its bound: a read-ahead waits counted at its capacity. */
     tern_wbuf_trim(&j->w, SERVER__ANSWER_SLACK);
 }
@@ -1066,16 +1146,15 @@ static bool fetch_job_start(struct node_conn *c,
                             const struct node_fetch_filter *ff,
                             const struct idx_queue_info *qi);
 
-/* The room a job of these bounds reserves. */
+/* The room a job of these bounds reserves (per_msg: fetch_msg_overhead;
+ * 64 bytes for the answer's head and tail, the runs layout's 32 + 8
+ * included). */
 static size_t fetch_job_room(uint32_t max_msgs,
                              uint32_t max_bytes,
-                             bool with_props)
+                             size_t per_msg)
 {
-    return (size_t)max_bytes +
-           (size_t)max_msgs *
-               (SERVER__FETCH_MSG_OVERHEAD +
-                (with_props ? SERVER__FETCH_PROPS_OVERHEAD : 0)) +
-           PROTO_HEADER_SIZE + 64;
+    return (size_t)max_bytes + (size_t)max_msgs * per_msg + PROTO_HEADER_SIZE +
+           64;
 }
 
 /* The room an answer from offset starts with (tern_wbuf_init_cap) when
@@ -1088,14 +1167,14 @@ static size_t fetch_answer_room(uint32_t max_msgs,
                                 uint32_t max_bytes,
                                 uint64_t offset,
                                 uint64_t next_offset,
-                                bool with_props)
+                                size_t per_msg)
 {
     uint64_t avail = next_offset > offset ? next_offset - offset : 0;
     uint32_t n = (uint32_t)TERN_MIN((uint64_t)max_msgs, avail);
     if (avail < SERVER__POOL_MIN_MSGS) {
         return 0;
     }
-    return fetch_job_room(n, max_bytes, with_props);
+    return fetch_job_room(n, max_bytes, per_msg);
 }
 
 /* Read j's fetch ahead at offset (request id rid) into c->ahead (slot 1)
@@ -1110,7 +1189,9 @@ static void fetch_ahead_one(struct fetch_job *j,
     const struct node_config *cfg = c->view.cfg;
     struct idx_env *e = view_idx(&c->view);
     struct idx_queue_info qi;
-    size_t room = fetch_job_room(j->max_msgs, j->max_bytes, j->o.with_props);
+    size_t room =
+        fetch_job_room(j->max_msgs, j->max_bytes,
+                       fetch_msg_overhead(j->o.with_props, j->x.runs));
     if (e == NULL || s->n_fetch_jobs + 1 >= cfg->fetch_threads ||
         !conn_admit(c, room, 0) ||
         s->mem_used + room > cfg->client_memory_bytes / 2 ||
@@ -1262,8 +1343,8 @@ static bool fetch_ahead_take(struct node_conn *c,
     }
     if (leader_only || j->offset != offset || j->raw_max_msgs != max_msgs ||
         j->raw_max_bytes != max_bytes || j->queue_id != queue_id ||
-        idx_generation(e) != j->gen || strcmp(j->queue, queue) != 0 ||
-        memcmp(&j->ff, ff, sizeof(*ff)) != 0) {
+        j->x.runs != answer_runs(c, j->op) || idx_generation(e) != j->gen ||
+        strcmp(j->queue, queue) != 0 || memcmp(&j->ff, ff, sizeof(*ff)) != 0) {
         fetch_ahead_drop(c);
         return false;
     }
@@ -1348,13 +1429,15 @@ static bool fetch_job_start(struct node_conn *c,
     j->o.n_tags = filter_tags(&j->ff, j->tags);
     j->o.max_scan = cfg->fetch_scan_max;
     j->o.with_props = (ff->flags & PROTO_FETCH_PROPS) != 0;
-    tern_wbuf_init_cap(
-        &j->w, fetch_answer_room(max_msgs, max_bytes, offset, qi->next_offset,
-                                 j->o.with_props));
-    fetch_frame_begin(&j->w, answer_version(c), op, request_id, qi->next_offset,
-                      &j->start, &j->n_pos);
     j->x.w = &j->w;
     j->x.props = j->o.with_props;
+    j->x.runs = answer_runs(c, op);
+    fetch_opts_layout(&j->o, &j->x);
+    size_t per_msg = fetch_msg_overhead(j->o.with_props, j->x.runs);
+    tern_wbuf_init_cap(&j->w, fetch_answer_room(max_msgs, max_bytes, offset,
+                                                qi->next_offset, per_msg));
+    fetch_frame_begin(&j->w, &j->x, answer_version(c), op, request_id,
+                      qi->next_offset, &j->start, &j->n_pos);
     j->next = offset;
     j->running = true;
     j->is_ahead = s->starting_ahead != 0;
@@ -1364,7 +1447,7 @@ static bool fetch_job_start(struct node_conn *c,
         tern_free(j);
         return false;
     }
-    j->reserved = fetch_job_room(max_msgs, max_bytes, j->o.with_props);
+    j->reserved = fetch_job_room(max_msgs, max_bytes, per_msg);
     c->reserved += j->reserved;
     mem_add(c, j->reserved);
     c->refs++;
@@ -1531,7 +1614,7 @@ static bool serve_fetch(struct node_conn *c,
          * payload, half for the per-message overhead; at least one
          * message (which may be larger: idx_fetch always returns one). */
         size_t left = conn_left(c) / 2;
-        size_t msgs = left / SERVER__FETCH_MSG_OVERHEAD;
+        size_t msgs = left / fetch_msg_overhead(false, answer_runs(c, op));
         max_bytes = (uint32_t)TERN_MAX(TERN_MIN((size_t)max_bytes, left), 1);
         max_msgs = (uint32_t)TERN_MAX(TERN_MIN((size_t)max_msgs, msgs), 1);
     }
@@ -1545,11 +1628,6 @@ static bool serve_fetch(struct node_conn *c,
                         &qi)) {
         return false;
     }
-    tern_wbuf_init_cap(
-        &w, fetch_answer_room(max_msgs, max_bytes, offset, qi.next_offset,
-                              (ff->flags & PROTO_FETCH_PROPS) != 0));
-    fetch_frame_begin(&w, answer_version(c), op, request_id, qi.next_offset,
-                      &start, &n_pos);
     struct idx_tag tags[IDX_FETCH_TAGS_MAX];
     struct idx_fetch_opts o = {
         .max_msgs = max_msgs,
@@ -1559,30 +1637,31 @@ static bool serve_fetch(struct node_conn *c,
         .max_scan = cfg->fetch_scan_max,
         .with_props = (ff->flags & PROTO_FETCH_PROPS) != 0,
     };
+    memset(&x, 0, sizeof(x));
     x.w = &w;
-    x.n = 0;
     x.props = o.with_props;
-    x.budget = 0;
+    x.runs = answer_runs(c, op);
+    fetch_opts_layout(&o, &x);
+    tern_wbuf_init_cap(
+        &w, fetch_answer_room(max_msgs, max_bytes, offset, qi.next_offset,
+                              fetch_msg_overhead(o.with_props, x.runs)));
+    fetch_frame_begin(&w, &x, answer_version(c), op, request_id, qi.next_offset,
+                      &start, &n_pos);
     rv = 0;
     next = offset;
     if (offset < qi.next_offset) {
         rv = idx_fetch_filtered(e, queue, offset, &o, fetch_cb, &x, &next);
-    }
-    if (x.props) {
-        tern_wbuf_u64(&w, qi.id);
     }
     if (rv != 0 || w.err != 0) {
         tern_wbuf_free(&w);
         send_error(c, op, request_id, rv != 0 ? rv : w.err, NULL);
         return false;
     }
-    tern_put_u64(w.base + start + PROTO_HEADER_SIZE, next);
-    tern_put_u32(w.base + n_pos, x.n);
-    if (op == PROTO_OP_GROUP_FETCH &&
-        (ff->flags & PROTO_GROUP_FETCH_SKIPPED) != 0) {
-        proto_put_group_skip(&w, &skip);
-    }
-    rv = proto_frame_end(&w, start);
+    rv = fetch_frame_end(&w, &x, start, n_pos, next, qi.id,
+                         op == PROTO_OP_GROUP_FETCH &&
+                                 (ff->flags & PROTO_GROUP_FETCH_SKIPPED) != 0
+                             ? &skip
+                             : NULL);
     if (rv != 0) {
         tern_wbuf_free(&w);
         send_error(c, op, request_id, rv, NULL);
@@ -1625,8 +1704,8 @@ static void serve_message_get(struct node_conn *c,
     tern_wbuf_u64(&w, qi.id);
     n_pos = w.len;
     tern_wbuf_u32(&w, 0); /* n, patched below */
+    memset(&x, 0, sizeof(x));
     x.w = &w;
-    x.n = 0;
     x.props = true;
     x.budget = TERN_MAX(
         TERN_MIN(conn_left(c) / 2, (size_t)(v->cfg->max_frame_bytes / 2)),

@@ -1997,12 +1997,242 @@ int proto_next_fetched(const struct proto_fetch_resp *r,
                        size_t *pos,
                        struct proto_fetched_msg *m)
 {
+    if (r->runs) {
+        return 0;
+    }
     if (r->with_counts) {
         uint32_t count;
         return proto_next_received(r, pos, m, &count);
     }
     return records_next(r->msgs, r->msgs_len, pos,
                         r->with_props ? get_fetched_props : get_fetched, m);
+}
+
+/* ---- The runs layout of FETCH answers (PROTO_FEATURE_RUNS) ---- */
+
+/* Part header sizes: kind, offset, timestamp, then count and len (a run)
+ * or the message's blob length (a message). */
+#define PROTO__RUN_HEAD 25u
+#define PROTO__MSG_HEAD 21u
+
+size_t proto_fetch_runs_begin(struct tern_wbuf *w,
+                              uint8_t version,
+                              uint64_t request_id,
+                              uint64_t end_offset)
+{
+    size_t start = w->len;
+    proto_frame_begin_v(w, version, PROTO_OP_FETCH | PROTO_OP_RESPONSE,
+                        request_id, 0);
+    tern_wbuf_u64(w, 0); /* next_offset */
+    tern_wbuf_u64(w, end_offset);
+    tern_wbuf_u32(w, 0); /* n */
+    tern_wbuf_u32(w, 0); /* n_parts */
+    return start;
+}
+
+void proto_put_fetch_run(struct tern_wbuf *w,
+                         uint64_t offset,
+                         uint64_t timestamp_ms,
+                         uint32_t count,
+                         bool props,
+                         const void *list,
+                         size_t list_len)
+{
+    uint8_t *d;
+    if (list_len > UINT32_MAX) {
+        if (w->err == 0) {
+            w->err = TERN_ETOOBIG;
+        }
+        return;
+    }
+    d = tern_wbuf_reserve(w, PROTO__RUN_HEAD + list_len);
+    if (d == NULL) {
+        return;
+    }
+    d[0] = (uint8_t)(props ? PROTO_PART_RUN_PROPS : PROTO_PART_RUN);
+    tern_put_u64(d + 1, offset);
+    tern_put_u64(d + 9, timestamp_ms);
+    tern_put_u32(d + 17, count);
+    tern_put_u32(d + 21, (uint32_t)list_len);
+    if (list_len > 0) {
+        memcpy(d + PROTO__RUN_HEAD, list, list_len);
+    }
+    w->len += PROTO__RUN_HEAD + list_len;
+}
+
+void proto_put_fetch_message(struct tern_wbuf *w,
+                             const struct proto_fetched_msg *m)
+{
+    tern_wbuf_u8(w, PROTO_PART_MESSAGE);
+    put_fetched(w, m, true);
+}
+
+int proto_fetch_runs_end(struct tern_wbuf *w,
+                         size_t start,
+                         uint64_t next_offset,
+                         uint32_t n,
+                         uint32_t n_parts,
+                         uint64_t queue_id)
+{
+    if (w->err == 0) {
+        uint8_t *b = w->base + start + PROTO_HEADER_SIZE;
+        tern_put_u64(b, next_offset);
+        tern_put_u32(b + 16, n);
+        tern_put_u32(b + 20, n_parts);
+    }
+    tern_wbuf_u64(w, queue_id);
+    return proto_frame_end(w, start);
+}
+
+/* One message of a run at c: {u32 len, bytes[, u32 props_len, props]}. */
+static void get_run_msg(struct tern_cursor *c,
+                        bool props,
+                        struct proto_fetched_msg *m)
+{
+    m->data = proto_get_blob(c, &m->len);
+    m->props = NULL;
+    m->props_len = 0;
+    if (props) {
+        m->props = proto_get_blob(c, &m->props_len);
+    }
+}
+
+/* Check part at c (its kind read into *kind): its framing, its messages'
+ * offsets above *last (1 + the last offset seen; 0 before any), adding
+ * its messages to *n. 0, or TERN_EMALFORMED. */
+static int check_part(struct tern_cursor *c, uint64_t *last, uint64_t *n)
+{
+    uint8_t kind = tern_cursor_u8(c);
+    uint64_t offset = tern_cursor_u64(c);
+    struct proto_fetched_msg m;
+    (void)tern_cursor_u64(c); /* timestamp_ms */
+    if (c->err != 0 || offset < *last) {
+        return TERN_EMALFORMED;
+    }
+    if (kind == PROTO_PART_MESSAGE) {
+        (void)proto_get_blob(c, &m.len);
+        (void)proto_get_blob(c, &m.props_len);
+        *last = offset + 1;
+        *n += 1;
+        return c->err != 0 || *last == 0 ? TERN_EMALFORMED : 0;
+    }
+    if (kind != PROTO_PART_RUN && kind != PROTO_PART_RUN_PROPS) {
+        return TERN_EMALFORMED;
+    }
+    uint32_t count = tern_cursor_u32(c);
+    uint32_t len = tern_cursor_u32(c);
+    const uint8_t *list = tern_cursor_bytes(c, len);
+    struct tern_cursor lc;
+    if (c->err != 0 || count == 0 || offset + count < offset) {
+        return TERN_EMALFORMED;
+    }
+    tern_cursor_init(&lc, list, len);
+    for (uint32_t i = 0; i < count && lc.err == 0; i++) {
+        get_run_msg(&lc, kind == PROTO_PART_RUN_PROPS, &m);
+    }
+    if (cursor_finish(&lc) != 0) {
+        return TERN_EMALFORMED; /* short, or bytes past its count */
+    }
+    *last = offset + count;
+    *n += count;
+    return 0;
+}
+
+int proto_decode_fetch_runs_resp(const void *body,
+                                 size_t len,
+                                 bool with_props,
+                                 struct proto_fetch_resp *out)
+{
+    struct tern_cursor c;
+    uint64_t last = 0, n = 0;
+    int ok = 1;
+    tern_cursor_init(&c, body, len);
+    memset(out, 0, sizeof *out);
+    out->runs = 1;
+    out->with_props = with_props ? 1 : 0;
+    out->next_offset = tern_cursor_u64(&c);
+    out->end_offset = tern_cursor_u64(&c);
+    out->n = tern_cursor_u32(&c);
+    out->n_parts = tern_cursor_u32(&c);
+    out->msgs = c.p;
+    for (uint32_t i = 0; i < out->n_parts && ok && c.err == 0; i++) {
+        ok = check_part(&c, &last, &n) == 0;
+    }
+    if (c.err == 0) {
+        out->msgs_len = (size_t)(c.p - out->msgs);
+    }
+    out->queue_id = tern_cursor_u64(&c);
+    ok = ok && n == out->n && (out->n_parts == 0) == (n == 0) &&
+         out->n_parts <= n;
+    return decode_end(&c, ok, out, sizeof *out);
+}
+
+int proto_fetch_iter_next(const struct proto_fetch_resp *r,
+                          struct proto_fetch_iter *it,
+                          struct proto_fetched_msg *m)
+{
+    struct tern_cursor c;
+    if (!r->runs) {
+        if (r->with_counts) {
+            uint32_t count;
+            return proto_next_received(r, &it->pos, m, &count);
+        }
+        return proto_next_fetched(r, &it->pos, m);
+    }
+    if (r->msgs == NULL) {
+        return 0;
+    }
+    if (it->left == 0) {
+        uint8_t kind;
+        if (it->pos >= r->msgs_len) {
+            return 0;
+        }
+        tern_cursor_init(&c, r->msgs + it->pos, r->msgs_len - it->pos);
+        kind = tern_cursor_u8(&c);
+        m->offset = tern_cursor_u64(&c);
+        m->timestamp_ms = tern_cursor_u64(&c);
+        if (kind == PROTO_PART_MESSAGE) {
+            m->data = proto_get_blob(&c, &m->len);
+            m->props = proto_get_blob(&c, &m->props_len);
+            if (c.err != 0) {
+                return 0;
+            }
+            if (!r->with_props || m->props_len == 0) {
+                m->props = NULL;
+                m->props_len = 0;
+            }
+            it->pos = r->msgs_len - tern_cursor_left(&c);
+            return 1;
+        }
+        it->offset = m->offset;
+        it->ts = m->timestamp_ms;
+        it->props = kind == PROTO_PART_RUN_PROPS;
+        it->left = tern_cursor_u32(&c);
+        uint32_t len = tern_cursor_u32(&c);
+        if (c.err != 0 || tern_cursor_left(&c) < len || it->left == 0) {
+            it->left = 0;
+            return 0;
+        }
+        it->pos = r->msgs_len - tern_cursor_left(&c);
+        it->run_end = it->pos + len;
+    }
+    tern_cursor_init(&c, r->msgs + it->pos, it->run_end - it->pos);
+    get_run_msg(&c, it->props, m);
+    if (c.err != 0) {
+        it->left = 0;
+        return 0;
+    }
+    if (!r->with_props || m->props_len == 0) {
+        m->props = NULL;
+        m->props_len = 0;
+    }
+    m->offset = it->offset++;
+    m->timestamp_ms = it->ts;
+    it->pos = it->run_end - tern_cursor_left(&c);
+    if (--it->left == 0) {
+        it->pos = it->run_end; /* decode checked the run ends there */
+    }
+    return 1;
 }
 
 void proto_put_group_skip(struct tern_wbuf *w, const struct proto_group_skip *s)

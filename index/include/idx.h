@@ -753,6 +753,22 @@ struct idx_fetched
     uint64_t queue_id;
 };
 typedef int (*idx_fetch_cb)(void *arg, const struct idx_fetched *m);
+/* A run of messages that lie back to back in the message list of one
+ * PRODUCE command, at consecutive offsets (idx_fetch_opts.run_cb). */
+struct idx_fetched_run
+{
+    uint64_t offset;       /* of the first message */
+    uint32_t count;        /* >= 1 */
+    uint64_t timestamp_ms; /* append time, the same for all of them */
+    /* The list's bytes, as recorded: count x {u32 len, bytes} or, with
+     * props, count x {u32 len, bytes, u32 props_len, props} (props_len 0:
+     * none). Borrowed for the callback. */
+    const void *list;
+    size_t list_len;
+    bool props;
+    uint64_t queue_id;
+};
+typedef int (*idx_run_cb)(void *arg, const struct idx_fetched_run *run);
 /* Read up to max_msgs messages (and about max_bytes: at least one message
  * is returned even if larger) from offset. *next_offset (OUT) is the offset
  * after the last message returned. TERN_ENOQUEUE, TERN_EOFFSET (offset
@@ -796,6 +812,13 @@ struct idx_fetch_opts
     /* Count the properties' bytes against max_bytes (when the caller
      * sends them on). */
     bool with_props;
+    /* Set (without a tag filter): the messages that lie in a PRODUCE
+     * command's list come to run_cb (with the fetch's arg), as many of
+     * them at once as the bounds allow; the others (a dead letter, a
+     * delayed message) come to cb one by one. The bounds, the order and
+     * *next_offset are those of the per-message fetch: the same messages
+     * are delivered. A non-zero return stops as cb's does. */
+    idx_run_cb run_cb;
 };
 /* idx_fetch with options o (borrowed): the tag filter, the scan bound,
  * and the properties in each idx_fetched. Errors as idx_fetch. */

@@ -109,6 +109,35 @@
  *                            blob message, blob props (empty = none)},
  *                       then u64 queue_id (with an offset, the message
  *                       id)
+ *                 resp, runs layout (a connection whose HELLO took
+ *                       PROTO_FEATURE_RUNS; FETCH only, with or without
+ *                       flags): u64 next_offset, u64 end_offset, u32 n
+ *                       (messages), u32 n_parts (1..n when n > 0, else
+ *                       0), n_parts x part, u64 queue_id. A part is
+ *                       u8 kind, then
+ *                       PROTO_PART_RUN (1) / PROTO_PART_RUN_PROPS (2):
+ *                         u64 offset (of its first message), u64
+ *                         timestamp_ms (append time, all of them), u32
+ *                         count (>= 1), u32 len, len bytes: count x
+ *                         {u32 len, message} (RUN) or count x {u32 len,
+ *                         message, u32 props_len, props} (RUN_PROPS;
+ *                         props_len 0: none), at offset, offset + 1, ...
+ *                         These are the bytes of the producer's batch
+ *                         as the commit log holds them, copied once: a
+ *                         message costs 4 bytes of framing (8 with
+ *                         properties) where the other layout spends 20
+ *                         (24), and the server builds no record per
+ *                         message.
+ *                       PROTO_PART_MESSAGE (3): u64 offset, u64
+ *                         timestamp_ms, blob message, blob props (a
+ *                         message that is not in a producer's batch: a
+ *                         delayed one, a dead letter; and every message
+ *                         of a fetch with a tag filter).
+ *                       Offsets increase strictly across the answer; the
+ *                       counts add up to n. Properties travel whether or
+ *                       not PROTO_FETCH_PROPS was asked (and count in
+ *                       max_bytes); a client that did not ask ignores
+ *                       them.
  *   GROUP_FETCH   req: str queue, str group, u32 max_msgs, u32 max_bytes,
  *                      u32 wait_ms, [u8 flags, tag filter] (present only
  *                      when not 0): bit 0 PROTO_GROUP_FETCH_SKIPPED asks
@@ -470,6 +499,13 @@
  *                 resp: u32 those of them this server takes
  *                 Any node answers it, before or without a login (as
  *                 STATUS). Repeating it on a connection is harmless.
+ *                 PROTO_FEATURE_RUNS 2 (added with the runs layout; an
+ *                 older server leaves the bit out of its answer): the
+ *                 server answers every FETCH of the connection in the
+ *                 runs layout (FETCH, above), from the first FETCH it
+ *                 reads after the HELLO on; a FETCH read before it keeps
+ *                 the layout then in force, so a client sends HELLO
+ *                 before its first FETCH. libtern asks for both bits.
  *
  * Membership (op 34, added with online membership changes: an older
  * server answers TERN_EINVAL "unknown request op"; op 35 is reserved):
@@ -501,6 +537,7 @@
 #define PROTO_VERSION_MAX  2
 /* HELLO features. */
 #define PROTO_FEATURE_XXH3     0x1u /* frames of version 2 */
+#define PROTO_FEATURE_RUNS     0x2u /* FETCH answers in the runs layout */
 #define PROTO_HEADER_SIZE      24
 #define PROTO_DEFAULT_MAX_BODY (16u * 1024u * 1024u)
 /* Longest queue or group name on the wire: common's name rule
@@ -1190,12 +1227,71 @@ struct proto_fetch_resp
     uint64_t next_offset;
     uint64_t end_offset;
     uint32_t n;
-    const uint8_t *msgs; /* n records, iterate with proto_next_fetched */
+    const uint8_t *msgs; /* n records (runs: the parts), iterate with
+                            proto_fetch_iter_next */
     size_t msgs_len;
-    uint8_t with_props;  /* records carry properties */
+    uint8_t with_props;  /* records carry properties (runs: asked for) */
     uint8_t with_counts; /* records carry a delivery count (RECEIVE) */
-    uint64_t queue_id;   /* with_props only */
+    uint8_t runs;        /* the runs layout: msgs holds n_parts parts */
+    uint32_t n_parts;
+    uint64_t queue_id; /* with_props or runs */
 };
+/* A FETCH answer in the runs layout (PROTO_FEATURE_RUNS), the request
+ * with properties asked for or not (with_props). Every part and every
+ * message in it is checked here (framing, counts, increasing offsets):
+ * 0 or TERN_EMALFORMED. */
+int proto_decode_fetch_runs_resp(const void *body,
+                                 size_t len,
+                                 bool with_props,
+                                 struct proto_fetch_resp *out);
+/* Where an iteration of a fetch answer is (either layout): zero it to
+ * start. */
+struct proto_fetch_iter
+{
+    size_t pos;      /* the next part or record */
+    size_t run_end;  /* runs: the end of the current run's bytes */
+    uint64_t offset; /* runs: the next message's offset */
+    uint64_t ts;
+    uint32_t left; /* runs: messages left in the current run */
+    uint8_t props; /* runs: the current run has properties */
+};
+/* The next message of r (a decoded FETCH, GROUP_FETCH, MESSAGE_GET or
+ * RECEIVE answer, either layout) into *m, borrowing r's bytes: 1, or 0 at
+ * the end. In the runs layout m->props is set only when r->with_props
+ * and the message has properties (else NULL, props_len 0). */
+int proto_fetch_iter_next(const struct proto_fetch_resp *r,
+                          struct proto_fetch_iter *it,
+                          struct proto_fetched_msg *m);
+/* Kinds of part of the runs layout. */
+#define PROTO_PART_RUN       1u
+#define PROTO_PART_RUN_PROPS 2u
+#define PROTO_PART_MESSAGE   3u
+/* The runs layout, for servers that stream it: proto_fetch_runs_begin
+ * writes the frame header of op FETCH (version) and the head with
+ * placeholders, returns the frame start; add parts with
+ * proto_put_fetch_run (list: the run's bytes as the runs layout carries
+ * them, borrowed, copied) and proto_put_fetch_message (m borrowed, its
+ * properties too); proto_fetch_runs_end patches next_offset, n and
+ * n_parts, appends queue_id and seals the frame. */
+size_t proto_fetch_runs_begin(struct tern_wbuf *w,
+                              uint8_t version,
+                              uint64_t request_id,
+                              uint64_t end_offset);
+void proto_put_fetch_run(struct tern_wbuf *w,
+                         uint64_t offset,
+                         uint64_t timestamp_ms,
+                         uint32_t count,
+                         bool props,
+                         const void *list,
+                         size_t list_len);
+void proto_put_fetch_message(struct tern_wbuf *w,
+                             const struct proto_fetched_msg *m);
+int proto_fetch_runs_end(struct tern_wbuf *w,
+                         size_t start,
+                         uint64_t next_offset,
+                         uint32_t n,
+                         uint32_t n_parts,
+                         uint64_t queue_id);
 int proto_decode_fetch_resp(const void *body,
                             size_t len,
                             struct proto_fetch_resp *out);
@@ -1207,7 +1303,9 @@ int proto_decode_fetch_props_resp(const void *body,
 int proto_decode_message_get_resp(const void *body,
                                   size_t len,
                                   struct proto_fetch_resp *out);
-/* Returns 1 and fills m (borrowing from the body), or 0 at the end. */
+/* Returns 1 and fills m (borrowing from the body), or 0 at the end; 0 at
+ * once for an answer in the runs layout (proto_fetch_iter_next reads
+ * both). */
 int proto_next_fetched(const struct proto_fetch_resp *r,
                        size_t *pos,
                        struct proto_fetched_msg *m);

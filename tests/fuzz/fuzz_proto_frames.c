@@ -8,7 +8,8 @@
  * leadership transfer, op 33, the membership changes, op 34, and the
  * backup, op 36, and HELLO, op 37, included; the STATUS answer's tail in
  * its versions with the server version and the members' roles; frames of
- * both versions, each sealed in the other and back).
+ * both versions, each sealed in the other and back; FETCH answers in the
+ * runs layout, with and without properties asked for).
  * Decoders must never read out of bounds, and a decoded request must re-encode
  * to a body that decodes to the same fields.
  */
@@ -441,6 +442,31 @@ static void responses(const uint8_t *d, size_t len)
         }
         if (n != fr.n) {
             abort();
+        }
+    }
+    for (int wp = 0; wp < 2; wp++) {
+        /* The runs layout: the iterator yields exactly n messages at
+         * strictly increasing offsets, every byte within the body. */
+        if (proto_decode_fetch_runs_resp(d, len, wp, &fr) == 0) {
+            struct proto_fetch_iter it = {0};
+            struct proto_fetched_msg m;
+            uint32_t n = 0;
+            uint64_t next = 0;
+            while (proto_fetch_iter_next(&fr, &it, &m)) {
+                const uint8_t *md = m.data, *mp = m.props;
+                if ((n > 0 && m.offset < next) ||
+                    (m.len > 0 && (md < d || md + m.len > d + len)) ||
+                    (m.props_len > 0 &&
+                     (!wp || mp < d || mp + m.props_len > d + len))) {
+                    abort();
+                }
+                next = m.offset + 1;
+                n++;
+            }
+            pos = 0;
+            if (n != fr.n || proto_next_fetched(&fr, &pos, &m) != 0) {
+                abort();
+            }
         }
     }
     if (proto_decode_fetch_props_resp(d, len, &fr) == 0) {

@@ -19,7 +19,11 @@ too, at the offset the last answers' count predicts, and a wrong guess
 (answers that change size) loses nothing. With 2 and 3, a FETCH that
 claimed a running read-ahead is answered when a FETCH of another queue
 is read first, and when a bad frame after it drains the connection. The node's
-tern_fetch_pool_total counters show which path each step took."""
+tern_fetch_pool_total counters show which path each step took. A
+connection whose HELLO took PROTO_FEATURE_RUNS gets the same stream in the
+runs layout (runs of the producers' batches, smaller answers), read on the
+pool and read ahead, on the loop, and with a tag filter (single-message
+parts); its GROUP_FETCH answers keep the other layout."""
 import os
 import re
 import socket
@@ -34,21 +38,24 @@ import tern_harness as h  # noqa: E402
 
 N = 3000
 STEP = 100
+FEATURE_RUNS = 2  # HELLO: FETCH answers in the runs layout
 
 
 class Conn:
     """A raw client connection; requests may be pipelined."""
 
-    def __init__(self, port, xxh3=False):
+    def __init__(self, port, xxh3=False, runs=False):
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.rid = 0
         self.version = h.PROTO_VERSION
-        if xxh3:
-            f = self.rpc(h.OP["HELLO"], struct.pack("<I", 1))
-            if f is None or f.status != 0:
+        self.runs = runs
+        if xxh3 or runs:
+            want = (1 if xxh3 else 0) | (FEATURE_RUNS if runs else 0)
+            f = self.rpc(h.OP["HELLO"], struct.pack("<I", want))
+            if f is None or f.status != 0 or f.body != struct.pack("<I", want):
                 raise RuntimeError("HELLO refused: %r" % f)
-            self.version = 2
+            self.version = 2 if xxh3 else h.PROTO_VERSION
 
     def send(self, op, body):
         self.rid += 1
@@ -101,8 +108,50 @@ def fetch_body(q, offset, max_msgs=STEP):
     return h.put_str(q) + struct.pack("<QIII", offset, max_msgs, 1 << 20, 0)
 
 
-def decode_fetch(f):
+def decode_runs(f):
+    """A FETCH answer in the runs layout, checked whole (counts, offsets,
+    each run's bytes): (next_offset, end_offset, [(offset, payload)],
+    kinds of its parts); raises ValueError when malformed."""
+    nxt, end, n, n_parts = struct.unpack_from("<QQII", f.body, 0)
+    at, out, kinds = 24, [], []
+    for _ in range(n_parts):
+        kind, off, _ts = struct.unpack_from("<BQQ", f.body, at)
+        at += 17
+        kinds.append(kind)
+        if out and off <= out[-1][0]:
+            raise ValueError("offsets do not increase at %d" % off)
+        if kind == 3:
+            (ln,) = struct.unpack_from("<I", f.body, at)
+            out.append((off, f.body[at + 4:at + 4 + ln].decode()))
+            at += 4 + ln
+            (pl,) = struct.unpack_from("<I", f.body, at)
+            at += 4 + pl
+            continue
+        if kind not in (1, 2):
+            raise ValueError("part kind %d" % kind)
+        count, ln = struct.unpack_from("<II", f.body, at)
+        at += 8
+        p, stop = at, at + ln
+        for i in range(count):
+            (ml,) = struct.unpack_from("<I", f.body, p)
+            out.append((off + i, f.body[p + 4:p + 4 + ml].decode()))
+            p += 4 + ml
+            if kind == 2:
+                (pl,) = struct.unpack_from("<I", f.body, p)
+                p += 4 + pl
+        if count == 0 or p != stop:
+            raise ValueError("a run's bytes do not hold its count")
+        at = stop
+    if len(out) != n or at + 8 != len(f.body):
+        raise ValueError("%d messages of %d, %d bytes left" %
+                         (len(out), n, len(f.body) - at))
+    return nxt, end, out, kinds
+
+
+def decode_fetch(f, runs=False):
     """(next_offset, end_offset, [(offset, payload)])."""
+    if runs:
+        return decode_runs(f)[:3]
     nxt, end, n = struct.unpack_from("<QQI", f.body, 0)
     at, out = 20, []
     for _ in range(n):
@@ -144,7 +193,7 @@ def read_on(conn, body_at, off, rounds, skip_ids=False):
                 not f.checksum_ok or f.version != conn.version):
             bad.append(f)
             break
-        nxt, _end, msgs = decode_fetch(f)
+        nxt, _end, msgs = decode_fetch(f, conn.runs)
         got += msgs
         if not msgs:
             break
@@ -236,6 +285,39 @@ def main(c):
         k1 = pool_counts(mport)
         c.check(grew(k0, k1, ("read", "ahead", "ahead_served")),
                 "read on the pool, read ahead, and served from it", k1)
+
+        c.step("the runs layout (HELLO's PROTO_FEATURE_RUNS)")
+        for xxh3 in (False, True):
+            rc = Conn(port, xxh3=xxh3, runs=True)
+            stream(c, rc, "q", "runs layout, frame version %d" % rc.version)
+            rc.close()
+        k2 = pool_counts(mport)
+        c.check(grew(k1, k2, ("read", "ahead", "ahead_served")),
+                "runs answers read on the pool, read ahead, served", k2)
+        rc = Conn(port, runs=True)
+        a = conn.rpc(h.OP["FETCH"], fetch_body("q", 450))
+        b = rc.rpc(h.OP["FETCH"], fetch_body("q", 450))
+        nxt, _, msgs, kinds = decode_runs(b)
+        c.check(nxt == 550 and msgs == decode_fetch(a)[2] and
+                kinds == [1, 1],
+                "100 messages from 450: two runs (the batches of 500 meet "
+                "at 500), the messages of the other layout", (nxt, kinds))
+        c.check(len(b.body) + 14 * 100 < len(a.body),
+                "the runs answer is smaller by about 16 bytes a message",
+                (len(a.body), len(b.body)))
+        # A tag filter: single-message parts (none of these has a tag).
+        f = rc.rpc(h.OP["FETCH"], h.put_str("q") + struct.pack(
+            "<QIIIBBB", 0, 10, 1 << 20, 0, 0x04, 1, 1) + b"x")
+        nxt, _, msgs, kinds = decode_runs(f)
+        c.check(f.status == 0 and msgs == [] and kinds == [] and nxt > 0,
+                "a tag filter that matches nothing moves on", (f, nxt))
+        # GROUP_FETCH keeps the other layout.
+        f = rc.rpc(h.OP["GROUP_FETCH"], h.put_str("q") + h.put_str("g") +
+                   struct.pack("<III", 5, 1 << 20, 0))
+        c.check(f.status == 0 and
+                [m[0] for m in decode_fetch(f)[2]] == list(range(5)),
+                "GROUP_FETCH answers in the other layout", f)
+        rc.close()
 
         c.step("a FETCH elsewhere drops the read-ahead")
         f = conn.rpc(h.OP["FETCH"], fetch_body("q", 0))
@@ -421,8 +503,11 @@ def main(c):
 
     with h.Cluster(1, limits={"fetch_threads": 0}) as cl:
         c.step("fetch_threads = 0: every read on the loop")
-        mport, _, conn = started(c, cl)
+        mport, port, conn = started(c, cl)
         stream(c, conn, "q", "fetch_threads 0")
+        rc = Conn(port, runs=True)
+        stream(c, rc, "q", "fetch_threads 0, runs layout")
+        rc.close()
         conn.close()
         k = pool_counts(mport)
         c.check(sum(k.values()) == 0 and len(k) == 5,

@@ -372,3 +372,74 @@ Test(index_reader, readers_streaming_a_queue_ask_the_kernel_once_per_byte)
     cr_expect_gt(wn.n, 0, "a reader after a cut asks for its read-ahead");
     idx_close(e);
 }
+
+/* Flip the first byte of message text t in dir's only segment file. */
+static void flip_text(const char *dir, const char *t)
+{
+    char *seg = th_last_segment(dir);
+    size_t n;
+    uint8_t *b = th_read_file(seg, &n);
+    uint8_t *at = memmem(b, n, t, strlen(t));
+    cr_assert_not_null(at, "%s in %s", t, seg);
+    th_flip_byte(seg, at - b);
+    free(b);
+    free(seg);
+}
+
+/* Readers of a consumer's consecutive answers: the second starts in the
+ * record the first ended in (offsets 5-9 of batch 1). */
+static void two_answers(struct idx_env *e,
+                        bool cut_between,
+                        struct run *second,
+                        struct rec *rec)
+{
+    static struct rec first_rec;
+    char t[96];
+    struct run x = {.o = {.max_msgs = 8, .max_bytes = 1 << 20},
+                    .rec = &first_rec};
+    memset(&first_rec, 0, sizeof first_rec);
+    cr_assert_eq(idx_reader_start(e, "q", 0, &x.r), 0);
+    fetch_on_thread(&x);
+    cr_assert_eq(x.rc, 0);
+    cr_assert_eq(idx_reader_end(x.r), 0);
+    cr_assert_eq(x.next, 8);
+    /* The record's bytes on disk change after it was read and checked. */
+    th_msg_text(t, sizeof t, "q", 1, 3);
+    flip_text(th_dir_a, t);
+    if (cut_between) {
+        /* A cut past it takes a new generation of the log. */
+        cr_assert_eq(idx__log_truncate(e, idx_log_end(e) - 1), 0);
+    }
+    memset(rec, 0, sizeof *rec);
+    second->o = x.o;
+    second->rec = rec;
+    cr_assert_eq(idx_reader_start(e, "q", 8, &second->r), 0);
+    fetch_on_thread(second);
+}
+
+Test(index_reader, the_record_a_reader_ended_in_is_not_read_again_by_the_next)
+{
+    struct idx_env *e = filled(1 << 20, 4, 5);
+    static struct rec rec;
+    struct run x = {0};
+    char t[96];
+    two_answers(e, false, &x, &rec);
+    cr_assert_eq(x.rc, 0, "%s", idx_reader_errmsg(x.r));
+    cr_assert_eq(idx_reader_end(x.r), 0);
+    cr_assert_eq(rec.n, 8);
+    th_msg_text(t, sizeof t, "q", 1, 3);
+    cr_expect_str_eq(rec.text[0], t, "offset 8 as read and checked before");
+    idx_close(e);
+}
+
+Test(index_reader, a_held_record_is_not_used_after_a_cut)
+{
+    struct idx_env *e = filled(1 << 20, 4, 5);
+    static struct rec rec;
+    struct run x = {0};
+    two_answers(e, true, &x, &rec);
+    cr_assert_eq(x.rc, TERN_ECORRUPT, "read from disk again: the flip shows");
+    cr_assert_eq(rec.n, 0);
+    (void)idx_reader_end(x.r);
+    idx_close(e);
+}
