@@ -4,6 +4,9 @@
 
 #include <criterion/criterion.h>
 
+#include <stdlib.h>
+#include <xxhash.h>
+
 #include <tern_common.h>
 
 Test(common, strerror_and_names)
@@ -255,4 +258,29 @@ Test(common, qualified_names)
                      TERN_EBADNAME);
     }
     cr_expect_eq(tern_qname_join(buf, sizeof buf, "a.b", "x%y"), TERN_EBADNAME);
+}
+
+Test(common, xxh3_matches_the_portable_build_at_every_size)
+{
+    /* Frames, records and entries on disk and on the wire carry XXH3:
+     * the dispatched (AVX2/AVX-512) code must give the portable entry
+     * point's values, one-shot and incremental, up to 1 MiB. */
+    size_t max = (size_t)1 << 20;
+    uint8_t *b = malloc(max);
+    cr_assert_not_null(b);
+    for (size_t i = 0; i < max; i++) {
+        b[i] = (uint8_t)(i * 131 + (i >> 9));
+    }
+    for (size_t n = 0; n <= max; n = n < 300 ? n + 1 : n * 3 + 17) {
+        for (uint64_t seed = 0; seed < 3; seed++) {
+            uint32_t want = (uint32_t)XXH3_64bits_withSeed(b, n, seed);
+            struct tern_checksum3_state st;
+            cr_assert_eq(tern_checksum32_xxh3(b, n, seed), want, "%zu", n);
+            tern_checksum32_xxh3_begin(&st, seed);
+            tern_checksum32_xxh3_update(&st, b, n / 3);
+            tern_checksum32_xxh3_update(&st, b + n / 3, n - n / 3);
+            cr_assert_eq(tern_checksum32_xxh3_end(&st), want, "%zu", n);
+        }
+    }
+    free(b);
 }
