@@ -757,8 +757,9 @@ static int server_ready(struct tern_client *c, int i, int64_t now)
 }
 
 /* Before the first request on s's connection: HELLO asking for frames
- * of version 2 (proto.h), not waited for; its answer matches no request
- * (dispatch). ENOMEM: none on this connection, which stays in version 1. */
+ * of version 2 and FETCH answers in the runs layout (proto.h), not waited
+ * for; its answer matches no request (dispatch). ENOMEM: none on this
+ * connection, which stays in version 1 and the other layout. */
 static void send_hello(struct tern_client *c, struct tern__server *s)
 {
     if (s->hello_sent) {

@@ -531,6 +531,8 @@ static int fetch_run(struct walk *w,
         b += sz;
         n++;
     }
+    /* idx_close's cancel is looked at once per run: a run ends within one
+     * record and max_msgs. */
     struct idx_fetched_run run = {
         .offset = fp->off,
         .count = n,

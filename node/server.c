@@ -333,6 +333,7 @@ struct parked
     uint64_t deadline;    /* uv_now ms */
     struct node_fetch_filter filter;
     bool hold; /* a write held until a leader is known (hold_write) */
+    bool runs; /* FETCH: answered in the runs layout (as when it was read) */
 };
 
 /* One log line per second per kind; the rest are counted. */
@@ -746,14 +747,15 @@ static void serve_hello(struct node_conn *c,
 {
     struct tern_wbuf w;
     uint32_t taken = features & (PROTO_FEATURE_XXH3 | PROTO_FEATURE_RUNS);
-    c->xxh3 = (taken & PROTO_FEATURE_XXH3) != 0;
-    c->runs = (taken & PROTO_FEATURE_RUNS) != 0;
     tern_wbuf_init(&w);
     if (proto_encode_hello_resp(&w, request_id, taken) != 0) {
+        /* Nothing taken: the client keeps what it had, so does c. */
         tern_wbuf_free(&w);
         send_error(c, PROTO_OP_HELLO, request_id, -ENOMEM, NULL);
         return;
     }
+    c->xxh3 = (taken & PROTO_FEATURE_XXH3) != 0;
+    c->runs = (taken & PROTO_FEATURE_RUNS) != 0;
     conn_send(c, &w);
 }
 
@@ -975,7 +977,8 @@ static bool serve_fetch(struct node_conn *c,
                         uint32_t max_bytes,
                         uint32_t wait_ms,
                         bool leader_only,
-                        const struct node_fetch_filter *ff);
+                        const struct node_fetch_filter *ff,
+                        bool runs);
 
 static bool refuse_unless_writable(struct node_conn *c,
                                    uint8_t op,
@@ -1144,11 +1147,12 @@ static bool fetch_job_start(struct node_conn *c,
                             uint32_t raw_max_bytes,
                             bool leader_only,
                             const struct node_fetch_filter *ff,
-                            const struct idx_queue_info *qi);
+                            const struct idx_queue_info *qi,
+                            bool runs);
 
 /* The room a job of these bounds reserves (per_msg: fetch_msg_overhead;
- * 64 bytes for the answer's head and tail, the runs layout's 32 + 8
- * included). */
+ * 64 bytes for the answer's head and tail: the runs layout's 24 and its
+ * u64 queue_id included). */
 static size_t fetch_job_room(uint32_t max_msgs,
                              uint32_t max_bytes,
                              size_t per_msg)
@@ -1202,7 +1206,7 @@ static void fetch_ahead_one(struct fetch_job *j,
     s->starting_ahead = slot;
     (void)fetch_job_start(c, e, j->op, rid, j->queue, offset, j->max_msgs,
                           j->max_bytes, j->raw_max_msgs, j->raw_max_bytes,
-                          false, &j->ff, &qi);
+                          false, &j->ff, &qi, j->x.runs);
     s->starting_ahead = 0;
 }
 
@@ -1270,7 +1274,7 @@ static void fetch_job_deliver(struct fetch_job *j, uint64_t rid)
         s->fetch_inline = true;
         (void)serve_fetch(c, j->op, rid, j->queue, "", j->offset,
                           j->raw_max_msgs, j->raw_max_bytes, 0, j->leader_only,
-                          &j->ff);
+                          &j->ff, j->x.runs);
         s->fetch_inline = false;
         fetch_job_free(j, false);
         return;
@@ -1335,7 +1339,8 @@ static bool fetch_ahead_take(struct node_conn *c,
                              uint32_t max_bytes,
                              bool leader_only,
                              const struct node_fetch_filter *ff,
-                             uint64_t queue_id)
+                             uint64_t queue_id,
+                             bool runs)
 {
     struct fetch_job *j = c->ahead;
     if (j == NULL || j->claimed) {
@@ -1343,7 +1348,7 @@ static bool fetch_ahead_take(struct node_conn *c,
     }
     if (leader_only || j->offset != offset || j->raw_max_msgs != max_msgs ||
         j->raw_max_bytes != max_bytes || j->queue_id != queue_id ||
-        j->x.runs != answer_runs(c, j->op) || idx_generation(e) != j->gen ||
+        j->x.runs != runs || idx_generation(e) != j->gen ||
         strcmp(j->queue, queue) != 0 || memcmp(&j->ff, ff, sizeof(*ff)) != 0) {
         fetch_ahead_drop(c);
         return false;
@@ -1387,7 +1392,8 @@ static bool fetch_job_start(struct node_conn *c,
                             uint32_t raw_max_bytes,
                             bool leader_only,
                             const struct node_fetch_filter *ff,
-                            const struct idx_queue_info *qi)
+                            const struct idx_queue_info *qi,
+                            bool runs)
 {
     struct node_server *s = c->srv;
     const struct node_config *cfg = c->view.cfg;
@@ -1431,7 +1437,7 @@ static bool fetch_job_start(struct node_conn *c,
     j->o.with_props = (ff->flags & PROTO_FETCH_PROPS) != 0;
     j->x.w = &j->w;
     j->x.props = j->o.with_props;
-    j->x.runs = answer_runs(c, op);
+    j->x.runs = runs;
     fetch_opts_layout(&j->o, &j->x);
     size_t per_msg = fetch_msg_overhead(j->o.with_props, j->x.runs);
     tern_wbuf_init_cap(&j->w, fetch_answer_room(max_msgs, max_bytes, offset,
@@ -1471,7 +1477,10 @@ static bool fetch_job_start(struct node_conn *c,
 /* Serve a FETCH/GROUP_FETCH. With wait_ms > 0 and nothing readable it is
  * parked (returns true). leader_only: the request may only be answered by a
  * writable leader (the caller checked that now); a parked one is refused
- * instead of served if the node stops being one while it waits. */
+ * instead of served if the node stops being one while it waits. runs: a
+ * FETCH answered in the runs layout, as answer_runs said when it was read
+ * (a parked one and one read again keep it: a later HELLO changes only
+ * the FETCHes read after it). */
 static bool claim_refuses_fetch(struct node_conn *c,
                                 uint64_t request_id,
                                 const char *queue,
@@ -1486,7 +1495,8 @@ static bool serve_fetch(struct node_conn *c,
                         uint32_t max_bytes,
                         uint32_t wait_ms,
                         bool leader_only,
-                        const struct node_fetch_filter *ff)
+                        const struct node_fetch_filter *ff,
+                        bool runs)
 {
     static const struct node_fetch_filter no_filter;
     const struct node_view *v = &c->view;
@@ -1502,6 +1512,7 @@ static bool serve_fetch(struct node_conn *c,
     struct proto_group_skip skip = {0, 0};
     int rv;
 
+    runs = runs && op == PROTO_OP_FETCH;
     if (e == NULL) {
         send_error(c, op, request_id, TERN_ESHUTDOWN, NULL);
         return false;
@@ -1583,6 +1594,7 @@ static bool serve_fetch(struct node_conn *c,
             p->max_bytes = max_bytes;
             p->leader_only = leader_only;
             p->filter = ff != NULL ? *ff : no_filter;
+            p->runs = runs;
             p->deadline =
                 uv_now(s->loop) + TERN_MIN(wait_ms, SERVER__MAX_WAIT_MS);
             tern_list_push(&s->parked, &p->link);
@@ -1597,7 +1609,8 @@ static bool serve_fetch(struct node_conn *c,
     uint32_t raw_max_bytes = max_bytes;
     if (op == PROTO_OP_FETCH && offset < qi.next_offset &&
         fetch_ahead_take(c, e, request_id, queue, offset, max_msgs, max_bytes,
-                         leader_only, ff != NULL ? ff : &no_filter, qi.id)) {
+                         leader_only, ff != NULL ? ff : &no_filter, qi.id,
+                         runs)) {
         return false;
     }
     if (max_msgs == 0) {
@@ -1614,7 +1627,7 @@ static bool serve_fetch(struct node_conn *c,
          * payload, half for the per-message overhead; at least one
          * message (which may be larger: idx_fetch always returns one). */
         size_t left = conn_left(c) / 2;
-        size_t msgs = left / fetch_msg_overhead(false, answer_runs(c, op));
+        size_t msgs = left / fetch_msg_overhead(false, runs);
         max_bytes = (uint32_t)TERN_MAX(TERN_MIN((size_t)max_bytes, left), 1);
         max_msgs = (uint32_t)TERN_MAX(TERN_MIN((size_t)max_msgs, msgs), 1);
     }
@@ -1625,7 +1638,7 @@ static bool serve_fetch(struct node_conn *c,
     if (offset < qi.next_offset &&
         fetch_job_start(c, e, op, request_id, queue, offset, max_msgs,
                         max_bytes, raw_max_msgs, raw_max_bytes, leader_only, ff,
-                        &qi)) {
+                        &qi, runs)) {
         return false;
     }
     struct idx_tag tags[IDX_FETCH_TAGS_MAX];
@@ -1640,7 +1653,7 @@ static bool serve_fetch(struct node_conn *c,
     memset(&x, 0, sizeof(x));
     x.w = &w;
     x.props = o.with_props;
-    x.runs = answer_runs(c, op);
+    x.runs = runs;
     fetch_opts_layout(&o, &x);
     tern_wbuf_init_cap(
         &w, fetch_answer_room(max_msgs, max_bytes, offset, qi.next_offset,
@@ -1895,7 +1908,8 @@ static void parked_answer(struct node_server *s, struct parked *p)
         if (!p->leader_only ||
             !refuse_unless_writable(c, p->op, p->request_id, &st)) {
             serve_fetch(c, p->op, p->request_id, p->queue, p->group, p->offset,
-                        p->max_msgs, p->max_bytes, 0, false, &p->filter);
+                        p->max_msgs, p->max_bytes, 0, false, &p->filter,
+                        p->runs);
         }
     }
     parked_free(s, p);
@@ -3137,7 +3151,7 @@ static void handle_group_fetch(struct node_conn *c,
         struct node_fetch_filter ff;
         filter_from_req(r, &ff);
         serve_fetch(c, r->op, request_id, queue, group, 0, r->max_msgs,
-                    r->max_bytes, r->wait_ms, true, &ff);
+                    r->max_bytes, r->wait_ms, true, &ff, false);
         return;
     }
     batch_request(c, request_id, r);
@@ -3805,8 +3819,8 @@ void node_server_respond(struct node_wreq *w)
         } else if (w->op == PROTO_OP_GROUP_FETCH) {
             /* The barrier is applied and flushed: serve the read now. */
             serve_fetch(c, w->op, w->request_id, w->queue, w->group, 0,
-                        w->max_msgs, w->max_bytes, w->wait_ms, true,
-                        &w->filter);
+                        w->max_msgs, w->max_bytes, w->wait_ms, true, &w->filter,
+                        false);
         } else {
             struct tern_wbuf b;
             tern_wbuf_init(&b);
@@ -4293,7 +4307,8 @@ static void handle_request(struct node_conn *c,
         struct node_fetch_filter ff;
         filter_from_req(r, &ff);
         serve_fetch(c, r->op, request_id, stored, "", r->offset, r->max_msgs,
-                    r->max_bytes, r->wait_ms, leader_only, &ff);
+                    r->max_bytes, r->wait_ms, leader_only, &ff,
+                    answer_runs(c, r->op));
         break;
     }
     case PROTO_OP_MESSAGE_GET:

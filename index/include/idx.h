@@ -816,8 +816,11 @@ struct idx_fetch_opts
      * command's list come to run_cb (with the fetch's arg), as many of
      * them at once as the bounds allow; the others (a dead letter, a
      * delayed message) come to cb one by one. The bounds, the order and
-     * *next_offset are those of the per-message fetch: the same messages
-     * are delivered. A non-zero return stops as cb's does. */
+     * *next_offset are those of the per-message fetch with the same
+     * options: the same messages are delivered. A run's list holds the
+     * messages' properties whatever with_props says; a caller that sends
+     * the lists on sets with_props so that they count. A non-zero return
+     * stops as cb's does. */
     idx_run_cb run_cb;
 };
 /* idx_fetch with options o (borrowed): the tag filter, the scan bound,

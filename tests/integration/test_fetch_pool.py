@@ -23,7 +23,8 @@ tern_fetch_pool_total counters show which path each step took. A
 connection whose HELLO took PROTO_FEATURE_RUNS gets the same stream in the
 runs layout (runs of the producers' batches, smaller answers), read on the
 pool and read ahead, on the loop, and with a tag filter (single-message
-parts); its GROUP_FETCH answers keep the other layout."""
+parts); its GROUP_FETCH answers keep the other layout, and a FETCH parked
+before the HELLO is answered in the layout of its time."""
 import os
 import re
 import socket
@@ -311,6 +312,28 @@ def main(c):
         nxt, _, msgs, kinds = decode_runs(f)
         c.check(f.status == 0 and msgs == [] and kinds == [] and nxt > 0,
                 "a tag filter that matches nothing moves on", (f, nxt))
+        # A FETCH parked before a HELLO that takes the runs layout is
+        # answered in the layout of its time; the next one in the new.
+        pk = Conn(port)
+        end = decode_fetch(pk.rpc(h.OP["FETCH"], fetch_body("q", 0, 1)))[1]
+        prid = pk.send(h.OP["FETCH"], h.put_str("q") + struct.pack(
+            "<QIII", end, 10, 1 << 20, 5000))
+        time.sleep(0.2)
+        hrid = pk.send(h.OP["HELLO"], struct.pack("<I", FEATURE_RUNS))
+        hf = pk.recv()
+        ok = produce(conn, "q", "late", 0, 1)
+        pf = pk.recv()
+        c.check(hf is not None and hf.request_id == hrid and ok and
+                pf is not None and pf.request_id == prid and
+                pf.status == 0 and
+                decode_fetch(pf)[2] == [(end, "late-0")],
+                "a FETCH parked before HELLO answers in the old layout",
+                (hf, pf))
+        pk.runs = True
+        f = pk.rpc(h.OP["FETCH"], fetch_body("q", end, 5))
+        c.check(f.status == 0 and decode_runs(f)[2] == [(end, "late-0")],
+                "the FETCH after it in the runs layout", f)
+        pk.close()
         # GROUP_FETCH keeps the other layout.
         f = rc.rpc(h.OP["GROUP_FETCH"], h.put_str("q") + h.put_str("g") +
                    struct.pack("<III", 5, 1 << 20, 0))
