@@ -2097,44 +2097,67 @@ static void get_run_msg(struct tern_cursor *c,
     }
 }
 
-/* Check part at c (its kind read into *kind): its framing, its messages'
- * offsets above *last (1 + the last offset seen; 0 before any), adding
- * its messages to *n. 0, or TERN_EMALFORMED. */
+/* One part of the runs layout, as read by get_part (pointers into the
+ * body). */
+struct part
+{
+    uint8_t kind;
+    uint64_t offset;
+    uint64_t ts;
+    uint32_t count;      /* runs */
+    const uint8_t *list; /* runs: the messages' bytes */
+    uint32_t list_len;
+    struct proto_fetched_msg m; /* PROTO_PART_MESSAGE: its message */
+};
+
+/* Read the part at c into *p (its framing only; of an unknown kind only
+ * the head, the rest of *p zero). */
+static void get_part(struct tern_cursor *c, struct part *p)
+{
+    memset(p, 0, sizeof *p);
+    p->kind = tern_cursor_u8(c);
+    p->offset = tern_cursor_u64(c);
+    p->ts = tern_cursor_u64(c);
+    if (p->kind == PROTO_PART_MESSAGE) {
+        p->m.data = proto_get_blob(c, &p->m.len);
+        p->m.props = proto_get_blob(c, &p->m.props_len);
+    } else if (p->kind == PROTO_PART_RUN || p->kind == PROTO_PART_RUN_PROPS) {
+        p->count = tern_cursor_u32(c);
+        p->list_len = tern_cursor_u32(c);
+        p->list = tern_cursor_bytes(c, p->list_len);
+    }
+}
+
+/* Check the part at c: its framing, its messages' offsets above *last (1
+ * + the last offset seen; 0 before any), adding its messages to *n. 0, or
+ * TERN_EMALFORMED. */
 static int check_part(struct tern_cursor *c, uint64_t *last, uint64_t *n)
 {
-    uint8_t kind = tern_cursor_u8(c);
-    uint64_t offset = tern_cursor_u64(c);
+    struct part p;
     struct proto_fetched_msg m;
-    (void)tern_cursor_u64(c); /* timestamp_ms */
-    if (c->err != 0 || offset < *last) {
-        return TERN_EMALFORMED;
-    }
-    if (kind == PROTO_PART_MESSAGE) {
-        (void)proto_get_blob(c, &m.len);
-        (void)proto_get_blob(c, &m.props_len);
-        *last = offset + 1;
-        *n += 1;
-        return c->err != 0 || *last == 0 ? TERN_EMALFORMED : 0;
-    }
-    if (kind != PROTO_PART_RUN && kind != PROTO_PART_RUN_PROPS) {
-        return TERN_EMALFORMED;
-    }
-    uint32_t count = tern_cursor_u32(c);
-    uint32_t len = tern_cursor_u32(c);
-    const uint8_t *list = tern_cursor_bytes(c, len);
     struct tern_cursor lc;
-    if (c->err != 0 || count == 0 || offset + count < offset) {
+    get_part(c, &p);
+    if (c->err != 0 || p.offset < *last) {
         return TERN_EMALFORMED;
     }
-    tern_cursor_init(&lc, list, len);
-    for (uint32_t i = 0; i < count && lc.err == 0; i++) {
-        get_run_msg(&lc, kind == PROTO_PART_RUN_PROPS, &m);
+    if (p.kind == PROTO_PART_MESSAGE) {
+        p.count = 1;
+    } else if (p.kind != PROTO_PART_RUN && p.kind != PROTO_PART_RUN_PROPS) {
+        return TERN_EMALFORMED;
+    } else {
+        tern_cursor_init(&lc, p.list, p.list_len);
+        for (uint32_t i = 0; i < p.count && lc.err == 0; i++) {
+            get_run_msg(&lc, p.kind == PROTO_PART_RUN_PROPS, &m);
+        }
+        if (cursor_finish(&lc) != 0) {
+            return TERN_EMALFORMED; /* short, or bytes past its count */
+        }
     }
-    if (cursor_finish(&lc) != 0) {
-        return TERN_EMALFORMED; /* short, or bytes past its count */
+    if (p.count == 0 || p.offset + p.count <= p.offset) {
+        return TERN_EMALFORMED; /* empty, or offsets that wrap */
     }
-    *last = offset + count;
-    *n += count;
+    *last = p.offset + p.count;
+    *n += p.count;
     return 0;
 }
 
@@ -2167,6 +2190,16 @@ int proto_decode_fetch_runs_resp(const void *body,
     return decode_end(&c, ok, out, sizeof *out);
 }
 
+/* m's properties as r shows them: only when asked for, NULL when none. */
+static void props_as_asked(const struct proto_fetch_resp *r,
+                           struct proto_fetched_msg *m)
+{
+    if (!r->with_props || m->props_len == 0) {
+        m->props = NULL;
+        m->props_len = 0;
+    }
+}
+
 int proto_fetch_iter_next(const struct proto_fetch_resp *r,
                           struct proto_fetch_iter *it,
                           struct proto_fetched_msg *m)
@@ -2183,38 +2216,32 @@ int proto_fetch_iter_next(const struct proto_fetch_resp *r,
         return 0;
     }
     if (it->left == 0) {
-        uint8_t kind;
+        struct part p;
         if (it->pos >= r->msgs_len) {
             return 0;
         }
         tern_cursor_init(&c, r->msgs + it->pos, r->msgs_len - it->pos);
-        kind = tern_cursor_u8(&c);
-        m->offset = tern_cursor_u64(&c);
-        m->timestamp_ms = tern_cursor_u64(&c);
-        if (kind == PROTO_PART_MESSAGE) {
-            m->data = proto_get_blob(&c, &m->len);
-            m->props = proto_get_blob(&c, &m->props_len);
-            if (c.err != 0) {
-                return 0;
-            }
-            if (!r->with_props || m->props_len == 0) {
-                m->props = NULL;
-                m->props_len = 0;
-            }
+        get_part(&c, &p);
+        if (c.err != 0) {
+            return 0;
+        }
+        if (p.kind == PROTO_PART_MESSAGE) {
+            *m = p.m;
+            m->offset = p.offset;
+            m->timestamp_ms = p.ts;
+            props_as_asked(r, m);
             it->pos = r->msgs_len - tern_cursor_left(&c);
             return 1;
         }
-        it->offset = m->offset;
-        it->ts = m->timestamp_ms;
-        it->props = kind == PROTO_PART_RUN_PROPS;
-        it->left = tern_cursor_u32(&c);
-        uint32_t len = tern_cursor_u32(&c);
-        if (c.err != 0 || tern_cursor_left(&c) < len || it->left == 0) {
-            it->left = 0;
+        if (p.count == 0) {
             return 0;
         }
-        it->pos = r->msgs_len - tern_cursor_left(&c);
-        it->run_end = it->pos + len;
+        it->offset = p.offset;
+        it->ts = p.ts;
+        it->props = p.kind == PROTO_PART_RUN_PROPS;
+        it->left = p.count;
+        it->pos = (size_t)(p.list - r->msgs);
+        it->run_end = it->pos + p.list_len;
     }
     tern_cursor_init(&c, r->msgs + it->pos, it->run_end - it->pos);
     get_run_msg(&c, it->props, m);
@@ -2222,10 +2249,7 @@ int proto_fetch_iter_next(const struct proto_fetch_resp *r,
         it->left = 0;
         return 0;
     }
-    if (!r->with_props || m->props_len == 0) {
-        m->props = NULL;
-        m->props_len = 0;
-    }
+    props_as_asked(r, m);
     m->offset = it->offset++;
     m->timestamp_ms = it->ts;
     it->pos = it->run_end - tern_cursor_left(&c);
