@@ -14,6 +14,14 @@
 # second against the floor, then reads the queue again from a warm cache
 # (the consumer's own ceiling), and one JSON line.
 #
+# Before all that, the queue is read once from the page cache the produce
+# left warm: the leader's first read since it started. That read also
+# pays the first touch of ternd's heap at the size its fetch answers need
+# (a page fault every 4 KiB, each tens of microseconds under a
+# hypervisor); its rate, and the leader's page faults and CPU time of each
+# read (/proc/PID/stat), are printed beside the others, so the cold
+# cache's cost and the process's first touch each have their own figure.
+#
 #   bench/scale_messages.sh [--count N] [--size S] [--nodes 1|2|3]
 #                           [--max-minutes M]
 #
@@ -107,6 +115,22 @@ cat "$work/produce.out"
 sleep 3 # followers apply the tail
 leader=$(cluster leader)
 ld=$work/node$leader
+lpid=$(cat "$work/node$leader.pid")
+# The leader's minor page faults and CPU time since the last call, printed
+# for the read named by $1 (none: only start counting).
+hz=$(getconf CLK_TCK)
+last_flt=0 last_cpu=0
+leader_cost() {
+    local st flt cpu
+    st=$(sed 's/^.*) //' "/proc/$lpid/stat") # the fields from state on
+    flt=$(echo "$st" | awk '{print $8}')
+    cpu=$(echo "$st" | awk '{print $12 + $13}')
+    if [ -n "${1:-}" ]; then
+        echo "leader during the $1 read: $((flt - last_flt)) page faults, $(((cpu - last_cpu) * 1000 / hz)) ms of CPU"
+        eval "faults_$1=$((flt - last_flt))"
+    fi
+    last_flt=$flt last_cpu=$cpu
+}
 segs=$(find "$ld/index/log" -name '*.seg' | sort)
 log_bytes=$(du -cb $segs | tail -n 1 | awk '{print $1}')
 for i in $(seq 1 "$nodes"); do
@@ -116,6 +140,14 @@ for i in $(seq 1 "$nodes"); do
         "$(($(du -sb "$work/node$i/index/lmdb" | awk '{print $1}') / 1000000))" \
         "$(($(du -sb "$work/node$i/raft" | awk '{print $1}') / 1000000))"
 done
+
+# The leader's first read since it started, from the page cache the
+# produce left warm.
+leader_cost
+"$BS" consume -s "127.0.0.1:$((base + leader))" --read-first --queue scale \
+    --count "$count" | sed 's/^consume:/consume (first read):/; s/consume_/first_consume_/g' |
+    tee "$work/consume-first.out"
+leader_cost first
 
 # The floor: the leader's segments read with O_DIRECT.
 drop_cache "$ld"
@@ -132,15 +164,18 @@ t0=$(date +%s%N)
 cons_ns=$(($(date +%s%N) - t0))
 cons=$(python3 -c "print(round($log_bytes / ($cons_ns / 1e9) / 1e6, 1))")
 echo "consumer from a cold cache: $cons MB/s of commit log ($(python3 -c "print(round(100 * $cons / $floor))")% of the floor)"
+leader_cost cold
 # The same read again from a warm page cache: what the consumer does when
 # the disk is not in the way.
 "$BS" consume -s "127.0.0.1:$((base + leader))" --read-first --queue scale \
     --count "$count" | sed 's/^consume:/consume (warm cache):/; s/consume_/warm_consume_/g' |
     tee "$work/consume-warm.out"
+leader_cost warm
 sr=$(sed -n 's/^produce_start_rate=\([0-9]*\).*/\1/p' "$work/produce.out")
 er=$(sed -n 's/.*produce_end_rate=\([0-9]*\).*/\1/p' "$work/produce.out")
 ar=$(sed -n 's/.*produce_rate=\([0-9]*\)$/\1/p' "$work/produce.out")
 pm=$(sed -n 's/.*consume_payload_mb_s=//p' "$work/consume.out")
 wm=$(sed -n 's/.*warm_consume_payload_mb_s=//p' "$work/consume-warm.out")
-printf '{"bench":"scale_messages","count":%d,"size":%d,"nodes":%d,"produce_start_rate":%s,"produce_end_rate":%s,"produce_rate":%s,"log_bytes":%d,"floor_mb_s":%s,"consume_log_mb_s":%s,"consume_payload_mb_s":%s,"warm_consume_payload_mb_s":%s}\n' \
-    "$count" "$size" "$nodes" "$sr" "$er" "$ar" "$log_bytes" "$floor" "$cons" "$pm" "$wm"
+fm=$(sed -n 's/.*first_consume_payload_mb_s=//p' "$work/consume-first.out")
+printf '{"bench":"scale_messages","count":%d,"size":%d,"nodes":%d,"produce_start_rate":%s,"produce_end_rate":%s,"produce_rate":%s,"log_bytes":%d,"floor_mb_s":%s,"consume_log_mb_s":%s,"consume_payload_mb_s":%s,"warm_consume_payload_mb_s":%s,"first_consume_payload_mb_s":%s,"leader_faults_first":%d,"leader_faults_cold":%d,"leader_faults_warm":%d}\n' \
+    "$count" "$size" "$nodes" "$sr" "$er" "$ar" "$log_bytes" "$floor" "$cons" "$pm" "$wm" "$fm" "$faults_first" "$faults_cold" "$faults_warm"
