@@ -117,17 +117,18 @@ leader=$(cluster leader)
 ld=$work/node$leader
 lpid=$(cat "$work/node$leader.pid")
 # The leader's minor page faults and CPU time since the last call, printed
-# for the read named by $1 (none: only start counting).
+# for the read named by $1 (none: only start counting); the faults also
+# in $faults.
 hz=$(getconf CLK_TCK)
-last_flt=0 last_cpu=0
+last_flt=0 last_cpu=0 faults=0
 leader_cost() {
     local st flt cpu
     st=$(sed 's/^.*) //' "/proc/$lpid/stat") # the fields from state on
     flt=$(echo "$st" | awk '{print $8}')
     cpu=$(echo "$st" | awk '{print $12 + $13}')
     if [ -n "${1:-}" ]; then
-        echo "leader during the $1 read: $((flt - last_flt)) page faults, $(((cpu - last_cpu) * 1000 / hz)) ms of CPU"
-        eval "faults_$1=$((flt - last_flt))"
+        faults=$((flt - last_flt))
+        echo "leader during the $1 read: $faults page faults, $(((cpu - last_cpu) * 1000 / hz)) ms of CPU"
     fi
     last_flt=$flt last_cpu=$cpu
 }
@@ -148,6 +149,7 @@ leader_cost
     --count "$count" | sed 's/^consume:/consume (first read):/; s/consume_/first_consume_/g' |
     tee "$work/consume-first.out"
 leader_cost first
+faults_first=$faults
 
 # The floor: the leader's segments read with O_DIRECT.
 drop_cache "$ld"
@@ -165,12 +167,14 @@ cons_ns=$(($(date +%s%N) - t0))
 cons=$(python3 -c "print(round($log_bytes / ($cons_ns / 1e9) / 1e6, 1))")
 echo "consumer from a cold cache: $cons MB/s of commit log ($(python3 -c "print(round(100 * $cons / $floor))")% of the floor)"
 leader_cost cold
+faults_cold=$faults
 # The same read again from a warm page cache: what the consumer does when
 # the disk is not in the way.
 "$BS" consume -s "127.0.0.1:$((base + leader))" --read-first --queue scale \
     --count "$count" | sed 's/^consume:/consume (warm cache):/; s/consume_/warm_consume_/g' |
     tee "$work/consume-warm.out"
 leader_cost warm
+faults_warm=$faults
 sr=$(sed -n 's/^produce_start_rate=\([0-9]*\).*/\1/p' "$work/produce.out")
 er=$(sed -n 's/.*produce_end_rate=\([0-9]*\).*/\1/p' "$work/produce.out")
 ar=$(sed -n 's/.*produce_rate=\([0-9]*\)$/\1/p' "$work/produce.out")
