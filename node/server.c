@@ -1474,6 +1474,11 @@ static bool fetch_job_start(struct node_conn *c,
     return true;
 }
 
+static bool claim_refuses_fetch(struct node_conn *c,
+                                uint64_t request_id,
+                                const char *queue,
+                                const char *group);
+
 /* Serve a FETCH/GROUP_FETCH. With wait_ms > 0 and nothing readable it is
  * parked (returns true). leader_only: the request may only be answered by a
  * writable leader (the caller checked that now); a parked one is refused
@@ -1481,10 +1486,6 @@ static bool fetch_job_start(struct node_conn *c,
  * FETCH answered in the runs layout, as answer_runs said when it was read
  * (a parked one and one read again keep it: a later HELLO changes only
  * the FETCHes read after it). */
-static bool claim_refuses_fetch(struct node_conn *c,
-                                uint64_t request_id,
-                                const char *queue,
-                                const char *group);
 static bool serve_fetch(struct node_conn *c,
                         uint8_t op,
                         uint64_t request_id,
