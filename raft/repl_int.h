@@ -17,6 +17,7 @@
 #ifndef TERN_REPL_INT_H
 #define TERN_REPL_INT_H
 
+#include <linux/aio_abi.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -717,6 +718,13 @@ int repl__wrap_fallocate(int fd,
 int repl__real_fallocate(int fd,
                          off_t offset,
                          off_t len) __asm__("__real_UvOsFallocate");
+/* aio.c: raft_uv's io_destroy of a segment's AIO context, handed to a
+ * thread (--wrap=UvOsIoDestroy); 0, or what libraft's own returns when it
+ * runs inline (-errno). repl__real_iodestroy is libraft's own.
+ * repl__aio_drain returns once every handed context is destroyed. */
+int repl__wrap_iodestroy(aio_context_t ctx) __asm__("__wrap_UvOsIoDestroy");
+int repl__real_iodestroy(aio_context_t ctx) __asm__("__real_UvOsIoDestroy");
+void repl__aio_drain(void);
 #endif
 
 #endif /* TERN_REPL_INT_H */
