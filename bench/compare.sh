@@ -31,10 +31,16 @@
 # sequential latency CDFs and the throughput bars into bench/results/
 # (--quick and --no-record: into the output dir only).
 #
-# Defaults: 5000 sequential messages (after 500 of warm-up), 50000
-# pipelined, 20 tern failover trials, 3 per peer (a peer restarts its
-# killed node in 5-30 s). --quick: 500 / 5000, 2 tern trials and 1 per
-# peer, nothing recorded. All state lives in a temp dir (--out keeps the
+# Defaults: first 150000 pipelined messages (window 256) of warm-up, not
+# measured, on every system: a broker's steady state is what users run
+# (its heap grown and reused; tern's in-memory raft log grows to a
+# snapshot, 64 MiB, before it is freed and reused, and each first touch of
+# a page costs a fault: on hypervisors where that is tens of microseconds
+# a fresh node's first 60,000 messages of 1 KiB cost it 30-40% more CPU,
+# bench/RESULTS.md). Then 5000 sequential messages (after 500 of warm-up),
+# 50000 pipelined, 20 tern failover trials, 3 per peer (a peer restarts
+# its killed node in 5-30 s). --quick: 10000 / 500 / 5000, 2 tern trials
+# and 1 per peer, nothing recorded. All state lives in a temp dir (--out keeps the
 # raw results there instead: the dir is kept); every process is started
 # here and stopped by its PID on exit (trap), never by name; every load
 # loop is bounded in count and time.
@@ -68,10 +74,11 @@ for p in $peers; do
     esac
 done
 if [ "$quick" = 1 ]; then
-    seq_n=500 warm=100 pipe_n=5000 trials=2 peer_trials=1 fsync_n=500
-    record=0
+    pipe_warm=10000 seq_n=500 warm=100 pipe_n=5000 trials=2 peer_trials=1
+    fsync_n=500 record=0
 else
-    seq_n=5000 warm=500 pipe_n=50000 trials=20 peer_trials=3 fsync_n=3000
+    pipe_warm=150000 seq_n=5000 warm=500 pipe_n=50000 trials=20
+    peer_trials=3 fsync_n=3000
 fi
 if [ ! -x "$CLI" ] || [ ! -x "$TERN_BIN/node/ternd" ]; then
     echo "compare: $CLI or ternd not found (make build)" >&2
@@ -185,6 +192,7 @@ say "tern: 3 nodes, durability disk, ports $((tern_base + 1))-$((tern_base + 3))
 TERN_LOG_LEVEL=warn cluster up >/dev/null
 servers=$(cluster servers)
 T() { step timeout "$STEP_TIMEOUT" "$CLI" -s "$servers" "$@"; }
+T bench cmp-warm --count "$pipe_warm" --size 1024 --window 256 >/dev/null
 T bench cmp-warm --count "$warm" --size 1024 >/dev/null
 T bench cmp --count "$seq_n" --size 1024 --window 1 --stages --json \
     --latencies "$res/tern.lat" >"$res/tern-seq.json" 2>"$res/tern-seq.txt" ||
@@ -210,6 +218,7 @@ for p in $peers; do
     base=$((base + 40))
     step timeout "$STEP_TIMEOUT" python3 "$HERE/peers.py" "$p" --dir "$work/$p" \
         --seq "$seq_n" --warmup "$warm" --pipe "$pipe_n" --window 256 \
+        --pipe-warmup "$pipe_warm" \
         --trials "$peer_trials" --lat "$res/$p.lat" --base-port "$base" \
         >"$res/$p.json" || echo "compare: $p failed (see the table)" >&2
 done
@@ -229,7 +238,7 @@ cmd="bench/compare.sh"
 host="Host: $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg) at the end."
 python3 "$HERE/report.py" "$res" --commit "$commit" --build-type "$build_type" \
     --mode "$([ "$quick" = 1 ] && echo quick || echo full)" --peers "$peers" \
-    --cmd "$cmd" --host "$host" "${args[@]}"
+    --cmd "$cmd" --host "$host" --pipe-warmup "$pipe_warm" "${args[@]}"
 if [ "$record" = 1 ]; then
     say "recorded in bench/RESULTS.md; images in bench/results/"
 else

@@ -3,12 +3,16 @@
 # nothing is asserted on the figures.
 #
 #   bench/cpu_profile.sh [--count N] [--size S] [--window W] [--seq N]
-#                        [--no-perf] [--top K] [--freq HZ] [--out DIR]
+#                        [--warm N] [--no-perf] [--top K] [--freq HZ]
+#                        [--out DIR]
 #
 # Starts a 3-node cluster (scripts/cluster.sh, durability disk, the
 # defaults users get: tcp with mutual TLS between nodes) from $TERN_BIN
 # (default build/, what `make build` gives: RelWithDebInfo; the build type
-# is printed), then:
+# is printed), then sends N pipelined messages of warm-up (--warm, default
+# 150000: past one raft snapshot, so the nodes' heaps have grown and are
+# reused; --warm 0 measures a fresh node, whose first touch of each page
+# costs a fault), then:
 #   1. optional sequential run (--seq N, window 1, `tern bench --stages`):
 #      p50/p99 and the leader's commit-path stages;
 #   2. a bounded pipelined produce (N messages, default 50000, of S bytes,
@@ -32,18 +36,20 @@ export TERN_BIN=${TERN_BIN:-$ROOT/build}
 CLI=${TERN_CLI:-$TERN_BIN/cli/tern}
 STEP_TIMEOUT=${STEP_TIMEOUT:-600}
 
-count=50000 size=1024 window=256 seq_n=0 perf=1 top=15 freq=999 out=
+count=50000 size=1024 window=256 seq_n=0 warm=150000 perf=1 top=15 freq=999
+out=
 while [ $# -gt 0 ]; do
     case "$1" in
     --count) count=$2; shift 2 ;;
     --size) size=$2; shift 2 ;;
     --window) window=$2; shift 2 ;;
     --seq) seq_n=$2; shift 2 ;;
+    --warm) warm=$2; shift 2 ;;
     --no-perf) perf=0; shift ;;
     --top) top=$2; shift 2 ;;
     --freq) freq=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
-    *) sed -n '3,5p' "$0" | sed 's/^# \{0,1\}/usage: /' >&2; exit 2 ;;
+    *) sed -n '5,7p' "$0" | sed 's/^# \{0,1\}/usage: /' >&2; exit 2 ;;
     esac
 done
 if [ ! -x "$CLI" ] || [ ! -x "$TERN_BIN/node/ternd" ]; then
@@ -101,7 +107,8 @@ json_field() { # file key
     python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])' "$1" "$2"
 }
 
-T bench cpu-warm --count 2000 --size "$size" --window "$window" >/dev/null
+T bench cpu-warm --count "$((warm > 2000 ? warm : 2000))" --size "$size" \
+    --window "$window" >/dev/null
 
 if [ "$seq_n" -gt 0 ]; then
     say "sequential: $seq_n x $size B, window 1, --stages"

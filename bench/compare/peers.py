@@ -4,7 +4,7 @@
 raw protocols), then stopped.
 
     peers.py PEER --dir DIR [--seq N] [--warmup N] [--pipe N] [--window W]
-             [--trials T] [--lat FILE] [--base-port P]
+             [--pipe-warmup N] [--trials T] [--lat FILE] [--base-port P]
 
 PEER is one of
   nats      NATS JetStream, stream of 3 replicas (file storage): text
@@ -17,7 +17,9 @@ PEER is one of
   etcd      etcd (pure raft reference): PUT through the HTTP JSON gateway
             (/v3/kv/put); an answer means committed (fsynced by a majority).
 
-Metrics, 1 KiB payloads:
+Metrics, 1 KiB payloads, after --pipe-warmup N messages sent as the pipe
+metric sends them and not measured (a process's steady state: its heap
+grown, its log through a compaction; tern is warmed up the same way):
   seq       one message in flight to the leader's node, N after a warm-up;
             every latency (us) goes to --lat FILE, sorted.
   pipe      N messages with up to W unacknowledged (etcd: W connections,
@@ -721,6 +723,28 @@ class Etcd:
 
 # ---- the measurements ---------------------------------------------------
 
+async def pipeline(p, leader, pub, close, n, a):
+    """n messages with up to a["window"] unacknowledged, through pub (etcd:
+    its own connections); closes the publisher. Returns how many went out
+    before a["max_s"] ran out."""
+    deadline = time.monotonic() + a["max_s"]
+    if isinstance(p, Etcd):
+        close()
+        return await p.pipe(leader, n, a["window"], deadline)
+    inflight = asyncio.Semaphore(a["window"])
+    futs = []
+    for _ in range(n):
+        if time.monotonic() > deadline:
+            break
+        await asyncio.wait_for(inflight.acquire(), 30)
+        f = await pub(wait=False)
+        f.add_done_callback(lambda _f: inflight.release())
+        futs.append(f)
+    await asyncio.wait_for(asyncio.gather(*futs), 60)
+    close()
+    return len(futs)
+
+
 async def measure(p, a):
     res = {"peer": p.name}
     t = time.monotonic()
@@ -731,6 +755,13 @@ async def measure(p, a):
         raise RuntimeError("%s: no leader" % p.name)
     res["leader"] = leader
     log(p.name, "up in %.1fs, leader node %d" % (res["startup_s"], leader))
+
+    if a["pipe_warmup"] > 0:
+        pub, close = await p.publisher(leader)
+        t0 = time.monotonic()
+        done = await pipeline(p, leader, pub, close, a["pipe_warmup"], a)
+        log(p.name, "pipelined warm-up: %d messages in %.1fs"
+            % (done, time.monotonic() - t0))
 
     pub, close = await p.publisher(leader)
     lat = []
@@ -752,24 +783,8 @@ async def measure(p, a):
     log(p.name, "seq p50 %.0f us p99 %.0f us" % (res["seq"]["p50_us"],
                                                   res["seq"]["p99_us"]))
 
-    deadline = time.monotonic() + a["max_s"]
     t0 = time.monotonic()
-    if isinstance(p, Etcd):
-        close()
-        done = await p.pipe(leader, a["pipe"], a["window"], deadline)
-    else:
-        inflight = asyncio.Semaphore(a["window"])
-        futs = []
-        for _ in range(a["pipe"]):
-            if time.monotonic() > deadline:
-                break
-            await asyncio.wait_for(inflight.acquire(), 30)
-            f = await pub(wait=False)
-            f.add_done_callback(lambda _f: inflight.release())
-            futs.append(f)
-        await asyncio.wait_for(asyncio.gather(*futs), 60)
-        done = len(futs)
-        close()
+    done = await pipeline(p, leader, pub, close, a["pipe"], a)
     secs = time.monotonic() - t0
     res["pipe"] = {"n": done, "window": a["window"], "secs": round(secs, 3),
                    "msgs_per_s": round(done / secs, 1) if secs > 0 else None}
@@ -822,8 +837,10 @@ async def measure(p, a):
 
 def main(argv):
     a = {"seq": 2000, "warmup": 200, "pipe": 20000, "window": 256,
-         "trials": 3, "lat": None, "dir": None, "base": 23100, "max_s": 120}
+         "pipe_warmup": 0, "trials": 3, "lat": None, "dir": None,
+         "base": 23100, "max_s": 120}
     keys = {"--seq": "seq", "--warmup": "warmup", "--pipe": "pipe",
+            "--pipe-warmup": "pipe_warmup",
             "--window": "window", "--trials": "trials", "--lat": "lat",
             "--dir": "dir", "--base-port": "base", "--max-s": "max_s"}
     if len(argv) < 2 or argv[1] not in ("nats", "rabbitmq", "etcd"):

@@ -3,6 +3,7 @@
 
     report.py RES_DIR --commit C --build-type T --mode full|quick
               [--results-md FILE] [--images DIR] [--host TEXT]
+              [--pipe-warmup N] [--peers "P ..."] [--cmd TEXT]
 
 RES_DIR holds what compare.sh collected: floors.json (fsync floor lines),
 xport.json (bench_xport, tcp_floor), tern-seq.json, tern-pipe.json,
@@ -10,7 +11,9 @@ tern-failover.json (tern bench / bench/failover.sh JSON lines),
 PEER.json (peers.py) and *.lat (sorted latencies, us). Prints a markdown
 section on stdout: a table (floor | tern | nats | rabbitmq | etcd) of
 sequential produce p50/p99 and its ratio to the floor of the same run,
-pipelined throughput and failover, then tern's stage breakdown. With
+pipelined throughput and failover, then tern's stage breakdown;
+--pipe-warmup names the unmeasured pipelined warm-up every system took
+first. With
 --results-md the section is inserted into FILE under its
 "## Side-by-side comparison (bench/compare.sh)" heading (created at the
 end if missing), newest first. With --images, gnuplot draws
@@ -272,7 +275,8 @@ def main(argv):
     res = argv[1]
     opt = {"--commit": "?", "--build-type": "?", "--mode": "full",
            "--results-md": None, "--images": None, "--host": "",
-           "--cmd": "bench/compare.sh", "--peers": " ".join(PEERS)}
+           "--cmd": "bench/compare.sh", "--peers": " ".join(PEERS),
+           "--pipe-warmup": "0"}
     i = 2
     while i + 1 < len(argv):
         if argv[i] not in opt:
@@ -288,9 +292,12 @@ def main(argv):
         ", quick mode" if opt["--mode"] == "quick" else ""), ""]
     lines.append("    %s" % opt["--cmd"])
     lines.append("")
+    warm = int(opt["--pipe-warmup"])
     lines.append("One run, everything on 127.0.0.1 of this host, 3 nodes per "
-                 "system, 1 KiB messages, tern durability=disk. %s" %
-                 opt["--host"])
+                 "system, 1 KiB messages, tern durability=disk.%s %s" % (
+                     (" Each system first took %s pipelined messages (window "
+                      "256) of warm-up, not measured." % format(warm, ","))
+                     if warm > 0 else "", opt["--host"]))
     lines.append("")
     lines += table(floors, tcp, seq, systems, cols)
     lines.append("")
