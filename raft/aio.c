@@ -48,10 +48,10 @@ static pthread_mutex_t aio_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t aio_work = PTHREAD_COND_INITIALIZER;
 static pthread_cond_t aio_idle = PTHREAD_COND_INITIALIZER;
 static aio_context_t aio_queue[REPL__AIO_QUEUE];
-static unsigned aio_head;    /* oldest queued context */
-static unsigned aio_count;   /* queued contexts */
-static bool aio_busy;        /* the thread is destroying one */
-static bool aio_started;     /* the thread runs */
+static unsigned aio_head;  /* oldest queued context */
+static unsigned aio_count; /* queued contexts */
+static bool aio_busy;      /* the thread is destroying one */
+static bool aio_started;   /* the thread runs */
 
 static void *aio_thread(void *arg)
 {
