@@ -18,8 +18,6 @@
 
 #include "tern_common.h"
 
-#define TERN__CHECKSUM_SEED 0x7465726eU
-
 _Static_assert(sizeof(struct tern_checksum_state) >= sizeof(XXH32_state_t),
                "checksum state too small");
 _Static_assert(sizeof(struct tern_checksum3_state) >= sizeof(XXH3_state_t) &&
@@ -29,12 +27,12 @@ _Static_assert(sizeof(struct tern_checksum3_state) >= sizeof(XXH3_state_t) &&
 
 uint32_t tern_checksum32(const void *buf, size_t len)
 {
-    return XXH32(buf, len, TERN__CHECKSUM_SEED);
+    return XXH32(buf, len, TERN_CHECKSUM_SEED);
 }
 
 void tern_checksum32_begin(struct tern_checksum_state *st)
 {
-    XXH32_reset((XXH32_state_t *)(void *)st, TERN__CHECKSUM_SEED);
+    XXH32_reset((XXH32_state_t *)(void *)st, TERN_CHECKSUM_SEED);
 }
 
 void tern_checksum32_update(struct tern_checksum_state *st,

@@ -225,8 +225,9 @@ static void send_requests(struct repl *r)
         b.snap_index = f->held.msg.install_snapshot.last_index;
         b.pos = f->next_req;
         b.len = TERN_MIN(r->bulk.chunk, f->to - f->next_req);
-        if (repl_codec_encode_bulk(r->id, r->address, REPL_WIRE_BULK_REQ, &b,
-                                   &fr) != 0) {
+        if (repl_codec_encode_bulk(r->id, r->address,
+                                   repl_frame_flags(r, f->peer_id),
+                                   REPL_WIRE_BULK_REQ, &b, &fr) != 0) {
             return;
         }
         rv = repl_io_send_frame(r, f->peer_id, f->peer_addr, &fr);
@@ -411,8 +412,9 @@ static void serve(struct repl *r, const struct repl_wire *w)
     }
     b.len = b.status == REPL_BULK_STATUS_OK ? got : 0;
     b.data = buf;
-    if (repl_codec_encode_bulk(r->id, r->address, REPL_WIRE_BULK_DATA, &b,
-                               &fr) == 0) {
+    if (repl_codec_encode_bulk(r->id, r->address,
+                               repl_frame_flags(r, w->sender_id),
+                               REPL_WIRE_BULK_DATA, &b, &fr) == 0) {
         (void)repl_io_send_frame(r, w->sender_id, w->sender_addr, &fr);
         repl_frame_release(&fr);
     }

@@ -12,9 +12,14 @@
  *   5    1     type: 1..6 = RAFT_IO_* (AppendEntries, AppendEntriesResult,
  *              RequestVote, RequestVoteResult, InstallSnapshot,
  *              TimeoutNow), 16 = BULK_REQ, 17 = BULK_DATA
- *   6    2     flags (0)
+ *   6    2     flags: bit 0 (REPL_FRAME_XXH3) the checksum is XXH3's;
+ *              bit 1 (REPL_FRAME_ACCEPTS_XXH3) the sender decodes frames
+ *              with bit 0, and tcp frames of version 2 (rdma/tcp.c); the
+ *              other bits 0, ignored by a decoder (as every decoder so far
+ *              ignored the whole field)
  *   8    4     checksum: tern_checksum32 (XXH32, seed "tern") over the whole
- *              frame with these 4 bytes taken as zero
+ *              frame with these 4 bytes taken as zero; with flag bit 0,
+ *              tern_checksum32_xxh3 (seed "tern") of the same bytes
  *   12   4     reserved (0)
  *   16   8     frame length in bytes (must equal the received length)
  *   24   8     sender id
@@ -56,12 +61,14 @@
 #define FRAME_MAGIC      0x524e5254u
 #define FRAME_VERSION    1
 #define FRAME_PREAMBLE   24
+#define FRAME_FLAGS_OFF  6
 #define FRAME_CSUM_OFF   8
 #define ENTRY_HEADER     24
 #define CONF_MAX_SERVERS 1024
 
 static void put_preamble(struct tern_wbuf *w,
                          unsigned type,
+                         unsigned flags,
                          uint64_t sender,
                          const char *addr,
                          size_t addr_len)
@@ -69,7 +76,7 @@ static void put_preamble(struct tern_wbuf *w,
     tern_wbuf_u32(w, FRAME_MAGIC);
     tern_wbuf_u8(w, FRAME_VERSION);
     tern_wbuf_u8(w, (uint8_t)type);
-    tern_wbuf_u16(w, 0);
+    tern_wbuf_u16(w, (uint16_t)flags);
     tern_wbuf_u32(w, 0); /* checksum, patched */
     tern_wbuf_u32(w, 0);
     tern_wbuf_u64(w, 0); /* length, patched */
@@ -78,20 +85,32 @@ static void put_preamble(struct tern_wbuf *w,
     tern_wbuf_put(w, addr, addr_len);
 }
 
-/* Patch length and checksum once the header and payload iovecs are final. */
+/* Patch length and checksum once the header and payload iovecs are final
+ * (the checksum the header's flags name). */
 static void seal(struct repl_frame *f)
 {
-    struct tern_checksum_state st;
     uint8_t *h = f->head.base;
     tern_put_u64(h + 16, f->len);
     tern_put_u32(h + FRAME_CSUM_OFF, 0);
-    tern_checksum32_begin(&st);
-    for (unsigned i = 0; i < f->n_iov; i++) {
-        if (f->iov[i].len > 0) {
-            tern_checksum32_update(&st, f->iov[i].base, f->iov[i].len);
+    if (tern_get_u16(h + FRAME_FLAGS_OFF) & REPL_FRAME_XXH3) {
+        struct tern_checksum3_state st;
+        tern_checksum32_xxh3_begin(&st, TERN_CHECKSUM_SEED);
+        for (unsigned i = 0; i < f->n_iov; i++) {
+            if (f->iov[i].len > 0) {
+                tern_checksum32_xxh3_update(&st, f->iov[i].base, f->iov[i].len);
+            }
         }
+        tern_put_u32(h + FRAME_CSUM_OFF, tern_checksum32_xxh3_end(&st));
+    } else {
+        struct tern_checksum_state st;
+        tern_checksum32_begin(&st);
+        for (unsigned i = 0; i < f->n_iov; i++) {
+            if (f->iov[i].len > 0) {
+                tern_checksum32_update(&st, f->iov[i].base, f->iov[i].len);
+            }
+        }
+        tern_put_u32(h + FRAME_CSUM_OFF, tern_checksum32_end(&st));
     }
-    tern_put_u32(h + FRAME_CSUM_OFF, tern_checksum32_end(&st));
 }
 
 void repl_frame_release(struct repl_frame *f)
@@ -161,6 +180,7 @@ malformed:
 
 static int start_frame(struct repl_frame *f,
                        unsigned type,
+                       unsigned flags,
                        uint64_t sender,
                        const char *addr,
                        unsigned max_iov)
@@ -176,7 +196,7 @@ static int start_frame(struct repl_frame *f,
     if (f->iov == NULL) {
         return -ENOMEM;
     }
-    put_preamble(&f->head, type, sender, addr, alen);
+    put_preamble(&f->head, type, flags, sender, addr, alen);
     return 0;
 }
 
@@ -199,6 +219,7 @@ static int finish_frame(struct repl_frame *f)
 
 int repl_codec_encode(uint64_t sender_id,
                       const char *sender_addr,
+                      unsigned flags,
                       const struct raft_message *m,
                       size_t max_len,
                       struct repl_frame *f,
@@ -212,7 +233,7 @@ int repl_codec_encode(uint64_t sender_id,
     if (m->type == RAFT_IO_APPEND_ENTRIES) {
         max_iov = 1 + m->append_entries.n_entries;
     }
-    rv = start_frame(f, m->type, sender_id, sender_addr, max_iov);
+    rv = start_frame(f, m->type, flags, sender_id, sender_addr, max_iov);
     if (rv != 0) {
         return rv;
     }
@@ -311,12 +332,13 @@ int repl_codec_encode(uint64_t sender_id,
 
 int repl_codec_encode_bulk(uint64_t sender_id,
                            const char *sender_addr,
+                           unsigned flags,
                            unsigned type,
                            const struct repl_bulk_msg *b,
                            struct repl_frame *f)
 {
     struct tern_wbuf *w = &f->head;
-    int rv = start_frame(f, type, sender_id, sender_addr, 2);
+    int rv = start_frame(f, type, flags, sender_id, sender_addr, 2);
     if (rv != 0) {
         return rv;
     }
@@ -484,7 +506,7 @@ int repl_codec_decode(const void *buf, size_t len, struct repl_wire *w)
         return TERN_EVERSION;
     }
     w->type = tern_cursor_u8(&c);
-    (void)tern_cursor_u16(&c);
+    w->flags = tern_cursor_u16(&c);
     csum = tern_cursor_u32(&c);
     (void)tern_cursor_u32(&c);
     if (tern_cursor_u64(&c) != len) {
@@ -492,12 +514,24 @@ int repl_codec_decode(const void *buf, size_t len, struct repl_wire *w)
     }
     {
         static const uint8_t zero[4] = {0, 0, 0, 0};
-        tern_checksum32_begin(&st);
-        tern_checksum32_update(&st, b, FRAME_CSUM_OFF);
-        tern_checksum32_update(&st, zero, 4);
-        tern_checksum32_update(&st, b + FRAME_CSUM_OFF + 4,
-                               len - FRAME_CSUM_OFF - 4);
-        if (tern_checksum32_end(&st) != csum) {
+        uint32_t got;
+        if (w->flags & REPL_FRAME_XXH3) {
+            struct tern_checksum3_state st3;
+            tern_checksum32_xxh3_begin(&st3, TERN_CHECKSUM_SEED);
+            tern_checksum32_xxh3_update(&st3, b, FRAME_CSUM_OFF);
+            tern_checksum32_xxh3_update(&st3, zero, 4);
+            tern_checksum32_xxh3_update(&st3, b + FRAME_CSUM_OFF + 4,
+                                        len - FRAME_CSUM_OFF - 4);
+            got = tern_checksum32_xxh3_end(&st3);
+        } else {
+            tern_checksum32_begin(&st);
+            tern_checksum32_update(&st, b, FRAME_CSUM_OFF);
+            tern_checksum32_update(&st, zero, 4);
+            tern_checksum32_update(&st, b + FRAME_CSUM_OFF + 4,
+                                   len - FRAME_CSUM_OFF - 4);
+            got = tern_checksum32_end(&st);
+        }
+        if (got != csum) {
             return TERN_ECORRUPT;
         }
     }

@@ -167,6 +167,17 @@
  * >= REPL_TERM_MAX: the replica fail-stops (TERN_ELIMIT) rather than let
  * the term approach the wrap. node/ logs the counters (rate-limited).
  *
+ * Frame checksums. A frame's checksum (codec.c) is XXH32 or XXH3; XXH3
+ * costs about a tenth per byte, and the leader checksums every entry it
+ * sends twice per follower (the frame here, the tcp transport's frame).
+ * Every frame we send carries REPL_FRAME_ACCEPTS_XXH3; a peer whose
+ * newest frame carried it gets XXH3 frames and XPORT_SEND_XXH3 (the tcp
+ * transport's version 2), any other peer XXH32 and version 1, which every
+ * release decodes (repl_peer_learn, from repl_xport_recv once the sender
+ * is known). A peer restarted with an older release drops our XXH3
+ * frames as corrupt until its first frame reaches us (a vote request at
+ * the latest, after its election timeout): we send it XXH32 from then on.
+ *
  * Close and truncate (libraft 0.15 bug, found by test_uv.c: a SEGV in
  * raft_uv's truncate after-work callback under ASan, the libuv assertion
  * "uv__finish_close: handle->flags & UV_HANDLE_CLOSING" without it).
@@ -1256,6 +1267,54 @@ static struct send_group *group_new(struct repl *r,
     return g;
 }
 
+/* ---- frame checksums ("Frame checksums" at the top) ------------------- */
+
+bool repl_peer_xxh3(const struct repl *r, uint64_t id)
+{
+    for (unsigned i = 0; i < r->io.n_xxh3_peers; i++) {
+        if (r->io.xxh3_peers[i] == id) {
+            return true;
+        }
+    }
+    return false;
+}
+
+unsigned repl_frame_flags(const struct repl *r, uint64_t id)
+{
+    return REPL_FRAME_ACCEPTS_XXH3 |
+           (repl_peer_xxh3(r, id) ? REPL_FRAME_XXH3 : 0u);
+}
+
+void repl_peer_learn(struct repl *r, uint64_t id, unsigned frame_flags)
+{
+    bool accepts = (frame_flags & REPL_FRAME_ACCEPTS_XXH3) != 0;
+    unsigned i;
+    for (i = 0; i < r->io.n_xxh3_peers; i++) {
+        if (r->io.xxh3_peers[i] == id) {
+            break;
+        }
+    }
+    if (i < r->io.n_xxh3_peers) {
+        if (!accepts) { /* e.g. restarted with an older release */
+            r->io.xxh3_peers[i] = r->io.xxh3_peers[--r->io.n_xxh3_peers];
+        }
+        return;
+    }
+    if (!accepts || r->io.n_xxh3_peers >= REPL_CAPS_MAX) {
+        return; /* past the bound: XXH32 frames, which every peer takes */
+    }
+    if (r->io.n_xxh3_peers == r->io.cap_xxh3_peers) {
+        unsigned cap = r->io.cap_xxh3_peers ? 2 * r->io.cap_xxh3_peers : 8;
+        uint64_t *p = tern_realloc(r->io.xxh3_peers, cap * sizeof *p);
+        if (p == NULL) {
+            return; /* XXH32 frames until a later frame finds memory */
+        }
+        r->io.xxh3_peers = p;
+        r->io.cap_xxh3_peers = cap;
+    }
+    r->io.xxh3_peers[r->io.n_xxh3_peers++] = id;
+}
+
 /* Submit one part of g. */
 static int send_part(struct repl *r,
                      struct send_group *g,
@@ -1274,8 +1333,9 @@ static int send_part(struct repl *r,
     /* A configuration address may carry the member's META after a ','
      * (repl.h, "Membership"): the xport gets the raft address only. */
     repl_member_raft_addr(addr, xaddr, sizeof xaddr);
-    rv = xport_send(r->xport, &s->xs, peer_id, xaddr, f->iov, f->n_iov,
-                    send_done);
+    rv = xport_send_flags(r->xport, &s->xs, peer_id, xaddr, f->iov, f->n_iov,
+                          repl_peer_xxh3(r, peer_id) ? XPORT_SEND_XXH3 : 0,
+                          send_done);
     if (rv != 0) {
         tern_free(s);
         return rv;
@@ -1340,7 +1400,9 @@ static int send_append_entries(struct repl *r,
         pa->prev_log_index = a->prev_log_index + off;
         pa->prev_log_term =
             off == 0 ? a->prev_log_term : a->entries[off - 1].term;
-        rv = repl_codec_encode(r->id, r->address, &part, max, &f, &n_sent);
+        rv = repl_codec_encode(r->id, r->address,
+                               repl_frame_flags(r, m->server_id), &part, max,
+                               &f, &n_sent);
         if (rv == 0) {
             last = pa->prev_log_index + n_sent;
             if (n_sent < pa->n_entries || pa->leader_commit > last) {
@@ -1351,8 +1413,9 @@ static int send_append_entries(struct repl *r,
                 if (pa->leader_commit > last) {
                     pa->leader_commit = last;
                 }
-                rv = repl_codec_encode(r->id, r->address, &part, max, &f,
-                                       &n_sent);
+                rv = repl_codec_encode(r->id, r->address,
+                                       repl_frame_flags(r, m->server_id), &part,
+                                       max, &f, &n_sent);
             }
         }
         if (rv != 0) {
@@ -1435,7 +1498,9 @@ static int io_send(struct raft_io *io,
     } else {
         struct repl_frame f;
         unsigned n_sent;
-        rv = repl_codec_encode(r->id, r->address, m, max, &f, &n_sent);
+        rv = repl_codec_encode(r->id, r->address,
+                               repl_frame_flags(r, m->server_id), m, max, &f,
+                               &n_sent);
         if (rv != 0) {
             (void)snprintf(r->io.outer.errmsg, sizeof r->io.outer.errmsg,
                            "encode: %s", tern_strerror(rv));
@@ -1649,6 +1714,7 @@ void repl_xport_recv(void *arg, uint64_t from, const void *buf, size_t len)
         repl_wire_release(&w);
         return;
     }
+    repl_peer_learn(r, from, w.flags);
     if (w.type != REPL_WIRE_BULK_REQ && w.type != REPL_WIRE_BULK_DATA &&
         !term_sane(r, &w.msg)) {
         r->io.terms_refused++;
@@ -1712,6 +1778,9 @@ void repl_io_setup(struct repl *r, bool wait_truncate)
 
 void repl_io_free(struct repl *r)
 {
+    tern_free(r->io.xxh3_peers);
+    r->io.xxh3_peers = NULL;
+    r->io.n_xxh3_peers = r->io.cap_xxh3_peers = 0;
     tern_free(r->io.runs);
     r->io.runs = NULL;
     r->io.n_runs = 0;

@@ -37,9 +37,15 @@ struct repl_bulk_msg
  * entries array + one batch, InstallSnapshot conf + data.base) are
  * raft_malloc'd and owned by whoever holds the struct until handed to raft
  * (or released with repl_wire_release). */
+/* Frame flags (codec.c): the checksum is XXH3's; the sender decodes such
+ * frames (and the tcp transport's version 2). */
+#define REPL_FRAME_XXH3         0x1u
+#define REPL_FRAME_ACCEPTS_XXH3 0x2u
+
 struct repl_wire
 {
-    unsigned type; /* RAFT_IO_* or REPL_WIRE_BULK_* */
+    unsigned type;  /* RAFT_IO_* or REPL_WIRE_BULK_* */
+    unsigned flags; /* the frame's REPL_FRAME_* (and any unknown bits) */
     uint64_t sender_id;
     char sender_addr[REPL_WIRE_ADDR_MAX + 1];
     struct raft_message msg;   /* Raft types; server_address -> sender_addr */
@@ -57,12 +63,15 @@ struct repl_frame
     size_t len; /* total frame length */
 };
 
-/* Encode a Raft message. max_len: if an AppendEntries would exceed it, only
- * a prefix of the entries is encoded (*n_sent tells how many; a prefix of an
- * AppendEntries is itself a valid AppendEntries). Returns 0, TERN_ETOOBIG
- * (not even one entry / the message fits), -ENOMEM or TERN_EINVAL. */
+/* Encode a Raft message. flags: REPL_FRAME_* (REPL_FRAME_XXH3 only toward
+ * a peer whose frames carry REPL_FRAME_ACCEPTS_XXH3). max_len: if an
+ * AppendEntries would exceed it, only a prefix of the entries is encoded
+ * (*n_sent tells how many; a prefix of an AppendEntries is itself a valid
+ * AppendEntries). Returns 0, TERN_ETOOBIG (not even one entry / the
+ * message fits), -ENOMEM or TERN_EINVAL. */
 int repl_codec_encode(uint64_t sender_id,
                       const char *sender_addr,
+                      unsigned flags,
                       const struct raft_message *m,
                       size_t max_len,
                       struct repl_frame *f,
@@ -71,6 +80,7 @@ int repl_codec_encode(uint64_t sender_id,
  * bulk->len == 0 or type is BULK_REQ. */
 int repl_codec_encode_bulk(uint64_t sender_id,
                            const char *sender_addr,
+                           unsigned flags,
                            unsigned type,
                            const struct repl_bulk_msg *bulk,
                            struct repl_frame *f);

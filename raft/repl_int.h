@@ -124,6 +124,12 @@ struct repl_io_state
     uint64_t bad_frames;     /* stats: undecodable or misaddressed */
     uint64_t ticks_withheld; /* stats: guard.c item 4 */
 
+    /* Peers whose newest frame carried REPL_FRAME_ACCEPTS_XXH3 ("Frame
+     * checksums" in io.c): ids, at most REPL_CAPS_MAX, owned. */
+    uint64_t *xxh3_peers;
+    unsigned n_xxh3_peers;
+    unsigned cap_xxh3_peers;
+
     /* Received messages refused before the core ("Refused messages" at
      * the top of io.c): a term beyond the bounds, or a sender outside the
      * configuration; the newest of each for the node's log line. */
@@ -697,6 +703,14 @@ struct raft *repl_raft(struct repl *r);
 void repl_set_guard(struct repl *r, bool enabled);
 uint64_t repl_guard_drops(const struct repl *r);
 uint64_t repl_vote_rewrites(const struct repl *r);
+
+/* io.c, "Frame checksums": whether peer id decodes XXH3 frames, what a
+ * frame to it carries (REPL_FRAME_*), and learning it from a frame's flags
+ * (a frame already taken from a known sender). */
+#define REPL_CAPS_MAX 1024
+bool repl_peer_xxh3(const struct repl *r, uint64_t id);
+unsigned repl_frame_flags(const struct repl *r, uint64_t id);
+void repl_peer_learn(struct repl *r, uint64_t id, unsigned frame_flags);
 
 /* crc.c: raft_uv's batch checksum (libraft's byteCrc32) by ISA-L's
  * crc32_ieee; the link's --wrap=byteCrc32 routes raft_uv's calls to it when

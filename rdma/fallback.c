@@ -260,8 +260,8 @@ static int send_slow(struct fb_xport *x,
     int rc;
 
     s->kind = FB_SEND_SLOW;
-    rc = xport_send(x->slow, &s->inner, s->peer->base.id, s->peer->slow, iov, n,
-                    on_inner_sent);
+    rc = xport_send_flags(x->slow, &s->inner, s->peer->base.id, s->peer->slow,
+                          iov, n, s->outer->flags, on_inner_sent);
     if (rc == 0) {
         x->stats.slow_sends++;
     }
@@ -375,8 +375,8 @@ static int fb_send(struct xport *base,
             xport_iov_gather(s->copy, iov, n);
         }
         s->kind = probe ? FB_SEND_PROBE : FB_SEND_FAST;
-        rc = xport_send(x->fast, &s->inner, peer_id, p->fast, iov, n,
-                        on_inner_sent);
+        rc = xport_send_flags(x->fast, &s->inner, peer_id, p->fast, iov, n,
+                              s->outer->flags, on_inner_sent);
         if (rc == 0) {
             x->stats.fast_sends++;
             if (probe) {

@@ -7,35 +7,76 @@
  */
 #include "tcp_frame.h"
 
+#include <stdbool.h>
+#include <string.h>
+
 #include <tern_common.h>
 
+/* The frame checksum of either version, over the header's first 16 bytes
+ * and the payload, computed while the payload is copied to dst (when dst
+ * is not NULL) or over src in place. */
+struct frame_sum
+{
+    bool xxh3;
+    struct tern_checksum_state x32;
+    struct tern_checksum3_state x3;
+};
+
+static void sum_begin(struct frame_sum *s, unsigned version)
+{
+    s->xxh3 = version == XPORT_TCP_FRAME_V_XXH3;
+    if (s->xxh3) {
+        tern_checksum32_xxh3_begin(&s->x3, TERN_CHECKSUM_SEED);
+    } else {
+        tern_checksum32_begin(&s->x32);
+    }
+}
+
+static void sum_update(struct frame_sum *s, const void *p, size_t len)
+{
+    if (s->xxh3) {
+        tern_checksum32_xxh3_update(&s->x3, p, len);
+    } else {
+        tern_checksum32_update(&s->x32, p, len);
+    }
+}
+
+static uint32_t sum_end(struct frame_sum *s)
+{
+    return s->xxh3 ? tern_checksum32_xxh3_end(&s->x3)
+                   : tern_checksum32_end(&s->x32);
+}
+
 void xport_tcp_frame_encode(uint8_t *dst,
+                            unsigned version,
                             unsigned type,
                             uint64_t seq,
                             const struct xport_iov *iov,
                             unsigned n,
                             size_t payload_len)
 {
-    struct tern_checksum_state st;
+    struct frame_sum st;
     uint8_t *p = dst + XPORT_TCP_FRAME_HDR;
 
     TERN_ASSERT(payload_len <= UINT32_MAX);
+    TERN_ASSERT(version == XPORT_TCP_FRAME_VERSION ||
+                version == XPORT_TCP_FRAME_V_XXH3);
     tern_put_u16(dst, XPORT_TCP_FRAME_MAGIC);
-    dst[2] = (uint8_t)XPORT_TCP_FRAME_VERSION;
+    dst[2] = (uint8_t)version;
     dst[3] = (uint8_t)type;
     tern_put_u32(dst + 4, (uint32_t)payload_len);
     tern_put_u64(dst + 8, seq);
-    tern_checksum32_begin(&st);
-    tern_checksum32_update(&st, dst, 16);
+    sum_begin(&st, version);
+    sum_update(&st, dst, 16);
     for (unsigned i = 0; i < n; i++) {
         if (iov[i].len > 0) {
             memcpy(p, iov[i].base, iov[i].len);
-            tern_checksum32_update(&st, p, iov[i].len);
+            sum_update(&st, p, iov[i].len);
             p += iov[i].len;
         }
     }
     TERN_ASSERT((size_t)(p - dst) == XPORT_TCP_FRAME_HDR + payload_len);
-    tern_put_u32(dst + 16, tern_checksum32_end(&st));
+    tern_put_u32(dst + 16, sum_end(&st));
 }
 
 int xport_tcp_frame_decode(const void *buf,
@@ -44,7 +85,7 @@ int xport_tcp_frame_decode(const void *buf,
                            struct xport_tcp_frame *out)
 {
     const uint8_t *b = buf;
-    struct tern_checksum_state st;
+    struct frame_sum st;
     uint32_t plen;
 
     memset(out, 0, sizeof *out);
@@ -57,7 +98,8 @@ int xport_tcp_frame_decode(const void *buf,
     if (len >= 2 && tern_get_u16(b) != XPORT_TCP_FRAME_MAGIC) {
         return TERN_EMALFORMED;
     }
-    if (len >= 3 && b[2] != XPORT_TCP_FRAME_VERSION) {
+    if (len >= 3 && b[2] != XPORT_TCP_FRAME_VERSION &&
+        b[2] != XPORT_TCP_FRAME_V_XXH3) {
         return TERN_EVERSION;
     }
     if (len < XPORT_TCP_FRAME_HDR) {
@@ -86,10 +128,10 @@ int xport_tcp_frame_decode(const void *buf,
         return 0;
     }
     out->payload = b + XPORT_TCP_FRAME_HDR;
-    tern_checksum32_begin(&st);
-    tern_checksum32_update(&st, b, 16);
-    tern_checksum32_update(&st, out->payload, plen);
-    if (tern_checksum32_end(&st) != tern_get_u32(b + 16)) {
+    sum_begin(&st, b[2]);
+    sum_update(&st, b, 16);
+    sum_update(&st, out->payload, plen);
+    if (sum_end(&st) != tern_get_u32(b + 16)) {
         return TERN_ECORRUPT;
     }
     return 1;

@@ -14,7 +14,8 @@
 #include "xport.h"
 
 #define XPORT_TCP_FRAME_MAGIC   0x5854u /* bytes "TX" */
-#define XPORT_TCP_FRAME_VERSION 1u
+#define XPORT_TCP_FRAME_VERSION 1u      /* checksum XXH32 */
+#define XPORT_TCP_FRAME_V_XXH3  2u      /* checksum XXH3 (tcp.c: when used) */
 #define XPORT_TCP_FRAME_HDR     20u
 #define XPORT_TCP_HELLO_LEN     16u
 
@@ -36,9 +37,11 @@ struct xport_tcp_frame
 
 /* Encode one frame (header + concatenated iov payload) into dst, which must
  * hold XPORT_TCP_FRAME_HDR + payload_len bytes; payload_len must equal the
- * iov total and fit in 32 bits. This is the transport's single copy of the
- * caller's bytes. */
+ * iov total and fit in 32 bits. version: XPORT_TCP_FRAME_VERSION or
+ * XPORT_TCP_FRAME_V_XXH3 (the checksum it names). This is the transport's
+ * single copy of the caller's bytes. */
 void xport_tcp_frame_encode(uint8_t *dst,
+                            unsigned version,
                             unsigned type,
                             uint64_t seq,
                             const struct xport_iov *iov,
@@ -50,9 +53,10 @@ void xport_tcp_frame_encode(uint8_t *dst,
  * consumed), 0 when more bytes are needed (out->size is the total needed
  * once known, else XPORT_TCP_FRAME_HDR), or a negative code:
  * TERN_EMALFORMED (bad magic, unknown type, bad HELLO length),
- * TERN_EVERSION (unknown version), TERN_ETOOBIG (length > max_message),
- * TERN_ECORRUPT (checksum mismatch). The header is validated before the
- * payload arrives, so an oversized length is rejected without buffering. */
+ * TERN_EVERSION (a version other than 1 or 2), TERN_ETOOBIG (length >
+ * max_message), TERN_ECORRUPT (checksum mismatch). The header is validated
+ * before the payload arrives, so an oversized length is rejected without
+ * buffering. */
 int xport_tcp_frame_decode(const void *buf,
                            size_t len,
                            size_t max_message,

@@ -20,6 +20,23 @@ int xport_start(struct xport *x, xport_recv_cb cb, void *arg)
     return x->ops->start(x);
 }
 
+int xport_send_flags(struct xport *x,
+                     struct xport_send *req,
+                     uint64_t peer_id,
+                     const char *peer_address,
+                     const struct xport_iov *iov,
+                     unsigned n,
+                     unsigned flags,
+                     xport_send_cb cb)
+{
+    if (xport_iov_total(iov, n) > x->ops->max_message(x)) {
+        return TERN_ETOOBIG;
+    }
+    req->cb = cb;
+    req->flags = flags;
+    return x->ops->send(x, req, peer_id, peer_address, iov, n);
+}
+
 int xport_send(struct xport *x,
                struct xport_send *req,
                uint64_t peer_id,
@@ -28,11 +45,7 @@ int xport_send(struct xport *x,
                unsigned n,
                xport_send_cb cb)
 {
-    if (xport_iov_total(iov, n) > x->ops->max_message(x)) {
-        return TERN_ETOOBIG;
-    }
-    req->cb = cb;
-    return x->ops->send(x, req, peer_id, peer_address, iov, n);
+    return xport_send_flags(x, req, peer_id, peer_address, iov, n, 0, cb);
 }
 
 size_t xport_max_message(const struct xport *x)

@@ -35,6 +35,7 @@ void tern_errmsg_wrapf(char *errmsg, const char *fmt, ...)
 
 /* Checksums (xxhash). tern_checksum32 is the one used in every tern
  * on-disk and on-wire format: XXH32 with seed 0x7465726e ("tern"). */
+#define TERN_CHECKSUM_SEED 0x7465726eU
 uint32_t tern_checksum32(const void *buf, size_t len);
 /* Incremental form: state starts at tern_checksum32_begin(). */
 struct tern_checksum_state

@@ -55,8 +55,16 @@ struct xport_send
 {
     void *data;       /* free for the caller */
     xport_send_cb cb; /* set by xport_send */
+    unsigned flags;   /* XPORT_SEND_*: set by xport_send (0) and
+                       * xport_send_flags */
     void *priv[4];    /* backend's private use */
 };
+
+/* Send flags: hints a backend may use and otherwise ignores.
+ * XPORT_SEND_XXH3: the peer decodes frames checksummed with XXH3 (tcp:
+ * frame version 2); without it the tcp backend writes version 1, which
+ * every build decodes. */
+#define XPORT_SEND_XXH3 1u
 
 struct xport_iov
 {
@@ -114,6 +122,16 @@ int xport_send(struct xport *x,
                const struct xport_iov *iov,
                unsigned n,
                xport_send_cb cb);
+
+/* xport_send with flags (XPORT_SEND_*) for this send. */
+int xport_send_flags(struct xport *x,
+                     struct xport_send *req,
+                     uint64_t peer_id,
+                     const char *peer_address,
+                     const struct xport_iov *iov,
+                     unsigned n,
+                     unsigned flags,
+                     xport_send_cb cb);
 
 /* Largest message this transport carries in one xport_send. */
 size_t xport_max_message(const struct xport *x);

@@ -20,11 +20,11 @@ static void reencode(const struct repl_wire *w)
     int rv;
 
     if (w->type == REPL_WIRE_BULK_REQ || w->type == REPL_WIRE_BULK_DATA) {
-        rv = repl_codec_encode_bulk(w->sender_id, w->sender_addr, w->type,
-                                    &w->bulk, &f);
+        rv = repl_codec_encode_bulk(w->sender_id, w->sender_addr, w->flags,
+                                    w->type, &w->bulk, &f);
     } else {
-        rv = repl_codec_encode(w->sender_id, w->sender_addr, &w->msg, SIZE_MAX,
-                               &f, &n_sent);
+        rv = repl_codec_encode(w->sender_id, w->sender_addr, w->flags, &w->msg,
+                               SIZE_MAX, &f, &n_sent);
     }
     if (rv != 0) {
         abort(); /* whatever decodes must re-encode */

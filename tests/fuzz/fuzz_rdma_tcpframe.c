@@ -37,7 +37,7 @@ static void check_frame(const uint8_t *buf,
     if (copy == NULL) {
         return;
     }
-    xport_tcp_frame_encode(copy, f->type, f->seq, &iov, 1, f->len);
+    xport_tcp_frame_encode(copy, buf[2], f->type, f->seq, &iov, 1, f->len);
     if (memcmp(copy, buf, f->size) != 0 ||
         xport_tcp_frame_decode(copy, f->size, max_message, &g) != 1 ||
         g.seq != f->seq || g.len != f->len || g.type != f->type) {

@@ -32,8 +32,8 @@ static uint8_t *encode(const struct raft_message *m, size_t *len)
     struct repl_frame f;
     unsigned n_sent;
     uint8_t *b;
-    cr_assert_eq(repl_codec_encode(7, "10.0.0.7:9000", m, 1 << 20, &f, &n_sent),
-                 0);
+    cr_assert_eq(
+        repl_codec_encode(7, "10.0.0.7:9000", 0, m, 1 << 20, &f, &n_sent), 0);
     b = flatten(&f, len);
     repl_frame_release(&f);
     return b;
@@ -124,11 +124,12 @@ Test(codec, heartbeat_and_prefix_split)
     m.append_entries.entries = e;
     m.append_entries.n_entries = 4;
     /* Room for two entries only: a prefix goes out. */
-    cr_assert_eq(repl_codec_encode(1, "a", &m, 2200, &f, &n_sent), 0);
+    cr_assert_eq(repl_codec_encode(1, "a", 0, &m, 2200, &f, &n_sent), 0);
     cr_expect_eq(n_sent, 2);
     repl_frame_release(&f);
     /* Not even one entry fits. */
-    cr_expect_eq(repl_codec_encode(1, "a", &m, 500, &f, &n_sent), TERN_ETOOBIG);
+    cr_expect_eq(repl_codec_encode(1, "a", 0, &m, 500, &f, &n_sent),
+                 TERN_ETOOBIG);
 }
 
 Test(codec, results_votes_timeout_now)
@@ -234,7 +235,8 @@ Test(codec, bulk_frames)
     b.snap_index = 44;
     b.pos = 1 << 20;
     b.len = 4096;
-    cr_assert_eq(repl_codec_encode_bulk(3, "c", REPL_WIRE_BULK_REQ, &b, &f), 0);
+    cr_assert_eq(repl_codec_encode_bulk(3, "c", 0, REPL_WIRE_BULK_REQ, &b, &f),
+                 0);
     flat = flatten(&f, &len);
     repl_frame_release(&f);
     cr_assert_eq(repl_codec_decode(flat, len, &w), 0);
@@ -247,7 +249,7 @@ Test(codec, bulk_frames)
     b.len = sizeof payload;
     b.data = payload;
     b.status = REPL_BULK_STATUS_OK;
-    cr_assert_eq(repl_codec_encode_bulk(3, "c", REPL_WIRE_BULK_DATA, &b, &f),
+    cr_assert_eq(repl_codec_encode_bulk(3, "c", 0, REPL_WIRE_BULK_DATA, &b, &f),
                  0);
     flat = flatten(&f, &len);
     repl_frame_release(&f);
@@ -337,4 +339,74 @@ Test(codec, error_translation)
     cr_expect_eq(repl_err_from_raft(RAFT_NOSPACE), TERN_EFULL);
     cr_expect_eq(repl_err_from_raft(RAFT_IOERR), -EIO);
     cr_expect_eq(repl_err_from_raft(RAFT_NOMEM), -ENOMEM);
+}
+
+/* An AppendEntries encoded with XXH3 as its checksum (REPL_FRAME_XXH3)
+ * decodes with the flags it was sent with, and is refused as corrupt
+ * when a payload byte changes or when the flag is cleared (the checksum
+ * is then taken as XXH32's). A frame of either kind with flag bits this
+ * release does not know still decodes. */
+Test(codec, xxh3_frames)
+{
+    uint8_t payload[300];
+    struct raft_entry e = {0};
+    struct raft_message m;
+    struct repl_frame f;
+    struct repl_wire w;
+    unsigned n_sent;
+    uint8_t *flat;
+    size_t len;
+    uint16_t flags;
+
+    for (size_t i = 0; i < sizeof payload; i++) {
+        payload[i] = (uint8_t)(i * 7);
+    }
+    e.term = 3;
+    e.type = RAFT_COMMAND;
+    e.buf.base = payload;
+    e.buf.len = sizeof payload;
+    memset(&m, 0, sizeof m);
+    m.type = RAFT_IO_APPEND_ENTRIES;
+    m.append_entries.term = 3;
+    m.append_entries.prev_log_index = 9;
+    m.append_entries.prev_log_term = 2;
+    m.append_entries.leader_commit = 9;
+    m.append_entries.entries = &e;
+    m.append_entries.n_entries = 1;
+
+    cr_assert_eq(
+        repl_codec_encode(4, "b", REPL_FRAME_XXH3 | REPL_FRAME_ACCEPTS_XXH3, &m,
+                          1 << 20, &f, &n_sent),
+        0);
+    flat = flatten(&f, &len);
+    repl_frame_release(&f);
+    cr_assert_eq(repl_codec_decode(flat, len, &w), 0);
+    cr_expect_eq(w.flags, REPL_FRAME_XXH3 | REPL_FRAME_ACCEPTS_XXH3);
+    cr_expect_eq(w.msg.append_entries.n_entries, 1);
+    cr_expect_eq(memcmp(w.msg.append_entries.entries[0].buf.base, payload,
+                        sizeof payload),
+                 0);
+    repl_wire_release(&w);
+
+    flat[len - 5] ^= 0x10; /* a payload byte */
+    cr_expect_eq(repl_codec_decode(flat, len, &w), TERN_ECORRUPT);
+    flat[len - 5] ^= 0x10;
+    flags = tern_get_u16(flat + 6);
+    tern_put_u16(flat + 6, (uint16_t)(flags & ~REPL_FRAME_XXH3));
+    cr_expect_eq(repl_codec_decode(flat, len, &w), TERN_ECORRUPT);
+    free(flat);
+
+    /* Unknown bits, XXH3 and XXH32. */
+    for (unsigned x3 = 0; x3 < 2; x3++) {
+        cr_assert_eq(
+            repl_codec_encode(4, "b", 0x8000u | (x3 ? REPL_FRAME_XXH3 : 0u), &m,
+                              1 << 20, &f, &n_sent),
+            0);
+        flat = flatten(&f, &len);
+        repl_frame_release(&f);
+        cr_expect_eq(repl_codec_decode(flat, len, &w), 0, "xxh3 %u", x3);
+        cr_expect_eq(w.flags, 0x8000u | (x3 ? REPL_FRAME_XXH3 : 0u));
+        repl_wire_release(&w);
+        free(flat);
+    }
 }

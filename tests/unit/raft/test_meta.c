@@ -397,17 +397,20 @@ Test(meta, raft_state_wiped_under_the_record_refused)
 
 /* ---- refused messages ---------------------------------------------------- */
 
-/* Encode m as sent by from and hand the frame to nd's receive path. */
-static void inject(struct cnode *nd,
-                   uint64_t from,
-                   const struct raft_message *m)
+/* Encode m as sent by from, with frame flags (REPL_FRAME_*), and hand the
+ * frame to nd's receive path. */
+static void inject_flags(struct cnode *nd,
+                         uint64_t from,
+                         const struct raft_message *m,
+                         unsigned flags)
 {
     struct repl_frame f;
     unsigned n_sent = 0;
     uint8_t *buf;
     size_t off = 0;
-    cr_assert_eq(
-        repl_codec_encode(from, "127.0.0.1:9999", m, 1 << 20, &f, &n_sent), 0);
+    cr_assert_eq(repl_codec_encode(from, "127.0.0.1:9999", flags, m, 1 << 20,
+                                   &f, &n_sent),
+                 0);
     buf = malloc(f.len);
     cr_assert_not_null(buf);
     for (unsigned k = 0; k < f.n_iov; k++) {
@@ -418,6 +421,14 @@ static void inject(struct cnode *nd,
     repl_xport_recv(nd->repl, from, buf, f.len);
     repl_frame_release(&f);
     free(buf);
+}
+
+/* The same with the flags of a release that knows only XXH32 frames. */
+static void inject(struct cnode *nd,
+                   uint64_t from,
+                   const struct raft_message *m)
+{
+    inject_flags(nd, from, m, 0);
 }
 
 static void vote_request(struct raft_message *m, uint64_t from, uint64_t term)
@@ -553,5 +564,52 @@ Test(meta, own_term_never_passes_the_bound)
     cr_expect_eq(st.failed, TERN_ELIMIT);
     cr_expect_lt(cl.nodes[l].disk.term, REPL_TERM_MAX, "inner not written");
     cr_expect_not_null(strstr(io->errmsg, "term bound"), "%s", io->errmsg);
+    cluster_fini(&cl);
+}
+
+/* ---- frame checksums (io.c, "Frame checksums") --------------------------- */
+
+/* Nodes of one release learn from each other's frames that XXH3 frames
+ * are understood; a frame without REPL_FRAME_ACCEPTS_XXH3 (an older
+ * release) takes it back at once, the peer's next frame of its own gives
+ * it again, and a sender outside the configuration teaches nothing. The
+ * cluster commits throughout, on XXH3 frames. */
+Test(meta, frame_checksum_follows_what_the_peer_decodes)
+{
+    struct raft_message m;
+    uint64_t t, last;
+    struct repl *fr;
+    int l;
+    unsigned f;
+
+    cluster_init(&cl, 3);
+    l = cluster_elect(&cl);
+    f = (unsigned)cluster_other(&cl, l, l);
+    fr = cl.nodes[f].repl;
+    cluster_propose_applied(&cl, (unsigned)l, 3, 64, 2, &last);
+    cr_expect(repl_peer_xxh3(fr, cl.nodes[l].id));
+    cr_expect(repl_peer_xxh3(cl.nodes[l].repl, cl.nodes[f].id));
+    cr_expect_eq(repl_frame_flags(fr, cl.nodes[l].id),
+                 REPL_FRAME_ACCEPTS_XXH3 | REPL_FRAME_XXH3);
+
+    /* A stale vote request (raft ignores it), as an older release sends
+     * it (no flags): the sender is known, so what it decodes is taken
+     * from it. */
+    t = status_of(&cl.nodes[f]).term;
+    t = t > 1 ? t - 1 : t;
+    vote_request(&m, cl.nodes[l].id, t);
+    inject(&cl.nodes[f], cl.nodes[l].id, &m);
+    cr_expect_not(repl_peer_xxh3(fr, cl.nodes[l].id));
+    cr_expect_eq(repl_frame_flags(fr, cl.nodes[l].id), REPL_FRAME_ACCEPTS_XXH3);
+
+    /* The leader's next heartbeat carries the flag again. */
+    cluster_propose_applied(&cl, (unsigned)l, 3, 64, 2, &last);
+    cr_expect(repl_peer_xxh3(fr, cl.nodes[l].id));
+
+    /* Outside the configuration: dropped before anything is learned. */
+    vote_request(&m, 99, t);
+    inject_flags(&cl.nodes[f], 99, &m, REPL_FRAME_ACCEPTS_XXH3);
+    cr_expect_not(repl_peer_xxh3(fr, 99));
+    others_serve();
     cluster_fini(&cl);
 }

@@ -460,7 +460,8 @@ static size_t put_hello(uint8_t *p, uint64_t from, uint64_t to)
     uint8_t hello[XPORT_TCP_HELLO_LEN];
     struct xport_iov iov = {hello, sizeof hello};
     xport_tcp_hello_encode(hello, from, to);
-    xport_tcp_frame_encode(p, XPORT_TCP_FRAME_HELLO, 0, &iov, 1, sizeof hello);
+    xport_tcp_frame_encode(p, XPORT_TCP_FRAME_VERSION, XPORT_TCP_FRAME_HELLO, 0,
+                           &iov, 1, sizeof hello);
     return XPORT_TCP_FRAME_HDR + XPORT_TCP_HELLO_LEN;
 }
 
@@ -475,7 +476,8 @@ static size_t put_msg(uint8_t *p, uint64_t seq, unsigned k, size_t len)
     if (len >= 4) {
         tern_put_u32(buf, k); /* as send_msg does */
     }
-    xport_tcp_frame_encode(p, XPORT_TCP_FRAME_MSG, seq, &iov, 1, len);
+    xport_tcp_frame_encode(p, XPORT_TCP_FRAME_VERSION, XPORT_TCP_FRAME_MSG, seq,
+                           &iov, 1, len);
     return XPORT_TCP_FRAME_HDR + len;
 }
 
@@ -758,4 +760,72 @@ Test(tcp, peer_down_on_closed_connections)
     cr_expect_eq(da.count, 0, "a closed itself: no signal");
     close_and_wait(b);
     cr_expect_eq(db.count, 2, "none after b's own close");
+}
+
+/* What XPORT_SEND_XXH3 puts on the wire: a raw listener stands in for the
+ * peer and reads what the transport writes on one connection. HELLO goes
+ * as version 1 (a peer of any release must take it), a send with the
+ * flag as version 2, one without as version 1; each frame verifies. */
+Test(tcp, xxh3_flag_selects_frame_version)
+{
+    static struct sink sa;
+    struct sockaddr_in sin;
+    socklen_t slen = sizeof sin;
+    char a_addr[32], l_addr[32];
+    struct xport *a = make_tcp(10, NULL, a_addr);
+    struct xport_iov iov = {"twelve bytes", 12};
+    struct sreq r1, r2;
+    uint8_t wire[512];
+    size_t got = 0, off = 0;
+    int lfd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0), cfd = -1;
+    const unsigned want_version[3] = {1, 2, 1};
+
+    cr_assert_geq(lfd, 0);
+    memset(&sin, 0, sizeof sin);
+    sin.sin_family = AF_INET;
+    sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    cr_assert_eq(bind(lfd, (struct sockaddr *)&sin, sizeof sin), 0);
+    cr_assert_eq(listen(lfd, 1), 0);
+    cr_assert_eq(getsockname(lfd, (struct sockaddr *)&sin, &slen), 0);
+    (void)snprintf(l_addr, sizeof l_addr, "127.0.0.1:%d", ntohs(sin.sin_port));
+    memset(&sa, 0, sizeof sa);
+    cr_assert_eq(xport_start(a, on_recv, &sa), 0);
+    memset(&r1, 0, sizeof r1);
+    memset(&r2, 0, sizeof r2);
+    cr_assert_eq(xport_send_flags(a, &r1.req, 20, l_addr, &iov, 1,
+                                  XPORT_SEND_XXH3, on_sent),
+                 0);
+    cr_assert_eq(xport_send(a, &r2.req, 20, l_addr, &iov, 1, on_sent), 0);
+    /* HELLO (36 bytes) and two frames of 32: 100 bytes; bounded wait. */
+    for (int i = 0; i < 5000 && got < 100; i++) {
+        ssize_t n;
+        (void)uv_run(&env.loop, UV_RUN_NOWAIT);
+        if (cfd < 0) {
+            cfd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK);
+        }
+        if (cfd >= 0) {
+            n = read(cfd, wire + got, sizeof wire - got);
+            if (n > 0) {
+                got += (size_t)n;
+                continue;
+            }
+        }
+        (void)usleep(1000);
+    }
+    cr_assert_eq(got, 100, "read %zu bytes", got);
+    for (unsigned k = 0; k < 3; k++) {
+        struct xport_tcp_frame f;
+        cr_assert_eq(xport_tcp_frame_decode(wire + off, got - off, 1024, &f), 1,
+                     "frame %u", k);
+        cr_expect_eq(wire[off + 2], want_version[k], "frame %u", k);
+        cr_expect_eq(f.type,
+                     k == 0 ? XPORT_TCP_FRAME_HELLO : XPORT_TCP_FRAME_MSG);
+        if (k > 0) {
+            cr_expect_arr_eq(f.payload, "twelve bytes", 12);
+        }
+        off += f.size;
+    }
+    close(cfd);
+    close(lfd);
+    close_and_wait(a);
 }

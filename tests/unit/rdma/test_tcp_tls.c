@@ -368,10 +368,11 @@ Test(tcp_tls, raw_plaintext_frames_refused)
     cr_assert_eq(xport_start(n1, on_recv, &s1), 0);
     /* A well-formed HELLO from node 2 and a MSG, in plaintext. */
     xport_tcp_hello_encode(hello, 2, 1);
-    xport_tcp_frame_encode(wire, XPORT_TCP_FRAME_HELLO, 0, &hi, 1,
-                           sizeof hello);
+    xport_tcp_frame_encode(wire, XPORT_TCP_FRAME_VERSION, XPORT_TCP_FRAME_HELLO,
+                           0, &hi, 1, sizeof hello);
     xport_tcp_frame_encode(wire + XPORT_TCP_FRAME_HDR + sizeof hello,
-                           XPORT_TCP_FRAME_MSG, 1, &bi, 1, sizeof body);
+                           XPORT_TCP_FRAME_VERSION, XPORT_TCP_FRAME_MSG, 1, &bi,
+                           1, sizeof body);
     fd = raw_connect(a1);
     cr_assert_eq(write(fd, wire, sizeof wire), (ssize_t)sizeof wire);
     run_until_refused(n1, 1);
