@@ -669,10 +669,30 @@ Test(tcp, out_of_memory_fails_cleanly)
     close_and_wait(b);
 }
 
+/* A listening socket on 127.0.0.1 at a free port (socket type flags such
+ * as SOCK_NONBLOCK, listen backlog); *sa gets its address, addr its
+ * "127.0.0.1:PORT". Returns the fd (the caller closes it). */
+static int loopback_listener(int type_flags,
+                             int backlog,
+                             struct sockaddr_in *sa,
+                             char addr[32])
+{
+    socklen_t slen = sizeof *sa;
+    int lfd = socket(AF_INET, SOCK_STREAM | type_flags, 0);
+    cr_assert_geq(lfd, 0);
+    memset(sa, 0, sizeof *sa);
+    sa->sin_family = AF_INET;
+    sa->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    cr_assert_eq(bind(lfd, (struct sockaddr *)sa, sizeof *sa), 0);
+    cr_assert_eq(listen(lfd, backlog), 0);
+    cr_assert_eq(getsockname(lfd, (struct sockaddr *)sa, &slen), 0);
+    (void)snprintf(addr, 32, "127.0.0.1:%d", ntohs(sa->sin_port));
+    return lfd;
+}
+
 Test(tcp, connect_timeout_when_syns_go_unanswered)
 {
     struct sockaddr_in sa;
-    socklen_t slen = sizeof sa;
     int lfd, cfd[4];
     char addr[32], a_addr[32];
     struct xport *a = make_tcp(1, NULL, a_addr);
@@ -682,20 +702,12 @@ Test(tcp, connect_timeout_when_syns_go_unanswered)
 
     /* A listener that never accepts, its accept queue filled: the kernel
      * drops further SYNs, so a connect neither succeeds nor fails. */
-    lfd = socket(AF_INET, SOCK_STREAM, 0);
-    cr_assert_geq(lfd, 0);
-    memset(&sa, 0, sizeof sa);
-    sa.sin_family = AF_INET;
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    cr_assert_eq(bind(lfd, (struct sockaddr *)&sa, sizeof sa), 0);
-    cr_assert_eq(listen(lfd, 0), 0);
-    cr_assert_eq(getsockname(lfd, (struct sockaddr *)&sa, &slen), 0);
+    lfd = loopback_listener(0, 0, &sa, addr);
     for (int i = 0; i < 4; i++) {
         cfd[i] = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
         cr_assert_geq(cfd[i], 0);
         (void)connect(cfd[i], (struct sockaddr *)&sa, sizeof sa);
     }
-    (void)snprintf(addr, sizeof addr, "127.0.0.1:%d", ntohs(sa.sin_port));
 
     uv_update_time(&env.loop);
     t0 = uv_now(&env.loop);
@@ -770,24 +782,15 @@ Test(tcp, xxh3_flag_selects_frame_version)
 {
     static struct sink sa;
     struct sockaddr_in sin;
-    socklen_t slen = sizeof sin;
     char a_addr[32], l_addr[32];
     struct xport *a = make_tcp(10, NULL, a_addr);
     struct xport_iov iov = {"twelve bytes", 12};
     struct sreq r1, r2;
     uint8_t wire[512];
     size_t got = 0, off = 0;
-    int lfd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0), cfd = -1;
+    int lfd = loopback_listener(SOCK_NONBLOCK, 1, &sin, l_addr), cfd = -1;
     const unsigned want_version[3] = {1, 2, 1};
 
-    cr_assert_geq(lfd, 0);
-    memset(&sin, 0, sizeof sin);
-    sin.sin_family = AF_INET;
-    sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    cr_assert_eq(bind(lfd, (struct sockaddr *)&sin, sizeof sin), 0);
-    cr_assert_eq(listen(lfd, 1), 0);
-    cr_assert_eq(getsockname(lfd, (struct sockaddr *)&sin, &slen), 0);
-    (void)snprintf(l_addr, sizeof l_addr, "127.0.0.1:%d", ntohs(sin.sin_port));
     memset(&sa, 0, sizeof sa);
     cr_assert_eq(xport_start(a, on_recv, &sa), 0);
     memset(&r1, 0, sizeof r1);
