@@ -1,6 +1,7 @@
 /* The checksum of every tern format: XXH32, seed "tern"; and XXH3 for
  * the client protocol's frames of version 2, commit-log records of
- * version 2 and command entries that carry the XXH3 flag. XXH3 goes
+ * version 2, command entries that carry the XXH3 flag, and node-to-node
+ * frames that say they carry it (tern_checksum32_either). XXH3 goes
  * through libxxhash's run-time dispatch (its AVX2 or AVX-512 code where
  * the CPU has it) when the library has one (TERN_XXH3_DISPATCH,
  * common/CMakeLists.txt): the same hash, 4x faster on large buffers. */
@@ -69,4 +70,31 @@ void tern_checksum32_xxh3_update(struct tern_checksum3_state *st,
 uint32_t tern_checksum32_xxh3_end(struct tern_checksum3_state *st)
 {
     return (uint32_t)XXH3_64bits_digest((XXH3_state_t *)(void *)st);
+}
+
+void tern_checksum32_either_begin(struct tern_checksum32_either *st, bool xxh3)
+{
+    st->xxh3 = xxh3;
+    if (xxh3) {
+        tern_checksum32_xxh3_begin(&st->x3, TERN_CHECKSUM_SEED);
+    } else {
+        tern_checksum32_begin(&st->x32);
+    }
+}
+
+void tern_checksum32_either_update(struct tern_checksum32_either *st,
+                                   const void *buf,
+                                   size_t len)
+{
+    if (st->xxh3) {
+        tern_checksum32_xxh3_update(&st->x3, buf, len);
+    } else {
+        tern_checksum32_update(&st->x32, buf, len);
+    }
+}
+
+uint32_t tern_checksum32_either_end(struct tern_checksum32_either *st)
+{
+    return st->xxh3 ? tern_checksum32_xxh3_end(&st->x3)
+                    : tern_checksum32_end(&st->x32);
 }

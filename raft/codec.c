@@ -89,28 +89,18 @@ static void put_preamble(struct tern_wbuf *w,
  * (the checksum the header's flags name). */
 static void seal(struct repl_frame *f)
 {
+    struct tern_checksum32_either st;
     uint8_t *h = f->head.base;
     tern_put_u64(h + 16, f->len);
     tern_put_u32(h + FRAME_CSUM_OFF, 0);
-    if (tern_get_u16(h + FRAME_FLAGS_OFF) & REPL_FRAME_XXH3) {
-        struct tern_checksum3_state st;
-        tern_checksum32_xxh3_begin(&st, TERN_CHECKSUM_SEED);
-        for (unsigned i = 0; i < f->n_iov; i++) {
-            if (f->iov[i].len > 0) {
-                tern_checksum32_xxh3_update(&st, f->iov[i].base, f->iov[i].len);
-            }
+    tern_checksum32_either_begin(
+        &st, (tern_get_u16(h + FRAME_FLAGS_OFF) & REPL_FRAME_XXH3) != 0);
+    for (unsigned i = 0; i < f->n_iov; i++) {
+        if (f->iov[i].len > 0) {
+            tern_checksum32_either_update(&st, f->iov[i].base, f->iov[i].len);
         }
-        tern_put_u32(h + FRAME_CSUM_OFF, tern_checksum32_xxh3_end(&st));
-    } else {
-        struct tern_checksum_state st;
-        tern_checksum32_begin(&st);
-        for (unsigned i = 0; i < f->n_iov; i++) {
-            if (f->iov[i].len > 0) {
-                tern_checksum32_update(&st, f->iov[i].base, f->iov[i].len);
-            }
-        }
-        tern_put_u32(h + FRAME_CSUM_OFF, tern_checksum32_end(&st));
     }
+    tern_put_u32(h + FRAME_CSUM_OFF, tern_checksum32_either_end(&st));
 }
 
 void repl_frame_release(struct repl_frame *f)
@@ -487,7 +477,7 @@ static int decode_install_snapshot(struct tern_cursor *c, struct repl_wire *w)
 int repl_codec_decode(const void *buf, size_t len, struct repl_wire *w)
 {
     struct tern_cursor c;
-    struct tern_checksum_state st;
+    struct tern_checksum32_either st;
     const uint8_t *b = buf;
     uint32_t csum;
     uint16_t alen;
@@ -514,24 +504,12 @@ int repl_codec_decode(const void *buf, size_t len, struct repl_wire *w)
     }
     {
         static const uint8_t zero[4] = {0, 0, 0, 0};
-        uint32_t got;
-        if (w->flags & REPL_FRAME_XXH3) {
-            struct tern_checksum3_state st3;
-            tern_checksum32_xxh3_begin(&st3, TERN_CHECKSUM_SEED);
-            tern_checksum32_xxh3_update(&st3, b, FRAME_CSUM_OFF);
-            tern_checksum32_xxh3_update(&st3, zero, 4);
-            tern_checksum32_xxh3_update(&st3, b + FRAME_CSUM_OFF + 4,
-                                        len - FRAME_CSUM_OFF - 4);
-            got = tern_checksum32_xxh3_end(&st3);
-        } else {
-            tern_checksum32_begin(&st);
-            tern_checksum32_update(&st, b, FRAME_CSUM_OFF);
-            tern_checksum32_update(&st, zero, 4);
-            tern_checksum32_update(&st, b + FRAME_CSUM_OFF + 4,
-                                   len - FRAME_CSUM_OFF - 4);
-            got = tern_checksum32_end(&st);
-        }
-        if (got != csum) {
+        tern_checksum32_either_begin(&st, (w->flags & REPL_FRAME_XXH3) != 0);
+        tern_checksum32_either_update(&st, b, FRAME_CSUM_OFF);
+        tern_checksum32_either_update(&st, zero, 4);
+        tern_checksum32_either_update(&st, b + FRAME_CSUM_OFF + 4,
+                                      len - FRAME_CSUM_OFF - 4);
+        if (tern_checksum32_either_end(&st) != csum) {
             return TERN_ECORRUPT;
         }
     }

@@ -7,45 +7,9 @@
  */
 #include "tcp_frame.h"
 
-#include <stdbool.h>
 #include <string.h>
 
 #include <tern_common.h>
-
-/* The frame checksum of either version, over the header's first 16 bytes
- * and the payload, computed while the payload is copied to dst (when dst
- * is not NULL) or over src in place. */
-struct frame_sum
-{
-    bool xxh3;
-    struct tern_checksum_state x32;
-    struct tern_checksum3_state x3;
-};
-
-static void sum_begin(struct frame_sum *s, unsigned version)
-{
-    s->xxh3 = version == XPORT_TCP_FRAME_V_XXH3;
-    if (s->xxh3) {
-        tern_checksum32_xxh3_begin(&s->x3, TERN_CHECKSUM_SEED);
-    } else {
-        tern_checksum32_begin(&s->x32);
-    }
-}
-
-static void sum_update(struct frame_sum *s, const void *p, size_t len)
-{
-    if (s->xxh3) {
-        tern_checksum32_xxh3_update(&s->x3, p, len);
-    } else {
-        tern_checksum32_update(&s->x32, p, len);
-    }
-}
-
-static uint32_t sum_end(struct frame_sum *s)
-{
-    return s->xxh3 ? tern_checksum32_xxh3_end(&s->x3)
-                   : tern_checksum32_end(&s->x32);
-}
 
 void xport_tcp_frame_encode(uint8_t *dst,
                             unsigned version,
@@ -55,7 +19,7 @@ void xport_tcp_frame_encode(uint8_t *dst,
                             unsigned n,
                             size_t payload_len)
 {
-    struct frame_sum st;
+    struct tern_checksum32_either st;
     uint8_t *p = dst + XPORT_TCP_FRAME_HDR;
 
     TERN_ASSERT(payload_len <= UINT32_MAX);
@@ -66,17 +30,17 @@ void xport_tcp_frame_encode(uint8_t *dst,
     dst[3] = (uint8_t)type;
     tern_put_u32(dst + 4, (uint32_t)payload_len);
     tern_put_u64(dst + 8, seq);
-    sum_begin(&st, version);
-    sum_update(&st, dst, 16);
+    tern_checksum32_either_begin(&st, version == XPORT_TCP_FRAME_V_XXH3);
+    tern_checksum32_either_update(&st, dst, 16);
     for (unsigned i = 0; i < n; i++) {
         if (iov[i].len > 0) {
             memcpy(p, iov[i].base, iov[i].len);
-            sum_update(&st, p, iov[i].len);
+            tern_checksum32_either_update(&st, p, iov[i].len);
             p += iov[i].len;
         }
     }
     TERN_ASSERT((size_t)(p - dst) == XPORT_TCP_FRAME_HDR + payload_len);
-    tern_put_u32(dst + 16, sum_end(&st));
+    tern_put_u32(dst + 16, tern_checksum32_either_end(&st));
 }
 
 int xport_tcp_frame_decode(const void *buf,
@@ -85,7 +49,7 @@ int xport_tcp_frame_decode(const void *buf,
                            struct xport_tcp_frame *out)
 {
     const uint8_t *b = buf;
-    struct frame_sum st;
+    struct tern_checksum32_either st;
     uint32_t plen;
 
     memset(out, 0, sizeof *out);
@@ -128,10 +92,10 @@ int xport_tcp_frame_decode(const void *buf,
         return 0;
     }
     out->payload = b + XPORT_TCP_FRAME_HDR;
-    sum_begin(&st, b[2]);
-    sum_update(&st, b, 16);
-    sum_update(&st, out->payload, plen);
-    if (sum_end(&st) != tern_get_u32(b + 16)) {
+    tern_checksum32_either_begin(&st, b[2] == XPORT_TCP_FRAME_V_XXH3);
+    tern_checksum32_either_update(&st, b, 16);
+    tern_checksum32_either_update(&st, out->payload, plen);
+    if (tern_checksum32_either_end(&st) != tern_get_u32(b + 16)) {
         return TERN_ECORRUPT;
     }
     return 1;

@@ -62,6 +62,30 @@ Test(common, xxh3_incremental_matches_oneshot_at_every_split)
                   tern_checksum32_xxh3(b, 100, 2), "the seed counts");
 }
 
+/* tern_checksum32_either: XXH32 or XXH3 with the "tern" seed, as picked
+ * at begin, whatever the split. */
+Test(common, either_checksum_is_the_one_picked)
+{
+    static uint8_t b[3000];
+    for (size_t i = 0; i < sizeof b; i++) {
+        b[i] = (uint8_t)(i * 17 + 3);
+    }
+    for (size_t cut = 0; cut <= sizeof b; cut += 700) {
+        struct tern_checksum32_either x32, x3;
+        tern_checksum32_either_begin(&x32, false);
+        tern_checksum32_either_begin(&x3, true);
+        tern_checksum32_either_update(&x32, b, cut);
+        tern_checksum32_either_update(&x3, b, cut);
+        tern_checksum32_either_update(&x32, b + cut, sizeof b - cut);
+        tern_checksum32_either_update(&x3, b + cut, sizeof b - cut);
+        cr_expect_eq(tern_checksum32_either_end(&x32),
+                     tern_checksum32(b, sizeof b), "split at %zu", cut);
+        cr_expect_eq(tern_checksum32_either_end(&x3),
+                     tern_checksum32_xxh3(b, sizeof b, TERN_CHECKSUM_SEED),
+                     "split at %zu", cut);
+    }
+}
+
 Test(common, cursor_bounds_are_sticky)
 {
     uint8_t buf[5] = {1, 2, 0, 0, 0};
