@@ -72,11 +72,13 @@ uint32_t tern_checksum32_xxh3_end(struct tern_checksum3_state *st)
     return (uint32_t)XXH3_64bits_digest((XXH3_state_t *)(void *)st);
 }
 
-void tern_checksum32_either_begin(struct tern_checksum32_either *st, bool xxh3)
+void tern_checksum32_either_begin(struct tern_checksum32_either *st,
+                                  bool xxh3,
+                                  uint64_t xxh3_seed)
 {
     st->xxh3 = xxh3;
     if (xxh3) {
-        tern_checksum32_xxh3_begin(&st->x3, TERN_CHECKSUM_SEED);
+        tern_checksum32_xxh3_begin(&st->x3, xxh3_seed);
     } else {
         tern_checksum32_begin(&st->x32);
     }

@@ -382,9 +382,7 @@ uint32_t idx__record_checksum(const void *hdr,
  * with each piece, end. */
 struct idx__record_sum
 {
-    bool xxh3;
-    struct tern_checksum_state x32;
-    struct tern_checksum3_state x3;
+    struct tern_checksum32_either sum;
 };
 void idx__record_sum_begin(struct idx__record_sum *rs, const void *hdr);
 void idx__record_sum_update(struct idx__record_sum *rs,

@@ -152,12 +152,13 @@ uint32_t idx__record_checksum(const void *hdr,
 
 void idx__record_sum_begin(struct idx__record_sum *rs, const void *hdr)
 {
-    rs->xxh3 = tern_get_u16((const uint8_t *)hdr + 4) == IDX__REC_VERSION_XXH3;
-    if (rs->xxh3) {
-        tern_checksum32_xxh3_begin(&rs->x3, tern_checksum32(hdr, 20));
-    } else {
-        tern_checksum32_begin(&rs->x32);
-        tern_checksum32_update(&rs->x32, hdr, 20);
+    bool xxh3 = tern_get_u16((const uint8_t *)hdr + 4) == IDX__REC_VERSION_XXH3;
+    /* Version 2: XXH3 of the payload seeded with XXH32 of the header;
+     * version 1: XXH32 of both. */
+    tern_checksum32_either_begin(&rs->sum, xxh3,
+                                 xxh3 ? tern_checksum32(hdr, 20) : 0);
+    if (!xxh3) {
+        tern_checksum32_either_update(&rs->sum, hdr, 20);
     }
 }
 
@@ -165,17 +166,12 @@ void idx__record_sum_update(struct idx__record_sum *rs,
                             const void *buf,
                             size_t len)
 {
-    if (rs->xxh3) {
-        tern_checksum32_xxh3_update(&rs->x3, buf, len);
-    } else {
-        tern_checksum32_update(&rs->x32, buf, len);
-    }
+    tern_checksum32_either_update(&rs->sum, buf, len);
 }
 
 uint32_t idx__record_sum_end(struct idx__record_sum *rs)
 {
-    return rs->xxh3 ? tern_checksum32_xxh3_end(&rs->x3)
-                    : tern_checksum32_end(&rs->x32);
+    return tern_checksum32_either_end(&rs->sum);
 }
 
 void idx__record_header_encode(void *hdr,

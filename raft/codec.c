@@ -94,7 +94,8 @@ static void seal(struct repl_frame *f)
     tern_put_u64(h + 16, f->len);
     tern_put_u32(h + FRAME_CSUM_OFF, 0);
     tern_checksum32_either_begin(
-        &st, (tern_get_u16(h + FRAME_FLAGS_OFF) & REPL_FRAME_XXH3) != 0);
+        &st, (tern_get_u16(h + FRAME_FLAGS_OFF) & REPL_FRAME_XXH3) != 0,
+        TERN_CHECKSUM_SEED);
     for (unsigned i = 0; i < f->n_iov; i++) {
         if (f->iov[i].len > 0) {
             tern_checksum32_either_update(&st, f->iov[i].base, f->iov[i].len);
@@ -504,7 +505,8 @@ int repl_codec_decode(const void *buf, size_t len, struct repl_wire *w)
     }
     {
         static const uint8_t zero[4] = {0, 0, 0, 0};
-        tern_checksum32_either_begin(&st, (w->flags & REPL_FRAME_XXH3) != 0);
+        tern_checksum32_either_begin(&st, (w->flags & REPL_FRAME_XXH3) != 0,
+                                     TERN_CHECKSUM_SEED);
         tern_checksum32_either_update(&st, b, FRAME_CSUM_OFF);
         tern_checksum32_either_update(&st, zero, 4);
         tern_checksum32_either_update(&st, b + FRAME_CSUM_OFF + 4,

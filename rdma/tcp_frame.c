@@ -30,7 +30,8 @@ void xport_tcp_frame_encode(uint8_t *dst,
     dst[3] = (uint8_t)type;
     tern_put_u32(dst + 4, (uint32_t)payload_len);
     tern_put_u64(dst + 8, seq);
-    tern_checksum32_either_begin(&st, version == XPORT_TCP_FRAME_V_XXH3);
+    tern_checksum32_either_begin(&st, version == XPORT_TCP_FRAME_V_XXH3,
+                                 TERN_CHECKSUM_SEED);
     tern_checksum32_either_update(&st, dst, 16);
     for (unsigned i = 0; i < n; i++) {
         if (iov[i].len > 0) {
@@ -92,7 +93,8 @@ int xport_tcp_frame_decode(const void *buf,
         return 0;
     }
     out->payload = b + XPORT_TCP_FRAME_HDR;
-    tern_checksum32_either_begin(&st, b[2] == XPORT_TCP_FRAME_V_XXH3);
+    tern_checksum32_either_begin(&st, b[2] == XPORT_TCP_FRAME_V_XXH3,
+                                 TERN_CHECKSUM_SEED);
     tern_checksum32_either_update(&st, b, 16);
     tern_checksum32_either_update(&st, out->payload, plen);
     if (tern_checksum32_either_end(&st) != tern_get_u32(b + 16)) {

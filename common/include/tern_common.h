@@ -63,17 +63,19 @@ void tern_checksum32_xxh3_update(struct tern_checksum3_state *st,
                                  const void *buf,
                                  size_t len);
 uint32_t tern_checksum32_xxh3_end(struct tern_checksum3_state *st);
-/* For formats whose frames say which of the two they carry (rdma/
- * tcp_frame.c, raft/codec.c): tern_checksum32 when xxh3 is false,
- * tern_checksum32_xxh3 with seed TERN_CHECKSUM_SEED when true, picked at
- * begin. On the stack, like tern_checksum3_state. */
+/* For formats whose records or frames say which of the two they carry
+ * (rdma/tcp_frame.c, raft/codec.c, index/log.c): tern_checksum32 when
+ * xxh3 is false, tern_checksum32_xxh3 with xxh3_seed when true (unused
+ * otherwise), picked at begin. On the stack, like tern_checksum3_state. */
 struct tern_checksum32_either
 {
     struct tern_checksum3_state x3;
     struct tern_checksum_state x32;
     bool xxh3;
 };
-void tern_checksum32_either_begin(struct tern_checksum32_either *st, bool xxh3);
+void tern_checksum32_either_begin(struct tern_checksum32_either *st,
+                                  bool xxh3,
+                                  uint64_t xxh3_seed);
 void tern_checksum32_either_update(struct tern_checksum32_either *st,
                                    const void *buf,
                                    size_t len);

@@ -72,8 +72,8 @@ Test(common, either_checksum_is_the_one_picked)
     }
     for (size_t cut = 0; cut <= sizeof b; cut += 700) {
         struct tern_checksum32_either x32, x3;
-        tern_checksum32_either_begin(&x32, false);
-        tern_checksum32_either_begin(&x3, true);
+        tern_checksum32_either_begin(&x32, false, TERN_CHECKSUM_SEED);
+        tern_checksum32_either_begin(&x3, true, TERN_CHECKSUM_SEED);
         tern_checksum32_either_update(&x32, b, cut);
         tern_checksum32_either_update(&x3, b, cut);
         tern_checksum32_either_update(&x32, b + cut, sizeof b - cut);
