@@ -10,6 +10,8 @@
 # Everything listens on 127.0.0.1, 3 nodes per system, 1 KiB messages:
 #   floors   write(1 KiB) + fdatasync latency with 1, 2 and 3 concurrent
 #            writers on the data dirs' filesystem (bench/compare/floors.py);
+#            durable appends there, 3 writers of 64 KiB O_DIRECT|O_DSYNC
+#            blocks, one in flight each (the floor of pipelined produce);
 #            TCP loopback 1 KiB round trip (bench_xport tcp_floor).
 #   tern     the build in $TERN_BIN (default build/, what `make build`
 #            gives; its CMAKE_BUILD_TYPE is printed and recorded),
@@ -178,6 +180,10 @@ mkdir -p "$work/floor"
 step timeout "$STEP_TIMEOUT" python3 "$HERE/floors.py" fsync "$work/floor" --n "$fsync_n" \
     >"$res/floors.json" || echo "compare: fsync floor failed" >&2
 cat "$res/floors.json" >&2
+say "floor: durable appends, 3 writers x 64 KiB O_DIRECT|O_DSYNC, 3 s, in $work"
+step timeout "$STEP_TIMEOUT" python3 "$HERE/floors.py" dsync "$work/floor" \
+    >"$res/dsync.json" || echo "compare: dsync floor failed" >&2
+cat "$res/dsync.json" >&2
 xpin=
 [ "$(nproc)" -ge 2 ] && xpin=-P
 say "floor: TCP loopback round trip, 1 KiB (bench_xport)"

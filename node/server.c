@@ -200,14 +200,20 @@
  *   to_answer   its entry applied by the FSM -> its answer queued on the
  *               connection (the rest of the commit's loop iteration; the
  *               write itself leaves at the uncork right after)
- * Between them lie raft's append -> commit and the apply. */
+ *   whole       request decoded -> its answer queued (request_to_answer):
+ *               the whole stay at this node, so that what a client
+ *               observes beyond it (its own library, the kernel's socket
+ *               queues, the wire, the wake-ups) is measured, not derived
+ * Between to_propose and to_answer lie raft's append -> commit and the
+ * apply. */
 enum node_stage {
     NODE_STAGE_TO_PROPOSE = 0,
     NODE_STAGE_TO_ANSWER,
+    NODE_STAGE_RESIDENCE,
     NODE_STAGE__COUNT
 };
 static const char *const node_stage_names[NODE_STAGE__COUNT] = {
-    "request_to_propose", "apply_to_answer"};
+    "request_to_propose", "apply_to_answer", "request_to_answer"};
 
 /* The node as the server sees it (node_server_new's arguments). Each
  * connection has a copy: it can outlive the server. */
@@ -3795,6 +3801,8 @@ void node_server_respond(struct node_wreq *w)
                                 w->proposed_ns - w->added_ns);
             repl_latency_record(&c->srv->stages[NODE_STAGE_TO_ANSWER],
                                 now - w->applied_ns);
+            repl_latency_record(&c->srv->stages[NODE_STAGE_RESIDENCE],
+                                now - w->added_ns);
         }
     }
     if (!conn_live(c) && w->op == PROTO_OP_RECEIVE && w->status == 0) {

@@ -61,6 +61,7 @@ def collect(res):
     floors = {f["writers"]: f for f in load_all(os.path.join(res,
                                                              "floors.json"))}
     tcp = load(os.path.join(res, "xport.json")).get("tcp_floor", {})
+    floors["dsync"] = load(os.path.join(res, "dsync.json"))
     seq = load(os.path.join(res, "tern-seq.json"))
     pipe = load(os.path.join(res, "tern-pipe.json"))
     fo = load(os.path.join(res, "tern-failover.json"))
@@ -87,6 +88,20 @@ def collect(res):
             r["ack"] = acks[p]
             systems[p] = r
     return floors, tcp, seq, systems
+
+
+def dsync_floor(floors):
+    """The pipelined row's floor cell: the disk's durable append rate with
+    3 writers (floors.py dsync), and the 1 KiB messages a second it carries
+    if each node wrote every message once and nothing else."""
+    d = floors.get("dsync") or {}
+    mb, w = d.get("mb_per_s"), d.get("writers")
+    if not mb or not w:
+        return "-"
+    return ("durable appends, %d writers x %d KiB: %s MB/s = %s msg/s of "
+            "1 KiB once per node" % (w, d.get("block", 0) >> 10,
+                                     fmt(mb), fmt(mb * 1e6 / (w * 1024),
+                                                  "")))
 
 
 def table(floors, tcp, seq, systems, cols):
@@ -116,7 +131,7 @@ def table(floors, tcp, seq, systems, cols):
         [ratio(get(s, "seq", "p50_us"), f2) for s in cols])
     row("sequential produce p99", "-",
         [fmt(get(s, "seq", "p99_us"), " us") for s in cols])
-    row("pipelined throughput, window 256", "-",
+    row("pipelined throughput, window 256", dsync_floor(floors),
         [fmt(get(s, "pipe", "msgs_per_s"), " msg/s") for s in cols])
 
     def fo(s):
@@ -135,12 +150,22 @@ def table(floors, tcp, seq, systems, cols):
 
 def floor_lines(floors, tcp):
     out = []
-    for k in sorted(floors):
+    for k in sorted(k for k in floors if isinstance(k, int)):
         f = floors[k]
         out.append("- write(1 KiB) + fdatasync, %d writer%s at once: p50 %s, "
                    "p99 %s (%d samples)" % (k, "s" if k > 1 else "",
                                             fmt(f["p50_us"], " us"),
                                             fmt(f["p99_us"], " us"), f["n"]))
+    d = floors.get("dsync") or {}
+    if d.get("mb_per_s"):
+        out.append("- durable appends, %d writers at once, %d KiB blocks "
+                   "(O_DIRECT%s | O_DSYNC, one in flight each, %s s): %s "
+                   "MB/s, %s writes/s, a write p50 %s, p99 %s"
+                   % (d["writers"], d["block"] >> 10,
+                      "" if d.get("direct") else " refused, so none",
+                      d.get("secs"), fmt(d["mb_per_s"]),
+                      fmt(d.get("writes_per_s")), fmt(d.get("p50_us"), " us"),
+                      fmt(d.get("p99_us"), " us")))
     if tcp:
         out.append("- TCP loopback round trip, 1 KiB each way (bench_xport "
                    "tcp_floor): p50 %s, p99 %s" % (fmt(tcp.get("p50_us"),
@@ -156,7 +181,9 @@ STAGES = (("request_to_propose", "request read -> entry proposed"),
           ("post_to_result", "-> follower durable + ack (round trip)"),
           ("result_to_commit", "-> commit index covers it"),
           ("apply", "FSM apply"),
-          ("apply_to_answer", "applied -> answer queued"))
+          ("apply_to_answer", "applied -> answer queued"),
+          ("request_to_answer", "at the leader: request read -> answer "
+           "queued"))
 
 
 def stage_lines(seq):
@@ -182,7 +209,12 @@ def stage_lines(seq):
                    "difference | %s | |" % fmt(max(rest, 0), " us", 1))
         node = sum((sg.get(k, {}).get("p50") or 0)
                    for k in ("request_to_propose", "apply_to_answer"))
-        if node > 0:
+        at = sg.get("request_to_answer", {})
+        if at.get("count"):
+            out.append("| outside the leader (the client, the wire, "
+                       "wake-ups): observed p50 - the leader's p50 | %s | |"
+                       % fmt(max(lat["p50"] - at["p50"], 0), " us", 1))
+        elif node > 0:
             out.append("| &nbsp;&nbsp;of which the client, the wire and "
                        "wake-ups (without the node's two stages) | %s | |"
                        % fmt(max(rest - node, 0), " us", 1))

@@ -118,14 +118,16 @@ def check_stages(c, text, samples):
     """The --stages table in text: the observed row with samples, the
     append->commit row, the leader's disk row with as many samples as
     commits (one node: nothing to wait for but its own disk), apply, and
-    the remainder outside the commit."""
+    the remainder outside the commit; the leader's whole part of each
+    request (request read -> answer queued) and what lies outside it."""
     num = r"\s+(\d+(?:\.\d+)?)"
     m = re.search(r"  stages \(leader node \d+, p50/p99 us, bucket upper "
                   r"bounds\)\n    stage\s+p50\s+p99\s+count\n"
                   r"    client produce \(observed\)" + num * 3 + r"\n"
                   r"    leader append -> commit" + num * 3 + r"\n"
                   r"((?:      .*\n)+)"
-                  r"    outside the commit \(wire, batching, reply\)" + num,
+                  r"    outside the commit \(wire, batching, reply\)" + num +
+                  r"\n    outside the leader \(client side, wire\)" + num,
                   text)
     if not c.check(m is not None, "--stages: table", text[-900:]):
         return
@@ -143,6 +145,10 @@ def check_stages(c, text, samples):
             disk[0] <= disk[1], "--stages: leader disk row, one sample per "
             "commit", (commits, rows))
     c.check("FSM apply (one entry)" in rows, "--stages: apply row", rows)
+    at = rows.get("at the leader: read -> answer queued")
+    c.check(at is not None and at[2] == samples and at[0] <= at[1],
+            "--stages: the leader's whole part, one sample per request",
+            (samples, rows))
 
 
 def bench(cl, *args):
