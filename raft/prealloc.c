@@ -19,8 +19,19 @@
  * then removes the file as it does on a failed allocation. The segment's
  * bytes are those raft_uv expects of a fresh segment (zeros past its
  * end), so the on-disk format is unchanged.
+ *
+ * Paced. Each chunk of zeros is written back before the next is written
+ * (sync_file_range: wait for any writeback of the range, start it, wait
+ * for it), and the fdatasync at the end then only flushes. Left to that
+ * fdatasync, the 8 MiB reached the device in one burst, and the nodes'
+ * O_DSYNC appends queued behind it: pipelined produce p99 19.6 against
+ * 16.1 ms paced (medians), 46.0 against 49.6 k msg/s (means), over 7
+ * alternated rounds (bench/RESULTS.md). A chunk is 1 MiB: 256 KiB gave a
+ * lower p99 but a higher p50 and 64 KiB less throughput. The pacing is
+ * best effort: a writeback error is the final fdatasync's to report.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -54,6 +65,10 @@ int repl__wrap_fallocate(int fd, off_t offset, off_t len)
             rv = w < 0 ? -errno : -EIO;
             break;
         }
+        (void)sync_file_range(fd, at, w,
+                              SYNC_FILE_RANGE_WAIT_BEFORE |
+                                  SYNC_FILE_RANGE_WRITE |
+                                  SYNC_FILE_RANGE_WAIT_AFTER);
         at += w;
     }
     if (rv == 0 && fdatasync(fd) != 0) {
