@@ -70,8 +70,8 @@
  * the Raft log is the durable source of truth and replays what a crash
  * loses (idx_apply skips what is already applied). idx_sync fdatasyncs
  * every segment written since the last sync and fsyncs log/ when segments
- * were created or removed. Every LOG__WRITEBACK_BYTES (1 MiB) appended, the
- * kernel is asked to start writing them back (log_writeback), so that wait
+ * were created or removed. Every IDX__LOG_WRITEBACK_BYTES (256 KiB) appended,
+ * the kernel is asked to start writing them back (log_writeback), so that wait
  * is mostly for what is already in flight. A failed write is rolled back with
  * ftruncate so the log never keeps a partial record while the env is open.
  *
@@ -115,9 +115,7 @@
 #define IDX__SEG_VERSION  2 /* written; 1 is read too */
 #define IDX__SEG_HDR_SIZE 32
 #define IDX__REC_MAGIC    0x52435254U /* "TRCR" little-endian */
-/* Appended bytes after which their writeback is started (log_writeback). */
-#define LOG__WRITEBACK_BYTES ((uint64_t)1 << 20)
-#define LOG__PAGE            ((uint64_t)4096)
+#define LOG__PAGE         ((uint64_t)4096)
 /* Segment files kept open for reading before the cache is dropped. */
 #define IDX__MAX_OPEN_SEGS 32
 
@@ -724,7 +722,7 @@ int idx__log_pread(struct idx_env *e, uint64_t pos, void *buf, size_t n)
     return src_pread(&src, pos, buf, n);
 }
 
-/* Start the kernel writing appended bytes back once LOG__WRITEBACK_BYTES
+/* Start the kernel writing appended bytes back once IDX__LOG_WRITEBACK_BYTES
  * have accumulated since the last start, without waiting for them
  * (sync_file_range SYNC_FILE_RANGE_WRITE), as RocksDB's bytes_per_sync and
  * PostgreSQL's backend_flush_after do: the fdatasync of a snapshot
@@ -757,7 +755,7 @@ static void log_writeback(struct idx_env *e)
     }
     uint64_t from = IDX__SEG_HDR_SIZE + (e->wb_pos - s->start);
     uint64_t to = (IDX__SEG_HDR_SIZE + s->size) & ~(LOG__PAGE - 1);
-    if (to >= from + LOG__WRITEBACK_BYTES && s->fd >= 0) {
+    if (to >= from + IDX__LOG_WRITEBACK_BYTES && s->fd >= 0) {
         writeback_range(s->fd, from, to);
         e->wb_pos = s->start + (to - IDX__SEG_HDR_SIZE);
     }

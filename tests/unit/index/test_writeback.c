@@ -1,7 +1,8 @@
 /* Unit tests of the commit log's writeback (index/log.c, log_writeback):
- * once 1 MiB has been appended, sync_file_range is asked to start writing
- * it back, without waiting, over ranges inside the file that follow each
- * other, end on a page boundary, and start over in each new segment,
+ * once IDX__LOG_WRITEBACK_BYTES (WB, 256 KiB) have been appended,
+ * sync_file_range is asked to start writing them back, without waiting,
+ * over ranges inside the file that follow each other, end on a page
+ * boundary, and start over in each new segment,
  * whose predecessor gets its tail; after a reopen only new bytes count,
  * and after a truncation the ranges start at the cut. sync_file_range is
  * wrapped for this binary (--wrap, tests/unit/index/CMakeLists.txt): the
@@ -25,6 +26,7 @@ TestSuite(index_writeback, .init = th_dirs_init, .fini = th_dirs_fini);
 #define WB_MAX 256
 #define HDR    32 /* segment header (index/log.c) */
 #define MIB    (1 << 20)
+#define WB     ((off64_t)IDX__LOG_WRITEBACK_BYTES)
 static struct
 {
     off64_t off[WB_MAX];
@@ -74,11 +76,11 @@ static void expect_calls_sound(void)
     }
 }
 
-Test(index_writeback, started_every_mib_over_following_ranges)
+Test(index_writeback, started_every_chunk_over_following_ranges)
 {
     struct idx_env *e = th_open(th_dir_a, 64u << 20);
     memset(&wb, 0, sizeof wb);
-    append(e, 3 * MIB + MIB / 2);
+    append(e, 3 * WB + WB / 2);
     expect_calls_sound();
     cr_assert_eq(wb.n, 3, "%u calls", wb.n);
     off64_t at = HDR;
@@ -87,8 +89,8 @@ Test(index_writeback, started_every_mib_over_following_ranges)
         cr_expect_eq(wb.off[i], at, "call %u starts where the last ended", i);
         cr_expect_eq((wb.off[i] + wb.len[i]) % 4096, 0,
                      "call %u ends on a page", i);
-        cr_expect_geq(wb.len[i], MIB - HDR);
-        cr_expect_leq(wb.len[i], MIB + (64 << 10) + 4096);
+        cr_expect_geq(wb.len[i], WB - HDR);
+        cr_expect_leq(wb.len[i], WB + (64 << 10) + 4096);
         at = wb.off[i] + wb.len[i];
     }
     /* Not the bytes being appended to: the last partial page stays. */
@@ -98,10 +100,11 @@ Test(index_writeback, started_every_mib_over_following_ranges)
 
 Test(index_writeback, a_rolled_segment_gets_its_tail)
 {
-    /* Bulk writes roll at 1.5 MiB exactly: 3 full segments and a fourth. */
+    /* Bulk writes roll at 1.5 MiB exactly: 3 full segments and a fourth
+     * that holds less than WB. */
     struct idx_env *e = th_open(th_dir_a, (3u * MIB) / 2);
     memset(&wb, 0, sizeof wb);
-    append(e, 5 * MIB);
+    append(e, (9 * MIB) / 2 + WB / 2);
     expect_calls_sound();
     cr_assert_eq(th_count_segments(th_dir_a), 4);
     /* Per segment (fd), in order: ranges that follow each other from the
@@ -119,7 +122,7 @@ Test(index_writeback, a_rolled_segment_gets_its_tail)
         cr_expect_eq(wb.off[i], to[n_fds - 1], "call %u follows the last", i);
         to[n_fds - 1] = wb.off[i] + wb.len[i];
     }
-    /* The fourth holds 0.5 MiB: not yet hinted, and not rolled. */
+    /* The fourth holds WB / 2: not yet hinted, and not rolled. */
     cr_assert_eq(n_fds, 3, "%u segments hinted", n_fds);
     for (unsigned k = 0; k < 3; k++) {
         cr_expect_eq(to[k], HDR + (3 * MIB) / 2, "segment %u to its end", k);
@@ -155,9 +158,9 @@ Test(index_writeback, after_a_reopen_only_new_bytes_count)
     uint64_t at_open = idx_log_end(e);
     cr_assert_gt(at_open, MIB / 2);
     memset(&wb, 0, sizeof wb);
-    append_records(e, &index, 8);
+    append_records(e, &index, (unsigned)(WB / 65616)); /* under WB */
     cr_expect_eq(wb.n, 0, "the bytes from before the reopen not hinted");
-    append_records(e, &index, 9); /* 1.13 MiB since the open */
+    append_records(e, &index, 2); /* over WB since the open */
     expect_calls_sound();
     cr_assert_eq(wb.n, 1);
     cr_expect_eq(wb.off[0], (off64_t)(HDR + at_open),
@@ -169,12 +172,12 @@ Test(index_writeback, after_a_truncation_from_the_cut)
 {
     struct idx_env *e = th_open(th_dir_a, 64u << 20);
     memset(&wb, 0, sizeof wb);
-    append(e, MIB + MIB / 2);
+    append(e, WB + WB / 2);
     cr_assert_eq(wb.n, 1);
-    cr_assert_eq(idx__log_truncate(e, MIB / 2), 0);
-    append(e, MIB + MIB / 4);
+    cr_assert_eq(idx__log_truncate(e, WB / 2), 0);
+    append(e, WB + WB / 4);
     expect_calls_sound();
     cr_assert_eq(wb.n, 2);
-    cr_expect_eq(wb.off[1], HDR + MIB / 2, "from the cut");
+    cr_expect_eq(wb.off[1], HDR + WB / 2, "from the cut");
     idx_close(e);
 }
