@@ -24,7 +24,7 @@
  * the entry was not applied (apply must be atomic), and a stopped
  * replica is a crashed one as far as Raft is concerned.
  *
- * Snapshots by bytes: libraft counts entries (threshold set to 64 by
+ * Snapshots by bytes: libraft counts entries (threshold set to 8 by
  * repl.c), so fsm->snapshot is asked often; it answers RAFT_BUSY (0.15
  * takeSnapshot turns RAFT_BUSY into "skip, retry later") until
  * snapshot_threshold_bytes of command payload were applied since the last
