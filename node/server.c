@@ -3795,14 +3795,14 @@ void node_server_respond(struct node_wreq *w)
                                   w->msg_bytes);
         }
         uint64_t now = uv_hrtime();
-        node_metrics_produce_latency(c->srv->metrics, now - w->added_ns);
+        uint64_t stay = now - w->added_ns;
+        node_metrics_produce_latency(c->srv->metrics, stay);
         if (w->status == 0 && w->applied_ns != 0) {
             repl_latency_record(&c->srv->stages[NODE_STAGE_TO_PROPOSE],
                                 w->proposed_ns - w->added_ns);
             repl_latency_record(&c->srv->stages[NODE_STAGE_TO_ANSWER],
                                 now - w->applied_ns);
-            repl_latency_record(&c->srv->stages[NODE_STAGE_RESIDENCE],
-                                now - w->added_ns);
+            repl_latency_record(&c->srv->stages[NODE_STAGE_RESIDENCE], stay);
         }
     }
     if (!conn_live(c) && w->op == PROTO_OP_RECEIVE && w->status == 0) {
