@@ -1174,8 +1174,9 @@ static void on_watchdog(uv_timer_t *t)
                  (unsigned long long)st.term);
     }
     if (st.failed != 0) {
-        node_log(NODE_LOG_ERROR, "raft replica fail-stopped, exiting", "err=%s",
-                 tern_err_name(st.failed));
+        node_log(NODE_LOG_ERROR, "raft replica fail-stopped, exiting",
+                 "err=%s detail=\"%s\"", tern_err_name(st.failed),
+                 st.failed_detail != NULL ? st.failed_detail : "");
         n->exit_code = 1;
         node_stop(n);
     }

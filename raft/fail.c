@@ -14,6 +14,7 @@
  * maps them onto tern codes (tern/errors.h) or -errno.
  */
 #include <errno.h>
+#include <stdio.h>
 
 #include "repl_int.h"
 
@@ -26,6 +27,15 @@ void repl_fail(struct repl *r, int code)
     repl_bulk_abort(r);
     repl_poll(r);
     repl_update_writable(r);
+}
+
+void repl_fail_detail(struct repl *r, int code, const char *detail)
+{
+    if (r->failed != 0) {
+        return;
+    }
+    (void)snprintf(r->fail_detail, sizeof r->fail_detail, "%s", detail);
+    repl_fail(r, code);
 }
 
 int repl_err_from_raft(int rv)

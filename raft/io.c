@@ -200,8 +200,35 @@
  * callback, which raft_uv does not expect to close it). Only for raft_uv
  * (wait_truncate); a truncate that raft follows with no append (its append
  * submission failed: out of memory, fail-stop) cannot be waited for.
+ *
+ * A truncate raft_uv did not carry out (libraft 0.15: its truncate work
+ * sets uv->errored on failure, which nothing reads; the appends queued
+ * behind the truncate are then written and acknowledged). raft_uv
+ * truncates by rewriting the closed segment that holds the index (a new
+ * file ending at index - 1), removing every closed segment from that one
+ * on and syncing the directory. If listing, reading, writing or removing
+ * fails, closed segments holding entries at or above the index stay
+ * beside the new entries written for the same indexes: the log on disk is
+ * no longer the log raft acknowledged (a restart loads the stale entries
+ * or refuses the directory). io.c checks the outcome instead of the
+ * error: the first append handed to raft_uv after a truncate completes
+ * only once the truncate work has run (its barrier holds appends back),
+ * and no closed segment may then hold an index at or above the index of
+ * the newest truncate, the lowest since the previous append (a truncate
+ * is always below next_index; a segment raft_uv closes
+ * after the truncate can only be the one this append went to, and
+ * raft_uv fires an append's callback before it closes its segment). If
+ * one does, that append completes with RAFT_IOERR and the replica
+ * fail-stops, naming the file (repl_status.failed_detail): nothing
+ * written after the failed truncate is acknowledged, and a restart loads
+ * the stale entries as uncommitted ones (a truncate only drops
+ * uncommitted entries) or refuses the directory (node.c's rejoin path).
+ * Not caught: a directory sync that fails after the removals succeeded
+ * (the names are gone until a power loss brings them back).
  */
+#include <dirent.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -220,6 +247,7 @@ struct append_req
     uint64_t last; /* clamped by truncate; last < first: nothing counts */
     bool acked;    /* raft's cb fired */
     uint64_t truncate_gen; /* r->io.truncate_gen at submission */
+    uint64_t check_index;  /* r->io.trunc_check at submission (0: none) */
     void *copy;            /* memory mode: the entries handed to the inner io */
     /* What goes to the inner io: copy (memory mode), or raft's own array
      * (a leader's append deferred within repl_propose: raft holds it
@@ -400,6 +428,16 @@ static void append_done(struct raft_io_append *inner_req, int status);
 static void idle_cb(uv_idle_t *h);
 static void deliver_hold(struct repl *r);
 
+/* An append the inner io took: it settles the truncates before it ("Close
+ * and truncate") and checks them ("A truncate raft_uv did not carry out"). */
+static void submitted(struct repl *r, struct append_req *a)
+{
+    a->truncate_gen = r->io.truncate_gen;
+    a->check_index = r->io.trunc_check;
+    r->io.trunc_check = 0;
+    tern_list_push(&r->io.appends, &a->link);
+}
+
 /* Hand the pending appends to the inner io, in order (see the top of the
  * file): memory mode's acked ones, or a leader's deferred one. */
 static void flush_inner(struct repl *r)
@@ -422,8 +460,7 @@ static void flush_inner(struct repl *r)
                                   append_done);
         }
         if (rv == 0) {
-            a->truncate_gen = r->io.truncate_gen;
-            tern_list_push(&r->io.appends, &a->link);
+            submitted(r, a);
             continue;
         }
         if (r->failed == 0) {
@@ -835,6 +872,15 @@ static void append_done(struct raft_io_append *inner_req, int status)
     }
     tern_free(a->copy);
     a->copy = NULL;
+    if (status == 0 && a->check_index != 0 && r->io.check_segments &&
+        r->data_dir != NULL) {
+        char em[TERN_ERRMSG_SIZE] = "";
+        int rv = repl_io_stale_segment(r->data_dir, a->check_index, em);
+        if (rv != 0) {
+            repl_fail_detail(r, rv, em);
+            status = RAFT_IOERR;
+        }
+    }
     if (status == 0) {
         if (a->last >= a->first && a->last > r->io.durable_index) {
             r->io.durable_index = a->last;
@@ -1043,8 +1089,7 @@ static int io_append(struct raft_io *io,
             tern_free(a);
             return rv;
         }
-        a->truncate_gen = r->io.truncate_gen;
-        tern_list_push(&r->io.appends, &a->link);
+        submitted(r, a);
     }
     r->io.next_index += n;
     r->io.n_unacked++;
@@ -1091,9 +1136,51 @@ static int io_truncate(struct raft_io *io, raft_index index)
     }
     r->io.next_index = index;
     r->io.truncate_gen++;
+    r->io.trunc_check = index; /* the lowest since the last append: a
+                                    later truncate is below next_index */
     runs_truncate(r, index);
     repl_lat_forget(r, index);
     return 0;
+}
+
+int repl_io_stale_segment(const char *dir, uint64_t index, char *errmsg)
+{
+    struct dirent *d;
+    DIR *dp = opendir(dir);
+    int rv = 0;
+    if (dp == NULL) {
+        rv = -errno;
+        tern_errmsg_printf(errmsg,
+                           "after a truncate at %" PRIu64 ": list %s: %s",
+                           index, dir, tern_strerror(rv));
+        return rv;
+    }
+    errno = 0;
+    while ((d = readdir(dp)) != NULL) {
+        unsigned long long first, last;
+        int end = 0;
+        /* raft_uv's closed segment: %016llu-%016llu */
+        if (strlen(d->d_name) != 33 ||
+            sscanf(d->d_name, "%16llu-%16llu%n", &first, &last, &end) != 2 ||
+            end != 33 || last < index) {
+            continue;
+        }
+        tern_errmsg_printf(errmsg,
+                           "raft_uv did not carry out a truncate at %" PRIu64
+                           ": closed segment %s/%s still holds entries "
+                           "%llu-%llu",
+                           index, dir, d->d_name, first, last);
+        rv = -EIO;
+        break;
+    }
+    if (rv == 0 && errno != 0) {
+        rv = -errno;
+        tern_errmsg_printf(errmsg,
+                           "after a truncate at %" PRIu64 ": read %s: %s",
+                           index, dir, tern_strerror(rv));
+    }
+    (void)closedir(dp);
+    return rv;
 }
 
 static void put_done(struct raft_io_snapshot_put *inner_req, int status)
@@ -1774,6 +1861,7 @@ void repl_io_setup(struct repl *r, bool wait_truncate)
     tern_list_init(&r->io.inner_pending);
     r->io.next_index = 1;
     r->io.wait_truncate = wait_truncate;
+    r->io.check_segments = wait_truncate; /* raft_uv, in r->data_dir */
 }
 
 void repl_io_free(struct repl *r)

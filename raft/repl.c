@@ -301,7 +301,8 @@ static int create(uv_loop_t *loop,
     if (repl_guard_init(r) != 0) {
         goto err_nomem;
     }
-    /* wait_truncate: raft_uv's close/truncate race (io.c). */
+    /* own_inner: raft_uv (its close/truncate race, its failed truncates:
+     * io.c). */
     repl_io_setup(r, own_inner);
     r->io.max_term_jump = c.max_term_jump;
     r->io.meta_on = r->data_dir != NULL;
@@ -631,6 +632,7 @@ void repl_get_status(struct repl *r, struct repl_status *out)
     out->transfer_to = transfer_target(r);
     out->fsm_error = r->glue.fsm_error;
     out->failed = r->failed;
+    out->failed_detail = r->fail_detail;
     out->disk_full = r->disk_full;
     out->disk_full_dropped = r->guard.ae_disk_full_dropped;
     out->terms_refused = r->io.terms_refused;

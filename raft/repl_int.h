@@ -118,6 +118,13 @@ struct repl_io_state
     uint64_t truncate_gen;
     uint64_t truncate_settled;
     bool wait_truncate; /* inner truncates may be in flight */
+    /* raft_uv ignores a truncate that fails ("A truncate raft_uv did not
+     * carry out", io.c): the newest truncate's index, the lowest since
+     * the last append handed to the inner io (0: none), and whether the
+     * data dir's closed
+     * segments are checked once such an append completes. */
+    uint64_t trunc_check;
+    bool check_segments;
     bool inner_close_deferred;
     bool inner_closed;
 
@@ -438,8 +445,10 @@ struct repl
     void (*close_cb)(void *arg);
     void *close_arg;
 
-    /* fail.c: sticky fail-stop code (0 = healthy). */
+    /* fail.c: sticky fail-stop code (0 = healthy), and what failed when
+     * the code alone does not say it (repl_fail_detail; "" otherwise). */
     int failed;
+    char fail_detail[TERN_ERRMSG_SIZE];
 
     struct repl_io_state io;         /* io.c */
     struct repl_guard_state guard;   /* guard.c */
@@ -470,6 +479,10 @@ void repl_catch_delivered(struct repl *r, const struct repl_catch_probe *p);
 /* Fill r->io and the outer raft_io (before raft_init). wait_truncate: the
  * inner io is raft_uv (its close/truncate race, top of io.c). */
 void repl_io_setup(struct repl *r, bool wait_truncate);
+/* "A truncate raft_uv did not carry out" (io.c): -EIO with errmsg naming
+ * the file when a raft_uv closed segment in dir holds an entry at or
+ * above index, -errno if dir cannot be listed, else 0. */
+int repl_io_stale_segment(const char *dir, uint64_t index, char *errmsg);
 /* Free what r->io allocated (after raft's close). */
 void repl_io_free(struct repl *r);
 void repl_io_close_sends(struct repl *r);
@@ -632,6 +645,9 @@ unsigned repl_lost_stagger_ms(unsigned election_timeout_ms);
 /* Mark the replica failed (fail-stop, sticky): it stops taking part,
  * reports REPL_UNAVAILABLE and is no longer writable. */
 void repl_fail(struct repl *r, int code);
+/* repl_fail with a detail (what failed, where) for repl_status's
+ * failed_detail; the first failure's detail stays. */
+void repl_fail_detail(struct repl *r, int code, const char *detail);
 /* Translate a RAFT_* code into a tern code (0 stays 0). */
 int repl_err_from_raft(int rv);
 

@@ -297,11 +297,14 @@ struct repl_status
     uint64_t catch_up_to; /* 0 until such a commit index was heard */
     /* a leader handing over: the target (else 0) */
     uint64_t transfer_to;
-    int fsm_error;  /* last repl_fsm.apply/restore error (0: none) */
-    int failed;     /* non-zero: fail-stopped after a log write or FSM apply
-                       error; the replica no longer takes part (role
-                       REPL_UNAVAILABLE): close and restart it */
-    bool disk_full; /* repl_set_disk_full(true) in force */
+    int fsm_error; /* last repl_fsm.apply/restore error (0: none) */
+    int failed;    /* non-zero: fail-stopped after a log write or FSM apply
+                      error; the replica no longer takes part (role
+                      REPL_UNAVAILABLE): close and restart it */
+    /* What failed, when the code alone does not say it ("" otherwise);
+     * owned by the replica, valid until repl_close. */
+    const char *failed_detail;
+    bool disk_full;             /* repl_set_disk_full(true) in force */
     uint64_t disk_full_dropped; /* AppendEntries stripped of their entries
                                    while full */
     /* Received messages refused before the core (raft/io.c): a term out

@@ -6,12 +6,19 @@
  * append that follows the truncate completed). One replica over a fake
  * disk (fake_io.h) whose operations the test completes by hand; the test
  * calls the io methods raft would call (it stays a follower: nothing is
- * delivered to it).
+ * delivered to it). Also a truncate raft_uv did not carry out (io.c: the
+ * first append after it fail-stops the replica when a closed segment
+ * still holds a truncated index), over the fake disk with segment names
+ * made by hand and over the real raft_uv with a segment it cannot remove.
  */
+#include <errno.h>
+#include <fcntl.h>
 #include <ftw.h>
+#include <linux/fs.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <criterion/criterion.h>
@@ -346,4 +353,264 @@ Test(repl_close, raft_uv_close_during_truncate, .timeout = 120)
     uv_run(&loop, UV_RUN_DEFAULT);
     cr_expect_eq(uv_loop_close(&loop), 0);
     nftw(base, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* ---- a truncate raft_uv did not carry out -------------------------------
+ * raft/io.c, "A truncate raft_uv did not carry out": raft_uv ignores a
+ * failed truncate and goes on writing and acknowledging the appends behind
+ * it; the wrapper checks the data dir once the first of them completed
+ * and fail-stops when a closed segment still holds a truncated index. */
+
+/* Make dir/raft_uv's closed segment name for [first, last]. */
+static void touch_segment(const char *dir, uint64_t first, uint64_t last)
+{
+    char path[400];
+    FILE *f;
+    cr_assert_lt(
+        (size_t)snprintf(path, sizeof path, "%s/%016llu-%016llu", dir,
+                         (unsigned long long)first, (unsigned long long)last),
+        sizeof path);
+    f = fopen(path, "w");
+    cr_assert_not_null(f);
+    cr_assert_eq(fclose(f), 0);
+}
+
+/* one_start, plus what repl_new sets for raft_uv in a data dir. */
+static void one_start_checked(struct one *o, char *dir)
+{
+    one_start(o);
+    cr_assert_not_null(mkdtemp(dir));
+    o->r->data_dir = tern_strdup(dir); /* freed by the replica */
+    o->r->io.check_segments = true;
+}
+
+static void one_fini_dir(struct one *o, const char *dir)
+{
+    bool closed = false;
+    repl_close(o->r, closed_cb, &closed);
+    (void)fake_io_flush(o->io);
+    tick(o);
+    (void)fake_io_flush(o->io);
+    cr_expect(closed);
+    one_fini(o);
+    nftw(dir, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+Test(repl_close, segment_left_by_a_truncate_fail_stops)
+{
+    char dir[] = "/tmp/tern-trunc-check-XXXXXX";
+    struct repl_status st;
+    struct conflict c;
+    struct one o;
+    uint64_t next;
+
+    one_start_checked(&o, dir);
+    next = o.r->io.next_index;
+    /* The segment raft_uv should have removed for the truncate at next. */
+    touch_segment(dir, next, next);
+    truncate_then_append(&o, &c);
+    cr_assert_eq(fake_io_complete(o.io, 2), 2);
+    cr_expect_eq(c.s2, RAFT_IOERR, "the append after it is not acknowledged");
+    repl_get_status(o.r, &st);
+    cr_expect_eq(st.failed, -EIO, "fail-stop");
+    cr_expect_not_null(strstr(st.failed_detail, "truncate"), "%s",
+                       st.failed_detail);
+    cr_expect_eq(o.r->io.durable_index, next - 1, "not counted as durable");
+    one_fini_dir(&o, dir);
+}
+
+Test(repl_close, truncate_carried_out_goes_on)
+{
+    char dir[] = "/tmp/tern-trunc-check-XXXXXX";
+    struct repl_status st;
+    struct conflict c;
+    struct one o;
+    uint64_t next;
+
+    one_start_checked(&o, dir);
+    next = o.r->io.next_index;
+    /* What raft_uv leaves after a truncate at next: entries below it. */
+    touch_segment(dir, 1, next - 1);
+    truncate_then_append(&o, &c);
+    cr_assert_eq(fake_io_complete(o.io, 2), 2);
+    cr_expect_eq(c.s2, 0);
+    repl_get_status(o.r, &st);
+    cr_expect_eq(st.failed, 0);
+    cr_expect_eq(o.r->io.durable_index, next);
+    /* A closed segment written later (past next) is no longer judged: the
+     * check belongs to the first append after a truncate only. */
+    touch_segment(dir, next, next + 5);
+    append_one(&o, &c.a1, &c.e1, &c.p1, 2, &c.s1);
+    cr_assert_eq(fake_io_complete(o.io, 1), 1);
+    cr_expect_eq(c.s1, 0);
+    repl_get_status(o.r, &st);
+    cr_expect_eq(st.failed, 0);
+    one_fini_dir(&o, dir);
+}
+
+/* ---- the same over the real raft_uv -------------------------------------
+ * Entries 2 and 3 in a closed segment (written, then the replica closed
+ * and started again); a truncate at 3 rewrites it as [2, 2] and must
+ * remove [2, 3]. With the immutable flag on [2, 3] the removal fails
+ * (EPERM): raft_uv still acknowledges the append at 3 that follows; the
+ * wrapper fail-stops instead. Without the flag, the same steps go on. */
+
+static struct repl *uv_replica(uv_loop_t *loop, struct xport *x, char *dir)
+{
+    static const char *addrs[3] = {"127.0.0.1:9111", "127.0.0.1:9112",
+                                   "127.0.0.1:9113"};
+    struct repl_peer peers[3];
+    struct repl_config cfg = {0};
+    struct repl_fsm fsm = {0};
+    char errmsg[TERN_ERRMSG_SIZE] = "";
+    struct repl *r;
+    for (unsigned k = 0; k < 3; k++) {
+        peers[k].id = k + 1;
+        peers[k].address = addrs[k];
+    }
+    cfg.id = 1;
+    cfg.address = addrs[0];
+    cfg.peers = peers;
+    cfg.n_peers = 3;
+    cfg.data_dir = dir;
+    cfg.election_timeout_ms = 100000; /* stays a quiet follower */
+    cfg.heartbeat_ms = 15;
+    fsm.apply = fsm_apply;
+    fsm.snapshot = fsm_snapshot;
+    fsm.restore = fsm_restore;
+    cr_assert_eq(repl_new(loop, x, &cfg, &fsm, state_cb, NULL, &r, errmsg), 0,
+                 "%s", errmsg);
+    cr_assert(r->io.check_segments, "on for raft_uv");
+    cr_assert_eq(repl_start(r, errmsg), 0, "%s", errmsg);
+    return r;
+}
+
+static void uv_append(uv_loop_t *loop,
+                      struct repl *r,
+                      uint64_t term,
+                      uint64_t *payload,
+                      int *status)
+{
+    struct raft_io_append req;
+    struct raft_entry e;
+    memset(&e, 0, sizeof e);
+    e.term = term;
+    e.type = RAFT_COMMAND;
+    e.buf.base = payload;
+    e.buf.len = sizeof *payload;
+    *status = -1;
+    req.data = status;
+    cr_assert_eq(r->io.outer.append(&r->io.outer, &req, &e, 1, append_cb), 0);
+    spin_int(loop, status, -1, 20000);
+}
+
+static void uv_close_replica(uv_loop_t *loop, struct repl *r)
+{
+    bool closed = false;
+    repl_close(r, closed_cb, &closed);
+    for (int k = 0; k < 20000 && !closed; k++) {
+        uv_run(loop, UV_RUN_ONCE);
+    }
+    cr_assert(closed);
+}
+
+/* FS_IMMUTABLE_FL on path on or off; an errno on failure. */
+static int set_immutable(const char *path, bool on)
+{
+    int fd = open(path, O_RDONLY);
+    int flags = 0;
+    int rv = 0;
+    if (fd < 0) {
+        return errno;
+    }
+    if (ioctl(fd, FS_IOC_GETFLAGS, &flags) != 0) {
+        rv = errno;
+    } else {
+        flags = on ? flags | FS_IMMUTABLE_FL : flags & ~FS_IMMUTABLE_FL;
+        if (ioctl(fd, FS_IOC_SETFLAGS, &flags) != 0) {
+            rv = errno;
+        }
+    }
+    (void)close(fd);
+    return rv;
+}
+
+static void raft_uv_truncate_round(bool fail)
+{
+    char base[] = "/tmp/tern-uv-trunc-XXXXXX";
+    char seg[400];
+    struct xport_mem_net *net;
+    struct repl_status st;
+    struct xport *x;
+    struct repl *r;
+    uv_loop_t loop;
+    uv_timer_t ticker;
+    uint64_t p2 = 2, p3 = 3, p3b = 33;
+    int s = -1;
+    int err = 0;
+
+    cr_assert_eq(uv_loop_init(&loop), 0);
+    cr_assert_not_null(mkdtemp(base));
+    cr_assert_eq(xport_mem_net_new(&net), 0);
+    cr_assert_eq(xport_mem_new(net, 1, &x), 0);
+    uv_timer_init(&loop, &ticker);
+    uv_timer_start(&ticker, uv_timer_noop, 1, 1);
+
+    r = uv_replica(&loop, x, base);
+    cr_assert_eq(r->io.next_index, 2, "the bootstrap entry is 1");
+    uv_append(&loop, r, 1, &p2, &s);
+    cr_assert_eq(s, 0);
+    uv_append(&loop, r, 1, &p3, &s);
+    cr_assert_eq(s, 0);
+    uv_close_replica(&loop, r);
+    r = uv_replica(&loop, x, base);
+    cr_assert_eq(r->io.next_index, 4);
+    cr_assert_lt((size_t)snprintf(seg, sizeof seg, "%s/%016llu-%016llu", base,
+                                  2ull, 3ull),
+                 sizeof seg);
+    cr_assert_eq(access(seg, F_OK), 0, "raft_uv closed [2, 3] at the close");
+    if (fail) {
+        err = set_immutable(seg, true);
+    }
+    if (err == 0) {
+        cr_assert_eq(r->io.outer.truncate(&r->io.outer, 3), 0);
+        uv_append(&loop, r, 2, &p3b, &s);
+        repl_get_status(r, &st);
+        if (fail) {
+            cr_expect_eq(s, RAFT_IOERR, "not acknowledged");
+            cr_expect_eq(st.failed, -EIO, "fail-stop");
+            cr_expect_not_null(
+                strstr(st.failed_detail, "0000000000000002-0000000000000003"),
+                "names the segment: %s", st.failed_detail);
+            cr_expect_eq(set_immutable(seg, false), 0);
+        } else {
+            cr_expect_eq(s, 0);
+            cr_expect_eq(st.failed, 0);
+            cr_expect_neq(access(seg, F_OK), 0, "[2, 3] removed");
+        }
+    }
+    uv_close_replica(&loop, r);
+    uv_close((uv_handle_t *)&ticker, NULL);
+    xport_close(x, NULL, NULL);
+    xport_mem_net_complete(net);
+    xport_mem_net_free(net);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    cr_expect_eq(uv_loop_close(&loop), 0);
+    nftw(base, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
+    if (err != 0) {
+        cr_skip_test(
+            "no immutable flag here (%s): the failure is not "
+            "provoked",
+            strerror(err));
+    }
+}
+
+Test(repl_close, raft_uv_truncate_that_fails_fail_stops, .timeout = 120)
+{
+    raft_uv_truncate_round(true);
+}
+
+Test(repl_close, raft_uv_truncate_carried_out_goes_on, .timeout = 120)
+{
+    raft_uv_truncate_round(false);
 }
