@@ -5,5 +5,5 @@
 # format check and `make tidy`'s header filter.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-find include common auth proto rdma raft index client cli node bench tests jepsen \
+find include common tlog auth proto rdma raft index client cli node bench tests jepsen \
     -name '*.[ch]' -not -path '*/corpus/*' -not -path '*/build*' | LC_ALL=C sort

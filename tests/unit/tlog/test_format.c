@@ -1,0 +1,403 @@
+/*
+ * tests/unit/tlog/test_format.c: the raft log store's segment format
+ * (tlog/format.c): header and record round trips, every header byte and
+ * record byte covered by a check, pads that end each write on a block
+ * boundary, and the scan: a clean end, every crash of the write in flight
+ * (any subset of its sectors written, the rest zero or garbage) loads
+ * every acknowledged record and is never called corrupt, damage in
+ * acknowledged bytes is, and a recycled file's older bytes are not taken
+ * for this use's.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include <criterion/criterion.h>
+
+#include "tlog.h"
+
+#define BLOCK  512u
+#define WINDOW 4096u
+#define SEQ    7u
+
+/* A segment image under construction: records are added to the current
+ * write, which end_write pads to the block end. */
+struct img
+{
+    uint8_t *buf;
+    size_t cap;
+    size_t len; /* bytes written so far */
+    uint64_t next_index, next_pos;
+    size_t write_start[64];
+    unsigned n_writes;
+};
+
+static void img_init(struct img *m, size_t cap, uint64_t seq)
+{
+    struct tlog_seg_header h = {0};
+    m->buf = calloc(1, cap);
+    cr_assert_not_null(m->buf);
+    m->cap = cap;
+    h.seq = seq;
+    h.first_index = 100;
+    h.first_pos = 5000;
+    h.block_size = BLOCK;
+    h.window = WINDOW;
+    tlog_seg_header_encode(m->buf, &h);
+    m->len = TLOG_SEG_HEADER_SIZE;
+    m->next_index = 100;
+    m->next_pos = 5000;
+    m->n_writes = 0;
+    m->write_start[0] = m->len;
+}
+
+static void img_add(struct img *m, uint64_t seq, uint8_t type, uint32_t len)
+{
+    struct tlog_rec r = {0};
+    uint8_t *payload = malloc(len > 0 ? len : 1);
+    for (uint32_t i = 0; i < len; i++) {
+        payload[i] = (uint8_t)(m->next_index * 31 + i);
+    }
+    r.type = type;
+    r.seq = seq;
+    r.index = m->next_index;
+    r.term = 3;
+    r.pos = m->next_pos;
+    r.len = len;
+    r.payload = payload;
+    cr_assert_leq(m->len + tlog_rec_size(len), m->cap);
+    tlog_rec_encode(m->buf + m->len, &r);
+    m->len += tlog_rec_size(len);
+    m->next_index++;
+    m->next_pos = tlog_rec_pos_after(&r);
+    free(payload);
+}
+
+static void img_end_write(struct img *m, uint64_t seq)
+{
+    size_t pad = tlog_pad_size(m->len, BLOCK);
+    if (pad > 0) {
+        cr_assert_leq(m->len + pad, m->cap);
+        tlog_pad_encode(m->buf + m->len, pad, seq, m->next_pos);
+        m->len += pad;
+    }
+    cr_assert_eq(m->len % BLOCK, 0);
+    m->n_writes++;
+    cr_assert_lt(m->n_writes, 64);
+    m->write_start[m->n_writes] = m->len;
+}
+
+/* n writes of records of the given payload sizes, cycling. */
+static void img_writes(struct img *m, unsigned n, unsigned per_write)
+{
+    static const uint32_t sizes[] = {0, 1, 7, 8, 9, 100, 333, 1024};
+    for (unsigned w = 0; w < n; w++) {
+        for (unsigned k = 0; k < per_write; k++) {
+            img_add(m, SEQ,
+                    (uint8_t)(k % 3 == 2 ? TLOG_REC_CHANGE : TLOG_REC_COMMAND),
+                    sizes[(w * per_write + k) % 8]);
+        }
+        img_end_write(m, SEQ);
+    }
+}
+
+struct seen
+{
+    uint64_t n;
+    uint64_t last_index;
+    bool order_ok;
+};
+
+static int seen_cb(void *arg, const struct tlog_rec *r, size_t off)
+{
+    struct seen *s = arg;
+    (void)off;
+    if (s->n > 0 && r->index != s->last_index + 1) {
+        s->order_ok = false;
+    }
+    s->last_index = r->index;
+    s->n++;
+    return 0;
+}
+
+Test(tlog_format, header_round_trip_and_every_byte_checked)
+{
+    uint8_t b[TLOG_SEG_HEADER_SIZE];
+    struct tlog_seg_header h = {9, 12345, 678, 4096, 1 << 20}, d;
+    char em[TERN_ERRMSG_SIZE];
+    tlog_seg_header_encode(b, &h);
+    cr_assert_eq(tlog_seg_header_decode(b, sizeof b, &d, em), 0, "%s", em);
+    cr_expect_eq(d.seq, 9);
+    cr_expect_eq(d.first_index, 12345);
+    cr_expect_eq(d.first_pos, 678);
+    cr_expect_eq(d.block_size, 4096);
+    cr_expect_eq(d.window, 1u << 20);
+    for (size_t i = 0; i < 52; i++) {
+        b[i] ^= 0x10;
+        cr_expect_neq(tlog_seg_header_decode(b, sizeof b, &d, em), 0,
+                      "byte %zu", i);
+        b[i] ^= 0x10;
+    }
+    cr_expect_eq(tlog_seg_header_decode(b, sizeof b - 1, &d, em),
+                 TERN_EMALFORMED);
+    /* A later version, checksummed: refused as such. */
+    tern_put_u32(b + 8, 2);
+    tern_put_u32(b + 48, tern_checksum32(b, 48));
+    cr_expect_eq(tlog_seg_header_decode(b, sizeof b, &d, em), TERN_EVERSION);
+    /* Sizes out of bounds, checksummed. */
+    struct tlog_seg_header bad[] = {
+        {9, 1, 0, 256, 4096},  {9, 1, 0, 1000, 4000},
+        {9, 1, 0, 8192, 8192}, {9, 1, 0, 512, 256},
+        {9, 1, 0, 512, 700},   {9, 1, 0, 512, (128u << 20)},
+        {0, 1, 0, 512, 512},   {9, 0, 0, 512, 512}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        tlog_seg_header_encode(b, &bad[i]);
+        cr_expect_eq(tlog_seg_header_decode(b, sizeof b, &d, em), TERN_ECORRUPT,
+                     "case %zu", i);
+    }
+}
+
+Test(tlog_format, record_round_trip_and_every_byte_checked)
+{
+    static const uint32_t lens[] = {0, 1, 7, 8, 9, 1000};
+    for (size_t k = 0; k < sizeof lens / sizeof lens[0]; k++) {
+        uint32_t len = lens[k];
+        size_t size = tlog_rec_size(len);
+        uint8_t *p = malloc(len + 1);
+        uint8_t *b = malloc(size);
+        struct tlog_rec r = {0}, d;
+        size_t used = 0;
+        for (uint32_t i = 0; i < len; i++) {
+            p[i] = (uint8_t)(i * 7 + 1);
+        }
+        r.type = TLOG_REC_COMMAND;
+        r.seq = 77;
+        r.index = 1ull << 40;
+        r.term = 5;
+        r.pos = 1ull << 33;
+        r.len = len;
+        r.payload = p;
+        cr_assert_eq(size % 8, 0);
+        cr_assert_geq(size, TLOG_REC_HEADER_SIZE + len);
+        tlog_rec_encode(b, &r);
+        cr_assert_eq(tlog_rec_decode(b, size, &d, &used), 0);
+        cr_expect_eq(used, size);
+        cr_expect_eq(d.type, r.type);
+        cr_expect_eq(d.seq, r.seq);
+        cr_expect_eq(d.index, r.index);
+        cr_expect_eq(d.term, r.term);
+        cr_expect_eq(d.pos, r.pos);
+        cr_expect_eq(d.len, len);
+        cr_expect_eq(memcmp(d.payload, p, len), 0);
+        cr_expect_eq(tlog_rec_pos_after(&d),
+                     r.pos + TLOG_STREAM_RECORD_HEADER + len);
+        /* Every header and payload byte is covered (the zeros padding the
+         * payload to 8 are not: nothing reads them). */
+        for (size_t i = 0; i < TLOG_REC_HEADER_SIZE + len; i++) {
+            b[i] ^= 0x01;
+            cr_expect_neq(tlog_rec_decode(b, size, &d, &used), 0,
+                          "len %u byte %zu", len, i);
+            b[i] ^= 0x01;
+        }
+        cr_expect_eq(tlog_rec_decode(b, size - 1, &d, &used), TERN_EMALFORMED,
+                     "short");
+        free(p);
+        free(b);
+    }
+}
+
+Test(tlog_format, pads_end_a_write_on_a_block_boundary)
+{
+    cr_expect_eq(tlog_pad_size(4096, 512), 0);
+    cr_expect_eq(tlog_pad_size(4096 + 8, 512), 504);
+    cr_expect_eq(tlog_pad_size(4096 + 464, 512), 48);
+    cr_expect_eq(tlog_pad_size(4096 + 472, 512), 40 + 512, "through the next");
+    cr_expect_eq(tlog_pad_size(4096 + 504, 512), 8 + 512);
+    for (uint64_t off = 4096; off < 4096 + 4096; off += 8) {
+        size_t n = tlog_pad_size(off, 512);
+        uint8_t *b;
+        struct tlog_rec d;
+        size_t used;
+        cr_assert_eq((off + n) % 512, 0);
+        if (n == 0) {
+            continue;
+        }
+        cr_assert_geq(n, TLOG_REC_HEADER_SIZE);
+        b = malloc(n);
+        tlog_pad_encode(b, n, 3, 99);
+        cr_assert_eq(tlog_rec_decode(b, n, &d, &used), 0);
+        cr_expect_eq(used, n);
+        cr_expect_eq(d.type, TLOG_REC_PAD);
+        cr_expect_eq(d.pos, 99);
+        cr_expect_eq(tlog_rec_pos_after(&d), 99, "a pad takes no position");
+        free(b);
+    }
+}
+
+Test(tlog_format, scan_reads_every_record_to_a_clean_end)
+{
+    struct img m;
+    struct tlog_scan s;
+    struct seen seen = {0, 0, true};
+    char em[TERN_ERRMSG_SIZE];
+    img_init(&m, 64 * 1024, SEQ);
+    img_writes(&m, 5, 6);
+    /* The rest of the file: zeros (a new segment's). */
+    cr_assert_eq(tlog_seg_scan(m.buf, m.cap, SEQ, seen_cb, &seen, &s, em), 0,
+                 "%s", em);
+    cr_expect_eq(s.how, TLOG_SCAN_CLEAN);
+    cr_expect_eq(s.n_records, 30);
+    cr_expect_eq(seen.n, 30);
+    cr_expect(seen.order_ok);
+    cr_expect_eq(s.next_index, 130);
+    cr_expect_eq(s.next_pos, m.next_pos);
+    cr_expect_eq(s.end, m.len);
+    /* A file that ends exactly after the last write. */
+    cr_assert_eq(tlog_seg_scan(m.buf, m.len, SEQ, NULL, NULL, &s, em), 0);
+    cr_expect_eq(s.how, TLOG_SCAN_CLEAN);
+    cr_expect_eq(s.end, m.len);
+    /* The file name's seq must be the header's. */
+    cr_expect_eq(tlog_seg_scan(m.buf, m.cap, SEQ + 1, NULL, NULL, &s, em),
+                 TERN_ECORRUPT);
+    free(m.buf);
+}
+
+static int stop_cb(void *arg, const struct tlog_rec *r, size_t off)
+{
+    (void)off;
+    return r->index == *(uint64_t *)arg ? -42 : 0;
+}
+
+Test(tlog_format, scan_stops_when_the_callback_says)
+{
+    struct img m;
+    struct tlog_scan s;
+    uint64_t at = 103;
+    img_init(&m, 32 * 1024, SEQ);
+    img_writes(&m, 2, 4);
+    cr_expect_eq(tlog_seg_scan(m.buf, m.cap, SEQ, stop_cb, &at, &s, NULL), -42);
+    free(m.buf);
+}
+
+/* Every crash of the write in flight: the last write's sectors (512
+ * bytes), each either written, never written (zeros) or torn (garbage).
+ * The records of the writes before it all load; the scan never says
+ * corrupt. */
+Test(tlog_format, every_crash_of_the_write_in_flight_loads_the_acked)
+{
+    struct img m;
+    uint8_t *full, *crash;
+    size_t start, end, sectors;
+    unsigned cases = 0;
+    img_init(&m, 64 * 1024, SEQ);
+    img_writes(&m, 3, 5);
+    start = m.len;
+    img_writes(&m, 1, 9); /* the write in flight */
+    end = m.len;
+    sectors = (end - start) / 512;
+    cr_assert_geq(sectors, 3);
+    cr_assert_leq(end - start, WINDOW);
+    full = m.buf;
+    crash = malloc(m.cap);
+    srand(1);
+    /* 3^sectors cases at most 3^8; more sectors: random states. */
+    unsigned total = 1;
+    for (size_t i = 0; i < sectors && total < 6561; i++) {
+        total *= 3;
+    }
+    for (unsigned c = 0; c < total; c++) {
+        struct tlog_scan s;
+        unsigned v = c;
+        memcpy(crash, full, m.cap);
+        for (size_t i = 0; i < sectors; i++) {
+            unsigned state = sectors <= 8 ? v % 3 : (unsigned)rand() % 3;
+            uint8_t *sec = crash + start + i * 512;
+            v /= 3;
+            if (state == 1) {
+                memset(sec, 0, 512);
+            } else if (state == 2) {
+                for (size_t j = 0; j < 512; j++) {
+                    sec[j] = (uint8_t)rand();
+                }
+            }
+        }
+        cr_assert_eq(tlog_seg_scan(crash, m.cap, SEQ, NULL, NULL, &s, NULL), 0);
+        cr_assert_neq(s.how, TLOG_SCAN_CORRUPT, "case %u", c);
+        cr_assert_geq(s.n_records, 15, "case %u: acknowledged records lost", c);
+        cr_assert_geq(s.end, start);
+        cr_assert_leq(s.end, end);
+        if (c == 0) {
+            cr_assert_eq(s.n_records, 24, "all written");
+            cr_assert_eq(s.how, TLOG_SCAN_CLEAN);
+        }
+        cases++;
+    }
+    cr_expect_geq(cases, 27);
+    free(crash);
+    free(m.buf);
+}
+
+Test(tlog_format, damage_in_acknowledged_bytes_is_corrupt)
+{
+    struct img m;
+    struct tlog_scan s;
+    size_t hit;
+    img_init(&m, 64 * 1024, SEQ);
+    img_writes(&m, 12, 4);
+    /* A byte of the second write's first record; more than a window of
+     * records of this segment follows it. */
+    hit = m.write_start[1] + 20;
+    cr_assert_gt(m.len, hit + WINDOW + 1024);
+    m.buf[hit] ^= 0x40;
+    cr_assert_eq(tlog_seg_scan(m.buf, m.cap, SEQ, NULL, NULL, &s, NULL), 0);
+    cr_expect_eq(s.how, TLOG_SCAN_CORRUPT);
+    cr_expect_eq(s.end, m.write_start[1]);
+    cr_expect_geq(s.later_record, s.end + WINDOW);
+    cr_expect_eq(s.n_records, 4);
+    cr_expect_neq(s.why[0], '\0');
+    free(m.buf);
+}
+
+Test(tlog_format, a_gap_in_the_indexes_ends_the_sequence)
+{
+    struct img m;
+    struct tlog_scan s;
+    img_init(&m, 32 * 1024, SEQ);
+    img_writes(&m, 1, 3);
+    m.next_index++; /* skip one */
+    img_writes(&m, 1, 3);
+    cr_assert_eq(tlog_seg_scan(m.buf, m.cap, SEQ, NULL, NULL, &s, NULL), 0);
+    cr_expect_eq(s.n_records, 3);
+    cr_expect_eq(s.end, m.write_start[1]);
+    cr_expect_eq(s.how, TLOG_SCAN_TORN, "nothing of it beyond the window");
+    cr_expect_str_eq(s.why, "a record at another index");
+    free(m.buf);
+}
+
+Test(tlog_format, a_recycled_file_s_older_records_are_not_this_use_s)
+{
+    struct img old, m;
+    struct tlog_scan s;
+    img_init(&old, 64 * 1024, 3);
+    for (unsigned w = 0; w < 20; w++) {
+        img_add(&old, 3, TLOG_REC_COMMAND, 900);
+        img_add(&old, 3, TLOG_REC_COMMAND, 900);
+        img_end_write(&old, 3);
+    }
+    /* The same file taken as seq 7: a new header and two writes over the
+     * older bytes. */
+    img_init(&m, 64 * 1024, SEQ);
+    memcpy(m.buf + TLOG_SEG_HEADER_SIZE, old.buf + TLOG_SEG_HEADER_SIZE,
+           old.len - TLOG_SEG_HEADER_SIZE);
+    for (unsigned w = 0; w < 2; w++) { /* the older writes' shape */
+        img_add(&m, SEQ, TLOG_REC_COMMAND, 900);
+        img_add(&m, SEQ, TLOG_REC_COMMAND, 900);
+        img_end_write(&m, SEQ);
+    }
+    cr_assert_eq(tlog_seg_scan(m.buf, m.cap, SEQ, NULL, NULL, &s, NULL), 0);
+    cr_expect_eq(s.n_records, 4);
+    cr_expect_eq(s.end, m.len);
+    cr_expect_eq(s.how, TLOG_SCAN_TORN, "older bytes, none of seq 7");
+    cr_expect_str_eq(s.why, "a record of another seq");
+    free(old.buf);
+    free(m.buf);
+}

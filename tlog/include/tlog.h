@@ -1,0 +1,137 @@
+/*
+ * tlog/: tern's raft log store (prefix tlog_), docs/LOGSTORE.md. Built in
+ * stages; this header holds what is built: the on-disk format of a
+ * segment (its header, its records, the pads that end each write on a
+ * block boundary) and the scan that loads a segment image and tells a
+ * torn tail from damage. The byte layout is written down in format.c.
+ *
+ * Depends only on common/. Nothing here does I/O: callers pass images.
+ */
+#ifndef TLOG_H
+#define TLOG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <tern_common.h>
+
+#define TLOG_SEG_HEADER_SIZE 4096u /* records start here */
+#define TLOG_REC_HEADER_SIZE 48u
+#define TLOG_REC_MAX_PAYLOAD ((uint32_t)1 << 30)
+/* A command record advances the stream position by the commit log's
+ * record header (index/log.c, 24 bytes) plus its payload: positions are
+ * those of the commit log rebuilt from the store (LOGSTORE.md §4). */
+#define TLOG_STREAM_RECORD_HEADER 24u
+/* Block sizes a segment may declare, and the most bytes in flight. */
+#define TLOG_BLOCK_MIN  512u
+#define TLOG_BLOCK_MAX  4096u
+#define TLOG_WINDOW_MAX ((uint32_t)64 << 20)
+
+/* Record types: the raft entry types (libraft's values, which raft/ maps),
+ * and the pad that fills a write up to its last block's end. */
+enum tlog_rec_type {
+    TLOG_REC_COMMAND = 1,
+    TLOG_REC_BARRIER = 2,
+    TLOG_REC_CHANGE = 3,
+    TLOG_REC_PAD = 255
+};
+
+struct tlog_seg_header
+{
+    uint64_t seq;         /* store-wide segment number; names the file */
+    uint64_t first_index; /* raft index of the first record */
+    uint64_t first_pos;   /* stream position of the first record */
+    uint32_t block_size;  /* writes start and end on these boundaries */
+    uint32_t window;      /* the most bytes in flight at once */
+};
+
+/* Encode h into out (TLOG_SEG_HEADER_SIZE bytes, zeros after the fields). */
+void tlog_seg_header_encode(uint8_t *out, const struct tlog_seg_header *h);
+/* Decode and check a header from buf (len bytes). 0, or TERN_ECORRUPT
+ * (bad magic, checksum, sizes), TERN_EVERSION (a version this build does
+ * not read) or TERN_EMALFORMED (len too short), with errmsg. */
+int tlog_seg_header_decode(const uint8_t *buf,
+                           size_t len,
+                           struct tlog_seg_header *h,
+                           char *errmsg);
+
+/* One record. payload points into the caller's memory (encode: read;
+ * decode: into the decoded buffer). A pad's payload is its zeros. */
+struct tlog_rec
+{
+    uint8_t type; /* enum tlog_rec_type */
+    uint64_t seq; /* its segment's seq */
+    uint64_t index;
+    uint64_t term;
+    uint64_t pos; /* stream position before the record */
+    uint32_t len; /* payload bytes */
+    const void *payload;
+};
+
+/* Bytes a record of len payload bytes takes: header plus payload padded
+ * to 8. */
+size_t tlog_rec_size(uint32_t len);
+/* The stream position after r (pos, plus the commit log's record for a
+ * command). */
+uint64_t tlog_rec_pos_after(const struct tlog_rec *r);
+/* Encode r into out (tlog_rec_size(r->len) bytes). */
+void tlog_rec_encode(uint8_t *out, const struct tlog_rec *r);
+/* Size of the pad record that takes a write ending at segment offset off
+ * to a block boundary: 0 when off is on one; at least a header, so when
+ * fewer than TLOG_REC_HEADER_SIZE bytes are left the pad runs through the
+ * next block too. */
+size_t tlog_pad_size(uint64_t off, uint32_t block_size);
+/* Encode a pad of size bytes (tlog_pad_size's, > 0) into out. */
+void tlog_pad_encode(uint8_t *out, size_t size, uint64_t seq, uint64_t pos);
+/* Decode the record at buf (len bytes left in the image): 0 and *used, or
+ * TERN_EMALFORMED (short, bad magic, version, flags, type, length) or
+ * TERN_ECORRUPT (checksum). Checks nothing against other records. */
+int tlog_rec_decode(const uint8_t *buf,
+                    size_t len,
+                    struct tlog_rec *r,
+                    size_t *used);
+
+/* How a segment's records end. */
+enum tlog_scan_end {
+    /* At the image's end, or only zeros after the last record. */
+    TLOG_SCAN_CLEAN,
+    /* Bytes after the last record that are no record of the sequence, and
+     * no record of this segment at or beyond end + window: what a write
+     * in flight at a crash leaves. The records before end stand. */
+    TLOG_SCAN_TORN,
+    /* A record of this segment lies at or beyond end + window
+     * (later_record): the damage at end is in acknowledged bytes. */
+    TLOG_SCAN_CORRUPT
+};
+
+struct tlog_scan
+{
+    struct tlog_seg_header header;
+    uint64_t next_index; /* after the last record in sequence */
+    uint64_t next_pos;
+    uint64_t n_records; /* records in sequence, pads not counted */
+    size_t end;         /* offset after the last record in sequence */
+    enum tlog_scan_end how;
+    size_t later_record; /* TLOG_SCAN_CORRUPT: the offset of that record */
+    char why[96];        /* not CLEAN: what stopped the scan at end */
+};
+
+/* Called for each record in sequence (pads excepted) with its offset in
+ * the image; a non-zero return stops the scan and is returned. */
+typedef int (*tlog_rec_cb)(void *arg, const struct tlog_rec *r, size_t off);
+
+/* Scan a segment image (img, len bytes: the whole file). seq: the seq
+ * the file name gives (0: any). Records are in sequence while each is
+ * whole, of this seq, at the next index and stream position (pads at the
+ * stream position, index and term 0). 0 with *out filled (out->how says
+ * how they end), or the header's error (errmsg), or cb's return.
+ * Borrows img; records handed to cb point into it. */
+int tlog_seg_scan(const uint8_t *img,
+                  size_t len,
+                  uint64_t seq,
+                  tlog_rec_cb cb,
+                  void *arg,
+                  struct tlog_scan *out,
+                  char *errmsg);
+
+#endif
