@@ -10,13 +10,15 @@
  *   8      4     version: 1
  *   12     4     header size = 4096
  *   16     8     seq: store-wide segment number (the file is seg-<seq>)
- *   24     8     raft index of the first record
- *   32     8     stream position of the first record
- *   40     4     block size: 512..4096, a power of two
- *   44     4     window: the most bytes in flight at once (a multiple of
+ *   24     4     block size: 512..4096, a power of two
+ *   28     4     window: the most bytes in flight at once (a multiple of
  *                the block size, at most 64 MiB)
- *   48     4     tern_checksum32 over bytes [0,48)
- *   52     ...   zeros up to 4096
+ *   32     4     tern_checksum32 over bytes [0,32)
+ *   36     ...   zeros up to 4096
+ *
+ * The header is written and synced when the file is prepared, ahead of
+ * its use, so it never shares a write with records; the first record
+ * gives the segment's first raft index and stream position.
  *
  * RECORDS follow from offset 4096, each at an 8-byte boundary:
  *
@@ -39,7 +41,8 @@
  *                version 2 and commit-log records of version 2)
  *   48     ...   payload, then zeros up to the next multiple of 8
  *
- * Records of a segment hold consecutive raft indexes from the header's.
+ * Records of a segment hold consecutive raft indexes and stream positions,
+ * continuing the previous segment's.
  * Every write ends on a block boundary: when it does not by itself, a
  * pad record (zeros for payload) takes it there, so no block holds bytes
  * of two writes and no write rewrites bytes already acknowledged. A pad
@@ -67,7 +70,7 @@
 #define TLOG__SEG_MAGIC  "TERNRLG"   /* and a NUL: 8 bytes */
 #define TLOG__REC_MAGIC  0x454c5254u /* "TRLE" read little-endian */
 #define TLOG__VERSION    1u
-#define TLOG__SEG_FIELDS 48u
+#define TLOG__SEG_FIELDS 32u
 
 /* Fuzz builds (FUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION) accept any
  * checksum so that mutated inputs reach the checks behind it. */
@@ -97,11 +100,10 @@ void tlog_seg_header_encode(uint8_t *out, const struct tlog_seg_header *h)
     tern_put_u32(out + 8, TLOG__VERSION);
     tern_put_u32(out + 12, TLOG_SEG_HEADER_SIZE);
     tern_put_u64(out + 16, h->seq);
-    tern_put_u64(out + 24, h->first_index);
-    tern_put_u64(out + 32, h->first_pos);
-    tern_put_u32(out + 40, h->block_size);
-    tern_put_u32(out + 44, h->window);
-    tern_put_u32(out + 48, tern_checksum32(out, TLOG__SEG_FIELDS));
+    tern_put_u32(out + 24, h->block_size);
+    tern_put_u32(out + 28, h->window);
+    tern_put_u32(out + TLOG__SEG_FIELDS,
+                 tern_checksum32(out, TLOG__SEG_FIELDS));
 }
 
 int tlog_seg_header_decode(const uint8_t *buf,
@@ -118,7 +120,7 @@ int tlog_seg_header_decode(const uint8_t *buf,
         tern_errmsg_printf(errmsg, "segment header: bad magic");
         return TERN_ECORRUPT;
     }
-    if (!TLOG__CHECKSUM_OK(tern_get_u32(buf + 48),
+    if (!TLOG__CHECKSUM_OK(tern_get_u32(buf + TLOG__SEG_FIELDS),
                            tern_checksum32(buf, TLOG__SEG_FIELDS))) {
         tern_errmsg_printf(errmsg, "segment header: checksum mismatch");
         return TERN_ECORRUPT;
@@ -132,17 +134,15 @@ int tlog_seg_header_decode(const uint8_t *buf,
         return TERN_EVERSION;
     }
     h->seq = tern_get_u64(buf + 16);
-    h->first_index = tern_get_u64(buf + 24);
-    h->first_pos = tern_get_u64(buf + 32);
-    h->block_size = tern_get_u32(buf + 40);
-    h->window = tern_get_u32(buf + 44);
+    h->block_size = tern_get_u32(buf + 24);
+    h->window = tern_get_u32(buf + 28);
     if (tern_get_u32(buf + 12) != TLOG_SEG_HEADER_SIZE ||
         !block_ok(h->block_size) || h->window < h->block_size ||
         h->window > TLOG_WINDOW_MAX || h->window % h->block_size != 0 ||
-        h->seq == 0 || h->first_index == 0) {
+        h->seq == 0) {
         tern_errmsg_printf(errmsg,
                            "segment header: bad sizes (header %u, block %u, "
-                           "window %u) or zero seq or index",
+                           "window %u) or seq 0",
                            tern_get_u32(buf + 12), h->block_size, h->window);
         return TERN_ECORRUPT;
     }
@@ -270,20 +270,28 @@ static bool all_zero(const uint8_t *p, size_t n)
     return true;
 }
 
-/* The record at off is the next in sequence: why not, or NULL. */
+/* The record is the next in sequence: why not, or NULL. pos_known:
+ * s->next_pos holds (else the record sets it); s->next_index 0: not
+ * known yet (likewise). */
 static const char *out_of_sequence(const struct tlog_rec *r,
-                                   const struct tlog_scan *s)
+                                   const struct tlog_scan *s,
+                                   bool pos_known)
 {
     if (r->seq != s->header.seq) {
         return "a record of another seq";
     }
-    if (r->pos != s->next_pos) {
+    if (pos_known && r->pos != s->next_pos) {
         return "a record at another stream position";
     }
     if (r->type == TLOG_REC_PAD) {
         return r->index == 0 && r->term == 0 ? NULL : "a pad with an index";
     }
-    return r->index == s->next_index ? NULL : "a record at another index";
+    if (r->index == 0 || r->index == UINT64_MAX) {
+        return "a record at index 0 or 2^64 - 1";
+    }
+    return s->next_index == 0 || r->index == s->next_index
+               ? NULL
+               : "a record at another index";
 }
 
 /* The first 8-byte boundary at or after from where a record of seq
@@ -308,6 +316,8 @@ static size_t later_record(const uint8_t *img,
 int tlog_seg_scan(const uint8_t *img,
                   size_t len,
                   uint64_t seq,
+                  uint64_t index,
+                  uint64_t pos,
                   tlog_rec_cb cb,
                   void *arg,
                   struct tlog_scan *out,
@@ -315,6 +325,7 @@ int tlog_seg_scan(const uint8_t *img,
 {
     size_t off = TLOG_SEG_HEADER_SIZE;
     const char *why = NULL;
+    bool pos_known = index != 0;
     int rv;
 
     memset(out, 0, sizeof *out);
@@ -330,8 +341,8 @@ int tlog_seg_scan(const uint8_t *img,
                            (unsigned long long)seq);
         return TERN_ECORRUPT;
     }
-    out->next_index = out->header.first_index;
-    out->next_pos = out->header.first_pos;
+    out->next_index = index;
+    out->next_pos = pos;
     while (off < len) {
         struct tlog_rec r;
         size_t used;
@@ -341,18 +352,23 @@ int tlog_seg_scan(const uint8_t *img,
                                       : "no whole record";
             break;
         }
-        why = out_of_sequence(&r, out);
+        why = out_of_sequence(&r, out, pos_known);
         if (why != NULL) {
             break;
         }
+        pos_known = true;
         if (r.type != TLOG_REC_PAD) {
+            if (out->n_records == 0) {
+                out->first_index = r.index;
+                out->first_pos = r.pos;
+            }
             if (cb != NULL) {
                 rv = cb(arg, &r, off);
                 if (rv != 0) {
                     return rv;
                 }
             }
-            out->next_index++;
+            out->next_index = r.index + 1;
             out->n_records++;
         }
         out->next_pos = tlog_rec_pos_after(&r);

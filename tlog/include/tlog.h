@@ -36,13 +36,14 @@ enum tlog_rec_type {
     TLOG_REC_PAD = 255
 };
 
+/* Written when the segment is prepared, before anything is known of
+ * what it will hold: its first record gives the first index and stream
+ * position. */
 struct tlog_seg_header
 {
-    uint64_t seq;         /* store-wide segment number; names the file */
-    uint64_t first_index; /* raft index of the first record */
-    uint64_t first_pos;   /* stream position of the first record */
-    uint32_t block_size;  /* writes start and end on these boundaries */
-    uint32_t window;      /* the most bytes in flight at once */
+    uint64_t seq;        /* store-wide segment number; names the file */
+    uint32_t block_size; /* writes start and end on these boundaries */
+    uint32_t window;     /* the most bytes in flight at once */
 };
 
 /* Encode h into out (TLOG_SEG_HEADER_SIZE bytes, zeros after the fields). */
@@ -107,7 +108,9 @@ enum tlog_scan_end {
 struct tlog_scan
 {
     struct tlog_seg_header header;
-    uint64_t next_index; /* after the last record in sequence */
+    uint64_t first_index; /* of the first record (0: none in sequence) */
+    uint64_t first_pos;
+    uint64_t next_index; /* after the last record in sequence (0: none) */
     uint64_t next_pos;
     uint64_t n_records; /* records in sequence, pads not counted */
     size_t end;         /* offset after the last record in sequence */
@@ -121,14 +124,18 @@ struct tlog_scan
 typedef int (*tlog_rec_cb)(void *arg, const struct tlog_rec *r, size_t off);
 
 /* Scan a segment image (img, len bytes: the whole file). seq: the seq
- * the file name gives (0: any). Records are in sequence while each is
- * whole, of this seq, at the next index and stream position (pads at the
- * stream position, index and term 0). 0 with *out filled (out->how says
- * how they end), or the header's error (errmsg), or cb's return.
- * Borrows img; records handed to cb point into it. */
+ * the file name gives (0: any). index, pos: where the previous segment
+ * ended (0, 0: not known, the first record sets them). Records are in
+ * sequence while each is whole, of this seq, at the next index and
+ * stream position (pads at the stream position, index and term 0). 0 with
+ * *out filled (out->how says how they end), or the header's error
+ * (errmsg), or cb's return. Borrows img; records handed to cb point into
+ * it. */
 int tlog_seg_scan(const uint8_t *img,
                   size_t len,
                   uint64_t seq,
+                  uint64_t index,
+                  uint64_t pos,
                   tlog_rec_cb cb,
                   void *arg,
                   struct tlog_scan *out,

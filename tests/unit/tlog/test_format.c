@@ -38,8 +38,6 @@ static void img_init(struct img *m, size_t cap, uint64_t seq)
     cr_assert_not_null(m->buf);
     m->cap = cap;
     h.seq = seq;
-    h.first_index = 100;
-    h.first_pos = 5000;
     h.block_size = BLOCK;
     h.window = WINDOW;
     tlog_seg_header_encode(m->buf, &h);
@@ -122,16 +120,14 @@ static int seen_cb(void *arg, const struct tlog_rec *r, size_t off)
 Test(tlog_format, header_round_trip_and_every_byte_checked)
 {
     uint8_t b[TLOG_SEG_HEADER_SIZE];
-    struct tlog_seg_header h = {9, 12345, 678, 4096, 1 << 20}, d;
+    struct tlog_seg_header h = {9, 4096, 1 << 20}, d;
     char em[TERN_ERRMSG_SIZE];
     tlog_seg_header_encode(b, &h);
     cr_assert_eq(tlog_seg_header_decode(b, sizeof b, &d, em), 0, "%s", em);
     cr_expect_eq(d.seq, 9);
-    cr_expect_eq(d.first_index, 12345);
-    cr_expect_eq(d.first_pos, 678);
     cr_expect_eq(d.block_size, 4096);
     cr_expect_eq(d.window, 1u << 20);
-    for (size_t i = 0; i < 52; i++) {
+    for (size_t i = 0; i < 36; i++) {
         b[i] ^= 0x10;
         cr_expect_neq(tlog_seg_header_decode(b, sizeof b, &d, em), 0,
                       "byte %zu", i);
@@ -141,14 +137,12 @@ Test(tlog_format, header_round_trip_and_every_byte_checked)
                  TERN_EMALFORMED);
     /* A later version, checksummed: refused as such. */
     tern_put_u32(b + 8, 2);
-    tern_put_u32(b + 48, tern_checksum32(b, 48));
+    tern_put_u32(b + 32, tern_checksum32(b, 32));
     cr_expect_eq(tlog_seg_header_decode(b, sizeof b, &d, em), TERN_EVERSION);
     /* Sizes out of bounds, checksummed. */
     struct tlog_seg_header bad[] = {
-        {9, 1, 0, 256, 4096},  {9, 1, 0, 1000, 4000},
-        {9, 1, 0, 8192, 8192}, {9, 1, 0, 512, 256},
-        {9, 1, 0, 512, 700},   {9, 1, 0, 512, (128u << 20)},
-        {0, 1, 0, 512, 512},   {9, 0, 0, 512, 512}};
+        {9, 256, 4096}, {9, 1000, 4000},      {9, 8192, 8192}, {9, 512, 256},
+        {9, 512, 700},  {9, 512, 128u << 20}, {0, 512, 512}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         tlog_seg_header_encode(b, &bad[i]);
         cr_expect_eq(tlog_seg_header_decode(b, sizeof b, &d, em), TERN_ECORRUPT,
@@ -242,8 +236,9 @@ Test(tlog_format, scan_reads_every_record_to_a_clean_end)
     img_init(&m, 64 * 1024, SEQ);
     img_writes(&m, 5, 6);
     /* The rest of the file: zeros (a new segment's). */
-    cr_assert_eq(tlog_seg_scan(m.buf, m.cap, SEQ, seen_cb, &seen, &s, em), 0,
-                 "%s", em);
+    cr_assert_eq(
+        tlog_seg_scan(m.buf, m.cap, SEQ, 100, 5000, seen_cb, &seen, &s, em), 0,
+        "%s", em);
     cr_expect_eq(s.how, TLOG_SCAN_CLEAN);
     cr_expect_eq(s.n_records, 30);
     cr_expect_eq(seen.n, 30);
@@ -251,13 +246,35 @@ Test(tlog_format, scan_reads_every_record_to_a_clean_end)
     cr_expect_eq(s.next_index, 130);
     cr_expect_eq(s.next_pos, m.next_pos);
     cr_expect_eq(s.end, m.len);
+    cr_expect_eq(s.first_index, 100);
+    cr_expect_eq(s.first_pos, 5000);
+    /* Where the previous segment ended not known (the first segment the
+     * store keeps): the first record says it. */
+    cr_assert_eq(tlog_seg_scan(m.buf, m.cap, SEQ, 0, 0, NULL, NULL, &s, em), 0);
+    cr_expect_eq(s.how, TLOG_SCAN_CLEAN);
+    cr_expect_eq(s.n_records, 30);
+    cr_expect_eq(s.first_index, 100);
+    cr_expect_eq(s.next_index, 130);
+    cr_expect_eq(s.next_pos, m.next_pos);
+    /* Not where the previous segment ended: nothing is in sequence. */
+    cr_assert_eq(tlog_seg_scan(m.buf, m.cap, SEQ, 99, 5000, NULL, NULL, &s, em),
+                 0);
+    cr_expect_eq(s.n_records, 0);
+    cr_expect_eq(s.end, TLOG_SEG_HEADER_SIZE);
+    cr_expect_eq(s.how, TLOG_SCAN_CORRUPT);
+    cr_assert_eq(
+        tlog_seg_scan(m.buf, m.cap, SEQ, 100, 4999, NULL, NULL, &s, em), 0);
+    cr_expect_eq(s.n_records, 0);
+    cr_expect_eq(s.how, TLOG_SCAN_CORRUPT);
     /* A file that ends exactly after the last write. */
-    cr_assert_eq(tlog_seg_scan(m.buf, m.len, SEQ, NULL, NULL, &s, em), 0);
+    cr_assert_eq(
+        tlog_seg_scan(m.buf, m.len, SEQ, 100, 5000, NULL, NULL, &s, em), 0);
     cr_expect_eq(s.how, TLOG_SCAN_CLEAN);
     cr_expect_eq(s.end, m.len);
     /* The file name's seq must be the header's. */
-    cr_expect_eq(tlog_seg_scan(m.buf, m.cap, SEQ + 1, NULL, NULL, &s, em),
-                 TERN_ECORRUPT);
+    cr_expect_eq(
+        tlog_seg_scan(m.buf, m.cap, SEQ + 1, 100, 5000, NULL, NULL, &s, em),
+        TERN_ECORRUPT);
     free(m.buf);
 }
 
@@ -274,7 +291,8 @@ Test(tlog_format, scan_stops_when_the_callback_says)
     uint64_t at = 103;
     img_init(&m, 32 * 1024, SEQ);
     img_writes(&m, 2, 4);
-    cr_expect_eq(tlog_seg_scan(m.buf, m.cap, SEQ, stop_cb, &at, &s, NULL), -42);
+    cr_expect_eq(tlog_seg_scan(m.buf, m.cap, SEQ, 0, 0, stop_cb, &at, &s, NULL),
+                 -42);
     free(m.buf);
 }
 
@@ -320,7 +338,9 @@ Test(tlog_format, every_crash_of_the_write_in_flight_loads_the_acked)
                 }
             }
         }
-        cr_assert_eq(tlog_seg_scan(crash, m.cap, SEQ, NULL, NULL, &s, NULL), 0);
+        cr_assert_eq(
+            tlog_seg_scan(crash, m.cap, SEQ, 100, 5000, NULL, NULL, &s, NULL),
+            0);
         cr_assert_neq(s.how, TLOG_SCAN_CORRUPT, "case %u", c);
         cr_assert_geq(s.n_records, 15, "case %u: acknowledged records lost", c);
         cr_assert_geq(s.end, start);
@@ -348,7 +368,8 @@ Test(tlog_format, damage_in_acknowledged_bytes_is_corrupt)
     hit = m.write_start[1] + 20;
     cr_assert_gt(m.len, hit + WINDOW + 1024);
     m.buf[hit] ^= 0x40;
-    cr_assert_eq(tlog_seg_scan(m.buf, m.cap, SEQ, NULL, NULL, &s, NULL), 0);
+    cr_assert_eq(
+        tlog_seg_scan(m.buf, m.cap, SEQ, 100, 5000, NULL, NULL, &s, NULL), 0);
     cr_expect_eq(s.how, TLOG_SCAN_CORRUPT);
     cr_expect_eq(s.end, m.write_start[1]);
     cr_expect_geq(s.later_record, s.end + WINDOW);
@@ -365,7 +386,8 @@ Test(tlog_format, a_gap_in_the_indexes_ends_the_sequence)
     img_writes(&m, 1, 3);
     m.next_index++; /* skip one */
     img_writes(&m, 1, 3);
-    cr_assert_eq(tlog_seg_scan(m.buf, m.cap, SEQ, NULL, NULL, &s, NULL), 0);
+    cr_assert_eq(
+        tlog_seg_scan(m.buf, m.cap, SEQ, 100, 5000, NULL, NULL, &s, NULL), 0);
     cr_expect_eq(s.n_records, 3);
     cr_expect_eq(s.end, m.write_start[1]);
     cr_expect_eq(s.how, TLOG_SCAN_TORN, "nothing of it beyond the window");
@@ -393,7 +415,8 @@ Test(tlog_format, a_recycled_file_s_older_records_are_not_this_use_s)
         img_add(&m, SEQ, TLOG_REC_COMMAND, 900);
         img_end_write(&m, SEQ);
     }
-    cr_assert_eq(tlog_seg_scan(m.buf, m.cap, SEQ, NULL, NULL, &s, NULL), 0);
+    cr_assert_eq(
+        tlog_seg_scan(m.buf, m.cap, SEQ, 100, 5000, NULL, NULL, &s, NULL), 0);
     cr_expect_eq(s.n_records, 4);
     cr_expect_eq(s.end, m.len);
     cr_expect_eq(s.how, TLOG_SCAN_TORN, "older bytes, none of seq 7");
