@@ -2,16 +2,21 @@
  * tlog/: tern's raft log store (prefix tlog_), docs/LOGSTORE.md. Built in
  * stages; this header holds what is built: the on-disk format of a
  * segment (its header, its records, the pads that end each write on a
- * block boundary) and the scan that loads a segment image and tells a
- * torn tail from damage. The byte layout is written down in format.c.
+ * block boundary), the scan that loads a segment image and tells a torn
+ * tail from damage (format.c, which writes the byte layout down), and the
+ * store over a directory of segments (store.c): load, appends written
+ * from the loop thread, truncate, compaction.
  *
- * Depends only on common/. Nothing here does I/O: callers pass images.
+ * Depends on common/ and libuv. One loop thread owns a store.
  */
 #ifndef TLOG_H
 #define TLOG_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include <uv.h>
 
 #include <tern_common.h>
 
@@ -140,5 +145,103 @@ int tlog_seg_scan(const uint8_t *img,
                   void *arg,
                   struct tlog_scan *out,
                   char *errmsg);
+
+/* ---- the store (store.c) ------------------------------------------------ */
+
+struct tlog_store; /* opaque */
+
+struct tlog_config
+{
+    const char *dir;        /* created 0700 if missing; owned by caller */
+    uint64_t segment_bytes; /* a segment file's size (a larger record gets a
+                               larger file); default 8 MiB */
+    uint32_t block_size;    /* default 4096 */
+    uint32_t window;        /* the most bytes of one write; default 1 MiB */
+    bool no_aio;            /* writes through the thread pool only */
+};
+
+/* One entry. Appends: payload is the caller's, read during the call.
+ * Loads: payload points into the store's load buffers (tlog_loaded). */
+struct tlog_entry
+{
+    uint8_t type; /* TLOG_REC_COMMAND, _BARRIER or _CHANGE */
+    uint64_t term;
+    const void *payload;
+    uint32_t len;
+};
+
+/* What tlog_open loaded: the entries in index order from first_index, and
+ * where appends go on. Freed with tlog_loaded_free. */
+struct tlog_loaded
+{
+    uint64_t first_index; /* 0: no entries */
+    struct tlog_entry *entries;
+    size_t n;
+    uint64_t next_index; /* 0: nothing was ever written */
+    uint64_t next_pos;
+    unsigned torn; /* segments whose torn tail was cut at open (0 or 1) */
+    /* private: the segment images the payloads point into */
+    void **images;
+    size_t n_images;
+};
+void tlog_loaded_free(struct tlog_loaded *l);
+
+/* Open the store in c->dir on loop (the caller's loop thread from now on)
+ * and load it: every segment scanned in seq order, each continuing the
+ * previous one or superseding its entries from the index it starts at (a
+ * truncate), a torn tail of the last one cut (the file shortened to its
+ * last whole record, synced). 0 with *out and *loaded, or a negative code
+ * with errmsg: TERN_ECORRUPT (damage: file and offset named), -errno. */
+int tlog_open(uv_loop_t *loop,
+              const struct tlog_config *c,
+              struct tlog_store **out,
+              struct tlog_loaded *loaded,
+              char *errmsg);
+
+/* Where the appends of an empty store start (its first index and stream
+ * position); TERN_EINVAL once anything was appended or loaded. */
+int tlog_start_at(struct tlog_store *s, uint64_t index, uint64_t pos);
+uint64_t tlog_next_index(const struct tlog_store *s);
+uint64_t tlog_next_pos(const struct tlog_store *s);
+
+/* Append n entries at tlog_next_index (encoded at once: the caller's
+ * memory is free when this returns). cb(arg, 0) once they are durable,
+ * never from inside this call, callbacks in submission order; a write
+ * that fails fails its appends and every later one (no holes) and the
+ * store refuses appends from then on. 0, or a negative code (cb never
+ * runs): TERN_ESHUTDOWN (closing), the failure that stopped the store,
+ * TERN_ETOOBIG (a payload over TLOG_REC_MAX_PAYLOAD). */
+typedef void (*tlog_append_cb)(void *arg, int status);
+int tlog_append(struct tlog_store *s,
+                const struct tlog_entry *entries,
+                unsigned n,
+                tlog_append_cb cb,
+                void *arg);
+
+/* Drop the entries from index on (index >= the first kept, < next):
+ * after the appends submitted before, before those after, which start a
+ * new segment (the load then supersedes the older entries from index
+ * on). 0 or TERN_EINVAL. */
+int tlog_truncate(struct tlog_store *s, uint64_t index);
+
+/* Forget the entries below index: segments holding only such entries are
+ * deleted (off the loop thread). */
+void tlog_forget(struct tlog_store *s, uint64_t index);
+
+/* Stats for tests and metrics. */
+struct tlog_stats
+{
+    uint64_t writes;   /* writes completed */
+    uint64_t bytes;    /* bytes written by them */
+    uint64_t segments; /* segments in use */
+    uint64_t prepared; /* segments prepared since open */
+    uint64_t deleted;  /* segments deleted since open */
+    bool aio;          /* writes go out by AIO from the loop */
+};
+void tlog_get_stats(const struct tlog_store *s, struct tlog_stats *out);
+
+/* Close: the write in flight completes, queued appends get -ECANCELED in
+ * order, then cb(arg) from the loop. The store is freed before cb. */
+void tlog_close(struct tlog_store *s, void (*cb)(void *arg), void *arg);
 
 #endif

@@ -1,0 +1,560 @@
+/*
+ * tests/unit/tlog/test_store.c: the raft log store over real files in a
+ * temporary directory (tlog/store.c): appends durable and acknowledged in
+ * order and loaded back byte for byte (by AIO and by the thread pool),
+ * segments rolled, a truncate superseding older entries at the next load
+ * (and the state before it when nothing followed it), a torn tail cut at
+ * open, damage refused, segments forgotten, a close with appends queued.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <criterion/criterion.h>
+
+#include "tlog.h"
+
+static uv_loop_t loop;
+static char dir[] = "/tmp/tern-tlog-XXXXXX";
+
+static int rm_cb(const char *p, const struct stat *sb, int f, struct FTW *w)
+{
+    (void)sb;
+    (void)f;
+    (void)w;
+    return remove(p);
+}
+
+static void setup(void)
+{
+    strcpy(dir, "/tmp/tern-tlog-XXXXXX");
+    cr_assert_not_null(mkdtemp(dir));
+    cr_assert_eq(uv_loop_init(&loop), 0);
+}
+
+static void teardown(void)
+{
+    uv_run(&loop, UV_RUN_DEFAULT);
+    cr_expect_eq(uv_loop_close(&loop), 0, "every handle closed");
+    nftw(dir, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+TestSuite(tlog_store, .init = setup, .fini = teardown, .timeout = 60);
+
+/* Callbacks seen: their order and statuses. */
+struct acks
+{
+    unsigned calls; /* appends made: their ids */
+    unsigned n;
+    int status[4096];
+    unsigned order[4096];
+};
+
+struct ack_arg
+{
+    struct acks *a;
+    unsigned id;
+};
+
+static void ack_cb(void *arg, int status)
+{
+    struct ack_arg *x = arg;
+    struct acks *a = x->a;
+    a->order[a->n] = x->id;
+    a->status[a->n] = status;
+    a->n++;
+    free(x);
+}
+
+static void spin_until(const unsigned *n, unsigned want)
+{
+    for (int k = 0; k < 200000 && *n < want; k++) {
+        uv_run(&loop, UV_RUN_ONCE);
+    }
+    cr_assert_geq(*n, want, "callbacks: %u of %u", *n, want);
+}
+
+static struct tlog_config cfg(uint64_t segment, uint32_t window, bool no_aio)
+{
+    struct tlog_config c = {0};
+    c.dir = dir;
+    c.segment_bytes = segment;
+    c.window = window;
+    c.no_aio = no_aio;
+    return c;
+}
+
+static struct tlog_store *open_store(const struct tlog_config *c,
+                                     struct tlog_loaded *l)
+{
+    struct tlog_store *s = NULL;
+    char em[TERN_ERRMSG_SIZE] = "";
+    int rv = tlog_open(&loop, c, &s, l, em);
+    cr_assert_eq(rv, 0, "%s", em);
+    return s;
+}
+
+static void closed_cb(void *arg)
+{
+    *(bool *)arg = true;
+}
+
+static void close_store(struct tlog_store *s)
+{
+    bool closed = false;
+    tlog_close(s, closed_cb, &closed);
+    for (int k = 0; k < 100000 && !closed; k++) {
+        uv_run(&loop, UV_RUN_ONCE);
+    }
+    cr_assert(closed);
+}
+
+/* Entry index's payload: len bytes of a pattern (gen picks another). */
+static uint32_t plen(uint64_t index)
+{
+    static const uint32_t lens[] = {0, 1, 7, 8, 100, 1000, 4000, 1024};
+    return lens[index % 8];
+}
+
+static void fill(uint8_t *p, uint64_t index, uint32_t len, unsigned gen)
+{
+    for (uint32_t i = 0; i < len; i++) {
+        p[i] = (uint8_t)(index * 13 + i * 7 + gen);
+    }
+}
+
+/* Append [from, to] in calls of up to per entries, id = first index. */
+static void append_range(struct tlog_store *s,
+                         struct acks *a,
+                         uint64_t from,
+                         uint64_t to,
+                         unsigned per,
+                         unsigned gen)
+{
+    static uint8_t bufs[64][4096];
+    struct tlog_entry e[64];
+    cr_assert_leq(per, 64);
+    for (uint64_t i = from; i <= to;) {
+        unsigned n = 0;
+        struct ack_arg *x = malloc(sizeof *x);
+        for (; n < per && i <= to; n++, i++) {
+            e[n].type = i % 5 == 0 ? TLOG_REC_CHANGE : TLOG_REC_COMMAND;
+            e[n].term = 1 + i / 50;
+            e[n].len = plen(i);
+            fill(bufs[n], i, e[n].len, gen);
+            e[n].payload = bufs[n];
+        }
+        x->a = a;
+        x->id = ++a->calls;
+        cr_assert_eq(tlog_append(s, e, n, ack_cb, x), 0);
+    }
+}
+
+/* The loaded entries are [first, last] of generation gen, except those
+ * from gen_from on, of generation gen2. */
+static void check_loaded(const struct tlog_loaded *l,
+                         uint64_t first,
+                         uint64_t last,
+                         unsigned gen,
+                         uint64_t gen_from,
+                         unsigned gen2)
+{
+    uint8_t want[4096];
+    cr_assert_eq(l->first_index, first);
+    cr_assert_eq(l->n, last - first + 1);
+    cr_assert_eq(l->next_index, last + 1);
+    for (uint64_t i = first; i <= last; i++) {
+        const struct tlog_entry *e = &l->entries[i - first];
+        cr_assert_eq(e->len, plen(i), "index %lu", (unsigned long)i);
+        cr_assert_eq(e->term, 1 + i / 50);
+        cr_assert_eq(e->type, i % 5 == 0 ? TLOG_REC_CHANGE : TLOG_REC_COMMAND);
+        fill(want, i, e->len, i >= gen_from ? gen2 : gen);
+        cr_assert_eq(memcmp(e->payload, want, e->len), 0, "index %lu",
+                     (unsigned long)i);
+    }
+}
+
+/* The stream position after [first, last]: commands only. */
+static uint64_t pos_after(uint64_t pos0, uint64_t first, uint64_t last)
+{
+    uint64_t pos = pos0;
+    for (uint64_t i = first; i <= last; i++) {
+        if (i % 5 != 0) {
+            pos += TLOG_STREAM_RECORD_HEADER + plen(i);
+        }
+    }
+    return pos;
+}
+
+static void check_in_order(const struct acks *a, unsigned n)
+{
+    cr_assert_eq(a->n, n);
+    for (unsigned k = 0; k < n; k++) {
+        cr_assert_eq(a->status[k], 0, "ack %u", k);
+        if (k > 0) {
+            cr_assert_gt(a->order[k], a->order[k - 1], "in order");
+        }
+    }
+}
+
+static void round_trip(bool no_aio)
+{
+    static struct acks a;
+    struct tlog_config c = cfg(0, 0, no_aio);
+    struct tlog_loaded l;
+    struct tlog_stats st;
+    struct tlog_store *s = open_store(&c, &l);
+    memset(&a, 0, sizeof a);
+    cr_assert_eq(l.n, 0);
+    cr_assert_eq(l.next_index, 0);
+    tlog_loaded_free(&l);
+    cr_assert_eq(tlog_append(s, NULL, 0, NULL, NULL), TERN_EINVAL,
+                 "not started");
+    cr_assert_eq(tlog_start_at(s, 1, 500), 0);
+    append_range(s, &a, 1, 300, 7, 0); /* 43 calls, most while in flight */
+    cr_expect_eq(a.n, 0, "never inside append");
+    spin_until(&a.n, 43);
+    check_in_order(&a, 43);
+    tlog_get_stats(s, &st);
+    cr_expect_eq(st.aio, !no_aio);
+    cr_expect_gt(st.writes, 0);
+    cr_expect_lt(st.writes, 43, "appends joined writes");
+    cr_expect_eq(tlog_next_index(s), 301);
+    cr_expect_eq(tlog_next_pos(s), pos_after(500, 1, 300));
+    close_store(s);
+
+    s = open_store(&c, &l);
+    check_loaded(&l, 1, 300, 0, 1000, 0);
+    cr_expect_eq(l.next_pos, pos_after(500, 1, 300));
+    cr_expect_eq(l.torn, 0);
+    tlog_loaded_free(&l);
+    cr_expect_eq(tlog_start_at(s, 1, 0), TERN_EINVAL, "loaded: started");
+    /* Appends go on after a load (in a new segment). */
+    memset(&a, 0, sizeof a);
+    append_range(s, &a, 301, 310, 3, 0);
+    spin_until(&a.n, 4);
+    close_store(s);
+    s = open_store(&c, &l);
+    check_loaded(&l, 1, 310, 0, 1000, 0);
+    tlog_loaded_free(&l);
+    close_store(s);
+}
+
+Test(tlog_store, appends_load_back_byte_for_byte_by_aio)
+{
+    round_trip(false);
+}
+
+Test(tlog_store, appends_load_back_byte_for_byte_by_the_thread_pool)
+{
+    round_trip(true);
+}
+
+static unsigned count_segments(void)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    unsigned n = 0;
+    cr_assert_not_null(d);
+    while ((e = readdir(d)) != NULL) {
+        n += strncmp(e->d_name, "seg-", 4) == 0;
+    }
+    closedir(d);
+    return n;
+}
+
+Test(tlog_store, segments_roll_and_load_in_order)
+{
+    static struct acks a;
+    struct tlog_config c = cfg(64 * 1024, 16 * 1024, false);
+    struct tlog_loaded l;
+    struct tlog_stats st;
+    struct tlog_store *s = open_store(&c, &l);
+    tlog_loaded_free(&l);
+    memset(&a, 0, sizeof a);
+    cr_assert_eq(tlog_start_at(s, 10, 0), 0);
+    append_range(s, &a, 10, 409, 4, 0);
+    spin_until(&a.n, 100);
+    check_in_order(&a, 100);
+    tlog_get_stats(s, &st);
+    cr_expect_geq(st.segments, 4, "rolled: %lu", (unsigned long)st.segments);
+    close_store(s);
+    cr_expect_geq(count_segments(), 4);
+    s = open_store(&c, &l);
+    check_loaded(&l, 10, 409, 0, 1000, 0);
+    tlog_loaded_free(&l);
+    close_store(s);
+}
+
+Test(tlog_store, a_larger_record_gets_a_segment_of_its_own_size)
+{
+    static struct acks a;
+    static uint8_t big[200000];
+    struct tlog_config c = cfg(64 * 1024, 16 * 1024, false);
+    struct tlog_loaded l;
+    struct tlog_entry e = {TLOG_REC_COMMAND, 1, big, sizeof big};
+    struct ack_arg *x = malloc(sizeof *x);
+    struct tlog_store *s = open_store(&c, &l);
+    tlog_loaded_free(&l);
+    memset(&a, 0, sizeof a);
+    memset(big, 0xab, sizeof big);
+    cr_assert_eq(tlog_start_at(s, 1, 0), 0);
+    x->a = &a;
+    x->id = 1;
+    cr_assert_eq(tlog_append(s, &e, 1, ack_cb, x), 0);
+    spin_until(&a.n, 1);
+    cr_assert_eq(a.status[0], 0);
+    close_store(s);
+    s = open_store(&c, &l);
+    cr_assert_eq(l.n, 1);
+    cr_assert_eq(l.entries[0].len, sizeof big);
+    cr_assert_eq(memcmp(l.entries[0].payload, big, sizeof big), 0);
+    tlog_loaded_free(&l);
+    close_store(s);
+}
+
+Test(tlog_store, truncate_supersedes_the_older_entries_at_the_next_load)
+{
+    static struct acks a;
+    struct tlog_config c = cfg(0, 0, false);
+    struct tlog_loaded l;
+    struct tlog_store *s = open_store(&c, &l);
+    tlog_loaded_free(&l);
+    memset(&a, 0, sizeof a);
+    cr_assert_eq(tlog_start_at(s, 1, 0), 0);
+    append_range(s, &a, 1, 20, 4, 0);
+    /* Some of them still queued: the truncate comes after them. */
+    cr_assert_eq(tlog_truncate(s, 15), 0);
+    cr_expect_eq(tlog_next_index(s), 15);
+    cr_expect_eq(tlog_next_pos(s), pos_after(0, 1, 14));
+    cr_expect_eq(tlog_truncate(s, 15), TERN_EINVAL, "not below next");
+    append_range(s, &a, 15, 17, 2, 9); /* another generation */
+    spin_until(&a.n, 7);
+    check_in_order(&a, 7);
+    close_store(s);
+    s = open_store(&c, &l);
+    check_loaded(&l, 1, 17, 0, 15, 9);
+    cr_expect_eq(l.next_pos, pos_after(0, 1, 17));
+    tlog_loaded_free(&l);
+    /* Again, below what the last load kept, after a reopen. */
+    memset(&a, 0, sizeof a);
+    cr_assert_eq(tlog_truncate(s, 3), 0);
+    append_range(s, &a, 3, 6, 4, 5);
+    spin_until(&a.n, 1);
+    close_store(s);
+    s = open_store(&c, &l);
+    check_loaded(&l, 1, 6, 0, 3, 5);
+    tlog_loaded_free(&l);
+    close_store(s);
+}
+
+Test(tlog_store, a_truncate_nothing_followed_leaves_the_state_before_it)
+{
+    static struct acks a;
+    struct tlog_config c = cfg(0, 0, false);
+    struct tlog_loaded l;
+    struct tlog_store *s = open_store(&c, &l);
+    tlog_loaded_free(&l);
+    memset(&a, 0, sizeof a);
+    cr_assert_eq(tlog_start_at(s, 1, 0), 0);
+    append_range(s, &a, 1, 20, 5, 0);
+    spin_until(&a.n, 4);
+    cr_assert_eq(tlog_truncate(s, 15), 0);
+    close_store(s); /* a crash before the append that follows */
+    s = open_store(&c, &l);
+    check_loaded(&l, 1, 20, 0, 1000, 0);
+    tlog_loaded_free(&l);
+    close_store(s);
+}
+
+static off_t file_size(const char *path)
+{
+    struct stat st;
+    cr_assert_eq(stat(path, &st), 0);
+    return st.st_size;
+}
+
+/* The offset just past the last record of a segment image. */
+static size_t records_end(const char *path);
+
+/* The newest seg- file that holds records. */
+static void newest_segment(char *path, size_t n)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    char best[256] = "";
+    while ((e = readdir(d)) != NULL) {
+        char p[600];
+        if (strncmp(e->d_name, "seg-", 4) != 0 ||
+            strcmp(e->d_name, best) <= 0) {
+            continue;
+        }
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        if (records_end(p) > TLOG_SEG_HEADER_SIZE) {
+            snprintf(best, sizeof best, "%s", e->d_name);
+        }
+    }
+    closedir(d);
+    cr_assert_neq(best[0], '\0');
+    snprintf(path, n, "%s/%s", dir, best);
+}
+
+static size_t records_end(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    size_t len = (size_t)file_size(path);
+    uint8_t *img = malloc(len);
+    struct tlog_scan sc;
+    cr_assert_eq(fread(img, 1, len, f), len);
+    fclose(f);
+    cr_assert_eq(tlog_seg_scan(img, len, 0, 0, 0, NULL, NULL, &sc, NULL), 0);
+    free(img);
+    return sc.end;
+}
+
+Test(tlog_store, a_torn_tail_is_cut_at_open)
+{
+    static struct acks a;
+    struct tlog_config c = cfg(0, 0, false);
+    struct tlog_loaded l;
+    char path[300];
+    uint8_t garbage[700];
+    size_t end;
+    FILE *f;
+    struct tlog_store *s = open_store(&c, &l);
+    tlog_loaded_free(&l);
+    memset(&a, 0, sizeof a);
+    cr_assert_eq(tlog_start_at(s, 1, 0), 0);
+    append_range(s, &a, 1, 30, 10, 0);
+    spin_until(&a.n, 3);
+    close_store(s);
+    newest_segment(path, sizeof path);
+    end = records_end(path);
+    /* What a crash leaves of a write in flight: garbage past the end. */
+    for (size_t i = 0; i < sizeof garbage; i++) {
+        garbage[i] = (uint8_t)(i * 31 + 7);
+    }
+    f = fopen(path, "r+b");
+    cr_assert_eq(fseek(f, (long)end + 100, SEEK_SET), 0);
+    cr_assert_eq(fwrite(garbage, 1, sizeof garbage, f), sizeof garbage);
+    fclose(f);
+    s = open_store(&c, &l);
+    check_loaded(&l, 1, 30, 0, 1000, 0);
+    cr_expect_eq(l.torn, 1);
+    tlog_loaded_free(&l);
+    cr_expect_eq((size_t)file_size(path), end, "shortened to its records");
+    memset(&a, 0, sizeof a);
+    append_range(s, &a, 31, 35, 5, 0);
+    spin_until(&a.n, 1);
+    close_store(s);
+    s = open_store(&c, &l);
+    check_loaded(&l, 1, 35, 0, 1000, 0);
+    cr_expect_eq(l.torn, 0, "clean now that it is not the last");
+    tlog_loaded_free(&l);
+    close_store(s);
+}
+
+Test(tlog_store, damage_in_acknowledged_records_is_refused)
+{
+    static struct acks a;
+    struct tlog_config c = cfg(0, 4096, false);
+    struct tlog_loaded l;
+    char path[300], em[TERN_ERRMSG_SIZE] = "";
+    struct tlog_store *s = open_store(&c, &l);
+    FILE *f;
+    int ch;
+    tlog_loaded_free(&l);
+    memset(&a, 0, sizeof a);
+    cr_assert_eq(tlog_start_at(s, 1, 0), 0);
+    append_range(s, &a, 1, 200, 10, 0);
+    spin_until(&a.n, 20);
+    close_store(s);
+    newest_segment(path, sizeof path);
+    /* A byte of the first record's payload (entry 1: 1 byte). */
+    f = fopen(path, "r+b");
+    cr_assert_eq(
+        fseek(f, TLOG_SEG_HEADER_SIZE + TLOG_REC_HEADER_SIZE, SEEK_SET), 0);
+    ch = fgetc(f);
+    cr_assert_eq(
+        fseek(f, TLOG_SEG_HEADER_SIZE + TLOG_REC_HEADER_SIZE, SEEK_SET), 0);
+    fputc(ch ^ 0x55, f);
+    fclose(f);
+    s = NULL;
+    cr_assert_eq(tlog_open(&loop, &c, &s, &l, em), TERN_ECORRUPT);
+    cr_expect_not_null(strstr(em, "damaged at offset 4096"), "%s", em);
+    cr_expect_not_null(strstr(em, "seg-"), "names the file: %s", em);
+}
+
+Test(tlog_store, forget_deletes_whole_segments_below)
+{
+    static struct acks a;
+    struct tlog_config c = cfg(64 * 1024, 16 * 1024, false);
+    struct tlog_loaded l;
+    struct tlog_stats st;
+    unsigned before;
+    struct tlog_store *s = open_store(&c, &l);
+    tlog_loaded_free(&l);
+    memset(&a, 0, sizeof a);
+    cr_assert_eq(tlog_start_at(s, 1, 0), 0);
+    append_range(s, &a, 1, 400, 4, 0);
+    spin_until(&a.n, 100);
+    before = count_segments();
+    tlog_forget(s, 300);
+    for (int k = 0; k < 1000; k++) {
+        uv_run(&loop, UV_RUN_NOWAIT);
+        tlog_get_stats(s, &st);
+        if (st.deleted > 0 && count_segments() + st.deleted == before) {
+            break;
+        }
+        usleep(1000);
+    }
+    tlog_get_stats(s, &st);
+    cr_expect_gt(st.deleted, 0);
+    cr_expect_eq(count_segments(), before - st.deleted);
+    close_store(s);
+    s = open_store(&c, &l);
+    cr_expect_gt(l.first_index, 1);
+    cr_expect_leq(l.first_index, 300, "nothing at or above 300 went");
+    check_loaded(&l, l.first_index, 400, 0, 1000, 0);
+    tlog_loaded_free(&l);
+    close_store(s);
+}
+
+Test(tlog_store, close_cancels_queued_appends_in_order)
+{
+    static struct acks a;
+    struct tlog_config c = cfg(0, 4096, false);
+    struct tlog_loaded l;
+    bool closed = false;
+    struct tlog_store *s = open_store(&c, &l);
+    tlog_loaded_free(&l);
+    memset(&a, 0, sizeof a);
+    cr_assert_eq(tlog_start_at(s, 1, 0), 0);
+    append_range(s, &a, 1, 200, 2, 0); /* 100 calls, writes of 4 KiB */
+    tlog_close(s, closed_cb, &closed);
+    cr_expect_eq(tlog_append(s, NULL, 0, NULL, NULL), TERN_ESHUTDOWN);
+    for (int k = 0; k < 100000 && !closed; k++) {
+        uv_run(&loop, UV_RUN_ONCE);
+    }
+    cr_assert(closed);
+    cr_assert_eq(a.n, 100, "every callback, before the close's");
+    bool canceled = false;
+    for (unsigned k = 0; k < a.n; k++) {
+        if (k > 0) {
+            cr_assert_gt(a.order[k], a.order[k - 1], "in order");
+        }
+        if (a.status[k] != 0) {
+            cr_assert_eq(a.status[k], -ECANCELED);
+            canceled = true;
+        } else {
+            cr_assert(!canceled, "no success after a cancel");
+        }
+    }
+    cr_expect(canceled);
+}

@@ -1,0 +1,1331 @@
+/*
+ * tlog/store.c: the raft log store over a directory of segment files
+ * (format.c owns their bytes; docs/LOGSTORE.md the design).
+ *
+ * Files. seg-%020llu: a segment, named by its seq (store-wide, never
+ * reused). prep-%020llu: a segment being prepared (deleted at open).
+ * Nothing else of the directory is the store's.
+ *
+ * Preparing a segment (on libuv's thread pool): create prep-N, allocate
+ * its size, write it over with zeros 1 MiB at a time, each chunk written
+ * back before the next (a first write to an allocated but unwritten ext4
+ * block waits for a journal commit; raft/prealloc.c), write the header,
+ * fdatasync, rename to seg-N, fsync the directory. One segment is kept
+ * prepared ahead of the one in use.
+ *
+ * Writes. Appends encode their entries at once into the open write: a
+ * block-aligned buffer destined for a known offset of a known segment.
+ * One write is in flight at a time (bench/RESULTS.md: more gave nothing
+ * on a virtual disk that completes its flushes one by one); what arrives
+ * meanwhile joins the open write, which goes out when the one in flight
+ * completes, ended by a pad on a block boundary. A write is at most the
+ * window (the segment header's W; a single larger record is a write of
+ * its own, in a segment sized for it). O_DIRECT | O_DSYNC by Linux AIO
+ * from the loop thread (kaio.c): a completion means durable. An append's
+ * callback fires when the write holding its last entry completed, in
+ * submission order.
+ *
+ * A failed write fails its appends and every later one, queued or not,
+ * in order, and the store refuses appends from then on (a hole in a raft
+ * log is not allowed: libraft 0.15's #466).
+ *
+ * Truncate(i). After the writes submitted before it, the appends after it
+ * start a new segment: nothing is rewritten. Loading, a segment whose
+ * first record has an index below the next expected one supersedes the
+ * loaded entries from that index on (its stream position must be theirs).
+ * If the new segment never got a record (a crash first), the older
+ * entries load again: the state before the truncate, which nothing that
+ * depended on the truncate (an append after it) made durable.
+ *
+ * Loading (tlog_open): segments in seq order, each scanned (format.c)
+ * with where the previous ended. Entries continue (index and stream
+ * position) or supersede; an index gap is damage. The last segment that
+ * holds records may end torn (a crash during its last write): it is
+ * shortened to its last whole record and synced, so that it is clean
+ * when it is no longer the last. A torn or damaged tail anywhere else is
+ * TERN_ECORRUPT. Prepared segments without records are deleted. Appends
+ * after an open always start a new segment.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "tlog_int.h"
+
+#define TLOG__DEFAULT_SEGMENT ((uint64_t)8 << 20)
+#define TLOG__DEFAULT_BLOCK   4096u
+#define TLOG__DEFAULT_WINDOW  ((uint32_t)1 << 20)
+#define TLOG__ZERO_CHUNK      ((size_t)1 << 20)
+#define TLOG__NAME_MAX        32
+
+enum seg_state {
+    SEG_PREPARING, /* on the thread pool */
+    SEG_READY,     /* prepared, fd open */
+    SEG_LOADED,    /* from the load: read only, fd closed */
+    SEG_FAILED     /* its preparation failed */
+};
+
+struct seg
+{
+    struct tern_list link; /* s->segs, seq order */
+    uint64_t seq;
+    uint64_t size;
+    uint64_t first_index; /* 0: no record placed yet */
+    uint64_t last_index;  /* of the records it holds, after truncates */
+    uint64_t placed;      /* bytes placed: header + writes */
+    enum seg_state state;
+    int fd;
+    bool direct;
+    bool deleting;
+    /* preparation */
+    uv_work_t work;
+    struct tlog_store *store;
+    uint32_t block_size, window;
+    int status;
+};
+
+struct app
+{
+    struct tern_list link;
+    tlog_append_cb cb;
+    void *arg;
+};
+
+struct write
+{
+    struct tern_list link; /* s->writes, submission order */
+    struct tlog__kreq req;
+    struct tlog_store *store;
+    struct seg *seg;
+    uint8_t *buf;
+    size_t len, cap;
+    uint64_t off;          /* in seg */
+    struct tern_list apps; /* appends whose last entry is in it */
+    bool sealed, submitted, done;
+    int status;
+};
+
+struct tlog_store
+{
+    uv_loop_t *loop;
+    char *dir;
+    int dir_fd;
+    uint64_t segment_bytes;
+    uint32_t block_size, window;
+    struct tlog__kaio kaio;
+    struct tern_list segs;
+    struct tern_list writes;
+    struct write *open; /* last of writes, taking records; NULL: none */
+    uint64_t next_seq;
+    uint64_t next_index; /* 0: not started */
+    uint64_t next_pos;
+    bool roll; /* the next write starts a new segment (open, truncate) */
+    bool in_flight;
+    int failed; /* sticky: the first failed write's status */
+    bool closing;
+    bool close_started;
+    unsigned handles; /* open libuv handles (retire_idle, kaio's poll) */
+    uv_idle_t retire_idle;
+    void (*close_cb)(void *arg);
+    void *close_arg;
+    unsigned preparing; /* preparations on the pool */
+    unsigned deleting;  /* deletions on the pool */
+    /* Stream position before each index from pos_base on: truncate
+     * rewinds to it. */
+    uint64_t *pos_of;
+    uint64_t pos_base;
+    size_t pos_n, pos_cap;
+    struct tlog_stats stats;
+};
+
+static void pump(struct tlog_store *s);
+static void maybe_closed(struct tlog_store *s);
+
+/* ---- helpers ----------------------------------------------------------------
+ */
+
+static void seg_name(char *out, const char *prefix, uint64_t seq)
+{
+    (void)snprintf(out, TLOG__NAME_MAX, "%s-%020" PRIu64, prefix, seq);
+}
+
+static int sync_dir(int dir_fd)
+{
+    return fsync(dir_fd) == 0 ? 0 : -errno;
+}
+
+static void *aligned(size_t n)
+{
+    void *p = NULL;
+    if (posix_memalign(&p, TLOG_BLOCK_MAX, n) != 0) {
+        return NULL;
+    }
+    return p;
+}
+
+/* Open a segment file for writes: O_DIRECT | O_DSYNC, or O_DSYNC where
+ * the file system takes no O_DIRECT (tmpfs). */
+static int open_for_writes(int dir_fd, const char *name, bool *direct)
+{
+    int fd = openat(dir_fd, name, O_RDWR | O_DIRECT | O_DSYNC | O_CLOEXEC);
+    *direct = fd >= 0;
+    if (fd < 0 && errno == EINVAL) {
+        fd = openat(dir_fd, name, O_RDWR | O_DSYNC | O_CLOEXEC);
+    }
+    return fd >= 0 ? fd : -errno;
+}
+
+/* ---- positions ----------------------------------------------------------- */
+
+static int pos_push(struct tlog_store *s, uint64_t index, uint64_t pos)
+{
+    if (s->pos_n == 0) {
+        s->pos_base = index;
+    }
+    if (index != s->pos_base + s->pos_n) {
+        return TERN_EINTERNAL;
+    }
+    if (s->pos_n == s->pos_cap) {
+        size_t cap = s->pos_cap ? s->pos_cap * 2 : 1024;
+        uint64_t *p = tern_realloc(s->pos_of, cap * sizeof *p);
+        if (p == NULL) {
+            return -ENOMEM;
+        }
+        s->pos_of = p;
+        s->pos_cap = cap;
+    }
+    s->pos_of[s->pos_n++] = pos;
+    return 0;
+}
+
+/* Drop the positions of index and above. */
+static void pos_cut(struct tlog_store *s, uint64_t index)
+{
+    if (s->pos_n > 0 && index >= s->pos_base &&
+        index < s->pos_base + s->pos_n) {
+        s->pos_n = (size_t)(index - s->pos_base);
+    }
+}
+
+/* Forget the positions below index. */
+static void pos_forget(struct tlog_store *s, uint64_t index)
+{
+    size_t k;
+    if (s->pos_n == 0 || index <= s->pos_base) {
+        return;
+    }
+    k = index - s->pos_base >= s->pos_n ? s->pos_n
+                                        : (size_t)(index - s->pos_base);
+    memmove(s->pos_of, s->pos_of + k, (s->pos_n - k) * sizeof *s->pos_of);
+    s->pos_n -= k;
+    s->pos_base += k;
+}
+
+/* ---- preparing segments ---------------------------------------------------
+ */
+
+static int prepare_file(int dir_fd,
+                        uint64_t seq,
+                        uint64_t size,
+                        uint32_t block_size,
+                        uint32_t window,
+                        int *fd_out,
+                        bool *direct)
+{
+    char prep[TLOG__NAME_MAX], name[TLOG__NAME_MAX];
+    struct tlog_seg_header h = {seq, block_size, window};
+    uint8_t *buf = NULL;
+    uint64_t at = 0;
+    int fd, rv = 0;
+
+    seg_name(prep, "prep", seq);
+    seg_name(name, "seg", seq);
+    fd = openat(dir_fd, prep, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        return -errno;
+    }
+    buf = aligned(TLOG__ZERO_CHUNK);
+    if (buf == NULL) {
+        rv = -ENOMEM;
+        goto out;
+    }
+    if (posix_fallocate(fd, 0, (off_t)size) != 0) {
+        /* posix_fallocate returns the error; ENOSPC mostly. */
+        rv = -ENOSPC;
+        goto out;
+    }
+    memset(buf, 0, TLOG__ZERO_CHUNK);
+    while (at < size) {
+        size_t n = size - at < TLOG__ZERO_CHUNK ? (size_t)(size - at)
+                                                : TLOG__ZERO_CHUNK;
+        ssize_t w = pwrite(fd, buf, n, (off_t)at);
+        if (w < 0 && errno == EINTR) {
+            continue;
+        }
+        if (w <= 0) {
+            rv = w < 0 ? -errno : -EIO;
+            goto out;
+        }
+        (void)sync_file_range(fd, (off_t)at, w,
+                              SYNC_FILE_RANGE_WAIT_BEFORE |
+                                  SYNC_FILE_RANGE_WRITE |
+                                  SYNC_FILE_RANGE_WAIT_AFTER);
+        at += (uint64_t)w;
+    }
+    tlog_seg_header_encode(buf, &h);
+    if (pwrite(fd, buf, TLOG_SEG_HEADER_SIZE, 0) !=
+            (ssize_t)TLOG_SEG_HEADER_SIZE ||
+        fdatasync(fd) != 0) {
+        rv = errno != 0 ? -errno : -EIO;
+        goto out;
+    }
+    if (renameat(dir_fd, prep, dir_fd, name) != 0) {
+        rv = -errno;
+        goto out;
+    }
+    rv = sync_dir(dir_fd);
+    if (rv != 0) {
+        goto out;
+    }
+    (void)close(fd);
+    fd = open_for_writes(dir_fd, name, direct);
+    if (fd < 0) {
+        rv = fd;
+        fd = -1;
+        goto out;
+    }
+    *fd_out = fd;
+    fd = -1;
+out:
+    free(buf);
+    if (fd >= 0) {
+        (void)close(fd);
+        (void)unlinkat(dir_fd, prep, 0);
+    }
+    return rv;
+}
+
+static void prep_work(uv_work_t *w)
+{
+    struct seg *g = w->data;
+    g->status = prepare_file(g->store->dir_fd, g->seq, g->size, g->block_size,
+                             g->window, &g->fd, &g->direct);
+}
+
+static void prep_after(uv_work_t *w, int status)
+{
+    struct seg *g = w->data;
+    struct tlog_store *s = g->store;
+    s->preparing--;
+    if (status != 0 && g->status == 0) {
+        g->status = -ECANCELED;
+    }
+    g->state = g->status == 0 ? SEG_READY : SEG_FAILED;
+    if (g->state == SEG_READY) {
+        s->stats.prepared++;
+    }
+    pump(s);
+    maybe_closed(s);
+}
+
+/* A new segment of at least size bytes, preparing on the pool; NULL on
+ * out of memory. */
+static struct seg *seg_new(struct tlog_store *s, uint64_t size)
+{
+    struct seg *g = tern_calloc(1, sizeof *g);
+    if (g == NULL) {
+        return NULL;
+    }
+    g->seq = s->next_seq++;
+    g->size = size;
+    g->placed = TLOG_SEG_HEADER_SIZE;
+    g->state = SEG_PREPARING;
+    g->fd = -1;
+    g->store = s;
+    g->block_size = s->block_size;
+    g->window = s->window;
+    g->work.data = g;
+    tern_list_push(&s->segs, &g->link);
+    if (uv_queue_work(s->loop, &g->work, prep_work, prep_after) != 0) {
+        g->state = SEG_FAILED;
+        g->status = -EIO;
+        return g;
+    }
+    s->preparing++;
+    return g;
+}
+
+/* The newest segment, if it has taken no record yet (the spare). */
+static struct seg *spare(struct tlog_store *s)
+{
+    struct seg *g;
+    if (tern_list_empty(&s->segs)) {
+        return NULL;
+    }
+    g = TERN_CONTAINER(s->segs.prev, struct seg, link);
+    return g->first_index == 0 && g->placed == TLOG_SEG_HEADER_SIZE &&
+                   g->state != SEG_LOADED && g->state != SEG_FAILED
+               ? g
+               : NULL;
+}
+
+/* ---- writes -----------------------------------------------------------------
+ */
+
+static void write_free(struct write *w)
+{
+    free(w->buf);
+    tern_free(w);
+}
+
+/* A new open write of at least need bytes of records, placed in the
+ * current segment or (roll, or no room) a new one. */
+static struct write *write_new(struct tlog_store *s, size_t need)
+{
+    struct write *w = tern_calloc(1, sizeof *w);
+    struct seg *g = NULL;
+    size_t room = need + 2 * (size_t)s->block_size; /* records, pad */
+    if (w == NULL) {
+        return NULL;
+    }
+    if (!s->roll && !tern_list_empty(&s->segs)) {
+        g = TERN_CONTAINER(s->segs.prev, struct seg, link);
+        if (g->state == SEG_LOADED || g->state == SEG_FAILED ||
+            g->placed + room > g->size) {
+            g = NULL;
+        }
+    }
+    if (g == NULL) {
+        uint64_t size = s->segment_bytes;
+        g = spare(s);
+        if (g != NULL && TLOG_SEG_HEADER_SIZE + room > g->size) {
+            g = NULL; /* a larger one for this record; the spare waits */
+        }
+        if (g == NULL) {
+            if (TLOG_SEG_HEADER_SIZE + room > size) {
+                size = (TLOG_SEG_HEADER_SIZE + room + s->block_size - 1) /
+                       s->block_size * s->block_size;
+            }
+            g = seg_new(s, size);
+            if (g == NULL) {
+                tern_free(w);
+                return NULL;
+            }
+        }
+        s->roll = false;
+    }
+    w->cap = need > 65536 ? need + s->block_size * 2 : 65536;
+    w->buf = aligned(w->cap);
+    if (w->buf == NULL) {
+        tern_free(w);
+        return NULL;
+    }
+    w->store = s;
+    w->seg = g;
+    w->off = g->placed;
+    tern_list_init(&w->apps);
+    tern_list_push(&s->writes, &w->link);
+    s->open = w;
+    return w;
+}
+
+/* Room for need more bytes in w's buffer (within the window checked by
+ * the caller). */
+static int write_grow(struct write *w, size_t need)
+{
+    size_t cap = w->cap;
+    uint8_t *b;
+    if (w->len + need + 2 * TLOG_BLOCK_MAX <= cap) {
+        return 0;
+    }
+    while (w->len + need + 2 * TLOG_BLOCK_MAX > cap) {
+        cap *= 2;
+    }
+    b = aligned(cap);
+    if (b == NULL) {
+        return -ENOMEM;
+    }
+    memcpy(b, w->buf, w->len);
+    free(w->buf);
+    w->buf = b;
+    w->cap = cap;
+    return 0;
+}
+
+/* Pad the open write to its block's end and close it to records; its
+ * bytes are placed in its segment. */
+static void seal(struct tlog_store *s)
+{
+    struct write *w = s->open;
+    size_t pad;
+    if (w == NULL) {
+        return;
+    }
+    pad = tlog_pad_size(w->len, w->seg->block_size);
+    if (pad > 0) {
+        tlog_pad_encode(w->buf + w->len, pad, w->seg->seq, s->next_pos);
+        w->len += pad;
+    }
+    w->seg->placed = w->off + w->len;
+    w->sealed = true;
+    s->open = NULL;
+}
+
+static void fail_all(struct tlog_store *s, int status);
+
+/* Retire the completed prefix of the writes, in order: their appends'
+ * callbacks. Then fail what a failure left, start the next write, close
+ * if closing. */
+static void retire(struct tlog_store *s)
+{
+    while (!tern_list_empty(&s->writes)) {
+        struct write *h = TERN_CONTAINER(s->writes.next, struct write, link);
+        if (!h->done) {
+            break;
+        }
+        if (h->status != 0 && s->failed == 0) {
+            s->failed = h->status;
+        }
+        tern_list_remove(&h->link);
+        while (!tern_list_empty(&h->apps)) {
+            struct app *a = TERN_CONTAINER(h->apps.next, struct app, link);
+            tern_list_remove(&a->link);
+            a->cb(a->arg, h->status != 0 ? h->status : s->failed);
+            tern_free(a);
+        }
+        write_free(h);
+    }
+    if (s->failed != 0) {
+        fail_all(s, s->failed);
+    }
+    pump(s);
+    maybe_closed(s);
+}
+
+static void write_done(struct tlog__kreq *r, int status)
+{
+    struct write *w = TERN_CONTAINER(r, struct write, req);
+    struct tlog_store *s = w->store;
+    s->in_flight = false;
+    w->done = true;
+    w->status = status;
+    if (status == 0) {
+        s->stats.writes++;
+        s->stats.bytes += w->len;
+    }
+    retire(s);
+}
+
+/* A write that could not be submitted completes from the loop (pump may
+ * run inside tlog_append, whose callbacks never run inside it). */
+static void retire_idle(uv_idle_t *h)
+{
+    struct tlog_store *s = h->data;
+    uv_idle_stop(h);
+    retire(s);
+}
+
+/* Fail every write not yet submitted, in order, with status. */
+static void fail_all(struct tlog_store *s, int status)
+{
+    struct tern_list *e = s->writes.next;
+    while (e != &s->writes) {
+        struct write *w = TERN_CONTAINER(e, struct write, link);
+        e = e->next;
+        if (w->submitted) {
+            continue; /* in flight: its completion comes */
+        }
+        if (s->open == w) {
+            s->open = NULL;
+        }
+        tern_list_remove(&w->link);
+        while (!tern_list_empty(&w->apps)) {
+            struct app *a = TERN_CONTAINER(w->apps.next, struct app, link);
+            tern_list_remove(&a->link);
+            a->cb(a->arg, status);
+            tern_free(a);
+        }
+        write_free(w);
+    }
+}
+
+/* Start the oldest write not submitted, if none is in flight and its
+ * segment is prepared. */
+static void pump(struct tlog_store *s)
+{
+    struct write *w;
+    int rv;
+    if (s->in_flight || s->failed != 0 || tern_list_empty(&s->writes)) {
+        return;
+    }
+    w = TERN_CONTAINER(s->writes.next, struct write, link);
+    if (w->submitted) {
+        return;
+    }
+    if (w->seg->state == SEG_PREPARING) {
+        return; /* prep_after pumps */
+    }
+    if (w->seg->state == SEG_FAILED) {
+        s->failed = w->seg->status != 0 ? w->seg->status : -EIO;
+        fail_all(s, s->failed);
+        return;
+    }
+    if (!w->sealed) {
+        seal(s);
+    }
+    /* The next segment prepares while this one fills. */
+    if (spare(s) == NULL && s->preparing == 0 && !s->closing) {
+        (void)seg_new(s, s->segment_bytes);
+    }
+    w->req.fd = w->seg->fd;
+    w->req.buf = w->buf;
+    w->req.len = w->len;
+    w->req.off = w->off;
+    w->req.direct = w->seg->direct;
+    w->req.cb = write_done;
+    w->submitted = true;
+    s->in_flight = true;
+    rv = tlog__kaio_write(&s->kaio, &w->req);
+    if (rv != 0) {
+        s->in_flight = false;
+        w->done = true;
+        w->status = rv;
+        s->failed = rv;
+        uv_idle_start(&s->retire_idle, retire_idle);
+    }
+}
+
+int tlog_append(struct tlog_store *s,
+                const struct tlog_entry *entries,
+                unsigned n,
+                tlog_append_cb cb,
+                void *arg)
+{
+    struct app *a;
+    if (s->closing) {
+        return TERN_ESHUTDOWN;
+    }
+    if (s->failed != 0) {
+        return s->failed;
+    }
+    if (s->next_index == 0 || n == 0) {
+        return TERN_EINVAL;
+    }
+    for (unsigned i = 0; i < n; i++) {
+        if (entries[i].len > TLOG_REC_MAX_PAYLOAD) {
+            return TERN_ETOOBIG;
+        }
+    }
+    a = tern_calloc(1, sizeof *a);
+    if (a == NULL) {
+        return -ENOMEM;
+    }
+    for (unsigned i = 0; i < n; i++) {
+        size_t size = tlog_rec_size(entries[i].len);
+        struct write *w = s->open;
+        struct tlog_rec r;
+        if (w != NULL && (w->len + size > s->window ||
+                          w->off + w->len + size + 2 * (size_t)s->block_size >
+                              w->seg->size)) {
+            seal(s);
+            w = NULL;
+        }
+        if (w == NULL) {
+            w = write_new(s, size);
+        }
+        if (w == NULL || write_grow(w, size) != 0 ||
+            pos_push(s, s->next_index, s->next_pos) != 0) {
+            /* Out of memory mid-append: what is encoded stays (the raft
+             * core gets the failure and the replica stops). */
+            tern_free(a);
+            s->failed = -ENOMEM;
+            return -ENOMEM;
+        }
+        r.type = entries[i].type;
+        r.seq = w->seg->seq;
+        r.index = s->next_index;
+        r.term = entries[i].term;
+        r.pos = s->next_pos;
+        r.len = entries[i].len;
+        r.payload = entries[i].payload;
+        tlog_rec_encode(w->buf + w->len, &r);
+        w->len += size;
+        if (w->seg->first_index == 0) {
+            w->seg->first_index = r.index;
+        }
+        w->seg->last_index = r.index;
+        s->next_index++;
+        s->next_pos = tlog_rec_pos_after(&r);
+    }
+    a->cb = cb;
+    a->arg = arg;
+    tern_list_push(&s->open->apps, &a->link);
+    pump(s); /* goes out now if nothing is in flight */
+    return 0;
+}
+
+int tlog_truncate(struct tlog_store *s, uint64_t index)
+{
+    struct tern_list *e;
+    if (index == 0 || index >= s->next_index || index < s->pos_base ||
+        s->pos_n == 0 || s->closing) {
+        return TERN_EINVAL;
+    }
+    seal(s); /* the appends before go out as they are */
+    s->next_pos = s->pos_of[index - s->pos_base];
+    pos_cut(s, index);
+    s->next_index = index;
+    s->roll = true;
+    for (e = s->segs.next; e != &s->segs; e = e->next) {
+        struct seg *g = TERN_CONTAINER(e, struct seg, link);
+        if (g->first_index >= index) {
+            g->last_index = 0; /* superseded whole: forget may delete */
+            g->first_index = g->first_index != 0 ? index : 0;
+        } else if (g->last_index >= index) {
+            g->last_index = index - 1;
+        }
+    }
+    return 0;
+}
+
+int tlog_start_at(struct tlog_store *s, uint64_t index, uint64_t pos)
+{
+    if (s->next_index != 0 || index == 0) {
+        return TERN_EINVAL;
+    }
+    s->next_index = index;
+    s->next_pos = pos;
+    return 0;
+}
+
+uint64_t tlog_next_index(const struct tlog_store *s)
+{
+    return s->next_index;
+}
+
+uint64_t tlog_next_pos(const struct tlog_store *s)
+{
+    return s->next_pos;
+}
+
+void tlog_get_stats(const struct tlog_store *s, struct tlog_stats *out)
+{
+    struct tern_list *e;
+    *out = s->stats;
+    out->segments = 0;
+    for (e = s->segs.next; e != &s->segs; e = e->next) {
+        out->segments++;
+    }
+    out->aio = s->kaio.ctx != 0 && !s->kaio.use_pool;
+}
+
+/* ---- forgetting ------------------------------------------------------------
+ */
+
+struct del
+{
+    uv_work_t work;
+    struct tlog_store *s;
+    struct seg *g;
+};
+
+static void del_work(uv_work_t *w)
+{
+    struct del *d = w->data;
+    char name[TLOG__NAME_MAX];
+    seg_name(name, "seg", d->g->seq);
+    if (d->g->fd >= 0) {
+        (void)close(d->g->fd);
+        d->g->fd = -1;
+    }
+    if (unlinkat(d->s->dir_fd, name, 0) == 0) {
+        (void)sync_dir(d->s->dir_fd);
+    }
+}
+
+static void del_after(uv_work_t *w, int status)
+{
+    struct del *d = w->data;
+    struct tlog_store *s = d->s;
+    (void)status;
+    s->deleting--;
+    s->stats.deleted++;
+    tern_free(d->g);
+    tern_free(d);
+    maybe_closed(s);
+}
+
+/* Whether a write still targets g. */
+static bool seg_busy(const struct tlog_store *s, const struct seg *g)
+{
+    const struct tern_list *e;
+    for (e = s->writes.next; e != &s->writes; e = e->next) {
+        if (TERN_CONTAINER(e, struct write, link)->seg == g) {
+            return true;
+        }
+    }
+    return false;
+}
+
+void tlog_forget(struct tlog_store *s, uint64_t index)
+{
+    struct seg *newest = NULL;
+    struct tern_list *e;
+    pos_forget(s, index);
+    /* The newest segment that took records stays, with all after it: the
+     * log goes on from there. */
+    for (e = s->segs.prev; e != &s->segs; e = e->prev) {
+        struct seg *g = TERN_CONTAINER(e, struct seg, link);
+        if (g->first_index != 0) {
+            newest = g;
+            break;
+        }
+    }
+    e = s->segs.next;
+    while (e != &s->segs) {
+        struct seg *g = TERN_CONTAINER(e, struct seg, link);
+        struct del *d;
+        if (g == newest) {
+            break;
+        }
+        e = e->next;
+        /* Whole segments below index (a superseded one holds nothing:
+         * last_index 0) that no write targets. */
+        if (g->state == SEG_PREPARING || g->first_index == 0 ||
+            g->last_index >= index || seg_busy(s, g)) {
+            continue;
+        }
+        d = tern_calloc(1, sizeof *d);
+        if (d == NULL) {
+            return; /* the next forget tries again */
+        }
+        d->s = s;
+        d->g = g;
+        d->work.data = d;
+        if (uv_queue_work(s->loop, &d->work, del_work, del_after) != 0) {
+            tern_free(d);
+            return;
+        }
+        tern_list_remove(&g->link); /* the worker reads only fd and seq */
+        s->deleting++;
+    }
+}
+
+/* ---- closing ----------------------------------------------------------------
+ */
+
+static void store_free(struct tlog_store *s)
+{
+    while (!tern_list_empty(&s->segs)) {
+        struct seg *g = TERN_CONTAINER(s->segs.next, struct seg, link);
+        tern_list_remove(&g->link);
+        if (g->fd >= 0) {
+            (void)close(g->fd);
+        }
+        tern_free(g);
+    }
+    if (s->dir_fd >= 0) {
+        (void)close(s->dir_fd);
+    }
+    tern_free(s->pos_of);
+    tern_free(s->dir);
+    tern_free(s);
+}
+
+static void handle_closed(struct tlog_store *s)
+{
+    if (--s->handles > 0) {
+        return;
+    }
+    void (*cb)(void *) = s->close_cb;
+    void *arg = s->close_arg;
+    store_free(s);
+    if (cb != NULL) {
+        cb(arg);
+    }
+}
+
+static void idle_closed(uv_handle_t *h)
+{
+    handle_closed(h->data);
+}
+
+static void kaio_closed(void *arg)
+{
+    handle_closed(arg);
+}
+
+static void maybe_closed(struct tlog_store *s)
+{
+    if (!s->closing || s->close_started || s->in_flight || s->preparing > 0 ||
+        s->deleting > 0) {
+        return;
+    }
+    s->close_started = true;
+    s->handles = 2;
+    uv_close((uv_handle_t *)&s->retire_idle, idle_closed);
+    tlog__kaio_close(&s->kaio, kaio_closed, s);
+}
+
+void tlog_close(struct tlog_store *s, void (*cb)(void *arg), void *arg)
+{
+    s->closing = true;
+    s->close_cb = cb;
+    s->close_arg = arg;
+    s->open = NULL;
+    fail_all(s, -ECANCELED); /* the write in flight completes */
+    maybe_closed(s);
+}
+
+/* ---- loading ----------------------------------------------------------------
+ */
+
+struct load
+{
+    struct tlog_store *s;
+    struct tlog_loaded *l;
+    size_t cap;
+    uint64_t *pos; /* per loaded entry */
+    char *errmsg;
+};
+
+void tlog_loaded_free(struct tlog_loaded *l)
+{
+    for (size_t i = 0; i < l->n_images; i++) {
+        tern_free(l->images[i]);
+    }
+    tern_free(l->images);
+    tern_free(l->entries);
+    memset(l, 0, sizeof *l);
+}
+
+static int load_cb(void *arg, const struct tlog_rec *r, size_t off)
+{
+    struct load *ld = arg;
+    struct tlog_loaded *l = ld->l;
+    (void)off;
+    if (l->n == ld->cap) {
+        size_t cap = ld->cap ? ld->cap * 2 : 1024;
+        struct tlog_entry *e = tern_realloc(l->entries, cap * sizeof *e);
+        uint64_t *p = tern_realloc(ld->pos, cap * sizeof *p);
+        if (e != NULL) {
+            l->entries = e;
+        }
+        if (p != NULL) {
+            ld->pos = p;
+        }
+        if (e == NULL || p == NULL) {
+            return -ENOMEM;
+        }
+        ld->cap = cap;
+    }
+    if (l->n == 0) {
+        l->first_index = r->index;
+    }
+    l->entries[l->n].type = r->type;
+    l->entries[l->n].term = r->term;
+    l->entries[l->n].payload = r->payload;
+    l->entries[l->n].len = r->len;
+    ld->pos[l->n] = r->pos;
+    l->n++;
+    return 0;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The seqs of seg-N files, sorted; prep-N files deleted. */
+static int list_dir(struct tlog_store *s,
+                    uint64_t **seqs,
+                    size_t *n,
+                    char *errmsg)
+{
+    DIR *d = fdopendir(dup(s->dir_fd));
+    struct dirent *e;
+    size_t cap = 0;
+    *seqs = NULL;
+    *n = 0;
+    if (d == NULL) {
+        int rv = -errno;
+        tern_errmsg_printf(errmsg, "tlog: list %s: %s", s->dir,
+                           tern_strerror(rv));
+        return rv;
+    }
+    while ((e = readdir(d)) != NULL) {
+        unsigned long long seq;
+        int end = 0;
+        if (sscanf(e->d_name, "prep-%20llu%n", &seq, &end) == 1 &&
+            e->d_name[end] == '\0') {
+            (void)unlinkat(s->dir_fd, e->d_name, 0);
+            continue;
+        }
+        if (sscanf(e->d_name, "seg-%20llu%n", &seq, &end) != 1 ||
+            e->d_name[end] != '\0' || strlen(e->d_name) != 24) {
+            continue;
+        }
+        if (*n == cap) {
+            size_t c = cap ? cap * 2 : 64;
+            uint64_t *p = tern_realloc(*seqs, c * sizeof *p);
+            if (p == NULL) {
+                (void)closedir(d);
+                return -ENOMEM;
+            }
+            *seqs = p;
+            cap = c;
+        }
+        (*seqs)[(*n)++] = seq;
+    }
+    (void)closedir(d);
+    if (*n > 1) {
+        qsort(*seqs, *n, sizeof **seqs, cmp_u64);
+    }
+    return 0;
+}
+
+static int read_file(int dir_fd, const char *name, uint8_t **img, size_t *len)
+{
+    struct stat st;
+    size_t done = 0;
+    int fd = openat(dir_fd, name, O_RDONLY | O_CLOEXEC);
+    int rv = 0;
+    if (fd < 0) {
+        return -errno;
+    }
+    if (fstat(fd, &st) != 0) {
+        rv = -errno;
+        goto out;
+    }
+    *len = (size_t)st.st_size;
+    *img = tern_malloc(*len > 0 ? *len : 1);
+    if (*img == NULL) {
+        rv = -ENOMEM;
+        goto out;
+    }
+    while (done < *len) {
+        ssize_t r = pread(fd, *img + done, *len - done, (off_t)done);
+        if (r < 0 && errno == EINTR) {
+            continue;
+        }
+        if (r <= 0) {
+            rv = r < 0 ? -errno : -EIO;
+            tern_free(*img);
+            *img = NULL;
+            goto out;
+        }
+        done += (size_t)r;
+    }
+out:
+    (void)close(fd);
+    return rv;
+}
+
+/* Shorten seg-seq to end bytes and sync it: its torn tail goes. */
+static int cut_tail(int dir_fd, uint64_t seq, size_t end)
+{
+    char name[TLOG__NAME_MAX];
+    int fd, rv = 0;
+    seg_name(name, "seg", seq);
+    fd = openat(dir_fd, name, O_RDWR | O_CLOEXEC);
+    if (fd < 0) {
+        return -errno;
+    }
+    if (ftruncate(fd, (off_t)end) != 0 || fsync(fd) != 0) {
+        rv = -errno;
+    }
+    (void)close(fd);
+    return rv;
+}
+
+/* Load every segment (the top of the file). */
+static int load(struct tlog_store *s, struct tlog_loaded *l, char *errmsg)
+{
+    struct load ld = {s, l, 0, NULL, errmsg};
+    uint64_t *seqs = NULL;
+    size_t n_seqs = 0;
+    uint64_t torn_seq = 0; /* a torn segment (0: none) */
+    size_t torn_end = 0;
+    bool torn_cut = false; /* it holds records: shorten it */
+    int rv;
+
+    memset(l, 0, sizeof *l);
+    rv = list_dir(s, &seqs, &n_seqs, errmsg);
+    if (rv != 0) {
+        return rv;
+    }
+    l->images = tern_calloc(n_seqs > 0 ? n_seqs : 1, sizeof *l->images);
+    if (l->images == NULL) {
+        rv = -ENOMEM;
+        goto out;
+    }
+    for (size_t k = 0; k < n_seqs; k++) {
+        char name[TLOG__NAME_MAX];
+        struct tlog_scan sc;
+        struct seg *g;
+        uint8_t *img = NULL;
+        size_t len = 0, before = l->n;
+
+        seg_name(name, "seg", seqs[k]);
+        s->next_seq = seqs[k] + 1;
+        rv = read_file(s->dir_fd, name, &img, &len);
+        if (rv != 0) {
+            tern_errmsg_printf(errmsg, "tlog: read %s/%s: %s", s->dir, name,
+                               tern_strerror(rv));
+            goto out;
+        }
+        l->images[l->n_images++] = img;
+        rv = tlog_seg_scan(img, len, seqs[k], 0, 0, load_cb, &ld, &sc, errmsg);
+        if (rv != 0) {
+            tern_errmsg_wrapf(errmsg, "tlog: %s/%s", s->dir, name);
+            goto out;
+        }
+        if (sc.how == TLOG_SCAN_CORRUPT) {
+            tern_errmsg_printf(errmsg,
+                               "tlog: %s/%s: damaged at offset %zu (%s), "
+                               "a record of it at %zu",
+                               s->dir, name, sc.end, sc.why, sc.later_record);
+            rv = TERN_ECORRUPT;
+            goto out;
+        }
+        if (sc.n_records > 0 && torn_seq != 0) {
+            tern_errmsg_printf(errmsg,
+                               "tlog: %s/seg-%020" PRIu64
+                               ": torn at offset %zu, but a later segment "
+                               "holds records",
+                               s->dir, torn_seq, torn_end);
+            rv = TERN_ECORRUPT;
+            goto out;
+        }
+        if (sc.n_records == 0 && sc.how == TLOG_SCAN_CLEAN && k == n_seqs - 1 &&
+            len == s->segment_bytes && sc.header.block_size == s->block_size &&
+            sc.header.window == s->window) {
+            /* The spare prepared before the stop: kept. */
+            l->images[--l->n_images] = NULL;
+            tern_free(img);
+            g = tern_calloc(1, sizeof *g);
+            if (g == NULL) {
+                rv = -ENOMEM;
+                goto out;
+            }
+            g->seq = seqs[k];
+            g->size = len;
+            g->placed = TLOG_SEG_HEADER_SIZE;
+            g->state = SEG_READY;
+            g->store = s;
+            g->block_size = s->block_size;
+            g->window = s->window;
+            g->fd = open_for_writes(s->dir_fd, name, &g->direct);
+            if (g->fd < 0) {
+                rv = g->fd;
+                tern_free(g);
+                tern_errmsg_printf(errmsg, "tlog: open %s/%s: %s", s->dir, name,
+                                   tern_strerror(rv));
+                goto out;
+            }
+            tern_list_push(&s->segs, &g->link);
+            continue;
+        }
+        if (sc.n_records == 0) {
+            /* A spare, or a segment whose first write never landed:
+             * deleted (a torn one must still be the last). */
+            if (sc.how == TLOG_SCAN_TORN) {
+                torn_seq = seqs[k];
+                torn_end = sc.end;
+                torn_cut = false;
+            }
+            l->images[--l->n_images] = NULL;
+            tern_free(img);
+            (void)unlinkat(s->dir_fd, name, 0);
+            continue;
+        }
+        if (sc.how == TLOG_SCAN_TORN) {
+            torn_seq = seqs[k];
+            torn_end = sc.end;
+            torn_cut = true;
+        }
+        /* Its entries were appended at [before, l->n): they continue the
+         * loaded ones, or supersede them from their first index on. */
+        if (before > 0) {
+            uint64_t next = l->first_index + before;
+            uint64_t f = sc.first_index;
+            uint64_t expect_pos;
+            size_t keep;
+            if (f > next) {
+                tern_errmsg_printf(errmsg,
+                                   "tlog: %s/%s starts at index %" PRIu64
+                                   ", the segments before end at %" PRIu64,
+                                   s->dir, name, f, next - 1);
+                rv = TERN_ECORRUPT;
+                goto out;
+            }
+            keep = f < l->first_index ? 0 : (size_t)(f - l->first_index);
+            expect_pos = f == next ? tlog_rec_pos_after(&(struct tlog_rec){
+                                         .type = l->entries[before - 1].type,
+                                         .pos = ld.pos[before - 1],
+                                         .len = l->entries[before - 1].len})
+                                   : ld.pos[keep];
+            if (f >= l->first_index && sc.first_pos != expect_pos) {
+                tern_errmsg_printf(errmsg,
+                                   "tlog: %s/%s starts at stream position "
+                                   "%" PRIu64 ", expected %" PRIu64,
+                                   s->dir, name, sc.first_pos, expect_pos);
+                rv = TERN_ECORRUPT;
+                goto out;
+            }
+            if (keep < before) {
+                /* Superseded from f on: move this segment's entries down
+                 * over them, and mark the older segments. */
+                size_t m = l->n - before;
+                memmove(l->entries + keep, l->entries + before,
+                        m * sizeof *l->entries);
+                memmove(ld.pos + keep, ld.pos + before, m * sizeof *ld.pos);
+                l->n = keep + m;
+                if (keep == 0) {
+                    l->first_index = f;
+                }
+                for (struct tern_list *e = s->segs.next; e != &s->segs;
+                     e = e->next) {
+                    struct seg *o = TERN_CONTAINER(e, struct seg, link);
+                    if (o->first_index >= f) {
+                        o->last_index = 0;
+                    } else if (o->last_index >= f) {
+                        o->last_index = f - 1;
+                    }
+                }
+            }
+        }
+        g = tern_calloc(1, sizeof *g);
+        if (g == NULL) {
+            rv = -ENOMEM;
+            goto out;
+        }
+        g->seq = seqs[k];
+        g->size = len;
+        g->first_index = sc.first_index;
+        g->last_index = sc.next_index - 1;
+        g->placed = len;
+        g->state = SEG_LOADED;
+        g->fd = -1;
+        g->store = s;
+        tern_list_push(&s->segs, &g->link);
+    }
+    if (torn_cut) {
+        rv = cut_tail(s->dir_fd, torn_seq, torn_end);
+        if (rv != 0) {
+            tern_errmsg_printf(
+                errmsg, "tlog: cut the torn tail of %s/seg-%020" PRIu64 ": %s",
+                s->dir, torn_seq, tern_strerror(rv));
+            goto out;
+        }
+        l->torn = 1;
+    }
+    if (n_seqs > 0) {
+        (void)sync_dir(s->dir_fd); /* the deleted spares */
+    }
+    if (l->n > 0) {
+        const struct tlog_entry *last = &l->entries[l->n - 1];
+        l->next_index = l->first_index + l->n;
+        l->next_pos = tlog_rec_pos_after(&(struct tlog_rec){
+            .type = last->type, .pos = ld.pos[l->n - 1], .len = last->len});
+        for (size_t i = 0; i < l->n; i++) {
+            rv = pos_push(s, l->first_index + i, ld.pos[i]);
+            if (rv != 0) {
+                goto out;
+            }
+        }
+        s->next_index = l->next_index;
+        s->next_pos = l->next_pos;
+    }
+out:
+    tern_free(ld.pos);
+    tern_free(seqs);
+    if (rv != 0) {
+        tlog_loaded_free(l);
+    }
+    return rv;
+}
+
+int tlog_open(uv_loop_t *loop,
+              const struct tlog_config *c,
+              struct tlog_store **out,
+              struct tlog_loaded *loaded,
+              char *errmsg)
+{
+    struct tlog_store *s;
+    int rv;
+
+    if (c->dir == NULL || c->dir[0] == '\0') {
+        tern_errmsg_printf(errmsg, "tlog: no directory");
+        return TERN_EINVAL;
+    }
+    s = tern_calloc(1, sizeof *s);
+    if (s == NULL) {
+        return -ENOMEM;
+    }
+    s->loop = loop;
+    s->dir_fd = -1;
+    s->segment_bytes =
+        c->segment_bytes ? c->segment_bytes : TLOG__DEFAULT_SEGMENT;
+    s->block_size = c->block_size ? c->block_size : TLOG__DEFAULT_BLOCK;
+    s->window = c->window ? c->window : TLOG__DEFAULT_WINDOW;
+    s->next_seq = 1;
+    s->roll = true;
+    tern_list_init(&s->segs);
+    tern_list_init(&s->writes);
+    if (s->block_size < TLOG_BLOCK_MIN || s->block_size > TLOG_BLOCK_MAX ||
+        (s->block_size & (s->block_size - 1)) != 0 ||
+        s->window < s->block_size || s->window > TLOG_WINDOW_MAX ||
+        s->window % s->block_size != 0 ||
+        s->segment_bytes < TLOG_SEG_HEADER_SIZE + 4 * (uint64_t)s->block_size) {
+        tern_errmsg_printf(errmsg,
+                           "tlog: block %u, window %u, segment %" PRIu64
+                           ": out of bounds",
+                           s->block_size, s->window, s->segment_bytes);
+        tern_free(s);
+        return TERN_EINVAL;
+    }
+    s->dir = tern_strdup(c->dir);
+    if (s->dir == NULL) {
+        tern_free(s);
+        return -ENOMEM;
+    }
+    if (mkdir(c->dir, 0700) != 0 && errno != EEXIST) {
+        rv = -errno;
+        tern_errmsg_printf(errmsg, "tlog: mkdir %s: %s", c->dir,
+                           tern_strerror(rv));
+        goto err;
+    }
+    s->dir_fd = open(c->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (s->dir_fd < 0) {
+        rv = -errno;
+        tern_errmsg_printf(errmsg, "tlog: open %s: %s", c->dir,
+                           tern_strerror(rv));
+        goto err;
+    }
+    rv = load(s, loaded, errmsg);
+    if (rv != 0) {
+        goto err;
+    }
+    rv = tlog__kaio_init(&s->kaio, loop, !c->no_aio);
+    if (rv != 0) {
+        tern_errmsg_printf(errmsg, "tlog: aio: %s", tern_strerror(rv));
+        tlog_loaded_free(loaded);
+        goto err;
+    }
+    uv_idle_init(loop, &s->retire_idle);
+    s->retire_idle.data = s;
+    *out = s;
+    return 0;
+
+err:
+    store_free(s);
+    return rv;
+}
