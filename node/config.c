@@ -82,6 +82,10 @@
  *   snapshot_threshold_bytes = 64M
  *   snapshot_trailing        = 256
  *   durability               = disk  ; disk | memory (same on all nodes)
+ *   log_store                = uv    ; uv (libraft's raft_uv) | tern (tern's
+ *                                   ; own store, tlog/: being built, see
+ *                                   ; docs/LOGSTORE.md); a raft directory
+ *                                   ; stays with the store that made it
  *   entry_checksum           = auto  ; auto | xxh3 | xxh32: whether a
  *                                   ; leader flags its entries XXH3
  *                                   ; (index/cmd.c); auto: once the
@@ -304,6 +308,9 @@ static const char usage_text[] =
     "or auto\n"
     "  --shm-dir DIR              shm sockets directory (default /tmp; "
     "same on all nodes)\n"
+    "  --log-store S              uv (default: libraft's raft_uv) or "
+    "tern (tern's own\n"
+    "                             raft log store, docs/LOGSTORE.md)\n"
     "  --durability D             disk (default: an entry counts on a "
     "node once\n"
     "                             durable there) or memory (once in its "
@@ -448,6 +455,7 @@ static const char usage_text[] =
     "  snapshot_threshold_bytes = 64M\n"
     "  snapshot_trailing = 256\n"
     "  durability = disk\n"
+    "  log_store = uv\n"
     "  entry_checksum = auto\n"
     "  max_term_jump = 1048576\n"
     "  auto_rejoin = true\n"
@@ -979,6 +987,22 @@ static int set_durability(struct node_config *c,
     return 0;
 }
 
+/* int member, true for tern: uv | tern. */
+static int set_log_store(struct node_config *c,
+                         const struct key *k,
+                         const char *v,
+                         const char *what,
+                         char *errmsg)
+{
+    if (strcmp(v, "uv") != 0 && strcmp(v, "tern") != 0) {
+        tern_errmsg_printf(errmsg, "%s: log_store '%s' is not uv or tern", what,
+                           v);
+        return TERN_EINVAL;
+    }
+    *(int *)field_of(c, k) = strcmp(v, "tern") == 0;
+    return 0;
+}
+
 /* int member: enum node_entry_checksum. */
 static int set_entry_checksum(struct node_config *c,
                               const struct key *k,
@@ -1168,6 +1192,8 @@ static const struct key keys[] = {
      NODE__UINT(snapshot_trailing), UINT32_MAX},
     {"raft", "durability", "--durability", set_durability,
      NODE__INT(memory_durability), 0},
+    {"raft", "log_store", "--log-store", set_log_store,
+     NODE__INT(tern_log_store), 0},
     {"raft", "entry_checksum", "--entry-checksum", set_entry_checksum,
      NODE__INT(entry_checksum), 0},
     {"raft", "max_term_jump", "--max-term-jump", set_u64,

@@ -1409,14 +1409,16 @@ static int check_data_dir(struct node *n, char *errmsg)
  * node may have acknowledged (a voter that forgets acknowledged entries
  * can elect a leader without them). Counts those files in dir and copies
  * the greatest name (the newest) into newest (cap bytes, may be NULL). */
-/* Whether raft_uv never wrote its metadata in dir (a new or wiped raft
- * directory). */
-static bool raft_dir_pristine(const char *dir)
+/* Whether the log store never wrote its term in dir (a new or wiped raft
+ * directory): raft_uv's metadata1/2, or for tern's store (which keeps
+ * only raft/meta.c's record) tern-meta1/2. */
+static bool raft_dir_pristine(const char *dir, bool tern_store)
 {
     char path[PATH_MAX];
     struct stat sb;
     for (int k = 1; k <= 2; k++) {
-        int w = snprintf(path, sizeof(path), "%s/metadata%d", dir, k);
+        int w = snprintf(path, sizeof(path), "%s/%s%d", dir,
+                         tern_store ? "tern-meta" : "metadata", k);
         if (w < 0 || (size_t)w >= sizeof(path) || stat(path, &sb) == 0) {
             return false;
         }
@@ -1692,7 +1694,7 @@ static int node_start(struct node *n, char *errmsg)
      * it no longer has. Bootstrapping anew would let it vote with what is
      * left; only a rejoin (join mode, then remove + add) is safe
      * (docs/MEMBERSHIP.md, "Rejoin"). */
-    if (!c->join && raft_dir_pristine(n->raft_dir) &&
+    if (!c->join && raft_dir_pristine(n->raft_dir, c->tern_log_store) &&
         idx_last_applied(n->fsm.idx) > 0) {
         tern_errmsg_printf(errmsg,
                            "the raft log is gone (no raft/metadata1 or 2) "
@@ -1727,6 +1729,7 @@ static int node_start(struct node *n, char *errmsg)
     rc.snapshot_trailing = c->snapshot_trailing;
     rc.durability =
         c->memory_durability ? REPL_DURABILITY_MEMORY : REPL_DURABILITY_DISK;
+    rc.log_store = c->tern_log_store ? REPL_LOG_STORE_TERN : REPL_LOG_STORE_UV;
     rc.max_term_jump = c->max_term_jump;
     rc.join = c->join != 0;
     rc.no_auto_rejoin = c->auto_rejoin == 0;

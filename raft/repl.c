@@ -225,6 +225,9 @@ static void free_repl(struct repl *r)
         tern_free(r->inner);
         tern_free(r->dummy_transport);
     }
+    if (r->own_tlog) {
+        repl_tlog_io_free(r->inner);
+    }
     for (unsigned i = 0; i < r->n_peers; i++) {
         tern_free((void *)r->peers[i].address);
     }
@@ -378,6 +381,22 @@ int repl_new(uv_loop_t *loop,
         return rv;
     }
     repl_install_heap();
+    if (c->log_store == REPL_LOG_STORE_TERN) {
+        rv = repl_tlog_io_new(loop, c->data_dir, &inner, errmsg);
+        if (rv != 0) {
+            return rv;
+        }
+        rv = create(loop, x, c, fsm, state_cb, state_arg, inner, false, NULL,
+                    out, errmsg);
+        if (rv != 0) {
+            repl_tlog_io_free(inner);
+            return rv;
+        }
+        /* tlog_io keeps the term record itself, the only copy. */
+        (*out)->own_tlog = true;
+        (*out)->io.meta_on = false;
+        return 0;
+    }
     d = tern_calloc(1, sizeof *d);
     inner = tern_calloc(1, sizeof *inner);
     if (d == NULL || inner == NULL) {

@@ -402,6 +402,7 @@ struct repl
     struct raft raft;
     struct raft_io *inner; /* disk: raft_uv or a test fake */
     bool own_inner;        /* inner is our raft_uv (free at close) */
+    bool own_tlog;         /* inner is our tlog_io.c (free at close) */
     struct raft_uv_transport *dummy_transport;
     uv_loop_t *loop;
     struct xport *xport;
@@ -680,6 +681,17 @@ void repl_lat_f_post(struct repl *r, uint64_t last);
 void repl_lat_stage(struct repl *r, unsigned stage, uint64_t from, uint64_t to);
 /* The monotonic clock of the samples, 0 if none is set (tests). */
 uint64_t repl_lat_now(struct repl *r);
+
+/* ---- tlog_io.c: the inner io over tern's log store ------------------------
+ */
+
+/* A raft_io over tlog/ in dir (which must exist); freed by
+ * repl_tlog_io_free after its close callback. */
+int repl_tlog_io_new(uv_loop_t *loop,
+                     const char *dir,
+                     struct raft_io **out,
+                     char *errmsg);
+void repl_tlog_io_free(struct raft_io *io);
 
 /* ---- null_transport.c: raft_uv's transport, unused ---------------------- */
 

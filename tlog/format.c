@@ -11,8 +11,7 @@
  *   12     4     header size = 4096
  *   16     8     seq: store-wide segment number (the file is seg-<seq>)
  *   24     4     block size: 512..4096, a power of two
- *   28     4     window: the most bytes in flight at once (a multiple of
- *                the block size, at most 64 MiB)
+ *   28     4     writes in flight at once, at most (1..64)
  *   32     4     tern_checksum32 over bytes [0,32)
  *   36     ...   zeros up to 4096
  *
@@ -27,7 +26,8 @@
  *   4      1     version: 1
  *   5      1     type: 1 command, 2 barrier, 3 configuration change,
  *                255 pad
- *   6      2     flags = 0
+ *   6      2     write: the number of the write that holds the record
+ *                within its segment (1, 2, ...; at most 32767)
  *   8      8     seq of the segment (bytes of an older use of the file
  *                never pass for this one's)
  *   16     8     raft index (pad: 0)
@@ -42,23 +42,26 @@
  *   48     ...   payload, then zeros up to the next multiple of 8
  *
  * Records of a segment hold consecutive raft indexes and stream positions,
- * continuing the previous segment's.
- * Every write ends on a block boundary: when it does not by itself, a
- * pad record (zeros for payload) takes it there, so no block holds bytes
- * of two writes and no write rewrites bytes already acknowledged. A pad
- * needs its 48-byte header: with fewer bytes left in the block it runs
- * through the next block as well.
+ * continuing the previous segment's. Every write ends with a pad record
+ * (zeros for payload) that takes it to a block boundary, so no block
+ * holds bytes of two writes, no write rewrites bytes already
+ * acknowledged, and the pad marks where the write ended. A pad needs its
+ * 48-byte header: with fewer bytes left in the block (or none: the write
+ * ended on a boundary) it runs through the next block as well.
  *
  * TORN TAILS (tlog_seg_scan). Records are in sequence while each decodes,
- * has this seq, the next index and the next stream position. Where that
- * stops (offset o): only zeros after o, or o at the image's end, is a
- * clean end. Otherwise, if no record of this seq decodes at any 8-byte
- * boundary from o + window on, the bytes are what a crash leaves of the
- * writes in flight (they lie within window bytes after the last
- * completed write, and nothing after them was written): torn. A record
- * beyond that means the damage is in bytes already acknowledged: corrupt.
- * Damage inside the last acknowledged write itself looks torn; as with
- * raft_uv, only the checksums of the records before it tell.
+ * has this seq, the next index and the next stream position, and the
+ * write of the record before it (or the next one, after a pad). Where
+ * that stops (offset o): only zeros after o, or o at the image's end, is
+ * a clean end. Otherwise the writes that may have been in flight at a
+ * crash are the one o lies in (the write of the last record in sequence,
+ * or the next one if that record was a pad) and the following ones up to
+ * the header's writes in flight; any of their blocks may have landed or
+ * not. A record of this seq anywhere after o from a later write means a
+ * write after the damage completed: the damage is in acknowledged bytes,
+ * corrupt. Otherwise it is torn: what a crash leaves. Damage inside the
+ * last acknowledged write, with nothing written after it, looks torn; as
+ * with raft_uv, only the checksums of the records before it tell.
  */
 #include <stdio.h>
 #include <string.h>
@@ -101,7 +104,7 @@ void tlog_seg_header_encode(uint8_t *out, const struct tlog_seg_header *h)
     tern_put_u32(out + 12, TLOG_SEG_HEADER_SIZE);
     tern_put_u64(out + 16, h->seq);
     tern_put_u32(out + 24, h->block_size);
-    tern_put_u32(out + 28, h->window);
+    tern_put_u32(out + 28, h->in_flight);
     tern_put_u32(out + TLOG__SEG_FIELDS,
                  tern_checksum32(out, TLOG__SEG_FIELDS));
 }
@@ -135,15 +138,14 @@ int tlog_seg_header_decode(const uint8_t *buf,
     }
     h->seq = tern_get_u64(buf + 16);
     h->block_size = tern_get_u32(buf + 24);
-    h->window = tern_get_u32(buf + 28);
+    h->in_flight = tern_get_u32(buf + 28);
     if (tern_get_u32(buf + 12) != TLOG_SEG_HEADER_SIZE ||
-        !block_ok(h->block_size) || h->window < h->block_size ||
-        h->window > TLOG_WINDOW_MAX || h->window % h->block_size != 0 ||
-        h->seq == 0) {
+        !block_ok(h->block_size) || h->in_flight == 0 ||
+        h->in_flight > TLOG_IN_FLIGHT_MAX || h->seq == 0) {
         tern_errmsg_printf(errmsg,
                            "segment header: bad sizes (header %u, block %u, "
-                           "window %u) or seq 0",
-                           tern_get_u32(buf + 12), h->block_size, h->window);
+                           "writes in flight %u) or seq 0",
+                           tern_get_u32(buf + 12), h->block_size, h->in_flight);
         return TERN_ECORRUPT;
     }
     return 0;
@@ -177,7 +179,7 @@ static void rec_header(uint8_t *out, const struct tlog_rec *r)
     tern_put_u32(out, TLOG__REC_MAGIC);
     out[4] = TLOG__VERSION;
     out[5] = r->type;
-    tern_put_u16(out + 6, 0);
+    tern_put_u16(out + 6, r->write);
     tern_put_u64(out + 8, r->seq);
     tern_put_u64(out + 16, r->index);
     tern_put_u64(out + 24, r->term);
@@ -199,18 +201,20 @@ void tlog_rec_encode(uint8_t *out, const struct tlog_rec *r)
 
 size_t tlog_pad_size(uint64_t off, uint32_t block_size)
 {
-    size_t left = (size_t)(block_size - off % block_size) % block_size;
-    if (left == 0) {
-        return 0;
-    }
+    size_t left = (size_t)(block_size - off % block_size);
     return left >= TLOG_REC_HEADER_SIZE ? left : left + block_size;
 }
 
-void tlog_pad_encode(uint8_t *out, size_t size, uint64_t seq, uint64_t pos)
+void tlog_pad_encode(uint8_t *out,
+                     size_t size,
+                     uint64_t seq,
+                     uint16_t write,
+                     uint64_t pos)
 {
     struct tlog_rec r = {0};
     r.type = TLOG_REC_PAD;
     r.seq = seq;
+    r.write = write;
     r.pos = pos;
     r.len = (uint32_t)(size - TLOG_REC_HEADER_SIZE);
     memset(out + TLOG_REC_HEADER_SIZE, 0, r.len);
@@ -232,9 +236,10 @@ int tlog_rec_decode(const uint8_t *buf,
     size_t size;
     if (len < TLOG_REC_HEADER_SIZE || tern_get_u32(buf) != TLOG__REC_MAGIC ||
         buf[4] != TLOG__VERSION || !type_ok(buf[5]) ||
-        tern_get_u16(buf + 6) != 0) {
+        tern_get_u16(buf + 6) == 0 || tern_get_u16(buf + 6) > TLOG_WRITES_MAX) {
         return TERN_EMALFORMED;
     }
+    r->write = tern_get_u16(buf + 6);
     r->type = buf[5];
     r->seq = tern_get_u64(buf + 8);
     r->index = tern_get_u64(buf + 16);
@@ -280,6 +285,9 @@ static const char *out_of_sequence(const struct tlog_rec *r,
     if (r->seq != s->header.seq) {
         return "a record of another seq";
     }
+    if (r->write != (s->ended ? s->write + 1 : s->write)) {
+        return "a record of another write";
+    }
     if (pos_known && r->pos != s->next_pos) {
         return "a record at another stream position";
     }
@@ -294,18 +302,21 @@ static const char *out_of_sequence(const struct tlog_rec *r,
                : "a record at another index";
 }
 
-/* The first 8-byte boundary at or after from where a record of seq
- * decodes, or 0 if none. */
+/* The first 8-byte boundary after from where a record of seq from a
+ * write after last decodes, or 0 if none. */
 static size_t later_record(const uint8_t *img,
                            size_t len,
                            size_t from,
-                           uint64_t seq)
+                           uint64_t seq,
+                           uint32_t last)
 {
-    for (size_t off = pad8(from); off + TLOG_REC_HEADER_SIZE <= len; off += 8) {
+    for (size_t off = pad8(from + 1); off + TLOG_REC_HEADER_SIZE <= len;
+         off += 8) {
         struct tlog_rec r;
         size_t used;
         if (tern_get_u32(img + off) == TLOG__REC_MAGIC &&
             tern_get_u64(img + off + 8) == seq &&
+            tern_get_u16(img + off + 6) > last &&
             tlog_rec_decode(img + off, len - off, &r, &used) == 0) {
             return off;
         }
@@ -343,6 +354,8 @@ int tlog_seg_scan(const uint8_t *img,
     }
     out->next_index = index;
     out->next_pos = pos;
+    out->write = 0;
+    out->ended = true; /* the first record is of write 1 */
     while (off < len) {
         struct tlog_rec r;
         size_t used;
@@ -357,6 +370,8 @@ int tlog_seg_scan(const uint8_t *img,
             break;
         }
         pos_known = true;
+        out->write = r.write;
+        out->ended = r.type == TLOG_REC_PAD;
         if (r.type != TLOG_REC_PAD) {
             if (out->n_records == 0) {
                 out->first_index = r.index;
@@ -380,8 +395,9 @@ int tlog_seg_scan(const uint8_t *img,
         return 0;
     }
     (void)snprintf(out->why, sizeof out->why, "%s", why);
-    out->later_record =
-        later_record(img, len, off + out->header.window, out->header.seq);
+    out->later_record = later_record(
+        img, len, off, out->header.seq,
+        (out->ended ? out->write + 1 : out->write) + out->header.in_flight - 1);
     out->how = out->later_record != 0 ? TLOG_SCAN_CORRUPT : TLOG_SCAN_TORN;
     return 0;
 }

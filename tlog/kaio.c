@@ -44,23 +44,32 @@ static int sys_io_getevents(aio_context_t ctx,
     return (int)syscall(SYS_io_getevents, ctx, min, max, ev, t);
 }
 
+static int pool_submit(struct tlog__kaio *k, struct tlog__kreq *r);
+
 static void reap(struct tlog__kaio *k)
 {
     struct io_event ev[TLOG__KAIO_DEPTH];
     uint64_t n;
     int got;
-    if (read(k->efd, &n, sizeof n) < 0 && errno != EAGAIN) {
-        return;
-    }
+    (void)!read(k->efd, &n, sizeof n); /* EAGAIN: nothing counted */
     do {
         got = sys_io_getevents(k->ctx, 0, TLOG__KAIO_DEPTH, ev, NULL);
+        if (got < 0 && errno == EINTR) {
+            got = TLOG__KAIO_DEPTH; /* again */
+            continue;
+        }
         for (int i = 0; i < got; i++) {
             struct tlog__kreq *r = (struct tlog__kreq *)(uintptr_t)ev[i].data;
-            int status = ev[i].res < 0                 ? (int)ev[i].res
-                         : (size_t)ev[i].res != r->len ? -EIO
-                                                       : 0;
             k->in_flight--;
-            r->cb(r, status);
+            if (ev[i].res >= 0 && (size_t)ev[i].res < r->len) {
+                /* Short: the rest by pwrite, which says why (ENOSPC). */
+                r->done = (size_t)ev[i].res;
+                if (pool_submit(k, r) != 0) {
+                    r->cb(r, -EIO);
+                }
+                continue;
+            }
+            r->cb(r, ev[i].res < 0 ? (int)ev[i].res : 0);
         }
     } while (got == TLOG__KAIO_DEPTH);
 }
@@ -83,15 +92,18 @@ int tlog__kaio_init(struct tlog__kaio *k, uv_loop_t *loop, bool use_aio)
         return 0; /* the thread pool */
     }
     k->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (k->efd < 0 || uv_poll_init(loop, &k->poll, k->efd) != 0) {
+    if (k->efd < 0) {
         int rv = -errno;
-        if (k->efd >= 0) {
-            (void)close(k->efd);
-        }
+        (void)sys_io_destroy(k->ctx);
+        k->ctx = 0;
+        return rv;
+    }
+    if (uv_poll_init(loop, &k->poll, k->efd) != 0) {
+        (void)close(k->efd);
         (void)sys_io_destroy(k->ctx);
         k->ctx = 0;
         k->efd = -1;
-        return rv != 0 ? rv : -EIO;
+        return -EIO;
     }
     k->poll.data = k;
     k->poll_on = true;
@@ -104,7 +116,7 @@ int tlog__kaio_init(struct tlog__kaio *k, uv_loop_t *loop, bool use_aio)
 static void pool_work(uv_work_t *w)
 {
     struct tlog__kreq *r = w->data;
-    size_t done = 0;
+    size_t done = r->done;
     r->res = 0;
     while (done < r->len) {
         ssize_t n = pwrite(r->fd, (const char *)r->buf + done, r->len - done,
@@ -114,6 +126,10 @@ static void pool_work(uv_work_t *w)
                 continue;
             }
             r->res = -errno;
+            return;
+        }
+        if (n == 0) {
+            r->res = -EIO;
             return;
         }
         done += (size_t)n;
@@ -128,9 +144,20 @@ static void pool_after(uv_work_t *w, int status)
     r->cb(r, status != 0 ? -ECANCELED : r->res);
 }
 
+static int pool_submit(struct tlog__kaio *k, struct tlog__kreq *r)
+{
+    r->work.data = r;
+    if (uv_queue_work(k->loop, &r->work, pool_work, pool_after) != 0) {
+        return -EIO;
+    }
+    k->in_flight++;
+    return 0;
+}
+
 int tlog__kaio_write(struct tlog__kaio *k, struct tlog__kreq *r)
 {
     r->kaio = k;
+    r->done = 0;
     if (k->ctx != 0 && !k->use_pool && r->direct) {
         struct iocb cb;
         struct iocb *list[1] = {&cb};
@@ -149,18 +176,12 @@ int tlog__kaio_write(struct tlog__kaio *k, struct tlog__kreq *r)
             k->in_flight++;
             return 0;
         }
-        if (rv < 0 && errno != EINVAL && errno != EOPNOTSUPP) {
-            return -errno;
+        if (rv < 0 && (errno == EINVAL || errno == EOPNOTSUPP)) {
+            k->use_pool = true; /* no AIO on this file: the pool from now */
         }
-        /* The kernel takes no AIO on this file: the pool from now on. */
-        k->use_pool = true;
+        /* Otherwise (EAGAIN and the like) this write goes by the pool. */
     }
-    r->work.data = r;
-    if (uv_queue_work(k->loop, &r->work, pool_work, pool_after) != 0) {
-        return -EIO;
-    }
-    k->in_flight++;
-    return 0;
+    return pool_submit(k, r);
 }
 
 static void poll_closed(uv_handle_t *h)

@@ -18,12 +18,13 @@
  * One write is in flight at a time (bench/RESULTS.md: more gave nothing
  * on a virtual disk that completes its flushes one by one); what arrives
  * meanwhile joins the open write, which goes out when the one in flight
- * completes, ended by a pad on a block boundary. A write is at most the
- * window (the segment header's W; a single larger record is a write of
- * its own, in a segment sized for it). O_DIRECT | O_DSYNC by Linux AIO
- * from the loop thread (kaio.c): a completion means durable. An append's
- * callback fires when the write holding its last entry completed, in
- * submission order.
+ * completes, ended by a pad on a block boundary. Writes are numbered
+ * within their segment (records carry the number: format.c's torn-tail
+ * rule) and hold at most the window of bytes (tlog_config; a single
+ * larger record is a write of its own, in a segment sized for it).
+ * O_DIRECT | O_DSYNC by Linux AIO from the loop thread (kaio.c): a
+ * completion means durable. An append's callback fires when the write
+ * holding its last entry completed, in submission order.
  *
  * A failed write fails its appends and every later one, queued or not,
  * in order, and the store refuses appends from then on (a hole in a raft
@@ -35,7 +36,18 @@
  * loaded entries from that index on (its stream position must be theirs).
  * If the new segment never got a record (a crash first), the older
  * entries load again: the state before the truncate, which nothing that
- * depended on the truncate (an append after it) made durable.
+ * depended on the truncate (an append after it) made durable. (tlog_forget
+ * may delete a segment a truncate superseded whole before that: what
+ * loads is then a prefix of the state before the truncate. raft truncates
+ * only entries no majority stored, so dropping them is safe.)
+ *
+ * Reset (an install): every segment that exists is void; the caller
+ * records the first valid seq durably (tlog_config.void_below at later
+ * opens) before tlog_forget deletes them.
+ *
+ * Deletions (tlog_forget) run one at a time, oldest first, each file
+ * unlinked and the directory synced before the next: a crash between two
+ * leaves no gap.
  *
  * Loading (tlog_open): segments in seq order, each scanned (format.c)
  * with where the previous ended. Entries continue (index and stream
@@ -43,8 +55,10 @@
  * holds records may end torn (a crash during its last write): it is
  * shortened to its last whole record and synced, so that it is clean
  * when it is no longer the last. A torn or damaged tail anywhere else is
- * TERN_ECORRUPT. Prepared segments without records are deleted. Appends
- * after an open always start a new segment.
+ * TERN_ECORRUPT. Prepared segments without records are deleted, except
+ * the newest, kept as the spare. Nothing is cut or deleted before the
+ * whole load succeeded, and a file with bytes is never deleted for being
+ * unreadable. Appends after an open always start a new segment.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -63,6 +77,7 @@
 #define TLOG__DEFAULT_WINDOW  ((uint32_t)1 << 20)
 #define TLOG__ZERO_CHUNK      ((size_t)1 << 20)
 #define TLOG__NAME_MAX        32
+#define TLOG__IN_FLIGHT       1u /* writes in flight (bench/RESULTS.md) */
 
 enum seg_state {
     SEG_PREPARING, /* on the thread pool */
@@ -79,14 +94,15 @@ struct seg
     uint64_t first_index; /* 0: no record placed yet */
     uint64_t last_index;  /* of the records it holds, after truncates */
     uint64_t placed;      /* bytes placed: header + writes */
+    uint32_t writes;      /* writes placed: the last one's number */
     enum seg_state state;
     int fd;
     bool direct;
-    bool deleting;
+    bool is_void; /* tlog_reset: deleted by the next forget */
     /* preparation */
     uv_work_t work;
     struct tlog_store *store;
-    uint32_t block_size, window;
+    uint32_t block_size;
     int status;
 };
 
@@ -106,6 +122,7 @@ struct write
     uint8_t *buf;
     size_t len, cap;
     uint64_t off;          /* in seg */
+    uint16_t num;          /* its number in seg (records carry it) */
     struct tern_list apps; /* appends whose last entry is in it */
     bool sealed, submitted, done;
     int status;
@@ -122,7 +139,9 @@ struct tlog_store
     struct tern_list segs;
     struct tern_list writes;
     struct write *open; /* last of writes, taking records; NULL: none */
+    struct seg *cur;    /* the segment writes are placed in (NULL: none) */
     uint64_t next_seq;
+    uint64_t void_below; /* tlog_config's */
     uint64_t next_index; /* 0: not started */
     uint64_t next_pos;
     bool roll; /* the next write starts a new segment (open, truncate) */
@@ -134,8 +153,10 @@ struct tlog_store
     uv_idle_t retire_idle;
     void (*close_cb)(void *arg);
     void *close_arg;
-    unsigned preparing; /* preparations on the pool */
-    unsigned deleting;  /* deletions on the pool */
+    unsigned preparing;    /* preparations on the pool */
+    unsigned deleting;     /* segments on dels */
+    bool del_running;      /* the head of dels is being deleted */
+    struct tern_list dels; /* segments to delete, oldest first */
     /* Stream position before each index from pos_base on: truncate
      * rewinds to it. */
     uint64_t *pos_of;
@@ -234,12 +255,11 @@ static int prepare_file(int dir_fd,
                         uint64_t seq,
                         uint64_t size,
                         uint32_t block_size,
-                        uint32_t window,
                         int *fd_out,
                         bool *direct)
 {
     char prep[TLOG__NAME_MAX], name[TLOG__NAME_MAX];
-    struct tlog_seg_header h = {seq, block_size, window};
+    struct tlog_seg_header h = {seq, block_size, TLOG__IN_FLIGHT};
     uint8_t *buf = NULL;
     uint64_t at = 0;
     int fd, rv = 0;
@@ -255,9 +275,9 @@ static int prepare_file(int dir_fd,
         rv = -ENOMEM;
         goto out;
     }
-    if (posix_fallocate(fd, 0, (off_t)size) != 0) {
-        /* posix_fallocate returns the error; ENOSPC mostly. */
-        rv = -ENOSPC;
+    rv = posix_fallocate(fd, 0, (off_t)size); /* returns the error */
+    if (rv != 0) {
+        rv = -rv;
         goto out;
     }
     memset(buf, 0, TLOG__ZERO_CHUNK);
@@ -279,10 +299,15 @@ static int prepare_file(int dir_fd,
         at += (uint64_t)w;
     }
     tlog_seg_header_encode(buf, &h);
-    if (pwrite(fd, buf, TLOG_SEG_HEADER_SIZE, 0) !=
-            (ssize_t)TLOG_SEG_HEADER_SIZE ||
-        fdatasync(fd) != 0) {
-        rv = errno != 0 ? -errno : -EIO;
+    {
+        ssize_t w = pwrite(fd, buf, TLOG_SEG_HEADER_SIZE, 0);
+        if (w != (ssize_t)TLOG_SEG_HEADER_SIZE) {
+            rv = w < 0 ? -errno : -EIO;
+            goto out;
+        }
+    }
+    if (fdatasync(fd) != 0) {
+        rv = -errno;
         goto out;
     }
     if (renameat(dir_fd, prep, dir_fd, name) != 0) {
@@ -315,7 +340,7 @@ static void prep_work(uv_work_t *w)
 {
     struct seg *g = w->data;
     g->status = prepare_file(g->store->dir_fd, g->seq, g->size, g->block_size,
-                             g->window, &g->fd, &g->direct);
+                             &g->fd, &g->direct);
 }
 
 static void prep_after(uv_work_t *w, int status)
@@ -349,7 +374,6 @@ static struct seg *seg_new(struct tlog_store *s, uint64_t size)
     g->fd = -1;
     g->store = s;
     g->block_size = s->block_size;
-    g->window = s->window;
     g->work.data = g;
     tern_list_push(&s->segs, &g->link);
     if (uv_queue_work(s->loop, &g->work, prep_work, prep_after) != 0) {
@@ -370,7 +394,8 @@ static struct seg *spare(struct tlog_store *s)
     }
     g = TERN_CONTAINER(s->segs.prev, struct seg, link);
     return g->first_index == 0 && g->placed == TLOG_SEG_HEADER_SIZE &&
-                   g->state != SEG_LOADED && g->state != SEG_FAILED
+                   g->state != SEG_LOADED && g->state != SEG_FAILED &&
+                   !g->is_void
                ? g
                : NULL;
 }
@@ -394,10 +419,10 @@ static struct write *write_new(struct tlog_store *s, size_t need)
     if (w == NULL) {
         return NULL;
     }
-    if (!s->roll && !tern_list_empty(&s->segs)) {
-        g = TERN_CONTAINER(s->segs.prev, struct seg, link);
-        if (g->state == SEG_LOADED || g->state == SEG_FAILED ||
-            g->placed + room > g->size) {
+    if (!s->roll && s->cur != NULL) {
+        g = s->cur;
+        if (g->state == SEG_LOADED || g->state == SEG_FAILED || g->is_void ||
+            g->placed + room > g->size || g->writes >= TLOG_WRITES_MAX) {
             g = NULL;
         }
     }
@@ -419,6 +444,7 @@ static struct write *write_new(struct tlog_store *s, size_t need)
             }
         }
         s->roll = false;
+        s->cur = g;
     }
     w->cap = need > 65536 ? need + s->block_size * 2 : 65536;
     w->buf = aligned(w->cap);
@@ -429,6 +455,7 @@ static struct write *write_new(struct tlog_store *s, size_t need)
     w->store = s;
     w->seg = g;
     w->off = g->placed;
+    w->num = (uint16_t)++g->writes;
     tern_list_init(&w->apps);
     tern_list_push(&s->writes, &w->link);
     s->open = w;
@@ -468,10 +495,8 @@ static void seal(struct tlog_store *s)
         return;
     }
     pad = tlog_pad_size(w->len, w->seg->block_size);
-    if (pad > 0) {
-        tlog_pad_encode(w->buf + w->len, pad, w->seg->seq, s->next_pos);
-        w->len += pad;
-    }
+    tlog_pad_encode(w->buf + w->len, pad, w->seg->seq, w->num, s->next_pos);
+    w->len += pad;
     w->seg->placed = w->off + w->len;
     w->sealed = true;
     s->open = NULL;
@@ -503,6 +528,8 @@ static void retire(struct tlog_store *s)
     }
     if (s->failed != 0) {
         fail_all(s, s->failed);
+    } else if (s->closing && !s->in_flight) {
+        fail_all(s, -ECANCELED); /* after the write in flight, in order */
     }
     pump(s);
     maybe_closed(s);
@@ -561,7 +588,8 @@ static void pump(struct tlog_store *s)
 {
     struct write *w;
     int rv;
-    if (s->in_flight || s->failed != 0 || tern_list_empty(&s->writes)) {
+    if (s->in_flight || s->failed != 0 || s->closing ||
+        tern_list_empty(&s->writes)) {
         return;
     }
     w = TERN_CONTAINER(s->writes.next, struct write, link);
@@ -572,8 +600,9 @@ static void pump(struct tlog_store *s)
         return; /* prep_after pumps */
     }
     if (w->seg->state == SEG_FAILED) {
+        /* From the loop, never inside tlog_append. */
         s->failed = w->seg->status != 0 ? w->seg->status : -EIO;
-        fail_all(s, s->failed);
+        uv_idle_start(&s->retire_idle, retire_idle);
         return;
     }
     if (!w->sealed) {
@@ -645,9 +674,11 @@ int tlog_append(struct tlog_store *s,
              * core gets the failure and the replica stops). */
             tern_free(a);
             s->failed = -ENOMEM;
+            uv_idle_start(&s->retire_idle, retire_idle);
             return -ENOMEM;
         }
         r.type = entries[i].type;
+        r.write = w->num;
         r.seq = w->seg->seq;
         r.index = s->next_index;
         r.term = entries[i].term;
@@ -694,6 +725,20 @@ int tlog_truncate(struct tlog_store *s, uint64_t index)
     return 0;
 }
 
+uint64_t tlog_reset(struct tlog_store *s, uint64_t index, uint64_t pos)
+{
+    struct tern_list *e;
+    seal(s);
+    for (e = s->segs.next; e != &s->segs; e = e->next) {
+        TERN_CONTAINER(e, struct seg, link)->is_void = true;
+    }
+    s->roll = true;
+    s->next_index = index;
+    s->next_pos = pos;
+    s->pos_n = 0;
+    return s->next_seq;
+}
+
 int tlog_start_at(struct tlog_store *s, uint64_t index, uint64_t pos)
 {
     if (s->next_index != 0 || index == 0) {
@@ -728,6 +773,9 @@ void tlog_get_stats(const struct tlog_store *s, struct tlog_stats *out)
 /* ---- forgetting ------------------------------------------------------------
  */
 
+/* Deletions run one at a time, oldest first (s->dels), each file
+ * unlinked and the directory synced before the next: a crash between two
+ * leaves the log without a gap. */
 struct del
 {
     uv_work_t work;
@@ -749,16 +797,41 @@ static void del_work(uv_work_t *w)
     }
 }
 
+static void del_next(struct tlog_store *s);
+
 static void del_after(uv_work_t *w, int status)
 {
     struct del *d = w->data;
     struct tlog_store *s = d->s;
     (void)status;
+    tern_list_remove(&d->g->link);
     s->deleting--;
+    s->del_running = false;
     s->stats.deleted++;
     tern_free(d->g);
     tern_free(d);
+    del_next(s);
     maybe_closed(s);
+}
+
+static void del_next(struct tlog_store *s)
+{
+    struct del *d;
+    if (s->del_running || tern_list_empty(&s->dels)) {
+        return;
+    }
+    d = tern_calloc(1, sizeof *d);
+    if (d == NULL) {
+        return; /* the next forget or completion tries again */
+    }
+    d->s = s;
+    d->g = TERN_CONTAINER(s->dels.next, struct seg, link);
+    d->work.data = d;
+    if (uv_queue_work(s->loop, &d->work, del_work, del_after) != 0) {
+        tern_free(d);
+        return;
+    }
+    s->del_running = true;
 }
 
 /* Whether a write still targets g. */
@@ -777,12 +850,15 @@ void tlog_forget(struct tlog_store *s, uint64_t index)
 {
     struct seg *newest = NULL;
     struct tern_list *e;
+    if (s->closing) {
+        return;
+    }
     pos_forget(s, index);
     /* The newest segment that took records stays, with all after it: the
      * log goes on from there. */
     for (e = s->segs.prev; e != &s->segs; e = e->prev) {
         struct seg *g = TERN_CONTAINER(e, struct seg, link);
-        if (g->first_index != 0) {
+        if (g->first_index != 0 && !g->is_void) {
             newest = g;
             break;
         }
@@ -790,31 +866,24 @@ void tlog_forget(struct tlog_store *s, uint64_t index)
     e = s->segs.next;
     while (e != &s->segs) {
         struct seg *g = TERN_CONTAINER(e, struct seg, link);
-        struct del *d;
         if (g == newest) {
             break;
         }
         e = e->next;
-        /* Whole segments below index (a superseded one holds nothing:
-         * last_index 0) that no write targets. */
-        if (g->state == SEG_PREPARING || g->first_index == 0 ||
-            g->last_index >= index || seg_busy(s, g)) {
+        /* Void segments, and whole segments below index (a superseded
+         * one holds nothing: last_index 0), that no write targets. */
+        if (g->state == SEG_PREPARING || seg_busy(s, g) ||
+            (!g->is_void && (g->first_index == 0 || g->last_index >= index))) {
             continue;
         }
-        d = tern_calloc(1, sizeof *d);
-        if (d == NULL) {
-            return; /* the next forget tries again */
+        tern_list_remove(&g->link);
+        tern_list_push(&s->dels, &g->link);
+        if (s->cur == g) {
+            s->cur = NULL;
         }
-        d->s = s;
-        d->g = g;
-        d->work.data = d;
-        if (uv_queue_work(s->loop, &d->work, del_work, del_after) != 0) {
-            tern_free(d);
-            return;
-        }
-        tern_list_remove(&g->link); /* the worker reads only fd and seq */
         s->deleting++;
     }
+    del_next(s);
 }
 
 /* ---- closing ----------------------------------------------------------------
@@ -822,6 +891,11 @@ void tlog_forget(struct tlog_store *s, uint64_t index)
 
 static void store_free(struct tlog_store *s)
 {
+    while (!tern_list_empty(&s->writes)) { /* only after a failed open */
+        struct write *w = TERN_CONTAINER(s->writes.next, struct write, link);
+        tern_list_remove(&w->link);
+        write_free(w);
+    }
     while (!tern_list_empty(&s->segs)) {
         struct seg *g = TERN_CONTAINER(s->segs.next, struct seg, link);
         tern_list_remove(&g->link);
@@ -864,7 +938,7 @@ static void kaio_closed(void *arg)
 static void maybe_closed(struct tlog_store *s)
 {
     if (!s->closing || s->close_started || s->in_flight || s->preparing > 0 ||
-        s->deleting > 0) {
+        s->deleting > 0 || !tern_list_empty(&s->writes)) {
         return;
     }
     s->close_started = true;
@@ -879,8 +953,9 @@ void tlog_close(struct tlog_store *s, void (*cb)(void *arg), void *arg)
     s->close_cb = cb;
     s->close_arg = arg;
     s->open = NULL;
-    fail_all(s, -ECANCELED); /* the write in flight completes */
-    maybe_closed(s);
+    /* With a write in flight its appends complete first (retire cancels
+     * the rest after it); from the loop, not inside this call. */
+    uv_idle_start(&s->retire_idle, retire_idle);
 }
 
 /* ---- loading ----------------------------------------------------------------
@@ -1053,7 +1128,8 @@ static int load(struct tlog_store *s, struct tlog_loaded *l, char *errmsg)
     size_t n_seqs = 0;
     uint64_t torn_seq = 0; /* a torn segment (0: none) */
     size_t torn_end = 0;
-    bool torn_cut = false; /* it holds records: shorten it */
+    bool torn_cut = false; /* shorten it to torn_end */
+    bool *drop = NULL;     /* per seq: unlink once the load succeeded */
     int rv;
 
     memset(l, 0, sizeof *l);
@@ -1062,7 +1138,8 @@ static int load(struct tlog_store *s, struct tlog_loaded *l, char *errmsg)
         return rv;
     }
     l->images = tern_calloc(n_seqs > 0 ? n_seqs : 1, sizeof *l->images);
-    if (l->images == NULL) {
+    drop = tern_calloc(n_seqs > 0 ? n_seqs : 1, sizeof *drop);
+    if (l->images == NULL || drop == NULL) {
         rv = -ENOMEM;
         goto out;
     }
@@ -1075,6 +1152,10 @@ static int load(struct tlog_store *s, struct tlog_loaded *l, char *errmsg)
 
         seg_name(name, "seg", seqs[k]);
         s->next_seq = seqs[k] + 1;
+        if (seqs[k] < s->void_below) {
+            drop[k] = true; /* voided by an install */
+            continue;
+        }
         rv = read_file(s->dir_fd, name, &img, &len);
         if (rv != 0) {
             tern_errmsg_printf(errmsg, "tlog: read %s/%s: %s", s->dir, name,
@@ -1106,7 +1187,7 @@ static int load(struct tlog_store *s, struct tlog_loaded *l, char *errmsg)
         }
         if (sc.n_records == 0 && sc.how == TLOG_SCAN_CLEAN && k == n_seqs - 1 &&
             len == s->segment_bytes && sc.header.block_size == s->block_size &&
-            sc.header.window == s->window) {
+            sc.header.in_flight == TLOG__IN_FLIGHT) {
             /* The spare prepared before the stop: kept. */
             l->images[--l->n_images] = NULL;
             tern_free(img);
@@ -1121,7 +1202,6 @@ static int load(struct tlog_store *s, struct tlog_loaded *l, char *errmsg)
             g->state = SEG_READY;
             g->store = s;
             g->block_size = s->block_size;
-            g->window = s->window;
             g->fd = open_for_writes(s->dir_fd, name, &g->direct);
             if (g->fd < 0) {
                 rv = g->fd;
@@ -1134,16 +1214,18 @@ static int load(struct tlog_store *s, struct tlog_loaded *l, char *errmsg)
             continue;
         }
         if (sc.n_records == 0) {
-            /* A spare, or a segment whose first write never landed:
-             * deleted (a torn one must still be the last). */
+            /* A spare, or a segment whose first write never landed
+             * (torn: it must be the last; cut to its header, not
+             * deleted): clean ones are deleted. */
             if (sc.how == TLOG_SCAN_TORN) {
                 torn_seq = seqs[k];
                 torn_end = sc.end;
-                torn_cut = false;
+                torn_cut = true;
+            } else {
+                drop[k] = true;
             }
             l->images[--l->n_images] = NULL;
             tern_free(img);
-            (void)unlinkat(s->dir_fd, name, 0);
             continue;
         }
         if (sc.how == TLOG_SCAN_TORN) {
@@ -1217,18 +1299,8 @@ static int load(struct tlog_store *s, struct tlog_loaded *l, char *errmsg)
         g->store = s;
         tern_list_push(&s->segs, &g->link);
     }
-    if (torn_cut) {
-        rv = cut_tail(s->dir_fd, torn_seq, torn_end);
-        if (rv != 0) {
-            tern_errmsg_printf(
-                errmsg, "tlog: cut the torn tail of %s/seg-%020" PRIu64 ": %s",
-                s->dir, torn_seq, tern_strerror(rv));
-            goto out;
-        }
-        l->torn = 1;
-    }
-    if (n_seqs > 0) {
-        (void)sync_dir(s->dir_fd); /* the deleted spares */
+    if (s->next_seq < s->void_below) {
+        s->next_seq = s->void_below; /* new segments must stay valid */
     }
     if (l->n > 0) {
         const struct tlog_entry *last = &l->entries[l->n - 1];
@@ -1244,7 +1316,29 @@ static int load(struct tlog_store *s, struct tlog_loaded *l, char *errmsg)
         s->next_index = l->next_index;
         s->next_pos = l->next_pos;
     }
+    /* The whole load stands: now the files change. */
+    if (torn_cut) {
+        rv = cut_tail(s->dir_fd, torn_seq, torn_end);
+        if (rv != 0) {
+            tern_errmsg_printf(
+                errmsg, "tlog: cut the torn tail of %s/seg-%020" PRIu64 ": %s",
+                s->dir, torn_seq, tern_strerror(rv));
+            goto out;
+        }
+        l->torn = 1;
+    }
+    for (size_t k = 0; k < n_seqs; k++) {
+        if (drop[k]) {
+            char name[TLOG__NAME_MAX];
+            seg_name(name, "seg", seqs[k]);
+            (void)unlinkat(s->dir_fd, name, 0);
+        }
+    }
+    if (n_seqs > 0) {
+        (void)sync_dir(s->dir_fd);
+    }
 out:
+    tern_free(drop);
     tern_free(ld.pos);
     tern_free(seqs);
     if (rv != 0) {
@@ -1277,9 +1371,11 @@ int tlog_open(uv_loop_t *loop,
     s->block_size = c->block_size ? c->block_size : TLOG__DEFAULT_BLOCK;
     s->window = c->window ? c->window : TLOG__DEFAULT_WINDOW;
     s->next_seq = 1;
+    s->void_below = c->void_below;
     s->roll = true;
     tern_list_init(&s->segs);
     tern_list_init(&s->writes);
+    tern_list_init(&s->dels);
     if (s->block_size < TLOG_BLOCK_MIN || s->block_size > TLOG_BLOCK_MAX ||
         (s->block_size & (s->block_size - 1)) != 0 ||
         s->window < s->block_size || s->window > TLOG_WINDOW_MAX ||
@@ -1327,5 +1423,100 @@ int tlog_open(uv_loop_t *loop,
 
 err:
     store_free(s);
+    return rv;
+}
+
+/* ---- bootstrap ------------------------------------------------------------
+ */
+
+int tlog_bootstrap(const struct tlog_config *c,
+                   uint64_t index,
+                   uint64_t pos,
+                   const struct tlog_entry *entries,
+                   unsigned n,
+                   char *errmsg)
+{
+    struct tlog_store probe;
+    uint64_t *seqs = NULL;
+    size_t n_seqs = 0, len = 0, cap = 0;
+    uint32_t block = c->block_size ? c->block_size : TLOG__DEFAULT_BLOCK;
+    uint64_t size = c->segment_bytes ? c->segment_bytes : TLOG__DEFAULT_SEGMENT;
+    uint64_t seq = c->void_below > 0 ? c->void_below : 1;
+    uint8_t *buf = NULL;
+    bool direct = false;
+    int fd = -1, rv;
+
+    memset(&probe, 0, sizeof probe);
+    probe.dir = (char *)c->dir;
+    if (mkdir(c->dir, 0700) != 0 && errno != EEXIST) {
+        rv = -errno;
+        tern_errmsg_printf(errmsg, "tlog: mkdir %s: %s", c->dir,
+                           tern_strerror(rv));
+        return rv;
+    }
+    probe.dir_fd = open(c->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (probe.dir_fd < 0) {
+        rv = -errno;
+        tern_errmsg_printf(errmsg, "tlog: open %s: %s", c->dir,
+                           tern_strerror(rv));
+        return rv;
+    }
+    rv = list_dir(&probe, &seqs, &n_seqs, errmsg);
+    if (rv == 0 && n_seqs > 0) {
+        tern_errmsg_printf(errmsg, "tlog: %s holds segments", c->dir);
+        rv = -EEXIST;
+    }
+    tern_free(seqs);
+    if (rv != 0) {
+        goto out;
+    }
+    for (unsigned i = 0; i < n; i++) {
+        cap += tlog_rec_size(entries[i].len);
+    }
+    cap += 2 * (size_t)block;
+    if (TLOG_SEG_HEADER_SIZE + cap > size) {
+        size = (TLOG_SEG_HEADER_SIZE + cap + block - 1) / block * block;
+    }
+    buf = aligned(cap);
+    if (buf == NULL) {
+        rv = -ENOMEM;
+        goto out;
+    }
+    for (unsigned i = 0; i < n; i++) {
+        struct tlog_rec r;
+        r.type = entries[i].type;
+        r.write = 1;
+        r.seq = seq;
+        r.index = index + i;
+        r.term = entries[i].term;
+        r.pos = pos;
+        r.len = entries[i].len;
+        r.payload = entries[i].payload;
+        tlog_rec_encode(buf + len, &r);
+        len += tlog_rec_size(r.len);
+        pos = tlog_rec_pos_after(&r);
+    }
+    tlog_pad_encode(buf + len, tlog_pad_size(len, block), seq, 1, pos);
+    len += tlog_pad_size(len, block);
+    rv = prepare_file(probe.dir_fd, seq, size, block, &fd, &direct);
+    if (rv != 0) {
+        tern_errmsg_printf(errmsg, "tlog: prepare a segment in %s: %s", c->dir,
+                           tern_strerror(rv));
+        goto out;
+    }
+    {
+        ssize_t w = pwrite(fd, buf, len, TLOG_SEG_HEADER_SIZE);
+        rv = w == (ssize_t)len ? 0 : w < 0 ? -errno : -EIO;
+    }
+    if (rv != 0) {
+        tern_errmsg_printf(errmsg, "tlog: write %s: %s", c->dir,
+                           tern_strerror(rv));
+    }
+out:
+    if (fd >= 0) {
+        (void)close(fd);
+    }
+    free(buf);
+    (void)close(probe.dir_fd);
     return rv;
 }

@@ -32,6 +32,7 @@ struct tlog__kreq
     size_t len;
     uint64_t off;
     bool direct; /* fd is O_DIRECT: AIO may take it */
+    size_t done; /* bytes already written (a short AIO write) */
     int res;
     void (*cb)(struct tlog__kreq *r, int status);
 };

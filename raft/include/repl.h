@@ -158,6 +158,11 @@ enum repl_meta_load {
                                 between the two writes): completed */
 };
 
+/* Where a replica keeps its raft log (DATA_DIR/raft): libraft's raft_uv,
+ * or tern's own store (tlog/, docs/LOGSTORE.md; raft/tlog_io.c). A data
+ * directory stays with the store that created it. */
+enum repl_log_store { REPL_LOG_STORE_UV = 0, REPL_LOG_STORE_TERN = 1 };
+
 struct repl_config
 {
     uint64_t id;
@@ -195,6 +200,7 @@ struct repl_config
                                           (REPL_TERM_MAX above); default
                                           (0) REPL_DEFAULT_MAX_TERM_JUMP;
                                           UINT64_MAX: no jump bound */
+    enum repl_log_store log_store;     /* default (0) REPL_LOG_STORE_UV */
     bool no_peer_down;                 /* ignore the xport's peer-down
                                           signal (raft/lost.c): a
                                           follower waits out its election

@@ -1,12 +1,13 @@
 /* libFuzzer target: the decoders of tlog/format.c that read a segment from
  * disk. The first input byte picks: the segment header decoder, the
  * record decoder, or the scan over a segment image whose header is made
- * from the next 9 input bytes (seq, block size, window, where the previous
- * segment ended) and whose records are the rest of the input. The scan's result
- * must be consistent (its end, counts and offsets inside the image, a corrupt
- * verdict backed by a record beyond the window), and each record it hands out
- * must re-encode to the bytes it came from (checksum excepted: fuzz builds
- * define FUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION and skip checksum checks). */
+ * from the next 9 input bytes (seq, block size, writes in flight, where the
+ * previous segment ended) and whose records are the rest of the input. The
+ * scan's result must be consistent (its end, counts and offsets inside the
+ * image, a corrupt verdict backed by a record of a later write), and each
+ * record it hands out must re-encode to the bytes it came from (checksum
+ * excepted: fuzz builds define FUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION and
+ * skip checksum checks). */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -69,7 +70,7 @@ static void scan(const uint8_t *p, size_t n)
     uint64_t pos = index == 0 ? 0 : p[5];
     h.seq = 1 + p[0] % 4;
     h.block_size = blocks[p[3] % 4];
-    h.window = h.block_size * (1 + p[4] % 16);
+    h.in_flight = 1 + p[4] % 4;
     p += 9;
     n -= 9;
     len = TLOG_SEG_HEADER_SIZE + n;
@@ -89,7 +90,7 @@ static void scan(const uint8_t *p, size_t n)
         s.end < TLOG_SEG_HEADER_SIZE || s.end > len ||
         (s.n_records > 0 && c.last_off >= s.end) ||
         (s.how == TLOG_SCAN_CORRUPT &&
-         (s.later_record < s.end + h.window || s.later_record >= len)) ||
+         (s.later_record <= s.end || s.later_record >= len)) ||
         (s.how != TLOG_SCAN_CORRUPT && s.later_record != 0) ||
         (s.how == TLOG_SCAN_CLEAN && s.why[0] != '\0')) {
         abort();

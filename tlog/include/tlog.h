@@ -28,9 +28,11 @@
  * those of the commit log rebuilt from the store (LOGSTORE.md §4). */
 #define TLOG_STREAM_RECORD_HEADER 24u
 /* Block sizes a segment may declare, and the most bytes in flight. */
-#define TLOG_BLOCK_MIN  512u
-#define TLOG_BLOCK_MAX  4096u
-#define TLOG_WINDOW_MAX ((uint32_t)64 << 20)
+#define TLOG_BLOCK_MIN     512u
+#define TLOG_BLOCK_MAX     4096u
+#define TLOG_WINDOW_MAX    ((uint32_t)64 << 20) /* bytes of one write */
+#define TLOG_IN_FLIGHT_MAX 64u    /* writes in flight a header may declare */
+#define TLOG_WRITES_MAX    32767u /* writes in one segment */
 
 /* Record types: the raft entry types (libraft's values, which raft/ maps),
  * and the pad that fills a write up to its last block's end. */
@@ -48,7 +50,7 @@ struct tlog_seg_header
 {
     uint64_t seq;        /* store-wide segment number; names the file */
     uint32_t block_size; /* writes start and end on these boundaries */
-    uint32_t window;     /* the most bytes in flight at once */
+    uint32_t in_flight;  /* writes in flight at once, at most */
 };
 
 /* Encode h into out (TLOG_SEG_HEADER_SIZE bytes, zeros after the fields). */
@@ -65,8 +67,9 @@ int tlog_seg_header_decode(const uint8_t *buf,
  * decode: into the decoded buffer). A pad's payload is its zeros. */
 struct tlog_rec
 {
-    uint8_t type; /* enum tlog_rec_type */
-    uint64_t seq; /* its segment's seq */
+    uint8_t type;   /* enum tlog_rec_type */
+    uint16_t write; /* its write's number in the segment (1..) */
+    uint64_t seq;   /* its segment's seq */
     uint64_t index;
     uint64_t term;
     uint64_t pos; /* stream position before the record */
@@ -82,15 +85,19 @@ size_t tlog_rec_size(uint32_t len);
 uint64_t tlog_rec_pos_after(const struct tlog_rec *r);
 /* Encode r into out (tlog_rec_size(r->len) bytes). */
 void tlog_rec_encode(uint8_t *out, const struct tlog_rec *r);
-/* Size of the pad record that takes a write ending at segment offset off
- * to a block boundary: 0 when off is on one; at least a header, so when
- * fewer than TLOG_REC_HEADER_SIZE bytes are left the pad runs through the
- * next block too. */
+/* Size of the pad record that ends a write ending at segment offset off
+ * on a block boundary: every write ends with one (it marks the end); at
+ * least a header, so when fewer than TLOG_REC_HEADER_SIZE bytes are left
+ * (or none) the pad runs through the next block too. */
 size_t tlog_pad_size(uint64_t off, uint32_t block_size);
-/* Encode a pad of size bytes (tlog_pad_size's, > 0) into out. */
-void tlog_pad_encode(uint8_t *out, size_t size, uint64_t seq, uint64_t pos);
+/* Encode a pad of size bytes (tlog_pad_size's) into out. */
+void tlog_pad_encode(uint8_t *out,
+                     size_t size,
+                     uint64_t seq,
+                     uint16_t write,
+                     uint64_t pos);
 /* Decode the record at buf (len bytes left in the image): 0 and *used, or
- * TERN_EMALFORMED (short, bad magic, version, flags, type, length) or
+ * TERN_EMALFORMED (short, bad magic, version, write, type, length) or
  * TERN_ECORRUPT (checksum). Checks nothing against other records. */
 int tlog_rec_decode(const uint8_t *buf,
                     size_t len,
@@ -102,10 +109,10 @@ enum tlog_scan_end {
     /* At the image's end, or only zeros after the last record. */
     TLOG_SCAN_CLEAN,
     /* Bytes after the last record that are no record of the sequence, and
-     * no record of this segment at or beyond end + window: what a write
-     * in flight at a crash leaves. The records before end stand. */
+     * no record of this segment from a write after those that may have
+     * been in flight: what a crash leaves. The records before end stand. */
     TLOG_SCAN_TORN,
-    /* A record of this segment lies at or beyond end + window
+    /* A record of this segment from a later write lies after end
      * (later_record): the damage at end is in acknowledged bytes. */
     TLOG_SCAN_CORRUPT
 };
@@ -119,6 +126,8 @@ struct tlog_scan
     uint64_t next_pos;
     uint64_t n_records; /* records in sequence, pads not counted */
     size_t end;         /* offset after the last record in sequence */
+    uint32_t write;     /* the write of the last record in sequence */
+    bool ended;         /* that record was a pad: its write ended */
     enum tlog_scan_end how;
     size_t later_record; /* TLOG_SCAN_CORRUPT: the offset of that record */
     char why[96];        /* not CLEAN: what stopped the scan at end */
@@ -156,8 +165,11 @@ struct tlog_config
     uint64_t segment_bytes; /* a segment file's size (a larger record gets a
                                larger file); default 8 MiB */
     uint32_t block_size;    /* default 4096 */
-    uint32_t window;        /* the most bytes of one write; default 1 MiB */
+    uint32_t window;        /* the most bytes of one write (one larger
+                               record excepted); default 1 MiB */
     bool no_aio;            /* writes through the thread pool only */
+    uint64_t void_below;    /* segments of a lower seq are void: deleted at
+                               open, unread (tlog_reset); 0: none */
 };
 
 /* One entry. Appends: payload is the caller's, read during the call.
@@ -201,6 +213,23 @@ int tlog_open(uv_loop_t *loop,
 /* Where the appends of an empty store start (its first index and stream
  * position); TERN_EINVAL once anything was appended or loaded. */
 int tlog_start_at(struct tlog_store *s, uint64_t index, uint64_t pos);
+
+/* Write the first entries of a store that has no segment, synchronously
+ * (durable on return), without opening it: a raft bootstrap. 0,
+ * -EEXIST (segments exist) or a negative code, with errmsg. */
+int tlog_bootstrap(const struct tlog_config *c,
+                   uint64_t index,
+                   uint64_t pos,
+                   const struct tlog_entry *entries,
+                   unsigned n,
+                   char *errmsg);
+
+/* Void every segment that exists now (an install replaces the log): the
+ * appends submitted before still complete, later ones start at index and
+ * pos in new segments. Returns the first seq that stays valid: what the
+ * caller records durably (its tlog_config.void_below for later opens)
+ * before tlog_forget deletes the void segments. */
+uint64_t tlog_reset(struct tlog_store *s, uint64_t index, uint64_t pos);
 uint64_t tlog_next_index(const struct tlog_store *s);
 uint64_t tlog_next_pos(const struct tlog_store *s);
 
@@ -224,8 +253,9 @@ int tlog_append(struct tlog_store *s,
  * on). 0 or TERN_EINVAL. */
 int tlog_truncate(struct tlog_store *s, uint64_t index);
 
-/* Forget the entries below index: segments holding only such entries are
- * deleted (off the loop thread). */
+/* Forget the entries below index: segments holding only such entries, and
+ * void ones, are deleted (off the loop thread) unless a write still
+ * targets them. */
 void tlog_forget(struct tlog_store *s, uint64_t index);
 
 /* Stats for tests and metrics. */

@@ -15,9 +15,8 @@
 
 #include "tlog.h"
 
-#define BLOCK  512u
-#define WINDOW 4096u
-#define SEQ    7u
+#define BLOCK 512u
+#define SEQ   7u
 
 /* A segment image under construction: records are added to the current
  * write, which end_write pads to the block end. */
@@ -29,6 +28,7 @@ struct img
     uint64_t next_index, next_pos;
     size_t write_start[64];
     unsigned n_writes;
+    uint16_t write; /* the number of the write being built */
 };
 
 static void img_init(struct img *m, size_t cap, uint64_t seq)
@@ -39,12 +39,13 @@ static void img_init(struct img *m, size_t cap, uint64_t seq)
     m->cap = cap;
     h.seq = seq;
     h.block_size = BLOCK;
-    h.window = WINDOW;
+    h.in_flight = 1;
     tlog_seg_header_encode(m->buf, &h);
     m->len = TLOG_SEG_HEADER_SIZE;
     m->next_index = 100;
     m->next_pos = 5000;
     m->n_writes = 0;
+    m->write = 1;
     m->write_start[0] = m->len;
 }
 
@@ -56,6 +57,7 @@ static void img_add(struct img *m, uint64_t seq, uint8_t type, uint32_t len)
         payload[i] = (uint8_t)(m->next_index * 31 + i);
     }
     r.type = type;
+    r.write = m->write;
     r.seq = seq;
     r.index = m->next_index;
     r.term = 3;
@@ -73,12 +75,12 @@ static void img_add(struct img *m, uint64_t seq, uint8_t type, uint32_t len)
 static void img_end_write(struct img *m, uint64_t seq)
 {
     size_t pad = tlog_pad_size(m->len, BLOCK);
-    if (pad > 0) {
-        cr_assert_leq(m->len + pad, m->cap);
-        tlog_pad_encode(m->buf + m->len, pad, seq, m->next_pos);
-        m->len += pad;
-    }
+    cr_assert_geq(pad, TLOG_REC_HEADER_SIZE, "every write ends with a pad");
+    cr_assert_leq(m->len + pad, m->cap);
+    tlog_pad_encode(m->buf + m->len, pad, seq, m->write, m->next_pos);
+    m->len += pad;
     cr_assert_eq(m->len % BLOCK, 0);
+    m->write++;
     m->n_writes++;
     cr_assert_lt(m->n_writes, 64);
     m->write_start[m->n_writes] = m->len;
@@ -120,13 +122,13 @@ static int seen_cb(void *arg, const struct tlog_rec *r, size_t off)
 Test(tlog_format, header_round_trip_and_every_byte_checked)
 {
     uint8_t b[TLOG_SEG_HEADER_SIZE];
-    struct tlog_seg_header h = {9, 4096, 1 << 20}, d;
+    struct tlog_seg_header h = {9, 4096, 3}, d;
     char em[TERN_ERRMSG_SIZE];
     tlog_seg_header_encode(b, &h);
     cr_assert_eq(tlog_seg_header_decode(b, sizeof b, &d, em), 0, "%s", em);
     cr_expect_eq(d.seq, 9);
     cr_expect_eq(d.block_size, 4096);
-    cr_expect_eq(d.window, 1u << 20);
+    cr_expect_eq(d.in_flight, 3);
     for (size_t i = 0; i < 36; i++) {
         b[i] ^= 0x10;
         cr_expect_neq(tlog_seg_header_decode(b, sizeof b, &d, em), 0,
@@ -140,9 +142,8 @@ Test(tlog_format, header_round_trip_and_every_byte_checked)
     tern_put_u32(b + 32, tern_checksum32(b, 32));
     cr_expect_eq(tlog_seg_header_decode(b, sizeof b, &d, em), TERN_EVERSION);
     /* Sizes out of bounds, checksummed. */
-    struct tlog_seg_header bad[] = {
-        {9, 256, 4096}, {9, 1000, 4000},      {9, 8192, 8192}, {9, 512, 256},
-        {9, 512, 700},  {9, 512, 128u << 20}, {0, 512, 512}};
+    struct tlog_seg_header bad[] = {{9, 256, 1}, {9, 1000, 1}, {9, 8192, 1},
+                                    {9, 512, 0}, {9, 512, 65}, {0, 512, 1}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         tlog_seg_header_encode(b, &bad[i]);
         cr_expect_eq(tlog_seg_header_decode(b, sizeof b, &d, em), TERN_ECORRUPT,
@@ -164,6 +165,7 @@ Test(tlog_format, record_round_trip_and_every_byte_checked)
             p[i] = (uint8_t)(i * 7 + 1);
         }
         r.type = TLOG_REC_COMMAND;
+        r.write = 7;
         r.seq = 77;
         r.index = 1ull << 40;
         r.term = 5;
@@ -201,7 +203,7 @@ Test(tlog_format, record_round_trip_and_every_byte_checked)
 
 Test(tlog_format, pads_end_a_write_on_a_block_boundary)
 {
-    cr_expect_eq(tlog_pad_size(4096, 512), 0);
+    cr_expect_eq(tlog_pad_size(4096, 512), 512, "on a boundary: a block");
     cr_expect_eq(tlog_pad_size(4096 + 8, 512), 504);
     cr_expect_eq(tlog_pad_size(4096 + 464, 512), 48);
     cr_expect_eq(tlog_pad_size(4096 + 472, 512), 40 + 512, "through the next");
@@ -212,12 +214,9 @@ Test(tlog_format, pads_end_a_write_on_a_block_boundary)
         struct tlog_rec d;
         size_t used;
         cr_assert_eq((off + n) % 512, 0);
-        if (n == 0) {
-            continue;
-        }
         cr_assert_geq(n, TLOG_REC_HEADER_SIZE);
         b = malloc(n);
-        tlog_pad_encode(b, n, 3, 99);
+        tlog_pad_encode(b, n, 3, 4, 99);
         cr_assert_eq(tlog_rec_decode(b, n, &d, &used), 0);
         cr_expect_eq(used, n);
         cr_expect_eq(d.type, TLOG_REC_PAD);
@@ -313,7 +312,6 @@ Test(tlog_format, every_crash_of_the_write_in_flight_loads_the_acked)
     end = m.len;
     sectors = (end - start) / 512;
     cr_assert_geq(sectors, 3);
-    cr_assert_leq(end - start, WINDOW);
     full = m.buf;
     crash = malloc(m.cap);
     srand(1);
@@ -363,18 +361,85 @@ Test(tlog_format, damage_in_acknowledged_bytes_is_corrupt)
     size_t hit;
     img_init(&m, 64 * 1024, SEQ);
     img_writes(&m, 12, 4);
-    /* A byte of the second write's first record; more than a window of
-     * records of this segment follows it. */
+    /* A byte of the second write's first record; later writes follow. */
     hit = m.write_start[1] + 20;
-    cr_assert_gt(m.len, hit + WINDOW + 1024);
     m.buf[hit] ^= 0x40;
     cr_assert_eq(
         tlog_seg_scan(m.buf, m.cap, SEQ, 100, 5000, NULL, NULL, &s, NULL), 0);
     cr_expect_eq(s.how, TLOG_SCAN_CORRUPT);
     cr_expect_eq(s.end, m.write_start[1]);
-    cr_expect_geq(s.later_record, s.end + WINDOW);
+    cr_expect_geq(s.later_record, m.write_start[2], "a later write's record");
     cr_expect_eq(s.n_records, 4);
     cr_expect_neq(s.why[0], '\0');
+    free(m.buf);
+}
+
+/* The write that may have been in flight is the one the damage lies in:
+ * damage inside a write with the next write after it is corrupt, the same
+ * damage inside the last write is what a crash leaves. */
+Test(tlog_format, only_the_last_write_may_be_torn)
+{
+    struct img m;
+    struct tlog_scan s;
+    img_init(&m, 64 * 1024, SEQ);
+    img_writes(&m, 4, 4);
+    /* Inside write 3 (its second record's index; the first holds no
+     * payload), write 4 after it. */
+    m.buf[m.write_start[2] + tlog_rec_size(0) + 20] ^= 0x01;
+    cr_assert_eq(
+        tlog_seg_scan(m.buf, m.cap, SEQ, 100, 5000, NULL, NULL, &s, NULL), 0);
+    cr_expect_eq(s.how, TLOG_SCAN_CORRUPT, "write 4 completed after it");
+    free(m.buf);
+    img_init(&m, 64 * 1024, SEQ);
+    img_writes(&m, 4, 4);
+    /* Inside write 4, the last (its second record's index; the first
+     * holds 9 bytes). */
+    m.buf[m.write_start[3] + tlog_rec_size(9) + 20] ^= 0x01;
+    cr_assert_eq(
+        tlog_seg_scan(m.buf, m.cap, SEQ, 100, 5000, NULL, NULL, &s, NULL), 0);
+    cr_expect_eq(s.how, TLOG_SCAN_TORN);
+    cr_expect_eq(s.n_records, 13, "up to the damaged record");
+    free(m.buf);
+}
+
+/* A write of one record larger than any other: every crash of it is a
+ * torn tail, never damage (its pad lies far past the damage). */
+Test(tlog_format, every_crash_of_a_large_write_is_torn)
+{
+    struct img m;
+    uint8_t *crash;
+    size_t start, end, sectors;
+    img_init(&m, 64 * 1024, SEQ);
+    img_writes(&m, 2, 3);
+    start = m.len;
+    img_add(&m, SEQ, TLOG_REC_COMMAND, 9000);
+    img_end_write(&m, SEQ);
+    end = m.len;
+    sectors = (end - start) / 512;
+    cr_assert_geq(sectors, 18);
+    crash = malloc(m.cap);
+    srand(3);
+    for (unsigned c = 0; c < 3000; c++) {
+        struct tlog_scan s;
+        memcpy(crash, m.buf, m.cap);
+        for (size_t i = 0; i < sectors; i++) {
+            unsigned state = c == 0 ? 0 : (unsigned)rand() % 3;
+            uint8_t *sec = crash + start + i * 512;
+            if (state == 1) {
+                memset(sec, 0, 512);
+            } else if (state == 2) {
+                for (size_t j = 0; j < 512; j++) {
+                    sec[j] = (uint8_t)rand();
+                }
+            }
+        }
+        cr_assert_eq(
+            tlog_seg_scan(crash, m.cap, SEQ, 100, 5000, NULL, NULL, &s, NULL),
+            0);
+        cr_assert_neq(s.how, TLOG_SCAN_CORRUPT, "case %u", c);
+        cr_assert_geq(s.n_records, 6, "case %u", c);
+    }
+    free(crash);
     free(m.buf);
 }
 
