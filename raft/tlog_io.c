@@ -318,13 +318,18 @@ static int cmp_desc(const void *a, const void *b)
  * snap-N.tmp files are deleted. */
 static size_t list_snaps(int dir_fd, uint64_t *out, size_t cap)
 {
-    DIR *d = fdopendir(dup(dir_fd));
+    int fd2 = dup(dir_fd);
+    DIR *d = fd2 >= 0 ? fdopendir(fd2) : NULL;
     struct dirent *e;
     uint64_t *all = NULL;
     size_t n = 0, acap = 0;
     if (d == NULL) {
+        if (fd2 >= 0) {
+            (void)close(fd2);
+        }
         return 0;
     }
+    rewinddir(d); /* the dup shares the offset of the last listing */
     while ((e = readdir(d)) != NULL) {
         unsigned long long idx;
         int end = 0;

@@ -1024,17 +1024,22 @@ static int list_dir(struct tlog_store *s,
                     size_t *n,
                     char *errmsg)
 {
-    DIR *d = fdopendir(dup(s->dir_fd));
+    int fd2 = dup(s->dir_fd);
+    DIR *d = fd2 >= 0 ? fdopendir(fd2) : NULL;
     struct dirent *e;
     size_t cap = 0;
     *seqs = NULL;
     *n = 0;
     if (d == NULL) {
         int rv = -errno;
+        if (fd2 >= 0) {
+            (void)close(fd2);
+        }
         tern_errmsg_printf(errmsg, "tlog: list %s: %s", s->dir,
                            tern_strerror(rv));
         return rv;
     }
+    rewinddir(d); /* a dup shares the descriptor's offset */
     while ((e = readdir(d)) != NULL) {
         unsigned long long seq;
         int end = 0;

@@ -40,6 +40,7 @@ struct unode
 static struct unode nodes[UV_N];
 static int acked;
 static enum repl_durability uv_durability; /* for start_repls */
+static enum repl_log_store uv_store;       /* for start_repls, start_snode */
 static char tmp_base[64]; /* removed by the suite's fini, even on failure */
 
 static int u_apply(void *arg, uint64_t index, const void *buf, size_t len)
@@ -209,6 +210,7 @@ static void start_repls(uv_loop_t *loop,
         cfg.peers = peers;
         cfg.n_peers = UV_N;
         cfg.durability = uv_durability;
+        cfg.log_store = uv_store;
         fsm.arg = &nodes[i];
         fsm.apply = u_apply;
         fsm.snapshot = u_snapshot;
@@ -433,6 +435,7 @@ static void production_path(enum repl_durability d)
 
 Test(uv, production_path_raft_uv_and_tcp, .timeout = 120)
 {
+    uv_store = REPL_LOG_STORE_UV;
     production_path(REPL_DURABILITY_DISK);
 }
 
@@ -440,6 +443,20 @@ Test(uv, production_path_raft_uv_and_tcp, .timeout = 120)
  * loop's idle handle, which closes with the replica. */
 Test(uv, production_path_memory_durability, .timeout = 120)
 {
+    uv_store = REPL_LOG_STORE_UV;
+    production_path(REPL_DURABILITY_MEMORY);
+}
+
+/* The same over tern's own log store ([raft] log_store = tern). */
+Test(uv, production_path_tern_store_and_tcp, .timeout = 120)
+{
+    uv_store = REPL_LOG_STORE_TERN;
+    production_path(REPL_DURABILITY_DISK);
+}
+
+Test(uv, production_path_tern_store_memory_durability, .timeout = 120)
+{
+    uv_store = REPL_LOG_STORE_TERN;
     production_path(REPL_DURABILITY_MEMORY);
 }
 
@@ -555,6 +572,7 @@ static void start_snode(uv_loop_t *loop, int i, const struct repl_peer *peers)
     cfg.n_peers = UV_N;
     cfg.snapshot_threshold_bytes = 2000;
     cfg.snapshot_trailing = 8;
+    cfg.log_store = uv_store;
     fsm.arg = &snodes[i];
     fsm.apply = s_apply;
     fsm.snapshot = s_snapshot;
@@ -582,7 +600,7 @@ static bool cond_s_applied(void *arg)
     return true;
 }
 
-Test(uv, snapshot_install_and_bulk_over_tcp, .timeout = 120)
+static void snapshot_install(void)
 {
     uv_loop_t loop;
     char base[] = "/tmp/tern-repl-uv2-XXXXXX";
@@ -672,6 +690,18 @@ Test(uv, snapshot_install_and_bulk_over_tcp, .timeout = 120)
     remove_tmp();
 }
 
+Test(uv, snapshot_install_and_bulk_over_tcp, .timeout = 120)
+{
+    uv_store = REPL_LOG_STORE_UV;
+    snapshot_install();
+}
+
+Test(uv, snapshot_install_and_bulk_over_tcp_tern_store, .timeout = 120)
+{
+    uv_store = REPL_LOG_STORE_TERN;
+    snapshot_install();
+}
+
 /* ---- raft_uv's metadata damaged on a stopped node ----------------------- */
 
 /* raft_uv 0.15's metadata file: u64 format, u64 version, u64 term, u64
@@ -737,6 +767,7 @@ Test(uv, term_changed_in_raft_uv_metadata_is_refused, .timeout = 120)
     uint64_t want = 5;
     int l;
 
+    uv_store = REPL_LOG_STORE_UV;
     cr_assert_eq(uv_loop_init(&loop), 0);
     cr_assert_not_null(mkdtemp(base));
     cr_assert_lt((size_t)snprintf(tmp_base, sizeof tmp_base, "%s", base),
