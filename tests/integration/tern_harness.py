@@ -427,11 +427,16 @@ class Cluster:
         gets --ca <certs>/ca.pem unless given tls=[...]. client_ca: set
         [security] client_ca to the cluster CA; clients: names of client
         certificates to make (<certs>/client-NAME.pem/.key); security:
-        extra [security] keys (client_auth, bootstrap_admin, ...)."""
+        extra [security] keys (client_auth, bootstrap_admin, ...).
+        $TERN_IT_LOG_STORE ([raft] log_store: uv or tern) applies to
+        every cluster whose raft keys do not name one."""
         self.ternd, self.cli = binaries()
         self.dir = tempfile.mkdtemp(prefix="tern-it-")
         self.data_root = os.path.join(self.dir, "data")
         self.raft_extra = dict(raft or {})
+        if os.environ.get("TERN_IT_LOG_STORE"):
+            self.raft_extra.setdefault("log_store",
+                                       os.environ["TERN_IT_LOG_STORE"])
         self.node_extra = dict(node or {})
         self.limits = dict(limits or {})
         self.election_timeout_ms = election_timeout_ms

@@ -91,6 +91,14 @@ def wipe_restart(cl, i, join):
     cl.start_node(i)
 
 
+def _head(path):
+    """The first block of records of a tern store segment (after its
+    4096-byte header)."""
+    with open(path, "rb") as f:
+        f.seek(4096)
+        return f.read(4096)
+
+
 def corrupt_raft_log(c, nd, acks, last):
     """Flip one byte of a payload id inside a closed raft segment of the
     stopped node nd, the last closed one (last: raft_uv 0.15 moves it aside
@@ -100,12 +108,26 @@ def corrupt_raft_log(c, nd, acks, last):
     for a in acks:
         ids += [x[0] for x in h.read_ack_log(a)]
     d = os.path.join(nd.data_dir, "raft")
-    segs = sorted((p for p in glob.glob(os.path.join(d, "*-*"))
-                   if os.path.basename(p)[0].isdigit()), reverse=True)
-    for seg in (segs[:1] if last else segs[1:]):
+    tern_store = os.environ.get("TERN_IT_LOG_STORE") == "tern"
+    if tern_store:
+        # tern's store (tlog/): seg-N files, the newest with records last
+        # written; a spare holds none.
+        segs = sorted((p for p in glob.glob(os.path.join(d, "seg-*"))
+                       if _head(p).strip(b"\0")),
+                      reverse=True)
+    else:
+        segs = sorted((p for p in glob.glob(os.path.join(d, "*-*"))
+                       if os.path.basename(p)[0].isdigit()), reverse=True)
+    pick = segs[:1] if last else segs[1:]
+    if tern_store and not pick:
+        pick = segs  # one segment: damage mid-way is refused all the same
+    for seg in pick:
         with open(seg, "rb") as f:
             data = f.read()
-        lo, hi = len(data) // 5, len(data) * 4 // 5
+        # Away from both ends of what was written (a preallocated segment
+        # ends in zeros): damage in the last write would look torn.
+        used = len(data.rstrip(b"\0")) if tern_store else len(data)
+        lo, hi = used // 5, used * 4 // 5
         for pid in ids[::7]:
             at = data.find(pid.encode() + b".", lo, hi)
             if at >= 0:
