@@ -32,6 +32,7 @@
  * accessor; the struct is public in 0.15); last_applied/last_index via
  * raft_last_applied/raft_last_index; last_stored = io.c's durable index.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -353,6 +354,28 @@ int repl_new_with_io(uv_loop_t *loop,
                   errmsg);
 }
 
+/* Whether dir holds a file of the other log store: raft_uv's metadata1
+ * for tern's, tern's segments (seg-N) for raft_uv. A directory stays with
+ * the store that made it; switching would load an empty log under the
+ * node's term and votes. */
+static bool other_store_files(const char *dir, enum repl_log_store store)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    bool found = false;
+    if (d == NULL) {
+        return false;
+    }
+    while (!found && (e = readdir(d)) != NULL) {
+        found = store == REPL_LOG_STORE_TERN
+                    ? strcmp(e->d_name, "metadata1") == 0 ||
+                          strcmp(e->d_name, "metadata2") == 0
+                    : strncmp(e->d_name, "seg-", 4) == 0;
+    }
+    (void)closedir(d);
+    return found;
+}
+
 int repl_new(uv_loop_t *loop,
              struct xport *x,
              const struct repl_config *c,
@@ -379,6 +402,17 @@ int repl_new(uv_loop_t *loop,
         tern_errmsg_printf(errmsg, "repl: mkdir %s: %s", c->data_dir,
                            tern_strerror(rv));
         return rv;
+    }
+    if (other_store_files(c->data_dir, c->log_store)) {
+        tern_errmsg_printf(errmsg,
+                           "repl: %s holds a raft log of log_store = %s, "
+                           "not %s: a raft directory stays with the store "
+                           "that made it (rejoin with an empty one to "
+                           "switch)",
+                           c->data_dir,
+                           c->log_store == REPL_LOG_STORE_TERN ? "uv" : "tern",
+                           c->log_store == REPL_LOG_STORE_TERN ? "tern" : "uv");
+        return TERN_EINVAL;
     }
     repl_install_heap();
     if (c->log_store == REPL_LOG_STORE_TERN) {

@@ -823,3 +823,63 @@ Test(uv, term_changed_in_raft_uv_metadata_is_refused, .timeout = 120)
     cr_expect_eq(uv_loop_close(&loop), 0);
     remove_tmp();
 }
+
+/* A raft directory stays with the store that made it: the other store
+ * refuses it (an empty log under the node's term would lose what it
+ * acknowledged). */
+static void switch_refused(enum repl_log_store made, enum repl_log_store next)
+{
+    uv_loop_t loop;
+    char base[] = "/tmp/tern-repl-uv3-XXXXXX";
+    struct repl_peer peers[UV_N];
+    unsigned port = 25000 + (unsigned)(getpid() * 7) % 20000;
+    char errmsg[TERN_ERRMSG_SIZE] = "";
+    struct repl_config cfg = {0};
+    struct repl_fsm fsm = {0};
+    struct repl *r = NULL;
+    int closed = 0;
+
+    cr_assert_eq(uv_loop_init(&loop), 0);
+    cr_assert_not_null(mkdtemp(base));
+    cr_assert_lt((size_t)snprintf(tmp_base, sizeof tmp_base, "%s", base),
+                 sizeof tmp_base);
+    memset(nodes, 0, sizeof nodes);
+    uv_durability = REPL_DURABILITY_DISK;
+    uv_store = made;
+    open_nodes(&loop, base, port, peers);
+    start_repls(&loop, base, peers);
+    cr_assert(run_until(&loop, cond_leader, NULL, 20000), "no leader");
+    close_repls(&loop, &closed);
+    cfg.id = nodes[0].id;
+    cfg.address = nodes[0].addr;
+    cfg.data_dir = nodes[0].dir;
+    cfg.peers = peers;
+    cfg.n_peers = UV_N;
+    cfg.log_store = next;
+    fsm.arg = &nodes[0];
+    fsm.apply = u_apply;
+    fsm.snapshot = u_snapshot;
+    fsm.restore = u_restore;
+    cr_expect_eq(
+        repl_new(&loop, nodes[0].x, &cfg, &fsm, u_state, &nodes[0], &r, errmsg),
+        TERN_EINVAL);
+    cr_expect_not_null(strstr(errmsg, "stays with the store"), "%s", errmsg);
+    closed = 0;
+    for (int i = 0; i < UV_N; i++) {
+        xport_close(nodes[i].x, count_closed, &closed);
+    }
+    spin_until(&loop, &closed, UV_N);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    cr_expect_eq(uv_loop_close(&loop), 0);
+    remove_tmp();
+}
+
+Test(uv, a_raft_uv_directory_is_refused_by_tern_s_store, .timeout = 120)
+{
+    switch_refused(REPL_LOG_STORE_UV, REPL_LOG_STORE_TERN);
+}
+
+Test(uv, a_tern_store_directory_is_refused_by_raft_uv, .timeout = 120)
+{
+    switch_refused(REPL_LOG_STORE_TERN, REPL_LOG_STORE_UV);
+}
