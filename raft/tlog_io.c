@@ -266,48 +266,6 @@ static int snap_decode(const uint8_t *img, size_t len, struct tio_snap *out)
     return out->index == 0 ? TERN_ECORRUPT : 0;
 }
 
-static int read_all(int dir_fd, const char *name, uint8_t **img, size_t *len)
-{
-    struct stat st;
-    size_t done = 0;
-    int fd = openat(dir_fd, name, O_RDONLY | O_CLOEXEC);
-    int rv = 0;
-    *img = NULL;
-    if (fd < 0) {
-        return -errno;
-    }
-    if (fstat(fd, &st) != 0) {
-        rv = -errno;
-        goto out;
-    }
-    if ((uint64_t)st.st_size > TIO__SNAP_MAX) {
-        rv = TERN_ECORRUPT;
-        goto out;
-    }
-    *len = (size_t)st.st_size;
-    *img = tern_malloc(*len > 0 ? *len : 1);
-    if (*img == NULL) {
-        rv = -ENOMEM;
-        goto out;
-    }
-    while (done < *len) {
-        ssize_t r = pread(fd, *img + done, *len - done, (off_t)done);
-        if (r < 0 && errno == EINTR) {
-            continue;
-        }
-        if (r <= 0) {
-            rv = r < 0 ? -errno : -EIO;
-            tern_free(*img);
-            *img = NULL;
-            goto out;
-        }
-        done += (size_t)r;
-    }
-out:
-    (void)close(fd);
-    return rv;
-}
-
 static int cmp_desc(const void *a, const void *b)
 {
     uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
@@ -417,6 +375,20 @@ static int snap_write(int dir_fd, uint64_t index, const uint8_t *f, size_t len)
     return 0;
 }
 
+/* Free a raft_snapshot of snap_load (NULL: nothing). */
+static void snap_free(struct raft_snapshot *s)
+{
+    if (s == NULL) {
+        return;
+    }
+    for (unsigned i = 0; s->bufs != NULL && i < s->n_bufs; i++) {
+        raft_free(s->bufs[i].base);
+    }
+    raft_free(s->bufs);
+    raft_configuration_close(&s->configuration);
+    raft_free(s);
+}
+
 /* The newest snapshot file as a raft_snapshot (raft_malloc'd, one
  * buffer), or NULL with 0 when there is none. */
 static int snap_load(int dir_fd,
@@ -439,7 +411,7 @@ static int snap_load(int dir_fd,
         return 0;
     }
     snap_name(name, sizeof name, idx[0], false);
-    rv = read_all(dir_fd, name, &img, &len);
+    rv = tlog_read_file(dir_fd, name, TIO__SNAP_MAX, &img, &len);
     if (rv == 0) {
         rv = snap_decode(img, len, &sn);
     }
@@ -465,15 +437,11 @@ static int snap_load(int dir_fd,
     rv = repl_conf_decode(&cur, &s->configuration);
     s->bufs = raft_malloc(sizeof *s->bufs);
     if (s->bufs != NULL) {
+        s->n_bufs = 1;
         s->bufs[0].base = raft_malloc(sn.data_len > 0 ? sn.data_len : 1);
     }
     if (rv != 0 || s->bufs == NULL || s->bufs[0].base == NULL) {
-        if (s->bufs != NULL) {
-            raft_free(s->bufs[0].base);
-        }
-        raft_free(s->bufs);
-        raft_configuration_close(&s->configuration);
-        raft_free(s);
+        snap_free(s);
         tern_free(img);
         tern_errmsg_printf(errmsg, "tlog_io: snapshot %s/%s: configuration",
                            dir, name);
@@ -481,7 +449,6 @@ static int snap_load(int dir_fd,
     }
     memcpy(s->bufs[0].base, sn.data, sn.data_len);
     s->bufs[0].len = sn.data_len;
-    s->n_bufs = 1;
     *void_below = sn.void_below;
     tern_free(img);
     *out = s;
@@ -625,12 +592,7 @@ static int t_load(struct raft_io *io,
 err_loaded:
     tlog_loaded_free(&l);
 err_snap:
-    if (snap != NULL) {
-        raft_free(snap->bufs[0].base);
-        raft_free(snap->bufs);
-        raft_configuration_close(&snap->configuration);
-        raft_free(snap);
-    }
+    snap_free(snap);
     return raft_err(rv);
 }
 
@@ -997,11 +959,8 @@ static void get_after(uv_work_t *w, int status)
         g->status = -ECANCELED;
     }
     g->cb(g->req, g->status == 0 ? g->snap : NULL, raft_err(g->status));
-    if (g->status != 0 && g->snap != NULL) {
-        raft_free(g->snap->bufs[0].base);
-        raft_free(g->snap->bufs);
-        raft_configuration_close(&g->snap->configuration);
-        raft_free(g->snap);
+    if (g->status != 0) {
+        snap_free(g->snap);
     }
     tern_free(g);
     maybe_closed(t);

@@ -77,7 +77,9 @@
 #define TLOG__DEFAULT_WINDOW  ((uint32_t)1 << 20)
 #define TLOG__ZERO_CHUNK      ((size_t)1 << 20)
 #define TLOG__NAME_MAX        32
-#define TLOG__IN_FLIGHT       1u /* writes in flight (bench/RESULTS.md) */
+/* The largest segment a load reads: one largest record and its pad. */
+#define TLOG__SEGMENT_MAX ((uint64_t)TLOG_REC_MAX_PAYLOAD + ((uint64_t)1 << 20))
+#define TLOG__IN_FLIGHT   1u /* writes in flight (bench/RESULTS.md) */
 
 enum seg_state {
     SEG_PREPARING, /* on the thread pool */
@@ -1071,17 +1073,26 @@ static int list_dir(struct tlog_store *s,
     return 0;
 }
 
-static int read_file(int dir_fd, const char *name, uint8_t **img, size_t *len)
+int tlog_read_file(int dir_fd,
+                   const char *name,
+                   uint64_t max,
+                   uint8_t **img,
+                   size_t *len)
 {
     struct stat st;
     size_t done = 0;
     int fd = openat(dir_fd, name, O_RDONLY | O_CLOEXEC);
     int rv = 0;
+    *img = NULL;
     if (fd < 0) {
         return -errno;
     }
     if (fstat(fd, &st) != 0) {
         rv = -errno;
+        goto out;
+    }
+    if ((uint64_t)st.st_size > max) {
+        rv = TERN_ETOOBIG;
         goto out;
     }
     *len = (size_t)st.st_size;
@@ -1161,7 +1172,7 @@ static int load(struct tlog_store *s, struct tlog_loaded *l, char *errmsg)
             drop[k] = true; /* voided by an install */
             continue;
         }
-        rv = read_file(s->dir_fd, name, &img, &len);
+        rv = tlog_read_file(s->dir_fd, name, TLOG__SEGMENT_MAX, &img, &len);
         if (rv != 0) {
             tern_errmsg_printf(errmsg, "tlog: read %s/%s: %s", s->dir, name,
                                tern_strerror(rv));

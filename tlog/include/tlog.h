@@ -258,6 +258,15 @@ int tlog_truncate(struct tlog_store *s, uint64_t index);
  * targets them. */
 void tlog_forget(struct tlog_store *s, uint64_t index);
 
+/* Read the whole file name of the directory dir_fd into *img
+ * (tern_malloc'd, the caller frees it) and *len. 0, TERN_ETOOBIG (over
+ * max bytes) or -errno. */
+int tlog_read_file(int dir_fd,
+                   const char *name,
+                   uint64_t max,
+                   uint8_t **img,
+                   size_t *len);
+
 /* Stats for tests and metrics. */
 struct tlog_stats
 {
