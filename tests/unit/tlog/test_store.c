@@ -100,6 +100,21 @@ static struct tlog_store *open_store(const struct tlog_config *c,
     return s;
 }
 
+/* Open the store of c, empty, its appends starting at first; a's counts
+ * cleared. */
+static struct tlog_store *empty_store(const struct tlog_config *c,
+                                      struct acks *a,
+                                      uint64_t first)
+{
+    struct tlog_loaded l;
+    struct tlog_store *s = open_store(c, &l);
+    cr_assert_eq(l.n, 0);
+    tlog_loaded_free(&l);
+    memset(a, 0, sizeof *a);
+    cr_assert_eq(tlog_start_at(s, first, 0), 0);
+    return s;
+}
+
 static void closed_cb(void *arg)
 {
     *(bool *)arg = true;
@@ -275,10 +290,7 @@ Test(tlog_store, segments_roll_and_load_in_order)
     struct tlog_config c = cfg(64 * 1024, 16 * 1024, false);
     struct tlog_loaded l;
     struct tlog_stats st;
-    struct tlog_store *s = open_store(&c, &l);
-    tlog_loaded_free(&l);
-    memset(&a, 0, sizeof a);
-    cr_assert_eq(tlog_start_at(s, 10, 0), 0);
+    struct tlog_store *s = empty_store(&c, &a, 10);
     append_range(s, &a, 10, 409, 4, 0);
     spin_until(&a.n, 100);
     check_in_order(&a, 100);
@@ -324,10 +336,7 @@ Test(tlog_store, truncate_supersedes_the_older_entries_at_the_next_load)
     static struct acks a;
     struct tlog_config c = cfg(0, 0, false);
     struct tlog_loaded l;
-    struct tlog_store *s = open_store(&c, &l);
-    tlog_loaded_free(&l);
-    memset(&a, 0, sizeof a);
-    cr_assert_eq(tlog_start_at(s, 1, 0), 0);
+    struct tlog_store *s = empty_store(&c, &a, 1);
     append_range(s, &a, 1, 20, 4, 0);
     /* Some of them still queued: the truncate comes after them. */
     cr_assert_eq(tlog_truncate(s, 15), 0);
@@ -359,10 +368,7 @@ Test(tlog_store, a_truncate_nothing_followed_leaves_the_state_before_it)
     static struct acks a;
     struct tlog_config c = cfg(0, 0, false);
     struct tlog_loaded l;
-    struct tlog_store *s = open_store(&c, &l);
-    tlog_loaded_free(&l);
-    memset(&a, 0, sizeof a);
-    cr_assert_eq(tlog_start_at(s, 1, 0), 0);
+    struct tlog_store *s = empty_store(&c, &a, 1);
     append_range(s, &a, 1, 20, 5, 0);
     spin_until(&a.n, 4);
     cr_assert_eq(tlog_truncate(s, 15), 0);
@@ -427,10 +433,7 @@ Test(tlog_store, a_torn_tail_is_cut_at_open)
     uint8_t garbage[700];
     size_t end;
     FILE *f;
-    struct tlog_store *s = open_store(&c, &l);
-    tlog_loaded_free(&l);
-    memset(&a, 0, sizeof a);
-    cr_assert_eq(tlog_start_at(s, 1, 0), 0);
+    struct tlog_store *s = empty_store(&c, &a, 1);
     append_range(s, &a, 1, 30, 10, 0);
     spin_until(&a.n, 3);
     close_store(s);
@@ -531,10 +534,7 @@ Test(tlog_store, forget_deletes_whole_segments_below)
     struct tlog_loaded l;
     struct tlog_stats st;
     unsigned before;
-    struct tlog_store *s = open_store(&c, &l);
-    tlog_loaded_free(&l);
-    memset(&a, 0, sizeof a);
-    cr_assert_eq(tlog_start_at(s, 1, 0), 0);
+    struct tlog_store *s = empty_store(&c, &a, 1);
     append_range(s, &a, 1, 400, 4, 0);
     spin_until(&a.n, 100);
     before = count_segments();
@@ -563,12 +563,8 @@ Test(tlog_store, close_cancels_queued_appends_in_order)
 {
     static struct acks a;
     struct tlog_config c = cfg(0, 4096, false);
-    struct tlog_loaded l;
     bool closed = false;
-    struct tlog_store *s = open_store(&c, &l);
-    tlog_loaded_free(&l);
-    memset(&a, 0, sizeof a);
-    cr_assert_eq(tlog_start_at(s, 1, 0), 0);
+    struct tlog_store *s = empty_store(&c, &a, 1);
     /* A first write, so that the segment is ready and the next append
      * goes out at once: a write is in flight at the close. */
     append_range(s, &a, 1, 2, 2, 0);
