@@ -126,6 +126,7 @@ struct tio
     uint64_t snap_index;  /* newest durable snapshot */
     unsigned outstanding; /* appends handed to the store, not completed */
     bool installing;      /* an install's snapshot is not durable yet */
+    int failed;           /* RAFT_*: no more appends (a failed install) */
     struct put_op *install_done; /* written, waiting for outstanding 0 */
     struct tern_list held;       /* appends during an install */
     unsigned workers;            /* put/get on the pool */
@@ -272,11 +273,13 @@ static int cmp_desc(const void *a, const void *b)
     return x > y ? -1 : x < y;
 }
 
-/* The indexes of snap-N files, newest first (at most cap); leftover
- * snap-N.tmp files are deleted. */
-static size_t list_snaps(int dir_fd, uint64_t *out, size_t cap)
+/* The indexes of snap-N files, newest first (at most cap); with
+ * clean_tmp (at load only: a put may be writing one) leftover snap-N.tmp
+ * files are deleted. A descriptor of its own: listings run on the loop
+ * and on the pool at once. */
+static size_t list_snaps(int dir_fd, uint64_t *out, size_t cap, bool clean_tmp)
 {
-    int fd2 = dup(dir_fd);
+    int fd2 = openat(dir_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     DIR *d = fd2 >= 0 ? fdopendir(fd2) : NULL;
     struct dirent *e;
     uint64_t *all = NULL;
@@ -287,7 +290,6 @@ static size_t list_snaps(int dir_fd, uint64_t *out, size_t cap)
         }
         return 0;
     }
-    rewinddir(d); /* the dup shares the offset of the last listing */
     while ((e = readdir(d)) != NULL) {
         unsigned long long idx;
         int end = 0;
@@ -295,7 +297,9 @@ static size_t list_snaps(int dir_fd, uint64_t *out, size_t cap)
             continue;
         }
         if (strcmp(e->d_name + end, ".tmp") == 0) {
-            (void)unlinkat(dir_fd, e->d_name, 0);
+            if (clean_tmp) {
+                (void)unlinkat(dir_fd, e->d_name, 0);
+            }
             continue;
         }
         if (e->d_name[end] != '\0' || end != 25) {
@@ -366,7 +370,7 @@ static int snap_write(int dir_fd, uint64_t index, const uint8_t *f, size_t len)
     /* Older ones beyond the newest TIO__SNAP_KEEP go. */
     {
         uint64_t idx[TIO__SNAP_KEEP + 8];
-        size_t n = list_snaps(dir_fd, idx, TIO__SNAP_KEEP + 8);
+        size_t n = list_snaps(dir_fd, idx, TIO__SNAP_KEEP + 8, false);
         for (size_t i = TIO__SNAP_KEEP; i < n; i++) {
             snap_name(name, sizeof name, idx[i], false);
             (void)unlinkat(dir_fd, name, 0);
@@ -393,6 +397,7 @@ static void snap_free(struct raft_snapshot *s)
  * buffer), or NULL with 0 when there is none. */
 static int snap_load(int dir_fd,
                      const char *dir,
+                     bool clean_tmp,
                      struct raft_snapshot **out,
                      uint64_t *void_below,
                      char *errmsg)
@@ -407,7 +412,7 @@ static int snap_load(int dir_fd,
     int rv;
     *out = NULL;
     *void_below = 0;
-    if (list_snaps(dir_fd, idx, 1) == 0) {
+    if (list_snaps(dir_fd, idx, 1, clean_tmp) == 0) {
         return 0;
     }
     snap_name(name, sizeof name, idx[0], false);
@@ -466,15 +471,23 @@ static int t_init(struct raft_io *io, raft_id id, const char *address)
     return 0;
 }
 
+/* Term and vote, durable: meta.c's record written twice (two consecutive
+ * seqs, so both of its slots), because here it is the only copy (with
+ * raft_uv a flipped bit in the newer slot shows against raft_uv's own
+ * metadata). A crash during the first write leaves the previous record
+ * in the other slot, of a call that never returned; a flipped bit in
+ * either slot later leaves the same record in the other. */
 static int meta_write(struct tio *t, uint64_t term, uint64_t vote)
 {
     struct repl_meta_rec m = {0};
     char em[TERN_ERRMSG_SIZE] = "";
-    int rv;
-    m.seq = t->meta_seq + 1;
+    int rv = 0;
     m.term = term;
     m.vote = vote;
-    rv = repl_meta_write(t->dir, &m, em);
+    for (int k = 1; k <= 2 && rv == 0; k++) {
+        m.seq = t->meta_seq + (uint64_t)k;
+        rv = repl_meta_write(t->dir, &m, em);
+    }
     if (rv != 0) {
         set_errmsg(t, em);
         return rv == -ENOSPC ? RAFT_NOSPACE : RAFT_IOERR;
@@ -517,7 +530,7 @@ static int t_load(struct raft_io *io,
         t->term = m.term;
         t->vote = m.vote;
     }
-    rv = snap_load(t->dir_fd, t->dir, &snap, &t->void_below, em);
+    rv = snap_load(t->dir_fd, t->dir, true, &snap, &t->void_below, em);
     if (rv != 0) {
         set_errmsg(t, em);
         return raft_err(rv);
@@ -553,8 +566,19 @@ static int t_load(struct raft_io *io,
         rv = TERN_ECORRUPT;
         goto err_loaded;
     }
-    if (l.n == 0 && snap != NULL && tlog_next_index(t->store) == 0) {
-        (void)tlog_start_at(t->store, snap->index + 1, 0);
+    if (l.n == 0 && tlog_next_index(t->store) == 0) {
+        /* Nothing kept: after the snapshot, or from index 1 (a node that
+         * joins gets its log from the leader). */
+        (void)tlog_start_at(t->store, snap != NULL ? snap->index + 1 : 1, 0);
+    }
+    if (!m.present && l.n > 0) {
+        /* Entries without a term record: a crash between the bootstrap's
+         * entry and its term. The entries' term, no vote (as learning a
+         * term from a message). */
+        rv = meta_write(t, l.entries[l.n - 1].term, 0);
+        if (rv != 0) {
+            goto err_loaded_raft;
+        }
     }
     for (size_t i = 0; i < l.n; i++) {
         total += (l.entries[i].len + 7) & ~(size_t)7;
@@ -590,7 +614,11 @@ static int t_load(struct raft_io *io,
     return 0;
 
 err_loaded:
+    rv = raft_err(rv);
+err_loaded_raft:
     tlog_loaded_free(&l);
+    snap_free(snap);
+    return rv;
 err_snap:
     snap_free(snap);
     return raft_err(rv);
@@ -632,7 +660,7 @@ static int t_bootstrap(struct raft_io *io, const struct raft_configuration *c)
      * snapshot and no segment (tlog_bootstrap checks the last). */
     rv = repl_meta_read(t->dir, &m, em);
     if (rv != 0 || m.present || t->store != NULL ||
-        list_snaps(t->dir_fd, snap, 1) > 0) {
+        list_snaps(t->dir_fd, snap, 1, false) > 0) {
         return RAFT_CANTBOOTSTRAP;
     }
     if (raft_configuration_encode(c, &buf) != 0) {
@@ -695,6 +723,7 @@ struct app_ctx
 };
 
 static void maybe_install_done(struct tio *t);
+static void release_held(struct tio *t, int status);
 
 static void append_done(void *arg, int status)
 {
@@ -704,6 +733,9 @@ static void append_done(void *arg, int status)
     a->cb(a->req, raft_err(status));
     tern_free(a);
     maybe_install_done(t);
+    if (t->closing && t->outstanding == 0 && t->install_done == NULL) {
+        release_held(t, RAFT_CANCELED); /* in order, after those before */
+    }
 }
 
 static int submit(struct tio *t,
@@ -758,6 +790,10 @@ static int t_append(struct raft_io *io,
     uint8_t *p;
     if (t->closing) {
         return RAFT_CANCELED;
+    }
+    if (t->failed != 0) {
+        set_errmsg(t, "tlog_io: an install failed after the log was voided");
+        return t->failed;
     }
     for (unsigned i = 0; i < n; i++) {
         if (entries[i].buf.len > TLOG_REC_MAX_PAYLOAD) {
@@ -862,7 +898,9 @@ static void maybe_install_done(struct tio *t)
     }
     t->install_done = NULL;
     t->installing = false;
-    release_held(t, p->status == 0 && !t->closing ? 0 : RAFT_CANCELED);
+    release_held(t, t->closing       ? RAFT_CANCELED
+                    : p->status == 0 ? 0
+                                     : RAFT_IOERR);
     put_finish(p);
 }
 
@@ -878,11 +916,18 @@ static void put_after(uv_work_t *w, int status)
         if (p->index > t->snap_index) {
             t->snap_index = p->index;
         }
-        if (p->trailing == 0) {
+        if (t->store == NULL || t->closing) {
+            /* closing: the next open deletes what is void or below */
+        } else if (p->trailing == 0) {
             tlog_forget(t->store, p->index + 1); /* the void segments */
         } else if (p->index > p->trailing) {
             tlog_forget(t->store, p->index - p->trailing + 1);
         }
+    } else if (p->trailing == 0) {
+        /* The log was voided for an install that is not durable: the
+         * store must take no more appends (a load would find a gap). The
+         * replica fail-stops at the next append. */
+        t->failed = RAFT_IOERR;
     }
     if (p->trailing == 0) {
         /* The appends before the install complete first. */
@@ -907,20 +952,19 @@ static int t_snapshot_put(struct raft_io *io,
     if (t->installing) {
         return RAFT_BUSY;
     }
+    if (t->failed != 0) {
+        return t->failed;
+    }
     p = tern_calloc(1, sizeof *p);
     if (p == NULL) {
         return RAFT_NOMEM;
     }
-    if (trailing == 0) {
-        /* Void the log before it; appends after it start at index + 1
-         * in new segments, held until the snapshot is durable. */
-        t->void_below = tlog_reset(t->store, s->index + 1, 0);
-        t->installing = true;
-    }
-    p->file = snap_encode(s, t->void_below, &p->len);
+    /* An install voids the log before it: the file records from which
+     * seq segments stay valid. Nothing changes before it can go out. */
+    p->file = snap_encode(
+        s, trailing == 0 ? tlog_reset_seq(t->store) : t->void_below, &p->len);
     if (p->file == NULL) {
         tern_free(p);
-        t->installing = false; /* the reset stays: segments void later */
         return RAFT_NOMEM;
     }
     p->t = t;
@@ -932,10 +976,15 @@ static int t_snapshot_put(struct raft_io *io,
     if (uv_queue_work(t->loop, &p->work, put_work, put_after) != 0) {
         tern_free(p->file);
         tern_free(p);
-        t->installing = false;
         return RAFT_IOERR;
     }
     t->workers++;
+    if (trailing == 0) {
+        /* Appends after it start at index + 1 in new segments, held
+         * until the snapshot is durable. */
+        t->void_below = tlog_reset(t->store, s->index + 1, 0);
+        t->installing = true;
+    }
     return 0;
 }
 
@@ -944,7 +993,8 @@ static void get_work(uv_work_t *w)
     struct get_op *g = w->data;
     uint64_t void_below;
     char em[TERN_ERRMSG_SIZE];
-    g->status = snap_load(g->t->dir_fd, g->t->dir, &g->snap, &void_below, em);
+    g->status =
+        snap_load(g->t->dir_fd, g->t->dir, false, &g->snap, &void_below, em);
     if (g->status == 0 && g->snap == NULL) {
         g->status = TERN_ECORRUPT; /* raft asks only when it took one */
     }
@@ -1038,7 +1088,9 @@ static void t_close(struct raft_io *io, raft_io_close_cb cb)
     struct tio *t = tio_of(io);
     t->closing = true;
     t->close_cb = cb;
-    release_held(t, RAFT_CANCELED);
+    if (t->outstanding == 0 && t->install_done == NULL) {
+        release_held(t, RAFT_CANCELED); /* else after the appends before */
+    }
     if (t->timer_on) {
         uv_close((uv_handle_t *)&t->timer, timer_closed);
     }

@@ -741,6 +741,11 @@ uint64_t tlog_reset(struct tlog_store *s, uint64_t index, uint64_t pos)
     return s->next_seq;
 }
 
+uint64_t tlog_reset_seq(const struct tlog_store *s)
+{
+    return s->next_seq;
+}
+
 int tlog_start_at(struct tlog_store *s, uint64_t index, uint64_t pos)
 {
     if (s->next_index != 0 || index == 0) {
@@ -1026,7 +1031,7 @@ static int list_dir(struct tlog_store *s,
                     size_t *n,
                     char *errmsg)
 {
-    int fd2 = dup(s->dir_fd);
+    int fd2 = openat(s->dir_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     DIR *d = fd2 >= 0 ? fdopendir(fd2) : NULL;
     struct dirent *e;
     size_t cap = 0;
@@ -1041,7 +1046,6 @@ static int list_dir(struct tlog_store *s,
                            tern_strerror(rv));
         return rv;
     }
-    rewinddir(d); /* a dup shares the descriptor's offset */
     while ((e = readdir(d)) != NULL) {
         unsigned long long seq;
         int end = 0;
@@ -1192,11 +1196,12 @@ static int load(struct tlog_store *s, struct tlog_loaded *l, char *errmsg)
             rv = TERN_ECORRUPT;
             goto out;
         }
-        if (sc.n_records > 0 && torn_seq != 0) {
+        if ((sc.n_records > 0 || sc.how == TLOG_SCAN_TORN) && torn_seq != 0) {
+            /* A write went out after the torn one: that one completed. */
             tern_errmsg_printf(errmsg,
                                "tlog: %s/seg-%020" PRIu64
                                ": torn at offset %zu, but a later segment "
-                               "holds records",
+                               "was written",
                                s->dir, torn_seq, torn_end);
             rv = TERN_ECORRUPT;
             goto out;

@@ -230,6 +230,8 @@ int tlog_bootstrap(const struct tlog_config *c,
  * caller records durably (its tlog_config.void_below for later opens)
  * before tlog_forget deletes the void segments. */
 uint64_t tlog_reset(struct tlog_store *s, uint64_t index, uint64_t pos);
+/* What tlog_reset would return now (nothing changes). */
+uint64_t tlog_reset_seq(const struct tlog_store *s);
 uint64_t tlog_next_index(const struct tlog_store *s);
 uint64_t tlog_next_pos(const struct tlog_store *s);
 
