@@ -223,7 +223,28 @@ def automatic(c):
                 "the quarantined raft dir %s still exists" % moved)
 
 
+def young(c):
+    """A wiped node rejoins a cluster that took no snapshot yet: the
+    leader sends it the log from index 1."""
+    with h.Cluster(3) as cl:
+        c.step("young: start 3 nodes (no snapshot yet), produce")
+        cl.start()
+        cl.tern("queue", "create", "q", check=True)
+        acks = [os.path.join(cl.dir, "young-%d.txt" % k) for k in range(2)]
+        produce(cl, c, "y", 200, acks[0])
+        lid = cl.wait_leader(20)
+        victim = [i for i in cl.nodes if i != lid][0]
+        c.step("wipe node %d, restart it in join mode" % victim)
+        wipe_restart(cl, victim, True)
+        ok = h.poll(lambda: (cl.status(victim) or {}).get(
+            "member_role") == "voter", 30)
+        c.check(ok, "node %d is a voter again" % victim, cl.status(victim))
+        produce(cl, c, "z", 100, acks[1])
+        read_back(cl, c, acks)
+
+
 def main(c):
+    young(c)
     automatic(c)
     raft = {"snapshot_threshold_bytes": 65536, "snapshot_trailing": 16,
             "auto_rejoin": "false"}
