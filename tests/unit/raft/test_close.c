@@ -259,10 +259,50 @@ static void spin_int(uv_loop_t *loop, const int *v, int unset, int max)
     }
 }
 
-Test(repl_close, raft_uv_close_during_truncate, .timeout = 120)
+/* A replica over the real raft_uv in dir, created, not started: a quiet
+ * follower (it never campaigns). */
+static struct repl *uv_replica_new(uv_loop_t *loop,
+                                   struct xport *x,
+                                   const char *dir)
 {
     static const char *addrs[3] = {"127.0.0.1:9101", "127.0.0.1:9102",
                                    "127.0.0.1:9103"};
+    struct repl_peer peers[3];
+    struct repl_config cfg = {0};
+    struct repl_fsm fsm = {0};
+    char errmsg[TERN_ERRMSG_SIZE] = "";
+    struct repl *r;
+    for (unsigned k = 0; k < 3; k++) {
+        peers[k].id = k + 1;
+        peers[k].address = addrs[k];
+    }
+    cfg.id = 1;
+    cfg.address = addrs[0];
+    cfg.peers = peers;
+    cfg.n_peers = 3;
+    cfg.data_dir = dir;
+    cfg.election_timeout_ms = 100000; /* stays a quiet follower */
+    cfg.heartbeat_ms = 15;
+    fsm.apply = fsm_apply;
+    fsm.snapshot = fsm_snapshot;
+    fsm.restore = fsm_restore;
+    cr_assert_eq(repl_new(loop, x, &cfg, &fsm, state_cb, NULL, &r, errmsg), 0,
+                 "%s", errmsg);
+    return r;
+}
+
+/* uv_replica_new, started. */
+static struct repl *uv_replica(uv_loop_t *loop, struct xport *x, char *dir)
+{
+    char errmsg[TERN_ERRMSG_SIZE] = "";
+    struct repl *r = uv_replica_new(loop, x, dir);
+    cr_assert(r->io.check_segments, "on for raft_uv");
+    cr_assert_eq(repl_start(r, errmsg), 0, "%s", errmsg);
+    return r;
+}
+
+Test(repl_close, raft_uv_close_during_truncate, .timeout = 120)
+{
     char base[] = "/tmp/tern-repl-close-XXXXXX";
     struct xport_mem_net *net;
     struct xport *x;
@@ -277,9 +317,6 @@ Test(repl_close, raft_uv_close_during_truncate, .timeout = 120)
     uv_timer_init(&loop, &ticker);
     uv_timer_start(&ticker, uv_timer_noop, 1, 1);
     for (int round = 0; round < rounds; round++) {
-        struct repl_peer peers[3];
-        struct repl_config cfg = {0};
-        struct repl_fsm fsm = {0};
         char errmsg[TERN_ERRMSG_SIZE] = "";
         char dir[300];
         struct repl *r;
@@ -292,22 +329,7 @@ Test(repl_close, raft_uv_close_during_truncate, .timeout = 120)
 
         cr_assert_lt((size_t)snprintf(dir, sizeof dir, "%s/r%d", base, round),
                      sizeof dir);
-        for (unsigned k = 0; k < 3; k++) {
-            peers[k].id = k + 1;
-            peers[k].address = addrs[k];
-        }
-        cfg.id = 1;
-        cfg.address = addrs[0];
-        cfg.peers = peers;
-        cfg.n_peers = 3;
-        cfg.data_dir = dir;
-        cfg.election_timeout_ms = 100000; /* stays a quiet follower */
-        cfg.heartbeat_ms = 15;
-        fsm.apply = fsm_apply;
-        fsm.snapshot = fsm_snapshot;
-        fsm.restore = fsm_restore;
-        cr_assert_eq(repl_new(&loop, x, &cfg, &fsm, state_cb, NULL, &r, errmsg),
-                     0, "%s", errmsg);
+        r = uv_replica_new(&loop, x, dir);
         cr_assert(r->io.wait_truncate, "on for raft_uv");
         if (getenv("TERN_TEST_NO_TRUNCATE_WAIT") != NULL) {
             r->io.wait_truncate = false; /* demonstrates the libraft bug */
@@ -454,36 +476,6 @@ Test(repl_close, truncate_carried_out_goes_on)
  * remove [2, 3]. With the immutable flag on [2, 3] the removal fails
  * (EPERM): raft_uv still acknowledges the append at 3 that follows; the
  * wrapper fail-stops instead. Without the flag, the same steps go on. */
-
-static struct repl *uv_replica(uv_loop_t *loop, struct xport *x, char *dir)
-{
-    static const char *addrs[3] = {"127.0.0.1:9111", "127.0.0.1:9112",
-                                   "127.0.0.1:9113"};
-    struct repl_peer peers[3];
-    struct repl_config cfg = {0};
-    struct repl_fsm fsm = {0};
-    char errmsg[TERN_ERRMSG_SIZE] = "";
-    struct repl *r;
-    for (unsigned k = 0; k < 3; k++) {
-        peers[k].id = k + 1;
-        peers[k].address = addrs[k];
-    }
-    cfg.id = 1;
-    cfg.address = addrs[0];
-    cfg.peers = peers;
-    cfg.n_peers = 3;
-    cfg.data_dir = dir;
-    cfg.election_timeout_ms = 100000; /* stays a quiet follower */
-    cfg.heartbeat_ms = 15;
-    fsm.apply = fsm_apply;
-    fsm.snapshot = fsm_snapshot;
-    fsm.restore = fsm_restore;
-    cr_assert_eq(repl_new(loop, x, &cfg, &fsm, state_cb, NULL, &r, errmsg), 0,
-                 "%s", errmsg);
-    cr_assert(r->io.check_segments, "on for raft_uv");
-    cr_assert_eq(repl_start(r, errmsg), 0, "%s", errmsg);
-    return r;
-}
 
 static void uv_append(uv_loop_t *loop,
                       struct repl *r,

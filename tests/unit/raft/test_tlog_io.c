@@ -119,6 +119,16 @@ static void bootstrap(void)
     close_io(io);
 }
 
+/* A bootstrapped store, opened and loaded. */
+static struct raft_io *bootstrapped(raft_index *start, size_t *n)
+{
+    struct raft_io *io;
+    bootstrap();
+    io = open_io();
+    cr_assert_eq(load(io, start, n), 0, "%s", io->errmsg);
+    return io;
+}
+
 static void app_cb(struct raft_io_append *req, int status)
 {
     order[n_order++] =
@@ -215,9 +225,7 @@ Test(tlog_io, close_while_a_snapshot_is_written)
     raft_index start;
     size_t n;
     struct raft_io *io;
-    bootstrap();
-    io = open_io();
-    cr_assert_eq(load(io, &start, &n), 0);
+    io = bootstrapped(&start, &n);
     s = mk_snap(1, 32 << 20); /* outlives the store's own close */
     cr_assert_eq(io->snapshot_put(io, 1, &req, s, put_cb), 0);
     close_io(io);
@@ -233,9 +241,7 @@ Test(tlog_io, a_snapshot_read_while_another_is_written)
     raft_index start;
     size_t n;
     struct raft_io *io;
-    bootstrap();
-    io = open_io();
-    cr_assert_eq(load(io, &start, &n), 0);
+    io = bootstrapped(&start, &n);
     s1 = mk_snap(1, 4096);
     cr_assert_eq(io->snapshot_put(io, 1, &req, s1, put_cb), 0);
     spin(&put_status, -1);
@@ -260,9 +266,7 @@ Test(tlog_io, close_during_an_install_keeps_the_appends_order)
     raft_index start;
     size_t n;
     struct raft_io *io;
-    bootstrap();
-    io = open_io();
-    cr_assert_eq(load(io, &start, &n), 0);
+    io = bootstrapped(&start, &n);
     cr_assert_eq(append(io, 1), 0); /* index 2, in flight */
     s = mk_snap(10, 16 << 20);
     cr_assert_eq(io->snapshot_put(io, 0, &req, s, put_cb), 0);
@@ -289,9 +293,7 @@ Test(tlog_io, an_install_that_cannot_be_written_stops_the_log)
     raft_index start;
     size_t n;
     struct raft_io *io;
-    bootstrap();
-    io = open_io();
-    cr_assert_eq(load(io, &start, &n), 0);
+    io = bootstrapped(&start, &n);
     cr_assert_eq(append(io, 1), 0);
     cr_assert_eq(append(io, 2), 0);
     for (int k = 0; k < 200000 && n_order < 2; k++) {
@@ -326,9 +328,7 @@ Test(tlog_io, term_and_vote_survive_a_damaged_slot)
     size_t n;
     char path[400];
     FILE *f;
-    bootstrap();
-    io = open_io();
-    cr_assert_eq(load(io, &start, &n), 0);
+    io = bootstrapped(&start, &n);
     cr_assert_eq(io->set_term(io, 7), 0);
     cr_assert_eq(io->set_vote(io, 3), 0);
     close_io(io);
