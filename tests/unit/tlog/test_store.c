@@ -5,7 +5,8 @@
  * segments rolled, a truncate superseding older entries at the next load
  * (and the state before it when nothing followed it), a torn tail cut at
  * open, damage refused, segments forgotten, a close with appends queued,
- * a failed write failing its appends and every later one in order.
+ * a failed write failing its appends and every later one in order, a
+ * full disk when a segment is prepared.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -16,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -649,4 +651,34 @@ Test(tlog_store, a_failed_write_fails_its_appends_and_every_later_one)
     check_loaded(&l, 1, 4, 0, 1000, 0);
     tlog_loaded_free(&l);
     close_store(s);
+}
+
+Test(tlog_store, a_full_disk_when_a_segment_is_prepared_fails_the_appends)
+{
+    static struct acks a;
+    char mnt[300];
+    struct tlog_config c = cfg(0, 0, false);
+    struct tlog_loaded l;
+    struct tlog_store *s;
+    cr_assert_lt((size_t)snprintf(mnt, sizeof mnt, "%s/mnt", dir), sizeof mnt);
+    cr_assert_eq(mkdir(mnt, 0700), 0);
+    if (mount("tmpfs", mnt, "tmpfs", 0, "size=1m") != 0) {
+        cr_skip_test("cannot mount a 1 MiB tmpfs (%s): ENOSPC not tested",
+                     strerror(errno));
+    }
+    c.dir = mnt; /* 8 MiB segments do not fit */
+    s = empty_store(&c, &a, 1);
+    append_range(s, &a, 1, 8, 4, 0);
+    cr_expect_eq(a.n, 0, "never inside append");
+    spin_until(&a.n, 2);
+    cr_expect_eq(a.status[0], -ENOSPC);
+    cr_expect_eq(a.status[1], -ENOSPC);
+    cr_expect_eq(tlog_append(s, NULL, 0, NULL, NULL), -ENOSPC,
+                 "refused from now");
+    close_store(s);
+    s = open_store(&c, &l);
+    cr_expect_eq(l.n, 0, "nothing half written loads");
+    tlog_loaded_free(&l);
+    close_store(s);
+    cr_expect_eq(umount(mnt), 0, "umount: %s", strerror(errno));
 }
