@@ -14,15 +14,14 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
-#include <linux/fs.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <criterion/criterion.h>
 
+#include "../immutable.h"
 #include "fake_io.h"
 #include "repl_int.h"
 #include "xport_test.h"
@@ -76,27 +75,38 @@ static void state_cb(void *arg,
     (void)writable;
 }
 
+/* Node 1 of three at addrs, with the no-op FSM above. */
+static void node1_config(const char *const addrs[3],
+                         struct repl_peer peers[3],
+                         struct repl_config *cfg,
+                         struct repl_fsm *fsm)
+{
+    memset(cfg, 0, sizeof *cfg);
+    memset(fsm, 0, sizeof *fsm);
+    for (unsigned k = 0; k < 3; k++) {
+        peers[k].id = k + 1;
+        peers[k].address = addrs[k];
+    }
+    cfg->id = 1;
+    cfg->address = addrs[0];
+    cfg->peers = peers;
+    cfg->n_peers = 3;
+    fsm->apply = fsm_apply;
+    fsm->snapshot = fsm_snapshot;
+    fsm->restore = fsm_restore;
+}
+
 static void one_start(struct one *o)
 {
     static const char *addrs[3] = {"127.0.0.1:9001", "127.0.0.1:9002",
                                    "127.0.0.1:9003"};
     struct repl_peer peers[3];
-    struct repl_config cfg = {0};
-    struct repl_fsm fsm = {0};
+    struct repl_config cfg;
+    struct repl_fsm fsm;
     char errmsg[TERN_ERRMSG_SIZE] = "";
 
     memset(o, 0, sizeof *o);
-    for (unsigned k = 0; k < 3; k++) {
-        peers[k].id = k + 1;
-        peers[k].address = addrs[k];
-    }
-    cfg.id = 1;
-    cfg.address = addrs[0];
-    cfg.peers = peers;
-    cfg.n_peers = 3;
-    fsm.apply = fsm_apply;
-    fsm.snapshot = fsm_snapshot;
-    fsm.restore = fsm_restore;
+    node1_config(addrs, peers, &cfg, &fsm);
     fake_disk_init(&o->disk);
     o->io = calloc(1, sizeof *o->io);
     cr_assert_not_null(o->io);
@@ -268,24 +278,14 @@ static struct repl *uv_replica_new(uv_loop_t *loop,
     static const char *addrs[3] = {"127.0.0.1:9101", "127.0.0.1:9102",
                                    "127.0.0.1:9103"};
     struct repl_peer peers[3];
-    struct repl_config cfg = {0};
-    struct repl_fsm fsm = {0};
+    struct repl_config cfg;
+    struct repl_fsm fsm;
     char errmsg[TERN_ERRMSG_SIZE] = "";
     struct repl *r;
-    for (unsigned k = 0; k < 3; k++) {
-        peers[k].id = k + 1;
-        peers[k].address = addrs[k];
-    }
-    cfg.id = 1;
-    cfg.address = addrs[0];
-    cfg.peers = peers;
-    cfg.n_peers = 3;
+    node1_config(addrs, peers, &cfg, &fsm);
     cfg.data_dir = dir;
     cfg.election_timeout_ms = 100000; /* stays a quiet follower */
     cfg.heartbeat_ms = 15;
-    fsm.apply = fsm_apply;
-    fsm.snapshot = fsm_snapshot;
-    fsm.restore = fsm_restore;
     cr_assert_eq(repl_new(loop, x, &cfg, &fsm, state_cb, NULL, &r, errmsg), 0,
                  "%s", errmsg);
     return r;
@@ -506,27 +506,6 @@ static void uv_close_replica(uv_loop_t *loop, struct repl *r)
     cr_assert(closed);
 }
 
-/* FS_IMMUTABLE_FL on path on or off; an errno on failure. */
-static int set_immutable(const char *path, bool on)
-{
-    int fd = open(path, O_RDONLY);
-    int flags = 0;
-    int rv = 0;
-    if (fd < 0) {
-        return errno;
-    }
-    if (ioctl(fd, FS_IOC_GETFLAGS, &flags) != 0) {
-        rv = errno;
-    } else {
-        flags = on ? flags | FS_IMMUTABLE_FL : flags & ~FS_IMMUTABLE_FL;
-        if (ioctl(fd, FS_IOC_SETFLAGS, &flags) != 0) {
-            rv = errno;
-        }
-    }
-    (void)close(fd);
-    return rv;
-}
-
 static void raft_uv_truncate_round(bool fail)
 {
     char base[] = "/tmp/tern-uv-trunc-XXXXXX";
@@ -562,7 +541,7 @@ static void raft_uv_truncate_round(bool fail)
                  sizeof seg);
     cr_assert_eq(access(seg, F_OK), 0, "raft_uv closed [2, 3] at the close");
     if (fail) {
-        err = set_immutable(seg, true);
+        err = test_set_immutable(seg, true);
     }
     if (err == 0) {
         cr_assert_eq(r->io.outer.truncate(&r->io.outer, 3), 0);
@@ -574,7 +553,7 @@ static void raft_uv_truncate_round(bool fail)
             cr_expect_not_null(
                 strstr(st.failed_detail, "0000000000000002-0000000000000003"),
                 "names the segment: %s", st.failed_detail);
-            cr_expect_eq(set_immutable(seg, false), 0);
+            cr_expect_eq(test_set_immutable(seg, false), 0);
         } else {
             cr_expect_eq(s, 0);
             cr_expect_eq(st.failed, 0);

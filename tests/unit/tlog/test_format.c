@@ -295,6 +295,19 @@ Test(tlog_format, scan_stops_when_the_callback_says)
     free(m.buf);
 }
 
+/* What a crash leaves of a 512-byte sector of a write in flight: state 0
+ * written, 1 never written (zeros), 2 torn (garbage). */
+static void crash_sector(uint8_t *sec, unsigned state)
+{
+    if (state == 1) {
+        memset(sec, 0, 512);
+    } else if (state == 2) {
+        for (size_t j = 0; j < 512; j++) {
+            sec[j] = (uint8_t)rand();
+        }
+    }
+}
+
 /* Every crash of the write in flight: the last write's sectors (512
  * bytes), each either written, never written (zeros) or torn (garbage).
  * The records of the writes before it all load; the scan never says
@@ -328,13 +341,7 @@ Test(tlog_format, every_crash_of_the_write_in_flight_loads_the_acked)
             unsigned state = sectors <= 8 ? v % 3 : (unsigned)rand() % 3;
             uint8_t *sec = crash + start + i * 512;
             v /= 3;
-            if (state == 1) {
-                memset(sec, 0, 512);
-            } else if (state == 2) {
-                for (size_t j = 0; j < 512; j++) {
-                    sec[j] = (uint8_t)rand();
-                }
-            }
+            crash_sector(sec, state);
         }
         cr_assert_eq(
             tlog_seg_scan(crash, m.cap, SEQ, 100, 5000, NULL, NULL, &s, NULL),
@@ -425,13 +432,7 @@ Test(tlog_format, every_crash_of_a_large_write_is_torn)
         for (size_t i = 0; i < sectors; i++) {
             unsigned state = c == 0 ? 0 : (unsigned)rand() % 3;
             uint8_t *sec = crash + start + i * 512;
-            if (state == 1) {
-                memset(sec, 0, 512);
-            } else if (state == 2) {
-                for (size_t j = 0; j < 512; j++) {
-                    sec[j] = (uint8_t)rand();
-                }
-            }
+            crash_sector(sec, state);
         }
         cr_assert_eq(
             tlog_seg_scan(crash, m.cap, SEQ, 100, 5000, NULL, NULL, &s, NULL),

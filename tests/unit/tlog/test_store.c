@@ -12,17 +12,16 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
-#include <linux/fs.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <criterion/criterion.h>
 
+#include "../immutable.h"
 #include "tlog.h"
 
 static uv_loop_t loop;
@@ -598,27 +597,6 @@ Test(tlog_store, close_cancels_queued_appends_in_order)
     cr_expect(canceled);
 }
 
-/* FS_IMMUTABLE_FL on path on or off: writes to it fail (EPERM) even on
- * descriptors opened before. An errno on failure. */
-static int set_immutable(const char *path, bool on)
-{
-    int fd = open(path, O_RDONLY);
-    int flags = 0, rv = 0;
-    if (fd < 0) {
-        return errno;
-    }
-    if (ioctl(fd, FS_IOC_GETFLAGS, &flags) != 0) {
-        rv = errno;
-    } else {
-        flags = on ? flags | FS_IMMUTABLE_FL : flags & ~FS_IMMUTABLE_FL;
-        if (ioctl(fd, FS_IOC_SETFLAGS, &flags) != 0) {
-            rv = errno;
-        }
-    }
-    (void)close(fd);
-    return rv;
-}
-
 Test(tlog_store, a_failed_write_fails_its_appends_and_every_later_one)
 {
     static struct acks a;
@@ -631,7 +609,7 @@ Test(tlog_store, a_failed_write_fails_its_appends_and_every_later_one)
     spin_until(&a.n, 1);
     cr_assert_eq(a.status[0], 0);
     newest_segment(path, sizeof path);
-    err = set_immutable(path, true);
+    err = test_set_immutable(path, true);
     if (err != 0) {
         close_store(s);
         cr_skip_test("no immutable flag here (%s)", strerror(err));
@@ -639,7 +617,7 @@ Test(tlog_store, a_failed_write_fails_its_appends_and_every_later_one)
     /* The first goes out at once and fails; the rest wait behind it. */
     append_range(s, &a, 5, 16, 4, 0);
     spin_until(&a.n, 4);
-    cr_expect_eq(set_immutable(path, false), 0);
+    cr_expect_eq(test_set_immutable(path, false), 0);
     for (unsigned k = 1; k < 4; k++) {
         cr_expect_neq(a.status[k], 0, "append %u failed", k);
         cr_expect_gt(a.order[k], a.order[k - 1], "in order");
