@@ -417,14 +417,15 @@ class Run:
                "[raft]\n"
                "election_timeout_ms = %d\nheartbeat_ms = %d\n"
                "snapshot_threshold_bytes = %s\nsnapshot_trailing = %d\n"
-               "durability = %s\n"
+               "durability = %s\nlog_store = %s\n"
                "[limits]\nmin_free_disk_bytes = 1M\nreserve_disk_bytes = 16M\n"
                "%s[peers]\n%s\n"
                % (nm[1:], self.data_dir(nm), self.caddr(nm),
                   self.raddr(nm), self.a.log_level,
                   self.a.log_segment_bytes, self.a.election_ms,
                   self.a.heartbeat_ms, self.a.snapshot_bytes,
-                  self.a.snapshot_trailing, self.a.durability, security,
+                  self.a.snapshot_trailing, self.a.durability,
+                  self.a.log_store, security,
                   peers))
         with open(os.path.join(d, "ternd.ini"), "w") as fh:
             fh.write(cfg)
@@ -1626,6 +1627,10 @@ def parse_args(argv):
                     "acknowledged writes by design when a majority "
                     "crashes (raft/include/repl.h): use it with partitions, "
                     "pauses, delay, and single-node kills only")
+    ap.add_argument("--log-store", default="uv", choices=("uv", "tern"),
+                    help="ternd [raft] log_store: libraft's raft_uv "
+                    "(default) or tern's own raft log store "
+                    "(docs/LOGSTORE.md)")
     ap.add_argument("--no-restart-crashed", dest="restart_crashed",
                     action="store_false",
                     help="leave a node that exited on its own down (by "

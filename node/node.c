@@ -1777,11 +1777,11 @@ static int node_start(struct node *n, char *errmsg)
         repl_get_status(n->repl, &st);
         node_log(NODE_LOG_INFO, "raft loaded",
                  "last_index=%llu last_applied=%llu commit_index=%llu "
-                 "term=%llu",
+                 "term=%llu torn_tail_cut=%u",
                  (unsigned long long)st.last_index,
                  (unsigned long long)st.last_applied,
                  (unsigned long long)st.commit_index,
-                 (unsigned long long)st.term);
+                 (unsigned long long)st.term, st.log_torn);
         if (st.meta_load != REPL_META_MATCH) {
             node_log(st.meta_load == REPL_META_CREATED ? NODE_LOG_INFO
                                                        : NODE_LOG_WARN,

@@ -695,6 +695,7 @@ void repl_get_status(struct repl *r, struct repl_status *out)
     out->unknown_from = r->io.unknown_from;
     out->term_exhausted = r->io.term_exhausted;
     out->meta_load = r->io.meta_load;
+    out->log_torn = r->own_tlog ? repl_tlog_io_torn(r->inner) : 0;
     out->meta_prev_term = r->io.meta_prev_term;
     out->meta_prev_vote = r->io.meta_prev_vote;
     out->member_role = repl_self_role(r);

@@ -692,6 +692,8 @@ int repl_tlog_io_new(uv_loop_t *loop,
                      struct raft_io **out,
                      char *errmsg);
 void repl_tlog_io_free(struct raft_io *io);
+/* Torn tails the last load cut (tlog_loaded.torn: 0 or 1). */
+unsigned repl_tlog_io_torn(struct raft_io *io);
 
 /* ---- null_transport.c: raft_uv's transport, unused ---------------------- */
 

@@ -133,6 +133,7 @@ struct tio
     bool closing;
     bool store_closed;
     raft_io_close_cb close_cb;
+    unsigned torn; /* torn tails the last load cut */
 };
 
 static struct tio *tio_of(struct raft_io *io)
@@ -541,6 +542,7 @@ static int t_load(struct raft_io *io,
         set_errmsg(t, em);
         goto err_snap;
     }
+    t->torn = l.torn;
     if (snap != NULL) {
         t->snap_index = snap->index;
         if (l.n > 0 && l.first_index > snap->index + 1) {
@@ -1161,4 +1163,9 @@ void repl_tlog_io_free(struct raft_io *io)
     }
     tern_free(t->dir);
     tern_free(t);
+}
+
+unsigned repl_tlog_io_torn(struct raft_io *io)
+{
+    return tio_of(io)->torn;
 }

@@ -330,6 +330,10 @@ struct repl_status
     int meta_load;
     uint64_t meta_prev_term;
     uint64_t meta_prev_vote;
+    /* log_store = tern: torn tails the load cut (0 or 1; a write a crash
+     * interrupted, never acknowledged). Always 0 for raft_uv, which does
+     * not report it. */
+    unsigned log_torn;
     /* Membership (repl.h, "Membership"): this node's role in the latest
      * configuration it knows (enum repl_member_role; ABSENT: not in it,
      * waiting to be added, or removed) and that configuration's size. */

@@ -21,6 +21,7 @@
 
 #include "repl.h"
 #include "repl_int.h"
+#include "tlog.h"
 
 #define UV_N 3
 
@@ -323,6 +324,65 @@ static unsigned expect_private(const char *dir)
     return n;
 }
 
+/* A crash in the middle of a write, on tern's store: bytes that are no
+ * record right after the last whole write of dir's newest segment with
+ * records (nothing acknowledged is touched). */
+static void tear_after_last_write(const char *dir)
+{
+    unsigned long long best = 0;
+    char name[256];
+    struct dirent *de;
+    int dir_fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    DIR *d = opendir(dir);
+    uint8_t junk[100];
+    cr_assert(dir_fd >= 0 && d != NULL, "%s", dir);
+    while ((de = readdir(d)) != NULL) {
+        unsigned long long seq;
+        uint8_t *img = NULL;
+        size_t len = 0;
+        struct tlog_scan sc;
+        char em[TERN_ERRMSG_SIZE] = "";
+        if (sscanf(de->d_name, "seg-%llu", &seq) != 1 || seq <= best) {
+            continue;
+        }
+        cr_assert_eq(tlog_read_file(dir_fd, de->d_name, 64u << 20, &img, &len),
+                     0);
+        cr_assert_eq(tlog_seg_scan(img, len, seq, 0, 0, NULL, NULL, &sc, em), 0,
+                     "%s", em);
+        tern_free(img);
+        if (sc.n_records > 0) {
+            cr_assert_eq(sc.how, TLOG_SCAN_CLEAN, "%s: %s", de->d_name, sc.why);
+            cr_assert(sc.ended && sc.end + sizeof junk <= len);
+            best = seq;
+            (void)snprintf(name, sizeof name, "%s", de->d_name);
+            memset(junk, 0xa5, sizeof junk);
+            junk[0] = (uint8_t)(sc.end >> 12); /* any non-record bytes */
+            junk[1] = (uint8_t)sc.end;
+        }
+    }
+    closedir(d);
+    cr_assert_gt(best, 0, "no segment with records in %s", dir);
+    {
+        char path[600];
+        struct tlog_scan sc;
+        uint8_t *img = NULL;
+        size_t len = 0;
+        char em[TERN_ERRMSG_SIZE] = "";
+        int fd;
+        cr_assert_eq(tlog_read_file(dir_fd, name, 64u << 20, &img, &len), 0);
+        cr_assert_eq(tlog_seg_scan(img, len, best, 0, 0, NULL, NULL, &sc, em),
+                     0, "%s", em);
+        tern_free(img);
+        (void)snprintf(path, sizeof path, "%s/%s", dir, name);
+        fd = open(path, O_WRONLY | O_CLOEXEC);
+        cr_assert(fd >= 0, "%s", path);
+        cr_assert_eq(pwrite(fd, junk, sizeof junk, (off_t)sc.end),
+                     (ssize_t)sizeof junk);
+        cr_assert_eq(close(fd), 0);
+    }
+    cr_assert_eq(close(dir_fd), 0);
+}
+
 static void production_path(enum repl_durability d)
 {
     uv_loop_t loop;
@@ -395,6 +455,11 @@ static void production_path(enum repl_durability d)
         cr_expect_eq(access(meta, F_OK), 0, "%s missing", meta);
     }
 
+    /* tern's store: node 1 crashed in the middle of a write. */
+    if (uv_store == REPL_LOG_STORE_TERN && d == REPL_DURABILITY_DISK) {
+        tear_after_last_write(nodes[0].dir);
+    }
+
     /* Restart on the same directories: load, replay, elect, write more. */
     for (int i = 0; i < UV_N; i++) {
         nodes[i].applied = 0;
@@ -408,6 +473,14 @@ static void production_path(enum repl_durability d)
         struct repl_status st;
         repl_get_status(nodes[i].r, &st);
         cr_expect_eq(st.meta_load, REPL_META_MATCH, "node %d", i + 1);
+        /* The torn write is cut and reported; nothing before it is. */
+        cr_expect_eq(st.log_torn,
+                     i == 0 && uv_store == REPL_LOG_STORE_TERN &&
+                             d == REPL_DURABILITY_DISK
+                         ? 1u
+                         : 0u,
+                     "node %d torn %u", i + 1, st.log_torn);
+        cr_expect_geq(st.last_index, 100, "node %d", i + 1);
     }
     cr_assert(run_until(&loop, cond_leader, NULL, 20000), "no leader again");
     l = writable_leader();
