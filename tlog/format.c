@@ -7,7 +7,7 @@
  *
  *   offset size  field
  *   0      8     magic "TERNRLG\0"
- *   8      4     version: 1
+ *   8      4     version: 1 (zeroed when prepared) or 2 (linked)
  *   12     4     header size = 4096
  *   16     8     seq: store-wide segment number (the file is seg-<seq>)
  *   24     4     block size: 512..4096, a power of two
@@ -25,7 +25,7 @@
  *   0      4     magic "TRLE"
  *   4      1     version: 1
  *   5      1     type: 1 command, 2 barrier, 3 configuration change,
- *                255 pad
+ *                4 link (version 2 segments), 255 pad
  *   6      2     write: the number of the write that holds the record
  *                within its segment (1, 2, ...; at most 32767)
  *   8      8     seq of the segment (bytes of an older use of the file
@@ -41,6 +41,21 @@
  *                version 2 and commit-log records of version 2)
  *   48     ...   payload, then zeros up to the next multiple of 8
  *
+ * LINK. A version 2 segment may be a recycled file: after its records lie
+ * the bytes of its older uses, not zeros. So the first record of its
+ * first write (at offset 4096, write 1, index and term 0, the stream
+ * position of the record after it) is a link naming where the segment
+ * written before it ended, a 24-byte payload:
+ *
+ *   0      8     seq of the previous segment written (0: none)
+ *   8      8     offset after its last record in sequence
+ *   16     4     the number of its last write
+ *   20     4     zero
+ *
+ * The load checks every segment but the last against the link of the
+ * next (store.c): its records must end exactly there. Only the last one
+ * is judged by the torn-tail rule below.
+ *
  * Records of a segment hold consecutive raft indexes and stream positions,
  * continuing the previous segment's. Every write ends with a pad record
  * (zeros for payload) that takes it to a block boundary, so no block
@@ -53,15 +68,17 @@
  * has this seq, the next index and the next stream position, and the
  * write of the record before it (or the next one, after a pad). Where
  * that stops (offset o): only zeros after o, or o at the image's end, is
- * a clean end. Otherwise the writes that may have been in flight at a
- * crash are the one o lies in (the write of the last record in sequence,
- * or the next one if that record was a pad) and the following ones up to
- * the header's writes in flight; any of their blocks may have landed or
- * not. A record of this seq anywhere after o from a later write means a
- * write after the damage completed: the damage is in acknowledged bytes,
- * corrupt. Otherwise it is torn: what a crash leaves. Damage inside the
- * last acknowledged write, with nothing written after it, looks torn; as
- * with raft_uv, only the checksums of the records before it tell.
+ * a clean end; in a version 2 segment also any bytes from which no record
+ * of this seq can be read (an older use of the file: "stale"). Otherwise the
+ * writes that may have been in flight at a crash are the one o lies in (the
+ * write of the last record in sequence, or the next one if that record was a
+ * pad) and the following ones up to the header's writes in flight; any of their
+ * blocks may have landed or not. A record of this seq anywhere after o from a
+ * later write means a write after the damage completed: the damage is in
+ * acknowledged bytes, corrupt. Otherwise it is torn: what a crash leaves.
+ * Damage inside the last acknowledged write, with nothing written after it,
+ * looks torn; as with raft_uv, only the checksums of the records before it
+ * tell.
  */
 #include <stdio.h>
 #include <string.h>
@@ -72,7 +89,7 @@
 
 #define TLOG__SEG_MAGIC  "TERNRLG"   /* and a NUL: 8 bytes */
 #define TLOG__REC_MAGIC  0x454c5254u /* "TRLE" read little-endian */
-#define TLOG__VERSION    1u
+#define TLOG__VERSION    1u          /* of records */
 #define TLOG__SEG_FIELDS 32u
 
 /* Fuzz builds (FUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION) accept any
@@ -100,7 +117,7 @@ void tlog_seg_header_encode(uint8_t *out, const struct tlog_seg_header *h)
 {
     memset(out, 0, TLOG_SEG_HEADER_SIZE);
     memcpy(out, TLOG__SEG_MAGIC, 8);
-    tern_put_u32(out + 8, TLOG__VERSION);
+    tern_put_u32(out + 8, h->version ? h->version : TLOG_SEG_VERSION_LINKED);
     tern_put_u32(out + 12, TLOG_SEG_HEADER_SIZE);
     tern_put_u64(out + 16, h->seq);
     tern_put_u32(out + 24, h->block_size);
@@ -129,13 +146,16 @@ int tlog_seg_header_decode(const uint8_t *buf,
         return TERN_ECORRUPT;
     }
     version = tern_get_u32(buf + 8);
-    if (version != TLOG__VERSION) {
+    if (version != TLOG_SEG_VERSION_ZEROED &&
+        version != TLOG_SEG_VERSION_LINKED) {
         tern_errmsg_printf(errmsg,
                            "segment header: version %u (this build "
-                           "reads %u)",
-                           version, TLOG__VERSION);
+                           "reads %u and %u)",
+                           version, TLOG_SEG_VERSION_ZEROED,
+                           TLOG_SEG_VERSION_LINKED);
         return TERN_EVERSION;
     }
+    h->version = version;
     h->seq = tern_get_u64(buf + 16);
     h->block_size = tern_get_u32(buf + 24);
     h->in_flight = tern_get_u32(buf + 28);
@@ -222,10 +242,30 @@ void tlog_pad_encode(uint8_t *out,
     tlog_rec_encode(out, &r);
 }
 
+void tlog_link_encode(uint8_t *out,
+                      uint64_t seq,
+                      uint64_t pos,
+                      const struct tlog_link *k)
+{
+    uint8_t p[TLOG_LINK_PAYLOAD];
+    struct tlog_rec r = {0};
+    tern_put_u64(p, k->prev_seq);
+    tern_put_u64(p + 8, k->prev_end);
+    tern_put_u32(p + 16, k->prev_write);
+    tern_put_u32(p + 20, 0);
+    r.type = TLOG_REC_LINK;
+    r.write = 1;
+    r.seq = seq;
+    r.pos = pos;
+    r.len = TLOG_LINK_PAYLOAD;
+    r.payload = p;
+    tlog_rec_encode(out, &r);
+}
+
 static bool type_ok(uint8_t t)
 {
     return t == TLOG_REC_COMMAND || t == TLOG_REC_BARRIER ||
-           t == TLOG_REC_CHANGE || t == TLOG_REC_PAD;
+           t == TLOG_REC_CHANGE || t == TLOG_REC_LINK || t == TLOG_REC_PAD;
 }
 
 int tlog_rec_decode(const uint8_t *buf,
@@ -280,10 +320,29 @@ static bool all_zero(const uint8_t *p, size_t n)
  * known yet (likewise). */
 static const char *out_of_sequence(const struct tlog_rec *r,
                                    const struct tlog_scan *s,
+                                   size_t off,
                                    bool pos_known)
 {
+    bool first = off == TLOG_SEG_HEADER_SIZE;
     if (r->seq != s->header.seq) {
         return "a record of another seq";
+    }
+    if (s->header.version == TLOG_SEG_VERSION_LINKED &&
+        first != (r->type == TLOG_REC_LINK)) {
+        return first ? "no link record first" : "a link record inside";
+    }
+    if (r->type == TLOG_REC_LINK) {
+        if (s->header.version != TLOG_SEG_VERSION_LINKED) {
+            return "a link record in a version 1 segment";
+        }
+        if (r->len != TLOG_LINK_PAYLOAD || r->index != 0 || r->term != 0 ||
+            r->write != 1 ||
+            tern_get_u32((const uint8_t *)r->payload + 20) != 0) {
+            return "a malformed link record";
+        }
+        return pos_known && r->pos != s->next_pos
+                   ? "a record at another stream position"
+                   : NULL;
     }
     if (r->write != (s->ended ? s->write + 1 : s->write)) {
         return "a record of another write";
@@ -365,14 +424,20 @@ int tlog_seg_scan(const uint8_t *img,
                                       : "no whole record";
             break;
         }
-        why = out_of_sequence(&r, out, pos_known);
+        why = out_of_sequence(&r, out, off, pos_known);
         if (why != NULL) {
             break;
         }
         pos_known = true;
         out->write = r.write;
         out->ended = r.type == TLOG_REC_PAD;
-        if (r.type != TLOG_REC_PAD) {
+        if (r.type == TLOG_REC_LINK) {
+            const uint8_t *p = r.payload;
+            out->linked = true;
+            out->link.prev_seq = tern_get_u64(p);
+            out->link.prev_end = tern_get_u64(p + 8);
+            out->link.prev_write = tern_get_u32(p + 16);
+        } else if (r.type != TLOG_REC_PAD) {
             if (out->n_records == 0) {
                 out->first_index = r.index;
                 out->first_pos = r.pos;
@@ -398,6 +463,18 @@ int tlog_seg_scan(const uint8_t *img,
     out->later_record = later_record(
         img, len, off, out->header.seq,
         (out->ended ? out->write + 1 : out->write) + out->header.in_flight - 1);
-    out->how = out->later_record != 0 ? TLOG_SCAN_CORRUPT : TLOG_SCAN_TORN;
+    if (out->later_record != 0) {
+        out->how = TLOG_SCAN_CORRUPT;
+    } else if (out->header.version == TLOG_SEG_VERSION_LINKED &&
+               later_record(img, len, off - 1, out->header.seq, 0) == 0) {
+        /* Nothing of this use from o on (off - 1: o itself is looked at):
+         * the file's older bytes, or what a write in flight left that no
+         * record of it can be read from. */
+        out->how = TLOG_SCAN_CLEAN;
+        out->stale = true;
+        out->why[0] = '\0';
+    } else {
+        out->how = TLOG_SCAN_TORN;
+    }
     return 0;
 }

@@ -4,14 +4,24 @@
  *
  * Files. seg-%020llu: a segment, named by its seq (store-wide, never
  * reused). prep-%020llu: a segment being prepared (deleted at open).
- * Nothing else of the directory is the store's.
+ * free-%020llu: a forgotten segment's file kept for reuse (the free list,
+ * at most tlog_config.free_max files), named by its last seq. Nothing
+ * else of the directory is the store's.
  *
- * Preparing a segment (on libuv's thread pool): create prep-N, allocate
- * its size, write it over with zeros 1 MiB at a time, each chunk written
- * back before the next (a first write to an allocated but unwritten ext4
- * block waits for a journal commit; raft/prealloc.c), write the header,
- * fdatasync, rename to seg-N, fsync the directory. One segment is kept
- * prepared ahead of the one in use.
+ * Preparing a segment (on libuv's thread pool). From the free list:
+ * rename free-M to prep-N, write the new header over the old one,
+ * fdatasync, rename to seg-N, fsync the directory: one 4 KiB write, and
+ * every block of the file has been written before (no extent to
+ * convert). The older bytes after the header stay: records of older
+ * seqs, which never pass for seq N's, and the link record that opens
+ * every segment's first write says where the one before ended (format.c,
+ * LINK). Otherwise a new file: create prep-N, allocate its size, write it
+ * over with zeros 1 MiB at a time, each chunk written back before the
+ * next (a first write to an allocated but unwritten ext4 block waits for
+ * a journal commit; raft/prealloc.c), then header, fdatasync, rename,
+ * fsync the directory. One segment is kept prepared ahead of the one in
+ * use. A crash at any step leaves a prep-N (deleted at open) or a
+ * free-M whatever its header says (free files are never read).
  *
  * Writes. Appends encode their entries at once into the open write: a
  * block-aligned buffer destined for a known offset of a known segment.
@@ -45,20 +55,29 @@
  * records the first valid seq durably (tlog_config.void_below at later
  * opens) before tlog_forget deletes them.
  *
- * Deletions (tlog_forget) run one at a time, oldest first, each file
- * unlinked and the directory synced before the next: a crash between two
- * leaves no gap.
+ * Forgetting (tlog_forget) goes one segment at a time, oldest first, and
+ * stops at the first that stays: each file renamed to free-N (while the
+ * free list has room) or unlinked, and the directory synced, before the
+ * next. A crash between two leaves no gap, and the segments on disk are
+ * always the ones from some seq on: a link never names a missing
+ * segment that the log needs.
  *
- * Loading (tlog_open): segments in seq order, each scanned (format.c)
- * with where the previous ended. Entries continue (index and stream
- * position) or supersede; an index gap is damage. The last segment that
- * holds records may end torn (a crash during its last write): it is
- * shortened to its last whole record and synced, so that it is clean
- * when it is no longer the last. A torn or damaged tail anywhere else is
- * TERN_ECORRUPT. Prepared segments without records are deleted, except
- * the newest, kept as the spare. Nothing is cut or deleted before the
- * whole load succeeded, and a file with bytes is never deleted for being
- * unreadable. Appends after an open always start a new segment.
+ * Loading (tlog_open): segments in seq order, each scanned (format.c).
+ * Entries continue (index and stream position) or supersede; an index
+ * gap is damage. A segment with records that is not the last is checked
+ * against the next one's link (version 2): its records must end exactly
+ * where the link says, with the same write number; a file the link names
+ * that holds no records, or is missing where the segments after the
+ * first are, is damage. Only the last segment with records may end torn
+ * (a crash during its last write). A version 1 segment (zeroed, no link)
+ * that is not the last must end clean, so a torn one, when last, is
+ * shortened to its last whole record and synced; a version 2 one is left
+ * as it is (the link after it will name its end). Segments without
+ * records are recycled (or deleted), except the newest, kept as the
+ * spare if it holds nothing of its own seq. Nothing is cut, renamed or
+ * deleted before the whole load succeeded, and a file with records is
+ * never dropped for being unreadable. Appends after an open always start
+ * a new segment.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -78,8 +97,11 @@
 #define TLOG__ZERO_CHUNK      ((size_t)1 << 20)
 #define TLOG__NAME_MAX        32
 /* The largest segment a load reads: one largest record and its pad. */
-#define TLOG__SEGMENT_MAX ((uint64_t)TLOG_REC_MAX_PAYLOAD + ((uint64_t)1 << 20))
-#define TLOG__IN_FLIGHT   1u /* writes in flight (bench/RESULTS.md) */
+#define TLOG__SEGMENT_MAX  ((uint64_t)TLOG_REC_MAX_PAYLOAD + ((uint64_t)1 << 20))
+#define TLOG__IN_FLIGHT    1u /* writes in flight (bench/RESULTS.md) */
+#define TLOG__DEFAULT_FREE 4u
+#define TLOG__FREE_MAX     1024u
+#define TLOG__LINK_SIZE    (TLOG_REC_HEADER_SIZE + TLOG_LINK_PAYLOAD)
 
 enum seg_state {
     SEG_PREPARING, /* on the thread pool */
@@ -105,6 +127,8 @@ struct seg
     uv_work_t work;
     struct tlog_store *store;
     uint32_t block_size;
+    uint64_t recycle; /* the free file to prepare it from (0: a new one) */
+    bool recycled;    /* it was */
     int status;
 };
 
@@ -146,6 +170,10 @@ struct tlog_store
     uint64_t void_below; /* tlog_config's */
     uint64_t next_index; /* 0: not started */
     uint64_t next_pos;
+    struct tlog_link last; /* where the last write placed ends: the link
+                              of the next segment's first write */
+    uint64_t *free_seq;    /* the free list: free-N files */
+    uint32_t n_free, free_max;
     bool roll; /* the next write starts a new segment (open, truncate) */
     bool in_flight;
     int failed; /* sticky: the first failed write's status */
@@ -253,21 +281,110 @@ static void pos_forget(struct tlog_store *s, uint64_t index)
 /* ---- preparing segments ---------------------------------------------------
  */
 
-static int prepare_file(int dir_fd,
+/* Make prep (fd, its header written) seg-seq durably and open it for
+ * writes; fd is closed. */
+static int prepare_finish(int dir_fd,
+                          int fd,
+                          const char *prep,
+                          uint64_t seq,
+                          int *fd_out,
+                          bool *direct)
+{
+    char name[TLOG__NAME_MAX];
+    int rv = 0;
+    seg_name(name, "seg", seq);
+    if (fdatasync(fd) != 0 || renameat(dir_fd, prep, dir_fd, name) != 0) {
+        rv = -errno;
+        (void)close(fd);
+        (void)unlinkat(dir_fd, prep, 0);
+        return rv;
+    }
+    (void)close(fd);
+    rv = sync_dir(dir_fd);
+    if (rv != 0) {
+        return rv;
+    }
+    fd = open_for_writes(dir_fd, name, direct);
+    if (fd < 0) {
+        return fd;
+    }
+    *fd_out = fd;
+    return 0;
+}
+
+/* Prepare seg-seq from free-from: a new header over the old one. -EAGAIN:
+ * the file is not of size bytes (or is gone); prepare a new one. */
+static int recycle_file(int dir_fd,
+                        uint64_t from,
                         uint64_t seq,
                         uint64_t size,
                         uint32_t block_size,
                         int *fd_out,
                         bool *direct)
 {
-    char prep[TLOG__NAME_MAX], name[TLOG__NAME_MAX];
-    struct tlog_seg_header h = {seq, block_size, TLOG__IN_FLIGHT};
+    char old[TLOG__NAME_MAX], prep[TLOG__NAME_MAX];
+    struct tlog_seg_header h = {seq, block_size, TLOG__IN_FLIGHT, 0};
+    uint8_t *buf = NULL;
+    struct stat st;
+    ssize_t w;
+    int fd;
+
+    seg_name(old, "free", from);
+    seg_name(prep, "prep", seq);
+    if (renameat(dir_fd, old, dir_fd, prep) != 0) {
+        return errno == ENOENT ? -EAGAIN : -errno;
+    }
+    fd = openat(dir_fd, prep, O_RDWR | O_CLOEXEC);
+    if (fd < 0) {
+        return -EAGAIN; /* prepared anew under the same name */
+    }
+    buf = aligned(TLOG_SEG_HEADER_SIZE);
+    if (buf == NULL || fstat(fd, &st) != 0 || (uint64_t)st.st_size != size) {
+        free(buf);
+        (void)close(fd);
+        return -EAGAIN;
+    }
+    tlog_seg_header_encode(buf, &h);
+    w = pwrite(fd, buf, TLOG_SEG_HEADER_SIZE, 0);
+    free(buf);
+    if (w != (ssize_t)TLOG_SEG_HEADER_SIZE) {
+        int rv = w < 0 ? -errno : -EIO;
+        (void)close(fd);
+        (void)unlinkat(dir_fd, prep, 0);
+        return rv;
+    }
+    return prepare_finish(dir_fd, fd, prep, seq, fd_out, direct);
+}
+
+/* Prepare seg-seq of size bytes: from free-recycle if not 0 (*recycled
+ * then says whether it was), else (or if that file does not fit) a new
+ * file written over with zeros. */
+static int prepare_file(int dir_fd,
+                        uint64_t seq,
+                        uint64_t size,
+                        uint32_t block_size,
+                        uint64_t recycle,
+                        bool *recycled,
+                        int *fd_out,
+                        bool *direct)
+{
+    char prep[TLOG__NAME_MAX];
+    struct tlog_seg_header h = {seq, block_size, TLOG__IN_FLIGHT, 0};
     uint8_t *buf = NULL;
     uint64_t at = 0;
     int fd, rv = 0;
 
+    *recycled = false;
+    if (recycle != 0) {
+        rv = recycle_file(dir_fd, recycle, seq, size, block_size, fd_out,
+                          direct);
+        if (rv != -EAGAIN) {
+            *recycled = rv == 0;
+            return rv;
+        }
+        rv = 0;
+    }
     seg_name(prep, "prep", seq);
-    seg_name(name, "seg", seq);
     fd = openat(dir_fd, prep, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (fd < 0) {
         return -errno;
@@ -308,26 +425,7 @@ static int prepare_file(int dir_fd,
             goto out;
         }
     }
-    if (fdatasync(fd) != 0) {
-        rv = -errno;
-        goto out;
-    }
-    if (renameat(dir_fd, prep, dir_fd, name) != 0) {
-        rv = -errno;
-        goto out;
-    }
-    rv = sync_dir(dir_fd);
-    if (rv != 0) {
-        goto out;
-    }
-    (void)close(fd);
-    fd = open_for_writes(dir_fd, name, direct);
-    if (fd < 0) {
-        rv = fd;
-        fd = -1;
-        goto out;
-    }
-    *fd_out = fd;
+    rv = prepare_finish(dir_fd, fd, prep, seq, fd_out, direct);
     fd = -1;
 out:
     free(buf);
@@ -342,7 +440,7 @@ static void prep_work(uv_work_t *w)
 {
     struct seg *g = w->data;
     g->status = prepare_file(g->store->dir_fd, g->seq, g->size, g->block_size,
-                             &g->fd, &g->direct);
+                             g->recycle, &g->recycled, &g->fd, &g->direct);
 }
 
 static void prep_after(uv_work_t *w, int status)
@@ -356,6 +454,7 @@ static void prep_after(uv_work_t *w, int status)
     g->state = g->status == 0 ? SEG_READY : SEG_FAILED;
     if (g->state == SEG_READY) {
         s->stats.prepared++;
+        s->stats.recycled += g->recycled;
     }
     pump(s);
     maybe_closed(s);
@@ -377,6 +476,9 @@ static struct seg *seg_new(struct tlog_store *s, uint64_t size)
     g->store = s;
     g->block_size = s->block_size;
     g->work.data = g;
+    if (size == s->segment_bytes && s->n_free > 0) {
+        g->recycle = s->free_seq[--s->n_free]; /* the worker's now */
+    }
     tern_list_push(&s->segs, &g->link);
     if (uv_queue_work(s->loop, &g->work, prep_work, prep_after) != 0) {
         g->state = SEG_FAILED;
@@ -417,7 +519,8 @@ static struct write *write_new(struct tlog_store *s, size_t need)
 {
     struct write *w = tern_calloc(1, sizeof *w);
     struct seg *g = NULL;
-    size_t room = need + 2 * (size_t)s->block_size; /* records, pad */
+    /* link, records, pad */
+    size_t room = TLOG__LINK_SIZE + need + 2 * (size_t)s->block_size;
     if (w == NULL) {
         return NULL;
     }
@@ -448,7 +551,9 @@ static struct write *write_new(struct tlog_store *s, size_t need)
         s->roll = false;
         s->cur = g;
     }
-    w->cap = need > 65536 ? need + s->block_size * 2 : 65536;
+    w->cap = need > 65536 - TLOG__LINK_SIZE
+                 ? TLOG__LINK_SIZE + need + s->block_size * 2
+                 : 65536;
     w->buf = aligned(w->cap);
     if (w->buf == NULL) {
         tern_free(w);
@@ -458,6 +563,11 @@ static struct write *write_new(struct tlog_store *s, size_t need)
     w->seg = g;
     w->off = g->placed;
     w->num = (uint16_t)++g->writes;
+    if (w->num == 1) {
+        /* The segment's first write opens with where the last one ended. */
+        tlog_link_encode(w->buf, g->seq, s->next_pos, &s->last);
+        w->len = TLOG__LINK_SIZE;
+    }
     tern_list_init(&w->apps);
     tern_list_push(&s->writes, &w->link);
     s->open = w;
@@ -501,6 +611,9 @@ static void seal(struct tlog_store *s)
     w->len += pad;
     w->seg->placed = w->off + w->len;
     w->sealed = true;
+    s->last.prev_seq = w->seg->seq;
+    s->last.prev_end = w->seg->placed;
+    s->last.prev_write = w->num;
     s->open = NULL;
 }
 
@@ -775,31 +888,38 @@ void tlog_get_stats(const struct tlog_store *s, struct tlog_stats *out)
         out->segments++;
     }
     out->aio = s->kaio.ctx != 0 && !s->kaio.use_pool;
+    out->free = s->n_free;
 }
 
 /* ---- forgetting ------------------------------------------------------------
  */
 
-/* Deletions run one at a time, oldest first (s->dels), each file
- * unlinked and the directory synced before the next: a crash between two
- * leaves the log without a gap. */
+/* Deletions run one at a time, oldest first (s->dels), each file renamed
+ * to free-N (to_free) or unlinked, and the directory synced, before the
+ * next: a crash between two leaves the log without a gap. */
 struct del
 {
     uv_work_t work;
     struct tlog_store *s;
     struct seg *g;
+    bool to_free; /* onto the free list (a slot is held for it) */
 };
 
 static void del_work(uv_work_t *w)
 {
     struct del *d = w->data;
-    char name[TLOG__NAME_MAX];
+    char name[TLOG__NAME_MAX], free_name[TLOG__NAME_MAX];
     seg_name(name, "seg", d->g->seq);
+    seg_name(free_name, "free", d->g->seq);
     if (d->g->fd >= 0) {
         (void)close(d->g->fd);
         d->g->fd = -1;
     }
-    if (unlinkat(d->s->dir_fd, name, 0) == 0) {
+    if (d->to_free &&
+        renameat(d->s->dir_fd, name, d->s->dir_fd, free_name) != 0) {
+        d->to_free = false;
+    }
+    if (d->to_free || unlinkat(d->s->dir_fd, name, 0) == 0) {
         (void)sync_dir(d->s->dir_fd);
     }
 }
@@ -815,6 +935,10 @@ static void del_after(uv_work_t *w, int status)
     s->deleting--;
     s->del_running = false;
     s->stats.deleted++;
+    if (d->to_free) {
+        s->free_seq[s->n_free++] = d->g->seq; /* the slot held for it */
+        s->stats.freed++;
+    }
     tern_free(d->g);
     tern_free(d);
     del_next(s);
@@ -834,6 +958,10 @@ static void del_next(struct tlog_store *s)
     d->s = s;
     d->g = TERN_CONTAINER(s->dels.next, struct seg, link);
     d->work.data = d;
+    /* A file of the usual size goes onto the free list while it has room
+     * (one deletion runs at a time: no other holds a slot). */
+    d->to_free = s->n_free < s->free_max && !s->closing &&
+                 d->g->size == s->segment_bytes && d->g->state != SEG_FAILED;
     if (uv_queue_work(s->loop, &d->work, del_work, del_after) != 0) {
         tern_free(d);
         return;
@@ -877,11 +1005,13 @@ void tlog_forget(struct tlog_store *s, uint64_t index)
             break;
         }
         e = e->next;
-        /* Void segments, and whole segments below index (a superseded
-         * one holds nothing: last_index 0), that no write targets. */
+        /* Void segments, whole segments below index (a superseded one
+         * holds nothing: last_index 0) and spares passed over for a larger
+         * record, that no write targets, oldest first: up to the first
+         * that stays (the segments on disk are those from a seq on). */
         if (g->state == SEG_PREPARING || seg_busy(s, g) ||
-            (!g->is_void && (g->first_index == 0 || g->last_index >= index))) {
-            continue;
+            (!g->is_void && g->first_index != 0 && g->last_index >= index)) {
+            break;
         }
         tern_list_remove(&g->link);
         tern_list_push(&s->dels, &g->link);
@@ -915,6 +1045,7 @@ static void store_free(struct tlog_store *s)
         (void)close(s->dir_fd);
     }
     tern_free(s->pos_of);
+    tern_free(s->free_seq);
     tern_free(s->dir);
     tern_free(s);
 }
@@ -1025,18 +1156,40 @@ static int cmp_u64(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-/* The seqs of seg-N files, sorted; prep-N files deleted. */
+static int push_seq(uint64_t **seqs, size_t *n, size_t *cap, uint64_t seq)
+{
+    if (*n == *cap) {
+        size_t c = *cap ? *cap * 2 : 64;
+        uint64_t *p = tern_realloc(*seqs, c * sizeof *p);
+        if (p == NULL) {
+            return -ENOMEM;
+        }
+        *seqs = p;
+        *cap = c;
+    }
+    (*seqs)[(*n)++] = seq;
+    return 0;
+}
+
+/* The seqs of seg-N files, sorted, and of free-N files (frees: NULL
+ * if not wanted); prep-N files deleted. */
 static int list_dir(struct tlog_store *s,
                     uint64_t **seqs,
                     size_t *n,
+                    uint64_t **frees,
+                    size_t *n_frees,
                     char *errmsg)
 {
     int fd2 = openat(s->dir_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     DIR *d = fd2 >= 0 ? fdopendir(fd2) : NULL;
     struct dirent *e;
-    size_t cap = 0;
+    size_t cap = 0, fcap = 0;
     *seqs = NULL;
     *n = 0;
+    if (frees != NULL) {
+        *frees = NULL;
+        *n_frees = 0;
+    }
     if (d == NULL) {
         int rv = -errno;
         if (fd2 >= 0) {
@@ -1054,21 +1207,23 @@ static int list_dir(struct tlog_store *s,
             (void)unlinkat(s->dir_fd, e->d_name, 0);
             continue;
         }
+        if (frees != NULL &&
+            sscanf(e->d_name, "free-%20llu%n", &seq, &end) == 1 &&
+            e->d_name[end] == '\0' && strlen(e->d_name) == 25) {
+            if (push_seq(frees, n_frees, &fcap, seq) != 0) {
+                (void)closedir(d);
+                return -ENOMEM;
+            }
+            continue;
+        }
         if (sscanf(e->d_name, "seg-%20llu%n", &seq, &end) != 1 ||
             e->d_name[end] != '\0' || strlen(e->d_name) != 24) {
             continue;
         }
-        if (*n == cap) {
-            size_t c = cap ? cap * 2 : 64;
-            uint64_t *p = tern_realloc(*seqs, c * sizeof *p);
-            if (p == NULL) {
-                (void)closedir(d);
-                return -ENOMEM;
-            }
-            *seqs = p;
-            cap = c;
+        if (push_seq(seqs, n, &cap, seq) != 0) {
+            (void)closedir(d);
+            return -ENOMEM;
         }
-        (*seqs)[(*n)++] = seq;
     }
     (void)closedir(d);
     if (*n > 1) {
@@ -1140,21 +1295,111 @@ static int cut_tail(int dir_fd, uint64_t seq, size_t end)
     return rv;
 }
 
+/* The segment with records loaded last: what the next one's link must
+ * name. */
+struct held
+{
+    uint64_t seq; /* 0: none yet */
+    size_t end;
+    uint32_t write;
+};
+
+static bool has_seq(const uint64_t *seqs, size_t n, uint64_t seq)
+{
+    return n > 0 && bsearch(&seq, seqs, n, sizeof *seqs, cmp_u64) != NULL;
+}
+
+/* A linked segment (name, scanned into sc) against the segment with
+ * records loaded before it (p): 0, or TERN_ECORRUPT with errmsg. */
+static int check_link(const struct tlog_store *s,
+                      const struct held *p,
+                      const struct tlog_scan *sc,
+                      const uint64_t *seqs,
+                      size_t n_seqs,
+                      const char *name,
+                      char *errmsg)
+{
+    const struct tlog_link *k = &sc->link;
+    if (p->seq != 0 && k->prev_seq == p->seq) {
+        if (k->prev_end == p->end && k->prev_write == p->write) {
+            return 0;
+        }
+        tern_errmsg_printf(
+            errmsg,
+            "tlog: %s/seg-%020" PRIu64
+            ": its records end at offset %zu (write %u), "
+            "but %s was written after it ended at %" PRIu64 " (write %u)",
+            s->dir, p->seq, p->end, p->write, name, k->prev_end, k->prev_write);
+        return TERN_ECORRUPT;
+    }
+    if (k->prev_seq > p->seq && k->prev_seq >= s->void_below &&
+        has_seq(seqs, n_seqs, k->prev_seq)) {
+        tern_errmsg_printf(errmsg,
+                           "tlog: %s/%s was written after seg-%020" PRIu64
+                           ", which holds no records",
+                           s->dir, name, k->prev_seq);
+        return TERN_ECORRUPT;
+    }
+    if (p->seq != 0) {
+        tern_errmsg_printf(errmsg,
+                           "tlog: %s/%s was written after seg-%020" PRIu64
+                           ", not after seg-%020" PRIu64
+                           " (a segment is missing)",
+                           s->dir, name, k->prev_seq, p->seq);
+        return TERN_ECORRUPT;
+    }
+    return 0; /* the first kept: what it follows was forgotten or voided */
+}
+
+/* After a load: free-N files kept up to the free list's bound (files of
+ * the usual size; the rest deleted), then the dropped segments renamed
+ * onto it while it has room, else deleted. */
+static void settle_files(struct tlog_store *s,
+                         const uint64_t *frees,
+                         size_t n_frees,
+                         const uint64_t *seqs,
+                         const bool *drop,
+                         size_t n_seqs)
+{
+    for (size_t k = 0; k < n_frees + n_seqs; k++) {
+        bool is_free = k < n_frees;
+        uint64_t seq = is_free ? frees[k] : seqs[k - n_frees];
+        char name[TLOG__NAME_MAX], free_name[TLOG__NAME_MAX];
+        struct stat st;
+        if (!is_free && !drop[k - n_frees]) {
+            continue;
+        }
+        seg_name(name, is_free ? "free" : "seg", seq);
+        seg_name(free_name, "free", seq);
+        if (s->n_free < s->free_max && fstatat(s->dir_fd, name, &st, 0) == 0 &&
+            (uint64_t)st.st_size == s->segment_bytes &&
+            (is_free || renameat(s->dir_fd, name, s->dir_fd, free_name) == 0)) {
+            s->free_seq[s->n_free++] = seq;
+            continue;
+        }
+        (void)unlinkat(s->dir_fd, name, 0);
+    }
+}
+
 /* Load every segment (the top of the file). */
 static int load(struct tlog_store *s, struct tlog_loaded *l, char *errmsg)
 {
     struct load ld = {s, l, 0, NULL, errmsg};
-    uint64_t *seqs = NULL;
-    size_t n_seqs = 0;
+    uint64_t *seqs = NULL, *frees = NULL;
+    size_t n_seqs = 0, n_frees = 0;
     uint64_t torn_seq = 0; /* a torn segment (0: none) */
     size_t torn_end = 0;
-    bool torn_cut = false; /* shorten it to torn_end */
-    bool *drop = NULL;     /* per seq: unlink once the load succeeded */
+    bool torn_cut = false;   /* shorten it to torn_end (version 1) */
+    bool torn_empty = false; /* a version 2 one's first write is torn */
+    bool *drop = NULL; /* per seq: recycle or unlink once the load stands */
+    struct held prev = {0};
     int rv;
 
     memset(l, 0, sizeof *l);
-    rv = list_dir(s, &seqs, &n_seqs, errmsg);
+    rv = list_dir(s, &seqs, &n_seqs, &frees, &n_frees, errmsg);
     if (rv != 0) {
+        tern_free(frees);
+        tern_free(seqs);
         return rv;
     }
     l->images = tern_calloc(n_seqs > 0 ? n_seqs : 1, sizeof *l->images);
@@ -1162,6 +1407,12 @@ static int load(struct tlog_store *s, struct tlog_loaded *l, char *errmsg)
     if (l->images == NULL || drop == NULL) {
         rv = -ENOMEM;
         goto out;
+    }
+    for (size_t k = 0; k < n_frees; k++) {
+        /* A recycled file's older records must stay older than its seq. */
+        if (frees[k] >= s->next_seq) {
+            s->next_seq = frees[k] + 1;
+        }
     }
     for (size_t k = 0; k < n_seqs; k++) {
         char name[TLOG__NAME_MAX];
@@ -1171,7 +1422,9 @@ static int load(struct tlog_store *s, struct tlog_loaded *l, char *errmsg)
         size_t len = 0, before = l->n;
 
         seg_name(name, "seg", seqs[k]);
-        s->next_seq = seqs[k] + 1;
+        if (seqs[k] >= s->next_seq) {
+            s->next_seq = seqs[k] + 1;
+        }
         if (seqs[k] < s->void_below) {
             drop[k] = true; /* voided by an install */
             continue;
@@ -1196,7 +1449,18 @@ static int load(struct tlog_store *s, struct tlog_loaded *l, char *errmsg)
             rv = TERN_ECORRUPT;
             goto out;
         }
-        if ((sc.n_records > 0 || sc.how == TLOG_SCAN_TORN) && torn_seq != 0) {
+        if (sc.n_records > 0 && sc.linked) {
+            /* The segment written before it ends where its link says. */
+            rv = check_link(s, &prev, &sc, seqs, n_seqs, name, errmsg);
+            if (rv != 0) {
+                goto out;
+            }
+            torn_seq = 0; /* a torn end before it is settled by the link */
+            torn_cut = false;
+        } else if (torn_seq != 0 &&
+                   (sc.n_records > 0 ||
+                    (sc.how == TLOG_SCAN_TORN &&
+                     sc.header.version == TLOG_SEG_VERSION_ZEROED))) {
             /* A write went out after the torn one: that one completed. */
             tern_errmsg_printf(errmsg,
                                "tlog: %s/seg-%020" PRIu64
@@ -1206,7 +1470,8 @@ static int load(struct tlog_store *s, struct tlog_loaded *l, char *errmsg)
             rv = TERN_ECORRUPT;
             goto out;
         }
-        if (sc.n_records == 0 && sc.how == TLOG_SCAN_CLEAN && k == n_seqs - 1 &&
+        if (sc.n_records == 0 && sc.how == TLOG_SCAN_CLEAN && !sc.linked &&
+            sc.header.version == TLOG_SEG_VERSION_LINKED && k == n_seqs - 1 &&
             len == s->segment_bytes && sc.header.block_size == s->block_size &&
             sc.header.in_flight == TLOG__IN_FLIGHT) {
             /* The spare prepared before the stop: kept. */
@@ -1235,25 +1500,35 @@ static int load(struct tlog_store *s, struct tlog_loaded *l, char *errmsg)
             continue;
         }
         if (sc.n_records == 0) {
-            /* A spare, or a segment whose first write never landed
-             * (torn: it must be the last; cut to its header, not
-             * deleted): clean ones are deleted. */
-            if (sc.how == TLOG_SCAN_TORN) {
+            /* A spare, or a segment whose first write never landed. Version
+             * 1, torn: it must be the last; cut to its header, not
+             * deleted. Otherwise recycled (version 2: a later segment's
+             * link would name it if its first write had completed). */
+            if (sc.how == TLOG_SCAN_TORN &&
+                sc.header.version == TLOG_SEG_VERSION_ZEROED) {
                 torn_seq = seqs[k];
                 torn_end = sc.end;
                 torn_cut = true;
             } else {
                 drop[k] = true;
+                torn_empty =
+                    torn_empty || sc.how == TLOG_SCAN_TORN || sc.linked;
             }
             l->images[--l->n_images] = NULL;
             tern_free(img);
             continue;
         }
         if (sc.how == TLOG_SCAN_TORN) {
+            /* Version 2 keeps its bytes: the next segment's link will
+             * name where its records end. */
             torn_seq = seqs[k];
             torn_end = sc.end;
-            torn_cut = true;
+            torn_cut = sc.header.version == TLOG_SEG_VERSION_ZEROED;
         }
+        torn_empty = false; /* a torn first write before it, dropped */
+        prev.seq = seqs[k];
+        prev.end = sc.end;
+        prev.write = sc.write;
         /* Its entries were appended at [before, l->n): they continue the
          * loaded ones, or supersede them from their first index on. */
         if (before > 0) {
@@ -1337,6 +1612,9 @@ static int load(struct tlog_store *s, struct tlog_loaded *l, char *errmsg)
         s->next_index = l->next_index;
         s->next_pos = l->next_pos;
     }
+    s->last.prev_seq = prev.seq;
+    s->last.prev_end = prev.end;
+    s->last.prev_write = prev.write;
     /* The whole load stands: now the files change. */
     if (torn_cut) {
         rv = cut_tail(s->dir_fd, torn_seq, torn_end);
@@ -1346,19 +1624,14 @@ static int load(struct tlog_store *s, struct tlog_loaded *l, char *errmsg)
                 s->dir, torn_seq, tern_strerror(rv));
             goto out;
         }
-        l->torn = 1;
     }
-    for (size_t k = 0; k < n_seqs; k++) {
-        if (drop[k]) {
-            char name[TLOG__NAME_MAX];
-            seg_name(name, "seg", seqs[k]);
-            (void)unlinkat(s->dir_fd, name, 0);
-        }
-    }
-    if (n_seqs > 0) {
+    l->torn = torn_seq != 0 || torn_empty;
+    settle_files(s, frees, n_frees, seqs, drop, n_seqs);
+    if (n_seqs + n_frees > 0) {
         (void)sync_dir(s->dir_fd);
     }
 out:
+    tern_free(frees);
     tern_free(drop);
     tern_free(ld.pos);
     tern_free(seqs);
@@ -1393,6 +1666,7 @@ int tlog_open(uv_loop_t *loop,
     s->window = c->window ? c->window : TLOG__DEFAULT_WINDOW;
     s->next_seq = 1;
     s->void_below = c->void_below;
+    s->free_max = c->free_max ? c->free_max : TLOG__DEFAULT_FREE;
     s->roll = true;
     tern_list_init(&s->segs);
     tern_list_init(&s->writes);
@@ -1401,16 +1675,21 @@ int tlog_open(uv_loop_t *loop,
         (s->block_size & (s->block_size - 1)) != 0 ||
         s->window < s->block_size || s->window > TLOG_WINDOW_MAX ||
         s->window % s->block_size != 0 ||
-        s->segment_bytes < TLOG_SEG_HEADER_SIZE + 4 * (uint64_t)s->block_size) {
+        s->segment_bytes < TLOG_SEG_HEADER_SIZE + 4 * (uint64_t)s->block_size ||
+        s->free_max > TLOG__FREE_MAX) {
         tern_errmsg_printf(errmsg,
                            "tlog: block %u, window %u, segment %" PRIu64
-                           ": out of bounds",
-                           s->block_size, s->window, s->segment_bytes);
+                           ", free list %u: out of bounds",
+                           s->block_size, s->window, s->segment_bytes,
+                           s->free_max);
         tern_free(s);
         return TERN_EINVAL;
     }
     s->dir = tern_strdup(c->dir);
-    if (s->dir == NULL) {
+    s->free_seq = tern_calloc(s->free_max, sizeof *s->free_seq);
+    if (s->dir == NULL || s->free_seq == NULL) {
+        tern_free(s->free_seq);
+        tern_free(s->dir);
         tern_free(s);
         return -ENOMEM;
     }
@@ -1464,7 +1743,7 @@ int tlog_bootstrap(const struct tlog_config *c,
     uint64_t size = c->segment_bytes ? c->segment_bytes : TLOG__DEFAULT_SEGMENT;
     uint64_t seq = c->void_below > 0 ? c->void_below : 1;
     uint8_t *buf = NULL;
-    bool direct = false;
+    bool direct = false, recycled;
     int fd = -1, rv;
 
     memset(&probe, 0, sizeof probe);
@@ -1482,7 +1761,7 @@ int tlog_bootstrap(const struct tlog_config *c,
                            tern_strerror(rv));
         return rv;
     }
-    rv = list_dir(&probe, &seqs, &n_seqs, errmsg);
+    rv = list_dir(&probe, &seqs, &n_seqs, NULL, NULL, errmsg);
     if (rv == 0 && n_seqs > 0) {
         tern_errmsg_printf(errmsg, "tlog: %s holds segments", c->dir);
         rv = -EEXIST;
@@ -1491,6 +1770,7 @@ int tlog_bootstrap(const struct tlog_config *c,
     if (rv != 0) {
         goto out;
     }
+    cap = TLOG__LINK_SIZE;
     for (unsigned i = 0; i < n; i++) {
         cap += tlog_rec_size(entries[i].len);
     }
@@ -1503,6 +1783,8 @@ int tlog_bootstrap(const struct tlog_config *c,
         rv = -ENOMEM;
         goto out;
     }
+    tlog_link_encode(buf, seq, pos, &(struct tlog_link){0, 0, 0});
+    len = TLOG__LINK_SIZE;
     for (unsigned i = 0; i < n; i++) {
         struct tlog_rec r;
         r.type = entries[i].type;
@@ -1519,7 +1801,8 @@ int tlog_bootstrap(const struct tlog_config *c,
     }
     tlog_pad_encode(buf + len, tlog_pad_size(len, block), seq, 1, pos);
     len += tlog_pad_size(len, block);
-    rv = prepare_file(probe.dir_fd, seq, size, block, &fd, &direct);
+    rv = prepare_file(probe.dir_fd, seq, size, block, 0, &recycled, &fd,
+                      &direct);
     if (rv != 0) {
         tern_errmsg_printf(errmsg, "tlog: prepare a segment in %s: %s", c->dir,
                            tern_strerror(rv));

@@ -1,10 +1,12 @@
 /* libFuzzer target: the decoders of tlog/format.c that read a segment from
  * disk. The first input byte picks: the segment header decoder, the
  * record decoder, or the scan over a segment image whose header is made
- * from the next 9 input bytes (seq, block size, writes in flight, where the
- * previous segment ended) and whose records are the rest of the input. The
- * scan's result must be consistent (its end, counts and offsets inside the
- * image, a corrupt verdict backed by a record of a later write), and each
+ * from the next 9 input bytes (seq, block size, writes in flight, version,
+ * where the previous segment ended) and whose records are the rest of the
+ * input. The scan's result must be consistent (its end, counts and offsets
+ * inside the image, a corrupt verdict backed by a record of a later
+ * write, a link only in version 2, older bytes only at a clean end), and
+ * each
  * record it hands out must re-encode to the bytes it came from (checksum
  * excepted: fuzz builds define FUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION and
  * skip checksum checks). */
@@ -71,6 +73,8 @@ static void scan(const uint8_t *p, size_t n)
     h.seq = 1 + p[0] % 4;
     h.block_size = blocks[p[3] % 4];
     h.in_flight = 1 + p[4] % 4;
+    h.version =
+        p[6] % 2 == 0 ? TLOG_SEG_VERSION_ZEROED : TLOG_SEG_VERSION_LINKED;
     p += 9;
     n -= 9;
     len = TLOG_SEG_HEADER_SIZE + n;
@@ -92,7 +96,12 @@ static void scan(const uint8_t *p, size_t n)
         (s.how == TLOG_SCAN_CORRUPT &&
          (s.later_record <= s.end || s.later_record >= len)) ||
         (s.how != TLOG_SCAN_CORRUPT && s.later_record != 0) ||
-        (s.how == TLOG_SCAN_CLEAN && s.why[0] != '\0')) {
+        (s.how == TLOG_SCAN_CLEAN && s.why[0] != '\0') ||
+        (s.linked && h.version != TLOG_SEG_VERSION_LINKED) ||
+        (s.n_records > 0 && h.version == TLOG_SEG_VERSION_LINKED &&
+         !s.linked) ||
+        (s.stale &&
+         (s.how != TLOG_SCAN_CLEAN || h.version != TLOG_SEG_VERSION_LINKED))) {
         abort();
     }
     free(img);

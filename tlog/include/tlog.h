@@ -34,14 +34,24 @@
 #define TLOG_IN_FLIGHT_MAX 64u    /* writes in flight a header may declare */
 #define TLOG_WRITES_MAX    32767u /* writes in one segment */
 
+/* Segment format versions: 1 (stage 1: segments written over with zeros
+ * when prepared), 2 (segments may be recycled files: the first record is
+ * a link naming where the previous segment's records end). Both load;
+ * new segments are version 2. */
+#define TLOG_SEG_VERSION_ZEROED 1u
+#define TLOG_SEG_VERSION_LINKED 2u
+
 /* Record types: the raft entry types (libraft's values, which raft/ maps),
- * and the pad that fills a write up to its last block's end. */
+ * the link that opens a version 2 segment, and the pad that fills a write
+ * up to its last block's end. */
 enum tlog_rec_type {
     TLOG_REC_COMMAND = 1,
     TLOG_REC_BARRIER = 2,
     TLOG_REC_CHANGE = 3,
+    TLOG_REC_LINK = 4,
     TLOG_REC_PAD = 255
 };
+#define TLOG_LINK_PAYLOAD 24u /* prev seq, prev end, prev write, zero */
 
 /* Written when the segment is prepared, before anything is known of
  * what it will hold: its first record gives the first index and stream
@@ -51,6 +61,7 @@ struct tlog_seg_header
     uint64_t seq;        /* store-wide segment number; names the file */
     uint32_t block_size; /* writes start and end on these boundaries */
     uint32_t in_flight;  /* writes in flight at once, at most */
+    uint32_t version;    /* TLOG_SEG_VERSION_*; encode: 0 means LINKED */
 };
 
 /* Encode h into out (TLOG_SEG_HEADER_SIZE bytes, zeros after the fields). */
@@ -96,6 +107,21 @@ void tlog_pad_encode(uint8_t *out,
                      uint64_t seq,
                      uint16_t write,
                      uint64_t pos);
+
+/* Where the segment before ends: the link record that opens write 1 of a
+ * version 2 segment. prev_seq 0: no segment before it was written. */
+struct tlog_link
+{
+    uint64_t prev_seq;
+    uint64_t prev_end;   /* offset after its last record in sequence */
+    uint32_t prev_write; /* the number of its last write */
+};
+/* Encode the link record of segment seq (write 1, at stream position
+ * pos) into out (tlog_rec_size(TLOG_LINK_PAYLOAD) bytes). */
+void tlog_link_encode(uint8_t *out,
+                      uint64_t seq,
+                      uint64_t pos,
+                      const struct tlog_link *k);
 /* Decode the record at buf (len bytes left in the image): 0 and *used, or
  * TERN_EMALFORMED (short, bad magic, version, write, type, length) or
  * TERN_ECORRUPT (checksum). Checks nothing against other records. */
@@ -106,7 +132,8 @@ int tlog_rec_decode(const uint8_t *buf,
 
 /* How a segment's records end. */
 enum tlog_scan_end {
-    /* At the image's end, or only zeros after the last record. */
+    /* At the image's end, only zeros after the last record, or (version
+     * 2) nothing of this seq after it (an older use of the file). */
     TLOG_SCAN_CLEAN,
     /* Bytes after the last record that are no record of the sequence, and
      * no record of this segment from a write after those that may have
@@ -130,7 +157,10 @@ struct tlog_scan
     bool ended;         /* that record was a pad: its write ended */
     enum tlog_scan_end how;
     size_t later_record; /* TLOG_SCAN_CORRUPT: the offset of that record */
-    char why[96];        /* not CLEAN: what stopped the scan at end */
+    bool linked;         /* version 2: its link record is in sequence */
+    struct tlog_link link;
+    bool stale;   /* CLEAN, and bytes after end: a recycled file's older */
+    char why[96]; /* not CLEAN: what stopped the scan at end */
 };
 
 /* Called for each record in sequence (pads excepted) with its offset in
@@ -141,8 +171,9 @@ typedef int (*tlog_rec_cb)(void *arg, const struct tlog_rec *r, size_t off);
  * the file name gives (0: any). index, pos: where the previous segment
  * ended (0, 0: not known, the first record sets them). Records are in
  * sequence while each is whole, of this seq, at the next index and
- * stream position (pads at the stream position, index and term 0). 0 with
- * *out filled (out->how says how they end), or the header's error
+ * stream position (pads at the stream position, index and term 0); in a
+ * version 2 segment the first is its link (out->link; not handed to cb).
+ * 0 with *out filled (out->how says how they end), or the header's error
  * (errmsg), or cb's return. Borrows img; records handed to cb point into
  * it. */
 int tlog_seg_scan(const uint8_t *img,
@@ -170,6 +201,8 @@ struct tlog_config
     bool no_aio;            /* writes through the thread pool only */
     uint64_t void_below;    /* segments of a lower seq are void: deleted at
                                open, unread (tlog_reset); 0: none */
+    uint32_t free_max;      /* forgotten segment files kept for reuse (the
+                               free list: free-N files), at most; default 4 */
 };
 
 /* One entry. Appends: payload is the caller's, read during the call.
@@ -191,7 +224,8 @@ struct tlog_loaded
     size_t n;
     uint64_t next_index; /* 0: nothing was ever written */
     uint64_t next_pos;
-    unsigned torn; /* segments whose torn tail was cut at open (0 or 1) */
+    unsigned torn; /* torn tails found at open (0 or 1): a write a crash
+                      interrupted, after every acknowledged one */
     /* private: the segment images the payloads point into */
     void **images;
     size_t n_images;
@@ -256,8 +290,9 @@ int tlog_append(struct tlog_store *s,
 int tlog_truncate(struct tlog_store *s, uint64_t index);
 
 /* Forget the entries below index: segments holding only such entries, and
- * void ones, are deleted (off the loop thread) unless a write still
- * targets them. */
+ * void ones, go (off the loop thread), oldest first, up to the first one
+ * that stays or that a write still targets: onto the free list while it
+ * has room, else deleted. */
 void tlog_forget(struct tlog_store *s, uint64_t index);
 
 /* Read the whole file name of the directory dir_fd into *img
@@ -276,7 +311,10 @@ struct tlog_stats
     uint64_t bytes;    /* bytes written by them */
     uint64_t segments; /* segments in use */
     uint64_t prepared; /* segments prepared since open */
-    uint64_t deleted;  /* segments deleted since open */
+    uint64_t recycled; /* of them, from a file of the free list */
+    uint64_t deleted;  /* segments forgotten since open (deleted or freed) */
+    uint64_t freed;    /* of them, kept on the free list */
+    uint64_t free;     /* files on the free list now */
     bool aio;          /* writes go out by AIO from the loop */
 };
 void tlog_get_stats(const struct tlog_store *s, struct tlog_stats *out);

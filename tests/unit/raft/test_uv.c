@@ -324,9 +324,10 @@ static unsigned expect_private(const char *dir)
     return n;
 }
 
-/* A crash in the middle of a write, on tern's store: bytes that are no
- * record right after the last whole write of dir's newest segment with
- * records (nothing acknowledged is touched). */
+/* A crash in the middle of a write, on tern's store: a sector of the
+ * write in flight landed after the last whole write of dir's newest
+ * segment with records (here the segment's own first sector: records of
+ * it, out of sequence there; nothing acknowledged is touched). */
 static void tear_after_last_write(const char *dir)
 {
     unsigned long long best = 0;
@@ -334,7 +335,7 @@ static void tear_after_last_write(const char *dir)
     struct dirent *de;
     int dir_fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     DIR *d = opendir(dir);
-    uint8_t junk[100];
+    uint8_t junk[512];
     cr_assert(dir_fd >= 0 && d != NULL, "%s", dir);
     while ((de = readdir(d)) != NULL) {
         unsigned long long seq;
@@ -349,16 +350,14 @@ static void tear_after_last_write(const char *dir)
                      0);
         cr_assert_eq(tlog_seg_scan(img, len, seq, 0, 0, NULL, NULL, &sc, em), 0,
                      "%s", em);
-        tern_free(img);
         if (sc.n_records > 0) {
             cr_assert_eq(sc.how, TLOG_SCAN_CLEAN, "%s: %s", de->d_name, sc.why);
             cr_assert(sc.ended && sc.end + sizeof junk <= len);
             best = seq;
             (void)snprintf(name, sizeof name, "%s", de->d_name);
-            memset(junk, 0xa5, sizeof junk);
-            junk[0] = (uint8_t)(sc.end >> 12); /* any non-record bytes */
-            junk[1] = (uint8_t)sc.end;
+            memcpy(junk, img + TLOG_SEG_HEADER_SIZE, sizeof junk);
         }
+        tern_free(img);
     }
     closedir(d);
     cr_assert_gt(best, 0, "no segment with records in %s", dir);

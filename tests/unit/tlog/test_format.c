@@ -6,7 +6,10 @@
  * (any subset of its sectors written, the rest zero or garbage) loads
  * every acknowledged record and is never called corrupt, damage in
  * acknowledged bytes is, and a recycled file's older bytes are not taken
- * for this use's.
+ * for this use's. Version 2 segments open with a link record (naming where
+ * the segment before ended), version 1 ones (zeroed) have none: the scan
+ * reads both, and the crash enumerations run over both, a recycled
+ * file's older bytes standing for "never written" in version 2.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -24,12 +27,17 @@ struct img
 {
     uint8_t *buf;
     size_t cap;
-    size_t len; /* bytes written so far */
+    size_t link_len; /* the link record opening write 1 (version 2) */
+    size_t len;      /* bytes written so far */
     uint64_t next_index, next_pos;
     size_t write_start[64];
     unsigned n_writes;
     uint16_t write; /* the number of the write being built */
 };
+
+/* The version of the images img_init makes, and their link. */
+static uint32_t img_version = TLOG_SEG_VERSION_LINKED;
+static const struct tlog_link img_link = {6, 9216, 3};
 
 static void img_init(struct img *m, size_t cap, uint64_t seq)
 {
@@ -40,6 +48,7 @@ static void img_init(struct img *m, size_t cap, uint64_t seq)
     h.seq = seq;
     h.block_size = BLOCK;
     h.in_flight = 1;
+    h.version = img_version;
     tlog_seg_header_encode(m->buf, &h);
     m->len = TLOG_SEG_HEADER_SIZE;
     m->next_index = 100;
@@ -47,6 +56,12 @@ static void img_init(struct img *m, size_t cap, uint64_t seq)
     m->n_writes = 0;
     m->write = 1;
     m->write_start[0] = m->len;
+    m->link_len = 0;
+    if (img_version == TLOG_SEG_VERSION_LINKED) {
+        tlog_link_encode(m->buf + m->len, seq, m->next_pos, &img_link);
+        m->link_len = tlog_rec_size(TLOG_LINK_PAYLOAD);
+        m->len += m->link_len;
+    }
 }
 
 static void img_add(struct img *m, uint64_t seq, uint8_t type, uint32_t len)
@@ -122,13 +137,14 @@ static int seen_cb(void *arg, const struct tlog_rec *r, size_t off)
 Test(tlog_format, header_round_trip_and_every_byte_checked)
 {
     uint8_t b[TLOG_SEG_HEADER_SIZE];
-    struct tlog_seg_header h = {9, 4096, 3}, d;
+    struct tlog_seg_header h = {9, 4096, 3, 0}, d;
     char em[TERN_ERRMSG_SIZE];
     tlog_seg_header_encode(b, &h);
     cr_assert_eq(tlog_seg_header_decode(b, sizeof b, &d, em), 0, "%s", em);
     cr_expect_eq(d.seq, 9);
     cr_expect_eq(d.block_size, 4096);
     cr_expect_eq(d.in_flight, 3);
+    cr_expect_eq(d.version, TLOG_SEG_VERSION_LINKED, "new ones are linked");
     for (size_t i = 0; i < 36; i++) {
         b[i] ^= 0x10;
         cr_expect_neq(tlog_seg_header_decode(b, sizeof b, &d, em), 0,
@@ -137,13 +153,19 @@ Test(tlog_format, header_round_trip_and_every_byte_checked)
     }
     cr_expect_eq(tlog_seg_header_decode(b, sizeof b - 1, &d, em),
                  TERN_EMALFORMED);
+    /* Version 1 (zeroed segments) still reads. */
+    h.version = TLOG_SEG_VERSION_ZEROED;
+    tlog_seg_header_encode(b, &h);
+    cr_assert_eq(tlog_seg_header_decode(b, sizeof b, &d, em), 0, "%s", em);
+    cr_expect_eq(d.version, TLOG_SEG_VERSION_ZEROED);
     /* A later version, checksummed: refused as such. */
-    tern_put_u32(b + 8, 2);
+    tern_put_u32(b + 8, 3);
     tern_put_u32(b + 32, tern_checksum32(b, 32));
     cr_expect_eq(tlog_seg_header_decode(b, sizeof b, &d, em), TERN_EVERSION);
     /* Sizes out of bounds, checksummed. */
-    struct tlog_seg_header bad[] = {{9, 256, 1}, {9, 1000, 1}, {9, 8192, 1},
-                                    {9, 512, 0}, {9, 512, 65}, {0, 512, 1}};
+    struct tlog_seg_header bad[] = {{9, 256, 1, 0},  {9, 1000, 1, 0},
+                                    {9, 8192, 1, 0}, {9, 512, 0, 0},
+                                    {9, 512, 65, 0}, {0, 512, 1, 0}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         tlog_seg_header_encode(b, &bad[i]);
         cr_expect_eq(tlog_seg_header_decode(b, sizeof b, &d, em), TERN_ECORRUPT,
@@ -259,7 +281,7 @@ Test(tlog_format, scan_reads_every_record_to_a_clean_end)
     cr_assert_eq(tlog_seg_scan(m.buf, m.cap, SEQ, 99, 5000, NULL, NULL, &s, em),
                  0);
     cr_expect_eq(s.n_records, 0);
-    cr_expect_eq(s.end, TLOG_SEG_HEADER_SIZE);
+    cr_expect_eq(s.end, TLOG_SEG_HEADER_SIZE + m.link_len);
     cr_expect_eq(s.how, TLOG_SCAN_CORRUPT);
     cr_assert_eq(
         tlog_seg_scan(m.buf, m.cap, SEQ, 100, 4999, NULL, NULL, &s, em), 0);
@@ -296,11 +318,16 @@ Test(tlog_format, scan_stops_when_the_callback_says)
 }
 
 /* What a crash leaves of a 512-byte sector of a write in flight: state 0
- * written, 1 never written (zeros), 2 torn (garbage). */
-static void crash_sector(uint8_t *sec, unsigned state)
+ * written, 1 never written (zeros, or old: the file's older bytes), 2 torn
+ * (garbage). */
+static void crash_sector(uint8_t *sec, unsigned state, const uint8_t *old)
 {
     if (state == 1) {
-        memset(sec, 0, 512);
+        if (old != NULL) {
+            memcpy(sec, old, 512);
+        } else {
+            memset(sec, 0, 512);
+        }
     } else if (state == 2) {
         for (size_t j = 0; j < 512; j++) {
             sec[j] = (uint8_t)rand();
@@ -308,17 +335,37 @@ static void crash_sector(uint8_t *sec, unsigned state)
     }
 }
 
-/* Every crash of the write in flight: the last write's sectors (512
- * bytes), each either written, never written (zeros) or torn (garbage).
- * The records of the writes before it all load; the scan never says
- * corrupt. */
-Test(tlog_format, every_crash_of_the_write_in_flight_loads_the_acked)
+/* An older use of a file (seq 3) full of whole records, for the bytes a
+ * recycled file holds after its records. */
+static void img_older(struct img *old, size_t cap)
 {
-    struct img m;
+    uint64_t seq = 3;
+    img_init(old, cap, seq);
+    while (old->len + 2 * tlog_rec_size(900) + 2 * BLOCK <= cap) {
+        img_add(old, seq, TLOG_REC_COMMAND, 900);
+        img_add(old, seq, TLOG_REC_COMMAND, 900);
+        img_end_write(old, seq);
+    }
+}
+
+/* Every crash of the write in flight: the last write's sectors (512
+ * bytes), each either written, never written (zeros; with older, the
+ * bytes of a recycled file's older use) or torn (garbage). The records of
+ * the writes before it all load; the scan never says corrupt. */
+static void every_crash_of_the_write_in_flight(uint32_t version, bool recycled)
+{
+    struct img m, old = {0};
     uint8_t *full, *crash;
     size_t start, end, sectors;
     unsigned cases = 0;
+    img_version = version;
+    if (recycled) {
+        img_older(&old, 64 * 1024);
+    }
     img_init(&m, 64 * 1024, SEQ);
+    if (recycled) {
+        memcpy(m.buf + m.len, old.buf + m.len, m.cap - m.len);
+    }
     img_writes(&m, 3, 5);
     start = m.len;
     img_writes(&m, 1, 9); /* the write in flight */
@@ -341,7 +388,8 @@ Test(tlog_format, every_crash_of_the_write_in_flight_loads_the_acked)
             unsigned state = sectors <= 8 ? v % 3 : (unsigned)rand() % 3;
             uint8_t *sec = crash + start + i * 512;
             v /= 3;
-            crash_sector(sec, state);
+            crash_sector(sec, state,
+                         recycled ? old.buf + start + i * 512 : NULL);
         }
         cr_assert_eq(
             tlog_seg_scan(crash, m.cap, SEQ, 100, 5000, NULL, NULL, &s, NULL),
@@ -353,12 +401,31 @@ Test(tlog_format, every_crash_of_the_write_in_flight_loads_the_acked)
         if (c == 0) {
             cr_assert_eq(s.n_records, 24, "all written");
             cr_assert_eq(s.how, TLOG_SCAN_CLEAN);
+            cr_assert_eq(s.stale, recycled, "older bytes after them");
         }
+        cr_assert_eq(s.linked, version == TLOG_SEG_VERSION_LINKED);
         cases++;
     }
     cr_expect_geq(cases, 27);
     free(crash);
     free(m.buf);
+    free(old.buf);
+    img_version = TLOG_SEG_VERSION_LINKED;
+}
+
+Test(tlog_format, every_crash_of_the_write_in_flight_loads_the_acked)
+{
+    every_crash_of_the_write_in_flight(TLOG_SEG_VERSION_LINKED, false);
+}
+
+Test(tlog_format, every_crash_in_a_recycled_file_loads_the_acked)
+{
+    every_crash_of_the_write_in_flight(TLOG_SEG_VERSION_LINKED, true);
+}
+
+Test(tlog_format, every_crash_in_a_version_1_segment_loads_the_acked)
+{
+    every_crash_of_the_write_in_flight(TLOG_SEG_VERSION_ZEROED, false);
 }
 
 Test(tlog_format, damage_in_acknowledged_bytes_is_corrupt)
@@ -432,7 +499,7 @@ Test(tlog_format, every_crash_of_a_large_write_is_torn)
         for (size_t i = 0; i < sectors; i++) {
             unsigned state = c == 0 ? 0 : (unsigned)rand() % 3;
             uint8_t *sec = crash + start + i * 512;
-            crash_sector(sec, state);
+            crash_sector(sec, state, NULL);
         }
         cr_assert_eq(
             tlog_seg_scan(crash, m.cap, SEQ, 100, 5000, NULL, NULL, &s, NULL),
@@ -461,32 +528,146 @@ Test(tlog_format, a_gap_in_the_indexes_ends_the_sequence)
     free(m.buf);
 }
 
+/* The same file taken as seq 7: a new header and writes over the older
+ * bytes (seq 3). */
+static void recycled_image(struct img *old, struct img *m, unsigned writes)
+{
+    img_older(old, 64 * 1024);
+    img_init(m, 64 * 1024, SEQ);
+    memcpy(m->buf + m->len, old->buf + m->len, old->cap - m->len);
+    for (unsigned w = 0; w < writes; w++) {
+        img_add(m, SEQ, TLOG_REC_COMMAND, 900);
+        img_add(m, SEQ, TLOG_REC_COMMAND, 900);
+        img_end_write(m, SEQ);
+    }
+}
+
 Test(tlog_format, a_recycled_file_s_older_records_are_not_this_use_s)
 {
     struct img old, m;
     struct tlog_scan s;
-    img_init(&old, 64 * 1024, 3);
-    for (unsigned w = 0; w < 20; w++) {
-        img_add(&old, 3, TLOG_REC_COMMAND, 900);
-        img_add(&old, 3, TLOG_REC_COMMAND, 900);
-        img_end_write(&old, 3);
-    }
-    /* The same file taken as seq 7: a new header and two writes over the
-     * older bytes. */
-    img_init(&m, 64 * 1024, SEQ);
-    memcpy(m.buf + TLOG_SEG_HEADER_SIZE, old.buf + TLOG_SEG_HEADER_SIZE,
-           old.len - TLOG_SEG_HEADER_SIZE);
-    for (unsigned w = 0; w < 2; w++) { /* the older writes' shape */
-        img_add(&m, SEQ, TLOG_REC_COMMAND, 900);
-        img_add(&m, SEQ, TLOG_REC_COMMAND, 900);
-        img_end_write(&m, SEQ);
-    }
+    recycled_image(&old, &m, 2);
     cr_assert_eq(
         tlog_seg_scan(m.buf, m.cap, SEQ, 100, 5000, NULL, NULL, &s, NULL), 0);
     cr_expect_eq(s.n_records, 4);
     cr_expect_eq(s.end, m.len);
-    cr_expect_eq(s.how, TLOG_SCAN_TORN, "older bytes, none of seq 7");
-    cr_expect_str_eq(s.why, "a record of another seq");
+    cr_expect_eq(s.how, TLOG_SCAN_CLEAN, "older bytes, none of seq 7: %s",
+                 s.why);
+    cr_expect(s.stale);
+    cr_expect(s.linked);
+    cr_expect_eq(s.link.prev_seq, img_link.prev_seq);
+    cr_expect_eq(s.link.prev_end, img_link.prev_end);
+    cr_expect_eq(s.link.prev_write, img_link.prev_write);
     free(old.buf);
+    free(m.buf);
+    /* Nothing of this use yet: its header over older records. */
+    img_older(&old, 64 * 1024);
+    memcpy(old.buf + 16, &(uint64_t){0}, 0); /* keep the older header */
+    img_init(&m, 64 * 1024, SEQ);
+    memcpy(m.buf + TLOG_SEG_HEADER_SIZE, old.buf + TLOG_SEG_HEADER_SIZE,
+           m.cap - TLOG_SEG_HEADER_SIZE);
+    cr_assert_eq(tlog_seg_scan(m.buf, m.cap, SEQ, 0, 0, NULL, NULL, &s, NULL),
+                 0);
+    cr_expect_eq(s.n_records, 0);
+    cr_expect(!s.linked);
+    cr_expect_eq(s.how, TLOG_SCAN_CLEAN);
+    cr_expect(s.stale);
+    free(old.buf);
+    free(m.buf);
+}
+
+/* Damage in the older bytes of a recycled file is no damage of this use;
+ * a lost write (the device kept the older bytes) with a later write of
+ * this use after it is corrupt. */
+Test(tlog_format, a_lost_write_in_a_recycled_file_is_corrupt)
+{
+    struct img old, m;
+    struct tlog_scan s;
+    recycled_image(&old, &m, 6);
+    /* Write 3 never reached the disk: the older bytes are there. */
+    memcpy(m.buf + m.write_start[2], old.buf + m.write_start[2],
+           m.write_start[3] - m.write_start[2]);
+    cr_assert_eq(
+        tlog_seg_scan(m.buf, m.cap, SEQ, 100, 5000, NULL, NULL, &s, NULL), 0);
+    cr_expect_eq(s.how, TLOG_SCAN_CORRUPT, "writes 4 to 6 came after it");
+    cr_expect_eq(s.end, m.write_start[2]);
+    free(old.buf);
+    free(m.buf);
+    /* The older bytes after the last write damaged: still a clean end. */
+    recycled_image(&old, &m, 2);
+    m.buf[m.len + 100] ^= 0x20;
+    cr_assert_eq(
+        tlog_seg_scan(m.buf, m.cap, SEQ, 100, 5000, NULL, NULL, &s, NULL), 0);
+    cr_expect_eq(s.how, TLOG_SCAN_CLEAN);
+    cr_expect(s.stale);
+    cr_expect_eq(s.n_records, 4);
+    free(old.buf);
+    free(m.buf);
+    /* Part of a write that was in flight landed (a record of it can be
+     * read after the end): torn, and what is before it stands. */
+    recycled_image(&old, &m, 3);
+    memset(m.buf + m.write_start[2], 0xee, 512);
+    cr_assert_eq(
+        tlog_seg_scan(m.buf, m.cap, SEQ, 100, 5000, NULL, NULL, &s, NULL), 0);
+    cr_expect_eq(s.how, TLOG_SCAN_TORN);
+    cr_expect_eq(s.n_records, 4);
+    cr_expect_eq(s.end, m.write_start[2]);
+    free(old.buf);
+    free(m.buf);
+}
+
+/* The link opens write 1 of a version 2 segment and nowhere else; a
+ * version 1 segment has none. */
+Test(tlog_format, the_link_opens_a_version_2_segment_only)
+{
+    struct img m;
+    struct tlog_scan s;
+    struct seen seen = {0, 0, true};
+    /* Version 2 without its link: nothing in sequence. */
+    img_version = TLOG_SEG_VERSION_LINKED;
+    img_init(&m, 32 * 1024, SEQ);
+    m.len = TLOG_SEG_HEADER_SIZE;
+    memset(m.buf + m.len, 0, m.link_len);
+    img_writes(&m, 2, 3);
+    cr_assert_eq(tlog_seg_scan(m.buf, m.cap, SEQ, 0, 0, NULL, NULL, &s, NULL),
+                 0);
+    cr_expect_eq(s.n_records, 0);
+    cr_expect_str_eq(s.why, "no link record first");
+    cr_expect_eq(s.how, TLOG_SCAN_CORRUPT, "its records follow");
+    free(m.buf);
+    /* Version 1 with a link: nothing in sequence. */
+    img_version = TLOG_SEG_VERSION_ZEROED;
+    img_init(&m, 32 * 1024, SEQ);
+    tlog_link_encode(m.buf + m.len, SEQ, m.next_pos, &img_link);
+    m.len += tlog_rec_size(TLOG_LINK_PAYLOAD);
+    img_writes(&m, 2, 3);
+    cr_assert_eq(tlog_seg_scan(m.buf, m.cap, SEQ, 0, 0, NULL, NULL, &s, NULL),
+                 0);
+    cr_expect_eq(s.n_records, 0);
+    cr_expect_str_eq(s.why, "a link record in a version 1 segment");
+    free(m.buf);
+    /* Version 2: the link is not an entry, and a second one is out of
+     * sequence. */
+    img_version = TLOG_SEG_VERSION_LINKED;
+    img_init(&m, 32 * 1024, SEQ);
+    img_writes(&m, 1, 3);
+    tlog_link_encode(m.buf + m.len, SEQ, m.next_pos, &img_link);
+    cr_assert_eq(
+        tlog_seg_scan(m.buf, m.cap, SEQ, 0, 0, seen_cb, &seen, &s, NULL), 0);
+    cr_expect_eq(seen.n, 3);
+    cr_expect_eq(s.n_records, 3);
+    cr_expect_eq(s.first_index, 100);
+    cr_expect_eq(s.first_pos, 5000);
+    cr_expect_eq(s.end, m.len);
+    cr_expect_str_eq(s.why, "a link record inside");
+    cr_expect(s.linked);
+    free(m.buf);
+    /* A link at another stream position than its segment's first. */
+    img_init(&m, 32 * 1024, SEQ);
+    img_writes(&m, 1, 3);
+    cr_assert_eq(
+        tlog_seg_scan(m.buf, m.cap, SEQ, 100, 5001, NULL, NULL, &s, NULL), 0);
+    cr_expect_eq(s.n_records, 0);
+    cr_expect(!s.linked);
     free(m.buf);
 }

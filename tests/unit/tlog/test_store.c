@@ -428,41 +428,53 @@ static size_t records_end(const char *path)
     return sc.end;
 }
 
-Test(tlog_store, a_torn_tail_is_cut_at_open)
+/* Copy n bytes at from to at in the file path. */
+static void copy_in_file(const char *path, long from, long at, size_t n)
+{
+    uint8_t buf[4096];
+    FILE *f = fopen(path, "r+b");
+    cr_assert(f != NULL && n <= sizeof buf);
+    cr_assert_eq(fseek(f, from, SEEK_SET), 0);
+    cr_assert_eq(fread(buf, 1, n, f), n);
+    cr_assert_eq(fseek(f, at, SEEK_SET), 0);
+    cr_assert_eq(fwrite(buf, 1, n, f), n);
+    fclose(f);
+}
+
+/* A torn tail of a version 2 segment is found, its bytes kept (the next
+ * segment's link names where its records end), and settled by that link
+ * once the next segment is written. */
+Test(tlog_store, a_torn_tail_is_found_at_open_and_settled_by_the_next_link)
 {
     static struct acks a;
     struct tlog_config c = cfg(0, 0, false);
     struct tlog_loaded l;
     char path[300];
-    uint8_t garbage[700];
     size_t end;
-    FILE *f;
+    off_t size;
     struct tlog_store *s = empty_store(&c, &a, 1);
     append_range(s, &a, 1, 30, 10, 0);
     spin_until(&a.n, 3);
     close_store(s);
     newest_segment(path, sizeof path);
     end = records_end(path);
-    /* What a crash leaves of a write in flight: garbage past the end. */
-    for (size_t i = 0; i < sizeof garbage; i++) {
-        garbage[i] = (uint8_t)(i * 31 + 7);
-    }
-    f = fopen(path, "r+b");
-    cr_assert_eq(fseek(f, (long)end + 100, SEEK_SET), 0);
-    cr_assert_eq(fwrite(garbage, 1, sizeof garbage, f), sizeof garbage);
-    fclose(f);
+    size = file_size(path);
+    /* What a crash leaves of a write in flight: some of its sectors (here
+     * records of this segment, as the write's own would be) past the
+     * end. */
+    copy_in_file(path, TLOG_SEG_HEADER_SIZE, (long)end + 512, 512);
     s = open_store(&c, &l);
     check_loaded(&l, 1, 30, 0, 1000, 0);
     cr_expect_eq(l.torn, 1);
     tlog_loaded_free(&l);
-    cr_expect_eq((size_t)file_size(path), end, "shortened to its records");
+    cr_expect_eq(file_size(path), size, "nothing cut");
     memset(&a, 0, sizeof a);
     append_range(s, &a, 31, 35, 5, 0);
     spin_until(&a.n, 1);
     close_store(s);
     s = open_store(&c, &l);
     check_loaded(&l, 1, 35, 0, 1000, 0);
-    cr_expect_eq(l.torn, 0, "clean now that it is not the last");
+    cr_expect_eq(l.torn, 0, "settled now that it is not the last");
     tlog_loaded_free(&l);
     close_store(s);
 }
@@ -659,4 +671,319 @@ Test(tlog_store, a_full_disk_when_a_segment_is_prepared_fails_the_appends)
     tlog_loaded_free(&l);
     close_store(s);
     cr_expect_eq(umount(mnt), 0, "umount: %s", strerror(errno));
+}
+
+/* ---- stage 2: recycled segments, links, version 1 directories ---------- */
+
+static unsigned count_prefix(const char *prefix)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    unsigned n = 0;
+    cr_assert_not_null(d);
+    while ((e = readdir(d)) != NULL) {
+        n += strncmp(e->d_name, prefix, strlen(prefix)) == 0;
+    }
+    closedir(d);
+    return n;
+}
+
+/* Forget below index and run the loop until the deletions are done (one
+ * or more, then 50 ms with no more). */
+static void forget_and_wait(struct tlog_store *s, uint64_t index)
+{
+    struct tlog_stats st, before;
+    unsigned quiet = 0;
+    tlog_get_stats(s, &before);
+    tlog_forget(s, index);
+    for (int k = 0; k < 5000 && quiet < 50; k++) {
+        uint64_t d;
+        tlog_get_stats(s, &st);
+        d = st.deleted;
+        uv_run(&loop, UV_RUN_NOWAIT);
+        usleep(1000);
+        tlog_get_stats(s, &st);
+        quiet = st.deleted > before.deleted && st.deleted == d ? quiet + 1 : 0;
+    }
+    cr_assert_gt(st.deleted, before.deleted, "nothing forgotten below %lu",
+                 (unsigned long)index);
+}
+
+Test(tlog_store, forgotten_segments_are_recycled_from_a_bounded_free_list)
+{
+    static struct acks a;
+    struct tlog_config c = cfg(64 * 1024, 16 * 1024, false);
+    struct tlog_loaded l;
+    struct tlog_stats st;
+    struct tlog_store *s = empty_store(&c, &a, 1);
+    append_range(s, &a, 1, 400, 4, 0);
+    spin_until(&a.n, 100);
+    cr_assert_geq(count_segments(), 6);
+    forget_and_wait(s, 350);
+    tlog_get_stats(s, &st);
+    cr_expect_gt(st.freed, 0);
+    cr_expect_eq(st.free, st.freed, "none reused yet");
+    cr_expect_leq(st.free, 4, "bounded");
+    cr_expect_gt(st.deleted, st.freed, "the rest deleted: %lu %lu",
+                 (unsigned long)st.deleted, (unsigned long)st.freed);
+    cr_expect_eq(count_prefix("free-"), st.free);
+    /* New segments come from the free list. */
+    memset(&a, 0, sizeof a);
+    append_range(s, &a, 401, 800, 4, 0);
+    spin_until(&a.n, 100);
+    check_in_order(&a, 100);
+    tlog_get_stats(s, &st);
+    cr_expect_gt(st.recycled, 0);
+    cr_expect_lt(st.free, st.freed, "taken from it");
+    close_store(s);
+    /* Recycled files load as any: their older bytes are not theirs. */
+    s = open_store(&c, &l);
+    cr_expect_leq(l.first_index, 350);
+    check_loaded(&l, l.first_index, 800, 0, 1000, 0);
+    cr_expect_eq(l.torn, 0);
+    tlog_loaded_free(&l);
+    tlog_get_stats(s, &st);
+    cr_expect_leq(count_prefix("free-"), 4);
+    cr_expect_eq(count_prefix("free-"), st.free, "the free list reloaded");
+    close_store(s);
+}
+
+Test(tlog_store, a_free_list_of_one_keeps_one_file)
+{
+    static struct acks a;
+    struct tlog_config c = cfg(64 * 1024, 16 * 1024, false);
+    struct tlog_stats st;
+    struct tlog_store *s;
+    c.free_max = 1;
+    s = empty_store(&c, &a, 1);
+    append_range(s, &a, 1, 400, 4, 0);
+    spin_until(&a.n, 100);
+    forget_and_wait(s, 350);
+    tlog_get_stats(s, &st);
+    cr_expect_eq(st.freed, 1);
+    cr_expect_eq(count_prefix("free-"), 1);
+    close_store(s);
+}
+
+/* The last write of a segment that is not the last one never reached the
+ * disk (lost: the file holds what was there before): the next segment's
+ * link says where its records ended, and the load refuses. */
+Test(tlog_store, a_lost_write_before_a_link_is_refused)
+{
+    static struct acks a;
+    struct tlog_config c = cfg(64 * 1024, 16 * 1024, false);
+    struct tlog_loaded l;
+    char path[300], em[TERN_ERRMSG_SIZE] = "";
+    static uint8_t zeros[4096];
+    size_t end;
+    FILE *f;
+    struct tlog_store *s = empty_store(&c, &a, 1);
+    append_range(s, &a, 1, 400, 4, 0);
+    spin_until(&a.n, 100);
+    close_store(s);
+    snprintf(path, sizeof path, "%s/seg-%020u", dir, 2u);
+    end = records_end(path);
+    cr_assert_gt(end, TLOG_SEG_HEADER_SIZE + sizeof zeros);
+    f = fopen(path, "r+b");
+    cr_assert_eq(fseek(f, (long)(end - sizeof zeros), SEEK_SET), 0);
+    cr_assert_eq(fwrite(zeros, 1, sizeof zeros, f), sizeof zeros);
+    fclose(f);
+    s = NULL;
+    cr_assert_eq(tlog_open(&loop, &c, &s, &l, em), TERN_ECORRUPT);
+    cr_expect_not_null(strstr(em, "was written after it ended at"), "%s", em);
+    cr_expect_not_null(strstr(em, "seg-00000000000000000002"), "%s", em);
+}
+
+/* A link naming a segment that holds no records: that segment's records
+ * were lost. */
+Test(tlog_store, a_link_to_a_segment_without_records_is_refused)
+{
+    static struct acks a;
+    struct tlog_config c = cfg(64 * 1024, 16 * 1024, false);
+    struct tlog_loaded l;
+    char path[300], em[TERN_ERRMSG_SIZE] = "";
+    static uint8_t zeros[60 * 1024];
+    FILE *f;
+    struct tlog_store *s = empty_store(&c, &a, 1);
+    append_range(s, &a, 1, 400, 4, 0);
+    spin_until(&a.n, 100);
+    close_store(s);
+    snprintf(path, sizeof path, "%s/seg-%020u", dir, 2u);
+    f = fopen(path, "r+b");
+    cr_assert_eq(fseek(f, TLOG_SEG_HEADER_SIZE, SEEK_SET), 0);
+    cr_assert_eq(fwrite(zeros, 1, sizeof zeros, f), sizeof zeros);
+    fclose(f);
+    s = NULL;
+    cr_assert_eq(tlog_open(&loop, &c, &s, &l, em), TERN_ECORRUPT);
+    cr_expect_not_null(strstr(em, "which holds no records"), "%s", em);
+}
+
+/* The spare's first write torn (some of it landed, its link did not): it
+ * holds nothing acknowledged, is recycled, and the tear is reported. */
+Test(tlog_store, a_torn_first_write_of_a_segment_is_dropped_and_reported)
+{
+    static struct acks a;
+    struct tlog_config c = cfg(0, 0, false);
+    struct tlog_loaded l;
+    struct tlog_stats st;
+    char path[300];
+    unsigned long long spare = 0;
+    uint8_t rec[tlog_rec_size(8)];
+    uint8_t payload[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    struct tlog_rec r = {TLOG_REC_COMMAND, 1, 0, 31, 1, 0, 8, payload};
+    DIR *d;
+    struct dirent *e;
+    FILE *f;
+    struct tlog_store *s = empty_store(&c, &a, 1);
+    append_range(s, &a, 1, 30, 10, 0);
+    spin_until(&a.n, 3);
+    /* The spare is prepared once the first write went out. */
+    for (int k = 0; k < 2000 && count_segments() < 2; k++) {
+        uv_run(&loop, UV_RUN_NOWAIT);
+        usleep(1000);
+    }
+    close_store(s);
+    d = opendir(dir);
+    while ((e = readdir(d)) != NULL) {
+        unsigned long long q;
+        if (sscanf(e->d_name, "seg-%llu", &q) == 1 && q > spare) {
+            spare = q;
+        }
+    }
+    closedir(d);
+    cr_assert_geq(spare, 2, "a spare was prepared");
+    r.seq = spare;
+    tlog_rec_encode(rec, &r);
+    snprintf(path, sizeof path, "%s/seg-%020llu", dir, spare);
+    f = fopen(path, "r+b");
+    cr_assert_eq(fseek(f, TLOG_SEG_HEADER_SIZE + 512, SEEK_SET), 0);
+    cr_assert_eq(fwrite(rec, 1, sizeof rec, f), sizeof rec);
+    fclose(f);
+    s = open_store(&c, &l);
+    check_loaded(&l, 1, 30, 0, 1000, 0);
+    cr_expect_eq(l.torn, 1);
+    tlog_loaded_free(&l);
+    tlog_get_stats(s, &st);
+    cr_expect_eq(st.free, 1, "recycled");
+    cr_expect_eq(access(path, F_OK), -1, "not kept as the spare");
+    memset(&a, 0, sizeof a);
+    append_range(s, &a, 31, 40, 10, 0);
+    spin_until(&a.n, 1);
+    close_store(s);
+    s = open_store(&c, &l);
+    check_loaded(&l, 1, 40, 0, 1000, 0);
+    cr_expect_eq(l.torn, 0);
+    tlog_loaded_free(&l);
+    close_store(s);
+}
+
+/* A version 1 segment (stage 1: zeroed, no link) of entries [first,
+ * last] (append_range's, generation 0) in writes of 5, size bytes; with
+ * garbage after its records if torn. */
+static void write_v1(uint64_t seq,
+                     uint64_t first,
+                     uint64_t last,
+                     size_t size,
+                     bool torn)
+{
+    struct tlog_seg_header h = {seq, 4096, 1, TLOG_SEG_VERSION_ZEROED};
+    uint8_t *img = calloc(1, size);
+    uint8_t payload[4096];
+    size_t off = TLOG_SEG_HEADER_SIZE;
+    uint64_t pos = pos_after(0, 1, first - 1);
+    uint16_t w = 1;
+    char path[300];
+    FILE *f;
+    cr_assert_not_null(img);
+    tlog_seg_header_encode(img, &h);
+    for (uint64_t i = first; i <= last && first <= last; i++) {
+        struct tlog_rec r = {0};
+        r.type = i % 5 == 0 ? TLOG_REC_CHANGE : TLOG_REC_COMMAND;
+        r.write = w;
+        r.seq = seq;
+        r.index = i;
+        r.term = 1 + i / 50;
+        r.pos = pos;
+        r.len = plen(i);
+        fill(payload, i, r.len, 0);
+        r.payload = payload;
+        tlog_rec_encode(img + off, &r);
+        off += tlog_rec_size(r.len);
+        pos = tlog_rec_pos_after(&r);
+        if ((i - first) % 5 == 4 || i == last) {
+            size_t pad = tlog_pad_size(off, 4096);
+            tlog_pad_encode(img + off, pad, seq, w++, pos);
+            off += pad;
+        }
+    }
+    if (torn) {
+        for (size_t i = 0; i < 700; i++) {
+            img[off + 100 + i] = (uint8_t)(i * 31 + 7);
+        }
+    }
+    snprintf(path, sizeof path, "%s/seg-%020llu", dir, (unsigned long long)seq);
+    f = fopen(path, "wb");
+    cr_assert_eq(fwrite(img, 1, size, f), size);
+    fclose(f);
+    free(img);
+}
+
+/* A directory of stage 1 (version 1 segments) loads, its zeroed spare is
+ * recycled rather than written (its header says no link), and appends go
+ * on in linked segments. */
+Test(tlog_store, a_version_1_directory_loads_and_goes_on)
+{
+    static struct acks a;
+    struct tlog_config c = cfg(1 << 20, 0, false);
+    struct tlog_loaded l;
+    struct tlog_stats st;
+    struct tlog_store *s;
+    write_v1(1, 1, 20, 1 << 20, false);
+    write_v1(2, 21, 42, 1 << 20, false);
+    write_v1(3, 1, 0, 1 << 20, false); /* the spare */
+    s = open_store(&c, &l);
+    check_loaded(&l, 1, 42, 0, 1000, 0);
+    cr_expect_eq(l.torn, 0);
+    tlog_loaded_free(&l);
+    tlog_get_stats(s, &st);
+    cr_expect_eq(st.free, 1, "the version 1 spare recycled");
+    memset(&a, 0, sizeof a);
+    append_range(s, &a, 43, 60, 6, 0);
+    spin_until(&a.n, 3);
+    check_in_order(&a, 3);
+    close_store(s);
+    s = open_store(&c, &l);
+    check_loaded(&l, 1, 60, 0, 1000, 0);
+    cr_expect_eq(l.torn, 0);
+    tlog_loaded_free(&l);
+    close_store(s);
+}
+
+/* A torn version 1 segment is cut at open as stage 1 did (it has no link
+ * after it to settle it otherwise). */
+Test(tlog_store, a_torn_version_1_segment_is_cut)
+{
+    static struct acks a;
+    struct tlog_config c = cfg(1 << 20, 0, false);
+    struct tlog_loaded l;
+    char path[300];
+    size_t end;
+    struct tlog_store *s;
+    write_v1(1, 1, 20, 1 << 20, true);
+    snprintf(path, sizeof path, "%s/seg-%020u", dir, 1u);
+    end = records_end(path);
+    s = open_store(&c, &l);
+    check_loaded(&l, 1, 20, 0, 1000, 0);
+    cr_expect_eq(l.torn, 1);
+    tlog_loaded_free(&l);
+    cr_expect_eq((size_t)file_size(path), end, "shortened to its records");
+    memset(&a, 0, sizeof a);
+    append_range(s, &a, 21, 30, 5, 0);
+    spin_until(&a.n, 2);
+    close_store(s);
+    s = open_store(&c, &l);
+    check_loaded(&l, 1, 30, 0, 1000, 0);
+    cr_expect_eq(l.torn, 0);
+    tlog_loaded_free(&l);
+    close_store(s);
 }
