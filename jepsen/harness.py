@@ -417,7 +417,7 @@ class Run:
                "[raft]\n"
                "election_timeout_ms = %d\nheartbeat_ms = %d\n"
                "snapshot_threshold_bytes = %s\nsnapshot_trailing = %d\n"
-               "durability = %s\nlog_store = %s\n"
+               "durability = %s\nlog_store = %s\nsegment_bytes = %s\n"
                "[limits]\nmin_free_disk_bytes = 1M\nreserve_disk_bytes = 16M\n"
                "%s[peers]\n%s\n"
                % (nm[1:], self.data_dir(nm), self.caddr(nm),
@@ -425,7 +425,7 @@ class Run:
                   self.a.log_segment_bytes, self.a.election_ms,
                   self.a.heartbeat_ms, self.a.snapshot_bytes,
                   self.a.snapshot_trailing, self.a.durability,
-                  self.a.log_store, security,
+                  self.a.log_store, self.a.raft_segment_bytes, security,
                   peers))
         with open(os.path.join(d, "ternd.ini"), "w") as fh:
             fh.write(cfg)
@@ -1631,6 +1631,10 @@ def parse_args(argv):
                     help="ternd [raft] log_store: libraft's raft_uv "
                     "(default) or tern's own raft log store "
                     "(docs/LOGSTORE.md)")
+    ap.add_argument("--raft-segment-bytes", default="8M",
+                    help="ternd [raft] segment_bytes (log_store = tern): "
+                    "small values, with small --snapshot-bytes, make the "
+                    "store forget segments and recycle their files")
     ap.add_argument("--no-restart-crashed", dest="restart_crashed",
                     action="store_false",
                     help="leave a node that exited on its own down (by "

@@ -10,7 +10,10 @@
 # together measured on 2 shared cores), and membership changes (remove
 # and add back, the leader too; a removed node wiped and added back
 # empty; a voter wiped, rejoined by the leader by itself;
-# docs/MEMBERSHIP.md; about 45 s measured). Prints a summary table and exits non-zero when any run is not
+# docs/MEMBERSHIP.md; about 45 s measured), and power loss on tern's own
+# raft log store (docs/LOGSTORE.md) with segments small enough that they
+# are forgotten and their files recycled during the run (about 45 s).
+# Prints a summary table and exits non-zero when any run is not
 # valid (invalid, unknown, harness error, or a node that exited on its
 # own). Needs root; see jepsen/README.md.
 # Env: SMOKE_TIME, SMOKE_NODES, TERN_BUILD (build dir with node/ternd,
@@ -47,6 +50,7 @@ RUNS=(
     "work-queue|kill,kill-leader|--queues 2 --workload work-queue|30"
     "delayed|partition,partition-leader|--queues 1 --workload delayed|30"
     "membership|member,member-wipe,wipe|--queues 1 --snapshot-bytes 32K --snapshot-trailing 8|30"
+    "power-loss-tern-store|power-loss,power-loss-all|--queues 1 --log-store tern --raft-segment-bytes 64K --snapshot-bytes 32K --snapshot-trailing 8|30"
 )
 i=0
 for spec in "${RUNS[@]}"; do

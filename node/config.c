@@ -86,6 +86,8 @@
  *                                   ; own store, tlog/: being built, see
  *                                   ; docs/LOGSTORE.md); a raft directory
  *                                   ; stays with the store that made it
+ *   segment_bytes            = 8M    ; log_store = tern: a raft segment
+ *                                   ; file's size (64K..1G)
  *   entry_checksum           = auto  ; auto | xxh3 | xxh32: whether a
  *                                   ; leader flags its entries XXH3
  *                                   ; (index/cmd.c); auto: once the
@@ -456,6 +458,7 @@ static const char usage_text[] =
     "  snapshot_trailing = 256\n"
     "  durability = disk\n"
     "  log_store = uv\n"
+    "  segment_bytes = 8M\n"
     "  entry_checksum = auto\n"
     "  max_term_jump = 1048576\n"
     "  auto_rejoin = true\n"
@@ -527,6 +530,7 @@ void node_config_init(struct node_config *c)
     c->busy_poll_us = NODE_DEFAULT_BUSY_POLL_US;
     c->adaptive_poll_us = NODE_DEFAULT_ADAPTIVE_POLL_US;
     c->snapshot_bytes = NODE_DEFAULT_SNAPSHOT_BYTES;
+    c->raft_segment_bytes = (uint64_t)8 << 20;
     c->snapshot_trailing = NODE_DEFAULT_SNAPSHOT_TRAILING;
     c->retention_interval_ms = NODE_DEFAULT_RETENTION_INTERVAL_MS;
     c->retention_page = NODE_DEFAULT_RETENTION_PAGE;
@@ -1194,6 +1198,8 @@ static const struct key keys[] = {
      NODE__INT(memory_durability), 0},
     {"raft", "log_store", "--log-store", set_log_store,
      NODE__INT(tern_log_store), 0},
+    {"raft", "segment_bytes", "--raft-segment-bytes", set_u64,
+     NODE__U64(raft_segment_bytes), (uint64_t)1 << 30},
     {"raft", "entry_checksum", "--entry-checksum", set_entry_checksum,
      NODE__INT(entry_checksum), 0},
     {"raft", "max_term_jump", "--max-term-jump", set_u64,
@@ -1957,6 +1963,13 @@ int node_config_validate(struct node_config *c, char *errmsg)
         tern_errmsg_printf(errmsg,
                            "log_segment_bytes (%llu) must be at least 4K",
                            (unsigned long long)c->log_segment_bytes);
+        return TERN_EINVAL;
+    }
+    if (c->raft_segment_bytes < 65536 || c->raft_segment_bytes % 4096 != 0) {
+        tern_errmsg_printf(errmsg,
+                           "[raft] segment_bytes (%llu) must be at least 64K "
+                           "and a multiple of 4K",
+                           (unsigned long long)c->raft_segment_bytes);
         return TERN_EINVAL;
     }
     if (c->max_message_bytes == 0 || c->max_frame_bytes == 0 ||

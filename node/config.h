@@ -47,8 +47,9 @@ struct node_config
     unsigned heartbeat_ms;
     uint64_t snapshot_bytes;
     unsigned snapshot_trailing;
-    int memory_durability; /* [raft] durability = memory (default disk) */
-    int tern_log_store;    /* [raft] log_store = tern (default uv) */
+    int memory_durability;       /* [raft] durability = memory (default disk) */
+    int tern_log_store;          /* [raft] log_store = tern (default uv) */
+    uint64_t raft_segment_bytes; /* [raft] segment_bytes (tern store) */
     int entry_checksum;    /* [raft] entry_checksum: NODE_ENTRY_CHECKSUM_* */
     unsigned busy_poll_us; /* [node] busy_poll_us: shm leader busy-poll */
     unsigned follower_busy_poll_us; /* [node] the same while not leader */

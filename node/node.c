@@ -1730,6 +1730,7 @@ static int node_start(struct node *n, char *errmsg)
     rc.durability =
         c->memory_durability ? REPL_DURABILITY_MEMORY : REPL_DURABILITY_DISK;
     rc.log_store = c->tern_log_store ? REPL_LOG_STORE_TERN : REPL_LOG_STORE_UV;
+    rc.segment_bytes = c->raft_segment_bytes;
     rc.max_term_jump = c->max_term_jump;
     rc.join = c->join != 0;
     rc.no_auto_rejoin = c->auto_rejoin == 0;

@@ -42,6 +42,7 @@
 #include <raft/uv.h>
 
 #include "repl_int.h"
+#include "tlog.h"
 
 #define REPL__DEFAULT_ET             150
 #define REPL__DEFAULT_HB             15
@@ -416,7 +417,20 @@ int repl_new(uv_loop_t *loop,
     }
     repl_install_heap();
     if (c->log_store == REPL_LOG_STORE_TERN) {
-        rv = repl_tlog_io_new(loop, c->data_dir, &inner, errmsg);
+        /* The free list holds what a snapshot forgets: the segments of one
+         * snapshot interval, so that in the steady state every new segment
+         * is a recycled one (docs/LOGSTORE.md, stage 2). */
+        uint64_t every = c->snapshot_threshold_bytes
+                             ? c->snapshot_threshold_bytes
+                             : REPL__DEFAULT_SNAPSHOT_BYTES;
+        uint64_t seg =
+            c->segment_bytes ? c->segment_bytes : TLOG_DEFAULT_SEGMENT_BYTES;
+        uint64_t free_max = every / seg + 1;
+        rv = repl_tlog_io_new(loop, c->data_dir, seg,
+                              (uint32_t)(free_max < 2    ? 2
+                                         : free_max > 16 ? 16
+                                                         : free_max),
+                              &inner, errmsg);
         if (rv != 0) {
             return rv;
         }

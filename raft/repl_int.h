@@ -685,10 +685,14 @@ uint64_t repl_lat_now(struct repl *r);
 /* ---- tlog_io.c: the inner io over tern's log store ------------------------
  */
 
-/* A raft_io over tlog/ in dir (which must exist); freed by
+/* A raft_io over tlog/ in dir (which must exist), its segment files of
+ * segment_bytes, keeping at most free_max forgotten ones for reuse (0:
+ * tlog's defaults); freed by
  * repl_tlog_io_free after its close callback. */
 int repl_tlog_io_new(uv_loop_t *loop,
                      const char *dir,
+                     uint64_t segment_bytes,
+                     uint32_t free_max,
                      struct raft_io **out,
                      char *errmsg);
 void repl_tlog_io_free(struct raft_io *io);

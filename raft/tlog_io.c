@@ -1108,6 +1108,8 @@ static void t_close(struct raft_io *io, raft_io_close_cb cb)
 
 int repl_tlog_io_new(uv_loop_t *loop,
                      const char *dir,
+                     uint64_t segment_bytes,
+                     uint32_t free_max,
                      struct raft_io **out,
                      char *errmsg)
 {
@@ -1131,6 +1133,8 @@ int repl_tlog_io_new(uv_loop_t *loop,
         return rv;
     }
     t->cfg.dir = t->dir;
+    t->cfg.segment_bytes = segment_bytes;
+    t->cfg.free_max = free_max;
     tern_list_init(&t->held);
     t->io.version = 1;
     t->io.init = t_init;

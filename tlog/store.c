@@ -91,11 +91,10 @@
 
 #include "tlog_int.h"
 
-#define TLOG__DEFAULT_SEGMENT ((uint64_t)8 << 20)
-#define TLOG__DEFAULT_BLOCK   4096u
-#define TLOG__DEFAULT_WINDOW  ((uint32_t)1 << 20)
-#define TLOG__ZERO_CHUNK      ((size_t)1 << 20)
-#define TLOG__NAME_MAX        32
+#define TLOG__DEFAULT_BLOCK  4096u
+#define TLOG__DEFAULT_WINDOW ((uint32_t)1 << 20)
+#define TLOG__ZERO_CHUNK     ((size_t)1 << 20)
+#define TLOG__NAME_MAX       32
 /* The largest segment a load reads: one largest record and its pad. */
 #define TLOG__SEGMENT_MAX  ((uint64_t)TLOG_REC_MAX_PAYLOAD + ((uint64_t)1 << 20))
 #define TLOG__IN_FLIGHT    1u /* writes in flight (bench/RESULTS.md) */
@@ -1661,7 +1660,7 @@ int tlog_open(uv_loop_t *loop,
     s->loop = loop;
     s->dir_fd = -1;
     s->segment_bytes =
-        c->segment_bytes ? c->segment_bytes : TLOG__DEFAULT_SEGMENT;
+        c->segment_bytes ? c->segment_bytes : TLOG_DEFAULT_SEGMENT_BYTES;
     s->block_size = c->block_size ? c->block_size : TLOG__DEFAULT_BLOCK;
     s->window = c->window ? c->window : TLOG__DEFAULT_WINDOW;
     s->next_seq = 1;
@@ -1740,7 +1739,8 @@ int tlog_bootstrap(const struct tlog_config *c,
     uint64_t *seqs = NULL;
     size_t n_seqs = 0, len = 0, cap = 0;
     uint32_t block = c->block_size ? c->block_size : TLOG__DEFAULT_BLOCK;
-    uint64_t size = c->segment_bytes ? c->segment_bytes : TLOG__DEFAULT_SEGMENT;
+    uint64_t size =
+        c->segment_bytes ? c->segment_bytes : TLOG_DEFAULT_SEGMENT_BYTES;
     uint64_t seq = c->void_below > 0 ? c->void_below : 1;
     uint8_t *buf = NULL;
     bool direct = false, recycled;

@@ -201,6 +201,8 @@ struct repl_config
                                           (0) REPL_DEFAULT_MAX_TERM_JUMP;
                                           UINT64_MAX: no jump bound */
     enum repl_log_store log_store;     /* default (0) REPL_LOG_STORE_UV */
+    uint64_t segment_bytes;            /* log_store TERN: a segment file's
+                                          size; 0: tlog's default (8 MiB) */
     bool no_peer_down;                 /* ignore the xport's peer-down
                                           signal (raft/lost.c): a
                                           follower waits out its election

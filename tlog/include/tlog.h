@@ -190,11 +190,14 @@ int tlog_seg_scan(const uint8_t *img,
 
 struct tlog_store; /* opaque */
 
+#define TLOG_DEFAULT_SEGMENT_BYTES ((uint64_t)8 << 20)
+
 struct tlog_config
 {
     const char *dir;        /* created 0700 if missing; owned by caller */
     uint64_t segment_bytes; /* a segment file's size (a larger record gets a
-                               larger file); default 8 MiB */
+                               larger file); default
+                               TLOG_DEFAULT_SEGMENT_BYTES */
     uint32_t block_size;    /* default 4096 */
     uint32_t window;        /* the most bytes of one write (one larger
                                record excepted); default 1 MiB */

@@ -102,6 +102,7 @@ Test(config, defaults)
     cr_expect_eq(cfg.min_free_disk_bytes, 64u << 20);
     cr_expect_eq(cfg.index_map_bytes, (uint64_t)64 << 30);
     cr_expect_eq(cfg.memory_durability, 0);
+    cr_expect_eq(cfg.raft_segment_bytes, 8u << 20);
     cr_expect_eq(cfg.entry_checksum, NODE_ENTRY_CHECKSUM_AUTO);
     cr_expect_eq(cfg.busy_poll_us, NODE_DEFAULT_BUSY_POLL_US);
     cr_expect_str_eq(cfg.transport, "tcp");
@@ -287,6 +288,9 @@ Test(config, validation_errors)
         {{"--dev", "--transport", "verbs", NULL}, "only tcp"},
         {{"--dev", "--log-level", "loud", NULL}, "log level"},
         {{"--dev", "--durability", "ram", NULL}, "not disk or memory"},
+        {{"--dev", "--raft-segment-bytes", "32K", NULL}, "at least 64K"},
+        {{"--dev", "--raft-segment-bytes", "66000", NULL}, "multiple of 4K"},
+        {{"--dev", "--raft-segment-bytes", "2G", NULL}, "segment-bytes"},
         {{"--dev", "--entry-checksum", "crc", NULL}, "not auto, xxh3 or xxh32"},
         {{"--dev", "--busy-poll-us", "2000000", NULL}, "busy-poll-us"},
         {{"--dev", "--shm-dir", "rel/dir", NULL}, "absolute directory"},
@@ -444,6 +448,7 @@ Test(config, every_key_in_the_file)
         "snapshot_threshold_bytes = 1G\n"
         "snapshot_trailing = 9\n"
         "durability = memory\n"
+        "segment_bytes = 1M\n"
         "[limits]\n"
         "max_message_bytes = 1K\n"
         "max_frame_bytes = 3M\n"
@@ -466,6 +471,7 @@ Test(config, every_key_in_the_file)
     cr_expect_eq(cfg.snapshot_bytes, 1ull << 30);
     cr_expect_eq(cfg.snapshot_trailing, 9);
     cr_expect_eq(cfg.memory_durability, 1);
+    cr_expect_eq(cfg.raft_segment_bytes, 1u << 20);
     cr_expect_eq(cfg.max_message_bytes, 1024);
     cr_expect_eq(cfg.max_frame_bytes, 3u << 20);
     cr_expect_eq(cfg.min_free_disk_bytes, 5);

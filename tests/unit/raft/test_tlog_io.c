@@ -64,7 +64,7 @@ static struct raft_io *open_io(void)
 {
     struct raft_io *io = NULL;
     char em[TERN_ERRMSG_SIZE] = "";
-    cr_assert_eq(repl_tlog_io_new(&loop, dir, &io, em), 0, "%s", em);
+    cr_assert_eq(repl_tlog_io_new(&loop, dir, 0, 0, &io, em), 0, "%s", em);
     return io;
 }
 
