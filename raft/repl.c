@@ -356,7 +356,8 @@ int repl_new_with_io(uv_loop_t *loop,
 }
 
 /* Whether dir holds a file of the other log store: raft_uv's metadata1
- * for tern's, tern's segments (seg-N) for raft_uv. A directory stays with
+ * for tern's, tern's segments, free segment files or snapshots (seg-N,
+ * free-N, snap-N) for raft_uv. A directory stays with
  * the store that made it; switching would load an empty log under the
  * node's term and votes. */
 static bool other_store_files(const char *dir, enum repl_log_store store)
@@ -371,7 +372,9 @@ static bool other_store_files(const char *dir, enum repl_log_store store)
         found = store == REPL_LOG_STORE_TERN
                     ? strcmp(e->d_name, "metadata1") == 0 ||
                           strcmp(e->d_name, "metadata2") == 0
-                    : strncmp(e->d_name, "seg-", 4) == 0;
+                    : strncmp(e->d_name, "seg-", 4) == 0 ||
+                          strncmp(e->d_name, "free-", 5) == 0 ||
+                          strncmp(e->d_name, "snap-", 5) == 0;
     }
     (void)closedir(d);
     return found;

@@ -185,6 +185,7 @@ struct tlog_store
     unsigned preparing;    /* preparations on the pool */
     unsigned deleting;     /* segments on dels */
     bool del_running;      /* the head of dels is being deleted */
+    bool del_stuck;        /* a deletion's directory sync failed: no more */
     struct tern_list dels; /* segments to delete, oldest first */
     /* Stream position before each index from pos_base on: truncate
      * rewinds to it. */
@@ -312,7 +313,8 @@ static int prepare_finish(int dir_fd,
 }
 
 /* Prepare seg-seq from free-from: a new header over the old one. -EAGAIN:
- * the file is not of size bytes (or is gone); prepare a new one. */
+ * the file is not of size bytes (or is gone). On any failure the caller
+ * prepares a new file instead. */
 static int recycle_file(int dir_fd,
                         uint64_t from,
                         uint64_t seq,
@@ -377,11 +379,11 @@ static int prepare_file(int dir_fd,
     if (recycle != 0) {
         rv = recycle_file(dir_fd, recycle, seq, size, block_size, fd_out,
                           direct);
-        if (rv != -EAGAIN) {
-            *recycled = rv == 0;
-            return rv;
+        if (rv == 0) {
+            *recycled = true;
+            return 0;
         }
-        rv = 0;
+        rv = 0; /* a new file instead (it replaces prep-seq if it exists) */
     }
     seg_name(prep, "prep", seq);
     fd = openat(dir_fd, prep, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
@@ -480,6 +482,10 @@ static struct seg *seg_new(struct tlog_store *s, uint64_t size)
     }
     tern_list_push(&s->segs, &g->link);
     if (uv_queue_work(s->loop, &g->work, prep_work, prep_after) != 0) {
+        if (g->recycle != 0) {
+            s->free_seq[s->n_free++] = g->recycle; /* still on disk */
+            g->recycle = 0;
+        }
         g->state = SEG_FAILED;
         g->status = -EIO;
         return g;
@@ -896,12 +902,19 @@ void tlog_get_stats(const struct tlog_store *s, struct tlog_stats *out)
 /* Deletions run one at a time, oldest first (s->dels), each file renamed
  * to free-N (to_free) or unlinked, and the directory synced, before the
  * next: a crash between two leaves the log without a gap. */
+enum del_result {
+    DEL_DONE,    /* renamed or unlinked, the directory synced */
+    DEL_KEPT,    /* the file is still there */
+    DEL_UNSYNCED /* its name went, the directory sync failed */
+};
+
 struct del
 {
     uv_work_t work;
     struct tlog_store *s;
     struct seg *g;
     bool to_free; /* onto the free list (a slot is held for it) */
+    enum del_result result;
 };
 
 static void del_work(uv_work_t *w)
@@ -918,23 +931,50 @@ static void del_work(uv_work_t *w)
         renameat(d->s->dir_fd, name, d->s->dir_fd, free_name) != 0) {
         d->to_free = false;
     }
-    if (d->to_free || unlinkat(d->s->dir_fd, name, 0) == 0) {
-        (void)sync_dir(d->s->dir_fd);
+    if (!d->to_free && unlinkat(d->s->dir_fd, name, 0) != 0) {
+        d->result = DEL_KEPT;
+        return;
     }
+    d->result = sync_dir(d->s->dir_fd) == 0 ? DEL_DONE : DEL_UNSYNCED;
 }
 
 static void del_next(struct tlog_store *s);
+
+/* The segments waiting for deletion go back to the head of the log, in
+ * order (the segments on disk stay those from a seq on). */
+static void dels_put_back(struct tlog_store *s)
+{
+    struct tern_list *first = s->segs.next;
+    while (!tern_list_empty(&s->dels)) {
+        struct seg *g = TERN_CONTAINER(s->dels.next, struct seg, link);
+        tern_list_remove(&g->link);
+        tern_list_push(first, &g->link); /* before the head: in order */
+        s->deleting--;
+    }
+}
 
 static void del_after(uv_work_t *w, int status)
 {
     struct del *d = w->data;
     struct tlog_store *s = d->s;
-    (void)status;
+    s->del_running = false;
+    if (status != 0 || d->result == DEL_KEPT) {
+        /* Nothing after it may go first: the next forget tries again. */
+        dels_put_back(s);
+        tern_free(d);
+        maybe_closed(s);
+        return;
+    }
     tern_list_remove(&d->g->link);
     s->deleting--;
-    s->del_running = false;
     s->stats.deleted++;
-    if (d->to_free) {
+    if (d->result == DEL_UNSYNCED) {
+        /* Whether its name went is not known: no deletion after it (a gap)
+         * and no reuse of it (a rename a crash undoes would name it by its
+         * old seq) for the life of the store. */
+        s->del_stuck = true;
+        dels_put_back(s);
+    } else if (d->to_free) {
         s->free_seq[s->n_free++] = d->g->seq; /* the slot held for it */
         s->stats.freed++;
     }
@@ -951,8 +991,10 @@ static void del_next(struct tlog_store *s)
         return;
     }
     d = tern_calloc(1, sizeof *d);
-    if (d == NULL) {
-        return; /* the next forget or completion tries again */
+    if (d == NULL || s->del_stuck) {
+        tern_free(d);
+        dels_put_back(s); /* the next forget tries again */
+        return;
     }
     d->s = s;
     d->g = TERN_CONTAINER(s->dels.next, struct seg, link);
@@ -963,6 +1005,7 @@ static void del_next(struct tlog_store *s)
                  d->g->size == s->segment_bytes && d->g->state != SEG_FAILED;
     if (uv_queue_work(s->loop, &d->work, del_work, del_after) != 0) {
         tern_free(d);
+        dels_put_back(s);
         return;
     }
     s->del_running = true;
@@ -1380,6 +1423,23 @@ static void settle_files(struct tlog_store *s,
     }
 }
 
+/* fdatasync seg-seq. */
+static int sync_seg(int dir_fd, uint64_t seq)
+{
+    char name[TLOG__NAME_MAX];
+    int fd, rv = 0;
+    seg_name(name, "seg", seq);
+    fd = openat(dir_fd, name, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        return -errno;
+    }
+    if (fdatasync(fd) != 0) {
+        rv = -errno;
+    }
+    (void)close(fd);
+    return rv;
+}
+
 /* Load every segment (the top of the file). */
 static int load(struct tlog_store *s, struct tlog_loaded *l, char *errmsg)
 {
@@ -1623,11 +1683,29 @@ static int load(struct tlog_store *s, struct tlog_loaded *l, char *errmsg)
                 s->dir, torn_seq, tern_strerror(rv));
             goto out;
         }
+        for (struct tern_list *e = s->segs.next; e != &s->segs; e = e->next) {
+            struct seg *g = TERN_CONTAINER(e, struct seg, link);
+            if (g->seq == torn_seq) {
+                g->size = torn_end; /* not the free list's size */
+            }
+        }
+    }
+    if (prev.seq != 0 && (!torn_cut || torn_seq != prev.seq)) {
+        /* What was read of the last segment may be in a cache only (a
+         * crash that was no power loss): the next segment's link and
+         * raft's count of stored entries rest on it from now on. */
+        rv = sync_seg(s->dir_fd, prev.seq);
+        if (rv != 0) {
+            tern_errmsg_printf(errmsg, "tlog: sync %s/seg-%020" PRIu64 ": %s",
+                               s->dir, prev.seq, tern_strerror(rv));
+            goto out;
+        }
     }
     l->torn = torn_seq != 0 || torn_empty;
     settle_files(s, frees, n_frees, seqs, drop, n_seqs);
-    if (n_seqs + n_frees > 0) {
-        (void)sync_dir(s->dir_fd);
+    if (n_seqs + n_frees > 0 && sync_dir(s->dir_fd) != 0) {
+        /* Renames onto the free list a crash may undo: none reused. */
+        s->n_free = 0;
     }
 out:
     tern_free(frees);

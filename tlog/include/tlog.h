@@ -228,7 +228,11 @@ struct tlog_loaded
     uint64_t next_index; /* 0: nothing was ever written */
     uint64_t next_pos;
     unsigned torn; /* torn tails found at open (0 or 1): a write a crash
-                      interrupted, after every acknowledged one */
+                      interrupted, after every acknowledged one, of which
+                      a record can be read (one that left nothing
+                      readable looks like older bytes); a version 2 one
+                      is found again at each open until a later segment's
+                      link settles it */
     /* private: the segment images the payloads point into */
     void **images;
     size_t n_images;
@@ -238,9 +242,12 @@ void tlog_loaded_free(struct tlog_loaded *l);
 /* Open the store in c->dir on loop (the caller's loop thread from now on)
  * and load it: every segment scanned in seq order, each continuing the
  * previous one or superseding its entries from the index it starts at (a
- * truncate), a torn tail of the last one cut (the file shortened to its
- * last whole record, synced). 0 with *out and *loaded, or a negative code
- * with errmsg: TERN_ECORRUPT (damage: file and offset named), -errno. */
+ * truncate), each but the last with records ending where the next one's
+ * link says; the last one synced (a version 1 one with a torn tail
+ * shortened to its last whole record first). Segments without records go
+ * to the free list (or are deleted), the newest kept as the spare. 0 with
+ * *out and *loaded, or a negative code with errmsg: TERN_ECORRUPT
+ * (damage: file and offset named), -errno. */
 int tlog_open(uv_loop_t *loop,
               const struct tlog_config *c,
               struct tlog_store **out,

@@ -987,3 +987,237 @@ Test(tlog_store, a_torn_version_1_segment_is_cut)
     tlog_loaded_free(&l);
     close_store(s);
 }
+
+static void run_a_while(int ms)
+{
+    for (int k = 0; k < ms; k++) {
+        uv_run(&loop, UV_RUN_NOWAIT);
+        usleep(1000);
+    }
+}
+
+/* A recycled file kept as the spare at open takes the next appends. */
+Test(tlog_store, a_recycled_spare_kept_at_open_takes_the_next_appends)
+{
+    static struct acks a;
+    struct tlog_config c = cfg(64 * 1024, 16 * 1024, false);
+    struct tlog_loaded l;
+    struct tlog_stats st;
+    uint64_t first;
+    struct tlog_store *s = empty_store(&c, &a, 1);
+    append_range(s, &a, 1, 400, 4, 0);
+    spin_until(&a.n, 100);
+    forget_and_wait(s, 350);
+    memset(&a, 0, sizeof a);
+    append_range(s, &a, 401, 800, 4, 0);
+    spin_until(&a.n, 100);
+    run_a_while(100); /* the spare, from the free list */
+    tlog_get_stats(s, &st);
+    cr_assert_gt(st.recycled, 0);
+    close_store(s);
+    s = open_store(&c, &l);
+    first = l.first_index;
+    check_loaded(&l, first, 800, 0, 1000, 0);
+    tlog_loaded_free(&l);
+    memset(&a, 0, sizeof a);
+    append_range(s, &a, 801, 830, 3, 0);
+    spin_until(&a.n, 10);
+    check_in_order(&a, 10);
+    close_store(s);
+    s = open_store(&c, &l);
+    check_loaded(&l, first, 830, 0, 1000, 0);
+    cr_expect_eq(l.torn, 0);
+    tlog_loaded_free(&l);
+    close_store(s);
+}
+
+/* An install voids everything; its void segments are forgotten onto the
+ * free list; the appends after it and a load with void_below stand. */
+Test(tlog_store, a_reset_then_forget_loads_from_the_reset)
+{
+    static struct acks a;
+    struct tlog_config c = cfg(64 * 1024, 16 * 1024, false);
+    struct tlog_loaded l;
+    struct tlog_stats st;
+    uint64_t vb;
+    struct tlog_store *s = empty_store(&c, &a, 1);
+    append_range(s, &a, 1, 200, 4, 0);
+    spin_until(&a.n, 50);
+    vb = tlog_reset(s, 1001, pos_after(0, 1, 1000));
+    forget_and_wait(s, 1001);
+    tlog_get_stats(s, &st);
+    cr_expect_gt(st.freed, 0);
+    memset(&a, 0, sizeof a);
+    append_range(s, &a, 1001, 1200, 4, 0);
+    spin_until(&a.n, 50);
+    check_in_order(&a, 50);
+    close_store(s);
+    c.void_below = vb;
+    s = open_store(&c, &l);
+    check_loaded(&l, 1001, 1200, 0, 10000, 0);
+    tlog_loaded_free(&l);
+    close_store(s);
+}
+
+/* A spare passed over for a larger record is forgotten with the segments
+ * before it. */
+Test(tlog_store, a_spare_passed_over_for_a_large_record_is_forgotten)
+{
+    static struct acks a;
+    static uint8_t big[200000];
+    struct tlog_config c = cfg(64 * 1024, 16 * 1024, false);
+    struct tlog_loaded l;
+    struct tlog_entry e = {TLOG_REC_COMMAND, 1, big, sizeof big};
+    struct ack_arg *x;
+    unsigned before;
+    struct tlog_store *s = empty_store(&c, &a, 1);
+    append_range(s, &a, 1, 100, 4, 0);
+    spin_until(&a.n, 25);
+    run_a_while(50); /* the spare ready */
+    x = malloc(sizeof *x);
+    x->a = &a;
+    x->id = ++a.calls;
+    cr_assert_eq(tlog_append(s, &e, 1, ack_cb, x), 0);
+    spin_until(&a.n, 26);
+    close_store(s);
+    s = open_store(&c, &l);
+    cr_assert_eq(l.first_index, 1);
+    cr_assert_eq(l.n, 101);
+    tlog_loaded_free(&l);
+    before = count_segments();
+    forget_and_wait(s, 101);
+    close_store(s);
+    cr_expect_lt(count_segments(), before);
+    s = open_store(&c, &l);
+    cr_assert_eq(l.n, 1);
+    cr_assert_eq(l.first_index, 101);
+    tlog_loaded_free(&l);
+    cr_expect_leq(count_segments(), 2, "the large record's, a spare");
+    close_store(s);
+}
+
+/* A truncate below the current segment's start, then a forget below it:
+ * the load gives the truncate's state. */
+Test(tlog_store, a_truncate_then_forget_loads_the_truncated_state)
+{
+    static struct acks a;
+    struct tlog_config c = cfg(64 * 1024, 16 * 1024, false);
+    struct tlog_loaded l;
+    struct tlog_store *s = empty_store(&c, &a, 1);
+    append_range(s, &a, 1, 400, 4, 0);
+    spin_until(&a.n, 100);
+    cr_assert_eq(tlog_truncate(s, 150), 0);
+    append_range(s, &a, 150, 160, 4, 7);
+    spin_until(&a.n, 103);
+    forget_and_wait(s, 100);
+    close_store(s);
+    s = open_store(&c, &l);
+    cr_expect_gt(l.first_index, 1);
+    check_loaded(&l, l.first_index, 160, 0, 150, 7);
+    tlog_loaded_free(&l);
+    close_store(s);
+}
+
+/* A deletion that fails (the immutable flag on the oldest segment) stops
+ * the forget there: nothing after it goes, the load stands, and the next
+ * forget, once the file can go, goes on. */
+Test(tlog_store, a_failed_deletion_stops_the_forget_without_a_gap)
+{
+    static struct acks a;
+    struct tlog_config c = cfg(64 * 1024, 16 * 1024, false);
+    struct tlog_loaded l;
+    struct tlog_stats st;
+    char path[300];
+    unsigned before;
+    int err;
+    struct tlog_store *s = empty_store(&c, &a, 1);
+    append_range(s, &a, 1, 400, 4, 0);
+    spin_until(&a.n, 100);
+    snprintf(path, sizeof path, "%s/seg-%020u", dir, 1u);
+    err = test_set_immutable(path, true);
+    if (err != 0) {
+        close_store(s);
+        cr_skip_test("no immutable flag here (%s)", strerror(err));
+    }
+    before = count_segments();
+    tlog_forget(s, 350);
+    run_a_while(300);
+    tlog_get_stats(s, &st);
+    cr_expect_eq(st.deleted, 0, "nothing after the oldest went");
+    cr_expect_eq(count_segments(), before);
+    cr_assert_eq(test_set_immutable(path, false), 0);
+    forget_and_wait(s, 350);
+    close_store(s);
+    cr_expect_lt(count_segments(), before);
+    s = open_store(&c, &l);
+    check_loaded(&l, l.first_index, 400, 0, 1000, 0);
+    tlog_loaded_free(&l);
+    close_store(s);
+}
+
+/* A segment missing between two others: the later one's link names it. */
+Test(tlog_store, a_missing_segment_is_refused)
+{
+    static struct acks a;
+    struct tlog_config c = cfg(64 * 1024, 16 * 1024, false);
+    struct tlog_loaded l;
+    char path[300], em[TERN_ERRMSG_SIZE] = "";
+    struct tlog_store *s = empty_store(&c, &a, 1);
+    append_range(s, &a, 1, 400, 4, 0);
+    spin_until(&a.n, 100);
+    close_store(s);
+    snprintf(path, sizeof path, "%s/seg-%020u", dir, 3u);
+    cr_assert_eq(unlink(path), 0);
+    s = NULL;
+    cr_assert_eq(tlog_open(&loop, &c, &s, &l, em), TERN_ECORRUPT);
+    cr_expect_not_null(strstr(em, "a segment is missing"), "%s", em);
+}
+
+/* A free file of a seq above every segment's: new segments take higher
+ * seqs (its older records must stay older than the file's new seq). */
+Test(tlog_store, new_segments_take_seqs_above_every_free_file)
+{
+    static struct acks a;
+    struct tlog_config c = cfg(64 * 1024, 16 * 1024, false);
+    struct tlog_loaded l;
+    struct tlog_stats st;
+    char from[300], to[300];
+    unsigned long long top = 0;
+    DIR *d;
+    struct dirent *e;
+    struct tlog_store *s = empty_store(&c, &a, 1);
+    append_range(s, &a, 1, 400, 4, 0);
+    spin_until(&a.n, 100);
+    forget_and_wait(s, 350);
+    close_store(s);
+    d = opendir(dir);
+    while ((e = readdir(d)) != NULL) {
+        if (strncmp(e->d_name, "free-", 5) == 0) {
+            snprintf(from, sizeof from, "%s/%s", dir, e->d_name);
+        }
+    }
+    closedir(d);
+    snprintf(to, sizeof to, "%s/free-%020u", dir, 9000u);
+    cr_assert_eq(rename(from, to), 0);
+    s = open_store(&c, &l);
+    tlog_loaded_free(&l);
+    memset(&a, 0, sizeof a);
+    append_range(s, &a, 401, 600, 4, 0);
+    spin_until(&a.n, 50);
+    tlog_get_stats(s, &st);
+    cr_expect_gt(st.recycled, 0);
+    close_store(s);
+    d = opendir(dir);
+    while ((e = readdir(d)) != NULL) {
+        unsigned long long q;
+        if (sscanf(e->d_name, "seg-%llu", &q) == 1 && q > top) {
+            top = q;
+        }
+    }
+    closedir(d);
+    cr_expect_gt(top, 9000, "newest segment %llu", top);
+    s = open_store(&c, &l);
+    check_loaded(&l, l.first_index, 600, 0, 1000, 0);
+    tlog_loaded_free(&l);
+    close_store(s);
+}
