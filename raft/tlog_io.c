@@ -537,6 +537,9 @@ static int t_load(struct raft_io *io,
         return raft_err(rv);
     }
     t->cfg.void_below = t->void_below;
+    /* The log may go on from the snapshot after a gap: the reset below,
+     * whose void segments a crash left (it records no void_below). */
+    t->cfg.restart_index = snap != NULL ? snap->index + 1 : 0;
     rv = tlog_open(t->loop, &t->cfg, &t->store, &l, em);
     if (rv != 0) {
         set_errmsg(t, em);

@@ -166,8 +166,9 @@ struct tlog_store
     struct write *open; /* last of writes, taking records; NULL: none */
     struct seg *cur;    /* the segment writes are placed in (NULL: none) */
     uint64_t next_seq;
-    uint64_t void_below; /* tlog_config's */
-    uint64_t next_index; /* 0: not started */
+    uint64_t void_below;    /* tlog_config's */
+    uint64_t restart_index; /* tlog_config's */
+    uint64_t next_index;    /* 0: not started */
     uint64_t next_pos;
     struct tlog_link last; /* where the last write placed ends: the link
                               of the next segment's first write */
@@ -1595,7 +1596,10 @@ static int load(struct tlog_store *s, struct tlog_loaded *l, char *errmsg)
             uint64_t f = sc.first_index;
             uint64_t expect_pos;
             size_t keep;
-            if (f > next) {
+            /* A gap up to where the caller's snapshot ends: the log went
+             * on from it (a reset whose void_below was not recorded). */
+            bool restart = f > next && f == s->restart_index;
+            if (f > next && !restart) {
                 tern_errmsg_printf(errmsg,
                                    "tlog: %s/%s starts at index %" PRIu64
                                    ", the segments before end at %" PRIu64,
@@ -1603,13 +1607,14 @@ static int load(struct tlog_store *s, struct tlog_loaded *l, char *errmsg)
                 rv = TERN_ECORRUPT;
                 goto out;
             }
-            keep = f < l->first_index ? 0 : (size_t)(f - l->first_index);
+            keep = restart || f < l->first_index ? 0
+                                                 : (size_t)(f - l->first_index);
             expect_pos = f == next ? tlog_rec_pos_after(&(struct tlog_rec){
                                          .type = l->entries[before - 1].type,
                                          .pos = ld.pos[before - 1],
                                          .len = l->entries[before - 1].len})
                                    : ld.pos[keep];
-            if (f >= l->first_index && sc.first_pos != expect_pos) {
+            if (!restart && f >= l->first_index && sc.first_pos != expect_pos) {
                 tern_errmsg_printf(errmsg,
                                    "tlog: %s/%s starts at stream position "
                                    "%" PRIu64 ", expected %" PRIu64,
@@ -1743,6 +1748,7 @@ int tlog_open(uv_loop_t *loop,
     s->window = c->window ? c->window : TLOG__DEFAULT_WINDOW;
     s->next_seq = 1;
     s->void_below = c->void_below;
+    s->restart_index = c->restart_index;
     s->free_max = c->free_max ? c->free_max : TLOG__DEFAULT_FREE;
     s->roll = true;
     tern_list_init(&s->segs);

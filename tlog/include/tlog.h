@@ -206,6 +206,9 @@ struct tlog_config
                                open, unread (tlog_reset); 0: none */
     uint32_t free_max;      /* forgotten segment files kept for reuse (the
                                free list: free-N files), at most; default 4 */
+    uint64_t restart_index; /* where the caller's snapshot ends + 1 (0:
+                               none): a segment starting there after a gap
+                               supersedes every entry before it */
 };
 
 /* One entry. Appends: payload is the caller's, read during the call.

@@ -1221,3 +1221,45 @@ Test(tlog_store, new_segments_take_seqs_above_every_free_file)
     tlog_loaded_free(&l);
     close_store(s);
 }
+
+/* A reset whose void_below was not recorded (raft's log found all older
+ * than the snapshot at open), and a crash before its forget: the log goes
+ * on after a gap, from where the snapshot ends. The caller's restart
+ * index lets that load; without it, the gap is damage. */
+Test(tlog_store, a_gap_up_to_the_snapshot_s_end_loads_from_there)
+{
+    static struct acks a;
+    struct tlog_config c = cfg(64 * 1024, 16 * 1024, false);
+    struct tlog_loaded l;
+    char em[TERN_ERRMSG_SIZE] = "";
+    struct tlog_store *s = empty_store(&c, &a, 1);
+    append_range(s, &a, 1, 100, 4, 0);
+    spin_until(&a.n, 25);
+    (void)tlog_reset(s, 501, 0); /* no forget: a crash first */
+    memset(&a, 0, sizeof a);
+    append_range(s, &a, 501, 600, 4, 0);
+    spin_until(&a.n, 25);
+    check_in_order(&a, 25);
+    close_store(s);
+    s = NULL;
+    cr_assert_eq(tlog_open(&loop, &c, &s, &l, em), TERN_ECORRUPT, "a gap");
+    cr_expect_not_null(strstr(em, "starts at index 501"), "%s", em);
+    c.restart_index = 502;
+    cr_assert_eq(tlog_open(&loop, &c, &s, &l, em), TERN_ECORRUPT,
+                 "not where the snapshot ends");
+    c.restart_index = 501;
+    s = open_store(&c, &l);
+    check_loaded(&l, 501, 600, 0, 1000, 0);
+    cr_assert_eq(l.next_pos, pos_after(0, 501, 600));
+    tlog_loaded_free(&l);
+    forget_and_wait(s, 501); /* the older segments hold nothing now */
+    memset(&a, 0, sizeof a);
+    append_range(s, &a, 601, 610, 5, 0);
+    spin_until(&a.n, 2);
+    close_store(s);
+    c.restart_index = 0;
+    s = open_store(&c, &l);
+    check_loaded(&l, 501, 610, 0, 1000, 0);
+    tlog_loaded_free(&l);
+    close_store(s);
+}
