@@ -1321,23 +1321,6 @@ out:
     return rv;
 }
 
-/* Shorten seg-seq to end bytes and sync it: its torn tail goes. */
-static int cut_tail(int dir_fd, uint64_t seq, size_t end)
-{
-    char name[TLOG__NAME_MAX];
-    int fd, rv = 0;
-    seg_name(name, "seg", seq);
-    fd = openat(dir_fd, name, O_RDWR | O_CLOEXEC);
-    if (fd < 0) {
-        return -errno;
-    }
-    if (ftruncate(fd, (off_t)end) != 0 || fsync(fd) != 0) {
-        rv = -errno;
-    }
-    (void)close(fd);
-    return rv;
-}
-
 /* The segment with records loaded last: what the next one's link must
  * name. */
 struct held
@@ -1424,17 +1407,19 @@ static void settle_files(struct tlog_store *s,
     }
 }
 
-/* fdatasync seg-seq. */
-static int sync_seg(int dir_fd, uint64_t seq)
+/* Sync seg-seq, shortened to *cut bytes first if cut is not NULL (its
+ * torn tail goes). */
+static int sync_seg(int dir_fd, uint64_t seq, const size_t *cut)
 {
     char name[TLOG__NAME_MAX];
     int fd, rv = 0;
     seg_name(name, "seg", seq);
-    fd = openat(dir_fd, name, O_RDONLY | O_CLOEXEC);
+    fd = openat(dir_fd, name, (cut != NULL ? O_RDWR : O_RDONLY) | O_CLOEXEC);
     if (fd < 0) {
         return -errno;
     }
-    if (fdatasync(fd) != 0) {
+    if ((cut != NULL && ftruncate(fd, (off_t)*cut) != 0) ||
+        fdatasync(fd) != 0) {
         rv = -errno;
     }
     (void)close(fd);
@@ -1681,7 +1666,7 @@ static int load(struct tlog_store *s, struct tlog_loaded *l, char *errmsg)
     s->last.prev_write = prev.write;
     /* The whole load stands: now the files change. */
     if (torn_cut) {
-        rv = cut_tail(s->dir_fd, torn_seq, torn_end);
+        rv = sync_seg(s->dir_fd, torn_seq, &torn_end);
         if (rv != 0) {
             tern_errmsg_printf(
                 errmsg, "tlog: cut the torn tail of %s/seg-%020" PRIu64 ": %s",
@@ -1699,7 +1684,7 @@ static int load(struct tlog_store *s, struct tlog_loaded *l, char *errmsg)
         /* What was read of the last segment may be in a cache only (a
          * crash that was no power loss): the next segment's link and
          * raft's count of stored entries rest on it from now on. */
-        rv = sync_seg(s->dir_fd, prev.seq);
+        rv = sync_seg(s->dir_fd, prev.seq, NULL);
         if (rv != 0) {
             tern_errmsg_printf(errmsg, "tlog: sync %s/seg-%020" PRIu64 ": %s",
                                s->dir, prev.seq, tern_strerror(rv));

@@ -175,6 +175,17 @@ static void append_range(struct tlog_store *s,
     }
 }
 
+/* c's store, empty, then holding entries 1..400 appended 4 at a time and
+ * acknowledged (several segments when they are of 64 KiB); a cleared. */
+static struct tlog_store *store_of_400(const struct tlog_config *c,
+                                       struct acks *a)
+{
+    struct tlog_store *s = empty_store(c, a, 1);
+    append_range(s, a, 1, 400, 4, 0);
+    spin_until(&a->n, 100);
+    return s;
+}
+
 /* The loaded entries are [first, last] of generation gen, except those
  * from gen_from on, of generation gen2. */
 static void check_loaded(const struct tlog_loaded *l,
@@ -197,6 +208,21 @@ static void check_loaded(const struct tlog_loaded *l,
         cr_assert_eq(memcmp(e->payload, want, e->len), 0, "index %lu",
                      (unsigned long)i);
     }
+}
+
+/* c's store loads check_loaded's entries (then is closed). */
+static void expect_loads(const struct tlog_config *c,
+                         uint64_t first,
+                         uint64_t last,
+                         unsigned gen,
+                         uint64_t gen_from,
+                         unsigned gen2)
+{
+    struct tlog_loaded l;
+    struct tlog_store *s = open_store(c, &l);
+    check_loaded(&l, first, last, gen, gen_from, gen2);
+    tlog_loaded_free(&l);
+    close_store(s);
 }
 
 /* The stream position after [first, last]: commands only. */
@@ -259,10 +285,7 @@ static void round_trip(bool no_aio)
     append_range(s, &a, 301, 310, 3, 0);
     spin_until(&a.n, 4);
     close_store(s);
-    s = open_store(&c, &l);
-    check_loaded(&l, 1, 310, 0, 1000, 0);
-    tlog_loaded_free(&l);
-    close_store(s);
+    expect_loads(&c, 1, 310, 0, 1000, 0);
 }
 
 Test(tlog_store, appends_load_back_byte_for_byte_by_aio)
@@ -292,7 +315,6 @@ Test(tlog_store, segments_roll_and_load_in_order)
 {
     static struct acks a;
     struct tlog_config c = cfg(64 * 1024, 16 * 1024, false);
-    struct tlog_loaded l;
     struct tlog_stats st;
     struct tlog_store *s = empty_store(&c, &a, 10);
     append_range(s, &a, 10, 409, 4, 0);
@@ -302,10 +324,7 @@ Test(tlog_store, segments_roll_and_load_in_order)
     cr_expect_geq(st.segments, 4, "rolled: %lu", (unsigned long)st.segments);
     close_store(s);
     cr_expect_geq(count_segments(), 4);
-    s = open_store(&c, &l);
-    check_loaded(&l, 10, 409, 0, 1000, 0);
-    tlog_loaded_free(&l);
-    close_store(s);
+    expect_loads(&c, 10, 409, 0, 1000, 0);
 }
 
 Test(tlog_store, a_larger_record_gets_a_segment_of_its_own_size)
@@ -361,26 +380,19 @@ Test(tlog_store, truncate_supersedes_the_older_entries_at_the_next_load)
     append_range(s, &a, 3, 6, 4, 5);
     spin_until(&a.n, 1);
     close_store(s);
-    s = open_store(&c, &l);
-    check_loaded(&l, 1, 6, 0, 3, 5);
-    tlog_loaded_free(&l);
-    close_store(s);
+    expect_loads(&c, 1, 6, 0, 3, 5);
 }
 
 Test(tlog_store, a_truncate_nothing_followed_leaves_the_state_before_it)
 {
     static struct acks a;
     struct tlog_config c = cfg(0, 0, false);
-    struct tlog_loaded l;
     struct tlog_store *s = empty_store(&c, &a, 1);
     append_range(s, &a, 1, 20, 5, 0);
     spin_until(&a.n, 4);
     cr_assert_eq(tlog_truncate(s, 15), 0);
     close_store(s); /* a crash before the append that follows */
-    s = open_store(&c, &l);
-    check_loaded(&l, 1, 20, 0, 1000, 0);
-    tlog_loaded_free(&l);
-    close_store(s);
+    expect_loads(&c, 1, 20, 0, 1000, 0);
 }
 
 static off_t file_size(const char *path)
@@ -550,9 +562,7 @@ Test(tlog_store, forget_deletes_whole_segments_below)
     struct tlog_loaded l;
     struct tlog_stats st;
     unsigned before;
-    struct tlog_store *s = empty_store(&c, &a, 1);
-    append_range(s, &a, 1, 400, 4, 0);
-    spin_until(&a.n, 100);
+    struct tlog_store *s = store_of_400(&c, &a);
     before = count_segments();
     tlog_forget(s, 300);
     for (int k = 0; k < 2000; k++) {
@@ -613,7 +623,6 @@ Test(tlog_store, a_failed_write_fails_its_appends_and_every_later_one)
 {
     static struct acks a;
     struct tlog_config c = cfg(0, 4096, false);
-    struct tlog_loaded l;
     char path[300];
     int err;
     struct tlog_store *s = empty_store(&c, &a, 1);
@@ -637,10 +646,7 @@ Test(tlog_store, a_failed_write_fails_its_appends_and_every_later_one)
     cr_expect_eq(a.status[1], -EPERM, "the write's own error");
     cr_expect_neq(tlog_append(s, NULL, 0, NULL, NULL), 0, "refused from now");
     close_store(s);
-    s = open_store(&c, &l);
-    check_loaded(&l, 1, 4, 0, 1000, 0);
-    tlog_loaded_free(&l);
-    close_store(s);
+    expect_loads(&c, 1, 4, 0, 1000, 0);
 }
 
 Test(tlog_store, a_full_disk_when_a_segment_is_prepared_fails_the_appends)
@@ -715,9 +721,7 @@ Test(tlog_store, forgotten_segments_are_recycled_from_a_bounded_free_list)
     struct tlog_config c = cfg(64 * 1024, 16 * 1024, false);
     struct tlog_loaded l;
     struct tlog_stats st;
-    struct tlog_store *s = empty_store(&c, &a, 1);
-    append_range(s, &a, 1, 400, 4, 0);
-    spin_until(&a.n, 100);
+    struct tlog_store *s = store_of_400(&c, &a);
     cr_assert_geq(count_segments(), 6);
     forget_and_wait(s, 350);
     tlog_get_stats(s, &st);
@@ -755,9 +759,7 @@ Test(tlog_store, a_free_list_of_one_keeps_one_file)
     struct tlog_stats st;
     struct tlog_store *s;
     c.free_max = 1;
-    s = empty_store(&c, &a, 1);
-    append_range(s, &a, 1, 400, 4, 0);
-    spin_until(&a.n, 100);
+    s = store_of_400(&c, &a);
     forget_and_wait(s, 350);
     tlog_get_stats(s, &st);
     cr_expect_eq(st.freed, 1);
@@ -777,9 +779,7 @@ Test(tlog_store, a_lost_write_before_a_link_is_refused)
     static uint8_t zeros[4096];
     size_t end;
     FILE *f;
-    struct tlog_store *s = empty_store(&c, &a, 1);
-    append_range(s, &a, 1, 400, 4, 0);
-    spin_until(&a.n, 100);
+    struct tlog_store *s = store_of_400(&c, &a);
     close_store(s);
     snprintf(path, sizeof path, "%s/seg-%020u", dir, 2u);
     end = records_end(path);
@@ -804,9 +804,7 @@ Test(tlog_store, a_link_to_a_segment_without_records_is_refused)
     char path[300], em[TERN_ERRMSG_SIZE] = "";
     static uint8_t zeros[60 * 1024];
     FILE *f;
-    struct tlog_store *s = empty_store(&c, &a, 1);
-    append_range(s, &a, 1, 400, 4, 0);
-    spin_until(&a.n, 100);
+    struct tlog_store *s = store_of_400(&c, &a);
     close_store(s);
     snprintf(path, sizeof path, "%s/seg-%020u", dir, 2u);
     f = fopen(path, "r+b");
@@ -1004,9 +1002,7 @@ Test(tlog_store, a_recycled_spare_kept_at_open_takes_the_next_appends)
     struct tlog_loaded l;
     struct tlog_stats st;
     uint64_t first;
-    struct tlog_store *s = empty_store(&c, &a, 1);
-    append_range(s, &a, 1, 400, 4, 0);
-    spin_until(&a.n, 100);
+    struct tlog_store *s = store_of_400(&c, &a);
     forget_and_wait(s, 350);
     memset(&a, 0, sizeof a);
     append_range(s, &a, 401, 800, 4, 0);
@@ -1037,7 +1033,6 @@ Test(tlog_store, a_reset_then_forget_loads_from_the_reset)
 {
     static struct acks a;
     struct tlog_config c = cfg(64 * 1024, 16 * 1024, false);
-    struct tlog_loaded l;
     struct tlog_stats st;
     uint64_t vb;
     struct tlog_store *s = empty_store(&c, &a, 1);
@@ -1053,10 +1048,7 @@ Test(tlog_store, a_reset_then_forget_loads_from_the_reset)
     check_in_order(&a, 50);
     close_store(s);
     c.void_below = vb;
-    s = open_store(&c, &l);
-    check_loaded(&l, 1001, 1200, 0, 10000, 0);
-    tlog_loaded_free(&l);
-    close_store(s);
+    expect_loads(&c, 1001, 1200, 0, 10000, 0);
 }
 
 /* A spare passed over for a larger record is forgotten with the segments
@@ -1103,9 +1095,7 @@ Test(tlog_store, a_truncate_then_forget_loads_the_truncated_state)
     static struct acks a;
     struct tlog_config c = cfg(64 * 1024, 16 * 1024, false);
     struct tlog_loaded l;
-    struct tlog_store *s = empty_store(&c, &a, 1);
-    append_range(s, &a, 1, 400, 4, 0);
-    spin_until(&a.n, 100);
+    struct tlog_store *s = store_of_400(&c, &a);
     cr_assert_eq(tlog_truncate(s, 150), 0);
     append_range(s, &a, 150, 160, 4, 7);
     spin_until(&a.n, 103);
@@ -1130,9 +1120,7 @@ Test(tlog_store, a_failed_deletion_stops_the_forget_without_a_gap)
     char path[300];
     unsigned before;
     int err;
-    struct tlog_store *s = empty_store(&c, &a, 1);
-    append_range(s, &a, 1, 400, 4, 0);
-    spin_until(&a.n, 100);
+    struct tlog_store *s = store_of_400(&c, &a);
     snprintf(path, sizeof path, "%s/seg-%020u", dir, 1u);
     err = test_set_immutable(path, true);
     if (err != 0) {
@@ -1162,9 +1150,7 @@ Test(tlog_store, a_missing_segment_is_refused)
     struct tlog_config c = cfg(64 * 1024, 16 * 1024, false);
     struct tlog_loaded l;
     char path[300], em[TERN_ERRMSG_SIZE] = "";
-    struct tlog_store *s = empty_store(&c, &a, 1);
-    append_range(s, &a, 1, 400, 4, 0);
-    spin_until(&a.n, 100);
+    struct tlog_store *s = store_of_400(&c, &a);
     close_store(s);
     snprintf(path, sizeof path, "%s/seg-%020u", dir, 3u);
     cr_assert_eq(unlink(path), 0);
@@ -1185,9 +1171,7 @@ Test(tlog_store, new_segments_take_seqs_above_every_free_file)
     unsigned long long top = 0;
     DIR *d;
     struct dirent *e;
-    struct tlog_store *s = empty_store(&c, &a, 1);
-    append_range(s, &a, 1, 400, 4, 0);
-    spin_until(&a.n, 100);
+    struct tlog_store *s = store_of_400(&c, &a);
     forget_and_wait(s, 350);
     close_store(s);
     d = opendir(dir);
@@ -1258,8 +1242,5 @@ Test(tlog_store, a_gap_up_to_the_snapshot_s_end_loads_from_there)
     spin_until(&a.n, 2);
     close_store(s);
     c.restart_index = 0;
-    s = open_store(&c, &l);
-    check_loaded(&l, 501, 610, 0, 1000, 0);
-    tlog_loaded_free(&l);
-    close_store(s);
+    expect_loads(&c, 501, 610, 0, 1000, 0);
 }
