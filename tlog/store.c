@@ -86,6 +86,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -1142,6 +1143,57 @@ void tlog_close(struct tlog_store *s, void (*cb)(void *arg), void *arg)
 /* ---- loading ----------------------------------------------------------------
  */
 
+/* A segment file's bytes for the load: mapped read-only (populated in one
+ * go: no copy, no fault per page), or read into memory when it is too
+ * short to map. 0 or a negative code. */
+static int image_read(int dir_fd, const char *name, struct tlog_image *im)
+{
+    struct stat st;
+    int fd = openat(dir_fd, name, O_RDONLY | O_CLOEXEC);
+    void *p;
+    memset(im, 0, sizeof *im);
+    if (fd < 0) {
+        return -errno;
+    }
+    if (fstat(fd, &st) != 0) {
+        int rv = -errno;
+        (void)close(fd);
+        return rv;
+    }
+    if ((uint64_t)st.st_size > TLOG__SEGMENT_MAX) {
+        (void)close(fd);
+        return TERN_ETOOBIG;
+    }
+    if (st.st_size < (off_t)TLOG_SEG_HEADER_SIZE) {
+        uint8_t *img = NULL;
+        int rv;
+        (void)close(fd);
+        rv = tlog_read_file(dir_fd, name, TLOG__SEGMENT_MAX, &img, &im->len);
+        im->p = img;
+        return rv;
+    }
+    p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE | MAP_POPULATE,
+             fd, 0);
+    (void)close(fd);
+    if (p == MAP_FAILED) {
+        return -errno;
+    }
+    im->p = p;
+    im->len = (size_t)st.st_size;
+    im->mapped = true;
+    return 0;
+}
+
+static void image_free(struct tlog_image *im)
+{
+    if (im->mapped) {
+        (void)munmap(im->p, im->len);
+    } else {
+        tern_free(im->p);
+    }
+    memset(im, 0, sizeof *im);
+}
+
 struct load
 {
     struct tlog_store *s;
@@ -1154,7 +1206,7 @@ struct load
 void tlog_loaded_free(struct tlog_loaded *l)
 {
     for (size_t i = 0; i < l->n_images; i++) {
-        tern_free(l->images[i]);
+        image_free(&l->images[i]);
     }
     tern_free(l->images);
     tern_free(l->entries);
@@ -1474,13 +1526,14 @@ static int load(struct tlog_store *s, struct tlog_loaded *l, char *errmsg)
             drop[k] = true; /* voided by an install */
             continue;
         }
-        rv = tlog_read_file(s->dir_fd, name, TLOG__SEGMENT_MAX, &img, &len);
+        rv = image_read(s->dir_fd, name, &l->images[l->n_images]);
         if (rv != 0) {
             tern_errmsg_printf(errmsg, "tlog: read %s/%s: %s", s->dir, name,
                                tern_strerror(rv));
             goto out;
         }
-        l->images[l->n_images++] = img;
+        img = l->images[l->n_images].p;
+        len = l->images[l->n_images++].len;
         rv = tlog_seg_scan(img, len, seqs[k], 0, 0, load_cb, &ld, &sc, errmsg);
         if (rv != 0) {
             tern_errmsg_wrapf(errmsg, "tlog: %s/%s", s->dir, name);
@@ -1520,8 +1573,7 @@ static int load(struct tlog_store *s, struct tlog_loaded *l, char *errmsg)
             len == s->segment_bytes && sc.header.block_size == s->block_size &&
             sc.header.in_flight == TLOG__IN_FLIGHT) {
             /* The spare prepared before the stop: kept. */
-            l->images[--l->n_images] = NULL;
-            tern_free(img);
+            image_free(&l->images[--l->n_images]);
             g = tern_calloc(1, sizeof *g);
             if (g == NULL) {
                 rv = -ENOMEM;
@@ -1559,8 +1611,7 @@ static int load(struct tlog_store *s, struct tlog_loaded *l, char *errmsg)
                 torn_empty =
                     torn_empty || sc.how == TLOG_SCAN_TORN || sc.linked;
             }
-            l->images[--l->n_images] = NULL;
-            tern_free(img);
+            image_free(&l->images[--l->n_images]);
             continue;
         }
         if (sc.how == TLOG_SCAN_TORN) {

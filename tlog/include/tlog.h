@@ -236,8 +236,14 @@ struct tlog_loaded
                       readable looks like older bytes); a version 2 one
                       is found again at each open until a later segment's
                       link settles it */
-    /* private: the segment images the payloads point into */
-    void **images;
+    /* private: the segment images the payloads point into (mapped files,
+     * or a copy for a file too short to map) */
+    struct tlog_image
+    {
+        void *p;
+        size_t len;
+        bool mapped;
+    } * images;
     size_t n_images;
 };
 void tlog_loaded_free(struct tlog_loaded *l);
