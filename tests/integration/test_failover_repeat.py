@@ -40,6 +40,9 @@ def main(c):
                     "producer exited early: rc=%s" % p.poll())
             if not ok or p.poll() is not None:
                 break
+            # The leader now: an election may have happened since the last
+            # round (a slow build, a restarted node), so it is asked for.
+            leader = cl.wait_leader(20)
             st = cl.status(leader) or {}
             term0 = st.get("term") or 0
             n_before = len(h.read_ack_log(acks))

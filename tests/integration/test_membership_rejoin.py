@@ -23,6 +23,7 @@ Every acknowledged message is read back from each node at the end."""
 import glob
 import os
 import shutil
+import struct
 import sys
 import time
 
@@ -91,12 +92,22 @@ def wipe_restart(cl, i, join):
     cl.start_node(i)
 
 
-def _head(path):
-    """The first block of records of a tern store segment (after its
-    4096-byte header)."""
-    with open(path, "rb") as f:
-        f.seek(4096)
-        return f.read(4096)
+def _tern_records(data):
+    """(entries, end) of a tern store segment image (tlog/format.c): the
+    records of the segment's own seq from offset 4096 on, as the load
+    reads them (a recycled file holds older records after them), and the
+    offset where they end. Checksums are not checked."""
+    seq = struct.unpack_from("<Q", data, 16)[0] if len(data) >= 4096 else 0
+    off, entries = 4096, 0
+    while off + 48 <= len(data) and data[off:off + 4] == b"TRLE":
+        rtype = data[off + 5]
+        rseq = struct.unpack_from("<Q", data, off + 8)[0]
+        size = 48 + ((struct.unpack_from("<I", data, off + 40)[0] + 7) & ~7)
+        if rseq != seq or off + size > len(data):
+            break
+        entries += rtype in (1, 2, 3)
+        off += size
+    return entries, off
 
 
 def corrupt_raft_log(c, nd, acks, last):
@@ -112,23 +123,31 @@ def corrupt_raft_log(c, nd, acks, last):
     if tern_store:
         # tern's store (tlog/): seg-N files, the newest with records last
         # written; a spare holds none.
-        segs = sorted((p for p in glob.glob(os.path.join(d, "seg-*"))
-                       if _head(p).strip(b"\0")),
-                      reverse=True)
+        segs = []
+        for p in glob.glob(os.path.join(d, "seg-*")):
+            with open(p, "rb") as f:
+                if _tern_records(f.read())[0] > 0:
+                    segs.append(p)
+        segs.sort(reverse=True)
     else:
         segs = sorted((p for p in glob.glob(os.path.join(d, "*-*"))
                        if os.path.basename(p)[0].isdigit()), reverse=True)
     pick = segs[:1] if last else segs[1:]
-    if tern_store and not pick:
-        pick = segs  # one segment: damage mid-way is refused all the same
+    if tern_store:
+        # Damage in the newest segment's last write looks torn (as with
+        # raft_uv): a segment before it, whose end the next one's link
+        # names, is refused wherever the damage lies. With one segment,
+        # damage mid-way is refused all the same.
+        pick = segs[1:] or segs
     for seg in pick:
         with open(seg, "rb") as f:
             data = f.read()
-        # Away from both ends of what was written (a preallocated segment
-        # ends in zeros): damage in the last write would look torn.
-        used = len(data.rstrip(b"\0")) if tern_store else len(data)
+        # Away from both ends of what was written (after its records a
+        # tern segment holds zeros or a recycled file's older bytes):
+        # damage in the last write would look torn.
+        used = _tern_records(data)[1] if tern_store else len(data)
         lo, hi = used // 5, used * 4 // 5
-        for pid in ids[::7]:
+        for pid in ids[::7] + ids:
             at = data.find(pid.encode() + b".", lo, hi)
             if at >= 0:
                 off = at + len(pid) - 1
