@@ -1143,20 +1143,33 @@ void tlog_close(struct tlog_store *s, void (*cb)(void *arg), void *arg)
 /* ---- loading ----------------------------------------------------------------
  */
 
-/* A segment file's bytes for the load: mapped read-only (populated in one
- * go: no copy, no fault per page), or read into memory when it is too
- * short to map. 0 or a negative code. */
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22 /* Linux 5.14 */
+#endif
+
+/* A segment file's bytes for the load: mapped read-only and populated in
+ * one go (no copy, no fault per page), or read into memory.
+ * Populating with MADV_POPULATE_READ, not MAP_POPULATE: a page the disk
+ * cannot read (EIO) fails the madvise, where MAP_POPULATE would leave it
+ * out silently and the scan's access would raise SIGBUS (or, on some file
+ * systems, fault forever). Any failure there (also EINVAL from a kernel
+ * before 5.14) falls back to pread, which names the error. A populated
+ * page that memory pressure evicts before the scan reaches it is read
+ * again by a fault; that window is the load's own few milliseconds.
+ * 0 or a negative code. */
 static int image_read(int dir_fd, const char *name, struct tlog_image *im)
 {
     struct stat st;
     int fd = openat(dir_fd, name, O_RDONLY | O_CLOEXEC);
+    uint8_t *img = NULL;
     void *p;
+    int rv;
     memset(im, 0, sizeof *im);
     if (fd < 0) {
         return -errno;
     }
     if (fstat(fd, &st) != 0) {
-        int rv = -errno;
+        rv = -errno;
         (void)close(fd);
         return rv;
     }
@@ -1164,24 +1177,23 @@ static int image_read(int dir_fd, const char *name, struct tlog_image *im)
         (void)close(fd);
         return TERN_ETOOBIG;
     }
-    if (st.st_size < (off_t)TLOG_SEG_HEADER_SIZE) {
-        uint8_t *img = NULL;
-        int rv;
-        (void)close(fd);
-        rv = tlog_read_file(dir_fd, name, TLOG__SEGMENT_MAX, &img, &im->len);
-        im->p = img;
-        return rv;
+    if (st.st_size >= (off_t)TLOG_SEG_HEADER_SIZE) {
+        p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+        if (p != MAP_FAILED) {
+            if (madvise(p, (size_t)st.st_size, MADV_POPULATE_READ) == 0) {
+                (void)close(fd);
+                im->p = p;
+                im->len = (size_t)st.st_size;
+                im->mapped = true;
+                return 0;
+            }
+            (void)munmap(p, (size_t)st.st_size);
+        }
     }
-    p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE | MAP_POPULATE,
-             fd, 0);
     (void)close(fd);
-    if (p == MAP_FAILED) {
-        return -errno;
-    }
-    im->p = p;
-    im->len = (size_t)st.st_size;
-    im->mapped = true;
-    return 0;
+    rv = tlog_read_file(dir_fd, name, TLOG__SEGMENT_MAX, &img, &im->len);
+    im->p = img;
+    return rv;
 }
 
 static void image_free(struct tlog_image *im)
