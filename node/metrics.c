@@ -807,6 +807,50 @@ static void render_snap(struct node_metrics *m, struct node_expo *e, bool fresh)
                      "1 when raft fail-stopped (restart needed).");
     node_expo_u64(e, "tern_raft_failed", NULL, 0, s->st.failed != 0);
 
+    node_expo_family(e, "tern_raft_log_store_info", "gauge",
+                     "The raft log store ([raft] log_store: uv, tern).");
+    l[0] = (struct node_label){"store", s->st.log_store_tern ? "tern" : "uv"};
+    node_expo_u64(e, "tern_raft_log_store_info", l, 1, 1);
+    node_expo_family(e, "tern_raft_log_torn_tails", "gauge",
+                     "Torn tails the last load found (0 or 1; a write a "
+                     "crash interrupted; tern store only).");
+    node_expo_u64(e, "tern_raft_log_torn_tails", NULL, 0, s->st.log_torn);
+    if (s->st.log_store_tern) {
+        node_expo_family(e, "tern_raft_log_writes_total", "counter",
+                         "Durable writes of the raft log completed.");
+        node_expo_u64(e, "tern_raft_log_writes_total", NULL, 0,
+                      s->st.log.writes);
+        node_expo_family(e, "tern_raft_log_written_bytes_total", "counter",
+                         "Bytes those writes wrote (whole blocks).");
+        node_expo_u64(e, "tern_raft_log_written_bytes_total", NULL, 0,
+                      s->st.log.bytes);
+        node_expo_family(e, "tern_raft_log_segments", "gauge",
+                         "Raft log segments in use.");
+        node_expo_u64(e, "tern_raft_log_segments", NULL, 0,
+                      s->st.log.segments);
+        node_expo_family(e, "tern_raft_log_segments_prepared_total",
+                         "counter",
+                         "Segments prepared for writes, by where the file "
+                         "came from (recycled: the free list; new: a new "
+                         "zeroed file).");
+        l[0] = (struct node_label){"from", "recycled"};
+        node_expo_u64(e, "tern_raft_log_segments_prepared_total", l, 1,
+                      s->st.log.recycled);
+        l[0] = (struct node_label){"from", "new"};
+        node_expo_u64(e, "tern_raft_log_segments_prepared_total", l, 1,
+                      s->st.log.prepared - s->st.log.recycled);
+        node_expo_family(e, "tern_raft_log_segments_forgotten_total",
+                         "counter",
+                         "Segments forgotten (behind a snapshot or cut by "
+                         "a truncate).");
+        node_expo_u64(e, "tern_raft_log_segments_forgotten_total", NULL, 0,
+                      s->st.log.forgotten);
+        node_expo_family(e, "tern_raft_log_free_segments", "gauge",
+                         "Files on the free list, kept for reuse.");
+        node_expo_u64(e, "tern_raft_log_free_segments", NULL, 0,
+                      s->st.log.free);
+    }
+
     node_expo_family(e, "tern_raft_peer_match_index", "gauge",
                      "Leader only: highest index each peer stored.");
     for (unsigned i = 0; i < s->n_peers; i++) {

@@ -713,6 +713,11 @@ void repl_get_status(struct repl *r, struct repl_status *out)
     out->term_exhausted = r->io.term_exhausted;
     out->meta_load = r->io.meta_load;
     out->log_torn = r->own_tlog ? repl_tlog_io_torn(r->inner) : 0;
+    out->log_store_tern = r->own_tlog;
+    memset(&out->log, 0, sizeof out->log);
+    if (r->own_tlog) {
+        repl_tlog_io_stats(r->inner, &out->log);
+    }
     out->meta_prev_term = r->io.meta_prev_term;
     out->meta_prev_vote = r->io.meta_prev_vote;
     out->member_role = repl_self_role(r);

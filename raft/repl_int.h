@@ -698,6 +698,8 @@ int repl_tlog_io_new(uv_loop_t *loop,
 void repl_tlog_io_free(struct raft_io *io);
 /* Torn tails the last load cut (tlog_loaded.torn: 0 or 1). */
 unsigned repl_tlog_io_torn(struct raft_io *io);
+/* The store's counters (tlog_get_stats); zeros before it is open. */
+void repl_tlog_io_stats(struct raft_io *io, struct repl_log_stats *out);
 
 /* ---- null_transport.c: raft_uv's transport, unused ---------------------- */
 

@@ -1176,3 +1176,21 @@ unsigned repl_tlog_io_torn(struct raft_io *io)
 {
     return tio_of(io)->torn;
 }
+
+void repl_tlog_io_stats(struct raft_io *io, struct repl_log_stats *out)
+{
+    struct tio *t = tio_of(io);
+    struct tlog_stats st;
+    memset(out, 0, sizeof *out);
+    if (t->store == NULL) {
+        return;
+    }
+    tlog_get_stats(t->store, &st);
+    out->writes = st.writes;
+    out->bytes = st.bytes;
+    out->segments = st.segments;
+    out->prepared = st.prepared;
+    out->recycled = st.recycled;
+    out->forgotten = st.deleted;
+    out->free = st.free;
+}

@@ -336,6 +336,19 @@ struct repl_status
      * interrupted, never acknowledged). Always 0 for raft_uv, which does
      * not report it. */
     unsigned log_torn;
+    /* The raft log store ([raft] log_store): false raft_uv, true tern's
+     * own (tlog). For tern, its counters since the node started. */
+    bool log_store_tern;
+    struct repl_log_stats
+    {
+        uint64_t writes;    /* durable writes completed */
+        uint64_t bytes;     /* bytes they wrote */
+        uint64_t segments;  /* segments in use */
+        uint64_t prepared;  /* segments prepared */
+        uint64_t recycled;  /* of them, over a file of the free list */
+        uint64_t forgotten; /* segments forgotten (snapshots, truncates) */
+        uint64_t free;      /* files on the free list now */
+    } log;
     /* Membership (repl.h, "Membership"): this node's role in the latest
      * configuration it knows (enum repl_member_role; ABSENT: not in it,
      * waiting to be added, or removed) and that configuration's size. */

@@ -11,7 +11,11 @@ peers; the queue's depth is N on every node; a group's lag shrinks after
 a consume with a group commit; after a kill of the leader the survivors'
 readyz is 200 again with a new leader; a node started alone (no quorum)
 answers readyz 503 "no leader"; a token file readable by others stops
-ternd at start with exit code 2."""
+ternd at start with exit code 2. The raft log store's series: its name
+(tern_raft_log_store_info) and no torn tail; on tern's own store
+($TERN_IT_LOG_STORE=tern, 64 KiB segments, 32 KiB snapshots) its writes
+grow with produces and, after 2 MB more, forgotten segments are counted
+and files of the free list are reused."""
 import math
 import os
 import re
@@ -165,7 +169,10 @@ def get(port, path, token=TOKEN, timeout=5):
 
 
 def main(c):
-    with h.Cluster(3) as cl:
+    tern_store = os.environ.get("TERN_IT_LOG_STORE") == "tern"
+    raft = ({"snapshot_threshold_bytes": 32768, "snapshot_trailing": 8}
+            if tern_store else {})
+    with h.Cluster(3, raft=raft) as cl:
         ports = dict(zip(sorted(cl.nodes), h.free_ports(3)))
         token_file = os.path.join(cl.dir, "metrics.token")
         with open(token_file, "w") as f:
@@ -233,6 +240,39 @@ def main(c):
         c.check(value(after, "tern_replication_latency_seconds_count") >
                 value(b, "tern_replication_latency_seconds_count"),
                 "replication latency histogram grew on the leader")
+
+        c.step("the raft log store's series")
+        store = cl.raft_extra.get("log_store", "uv")
+        c.check(value(after, "tern_raft_log_store_info", store=store) == 1,
+                "tern_raft_log_store_info{store=%s} 1" % store,
+                after.get("tern_raft_log_store_info"))
+        c.check(value(after, "tern_raft_log_torn_tails") == 0,
+                "tern_raft_log_torn_tails 0")
+        if store == "tern":
+            for name in ("tern_raft_log_writes_total",
+                         "tern_raft_log_written_bytes_total"):
+                c.check(value(after, name) > value(b, name),
+                        "%s grew with the produce" % name)
+            c.check(value(after, "tern_raft_log_segments") >= 1,
+                    "tern_raft_log_segments >= 1")
+            cl.tern("queue", "create", "bulk", check=True)
+            cl.tern("produce", "bulk", "--count", 2000, "--size", 1024,
+                    "--batch", 16, servers=[leader], check=True)
+            more = scrape(leader)
+            forgot = value(more, "tern_raft_log_segments_forgotten_total")
+            reused = value(more, "tern_raft_log_segments_prepared_total",
+                           **{"from": "recycled"})
+            new = value(more, "tern_raft_log_segments_prepared_total",
+                        **{"from": "new"})
+            c.check(forgot and forgot > 0, "segments behind snapshots "
+                    "forgotten (%s)" % forgot)
+            c.check(reused and reused > 0, "free files reused for new "
+                    "segments (%s recycled, %s new)" % (reused, new))
+            c.check(value(more, "tern_raft_log_free_segments") is not None,
+                    "tern_raft_log_free_segments present")
+        else:
+            c.check(value(after, "tern_raft_log_writes_total") is None,
+                    "raft_uv: no tern store counters")
 
         def commit_grew(i):
             s = scrape(i)
