@@ -809,7 +809,9 @@ static void render_snap(struct node_metrics *m, struct node_expo *e, bool fresh)
 
     node_expo_family(e, "tern_raft_log_store_info", "gauge",
                      "The raft log store ([raft] log_store: uv, tern).");
-    l[0] = (struct node_label){"store", s->st.log_store_tern ? "tern" : "uv"};
+    /* From the config, not the status: a stopping node's status is
+     * zeroed, and its store did not change. */
+    l[0] = (struct node_label){"store", m->cfg->tern_log_store ? "tern" : "uv"};
     node_expo_u64(e, "tern_raft_log_store_info", l, 1, 1);
     node_expo_family(e, "tern_raft_log_torn_tails", "gauge",
                      "Torn tails the last load found (0 or 1; a write a "
@@ -826,10 +828,8 @@ static void render_snap(struct node_metrics *m, struct node_expo *e, bool fresh)
                       s->st.log.bytes);
         node_expo_family(e, "tern_raft_log_segments", "gauge",
                          "Raft log segments in use.");
-        node_expo_u64(e, "tern_raft_log_segments", NULL, 0,
-                      s->st.log.segments);
-        node_expo_family(e, "tern_raft_log_segments_prepared_total",
-                         "counter",
+        node_expo_u64(e, "tern_raft_log_segments", NULL, 0, s->st.log.segments);
+        node_expo_family(e, "tern_raft_log_segments_prepared_total", "counter",
                          "Segments prepared for writes, by where the file "
                          "came from (recycled: the free list; new: a new "
                          "zeroed file).");
@@ -839,8 +839,7 @@ static void render_snap(struct node_metrics *m, struct node_expo *e, bool fresh)
         l[0] = (struct node_label){"from", "new"};
         node_expo_u64(e, "tern_raft_log_segments_prepared_total", l, 1,
                       s->st.log.prepared - s->st.log.recycled);
-        node_expo_family(e, "tern_raft_log_segments_forgotten_total",
-                         "counter",
+        node_expo_family(e, "tern_raft_log_segments_forgotten_total", "counter",
                          "Segments forgotten (behind a snapshot or cut by "
                          "a truncate).");
         node_expo_u64(e, "tern_raft_log_segments_forgotten_total", NULL, 0,

@@ -1150,10 +1150,11 @@ void tlog_close(struct tlog_store *s, void (*cb)(void *arg), void *arg)
 /* A segment file's bytes for the load: mapped read-only and populated in
  * one go (no copy, no fault per page), or read into memory.
  * Populating with MADV_POPULATE_READ, not MAP_POPULATE: a page the disk
- * cannot read (EIO) fails the madvise, where MAP_POPULATE would leave it
- * out silently and the scan's access would raise SIGBUS (or, on some file
- * systems, fault forever). Any failure there (also EINVAL from a kernel
- * before 5.14) falls back to pread, which names the error. A populated
+ * cannot read fails the madvise (EFAULT), where MAP_POPULATE would leave
+ * it out silently and the scan's access would raise SIGBUS (or, for a
+ * FUSE file, fault forever). Any failure there falls back to pread, which
+ * names the error (EIO); so does every file on a kernel before 5.14
+ * (EINVAL: the load then pays the page faults of reading). A populated
  * page that memory pressure evicts before the scan reaches it is read
  * again by a fault; that window is the load's own few milliseconds.
  * 0 or a negative code. */

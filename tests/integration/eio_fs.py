@@ -10,7 +10,7 @@ device-mapper. The file's bytes are a copy held in memory.
 Root only (mount(2) of type fuse). Requests handled: INIT, LOOKUP,
 GETATTR, OPEN, READ, FLUSH, RELEASE, OPENDIR, READDIR, RELEASEDIR,
 ACCESS, STATFS, DESTROY; FORGET and BATCH_FORGET need no answer; anything
-else (writes, xattrs) is answered ENOSYS or EROFS."""
+else is answered EROFS (writes) or ENOSYS (xattrs, links, ...)."""
 import ctypes
 import errno
 import os
@@ -24,7 +24,7 @@ FUSE_FLUSH, FUSE_INIT, FUSE_OPENDIR, FUSE_READDIR = 25, 26, 27, 28
 FUSE_RELEASEDIR, FUSE_ACCESS, FUSE_INTERRUPT = 29, 34, 36
 FUSE_DESTROY, FUSE_BATCH_FORGET = 38, 42
 NO_REPLY = (FUSE_FORGET, FUSE_BATCH_FORGET, FUSE_INTERRUPT)
-WRITES = (4, 5, 6, 8, 9, 10, 11, 12, 13, 16, 21, 35)  # setattr .. create
+WRITES = (4, 6, 8, 9, 10, 11, 12, 13, 16, 21, 35)  # setattr .. create
 
 IN_HEADER = struct.Struct("<IIQQIIII")  # len opcode unique nodeid uid ...
 OUT_HEADER = struct.Struct("<IiQ")  # len error unique
@@ -76,14 +76,18 @@ class EioFile:
                 return errno.EIO, b""
         return 0, self.data[off:end] if off < end else b""
 
-    def _dirents(self, off):
+    def _dirents(self, off, size):
+        """Whole entries from off that fit in size bytes."""
         ents = [(ROOT, b".", 4), (ROOT, b"..", 4), (FILE, self.name, 8)]
         out = b""
         for i, (ino, nm, typ) in enumerate(ents):
             if i < off:
                 continue
             ent = struct.pack("<QQII", ino, i + 1, len(nm), typ) + nm
-            out += ent + b"\0" * (-len(ent) % 8)
+            ent += b"\0" * (-len(ent) % 8)
+            if len(out) + len(ent) > size:
+                break
+            out += ent
         return out
 
     def _handle(self, op, unique, node, body):
@@ -113,7 +117,7 @@ class EioFile:
             self._reply(unique, err, data)
         elif op == FUSE_READDIR:
             _fh, off, size = struct.unpack_from("<QQI", body)
-            self._reply(unique, 0, self._dirents(off)[:size])
+            self._reply(unique, 0, self._dirents(off, size))
         elif op in (FUSE_FLUSH, FUSE_RELEASE, FUSE_RELEASEDIR, FUSE_ACCESS,
                     FUSE_DESTROY):
             self._reply(unique)
@@ -136,7 +140,13 @@ class EioFile:
             if len(req) < IN_HEADER.size:
                 continue
             _ln, op, unique, node = IN_HEADER.unpack_from(req)[:4]
-            self._handle(op, unique, node, req[IN_HEADER.size:])
+            try:
+                self._handle(op, unique, node, req[IN_HEADER.size:])
+            except (struct.error, ValueError):
+                # A request shorter than its opcode's struct: answered,
+                # so that the caller does not wait forever.
+                if op not in NO_REPLY:
+                    self._reply(unique, errno.EIO)
 
     def close(self):
         self._libc.umount2(self.mnt.encode(), 2)  # MNT_DETACH

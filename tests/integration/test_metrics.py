@@ -258,17 +258,31 @@ def main(c):
             cl.tern("queue", "create", "bulk", check=True)
             cl.tern("produce", "bulk", "--count", 2000, "--size", 1024,
                     "--batch", 16, servers=[leader], check=True)
-            more = scrape(leader)
-            forgot = value(more, "tern_raft_log_segments_forgotten_total")
-            reused = value(more, "tern_raft_log_segments_prepared_total",
-                           **{"from": "recycled"})
-            new = value(more, "tern_raft_log_segments_prepared_total",
-                        **{"from": "new"})
+            # Forgetting and recycling run after the snapshots: polled.
+            got = {}
+
+            def recycled():
+                more = scrape(leader)
+                if more is None:
+                    return False
+                got["forgot"] = value(
+                    more, "tern_raft_log_segments_forgotten_total")
+                got["reused"] = value(
+                    more, "tern_raft_log_segments_prepared_total",
+                    **{"from": "recycled"})
+                got["new"] = value(more,
+                                   "tern_raft_log_segments_prepared_total",
+                                   **{"from": "new"})
+                got["free"] = value(more, "tern_raft_log_free_segments")
+                return bool(got["forgot"]) and bool(got["reused"])
+            h.poll(recycled, 10, 0.2)
+            forgot, reused, new = got.get("forgot"), got.get("reused"), \
+                got.get("new")
             c.check(forgot and forgot > 0, "segments behind snapshots "
                     "forgotten (%s)" % forgot)
             c.check(reused and reused > 0, "free files reused for new "
                     "segments (%s recycled, %s new)" % (reused, new))
-            c.check(value(more, "tern_raft_log_free_segments") is not None,
+            c.check(got.get("free") is not None,
                     "tern_raft_log_free_segments present")
         else:
             c.check(value(after, "tern_raft_log_writes_total") is None,

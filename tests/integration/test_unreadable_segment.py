@@ -66,10 +66,16 @@ def run_store(c, store, scratch):
     try:
         one_store(c, store, scratch, holder)
     finally:
-        if "bound" in holder:
-            umount(holder["bound"])
-        if "fs" in holder:
-            holder["fs"].close()
+        release(holder)
+
+
+def release(holder):
+    """Undo the bind mount, then the FUSE mount (idempotent)."""
+    if holder.pop("bound", None):
+        umount(holder["seg"])
+    fs = holder.pop("fs", None)
+    if fs is not None:
+        fs.close()
 
 
 def one_store(c, store, scratch, holder):
@@ -77,78 +83,80 @@ def one_store(c, store, scratch, holder):
     if store == "tern":
         raft["segment_bytes"] = "64K"
     with h.Cluster(3, raft=raft) as cl:
-        data = cl.nodes[VICTIM].data_dir
-        c.step("%s: 3 nodes, produce %d" % (store, N_MSGS))
-        leader = cl.start()
-        cl.tern("queue", "create", QUEUE, check=True)
-        acks = os.path.join(cl.dir, "acks.txt")
-        r = cl.tern("produce", QUEUE, "--count", N_MSGS, "--size", MSG_SIZE,
-                    "--batch", 4, "--ack-log", acks, "--id-prefix", "m")
-        c.check(r.returncode == 0, "%s: produce exit 0" % store,
-                 r.stderr.strip()[-300:])
-        acked = h.read_ack_log(acks)
-        leader = cl.wait_leader(20)
-        target = (cl.status(leader) or {}).get("last_applied") or 0
-        c.check(cl.wait_applied(VICTIM, target, 30),
-                "%s: node %d caught up" % (store, VICTIM))
+        try:
+            data = cl.nodes[VICTIM].data_dir
+            c.step("%s: 3 nodes, produce %d" % (store, N_MSGS))
+            leader = cl.start()
+            cl.tern("queue", "create", QUEUE, check=True)
+            acks = os.path.join(cl.dir, "acks.txt")
+            r = cl.tern("produce", QUEUE, "--count", N_MSGS, "--size",
+                        MSG_SIZE, "--batch", 4, "--ack-log", acks,
+                        "--id-prefix", "m")
+            c.check(r.returncode == 0, "%s: produce exit 0" % store,
+                     r.stderr.strip()[-300:])
+            acked = h.read_ack_log(acks)
+            leader = cl.wait_leader(20)
+            target = (cl.status(leader) or {}).get("last_applied") or 0
+            c.check(cl.wait_applied(VICTIM, target, 30),
+                    "%s: node %d caught up" % (store, VICTIM))
 
-        c.step("%s: stop node %d, make one block of a segment unreadable"
-               % (store, VICTIM))
-        c.check(cl.stop(VICTIM) == 0, "%s: node %d exited 0" %
-                (store, VICTIM))
-        seg = pick_segment(store, os.path.join(data, "raft"))
-        c.check(seg is not None, "%s: a segment with records in its second "
-                "block" % store, sorted(os.listdir(
-                    os.path.join(data, "raft"))))
-        if seg is None:
-            return
-        nd = cl.nodes[VICTIM]
-        with open(seg, "rb") as f:
-            image = f.read()
-        fmnt = os.path.join(scratch, "fuse")
-        os.makedirs(fmnt)
-        holder["fs"] = eio_fs.EioFile(fmnt, "seg", image, [BAD])
-        mount_bind(os.path.join(fmnt, "seg"), seg)
-        holder["bound"] = seg
-        c.info("%s: %s (%d bytes) now reads EIO in [%d, %d)" %
-               (store, os.path.basename(seg), len(image), BAD[0], BAD[1]))
-        with open(seg, "rb") as f:
-            f.seek(BAD[0])
-            try:
-                f.read(4096)
-                readable = True
-            except OSError:
-                readable = False
-        c.check(not readable, "%s: reading that block fails" % store)
+            c.step("%s: stop node %d, make one block of a segment unreadable"
+                   % (store, VICTIM))
+            c.check(cl.stop(VICTIM) == 0, "%s: node %d exited 0" %
+                    (store, VICTIM))
+            seg = pick_segment(store, os.path.join(data, "raft"))
+            c.check(seg is not None, "%s: a segment with records in its "
+                    "second block" % store, sorted(os.listdir(
+                        os.path.join(data, "raft"))))
+            if seg is None:
+                return
+            nd = cl.nodes[VICTIM]
+            with open(seg, "rb") as f:
+                image = f.read()
+            fmnt = os.path.join(scratch, "fuse")
+            os.makedirs(fmnt)
+            holder["fs"] = eio_fs.EioFile(fmnt, "seg", image, [BAD])
+            holder["seg"], holder["bound"] = seg, True  # before: a deadline
+            mount_bind(os.path.join(fmnt, "seg"), seg)
+            c.info("%s: %s (%d bytes) now reads EIO in [%d, %d)" %
+                   (store, os.path.basename(seg), len(image), BAD[0], BAD[1]))
+            with open(seg, "rb") as f:
+                f.seek(BAD[0])
+                try:
+                    f.read(4096)
+                    readable = True
+                except OSError:
+                    readable = False
+            c.check(not readable, "%s: reading that block fails" % store)
 
-        c.step("%s: restart node %d: refused, with the file named" %
-               (store, VICTIM))
-        log_before = len(nd.log_text())
-        cl.start_node_load_failure(VICTIM)
-        st = h.poll(lambda: cl.status(VICTIM) or
-                    (not nd.alive() and "exited"), 20, interval=0.2)
-        log = nd.log_text()[log_before:]
-        c.check(st == "exited", "%s: node %d never answered" %
-                (store, VICTIM), st)
-        rc = nd.proc.returncode if nd.proc else None
-        c.check(rc is not None and rc > 0, "%s: exit code non-zero, not a "
-                "signal (%s)" % (store, rc), log[-600:])
-        c.check(os.path.basename(seg) in log, "%s: the log names %s" %
-                (store, os.path.basename(seg)), log[-600:])
-        c.check("err=EIO" in log, "%s: the log names the I/O error (EIO)" %
-                store, log[-600:])
-        c.check(os.path.exists(seg), "%s: the segment stays where it was "
-                "(no rejoin on an I/O error)" % store)
+            c.step("%s: restart node %d: refused, with the file named" %
+                   (store, VICTIM))
+            log_before = len(nd.log_text())
+            cl.start_node_load_failure(VICTIM)
+            st = h.poll(lambda: cl.status(VICTIM) or
+                        (not nd.alive() and "exited"), 20, interval=0.2)
+            log = nd.log_text()[log_before:]
+            c.check(st == "exited", "%s: node %d never answered" %
+                    (store, VICTIM), st)
+            rc = nd.proc.returncode if nd.proc else None
+            c.check(rc is not None and rc > 0, "%s: exit code non-zero, not a "
+                    "signal (%s)" % (store, rc), log[-600:])
+            c.check(os.path.basename(seg) in log, "%s: the log names %s" %
+                    (store, os.path.basename(seg)), log[-600:])
+            c.check("err=EIO" in log, "%s: the log names the I/O error (EIO)" %
+                    store, log[-600:])
+            c.check(os.path.exists(seg), "%s: the segment stays where it was "
+                    "(no rejoin on an I/O error)" % store)
 
-        c.step("%s: the other two keep every acknowledged message" % store)
-        leader = cl.wait_leader(20, exclude=(VICTIM,))
-        got = cl.consume_all(QUEUE, servers=cl.nodes[leader].client_addr,
-                             expect=len(acked))
-        h.check_acked_readable(c, "%s: leader %d" % (store, leader), got,
-                               acked)
-        cl.kill(VICTIM)
-        umount(seg)
-        del holder["bound"]
+            c.step("%s: the other two keep every acknowledged message" % store)
+            leader = cl.wait_leader(20, exclude=(VICTIM,))
+            got = cl.consume_all(QUEUE, servers=cl.nodes[leader].client_addr,
+                                 expect=len(acked))
+            h.check_acked_readable(c, "%s: leader %d" % (store, leader), got,
+                                   acked)
+            cl.kill(VICTIM)
+        finally:
+            release(holder)  # before the cluster's files are removed
 
 
 def main(c):
