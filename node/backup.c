@@ -370,6 +370,9 @@ int node_backup_restore(const struct node_config *c,
     rc.data_dir = raft_dir;
     rc.peers = peers;
     rc.n_peers = c->n_peers;
+    /* Seeded in the store the node will run. */
+    rc.log_store = c->tern_log_store ? REPL_LOG_STORE_TERN : REPL_LOG_STORE_UV;
+    rc.segment_bytes = c->raft_segment_bytes;
     rv = repl_seed_snapshot(&rc, info.last_applied, manifest, sizeof manifest,
                             errmsg);
     tern_free(peers);

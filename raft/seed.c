@@ -7,9 +7,12 @@
  * cluster that wrote them, and applying is idempotent by raft index, so a
  * new cluster must continue after the backup's last applied index rather
  * than bootstrap at 1. The seed is exactly the state a follower has after
- * installing a snapshot: raft_uv's snapshot files at (index, term 1) with
- * the new cluster's voters as its configuration, term 1 and no vote in
- * raft_uv's metadata and in tern's term record (meta.c), and no entries.
+ * installing a snapshot: the store's snapshot at (index, term 1) with the
+ * new cluster's voters as its configuration, term 1 and no vote, and no
+ * entries. The store is the one the node will run (c->log_store): raft_uv
+ * (its snapshot files and metadata, plus tern's term record, meta.c) or
+ * tern's own (tlog_io.c: its snapshot file and term record, the only
+ * copy), since a raft directory stays with the store that made it.
  * At start libraft loads it and calls the FSM's restore with the manifest
  * (the backup's snapshot manifest), whose commit log is either already
  * installed by index/ (idx_backup_install) or fetched from a peer by the
@@ -29,11 +32,13 @@
 #include <raft/uv.h>
 
 #include "repl_int.h"
+#include "tlog.h"
 
 struct seed
 {
     struct repl_null_transport t;
-    struct raft_io io;
+    struct raft_io uv_io; /* log_store uv */
+    struct raft_io *io;   /* &uv_io, or tern's (repl_tlog_io_new) */
     uv_loop_t loop;
     bool put_done;
     int put_status;
@@ -96,24 +101,35 @@ int repl_seed_snapshot(const struct repl_config *c,
     }
     repl_null_transport_init(&s->t, &s->loop);
     raft_configuration_init(&snap.configuration);
-    rv = raft_uv_init(&s->io, &s->loop, c->data_dir, &s->t.t);
-    if (rv != 0) {
-        tern_errmsg_printf(errmsg, "repl: raft_uv_init %s: %s", c->data_dir,
-                           s->io.errmsg);
-        rv = repl_err_from_raft(rv);
-        goto err_after_loop;
+    if (c->log_store == REPL_LOG_STORE_TERN) {
+        rv = repl_tlog_io_new(
+            &s->loop, c->data_dir,
+            c->segment_bytes ? c->segment_bytes : TLOG_DEFAULT_SEGMENT_BYTES, 0,
+            &s->io, errmsg);
+        if (rv != 0) {
+            goto err_after_loop;
+        }
+    } else {
+        rv = raft_uv_init(&s->uv_io, &s->loop, c->data_dir, &s->t.t);
+        if (rv != 0) {
+            tern_errmsg_printf(errmsg, "repl: raft_uv_init %s: %s", c->data_dir,
+                               s->uv_io.errmsg);
+            rv = repl_err_from_raft(rv);
+            goto err_after_loop;
+        }
+        s->io = &s->uv_io;
     }
-    s->io.data = s;
-    rv = s->io.init(&s->io, c->id, c->address);
+    s->io->data = s;
+    rv = s->io->init(s->io, c->id, c->address);
     if (rv != 0) {
-        tern_errmsg_printf(errmsg, "repl: seed: init: %s", s->io.errmsg);
+        tern_errmsg_printf(errmsg, "repl: seed: init: %s", s->io->errmsg);
         rv = repl_err_from_raft(rv);
         goto err_after_uv;
     }
     rv =
-        s->io.load(&s->io, &term, &vote, &loaded, &start, &entries, &n_entries);
+        s->io->load(s->io, &term, &vote, &loaded, &start, &entries, &n_entries);
     if (rv != 0) {
-        tern_errmsg_printf(errmsg, "repl: seed: load: %s", s->io.errmsg);
+        tern_errmsg_printf(errmsg, "repl: seed: load: %s", s->io->errmsg);
         rv = repl_err_from_raft(rv);
         goto err_after_init;
     }
@@ -126,9 +142,9 @@ int repl_seed_snapshot(const struct repl_config *c,
         rv = TERN_EINVAL;
         goto err_after_load;
     }
-    rv = s->io.set_term(&s->io, 1);
+    rv = s->io->set_term(s->io, 1);
     if (rv != 0) {
-        tern_errmsg_printf(errmsg, "repl: seed: set term: %s", s->io.errmsg);
+        tern_errmsg_printf(errmsg, "repl: seed: set term: %s", s->io->errmsg);
         rv = repl_err_from_raft(rv);
         goto err_after_load;
     }
@@ -150,10 +166,10 @@ int repl_seed_snapshot(const struct repl_config *c,
     snap.bufs = &buf;
     snap.n_bufs = 1;
     req.data = s;
-    rv = s->io.snapshot_put(&s->io, 0, &req, &snap, put_cb);
+    rv = s->io->snapshot_put(s->io, 0, &req, &snap, put_cb);
     if (rv != 0) {
         tern_errmsg_printf(errmsg, "repl: seed: snapshot put: %s",
-                           s->io.errmsg);
+                           s->io->errmsg);
         rv = repl_err_from_raft(rv);
         goto err_after_load;
     }
@@ -166,11 +182,14 @@ int repl_seed_snapshot(const struct repl_config *c,
         rv = repl_err_from_raft(s->put_status);
         goto err_after_load;
     }
-    rec.present = true;
-    rec.seq = 1;
-    rec.term = 1;
-    rec.vote = 0;
-    rv = repl_meta_write(c->data_dir, &rec, errmsg);
+    if (c->log_store != REPL_LOG_STORE_TERN) {
+        /* tlog_io's set_term wrote its term record, the only copy. */
+        rec.present = true;
+        rec.seq = 1;
+        rec.term = 1;
+        rec.vote = 0;
+        rv = repl_meta_write(c->data_dir, &rec, errmsg);
+    }
 err_after_load:
     if (loaded != NULL) {
         raft_configuration_close(&loaded->configuration);
@@ -190,13 +209,17 @@ err_after_load:
         raft_free(entries);
     }
 err_after_init:
-    s->io.close(&s->io, io_closed);
+    s->io->close(s->io, io_closed);
     while (!s->closed) {
         (void)uv_run(&s->loop, UV_RUN_ONCE);
     }
     (void)uv_run(&s->loop, UV_RUN_DEFAULT);
 err_after_uv:
-    raft_uv_close(&s->io);
+    if (s->io == &s->uv_io) {
+        raft_uv_close(&s->uv_io);
+    } else {
+        repl_tlog_io_free(s->io);
+    }
 err_after_loop:
     raft_configuration_close(&snap.configuration);
     (void)uv_loop_close(&s->loop);
