@@ -1627,10 +1627,11 @@ def parse_args(argv):
                     "acknowledged writes by design when a majority "
                     "crashes (raft/include/repl.h): use it with partitions, "
                     "pauses, delay, and single-node kills only")
-    ap.add_argument("--log-store", default="uv", choices=("uv", "tern"),
-                    help="ternd [raft] log_store: libraft's raft_uv "
-                    "(default) or tern's own raft log store "
-                    "(docs/LOGSTORE.md)")
+    ap.add_argument("--log-store", default="auto",
+                    choices=("auto", "uv", "tern"),
+                    help="ternd [raft] log_store: auto (ternd's default: "
+                    "tern's own raft log store for the new data dirs of a "
+                    "run, docs/LOGSTORE.md), tern, or libraft's raft_uv")
     ap.add_argument("--raft-segment-bytes", default="8M",
                     help="ternd [raft] segment_bytes (log_store = tern): "
                     "small values, with small --snapshot-bytes, make the "

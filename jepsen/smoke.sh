@@ -44,7 +44,7 @@ RUNS=(
     "kill|kill,kill-leader|--queues 1"
     "pause|pause,pause-leader|--queues 1"
     "partition|partition,partition-leader|--queues 4"
-    "power-loss|power-loss,power-loss-all|--queues 1"
+    "power-loss-uv-store|power-loss,power-loss-all|--queues 1 --log-store uv"
     "mixed-snapshots|partition,kill,pause,pause-kill,partition-kill|--queues 4 --snapshot-bytes 32K --snapshot-trailing 8"
     "retention|kill,kill-leader,partition,partition-leader|--queues 2 --workload retention --max-messages 20 --snapshot-bytes 32K --snapshot-trailing 8 --log-segment-bytes 16K"
     "work-queue|kill,kill-leader|--queues 2 --workload work-queue|30"

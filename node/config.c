@@ -82,10 +82,12 @@
  *   snapshot_threshold_bytes = 64M
  *   snapshot_trailing        = 256
  *   durability               = disk  ; disk | memory (same on all nodes)
- *   log_store                = uv    ; uv (libraft's raft_uv) | tern (tern's
- *                                   ; own store, tlog/: being built, see
- *                                   ; docs/LOGSTORE.md); a raft directory
- *                                   ; stays with the store that made it
+ *   log_store                = auto  ; auto | tern (tern's own store,
+ *                                   ; tlog/, docs/LOGSTORE.md) | uv
+ *                                   ; (libraft's raft_uv); a raft
+ *                                   ; directory stays with the store that
+ *                                   ; made it: auto keeps the one it
+ *                                   ; finds, tern for a new directory
  *   segment_bytes            = 8M    ; log_store = tern: a raft segment
  *                                   ; file's size (64K..1G)
  *   entry_checksum           = auto  ; auto | xxh3 | xxh32: whether a
@@ -310,9 +312,12 @@ static const char usage_text[] =
     "or auto\n"
     "  --shm-dir DIR              shm sockets directory (default /tmp; "
     "same on all nodes)\n"
-    "  --log-store S              uv (default: libraft's raft_uv) or "
-    "tern (tern's own\n"
-    "                             raft log store, docs/LOGSTORE.md)\n"
+    "  --log-store S              auto (default: the store the raft "
+    "directory holds,\n"
+    "                             tern for a new one), tern (tern's own "
+    "raft log\n"
+    "                             store, docs/LOGSTORE.md) or uv "
+    "(libraft's raft_uv)\n"
     "  --raft-segment-bytes N     log_store tern: a raft segment file's "
     "size (64K..1G,\n"
     "                             default 8M)\n"
@@ -460,7 +465,7 @@ static const char usage_text[] =
     "  snapshot_threshold_bytes = 64M\n"
     "  snapshot_trailing = 256\n"
     "  durability = disk\n"
-    "  log_store = uv\n"
+    "  log_store = auto\n"
     "  segment_bytes = 8M\n"
     "  entry_checksum = auto\n"
     "  max_term_jump = 1048576\n"
@@ -534,6 +539,7 @@ void node_config_init(struct node_config *c)
     c->adaptive_poll_us = NODE_DEFAULT_ADAPTIVE_POLL_US;
     c->snapshot_bytes = NODE_DEFAULT_SNAPSHOT_BYTES;
     c->raft_segment_bytes = (uint64_t)8 << 20;
+    c->log_store_auto = 1; /* [raft] log_store = auto */
     c->snapshot_trailing = NODE_DEFAULT_SNAPSHOT_TRAILING;
     c->retention_interval_ms = NODE_DEFAULT_RETENTION_INTERVAL_MS;
     c->retention_page = NODE_DEFAULT_RETENTION_PAGE;
@@ -994,19 +1000,23 @@ static int set_durability(struct node_config *c,
     return 0;
 }
 
-/* int member, true for tern: uv | tern. */
+/* auto | uv | tern: tern_log_store, and log_store_auto for auto (the
+ * store picked at start by node_pick_log_store). */
 static int set_log_store(struct node_config *c,
                          const struct key *k,
                          const char *v,
                          const char *what,
                          char *errmsg)
 {
-    if (strcmp(v, "uv") != 0 && strcmp(v, "tern") != 0) {
-        tern_errmsg_printf(errmsg, "%s: log_store '%s' is not uv or tern", what,
-                           v);
+    (void)k;
+    if (strcmp(v, "auto") != 0 && strcmp(v, "uv") != 0 &&
+        strcmp(v, "tern") != 0) {
+        tern_errmsg_printf(errmsg, "%s: log_store '%s' is not auto, tern or uv",
+                           what, v);
         return TERN_EINVAL;
     }
-    *(int *)field_of(c, k) = strcmp(v, "tern") == 0;
+    c->log_store_auto = strcmp(v, "auto") == 0;
+    c->tern_log_store = strcmp(v, "tern") == 0;
     return 0;
 }
 

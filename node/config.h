@@ -48,7 +48,13 @@ struct node_config
     uint64_t snapshot_bytes;
     unsigned snapshot_trailing;
     int memory_durability;       /* [raft] durability = memory (default disk) */
-    int tern_log_store;          /* [raft] log_store = tern (default uv) */
+    int tern_log_store;          /* the raft log store is tern's own; set
+                                    by [raft] log_store = tern, or by auto
+                                    (the default) in node_pick_log_store */
+    int log_store_auto;          /* [raft] log_store = auto (the default):
+                                    picked from the raft directory */
+    const char *log_store_why;   /* why that store (static text), set by
+                                    node_pick_log_store */
     uint64_t raft_segment_bytes; /* [raft] segment_bytes (tern store) */
     int entry_checksum;    /* [raft] entry_checksum: NODE_ENTRY_CHECKSUM_* */
     unsigned busy_poll_us; /* [node] busy_poll_us: shm leader busy-poll */

@@ -154,6 +154,13 @@ int main(int argc, char **argv)
             c.fetch_threads = fit;
         }
     }
+    /* Before a restore seeds the raft directory: in the store picked. */
+    rv = node_pick_log_store(&c, errmsg);
+    if (rv != 0) {
+        (void)fprintf(stderr, "ternd: [raft] log_store: %s\n", errmsg);
+        node_config_free(&c);
+        return 2;
+    }
     if (restore_from != NULL) {
         rv = node_backup_restore(&c, restore_from, snapshot_only, errmsg);
         if (rv != 0) {

@@ -1409,6 +1409,62 @@ static int check_data_dir(struct node *n, char *errmsg)
  * node may have acknowledged (a voter that forgets acknowledged entries
  * can elect a leader without them). Counts those files in dir and copies
  * the greatest name (the newest) into newest (cap bytes, may be NULL). */
+/* What a raft directory holds: files of raft_uv, of tern's store. */
+static void raft_dir_stores(const char *dir, bool *uv, bool *tern)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    *uv = false;
+    *tern = false;
+    if (d == NULL) {
+        return; /* missing: a new node */
+    }
+    while ((e = readdir(d)) != NULL) {
+        const char *nm = e->d_name;
+        unsigned long long a, b;
+        char end;
+        if (strcmp(nm, "metadata1") == 0 || strcmp(nm, "metadata2") == 0 ||
+            strncmp(nm, "open-", 5) == 0 || strncmp(nm, "snapshot-", 9) == 0 ||
+            sscanf(nm, "%llu-%llu%c", &a, &b, &end) == 2) {
+            *uv = true;
+        } else if (strncmp(nm, "seg-", 4) == 0 ||
+                   strncmp(nm, "free-", 5) == 0 ||
+                   strncmp(nm, "snap-", 5) == 0) {
+            *tern = true;
+        }
+    }
+    (void)closedir(d);
+}
+
+int node_pick_log_store(struct node_config *c, char *errmsg)
+{
+    char dir[PATH_MAX];
+    bool uv, tern;
+    if (!c->log_store_auto) {
+        c->log_store_why = "configured";
+        return 0;
+    }
+    if (snprintf(dir, sizeof(dir), "%s/raft", c->data_dir) >=
+        (int)sizeof(dir)) {
+        tern_errmsg_printf(errmsg, "data_dir too long");
+        return TERN_EINVAL;
+    }
+    raft_dir_stores(dir, &uv, &tern);
+    if (uv && tern) {
+        tern_errmsg_printf(errmsg,
+                           "%s holds files of both raft log stores (raft_uv "
+                           "and tern): set [raft] log_store to the one in "
+                           "use, or move the directory aside and rejoin",
+                           dir);
+        return TERN_EINVAL;
+    }
+    c->tern_log_store = !uv;
+    c->log_store_why = uv     ? "auto: raft_uv files found"
+                       : tern ? "auto: tern store files found"
+                              : "auto: a new raft directory";
+    return 0;
+}
+
 /* Whether the log store never wrote its term in dir (a new or wiped raft
  * directory): raft_uv's metadata1/2, or for tern's store (which keeps
  * only raft/meta.c's record) tern-meta1/2. */
@@ -1572,6 +1628,9 @@ static void log_config(const struct node_config *c)
              (unsigned long long)c->min_free_disk_bytes,
              (unsigned long long)c->reserve_disk_bytes,
              node_log_level_name((enum node_log_level)c->log_level), peers);
+    node_log(NODE_LOG_INFO, "raft log store", "store=%s why=\"%s\"",
+             c->tern_log_store ? "tern" : "uv",
+             c->log_store_why != NULL ? c->log_store_why : "configured");
 }
 
 /* Read cluster_secret_file, when set, into n->secret and point the

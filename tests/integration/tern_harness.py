@@ -431,7 +431,8 @@ class Cluster:
         $TERN_IT_LOG_STORE ([raft] log_store: uv or tern) applies to
         every cluster whose raft keys do not name one; with tern, raft
         segments of 64 KiB, so that a scenario's snapshots forget
-        segments and later ones reuse their files."""
+        segments and later ones reuse their files. Without either, ternd's
+        default (auto) gives new data dirs tern's store (log_store)."""
         self.ternd, self.cli = binaries()
         self.dir = tempfile.mkdtemp(prefix="tern-it-")
         self.data_root = os.path.join(self.dir, "data")
@@ -464,6 +465,13 @@ class Cluster:
         make_certs(self.certs, sorted(self.nodes), clients)
         for nd in self.nodes.values():
             self.write_config(nd)
+
+    @property
+    def log_store(self):
+        """The raft log store the nodes run: uv or tern (auto, the
+        default, picks tern for the new data dirs a test makes)."""
+        st = self.raft_extra.get("log_store", "auto")
+        return "tern" if st == "auto" else st
 
     def __enter__(self):
         return self

@@ -119,7 +119,7 @@ def corrupt_raft_log(c, nd, acks, last):
     for a in acks:
         ids += [x[0] for x in h.read_ack_log(a)]
     d = os.path.join(nd.data_dir, "raft")
-    tern_store = os.environ.get("TERN_IT_LOG_STORE") == "tern"
+    tern_store = nd.cluster.log_store == "tern"
     if tern_store:
         # tern's store (tlog/): seg-N files, the newest with records last
         # written; a spare holds none.

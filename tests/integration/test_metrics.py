@@ -12,10 +12,11 @@ a consume with a group commit; after a kill of the leader the survivors'
 readyz is 200 again with a new leader; a node started alone (no quorum)
 answers readyz 503 "no leader"; a token file readable by others stops
 ternd at start with exit code 2. The raft log store's series: its name
-(tern_raft_log_store_info) and no torn tail; on tern's own store
-($TERN_IT_LOG_STORE=tern, 64 KiB segments, 32 KiB snapshots) its writes
-grow with produces and, after 2 MB more, forgotten segments are counted
-and files of the free list are reused."""
+(tern_raft_log_store_info) and no torn tail; on tern's own store (the
+default; 64 KiB segments, 32 KiB snapshots here) its writes grow with
+produces and, after 2 MB more, forgotten segments are counted and files
+of the free list are reused; on raft_uv ($TERN_IT_LOG_STORE=uv) no tern
+store counters."""
 import math
 import os
 import re
@@ -169,9 +170,11 @@ def get(port, path, token=TOKEN, timeout=5):
 
 
 def main(c):
-    tern_store = os.environ.get("TERN_IT_LOG_STORE") == "tern"
-    raft = ({"snapshot_threshold_bytes": 32768, "snapshot_trailing": 8}
-            if tern_store else {})
+    # tern's store (the default for new data dirs) with 64 KiB segments
+    # and 32 KiB snapshots, so that segments are forgotten and recycled.
+    tern_store = os.environ.get("TERN_IT_LOG_STORE", "tern") == "tern"
+    raft = ({"snapshot_threshold_bytes": 32768, "snapshot_trailing": 8,
+             "segment_bytes": "64K"} if tern_store else {})
     with h.Cluster(3, raft=raft) as cl:
         ports = dict(zip(sorted(cl.nodes), h.free_ports(3)))
         token_file = os.path.join(cl.dir, "metrics.token")
@@ -242,7 +245,7 @@ def main(c):
                 "replication latency histogram grew on the leader")
 
         c.step("the raft log store's series")
-        store = cl.raft_extra.get("log_store", "uv")
+        store = cl.log_store
         c.check(value(after, "tern_raft_log_store_info", store=store) == 1,
                 "tern_raft_log_store_info{store=%s} 1" % store,
                 after.get("tern_raft_log_store_info"))

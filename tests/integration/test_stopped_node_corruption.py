@@ -160,6 +160,10 @@ def run_case(c, case, kind, config, expect):
         raft = {"snapshot_threshold_bytes": 32768, "snapshot_trailing": 8}
     if expect == "refuse":
         raft["rejoin_on_corrupt"] = "false"  # today's refusal, kept
+    if kind.startswith("raft_"):
+        # raft_uv's segment files and CRC errors (tern's store: its own
+        # damage cases in tests/unit/tlog and test_membership_rejoin.py).
+        raft["log_store"] = "uv"
     with h.Cluster(3, raft=raft) as cl:
         c.step("%s: start 3 nodes, produce %d x %d B" % (case, N_MSGS,
                                                           MSG_SIZE))
