@@ -2,7 +2,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +10,7 @@
 
 #include <criterion/criterion.h>
 
+#include "../rm_tree.h"
 #include "index_helpers.h"
 
 char *th_tmpdir(void)
@@ -21,21 +21,10 @@ char *th_tmpdir(void)
     return p;
 }
 
-static int rm_cb(const char *path,
-                 const struct stat *st,
-                 int flag,
-                 struct FTW *ftw)
-{
-    (void)st;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
-
 void th_rmdir(char *path)
 {
     if (path != NULL) {
-        nftw(path, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
+        test_rm_tree(path);
         free(path);
     }
 }

@@ -4,7 +4,6 @@
  * config keys cluster_name, allow_open_data_dir and max_term_jump. */
 #include <criterion/criterion.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +13,7 @@
 
 #include <tern_common.h>
 
+#include "../rm_tree.h"
 #include "config.h"
 #include "ident.h"
 
@@ -30,20 +30,9 @@ static void setup(void)
     errmsg[0] = '\0';
 }
 
-static int rm_entry(const char *p,
-                    const struct stat *sb,
-                    int f,
-                    struct FTW *ftw)
-{
-    (void)sb;
-    (void)f;
-    (void)ftw;
-    return remove(p);
-}
-
 static void teardown(void)
 {
-    (void)nftw(dir, rm_entry, 8, FTW_DEPTH | FTW_PHYS);
+    test_rm_tree(dir);
 }
 
 TestSuite(ident, .init = setup, .fini = teardown);

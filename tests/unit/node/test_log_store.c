@@ -5,7 +5,6 @@
  */
 #include <criterion/criterion.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +14,7 @@
 
 #include <tern_common.h>
 
+#include "../rm_tree.h"
 #include "config.h"
 #include "node.h"
 
@@ -31,20 +31,9 @@ static void setup(void)
     c.data_dir = dir; /* borrowed: not freed by the test */
 }
 
-static int rm_entry(const char *p,
-                    const struct stat *sb,
-                    int f,
-                    struct FTW *ftw)
-{
-    (void)sb;
-    (void)f;
-    (void)ftw;
-    return remove(p);
-}
-
 static void teardown(void)
 {
-    (void)nftw(dir, rm_entry, 8, FTW_DEPTH | FTW_PHYS);
+    test_rm_tree(dir);
 }
 
 TestSuite(log_store, .init = setup, .fini = teardown);

@@ -4,12 +4,12 @@
  */
 #include "cluster.h"
 
-#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <criterion/criterion.h>
+#include "../rm_tree.h"
 
 /* ---- test FSM ----------------------------------------------------------- */
 
@@ -321,17 +321,6 @@ void cluster_crash(struct cluster *c, unsigned i)
     nd->writable = false;
 }
 
-static int rm_entry(const char *path,
-                    const struct stat *sb,
-                    int flag,
-                    struct FTW *ftw)
-{
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
-
 void cluster_fini(struct cluster *c)
 {
     for (unsigned i = 0; i < c->n; i++) {
@@ -347,7 +336,7 @@ void cluster_fini(struct cluster *c)
         free(c->nodes[i].stream);
         free(c->nodes[i].stage);
         if (c->nodes[i].meta_dir[0] != '\0') {
-            (void)nftw(c->nodes[i].meta_dir, rm_entry, 8, FTW_DEPTH | FTW_PHYS);
+            test_rm_tree(c->nodes[i].meta_dir);
         }
     }
 }

@@ -13,7 +13,6 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +21,7 @@
 #include <criterion/criterion.h>
 
 #include "../immutable.h"
+#include "../rm_tree.h"
 #include "fake_io.h"
 #include "repl_int.h"
 #include "xport_test.h"
@@ -244,17 +244,6 @@ Test(repl_close, inner_close_is_immediate_without_a_truncate_in_flight)
  * TERN_TEST_NO_TRUNCATE_WAIT turns the wrapper's wait off to show that
  * (24 rounds crash every run here). */
 
-static int rm_cb(const char *path,
-                 const struct stat *sb,
-                 int flag,
-                 struct FTW *ftw)
-{
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
-
 static void uv_timer_noop(uv_timer_t *t)
 {
     (void)t;
@@ -374,7 +363,7 @@ Test(repl_close, raft_uv_close_during_truncate, .timeout = 120)
     xport_mem_net_free(net);
     uv_run(&loop, UV_RUN_DEFAULT);
     cr_expect_eq(uv_loop_close(&loop), 0);
-    nftw(base, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
+    test_rm_tree(base);
 }
 
 /* ---- a truncate raft_uv did not carry out -------------------------------
@@ -415,7 +404,7 @@ static void one_fini_dir(struct one *o, const char *dir)
     (void)fake_io_flush(o->io);
     cr_expect(closed);
     one_fini(o);
-    nftw(dir, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
+    test_rm_tree(dir);
 }
 
 Test(repl_close, segment_left_by_a_truncate_fail_stops)
@@ -567,7 +556,7 @@ static void raft_uv_truncate_round(bool fail)
     xport_mem_net_free(net);
     uv_run(&loop, UV_RUN_DEFAULT);
     cr_expect_eq(uv_loop_close(&loop), 0);
-    nftw(base, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
+    test_rm_tree(base);
     if (err != 0) {
         cr_skip_test(
             "no immutable flag here (%s): the failure is not "

@@ -8,7 +8,6 @@
  * leaving one that does not load; term and vote survive a damaged slot.
  */
 #include <errno.h>
-#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +16,7 @@
 
 #include <criterion/criterion.h>
 
+#include "../rm_tree.h"
 #include "repl_int.h"
 
 static uv_loop_t loop;
@@ -26,14 +26,6 @@ static int order[64];
 static int n_order;
 static int put_status;
 static int get_status;
-
-static int rm_cb(const char *p, const struct stat *sb, int f, struct FTW *w)
-{
-    (void)sb;
-    (void)f;
-    (void)w;
-    return remove(p);
-}
 
 static void setup(void)
 {
@@ -49,7 +41,7 @@ static void teardown(void)
 {
     uv_run(&loop, UV_RUN_DEFAULT);
     cr_expect_eq(uv_loop_close(&loop), 0, "every handle closed");
-    nftw(dir, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
+    test_rm_tree(dir);
 }
 
 TestSuite(tlog_io, .init = setup, .fini = teardown, .timeout = 60);

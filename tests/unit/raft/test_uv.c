@@ -10,7 +10,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +18,7 @@
 
 #include <criterion/criterion.h>
 
+#include "../rm_tree.h"
 #include "repl.h"
 #include "repl_int.h"
 #include "tlog.h"
@@ -93,17 +93,6 @@ static void u_prop_cb(void *data, int status, uint64_t index)
     if (status == 0) {
         acked++;
     }
-}
-
-static int rm_cb(const char *path,
-                 const struct stat *sb,
-                 int flag,
-                 struct FTW *ftw)
-{
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
 }
 
 static int writable_leader(void)
@@ -187,7 +176,7 @@ static void spin_until(uv_loop_t *loop, const int *count, int want)
 static void remove_tmp(void)
 {
     if (tmp_base[0] != '\0') {
-        nftw(tmp_base, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
+        test_rm_tree(tmp_base);
         tmp_base[0] = '\0';
     }
 }

@@ -11,7 +11,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,18 +21,11 @@
 #include <criterion/criterion.h>
 
 #include "../immutable.h"
+#include "../rm_tree.h"
 #include "tlog.h"
 
 static uv_loop_t loop;
 static char dir[] = "/tmp/tern-tlog-XXXXXX";
-
-static int rm_cb(const char *p, const struct stat *sb, int f, struct FTW *w)
-{
-    (void)sb;
-    (void)f;
-    (void)w;
-    return remove(p);
-}
 
 static void setup(void)
 {
@@ -46,7 +38,7 @@ static void teardown(void)
 {
     uv_run(&loop, UV_RUN_DEFAULT);
     cr_expect_eq(uv_loop_close(&loop), 0, "every handle closed");
-    nftw(dir, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
+    test_rm_tree(dir);
 }
 
 TestSuite(tlog_store, .init = setup, .fini = teardown, .timeout = 60);
