@@ -818,36 +818,38 @@ static void render_snap(struct node_metrics *m, struct node_expo *e, bool fresh)
                      "crash interrupted; tern store only).");
     node_expo_u64(e, "tern_raft_log_torn_tails", NULL, 0, s->st.log_torn);
     if (s->st.log_store_tern) {
-        node_expo_family(e, "tern_raft_log_writes_total", "counter",
-                         "Durable writes of the raft log completed.");
-        node_expo_u64(e, "tern_raft_log_writes_total", NULL, 0,
-                      s->st.log.writes);
-        node_expo_family(e, "tern_raft_log_written_bytes_total", "counter",
-                         "Bytes those writes wrote (whole blocks).");
-        node_expo_u64(e, "tern_raft_log_written_bytes_total", NULL, 0,
-                      s->st.log.bytes);
-        node_expo_family(e, "tern_raft_log_segments", "gauge",
-                         "Raft log segments in use.");
-        node_expo_u64(e, "tern_raft_log_segments", NULL, 0, s->st.log.segments);
+        const struct repl_log_stats *g = &s->st.log;
+        const struct
+        {
+            const char *name, *type, *help;
+            uint64_t v;
+        } one[] = {
+            {"tern_raft_log_writes_total", "counter",
+             "Durable writes of the raft log completed.", g->writes},
+            {"tern_raft_log_written_bytes_total", "counter",
+             "Bytes those writes wrote (whole blocks).", g->bytes},
+            {"tern_raft_log_segments", "gauge", "Raft log segments in use.",
+             g->segments},
+            {"tern_raft_log_segments_forgotten_total", "counter",
+             "Segments forgotten (behind a snapshot or cut by a truncate).",
+             g->forgotten},
+            {"tern_raft_log_free_segments", "gauge",
+             "Files on the free list, kept for reuse.", g->free},
+        };
+        for (size_t i = 0; i < sizeof one / sizeof one[0]; i++) {
+            node_expo_family(e, one[i].name, one[i].type, one[i].help);
+            node_expo_u64(e, one[i].name, NULL, 0, one[i].v);
+        }
         node_expo_family(e, "tern_raft_log_segments_prepared_total", "counter",
                          "Segments prepared for writes, by where the file "
                          "came from (recycled: the free list; new: a new "
                          "zeroed file).");
         l[0] = (struct node_label){"from", "recycled"};
         node_expo_u64(e, "tern_raft_log_segments_prepared_total", l, 1,
-                      s->st.log.recycled);
+                      g->recycled);
         l[0] = (struct node_label){"from", "new"};
         node_expo_u64(e, "tern_raft_log_segments_prepared_total", l, 1,
-                      s->st.log.prepared - s->st.log.recycled);
-        node_expo_family(e, "tern_raft_log_segments_forgotten_total", "counter",
-                         "Segments forgotten (behind a snapshot or cut by "
-                         "a truncate).");
-        node_expo_u64(e, "tern_raft_log_segments_forgotten_total", NULL, 0,
-                      s->st.log.forgotten);
-        node_expo_family(e, "tern_raft_log_free_segments", "gauge",
-                         "Files on the free list, kept for reuse.");
-        node_expo_u64(e, "tern_raft_log_free_segments", NULL, 0,
-                      s->st.log.free);
+                      g->prepared - g->recycled);
     }
 
     node_expo_family(e, "tern_raft_peer_match_index", "gauge",
