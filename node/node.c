@@ -1404,42 +1404,51 @@ static int check_data_dir(struct node *n, char *errmsg)
     return 0;
 }
 
-/* raft_uv 0.15 renames a last closed segment that fails its checksum at
- * load to "corrupt-<ns>-<name>" and starts without its entries, which this
- * node may have acknowledged (a voter that forgets acknowledged entries
- * can elect a leader without them). Counts those files in dir and copies
- * the greatest name (the newest) into newest (cap bytes, may be NULL). */
-/* What a raft directory holds: files of raft_uv, of tern's store. */
-static void raft_dir_stores(const char *dir, bool *uv, bool *tern)
+/* What a raft directory holds. Both stores write raft/meta.c's term
+ * record (tern-meta1/2), so it tells neither apart. */
+struct raft_dir_files
+{
+    bool uv;       /* raft_uv's: metadata1/2, open-N, START-END, snapshot-* */
+    bool uv_meta;  /* of them, metadata1 or 2 (its term and vote) */
+    bool tern;     /* tern's store's: seg-N, free-N, snap-N */
+    bool tern_log; /* of them, seg-N or snap-N (entries or a snapshot) */
+};
+
+/* 0 (a missing directory holds nothing: a new node) or -errno. */
+static int raft_dir_scan(const char *dir, struct raft_dir_files *f)
 {
     DIR *d = opendir(dir);
     struct dirent *e;
-    *uv = false;
-    *tern = false;
+    memset(f, 0, sizeof *f);
     if (d == NULL) {
-        return; /* missing: a new node */
+        return errno == ENOENT ? 0 : -errno;
     }
     while ((e = readdir(d)) != NULL) {
         const char *nm = e->d_name;
         unsigned long long a, b;
         char end;
-        if (strcmp(nm, "metadata1") == 0 || strcmp(nm, "metadata2") == 0 ||
-            strncmp(nm, "open-", 5) == 0 || strncmp(nm, "snapshot-", 9) == 0 ||
+        bool meta =
+            strcmp(nm, "metadata1") == 0 || strcmp(nm, "metadata2") == 0;
+        bool log = strncmp(nm, "seg-", 4) == 0 || strncmp(nm, "snap-", 5) == 0;
+        if (meta || strncmp(nm, "open-", 5) == 0 ||
+            strncmp(nm, "snapshot-", 9) == 0 ||
             sscanf(nm, "%llu-%llu%c", &a, &b, &end) == 2) {
-            *uv = true;
-        } else if (strncmp(nm, "seg-", 4) == 0 ||
-                   strncmp(nm, "free-", 5) == 0 ||
-                   strncmp(nm, "snap-", 5) == 0) {
-            *tern = true;
+            f->uv = true;
+            f->uv_meta = f->uv_meta || meta;
+        } else if (log || strncmp(nm, "free-", 5) == 0) {
+            f->tern = true;
+            f->tern_log = f->tern_log || log;
         }
     }
     (void)closedir(d);
+    return 0;
 }
 
 int node_pick_log_store(struct node_config *c, char *errmsg)
 {
     char dir[PATH_MAX];
-    bool uv, tern;
+    struct raft_dir_files f;
+    int rv;
     if (!c->log_store_auto) {
         c->log_store_why = "configured";
         return 0;
@@ -1449,8 +1458,12 @@ int node_pick_log_store(struct node_config *c, char *errmsg)
         tern_errmsg_printf(errmsg, "data_dir too long");
         return TERN_EINVAL;
     }
-    raft_dir_stores(dir, &uv, &tern);
-    if (uv && tern) {
+    rv = raft_dir_scan(dir, &f);
+    if (rv != 0) {
+        tern_errmsg_printf(errmsg, "%s: %s", dir, tern_strerror(rv));
+        return rv;
+    }
+    if (f.uv && f.tern) {
         tern_errmsg_printf(errmsg,
                            "%s holds files of both raft log stores (raft_uv "
                            "and tern): set [raft] log_store to the one in "
@@ -1458,28 +1471,24 @@ int node_pick_log_store(struct node_config *c, char *errmsg)
                            dir);
         return TERN_EINVAL;
     }
-    c->tern_log_store = !uv;
-    c->log_store_why = uv     ? "auto: raft_uv files found"
-                       : tern ? "auto: tern store files found"
-                              : "auto: a new raft directory";
+    c->tern_log_store = !f.uv;
+    c->log_store_why = f.uv     ? "auto: raft_uv files found"
+                       : f.tern ? "auto: tern store files found"
+                                : "auto: a new raft directory";
     return 0;
 }
 
-/* Whether the log store never wrote its term in dir (a new or wiped raft
- * directory): raft_uv's metadata1/2, or for tern's store (which keeps
- * only raft/meta.c's record) tern-meta1/2. */
-static bool raft_dir_pristine(const char *dir, bool tern_store)
+/* Whether the store in use holds no raft log in dir: for raft_uv no
+ * metadata1/2 (its term, vote and log start), for tern's store no segment
+ * or snapshot (a term record alone is what a node that voted before its
+ * first append leaves; with applied entries behind it, the log is lost). */
+static bool raft_dir_logless(const char *dir, bool tern_store)
 {
-    char path[PATH_MAX];
-    struct stat sb;
-    for (int k = 1; k <= 2; k++) {
-        int w = snprintf(path, sizeof(path), "%s/%s%d", dir,
-                         tern_store ? "tern-meta" : "metadata", k);
-        if (w < 0 || (size_t)w >= sizeof(path) || stat(path, &sb) == 0) {
-            return false;
-        }
+    struct raft_dir_files f;
+    if (raft_dir_scan(dir, &f) != 0) {
+        return false; /* the store's own load reports it */
     }
-    return true;
+    return tern_store ? !f.tern_log : !f.uv_meta;
 }
 
 /* Whether a raft log that fails its checksums may be moved aside for a
@@ -1556,6 +1565,11 @@ static int quarantine_raft_dir(const char *data_dir,
     return 0;
 }
 
+/* raft_uv 0.15 renames a last closed segment that fails its checksum at
+ * load to "corrupt-<ns>-<name>" and starts without its entries, which this
+ * node may have acknowledged (a voter that forgets acknowledged entries
+ * can elect a leader without them). Counts those files in dir and copies
+ * the greatest name (the newest) into newest (cap bytes, may be NULL). */
 static unsigned count_corrupt_segments(const char *dir,
                                        char *newest,
                                        size_t cap)
@@ -1753,14 +1767,16 @@ static int node_start(struct node *n, char *errmsg)
      * it no longer has. Bootstrapping anew would let it vote with what is
      * left; only a rejoin (join mode, then remove + add) is safe
      * (docs/MEMBERSHIP.md, "Rejoin"). */
-    if (!c->join && raft_dir_pristine(n->raft_dir, c->tern_log_store) &&
+    if (!c->join && raft_dir_logless(n->raft_dir, c->tern_log_store) &&
         idx_last_applied(n->fsm.idx) > 0) {
         tern_errmsg_printf(errmsg,
-                           "the raft log is gone (no raft/metadata1 or 2) "
+                           "the raft log is gone (%s) "
                            "but the index applied up to %llu: this node "
                            "lost its votes and log and must not vote under "
                            "id %llu; start it with join = true and run `tern "
                            "cluster rejoin %llu %s %s` on the cluster",
+                           c->tern_log_store ? "no raft/seg-* or snap-* file"
+                                             : "no raft/metadata1 or 2",
                            (unsigned long long)idx_last_applied(n->fsm.idx),
                            (unsigned long long)c->id, (unsigned long long)c->id,
                            c->raft_addr, c->client_addr);
@@ -2098,5 +2114,15 @@ int node_run(const struct node_config *c)
              (unsigned long long)c->id, c->raft_addr, c->client_addr);
     jc = *c;
     jc.join = 1;
-    return run_node(&jc, NULL, NULL);
+    if (jc.log_store_auto) {
+        /* The raft directory is empty now: auto picks again (tern's). */
+        int prv = node_pick_log_store(&jc, errmsg);
+        if (prv != 0) {
+            node_log(NODE_LOG_ERROR, "start failed", "err=%s detail=\"%s\"",
+                     tern_err_name(prv), errmsg);
+            node_log(NODE_LOG_INFO, "stopped", "exit_code=1");
+            return 1;
+        }
+    }
+    return run_node(&jc, NULL, NULL); /* logs the store again */
 }

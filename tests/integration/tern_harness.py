@@ -429,10 +429,11 @@ class Cluster:
         certificates to make (<certs>/client-NAME.pem/.key); security:
         extra [security] keys (client_auth, bootstrap_admin, ...).
         $TERN_IT_LOG_STORE ([raft] log_store: uv or tern) applies to
-        every cluster whose raft keys do not name one; with tern, raft
-        segments of 64 KiB, so that a scenario's snapshots forget
-        segments and later ones reuse their files. Without either, ternd's
-        default (auto) gives new data dirs tern's store (log_store)."""
+        every cluster whose raft keys do not name one. Without either,
+        ternd's default (auto) gives new data dirs tern's store
+        (log_store). On tern's store, raft segments of 64 KiB unless the
+        raft keys say otherwise, so that a scenario's snapshots forget
+        segments and later ones reuse their files."""
         self.ternd, self.cli = binaries()
         self.dir = tempfile.mkdtemp(prefix="tern-it-")
         self.data_root = os.path.join(self.dir, "data")
@@ -440,8 +441,8 @@ class Cluster:
         if os.environ.get("TERN_IT_LOG_STORE"):
             self.raft_extra.setdefault("log_store",
                                        os.environ["TERN_IT_LOG_STORE"])
-            if self.raft_extra["log_store"] == "tern":
-                self.raft_extra.setdefault("segment_bytes", "64K")
+        if self.log_store == "tern":
+            self.raft_extra.setdefault("segment_bytes", "64K")
         self.node_extra = dict(node or {})
         self.limits = dict(limits or {})
         self.election_timeout_ms = election_timeout_ms

@@ -317,11 +317,21 @@ def main(c):
         h.check_acked_readable(c, "node %d alone" % victim, got, acked)
 
         other = [i for i in cl.nodes if i not in (lid, victim)][0]
-        c.step("node %d loses its raft log only: refused at start, then "
-               "rejoins" % other)
+        c.step("node %d loses its raft log but not its term record "
+               "(tern-meta1/2, which both stores write): refused at start, "
+               "then rejoins" % other)
         no = cl.nodes[other]
         cl.kill(other)
-        shutil.rmtree(os.path.join(no.data_dir, "raft"))
+        rdir = os.path.join(no.data_dir, "raft")
+        for name in os.listdir(rdir):
+            if not name.startswith("tern-meta"):
+                p = os.path.join(rdir, name)
+                if os.path.isdir(p):
+                    shutil.rmtree(p)
+                else:
+                    os.unlink(p)
+        c.check(sorted(os.listdir(rdir)) == ["tern-meta1", "tern-meta2"],
+                "only the term record is left", sorted(os.listdir(rdir)))
         cl.start_node(other)
         rc = None
         try:
