@@ -1404,50 +1404,10 @@ static int check_data_dir(struct node *n, char *errmsg)
     return 0;
 }
 
-/* What a raft directory holds. Both stores write raft/meta.c's term
- * record (tern-meta1/2), so it tells neither apart. */
-struct raft_dir_files
-{
-    bool uv;       /* raft_uv's: metadata1/2, open-N, START-END, snapshot-* */
-    bool uv_meta;  /* of them, metadata1 or 2 (its term and vote) */
-    bool tern;     /* tern's store's: seg-N, free-N, snap-N */
-    bool tern_log; /* of them, seg-N or snap-N (entries or a snapshot) */
-};
-
-/* 0 (a missing directory holds nothing: a new node) or -errno. */
-static int raft_dir_scan(const char *dir, struct raft_dir_files *f)
-{
-    DIR *d = opendir(dir);
-    struct dirent *e;
-    memset(f, 0, sizeof *f);
-    if (d == NULL) {
-        return errno == ENOENT ? 0 : -errno;
-    }
-    while ((e = readdir(d)) != NULL) {
-        const char *nm = e->d_name;
-        unsigned long long a, b;
-        char end;
-        bool meta =
-            strcmp(nm, "metadata1") == 0 || strcmp(nm, "metadata2") == 0;
-        bool log = strncmp(nm, "seg-", 4) == 0 || strncmp(nm, "snap-", 5) == 0;
-        if (meta || strncmp(nm, "open-", 5) == 0 ||
-            strncmp(nm, "snapshot-", 9) == 0 ||
-            sscanf(nm, "%llu-%llu%c", &a, &b, &end) == 2) {
-            f->uv = true;
-            f->uv_meta = f->uv_meta || meta;
-        } else if (log || strncmp(nm, "free-", 5) == 0) {
-            f->tern = true;
-            f->tern_log = f->tern_log || log;
-        }
-    }
-    (void)closedir(d);
-    return 0;
-}
-
 int node_pick_log_store(struct node_config *c, char *errmsg)
 {
     char dir[PATH_MAX];
-    struct raft_dir_files f;
+    struct repl_log_dir f;
     int rv;
     if (!c->log_store_auto) {
         c->log_store_why = "configured";
@@ -1458,7 +1418,7 @@ int node_pick_log_store(struct node_config *c, char *errmsg)
         tern_errmsg_printf(errmsg, "data_dir too long");
         return TERN_EINVAL;
     }
-    rv = raft_dir_scan(dir, &f);
+    rv = repl_log_dir_scan(dir, &f);
     if (rv != 0) {
         tern_errmsg_printf(errmsg, "%s: %s", dir, tern_strerror(rv));
         return rv;
@@ -1484,8 +1444,8 @@ int node_pick_log_store(struct node_config *c, char *errmsg)
  * first append leaves; with applied entries behind it, the log is lost). */
 static bool raft_dir_logless(const char *dir, bool tern_store)
 {
-    struct raft_dir_files f;
-    if (raft_dir_scan(dir, &f) != 0) {
+    struct repl_log_dir f;
+    if (repl_log_dir_scan(dir, &f) != 0) {
         return false; /* the store's own load reports it */
     }
     return tern_store ? !f.tern_log : !f.uv_meta;

@@ -35,6 +35,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -355,29 +356,46 @@ int repl_new_with_io(uv_loop_t *loop,
                   errmsg);
 }
 
-/* Whether dir holds a file of the other log store: raft_uv's metadata1
- * for tern's, tern's segments, free segment files or snapshots (seg-N,
- * free-N, snap-N) for raft_uv. A directory stays with
- * the store that made it; switching would load an empty log under the
- * node's term and votes. */
-static bool other_store_files(const char *dir, enum repl_log_store store)
+int repl_log_dir_scan(const char *dir, struct repl_log_dir *out)
 {
     DIR *d = opendir(dir);
     struct dirent *e;
-    bool found = false;
+    memset(out, 0, sizeof *out);
     if (d == NULL) {
-        return false;
+        return errno == ENOENT ? 0 : -errno;
     }
-    while (!found && (e = readdir(d)) != NULL) {
-        found = store == REPL_LOG_STORE_TERN
-                    ? strcmp(e->d_name, "metadata1") == 0 ||
-                          strcmp(e->d_name, "metadata2") == 0
-                    : strncmp(e->d_name, "seg-", 4) == 0 ||
-                          strncmp(e->d_name, "free-", 5) == 0 ||
-                          strncmp(e->d_name, "snap-", 5) == 0;
+    while ((e = readdir(d)) != NULL) {
+        const char *nm = e->d_name;
+        unsigned long long a, b;
+        char end;
+        bool meta =
+            strcmp(nm, "metadata1") == 0 || strcmp(nm, "metadata2") == 0;
+        bool log = strncmp(nm, "seg-", 4) == 0 || strncmp(nm, "snap-", 5) == 0;
+        if (meta || strncmp(nm, "open-", 5) == 0 ||
+            strncmp(nm, "snapshot-", 9) == 0 ||
+            sscanf(nm, "%llu-%llu%c", &a, &b, &end) == 2) {
+            out->uv = true;
+            out->uv_meta = out->uv_meta || meta;
+        } else if (log || strncmp(nm, "free-", 5) == 0) {
+            out->tern = true;
+            out->tern_log = out->tern_log || log;
+        }
     }
     (void)closedir(d);
-    return found;
+    return 0;
+}
+
+/* Whether dir holds a file of the other log store: raft_uv's metadata1/2
+ * for tern's, tern's segments, free segment files or snapshots for
+ * raft_uv. A directory stays with the store that made it; switching would
+ * load an empty log under the node's term and votes. */
+static bool other_store_files(const char *dir, enum repl_log_store store)
+{
+    struct repl_log_dir f;
+    if (repl_log_dir_scan(dir, &f) != 0) {
+        return false; /* the store's own open reports it */
+    }
+    return store == REPL_LOG_STORE_TERN ? f.uv_meta : f.tern;
 }
 
 int repl_new(uv_loop_t *loop,

@@ -370,6 +370,18 @@ struct repl_status
 };
 void repl_get_status(struct repl *r, struct repl_status *out);
 
+/* What a raft directory holds, by store. Both stores write raft/meta.c's
+ * term record (tern-meta1/2), so it tells neither apart. */
+struct repl_log_dir
+{
+    bool uv;       /* raft_uv's: metadata1/2, open-N, START-END, snapshot-* */
+    bool uv_meta;  /* of them, metadata1 or 2 (its term and vote) */
+    bool tern;     /* tern's store's: seg-N, free-N, snap-N */
+    bool tern_log; /* of them, seg-N or snap-N (entries or a snapshot) */
+};
+/* 0 (a missing directory holds nothing: a new node) or -errno. */
+int repl_log_dir_scan(const char *dir, struct repl_log_dir *out);
+
 /* A voter's replication progress as the leader sees it. */
 struct repl_progress
 {
